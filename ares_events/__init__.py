@@ -1,0 +1,46 @@
+"""ares-events: a hash-chained, append-only event store for long-running LLM agents.
+
+Agents are disposable; their history is not.
+"""
+
+from __future__ import annotations
+
+from ares_events import errors, integrity
+from ares_events.events import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    AppendResult,
+    Expect,
+    NewEvent,
+    PayloadRef,
+    RecordedEvent,
+)
+from ares_events.replay import ReplayResult, replay
+from ares_events.settings import Settings
+from ares_events.store import EventStore, emit
+from ares_events.stores import available_schemes, open_store, register_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ANY",
+    "NO_STREAM",
+    "STREAM_EXISTS",
+    "AppendResult",
+    "EventStore",
+    "Expect",
+    "NewEvent",
+    "PayloadRef",
+    "RecordedEvent",
+    "ReplayResult",
+    "Settings",
+    "__version__",
+    "available_schemes",
+    "emit",
+    "errors",
+    "integrity",
+    "open_store",
+    "register_store",
+    "replay",
+]

@@ -1,0 +1,205 @@
+"""The whole error hierarchy of ares_events.
+
+::
+
+    AresError
+    ├── ConfigError (ValueError)             bad URL/option/env value; names its source
+    │   └── UnknownSchemeError               lists the known schemes
+    ├── MissingDependencyError (ImportError) names the pip extra to install
+    ├── InvalidEvent (ValueError)            bad input: not JSON, NaN, bad stream id, too large
+    ├── ConcurrencyError                     expected_version mismatch (.expected, .actual)
+    ├── StoreError                           backend failure; driver error kept as __cause__
+    │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted
+    │   └── SchemaVersionError               DB schema behind/ahead of this build
+    ├── ChainIntegrityError                  verification failed (.findings)
+    ├── ReplayCapExceeded                    strict replay hit max_replay (.stream_id, .cap)
+    ├── BlobError
+    │   ├── BlobMissing
+    │   └── BlobCorrupted                    fetched bytes differ from the chained digest
+    └── SnapshotMismatch                     snapshot does not match the stream it folds
+
+Constructors take domain values, keep them as attributes and build the message
+themselves. No message ever contains a password, token or chain key: callers pass
+redacted URLs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "AresError",
+    "BlobCorrupted",
+    "BlobError",
+    "BlobMissing",
+    "ChainIntegrityError",
+    "ConcurrencyError",
+    "ConfigError",
+    "InvalidEvent",
+    "MissingDependencyError",
+    "ReplayCapExceeded",
+    "SchemaVersionError",
+    "SnapshotMismatch",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownSchemeError",
+]
+
+
+class AresError(Exception):
+    """Base class of every error raised by ares_events."""
+
+
+class ConfigError(AresError, ValueError):
+    """A URL, option or environment value is invalid. The message names its source."""
+
+
+class UnknownSchemeError(ConfigError):
+    """A store URL uses a scheme no backend is registered for."""
+
+    def __init__(self, scheme: str, known: Sequence[str]) -> None:
+        self.scheme = scheme
+        self.known = tuple(known)
+        super().__init__(f"unknown store scheme {scheme!r}; known schemes: {', '.join(self.known)}")
+
+
+class MissingDependencyError(AresError, ImportError):
+    """An optional dependency is not installed. The message names the pip extra."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs an optional dependency: pip install 'ares-events[{extra}]'")
+
+
+class InvalidEvent(AresError, ValueError):
+    """An event (or a value inside it) cannot be stored. Names the field and where."""
+
+    def __init__(
+        self, field: str, problem: str, *, stream_id: str | None = None, index: int | None = None
+    ) -> None:
+        self.field = field
+        self.problem = problem
+        self.stream_id = stream_id
+        self.index = index
+        where = []
+        if stream_id is not None:
+            where.append(f"stream {stream_id!r}")
+        if index is not None:
+            where.append(f"event #{index}")
+        loc = f" ({', '.join(where)})" if where else ""
+        super().__init__(f"invalid {field}{loc}: {problem}")
+
+
+class ConcurrencyError(AresError):
+    """The stream's version is not what the append expected."""
+
+    def __init__(self, stream_id: str, expected: object, actual: int, detail: str = "") -> None:
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+        msg = f"stream {stream_id!r}: expected version {expected}, actual version {actual}"
+        super().__init__(f"{msg}; {detail}" if detail else msg)
+
+
+class StoreError(AresError):
+    """A backend failed. The driver's exception is kept as ``__cause__``."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The store cannot be reached (connect, timeout, pool exhausted). Retryable."""
+
+
+class SchemaVersionError(StoreError):
+    """The database schema is behind or ahead of this build. Says how to fix it."""
+
+    def __init__(self, found: int, expected: int, where: str) -> None:
+        self.found = found
+        self.expected = expected
+        if found < expected:
+            fix = "run `ares-events init` (or open with migrate=True) to migrate it"
+        else:
+            fix = "upgrade ares-events; this build is older than the schema"
+        super().__init__(
+            f"schema version of {where} is {found}, this build needs {expected}: {fix}"
+        )
+
+
+class ChainIntegrityError(AresError):
+    """Verification of a hash chain failed. ``findings`` lists every problem found."""
+
+    def __init__(self, stream_id: str | None, findings: Sequence[Any]) -> None:
+        self.stream_id = stream_id
+        self.findings = list(findings)
+        first = self.findings[0] if self.findings else None
+        where = f"stream {stream_id!r}" if stream_id is not None else "store"
+        super().__init__(
+            f"chain integrity check failed for {where}: {len(self.findings)} finding(s)"
+            + (f"; first: {first}" if first is not None else "")
+        )
+
+
+class ReplayCapExceeded(AresError):
+    """A strict replay reached ``max_replay`` events before the end of the stream."""
+
+    def __init__(self, stream_id: str, cap: int, version: int) -> None:
+        self.stream_id = stream_id
+        self.cap = cap
+        self.version = version
+        super().__init__(
+            f"stream {stream_id!r}: replay cap of {cap} events reached at version {version}"
+            " before the end of the stream"
+        )
+
+
+class BlobError(AresError):
+    """A spilled payload could not be fetched or verified."""
+
+    def __init__(
+        self, key: str, detail: str, *, stream_id: str | None = None, version: int | None = None
+    ) -> None:
+        self.key = key
+        self.detail = detail
+        self.stream_id = stream_id
+        self.version = version
+        where = f" (stream {stream_id!r} version {version})" if stream_id is not None else ""
+        super().__init__(f"blob {key}{where}: {detail}")
+
+
+class BlobMissing(BlobError):
+    """A referenced blob is not in the blob store."""
+
+
+class BlobCorrupted(BlobError):
+    """The digest of a fetched blob differs from the digest in the chain."""
+
+
+class SnapshotMismatch(AresError):
+    """A snapshot does not match the stream it claims to fold."""
+
+    def __init__(self, stream_id: str, projection: str, reason: str) -> None:
+        self.stream_id = stream_id
+        self.projection = projection
+        self.reason = reason
+        super().__init__(f"snapshot of {projection!r} for stream {stream_id!r}: {reason}")
+
+
+for _cls in (
+    AresError,
+    ConfigError,
+    UnknownSchemeError,
+    MissingDependencyError,
+    InvalidEvent,
+    ConcurrencyError,
+    StoreError,
+    StoreUnavailable,
+    SchemaVersionError,
+    ChainIntegrityError,
+    ReplayCapExceeded,
+    BlobError,
+    BlobMissing,
+    BlobCorrupted,
+    SnapshotMismatch,
+):
+    _cls.__module__ = "ares_events"
+del _cls

@@ -1,0 +1,249 @@
+"""Hash chain, format v1: canonical JSON, payload digests, headers and link hashes.
+
+This module is the single implementation of the on-disk chain format. ``docs/format.md``
+restates it with test vectors, and ``tests/integrity/test_vectors.py`` checks this code
+against them.
+
+Byte layout (all hashes are 32-byte blake3 digests)::
+
+    canonical_json(x) = json.dumps(x, sort_keys=True, separators=(",", ":"),
+                                   ensure_ascii=False, allow_nan=False).encode("utf-8")
+    payload_bytes     = canonical_json(payload)
+    payload_digest    = blake3(payload_bytes)
+    header            = canonical_json({"v": 1, "stream": stream_id, "version": version,
+                                        "id": str(event_id), "type": type, "module": module,
+                                        "meta": metadata, "at": "YYYY-MM-DDTHH:MM:SS.ffffffZ",
+                                        "payload": payload_digest.hex(),
+                                        "size": len(payload_bytes)})
+    genesis(stream)   = blake3(b"ares-events/v1\\x00" + stream_id.encode())
+    hash_1            = blake3(genesis(stream) + header_1)
+    hash_n            = blake3(hash_{n-1} + header_n)
+
+With a chain key, the link hashes use blake3's keyed mode; genesis and payload digests
+stay unkeyed.
+
+Two encoders produce canonical JSON: :func:`canonical_json` validates the value with a
+walk and then encodes with orjson when the value holds no float (orjson's float
+formatting differs from Python's ``repr``), else with the C-accelerated ``json`` encoder.
+The property tests in ``tests/integrity/test_codec.py`` prove the orjson path
+byte-identical to ``json.dumps``. Headers are assembled from pre-encoded pieces with the
+same string escaper ``json.dumps`` uses, which the same tests prove identical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Final
+
+import blake3
+import orjson
+
+from ares_events.errors import ConfigError, InvalidEvent
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ChainKey",
+    "canonical_json",
+    "canonical_json_reference",
+    "genesis",
+    "header_bytes",
+    "link_hash",
+    "payload_digest",
+]
+
+FORMAT_VERSION: Final = 1
+_GENESIS_PREFIX: Final = b"ares-events/v1\x00"
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**63 - 1
+_MAX_DEPTH: Final = 200
+# json's own C string escaper (ensure_ascii=False flavour); this is what json.dumps uses.
+_encode_str = json.encoder.c_encode_basestring or json.encoder.py_encode_basestring  # type: ignore[attr-defined]
+_ORJSON_OPTS: Final = orjson.OPT_SORT_KEYS
+
+
+class ChainKey:
+    """A 32-byte key for the keyed (MAC) mode of the chain's link hashes.
+
+    The key never appears in ``repr``, ``str`` or any error message.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, bytes | bytearray) or len(key) != 32:
+            raise ConfigError("chain key must be exactly 32 bytes")
+        self._key = bytes(key)
+
+    @classmethod
+    def from_hex(cls, text: str, *, source: str = "chain key") -> ChainKey:
+        """Parse a 64-hex-digit key.
+
+        Raises:
+            ConfigError: the text is not 64 hex digits (the message never echoes it).
+        """
+        try:
+            raw = bytes.fromhex(text.strip())
+        except ValueError:
+            raise ConfigError(f"{source} must be 64 hex digits (32 bytes)") from None
+        if len(raw) != 32:
+            raise ConfigError(f"{source} must be 64 hex digits (32 bytes), got {len(raw)} bytes")
+        return cls(raw)
+
+    @property
+    def key(self) -> bytes:
+        """The raw key bytes. Never log them."""
+        return self._key
+
+    def fingerprint(self) -> str:
+        """A short, non-reversible identifier of the key, safe to display."""
+        return blake3.blake3(b"ares-events/key-fingerprint\x00" + self._key).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"ChainKey(fingerprint={self.fingerprint()})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChainKey) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __reduce__(self) -> Any:  # refuse to be pickled into logs or task queues by accident
+        raise TypeError("ChainKey cannot be pickled")
+
+
+def _check(x: Any, path: str, depth: int) -> bool:
+    """Validate a JSON value; return True when it contains a float anywhere.
+
+    ``type(x) is ...`` checks are deliberate: bool is an int subclass, and tuples, sets,
+    UUIDs, enums and other look-alikes are rejected instead of being coerced.
+    """
+    t = type(x)
+    if t is str:
+        return False
+    if t is dict:
+        if depth > _MAX_DEPTH:
+            raise InvalidEvent(path, f"nested deeper than {_MAX_DEPTH} levels")
+        has_float = False
+        for k, v in x.items():
+            if type(k) is not str:
+                raise InvalidEvent(f"{path}", f"object key {k!r} is {type(k).__name__}, not str")
+            if _check(v, f"{path}.{k}", depth + 1):
+                has_float = True
+        return has_float
+    if t is int:
+        if x < _INT_MIN or x > _INT_MAX:
+            raise InvalidEvent(path, f"integer {x} is outside the 64-bit signed range")
+        return False
+    if t is bool or x is None:
+        return False
+    if t is float:
+        if math.isnan(x) or math.isinf(x):
+            raise InvalidEvent(path, f"{x!r} is not a finite number (NaN/Infinity are not JSON)")
+        return True
+    if t is list:
+        if depth > _MAX_DEPTH:
+            raise InvalidEvent(path, f"nested deeper than {_MAX_DEPTH} levels")
+        has_float = False
+        for i, v in enumerate(x):
+            if _check(v, f"{path}[{i}]", depth + 1):
+                has_float = True
+        return has_float
+    if isinstance(x, str):  # str subclasses encode as their string value, like json.dumps
+        return False
+    raise InvalidEvent(
+        path,
+        f"{type(x).__name__} is not a JSON value "
+        "(allowed: dict, list, str, int, float, bool, None)",
+    )
+
+
+def canonical_json_reference(x: Any) -> bytes:
+    """The normative encoder, exactly as format v1 defines it (no validation)."""
+    return json.dumps(
+        x, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def canonical_json(x: Any, *, field: str = "payload") -> bytes:
+    """Encode ``x`` as canonical JSON bytes (format v1).
+
+    Args:
+        x: a value made only of dict (str keys), list, str, bool, None, finite float and
+            int in [-2**63, 2**63).
+        field: name used in error messages.
+
+    Raises:
+        InvalidEvent: the value is not canonical-JSON encodable; names the path.
+    """
+    has_float = _check(x, field, 0)
+    try:
+        if has_float:
+            return canonical_json_reference(x)
+        return orjson.dumps(x, option=_ORJSON_OPTS)
+    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+        # lone surrogates (not UTF-8 encodable) and similar.
+        raise InvalidEvent(field, f"cannot be encoded as UTF-8 JSON: {exc}") from None
+    except UnicodeEncodeError:
+        raise InvalidEvent(field, "contains a string that is not valid Unicode") from None
+
+
+def payload_digest(payload_bytes: bytes) -> bytes:
+    """blake3 of the canonical payload bytes (never keyed)."""
+    return blake3.blake3(payload_bytes).digest()
+
+
+def genesis(stream_id: str) -> bytes:
+    """The chain's starting value for a stream (never keyed)."""
+    return blake3.blake3(_GENESIS_PREFIX + stream_id.encode("utf-8")).digest()
+
+
+def header_bytes(
+    stream_id: str,
+    version: int,
+    event_id: str,
+    type_: str,
+    module: str,
+    meta_json: bytes,
+    at: str,
+    digest_hex: str,
+    size: int,
+) -> bytes:
+    """Canonical JSON of the header object, assembled from pre-encoded parts.
+
+    ``meta_json`` must already be ``canonical_json(metadata)``. Keys appear in sorted
+    order: at, id, meta, module, payload, size, stream, type, v, version.
+    """
+    enc = _encode_str
+    return b"".join(
+        (
+            b'{"at":',
+            enc(at).encode(),
+            b',"id":',
+            enc(event_id).encode(),
+            b',"meta":',
+            meta_json,
+            b',"module":',
+            enc(module).encode("utf-8"),
+            b',"payload":"',
+            digest_hex.encode(),
+            b'","size":',
+            str(size).encode(),
+            b',"stream":',
+            enc(stream_id).encode("utf-8"),
+            b',"type":',
+            enc(type_).encode("utf-8"),
+            b',"v":1,"version":',
+            str(version).encode(),
+            b"}",
+        )
+    )
+
+
+def link_hash(prev: bytes, header: bytes, key: ChainKey | None = None) -> bytes:
+    """``hash_n = blake3(hash_{n-1} + header_n)``, keyed when a chain key is given."""
+    if key is None:
+        return blake3.blake3(prev + header).digest()
+    return blake3.blake3(prev + header, key=key.key).digest()

@@ -1,0 +1,406 @@
+"""Chain verification: :func:`verify_stream`, :func:`audit` and the incremental
+:class:`ChainVerifier` that replay and recovery use to check a chain while folding it.
+
+Verification never raises on a bad link: it returns a report of findings. Finding kinds:
+
+``hash_mismatch``
+    an event's stored hash is not ``blake3(prev_hash + header)`` of its stored fields
+    (an edited payload, type, time, ... or an edited hash).
+``broken_link``
+    an event's ``prev_hash`` is not the previous event's hash (or the genesis value).
+``gap``
+    versions jump (a row deleted from the middle).
+``duplicate_version``
+    a version appears twice.
+``truncated``
+    the head says N but the events end before N (rows deleted from the tail).
+``head_mismatch``
+    the head row disagrees with the last event (hash differs, head behind, or no head).
+``position_gap`` / ``position_order``
+    global positions are not strictly increasing and gap-free (audit only).
+``blob_missing`` / ``blob_corrupted``
+    a spilled payload is gone or altered (deep audit only).
+``anchor_*``
+    the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ares_events.errors import BlobError, BlobMissing
+from ares_events.events import RecordedEvent
+from ares_events.integrity.chain import (
+    ChainKey,
+    genesis,
+    header_bytes,
+    link_hash,
+    payload_digest,
+)
+from ares_events.stores.base import Capability, Head
+
+if TYPE_CHECKING:
+    from ares_events.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AuditReport",
+    "ChainVerifier",
+    "Finding",
+    "VerifyReport",
+    "audit",
+    "verify_stream",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One integrity problem: what, where, and a human-readable detail."""
+
+    kind: str
+    stream_id: str | None
+    version: int | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "kind": self.kind,
+            "stream_id": self.stream_id,
+            "version": self.version,
+            "detail": self.detail,
+        }
+
+    def __str__(self) -> str:
+        where = f"{self.stream_id!r}" if self.stream_id is not None else "store"
+        if self.version is not None:
+            where += f" v{self.version}"
+        return f"{self.kind} at {where}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Result of verifying one stream."""
+
+    stream_id: str
+    findings: list[Finding]
+    events_checked: int
+    version: int
+    """Last version read from the events."""
+    head_version: int
+    """Version the head row claims (0 when there is no head)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no findings."""
+        return not self.findings
+
+    @property
+    def truncated(self) -> bool:
+        """True when events are missing from the tail."""
+        return any(f.kind == "truncated" for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "stream_id": self.stream_id,
+            "ok": self.ok,
+            "events_checked": self.events_checked,
+            "version": self.version,
+            "head_version": self.head_version,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+@dataclass(slots=True)
+class AuditReport:
+    """Result of auditing a whole store."""
+
+    streams_checked: int = 0
+    events_checked: int = 0
+    blobs_checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    streams: dict[str, VerifyReport] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no findings."""
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "streams_checked": self.streams_checked,
+            "events_checked": self.events_checked,
+            "blobs_checked": self.blobs_checked,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+class ChainVerifier:
+    """Checks one stream's events as they go by, one at a time.
+
+    Start at genesis (``ChainVerifier(stream_id)``) or from a trusted point
+    (``start_version``/``start_hash``, e.g. a snapshot's ``at_version``/``at_hash``).
+    """
+
+    __slots__ = ("findings", "key", "last", "last_hash", "start_version", "stream_id")
+
+    def __init__(
+        self,
+        stream_id: str,
+        key: ChainKey | None = None,
+        *,
+        start_version: int = 0,
+        start_hash: bytes | None = None,
+    ) -> None:
+        self.stream_id = stream_id
+        self.key = key
+        self.start_version = start_version
+        self.last = start_version
+        self.last_hash = genesis(stream_id) if start_version == 0 else start_hash
+        if self.last_hash is None:
+            raise ValueError("start_hash is required when start_version > 0")
+        self.findings: list[Finding] = []
+
+    def check(self, e: RecordedEvent) -> bool:
+        """Check the next event; record findings; return True when it is sound."""
+        ok = True
+        sid = self.stream_id
+        v = e.version
+        add = self.findings.append
+        if v == self.last and v > self.start_version:
+            add(Finding("duplicate_version", sid, v, "version appears more than once"))
+            ok = False
+        elif v <= self.last:
+            add(
+                Finding(
+                    "duplicate_version" if v > 0 else "gap",
+                    sid,
+                    v,
+                    f"version {v} after version {self.last}",
+                )
+            )
+            ok = False
+        elif v != self.last + 1:
+            add(Finding("gap", sid, v, f"versions {self.last + 1}..{v - 1} are missing"))
+            ok = False
+        elif e.prev_hash != self.last_hash:
+            add(
+                Finding(
+                    "broken_link",
+                    sid,
+                    v,
+                    f"prev_hash is not the hash of version {self.last}"
+                    if self.last
+                    else "prev_hash is not the genesis hash",
+                )
+            )
+            ok = False
+        ref = e.payload_ref
+        if ref is None:
+            raw = e.payload_bytes
+            digest_hex = payload_digest(raw).hex()
+            size = len(raw)
+        else:
+            digest_hex, size = ref.digest.hex(), ref.size
+        header = header_bytes(
+            sid, v, e.event_id_str, e.type, e.module, e.metadata_json, e.at, digest_hex, size
+        )
+        if link_hash(e.prev_hash, header, self.key) != e.hash:
+            add(
+                Finding(
+                    "hash_mismatch",
+                    sid,
+                    v,
+                    "stored hash does not match the event's "
+                    "fields (payload, header or hash edited, or wrong chain key)",
+                )
+            )
+            ok = False
+        self.last = max(self.last, v)
+        self.last_hash = e.hash
+        return ok
+
+    def check_head(self, head: Head | None) -> None:
+        """Compare the last event checked with the stream's head row."""
+        sid = self.stream_id
+        if head is None:
+            if self.last > 0:
+                self.findings.append(
+                    Finding(
+                        "head_mismatch",
+                        sid,
+                        self.last,
+                        "events exist but the stream has no head row",
+                    )
+                )
+            return
+        if head.version > self.last:
+            self.findings.append(
+                Finding(
+                    "truncated",
+                    sid,
+                    head.version,
+                    f"head says version {head.version} but the events end at {self.last}",
+                )
+            )
+        elif head.version < self.last:
+            self.findings.append(
+                Finding(
+                    "head_mismatch",
+                    sid,
+                    head.version,
+                    f"head says version {head.version} but events go on to {self.last}",
+                )
+            )
+        elif head.hash != self.last_hash:
+            self.findings.append(
+                Finding(
+                    "head_mismatch",
+                    sid,
+                    head.version,
+                    "head hash differs from the last event's hash",
+                )
+            )
+
+
+def verify_events(
+    stream_id: str, events: Iterable[RecordedEvent], head: Head | None, key: ChainKey | None = None
+) -> VerifyReport:
+    """Verify an iterable of one stream's events against its head."""
+    v = ChainVerifier(stream_id, key)
+    n = 0
+    for e in events:
+        v.check(e)
+        n += 1
+    v.check_head(head)
+    return VerifyReport(stream_id, v.findings, n, v.last, head.version if head else 0)
+
+
+def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
+    """Recompute ``stream_id``'s chain from the stored fields and compare with its head.
+
+    The head is read first, so events appended during verification do not count as
+    a mismatch.
+
+    Returns:
+        A report with ``ok``, ``findings`` and ``events_checked``.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    head = store.head(stream_id)
+    v = ChainVerifier(stream_id, store.chain_key)
+    n = 0
+    for e in store.read(stream_id):
+        v.check(e)
+        n += 1
+    if head is None or v.last > head.version:
+        # Events past the head read at the start may be a concurrent append: re-read it.
+        head = store.head(stream_id)
+    v.check_head(head)
+    return VerifyReport(stream_id, v.findings, n, v.last, head.version if head else 0)
+
+
+def audit(
+    store: EventStore, *, deep: bool = False, progress: Callable[[int, int], None] | None = None
+) -> AuditReport:
+    """Verify every stream, the global positions and (``deep=True``) every spilled blob.
+
+    One pass over ``read_all``: each stream's chain is checked as its events go by, then
+    every head is compared with the last event seen.
+
+    Args:
+        store: the store to audit.
+        deep: also fetch every spilled payload and check its digest.
+        progress: called as ``progress(events_done, events_total)`` now and then.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    report = AuditReport()
+    heads = dict(store.recorder.heads())
+    total = store.last_position()
+    gapless = Capability.GAPLESS_POSITIONS in store.capabilities
+    verifiers: dict[str, ChainVerifier] = {}
+    counts: dict[str, int] = {}
+    last_pos = 0
+    key = store.chain_key
+    blobs_seen: set[str] = set()
+    n = 0
+    for e in store.read_all():
+        if e.position > total:
+            continue  # appended after the audit started
+        n += 1
+        sid = e.stream_id
+        ver = verifiers.get(sid)
+        if ver is None:
+            ver = verifiers[sid] = ChainVerifier(sid, key)
+            counts[sid] = 0
+        ver.check(e)
+        counts[sid] += 1
+        pos = e.position
+        if pos <= last_pos:
+            report.findings.append(
+                Finding(
+                    "position_order", sid, e.version, f"position {pos} after position {last_pos}"
+                )
+            )
+        elif gapless and pos != last_pos + 1:
+            report.findings.append(
+                Finding(
+                    "position_gap",
+                    sid,
+                    e.version,
+                    f"positions {last_pos + 1}..{pos - 1} are missing",
+                )
+            )
+        last_pos = max(last_pos, pos)
+        if deep and e.payload_ref is not None and e.payload_ref.key not in blobs_seen:
+            blobs_seen.add(e.payload_ref.key)
+            report.blobs_checked += 1
+            _check_blob(store, e, report)
+        if progress is not None and n % 1000 == 0:
+            progress(n, total)
+        report.events_checked = n
+    for sid, head in heads.items():
+        ver = verifiers.get(sid)
+        if ver is None:
+            ver = verifiers[sid] = ChainVerifier(sid, key)
+            counts[sid] = 0
+        ver.check_head(head)
+    for sid, ver in sorted(verifiers.items()):
+        if sid not in heads:
+            ver.check_head(None)
+        head = heads.get(sid)
+        r = VerifyReport(sid, ver.findings, counts[sid], ver.last, head.version if head else 0)
+        report.streams[sid] = r
+        report.findings.extend(r.findings)
+    report.streams_checked = len(verifiers)
+    if progress is not None:
+        progress(report.events_checked, max(total, report.events_checked))
+    return report
+
+
+def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> None:
+    ref = e.payload_ref
+    assert ref is not None
+    if store.blobs is None:
+        report.findings.append(
+            Finding(
+                "blob_missing", e.stream_id, e.version, f"blob {ref.key}: no blob store configured"
+            )
+        )
+        return
+    try:
+        store.blobs.verify(ref)
+    except BlobMissing as exc:
+        report.findings.append(Finding("blob_missing", e.stream_id, e.version, exc.detail))
+    except BlobError as exc:
+        report.findings.append(Finding("blob_corrupted", e.stream_id, e.version, exc.detail))

@@ -1,0 +1,127 @@
+"""Replay with a cap: fold a stream through a function, checking its chain as it goes.
+
+``max_replay`` (default 10,000) bounds the work. Reaching it before the end of the
+stream is never silent: the result says ``capped=True``, or in strict mode
+:class:`~ares_events.errors.ReplayCapExceeded` is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
+
+from ares_events.errors import ChainIntegrityError, ReplayCapExceeded
+from ares_events.events import RecordedEvent
+from ares_events.integrity.verify import ChainVerifier, Finding
+
+if TYPE_CHECKING:
+    from ares_events.store import EventStore
+
+__all__ = ["DEFAULT_MAX_REPLAY", "ReplayResult", "replay"]
+
+DEFAULT_MAX_REPLAY: Final = 10_000
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult(Generic[S]):
+    """Outcome of :func:`replay`."""
+
+    state: S
+    version: int
+    """Version of the last event folded (``from_version - 1`` when none)."""
+    replayed: int
+    capped: bool
+    """True when ``max_replay`` stopped the fold before the end of the stream."""
+    head_version: int
+    last_hash: bytes | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        """True when the head says there are more events than the stream holds."""
+        return any(f.kind == "truncated" for f in self.findings)
+
+    @property
+    def ok(self) -> bool:
+        """True when the chain checked clean."""
+        return not self.findings
+
+
+def replay(
+    store: EventStore,
+    stream_id: str,
+    fold: Callable[[S, RecordedEvent], S],
+    initial: S,
+    *,
+    from_version: int = 1,
+    start_hash: bytes | None = None,
+    max_replay: int = DEFAULT_MAX_REPLAY,
+    strict: bool = False,
+    verify: bool = True,
+) -> ReplayResult[S]:
+    """Fold ``stream_id`` from ``from_version`` through ``fold``, checking the chain.
+
+    Args:
+        store: the store.
+        stream_id: the stream to fold.
+        fold: ``fold(state, event) -> state``; must be pure.
+        initial: the starting state (a snapshot's state when ``from_version > 1``).
+        from_version: first version to fold.
+        start_hash: hash of version ``from_version - 1`` (a snapshot's ``at_hash``); the
+            chain is checked from there. Required when ``from_version > 1`` and verifying.
+        max_replay: at most this many events are folded.
+        strict: raise instead of reporting when the cap is hit or the chain is broken.
+        verify: check the chain and the head (on by default).
+
+    Raises:
+        ReplayCapExceeded: strict mode and the cap was reached before the end.
+        ChainIntegrityError: strict mode and the chain or head check found problems.
+        StoreUnavailable: the store cannot be reached.
+    """
+    if max_replay < 0:
+        raise ValueError("max_replay must be >= 0")
+    head = store.head(stream_id)
+    head_version = head.version if head else 0
+    verifier = None
+    if verify:
+        verifier = ChainVerifier(
+            stream_id, store.chain_key, start_version=from_version - 1, start_hash=start_hash
+        )
+    state = initial
+    n = 0
+    last: RecordedEvent | None = None
+    capped = False
+    # Read one past the cap to learn whether the cap cut the stream short.
+    for e in store.read(stream_id, from_version=from_version, limit=max_replay + 1):
+        if n == max_replay:
+            capped = True
+            break
+        if verifier is not None:
+            verifier.check(e)
+        state = fold(state, e)
+        last = e
+        n += 1
+    version = last.version if last is not None else from_version - 1
+    findings: list[Finding] = []
+    if verifier is not None:
+        if not capped:
+            if head is not None and version > head.version:
+                head = store.head(stream_id)  # a concurrent append moved it
+                head_version = head.version if head else 0
+            verifier.check_head(head)
+        findings = verifier.findings
+    if capped and strict:
+        raise ReplayCapExceeded(stream_id, max_replay, version)
+    if findings and strict:
+        raise ChainIntegrityError(stream_id, findings)
+    return ReplayResult(
+        state,
+        version,
+        n,
+        capped,
+        head_version,
+        last.hash if last is not None else start_hash,
+        findings,
+    )

@@ -1,0 +1,120 @@
+"""Stores chosen by URL: ``open_store()``, ``register_store()``, ``available_schemes()``.
+
+Composition order (documented in docs/architecture.md)::
+
+    EventStore(core: validate, encode, chain, spill to blobs)
+      └── CachedRecorder (Redis, optional, read-through; never the system of record)
+            └── backend Recorder (memory | sqlite | postgresql)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ares_events.errors import ConfigError
+from ares_events.integrity.chain import ChainKey
+from ares_events.store import EventStore
+from ares_events.stores import _registry
+from ares_events.stores.base import Capability, Recorder, StoreURL
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Capability",
+    "EventStore",
+    "Recorder",
+    "StoreURL",
+    "available_schemes",
+    "open_store",
+    "register_store",
+    "registered_stores",
+]
+
+
+def open_store(
+    url: str,
+    *,
+    blobs: str | None = None,
+    spill_threshold: int = 256 * 1024,
+    cache: str | None = None,
+    chain_key: ChainKey | bytes | str | None = None,
+    **options: Any,
+) -> EventStore:
+    """Open an event store chosen by URL.
+
+    Args:
+        url: ``memory://[NAME]``, ``sqlite:///rel.db``, ``sqlite:////abs.db``,
+            ``postgresql://user@host/db?...``.
+        blobs: blob store URL for spilled payloads (``file:///dir``, ``s3://bucket/prefix``).
+        spill_threshold: payloads larger than this many bytes go to ``blobs``.
+        cache: optional Redis URL for a read-through cache (never the system of record).
+        chain_key: 32-byte key (raw, hex or :class:`ChainKey`) for keyed link hashes.
+        **options: backend keyword options (e.g. ``migrate=False``).
+
+    Raises:
+        ConfigError: bad URL or option (the message never contains a password).
+        UnknownSchemeError: no backend for the scheme.
+        MissingDependencyError: the backend's extra is not installed.
+        StoreUnavailable: the store cannot be reached.
+        SchemaVersionError: ``migrate=False`` and the schema is not current.
+    """
+    parsed = StoreURL.parse(url)
+    cls = _registry.resolve(parsed.scheme)
+    key = _coerce_key(chain_key)
+    if spill_threshold <= 0:
+        raise ConfigError(
+            f"spill_threshold must be a positive number of bytes, got {spill_threshold!r}"
+        )
+    recorder = cls.from_url(parsed, **options)
+    try:
+        blob_store = None
+        if blobs is not None:
+            from ares_events.stores.blobs import open_blobs
+
+            blob_store = open_blobs(blobs)
+        if cache is not None:
+            from ares_events.stores.cache import CachedRecorder
+
+            recorder = CachedRecorder.wrap(recorder, cache)
+    except BaseException:
+        recorder.close()
+        raise
+    logger.info("opened store %s", parsed.redacted())
+    return EventStore(
+        recorder,
+        chain_key=key,
+        blobs=blob_store,
+        spill_threshold=spill_threshold,
+        url=parsed.redacted(),
+    )
+
+
+def _coerce_key(key: ChainKey | bytes | str | None) -> ChainKey | None:
+    if key is None or isinstance(key, ChainKey):
+        return key
+    if isinstance(key, bytes):
+        return ChainKey(key)
+    if isinstance(key, str):
+        return ChainKey.from_hex(key)
+    raise ConfigError("chain_key must be a ChainKey, 32 raw bytes or 64 hex digits")
+
+
+def register_store(scheme: str, target: str | type[Any], *, replace: bool = False) -> None:
+    """Register a backend class (or ``"module:Class"``) for a URL scheme.
+
+    Raises:
+        ConfigError: already registered and ``replace`` is False.
+    """
+    _registry.register(scheme, target, replace=replace)
+
+
+def registered_stores() -> Mapping[str, str | type[Any]]:
+    """Read-only view of scheme -> backend."""
+    return _registry.view()
+
+
+def available_schemes() -> list[str]:
+    """Every registered scheme, sorted."""
+    return sorted(_registry.view())

@@ -1,0 +1,30 @@
+"""SQLite schema migrations (append-only). Each step is a tuple of statements."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 0 -> 1: events and stream heads.
+    (
+        """CREATE TABLE ares_events (
+            position    INTEGER PRIMARY KEY,  -- global order 1, 2, 3, ...
+            stream_id   TEXT    NOT NULL,
+            version     INTEGER NOT NULL,
+            event_id    TEXT    NOT NULL,
+            type        TEXT    NOT NULL,
+            module      TEXT    NOT NULL,
+            payload     BLOB,                 -- canonical JSON, NULL when spilled
+            payload_ref TEXT,                 -- {"key","size","digest"} when spilled
+            metadata    BLOB    NOT NULL,     -- canonical JSON object
+            recorded_at TEXT    NOT NULL,     -- exactly the hashed "at" string
+            prev_hash   BLOB    NOT NULL,
+            hash        BLOB    NOT NULL
+        )""",
+        "CREATE UNIQUE INDEX ares_events_stream_version ON ares_events (stream_id, version)",
+        "CREATE UNIQUE INDEX ares_events_event_id ON ares_events (event_id)",
+        """CREATE TABLE ares_streams (
+            stream_id TEXT PRIMARY KEY,
+            version   INTEGER NOT NULL,
+            head_hash BLOB    NOT NULL
+        ) WITHOUT ROWID""",
+    ),
+)

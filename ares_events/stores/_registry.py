@@ -1,0 +1,85 @@
+"""Scheme -> backend registry. Built-ins are import strings resolved on first use;
+third parties register through the ``ares_events.stores`` entry-point group, discovered
+only when a scheme is unknown."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from types import MappingProxyType
+from typing import Any
+
+from ares_events.errors import ConfigError, MissingDependencyError, UnknownSchemeError
+
+ENTRY_POINT_GROUP = "ares_events.stores"
+
+_BUILTIN: dict[str, tuple[str, str]] = {
+    # scheme: (target, pip extra)
+    "memory": ("ares_events.stores.memory:MemoryRecorder", ""),
+    "sqlite": ("ares_events.stores.sqlite:SQLiteRecorder", ""),
+    "postgresql": ("ares_events.stores.postgres:PostgresRecorder", "postgres"),
+    "postgres": ("ares_events.stores.postgres:PostgresRecorder", "postgres"),
+}
+
+_lock = threading.Lock()
+_targets: dict[str, str | type[Any]] = {k: v[0] for k, v in _BUILTIN.items()}
+_discovered = False
+
+
+def register(scheme: str, target: str | type[Any], *, replace: bool = False) -> None:
+    """Register a backend for ``scheme``; refuses to overwrite unless ``replace=True``.
+
+    Raises:
+        ConfigError: the scheme is already registered and ``replace`` is False.
+    """
+    scheme = scheme.lower()
+    with _lock:
+        if scheme in _targets and not replace:
+            raise ConfigError(
+                f"store scheme {scheme!r} is already registered; pass replace=True to override it"
+            )
+        _targets[scheme] = target
+
+
+def view() -> Mapping[str, str | type[Any]]:
+    """Read-only view of the registry."""
+    return MappingProxyType(_targets)
+
+
+def _discover() -> None:
+    global _discovered
+    with _lock:
+        if _discovered:
+            return
+        _discovered = True
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            _targets.setdefault(ep.name.lower(), ep.value)
+
+
+def resolve(scheme: str) -> type[Any]:
+    """The backend class for ``scheme``, importing it on first use.
+
+    Raises:
+        UnknownSchemeError: no backend for the scheme.
+        MissingDependencyError: the backend's optional dependency is not installed.
+    """
+    scheme = scheme.lower()
+    if scheme not in _targets:
+        _discover()
+    target = _targets.get(scheme)
+    if target is None:
+        raise UnknownSchemeError(scheme, sorted(_targets))
+    if not isinstance(target, str):
+        return target
+    mod_name, _, attr = target.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        extra = _BUILTIN.get(scheme, ("", scheme))[1] or scheme
+        raise MissingDependencyError(f"the {scheme}:// store", extra) from exc
+    cls = getattr(mod, attr)
+    with _lock:
+        _targets[scheme] = cls
+    return cls  # type: ignore[no-any-return]

@@ -1,0 +1,273 @@
+"""The backend contract: a narrow recorder under a rich core.
+
+A backend (:class:`Recorder`) persists and returns records and enforces the
+expected-version check atomically. It never serializes payloads, computes digests or
+folds state: the core hands it a :class:`Batch` whose :meth:`Batch.seal` computes the
+versions and link hashes from the head the backend read *inside its write transaction*,
+so two writers can never fork a chain.
+
+Write protocol every backend follows, in one transaction::
+
+    lock the stream (or the database)
+    rows = existing events whose event_id is in batch.event_ids
+    if rows: return AppendOutcome(rows, duplicate=True)      # core decides: replay or error
+    head = current (version, hash) of the stream
+    check_expected_version(stream_id, expected, head.version)
+    sealed = batch.seal(head)
+    insert sealed rows with the next global positions; upsert the head
+    commit
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from ares_events.errors import ConfigError
+from ares_events.events import ExpectedVersion, PreparedEvent, RecordedEvent
+from ares_events.integrity.chain import ChainKey, genesis, header_bytes, link_hash
+
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = [
+    "AppendOutcome",
+    "Batch",
+    "Capability",
+    "Head",
+    "Recorder",
+    "SealedEvent",
+    "StoreURL",
+]
+
+
+class Capability(enum.Enum):
+    """Optional behaviours a backend declares explicitly."""
+
+    GAPLESS_POSITIONS = "gapless_positions"
+    """Global positions are 1, 2, 3, ... with no holes (memory, SQLite)."""
+    PERSISTENT = "persistent"
+    """Data survives closing and reopening the store."""
+    MULTI_PROCESS = "multi_process"
+    """Several processes may append at once."""
+    WAKEUPS = "wakeups"
+    """``wait_for(position, timeout)`` blocks until new events arrive without polling."""
+    SNAPSHOTS = "snapshots"
+    """The backend has a snapshot table (``snapshots`` attribute)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A stream head: last version and the hash of that event."""
+
+    version: int
+    hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SealedEvent:
+    """A prepared event with its place in the chain, ready to insert."""
+
+    event: PreparedEvent
+    version: int
+    prev_hash: bytes
+    hash: bytes
+
+    def recorded(self, stream_id: str, position: int) -> RecordedEvent:
+        """Build the :class:`RecordedEvent` once the backend knows the position."""
+        e = self.event
+        return RecordedEvent(
+            stream_id,
+            self.version,
+            position,
+            e.event_id,
+            e.type,
+            e.module,
+            e.payload_bytes,
+            e.meta_json,
+            e.at,
+            self.prev_hash,
+            self.hash,
+            e.payload_ref,
+        )
+
+
+class Batch:
+    """Events to append to one stream, validated and encoded by the core."""
+
+    __slots__ = ("_key", "event_ids", "events", "stream_id")
+
+    def __init__(
+        self, stream_id: str, events: Sequence[PreparedEvent], key: ChainKey | None
+    ) -> None:
+        self.stream_id = stream_id
+        self.events = list(events)
+        self.event_ids = [e.event_id for e in self.events]
+        self._key = key
+
+    def seal(self, head: Head | None) -> list[SealedEvent]:
+        """Assign versions after ``head`` and compute the link hashes."""
+        stream_id = self.stream_id
+        if head is None or head.version == 0:
+            version, prev = 0, genesis(stream_id)
+        else:
+            version, prev = head.version, head.hash
+        key = self._key
+        out = []
+        for e in self.events:
+            version += 1
+            h = link_hash(
+                prev,
+                header_bytes(
+                    stream_id,
+                    version,
+                    e.event_id,
+                    e.type,
+                    e.module,
+                    e.meta_json,
+                    e.at,
+                    e.digest.hex(),
+                    e.size,
+                ),
+                key,
+            )
+            out.append(SealedEvent(e, version, prev, h))
+            prev = h
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What a backend's append returns: the events written, or the stored events that
+    already carry the batch's ids (``duplicate=True``; nothing was written)."""
+
+    events: list[RecordedEvent]
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoreURL:
+    """A parsed store URL. ``redacted()`` is the only form ever logged or shown."""
+
+    raw: str
+    scheme: str
+    username: str | None
+    password: str | None
+    host: str | None
+    port: int | None
+    path: str
+    query: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, url: str, *, source: str = "store URL") -> StoreURL:
+        """Parse ``url``.
+
+        Raises:
+            ConfigError: the URL has no scheme or an invalid port.
+        """
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigError(
+                f"{source} must look like scheme://..., got {_redact_text(str(url))!r}"
+            )
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ConfigError(f"{source} has an invalid port") from None
+        return cls(
+            raw=url,
+            scheme=parts.scheme.lower(),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password is not None else None,
+            host=parts.hostname,
+            port=port,
+            path=unquote(parts.path),
+            query=tuple(parse_qsl(parts.query, keep_blank_values=True)),
+        )
+
+    @property
+    def params(self) -> dict[str, str]:
+        """Query parameters (last one wins)."""
+        return dict(self.query)
+
+    def check_params(self, allowed: Sequence[str]) -> dict[str, str]:
+        """Return the query parameters, refusing unknown ones.
+
+        Raises:
+            ConfigError: a parameter is not in ``allowed``; lists the valid ones.
+        """
+        params = self.params
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {', '.join(unknown)} in "
+                f"{self.redacted()}; valid: {', '.join(sorted(allowed)) or 'none'}"
+            )
+        return params
+
+    def redacted(self) -> str:
+        """The URL with any password replaced by ``***``."""
+        return _redact_text(self.raw)
+
+    def __repr__(self) -> str:
+        return f"StoreURL({self.redacted()!r})"
+
+    __str__ = redacted
+
+
+def _redact_text(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = quote(unquote(parts.username or ""), safe="")
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
+
+
+@runtime_checkable
+class Recorder(Protocol):
+    """What a backend implements. Third-party stores need not inherit anything."""
+
+    scheme: ClassVar[tuple[str, ...]]
+    capabilities: ClassVar[frozenset[Capability]]
+
+    @classmethod
+    def from_url(cls, url: StoreURL, **options: Any) -> Self:
+        """Open the backend described by ``url``."""
+        ...
+
+    def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append atomically, following the write protocol in the module docstring."""
+        ...
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> Iterator[RecordedEvent]:
+        """Events of one stream in version order, lazily."""
+        ...
+
+    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
+        """Events of every stream in global position order, lazily."""
+        ...
+
+    def head(self, stream_id: str) -> Head | None:
+        """The stream's head row, or None when the stream does not exist."""
+        ...
+
+    def heads(self) -> Iterator[tuple[str, Head]]:
+        """Every stream head, ordered by stream id."""
+        ...
+
+    def last_position(self) -> int:
+        """The highest global position committed (0 when empty)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files. Idempotent."""
+        ...

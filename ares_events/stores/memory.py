@@ -1,0 +1,138 @@
+"""In-process store: ``memory://`` (private per open) or ``memory://NAME`` (shared by name).
+
+Fast and not durable; for tests, examples and ephemeral agents.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ares_events.events import ExpectedVersion, RecordedEvent, check_expected_version
+from ares_events.stores.base import AppendOutcome, Batch, Capability, Head, StoreURL
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MemoryRecorder"]
+
+
+@dataclass
+class _Data:
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    streams: dict[str, list[RecordedEvent]] = field(default_factory=dict)
+    heads: dict[str, Head] = field(default_factory=dict)
+    log: list[RecordedEvent] = field(default_factory=list)
+    ids: dict[str, RecordedEvent] = field(default_factory=dict)
+    snapshots: dict[tuple[str, str], Any] = field(default_factory=dict)
+    cond: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cond = threading.Condition(self.lock)
+
+
+_NAMED: dict[str, _Data] = {}
+_NAMED_LOCK = threading.Lock()
+
+
+class MemoryRecorder:
+    """Backend keeping everything in Python lists, guarded by one lock."""
+
+    scheme: ClassVar[tuple[str, ...]] = ("memory",)
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.GAPLESS_POSITIONS, Capability.WAKEUPS, Capability.SNAPSHOTS}
+    )
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+        if name:
+            with _NAMED_LOCK:
+                self._d = _NAMED.setdefault(name, _Data())
+        else:
+            self._d = _Data()
+
+    @classmethod
+    def from_url(cls, url: StoreURL, **options: Any) -> MemoryRecorder:
+        """``memory://`` or ``memory://NAME``."""
+        url.check_params(())
+        name = (url.host or "") + url.path.strip("/")
+        return cls(name or None)
+
+    def describe(self) -> str:
+        """Human-readable location."""
+        return f"memory://{self.name or ''}"
+
+    def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append under the store's lock."""
+        d = self._d
+        stream_id = batch.stream_id
+        with d.lock:
+            existing = [d.ids[i] for i in batch.event_ids if i in d.ids]
+            if existing:
+                return AppendOutcome(existing, duplicate=True)
+            head = d.heads.get(stream_id)
+            check_expected_version(stream_id, expected_version, head.version if head else 0)
+            sealed = batch.seal(head)
+            pos = len(d.log)
+            recs = [s.recorded(stream_id, pos + i + 1) for i, s in enumerate(sealed)]
+            d.streams.setdefault(stream_id, []).extend(recs)
+            d.log.extend(recs)
+            for r in recs:
+                d.ids[r.event_id_str] = r
+            d.heads[stream_id] = Head(recs[-1].version, recs[-1].hash)
+            d.cond.notify_all()
+            return AppendOutcome(recs)
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> Iterator[RecordedEvent]:
+        """Slice of the stream's list (versions are 1-based list indexes)."""
+        with self._d.lock:
+            evs = self._d.streams.get(stream_id, [])
+            start = max(from_version, 1) - 1
+            stop = len(evs) if to_version is None else min(to_version, len(evs))
+            if limit is not None:
+                stop = min(stop, start + limit)
+            chunk = evs[start:stop]
+        return iter(chunk)
+
+    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
+        """Slice of the global log."""
+        with self._d.lock:
+            log = self._d.log
+            start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
+            stop = len(log) if limit is None else min(len(log), start + limit)
+            chunk = log[start:stop]
+        return iter(chunk)
+
+    def head(self, stream_id: str) -> Head | None:
+        """Current head."""
+        with self._d.lock:
+            return self._d.heads.get(stream_id)
+
+    def heads(self) -> Iterator[tuple[str, Head]]:
+        """All heads, sorted by stream id."""
+        with self._d.lock:
+            items = sorted(self._d.heads.items())
+        return iter(items)
+
+    def last_position(self) -> int:
+        """Number of events in the log."""
+        with self._d.lock:
+            return len(self._d.log)
+
+    def wait_for(self, position: int, timeout: float) -> bool:
+        """Block until an event beyond ``position`` exists or ``timeout`` passes."""
+        with self._d.cond:
+            return self._d.cond.wait_for(lambda: len(self._d.log) > position, timeout)
+
+    @property
+    def snapshot_table(self) -> dict[tuple[str, str], Any]:
+        """Backing dict of the memory snapshot store."""
+        return self._d.snapshots
+
+    def close(self) -> None:
+        """Nothing to release."""

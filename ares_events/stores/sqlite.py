@@ -1,0 +1,392 @@
+"""SQLite backend: the embedded default (``sqlite:///rel.db``, ``sqlite:////abs.db``,
+``sqlite://`` for an in-memory database).
+
+Durability: WAL journal, ``synchronous=FULL`` by default (every commit is fsynced);
+``?synchronous=normal`` is an opt-in trade of the last commits on power loss for speed.
+
+Concurrency: one connection per thread; every append is a ``BEGIN IMMEDIATE``
+transaction, so the head is read under the database's write lock and two writers (threads
+or processes) can never fork a chain. Lock waits use SQLite's busy timeout, then bounded
+retries with backoff; past ``busy_timeout`` the append raises ``StoreUnavailable``.
+
+Reads are lazy: keyset pages of ``page_size`` rows, each a short statement, so a read of a
+1M-event stream holds one page in memory and no long-lived read transaction.
+
+URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
+(seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
+(true|false, default true).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from ares_events.errors import ConfigError, SchemaVersionError, StoreError, StoreUnavailable
+from ares_events.events import ExpectedVersion, PayloadRef, RecordedEvent, check_expected_version
+from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores.base import AppendOutcome, Batch, Capability, Head, StoreURL
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SQLiteRecorder"]
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+_COLUMNS: Final = (
+    "stream_id, version, position, event_id, type, module, payload, metadata, "
+    "recorded_at, prev_hash, hash, payload_ref"
+)
+SELECT_STREAM: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE stream_id = ? "
+    "AND version >= ? AND version <= ? ORDER BY version LIMIT ?"
+)
+SELECT_ALL: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
+)
+SELECT_IDS: Final = f"SELECT {_COLUMNS} FROM ares_events WHERE event_id IN (%s)"
+SELECT_HEAD: Final = "SELECT version, head_hash FROM ares_streams WHERE stream_id = ?"
+SELECT_HEADS: Final = (
+    "SELECT stream_id, version, head_hash FROM ares_streams "
+    "WHERE stream_id > ? ORDER BY stream_id LIMIT ?"
+)
+SELECT_LAST_POSITION: Final = "SELECT coalesce(max(position), 0) FROM ares_events"
+INSERT_EVENT: Final = (
+    "INSERT INTO ares_events (position, stream_id, version, event_id, type, "
+    "module, payload, payload_ref, metadata, recorded_at, prev_hash, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+UPSERT_HEAD: Final = (
+    "INSERT INTO ares_streams (stream_id, version, head_hash) VALUES (?, ?, ?) "
+    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
+    "head_hash = excluded.head_hash"
+)
+CREATE_META: Final = (
+    "CREATE TABLE IF NOT EXISTS ares_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+)
+SELECT_SCHEMA_VERSION: Final = "SELECT value FROM ares_meta WHERE key = 'schema_version'"
+UPSERT_SCHEMA_VERSION: Final = (
+    "INSERT INTO ares_meta (key, value) VALUES ('schema_version', ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+
+_SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
+_PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
+_BOOL: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _row_to_event(row: tuple[Any, ...]) -> RecordedEvent:
+    ref = row[11]
+    return RecordedEvent(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        PayloadRef.from_json(ref) if ref else None,
+    )
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
+
+
+class SQLiteRecorder:
+    """SQLite backend (see the module docstring for durability and concurrency)."""
+
+    scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {
+            Capability.GAPLESS_POSITIONS,
+            Capability.PERSISTENT,
+            Capability.MULTI_PROCESS,
+            Capability.SNAPSHOTS,
+        }
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
+        page_size: int = 2000,
+        migrate: bool = True,
+    ) -> None:
+        if synchronous.lower() not in _SYNC_MODES:
+            raise ConfigError(
+                f"sqlite synchronous must be one of {', '.join(_SYNC_MODES)}, got {synchronous!r}"
+            )
+        if busy_timeout <= 0 or page_size <= 0:
+            raise ConfigError("sqlite busy_timeout and page_size must be positive")
+        self._memory = path is None
+        # A private shared-cache in-memory database, so every thread sees the same data.
+        mem_name = f"ares-mem-{id(self)}-{random.getrandbits(32)}"
+        self._target = (
+            f"file:{mem_name}?mode=memory&cache=shared" if path is None else str(Path(path))
+        )
+        self.path = None if path is None else Path(path)
+        self._sync = _SYNC_MODES[synchronous.lower()]
+        self._busy = busy_timeout
+        self.page_size = page_size
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._keepalive = self._conn()  # holds an in-memory database open
+        self._prepare_schema(migrate)
+        logger.info("opened sqlite store %s", self.describe())
+
+    @classmethod
+    def from_url(cls, url: StoreURL, **options: Any) -> SQLiteRecorder:
+        """Parse ``sqlite:///rel.db`` (relative), ``sqlite:////abs.db`` or ``sqlite://``.
+
+        Raises:
+            ConfigError: an unknown or invalid parameter.
+        """
+        p = url.check_params(_PARAMS)
+        if url.host:
+            raise ConfigError(
+                f"sqlite URLs take no host: use sqlite:///relative.db or "
+                f"sqlite:////absolute.db, got {url.redacted()}"
+            )
+        raw_path = url.path[1:] if url.path.startswith("/") else url.path
+        kw: dict[str, Any] = {}
+        try:
+            if "synchronous" in p:
+                kw["synchronous"] = p["synchronous"]
+            if "busy_timeout" in p:
+                kw["busy_timeout"] = float(p["busy_timeout"])
+            if "page_size" in p:
+                kw["page_size"] = int(p["page_size"])
+            if "migrate" in p:
+                kw["migrate"] = _BOOL[p["migrate"].lower()]
+        except (ValueError, KeyError):
+            raise ConfigError(f"invalid parameter value in {url.redacted()}") from None
+        kw.update(options)
+        return cls(raw_path or None, **kw)
+
+    def describe(self) -> str:
+        """Human-readable location."""
+        return "sqlite:// (in memory)" if self.path is None else f"sqlite:///{self.path}"
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError(f"store {self.describe()} is closed")
+        try:
+            conn = sqlite3.connect(
+                self._target,
+                uri=self._memory,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
+            if not self._memory:
+                self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))  # type: ignore[union-attr]
+            conn.execute(f"PRAGMA synchronous = {self._sync}")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc
+        self._local.conn = conn
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    def _retry(self, fn: Any) -> Any:
+        """Run ``fn`` retrying SQLITE_BUSY with jittered backoff up to ``busy_timeout``."""
+        deadline = time.monotonic() + self._busy
+        delay = 0.002
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"sqlite store {self.describe()} stayed locked for more than "
+                        f"{self._busy:g}s"
+                    ) from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.2)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            self._retry(lambda: conn.execute("COMMIT"))
+
+    def _prepare_schema(self, migrate: bool) -> None:
+        conn = self._conn()
+        try:
+            with self._write() as c:
+                c.execute(CREATE_META)
+                row = c.execute(SELECT_SCHEMA_VERSION).fetchone()
+                found = int(row[0]) if row else 0
+                if found > SCHEMA_VERSION or (found < SCHEMA_VERSION and not migrate):
+                    raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
+                for step in range(found, SCHEMA_VERSION):
+                    # statement by statement: executescript() would COMMIT mid-transaction
+                    for stmt in MIGRATIONS[step]:
+                        c.execute(stmt)
+                    logger.info(
+                        "sqlite store %s: migrated schema %d -> %d", self.describe(), step, step + 1
+                    )
+                if found != SCHEMA_VERSION:
+                    c.execute(UPSERT_SCHEMA_VERSION, (str(SCHEMA_VERSION),))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot prepare schema of {self.describe()}: {exc}") from exc
+        del conn
+
+    # -- writes --------------------------------------------------------------------------
+
+    def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol)."""
+        stream_id = batch.stream_id
+        try:
+            with self._write() as c:
+                ids = batch.event_ids
+                existing = c.execute(SELECT_IDS % ",".join("?" * len(ids)), ids).fetchall()
+                if existing:
+                    return AppendOutcome([_row_to_event(r) for r in existing], duplicate=True)
+                row = c.execute(SELECT_HEAD, (stream_id,)).fetchone()
+                head = Head(row[0], row[1]) if row else None
+                check_expected_version(stream_id, expected_version, head.version if head else 0)
+                sealed = batch.seal(head)
+                pos = c.execute(SELECT_LAST_POSITION).fetchone()[0]
+                rows = []
+                recs = []
+                for s in sealed:
+                    pos += 1
+                    e = s.event
+                    ref = e.payload_ref
+                    rows.append(
+                        (
+                            pos,
+                            stream_id,
+                            s.version,
+                            e.event_id,
+                            e.type,
+                            e.module,
+                            e.payload_bytes,
+                            ref.to_json().decode() if ref else None,
+                            e.meta_json,
+                            e.at,
+                            s.prev_hash,
+                            s.hash,
+                        )
+                    )
+                    recs.append(s.recorded(stream_id, pos))
+                c.executemany(INSERT_EVENT, rows)
+                last = sealed[-1]
+                c.execute(UPSERT_HEAD, (stream_id, last.version, last.hash))
+            return AppendOutcome(recs)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(
+                f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
+            ) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
+            ) from exc
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _query(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+        except sqlite3.Error as exc:
+            raise StoreError(f"read from {self.describe()} failed: {exc}") from exc
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> Iterator[RecordedEvent]:
+        """Keyset-paged read of one stream."""
+        nxt = max(from_version, 1)
+        hi = to_version if to_version is not None else 2**62
+        left = limit if limit is not None else 2**62
+        page = self.page_size
+        while left > 0 and nxt <= hi:
+            rows = self._query(SELECT_STREAM, (stream_id, nxt, hi, min(page, left)))
+            for r in rows:
+                yield _row_to_event(r)
+            if len(rows) < min(page, left):
+                return
+            left -= len(rows)
+            nxt = rows[-1][1] + 1
+
+    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
+        """Keyset-paged read in global order."""
+        after = after_position
+        left = limit if limit is not None else 2**62
+        page = self.page_size
+        while left > 0:
+            rows = self._query(SELECT_ALL, (after, min(page, left)))
+            for r in rows:
+                yield _row_to_event(r)
+            if len(rows) < min(page, left):
+                return
+            left -= len(rows)
+            after = rows[-1][2]
+
+    def head(self, stream_id: str) -> Head | None:
+        """The stream's head row."""
+        rows = self._query(SELECT_HEAD, (stream_id,))
+        return Head(rows[0][0], rows[0][1]) if rows else None
+
+    def heads(self) -> Iterator[tuple[str, Head]]:
+        """Every head, paged by stream id."""
+        after = ""
+        while True:
+            rows = self._query(SELECT_HEADS, (after, self.page_size))
+            for sid, version, h in rows:
+                yield sid, Head(version, h)
+            if len(rows) < self.page_size:
+                return
+            after = rows[-1][0]
+
+    def last_position(self) -> int:
+        """Highest committed position."""
+        return int(self._query(SELECT_LAST_POSITION, ())[0][0])
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (for snapshot and projection tables in the same file)."""
+        return self._conn()
+
+    def close(self) -> None:
+        """Close every connection this store opened. Idempotent."""
+        self._closed = True
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            with contextlib.suppress(sqlite3.Error):
+                c.close()
+        self._local = threading.local()
