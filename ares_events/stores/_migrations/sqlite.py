@@ -27,4 +27,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             head_hash BLOB    NOT NULL
         ) WITHOUT ROWID""",
     ),
+    # 1 -> 2: snapshots (latest per stream and projection; a cache of a fold).
+    (
+        """CREATE TABLE ares_snapshots (
+            stream_id          TEXT    NOT NULL,
+            projection         TEXT    NOT NULL,
+            projection_version INTEGER NOT NULL,
+            at_version         INTEGER NOT NULL,
+            at_hash            BLOB    NOT NULL,  -- event hash at at_version
+            state              BLOB    NOT NULL,  -- canonical JSON of the state
+            state_digest       BLOB    NOT NULL,  -- blake3(state)
+            created_at         TEXT    NOT NULL,
+            PRIMARY KEY (stream_id, projection)
+        ) WITHOUT ROWID""",
+    ),
 )

@@ -1,0 +1,5 @@
+"""Shared pytest configuration."""
+
+from __future__ import annotations
+
+pytest_plugins = ["tests.fix_backends"]
