@@ -5,7 +5,7 @@ Agents are disposable; their history is not.
 
 from __future__ import annotations
 
-from ares_events import errors, integrity
+from ares_events import catalog, errors, integrity, projections
 from ares_events.events import (
     ANY,
     NO_STREAM,
@@ -16,6 +16,7 @@ from ares_events.events import (
     PayloadRef,
     RecordedEvent,
 )
+from ares_events.recovery import RecoveryReport, RecoverySource, Snapshotter, recover, snapshot
 from ares_events.replay import ReplayResult, replay
 from ares_events.settings import Settings
 from ares_events.store import EventStore, emit
@@ -33,14 +34,21 @@ __all__ = [
     "NewEvent",
     "PayloadRef",
     "RecordedEvent",
+    "RecoveryReport",
+    "RecoverySource",
     "ReplayResult",
     "Settings",
+    "Snapshotter",
     "__version__",
     "available_schemes",
+    "catalog",
     "emit",
     "errors",
     "integrity",
     "open_store",
+    "projections",
+    "recover",
     "register_store",
     "replay",
+    "snapshot",
 ]

@@ -1,0 +1,337 @@
+"""The event catalog: typed payload schemas (pydantic v2) for the events agents write.
+
+Every schema keeps unknown fields (``extra="allow"``) so a newer writer never breaks an
+older reader. Schemas are versioned: an event's schema version travels in its metadata
+(``{"schema": N}``, 1 when absent) and :func:`upcast` brings an old payload up to the
+current version through registered upcasters, so old events fold through new code.
+
+Types outside the catalog stay readable as plain events; the built-in projections ignore
+them.
+
+Lifecycle: ``session.created``, ``task.created``, ``task.completed``, ``task.failed``,
+``agent.started``, ``agent.stopped`` (voluntary), ``agent.dead``, ``agent.resurrected``,
+``failover.triggered``, ``failover.completed``.
+
+Durable runs: ``run.started``, ``model.call.requested``, ``model.responded``,
+``tool.call.requested``, ``tool.returned``, ``state.patched``, ``run.interrupted``,
+``run.resumed``, ``run.completed``, ``run.failed``, ``run.gate`` (a version-gate decision).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from ares_events.errors import InvalidEvent
+from ares_events.events import NewEvent, RecordedEvent
+
+__all__ = [
+    "CATALOG",
+    "CURRENT_VERSIONS",
+    "EventSchemaError",
+    "Payload",
+    "new_event",
+    "parse",
+    "register_upcaster",
+    "schema_for",
+    "upcast",
+]
+
+
+class EventSchemaError(InvalidEvent):
+    """A stored event does not match its catalog schema (names stream and version)."""
+
+    def __init__(
+        self, type_: str, problem: str, *, stream_id: str | None = None, version: int | None = None
+    ) -> None:
+        self.type = type_
+        self.version = version
+        where = f" at version {version}" if version is not None else ""
+        super().__init__(f"payload of {type_!r}{where}", problem, stream_id=stream_id)
+
+
+EventSchemaError.__module__ = "ares_events"
+
+
+class Payload(BaseModel):
+    """Base of every catalog payload: unknown fields are kept, not rejected."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+# -- lifecycle ---------------------------------------------------------------------------
+
+
+class SessionCreated(Payload):
+    """``session.created``."""
+
+    session_id: str
+    entry_id: str | None = None
+    root_msg_id: str | None = None
+
+
+class TaskCreated(Payload):
+    """``task.created``."""
+
+    task_id: str
+
+
+class TaskCompleted(Payload):
+    """``task.completed``."""
+
+    task_id: str
+
+
+class TaskFailed(Payload):
+    """``task.failed``."""
+
+    task_id: str
+    error: str
+
+
+class AgentStarted(Payload):
+    """``agent.started``."""
+
+    instance_id: str
+
+
+class AgentStopped(Payload):
+    """``agent.stopped``: a voluntary stop, never taken for a crash."""
+
+    reason: str
+
+
+class AgentDead(Payload):
+    """``agent.dead``."""
+
+    cause: str
+
+
+class AgentResurrected(Payload):
+    """``agent.resurrected``."""
+
+    instance_id: str
+    attempt: int
+
+
+class FailoverTriggered(Payload):
+    """``failover.triggered``."""
+
+    reason: str
+
+
+class FailoverCompleted(Payload):
+    """``failover.completed``."""
+
+    instance_id: str
+
+
+# -- durable runs ------------------------------------------------------------------------
+
+
+class RunStarted(Payload):
+    """``run.started``: the version gate's inputs."""
+
+    code_revision: str
+    prompt_hash: str
+
+
+class ModelCallRequested(Payload):
+    """``model.call.requested``: intention, appended before the call."""
+
+    step: int
+    messages_hash: str
+    params: dict[str, Any]
+
+
+class ModelResponded(Payload):
+    """``model.responded``: outcome, appended before the agent reads it."""
+
+    step: int
+    completion: Any
+    usage: dict[str, Any]
+
+
+class ToolCallRequested(Payload):
+    """``tool.call.requested``: intention, with the idempotency key ``run_id:step_n``."""
+
+    name: str
+    args: Any
+    idempotency_key: str
+
+
+class ToolReturned(Payload):
+    """``tool.returned``: a result or an error (exactly one is meaningful)."""
+
+    idempotency_key: str
+    result: Any = None
+    error: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _result_or_error(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "result" not in data and "error" not in data:
+            raise ValueError("tool.returned needs a 'result' or an 'error'")
+        return data
+
+
+class StatePatched(Payload):
+    """``state.patched``."""
+
+    key: str
+    value: Any
+
+
+class RunInterrupted(Payload):
+    """``run.interrupted``: the run is paused; the process may exit."""
+
+    reason: str
+
+
+class RunResumed(Payload):
+    """``run.resumed``."""
+
+    by: str
+
+
+class RunCompleted(Payload):
+    """``run.completed``."""
+
+
+class RunFailed(Payload):
+    """``run.failed``."""
+
+    error: str
+
+
+class RunGate(Payload):
+    """``run.gate``: the version gate's decision on resume."""
+
+    decision: str
+    code_revision: str
+    prompt_hash: str
+
+
+CATALOG: Final[dict[str, type[Payload]]] = {
+    "session.created": SessionCreated,
+    "task.created": TaskCreated,
+    "task.completed": TaskCompleted,
+    "task.failed": TaskFailed,
+    "agent.started": AgentStarted,
+    "agent.stopped": AgentStopped,
+    "agent.dead": AgentDead,
+    "agent.resurrected": AgentResurrected,
+    "failover.triggered": FailoverTriggered,
+    "failover.completed": FailoverCompleted,
+    "run.started": RunStarted,
+    "model.call.requested": ModelCallRequested,
+    "model.responded": ModelResponded,
+    "tool.call.requested": ToolCallRequested,
+    "tool.returned": ToolReturned,
+    "state.patched": StatePatched,
+    "run.interrupted": RunInterrupted,
+    "run.resumed": RunResumed,
+    "run.completed": RunCompleted,
+    "run.failed": RunFailed,
+    "run.gate": RunGate,
+}
+
+CURRENT_VERSIONS: dict[str, int] = dict.fromkeys(CATALOG, 1)
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+_UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def register_upcaster(type_: str, from_version: int, fn: Upcaster) -> None:
+    """Register ``fn`` to turn a ``type_`` payload of ``from_version`` into the next one.
+
+    Registering raises the type's current schema version to ``from_version + 1`` if it
+    was lower.
+    """
+    _UPCASTERS[(type_, from_version)] = fn
+    CURRENT_VERSIONS[type_] = max(CURRENT_VERSIONS.get(type_, 1), from_version + 1)
+
+
+def schema_for(type_: str) -> type[Payload] | None:
+    """The payload model of ``type_``, or None for types outside the catalog."""
+    return CATALOG.get(type_)
+
+
+def upcast(type_: str, payload: Any, schema_version: int) -> Any:
+    """Apply registered upcasters from ``schema_version`` to the current version."""
+    current = CURRENT_VERSIONS.get(type_, 1)
+    v = schema_version
+    while v < current:
+        fn = _UPCASTERS.get((type_, v))
+        if fn is None:
+            raise EventSchemaError(type_, f"no upcaster from schema version {v} to {v + 1}")
+        payload = fn(dict(payload))
+        v += 1
+    return payload
+
+
+def parse(event: RecordedEvent) -> Payload | None:
+    """Validate ``event``'s payload against the catalog (after upcasting).
+
+    Returns:
+        The typed payload, or None when the type is outside the catalog.
+
+    Raises:
+        EventSchemaError: the payload does not match its schema (names stream, version).
+    """
+    model = CATALOG.get(event.type)
+    if model is None:
+        return None
+    payload = event.payload
+    meta = event.metadata
+    schema_version = meta.get("schema", 1) if meta else 1
+    try:
+        if schema_version != CURRENT_VERSIONS[event.type]:
+            payload = upcast(event.type, payload, int(schema_version))
+        if not isinstance(payload, dict):
+            raise EventSchemaError(
+                event.type,
+                f"payload must be an object, got {type(payload).__name__}",
+                stream_id=event.stream_id,
+                version=event.version,
+            )
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
+        raise EventSchemaError(
+            event.type,
+            f"{loc}: {first.get('msg')}",
+            stream_id=event.stream_id,
+            version=event.version,
+        ) from None
+    except EventSchemaError as exc:
+        if exc.stream_id is None:
+            raise EventSchemaError(
+                event.type, exc.problem, stream_id=event.stream_id, version=event.version
+            ) from None
+        raise
+
+
+def new_event(
+    type_: str, module: str, payload: dict[str, Any] | None = None, **kwargs: Any
+) -> NewEvent:
+    """Build a :class:`NewEvent` whose payload is validated against the catalog first.
+
+    Raises:
+        EventSchemaError: the payload does not match the type's schema.
+    """
+    payload = payload or {}
+    model = CATALOG.get(type_)
+    if model is not None:
+        try:
+            model.model_validate(payload)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
+            raise EventSchemaError(type_, f"{loc}: {first.get('msg')}") from None
+    meta = dict(kwargs.pop("metadata", {}) or {})
+    if CURRENT_VERSIONS.get(type_, 1) != 1:
+        meta.setdefault("schema", CURRENT_VERSIONS[type_])
+    return NewEvent(type=type_, module=module, payload=payload, metadata=meta, **kwargs)

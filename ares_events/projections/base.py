@@ -1,0 +1,112 @@
+"""The projection protocol and the fold that drives it.
+
+A projection is a named, versioned fold: ``initial()`` gives the starting state and
+``apply(state, event)`` the next one. ``apply`` must be deterministic, depending only on
+the state and the event (never the clock, randomness or I/O). For speed on long streams
+it may update the state it is given in place and return it: the fold owns the state.
+States are JSON values (so snapshots and read-model rows can store them).
+
+Bump ``version`` whenever ``apply`` changes meaning: snapshots and read models built by
+another version are then ignored and rebuilt instead of silently reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ares_events.catalog import EventSchemaError
+from ares_events.events import RecordedEvent
+
+__all__ = ["FoldResult", "Projection", "SkippedEvent", "fold"]
+
+
+@runtime_checkable
+class Projection(Protocol):
+    """What every projection provides."""
+
+    name: str
+    version: int
+
+    def initial(self) -> Any:
+        """The state before any event."""
+        ...
+
+    def apply(self, state: Any, event: RecordedEvent) -> Any:
+        """The state after ``event``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedEvent:
+    """An event a tolerant fold skipped, and why."""
+
+    stream_id: str
+    version: int
+    position: int
+    type: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "stream_id": self.stream_id,
+            "version": self.version,
+            "position": self.position,
+            "type": self.type,
+            "reason": self.reason,
+        }
+
+
+@dataclass(slots=True)
+class FoldResult:
+    """State after a fold, with the count and every skipped event."""
+
+    state: Any
+    applied: int = 0
+    skipped: list[SkippedEvent] = field(default_factory=list)
+
+
+def apply_one(
+    projection: Projection,
+    state: Any,
+    event: RecordedEvent,
+    *,
+    strict: bool,
+    skipped: list[SkippedEvent],
+) -> Any:
+    """Apply one event; in tolerant mode a schema failure is recorded and skipped.
+
+    Raises:
+        EventSchemaError: strict mode and the event does not match its schema.
+    """
+    try:
+        return projection.apply(state, event)
+    except EventSchemaError as exc:
+        if strict:
+            raise
+        skipped.append(
+            SkippedEvent(event.stream_id, event.version, event.position, event.type, exc.problem)
+        )
+        return state
+
+
+def fold(
+    projection: Projection,
+    events: Iterable[RecordedEvent],
+    *,
+    state: Any = None,
+    strict: bool = True,
+) -> FoldResult:
+    """Fold ``events`` through ``projection`` (from ``initial()`` unless ``state`` given).
+
+    Raises:
+        EventSchemaError: strict mode and an event does not match its schema.
+    """
+    st = projection.initial() if state is None else state
+    res = FoldResult(st)
+    for e in events:
+        res.state = apply_one(projection, res.state, e, strict=strict, skipped=res.skipped)
+        res.applied += 1
+    return res

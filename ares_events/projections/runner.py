@@ -1,0 +1,440 @@
+"""The catch-up projection runner, offline rebuilds and rebuild diffs.
+
+:class:`ProjectionRunner` follows ``read_all`` from each projection's saved cursor,
+applies the events, and saves the changed read-model rows and the cursor in one
+transaction, so every event is applied exactly once even across crashes. When idle it
+waits on the store's wake-ups. :meth:`ProjectionRunner.wait_until` gives
+read-your-writes.
+
+:func:`rebuild` refolds a projection from the start of the log into a fresh generation
+table while the live one keeps serving, resumes after an interruption from its own
+cursor, and swaps the new table in atomically. :func:`verify_rebuild` builds beside the
+live table up to its cursor and reports every key that differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ares_events.events import RecordedEvent
+from ares_events.projections.base import Projection, SkippedEvent, apply_one
+from ares_events.projections.tables import (
+    ProjectionMeta,
+    ReadModelTables,
+    encode_state,
+    new_meta,
+    table_name,
+    tables_for,
+)
+
+if TYPE_CHECKING:
+    from ares_events.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DiffReport",
+    "ProjectionRunner",
+    "RebuildReport",
+    "read_model",
+    "rebuild",
+    "verify_rebuild",
+]
+
+Progress = Callable[[int, int], None]
+
+
+def _key_of(projection: Projection) -> Callable[[RecordedEvent], str | None]:
+    key = getattr(projection, "key", None)
+    if callable(key):
+        return key  # type: ignore[no-any-return]
+    return lambda e: e.stream_id
+
+
+def _fold_batch(
+    projection: Projection,
+    tables: ReadModelTables,
+    table: str,
+    events: list[RecordedEvent],
+    *,
+    strict: bool,
+    skipped: list[SkippedEvent],
+) -> dict[str, tuple[bytes, int]]:
+    """Apply a batch of events to the rows they touch; returns the changed rows."""
+    key_of = _key_of(projection)
+    keyed = [(key_of(e), e) for e in events]
+    keys = sorted({k for k, _ in keyed if k is not None})
+    states = tables.load(table, keys) if keys else {}
+    last_pos: dict[str, int] = {}
+    for k, e in keyed:
+        if k is None:
+            continue
+        st = states.get(k)
+        if st is None:
+            st = projection.initial()
+        states[k] = apply_one(projection, st, e, strict=strict, skipped=skipped)
+        last_pos[k] = e.position
+    return {k: (encode_state(states[k]), last_pos[k]) for k in last_pos}
+
+
+@dataclass(slots=True)
+class RebuildReport:
+    """Outcome of :func:`rebuild`."""
+
+    projection: str
+    events: int
+    rows: int
+    seconds: float
+    resumed_from: int
+    position: int
+    table: str
+    skipped: list[SkippedEvent] = field(default_factory=list)
+
+    @property
+    def events_per_s(self) -> float:
+        """Throughput of this run."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "projection": self.projection,
+            "events": self.events,
+            "rows": self.rows,
+            "seconds": round(self.seconds, 3),
+            "events_per_s": round(self.events_per_s),
+            "resumed_from": self.resumed_from,
+            "position": self.position,
+            "table": self.table,
+            "skipped": [s.to_dict() for s in self.skipped],
+        }
+
+
+@dataclass(slots=True)
+class DiffReport:
+    """Keys whose rebuilt state differs from the live read model."""
+
+    projection: str
+    position: int
+    rows_compared: int
+    only_live: list[str] = field(default_factory=list)
+    only_rebuilt: list[str] = field(default_factory=list)
+    different: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the live read model equals a fresh rebuild."""
+        return not (self.only_live or self.only_rebuilt or self.different)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "projection": self.projection,
+            "position": self.position,
+            "ok": self.ok,
+            "rows_compared": self.rows_compared,
+            "only_live": self.only_live,
+            "only_rebuilt": self.only_rebuilt,
+            "different": self.different,
+        }
+
+
+def _ensure_live(tables: ReadModelTables, projection: Projection) -> ProjectionMeta:
+    meta = tables.meta(projection.name)
+    if meta is None:
+        meta = replace(
+            new_meta(projection.name, projection.version),
+            active_table=table_name(projection.name, 1),
+            generation=1,
+        )
+        tables.create(meta.active_table or "")
+        tables.put_meta(meta)
+    return meta
+
+
+def _fill(
+    store: EventStore,
+    projection: Projection,
+    tables: ReadModelTables,
+    table: str,
+    after: int,
+    *,
+    until: int | None,
+    batch_size: int,
+    strict: bool,
+    on_commit: Callable[[int], ProjectionMeta | None],
+    progress: Progress | None,
+    skipped: list[SkippedEvent],
+) -> tuple[int, int]:
+    """Fold read_all from ``after`` into ``table``; ``on_commit(position)`` gives the
+    registry row to write with each batch. Returns (events applied, last position)."""
+    total = store.last_position() if until is None else until
+    n = 0
+    pos = after
+    while True:
+        limit = batch_size
+        batch = list(store.read_all(after_position=pos, limit=limit))
+        if until is not None:
+            batch = [e for e in batch if e.position <= until]
+        if not batch:
+            break
+        rows = _fold_batch(projection, tables, table, batch, strict=strict, skipped=skipped)
+        pos = batch[-1].position
+        meta = on_commit(pos)
+        if meta is not None:
+            tables.commit(table, rows, meta)
+        else:
+            tables.commit(
+                table,
+                rows,
+                tables.meta(projection.name) or new_meta(projection.name, projection.version),
+            )
+        n += len(batch)
+        if progress is not None:
+            progress(n, max(total - after, n))
+        if len(batch) < limit or (until is not None and pos >= until):
+            break
+    return n, pos
+
+
+def rebuild(
+    store: EventStore,
+    projection: Projection,
+    *,
+    from_scratch: bool = False,
+    batch_size: int = 1000,
+    strict: bool = True,
+    progress: Progress | None = None,
+) -> RebuildReport:
+    """Rebuild ``projection``'s read model from the log and swap it in atomically.
+
+    The live table serves reads until the swap. An interrupted rebuild resumes from its
+    own cursor unless ``from_scratch``.
+
+    Raises:
+        EventSchemaError: strict and an event fails its schema.
+        StoreUnavailable: the store cannot be reached.
+    """
+    tables = tables_for(store)
+    meta = tables.meta(projection.name) or new_meta(projection.name, projection.version)
+    started = time.perf_counter()
+    if meta.building_table and not from_scratch:
+        table, after = meta.building_table, meta.building_position
+        logger.info("resuming rebuild of %s at position %d", projection.name, after)
+    else:
+        if meta.building_table:
+            tables.drop(meta.building_table)
+        gen = meta.generation + 1
+        table, after = table_name(projection.name, gen), 0
+        tables.drop(table)
+        tables.create(table)
+        meta = replace(meta, building_table=table, building_position=0, generation=gen)
+        tables.put_meta(meta)
+    resumed_from = after
+    skipped: list[SkippedEvent] = []
+    current = [meta]
+
+    def on_commit(pos: int) -> ProjectionMeta:
+        current[0] = replace(current[0], building_position=pos)
+        return current[0]
+
+    n, pos = _fill(
+        store,
+        projection,
+        tables,
+        table,
+        after,
+        until=None,
+        batch_size=batch_size,
+        strict=strict,
+        on_commit=on_commit,
+        progress=progress,
+        skipped=skipped,
+    )
+    old = current[0].active_table
+    final = replace(
+        current[0],
+        projection_version=projection.version,
+        active_table=table,
+        position=pos,
+        building_table=None,
+        building_position=0,
+    )
+    tables.put_meta(final)  # the atomic swap: one registry row
+    if old and old != table:
+        tables.drop(old)
+    rows = sum(1 for _ in tables.scan(table))
+    return RebuildReport(
+        projection.name, n, rows, time.perf_counter() - started, resumed_from, pos, table, skipped
+    )
+
+
+def verify_rebuild(
+    store: EventStore,
+    projection: Projection,
+    *,
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+) -> DiffReport:
+    """Rebuild beside the live read model up to its cursor and diff every key.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    tables = tables_for(store)
+    meta = _ensure_live(tables, projection)
+    scratch = table_name(projection.name, meta.generation) + "_verify"
+    tables.drop(scratch)
+    tables.create(scratch)
+    try:
+        _fill(
+            store,
+            projection,
+            tables,
+            scratch,
+            0,
+            until=meta.position,
+            batch_size=batch_size,
+            strict=False,
+            on_commit=lambda _p: None,
+            progress=progress,
+            skipped=[],
+        )
+        live = dict(tables.scan(meta.active_table or ""))
+        fresh = dict(tables.scan(scratch))
+    finally:
+        tables.drop(scratch)
+    rep = DiffReport(projection.name, meta.position, len(set(live) | set(fresh)))
+    rep.only_live = sorted(set(live) - set(fresh))
+    rep.only_rebuilt = sorted(set(fresh) - set(live))
+    rep.different = sorted(k for k in set(live) & set(fresh) if live[k] != fresh[k])
+    return rep
+
+
+def read_model(store: EventStore, projection: Projection | str, key: str) -> Any:
+    """The live read-model state of ``key`` (None when absent)."""
+    name = projection if isinstance(projection, str) else projection.name
+    tables = tables_for(store)
+    meta = tables.meta(name)
+    if meta is None or meta.active_table is None:
+        return None
+    return tables.load(meta.active_table, [key]).get(key)
+
+
+class ProjectionRunner:
+    """Keeps read models caught up with the log, exactly once per event.
+
+    Args:
+        store: the event store (its database also holds the read models).
+        projections: projections to maintain (one row per key, default the stream id;
+            a projection may define ``key(event) -> str | None``).
+        batch_size: events per transaction.
+        strict: raise on schema failures (else skip and list them in ``skipped``).
+        snapshotter: optional :class:`~ares_events.recovery.Snapshotter` called for each
+            stream a batch touched.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        projections: Iterable[Projection],
+        *,
+        batch_size: int = 500,
+        strict: bool = True,
+        snapshotter: Any = None,
+    ) -> None:
+        self.store = store
+        self.projections = list(projections)
+        if not self.projections:
+            raise ValueError("at least one projection is required")
+        self.batch_size = batch_size
+        self.strict = strict
+        self.snapshotter = snapshotter
+        self.tables = tables_for(store)
+        self.skipped: list[SkippedEvent] = []
+        self._changed = threading.Condition()
+
+    def position(self, projection: Projection | str | None = None) -> int:
+        """Cursor of one projection (or the minimum over all)."""
+        names = (
+            [projection if isinstance(projection, str) else projection.name]
+            if projection is not None
+            else [p.name for p in self.projections]
+        )
+        positions = []
+        for n in names:
+            m = self.tables.meta(n)
+            positions.append(m.position if m else 0)
+        return min(positions)
+
+    def run_once(self) -> int:
+        """Apply at most one batch per projection. Returns the number of events applied."""
+        total = 0
+        for p in self.projections:
+            meta = _ensure_live(self.tables, p)
+            if meta.projection_version != p.version:
+                logger.warning(
+                    "read model of %s was built by version %d, code is %d: rebuilding",
+                    p.name,
+                    meta.projection_version,
+                    p.version,
+                )
+                rebuild(self.store, p, from_scratch=True, strict=self.strict)
+                meta = self.tables.meta(p.name) or meta
+            batch = list(self.store.read_all(after_position=meta.position, limit=self.batch_size))
+            if not batch:
+                continue
+            table = meta.active_table or ""
+            rows = _fold_batch(
+                p, self.tables, table, batch, strict=self.strict, skipped=self.skipped
+            )
+            self.tables.commit(table, rows, replace(meta, position=batch[-1].position))
+            total += len(batch)
+            if self.snapshotter is not None:
+                latest: dict[str, int] = {}
+                for e in batch:
+                    latest[e.stream_id] = e.version
+                for sid, v in latest.items():
+                    self.snapshotter.after_append(sid, v)
+        if total:
+            with self._changed:
+                self._changed.notify_all()
+        return total
+
+    def run_until_idle(self) -> int:
+        """Apply batches until the log is exhausted; returns events applied."""
+        n = 0
+        while True:
+            k = self.run_once()
+            if k == 0:
+                return n
+            n += k
+
+    def run_forever(self, stop: threading.Event, *, idle_wait: float = 1.0) -> None:
+        """Catch up, then wait on the store's wake-ups, until ``stop`` is set."""
+        while not stop.is_set():
+            if self.run_once() == 0:
+                self.store.wait_for(self.position(), idle_wait)
+
+    def wait_until(self, position: int, timeout: float) -> bool:
+        """Block until every projection's cursor reaches ``position`` (read-your-writes).
+
+        Returns:
+            True when caught up within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            if self.position() >= position:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self._changed:
+                self._changed.wait(min(delay, left))
+            delay = min(delay * 2, 0.1)

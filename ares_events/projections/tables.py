@@ -1,0 +1,332 @@
+"""Read-model tables for the catch-up runner, in the same database as the events.
+
+Per projection there is a registry row (``ares_projections``: projection version, the
+active table, its cursor, and a table being rebuilt with its own cursor) and one table per
+generation (``ares_rm_<name>_<generation>``: key, state as canonical JSON, position of
+the last event applied). Rows and the cursor are written in one transaction, so each
+event is applied exactly once even across crashes. A rebuild fills a fresh generation
+while the live one keeps serving reads, then swaps the registry pointer atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from ares_events.errors import ConfigError
+from ares_events.integrity.chain import canonical_json
+
+__all__ = [
+    "MemoryTables",
+    "ProjectionMeta",
+    "ReadModelTables",
+    "SQLTables",
+    "encode_state",
+    "new_meta",
+    "table_name",
+    "tables_for",
+]
+
+_SAFE = re.compile(r"[^a-z0-9_]")
+
+CREATE_REGISTRY = """CREATE TABLE IF NOT EXISTS ares_projections (
+    name TEXT PRIMARY KEY,
+    projection_version INTEGER NOT NULL,
+    active_table TEXT,
+    position BIGINT NOT NULL,
+    building_table TEXT,
+    building_position BIGINT NOT NULL,
+    generation INTEGER NOT NULL
+)"""
+SELECT_META = (
+    "SELECT name, projection_version, active_table, position, building_table, "
+    "building_position, generation FROM ares_projections WHERE name = ?"
+)
+UPSERT_META = (
+    "INSERT INTO ares_projections (name, projection_version, active_table, position, "
+    "building_table, building_position, generation) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET projection_version = excluded.projection_version, "
+    "active_table = excluded.active_table, position = excluded.position, "
+    "building_table = excluded.building_table, "
+    "building_position = excluded.building_position, "
+    "generation = excluded.generation"
+)
+CREATE_ROWS = (
+    "CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, state {blob} NOT NULL, "
+    "position BIGINT NOT NULL)"
+)
+UPSERT_ROW = (
+    "INSERT INTO {table} (key, state, position) VALUES (?, ?, ?) ON CONFLICT (key) "
+    "DO UPDATE SET state = excluded.state, position = excluded.position"
+)
+SELECT_ROWS = "SELECT key, state FROM {table} WHERE key IN ({marks})"
+SELECT_ALL_ROWS = "SELECT key, state FROM {table} WHERE key > ? ORDER BY key LIMIT ?"
+DROP_ROWS = "DROP TABLE IF EXISTS {table}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionMeta:
+    """Registry row of one projection."""
+
+    name: str
+    projection_version: int
+    active_table: str | None
+    position: int
+    building_table: str | None
+    building_position: int
+    generation: int
+
+
+def table_name(name: str, generation: int) -> str:
+    """A safe SQL identifier for a projection's generation table."""
+    safe = _SAFE.sub("_", name.lower())[:40]
+    return f"ares_rm_{safe}_{generation}"
+
+
+class ReadModelTables(Protocol):
+    """Storage for read models (memory, SQLite or PostgreSQL)."""
+
+    def meta(self, name: str) -> ProjectionMeta | None:
+        """The registry row, or None."""
+        ...
+
+    def put_meta(self, meta: ProjectionMeta) -> None:
+        """Write the registry row (its own transaction)."""
+        ...
+
+    def create(self, table: str) -> None:
+        """Create an empty generation table."""
+        ...
+
+    def drop(self, table: str) -> None:
+        """Drop a generation table."""
+        ...
+
+    def load(self, table: str, keys: list[str]) -> dict[str, Any]:
+        """States of ``keys`` that exist."""
+        ...
+
+    def commit(
+        self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
+    ) -> None:
+        """Upsert rows (state json, position) and the registry row in ONE transaction."""
+        ...
+
+    def scan(self, table: str) -> Iterator[tuple[str, Any]]:
+        """Every (key, state), ordered by key, paged."""
+        ...
+
+
+class MemoryTables:
+    """Read models of a ``memory://`` store (in process)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._meta: dict[str, ProjectionMeta] = {}
+        self._tables: dict[str, dict[str, tuple[bytes, int]]] = {}
+
+    def meta(self, name: str) -> ProjectionMeta | None:
+        """The registry row, or None."""
+        with self._lock:
+            return self._meta.get(name)
+
+    def put_meta(self, meta: ProjectionMeta) -> None:
+        """Write the registry row."""
+        with self._lock:
+            self._meta[meta.name] = meta
+
+    def create(self, table: str) -> None:
+        """Create an empty table."""
+        with self._lock:
+            self._tables.setdefault(table, {})
+
+    def drop(self, table: str) -> None:
+        """Drop a table."""
+        with self._lock:
+            self._tables.pop(table, None)
+
+    def load(self, table: str, keys: list[str]) -> dict[str, Any]:
+        """States of ``keys``."""
+        with self._lock:
+            t = self._tables.get(table, {})
+            return {k: orjson.loads(t[k][0]) for k in keys if k in t}
+
+    def commit(
+        self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
+    ) -> None:
+        """Atomic under the lock."""
+        with self._lock:
+            self._tables.setdefault(table, {}).update(rows)
+            self._meta[meta.name] = meta
+
+    def scan(self, table: str) -> Iterator[tuple[str, Any]]:
+        """Every row by key."""
+        with self._lock:
+            items = sorted(self._tables.get(table, {}).items())
+        for k, (s, _) in items:
+            yield k, orjson.loads(s)
+
+    def raw(self, table: str) -> dict[str, tuple[bytes, int]]:
+        """The backing dict (tests)."""
+        return self._tables.setdefault(table, {})
+
+
+class SQLTables:
+    """Read models in SQLite or PostgreSQL, next to the events."""
+
+    def __init__(self, recorder: Any, dialect: str) -> None:
+        self.recorder = recorder
+        self.dialect = dialect
+        self._blob = "BLOB" if dialect == "sqlite" else "BYTEA"
+        self._ready = False
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.dialect == "sqlite" else sql.replace("?", "%s")
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Any]:
+        if self.dialect == "sqlite":
+            rec = self.recorder
+            conn = rec.connection()
+            rec._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            rec._retry(lambda: conn.execute("COMMIT"))
+        else:
+            with self.recorder.connection() as conn, conn.transaction():
+                yield conn
+
+    def _exec(self, conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        return conn.execute(self._sql(sql), args)
+
+    def _ensure(self) -> None:
+        if not self._ready:
+            with self._tx() as c:
+                self._exec(c, CREATE_REGISTRY)
+            self._ready = True
+
+    def meta(self, name: str) -> ProjectionMeta | None:
+        """The registry row, or None."""
+        self._ensure()
+        with self._tx() as c:
+            row = self._exec(c, SELECT_META, (name,)).fetchone()
+        return ProjectionMeta(*row) if row else None
+
+    def put_meta(self, meta: ProjectionMeta) -> None:
+        """Write the registry row."""
+        self._ensure()
+        with self._tx() as c:
+            self._exec(c, UPSERT_META, _meta_args(meta))
+
+    def create(self, table: str) -> None:
+        """Create a generation table."""
+        with self._tx() as c:
+            self._exec(c, CREATE_ROWS.format(table=table, blob=self._blob))
+
+    def drop(self, table: str) -> None:
+        """Drop a generation table."""
+        with self._tx() as c:
+            self._exec(c, DROP_ROWS.format(table=table))
+
+    def load(self, table: str, keys: list[str]) -> dict[str, Any]:
+        """States of ``keys`` (chunked IN lists)."""
+        out: dict[str, Any] = {}
+        with self._tx() as c:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                sql = SELECT_ROWS.format(table=table, marks=",".join("?" * len(chunk)))
+                for k, s in self._exec(c, sql, tuple(chunk)).fetchall():
+                    out[k] = orjson.loads(bytes(s))
+        return out
+
+    def commit(
+        self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
+    ) -> None:
+        """Rows and registry row in one transaction."""
+        sql = self._sql(UPSERT_ROW.format(table=table))
+        with self._tx() as c:
+            if rows:
+                args = [(k, s, p) for k, (s, p) in rows.items()]
+                if self.dialect == "sqlite":
+                    c.executemany(sql, args)
+                else:
+                    with c.cursor() as cur:
+                        cur.executemany(sql, args)
+            self._exec(c, UPSERT_META, _meta_args(meta))
+
+    def scan(self, table: str) -> Iterator[tuple[str, Any]]:
+        """Every row by key, 1000 at a time."""
+        after = ""
+        while True:
+            with self._tx() as c:
+                rows = self._exec(c, SELECT_ALL_ROWS.format(table=table), (after, 1000)).fetchall()
+            for k, s in rows:
+                yield k, orjson.loads(bytes(s))
+            if len(rows) < 1000:
+                return
+            after = rows[-1][0]
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> None:
+        """Run one statement in its own transaction (tests and repairs)."""
+        with self._tx() as c:
+            self._exec(c, sql, args)
+
+
+def _meta_args(m: ProjectionMeta) -> tuple[Any, ...]:
+    return (
+        m.name,
+        m.projection_version,
+        m.active_table,
+        m.position,
+        m.building_table,
+        m.building_position,
+        m.generation,
+    )
+
+
+def encode_state(state: Any) -> bytes:
+    """Canonical JSON of a projection state."""
+    return canonical_json(state, field="projection state")
+
+
+def tables_for(store: Any) -> ReadModelTables:
+    """The read-model tables of ``store``'s backend (cached on the recorder).
+
+    Raises:
+        ConfigError: the backend has no read-model support.
+    """
+    rec = store.recorder
+    rec = getattr(rec, "inner", rec)
+    cached = getattr(rec, "_ares_read_models", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    scheme = rec.scheme[0]
+    tables: ReadModelTables
+    if scheme == "memory":
+        data = rec._d
+        tables = data.__dict__.setdefault("read_models", MemoryTables())
+    elif scheme == "sqlite":
+        tables = SQLTables(rec, "sqlite")
+    elif scheme in ("postgresql", "postgres"):
+        tables = SQLTables(rec, "postgres")
+    else:
+        raise ConfigError(f"store {store.url} has no read-model tables")
+    try:
+        object.__setattr__(rec, "_ares_read_models", tables)
+    except (AttributeError, TypeError):
+        pass
+    return tables
+
+
+def new_meta(name: str, projection_version: int) -> ProjectionMeta:
+    """Registry row of a projection never run before."""
+    return ProjectionMeta(name, projection_version, None, 0, None, 0, 0)
