@@ -1,0 +1,937 @@
+"""Snapshot stores: the latest fold of a projection over a stream, in the events' database.
+
+A snapshot is a cache of a fold, never the truth. It records the stream, the projection's
+name and version, ``at_version`` (the last event folded), ``at_hash`` (that event's hash),
+the state as canonical JSON and ``state_digest = blake3(state)``. One snapshot is kept per
+(stream, projection): saving replaces the previous one (an UPSERT; last write wins).
+
+:meth:`SnapshotStore.load` checks a snapshot before returning it: the projection version
+(when asked), the state digest, and that ``at_hash`` is still the hash of the stream's
+event at ``at_version``. Anything else raises :class:`~ares_events.errors.SnapshotMismatch`
+with the reason; :meth:`SnapshotStore.load_checked` returns the reason instead, so
+recovery can report why a snapshot was ignored. A wrong snapshot is never returned.
+
+The digest detects corruption of the stored state; it is not a MAC, so someone who can
+write the database can forge a consistent state. ``at_hash`` ties the snapshot to the
+stream, whose chain (keyed with a chain key) is what resists forgery.
+
+Backends, chosen once by :func:`snapshot_store_for` from the event store's recorder:
+
+- memory: the recorder's ``snapshot_table`` dict (shared by every open of ``memory://NAME``);
+- SQLite: the ``ares_snapshots`` table in the same file, on the recorder's per-thread
+  connection, with ``BEGIN IMMEDIATE`` write transactions retried while the file is busy;
+- PostgreSQL: the ``ares_snapshots`` table in the store's schema, through its pool.
+
+A third-party recorder can provide its own by exposing ``snapshot_store(event_store)``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar, runtime_checkable
+
+import blake3
+import orjson
+
+from ares_events.errors import InvalidEvent, SnapshotMismatch, StoreError, StoreUnavailable
+from ares_events.events import format_at, parse_at, validate_name
+from ares_events.integrity.chain import canonical_json
+from ares_events.stores.memory import MemoryRecorder
+from ares_events.stores.sqlite import SQLiteRecorder
+
+if TYPE_CHECKING:
+    from ares_events.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MemorySnapshotStore",
+    "PostgresSnapshotStore",
+    "SQLiteSnapshotStore",
+    "Snapshot",
+    "SnapshotCheck",
+    "SnapshotInfo",
+    "SnapshotStore",
+    "make_snapshot",
+    "snapshot_store_for",
+    "state_digest",
+]
+
+HASH_SIZE: Final = 32
+_LIST_PAGE: Final = 500
+T = TypeVar("T")
+
+# -- SQL (SQLite: ? placeholders) ---------------------------------------------------------
+
+SQLITE_UPSERT: Final = (
+    "INSERT INTO ares_snapshots (stream_id, projection, projection_version, at_version, "
+    "at_hash, state, state_digest, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (stream_id, projection) DO UPDATE SET "
+    "projection_version = excluded.projection_version, at_version = excluded.at_version, "
+    "at_hash = excluded.at_hash, state = excluded.state, "
+    "state_digest = excluded.state_digest, created_at = excluded.created_at"
+)
+SQLITE_SELECT: Final = (
+    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at "
+    "FROM ares_snapshots WHERE stream_id = ? AND projection = ?"
+)
+SQLITE_DELETE_ONE: Final = "DELETE FROM ares_snapshots WHERE stream_id = ? AND projection = ?"
+SQLITE_DELETE_STREAM: Final = "DELETE FROM ares_snapshots WHERE stream_id = ?"
+_SQLITE_INFO_COLUMNS: Final = (
+    "stream_id, projection, projection_version, at_version, at_hash, length(state), "
+    "state_digest, created_at"
+)
+SQLITE_LIST_ALL: Final = (
+    f"SELECT {_SQLITE_INFO_COLUMNS} FROM ares_snapshots "
+    "WHERE stream_id > ? OR (stream_id = ? AND projection > ?) "
+    "ORDER BY stream_id, projection LIMIT ?"
+)
+SQLITE_LIST_STREAM: Final = (
+    f"SELECT {_SQLITE_INFO_COLUMNS} FROM ares_snapshots "
+    "WHERE stream_id = ? AND projection > ? ORDER BY projection LIMIT ?"
+)
+
+# -- SQL (PostgreSQL: %s placeholders; {table} is the schema-qualified identifier) ---------
+
+PG_UPSERT: Final = (
+    "INSERT INTO {table} (stream_id, projection, projection_version, at_version, "
+    "at_hash, state, state_digest, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (stream_id, projection) DO UPDATE SET "
+    "projection_version = excluded.projection_version, at_version = excluded.at_version, "
+    "at_hash = excluded.at_hash, state = excluded.state, "
+    "state_digest = excluded.state_digest, created_at = excluded.created_at"
+)
+PG_SELECT: Final = (
+    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at "
+    "FROM {table} WHERE stream_id = %s AND projection = %s"
+)
+PG_DELETE_ONE: Final = "DELETE FROM {table} WHERE stream_id = %s AND projection = %s"
+PG_DELETE_STREAM: Final = "DELETE FROM {table} WHERE stream_id = %s"
+_PG_INFO_COLUMNS: Final = (
+    "stream_id, projection, projection_version, at_version, at_hash, octet_length(state), "
+    "state_digest, created_at"
+)
+PG_LIST_ALL: Final = (
+    "SELECT " + _PG_INFO_COLUMNS + " FROM {table} "
+    'WHERE (stream_id COLLATE "C", projection COLLATE "C") > (%s, %s) '
+    'ORDER BY stream_id COLLATE "C", projection COLLATE "C" LIMIT %s'
+)
+PG_LIST_STREAM: Final = (
+    "SELECT " + _PG_INFO_COLUMNS + " FROM {table} "
+    'WHERE stream_id = %s AND projection COLLATE "C" > %s '
+    'ORDER BY projection COLLATE "C" LIMIT %s'
+)
+
+
+# -- value objects --------------------------------------------------------------------------
+
+
+def state_digest(state_json: bytes) -> bytes:
+    """``blake3(canonical_json(state))``: 32 bytes, never keyed."""
+    return blake3.blake3(state_json).digest()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """The state of one projection folded over a stream up to ``at_version``.
+
+    Build one with :meth:`Snapshot.of` or :func:`make_snapshot`; both encode the state and
+    compute its digest. The ``repr`` never shows the state (it can be large).
+
+    Attributes:
+        stream_id: the stream folded.
+        projection: the projection's name.
+        projection_version: the projection's version (a snapshot of another version is
+            ignored by recovery).
+        at_version: the version of the last event folded (>= 1).
+        at_hash: the hash of the stream's event at ``at_version`` (32 bytes).
+        state: the folded state, a JSON value.
+        state_json: ``canonical_json(state)``, exactly as stored and digested.
+        state_digest: ``blake3(state_json)`` (32 bytes).
+        created_at: when the snapshot was made (aware, UTC, microsecond precision).
+    """
+
+    stream_id: str
+    projection: str
+    projection_version: int
+    at_version: int
+    at_hash: bytes
+    state: Any = field(hash=False)
+    state_json: bytes
+    state_digest: bytes
+    created_at: datetime
+
+    @classmethod
+    def of(
+        cls,
+        stream_id: str,
+        projection: str,
+        *,
+        projection_version: int,
+        at_version: int,
+        at_hash: bytes,
+        state: Any,
+        created_at: datetime | None = None,
+    ) -> Snapshot:
+        """Encode ``state`` and build a snapshot (nothing is read or written).
+
+        Raises:
+            InvalidEvent: a bad name, version or hash, or a state that is not canonical
+                JSON (names the path inside the state).
+        """
+        validate_name(stream_id, "stream_id")
+        validate_name(projection, "projection", stream_id=stream_id)
+        _check_int(projection_version, "projection_version", 0, stream_id)
+        _check_int(at_version, "at_version", 1, stream_id)
+        _check_hash(at_hash, "at_hash", stream_id)
+        try:
+            state_json = canonical_json(state, field="state")
+        except InvalidEvent as exc:
+            raise InvalidEvent(exc.field, exc.problem, stream_id=stream_id) from None
+        return cls(
+            stream_id=stream_id,
+            projection=projection,
+            projection_version=projection_version,
+            at_version=at_version,
+            at_hash=bytes(at_hash),
+            state=state,
+            state_json=state_json,
+            state_digest=state_digest(state_json),
+            created_at=_normalize_time(created_at, stream_id),
+        )
+
+    @property
+    def state_size(self) -> int:
+        """Length of the stored state in bytes."""
+        return len(self.state_json)
+
+    def info(self) -> SnapshotInfo:
+        """The snapshot's description without its state."""
+        return SnapshotInfo(
+            stream_id=self.stream_id,
+            projection=self.projection,
+            projection_version=self.projection_version,
+            at_version=self.at_version,
+            at_hash=self.at_hash,
+            state_digest=self.state_digest,
+            state_size=len(self.state_json),
+            created_at=self.created_at,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Snapshot(stream_id={self.stream_id!r}, projection={self.projection!r}, "
+            f"projection_version={self.projection_version}, at_version={self.at_version}, "
+            f"at_hash={self.at_hash.hex()[:16]}…, state_size={len(self.state_json)})"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotInfo:
+    """A stored snapshot described without its state (for listings and the CLI)."""
+
+    stream_id: str
+    projection: str
+    projection_version: int
+    at_version: int
+    at_hash: bytes
+    state_digest: bytes
+    state_size: int
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (digests in hex, time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``)."""
+        return {
+            "stream_id": self.stream_id,
+            "projection": self.projection,
+            "projection_version": self.projection_version,
+            "at_version": self.at_version,
+            "at_hash": self.at_hash.hex(),
+            "state_digest": self.state_digest.hex(),
+            "state_size": self.state_size,
+            "created_at": format_at(self.created_at),
+        }
+
+
+class SnapshotCheck(NamedTuple):
+    """Outcome of :meth:`SnapshotStore.load_checked`; unpacks as ``(snapshot, reason)``.
+
+    ``(snapshot, None)``: a verified snapshot. ``(None, None)``: there is none.
+    ``(None, reason)``: one is stored but must be ignored, and ``reason`` says why.
+    """
+
+    snapshot: Snapshot | None
+    reason: str | None
+
+
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """Latest snapshot per (stream, projection), in the same database as the events."""
+
+    def save(self, snapshot: Snapshot) -> Snapshot:
+        """Check ``snapshot`` against the stream and store it, replacing the previous one."""
+        ...
+
+    def load(
+        self,
+        stream_id: str,
+        projection: str,
+        version: int | None = None,
+        *,
+        verify: bool = True,
+    ) -> Snapshot | None:
+        """The latest snapshot, verified, or None when there is none."""
+        ...
+
+    def load_checked(
+        self, stream_id: str, projection: str, version: int | None = None
+    ) -> SnapshotCheck:
+        """Like :meth:`load`, returning the reason instead of raising."""
+        ...
+
+    def check(self, snapshot: Snapshot, version: int | None = None) -> str | None:
+        """Why ``snapshot`` must not be used, or None when it matches the stream."""
+        ...
+
+    def verify_all(self, stream_id: str | None = None) -> Iterator[tuple[SnapshotInfo, str | None]]:
+        """Check every stored snapshot: ``(info, reason or None)``."""
+        ...
+
+    def delete(self, stream_id: str, projection: str | None = None) -> int:
+        """Delete one snapshot, or every snapshot of the stream; returns how many."""
+        ...
+
+    def list(self, stream_id: str | None = None) -> Iterator[SnapshotInfo]:
+        """Every stored snapshot (without state), ordered by stream and projection."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (the event store owns the connections)."""
+        ...
+
+
+# -- shared core ---------------------------------------------------------------------------
+
+# A stored row: projection_version, at_version, at_hash, state, state_digest, created_at.
+_Row = tuple[int, int, bytes, bytes, bytes, str]
+
+
+class _BaseSnapshotStore:
+    """Validation and verification shared by every backend; subclasses move rows."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    # backend primitives -------------------------------------------------------------------
+
+    def _put(self, snap: Snapshot) -> None:
+        raise NotImplementedError
+
+    def _get(self, stream_id: str, projection: str) -> _Row | None:
+        raise NotImplementedError
+
+    def _remove(self, stream_id: str, projection: str | None) -> int:
+        raise NotImplementedError
+
+    def _infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        raise NotImplementedError
+
+    # public API ---------------------------------------------------------------------------
+
+    def save(self, snapshot: Snapshot) -> Snapshot:
+        """Check ``snapshot`` against the stream and store it, replacing the previous
+        snapshot of the same (stream, projection).
+
+        Returns:
+            The snapshot as stored.
+
+        Raises:
+            InvalidEvent: not a :class:`Snapshot`, a bad field, or a state that is not
+                canonical JSON or disagrees with ``state_json`` / ``state_digest``.
+                Nothing is written.
+            SnapshotMismatch: ``at_version`` is beyond the stream or ``at_hash`` is not the
+                hash of the event at ``at_version``. Nothing is written.
+            StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
+        """
+        _validate(snapshot)
+        reason = self._stream_reason(snapshot)
+        if reason is not None:
+            raise SnapshotMismatch(snapshot.stream_id, snapshot.projection, reason)
+        self._put(snapshot)
+        logger.debug(
+            "saved snapshot of %r for stream %r at version %d",
+            snapshot.projection,
+            snapshot.stream_id,
+            snapshot.at_version,
+        )
+        return snapshot
+
+    def load(
+        self,
+        stream_id: str,
+        projection: str,
+        version: int | None = None,
+        *,
+        verify: bool = True,
+    ) -> Snapshot | None:
+        """The latest snapshot of ``projection`` for ``stream_id``, or None.
+
+        Args:
+            stream_id: the stream.
+            projection: the projection's name.
+            version: the projection version the caller folds with; a snapshot of another
+                version is a mismatch. None accepts any version.
+            verify: check the state digest and ``at_hash`` against the stream (default).
+                ``verify=False`` returns the stored snapshot unchecked (for inspection).
+
+        Raises:
+            InvalidEvent: a bad stream id, projection name or version.
+            SnapshotMismatch: the stored snapshot does not match (``reason`` says how:
+                projection version, state digest, ``at_hash``, or a stream shorter than
+                ``at_version``).
+            StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
+        """
+        snap, reason = self._load(stream_id, projection, version, verify=verify)
+        if reason is not None:
+            raise SnapshotMismatch(stream_id, projection, reason)
+        return snap
+
+    def load_checked(
+        self, stream_id: str, projection: str, version: int | None = None
+    ) -> SnapshotCheck:
+        """Load and verify without raising on a mismatch.
+
+        Returns:
+            ``(snapshot, None)`` when a verified snapshot exists, ``(None, None)`` when
+            none is stored, ``(None, reason)`` when the stored one must be ignored.
+
+        Raises:
+            InvalidEvent: a bad stream id, projection name or version.
+            StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
+        """
+        snap, reason = self._load(stream_id, projection, version, verify=True)
+        if reason is not None:
+            logger.debug("snapshot of %r for stream %r ignored: %s", projection, stream_id, reason)
+            return SnapshotCheck(None, reason)
+        return SnapshotCheck(snap, None)
+
+    def check(self, snapshot: Snapshot, version: int | None = None) -> str | None:
+        """Why ``snapshot`` must not be used, or None when it matches the stream.
+
+        Checks, in order: the projection version (when ``version`` is given), the state
+        digest, and that the stream's event at ``at_version`` exists and has ``at_hash``.
+
+        Raises:
+            InvalidEvent: ``snapshot`` is not a :class:`Snapshot` or ``version`` is bad.
+            StoreUnavailable: the database cannot be reached.
+        """
+        if not isinstance(snapshot, Snapshot):
+            raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snapshot).__name__}")
+        if version is not None:
+            _check_int(version, "version", 0, snapshot.stream_id)
+            if snapshot.projection_version != version:
+                return f"projection version {snapshot.projection_version} != {version}"
+        if state_digest(snapshot.state_json) != snapshot.state_digest:
+            return "state digest mismatch"
+        return self._stream_reason(snapshot)
+
+    def verify_all(self, stream_id: str | None = None) -> Iterator[tuple[SnapshotInfo, str | None]]:
+        """Check every stored snapshot (for audits): ``(info, reason or None)``.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
+        """
+        for info in self.list(stream_id):
+            _, reason = self._load(info.stream_id, info.projection, None, verify=True)
+            yield info, reason
+
+    def delete(self, stream_id: str, projection: str | None = None) -> int:
+        """Delete the snapshot of ``projection``, or every snapshot of the stream.
+
+        Returns:
+            How many snapshots were deleted.
+
+        Raises:
+            InvalidEvent: a bad stream id or projection name.
+            StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
+        """
+        validate_name(stream_id, "stream_id")
+        if projection is not None:
+            validate_name(projection, "projection", stream_id=stream_id)
+        n = self._remove(stream_id, projection)
+        logger.debug("deleted %d snapshot(s) of stream %r", n, stream_id)
+        return n
+
+    def close(self) -> None:
+        """Nothing to release: the event store owns the connections."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._store.url!r})"
+
+    def list(self, stream_id: str | None = None) -> Iterator[SnapshotInfo]:
+        """Every stored snapshot without its state, ordered by stream id then projection.
+
+        Raises:
+            InvalidEvent: a bad stream id.
+            StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
+        """
+        if stream_id is not None:
+            validate_name(stream_id, "stream_id")
+        return self._infos(stream_id)
+
+    # internals ----------------------------------------------------------------------------
+
+    def _load(
+        self, stream_id: str, projection: str, version: int | None, *, verify: bool
+    ) -> tuple[Snapshot | None, str | None]:
+        validate_name(stream_id, "stream_id")
+        validate_name(projection, "projection", stream_id=stream_id)
+        if version is not None:
+            _check_int(version, "version", 0, stream_id)
+        row = self._get(stream_id, projection)
+        if row is None:
+            return None, None
+        pv, at_version, at_hash, state_json, digest, created = row
+        if verify:
+            if version is not None and pv != version:
+                return None, f"projection version {pv} != {version}"
+            if state_digest(state_json) != digest:
+                return None, "state digest mismatch"
+        try:
+            state = orjson.loads(state_json)
+            created_at = parse_at(created)
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            # Only reachable when the digest was recomputed over garbage, or unverified.
+            return None, f"stored snapshot cannot be decoded: {exc}"
+        snap = Snapshot(
+            stream_id=stream_id,
+            projection=projection,
+            projection_version=pv,
+            at_version=at_version,
+            at_hash=at_hash,
+            state=state,
+            state_json=state_json,
+            state_digest=digest,
+            created_at=created_at,
+        )
+        if verify:
+            reason = self._stream_reason(snap)
+            if reason is not None:
+                return None, reason
+        return snap, None
+
+    def _stream_reason(self, snap: Snapshot) -> str | None:
+        """Why the stream does not contain ``snap.at_hash`` at ``snap.at_version``."""
+        at = snap.at_version
+        event = next(iter(self._store.read(snap.stream_id, from_version=at, limit=1)), None)
+        if event is None:
+            head = self._store.stream_version(snap.stream_id)
+            if head >= at:
+                return (
+                    f"stream is shorter than at_version {at} (head says version {head}; truncated?)"
+                )
+            return f"stream is shorter than at_version {at} (stream is at version {head})"
+        if event.version != at:
+            return f"stream has no event at version {at} (next is {event.version}; deleted?)"
+        if event.hash != snap.at_hash:
+            return f"at_hash does not match stream at version {at}"
+        return None
+
+
+def _check_int(value: object, name: str, minimum: int, stream_id: str | None) -> None:
+    if type(value) is not int or value < minimum:
+        raise InvalidEvent(name, f"must be an int >= {minimum}, got {value!r}", stream_id=stream_id)
+
+
+def _check_hash(value: object, name: str, stream_id: str | None) -> None:
+    if not isinstance(value, bytes | bytearray) or len(value) != HASH_SIZE:
+        raise InvalidEvent(name, f"must be {HASH_SIZE} bytes", stream_id=stream_id)
+
+
+def _normalize_time(value: datetime | None, stream_id: str) -> datetime:
+    if value is None:
+        value = datetime.now(UTC)
+    elif not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidEvent("created_at", "must be a timezone-aware datetime", stream_id=stream_id)
+    # Through the stored text form, so a saved snapshot equals the one loaded back.
+    return parse_at(format_at(value))
+
+
+def _validate(snap: object) -> None:
+    """Refuse anything that is not a self-consistent :class:`Snapshot`."""
+    if not isinstance(snap, Snapshot):
+        raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snap).__name__}")
+    sid = snap.stream_id
+    validate_name(sid, "stream_id")
+    validate_name(snap.projection, "projection", stream_id=sid)
+    _check_int(snap.projection_version, "projection_version", 0, sid)
+    _check_int(snap.at_version, "at_version", 1, sid)
+    _check_hash(snap.at_hash, "at_hash", sid)
+    _check_hash(snap.state_digest, "state_digest", sid)
+    if not isinstance(snap.created_at, datetime) or snap.created_at.tzinfo is None:
+        raise InvalidEvent("created_at", "must be a timezone-aware datetime", stream_id=sid)
+    try:
+        encoded = canonical_json(snap.state, field="state")
+    except InvalidEvent as exc:
+        raise InvalidEvent(exc.field, exc.problem, stream_id=sid) from None
+    if encoded != snap.state_json:
+        raise InvalidEvent(
+            "state_json", "is not canonical_json(state); build with Snapshot.of()", stream_id=sid
+        )
+    if state_digest(encoded) != snap.state_digest:
+        raise InvalidEvent("state_digest", "is not blake3(state_json)", stream_id=sid)
+
+
+def make_snapshot(
+    store: EventStore,
+    stream_id: str,
+    projection_name: str,
+    projection_version: int,
+    state: Any,
+    at_version: int,
+) -> Snapshot:
+    """Build a snapshot of ``state`` folded up to ``at_version``, reading ``at_hash`` from
+    the stream. Nothing is written: pass the result to ``store.snapshots.save()``.
+
+    Raises:
+        InvalidEvent: a bad name or version, or a state that is not canonical JSON.
+        SnapshotMismatch: the stream has no event at ``at_version``.
+        StoreUnavailable: the store cannot be reached.
+    """
+    validate_name(stream_id, "stream_id")
+    validate_name(projection_name, "projection", stream_id=stream_id)
+    _check_int(at_version, "at_version", 1, stream_id)
+    event = next(iter(store.read(stream_id, from_version=at_version, limit=1)), None)
+    if event is None or event.version != at_version:
+        raise SnapshotMismatch(
+            stream_id,
+            projection_name,
+            f"stream is shorter than at_version {at_version} "
+            f"(stream is at version {store.stream_version(stream_id)})",
+        )
+    return Snapshot.of(
+        stream_id,
+        projection_name,
+        projection_version=projection_version,
+        at_version=at_version,
+        at_hash=event.hash,
+        state=state,
+    )
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+class MemorySnapshotStore(_BaseSnapshotStore):
+    """Snapshots in the memory recorder's ``snapshot_table`` (not durable).
+
+    The table maps ``(stream_id, projection)`` to the same row the SQL backends store.
+    """
+
+    def __init__(self, store: EventStore, table: dict[tuple[str, str], Any]) -> None:
+        super().__init__(store)
+        self._table = table
+
+    def _put(self, snap: Snapshot) -> None:
+        self._table[(snap.stream_id, snap.projection)] = _row_of(snap)
+
+    def _get(self, stream_id: str, projection: str) -> _Row | None:
+        row: _Row | None = self._table.get((stream_id, projection))
+        return row
+
+    def _remove(self, stream_id: str, projection: str | None) -> int:
+        if projection is not None:
+            return 1 if self._table.pop((stream_id, projection), None) is not None else 0
+        keys = [k for k in builtins.list(self._table) if k[0] == stream_id]
+        return sum(1 for k in keys if self._table.pop(k, None) is not None)
+
+    def _infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        items = sorted(
+            (k, v)
+            for k, v in builtins.list(self._table.items())
+            if stream_id is None or k[0] == stream_id
+        )
+        for (sid, proj), (pv, at_version, at_hash, state_json, digest, created) in items:
+            yield SnapshotInfo(
+                stream_id=sid,
+                projection=proj,
+                projection_version=pv,
+                at_version=at_version,
+                at_hash=at_hash,
+                state_digest=digest,
+                state_size=len(state_json),
+                created_at=parse_at(created),
+            )
+
+
+def _row_of(snap: Snapshot) -> _Row:
+    return (
+        snap.projection_version,
+        snap.at_version,
+        bytes(snap.at_hash),
+        snap.state_json,
+        bytes(snap.state_digest),
+        format_at(snap.created_at),
+    )
+
+
+def _info_of(row: tuple[Any, ...]) -> SnapshotInfo:
+    return SnapshotInfo(
+        stream_id=row[0],
+        projection=row[1],
+        projection_version=int(row[2]),
+        at_version=int(row[3]),
+        at_hash=bytes(row[4]),
+        state_size=int(row[5]),
+        state_digest=bytes(row[6]),
+        created_at=parse_at(row[7]),
+    )
+
+
+# -- SQLite ----------------------------------------------------------------------------------
+
+
+def _sqlite_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
+
+
+class SQLiteSnapshotStore(_BaseSnapshotStore):
+    """Snapshots in the ``ares_snapshots`` table of the events' SQLite file.
+
+    Uses the recorder's per-thread connection. Writes are ``BEGIN IMMEDIATE``
+    transactions; a busy database is retried with jittered backoff for up to
+    ``busy_timeout`` seconds, then :class:`StoreUnavailable` is raised.
+    """
+
+    def __init__(
+        self, store: EventStore, recorder: SQLiteRecorder, *, busy_timeout: float = 30.0
+    ) -> None:
+        super().__init__(store)
+        self._recorder = recorder
+        self._busy = busy_timeout
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self._busy
+        delay = 0.002
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _sqlite_busy(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.2)
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Map sqlite3 errors to the store's error tree (one place)."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(
+                f"{action} in {self._recorder.describe()} failed: {exc}"
+            ) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"{action} in {self._recorder.describe()} failed: {exc}") from exc
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> int:
+        conn = self._recorder.connection()
+
+        def txn() -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                n = conn.execute(sql, args).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return n
+
+        return self._retry(txn)
+
+    def _query(self, sql: str, args: tuple[Any, ...]) -> builtins.list[Any]:
+        conn = self._recorder.connection()
+        return self._retry(lambda: conn.execute(sql, args).fetchall())
+
+    def _put(self, snap: Snapshot) -> None:
+        with self._errors(f"saving snapshot of stream {snap.stream_id!r}"):
+            self._write(SQLITE_UPSERT, (snap.stream_id, snap.projection, *_row_of(snap)))
+
+    def _get(self, stream_id: str, projection: str) -> _Row | None:
+        with self._errors(f"loading snapshot of stream {stream_id!r}"):
+            rows = self._query(SQLITE_SELECT, (stream_id, projection))
+        if not rows:
+            return None
+        pv, at_version, at_hash, state, digest, created = rows[0]
+        return (int(pv), int(at_version), bytes(at_hash), bytes(state), bytes(digest), created)
+
+    def _remove(self, stream_id: str, projection: str | None) -> int:
+        with self._errors(f"deleting snapshots of stream {stream_id!r}"):
+            if projection is None:
+                return self._write(SQLITE_DELETE_STREAM, (stream_id,))
+            return self._write(SQLITE_DELETE_ONE, (stream_id, projection))
+
+    def _infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        after_sid, after_proj = "", ""
+        while True:
+            with self._errors("listing snapshots"):
+                if stream_id is None:
+                    rows = self._query(
+                        SQLITE_LIST_ALL, (after_sid, after_sid, after_proj, _LIST_PAGE)
+                    )
+                else:
+                    rows = self._query(SQLITE_LIST_STREAM, (stream_id, after_proj, _LIST_PAGE))
+            for r in rows:
+                yield _info_of(r)
+            if len(rows) < _LIST_PAGE:
+                return
+            after_sid, after_proj = rows[-1][0], rows[-1][1]
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+
+class PostgresSnapshotStore(_BaseSnapshotStore):
+    """Snapshots in the ``ares_snapshots`` table of the store's PostgreSQL schema.
+
+    Each operation borrows a pooled connection from the recorder for one short
+    transaction. The table is created by the recorder's migrations.
+    """
+
+    def __init__(self, store: EventStore, recorder: Any) -> None:
+        super().__init__(store)
+        from psycopg import sql
+
+        self._recorder = recorder
+        table = sql.Identifier(str(recorder.schema), "ares_snapshots")
+        self._sql = {
+            name: sql.SQL(text).format(table=table)
+            for name, text in (
+                ("upsert", PG_UPSERT),
+                ("select", PG_SELECT),
+                ("delete_one", PG_DELETE_ONE),
+                ("delete_stream", PG_DELETE_STREAM),
+                ("list_all", PG_LIST_ALL),
+                ("list_stream", PG_LIST_STREAM),
+            )
+        }
+
+    @contextlib.contextmanager
+    def _txn(self, action: str) -> Iterator[Any]:
+        """One pooled connection and transaction; maps psycopg errors (one place)."""
+        import psycopg
+
+        try:
+            with self._recorder.connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"{action} in {self._store.url} failed: {_pg_detail(exc)}"
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"{action} in {self._store.url} failed: {_pg_detail(exc)}") from exc
+
+    def _put(self, snap: Snapshot) -> None:
+        with self._txn(f"saving snapshot of stream {snap.stream_id!r}") as conn:
+            conn.execute(self._sql["upsert"], (snap.stream_id, snap.projection, *_row_of(snap)))
+
+    def _get(self, stream_id: str, projection: str) -> _Row | None:
+        with self._txn(f"loading snapshot of stream {stream_id!r}") as conn:
+            row = conn.execute(self._sql["select"], (stream_id, projection)).fetchone()
+        if row is None:
+            return None
+        pv, at_version, at_hash, state, digest, created = row
+        return (int(pv), int(at_version), bytes(at_hash), bytes(state), bytes(digest), created)
+
+    def _remove(self, stream_id: str, projection: str | None) -> int:
+        with self._txn(f"deleting snapshots of stream {stream_id!r}") as conn:
+            if projection is None:
+                cur = conn.execute(self._sql["delete_stream"], (stream_id,))
+            else:
+                cur = conn.execute(self._sql["delete_one"], (stream_id, projection))
+            return int(cur.rowcount)
+
+    def _infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        after_sid, after_proj = "", ""
+        while True:
+            with self._txn("listing snapshots") as conn:
+                if stream_id is None:
+                    rows = conn.execute(
+                        self._sql["list_all"], (after_sid, after_proj, _LIST_PAGE)
+                    ).fetchall()
+                else:
+                    rows = conn.execute(
+                        self._sql["list_stream"], (stream_id, after_proj, _LIST_PAGE)
+                    ).fetchall()
+            for r in rows:
+                yield _info_of(r)
+            if len(rows) < _LIST_PAGE:
+                return
+            after_sid, after_proj = rows[-1][0], rows[-1][1]
+
+
+def _pg_detail(exc: Any) -> str:
+    """The server's primary message (never the client-side text, which may hold a DSN)."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    sqlstate = getattr(exc, "sqlstate", None)
+    if primary:
+        return f"{primary} (SQLSTATE {sqlstate})" if sqlstate else str(primary)
+    return type(exc).__name__
+
+
+# -- dispatch --------------------------------------------------------------------------------
+
+
+def _unwrap(recorder: Any) -> Any:
+    """The backend under any wrappers (a wrapper keeps its backend in ``.inner``)."""
+    seen = 0
+    while getattr(recorder, "inner", None) is not None and seen < 16:
+        recorder = recorder.inner
+        seen += 1
+    return recorder
+
+
+def snapshot_store_for(store: EventStore) -> SnapshotStore:
+    """The snapshot store in the same database as ``store``'s events.
+
+    Chosen once from the backend recorder (under any wrapper): a recorder exposing
+    ``snapshot_store(event_store)`` provides its own; the built-in memory, SQLite and
+    PostgreSQL recorders get theirs here.
+
+    Raises:
+        StoreError: the backend has no snapshot table.
+    """
+    recorder = _unwrap(store.recorder)
+    hook = getattr(recorder, "snapshot_store", None)
+    if callable(hook):
+        provided: SnapshotStore = hook(store)
+        return provided
+    if isinstance(recorder, MemoryRecorder):
+        return MemorySnapshotStore(store, recorder.snapshot_table)
+    if isinstance(recorder, SQLiteRecorder):
+        return SQLiteSnapshotStore(store, recorder)
+    if type(recorder).__module__ == "ares_events.stores.postgres":
+        # Imported lazily (psycopg is optional): the recorder exposes ``schema`` and a
+        # pooled ``connection()`` context manager.
+        return PostgresSnapshotStore(store, recorder)
+    raise StoreError(
+        f"store {store.url} has no snapshot store: backend {type(recorder).__name__} "
+        "does not provide one (expose snapshot_store(event_store) on the recorder)"
+    )
