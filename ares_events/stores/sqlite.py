@@ -149,9 +149,19 @@ class SQLiteRecorder:
         self._conns_lock = threading.Lock()
         self._closed = False
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"cannot create the folder of sqlite store {self.describe()}: "
+                    f"{exc.strerror or exc}"
+                ) from exc
         self._keepalive = self._conn()  # holds an in-memory database open
-        self._prepare_schema(migrate)
+        try:
+            self._prepare_schema(migrate)
+        except BaseException:
+            self.close()  # the caller never gets this object: do not leak its connection
+            raise
         logger.info("opened sqlite store %s", self.describe())
 
     @classmethod
@@ -376,6 +386,11 @@ class SQLiteRecorder:
     def last_position(self) -> int:
         """Highest committed position."""
         return int(self._query(SELECT_LAST_POSITION, ())[0][0])
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the database (``ares-events init`` prints it)."""
+        rows = self._query(SELECT_SCHEMA_VERSION, ())
+        return int(rows[0][0]) if rows else 0
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (for snapshot and projection tables in the same file)."""

@@ -1,0 +1,304 @@
+"""The demo behind ``ares-events demo``: simulated agents writing ahead into a real store.
+
+Each simulated agent gets its own stream ``demo-<run>-agent-NN`` and appends its life
+the way a real runtime would, *before* acting on each step (write-ahead), with an
+optimistic ``expected_version`` on every append::
+
+    session.created, task.created, agent.started,
+    then steps of  model.call.requested -> model.responded
+                   [-> tool.call.requested -> tool.returned] -> state.patched
+    task.completed, agent.stopped
+
+Agents take turns (round robin), so their events interleave in the global order as
+they would in a shared store. Afterwards every stream's chain is verified.
+
+A new run id is chosen for every run, so running the demo again appends new streams next
+to the old ones instead of failing on existing ones. ``seed`` fixes the content of the
+events (types, payloads), not the run id.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ares_events.events import NO_STREAM, NewEvent
+from ares_events.integrity.verify import Finding, verify_stream
+from ares_events.store import EventStore
+
+__all__ = ["DemoResult", "DemoStream", "new_run_id", "run_demo"]
+
+MIN_EVENTS = 8
+"""Fewest events per agent: the fixed lifecycle plus one model round trip."""
+
+_MODELS = ("gpt-4o-mini", "claude-3-5-haiku", "llama-3.1-70b")
+_TOOLS: dict[str, tuple[str, ...]] = {
+    "web.search": ("query",),
+    "fs.read": ("path",),
+    "python.exec": ("code",),
+    "http.get": ("url",),
+    "sql.query": ("sql",),
+}
+_TASKS = (
+    "summarise the incident report",
+    "triage new support tickets",
+    "reconcile the invoice ledger",
+    "draft the release notes",
+    "audit the access logs",
+)
+_ARGS = {
+    "query": ("event sourcing hash chain", "sqlite wal fsync", "agent recovery"),
+    "path": ("/data/report.md", "/data/tickets.csv", "/data/ledger.json"),
+    "code": ("sum(range(10))", "len(rows)", "sorted(tags)[:3]"),
+    "url": ("https://example.com/status", "https://example.com/api/items?page=2"),
+    "sql": ("SELECT count(*) FROM tickets", "SELECT id FROM invoices WHERE open"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoStream:
+    """One simulated agent's stream after the run."""
+
+    stream_id: str
+    version: int
+    events: int
+    ok: bool
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "stream_id": self.stream_id,
+            "version": self.version,
+            "events": self.events,
+            "ok": self.ok,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    """Outcome of :func:`run_demo`."""
+
+    run_id: str
+    agents: int
+    events: int
+    streams: list[DemoStream]
+    append_seconds: float
+    verify_seconds: float
+
+    @property
+    def all_ok(self) -> bool:
+        """True when every stream verified clean."""
+        return all(s.ok for s in self.streams)
+
+    @property
+    def append_rate(self) -> float:
+        """Events appended per second."""
+        return self.events / self.append_seconds if self.append_seconds > 0 else 0.0
+
+    @property
+    def verify_rate(self) -> float:
+        """Events verified per second."""
+        checked = sum(s.version for s in self.streams)
+        return checked / self.verify_seconds if self.verify_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "run_id": self.run_id,
+            "agents": self.agents,
+            "events": self.events,
+            "all_ok": self.all_ok,
+            "append_seconds": round(self.append_seconds, 6),
+            "verify_seconds": round(self.verify_seconds, 6),
+            "append_events_per_second": round(self.append_rate, 1),
+            "verify_events_per_second": round(self.verify_rate, 1),
+            "streams": [s.to_dict() for s in self.streams],
+        }
+
+
+def new_run_id(store: EventStore, agents: int) -> str:
+    """A short random run id whose agent streams do not exist in ``store`` yet."""
+    while True:
+        run_id = secrets.token_hex(3)
+        if all(store.stream_version(stream_name(run_id, i)) == 0 for i in range(1, agents + 1)):
+            return run_id
+
+
+def stream_name(run_id: str, agent: int) -> str:
+    """The stream id of agent number ``agent`` (1-based) in run ``run_id``."""
+    return f"demo-{run_id}-agent-{agent:02d}"
+
+
+def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterator[list[NewEvent]]:
+    """Yield the appends (lists of events) of one agent's life, ``n`` events in all."""
+    task_id = f"t-{run_id}-{agent:02d}"
+    model = rng.choice(_MODELS)
+
+    def ev(type_: str, module: str, payload: dict[str, Any]) -> NewEvent:
+        meta = {"run": run_id, "agent": agent, "task_id": task_id}
+        return NewEvent(type=type_, module=module, payload=payload, metadata=meta)
+
+    yield [
+        ev(
+            "session.created",
+            "runtime",
+            {"session_id": f"s-{run_id}-{agent:02d}", "user": f"user-{rng.randint(1, 99)}"},
+        )
+    ]
+    yield [ev("task.created", "runtime", {"task_id": task_id, "title": rng.choice(_TASKS)})]
+    yield [
+        ev(
+            "agent.started",
+            "runtime",
+            {"instance": f"i-{rng.randint(1000, 9999)}", "model": model, "attempt": 1},
+        )
+    ]
+    left = n - 5  # 3 above, 2 at the end
+    step = 0
+    tokens = 0
+    while left > 0:
+        step += 1
+        call_id = f"c-{step:04d}"
+        prompt = rng.randint(200, 4000)
+        yield [
+            ev(
+                "model.call.requested",
+                "llm",
+                {"call_id": call_id, "model": model, "prompt_tokens": prompt, "step": step},
+            )
+        ]
+        left -= 1
+        if left == 0:
+            break
+        tool = rng.choice(tuple(_TOOLS)) if left >= 4 and rng.random() < 0.7 else None
+        completion = rng.randint(20, 600)
+        tokens += prompt + completion
+        yield [
+            ev(
+                "model.responded",
+                "llm",
+                {
+                    "call_id": call_id,
+                    "completion_tokens": completion,
+                    "finish_reason": "tool_calls" if tool else "stop",
+                    "latency_ms": rng.randint(180, 4200),
+                },
+            )
+        ]
+        left -= 1
+        if tool is not None:
+            arg = _TOOLS[tool][0]
+            tool_call = f"tc-{step:04d}"
+            yield [
+                ev(
+                    "tool.call.requested",
+                    "tools",
+                    {
+                        "tool_call_id": tool_call,
+                        "tool": tool,
+                        "args": {arg: rng.choice(_ARGS[arg])},
+                    },
+                )
+            ]
+            # The result and the state change it causes are recorded together.
+            yield [
+                ev(
+                    "tool.returned",
+                    "tools",
+                    {
+                        "tool_call_id": tool_call,
+                        "ok": rng.random() > 0.08,
+                        "duration_ms": rng.randint(3, 2500),
+                        "result_bytes": rng.randint(10, 20_000),
+                    },
+                ),
+                ev(
+                    "state.patched",
+                    "runtime",
+                    {"patch": [{"op": "replace", "path": "/step", "value": step}]},
+                ),
+            ]
+            left -= 3
+        elif left > 0:
+            yield [
+                ev(
+                    "state.patched",
+                    "runtime",
+                    {"patch": [{"op": "add", "path": "/notes/-", "value": f"step {step} done"}]},
+                )
+            ]
+            left -= 1
+    yield [ev("task.completed", "runtime", {"task_id": task_id, "steps": step, "tokens": tokens})]
+    yield [ev("agent.stopped", "runtime", {"reason": "task completed", "exit_code": 0})]
+
+
+def run_demo(
+    store: EventStore,
+    *,
+    agents: int = 5,
+    events: int = 300,
+    seed: int | None = None,
+    run_id: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoResult:
+    """Simulate ``agents`` agents appending about ``events`` events each, then verify.
+
+    Args:
+        store: where the agents write (any store; the CLI uses the embedded SQLite).
+        agents: number of simulated agents (one stream each).
+        events: events per agent (at least :data:`MIN_EVENTS`).
+        seed: makes the event content reproducible.
+        run_id: stream name component; a fresh unused one by default.
+        progress: called as ``progress(events_done, events_total)`` after each append.
+
+    Returns:
+        The streams written, their verification status and timings.
+
+    Raises:
+        ValueError: ``agents`` < 1 or ``events`` < :data:`MIN_EVENTS`.
+        ConcurrencyError: someone else appended to one of the demo's new streams.
+        StoreUnavailable: the store cannot be reached.
+    """
+    if agents < 1:
+        raise ValueError(f"agents must be >= 1, got {agents}")
+    if events < MIN_EVENTS:
+        raise ValueError(f"events must be >= {MIN_EVENTS}, got {events}")
+    run_id = run_id or new_run_id(store, agents)
+    rng = random.Random(seed)
+    names = [stream_name(run_id, i) for i in range(1, agents + 1)]
+    lives = {
+        name: _agent_steps(random.Random(rng.random()), run_id, i, events)
+        for i, name in enumerate(names, 1)
+    }
+    versions = dict.fromkeys(names, 0)
+    total = agents * events
+    done = 0
+    t0 = time.perf_counter()
+    while lives:
+        for name in list(lives):
+            batch = next(lives[name], None)
+            if batch is None:
+                del lives[name]
+                continue
+            # Write-ahead with optimistic concurrency: each append states the version the
+            # agent last saw, so a second writer on the same stream would be refused.
+            expected = versions[name] or NO_STREAM
+            res = store.append(name, batch, expected_version=expected)
+            versions[name] = res.version
+            done += len(batch)
+            if progress is not None:
+                progress(done, total)
+    append_seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    streams = []
+    for name in names:
+        rep = verify_stream(store, name)
+        streams.append(DemoStream(name, rep.version, versions[name], rep.ok, rep.findings))
+    verify_seconds = time.perf_counter() - t1
+    return DemoResult(run_id, agents, done, streams, append_seconds, verify_seconds)
