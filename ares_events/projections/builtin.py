@@ -222,6 +222,8 @@ class RunStateProjection:
             "error": None,
             "gate": None,
             "resumes": 0,
+            "steps": {},
+            "usage_by_step": {},
         }
 
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
@@ -229,6 +231,9 @@ class RunStateProjection:
         p = parse(event)
         if p is None:
             return state
+        op_step = event.payload.get("step") if isinstance(event.payload, dict) else None
+        if type(op_step) is int and event.type in _STEP_OPS:
+            state["steps"][str(op_step)] = event.type
         if isinstance(p, RunStarted):
             state["status"] = "running"
             state["code_revision"] = p.code_revision
@@ -238,6 +243,7 @@ class RunStateProjection:
             state["step"] = max(state["step"], p.step)
         elif isinstance(p, ModelResponded):
             state["completions"][str(p.step)] = p.completion
+            state["usage_by_step"][str(p.step)] = p.usage
             state["step"] = max(state["step"], p.step)
             usage = state["usage"]
             for k, v in p.usage.items():
@@ -302,6 +308,9 @@ class RunStateProjection:
             state["status"] = "failed"
             state["error"] = p.error
         return state
+
+
+_STEP_OPS = frozenset({"state.patched", "run.interrupted"})
 
 
 def _step_of(key: str) -> int | None:

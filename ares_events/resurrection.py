@@ -1,0 +1,440 @@
+"""The kill -9 resurrection demo: N agents, a fake LLM, a fake ticketing service,
+SIGKILL of the whole process group K times, and a supervisor that brings every agent
+back from snapshot + tail until all finish.
+
+Three roles, each a process: the *driver* (``ares-events demo``) starts the supervisor
+in its own process group and kills the group at seeded random points; the *supervisor*
+(:class:`~ares_events.supervision.ProcessSupervisor`) resurrects agents; each *agent*
+runs a deterministic research task through a :class:`~ares_events.journal.Journal`.
+
+The fake services keep their own SQLite file: the LLM counts every call and its tokens;
+the ticketing service records every side effect and honours idempotency keys. The report
+is computed from those tables and the event log, not from anything the agents claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from ares_events.events import parse_at
+from ares_events.integrity.chain import canonical_json
+from ares_events.integrity.verify import verify_stream
+from ares_events.journal import Journal, ModelReply
+from ares_events.stores import open_store
+from ares_events.supervision import ProcessSupervisor, heartbeat
+
+__all__ = ["DemoReport", "run_demo"]
+
+SERVICES_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS llm_calls (agent TEXT, messages_hash TEXT, tokens INTEGER, "
+    "at REAL)",
+    "CREATE TABLE IF NOT EXISTS tickets (key TEXT PRIMARY KEY, agent TEXT, title TEXT, at REAL)",
+    "CREATE TABLE IF NOT EXISTS side_effects (key TEXT, agent TEXT, title TEXT, at REAL)",
+    "CREATE TABLE IF NOT EXISTS incarnations (agent TEXT, instance TEXT, ready_s REAL, "
+    "model_from_log INTEGER, tokens_from_log INTEGER, model_made INTEGER, "
+    "tools_from_log INTEGER, tools_reconciled INTEGER, recovered_from TEXT, "
+    "PRIMARY KEY (agent, instance))",
+)
+
+
+@contextlib.contextmanager
+def _db(path: str) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        yield conn
+    finally:
+        conn.close()
+
+
+class FakeLLM:
+    """Deterministic completions; every call (and its tokens) is counted."""
+
+    def __init__(self, path: str, agent: str, latency: float) -> None:
+        self.path, self.agent, self.latency = path, agent, latency
+
+    def __call__(self, messages: Any, params: Any) -> ModelReply:
+        time.sleep(self.latency)
+        text = str(messages[-1]["content"])
+        digest = blake3.blake3(text.encode()).hexdigest()[:16]
+        tokens = 40 + len(text) // 4
+        mh = blake3.blake3(canonical_json(messages)).hexdigest()
+        with _db(self.path) as c:
+            c.execute(
+                "INSERT INTO llm_calls VALUES (?, ?, ?, ?)", (self.agent, mh, tokens, time.time())
+            )
+        return ModelReply(
+            {"text": f"finding {digest}"},
+            {"prompt_tokens": tokens - 20, "completion_tokens": 20, "total_tokens": tokens},
+        )
+
+
+class FakeTicketing:
+    """Creates tickets; honours idempotency keys; records every real side effect."""
+
+    def __init__(self, path: str, agent: str, latency: float) -> None:
+        self.path, self.agent, self.latency = path, agent, latency
+
+    def create(self, args: Any, key: str) -> dict[str, Any]:
+        """Create a ticket unless one with this key exists (then return it)."""
+        with _db(self.path) as c:
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute("SELECT key FROM tickets WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                now = time.time()
+                c.execute(
+                    "INSERT INTO tickets VALUES (?, ?, ?, ?)", (key, self.agent, args["title"], now)
+                )
+                c.execute(
+                    "INSERT INTO side_effects VALUES (?, ?, ?, ?)",
+                    (key, self.agent, args["title"], now),
+                )
+            c.execute("COMMIT")
+        time.sleep(self.latency)  # the reply travels back slowly: a window for kill -9
+        return {"ticket": key}
+
+    def lookup(self, key: str) -> tuple[bool, Any]:
+        """Reconciliation: did a call with this key land?"""
+        with _db(self.path) as c:
+            row = c.execute("SELECT key FROM tickets WHERE key = ?", (key,)).fetchone()
+        return (row is not None, {"ticket": key} if row else None)
+
+
+def agent_main(args: argparse.Namespace) -> int:
+    """One agent incarnation: recover the run, replay answered steps, finish the task."""
+    agent_id = os.environ.get("ARES_AGENT_ID", args.agent_id)
+    instance = os.environ.get("ARES_INSTANCE_ID", "i-manual")
+    hb = os.environ.get("ARES_HEARTBEAT_FILE")
+    store = open_store(args.store)
+    llm = FakeLLM(args.services, agent_id, args.latency)
+    tickets = FakeTicketing(args.services, agent_id, args.latency)
+    journal = Journal(
+        store,
+        f"run-{agent_id}",
+        code_revision="demo-1",
+        prompt_hash="p-1",
+        snapshot_every=args.snapshot_every,
+    )
+    ready = journal.stats.resume_seconds
+
+    def ledger() -> None:
+        s = journal.stats
+        with _db(args.services) as c:
+            c.execute(
+                "INSERT OR REPLACE INTO incarnations VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    agent_id,
+                    instance,
+                    ready,
+                    s.model_calls_from_log,
+                    s.tokens_from_log,
+                    s.model_calls_made,
+                    s.tool_calls_from_log,
+                    s.tool_calls_reconciled,
+                    journal.recovered_from,
+                ),
+            )
+
+    ledger()
+    summary = "nothing yet"
+    for i in range(1, args.steps + 1):
+        if hb:
+            heartbeat(hb)
+        msgs = [
+            {"role": "system", "content": "You are a careful research agent."},
+            {
+                "role": "user",
+                "step": i,
+                "content": f"{agent_id}: topic part {i}; so far: {summary}",
+            },
+        ]
+        completion = journal.model_call(msgs, {"temperature": 0}, call=llm)
+        summary = completion["text"]
+        journal.tool_call(
+            "create_ticket",
+            {"title": f"{agent_id} finding {i}"},
+            call=tickets.create,
+            reconcile=tickets.lookup,
+        )
+        journal.patch("progress", i)
+        ledger()
+    journal.complete({"summary": summary})
+    ledger()
+    store.close()
+    return 0
+
+
+def supervise_main(args: argparse.Namespace) -> int:
+    """The supervisor process: start or resurrect every agent, run until all finish."""
+    store = open_store(args.store)
+    work = Path(args.services).parent
+    sup = ProcessSupervisor(
+        store,
+        heartbeat_dir=work / f"{args.run}-hb",
+        heartbeat_timeout=10.0,
+        max_restarts=50,
+        backoff_base=0.05,
+        backoff_cap=1.0,
+    )
+    for n in range(args.agents):
+        agent_id = f"{args.run}-agent-{n:02d}"
+        sup.register(
+            agent_id,
+            [
+                sys.executable,
+                "-m",
+                "ares_events.resurrection",
+                "agent",
+                "--store",
+                args.store,
+                "--services",
+                args.services,
+                "--agent-id",
+                agent_id,
+                "--steps",
+                str(args.steps),
+                "--latency",
+                str(args.latency),
+                "--snapshot-every",
+                str(args.snapshot_every),
+            ],
+        )
+    sup.start()
+    ok = sup.run(timeout=args.timeout)
+    store.close()
+    return 0 if ok else 1
+
+
+@dataclass(slots=True)
+class AgentReport:
+    """Per-agent outcome of the demo."""
+
+    agent: str
+    finished: bool
+    steps: int
+    resumes: int
+    model_calls_made: int
+    model_calls_answered_from_log: int
+    tokens_saved: int
+    reissued_model_calls: int
+    tool_side_effects: int
+    duplicate_side_effects: int
+    resume_ms: float | None
+    chain_ok: bool
+    events: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+@dataclass(slots=True)
+class DemoReport:
+    """What ``ares-events demo`` prints."""
+
+    run: str
+    store: str
+    kills: int
+    kill_points: list[int]
+    seconds: float
+    agents: list[AgentReport] = field(default_factory=list)
+
+    @property
+    def all_finished(self) -> bool:
+        """Every agent completed its task."""
+        return bool(self.agents) and all(a.finished for a in self.agents)
+
+    def totals(self) -> dict[str, int]:
+        """Sums over agents."""
+        return {
+            "duplicate_side_effects": sum(a.duplicate_side_effects for a in self.agents),
+            "reissued_model_calls": sum(a.reissued_model_calls for a in self.agents),
+            "model_calls_saved": sum(a.model_calls_answered_from_log for a in self.agents),
+            "tokens_saved": sum(a.tokens_saved for a in self.agents),
+            "model_calls_made": sum(a.model_calls_made for a in self.agents),
+            "resumes": sum(a.resumes for a in self.agents),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form with the required keys."""
+        return {
+            "run": self.run,
+            "store": self.store,
+            "all_finished": self.all_finished,
+            "kills": self.kills,
+            "kill_points": self.kill_points,
+            "seconds": round(self.seconds, 2),
+            **self.totals(),
+            "all_chains_ok": all(a.chain_ok for a in self.agents),
+            "agents": [a.to_dict() for a in self.agents],
+        }
+
+
+def _events_so_far(store: Any, run: str, agents: int) -> int:
+    total = 0
+    for n in range(agents):
+        total += store.stream_version(f"run-{run}-agent-{n:02d}")
+    return total
+
+
+def run_demo(
+    store_url: str,
+    *,
+    agents: int = 10,
+    steps: int = 12,
+    kills: int = 3,
+    seed: int = 7,
+    latency: float = 0.01,
+    snapshot_every: int = 20,
+    timeout: float = 120.0,
+    progress: Any = None,
+) -> DemoReport:
+    """Run the whole story and compute the report from the services' own tables."""
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    run = f"demo{int(time.time())}{rng.randrange(1000):03d}"
+    store = open_store(store_url)
+    base = Path(getattr(store.recorder, "path", None) or Path.cwd() / "ares-events.db")
+    services = str(base.parent / f"{base.stem}.demo-services.db")
+    with _db(services) as c:
+        for stmt in SERVICES_SCHEMA:
+            c.execute(stmt)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ares_events.resurrection",
+        "supervise",
+        "--store",
+        store_url,
+        "--services",
+        services,
+        "--run",
+        run,
+        "--agents",
+        str(agents),
+        "--steps",
+        str(steps),
+        "--latency",
+        str(latency),
+        "--snapshot-every",
+        str(snapshot_every),
+        "--timeout",
+        str(timeout),
+    ]
+    per_agent = 2 + steps * 5
+    total = agents * per_agent
+    points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))
+    done_kills = 0
+    for point in points:
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)  # noqa: S603 - our own argv
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _events_so_far(store, run, agents) >= point:
+                break
+            time.sleep(0.005)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: supervisor and agents
+            done_kills += 1
+        proc.wait()
+        if progress is not None:
+            progress(f"kill -9 #{done_kills} at ~{_events_so_far(store, run, agents)} events")
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)  # noqa: S603 - our own argv
+    try:
+        proc.wait(timeout + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    report = DemoReport(run, store.url, done_kills, points, 0.0)
+    with _db(services) as c:
+        for n in range(agents):
+            report.agents.append(_agent_report(store, c, f"{run}-agent-{n:02d}"))
+    report.seconds = time.perf_counter() - started
+    store.close()
+    return report
+
+
+def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
+    run_stream = f"run-{agent}"
+    # A re-issued call is an LLM call for messages whose answer was already in the log.
+    hash_of_step: dict[int, str] = {}
+    responded: dict[str, float] = {}
+    finished = False
+    events = 0
+    for e in store.read(run_stream):
+        events += 1
+        if e.type == "model.call.requested":
+            hash_of_step[int(e.payload["step"])] = e.payload["messages_hash"]
+        elif e.type == "model.responded":
+            responded[hash_of_step[int(e.payload["step"])]] = parse_at(e.at).timestamp()
+        elif e.type == "run.completed":
+            finished = True
+    calls = c.execute(
+        "SELECT messages_hash, at FROM llm_calls WHERE agent = ?", (agent,)
+    ).fetchall()
+    reissued = sum(1 for mh, at in calls if mh in responded and at > responded[mh])
+    effects = c.execute(
+        "SELECT title, count(*) FROM side_effects WHERE agent = ? GROUP BY title", (agent,)
+    ).fetchall()
+    inc = c.execute(
+        "SELECT ready_s, model_from_log, tokens_from_log, model_made, recovered_from "
+        "FROM incarnations WHERE agent = ?",
+        (agent,),
+    ).fetchall()
+    resumed = [r for r in inc if r[4] != "empty"]
+    chain_ok = verify_stream(store, run_stream).ok and verify_stream(store, agent).ok
+    return AgentReport(
+        agent=agent,
+        finished=finished,
+        steps=len(responded),
+        resumes=len(resumed),
+        model_calls_made=len(calls),
+        model_calls_answered_from_log=sum(r[1] for r in inc),
+        tokens_saved=sum(r[2] for r in inc),
+        reissued_model_calls=reissued,
+        tool_side_effects=sum(n for _, n in effects),
+        duplicate_side_effects=sum(n - 1 for _, n in effects if n > 1),
+        resume_ms=round(statistics.median(r[0] for r in resumed) * 1000, 1) if resumed else None,
+        chain_ok=chain_ok,
+        events=events,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the agent and supervisor roles (``python -m ...resurrection``)."""
+    p = argparse.ArgumentParser(prog="python -m ares_events.resurrection")
+    sub = p.add_subparsers(dest="role", required=True)
+    for role in ("agent", "supervise"):
+        s = sub.add_parser(role)
+        s.add_argument("--store", required=True)
+        s.add_argument("--services", required=True)
+        s.add_argument("--steps", type=int, default=12)
+        s.add_argument("--latency", type=float, default=0.01)
+        s.add_argument("--snapshot-every", type=int, default=20)
+        if role == "agent":
+            s.add_argument("--agent-id", default="agent")
+        else:
+            s.add_argument("--run", required=True)
+            s.add_argument("--agents", type=int, default=10)
+            s.add_argument("--timeout", type=float, default=120.0)
+    args = p.parse_args(argv)
+    return agent_main(args) if args.role == "agent" else supervise_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""Supervisor hooks, usable from any supervisor, and a small reference supervisor.
+
+Hooks (module functions over a store; an agent's lifecycle is the stream ``agent_id``):
+
+- :func:`restore` - the agent's recovery report and state, snapshot first.
+- :func:`record_start`, :func:`record_death`, :func:`record_resurrection`,
+  :func:`record_stop` - lifecycle facts, appended write-ahead.
+- :func:`flapping` - N deaths within a window, from the persisted genealogy (so it
+  survives supervisor restarts), for alerting.
+
+:class:`ProcessSupervisor` runs agents as OS processes: death is a non-zero exit or a
+missed heartbeat; a voluntary stop is marked *before* the process is signalled, so it is
+never taken for a crash; resurrection uses exponential backoff (1 s doubling to 30 s) and
+a restart cap; each resurrection is recorded in the genealogy and the agent recovers
+from snapshot + tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ares_events.catalog import new_event
+from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
+from ares_events.recovery import RecoveryReport, recover
+from ares_events.stores.base import Capability
+
+if TYPE_CHECKING:
+    from ares_events.projections.base import Projection
+    from ares_events.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FlapSignal",
+    "ManagedAgent",
+    "ProcessSupervisor",
+    "backoff_delay",
+    "flapping",
+    "heartbeat",
+    "record_death",
+    "record_resurrection",
+    "record_start",
+    "record_stop",
+    "restore",
+]
+
+MODULE = "supervisor"
+
+
+def _snaps(store: EventStore) -> Any:
+    return store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
+
+
+def restore(
+    store: EventStore,
+    agent_id: str,
+    projection: Projection | None = None,
+    *,
+    max_replay: int = 10_000,
+) -> RecoveryReport:
+    """Recover an agent's state (default :class:`AgentStateProjection`), snapshot first.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    return recover(
+        store,
+        agent_id,
+        projection or AgentStateProjection(),
+        snapshots=_snaps(store),
+        max_replay=max_replay,
+    )
+
+
+def _emit(store: EventStore, agent_id: str, type_: str, payload: dict[str, Any]) -> int:
+    return store.append(agent_id, [new_event(type_, MODULE, payload)]).version
+
+
+def record_start(store: EventStore, agent_id: str, instance_id: str) -> int:
+    """Append ``agent.started``; returns the stream version."""
+    return _emit(store, agent_id, "agent.started", {"instance_id": instance_id})
+
+
+def record_death(store: EventStore, agent_id: str, cause: str) -> int:
+    """Append ``agent.dead`` with its cause; returns the stream version."""
+    return _emit(store, agent_id, "agent.dead", {"cause": cause})
+
+
+def record_resurrection(store: EventStore, agent_id: str, instance_id: str, attempt: int) -> int:
+    """Append ``agent.resurrected``; returns the stream version."""
+    return _emit(
+        store, agent_id, "agent.resurrected", {"instance_id": instance_id, "attempt": attempt}
+    )
+
+
+def record_stop(store: EventStore, agent_id: str, reason: str) -> int:
+    """Append ``agent.stopped`` (voluntary; never treated as a crash)."""
+    return _emit(store, agent_id, "agent.stopped", {"reason": reason})
+
+
+@dataclass(frozen=True, slots=True)
+class FlapSignal:
+    """Whether an agent is flapping, with the evidence."""
+
+    agent_id: str
+    flapping: bool
+    deaths: int
+    max_deaths_in_window: int
+    rule: tuple[int, float]
+
+
+def flapping(
+    store: EventStore, agent_id: str, *, deaths: int = 5, window_s: float = 30.0
+) -> FlapSignal:
+    """``deaths`` deaths within ``window_s`` seconds (event time) means flapping."""
+    g = GenealogyProjection(deaths, window_s)
+    rep = recover(store, agent_id, g, max_replay=2**62)
+    st = rep.state
+    return FlapSignal(
+        agent_id,
+        bool(st["flapping"]),
+        len(st["deaths"]),
+        int(st["max_deaths_in_window"]),
+        (deaths, window_s),
+    )
+
+
+def backoff_delay(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> float:
+    """Delay before resurrection ``attempt`` (1-based): base, 2 base, 4 base, ... <= cap."""
+    if attempt < 1:
+        raise ValueError("attempt is 1-based")
+    return float(min(cap, base * (2 ** (attempt - 1))))
+
+
+def heartbeat(path: str | os.PathLike[str]) -> None:
+    """Agent side: touch the heartbeat file the supervisor watches."""
+    p = Path(path)
+    p.touch()
+    os.utime(p)
+
+
+@dataclass(slots=True)
+class ManagedAgent:
+    """Bookkeeping of one supervised agent."""
+
+    agent_id: str
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    instance_id: str | None = None
+    stopped: bool = False
+    finished: bool = False
+    gave_up: bool = False
+    resurrecting: bool = False
+    restarts: int = 0
+    attempt: int = 0
+    next_start: float = 0.0
+    heartbeat_file: Path | None = None
+    started_at: float = 0.0
+
+
+class ProcessSupervisor:
+    """Reference supervisor: agents as OS processes.
+
+    Args:
+        store: where lifecycle events go (one stream per agent id).
+        heartbeat_dir: folder of heartbeat files (``<agent_id>.hb``); agents get its path
+            in ``ARES_HEARTBEAT_FILE`` and call :func:`heartbeat`.
+        heartbeat_timeout: a live process silent for longer is killed and counted dead
+            (None disables heartbeat checks).
+        max_restarts: restart cap per agent (resurrections after deaths).
+        backoff_base, backoff_cap: the backoff schedule (1 s to 30 s by default).
+        on_flap: called with a :class:`FlapSignal` when an agent starts flapping.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        heartbeat_dir: str | os.PathLike[str] | None = None,
+        heartbeat_timeout: float | None = None,
+        max_restarts: int = 5,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 30.0,
+        flap_deaths: int = 5,
+        flap_window_s: float = 30.0,
+        on_flap: Callable[[FlapSignal], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.heartbeat_dir = Path(heartbeat_dir) if heartbeat_dir else None
+        self.heartbeat_timeout = heartbeat_timeout
+        self.max_restarts = max_restarts
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.flap_rule = (flap_deaths, flap_window_s)
+        self.on_flap = on_flap
+        self.clock = clock
+        self.agents: dict[str, ManagedAgent] = {}
+        self.total_restarts = 0
+
+    def register(
+        self, agent_id: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> ManagedAgent:
+        """Register an agent command (not started yet)."""
+        a = ManagedAgent(agent_id, list(argv), dict(env or {}))
+        if self.heartbeat_dir is not None:
+            self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
+            a.heartbeat_file = self.heartbeat_dir / f"{agent_id.replace('/', '_')}.hb"
+        self.agents[agent_id] = a
+        return a
+
+    def _spawn(self, a: ManagedAgent, *, resurrection: bool) -> None:
+        a.instance_id = f"i-{uuid.uuid4().hex[:8]}"
+        if resurrection:
+            record_resurrection(self.store, a.agent_id, a.instance_id, a.attempt)
+        else:
+            record_start(self.store, a.agent_id, a.instance_id)
+        env = dict(os.environ)
+        env.update(a.env)
+        env["ARES_AGENT_ID"] = a.agent_id
+        env["ARES_INSTANCE_ID"] = a.instance_id
+        if a.heartbeat_file is not None:
+            heartbeat(a.heartbeat_file)
+            env["ARES_HEARTBEAT_FILE"] = str(a.heartbeat_file)
+        a.proc = subprocess.Popen(list(a.argv), env=env)  # noqa: S603 - argv from the caller
+        a.started_at = self.clock()
+        a.resurrecting = False
+        logger.info("started %s as %s (pid %d)", a.agent_id, a.instance_id, a.proc.pid)
+
+    def start(self) -> None:
+        """Start every registered agent, resurrecting those a previous supervisor lost.
+
+        An agent whose recovered status is ``running`` or ``dead`` (its previous
+        incarnation died with the previous supervisor) is recorded dead and resurrected;
+        a ``stopped`` agent is left alone.
+        """
+        for a in self.agents.values():
+            st = restore(self.store, a.agent_id).state
+            a.restarts = int(st["restarts"])
+            if st["status"] == "stopped":
+                a.stopped = True
+                continue
+            if st["status"] in ("running", "dead"):
+                if st["status"] == "running":
+                    record_death(self.store, a.agent_id, "lost: its supervisor died")
+                a.attempt = a.restarts + 1
+                a.restarts += 1
+                self.total_restarts += 1
+                self._spawn(a, resurrection=True)
+            else:
+                self._spawn(a, resurrection=False)
+
+    def stop(self, agent_id: str, reason: str = "requested", *, timeout: float = 10.0) -> None:
+        """Voluntary stop: mark stopped (in memory and in the log) *then* signal."""
+        a = self.agents[agent_id]
+        a.stopped = True  # the resurrection guard: set before the process can exit
+        record_stop(self.store, agent_id, reason)
+        if a.proc is not None and a.proc.poll() is None:
+            a.proc.terminate()
+            try:
+                a.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                a.proc.kill()
+                a.proc.wait()
+
+    def _died(self, a: ManagedAgent, cause: str) -> None:
+        record_death(self.store, a.agent_id, cause)
+        a.proc = None
+        sig = flapping(self.store, a.agent_id, deaths=self.flap_rule[0], window_s=self.flap_rule[1])
+        if sig.flapping and self.on_flap is not None:
+            self.on_flap(sig)
+        if self.max_restarts and a.restarts >= self.max_restarts:
+            a.gave_up = True
+            logger.warning(
+                "%s reached the restart cap (%d); not resurrecting", a.agent_id, self.max_restarts
+            )
+            return
+        a.attempt += 1
+        a.resurrecting = True
+        a.next_start = self.clock() + backoff_delay(
+            a.attempt, base=self.backoff_base, cap=self.backoff_cap
+        )
+
+    def poll(self) -> None:
+        """One supervision tick: reap exits, check heartbeats, run due resurrections."""
+        now = self.clock()
+        for a in self.agents.values():
+            if a.proc is not None:
+                code = a.proc.poll()
+                if code is None and self._heartbeat_missed(a, now):
+                    a.proc.kill()
+                    a.proc.wait()
+                    self._died(a, f"missed heartbeat ({self.heartbeat_timeout:g}s)")
+                    continue
+                if code is None:
+                    continue
+                a.proc = None
+                if a.stopped:
+                    continue  # voluntary: never a crash
+                if code == 0:
+                    a.finished = True
+                    a.attempt = 0
+                    continue
+                cause = (
+                    f"killed by signal {signal.Signals(-code).name}"
+                    if code < 0
+                    else f"exit status {code}"
+                )
+                self._died(a, cause)
+            elif a.resurrecting and not a.stopped and now >= a.next_start:
+                a.restarts += 1
+                self.total_restarts += 1
+                self._spawn(a, resurrection=True)
+
+    def _heartbeat_missed(self, a: ManagedAgent, now: float) -> bool:
+        if self.heartbeat_timeout is None or a.heartbeat_file is None:
+            return False
+        if now - a.started_at < self.heartbeat_timeout:
+            return False
+        try:
+            age = time.time() - a.heartbeat_file.stat().st_mtime
+        except FileNotFoundError:
+            return True
+        return age > self.heartbeat_timeout
+
+    @property
+    def settled(self) -> bool:
+        """True when every agent finished, stopped or was given up on."""
+        return all(
+            a.finished or a.stopped or a.gave_up
+            for a in self.agents.values()
+            if a.proc is None and not a.resurrecting
+        ) and all(a.proc is None and not a.resurrecting for a in self.agents.values())
+
+    def run(self, *, tick: float = 0.05, timeout: float | None = None) -> bool:
+        """Supervise until settled (or ``timeout``); returns True when settled."""
+        deadline = None if timeout is None else self.clock() + timeout
+        while not self.settled:
+            if deadline is not None and self.clock() >= deadline:
+                return False
+            self.poll()
+            time.sleep(tick)
+        return True
+
+    def shutdown(self, reason: str = "supervisor shutdown") -> None:
+        """Stop every running agent voluntarily."""
+        for agent_id, a in self.agents.items():
+            if a.proc is not None and a.proc.poll() is None:
+                self.stop(agent_id, reason)
