@@ -116,12 +116,19 @@ class FakeTicketing:
         return (row is not None, {"ticket": key} if row else None)
 
 
+def _store_url() -> str:
+    url = os.environ.get("ARES_STORE_URL")
+    if not url:
+        raise SystemExit("ARES_STORE_URL is not set (the demo driver sets it)")
+    return url
+
+
 def agent_main(args: argparse.Namespace) -> int:
     """One agent incarnation: recover the run, replay answered steps, finish the task."""
     agent_id = os.environ.get("ARES_AGENT_ID", args.agent_id)
     instance = os.environ.get("ARES_INSTANCE_ID", "i-manual")
     hb = os.environ.get("ARES_HEARTBEAT_FILE")
-    store = open_store(args.store)
+    store = open_store(_store_url())
     llm = FakeLLM(args.services, agent_id, args.latency)
     tickets = FakeTicketing(args.services, agent_id, args.latency)
     journal = Journal(
@@ -182,7 +189,7 @@ def agent_main(args: argparse.Namespace) -> int:
 
 def supervise_main(args: argparse.Namespace) -> int:
     """The supervisor process: start or resurrect every agent, run until all finish."""
-    store = open_store(args.store)
+    store = open_store(_store_url())
     work = Path(args.services).parent
     sup = ProcessSupervisor(
         store,
@@ -201,8 +208,6 @@ def supervise_main(args: argparse.Namespace) -> int:
                 "-m",
                 "ares_events.resurrection",
                 "agent",
-                "--store",
-                args.store,
                 "--services",
                 args.services,
                 "--agent-id",
@@ -320,8 +325,6 @@ def run_demo(
         "-m",
         "ares_events.resurrection",
         "supervise",
-        "--store",
-        store_url,
         "--services",
         services,
         "--run",
@@ -337,12 +340,14 @@ def run_demo(
         "--timeout",
         str(timeout),
     ]
+    # The URL travels in the environment, never in argv (visible to every user in ps).
+    env = dict(os.environ, ARES_STORE_URL=store_url)
     per_agent = 2 + steps * 5
     total = agents * per_agent
     points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))
     done_kills = 0
     for point in points:
-        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)  # noqa: S603 - our own argv
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, env=env)  # noqa: S603 - our own argv
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             if _events_so_far(store, run, agents) >= point:
@@ -354,7 +359,7 @@ def run_demo(
         proc.wait()
         if progress is not None:
             progress(f"kill -9 #{done_kills} at ~{_events_so_far(store, run, agents)} events")
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)  # noqa: S603 - our own argv
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, env=env)  # noqa: S603 - our own argv
     try:
         proc.wait(timeout + 30)
     except subprocess.TimeoutExpired:
@@ -421,7 +426,6 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="role", required=True)
     for role in ("agent", "supervise"):
         s = sub.add_parser(role)
-        s.add_argument("--store", required=True)
         s.add_argument("--services", required=True)
         s.add_argument("--steps", type=int, default=12)
         s.add_argument("--latency", type=float, default=0.01)

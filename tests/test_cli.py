@@ -58,7 +58,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[
 @pytest.fixture
 def demo_db(db: str, capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[str, list[str]]]:
     """A SQLite store filled by the demo (3 agents x 40 events); yields (url, streams)."""
-    code, data = run_json(capsys, "--store", db, "demo", "--agents", "3", "--events", "40")
+    code, data = run_json(
+        capsys, "--store", db, "demo", "--simple", "--agents", "3", "--events", "40"
+    )
     assert code == 0
     yield db, [str(s["stream_id"]) for s in data["streams"]]  # type: ignore[attr-defined]
 
@@ -72,7 +74,9 @@ def _path(url: str) -> str:
 
 def test_demo_reports_every_stream_verified(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """demo appends N agents x M events, verifies each chain and says so as JSON."""
-    code, data = run_json(capsys, "--store", db, "demo", "--agents", "4", "--events", "50")
+    code, data = run_json(
+        capsys, "--store", db, "demo", "--simple", "--agents", "4", "--events", "50"
+    )
     assert code == 0
     assert data["agents"] == 4 and data["events"] == 200 and data["all_ok"] is True
     streams = data["streams"]
@@ -87,12 +91,14 @@ def test_demo_reports_every_stream_verified(db: str, capsys: pytest.CaptureFixtu
 
 def test_demo_table_and_rerun_adds_streams(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The human demo output is a table with timing; a second run adds new streams."""
-    code, out, err = run(capsys, "--store", db, "demo", "--agents", "2", "--events", "20")
+    code, out, err = run(
+        capsys, "--store", db, "demo", "--simple", "--agents", "2", "--events", "20"
+    )
     assert code == 0
     assert "all chains verified" in out and "events/s" in out
     assert re.search(r"demo-[0-9a-f]{6}-agent-01", out)
     assert f"store: {db}" in err
-    code, _, _ = run(capsys, "--store", db, "demo", "--agents", "2", "--events", "20")
+    code, _, _ = run(capsys, "--store", db, "demo", "--simple", "--agents", "2", "--events", "20")
     assert code == 0
     with ae.open_store(db) as store:
         assert len(list(store.streams())) == 4
@@ -219,7 +225,9 @@ def test_chain_key_from_env_is_used_and_never_shown(
 ) -> None:
     """ARES_EVENTS_CHAIN_KEY keys the chain; without it the chain fails; the key never shows."""
     monkeypatch.setenv("ARES_EVENTS_CHAIN_KEY", KEY_HEX)
-    code, data = run_json(capsys, "--store", db, "demo", "--agents", "1", "--events", "10")
+    code, data = run_json(
+        capsys, "--store", db, "demo", "--simple", "--agents", "1", "--events", "10"
+    )
     assert code == 0 and data["all_ok"] is True
     code, out, err = run(capsys, "--store", db, "audit")
     assert code == 0 and "keyed" in err
@@ -324,7 +332,7 @@ def test_unreachable_postgres_exits_3_without_password(
 def test_demo_and_audit_on_postgres(postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The demo and the audit run unchanged against PostgreSQL; its password never shows."""
     code, data = run_json(
-        capsys, "--store", postgres_url, "demo", "--agents", "2", "--events", "20"
+        capsys, "--store", postgres_url, "demo", "--simple", "--agents", "2", "--events", "20"
     )
     assert code == 0 and data["all_ok"] is True
     code, out, err = run(capsys, "--store", postgres_url, "audit")
@@ -437,7 +445,7 @@ def test_console_script_subprocess(tmp_path: Path) -> None:
             [*_exe(), *args], capture_output=True, text=True, env=env, timeout=120, check=False
         )
 
-    demo = sub("demo", "--agents", "2", "--events", "30", "--json")
+    demo = sub("demo", "--simple", "--agents", "2", "--events", "30", "--json")
     assert demo.returncode == 0, demo.stderr
     data = json.loads(demo.stdout)
     assert data["all_ok"] is True and len(data["streams"]) == 2
