@@ -203,16 +203,22 @@ class ChainVerifier:
             )
             ok = False
         ref = e.payload_ref
-        if ref is None:
-            raw = e.payload_bytes
-            digest_hex = payload_digest(raw).hex()
-            size = len(raw)
-        else:
-            digest_hex, size = ref.digest.hex(), ref.size
-        header = header_bytes(
-            sid, v, e.event_id_str, e.type, e.module, e.metadata_json, e.at, digest_hex, size
-        )
-        if link_hash(e.prev_hash, header, self.key) != e.hash:
+        try:
+            if ref is None:
+                raw = e.payload_bytes
+                digest_hex = payload_digest(raw).hex()
+                size = len(raw)
+            else:
+                digest_hex, size = ref.digest.hex(), ref.size
+            header = header_bytes(
+                sid, v, e.event_id_str, e.type, e.module, e.metadata_json, e.at, digest_hex, size
+            )
+            computed: bytes | None = link_hash(e.prev_hash, header, self.key)
+        except (TypeError, ValueError):
+            # A stored value of the wrong type (e.g. a payload or hash rewritten as TEXT in
+            # SQLite) cannot be hashed: that is tampering to report, not a crash.
+            computed = None
+        if computed is None or computed != e.hash:
             add(
                 Finding(
                     "hash_mismatch",
@@ -223,8 +229,11 @@ class ChainVerifier:
                 )
             )
             ok = False
-        self.last = max(self.last, v)
-        self.last_hash = e.hash
+        if v >= self.last:
+            # A stale version arriving late (a duplicate met in position order by the
+            # audit) must not replace the tail hash the head is compared with.
+            self.last = v
+            self.last_hash = e.hash
         return ok
 
     def check_head(self, head: Head | None) -> None:
@@ -378,8 +387,8 @@ def audit(
     for sid, ver in sorted(verifiers.items()):
         if sid not in heads:
             ver.check_head(None)
-        head = heads.get(sid)
-        r = VerifyReport(sid, ver.findings, counts[sid], ver.last, head.version if head else 0)
+        shead = heads.get(sid)
+        r = VerifyReport(sid, ver.findings, counts[sid], ver.last, shead.version if shead else 0)
         report.streams[sid] = r
         report.findings.extend(r.findings)
     report.streams_checked = len(verifiers)
