@@ -157,7 +157,7 @@ class NewEvent:
     """
 
     type: str
-    module: str
+    module: str = ""  # required: an empty or missing module is InvalidEvent at append
     payload: Any = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     event_id: uuid.UUID | str = field(default_factory=uuid.uuid4)
@@ -337,6 +337,25 @@ class RecordedEvent:
         """False while a spilled payload has not been fetched."""
         return self._payload_bytes is not None
 
+    def _with_loader(self, loader: Callable[[PayloadRef], bytes]) -> RecordedEvent:
+        """A copy of this event whose spilled payload is fetched by ``loader`` (internal;
+        blob stores attach themselves to events read from a backend)."""
+        return RecordedEvent(
+            self.stream_id,
+            self.version,
+            self.position,
+            self._event_id,
+            self.type,
+            self.module,
+            self._payload_bytes,
+            self._meta_json,
+            self._at,
+            self.prev_hash,
+            self.hash,
+            self.payload_ref,
+            loader,
+        )
+
     @property
     def payload(self) -> Any:
         """The payload (decoded, and for spilled payloads fetched, on first access)."""
@@ -454,7 +473,7 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
                 "event_id", f"{eid_s} appears twice in one batch", stream_id=stream_id, index=i
             )
         seen.add(eid_s)
-        meta = ev.metadata
+        meta = ev.metadata if ev.metadata is not None else {}
         if not isinstance(meta, Mapping):
             raise InvalidEvent(
                 "metadata",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from ares_events.errors import ChainIntegrityError, ReplayCapExceeded
+from ares_events.errors import ChainIntegrityError, InvalidEvent, ReplayCapExceeded
 from ares_events.events import RecordedEvent
 from ares_events.integrity.verify import ChainVerifier, Finding
 
@@ -76,12 +76,22 @@ def replay(
         verify: check the chain and the head (on by default).
 
     Raises:
+        InvalidEvent: a bad ``max_replay``, ``from_version`` or a missing ``start_hash``.
         ReplayCapExceeded: strict mode and the cap was reached before the end.
         ChainIntegrityError: strict mode and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
-    if max_replay < 0:
-        raise ValueError("max_replay must be >= 0")
+    if type(max_replay) is not int or max_replay < 0:
+        raise InvalidEvent("max_replay", f"must be an int >= 0, got {max_replay!r}")
+    if type(from_version) is not int or from_version < 1:
+        raise InvalidEvent("from_version", f"must be an int >= 1, got {from_version!r}")
+    if verify and from_version > 1 and start_hash is None:
+        raise InvalidEvent(
+            "start_hash",
+            f"is required to verify from version {from_version} (the hash of version "
+            f"{from_version - 1}, e.g. a snapshot's at_hash)",
+            stream_id=stream_id,
+        )
     head = store.head(stream_id)
     head_version = head.version if head else 0
     verifier = None

@@ -21,9 +21,10 @@ Write protocol every backend follows, in one transaction::
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ares_events.errors import ConfigError
@@ -218,13 +219,32 @@ class StoreURL:
     __str__ = redacted
 
 
+# Query parameters that carry credentials (libpq takes password= and sslpassword=).
+_SECRET_PARAM: Final = re.compile(
+    r"([?&;][^=&#]*(?:password|secret|token|passwd)[^=&#]*=)[^&#]*", re.IGNORECASE
+)
+
+
 def _redact_text(url: str) -> str:
+    return _SECRET_PARAM.sub(r"\1***", _redact_userinfo(url))
+
+
+def _redact_userinfo(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
     if parts.password is None:
-        return url
+        # urlsplit sees no password when one holds an unencoded '/', '?' or '#', or when
+        # the scheme is missing: redact anything shaped like "user:secret@" regardless.
+        head, at, tail = url.rpartition("@")
+        prefix, sep, userinfo = head.partition("://")
+        if not sep:
+            prefix, userinfo = "", head
+        user, colon, _ = userinfo.partition(":")
+        if not at or not colon:
+            return url
+        return f"{prefix}{sep}{user}:***@{tail}"
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = quote(unquote(parts.username or ""), safe="")
     return parts._replace(netloc=f"{user}:***@{netloc}").geturl()

@@ -34,6 +34,25 @@ class _Data:
         self.cond = threading.Condition(self.lock)
 
 
+def _fresh(e: RecordedEvent) -> RecordedEvent:
+    """A new event sharing only immutable parts with the stored one, so a reader that
+    mutates its decoded payload or metadata cannot change what later reads return."""
+    return RecordedEvent(
+        e.stream_id,
+        e.version,
+        e.position,
+        e.event_id_str,
+        e.type,
+        e.module,
+        e._payload_bytes,
+        e.metadata_json,
+        e.at,
+        e.prev_hash,
+        e.hash,
+        e.payload_ref,
+    )
+
+
 _NAMED: dict[str, _Data] = {}
 _NAMED_LOCK = threading.Lock()
 
@@ -72,7 +91,7 @@ class MemoryRecorder:
         with d.lock:
             existing = [d.ids[i] for i in batch.event_ids if i in d.ids]
             if existing:
-                return AppendOutcome(existing, duplicate=True)
+                return AppendOutcome([_fresh(e) for e in existing], duplicate=True)
             head = d.heads.get(stream_id)
             check_expected_version(stream_id, expected_version, head.version if head else 0)
             sealed = batch.seal(head)
@@ -97,7 +116,7 @@ class MemoryRecorder:
             if limit is not None:
                 stop = min(stop, start + limit)
             chunk = evs[start:stop]
-        return iter(chunk)
+        return map(_fresh, chunk)
 
     def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
         """Slice of the global log."""
@@ -106,7 +125,7 @@ class MemoryRecorder:
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
             stop = len(log) if limit is None else min(len(log), start + limit)
             chunk = log[start:stop]
-        return iter(chunk)
+        return map(_fresh, chunk)
 
     def head(self, stream_id: str) -> Head | None:
         """Current head."""
