@@ -184,10 +184,24 @@ class SQLTables:
         self.recorder = recorder
         self.dialect = dialect
         self._blob = "BLOB" if dialect == "sqlite" else "BYTEA"
+        # PostgreSQL tables live in the store's schema (identifiers quoted).
+        schema = getattr(recorder, "schema", None)
+        self._prefix = (
+            ""
+            if dialect == "sqlite" or not schema
+            else '"{}".'.format(str(schema).replace('"', '""'))
+        )
         self._ready = False
 
+    def _name(self, table: str) -> str:
+        return f"{self._prefix}{table}"
+
     def _sql(self, sql: str) -> str:
-        return sql if self.dialect == "sqlite" else sql.replace("?", "%s")
+        if self.dialect == "sqlite":
+            return sql
+        return sql.replace("?", "%s").replace(
+            " ares_projections", f" {self._prefix}ares_projections"
+        )
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
@@ -230,12 +244,12 @@ class SQLTables:
     def create(self, table: str) -> None:
         """Create a generation table."""
         with self._tx() as c:
-            self._exec(c, CREATE_ROWS.format(table=table, blob=self._blob))
+            self._exec(c, CREATE_ROWS.format(table=self._name(table), blob=self._blob))
 
     def drop(self, table: str) -> None:
         """Drop a generation table."""
         with self._tx() as c:
-            self._exec(c, DROP_ROWS.format(table=table))
+            self._exec(c, DROP_ROWS.format(table=self._name(table)))
 
     def load(self, table: str, keys: list[str]) -> dict[str, Any]:
         """States of ``keys`` (chunked IN lists)."""
@@ -243,7 +257,7 @@ class SQLTables:
         with self._tx() as c:
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
-                sql = SELECT_ROWS.format(table=table, marks=",".join("?" * len(chunk)))
+                sql = SELECT_ROWS.format(table=self._name(table), marks=",".join("?" * len(chunk)))
                 for k, s in self._exec(c, sql, tuple(chunk)).fetchall():
                     out[k] = orjson.loads(bytes(s))
         return out
@@ -252,7 +266,7 @@ class SQLTables:
         self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
     ) -> None:
         """Rows and registry row in one transaction."""
-        sql = self._sql(UPSERT_ROW.format(table=table))
+        sql = self._sql(UPSERT_ROW.format(table=self._name(table)))
         with self._tx() as c:
             if rows:
                 args = [(k, s, p) for k, (s, p) in rows.items()]
@@ -268,7 +282,9 @@ class SQLTables:
         after = ""
         while True:
             with self._tx() as c:
-                rows = self._exec(c, SELECT_ALL_ROWS.format(table=table), (after, 1000)).fetchall()
+                rows = self._exec(
+                    c, SELECT_ALL_ROWS.format(table=self._name(table)), (after, 1000)
+                ).fetchall()
             for k, s in rows:
                 yield k, orjson.loads(bytes(s))
             if len(rows) < 1000:
