@@ -10,10 +10,13 @@ downloads it.
 from __future__ import annotations
 
 import enum
+import random
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any, Final
 
 import orjson
@@ -153,14 +156,15 @@ class NewEvent:
         module: the component that emitted it (required), e.g. ``"runtime"``.
         payload: any canonical-JSON value (normally an object).
         metadata: a JSON object of context (correlation ids, ...); ``{}`` when none.
-        event_id: makes appends idempotent; a fresh UUID4 by default.
+        event_id: makes appends idempotent; a fresh time-ordered UUIDv7 by default (so
+            the event-id index grows at its end instead of touching random pages).
     """
 
     type: str
     module: str = ""  # required: an empty or missing module is InvalidEvent at append
     payload: Any = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    event_id: uuid.UUID | str = field(default_factory=uuid.uuid4)
+    event_id: uuid.UUID | str = field(default_factory=lambda: uuid7())  # noqa: PLW0108 - defined below
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,45 +201,58 @@ class AppendResult:
 _MISSING: Final = object()
 
 
-class RecordedEvent:
-    """An event as stored, immutable. Payload, metadata, id and time decode lazily."""
+class _UUID7(uuid.UUID):
+    """A UUID that keeps its canonical text (computed once, when it is made)."""
 
-    __slots__ = (
-        "_at",
-        "_event_id",
-        "_loader",
-        "_meta",
-        "_meta_json",
-        "_payload",
-        "_payload_bytes",
-        "hash",
-        "module",
-        "payload_ref",
-        "position",
-        "prev_hash",
-        "stream_id",
-        "type",
-        "version",
-    )
+    __slots__ = ("_text",)
 
-    stream_id: str
-    version: int
-    position: int
-    type: str
-    module: str
-    prev_hash: bytes
-    hash: bytes
-    payload_ref: PayloadRef | None
-    _event_id: str
-    _payload_bytes: bytes | None
-    _meta_json: bytes
-    _at: str
-    _loader: Callable[[PayloadRef], bytes] | None
-    _payload: Any
-    _meta: Any
+    def __str__(self) -> str:
+        return self._text  # type: ignore[no-any-return]
 
-    def __init__(
-        self,
+
+_set = object.__setattr__
+_getrandbits = random.getrandbits
+_UNKNOWN = uuid.SafeUUID.unknown
+_last_ms = 0
+_seq = 0
+
+
+def uuid7() -> uuid.UUID:
+    """A new RFC 9562 UUIDv7: 48-bit Unix milliseconds, then 74 random bits.
+
+    Within one millisecond a 12-bit counter in ``rand_a`` keeps ids from one process
+    increasing (so index inserts stay at the end of the B-tree).
+    """
+    global _last_ms, _seq
+    ms = time.time_ns() // 1_000_000
+    if ms == _last_ms:
+        _seq = (_seq + 1) & 0xFFF
+    else:
+        _last_ms, _seq = ms, _getrandbits(10)
+    # The module-level generator is reseeded in every forked child (random registers
+    # an at-fork hook), so processes forked from one parent do not repeat ids.
+    rand_b = _getrandbits(62)
+    value = (ms << 80) | (0x7000 | _seq) << 64 | 0x8000000000000000 | rand_b
+    u = object.__new__(_UUID7)
+    _set(u, "int", value)
+    _set(u, "is_safe", _UNKNOWN)
+    h = "%032x" % value  # noqa: UP031 - fastest way to zero-pad 128 bits of hex
+    _set(u, "_text", f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return u
+
+
+class RecordedEvent(tuple):  # type: ignore[type-arg]
+    """An event as stored, immutable. Payload, metadata, id and time decode lazily.
+
+    It is a tuple underneath (building one from a database row is a single C call, which
+    matters when replaying millions of events); use the attributes, not the indexes.
+    The last item is a private cache cell for the decoded payload and metadata.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
         stream_id: str,
         version: int,
         position: int,
@@ -249,62 +266,76 @@ class RecordedEvent:
         hash: bytes,
         payload_ref: PayloadRef | None = None,
         loader: Callable[[PayloadRef], bytes] | None = None,
-    ) -> None:
-        s = object.__setattr__
-        s(self, "stream_id", stream_id)
-        s(self, "version", version)
-        s(self, "position", position)
-        s(self, "_event_id", event_id)
-        s(self, "type", type)
-        s(self, "module", module)
-        s(self, "_payload_bytes", payload_bytes)
-        s(self, "_meta_json", meta_json)
-        s(self, "_at", at)
-        s(self, "prev_hash", prev_hash)
-        s(self, "hash", hash)
-        s(self, "payload_ref", payload_ref)
-        s(self, "_loader", loader)
-        s(self, "_payload", _MISSING)
-        s(self, "_meta", _MISSING)
+    ) -> RecordedEvent:
+        return tuple.__new__(
+            cls,
+            (
+                stream_id,
+                version,
+                position,
+                event_id,
+                type,
+                module,
+                payload_bytes,
+                meta_json,
+                at,
+                prev_hash,
+                hash,
+                payload_ref,
+                [_MISSING, _MISSING, loader],
+            ),
+        )
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"RecordedEvent is immutable; cannot set {name!r}")
+    @classmethod
+    def _from_row(cls, row: tuple[Any, ...]) -> RecordedEvent:
+        """Fast constructor from ``(stream_id, version, position, event_id, type, module,
+        payload, metadata, at, prev_hash, hash, payload_ref_json_or_None)``."""
+        ref = row[11]
+        if ref is None:
+            return tuple.__new__(cls, (*row, [_MISSING, _MISSING, None]))
+        return tuple.__new__(
+            cls, (*row[:11], PayloadRef.from_json(ref), [_MISSING, _MISSING, None])
+        )
 
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"RecordedEvent is immutable; cannot delete {name!r}")
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self[:12])
+
+    stream_id: str = property(itemgetter(0))  # type: ignore[assignment]
+    version: int = property(itemgetter(1))  # type: ignore[assignment]
+    position: int = property(itemgetter(2))  # type: ignore[assignment]
+    event_id_str: str = property(  # type: ignore[assignment]
+        itemgetter(3), doc="The event's id as stored (and as hashed)."
+    )
+    type: str = property(itemgetter(4))  # type: ignore[assignment]
+    module: str = property(itemgetter(5))  # type: ignore[assignment]
+    _payload_bytes: bytes | None = property(itemgetter(6))  # type: ignore[assignment]
+    metadata_json: bytes = property(  # type: ignore[assignment]
+        itemgetter(7), doc="Canonical JSON bytes of the metadata, as hashed."
+    )
+    at: str = property(  # type: ignore[assignment]
+        itemgetter(8), doc="``recorded_at`` exactly as hashed: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."
+    )
+    prev_hash: bytes = property(itemgetter(9))  # type: ignore[assignment]
+    hash: bytes = property(itemgetter(10))  # type: ignore[assignment]
+    payload_ref: PayloadRef | None = property(itemgetter(11))  # type: ignore[assignment]
 
     @property
     def event_id(self) -> uuid.UUID:
         """The event's id."""
-        return uuid.UUID(self._event_id)
-
-    @property
-    def event_id_str(self) -> str:
-        """The event's id as stored (and as hashed)."""
-        return self._event_id
-
-    @property
-    def at(self) -> str:
-        """``recorded_at`` exactly as it is hashed: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
-        return self._at
+        return uuid.UUID(self[3])
 
     @property
     def recorded_at(self) -> datetime:
         """When the library recorded the event (UTC, microsecond precision)."""
-        return parse_at(self._at)
-
-    @property
-    def metadata_json(self) -> bytes:
-        """Canonical JSON bytes of the metadata, as hashed."""
-        return self._meta_json
+        return parse_at(self[8])
 
     @property
     def metadata(self) -> dict[str, Any]:
         """The metadata object (decoded on first access)."""
-        m = self._meta
+        cell = self[12]
+        m = cell[1]
         if m is _MISSING:
-            m = orjson.loads(self._meta_json)
-            object.__setattr__(self, "_meta", m)
+            m = cell[1] = orjson.loads(self[7])
         return m  # type: ignore[no-any-return]
 
     @property
@@ -316,83 +347,73 @@ class RecordedEvent:
             BlobMissing: the spilled payload is not in the blob store.
             BlobCorrupted: the fetched bytes do not match the chained digest.
         """
-        b = self._payload_bytes
-        if b is None:
-            ref = self.payload_ref
-            if ref is None or self._loader is None:
-                from ares_events.errors import BlobMissing
+        b = self[6]
+        if b is not None:
+            return b  # type: ignore[no-any-return]
+        cell = self[12]
+        fetched = cell[2] if isinstance(cell[2], bytes) else None
+        if fetched is not None:
+            return fetched
+        ref = self[11]
+        loader = cell[2]
+        if ref is None or loader is None:
+            from ares_events.errors import BlobMissing
 
-                raise BlobMissing(
-                    ref.key if ref else "?",
-                    "no blob store configured to load it",
-                    stream_id=self.stream_id,
-                    version=self.version,
-                )
-            b = self._loader(ref)
-            object.__setattr__(self, "_payload_bytes", b)
-        return b
+            raise BlobMissing(
+                ref.key if ref else "?",
+                "no blob store configured to load it",
+                stream_id=self[0],
+                version=self[1],
+            )
+        fetched = loader(ref)
+        cell[2] = fetched  # the loader is no longer needed once the bytes are here
+        return fetched
 
     @property
     def payload_loaded(self) -> bool:
         """False while a spilled payload has not been fetched."""
-        return self._payload_bytes is not None
+        return self[6] is not None or isinstance(self[12][2], bytes)
 
     def _with_loader(self, loader: Callable[[PayloadRef], bytes]) -> RecordedEvent:
         """A copy of this event whose spilled payload is fetched by ``loader`` (internal;
         blob stores attach themselves to events read from a backend)."""
-        return RecordedEvent(
-            self.stream_id,
-            self.version,
-            self.position,
-            self._event_id,
-            self.type,
-            self.module,
-            self._payload_bytes,
-            self._meta_json,
-            self._at,
-            self.prev_hash,
-            self.hash,
-            self.payload_ref,
-            loader,
-        )
+        return RecordedEvent(*self[:12], loader)
 
     @property
     def payload(self) -> Any:
         """The payload (decoded, and for spilled payloads fetched, on first access)."""
-        p = self._payload
+        cell = self[12]
+        p = cell[0]
         if p is _MISSING:
-            p = orjson.loads(self.payload_bytes)
-            object.__setattr__(self, "_payload", p)
+            p = cell[0] = orjson.loads(self.payload_bytes)
         return p
 
     @property
     def payload_size(self) -> int:
         """Length of the canonical payload bytes."""
-        ref = self.payload_ref
+        ref = self[11]
         if ref is not None:
-            return ref.size
-        assert self._payload_bytes is not None  # inline payloads always have bytes
-        return len(self._payload_bytes)
+            return ref.size  # type: ignore[no-any-return]
+        return len(self[6])
 
     @property
     def payload_digest(self) -> bytes:
         """blake3 of the canonical payload bytes (from the ref for spilled payloads)."""
-        ref = self.payload_ref
+        ref = self[11]
         if ref is not None:
-            return ref.digest
-        assert self._payload_bytes is not None
-        return payload_digest(self._payload_bytes)
+            return ref.digest  # type: ignore[no-any-return]
+        return payload_digest(self[6])
 
     def header(self) -> bytes:
         """The canonical header bytes this event's hash commits to."""
         return header_bytes(
-            self.stream_id,
-            self.version,
-            self._event_id,
-            self.type,
-            self.module,
-            self._meta_json,
-            self._at,
+            self[0],
+            self[1],
+            self[3],
+            self[4],
+            self[5],
+            self[7],
+            self[8],
             self.payload_digest.hex(),
             self.payload_size,
         )
@@ -400,21 +421,20 @@ class RecordedEvent:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RecordedEvent):
             return NotImplemented
-        return (self.stream_id, self.version, self.hash, self.position) == (
-            other.stream_id,
-            other.version,
-            other.hash,
-            other.position,
-        )
+        return (self[0], self[1], self[10], self[2]) == (other[0], other[1], other[10], other[2])
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        return hash((self.stream_id, self.version, self.hash))
+        return hash((self[0], self[1], self[10]))
 
     def __repr__(self) -> str:
         return (
-            f"RecordedEvent(stream_id={self.stream_id!r}, version={self.version}, "
-            f"position={self.position}, type={self.type!r}, module={self.module!r}, "
-            f"event_id={self._event_id!r}, hash={self.hash.hex()[:16]}…)"
+            f"RecordedEvent(stream_id={self[0]!r}, version={self[1]}, "
+            f"position={self[2]}, type={self[4]!r}, module={self[5]!r}, "
+            f"event_id={self[3]!r}, hash={self[10].hex()[:16]}…)"
         )
 
 
@@ -431,6 +451,8 @@ class PreparedEvent:
     digest: bytes
     size: int
     payload_ref: PayloadRef | None
+    uid: uuid.UUID | None = None
+    """The caller's event id object (returned in ``AppendResult.event_ids``)."""
 
 
 def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
@@ -452,15 +474,20 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
         validate_name(ev.type, "type", stream_id=stream_id, index=i)
         validate_name(ev.module, "module", stream_id=stream_id, index=i)
         eid = ev.event_id
-        if isinstance(eid, uuid.UUID):
+        if type(eid) is _UUID7:
+            eid_s = eid._text
+            uid: uuid.UUID = eid
+        elif isinstance(eid, uuid.UUID):
             eid_s = str(eid)
+            uid = eid
         elif isinstance(eid, str):
             try:
-                eid_s = str(uuid.UUID(eid))
+                uid = uuid.UUID(eid)
             except ValueError:
                 raise InvalidEvent(
                     "event_id", f"{eid!r} is not a UUID", stream_id=stream_id, index=i
                 ) from None
+            eid_s = str(uid)
         else:
             raise InvalidEvent(
                 "event_id",
@@ -499,6 +526,7 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
                 payload_digest(payload_bytes),
                 len(payload_bytes),
                 None,
+                uid,
             )
         )
     return out

@@ -9,6 +9,7 @@ re-appends.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -114,8 +115,15 @@ class EventStore:
         recs = outcome.events
         if outcome.duplicate:
             return self._resolve_duplicate(stream_id, prepared, recs)
+        if outcome.version is not None and outcome.position is not None:
+            version, position = outcome.version, outcome.position
+        else:
+            version, position = recs[-1].version, recs[-1].position
         return AppendResult(
-            stream_id, recs[-1].version, recs[-1].position, tuple(r.event_id for r in recs)
+            stream_id,
+            version,
+            position,
+            tuple(p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared),
         )
 
     def _resolve_duplicate(

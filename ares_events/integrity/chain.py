@@ -160,6 +160,78 @@ def _check(x: Any, path: str, depth: int) -> bool:
     )
 
 
+class _Reject(Exception):
+    """Internal: the fast scan met something it will not accept (the slow walk says why)."""
+
+
+_REJECT = _Reject()
+
+
+def _scan(x: Any, depth: int) -> bool:
+    """Fast path of :func:`_check`: same acceptance rules, no error paths built.
+
+    Scalars inside containers are checked inline (no call per leaf). Raises ``_Reject``
+    on anything :func:`_check` would refuse; the caller then runs :func:`_check` for the
+    message. Returns True when a float occurs anywhere.
+    """
+    if depth > _MAX_DEPTH:
+        raise _REJECT
+    has_float = False
+    t = type(x)
+    if t is dict:
+        items: Any = x.items()
+        for k, v in items:
+            if type(k) is not str:
+                raise _REJECT
+            tv = type(v)
+            if tv is str or tv is bool or v is None:
+                continue
+            if tv is int:
+                if v < _INT_MIN or v > _INT_MAX:
+                    raise _REJECT
+            elif tv is float:
+                if v - v != 0.0:  # NaN or +-inf
+                    raise _REJECT
+                has_float = True
+            elif tv is dict or tv is list:
+                if _scan(v, depth + 1):
+                    has_float = True
+            elif not isinstance(v, str):
+                raise _REJECT
+        return has_float
+    if t is list:
+        for v in x:
+            tv = type(v)
+            if tv is str or tv is bool or v is None:
+                continue
+            if tv is int:
+                if v < _INT_MIN or v > _INT_MAX:
+                    raise _REJECT
+            elif tv is float:
+                if v - v != 0.0:
+                    raise _REJECT
+                has_float = True
+            elif tv is dict or tv is list:
+                if _scan(v, depth + 1):
+                    has_float = True
+            elif not isinstance(v, str):
+                raise _REJECT
+        return has_float
+    if t is str or t is bool or x is None:
+        return False
+    if t is int:
+        if x < _INT_MIN or x > _INT_MAX:
+            raise _REJECT
+        return False
+    if t is float:
+        if x - x != 0.0:
+            raise _REJECT
+        return True
+    if isinstance(x, str):
+        return False
+    raise _REJECT
+
+
 def canonical_json_reference(x: Any) -> bytes:
     """The normative encoder, exactly as format v1 defines it (no validation)."""
     return json.dumps(
@@ -178,7 +250,13 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
     Raises:
         InvalidEvent: the value is not canonical-JSON encodable; names the path.
     """
-    has_float = _check(x, field, 0)
+    try:
+        has_float = _scan(x, 0)
+    except _Reject:
+        _check(x, field, 0)  # raises InvalidEvent naming the path
+        raise InvalidEvent(field, "is not canonical-JSON encodable") from None
+    except RecursionError:
+        raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
     try:
         if has_float:
             return canonical_json_reference(x)
@@ -217,29 +295,43 @@ def header_bytes(
     order: at, id, meta, module, payload, size, stream, type, v, version.
     """
     enc = _encode_str
-    return b"".join(
-        (
-            b'{"at":',
-            enc(at).encode(),
-            b',"id":',
-            enc(event_id).encode(),
-            b',"meta":',
-            meta_json,
-            b',"module":',
-            enc(module).encode("utf-8"),
-            b',"payload":"',
-            digest_hex.encode(),
-            b'","size":',
-            str(size).encode(),
-            b',"stream":',
-            enc(stream_id).encode("utf-8"),
-            b',"type":',
-            enc(type_).encode("utf-8"),
-            b',"v":1,"version":',
-            str(version).encode(),
-            b"}",
-        )
+    cache = _NAME_CACHE
+    st = cache.get(stream_id)
+    if st is None:
+        st = _cache_name(stream_id)
+    ty = cache.get(type_)
+    if ty is None:
+        ty = _cache_name(type_)
+    mo = cache.get(module)
+    if mo is None:
+        mo = _cache_name(module)
+    return _HEADER % (
+        enc(at).encode(),
+        enc(event_id).encode(),
+        meta_json,
+        mo,
+        digest_hex.encode(),
+        size,
+        st,
+        ty,
+        version,
     )
+
+
+# Stream ids, types and modules repeat from event to event: keep their JSON encodings.
+_NAME_CACHE: dict[str, bytes] = {}
+_HEADER: Final = (
+    b'{"at":%b,"id":%b,"meta":%b,"module":%b,"payload":"%b","size":%d,"stream":%b,'
+    b'"type":%b,"v":1,"version":%d}'
+)
+
+
+def _cache_name(name: str) -> bytes:
+    if len(_NAME_CACHE) > 4096:
+        _NAME_CACHE.clear()
+    encoded: bytes = _encode_str(name).encode("utf-8")
+    _NAME_CACHE[name] = encoded
+    return encoded
 
 
 def link_hash(prev: bytes, header: bytes, key: ChainKey | None = None) -> bytes:

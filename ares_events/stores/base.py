@@ -147,6 +147,10 @@ class AppendOutcome:
 
     events: list[RecordedEvent]
     duplicate: bool = False
+    version: int | None = None
+    """Last version written; backends may set it (with ``position``) and leave ``events``
+    empty on the normal path, which saves building events nobody reads."""
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from ares_events.errors import ConfigError, SchemaVersionError, StoreError, StoreUnavailable
-from ares_events.events import ExpectedVersion, PayloadRef, RecordedEvent, check_expected_version
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailable,
+)
+from ares_events.events import ExpectedVersion, RecordedEvent, check_expected_version
 from ares_events.stores._migrations.sqlite import MIGRATIONS
 from ares_events.stores.base import AppendOutcome, Batch, Capability, Head, StoreURL
 
@@ -59,6 +65,11 @@ SELECT_HEADS: Final = (
     "WHERE stream_id > ? ORDER BY stream_id LIMIT ?"
 )
 SELECT_LAST_POSITION: Final = "SELECT coalesce(max(position), 0) FROM ares_events"
+SELECT_HEAD_AND_POSITION: Final = (
+    "SELECT (SELECT version FROM ares_streams WHERE stream_id = ?), "
+    "(SELECT head_hash FROM ares_streams WHERE stream_id = ?), "
+    "(SELECT coalesce(max(position), 0) FROM ares_events)"
+)
 INSERT_EVENT: Final = (
     "INSERT INTO ares_events (position, stream_id, version, event_id, type, "
     "module, payload, payload_ref, metadata, recorded_at, prev_hash, hash) "
@@ -83,22 +94,7 @@ _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
 _BOOL: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def _row_to_event(row: tuple[Any, ...]) -> RecordedEvent:
-    ref = row[11]
-    return RecordedEvent(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        row[7],
-        row[8],
-        row[9],
-        row[10],
-        PayloadRef.from_json(ref) if ref else None,
-    )
+_row_to_event = RecordedEvent._from_row
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -282,43 +278,53 @@ class SQLiteRecorder:
         """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol)."""
         stream_id = batch.stream_id
         try:
-            with self._write() as c:
-                ids = batch.event_ids
-                existing = c.execute(SELECT_IDS % ",".join("?" * len(ids)), ids).fetchall()
-                if existing:
-                    return AppendOutcome([_row_to_event(r) for r in existing], duplicate=True)
-                row = c.execute(SELECT_HEAD, (stream_id,)).fetchone()
-                head = Head(row[0], row[1]) if row else None
-                check_expected_version(stream_id, expected_version, head.version if head else 0)
-                sealed = batch.seal(head)
-                pos = c.execute(SELECT_LAST_POSITION).fetchone()[0]
-                rows = []
-                recs = []
-                for s in sealed:
-                    pos += 1
-                    e = s.event
-                    ref = e.payload_ref
-                    rows.append(
-                        (
-                            pos,
-                            stream_id,
-                            s.version,
-                            e.event_id,
-                            e.type,
-                            e.module,
-                            e.payload_bytes,
-                            ref.to_json().decode() if ref else None,
-                            e.meta_json,
-                            e.at,
-                            s.prev_hash,
-                            s.hash,
+            try:
+                with self._write() as c:
+                    version, head_hash, pos = c.execute(
+                        SELECT_HEAD_AND_POSITION, (stream_id, stream_id)
+                    ).fetchone()
+                    try:
+                        check_expected_version(stream_id, expected_version, version or 0)
+                    except ConcurrencyError:
+                        # A retried append whose first attempt committed: idempotent.
+                        existing = self._existing(c, batch)
+                        if existing:
+                            return AppendOutcome(existing, duplicate=True)
+                        raise
+                    sealed = batch.seal(Head(version, head_hash) if version else None)
+                    rows = []
+                    for s in sealed:
+                        pos += 1
+                        e = s.event
+                        ref = e.payload_ref
+                        rows.append(
+                            (
+                                pos,
+                                stream_id,
+                                s.version,
+                                e.event_id,
+                                e.type,
+                                e.module,
+                                e.payload_bytes,
+                                ref.to_json().decode() if ref else None,
+                                e.meta_json,
+                                e.at,
+                                s.prev_hash,
+                                s.hash,
+                            )
                         )
-                    )
-                    recs.append(s.recorded(stream_id, pos))
-                c.executemany(INSERT_EVENT, rows)
-                last = sealed[-1]
-                c.execute(UPSERT_HEAD, (stream_id, last.version, last.hash))
-            return AppendOutcome(recs)
+                    # A reused event id violates the unique index: the transaction rolls
+                    # back and the ids are looked up below. No lookup on the normal path.
+                    c.executemany(INSERT_EVENT, rows)
+                    last = sealed[-1]
+                    c.execute(UPSERT_HEAD, (stream_id, last.version, last.hash))
+                return AppendOutcome([], version=last.version, position=pos)
+            except sqlite3.IntegrityError:
+                with self._write() as c:
+                    existing = self._existing(c, batch)
+                if existing:
+                    return AppendOutcome(existing, duplicate=True)
+                raise
         except sqlite3.OperationalError as exc:
             raise StoreUnavailable(
                 f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
@@ -327,6 +333,12 @@ class SQLiteRecorder:
             raise StoreError(
                 f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
             ) from exc
+
+    @staticmethod
+    def _existing(c: sqlite3.Connection, batch: Batch) -> list[RecordedEvent]:
+        ids = batch.event_ids
+        rows = c.execute(SELECT_IDS % ",".join("?" * len(ids)), ids).fetchall()
+        return [_row_to_event(r) for r in rows]
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -346,8 +358,7 @@ class SQLiteRecorder:
         page = self.page_size
         while left > 0 and nxt <= hi:
             rows = self._query(SELECT_STREAM, (stream_id, nxt, hi, min(page, left)))
-            for r in rows:
-                yield _row_to_event(r)
+            yield from map(_row_to_event, rows)
             if len(rows) < min(page, left):
                 return
             left -= len(rows)
@@ -360,8 +371,7 @@ class SQLiteRecorder:
         page = self.page_size
         while left > 0:
             rows = self._query(SELECT_ALL, (after, min(page, left)))
-            for r in rows:
-                yield _row_to_event(r)
+            yield from map(_row_to_event, rows)
             if len(rows) < min(page, left):
                 return
             left -= len(rows)
