@@ -1,0 +1,417 @@
+"""Blobs in S3-compatible object storage, through boto3.
+
+URL: ``s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000&region=us-east-1``
+
+Query parameters (all optional):
+
+``endpoint_url``
+    an S3-compatible server (MinIO, Ceph, moto, ...); AWS when absent.
+``region``
+    the region name; boto3's chain (``AWS_DEFAULT_REGION``, config file) when absent.
+``addressing_style``
+    ``path`` (default with ``endpoint_url``), ``virtual`` or ``auto``.
+``max_attempts``
+    total attempts per request, retries included (default 3, boto3's "standard" mode).
+``connect_timeout`` / ``read_timeout``
+    seconds (defaults 5 and 60).
+
+Credentials come only from boto3's normal chain (environment, shared config and
+credentials files, container or instance roles). A URL with a user or password is
+refused, so no secret can end up in a URL that gets logged.
+
+Objects are stored as ``<prefix>/<64 hex blake3>``. Uploads and large downloads go
+through boto3's transfer manager (multipart, several threads); streaming reads
+(:meth:`verify`, :meth:`open`) use one ``GetObject`` body read in chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import blake3
+
+from ares_events.errors import BlobMissing, ConfigError, MissingDependencyError, StoreUnavailable
+from ares_events.events import PayloadRef
+from ares_events.stores.base import StoreURL
+from ares_events.stores.blobs import (
+    _KEY_RE,
+    CHUNK_SIZE,
+    BaseBlobStore,
+    BlobInfo,
+    check_blob_params,
+    check_key,
+)
+
+try:
+    import boto3
+    import boto3.exceptions
+    import boto3.s3.transfer
+    import botocore.config
+    import botocore.exceptions
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    _IMPORT_ERROR: ImportError | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["S3BlobStore"]
+
+PARAMS = (
+    "addressing_style",
+    "connect_timeout",
+    "endpoint_url",
+    "max_attempts",
+    "read_timeout",
+    "region",
+)
+MULTIPART_SIZE = 8 * 1024 * 1024
+"""Multipart threshold and part size; blobs at least this big download in parallel."""
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+
+
+def _positive(params: dict[str, str], name: str, default: float, url: StoreURL) -> float:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise ConfigError(f"{name} in {url.redacted()} must be a positive number, got {raw!r}")
+    return value
+
+
+class S3BlobStore(BaseBlobStore):
+    """Content-addressed blobs in an S3 bucket (or any S3-compatible server)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        addressing_style: str | None = None,
+        max_attempts: int = 3,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+        url: str | None = None,
+    ) -> None:
+        """Create the boto3 client (no request is made here).
+
+        Raises:
+            MissingDependencyError: boto3 is not installed.
+        """
+        if _IMPORT_ERROR is not None:
+            raise MissingDependencyError("the s3:// blob store", "s3") from _IMPORT_ERROR
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._key_prefix = f"{self.prefix}/" if self.prefix else ""
+        self.endpoint_url = endpoint_url
+        self.url = url or f"s3://{bucket}/{self.prefix}"
+        style = addressing_style or ("path" if endpoint_url else "auto")
+        config = botocore.config.Config(
+            region_name=region,
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            s3={"addressing_style": style},
+            # Our own blake3 digest checks every byte; CRC checksums would only cost CPU
+            # and break older S3-compatible servers.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            user_agent_extra="ares-events",
+        )
+        # A private session: credentials from boto3's chain, no shared global state.
+        session = boto3.session.Session()
+        self.client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
+        self.transfer_config = boto3.s3.transfer.TransferConfig(
+            multipart_threshold=MULTIPART_SIZE,
+            multipart_chunksize=MULTIPART_SIZE,
+            max_concurrency=4,
+            use_threads=True,
+        )
+        self._closed = False
+        logger.info("opened blob store %s", self.url)
+
+    @classmethod
+    def from_url(cls, url: StoreURL) -> S3BlobStore:
+        """Open ``s3://bucket/prefix?...`` (see the module docs for the parameters).
+
+        Raises:
+            ConfigError: a user or password in the URL (or in ``endpoint_url``), no
+                bucket, an unknown parameter (lists the valid ones) or a bad value.
+            MissingDependencyError: boto3 is not installed.
+        """
+        if url.username or url.password is not None:
+            raise ConfigError(
+                f"blob URL {url.redacted()} holds credentials; S3 credentials come only from "
+                "boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, roles)"
+            )
+        params = check_blob_params(url, PARAMS)
+        if not url.host:
+            raise ConfigError(f"blob URL {url.redacted()} has no bucket: s3://bucket/prefix")
+        endpoint = params.get("endpoint_url") or None
+        if endpoint is not None:
+            ep = StoreURL.parse(endpoint, source="endpoint_url")
+            if ep.username or ep.password is not None:
+                raise ConfigError(
+                    f"endpoint_url in blob URL s3://{url.host}{url.path} holds credentials; "
+                    "use boto3's credential chain instead"
+                )
+            if ep.scheme not in ("http", "https"):
+                raise ConfigError(f"endpoint_url must be http(s)://..., got {ep.redacted()!r}")
+        style = params.get("addressing_style")
+        if style is not None and style not in ("path", "virtual", "auto"):
+            raise ConfigError(
+                f"addressing_style in {url.redacted()} must be path, virtual or auto, got {style!r}"
+            )
+        attempts = params.get("max_attempts", "3")
+        if not attempts.isdigit() or int(attempts) < 1:
+            raise ConfigError(
+                f"max_attempts in {url.redacted()} must be an integer >= 1, got {attempts!r}"
+            )
+        return cls(
+            url.host,
+            url.path,
+            endpoint_url=endpoint,
+            region=params.get("region") or None,
+            addressing_style=style,
+            max_attempts=int(attempts),
+            connect_timeout=_positive(params, "connect_timeout", 5.0, url),
+            read_timeout=_positive(params, "read_timeout", 60.0, url),
+            url=url.redacted(),
+        )
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def object_key(self, key: str) -> str:
+        """The S3 object key of blob ``key``."""
+        return self._key_prefix + check_key(key)
+
+    @contextlib.contextmanager
+    def _errors(
+        self,
+        op: str,
+        key: str | None = None,
+        *,
+        stream_id: str | None = None,
+        version: int | None = None,
+    ) -> Iterator[None]:
+        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``)."""
+        try:
+            yield
+        except botocore.exceptions.ClientError as exc:
+            err = exc.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in _NOT_FOUND and key is not None:
+                raise BlobMissing(
+                    key,
+                    f"no object s3://{self.bucket}/{self.object_key(key)}",
+                    stream_id=stream_id,
+                    version=version,
+                ) from exc
+            if code == "NoSuchBucket":
+                raise StoreUnavailable(
+                    f"blob store {self.url}: {op}: bucket {self.bucket!r} does not exist"
+                ) from exc
+            raise StoreUnavailable(
+                f"blob store {self.url}: {op} failed: {code or 'HTTP ' + str(status)}"
+                f" {err.get('Message', '')}".rstrip()
+            ) from exc
+        except (
+            botocore.exceptions.BotoCoreError,
+            boto3.exceptions.Boto3Error,
+        ) as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: {op} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        with self._errors("HeadObject"):
+            try:
+                head: dict[str, Any] = self.client.head_object(
+                    Bucket=self.bucket, Key=self.object_key(key)
+                )
+            except botocore.exceptions.ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND:
+                    return None
+                raise
+        return head
+
+    # -- writes ------------------------------------------------------------------------
+
+    def _write(self, key: str, data: bytes) -> None:
+        if self._touch_existing(key, len(data)):
+            return
+        with self._errors("upload", key):
+            # BytesIO over the bytes does not copy them; the transfer manager reads one
+            # part at a time (multipart above MULTIPART_SIZE).
+            self.client.upload_fileobj(
+                io.BytesIO(data),
+                self.bucket,
+                self.object_key(key),
+                ExtraArgs={"ContentType": "application/json"},
+                Config=self.transfer_config,
+            )
+        logger.debug("uploaded blob %s (%d bytes)", key, len(data))
+
+    def _touch_existing(self, key: str, size: int) -> bool:
+        """True when the blob exists with the right size; its LastModified is refreshed
+        (a copy onto itself) so a concurrent :func:`gc_blobs` keeps it."""
+        head = self._head(key)
+        if head is None:
+            return False
+        if int(head.get("ContentLength", -1)) != size:
+            logger.warning("blob %s has the wrong size; uploading it again", key)
+            return False
+        obj = self.object_key(key)
+        with self._errors("CopyObject", key):
+            self.client.copy_object(
+                Bucket=self.bucket,
+                Key=obj,
+                CopySource={"Bucket": self.bucket, "Key": obj},
+                MetadataDirective="REPLACE",
+                ContentType=head.get("ContentType") or "application/json",
+                Metadata={"ares-touched": datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")},
+            )
+        logger.debug("blob %s already stored; refreshed it", key)
+        return True
+
+    def put_stream(self, stream: BinaryIO) -> PayloadRef:
+        """Store everything read from ``stream``: it is hashed while it is spooled to a
+        temp file, then uploaded (multipart) under its digest.
+
+        Raises:
+            StoreUnavailable: the upload failed.
+        """
+        hasher = blake3.blake3()
+        size = 0
+        with tempfile.TemporaryFile() as spool:
+            while chunk := stream.read(CHUNK_SIZE):
+                hasher.update(chunk)
+                size += len(chunk)
+                spool.write(chunk)
+            digest = hasher.digest()
+            key = digest.hex()
+            if not self._touch_existing(key, size):
+                spool.seek(0)
+                with self._errors("upload", key):
+                    self.client.upload_fileobj(
+                        spool,
+                        self.bucket,
+                        self.object_key(key),
+                        ExtraArgs={"ContentType": "application/json"},
+                        Config=self.transfer_config,
+                    )
+        return PayloadRef(key, size, digest)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
+        with self._errors("GetObject", key, stream_id=stream_id, version=version):
+            resp = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))
+        return _TranslatingBody(self, resp["Body"], key, stream_id, version)
+
+    def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
+        where: dict[str, Any] = {"stream_id": stream_id, "version": version}
+        if size < MULTIPART_SIZE:
+            body = self._open_raw(key, stream_id, version)
+            parts: list[bytes] = []
+            left = size + 1
+            try:
+                while left > 0 and (chunk := body.read(left)):
+                    parts.append(chunk)
+                    left -= len(chunk)
+            finally:
+                body.close()
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        # Large: parallel ranged GETs into a temp file, then one read of the exact size,
+        # so the payload exists once in memory (no growing buffer, no copy).
+        with tempfile.TemporaryFile() as spool:
+            with self._errors("download", key, **where):
+                self.client.download_fileobj(
+                    self.bucket, self.object_key(key), spool, Config=self.transfer_config
+                )
+            spool.seek(0)
+            return spool.read(size + 1)
+
+    def exists(self, key: str) -> bool:
+        """True when the object of ``key`` exists (a HEAD request).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        return self._head(key) is not None
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob object under the prefix (``ListObjectsV2``, paginated).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        paginator = self.client.get_paginator("list_objects_v2")
+        n = len(self._key_prefix)
+        with self._errors("ListObjectsV2"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key_prefix):
+                for obj in page.get("Contents", ()):
+                    name = obj["Key"][n:]
+                    if _KEY_RE.fullmatch(name):
+                        yield BlobInfo(name, int(obj["Size"]), obj["LastModified"])
+
+    def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
+        """Delete the object of ``key``.
+
+        With ``if_older_than``, a HEAD first checks that it was not refreshed since
+        (S3 has no rename; the window between HEAD and DELETE is one round trip).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        if if_older_than is not None:
+            head = self._head(key)
+            if head is None or head["LastModified"] >= if_older_than:
+                return False
+        with self._errors("DeleteObject", key):
+            self.client.delete_object(Bucket=self.bucket, Key=self.object_key(key))
+        return True
+
+    def close(self) -> None:
+        """Close the boto3 client's connections. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self.client.close()
+
+
+class _TranslatingBody:
+    """A ``GetObject`` body whose read errors become ares errors."""
+
+    def __init__(
+        self,
+        store: S3BlobStore,
+        body: Any,
+        key: str,
+        stream_id: str | None,
+        version: int | None,
+    ) -> None:
+        self._store = store
+        self._body = body
+        self._key = key
+        self._where: dict[str, Any] = {"stream_id": stream_id, "version": version}
+
+    def read(self, n: int = -1) -> bytes:
+        with self._store._errors("GetObject body", self._key, **self._where):
+            data: bytes = self._body.read(n if n >= 0 else None)
+        return data
+
+    def close(self) -> None:
+        self._body.close()
