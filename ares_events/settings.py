@@ -8,6 +8,7 @@ environment.
 | spill threshold | ``spill_threshold_bytes`` | ``ARES_SPILL_THRESHOLD_BYTES`` | 262144 |
 | cache | ``cache_url`` | ``ARES_CACHE_URL`` | none |
 | chain key | ``chain_key`` | ``ARES_EVENTS_CHAIN_KEY`` (64 hex) | none |
+| anchor witness | ``anchor_url`` | ``ARES_ANCHOR_URL`` | none (CLI: ``anchors/`` by the db) |
 | snapshot policy | ``snapshot_every`` | ``ARES_SNAPSHOT_EVERY`` | 100 |
 
 Precedence: explicit argument > URL query parameter > env var > default.
@@ -51,6 +52,7 @@ class Settings:
     spill_threshold_bytes: int = 256 * 1024
     snapshot_every: int = 100
     chain_key: ChainKey | None = None
+    anchor_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -69,6 +71,7 @@ class Settings:
             chain_key=ChainKey.from_hex(key_hex, source="ARES_EVENTS_CHAIN_KEY")
             if key_hex
             else None,
+            anchor_url=env.get("ARES_ANCHOR_URL") or None,
         )
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -85,6 +88,7 @@ class Settings:
             f"spill_threshold_bytes={self.spill_threshold_bytes}",
             f"snapshot_every={self.snapshot_every}",
             f"chain_key={'set' if self.chain_key else None}",
+            f"anchor_url={_redact_text(self.anchor_url) if self.anchor_url else None!r}",
         ]
         return f"Settings({', '.join(parts)})"
 

@@ -17,8 +17,9 @@ import pytest
 import ares_events as ae
 from tests import servers
 
-BACKENDS = ["memory", "sqlite", "postgres"]
-_MARKS = {"postgres": "postgres", "redis": "redis", "s3": "s3"}
+BACKENDS = ["memory", "sqlite", "postgres", "memory+cache", "sqlite+cache"]
+_MARKS = {"postgres": "postgres", "redis": "redis", "s3": "s3",
+          "memory+cache": "redis", "sqlite+cache": "redis"}
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +68,8 @@ def s3_endpoint() -> Iterator[str]:
 
 
 def store_url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """A fresh store URL for ``backend``."""
+    """A fresh store URL for ``backend`` (``X+cache``: the URL of ``X``)."""
+    backend = backend.removesuffix("+cache")
     if backend == "memory":
         return "memory://"
     if backend == "sqlite":
@@ -80,12 +82,36 @@ def store_url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
 @contextlib.contextmanager
 def open_backend(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
                  **kw: object) -> Iterator[ae.EventStore]:
-    """Open a fresh store of ``backend`` and close it afterwards."""
-    store = ae.open_store(store_url_for(backend, tmp_path, request), **kw)  # type: ignore[arg-type]
+    """Open a fresh store of ``backend`` and close it afterwards (``X+cache``: behind a
+    Redis cache with a per-test key prefix, deleted afterwards)."""
+    with contextlib.ExitStack() as stack:
+        if backend.endswith("+cache") and "cache" not in kw:
+            kw["cache"] = stack.enter_context(redis_cache_url(request))
+        store = ae.open_store(store_url_for(backend, tmp_path, request), **kw)  # type: ignore[arg-type]
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+@contextlib.contextmanager
+def redis_cache_url(request: pytest.FixtureRequest, **params: object) -> Iterator[str]:
+    """A cache URL on the test Redis with a fresh key prefix; its keys are deleted after."""
+    import redis
+
+    base = str(request.getfixturevalue("redis_base_url"))
+    prefix = f"ares-test-{uuid.uuid4().hex}:"
+    query = "".join(f"&{k}={v}" for k, v in params.items())
     try:
-        yield store
+        yield f"{base}/0?prefix={prefix}{query}"
     finally:
-        store.close()
+        client = redis.Redis.from_url(f"{base}/0")
+        try:
+            keys = list(client.scan_iter(match=f"{prefix}*"))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
 
 
 def _params(names: list[str]) -> list[object]:

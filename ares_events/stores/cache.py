@@ -1,0 +1,747 @@
+"""Redis read-through cache around any backend: :class:`CachedRecorder`.
+
+URL (given separately from the store URL, ``open_store(url, cache=...)`` or
+``ARES_CACHE_URL``)::
+
+    redis://[user:password@]host:6379/0?prefix=ares:&ttl=300&socket_timeout=0.2
+    rediss://...   (TLS)
+
+Query parameters (all optional; an unknown one is a :class:`ConfigError` listing these):
+
+``prefix``
+    key prefix, default ``ares:``. Keys are ``<prefix><ns>:s:<stream id>`` (one hash per
+    stream) and the wake-up channel is ``<prefix><ns>:wake``, where ``ns`` is a short
+    digest of the inner store's description, so two stores never share keys by accident.
+``ttl``
+    seconds a stream's cached tail lives after its last write (default 300).
+``tail``
+    how many of a stream's most recent events are kept (default 100).
+``socket_timeout`` / ``connect_timeout``
+    seconds (default 0.2; ``connect_timeout`` defaults to ``socket_timeout``). Short on
+    purpose: a slow Redis must cost little before it is bypassed.
+``retry_after``
+    seconds to bypass Redis after a failure before trying it again (default 1); doubles
+    on each further failure, up to 30.
+``ssl_cert_reqs`` / ``ssl_ca_certs``
+    ``rediss://`` only: ``none``, ``optional`` or ``required`` (default) and a CA file.
+
+Rules (the system of record is always the inner store; Redis is never trusted for
+anything that decides a write):
+
+* ``append`` goes to the inner backend first. Only after it committed is the stream's
+  cached tail updated (one ``EVALSHA``, which also publishes the wake-up). A cache
+  failure never fails an append that committed.
+* ``head``, ``heads``, ``last_position`` and ``read_all`` always go to the inner store: a
+  head is a cheap key lookup, and a cached head could be stale when another process
+  appends through another store instance, which would break ``expected_version`` logic.
+* ``read(stream, ...)`` reads the inner head first, then one ``HMGET`` of the cached tail.
+  The cached tail is stamped with the version and hash of its newest event; it is served
+  only when the stamp equals the inner head (the hash chain makes that proof that every
+  cached event is the stored one). When the stamp is behind the head (another process
+  appended), only the missing events are read from the inner store, linked to the cached
+  ones by ``prev_hash`` and written back. Anything else (stamp ahead, a different hash,
+  range older than the tail, undecodable entry) falls through to the inner store, which
+  refills the tail when the read reaches the head.
+* Integrity verification (``verify_stream``, ``audit``, anchors) never reads through the
+  cache: it reads the wrapped recorder (``.inner``).
+* Redis down (refused, timeout, any Redis error): one WARNING per outage, then every
+  operation bypasses the cache until ``retry_after`` has passed; an INFO line when it is
+  reachable again. Slower, never wrong, never failing.
+* ``wait_for`` uses the inner store's native wake-ups when it declares
+  :attr:`Capability.WAKEUPS`; else it subscribes to the wake-up channel and re-checks the
+  inner store on each message, and at least every 0.25 s, because writers that do not
+  use the cache publish nothing.
+
+Snapshots are not cached (they live next to the events; ``store.snapshots`` unwraps the
+recorder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import orjson
+
+from ares_events.errors import ConfigError, MissingDependencyError
+from ares_events.events import ExpectedVersion, PayloadRef, RecordedEvent
+from ares_events.stores.base import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    Head,
+    SealedEvent,
+    StoreURL,
+)
+
+if TYPE_CHECKING:
+    import redis
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CacheStats", "CachedRecorder"]
+
+_PARAMS: Final = (
+    "connect_timeout",
+    "prefix",
+    "retry_after",
+    "socket_timeout",
+    "ssl_ca_certs",
+    "ssl_cert_reqs",
+    "tail",
+    "ttl",
+)
+_MAX_BACKOFF: Final = 30.0
+_POLL_CAP: Final = 0.25
+"""Longest pause between inner-store checks in ``wait_for`` (writers without the cache
+publish no wake-ups)."""
+
+# Appends a contiguous run of events to a stream's cached tail, atomically.
+# KEYS[1] stream hash. ARGV: 1 first version, 2 last version, 3 prev_hash of the first
+# event, 4 hash of the last, 5 tail size, 6 ttl, 7 force ("1": replace whatever is there),
+# 8 wake-up channel ("" for none), 9 message, 10.. one entry per version from the first.
+# Fields: v = version of the newest cached event, h = its hash, f = oldest cached version,
+# e:<version> = entry. Without force, a run that does not extend the cached tail (its
+# prev_hash is not the cached h) replaces it, and a run not newer than the cache is
+# ignored (a concurrent writer got there first).
+APPEND_SCRIPT: Final = """
+if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[8], ARGV[9]) end
+local key = KEYS[1]
+local first = tonumber(ARGV[1])
+local last = tonumber(ARGV[2])
+local keep = tonumber(ARGV[5])
+local cur = redis.call('HMGET', key, 'v', 'h', 'f')
+local v = 0
+if cur[1] then v = tonumber(cur[1]) end
+local force = ARGV[7] == '1'
+if (not force) and v >= last then return 0 end
+local f = first
+if (not force) and v > 0 and v == first - 1 and cur[2] == ARGV[3] and cur[3] then
+  f = tonumber(cur[3])
+else
+  redis.call('DEL', key)
+end
+for i = 0, last - first do
+  redis.call('HSET', key, 'e:' .. (first + i), ARGV[10 + i])
+end
+local lo = last - keep + 1
+if lo > f then
+  for x = f, lo - 1 do redis.call('HDEL', key, 'e:' .. x) end
+  f = lo
+end
+redis.call('HSET', key, 'v', last, 'h', ARGV[4], 'f', f)
+redis.call('EXPIRE', key, tonumber(ARGV[6]))
+return 1
+"""
+
+_CERT_REQS: Final = ("none", "optional", "required")
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Counters of one :class:`CachedRecorder` (approximate under threads)."""
+
+    hits: int = 0
+    """Reads served entirely from Redis."""
+    partial_hits: int = 0
+    """Reads served from Redis plus the events appended behind the cache's back."""
+    misses: int = 0
+    """Reads that fell through to the inner store while Redis was reachable."""
+    bypassed: int = 0
+    """Operations that skipped Redis because it was down."""
+    errors: int = 0
+    """Redis failures (each starts or extends an outage)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    host: str
+    port: int
+    db: int
+    username: str | None
+    password: str | None
+    ssl: bool
+    prefix: str
+    ttl: int
+    tail: int
+    socket_timeout: float
+    connect_timeout: float
+    retry_after: float
+    ssl_cert_reqs: str | None
+    ssl_ca_certs: str | None
+
+
+def _parse(url: str) -> tuple[_Config, str]:
+    parsed = StoreURL.parse(url, source="cache URL")
+    redacted = parsed.redacted()
+    if parsed.scheme not in ("redis", "rediss"):
+        raise ConfigError(f"cache URL must be redis:// or rediss://, got {redacted}")
+    p = parsed.check_params(_PARAMS)
+    db_text = parsed.path.strip("/") or "0"
+    try:
+        db = int(db_text)
+        ttl = int(p.get("ttl", "300"))
+        tail = int(p.get("tail", "100"))
+        socket_timeout = float(p.get("socket_timeout", "0.2"))
+        connect_timeout = float(p.get("connect_timeout", str(socket_timeout)))
+        retry_after = float(p.get("retry_after", "1"))
+    except ValueError:
+        raise ConfigError(f"invalid number in cache URL {redacted}") from None
+    if db < 0 or ttl <= 0 or not 1 <= tail <= 100_000:
+        raise ConfigError(
+            f"cache URL {redacted}: database must be >= 0, ttl > 0 and tail in 1..100000"
+        )
+    if socket_timeout <= 0 or connect_timeout <= 0 or retry_after <= 0:
+        raise ConfigError(
+            f"cache URL {redacted}: socket_timeout, connect_timeout and retry_after "
+            "must be positive"
+        )
+    ssl = parsed.scheme == "rediss"
+    reqs = p.get("ssl_cert_reqs")
+    cas = p.get("ssl_ca_certs")
+    if not ssl and (reqs is not None or cas is not None):
+        raise ConfigError(f"ssl_cert_reqs and ssl_ca_certs need rediss://, got {redacted}")
+    if reqs is not None and reqs not in _CERT_REQS:
+        raise ConfigError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)} in {redacted}")
+    cfg = _Config(
+        host=parsed.host or "localhost",
+        port=parsed.port or 6379,
+        db=db,
+        username=parsed.username,
+        password=parsed.password,
+        ssl=ssl,
+        prefix=p.get("prefix", "ares:"),
+        ttl=ttl,
+        tail=tail,
+        socket_timeout=socket_timeout,
+        connect_timeout=connect_timeout,
+        retry_after=retry_after,
+        ssl_cert_reqs=reqs,
+        ssl_ca_certs=cas,
+    )
+    return cfg, redacted
+
+
+def _encode(e: RecordedEvent) -> bytes:
+    """One cached event: its stored fields as a compact JSON array (version and stream
+    are implied by the field name and the key).
+
+    Raises:
+        UnicodeDecodeError: a stored payload or metadata is not UTF-8 (never cached).
+    """
+    raw = e._payload_bytes
+    ref = e.payload_ref
+    return orjson.dumps(
+        [
+            e.position,
+            e.event_id_str,
+            e.type,
+            e.module,
+            None if raw is None else raw.decode(),
+            e.metadata_json.decode(),
+            e.at,
+            e.prev_hash.hex(),
+            e.hash.hex(),
+            None if ref is None else ref.to_json().decode(),
+        ]
+    )
+
+
+def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
+    pos, eid, typ, mod, payload, meta, at, prev, h, ref = orjson.loads(raw)
+    return RecordedEvent(
+        stream_id,
+        version,
+        pos,
+        eid,
+        typ,
+        mod,
+        None if payload is None else payload.encode(),
+        meta.encode(),
+        at,
+        bytes.fromhex(prev),
+        bytes.fromhex(h),
+        None if ref is None else PayloadRef.from_json(ref),
+    )
+
+
+class CachedRecorder:
+    """A :class:`~ares_events.stores.base.Recorder` that caches stream tails in Redis
+    around another recorder (see the module docstring for the consistency rules).
+
+    Anything it does not implement (``describe``, ``connection``, ``pool``, ``schema``,
+    ``snapshot_table``, ``path``, ...) is forwarded to :attr:`inner`.
+    """
+
+    capabilities: frozenset[Capability]
+    scheme: tuple[str, ...]
+
+    def __init__(self, inner: Any, url: str) -> None:
+        """Wrap ``inner``; no request is made to Redis here.
+
+        Raises:
+            ConfigError: a bad cache URL (the message never shows its password).
+            MissingDependencyError: redis-py is not installed.
+        """
+        cfg, redacted = _parse(url)
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as exc:  # pragma: no cover - only without the extra
+            raise MissingDependencyError("the Redis cache", "redis") from exc
+        self.inner = inner
+        self.capabilities = frozenset(inner.capabilities)
+        self.scheme = tuple(inner.scheme)
+        self.stats = CacheStats()
+        self._cfg = cfg
+        self._url = redacted
+        self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        kw: dict[str, Any] = {}
+        if cfg.ssl:
+            kw["ssl"] = True
+            if cfg.ssl_cert_reqs is not None:
+                kw["ssl_cert_reqs"] = cfg.ssl_cert_reqs
+            if cfg.ssl_ca_certs is not None:
+                kw["ssl_ca_certs"] = cfg.ssl_ca_certs
+        # No retries inside redis-py (its default retries with backoff for seconds): a
+        # failure must cost one short timeout, then the cache is bypassed.
+        self._redis: redis.Redis = redis.Redis(
+            host=cfg.host,
+            port=cfg.port,
+            db=cfg.db,
+            username=cfg.username,
+            password=cfg.password,
+            socket_timeout=cfg.socket_timeout,
+            socket_connect_timeout=cfg.connect_timeout,
+            retry=Retry(NoBackoff(), 0),
+            **kw,
+        )
+        self._script = self._redis.register_script(APPEND_SCRIPT)
+        describe = getattr(inner, "describe", None)
+        label = describe() if callable(describe) else type(inner).__name__
+        ns = hashlib.blake2b(str(label).encode(), digest_size=6).hexdigest()
+        self._ns = f"{cfg.prefix}{ns}:"
+        self._channel = f"{self._ns}wake".encode()
+        self._lock = threading.Lock()
+        self._outage = False
+        self._failures = 0
+        self._down_until = 0.0
+        self._closed = False
+
+    @classmethod
+    def wrap(cls, inner: Any, url: str) -> CachedRecorder:
+        """Wrap ``inner`` with a Redis cache at ``url`` and check Redis once (a failure
+        only logs a WARNING: the store works without its cache).
+
+        Raises:
+            ConfigError: a bad cache URL.
+            MissingDependencyError: redis-py is not installed.
+        """
+        rec = cls(inner, url)
+        try:
+            rec._redis.ping()
+        except rec._redis_errors as exc:
+            rec._failed(exc)
+        else:
+            logger.info("redis cache %s in front of %s", rec._url, rec.describe())
+        return rec
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("inner")
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def __repr__(self) -> str:
+        return f"CachedRecorder({self.describe()!r}, cache={self._url!r})"
+
+    @property
+    def cache_url(self) -> str:
+        """The cache URL, redacted (safe to log)."""
+        return self._url
+
+    def describe(self) -> str:
+        """The inner store's description."""
+        describe = getattr(self.inner, "describe", None)
+        return str(describe()) if callable(describe) else type(self.inner).__name__
+
+    def key(self, stream_id: str) -> bytes:
+        """The Redis key of ``stream_id``'s cached tail."""
+        return f"{self._ns}s:{stream_id}".encode()
+
+    def _usable(self) -> bool:
+        return not self._outage or time.monotonic() >= self._down_until
+
+    def _failed(self, exc: BaseException) -> None:
+        """Start or extend an outage: WARNING once, then bypass with backoff."""
+        with self._lock:
+            self.stats.errors += 1
+            self._failures += 1
+            delay = min(self._cfg.retry_after * 2 ** min(self._failures - 1, 16), _MAX_BACKOFF)
+            self._down_until = time.monotonic() + delay
+            first = not self._outage
+            self._outage = True
+        if first:
+            logger.warning(
+                "redis cache %s unavailable (%s); bypassing it, reads and appends go to %s "
+                "only; retrying in %gs",
+                self._url,
+                self._safe(exc),
+                self.describe(),
+                delay,
+            )
+        else:
+            logger.debug("redis cache %s still unavailable; retrying in %gs", self._url, delay)
+
+    def _ok(self) -> None:
+        if not self._outage:
+            return
+        with self._lock:
+            was, self._outage, self._failures = self._outage, False, 0
+        if was:
+            logger.info("redis cache %s reachable again", self._url)
+
+    def _safe(self, exc: BaseException) -> str:
+        """``exc`` as text, with the password (if any) blanked out."""
+        text = f"{type(exc).__name__}: {exc}"
+        pw = self._cfg.password
+        if pw and len(pw) >= 3:
+            text = text.replace(pw, "***")
+        return text
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append to the inner store, then (after it committed) update the cached tail and
+        publish a wake-up. Never consults the cache.
+
+        Raises:
+            ConcurrencyError: ``expected_version`` is not satisfied (from the inner store).
+            StoreUnavailable: the inner store cannot be reached.
+        """
+        spy = _SealRecorder.around(batch)
+        outcome: AppendOutcome = self.inner.append(spy, expected_version)
+        if outcome.duplicate:
+            return outcome
+        events = outcome.events or self._rebuild(spy, outcome)
+        if events:
+            self._store_tail(batch.stream_id, events, force=False, publish=True)
+        elif outcome.position is not None:
+            self._publish(outcome.position)  # readers catch the tail up from the inner store
+        return outcome
+
+    def _rebuild(self, spy: _SealRecorder, outcome: AppendOutcome) -> list[RecordedEvent]:
+        """The events just written, for a backend that returned only version and position.
+
+        Only where a batch provably takes consecutive positions (gapless backends, and the
+        built-in PostgreSQL one, which numbers a batch ``first + i``); else nothing, and
+        the next read catches the cached tail up from the inner store.
+        """
+        sealed = spy.sealed
+        if not sealed or outcome.position is None or sealed[-1].version != outcome.version:
+            return []
+        consecutive = Capability.GAPLESS_POSITIONS in self.capabilities or (
+            type(self.inner).__module__ == "ares_events.stores.postgres"
+        )
+        if not consecutive:
+            return []
+        first = outcome.position - len(sealed) + 1
+        return [s.recorded(spy.stream_id, first + i) for i, s in enumerate(sealed)]
+
+    def _publish(self, position: int) -> None:
+        if not self._usable():
+            self.stats.bypassed += 1
+            return
+        try:
+            self._redis.publish(self._channel, position)
+        except self._redis_errors as exc:
+            self._failed(exc)
+        else:
+            self._ok()
+
+    def _store_tail(
+        self, stream_id: str, events: Sequence[RecordedEvent], *, force: bool, publish: bool
+    ) -> None:
+        """Write a contiguous run of events as (part of) the stream's cached tail."""
+        if not self._usable():
+            self.stats.bypassed += 1
+            return
+        run = list(events[-self._cfg.tail :])
+        try:
+            entries = [_encode(e) for e in run]
+        except (UnicodeDecodeError, TypeError, ValueError):
+            logger.debug("stream %r: events not cacheable; tail not updated", stream_id)
+            entries = []
+        channel = self._channel if publish else b""
+        try:
+            if entries:
+                first, last = run[0], run[-1]
+                args: list[Any] = [
+                    first.version,
+                    last.version,
+                    first.prev_hash,
+                    last.hash,
+                    self._cfg.tail,
+                    self._cfg.ttl,
+                    "1" if force else "0",
+                    channel,
+                    last.position,
+                    *entries,
+                ]
+                self._script(keys=[self.key(stream_id)], args=args)
+            elif publish:
+                self._redis.publish(channel, events[-1].position)
+        except self._redis_errors as exc:
+            self._failed(exc)
+        else:
+            self._ok()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> Iterator[RecordedEvent]:
+        """Events of one stream in version order, from the cached tail when it provably
+        matches the inner store's head, else from the inner store (lazily)."""
+        if not self._usable():
+            self.stats.bypassed += 1
+            return self.inner.read(stream_id, from_version, to_version, limit)  # type: ignore[no-any-return]
+        return self._read(stream_id, from_version, to_version, limit)
+
+    def _read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> Iterator[RecordedEvent]:
+        head: Head | None = self.inner.head(stream_id)
+        if head is None:
+            yield from self.inner.read(stream_id, from_version, to_version, limit)
+            return
+        lo = max(from_version, 1)
+        hi = head.version if to_version is None else min(to_version, head.version)
+        if limit is not None:
+            hi = min(hi, lo + limit - 1)
+        if hi < lo:
+            return  # nothing in range as of the head just read
+        force: bool | None = False
+        if hi - lo < self._cfg.tail:
+            served, force = self._from_cache(stream_id, lo, hi, head)
+            if served is not None:
+                yield from served
+                return
+        self.stats.misses += 1
+        # Read to the end requested, not to the head: a longer answer is just as true.
+        yield from self._read_through(stream_id, lo, to_version, limit, head, force)
+
+    def _read_through(
+        self,
+        stream_id: str,
+        lo: int,
+        to_version: int | None,
+        limit: int | None,
+        head: Head,
+        force: bool | None,
+    ) -> Iterator[RecordedEvent]:
+        """Read the inner store; when the read reaches the head, refill the cached tail
+        (``force``: replace what is cached; None: the cache is current, leave it)."""
+        recent: deque[RecordedEvent] = deque(maxlen=self._cfg.tail)
+        for e in self.inner.read(stream_id, lo, to_version, limit):
+            recent.append(e)
+            yield e
+        if force is not None and recent and recent[-1].version >= head.version:
+            self._store_tail(
+                stream_id, _contiguous_suffix(list(recent)), force=force, publish=False
+            )
+
+    def _from_cache(
+        self, stream_id: str, lo: int, hi: int, head: Head
+    ) -> tuple[list[RecordedEvent] | None, bool | None]:
+        """Events ``lo..hi`` from the cache, or None and how to refill it (True: replace
+        it, False: extend it, None: leave it)."""
+        fields: list[bytes] = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, hi + 1))]
+        try:
+            vals = cast("list[bytes | None]", self._redis.hmget(self.key(stream_id), fields))
+        except self._redis_errors as exc:
+            self._failed(exc)
+            return None, False
+        self._ok()
+        if vals[0] is None or vals[1] is None:
+            return None, False  # nothing cached for this stream
+        try:
+            cached_v = int(vals[0])
+            cached_h = bytes(vals[1])
+            if cached_v == head.version:
+                if cached_h != head.hash:
+                    return None, True  # another chain under this key: replace it
+                raws = vals[3:]
+                if any(r is None for r in raws):
+                    return None, None  # older than the (current) cached tail
+                out = [_decode(stream_id, lo + i, cast(bytes, r)) for i, r in enumerate(raws)]
+                self.stats.hits += 1
+                return out, False
+            if cached_v > head.version:
+                return None, True  # cache ahead of the store (restored, or another store)
+            return self._catch_up(stream_id, lo, hi, head, cached_v, cached_h, vals[3:])
+        except (ValueError, TypeError, orjson.JSONDecodeError):
+            logger.debug("stream %r: undecodable cache entry; refilling", stream_id)
+            return None, True
+
+    def _catch_up(
+        self,
+        stream_id: str,
+        lo: int,
+        hi: int,
+        head: Head,
+        cached_v: int,
+        cached_h: bytes,
+        raws: Sequence[bytes | None],
+    ) -> tuple[list[RecordedEvent] | None, bool | None]:
+        """The cache is behind the head: read only the newer events from the inner store,
+        check they link onto the cached tail, serve both and extend the cache."""
+        missing = head.version - cached_v
+        if missing > self._cfg.tail:
+            return None, False
+        cached_part = raws[: max(0, min(hi, cached_v) - lo + 1)]
+        if any(r is None for r in cached_part):
+            return None, False
+        newer = list(self.inner.read(stream_id, cached_v + 1, head.version, None))
+        if len(newer) != missing or newer[0].prev_hash != cached_h or newer[-1].hash != head.hash:
+            return None, True  # the cached tail is not this stream's history
+        out = [_decode(stream_id, lo + i, cast(bytes, r)) for i, r in enumerate(cached_part)]
+        out.extend(e for e in newer if lo <= e.version <= hi)
+        self.stats.partial_hits += 1
+        self._store_tail(stream_id, newer, force=False, publish=False)
+        return out, False
+
+    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
+        """Global order, always from the inner store."""
+        return self.inner.read_all(after_position, limit)  # type: ignore[no-any-return]
+
+    def head(self, stream_id: str) -> Head | None:
+        """The inner store's head (never cached: it decides ``expected_version``)."""
+        return self.inner.head(stream_id)  # type: ignore[no-any-return]
+
+    def heads(self) -> Iterator[tuple[str, Head]]:
+        """Every head, from the inner store."""
+        return self.inner.heads()  # type: ignore[no-any-return]
+
+    def last_position(self) -> int:
+        """The inner store's last position."""
+        return int(self.inner.last_position())
+
+    # -- wake-ups ----------------------------------------------------------------------------
+
+    def wait_for(self, position: int, timeout: float) -> bool:
+        """Block until an event after ``position`` is committed, or ``timeout`` seconds.
+
+        Uses the inner store's native wake-ups when it has them, else the Redis wake-up
+        channel plus a gentle re-check (at least every 0.25 s), else polling.
+
+        Returns:
+            True when an event after ``position`` exists.
+
+        Raises:
+            StoreUnavailable: the inner store cannot be reached.
+        """
+        native = getattr(self.inner, "wait_for", None)
+        if callable(native) and Capability.WAKEUPS in self.capabilities:
+            return bool(native(position, timeout))
+        deadline = time.monotonic() + timeout
+        if self.inner.last_position() > position:
+            return True
+        pubsub = self._subscribe()
+        delay = 0.005
+        try:
+            while True:
+                # Checked after subscribing, so an append just before cannot be missed.
+                if self.inner.last_position() > position:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if pubsub is not None:
+                    try:
+                        pubsub.get_message(timeout=min(left, _POLL_CAP))
+                    except self._redis_errors as exc:
+                        self._failed(exc)
+                        _close_quietly(pubsub)
+                        pubsub = None
+                else:
+                    time.sleep(min(delay, left))
+                    delay = min(delay * 2, _POLL_CAP)
+        finally:
+            if pubsub is not None:
+                _close_quietly(pubsub)
+
+    def _subscribe(self) -> Any:
+        if not self._usable():
+            self.stats.bypassed += 1
+            return None
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        try:
+            pubsub.subscribe(self._channel)
+        except self._redis_errors as exc:
+            self._failed(exc)
+            _close_quietly(pubsub)
+            return None
+        self._ok()
+        return pubsub
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the Redis connections, then the inner store. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(*self._redis_errors):
+                self._redis.close()
+        self.inner.close()
+
+
+class _SealRecorder(Batch):
+    """A copy of a :class:`Batch` that remembers what the backend sealed (the versions and
+    hashes it wrote), for backends that return no events from ``append``."""
+
+    __slots__ = ("sealed",)
+
+    sealed: list[SealedEvent]
+
+    @classmethod
+    def around(cls, batch: Batch) -> _SealRecorder:
+        spy = cls.__new__(cls)
+        for klass in type(batch).__mro__:
+            for name in getattr(klass, "__slots__", ()):
+                if hasattr(batch, name):
+                    object.__setattr__(spy, name, getattr(batch, name))
+        spy.sealed = []
+        return spy
+
+    def seal(self, head: Head | None) -> list[SealedEvent]:
+        """Seal as the original would, and remember the result."""
+        self.sealed = super().seal(head)
+        return self.sealed
+
+
+def _contiguous_suffix(events: Sequence[RecordedEvent]) -> list[RecordedEvent]:
+    """The longest run at the end of ``events`` with consecutive, linked versions."""
+    out = [events[-1]]
+    for e in reversed(events[:-1]):
+        nxt = out[-1]
+        if e.version != nxt.version - 1 or e.hash != nxt.prev_hash:
+            break
+        out.append(e)
+    out.reverse()
+    return out
+
+
+def _close_quietly(pubsub: Any) -> None:
+    with contextlib.suppress(Exception):
+        pubsub.close()
