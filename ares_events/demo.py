@@ -156,7 +156,7 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
         ev(
             "agent.started",
             "runtime",
-            {"instance": f"i-{rng.randint(1000, 9999)}", "model": model, "attempt": 1},
+            {"instance_id": f"i-{rng.randint(1000, 9999)}", "model": model, "attempt": 1},
         )
     ]
     left = n - 5  # 3 above, 2 at the end
@@ -170,7 +170,12 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
             ev(
                 "model.call.requested",
                 "llm",
-                {"call_id": call_id, "model": model, "prompt_tokens": prompt, "step": step},
+                {
+                    "call_id": call_id,
+                    "step": step,
+                    "messages_hash": f"{rng.getrandbits(128):032x}",
+                    "params": {"model": model, "temperature": 0},
+                },
             )
         ]
         left -= 1
@@ -185,8 +190,9 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
                 "llm",
                 {
                     "call_id": call_id,
-                    "completion_tokens": completion,
-                    "finish_reason": "tool_calls" if tool else "stop",
+                    "step": step,
+                    "completion": {"finish_reason": "tool_calls" if tool else "stop"},
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
                     "latency_ms": rng.randint(180, 4200),
                 },
             )
@@ -200,8 +206,9 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
                     "tool.call.requested",
                     "tools",
                     {
+                        "idempotency_key": f"{run_id}-{agent:02d}:{step}",
                         "tool_call_id": tool_call,
-                        "tool": tool,
+                        "name": tool,
                         "args": {arg: rng.choice(_ARGS[arg])},
                     },
                 )
@@ -212,7 +219,9 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
                     "tool.returned",
                     "tools",
                     {
+                        "idempotency_key": f"{run_id}-{agent:02d}:{step}",
                         "tool_call_id": tool_call,
+                        "result": {"bytes": rng.randint(10, 20_000)},
                         "ok": rng.random() > 0.08,
                         "duration_ms": rng.randint(3, 2500),
                         "result_bytes": rng.randint(10, 20_000),
@@ -221,7 +230,7 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
                 ev(
                     "state.patched",
                     "runtime",
-                    {"patch": [{"op": "replace", "path": "/step", "value": step}]},
+                    {"key": "step", "value": step},
                 ),
             ]
             left -= 3
@@ -230,7 +239,7 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
                 ev(
                     "state.patched",
                     "runtime",
-                    {"patch": [{"op": "add", "path": "/notes/-", "value": f"step {step} done"}]},
+                    {"key": "notes", "value": f"step {step} done"},
                 )
             ]
             left -= 1

@@ -441,7 +441,7 @@ class Journal:
     # -- state, interrupts, end ----------------------------------------------------------
 
     def _replayed(self, step: int, type_: str) -> bool:
-        return self.state["steps"].get(str(step)) == type_
+        return bool(self.state["steps"].get(str(step)) == type_)
 
     def patch(self, key: str, value: Any) -> None:
         """Record a state patch (skipped when replaying a recorded step)."""
@@ -461,7 +461,7 @@ class Journal:
         and the process should exit; False when replaying an interrupt already resumed."""
         step = self._next_step()
         if self._replayed(step, "run.interrupted"):
-            return self.state["status"] == "paused"
+            return bool(self.state["status"] == "paused")
         self._require_runnable()
         self._append("run.interrupted", {"reason": reason, "step": step})
         return True

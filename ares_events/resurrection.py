@@ -246,7 +246,7 @@ class AgentReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 @dataclass(slots=True)

@@ -378,8 +378,11 @@ def audit(
 ) -> AuditReport:
     """Verify every stream, the global positions and (``deep=True``) every spilled blob.
 
-    One pass over ``read_all``: each stream's chain is checked as its events go by, then
-    every head is compared with the last event seen.
+    Two passes. First every stream with a head is read by version and its chain checked
+    against its head (stream reads see every committed event, whatever the backend's
+    ``read_all`` visibility rule). Then one pass over ``read_all`` checks that global
+    positions increase (without gaps where the backend promises that) and finds events
+    of streams that have no head row.
 
     Args:
         store: the store to audit.
@@ -393,31 +396,47 @@ def audit(
     """
     report = AuditReport()
     heads = dict(store.recorder.heads())
-    total = store.last_position()
-    gapless = Capability.GAPLESS_POSITIONS in store.capabilities
-    verifiers: dict[str, ChainVerifier] = {}
-    counts: dict[str, int] = {}
-    last_pos = 0
+    expected = sum(h.version for h in heads.values())
     key = store.chain_key
     blobs_seen: set[str] = set()
-    n = 0
-    for e in store.read_all():
-        if e.position > total:
-            continue  # appended after the audit started
-        n += 1
-        sid = e.stream_id
-        ver = verifiers.get(sid)
-        if ver is None:
-            ver = verifiers[sid] = ChainVerifier(sid, key)
-            counts[sid] = 0
-        ver.check(e)
-        counts[sid] += 1
+    done = 0
+    # Straight from the system of record, under any cache wrapper (``inner``).
+    recorder = getattr(store.recorder, "inner", store.recorder)
+    for sid, head in heads.items():
+        ver = ChainVerifier(sid, key)
+        n = 0
+        for e in recorder.read(sid, 1, None, None):
+            ver.check(e)
+            n += 1
+            ref = e.payload_ref
+            if deep and ref is not None and ref.key not in blobs_seen:
+                blobs_seen.add(ref.key)
+                report.blobs_checked += 1
+                _check_blob(store, e, report)
+            done += 1
+            if progress is not None and done % 1000 == 0:
+                progress(done, max(expected, done))
+        shead: Head | None = head
+        if ver.last > head.version:  # maybe appended since the heads were read
+            shead = store.head(sid)
+        ver.check_head(shead)
+        r = VerifyReport(sid, ver.findings, n, ver.last, shead.version if shead else 0)
+        report.streams[sid] = r
+        report.findings.extend(r.findings)
+    report.events_checked = done
+    total = store.last_position()
+    gapless = Capability.GAPLESS_POSITIONS in store.capabilities
+    orphans: dict[str, ChainVerifier] = {}
+    orphan_counts: dict[str, int] = {}
+    last_pos = 0
+    for e in recorder.read_all(0, None):
         pos = e.position
+        if pos > total:
+            continue  # appended after the audit started
+        sid = e.stream_id
         if pos <= last_pos:
             report.findings.append(
-                Finding(
-                    "position_order", sid, e.version, f"position {pos} after position {last_pos}"
-                )
+                Finding("position_order", sid, e.version, f"position {pos} after {last_pos}")
             )
         elif gapless and pos != last_pos + 1:
             report.findings.append(
@@ -429,27 +448,23 @@ def audit(
                 )
             )
         last_pos = max(last_pos, pos)
-        if deep and e.payload_ref is not None and e.payload_ref.key not in blobs_seen:
-            blobs_seen.add(e.payload_ref.key)
-            report.blobs_checked += 1
-            _check_blob(store, e, report)
-        if progress is not None and n % 1000 == 0:
-            progress(n, total)
-        report.events_checked = n
-    for sid, head in heads.items():
-        ver = verifiers.get(sid)
-        if ver is None:
-            ver = verifiers[sid] = ChainVerifier(sid, key)
-            counts[sid] = 0
-        ver.check_head(head)
-    for sid, ver in sorted(verifiers.items()):
         if sid not in heads:
-            ver.check_head(None)
-        shead = heads.get(sid)
-        r = VerifyReport(sid, ver.findings, counts[sid], ver.last, shead.version if shead else 0)
+            ov = orphans.get(sid)
+            if ov is None:
+                ov = orphans[sid] = ChainVerifier(sid, key)
+                orphan_counts[sid] = 0
+            ov.check(e)
+            orphan_counts[sid] += 1
+    for sid, ov in sorted(orphans.items()):
+        ohead = store.head(sid)
+        if ohead is not None:
+            continue  # a stream created after the audit started
+        ov.check_head(None)
+        r = VerifyReport(sid, ov.findings, orphan_counts[sid], ov.last, 0)
         report.streams[sid] = r
         report.findings.extend(r.findings)
-    report.streams_checked = len(verifiers)
+        report.events_checked += orphan_counts[sid]
+    report.streams_checked = len(report.streams)
     if anchors is not None:
         from ares_events.integrity.anchors import check_anchors
 

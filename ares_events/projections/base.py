@@ -26,8 +26,17 @@ __all__ = ["FoldResult", "Projection", "SkippedEvent", "fold"]
 class Projection(Protocol):
     """What every projection provides."""
 
-    name: str
-    version: int
+    # Read-only properties, so a class attribute (``name: ClassVar[str] = ...``, as the
+    # built-ins declare) satisfies the protocol as well as an instance attribute does.
+    @property
+    def name(self) -> str:
+        """Stable name (read-model tables and snapshots are keyed by it)."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Bump when ``apply`` changes meaning."""
+        ...
 
     def initial(self) -> Any:
         """The state before any event."""

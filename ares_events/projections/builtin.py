@@ -302,6 +302,9 @@ class RunStateProjection:
                 state["prompt_hash"] = p.prompt_hash
             elif p.decision == "refuse":
                 state["status"] = "refused"
+            if p.decision != "refuse" and state["status"] == "refused":
+                # A later gate let the run go on (e.g. the old code was redeployed).
+                state["status"] = "paused" if state["interrupt"] else "running"
         elif event.type == "run.completed":
             state["status"] = "completed"
         elif isinstance(p, RunFailed):

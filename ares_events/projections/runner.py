@@ -146,12 +146,11 @@ class DiffReport:
 
 def _ensure_live(tables: ReadModelTables, projection: Projection) -> ProjectionMeta:
     meta = tables.meta(projection.name)
-    if meta is None:
-        meta = replace(
-            new_meta(projection.name, projection.version),
-            active_table=table_name(projection.name, 1),
-            generation=1,
-        )
+    if meta is None or meta.active_table is None:
+        # No live table yet: never run, or only a first rebuild was started (and stopped).
+        base = meta or new_meta(projection.name, projection.version)
+        gen = base.generation + 1
+        meta = replace(base, active_table=table_name(projection.name, gen), generation=gen)
         tables.create(meta.active_table or "")
         tables.put_meta(meta)
     return meta
