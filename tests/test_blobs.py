@@ -327,9 +327,9 @@ def test_gc_removes_stale_temp_files_and_restores_tombstones(
 
 
 def test_gc_needs_a_blob_store(tmp_path: Path) -> None:
-    """gc_blobs on a store without blobs is a ConfigError."""
+    """gc_blobs on a store opened without a blob store (blobs=False) is a ConfigError."""
     with (
-        ae.open_store(f"sqlite:///{tmp_path / 'x.db'}") as store,
+        ae.open_store(f"sqlite:///{tmp_path / 'x.db'}", blobs=False) as store,
         pytest.raises(ConfigError, match="blob store"),
     ):
         gc_blobs(store, timedelta(hours=1))
@@ -442,3 +442,44 @@ def test_spilled_event_without_a_blob_store_raises_blob_missing(
         assert e.payload_ref is not None and e.type == "t"
         with pytest.raises(BlobMissing, match="no blob store configured"):
             _ = e.payload
+
+
+def test_cli_gc_blobs_deletes_only_old_orphans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ares-events gc-blobs` keeps referenced blobs and deletes only old orphans."""
+    import json as _json
+
+    from ares_events.cli import main
+
+    db = tmp_path / "g.db"
+    blobs = tmp_path / "blobs"
+    with ae.open_store(f"sqlite:///{db}", blobs=blobs.as_uri(), spill_threshold=64) as store:
+        store.append("s", [ae.NewEvent(type="t", module="m", payload={"x": "a" * 500})])
+        orphan = store.blobs.put(b'{"x":"orphan payload of a failed append"}')
+    old = time.time() - 7200
+    for path in blobs.rglob(orphan.key):
+        os.utime(path, (old, old))
+    args = ["--store", f"sqlite:///{db}", "--blobs", blobs.as_uri(), "gc-blobs", "--json"]
+    assert main([*args, "--dry-run"]) == 0
+    dry = _json.loads(capsys.readouterr().out)
+    assert dry["deleted"] == [orphan.key] and dry["kept_referenced"] == 1
+    assert any(blobs.rglob(orphan.key))
+    assert main(args) == 0
+    done = _json.loads(capsys.readouterr().out)
+    assert done["deleted"] == [orphan.key]
+    assert not any(blobs.rglob(orphan.key))
+    with ae.open_store(f"sqlite:///{db}", blobs=blobs.as_uri()) as store:
+        assert ae.integrity.audit(store, deep=True).ok
+
+
+def test_sqlite_file_defaults_to_a_blob_folder_next_to_it(tmp_path: Path) -> None:
+    """A SQLite file store spills to <file>.blobs by default; in-memory SQLite does not."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'd.db'}", spill_threshold=100) as store:
+        store.append("s", [ae.NewEvent(type="t", module="m", payload={"x": "b" * 400})])
+        ref = next(store.read("s")).payload_ref
+        assert ref is not None
+        assert any((tmp_path / "d.db.blobs").rglob(ref.key))
+    with ae.open_store("sqlite://", spill_threshold=100) as mem:
+        mem.append("s", [ae.NewEvent(type="t", module="m", payload={"x": "b" * 400})])
+        assert mem.blobs is None and next(mem.read("s")).payload_ref is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ares_events.errors import ConfigError
 from ares_events.integrity.chain import ChainKey
@@ -36,7 +36,7 @@ __all__ = [
 def open_store(
     url: str,
     *,
-    blobs: str | None = None,
+    blobs: str | Literal[False] | None = None,
     spill_threshold: int = 256 * 1024,
     cache: str | None = None,
     chain_key: ChainKey | bytes | str | None = None,
@@ -48,6 +48,8 @@ def open_store(
         url: ``memory://[NAME]``, ``sqlite:///rel.db``, ``sqlite:////abs.db``,
             ``postgresql://user@host/db?...``.
         blobs: blob store URL for spilled payloads (``file:///dir``, ``s3://bucket/prefix``).
+            None (default): the backend's default, if it has one: for a SQLite file, the
+            folder ``<file>.blobs`` next to it. False: no blob store (nothing spills).
         spill_threshold: payloads larger than this many bytes go to ``blobs``.
         cache: optional Redis URL for a read-through cache (never the system of record).
         chain_key: 32-byte key (raw, hex or :class:`ChainKey`) for keyed link hashes.
@@ -70,7 +72,10 @@ def open_store(
     recorder = cls.from_url(parsed, **options)
     try:
         blob_store = None
-        if blobs is not None:
+        if blobs is None:
+            default = getattr(recorder, "default_blobs_url", None)
+            blobs = default() if callable(default) else None
+        if blobs:
             from ares_events.stores.blobs import open_blobs
 
             blob_store = open_blobs(blobs)

@@ -193,6 +193,12 @@ class SQLiteRecorder:
         """Human-readable location."""
         return "sqlite:// (in memory)" if self.path is None else f"sqlite:///{self.path}"
 
+    def default_blobs_url(self) -> str | None:
+        """The embedded default blob store: a folder ``<file>.blobs`` next to the file."""
+        if self.path is None:
+            return None
+        return Path(f"{self.path.resolve()}.blobs").as_uri()
+
     # -- connections ---------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
