@@ -432,12 +432,16 @@ def test_file_url_rules(tmp_path: Path) -> None:
 def test_spilled_event_without_a_blob_store_raises_blob_missing(
     tmp_path: Path, blob_dir: Path
 ) -> None:
-    """Reopening a store without blobs= still reads metadata; the payload raises
+    """Reopening a store with no blob store still reads metadata; the payload raises
     BlobMissing."""
     url = f"sqlite:///{tmp_path / 'ev.db'}"
     with ae.open_store(url, blobs=blob_dir.as_uri(), spill_threshold=100) as store:
         ae.emit(store, "s", "t", "m", payload_of_size(500))
-    with ae.open_store(url) as store:
+    with ae.open_store(url) as store:  # the default folder next to the file lacks it
+        (e,) = store.read("s")
+        with pytest.raises(BlobMissing):
+            _ = e.payload
+    with ae.open_store(url, blobs=False) as store:
         (e,) = store.read("s")
         assert e.payload_ref is not None and e.type == "t"
         with pytest.raises(BlobMissing, match="no blob store configured"):
