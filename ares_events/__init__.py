@@ -16,11 +16,24 @@ from ares_events.events import (
     PayloadRef,
     RecordedEvent,
 )
+from ares_events.journal import (
+    AsyncJournal,
+    InDoubtToolCall,
+    Journal,
+    JournalStats,
+    ModelReply,
+    ReplayDivergence,
+    RunNotRunnable,
+    RunRefused,
+    ToolCallFailed,
+    migrating_gate,
+    strict_gate,
+)
 from ares_events.recovery import RecoveryReport, RecoverySource, Snapshotter, recover, snapshot
 from ares_events.replay import ReplayResult, replay
 from ares_events.settings import Settings
 from ares_events.store import EventStore, emit
-from ares_events.stores import available_schemes, open_store, register_store
+from ares_events.stores import Capability, available_schemes, open_store, register_store
 
 __version__ = "0.1.0"
 
@@ -29,26 +42,38 @@ __all__ = [
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
+    "AsyncJournal",
+    "Capability",
     "EventStore",
     "Expect",
+    "InDoubtToolCall",
+    "Journal",
+    "JournalStats",
+    "ModelReply",
     "NewEvent",
     "PayloadRef",
     "RecordedEvent",
     "RecoveryReport",
     "RecoverySource",
+    "ReplayDivergence",
     "ReplayResult",
+    "RunNotRunnable",
+    "RunRefused",
     "Settings",
     "Snapshotter",
+    "ToolCallFailed",
     "__version__",
     "available_schemes",
     "catalog",
     "emit",
     "errors",
     "integrity",
+    "migrating_gate",
     "open_store",
     "projections",
     "recover",
     "register_store",
     "replay",
     "snapshot",
+    "strict_gate",
 ]

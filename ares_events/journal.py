@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 import blake3
 
 from ares_events.catalog import new_event
-from ares_events.errors import AresError, ChainIntegrityError
+from ares_events.errors import AresError, ChainIntegrityError, ConfigError
 from ares_events.events import NO_STREAM
 from ares_events.integrity.chain import canonical_json
 from ares_events.projections.builtin import RunStateProjection
@@ -241,7 +241,9 @@ class Journal:
             recorded = (self.state["code_revision"] or "", self.state["prompt_hash"] or "")
             decision = gate(recorded, current)
             if decision not in ("resume", "migrate", "refuse"):
-                raise ValueError(f"gate returned {decision!r}; expected resume/migrate/refuse")
+                raise ConfigError(
+                    f"version gate returned {decision!r}; expected resume, migrate or refuse"
+                )
             self._append(
                 "run.gate",
                 {

@@ -177,9 +177,11 @@ class ProcessSupervisor:
             in ``ARES_HEARTBEAT_FILE`` and call :func:`heartbeat`.
         heartbeat_timeout: a live process silent for longer is killed and counted dead
             (None disables heartbeat checks).
-        max_restarts: restart cap per agent (resurrections after deaths).
+        max_restarts: restart cap per agent (resurrections after deaths); 0 means no cap.
         backoff_base, backoff_cap: the backoff schedule (1 s to 30 s by default).
-        on_flap: called with a :class:`FlapSignal` when an agent starts flapping.
+        on_flap: called with a :class:`FlapSignal` after every death while the agent is
+            flapping (``flap_deaths`` deaths within ``flap_window_s``), so an alert
+            repeats until the agent calms down.
     """
 
     def __init__(

@@ -1,0 +1,58 @@
+"""`ares-events demo`: the kill -9 story end to end (real processes, real SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ares_events as ae
+from ares_events.cli import main
+
+AGENT_KEYS = {
+    "agent",
+    "finished",
+    "steps",
+    "resumes",
+    "model_calls_made",
+    "model_calls_answered_from_log",
+    "tokens_saved",
+    "reissued_model_calls",
+    "tool_side_effects",
+    "duplicate_side_effects",
+    "resume_ms",
+    "chain_ok",
+    "events",
+}
+
+
+@pytest.mark.slow
+def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three agents, two group SIGKILLs: every agent finishes, no duplicate side effect,
+    no re-issued model call, calls answered from the log, and the JSON has one entry
+    per agent with the documented keys."""
+    url = f"sqlite:///{tmp_path}/d.db"
+    argv = ["--store", url, "demo", "--agents", "3", "--kills", "2", "--steps", "6"]
+    code = main([*argv, "--seed", "3", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert out["all_finished"] is True
+    assert out["kills"] == 2
+    assert out["duplicate_side_effects"] == 0
+    assert out["reissued_model_calls"] == 0
+    assert out["model_calls_saved"] > 0 and out["tokens_saved"] > 0
+    assert out["all_chains_ok"] is True
+    assert len(out["agents"]) == 3
+    for agent in out["agents"]:
+        assert set(agent) >= AGENT_KEYS
+        assert agent["finished"] and agent["chain_ok"]
+        assert agent["steps"] == 6 and agent["tool_side_effects"] == 6
+        assert agent["duplicate_side_effects"] == agent["reissued_model_calls"] == 0
+    assert (
+        sum(a["model_calls_answered_from_log"] for a in out["agents"]) == (out["model_calls_saved"])
+    )
+    with ae.open_store(url) as store:
+        assert ae.integrity.audit(store).ok
