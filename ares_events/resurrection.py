@@ -193,7 +193,7 @@ def supervise_main(args: argparse.Namespace) -> int:
     work = Path(args.services).parent
     sup = ProcessSupervisor(
         store,
-        heartbeat_dir=work / f"{args.run}-hb",
+        heartbeat_dir=work / f"{Path(args.services).stem}.heartbeats" / args.run,
         heartbeat_timeout=10.0,
         max_restarts=50,
         backoff_base=0.05,

@@ -30,6 +30,13 @@ from ares_events.snapshots import (
 from ares_events.store import EventStore
 from ares_events.stores.base import AppendOutcome, Batch, Capability, Head
 from ares_events.testing.snapshots import SnapshotContract, append_events
+from tests.fix_backends import _params
+
+
+@pytest.fixture(params=_params(["memory", "sqlite", "postgres"]))
+def backend(request: pytest.FixtureRequest) -> str:
+    """The three systems of record (snapshots are never cached, so no +cache variants)."""
+    return str(request.param)
 
 
 class TestSnapshotContract(SnapshotContract):
