@@ -567,6 +567,55 @@ def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
+@cli.command(name="bench")
+@click.option(
+    "--events",
+    type=click.IntRange(100, 10_000_000),
+    default=2000,
+    show_default=True,
+    help="Events to append in 100-event batches (single appends: a twentieth of it).",
+)
+@json_option
+@pass_app
+def bench_cmd(app: App, events: int, as_json: bool) -> int:
+    """Measure appends and a verified replay on the configured store, here and now.
+
+    Writes to fresh streams named bench-<random>-... (never an agent's stream). For the
+    side-by-side comparison with the eventsourcing library, run the scripts in the
+    repository's bench/ folder (see docs/performance.md).
+
+    \b
+    Example:
+      ares-events --store sqlite:///scratch.db bench
+      ares-events --store postgresql://app@db/agents bench --events 10000 --json
+    """
+    from ares_events.benchmark import run_bench
+
+    with app.open() as store:
+        result = run_bench(store, events=events, progress=None if as_json else app.note)
+    if as_json:
+        app.json(result.to_dict())
+        return EXIT_OK
+    table = Table(title=f"bench on {result.store}", title_justify="left")
+    for col in ("workload", "events", "seconds", "events/s", "note"):
+        table.add_column(col, justify="left" if col in ("workload", "note") else "right")
+    for row in result.rows:
+        note = ""
+        if "p50_ms" in row:
+            note = f"p50 {row['p50_ms']} ms"
+        elif "ok" in row:
+            note = "chain ok" if row["ok"] else "CHAIN FINDINGS"
+        table.add_row(
+            row["workload"],
+            str(row["events"]),
+            f"{row['seconds']:.3f}",
+            f"{row['events_per_s']:,}" if row["events_per_s"] else "-",
+            note,
+        )
+    app.out.print(table)
+    return EXIT_OK
+
+
 @cli.command(name="gc-blobs")
 @click.option(
     "--older-than",

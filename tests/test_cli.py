@@ -482,3 +482,21 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
         check=False,
     )
     assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
+
+
+def test_bench_measures_the_store_without_touching_agent_streams(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --json` reports every workload, verifies its replay, and writes only to
+    bench-* streams."""
+    assert run(capsys, "--store", db, "demo", "--simple", "--agents", "1", "--events", "10")[0] == 0
+    code, data = run_json(capsys, "--store", db, "bench", "--events", "200")
+    assert code == 0
+    rows = data["workloads"]
+    assert isinstance(rows, list) and len(rows) == 4
+    assert all(r["events"] > 0 and r["events_per_s"] for r in rows)
+    assert next(r for r in rows if r["workload"].startswith("replay"))["ok"] is True
+    code, streams = run_json(capsys, "--store", db, "streams")
+    names = [s["stream_id"] for s in streams["streams"]]  # type: ignore[index]
+    assert sum(not n.startswith("bench-") for n in names) == 1
+    assert sum(n.startswith("bench-") for n in names) == 2

@@ -1,0 +1,109 @@
+"""``ares-events bench``: a quick measurement of the configured store on this machine.
+
+It appends to fresh streams whose names start with ``bench-`` (so it never touches an
+agent's stream), then replays them with chain verification. The side-by-side comparison
+with the ``eventsourcing`` library lives in the repository's ``bench/`` scripts; this
+command answers "how fast is *my* store here?".
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ares_events.events import NewEvent
+from ares_events.replay import replay
+
+if TYPE_CHECKING:
+    from ares_events.store import EventStore
+
+__all__ = ["BenchResult", "run_bench"]
+
+
+def _payload(i: int) -> dict[str, Any]:
+    # About 300 bytes of canonical JSON, shaped like a tool result.
+    return {
+        "step": i,
+        "call_id": f"call_{i:012x}",
+        "tool": "search.web",
+        "args": {"query": "durable agent execution write-ahead log", "top_k": 5},
+        "ok": True,
+        "tokens": {"prompt": 1200 + i % 100, "completion": 180 + i % 50},
+        "summary": "agents are disposable; their history is not " * 3,
+    }
+
+
+@dataclass(slots=True)
+class BenchResult:
+    """Rates and latencies measured by :func:`run_bench`."""
+
+    store: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, name: str, events: int, seconds: float, **extra: Any) -> None:
+        """Record one workload."""
+        self.rows.append(
+            {
+                "workload": name,
+                "events": events,
+                "seconds": round(seconds, 4),
+                "events_per_s": round(events / seconds) if seconds > 0 else None,
+                **extra,
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"store": self.store, "workloads": self.rows}
+
+
+def run_bench(
+    store: EventStore, *, events: int = 2000, progress: Callable[[str], None] | None = None
+) -> BenchResult:
+    """Measure single appends, 100-event batches and a verified replay on ``store``."""
+    tag = uuid.uuid4().hex[:8]
+    res = BenchResult(store.url)
+    say = progress or (lambda _m: None)
+
+    singles = max(10, events // 20)
+    sid = f"bench-{tag}-single"
+    lat = []
+    t0 = time.perf_counter()
+    for i in range(singles):
+        s = time.perf_counter()
+        store.append(sid, [NewEvent(type="tool.result", module="bench", payload=_payload(i))])
+        lat.append(time.perf_counter() - s)
+    res.add(
+        "1-event appends (one transaction each)",
+        singles,
+        time.perf_counter() - t0,
+        p50_ms=round(statistics.median(lat) * 1000, 3),
+    )
+    say(f"{singles} single appends done")
+
+    sid = f"bench-{tag}-batch"
+    batches = max(1, events // 100)
+    t0 = time.perf_counter()
+    for b in range(batches):
+        evs = [
+            NewEvent(type="tool.result", module="bench", payload=_payload(b * 100 + j))
+            for j in range(100)
+        ]
+        store.append(sid, evs)
+    res.add("100-event batches", batches * 100, time.perf_counter() - t0)
+    say(f"{batches} batches done")
+
+    def fold(state: int, e: Any) -> int:
+        return state + (1 if e.payload.get("ok") else 0)
+
+    t0 = time.perf_counter()
+    r = replay(store, sid, fold, 0, max_replay=batches * 100 + 1)
+    res.add("replay: read + verify chain + fold", r.replayed, time.perf_counter() - t0, ok=r.ok)
+    t0 = time.perf_counter()
+    tail = list(store.read(sid, from_version=max(1, batches * 100 - 99)))
+    res.add("read the last 100 events", len(tail), time.perf_counter() - t0)
+    return res
