@@ -438,7 +438,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every appended event, and internal
 class PreparedEvent:
     """A validated, encoded event ready to be sealed into a chain (internal)."""
 
@@ -453,6 +453,16 @@ class PreparedEvent:
     payload_ref: PayloadRef | None
     uid: uuid.UUID | None = None
     """The caller's event id object (returned in ``AppendResult.event_ids``)."""
+
+
+_GOOD_NAMES: set[str] = set()
+
+
+def _remember_good(name: str) -> None:
+    if len(_GOOD_NAMES) > 4096:
+        _GOOD_NAMES.clear()
+    if type(name) is str:  # never cache a str subclass: its hash/eq could lie
+        _GOOD_NAMES.add(name)
 
 
 def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
@@ -471,8 +481,11 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
                 stream_id=stream_id,
                 index=i,
             )
-        validate_name(ev.type, "type", stream_id=stream_id, index=i)
-        validate_name(ev.module, "module", stream_id=stream_id, index=i)
+        # Types and modules repeat from event to event: check each distinct one once.
+        if ev.type not in _GOOD_NAMES:
+            _remember_good(validate_name(ev.type, "type", stream_id=stream_id, index=i))
+        if ev.module not in _GOOD_NAMES:
+            _remember_good(validate_name(ev.module, "module", stream_id=stream_id, index=i))
         eid = ev.event_id
         if type(eid) is _UUID7:
             eid_s = eid._text
@@ -510,8 +523,12 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
             )
         try:
             payload_bytes = canonical_json(ev.payload, field="payload")
-            meta_json = canonical_json(
-                dict(meta) if type(meta) is not dict else meta, field="metadata"
+            meta_json = (
+                b"{}"
+                if not meta
+                else canonical_json(
+                    dict(meta) if type(meta) is not dict else meta, field="metadata"
+                )
             )
         except InvalidEvent as exc:
             raise InvalidEvent(exc.field, exc.problem, stream_id=stream_id, index=i) from None
