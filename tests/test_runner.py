@@ -446,3 +446,29 @@ def test_cli_rebuild_schema_error_exits_1_and_resumes(
     with ae.open_store(cli_db) as s:
         meta = tables_for(s).meta("agent_state")
         assert meta is not None and meta.building_position == 60 and meta.position == 0
+
+
+def test_runner_and_rebuild_running_at_once_apply_each_event_once(store: ae.EventStore) -> None:
+    """A live runner and a rebuild of the same projection never rewind each other's cursor:
+    every event is counted exactly once in the read model after the swap."""
+    p = CountingProjection()
+    for i in range(300):
+        ae.emit(store, f"s{i % 3}", "tick", "t", {"i": i})
+    runner = ProjectionRunner(store, [p], batch_size=7)
+    runner.run_once()
+    stop = threading.Event()
+    worker = threading.Thread(target=runner.run_forever, args=(stop,), kwargs={"idle_wait": 0.01})
+    worker.start()
+    try:
+        for i in range(300, 450):
+            ae.emit(store, f"s{i % 3}", "tick", "t", {"i": i})
+            if i == 350:
+                rebuild(store, p, batch_size=50)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+    assert not worker.is_alive()
+    runner.run_until_idle()
+    for k in range(3):
+        assert read_model(store, p, f"s{k}") == 150
+    assert verify_rebuild(store, p).ok

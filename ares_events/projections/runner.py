@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ares_events.errors import StoreError
 from ares_events.events import RecordedEvent
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import (
@@ -145,14 +146,16 @@ class DiffReport:
 
 
 def _ensure_live(tables: ReadModelTables, projection: Projection) -> ProjectionMeta:
+    """The projection's registry row, created (with an empty live table) on first use."""
     meta = tables.meta(projection.name)
-    if meta is None or meta.active_table is None:
-        # No live table yet: never run, or only a first rebuild was started (and stopped).
-        base = meta or new_meta(projection.name, projection.version)
-        gen = base.generation + 1
-        meta = replace(base, active_table=table_name(projection.name, gen), generation=gen)
-        tables.create(meta.active_table or "")
-        tables.put_meta(meta)
+    if meta is None:
+        live = table_name(projection.name, 1)
+        tables.create(live)
+        tables.put_meta(
+            replace(new_meta(projection.name, projection.version), active_table=live, generation=1)
+        )
+        meta = tables.meta(projection.name)  # whoever created it first wins
+        assert meta is not None
     return meta
 
 
@@ -163,15 +166,19 @@ def _fill(
     table: str,
     after: int,
     *,
+    cursor: str,
     until: int | None,
     batch_size: int,
     strict: bool,
-    on_commit: Callable[[int], ProjectionMeta | None],
     progress: Progress | None,
     skipped: list[SkippedEvent],
 ) -> tuple[int, int]:
-    """Fold read_all from ``after`` into ``table``; ``on_commit(position)`` gives the
-    registry row to write with each batch. Returns (events applied, last position)."""
+    """Fold read_all from ``after`` into ``table``, moving the registry's ``cursor``
+    ("building" or "none") with every batch. Returns (events applied, last position).
+
+    Raises:
+        StoreError: the cursor moved under us (another rebuild of the same projection).
+    """
     total = store.last_position() if until is None else until
     n = 0
     pos = after
@@ -183,16 +190,13 @@ def _fill(
         if not batch:
             break
         rows = _fold_batch(projection, tables, table, batch, strict=strict, skipped=skipped)
-        pos = batch[-1].position
-        meta = on_commit(pos)
-        if meta is not None:
-            tables.commit(table, rows, meta)
-        else:
-            tables.commit(
-                table,
-                rows,
-                tables.meta(projection.name) or new_meta(projection.name, projection.version),
+        new = batch[-1].position
+        if not tables.commit(table, rows, projection.name, cursor, pos, new):
+            raise StoreError(
+                f"rebuild of {projection.name!r}: its cursor moved under it; another rebuild "
+                "of the same projection is running"
             )
+        pos = new
         n += len(batch)
         if progress is not None:
             progress(n, max(total - after, n))
@@ -212,15 +216,17 @@ def rebuild(
 ) -> RebuildReport:
     """Rebuild ``projection``'s read model from the log and swap it in atomically.
 
-    The live table serves reads until the swap. An interrupted rebuild resumes from its
-    own cursor unless ``from_scratch``.
+    The live table serves reads (and a running :class:`ProjectionRunner` keeps it current)
+    until the swap, which is one compare-and-set of the registry row. An interrupted
+    rebuild resumes from its own cursor unless ``from_scratch``.
 
     Raises:
         EventSchemaError: strict and an event fails its schema.
+        StoreError: another rebuild of the same projection is running.
         StoreUnavailable: the store cannot be reached.
     """
     tables = tables_for(store)
-    meta = tables.meta(projection.name) or new_meta(projection.name, projection.version)
+    meta = _ensure_live(tables, projection)
     started = time.perf_counter()
     if meta.building_table and not from_scratch:
         table, after = meta.building_table, meta.building_position
@@ -232,39 +238,28 @@ def rebuild(
         table, after = table_name(projection.name, gen), 0
         tables.drop(table)
         tables.create(table)
-        meta = replace(meta, building_table=table, building_position=0, generation=gen)
-        tables.put_meta(meta)
+        tables.start_building(projection.name, table, gen)
     resumed_from = after
     skipped: list[SkippedEvent] = []
-    current = [meta]
-
-    def on_commit(pos: int) -> ProjectionMeta:
-        current[0] = replace(current[0], building_position=pos)
-        return current[0]
-
     n, pos = _fill(
         store,
         projection,
         tables,
         table,
         after,
+        cursor="building",
         until=None,
         batch_size=batch_size,
         strict=strict,
-        on_commit=on_commit,
         progress=progress,
         skipped=skipped,
     )
-    old = current[0].active_table
-    final = replace(
-        current[0],
-        projection_version=projection.version,
-        active_table=table,
-        position=pos,
-        building_table=None,
-        building_position=0,
-    )
-    tables.put_meta(final)  # the atomic swap: one registry row
+    old = (tables.meta(projection.name) or meta).active_table
+    if not tables.swap(projection.name, table, pos, projection.version):
+        raise StoreError(
+            f"rebuild of {projection.name!r}: the registry changed before the swap; another "
+            "rebuild of the same projection is running"
+        )
     if old and old != table:
         tables.drop(old)
     rows = sum(1 for _ in tables.scan(table))
@@ -297,10 +292,10 @@ def verify_rebuild(
             tables,
             scratch,
             0,
+            cursor="none",
             until=meta.position,
             batch_size=batch_size,
             strict=False,
-            on_commit=lambda _p: None,
             progress=progress,
             skipped=[],
         )
@@ -389,10 +384,16 @@ class ProjectionRunner:
             if not batch:
                 continue
             table = meta.active_table or ""
-            rows = _fold_batch(
-                p, self.tables, table, batch, strict=self.strict, skipped=self.skipped
-            )
-            self.tables.commit(table, rows, replace(meta, position=batch[-1].position))
+            skipped: list[SkippedEvent] = []
+            rows = _fold_batch(p, self.tables, table, batch, strict=self.strict, skipped=skipped)
+            if not self.tables.commit(
+                table, rows, p.name, "live", meta.position, batch[-1].position
+            ):
+                # Another runner or a rebuild's swap moved the registry: nothing was
+                # written; the next pass starts from the registry as it is now.
+                logger.debug("read model of %s moved under the runner; retrying", p.name)
+                continue
+            self.skipped.extend(skipped)
             total += len(batch)
             if self.snapshotter is not None:
                 latest: dict[str, int] = {}

@@ -14,7 +14,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
@@ -48,14 +48,28 @@ SELECT_META = (
     "SELECT name, projection_version, active_table, position, building_table, "
     "building_position, generation FROM ares_projections WHERE name = ?"
 )
-UPSERT_META = (
+INSERT_META = (
     "INSERT INTO ares_projections (name, projection_version, active_table, position, "
     "building_table, building_position, generation) VALUES (?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET projection_version = excluded.projection_version, "
-    "active_table = excluded.active_table, position = excluded.position, "
-    "building_table = excluded.building_table, "
-    "building_position = excluded.building_position, "
-    "generation = excluded.generation"
+    "ON CONFLICT (name) DO NOTHING"
+)
+# Cursor moves are compare-and-set: a writer that read a stale registry row (a runner
+# racing a rebuild, two runners) changes nothing and its transaction rolls back.
+ADVANCE_LIVE = (
+    "UPDATE ares_projections SET position = ? WHERE name = ? AND active_table = ? AND position = ?"
+)
+ADVANCE_BUILDING = (
+    "UPDATE ares_projections SET building_position = ? "
+    "WHERE name = ? AND building_table = ? AND building_position = ?"
+)
+START_BUILDING = (
+    "UPDATE ares_projections SET building_table = ?, building_position = 0, generation = ? "
+    "WHERE name = ?"
+)
+SWAP = (
+    "UPDATE ares_projections SET active_table = building_table, position = building_position, "
+    "building_table = NULL, building_position = 0, projection_version = ? "
+    "WHERE name = ? AND building_table = ? AND building_position = ?"
 )
 CREATE_ROWS = (
     "CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, state {blob} NOT NULL, "
@@ -97,7 +111,15 @@ class ReadModelTables(Protocol):
         ...
 
     def put_meta(self, meta: ProjectionMeta) -> None:
-        """Write the registry row (its own transaction)."""
+        """Create the registry row unless one exists (its own transaction)."""
+        ...
+
+    def start_building(self, name: str, table: str, generation: int) -> None:
+        """Point the registry's building slot at a fresh table, cursor 0."""
+        ...
+
+    def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
+        """Make the building table live, if it is still ``table`` at ``position``."""
         ...
 
     def create(self, table: str) -> None:
@@ -113,14 +135,26 @@ class ReadModelTables(Protocol):
         ...
 
     def commit(
-        self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
-    ) -> None:
-        """Upsert rows (state json, position) and the registry row in ONE transaction."""
+        self,
+        table: str,
+        rows: Mapping[str, tuple[bytes, int]],
+        name: str,
+        cursor: str,
+        expected: int,
+        new: int,
+    ) -> bool:
+        """Upsert rows and move the ``cursor`` ("live", "building" or "none") from
+        ``expected`` to ``new``, in ONE transaction. Returns False (nothing written) when
+        the registry no longer says ``table`` at ``expected``."""
         ...
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
         """Every (key, state), ordered by key, paged."""
         ...
+
+
+class _Conflict(Exception):
+    """Internal: the registry moved under a writer; roll its transaction back."""
 
 
 class MemoryTables:
@@ -137,9 +171,33 @@ class MemoryTables:
             return self._meta.get(name)
 
     def put_meta(self, meta: ProjectionMeta) -> None:
-        """Write the registry row."""
+        """Create the registry row unless one exists."""
         with self._lock:
-            self._meta[meta.name] = meta
+            self._meta.setdefault(meta.name, meta)
+
+    def start_building(self, name: str, table: str, generation: int) -> None:
+        """Point the building slot at ``table``."""
+        with self._lock:
+            m = self._meta[name]
+            self._meta[name] = replace(
+                m, building_table=table, building_position=0, generation=generation
+            )
+
+    def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
+        """Make the building table live (compare-and-set)."""
+        with self._lock:
+            m = self._meta[name]
+            if m.building_table != table or m.building_position != position:
+                return False
+            self._meta[name] = replace(
+                m,
+                active_table=table,
+                position=position,
+                building_table=None,
+                building_position=0,
+                projection_version=projection_version,
+            )
+            return True
 
     def create(self, table: str) -> None:
         """Create an empty table."""
@@ -158,12 +216,27 @@ class MemoryTables:
             return {k: orjson.loads(t[k][0]) for k in keys if k in t}
 
     def commit(
-        self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
-    ) -> None:
-        """Atomic under the lock."""
+        self,
+        table: str,
+        rows: Mapping[str, tuple[bytes, int]],
+        name: str,
+        cursor: str,
+        expected: int,
+        new: int,
+    ) -> bool:
+        """Atomic (and compare-and-set) under the lock."""
         with self._lock:
+            m = self._meta.get(name)
+            if cursor == "live":
+                if m is None or m.active_table != table or m.position != expected:
+                    return False
+                self._meta[name] = replace(m, position=new)
+            elif cursor == "building":
+                if m is None or m.building_table != table or m.building_position != expected:
+                    return False
+                self._meta[name] = replace(m, building_position=new)
             self._tables.setdefault(table, {}).update(rows)
-            self._meta[meta.name] = meta
+            return True
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
         """Every row by key."""
@@ -222,9 +295,19 @@ class SQLTables:
     def _exec(self, conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
         return conn.execute(self._sql(sql), args)
 
+    def _ddl(self, c: Any) -> None:
+        # PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against itself (two sessions
+        # can both pass the check and one fails on pg_type): serialize DDL per schema.
+        if self.dialect != "sqlite":
+            c.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"ares-events:read-models:{self._prefix}",),
+            )
+
     def _ensure(self) -> None:
         if not self._ready:
             with self._tx() as c:
+                self._ddl(c)
                 self._exec(c, CREATE_REGISTRY)
             self._ready = True
 
@@ -236,19 +319,32 @@ class SQLTables:
         return ProjectionMeta(*row) if row else None
 
     def put_meta(self, meta: ProjectionMeta) -> None:
-        """Write the registry row."""
+        """Create the registry row unless one exists."""
         self._ensure()
         with self._tx() as c:
-            self._exec(c, UPSERT_META, _meta_args(meta))
+            self._exec(c, INSERT_META, _meta_args(meta))
+
+    def start_building(self, name: str, table: str, generation: int) -> None:
+        """Point the building slot at ``table``."""
+        with self._tx() as c:
+            self._exec(c, START_BUILDING, (table, generation, name))
+
+    def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
+        """Make the building table live (compare-and-set)."""
+        with self._tx() as c:
+            cur = self._exec(c, SWAP, (projection_version, name, table, position))
+            return bool(cur.rowcount == 1)
 
     def create(self, table: str) -> None:
         """Create a generation table."""
         with self._tx() as c:
+            self._ddl(c)
             self._exec(c, CREATE_ROWS.format(table=self._name(table), blob=self._blob))
 
     def drop(self, table: str) -> None:
         """Drop a generation table."""
         with self._tx() as c:
+            self._ddl(c)
             self._exec(c, DROP_ROWS.format(table=self._name(table)))
 
     def load(self, table: str, keys: list[str]) -> dict[str, Any]:
@@ -263,19 +359,32 @@ class SQLTables:
         return out
 
     def commit(
-        self, table: str, rows: Mapping[str, tuple[bytes, int]], meta: ProjectionMeta
-    ) -> None:
-        """Rows and registry row in one transaction."""
+        self,
+        table: str,
+        rows: Mapping[str, tuple[bytes, int]],
+        name: str,
+        cursor: str,
+        expected: int,
+        new: int,
+    ) -> bool:
+        """Rows and the cursor move in one transaction (compare-and-set)."""
         sql = self._sql(UPSERT_ROW.format(table=self._name(table)))
-        with self._tx() as c:
-            if rows:
-                args = [(k, s, p) for k, (s, p) in rows.items()]
-                if self.dialect == "sqlite":
-                    c.executemany(sql, args)
-                else:
-                    with c.cursor() as cur:
-                        cur.executemany(sql, args)
-            self._exec(c, UPSERT_META, _meta_args(meta))
+        try:
+            with self._tx() as c:
+                if cursor != "none":
+                    move = ADVANCE_LIVE if cursor == "live" else ADVANCE_BUILDING
+                    if self._exec(c, move, (new, name, table, expected)).rowcount != 1:
+                        raise _Conflict
+                if rows:
+                    args = [(k, s, p) for k, (s, p) in rows.items()]
+                    if self.dialect == "sqlite":
+                        c.executemany(sql, args)
+                    else:
+                        with c.cursor() as cur:
+                            cur.executemany(sql, args)
+        except _Conflict:
+            return False
+        return True
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
         """Every row by key, 1000 at a time."""
