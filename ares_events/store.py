@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ares_events.errors import ConcurrencyError, InvalidEvent
+from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
 from ares_events.events import (
     ANY,
     AppendResult,
@@ -28,7 +28,7 @@ from ares_events.events import (
     validate_name,
 )
 from ares_events.integrity.chain import ChainKey
-from ares_events.stores.base import Batch, Capability, Head, Recorder
+from ares_events.stores.base import Batch, Capability, Head, Recorder, TrackingRecord
 
 if TYPE_CHECKING:
     from ares_events.stores.blobs import BlobStore
@@ -125,6 +125,135 @@ class EventStore:
             position,
             tuple(p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared),
         )
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]],
+        *,
+        tracking: TrackingRecord | tuple[str, int] | None = None,
+    ) -> list[AppendResult]:
+        """Append to several streams in one transaction: every batch or none.
+
+        Each batch is ``(stream_id, events, expected_version)`` with the same rules as
+        :meth:`append`. ``tracking`` (a :class:`TrackingRecord` or ``(name, position)``)
+        is written in the same transaction; a name's tracked position only increases.
+        The events of one call get consecutive global positions in batch order.
+
+        The call is idempotent as a whole: when every event id is already stored, nothing
+        is written and the original results come back (``duplicate=True``); a call that
+        mixes stored and new ids is a :class:`ConcurrencyError`.
+
+        Args:
+            batches: one or more ``(stream_id, events, expected_version)``, each stream
+                at most once. May be empty when ``tracking`` is given.
+            tracking: optional consumer bookmark written atomically with the events.
+
+        Returns:
+            One :class:`AppendResult` per batch, in order.
+
+        Raises:
+            InvalidEvent: bad input (names the stream and the event's index).
+            ConcurrencyError: an expected version is not satisfied, an event id is reused
+                for a different event, or ``tracking`` is not above the tracked position.
+            StoreError: the backend does not declare ``MULTI_STREAM_APPEND``.
+            StoreUnavailable: the backend cannot be reached; nothing was written.
+        """
+        if tracking is not None and not isinstance(tracking, TrackingRecord):
+            tracking = TrackingRecord(*tracking)
+        if tracking is not None:
+            validate_name(tracking.name, "tracking name")
+            if type(tracking.position) is not int or not 0 <= tracking.position < 2**63:
+                raise InvalidEvent(
+                    "tracking position", f"must be an int >= 0, got {tracking.position!r}"
+                )
+        if not batches and tracking is None:
+            raise InvalidEvent("batches", "at least one batch (or a tracking record) is required")
+        if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
+            if len(batches) == 1 and tracking is None:
+                sid, evs, exp = batches[0]
+                return [self.append(sid, evs, expected_version=exp)]
+            raise StoreError(
+                f"store {self._url} cannot append to several streams atomically "
+                "(its backend does not declare MULTI_STREAM_APPEND)"
+            )
+        at = utc_now_at()
+        seen_streams: set[str] = set()
+        seen_ids: set[str] = set()
+        prepared_all: list[list[Any]] = []
+        work: list[tuple[Batch, ExpectedVersion]] = []
+        for stream_id, given, expected_version in batches:
+            validate_name(stream_id, "stream_id")
+            if stream_id in seen_streams:
+                raise InvalidEvent(
+                    "batches", "a stream appears in more than one batch", stream_id=stream_id
+                )
+            seen_streams.add(stream_id)
+            expected = _normalize_expected(expected_version)
+            events = [given] if isinstance(given, NewEvent) else given
+            if not isinstance(events, Sequence) or isinstance(events, str | bytes):
+                raise InvalidEvent(
+                    "events", "must be a sequence of ae.NewEvent", stream_id=stream_id
+                )
+            if not events:
+                raise InvalidEvent("events", "at least one event is required", stream_id=stream_id)
+            prepared = prepare(stream_id, events, at)
+            for i, p in enumerate(prepared):
+                if p.event_id in seen_ids:
+                    raise InvalidEvent(
+                        "event_id",
+                        f"{p.event_id} appears in two batches",
+                        stream_id=stream_id,
+                        index=i,
+                    )
+                seen_ids.add(p.event_id)
+            if self.blobs is not None:
+                prepared = [self.blobs.spill(p, self.spill_threshold) for p in prepared]
+            prepared_all.append(prepared)
+            work.append((Batch(stream_id, prepared, self.chain_key), expected))
+        outcomes = self.recorder.append_many(work, tracking)  # type: ignore[attr-defined]
+        if any(o.duplicate for o in outcomes):
+            if not all(o.duplicate for o in outcomes):
+                dup = next(
+                    b.stream_id for (b, _), o in zip(work, outcomes, strict=True) if o.duplicate
+                )
+                raise ConcurrencyError(
+                    dup,
+                    "a new batch",
+                    self.stream_version(dup),
+                    "some batches of this append_many are already stored and some are not; "
+                    "a call is either entirely new or an exact re-append",
+                )
+            return [
+                self._resolve_duplicate(b.stream_id, p, o.events)
+                for (b, _), p, o in zip(work, prepared_all, outcomes, strict=True)
+            ]
+        results = []
+        for (b, _), pb, o in zip(work, prepared_all, outcomes, strict=True):
+            if o.version is not None and o.position is not None:
+                version, position = o.version, o.position
+            else:
+                version, position = o.events[-1].version, o.events[-1].position
+            results.append(
+                AppendResult(
+                    b.stream_id,
+                    version,
+                    position,
+                    tuple(e.uid if e.uid is not None else uuid.UUID(e.event_id) for e in pb),
+                )
+            )
+        return results
+
+    def tracked_position(self, name: str) -> int | None:
+        """The position last tracked for ``name`` by :meth:`append_many`, or None.
+
+        Raises:
+            StoreError: the backend does not declare ``MULTI_STREAM_APPEND``.
+            StoreUnavailable: the backend cannot be reached.
+        """
+        validate_name(name, "tracking name")
+        if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
+            raise StoreError(f"store {self._url} keeps no tracking records")
+        return self.recorder.tracked_position(name)  # type: ignore[attr-defined,no-any-return]
 
     def _resolve_duplicate(
         self, stream_id: str, prepared: list[Any], stored: list[RecordedEvent]

@@ -16,6 +16,22 @@ Write protocol every backend follows, in one transaction::
     sealed = batch.seal(head)
     insert sealed rows with the next global positions; upsert the head
     commit
+
+Backends that declare :attr:`Capability.MULTI_STREAM_APPEND` also implement
+``append_many(batches, tracking)`` and ``tracked_position(name)``: several batches (each
+with its own expected version) and an optional :class:`TrackingRecord`, in ONE
+transaction::
+
+    lock every stream of the batches (and the tracking name) in one sorted order
+    if any batch's event ids are stored: return its duplicate outcome, write nothing
+    check the tracking record is above the name's tracked position (ConcurrencyError)
+    for each batch: head, check_expected_version, seal, insert (positions consecutive in
+        batch order); upsert its head
+    upsert the tracked position
+    commit
+
+The events of one call get consecutive global positions in batch order, so the core
+knows every event's position from the last one.
 """
 
 from __future__ import annotations
@@ -27,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from ares_events.errors import ConfigError
+from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.events import ExpectedVersion, PreparedEvent, RecordedEvent
 from ares_events.integrity.chain import ChainKey, genesis, header_bytes, link_hash
 
@@ -42,6 +58,8 @@ __all__ = [
     "Recorder",
     "SealedEvent",
     "StoreURL",
+    "TrackingRecord",
+    "check_tracking",
 ]
 
 
@@ -58,6 +76,36 @@ class Capability(enum.Enum):
     """``wait_for(position, timeout)`` blocks until new events arrive without polling."""
     SNAPSHOTS = "snapshots"
     """The backend has a snapshot table (``snapshots`` attribute)."""
+    MULTI_STREAM_APPEND = "multi_stream_append"
+    """``append_many(batches, tracking)``: one transaction over several streams, with an
+    optional :class:`TrackingRecord`; and ``tracked_position(name)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingRecord:
+    """ "``name`` has processed everything up to ``position``", written atomically with
+    the events of an :meth:`~ares_events.store.EventStore.append_many` (a consumer's
+    exactly-once bookmark). A name's tracked position only ever increases."""
+
+    name: str
+    position: int
+
+
+def check_tracking(record: TrackingRecord, current: int | None) -> None:
+    """Raise :class:`ConcurrencyError` unless ``record`` is above the tracked position.
+
+    Backends call this inside their write transaction, under the tracking name's lock.
+
+    Raises:
+        ConcurrencyError: ``record.position`` is not above ``current``.
+    """
+    if current is not None and record.position <= current:
+        raise ConcurrencyError(
+            f"tracking:{record.name}",
+            f"a position above {current}",
+            current,
+            f"position {record.position} is not above the tracked position",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +116,7 @@ class Head:
     hash: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per appended event, internal
 class SealedEvent:
     """A prepared event with its place in the chain, ready to insert."""
 

@@ -8,12 +8,21 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ares_events.errors import ConfigError
 from ares_events.events import ExpectedVersion, RecordedEvent, check_expected_version
-from ares_events.stores.base import AppendOutcome, Batch, Capability, Head, StoreURL
+from ares_events.stores.base import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    Head,
+    StoreURL,
+    TrackingRecord,
+    check_tracking,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +37,7 @@ class _Data:
     log: list[RecordedEvent] = field(default_factory=list)
     ids: dict[str, RecordedEvent] = field(default_factory=dict)
     snapshots: dict[tuple[str, str], Any] = field(default_factory=dict)
+    tracking: dict[str, int] = field(default_factory=dict)
     cond: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -62,7 +72,12 @@ class MemoryRecorder:
 
     scheme: ClassVar[tuple[str, ...]] = ("memory",)
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.GAPLESS_POSITIONS, Capability.WAKEUPS, Capability.SNAPSHOTS}
+        {
+            Capability.GAPLESS_POSITIONS,
+            Capability.WAKEUPS,
+            Capability.SNAPSHOTS,
+            Capability.MULTI_STREAM_APPEND,
+        }
     )
 
     def __init__(self, name: str | None = None) -> None:
@@ -75,8 +90,17 @@ class MemoryRecorder:
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> MemoryRecorder:
-        """``memory://`` or ``memory://NAME``."""
+        """``memory://`` or ``memory://NAME``.
+
+        Raises:
+            ConfigError: a query parameter or keyword option (the memory store has none).
+        """
         url.check_params(())
+        if options:
+            raise ConfigError(
+                f"unknown option(s) {', '.join(sorted(options))} for {url.redacted()}; "
+                "the memory store takes none"
+            )
         name = (url.host or "") + url.path.strip("/")
         return cls(name or None)
 
@@ -104,6 +128,45 @@ class MemoryRecorder:
             d.heads[stream_id] = Head(recs[-1].version, recs[-1].hash)
             d.cond.notify_all()
             return AppendOutcome(recs)
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        """Append several batches (and a tracking record) atomically under the lock."""
+        d = self._d
+        with d.lock:
+            dups = [[_fresh(d.ids[i]) for i in b.event_ids if i in d.ids] for b, _ in batches]
+            if any(dups):
+                return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
+            if tracking is not None:
+                check_tracking(tracking, d.tracking.get(tracking.name))
+            sealed_all = []
+            for b, expected in batches:
+                head = d.heads.get(b.stream_id)
+                check_expected_version(b.stream_id, expected, head.version if head else 0)
+                sealed_all.append(b.seal(head))
+            # Nothing is written before every check passed: all or nothing.
+            out = []
+            for (b, _), sealed in zip(batches, sealed_all, strict=True):
+                pos = len(d.log)
+                recs = [s.recorded(b.stream_id, pos + i + 1) for i, s in enumerate(sealed)]
+                d.streams.setdefault(b.stream_id, []).extend(recs)
+                d.log.extend(recs)
+                for r in recs:
+                    d.ids[r.event_id_str] = r
+                d.heads[b.stream_id] = Head(recs[-1].version, recs[-1].hash)
+                out.append(AppendOutcome(recs))
+            if tracking is not None:
+                d.tracking[tracking.name] = tracking.position
+            d.cond.notify_all()
+            return out
+
+    def tracked_position(self, name: str) -> int | None:
+        """The tracked position of ``name``, or None."""
+        with self._d.lock:
+            return self._d.tracking.get(name)
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None

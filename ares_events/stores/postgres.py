@@ -60,7 +60,7 @@ import logging
 import select
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 from urllib.parse import quote
 
@@ -85,7 +85,16 @@ from ares_events.events import (
     check_expected_version,
 )
 from ares_events.stores._migrations.postgres import MIGRATIONS
-from ares_events.stores.base import AppendOutcome, Batch, Capability, Head, SealedEvent, StoreURL
+from ares_events.stores.base import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    Head,
+    SealedEvent,
+    StoreURL,
+    TrackingRecord,
+    check_tracking,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +162,43 @@ APPEND_FAST: Final = (
     "%b::bytea, %b::text, %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], "
     "%b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
 )
+# append_many: the advisory locks of every stream (and of the tracking name) in ONE order,
+# sorted by lock key, so two multi-stream appends can never deadlock (and a single-stream
+# append holds one lock only). The sort feeds the aggregate row by row in key order.
+LOCK_MANY: Final = (
+    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT hashtextextended(x, 0) AS k"
+    " FROM unnest(%s::text[]) AS x ORDER BY 1) AS keys"
+)
+SELECT_HEADS_FOR_APPEND: Final = (
+    "SELECT h.version, h.head_hash FROM unnest(%s::text[]) WITH ORDINALITY AS x(s, i)"
+    " LEFT JOIN {s}.ares_streams h ON h.stream_id = x.s ORDER BY x.i"
+)
+SELECT_XID_IDS_TRACKING: Final = (
+    "SELECT pg_current_xact_id()::text::bigint, "
+    "EXISTS (SELECT 1 FROM {s}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])), "
+    "(SELECT position FROM {s}.ares_tracking WHERE name = %s)"
+)
+INSERT_MANY: Final = (
+    "WITH ins AS ("
+    " INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
+    " SELECT %b::bigint * 65536 + x.i - 1, x.sid, x.v, x.e::uuid,"
+    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
+    " FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[], %b::bytea[],"
+    " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
+    " WITH ORDINALITY AS x(sid, v, e, t, m, p, r, md, a, ph, h, i)"
+    "), head AS ("
+    " INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
+    " SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bytea[])"
+    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
+    " head_hash = excluded.head_hash"
+    "), trk AS ("
+    " INSERT INTO {s}.ares_tracking (name, position) SELECT %b::text, %b::bigint"
+    " WHERE %b::text IS NOT NULL"
+    " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
+    ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
+)
+SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
 SELECT_STREAM: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s "
     "AND version >= %s AND version <= %s ORDER BY version LIMIT %s"
@@ -347,6 +393,7 @@ class PostgresRecorder:
             Capability.MULTI_PROCESS,
             Capability.WAKEUPS,
             Capability.SNAPSHOTS,
+            Capability.MULTI_STREAM_APPEND,
         }
     )
 
@@ -447,6 +494,10 @@ class PostgresRecorder:
                 "last": SELECT_LAST_POSITION,
                 "head": SELECT_HEAD,
                 "heads": SELECT_HEADS,
+                "heads_for_append": SELECT_HEADS_FOR_APPEND,
+                "xid_ids_tracking": SELECT_XID_IDS_TRACKING,
+                "insert_many": INSERT_MANY,
+                "tracking": SELECT_TRACKING,
             }.items()
         }
         channel = f"ares_events:{schema}"
@@ -886,6 +937,154 @@ class PostgresRecorder:
             raise
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        """Append several batches (and a tracking record) in one transaction.
+
+        The stream locks (and the tracking name's) are taken in one sorted order, so
+        concurrent multi-stream appends cannot deadlock; then, in later statements (fresh
+        snapshots), the heads, the ids and the tracked position are read and checked,
+        every batch is sealed against its head, and one statement writes the events
+        (consecutive positions ``xid * 65536 + i`` in batch order), the heads, the
+        tracking row and the wake-up.
+
+        Raises:
+            InvalidEvent: more than 65,535 events in all.
+            ConcurrencyError: an expected version or the tracking record is not satisfied.
+            StoreUnavailable: the server, the pool or the connection failed.
+            StoreError: any other database error.
+        """
+        n = sum(len(b.events) for b, _ in batches)
+        if n > MAX_BATCH:
+            raise InvalidEvent(
+                "events", f"a postgresql append holds at most {MAX_BATCH} events, got {n}"
+            )
+        if self._closed:
+            raise StoreError(f"append_many: store {self._description} is closed")
+        what = f"append to {len(batches)} stream(s)"
+        for attempt in range(3):
+            try:
+                with self._translate_errors(what), self.pool.connection(self._pool_timeout) as conn:
+                    return self._append_many_tx(conn, batches, tracking)
+            except StoreError as exc:
+                for b, _ in batches:
+                    self._heads.pop(b.stream_id, None)
+                if attempt < 2 and isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                    continue  # a concurrent append of the same ids: the id check decides
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append_many_tx(
+        self,
+        conn: psycopg.Connection[Any],
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        q = self._sql
+        streams = [b.stream_id for b, _ in batches]
+        ids = [i for b, _ in batches for i in b.event_ids]
+        keys = list(streams)
+        if tracking is not None:
+            keys.append(f"ares-tracking:{tracking.name}")
+        name = tracking.name if tracking is not None else None
+        try:
+            with conn.pipeline():
+                conn.execute(BEGIN, prepare=False)
+                conn.execute(LOCK_MANY, (keys,), prepare=False)
+                heads_cur = conn.execute(
+                    q["heads_for_append"], (streams,), binary=True, prepare=False
+                )
+                info_cur = conn.execute(
+                    q["xid_ids_tracking"], (ids, name), binary=True, prepare=False
+                )
+                head_rows = heads_cur.fetchall()
+                info = info_cur.fetchone()
+            assert info is not None
+            xid, exists, tracked = info
+            if exists:
+                rows = conn.execute(q["ids"], (ids,), binary=True, prepare=False).fetchall()
+                conn.execute(ROLLBACK, prepare=False)
+                found: dict[str, RecordedEvent] = {}
+                for r in rows:
+                    found[r[3]] = _row_to_event(r)
+                outs = []
+                for b, _ in batches:
+                    dup = [found[i] for i in b.event_ids if i in found]
+                    outs.append(AppendOutcome(dup, duplicate=bool(dup)))
+                return outs
+            if tracking is not None:
+                check_tracking(tracking, tracked)
+            if xid >= _MAX_XID:
+                raise StoreError(
+                    f"transaction id {xid} of {self._description} is too large for "
+                    "ares-events positions (xid * 65536 must fit in a bigint)"
+                )
+            sealed_all: list[list[SealedEvent]] = []
+            for (b, expected), (version, head_hash) in zip(batches, head_rows, strict=True):
+                check_expected_version(b.stream_id, expected, version or 0)
+                sealed_all.append(b.seal(Head(version, head_hash) if version else None))
+            flat = [
+                (b.stream_id, s) for (b, _), ss in zip(batches, sealed_all, strict=True) for s in ss
+            ]
+            evs = [s.event for _, s in flat]
+            first = xid * _POSITION_SHIFT
+            channel = self.channel if self.notify else None
+            lasts = [ss[-1] for ss in sealed_all]
+            conn.execute(
+                q["insert_many"],
+                (
+                    xid,
+                    [sid for sid, _ in flat],
+                    [s.version for _, s in flat],
+                    [e.event_id for e in evs],
+                    [e.type for e in evs],
+                    [e.module for e in evs],
+                    [e.payload_bytes for e in evs],
+                    [
+                        r.to_json().decode() if (r := e.payload_ref) is not None else None
+                        for e in evs
+                    ],
+                    [e.meta_json for e in evs],
+                    [e.at for e in evs],
+                    [s.prev_hash for _, s in flat],
+                    [s.hash for _, s in flat],
+                    streams,
+                    [s.version for s in lasts],
+                    [s.hash for s in lasts],
+                    name,
+                    tracking.position if tracking is not None else None,
+                    name,
+                    channel,
+                    channel,
+                    str(first + len(flat) - 1),
+                ),
+                binary=True,
+                prepare=False,
+            )
+            conn.execute(COMMIT, prepare=False)
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+        out = []
+        pos = first - 1
+        for sid, ss in zip(streams, sealed_all, strict=True):
+            pos += len(ss)
+            self._remember(sid, Head(ss[-1].version, ss[-1].hash))
+            out.append(AppendOutcome([], version=ss[-1].version, position=pos))
+        return out
+
+    def tracked_position(self, name: str) -> int | None:
+        """The tracked position of ``name``, or None.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        rows = self._query(f"tracked position of {name!r}", self._sql["tracking"], (name,))
+        return int(rows[0][0]) if rows else None
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -39,7 +39,15 @@ from ares_events.errors import (
 )
 from ares_events.events import ExpectedVersion, RecordedEvent, check_expected_version
 from ares_events.stores._migrations.sqlite import MIGRATIONS
-from ares_events.stores.base import AppendOutcome, Batch, Capability, Head, StoreURL
+from ares_events.stores.base import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    Head,
+    StoreURL,
+    TrackingRecord,
+    check_tracking,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +88,11 @@ UPSERT_HEAD: Final = (
     "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
     "head_hash = excluded.head_hash"
 )
+SELECT_TRACKING: Final = "SELECT position FROM ares_tracking WHERE name = ?"
+UPSERT_TRACKING: Final = (
+    "INSERT INTO ares_tracking (name, position) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
+)
 CREATE_META: Final = (
     "CREATE TABLE IF NOT EXISTS ares_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 )
@@ -112,6 +125,7 @@ class SQLiteRecorder:
             Capability.PERSISTENT,
             Capability.MULTI_PROCESS,
             Capability.SNAPSHOTS,
+            Capability.MULTI_STREAM_APPEND,
         }
     )
 
@@ -141,6 +155,12 @@ class SQLiteRecorder:
         self._busy = busy_timeout
         self.page_size = page_size
         self._local = threading.local()
+        # An in-memory database is shared between this store's threads through SQLite's
+        # shared cache, whose table locks fail at once (SQLITE_LOCKED) instead of waiting:
+        # serialize its statements in-process. File databases wait on the busy timeout.
+        self._serial: contextlib.AbstractContextManager[Any] = (
+            threading.RLock() if path is None else contextlib.nullcontext()
+        )
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
@@ -186,6 +206,12 @@ class SQLiteRecorder:
                 kw["migrate"] = _BOOL[p["migrate"].lower()]
         except (ValueError, KeyError):
             raise ConfigError(f"invalid parameter value in {url.redacted()}") from None
+        unknown = sorted(set(options) - set(_PARAMS))
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) {', '.join(unknown)} for {url.redacted()}; "
+                f"valid: {', '.join(_PARAMS)}"
+            )
         kw.update(options)
         return cls(raw_path or None, **kw)
 
@@ -247,14 +273,15 @@ class SQLiteRecorder:
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
-        self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            self._retry(lambda: conn.execute("COMMIT"))
+        with self._serial:
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                self._retry(lambda: conn.execute("COMMIT"))
 
     def _prepare_schema(self, migrate: bool) -> None:
         conn = self._conn()
@@ -340,6 +367,87 @@ class SQLiteRecorder:
                 f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
             ) from exc
 
+    def append_many(
+        self,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        """Append several batches (and a tracking record) in one ``BEGIN IMMEDIATE``
+        transaction: the database's write lock covers every stream (see the base module's
+        multi-stream protocol)."""
+        what = f"append to {len(batches)} stream(s) in {self.describe()}"
+        try:
+            try:
+                with self._write() as c:
+                    if tracking is not None:
+                        row = c.execute(SELECT_TRACKING, (tracking.name,)).fetchone()
+                        check_tracking(tracking, row[0] if row else None)
+                    pos = c.execute(SELECT_LAST_POSITION).fetchone()[0]
+                    rows: list[tuple[Any, ...]] = []
+                    heads: list[tuple[str, int, bytes]] = []
+                    out: list[AppendOutcome] = []
+                    for batch, expected in batches:
+                        stream_id = batch.stream_id
+                        head = c.execute(SELECT_HEAD, (stream_id,)).fetchone()
+                        try:
+                            check_expected_version(stream_id, expected, head[0] if head else 0)
+                        except ConcurrencyError:
+                            dups = self._all_existing(c, batches)
+                            if any(dups):
+                                return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
+                            raise
+                        sealed = batch.seal(Head(head[0], head[1]) if head else None)
+                        for s in sealed:
+                            pos += 1
+                            e = s.event
+                            ref = e.payload_ref
+                            rows.append(
+                                (
+                                    pos,
+                                    stream_id,
+                                    s.version,
+                                    e.event_id,
+                                    e.type,
+                                    e.module,
+                                    e.payload_bytes,
+                                    ref.to_json().decode() if ref else None,
+                                    e.meta_json,
+                                    e.at,
+                                    s.prev_hash,
+                                    s.hash,
+                                )
+                            )
+                        last = sealed[-1]
+                        heads.append((stream_id, last.version, last.hash))
+                        out.append(AppendOutcome([], version=last.version, position=pos))
+                    # A reused event id violates the unique index: everything rolls back
+                    # and the ids are looked up below.
+                    c.executemany(INSERT_EVENT, rows)
+                    c.executemany(UPSERT_HEAD, heads)
+                    if tracking is not None:
+                        c.execute(UPSERT_TRACKING, (tracking.name, tracking.position))
+                return out
+            except sqlite3.IntegrityError:
+                with self._write() as c:
+                    dups = self._all_existing(c, batches)
+                if any(dups):
+                    return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
+                raise
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"{what} failed: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"{what} failed: {exc}") from exc
+
+    def _all_existing(
+        self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
+    ) -> list[list[RecordedEvent]]:
+        return [self._existing(c, b) for b, _ in batches]
+
+    def tracked_position(self, name: str) -> int | None:
+        """The tracked position of ``name``, or None."""
+        rows = self._query(SELECT_TRACKING, (name,))
+        return int(rows[0][0]) if rows else None
+
     @staticmethod
     def _existing(c: sqlite3.Connection, batch: Batch) -> list[RecordedEvent]:
         ids = batch.event_ids
@@ -350,7 +458,8 @@ class SQLiteRecorder:
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         try:
-            return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+            with self._serial:
+                return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
         except sqlite3.Error as exc:
             raise StoreError(f"read from {self.describe()} failed: {exc}") from exc
 

@@ -125,6 +125,7 @@ def test_url_options_reach_the_pool_and_libpq(postgres_url: str) -> None:
             "multi_process",
             "wakeups",
             "snapshots",
+            "multi_stream_append",
         }
 
 

@@ -106,4 +106,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         END
         $fn$""",
     ),
+    # 3 -> 4: tracking records (a consumer's exactly-once bookmark, written in the same
+    # transaction as the events of an append_many; one row per name, only increasing).
+    (
+        """CREATE TABLE {schema}.ares_tracking (
+            name     text   PRIMARY KEY,
+            position bigint NOT NULL
+        )""",
+    ),
 )

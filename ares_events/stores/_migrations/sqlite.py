@@ -41,4 +41,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (stream_id, projection)
         ) WITHOUT ROWID""",
     ),
+    # 2 -> 3: tracking records (a consumer's exactly-once bookmark, written in the same
+    # transaction as the events of an append_many; one row per name, only increasing).
+    (
+        """CREATE TABLE ares_tracking (
+            name     TEXT    PRIMARY KEY,
+            position INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ),
 )
