@@ -1,0 +1,690 @@
+"""Persistence module for the `eventsourcing <https://eventsourcing.readthedocs.io>`_ library.
+
+Select it with ``PERSISTENCE_MODULE=ares_events.integrations.eventsourcing`` and give the
+store with ``ARES_STORE_URL`` (read through eventsourcing's ``Environment``, so
+``MYAPP_ARES_STORE_URL`` wins for an application named ``MyApp``). Every aggregate is one
+hash-chained ares-events stream, so ``ares-events audit`` verifies the application's data.
+
+Mapping (docs/integrations.md has the full table):
+
+* stream id: ``ARES_STREAM_PREFIX`` (default empty) + ``str(originator_id)``;
+* event ``type``: the topic (cut to 256 characters; then the full topic is in the metadata),
+  ``module``: ``"eventsourcing"``;
+* payload: ``{"state": <str>}`` when the state bytes are UTF-8, else
+  ``{"state_b64": <base64>}``: the bytes round-trip exactly (compressed or encrypted
+  states included);
+* metadata: ``{"originator_version": N}`` (plus ``topic`` when cut, ``id_type: "str"`` for
+  string originator ids). Stream versions are 1, 2, 3, ...; the original version of
+  stream version ``v`` is ``offset + v - 1``, where ``offset`` is the original version
+  of the stream's first event (0 or 1, whatever ``INITIAL_VERSION`` was).
+* snapshots (``purpose="snapshots"``): one stream ``snapshots/<stream id>`` per aggregate,
+  one event per snapshot (module ``eventsourcing.snapshots``) at any original version;
+* notification ids: ares-events global positions (gap-free on SQLite and memory;
+  increasing but not contiguous on PostgreSQL);
+* tracking: the store's tracking table (``TrackingRecord``), written in the same
+  transaction as the events.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    InfrastructureFactory,
+    IntegrityError,
+    Notification,
+    OperationalError,
+    PersistenceError,
+    ProcessRecorder,
+    StoredEvent,
+    Subscription,
+    Tracking,
+    TrackingRecorder,
+)
+from eventsourcing.utils import Environment, EnvType, resolve_topic
+
+from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError, StoreUnavailable
+from ares_events.events import NO_STREAM, ExpectedVersion, NewEvent, RecordedEvent
+from ares_events.store import EventStore
+from ares_events.stores.base import TrackingRecord
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AresAggregateRecorder",
+    "AresApplicationRecorder",
+    "AresDatastore",
+    "AresFactory",
+    "AresProcessRecorder",
+    "AresSubscription",
+    "AresTrackingRecorder",
+    "Factory",
+]
+
+MODULE: Final = "eventsourcing"
+SNAPSHOT_MODULE: Final = "eventsourcing.snapshots"
+_MAX_TYPE: Final = 256
+_SNAPSHOT_IDS: Final = uuid.UUID("6f0d2c1e-5b8a-4f55-9a57-0e4b2f8c7a31")
+_OFFSETS_MAX: Final = 100_000
+
+
+def _encode_state(state: bytes) -> dict[str, str]:
+    try:
+        return {"state": state.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"state_b64": base64.b64encode(state).decode("ascii")}
+
+
+def _decode_state(payload: dict[str, str]) -> bytes:
+    s = payload.get("state")
+    if s is not None:
+        return s.encode("utf-8")
+    return base64.b64decode(payload["state_b64"])
+
+
+class AresDatastore:
+    """One ares-events store shared by the recorders of one factory, plus the per-stream
+    version offsets learnt so far (a stream's first event never changes, so a learnt
+    offset stays true)."""
+
+    def __init__(self, store: EventStore, *, stream_prefix: str = "") -> None:
+        self.store = store
+        self.stream_prefix = stream_prefix
+        self._offsets: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def stream_id(self, originator_id: UUID | str) -> str:
+        """The ares-events stream of an aggregate."""
+        return self.stream_prefix + str(originator_id)
+
+    def offset(self, stream_id: str) -> int | None:
+        """Original version of the stream's first event (None: no such stream)."""
+        off = self._offsets.get(stream_id)
+        if off is not None:
+            return off
+        for e in self.store.read(stream_id, 1, 1, 1):
+            off = int(e.metadata["originator_version"])
+            self.remember(stream_id, off)
+        return off
+
+    def remember(self, stream_id: str, offset: int) -> None:
+        """Record a stream's offset."""
+        with self._lock:
+            if len(self._offsets) >= _OFFSETS_MAX:
+                self._offsets.clear()
+            self._offsets[stream_id] = offset
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+
+def _to_new_event(
+    ev: StoredEvent, module: str, extra: dict[str, Any] | None = None, event_id: Any = None
+) -> NewEvent:
+    topic = ev.topic
+    meta: dict[str, Any] = {"originator_version": ev.originator_version}
+    if len(topic) > _MAX_TYPE:
+        meta["topic"] = topic
+    if isinstance(ev.originator_id, str):
+        meta["id_type"] = "str"
+    if extra:
+        meta.update(extra)
+    if event_id is None:
+        return NewEvent(
+            type=topic[:_MAX_TYPE], module=module, payload=_encode_state(ev.state), metadata=meta
+        )
+    return NewEvent(
+        type=topic[:_MAX_TYPE],
+        module=module,
+        payload=_encode_state(ev.state),
+        metadata=meta,
+        event_id=event_id,
+    )
+
+
+def _to_stored(e: RecordedEvent, originator_id: UUID | str, cls: type[Any] = StoredEvent) -> Any:
+    meta = e.metadata
+    topic = meta.get("topic", e.type)
+    state = _decode_state(e.payload)
+    if cls is Notification:
+        return Notification(
+            originator_id=originator_id,
+            originator_version=meta["originator_version"],
+            topic=topic,
+            state=state,
+            id=e.position,
+        )
+    return StoredEvent(originator_id, meta["originator_version"], topic, state)
+
+
+def _conflict(exc: Exception) -> IntegrityError:
+    err = IntegrityError(str(exc))
+    err.__cause__ = exc
+    return err
+
+
+def _translate(exc: Exception) -> Exception:
+    if isinstance(exc, ConcurrencyError):
+        return _conflict(exc)
+    if isinstance(exc, StoreUnavailable):
+        return OperationalError(str(exc))
+    if isinstance(exc, InvalidEvent):
+        return IntegrityError(str(exc)) if exc.field == "event_id" else PersistenceError(str(exc))
+    return PersistenceError(str(exc))
+
+
+class AresAggregateRecorder(AggregateRecorder):
+    """Aggregate recorder: one ares-events stream per aggregate.
+
+    With ``purpose="events"`` an aggregate's original versions must be consecutive (they
+    become the stream's gap-free versions). Any other purpose (``"snapshots"``) keeps one
+    stream ``<purpose>/<stream id>`` per aggregate with one event per record, at any
+    original version (each (aggregate, version) at most once).
+    """
+
+    def __init__(self, datastore: AresDatastore, purpose: str = "events") -> None:
+        self.datastore = datastore
+        self.store = datastore.store
+        self.purpose = purpose
+        self.snapshots = purpose != "events"
+        self.module = MODULE if not self.snapshots else f"{MODULE}.{purpose}"
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Write stored events atomically (all aggregates in one transaction).
+
+        Raises:
+            IntegrityError: a version conflict (or a reused tracking record).
+            OperationalError: the store cannot be reached.
+        """
+        self._insert(stored_events, kwargs.get("tracking"))
+        return None
+
+    def _insert(self, stored_events: Sequence[StoredEvent], tracking: Tracking | None) -> list[int]:
+        if not stored_events and tracking is None:
+            return []
+        groups: dict[str, list[StoredEvent]] = {}
+        for ev in stored_events:
+            groups.setdefault(self.datastore.stream_id(ev.originator_id), []).append(ev)
+        if self.snapshots:
+            return self._insert_snapshots(groups, stored_events, tracking)
+        for evs in groups.values():
+            for a, b in itertools.pairwise(evs):
+                if b.originator_version != a.originator_version + 1:
+                    raise IntegrityError(
+                        f"aggregate {a.originator_id}: versions {a.originator_version} and "
+                        f"{b.originator_version} are not consecutive"
+                    )
+        track = TrackingRecord(*_tracking_key(tracking)) if tracking is not None else None
+        # Expected versions from the learnt offsets; an unknown stream is assumed new, and
+        # a wrong guess (the stream exists) is corrected once after reading its offset.
+        guessed: set[str] = set()
+        for attempt in range(2):
+            batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
+            for sid, evs in groups.items():
+                first = evs[0].originator_version
+                off = (
+                    self.datastore._offsets.get(sid) if attempt == 0 else self.datastore.offset(sid)
+                )
+                if off is None:
+                    guessed.add(sid)
+                    expected: ExpectedVersion = NO_STREAM
+                else:
+                    expected = first - off
+                    if expected < 0:
+                        raise IntegrityError(
+                            f"aggregate {evs[0].originator_id}: version {first} is before the "
+                            f"stream's first version {off}"
+                        )
+                batches.append((sid, [_to_new_event(e, self.module) for e in evs], expected))
+            try:
+                results = self._append(batches, track)
+            except ConcurrencyError as exc:
+                if attempt == 0 and exc.stream_id in guessed:
+                    continue
+                raise _conflict(exc) from exc
+            except InvalidEvent as exc:
+                raise _translate(exc) from exc
+            except StoreError as exc:
+                raise _translate(exc) from exc
+            ids: list[int] = []
+            for (sid, news, _), r in zip(batches, results, strict=True):
+                if r.duplicate:
+                    raise IntegrityError(f"stream {sid!r}: these events are already stored")
+                n = len(news)
+                self.datastore.remember(sid, groups[sid][-1].originator_version - r.version + 1)
+                ids.extend(range(r.position - n + 1, r.position + 1))
+            return ids
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append(
+        self,
+        batches: list[tuple[str, list[NewEvent], ExpectedVersion]],
+        track: TrackingRecord | None,
+    ) -> list[Any]:
+        if len(batches) == 1 and track is None:
+            sid, evs, exp = batches[0]
+            # The single-stream append is the backend's fastest path.
+            return [self.store.append(sid, evs, expected_version=exp)]
+        return self.store.append_many(batches, tracking=track)
+
+    def _insert_snapshots(
+        self,
+        groups: dict[str, list[StoredEvent]],
+        stored_events: Sequence[StoredEvent],
+        tracking: Tracking | None,
+    ) -> list[int]:
+        track = TrackingRecord(*_tracking_key(tracking)) if tracking is not None else None
+        for _ in range(10):
+            batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
+            for sid, evs in groups.items():
+                ssid = f"{self.purpose}/{sid}"
+                head = self.store.head(ssid)
+                last_v: int | None = None
+                ordered = True
+                if head is not None:
+                    for last in self.store.read(ssid, head.version, head.version, 1):
+                        last_v = int(last.metadata["originator_version"])
+                        ordered = bool(last.metadata.get("ordered"))
+                new = []
+                for ev in evs:
+                    v = ev.originator_version
+                    ordered = ordered and (last_v is None or v > last_v)
+                    last_v = v if last_v is None else max(last_v, v)
+                    # One (aggregate, version) once: the event id is derived from them.
+                    eid = uuid.uuid5(_SNAPSHOT_IDS, f"{ssid}\x00{v}")
+                    new.append(_to_new_event(ev, self.module, {"ordered": ordered}, eid))
+                batches.append((ssid, new, head.version if head else NO_STREAM))
+            try:
+                results = self._append(batches, track)
+            except ConcurrencyError as exc:
+                if "already used" in str(exc) or "different content" in str(exc):
+                    raise _conflict(exc) from exc
+                continue  # another snapshot was written meanwhile: recompute
+            except StoreError as exc:
+                raise _translate(exc) from exc
+            except InvalidEvent as exc:
+                raise _translate(exc) from exc
+            if any(r.duplicate for r in results):
+                raise IntegrityError("snapshot already recorded at this version")
+            ids: list[int] = []
+            for (_, news, _), r in zip(batches, results, strict=True):
+                ids.extend(range(r.position - len(news) + 1, r.position + 1))
+            return ids
+        raise IntegrityError("snapshot stream kept changing while writing")
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """Events of one aggregate with ``gt < originator_version <= lte``.
+
+        Raises:
+            OperationalError: the store cannot be reached.
+        """
+        try:
+            if self.snapshots:
+                recs = self._select_snapshots(originator_id, gt, lte, desc, limit)
+            else:
+                recs = self._select(originator_id, gt, lte, desc, limit)
+        except StoreError as exc:
+            raise _translate(exc) from exc
+        return [_to_stored(e, originator_id) for e in recs]
+
+    def _select(
+        self,
+        originator_id: UUID | str,
+        gt: int | None,
+        lte: int | None,
+        desc: bool,
+        limit: int | None,
+    ) -> list[RecordedEvent]:
+        if limit is not None and limit <= 0:
+            return []
+        sid = self.datastore.stream_id(originator_id)
+        store = self.store
+        if gt is None and lte is None and not desc:
+            recs = list(store.read(sid, 1, None, limit))
+            if recs:
+                m = recs[0]
+                self.datastore.remember(sid, int(m.metadata["originator_version"]) - m.version + 1)
+            return recs
+        off = self.datastore.offset(sid)
+        if off is None:
+            return []
+        lo = 1 if gt is None else max(1, gt - off + 2)
+        hi = None if lte is None else lte - off + 1
+        if hi is not None and hi < lo:
+            return []
+        if not desc:
+            return list(store.read(sid, lo, hi, limit))
+        if hi is None or limit is not None:
+            top = store.stream_version(sid)
+            hi = top if hi is None else min(hi, top)
+        if limit is not None:
+            lo = max(lo, hi - limit + 1)
+        if hi < lo:
+            return []
+        recs = list(store.read(sid, lo, hi, None))
+        recs.reverse()
+        return recs
+
+    def _select_snapshots(
+        self,
+        originator_id: UUID | str,
+        gt: int | None,
+        lte: int | None,
+        desc: bool,
+        limit: int | None,
+    ) -> list[RecordedEvent]:
+        if limit is not None and limit <= 0:
+            return []
+        ssid = f"{self.purpose}/{self.datastore.stream_id(originator_id)}"
+        store = self.store
+        top = store.stream_version(ssid)
+        if top == 0:
+            return []
+        last = next(iter(store.read(ssid, top, top, 1)), None)
+        if last is None:
+            return []
+
+        def ov(e: RecordedEvent) -> int:
+            return int(e.metadata["originator_version"])
+
+        def keep(e: RecordedEvent) -> bool:
+            v = ov(e)
+            return (gt is None or v > gt) and (lte is None or v <= lte)
+
+        if not last.metadata.get("ordered"):
+            # Written out of order at some point: read the stream and sort (rare).
+            recs = sorted((e for e in store.read(ssid, 1, None, None) if keep(e)), key=ov)
+        else:
+            # Original versions increase with stream versions: bisect for the range.
+            def first_above(bound: int) -> int:
+                a, b = 1, top + 1  # first stream version whose original version > bound
+                while a < b:
+                    mid = (a + b) // 2
+                    e = next(iter(store.read(ssid, mid, mid, 1)))
+                    if ov(e) > bound:
+                        b = mid
+                    else:
+                        a = mid + 1
+                return a
+
+            lo = 1 if gt is None else first_above(gt)
+            hi = top if lte is None or ov(last) <= lte else first_above(lte) - 1
+            if hi < lo:
+                return []
+            if desc and limit is not None:
+                lo = max(lo, hi - limit + 1)
+            recs = list(store.read(ssid, lo, hi, None))
+        if desc:
+            recs.reverse()
+        return recs[:limit] if limit is not None else recs
+
+
+def _tracking_key(tracking: Tracking) -> tuple[str, int]:
+    return (f"eventsourcing:{tracking.application_name}", tracking.notification_id)
+
+
+def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
+    raw = stream_id[len(prefix) :]
+    if b'"id_type"' in meta_json:
+        return raw
+    try:
+        return UUID(raw)
+    except ValueError:
+        return raw
+
+
+class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
+    """Application recorder: notification ids are ares-events global positions."""
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Write stored events atomically and return their notification ids.
+
+        Raises:
+            IntegrityError: a version conflict (or a reused tracking record).
+            OperationalError: the store cannot be reached.
+        """
+        return self._insert(stored_events, kwargs.get("tracking"))
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """This application's events in global order, ``start <= id <= stop``.
+
+        Raises:
+            OperationalError: the store cannot be reached.
+        """
+        after = 0 if start is None else (start - 1 if inclusive_of_start else start)
+        after = max(after, 0)
+        wanted = frozenset(topics)
+        prefix = self.datastore.stream_prefix
+        out: list[Notification] = []
+        page = max(limit, 100)
+        try:
+            while len(out) < limit:
+                chunk = list(self.store.read_all(after, page))
+                for e in chunk:
+                    if stop is not None and e.position > stop:
+                        return out
+                    if e.module != MODULE or not e.stream_id.startswith(prefix):
+                        continue
+                    if wanted:
+                        meta = e.metadata
+                        if meta.get("topic", e.type) not in wanted:
+                            continue
+                    oid = _originator(e.stream_id, prefix, e.metadata_json)
+                    out.append(_to_stored(e, oid, Notification))
+                    if len(out) >= limit:
+                        return out
+                if len(chunk) < page:
+                    return out
+                after = chunk[-1].position
+        except StoreError as exc:
+            raise _translate(exc) from exc
+        return out
+
+    def max_notification_id(self) -> int | None:
+        """The store's last committed position (None when empty).
+
+        When the store also holds other streams (snapshots, other programs), this is an
+        upper bound of the last notification id, never below it.
+        """
+        try:
+            last = self.store.last_position()
+        except StoreError as exc:
+            raise _translate(exc) from exc
+        return last or None
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        """Notifications after ``gt``, blocking for new ones (woken by the store)."""
+        return AresSubscription(self, gt=gt, topics=topics)
+
+
+class AresSubscription(Subscription[AresApplicationRecorder]):
+    """Iterates notifications, waiting with the store's ``wait_for`` wake-ups."""
+
+    def __init__(
+        self, recorder: AresApplicationRecorder, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> None:
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        self._buffer: list[Notification] = []
+        self._index = 0
+        self._scanned = gt or 0
+
+    def __next__(self) -> Notification:
+        recorder = self._recorder
+        store = recorder.store
+        while not self._has_been_stopped:
+            if self._index < len(self._buffer):
+                n = self._buffer[self._index]
+                self._index += 1
+                self._last_notification_id = n.id
+                return n
+            # Read the visible bound first: the scan below sees every event up to it.
+            bound = store.last_position()
+            self._buffer = list(
+                recorder.select_notifications(
+                    start=self._scanned, limit=500, topics=self._topics, inclusive_of_start=False
+                )
+            )
+            self._index = 0
+            if self._buffer:
+                self._scanned = self._buffer[-1].id
+            elif bound > self._scanned:
+                self._scanned = bound  # events up to the bound exist but none match
+            else:
+                store.wait_for(self._scanned, 0.2)  # woken early by a commit
+        raise StopIteration
+
+
+class AresTrackingRecorder(TrackingRecorder):
+    """Tracking recorder: the store's tracking table (one row per application)."""
+
+    def __init__(self, datastore: AresDatastore) -> None:
+        self.datastore = datastore
+        self.store = datastore.store
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        """Record that ``tracking.application_name`` processed ``notification_id``.
+
+        Raises:
+            IntegrityError: the id is not above the application's tracked id.
+        """
+        try:
+            self.store.append_many([], tracking=TrackingRecord(*_tracking_key(tracking)))
+        except ConcurrencyError as exc:
+            raise _conflict(exc) from exc
+        except StoreError as exc:
+            raise _translate(exc) from exc
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The highest notification id tracked for ``application_name``, or None."""
+        try:
+            return self.store.tracked_position(f"eventsourcing:{application_name}")
+        except StoreError as exc:
+            raise _translate(exc) from exc
+
+
+class AresProcessRecorder(AresTrackingRecorder, AresApplicationRecorder, ProcessRecorder):
+    """Process recorder: events and tracking record in one transaction."""
+
+    def __init__(self, datastore: AresDatastore) -> None:
+        AresApplicationRecorder.__init__(self, datastore)
+
+
+def _open(env: Environment) -> AresDatastore:
+    from ares_events.settings import Settings
+
+    url = env.get("ARES_STORE_URL")
+    if not url:
+        msg = (
+            "set ARES_STORE_URL (or <APP>_ARES_STORE_URL) to the ares-events store, "
+            "e.g. sqlite:///app.db or postgresql://user@host/db"
+        )
+        raise OSError(msg)
+    keys = (
+        "ARES_BLOBS_URL",
+        "ARES_CACHE_URL",
+        "ARES_SPILL_THRESHOLD_BYTES",
+        "ARES_EVENTS_CHAIN_KEY",
+    )
+    values = {k: v for k in keys if (v := env.get(k)) is not None}
+    settings = Settings.from_env({"ARES_STORE_URL": url, **values})
+    return AresDatastore(settings.open_store(), stream_prefix=env.get("ARES_STREAM_PREFIX", ""))
+
+
+class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
+    """Infrastructure factory: recorders over one ares-events store.
+
+    Settings (read through eventsourcing's ``Environment``, so an application prefix
+    like ``MYAPP_`` applies): ``ARES_STORE_URL`` (required), ``ARES_STREAM_PREFIX``,
+    ``ARES_BLOBS_URL``, ``ARES_CACHE_URL``, ``ARES_SPILL_THRESHOLD_BYTES``,
+    ``ARES_EVENTS_CHAIN_KEY``.
+    """
+
+    aggregate_recorder_class = AresAggregateRecorder
+    application_recorder_class = AresApplicationRecorder
+    tracking_recorder_class = AresTrackingRecorder
+    process_recorder_class = AresProcessRecorder
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        self.datastore = _open(self.env)
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        """An aggregate recorder (``purpose="snapshots"``: the snapshot streams)."""
+        return self.aggregate_recorder_class(self.datastore, purpose)
+
+    def application_recorder(self) -> ApplicationRecorder:
+        """An application recorder (``APPLICATION_RECORDER_TOPIC`` may name a subclass)."""
+        topic = self.env.get(self.APPLICATION_RECORDER_TOPIC)
+        cls = resolve_topic(topic) if topic else self.application_recorder_class
+        return cls(self.datastore)  # type: ignore[no-any-return,unused-ignore]
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[AresTrackingRecorder] | None = None
+    ) -> AresTrackingRecorder:
+        """A tracking recorder (a subclass may be given, or named by topic)."""
+        if tracking_recorder_class is None:
+            topic = self.env.get(self.TRACKING_RECORDER_TOPIC)
+            tracking_recorder_class = (
+                resolve_topic(topic) if topic else self.tracking_recorder_class
+            )
+        assert tracking_recorder_class is not None
+        return tracking_recorder_class(self.datastore)
+
+    def process_recorder(self) -> ProcessRecorder:
+        """A process recorder (``PROCESS_RECORDER_TOPIC`` may name a subclass)."""
+        topic = self.env.get(self.PROCESS_RECORDER_TOPIC)
+        cls = resolve_topic(topic) if topic else self.process_recorder_class
+        return cls(self.datastore)  # type: ignore[no-any-return,unused-ignore]
+
+    def close(self) -> None:
+        """Close the store."""
+        self.datastore.close()
+
+
+Factory = AresFactory
+
+
+def iter_notifications(recorder: AresApplicationRecorder, start: int = 0) -> Iterator[Any]:
+    """All notifications after ``start`` (a helper for tools and tests)."""
+    while True:
+        batch = recorder.select_notifications(start, 500, inclusive_of_start=False)
+        yield from batch
+        if len(batch) < 500:
+            return
+        start = batch[-1].id
