@@ -593,9 +593,10 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
 
     with app.open() as store:
         result = run_bench(store, events=events, progress=None if as_json else app.note)
+    chain_ok = all(row.get("ok", True) for row in result.rows)
     if as_json:
         app.json(result.to_dict())
-        return EXIT_OK
+        return EXIT_OK if chain_ok else EXIT_FINDINGS
     table = Table(title=f"bench on {result.store}", title_justify="left")
     for col in ("workload", "events", "seconds", "events/s", "note"):
         table.add_column(col, justify="left" if col in ("workload", "note") else "right")
@@ -613,7 +614,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
             note,
         )
     app.out.print(table)
-    return EXIT_OK
+    return EXIT_OK if chain_ok else EXIT_FINDINGS
 
 
 @cli.command(name="gc-blobs")
@@ -1285,6 +1286,7 @@ def _resurrection_demo(
         raw_url = app.raw_store_url()
     report = run_kill_demo(
         raw_url,
+        blobs_url=app.blobs_opt,
         agents=agents,
         steps=steps,
         kills=kills,

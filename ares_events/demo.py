@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ares_events.errors import ConfigError
 from ares_events.events import NO_STREAM, NewEvent
 from ares_events.integrity.verify import Finding, verify_stream
 from ares_events.store import EventStore
@@ -275,9 +276,9 @@ def run_demo(
         StoreUnavailable: the store cannot be reached.
     """
     if agents < 1:
-        raise ValueError(f"agents must be >= 1, got {agents}")
+        raise ConfigError(f"agents must be >= 1, got {agents}")
     if events < MIN_EVENTS:
-        raise ValueError(f"events must be >= {MIN_EVENTS}, got {events}")
+        raise ConfigError(f"events must be >= {MIN_EVENTS}, got {events}")
     run_id = run_id or new_run_id(store, agents)
     rng = random.Random(seed)
     names = [stream_name(run_id, i) for i in range(1, agents + 1)]

@@ -435,7 +435,7 @@ class Journal:
         """Record a human's verdict on an in-doubt call (the outcome to use)."""
         tc = self.state["tool_calls"].get(key)
         if tc is None or tc["status"] != "requested":
-            raise ValueError(f"tool call {key} is not in doubt")
+            raise ConfigError(f"tool call {key} is not in doubt")
         payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
         payload["error" if error is not None else "result"] = error if error is not None else result
         self._append("tool.returned", payload)

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ares_events.errors import ChainIntegrityError, SnapshotMismatch
+from ares_events.errors import ChainIntegrityError, ConfigError, SnapshotMismatch
 from ares_events.events import RecordedEvent
 from ares_events.integrity.verify import Finding
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
@@ -228,7 +228,7 @@ class Snapshotter:
         snapshots: Any = None,
     ) -> None:
         if every <= 0:
-            raise ValueError("every must be a positive number of events")
+            raise ConfigError("every must be a positive number of events")
         self.store = store
         self.projections = list(projections)
         self.every = every

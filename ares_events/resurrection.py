@@ -27,16 +27,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 
+from ares_events.errors import ConfigError
 from ares_events.events import parse_at
 from ares_events.integrity.chain import canonical_json
 from ares_events.integrity.verify import verify_stream
 from ares_events.journal import Journal, ModelReply
-from ares_events.stores import open_store
+from ares_events.settings import Settings
+from ares_events.stores import Capability
 from ares_events.supervision import ProcessSupervisor, heartbeat
+
+if TYPE_CHECKING:
+    from ares_events.store import EventStore
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -116,11 +121,13 @@ class FakeTicketing:
         return (row is not None, {"ticket": key} if row else None)
 
 
-def _store_url() -> str:
-    url = os.environ.get("ARES_STORE_URL")
-    if not url:
+def _open_from_env() -> EventStore:
+    """Open the store the driver configured (URL, blobs, cache, chain key: all from the
+    environment, the way every ares-events process is configured)."""
+    settings = Settings.from_env()
+    if not settings.store_url:
         raise SystemExit("ARES_STORE_URL is not set (the demo driver sets it)")
-    return url
+    return settings.open_store()  # type: ignore[no-any-return]
 
 
 def agent_main(args: argparse.Namespace) -> int:
@@ -128,7 +135,7 @@ def agent_main(args: argparse.Namespace) -> int:
     agent_id = os.environ.get("ARES_AGENT_ID", args.agent_id)
     instance = os.environ.get("ARES_INSTANCE_ID", "i-manual")
     hb = os.environ.get("ARES_HEARTBEAT_FILE")
-    store = open_store(_store_url())
+    store = _open_from_env()
     llm = FakeLLM(args.services, agent_id, args.latency)
     tickets = FakeTicketing(args.services, agent_id, args.latency)
     journal = Journal(
@@ -189,7 +196,7 @@ def agent_main(args: argparse.Namespace) -> int:
 
 def supervise_main(args: argparse.Namespace) -> int:
     """The supervisor process: start or resurrect every agent, run until all finish."""
-    store = open_store(_store_url())
+    store = _open_from_env()
     work = Path(args.services).parent
     sup = ProcessSupervisor(
         store,
@@ -301,6 +308,7 @@ def _events_so_far(store: Any, run: str, agents: int) -> int:
 def run_demo(
     store_url: str,
     *,
+    blobs_url: str | None = None,
     agents: int = 10,
     steps: int = 12,
     kills: int = 3,
@@ -310,11 +318,27 @@ def run_demo(
     timeout: float = 120.0,
     progress: Any = None,
 ) -> DemoReport:
-    """Run the whole story and compute the report from the services' own tables."""
+    """Run the whole story and compute the report from the services' own tables.
+
+    Raises:
+        ConfigError: the store cannot be shared by several processes (``memory://``).
+    """
     started = time.perf_counter()
     rng = random.Random(seed)
     run = f"demo{int(time.time())}{rng.randrange(1000):03d}"
-    store = open_store(store_url)
+    # Every process of the demo is configured like any ares-events process: through the
+    # environment (URL, blob store, cache, chain key). The URL never travels in argv.
+    env = dict(os.environ, ARES_STORE_URL=store_url)
+    if blobs_url:
+        env["ARES_BLOBS_URL"] = blobs_url
+    store = Settings.from_env(env).open_store()
+    needed = {Capability.PERSISTENT, Capability.MULTI_PROCESS}
+    if not needed <= store.capabilities:
+        store.close()
+        raise ConfigError(
+            f"the kill -9 demo runs agents as separate processes: {store.url} is not a store "
+            "several processes can share (use a SQLite file or PostgreSQL)"
+        )
     base = Path(getattr(store.recorder, "path", None) or Path.cwd() / "ares-events.db")
     services = str(base.parent / f"{base.stem}.demo-services.db")
     with _db(services) as c:
@@ -340,8 +364,6 @@ def run_demo(
         "--timeout",
         str(timeout),
     ]
-    # The URL travels in the environment, never in argv (visible to every user in ps).
-    env = dict(os.environ, ARES_STORE_URL=store_url)
     per_agent = 2 + steps * 5
     total = agents * per_agent
     points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ares_events.catalog import new_event
+from ares_events.errors import ConfigError
 from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
 from ares_events.recovery import RecoveryReport, recover
 from ares_events.stores.base import Capability
@@ -137,7 +138,7 @@ def flapping(
 def backoff_delay(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> float:
     """Delay before resurrection ``attempt`` (1-based): base, 2 base, 4 base, ... <= cap."""
     if attempt < 1:
-        raise ValueError("attempt is 1-based")
+        raise ConfigError("attempt is 1-based")
     return float(min(cap, base * (2 ** (attempt - 1))))
 
 
@@ -310,6 +311,9 @@ class ProcessSupervisor:
                 if a.stopped:
                     continue  # voluntary: never a crash
                 if code == 0:
+                    # A clean exit is a voluntary stop: record it, so no later supervisor
+                    # takes the agent for one its predecessor lost.
+                    record_stop(self.store, a.agent_id, "finished")
                     a.finished = True
                     a.attempt = 0
                     continue

@@ -328,7 +328,15 @@ def test_a_beating_agent_is_left_alone(
     sup.start()
     assert sup.run(tick=0.02, timeout=TIMEOUT)
     assert sup.agents["agent-ok"].finished
-    assert types(sqlite_store, "agent-ok") == ["agent.started"]
+    assert types(sqlite_store, "agent-ok") == ["agent.started", "agent.stopped"]
+    (stopped,) = [e for e in sqlite_store.read("agent-ok") if e.type == "agent.stopped"]
+    assert stopped.payload["reason"] == "finished"
+    later = ProcessSupervisor(sqlite_store)
+    supervisors.append(later)
+    later.register("agent-ok", [sys.executable, "-c", BEATER])
+    later.start()  # a finished agent is neither a death nor a resurrection
+    assert later.agents["agent-ok"].proc is None
+    assert types(sqlite_store, "agent-ok") == ["agent.started", "agent.stopped"]
 
 
 def test_new_supervisor_resurrects_agents_its_predecessor_lost(

@@ -33,6 +33,7 @@ from ares_events.catalog import (
     ToolReturned,
     parse,
 )
+from ares_events.errors import ConfigError
 from ares_events.events import RecordedEvent, parse_at
 
 __all__ = [
@@ -152,7 +153,7 @@ class GenealogyProjection:
 
     def __init__(self, flap_deaths: int = 5, flap_window_s: float = 30.0) -> None:
         if flap_deaths < 1 or flap_window_s <= 0:
-            raise ValueError("flap_deaths must be >= 1 and flap_window_s > 0")
+            raise ConfigError("flap_deaths must be >= 1 and flap_window_s > 0")
         self.flap_deaths = flap_deaths
         self.flap_window_s = flap_window_s
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ares_events.errors import StoreError
+from ares_events.errors import ConfigError, StoreError
 from ares_events.events import RecordedEvent
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import (
@@ -345,7 +345,7 @@ class ProjectionRunner:
         self.store = store
         self.projections = list(projections)
         if not self.projections:
-            raise ValueError("at least one projection is required")
+            raise ConfigError("at least one projection is required")
         self.batch_size = batch_size
         self.strict = strict
         self.snapshotter = snapshotter
