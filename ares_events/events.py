@@ -205,9 +205,10 @@ class _UUID7(uuid.UUID):
     """A UUID that keeps its canonical text (computed once, when it is made)."""
 
     __slots__ = ("_text",)
+    _text: str
 
     def __str__(self) -> str:
-        return self._text  # type: ignore[no-any-return]
+        return self._text
 
 
 _set = object.__setattr__
@@ -367,7 +368,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
             )
         fetched = loader(ref)
         cell[2] = fetched  # the loader is no longer needed once the bytes are here
-        return fetched
+        return fetched  # type: ignore[no-any-return]
 
     @property
     def payload_loaded(self) -> bool:
@@ -377,7 +378,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
     def _with_loader(self, loader: Callable[[PayloadRef], bytes]) -> RecordedEvent:
         """A copy of this event whose spilled payload is fetched by ``loader`` (internal;
         blob stores attach themselves to events read from a backend)."""
-        return RecordedEvent(*self[:12], loader)
+        return RecordedEvent(*self[:12], loader)  # type: ignore[call-arg]
 
     @property
     def payload(self) -> Any:

@@ -18,8 +18,13 @@ import ares_events as ae
 from tests import servers
 
 BACKENDS = ["memory", "sqlite", "postgres", "memory+cache", "sqlite+cache"]
-_MARKS = {"postgres": "postgres", "redis": "redis", "s3": "s3",
-          "memory+cache": "redis", "sqlite+cache": "redis"}
+_MARKS = {
+    "postgres": "postgres",
+    "redis": "redis",
+    "s3": "s3",
+    "memory+cache": "redis",
+    "sqlite+cache": "redis",
+}
 
 
 @pytest.fixture(scope="session")
@@ -80,8 +85,9 @@ def store_url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 
 @contextlib.contextmanager
-def open_backend(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
-                 **kw: object) -> Iterator[ae.EventStore]:
+def open_backend(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, **kw: object
+) -> Iterator[ae.EventStore]:
     """Open a fresh store of ``backend`` and close it afterwards (``X+cache``: behind a
     Redis cache with a per-test key prefix, deleted afterwards)."""
     with contextlib.ExitStack() as stack:
@@ -115,8 +121,10 @@ def redis_cache_url(request: pytest.FixtureRequest, **params: object) -> Iterato
 
 
 def _params(names: list[str]) -> list[object]:
-    return [pytest.param(n, marks=[getattr(pytest.mark, _MARKS[n])] if n in _MARKS else [],
-                         id=n) for n in names]
+    return [
+        pytest.param(n, marks=[getattr(pytest.mark, _MARKS[n])] if n in _MARKS else [], id=n)
+        for n in names
+    ]
 
 
 @pytest.fixture(params=_params(BACKENDS))
@@ -132,8 +140,7 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
 
 
 @pytest.fixture
-def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest
-          ) -> Iterator[ae.EventStore]:
+def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ae.EventStore]:
     """A fresh, empty store of each backend in turn."""
     with open_backend(backend, tmp_path, request) as s:
         yield s

@@ -76,8 +76,10 @@ def postgres_server() -> Iterator[str]:
         return
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not (initdb and pg_ctl):
-        pytest.fail("no PostgreSQL at 127.0.0.1:5432 and no initdb/pg_ctl to start one: "
-                    "apt-get install postgresql (or set ARES_TEST_POSTGRES_URL)")
+        pytest.fail(
+            "no PostgreSQL at 127.0.0.1:5432 and no initdb/pg_ctl to start one: "
+            "apt-get install postgresql (or set ARES_TEST_POSTGRES_URL)"
+        )
     tmp = Path(tempfile.mkdtemp(prefix="ares-pg-"))
     port = free_port()
     user = "root"
@@ -86,16 +88,35 @@ def postgres_server() -> Iterator[str]:
         shutil.chown(tmp, "postgres")
         run_as = ["runuser", "-u", "postgres", "--"]
         user = "postgres"
-    subprocess.run([*run_as, initdb, "-D", str(tmp / "data"), "-A", "trust", "-U", user],
-                   check=True, capture_output=True)
-    subprocess.run([*run_as, pg_ctl, "-D", str(tmp / "data"), "-l", str(tmp / "log"), "-o",
-                    f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1", "-w", "start"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*run_as, initdb, "-D", str(tmp / "data"), "-A", "trust", "-U", user],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *run_as,
+            pg_ctl,
+            "-D",
+            str(tmp / "data"),
+            "-l",
+            str(tmp / "log"),
+            "-o",
+            f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1",
+            "-w",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://{user}@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*run_as, pg_ctl, "-D", str(tmp / "data"), "-m", "immediate", "stop"],
-                       check=False, capture_output=True)
+        subprocess.run(
+            [*run_as, pg_ctl, "-D", str(tmp / "data"), "-m", "immediate", "stop"],
+            check=False,
+            capture_output=True,
+        )
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -140,12 +161,16 @@ def redis_server() -> Iterator[str]:
         return
     exe = shutil.which("redis-server")
     if not exe:
-        pytest.fail("no Redis at 127.0.0.1:6379 and no redis-server to start one: "
-                    "apt-get install redis-server (or set ARES_TEST_REDIS_URL)")
+        pytest.fail(
+            "no Redis at 127.0.0.1:6379 and no redis-server to start one: "
+            "apt-get install redis-server (or set ARES_TEST_REDIS_URL)"
+        )
     port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait_port("127.0.0.1", port, 10, "redis-server")
         yield f"redis://127.0.0.1:{port}"
@@ -171,11 +196,15 @@ def s3_server() -> Iterator[str]:
     try:
         import moto.server  # noqa: F401
     except ImportError:
-        pytest.fail("no S3-compatible server: pip install 'moto[server]' "
-                    "(or set ARES_TEST_S3_ENDPOINT)")
+        pytest.fail(
+            "no S3-compatible server: pip install 'moto[server]' (or set ARES_TEST_S3_ENDPOINT)"
+        )
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait_port("127.0.0.1", port, 30, "moto server")
         yield f"http://127.0.0.1:{port}"
@@ -186,5 +215,8 @@ def s3_server() -> Iterator[str]:
 
 def s3_env() -> dict[str, str]:
     """Dummy credentials for the local S3 server, given to boto3 via its normal chain."""
-    return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret",
-            "AWS_DEFAULT_REGION": "us-east-1"}
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }

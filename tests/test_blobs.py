@@ -460,6 +460,7 @@ def test_cli_gc_blobs_deletes_only_old_orphans(
     blobs = tmp_path / "blobs"
     with ae.open_store(f"sqlite:///{db}", blobs=blobs.as_uri(), spill_threshold=64) as store:
         store.append("s", [ae.NewEvent(type="t", module="m", payload={"x": "a" * 500})])
+        assert store.blobs is not None
         orphan = store.blobs.put(b'{"x":"orphan payload of a failed append"}')
     old = time.time() - 7200
     for path in blobs.rglob(orphan.key):

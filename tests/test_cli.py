@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import click
@@ -497,6 +498,7 @@ def test_bench_measures_the_store_without_touching_agent_streams(
     assert all(r["events"] > 0 and r["events_per_s"] for r in rows)
     assert next(r for r in rows if r["workload"].startswith("replay"))["ok"] is True
     code, streams = run_json(capsys, "--store", db, "streams")
-    names = [s["stream_id"] for s in streams["streams"]]  # type: ignore[index]
+    listed: Any = streams["streams"]
+    names = [s["stream_id"] for s in listed]
     assert sum(not n.startswith("bench-") for n in names) == 1
     assert sum(n.startswith("bench-") for n in names) == 2

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from ares_events.errors import BlobError, BlobMissing
+from ares_events.errors import BlobError, BlobMissing, InvalidEvent
 from ares_events.events import RecordedEvent
 from ares_events.integrity.chain import (
     _HEADER,
@@ -172,9 +172,10 @@ class ChainVerifier:
         self.key = key
         self.start_version = start_version
         self.last = start_version
-        self.last_hash = genesis(stream_id) if start_version == 0 else start_hash
-        if self.last_hash is None:
-            raise ValueError("start_hash is required when start_version > 0")
+        last_hash = genesis(stream_id) if start_version == 0 else start_hash
+        if last_hash is None:
+            raise InvalidEvent("start_hash", "is required when start_version > 0")
+        self.last_hash: bytes = last_hash
         self.findings: list[Finding] = []
 
     def check(self, e: RecordedEvent) -> bool:

@@ -243,7 +243,7 @@ class SQLiteRecorder:
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
             if not self._memory:
-                self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))  # type: ignore[union-attr]
+                self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc

@@ -17,6 +17,7 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
+    IntegrityError,
     ProcessRecorder,
     StoredEvent,
     TrackingRecorder,
@@ -58,7 +59,7 @@ class _Store:
             for f in self._factories:
                 f.close()
 
-    def factory(self) -> es.AresFactory:
+    def make_factory(self) -> es.AresFactory:
         f = InfrastructureFactory.construct(
             Environment(env={"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": self.url})
         )
@@ -83,12 +84,12 @@ class _Postgres(_Store):
 
 class _Aggregate(_Store, es_cases.AggregateRecorderTestCase):
     def create_recorder(self) -> AggregateRecorder:
-        return self.factory().aggregate_recorder()
+        return self.make_factory().aggregate_recorder()
 
 
 class _Snapshots(_Store, es_cases.AggregateRecorderTestCase):
     def create_recorder(self) -> AggregateRecorder:
-        return self.factory().aggregate_recorder("snapshots")
+        return self.make_factory().aggregate_recorder("snapshots")
 
 
 class TestAggregateRecorderSQLite(_SQLite, _Aggregate):
@@ -112,7 +113,7 @@ class TestSnapshotRecorderPostgres(_Postgres, _Snapshots):
 
 class _Application(_Store, es_cases.ApplicationRecorderTestCase[ApplicationRecorder]):
     def create_recorder(self) -> ApplicationRecorder:
-        return self.factory().application_recorder()
+        return self.make_factory().application_recorder()
 
     def test_insert_subscribe(self) -> None:
         """Subscriptions deliver recorded and newly recorded notifications."""
@@ -152,7 +153,7 @@ class TestApplicationRecorderPostgres(_Postgres, _Application):
         n1, n2, n3 = [*ids12, *ids3]
         assert n1 < n2 < n3
         assert n2 == n1 + 1  # one transaction: consecutive positions
-        with pytest.raises(es.IntegrityError):
+        with pytest.raises(IntegrityError):
             r.insert_events([e3])
 
         def ids(*args: Any, **kw: Any) -> list[int]:
@@ -190,7 +191,7 @@ class TestApplicationRecorderPostgres(_Postgres, _Application):
 
 class _Tracking(_Store, es_cases.TrackingRecorderTestCase):
     def create_recorder(self) -> TrackingRecorder:
-        return self.factory().tracking_recorder()
+        return self.make_factory().tracking_recorder()
 
 
 class TestTrackingRecorderSQLite(_SQLite, _Tracking):
@@ -203,7 +204,7 @@ class TestTrackingRecorderPostgres(_Postgres, _Tracking):
 
 class _Process(_Store, es_cases.ProcessRecorderTestCase):
     def create_recorder(self) -> ProcessRecorder:
-        return self.factory().process_recorder()
+        return self.make_factory().process_recorder()
 
 
 class TestProcessRecorderSQLite(_SQLite, _Process):
@@ -216,7 +217,7 @@ class TestProcessRecorderPostgres(_Postgres, _Process):
 
 class _NonInterleaving(_Store, es_cases.NonInterleavingNotificationIDsBaseCase):
     def create_recorder(self) -> ApplicationRecorder:
-        return self.factory().application_recorder()
+        return self.make_factory().application_recorder()
 
 
 class TestNonInterleavingSQLite(_SQLite, _NonInterleaving):
