@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import logging
 import sys
 from collections import deque
@@ -527,7 +528,8 @@ def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
     """Verify every stream and the global order of the whole store.
 
     Checks every chain against its head, and that global positions are strictly
-    increasing without gaps. A progress bar runs on stderr. Exits 1 on findings.
+    increasing (and gap-free on stores that promise it: memory, SQLite). A progress bar
+    runs on stderr. Exits 1 on findings.
 
     \b
     Example:
@@ -1289,6 +1291,9 @@ def _resurrection_demo(
         blobs_url=app.blobs_opt,
         agents=agents,
         steps=steps,
+        snapshot_every=(
+            Settings.from_env().snapshot_every if os.environ.get("ARES_SNAPSHOT_EVERY") else 20
+        ),
         kills=kills,
         seed=7 if seed is None else seed,
         progress=None if as_json else app.note,
