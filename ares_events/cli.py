@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import logging
+import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
