@@ -44,6 +44,7 @@ from ares_events.stores.base import (
     Batch,
     Capability,
     Head,
+    SealedEvent,
     StoreURL,
     TrackingRecord,
     check_tracking,
@@ -108,6 +109,33 @@ _BOOL: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False
 
 
 _row_to_event = RecordedEvent._from_row
+
+
+def _add_rows(
+    rows: list[tuple[Any, ...]], stream_id: str, sealed: Sequence[SealedEvent], pos: int
+) -> int:
+    """Append INSERT_EVENT rows for ``sealed`` at positions after ``pos``; return the last."""
+    for s in sealed:
+        pos += 1
+        e = s.event
+        ref = e.payload_ref
+        rows.append(
+            (
+                pos,
+                stream_id,
+                s.version,
+                e.event_id,
+                e.type,
+                e.module,
+                e.payload_bytes,
+                ref.to_json().decode() if ref else None,
+                e.meta_json,
+                e.at,
+                s.prev_hash,
+                s.hash,
+            )
+        )
+    return pos
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -325,27 +353,8 @@ class SQLiteRecorder:
                             return AppendOutcome(existing, duplicate=True)
                         raise
                     sealed = batch.seal(Head(version, head_hash) if version else None)
-                    rows = []
-                    for s in sealed:
-                        pos += 1
-                        e = s.event
-                        ref = e.payload_ref
-                        rows.append(
-                            (
-                                pos,
-                                stream_id,
-                                s.version,
-                                e.event_id,
-                                e.type,
-                                e.module,
-                                e.payload_bytes,
-                                ref.to_json().decode() if ref else None,
-                                e.meta_json,
-                                e.at,
-                                s.prev_hash,
-                                s.hash,
-                            )
-                        )
+                    rows: list[tuple[Any, ...]] = []
+                    pos = _add_rows(rows, stream_id, sealed, pos)
                     # A reused event id violates the unique index: the transaction rolls
                     # back and the ids are looked up below. No lookup on the normal path.
                     c.executemany(INSERT_EVENT, rows)
@@ -397,26 +406,7 @@ class SQLiteRecorder:
                                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                             raise
                         sealed = batch.seal(Head(head[0], head[1]) if head else None)
-                        for s in sealed:
-                            pos += 1
-                            e = s.event
-                            ref = e.payload_ref
-                            rows.append(
-                                (
-                                    pos,
-                                    stream_id,
-                                    s.version,
-                                    e.event_id,
-                                    e.type,
-                                    e.module,
-                                    e.payload_bytes,
-                                    ref.to_json().decode() if ref else None,
-                                    e.meta_json,
-                                    e.at,
-                                    s.prev_hash,
-                                    s.hash,
-                                )
-                            )
+                        pos = _add_rows(rows, stream_id, sealed, pos)
                         last = sealed[-1]
                         heads.append((stream_id, last.version, last.hash))
                         out.append(AppendOutcome([], version=last.version, position=pos))
