@@ -833,13 +833,18 @@ class PostgresSnapshotStore(_BaseSnapshotStore):
         }
 
     @contextlib.contextmanager
-    def _txn(self, action: str) -> Iterator[Any]:
-        """One pooled connection and transaction; maps psycopg errors (one place)."""
+    def _txn(self, action: str, *, write: bool = True) -> Iterator[Any]:
+        """One pooled connection (and, to write, a transaction); maps psycopg errors in
+        one place. A read is a single autocommit statement: no BEGIN/COMMIT round trips."""
         import psycopg
 
         try:
-            with self._recorder.connection() as conn, conn.transaction():
-                yield conn
+            with self._recorder.connection() as conn:
+                if write:
+                    with conn.transaction():
+                        yield conn
+                else:
+                    yield conn
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(
                 f"{action} in {self._store.url} failed: {_pg_detail(exc)}"
@@ -852,7 +857,7 @@ class PostgresSnapshotStore(_BaseSnapshotStore):
             conn.execute(self._sql["upsert"], (snap.stream_id, snap.projection, *_row_of(snap)))
 
     def _get(self, stream_id: str, projection: str) -> _Row | None:
-        with self._txn(f"loading snapshot of stream {stream_id!r}") as conn:
+        with self._txn(f"loading snapshot of stream {stream_id!r}", write=False) as conn:
             row = conn.execute(self._sql["select"], (stream_id, projection)).fetchone()
         if row is None:
             return None
@@ -870,7 +875,7 @@ class PostgresSnapshotStore(_BaseSnapshotStore):
     def _infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
         after_sid, after_proj = "", ""
         while True:
-            with self._txn("listing snapshots") as conn:
+            with self._txn("listing snapshots", write=False) as conn:
                 if stream_id is None:
                     rows = conn.execute(
                         self._sql["list_all"], (after_sid, after_proj, _LIST_PAGE)
