@@ -228,7 +228,20 @@ def worker_big_read(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def worker_big_decode(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Decode the big payload directly (``e.payload`` without ``payload_bytes`` first)."""
+    store = _open(cfg)
+    (e,) = store.read("big")
+    base = baseline_mb()
+    decoded = e.payload
+    peak = peak_mb() - base
+    assert len(decoded["stdout"]) > 0
+    store.close()
+    return {"decode_only_peak_mb": peak}
+
+
 WORKERS = {
+    "big_decode": worker_big_decode,
     "append": worker_append,
     "replay": worker_replay,
     "big_append": worker_big_append,
@@ -335,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[blobs] {args.big_mb} MB payload, {name}", file=sys.stderr)
             big[name] = run_worker("big_append", cfg)
             big[name].update({"read": run_worker("big_read", cfg)})
+            big[name].update({"decode": run_worker("big_decode", cfg)})
     zs = zstd_numbers(args.events)
     body = render(args, results, big, zs)
     print(body)
@@ -388,6 +402,7 @@ def render(
             f"{b['read']['fetch_seconds']:.2f} s",
             f"{b['read']['fetch_peak_mb']:.0f}",
             f"{b['read']['decode_peak_mb']:.0f}",
+            f"{b['decode']['decode_only_peak_mb']:.0f}",
         ]
         for name, b in big.items()
     ]
@@ -399,6 +414,7 @@ def render(
             "fetch `payload_bytes`",
             "fetch peak RSS +MiB",
             "+ decode `payload` peak +MiB",
+            "decode `payload` alone, peak +MiB",
         ],
         big_rows,
     )
