@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
 from ares_events.events import (
@@ -35,7 +35,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EventStore", "emit"]
+__all__ = ["DEFAULT_MAX_INLINE_BYTES", "MAX_METADATA_BYTES", "EventStore", "emit"]
+
+DEFAULT_MAX_INLINE_BYTES: Final = 64 * 1024 * 1024
+"""A payload stored inline (not spilled to a blob store) may be at most this big."""
+MAX_METADATA_BYTES: Final = 1024 * 1024
+"""Canonical metadata is hashed into every header; it may be at most this big."""
 
 
 class EventStore:
@@ -52,8 +57,10 @@ class EventStore:
         blobs: BlobStore | None = None,
         spill_threshold: int = 256 * 1024,
         url: str | None = None,
+        max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
     ) -> None:
         self.recorder = recorder
+        self.max_inline_bytes = max_inline_bytes
         self.chain_key = chain_key
         self.blobs = blobs
         self.spill_threshold = spill_threshold
@@ -108,9 +115,7 @@ class EventStore:
             raise InvalidEvent("events", "must be a sequence of ae.NewEvent", stream_id=stream_id)
         if not events:
             raise InvalidEvent("events", "at least one event is required", stream_id=stream_id)
-        prepared = prepare(stream_id, events, utc_now_at())
-        if self.blobs is not None:
-            prepared = [self.blobs.spill(p, self.spill_threshold) for p in prepared]
+        prepared = self._prepare(stream_id, events, utc_now_at())
         outcome = self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
         recs = outcome.events
         if outcome.duplicate:
@@ -196,7 +201,7 @@ class EventStore:
                 )
             if not events:
                 raise InvalidEvent("events", "at least one event is required", stream_id=stream_id)
-            prepared = prepare(stream_id, events, at)
+            prepared = self._prepare(stream_id, events, at)
             for i, p in enumerate(prepared):
                 if p.event_id in seen_ids:
                     raise InvalidEvent(
@@ -206,8 +211,6 @@ class EventStore:
                         index=i,
                     )
                 seen_ids.add(p.event_id)
-            if self.blobs is not None:
-                prepared = [self.blobs.spill(p, self.spill_threshold) for p in prepared]
             prepared_all.append(prepared)
             work.append((Batch(stream_id, prepared, self.chain_key), expected))
         outcomes = self.recorder.append_many(work, tracking)  # type: ignore[attr-defined]
@@ -254,6 +257,37 @@ class EventStore:
         if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
             raise StoreError(f"store {self._url} keeps no tracking records")
         return self.recorder.tracked_position(name)  # type: ignore[attr-defined,no-any-return]
+
+    def _prepare(self, stream_id: str, events: Sequence[NewEvent], at: str) -> list[Any]:
+        """Validate and encode, spill big payloads, and refuse what cannot be stored inline.
+
+        Raises:
+            InvalidEvent: bad input, or a payload/metadata over the inline limits.
+            StoreUnavailable: a blob could not be written (nothing is appended).
+        """
+        prepared = prepare(stream_id, events, at)
+        for i, p in enumerate(prepared):
+            if len(p.meta_json) > MAX_METADATA_BYTES:
+                raise InvalidEvent(
+                    "metadata",
+                    f"is {len(p.meta_json):,} bytes; the limit is {MAX_METADATA_BYTES:,} "
+                    "(metadata is hashed into every header: put big data in the payload)",
+                    stream_id=stream_id,
+                    index=i,
+                )
+        if self.blobs is not None:
+            prepared = [self.blobs.spill(p, self.spill_threshold) for p in prepared]
+        for i, p in enumerate(prepared):
+            if p.payload_bytes is not None and p.size > self.max_inline_bytes:
+                raise InvalidEvent(
+                    "payload",
+                    f"is {p.size:,} bytes; payloads stored inline are limited to "
+                    f"{self.max_inline_bytes:,} bytes (open the store with a blob store, "
+                    "blobs=..., to spill big payloads)",
+                    stream_id=stream_id,
+                    index=i,
+                )
+        return prepared
 
     def _resolve_duplicate(
         self, stream_id: str, prepared: list[Any], stored: list[RecordedEvent]

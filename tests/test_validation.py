@@ -210,3 +210,33 @@ def test_invalid_event_is_a_value_error_of_the_public_tree() -> None:
     assert issubclass(InvalidEvent, ae.errors.AresError)
     assert issubclass(InvalidEvent, ValueError)
     assert InvalidEvent.__module__ == "ares_events"
+
+
+def test_payload_over_the_inline_limit_is_invalid_unless_it_spills(tmp_path: Path) -> None:
+    """A payload bigger than max_inline_bytes is InvalidEvent (naming the limit and the
+    fix) when nothing spills it, is spilled when a blob store is configured, and a
+    refused batch writes nothing."""
+    big = ae.NewEvent(type="t", module="m", payload={"x": "y" * 5000})
+    small = ae.NewEvent(type="t", module="m", payload={"x": 1})
+    for url, blobs in (("memory://", None), (f"sqlite:///{tmp_path / 'a.db'}", False)):
+        with ae.open_store(url, blobs=blobs, max_inline_bytes=1000) as store:
+            with pytest.raises(InvalidEvent) as info:
+                store.append("s", [small, big])
+            assert info.value.field == "payload" and info.value.index == 1
+            assert "blob store" in str(info.value)
+            assert store.stream_version("s") == 0
+    with ae.open_store(
+        f"sqlite:///{tmp_path / 'b.db'}", max_inline_bytes=1000, spill_threshold=1000
+    ) as store:
+        store.append("s", [small, big])
+        assert [e.payload_ref is not None for e in store.read("s")] == [False, True]
+
+
+def test_metadata_over_its_limit_is_invalid(store: ae.EventStore) -> None:
+    """Metadata over 1 MiB (it is hashed into every header) is InvalidEvent; nothing is
+    written."""
+    ev = ae.NewEvent(type="t", module="m", metadata={"x": "y" * (1024 * 1024)})
+    with pytest.raises(InvalidEvent) as info:
+        store.append("s", [ev])
+    assert info.value.field == "metadata"
+    assert store.stream_version("s") == 0

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from ares_events.errors import ConfigError
 from ares_events.integrity.chain import ChainKey
-from ares_events.store import EventStore
+from ares_events.store import DEFAULT_MAX_INLINE_BYTES, EventStore
 from ares_events.stores import _registry
 from ares_events.stores.base import Capability, Recorder, StoreURL
 
@@ -40,6 +40,7 @@ def open_store(
     spill_threshold: int = 256 * 1024,
     cache: str | None = None,
     chain_key: ChainKey | bytes | str | None = None,
+    max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
     **options: Any,
 ) -> EventStore:
     """Open an event store chosen by URL.
@@ -53,6 +54,8 @@ def open_store(
         spill_threshold: payloads larger than this many bytes go to ``blobs``.
         cache: optional Redis URL for a read-through cache (never the system of record).
         chain_key: 32-byte key (raw, hex or :class:`ChainKey`) for keyed link hashes.
+        max_inline_bytes: a payload that is not spilled may be at most this big (64 MiB);
+            a bigger one is ``InvalidEvent`` (configure ``blobs`` to store it).
         **options: backend keyword options (e.g. ``migrate=False``).
 
     Raises:
@@ -93,6 +96,7 @@ def open_store(
         blobs=blob_store,
         spill_threshold=spill_threshold,
         url=parsed.redacted(),
+        max_inline_bytes=max_inline_bytes,
     )
 
 
