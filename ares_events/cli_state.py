@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -158,11 +159,19 @@ def snapshot_cmd() -> None:
 
 
 def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
+    )
     # Names fold onto more lines rather than being cut: they are what people copy.
     table.add_column("stream", overflow="fold")
     table.add_column("projection", overflow="fold")
-    for name in ("ver", "at", "at hash", "bytes", "created (UTC)"):
+    for name in ("ver", "at", "at hash", "bytes", "created UTC"):
         numeric = name in ("ver", "at", "bytes")
         table.add_column(name, no_wrap=True, justify="right" if numeric else "left")
     if check:
@@ -173,7 +182,7 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
             Text(info.projection),
             str(info.projection_version),
             str(info.at_version),
-            info.at_hash.hex()[:12],
+            info.at_hash.hex()[:8],
             str(info.state_size),
             info.to_dict()["created_at"][:19].replace("T", " "),
         ]
