@@ -47,8 +47,24 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type[AresError], args: tuple[Any, ...], state: dict[str, Any]) -> AresError:
+    """Unpickle an error without calling its constructor (whose signature is domain
+    values, not the message)."""
+    obj = cls.__new__(cls)
+    obj.args = args
+    obj.__dict__.update(state)
+    return obj
+
+
 class AresError(Exception):
-    """Base class of every error raised by ares_events."""
+    """Base class of every error raised by ares_events.
+
+    Errors pickle with their attributes (they cross process boundaries in worker pools and
+    supervisors), and every public one is importable from the top-level package.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class ConfigError(AresError, ValueError):

@@ -152,3 +152,52 @@ def test_import_has_no_side_effects_on_logging() -> None:
         assert not any(
             not isinstance(h, logging.NullHandler) for h in logging.getLogger(name).handlers
         )
+
+
+def _error_samples() -> list[Exception]:
+    from ares_events.catalog import EventSchemaError
+    from ares_events.integrity.verify import Finding
+    from ares_events.journal import (
+        InDoubtToolCall,
+        ReplayDivergence,
+        RunNotRunnable,
+        RunRefused,
+        ToolCallFailed,
+    )
+
+    e = ae.errors
+    return [
+        e.AresError("plain"),
+        e.ConfigError("bad option"),
+        e.UnknownSchemeError("nope", ["memory", "sqlite"]),
+        e.MissingDependencyError("the s3 blob store", "s3"),
+        e.InvalidEvent("payload", "NaN", stream_id="s", index=2),
+        e.ConcurrencyError("s", 3, 5, "detail"),
+        e.StoreError("down"),
+        e.StoreUnavailable("gone"),
+        e.SchemaVersionError(1, 3, "sqlite:///x.db"),
+        e.ChainIntegrityError("s", [Finding("gap", "s", 4, "versions 3..3 are missing")]),
+        e.ReplayCapExceeded("s", 10, 10),
+        e.BlobMissing("ab" * 32, "not found", stream_id="s", version=1),
+        e.BlobCorrupted("ab" * 32, "digest differs"),
+        e.SnapshotMismatch("s", "run_state", "state digest mismatch"),
+        EventSchemaError("task.created", "task_id: Field required", stream_id="s", version=7),
+        RunRefused("run-1", ("r1", "p1"), ("r2", "p2")),
+        RunNotRunnable("run-1", "paused", "interrupted"),
+        InDoubtToolCall("run-1", "run-1:4", "create_ticket"),
+        ReplayDivergence("run-1", 3, "messages differ"),
+        ToolCallFailed("run-1", "run-1:2", "boom"),
+    ]
+
+
+@pytest.mark.parametrize("error", _error_samples(), ids=lambda e: type(e).__name__)
+def test_errors_pickle_with_their_attributes_and_live_in_the_package(error: Exception) -> None:
+    """Every public error is importable from ares_events and survives pickling (worker
+    pools, supervisors) with its message and attributes."""
+    import pickle
+
+    assert getattr(ae, type(error).__name__) is type(error)
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error)
+    assert back.__dict__ == error.__dict__
