@@ -218,8 +218,8 @@ def test_payload_over_the_inline_limit_is_invalid_unless_it_spills(tmp_path: Pat
     refused batch writes nothing."""
     big = ae.NewEvent(type="t", module="m", payload={"x": "y" * 5000})
     small = ae.NewEvent(type="t", module="m", payload={"x": 1})
-    for url, blobs in (("memory://", None), (f"sqlite:///{tmp_path / 'a.db'}", False)):
-        with ae.open_store(url, blobs=blobs, max_inline_bytes=1000) as store:
+    for url in ("memory://", f"sqlite:///{tmp_path / 'a.db'}"):
+        with ae.open_store(url, blobs=False, max_inline_bytes=1000) as store:
             with pytest.raises(InvalidEvent) as info:
                 store.append("s", [small, big])
             assert info.value.field == "payload" and info.value.index == 1
