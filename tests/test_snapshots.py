@@ -29,7 +29,8 @@ from ares_events.snapshots import (
 )
 from ares_events.store import EventStore
 from ares_events.stores.base import AppendOutcome, Batch, Capability, Head
-from ares_events.testing.snapshots import SnapshotContract, append_events
+from ares_events.testing import SnapshotContract
+from ares_events.testing.snapshots import append_events
 from tests.fix_backends import _params
 
 

@@ -1,7 +1,8 @@
 """Public helpers for users and plugin authors: the store conformance suite.
 
-``StoreContract`` (the suite every store passes) needs pytest; it is imported on first
-access, so importing :mod:`ares_events.testing` itself never needs pytest.
+``StoreContract`` (the suite every store passes) and ``SnapshotContract`` (the suite every
+snapshot store passes) need pytest; they are imported on first access, so importing
+:mod:`ares_events.testing` itself never needs pytest.
 
 Example::
 
@@ -21,23 +22,25 @@ if TYPE_CHECKING:
         run_concurrent_appenders,
         store_state,
     )
+    from ares_events.testing.snapshots import SnapshotContract
 
-__all__ = ["StoreContract", "run_concurrent_appenders", "store_state"]
+__all__ = ["SnapshotContract", "StoreContract", "run_concurrent_appenders", "store_state"]
+_HOME = {"SnapshotContract": "snapshots"}
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
+        import importlib
         import sys
 
-        if "ares_events.testing.contract" not in sys.modules:
+        module_name = f"ares_events.testing.{_HOME.get(name, 'contract')}"
+        if module_name not in sys.modules:
             import pytest
 
             # Plain asserts in the suite get pytest's detailed failure messages. Only
             # before the first import: registering later would warn.
-            pytest.register_assert_rewrite("ares_events.testing.contract")
-        from ares_events.testing import contract
-
-        value = getattr(contract, name)
+            pytest.register_assert_rewrite(module_name)
+        value = getattr(importlib.import_module(module_name), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ares_events.testing' has no attribute {name!r}")
