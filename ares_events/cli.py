@@ -519,7 +519,11 @@ def verify(app: App, stream: str, as_json: bool) -> int:
 
 
 @cli.command(name="audit")
-@click.option("--deep", is_flag=True, help="Also fetch every spilled payload and check its digest.")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also fetch every spilled payload and check its digest, and check every snapshot.",
+)
 @json_option
 @pass_app
 def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
@@ -551,12 +555,13 @@ def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
         app.json(data)
         return EXIT_OK if report.ok else EXIT_FINDINGS
     table = Table(title=f"audit of {url}", title_justify="left")
-    for name in ("streams", "events", "blobs checked", "findings", "result"):
+    for name in ("streams", "events", "blobs checked", "snapshots checked", "findings", "result"):
         table.add_column(name, justify="right" if name != "result" else "left")
     table.add_row(
         str(report.streams_checked),
         str(report.events_checked),
         str(report.blobs_checked) if deep else "-",
+        str(report.snapshots_checked) if deep else "-",
         str(len(report.findings)),
         _status(report.ok),
     )

@@ -439,3 +439,21 @@ def test_database_failure_is_a_store_error_naming_the_stream(
     assert info.value.__cause__ is not None
     assert "p@ss" not in str(info.value)
     assert "***" in str(info.value) or backend == "sqlite"
+
+
+def test_deep_audit_reports_a_snapshot_that_no_longer_matches(
+    store: ae.EventStore, backend: str
+) -> None:
+    """audit(deep=True) checks every snapshot: an edited one is a snapshot_mismatch
+    finding; a plain audit does not read snapshots."""
+    append_events(store, "s", 5)
+    snap = make_snapshot(store, "s", "p", 1, {"n": 5}, 5)
+    store.snapshots.save(snap)
+    clean = ae.integrity.audit(store, deep=True)
+    assert clean.ok and clean.snapshots_checked == 1
+    tamper_state(store, backend, "s", "p", b'{"n":6}')
+    assert ae.integrity.audit(store).ok  # the chain itself is fine
+    deep = ae.integrity.audit(store, deep=True)
+    assert [(f.kind, f.stream_id, f.version) for f in deep.findings] == [
+        ("snapshot_mismatch", "s", 5)
+    ]
