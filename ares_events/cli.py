@@ -293,17 +293,38 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     return table
 
 
+def _grouped(findings: list[Finding]) -> list[tuple[Finding, int, int | None]]:
+    """Runs of findings with the same kind, stream and detail at consecutive versions,
+    as (first finding, count, last version): a wrong chain key is one row, not 1,000."""
+    rows: list[tuple[Finding, int, int | None]] = []
+    for f in findings:
+        if rows:
+            first, n, last = rows[-1]
+            if (
+                (first.kind, first.stream_id, first.detail) == (f.kind, f.stream_id, f.detail)
+                and last is not None
+                and f.version == last + 1
+            ):
+                rows[-1] = (first, n + 1, f.version)
+                continue
+        rows.append((f, 1, f.version))
+    return rows
+
+
 def _findings_table(findings: list[Finding]) -> Table:
     table = Table(title="findings", title_justify="left")
     table.add_column("kind", style="red", no_wrap=True)
-    table.add_column("stream", no_wrap=True)
-    table.add_column("version", justify="right")
+    table.add_column("stream", overflow="fold")
+    table.add_column("version", justify="right", no_wrap=True)
     table.add_column("detail")
-    for f in findings[:MAX_FINDINGS_SHOWN]:
+    for f, n, last in _grouped(findings)[:MAX_FINDINGS_SHOWN]:
+        where = "" if f.version is None else str(f.version)
+        if n > 1:
+            where = f"{f.version}..{last} ({n})"
         table.add_row(
             Text(f.kind),
             Text(f.stream_id if f.stream_id is not None else "(store)"),
-            str(f.version) if f.version is not None else "",
+            where,
             Text(f.detail),
         )
     return table
@@ -311,8 +332,9 @@ def _findings_table(findings: list[Finding]) -> Table:
 
 def _print_findings(app: App, findings: list[Finding]) -> None:
     app.out.print(_findings_table(findings))
-    if len(findings) > MAX_FINDINGS_SHOWN:
-        app.out.print(f"… and {len(findings) - MAX_FINDINGS_SHOWN} more (use --json for all)")
+    rows = len(_grouped(findings))
+    if rows > MAX_FINDINGS_SHOWN:
+        app.out.print(f"… and {rows - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
 
 
 def _status(ok: bool) -> Text:

@@ -279,8 +279,7 @@ class ChainVerifier:
                     "hash_mismatch",
                     sid,
                     v,
-                    "stored hash does not match the event's "
-                    "fields (payload, header or hash edited, or wrong chain key)",
+                    "hash does not match the stored fields (an edit, or a wrong chain key)",
                 )
             )
             ok = False
