@@ -502,3 +502,18 @@ def test_bench_measures_the_store_without_touching_agent_streams(
     names = [s["stream_id"] for s in listed]
     assert sum(not n.startswith("bench-") for n in names) == 1
     assert sum(n.startswith("bench-") for n in names) == 2
+
+
+def test_findings_at_consecutive_versions_print_as_one_row(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stream whose every hash fails (here: audited without its chain key) is one
+    findings row with a version range, not one row per event; --json still lists all."""
+    with ae.open_store(db, chain_key=bytes(range(32))) as store:
+        for i in range(5):
+            ae.emit(store, "keyed", "t", "m", {"i": i})
+    code, out, _ = run(capsys, "--store", db, "audit")
+    assert code == 1
+    assert "1..5 (5)" in out and out.count("hash_mismatch") == 1
+    code, data = run_json(capsys, "--store", db, "audit")
+    assert code == 1 and len(data["findings"]) == 5  # type: ignore[arg-type]
