@@ -546,9 +546,16 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     is_flag=True,
     help="Also fetch every spilled payload and check its digest, and check every snapshot.",
 )
+@click.option(
+    "--anchors",
+    "anchors_url",
+    metavar="URL",
+    help="Also check the store still extends every anchor kept at this witness "
+    "(file:///folder/ or s3://...; see `anchor`).",
+)
 @json_option
 @pass_app
-def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
+def audit_cmd(app: App, deep: bool, anchors_url: str | None, as_json: bool) -> int:
     """Verify every stream and the global order of the whole store.
 
     Checks every chain against its head, and that global positions are strictly
@@ -559,6 +566,7 @@ def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
     Example:
       ares-events audit
       ares-events audit --deep --json
+      ares-events audit --anchors file:///var/lib/ares-anchors/
     """
     with app.open() as store, app.progress("auditing") as bar:
         task = bar.add_task("auditing", total=None)
@@ -566,7 +574,7 @@ def audit_cmd(app: App, deep: bool, as_json: bool) -> int:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=max(total, done))
 
-        report = audit(store, deep=deep, progress=progress)
+        report = audit(store, deep=deep, progress=progress, anchors=anchors_url)
         url = store.url
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
