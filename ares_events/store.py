@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -485,15 +485,3 @@ def emit(
         ],
         expected_version=expected_version,
     )
-
-
-def iter_batches(events: Iterable[RecordedEvent], size: int) -> Iterator[list[RecordedEvent]]:
-    """Group an iterator into lists of ``size`` (for progress reporting)."""
-    batch: list[RecordedEvent] = []
-    for e in events:
-        batch.append(e)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

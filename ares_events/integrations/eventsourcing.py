@@ -32,7 +32,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 from uuid import UUID
 
@@ -678,13 +678,3 @@ class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
 
 
 Factory = AresFactory
-
-
-def iter_notifications(recorder: AresApplicationRecorder, start: int = 0) -> Iterator[Any]:
-    """All notifications after ``start`` (a helper for tools and tests)."""
-    while True:
-        batch = recorder.select_notifications(start, 500, inclusive_of_start=False)
-        yield from batch
-        if len(batch) < 500:
-            return
-        start = batch[-1].id
