@@ -42,7 +42,6 @@ from ares_events.integrity.chain import (
     _NAME_CACHE,
     ChainKey,
     _cache_name,
-    _encode_str,
     genesis,
     header_bytes,
     link_hash,
@@ -55,8 +54,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_enc = _encode_str
 _blake3 = blake3.blake3
+_HEADER_PLAIN = _HEADER.replace(b'"at":%b,"id":%b,', b'"at":"%b","id":"%b",', 1)
+assert _HEADER_PLAIN != _HEADER  # the template above must keep this shape
 
 __all__ = [
     "AuditReport",
@@ -200,9 +200,13 @@ class ChainVerifier:
             ty = cache.get(e[4]) or _cache_name(e[4])
             mo = cache.get(e[5]) or _cache_name(e[5])
             try:
-                header = _HEADER % (
-                    _enc(e[8]).encode(),
-                    _enc(e[3]).encode(),
+                # ``at`` and the event id are written by the library in forms that JSON
+                # never escapes (a fixed timestamp format, UUID text), so they are quoted
+                # here without the escaper. Anything else cannot match the stored hash
+                # and falls through to the full check below, which escapes properly.
+                header = _HEADER_PLAIN % (
+                    e[8].encode(),
+                    e[3].encode(),
                     e[7],
                     mo,
                     _blake3(raw).hexdigest().encode(),
