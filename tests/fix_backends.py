@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +146,28 @@ def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
     """A fresh, empty store of each backend in turn."""
     with open_backend(backend, tmp_path, request) as s:
         yield s
+
+
+def run_behind_store(
+    store: ae.EventStore, backend: str, sqlite_sql: str, pg_sql: str, args: tuple[object, ...]
+) -> None:
+    """Run one statement directly against the backend's database, bypassing the store (to
+    tamper with rows in tests). ``pg_sql`` may name ``{schema}``."""
+    rec: Any = getattr(store.recorder, "inner", store.recorder)
+    name = backend.removesuffix("+cache")
+    if name == "sqlite":
+        conn = sqlite3.connect(str(rec.path))
+        try:
+            with conn:
+                conn.execute(sqlite_sql, args)
+        finally:
+            conn.close()
+    elif name == "postgres":
+        from psycopg import sql
+
+        with rec.connection() as conn, conn.transaction():
+            # Tampering is what the append-only guards exist to stop: lift them for it.
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(sql.SQL(pg_sql).format(schema=sql.Identifier(rec.schema)), args)
+    else:
+        raise AssertionError(f"no database behind {backend}")

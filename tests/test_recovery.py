@@ -20,7 +20,7 @@ from ares_events.projections import (
     RecoveryStateProjection,
     RunStateProjection,
 )
-from tests.fix_backends import open_backend
+from tests.fix_backends import open_backend, run_behind_store
 
 LIFE: list[tuple[str, dict[str, Any]]] = [
     ("session.created", {"session_id": "sess"}),
@@ -77,24 +77,7 @@ def projections() -> list[Projection]:
     ]
 
 
-def _sql(
-    store: ae.EventStore, backend: str, sqlite_sql: str, pg_sql: str, args: tuple[Any, ...]
-) -> None:
-    """Run one statement behind the store's back (sqlite3 / psycopg)."""
-    rec: Any = store.recorder
-    if backend == "sqlite":
-        conn = sqlite3.connect(str(rec.path))
-        try:
-            with conn:
-                conn.execute(sqlite_sql, args)
-        finally:
-            conn.close()
-        return
-    from psycopg import sql
-
-    with rec.connection() as conn, conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")
-        conn.execute(sql.SQL(pg_sql).format(schema=sql.Identifier(rec.schema)), args)
+_sql = run_behind_store
 
 
 def tamper_snapshot(store: ae.EventStore, backend: str, column: str, value: Any) -> None:

@@ -7,7 +7,6 @@ not in :class:`~ares_events.testing.snapshots.SnapshotContract`.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from ares_events.store import EventStore
 from ares_events.stores.base import AppendOutcome, Batch, Capability, Head
 from ares_events.testing import SnapshotContract
 from ares_events.testing.snapshots import append_events
-from tests.fix_backends import _params
+from tests.fix_backends import _params, run_behind_store
 
 
 @pytest.fixture(params=_params(["memory", "sqlite", "postgres"]))
@@ -47,27 +46,7 @@ class TestSnapshotContract(SnapshotContract):
 # -- tampering, per backend -----------------------------------------------------------------
 
 
-def _sql(
-    store: ae.EventStore, backend: str, sqlite_sql: str, pg_sql: str, args: tuple[Any, ...]
-) -> None:
-    """Run one statement directly against the backend's database, bypassing the store."""
-    rec: Any = store.recorder
-    if backend == "sqlite":
-        conn = sqlite3.connect(str(rec.path))
-        try:
-            with conn:
-                conn.execute(sqlite_sql, args)
-        finally:
-            conn.close()
-    elif backend == "postgres":
-        from psycopg import sql
-
-        with rec.connection() as conn, conn.transaction():
-            # Tampering is what the append-only guards exist to stop: lift them for it.
-            conn.execute("SET LOCAL session_replication_role = replica")
-            conn.execute(sql.SQL(pg_sql).format(schema=sql.Identifier(rec.schema)), args)
-    else:
-        raise AssertionError(backend)
+_sql = run_behind_store
 
 
 def tamper_state(

@@ -60,6 +60,7 @@ __all__ = [
     "StoreURL",
     "TrackingRecord",
     "check_tracking",
+    "parse_bool",
 ]
 
 
@@ -275,6 +276,22 @@ class StoreURL:
 _SECRET_PARAM: Final = re.compile(
     r"([?&;][^=&#]*(?:password|secret|token|passwd)[^=&#]*=)[^&#]*", re.IGNORECASE
 )
+
+
+_BOOLS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def parse_bool(value: object, name: str, where: str) -> bool:
+    """A boolean URL parameter or option: a bool, or true/false/1/0/yes/no.
+
+    Raises:
+        ConfigError: anything else (names the parameter and the redacted URL).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _BOOLS:
+        return _BOOLS[value.lower()]
+    raise ConfigError(f"{name} must be true or false, got {value!r} in {where}")
 
 
 def _redact_text(url: str) -> str:

@@ -94,6 +94,7 @@ from ares_events.stores.base import (
     StoreURL,
     TrackingRecord,
     check_tracking,
+    parse_bool,
 )
 
 logger = logging.getLogger(__name__)
@@ -247,7 +248,6 @@ _OWN_PARAMS: Final = (
 _SECRET_PARAMS: Final = frozenset(
     {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
 )
-_BOOL: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def _libpq_options() -> frozenset[str]:
@@ -1257,12 +1257,7 @@ def _int_opt(opts: dict[str, Any], key: str, default: int, where: str, *, minimu
 
 
 def _bool_opt(opts: dict[str, Any], key: str, where: str) -> bool:
-    raw = opts.get(key, True)
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.lower() in _BOOL:
-        return _BOOL[raw.lower()]
-    raise ConfigError(f"{key} must be true or false, got {raw!r} in {where}")
+    return parse_bool(opts.get(key, True), key, where)
 
 
 def _float_opt(opts: dict[str, Any], key: str, default: float, where: str) -> float:

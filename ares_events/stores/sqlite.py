@@ -48,6 +48,7 @@ from ares_events.stores.base import (
     StoreURL,
     TrackingRecord,
     check_tracking,
+    parse_bool,
 )
 
 logger = logging.getLogger(__name__)
@@ -105,7 +106,6 @@ UPSERT_SCHEMA_VERSION: Final = (
 
 _SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
-_BOOL: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 _row_to_event = RecordedEvent._from_row
@@ -223,17 +223,19 @@ class SQLiteRecorder:
             )
         raw_path = url.path[1:] if url.path.startswith("/") else url.path
         kw: dict[str, Any] = {}
-        try:
-            if "synchronous" in p:
-                kw["synchronous"] = p["synchronous"]
-            if "busy_timeout" in p:
-                kw["busy_timeout"] = float(p["busy_timeout"])
-            if "page_size" in p:
-                kw["page_size"] = int(p["page_size"])
-            if "migrate" in p:
-                kw["migrate"] = _BOOL[p["migrate"].lower()]
-        except (ValueError, KeyError):
-            raise ConfigError(f"invalid parameter value in {url.redacted()}") from None
+        where = url.redacted()
+        if "synchronous" in p:
+            kw["synchronous"] = p["synchronous"]
+        for name, convert in (("busy_timeout", float), ("page_size", int)):
+            if name in p:
+                try:
+                    kw[name] = convert(p[name])
+                except ValueError:
+                    raise ConfigError(
+                        f"{name} must be a number, got {p[name]!r} in {where}"
+                    ) from None
+        if "migrate" in p:
+            kw["migrate"] = parse_bool(p["migrate"], "migrate", where)
         unknown = sorted(set(options) - set(_PARAMS))
         if unknown:
             raise ConfigError(
