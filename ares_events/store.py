@@ -9,6 +9,7 @@ re-appends.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -405,8 +406,6 @@ class EventStore:
         waiter = getattr(self.recorder, "wait_for", None)
         if waiter is not None:
             return bool(waiter(position, timeout))
-        import time
-
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
