@@ -18,8 +18,9 @@ import click
 import pytest
 
 import ares_events as ae
-from ares_events.cli import cli, main
+from ares_events.cli import cli
 from ares_events.demo import run_demo
+from tests.cli_helpers import run, run_json
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "hunter2-S3cret"
@@ -40,22 +41,6 @@ def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cli.db'}"
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, object]]:
-    """Run with --json; stdout must be exactly one JSON object."""
-    code, out, _ = run(capsys, *args, "--json")
-    assert out.count("\n") == 1, out
-    data = json.loads(out)
-    assert isinstance(data, dict)
-    return code, data
-
-
 @pytest.fixture
 def demo_db(db: str, capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[str, list[str]]]:
     """A SQLite store filled by the demo (3 agents x 40 events); yields (url, streams)."""
@@ -63,7 +48,7 @@ def demo_db(db: str, capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[str, 
         capsys, "--store", db, "demo", "--simple", "--agents", "3", "--events", "40"
     )
     assert code == 0
-    yield db, [str(s["stream_id"]) for s in data["streams"]]  # type: ignore[attr-defined]
+    yield db, [str(s["stream_id"]) for s in data["streams"]]
 
 
 def _path(url: str) -> str:
@@ -198,7 +183,7 @@ def test_tampered_row_gives_exit_1(
     con.close()
     code, data = run_json(capsys, "--store", url, "verify", names[2])
     assert code == 1 and data["ok"] is False
-    assert [(f["kind"], f["version"]) for f in data["findings"]] == [("hash_mismatch", 7)]  # type: ignore[attr-defined]
+    assert [(f["kind"], f["version"]) for f in data["findings"]] == [("hash_mismatch", 7)]
     code, out, _ = run(capsys, "--store", url, "verify", names[2])
     assert code == 1 and "hash_mismatch" in out
     code, data = run_json(capsys, "--store", url, "audit")
@@ -218,7 +203,7 @@ def test_deleted_tail_rows_are_reported_truncated(
     con.close()
     code, data = run_json(capsys, "--store", url, "verify", names[0])
     assert code == 1
-    assert "truncated" in {f["kind"] for f in data["findings"]}  # type: ignore[attr-defined]
+    assert "truncated" in {f["kind"] for f in data["findings"]}
 
 
 def test_chain_key_from_env_is_used_and_never_shown(
@@ -516,4 +501,4 @@ def test_findings_at_consecutive_versions_print_as_one_row(
     assert code == 1
     assert "1..5 (5)" in out and out.count("hash_mismatch") == 1
     code, data = run_json(capsys, "--store", db, "audit")
-    assert code == 1 and len(data["findings"]) == 5  # type: ignore[arg-type]
+    assert code == 1 and len(data["findings"]) == 5

@@ -11,7 +11,6 @@ from typing import Any, ClassVar
 import pytest
 
 import ares_events as ae
-from ares_events.cli import main
 from ares_events.errors import ChainIntegrityError, ReplayCapExceeded
 from ares_events.projections import (
     AgentStateProjection,
@@ -20,6 +19,7 @@ from ares_events.projections import (
     RecoveryStateProjection,
     RunStateProjection,
 )
+from tests.cli_helpers import run, run_json
 from tests.fix_backends import open_backend, run_behind_store
 
 LIFE: list[tuple[str, dict[str, Any]]] = [
@@ -337,22 +337,6 @@ def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     with ae.open_store(url) as s:
         append_life(s, "agent-1", 40)
     return url
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    """Run with --json; stdout must be exactly one JSON object."""
-    code, out, _ = run(capsys, *args, "--json")
-    assert out.count("\n") == 1, out
-    data = json.loads(out)
-    assert isinstance(data, dict)
-    return code, data
 
 
 def test_cli_recover_reports_source_and_state(

@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 import pytest
 
 import ares_events as ae
-from ares_events.cli import main
 from ares_events.events import RecordedEvent
 from ares_events.projections import (
     AgentStateProjection,
@@ -28,6 +27,7 @@ from ares_events.projections import (
     verify_rebuild,
 )
 from ares_events.projections.tables import MemoryTables, SQLTables, tables_for
+from tests.cli_helpers import run, run_json
 from tests.runner_child import CountingProjection
 from tests.test_recovery import append_life
 
@@ -381,22 +381,6 @@ def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     with ae.open_store(url) as s:
         fill(s)
     return url
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    """Run with --json; stdout must be exactly one JSON object."""
-    code, out, _ = run(capsys, *args, "--json")
-    assert out.count("\n") == 1, out
-    data = json.loads(out)
-    assert isinstance(data, dict)
-    return code, data
 
 
 def test_cli_rebuild_and_verify(cli_db: str, capsys: pytest.CaptureFixture[str]) -> None:
