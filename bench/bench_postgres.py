@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from eventsourcing.persistence import StoredEvent
@@ -68,6 +68,7 @@ from bench.common import (
     machine_description,
     make_payloads,
     markdown_table,
+    throwaway_db,
     timed,
     write_section,
 )
@@ -132,24 +133,6 @@ class Payloads:
 
 
 # -- databases and the two systems ---------------------------------------------------------
-
-
-def with_db(url: str, dbname: str) -> str:
-    p = urlsplit(url)
-    return urlunsplit((p.scheme, p.netloc, "/" + dbname, p.query, ""))
-
-
-@contextlib.contextmanager
-def throwaway_db(admin_url: str, label: str) -> Iterator[str]:
-    """Create a uniquely named database, yield its URL, drop it afterwards."""
-    name = f"ares_bench_{label}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_db(admin_url, name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Ours:

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import orjson
 import psycopg
@@ -96,6 +96,7 @@ from bench.common import (
     fmt_ratio,
     machine_description,
     markdown_table,
+    throwaway_db,
     timed,
     write_section,
 )
@@ -215,24 +216,6 @@ def agent_sid(a: int) -> str:
 
 
 # -- backends ----------------------------------------------------------------------------
-
-
-def with_db(url: str, dbname: str) -> str:
-    p = urlsplit(url)
-    return urlunsplit((p.scheme, p.netloc, "/" + dbname, p.query, ""))
-
-
-@contextlib.contextmanager
-def throwaway_db(admin_url: str) -> Iterator[str]:
-    """Create a uniquely named database, yield its URL, drop it afterwards."""
-    name = f"ares_bench_recovery_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_db(admin_url, name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @dataclass
@@ -1005,7 +988,9 @@ def main(argv: list[str] | None = None) -> int:
                 stack.callback(shutil.rmtree, root, True)
                 be = Backend("sqlite", root=root)
             else:
-                be = Backend("postgres", db_url=stack.enter_context(throwaway_db(admin)))
+                be = Backend(
+                    "postgres", db_url=stack.enter_context(throwaway_db(admin, "recovery"))
+                )
             facts[kind] = be.facts()
             if args.profile:
                 profile(be, sz, args.top)

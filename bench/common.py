@@ -15,6 +15,7 @@ No timing thresholds live here or in tests: numbers are reported, never asserted
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import gc
 import importlib.metadata
@@ -26,7 +27,7 @@ import re
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,3 +269,32 @@ def write_section(name: str, body: str, *, path: Path = DOC_PATH, title: str = "
         text = text.rstrip("\n") + "\n" + heading + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+# -- PostgreSQL -------------------------------------------------------------------------
+
+
+def with_db(url: str, dbname: str) -> str:
+    """``url`` pointed at database ``dbname``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, p.netloc, "/" + dbname, p.query, ""))
+
+
+@contextlib.contextmanager
+def throwaway_db(admin_url: str, label: str) -> Iterator[str]:
+    """Create a uniquely named database, yield its URL, drop it afterwards."""
+    import os
+    import uuid
+
+    import psycopg
+
+    name = f"ares_bench_{label}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_db(admin_url, name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
