@@ -30,13 +30,11 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-import random
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
 
 import blake3
 import orjson
@@ -67,7 +65,6 @@ __all__ = [
 
 HASH_SIZE: Final = 32
 _LIST_PAGE: Final = 500
-T = TypeVar("T")
 
 # -- SQL (SQLite: ? placeholders) ---------------------------------------------------------
 
@@ -705,37 +702,16 @@ def _info_of(row: tuple[Any, ...]) -> SnapshotInfo:
 # -- SQLite ----------------------------------------------------------------------------------
 
 
-def _sqlite_busy(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
-
-
 class SQLiteSnapshotStore(_BaseSnapshotStore):
     """Snapshots in the ``ares_snapshots`` table of the events' SQLite file.
 
-    Uses the recorder's per-thread connection. Writes are ``BEGIN IMMEDIATE``
-    transactions; a busy database is retried with jittered backoff for up to
-    ``busy_timeout`` seconds, then :class:`StoreUnavailable` is raised.
+    Uses the recorder's per-thread connection and its transactions (``BEGIN IMMEDIATE``,
+    busy retries up to the store's ``busy_timeout``, then :class:`StoreUnavailable`).
     """
 
-    def __init__(
-        self, store: EventStore, recorder: SQLiteRecorder, *, busy_timeout: float = 30.0
-    ) -> None:
+    def __init__(self, store: EventStore, recorder: SQLiteRecorder) -> None:
         super().__init__(store)
         self._recorder = recorder
-        self._busy = busy_timeout
-
-    def _retry(self, fn: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self._busy
-        delay = 0.002
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                if not _sqlite_busy(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.2)
 
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -750,24 +726,11 @@ class SQLiteSnapshotStore(_BaseSnapshotStore):
             raise StoreError(f"{action} in {self._recorder.describe()} failed: {exc}") from exc
 
     def _write(self, sql: str, args: tuple[Any, ...]) -> int:
-        conn = self._recorder.connection()
-
-        def txn() -> int:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                n = conn.execute(sql, args).rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return n
-
-        return self._retry(txn)
+        with self._recorder.transaction() as conn:
+            return int(conn.execute(sql, args).rowcount)
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> builtins.list[Any]:
-        conn = self._recorder.connection()
-        return self._retry(lambda: conn.execute(sql, args).fetchall())
+        return self._recorder.fetch(sql, args)
 
     def _put(self, snap: Snapshot) -> None:
         with self._errors(f"saving snapshot of stream {snap.stream_id!r}"):

@@ -279,15 +279,8 @@ class SQLTables:
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
         if self.dialect == "sqlite":
-            rec = self.recorder
-            conn = rec.connection()
-            rec._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-            try:
+            with self.recorder.transaction() as conn:
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            rec._retry(lambda: conn.execute("COMMIT"))
         else:
             with self.recorder.connection() as conn, conn.transaction():
                 yield conn

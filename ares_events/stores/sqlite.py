@@ -300,6 +300,18 @@ class SQLiteRecorder:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.2)
 
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on this thread's connection (``BEGIN IMMEDIATE``, busy
+        retries, commit or rollback). For tables that live beside the events (snapshots,
+        read models); raw sqlite3 errors propagate."""
+        return self._write()
+
+    def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """All rows of one read statement, retried while the database is busy; raw sqlite3
+        errors propagate."""
+        with self._serial:
+            return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
@@ -450,8 +462,7 @@ class SQLiteRecorder:
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         try:
-            with self._serial:
-                return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+            return self.fetch(sql, args)
         except sqlite3.Error as exc:
             raise StoreError(f"read from {self.describe()} failed: {exc}") from exc
 
