@@ -5,8 +5,33 @@ Agents are disposable; their history is not.
 
 from __future__ import annotations
 
-from ares_events import catalog, errors, integrity, projections
-from ares_events.catalog import EventSchemaError
+from ares_events import errors, integrity, projections
+from ares_events.agents.journal import (
+    AsyncJournal,
+    InDoubtToolCall,
+    Journal,
+    JournalStats,
+    ModelReply,
+    ReplayDivergence,
+    RunNotRunnable,
+    RunRefused,
+    ToolCallFailed,
+    migrating_gate,
+    strict_gate,
+)
+from ares_events.core import catalog
+from ares_events.core.catalog import EventSchemaError
+from ares_events.core.events import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    AppendResult,
+    Expect,
+    NewEvent,
+    PayloadRef,
+    RecordedEvent,
+)
+from ares_events.core.store import EventStore, emit
 from ares_events.errors import (
     AresError,
     BlobCorrupted,
@@ -24,34 +49,16 @@ from ares_events.errors import (
     StoreUnavailable,
     UnknownSchemeError,
 )
-from ares_events.events import (
-    ANY,
-    NO_STREAM,
-    STREAM_EXISTS,
-    AppendResult,
-    Expect,
-    NewEvent,
-    PayloadRef,
-    RecordedEvent,
+from ares_events.projections.recovery import (
+    RecoveryReport,
+    RecoverySource,
+    Snapshotter,
+    recover,
+    snapshot,
 )
-from ares_events.journal import (
-    AsyncJournal,
-    InDoubtToolCall,
-    Journal,
-    JournalStats,
-    ModelReply,
-    ReplayDivergence,
-    RunNotRunnable,
-    RunRefused,
-    ToolCallFailed,
-    migrating_gate,
-    strict_gate,
-)
-from ares_events.recovery import RecoveryReport, RecoverySource, Snapshotter, recover, snapshot
-from ares_events.replay import ReplayResult, replay
-from ares_events.settings import Settings
-from ares_events.store import EventStore, emit
+from ares_events.projections.replay import ReplayResult, replay
 from ares_events.stores import Capability, available_schemes, open_store, register_store
+from ares_events.stores.settings import Settings
 
 __version__ = "0.1.0"
 

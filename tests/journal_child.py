@@ -36,8 +36,8 @@ from typing import Any
 
 import blake3
 
+from ares_events.agents.journal import Journal, ModelReply
 from ares_events.integrity.chain import canonical_json
-from ares_events.journal import Journal, ModelReply
 from ares_events.stores import open_store
 
 CODE_REVISION = "child-rev-1"

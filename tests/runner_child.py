@@ -11,7 +11,7 @@ import time
 from typing import Any, ClassVar
 
 import ares_events as ae
-from ares_events.events import RecordedEvent
+from ares_events.core.events import RecordedEvent
 from ares_events.projections import ProjectionRunner
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.core.events import PayloadRef
 from ares_events.errors import BlobCorrupted, BlobMissing, ConfigError, StoreUnavailable
-from ares_events.events import PayloadRef
 from ares_events.stores.blobs import FileBlobStore, gc_blobs, open_blobs, parse_duration
 from tests.fix_backends import open_backend
 

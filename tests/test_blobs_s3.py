@@ -19,7 +19,7 @@ import ares_events as ae
 from ares_events.errors import BlobCorrupted, BlobMissing, ConfigError, StoreUnavailable
 from ares_events.integrity.chain import canonical_json
 from ares_events.stores.blobs import gc_blobs, open_blobs
-from ares_events.stores.s3 import MULTIPART_SIZE, S3BlobStore
+from ares_events.stores.blobs.s3 import MULTIPART_SIZE, S3BlobStore
 from tests import servers
 from tests.fix_backends import open_backend
 

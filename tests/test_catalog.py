@@ -9,7 +9,7 @@ import pytest
 
 import ares_events as ae
 from ares_events import catalog
-from ares_events.catalog import CATALOG, CURRENT_VERSIONS, EventSchemaError, parse
+from ares_events.core.catalog import CATALOG, CURRENT_VERSIONS, EventSchemaError, parse
 from ares_events.projections import (
     AgentStateProjection,
     GenealogyProjection,

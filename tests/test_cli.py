@@ -18,8 +18,8 @@ import click
 import pytest
 
 import ares_events as ae
+from ares_events.agents.demo import run_demo
 from ares_events.cli import cli
-from ares_events.demo import run_demo
 from tests.cli_helpers import run, run_json
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from ares_events.errors import ConcurrencyError
-from ares_events.journal import (
+from ares_events.agents.journal import (
     AsyncJournal,
     InDoubtToolCall,
     Journal,
@@ -37,6 +36,7 @@ from ares_events.journal import (
     migrating_gate,
     strict_gate,
 )
+from ares_events.errors import ConcurrencyError
 from tests import journal_child as child
 from tests.fix_backends import store_url_for
 

@@ -148,22 +148,22 @@ def test_import_has_no_side_effects_on_logging() -> None:
     """Importing the package adds no handlers to its loggers."""
     import logging
 
-    for name in ("ares_events", "ares_events.store", "ares_events.stores.sqlite"):
+    for name in ("ares_events", "ares_events.core.store", "ares_events.stores.sqlite"):
         assert not any(
             not isinstance(h, logging.NullHandler) for h in logging.getLogger(name).handlers
         )
 
 
 def _error_samples() -> list[Exception]:
-    from ares_events.catalog import EventSchemaError
-    from ares_events.integrity.verify import Finding
-    from ares_events.journal import (
+    from ares_events.agents.journal import (
         InDoubtToolCall,
         ReplayDivergence,
         RunNotRunnable,
         RunRefused,
         ToolCallFailed,
     )
+    from ares_events.core.catalog import EventSchemaError
+    from ares_events.integrity.verify import Finding
 
     e = ae.errors
     return [

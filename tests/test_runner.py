@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 import ares_events as ae
-from ares_events.events import RecordedEvent
+from ares_events.core.events import RecordedEvent
 from ares_events.projections import (
     AgentStateProjection,
     ProjectionRunner,

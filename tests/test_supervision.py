@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
-from ares_events.supervision import (
+from ares_events.agents.supervision import (
     FlapSignal,
     ProcessSupervisor,
     backoff_delay,
@@ -30,6 +29,7 @@ from ares_events.supervision import (
     record_stop,
     restore,
 )
+from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
 
 TIMEOUT = 60.0  # seconds; only to turn a hang into a failure
 CRASHER = [sys.executable, "-c", "import sys; sys.exit(3)"]
@@ -60,7 +60,7 @@ while True:
 BEATER = """
 import os, time
 os.utime(os.environ["ARES_HEARTBEAT_FILE"])
-from ares_events.supervision import heartbeat
+from ares_events.agents.supervision import heartbeat
 end = time.monotonic() + 2.5
 while time.monotonic() < end:
     heartbeat(os.environ["ARES_HEARTBEAT_FILE"])

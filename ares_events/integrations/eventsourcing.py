@@ -52,10 +52,10 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic
 
+from ares_events.core.events import NO_STREAM, ExpectedVersion, NewEvent, RecordedEvent
+from ares_events.core.recorder import TrackingRecord
+from ares_events.core.store import EventStore
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError, StoreUnavailable
-from ares_events.events import NO_STREAM, ExpectedVersion, NewEvent, RecordedEvent
-from ares_events.store import EventStore
-from ares_events.stores.base import TrackingRecord
 
 logger = logging.getLogger(__name__)
 
@@ -606,7 +606,7 @@ class AresProcessRecorder(AresTrackingRecorder, AresApplicationRecorder, Process
 
 
 def _open(env: Environment) -> AresDatastore:
-    from ares_events.settings import Settings
+    from ares_events.stores.settings import Settings
 
     url = env.get("ARES_STORE_URL")
     if not url:

@@ -51,14 +51,14 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import blake3
 import orjson
 
+from ares_events.core.events import utc_now_at
+from ares_events.core.recorder import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
-from ares_events.events import utc_now_at
 from ares_events.integrity.chain import canonical_json
 from ares_events.integrity.verify import Finding
-from ares_events.stores.base import StoreURL
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 

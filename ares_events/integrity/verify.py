@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
+from ares_events.core.events import RecordedEvent
+from ares_events.core.recorder import Capability, Head
 from ares_events.errors import BlobError, BlobMissing, InvalidEvent
-from ares_events.events import RecordedEvent
 from ares_events.integrity.chain import (
     _HEADER,
     _NAME_CACHE,
@@ -47,10 +48,9 @@ from ares_events.integrity.chain import (
     link_hash,
     payload_digest,
 )
-from ares_events.stores.base import Capability, Head
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ares_events.catalog import EventSchemaError
-from ares_events.events import RecordedEvent
+from ares_events.core.catalog import EventSchemaError
+from ares_events.core.events import RecordedEvent
 
 __all__ = ["FoldResult", "Projection", "SkippedEvent", "fold"]
 

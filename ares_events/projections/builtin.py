@@ -2,7 +2,7 @@
 
 Each state is a plain JSON object so it can be snapshotted and stored as a read-model row.
 Events outside the catalog are ignored; catalog events are validated (strict folds raise
-:class:`~ares_events.catalog.EventSchemaError`, tolerant folds skip and list them).
+:class:`~ares_events.core.catalog.EventSchemaError`, tolerant folds skip and list them).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from ares_events.catalog import (
+from ares_events.core.catalog import (
     AgentDead,
     AgentResurrected,
     AgentStarted,
@@ -33,8 +33,8 @@ from ares_events.catalog import (
     ToolReturned,
     parse,
 )
+from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.errors import ConfigError
-from ares_events.events import RecordedEvent, parse_at
 
 __all__ = [
     "AgentStateProjection",

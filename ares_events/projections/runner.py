@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ares_events.core.events import RecordedEvent
 from ares_events.errors import ConfigError, StoreError
-from ares_events.events import RecordedEvent
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import (
     ProjectionMeta,
@@ -34,7 +34,7 @@ from ares_events.projections.tables import (
 )
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ class ProjectionRunner:
             a projection may define ``key(event) -> str | None``).
         batch_size: events per transaction.
         strict: raise on schema failures (else skip and list them in ``skipped``).
-        snapshotter: optional :class:`~ares_events.recovery.Snapshotter` called for each
+        snapshotter: optional :class:`~ares_events.projections.recovery.Snapshotter` called for each
             stream a batch touched.
     """
 

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from ares_events.core.recorder import Capability, Recorder, StoreURL
+from ares_events.core.store import DEFAULT_MAX_INLINE_BYTES, EventStore
 from ares_events.errors import ConfigError
 from ares_events.integrity.chain import ChainKey
-from ares_events.store import DEFAULT_MAX_INLINE_BYTES, EventStore
 from ares_events.stores import _registry
-from ares_events.stores.base import Capability, Recorder, StoreURL
 
 logger = logging.getLogger(__name__)
 

@@ -70,9 +70,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
-from ares_events.errors import ConfigError, MissingDependencyError
-from ares_events.events import ExpectedVersion, PayloadRef, RecordedEvent
-from ares_events.stores.base import (
+from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
+from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
@@ -80,6 +79,7 @@ from ares_events.stores.base import (
     SealedEvent,
     StoreURL,
 )
+from ares_events.errors import ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
     import redis
@@ -273,7 +273,7 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
 
 
 class CachedRecorder:
-    """A :class:`~ares_events.stores.base.Recorder` that caches stream tails in Redis
+    """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
     around another recorder (see the module docstring for the consistency rules).
 
     Anything it does not implement (``describe``, ``connection``, ``pool``, ``schema``,
@@ -451,7 +451,7 @@ class CachedRecorder:
         if not sealed or outcome.position is None or sealed[-1].version != outcome.version:
             return []
         consecutive = Capability.GAPLESS_POSITIONS in self.capabilities or (
-            type(self.inner).__module__ == "ares_events.stores.postgres"
+            type(self.inner).__module__.startswith("ares_events.stores.postgres.")
         )
         if not consecutive:
             return []

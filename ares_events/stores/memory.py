@@ -12,9 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ares_events.errors import ConfigError
-from ares_events.events import ExpectedVersion, RecordedEvent, check_expected_version
-from ares_events.stores.base import (
+from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
+from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
@@ -23,6 +22,7 @@ from ares_events.stores.base import (
     TrackingRecord,
     check_tracking,
 )
+from ares_events.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -30,16 +30,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from ares_events.errors import (
-    ConcurrencyError,
-    ConfigError,
-    SchemaVersionError,
-    StoreError,
-    StoreUnavailable,
-)
-from ares_events.events import ExpectedVersion, RecordedEvent, check_expected_version
-from ares_events.stores._migrations.sqlite import MIGRATIONS
-from ares_events.stores.base import (
+from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
+from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
@@ -50,6 +42,14 @@ from ares_events.stores.base import (
     check_tracking,
     parse_bool,
 )
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailable,
+)
+from ares_events.stores._migrations.sqlite import MIGRATIONS
 
 logger = logging.getLogger(__name__)
 

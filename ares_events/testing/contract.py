@@ -50,8 +50,8 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.core.events import format_at, parse_at
 from ares_events.errors import ConcurrencyError, InvalidEvent
-from ares_events.events import format_at, parse_at
 from ares_events.stores import Capability
 
 logger = logging.getLogger(__name__)

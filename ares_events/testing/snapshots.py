@@ -39,9 +39,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from ares_events.errors import InvalidEvent, SnapshotMismatch
-from ares_events.integrity.chain import canonical_json
-from ares_events.snapshots import (
+from ares_events.core.snapshots import (
     Snapshot,
     SnapshotCheck,
     SnapshotInfo,
@@ -49,6 +47,8 @@ from ares_events.snapshots import (
     make_snapshot,
     state_digest,
 )
+from ares_events.errors import InvalidEvent, SnapshotMismatch
+from ares_events.integrity.chain import canonical_json
 from ares_events.stores import Capability
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import ares_events as ae
+from ares_events.core.recorder import Capability
 from ares_events.integrity.verify import verify_stream
-from ares_events.stores.base import Capability
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"], indirect=True)
 

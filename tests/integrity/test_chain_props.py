@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import ares_events as ae
-from ares_events.events import NewEvent, PayloadRef, RecordedEvent, prepare
+from ares_events.core.events import NewEvent, PayloadRef, RecordedEvent, prepare
+from ares_events.core.recorder import Batch, Head
 from ares_events.integrity.chain import (
     ChainKey,
     canonical_json,
@@ -23,7 +24,6 @@ from ares_events.integrity.chain import (
     payload_digest,
 )
 from ares_events.integrity.verify import ChainVerifier
-from ares_events.stores.base import Batch, Head
 from tests.integrity.test_codec import scalars, text, values
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

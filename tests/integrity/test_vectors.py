@@ -19,7 +19,9 @@ import blake3
 import pytest
 
 import ares_events as ae
-from ares_events.events import NewEvent, prepare
+from ares_events.core.events import NewEvent, prepare
+from ares_events.core.recorder import Batch, Head
+from ares_events.core.store import EventStore
 from ares_events.integrity.chain import (
     ChainKey,
     canonical_json,
@@ -29,8 +31,6 @@ from ares_events.integrity.chain import (
     payload_digest,
 )
 from ares_events.integrity.verify import verify_stream
-from ares_events.store import EventStore
-from ares_events.stores.base import Batch
 from ares_events.stores.memory import MemoryRecorder
 
 FORMAT_MD = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -213,7 +213,7 @@ def test_store_seals_vector(vector: dict[str, Any]) -> None:
         report = verify_stream(store, sid)
         assert report.ok, report.findings
         assert report.events_checked == len(exp)
-        assert store.head(sid) == ae.stores.base.Head(len(exp), bytes.fromhex(exp[-1]["hash"]))
+        assert store.head(sid) == Head(len(exp), bytes.fromhex(exp[-1]["hash"]))
 
 
 ONE_AT = [v for v in VECTORS if len({ev["at"] for ev in v["events"]}) == 1]

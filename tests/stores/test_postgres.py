@@ -22,6 +22,9 @@ import pytest
 from psycopg import sql
 
 import ares_events as ae
+from ares_events.core.events import prepare, utc_now_at
+from ares_events.core.recorder import Batch, Head, SealedEvent
+from ares_events.core.store import EventStore
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
@@ -29,9 +32,6 @@ from ares_events.errors import (
     SchemaVersionError,
     StoreUnavailable,
 )
-from ares_events.events import prepare, utc_now_at
-from ares_events.store import EventStore
-from ares_events.stores.base import Batch, Head, SealedEvent
 from ares_events.stores.postgres import SCHEMA_VERSION, PostgresRecorder
 from tests import servers
 

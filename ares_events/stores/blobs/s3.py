@@ -36,10 +36,10 @@ from typing import Any, BinaryIO
 
 import blake3
 
+from ares_events.core.events import PayloadRef
+from ares_events.core.recorder import StoreURL
 from ares_events.errors import BlobMissing, ConfigError, MissingDependencyError, StoreUnavailable
-from ares_events.events import PayloadRef
-from ares_events.stores.base import StoreURL
-from ares_events.stores.blobs import (
+from ares_events.stores.blobs.base import (
     _KEY_RE,
     CHUNK_SIZE,
     BaseBlobStore,

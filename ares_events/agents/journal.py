@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import blake3
 
-from ares_events.catalog import new_event
+from ares_events.core.catalog import new_event
+from ares_events.core.events import NO_STREAM
+from ares_events.core.recorder import Capability
 from ares_events.errors import AresError, ChainIntegrityError, ConfigError
-from ares_events.events import NO_STREAM
 from ares_events.integrity.chain import canonical_json
 from ares_events.projections.builtin import RunStateProjection
-from ares_events.recovery import Snapshotter, recover
-from ares_events.stores.base import Capability
+from ares_events.projections.recovery import Snapshotter, recover
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 

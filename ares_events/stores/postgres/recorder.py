@@ -7,7 +7,7 @@ after a restart reconnects. The check costs no round trip in the normal case: a
 terminated backend leaves an error and EOF readable on the socket, and only then is the
 connection pinged.
 
-**Writes** follow the protocol in :mod:`ares_events.stores.base` with no global lock:
+**Writes** follow the protocol in :mod:`ares_events.core.recorder` with no global lock:
 ``pg_advisory_xact_lock(hashtextextended(stream_id, 0))`` serializes appends to *one stream
 only*. Two paths, the same guarantees:
 
@@ -69,23 +69,14 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from ares_events.errors import (
-    ConcurrencyError,
-    ConfigError,
-    InvalidEvent,
-    SchemaVersionError,
-    StoreError,
-    StoreUnavailable,
-)
-from ares_events.events import (
+from ares_events.core.events import (
     STREAM_EXISTS,
     ExpectedVersion,
     PayloadRef,
     RecordedEvent,
     check_expected_version,
 )
-from ares_events.stores._migrations.postgres import MIGRATIONS
-from ares_events.stores.base import (
+from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
@@ -96,6 +87,15 @@ from ares_events.stores.base import (
     check_tracking,
     parse_bool,
 )
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    InvalidEvent,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailable,
+)
+from ares_events.stores._migrations.postgres import MIGRATIONS
 
 logger = logging.getLogger(__name__)
 

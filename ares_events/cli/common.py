@@ -49,6 +49,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ares_events import __version__
+from ares_events.core.events import RecordedEvent
+from ares_events.core.store import EventStore
 from ares_events.errors import (
     AresError,
     ChainIntegrityError,
@@ -58,11 +60,9 @@ from ares_events.errors import (
     StoreError,
     StoreUnavailable,
 )
-from ares_events.events import RecordedEvent
 from ares_events.integrity.verify import Finding, audit, verify_stream
-from ares_events.settings import DEFAULT_CLI_STORE, Settings
-from ares_events.store import EventStore
 from ares_events.stores import open_store
+from ares_events.stores.settings import DEFAULT_CLI_STORE, Settings
 
 __all__ = [
     "EXIT_FINDINGS",
@@ -624,7 +624,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
       ares-events --store sqlite:///scratch.db bench
       ares-events --store postgresql://app@db/agents bench --events 10000 --json
     """
-    from ares_events.benchmark import run_bench
+    from ares_events.cli.bench import run_bench
 
     with app.open() as store:
         result = run_bench(store, events=events, progress=None if as_json else app.note)
@@ -775,11 +775,6 @@ def anchor_cmd(app: App, witness: str | None, check: bool, as_json: bool) -> int
         )
     return EXIT_OK
 
-
-# Commands that live in their own modules register themselves on the group when imported.
-
-# Commands that live in their own modules register themselves on the group when imported.
-from ares_events import cli_demo, cli_state  # noqa: E402, F401 - needs the group defined above
 
 # -- entry point ------------------------------------------------------------------------------
 

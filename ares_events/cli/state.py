@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ares_events.cli import (
+from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     MAX_FINDINGS_SHOWN,
@@ -88,9 +88,9 @@ def recover_cmd(
       ares-events recover run-42 --projection run_state --json
       ares-events recover agent-7 --no-snapshots --max-replay 100000
     """
-    from ares_events.catalog import EventSchemaError
+    from ares_events.core.catalog import EventSchemaError
     from ares_events.projections import BUILTIN
-    from ares_events.recovery import recover
+    from ares_events.projections.recovery import recover
 
     with app.open() as store:
         proj = BUILTIN[projection]()
@@ -233,9 +233,9 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
       ares-events snapshot take agent-7
       ares-events snapshot take run-42 --projection run_state --json
     """
-    from ares_events.catalog import EventSchemaError
+    from ares_events.core.catalog import EventSchemaError
     from ares_events.projections import BUILTIN
-    from ares_events.recovery import snapshot
+    from ares_events.projections.recovery import snapshot
 
     names = [projection] if projection is not None else sorted(BUILTIN)
     with app.open() as store:
@@ -376,7 +376,7 @@ def rebuild_cmd(
     """
     import time
 
-    from ares_events.catalog import EventSchemaError
+    from ares_events.core.catalog import EventSchemaError
     from ares_events.projections import BUILTIN, rebuild, verify_rebuild
 
     if verify_only and from_scratch:

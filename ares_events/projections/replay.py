@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
+from ares_events.core.events import RecordedEvent
 from ares_events.errors import ChainIntegrityError, InvalidEvent, ReplayCapExceeded
-from ares_events.events import RecordedEvent
 from ares_events.integrity.verify import ChainVerifier, Finding
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 __all__ = ["DEFAULT_MAX_REPLAY", "ReplayResult", "replay"]
 

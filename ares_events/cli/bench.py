@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ares_events.events import NewEvent
-from ares_events.replay import replay
+from ares_events.core.events import NewEvent
+from ares_events.projections.replay import replay
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 __all__ = ["BenchResult", "run_bench"]
 

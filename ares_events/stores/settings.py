@@ -79,7 +79,7 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def __repr__(self) -> str:
-        from ares_events.stores.base import _redact_text
+        from ares_events.core.recorder import _redact_text
 
         parts = [
             f"store_url={_redact_text(self.store_url) if self.store_url else None!r}",

@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 import blake3
 import orjson
 
+from ares_events.core.events import format_at, parse_at, validate_name
 from ares_events.errors import InvalidEvent, SnapshotMismatch, StoreError, StoreUnavailable
-from ares_events.events import format_at, parse_at, validate_name
 from ares_events.integrity.chain import canonical_json
 from ares_events.stores.memory import MemoryRecorder
 from ares_events.stores.sqlite import SQLiteRecorder
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 
@@ -895,7 +895,7 @@ def snapshot_store_for(store: EventStore) -> SnapshotStore:
         return MemorySnapshotStore(store, recorder.snapshot_table)
     if isinstance(recorder, SQLiteRecorder):
         return SQLiteSnapshotStore(store, recorder)
-    if type(recorder).__module__ == "ares_events.stores.postgres":
+    if type(recorder).__module__.startswith("ares_events.stores.postgres."):
         # Imported lazily (psycopg is optional): the recorder exposes ``schema`` and a
         # pooled ``connection()`` context manager.
         return PostgresSnapshotStore(store, recorder)

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ares_events.catalog import new_event
+from ares_events.core.catalog import new_event
+from ares_events.core.recorder import Capability
 from ares_events.errors import ConfigError
 from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
-from ares_events.recovery import RecoveryReport, recover
-from ares_events.stores.base import Capability
+from ares_events.projections.recovery import RecoveryReport, recover
 
 if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
     from ares_events.projections.base import Projection
-    from ares_events.store import EventStore
 
 logger = logging.getLogger(__name__)
 

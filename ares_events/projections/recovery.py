@@ -14,15 +14,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ares_events.core.events import RecordedEvent
 from ares_events.errors import ChainIntegrityError, ConfigError, SnapshotMismatch
-from ares_events.events import RecordedEvent
 from ares_events.integrity.verify import Finding
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
-from ares_events.replay import DEFAULT_MAX_REPLAY, replay
+from ares_events.projections.replay import DEFAULT_MAX_REPLAY, replay
 
 if TYPE_CHECKING:
-    from ares_events.snapshots import Snapshot
-    from ares_events.store import EventStore
+    from ares_events.core.snapshots import Snapshot
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def snapshot(
         EventSchemaError: an event fails its schema.
         StoreUnavailable: the store cannot be reached.
     """
-    from ares_events.snapshots import make_snapshot
+    from ares_events.core.snapshots import make_snapshot
 
     snaps = snapshots if snapshots is not None else store.snapshots
     rep = recover(

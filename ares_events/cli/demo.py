@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ares_events.cli import (
+from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     PROG,
@@ -20,7 +20,7 @@ from ares_events.cli import (
     json_option,
     pass_app,
 )
-from ares_events.settings import Settings
+from ares_events.stores.settings import Settings
 
 
 @cli.command()
@@ -91,7 +91,7 @@ def demo(
     if not simple:
         return _resurrection_demo(app, agents or 10, kills, steps, seed, as_json)
     agents = agents or 5
-    from ares_events.demo import run_demo
+    from ares_events.agents.demo import run_demo
 
     with app.open() as store, app.progress("appending") as bar:
         task = bar.add_task("appending", total=agents * events)
@@ -140,7 +140,7 @@ def demo(
 def _resurrection_demo(
     app: App, agents: int, kills: int, steps: int, seed: int | None, as_json: bool
 ) -> int:
-    from ares_events.resurrection import run_demo as run_kill_demo
+    from ares_events.agents.resurrection import run_demo as run_kill_demo
 
     with app.open() as store:
         url = store.url

@@ -1,7 +1,7 @@
 """The core event store: validation, encoding, chaining and spill over a narrow backend.
 
 :class:`EventStore` is what :func:`ares_events.open_store` returns. It validates and
-encodes events once, hands the backend a :class:`~ares_events.stores.base.Batch` that
+encodes events once, hands the backend a :class:`~ares_events.core.recorder.Batch` that
 seals the chain inside the backend's write transaction, and resolves idempotent
 re-appends.
 """
@@ -15,8 +15,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
-from ares_events.events import (
+from ares_events.core.events import (
     ANY,
     AppendResult,
     ExpectedVersion,
@@ -28,11 +27,12 @@ from ares_events.events import (
     utc_now_at,
     validate_name,
 )
+from ares_events.core.recorder import Batch, Capability, Head, Recorder, TrackingRecord
+from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
 from ares_events.integrity.chain import ChainKey
-from ares_events.stores.base import Batch, Capability, Head, Recorder, TrackingRecord
 
 if TYPE_CHECKING:
-    from ares_events.stores.blobs import BlobStore
+    from ares_events.stores.blobs.base import BlobStore
 
 logger = logging.getLogger(__name__)
 
@@ -421,7 +421,7 @@ class EventStore:
     def snapshots(self) -> Any:
         """The snapshot store in the same database as the events."""
         if self._snapshots is None:
-            from ares_events.snapshots import snapshot_store_for
+            from ares_events.core.snapshots import snapshot_store_for
 
             self._snapshots = snapshot_store_for(self)
         return self._snapshots

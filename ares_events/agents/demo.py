@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ares_events.core.events import NO_STREAM, NewEvent
+from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
-from ares_events.events import NO_STREAM, NewEvent
 from ares_events.integrity.verify import Finding, verify_stream
-from ares_events.store import EventStore
 
 __all__ = ["DemoResult", "DemoStream", "new_run_id", "run_demo"]
 

@@ -4,8 +4,8 @@ back from snapshot + tail until all finish.
 
 Three roles, each a process: the *driver* (``ares-events demo``) starts the supervisor
 in its own process group and kills the group at seeded random points; the *supervisor*
-(:class:`~ares_events.supervision.ProcessSupervisor`) resurrects agents; each *agent*
-runs a deterministic research task through a :class:`~ares_events.journal.Journal`.
+(:class:`~ares_events.agents.supervision.ProcessSupervisor`) resurrects agents; each *agent*
+runs a deterministic research task through a :class:`~ares_events.agents.journal.Journal`.
 
 The fake services keep their own SQLite file: the LLM counts every call and its tokens;
 the ticketing service records every side effect and honours idempotency keys. The report
@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
+from ares_events.agents.journal import Journal, ModelReply
+from ares_events.agents.supervision import ProcessSupervisor, heartbeat
+from ares_events.core.events import parse_at
 from ares_events.errors import ConfigError
-from ares_events.events import parse_at
 from ares_events.integrity.chain import canonical_json
 from ares_events.integrity.verify import verify_stream
-from ares_events.journal import Journal, ModelReply
-from ares_events.settings import Settings
 from ares_events.stores import Capability
-from ares_events.supervision import ProcessSupervisor, heartbeat
+from ares_events.stores.settings import Settings
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -213,7 +213,7 @@ def supervise_main(args: argparse.Namespace) -> int:
             [
                 sys.executable,
                 "-m",
-                "ares_events.resurrection",
+                "ares_events.agents.resurrection",
                 "agent",
                 "--services",
                 args.services,
@@ -347,7 +347,7 @@ def run_demo(
     cmd = [
         sys.executable,
         "-m",
-        "ares_events.resurrection",
+        "ares_events.agents.resurrection",
         "supervise",
         "--services",
         services,
@@ -444,7 +444,7 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the agent and supervisor roles (``python -m ...resurrection``)."""
-    p = argparse.ArgumentParser(prog="python -m ares_events.resurrection")
+    p = argparse.ArgumentParser(prog="python -m ares_events.agents.resurrection")
     sub = p.add_subparsers(dest="role", required=True)
     for role in ("agent", "supervise"):
         s = sub.add_parser(role)

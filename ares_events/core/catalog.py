@@ -24,8 +24,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from ares_events.core.events import NewEvent, RecordedEvent
 from ares_events.errors import InvalidEvent
-from ares_events.events import NewEvent, RecordedEvent
 
 __all__ = [
     "CATALOG",

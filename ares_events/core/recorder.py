@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from ares_events.core.events import ExpectedVersion, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError, ConfigError
-from ares_events.events import ExpectedVersion, PreparedEvent, RecordedEvent
 from ares_events.integrity.chain import ChainKey, genesis, header_bytes, link_hash
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Capability(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class TrackingRecord:
     """ "``name`` has processed everything up to ``position``", written atomically with
-    the events of an :meth:`~ares_events.store.EventStore.append_many` (a consumer's
+    the events of an :meth:`~ares_events.core.store.EventStore.append_many` (a consumer's
     exactly-once bookmark). A name's tracked position only ever increases."""
 
     name: str

@@ -2,7 +2,7 @@
 
 A payload whose canonical JSON is larger than the store's ``spill_threshold`` is written
 to a blob store *before* its event commits; the event keeps a
-:class:`~ares_events.events.PayloadRef` (key, size, digest). The chain commits to the
+:class:`~ares_events.core.events.PayloadRef` (key, size, digest). The chain commits to the
 digest (format v1), so verifying a chain never fetches a blob; reading the payload
 fetches it lazily and checks the digest.
 
@@ -14,7 +14,7 @@ Blob stores are chosen by URL (:func:`open_blobs`):
     a *host* in URL syntax and is refused. Use ``FileBlobStore(path)`` for a relative
     folder from Python.
 ``s3://bucket/prefix?endpoint_url=http://...&region=...``
-    :class:`~ares_events.stores.s3.S3BlobStore` through boto3 (credentials from boto3's
+    :class:`~ares_events.stores.blobs.s3.S3BlobStore` through boto3 (credentials from boto3's
     normal chain only; a URL with a user or password is refused).
 
 The key of a blob is the hex blake3 digest of the payload's canonical bytes, so equal
@@ -41,17 +41,17 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, Self, runtime_checkab
 
 import blake3
 
+from ares_events.core.events import PayloadRef, PreparedEvent, RecordedEvent
+from ares_events.core.recorder import StoreURL
 from ares_events.errors import (
     BlobCorrupted,
     BlobMissing,
     ConfigError,
     StoreUnavailable,
 )
-from ares_events.events import PayloadRef, PreparedEvent, RecordedEvent
-from ares_events.stores.base import StoreURL
 
 if TYPE_CHECKING:
-    from ares_events.store import EventStore
+    from ares_events.core.store import EventStore
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class BlobInfo:
 
 @runtime_checkable
 class BlobStore(Protocol):
-    """What :class:`~ares_events.store.EventStore` and the tools need from a blob store."""
+    """What :class:`~ares_events.core.store.EventStore` and the tools need from a blob store."""
 
     url: str
     """The blob store's URL (never holds a secret; safe to log)."""
@@ -758,7 +758,7 @@ def open_blobs(url: str) -> BaseBlobStore:
     """Open the blob store of ``url``.
 
     ``file:///abs/dir`` opens :class:`FileBlobStore`; ``s3://bucket/prefix?...`` opens
-    :class:`~ares_events.stores.s3.S3BlobStore` (see its docs for the query parameters).
+    :class:`~ares_events.stores.blobs.s3.S3BlobStore` (see its docs for the query parameters).
 
     Raises:
         ConfigError: unknown scheme, bad URL or unknown query parameter (the message
@@ -770,7 +770,7 @@ def open_blobs(url: str) -> BaseBlobStore:
     if parsed.scheme == "file":
         return FileBlobStore.from_url(parsed)
     if parsed.scheme == "s3":
-        from ares_events.stores.s3 import S3BlobStore
+        from ares_events.stores.blobs.s3 import S3BlobStore
 
         return S3BlobStore.from_url(parsed)
     raise ConfigError(
