@@ -1,11 +1,16 @@
 """ares-events: a hash-chained, append-only event store for long-running LLM agents.
 
 Agents are disposable; their history is not.
+
+This module re-exports the public API from the modules that define it (``__all__``,
+sorted). Its only import-time action is :func:`ares_events._compat.install`, which keeps
+the module paths of the previous release importable, with a ``DeprecationWarning``.
+As the top of the package it may import anything.
 """
 
 from __future__ import annotations
 
-from ares_events import errors, integrity, projections
+from ares_events import _compat, errors, integrity, projections
 from ares_events.agents.journal import (
     AsyncJournal,
     InDoubtToolCall,
@@ -118,3 +123,5 @@ __all__ = [
     "snapshot",
     "strict_gate",
 ]
+
+_compat.install()
