@@ -17,17 +17,14 @@ import pytest
 import ares_events as ae
 from ares_events.core.events import ExpectedVersion
 from ares_events.core.recorder import AppendOutcome, Batch, Capability, Head
-from ares_events.core.snapshots import (
-    MemorySnapshotStore,
-    PostgresSnapshotStore,
-    Snapshot,
-    SnapshotCheck,
-    SQLiteSnapshotStore,
-    make_snapshot,
-    snapshot_store_for,
-)
+from ares_events.core.snapshots import Snapshot, SnapshotCheck, make_snapshot, snapshot_store_for
 from ares_events.core.store import EventStore
 from ares_events.errors import SnapshotMismatch, StoreError
+from ares_events.stores.snapshots import (
+    MemorySnapshotStore,
+    PostgresSnapshotStore,
+    SQLiteSnapshotStore,
+)
 from ares_events.testing import SnapshotContract
 from ares_events.testing.snapshots import append_events
 from tests.fix_backends import _params, run_behind_store

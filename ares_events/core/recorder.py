@@ -32,6 +32,13 @@ transaction::
 
 The events of one call get consecutive global positions in batch order, so the core
 knows every event's position from the last one.
+
+Optional methods the core looks for (duck-typed; a wrapper such as the Redis cache keeps
+its backend in ``.inner``): ``wait_for(position, timeout)`` (native wake-ups),
+``default_blobs_url()`` (where spilled payloads go by default) and
+``snapshot_store(event_store)``, which returns the backend's
+:class:`~ares_events.core.snapshots.SnapshotStore`; ``EventStore.snapshots`` calls it,
+so the core never imports a backend.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ class Capability(enum.Enum):
     WAKEUPS = "wakeups"
     """``wait_for(position, timeout)`` blocks until new events arrive without polling."""
     SNAPSHOTS = "snapshots"
-    """The backend has a snapshot table (``snapshots`` attribute)."""
+    """The backend has a snapshot table (its ``snapshot_store(event_store)`` hook)."""
     MULTI_STREAM_APPEND = "multi_stream_append"
     """``append_many(batches, tracking)``: one transaction over several streams, with an
     optional :class:`TrackingRecord`; and ``tracked_position(name)``."""

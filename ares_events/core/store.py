@@ -421,6 +421,8 @@ class EventStore:
     def snapshots(self) -> Any:
         """The snapshot store in the same database as the events."""
         if self._snapshots is None:
+            # Imported on first use: most programs never touch snapshots. The backend
+            # provides the store (the core never imports a backend).
             from ares_events.core.snapshots import snapshot_store_for
 
             self._snapshots = snapshot_store_for(self)

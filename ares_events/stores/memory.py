@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
 from ares_events.core.recorder import (
@@ -23,6 +23,10 @@ from ares_events.core.recorder import (
     check_tracking,
 )
 from ares_events.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+    from ares_events.stores.snapshots import MemorySnapshotStore
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +219,12 @@ class MemoryRecorder:
     def snapshot_table(self) -> dict[tuple[str, str], Any]:
         """Backing dict of the memory snapshot store."""
         return self._d.snapshots
+
+    def snapshot_store(self, event_store: EventStore) -> MemorySnapshotStore:
+        """The snapshot store beside these events (``EventStore.snapshots`` asks for it)."""
+        from ares_events.stores.snapshots import MemorySnapshotStore
+
+        return MemorySnapshotStore(event_store, self.snapshot_table)
 
     def close(self) -> None:
         """Nothing to release."""

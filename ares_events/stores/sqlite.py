@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
 from ares_events.core.recorder import (
@@ -50,6 +50,10 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+    from ares_events.stores.snapshots import SQLiteSnapshotStore
 
 logger = logging.getLogger(__name__)
 
@@ -523,6 +527,12 @@ class SQLiteRecorder:
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (for snapshot and projection tables in the same file)."""
         return self._conn()
+
+    def snapshot_store(self, event_store: EventStore) -> SQLiteSnapshotStore:
+        """The snapshot store in this file (``EventStore.snapshots`` asks for it)."""
+        from ares_events.stores.snapshots import SQLiteSnapshotStore
+
+        return SQLiteSnapshotStore(event_store, self)
 
     def close(self) -> None:
         """Close every connection this store opened. Idempotent."""

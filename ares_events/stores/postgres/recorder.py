@@ -61,7 +61,7 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
 import psycopg
@@ -96,6 +96,10 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.postgres import MIGRATIONS
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+    from ares_events.stores.snapshots import PostgresSnapshotStore
 
 logger = logging.getLogger(__name__)
 
@@ -628,6 +632,12 @@ class PostgresRecorder:
     def describe(self) -> str:
         """The store's URL, redacted (no password)."""
         return self._description
+
+    def snapshot_store(self, event_store: EventStore) -> PostgresSnapshotStore:
+        """The snapshot store in this schema (``EventStore.snapshots`` asks for it)."""
+        from ares_events.stores.snapshots import PostgresSnapshotStore
+
+        return PostgresSnapshotStore(event_store, self)
 
     def __repr__(self) -> str:
         return f"PostgresRecorder({self._description!r}, schema={self.schema!r})"
