@@ -163,7 +163,7 @@ def _error_samples() -> list[Exception]:
         ToolCallFailed,
     )
     from ares_events.core.catalog import EventSchemaError
-    from ares_events.integrity.verify import Finding
+    from ares_events.integrity.findings import Finding
 
     e = ae.errors
     return [

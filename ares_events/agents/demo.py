@@ -29,7 +29,8 @@ from typing import Any
 from ares_events.core.events import NO_STREAM, NewEvent
 from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
-from ares_events.integrity.verify import Finding, verify_stream
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verify import verify_stream
 
 __all__ = ["DemoResult", "DemoStream", "new_run_id", "run_demo"]
 

@@ -60,7 +60,8 @@ from ares_events.errors import (
     StoreError,
     StoreUnavailable,
 )
-from ares_events.integrity.verify import Finding, audit, verify_stream
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verify import audit, verify_stream
 from ares_events.stores import open_store
 from ares_events.stores.settings import DEFAULT_CLI_STORE, Settings
 

@@ -1,7 +1,18 @@
-"""Hash chain (format v1), verification and audits.
+"""Integrity: the hash chain (format v1), verification, audits and anchors.
 
-The verification names are loaded on first use: ``chain`` is imported by the event model
-itself, and importing the verifier eagerly here would make that a cycle.
+What lives here: :mod:`~ares_events.integrity.chain` (canonical JSON, link hashes,
+``ChainKey``), :mod:`~ares_events.integrity.findings` (``Finding``, ``VerifyReport``,
+``AuditReport``), :mod:`~ares_events.integrity.verify` (``ChainVerifier``,
+``verify_stream``, ``audit``) and :mod:`~ares_events.integrity.anchors` (checkpoints of
+every stream head kept by a witness outside the store).
+
+``chain`` is the format itself: it may import only :mod:`ares_events.errors`, and the
+core imports it. The other modules may import the core, the stores and ``chain``; never
+projections, the agent runtime or the CLI.
+
+The verification names below are loaded on first use: importing ``chain`` (as the core
+does) runs this module first, and importing the verifier here eagerly would be a cycle
+(the verifier imports the core).
 """
 
 from __future__ import annotations
@@ -11,18 +22,11 @@ from typing import TYPE_CHECKING, Any
 from ares_events.integrity.chain import ChainKey, canonical_json, genesis, link_hash
 
 if TYPE_CHECKING:
-    from ares_events.integrity.verify import (
-        AuditReport,
-        ChainVerifier,
-        Finding,
-        VerifyReport,
-        audit,
-        verify_stream,
-    )
+    from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+    from ares_events.integrity.verify import ChainVerifier, audit, verify_stream
 
-_LAZY = frozenset(
-    {"AuditReport", "ChainVerifier", "Finding", "VerifyReport", "audit", "verify_stream"}
-)
+_FINDINGS = frozenset({"AuditReport", "Finding", "VerifyReport"})
+_VERIFY = frozenset({"ChainVerifier", "audit", "verify_stream"})
 
 __all__ = [
     "AuditReport",
@@ -39,7 +43,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name in _FINDINGS:
+        from ares_events.integrity import findings
+
+        return getattr(findings, name)
+    if name in _VERIFY:
         from ares_events.integrity import verify
 
         return getattr(verify, name)

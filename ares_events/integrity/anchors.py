@@ -55,7 +55,7 @@ from ares_events.core.events import utc_now_at
 from ares_events.core.recorder import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
 from ares_events.integrity.chain import canonical_json
-from ares_events.integrity.verify import Finding
+from ares_events.integrity.findings import Finding
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import blake3
 
 from ares_events.core.events import RecordedEvent
 from ares_events.core.recorder import Capability, Head
 from ares_events.errors import BlobError, BlobMissing, InvalidEvent
+from ares_events.integrity.anchors import check_anchors
 from ares_events.integrity.chain import (
     _HEADER,
     _NAME_CACHE,
@@ -48,6 +48,7 @@ from ares_events.integrity.chain import (
     link_hash,
     payload_digest,
 )
+from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -66,93 +67,6 @@ __all__ = [
     "audit",
     "verify_stream",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One integrity problem: what, where, and a human-readable detail."""
-
-    kind: str
-    stream_id: str | None
-    version: int | None
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "kind": self.kind,
-            "stream_id": self.stream_id,
-            "version": self.version,
-            "detail": self.detail,
-        }
-
-    def __str__(self) -> str:
-        where = f"{self.stream_id!r}" if self.stream_id is not None else "store"
-        if self.version is not None:
-            where += f" v{self.version}"
-        return f"{self.kind} at {where}: {self.detail}"
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """Result of verifying one stream."""
-
-    stream_id: str
-    findings: list[Finding]
-    events_checked: int
-    version: int
-    """Last version read from the events."""
-    head_version: int
-    """Version the head row claims (0 when there is no head)."""
-
-    @property
-    def ok(self) -> bool:
-        """True when there are no findings."""
-        return not self.findings
-
-    @property
-    def truncated(self) -> bool:
-        """True when events are missing from the tail."""
-        return any(f.kind == "truncated" for f in self.findings)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "stream_id": self.stream_id,
-            "ok": self.ok,
-            "events_checked": self.events_checked,
-            "version": self.version,
-            "head_version": self.head_version,
-            "findings": [f.to_dict() for f in self.findings],
-        }
-
-
-@dataclass(slots=True)
-class AuditReport:
-    """Result of auditing a whole store."""
-
-    streams_checked: int = 0
-    events_checked: int = 0
-    blobs_checked: int = 0
-    snapshots_checked: int = 0
-    findings: list[Finding] = field(default_factory=list)
-    streams: dict[str, VerifyReport] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """True when there are no findings."""
-        return not self.findings
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "streams_checked": self.streams_checked,
-            "events_checked": self.events_checked,
-            "blobs_checked": self.blobs_checked,
-            "snapshots_checked": self.snapshots_checked,
-            "findings": [f.to_dict() for f in self.findings],
-        }
 
 
 class ChainVerifier:
@@ -490,8 +404,6 @@ def audit(
                     )
                 )
     if anchors is not None:
-        from ares_events.integrity.anchors import check_anchors
-
         report.findings.extend(check_anchors(store, anchors))
     if progress is not None:
         progress(report.events_checked, max(total, report.events_checked))

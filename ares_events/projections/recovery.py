@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
 from ares_events.errors import ChainIntegrityError, ConfigError, SnapshotMismatch
-from ares_events.integrity.verify import Finding
+from ares_events.integrity.findings import Finding
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.replay import DEFAULT_MAX_REPLAY, replay
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from ares_events.core.events import RecordedEvent
 from ares_events.errors import ChainIntegrityError, InvalidEvent, ReplayCapExceeded
-from ares_events.integrity.verify import ChainVerifier, Finding
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verify import ChainVerifier
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore

@@ -1,0 +1,102 @@
+"""Integrity findings and the reports that carry them: :class:`Finding`,
+:class:`VerifyReport` (one stream) and :class:`AuditReport` (a whole store).
+
+They live apart from :mod:`~ares_events.integrity.verify` so that the anchors
+(:mod:`~ares_events.integrity.anchors`), which produce findings too, and the verifier,
+which runs the anchors' check in an audit, do not import each other. This module imports
+nothing from the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AuditReport", "Finding", "VerifyReport"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One integrity problem: what, where, and a human-readable detail."""
+
+    kind: str
+    stream_id: str | None
+    version: int | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "kind": self.kind,
+            "stream_id": self.stream_id,
+            "version": self.version,
+            "detail": self.detail,
+        }
+
+    def __str__(self) -> str:
+        where = f"{self.stream_id!r}" if self.stream_id is not None else "store"
+        if self.version is not None:
+            where += f" v{self.version}"
+        return f"{self.kind} at {where}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Result of verifying one stream."""
+
+    stream_id: str
+    findings: list[Finding]
+    events_checked: int
+    version: int
+    """Last version read from the events."""
+    head_version: int
+    """Version the head row claims (0 when there is no head)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no findings."""
+        return not self.findings
+
+    @property
+    def truncated(self) -> bool:
+        """True when events are missing from the tail."""
+        return any(f.kind == "truncated" for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "stream_id": self.stream_id,
+            "ok": self.ok,
+            "events_checked": self.events_checked,
+            "version": self.version,
+            "head_version": self.head_version,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+@dataclass(slots=True)
+class AuditReport:
+    """Result of auditing a whole store."""
+
+    streams_checked: int = 0
+    events_checked: int = 0
+    blobs_checked: int = 0
+    snapshots_checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    streams: dict[str, VerifyReport] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no findings."""
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "streams_checked": self.streams_checked,
+            "events_checked": self.events_checked,
+            "blobs_checked": self.blobs_checked,
+            "snapshots_checked": self.snapshots_checked,
+            "findings": [f.to_dict() for f in self.findings],
+        }
