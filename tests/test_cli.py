@@ -307,7 +307,7 @@ def test_unreachable_postgres_exits_3_without_password(
 ) -> None:
     """An unreachable PostgreSQL server exits 3 and the URL password appears nowhere."""
     if importlib.util.find_spec("ares_events.stores.postgres") is None:
-        pytest.skip("the postgresql:// backend (ares_events/stores/postgres.py) is not built yet")
+        pytest.skip("the postgresql:// backend (ares_events/stores/postgres/) is not built yet")
     url = f"postgresql://root:{PASSWORD}@127.0.0.1:1/x?connect_timeout=1"
     code, out, err = run(capsys, "--store", url, "streams")
     assert code == 3 and out == "" and err.count("\n") == 1

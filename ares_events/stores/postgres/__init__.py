@@ -1,11 +1,68 @@
-"""PostgreSQL backend (``postgresql://`` or ``postgres://``): :class:`PostgresRecorder`.
+"""PostgreSQL backend: the production system of record (``postgresql://`` or ``postgres://``).
 
-What lives here: the recorder (:mod:`~ares_events.stores.postgres.recorder`).
+Connections come from a psycopg_pool ``ConnectionPool`` (autocommit connections; each
+operation takes one and gives it back). A connection found dead when it is taken from the
+pool (the server restarted, an admin terminated the backend) is replaced, so the next call
+after a restart reconnects. The check costs no round trip in the normal case: a
+terminated backend leaves an error and EOF readable on the socket, and only then is the
+connection pinged.
 
-It may import the core, :mod:`ares_events.errors`, :mod:`ares_events.integrity.chain`,
-psycopg and psycopg_pool, and the other modules of this package. Importing it without
-the ``postgres`` extra raises ``ImportError`` (the registry turns that into
-``MissingDependencyError``).
+**Writes** follow the protocol in :mod:`ares_events.core.recorder` with no global lock:
+``pg_advisory_xact_lock(hashtextextended(stream_id, 0))`` serializes appends to *one stream
+only*. Two paths, the same guarantees:
+
+* Fast path, one statement (one round trip, its own transaction): the batch is sealed
+  against the head this store *predicts* (the head its last append to the stream left, or
+  "new stream"), and ``ares_append()`` (migration step 3) takes the stream lock, checks
+  the event ids, reads the head, and writes the events, the head and a ``pg_notify`` only
+  when the head is the predicted one. Nothing forks: the check runs under the lock in the
+  transaction that inserts.
+* Locked path, two round trips (a cache miss on an existing stream, or a misprediction):
+  ``BEGIN``; the lock; then, in a later statement (a fresh snapshot that sees every append
+  that held the lock before), the head, the id check and ``pg_current_xact_id()``; the
+  batch is sealed against that head; one statement inserts the events (``unnest`` of
+  binary arrays), upserts the head and queues ``pg_notify``; ``COMMIT``.
+
+**Global positions** follow transaction-id order: ``position = xid * 65536 + index``
+(``xid`` is the 64-bit ``xid8`` of the appending transaction, so batches hold at most
+65,535 events). ``read_all`` and ``last_position`` only return rows below a bound computed
+in the same statement: the smallest xid in progress in the statement's snapshot
+(``pg_snapshot_xip(pg_current_snapshot())``), ignoring xids then running in *another*
+database (they cannot write here), else the snapshot's xmax. Every transaction with a
+smaller xid has ended and is seen by the snapshot, and every transaction still running or
+yet to start has a larger xid, so no row can ever appear below a position already
+returned. A reader polling with ``after_position`` therefore never skips an event whose
+transaction committed after a later one became visible. Positions are strictly increasing
+and stable but not gap-free (no ``GAPLESS_POSITIONS``). The cost: a write transaction in
+progress in the same database (any table; or a prepared transaction, or one whose session
+this role cannot see) holds back ``read_all`` visibility until it ends; reads of one stream
+(``read``) are not affected.
+
+**Wake-ups**: a background thread holds one ``LISTEN`` connection per store (opened on the
+first :meth:`PostgresRecorder.wait_for`); waiters recheck :meth:`last_position` after every
+notification, so a wake-up is never missed.
+
+URL parameters owned here: ``schema`` (default ``public``; created when missing),
+``pool_min`` (default 1), ``pool_max`` (default 10), ``pool_timeout`` (seconds to wait for
+a free connection, default 30; then ``StoreUnavailable``), ``statement_timeout``
+(milliseconds, set on every pooled connection), ``page_size`` (rows per read page, default
+2000), ``migrate`` (true|false, default true), ``notify`` (true|false, default true: a
+NOTIFY with every append; false for write-heavy loads with several writers, and
+``wait_for`` then polls). Every other parameter must be a libpq option (``sslmode``,
+``connect_timeout`` (default 10 here), ``application_name``, ...) and is passed through.
+Passwords go percent-encoded in the URL's userinfo, never in the query.
+
+What lives here, one concern per module: :mod:`~ares_events.stores.postgres.recorder`
+(``PostgresRecorder``), :mod:`~ares_events.stores.postgres.sql` (every statement, as
+module constants, and the row layout), :mod:`~ares_events.stores.postgres.options` (URL
+parameters), :mod:`~ares_events.stores.postgres.connection` (pool health check, error
+translation), :mod:`~ares_events.stores.postgres.listener` (LISTEN thread, waiting) and
+:mod:`~ares_events.stores.postgres.schema` (migrations on open).
+
+It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and
+:mod:`ares_events.stores._migrations`; :mod:`ares_events.stores.snapshots` only inside the
+recorder's ``snapshot_store`` hook. Importing it without the ``postgres`` extra raises
+``ImportError`` (the registry turns that into ``MissingDependencyError``).
 """
 
 from __future__ import annotations

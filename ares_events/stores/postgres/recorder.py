@@ -1,66 +1,20 @@
-"""PostgreSQL backend: the production system of record (``postgresql://`` or ``postgres://``).
+"""The PostgreSQL recorder: writes, reads and wake-ups over a psycopg_pool pool.
 
-Connections come from a psycopg_pool ``ConnectionPool`` (autocommit connections; each
-operation takes one and gives it back). A connection found dead when it is taken from the
-pool (the server restarted, an admin terminated the backend) is replaced, so the next call
-after a restart reconnects. The check costs no round trip in the normal case: a
-terminated backend leaves an error and EOF readable on the socket, and only then is the
-connection pinged.
+The guarantees and their cost (per-stream locking, positions in transaction-id order,
+read visibility, wake-ups, URL parameters) are described in the package docstring,
+:mod:`ares_events.stores.postgres`.
 
-**Writes** follow the protocol in :mod:`ares_events.core.recorder` with no global lock:
-``pg_advisory_xact_lock(hashtextextended(stream_id, 0))`` serializes appends to *one stream
-only*. Two paths, the same guarantees:
-
-* Fast path, one statement (one round trip, its own transaction): the batch is sealed
-  against the head this store *predicts* (the head its last append to the stream left, or
-  "new stream"), and ``ares_append()`` (migration step 3) takes the stream lock, checks
-  the event ids, reads the head, and writes the events, the head and a ``pg_notify`` only
-  when the head is the predicted one. Nothing forks: the check runs under the lock in the
-  transaction that inserts.
-* Locked path, two round trips (a cache miss on an existing stream, or a misprediction):
-  ``BEGIN``; the lock; then, in a later statement (a fresh snapshot that sees every append
-  that held the lock before), the head, the id check and ``pg_current_xact_id()``; the
-  batch is sealed against that head; one statement inserts the events (``unnest`` of
-  binary arrays), upserts the head and queues ``pg_notify``; ``COMMIT``.
-
-**Global positions** follow transaction-id order: ``position = xid * 65536 + index``
-(``xid`` is the 64-bit ``xid8`` of the appending transaction, so batches hold at most
-65,535 events). ``read_all`` and ``last_position`` only return rows below a bound computed
-in the same statement: the smallest xid in progress in the statement's snapshot
-(``pg_snapshot_xip(pg_current_snapshot())``), ignoring xids then running in *another*
-database (they cannot write here), else the snapshot's xmax. Every transaction with a
-smaller xid has ended and is seen by the snapshot, and every transaction still running or
-yet to start has a larger xid, so no row can ever appear below a position already
-returned. A reader polling with ``after_position`` therefore never skips an event whose
-transaction committed after a later one became visible. Positions are strictly increasing
-and stable but not gap-free (no ``GAPLESS_POSITIONS``). The cost: a write transaction in
-progress in the same database (any table; or a prepared transaction, or one whose session
-this role cannot see) holds back ``read_all`` visibility until it ends; reads of one stream
-(``read``) are not affected.
-
-**Wake-ups**: a background thread holds one ``LISTEN`` connection per store (opened on the
-first :meth:`PostgresRecorder.wait_for`); waiters recheck :meth:`last_position` after every
-notification, so a wake-up is never missed.
-
-URL parameters owned here: ``schema`` (default ``public``; created when missing),
-``pool_min`` (default 1), ``pool_max`` (default 10), ``pool_timeout`` (seconds to wait for
-a free connection, default 30; then ``StoreUnavailable``), ``statement_timeout``
-(milliseconds, set on every pooled connection), ``page_size`` (rows per read page, default
-2000), ``migrate`` (true|false, default true), ``notify`` (true|false, default true: a
-NOTIFY with every append; false for write-heavy loads with several writers, and
-``wait_for`` then polls). Every other parameter must be a libpq option (``sslmode``,
-``connect_timeout`` (default 10 here), ``application_name``, ...) and is passed through.
-Passwords go percent-encoded in the URL's userinfo, never in the query.
+It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the other
+modules of this package.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
@@ -72,7 +26,6 @@ from psycopg.pq import TransactionStatus
 from ares_events.core.events import (
     STREAM_EXISTS,
     ExpectedVersion,
-    PayloadRef,
     RecordedEvent,
     check_expected_version,
 )
@@ -85,17 +38,45 @@ from ares_events.core.recorder import (
     StoreURL,
     TrackingRecord,
     check_tracking,
-    parse_bool,
 )
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
     InvalidEvent,
-    SchemaVersionError,
     StoreError,
     StoreUnavailable,
 )
-from ares_events.stores._migrations.postgres import MIGRATIONS
+from ares_events.stores.postgres.connection import (
+    SingleConnection,
+    open_pool,
+    rollback_quietly,
+    translate_errors,
+)
+from ares_events.stores.postgres.listener import Listener, poll_for, wait_for
+from ares_events.stores.postgres.options import parse_options
+from ares_events.stores.postgres.schema import SCHEMA_VERSION, prepare_schema
+from ares_events.stores.postgres.sql import (
+    APPEND_FAST,
+    BEGIN,
+    COMMIT,
+    INSERT_EVENTS,
+    INSERT_MANY,
+    LOCK_MANY,
+    LOCK_STREAM,
+    ROLLBACK,
+    SELECT_ALL,
+    SELECT_HEAD,
+    SELECT_HEAD_FOR_APPEND,
+    SELECT_HEADS,
+    SELECT_HEADS_FOR_APPEND,
+    SELECT_IDS,
+    SELECT_LAST_POSITION,
+    SELECT_SCHEMA_VERSION,
+    SELECT_STREAM,
+    SELECT_TRACKING,
+    SELECT_XID_IDS_TRACKING,
+    row_to_event,
+)
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -103,9 +84,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PostgresRecorder"]
+__all__ = ["MAX_BATCH", "SCHEMA_VERSION", "PostgresRecorder"]
 
-SCHEMA_VERSION: Final = len(MIGRATIONS)
 MAX_BATCH: Final = 65535
 """Events per append: the low 16 bits of a position index the event in its batch."""
 _POSITION_SHIFT: Final = 65536
@@ -113,276 +93,9 @@ _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
 _FAST_OK, _FAST_HEAD_MOVED, _FAST_DUPLICATE = 0, 1, 2
 
-# -- SQL ------------------------------------------------------------------------------------
-# Statements are templates: {s} is the quoted schema (psycopg.sql.Identifier).
-
-_COLUMNS: Final = (
-    "stream_id, version, position, event_id::text, type, module, payload, metadata, "
-    "recorded_at, prev_hash, hash, payload_ref"
-)
-# Rows below this bound are final. The bound is the smallest xid that was in progress in
-# this statement's snapshot, skipping xids that are (checked after the snapshot was taken)
-# still running in *another* database, which can never write here; with none left, the
-# snapshot's xmax. Every transaction below the bound has ended and was seen by the
-# snapshot, and every one that is running, or starts later, has an xid at or above it.
-# An xid whose session is gone, is in this database, or is hidden from this role bounds
-# the read (conservative). A row's position is xid * 65536 + index.
-_VISIBLE_BOUND: Final = (
-    "(SELECT coalesce(min(x.xid::text::bigint),"
-    " pg_snapshot_xmax(pg_current_snapshot())::text::bigint) * 65536"
-    " FROM pg_snapshot_xip(pg_current_snapshot()) AS x(xid)"
-    " WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_xid = x.xid::xid"
-    " AND a.datid <> (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())))"
-)
-
-BEGIN: Final = "BEGIN"
-COMMIT: Final = "COMMIT"
-ROLLBACK: Final = "ROLLBACK"
-LOCK_STREAM: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-SELECT_HEAD_FOR_APPEND: Final = (
-    "SELECT h.version, h.head_hash, pg_current_xact_id()::text::bigint, "
-    "EXISTS (SELECT 1 FROM {s}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])) "
-    "FROM (SELECT 1) AS one LEFT JOIN {s}.ares_streams h ON h.stream_id = %s"
-)
-SELECT_IDS: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])"
-)
-INSERT_EVENTS: Final = (
-    "WITH ins AS ("
-    " INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
-    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
-    " SELECT %b::bigint * 65536 + x.i - 1, %b::text, %b::bigint + x.i, x.e::uuid,"
-    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
-    " FROM unnest(%b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], %b::bytea[],"
-    " %b::text[], %b::bytea[], %b::bytea[]) WITH ORDINALITY AS x(e, t, m, p, r, md, a, ph, h, i)"
-    "), head AS ("
-    " INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
-    " VALUES (%b::text, %b::bigint, %b::bytea)"
-    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
-    " head_hash = excluded.head_hash"
-    ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
-)
-APPEND_FAST: Final = (
-    "SELECT r_status, r_version, r_hash, r_xid FROM {s}.ares_append(%b::text, %b::bigint, "
-    "%b::bytea, %b::text, %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], "
-    "%b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
-)
-# append_many: the advisory locks of every stream (and of the tracking name) in ONE order,
-# sorted by lock key, so two multi-stream appends can never deadlock (and a single-stream
-# append holds one lock only). The sort feeds the aggregate row by row in key order.
-LOCK_MANY: Final = (
-    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT hashtextextended(x, 0) AS k"
-    " FROM unnest(%s::text[]) AS x ORDER BY 1) AS keys"
-)
-SELECT_HEADS_FOR_APPEND: Final = (
-    "SELECT h.version, h.head_hash FROM unnest(%s::text[]) WITH ORDINALITY AS x(s, i)"
-    " LEFT JOIN {s}.ares_streams h ON h.stream_id = x.s ORDER BY x.i"
-)
-SELECT_XID_IDS_TRACKING: Final = (
-    "SELECT pg_current_xact_id()::text::bigint, "
-    "EXISTS (SELECT 1 FROM {s}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])), "
-    "(SELECT position FROM {s}.ares_tracking WHERE name = %s)"
-)
-INSERT_MANY: Final = (
-    "WITH ins AS ("
-    " INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
-    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
-    " SELECT %b::bigint * 65536 + x.i - 1, x.sid, x.v, x.e::uuid,"
-    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
-    " FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[], %b::bytea[],"
-    " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
-    " WITH ORDINALITY AS x(sid, v, e, t, m, p, r, md, a, ph, h, i)"
-    "), head AS ("
-    " INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
-    " SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bytea[])"
-    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
-    " head_hash = excluded.head_hash"
-    "), trk AS ("
-    " INSERT INTO {s}.ares_tracking (name, position) SELECT %b::text, %b::bigint"
-    " WHERE %b::text IS NOT NULL"
-    " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
-    ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
-)
-SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
-SELECT_STREAM: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s "
-    "AND version >= %s AND version <= %s ORDER BY version LIMIT %s"
-)
-SELECT_ALL: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
-)
-SELECT_LAST_POSITION: Final = (
-    f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {_VISIBLE_BOUND}"
-)
-SELECT_HEAD: Final = "SELECT version, head_hash FROM {s}.ares_streams WHERE stream_id = %s"
-SELECT_HEADS: Final = (
-    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
-    "WHERE stream_id > %s ORDER BY stream_id LIMIT %s"
-)
-LISTEN: Final = "LISTEN {channel}"
-SET_STATEMENT_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
-# Schema management: serialized across processes by a transaction-scoped advisory lock.
-LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-SCHEMA_EXISTS: Final = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)"
-META_EXISTS: Final = "SELECT to_regclass(%s) IS NOT NULL"
-CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {s}"
-CREATE_META: Final = (
-    "CREATE TABLE IF NOT EXISTS {s}.ares_meta (key text PRIMARY KEY, value text NOT NULL)"
-)
-SELECT_SCHEMA_VERSION: Final = "SELECT value FROM {s}.ares_meta WHERE key = 'schema_version'"
-UPSERT_SCHEMA_VERSION: Final = (
-    "INSERT INTO {s}.ares_meta (key, value) VALUES ('schema_version', %s) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
-
-# -- URL parameters -------------------------------------------------------------------------
-
-_OWN_PARAMS: Final = (
-    "schema",
-    "pool_min",
-    "pool_max",
-    "pool_timeout",
-    "statement_timeout",
-    "page_size",
-    "migrate",
-    "notify",
-)
-# libpq options that carry a secret: refused in the query string, where they would be shown.
-_SECRET_PARAMS: Final = frozenset(
-    {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
-)
-
-
-def _libpq_options() -> frozenset[str]:
-    return frozenset(o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults())
-
-
-def _row_to_event_slow(row: Any) -> RecordedEvent:
-    ref = row[11]
-    return RecordedEvent(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        row[7],
-        row[8],
-        row[9],
-        row[10],
-        PayloadRef.from_json(ref) if ref else None,
-    )
-
-
-# Rows are selected in exactly the layout RecordedEvent._from_row takes (one C-level tuple
-# build per event when the core provides it).
-_row_to_event: Callable[[Any], RecordedEvent] = getattr(
-    RecordedEvent, "_from_row", _row_to_event_slow
-)
-
-
-def _check_alive(conn: psycopg.Connection[Any]) -> None:
-    """Pool ``check``: fail a connection the server has closed, without a round trip.
-
-    An idle pooled connection has nothing to read; a terminated backend (restart,
-    ``pg_terminate_backend``) has sent an error and EOF. Only then ping it, which raises
-    on a dead connection (and the pool replaces it).
-    """
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError) as exc:
-        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
-    if readable:
-        conn.execute("")
-
-
-class _SingleConnection:
-    """Pool-like wrapper of one caller-owned connection (used one operation at a time)."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
-        self._lock = threading.RLock()
-
-    @contextlib.contextmanager
-    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """The wrapped connection, held exclusively for the duration of the block."""
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise psycopg_pool.PoolTimeout(f"the connection stayed busy for {timeout} sec")
-        try:
-            yield self.conn
-        finally:
-            self._lock.release()
-
-    def close(self) -> None:
-        """The caller owns the connection: nothing to release."""
-
-
-class _Listener:
-    """One LISTEN connection in a background thread; waiters block on a condition."""
-
-    def __init__(self, connect: Any, channel: str, where: str, secret: str | None) -> None:
-        self._connect = connect
-        self._secret = secret
-        self._channel = channel
-        self._where = where
-        self.cond = threading.Condition()
-        self.generation = 0
-        self.listening = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ares-events-listen", daemon=True)
-        self._thread.start()
-
-    def _bump(self, listening: bool) -> None:
-        with self.cond:
-            self.generation += 1
-            self.listening = listening
-            self.cond.notify_all()
-
-    def _run(self) -> None:
-        backoff = 0.05
-        while not self._stop.is_set():
-            conn: psycopg.Connection[Any] | None = None
-            try:
-                conn = self._connect()
-                conn.execute(sql.SQL(LISTEN).format(channel=sql.Identifier(self._channel)))
-                self._bump(True)
-                backoff = 0.05
-                while not self._stop.is_set():
-                    for _ in conn.notifies(timeout=0.2):
-                        self._bump(True)
-            except Exception as exc:  # the thread must survive any failure
-                logger.warning(
-                    "wake-up listener of %s lost its connection (%s: %s); retrying in %.2fs",
-                    self._where,
-                    type(exc).__name__,
-                    _scrub(str(exc).strip(), self._secret),
-                    backoff,
-                )
-                self._bump(False)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        conn.close()
-
-    def wait_until_ready(self, timeout: float) -> bool:
-        """Block until LISTEN is active (or ``timeout``)."""
-        with self.cond:
-            return self.cond.wait_for(lambda: self.listening, timeout)
-
-    def close(self) -> None:
-        """Stop the thread and close its connection."""
-        self._stop.set()
-        self._thread.join(5.0)
-
 
 class PostgresRecorder:
-    """PostgreSQL backend (see the module docstring for the guarantees and their cost).
+    """PostgreSQL backend (see the package docstring for the guarantees and their cost).
 
     Attributes:
         pool: the ``psycopg_pool.ConnectionPool`` (or a pool-like wrapper of a single
@@ -450,7 +163,7 @@ class PostgresRecorder:
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._closed = False
-        self._listener: _Listener | None = None
+        self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self.notify = notify
         self._heads: dict[str, Head] = {}
@@ -473,7 +186,7 @@ class PostgresRecorder:
                         "transaction; pass an idle connection (it is switched to autocommit)"
                     )
                 source.autocommit = True
-            self.pool = _SingleConnection(source)
+            self.pool = SingleConnection(source)
             pw = source.pgconn.password
             self._listen_args = (
                 source.info.dsn,
@@ -527,103 +240,28 @@ class PostgresRecorder:
             StoreUnavailable: the server cannot be reached.
             SchemaVersionError: ``migrate=False`` and the schema is not current.
         """
-        where = url.redacted()
-        params = url.params
-        libpq = _libpq_options()
-        secret = sorted(set(params) & _SECRET_PARAMS)
-        if secret:
-            raise ConfigError(
-                f"parameter(s) {', '.join(secret)} carry a secret and must not be in the "
-                "query string of a store URL; put the password percent-encoded in the URL "
-                "(postgresql://user:password@host/db) or use a passfile"
-            )
-        unknown = sorted(set(params) - set(_OWN_PARAMS) - libpq)
-        unknown_opts = sorted(set(options) - set(_OWN_PARAMS))
-        if unknown or unknown_opts:
-            raise ConfigError(
-                f"unknown parameter(s) {', '.join(unknown + unknown_opts)} for {where}; "
-                f"valid: {', '.join(_OWN_PARAMS)}, or any libpq option "
-                f"({', '.join(sorted(libpq - _SECRET_PARAMS))})"
-            )
-        own: dict[str, Any] = {k: v for k, v in params.items() if k in _OWN_PARAMS}
-        own.update(options)
-        schema = own.get("schema", "public")
-        pool_min = _int_opt(own, "pool_min", 1, where, minimum=0)
-        pool_max = _int_opt(own, "pool_max", max(10, pool_min), where, minimum=1)
-        if pool_min > pool_max:
-            raise ConfigError(
-                f"pool_min ({pool_min}) must not exceed pool_max ({pool_max}) in {where}"
-            )
-        pool_timeout = _float_opt(own, "pool_timeout", 30.0, where)
-        stmt_timeout = (
-            _int_opt(own, "statement_timeout", 0, where, minimum=1)
-            if "statement_timeout" in own
-            else None
-        )
-        page_size = _int_opt(own, "page_size", 2000, where, minimum=1)
-        migrate = _bool_opt(own, "migrate", where)
-        notify = _bool_opt(own, "notify", where)
-        kwargs: dict[str, Any] = {k: v for k, v in params.items() if k in libpq}
-        if url.host:
-            kwargs.setdefault("host", url.host)
-        if url.port:
-            kwargs.setdefault("port", str(url.port))
-        if url.username:
-            kwargs.setdefault("user", url.username)
-        if url.password is not None:
-            kwargs["password"] = url.password
-        dbname = url.path.lstrip("/")
-        if dbname:
-            kwargs.setdefault("dbname", dbname)
-        # Never wait forever for a server that does not answer (libpq's default is to wait).
-        kwargs.setdefault("connect_timeout", "10")
-        kwargs["autocommit"] = True
-        configure = None
-        if stmt_timeout is not None:
-            value = f"{stmt_timeout}ms"
-
-            def configure(conn: psycopg.Connection[Any]) -> None:
-                conn.execute(SET_STATEMENT_TIMEOUT, (value,))
-
-        secret_pw = url.password
+        opts = parse_options(url, options)
+        pool = open_pool(opts, secret=url.password)
         try:
-            # One direct connection first: a clear error (refused, no such database, auth)
-            # instead of a pool that retries in the background.
-            psycopg.connect(**kwargs).close()
-        except psycopg.Error as exc:
-            raise StoreUnavailable(
-                f"cannot connect to {where}: {_scrub(str(exc).strip(), secret_pw)}"
-            ) from exc
-        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-            "",
-            kwargs=kwargs,
-            min_size=pool_min,
-            max_size=pool_max,
-            timeout=pool_timeout,
-            check=_check_alive,
-            configure=configure,
-            name="ares-events",
-            open=True,
-        )
-        try:
-            if pool_min:
-                pool.wait(timeout=max(pool_timeout, 1.0))
+            if opts.pool_min:
+                pool.wait(timeout=max(opts.pool_timeout, 1.0))
             return cls(
                 pool,
-                schema=schema,
-                migrate=bool(migrate),
-                page_size=page_size,
-                pool_timeout=pool_timeout,
-                statement_timeout=stmt_timeout,
-                description=where,
+                schema=opts.schema,
+                migrate=bool(opts.migrate),
+                page_size=opts.page_size,
+                pool_timeout=opts.pool_timeout,
+                statement_timeout=opts.statement_timeout,
+                description=opts.where,
                 owns_pool=True,
-                secret=secret_pw,
-                notify=notify,
+                secret=url.password,
+                notify=opts.notify,
             )
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
             raise StoreUnavailable(
-                f"cannot open {pool_min} connection(s) to {where} within {pool_timeout:g}s"
+                f"cannot open {opts.pool_min} connection(s) to {opts.where} "
+                f"within {opts.pool_timeout:g}s"
             ) from exc
         except BaseException:
             pool.close()
@@ -653,47 +291,21 @@ class PostgresRecorder:
 
     # -- errors and connections -----------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _translate_errors(self, what: str) -> Iterator[None]:
-        """Map driver and pool errors to ares_events errors (always ``from exc``)."""
-        try:
-            yield
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailable(
-                f"{what} in {self._description}: the connection pool is exhausted "
-                f"(no free connection within {self._timeout_label()}; raise pool_max or "
-                "pool_timeout)"
-            ) from exc
-        except psycopg_pool.PoolClosed as exc:
-            raise StoreError(f"{what}: store {self._description} is closed") from exc
-        except psycopg.errors.QueryCanceled as exc:
-            limit = (
-                f"statement_timeout of {self._statement_timeout} ms"
-                if self._statement_timeout
-                else "statement_timeout"
-            )
-            raise StoreUnavailable(
-                f"{what} in {self._description} was cancelled by the server ({limit} "
-                "exceeded, or cancelled by an administrator); nothing was written"
-                if what.startswith("append")
-                else f"{what} in {self._description} was cancelled by the server ({limit} "
-                "exceeded, or cancelled by an administrator)"
-            ) from exc
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise StoreUnavailable(
-                f"{what} in {self._description} failed: {self._scrub(exc)}"
-            ) from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"{what} in {self._description} failed: {self._scrub(exc)}") from exc
+    def _translate_errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
+        return translate_errors(
+            what,
+            self._description,
+            statement_timeout=self._statement_timeout,
+            timeout_label=self._timeout_label,
+            secret=self._secret,
+        )
 
     def _timeout_label(self) -> str:
         t = self._pool_timeout
         if t is None:
             t = getattr(self.pool, "timeout", None)
         return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
-
-    def _scrub(self, exc: BaseException) -> str:
-        return _scrub(str(exc).strip(), self._secret)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -725,40 +337,12 @@ class PostgresRecorder:
     # -- schema ----------------------------------------------------------------------------
 
     def _prepare_schema(self, migrate: bool) -> None:
-        q = sql.Identifier(self.schema)
         where = f"schema {self.schema!r} of {self._description}"
         with (
             self._translate_errors(f"preparing {where}"),
             self.pool.connection(self._pool_timeout) as conn,
         ):
-            if not migrate:
-                # Verify only: never create anything.
-                found = 0
-                exists = conn.execute(
-                    META_EXISTS, (f"{_quote_ident(self.schema)}.ares_meta",)
-                ).fetchone()
-                if exists and exists[0]:
-                    row = conn.execute(sql.SQL(SELECT_SCHEMA_VERSION).format(s=q)).fetchone()
-                    found = int(row[0]) if row else 0
-                if found != SCHEMA_VERSION:
-                    raise SchemaVersionError(found, SCHEMA_VERSION, where)
-                return
-            with conn.transaction():
-                # Two processes opening a fresh database at once: the second waits here
-                # and then finds the schema current.
-                conn.execute(LOCK_MIGRATIONS, (f"ares-events:migrate:{self.schema}",))
-                conn.execute(sql.SQL(CREATE_SCHEMA).format(s=q))
-                conn.execute(sql.SQL(CREATE_META).format(s=q))
-                row = conn.execute(sql.SQL(SELECT_SCHEMA_VERSION).format(s=q)).fetchone()
-                found = int(row[0]) if row else 0
-                if found > SCHEMA_VERSION:
-                    raise SchemaVersionError(found, SCHEMA_VERSION, where)
-                for step in range(found, SCHEMA_VERSION):
-                    for stmt in MIGRATIONS[step]:
-                        conn.execute(sql.SQL(stmt).format(schema=q))
-                    logger.info("postgresql %s: migrated schema %d -> %d", where, step, step + 1)
-                if found != SCHEMA_VERSION:
-                    conn.execute(sql.SQL(UPSERT_SCHEMA_VERSION).format(s=q), (str(SCHEMA_VERSION),))
+            prepare_schema(conn, self.schema, where, migrate)
 
     def schema_version(self) -> int:
         """The schema version recorded in ``ares_meta`` (``ares-events init`` prints it).
@@ -853,7 +437,7 @@ class PostgresRecorder:
             return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
         if status == _FAST_DUPLICATE:
             rows = conn.execute(self._sql["ids"], (batch.event_ids,), binary=True).fetchall()
-            return AppendOutcome([_row_to_event(r) for r in rows], duplicate=True)
+            return AppendOutcome([row_to_event(r) for r in rows], duplicate=True)
         self._remember(stream_id, Head(version, head_hash) if version else None)
         logger.debug("append to %r: head moved (now version %s), locked path", stream_id, version)
         return None
@@ -901,7 +485,7 @@ class PostgresRecorder:
                 if exists:
                     rows = conn.execute(q["ids"], (ids,), binary=True, prepare=False).fetchall()
                     conn.execute(ROLLBACK, prepare=False)
-                    return AppendOutcome([_row_to_event(r) for r in rows], duplicate=True)
+                    return AppendOutcome([row_to_event(r) for r in rows], duplicate=True)
                 head = Head(version, head_hash) if version is not None else None
                 self._remember(stream_id, head)
                 check_expected_version(stream_id, expected_version, version or 0)
@@ -943,7 +527,7 @@ class PostgresRecorder:
                 )
                 conn.execute(COMMIT, prepare=False)
         except BaseException:
-            _rollback_quietly(conn)
+            rollback_quietly(conn)
             raise
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
@@ -1020,7 +604,7 @@ class PostgresRecorder:
                 conn.execute(ROLLBACK, prepare=False)
                 found: dict[str, RecordedEvent] = {}
                 for r in rows:
-                    found[r[3]] = _row_to_event(r)
+                    found[r[3]] = row_to_event(r)
                 outs = []
                 for b, _ in batches:
                     dup = [found[i] for i in b.event_ids if i in found]
@@ -1077,7 +661,7 @@ class PostgresRecorder:
             )
             conn.execute(COMMIT, prepare=False)
         except BaseException:
-            _rollback_quietly(conn)
+            rollback_quietly(conn)
             raise
         out = []
         pos = first - 1
@@ -1112,7 +696,7 @@ class PostgresRecorder:
             want = min(page, left)
             rows = self._query(what, query, (stream_id, nxt, hi, want))
             for r in rows:
-                yield _row_to_event(r)
+                yield row_to_event(r)
             if len(rows) < want:
                 return
             left -= len(rows)
@@ -1128,7 +712,7 @@ class PostgresRecorder:
             want = min(page, left)
             rows = self._query("read_all", query, (after, want))
             for r in rows:
-                yield _row_to_event(r)
+                yield row_to_event(r)
             if len(rows) < want:
                 return
             left -= len(rows)
@@ -1161,12 +745,12 @@ class PostgresRecorder:
         kwargs = {**kwargs, "autocommit": True}
         return psycopg.Connection.connect(conninfo, **kwargs)
 
-    def _get_listener(self) -> _Listener:
+    def _get_listener(self) -> Listener:
         with self._listener_lock:
             if self._closed:
                 raise StoreError(f"store {self._description} is closed")
             if self._listener is None:
-                self._listener = _Listener(
+                self._listener = Listener(
                     self._connect_listener, self.channel, self._description, self._secret
                 )
             return self._listener
@@ -1184,40 +768,8 @@ class PostgresRecorder:
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         if not self.notify:
-            return self._poll_for(position, deadline)
-        listener = self._get_listener()
-        listener.wait_until_ready(min(max(timeout, 0.0), 5.0))
-        poll = 0.0  # 0: rely on notifications alone
-        while True:
-            with listener.cond:
-                gen = listener.generation
-                healthy = listener.listening
-            if self.last_position() > position:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if not healthy:
-                # Listener reconnecting: poll gently meanwhile.
-                poll = min(max(poll * 2, 0.05), 1.0)
-            wait = left if poll == 0.0 else min(left, poll)
-            with listener.cond:
-                woke = listener.cond.wait_for(lambda g=gen: listener.generation != g, wait)  # type: ignore[misc]
-            if woke and healthy:
-                # A commit was announced but may not be visible yet (an older transaction
-                # still runs, maybe one that will not notify): poll with backoff until then.
-                poll = min(max(poll * 2, 0.01), 1.0)
-
-    def _poll_for(self, position: int, deadline: float) -> bool:
-        delay = 0.005
-        while True:
-            if self.last_position() > position:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 0.25)
+            return poll_for(self.last_position, position, deadline)
+        return wait_for(self._get_listener(), self.last_position, position, timeout, deadline)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -1232,50 +784,3 @@ class PostgresRecorder:
             listener.close()
         if self._owns_pool:
             self.pool.close()
-
-
-def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
-    """End a failed append's transaction so the connection goes back to the pool clean."""
-    if conn.closed or conn.broken:
-        return
-    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-        with contextlib.suppress(psycopg.Error):
-            conn.execute(ROLLBACK, prepare=False)
-
-
-def _scrub(text: str, secret: str | None) -> str:
-    """Remove a password (and its percent-encoded form) from a driver message."""
-    if secret:
-        for form in {secret, quote(secret, safe=""), quote(secret)}:
-            text = text.replace(form, "***")
-    return text
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _int_opt(opts: dict[str, Any], key: str, default: int, where: str, *, minimum: int) -> int:
-    raw = opts.get(key, default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be an integer, got {raw!r} in {where}") from None
-    if value < minimum:
-        raise ConfigError(f"{key} must be >= {minimum}, got {value} in {where}")
-    return value
-
-
-def _bool_opt(opts: dict[str, Any], key: str, where: str) -> bool:
-    return parse_bool(opts.get(key, True), key, where)
-
-
-def _float_opt(opts: dict[str, Any], key: str, default: float, where: str) -> float:
-    raw = opts.get(key, default)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be a number of seconds, got {raw!r} in {where}") from None
-    if not value > 0:
-        raise ConfigError(f"{key} must be > 0 seconds, got {value:g} in {where}")
-    return value

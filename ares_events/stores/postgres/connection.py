@@ -1,0 +1,179 @@
+"""Connections of the PostgreSQL backend: pool health check, a caller's single connection,
+clean rollback, and the one place driver errors become ares_events errors.
+
+It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import psycopg
+import psycopg_pool
+from psycopg.pq import TransactionStatus
+
+from ares_events.errors import StoreError, StoreUnavailable
+from ares_events.stores.postgres.sql import ROLLBACK, SET_STATEMENT_TIMEOUT
+
+if TYPE_CHECKING:
+    from ares_events.stores.postgres.options import PostgresOptions
+
+__all__ = [
+    "SingleConnection",
+    "check_alive",
+    "open_pool",
+    "rollback_quietly",
+    "scrub",
+    "translate_errors",
+]
+
+
+def check_alive(conn: psycopg.Connection[Any]) -> None:
+    """Pool ``check``: fail a connection the server has closed, without a round trip.
+
+    An idle pooled connection has nothing to read; a terminated backend (restart,
+    ``pg_terminate_backend``) has sent an error and EOF. Only then ping it, which raises
+    on a dead connection (and the pool replaces it).
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError) as exc:
+        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
+    if readable:
+        conn.execute("")
+
+
+class SingleConnection:
+    """Pool-like wrapper of one caller-owned connection (used one operation at a time)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """The wrapped connection, held exclusively for the duration of the block."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise psycopg_pool.PoolTimeout(f"the connection stayed busy for {timeout} sec")
+        try:
+            yield self.conn
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """The caller owns the connection: nothing to release."""
+
+
+def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
+    """End a failed append's transaction so the connection goes back to the pool clean."""
+    if conn.closed or conn.broken:
+        return
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(ROLLBACK, prepare=False)
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """Remove a password (and its percent-encoded form) from a driver message."""
+    if secret:
+        for form in {secret, quote(secret, safe=""), quote(secret)}:
+            text = text.replace(form, "***")
+    return text
+
+
+@contextlib.contextmanager
+def translate_errors(
+    what: str,
+    description: str,
+    *,
+    statement_timeout: int | None,
+    timeout_label: Callable[[], str],
+    secret: str | None,
+) -> Iterator[None]:
+    """Map driver and pool errors to ares_events errors (always ``from exc``).
+
+    Args:
+        what: the operation, for the message ("append to stream 'x'", ...).
+        description: the store's redacted URL.
+        statement_timeout: the configured limit in milliseconds, for the message.
+        timeout_label: the pool timeout as text (called only on a pool timeout).
+        secret: the password, scrubbed from driver messages.
+
+    Raises:
+        StoreUnavailable: pool exhausted, statement cancelled, connection or server lost.
+        StoreError: the pool is closed, or any other database error.
+    """
+    try:
+        yield
+    except psycopg_pool.PoolTimeout as exc:
+        raise StoreUnavailable(
+            f"{what} in {description}: the connection pool is exhausted "
+            f"(no free connection within {timeout_label()}; raise pool_max or "
+            "pool_timeout)"
+        ) from exc
+    except psycopg_pool.PoolClosed as exc:
+        raise StoreError(f"{what}: store {description} is closed") from exc
+    except psycopg.errors.QueryCanceled as exc:
+        limit = (
+            f"statement_timeout of {statement_timeout} ms"
+            if statement_timeout
+            else "statement_timeout"
+        )
+        raise StoreUnavailable(
+            f"{what} in {description} was cancelled by the server ({limit} "
+            "exceeded, or cancelled by an administrator); nothing was written"
+            if what.startswith("append")
+            else f"{what} in {description} was cancelled by the server ({limit} "
+            "exceeded, or cancelled by an administrator)"
+        ) from exc
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise StoreUnavailable(
+            f"{what} in {description} failed: {scrub(str(exc).strip(), secret)}"
+        ) from exc
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"{what} in {description} failed: {scrub(str(exc).strip(), secret)}"
+        ) from exc
+
+
+def open_pool(opts: PostgresOptions, *, secret: str | None) -> psycopg_pool.ConnectionPool[Any]:
+    """Check the server with one direct connection, then open the pool.
+
+    The direct connection first gives a clear error (refused, no such database, auth)
+    instead of a pool that retries in the background.
+
+    Raises:
+        StoreUnavailable: the server cannot be reached (the message never holds ``secret``).
+    """
+    kwargs = opts.connect_kwargs
+    configure = None
+    if opts.statement_timeout is not None:
+        value = f"{opts.statement_timeout}ms"
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(SET_STATEMENT_TIMEOUT, (value,))
+
+    try:
+        psycopg.connect(**kwargs).close()
+    except psycopg.Error as exc:
+        raise StoreUnavailable(
+            f"cannot connect to {opts.where}: {scrub(str(exc).strip(), secret)}"
+        ) from exc
+    return psycopg_pool.ConnectionPool(
+        "",
+        kwargs=kwargs,
+        min_size=opts.pool_min,
+        max_size=opts.pool_max,
+        timeout=opts.pool_timeout,
+        check=check_alive,
+        configure=configure,
+        name="ares-events",
+        open=True,
+    )

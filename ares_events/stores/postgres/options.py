@@ -1,0 +1,155 @@
+"""The PostgreSQL backend's URL parameters and keyword options, parsed once.
+
+``schema``, ``pool_min``, ``pool_max``, ``pool_timeout``, ``statement_timeout``,
+``page_size``, ``migrate`` and ``notify`` are the backend's own (see the package
+docstring); every other parameter must be a libpq option and is passed through. libpq
+options that carry a secret are refused in the query string.
+
+It may import the core (``StoreURL``, ``parse_bool``), :mod:`ares_events.errors` and psycopg.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import psycopg
+
+from ares_events.core.recorder import StoreURL, parse_bool
+from ares_events.errors import ConfigError
+
+__all__ = ["OWN_PARAMS", "SECRET_PARAMS", "PostgresOptions", "libpq_options", "parse_options"]
+
+OWN_PARAMS: Final = (
+    "schema",
+    "pool_min",
+    "pool_max",
+    "pool_timeout",
+    "statement_timeout",
+    "page_size",
+    "migrate",
+    "notify",
+)
+# libpq options that carry a secret: refused in the query string, where they would be shown.
+SECRET_PARAMS: Final = frozenset(
+    {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PostgresOptions:
+    """Everything a ``postgresql://`` URL and the keyword options configure."""
+
+    where: str
+    """The URL, redacted (for messages)."""
+    schema: str
+    pool_min: int
+    pool_max: int
+    pool_timeout: float
+    statement_timeout: int | None
+    page_size: int
+    migrate: bool
+    notify: bool
+    connect_kwargs: dict[str, Any] = field(repr=False)
+    """Keyword arguments of ``psycopg.connect`` (may hold the password: never shown)."""
+
+
+def libpq_options() -> frozenset[str]:
+    """Every connection option this libpq knows."""
+    return frozenset(o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults())
+
+
+def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
+    """Check and type the URL's parameters; keyword ``options`` override them.
+
+    Raises:
+        ConfigError: a secret in the query string, an unknown parameter (lists the valid
+            ones) or an invalid value (names it).
+    """
+    where = url.redacted()
+    params = url.params
+    libpq = libpq_options()
+    secret = sorted(set(params) & SECRET_PARAMS)
+    if secret:
+        raise ConfigError(
+            f"parameter(s) {', '.join(secret)} carry a secret and must not be in the "
+            "query string of a store URL; put the password percent-encoded in the URL "
+            "(postgresql://user:password@host/db) or use a passfile"
+        )
+    unknown = sorted(set(params) - set(OWN_PARAMS) - libpq)
+    unknown_opts = sorted(set(options) - set(OWN_PARAMS))
+    if unknown or unknown_opts:
+        raise ConfigError(
+            f"unknown parameter(s) {', '.join(unknown + unknown_opts)} for {where}; "
+            f"valid: {', '.join(OWN_PARAMS)}, or any libpq option "
+            f"({', '.join(sorted(libpq - SECRET_PARAMS))})"
+        )
+    own: dict[str, Any] = {k: v for k, v in params.items() if k in OWN_PARAMS}
+    own.update(options)
+    schema = own.get("schema", "public")
+    pool_min = _int_opt(own, "pool_min", 1, where, minimum=0)
+    pool_max = _int_opt(own, "pool_max", max(10, pool_min), where, minimum=1)
+    if pool_min > pool_max:
+        raise ConfigError(f"pool_min ({pool_min}) must not exceed pool_max ({pool_max}) in {where}")
+    pool_timeout = _float_opt(own, "pool_timeout", 30.0, where)
+    stmt_timeout = (
+        _int_opt(own, "statement_timeout", 0, where, minimum=1)
+        if "statement_timeout" in own
+        else None
+    )
+    page_size = _int_opt(own, "page_size", 2000, where, minimum=1)
+    migrate = _bool_opt(own, "migrate", where)
+    notify = _bool_opt(own, "notify", where)
+    kwargs: dict[str, Any] = {k: v for k, v in params.items() if k in libpq}
+    if url.host:
+        kwargs.setdefault("host", url.host)
+    if url.port:
+        kwargs.setdefault("port", str(url.port))
+    if url.username:
+        kwargs.setdefault("user", url.username)
+    if url.password is not None:
+        kwargs["password"] = url.password
+    dbname = url.path.lstrip("/")
+    if dbname:
+        kwargs.setdefault("dbname", dbname)
+    # Never wait forever for a server that does not answer (libpq's default is to wait).
+    kwargs.setdefault("connect_timeout", "10")
+    kwargs["autocommit"] = True
+    return PostgresOptions(
+        where=where,
+        schema=schema,
+        pool_min=pool_min,
+        pool_max=pool_max,
+        pool_timeout=pool_timeout,
+        statement_timeout=stmt_timeout,
+        page_size=page_size,
+        migrate=migrate,
+        notify=notify,
+        connect_kwargs=kwargs,
+    )
+
+
+def _int_opt(opts: dict[str, Any], key: str, default: int, where: str, *, minimum: int) -> int:
+    raw = opts.get(key, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key} must be an integer, got {raw!r} in {where}") from None
+    if value < minimum:
+        raise ConfigError(f"{key} must be >= {minimum}, got {value} in {where}")
+    return value
+
+
+def _bool_opt(opts: dict[str, Any], key: str, where: str) -> bool:
+    return parse_bool(opts.get(key, True), key, where)
+
+
+def _float_opt(opts: dict[str, Any], key: str, default: float, where: str) -> float:
+    raw = opts.get(key, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key} must be a number of seconds, got {raw!r} in {where}") from None
+    if not value > 0:
+        raise ConfigError(f"{key} must be > 0 seconds, got {value:g} in {where}")
+    return value

@@ -1,0 +1,79 @@
+"""Schema of the PostgreSQL backend: create or migrate it on open, or only verify it.
+
+Migrations are the append-only list in :mod:`ares_events.stores._migrations.postgres`;
+the version reached is recorded in ``ares_meta``. Migrating takes an advisory lock, so
+two processes opening a fresh database at once do not race.
+
+It may import :mod:`ares_events.errors`, psycopg, the migration list and this package's SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from ares_events.errors import SchemaVersionError
+from ares_events.stores._migrations.postgres import MIGRATIONS
+from ares_events.stores.postgres.sql import (
+    CREATE_META,
+    CREATE_SCHEMA,
+    LOCK_MIGRATIONS,
+    META_EXISTS,
+    SELECT_SCHEMA_VERSION,
+    UPSERT_SCHEMA_VERSION,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SCHEMA_VERSION", "prepare_schema"]
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+def prepare_schema(conn: psycopg.Connection[Any], schema: str, where: str, migrate: bool) -> None:
+    """Bring ``schema`` to :data:`SCHEMA_VERSION` (``migrate``) or check it is there.
+
+    Args:
+        conn: an autocommit connection (the migration runs in its own transaction).
+        schema: the schema's name.
+        where: the schema and store, for messages.
+        migrate: create and migrate; False only verifies and never creates anything.
+
+    Raises:
+        SchemaVersionError: the schema is ahead of this build, or behind it and
+            ``migrate`` is False.
+    """
+    q = sql.Identifier(schema)
+    if not migrate:
+        # Verify only: never create anything.
+        found = 0
+        exists = conn.execute(META_EXISTS, (f"{_quote_ident(schema)}.ares_meta",)).fetchone()
+        if exists and exists[0]:
+            row = conn.execute(sql.SQL(SELECT_SCHEMA_VERSION).format(s=q)).fetchone()
+            found = int(row[0]) if row else 0
+        if found != SCHEMA_VERSION:
+            raise SchemaVersionError(found, SCHEMA_VERSION, where)
+        return
+    with conn.transaction():
+        # Two processes opening a fresh database at once: the second waits here
+        # and then finds the schema current.
+        conn.execute(LOCK_MIGRATIONS, (f"ares-events:migrate:{schema}",))
+        conn.execute(sql.SQL(CREATE_SCHEMA).format(s=q))
+        conn.execute(sql.SQL(CREATE_META).format(s=q))
+        row = conn.execute(sql.SQL(SELECT_SCHEMA_VERSION).format(s=q)).fetchone()
+        found = int(row[0]) if row else 0
+        if found > SCHEMA_VERSION:
+            raise SchemaVersionError(found, SCHEMA_VERSION, where)
+        for step in range(found, SCHEMA_VERSION):
+            for stmt in MIGRATIONS[step]:
+                conn.execute(sql.SQL(stmt).format(schema=q))
+            logger.info("postgresql %s: migrated schema %d -> %d", where, step, step + 1)
+        if found != SCHEMA_VERSION:
+            conn.execute(sql.SQL(UPSERT_SCHEMA_VERSION).format(s=q), (str(SCHEMA_VERSION),))
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,164 @@
+"""The SQL of the PostgreSQL backend, as module constants, and the row -> event mapping.
+
+Statements are templates: ``{s}`` is the quoted schema (a ``psycopg.sql.Identifier``),
+formatted once per recorder. Events are selected in the column order ``_COLUMNS`` lists,
+which is exactly the layout :func:`row_to_event` takes.
+
+It may import the core's value types and psycopg's types only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from ares_events.core.events import PayloadRef, RecordedEvent
+
+_COLUMNS: Final = (
+    "stream_id, version, position, event_id::text, type, module, payload, metadata, "
+    "recorded_at, prev_hash, hash, payload_ref"
+)
+# Rows below this bound are final. The bound is the smallest xid that was in progress in
+# this statement's snapshot, skipping xids that are (checked after the snapshot was taken)
+# still running in *another* database, which can never write here; with none left, the
+# snapshot's xmax. Every transaction below the bound has ended and was seen by the
+# snapshot, and every one that is running, or starts later, has an xid at or above it.
+# An xid whose session is gone, is in this database, or is hidden from this role bounds
+# the read (conservative). A row's position is xid * 65536 + index.
+_VISIBLE_BOUND: Final = (
+    "(SELECT coalesce(min(x.xid::text::bigint),"
+    " pg_snapshot_xmax(pg_current_snapshot())::text::bigint) * 65536"
+    " FROM pg_snapshot_xip(pg_current_snapshot()) AS x(xid)"
+    " WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_xid = x.xid::xid"
+    " AND a.datid <> (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())))"
+)
+
+BEGIN: Final = "BEGIN"
+COMMIT: Final = "COMMIT"
+ROLLBACK: Final = "ROLLBACK"
+LOCK_STREAM: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+SELECT_HEAD_FOR_APPEND: Final = (
+    "SELECT h.version, h.head_hash, pg_current_xact_id()::text::bigint, "
+    "EXISTS (SELECT 1 FROM {s}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])) "
+    "FROM (SELECT 1) AS one LEFT JOIN {s}.ares_streams h ON h.stream_id = %s"
+)
+SELECT_IDS: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])"
+)
+INSERT_EVENTS: Final = (
+    "WITH ins AS ("
+    " INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
+    " SELECT %b::bigint * 65536 + x.i - 1, %b::text, %b::bigint + x.i, x.e::uuid,"
+    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
+    " FROM unnest(%b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], %b::bytea[],"
+    " %b::text[], %b::bytea[], %b::bytea[]) WITH ORDINALITY AS x(e, t, m, p, r, md, a, ph, h, i)"
+    "), head AS ("
+    " INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
+    " VALUES (%b::text, %b::bigint, %b::bytea)"
+    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
+    " head_hash = excluded.head_hash"
+    ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
+)
+APPEND_FAST: Final = (
+    "SELECT r_status, r_version, r_hash, r_xid FROM {s}.ares_append(%b::text, %b::bigint, "
+    "%b::bytea, %b::text, %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], "
+    "%b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
+)
+# append_many: the advisory locks of every stream (and of the tracking name) in ONE order,
+# sorted by lock key, so two multi-stream appends can never deadlock (and a single-stream
+# append holds one lock only). The sort feeds the aggregate row by row in key order.
+LOCK_MANY: Final = (
+    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT hashtextextended(x, 0) AS k"
+    " FROM unnest(%s::text[]) AS x ORDER BY 1) AS keys"
+)
+SELECT_HEADS_FOR_APPEND: Final = (
+    "SELECT h.version, h.head_hash FROM unnest(%s::text[]) WITH ORDINALITY AS x(s, i)"
+    " LEFT JOIN {s}.ares_streams h ON h.stream_id = x.s ORDER BY x.i"
+)
+SELECT_XID_IDS_TRACKING: Final = (
+    "SELECT pg_current_xact_id()::text::bigint, "
+    "EXISTS (SELECT 1 FROM {s}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])), "
+    "(SELECT position FROM {s}.ares_tracking WHERE name = %s)"
+)
+INSERT_MANY: Final = (
+    "WITH ins AS ("
+    " INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
+    " SELECT %b::bigint * 65536 + x.i - 1, x.sid, x.v, x.e::uuid,"
+    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
+    " FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[], %b::bytea[],"
+    " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
+    " WITH ORDINALITY AS x(sid, v, e, t, m, p, r, md, a, ph, h, i)"
+    "), head AS ("
+    " INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
+    " SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bytea[])"
+    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
+    " head_hash = excluded.head_hash"
+    "), trk AS ("
+    " INSERT INTO {s}.ares_tracking (name, position) SELECT %b::text, %b::bigint"
+    " WHERE %b::text IS NOT NULL"
+    " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
+    ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
+)
+SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
+SELECT_STREAM: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s "
+    "AND version >= %s AND version <= %s ORDER BY version LIMIT %s"
+)
+SELECT_ALL: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
+    f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
+)
+SELECT_LAST_POSITION: Final = (
+    f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {_VISIBLE_BOUND}"
+)
+SELECT_HEAD: Final = "SELECT version, head_hash FROM {s}.ares_streams WHERE stream_id = %s"
+SELECT_HEADS: Final = (
+    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
+    "WHERE stream_id > %s ORDER BY stream_id LIMIT %s"
+)
+LISTEN: Final = "LISTEN {channel}"
+SET_STATEMENT_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
+# Schema management: serialized across processes by a transaction-scoped advisory lock.
+LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+SCHEMA_EXISTS: Final = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)"
+META_EXISTS: Final = "SELECT to_regclass(%s) IS NOT NULL"
+CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {s}"
+CREATE_META: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.ares_meta (key text PRIMARY KEY, value text NOT NULL)"
+)
+SELECT_SCHEMA_VERSION: Final = "SELECT value FROM {s}.ares_meta WHERE key = 'schema_version'"
+UPSERT_SCHEMA_VERSION: Final = (
+    "INSERT INTO {s}.ares_meta (key, value) VALUES ('schema_version', %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+
+
+# -- rows -------------------------------------------------------------------------------------
+
+
+def row_to_event_slow(row: Any) -> RecordedEvent:
+    """A selected row as an event (the fallback when the core has no fast constructor)."""
+    ref = row[11]
+    return RecordedEvent(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        PayloadRef.from_json(ref) if ref else None,
+    )
+
+
+# Rows are selected in exactly the layout RecordedEvent._from_row takes (one C-level tuple
+# build per event when the core provides it).
+row_to_event: Callable[[Any], RecordedEvent] = getattr(
+    RecordedEvent, "_from_row", row_to_event_slow
+)
