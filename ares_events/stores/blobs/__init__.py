@@ -1,16 +1,32 @@
 """Content-addressed blob stores for spilled payloads, and blob garbage collection.
 
+A payload whose canonical JSON is larger than the store's ``spill_threshold`` is written
+to a blob store *before* its event commits; the event keeps a
+:class:`~ares_events.core.events.PayloadRef` (key, size, digest). The chain commits to the
+digest (format v1), so verifying a chain never fetches a blob; reading the payload
+fetches it lazily and checks the digest.
+
+Blob stores are chosen by URL (:func:`open_blobs`):
+
+``file:///abs/dir``
+    :class:`~ares_events.stores.blobs.file.FileBlobStore`, one file per blob.
+``s3://bucket/prefix?endpoint_url=http://...&region=...``
+    :class:`~ares_events.stores.blobs.s3.S3BlobStore` through boto3 (credentials from
+    boto3's normal chain only; a URL with a user or password is refused).
+
 What lives here: :mod:`~ares_events.stores.blobs.base` (keys, digests, ``BlobInfo``, the
-``BlobStore`` protocol, ``BlobReader``, ``BaseBlobStore``, ``FileBlobStore``,
-``open_blobs``, ``gc_blobs``) and :mod:`~ares_events.stores.blobs.s3` (``S3BlobStore``).
+``BlobStore`` protocol, ``BlobReader``, ``BaseBlobStore``), ``file``, ``s3`` and
+:mod:`~ares_events.stores.blobs.gc` (``gc_blobs``, ``parse_duration``).
 
 It may import the core's value types (:mod:`ares_events.core.events`,
-:mod:`ares_events.core.recorder`) and :mod:`ares_events.errors`; the core's
-``EventStore`` only for type checking.
+:mod:`ares_events.core.recorder`) and :mod:`ares_events.errors`; never the core's
+``EventStore`` except for type checking (the core hands blob stores what they need).
 """
 
 from __future__ import annotations
 
+from ares_events.core.recorder import StoreURL
+from ares_events.errors import ConfigError
 from ares_events.stores.blobs.base import (
     BLOB_SCHEMES,
     CHUNK_SIZE,
@@ -18,15 +34,12 @@ from ares_events.stores.blobs.base import (
     BlobInfo,
     BlobReader,
     BlobStore,
-    FileBlobStore,
-    GcReport,
     check_blob_params,
     check_key,
     digest_of,
-    gc_blobs,
-    open_blobs,
-    parse_duration,
 )
+from ares_events.stores.blobs.file import FileBlobStore
+from ares_events.stores.blobs.gc import GcReport, gc_blobs, parse_duration
 
 __all__ = [
     "BLOB_SCHEMES",
@@ -44,3 +57,28 @@ __all__ = [
     "open_blobs",
     "parse_duration",
 ]
+
+
+def open_blobs(url: str) -> BaseBlobStore:
+    """Open the blob store of ``url``.
+
+    ``file:///abs/dir`` opens :class:`FileBlobStore`; ``s3://bucket/prefix?...`` opens
+    :class:`~ares_events.stores.blobs.s3.S3BlobStore` (see its docs for the query parameters).
+
+    Raises:
+        ConfigError: unknown scheme, bad URL or unknown query parameter (the message
+            never contains a secret).
+        MissingDependencyError: ``s3://`` without boto3 installed.
+        StoreUnavailable: the folder cannot be created.
+    """
+    parsed = StoreURL.parse(url, source="blob URL")
+    if parsed.scheme == "file":
+        return FileBlobStore.from_url(parsed)
+    if parsed.scheme == "s3":
+        from ares_events.stores.blobs.s3 import S3BlobStore  # boto3 is optional
+
+        return S3BlobStore.from_url(parsed)
+    raise ConfigError(
+        f"unknown blob URL scheme {parsed.scheme!r} in {parsed.redacted()}; "
+        f"known: {', '.join(BLOB_SCHEMES)}"
+    )

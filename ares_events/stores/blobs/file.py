@@ -1,0 +1,308 @@
+"""Blobs as files in a local folder (``file:///abs/dir``): :class:`FileBlobStore`.
+
+One file per blob under ``ab/cd/<hex>`` (the first two byte pairs of the key as
+directories), written atomically and durably. Only absolute paths in URLs:
+``file://rel/dir`` names a *host* in URL syntax and is refused. Use
+``FileBlobStore(path)`` for a relative folder from Python.
+
+It may import :mod:`ares_events.stores.blobs.base`, the core's value types and
+:mod:`ares_events.errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import blake3
+
+from ares_events.core.events import PayloadRef
+from ares_events.core.recorder import StoreURL
+from ares_events.errors import BlobMissing, ConfigError, StoreUnavailable
+from ares_events.stores.blobs.base import (
+    _KEY_RE,
+    CHUNK_SIZE,
+    BaseBlobStore,
+    BlobInfo,
+    check_blob_params,
+    check_key,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FileBlobStore"]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _mtime(st: os.stat_result) -> datetime:
+    return datetime.fromtimestamp(st.st_mtime, UTC)
+
+
+class FileBlobStore(BaseBlobStore):
+    """Blobs as files in a local folder: ``<root>/ab/cd/<64 hex>``.
+
+    Writes are atomic and durable: a temp file in the target directory, ``fsync``,
+    ``rename`` over the final name, ``fsync`` of the directory. A crash leaves either
+    no blob or the whole blob (and perhaps a ``.tmp-*`` file, which :func:`gc_blobs`
+    removes once it is older than the grace period).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, url: str | None = None) -> None:
+        """Open (and create) the folder ``root``.
+
+        Raises:
+            StoreUnavailable: the folder cannot be created.
+        """
+        self.root = Path(root).absolute()
+        self.url = url or self.root.as_uri()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob folder {self.root} cannot be created: {exc.strerror}"
+            ) from exc
+        logger.info("opened blob store %s", self.url)
+
+    @classmethod
+    def from_url(cls, url: StoreURL) -> FileBlobStore:
+        """Open ``file:///abs/dir`` (host empty or ``localhost``; no query parameters).
+
+        Raises:
+            ConfigError: a host other than localhost (``file://rel/dir``), no path, or
+                query parameters.
+            StoreUnavailable: the folder cannot be created.
+        """
+        check_blob_params(url, ())
+        if url.username or url.password is not None or url.host not in (None, "", "localhost"):
+            raise ConfigError(
+                f"blob URL {url.redacted()} names a host; use file:///absolute/path "
+                "(three slashes; relative folders are not accepted in URLs)"
+            )
+        if not url.path or not url.path.startswith("/") or url.path == "/":
+            raise ConfigError(f"blob URL {url.redacted()} needs an absolute folder path")
+        return cls(url.path, url=url.redacted())
+
+    # -- layout ------------------------------------------------------------------------
+
+    def path_for(self, key: str) -> Path:
+        """Where the blob ``key`` lives."""
+        key = check_key(key)
+        return self.root / key[:2] / key[2:4] / key
+
+    # -- writes ------------------------------------------------------------------------
+
+    def _write(self, key: str, data: bytes) -> None:
+        path = self.path_for(key)
+        if self._touch_existing(path, len(data)):
+            logger.debug("blob %s already stored; refreshed its mtime", key)
+            return
+        try:
+            self._ensure_dir(path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            _fsync_dir(path.parent)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: cannot write blob {key}: {exc.strerror or exc}"
+            ) from exc
+        logger.debug("wrote blob %s (%d bytes)", key, len(data))
+
+    def _touch_existing(self, path: Path, size: int) -> bool:
+        """Refresh an existing blob of the right size; False when it must be written.
+
+        Refreshing the mtime matters: :func:`gc_blobs` may have listed this blob as an
+        old orphan; a fresh mtime makes it skip the blob (see :meth:`delete`).
+        """
+        try:
+            st = os.stat(path)
+            if st.st_size != size:
+                logger.warning("blob %s has the wrong size %d; rewriting it", path.name, size)
+                return False
+            os.utime(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False  # not there (the write reports any problem with the folder)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: cannot stat blob {path.name}: {exc.strerror}"
+            ) from exc
+        return True
+
+    def _ensure_dir(self, d: Path) -> None:
+        if d.is_dir():
+            return
+        d.mkdir(parents=True, exist_ok=True)
+        # New directory entries are durable only once their parents are synced.
+        _fsync_dir(d.parent)
+        _fsync_dir(self.root)
+
+    def put_stream(self, stream: BinaryIO) -> PayloadRef:
+        """Store everything read from ``stream``; it is hashed while it is written to a
+        temp file in the folder, then renamed into place.
+
+        Raises:
+            StoreUnavailable: the blob could not be written.
+        """
+        hasher = blake3.blake3()
+        size = 0
+        tmp_dir = self.root / ".tmp"
+        try:
+            tmp_dir.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    while chunk := stream.read(CHUNK_SIZE):
+                        hasher.update(chunk)
+                        size += len(chunk)
+                        f.write(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+                digest = hasher.digest()
+                key = digest.hex()
+                path = self.path_for(key)
+                if self._touch_existing(path, size):
+                    os.unlink(tmp)
+                else:
+                    self._ensure_dir(path.parent)
+                    os.replace(tmp, path)
+                    _fsync_dir(path.parent)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: cannot write a blob: {exc.strerror or exc}"
+            ) from exc
+        return PayloadRef(key, size, digest)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _open_path(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
+        path = self.path_for(key)
+        try:
+            return open(path, "rb")  # the caller closes it
+        except FileNotFoundError:
+            raise BlobMissing(
+                key, f"no file {path}", stream_id=stream_id, version=version
+            ) from None
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: cannot open blob {key}: {exc.strerror}"
+            ) from exc
+
+    def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
+        return self._open_path(key, stream_id, version)
+
+    def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
+        with self._open_path(key, stream_id, version) as f:
+            try:
+                return f.read(size + 1)
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"blob store {self.url}: cannot read blob {key}: {exc.strerror}"
+                ) from exc
+
+    def exists(self, key: str) -> bool:
+        """True when the file of ``key`` exists."""
+        return self.path_for(key).is_file()
+
+    def list_blobs(self) -> Iterator[BlobInfo]:
+        """Every blob file (temp files and foreign files are skipped).
+
+        Raises:
+            StoreUnavailable: the folder cannot be read.
+        """
+        try:
+            for d1 in sorted(os.scandir(self.root), key=lambda e: e.name):
+                if len(d1.name) != 2 or not d1.is_dir():
+                    continue
+                for d2 in sorted(os.scandir(d1.path), key=lambda e: e.name):
+                    if len(d2.name) != 2 or not d2.is_dir():
+                        continue
+                    prefix = d1.name + d2.name
+                    for f in os.scandir(d2.path):
+                        name = f.name
+                        if not (_KEY_RE.fullmatch(name) and name.startswith(prefix)):
+                            continue
+                        try:
+                            st = f.stat()
+                        except FileNotFoundError:
+                            continue  # deleted while listing
+                        yield BlobInfo(name, st.st_size, _mtime(st))
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: cannot list blobs: {exc.strerror}"
+            ) from exc
+
+    def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
+        """Delete the blob file ``key``.
+
+        With ``if_older_than``, the file is first renamed to a tombstone, then its mtime
+        is read: an append that refreshed it before the rename is seen (the file is
+        restored), and one after the rename finds no file and writes it again. So a
+        blob that an append reuses is never lost.
+
+        Raises:
+            StoreUnavailable: the file cannot be removed.
+        """
+        path = self.path_for(key)
+        try:
+            if if_older_than is None:
+                path.unlink()
+                return True
+            tomb = path.with_name(f".gc-{key}")
+            os.rename(path, tomb)
+            if _mtime(os.stat(tomb)) >= if_older_than:
+                os.replace(tomb, path)  # refreshed by an append: keep (same content)
+                return False
+            tomb.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"blob store {self.url}: cannot delete blob {key}: {exc.strerror}"
+            ) from exc
+
+    def restore_tombstone(self, tomb: Path, key: str) -> None:
+        """Put back a blob a crashed :func:`gc_blobs` had renamed to ``.gc-<key>``."""
+        path = self.path_for(key)
+        with contextlib.suppress(FileNotFoundError):
+            if path.exists():
+                tomb.unlink()
+            else:
+                os.replace(tomb, path)
+                logger.warning("restored blob %s left as a tombstone by an earlier gc", key)
+
+    def stale_temp_files(self, cutoff: datetime) -> Iterator[Path]:
+        """Leftover ``.tmp-*`` / ``.gc-*`` files (from crashes) last modified before
+        ``cutoff``."""
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if name.startswith((".tmp-", ".gc-")):
+                    p = Path(dirpath) / name
+                    with contextlib.suppress(FileNotFoundError):
+                        if _mtime(p.stat()) < cutoff:
+                            yield p
