@@ -4,6 +4,9 @@ It appends to fresh streams whose names start with ``bench-`` (so it never touch
 agent's stream), then replays them with chain verification. The side-by-side comparison
 with the ``eventsourcing`` library lives in the repository's ``bench/`` scripts; this
 command answers "how fast is *my* store here?".
+
+The command registers on the group when imported (``ares_events.cli`` imports this
+module). It may import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import click
+from rich.table import Table
+
+from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_option, pass_app
 from ares_events.core.events import NewEvent
 from ares_events.projections.replay import replay
 
@@ -107,3 +114,54 @@ def run_bench(
     tail = list(store.read(sid, from_version=max(1, batches * 100 - 99)))
     res.add("read the last 100 events", len(tail), time.perf_counter() - t0)
     return res
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+@cli.command(name="bench")
+@click.option(
+    "--events",
+    type=click.IntRange(100, 10_000_000),
+    default=2000,
+    show_default=True,
+    help="Events to append in 100-event batches (single appends: a twentieth of it).",
+)
+@json_option
+@pass_app
+def bench_cmd(app: App, events: int, as_json: bool) -> int:
+    """Measure appends and a verified replay on the configured store, here and now.
+
+    Writes to fresh streams named bench-<random>-... (never an agent's stream). For the
+    side-by-side comparison with the eventsourcing library, run the scripts in the
+    repository's bench/ folder (see docs/performance.md).
+
+    \b
+    Example:
+      ares-events --store sqlite:///scratch.db bench
+      ares-events --store postgresql://app@db/agents bench --events 10000 --json
+    """
+    with app.open() as store:
+        result = run_bench(store, events=events, progress=None if as_json else app.note)
+    chain_ok = all(row.get("ok", True) for row in result.rows)
+    if as_json:
+        app.json(result.to_dict())
+        return EXIT_OK if chain_ok else EXIT_FINDINGS
+    table = Table(title=f"bench on {result.store}", title_justify="left")
+    for col in ("workload", "events", "seconds", "events/s", "note"):
+        table.add_column(col, justify="left" if col in ("workload", "note") else "right")
+    for row in result.rows:
+        note = ""
+        if "p50_ms" in row:
+            note = f"p50 {row['p50_ms']} ms"
+        elif "ok" in row:
+            note = "chain ok" if row["ok"] else "CHAIN FINDINGS"
+        table.add_row(
+            row["workload"],
+            str(row["events"]),
+            f"{row['seconds']:.3f}",
+            f"{row['events_per_s']:,}" if row["events_per_s"] else "-",
+            note,
+        )
+    app.out.print(table)
+    return EXIT_OK if chain_ok else EXIT_FINDINGS

@@ -1,0 +1,60 @@
+"""CLI command ``gc-blobs``: delete blobs no event references.
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.text import Text
+
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+
+
+@cli.command(name="gc-blobs")
+@click.option(
+    "--older-than",
+    "older_than",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Grace period (30m, 1h, 2d): younger orphans may belong to appends in flight.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
+@json_option
+@pass_app
+def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int:
+    """Delete blobs no event references (orphans of failed appends).
+
+    Every referenced blob is kept, and so is every blob younger than the grace period,
+    so it is safe to run while appends go on. Uses --blobs / ARES_BLOBS_URL, else the
+    default folder next to a SQLite store file.
+
+    \b
+    Example:
+      ares-events gc-blobs --dry-run
+      ares-events --blobs s3://bucket/ares gc-blobs --older-than 2d --json
+    """
+    from ares_events.stores.blobs import gc_blobs, parse_duration
+
+    try:
+        grace = parse_duration(older_than)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    with app.open() as store:
+        report = gc_blobs(store, grace, dry_run=dry_run)
+        url = store.url
+    if as_json:
+        app.json({"store": url, **report.to_dict()})
+        return EXIT_OK
+    verb = "would delete" if dry_run else "deleted"
+    app.out.print(
+        Text(
+            f"{report.events_scanned} events scanned, {report.referenced_keys} referenced "
+            f"blob(s), {report.blobs_listed} listed: kept {report.kept_referenced} referenced "
+            f"and {report.kept_young} younger than {older_than}; {verb} "
+            f"{len(report.deleted)} orphan(s) ({report.bytes_deleted:,} bytes)"
+        )
+    )
+    return EXIT_OK

@@ -1,0 +1,307 @@
+"""CLI commands that look at a store: ``init``, ``streams``, ``tail``, ``verify``, ``audit``.
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ares_events.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    PAYLOAD_WIDTH,
+    App,
+    CommandError,
+    _print_findings,
+    _status,
+    cli,
+    json_option,
+    pass_app,
+)
+from ares_events.core.events import RecordedEvent
+from ares_events.errors import AresError
+from ares_events.integrity.verify import audit, verify_stream
+
+# -- display helpers (tail) ------------------------------------------------------------------
+
+
+def _short(data: bytes | str, width: int = PAYLOAD_WIDTH) -> str:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _event_dict(e: RecordedEvent) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "stream_id": e.stream_id,
+        "version": e.version,
+        "position": e.position,
+        "event_id": e.event_id_str,
+        "type": e.type,
+        "module": e.module,
+        "recorded_at": e.at,
+        "metadata": e.metadata,
+        "prev_hash": e.prev_hash.hex(),
+        "hash": e.hash.hex(),
+        "payload_ref": None,
+    }
+    ref = e.payload_ref
+    if ref is not None:
+        d["payload_ref"] = {"key": ref.key, "size": ref.size, "digest": ref.digest.hex()}
+    try:
+        d["payload"] = e.payload
+    except AresError as exc:  # a spilled payload that cannot be fetched
+        d["payload"] = None
+        d["payload_error"] = str(exc)
+    return d
+
+
+def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
+    """One row per event; payloads shortened to what is left of the terminal's width."""
+    cols = {
+        "ver": [str(e.version) for e in events],
+        "pos": [str(e.position) for e in events],
+        "time (UTC)": [e.at[11:23] for e in events],
+        "type": [e.type for e in events],
+        "module": [e.module for e in events],
+    }
+    widths = {name: max([len(name), *map(len, vals)]) for name, vals in cols.items()}
+    # 3 characters of padding and border per column, plus the closing border.
+    room = app.out.width - sum(widths.values()) - 3 * (len(cols) + 1) - 1
+    width = max(16, room)
+    table = Table(title=f"{stream}: last {len(events)} event(s)", title_justify="left")
+    for name in cols:
+        justify: Any = "right" if name in ("ver", "pos") else "left"
+        table.add_column(name, justify=justify, no_wrap=True, min_width=widths[name])
+    table.add_column("payload", no_wrap=True, overflow="ellipsis")
+    for i, e in enumerate(events):
+        ref = e.payload_ref
+        payload = (
+            f"<spilled: {ref.size} bytes>"
+            if ref is not None and not e.payload_loaded
+            else _short(e.payload_bytes, width)
+        )
+        table.add_row(*(Text(vals[i]) for vals in cols.values()), Text(payload))
+    return table
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+@cli.command()
+@json_option
+@pass_app
+def init(app: App, as_json: bool) -> int:
+    """Create the store's schema, or migrate it to this version.
+
+    Safe to run again: an up-to-date store is left as it is.
+
+    \b
+    Example:
+      ares-events --store sqlite:///agents.db init
+    """
+    with app.open() as store:
+        getter: Callable[[], int] | None = getattr(store.recorder, "schema_version", None)
+        schema = getter() if callable(getter) else None
+        streams = sum(1 for _ in store.streams())
+        url = store.url
+    if as_json:
+        app.json({"store": url, "schema_version": schema, "streams": streams})
+    else:
+        what = (
+            f"schema version {schema}"
+            if schema is not None
+            else "schema version not reported by this backend"
+        )
+        app.out.print(Text(f"initialized {url}: {what}, {streams} stream(s)"))
+    return EXIT_OK
+
+
+@cli.command()
+@json_option
+@pass_app
+def streams(app: App, as_json: bool) -> int:
+    """List every stream with its version and head hash.
+
+    \b
+    Example:
+      ares-events streams
+      ares-events streams --json
+    """
+    with app.open() as store:
+        rows = [(sid, h.version, h.hash.hex()) for sid, h in store.recorder.heads()]
+        url = store.url
+    if as_json:
+        app.json(
+            {
+                "store": url,
+                "count": len(rows),
+                "streams": [{"stream_id": s, "version": v, "head_hash": h} for s, v, h in rows],
+            }
+        )
+        return EXIT_OK
+    if not rows:
+        app.out.print(Text(f"no streams in {url}"))
+        return EXIT_OK
+    table = Table(title=f"{len(rows)} stream(s)", title_justify="left")
+    table.add_column("stream", no_wrap=True)
+    table.add_column("version", justify="right")
+    table.add_column("head hash", no_wrap=True)
+    for sid, version, h in rows:
+        table.add_row(Text(sid), str(version), h[:16])
+    app.out.print(table)
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("stream")
+@click.option(
+    "-n",
+    "--lines",
+    "count",
+    type=click.IntRange(1, 100_000),
+    default=20,
+    show_default=True,
+    help="How many events, counted from the end.",
+)
+@json_option
+@pass_app
+def tail(app: App, stream: str, count: int, as_json: bool) -> int:
+    """Show the last events of STREAM.
+
+    People get one line per event with a shortened payload; --json gives every field and
+    the full payload.
+
+    \b
+    Example:
+      ares-events tail demo-1a2b3c-agent-01 -n 5
+      ares-events tail agent-7 --json
+    """
+    with app.open() as store:
+        head = store.head(stream)
+        if head is not None:
+            first = max(1, head.version - count + 1)
+            events = list(store.read(stream, from_version=first))[-count:]
+        else:  # no head row: still show what the stream holds (verify will flag it)
+            events = list(deque(store.read(stream), maxlen=count))
+        if not events and head is None:
+            raise CommandError(f"no stream {stream!r} in {store.url}")
+        rows = [_event_dict(e) for e in events] if as_json else []
+        if not as_json:
+            table = _tail_table(app, stream, events)
+        version = head.version if head is not None else 0
+    if as_json:
+        app.json({"stream_id": stream, "version": version, "events": rows})
+    else:
+        app.out.print(table)
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("stream")
+@json_option
+@pass_app
+def verify(app: App, stream: str, as_json: bool) -> int:
+    """Recompute STREAM's hash chain and check it against its head.
+
+    Reports edited, missing, duplicated or reordered events and a truncated tail.
+    Exits 1 when there are findings.
+
+    \b
+    Example:
+      ares-events verify agent-7
+      ares-events verify agent-7 --json
+    """
+    with app.open() as store:
+        report = verify_stream(store, stream)
+        if report.events_checked == 0 and report.head_version == 0:
+            raise CommandError(f"no stream {stream!r} in {store.url}")
+    if as_json:
+        app.json(report.to_dict())
+    elif report.ok:
+        app.out.print(
+            Text.assemble(
+                ("ok ", "bold green"),
+                f"{stream}: {report.events_checked} events, chain intact, "
+                f"head at version {report.head_version}",
+            )
+        )
+    else:
+        app.out.print(
+            Text.assemble(
+                ("FINDINGS ", "bold red"),
+                f"{stream}: {len(report.findings)} finding(s) in "
+                f"{report.events_checked} events (head says version {report.head_version})",
+            )
+        )
+        _print_findings(app, report.findings)
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+@cli.command(name="audit")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also fetch every spilled payload and check its digest, and check every snapshot.",
+)
+@click.option(
+    "--anchors",
+    "anchors_url",
+    metavar="URL",
+    help="Also check the store still extends every anchor kept at this witness "
+    "(file:///folder/ or s3://...; see `anchor`).",
+)
+@json_option
+@pass_app
+def audit_cmd(app: App, deep: bool, anchors_url: str | None, as_json: bool) -> int:
+    """Verify every stream and the global order of the whole store.
+
+    Checks every chain against its head, and that global positions are strictly
+    increasing (and gap-free on stores that promise it: memory, SQLite). A progress bar
+    runs on stderr. Exits 1 on findings.
+
+    \b
+    Example:
+      ares-events audit
+      ares-events audit --deep --json
+      ares-events audit --anchors file:///var/lib/ares-anchors/
+    """
+    with app.open() as store, app.progress("auditing") as bar:
+        task = bar.add_task("auditing", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=max(total, done))
+
+        report = audit(store, deep=deep, progress=progress, anchors=anchors_url)
+        url = store.url
+    bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
+    if as_json:
+        data = report.to_dict()
+        data["store"] = url
+        data["deep"] = deep
+        data["streams_with_findings"] = bad
+        app.json(data)
+        return EXIT_OK if report.ok else EXIT_FINDINGS
+    table = Table(title=f"audit of {url}", title_justify="left")
+    for name in ("streams", "events", "blobs checked", "snapshots checked", "findings", "result"):
+        table.add_column(name, justify="right" if name != "result" else "left")
+    table.add_row(
+        str(report.streams_checked),
+        str(report.events_checked),
+        str(report.blobs_checked) if deep else "-",
+        str(report.snapshots_checked) if deep else "-",
+        str(len(report.findings)),
+        _status(report.ok),
+    )
+    app.out.print(table)
+    if not report.ok:
+        app.out.print(Text(f"{len(bad)} stream(s) with findings"))
+        _print_findings(app, report.findings)
+    return EXIT_OK if report.ok else EXIT_FINDINGS
