@@ -4,6 +4,9 @@
 snapshot store passes) need pytest; they are imported on first access, so importing
 :mod:`ares_events.testing` itself never needs pytest.
 
+It is the top layer: it may import anything in the package (and pytest, on first access
+to a suite).
+
 Example::
 
     from ares_events.testing import StoreContract
@@ -26,6 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SnapshotContract", "StoreContract", "run_concurrent_appenders", "store_state"]
 _HOME = {"SnapshotContract": "snapshots"}
+# Modules whose plain asserts pytest should rewrite, per home module: the suite's own
+# module and the modules it is assembled from.
+_REWRITE = {
+    "contract": ("_contract_helpers", "_contract_writes", "_contract_reads", "contract"),
+    "snapshots": ("snapshots",),
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -33,14 +42,19 @@ def __getattr__(name: str) -> Any:
         import importlib
         import sys
 
-        module_name = f"ares_events.testing.{_HOME.get(name, 'contract')}"
-        if module_name not in sys.modules:
+        home = _HOME.get(name, "contract")
+        fresh = [
+            f"ares_events.testing.{m}"
+            for m in _REWRITE[home]
+            if f"ares_events.testing.{m}" not in sys.modules
+        ]
+        if fresh:
             import pytest
 
             # Plain asserts in the suite get pytest's detailed failure messages. Only
             # before the first import: registering later would warn.
-            pytest.register_assert_rewrite(module_name)
-        value = getattr(importlib.import_module(module_name), name)
+            pytest.register_assert_rewrite(*fresh)
+        value = getattr(importlib.import_module(f"ares_events.testing.{home}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ares_events.testing' has no attribute {name!r}")

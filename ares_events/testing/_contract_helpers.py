@@ -1,0 +1,163 @@
+"""Helpers of the store conformance suite (:mod:`ares_events.testing.contract`).
+
+Event builders, capability skips, :func:`store_state` and :func:`run_concurrent_appenders`
+(real OS processes appending at once). It may import the public API (``ares_events``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ares_events as ae
+from ares_events.errors import ConcurrencyError
+from ares_events.stores import Capability
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["run_concurrent_appenders", "store_state"]
+
+_MAX_I64 = 2**63 - 1
+
+
+def _ev(n: int = 0, **kw: Any) -> ae.NewEvent:
+    kw.setdefault("type", "test.happened")
+    kw.setdefault("module", "contract")
+    kw.setdefault("payload", {"n": n})
+    return ae.NewEvent(**kw)
+
+
+def _evs(count: int, start: int = 0) -> list[ae.NewEvent]:
+    return [_ev(start + i) for i in range(count)]
+
+
+def store_state(store: ae.EventStore) -> tuple[list[tuple[str, int]], list[tuple[Any, ...]]]:
+    """Everything observable about a store's contents, for "unchanged" comparisons.
+
+    Returns:
+        The streams with their versions and every event's identity and hash, in order.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    events = [
+        (e.stream_id, e.version, e.position, e.event_id_str, e.hash) for e in store.read_all()
+    ]
+    return list(store.streams()), events
+
+
+def _require(store: ae.EventStore, cap: Capability) -> None:
+    if cap not in store.capabilities:
+        pytest.skip(f"store does not declare Capability.{cap.name}")
+
+
+# -- real processes ---------------------------------------------------------------------
+
+
+def _appender_main(argv: Sequence[str]) -> None:
+    """Child process body of :func:`run_concurrent_appenders` (internal)."""
+    url, stream, proc_s, n_s, pause_s, go = argv
+    proc, n, pause = int(proc_s), int(n_s), float(pause_s)
+    Path(f"{go}.ready.{proc}").touch()
+    deadline = time.monotonic() + 60
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("start signal never came")
+        time.sleep(0.005)
+    conflicts = 0
+    with ae.open_store(url) as store:
+        for k in range(n):
+            event = ae.NewEvent(
+                type="contract.appended", module="contract", payload={"proc": proc, "k": k}
+            )
+            while True:
+                version = store.stream_version(stream)
+                try:
+                    store.append(stream, [event], expected_version=version)
+                    break
+                except ConcurrencyError:
+                    conflicts += 1  # another process won this version: re-read and retry
+            if pause:
+                time.sleep(pause * random.random())  # "work" between steps, as agents do
+    print(json.dumps({"proc": proc, "stream": stream, "appended": n, "conflicts": conflicts}))
+
+
+def run_concurrent_appenders(
+    url: str,
+    streams: Sequence[str],
+    *,
+    processes: int,
+    appends: int,
+    workdir: str | os.PathLike[str],
+    pause: float = 0.0,
+    timeout: float = 300.0,
+) -> list[dict[str, Any]]:
+    """Run ``processes`` real OS processes appending to ``url`` at the same time.
+
+    Process ``i`` appends ``appends`` events (payload ``{"proc": i, "k": k}``) one at a
+    time to ``streams[i % len(streams)]``, each with ``expected_version`` set to the
+    version it just read, re-reading and retrying on :class:`ConcurrencyError`. All
+    processes start appending together (they wait for a start signal once imported).
+    With ``pause``, each process sleeps up to that many seconds between appends, which
+    interleaves the processes more finely.
+
+    Returns:
+        One summary per process: ``proc``, ``stream``, ``appended``, ``conflicts``.
+
+    Raises:
+        pytest.fail.Exception: a process failed or did not finish within ``timeout``.
+    """
+    go = Path(workdir) / f"go-{uuid.uuid4().hex}"
+    code = (
+        "import sys; from ares_events.testing._contract_helpers import _appender_main as m; "
+        "m(sys.argv[1:])"
+    )
+    procs = [
+        subprocess.Popen(  # noqa: S603 - runs this Python with this module's own code
+            [
+                sys.executable,
+                "-c",
+                code,
+                url,
+                streams[i % len(streams)],
+                str(i),
+                str(appends),
+                str(pause),
+                str(go),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(processes)
+    ]
+    try:
+        deadline = time.monotonic() + timeout
+        while not all(Path(f"{go}.ready.{i}").exists() for i in range(processes)):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.01)
+        go.touch()
+        out = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            if p.returncode != 0:
+                pytest.fail(f"appender process exited with {p.returncode}:\n{stderr[-3000:]}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -1,0 +1,534 @@
+"""The read half of the store conformance suite: ``read`` and ``read_all``, recorded
+events, the chain, round trips of names and values, wake-ups, persistence.
+
+Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
+class name does not start with ``Test``). It may import the public API (``ares_events``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import unicodedata
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import ares_events as ae
+from ares_events.core.events import format_at, parse_at
+from ares_events.errors import ConcurrencyError, InvalidEvent
+from ares_events.stores import Capability
+from ares_events.testing._contract_helpers import (
+    _MAX_I64,
+    _ev,
+    _evs,
+    _require,
+    store_state,
+)
+
+
+class ReadContract:
+    """Reads: what every store must give back, and when."""
+
+    # -- read_all -----------------------------------------------------------------------
+
+    def test_read_all_global_order(self, store: ae.EventStore) -> None:
+        """read_all returns every stream's events interleaved in append order."""
+        order = []
+        for i in range(6):
+            sid = ("x", "y", "z")[i % 3]
+            store.append(sid, [_ev(i)])
+            order.append((sid, i))
+        assert [(e.stream_id, e.payload["n"]) for e in store.read_all()] == order
+
+    def test_read_all_after_position_and_limit(self, store: ae.EventStore) -> None:
+        """read_all honours after_position (exclusive) and limit."""
+        store.append("a", _evs(4))
+        store.append("b", _evs(4, 4))
+        allp = [e.position for e in store.read_all()]
+        assert [e.position for e in store.read_all(after_position=allp[2])] == allp[3:]
+        assert [e.position for e in store.read_all(after_position=allp[2], limit=2)] == allp[3:5]
+        assert [e.position for e in store.read_all(limit=3)] == allp[:3]
+        assert list(store.read_all(limit=0)) == []
+        assert list(store.read_all(after_position=allp[-1])) == []
+        assert list(store.read_all(after_position=allp[-1] + 1000)) == []
+
+    def test_read_all_paging_by_after_position(self, store: ae.EventStore) -> None:
+        """Paging read_all by the last position seen returns each event exactly once."""
+        for i in range(7):
+            store.append(f"s{i % 3}", _evs(5, 5 * i))
+        seen: list[int] = []
+        after = 0
+        while True:
+            page = list(store.read_all(after_position=after, limit=4))
+            if not page:
+                break
+            seen.extend(e.payload["n"] for e in page)
+            after = page[-1].position
+        assert seen == list(range(35))
+
+    def test_read_all_empty_store(self, store: ae.EventStore) -> None:
+        """An empty store reads nothing and lists no streams."""
+        assert list(store.read_all()) == []
+        assert list(store.streams()) == []
+        assert store.last_position() == 0
+
+    # -- read ---------------------------------------------------------------------------
+
+    def test_read_version_range_and_limit(self, store: ae.EventStore) -> None:
+        """read honours from_version, to_version (inclusive) and limit together."""
+        store.append("s", _evs(10))
+
+        def versions(**kw: Any) -> list[int]:
+            return [e.version for e in store.read("s", **kw)]
+
+        assert versions() == list(range(1, 11))
+        assert versions(from_version=4) == list(range(4, 11))
+        assert versions(to_version=3) == [1, 2, 3]
+        assert versions(from_version=3, to_version=6) == [3, 4, 5, 6]
+        assert versions(from_version=3, to_version=6, limit=2) == [3, 4]
+        assert versions(from_version=8, limit=10) == [8, 9, 10]
+        assert versions(limit=0) == []
+        assert versions(from_version=5, to_version=5) == [5]
+        assert versions(from_version=6, to_version=5) == []
+        assert versions(to_version=0) == []
+        assert versions(from_version=11) == []
+        assert versions(from_version=1000) == []
+        assert versions(to_version=1000) == list(range(1, 11))
+
+    def test_read_positional_arguments(self, store: ae.EventStore) -> None:
+        """read accepts (stream, from_version, to_version, limit) positionally too."""
+        store.append("s", _evs(5))
+        assert [e.version for e in store.read("s", 2, 4, 2)] == [2, 3]
+
+    def test_read_missing_stream_is_empty(self, store: ae.EventStore) -> None:
+        """Reading a stream that does not exist yields nothing and creates nothing."""
+        store.append("present", [_ev()])
+        assert list(store.read("absent")) == []
+        assert list(store.read("absent", from_version=3, to_version=9)) == []
+        assert store.stream_version("absent") == 0
+        assert [s for s, _ in store.streams()] == ["present"]
+
+    def test_read_bad_range_is_invalid(self, store: ae.EventStore) -> None:
+        """Nonsense ranges raise InvalidEvent naming the argument."""
+        store.append("s", [_ev()])
+        for kw, field in (
+            ({"from_version": 0}, "from_version"),
+            ({"from_version": -1}, "from_version"),
+            ({"to_version": -1}, "to_version"),
+            ({"limit": -1}, "limit"),
+            ({"from_version": "1"}, "from_version"),
+        ):
+            with pytest.raises(InvalidEvent) as ei:
+                store.read("s", **kw)
+            assert ei.value.field == field
+            assert field in str(ei.value)
+        with pytest.raises(InvalidEvent) as ei:
+            store.read_all(after_position=-1)
+        assert ei.value.field == "after_position"
+
+    def test_read_is_lazy(self, store: ae.EventStore) -> None:
+        """read/read_all return iterators; a partly consumed one blocks neither appends,
+        nor other reads, and yields a consistent run of versions when resumed."""
+        n = 2600  # more than one page of a paged backend
+        for i in range(0, n, 650):
+            store.append("big", _evs(650, i))
+        it = store.read("big")
+        assert iter(it) is it
+        assert not isinstance(it, list | tuple)
+        first = next(it)
+        assert first.version == 1
+        all_it = store.read_all()
+        assert next(all_it).position == first.position
+        # While both iterators are open mid-way, the store keeps working.
+        res = store.append("big", _evs(10, n))
+        assert res.version == n + 10
+        assert store.append("other", [_ev()]).version == 1
+        assert [e.version for e in store.read("big", from_version=n - 1)] == list(
+            range(n - 1, n + 11)
+        )
+        rest = [e.version for e in it]
+        # The resumed iterator continues without repeats or gaps; it may or may not see
+        # the events appended after it started.
+        assert rest == list(range(2, len(rest) + 2))
+        assert n <= len(rest) + 1 <= n + 10
+        abandoned = store.read("big")
+        next(abandoned)
+        del abandoned, all_it
+        assert ae.integrity.verify_stream(store, "big").ok
+
+    def test_read_unconsumed_iterator_costs_nothing(self, store: ae.EventStore) -> None:
+        """Creating read iterators and never consuming them leaves the store usable."""
+        store.append("s", _evs(3))
+        iters = [store.read("s") for _ in range(50)] + [store.read_all() for _ in range(50)]
+        store.append("s", [_ev()])
+        assert store.stream_version("s") == 4
+        # An iterator created before an append may or may not include it.
+        assert [e.version for e in iters[0]] in ([1, 2, 3], [1, 2, 3, 4])
+        assert [e.version for e in store.read("s")] == [1, 2, 3, 4]
+
+    # -- stream_version, streams, emit --------------------------------------------------
+
+    def test_stream_version(self, store: ae.EventStore) -> None:
+        """stream_version is 0 for a missing stream and the last version otherwise."""
+        assert store.stream_version("s") == 0
+        store.append("s", _evs(3))
+        assert store.stream_version("s") == 3
+        store.append("s", [_ev()])
+        assert store.stream_version("s") == 4
+        assert store.stream_version("t") == 0
+
+    def test_streams_lists_every_stream_with_version(self, store: ae.EventStore) -> None:
+        """streams() yields (stream_id, version) for every stream, ordered by id."""
+        for sid, n in (("b", 2), ("a", 1), ("c", 3), ("a", 2)):
+            store.append(sid, _evs(n))
+        assert list(store.streams()) == [("a", 3), ("b", 2), ("c", 3)]
+
+    def test_emit(self, store: ae.EventStore) -> None:
+        """emit appends one event with type, module, payload and metadata."""
+        res = ae.emit(store, "agent", "agent.started", "runtime", {"i": 1}, metadata={"c": "x"})
+        assert isinstance(res, ae.AppendResult)
+        assert res.version == 1
+        e = next(store.read("agent"))
+        assert (e.type, e.module, e.payload, e.metadata) == (
+            "agent.started",
+            "runtime",
+            {"i": 1},
+            {"c": "x"},
+        )
+        assert ae.emit(store, "agent", "agent.stopped", "runtime").version == 2
+        assert list(store.read("agent"))[1].payload == {}
+        with pytest.raises(ConcurrencyError):
+            ae.emit(store, "agent", "x", "runtime", expected_version=ae.NO_STREAM)
+
+    def test_emit_requires_module(self, store: ae.EventStore) -> None:
+        """emit without a module (None or empty) raises InvalidEvent naming module."""
+        for module in (None, ""):
+            with pytest.raises(InvalidEvent) as ei:
+                ae.emit(store, "agent", "agent.started", module, {})  # type: ignore[arg-type]
+            assert ei.value.field == "module"
+        assert store_state(store) == ([], [])
+
+    # -- RecordedEvent ------------------------------------------------------------------
+
+    def test_recorded_event_fields(self, store: ae.EventStore) -> None:
+        """Every RecordedEvent field round-trips what was appended."""
+        eid = uuid.uuid4()
+        before = datetime.now(UTC)
+        res = store.append(
+            "s",
+            [
+                ae.NewEvent(
+                    type="task.created",
+                    module="runtime",
+                    payload={"task": "t1", "n": [1, 2.5, None, True], "deep": {"x": {}}},
+                    metadata={"corr": "c-1", "nested": {"a": [1]}},
+                    event_id=eid,
+                )
+            ],
+        )
+        after = datetime.now(UTC)
+        (e,) = list(store.read("s"))
+        assert isinstance(e, ae.RecordedEvent)
+        assert e.stream_id == "s"
+        assert e.version == 1
+        assert e.position == res.position
+        assert e.event_id == eid
+        assert isinstance(e.event_id, uuid.UUID)
+        assert e.type == "task.created"
+        assert e.module == "runtime"
+        assert e.payload == {"task": "t1", "n": [1, 2.5, None, True], "deep": {"x": {}}}
+        assert e.metadata == {"corr": "c-1", "nested": {"a": [1]}}
+        assert e.payload_ref is None
+        assert isinstance(e.prev_hash, bytes)
+        assert len(e.prev_hash) == 32
+        assert isinstance(e.hash, bytes)
+        assert len(e.hash) == 32
+        ts = e.recorded_at
+        assert ts.tzinfo is not None
+        assert ts.utcoffset() == timedelta(0)
+        assert before - timedelta(seconds=1) <= ts <= after + timedelta(seconds=1)
+        assert next(store.read_all()) == e
+
+    def test_metadata_defaults_to_empty_object(self, store: ae.EventStore) -> None:
+        """An event appended without metadata reads back with metadata == {}."""
+        store.append("s", [ae.NewEvent(type="t", module="m")])
+        e = next(store.read("s"))
+        assert e.metadata == {}
+        assert e.payload == {}
+
+    def test_recorded_at_round_trips_to_the_microsecond(self, store: ae.EventStore) -> None:
+        """recorded_at is UTC with microseconds, identical on every read and to the hashed
+        ``at`` string."""
+        for _ in range(5):
+            store.append("s", [_ev()])
+        first = [(e.recorded_at, e.at) for e in store.read("s")]
+        second = [(e.recorded_at, e.at) for e in store.read_all()]
+        assert first == second
+        for ts, at in first:
+            assert format_at(ts) == at
+            assert parse_at(at) == ts
+            assert ts.tzinfo is not None
+            assert ts.utcoffset() == timedelta(0)
+        stamps = [ts for ts, _ in first]
+        assert stamps == sorted(stamps)
+
+    def test_recorded_event_is_immutable(self, store: ae.EventStore) -> None:
+        """Assigning or deleting a RecordedEvent attribute raises AttributeError."""
+        store.append("s", [_ev()])
+        e = next(store.read("s"))
+        for name in ("version", "payload", "hash", "stream_id", "metadata", "new_attr"):
+            with pytest.raises(AttributeError):
+                setattr(e, name, 1)
+        with pytest.raises(AttributeError):
+            del e.version
+        assert e.version == 1
+
+    def test_mutating_a_read_payload_does_not_change_the_store(self, store: ae.EventStore) -> None:
+        """Changing a payload or metadata dict obtained from read does not change what
+        later reads return."""
+        store.append("s", [_ev(payload={"x": [1]}, metadata={"k": "v"})])
+        e = next(store.read("s"))
+        e.payload["x"].append(2)
+        e.payload["y"] = 1
+        e.metadata["k"] = "changed"
+        for again in (next(store.read("s")), next(store.read_all())):
+            assert again.payload == {"x": [1]}
+            assert again.metadata == {"k": "v"}
+
+    # -- chain --------------------------------------------------------------------------
+
+    def test_chain_links(self, store: ae.EventStore) -> None:
+        """Event 1 links to genesis, each later event to its predecessor's hash, and each
+        hash is blake3(prev_hash + header)."""
+        store.append("s", _evs(3))
+        store.append("s", _evs(2))
+        store.append("t", _evs(2))
+        for sid in ("s", "t"):
+            evs = list(store.read(sid))
+            assert evs[0].prev_hash == ae.integrity.genesis(sid)
+            for prev, cur in itertools.pairwise(evs):
+                assert cur.prev_hash == prev.hash
+            for e in evs:
+                assert ae.integrity.link_hash(e.prev_hash, e.header()) == e.hash
+            head = store.head(sid)
+            assert head is not None
+            assert (head.version, head.hash) == (evs[-1].version, evs[-1].hash)
+        assert len({e.hash for e in store.read_all()}) == 7
+
+    def test_verify_stream_clean(self, store: ae.EventStore) -> None:
+        """verify_stream reports ok with every event checked on an untouched store."""
+        store.append("s", _evs(4))
+        store.append("s", [_ev()])
+        rep = ae.integrity.verify_stream(store, "s")
+        assert rep.ok
+        assert rep.findings == []
+        assert rep.events_checked == 5
+        empty = ae.integrity.verify_stream(store, "nothing")
+        assert empty.ok
+        assert empty.events_checked == 0
+        audit = ae.integrity.audit(store)
+        assert audit.ok
+        assert audit.events_checked == 5
+
+    def test_keyed_chain(self, store_url: str) -> None:
+        """A keyed chain verifies with its key and reports hash_mismatch without it."""
+        key = bytes(range(32))
+        with ae.open_store(store_url, chain_key=key) as keyed:
+            keyed.append("s", _evs(3))
+            assert ae.integrity.verify_stream(keyed, "s").ok
+            for e in keyed.read("s"):
+                assert e.hash == ae.integrity.link_hash(
+                    e.prev_hash, e.header(), ae.integrity.ChainKey(key)
+                )
+            assert next(keyed.read("s")).prev_hash == ae.integrity.genesis("s")
+            unkeyed = ae.EventStore(keyed.recorder)  # the same data, read without the key
+            rep = ae.integrity.verify_stream(unkeyed, "s")
+            assert not rep.ok
+            assert {f.kind for f in rep.findings} == {"hash_mismatch"}
+            assert [f.version for f in rep.findings] == [1, 2, 3]
+            wrong = ae.EventStore(keyed.recorder, chain_key=ae.integrity.ChainKey(bytes(32)))
+            assert not ae.integrity.verify_stream(wrong, "s").ok
+            assert not ae.integrity.audit(unkeyed).ok
+
+    def test_keyed_chain_reopened_without_key(self, store: ae.EventStore, store_url: str) -> None:
+        """Under PERSISTENT, reopening a keyed store without its key finds hash_mismatch."""
+        _require(store, Capability.PERSISTENT)
+        store.close()
+        with ae.open_store(store_url, chain_key=bytes(32)) as keyed:
+            keyed.append("s", _evs(2))
+        with ae.open_store(store_url) as plain:
+            rep = ae.integrity.verify_stream(plain, "s")
+            assert [f.kind for f in rep.findings] == ["hash_mismatch", "hash_mismatch"]
+        with ae.open_store(store_url, chain_key=bytes(32)) as keyed:
+            assert ae.integrity.verify_stream(keyed, "s").ok
+
+    # -- unicode and names --------------------------------------------------------------
+
+    def test_unicode_round_trip(self, store: ae.EventStore) -> None:
+        """Non-ASCII stream ids, types, modules, payloads and metadata round-trip."""
+        sid = "агент-7 🤖 智能体"
+        payload = {
+            "ключ": "值 🎉",
+            "emoji": "👩‍👩‍👧",
+            "rtl": "שלום",
+            "esc": '"\\/\n\t',
+            "z": "\u00e9",
+        }
+        store.append(
+            sid,
+            [
+                ae.NewEvent(
+                    type="задача.создана", module="モジュール", payload=payload, metadata={"ü": "ß"}
+                )
+            ],
+        )
+        e = next(store.read(sid))
+        assert (e.stream_id, e.type, e.module) == (sid, "задача.создана", "モジュール")
+        assert e.payload == payload
+        assert e.metadata == {"ü": "ß"}
+        assert list(store.streams()) == [(sid, 1)]
+        assert ae.integrity.verify_stream(store, sid).ok
+
+    def test_stream_ids_are_exact(self, store: ae.EventStore) -> None:
+        """Stream ids differing only in case, Unicode normalization or trailing space are
+        distinct streams."""
+        nfc = unicodedata.normalize("NFC", "café")
+        nfd = unicodedata.normalize("NFD", "café")
+        ids = ["agent", "Agent", "agent ", nfc, nfd]
+        for i, sid in enumerate(ids):
+            store.append(sid, _evs(i + 1))
+        for i, sid in enumerate(ids):
+            assert store.stream_version(sid) == i + 1
+            assert [e.stream_id for e in store.read(sid)] == [sid] * (i + 1)
+        assert sorted(dict(store.streams()).items()) == sorted(
+            (sid, i + 1) for i, sid in enumerate(ids)
+        )
+
+    def test_longest_stream_id(self, store: ae.EventStore) -> None:
+        """A 256-character stream id (even of 4-byte characters) is accepted."""
+        for sid in ("s" * 256, "🤖" * 256):
+            store.append(sid, [_ev()])
+            assert store.stream_version(sid) == 1
+            assert next(store.read(sid)).stream_id == sid
+            assert ae.integrity.verify_stream(store, sid).ok
+
+    def test_large_values_round_trip(self, store: ae.EventStore) -> None:
+        """Extreme but valid JSON values (64-bit bounds, floats, deep nesting, 100 KB
+        strings) round-trip exactly."""
+        nested: Any = "leaf"
+        for _ in range(50):
+            nested = {"d": [nested]}
+        payload = {
+            "max": _MAX_I64,
+            "min": -(2**63),
+            "f": 0.1,
+            "tiny": 5e-324,
+            "neg0": -0.0,
+            "big": 1e308,
+            "s": "x" * 100_000,
+            "nested": nested,
+            "list": [],
+            "none": None,
+            "b": False,
+        }
+        store.append("s", [_ev(payload=payload)])
+        got = next(store.read("s")).payload
+        assert got == payload
+        assert math.copysign(1.0, got["neg0"]) == -1.0
+        assert ae.integrity.verify_stream(store, "s").ok
+
+    # -- wait_for -----------------------------------------------------------------------
+
+    def test_wait_for_returns_true_when_event_exists(self, store: ae.EventStore) -> None:
+        """wait_for returns True at once when an event after the position exists."""
+        res = store.append("s", _evs(2))
+        assert store.wait_for(0, timeout=5) is True
+        assert store.wait_for(res.position - 1, timeout=5) is True
+
+    def test_wait_for_times_out(self, store: ae.EventStore) -> None:
+        """wait_for returns False after its timeout when no later event exists."""
+        assert store.wait_for(0, timeout=0.05) is False
+        res = store.append("s", [_ev()])
+        assert store.wait_for(res.position, timeout=0.05) is False
+
+    def test_wait_for_wakes_on_append(self, store: ae.EventStore) -> None:
+        """A thread blocked in wait_for returns True once another thread appends."""
+        res = store.append("s", [_ev()])
+        got: list[bool] = []
+        started = threading.Event()
+
+        def waiter() -> None:
+            started.set()
+            got.append(store.wait_for(res.position, timeout=60))
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        started.wait()
+        store.append("t", [_ev()])
+        t.join(60)
+        assert got == [True]
+
+    def test_wakeups_are_native(self, store: ae.EventStore) -> None:
+        """Under WAKEUPS, the backend itself implements wait_for (no polling fallback)."""
+        _require(store, Capability.WAKEUPS)
+        waiter = getattr(store.recorder, "wait_for", None)
+        assert callable(waiter)
+        assert waiter(0, 0.01) is False
+        store.append("s", [_ev()])
+        assert waiter(0, 0.01) is True
+
+    # -- persistence --------------------------------------------------------------------
+
+    def test_data_survives_reopen(self, store: ae.EventStore, store_url: str) -> None:
+        """Under PERSISTENT, events, heads and fields survive close and reopen, and the
+        chain continues."""
+        _require(store, Capability.PERSISTENT)
+        store.append("s", _evs(3))
+        store.append("t", [_ev(payload={"ü": 1.5})])
+        before = [
+            (e.stream_id, e.version, e.position, e.event_id, e.at, e.payload, e.hash)
+            for e in store.read_all()
+        ]
+        store.close()
+        store.close()  # idempotent
+        with ae.open_store(store_url) as again:
+            after = [
+                (e.stream_id, e.version, e.position, e.event_id, e.at, e.payload, e.hash)
+                for e in again.read_all()
+            ]
+            assert after == before
+            assert list(again.streams()) == [("s", 3), ("t", 1)]
+            assert again.append("s", [_ev()], expected_version=3).version == 4
+            assert ae.integrity.audit(again).ok
+
+    def test_two_opens_see_each_other(self, store: ae.EventStore, store_url: str) -> None:
+        """Under PERSISTENT, a second open of the same URL sees the first one's appends and
+        its version checks."""
+        _require(store, Capability.PERSISTENT)
+        store.append("s", [_ev()])
+        with ae.open_store(store_url) as other:
+            assert other.stream_version("s") == 1
+            other.append("s", [_ev()], expected_version=1)
+        assert store.stream_version("s") == 2
+        with pytest.raises(ConcurrencyError):
+            store.append("s", [_ev()], expected_version=1)
+        assert ae.integrity.verify_stream(store, "s").ok
+
+    # -- snapshots ----------------------------------------------------------------------
+
+    def test_snapshot_store_present(self, store: ae.EventStore) -> None:
+        """Under SNAPSHOTS, store.snapshots exists and load() of an unknown one is None."""
+        _require(store, Capability.SNAPSHOTS)
+        assert store.snapshots.load("no-such-stream", "no_such_projection") is None
+
+    # -- misc ---------------------------------------------------------------------------
+
+    def test_repr_and_url_are_safe(self, store: ae.EventStore) -> None:
+        """repr(store) and store.url are strings naming the store without a password."""
+        assert isinstance(store.url, str)
+        assert "EventStore" in repr(store)
+        assert ":***@" in store.url or "@" not in store.url
