@@ -1,1 +1,8 @@
-"""integrations."""
+"""Adapters that plug ares-events into other libraries.
+
+What lives here: :mod:`~ares_events.integrations.eventsourcing`, the persistence module
+of the ``eventsourcing`` library (its import path is what ``PERSISTENCE_MODULE`` names).
+
+An integration is top layer: it may import anything in the package, and its own third
+party library; nothing in the package imports an integration.
+"""

@@ -1,4 +1,15 @@
-"""Projections: the protocol, built-in folds, the catch-up runner and rebuilds."""
+"""Projections: folds of the log and what serves them.
+
+What lives here: :mod:`~ares_events.projections.base` (the ``Projection`` protocol,
+``fold``), :mod:`~ares_events.projections.builtin` (the built-in folds),
+:mod:`~ares_events.projections.runner` and :mod:`~ares_events.projections.tables` (the
+catch-up runner, read-model tables, rebuilds), :mod:`~ares_events.projections.replay`
+(verified replay of one stream) and :mod:`~ares_events.projections.recovery` (snapshot
+first, then the tail: ``recover``, ``snapshot``, ``Snapshotter``).
+
+It may import the core, the stores and integrity (replay checks the chain as it folds);
+never the agent runtime, the CLI or an integration.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,19 @@ Composition order (documented in docs/architecture.md)::
     EventStore(core: validate, encode, chain, spill to blobs)
       └── CachedRecorder (Redis, optional, read-through; never the system of record)
             └── backend Recorder (memory | sqlite | postgresql)
+
+What lives here: the backends, each implementing the core's ``Recorder`` protocol
+(:mod:`~ares_events.stores.memory`, :mod:`~ares_events.stores.sqlite`, the
+:mod:`~ares_events.stores.postgres` package), the Redis cache wrapper
+(:mod:`~ares_events.stores.cache`), blob stores (:mod:`~ares_events.stores.blobs`), the
+snapshot stores beside the events (:mod:`~ares_events.stores.snapshots`), the scheme
+registry (``_registry``), SQL migrations (``_migrations``), ``Settings``
+(:mod:`~ares_events.stores.settings`, the configuration :func:`open_store` takes) and
+:mod:`~ares_events.stores.base`, the contract's import path for plugin authors.
+
+It may import the core, :mod:`ares_events.errors` and :mod:`ares_events.integrity.chain`;
+never verification, projections, the agent runtime, the CLI or an integration. The core
+never imports a store: it reaches backends through the ``Recorder`` protocol.
 """
 
 from __future__ import annotations
