@@ -9,7 +9,9 @@
     ├── InvalidEvent (ValueError)            bad input: not JSON, NaN, bad stream id, too large
     ├── ConcurrencyError                     expected_version mismatch (.expected, .actual)
     ├── StoreError                           backend failure; driver error kept as __cause__
-    │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted
+    │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted/server down
+    │   │   └── StoreNotFound                no store at that URL (and creating was not asked)
+    │   ├── StoreClosed                      the store was closed (before or during the call)
     │   └── SchemaVersionError               DB schema behind/ahead of this build
     ├── ChainIntegrityError                  verification failed (.findings)
     ├── ReplayCapExceeded                    strict replay hit max_replay (.stream_id, .cap)
@@ -41,7 +43,9 @@ __all__ = [
     "ReplayCapExceeded",
     "SchemaVersionError",
     "SnapshotMismatch",
+    "StoreClosed",
     "StoreError",
+    "StoreNotFound",
     "StoreUnavailable",
     "UnknownSchemeError",
 ]
@@ -124,6 +128,34 @@ class StoreError(AresError):
 
 class StoreUnavailable(StoreError, ConnectionError):
     """The store cannot be reached (connect, timeout, pool exhausted). Retryable."""
+
+
+class StoreNotFound(StoreUnavailable):
+    """There is no store at the URL, and the caller asked not to create one.
+
+    Reporting tools open stores with ``create=False`` so that a typo'd path is reported
+    as missing instead of becoming a new, empty, "clean" store.
+    """
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(f"no store at {where}: {detail}")
+
+
+class StoreClosed(StoreError):
+    """The store was closed, before the call or while it ran in another thread.
+
+    Nothing was written by a call that raises this before it reached the database; an
+    append cut short by ``close()`` is either committed whole or not at all (re-append the
+    same event ids to find out: appends are idempotent).
+    """
+
+    def __init__(self, where: str, action: str | None = None) -> None:
+        self.where = where
+        self.action = action
+        what = f"{action}: " if action else ""
+        super().__init__(f"{what}store {where} is closed")
 
 
 class SchemaVersionError(StoreError):
@@ -209,6 +241,8 @@ for _cls in (
     ConcurrencyError,
     StoreError,
     StoreUnavailable,
+    StoreNotFound,
+    StoreClosed,
     SchemaVersionError,
     ChainIntegrityError,
     ReplayCapExceeded,

@@ -432,15 +432,19 @@ def test_file_url_rules(tmp_path: Path) -> None:
 def test_spilled_event_without_a_blob_store_raises_blob_missing(
     tmp_path: Path, blob_dir: Path
 ) -> None:
-    """Reopening a store with no blob store still reads metadata; the payload raises
-    BlobMissing."""
+    """A store remembers where its blobs are: reopened without blobs= it reads them from
+    there; with another folder it refuses to open (ConfigError naming both); with
+    blobs=False it still reads metadata and the payload raises BlobMissing."""
     url = f"sqlite:///{tmp_path / 'ev.db'}"
     with ae.open_store(url, blobs=blob_dir.as_uri(), spill_threshold=100) as store:
         ae.emit(store, "s", "t", "m", payload_of_size(500))
-    with ae.open_store(url) as store:  # the default folder next to the file lacks it
+    with ae.open_store(url) as store:  # not the default folder: the recorded one
         (e,) = store.read("s")
-        with pytest.raises(BlobMissing):
-            _ = e.payload
+        assert e.payload == payload_of_size(500)
+    other = tmp_path / "elsewhere"
+    with pytest.raises(ae.ConfigError) as info:
+        ae.open_store(url, blobs=other.as_uri())
+    assert blob_dir.resolve().as_uri() in str(info.value) and "elsewhere" in str(info.value)
     with ae.open_store(url, blobs=False) as store:
         (e,) = store.read("s")
         assert e.payload_ref is not None and e.type == "t"

@@ -209,7 +209,8 @@ def test_deleted_tail_rows_are_reported_truncated(
 def test_chain_key_from_env_is_used_and_never_shown(
     db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ARES_EVENTS_CHAIN_KEY keys the chain; without it the chain fails; the key never shows."""
+    """ARES_EVENTS_CHAIN_KEY keys the chain; without it the store refuses to open (exit 2,
+    one line naming the key id); the key never shows."""
     monkeypatch.setenv("ARES_EVENTS_CHAIN_KEY", KEY_HEX)
     code, data = run_json(
         capsys, "--store", db, "demo", "--simple", "--agents", "1", "--events", "10"
@@ -219,8 +220,11 @@ def test_chain_key_from_env_is_used_and_never_shown(
     assert code == 0 and "keyed" in err
     assert KEY_HEX not in out + err
     monkeypatch.delenv("ARES_EVENTS_CHAIN_KEY")
-    code, _, _ = run(capsys, "--store", db, "audit")
-    assert code == 1
+    code, out, err = run(capsys, "--store", db, "audit")
+    assert code == 2
+    assert "keyed" in err and ae.integrity.ChainKey.from_hex(KEY_HEX).fingerprint() in err
+    assert KEY_HEX not in out + err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
 
 
 # -- exit codes 2 and 3, secrets ---------------------------------------------------------------
@@ -492,11 +496,15 @@ def test_bench_measures_the_store_without_touching_agent_streams(
 def test_findings_at_consecutive_versions_print_as_one_row(
     db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A stream whose every hash fails (here: audited without its chain key) is one
+    """A stream whose every hash fails (here: every event's time rewritten) is one
     findings row with a version range, not one row per event; --json still lists all."""
-    with ae.open_store(db, chain_key=bytes(range(32))) as store:
+    with ae.open_store(db) as store:
         for i in range(5):
             ae.emit(store, "keyed", "t", "m", {"i": i})
+    path = unquote(urlsplit(db).path)[1:]
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE ares_events SET recorded_at = '2020-01-01T00:00:00.000000Z'")
+    conn.close()
     code, out, _ = run(capsys, "--store", db, "audit")
     assert code == 1
     assert "1..5 (5)" in out and out.count("hash_mismatch") == 1

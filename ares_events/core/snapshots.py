@@ -11,9 +11,16 @@ event at ``at_version``. Anything else raises :class:`~ares_events.errors.Snapsh
 with the reason; :meth:`SnapshotStore.load_checked` returns the reason instead, so
 recovery can report why a snapshot was ignored. A wrong snapshot is never returned.
 
-The digest detects corruption of the stored state; it is not a MAC, so someone who can
-write the database can forge a consistent state. ``at_hash`` ties the snapshot to the
-stream, whose chain (keyed with a chain key) is what resists forgery.
+Every stored snapshot also carries a *seal* over everything recovery trusts: stream,
+projection and its version, ``at_version``, ``at_hash``, the state digest and the time
+(:func:`snapshot_seal`). With a chain key the seal is a keyed MAC (blake3 keyed with a
+subkey derived from the chain key), so whoever can write the database but lacks the key
+cannot forge a snapshot that recovery accepts: a state rewritten with its digest
+recomputed, or a snapshot pointed at an earlier ``at_version`` so its tail would be folded
+twice, fails the seal and is ignored (the stream is replayed, and the report says why).
+Without a chain key the seal is a plain digest: it catches corruption, not forgery
+(docs/security.md says exactly what each mode protects). A keyed store ignores snapshots
+without a seal (written before seals existed); an unkeyed one accepts them.
 
 Where snapshots are stored is the backend's business: :func:`snapshot_store_for` (what
 ``EventStore.snapshots`` uses) asks the backend recorder, under any wrapper, for its
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -35,7 +42,7 @@ import orjson
 
 from ares_events.core.events import format_at, parse_at, validate_name
 from ares_events.errors import InvalidEvent, SnapshotMismatch, StoreError
-from ares_events.integrity.chain import canonical_json
+from ares_events.integrity.chain import ChainKey, canonical_json
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -48,6 +55,7 @@ __all__ = [
     "SnapshotInfo",
     "SnapshotStore",
     "make_snapshot",
+    "snapshot_seal",
     "snapshot_store_for",
     "state_digest",
 ]
@@ -60,6 +68,29 @@ HASH_SIZE: Final = 32
 def state_digest(state_json: bytes) -> bytes:
     """``blake3(canonical_json(state))``: 32 bytes, never keyed."""
     return blake3.blake3(state_json).digest()
+
+
+_SEAL_PREFIX: Final = b"ares-events/snapshot-seal/v1\x00"
+
+
+def snapshot_seal(snap: Snapshot, key: ChainKey | None) -> bytes:
+    """The seal of ``snap``: a MAC under ``key`` (keyed store) or a plain digest over
+    canonical JSON of every field recovery trusts (see the module docstring)."""
+    record = canonical_json(
+        {
+            "stream": snap.stream_id,
+            "projection": snap.projection,
+            "projection_version": snap.projection_version,
+            "at_version": snap.at_version,
+            "at_hash": bytes(snap.at_hash).hex(),
+            "state": bytes(snap.state_digest).hex(),
+            "created_at": format_at(snap.created_at),
+        },
+        field="snapshot",
+    )
+    if key is None:
+        return blake3.blake3(_SEAL_PREFIX + record).digest()
+    return key.mac("snapshot seal", record)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +111,8 @@ class Snapshot:
         state_json: ``canonical_json(state)``, exactly as stored and digested.
         state_digest: ``blake3(state_json)`` (32 bytes).
         created_at: when the snapshot was made (aware, UTC, microsecond precision).
+        seal: set by the snapshot store when it saves or loads the snapshot
+            (:func:`snapshot_seal`); None on a snapshot not yet saved.
     """
 
     stream_id: str
@@ -91,6 +124,7 @@ class Snapshot:
     state_json: bytes
     state_digest: bytes
     created_at: datetime
+    seal: bytes | None = field(default=None, compare=False)
 
     @classmethod
     def of(
@@ -169,6 +203,8 @@ class SnapshotInfo:
     state_digest: bytes
     state_size: int
     created_at: datetime
+    problem: str | None = None
+    """Why the stored row could not be read as a snapshot (a malformed row), else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (digests in hex, time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``)."""
@@ -181,6 +217,7 @@ class SnapshotInfo:
             "state_digest": self.state_digest.hex(),
             "state_size": self.state_size,
             "created_at": format_at(self.created_at),
+            **({"problem": self.problem} if self.problem else {}),
         }
 
 
@@ -243,8 +280,10 @@ class SnapshotStore(Protocol):
 
 # -- shared core ---------------------------------------------------------------------------
 
-# A stored row: projection_version, at_version, at_hash, state, state_digest, created_at.
-_Row = tuple[int, int, bytes, bytes, bytes, str]
+# A stored row: projection_version, at_version, at_hash, state, state_digest, created_at,
+# seal (None in rows written before seals existed). Backends return column values as the
+# database holds them; _load checks their types (a tampered row is a reason, not a crash).
+_Row = tuple[Any, Any, Any, Any, Any, Any, Any]
 
 
 class _BaseSnapshotStore:
@@ -289,14 +328,15 @@ class _BaseSnapshotStore:
         reason = self._stream_reason(snapshot)
         if reason is not None:
             raise SnapshotMismatch(snapshot.stream_id, snapshot.projection, reason)
-        self._put(snapshot)
+        sealed = replace(snapshot, seal=snapshot_seal(snapshot, self._store.chain_key))
+        self._put(sealed)
         logger.debug(
             "saved snapshot of %r for stream %r at version %d",
             snapshot.projection,
             snapshot.stream_id,
             snapshot.at_version,
         )
-        return snapshot
+        return sealed
 
     def load(
         self,
@@ -353,7 +393,8 @@ class _BaseSnapshotStore:
         """Why ``snapshot`` must not be used, or None when it matches the stream.
 
         Checks, in order: the projection version (when ``version`` is given), the state
-        digest, and that the stream's event at ``at_version`` exists and has ``at_hash``.
+        digest, the seal (when the snapshot has one, and always in a keyed store), and
+        that the stream's event at ``at_version`` exists and has ``at_hash``.
 
         Raises:
             InvalidEvent: ``snapshot`` is not a :class:`Snapshot` or ``version`` is bad.
@@ -367,7 +408,7 @@ class _BaseSnapshotStore:
                 return f"projection version {snapshot.projection_version} != {version}"
         if state_digest(snapshot.state_json) != snapshot.state_digest:
             return "state digest mismatch"
-        return self._stream_reason(snapshot)
+        return self._stream_reason(snapshot) or self._seal_reason(snapshot)
 
     def verify_all(self, stream_id: str | None = None) -> Iterator[tuple[SnapshotInfo, str | None]]:
         """Check every stored snapshot (for audits): ``(info, reason or None)``.
@@ -377,6 +418,9 @@ class _BaseSnapshotStore:
             StoreError: the database failed.
         """
         for info in self.list(stream_id):
+            if info.problem is not None:
+                yield info, f"malformed snapshot row: {info.problem}"
+                continue
             _, reason = self._load(info.stream_id, info.projection, None, verify=True)
             yield info, reason
 
@@ -428,34 +472,59 @@ class _BaseSnapshotStore:
         row = self._get(stream_id, projection)
         if row is None:
             return None, None
-        pv, at_version, at_hash, state_json, digest, created = row
+        pv, at_version, at_hash, state_json, digest, created, seal = row
+        problem = _row_problem(row)
+        if problem is not None:
+            return None, f"malformed snapshot row: {problem}"
         if verify:
             if version is not None and pv != version:
                 return None, f"projection version {pv} != {version}"
             if state_digest(state_json) != digest:
                 return None, "state digest mismatch"
         try:
-            state = orjson.loads(state_json)
             created_at = parse_at(created)
+            snap = Snapshot(
+                stream_id=stream_id,
+                projection=projection,
+                projection_version=pv,
+                at_version=at_version,
+                at_hash=bytes(at_hash),
+                state=None,
+                state_json=bytes(state_json),
+                state_digest=bytes(digest),
+                created_at=created_at,
+                seal=None if seal is None else bytes(seal),
+            )
+            if verify:
+                # The stream, then the seal, before decoding: a forged state is never parsed.
+                reason = self._stream_reason(snap) or self._seal_reason(snap)
+                if reason is not None:
+                    return None, reason
+            snap = replace(snap, state=orjson.loads(state_json))
         except (orjson.JSONDecodeError, ValueError) as exc:
             # Only reachable when the digest was recomputed over garbage, or unverified.
             return None, f"stored snapshot cannot be decoded: {exc}"
-        snap = Snapshot(
-            stream_id=stream_id,
-            projection=projection,
-            projection_version=pv,
-            at_version=at_version,
-            at_hash=at_hash,
-            state=state,
-            state_json=state_json,
-            state_digest=digest,
-            created_at=created_at,
-        )
-        if verify:
-            reason = self._stream_reason(snap)
-            if reason is not None:
-                return None, reason
         return snap, None
+
+    def _seal_reason(self, snap: Snapshot) -> str | None:
+        """Why ``snap``'s seal does not hold (None: it holds, or an unkeyed store's snapshot
+        predates seals)."""
+        key = self._store.chain_key
+        if snap.seal is None:
+            if key is None:
+                return None
+            return (
+                "snapshot is not sealed with the store's chain key (written before seals "
+                "existed, or by someone without the key)"
+            )
+        if snap.seal != snapshot_seal(snap, key):
+            if key is None:
+                return "snapshot seal mismatch (a field was altered)"
+            return (
+                "snapshot seal does not verify under the store's chain key (forged, or "
+                "written under another key)"
+            )
+        return None
 
     def _stream_reason(self, snap: Snapshot) -> str | None:
         """Why the stream does not contain ``snap.at_hash`` at ``snap.at_version``."""
@@ -473,6 +542,27 @@ class _BaseSnapshotStore:
         if event.hash != snap.at_hash:
             return f"at_hash does not match stream at version {at}"
         return None
+
+
+def _row_problem(row: _Row) -> str | None:
+    """What is wrong with the column types of a stored snapshot row, or None."""
+    pv, at_version, at_hash, state_json, digest, created, seal = row
+    checks = (
+        ("projection_version", pv, int),
+        ("at_version", at_version, int),
+        ("at_hash", at_hash, bytes),
+        ("state", state_json, bytes),
+        ("state_digest", digest, bytes),
+        ("created_at", created, str),
+    )
+    for name, value, want in checks:
+        if want is bytes and isinstance(value, bytearray | memoryview):
+            continue
+        if type(value) is not want:
+            return f"{name} is {type(value).__name__}, expected {want.__name__}"
+    if seal is not None and not isinstance(seal, bytes | bytearray | memoryview):
+        return f"seal is {type(seal).__name__}, expected bytes"
+    return None
 
 
 def _check_int(value: object, name: str, minimum: int, stream_id: str | None) -> None:

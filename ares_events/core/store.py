@@ -4,11 +4,19 @@
 encodes events once, hands the backend a :class:`~ares_events.core.recorder.Batch` that
 seals the chain inside the backend's write transaction, and resolves idempotent
 re-appends.
+
+It also holds the store's identity (:mod:`ares_events.core.identity`): checked when the
+store is opened, recorded at the first write, so a process configured with another chain
+key (or none) or another blob location is refused before it writes anything. And it is
+the first line of a safe close: after :meth:`EventStore.close` every call raises
+:class:`~ares_events.errors.StoreClosed` (the backend's operation gate handles calls that
+were already running in other threads).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -27,9 +35,16 @@ from ares_events.core.events import (
     utc_now_at,
     validate_name,
 )
+from ares_events.core.identity import (
+    DEFAULT_BLOBS,
+    IDENTITY_KEY,
+    BlobsIdentity,
+    StoreIdentity,
+    check_configured,
+)
 from ares_events.core.recorder import Batch, Capability, Head, Recorder, TrackingRecord
-from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
-from ares_events.integrity.chain import ChainKey
+from ares_events.errors import ConcurrencyError, ConfigError, InvalidEvent, StoreClosed, StoreError
+from ares_events.integrity.chain import ChainKey, genesis, link_hash
 
 if TYPE_CHECKING:
     from ares_events.stores.blobs.base import BlobStore
@@ -48,25 +63,63 @@ class EventStore:
     """A hash-chained, append-only event store over one backend.
 
     Use as a context manager or call :meth:`close`.
+
+    Args:
+        recorder: the backend.
+        chain_key: key of the chain's keyed mode (a ChainKey, 32 bytes or 64 hex digits;
+            None: unkeyed).
+        blobs: blob store for spilled payloads (None: nothing spills).
+        spill_threshold: payloads larger than this many bytes go to ``blobs``.
+        url: the store's redacted URL (for messages).
+        max_inline_bytes: the largest payload stored inline.
+        default_blobs: ``blobs`` is the backend's default folder (recorded as such, so
+            the store can be moved with its folder).
+        check_identity: check the configuration against the identity the store
+            recorded (default). False is for forensic tools that deliberately read a store
+            under another configuration; such a store object refuses to write.
+        identity: the identity already read by the caller (saves one read).
+
+    Raises:
+        ConfigError: the store records another chain mode, chain key or blob location
+            (names what differs; nothing is written).
+        StoreUnavailable: the backend cannot be reached.
     """
 
     def __init__(
         self,
         recorder: Recorder,
         *,
-        chain_key: ChainKey | None = None,
+        chain_key: ChainKey | bytes | str | None = None,
         blobs: BlobStore | None = None,
         spill_threshold: int = 256 * 1024,
         url: str | None = None,
         max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
+        default_blobs: bool = False,
+        check_identity: bool = True,
+        identity: StoreIdentity | None = None,
     ) -> None:
         self.recorder = recorder
         self.max_inline_bytes = max_inline_bytes
-        self.chain_key = chain_key
+        self.chain_key = ChainKey.coerce(chain_key)
         self.blobs = blobs
         self.spill_threshold = spill_threshold
         self._url = url or getattr(recorder, "describe", lambda: type(recorder).__name__)()
         self._snapshots: Any = None
+        self._closed = False
+        self._blobs_identity: BlobsIdentity | str | None = None
+        if blobs is not None:
+            self._blobs_identity = (
+                DEFAULT_BLOBS
+                if default_blobs
+                else BlobsIdentity(getattr(blobs, "location", blobs.url), blobs.url)
+            )
+        self._identity: StoreIdentity | None = identity
+        self._identity_lock = threading.Lock()
+        self._check_identity = check_identity
+        # True until the identity is known to be recorded as this store writes.
+        self._identity_pending = callable(getattr(recorder, "meta_get", None))
+        if check_identity and self._identity_pending:
+            self._load_identity(identity)
 
     # -- info ----------------------------------------------------------------------------
 
@@ -79,6 +132,119 @@ class EventStore:
     def capabilities(self) -> frozenset[Capability]:
         """What the backend declares it supports."""
         return self.recorder.capabilities
+
+    @property
+    def identity(self) -> StoreIdentity | None:
+        """What the store recorded about itself (chain mode and key id, blob location,
+        format), or None before its first write or on a backend that keeps none."""
+        return self._identity
+
+    def _load_identity(self, known: StoreIdentity | None) -> None:
+        if known is None:
+            raw = self.recorder.meta_get(IDENTITY_KEY)  # type: ignore[attr-defined]
+            if raw is None:
+                return
+            known = StoreIdentity.from_json(raw, self._url)
+        ident = self._identity = known
+        check_configured(ident, self.chain_key, self._blobs_identity, self._url)
+        self._identity_pending = ident.blobs is None and self._blobs_identity is not None
+
+    def record_identity(self, *, relocate_blobs: bool = False) -> StoreIdentity | None:
+        """Record the store's identity now (``ares-events init`` does; the first write
+        does it otherwise). Returns what is recorded (None when the backend keeps none).
+
+        Args:
+            relocate_blobs: replace the recorded blob location with this store's (after
+                the blobs were moved); the chain part never changes.
+
+        Raises:
+            ConfigError: the store records another configuration, or a store written
+                before identities existed does not verify under the configured chain key.
+            StoreClosed: the store is closed.
+        """
+        self._check_open("recording the store identity")
+        if not callable(getattr(self.recorder, "meta_get", None)):
+            return None
+        with self._identity_lock:
+            if relocate_blobs and self._identity is not None:
+                moved = StoreIdentity(
+                    self._identity.format,
+                    self._identity.keys,
+                    self._blobs_identity,
+                    self._identity.created_at,
+                )
+                self.recorder.meta_set(IDENTITY_KEY, moved.to_json())  # type: ignore[attr-defined]
+                self._identity = moved
+                self._identity_pending = False
+                return moved
+            if self._identity_pending:
+                self._record_identity()
+        return self._identity
+
+    def _ensure_identity(self) -> None:
+        """Before the first write of this store object: record (or complete) the identity."""
+        if not self._check_identity:
+            raise ConfigError(
+                f"store {self._url} was opened with check_identity=False (for reading under "
+                "another configuration); it does not write"
+            )
+        with self._identity_lock:
+            if self._identity_pending:
+                self._record_identity()
+
+    def _record_identity(self) -> None:
+        rec: Any = self.recorder
+        current = self._identity
+        if current is None:
+            raw = rec.meta_get(IDENTITY_KEY)  # another writer may have recorded it since
+            if raw is None:
+                if rec.last_position() > 0:
+                    self._check_unrecorded_chain()
+                mine = StoreIdentity.new(self.chain_key, self._blobs_identity, from_position=1)
+                raw = rec.meta_put_if_absent(IDENTITY_KEY, mine.to_json())
+            stored = StoreIdentity.from_json(raw, self._url)
+            check_configured(stored, self.chain_key, self._blobs_identity, self._url)
+            current = stored
+        if current.blobs is None and self._blobs_identity is not None:
+            current = StoreIdentity(
+                current.format, current.keys, self._blobs_identity, current.created_at
+            )
+            rec.meta_set(IDENTITY_KEY, current.to_json())
+        self._identity = current
+        self._identity_pending = False
+        logger.info("store %s: identity %s", self._url, current.describe_chain())
+
+    def _check_unrecorded_chain(self) -> None:
+        """A store written before identities existed: its first stream's first event must
+        verify under the configured chain key before an identity says it does.
+
+        Raises:
+            ConfigError: it does not (another key, no key, or an altered event).
+        """
+        for sid, _ in self.recorder.heads():
+            first = next(iter(self.recorder.read(sid, 1, 1, 1)), None)
+            if first is None:
+                return
+            try:
+                ok = link_hash(genesis(sid), first.header(), self.chain_key) == first.hash
+            except (TypeError, ValueError, AttributeError):
+                ok = False
+            if not ok:
+                mode = (
+                    f"chain key id {self.chain_key.fingerprint()}"
+                    if self.chain_key is not None
+                    else "no chain key"
+                )
+                raise ConfigError(
+                    f"store {self._url} has no recorded identity and its first event (stream "
+                    f"{sid!r}) does not verify with {mode}: it was written with another "
+                    "chain configuration, or the event was altered (run `ares-events audit`)"
+                )
+            return
+
+    def _check_open(self, action: str | None = None) -> None:
+        if self._closed:
+            raise StoreClosed(self._url, action)
 
     def __repr__(self) -> str:
         keyed = ", keyed" if self.chain_key is not None else ""
@@ -108,6 +274,8 @@ class EventStore:
                 or an ``event_id`` is reused for a different event.
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
+        if self._closed:
+            raise StoreClosed(self._url, f"append to stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         expected = _normalize_expected(expected_version)
         if isinstance(events, NewEvent):
@@ -116,6 +284,8 @@ class EventStore:
             raise InvalidEvent("events", "must be a sequence of ae.NewEvent", stream_id=stream_id)
         if not events:
             raise InvalidEvent("events", "at least one event is required", stream_id=stream_id)
+        if self._identity_pending or not self._check_identity:
+            self._ensure_identity()
         prepared = self._prepare(stream_id, events, utc_now_at())
         outcome = self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
         recs = outcome.events
@@ -164,6 +334,7 @@ class EventStore:
             StoreError: the backend does not declare ``MULTI_STREAM_APPEND``.
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
+        self._check_open("append_many")
         if tracking is not None and not isinstance(tracking, TrackingRecord):
             tracking = TrackingRecord(*tracking)
         if tracking is not None:
@@ -182,6 +353,8 @@ class EventStore:
                 f"store {self._url} cannot append to several streams atomically "
                 "(its backend does not declare MULTI_STREAM_APPEND)"
             )
+        if self._identity_pending or not self._check_identity:
+            self._ensure_identity()
         at = utc_now_at()
         seen_streams: set[str] = set()
         seen_ids: set[str] = set()
@@ -254,6 +427,7 @@ class EventStore:
             StoreError: the backend does not declare ``MULTI_STREAM_APPEND``.
             StoreUnavailable: the backend cannot be reached.
         """
+        self._check_open()
         validate_name(name, "tracking name")
         if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
             raise StoreError(f"store {self._url} keeps no tracking records")
@@ -353,6 +527,8 @@ class EventStore:
             InvalidEvent: a bad stream id or range.
             StoreUnavailable: the backend cannot be reached.
         """
+        if self._closed:
+            raise StoreClosed(self._url, f"read of stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         _check_range(from_version, to_version, limit)
         return self._attach(self.recorder.read(stream_id, from_version, to_version, limit))
@@ -365,6 +541,7 @@ class EventStore:
         Raises:
             StoreUnavailable: the backend cannot be reached.
         """
+        self._check_open("read_all")
         if type(after_position) is not int or after_position < 0:
             raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
         _check_range(1, None, limit)
@@ -378,21 +555,25 @@ class EventStore:
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's version from its head row; 0 when the stream does not exist."""
+        self._check_open()
         validate_name(stream_id, "stream_id")
         head = self.recorder.head(stream_id)
         return head.version if head else 0
 
     def head(self, stream_id: str) -> Head | None:
         """The stream's head (version and hash of the last event), or None."""
+        self._check_open()
         validate_name(stream_id, "stream_id")
         return self.recorder.head(stream_id)
 
     def streams(self) -> Iterator[tuple[str, int]]:
         """Every stream with its version, ordered by stream id."""
+        self._check_open()
         return ((sid, h.version) for sid, h in self.recorder.heads())
 
     def last_position(self) -> int:
         """The highest global position committed (0 for an empty store)."""
+        self._check_open()
         return self.recorder.last_position()
 
     def wait_for(self, position: int, timeout: float) -> bool:
@@ -402,13 +583,18 @@ class EventStore:
 
         Returns:
             True when an event after ``position`` exists.
+
+        Raises:
+            StoreClosed: the store is closed (also while waiting).
         """
+        self._check_open()
         waiter = getattr(self.recorder, "wait_for", None)
         if waiter is not None:
             return bool(waiter(position, timeout))
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
+            self._check_open()
             if self.recorder.last_position() > position:
                 return True
             left = deadline - time.monotonic()
@@ -420,6 +606,7 @@ class EventStore:
     @property
     def snapshots(self) -> Any:
         """The snapshot store in the same database as the events."""
+        self._check_open()
         if self._snapshots is None:
             # Imported on first use: most programs never touch snapshots. The backend
             # provides the store (the core never imports a backend).
@@ -430,8 +617,19 @@ class EventStore:
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
     def close(self) -> None:
-        """Release the backend's connections. Idempotent."""
+        """Release the backend's connections. Idempotent and safe from any thread.
+
+        From now on every call raises :class:`StoreClosed`. Calls already running in
+        other threads finish first, or are interrupted after a short grace and raise
+        :class:`StoreClosed`; no connection outlives this call.
+        """
+        self._closed = True
         self.recorder.close()
         if self.blobs is not None:
             self.blobs.close()

@@ -68,12 +68,13 @@ class ChainKey:
     The key never appears in ``repr``, ``str`` or any error message.
     """
 
-    __slots__ = ("_key",)
+    __slots__ = ("_derived", "_key")
 
     def __init__(self, key: bytes) -> None:
         if not isinstance(key, bytes | bytearray) or len(key) != 32:
             raise ConfigError("chain key must be exactly 32 bytes")
         self._key = bytes(key)
+        self._derived: dict[str, bytes] = {}
 
     @classmethod
     def from_hex(cls, text: str, *, source: str = "chain key") -> ChainKey:
@@ -90,10 +91,39 @@ class ChainKey:
             raise ConfigError(f"{source} must be 64 hex digits (32 bytes), got {len(raw)} bytes")
         return cls(raw)
 
+    @classmethod
+    def coerce(cls, key: ChainKey | bytes | str | None) -> ChainKey | None:
+        """A key from a :class:`ChainKey`, 32 raw bytes or 64 hex digits (None stays None).
+
+        Raises:
+            ConfigError: anything else (the message never echoes the value).
+        """
+        if key is None or isinstance(key, ChainKey):
+            return key
+        if isinstance(key, bytes | bytearray):
+            return cls(bytes(key))
+        if isinstance(key, str):
+            return cls.from_hex(key)
+        raise ConfigError("chain_key must be a ChainKey, 32 raw bytes or 64 hex digits")
+
     @property
     def key(self) -> bytes:
         """The raw key bytes. Never log them."""
         return self._key
+
+    def derive(self, purpose: str) -> bytes:
+        """A 32-byte subkey for one purpose (blake3's key derivation mode, context
+        ``"ares-events v1 <purpose>"``): snapshot seals and anchor MACs never use the
+        link-hash key itself. Never log it."""
+        sub = self._derived.get(purpose)
+        if sub is None:
+            sub = blake3.blake3(self._key, derive_key_context=f"ares-events v1 {purpose}").digest()
+            self._derived[purpose] = sub
+        return sub
+
+    def mac(self, purpose: str, data: bytes) -> bytes:
+        """blake3 keyed hash of ``data`` under the subkey of ``purpose`` (32 bytes)."""
+        return blake3.blake3(data, key=self.derive(purpose)).digest()
 
     def fingerprint(self) -> str:
         """A short, non-reversible identifier of the key, safe to display."""

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from ares_events.core.identity import DEFAULT_BLOBS, IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import Capability, Recorder, StoreURL
 from ares_events.core.store import DEFAULT_MAX_INLINE_BYTES, EventStore
 from ares_events.errors import ConfigError
@@ -54,6 +55,8 @@ def open_store(
     cache: str | None = None,
     chain_key: ChainKey | bytes | str | None = None,
     max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
+    create: bool = True,
+    check_identity: bool = True,
     **options: Any,
 ) -> EventStore:
     """Open an event store chosen by URL.
@@ -62,65 +65,89 @@ def open_store(
         url: ``memory://[NAME]``, ``sqlite:///rel.db``, ``sqlite:////abs.db``,
             ``postgresql://user@host/db?...``.
         blobs: blob store URL for spilled payloads (``file:///dir``, ``s3://bucket/prefix``).
-            None (default): the backend's default, if it has one: for a SQLite file, the
-            folder ``<file>.blobs`` next to it. False: no blob store (nothing spills).
+            None (default): the location the store recorded in its identity, else the
+            backend's default if it has one: for a SQLite file, the folder
+            ``<file>.blobs`` next to it. False: no blob store (nothing spills, and
+            spilled payloads cannot be read).
         spill_threshold: payloads larger than this many bytes go to ``blobs``.
         cache: optional Redis URL for a read-through cache (never the system of record).
         chain_key: 32-byte key (raw, hex or :class:`ChainKey`) for keyed link hashes.
         max_inline_bytes: a payload that is not spilled may be at most this big (64 MiB);
             a bigger one is ``InvalidEvent`` (configure ``blobs`` to store it).
+        create: create the store (file, schema, blob folder) when it does not exist
+            (default). False opens an existing store only and creates nothing: what
+            reporting and integrity tools use, so a typo'd path is "no store", not a new
+            empty one.
+        check_identity: refuse a configuration that differs from the store's recorded
+            identity (default). False is for forensic reading under another chain key (a
+            store opened so never writes).
         **options: backend keyword options (e.g. ``migrate=False``).
 
     Raises:
-        ConfigError: bad URL or option (the message never contains a password).
+        ConfigError: bad URL or option (the message never contains a password), or a
+            configuration that differs from the store's recorded identity (another chain
+            key, none, or another blob location); nothing is written.
         UnknownSchemeError: no backend for the scheme.
         MissingDependencyError: the backend's extra is not installed.
+        StoreNotFound: ``create=False`` and there is no store at ``url``.
         StoreUnavailable: the store cannot be reached.
         SchemaVersionError: ``migrate=False`` and the schema is not current.
     """
     parsed = StoreURL.parse(url)
     cls = _registry.resolve(parsed.scheme)
-    key = _coerce_key(chain_key)
+    key = ChainKey.coerce(chain_key)
     if spill_threshold <= 0:
         raise ConfigError(
             f"spill_threshold must be a positive number of bytes, got {spill_threshold!r}"
         )
+    if not create:
+        options["create"] = False
     recorder = cls.from_url(parsed, **options)
     try:
+        identity = _recorded_identity(recorder, parsed.redacted())
         blob_store = None
+        default_blobs = False
         if blobs is None:
-            default = getattr(recorder, "default_blobs_url", None)
-            blobs = default() if callable(default) else None
+            recorded = identity.blobs if identity is not None else None
+            if isinstance(recorded, BlobsIdentity):
+                blobs = recorded.url  # where this store keeps its spilled payloads
+            else:
+                default = getattr(recorder, "default_blobs_url", None)
+                blobs = default() if callable(default) else None
+                default_blobs = bool(blobs) and (recorded in (None, DEFAULT_BLOBS))
         if blobs:
             from ares_events.stores.blobs import open_blobs
 
-            blob_store = open_blobs(blobs)
+            blob_store = open_blobs(blobs, create=create)
         if cache is not None:
             from ares_events.stores.cache import CachedRecorder
 
             recorder = CachedRecorder.wrap(recorder, cache)
+        store = EventStore(
+            recorder,
+            chain_key=key,
+            blobs=blob_store,
+            spill_threshold=spill_threshold,
+            url=parsed.redacted(),
+            max_inline_bytes=max_inline_bytes,
+            default_blobs=default_blobs,
+            identity=identity,
+            check_identity=check_identity,
+        )
     except BaseException:
         recorder.close()
         raise
     logger.info("opened store %s", parsed.redacted())
-    return EventStore(
-        recorder,
-        chain_key=key,
-        blobs=blob_store,
-        spill_threshold=spill_threshold,
-        url=parsed.redacted(),
-        max_inline_bytes=max_inline_bytes,
-    )
+    return store
 
 
-def _coerce_key(key: ChainKey | bytes | str | None) -> ChainKey | None:
-    if key is None or isinstance(key, ChainKey):
-        return key
-    if isinstance(key, bytes):
-        return ChainKey(key)
-    if isinstance(key, str):
-        return ChainKey.from_hex(key)
-    raise ConfigError("chain_key must be a ChainKey, 32 raw bytes or 64 hex digits")
+def _recorded_identity(recorder: Any, where: str) -> StoreIdentity | None:
+    """The identity the store recorded, or None (none yet, or a backend that keeps none)."""
+    getter = getattr(recorder, "meta_get", None)
+    if not callable(getter):
+        return None
+    raw = getter(IDENTITY_KEY)
+    return StoreIdentity.from_json(raw, where) if raw is not None else None
 
 
 def register_store(scheme: str, target: str | type[Any], *, replace: bool = False) -> None:

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import orjson
 
 from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
+from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
@@ -79,7 +80,7 @@ from ares_events.core.recorder import (
     SealedEvent,
     StoreURL,
 )
-from ares_events.errors import ConfigError, MissingDependencyError
+from ares_events.errors import ConfigError, MissingDependencyError, StoreClosed
 
 if TYPE_CHECKING:
     import redis
@@ -335,6 +336,21 @@ class CachedRecorder:
         self._failures = 0
         self._down_until = 0.0
         self._closed = False
+        # Each Redis call runs inside this gate: close() waits for the calls in flight
+        # before it closes the client, and a call attempted after that is skipped (the
+        # cache is bypassed), so no thread uses a closed Redis connection.
+        self._gate = OperationGate(self._url)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one Redis call unless the cache is closing (then :data:`_SKIPPED`)."""
+        try:
+            self._gate.enter()
+        except StoreClosed:
+            return _SKIPPED
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._gate.exit()
 
     @classmethod
     def wrap(cls, inner: Any, url: str) -> CachedRecorder:
@@ -463,7 +479,7 @@ class CachedRecorder:
             self.stats.bypassed += 1
             return
         try:
-            self._redis.publish(self._channel, position)
+            self._call(self._redis.publish, self._channel, position)
         except self._redis_errors as exc:
             self._failed(exc)
         else:
@@ -498,9 +514,9 @@ class CachedRecorder:
                     last.position,
                     *entries,
                 ]
-                self._script(keys=[self.key(stream_id)], args=args)
+                self._call(self._script, keys=[self.key(stream_id)], args=args)
             elif publish:
-                self._redis.publish(channel, events[-1].position)
+                self._call(self._redis.publish, channel, events[-1].position)
         except self._redis_errors as exc:
             self._failed(exc)
         else:
@@ -568,10 +584,13 @@ class CachedRecorder:
         it, False: extend it, None: leave it)."""
         fields: list[bytes] = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, hi + 1))]
         try:
-            vals = cast("list[bytes | None]", self._redis.hmget(self.key(stream_id), fields))
+            got = self._call(self._redis.hmget, self.key(stream_id), fields)
         except self._redis_errors as exc:
             self._failed(exc)
             return None, False
+        if got is _SKIPPED:
+            return None, None
+        vals = cast("list[bytes | None]", got)
         self._ok()
         if vals[0] is None or vals[1] is None:
             return None, False  # nothing cached for this stream
@@ -669,7 +688,7 @@ class CachedRecorder:
                     return False
                 if pubsub is not None:
                     try:
-                        pubsub.get_message(timeout=min(left, _POLL_CAP))
+                        self._call(pubsub.get_message, timeout=min(left, _POLL_CAP))
                     except self._redis_errors as exc:
                         self._failed(exc)
                         _close_quietly(pubsub)
@@ -687,7 +706,9 @@ class CachedRecorder:
             return None
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
-            pubsub.subscribe(self._channel)
+            if self._call(pubsub.subscribe, self._channel) is _SKIPPED:
+                _close_quietly(pubsub)
+                return None
         except self._redis_errors as exc:
             self._failed(exc)
             _close_quietly(pubsub)
@@ -698,12 +719,14 @@ class CachedRecorder:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the Redis connections, then the inner store. Idempotent."""
+        """Wait for the Redis calls in flight (later ones are skipped), close the inner
+        store (which waits for its own calls), then the Redis connections. Idempotent."""
+        self._gate.close()
+        self.inner.close()
         if not self._closed:
             self._closed = True
             with contextlib.suppress(*self._redis_errors):
                 self._redis.close()
-        self.inner.close()
 
 
 class _SealRecorder(Batch):
@@ -740,6 +763,10 @@ def _contiguous_suffix(events: Sequence[RecordedEvent]) -> list[RecordedEvent]:
         out.append(e)
     out.reverse()
     return out
+
+
+_SKIPPED: Final = object()
+"""What :meth:`CachedRecorder._call` returns for a Redis call skipped because of close()."""
 
 
 def _close_quietly(pubsub: Any) -> None:

@@ -1,6 +1,9 @@
 """In-process store: ``memory://`` (private per open) or ``memory://NAME`` (shared by name).
 
-Fast and not durable; for tests, examples and ephemeral agents.
+Fast and not durable; for tests, examples and ephemeral agents. ``close()`` ends this
+handle (every later call raises :class:`~ares_events.errors.StoreClosed`, and waiters in
+``wait_for`` wake up with it); the data of ``memory://NAME`` stays for the other handles
+of that name until the process ends.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ares_events.core.recorder import (
     TrackingRecord,
     check_tracking,
 )
-from ares_events.errors import ConfigError
+from ares_events.errors import ConfigError, StoreClosed, StoreNotFound
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -42,6 +45,7 @@ class _Data:
     ids: dict[str, RecordedEvent] = field(default_factory=dict)
     snapshots: dict[tuple[str, str], Any] = field(default_factory=dict)
     tracking: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)
     cond: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +73,7 @@ def _fresh(e: RecordedEvent) -> RecordedEvent:
 
 _NAMED: dict[str, _Data] = {}
 _NAMED_LOCK = threading.Lock()
+_OPTIONS = ("create",)
 
 
 class MemoryRecorder:
@@ -84,12 +89,22 @@ class MemoryRecorder:
         }
     )
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, *, create: bool = True) -> None:
         self.name = name
+        self._closed = False
         if name:
             with _NAMED_LOCK:
-                self._d = _NAMED.setdefault(name, _Data())
+                data = _NAMED.get(name)
+                if data is None:
+                    if not create:
+                        raise StoreNotFound(
+                            self.describe(), "no store of that name in this process"
+                        )
+                    data = _NAMED[name] = _Data()
+                self._d = data
         else:
+            if not create:
+                raise StoreNotFound(self.describe(), "a private memory store is always new")
             self._d = _Data()
 
     @classmethod
@@ -100,23 +115,29 @@ class MemoryRecorder:
             ConfigError: a query parameter or keyword option (the memory store has none).
         """
         url.check_params(())
-        if options:
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
             raise ConfigError(
-                f"unknown option(s) {', '.join(sorted(options))} for {url.redacted()}; "
-                "the memory store takes none"
+                f"unknown option(s) {', '.join(unknown)} for {url.redacted()}; "
+                f"valid: {', '.join(_OPTIONS)}"
             )
         name = (url.host or "") + url.path.strip("/")
-        return cls(name or None)
+        return cls(name or None, create=bool(options.get("create", True)))
 
     def describe(self) -> str:
         """Human-readable location."""
         return f"memory://{self.name or ''}"
+
+    def _check(self, action: str | None = None) -> None:
+        if self._closed:
+            raise StoreClosed(self.describe(), action)
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append under the store's lock."""
         d = self._d
         stream_id = batch.stream_id
         with d.lock:
+            self._check(f"append to stream {stream_id!r}")
             existing = [d.ids[i] for i in batch.event_ids if i in d.ids]
             if existing:
                 return AppendOutcome([_fresh(e) for e in existing], duplicate=True)
@@ -141,6 +162,7 @@ class MemoryRecorder:
         """Append several batches (and a tracking record) atomically under the lock."""
         d = self._d
         with d.lock:
+            self._check("append_many")
             dups = [[_fresh(d.ids[i]) for i in b.event_ids if i in d.ids] for b, _ in batches]
             if any(dups):
                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
@@ -170,6 +192,7 @@ class MemoryRecorder:
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
         with self._d.lock:
+            self._check()
             return self._d.tracking.get(name)
 
     def read(
@@ -177,6 +200,7 @@ class MemoryRecorder:
     ) -> Iterator[RecordedEvent]:
         """Slice of the stream's list (versions are 1-based list indexes)."""
         with self._d.lock:
+            self._check(f"read of stream {stream_id!r}")
             evs = self._d.streams.get(stream_id, [])
             start = max(from_version, 1) - 1
             stop = len(evs) if to_version is None else min(to_version, len(evs))
@@ -188,6 +212,7 @@ class MemoryRecorder:
     def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
         """Slice of the global log."""
         with self._d.lock:
+            self._check("read_all")
             log = self._d.log
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
             stop = len(log) if limit is None else min(len(log), start + limit)
@@ -197,23 +222,31 @@ class MemoryRecorder:
     def head(self, stream_id: str) -> Head | None:
         """Current head."""
         with self._d.lock:
+            self._check()
             return self._d.heads.get(stream_id)
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """All heads, sorted by stream id."""
         with self._d.lock:
+            self._check()
             items = sorted(self._d.heads.items())
         return iter(items)
 
     def last_position(self) -> int:
         """Number of events in the log."""
         with self._d.lock:
+            self._check()
             return len(self._d.log)
 
     def wait_for(self, position: int, timeout: float) -> bool:
         """Block until an event beyond ``position`` exists or ``timeout`` passes."""
         with self._d.cond:
-            return self._d.cond.wait_for(lambda: len(self._d.log) > position, timeout)
+            self._check()
+            found = self._d.cond.wait_for(
+                lambda: self._closed or len(self._d.log) > position, timeout
+            )
+            self._check()
+            return found
 
     @property
     def snapshot_table(self) -> dict[tuple[str, str], Any]:
@@ -224,7 +257,33 @@ class MemoryRecorder:
         """The snapshot store beside these events (``EventStore.snapshots`` asks for it)."""
         from ares_events.stores.snapshots import MemorySnapshotStore
 
-        return MemorySnapshotStore(event_store, self.snapshot_table)
+        return MemorySnapshotStore(event_store, self.snapshot_table, self._check)
+
+    def meta_get(self, key: str) -> str | None:
+        """A value of the store's metadata (its identity lives there)."""
+        with self._d.lock:
+            self._check()
+            return self._d.meta.get(key)
+
+    def meta_put_if_absent(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless one is there; return the stored value."""
+        with self._d.lock:
+            self._check()
+            return self._d.meta.setdefault(key, value)
+
+    def meta_set(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``, replacing what is there."""
+        with self._d.lock:
+            self._check()
+            self._d.meta[key] = value
+
+    def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
+        """Uniqueness violations (none: this store cannot hold any); for the audit."""
+        self._check()
+        return iter(())
 
     def close(self) -> None:
-        """Nothing to release."""
+        """End this handle: later calls raise StoreClosed, waiters wake up. Idempotent."""
+        with self._d.cond:
+            self._closed = True
+            self._d.cond.notify_all()

@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import sqlite3
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import format_at, parse_at
@@ -58,14 +59,15 @@ _LIST_PAGE: Final = 500
 
 SQLITE_UPSERT: Final = (
     "INSERT INTO ares_snapshots (stream_id, projection, projection_version, at_version, "
-    "at_hash, state, state_digest, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "at_hash, state, state_digest, created_at, seal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (stream_id, projection) DO UPDATE SET "
     "projection_version = excluded.projection_version, at_version = excluded.at_version, "
     "at_hash = excluded.at_hash, state = excluded.state, "
-    "state_digest = excluded.state_digest, created_at = excluded.created_at"
+    "state_digest = excluded.state_digest, created_at = excluded.created_at, "
+    "seal = excluded.seal"
 )
 SQLITE_SELECT: Final = (
-    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at "
+    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at, seal "
     "FROM ares_snapshots WHERE stream_id = ? AND projection = ?"
 )
 SQLITE_DELETE_ONE: Final = "DELETE FROM ares_snapshots WHERE stream_id = ? AND projection = ?"
@@ -88,14 +90,16 @@ SQLITE_LIST_STREAM: Final = (
 
 PG_UPSERT: Final = (
     "INSERT INTO {table} (stream_id, projection, projection_version, at_version, "
-    "at_hash, state, state_digest, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+    "at_hash, state, state_digest, created_at, seal) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (stream_id, projection) DO UPDATE SET "
     "projection_version = excluded.projection_version, at_version = excluded.at_version, "
     "at_hash = excluded.at_hash, state = excluded.state, "
-    "state_digest = excluded.state_digest, created_at = excluded.created_at"
+    "state_digest = excluded.state_digest, created_at = excluded.created_at, "
+    "seal = excluded.seal"
 )
 PG_SELECT: Final = (
-    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at "
+    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at, seal "
     "FROM {table} WHERE stream_id = %s AND projection = %s"
 )
 PG_DELETE_ONE: Final = "DELETE FROM {table} WHERE stream_id = %s AND projection = %s"
@@ -125,40 +129,41 @@ class MemorySnapshotStore(_BaseSnapshotStore):
     The table maps ``(stream_id, projection)`` to the same row the SQL backends store.
     """
 
-    def __init__(self, store: EventStore, table: dict[tuple[str, str], Any]) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        table: dict[tuple[str, str], Any],
+        check_open: Any = None,
+    ) -> None:
         super().__init__(store)
         self._table = table
+        self._check_open = check_open or (lambda: None)
 
     def _put(self, snap: Snapshot) -> None:
+        self._check_open()
         self._table[(snap.stream_id, snap.projection)] = _row_of(snap)
 
     def _get(self, stream_id: str, projection: str) -> _Row | None:
+        self._check_open()
         row: _Row | None = self._table.get((stream_id, projection))
         return row
 
     def _remove(self, stream_id: str, projection: str | None) -> int:
+        self._check_open()
         if projection is not None:
             return 1 if self._table.pop((stream_id, projection), None) is not None else 0
         keys = [k for k in builtins.list(self._table) if k[0] == stream_id]
         return sum(1 for k in keys if self._table.pop(k, None) is not None)
 
     def _infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        self._check_open()
         items = sorted(
             (k, v)
             for k, v in builtins.list(self._table.items())
             if stream_id is None or k[0] == stream_id
         )
-        for (sid, proj), (pv, at_version, at_hash, state_json, digest, created) in items:
-            yield SnapshotInfo(
-                stream_id=sid,
-                projection=proj,
-                projection_version=pv,
-                at_version=at_version,
-                at_hash=at_hash,
-                state_digest=digest,
-                state_size=len(state_json),
-                created_at=parse_at(created),
-            )
+        for (sid, proj), (pv, at_version, at_hash, state_json, digest, created, _) in items:
+            yield _info_of((sid, proj, pv, at_version, at_hash, len(state_json), digest, created))
 
 
 def _row_of(snap: Snapshot) -> _Row:
@@ -169,20 +174,41 @@ def _row_of(snap: Snapshot) -> _Row:
         snap.state_json,
         bytes(snap.state_digest),
         format_at(snap.created_at),
+        snap.seal,
     )
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _info_of(row: tuple[Any, ...]) -> SnapshotInfo:
-    return SnapshotInfo(
-        stream_id=row[0],
-        projection=row[1],
-        projection_version=int(row[2]),
-        at_version=int(row[3]),
-        at_hash=bytes(row[4]),
-        state_size=int(row[5]),
-        state_digest=bytes(row[6]),
-        created_at=parse_at(row[7]),
-    )
+    """A listing row as a :class:`SnapshotInfo`; a malformed row (a tampered table) is an
+    info with ``problem`` set instead of an exception, so audits go on."""
+    try:
+        if not (type(row[2]) is int and type(row[3]) is int):
+            raise TypeError("projection_version and at_version must be integers")
+        return SnapshotInfo(
+            stream_id=str(row[0]),
+            projection=str(row[1]),
+            projection_version=row[2],
+            at_version=row[3],
+            at_hash=bytes(row[4]),
+            state_size=int(row[5] or 0),
+            state_digest=bytes(row[6]),
+            created_at=parse_at(row[7]),
+        )
+    except (TypeError, ValueError) as exc:
+        return SnapshotInfo(
+            stream_id=str(row[0]),
+            projection=str(row[1]),
+            projection_version=-1,
+            at_version=row[3] if type(row[3]) is int else 0,
+            at_hash=b"",
+            state_digest=b"",
+            state_size=0,
+            created_at=_EPOCH,
+            problem=f"{type(exc).__name__}: {exc}",
+        )
 
 
 # -- SQLite ----------------------------------------------------------------------------------
@@ -227,8 +253,7 @@ class SQLiteSnapshotStore(_BaseSnapshotStore):
             rows = self._query(SQLITE_SELECT, (stream_id, projection))
         if not rows:
             return None
-        pv, at_version, at_hash, state, digest, created = rows[0]
-        return (int(pv), int(at_version), bytes(at_hash), bytes(state), bytes(digest), created)
+        return tuple(rows[0])
 
     def _remove(self, stream_id: str, projection: str | None) -> int:
         with self._errors(f"deleting snapshots of stream {stream_id!r}"):
@@ -310,8 +335,7 @@ class PostgresSnapshotStore(_BaseSnapshotStore):
             row = conn.execute(self._sql["select"], (stream_id, projection)).fetchone()
         if row is None:
             return None
-        pv, at_version, at_hash, state, digest, created = row
-        return (int(pv), int(at_version), bytes(at_hash), bytes(state), bytes(digest), created)
+        return tuple(row)
 
     def _remove(self, stream_id: str, projection: str | None) -> int:
         with self._txn(f"deleting snapshots of stream {stream_id!r}") as conn:

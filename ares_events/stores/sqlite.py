@@ -10,7 +10,21 @@ or processes) can never fork a chain. Lock waits use SQLite's busy timeout, then
 retries with backoff; past ``busy_timeout`` the append raises ``StoreUnavailable``.
 
 Reads are lazy: keyset pages of ``page_size`` rows, each a short statement, so a read of a
-1M-event stream holds one page in memory and no long-lived read transaction.
+1M-event stream holds one page in memory and no long-lived read transaction. Pages are
+keyed on ``(version, position)`` within a stream and on ``position`` globally (both unique
+per row), so a row is never skipped or returned twice, even in a tampered file where two
+rows share a version: verification then sees both and reports it.
+
+Close: every unit of work (an append, one page of a read, one snapshot transaction) runs
+inside an :class:`~ares_events.core.lifecycle.OperationGate`. ``close()`` refuses new
+work with :class:`~ares_events.errors.StoreClosed`, waits for the work of other threads
+(interrupting statements still running after a short grace), and only then closes the
+connections: a connection is never closed under a running statement, and none outlives
+``close()``.
+
+Opening: ``create=True`` (the library's default) creates the file, its folder and the
+schema; ``create=False`` (what reporting tools use) opens an existing ares-events file
+only and raises :class:`~ares_events.errors.StoreNotFound` otherwise, creating nothing.
 
 URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
 (seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
@@ -29,8 +43,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
+from urllib.parse import quote
 
 from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
+from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
@@ -46,7 +62,9 @@ from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
     SchemaVersionError,
+    StoreClosed,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
@@ -65,9 +83,12 @@ _COLUMNS: Final = (
     "stream_id, version, position, event_id, type, module, payload, metadata, "
     "recorded_at, prev_hash, hash, payload_ref"
 )
+# Keyset on (version, position): unique per row even if two rows share a version, and
+# served in order by the (stream_id, version) index, whose entries end with the rowid.
 SELECT_STREAM: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE stream_id = ? "
-    "AND version >= ? AND version <= ? ORDER BY version LIMIT ?"
+    "AND version >= ? AND version <= ? AND (version, position) > (?, ?) "
+    "ORDER BY version, position LIMIT ?"
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
@@ -99,6 +120,27 @@ UPSERT_TRACKING: Final = (
     "INSERT INTO ares_tracking (name, position) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
 )
+SELECT_META: Final = "SELECT value FROM ares_meta WHERE key = ?"
+INSERT_META_IF_ABSENT: Final = (
+    "INSERT INTO ares_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"
+)
+UPSERT_META: Final = (
+    "INSERT INTO ares_meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+HAS_META_TABLE: Final = (
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ares_meta'"
+)
+# Integrity scans for the audit: keys that must be unique but are not (a tampered file
+# whose unique indexes were dropped). position is the rowid, unique by construction.
+SELECT_DUPLICATE_VERSIONS: Final = (
+    "SELECT stream_id, version, count(*), min(position) FROM ares_events "
+    "GROUP BY stream_id, version HAVING count(*) > 1 ORDER BY stream_id, version"
+)
+SELECT_DUPLICATE_IDS: Final = (
+    "SELECT event_id, count(*), min(position) FROM ares_events "
+    "GROUP BY event_id HAVING count(*) > 1 ORDER BY min(position)"
+)
 CREATE_META: Final = (
     "CREATE TABLE IF NOT EXISTS ares_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 )
@@ -110,6 +152,8 @@ UPSERT_SCHEMA_VERSION: Final = (
 
 _SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
+_OPTIONS: Final = (*_PARAMS, "create")
+_MAX_KEY: Final = 2**63 - 1
 
 
 _row_to_event = RecordedEvent._from_row
@@ -169,6 +213,7 @@ class SQLiteRecorder:
         busy_timeout: float = 30.0,
         page_size: int = 2000,
         migrate: bool = True,
+        create: bool = True,
     ) -> None:
         if synchronous.lower() not in _SYNC_MODES:
             raise ConfigError(
@@ -177,12 +222,17 @@ class SQLiteRecorder:
         if busy_timeout <= 0 or page_size <= 0:
             raise ConfigError("sqlite busy_timeout and page_size must be positive")
         self._memory = path is None
-        # A private shared-cache in-memory database, so every thread sees the same data.
-        mem_name = f"ares-mem-{id(self)}-{random.getrandbits(32)}"
-        self._target = (
-            f"file:{mem_name}?mode=memory&cache=shared" if path is None else str(Path(path))
-        )
         self.path = None if path is None else Path(path)
+        if not create:
+            self._require_existing()
+        # Always a URI: a private shared-cache in-memory database (every thread of this
+        # store sees the same data), or the file, which mode=rw never creates.
+        if self.path is None:
+            mem_name = f"ares-mem-{id(self)}-{random.getrandbits(32)}"
+            self._target = f"file:{mem_name}?mode=memory&cache=shared"
+        else:
+            mode = "rwc" if create else "rw"
+            self._target = f"file:{quote(str(self.path.absolute()))}?mode={mode}"
         self._sync = _SYNC_MODES[synchronous.lower()]
         self._busy = busy_timeout
         self.page_size = page_size
@@ -195,8 +245,8 @@ class SQLiteRecorder:
         )
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
-        self._closed = False
-        if self.path is not None:
+        self._gate = OperationGate(self.describe())
+        if self.path is not None and create:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -204,8 +254,10 @@ class SQLiteRecorder:
                     f"cannot create the folder of sqlite store {self.describe()}: "
                     f"{exc.strerror or exc}"
                 ) from exc
-        self._keepalive = self._conn()  # holds an in-memory database open
         try:
+            self._keepalive = self._conn()  # holds an in-memory database open
+            if not create:
+                self._require_schema()
             self._prepare_schema(migrate)
         except BaseException:
             self.close()  # the caller never gets this object: do not leak its connection
@@ -240,11 +292,11 @@ class SQLiteRecorder:
                     ) from None
         if "migrate" in p:
             kw["migrate"] = parse_bool(p["migrate"], "migrate", where)
-        unknown = sorted(set(options) - set(_PARAMS))
+        unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
             raise ConfigError(
                 f"unknown option(s) {', '.join(unknown)} for {url.redacted()}; "
-                f"valid: {', '.join(_PARAMS)}"
+                f"valid: {', '.join(_OPTIONS)}"
             )
         kw.update(options)
         return cls(raw_path or None, **kw)
@@ -259,32 +311,80 @@ class SQLiteRecorder:
             return None
         return Path(f"{self.path.resolve()}.blobs").as_uri()
 
+    # -- opening -------------------------------------------------------------------------
+
+    def _require_existing(self) -> None:
+        """``create=False``: the file must exist (checked before anything is opened).
+
+        Raises:
+            StoreNotFound: no path (an in-memory database is always new) or no such file.
+        """
+        if self.path is None:
+            raise StoreNotFound(self.describe(), "an in-memory database is always new")
+        if not self.path.is_file():
+            what = "is not a file" if self.path.exists() else "no such file"
+            raise StoreNotFound(self.describe(), f"{what} (create a store with `ares-events init`)")
+
+    def _require_schema(self) -> None:
+        """``create=False``: the file must already hold an ares-events schema.
+
+        Raises:
+            StoreNotFound: not a SQLite database, or one without ares-events tables.
+        """
+        try:
+            found = self._conn().execute(HAS_META_TABLE).fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreNotFound(self.describe(), f"not a SQLite database ({exc})") from exc
+        if not found:
+            raise StoreNotFound(
+                self.describe(), "the file holds no ares-events tables (run `ares-events init`)"
+            )
+
     # -- connections ---------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
-        if self._closed:
-            raise StoreError(f"store {self.describe()} is closed")
         try:
             conn = sqlite3.connect(
                 self._target,
-                uri=self._memory,
+                uri=True,
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=self._busy,
             )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc
+        # Registered at once, under the lock close() takes: a connection opened while
+        # close() runs is either closed by it or refused here.
+        with self._conns_lock:
+            if self._gate.closed:
+                conn.close()
+                raise StoreClosed(self.describe())
+            self._conns.append(conn)
+        try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
             if not self._memory:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
-        except sqlite3.Error as exc:
+        except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc
         self._local.conn = conn
-        with self._conns_lock:
-            self._conns.append(conn)
         return conn
+
+    def _interrupt_all(self) -> None:
+        """Abort the statements still running after ``close()``'s grace (thread-safe)."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(sqlite3.Error):
+                c.interrupt()
+
+    def _closed_error(self, action: str, exc: BaseException) -> StoreClosed:
+        err = StoreClosed(self.describe(), action)
+        err.__cause__ = exc
+        return err
 
     def _retry(self, fn: Any) -> Any:
         """Run ``fn`` retrying SQLITE_BUSY with jittered backoff up to ``busy_timeout``."""
@@ -296,6 +396,8 @@ class SQLiteRecorder:
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise
+                if self._gate.closed:
+                    raise
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
                         f"sqlite store {self.describe()} stayed locked for more than "
@@ -304,33 +406,58 @@ class SQLiteRecorder:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.2)
 
-    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction on this thread's connection (``BEGIN IMMEDIATE``, busy
         retries, commit or rollback). For tables that live beside the events (snapshots,
-        read models); raw sqlite3 errors propagate."""
-        return self._write()
+        read models); raw sqlite3 errors propagate.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while the transaction ran.
+        """
+        with self._gate.op(), self._write() as conn:
+            yield conn
 
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3
-        errors propagate."""
-        with self._serial:
-            return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+        errors propagate.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while the statement ran.
+        """
+        with self._gate.op():
+            try:
+                with self._serial:
+                    return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+            except sqlite3.Error as exc:
+                if self._gate.closed:
+                    raise self._closed_error("read", exc) from exc
+                raise
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate."""
         conn = self._conn()
         with self._serial:
             self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
                 raise
             else:
-                self._retry(lambda: conn.execute("COMMIT"))
+                try:
+                    self._retry(lambda: conn.execute("COMMIT"))
+                except BaseException:
+                    # A COMMIT that failed (interrupted by close, disk full) leaves the
+                    # transaction open: end it so the connection is clean.
+                    with contextlib.suppress(sqlite3.Error):
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                    raise
 
     def _prepare_schema(self, migrate: bool) -> None:
-        conn = self._conn()
         try:
             with self._write() as c:
                 c.execute(CREATE_META)
@@ -349,13 +476,14 @@ class SQLiteRecorder:
                     c.execute(UPSERT_SCHEMA_VERSION, (str(SCHEMA_VERSION),))
         except sqlite3.Error as exc:
             raise StoreError(f"cannot prepare schema of {self.describe()}: {exc}") from exc
-        del conn
 
     # -- writes --------------------------------------------------------------------------
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol)."""
         stream_id = batch.stream_id
+        action = f"append to stream {stream_id!r}"
+        self._gate.enter(action)
         try:
             try:
                 with self._write() as c:
@@ -385,14 +513,14 @@ class SQLiteRecorder:
                 if existing:
                     return AppendOutcome(existing, duplicate=True)
                 raise
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(
-                f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
-            ) from exc
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"append to stream {stream_id!r} in {self.describe()} failed: {exc}"
-            ) from exc
+            if self._gate.closed:
+                raise self._closed_error(action, exc) from exc
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
+            raise StoreError(f"{action} in {self.describe()} failed: {exc}") from exc
+        finally:
+            self._gate.exit()
 
     def append_many(
         self,
@@ -402,7 +530,9 @@ class SQLiteRecorder:
         """Append several batches (and a tracking record) in one ``BEGIN IMMEDIATE``
         transaction: the database's write lock covers every stream (see the base module's
         multi-stream protocol)."""
-        what = f"append to {len(batches)} stream(s) in {self.describe()}"
+        action = f"append to {len(batches)} stream(s)"
+        what = f"{action} in {self.describe()}"
+        self._gate.enter(action)
         try:
             try:
                 with self._write() as c:
@@ -441,10 +571,14 @@ class SQLiteRecorder:
                 if any(dups):
                     return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                 raise
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"{what} failed: {exc}") from exc
         except sqlite3.Error as exc:
+            if self._gate.closed:
+                raise self._closed_error(action, exc) from exc
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreUnavailable(f"{what} failed: {exc}") from exc
             raise StoreError(f"{what} failed: {exc}") from exc
+        finally:
+            self._gate.exit()
 
     def _all_existing(
         self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
@@ -473,18 +607,22 @@ class SQLiteRecorder:
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
-        """Keyset-paged read of one stream."""
-        nxt = max(from_version, 1)
+        """Keyset-paged read of one stream, on ``(version, position)``."""
+        lo = max(from_version, 1)
         hi = to_version if to_version is not None else 2**62
         left = limit if limit is not None else 2**62
         page = self.page_size
-        while left > 0 and nxt <= hi:
-            rows = self._query(SELECT_STREAM, (stream_id, nxt, hi, min(page, left)))
+        kv, kp = lo - 1, _MAX_KEY  # keyset: rows after (kv, kp)
+        while left > 0:
+            want = min(page, left)
+            rows = self._query(SELECT_STREAM, (stream_id, lo, hi, kv, kp, want))
             yield from map(_row_to_event, rows)
-            if len(rows) < min(page, left):
+            if len(rows) < want:
                 return
             left -= len(rows)
-            nxt = rows[-1][1] + 1
+            kv, kp = rows[-1][1], rows[-1][2]
+            if type(kv) is int:
+                lo = max(lo, kv)
 
     def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
         """Keyset-paged read in global order."""
@@ -524,6 +662,48 @@ class SQLiteRecorder:
         rows = self._query(SELECT_SCHEMA_VERSION, ())
         return int(rows[0][0]) if rows else 0
 
+    # -- metadata and integrity scans ----------------------------------------------------
+
+    def meta_get(self, key: str) -> str | None:
+        """A value of the ``ares_meta`` table (the store's identity lives there)."""
+        rows = self._query(SELECT_META, (key,))
+        return str(rows[0][0]) if rows else None
+
+    def meta_put_if_absent(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless one is there; return the stored value.
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreUnavailable: the file stayed locked.
+        """
+        try:
+            with self.transaction() as c:
+                c.execute(INSERT_META_IF_ABSENT, (key, value))
+                return str(c.execute(SELECT_META, (key,)).fetchone()[0])
+        except sqlite3.Error as exc:
+            raise StoreError(f"writing metadata of {self.describe()} failed: {exc}") from exc
+
+    def meta_set(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``, replacing what is there.
+
+        Raises:
+            StoreClosed: the store is closed.
+        """
+        try:
+            with self.transaction() as c:
+                c.execute(UPSERT_META, (key, value))
+        except sqlite3.Error as exc:
+            raise StoreError(f"writing metadata of {self.describe()} failed: {exc}") from exc
+
+    def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
+        """Rows that break a uniqueness rule: ``(kind, stream_id or event id, version,
+        count, first position)`` with kind ``duplicate_version`` or ``duplicate_event_id``
+        (for the audit; a healthy file has none)."""
+        for sid, version, n, pos in self._query(SELECT_DUPLICATE_VERSIONS, ()):
+            yield "duplicate_version", sid, version, int(n), pos
+        for eid, n, pos in self._query(SELECT_DUPLICATE_IDS, ()):
+            yield "duplicate_event_id", eid, None, int(n), pos
+
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (for snapshot and projection tables in the same file)."""
         return self._conn()
@@ -535,11 +715,18 @@ class SQLiteRecorder:
         return SQLiteSnapshotStore(event_store, self)
 
     def close(self) -> None:
-        """Close every connection this store opened. Idempotent."""
-        self._closed = True
+        """Close every connection this store opened, once no other thread uses one.
+
+        New calls (from any thread) raise :class:`StoreClosed` from now on; calls in
+        flight in other threads finish, or are interrupted after a short grace and raise
+        :class:`StoreClosed`; then every connection is closed. Idempotent.
+        """
+        if not self._gate.close(interrupt=self._interrupt_all):
+            return
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for c in conns:
             with contextlib.suppress(sqlite3.Error):
                 c.close()
         self._local = threading.local()
+        logger.debug("closed sqlite store %s", self.describe())

@@ -334,38 +334,6 @@ class ReadContract:
         assert audit.ok
         assert audit.events_checked == 5
 
-    def test_keyed_chain(self, store_url: str) -> None:
-        """A keyed chain verifies with its key and reports hash_mismatch without it."""
-        key = bytes(range(32))
-        with ae.open_store(store_url, chain_key=key) as keyed:
-            keyed.append("s", _evs(3))
-            assert ae.integrity.verify_stream(keyed, "s").ok
-            for e in keyed.read("s"):
-                assert e.hash == ae.integrity.link_hash(
-                    e.prev_hash, e.header(), ae.integrity.ChainKey(key)
-                )
-            assert next(keyed.read("s")).prev_hash == ae.integrity.genesis("s")
-            unkeyed = ae.EventStore(keyed.recorder)  # the same data, read without the key
-            rep = ae.integrity.verify_stream(unkeyed, "s")
-            assert not rep.ok
-            assert {f.kind for f in rep.findings} == {"hash_mismatch"}
-            assert [f.version for f in rep.findings] == [1, 2, 3]
-            wrong = ae.EventStore(keyed.recorder, chain_key=ae.integrity.ChainKey(bytes(32)))
-            assert not ae.integrity.verify_stream(wrong, "s").ok
-            assert not ae.integrity.audit(unkeyed).ok
-
-    def test_keyed_chain_reopened_without_key(self, store: ae.EventStore, store_url: str) -> None:
-        """Under PERSISTENT, reopening a keyed store without its key finds hash_mismatch."""
-        _require(store, Capability.PERSISTENT)
-        store.close()
-        with ae.open_store(store_url, chain_key=bytes(32)) as keyed:
-            keyed.append("s", _evs(2))
-        with ae.open_store(store_url) as plain:
-            rep = ae.integrity.verify_stream(plain, "s")
-            assert [f.kind for f in rep.findings] == ["hash_mismatch", "hash_mismatch"]
-        with ae.open_store(store_url, chain_key=bytes(32)) as keyed:
-            assert ae.integrity.verify_stream(keyed, "s").ok
-
     # -- unicode and names --------------------------------------------------------------
 
     def test_unicode_round_trip(self, store: ae.EventStore) -> None:

@@ -89,9 +89,11 @@ def row(path: Path, stream_id: str, version: int, column: str) -> Any:
     )[0][0]
 
 
-def findings_of(path: Path, key: bytes | None, stream_id: str) -> tuple[VerifyReport, AuditReport]:
+def findings_of(
+    path: Path, key: bytes | None, stream_id: str, *, check_identity: bool = True
+) -> tuple[VerifyReport, AuditReport]:
     """verify_stream of ``stream_id`` and a full audit, from a freshly opened store."""
-    with ae.open_store(url(path), chain_key=key) as store:
+    with ae.open_store(url(path), chain_key=key, check_identity=check_identity) as store:
         return ae.integrity.verify_stream(store, stream_id), ae.integrity.audit(store)
 
 
@@ -143,10 +145,13 @@ def test_clean_store_verifies_and_audits_ok(db: Path, key: bytes | None) -> None
     assert d["ok"] is True and d["findings"] == [] and d["events_checked"] == 4 * N
 
 
-def test_wrong_key_flags_every_event(db: Path, key: bytes | None) -> None:
-    """Opening the file with another key (or keyed vs unkeyed) flags every event."""
+def test_wrong_key_is_refused_and_flags_every_event(db: Path, key: bytes | None) -> None:
+    """Opening the file with another key (or keyed vs unkeyed) is a ConfigError (the store
+    remembers its chain mode); read anyway (check_identity=False), every event is flagged."""
     other = None if key is not None else KEY
-    report, audit = findings_of(db, other, B)
+    with pytest.raises(ae.ConfigError, match="keyed" if key is not None else "unkeyed"):
+        findings_of(db, other, B)
+    report, audit = findings_of(db, other, B, check_identity=False)
     assert kinds(report.findings) == {("hash_mismatch", B, v) for v in range(1, N + 1)}
     assert len(audit.findings) == 4 * N
 

@@ -233,9 +233,9 @@ def test_accepts_a_caller_connection(postgres_db_url: str) -> None:
         assert not conn.closed
 
 
-def test_quoted_schema_name_is_created(postgres_db_url: str) -> None:
-    """A schema name needing quotes (space, quote, capitals) is created and used."""
-    schema = f'We"ird {uuid.uuid4().hex[:6]}'
+def test_schema_name_keeps_its_case(postgres_db_url: str) -> None:
+    """A schema name with capitals, digits and '_' is used exactly (quoted, case kept)."""
+    schema = f"Ares_{uuid.uuid4().hex[:6].upper()}"
     url = f"{postgres_db_url}?schema={quote(schema)}"
     with ae.open_store(url) as store:
         store.append("s", [_ev()])
@@ -243,6 +243,22 @@ def test_quoted_schema_name_is_created(postgres_db_url: str) -> None:
         assert _rec(store).schema == schema
     with ae.open_store(url, migrate=False) as again:
         assert again.stream_version("s") == 1
+
+
+@pytest.mark.parametrize("schema", ["p%q", "p%%q", "a?b", "we ird", 'q"uote', "x.y", "1abc", ""])
+def test_schema_names_that_could_reach_a_placeholder_are_refused(
+    postgres_db_url: str, schema: str
+) -> None:
+    """A schema name that is not a plain identifier ('%', '?', quotes, dots, spaces) is a
+    ConfigError naming the rule, before anything is created; 'p%%q' never reads 'p%q'."""
+    url = f"{postgres_db_url}?schema={quote(schema)}"
+    with pytest.raises(ConfigError, match="letters, digits or '_'"):
+        ae.open_store(url)
+    with psycopg.connect(postgres_db_url) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+        ).fetchone()
+    assert found is not None and found[0] == 0
 
 
 # -- schema management -----------------------------------------------------------------

@@ -114,4 +114,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             position bigint NOT NULL
         )""",
     ),
+    # 4 -> 5: snapshot seals (a MAC under the chain key in keyed stores, else a digest,
+    # over every field recovery trusts; NULL in snapshots written before).
+    ("ALTER TABLE {schema}.ares_snapshots ADD COLUMN seal bytea",),
 )

@@ -49,4 +49,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             position INTEGER NOT NULL
         ) WITHOUT ROWID""",
     ),
+    # 3 -> 4: snapshot seals (a MAC under the chain key in keyed stores, else a digest,
+    # over every field recovery trusts; NULL in snapshots written before).
+    ("ALTER TABLE ares_snapshots ADD COLUMN seal BLOB",),
 )

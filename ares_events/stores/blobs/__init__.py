@@ -59,11 +59,13 @@ __all__ = [
 ]
 
 
-def open_blobs(url: str) -> BaseBlobStore:
+def open_blobs(url: str, *, create: bool = True) -> BaseBlobStore:
     """Open the blob store of ``url``.
 
     ``file:///abs/dir`` opens :class:`FileBlobStore`; ``s3://bucket/prefix?...`` opens
     :class:`~ares_events.stores.blobs.s3.S3BlobStore` (see its docs for the query parameters).
+    With ``create=False`` a missing folder is not created (it is created by the first
+    blob written); reporting tools open blob stores that way.
 
     Raises:
         ConfigError: unknown scheme, bad URL or unknown query parameter (the message
@@ -73,7 +75,7 @@ def open_blobs(url: str) -> BaseBlobStore:
     """
     parsed = StoreURL.parse(url, source="blob URL")
     if parsed.scheme == "file":
-        return FileBlobStore.from_url(parsed)
+        return FileBlobStore.from_url(parsed, create=create)
     if parsed.scheme == "s3":
         from ares_events.stores.blobs.s3 import S3BlobStore  # boto3 is optional
 

@@ -249,6 +249,12 @@ class BaseBlobStore:
 
     url: str = ""
 
+    @property
+    def location(self) -> str:
+        """Where the blobs live, as recorded in the store's identity and compared on
+        open (no credentials, no transport options)."""
+        return self.url
+
     # -- core hooks ------------------------------------------------------------------
 
     def spill(self, prepared: PreparedEvent, threshold: int) -> PreparedEvent:

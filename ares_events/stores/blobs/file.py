@@ -60,24 +60,33 @@ class FileBlobStore(BaseBlobStore):
     removes once it is older than the grace period).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, url: str | None = None) -> None:
-        """Open (and create) the folder ``root``.
+    def __init__(
+        self, root: str | os.PathLike[str], *, url: str | None = None, create: bool = True
+    ) -> None:
+        """Open the folder ``root`` (creating it unless ``create=False``; the first blob
+        written creates it then).
 
         Raises:
             StoreUnavailable: the folder cannot be created.
         """
         self.root = Path(root).absolute()
         self.url = url or self.root.as_uri()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreUnavailable(
-                f"blob folder {self.root} cannot be created: {exc.strerror}"
-            ) from exc
+        if create:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"blob folder {self.root} cannot be created: {exc.strerror}"
+                ) from exc
         logger.info("opened blob store %s", self.url)
 
+    @property
+    def location(self) -> str:
+        """The folder as an absolute ``file://`` URL."""
+        return self.root.resolve().as_uri()
+
     @classmethod
-    def from_url(cls, url: StoreURL) -> FileBlobStore:
+    def from_url(cls, url: StoreURL, *, create: bool = True) -> FileBlobStore:
         """Open ``file:///abs/dir`` (host empty or ``localhost``; no query parameters).
 
         Raises:
@@ -93,7 +102,7 @@ class FileBlobStore(BaseBlobStore):
             )
         if not url.path or not url.path.startswith("/") or url.path == "/":
             raise ConfigError(f"blob URL {url.redacted()} needs an absolute folder path")
-        return cls(url.path, url=url.redacted())
+        return cls(url.path, url=url.redacted(), create=create)
 
     # -- layout ------------------------------------------------------------------------
 
@@ -168,7 +177,7 @@ class FileBlobStore(BaseBlobStore):
         size = 0
         tmp_dir = self.root / ".tmp"
         try:
-            tmp_dir.mkdir(exist_ok=True)
+            tmp_dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -234,6 +243,8 @@ class FileBlobStore(BaseBlobStore):
         Raises:
             StoreUnavailable: the folder cannot be read.
         """
+        if not self.root.is_dir():
+            return  # opened with create=False and nothing written yet
         try:
             for d1 in sorted(os.scandir(self.root), key=lambda e: e.name):
                 if len(d1.name) != 2 or not d1.is_dir():

@@ -142,6 +142,11 @@ class S3BlobStore(BaseBlobStore):
         self._closed = False
         logger.info("opened blob store %s", self.url)
 
+    @property
+    def location(self) -> str:
+        """``s3://bucket/prefix``: the same blobs whatever endpoint or region reaches them."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
     @classmethod
     def from_url(cls, url: StoreURL) -> S3BlobStore:
         """Open ``s3://bucket/prefix?...`` (see the module docs for the parameters).

@@ -1,5 +1,12 @@
 """Connections of the PostgreSQL backend: pool health check, a caller's single connection,
-clean rollback, and the one place driver errors become ares_events errors.
+clean rollback, outage diagnosis, and the one place driver errors become ares_events errors.
+
+Outages: the pool (:class:`AresPool`) retries a lost server at least every
+:data:`MAX_RECONNECT_DELAY` seconds (psycopg_pool's own backoff doubles without a useful
+cap, so the first call after a restart could wait many seconds), and a caller that gets
+no connection within :data:`FIRST_WAIT` seconds asks the server directly
+(:func:`probe_server`): a server that does not answer is reported as unreachable at
+once, instead of as an exhausted pool after ``pool_timeout``.
 
 It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's SQL.
 """
@@ -10,27 +17,68 @@ import contextlib
 import select
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
 
-from ares_events.errors import StoreError, StoreUnavailable
+from ares_events.errors import StoreClosed, StoreError, StoreUnavailable
 from ares_events.stores.postgres.sql import ROLLBACK, SET_STATEMENT_TIMEOUT
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.options import PostgresOptions
 
 __all__ = [
+    "FIRST_WAIT",
+    "MAX_RECONNECT_DELAY",
+    "PROBE_TIMEOUT",
+    "AresPool",
     "SingleConnection",
     "check_alive",
     "open_pool",
+    "probe_server",
     "rollback_quietly",
     "scrub",
     "translate_errors",
 ]
+
+
+FIRST_WAIT: Final = 1.0
+"""Seconds a call waits for a pooled connection before it asks the server directly."""
+PROBE_TIMEOUT: Final = 3
+"""Seconds (libpq ``connect_timeout``) the direct question to the server may take."""
+MAX_RECONNECT_DELAY: Final = 1.0
+"""The pool retries a lost server at least this often (seconds)."""
+
+
+class AresPool(psycopg_pool.ConnectionPool):
+    """A psycopg_pool pool whose reconnection delay is capped at
+    :data:`MAX_RECONNECT_DELAY`, so a server that comes back is used within about a
+    second (psycopg_pool doubles the delay after every failed attempt)."""
+
+    def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        if attempt is not None and getattr(attempt, "delay", 0.0) > MAX_RECONNECT_DELAY / 2:
+            attempt.delay = MAX_RECONNECT_DELAY / 2  # doubled to at most the cap next
+        super()._add_connection(attempt, growing)
+
+
+def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException | None:
+    """Connect once, directly, with a short timeout: None when the server answers, else
+    the error (to report a dead server as such, not as an exhausted pool)."""
+    kwargs = dict(connect_kwargs)
+    try:
+        timeout = int(kwargs.get("connect_timeout") or PROBE_TIMEOUT)
+    except (TypeError, ValueError):
+        timeout = PROBE_TIMEOUT
+    kwargs["connect_timeout"] = str(max(1, min(timeout, PROBE_TIMEOUT)))
+    kwargs["autocommit"] = True
+    try:
+        psycopg.connect(conninfo, **kwargs).close()
+    except psycopg.Error as exc:
+        return exc
+    return None
 
 
 def check_alive(conn: psycopg.Connection[Any]) -> None:
@@ -119,7 +167,7 @@ def translate_errors(
             "pool_timeout)"
         ) from exc
     except psycopg_pool.PoolClosed as exc:
-        raise StoreError(f"{what}: store {description} is closed") from exc
+        raise StoreClosed(description, what) from exc
     except psycopg.errors.QueryCanceled as exc:
         limit = (
             f"statement_timeout of {statement_timeout} ms"
@@ -166,7 +214,7 @@ def open_pool(opts: PostgresOptions, *, secret: str | None) -> psycopg_pool.Conn
         raise StoreUnavailable(
             f"cannot connect to {opts.where}: {scrub(str(exc).strip(), secret)}"
         ) from exc
-    return psycopg_pool.ConnectionPool(
+    return AresPool(
         "",
         kwargs=kwargs,
         min_size=opts.pool_min,

@@ -10,6 +10,7 @@ It may import the core (``StoreURL``, ``parse_bool``), :mod:`ares_events.errors`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,7 +19,14 @@ import psycopg
 from ares_events.core.recorder import StoreURL, parse_bool
 from ares_events.errors import ConfigError
 
-__all__ = ["OWN_PARAMS", "SECRET_PARAMS", "PostgresOptions", "libpq_options", "parse_options"]
+__all__ = [
+    "OWN_PARAMS",
+    "SECRET_PARAMS",
+    "PostgresOptions",
+    "check_schema_name",
+    "libpq_options",
+    "parse_options",
+]
 
 OWN_PARAMS: Final = (
     "schema",
@@ -30,6 +38,12 @@ OWN_PARAMS: Final = (
     "migrate",
     "notify",
 )
+KEYWORD_OPTIONS: Final = ("create",)
+"""Keyword-only options of ``open_store`` (not URL parameters)."""
+# A schema name is an SQL identifier here, not free text: letters, digits and "_",
+# starting with a letter or "_", at most 63 bytes. Quoting alone is not enough: "%" or
+# "?" inside a quoted name would still reach the driver's placeholder parser.
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # libpq options that carry a secret: refused in the query string, where they would be shown.
 SECRET_PARAMS: Final = frozenset(
     {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
@@ -50,8 +64,23 @@ class PostgresOptions:
     page_size: int
     migrate: bool
     notify: bool
+    create: bool = True
     connect_kwargs: dict[str, Any] = field(repr=False)
     """Keyword arguments of ``psycopg.connect`` (may hold the password: never shown)."""
+
+
+def check_schema_name(schema: object, where: str) -> str:
+    """Return ``schema`` when it is a plain SQL identifier.
+
+    Raises:
+        ConfigError: anything else (names the rule; "%", "?", quotes, dots are refused).
+    """
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ConfigError(
+            f"postgresql schema must be 1-63 letters, digits or '_' and start with a letter "
+            f"or '_', got {schema!r} in {where}"
+        )
+    return schema
 
 
 def libpq_options() -> frozenset[str]:
@@ -77,7 +106,7 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
             "(postgresql://user:password@host/db) or use a passfile"
         )
     unknown = sorted(set(params) - set(OWN_PARAMS) - libpq)
-    unknown_opts = sorted(set(options) - set(OWN_PARAMS))
+    unknown_opts = sorted(set(options) - set(OWN_PARAMS) - set(KEYWORD_OPTIONS))
     if unknown or unknown_opts:
         raise ConfigError(
             f"unknown parameter(s) {', '.join(unknown + unknown_opts)} for {where}; "
@@ -86,7 +115,7 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         )
     own: dict[str, Any] = {k: v for k, v in params.items() if k in OWN_PARAMS}
     own.update(options)
-    schema = own.get("schema", "public")
+    schema = check_schema_name(own.get("schema", "public"), where)
     pool_min = _int_opt(own, "pool_min", 1, where, minimum=0)
     pool_max = _int_opt(own, "pool_max", max(10, pool_min), where, minimum=1)
     if pool_min > pool_max:
@@ -112,8 +141,9 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     dbname = url.path.lstrip("/")
     if dbname:
         kwargs.setdefault("dbname", dbname)
-    # Never wait forever for a server that does not answer (libpq's default is to wait).
-    kwargs.setdefault("connect_timeout", "10")
+    # Never wait forever for a server that does not answer (libpq's default is to wait):
+    # a dead or unreachable server is reported within a few seconds.
+    kwargs.setdefault("connect_timeout", "5")
     kwargs["autocommit"] = True
     return PostgresOptions(
         where=where,
@@ -125,6 +155,7 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         page_size=page_size,
         migrate=migrate,
         notify=notify,
+        create=parse_bool(own.get("create", True), "create", where),
         connect_kwargs=kwargs,
     )
 

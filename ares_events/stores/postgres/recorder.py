@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
@@ -24,59 +24,56 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from ares_events.core.events import (
-    STREAM_EXISTS,
-    ExpectedVersion,
     RecordedEvent,
-    check_expected_version,
 )
+from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
-    AppendOutcome,
-    Batch,
     Capability,
     Head,
-    SealedEvent,
     StoreURL,
-    TrackingRecord,
-    check_tracking,
 )
 from ares_events.errors import (
-    ConcurrencyError,
     ConfigError,
-    InvalidEvent,
+    StoreClosed,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
 )
 from ares_events.stores.postgres.connection import (
+    FIRST_WAIT,
     SingleConnection,
     open_pool,
-    rollback_quietly,
+    probe_server,
+    scrub,
     translate_errors,
 )
 from ares_events.stores.postgres.listener import Listener, poll_for, wait_for
-from ares_events.stores.postgres.options import parse_options
-from ares_events.stores.postgres.schema import SCHEMA_VERSION, prepare_schema
+from ares_events.stores.postgres.options import check_schema_name, parse_options
+from ares_events.stores.postgres.schema import SCHEMA_VERSION, prepare_schema, schema_exists
 from ares_events.stores.postgres.sql import (
     APPEND_FAST,
-    BEGIN,
-    COMMIT,
     INSERT_EVENTS,
     INSERT_MANY,
-    LOCK_MANY,
-    LOCK_STREAM,
-    ROLLBACK,
+    INSERT_META_IF_ABSENT,
     SELECT_ALL,
+    SELECT_DUPLICATE_IDS,
+    SELECT_DUPLICATE_POSITIONS,
+    SELECT_DUPLICATE_VERSIONS,
     SELECT_HEAD,
     SELECT_HEAD_FOR_APPEND,
     SELECT_HEADS,
     SELECT_HEADS_FOR_APPEND,
     SELECT_IDS,
     SELECT_LAST_POSITION,
+    SELECT_META,
     SELECT_SCHEMA_VERSION,
     SELECT_STREAM,
     SELECT_TRACKING,
     SELECT_XID_IDS_TRACKING,
+    UPSERT_META,
     row_to_event,
 )
+from ares_events.stores.postgres.writes import MAX_BATCH, PostgresWrites
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -86,15 +83,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MAX_BATCH", "SCHEMA_VERSION", "PostgresRecorder"]
 
-MAX_BATCH: Final = 65535
-"""Events per append: the low 16 bits of a position index the event in its batch."""
-_POSITION_SHIFT: Final = 65536
-_MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
-_HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
-_FAST_OK, _FAST_HEAD_MOVED, _FAST_DUPLICATE = 0, 1, 2
+_MAX_KEY: Final = 2**63 - 1
 
 
-class PostgresRecorder:
+class PostgresRecorder(PostgresWrites):
     """PostgreSQL backend (see the package docstring for the guarantees and their cost).
 
     Attributes:
@@ -127,6 +119,7 @@ class PostgresRecorder:
         owns_pool: bool = False,
         secret: str | None = None,
         notify: bool = True,
+        create: bool = True,
     ) -> None:
         """Use an existing pool or connection (the caller keeps ownership of either).
 
@@ -146,14 +139,16 @@ class PostgresRecorder:
             notify: send a NOTIFY with every append (on commit). False trades wake-ups
                 (``wait_for`` then polls with backoff) for commits that do not serialize
                 on the server's notification-queue lock (see docs/architecture.md).
+            create: create the schema and tables when missing; False opens an existing
+                store only (reporting tools) and never creates anything.
 
         Raises:
             ConfigError: bad schema name or page size.
+            StoreNotFound: ``create=False`` and the schema holds no ares-events store.
             StoreUnavailable: the server cannot be reached.
             SchemaVersionError: ``migrate=False`` and the schema is not current.
         """
-        if not isinstance(schema, str) or not schema or len(schema.encode()) > 63:
-            raise ConfigError(f"postgresql schema must be 1-63 bytes, got {schema!r}")
+        check_schema_name(schema, description or "the PostgreSQL store")
         if type(page_size) is not int or page_size <= 0:
             raise ConfigError(f"postgresql page_size must be a positive int, got {page_size!r}")
         self.schema = schema
@@ -162,8 +157,9 @@ class PostgresRecorder:
         self._owns_pool = owns_pool
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
-        self._closed = False
         self._listener: Listener | None = None
+        self._inflight: set[psycopg.Connection[Any]] = set()
+        self._inflight_lock = threading.Lock()
         self._listener_lock = threading.Lock()
         self.notify = notify
         self._heads: dict[str, Head] = {}
@@ -198,6 +194,7 @@ class PostgresRecorder:
                 f"got {type(source).__name__}"
             )
         self._description = description or self._describe_conn()
+        self._gate = OperationGate(self._description)
         q = sql.Identifier(schema)
         self._sql = {
             name: sql.SQL(text).format(s=q)
@@ -215,6 +212,12 @@ class PostgresRecorder:
                 "xid_ids_tracking": SELECT_XID_IDS_TRACKING,
                 "insert_many": INSERT_MANY,
                 "tracking": SELECT_TRACKING,
+                "meta": SELECT_META,
+                "meta_insert": INSERT_META_IF_ABSENT,
+                "meta_upsert": UPSERT_META,
+                "dup_versions": SELECT_DUPLICATE_VERSIONS,
+                "dup_positions": SELECT_DUPLICATE_POSITIONS,
+                "dup_ids": SELECT_DUPLICATE_IDS,
             }.items()
         }
         channel = f"ares_events:{schema}"
@@ -223,6 +226,8 @@ class PostgresRecorder:
 
             channel = "ares_events:" + hashlib.sha256(schema.encode()).hexdigest()[:32]
         self.channel = channel
+        if not create:
+            self._require_schema()
         self._prepare_schema(migrate)
         logger.info("opened postgresql store %s (schema %s)", self._description, schema)
 
@@ -256,6 +261,7 @@ class PostgresRecorder:
                 owns_pool=True,
                 secret=url.password,
                 notify=opts.notify,
+                create=opts.create,
             )
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
@@ -308,41 +314,112 @@ class PostgresRecorder:
         return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
 
     @contextlib.contextmanager
+    def _conn(self, what: str, *, translate: bool = True) -> Iterator[psycopg.Connection[Any]]:
+        """One unit of work on a pooled connection: the operation gate (close waits for
+        it), the outage diagnosis and the error mapping, in one place.
+
+        ``translate=False`` maps only the checkout's errors and leaves the driver errors of
+        the block to the caller (who names its own action), except after ``close()``.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while this ran.
+            StoreUnavailable: the server is unreachable, or the pool is exhausted.
+            StoreError: any other database error.
+        """
+        gate = self._gate
+        gate.enter(what)
+        try:
+            with self._translate_errors(what):
+                conn, cm = self._checkout(what)
+            with self._inflight_lock:
+                self._inflight.add(conn)
+            try:
+                with self._translate_errors(what) if translate else contextlib.nullcontext():
+                    try:
+                        yield conn
+                    except BaseException as exc:
+                        if not cm.__exit__(type(exc), exc, exc.__traceback__):
+                            raise
+                    else:
+                        cm.__exit__(None, None, None)
+            finally:
+                with self._inflight_lock:
+                    self._inflight.discard(conn)
+        except (StoreError, psycopg.Error) as exc:
+            if gate.closed and not isinstance(exc, StoreClosed):
+                raise StoreClosed(self._description, what) from exc
+            raise
+        finally:
+            gate.exit()
+
+    def _checkout(self, what: str) -> tuple[psycopg.Connection[Any], Any]:
+        """A pooled connection and the entered ``pool.connection()`` context to exit.
+
+        Waits :data:`FIRST_WAIT` seconds, then asks the server directly: an unreachable
+        server is reported at once; a reachable one means a busy pool, so the rest of
+        ``pool_timeout`` is waited for.
+
+        Raises:
+            StoreUnavailable: the server does not answer.
+            psycopg_pool.PoolTimeout: no connection within ``pool_timeout``.
+        """
+        pool = self.pool
+        total = self._pool_timeout
+        if total is None:
+            total = getattr(pool, "timeout", None)
+        if isinstance(pool, SingleConnection) or total is None or total <= FIRST_WAIT:
+            cm = pool.connection(total)
+            return cm.__enter__(), cm
+        started = time.monotonic()
+        cm = pool.connection(FIRST_WAIT)
+        try:
+            return cm.__enter__(), cm
+        except psycopg_pool.PoolTimeout:
+            if self._gate.closed:
+                raise
+        conninfo, kwargs = self._listen_args
+        problem = probe_server(conninfo, kwargs)
+        if problem is not None:
+            raise StoreUnavailable(
+                f"{what} in {self._description}: the PostgreSQL server cannot be reached "
+                f"({scrub(' '.join(str(problem).split()), self._secret)})"
+            ) from problem
+        cm = pool.connection(max(total - (time.monotonic() - started), 0.001))
+        return cm.__enter__(), cm
+
+    @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled autocommit connection for the block (snapshots, projections, admin).
 
         Raises:
-            StoreUnavailable: no connection became free within ``pool_timeout``.
-            StoreError: the store is closed.
+            StoreClosed: the store is closed (also: closed while the block ran).
+            StoreUnavailable: the server is unreachable or no connection became free
+                within ``pool_timeout``.
         """
-        if self._closed:
-            raise StoreError(f"store {self._description} is closed")
-        with self._translate_errors("taking a connection"):
-            cm = self.pool.connection(self._pool_timeout)
-            conn = cm.__enter__()
-        try:
+        with self._conn("taking a connection", translate=False) as conn:
             yield conn
-        except BaseException as exc:
-            if not cm.__exit__(type(exc), exc, exc.__traceback__):
-                raise
-        else:
-            cm.__exit__(None, None, None)
 
     def _query(self, what: str, query: sql.Composed, args: tuple[Any, ...]) -> list[Any]:
-        if self._closed:
-            raise StoreError(f"{what}: store {self._description} is closed")
-        with self._translate_errors(what), self.pool.connection(self._pool_timeout) as conn:
-            return conn.execute(query, args, binary=True).fetchall()  # type: ignore[no-any-return]
+        with self._conn(what) as conn:
+            return conn.execute(query, args, binary=True).fetchall()
 
     # -- schema ----------------------------------------------------------------------------
 
     def _prepare_schema(self, migrate: bool) -> None:
         where = f"schema {self.schema!r} of {self._description}"
-        with (
-            self._translate_errors(f"preparing {where}"),
-            self.pool.connection(self._pool_timeout) as conn,
-        ):
+        with self._conn(f"preparing {where}") as conn:
             prepare_schema(conn, self.schema, where, migrate)
+
+    def _require_schema(self) -> None:
+        """``create=False``: the schema must already hold an ares-events store.
+
+        Raises:
+            StoreNotFound: it does not exist, or holds no ares-events tables.
+        """
+        with self._conn("looking for the store") as conn:
+            problem = schema_exists(conn, self.schema)
+        if problem is not None:
+            raise StoreNotFound(self._description, f"{problem} (create it with `ares-events init`)")
 
     def schema_version(self) -> int:
         """The schema version recorded in ``ares_meta`` (``ares-events init`` prints it).
@@ -354,353 +431,30 @@ class PostgresRecorder:
         rows = self._query("reading the schema version", query, ())
         return int(rows[0][0]) if rows else 0
 
-    # -- writes ----------------------------------------------------------------------------
-
-    def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
-        """Append in one transaction, serialized per stream only (see the module docstring).
-
-        Raises:
-            InvalidEvent: more than 65,535 events in one batch.
-            ConcurrencyError: ``expected_version`` is not satisfied.
-            StoreUnavailable: the server, the pool or the connection failed; nothing was
-                written (unless the failure hit the COMMIT itself: re-append the same
-                event ids to find out, appends are idempotent).
-            StoreError: any other database error.
-        """
-        stream_id = batch.stream_id
-        n = len(batch.events)
-        if n > MAX_BATCH:
-            raise InvalidEvent(
-                "events",
-                f"a postgresql append holds at most {MAX_BATCH} events, got {n}",
-                stream_id=stream_id,
-            )
-        if self._closed:
-            raise StoreError(f"append to stream {stream_id!r}: store {self._description} is closed")
-        what = f"append to stream {stream_id!r}"
-        attempts = 3
-        for attempt in range(attempts):
-            try:
-                with self._translate_errors(what), self.pool.connection(self._pool_timeout) as conn:
-                    outcome = self._append_fast(conn, batch, expected_version)
-                    if outcome is None:
-                        outcome = self._append_tx(conn, batch, expected_version)
-                    return outcome
-            except StoreError as exc:
-                self._heads.pop(stream_id, None)
-                # A concurrent append of the same event id to another stream committed
-                # first: retry, and the idempotency check reports it.
-                if attempt + 1 < attempts and isinstance(
-                    exc.__cause__, psycopg.errors.UniqueViolation
-                ):
-                    logger.debug("%s: unique violation, retrying", what)
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _remember(self, stream_id: str, head: Head | None) -> None:
-        heads = self._heads
-        if head is None or head.version == 0:
-            heads.pop(stream_id, None)
-            return
-        if len(heads) >= _HEAD_CACHE_SIZE and stream_id not in heads:
-            heads.clear()
-        heads[stream_id] = head
-
-    def _append_fast(
-        self, conn: psycopg.Connection[Any], batch: Batch, expected_version: ExpectedVersion
-    ) -> AppendOutcome | None:
-        """One statement, when the head can be predicted; None means "use the locked path"."""
-        if not self.predict_heads:
-            return None
-        stream_id = batch.stream_id
-        head = self._heads.get(stream_id)
-        if head is None and (
-            expected_version is STREAM_EXISTS
-            or (isinstance(expected_version, int) and expected_version > 0)
-        ):
-            return None  # the stream should exist but its head is unknown here
-        try:
-            check_expected_version(stream_id, expected_version, head.version if head else 0)
-        except ConcurrencyError:
-            return None  # the prediction may be stale: the locked path decides
-        sealed = batch.seal(head)
-        row = conn.execute(
-            self._sql["append_fast"], self._append_params(batch, sealed, head), binary=True
-        ).fetchone()
-        assert row is not None
-        status, version, head_hash, xid = row
-        if status == _FAST_OK:
-            last = sealed[-1]
-            self._remember(stream_id, Head(last.version, last.hash))
-            first = xid * _POSITION_SHIFT
-            return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
-        if status == _FAST_DUPLICATE:
-            rows = conn.execute(self._sql["ids"], (batch.event_ids,), binary=True).fetchall()
-            return AppendOutcome([row_to_event(r) for r in rows], duplicate=True)
-        self._remember(stream_id, Head(version, head_hash) if version else None)
-        logger.debug("append to %r: head moved (now version %s), locked path", stream_id, version)
-        return None
-
-    def _append_params(
-        self, batch: Batch, sealed: list[SealedEvent], head: Head | None
-    ) -> tuple[Any, ...]:
-        """Arguments of ``ares_append()`` for a sealed batch (also used by tests that drive
-        an append by hand inside their own transaction)."""
-        evs = [s.event for s in sealed]
-        return (
-            batch.stream_id,
-            head.version if head else 0,
-            head.hash if head else b"",
-            self.channel if self.notify else None,
-            [e.event_id for e in evs],
-            [e.type for e in evs],
-            [e.module for e in evs],
-            [e.payload_bytes for e in evs],
-            [r.to_json().decode() if (r := e.payload_ref) is not None else None for e in evs],
-            [e.meta_json for e in evs],
-            [e.at for e in evs],
-            [s.prev_hash for s in sealed],
-            [s.hash for s in sealed],
-        )
-
-    def _append_tx(
-        self, conn: psycopg.Connection[Any], batch: Batch, expected_version: ExpectedVersion
-    ) -> AppendOutcome:
-        stream_id = batch.stream_id
-        ids = batch.event_ids
-        q = self._sql
-        try:
-            with conn.pipeline():
-                # Round trip 1: lock the stream, then (new statement, fresh snapshot) read
-                # the head, look for the ids and get this transaction's xid.
-                conn.execute(BEGIN, prepare=False)
-                conn.execute(LOCK_STREAM, (stream_id,))
-                # Unprepared: planned for the table as it is now (see migration step 3).
-                row = conn.execute(
-                    q["head_for_append"], (ids, stream_id), binary=True, prepare=False
-                ).fetchone()
-                assert row is not None
-                version, head_hash, xid, exists = row
-                if exists:
-                    rows = conn.execute(q["ids"], (ids,), binary=True, prepare=False).fetchall()
-                    conn.execute(ROLLBACK, prepare=False)
-                    return AppendOutcome([row_to_event(r) for r in rows], duplicate=True)
-                head = Head(version, head_hash) if version is not None else None
-                self._remember(stream_id, head)
-                check_expected_version(stream_id, expected_version, version or 0)
-                if xid >= _MAX_XID:
-                    raise StoreError(
-                        f"transaction id {xid} of {self._description} is too large for "
-                        "ares-events positions (xid * 65536 must fit in a bigint)"
-                    )
-                sealed = batch.seal(head)
-                base = version or 0
-                first = xid * _POSITION_SHIFT
-                evs = [s.event for s in sealed]
-                refs = [e.payload_ref for e in evs]
-                last = sealed[-1]
-                channel = self.channel if self.notify else None
-                # Round trip 2: events, head and wake-up in one statement, then COMMIT.
-                conn.execute(
-                    q["insert"],
-                    (
-                        xid,
-                        stream_id,
-                        base,
-                        [e.event_id for e in evs],
-                        [e.type for e in evs],
-                        [e.module for e in evs],
-                        [e.payload_bytes for e in evs],
-                        [r.to_json().decode() if r is not None else None for r in refs],
-                        [e.meta_json for e in evs],
-                        [e.at for e in evs],
-                        [s.prev_hash for s in sealed],
-                        [s.hash for s in sealed],
-                        stream_id,
-                        last.version,
-                        last.hash,
-                        channel,
-                        channel,
-                        str(first + len(sealed) - 1),
-                    ),
-                )
-                conn.execute(COMMIT, prepare=False)
-        except BaseException:
-            rollback_quietly(conn)
-            raise
-        self._remember(stream_id, Head(last.version, last.hash))
-        return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
-
-    def append_many(
-        self,
-        batches: Sequence[tuple[Batch, ExpectedVersion]],
-        tracking: TrackingRecord | None,
-    ) -> list[AppendOutcome]:
-        """Append several batches (and a tracking record) in one transaction.
-
-        The stream locks (and the tracking name's) are taken in one sorted order, so
-        concurrent multi-stream appends cannot deadlock; then, in later statements (fresh
-        snapshots), the heads, the ids and the tracked position are read and checked,
-        every batch is sealed against its head, and one statement writes the events
-        (consecutive positions ``xid * 65536 + i`` in batch order), the heads, the
-        tracking row and the wake-up.
-
-        Raises:
-            InvalidEvent: more than 65,535 events in all.
-            ConcurrencyError: an expected version or the tracking record is not satisfied.
-            StoreUnavailable: the server, the pool or the connection failed.
-            StoreError: any other database error.
-        """
-        n = sum(len(b.events) for b, _ in batches)
-        if n > MAX_BATCH:
-            raise InvalidEvent(
-                "events", f"a postgresql append holds at most {MAX_BATCH} events, got {n}"
-            )
-        if self._closed:
-            raise StoreError(f"append_many: store {self._description} is closed")
-        what = f"append to {len(batches)} stream(s)"
-        for attempt in range(3):
-            try:
-                with self._translate_errors(what), self.pool.connection(self._pool_timeout) as conn:
-                    return self._append_many_tx(conn, batches, tracking)
-            except StoreError as exc:
-                for b, _ in batches:
-                    self._heads.pop(b.stream_id, None)
-                if attempt < 2 and isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
-                    continue  # a concurrent append of the same ids: the id check decides
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _append_many_tx(
-        self,
-        conn: psycopg.Connection[Any],
-        batches: Sequence[tuple[Batch, ExpectedVersion]],
-        tracking: TrackingRecord | None,
-    ) -> list[AppendOutcome]:
-        q = self._sql
-        streams = [b.stream_id for b, _ in batches]
-        ids = [i for b, _ in batches for i in b.event_ids]
-        keys = list(streams)
-        if tracking is not None:
-            keys.append(f"ares-tracking:{tracking.name}")
-        name = tracking.name if tracking is not None else None
-        try:
-            with conn.pipeline():
-                conn.execute(BEGIN, prepare=False)
-                conn.execute(LOCK_MANY, (keys,), prepare=False)
-                heads_cur = conn.execute(
-                    q["heads_for_append"], (streams,), binary=True, prepare=False
-                )
-                info_cur = conn.execute(
-                    q["xid_ids_tracking"], (ids, name), binary=True, prepare=False
-                )
-                head_rows = heads_cur.fetchall()
-                info = info_cur.fetchone()
-            assert info is not None
-            xid, exists, tracked = info
-            if exists:
-                rows = conn.execute(q["ids"], (ids,), binary=True, prepare=False).fetchall()
-                conn.execute(ROLLBACK, prepare=False)
-                found: dict[str, RecordedEvent] = {}
-                for r in rows:
-                    found[r[3]] = row_to_event(r)
-                outs = []
-                for b, _ in batches:
-                    dup = [found[i] for i in b.event_ids if i in found]
-                    outs.append(AppendOutcome(dup, duplicate=bool(dup)))
-                return outs
-            if tracking is not None:
-                check_tracking(tracking, tracked)
-            if xid >= _MAX_XID:
-                raise StoreError(
-                    f"transaction id {xid} of {self._description} is too large for "
-                    "ares-events positions (xid * 65536 must fit in a bigint)"
-                )
-            sealed_all: list[list[SealedEvent]] = []
-            for (b, expected), (version, head_hash) in zip(batches, head_rows, strict=True):
-                check_expected_version(b.stream_id, expected, version or 0)
-                sealed_all.append(b.seal(Head(version, head_hash) if version else None))
-            flat = [
-                (b.stream_id, s) for (b, _), ss in zip(batches, sealed_all, strict=True) for s in ss
-            ]
-            evs = [s.event for _, s in flat]
-            first = xid * _POSITION_SHIFT
-            channel = self.channel if self.notify else None
-            lasts = [ss[-1] for ss in sealed_all]
-            conn.execute(
-                q["insert_many"],
-                (
-                    xid,
-                    [sid for sid, _ in flat],
-                    [s.version for _, s in flat],
-                    [e.event_id for e in evs],
-                    [e.type for e in evs],
-                    [e.module for e in evs],
-                    [e.payload_bytes for e in evs],
-                    [
-                        r.to_json().decode() if (r := e.payload_ref) is not None else None
-                        for e in evs
-                    ],
-                    [e.meta_json for e in evs],
-                    [e.at for e in evs],
-                    [s.prev_hash for _, s in flat],
-                    [s.hash for _, s in flat],
-                    streams,
-                    [s.version for s in lasts],
-                    [s.hash for s in lasts],
-                    name,
-                    tracking.position if tracking is not None else None,
-                    name,
-                    channel,
-                    channel,
-                    str(first + len(flat) - 1),
-                ),
-                binary=True,
-                prepare=False,
-            )
-            conn.execute(COMMIT, prepare=False)
-        except BaseException:
-            rollback_quietly(conn)
-            raise
-        out = []
-        pos = first - 1
-        for sid, ss in zip(streams, sealed_all, strict=True):
-            pos += len(ss)
-            self._remember(sid, Head(ss[-1].version, ss[-1].hash))
-            out.append(AppendOutcome([], version=ss[-1].version, position=pos))
-        return out
-
-    def tracked_position(self, name: str) -> int | None:
-        """The tracked position of ``name``, or None.
-
-        Raises:
-            StoreUnavailable: the server cannot be reached.
-        """
-        rows = self._query(f"tracked position of {name!r}", self._sql["tracking"], (name,))
-        return int(rows[0][0]) if rows else None
-
     # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
-        """Keyset-paged read of one stream (each page a short statement)."""
-        nxt = max(from_version, 1)
+        """Keyset-paged read of one stream on ``(version, position)`` (each page a short
+        statement)."""
+        lo = max(from_version, 1)
         hi = to_version if to_version is not None else 2**62
         left = limit if limit is not None else 2**62
         page = self.page_size
         what = f"read of stream {stream_id!r}"
         query = self._sql["stream"]
-        while left > 0 and nxt <= hi:
+        kv, kp = lo - 1, _MAX_KEY
+        while left > 0:
             want = min(page, left)
-            rows = self._query(what, query, (stream_id, nxt, hi, want))
+            rows = self._query(what, query, (stream_id, lo, hi, kv, kp, want))
             for r in rows:
                 yield row_to_event(r)
             if len(rows) < want:
                 return
             left -= len(rows)
-            nxt = rows[-1][1] + 1
+            kv, kp = rows[-1][1], rows[-1][2]
+            lo = max(lo, kv)
 
     def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
         """Keyset-paged read in global order, only below the visibility bound (module docstring)."""
@@ -738,6 +492,38 @@ class PostgresRecorder:
         """Highest position visible to ``read_all`` (0 when empty)."""
         return int(self._query("last_position", self._sql["last"], ())[0][0])
 
+    # -- metadata and integrity scans ----------------------------------------------------
+
+    def meta_get(self, key: str) -> str | None:
+        """A value of the ``ares_meta`` table (the store's identity lives there)."""
+        rows = self._query("reading the store's metadata", self._sql["meta"], (key,))
+        return str(rows[0][0]) if rows else None
+
+    def meta_put_if_absent(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless one is there; return the stored value."""
+        with self._conn("writing the store's metadata") as conn, conn.transaction():
+            conn.execute(self._sql["meta_insert"], (key, value))
+            row = conn.execute(self._sql["meta"], (key,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def meta_set(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``, replacing what is there."""
+        with self._conn("writing the store's metadata") as conn:
+            conn.execute(self._sql["meta_upsert"], (key, value))
+
+    def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
+        """Rows that break a uniqueness rule: ``(kind, stream_id or event id, version,
+        count, position)`` with kind ``duplicate_version``, ``duplicate_position`` or
+        ``duplicate_event_id`` (for the audit; a healthy schema has none)."""
+        q = self._sql
+        for sid, version, n, pos in self._query("audit scan", q["dup_versions"], ()):
+            yield "duplicate_version", sid, version, int(n), pos
+        for sid, version, n, pos in self._query("audit scan", q["dup_positions"], ()):
+            yield "duplicate_position", sid, version, int(n), pos
+        for eid, n, pos in self._query("audit scan", q["dup_ids"], ()):
+            yield "duplicate_event_id", eid, None, int(n), pos
+
     # -- wake-ups --------------------------------------------------------------------------
 
     def _connect_listener(self) -> psycopg.Connection[Any]:
@@ -747,8 +533,7 @@ class PostgresRecorder:
 
     def _get_listener(self) -> Listener:
         with self._listener_lock:
-            if self._closed:
-                raise StoreError(f"store {self._description} is closed")
+            self._gate.check("waiting for events")
             if self._listener is None:
                 self._listener = Listener(
                     self._connect_listener, self.channel, self._description, self._secret
@@ -773,14 +558,29 @@ class PostgresRecorder:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def _interrupt(self) -> None:
+        """After close()'s grace: cancel the statements still running and, for a pool this
+        store owns, fail the callers still waiting for a connection."""
+        with self._inflight_lock:
+            conns = list(self._inflight)
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.cancel_safe(timeout=2.0)
+        if self._owns_pool:
+            with contextlib.suppress(Exception):
+                self.pool.close(timeout=0.0)
+
     def close(self) -> None:
-        """Stop the listener and close the pool (when this store opened it). Idempotent."""
-        if self._closed:
+        """Refuse new calls, wait for (or cancel) the ones in flight in other threads, stop
+        the listener and close the pool (when this store opened it). No connection of this
+        store's pool outlives the call. Idempotent.
+        """
+        if not self._gate.close(interrupt=self._interrupt):
             return
-        self._closed = True
         with self._listener_lock:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
         if self._owns_pool:
             self.pool.close()
+        logger.debug("closed postgresql store %s", self._description)

@@ -22,13 +22,14 @@ from ares_events.stores.postgres.sql import (
     CREATE_SCHEMA,
     LOCK_MIGRATIONS,
     META_EXISTS,
+    SCHEMA_EXISTS,
     SELECT_SCHEMA_VERSION,
     UPSERT_SCHEMA_VERSION,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SCHEMA_VERSION", "prepare_schema"]
+__all__ = ["SCHEMA_VERSION", "prepare_schema", "schema_exists"]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -77,3 +78,14 @@ def prepare_schema(conn: psycopg.Connection[Any], schema: str, where: str, migra
 
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def schema_exists(conn: psycopg.Connection[Any], schema: str) -> str | None:
+    """Why ``schema`` holds no ares-events store, or None when it does (reads only)."""
+    row = conn.execute(SCHEMA_EXISTS, (schema,)).fetchone()
+    if not row or not row[0]:
+        return f"schema {schema!r} does not exist"
+    row = conn.execute(META_EXISTS, (f"{_quote_ident(schema)}.ares_meta",)).fetchone()
+    if not row or not row[0]:
+        return f"schema {schema!r} holds no ares-events tables"
+    return None

@@ -102,9 +102,12 @@ INSERT_MANY: Final = (
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
 SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
+# Keyset on (version, position): unique per row even in a table whose unique index was
+# dropped and holds two rows of one version, so no row is skipped or returned twice.
 SELECT_STREAM: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s "
-    "AND version >= %s AND version <= %s ORDER BY version LIMIT %s"
+    "AND version >= %s AND version <= %s AND (version, position) > (%s, %s) "
+    "ORDER BY version, position LIMIT %s"
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
@@ -127,6 +130,27 @@ META_EXISTS: Final = "SELECT to_regclass(%s) IS NOT NULL"
 CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {s}"
 CREATE_META: Final = (
     "CREATE TABLE IF NOT EXISTS {s}.ares_meta (key text PRIMARY KEY, value text NOT NULL)"
+)
+SELECT_META: Final = "SELECT value FROM {s}.ares_meta WHERE key = %s"
+INSERT_META_IF_ABSENT: Final = (
+    "INSERT INTO {s}.ares_meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+)
+UPSERT_META: Final = (
+    "INSERT INTO {s}.ares_meta (key, value) VALUES (%s, %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+# Integrity scans for the audit (a healthy schema has unique indexes and returns nothing).
+SELECT_DUPLICATE_VERSIONS: Final = (
+    "SELECT stream_id, version, count(*), min(position) FROM {s}.ares_events "
+    "GROUP BY stream_id, version HAVING count(*) > 1 ORDER BY stream_id, version"
+)
+SELECT_DUPLICATE_POSITIONS: Final = (
+    "SELECT min(stream_id), min(version), count(*), position FROM {s}.ares_events "
+    "GROUP BY position HAVING count(*) > 1 ORDER BY position"
+)
+SELECT_DUPLICATE_IDS: Final = (
+    "SELECT event_id::text, count(*), min(position) FROM {s}.ares_events "
+    "GROUP BY event_id HAVING count(*) > 1 ORDER BY min(position)"
 )
 SELECT_SCHEMA_VERSION: Final = "SELECT value FROM {s}.ares_meta WHERE key = 'schema_version'"
 UPSERT_SCHEMA_VERSION: Final = (

@@ -1,0 +1,201 @@
+"""The store's identity: what it is, recorded in the store itself.
+
+A store remembers how it was written, so that a process configured differently cannot
+quietly add events nobody can verify later (an unkeyed link in a keyed chain reads as
+tampering forever after) or look for spilled payloads in the wrong place. The identity is
+one canonical-JSON document in the backend's metadata (``ares_meta`` row ``identity`` in
+SQLite and PostgreSQL)::
+
+    {"format": 1,                                  # hash-chain format version
+     "chain": "keyed",                             # or "unkeyed"
+     "keys": [{"id": "3f2a9c01d4e5b6a7", "from_position": 1}],
+     "blobs": {"location": "s3://bucket/prefix", "url": "s3://bucket/prefix?endpoint_url=..."},
+     "created_at": "2026-12-01T13:21:28.000000Z"}
+
+``keys`` holds key *ids* (:meth:`ChainKey.fingerprint`, a one-way digest), never a key.
+It is a list of ranges so that key rotation can be added without a format change: the key
+with ``from_position`` p signs the links of events at positions >= p, up to the next
+range. Today a store has at most one key, and the configured key must be the last one.
+
+``blobs`` is ``null`` (no blob store), ``"default"`` (the folder next to a SQLite file,
+wherever the file is moved) or the blob store's location (compared) and the URL that
+reopens it (without credentials: blob URLs never hold any).
+
+When it is written: at the first write (append) or by ``ares-events init``, never by a
+reader. A store written before identities existed gets one at its first write, after the
+first event of one stream was checked against the configured chain key. When it is
+checked: on every open (one metadata read), before anything is written. A difference is a
+:class:`~ares_events.errors.ConfigError` naming what differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from ares_events.core.events import utc_now_at
+from ares_events.errors import ConfigError, StoreError
+from ares_events.integrity.chain import FORMAT_VERSION, ChainKey, canonical_json
+
+__all__ = ["IDENTITY_KEY", "BlobsIdentity", "KeyRange", "StoreIdentity"]
+
+IDENTITY_KEY: Final = "identity"
+DEFAULT_BLOBS: Final = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """A chain key id and the first global position whose links it signs."""
+
+    id: str
+    from_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlobsIdentity:
+    """Where spilled payloads live: ``location`` is compared, ``url`` reopens them."""
+
+    location: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIdentity:
+    """The identity document (see the module docstring)."""
+
+    format: int
+    keys: tuple[KeyRange, ...]
+    blobs: BlobsIdentity | str | None
+    created_at: str
+
+    @property
+    def keyed(self) -> bool:
+        """True when the chain's links are keyed MACs."""
+        return bool(self.keys)
+
+    @property
+    def key_id(self) -> str | None:
+        """The id of the key that signs new links (None: unkeyed)."""
+        return self.keys[-1].id if self.keys else None
+
+    @classmethod
+    def new(
+        cls, chain_key: ChainKey | None, blobs: BlobsIdentity | str | None, *, from_position: int
+    ) -> StoreIdentity:
+        """The identity of a store written with ``chain_key`` and ``blobs`` from now on."""
+        keys = () if chain_key is None else (KeyRange(chain_key.fingerprint(), from_position),)
+        return cls(FORMAT_VERSION, keys, blobs, utc_now_at())
+
+    def to_json(self) -> str:
+        """The stored form (canonical JSON)."""
+        blobs: Any = self.blobs
+        if isinstance(blobs, BlobsIdentity):
+            blobs = {"location": blobs.location, "url": blobs.url}
+        doc = {
+            "format": self.format,
+            "chain": "keyed" if self.keys else "unkeyed",
+            "keys": [{"id": k.id, "from_position": k.from_position} for k in self.keys],
+            "blobs": blobs,
+            "created_at": self.created_at,
+        }
+        return canonical_json(doc, field="identity").decode()
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> StoreIdentity:
+        """Parse the stored form.
+
+        Raises:
+            StoreError: the record is unreadable (names the store).
+        """
+        try:
+            doc = orjson.loads(text)
+            keys = tuple(
+                KeyRange(str(k["id"]), int(k["from_position"])) for k in doc.get("keys") or ()
+            )
+            raw = doc.get("blobs")
+            blobs: BlobsIdentity | str | None
+            if raw is None or raw == DEFAULT_BLOBS:
+                blobs = raw
+            else:
+                blobs = BlobsIdentity(str(raw["location"]), str(raw["url"]))
+            chain = doc.get("chain")
+            if chain not in ("keyed", "unkeyed") or (chain == "keyed") != bool(keys):
+                raise ValueError(f"chain {chain!r} does not match its keys")
+            return cls(int(doc["format"]), keys, blobs, str(doc.get("created_at", "")))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(
+                f"the identity record of store {where} is unreadable ({type(exc).__name__}: "
+                f"{exc}); it says how the store was written (chain key id, blob location)"
+            ) from exc
+
+    def describe_chain(self) -> str:
+        """``keyed (key id ...)`` or ``unkeyed``, for messages."""
+        return f"keyed (key id {self.key_id})" if self.keys else "unkeyed"
+
+    def chain_problem(self, chain_key: ChainKey | None) -> str | None:
+        """Why ``chain_key`` may not write to (or verify) this store, or None."""
+        if self.format != FORMAT_VERSION:
+            return (
+                f"it is written in hash-chain format {self.format}; this build writes "
+                f"format {FORMAT_VERSION}"
+            )
+        if chain_key is None:
+            if self.keys:
+                return (
+                    f"its chain is keyed (key id {self.key_id}) but no chain key is "
+                    "configured (set ARES_EVENTS_CHAIN_KEY or pass chain_key=)"
+                )
+            return None
+        fp = chain_key.fingerprint()
+        if not self.keys:
+            return (
+                f"its chain is unkeyed but a chain key (key id {fp}) is configured; "
+                "open it without a chain key"
+            )
+        if fp != self.key_id:
+            return (
+                f"its chain is keyed with key id {self.key_id} but the configured chain key "
+                f"has key id {fp}"
+            )
+        return None
+
+    def blobs_problem(self, blobs: BlobsIdentity | str | None) -> str | None:
+        """Why a store opened with blob location ``blobs`` would look in the wrong place."""
+        mine = self.blobs
+        if mine is None or blobs is None or mine == blobs:
+            return None
+        if (
+            isinstance(mine, BlobsIdentity)
+            and isinstance(blobs, BlobsIdentity)
+            and mine.location == blobs.location
+        ):
+            return None
+        return (
+            f"its spilled payloads live at {_show(mine)} but it was opened with blobs at "
+            f"{_show(blobs)} (omit blobs= to use the recorded location, or record a new one "
+            "with `ares-events init --relocate-blobs` after moving them)"
+        )
+
+
+def _show(blobs: BlobsIdentity | str) -> str:
+    if isinstance(blobs, BlobsIdentity):
+        return blobs.location
+    return "the folder next to the SQLite file" if blobs == DEFAULT_BLOBS else blobs
+
+
+def check_configured(
+    identity: StoreIdentity,
+    chain_key: ChainKey | None,
+    blobs: BlobsIdentity | str | None,
+    where: str,
+) -> None:
+    """Raise :class:`ConfigError` when the configuration differs from ``identity``.
+
+    Raises:
+        ConfigError: names the store and what differs (never a key, only key ids).
+    """
+    problem = identity.chain_problem(chain_key) or identity.blobs_problem(blobs)
+    if problem is not None:
+        raise ConfigError(f"store {where}: {problem}")

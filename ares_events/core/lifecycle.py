@@ -1,0 +1,152 @@
+"""Safe close for backends: an operation gate that ``close()`` drains.
+
+Closing a store while another thread uses it must never crash the process (a SQLite
+connection closed under a running statement is a use-after-free in the C library) and
+must never leave a connection open after ``close()`` returns. Every backend therefore
+runs each unit of work (an append, one page of a read, a head lookup, one snapshot
+transaction) inside :meth:`OperationGate.op`, and its ``close()`` calls
+:meth:`OperationGate.close` *before* releasing connections::
+
+    def append(self, batch, expected):
+        with self._gate.op("append to stream 's'"):
+            ...                      # raises StoreClosed if the store is (being) closed
+
+    def close(self):
+        if self._gate.close(interrupt=self._interrupt_all):   # waits for in-flight work
+            release connections      # nothing uses them any more
+
+Lazy reads hold the gate for one page at a time, never between pages: a reader that
+keeps an iterator open does not hold ``close()`` up, and its next page raises
+:class:`~ares_events.errors.StoreClosed`.
+
+A thread that calls ``close()`` from inside one of its own operations (a callback during
+a read) is not waited for: only other threads' operations are.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from ares_events.errors import StoreClosed
+
+__all__ = ["DEFAULT_CLOSE_GRACE", "OperationGate"]
+
+DEFAULT_CLOSE_GRACE: Final = 2.0
+"""Seconds ``close()`` lets in-flight operations finish before it interrupts them."""
+
+
+class OperationGate:
+    """Counts in-flight operations; refuses new ones once closing (see module docstring).
+
+    Args:
+        where: the store's redacted URL, for :class:`StoreClosed` messages.
+    """
+
+    __slots__ = ("_active", "_closed", "_cond", "_local", "where")
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._closed = False
+        self._local = threading.local()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (operations may still be draining)."""
+        return self._closed
+
+    def check(self, action: str | None = None) -> None:
+        """Raise :class:`StoreClosed` when closed (a cheap check with no bookkeeping).
+
+        Raises:
+            StoreClosed: the store is closed or closing.
+        """
+        if self._closed:
+            raise StoreClosed(self.where, action)
+
+    def enter(self, action: str | None = None) -> None:
+        """Start an operation; pair with :meth:`exit` (``op()`` does both).
+
+        Raises:
+            StoreClosed: the store is closed or closing.
+        """
+        with self._cond:
+            if self._closed:
+                raise StoreClosed(self.where, action)
+            self._active += 1
+        local = self._local
+        local.n = getattr(local, "n", 0) + 1
+
+    def exit(self) -> None:
+        """End an operation started with :meth:`enter`."""
+        local = self._local
+        local.n -= 1
+        with self._cond:
+            self._active -= 1
+            if self._active == 0 or self._closed:
+                self._cond.notify_all()
+
+    @contextmanager
+    def op(self, action: str | None = None) -> Iterator[None]:
+        """One operation: refused with :class:`StoreClosed` once closing, counted while
+        it runs so :meth:`close` can wait for it.
+
+        Raises:
+            StoreClosed: the store is closed or closing.
+        """
+        self.enter(action)
+        try:
+            yield
+        finally:
+            self.exit()
+
+    def close(
+        self,
+        *,
+        grace: float = DEFAULT_CLOSE_GRACE,
+        interrupt: Callable[[], None] | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Refuse new operations and wait for the ones in flight in other threads.
+
+        Args:
+            grace: seconds to let in-flight operations finish on their own.
+            interrupt: called once after ``grace`` if some are still running (e.g. cancel
+                their statements); they then fail with :class:`StoreClosed`.
+            timeout: give up waiting after this many seconds in all (None: wait until
+                they are done, which an ``interrupt`` makes prompt).
+
+        Returns:
+            True for the first call (the caller releases its resources), False when the
+            gate was already closed.
+        """
+        with self._cond:
+            first = not self._closed
+            self._closed = True
+        mine = getattr(self._local, "n", 0)
+        start = time.monotonic()
+        interrupted = interrupt is None
+        with self._cond:
+            while self._active > mine:
+                waited = time.monotonic() - start
+                if timeout is not None and waited >= timeout:
+                    break
+                if not interrupted and waited >= grace:
+                    interrupted = True
+                    self._cond.release()
+                    try:
+                        assert interrupt is not None
+                        interrupt()
+                    finally:
+                        self._cond.acquire()
+                    continue
+                limit = grace - waited if not interrupted else 0.05
+                if timeout is not None:
+                    limit = min(limit, timeout - waited)
+                self._cond.wait(max(limit, 0.001))
+        return first
