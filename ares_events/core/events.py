@@ -181,9 +181,37 @@ class PayloadRef:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> PayloadRef:
-        """Parse the stored form."""
-        d = orjson.loads(raw)
-        return cls(key=d["key"], size=int(d["size"]), digest=bytes.fromhex(d["digest"]))
+        """Parse the stored form.
+
+        Raises:
+            ValueError: not the stored form (not JSON, missing or mistyped fields).
+        """
+        try:
+            d = orjson.loads(raw)
+            key, size, digest = d["key"], d["size"], d["digest"]
+        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
+            raise ValueError(f"payload_ref is not a stored reference ({exc})") from None
+        if type(key) is not str or type(size) is not int or type(digest) is not str:
+            raise ValueError("payload_ref fields have the wrong types")
+        return cls(key=key, size=size, digest=bytes.fromhex(digest))
+
+    @classmethod
+    def parse_stored(cls, raw: Any) -> PayloadRef:
+        """Like :meth:`from_json`, but never raises: a stored value that is not a
+        reference (a tampered row) becomes a :class:`MalformedPayloadRef`, which
+        verification reports as a ``malformed_row`` finding."""
+        try:
+            return cls.from_json(raw)
+        except (ValueError, TypeError) as exc:
+            return MalformedPayloadRef(key="", size=0, digest=b"", problem=str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedPayloadRef(PayloadRef):
+    """A ``payload_ref`` column that does not parse (internal; see
+    :meth:`PayloadRef.parse_stored`). Its payload cannot be fetched."""
+
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +325,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         if ref is None:
             return tuple.__new__(cls, (*row, [_MISSING, _MISSING, None]))
         return tuple.__new__(
-            cls, (*row[:11], PayloadRef.from_json(ref), [_MISSING, _MISSING, None])
+            cls, (*row[:11], PayloadRef.parse_stored(ref), [_MISSING, _MISSING, None])
         )
 
     def __getnewargs__(self) -> tuple[Any, ...]:

@@ -35,6 +35,8 @@ Findings of :func:`check_anchors` (each names the anchor in its detail):
     an anchored stream no longer exists.
 ``anchor_corrupt``
     the anchor document is unreadable or its own digest does not match.
+``no_anchor``
+    the witness holds no anchor at all: nothing was checked (never reported as clean).
 """
 
 from __future__ import annotations
@@ -497,6 +499,18 @@ def verify_anchors(store: EventStore, witness_url: str) -> AnchorCheck:
                 seen.add(k)
                 report.findings.append(f)
     report.streams_checked = len(checked_streams)
+    if report.anchors_checked == 0 and not report.findings:
+        # Asked to prove the store against its anchors, with none to prove it against:
+        # never an "ok" (a wrong witness URL, or anchors that were deleted).
+        report.findings.append(
+            Finding(
+                "no_anchor",
+                None,
+                None,
+                f"no anchor at {report.witness}: nothing to check the store against "
+                "(write one with `ares-events anchor`)",
+            )
+        )
     return report
 
 

@@ -84,6 +84,8 @@ class AuditReport:
     snapshots_checked: int = 0
     findings: list[Finding] = field(default_factory=list)
     streams: dict[str, VerifyReport] = field(default_factory=dict)
+    anchors_checked: int | None = None
+    """How many anchors were checked (None when the audit was not asked to)."""
 
     @property
     def ok(self) -> bool:
@@ -98,5 +100,6 @@ class AuditReport:
             "events_checked": self.events_checked,
             "blobs_checked": self.blobs_checked,
             "snapshots_checked": self.snapshots_checked,
+            "anchors_checked": self.anchors_checked,
             "findings": [f.to_dict() for f in self.findings],
         }

@@ -11,7 +11,14 @@ Verification never raises on a bad link: it returns a report of findings. Findin
 ``gap``
     versions jump (a row deleted from the middle).
 ``duplicate_version``
-    a version appears twice.
+    a version appears twice (seen while reading, or by the audit's uniqueness scan).
+``duplicate_position`` / ``duplicate_event_id``
+    two rows share a global position or an event id (audit's uniqueness scan).
+``malformed_row``
+    a row that cannot be read as an event or a head: a column of the wrong type (a
+    BLOB where text belongs), a ``payload_ref`` that is not a reference, a bad hash
+    length. Reported with stream, version or position and the reason; the rest of the
+    verification goes on.
 ``truncated``
     the head says N but the events end before N (rows deleted from the tail).
 ``head_mismatch``
@@ -34,10 +41,10 @@ from typing import TYPE_CHECKING
 
 import blake3
 
-from ares_events.core.events import RecordedEvent
+from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
 from ares_events.core.recorder import Capability, Head
 from ares_events.errors import BlobError, BlobMissing, InvalidEvent
-from ares_events.integrity.anchors import check_anchors
+from ares_events.integrity.anchors import verify_anchors
 from ares_events.integrity.chain import (
     _HEADER,
     _NAME_CACHE,
@@ -102,18 +109,21 @@ class ChainVerifier:
         # last hash, with an inline payload. The header is built inline from the same
         # template as chain.header_bytes; any doubt falls through to the full check.
         if (
-            e[1] == self.last + 1
+            type(e[1]) is int
+            and e[1] == self.last + 1
             and e[9] == self.last_hash
             and e[11] is None
             and type(e[6]) is bytes
             and type(e[7]) is bytes
+            and type(e[8]) is str
+            and type(e[3]) is str
         ):
             raw = e[6]
             cache = _NAME_CACHE
-            st = cache.get(e[0]) or _cache_name(e[0])
-            ty = cache.get(e[4]) or _cache_name(e[4])
-            mo = cache.get(e[5]) or _cache_name(e[5])
             try:
+                st = cache.get(e[0]) or _cache_name(e[0])
+                ty = cache.get(e[4]) or _cache_name(e[4])
+                mo = cache.get(e[5]) or _cache_name(e[5])
                 # ``at`` and the event id are written by the library in forms that JSON
                 # never escapes (a fixed timestamp format, UUID text), so they are quoted
                 # here without the escaper. Anything else cannot match the stored hash
@@ -129,7 +139,7 @@ class ChainVerifier:
                     ty,
                     e[1],
                 )
-            except TypeError:
+            except (TypeError, AttributeError, ValueError):
                 header = b""
             key = self.key
             if key is None:
@@ -147,6 +157,23 @@ class ChainVerifier:
         sid = self.stream_id
         v = e.version
         add = self.findings.append
+        problem = malformed_reason(e)
+        if problem is not None:
+            add(
+                Finding(
+                    "malformed_row",
+                    sid,
+                    v if type(v) is int else None,
+                    f"position {e.position!r}: {problem}",
+                )
+            )
+            # Go on from this row: its successor is checked against what it stores.
+            if type(v) is int and v >= self.last:
+                self.last = v
+                h = e.hash
+                if isinstance(h, bytes) and len(h) == 32:
+                    self.last_hash = h
+            return False
         if v == self.last and v > self.start_version:
             add(Finding("duplicate_version", sid, v, "version appears more than once"))
             ok = False
@@ -211,6 +238,11 @@ class ChainVerifier:
     def check_head(self, head: Head | None) -> None:
         """Compare the last event checked with the stream's head row."""
         sid = self.stream_id
+        if head is not None:
+            problem = head_problem(head)
+            if problem is not None:
+                self.findings.append(Finding("malformed_row", sid, None, f"head row: {problem}"))
+                return
         if head is None:
             if self.last > 0:
                 self.findings.append(
@@ -251,6 +283,63 @@ class ChainVerifier:
             )
 
 
+_HASH_LEN = 32
+
+
+def _type_name(x: object) -> str:
+    return {bytes: "BLOB", str: "TEXT", int: "INTEGER", float: "REAL", type(None): "NULL"}.get(
+        type(x), type(x).__name__
+    )
+
+
+def malformed_reason(e: RecordedEvent) -> str | None:
+    """Why ``e`` (as read from a backend) is not a well-formed event row, or None.
+
+    Checks the type of every stored column, the hash lengths and the
+    payload/``payload_ref`` pairing (a well-typed but edited value is a
+    ``hash_mismatch``, not a malformed row). A tampered SQLite file can hold any value in any
+    column; these become ``malformed_row`` findings instead of exceptions.
+    """
+    expect = (
+        ("stream_id", e[0], str),
+        ("version", e[1], int),
+        ("position", e[2], int),
+        ("event_id", e[3], str),
+        ("type", e[4], str),
+        ("module", e[5], str),
+        ("metadata", e[7], bytes),
+        ("recorded_at", e[8], str),
+        ("prev_hash", e[9], bytes),
+        ("hash", e[10], bytes),
+    )
+    for name, value, want in expect:
+        if type(value) is not want:
+            return f"{name} is {_type_name(value)}, expected {_type_name(want())}"
+    for name, value in (("prev_hash", e[9]), ("hash", e[10])):
+        if len(value) != _HASH_LEN:
+            return f"{name} is {len(value)} bytes, expected {_HASH_LEN}"
+    ref = e[11]
+    if isinstance(ref, MalformedPayloadRef):
+        return f"payload_ref: {ref.problem}"
+    if ref is None:
+        if type(e[6]) is not bytes:
+            return f"payload is {_type_name(e[6])} and there is no payload_ref"
+    elif not isinstance(ref, PayloadRef) or e[6] is not None:
+        return "payload and payload_ref are both set"
+    elif len(ref.digest) != _HASH_LEN or ref.size < 0:
+        return "payload_ref has a bad digest or size"
+    return None
+
+
+def head_problem(head: Head) -> str | None:
+    """Why a stream head row is not well formed, or None."""
+    if type(head.version) is not int or head.version < 0:
+        return f"version is {_type_name(head.version)} {head.version!r:.40}"
+    if type(head.hash) is not bytes or len(head.hash) != _HASH_LEN:
+        return f"head_hash is not {_HASH_LEN} bytes"
+    return None
+
+
 def verify_events(
     stream_id: str, events: Iterable[RecordedEvent], head: Head | None, key: ChainKey | None = None
 ) -> VerifyReport:
@@ -284,11 +373,12 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     for e in recorder.read(stream_id, 1, None, None):
         v.check(e)
         n += 1
-    if head is None or v.last > head.version:
+    if head is None or (head_problem(head) is None and v.last > head.version):
         # Events past the head read at the start may be a concurrent append: re-read it.
         head = store.head(stream_id)
     v.check_head(head)
-    return VerifyReport(stream_id, v.findings, n, v.last, head.version if head else 0)
+    head_version = head.version if head is not None and type(head.version) is int else 0
+    return VerifyReport(stream_id, v.findings, n, v.last, head_version)
 
 
 def audit(
@@ -313,19 +403,27 @@ def audit(
             snapshot against its stream (``snapshot_mismatch`` findings).
         progress: called as ``progress(events_done, events_total)`` now and then.
         anchors: a witness URL; also check the store still extends every anchor there
-            (see :mod:`ares_events.integrity.anchors`).
+            (see :mod:`ares_events.integrity.anchors`); a witness with no anchor at all is
+            a ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
 
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
     report = AuditReport()
-    heads = dict(store.recorder.heads())
-    expected = sum(h.version for h in heads.values())
     key = store.chain_key
     blobs_seen: set[str] = set()
     done = 0
     # Straight from the system of record, under any cache wrapper (``inner``).
     recorder = getattr(store.recorder, "inner", store.recorder)
+    heads: dict[str, Head] = {}
+    for sid, head in recorder.heads():
+        if type(sid) is not str:
+            report.findings.append(
+                Finding("malformed_row", repr(sid), None, f"head row: stream_id is {sid!r:.60}")
+            )
+            continue
+        heads[sid] = head
+    expected = sum(h.version for h in heads.values() if type(h.version) is int)
     for sid, head in heads.items():
         ver = ChainVerifier(sid, key)
         n = 0
@@ -333,7 +431,12 @@ def audit(
             ver.check(e)
             n += 1
             ref = e.payload_ref
-            if deep and ref is not None and ref.key not in blobs_seen:
+            if (
+                deep
+                and ref is not None
+                and not isinstance(ref, MalformedPayloadRef)
+                and ref.key not in blobs_seen
+            ):
                 blobs_seen.add(ref.key)
                 report.blobs_checked += 1
                 _check_blob(store, e, report)
@@ -341,10 +444,11 @@ def audit(
             if progress is not None and done % 1000 == 0:
                 progress(done, max(expected, done))
         shead: Head | None = head
-        if ver.last > head.version:  # maybe appended since the heads were read
-            shead = store.head(sid)
+        if head_problem(head) is None and ver.last > head.version:
+            shead = store.head(sid)  # maybe appended since the heads were read
         ver.check_head(shead)
-        r = VerifyReport(sid, ver.findings, n, ver.last, shead.version if shead else 0)
+        head_version = shead.version if shead and type(shead.version) is int else 0
+        r = VerifyReport(sid, ver.findings, n, ver.last, head_version)
         report.streams[sid] = r
         report.findings.extend(r.findings)
     report.events_checked = done
@@ -355,9 +459,20 @@ def audit(
     last_pos = 0
     for e in recorder.read_all(0, None):
         pos = e.position
+        sid = e.stream_id
+        if type(pos) is not int or type(sid) is not str or type(e[1]) is not int:
+            # A row no stream pass can see (its stream id or version is not of its type).
+            report.findings.append(
+                Finding(
+                    "malformed_row",
+                    sid if type(sid) is str else repr(sid),
+                    None,
+                    f"position {pos!r}: {malformed_reason(e) or 'unreadable row'}",
+                )
+            )
+            continue
         if pos > total:
             continue  # appended after the audit started
-        sid = e.stream_id
         if pos <= last_pos:
             report.findings.append(
                 Finding("position_order", sid, e.version, f"position {pos} after {last_pos}")
@@ -389,9 +504,10 @@ def audit(
         report.findings.extend(r.findings)
         report.events_checked += orphan_counts[sid]
     report.streams_checked = len(report.streams)
+    _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
         # A snapshot that no longer matches its stream (edited state, a rewritten or
-        # truncated stream) is ignored by recovery; the audit says so.
+        # truncated stream, a forged seal) is ignored by recovery; the audit says so.
         for info, reason in store.snapshots.verify_all():
             report.snapshots_checked += 1
             if reason is not None:
@@ -404,10 +520,39 @@ def audit(
                     )
                 )
     if anchors is not None:
-        report.findings.extend(check_anchors(store, anchors))
+        check = verify_anchors(store, anchors)
+        report.anchors_checked = check.anchors_checked
+        report.findings.extend(check.findings)
     if progress is not None:
         progress(report.events_checked, max(total, report.events_checked))
     return report
+
+
+def _check_uniqueness(recorder: object, report: AuditReport) -> None:
+    """Rows that share a (stream, version), a position or an event id: the unique indexes
+    say they cannot exist, so only a tampered database has them. Reported once each
+    (a duplicated version the stream pass already saw is not repeated)."""
+    scan = getattr(recorder, "find_duplicates", None)
+    if not callable(scan):
+        return
+    seen = {(f.kind, f.stream_id, f.version) for f in report.findings}
+    for kind, who, version, n, pos in scan():
+        sid = who if kind != "duplicate_event_id" else None
+        if (kind, sid, version) in seen:
+            continue
+        what = {
+            "duplicate_version": f"{n} rows hold version {version!r}",
+            "duplicate_position": f"{n} rows hold position {pos!r}",
+            "duplicate_event_id": f"{n} rows hold event id {who!r}",
+        }[kind]
+        report.findings.append(
+            Finding(
+                kind,
+                sid if sid is None or type(sid) is str else repr(sid),
+                version if type(version) is int else None,
+                f"{what} (first at position {pos!r}); the unique index was bypassed",
+            )
+        )
 
 
 def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> None:

@@ -187,9 +187,12 @@ def test_edited_header_field(db: Path, key: bytes | None, column: str, value: ob
 
 
 def test_edited_payload_stored_as_text(db: Path, key: bytes | None) -> None:
-    """A payload rewritten as a TEXT value (as a sqlite3 shell user would) is found."""
+    """A payload rewritten as a TEXT value (as a sqlite3 shell user would) is a
+    malformed_row finding naming the column and its storage class."""
     sql(db, "UPDATE ares_events SET payload = ? WHERE position = ?", '{"n":99}', pos_b(4))
-    assert_found(db, key, B, {("hash_mismatch", 4)})
+    audit = assert_found(db, key, B, {("malformed_row", 4)})
+    (f,) = audit.streams[B].findings
+    assert "payload is TEXT" in f.detail and str(pos_b(4)) in f.detail
 
 
 # -- deleted rows -----------------------------------------------------------------------
@@ -388,7 +391,11 @@ def test_duplicate_version_copy(db: Path, key: bytes | None) -> None:
         last + 1,
         pos_b(5),
     )
-    assert_found(db, key, B, {("duplicate_version", 5)})
+    audit = assert_found(
+        db, key, B, {("duplicate_version", 5)}, extra_audit=frozenset({"duplicate_event_id"})
+    )
+    (dup,) = [f for f in audit.findings if f.kind == "duplicate_event_id"]
+    assert "2 rows" in dup.detail
 
 
 def test_duplicate_version_alternative(db: Path, key: bytes | None) -> None:
@@ -407,7 +414,8 @@ def test_duplicate_version_alternative(db: Path, key: bytes | None) -> None:
     report, audit = findings_of(db, key, B)
     assert ("duplicate_version", B, 5) in kinds(report.findings)
     assert ("duplicate_version", B, 5) in kinds(audit.findings)
-    assert {f.stream_id for f in audit.findings} == {B}
+    assert {f.stream_id for f in audit.findings} == {B, None}
+    assert {f.kind for f in audit.findings if f.stream_id is None} == {"duplicate_event_id"}
 
 
 def test_row_moved_to_another_stream(db: Path, key: bytes | None) -> None:

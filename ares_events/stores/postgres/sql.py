@@ -177,7 +177,7 @@ def row_to_event_slow(row: Any) -> RecordedEvent:
         row[8],
         row[9],
         row[10],
-        PayloadRef.from_json(ref) if ref else None,
+        PayloadRef.parse_stored(ref) if ref else None,
     )
 
 
