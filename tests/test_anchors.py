@@ -262,7 +262,9 @@ def test_cli_anchor_witness_from_env_and_option(
     assert len(list(env_dir.iterdir())) == 1 and len(list(opt_dir.iterdir())) == 1
     monkeypatch.delenv("ARES_ANCHOR_URL")
     capsys.readouterr()
-    assert main(["--store", "memory://", "anchor"]) == 2
+    assert main(["--store", "memory://anchor-cli", "init"]) == 0
+    capsys.readouterr()
+    assert main(["--store", "memory://anchor-cli", "anchor"]) == 2
     assert "--witness" in capsys.readouterr().err
 
 

@@ -278,6 +278,7 @@ def test_bad_env_value_exits_2(
 
 def test_usage_errors_exit_2(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A missing argument, a bad option value or an unknown stream exits 2."""
+    assert run(capsys, "--store", db, "init")[0] == 0
     assert run(capsys, "--store", db, "tail")[0] == 2
     assert run(capsys, "--store", db, "tail", "s", "-n", "0")[0] == 2
     assert run(capsys, "no-such-command")[0] == 2
@@ -334,11 +335,11 @@ def test_demo_and_audit_on_postgres(postgres_url: str, capsys: pytest.CaptureFix
 def test_password_is_redacted_in_store_line_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     """The store line on stderr and the JSON output show the URL with the password redacted."""
     url = f"memory://reader:{PASSWORD}@cli-redaction"
-    code, data = run_json(capsys, "--store", url, "streams")
-    assert code == 0 and data["store"] == "memory://reader:***@cli-redaction"
     code, out, err = run(capsys, "--store", url, "-v", "init")
     assert code == 0
     assert "reader:***@" in err and PASSWORD not in out + err
+    code, data = run_json(capsys, "--store", url, "streams")
+    assert code == 0 and data["store"] == "memory://reader:***@cli-redaction"
 
 
 def test_store_from_env_and_default(

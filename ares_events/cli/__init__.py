@@ -1,7 +1,7 @@
 """The ``ares-events`` command line: one module per command group.
 
-Exit codes: 0 clean, 1 findings (or a command failed for another reason, said on
-stderr), 2 usage or configuration error, 3 store unavailable.
+Exit codes: 0 clean, 1 findings, 2 usage or configuration error, 3 store unavailable
+(or no store at that URL), 4 internal error (a bug: the traceback is printed with ``-v``).
 
 What lives here: :mod:`~ares_events.cli.common` (the click group ``cli``, ``App``,
 ``json_option``, ``pass_app``, the ``EXIT_*`` codes and the shared display helpers), one
@@ -19,6 +19,7 @@ import :mod:`~ares_events.cli.common`, never each other or this package.
 from __future__ import annotations
 
 import logging
+import traceback
 
 import click
 
@@ -26,6 +27,7 @@ import click
 from ares_events.cli import anchors, bench, blobs, demo, inspect, state  # noqa: F401
 from ares_events.cli.common import (
     EXIT_FINDINGS,
+    EXIT_INTERNAL,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -33,21 +35,25 @@ from ares_events.cli.common import (
     App,
     _reset_logging,
     cli,
+    install_global_options,
     json_option,
     pass_app,
 )
 from ares_events.errors import (
     AresError,
+    BlobError,
     ChainIntegrityError,
     ConfigError,
     InvalidEvent,
     MissingDependencyError,
+    ReplayCapExceeded,
+    SnapshotMismatch,
     StoreError,
-    StoreUnavailable,
 )
 
 __all__ = [
     "EXIT_FINDINGS",
+    "EXIT_INTERNAL",
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
@@ -59,6 +65,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+install_global_options(cli)  # --store, --blobs, -v, -q after the subcommand too
 
 
 def _error(app: App, message: str) -> None:
@@ -73,10 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         argv: arguments without the program name; ``sys.argv[1:]`` when None.
 
     Returns:
-        0 clean, 1 findings, 2 usage or config error, 3 store unavailable.
+        0 clean, 1 findings, 2 usage or config error, 3 store unavailable, 4 internal
+        error.
     """
     app = App()
     saved_level = logging.getLogger("ares_events").level
+    install_global_options(cli)  # commands registered since import get them too
     try:
         rv = cli.main(args=argv, prog_name=PROG, standalone_mode=False, obj=app)
     except click.exceptions.NoArgsIsHelpError as exc:
@@ -94,21 +104,26 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InvalidEvent, MissingDependencyError) as exc:
         _error(app, str(exc))
         return EXIT_USAGE
-    except (StoreUnavailable, StoreError) as exc:
+    except StoreError as exc:
         _error(app, str(exc))
         return EXIT_UNAVAILABLE
-    except ChainIntegrityError as exc:
+    except (ChainIntegrityError, SnapshotMismatch, BlobError, ReplayCapExceeded) as exc:
         _error(app, str(exc))
         return EXIT_FINDINGS
     except AresError as exc:
         _error(app, f"{type(exc).__name__}: {exc}")
-        return EXIT_FINDINGS
+        return EXIT_USAGE
     except BrokenPipeError:
-        return EXIT_FINDINGS
+        return EXIT_OK  # the reader went away (ares-events tail ... | head)
     except Exception as exc:
-        logger.debug("internal error", exc_info=True)
-        _error(app, f"internal error: {type(exc).__name__}: {exc} (run with -vv for details)")
-        return EXIT_FINDINGS
+        if app.verbose:
+            click.echo(app.scrub(traceback.format_exc()), err=True)
+        _error(
+            app,
+            f"internal error: {type(exc).__name__}: {exc}"
+            + ("" if app.verbose else " (run with -v for the traceback)"),
+        )
+        return EXIT_INTERNAL
     finally:
         _reset_logging(saved_level)
     return int(rv) if isinstance(rv, int) else EXIT_OK

@@ -69,8 +69,6 @@ def anchor_cmd(app: App, witness: str | None, check: bool, as_json: bool) -> int
     if check:
         if as_json:
             app.json({"store": store_url, **report.to_dict()})
-        elif report.anchors_checked == 0 and report.ok:
-            app.out.print(Text(f"no anchors in {report.witness}: nothing to check"))
         else:
             app.out.print(
                 Text.assemble(

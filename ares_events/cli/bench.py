@@ -141,7 +141,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
       ares-events --store sqlite:///scratch.db bench
       ares-events --store postgresql://app@db/agents bench --events 10000 --json
     """
-    with app.open() as store:
+    with app.open(create=True) as store:
         result = run_bench(store, events=events, progress=None if as_json else app.note)
     chain_ok = all(row.get("ok", True) for row in result.rows)
     if as_json:

@@ -5,6 +5,13 @@ The store comes from ``--store``, else ``ARES_STORE_URL``, else ``sqlite:///ares
 in the working directory; the CLI says on stderr which store it opened (password
 redacted). The environment is read only through :meth:`ares_events.Settings.from_env`.
 
+Reporting commands never create what they report on: :meth:`App.open` opens an existing
+store only (``create=False``; a missing SQLite file or an empty PostgreSQL schema is
+"no store at ...", exit 3). Only ``init``, ``demo`` and ``bench`` pass ``create=True``.
+
+The global options (``--store``, ``--blobs``, ``--json``, ``-v``, ``-q``) are accepted before
+the subcommand and after it (:func:`install_global_options` adds them to every command).
+
 Adding a command is a local edit: one function in the module of its command group
 (``ares_events/cli/<group>.py``, imported by ``ares_events/cli/__init__.py``), decorated
 like the existing ones::
@@ -62,6 +69,7 @@ from ares_events.stores.settings import DEFAULT_CLI_STORE, Settings
 
 __all__ = [
     "EXIT_FINDINGS",
+    "EXIT_INTERNAL",
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
@@ -77,6 +85,8 @@ EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNAVAILABLE: Final = 3
+EXIT_INTERNAL: Final = 4
+"""A bug or an unexpected failure; the traceback is printed with ``-v``."""
 
 PROG: Final = "ares-events"
 MAX_FINDINGS_SHOWN: Final = 50
@@ -100,6 +110,9 @@ class App:
     store_opt: str | None = None
     blobs_opt: str | None = None
     quiet: bool = False
+    verbose: int = 0
+    json_default: bool = False
+    """``--json`` given before the subcommand."""
     out: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
     err: Console = field(
         default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True)
@@ -142,11 +155,18 @@ class App:
         return self.store_opt or Settings.from_env().store_url or DEFAULT_CLI_STORE
 
     @contextlib.contextmanager
-    def open(self, **options: Any) -> Iterator[EventStore]:
+    def open(self, *, create: bool = False, **options: Any) -> Iterator[EventStore]:
         """Open the configured store, say which on stderr, close it afterwards.
 
+        Args:
+            create: create the store when it does not exist; only commands that write
+                by nature (init, demo, bench) pass True. Reporting commands never
+                create what they report on.
+
         Raises:
-            ConfigError: bad URL or environment value.
+            ConfigError: bad URL or environment value, or a configuration the store's
+                recorded identity refuses.
+            StoreNotFound: no store at the URL and ``create`` is False.
             StoreUnavailable: the store cannot be reached.
         """
         settings = Settings.from_env()
@@ -164,6 +184,7 @@ class App:
                 url,
                 chain_key=settings.chain_key,
                 spill_threshold=settings.spill_threshold_bytes,
+                create=create,
                 **options,
             )
         except OSError as exc:
@@ -193,13 +214,103 @@ class App:
 pass_app = click.make_pass_decorator(App)
 """Decorator handing a command the :class:`App` of this invocation."""
 
+
+def _json_from_group(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    app = ctx.find_object(App)
+    return bool(value or (app is not None and app.json_default))
+
+
 json_option = click.option(
     "--json",
     "as_json",
     is_flag=True,
+    callback=_json_from_group,
     help="Print one JSON object on stdout instead of tables.",
 )
-"""The ``--json`` flag every reporting command takes."""
+"""The ``--json`` flag every reporting command takes (also accepted before the
+subcommand: ``ares-events --json audit``)."""
+
+
+def _check_store_url(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter(
+            "needs a store URL (sqlite:///path.db, postgresql://...), got an empty string",
+            param_hint="'--store'",
+        )
+    return value
+
+
+def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(App).store_opt = _check_store_url(value)
+
+
+def _set_blobs(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(App).blobs_opt = value
+
+
+def _set_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    if value:
+        app = ctx.ensure_object(App)
+        app.verbose = max(app.verbose, value)
+        app.quiet = False
+        _configure_logging(app.verbose, 0)
+
+
+def _set_quiet(ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    if value:
+        app = ctx.ensure_object(App)
+        if not app.verbose:
+            app.quiet = True
+            _configure_logging(0, value)
+
+
+def _global_params() -> list[click.Option]:
+    """``--store``, ``--blobs``, ``-v`` and ``-q`` as a subcommand accepts them (after
+    its name); they set the same :class:`App` fields as the group's options."""
+    return [
+        click.Option(
+            ["--store"],
+            metavar="URL",
+            expose_value=False,
+            callback=_set_store,
+            help="Event store URL (also accepted before the subcommand).",
+        ),
+        click.Option(
+            ["--blobs"],
+            metavar="URL",
+            expose_value=False,
+            callback=_set_blobs,
+            help="Blob store URL for spilled payloads.",
+        ),
+        click.Option(
+            ["-v", "--verbose"],
+            count=True,
+            expose_value=False,
+            callback=_set_verbose,
+            help="More log output on stderr (-vv: debug); tracebacks of internal errors.",
+        ),
+        click.Option(
+            ["-q", "--quiet"],
+            count=True,
+            expose_value=False,
+            callback=_set_quiet,
+            help="Only errors on stderr; no progress bars.",
+        ),
+    ]
+
+
+def install_global_options(group: click.Group) -> None:
+    """Give every command under ``group`` the global options, so they work after the
+    subcommand too (``ares-events audit --store URL -v``). Idempotent."""
+    for cmd in group.commands.values():
+        names = {n for p in cmd.params for n in getattr(p, "opts", ())}
+        for opt in _global_params():
+            if not names & set(opt.opts):
+                cmd.params.append(opt)
+        if isinstance(cmd, click.Group):
+            install_global_options(cmd)
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
@@ -211,10 +322,11 @@ def _configure_logging(verbose: int, quiet: int) -> None:
     elif quiet:
         level = logging.ERROR
     root = logging.getLogger("ares_events")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s %(name)s: %(message)s"))
-    handler.set_name("ares-events-cli")
-    root.addHandler(handler)
+    if not any(h.get_name() == "ares-events-cli" for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s %(name)s: %(message)s"))
+        handler.set_name("ares-events-cli")
+        root.addHandler(handler)
     root.setLevel(level)
 
 
@@ -289,7 +401,10 @@ Store and environment:
   --blobs URL   else ARES_BLOBS_URL (blob store for spilled payloads)
   ARES_EVENTS_CHAIN_KEY  64 hex digits: keyed chain hashes
 \b
-Exit codes: 0 clean, 1 findings, 2 usage or config error, 3 store unavailable.
+Global options work before or after the command (audit --store URL --json).
+\b
+Exit codes: 0 clean, 1 findings, 2 usage or config error, 3 store unavailable,
+4 internal error (traceback with -v).
 \b
 Examples:
   ares-events demo                      10 agents, kill -9 three times, all finish
@@ -307,9 +422,17 @@ Examples:
 @click.option("--blobs", "blobs_url", metavar="URL", help="Blob store URL for spilled payloads.")
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv: debug).")
 @click.option("-q", "--quiet", count=True, help="Only errors on stderr; no progress bars.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Every reporting command prints one JSON object."
+)
 @click.pass_context
 def cli(
-    ctx: click.Context, store_url: str | None, blobs_url: str | None, verbose: int, quiet: int
+    ctx: click.Context,
+    store_url: str | None,
+    blobs_url: str | None,
+    verbose: int,
+    quiet: int,
+    as_json: bool,
 ) -> None:
     """ares-events: hash-chained, append-only event logs for LLM agents.
 
@@ -317,7 +440,9 @@ def cli(
     the demo to see it work.
     """
     app = ctx.ensure_object(App)
-    app.store_opt = store_url
+    app.store_opt = _check_store_url(store_url)
     app.blobs_opt = blobs_url
     app.quiet = bool(quiet) and not verbose
+    app.verbose = verbose
+    app.json_default = as_json
     _configure_logging(verbose, quiet)

@@ -93,7 +93,7 @@ def demo(
     agents = agents or 5
     from ares_events.agents.demo import run_demo
 
-    with app.open() as store, app.progress("appending") as bar:
+    with app.open(create=True) as store, app.progress("appending") as bar:
         task = bar.add_task("appending", total=agents * events)
 
         def progress(done: int, total: int) -> None:
@@ -142,7 +142,7 @@ def _resurrection_demo(
 ) -> int:
     from ares_events.agents.resurrection import run_demo as run_kill_demo
 
-    with app.open() as store:
+    with app.open(create=True) as store:
         url = store.url
         raw_url = app.raw_store_url()
     report = run_kill_demo(

@@ -6,6 +6,7 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from ares_events.cli.common import (
     pass_app,
 )
 from ares_events.core.events import RecordedEvent
+from ares_events.core.identity import StoreIdentity
 from ares_events.errors import AresError
 from ares_events.integrity.verify import audit, verify_stream
 
@@ -96,24 +98,46 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
 
 
 @cli.command()
+@click.option(
+    "--relocate-blobs",
+    is_flag=True,
+    help="Record --blobs as the store's blob location (after moving its blobs there).",
+)
 @json_option
 @pass_app
-def init(app: App, as_json: bool) -> int:
-    """Create the store's schema, or migrate it to this version.
+def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
+    """Create the store, or migrate it to this version, and record its identity.
 
-    Safe to run again: an up-to-date store is left as it is.
+    The identity (chain mode and key id, blob location, format) is what every later
+    open is checked against: a process with another chain key, none, or another blob
+    location is refused before it writes anything. Safe to run again: an up-to-date
+    store is left as it is.
 
     \b
     Example:
       ares-events --store sqlite:///agents.db init
+      ARES_EVENTS_CHAIN_KEY=... ares-events --store postgresql://app@db/agents init
+      ares-events --blobs s3://bucket/ares init --relocate-blobs
     """
-    with app.open() as store:
+    if relocate_blobs and not app.blobs_opt:
+        raise click.UsageError("--relocate-blobs needs --blobs URL (the new location)")
+    with app.open(create=True, check_identity=not relocate_blobs) as store:
         getter: Callable[[], int] | None = getattr(store.recorder, "schema_version", None)
         schema = getter() if callable(getter) else None
+        ident = store.record_identity(relocate_blobs=relocate_blobs)
         streams = sum(1 for _ in store.streams())
         url = store.url
+    chain = ident.describe_chain() if ident is not None else "not recorded by this backend"
+    blobs = _blobs_label(ident)
     if as_json:
-        app.json({"store": url, "schema_version": schema, "streams": streams})
+        app.json(
+            {
+                "store": url,
+                "schema_version": schema,
+                "streams": streams,
+                "identity": json.loads(ident.to_json()) if ident is not None else None,
+            }
+        )
     else:
         what = (
             f"schema version {schema}"
@@ -121,7 +145,16 @@ def init(app: App, as_json: bool) -> int:
             else "schema version not reported by this backend"
         )
         app.out.print(Text(f"initialized {url}: {what}, {streams} stream(s)"))
+        app.out.print(Text(f"chain: {chain}; blobs: {blobs}"))
     return EXIT_OK
+
+
+def _blobs_label(ident: StoreIdentity | None) -> str:
+    if ident is None or ident.blobs is None:
+        return "none"
+    if isinstance(ident.blobs, str):
+        return "the folder next to the SQLite file"
+    return ident.blobs.location
 
 
 @cli.command()
@@ -290,16 +323,19 @@ def audit_cmd(app: App, deep: bool, anchors_url: str | None, as_json: bool) -> i
         app.json(data)
         return EXIT_OK if report.ok else EXIT_FINDINGS
     table = Table(title=f"audit of {url}", title_justify="left")
-    for name in ("streams", "events", "blobs checked", "snapshots checked", "findings", "result"):
-        table.add_column(name, justify="right" if name != "result" else "left")
-    table.add_row(
+    columns = ["streams", "events", "blobs checked", "snapshots checked"]
+    cells = [
         str(report.streams_checked),
         str(report.events_checked),
         str(report.blobs_checked) if deep else "-",
         str(report.snapshots_checked) if deep else "-",
-        str(len(report.findings)),
-        _status(report.ok),
-    )
+    ]
+    if report.anchors_checked is not None:
+        columns.append("anchors checked")
+        cells.append(str(report.anchors_checked))
+    for name in [*columns, "findings", "result"]:
+        table.add_column(name, justify="right" if name != "result" else "left")
+    table.add_row(*cells, str(len(report.findings)), _status(report.ok))
     app.out.print(table)
     if not report.ok:
         app.out.print(Text(f"{len(bad)} stream(s) with findings"))

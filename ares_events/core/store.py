@@ -155,7 +155,9 @@ class EventStore:
 
         Args:
             relocate_blobs: replace the recorded blob location with this store's (after
-                the blobs were moved); the chain part never changes.
+                the blobs were moved; open the store with ``check_identity=False``, since
+                its blob location differs from the recorded one). The chain part never
+                changes: it must match the configured key.
 
         Raises:
             ConfigError: the store records another configuration, or a store written
@@ -165,18 +167,25 @@ class EventStore:
         self._check_open("recording the store identity")
         if not callable(getattr(self.recorder, "meta_get", None)):
             return None
+        rec: Any = self.recorder
         with self._identity_lock:
-            if relocate_blobs and self._identity is not None:
-                moved = StoreIdentity(
-                    self._identity.format,
-                    self._identity.keys,
-                    self._blobs_identity,
-                    self._identity.created_at,
-                )
-                self.recorder.meta_set(IDENTITY_KEY, moved.to_json())  # type: ignore[attr-defined]
-                self._identity = moved
-                self._identity_pending = False
-                return moved
+            if relocate_blobs:
+                raw = rec.meta_get(IDENTITY_KEY)
+                if raw is not None:
+                    current = StoreIdentity.from_json(raw, self._url)
+                    problem = current.chain_problem(self.chain_key)
+                    if problem is not None:
+                        raise ConfigError(f"store {self._url}: {problem}")
+                    moved = StoreIdentity(
+                        current.format, current.keys, self._blobs_identity, current.created_at
+                    )
+                    rec.meta_set(IDENTITY_KEY, moved.to_json())
+                    self._identity, self._identity_pending = moved, False
+                    self._check_identity = True  # configured exactly as recorded now
+                    logger.info("store %s: blob location recorded anew", self._url)
+                    return moved
+                self._check_identity = True
+                self._identity_pending = True
             if self._identity_pending:
                 self._record_identity()
         return self._identity

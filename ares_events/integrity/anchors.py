@@ -16,12 +16,20 @@ Witness URLs:
     one object per anchor, through boto3; credentials only from boto3's normal chain
     (a URL with a user or password is refused).
 
-Anchor document (UTF-8 JSON; ``digest`` covers every other field)::
+Anchor document (UTF-8 JSON; ``digest`` covers every other field but ``mac``)::
 
     {"format": "ares-events/anchor/v1", "created_at": "YYYY-MM-DDTHH:MM:SS.ffffffZ",
      "store": "<redacted store URL>", "last_position": 1234,
      "streams": [{"stream_id": "agent-7", "version": 42, "hash": "<64 hex>"}, ...],
-     "digest": hex(blake3(canonical_json(document without "digest")))}
+     "key_id": "<chain key id>",                      # keyed stores only
+     "digest": hex(blake3(body)),
+     "mac": hex(blake3_keyed(subkey("anchor"), body))} # keyed stores only
+
+where ``body = canonical_json(document without "digest" and "mac")``. In a keyed store
+the MAC is what is trusted: an anchor file edited with its unkeyed digest recomputed, or
+one without a MAC, is ``anchor_corrupt``, so forging an anchor needs the chain key. In an
+unkeyed store the digest only catches accidental damage: whoever can write the witness can
+rewrite an anchor (see docs/security.md; signed checkpoints are the stronger tool).
 
 Findings of :func:`check_anchors` (each names the anchor in its detail):
 
@@ -42,6 +50,7 @@ Findings of :func:`check_anchors` (each names the anchor in its detail):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -56,7 +65,7 @@ import orjson
 from ares_events.core.events import utc_now_at
 from ares_events.core.recorder import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
-from ares_events.integrity.chain import canonical_json
+from ares_events.integrity.chain import ChainKey, canonical_json
 from ares_events.integrity.findings import Finding
 
 if TYPE_CHECKING:
@@ -100,10 +109,13 @@ class Anchor:
     digest: bytes
     name: str = ""
     """Where the witness keeps it (file or object name); set once written or loaded."""
+    key_id: str | None = None
+    """Id of the chain key whose subkey made ``mac`` (keyed stores)."""
+    mac: bytes | None = None
 
     def body(self) -> dict[str, Any]:
-        """The document without its digest (what the digest covers)."""
-        return {
+        """The document without its digest and MAC (what both cover)."""
+        body: dict[str, Any] = {
             "format": ANCHOR_FORMAT,
             "created_at": self.created_at,
             "store": self.store,
@@ -113,10 +125,16 @@ class Anchor:
                 for h in self.heads
             ],
         }
+        if self.key_id is not None:
+            body["key_id"] = self.key_id
+        return body
 
     def to_dict(self) -> dict[str, Any]:
         """The full document (JSON-ready)."""
-        return {**self.body(), "digest": self.digest.hex()}
+        doc = {**self.body(), "digest": self.digest.hex()}
+        if self.mac is not None:
+            doc["mac"] = self.mac.hex()
+        return doc
 
     def to_json(self) -> bytes:
         """The bytes the witness stores."""
@@ -127,21 +145,38 @@ def _digest(body: dict[str, Any]) -> bytes:
     return blake3.blake3(canonical_json(body, field="anchor")).digest()
 
 
+def _mac(body: dict[str, Any], key: ChainKey) -> bytes:
+    return key.mac("anchor", canonical_json(body, field="anchor"))
+
+
 class _Corrupt(Exception):
     """An anchor document that cannot be trusted (internal)."""
 
 
-def _parse_anchor(name: str, raw: bytes) -> Anchor:
-    """Parse and check one anchor document.
+def _parse_anchor(name: str, raw: bytes, key: ChainKey | None = None) -> Anchor:
+    """Parse and check one anchor document (its MAC too, with ``key``).
 
     Raises:
-        _Corrupt: unreadable, wrong format or digest mismatch.
+        _Corrupt: unreadable, wrong format, digest or MAC mismatch, or a MAC missing in
+            a keyed store (or present in an unkeyed one).
     """
     try:
         doc = orjson.loads(raw)
         if not isinstance(doc, dict) or doc.get("format") != ANCHOR_FORMAT:
             raise _Corrupt(f"not an {ANCHOR_FORMAT} document")
         digest = bytes.fromhex(doc.pop("digest"))
+        mac_hex = doc.pop("mac", None)
+        key_id = doc.get("key_id")
+        if key is None and (mac_hex is not None or key_id is not None):
+            raise _Corrupt(f"it is sealed with chain key id {key_id}, but this store is unkeyed")
+        if key is not None:
+            if mac_hex is None:
+                raise _Corrupt(
+                    "it carries no MAC under the store's chain key (written without the key, "
+                    "or edited)"
+                )
+            if key_id != key.fingerprint() or _mac(doc, key) != bytes.fromhex(mac_hex):
+                raise _Corrupt("its MAC does not verify under the store's chain key (forged?)")
         heads = tuple(
             AnchorHead(str(s["stream_id"]), int(s["version"]), bytes.fromhex(s["hash"]))
             for s in doc["streams"]
@@ -153,6 +188,8 @@ def _parse_anchor(name: str, raw: bytes) -> Anchor:
             heads=heads,
             digest=digest,
             name=name,
+            key_id=None if key_id is None else str(key_id),
+            mac=None if mac_hex is None else bytes.fromhex(mac_hex),
         )
         if _digest(doc) != digest:
             raise _Corrupt("its digest does not match its content")
@@ -387,19 +424,22 @@ def write_anchor(store: EventStore, witness_url: str) -> Anchor:
     last_position = int(rec.last_position())
     heads = tuple(AnchorHead(sid, h.version, h.hash) for sid, h in rec.heads())
     created = utc_now_at()
-    draft = Anchor(created, store.url, last_position, heads, b"")
-    digest = _digest(draft.body())
+    key = store.chain_key
+    key_id = key.fingerprint() if key is not None else None
+    draft = Anchor(created, store.url, last_position, heads, b"", key_id=key_id)
+    body = draft.body()
+    digest = _digest(body)
+    mac = _mac(body, key) if key is not None else None
     stamp = created.replace("-", "").replace(":", "")
     name = f"anchor-{stamp}-{digest.hex()[:12]}.json"
+    anchor = dataclasses.replace(draft, digest=digest, mac=mac)
     witness = open_witness(witness_url)
     try:
-        where = witness.put(
-            name, Anchor(created, store.url, last_position, heads, digest).to_json()
-        )
+        where = witness.put(name, anchor.to_json())
     finally:
         witness.close()
     logger.info("anchored %d stream(s) at position %d to %s", len(heads), last_position, where)
-    return Anchor(created, store.url, last_position, heads, digest, name=where)
+    return dataclasses.replace(anchor, name=where)
 
 
 @dataclass(slots=True)
@@ -430,9 +470,9 @@ class AnchorCheck:
         }
 
 
-def load_anchors(witness_url: str) -> list[Anchor | Finding]:
-    """Every anchor of a witness, oldest first; a corrupt one is an ``anchor_corrupt``
-    finding in its place.
+def load_anchors(witness_url: str, key: ChainKey | None = None) -> list[Anchor | Finding]:
+    """Every anchor of a witness, oldest first; a corrupt one (or, with ``key``, one whose
+    MAC does not verify) is an ``anchor_corrupt`` finding in its place.
 
     Raises:
         ConfigError: a bad witness URL.
@@ -443,7 +483,7 @@ def load_anchors(witness_url: str) -> list[Anchor | Finding]:
     try:
         for name, raw in witness.items():
             try:
-                out.append(_parse_anchor(name, raw))
+                out.append(_parse_anchor(name, raw, key))
             except _Corrupt as exc:
                 out.append(Finding("anchor_corrupt", None, None, f"anchor {name}: {exc}"))
     finally:
@@ -472,7 +512,7 @@ def verify_anchors(store: EventStore, witness_url: str) -> AnchorCheck:
     last_position = int(rec.last_position())
     heads_cache: dict[str, Any] = {}
     hash_cache: dict[tuple[str, int], bytes | None] = {}
-    for item in reversed(load_anchors(witness_url)):  # newest first
+    for item in reversed(load_anchors(witness_url, store.chain_key)):  # newest first
         if isinstance(item, Finding):
             report.findings.append(item)
             continue

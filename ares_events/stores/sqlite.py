@@ -254,10 +254,10 @@ class SQLiteRecorder:
                     f"cannot create the folder of sqlite store {self.describe()}: "
                     f"{exc.strerror or exc}"
                 ) from exc
+        if not create:
+            self._require_schema()
         try:
             self._keepalive = self._conn()  # holds an in-memory database open
-            if not create:
-                self._require_schema()
             self._prepare_schema(migrate)
         except BaseException:
             self.close()  # the caller never gets this object: do not leak its connection
@@ -331,8 +331,17 @@ class SQLiteRecorder:
         Raises:
             StoreNotFound: not a SQLite database, or one without ares-events tables.
         """
+        assert self.path is not None
+        # Its own read-only connection: a file that is not ours is left untouched (the
+        # store's connections would switch it to WAL mode).
         try:
-            found = self._conn().execute(HAS_META_TABLE).fetchone()[0]
+            probe = sqlite3.connect(
+                f"file:{quote(str(self.path.absolute()))}?mode=ro", uri=True, timeout=self._busy
+            )
+            try:
+                found = probe.execute(HAS_META_TABLE).fetchone()[0]
+            finally:
+                probe.close()
         except sqlite3.DatabaseError as exc:
             raise StoreNotFound(self.describe(), f"not a SQLite database ({exc})") from exc
         if not found:
