@@ -32,7 +32,6 @@ from ares_events.agents.journal import (
     ReplayDivergence,
     RunNotRunnable,
     RunRefused,
-    ToolCallFailed,
     migrating_gate,
     strict_gate,
 )
@@ -332,7 +331,8 @@ def test_a_tool_error_is_a_failed_attempt_and_the_step_stays_open(store: ae.Even
         Journal(store, "run-err").tool_call("t", {}, call=flaky)
     failed = events_of(store, "run-err", "tool.call.failed")[0].payload
     assert (failed["step"], failed["attempt"], failed["error_type"]) == (1, 1, "RuntimeError")
-    assert failed["error"] == "quota exceeded" and events_of(store, "run-err", "tool.returned") == []
+    assert failed["error"] == "quota exceeded"
+    assert events_of(store, "run-err", "tool.returned") == []
     assert Journal(store, "run-err").tool_call("t", {}, call=lambda a, k: {"ok": k}) == {
         "ok": "run-err:1"
     }

@@ -18,13 +18,14 @@ import contextvars
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from ares_events.errors import ConfigError
 
 __all__ = ["active_journal", "journaled_step", "journaled_tool", "wrap_tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 KEY_PARAM = "idempotency_key"
 
 
@@ -130,8 +131,24 @@ def _current() -> Any:
     return journal
 
 
+@overload
+def journaled_tool(fn: Callable[..., R], /) -> Callable[..., R]: ...
+
+
+@overload
+def journaled_tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    idempotent: bool = False,
+    reconcile: Callable[[str], Any] | None = None,
+) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+
+
 def journaled_tool(
     fn: Callable[..., Any] | None = None,
+    /,
     *,
     name: str | None = None,
     idempotent: bool = False,
@@ -153,7 +170,17 @@ def journaled_tool(
     return decorate(fn) if fn is not None else decorate
 
 
-def journaled_step(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+@overload
+def journaled_step(fn: Callable[..., R], /) -> Callable[..., R]: ...
+
+
+@overload
+def journaled_step(
+    fn: None = None, /, *, name: str | None = None
+) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+
+
+def journaled_step(fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
     """Decorate a function whose result is recorded once and replayed after; it is run
     again only if the process died while it ran (a tool with ``idempotent=True``).
 
