@@ -31,7 +31,12 @@ retried with the same key; else the run is interrupted with reason
 :meth:`Journal.resolve_tool_call`), never re-executed blindly.
 
 Opening a :class:`Journal` is for the process that runs the loop (it passes the version
-gate, which appends). To look at a run without writing, use :meth:`Journal.inspect`.
+gate, which appends). To look at a run without writing, use :meth:`Journal.inspect`;
+operators settle runs with :mod:`ares_events.agents.runs` (``ares-events runs``).
+
+This module is the public face: :class:`Journal` lives in :mod:`.journal_core`,
+:class:`AsyncJournal` in :mod:`.journal_async`, the errors in :mod:`.journal_errors`, the
+decorators in :mod:`.journal_decorators`, what a request records in :mod:`.recording`.
 """
 
 from __future__ import annotations
