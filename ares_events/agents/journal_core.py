@@ -25,6 +25,7 @@ from ares_events.agents.journal_errors import (
 )
 from ares_events.agents.recording import (
     MAX_ERROR_CHARS,
+    MISSING,
     Redactor,
     class_path,
     describe,
@@ -117,7 +118,10 @@ def _reply(value: Any) -> ModelReply:
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:
-    message = str(exc)
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not hide the failure itself
+        message = f"<unprintable {type(exc).__name__}>"
     if len(message) > MAX_ERROR_CHARS:
         message = message[: MAX_ERROR_CHARS - 1] + "…"
     return {"error_type": type(exc).__name__, "error": message, "error_class": class_path(exc)}
@@ -306,17 +310,26 @@ class Journal:
         self.replaying = False
 
     def _diverged(
-        self, step: int, what: str, recorded: Any, current: Any, path: str, rec: dict[str, Any]
+        self,
+        step: int,
+        what: str,
+        recorded: Any,
+        current: Any,
+        path: str,
+        rec: dict[str, Any],
+        current_hash: str,
     ) -> ReplayDivergence:
-        if recorded is None:
-            short = (str(rec.get("hash") or "")[:16], "")
+        if recorded is MISSING:
+            was, now = str(rec.get("hash") or "")[:16], current_hash[:16]
             return ReplayDivergence(
                 self.run_id,
                 step,
-                f"{what} differ from the recorded call at this step (only hashes are recorded: "
-                f"recorded {short[0]}…)",
+                f"{what} differ from the recorded call at this step; only hashes are "
+                f"recorded, so the difference cannot be shown: recorded blake3 {was}…, "
+                f"now {now}…",
                 path=path,
-                recorded=short[0],
+                recorded=was,
+                current=now,
                 hashes_only=True,
             )
         diff = first_difference(recorded, current, path)
@@ -336,13 +349,14 @@ class Journal:
         )
 
     def _recorded_request(self, rec: dict[str, Any], field: str) -> Any:
+        """``field`` of the step's first request event, or MISSING when not recorded."""
         version = rec.get("version")
         if not isinstance(version, int):
-            return None
+            return MISSING
         for e in self.store.read(self.run_id, from_version=version, limit=1):
             payload = e.payload if isinstance(e.payload, dict) else {}
-            return payload.get(field)
-        return None
+            return payload.get(field, MISSING)
+        return MISSING
 
     def _kind_divergence(self, step: int, rec: dict[str, Any], asked: str) -> ReplayDivergence:
         kind = str(rec.get("kind"))
@@ -408,7 +422,7 @@ class Journal:
             raise self._kind_divergence(step, rec, "a model call")
         if rec.get("hash") != mh:
             recorded = self._recorded_request(rec, "messages")
-            raise self._diverged(step, "messages", recorded, msgs, "messages", rec)
+            raise self._diverged(step, "messages", recorded, msgs, "messages", rec, mh)
         status = rec.get("status")
         if status == "answered":
             self.replaying = True
@@ -524,7 +538,7 @@ class Journal:
         if rec.get("hash") not in (None, ah):
             recorded = self._recorded_request(rec, "args")
             raise self._diverged(
-                step, f"args of tool {name!r}", recorded, recorded_args, "args", rec
+                step, f"args of tool {name!r}", recorded, recorded_args, "args", rec, ah
             )
         tc = self.state["tool_calls"].get(key, {})
         status = rec.get("status")

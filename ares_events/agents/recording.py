@@ -23,10 +23,12 @@ from typing import Any, Final
 
 import blake3
 
+from ares_events.errors import InvalidEvent
 from ares_events.integrity.chain import canonical_json
 
 __all__ = [
     "MAX_ERROR_CHARS",
+    "MISSING",
     "Redactor",
     "class_path",
     "describe",
@@ -107,7 +109,7 @@ def format_path(root: str, *parts: str | int) -> str:
 def _same_scalar(a: Any, b: Any) -> bool:
     try:
         return canonical_json(a) == canonical_json(b)
-    except Exception:
+    except InvalidEvent:  # a value that is not JSON compares by equality
         return bool(a == b)
 
 
@@ -155,7 +157,7 @@ def _json_text(value: Any) -> str:
         return ABSENT
     try:
         return canonical_json(value).decode()
-    except Exception:
+    except InvalidEvent:  # a value that is not JSON is shown by repr
         return repr(value)
 
 
@@ -255,6 +257,6 @@ def rebuild_failure(path: str | None, message: str, note: str) -> BaseException 
         obj.args = (message,)
         obj.ares_message = message  # type: ignore[attr-defined]
         obj.add_note(note)
-    except Exception:
+    except Exception:  # an exotic class (final, odd __new__): the library error instead
         return None
     return obj

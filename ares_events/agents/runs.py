@@ -373,7 +373,8 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
 
 def iter_run_ids(store: EventStore) -> Iterator[str]:
     """Streams of ``store`` that are runs (their first event is ``run.started``)."""
-    for stream_id, _ in store.streams():
+    # Listed first: reading each stream while the listing is open would nest cursors.
+    for stream_id in [sid for sid, _ in store.streams()]:
         if _is_run(store, stream_id) is None:
             yield stream_id
 

@@ -63,7 +63,7 @@ _CELL = 48
 def _who() -> str:
     try:
         return getpass.getuser()
-    except Exception:
+    except (OSError, KeyError):  # no user name in this environment
         return "unknown"
 
 
