@@ -68,8 +68,10 @@ def test_a_model_request_records_its_messages_params_and_hash(store: ae.EventSto
     req = requested(store, "rec-1")[0]
     assert req["messages"] == msgs and req["params"] == {"temperature": 0, "model": "m1"}
     assert req["messages_hash"] == ae.agents.recording.hash_of(msgs, "messages")
-    step = Journal.inspect(store, "rec-1").steps[0]
+    info = Journal.inspect(store, "rec-1")
+    step = info.steps[0]
     assert step.request == {"messages": msgs, "params": {"temperature": 0, "model": "m1"}}
+    assert info.state["completions"] == {"1": "echo What changed?"}  # the raw fold too
     assert step.outcome == "echo What changed?" and step.kind == "model"
 
 

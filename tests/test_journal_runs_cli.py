@@ -224,7 +224,7 @@ def test_resolve_not_done_runs_the_call_again_with_the_same_key(
     code, out = agent(url, services, "nd", "--mode", "none")
     assert code == child.EXIT_IN_DOUBT and out["key"] == "nd:2"
     assert child.FakeTicketing(str(services), "nd").lookup("nd:2") == (False, None)
-    code, _, err = run(capsys, "--store", url, "runs", "resolve", "nd", "2", "--not-done")
+    code, _, err = run(capsys, "--store", url, "runs", "resolve", "nd", "nd:2", "--not-done")
     assert code == 0, err
     assert events(url, "nd")[-1].type == "tool.call.not_done"
     code, _, err = run(capsys, "--store", url, "runs", "resume", "nd")
@@ -290,6 +290,8 @@ def test_refused_actions_exit_2_and_append_nothing(
         (["runs", "resolve", "doubt", "2", "--result", "{nope"], "not JSON"),
         (["runs", "resolve", "doubt", "2"], "exactly one"),
         (["runs", "resolve", "doubt", "2", "--result", "1", "--not-done"], "exactly one"),
+        (["runs", "resolve", "doubt", "two", "--not-done"], "not a step number"),
+        (["runs", "resolve", "doubt", "0", "--not-done"], "not a step number"),
     ]
     for argv, why in cases:
         code, _, err = run(capsys, "--store", url, *argv)

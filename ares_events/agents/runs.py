@@ -164,6 +164,8 @@ class RunInfo:
     updated_at: str | None
     findings: list[Finding] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The raw fold (``RunStateProjection``) these views were made from."""
 
     @property
     def in_doubt(self) -> tuple[StepInfo, ...]:
@@ -368,6 +370,7 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
         updated_at=last.at if last is not None else None,
         findings=list(rep.findings),
         skipped=[f"version {s.version}: {s.type}: {s.reason}" for s in rep.skipped],
+        state=state,
     )
 
 

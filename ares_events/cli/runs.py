@@ -323,9 +323,19 @@ def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any]
     return EXIT_OK
 
 
+def _step_number(run: str, step: str) -> int:
+    """STEP as a number, also given as the call's idempotency key ``RUN:STEP``."""
+    text = step.removeprefix(f"{run}:")
+    if not text.isdigit() or int(text) < 1:
+        raise click.BadParameter(
+            f"{step!r} is not a step number (or the key {run}:N)", param_hint="STEP"
+        )
+    return int(text)
+
+
 @runs_cmd.command(name="resolve")
 @click.argument("run")
-@click.argument("step", type=click.IntRange(1))
+@click.argument("step")
 @click.option(
     "--result",
     "result_json",
@@ -344,7 +354,7 @@ def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any]
 def runs_resolve(
     app: App,
     run: str,
-    step: int,
+    step: str,
     result_json: str | None,
     not_done: bool,
     by: str | None,
@@ -353,7 +363,8 @@ def runs_resolve(
 ) -> int:
     """Settle the in-doubt tool call at STEP of RUN (a call requested with no outcome).
 
-    Check the downstream system for the call's idempotency key (runs show lists it),
+    STEP is the step number, or the call's idempotency key RUN:STEP. Check the
+    downstream system for that key (runs show lists it),
     then record what happened: --result JSON (it landed, with this result) or --not-done
     (it did not; it will run again with the same key). Appends one event. A run paused on
     the call stays paused: `runs resume` lets it go on.
@@ -365,6 +376,7 @@ def runs_resolve(
     """
     if (result_json is None) == (not not_done):
         raise click.UsageError("give exactly one of --result JSON or --not-done")
+    number = _step_number(run, step)
     result: Any = None
     if result_json is not None:
         try:
@@ -375,7 +387,7 @@ def runs_resolve(
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open() as store, _operator_errors(run, "resolving it"):
         info = resolve_step(
-            store, run, step, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
+            store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
         )
         url = store.url
     verdict = "did not land (it will run again)" if not_done else "landed; result recorded"
@@ -384,8 +396,8 @@ def runs_resolve(
         as_json,
         url,
         info,
-        {"action": "resolve", "step": step, "not_done": not_done, "by": who, "reason": reason},
-        f"step {step} of run {run}: {verdict} (by {who})",
+        {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason},
+        f"step {number} of run {run}: {verdict} (by {who})",
     )
 
 
