@@ -2,7 +2,8 @@
 
 The run (``flow=basic``): model call, ``create_ticket`` tool call, patch, model call,
 complete. With ``flow=interrupt`` an ``awaiting_approval`` interrupt sits between the
-patch and the second model call. ``flow=retry`` is the loop every agent has (see
+patch and the second model call. ``flow=long`` only patches, LONG_STEPS times (a busy run
+for races with operators). ``flow=retry`` is the loop every agent has (see
 :func:`run_retry_loop`): the model answers each prompt only after two ``RateLimited``
 errors, ``create_ticket`` and ``notify`` lose their first answer after the side effect
 (``GatewayTimeout``), and ``weather`` is down for good (the loop gives up after two
@@ -24,7 +25,7 @@ The store URL comes from ``ARES_STORE_URL`` (never argv). On a normal exit the c
 prints one JSON line: outcome, status and the journal's stats.
 
     python tests/journal_child.py --services S.db --run-id RUN [--die-after N]
-        [--die-in tool|model] [--die-in-call K] [--flow basic|interrupt|retry]
+        [--die-in tool|model] [--die-in-call K] [--flow basic|interrupt|retry|long]
         [--mode reconcile|idempotent|none]
 
 Exit status 0 when the loop returned (completed or paused), 3 when it stopped on an
@@ -58,6 +59,8 @@ RATE_LIMITS = 2
 WEATHER_ATTEMPTS = 2
 """flow=retry: the loop gives up on the weather tool after this many attempts."""
 EXIT_IN_DOUBT = 3
+LONG_STEPS = 400
+"""flow=long: state patches, one per step, then complete (a run that is busy appending)."""
 
 SERVICES_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS model_calls (run TEXT, messages_hash TEXT, content TEXT)",
@@ -399,6 +402,11 @@ def run_once(
         try:
             if retry:
                 outcome = run_retry_loop(journal, llm, tickets, mode=mode)
+            elif flow == "long":
+                for i in range(LONG_STEPS):
+                    journal.patch("i", i)
+                journal.complete()
+                outcome = "completed"
             else:
                 outcome = run_loop(journal, llm, tickets, mode=mode, flow=flow)
         except InDoubtToolCall as exc:
@@ -421,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-id", required=True)
     p.add_argument("--die-after", type=int, default=0)
     p.add_argument("--die-in", choices=("tool", "model"), default=None)
-    p.add_argument("--flow", choices=("basic", "interrupt", "retry"), default="basic")
+    p.add_argument("--flow", choices=("basic", "interrupt", "retry", "long"), default="basic")
     p.add_argument("--mode", choices=("reconcile", "idempotent", "none"), default="reconcile")
     p.add_argument("--snapshot-every", type=int, default=2)
     p.add_argument("--die-in-call", type=int, default=0)

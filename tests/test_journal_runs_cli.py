@@ -24,10 +24,15 @@ CHILD = Path(__file__).with_name("journal_child.py")
 TIMEOUT = 120  # seconds; only to turn a hang into a failure
 
 
+def child_argv(services: Path, run_id: str, *args: str) -> list[str]:
+    """The agent process's command line."""
+    return [sys.executable, str(CHILD), "--services", str(services), "--run-id", run_id, *args]
+
+
 def agent(url: str, services: Path, run_id: str, *args: str) -> tuple[int, dict[str, Any]]:
     """Run the agent process once: (exit status, its JSON line or {} when killed)."""
     proc = subprocess.run(
-        [sys.executable, str(CHILD), "--services", str(services), "--run-id", run_id, *args],
+        child_argv(services, run_id, *args),
         env=dict(os.environ, ARES_STORE_URL=url),
         capture_output=True,
         text=True,
@@ -309,3 +314,104 @@ def test_who_defaults_to_the_os_user(
     code, data = run_json(capsys, "--store", url, "runs", "resume", "waiting")
     assert code == 0 and data["by"] == "carol"
     assert events(url, "waiting")[-1].metadata["by"] == "carol"
+
+
+def test_an_action_on_a_run_that_changed_meanwhile_appends_nothing(
+    url: str, fleet: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """An agent appends between the operator's read and write: the action fails (exit 1,
+    saying the run changed) instead of acting on a stale view, and appends nothing."""
+    from ares_events.agents import runs as runs_module
+
+    real = runs_module.inspect_run
+
+    def read_then_agent_appends(store: ae.EventStore, run_id: str, **kw: Any) -> Any:
+        info = real(store, run_id, **kw)
+        ae.emit(store, run_id, "agent.note", "runtime", {"n": 1}, expected_version=info.version)
+        return info
+
+    monkeypatch.setattr(runs_module, "inspect_run", read_then_agent_appends)
+    before = len(events(url, "waiting"))
+    code, _, err = run(capsys, "--store", url, "runs", "resume", "waiting")
+    assert code == 1 and "changed while resuming" in err and "runs show waiting" in err
+    assert [e.type for e in events(url, "waiting")[before:]] == ["agent.note"]
+
+
+@pytest.mark.slow
+def test_cancel_races_a_busy_agent_and_one_of_them_wins_cleanly(
+    url: str, services: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Several times over: an agent process appends steps as fast as it can while the
+    operator cancels it. Either the cancel lands (the agent is then fenced off: it fails at
+    its next append, and nothing follows run.cancelled) or the run finished first (cancel
+    refused); a cancel that loses a write race fails with exit 1 and is simply retried.
+    The chain always verifies."""
+    for n in range(5):
+        run_id = f"race-{n}"
+        proc = subprocess.Popen(
+            child_argv(services, run_id, "--flow", "long", "--snapshot-every", "50"),
+            env=dict(os.environ, ARES_STORE_URL=url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with ae.open_store(url) as store:
+                while store.stream_version(run_id) < 20 * (n + 1) and proc.poll() is None:
+                    pass
+            lost_races = 0
+            while True:
+                code, _, err = run(capsys, "--store", url, "runs", "cancel", run_id)
+                if code != 1:
+                    break
+                assert "changed while cancelling" in err, err
+                lost_races += 1
+            _, err = proc.communicate(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        types = [e.type for e in events(url, run_id)]
+        if code == 0:
+            assert types[-1] == "run.cancelled" and "run.completed" not in types
+            assert proc.returncode != 0 and "ConcurrencyError" in err
+        else:
+            assert code == 2 and types[-1] == "run.completed" and proc.returncode == 0
+        with ae.open_store(url) as store:
+            assert ae.integrity.verify_stream(store, run_id).ok
+
+
+def test_looking_at_a_run_while_it_is_written_never_reports_findings(
+    url: str, services: Path
+) -> None:
+    """runs show / list read a run while its agent process appends as fast as it can: every
+    read is clean (no false 'truncated' from a head that moved during the read) and
+    appends nothing of its own."""
+    from ares_events.agents.runs import inspect_run, list_runs
+
+    proc = subprocess.Popen(
+        child_argv(services, "busy", "--flow", "long", "--snapshot-every", "25"),
+        env=dict(os.environ, ARES_STORE_URL=url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    reads = 0
+    try:
+        with ae.open_store(url) as store:
+            while proc.poll() is None:
+                if store.stream_version("busy") == 0:
+                    continue
+                info = inspect_run(store, "busy")
+                assert info.ok, (info.findings, info.skipped)
+                assert all(r.ok for r in list_runs(store))
+                reads += 1
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert reads > 0
+    kinds = {e.type for e in events(url, "busy")}
+    assert kinds == {"run.started", "state.patched", "run.completed"}
