@@ -24,6 +24,8 @@ AGENT_KEYS = {
     "resume_ms",
     "chain_ok",
     "events",
+    "rate_limits_absorbed",
+    "lost_answers_absorbed",
 }
 
 
@@ -31,9 +33,11 @@ AGENT_KEYS = {
 def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Three agents, two group SIGKILLs: every agent finishes, no duplicate side effect,
-    no re-issued model call, calls answered from the log, and the JSON has one entry
-    per agent with the documented keys."""
+    """Three agents, two group SIGKILLs, a rate-limited model and a ticketing service that
+    loses answers: every agent finishes, no duplicate side effect, no re-issued model
+    call, calls answered from the log, rate limits and lost answers absorbed (counted from
+    the services' own tables), and the JSON has one entry per agent with the documented
+    keys."""
     url = f"sqlite:///{tmp_path}/d.db"
     argv = ["--store", url, "demo", "--agents", "3", "--kills", "2", "--steps", "6"]
     code = main([*argv, "--seed", "3", "--json"])
@@ -45,6 +49,7 @@ def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
     assert out["reissued_model_calls"] == 0
     assert out["model_calls_saved"] > 0 and out["tokens_saved"] > 0
     assert out["all_chains_ok"] is True
+    assert out["rate_limits_absorbed"] > 0 and out["lost_answers_absorbed"] > 0
     assert len(out["agents"]) == 3
     for agent in out["agents"]:
         assert set(agent) >= AGENT_KEYS
@@ -54,5 +59,16 @@ def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
     assert (
         sum(a["model_calls_answered_from_log"] for a in out["agents"]) == (out["model_calls_saved"])
     )
+    assert sum(a["rate_limits_absorbed"] for a in out["agents"]) == out["rate_limits_absorbed"]
+    assert sum(a["lost_answers_absorbed"] for a in out["agents"]) == out["lost_answers_absorbed"]
+    with ae.open_store(url) as store:
+        failed = [
+            e.payload["error_type"]
+            for sid, _ in store.streams()
+            if sid.startswith("run-")
+            for e in store.read(sid)
+            if e.type in ("model.call.failed", "tool.call.failed")
+        ]
+    assert {"RateLimited", "GatewayTimeout"} <= set(failed)
     with ae.open_store(url) as store:
         assert ae.integrity.audit(store).ok

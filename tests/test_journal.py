@@ -32,7 +32,6 @@ from ares_events.agents.journal import (
     ReplayDivergence,
     RunNotRunnable,
     RunRefused,
-    ToolCallFailed,
     migrating_gate,
     strict_gate,
 )
@@ -318,24 +317,28 @@ def test_model_call_accepts_every_documented_reply_shape(store: ae.EventStore) -
     assert j2.stats.tokens_from_log == 5 + 6 + 9
 
 
-def test_a_tool_error_is_recorded_and_replayed_without_calling(store: ae.EventStore) -> None:
-    """A tool that raises ends its step with a recorded error (ToolCallFailed); on replay
-    the same error is raised and the tool is not called again."""
+def test_a_tool_error_is_a_failed_attempt_and_the_step_stays_open(store: ae.EventStore) -> None:
+    """A tool that raises records a failed attempt (tool.call.failed) and the original
+    exception propagates; a reopened run attempts the open step again, for real, with the
+    same key, and the recorded error is never taken for an outcome."""
     calls: list[str] = []
 
     def flaky(args: Any, key: str) -> Any:
         calls.append(key)
         raise RuntimeError("quota exceeded")
 
-    with pytest.raises(ToolCallFailed) as ei:
+    with pytest.raises(RuntimeError, match="quota exceeded"):
         Journal(store, "run-err").tool_call("t", {}, call=flaky)
-    assert "quota exceeded" in str(ei.value.error)
-    assert events_of(store, "run-err", "tool.returned")[0].payload["error"] == (
-        "RuntimeError: quota exceeded"
-    )
-    with pytest.raises(ToolCallFailed):
-        Journal(store, "run-err").tool_call("t", {}, call=flaky)
+    failed = events_of(store, "run-err", "tool.call.failed")[0].payload
+    assert (failed["step"], failed["attempt"], failed["error_type"]) == (1, 1, "RuntimeError")
+    assert failed["error"] == "quota exceeded"
+    assert events_of(store, "run-err", "tool.returned") == []
+    assert Journal(store, "run-err").tool_call("t", {}, call=lambda a, k: {"ok": k}) == {
+        "ok": "run-err:1"
+    }
     assert calls == ["run-err:1"]
+    attempts = [e.payload["attempt"] for e in events_of(store, "run-err", "tool.call.requested")]
+    assert attempts == [1, 2]
 
 
 def test_completed_run_takes_no_new_steps(store: ae.EventStore) -> None:

@@ -157,7 +157,9 @@ def test_import_has_no_side_effects_on_logging() -> None:
 def _error_samples() -> list[Exception]:
     from ares_events.agents.journal import (
         InDoubtToolCall,
+        ModelCallFailed,
         ReplayDivergence,
+        RunNotFound,
         RunNotRunnable,
         RunRefused,
         ToolCallFailed,
@@ -185,8 +187,12 @@ def _error_samples() -> list[Exception]:
         RunRefused("run-1", ("r1", "p1"), ("r2", "p2")),
         RunNotRunnable("run-1", "paused", "interrupted"),
         InDoubtToolCall("run-1", "run-1:4", "create_ticket"),
-        ReplayDivergence("run-1", 3, "messages differ"),
-        ToolCallFailed("run-1", "run-1:2", "boom"),
+        ReplayDivergence(
+            "run-1", 3, "messages differ", path="messages[0]", recorded='"a"', current='"b"'
+        ),
+        ToolCallFailed("run-1", "run-1:2", "boom", step=2, attempt=1, error_type="Timeout"),
+        ModelCallFailed("run-1", 3, 2, "RateLimited", "429"),
+        RunNotFound("run-9"),
     ]
 
 

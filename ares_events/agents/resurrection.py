@@ -7,15 +7,20 @@ in its own process group and kills the group at seeded random points; the *super
 (:class:`~ares_events.agents.supervision.ProcessSupervisor`) resurrects agents; each *agent*
 runs a deterministic research task through a :class:`~ares_events.agents.journal.Journal`.
 
-The fake services keep their own SQLite file: the LLM counts every call and its tokens;
-the ticketing service records every side effect and honours idempotency keys. The report
-is computed from those tables and the event log, not from anything the agents claim.
+The fake services keep their own SQLite file: the LLM counts every call and its tokens
+and answers about a third of the prompts with one or two rate limits (HTTP 429) first;
+the ticketing service records every side effect, honours idempotency keys, and loses the
+answer of about a third of its first calls after the side effect (a gateway timeout).
+The agents retry both the way every agent loop does, through the journal (a retry is an
+attempt of the same step, with the same idempotency key). The report is computed from
+those tables and the event log, not from anything the agents claim.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -50,6 +55,8 @@ SERVICES_SCHEMA = (
     "at REAL)",
     "CREATE TABLE IF NOT EXISTS tickets (key TEXT PRIMARY KEY, agent TEXT, title TEXT, at REAL)",
     "CREATE TABLE IF NOT EXISTS side_effects (key TEXT, agent TEXT, title TEXT, at REAL)",
+    "CREATE TABLE IF NOT EXISTS rate_limits (agent TEXT, messages_hash TEXT, at REAL)",
+    "CREATE TABLE IF NOT EXISTS lost_answers (key TEXT, agent TEXT, at REAL)",
     "CREATE TABLE IF NOT EXISTS incarnations (agent TEXT, instance TEXT, ready_s REAL, "
     "model_from_log INTEGER, tokens_from_log INTEGER, model_made INTEGER, "
     "tools_from_log INTEGER, tools_reconciled INTEGER, recovered_from TEXT, "
@@ -68,8 +75,23 @@ def _db(path: str) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+class RateLimited(Exception):
+    """The fake LLM's HTTP 429: nothing was paid; try again after a moment."""
+
+
+class GatewayTimeout(Exception):
+    """The fake ticketing gateway timed out after the ticket was created."""
+
+
+def _share(digest: str) -> int:
+    """0, 1 or 2, evenly, from a hex digest: how often a prompt is rate-limited, and
+    (0) whether a ticket's first answer is lost."""
+    return int(digest[:8], 16) % 3
+
+
 class FakeLLM:
-    """Deterministic completions; every call (and its tokens) is counted."""
+    """Deterministic completions; every paid call (and its tokens) is counted. A third of
+    the prompts get one rate limit, a third two, before an answer (counted, not paid)."""
 
     def __init__(self, path: str, agent: str, latency: float) -> None:
         self.path, self.agent, self.latency = path, agent, latency
@@ -81,6 +103,13 @@ class FakeLLM:
         tokens = 40 + len(text) // 4
         mh = blake3.blake3(canonical_json(messages)).hexdigest()
         with _db(self.path) as c:
+            limited = c.execute(
+                "SELECT count(*) FROM rate_limits WHERE agent = ? AND messages_hash = ?",
+                (self.agent, mh),
+            ).fetchone()[0]
+            if limited < _share(digest):
+                c.execute("INSERT INTO rate_limits VALUES (?, ?, ?)", (self.agent, mh, time.time()))
+                raise RateLimited("429 Too Many Requests")
             c.execute(
                 "INSERT INTO llm_calls VALUES (?, ?, ?, ?)", (self.agent, mh, tokens, time.time())
             )
@@ -91,13 +120,19 @@ class FakeLLM:
 
 
 class FakeTicketing:
-    """Creates tickets; honours idempotency keys; records every real side effect."""
+    """Creates tickets; honours idempotency keys; records every real side effect. The
+    first call for a third of the keys loses its answer after creating the ticket."""
 
     def __init__(self, path: str, agent: str, latency: float) -> None:
         self.path, self.agent, self.latency = path, agent, latency
 
     def create(self, args: Any, key: str) -> dict[str, Any]:
-        """Create a ticket unless one with this key exists (then return it)."""
+        """Create a ticket unless one with this key exists (then return it).
+
+        Raises:
+            GatewayTimeout: (first call of some keys) the ticket exists, the answer is lost.
+        """
+        lost = False
         with _db(self.path) as c:
             c.execute("BEGIN IMMEDIATE")
             row = c.execute("SELECT key FROM tickets WHERE key = ?", (key,)).fetchone()
@@ -110,8 +145,13 @@ class FakeTicketing:
                     "INSERT INTO side_effects VALUES (?, ?, ?, ?)",
                     (key, self.agent, args["title"], now),
                 )
+                lost = _share(blake3.blake3(key.encode()).hexdigest()) == 0
+                if lost:
+                    c.execute("INSERT INTO lost_answers VALUES (?, ?, ?)", (key, self.agent, now))
             c.execute("COMMIT")
         time.sleep(self.latency)  # the reply travels back slowly: a window for kill -9
+        if lost:
+            raise GatewayTimeout(f"504 Gateway Timeout (request {key})")
         return {"ticket": key}
 
     def lookup(self, key: str) -> tuple[bool, Any]:
@@ -128,6 +168,19 @@ def _open_from_env() -> EventStore:
     if not settings.store_url:
         raise SystemExit("ARES_STORE_URL is not set (the demo driver sets it)")
     return settings.open_store()  # type: ignore[no-any-return]
+
+
+def _retrying(journal: Journal, call: Any, retry_on: type[Exception], limit: int = 8) -> Any:
+    """The retry loop every agent has: call again (same step, same idempotency key) after
+    a short backoff, which a replayed failure skips."""
+    while True:
+        try:
+            return call()
+        except retry_on:
+            if journal.attempt >= limit:
+                raise
+            if not journal.replaying:
+                time.sleep(0.005 * journal.attempt)
 
 
 def agent_main(args: argparse.Namespace) -> int:
@@ -178,14 +231,17 @@ def agent_main(args: argparse.Namespace) -> int:
                 "content": f"{agent_id}: topic part {i}; so far: {summary}",
             },
         ]
-        completion = journal.model_call(msgs, {"temperature": 0}, call=llm)
+        ask = functools.partial(journal.model_call, msgs, {"temperature": 0}, call=llm)
+        completion = _retrying(journal, ask, RateLimited)
         summary = completion["text"]
-        journal.tool_call(
+        file_ticket = functools.partial(
+            journal.tool_call,
             "create_ticket",
             {"title": f"{agent_id} finding {i}"},
             call=tickets.create,
             reconcile=tickets.lookup,
         )
+        _retrying(journal, file_ticket, GatewayTimeout)
         journal.patch("progress", i)
         ledger()
     journal.complete({"summary": summary})
@@ -247,6 +303,8 @@ class AgentReport:
     reissued_model_calls: int
     tool_side_effects: int
     duplicate_side_effects: int
+    rate_limits_absorbed: int
+    lost_answers_absorbed: int
     resume_ms: float | None
     chain_ok: bool
     events: int
@@ -281,6 +339,8 @@ class DemoReport:
             "tokens_saved": sum(a.tokens_saved for a in self.agents),
             "model_calls_made": sum(a.model_calls_made for a in self.agents),
             "resumes": sum(a.resumes for a in self.agents),
+            "rate_limits_absorbed": sum(a.rate_limits_absorbed for a in self.agents),
+            "lost_answers_absorbed": sum(a.lost_answers_absorbed for a in self.agents),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,7 +424,7 @@ def run_demo(
         "--timeout",
         str(timeout),
     ]
-    per_agent = 2 + steps * 5
+    per_agent = 2 + steps * 7  # plus failed attempts: rate limits and lost answers
     total = agents * per_agent
     points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))
     done_kills = 0
@@ -424,6 +484,10 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         (agent,),
     ).fetchall()
     resumed = [r for r in inc if r[4] != "empty"]
+    rate_limits = c.execute(
+        "SELECT count(*) FROM rate_limits WHERE agent = ?", (agent,)
+    ).fetchone()[0]
+    lost = c.execute("SELECT count(*) FROM lost_answers WHERE agent = ?", (agent,)).fetchone()[0]
     chain_ok = verify_stream(store, run_stream).ok and verify_stream(store, agent).ok
     return AgentReport(
         agent=agent,
@@ -436,6 +500,8 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         reissued_model_calls=reissued,
         tool_side_effects=sum(n for _, n in effects),
         duplicate_side_effects=sum(n - 1 for _, n in effects if n > 1),
+        rate_limits_absorbed=int(rate_limits),
+        lost_answers_absorbed=int(lost),
         resume_ms=round(statistics.median(r[0] for r in resumed) * 1000, 1) if resumed else None,
         chain_ok=chain_ok,
         events=events,

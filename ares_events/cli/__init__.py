@@ -9,7 +9,8 @@ module per command group, each registering its commands on the group when import
 (:mod:`~ares_events.cli.inspect`: init, streams, tail, verify, audit;
 :mod:`~ares_events.cli.state`: recover, snapshot, rebuild; :mod:`~ares_events.cli.blobs`:
 gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`: demo;
-:mod:`~ares_events.cli.bench`: bench), and here :func:`main`, which maps errors to exit
+:mod:`~ares_events.cli.bench`: bench; :mod:`~ares_events.cli.runs`: runs list, show,
+resolve, resume, cancel), and here :func:`main`, which maps errors to exit
 codes.
 
 It may import anything in the package (the CLI is the top layer). The command modules
@@ -24,7 +25,7 @@ import traceback
 import click
 
 # Importing a command module registers its commands on the group.
-from ares_events.cli import anchors, bench, blobs, demo, inspect, state  # noqa: F401
+from ares_events.cli import anchors, bench, blobs, demo, inspect, runs, state  # noqa: F401
 from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,

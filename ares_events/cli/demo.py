@@ -72,12 +72,15 @@ def demo(
     """The kill -9 story: agents die, the supervisor resurrects them, nothing is lost.
 
     N agents (default 10) run a deterministic research task through a write-ahead
-    journal against a fake LLM (counts calls and tokens) and a fake ticketing service
-    (records side effects in its own SQLite table, honours idempotency keys). The demo
+    journal against a fake LLM (counts calls and tokens; answers a third of the prompts
+    with rate limits first) and a fake ticketing service (records side effects in its
+    own SQLite table, honours idempotency keys, loses a third of its first answers after
+    the side effect); the agents retry both through the journal. The demo
     SIGKILLs the whole process group at seeded random points, restarts the supervisor,
     which resurrects every agent from snapshot + tail, and all finish. It then reports
     per agent: steps, resumes, model calls made vs answered from the log (tokens saved),
-    tool side effects and duplicates (0), resume time and chain verification.
+    tool side effects and duplicates (0), rate limits and lost answers absorbed, resume
+    time and chain verification.
 
     With --simple it instead appends a few hundred lifecycle events per agent in one
     process and verifies every chain.
@@ -178,8 +181,9 @@ def _resurrection_demo(
         show_edge=False,
         caption=(
             "calls: model calls made; logged: answered from the log (saved: tokens not "
-            "re-paid);\neffects: tickets created; dupes: duplicate side effects; "
-            "ms: median resume time"
+            "re-paid);\neffects: tickets created; dupes: duplicate side effects;\n429s: rate "
+            "limits absorbed (retried); lost: tool answers lost after the side effect "
+            "(retried with the same key);\nms: median resume time"
         ),
         caption_justify="left",
     )
@@ -193,6 +197,8 @@ def _resurrection_demo(
         "saved",
         "effects",
         "dupes",
+        "429s",
+        "lost",
         "ms",
         "chain",
     ):
@@ -208,6 +214,8 @@ def _resurrection_demo(
             str(a.tokens_saved),
             str(a.tool_side_effects),
             str(a.duplicate_side_effects),
+            str(a.rate_limits_absorbed),
+            str(a.lost_answers_absorbed),
             "-" if a.resume_ms is None else f"{a.resume_ms:.0f}",
             _status(a.chain_ok),
         )
@@ -218,7 +226,8 @@ def _resurrection_demo(
             f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "
             f"for answered steps: {data['reissued_model_calls']}; model calls answered from "
             f"the log: {data['model_calls_saved']} ({data['tokens_saved']} tokens saved); "
-            f"{report.seconds:.1f}s",
+            f"rate limits absorbed: {data['rate_limits_absorbed']}; lost tool answers "
+            f"absorbed: {data['lost_answers_absorbed']}; {report.seconds:.1f}s",
             style="bold green" if ok else "bold red",
         )
     )

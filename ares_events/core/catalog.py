@@ -13,8 +13,11 @@ Lifecycle: ``session.created``, ``task.created``, ``task.completed``, ``task.fai
 ``failover.triggered``, ``failover.completed``.
 
 Durable runs: ``run.started``, ``model.call.requested``, ``model.responded``,
-``tool.call.requested``, ``tool.returned``, ``state.patched``, ``run.interrupted``,
-``run.resumed``, ``run.completed``, ``run.failed``, ``run.gate`` (a version-gate decision).
+``model.call.failed`` (a failed attempt), ``tool.call.requested``, ``tool.returned``,
+``tool.call.failed`` (a failed attempt), ``tool.call.not_done`` (a human says an in-doubt
+call did not land), ``step.abandoned`` (the loop gave up on a failed step),
+``state.patched``, ``run.interrupted``, ``run.resumed``, ``run.completed``,
+``run.failed``, ``run.cancelled``, ``run.gate`` (a version-gate decision).
 """
 
 from __future__ import annotations
@@ -139,11 +142,26 @@ class RunStarted(Payload):
 
 
 class ModelCallRequested(Payload):
-    """``model.call.requested``: intention, appended before the call."""
+    """``model.call.requested``: intention, appended before each attempt of the call.
+
+    ``messages`` (absent when prompts are not recorded) and ``params`` are the redacted
+    request; ``messages_hash`` is the blake3 of the recorded messages' canonical JSON.
+    """
 
     step: int
     messages_hash: str
     params: dict[str, Any]
+    attempt: int = 1
+
+
+class ModelCallAttemptFailed(Payload):
+    """``model.call.failed``: one attempt of a model step raised (the step stays open)."""
+
+    step: int
+    attempt: int
+    error_type: str
+    error: str
+    error_class: str | None = None
 
 
 class ModelResponded(Payload):
@@ -155,11 +173,41 @@ class ModelResponded(Payload):
 
 
 class ToolCallRequested(Payload):
-    """``tool.call.requested``: intention, with the idempotency key ``run_id:step_n``."""
+    """``tool.call.requested``: intention, with the idempotency key ``run_id:step_n``,
+    appended before each attempt (every attempt of a step has the same key)."""
 
     name: str
     args: Any
     idempotency_key: str
+    step: int | None = None
+    attempt: int = 1
+    args_hash: str | None = None
+
+
+class ToolCallAttemptFailed(Payload):
+    """``tool.call.failed``: one attempt of a tool step raised (the step stays open)."""
+
+    idempotency_key: str
+    step: int
+    attempt: int
+    error_type: str
+    error: str
+    error_class: str | None = None
+
+
+class ToolCallNotDone(Payload):
+    """``tool.call.not_done``: a human found that an in-doubt call did not land; the next
+    attempt runs it again with the same key."""
+
+    idempotency_key: str
+    by: str
+
+
+class StepAbandoned(Payload):
+    """``step.abandoned``: the loop made another call after a failed attempt, giving up on
+    the step."""
+
+    step: int
 
 
 class ToolReturned(Payload):
@@ -206,6 +254,12 @@ class RunFailed(Payload):
     error: str
 
 
+class RunCancelled(Payload):
+    """``run.cancelled``: an operator stopped the run for good."""
+
+    by: str
+
+
 class RunGate(Payload):
     """``run.gate``: the version gate's decision on resume."""
 
@@ -228,13 +282,18 @@ CATALOG: Final[dict[str, type[Payload]]] = {
     "run.started": RunStarted,
     "model.call.requested": ModelCallRequested,
     "model.responded": ModelResponded,
+    "model.call.failed": ModelCallAttemptFailed,
     "tool.call.requested": ToolCallRequested,
     "tool.returned": ToolReturned,
+    "tool.call.failed": ToolCallAttemptFailed,
+    "tool.call.not_done": ToolCallNotDone,
+    "step.abandoned": StepAbandoned,
     "state.patched": StatePatched,
     "run.interrupted": RunInterrupted,
     "run.resumed": RunResumed,
     "run.completed": RunCompleted,
     "run.failed": RunFailed,
+    "run.cancelled": RunCancelled,
     "run.gate": RunGate,
 }
 

@@ -17,8 +17,11 @@ from ares_events.core.catalog import (
     AgentStopped,
     FailoverCompleted,
     FailoverTriggered,
+    ModelCallAttemptFailed,
     ModelCallRequested,
     ModelResponded,
+    RunCancelled,
+    RunCompleted,
     RunFailed,
     RunGate,
     RunInterrupted,
@@ -26,9 +29,12 @@ from ares_events.core.catalog import (
     RunStarted,
     SessionCreated,
     StatePatched,
+    StepAbandoned,
     TaskCompleted,
     TaskCreated,
     TaskFailed,
+    ToolCallAttemptFailed,
+    ToolCallNotDone,
     ToolCallRequested,
     ToolReturned,
     parse,
@@ -200,11 +206,22 @@ class GenealogyProjection:
 
 
 class RunStateProjection:
-    """A durable run: step, status, recorded completions by step, token usage totals,
-    tool calls by idempotency key, dangling calls, pending interrupt, patched state."""
+    """A durable run: status, steps with their attempts, recorded completions by step,
+    token usage, tool calls by idempotency key, in-doubt calls, interrupt, patched state.
+
+    ``steps`` maps each step number (a string) to its record: ``kind`` (``model``,
+    ``tool``, ``patch`` or ``interrupt``), ``status`` and, for calls, ``attempts`` (each
+    ``{"n", "status", "version", "at"}`` plus ``error_type``/``error``/``error_class`` when
+    it failed) and the recorded request's ``hash`` and ``version`` (the request itself stays
+    in its event: the state never grows with prompts). A call step's status is
+    ``requested`` (an attempt has no outcome), ``failed`` (its last attempt raised; the loop
+    may retry it), ``not_done`` (a human found the in-doubt attempt did not land),
+    ``abandoned`` (the loop went on after a failure), ``answered`` / ``returned``, or
+    ``error`` (a recorded error outcome).
+    """
 
     name: ClassVar[str] = "run_state"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
 
     def initial(self) -> dict[str, Any]:
         """A run that has not started."""
@@ -221,8 +238,10 @@ class RunStateProjection:
             "interrupt": None,
             "state": {},
             "error": None,
+            "result": None,
             "gate": None,
             "resumes": 0,
+            "cancelled": None,
             "steps": {},
             "usage_by_step": {},
         }
@@ -232,89 +251,270 @@ class RunStateProjection:
         p = parse(event)
         if p is None:
             return state
-        op_step = event.payload.get("step") if isinstance(event.payload, dict) else None
-        if type(op_step) is int and event.type in _STEP_OPS:
-            state["steps"][str(op_step)] = event.type
-        if isinstance(p, RunStarted):
-            state["status"] = "running"
-            state["code_revision"] = p.code_revision
-            state["prompt_hash"] = p.prompt_hash
-        elif isinstance(p, ModelCallRequested):
-            state["requested"][str(p.step)] = p.messages_hash
-            state["step"] = max(state["step"], p.step)
-        elif isinstance(p, ModelResponded):
-            state["completions"][str(p.step)] = p.completion
-            state["usage_by_step"][str(p.step)] = p.usage
-            state["step"] = max(state["step"], p.step)
-            usage = state["usage"]
-            for k, v in p.usage.items():
-                if isinstance(v, int | float) and not isinstance(v, bool):
-                    usage[k] = usage.get(k, 0) + v
-        elif isinstance(p, ToolCallRequested):
-            key = p.idempotency_key
-            state["tool_calls"][key] = {
-                "name": p.name,
-                "args": p.args,
-                "status": "requested",
-                "result": None,
-                "error": None,
-                "version": event.version,
-            }
-            if key not in state["dangling"]:
-                state["dangling"].append(key)
-            step = _step_of(key)
-            if step is not None:
-                state["step"] = max(state["step"], step)
-        elif isinstance(p, ToolReturned):
-            key = p.idempotency_key
-            call = state["tool_calls"].setdefault(
-                key,
-                {
-                    "name": None,
-                    "args": None,
-                    "status": "requested",
-                    "result": None,
-                    "error": None,
-                    "version": event.version,
-                },
-            )
-            call["status"] = "error" if p.error is not None else "returned"
-            call["result"] = p.result
-            call["error"] = p.error
-            _remove(state["dangling"], key)
-        elif isinstance(p, StatePatched):
-            state["state"][p.key] = p.value
-        elif isinstance(p, RunInterrupted):
-            state["status"] = "paused"
-            state["interrupt"] = {"reason": p.reason, "at": event.at, "version": event.version}
-        elif isinstance(p, RunResumed):
-            state["status"] = "running"
-            state["interrupt"] = None
-            state["resumes"] += 1
-        elif isinstance(p, RunGate):
-            state["gate"] = {
-                "decision": p.decision,
-                "code_revision": p.code_revision,
-                "prompt_hash": p.prompt_hash,
-                "version": event.version,
-            }
-            if p.decision == "migrate":
-                state["code_revision"] = p.code_revision
-                state["prompt_hash"] = p.prompt_hash
-            elif p.decision == "refuse":
-                state["status"] = "refused"
-            if p.decision != "refuse" and state["status"] == "refused":
-                # A later gate let the run go on (e.g. the old code was redeployed).
-                state["status"] = "paused" if state["interrupt"] else "running"
-        elif event.type == "run.completed":
-            state["status"] = "completed"
-        elif isinstance(p, RunFailed):
-            state["status"] = "failed"
-            state["error"] = p.error
+        fold = _RUN_FOLDS.get(type(p))
+        if fold is not None:
+            fold(state, p, event)
         return state
 
 
-_STEP_OPS = frozenset({"state.patched", "run.interrupted"})
+def _bump(state: dict[str, Any], step: int | None) -> None:
+    if step is not None:
+        state["step"] = max(state["step"], step)
+
+
+def _attempt(event: RecordedEvent, n: int) -> dict[str, Any]:
+    return {"n": n, "status": "requested", "version": event.version, "at": event.at}
+
+
+def _call_step(
+    state: dict[str, Any], step: int, kind: str, ident: str | None, event: RecordedEvent
+) -> dict[str, Any]:
+    rec: dict[str, Any] | None = state["steps"].get(str(step))
+    if rec is None or rec.get("kind") != kind:
+        rec = {
+            "kind": kind,
+            "status": "requested",
+            "attempts": [],
+            "hash": ident,
+            "version": event.version,
+        }
+        state["steps"][str(step)] = rec
+    return rec
+
+
+def _last_attempt(rec: dict[str, Any]) -> dict[str, Any] | None:
+    attempts = rec.get("attempts") or []
+    return attempts[-1] if attempts else None
+
+
+def _fail_attempt(rec: dict[str, Any], attempt: int, p: Any) -> None:
+    for a in rec["attempts"]:
+        if a["n"] == attempt:
+            a.update(
+                status="failed", error_type=p.error_type, error=p.error, error_class=p.error_class
+            )
+    rec["status"] = "failed"
+
+
+def _run_started(state: dict[str, Any], p: RunStarted, event: RecordedEvent) -> None:
+    state["status"] = "running"
+    state["code_revision"] = p.code_revision
+    state["prompt_hash"] = p.prompt_hash
+
+
+def _model_requested(state: dict[str, Any], p: ModelCallRequested, event: RecordedEvent) -> None:
+    state["requested"][str(p.step)] = p.messages_hash
+    _bump(state, p.step)
+    rec = _call_step(state, p.step, "model", p.messages_hash, event)
+    rec["hash"] = p.messages_hash
+    rec["attempts"].append(_attempt(event, p.attempt))
+    rec["status"] = "requested"
+
+
+def _model_failed(state: dict[str, Any], p: ModelCallAttemptFailed, event: RecordedEvent) -> None:
+    rec = state["steps"].get(str(p.step))
+    if rec is not None and rec.get("kind") == "model":
+        _fail_attempt(rec, p.attempt, p)
+
+
+def _model_responded(state: dict[str, Any], p: ModelResponded, event: RecordedEvent) -> None:
+    key = str(p.step)
+    state["completions"][key] = p.completion
+    state["usage_by_step"][key] = p.usage
+    _bump(state, p.step)
+    usage = state["usage"]
+    for k, v in p.usage.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            usage[k] = usage.get(k, 0) + v
+    rec = state["steps"].get(key)
+    if rec is not None and rec.get("kind") == "model":
+        rec["status"] = "answered"
+        last = _last_attempt(rec)
+        if last is not None:
+            last["status"] = "answered"
+
+
+def _new_tool_call(event: RecordedEvent) -> dict[str, Any]:
+    return {
+        "name": None,
+        "args": None,
+        "status": "requested",
+        "result": None,
+        "error": None,
+        "version": event.version,
+    }
+
+
+def _tool_requested(state: dict[str, Any], p: ToolCallRequested, event: RecordedEvent) -> None:
+    key = p.idempotency_key
+    call = state["tool_calls"].get(key)
+    if call is None or p.attempt <= 1:
+        call = _new_tool_call(event)
+        state["tool_calls"][key] = call
+    call.update(name=p.name, args=p.args, status="requested", result=None, error=None)
+    if key not in state["dangling"]:
+        state["dangling"].append(key)
+    step = p.step if p.step is not None else _step_of(key)
+    _bump(state, step)
+    if step is None:
+        return
+    call["step"] = step
+    rec = _call_step(state, step, "tool", p.args_hash, event)
+    rec.update(name=p.name, key=key, hash=p.args_hash, status="requested")
+    rec["attempts"].append(_attempt(event, p.attempt))
+
+
+def _tool_step(state: dict[str, Any], key: str) -> dict[str, Any] | None:
+    step = state["tool_calls"].get(key, {}).get("step")
+    if step is None:
+        step = _step_of(key)
+    rec = state["steps"].get(str(step)) if step is not None else None
+    return rec if rec is not None and rec.get("kind") == "tool" else None
+
+
+def _tool_failed(state: dict[str, Any], p: ToolCallAttemptFailed, event: RecordedEvent) -> None:
+    call = state["tool_calls"].get(p.idempotency_key)
+    if call is not None:
+        call.update(status="failed", error=f"{p.error_type}: {p.error}")
+    _remove(state["dangling"], p.idempotency_key)
+    rec = _tool_step(state, p.idempotency_key)
+    if rec is not None:
+        _fail_attempt(rec, p.attempt, p)
+
+
+def _tool_not_done(state: dict[str, Any], p: ToolCallNotDone, event: RecordedEvent) -> None:
+    call = state["tool_calls"].get(p.idempotency_key)
+    if call is not None:
+        call["status"] = "not_done"
+    _remove(state["dangling"], p.idempotency_key)
+    rec = _tool_step(state, p.idempotency_key)
+    if rec is not None:
+        rec["status"] = "not_done"
+        last = _last_attempt(rec)
+        if last is not None:
+            last.update(status="not_done", by=p.by)
+
+
+def _tool_returned(state: dict[str, Any], p: ToolReturned, event: RecordedEvent) -> None:
+    key = p.idempotency_key
+    call = state["tool_calls"].setdefault(key, _new_tool_call(event))
+    call["status"] = "error" if p.error is not None else "returned"
+    call["result"] = p.result
+    call["error"] = p.error
+    _remove(state["dangling"], key)
+    rec = _tool_step(state, key)
+    if rec is not None:
+        rec["status"] = call["status"]
+        last = _last_attempt(rec)
+        if last is not None:
+            last["status"] = call["status"]
+            extra = getattr(p, "__pydantic_extra__", None) or {}
+            for flag in ("reconciled", "resolved_by"):
+                if flag in extra:
+                    last[flag] = extra[flag]
+
+
+def _abandoned(state: dict[str, Any], p: StepAbandoned, event: RecordedEvent) -> None:
+    rec = state["steps"].get(str(p.step))
+    if rec is not None:
+        rec["status"] = "abandoned"
+        key = rec.get("key")
+        if key and key in state["tool_calls"]:
+            state["tool_calls"][key]["status"] = "abandoned"
+            _remove(state["dangling"], key)
+
+
+def _patched(state: dict[str, Any], p: StatePatched, event: RecordedEvent) -> None:
+    state["state"][p.key] = p.value
+    step = event.payload.get("step") if isinstance(event.payload, dict) else None
+    if type(step) is int:
+        state["steps"][str(step)] = {"kind": "patch", "status": "done", "key": p.key}
+        _bump(state, step)
+
+
+def _interrupted(state: dict[str, Any], p: RunInterrupted, event: RecordedEvent) -> None:
+    state["status"] = "paused"
+    interrupt: dict[str, Any] = {"reason": p.reason, "at": event.at, "version": event.version}
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    for extra in ("step", "key"):
+        if extra in payload:
+            interrupt[extra] = payload[extra]
+    state["interrupt"] = interrupt
+    step = payload.get("step")
+    # An in-doubt interrupt names the tool call's key and step; it is not a step itself.
+    if type(step) is int and "key" not in payload:
+        state["steps"][str(step)] = {
+            "kind": "interrupt",
+            "status": "paused",
+            "reason": p.reason,
+            "resumed": False,
+        }
+        _bump(state, step)
+
+
+def _resumed(state: dict[str, Any], p: RunResumed, event: RecordedEvent) -> None:
+    interrupt = state["interrupt"]
+    if interrupt is not None and "key" not in interrupt:
+        rec = state["steps"].get(str(interrupt.get("step")))
+        if rec is not None and rec.get("kind") == "interrupt":
+            rec.update(status="resumed", resumed=True)
+    if state["status"] == "paused":
+        state["status"] = "running"
+    state["interrupt"] = None
+    state["resumes"] += 1
+
+
+def _gate(state: dict[str, Any], p: RunGate, event: RecordedEvent) -> None:
+    state["gate"] = {
+        "decision": p.decision,
+        "code_revision": p.code_revision,
+        "prompt_hash": p.prompt_hash,
+        "version": event.version,
+    }
+    if p.decision == "migrate":
+        state["code_revision"] = p.code_revision
+        state["prompt_hash"] = p.prompt_hash
+    elif p.decision == "refuse":
+        state["status"] = "refused"
+    if p.decision != "refuse" and state["status"] == "refused":
+        # A later gate let the run go on (e.g. the old code was redeployed).
+        state["status"] = "paused" if state["interrupt"] else "running"
+
+
+def _completed(state: dict[str, Any], p: RunCompleted, event: RecordedEvent) -> None:
+    state["status"] = "completed"
+    state["result"] = event.payload.get("result") if isinstance(event.payload, dict) else None
+
+
+def _failed(state: dict[str, Any], p: RunFailed, event: RecordedEvent) -> None:
+    state["status"] = "failed"
+    state["error"] = p.error
+
+
+def _cancelled(state: dict[str, Any], p: RunCancelled, event: RecordedEvent) -> None:
+    state["status"] = "cancelled"
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    state["cancelled"] = {"by": p.by, "reason": payload.get("reason"), "at": event.at}
+
+
+_RUN_FOLDS: dict[type[Any], Any] = {
+    RunStarted: _run_started,
+    ModelCallRequested: _model_requested,
+    ModelCallAttemptFailed: _model_failed,
+    ModelResponded: _model_responded,
+    ToolCallRequested: _tool_requested,
+    ToolCallAttemptFailed: _tool_failed,
+    ToolCallNotDone: _tool_not_done,
+    ToolReturned: _tool_returned,
+    StepAbandoned: _abandoned,
+    StatePatched: _patched,
+    RunInterrupted: _interrupted,
+    RunResumed: _resumed,
+    RunGate: _gate,
+    RunCompleted: _completed,
+    RunFailed: _failed,
+    RunCancelled: _cancelled,
+}
 
 
 def _step_of(key: str) -> int | None:

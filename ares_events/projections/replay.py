@@ -94,7 +94,7 @@ def replay(
             stream_id=stream_id,
         )
     head = store.head(stream_id)
-    head_version = head.version if head else 0
+    head_version = head.version if head and type(head.version) is int else 0
     verifier = None
     if verify:
         verifier = ChainVerifier(
@@ -104,27 +104,45 @@ def replay(
     n = 0
     last: RecordedEvent | None = None
     capped = False
-    # Read one past the cap to learn whether the cap cut the stream short.
-    for e in store.read(stream_id, from_version=from_version, limit=max_replay + 1):
-        if n == max_replay:
-            capped = True
-            break
+    start = from_version
+    while True:
+        progressed = False
+        # Read one past the cap to learn whether the cap cut the stream short.
+        for e in store.read(stream_id, from_version=start, limit=max_replay - n + 1):
+            if n == max_replay:
+                capped = True
+                break
+            if (
+                verifier is not None
+                and not verifier.check(e)
+                and verifier.findings[-1].kind == "malformed_row"
+            ):
+                continue  # not an event (a tampered row): reported, never folded
+            state = fold(state, e)
+            last = e
+            n += 1
+            progressed = True
+        version = last.version if last is not None else from_version - 1
         if (
-            verifier is not None
-            and not verifier.check(e)
-            and verifier.findings[-1].kind == "malformed_row"
+            verifier is None
+            or capped
+            or head is None
+            or type(head.version) is not int  # a malformed head row: check_head says so
+            or version <= head.version
         ):
-            continue  # not an event (a tampered row): reported, never folded
-        state = fold(state, e)
-        last = e
-        n += 1
-    version = last.version if last is not None else from_version - 1
+            break
+        # A concurrent append moved the head past the one read first. Read the head again;
+        # if it moved further still while the events were read, read up to it too, so a
+        # stream that is being written is never reported as truncated. Events the head
+        # names but the read cannot find stay a finding.
+        head = store.head(stream_id)
+        head_version = head.version if head and type(head.version) is int else 0
+        if head is None or head_version <= version or not progressed:
+            break
+        start = version + 1
     findings: list[Finding] = []
     if verifier is not None:
         if not capped:
-            if head is not None and version > head.version:
-                head = store.head(stream_id)  # a concurrent append moved it
-                head_version = head.version if head else 0
             verifier.check_head(head)
         findings = verifier.findings
     if capped and strict:

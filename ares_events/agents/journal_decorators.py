@@ -1,0 +1,194 @@
+"""Decorator forms of journaled calls: ``@journal.tool``, ``@journal.step`` and the
+module-level ``@journaled_tool`` / ``@journaled_step`` that use the journal made current
+by ``with journal:`` (``async with`` for an :class:`AsyncJournal`).
+
+A decorated function's call goes through :meth:`Journal.tool_call` with the same rules
+as a direct call (write-ahead, attempts, replay, in-doubt handling). Its bound arguments
+(defaults applied, ``self``/``cls`` left out) are the recorded ``args``; a parameter named
+``idempotency_key`` is filled by the journal with the step's key ``run_id:step`` and is
+not part of the args. ``step`` is a tool that is safe to run again when in doubt
+(``idempotent=True``), in the spirit of DBOS steps and Temporal activities.
+
+It may import the format and this package's leaf modules; the journal passes itself in.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from ares_events.errors import ConfigError
+
+__all__ = ["active_journal", "journaled_step", "journaled_tool", "wrap_tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+KEY_PARAM = "idempotency_key"
+
+
+_ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("ares_events_journal", default=None)
+
+
+def active_journal() -> Any:
+    """The journal made current by ``with journal:`` / ``async with journal:``, or None."""
+    return _ACTIVE.get()
+
+
+def set_active(journal: Any) -> contextvars.Token[Any]:
+    """Make ``journal`` current (returns the token to reset)."""
+    return _ACTIVE.set(journal)
+
+
+def reset_active(token: contextvars.Token[Any]) -> None:
+    """Undo :func:`set_active`."""
+    _ACTIVE.reset(token)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _recorded_args(sig: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return {k: _jsonable(v) for k, v in bound.arguments.items()}
+
+
+def wrap_tool(
+    get_journal: Callable[[], Any],
+    fn: F,
+    *,
+    name: str | None,
+    idempotent: bool,
+    reconcile: Callable[[str], Any] | None,
+) -> F:
+    """``fn`` wrapped so that each call is a journaled tool call of ``get_journal()``.
+
+    Raises:
+        ConfigError: ``fn`` takes ``idempotency_key`` positionally only.
+    """
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    key_param = sig.parameters.get(KEY_PARAM)
+    if key_param is not None and key_param.kind is inspect.Parameter.POSITIONAL_ONLY:
+        raise ConfigError(f"{fn.__qualname__}: {KEY_PARAM} must be a keyword parameter")
+    recorded = [p for p in params if p.name != KEY_PARAM]
+    drop_first = bool(recorded) and recorded[0].name in ("self", "cls")
+    record_sig = sig.replace(parameters=recorded[1:] if drop_first else recorded)
+    tool_name = name or fn.__name__
+
+    def split(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return args[1:] if drop_first else args
+
+    def key_kwargs(key: str) -> dict[str, Any]:
+        return {KEY_PARAM: key} if key_param is not None else {}
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            journal = get_journal()
+            recorded_args = _recorded_args(record_sig, split(args), kwargs)
+
+            async def call(_: Any, key: str) -> Any:
+                return await fn(*args, **kwargs, **key_kwargs(key))
+
+            return await journal.tool_call(
+                tool_name, recorded_args, call=call, reconcile=reconcile, idempotent=idempotent
+            )
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        journal = get_journal()
+        recorded_args = _recorded_args(record_sig, split(args), kwargs)
+        return journal.tool_call(
+            tool_name,
+            recorded_args,
+            call=lambda _, key: fn(*args, **kwargs, **key_kwargs(key)),
+            reconcile=reconcile,
+            idempotent=idempotent,
+        )
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _current() -> Any:
+    journal = _ACTIVE.get()
+    if journal is None:
+        raise ConfigError(
+            "no journal is active: call journaled functions inside `with journal:` "
+            "(or `async with` an AsyncJournal), or use journal.tool(...) instead"
+        )
+    return journal
+
+
+@overload
+def journaled_tool(fn: Callable[..., R], /) -> Callable[..., R]: ...
+
+
+@overload
+def journaled_tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    idempotent: bool = False,
+    reconcile: Callable[[str], Any] | None = None,
+) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+
+
+def journaled_tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    idempotent: bool = False,
+    reconcile: Callable[[str], Any] | None = None,
+) -> Any:
+    """Decorate a function so each call is a tool call of the active journal.
+
+    Usable bare (``@journaled_tool``) or with options (``@journaled_tool(name="mail",
+    idempotent=True)``). The function may be a coroutine function (then the active journal
+    must be an :class:`AsyncJournal`).
+
+    Raises:
+        ConfigError: (at call time) no journal is active.
+    """
+
+    def decorate(f: Callable[..., Any]) -> Any:
+        return wrap_tool(_current, f, name=name, idempotent=idempotent, reconcile=reconcile)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@overload
+def journaled_step(fn: Callable[..., R], /) -> Callable[..., R]: ...
+
+
+@overload
+def journaled_step(
+    fn: None = None, /, *, name: str | None = None
+) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+
+
+def journaled_step(fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
+    """Decorate a function whose result is recorded once and replayed after; it is run
+    again only if the process died while it ran (a tool with ``idempotent=True``).
+
+    Raises:
+        ConfigError: (at call time) no journal is active.
+    """
+
+    def decorate(f: Callable[..., Any]) -> Any:
+        return wrap_tool(_current, f, name=name, idempotent=True, reconcile=None)
+
+    return decorate(fn) if fn is not None else decorate

@@ -1,0 +1,455 @@
+"""CLI command group ``runs``: look at and operate durable agent runs (journal streams).
+
+``runs list`` and ``runs show`` only read (no gate decision, no snapshot, nothing
+appended). ``runs resolve``, ``runs resume`` and ``runs cancel`` each append exactly one
+event whose metadata says who (``--by``, default the OS user), why (``--reason``) and
+through which command; the event names the version the command read, so an action on a
+run that changed meanwhile fails (exit 1) instead of acting on a stale view.
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
+from ares_events.agents.recording import shorten
+from ares_events.agents.runs import (
+    LIST_STATUSES,
+    RunInfo,
+    StepInfo,
+    cancel_run,
+    inspect_run,
+    list_runs,
+    resolve_step,
+    resume_run,
+)
+from ares_events.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    PROG,
+    App,
+    CommandError,
+    _print_findings,
+    cli,
+    json_option,
+    pass_app,
+)
+from ares_events.errors import ConcurrencyError, ConfigError
+
+_STATUS_STYLE = {
+    "running": "cyan",
+    "paused": "yellow",
+    "in_doubt": "bold yellow",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "dim",
+    "refused": "red",
+}
+_CELL = 48
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment
+        return "unknown"
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _status_text(status: str) -> Text:
+    return Text(status, style=_STATUS_STYLE.get(status, ""))
+
+
+@contextlib.contextmanager
+def _operator_errors(run: str, action: str) -> Iterator[None]:
+    """Map a refused operator action to one line: exit 2 (does not apply), 1 (changed)."""
+    try:
+        yield
+    except (RunNotFound, RunNotRunnable, ConfigError) as exc:
+        raise CommandError(str(exc)) from None
+    except ConcurrencyError as exc:
+        raise click.ClickException(
+            f"run {run!r} changed while {action} (expected version {exc.expected}, now "
+            f"{exc.actual}); look again with `{PROG} runs show {run}`"
+        ) from None
+
+
+def _by_reason(fn: Any) -> Any:
+    fn = click.option("--reason", metavar="TEXT", help="Why (recorded in the event's metadata).")(
+        fn
+    )
+    return click.option(
+        "--by",
+        metavar="WHO",
+        default=None,
+        help="Who acts (recorded in the event's metadata). Default: the OS user.",
+    )(fn)
+
+
+@cli.group(name="runs")
+def runs_cmd() -> None:
+    """Look at and operate durable agent runs (the run journal's streams).
+
+    list and show only read: they append nothing. resolve, resume and cancel each append
+    one audited event (who, why, which command) to the run.
+
+    \b
+    Example:
+      ares-events runs list --status in_doubt
+      ares-events runs show run-42
+      ares-events runs resolve run-42 2 --result '{"ticket": "T-7"}' --reason "found it"
+      ares-events runs resume run-42 --by alice
+      ares-events runs cancel run-42 --reason "superseded"
+    """
+
+
+@runs_cmd.command(name="list")
+@click.option(
+    "--status",
+    type=click.Choice(LIST_STATUSES),
+    default=None,
+    help="Only runs with this status (paused includes in_doubt; in_doubt also matches "
+    "runs with a tool call that has no outcome).",
+)
+@json_option
+@pass_app
+def runs_list(app: App, status: str | None, as_json: bool) -> int:
+    """List every run (streams that begin with run.started), appending nothing.
+
+    Per run: status, steps, tokens, in-doubt tool calls, the interrupt or error, and the
+    time of its last event. Exits 1 when a run's chain has findings.
+
+    \b
+    Example:
+      ares-events runs list
+      ares-events runs list --status paused --json
+    """
+    with app.open() as store:
+        runs = list_runs(store, status=status)
+        url = store.url
+    bad = [r for r in runs if not r.ok]
+    if as_json:
+        app.json(
+            {
+                "store": url,
+                "status": status,
+                "count": len(runs),
+                "ok": not bad,
+                "runs": [r.to_dict(steps=False) for r in runs],
+            }
+        )
+        return EXIT_FINDINGS if bad else EXIT_OK
+    if not runs:
+        app.out.print(Text(f"no runs{f' with status {status}' if status else ''} in {url}"))
+        return EXIT_OK
+    table = Table(
+        title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
+    )
+    # Run ids stay whole: they are what people copy into the next command.
+    table.add_column("run", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for name in ("steps", "tokens", "in doubt"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("why", overflow="fold", min_width=12)
+    table.add_column("updated (UTC)", no_wrap=True)
+    for r in runs:
+        why = ""
+        if r.interrupt:
+            why = str(r.interrupt.get("reason"))
+        elif r.error:
+            why = shorten(str(r.error), _CELL)
+        elif r.cancelled:
+            why = f"cancelled by {r.cancelled.get('by')}"
+        if not r.ok:
+            why = f"FINDINGS {why}".strip()
+        table.add_row(
+            Text(r.run_id),
+            _status_text(r.status),
+            str(len(r.steps)),
+            str(r.tokens),
+            str(len(r.in_doubt)),
+            Text(why),
+            (r.updated_at or "")[5:16].replace("T", " "),
+        )
+    app.out.print(table)
+    return EXIT_FINDINGS if bad else EXIT_OK
+
+
+def _asked(s: StepInfo) -> str:
+    if s.kind == "patch":
+        return f"set {s.detail}"
+    if s.kind == "interrupt":
+        return f"interrupt: {s.detail}"
+    req = s.request or {}
+    if s.kind == "tool":
+        return f"{s.name} {shorten(_json_text(req.get('args')), _CELL)}"
+    if "messages" not in req:
+        return f"messages #{(s.request_hash or '')[:12]} (hash only)"
+    msgs = req.get("messages")
+    last = msgs[-1] if isinstance(msgs, list) and msgs else msgs
+    if isinstance(last, dict) and "content" in last:
+        last = last["content"]
+    n = len(msgs) if isinstance(msgs, list) else 1
+    return f"{n} msg(s); last: {shorten(str(last), _CELL)}"
+
+
+def _got(s: StepInfo) -> str:
+    if s.kind in ("patch", "interrupt"):
+        return ""
+    if s.status in ("answered", "returned"):
+        return shorten(_json_text(s.outcome), _CELL)
+    if s.error:
+        return shorten(s.error, _CELL)
+    return "(no outcome)" if s.status == "requested" else ""
+
+
+def _attempts_text(s: StepInfo) -> str:
+    if not s.attempts:
+        return ""
+    failed = [a for a in s.attempts if a.status == "failed"]
+    text = str(len(s.attempts))
+    if failed:
+        types = sorted({str(a.error_type) for a in failed})
+        text += f" ({len(failed)} failed: {', '.join(types)})"
+    if any(a.reconciled for a in s.attempts):
+        text += " (reconciled)"
+    resolved = [a.resolved_by for a in s.attempts if a.resolved_by]
+    if resolved:
+        text += f" (resolved by {resolved[-1]})"
+    return text
+
+
+def _print_run(app: App, info: RunInfo) -> None:
+    head = Text(f"run {info.run_id}: ")
+    head.append_text(_status_text(info.status))
+    head.append(
+        f"  version {info.version}, {len(info.steps)} step(s), {info.tokens} tokens, "
+        f"code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
+    )
+    app.out.print(head)
+    if info.interrupt:
+        app.out.print(Text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
+    if info.error:
+        app.out.print(Text(f"error: {info.error}", style="red"))
+    if info.cancelled:
+        app.out.print(Text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", overflow="fold")
+    table.add_column("asked", overflow="fold")
+    table.add_column("got", overflow="fold")
+    table.add_column("tokens", justify="right", no_wrap=True)
+    for s in info.steps:
+        table.add_row(
+            str(s.step),
+            s.kind,
+            Text(s.status, style="bold yellow" if s.in_doubt else ""),
+            _attempts_text(s),
+            Text(_asked(s)),
+            Text(_got(s)),
+            str(s.tokens) if s.kind == "model" else "",
+        )
+    app.out.print(table)
+    for s in info.in_doubt:
+        app.out.print(
+            Text(
+                f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
+                f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
+                "--result JSON` (it landed) or `--not-done` (it did not)",
+                style="bold yellow",
+            )
+        )
+    if info.findings:
+        _print_findings(app, info.findings)
+    for line in info.skipped:
+        app.out.print(Text(f"skipped {line}", style="red"))
+
+
+@runs_cmd.command(name="show")
+@click.argument("run")
+@json_option
+@pass_app
+def runs_show(app: App, run: str, as_json: bool) -> int:
+    """Show RUN step by step, appending nothing: each step's kind, status and attempts
+    (with their errors), what it asked (messages, tool and args, as recorded), what it
+    got, tokens; in-doubt tool calls and the interrupt. Exits 1 on chain findings.
+
+    \b
+    Example:
+      ares-events runs show run-42
+      ares-events runs show run-42 --json | jq '.steps[] | select(.kind == "tool")'
+    """
+    with app.open() as store, _operator_errors(run, "reading it"):
+        info = inspect_run(store, run)
+        url = store.url
+    if as_json:
+        app.json(dict(info.to_dict(), store=url))
+    else:
+        _print_run(app, info)
+    return EXIT_OK if info.ok else EXIT_FINDINGS
+
+
+def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any], line: str) -> int:
+    if as_json:
+        app.json(
+            {
+                "store": url,
+                "run_id": info.run_id,
+                **data,
+                "version": info.version,
+                "status": info.status,
+            }
+        )
+    else:
+        app.out.print(Text(line))
+        app.out.print(Text.assemble("run is now ", _status_text(info.status)))
+    return EXIT_OK
+
+
+def _step_number(run: str, step: str) -> int:
+    """STEP as a number, also given as the call's idempotency key ``RUN:STEP``."""
+    text = step.removeprefix(f"{run}:")
+    if not text.isdigit() or int(text) < 1:
+        raise click.BadParameter(
+            f"{step!r} is not a step number (or the key {run}:N)", param_hint="STEP"
+        )
+    return int(text)
+
+
+@runs_cmd.command(name="resolve")
+@click.argument("run")
+@click.argument("step")
+@click.option(
+    "--result",
+    "result_json",
+    metavar="JSON",
+    default=None,
+    help="The call landed: its result (JSON), returned to the loop from now on.",
+)
+@click.option(
+    "--not-done",
+    is_flag=True,
+    help="The call did not land: the next attempt runs it again with the same key.",
+)
+@_by_reason
+@json_option
+@pass_app
+def runs_resolve(
+    app: App,
+    run: str,
+    step: str,
+    result_json: str | None,
+    not_done: bool,
+    by: str | None,
+    reason: str | None,
+    as_json: bool,
+) -> int:
+    """Settle the in-doubt tool call at STEP of RUN (a call requested with no outcome).
+
+    STEP is the step number, or the call's idempotency key RUN:STEP. Check the
+    downstream system for that key (runs show lists it),
+    then record what happened: --result JSON (it landed, with this result) or --not-done
+    (it did not; it will run again with the same key). Appends one event. A run paused on
+    the call stays paused: `runs resume` lets it go on.
+
+    \b
+    Example:
+      ares-events runs resolve run-42 2 --result '{"ticket": "T-7"}' --reason "in Jira"
+      ares-events runs resolve run-42 2 --not-done --by alice
+    """
+    if (result_json is None) == (not not_done):
+        raise click.UsageError("give exactly one of --result JSON or --not-done")
+    number = _step_number(run, step)
+    result: Any = None
+    if result_json is not None:
+        try:
+            result = json.loads(result_json)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
+    who = by or _who()
+    kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
+    with app.open() as store, _operator_errors(run, "resolving it"):
+        info = resolve_step(
+            store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
+        )
+        url = store.url
+    verdict = "did not land (it will run again)" if not_done else "landed; result recorded"
+    return _done(
+        app,
+        as_json,
+        url,
+        info,
+        {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason},
+        f"step {number} of run {run}: {verdict} (by {who})",
+    )
+
+
+@runs_cmd.command(name="resume")
+@click.argument("run")
+@_by_reason
+@json_option
+@pass_app
+def runs_resume(app: App, run: str, by: str | None, reason: str | None, as_json: bool) -> int:
+    """Answer RUN's interrupt (approve it): the next incarnation of the agent goes on past
+    it. Appends one event. A run paused on an in-doubt tool call must be resolved first.
+
+    \b
+    Example:
+      ares-events runs resume run-42 --by alice --reason "approved in ticket T-7"
+    """
+    who = by or _who()
+    with app.open() as store, _operator_errors(run, "resuming it"):
+        info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume")
+        url = store.url
+    return _done(
+        app,
+        as_json,
+        url,
+        info,
+        {"action": "resume", "by": who, "reason": reason},
+        f"run {run} resumed by {who}; start its agent again to let it go on",
+    )
+
+
+@runs_cmd.command(name="cancel")
+@click.argument("run")
+@_by_reason
+@json_option
+@pass_app
+def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json: bool) -> int:
+    """Cancel RUN for good: it takes no new step (its recorded steps still replay), and a
+    live incarnation is stopped at its next append. Appends one event.
+
+    \b
+    Example:
+      ares-events runs cancel run-42 --reason "superseded by run-43"
+    """
+    who = by or _who()
+    with app.open() as store, _operator_errors(run, "cancelling it"):
+        info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
+        url = store.url
+    return _done(
+        app,
+        as_json,
+        url,
+        info,
+        {"action": "cancel", "by": who, "reason": reason},
+        f"run {run} cancelled by {who}",
+    )
