@@ -66,7 +66,14 @@ from ares_events.projections.recovery import (
     snapshot,
 )
 from ares_events.projections.replay import ReplayResult, replay
-from ares_events.stores import Capability, available_schemes, open_store, register_store
+from ares_events.stores import (
+    AsyncEventStore,
+    Capability,
+    available_schemes,
+    open_async_store,
+    open_store,
+    register_store,
+)
 from ares_events.stores.settings import Settings
 
 __version__ = "0.1.0"
@@ -77,6 +84,7 @@ __all__ = [
     "STREAM_EXISTS",
     "AppendResult",
     "AresError",
+    "AsyncEventStore",
     "AsyncJournal",
     "BlobCorrupted",
     "BlobError",
@@ -123,6 +131,7 @@ __all__ = [
     "errors",
     "integrity",
     "migrating_gate",
+    "open_async_store",
     "open_store",
     "projections",
     "recover",
