@@ -72,7 +72,7 @@ def run(steps: Steps[T], port: object) -> T:
         except GeneratorExit:
             steps.close()
             raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the steps, which decide
+        except BaseException as exc:
             error = exc
 
 
@@ -97,7 +97,7 @@ async def arun(steps: Steps[T], port: object) -> T:
         except GeneratorExit:
             steps.close()
             raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the steps, which decide
+        except BaseException as exc:
             error = exc
 
 

@@ -362,8 +362,9 @@ class AsyncEventStore(StoreCore):
         async with contextlib.aclosing(source()) as events:  # type: ignore[type-var]
             async for e in events:
                 if e.payload_ref is not None and blobs is not None:
-                    e = await asyncio.to_thread(_preload, blobs.attach(e))
-                yield e
+                    yield await asyncio.to_thread(_preload, blobs.attach(e))
+                else:
+                    yield e
 
     async def stream_version(self, stream_id: str) -> int:
         """The stream's version from its head row; 0 when the stream does not exist.

@@ -191,9 +191,7 @@ class StoreCore:
         check_configured(known, self.chain_key, self._blobs_identity, self._url)
         self._identity_pending = known.blobs is None and self._blobs_identity is not None
 
-    def _record_identity_request_steps(
-        self, relocate_blobs: bool
-    ) -> Steps[StoreIdentity | None]:
+    def _record_identity_request_steps(self, relocate_blobs: bool) -> Steps[StoreIdentity | None]:
         """``record_identity()``: see :meth:`EventStore.record_identity`."""
         if relocate_blobs:
             raw = yield Call("meta_get", IDENTITY_KEY)
@@ -468,7 +466,9 @@ class StoreCore:
                     return res
                 out.append(res)
             return out
-        return [self._result(b.stream_id, b.prepared, o) for b, o in zip(plan, outcomes, strict=True)]
+        return [
+            self._result(b.stream_id, b.prepared, o) for b, o in zip(plan, outcomes, strict=True)
+        ]
 
 
 def check_range(from_version: int, to_version: int | None, limit: int | None) -> None:

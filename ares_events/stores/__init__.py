@@ -212,7 +212,9 @@ async def open_async_store(
     return store
 
 
-def _check_common(chain_key: ChainKey | bytes | str | None, spill_threshold: int) -> ChainKey | None:
+def _check_common(
+    chain_key: ChainKey | bytes | str | None, spill_threshold: int
+) -> ChainKey | None:
     key = ChainKey.coerce(chain_key)
     if spill_threshold <= 0:
         raise ConfigError(

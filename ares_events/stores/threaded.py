@@ -65,7 +65,9 @@ class ThreadedRecorder:
         chunk: events per trip to a reader thread.
     """
 
-    def __init__(self, sync: Any, *, readers: int = 4, waiters: int = 8, chunk: int = CHUNK) -> None:
+    def __init__(
+        self, sync: Any, *, readers: int = 4, waiters: int = 8, chunk: int = CHUNK
+    ) -> None:
         self.sync = sync
         self.capabilities: frozenset[Capability] = frozenset(sync.capabilities)
         self._chunk = chunk
