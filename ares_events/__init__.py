@@ -62,10 +62,12 @@ from ares_events.projections.recovery import (
     RecoveryReport,
     RecoverySource,
     Snapshotter,
+    arecover,
+    asnapshot,
     recover,
     snapshot,
 )
-from ares_events.projections.replay import ReplayResult, replay
+from ares_events.projections.replay import ReplayResult, areplay, replay
 from ares_events.stores import (
     AsyncEventStore,
     Capability,
@@ -125,6 +127,9 @@ __all__ = [
     "ToolCallFailed",
     "UnknownSchemeError",
     "__version__",
+    "arecover",
+    "areplay",
+    "asnapshot",
     "available_schemes",
     "catalog",
     "emit",

@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING
 import blake3
 
 from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
+from ares_events.core.ports import StorePort, port_for
 from ares_events.core.recorder import Capability, Head
+from ares_events.core.sansio import Call, Steps, arun, run
 from ares_events.errors import BlobError, BlobMissing, InvalidEvent
 from ares_events.integrity.anchors import verify_anchors
 from ares_events.integrity.chain import (
@@ -59,6 +61,7 @@ from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +75,9 @@ __all__ = [
     "Finding",
     "VerifyReport",
     "audit",
+    "averify_stream",
     "verify_stream",
+    "verify_stream_steps",
 ]
 
 
@@ -365,17 +370,40 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
-    head = store.head(stream_id)
-    v = ChainVerifier(stream_id, store.chain_key)
+    return run(verify_stream_steps(store.chain_key, stream_id), StorePort(store))
+
+
+async def averify_stream(store: AsyncEventStore, stream_id: str) -> VerifyReport:
+    """The asyncio twin of :func:`verify_stream` (the same steps, the same
+    :class:`ChainVerifier`).
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    return await arun(verify_stream_steps(store.chain_key, stream_id), port_for(store))
+
+
+def verify_stream_steps(chain_key: ChainKey | None, stream_id: str) -> Steps[VerifyReport]:
+    """:func:`verify_stream` as steps over a store port (:mod:`ares_events.core.ports`)."""
+    head = yield Call("head", stream_id)
+    v = ChainVerifier(stream_id, chain_key)
     n = 0
-    # Straight from the system of record, under any cache wrapper (``inner``).
-    recorder = getattr(store.recorder, "inner", store.recorder)
-    for e in recorder.read(stream_id, 1, None, None):
-        v.check(e)
-        n += 1
+    # Straight from the system of record, under any cache wrapper.
+    handle = yield Call("open_source", stream_id)
+    try:
+        while chunk := (yield Call("next_chunk", handle)):
+            for e in chunk:
+                v.check(e)
+                n += 1
+    except GeneratorExit:  # the driver itself was closed: no more calls
+        raise
+    except BaseException:
+        yield Call("close_read", handle)
+        raise
+    yield Call("close_read", handle)
     if head is None or (head_problem(head) is None and v.last > head.version):
         # Events past the head read at the start may be a concurrent append: re-read it.
-        head = store.head(stream_id)
+        head = yield Call("head", stream_id)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
     return VerifyReport(stream_id, v.findings, n, v.last, head_version)
