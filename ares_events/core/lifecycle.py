@@ -233,12 +233,14 @@ class AsyncOperationGate:
         idle = self._idle
         start = time.monotonic()
         try:
-            await asyncio.wait_for(idle.wait(), grace)
+            async with asyncio.timeout(grace):
+                await idle.wait()
             return first
         except TimeoutError:
             pass
         if interrupt is not None:
             await interrupt()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(idle.wait(), max(limit - (time.monotonic() - start), 0.01))
+            async with asyncio.timeout(max(limit - (time.monotonic() - start), 0.01)):
+                await idle.wait()
         return first

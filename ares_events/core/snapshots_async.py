@@ -17,6 +17,7 @@ It may import the core's other modules and :mod:`ares_events.errors`.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import itertools
@@ -76,26 +77,31 @@ class SnapshotRows(Protocol):
 
 
 class DirectRows:
-    """The row operations of a blocking snapshot store that does no I/O (memory)."""
+    """The row operations of a blocking snapshot store that does no I/O (memory); each
+    yields to the event loop once, so a task looping over them never starves others."""
 
     def __init__(self, sync: Any) -> None:
         self._sync = sync
 
     async def put(self, snap: Snapshot) -> None:
         """See :class:`SnapshotRows`."""
+        await asyncio.sleep(0)
         self._sync._put(snap)
 
     async def get(self, stream_id: str, projection: str) -> _Row | None:
         """See :class:`SnapshotRows`."""
+        await asyncio.sleep(0)
         row: _Row | None = self._sync._get(stream_id, projection)
         return row
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
         """See :class:`SnapshotRows`."""
+        await asyncio.sleep(0)
         return int(self._sync._remove(stream_id, projection))
 
     async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
         """See :class:`SnapshotRows`."""
+        await asyncio.sleep(0)
         for info in self._sync._infos(stream_id):
             yield info
 

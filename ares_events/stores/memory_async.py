@@ -2,7 +2,9 @@
 ``ae.open_async_store``.
 
 Native: the memory store does no I/O, so each operation runs directly on the event loop
-(its lock is only ever held for a few list operations). It shares the data of
+(its lock is only ever held for a few list operations). Each operation still yields to
+the loop once (``asyncio.sleep(0)``), and a read every :data:`FAIR_EVERY` events, so a
+task looping over appends or reads never starves the others. It shares the data of
 :mod:`~ares_events.stores.memory` (a :class:`~ares_events.stores.memory.MemoryRecorder`
 handle underneath), so ``memory://NAME`` is one store whichever face opens it, and a
 blocking append wakes asyncio waiters and the other way round. Waiters register a
@@ -32,7 +34,10 @@ from ares_events.stores.memory import MemoryRecorder
 if TYPE_CHECKING:
     from ares_events.core.snapshots_async import SnapshotRows
 
-__all__ = ["AsyncMemoryRecorder"]
+__all__ = ["FAIR_EVERY", "AsyncMemoryRecorder"]
+
+FAIR_EVERY = 256
+"""A read yields to the event loop after this many events."""
 
 
 async def _each(it: Iterator[Any]) -> AsyncIterator[Any]:
@@ -71,6 +76,7 @@ class AsyncMemoryRecorder:
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append under the store's lock."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.append(batch, expected_version)
 
     async def append_many(
@@ -79,10 +85,12 @@ class AsyncMemoryRecorder:
         tracking: TrackingRecord | None,
     ) -> list[AppendOutcome]:
         """Append several batches (and a tracking record) atomically."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.append_many(batches, tracking)
 
     async def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.tracked_position(name)
 
     def read(
@@ -96,11 +104,15 @@ class AsyncMemoryRecorder:
         return self._lazy(lambda: self.handle.read_all(after_position, limit))
 
     async def _lazy(self, make: Any) -> AsyncIterator[Any]:
-        for x in make():
+        await asyncio.sleep(0)
+        for i, x in enumerate(make(), 1):
             yield x
+            if i % FAIR_EVERY == 0:
+                await asyncio.sleep(0)
 
     async def head(self, stream_id: str) -> Head | None:
         """Current head."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.head(stream_id)
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
@@ -109,6 +121,7 @@ class AsyncMemoryRecorder:
 
     async def last_position(self) -> int:
         """Number of events in the log."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.last_position()
 
     async def wait_for(self, position: int, timeout: float) -> bool:
@@ -118,6 +131,7 @@ class AsyncMemoryRecorder:
         Raises:
             StoreClosed: this handle is closed (also while waiting).
         """
+        await asyncio.sleep(0)  # fair: let other tasks run
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
         data = self.handle._d
@@ -139,8 +153,11 @@ class AsyncMemoryRecorder:
                 left = deadline - loop.time()
                 if left <= 0:
                     return False
+                # asyncio.timeout, not wait_for: wait_for can swallow a cancellation
+                # that races with the future's completion (Python < 3.12).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, left)
+                    async with asyncio.timeout(left):
+                        await fut
             finally:
                 self._waiters.discard(fut)
                 with data.lock:
@@ -148,14 +165,17 @@ class AsyncMemoryRecorder:
 
     async def meta_get(self, key: str) -> str | None:
         """A value of the store's metadata."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.meta_get(key)
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         return self.handle.meta_put_if_absent(key, value)
 
     async def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``."""
+        await asyncio.sleep(0)  # fair: let other tasks run
         self.handle.meta_set(key, value)
 
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:

@@ -256,7 +256,8 @@ class AsyncListener:
             if left <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
         return True
 
     async def changed(self, gen: int, wait: float) -> bool:
@@ -264,7 +265,8 @@ class AsyncListener:
         if self.generation != gen:
             return True
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), wait)
+            async with asyncio.timeout(wait):
+                await self._changed.wait()
         return self.generation != gen
 
     async def close(self) -> None:
