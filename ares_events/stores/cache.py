@@ -42,8 +42,8 @@ anything that decides a write):
   ones by ``prev_hash`` and written back. Anything else (stamp ahead, a different hash,
   range older than the tail, undecodable entry) falls through to the inner store, which
   refills the tail when the read reaches the head.
-* Integrity verification (``verify_stream``, ``audit``, anchors) never reads through the
-  cache: it reads the wrapped recorder (``.inner``).
+* Integrity checks (``verify_stream``, ``audit``, anchors) read ``.inner``, never the cache.
+  ``erase`` drops the stream's cached tail (see :meth:`CachedRecorder.erase`).
 * Redis down (refused, timeout, any Redis error): one WARNING per outage, then every
   operation bypasses the cache until ``retry_after`` has passed; an INFO line when it is
   reachable again. Slower, never wrong, never failing.
@@ -333,6 +333,7 @@ class CachedRecorder:
         self._channel = f"{self._ns}wake".encode()
         self._lock = threading.Lock()
         self._outage = False
+        self._dirty: set[str] = set()  # streams erased whose cached tail is not yet dropped
         self._failures = 0
         self._down_until = 0.0
         self._closed = False
@@ -522,6 +523,31 @@ class CachedRecorder:
         else:
             self._ok()
 
+    def erase(self, stream_id: str, *args: Any) -> Any:
+        """Erase in the inner store, then drop the stream's cached tail (an erasure changes
+        no hash: the cached copy would still match the head). If Redis is unreachable,
+        this process reads the stream around the cache until the key is dropped; other
+        processes keep their copy until ``ttl`` expires (erase through the cache)."""
+        outcome = self.inner.erase(stream_id, *args)
+        with self._lock:
+            self._dirty.add(stream_id)
+        self._drop_cached(stream_id)
+        return outcome
+
+    def _drop_cached(self, stream_id: str) -> bool:
+        """Delete a stream's cached tail; True when it is gone (or was never there)."""
+        try:
+            gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
+        except self._redis_errors as exc:
+            self._failed(exc)  # logs the outage; reads of the stream bypass the cache
+            return False
+        if gone is False or gone is _SKIPPED:
+            return False
+        self._ok()
+        with self._lock:
+            self._dirty.discard(stream_id)
+        return True
+
     # -- reads -------------------------------------------------------------------------------
 
     def read(
@@ -529,7 +555,7 @@ class CachedRecorder:
     ) -> Iterator[RecordedEvent]:
         """Events of one stream in version order, from the cached tail when it provably
         matches the inner store's head, else from the inner store (lazily)."""
-        if not self._usable():
+        if not self._usable() or (stream_id in self._dirty and not self._drop_cached(stream_id)):
             self.stats.bypassed += 1
             return self.inner.read(stream_id, from_version, to_version, limit)  # type: ignore[no-any-return]
         return self._read(stream_id, from_version, to_version, limit)

@@ -45,12 +45,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
-from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
+from ares_events.core.events import (
+    ErasedPayloadRef,
+    ExpectedVersion,
+    RecordedEvent,
+    check_expected_version,
+)
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
+    EraseOutcome,
     Head,
     SealedEvent,
     StoreURL,
@@ -115,6 +121,14 @@ UPSERT_HEAD: Final = (
     "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
     "head_hash = excluded.head_hash"
 )
+# Erasure: the row is matched on its hash too, so a row rewritten since it was read is
+# never touched; the blob's other users are counted in the same transaction (an erased
+# reference holds no "key", so it never counts).
+ERASE_PAYLOAD: Final = (
+    "UPDATE ares_events SET payload = NULL, payload_ref = ? "
+    "WHERE stream_id = ? AND version = ? AND position = ? AND hash = ?"
+)
+COUNT_BLOB_REFS: Final = "SELECT count(*) FROM ares_events WHERE payload_ref LIKE ?"
 SELECT_TRACKING: Final = "SELECT position FROM ares_tracking WHERE name = ?"
 UPSERT_TRACKING: Final = (
     "INSERT INTO ares_tracking (name, position) VALUES (?, ?) "
@@ -202,6 +216,7 @@ class SQLiteRecorder:
             Capability.MULTI_PROCESS,
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
         }
     )
 
@@ -588,6 +603,36 @@ class SQLiteRecorder:
             raise StoreError(f"{what} failed: {exc}") from exc
         finally:
             self._gate.exit()
+
+    def erase(self, stream_id: str, version: int, position: int, event_hash: bytes,
+              ref: ErasedPayloadRef, blob_key: str | None = None) -> EraseOutcome:  # fmt: skip
+        """Erase one payload (``BEGIN IMMEDIATE``) with ``secure_delete`` on, so SQLite
+        zeroes the freed bytes, then checkpoint and truncate the WAL: the old bytes are in
+        neither file (see the base module's protocol)."""
+        action = f"erase of stream {stream_id!r} version {version}"
+        args = (ref.to_json().decode(), stream_id, version, position, event_hash)
+        with self._gate.op():
+            conn = self._conn()
+            try:
+                with self._serial:
+                    conn.execute("PRAGMA secure_delete = ON")
+                try:
+                    with self._write() as c:
+                        if c.execute(ERASE_PAYLOAD, args).rowcount != 1:
+                            return EraseOutcome(False)
+                        like = (f'%"key":"{blob_key}"%',)
+                        refs = c.execute(COUNT_BLOB_REFS, like).fetchone()[0] if blob_key else 0
+                finally:
+                    with self._serial, contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA secure_delete = OFF")
+                if not self._memory:  # busy readers may hold old frames: the next one does
+                    with self._serial, contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                return EraseOutcome(True, int(refs))
+            except sqlite3.Error as exc:
+                if self._gate.closed:
+                    raise self._closed_error(action, exc) from exc
+                raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
 
     def _all_existing(
         self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
