@@ -30,6 +30,7 @@ from ares_events.core import catalog
 from ares_events.core.catalog import EventSchemaError
 from ares_events.core.events import (
     ANY,
+    ERASURE_STREAM,
     NO_STREAM,
     STREAM_EXISTS,
     AppendResult,
@@ -79,6 +80,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANY",
+    "ERASURE_STREAM",
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",

@@ -392,6 +392,10 @@ class SQLiteRecorder:
             if not self._memory:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
+            # Zero deleted and overwritten content where it costs no extra I/O: a read
+            # model or snapshot that once held an erased payload leaves no copy in the
+            # pages' free space (erasures themselves run with secure_delete fully on).
+            conn.execute("PRAGMA secure_delete = FAST")
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc
         self._local.conn = conn
@@ -606,33 +610,41 @@ class SQLiteRecorder:
 
     def erase(self, stream_id: str, version: int, position: int, event_hash: bytes,
               ref: ErasedPayloadRef, blob_key: str | None = None) -> EraseOutcome:  # fmt: skip
-        """Erase one payload (``BEGIN IMMEDIATE``) with ``secure_delete`` on, so SQLite
-        zeroes the freed bytes, then checkpoint and truncate the WAL: the old bytes are in
-        neither file (see the base module's protocol)."""
+        """Erase one payload (``BEGIN IMMEDIATE``) inside :meth:`scrubbing` (see the base
+        module's protocol)."""
         action = f"erase of stream {stream_id!r} version {version}"
         args = (ref.to_json().decode(), stream_id, version, position, event_hash)
-        with self._gate.op():
-            conn = self._conn()
-            try:
-                with self._serial:
-                    conn.execute("PRAGMA secure_delete = ON")
-                try:
-                    with self._write() as c:
-                        if c.execute(ERASE_PAYLOAD, args).rowcount != 1:
-                            return EraseOutcome(False)
-                        like = (f'%"key":"{blob_key}"%',)
-                        refs = c.execute(COUNT_BLOB_REFS, like).fetchone()[0] if blob_key else 0
-                finally:
-                    with self._serial, contextlib.suppress(sqlite3.Error):
-                        conn.execute("PRAGMA secure_delete = OFF")
-                if not self._memory:  # busy readers may hold old frames: the next one does
-                    with self._serial, contextlib.suppress(sqlite3.Error):
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                return EraseOutcome(True, int(refs))
-            except sqlite3.Error as exc:
-                if self._gate.closed:
-                    raise self._closed_error(action, exc) from exc
-                raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
+        try:
+            with self._gate.op(), self.scrubbing(), self._write() as c:
+                if c.execute(ERASE_PAYLOAD, args).rowcount != 1:
+                    return EraseOutcome(False)
+                like = (f'%"key":"{blob_key}"%',)
+                refs = c.execute(COUNT_BLOB_REFS, like).fetchone()[0] if blob_key else 0
+            return EraseOutcome(True, int(refs))
+        except sqlite3.Error as exc:
+            if self._gate.closed:
+                raise self._closed_error(action, exc) from exc
+            raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
+
+    @contextlib.contextmanager
+    def scrubbing(self) -> Iterator[None]:
+        """This thread's deletes zero the freed bytes (``secure_delete`` on); at the end the
+        WAL is checkpointed and truncated, so old bytes are in neither file (a reader holding
+        old frames delays that). Reentrant: an erasure's steps all run inside one."""
+        depth = getattr(self._local, "scrub", 0)
+        if depth == 0:
+            with self._gate.op(), self._serial:
+                self._conn().execute("PRAGMA secure_delete = ON")
+        self._local.scrub = depth + 1
+        try:
+            yield
+        finally:
+            self._local.scrub = depth
+            if depth == 0:
+                with contextlib.suppress(sqlite3.Error, StoreClosed), self._gate.op(), self._serial:
+                    self._conn().execute("PRAGMA secure_delete = FAST")
+                    if not self._memory:
+                        self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _all_existing(
         self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
