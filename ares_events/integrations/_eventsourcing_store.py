@@ -301,9 +301,11 @@ class AresDatastore:
     def _legacy_message(self, sid: str) -> str:
         return (
             f"store {self.store.url} holds eventsourcing events without a stream prefix "
-            f"(e.g. stream {sid!r}), the layout before per-application prefixes, but this "
-            f"application's prefix is {self.stream_prefix!r}: set {self.legacy_hint}= (empty) "
-            "to keep using that layout (docs/integrations.md, 'Stream prefixes')"
+            f"(e.g. stream {sid!r}), the layout before per-application prefixes, and this "
+            f"application's prefix is {self.stream_prefix!r}: if they are this "
+            f"application's, set {self.legacy_hint}= (empty) to keep using that layout; if "
+            f"they belong to another application, set {self.legacy_hint}="
+            f"{self.stream_prefix} explicitly (docs/integrations.md, 'Stream prefixes')"
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -212,12 +212,28 @@ def test_a_store_with_the_old_layout_is_never_silently_empty(url: str) -> None:
         ids = save_orders(old, 2, notes=2)
         before = notification_ids(old)
     assert all(s in stream_ids(url) for s in map(str, ids))
-    with pytest.raises(ConfigError, match="ORDERS_ARES_STREAM_PREFIX"):
+    with pytest.raises(ConfigError, match="ORDERS_ARES_STREAM_PREFIX= ") as info:
         Orders(env={"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": url})
+    password = urlsplit(url).password
+    assert password is None or password not in str(info.value)
     with app(Orders, url, ORDERS_ARES_STREAM_PREFIX="") as kept:
         assert [kept.repository.get(i).notes for i in ids] == [["note-0", "note-1"]] * 2
         assert notification_ids(kept) == before
         assert kept.recorder.max_notification_id() == before[-1]
+
+
+def test_a_new_application_beside_an_old_one_sets_its_prefix(url: str) -> None:
+    """Another application joining a store that one application keeps in the old layout is
+    told to set its prefix explicitly, and works once it does."""
+    with app(Orders, url, ORDERS_ARES_STREAM_PREFIX="") as old:
+        save_orders(old, 1)
+    with pytest.raises(ConfigError, match="INVOICES_ARES_STREAM_PREFIX=invoices/"):
+        Invoices(env={"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": url})
+    with app(Invoices, url, INVOICES_ARES_STREAM_PREFIX="invoices/") as invoices:
+        assert notification_ids(invoices) == []
+        (iid,) = save_orders(invoices, 1)
+        assert invoices.repository.get(iid).item == "item-0"
+        assert len(notification_ids(invoices)) == 1
 
 
 def test_an_old_aggregate_behind_other_streams_is_not_reported_missing(url: str) -> None:
