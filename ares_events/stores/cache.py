@@ -640,8 +640,14 @@ class CachedRecorder:
         self._store_tail(stream_id, newer, force=False, publish=False)
         return out, False
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Global order, always from the inner store."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Global order, always from the inner store (which filters by ``stream_prefix``)."""
+        if stream_prefix:
+            return self.inner.read_all(  # type: ignore[no-any-return]
+                after_position, limit, stream_prefix=stream_prefix
+            )
         return self.inner.read_all(after_position, limit)  # type: ignore[no-any-return]
 
     def head(self, stream_id: str) -> Head | None:

@@ -57,6 +57,7 @@ from ares_events.core.recorder import (
     TrackingRecord,
     check_tracking,
     parse_bool,
+    prefix_range,
 )
 from ares_events.errors import (
     ConcurrencyError,
@@ -92,6 +93,16 @@ SELECT_STREAM: Final = (
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
+)
+# One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
+# byte order = code point order), so no character is a wildcard.
+SELECT_ALL_RANGE: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
+    "AND stream_id >= ? AND stream_id < ? ORDER BY position LIMIT ?"
+)
+SELECT_ALL_FROM: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
+    "AND stream_id >= ? ORDER BY position LIMIT ?"
 )
 SELECT_IDS: Final = f"SELECT {_COLUMNS} FROM ares_events WHERE event_id IN (%s)"
 SELECT_HEAD: Final = "SELECT version, head_hash FROM ares_streams WHERE stream_id = ?"
@@ -633,13 +644,20 @@ class SQLiteRecorder:
             if type(kv) is int:
                 lo = max(lo, kv)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Keyset-paged read in global order (of the streams under ``stream_prefix``)."""
         after = after_position
         left = limit if limit is not None else 2**62
         page = self.page_size
+        sql = SELECT_ALL
+        bounds: tuple[str, ...] = ()
+        if stream_prefix:
+            lo, hi = prefix_range(stream_prefix)
+            sql, bounds = (SELECT_ALL_FROM, (lo,)) if hi is None else (SELECT_ALL_RANGE, (lo, hi))
         while left > 0:
-            rows = self._query(SELECT_ALL, (after, min(page, left)))
+            rows = self._query(sql, (after, *bounds, min(page, left)))
             yield from map(_row_to_event, rows)
             if len(rows) < min(page, left):
                 return
