@@ -76,6 +76,7 @@ __all__ = [
     "TrackingRecord",
     "check_tracking",
     "parse_bool",
+    "prefix_range",
 ]
 
 
@@ -315,6 +316,24 @@ _SECRET_PARAM: Final = re.compile(
 _BOOLS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The stream ids starting with ``prefix`` as a range ``lo <= stream_id < hi``.
+
+    ``hi`` is ``prefix`` with its last character replaced by the next code point (after
+    dropping trailing U+10FFFF, which has no successor; surrogates, which no stream id
+    holds, are skipped); None means no upper bound. Code point order is the byte order of
+    UTF-8, so SQL backends compare with a binary collation (``COLLATE "C"`` on
+    PostgreSQL) and no character is a wildcard, as it would be in ``LIKE``.
+    """
+    head = prefix.rstrip("\U0010ffff")
+    if not head:
+        return prefix, None
+    nxt = ord(head[-1]) + 1
+    if 0xD800 <= nxt < 0xE000:
+        nxt = 0xE000
+    return prefix, head[:-1] + chr(nxt)
+
+
 def parse_bool(value: object, name: str, where: str) -> bool:
     """A boolean URL parameter or option: a bool, or true/false/1/0/yes/no.
 
@@ -375,8 +394,15 @@ class Recorder(Protocol):
         """Events of one stream in version order, lazily."""
         ...
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Events of every stream in global position order, lazily."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Events of every stream in global position order, lazily.
+
+        With ``stream_prefix`` (never empty when given), only the events of streams whose id
+        starts with it, as the range condition of :func:`prefix_range`; ``limit`` counts
+        those events. The core passes the keyword only when a prefix is asked for.
+        """
         ...
 
     def head(self, stream_id: str) -> Head | None:

@@ -606,17 +606,38 @@ class EventStore:
         return self._attach(self.recorder.read(stream_id, from_version, to_version, limit))
 
     def read_all(
-        self, after_position: int = 0, limit: int | None = None
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        *,
+        stream_prefix: str | None = None,
     ) -> Iterator[RecordedEvent]:
         """Events of every stream in global position order, after ``after_position``.
 
+        Args:
+            after_position: read the events after this position (exclusive).
+            limit: at most this many events (None: all).
+            stream_prefix: only the events of streams whose id starts with this (exactly:
+                no character is a wildcard; ``limit`` counts these events only). The
+                backend filters, so other streams' events are never transferred. None or
+                ``""``: every stream.
+
         Raises:
+            InvalidEvent: a bad position, limit or prefix.
             StoreUnavailable: the backend cannot be reached.
         """
         self._check_open("read_all")
         if type(after_position) is not int or after_position < 0:
             raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
         _check_range(1, None, limit)
+        if stream_prefix is not None and type(stream_prefix) is not str:
+            raise InvalidEvent(
+                "stream_prefix", f"must be a str or None, got {type(stream_prefix).__name__}"
+            )
+        if stream_prefix:
+            # Passed only when asked for: recorders written before the keyword still work.
+            it = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
+            return self._attach(it)
         return self._attach(self.recorder.read_all(after_position, limit))
 
     def _attach(self, it: Iterator[RecordedEvent]) -> Iterator[RecordedEvent]:

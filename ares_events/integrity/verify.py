@@ -378,18 +378,45 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     """
     head = store.head(stream_id)
     v = ChainVerifier(stream_id, store.chain_key)
-    n = 0
     # Straight from the system of record, under any cache wrapper (``inner``).
     recorder = getattr(store.recorder, "inner", store.recorder)
-    for e in recorder.read(stream_id, 1, None, None):
-        v.check(e)
-        n += 1
-    if head is None or (head_problem(head) is None and v.last > head.version):
-        # Events past the head read at the start may be a concurrent append: re-read it.
-        head = store.head(stream_id)
+    n, head = _check_stream(store, recorder, stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
     return VerifyReport(stream_id, v.findings, n, v.last, head_version)
+
+
+def _check_stream(
+    store: EventStore,
+    recorder: Any,
+    stream_id: str,
+    v: ChainVerifier,
+    head: Head | None,
+    on_event: Callable[[RecordedEvent], None] | None = None,
+) -> tuple[int, Head | None]:
+    """Check every event of the stream with ``v``; return how many and the head to
+    compare with. A stream written while it is checked is followed: when the events read
+    go past the head read first, the head is read again, and if it moved further the
+    new events are read up to it too, so a live stream is never reported truncated."""
+    n = 0
+    start = 1
+    while True:
+        progressed = False
+        for e in recorder.read(stream_id, start, None, None):
+            v.check(e)
+            if on_event is not None:
+                on_event(e)
+            n += 1
+            progressed = True
+        if head is not None and (head_problem(head) is not None or v.last <= head.version):
+            return n, head
+        # Events past the head read first (or no head then): concurrent appends.
+        head = store.head(stream_id)
+        if head is None or head_problem(head) is not None or head.version <= v.last:
+            return n, head
+        if not progressed:
+            return n, head  # the head names events the read cannot find: truncated
+        start = v.last + 1
 
 
 def audit(
@@ -439,30 +466,28 @@ def audit(
         heads[sid] = head
     expected = sum(h.version for h in heads.values() if type(h.version) is int)
     erased: list[RecordedEvent] = []
+
+    def seen(e: RecordedEvent) -> None:
+        nonlocal done
+        ref = e.payload_ref
+        if ref is not None and ref.erased:
+            erased.append(e)
+        elif (
+            deep
+            and ref is not None
+            and not isinstance(ref, MalformedPayloadRef)
+            and ref.key not in blobs_seen
+        ):
+            blobs_seen.add(ref.key)
+            report.blobs_checked += 1
+            _check_blob(store, e, report)
+        done += 1
+        if progress is not None and done % 1000 == 0:
+            progress(done, max(expected, done))
+
     for sid, head in heads.items():
         ver = ChainVerifier(sid, key)
-        n = 0
-        for e in recorder.read(sid, 1, None, None):
-            ver.check(e)
-            n += 1
-            ref = e.payload_ref
-            if ref is not None and ref.erased:
-                erased.append(e)
-            elif (
-                deep
-                and ref is not None
-                and not isinstance(ref, MalformedPayloadRef)
-                and ref.key not in blobs_seen
-            ):
-                blobs_seen.add(ref.key)
-                report.blobs_checked += 1
-                _check_blob(store, e, report)
-            done += 1
-            if progress is not None and done % 1000 == 0:
-                progress(done, max(expected, done))
-        shead: Head | None = head
-        if head_problem(head) is None and ver.last > head.version:
-            shead = store.head(sid)  # maybe appended since the heads were read
+        n, shead = _check_stream(store, recorder, sid, ver, head, seen)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0
         r = VerifyReport(sid, ver.findings, n, ver.last, head_version)

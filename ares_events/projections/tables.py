@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import blake3
 import orjson
 
 from ares_events.errors import ConfigError
@@ -106,9 +107,13 @@ class ProjectionMeta:
 
 
 def table_name(name: str, generation: int) -> str:
-    """A safe SQL identifier for a projection's generation table."""
-    safe = _SAFE.sub("_", name.lower())[:40]
-    return f"ares_rm_{safe}_{generation}"
+    """A safe SQL identifier for a projection's generation table, distinct for every
+    distinct name: a readable part (lowercase, ``[a-z0-9_]``) plus the first 8 hex digits
+    of blake3 of the exact name, so ``inj-x`` / ``inj_x`` or ``Agent`` / ``agent`` never
+    share a table. (Tables made before this rule keep their recorded names.)"""
+    safe = _SAFE.sub("_", name.lower())[:32]
+    tag = blake3.blake3(name.encode("utf-8")).hexdigest()[:8]
+    return f"ares_rm_{safe}_{tag}_{generation}"
 
 
 class ReadModelTables(Protocol):

@@ -81,6 +81,7 @@ from ares_events.core.recorder import (
     StoreURL,
 )
 from ares_events.errors import ConfigError, MissingDependencyError, StoreClosed
+from ares_events.stores._cache_erase import CacheErasure
 
 if TYPE_CHECKING:
     import redis
@@ -273,7 +274,7 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
     )
 
 
-class CachedRecorder:
+class CachedRecorder(CacheErasure):
     """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
     around another recorder (see the module docstring for the consistency rules).
 
@@ -523,31 +524,6 @@ class CachedRecorder:
         else:
             self._ok()
 
-    def erase(self, stream_id: str, *args: Any) -> Any:
-        """Erase in the inner store, then drop the stream's cached tail (an erasure changes
-        no hash: the cached copy would still match the head). If Redis is unreachable,
-        this process reads the stream around the cache until the key is dropped; other
-        processes keep their copy until ``ttl`` expires (erase through the cache)."""
-        outcome = self.inner.erase(stream_id, *args)
-        with self._lock:
-            self._dirty.add(stream_id)
-        self._drop_cached(stream_id)
-        return outcome
-
-    def _drop_cached(self, stream_id: str) -> bool:
-        """Delete a stream's cached tail; True when it is gone (or was never there)."""
-        try:
-            gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
-        except self._redis_errors as exc:
-            self._failed(exc)  # logs the outage; reads of the stream bypass the cache
-            return False
-        if gone is False or gone is _SKIPPED:
-            return False
-        self._ok()
-        with self._lock:
-            self._dirty.discard(stream_id)
-        return True
-
     # -- reads -------------------------------------------------------------------------------
 
     def read(
@@ -666,8 +642,14 @@ class CachedRecorder:
         self._store_tail(stream_id, newer, force=False, publish=False)
         return out, False
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Global order, always from the inner store."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Global order, always from the inner store (which filters by ``stream_prefix``)."""
+        if stream_prefix:
+            return self.inner.read_all(  # type: ignore[no-any-return]
+                after_position, limit, stream_prefix=stream_prefix
+            )
         return self.inner.read_all(after_position, limit)  # type: ignore[no-any-return]
 
     def head(self, stream_id: str) -> Head | None:

@@ -250,14 +250,25 @@ class MemoryRecorder:
             chunk = evs[start:stop]
         return map(_fresh, chunk)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Slice of the global log."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Slice of the global log (filtered by stream id prefix when given)."""
         with self._d.lock:
             self._check("read_all")
             log = self._d.log
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
-            stop = len(log) if limit is None else min(len(log), start + limit)
-            chunk = log[start:stop]
+            if stream_prefix:
+                want = len(log) if limit is None else limit
+                chunk: list[RecordedEvent] = []
+                for i in range(start, len(log)):
+                    if len(chunk) >= want:
+                        break
+                    if log[i].stream_id.startswith(stream_prefix):
+                        chunk.append(log[i])
+            else:
+                stop = len(log) if limit is None else min(len(log), start + limit)
+                chunk = log[start:stop]
         return map(_fresh, chunk)
 
     def head(self, stream_id: str) -> Head | None:

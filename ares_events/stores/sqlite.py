@@ -45,24 +45,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
-from ares_events.core.events import (
-    ErasedPayloadRef,
-    ExpectedVersion,
-    RecordedEvent,
-    check_expected_version,
-)
+from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
-    EraseOutcome,
     Head,
     SealedEvent,
     StoreURL,
     TrackingRecord,
     check_tracking,
     parse_bool,
+    prefix_range,
 )
 from ares_events.errors import (
     ConcurrencyError,
@@ -74,6 +69,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores._sqlite_erase import SQLiteErasure
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -99,6 +95,16 @@ SELECT_STREAM: Final = (
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
 )
+# One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
+# byte order = code point order), so no character is a wildcard.
+SELECT_ALL_RANGE: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
+    "AND stream_id >= ? AND stream_id < ? ORDER BY position LIMIT ?"
+)
+SELECT_ALL_FROM: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
+    "AND stream_id >= ? ORDER BY position LIMIT ?"
+)
 SELECT_IDS: Final = f"SELECT {_COLUMNS} FROM ares_events WHERE event_id IN (%s)"
 SELECT_HEAD: Final = "SELECT version, head_hash FROM ares_streams WHERE stream_id = ?"
 SELECT_HEADS: Final = (
@@ -121,14 +127,6 @@ UPSERT_HEAD: Final = (
     "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
     "head_hash = excluded.head_hash"
 )
-# Erasure: the row is matched on its hash too, so a row rewritten since it was read is
-# never touched; the blob's other users are counted in the same transaction (an erased
-# reference holds no "key", so it never counts).
-ERASE_PAYLOAD: Final = (
-    "UPDATE ares_events SET payload = NULL, payload_ref = ? "
-    "WHERE stream_id = ? AND version = ? AND position = ? AND hash = ?"
-)
-COUNT_BLOB_REFS: Final = "SELECT count(*) FROM ares_events WHERE payload_ref LIKE ?"
 SELECT_TRACKING: Final = "SELECT position FROM ares_tracking WHERE name = ?"
 UPSERT_TRACKING: Final = (
     "INSERT INTO ares_tracking (name, position) VALUES (?, ?) "
@@ -205,7 +203,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder:
+class SQLiteRecorder(SQLiteErasure):
     """SQLite backend (see the module docstring for durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -608,44 +606,6 @@ class SQLiteRecorder:
         finally:
             self._gate.exit()
 
-    def erase(self, stream_id: str, version: int, position: int, event_hash: bytes,
-              ref: ErasedPayloadRef, blob_key: str | None = None) -> EraseOutcome:  # fmt: skip
-        """Erase one payload (``BEGIN IMMEDIATE``) inside :meth:`scrubbing` (see the base
-        module's protocol)."""
-        action = f"erase of stream {stream_id!r} version {version}"
-        args = (ref.to_json().decode(), stream_id, version, position, event_hash)
-        try:
-            with self._gate.op(), self.scrubbing(), self._write() as c:
-                if c.execute(ERASE_PAYLOAD, args).rowcount != 1:
-                    return EraseOutcome(False)
-                like = (f'%"key":"{blob_key}"%',)
-                refs = c.execute(COUNT_BLOB_REFS, like).fetchone()[0] if blob_key else 0
-            return EraseOutcome(True, int(refs))
-        except sqlite3.Error as exc:
-            if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
-            raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
-
-    @contextlib.contextmanager
-    def scrubbing(self) -> Iterator[None]:
-        """This thread's deletes zero the freed bytes (``secure_delete`` on); at the end the
-        WAL is checkpointed and truncated, so old bytes are in neither file (a reader holding
-        old frames delays that). Reentrant: an erasure's steps all run inside one."""
-        depth = getattr(self._local, "scrub", 0)
-        if depth == 0:
-            with self._gate.op(), self._serial:
-                self._conn().execute("PRAGMA secure_delete = ON")
-        self._local.scrub = depth + 1
-        try:
-            yield
-        finally:
-            self._local.scrub = depth
-            if depth == 0:
-                with contextlib.suppress(sqlite3.Error, StoreClosed), self._gate.op(), self._serial:
-                    self._conn().execute("PRAGMA secure_delete = FAST")
-                    if not self._memory:
-                        self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
     def _all_existing(
         self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
     ) -> list[list[RecordedEvent]]:
@@ -690,13 +650,20 @@ class SQLiteRecorder:
             if type(kv) is int:
                 lo = max(lo, kv)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Keyset-paged read in global order (of the streams under ``stream_prefix``)."""
         after = after_position
         left = limit if limit is not None else 2**62
         page = self.page_size
+        sql = SELECT_ALL
+        bounds: tuple[str, ...] = ()
+        if stream_prefix:
+            lo, hi = prefix_range(stream_prefix)
+            sql, bounds = (SELECT_ALL_FROM, (lo,)) if hi is None else (SELECT_ALL_RANGE, (lo, hi))
         while left > 0:
-            rows = self._query(SELECT_ALL, (after, min(page, left)))
+            rows = self._query(sql, (after, *bounds, min(page, left)))
             yield from map(_row_to_event, rows)
             if len(rows) < min(page, left):
                 return

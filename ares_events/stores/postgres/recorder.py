@@ -33,6 +33,7 @@ from ares_events.core.recorder import (
     EraseOutcome,
     Head,
     StoreURL,
+    prefix_range,
 )
 from ares_events.errors import (
     ConfigError,
@@ -60,6 +61,8 @@ from ares_events.stores.postgres.sql import (
     INSERT_MANY,
     INSERT_META_IF_ABSENT,
     SELECT_ALL,
+    SELECT_ALL_FROM,
+    SELECT_ALL_RANGE,
     SELECT_DUPLICATE_IDS,
     SELECT_DUPLICATE_POSITIONS,
     SELECT_DUPLICATE_VERSIONS,
@@ -210,6 +213,8 @@ class PostgresRecorder(PostgresWrites):
                 "insert": INSERT_EVENTS,
                 "stream": SELECT_STREAM,
                 "all": SELECT_ALL,
+                "all_range": SELECT_ALL_RANGE,
+                "all_from": SELECT_ALL_FROM,
                 "last": SELECT_LAST_POSITION,
                 "head": SELECT_HEAD,
                 "heads": SELECT_HEADS,
@@ -463,15 +468,24 @@ class PostgresRecorder(PostgresWrites):
             kv, kp = rows[-1][1], rows[-1][2]
             lo = max(lo, kv)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound (module docstring)."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Keyset-paged read in global order, only below the visibility bound (module
+        docstring); only the streams under ``stream_prefix`` when given."""
         after = after_position
         left = limit if limit is not None else 2**62
         page = self.page_size
         query = self._sql["all"]
+        bounds: tuple[str, ...] = ()
+        if stream_prefix:
+            lo, hi = prefix_range(stream_prefix)
+            query, bounds = (
+                (self._sql["all_from"], (lo,)) if hi is None else (self._sql["all_range"], (lo, hi))
+            )
         while left > 0:
             want = min(page, left)
-            rows = self._query("read_all", query, (after, want))
+            rows = self._query("read_all", query, (after, *bounds, want))
             for r in rows:
                 yield row_to_event(r)
             if len(rows) < want:

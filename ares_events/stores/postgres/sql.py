@@ -120,6 +120,19 @@ SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
     f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
 )
+# One application's events (prefix_range): a range on stream_id in byte order whatever
+# the database's collation (COLLATE "C"), so no character is a wildcard.
+SELECT_ALL_RANGE: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
+    f"AND position < {_VISIBLE_BOUND} "
+    'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
+    "ORDER BY position LIMIT %s"
+)
+SELECT_ALL_FROM: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
+    f"AND position < {_VISIBLE_BOUND} "
+    'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
+)
 SELECT_LAST_POSITION: Final = (
     f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {_VISIBLE_BOUND}"
 )
