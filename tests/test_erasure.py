@@ -141,10 +141,16 @@ def test_a_blob_shared_by_an_equal_payload_is_kept(tmp_path: Path) -> None:
         assert ae.integrity.audit(store, deep=True).ok
 
 
-def test_snapshots_and_read_models_that_folded_it_are_dropped(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
+)
+def test_snapshots_and_read_models_that_folded_it_are_dropped(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Snapshots taken at or after the erased version are deleted (older ones kept); read
-    models whose cursor passed it are rewound and refold without the payload."""
-    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+    models whose cursor passed it are rewound and refold without the payload (and on
+    SQLite no copy stays in the files)."""
+    with open_backend(backend, tmp_path, request) as store:
         store.append("agent", [_ev({"task_id": "t1"}), _ev({"task_id": SECRET})])
         proj = ae.projections.AgentStateProjection()
         ae.snapshot(store, "agent", proj)  # at version 2: folded the secret
@@ -160,8 +166,11 @@ def test_snapshots_and_read_models_that_folded_it_are_dropped(tmp_path: Path) ->
         assert state is not None and SECRET not in str(state)
         assert state["pending_tasks"] == ["t1"]
         assert [s.reason for s in runner.skipped] == [ERASED_REASON]
-    raw = _raw_files(tmp_path)
-    assert SECRET.encode() not in raw
+        store.append("agent", [_ev({"task_id": "t3"})])
+        runner.run_until_idle()
+        assert read_model(store, proj, "agent")["pending_tasks"] == ["t1", "t3"]
+    if backend == "sqlite":
+        assert SECRET.encode() not in _raw_files(tmp_path)
 
 
 def test_recovery_and_replay_skip_the_erased_event(tmp_path: Path) -> None:
@@ -311,3 +320,24 @@ def test_another_process_cache_user_sees_the_erasure(
         assert stats.hits >= 1  # served from Redis: the copy an erasure must drop
         ae.erase(a, "p", 1, reason="r", by="b")
         assert [e.payload_erased for e in b.read("p")] == [True, False]
+
+
+def test_tail_and_runs_show_an_erased_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tail` shows an erased payload as erased (table and JSON), and `runs show` of a run
+    whose recorded request was erased still works."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        j = ae.Journal(store, "run-1")
+        j.model_call([{"role": "user", "content": SECRET}], call=lambda m, p: {"text": "ok"})
+        (req,) = [e.version for e in store.read("run-1") if e.type == "model.call.requested"]
+        ae.erase(store, "run-1", req, reason="r", by="b")
+    assert main(["--store", url, "tail", "run-1"]) == 0
+    assert "<erased:" in capsys.readouterr().out
+    assert main(["--store", url, "tail", "run-1", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"payload_erased": true' in out and SECRET not in out
+    assert main(["--store", url, "runs", "show", "run-1"]) == 1  # a skipped event is reported
+    out = capsys.readouterr().out
+    assert "payload erased" in out and SECRET not in out

@@ -56,6 +56,11 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
         "payload_ref": None,
     }
     ref = e.payload_ref
+    if ref is not None and ref.erased:
+        d["payload_ref"] = {"erased": True, "size": ref.size, "digest": ref.digest.hex()}
+        d["payload"] = None
+        d["payload_erased"] = True
+        return d
     if ref is not None:
         d["payload_ref"] = {"key": ref.key, "size": ref.size, "digest": ref.digest.hex()}
     try:
@@ -86,11 +91,12 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     table.add_column("payload", no_wrap=True, overflow="ellipsis")
     for i, e in enumerate(events):
         ref = e.payload_ref
-        payload = (
-            f"<spilled: {ref.size} bytes>"
-            if ref is not None and not e.payload_loaded
-            else _short(e.payload_bytes, width)
-        )
+        if ref is not None and ref.erased:
+            payload = f"<erased: {ref.size} bytes>"
+        elif ref is not None and not e.payload_loaded:
+            payload = f"<spilled: {ref.size} bytes>"
+        else:
+            payload = _short(e.payload_bytes, width)
         table.add_row(*(Text(vals[i]) for vals in cols.values()), Text(payload))
     return table
 
