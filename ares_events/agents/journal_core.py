@@ -36,7 +36,8 @@ from ares_events.agents.recording import (
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.recorder import Capability
-from ares_events.errors import ChainIntegrityError, ConfigError
+from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
+from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
 from ares_events.projections.recovery import Snapshotter, recover
 
@@ -147,6 +148,8 @@ class Journal:
     Raises:
         RunRefused: the gate refused to resume.
         ChainIntegrityError: the run's log has integrity findings; never act on it.
+        PayloadErased: an event of the run was erased: it cannot be replayed (inspect it
+            with :meth:`inspect`).
         StoreUnavailable: the store cannot be reached.
     """
 
@@ -176,6 +179,11 @@ class Journal:
         rep = recover(store, run_id, self.projection, snapshots=self._snapshots, max_replay=2**62)
         if rep.findings:
             raise ChainIntegrityError(run_id, rep.findings)
+        erased = [s for s in rep.skipped if s.reason == ERASED_REASON]
+        if erased:
+            # A step whose request or outcome was erased cannot be replayed: acting again
+            # could re-pay a model call or repeat a side effect. Inspection still works.
+            raise PayloadErased(run_id, erased[0].version)
         self.state: dict[str, Any] = rep.state
         self.version = rep.version
         self.recovered_from = str(rep.source)

@@ -309,6 +309,9 @@ def _requests(store: EventStore, run_id: str, state: Mapping[str, Any]) -> dict[
     for e in store.read(run_id, from_version=min(wanted), to_version=max(wanted)):
         if e.version not in wanted:
             continue
+        if e.payload_erased:
+            found[e.version] = {"erased": True}
+            continue
         payload = e.payload if isinstance(e.payload, dict) else {}
         if e.type == "model.call.requested":
             req = {"params": payload.get("params")}

@@ -33,6 +33,13 @@ transaction::
 The events of one call get consecutive global positions in batch order, so the core
 knows every event's position from the last one.
 
+Backends that declare :attr:`Capability.ERASE` implement ``erase(stream_id, version,
+position, event_hash, ref) -> EraseOutcome``: in one transaction, set the matching row's
+payload to NULL and its ``payload_ref`` to ``ref.to_json()`` (an
+:class:`~ares_events.core.events.ErasedPayloadRef`), then count the other rows whose
+``payload_ref`` names the same blob key; make the old bytes unreadable where the
+backend can (SQLite: ``secure_delete`` and a WAL checkpoint); drop any cached copy.
+
 Optional methods the core looks for (duck-typed; a wrapper such as the Redis cache keeps
 its backend in ``.inner``): ``wait_for(position, timeout)`` (native wake-ups),
 ``default_blobs_url()`` (where spilled payloads go by default) and
@@ -61,6 +68,7 @@ __all__ = [
     "AppendOutcome",
     "Batch",
     "Capability",
+    "EraseOutcome",
     "Head",
     "Recorder",
     "SealedEvent",
@@ -88,6 +96,11 @@ class Capability(enum.Enum):
     MULTI_STREAM_APPEND = "multi_stream_append"
     """``append_many(batches, tracking)``: one transaction over several streams, with an
     optional :class:`TrackingRecord`; and ``tracked_position(name)``."""
+    ERASE = "erase"
+    """``erase(stream_id, version, position, event_hash, ref) -> EraseOutcome``: replace
+    one event's payload (inline bytes or blob reference) with an
+    :class:`~ares_events.core.events.ErasedPayloadRef`, leaving every other column, the
+    hash chain and the global order as they are (see :class:`EraseOutcome`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +221,20 @@ class AppendOutcome:
     """Last version written; backends may set it (with ``position``) and leave ``events``
     empty on the normal path, which saves building events nobody reads."""
     position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EraseOutcome:
+    """What a backend's ``erase`` returns.
+
+    ``erased`` is True when the row (matched by stream, version, position *and* hash, so
+    a row rewritten since it was read is never touched) now holds the erased reference;
+    ``blob_refs`` counts the *other* events whose payload still lives in the same blob
+    (counted in the same transaction; the core deletes the blob only when it is 0).
+    """
+
+    erased: bool
+    blob_refs: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,12 +20,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import (
     ANY,
     AppendResult,
+    ErasedPayloadRef,
     ExpectedVersion,
     NewEvent,
     RecordedEvent,
@@ -43,7 +45,14 @@ from ares_events.core.identity import (
     check_configured,
 )
 from ares_events.core.recorder import Batch, Capability, Head, Recorder, TrackingRecord
-from ares_events.errors import ConcurrencyError, ConfigError, InvalidEvent, StoreClosed, StoreError
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    EventNotFound,
+    InvalidEvent,
+    StoreClosed,
+    StoreError,
+)
 from ares_events.integrity.chain import ChainKey, genesis, link_hash
 
 if TYPE_CHECKING:
@@ -428,6 +437,60 @@ class EventStore:
                 )
             )
         return results
+
+    def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
+        """Remove one event's payload from the backend, keeping its digest and size (the
+        chain commits to them, so every link hash, Merkle leaf and checkpoint stays valid),
+        and delete its blob when no other event's payload lives in it.
+
+        This is the storage half of an erasure; :func:`ares_events.erase` is the whole of
+        it (the erasure record, snapshots, read models). Idempotent: an erased event is
+        returned as it is.
+
+        Returns:
+            The event as it was before (its payload still readable in this object only
+            when it was inline), and the number of other events sharing its blob (None
+            when it had no blob or was already erased).
+
+        Raises:
+            EventNotFound: no event at ``stream_id`` ``version``.
+            StoreError: the backend does not declare ``ERASE``, or the row changed while
+                it was erased (retry).
+            StoreUnavailable: the backend or the blob store cannot be reached.
+        """
+        self._check_open(f"erase of stream {stream_id!r} version {version}")
+        validate_name(stream_id, "stream_id")
+        if Capability.ERASE not in self.recorder.capabilities:
+            raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
+        if type(version) is not int or version < 1:
+            raise EventNotFound(stream_id, version, "versions start at 1")
+        if self._identity_pending or not self._check_identity:
+            self._ensure_identity()
+        event = next(
+            (e for e in self.recorder.read(stream_id, version, version, 1) if e.version == version),
+            None,
+        )
+        if event is None:
+            raise EventNotFound(stream_id, version)
+        ref = event.payload_ref
+        if ref is not None and ref.erased:
+            return event, None
+        erased = ErasedPayloadRef(key="", size=event.payload_size, digest=event.payload_digest)
+        blob_key = ref.key if ref is not None and ref.key else None
+        started = datetime.now(UTC)
+        outcome = self.recorder.erase(  # type: ignore[attr-defined]
+            stream_id, version, event.position, event.hash, erased, blob_key
+        )
+        if not outcome.erased:
+            raise StoreError(
+                f"stream {stream_id!r} version {version} changed while it was being erased "
+                "(erased by someone else, or rewritten): read it again"
+            )
+        if blob_key is not None and outcome.blob_refs == 0 and self.blobs is not None:
+            # A blob an append (of the same payload) refreshed after we started is kept.
+            self.blobs.delete(blob_key, if_older_than=started)
+        logger.info("erased the payload of stream %r version %d", stream_id, version)
+        return event, (outcome.blob_refs if blob_key is not None else None)
 
     def tracked_position(self, name: str) -> int | None:
         """The position last tracked for ``name`` by :meth:`append_many`, or None.

@@ -31,17 +31,27 @@ Verification never raises on a bad link: it returns a report of findings. Findin
     a spilled payload is gone or altered (deep audit only).
 ``anchor_*``
     the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
+``erasure_unrecorded`` / ``erasure_undone``
+    an erased payload no erasure record names, or a recorded erasure whose payload is
+    stored again. Erased payloads themselves are information (``AuditReport.erased``),
+    not findings: their chains verify.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
+from ares_events.core.events import (
+    ERASURE_STREAM,
+    ERASURE_TYPE,
+    MalformedPayloadRef,
+    PayloadRef,
+    RecordedEvent,
+)
 from ares_events.core.recorder import Capability, Head
 from ares_events.errors import BlobError, BlobMissing, InvalidEvent
 from ares_events.integrity.anchors import verify_anchors
@@ -56,6 +66,7 @@ from ares_events.integrity.chain import (
     payload_digest,
 )
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+from ares_events.integrity.notes import VerifierKey
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -414,6 +425,7 @@ def audit(
     deep: bool = False,
     progress: Callable[[int, int], None] | None = None,
     anchors: str | None = None,
+    anchor_keys: Sequence[VerifierKey] | None = None,
 ) -> AuditReport:
     """Verify every stream, the global positions and (``deep=True``) every spilled blob
     and every snapshot.
@@ -432,6 +444,8 @@ def audit(
         anchors: a witness URL; also check the store still extends every anchor there
             (see :mod:`ares_events.integrity.anchors`); a witness with no anchor at all is
             a ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
+        anchor_keys: verifier keys trusted for the witness's signed checkpoints (default:
+            the log keys the store recorded).
 
     Raises:
         StoreUnavailable: the store cannot be reached.
@@ -451,11 +465,14 @@ def audit(
             continue
         heads[sid] = head
     expected = sum(h.version for h in heads.values() if type(h.version) is int)
+    erased: list[RecordedEvent] = []
 
     def seen(e: RecordedEvent) -> None:
         nonlocal done
         ref = e.payload_ref
-        if (
+        if ref is not None and ref.erased:
+            erased.append(e)
+        elif (
             deep
             and ref is not None
             and not isinstance(ref, MalformedPayloadRef)
@@ -529,6 +546,7 @@ def audit(
         report.findings.extend(r.findings)
         report.events_checked += orphan_counts[sid]
     report.streams_checked = len(report.streams)
+    _check_erasures(store, recorder, erased, report)
     _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
         # A snapshot that no longer matches its stream (edited state, a rewritten or
@@ -545,12 +563,74 @@ def audit(
                     )
                 )
     if anchors is not None:
-        check = verify_anchors(store, anchors)
+        check = verify_anchors(store, anchors, keys=anchor_keys)
         report.anchors_checked = check.anchors_checked
         report.findings.extend(check.findings)
     if progress is not None:
         progress(report.events_checked, max(total, report.events_checked))
     return report
+
+
+def _check_erasures(
+    store: EventStore, recorder: Any, erased: list[RecordedEvent], report: AuditReport
+) -> None:
+    """List erased payloads (information) and compare them with the erasure records:
+    ``erasure_unrecorded`` (erased, but no ``payload.erased`` record names it: an
+    interrupted erasure, run it again) and ``erasure_undone`` (a record names it, but its
+    payload is back)."""
+    records: dict[str, tuple[dict[str, Any], int]] = {}
+    for raw in recorder.read(ERASURE_STREAM, 1, None, None):
+        if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
+            continue
+        r = raw
+        if r.payload_ref is not None and store.blobs is not None:
+            r = store.blobs.attach(r)  # a long reason may have spilled the record
+        try:
+            p = r.payload
+        except (ValueError, BlobError):
+            continue
+        if isinstance(p, dict) and isinstance(p.get("event_id"), str):
+            records[p["event_id"]] = (p, r.version)
+    erased_ids = set()
+    for e in erased:
+        erased_ids.add(e.event_id_str)
+        rec, rv = records.get(e.event_id_str, ({}, None))
+        report.erased.append(
+            {
+                "stream_id": e.stream_id,
+                "version": e.version,
+                "position": e.position,
+                "event_id": e.event_id_str,
+                "by": rec.get("by"),
+                "reason": rec.get("reason"),
+                "record_version": rv,
+            }
+        )
+        if rv is None:
+            report.findings.append(
+                Finding(
+                    "erasure_unrecorded",
+                    e.stream_id,
+                    e.version,
+                    f"the payload was erased but no {ERASURE_TYPE} record in "
+                    f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
+                )
+            )
+    for eid, (p, rv) in records.items():
+        sid, ver = p.get("stream_id"), p.get("version")
+        if eid in erased_ids or not isinstance(sid, str) or type(ver) is not int:
+            continue
+        now = next(iter(recorder.read(sid, ver, ver, 1)), None)
+        if now is not None and now.event_id_str == eid and not now.payload_erased:
+            report.findings.append(
+                Finding(
+                    "erasure_undone",
+                    sid,
+                    ver,
+                    f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
+                    "it is stored again",
+                )
+            )
 
 
 def _check_uniqueness(recorder: object, report: AuditReport) -> None:

@@ -69,6 +69,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores._sqlite_erase import SQLiteErasure
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -202,7 +203,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder:
+class SQLiteRecorder(SQLiteErasure):
     """SQLite backend (see the module docstring for durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -213,6 +214,7 @@ class SQLiteRecorder:
             Capability.MULTI_PROCESS,
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
         }
     )
 
@@ -388,6 +390,10 @@ class SQLiteRecorder:
             if not self._memory:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
+            # Zero deleted and overwritten content where it costs no extra I/O: a read
+            # model or snapshot that once held an erased payload leaves no copy in the
+            # pages' free space (erasures themselves run with secure_delete fully on).
+            conn.execute("PRAGMA secure_delete = FAST")
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc
         self._local.conn = conn

@@ -24,11 +24,13 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from ares_events.core.events import (
+    ErasedPayloadRef,
     RecordedEvent,
 )
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
     Capability,
+    EraseOutcome,
     Head,
     StoreURL,
     prefix_range,
@@ -53,6 +55,8 @@ from ares_events.stores.postgres.options import check_schema_name, parse_options
 from ares_events.stores.postgres.schema import SCHEMA_VERSION, prepare_schema, schema_exists
 from ares_events.stores.postgres.sql import (
     APPEND_FAST,
+    COUNT_BLOB_REFS,
+    ERASE_PAYLOAD,
     INSERT_EVENTS,
     INSERT_MANY,
     INSERT_META_IF_ABSENT,
@@ -106,6 +110,7 @@ class PostgresRecorder(PostgresWrites):
             Capability.WAKEUPS,
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
         }
     )
 
@@ -223,6 +228,8 @@ class PostgresRecorder(PostgresWrites):
                 "dup_versions": SELECT_DUPLICATE_VERSIONS,
                 "dup_positions": SELECT_DUPLICATE_POSITIONS,
                 "dup_ids": SELECT_DUPLICATE_IDS,
+                "erase": ERASE_PAYLOAD,
+                "blob_refs": COUNT_BLOB_REFS,
             }.items()
         }
         channel = f"ares_events:{schema}"
@@ -505,6 +512,34 @@ class PostgresRecorder(PostgresWrites):
     def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
         return int(self._query("last_position", self._sql["last"], ())[0][0])
+
+    # -- erasure ---------------------------------------------------------------------------
+
+    def erase(
+        self,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_hash: bytes,
+        ref: ErasedPayloadRef,
+        blob_key: str | None = None,
+    ) -> EraseOutcome:
+        """Erase one payload in one transaction. The payload leaves the live row at once;
+        its old row version is dead and VACUUM reclaims it (see docs/proofs.md for what
+        PostgreSQL keeps on disk until then)."""
+        what = f"erase of stream {stream_id!r} version {version}"
+        with self._conn(what) as conn, conn.transaction():
+            cur = conn.execute(
+                self._sql["erase"],
+                (ref.to_json().decode(), stream_id, version, position, event_hash),
+            )
+            if cur.rowcount != 1:
+                return EraseOutcome(False)
+            refs = 0
+            if blob_key:
+                row = conn.execute(self._sql["blob_refs"], (f'%"key":"{blob_key}"%',)).fetchone()
+                refs = int(row[0]) if row else 0
+        return EraseOutcome(True, refs)
 
     # -- metadata and integrity scans ----------------------------------------------------
 

@@ -101,6 +101,13 @@ INSERT_MANY: Final = (
     " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
+# Erasure (see the recorder's erase): matched on the hash too; the blob's other users are
+# counted in the same transaction (an erased reference holds no "key").
+ERASE_PAYLOAD: Final = (
+    "UPDATE {s}.ares_events SET payload = NULL, payload_ref = %s "
+    "WHERE stream_id = %s AND version = %s AND position = %s AND hash = %s"
+)
+COUNT_BLOB_REFS: Final = "SELECT count(*) FROM {s}.ares_events WHERE payload_ref LIKE %s"
 SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
 # Keyset on (version, position): unique per row even in a table whose unique index was
 # dropped and holds two rows of one version, so no row is skipped or returned twice.
