@@ -30,6 +30,7 @@ from ares_events.core import catalog
 from ares_events.core.catalog import EventSchemaError
 from ares_events.core.events import (
     ANY,
+    ERASURE_STREAM,
     NO_STREAM,
     STREAM_EXISTS,
     AppendResult,
@@ -47,8 +48,11 @@ from ares_events.errors import (
     ChainIntegrityError,
     ConcurrencyError,
     ConfigError,
+    EventNotFound,
     InvalidEvent,
     MissingDependencyError,
+    PayloadErased,
+    ProofError,
     ReplayCapExceeded,
     SchemaVersionError,
     SnapshotMismatch,
@@ -57,7 +61,10 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
     UnknownSchemeError,
+    WitnessRefused,
 )
+from ares_events.projections.erasure import ErasureReport, erase, salted
+from ares_events.projections.merkle import MerkleLog
 from ares_events.projections.recovery import (
     RecoveryReport,
     RecoverySource,
@@ -82,6 +89,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANY",
+    "ERASURE_STREAM",
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
@@ -95,6 +103,8 @@ __all__ = [
     "ChainIntegrityError",
     "ConcurrencyError",
     "ConfigError",
+    "ErasureReport",
+    "EventNotFound",
     "EventSchemaError",
     "EventStore",
     "Expect",
@@ -102,11 +112,14 @@ __all__ = [
     "InvalidEvent",
     "Journal",
     "JournalStats",
+    "MerkleLog",
     "MissingDependencyError",
     "ModelCallFailed",
     "ModelReply",
     "NewEvent",
+    "PayloadErased",
     "PayloadRef",
+    "ProofError",
     "RecordedEvent",
     "RecoveryReport",
     "RecoverySource",
@@ -126,6 +139,7 @@ __all__ = [
     "StoreUnavailable",
     "ToolCallFailed",
     "UnknownSchemeError",
+    "WitnessRefused",
     "__version__",
     "arecover",
     "areplay",
@@ -133,6 +147,7 @@ __all__ = [
     "available_schemes",
     "catalog",
     "emit",
+    "erase",
     "errors",
     "integrity",
     "migrating_gate",
@@ -142,6 +157,7 @@ __all__ = [
     "recover",
     "register_store",
     "replay",
+    "salted",
     "snapshot",
     "strict_gate",
 ]

@@ -7,6 +7,11 @@
     │   └── UnknownSchemeError               lists the known schemes
     ├── MissingDependencyError (ImportError) names the pip extra to install
     ├── InvalidEvent (ValueError)            bad input: not JSON, NaN, bad stream id, too large
+    ├── EventNotFound (LookupError)          no event at that stream and version
+    ├── PayloadErased                        the event's payload was erased (.stream_id, .version)
+    ├── ProofError (ValueError)              a signed note, checkpoint or proof that is malformed,
+    │   │                                    does not verify, or cannot be made (.reason)
+    │   └── WitnessRefused                   a witness would not cosign (.status, .latest_size)
     ├── ConcurrencyError                     expected_version mismatch (.expected, .actual)
     ├── StoreError                           backend failure; driver error kept as __cause__
     │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted/server down
@@ -38,8 +43,11 @@ __all__ = [
     "ChainIntegrityError",
     "ConcurrencyError",
     "ConfigError",
+    "EventNotFound",
     "InvalidEvent",
     "MissingDependencyError",
+    "PayloadErased",
+    "ProofError",
     "ReplayCapExceeded",
     "SchemaVersionError",
     "SnapshotMismatch",
@@ -48,6 +56,7 @@ __all__ = [
     "StoreNotFound",
     "StoreUnavailable",
     "UnknownSchemeError",
+    "WitnessRefused",
 ]
 
 
@@ -109,6 +118,51 @@ class InvalidEvent(AresError, ValueError):
             where.append(f"event #{index}")
         loc = f" ({', '.join(where)})" if where else ""
         super().__init__(f"invalid {field}{loc}: {problem}")
+
+
+class EventNotFound(AresError, LookupError):
+    """No event is stored at that stream and version."""
+
+    def __init__(self, stream_id: str, version: int, detail: str = "") -> None:
+        self.stream_id = stream_id
+        self.version = version
+        msg = f"stream {stream_id!r} has no event at version {version}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class PayloadErased(AresError):
+    """The event's payload was erased (``ares-events erase``). Its digest and size stay
+    (the chain commits to them), the bytes are gone; ``event.payload_erased`` is True."""
+
+    def __init__(self, stream_id: str, version: int) -> None:
+        self.stream_id = stream_id
+        self.version = version
+        super().__init__(
+            f"the payload of stream {stream_id!r} version {version} was erased; its digest "
+            "and size remain, its content does not"
+        )
+
+
+class ProofError(AresError, ValueError):
+    """A signed note, checkpoint or Merkle proof that is malformed or does not verify, or
+    a proof that cannot be made (the event is not in the log yet, no checkpoint covers
+    it). ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class WitnessRefused(ProofError):
+    """A witness refused to cosign a checkpoint. ``status`` is the C2SP tlog-witness HTTP
+    status it stands for (400 bad request, 403 no trusted signature, 404 unknown log, 409
+    not the size it last cosigned, or a different root at that size, 422 the consistency
+    proof does not verify); ``latest_size`` is the size it last cosigned (409)."""
+
+    def __init__(self, status: int, reason: str, latest_size: int | None = None) -> None:
+        self.status = status
+        self.latest_size = latest_size
+        super().__init__(reason)
 
 
 class ConcurrencyError(AresError):
@@ -238,6 +292,10 @@ for _cls in (
     UnknownSchemeError,
     MissingDependencyError,
     InvalidEvent,
+    EventNotFound,
+    PayloadErased,
+    ProofError,
+    WitnessRefused,
     ConcurrencyError,
     StoreError,
     StoreUnavailable,

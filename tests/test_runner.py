@@ -26,7 +26,7 @@ from ares_events.projections import (
     rebuild,
     verify_rebuild,
 )
-from ares_events.projections.tables import MemoryTables, SQLTables, tables_for
+from ares_events.projections.tables import MemoryTables, SQLTables, table_name, tables_for
 from tests.cli_helpers import run, run_json
 from tests.runner_child import CountingProjection
 from tests.test_recovery import append_life
@@ -456,3 +456,34 @@ def test_runner_and_rebuild_running_at_once_apply_each_event_once(store: ae.Even
     for k in range(3):
         assert read_model(store, p, f"s{k}") == 150
     assert verify_rebuild(store, p).ok
+
+
+def _named_counter(name: str, step: int) -> Any:
+    """A counting projection called ``name`` that adds ``step`` per event."""
+
+    class Named:
+        version: ClassVar[int] = 1
+
+        def initial(self) -> int:
+            return 0
+
+        def apply(self, state: Any, event: RecordedEvent) -> int:
+            return int(state) + step
+
+    Named.name = name  # type: ignore[attr-defined]
+    return Named()
+
+
+@pytest.mark.parametrize(("a", "b"), [("inj-x", "inj_x"), ("Agent", "agent"), ("a.b", "a b")])
+def test_projection_names_that_look_alike_keep_separate_read_models(
+    store: ae.EventStore, a: str, b: str
+) -> None:
+    """Two projection names that sanitize to the same text get separate tables: each
+    read model holds only its own fold (the table name carries a hash of the exact name)."""
+    ids = fill(store, streams=2, each=10)
+    pa, pb = _named_counter(a, 1), _named_counter(b, 100)
+    assert table_name(a, 1) != table_name(b, 1)
+    ProjectionRunner(store, [pa, pb], batch_size=3).run_until_idle()
+    for sid in ids:
+        assert read_model(store, a, sid) == 10
+        assert read_model(store, b, sid) == 1000

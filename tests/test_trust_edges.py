@@ -358,3 +358,34 @@ def test_postgres_keyed_snapshot_forgery_is_ignored(postgres_url: str) -> None:
             )
         rec = ae.recover(store, "agent", proj, snapshots=store.snapshots)
         assert rec.source == "events" and "seal" in (rec.snapshot_ignored or "")
+
+
+# -- verifying a live stream -----------------------------------------------------------------
+
+
+def test_verifying_a_stream_while_it_is_written_reports_nothing(tmp_path: Path) -> None:
+    """verify_stream and audit on a stream another thread keeps appending to (pages of
+    one event, so the head moves between pages) never report truncated or head_mismatch."""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'live.db'}?page_size=1"
+    stop = threading.Event()
+
+    with ae.open_store(url) as writer, ae.open_store(url) as reader:
+        writer.append("s", [ae.NewEvent(type="t", module="m") for _ in range(20)])
+
+        def append() -> None:
+            while not stop.is_set():
+                writer.append("s", [ae.NewEvent(type="t", module="m")])
+
+        t = threading.Thread(target=append)
+        t.start()
+        try:
+            for _ in range(30):
+                rep = ae.integrity.verify_stream(reader, "s")
+                assert rep.ok, rep.findings
+                audit = ae.integrity.audit(reader)
+                assert audit.ok, audit.findings
+        finally:
+            stop.set()
+            t.join()

@@ -68,6 +68,8 @@ class Journal(JournalLogic):
     Raises:
         RunRefused: the gate refused to resume.
         ChainIntegrityError: the run's log has integrity findings; never act on it.
+        PayloadErased: an event of the run was erased: it cannot be replayed (inspect it
+            with :meth:`inspect`).
         StoreUnavailable: the store cannot be reached.
     """
 

@@ -42,7 +42,8 @@ from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.recorder import Capability
 from ares_events.core.sansio import Call, Steps
-from ares_events.errors import ChainIntegrityError, ConfigError
+from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
+from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
 from ares_events.projections.recovery import Snapshotter, recover_steps
 
@@ -184,6 +185,11 @@ class JournalLogic:
         )
         if rep.findings:
             raise ChainIntegrityError(self.run_id, rep.findings)
+        erased = [s for s in rep.skipped if s.reason == ERASED_REASON]
+        if erased:
+            # A step whose request or outcome was erased cannot be replayed: acting again
+            # could re-pay a model call or repeat a side effect. Inspection still works.
+            raise PayloadErased(self.run_id, erased[0].version)
         self.state = rep.state
         self.version = rep.version
         self.recovered_from = str(rep.source)

@@ -316,6 +316,9 @@ def _requests(run_id: str, state: Mapping[str, Any]) -> Steps[dict[int, Any]]:
             for e in chunk:
                 if e.version not in wanted:
                     continue
+                if e.payload_erased:
+                    found[e.version] = {"erased": True}
+                    continue
                 payload = e.payload if isinstance(e.payload, dict) else {}
                 if e.type == "model.call.requested":
                     req = {"params": payload.get("params")}

@@ -10,8 +10,9 @@ module per command group, each registering its commands on the group when import
 :mod:`~ares_events.cli.state`: recover, snapshot, rebuild; :mod:`~ares_events.cli.blobs`:
 gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`: demo;
 :mod:`~ares_events.cli.bench`: bench; :mod:`~ares_events.cli.runs`: runs list, show,
-resolve, resume, cancel), and here :func:`main`, which maps errors to exit
-codes.
+resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
+verify-proof; :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
+witness), and here :func:`main`, which maps errors to exit codes.
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.
@@ -25,7 +26,18 @@ import traceback
 import click
 
 # Importing a command module registers its commands on the group.
-from ares_events.cli import anchors, bench, blobs, demo, inspect, runs, state  # noqa: F401
+from ares_events.cli import (  # noqa: F401
+    anchors,
+    bench,
+    blobs,
+    demo,
+    erasure,
+    inspect,
+    proofs,
+    runs,
+    state,
+    witness,
+)
 from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_INTERNAL,
@@ -45,8 +57,11 @@ from ares_events.errors import (
     BlobError,
     ChainIntegrityError,
     ConfigError,
+    EventNotFound,
     InvalidEvent,
     MissingDependencyError,
+    PayloadErased,
+    ProofError,
     ReplayCapExceeded,
     SnapshotMismatch,
     StoreError,
@@ -102,13 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         _error(app, "aborted")
         return 130
-    except (ConfigError, InvalidEvent, MissingDependencyError) as exc:
+    except (ConfigError, InvalidEvent, MissingDependencyError, EventNotFound) as exc:
         _error(app, str(exc))
         return EXIT_USAGE
     except StoreError as exc:
         _error(app, str(exc))
         return EXIT_UNAVAILABLE
-    except (ChainIntegrityError, SnapshotMismatch, BlobError, ReplayCapExceeded) as exc:
+    except (
+        ChainIntegrityError,
+        SnapshotMismatch,
+        BlobError,
+        ReplayCapExceeded,
+        ProofError,
+        PayloadErased,
+    ) as exc:
         _error(app, str(exc))
         return EXIT_FINDINGS
     except AresError as exc:

@@ -1,4 +1,5 @@
-"""CLI command ``anchor``: checkpoint every stream head to a witness, or check the anchors.
+"""CLI command ``anchor``: a signed checkpoint (or a legacy head anchor) to a witness, or
+check the anchors there.
 
 Registered on the group when imported (``ares_events.cli`` imports this module). It may
 import :mod:`ares_events.cli.common` and anything below the CLI.
@@ -17,8 +18,11 @@ from ares_events.cli.common import (
     _print_findings,
     cli,
     json_option,
+    load_signing_key,
+    load_vkeys,
     pass_app,
 )
+from ares_events.integrity.checkpoints import b64
 from ares_events.stores.settings import Settings
 
 
@@ -29,27 +33,60 @@ from ares_events.stores.settings import Settings
     help="Where anchors are kept: file:///folder/ or s3://bucket/prefix?endpoint_url=... "
     "(default: ARES_ANCHOR_URL, else a folder anchors/ next to a SQLite store file).",
 )
+@click.option(
+    "--key",
+    "key_file",
+    metavar="FILE",
+    help="The log's signing key file (default: ARES_LOG_KEY_FILE): write a signed checkpoint. "
+    "Without a key, a legacy unsigned JSON anchor of every stream head is written.",
+)
 @click.option("--check", is_flag=True, help="Verify the store still extends every stored anchor.")
+@click.option(
+    "--vkey",
+    "vkeys",
+    multiple=True,
+    metavar="VKEY",
+    help="--check: a trusted verifier key for the signed checkpoints (repeatable; default: "
+    "ARES_LOG_VKEY, else the key of --key, else the keys the store recorded).",
+)
 @json_option
 @pass_app
-def anchor_cmd(app: App, witness: str | None, check: bool, as_json: bool) -> int:
-    """Checkpoint every stream head to a witness outside the store, or check the anchors.
+def anchor_cmd(
+    app: App,
+    witness: str | None,
+    key_file: str | None,
+    check: bool,
+    vkeys: tuple[str, ...],
+    as_json: bool,
+) -> int:
+    """Anchor the log in a witness outside the store, or check the anchors there.
 
-    An anchor records each stream's version and head hash, the last global position and
-    a digest. --check proves the store still extends every anchor: a deleted tail (even
-    with the head row rewritten to match) or a rewritten chain is a finding. Exits 1 on
-    findings.
+    With a key (--key or ARES_LOG_KEY_FILE): brings the Merkle log up to date, signs a
+    checkpoint (C2SP tlog-checkpoint), stores it and writes it to the witness as
+    checkpoint-<size>-<time>.note; nobody without the key can forge or edit one. Without a
+    key: the legacy unsigned anchor (every stream head, JSON), with a warning.
+
+    --check proves the store still extends every anchor: for each signed checkpoint, its
+    signature and the root of today's first <size> events; for each legacy anchor, every
+    anchored head. A deleted tail or a rewritten event is a finding; rolling the witness
+    back only removes checkpoints, it cannot make a rewrite pass. Exits 1 on findings.
 
     \b
     Example:
-      ares-events anchor
-      ares-events anchor --witness s3://audit-bucket/ares --check --json
+      ares-events anchor --key log.key
+      ares-events anchor --witness s3://audit-bucket/ares --check --vkey log.vkey --json
     """
     from pathlib import Path
 
-    from ares_events.integrity.anchors import verify_anchors, write_anchor
+    from ares_events.integrity.anchors import (
+        verify_anchors,
+        write_anchor,
+        write_checkpoint_note,
+    )
 
     settings = Settings.from_env()
+    key = load_signing_key(app, key_file, required=False)
+    trusted = load_vkeys(vkeys, required=False) or ([key.verifier] if key is not None else None)
     with app.open() as store:
         url = witness or settings.anchor_url
         if url is None:
@@ -62,7 +99,12 @@ def anchor_cmd(app: App, witness: str | None, check: bool, as_json: bool) -> int
             url = (path.absolute().parent / "anchors").as_uri() + "/"
         app._remember_secrets(url, settings)
         if check:
-            report = verify_anchors(store, url)
+            report = verify_anchors(store, url, keys=trusted)
+        elif key is not None:
+            from ares_events.projections.merkle import MerkleLog
+
+            signed = MerkleLog(store).sign(key)
+            where = write_checkpoint_note(url, signed.text, signed.checkpoint.size)
         else:
             anchor = write_anchor(store, url)
         store_url = store.url
@@ -70,13 +112,15 @@ def anchor_cmd(app: App, witness: str | None, check: bool, as_json: bool) -> int
         if as_json:
             app.json({"store": store_url, **report.to_dict()})
         else:
+            keys_note = " (keys recorded in the store)" if report.keys_from == "store" else ""
             app.out.print(
                 Text.assemble(
                     (
                         "ok " if report.ok else "FINDINGS ",
                         "bold green" if report.ok else "bold red",
                     ),
-                    f"{report.anchors_checked} anchor(s) in {report.witness}, "
+                    f"{report.anchors_checked} anchor(s) in {report.witness} "
+                    f"({report.checkpoints_checked} signed checkpoint(s){keys_note}), "
                     f"{report.streams_checked} stream(s) checked, "
                     f"{len(report.findings)} finding(s)",
                 )
@@ -84,6 +128,28 @@ def anchor_cmd(app: App, witness: str | None, check: bool, as_json: bool) -> int
             if not report.ok:
                 _print_findings(app, report.findings)
         return EXIT_OK if report.ok else EXIT_FINDINGS
+    if key is not None:
+        cp = signed.checkpoint
+        if as_json:
+            app.json(
+                {
+                    "store": store_url,
+                    "location": where,
+                    "checkpoint": signed.text,
+                    "tree_size": cp.size,
+                    "root": b64(cp.root),
+                }
+            )
+        else:
+            app.out.print(Text(f"anchored {cp.origin} at size {cp.size} to {where}"))
+        return EXIT_OK
+    app.err.print(
+        Text(
+            "warning: wrote an unsigned (legacy) anchor: whoever can write the witness can "
+            "forge it; pass --key FILE (or set ARES_LOG_KEY_FILE) to anchor a signed checkpoint",
+            style="yellow",
+        )
+    )
     if as_json:
         app.json({"store": store_url, "location": anchor.name, "anchor": anchor.to_dict()})
     else:

@@ -48,6 +48,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
@@ -61,9 +62,11 @@ from ares_events import __version__
 from ares_events.core.store import EventStore
 from ares_events.errors import (
     AresError,
+    ConfigError,
     StoreUnavailable,
 )
 from ares_events.integrity.findings import Finding
+from ares_events.integrity.notes import SigningKey, VerifierKey, read_key_file
 from ares_events.stores import open_store
 from ares_events.stores.settings import DEFAULT_CLI_STORE, Settings
 
@@ -76,6 +79,8 @@ __all__ = [
     "App",
     "cli",
     "json_option",
+    "load_signing_key",
+    "load_vkeys",
     "pass_app",
 ]
 
@@ -209,6 +214,60 @@ class App:
             transient=True,
             disable=self.quiet or not self.err.is_terminal,
         )
+
+
+# -- keys of the verifiable log -------------------------------------------------------------
+
+
+def load_signing_key(app: App, key_file: str | None, *, required: bool) -> SigningKey | None:
+    """The signing key from ``--key``, else ``ARES_LOG_KEY_FILE`` (None when neither and
+    not ``required``). Its secret is registered with ``app`` so no output can show it.
+
+    Raises:
+        CommandError: ``required`` and no key file is configured.
+        ConfigError: the file is missing or malformed (the message never shows it).
+    """
+    path = key_file or Settings.from_env().log_key_file
+    if path is None:
+        if required:
+            raise CommandError(
+                "this command signs: pass --key FILE or set ARES_LOG_KEY_FILE "
+                "(create a key with `ares-events keygen NAME --out FILE`)"
+            )
+        return None
+    key = read_key_file(path)
+    text = key.private_text()
+    app.secrets.add(text)
+    app.secrets.add(text.rsplit("+", 1)[-1])
+    return key
+
+
+def load_vkeys(values: tuple[str, ...], *, required: bool = True) -> list[VerifierKey]:
+    """Verifier keys from ``--vkey`` values (text or a file holding the text), else
+    ``ARES_LOG_VKEY``.
+
+    Raises:
+        CommandError: ``required`` and none is given.
+        ConfigError: a malformed key.
+    """
+    raw = list(values) or list(Settings.from_env().log_vkeys)
+    if not raw and required:
+        raise CommandError("pass --vkey VKEY (the log's verifier key, as keygen printed it)")
+    keys: list[VerifierKey] = []
+    for v in raw:
+        text, source = v, "--vkey"
+        if "+" not in v:
+            p = Path(v)
+            try:
+                text = p.read_text(encoding="utf-8").strip()
+                source = f"verifier key file {p}"
+            except OSError as exc:
+                raise ConfigError(
+                    f"--vkey {v!r} is neither a verifier key nor a readable file "
+                    f"({exc.strerror or exc})"
+                ) from None
+        keys.append(VerifierKey.parse(text, source=source))
+    return keys
 
 
 pass_app = click.make_pass_decorator(App)

@@ -175,15 +175,15 @@ def _resurrection_demo(
         title=f"kill -9 demo {report.run}: {agents} agents, {report.kills} kills",
         title_justify="left",
         box=box.SIMPLE_HEAD,
-        padding=(0, 1),
+        padding=(0, 0),
         pad_edge=False,
         collapse_padding=True,
         show_edge=False,
         caption=(
-            "calls: model calls made; logged: answered from the log (saved: tokens not "
-            "re-paid);\neffects: tickets created; dupes: duplicate side effects;\n429s: rate "
-            "limits absorbed (retried); lost: tool answers lost after the side effect "
-            "(retried with the same key);\nms: median resume time"
+            "calls: model calls made; logged: answered from the log (saved: tokens\n"
+            "not re-paid); effects: tickets created; dupes: duplicate side effects;\n"
+            "429s: rate limits absorbed (retried); lost: tool answers lost after the\n"
+            "side effect (retried with the same key); ms: median resume time"
         ),
         caption_justify="left",
     )
@@ -202,10 +202,15 @@ def _resurrection_demo(
         "ms",
         "chain",
     ):
-        table.add_column(col, justify="left" if col in ("agent", "done", "chain") else "right")
+        table.add_column(
+            col,
+            justify="left" if col in ("agent", "fin", "chain") else "right",
+            no_wrap=True,
+            min_width=len(col),
+        )
     for a in report.agents:
         table.add_row(
-            Text(a.agent.removeprefix(report.run + "-")),
+            Text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
             _status(a.finished),
             str(a.steps),
             str(a.resumes),

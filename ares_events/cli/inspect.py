@@ -25,6 +25,7 @@ from ares_events.cli.common import (
     _status,
     cli,
     json_option,
+    load_vkeys,
     pass_app,
 )
 from ares_events.core.events import RecordedEvent
@@ -55,6 +56,11 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
         "payload_ref": None,
     }
     ref = e.payload_ref
+    if ref is not None and ref.erased:
+        d["payload_ref"] = {"erased": True, "size": ref.size, "digest": ref.digest.hex()}
+        d["payload"] = None
+        d["payload_erased"] = True
+        return d
     if ref is not None:
         d["payload_ref"] = {"key": ref.key, "size": ref.size, "digest": ref.digest.hex()}
     try:
@@ -85,11 +91,12 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     table.add_column("payload", no_wrap=True, overflow="ellipsis")
     for i, e in enumerate(events):
         ref = e.payload_ref
-        payload = (
-            f"<spilled: {ref.size} bytes>"
-            if ref is not None and not e.payload_loaded
-            else _short(e.payload_bytes, width)
-        )
+        if ref is not None and ref.erased:
+            payload = f"<erased: {ref.size} bytes>"
+        elif ref is not None and not e.payload_loaded:
+            payload = f"<spilled: {ref.size} bytes>"
+        else:
+            payload = _short(e.payload_bytes, width)
         table.add_row(*(Text(vals[i]) for vals in cols.values()), Text(payload))
     return table
 
@@ -278,6 +285,12 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
+def _trusted_keys(vkeys: tuple[str, ...]) -> list[Any] | None:
+    """Verifier keys for signed checkpoints: --vkey, else ARES_LOG_VKEY, else None (the
+    audit then uses the keys the store recorded)."""
+    return load_vkeys(vkeys, required=False) or None
+
+
 @cli.command(name="audit")
 @click.option(
     "--deep",
@@ -291,20 +304,32 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     help="Also check the store still extends every anchor kept at this witness "
     "(file:///folder/ or s3://...; see `anchor`).",
 )
+@click.option(
+    "--vkey",
+    "vkeys",
+    multiple=True,
+    metavar="VKEY",
+    help="--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
+    "ARES_LOG_VKEY, else the log keys the store recorded).",
+)
 @json_option
 @pass_app
-def audit_cmd(app: App, deep: bool, anchors_url: str | None, as_json: bool) -> int:
+def audit_cmd(
+    app: App, deep: bool, anchors_url: str | None, vkeys: tuple[str, ...], as_json: bool
+) -> int:
     """Verify every stream and the global order of the whole store.
 
     Checks every chain against its head, and that global positions are strictly
-    increasing (and gap-free on stores that promise it: memory, SQLite). A progress bar
+    increasing (and gap-free on stores that promise it: memory, SQLite). Erased payloads
+    are listed as information, not findings. With --anchors, also proves the log still
+    extends every signed checkpoint (and legacy anchor) kept at the witness. A progress bar
     runs on stderr. Exits 1 on findings.
 
     \b
     Example:
       ares-events audit
       ares-events audit --deep --json
-      ares-events audit --anchors file:///var/lib/ares-anchors/
+      ares-events audit --anchors file:///var/lib/ares-anchors/ --vkey log.vkey
     """
     with app.open() as store, app.progress("auditing") as bar:
         task = bar.add_task("auditing", total=None)
@@ -312,7 +337,13 @@ def audit_cmd(app: App, deep: bool, anchors_url: str | None, as_json: bool) -> i
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=max(total, done))
 
-        report = audit(store, deep=deep, progress=progress, anchors=anchors_url)
+        report = audit(
+            store,
+            deep=deep,
+            progress=progress,
+            anchors=anchors_url,
+            anchor_keys=_trusted_keys(vkeys),
+        )
         url = store.url
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
@@ -337,6 +368,13 @@ def audit_cmd(app: App, deep: bool, anchors_url: str | None, as_json: bool) -> i
         table.add_column(name, justify="right" if name != "result" else "left")
     table.add_row(*cells, str(len(report.findings)), _status(report.ok))
     app.out.print(table)
+    if report.erased:
+        app.out.print(
+            Text(
+                f"{len(report.erased)} erased payload(s) (information: their chains and "
+                "proofs stay valid; --json lists them)"
+            )
+        )
     if not report.ok:
         app.out.print(Text(f"{len(bad)} stream(s) with findings"))
         _print_findings(app, report.findings)

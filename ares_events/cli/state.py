@@ -331,8 +331,16 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
+def _rebuildable() -> dict[str, Any]:
+    """The built-in projections and the Merkle log (whose tiles rebuild like a read model)."""
+    from ares_events.projections import BUILTIN
+    from ares_events.projections.merkle import MERKLE_PROJECTION, MerkleLogProjection
+
+    return {**BUILTIN, MERKLE_PROJECTION: MerkleLogProjection}
+
+
 @cli.command(name="rebuild")
-@click.argument("projection", type=click.Choice(_projection_names()))
+@click.argument("projection", type=click.Choice(sorted(_rebuildable())))
 @click.option(
     "--from-scratch",
     is_flag=True,
@@ -367,17 +375,20 @@ def rebuild_cmd(
     resumes where it stopped (unless --from-scratch). A progress bar with events/s runs
     on stderr. With --verify it instead rebuilds beside the live table up to its cursor
     and lists every key whose state differs; exits 1 when the diff is not clean.
+    merkle_log is the verifiable log's tree: --verify proves its stored tiles are the
+    tree of the events as they are now.
 
     \b
     Example:
       ares-events rebuild agent_state
       ares-events rebuild agent_state --from-scratch --batch-size 5000
       ares-events rebuild agent_state --verify --json
+      ares-events rebuild merkle_log --verify
     """
     import time
 
     from ares_events.core.catalog import EventSchemaError
-    from ares_events.projections import BUILTIN, rebuild, verify_rebuild
+    from ares_events.projections import rebuild, verify_rebuild
 
     if verify_only and from_scratch:
         raise click.UsageError("--verify builds beside the live table; drop --from-scratch")
@@ -395,7 +406,7 @@ def rebuild_cmd(
                 description=f"{label} {projection} ({rate:,.0f} events/s)",
             )
 
-        proj = BUILTIN[projection]()
+        proj = _rebuildable()[projection]()
         if verify_only:
             diff = verify_rebuild(store, proj, batch_size=batch_size, progress=progress)
         else:

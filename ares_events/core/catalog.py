@@ -338,6 +338,7 @@ def parse(event: RecordedEvent) -> Payload | None:
 
     Raises:
         EventSchemaError: the payload does not match its schema (names stream, version).
+        PayloadErased: the event's payload was erased.
     """
     model = CATALOG.get(event.type)
     if model is None:

@@ -21,15 +21,18 @@ from typing import Any, Final
 
 import orjson
 
-from ares_events.errors import ConcurrencyError, InvalidEvent
+from ares_events.errors import ConcurrencyError, InvalidEvent, PayloadErased
 from ares_events.integrity.chain import canonical_json, header_bytes, payload_digest
 
 __all__ = [
     "ANY",
+    "ERASURE_STREAM",
+    "ERASURE_TYPE",
     "MAX_NAME_LENGTH",
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
+    "ErasedPayloadRef",
     "Expect",
     "ExpectedVersion",
     "NewEvent",
@@ -42,6 +45,9 @@ __all__ = [
 ]
 
 MAX_NAME_LENGTH: Final = 256
+ERASURE_STREAM: Final = "ares-events/erasures"
+"""The system stream recording every erasure (``payload.erased`` events)."""
+ERASURE_TYPE: Final = "payload.erased"
 
 
 class Expect(enum.Enum):
@@ -179,15 +185,26 @@ class PayloadRef:
         """Compact stored form."""
         return orjson.dumps({"key": self.key, "size": self.size, "digest": self.digest.hex()})
 
+    @property
+    def erased(self) -> bool:
+        """True for the reference an erasure leaves (:class:`ErasedPayloadRef`)."""
+        return False
+
     @classmethod
     def from_json(cls, raw: bytes | str) -> PayloadRef:
-        """Parse the stored form.
+        """Parse the stored form (an erased payload's form gives an
+        :class:`ErasedPayloadRef`).
 
         Raises:
             ValueError: not the stored form (not JSON, missing or mistyped fields).
         """
         try:
             d = orjson.loads(raw)
+            if isinstance(d, dict) and d.get("erased") is True:
+                size, digest = d["size"], d["digest"]
+                if type(size) is not int or type(digest) is not str:
+                    raise TypeError("erased payload_ref fields have the wrong types")
+                return ErasedPayloadRef(key="", size=size, digest=bytes.fromhex(digest))
             key, size, digest = d["key"], d["size"], d["digest"]
         except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
             raise ValueError(f"payload_ref is not a stored reference ({exc})") from None
@@ -204,6 +221,21 @@ class PayloadRef:
             return cls.from_json(raw)
         except (ValueError, TypeError) as exc:
             return MalformedPayloadRef(key="", size=0, digest=b"", problem=str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedPayloadRef(PayloadRef):
+    """What an erased payload leaves: its size and digest (the chain commits to both),
+    no bytes and no blob. Stored as ``{"erased": true, "size": N, "digest": hex}``."""
+
+    @property
+    def erased(self) -> bool:
+        """Always True."""
+        return True
+
+    def to_json(self) -> bytes:
+        """Stored form (no blob key: nothing can be fetched)."""
+        return orjson.dumps({"erased": True, "size": self.size, "digest": self.digest.hex()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +407,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         digest) on first access.
 
         Raises:
+            PayloadErased: the payload was erased (``payload_erased`` is True).
             BlobMissing: the spilled payload is not in the blob store.
             BlobCorrupted: the fetched bytes do not match the chained digest.
         """
@@ -388,9 +421,23 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         cell[2] = fetched  # the loader is no longer needed once the bytes are here
         return fetched
 
-    def _fetch(self) -> bytes:
-        """Fetch (and digest-check) a spilled payload without keeping the bytes."""
+    @property
+    def payload_erased(self) -> bool:
+        """True when the payload was erased: ``payload`` and ``payload_bytes`` raise
+        :class:`~ares_events.errors.PayloadErased`; ``payload_digest`` and
+        ``payload_size`` (what the chain commits to) stay."""
         ref = self[11]
+        return ref is not None and ref.erased
+
+    def _fetch(self) -> bytes:
+        """Fetch (and digest-check) a spilled payload without keeping the bytes.
+
+        Raises:
+            PayloadErased: the payload was erased.
+        """
+        ref = self[11]
+        if ref is not None and ref.erased:
+            raise PayloadErased(self[0], self[1])
         loader = self[12][2]
         if ref is None or loader is None:
             from ares_events.errors import BlobMissing
@@ -416,7 +463,13 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
 
     @property
     def payload(self) -> Any:
-        """The payload (decoded, and for spilled payloads fetched, on first access)."""
+        """The payload (decoded, and for spilled payloads fetched, on first access).
+
+        Raises:
+            PayloadErased: the payload was erased (``payload_erased`` is True).
+            BlobMissing: the spilled payload is not in the blob store.
+            BlobCorrupted: the fetched bytes do not match the chained digest.
+        """
         cell = self[12]
         p = cell[0]
         if p is _MISSING:

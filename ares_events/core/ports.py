@@ -12,7 +12,7 @@ The calls: ``head``, ``stream_version``, ``append(stream_id, events, expected)``
 ``read_at(stream_id, version)`` (the first event at or after ``version``, or None),
 ``open_read(stream_id, from_version, to_version, limit)`` then ``next_chunk(handle)``
 (up to :data:`CHUNK` events; empty at the end) and ``close_read(handle)``;
-``open_source(stream_id)``: the whole stream straight from the system of record (the
+``open_source(stream_id, start)``: the stream from ``start`` straight from the system of record (the
 backend under any cache, no blob fetching), read with ``next_chunk`` too; and
 ``invoke(fn, *args)``: a method of another object of the same face (a snapshot store;
 awaited on the async port, run in a worker thread on the threaded one), and
@@ -71,9 +71,9 @@ class StorePort:
     ) -> Iterator[RecordedEvent]:
         return iter(self.store.read(stream_id, from_version, to_version, limit))
 
-    def open_source(self, stream_id: str) -> Iterator[RecordedEvent]:
+    def open_source(self, stream_id: str, start: int = 1) -> Iterator[RecordedEvent]:
         recorder = getattr(self.store.recorder, "inner", self.store.recorder)
-        return iter(recorder.read(stream_id, 1, None, None))
+        return iter(recorder.read(stream_id, start, None, None))
 
     def next_chunk(self, it: Iterator[RecordedEvent]) -> list[RecordedEvent]:
         return list(itertools.islice(it, CHUNK))
@@ -122,12 +122,12 @@ class AsyncStorePort:
     ) -> AsyncIterator[RecordedEvent]:
         return self.store.read(stream_id, from_version, to_version, limit)
 
-    async def open_source(self, stream_id: str) -> AsyncIterator[RecordedEvent]:
+    async def open_source(self, stream_id: str, start: int = 1) -> AsyncIterator[RecordedEvent]:
         recorder: Any = self.store.recorder
         uncached = getattr(recorder, "uncached", None)
         if callable(uncached):
             recorder = uncached()
-        return recorder.read(stream_id, 1, None, None)  # type: ignore[no-any-return]
+        return recorder.read(stream_id, start, None, None)  # type: ignore[no-any-return]
 
     async def next_chunk(self, ait: AsyncIterator[RecordedEvent]) -> list[RecordedEvent]:
         out: list[RecordedEvent] = []
@@ -177,8 +177,8 @@ class ThreadedStorePort:
     ) -> Iterator[RecordedEvent]:
         return self._port.open_read(stream_id, from_version, to_version, limit)
 
-    async def open_source(self, stream_id: str) -> Iterator[RecordedEvent]:
-        return self._port.open_source(stream_id)
+    async def open_source(self, stream_id: str, start: int = 1) -> Iterator[RecordedEvent]:
+        return self._port.open_source(stream_id, start)
 
     async def next_chunk(self, it: Iterator[RecordedEvent]) -> list[RecordedEvent]:
         return await asyncio.to_thread(self._port.next_chunk, it)

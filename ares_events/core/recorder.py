@@ -33,6 +33,13 @@ transaction::
 The events of one call get consecutive global positions in batch order, so the core
 knows every event's position from the last one.
 
+Backends that declare :attr:`Capability.ERASE` implement ``erase(stream_id, version,
+position, event_hash, ref) -> EraseOutcome``: in one transaction, set the matching row's
+payload to NULL and its ``payload_ref`` to ``ref.to_json()`` (an
+:class:`~ares_events.core.events.ErasedPayloadRef`), then count the other rows whose
+``payload_ref`` names the same blob key; make the old bytes unreadable where the
+backend can (SQLite: ``secure_delete`` and a WAL checkpoint); drop any cached copy.
+
 Optional methods the core looks for (duck-typed; a wrapper such as the Redis cache keeps
 its backend in ``.inner``): ``wait_for(position, timeout)`` (native wake-ups),
 ``default_blobs_url()`` (where spilled payloads go by default) and
@@ -62,6 +69,7 @@ __all__ = [
     "AsyncRecorder",
     "Batch",
     "Capability",
+    "EraseOutcome",
     "Head",
     "Recorder",
     "SealedEvent",
@@ -69,6 +77,7 @@ __all__ = [
     "TrackingRecord",
     "check_tracking",
     "parse_bool",
+    "prefix_range",
 ]
 
 
@@ -88,6 +97,11 @@ class Capability(enum.Enum):
     MULTI_STREAM_APPEND = "multi_stream_append"
     """``append_many(batches, tracking)``: one transaction over several streams, with an
     optional :class:`TrackingRecord`; and ``tracked_position(name)``."""
+    ERASE = "erase"
+    """``erase(stream_id, version, position, event_hash, ref) -> EraseOutcome``: replace
+    one event's payload (inline bytes or blob reference) with an
+    :class:`~ares_events.core.events.ErasedPayloadRef`, leaving every other column, the
+    hash chain and the global order as they are (see :class:`EraseOutcome`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +225,20 @@ class AppendOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class EraseOutcome:
+    """What a backend's ``erase`` returns.
+
+    ``erased`` is True when the row (matched by stream, version, position *and* hash, so
+    a row rewritten since it was read is never touched) now holds the erased reference;
+    ``blob_refs`` counts the *other* events whose payload still lives in the same blob
+    (counted in the same transaction; the core deletes the blob only when it is 0).
+    """
+
+    erased: bool
+    blob_refs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class StoreURL:
     """A parsed store URL. ``redacted()`` is the only form ever logged or shown."""
 
@@ -289,6 +317,24 @@ _SECRET_PARAM: Final = re.compile(
 _BOOLS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The stream ids starting with ``prefix`` as a range ``lo <= stream_id < hi``.
+
+    ``hi`` is ``prefix`` with its last character replaced by the next code point (after
+    dropping trailing U+10FFFF, which has no successor; surrogates, which no stream id
+    holds, are skipped); None means no upper bound. Code point order is the byte order of
+    UTF-8, so SQL backends compare with a binary collation (``COLLATE "C"`` on
+    PostgreSQL) and no character is a wildcard, as it would be in ``LIKE``.
+    """
+    head = prefix.rstrip("\U0010ffff")
+    if not head:
+        return prefix, None
+    nxt = ord(head[-1]) + 1
+    if 0xD800 <= nxt < 0xE000:
+        nxt = 0xE000
+    return prefix, head[:-1] + chr(nxt)
+
+
 def parse_bool(value: object, name: str, where: str) -> bool:
     """A boolean URL parameter or option: a bool, or true/false/1/0/yes/no.
 
@@ -349,8 +395,15 @@ class Recorder(Protocol):
         """Events of one stream in version order, lazily."""
         ...
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Events of every stream in global position order, lazily."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Events of every stream in global position order, lazily.
+
+        With ``stream_prefix`` (never empty when given), only the events of streams whose id
+        starts with it, as the range condition of :func:`prefix_range`; ``limit`` counts
+        those events. The core passes the keyword only when a prefix is asked for.
+        """
         ...
 
     def head(self, stream_id: str) -> Head | None:

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -58,12 +59,24 @@ __all__ = ["DEFAULT_MAX_INLINE_BYTES", "MAX_METADATA_BYTES", "EventStore", "emit
 
 
 class _RecorderPort:
-    """The blocking recorder as the port of the identity steps."""
+    """The blocking recorder (and blob store) as the port of the identity and erasure
+    steps of :class:`StoreCore`."""
 
-    __slots__ = ("_rec",)
+    __slots__ = ("_blobs", "_rec")
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: Any, blobs: BlobStore | None = None) -> None:
         self._rec = recorder
+        self._blobs = blobs
+
+    def read_one(self, stream_id: str, version: int) -> RecordedEvent | None:
+        return next(iter(self._rec.read(stream_id, version, version, 1)), None)
+
+    def erase(self, *args: Any) -> Any:
+        return self._rec.erase(*args)
+
+    def delete_blob(self, key: str, if_older_than: datetime) -> None:
+        assert self._blobs is not None
+        self._blobs.delete(key, if_older_than=if_older_than)
 
     def meta_get(self, key: str) -> str | None:
         return self._rec.meta_get(key)  # type: ignore[no-any-return]
@@ -266,6 +279,31 @@ class EventStore(StoreCore):
             raise self._conflict(res)
         return res
 
+    def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
+        """Remove one event's payload from the backend, keeping its digest and size (the
+        chain commits to them, so every link hash, Merkle leaf and checkpoint stays valid),
+        and delete its blob when no other event's payload lives in it.
+
+        This is the storage half of an erasure; :func:`ares_events.erase` is the whole of
+        it (the erasure record, snapshots, read models). Idempotent: an erased event is
+        returned as it is.
+
+        Returns:
+            The event as it was before (its payload still readable in this object only
+            when it was inline), and the number of other events sharing its blob (None
+            when it had no blob or was already erased).
+
+        Raises:
+            EventNotFound: no event at ``stream_id`` ``version``.
+            StoreError: the backend does not declare ``ERASE``, or the row changed while
+                it was erased (retry).
+            StoreUnavailable: the backend or the blob store cannot be reached.
+        """
+        self._check_erase(stream_id, version)
+        if self._identity_pending or not self._check_identity:
+            self._ensure_identity()
+        return run(self._erase_steps(stream_id, version), _RecorderPort(self.recorder, self.blobs))
+
     def tracked_position(self, name: str) -> int | None:
         """The position last tracked for ``name`` by :meth:`append_many`, or None.
 
@@ -335,15 +373,32 @@ class EventStore(StoreCore):
         return self._attach(self.recorder.read(stream_id, from_version, to_version, limit))
 
     def read_all(
-        self, after_position: int = 0, limit: int | None = None
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        *,
+        stream_prefix: str | None = None,
     ) -> Iterator[RecordedEvent]:
         """Events of every stream in global position order, after ``after_position``.
 
+        Args:
+            after_position: read the events after this position (exclusive).
+            limit: at most this many events (None: all).
+            stream_prefix: only the events of streams whose id starts with this (exactly:
+                no character is a wildcard; ``limit`` counts these events only). The
+                backend filters, so other streams' events are never transferred. None or
+                ``""``: every stream.
+
         Raises:
+            InvalidEvent: a bad position, limit or prefix.
             StoreUnavailable: the backend cannot be reached.
         """
         self._check_open("read_all")
-        check_after(after_position, limit)
+        check_after(after_position, limit, stream_prefix)
+        if stream_prefix:
+            # Passed only when asked for: recorders written before the keyword still work.
+            it = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
+            return self._attach(it)
         return self._attach(self.recorder.read_all(after_position, limit))
 
     def _attach(self, it: Iterator[RecordedEvent]) -> Iterator[RecordedEvent]:

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -67,12 +68,28 @@ _POLL_MAX: Final = 0.25
 
 
 class _AsyncRecorderPort:
-    """The async recorder as the port of the identity steps."""
+    """The async recorder (and blob store) as the port of the identity and erasure steps
+    of :class:`StoreCore`."""
 
-    __slots__ = ("_rec",)
+    __slots__ = ("_blobs", "_rec")
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: Any, blobs: BlobStore | None = None) -> None:
         self._rec = recorder
+        self._blobs = blobs
+
+    async def read_one(self, stream_id: str, version: int) -> RecordedEvent | None:
+        async with contextlib.aclosing(self._rec.read(stream_id, version, version, 1)) as events:
+            async for e in events:
+                return e  # type: ignore[no-any-return]
+        return None
+
+    async def erase(self, *args: Any) -> Any:
+        return await self._rec.erase(*args)
+
+    async def delete_blob(self, key: str, if_older_than: datetime) -> None:
+        blobs = self._blobs
+        assert blobs is not None
+        await asyncio.to_thread(lambda: blobs.delete(key, if_older_than=if_older_than))
 
     async def meta_get(self, key: str) -> str | None:
         return await self._rec.meta_get(key)  # type: ignore[no-any-return]
@@ -290,6 +307,22 @@ class AsyncEventStore(StoreCore):
             raise await self._conflict(res)
         return res
 
+    async def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
+        """Remove one event's payload, keeping its digest and size (see
+        :meth:`EventStore.erase_payload`: the same steps).
+
+        Raises:
+            EventNotFound: no event at ``stream_id`` ``version``.
+            StoreError: the backend does not declare ``ERASE``, or the row changed while
+                it was erased (retry).
+            StoreUnavailable: the backend or the blob store cannot be reached.
+        """
+        self._check_erase(stream_id, version)
+        await self._before_write()
+        return await arun(
+            self._erase_steps(stream_id, version), _AsyncRecorderPort(self.recorder, self.blobs)
+        )
+
     async def tracked_position(self, name: str) -> int | None:
         """See :meth:`EventStore.tracked_position`.
 
@@ -340,18 +373,28 @@ class AsyncEventStore(StoreCore):
         return self._events(lambda: self.recorder.read(stream_id, from_version, to_version, limit))
 
     def read_all(
-        self, after_position: int = 0, limit: int | None = None
+        self,
+        after_position: int = 0,
+        limit: int | None = None,
+        *,
+        stream_prefix: str | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         """Events of every stream in global position order, after ``after_position``, as a
-        lazy async iterator (see :meth:`EventStore.read_all` for the visibility rule).
+        lazy async iterator (see :meth:`EventStore.read_all` for the visibility rule and
+        ``stream_prefix``).
 
         Raises:
-            InvalidEvent: a bad position or limit.
+            InvalidEvent: a bad position, limit or prefix.
             StoreClosed: the store is closed.
             StoreUnavailable: the backend cannot be reached.
         """
         self._check_open("read_all")
-        check_after(after_position, limit)
+        check_after(after_position, limit, stream_prefix)
+        if stream_prefix:
+            prefix = stream_prefix
+            return self._events(
+                lambda: self.recorder.read_all(after_position, limit, stream_prefix=prefix)  # type: ignore[call-arg]
+            )
         return self._events(lambda: self.recorder.read_all(after_position, limit))
 
     async def _events(

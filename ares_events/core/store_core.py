@@ -22,10 +22,12 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import (
     AppendResult,
+    ErasedPayloadRef,
     ExpectedVersion,
     NewEvent,
     PreparedEvent,
@@ -44,7 +46,7 @@ from ares_events.core.identity import (
 )
 from ares_events.core.recorder import AppendOutcome, Capability, TrackingRecord
 from ares_events.core.sansio import Call, Steps
-from ares_events.errors import ConfigError, InvalidEvent, StoreClosed
+from ares_events.errors import ConfigError, EventNotFound, InvalidEvent, StoreClosed, StoreError
 from ares_events.integrity.chain import ChainKey, genesis, link_hash
 
 if TYPE_CHECKING:
@@ -276,6 +278,50 @@ class StoreCore:
                 "chain configuration, or the event was altered (run `ares-events audit`)"
             )
 
+    # -- erasure (steps: port calls read_one, erase, delete_blob) ------------------------
+
+    def _check_erase(self, stream_id: str, version: int) -> None:
+        """The checks of ``erase_payload`` before any I/O.
+
+        Raises:
+            StoreClosed: the store is closed.
+            InvalidEvent: a bad stream id.
+            StoreError: the backend does not declare ``ERASE``.
+            EventNotFound: ``version`` is not a version.
+        """
+        self._check_open(f"erase of stream {stream_id!r} version {version}")
+        validate_name(stream_id, "stream_id")
+        if Capability.ERASE not in self.recorder.capabilities:
+            raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
+        if type(version) is not int or version < 1:
+            raise EventNotFound(stream_id, version, "versions start at 1")
+
+    def _erase_steps(self, stream_id: str, version: int) -> Steps[tuple[RecordedEvent, int | None]]:
+        """See :meth:`EventStore.erase_payload`."""
+        found = yield Call("read_one", stream_id, version)
+        event = found if found is not None and found.version == version else None
+        if event is None:
+            raise EventNotFound(stream_id, version)
+        ref = event.payload_ref
+        if ref is not None and ref.erased:
+            return event, None
+        erased = ErasedPayloadRef(key="", size=event.payload_size, digest=event.payload_digest)
+        blob_key = ref.key if ref is not None and ref.key else None
+        started = datetime.now(UTC)
+        outcome = yield Call(
+            "erase", stream_id, version, event.position, event.hash, erased, blob_key
+        )
+        if not outcome.erased:
+            raise StoreError(
+                f"stream {stream_id!r} version {version} changed while it was being erased "
+                "(erased by someone else, or rewritten): read it again"
+            )
+        if blob_key is not None and outcome.blob_refs == 0 and self.blobs is not None:
+            # A blob an append (of the same payload) refreshed after we started is kept.
+            yield Call("delete_blob", blob_key, started)
+        logger.info("erased the payload of stream %r version %d", stream_id, version)
+        return event, (outcome.blob_refs if blob_key is not None else None)
+
     # -- appends: the pure parts ---------------------------------------------------------
 
     @staticmethod
@@ -485,12 +531,16 @@ def check_range(from_version: int, to_version: int | None, limit: int | None) ->
         raise InvalidEvent("limit", f"must be an int >= 0 or None, got {limit!r}")
 
 
-def check_after(after_position: int, limit: int | None) -> None:
+def check_after(after_position: int, limit: int | None, stream_prefix: str | None = None) -> None:
     """Check the arguments of ``read_all``.
 
     Raises:
-        InvalidEvent: a bad position or limit.
+        InvalidEvent: a bad position, limit or prefix.
     """
     if type(after_position) is not int or after_position < 0:
         raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
     check_range(1, None, limit)
+    if stream_prefix is not None and type(stream_prefix) is not str:
+        raise InvalidEvent(
+            "stream_prefix", f"must be a str or None, got {type(stream_prefix).__name__}"
+        )

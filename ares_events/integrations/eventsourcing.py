@@ -7,7 +7,10 @@ hash-chained ares-events stream, so ``ares-events audit`` verifies the applicati
 
 Mapping (docs/integrations.md has the full table):
 
-* stream id: ``ARES_STREAM_PREFIX`` (default empty) + ``str(originator_id)``;
+* stream id: the application's stream prefix + ``str(originator_id)``; the prefix is
+  ``<APP>_ARES_STREAM_PREFIX``, else ``ARES_STREAM_PREFIX``, else the application's name
+  lowercased + ``/`` (``stored/`` without a name), as ``eventsourcing.postgres`` names its
+  tables; an explicitly empty prefix is the old unprefixed layout;
 * event ``type``: the topic (cut to 256 characters; then the full topic is in the metadata),
   ``module``: ``"eventsourcing"``;
 * payload: ``{"state": <str>}`` when the state bytes are UTF-8, else
@@ -19,8 +22,11 @@ Mapping (docs/integrations.md has the full table):
   of the stream's first event (0 or 1, whatever ``INITIAL_VERSION`` was).
 * snapshots (``purpose="snapshots"``): one stream ``snapshots/<stream id>`` per aggregate,
   one event per snapshot (module ``eventsourcing.snapshots``) at any original version;
-* notification ids: ares-events global positions (gap-free on SQLite and memory;
-  increasing but not contiguous on PostgreSQL);
+* notification ids: ares-events global positions of this application's events (its
+  prefix, filtered by the backend), increasing, with gaps where other streams' events are;
+* verified reads (``ARES_VERIFY_READS=true``): every aggregate read is checked against its
+  stream's hash chain and head, notifications event by event; a finding raises
+  :class:`ChainVerificationError` (an eventsourcing ``DataError``);
 * tracking: the store's tracking table (``TrackingRecord``), written in the same
   transaction as the events.
 """
@@ -30,7 +36,6 @@ from __future__ import annotations
 import base64
 import itertools
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final
@@ -54,8 +59,13 @@ from eventsourcing.utils import Environment, EnvType, resolve_topic
 
 from ares_events.core.events import NO_STREAM, ExpectedVersion, NewEvent, RecordedEvent
 from ares_events.core.recorder import TrackingRecord
-from ares_events.core.store import EventStore
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError, StoreUnavailable
+from ares_events.integrations._eventsourcing_store import (
+    MODULE,
+    AresDatastore,
+    ChainVerificationError,
+    open_datastore,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -67,14 +77,13 @@ __all__ = [
     "AresProcessRecorder",
     "AresSubscription",
     "AresTrackingRecorder",
+    "ChainVerificationError",
     "Factory",
 ]
 
-MODULE: Final = "eventsourcing"
 SNAPSHOT_MODULE: Final = "eventsourcing.snapshots"
 _MAX_TYPE: Final = 256
 _SNAPSHOT_IDS: Final = uuid.UUID("6f0d2c1e-5b8a-4f55-9a57-0e4b2f8c7a31")
-_OFFSETS_MAX: Final = 100_000
 
 
 def _encode_state(state: bytes) -> dict[str, str]:
@@ -89,43 +98,6 @@ def _decode_state(payload: dict[str, str]) -> bytes:
     if s is not None:
         return s.encode("utf-8")
     return base64.b64decode(payload["state_b64"])
-
-
-class AresDatastore:
-    """One ares-events store shared by the recorders of one factory, plus the per-stream
-    version offsets learnt so far (a stream's first event never changes, so a learnt
-    offset stays true)."""
-
-    def __init__(self, store: EventStore, *, stream_prefix: str = "") -> None:
-        self.store = store
-        self.stream_prefix = stream_prefix
-        self._offsets: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def stream_id(self, originator_id: UUID | str) -> str:
-        """The ares-events stream of an aggregate."""
-        return self.stream_prefix + str(originator_id)
-
-    def offset(self, stream_id: str) -> int | None:
-        """Original version of the stream's first event (None: no such stream)."""
-        off = self._offsets.get(stream_id)
-        if off is not None:
-            return off
-        for e in self.store.read(stream_id, 1, 1, 1):
-            off = int(e.metadata["originator_version"])
-            self.remember(stream_id, off)
-        return off
-
-    def remember(self, stream_id: str, offset: int) -> None:
-        """Record a stream's offset."""
-        with self._lock:
-            if len(self._offsets) >= _OFFSETS_MAX:
-                self._offsets.clear()
-            self._offsets[stream_id] = offset
-
-    def close(self) -> None:
-        """Close the store."""
-        self.store.close()
 
 
 def _to_new_event(
@@ -361,31 +333,42 @@ class AresAggregateRecorder(AggregateRecorder):
     ) -> list[RecordedEvent]:
         if limit is not None and limit <= 0:
             return []
-        sid = self.datastore.stream_id(originator_id)
-        store = self.store
+        ds = self.datastore
+        sid = ds.stream_id(originator_id)
+        head = ds.head(sid)  # verified reads only: read before the events, they stop there
         if gt is None and lte is None and not desc:
-            recs = list(store.read(sid, 1, None, limit))
+            recs = ds.read(sid, 1, None, limit, head)
             if recs:
                 m = recs[0]
-                self.datastore.remember(sid, int(m.metadata["originator_version"]) - m.version + 1)
+                ds.remember(sid, int(m.metadata["originator_version"]) - m.version + 1)
+            else:
+                ds.check_not_legacy(originator_id)
             return recs
-        off = self.datastore.offset(sid)
+        off = ds.offset(sid)
         if off is None:
+            if gt is None:
+                ds.check_not_legacy(originator_id)
             return []
         lo = 1 if gt is None else max(1, gt - off + 2)
         hi = None if lte is None else lte - off + 1
         if hi is not None and hi < lo:
             return []
         if not desc:
-            return list(store.read(sid, lo, hi, limit))
+            return ds.read(sid, lo, hi, limit, head)
         if hi is None or limit is not None:
-            top = store.stream_version(sid)
+            if not ds.verify_reads:
+                top = self.store.stream_version(sid)
+            elif head is None:
+                ds.read(sid, lo, hi, None, None)  # events without a head row: a finding
+                return []
+            else:
+                top = head.version
             hi = top if hi is None else min(hi, top)
         if limit is not None:
             lo = max(lo, hi - limit + 1)
         if hi < lo:
             return []
-        recs = list(store.read(sid, lo, hi, None))
+        recs = ds.read(sid, lo, hi, None, head)
         recs.reverse()
         return recs
 
@@ -399,13 +382,22 @@ class AresAggregateRecorder(AggregateRecorder):
     ) -> list[RecordedEvent]:
         if limit is not None and limit <= 0:
             return []
-        ssid = f"{self.purpose}/{self.datastore.stream_id(originator_id)}"
+        ds = self.datastore
+        ssid = f"{self.purpose}/{ds.stream_id(originator_id)}"
         store = self.store
-        top = store.stream_version(ssid)
+        head = ds.head(ssid)
+        if ds.verify_reads:
+            top = head.version if head is not None else 0
+        else:
+            top = store.stream_version(ssid)
         if top == 0:
+            if head is None and ds.verify_reads:
+                ds.read(ssid, 1, None, None, None)  # no head: no events either, or a finding
             return []
         last = next(iter(store.read(ssid, top, top, 1)), None)
         if last is None:
+            if ds.verify_reads:
+                ds.read(ssid, top, top, 1, head)  # the head's event is gone: truncated
             return []
 
         def ov(e: RecordedEvent) -> int:
@@ -415,29 +407,39 @@ class AresAggregateRecorder(AggregateRecorder):
             v = ov(e)
             return (gt is None or v > gt) and (lte is None or v <= lte)
 
-        if not last.metadata.get("ordered"):
-            # Written out of order at some point: read the stream and sort (rare).
-            recs = sorted((e for e in store.read(ssid, 1, None, None) if keep(e)), key=ov)
-        else:
-            # Original versions increase with stream versions: bisect for the range.
-            def first_above(bound: int) -> int:
-                a, b = 1, top + 1  # first stream version whose original version > bound
-                while a < b:
-                    mid = (a + b) // 2
-                    e = next(iter(store.read(ssid, mid, mid, 1)))
-                    if ov(e) > bound:
-                        b = mid
-                    else:
-                        a = mid + 1
-                return a
+        # Original versions increase with stream versions: bisect for the range (the
+        # probes only choose the range; the events returned are read, and verified, below).
+        def first_above(bound: int) -> int | None:
+            a, b = 1, top + 1  # first stream version whose original version > bound
+            while a < b:
+                mid = (a + b) // 2
+                e = next(iter(store.read(ssid, mid, mid, 1)), None)
+                if e is None:
+                    return None  # a missing row: the scan below reads what is there
+                if ov(e) > bound:
+                    b = mid
+                else:
+                    a = mid + 1
+            return a
 
+        recs: list[RecordedEvent] | None = None
+        if last.metadata.get("ordered"):
             lo = 1 if gt is None else first_above(gt)
-            hi = top if lte is None or ov(last) <= lte else first_above(lte) - 1
-            if hi < lo:
-                return []
-            if desc and limit is not None:
-                lo = max(lo, hi - limit + 1)
-            recs = list(store.read(ssid, lo, hi, None))
+            if lte is None or ov(last) <= lte:
+                hi: int | None = top
+            else:
+                above = first_above(lte)
+                hi = None if above is None else above - 1
+            if lo is not None and hi is not None:
+                if hi < lo:
+                    return []
+                if desc and limit is not None:
+                    lo = max(lo, hi - limit + 1)
+                recs = ds.read(ssid, lo, hi, None, head)
+        if recs is None:
+            # Written out of order at some point (rare), or a row is missing: read the
+            # stream and sort.
+            recs = sorted((e for e in ds.read(ssid, 1, None, None, head) if keep(e)), key=ov)
         if desc:
             recs.reverse()
         return recs[:limit] if limit is not None else recs
@@ -488,26 +490,33 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         after = 0 if start is None else (start - 1 if inclusive_of_start else start)
         after = max(after, 0)
         wanted = frozenset(topics)
-        prefix = self.datastore.stream_prefix
+        ds = self.datastore
+        prefix = ds.stream_prefix
         out: list[Notification] = []
         page = max(limit, 100)
         try:
             while len(out) < limit:
-                chunk = list(self.store.read_all(after, page))
+                # The backend filters by prefix: other applications' events are not read.
+                chunk = list(self.store.read_all(after, page, stream_prefix=prefix or None))
+                picked: list[RecordedEvent] = []
+                done = len(chunk) < page
                 for e in chunk:
                     if stop is not None and e.position > stop:
-                        return out
+                        done = True
+                        break
                     if e.module != MODULE or not e.stream_id.startswith(prefix):
                         continue
-                    if wanted:
-                        meta = e.metadata
-                        if meta.get("topic", e.type) not in wanted:
-                            continue
+                    if wanted and e.metadata.get("topic", e.type) not in wanted:
+                        continue
+                    picked.append(e)
+                    if len(out) + len(picked) >= limit:
+                        done = True
+                        break
+                ds.verify_notifications(picked)
+                for e in picked:
                     oid = _originator(e.stream_id, prefix, e.metadata_json)
                     out.append(_to_stored(e, oid, Notification))
-                    if len(out) >= limit:
-                        return out
-                if len(chunk) < page:
+                if done:
                     return out
                 after = chunk[-1].position
         except StoreError as exc:
@@ -515,16 +524,20 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         return out
 
     def max_notification_id(self) -> int | None:
-        """The store's last committed position (None when empty).
+        """The id of this application's last notification (None when it has none).
 
-        When the store also holds other streams (snapshots, other programs), this is an
-        upper bound of the last notification id, never below it.
+        Raises:
+            OperationalError: the store cannot be reached.
         """
+        prefix = self.datastore.stream_prefix
+
+        def mine(e: RecordedEvent) -> bool:
+            return e.module == MODULE and e.stream_id.startswith(prefix)
+
         try:
-            last = self.store.last_position()
+            return self.datastore.last_position(mine)
         except StoreError as exc:
             raise _translate(exc) from exc
-        return last or None
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()
@@ -545,6 +558,27 @@ class AresSubscription(Subscription[AresApplicationRecorder]):
         self._scanned = gt or 0
 
     def __next__(self) -> Notification:
+        """The next notification, waiting for one; the iteration ends when the
+        subscription is stopped or its store closed (the application was closed, or the
+        interpreter is exiting).
+
+        Raises:
+            OperationalError: the store cannot be reached.
+            ChainVerificationError: verified reads found a tampered event.
+        """
+        store = self._recorder.store
+        try:
+            return self._next()
+        except StoreError as exc:
+            if store.closed:
+                raise StopIteration from None
+            raise _translate(exc) from exc
+        except PersistenceError:
+            if store.closed:
+                raise StopIteration from None
+            raise
+
+    def _next(self) -> Notification:
         recorder = self._recorder
         store = recorder.store
         while not self._has_been_stopped:
@@ -605,34 +639,18 @@ class AresProcessRecorder(AresTrackingRecorder, AresApplicationRecorder, Process
         AresApplicationRecorder.__init__(self, datastore)
 
 
-def _open(env: Environment) -> AresDatastore:
-    from ares_events.stores.settings import Settings
-
-    url = env.get("ARES_STORE_URL")
-    if not url:
-        msg = (
-            "set ARES_STORE_URL (or <APP>_ARES_STORE_URL) to the ares-events store, "
-            "e.g. sqlite:///app.db or postgresql://user@host/db"
-        )
-        raise OSError(msg)
-    keys = (
-        "ARES_BLOBS_URL",
-        "ARES_CACHE_URL",
-        "ARES_SPILL_THRESHOLD_BYTES",
-        "ARES_EVENTS_CHAIN_KEY",
-    )
-    values = {k: v for k in keys if (v := env.get(k)) is not None}
-    settings = Settings.from_env({"ARES_STORE_URL": url, **values})
-    return AresDatastore(settings.open_store(), stream_prefix=env.get("ARES_STREAM_PREFIX", ""))
-
-
 class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
     """Infrastructure factory: recorders over one ares-events store.
 
     Settings (read through eventsourcing's ``Environment``, so an application prefix
     like ``MYAPP_`` applies): ``ARES_STORE_URL`` (required), ``ARES_STREAM_PREFIX``,
-    ``ARES_BLOBS_URL``, ``ARES_CACHE_URL``, ``ARES_SPILL_THRESHOLD_BYTES``,
-    ``ARES_EVENTS_CHAIN_KEY``.
+    ``ARES_VERIFY_READS``, ``ARES_BLOBS_URL``, ``ARES_CACHE_URL``,
+    ``ARES_SPILL_THRESHOLD_BYTES``, ``ARES_EVENTS_CHAIN_KEY``.
+
+    Raises:
+        OSError: no ``ARES_STORE_URL``.
+        ConfigError: a bad setting, or a store in the old unprefixed layout while the
+            prefix is derived from the application's name.
     """
 
     aggregate_recorder_class = AresAggregateRecorder
@@ -642,7 +660,7 @@ class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
-        self.datastore = _open(self.env)
+        self.datastore = open_datastore(self.env)
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         """An aggregate recorder (``purpose="snapshots"``: the snapshot streams)."""

@@ -3,8 +3,12 @@
 What lives here: :mod:`~ares_events.integrity.chain` (canonical JSON, link hashes,
 ``ChainKey``), :mod:`~ares_events.integrity.findings` (``Finding``, ``VerifyReport``,
 ``AuditReport``), :mod:`~ares_events.integrity.verify` (``ChainVerifier``,
-``verify_stream``, ``audit``) and :mod:`~ares_events.integrity.anchors` (checkpoints of
-every stream head kept by a witness outside the store).
+``verify_stream``, ``audit``), :mod:`~ares_events.integrity.anchors` and
+:mod:`~ares_events.integrity.checkpoint_anchors` (checkpoints kept by a witness outside the
+store), and the verifiable log's formats: :mod:`~ares_events.integrity.merkle` (RFC 9162
+hashing and proofs), :mod:`~ares_events.integrity.notes` (C2SP signed notes, Ed25519
+keys), :mod:`~ares_events.integrity.checkpoints` (C2SP checkpoints, proof documents,
+offline verification) and :mod:`~ares_events.integrity.witness` (a tlog-witness).
 
 ``chain`` is the format itself: it may import only :mod:`ares_events.errors`, and the
 core imports it. The other modules may import the core, the stores and ``chain``; never

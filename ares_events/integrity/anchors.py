@@ -1,4 +1,11 @@
-"""Anchors: checkpoints of every stream head, kept by a witness outside the store.
+"""Anchors: checkpoints of the store kept by a witness outside it.
+
+Two kinds live in a witness: *signed checkpoints* of the Merkle log
+(``checkpoint-<size>-<time>.note``, written by ``ares-events anchor --key FILE``; checked by
+:mod:`~ares_events.integrity.checkpoint_anchors`), which nobody without the log key can
+forge, and the older *JSON anchors* of every stream head (``anchor-*.json``, written by
+:func:`write_anchor`, i.e. ``ares-events anchor`` without a key), described below and
+still read and checked. :func:`verify_anchors` checks both.
 
 A hash chain proves that a stream's events are consistent with each other, not that they
 are the events that were written: whoever can write the database can delete a stream's
@@ -54,7 +61,7 @@ import dataclasses
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -66,7 +73,14 @@ from ares_events.core.events import utc_now_at
 from ares_events.core.recorder import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
 from ares_events.integrity.chain import ChainKey, canonical_json
+from ares_events.integrity.checkpoint_anchors import (
+    NOTE_PREFIX,
+    NOTE_SUFFIX,
+    check_checkpoint_notes,
+    recorded_log_keys,
+)
 from ares_events.integrity.findings import Finding
+from ares_events.integrity.notes import VerifierKey
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -83,6 +97,7 @@ __all__ = [
     "open_witness",
     "verify_anchors",
     "write_anchor",
+    "write_checkpoint_note",
 ]
 
 ANCHOR_FORMAT: Final = "ares-events/anchor/v1"
@@ -265,7 +280,8 @@ class FileWitness:
         return str(self.folder / name)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every ``anchor-*.json`` in the folder, by name (names sort by time).
+        """Every ``anchor-*.json`` and ``checkpoint-*.note`` in the folder, by name
+        (names sort by time, and checkpoints by size).
 
         Raises:
             StoreUnavailable: the folder cannot be read.
@@ -273,7 +289,11 @@ class FileWitness:
         if not self.folder.exists():
             return
         try:
-            names = sorted(p.name for p in self.folder.glob("anchor-*.json"))
+            names = sorted(
+                p.name
+                for pattern in ("anchor-*.json", f"{NOTE_PREFIX}*{NOTE_SUFFIX}")
+                for p in self.folder.glob(pattern)
+            )
             for n in names:
                 yield n, (self.folder / n).read_bytes()
         except OSError as exc:
@@ -338,7 +358,10 @@ class S3Witness:
         key = self._key(name)
         try:
             self._client.put_object(
-                Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"
+                Bucket=self.bucket,
+                Key=key,
+                Body=data,
+                ContentType="application/json" if name.endswith(".json") else "text/plain",
             )
         except self._boto_errors as exc:
             raise StoreUnavailable(
@@ -347,25 +370,27 @@ class S3Witness:
         return f"s3://{self.bucket}/{key}"
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every ``anchor-*.json`` object under the prefix, by name.
+        """Every ``anchor-*.json`` and ``checkpoint-*.note`` object under the prefix,
+        by name.
 
         Raises:
             StoreUnavailable: the bucket cannot be listed or read.
         """
-        base = self._key("anchor-")
         try:
             keys: list[str] = []
-            for page in self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=base
-            ):
-                keys.extend(o["Key"] for o in page.get("Contents", []))
-            for key in sorted(keys):
-                if key.endswith(".json"):
-                    body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
-                    try:
-                        yield key.rsplit("/", 1)[-1], body.read()
-                    finally:
-                        body.close()
+            for start, suffix in (("anchor-", ".json"), (NOTE_PREFIX, NOTE_SUFFIX)):
+                for page in self._client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=self._key(start)
+                ):
+                    keys.extend(
+                        o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(suffix)
+                    )
+            for key in sorted(keys, key=lambda k: k.rsplit("/", 1)[-1]):
+                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+                try:
+                    yield key.rsplit("/", 1)[-1], body.read()
+                finally:
+                    body.close()
         except self._boto_errors as exc:
             raise StoreUnavailable(
                 f"cannot read anchors from {self._url}: {type(exc).__name__}"
@@ -452,6 +477,10 @@ class AnchorCheck:
     findings: list[Finding] = field(default_factory=list)
     latest: str | None = None
     """Name of the newest anchor checked."""
+    checkpoints_checked: int = 0
+    """Signed checkpoints whose signature verified (counted in ``anchors_checked`` too)."""
+    keys_from: str | None = None
+    """Where the trusted keys came from: ``given`` (``--vkey``) or ``store`` (recorded)."""
 
     @property
     def ok(self) -> bool:
@@ -466,6 +495,8 @@ class AnchorCheck:
             "anchors_checked": self.anchors_checked,
             "streams_checked": self.streams_checked,
             "latest": self.latest,
+            "checkpoints_checked": self.checkpoints_checked,
+            "keys_from": self.keys_from,
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -482,6 +513,8 @@ def load_anchors(witness_url: str, key: ChainKey | None = None) -> list[Anchor |
     out: list[Anchor | Finding] = []
     try:
         for name, raw in witness.items():
+            if name.endswith(NOTE_SUFFIX):
+                continue  # a signed checkpoint (checkpoint_anchors checks those)
             try:
                 out.append(_parse_anchor(name, raw, key))
             except _Corrupt as exc:
@@ -491,13 +524,19 @@ def load_anchors(witness_url: str, key: ChainKey | None = None) -> list[Anchor |
     return out
 
 
-def verify_anchors(store: EventStore, witness_url: str) -> AnchorCheck:
-    """Check that ``store`` still extends every anchor kept at ``witness_url``.
+def verify_anchors(
+    store: EventStore, witness_url: str, *, keys: Sequence[VerifierKey] | None = None
+) -> AnchorCheck:
+    """Check that ``store`` still extends every anchor kept at ``witness_url``: signed
+    checkpoints (``checkpoint-*.note``, see
+    :mod:`~ares_events.integrity.checkpoint_anchors`) and legacy JSON anchors.
 
-    For each anchored stream: it still exists, its head is at or past the anchored
-    version, and the event at the anchored version still has the anchored hash. Reads go
-    to the system of record (never through a cache). A problem seen in several anchors
-    is reported once, from the newest of them.
+    For a signed checkpoint: its signature verifies under ``keys`` (default: the keys the
+    store recorded as its log keys; ``keys_from`` says which), and the root of today's
+    first ``size`` events is its root. For a legacy anchor, each anchored stream: it still
+    exists, its head is at or past the anchored version, and the event at the anchored
+    version still has the anchored hash. Reads go to the system of record (never through a
+    cache). A problem seen in several anchors is reported once, from the newest of them.
 
     Raises:
         ConfigError: a bad witness URL.
@@ -506,7 +545,20 @@ def verify_anchors(store: EventStore, witness_url: str) -> AnchorCheck:
     rec = _system_of_record(store)
     witness = open_witness(witness_url)
     report = AnchorCheck(witness=witness.describe())
-    witness.close()
+    try:
+        notes = [(n, raw) for n, raw in witness.items() if n.endswith(NOTE_SUFFIX)]
+    finally:
+        witness.close()
+    if notes:
+        if keys is None:
+            keys, report.keys_from = recorded_log_keys(rec), "store"
+        else:
+            report.keys_from = "given"
+        n, note_findings = check_checkpoint_notes(rec, notes, keys)
+        report.checkpoints_checked = n
+        report.anchors_checked += n
+        report.findings.extend(note_findings)
+        report.latest = notes[-1][0]
     seen: set[tuple[str, str | None, int | None]] = set()
     checked_streams: set[str] = set()
     last_position = int(rec.last_position())
@@ -539,7 +591,7 @@ def verify_anchors(store: EventStore, witness_url: str) -> AnchorCheck:
                 seen.add(k)
                 report.findings.append(f)
     report.streams_checked = len(checked_streams)
-    if report.anchors_checked == 0 and not report.findings:
+    if report.anchors_checked == 0 and not report.findings and not notes:
         # Asked to prove the store against its anchors, with none to prove it against:
         # never an "ok" (a wrong witness URL, or anchors that were deleted).
         report.findings.append(
@@ -605,11 +657,32 @@ def _check_head(
     return out
 
 
-def check_anchors(store: EventStore, witness_url: str) -> list[Finding]:
-    """The findings of :func:`verify_anchors` (``audit(store, anchors=url)`` uses it).
+def check_anchors(
+    store: EventStore, witness_url: str, *, keys: Sequence[VerifierKey] | None = None
+) -> list[Finding]:
+    """The findings of :func:`verify_anchors`.
 
     Raises:
         ConfigError: a bad witness URL.
         StoreUnavailable: the store or the witness cannot be reached.
     """
-    return verify_anchors(store, witness_url).findings
+    return verify_anchors(store, witness_url, keys=keys).findings
+
+
+def write_checkpoint_note(witness_url: str, note: str, size: int) -> str:
+    """Put a signed checkpoint into the witness as ``checkpoint-<size>-<time>.note``
+    (names sort by size, then time). Returns where it went.
+
+    Raises:
+        ConfigError: a bad witness URL.
+        StoreUnavailable: the witness cannot be written.
+    """
+    stamp = utc_now_at().replace("-", "").replace(":", "")
+    name = f"{NOTE_PREFIX}{size:020d}-{stamp}{NOTE_SUFFIX}"
+    witness = open_witness(witness_url)
+    try:
+        where = witness.put(name, note.encode("utf-8"))
+    finally:
+        witness.close()
+    logger.info("wrote signed checkpoint of size %d to %s", size, where)
+    return where

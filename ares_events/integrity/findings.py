@@ -86,6 +86,9 @@ class AuditReport:
     streams: dict[str, VerifyReport] = field(default_factory=dict)
     anchors_checked: int | None = None
     """How many anchors were checked (None when the audit was not asked to)."""
+    erased: list[dict[str, Any]] = field(default_factory=list)
+    """Events whose payload was erased (information, not findings): stream_id, version,
+    position, event_id, and by / reason / record_version from the erasure record."""
 
     @property
     def ok(self) -> bool:
@@ -101,5 +104,6 @@ class AuditReport:
             "blobs_checked": self.blobs_checked,
             "snapshots_checked": self.snapshots_checked,
             "anchors_checked": self.anchors_checked,
+            "erased": self.erased,
             "findings": [f.to_dict() for f in self.findings],
         }

@@ -31,17 +31,27 @@ Verification never raises on a bad link: it returns a report of findings. Findin
     a spilled payload is gone or altered (deep audit only).
 ``anchor_*``
     the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
+``erasure_unrecorded`` / ``erasure_undone``
+    an erased payload no erasure record names, or a recorded erasure whose payload is
+    stored again. Erased payloads themselves are information (``AuditReport.erased``),
+    not findings: their chains verify.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
+from ares_events.core.events import (
+    ERASURE_STREAM,
+    ERASURE_TYPE,
+    MalformedPayloadRef,
+    PayloadRef,
+    RecordedEvent,
+)
 from ares_events.core.ports import StorePort, port_for
 from ares_events.core.recorder import Capability, Head
 from ares_events.core.sansio import Call, Steps, arun, run
@@ -58,6 +68,7 @@ from ares_events.integrity.chain import (
     payload_digest,
 )
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+from ares_events.integrity.notes import VerifierKey
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -387,26 +398,51 @@ def verify_stream_steps(chain_key: ChainKey | None, stream_id: str) -> Steps[Ver
     """:func:`verify_stream` as steps over a store port (:mod:`ares_events.core.ports`)."""
     head = yield Call("head", stream_id)
     v = ChainVerifier(stream_id, chain_key)
-    n = 0
-    # Straight from the system of record, under any cache wrapper.
-    handle = yield Call("open_source", stream_id)
-    try:
-        while chunk := (yield Call("next_chunk", handle)):
-            for e in chunk:
-                v.check(e)
-                n += 1
-    except GeneratorExit:  # the driver itself was closed: no more calls
-        raise
-    except BaseException:
-        yield Call("close_read", handle)
-        raise
-    yield Call("close_read", handle)
-    if head is None or (head_problem(head) is None and v.last > head.version):
-        # Events past the head read at the start may be a concurrent append: re-read it.
-        head = yield Call("head", stream_id)
+    n, head = yield from _check_stream_steps(stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
     return VerifyReport(stream_id, v.findings, n, v.last, head_version)
+
+
+def _check_stream_steps(
+    stream_id: str,
+    v: ChainVerifier,
+    head: Head | None,
+    on_event: Callable[[RecordedEvent], None] | None = None,
+) -> Steps[tuple[int, Head | None]]:
+    """Check every event of the stream with ``v``, straight from the system of record
+    (port call ``open_source``, under any cache wrapper); return how many and the head to
+    compare with. A stream written while it is checked is followed: when the events read
+    go past the head read first, the head is read again, and if it moved further the
+    new events are read up to it too, so a live stream is never reported truncated."""
+    n = 0
+    start = 1
+    while True:
+        progressed = False
+        handle = yield Call("open_source", stream_id, start)
+        try:
+            while chunk := (yield Call("next_chunk", handle)):
+                for e in chunk:
+                    v.check(e)
+                    if on_event is not None:
+                        on_event(e)
+                    n += 1
+                    progressed = True
+        except GeneratorExit:  # the driver itself was closed: no more calls
+            raise
+        except BaseException:
+            yield Call("close_read", handle)
+            raise
+        yield Call("close_read", handle)
+        if head is not None and (head_problem(head) is not None or v.last <= head.version):
+            return n, head
+        # Events past the head read first (or no head then): concurrent appends.
+        head = yield Call("head", stream_id)
+        if head is None or head_problem(head) is not None or head.version <= v.last:
+            return n, head
+        if not progressed:
+            return n, head  # the head names events the read cannot find: truncated
+        start = v.last + 1
 
 
 def audit(
@@ -415,6 +451,7 @@ def audit(
     deep: bool = False,
     progress: Callable[[int, int], None] | None = None,
     anchors: str | None = None,
+    anchor_keys: Sequence[VerifierKey] | None = None,
 ) -> AuditReport:
     """Verify every stream, the global positions and (``deep=True``) every spilled blob
     and every snapshot.
@@ -433,6 +470,8 @@ def audit(
         anchors: a witness URL; also check the store still extends every anchor there
             (see :mod:`ares_events.integrity.anchors`); a witness with no anchor at all is
             a ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
+        anchor_keys: verifier keys trusted for the witness's signed checkpoints (default:
+            the log keys the store recorded).
 
     Raises:
         StoreUnavailable: the store cannot be reached.
@@ -443,6 +482,7 @@ def audit(
     done = 0
     # Straight from the system of record, under any cache wrapper (``inner``).
     recorder = getattr(store.recorder, "inner", store.recorder)
+    port = StorePort(store)
     heads: dict[str, Head] = {}
     for sid, head in recorder.heads():
         if type(sid) is not str:
@@ -452,28 +492,29 @@ def audit(
             continue
         heads[sid] = head
     expected = sum(h.version for h in heads.values() if type(h.version) is int)
+    erased: list[RecordedEvent] = []
+
+    def seen(e: RecordedEvent) -> None:
+        nonlocal done
+        ref = e.payload_ref
+        if ref is not None and ref.erased:
+            erased.append(e)
+        elif (
+            deep
+            and ref is not None
+            and not isinstance(ref, MalformedPayloadRef)
+            and ref.key not in blobs_seen
+        ):
+            blobs_seen.add(ref.key)
+            report.blobs_checked += 1
+            _check_blob(store, e, report)
+        done += 1
+        if progress is not None and done % 1000 == 0:
+            progress(done, max(expected, done))
+
     for sid, head in heads.items():
         ver = ChainVerifier(sid, key)
-        n = 0
-        for e in recorder.read(sid, 1, None, None):
-            ver.check(e)
-            n += 1
-            ref = e.payload_ref
-            if (
-                deep
-                and ref is not None
-                and not isinstance(ref, MalformedPayloadRef)
-                and ref.key not in blobs_seen
-            ):
-                blobs_seen.add(ref.key)
-                report.blobs_checked += 1
-                _check_blob(store, e, report)
-            done += 1
-            if progress is not None and done % 1000 == 0:
-                progress(done, max(expected, done))
-        shead: Head | None = head
-        if head_problem(head) is None and ver.last > head.version:
-            shead = store.head(sid)  # maybe appended since the heads were read
+        n, shead = run(_check_stream_steps(sid, ver, head, seen), port)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0
         r = VerifyReport(sid, ver.findings, n, ver.last, head_version)
@@ -532,6 +573,7 @@ def audit(
         report.findings.extend(r.findings)
         report.events_checked += orphan_counts[sid]
     report.streams_checked = len(report.streams)
+    _check_erasures(store, recorder, erased, report)
     _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
         # A snapshot that no longer matches its stream (edited state, a rewritten or
@@ -548,12 +590,74 @@ def audit(
                     )
                 )
     if anchors is not None:
-        check = verify_anchors(store, anchors)
+        check = verify_anchors(store, anchors, keys=anchor_keys)
         report.anchors_checked = check.anchors_checked
         report.findings.extend(check.findings)
     if progress is not None:
         progress(report.events_checked, max(total, report.events_checked))
     return report
+
+
+def _check_erasures(
+    store: EventStore, recorder: Any, erased: list[RecordedEvent], report: AuditReport
+) -> None:
+    """List erased payloads (information) and compare them with the erasure records:
+    ``erasure_unrecorded`` (erased, but no ``payload.erased`` record names it: an
+    interrupted erasure, run it again) and ``erasure_undone`` (a record names it, but its
+    payload is back)."""
+    records: dict[str, tuple[dict[str, Any], int]] = {}
+    for raw in recorder.read(ERASURE_STREAM, 1, None, None):
+        if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
+            continue
+        r = raw
+        if r.payload_ref is not None and store.blobs is not None:
+            r = store.blobs.attach(r)  # a long reason may have spilled the record
+        try:
+            p = r.payload
+        except (ValueError, BlobError):
+            continue
+        if isinstance(p, dict) and isinstance(p.get("event_id"), str):
+            records[p["event_id"]] = (p, r.version)
+    erased_ids = set()
+    for e in erased:
+        erased_ids.add(e.event_id_str)
+        rec, rv = records.get(e.event_id_str, ({}, None))
+        report.erased.append(
+            {
+                "stream_id": e.stream_id,
+                "version": e.version,
+                "position": e.position,
+                "event_id": e.event_id_str,
+                "by": rec.get("by"),
+                "reason": rec.get("reason"),
+                "record_version": rv,
+            }
+        )
+        if rv is None:
+            report.findings.append(
+                Finding(
+                    "erasure_unrecorded",
+                    e.stream_id,
+                    e.version,
+                    f"the payload was erased but no {ERASURE_TYPE} record in "
+                    f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
+                )
+            )
+    for eid, (p, rv) in records.items():
+        sid, ver = p.get("stream_id"), p.get("version")
+        if eid in erased_ids or not isinstance(sid, str) or type(ver) is not int:
+            continue
+        now = next(iter(recorder.read(sid, ver, ver, 1)), None)
+        if now is not None and now.event_id_str == eid and not now.payload_erased:
+            report.findings.append(
+                Finding(
+                    "erasure_undone",
+                    sid,
+                    ver,
+                    f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
+                    "it is stored again",
+                )
+            )
 
 
 def _check_uniqueness(recorder: object, report: AuditReport) -> None:

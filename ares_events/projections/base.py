@@ -8,18 +8,24 @@ States are JSON values (so snapshots and read-model rows can store them).
 
 Bump ``version`` whenever ``apply`` changes meaning: snapshots and read models built by
 another version are then ignored and rebuilt instead of silently reused.
+
+Erased payloads (:mod:`~ares_events.projections.erasure`): a fold skips an event whose
+payload was erased and lists it in ``skipped`` (reason ``"payload erased"``), unless the
+projection sets ``accepts_erased = True`` to see such events (``event.payload_erased``) and
+fold them without their payload.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ares_events.core.catalog import EventSchemaError
 from ares_events.core.events import RecordedEvent
+from ares_events.errors import PayloadErased
 
-__all__ = ["FoldResult", "Projection", "SkippedEvent", "fold"]
+__all__ = ["ERASED_REASON", "FoldResult", "Projection", "SkippedEvent", "fold"]
 
 
 @runtime_checkable
@@ -77,6 +83,14 @@ class FoldResult:
     skipped: list[SkippedEvent] = field(default_factory=list)
 
 
+ERASED_REASON: Final = "payload erased"
+"""The ``reason`` of a :class:`SkippedEvent` whose payload was erased."""
+
+
+def _skip(event: RecordedEvent, reason: str) -> SkippedEvent:
+    return SkippedEvent(event.stream_id, event.version, event.position, event.type, reason)
+
+
 def apply_one(
     projection: Projection,
     state: Any,
@@ -87,11 +101,21 @@ def apply_one(
 ) -> Any:
     """Apply one event; in tolerant mode a schema failure is recorded and skipped.
 
+    An event whose payload was erased is skipped (in both modes) and recorded with the
+    reason :data:`ERASED_REASON`, unless the projection declares ``accepts_erased = True``
+    (it then gets the event and must not read its payload).
+
     Raises:
         EventSchemaError: strict mode and the event does not match its schema.
     """
+    if event.payload_erased and not getattr(projection, "accepts_erased", False):
+        skipped.append(_skip(event, ERASED_REASON))
+        return state
     try:
         return projection.apply(state, event)
+    except PayloadErased:
+        skipped.append(_skip(event, ERASED_REASON))
+        return state
     except EventSchemaError as exc:
         if strict:
             raise

@@ -66,7 +66,18 @@ def _fold_batch(
     strict: bool,
     skipped: list[SkippedEvent],
 ) -> dict[str, tuple[bytes, int]]:
-    """Apply a batch of events to the rows they touch; returns the changed rows."""
+    """Apply a batch of events to the rows they touch; returns the changed rows.
+
+    A projection that defines ``fold_batch(load, events) -> {key: state}`` (a *batch
+    projection*, such as the Merkle log of :mod:`~ares_events.projections.merkle`) folds
+    the whole batch itself: ``load(keys)`` reads current rows, and the rows it returns are
+    written with the cursor in the same transaction as any other projection's.
+    """
+    batch_fold = getattr(projection, "fold_batch", None)
+    if callable(batch_fold):
+        states = batch_fold(lambda keys: tables.load(table, list(keys)), events)
+        last = events[-1].position
+        return {k: (encode_state(v), last) for k, v in states.items()}
     key_of = _key_of(projection)
     keyed = [(key_of(e), e) for e in events]
     keys = sorted({k for k, _ in keyed if k is not None})

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import blake3
 import orjson
 
 from ares_events.errors import ConfigError
@@ -71,6 +72,14 @@ SWAP = (
     "building_table = NULL, building_position = 0, projection_version = ? "
     "WHERE name = ? AND building_table = ? AND building_position = ?"
 )
+SELECT_NAMES = "SELECT name FROM ares_projections ORDER BY name"
+# A reset (after an erasure) keeps the tables but empties them and rewinds the cursor: a
+# runner that read the registry before it fails its compare-and-set and starts again.
+RESET = (
+    "UPDATE ares_projections SET position = 0, building_table = NULL, building_position = 0 "
+    "WHERE name = ?"
+)
+DELETE_ROWS = "DELETE FROM {table}"
 CREATE_ROWS = (
     "CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, state {blob} NOT NULL, "
     "position BIGINT NOT NULL)"
@@ -98,9 +107,13 @@ class ProjectionMeta:
 
 
 def table_name(name: str, generation: int) -> str:
-    """A safe SQL identifier for a projection's generation table."""
-    safe = _SAFE.sub("_", name.lower())[:40]
-    return f"ares_rm_{safe}_{generation}"
+    """A safe SQL identifier for a projection's generation table, distinct for every
+    distinct name: a readable part (lowercase, ``[a-z0-9_]``) plus the first 8 hex digits
+    of blake3 of the exact name, so ``inj-x`` / ``inj_x`` or ``Agent`` / ``agent`` never
+    share a table. (Tables made before this rule keep their recorded names.)"""
+    safe = _SAFE.sub("_", name.lower())[:32]
+    tag = blake3.blake3(name.encode("utf-8")).hexdigest()[:8]
+    return f"ares_rm_{safe}_{tag}_{generation}"
 
 
 class ReadModelTables(Protocol):
@@ -150,6 +163,15 @@ class ReadModelTables(Protocol):
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
         """Every (key, state), ordered by key, paged."""
+        ...
+
+    def names(self) -> list[str]:
+        """Every projection in the registry."""
+        ...
+
+    def reset(self, name: str) -> bool:
+        """Empty the projection's tables and rewind its cursor to 0, in one transaction
+        (the next runner pass folds the log again). False when it is not registered."""
         ...
 
 
@@ -244,6 +266,23 @@ class MemoryTables:
             items = sorted(self._tables.get(table, {}).items())
         for k, (s, _) in items:
             yield k, orjson.loads(s)
+
+    def names(self) -> list[str]:
+        """Every registered projection."""
+        with self._lock:
+            return sorted(self._meta)
+
+    def reset(self, name: str) -> bool:
+        """Empty the tables, rewind the cursor (atomic under the lock)."""
+        with self._lock:
+            m = self._meta.get(name)
+            if m is None:
+                return False
+            for t in (m.active_table, m.building_table):
+                if t is not None and t in self._tables:
+                    self._tables[t] = {}
+            self._meta[name] = replace(m, position=0, building_table=None, building_position=0)
+            return True
 
     def raw(self, table: str) -> dict[str, tuple[bytes, int]]:
         """The backing dict (tests)."""
@@ -393,10 +432,53 @@ class SQLTables:
                 return
             after = rows[-1][0]
 
+    def names(self) -> list[str]:
+        """Every registered projection."""
+        self._ensure()
+        with self._tx() as c:
+            return [str(r[0]) for r in self._exec(c, SELECT_NAMES).fetchall()]
+
+    def reset(self, name: str) -> bool:
+        """Empty the tables and rewind the cursor, in one transaction."""
+        self._ensure()
+        with self._tx() as c:
+            # Lock the registry row first (SQLite's write transaction already holds the
+            # database): a runner's commit then either precedes the reset entirely (its
+            # rows are deleted) or fails its compare-and-set after it.
+            lock = SELECT_META if self.dialect == "sqlite" else SELECT_META + " FOR UPDATE"
+            row = self._exec(c, lock, (name,)).fetchone()
+            if row is None:
+                return False
+            meta = ProjectionMeta(*row)
+            for t in (meta.active_table, meta.building_table):
+                if t is not None:
+                    self._exec(c, DELETE_ROWS.format(table=self._name(t)))
+            self._exec(c, RESET, (name,))
+        return True
+
     def execute(self, sql: str, args: tuple[Any, ...] = ()) -> None:
         """Run one statement in its own transaction (tests and repairs)."""
         with self._tx() as c:
             self._exec(c, sql, args)
+
+    # Helpers for other tables kept beside the read models (the log's checkpoints).
+
+    def qualified(self, table: str) -> str:
+        """``table`` as it is named in SQL (schema-qualified on PostgreSQL)."""
+        return self._name(table)
+
+    @contextlib.contextmanager
+    def transaction(self, *, ddl: bool = False) -> Iterator[Any]:
+        """One transaction on the events' database (``ddl``: serialized with the other
+        schema changes of this store, as PostgreSQL needs)."""
+        with self._tx() as c:
+            if ddl:
+                self._ddl(c)
+            yield c
+
+    def run(self, conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        """Execute ``sql`` (``?`` placeholders, translated for PostgreSQL) on ``conn``."""
+        return conn.execute(sql if self.dialect == "sqlite" else sql.replace("?", "%s"), args)
 
 
 def _meta_args(m: ProjectionMeta) -> tuple[Any, ...]:

@@ -42,8 +42,8 @@ anything that decides a write):
   ones by ``prev_hash`` and written back. Anything else (stamp ahead, a different hash,
   range older than the tail, undecodable entry) falls through to the inner store, which
   refills the tail when the read reaches the head.
-* Integrity verification (``verify_stream``, ``audit``, anchors) never reads through the
-  cache: it reads the wrapped recorder (``.inner``).
+* Integrity checks (``verify_stream``, ``audit``, anchors) read ``.inner``, never the cache.
+  ``erase`` drops the stream's cached tail (see :meth:`CachedRecorder.erase`).
 * Redis down (refused, timeout, any Redis error): one WARNING per outage, then every
   operation bypasses the cache until ``retry_after`` has passed; an INFO line when it is
   reachable again. Slower, never wrong, never failing.
@@ -81,6 +81,7 @@ from ares_events.core.recorder import (
     StoreURL,
 )
 from ares_events.errors import ConfigError, MissingDependencyError, StoreClosed
+from ares_events.stores._cache_erase import CacheErasure
 
 if TYPE_CHECKING:
     import redis
@@ -273,7 +274,7 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
     )
 
 
-class CachedRecorder:
+class CachedRecorder(CacheErasure):
     """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
     around another recorder (see the module docstring for the consistency rules).
 
@@ -333,6 +334,7 @@ class CachedRecorder:
         self._channel = f"{self._ns}wake".encode()
         self._lock = threading.Lock()
         self._outage = False
+        self._dirty: set[str] = set()  # streams erased whose cached tail is not yet dropped
         self._failures = 0
         self._down_until = 0.0
         self._closed = False
@@ -529,7 +531,7 @@ class CachedRecorder:
     ) -> Iterator[RecordedEvent]:
         """Events of one stream in version order, from the cached tail when it provably
         matches the inner store's head, else from the inner store (lazily)."""
-        if not self._usable():
+        if not self._usable() or (stream_id in self._dirty and not self._drop_cached(stream_id)):
             self.stats.bypassed += 1
             return self.inner.read(stream_id, from_version, to_version, limit)  # type: ignore[no-any-return]
         return self._read(stream_id, from_version, to_version, limit)
@@ -640,8 +642,14 @@ class CachedRecorder:
         self._store_tail(stream_id, newer, force=False, publish=False)
         return out, False
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Global order, always from the inner store."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Global order, always from the inner store (which filters by ``stream_prefix``)."""
+        if stream_prefix:
+            return self.inner.read_all(  # type: ignore[no-any-return]
+                after_position, limit, stream_prefix=stream_prefix
+            )
         return self.inner.read_all(after_position, limit)  # type: ignore[no-any-return]
 
     def head(self, stream_id: str) -> Head | None:

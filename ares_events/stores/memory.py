@@ -15,11 +15,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
+from ares_events.core.events import (
+    ErasedPayloadRef,
+    ExpectedVersion,
+    RecordedEvent,
+    check_expected_version,
+)
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
+    EraseOutcome,
     Head,
     StoreURL,
     TrackingRecord,
@@ -97,6 +103,7 @@ class MemoryRecorder:
             Capability.WAKEUPS,
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
         }
     )
 
@@ -200,6 +207,40 @@ class MemoryRecorder:
             d.notify()
             return out
 
+    def erase(
+        self,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_hash: bytes,
+        ref: ErasedPayloadRef,
+        blob_key: str | None = None,
+    ) -> EraseOutcome:
+        """Replace the event's payload with ``ref`` in every index, under the lock."""
+        d = self._d
+        with d.lock:
+            self._check(f"erase of stream {stream_id!r} version {version}")
+            evs = d.streams.get(stream_id, [])
+            old = evs[version - 1] if 0 < version <= len(evs) else None
+            if old is None or old.position != position or old.hash != event_hash:
+                return EraseOutcome(False)
+            new = RecordedEvent(*old[:6], None, *old[7:11], ref)  # type: ignore[call-arg]
+            evs[version - 1] = new
+            i = bisect.bisect_left(d.log, position, key=lambda e: e.position)
+            if i < len(d.log) and d.log[i].position == position:
+                d.log[i] = new
+            d.ids[old.event_id_str] = new
+            refs = 0
+            if blob_key:
+                refs = sum(
+                    1
+                    for e in d.log
+                    if e.payload_ref is not None
+                    and not e.payload_ref.erased
+                    and e.payload_ref.key == blob_key
+                )
+            return EraseOutcome(True, refs)
+
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
         with self._d.lock:
@@ -220,14 +261,25 @@ class MemoryRecorder:
             chunk = evs[start:stop]
         return map(_fresh, chunk)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Slice of the global log."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Slice of the global log (filtered by stream id prefix when given)."""
         with self._d.lock:
             self._check("read_all")
             log = self._d.log
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
-            stop = len(log) if limit is None else min(len(log), start + limit)
-            chunk = log[start:stop]
+            if stream_prefix:
+                want = len(log) if limit is None else limit
+                chunk: list[RecordedEvent] = []
+                for i in range(start, len(log)):
+                    if len(chunk) >= want:
+                        break
+                    if log[i].stream_id.startswith(stream_prefix):
+                        chunk.append(log[i])
+            else:
+                stop = len(log) if limit is None else min(len(log), start + limit)
+                chunk = log[start:stop]
         return map(_fresh, chunk)
 
     def head(self, stream_id: str) -> Head | None:

@@ -20,11 +20,12 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ares_events.core.events import ExpectedVersion, RecordedEvent
+from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
+    EraseOutcome,
     Head,
     StoreURL,
     TrackingRecord,
@@ -99,9 +100,27 @@ class AsyncMemoryRecorder:
         """A slice of the stream, taken when iteration starts."""
         return self._lazy(lambda: self.handle.read(stream_id, from_version, to_version, limit))
 
-    def read_all(self, after_position: int, limit: int | None) -> AsyncIterator[RecordedEvent]:
-        """A slice of the global log, taken when iteration starts."""
-        return self._lazy(lambda: self.handle.read_all(after_position, limit))
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> AsyncIterator[RecordedEvent]:
+        """A slice of the global log (of the streams under ``stream_prefix``), taken when
+        iteration starts."""
+        return self._lazy(
+            lambda: self.handle.read_all(after_position, limit, stream_prefix=stream_prefix)
+        )
+
+    async def erase(
+        self,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_hash: bytes,
+        ref: ErasedPayloadRef,
+        blob_key: str | None = None,
+    ) -> EraseOutcome:
+        """See :meth:`MemoryRecorder.erase`."""
+        await asyncio.sleep(0)  # fair: let other tasks run
+        return self.handle.erase(stream_id, version, position, event_hash, ref, blob_key)
 
     async def _lazy(self, make: Any) -> AsyncIterator[Any]:
         await asyncio.sleep(0)

@@ -10,6 +10,8 @@ environment.
 | chain key | ``chain_key`` | ``ARES_EVENTS_CHAIN_KEY`` (64 hex) | none |
 | anchor witness | ``anchor_url`` | ``ARES_ANCHOR_URL`` | none (CLI: ``anchors/`` by the db) |
 | snapshot policy | ``snapshot_every`` | ``ARES_SNAPSHOT_EVERY`` | 100 |
+| log signing key file | ``log_key_file`` | ``ARES_LOG_KEY_FILE`` | none (signing needs one) |
+| trusted log verifier keys | ``log_vkeys`` | ``ARES_LOG_VKEY`` (space-separated) | none |
 
 Precedence: explicit argument > URL query parameter > env var > default.
 """
@@ -53,6 +55,10 @@ class Settings:
     snapshot_every: int = 100
     chain_key: ChainKey | None = None
     anchor_url: str | None = None
+    log_key_file: str | None = None
+    """Path of the log's signing key file (the path only: the CLI reads the file)."""
+    log_vkeys: tuple[str, ...] = ()
+    """Verifier keys trusted for signed checkpoints (their text form)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -72,6 +78,8 @@ class Settings:
             if key_hex
             else None,
             anchor_url=env.get("ARES_ANCHOR_URL") or None,
+            log_key_file=env.get("ARES_LOG_KEY_FILE") or None,
+            log_vkeys=tuple((env.get("ARES_LOG_VKEY") or "").split()),
         )
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -89,6 +97,8 @@ class Settings:
             f"snapshot_every={self.snapshot_every}",
             f"chain_key={'set' if self.chain_key else None}",
             f"anchor_url={_redact_text(self.anchor_url) if self.anchor_url else None!r}",
+            f"log_key_file={self.log_key_file!r}",
+            f"log_vkeys={len(self.log_vkeys)}",
         ]
         return f"Settings({', '.join(parts)})"
 

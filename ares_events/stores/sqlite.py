@@ -57,6 +57,7 @@ from ares_events.core.recorder import (
     TrackingRecord,
     check_tracking,
     parse_bool,
+    prefix_range,
 )
 from ares_events.errors import (
     ConcurrencyError,
@@ -68,6 +69,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores._sqlite_erase import SQLiteErasure
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -92,6 +94,16 @@ SELECT_STREAM: Final = (
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
+)
+# One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
+# byte order = code point order), so no character is a wildcard.
+SELECT_ALL_RANGE: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
+    "AND stream_id >= ? AND stream_id < ? ORDER BY position LIMIT ?"
+)
+SELECT_ALL_FROM: Final = (
+    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
+    "AND stream_id >= ? ORDER BY position LIMIT ?"
 )
 SELECT_IDS: Final = f"SELECT {_COLUMNS} FROM ares_events WHERE event_id IN (%s)"
 SELECT_HEAD: Final = "SELECT version, head_hash FROM ares_streams WHERE stream_id = ?"
@@ -191,7 +203,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder:
+class SQLiteRecorder(SQLiteErasure):
     """SQLite backend (see the module docstring for durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -202,6 +214,7 @@ class SQLiteRecorder:
             Capability.MULTI_PROCESS,
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
         }
     )
 
@@ -377,6 +390,10 @@ class SQLiteRecorder:
             if not self._memory:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
+            # Zero deleted and overwritten content where it costs no extra I/O: a read
+            # model or snapshot that once held an erased payload leaves no copy in the
+            # pages' free space (erasures themselves run with secure_delete fully on).
+            conn.execute("PRAGMA secure_delete = FAST")
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open sqlite store {self.describe()}: {exc}") from exc
         self._local.conn = conn
@@ -633,13 +650,20 @@ class SQLiteRecorder:
             if type(kv) is int:
                 lo = max(lo, kv)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order."""
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Keyset-paged read in global order (of the streams under ``stream_prefix``)."""
         after = after_position
         left = limit if limit is not None else 2**62
         page = self.page_size
+        sql = SELECT_ALL
+        bounds: tuple[str, ...] = ()
+        if stream_prefix:
+            lo, hi = prefix_range(stream_prefix)
+            sql, bounds = (SELECT_ALL_FROM, (lo,)) if hi is None else (SELECT_ALL_RANGE, (lo, hi))
         while left > 0:
-            rows = self._query(SELECT_ALL, (after, min(page, left)))
+            rows = self._query(sql, (after, *bounds, min(page, left)))
             yield from map(_row_to_event, rows)
             if len(rows) < min(page, left):
                 return

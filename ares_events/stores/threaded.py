@@ -78,7 +78,7 @@ class ThreadedRecorder:
         for name in ("append_many", "tracked_position", "meta_get", "find_duplicates"):
             if not callable(getattr(sync, name, None)):
                 setattr(self, name, None)
-        for name in ("meta_put_if_absent", "meta_set", "wait_for", "default_blobs_url"):
+        for name in ("meta_put_if_absent", "meta_set", "wait_for", "default_blobs_url", "erase"):
             if not callable(getattr(sync, name, None)):
                 setattr(self, name, None)
 
@@ -125,6 +125,10 @@ class ThreadedRecorder:
         """Append several batches on the writer thread."""
         return await self._call(self._writer, self.sync.append_many, batches, tracking)
 
+    async def erase(self, *args: Any) -> Any:
+        """The backend's ``erase``, on the writer thread."""
+        return await self._call(self._writer, self.sync.erase, *args)
+
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """On the writer thread."""
         return await self._call(self._writer, self.sync.meta_put_if_absent, key, value)
@@ -157,8 +161,15 @@ class ThreadedRecorder:
         """The blocking read, pulled in chunks on reader threads."""
         return self._pull(lambda: self.sync.read(stream_id, from_version, to_version, limit))
 
-    def read_all(self, after_position: int, limit: int | None) -> AsyncIterator[RecordedEvent]:
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> AsyncIterator[RecordedEvent]:
         """The blocking ``read_all``, pulled in chunks on reader threads."""
+        if stream_prefix:  # passed only when asked for, as the core does
+            prefix = stream_prefix
+            return self._pull(
+                lambda: self.sync.read_all(after_position, limit, stream_prefix=prefix)
+            )
         return self._pull(lambda: self.sync.read_all(after_position, limit))
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:

@@ -70,6 +70,38 @@ class ReadContract:
             after = page[-1].position
         assert seen == list(range(35))
 
+    def test_read_all_stream_prefix(self, store: ae.EventStore) -> None:
+        """read_all(stream_prefix=P) returns exactly the events of streams whose id starts
+        with P, in global order, with after_position and limit counting only those; LIKE
+        wildcards and the highest code point are plain characters."""
+        top = "\U0010ffff"
+        sids = [
+            "app/1", "ap", "app", "app0", "apo", "app/2", f"app/{top}", f"app{top}x",
+            "b/1", "a%_x", "abcx", "a%_", "APP/1", "app//",
+        ]  # fmt: skip
+        for i, sid in enumerate(sids * 2):
+            store.append(sid, [_ev(i)])
+        every = list(store.read_all())
+
+        def got(prefix: str | None, **kw: Any) -> list[tuple[str, int]]:
+            return [(e.stream_id, e.position) for e in store.read_all(stream_prefix=prefix, **kw)]
+
+        def want(prefix: str) -> list[tuple[str, int]]:
+            return [(e.stream_id, e.position) for e in every if e.stream_id.startswith(prefix)]
+
+        for prefix in ("app/", "app", "a%_", "a%", "b/", top, f"app{top}", "zzz", "app//"):
+            assert got(prefix) == want(prefix), prefix
+        assert len(got("app/")) == 8
+        assert got(None) == got("") == want("")
+        mine = want("app/")
+        assert got("app/", limit=3) == mine[:3]
+        assert got("app/", after_position=mine[2][1]) == mine[3:]
+        assert got("app/", after_position=mine[2][1], limit=2) == mine[3:5]
+        assert got("app/", after_position=mine[-1][1]) == []
+        assert got("app/", limit=0) == []
+        with pytest.raises(InvalidEvent):
+            list(store.read_all(stream_prefix=b"app/"))  # type: ignore[arg-type]
+
     def test_read_all_empty_store(self, store: ae.EventStore) -> None:
         """An empty store reads nothing and lists no streams."""
         assert list(store.read_all()) == []

@@ -36,6 +36,7 @@ class _Store:
 
     __test__ = False  # abstract: only the concrete SQLite/PostgreSQL classes run
     backend: ClassVar[str]
+    extra_env: ClassVar[dict[str, str]] = {}  # more settings (the verified-read variants)
     url: str
 
     @pytest.fixture(autouse=True)
@@ -45,9 +46,9 @@ class _Store:
         else:
             self.url = str(request.getfixturevalue("postgres_url")) + "&pool_max=12"
         self._factories: list[InfrastructureFactory[Any]] = []
-        saved = {k: os.environ.get(k) for k in ("PERSISTENCE_MODULE", "ARES_STORE_URL")}
-        os.environ["PERSISTENCE_MODULE"] = MODULE
-        os.environ["ARES_STORE_URL"] = self.url
+        settings = {"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": self.url, **self.extra_env}
+        saved = {k: os.environ.get(k) for k in settings}
+        os.environ.update(settings)
         try:
             yield
         finally:
@@ -61,7 +62,9 @@ class _Store:
 
     def make_factory(self) -> es.AresFactory:
         f = InfrastructureFactory.construct(
-            Environment(env={"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": self.url})
+            Environment(
+                env={"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": self.url, **self.extra_env}
+            )
         )
         assert isinstance(f, es.AresFactory)
         self._factories.append(f)
@@ -108,6 +111,28 @@ class TestSnapshotRecorderPostgres(_Postgres, _Snapshots):
     """Snapshot recorder on PostgreSQL."""
 
 
+class _Verified:
+    """Mixin: the same cases with verified reads (ARES_VERIFY_READS): no false alarms."""
+
+    extra_env: ClassVar[dict[str, str]] = {"ARES_VERIFY_READS": "true"}
+
+
+class TestAggregateRecorderVerifiedSQLite(_Verified, _SQLite, _Aggregate):
+    """Aggregate recorder on SQLite, reads verified."""
+
+
+class TestAggregateRecorderVerifiedPostgres(_Verified, _Postgres, _Aggregate):
+    """Aggregate recorder on PostgreSQL, reads verified."""
+
+
+class TestSnapshotRecorderVerifiedSQLite(_Verified, _SQLite, _Snapshots):
+    """Snapshot recorder on SQLite, reads verified."""
+
+
+class TestSnapshotRecorderVerifiedPostgres(_Verified, _Postgres, _Snapshots):
+    """Snapshot recorder on PostgreSQL, reads verified."""
+
+
 # -- application recorders ------------------------------------------------------------------
 
 
@@ -122,6 +147,10 @@ class _Application(_Store, es_cases.ApplicationRecorderTestCase[ApplicationRecor
 
 class TestApplicationRecorderSQLite(_SQLite, _Application):
     """Application recorder on SQLite: notification ids are gap-free positions."""
+
+
+class TestApplicationRecorderVerifiedSQLite(_Verified, _SQLite, _Application):
+    """Application recorder on SQLite, reads verified."""
 
 
 class TestApplicationRecorderPostgres(_Postgres, _Application):
@@ -282,6 +311,14 @@ class TestExampleApplicationSQLite(_SQLite, _Example):
 
 class TestExampleApplicationPostgres(_Postgres, _Example):
     """The bank-accounts example application (with snapshots) on PostgreSQL."""
+
+
+class TestExampleApplicationVerifiedSQLite(_Verified, _SQLite, _Example):
+    """The example application on SQLite, reads verified."""
+
+
+class TestExampleApplicationVerifiedPostgres(_Verified, _Postgres, _Example):
+    """The example application on PostgreSQL, reads verified."""
 
 
 # test_application_log records eventsourcing's own DeprecationWarning with

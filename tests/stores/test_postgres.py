@@ -126,6 +126,7 @@ def test_url_options_reach_the_pool_and_libpq(postgres_url: str) -> None:
             "wakeups",
             "snapshots",
             "multi_stream_append",
+            "erase",
         }
 
 

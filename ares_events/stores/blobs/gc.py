@@ -121,7 +121,7 @@ def gc_blobs(
         for e in store.read(stream_id):
             report.events_scanned += 1
             ref = e.payload_ref
-            if ref is not None:
+            if ref is not None and not ref.erased:  # an erased payload has no blob
                 referenced.add(ref.key)
     report.referenced_keys = len(referenced)
     for info in list(blobs.list_blobs()):

@@ -38,7 +38,13 @@ import blake3
 
 from ares_events.core.events import PayloadRef
 from ares_events.core.recorder import StoreURL
-from ares_events.errors import BlobMissing, ConfigError, MissingDependencyError, StoreUnavailable
+from ares_events.errors import (
+    BlobMissing,
+    ConfigError,
+    MissingDependencyError,
+    StoreClosed,
+    StoreUnavailable,
+)
 from ares_events.stores.blobs.base import (
     _KEY_RE,
     CHUNK_SIZE,
@@ -211,7 +217,13 @@ class S3BlobStore(BaseBlobStore):
         stream_id: str | None = None,
         version: int | None = None,
     ) -> Iterator[None]:
-        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``)."""
+        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``).
+
+        Raises:
+            StoreClosed: the blob store was closed (its client is gone).
+        """
+        if self._closed:
+            raise StoreClosed(self.url, f"{op} of blob {key}" if key else op)
         try:
             yield
         except botocore.exceptions.ClientError as exc:

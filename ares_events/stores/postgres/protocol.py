@@ -41,6 +41,7 @@ from ares_events.core.recorder import (
     SealedEvent,
     TrackingRecord,
     check_tracking,
+    prefix_range,
 )
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
@@ -64,6 +65,7 @@ __all__ = [
     "Stmt",
     "StreamPager",
     "check_batch_size",
+    "prefix_query",
     "retryable",
 ]
 
@@ -455,15 +457,32 @@ class StreamPager:
             self.lo = max(self.lo, self.kv)
 
 
+def prefix_query(
+    statements: dict[str, sql.Composed], stream_prefix: str | None
+) -> tuple[sql.Composed, tuple[str, ...]]:
+    """The ``read_all`` statement and its stream-id bounds (:func:`prefix_range`) for an
+    optional ``stream_prefix``."""
+    if not stream_prefix:
+        return statements["all"], ()
+    lo, hi = prefix_range(stream_prefix)
+    if hi is None:
+        return statements["all_from"], (lo,)
+    return statements["all_range"], (lo, hi)
+
+
 class PositionPager:
-    """Keyset pages in global position order (``read_all``)."""
+    """Keyset pages in global position order (``read_all``), with the statement's
+    stream-id ``bounds`` (see :func:`prefix_query`) between the position and the limit."""
 
-    __slots__ = ("after", "left", "page", "want")
+    __slots__ = ("after", "bounds", "left", "page", "want")
 
-    def __init__(self, after_position: int, limit: int | None, page: int) -> None:
+    def __init__(
+        self, after_position: int, limit: int | None, page: int, bounds: tuple[str, ...] = ()
+    ) -> None:
         self.after = after_position
         self.left = limit if limit is not None else 2**62
         self.page = page
+        self.bounds = bounds
         self.want = 0
 
     def args(self) -> tuple[Any, ...] | None:
@@ -471,7 +490,7 @@ class PositionPager:
         if self.left <= 0:
             return None
         self.want = min(self.page, self.left)
-        return (self.after, self.want)
+        return (self.after, *self.bounds, self.want)
 
     def advance(self, rows: Sequence[Any]) -> None:
         """Move past a page just read."""

@@ -24,11 +24,13 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from ares_events.core.events import (
+    ErasedPayloadRef,
     RecordedEvent,
 )
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import (
     Capability,
+    EraseOutcome,
     Head,
     StoreURL,
 )
@@ -49,7 +51,12 @@ from ares_events.stores.postgres.connection import (
 )
 from ares_events.stores.postgres.listener import Listener, poll_for, wait_for
 from ares_events.stores.postgres.options import check_schema_name, parse_options
-from ares_events.stores.postgres.protocol import KeyPager, PositionPager, StreamPager
+from ares_events.stores.postgres.protocol import (
+    KeyPager,
+    PositionPager,
+    StreamPager,
+    prefix_query,
+)
 from ares_events.stores.postgres.schema import SCHEMA_VERSION, prepare_schema, schema_exists
 from ares_events.stores.postgres.sql import (
     SELECT_SCHEMA_VERSION,
@@ -89,6 +96,7 @@ class PostgresRecorder(PostgresWrites):
             Capability.WAKEUPS,
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
         }
     )
 
@@ -403,10 +411,13 @@ class PostgresRecorder(PostgresWrites):
             yield from map(row_to_event, rows)
             pager.advance(rows)
 
-    def read_all(self, after_position: int, limit: int | None) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound (module docstring)."""
-        pager = PositionPager(after_position, limit, self.page_size)
-        query = self._sql["all"]
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Keyset-paged read in global order, only below the visibility bound (module
+        docstring); only the streams under ``stream_prefix`` when given."""
+        query, bounds = prefix_query(self._sql, stream_prefix)
+        pager = PositionPager(after_position, limit, self.page_size, bounds)
         while (args := pager.args()) is not None:
             rows = self._query("read_all", query, args)
             yield from map(row_to_event, rows)
@@ -429,6 +440,34 @@ class PostgresRecorder(PostgresWrites):
     def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
         return int(self._query("last_position", self._sql["last"], ())[0][0])
+
+    # -- erasure ---------------------------------------------------------------------------
+
+    def erase(
+        self,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_hash: bytes,
+        ref: ErasedPayloadRef,
+        blob_key: str | None = None,
+    ) -> EraseOutcome:
+        """Erase one payload in one transaction. The payload leaves the live row at once;
+        its old row version is dead and VACUUM reclaims it (see docs/proofs.md for what
+        PostgreSQL keeps on disk until then)."""
+        what = f"erase of stream {stream_id!r} version {version}"
+        with self._conn(what) as conn, conn.transaction():
+            cur = conn.execute(
+                self._sql["erase"],
+                (ref.to_json().decode(), stream_id, version, position, event_hash),
+            )
+            if cur.rowcount != 1:
+                return EraseOutcome(False)
+            refs = 0
+            if blob_key:
+                row = conn.execute(self._sql["blob_refs"], (f'%"key":"{blob_key}"%',)).fetchone()
+                refs = int(row[0]) if row else 0
+        return EraseOutcome(True, refs)
 
     # -- metadata and integrity scans ----------------------------------------------------
 

@@ -36,12 +36,13 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from ares_events.core.events import ExpectedVersion, RecordedEvent
+from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
 from ares_events.core.lifecycle import AsyncOperationGate
 from ares_events.core.recorder import (
     AppendOutcome,
     Batch,
     Capability,
+    EraseOutcome,
     Head,
     StoreURL,
     TrackingRecord,
@@ -67,6 +68,7 @@ from ares_events.stores.postgres.protocol import (
     Stmt,
     StreamPager,
     check_batch_size,
+    prefix_query,
     retryable,
 )
 from ares_events.stores.postgres.recorder import PostgresRecorder
@@ -457,10 +459,14 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         pager = StreamPager(stream_id, from_version, to_version, limit, self.page_size)
         return self._events(pager, self._sql["stream"], f"read of stream {stream_id!r}")
 
-    def read_all(self, after_position: int, limit: int | None) -> AsyncIterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound."""
-        pager = PositionPager(after_position, limit, self.page_size)
-        return self._events(pager, self._sql["all"], "read_all")
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> AsyncIterator[RecordedEvent]:
+        """Keyset-paged read in global order, only below the visibility bound; only the
+        streams under ``stream_prefix`` when given."""
+        query, bounds = prefix_query(self._sql, stream_prefix)
+        pager = PositionPager(after_position, limit, self.page_size, bounds)
+        return self._events(pager, query, "read_all")
 
     async def _events(
         self, pager: StreamPager | PositionPager, query: sql.Composed, what: str
@@ -493,6 +499,33 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         """The schema version recorded in ``ares_meta``."""
         rows = await self._query("reading the schema version", self._sql["schema_version"], ())
         return int(rows[0][0]) if rows else 0
+
+    # -- erasure ---------------------------------------------------------------------------
+
+    async def erase(
+        self,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_hash: bytes,
+        ref: ErasedPayloadRef,
+        blob_key: str | None = None,
+    ) -> EraseOutcome:
+        """Erase one payload in one transaction (the blocking recorder's statements)."""
+        what = f"erase of stream {stream_id!r} version {version}"
+        async with self._conn(what) as conn, conn.transaction():
+            cur = await conn.execute(
+                self._sql["erase"],
+                (ref.to_json().decode(), stream_id, version, position, event_hash),
+            )
+            if cur.rowcount != 1:
+                return EraseOutcome(False)
+            refs = 0
+            if blob_key:
+                cur = await conn.execute(self._sql["blob_refs"], (f'%"key":"{blob_key}"%',))
+                row = await cur.fetchone()
+                refs = int(row[0]) if row else 0
+        return EraseOutcome(True, refs)
 
     # -- metadata and integrity scans ----------------------------------------------------
 

@@ -104,6 +104,13 @@ INSERT_MANY: Final = (
     " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
+# Erasure (see the recorder's erase): matched on the hash too; the blob's other users are
+# counted in the same transaction (an erased reference holds no "key").
+ERASE_PAYLOAD: Final = (
+    "UPDATE {s}.ares_events SET payload = NULL, payload_ref = %s "
+    "WHERE stream_id = %s AND version = %s AND position = %s AND hash = %s"
+)
+COUNT_BLOB_REFS: Final = "SELECT count(*) FROM {s}.ares_events WHERE payload_ref LIKE %s"
 SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
 # Keyset on (version, position): unique per row even in a table whose unique index was
 # dropped and holds two rows of one version, so no row is skipped or returned twice.
@@ -115,6 +122,19 @@ SELECT_STREAM: Final = (
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
     f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
+)
+# One application's events (prefix_range): a range on stream_id in byte order whatever
+# the database's collation (COLLATE "C"), so no character is a wildcard.
+SELECT_ALL_RANGE: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
+    f"AND position < {_VISIBLE_BOUND} "
+    'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
+    "ORDER BY position LIMIT %s"
+)
+SELECT_ALL_FROM: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
+    f"AND position < {_VISIBLE_BOUND} "
+    'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
 )
 SELECT_LAST_POSITION: Final = (
     f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {_VISIBLE_BOUND}"
@@ -174,6 +194,8 @@ def compile_statements(schema: str) -> dict[str, sql.Composed]:
             "insert": INSERT_EVENTS,
             "stream": SELECT_STREAM,
             "all": SELECT_ALL,
+            "all_range": SELECT_ALL_RANGE,
+            "all_from": SELECT_ALL_FROM,
             "last": SELECT_LAST_POSITION,
             "head": SELECT_HEAD,
             "heads": SELECT_HEADS,
@@ -188,6 +210,8 @@ def compile_statements(schema: str) -> dict[str, sql.Composed]:
             "dup_positions": SELECT_DUPLICATE_POSITIONS,
             "dup_ids": SELECT_DUPLICATE_IDS,
             "schema_version": SELECT_SCHEMA_VERSION,
+            "erase": ERASE_PAYLOAD,
+            "blob_refs": COUNT_BLOB_REFS,
         }.items()
     }
 

@@ -1,0 +1,83 @@
+"""CLI command ``erase``: remove one event's payload and keep the log verifiable.
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+import getpass
+
+import click
+from rich.text import Text
+
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment
+        return "unknown"
+
+
+@cli.command(name="erase")
+@click.argument("stream")
+@click.argument("version", type=click.IntRange(min=1))
+@click.option(
+    "--reason",
+    required=True,
+    metavar="TEXT",
+    help="Why (kept in the erasure record; no personal data).",
+)
+@click.option("--by", "by", metavar="NAME", help="Who asks for it (default: the OS user).")
+@json_option
+@pass_app
+def erase_cmd(
+    app: App, stream: str, version: int, reason: str, by: str | None, as_json: bool
+) -> int:
+    """Erase the payload of STREAM VERSION; every chain, proof and checkpoint stays valid.
+
+    The payload's bytes (inline, or its blob when no other event shares it) are removed;
+    its digest and size stay, because the hash chain commits to them. Snapshots and read
+    models that folded it are deleted or rewound, a Redis cache drops its copy, and the
+    erasure is recorded as a payload.erased event in the stream ares-events/erasures (who,
+    why, which event). Reads of the event then say payload_erased; audit lists it as
+    information. Erasing an erased event changes nothing.
+
+    \b
+    Example:
+      ares-events erase agent-7 12 --reason "GDPR request #4411" --by dpo@example.com
+    """
+    from ares_events.projections.erasure import erase
+
+    with app.open() as store:
+        report = erase(store, stream, version, reason=reason, by=by or _who())
+        url = store.url
+    if as_json:
+        app.json({"store": url, **report.to_dict()})
+        return EXIT_OK
+    if report.already_erased:
+        app.out.print(Text(f"{stream} v{version}: the payload was already erased"))
+        return EXIT_OK
+    blob = ""
+    if report.blob_key is not None:
+        blob = (
+            "; its blob was deleted"
+            if report.blob_deleted
+            else f"; its blob is kept ({report.blob_shared_by} other event(s) hold the same "
+            "payload)"
+        )
+    extra = []
+    if report.snapshots_deleted:
+        extra.append(f"{report.snapshots_deleted} snapshot(s) deleted")
+    if report.read_models_reset:
+        extra.append(f"read models rewound: {', '.join(report.read_models_reset)}")
+    app.out.print(
+        Text(
+            f"erased the payload of {stream} v{version} ({report.payload_size} bytes; digest "
+            f"{report.payload_digest.hex()[:16]}… kept){blob}; recorded at position "
+            f"{report.record_position}" + (f"; {'; '.join(extra)}" if extra else "")
+        )
+    )
+    return EXIT_OK

@@ -1,0 +1,338 @@
+"""CLI commands of the verifiable log: ``keygen``, ``checkpoint``, ``prove`` and
+``verify-proof``.
+
+Signing commands take the log's key file from ``--key FILE``, else ``ARES_LOG_KEY_FILE``;
+the key is read here and handed to the library as an object, and never printed, logged or
+put in JSON. ``verify-proof`` needs no store: it checks a proof file offline against the
+verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ares_events.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    App,
+    CommandError,
+    cli,
+    json_option,
+    load_signing_key,
+    load_vkeys,
+    pass_app,
+)
+from ares_events.errors import ProofError
+from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
+from ares_events.integrity.notes import (
+    ALG_COSIGNATURE_V1,
+    ALG_ED25519,
+    SigningKey,
+    write_key_file,
+)
+
+KEY_HELP = "The log's signing key file (from keygen); default: ARES_LOG_KEY_FILE."
+VKEY_HELP = (
+    "A trusted verifier key (<name>+<hex>+<base64>, or a file holding one); repeat for "
+    "several; default: ARES_LOG_VKEY."
+)
+
+
+@cli.command(name="keygen")
+@click.argument("name")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    metavar="FILE",
+    help="Write the signing key here (0600; never overwritten).",
+)
+@click.option(
+    "--witness",
+    is_flag=True,
+    help="A witness's cosigning key (C2SP tlog-cosignature, type 0x04) instead of a log key.",
+)
+@pass_app
+def keygen_cmd(app: App, name: str, out: str, witness: bool) -> int:
+    """Create an Ed25519 signing key NAME, write it to FILE, print its verifier key.
+
+    NAME is the log's identity (the origin line of its checkpoints), conventionally a
+    schema-less URL such as example.com/agents-log. The key file is created readable by
+    its owner only and is never overwritten; stdout gets the verifier key alone
+    (<name>+<key id>+<base64 key>), which you give to whoever verifies proofs.
+
+    \b
+    Example:
+      ares-events keygen example.com/agents-log --out log.key > log.vkey
+      ares-events keygen witness.example.com/w1 --out witness.key --witness
+    """
+    key = SigningKey.generate(name, alg=ALG_COSIGNATURE_V1 if witness else ALG_ED25519)
+    app.secrets.add(key.private_text())
+    path = write_key_file(out, key)
+    app.note(f"wrote signing key {name} to {path} (keep it secret; mode 0600)")
+    click.echo(key.verifier.text)
+    return EXIT_OK
+
+
+@cli.command(name="checkpoint")
+@click.option("--key", "key_file", metavar="FILE", help=KEY_HELP)
+@click.option("--list", "list_", is_flag=True, help="List the stored checkpoints; sign nothing.")
+@json_option
+@pass_app
+def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -> int:
+    """Sign, store and print a checkpoint of the log (C2SP tlog-checkpoint).
+
+    Brings the Merkle log up to date with every committed event, then signs its size and
+    RFC 9162 root with the log key. The checkpoint is stored in the store (prove uses the
+    latest one that covers an event) and printed: the signed note, or with --json
+    {"checkpoint", "tree_size", "root"}.
+
+    \b
+    Example:
+      ares-events checkpoint --key log.key
+      ARES_LOG_KEY_FILE=log.key ares-events checkpoint --json
+      ares-events checkpoint --list
+    """
+    from ares_events.projections.merkle import MerkleLog
+
+    if list_:
+        with app.open() as store:
+            rows = MerkleLog(store).checkpoints.all()
+        if as_json:
+            app.json(
+                {
+                    "checkpoints": [
+                        {"origin": o, "tree_size": n, "root": b64(r), "created_at": at}
+                        for o, n, r, _t, at in rows
+                    ]
+                }
+            )
+            return EXIT_OK
+        table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
+        for col in ("origin", "tree size", "root", "signed at"):
+            table.add_column(col)
+        for o, n, r, _t, at in rows:
+            table.add_row(Text(o), str(n), b64(r), at)
+        app.out.print(table)
+        return EXIT_OK
+    key = load_signing_key(app, key_file, required=True)
+    assert key is not None
+    with app.open() as store:
+        log = MerkleLog(store)
+        _catch_up(app, log)
+        signed = log.sign(key)
+    cp = signed.checkpoint
+    if as_json:
+        app.json({"checkpoint": signed.text, "tree_size": cp.size, "root": b64(cp.root)})
+    else:
+        click.echo(signed.text, nl=False)
+    return EXIT_OK
+
+
+def _catch_up(app: App, log: Any) -> None:
+    """Bring the Merkle log up to date, with a progress bar on a terminal."""
+    todo = log.store.last_position() - log.position()
+    if todo <= 0:
+        return
+    with app.progress("Merkle log") as bar:
+        task = bar.add_task("Merkle log", total=None)
+        log.catch_up(progress=lambda done: bar.update(task, completed=done))
+
+
+@cli.command(name="prove")
+@click.argument("args", nargs=-1, metavar="[STREAM VERSION | NEW_SIZE]")
+@click.option(
+    "--consistency",
+    "old_size",
+    type=click.IntRange(min=0),
+    metavar="OLD_SIZE",
+    help="Prove that the log at NEW_SIZE (default: the latest checkpoint) extends OLD_SIZE.",
+)
+@click.option(
+    "--key", "key_file", metavar="FILE", help=KEY_HELP + " With it, sign a fresh checkpoint."
+)
+@click.option("--out", "out", metavar="FILE", help="Also write the proof (JSON) to FILE.")
+@json_option
+@pass_app
+def prove_cmd(
+    app: App,
+    args: tuple[str, ...],
+    old_size: int | None,
+    key_file: str | None,
+    out: str | None,
+    as_json: bool,
+) -> int:
+    """Prove an event is in the log, or that the log only grew (RFC 9162 proofs).
+
+    STREAM VERSION: an inclusion proof of that event against the latest stored checkpoint
+    that covers it (or a checkpoint signed now with --key). --consistency OLD_SIZE
+    [NEW_SIZE]: a consistency proof between two checkpoints. The proof is one JSON
+    object (--json, or --out FILE) that `ares-events verify-proof` checks offline. Exits 1
+    when no proof can be made (no checkpoint yet, or the event or log was rewritten after
+    it was signed).
+
+    \b
+    Example:
+      ares-events prove agent-7 42 --json > proof.json
+      ares-events prove --consistency 1000 --json > growth.json
+      ares-events prove agent-7 42 --key log.key --out proof.json
+    """
+    from ares_events.projections.merkle import MerkleLog
+
+    key = load_signing_key(app, key_file, required=False)
+    if old_size is None:
+        if len(args) != 2:
+            raise click.UsageError(
+                "prove needs STREAM VERSION (or --consistency OLD_SIZE [NEW_SIZE])"
+            )
+        stream_id, ver = args
+        try:
+            version = int(ver)
+        except ValueError:
+            raise click.BadParameter(
+                f"{ver!r} is not a version number", param_hint="VERSION"
+            ) from None
+    else:
+        if len(args) > 1:
+            raise click.UsageError("prove --consistency takes OLD_SIZE and at most one NEW_SIZE")
+        try:
+            new_size = int(args[0]) if args else None
+        except ValueError:
+            raise click.BadParameter(
+                f"{args[0]!r} is not a tree size", param_hint="NEW_SIZE"
+            ) from None
+    with app.open() as store:
+        log = MerkleLog(store)
+        _catch_up(app, log)
+        if old_size is None:
+            doc = log.prove_event(stream_id, version, key=key)
+        else:
+            doc = log.prove_consistency(old_size, new_size, key=key)
+    if out is not None:
+        try:
+            Path(out).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if as_json:
+        app.json(doc)
+        return EXIT_OK
+    cp = read_checkpoint(doc["checkpoint"]).checkpoint
+    if old_size is None:
+        app.out.print(
+            Text(
+                f"{stream_id} v{version} is leaf {doc['leaf_index']} of {cp.origin} at size "
+                f"{cp.size} ({len(doc['inclusion'])} hashes)"
+            )
+        )
+    else:
+        app.out.print(
+            Text(
+                f"{cp.origin} at size {doc['new_size']} extends size {doc['old_size']} "
+                f"({len(doc['consistency'])} hashes)"
+            )
+        )
+    if out is None:
+        app.note("add --json (or --out FILE) for the proof itself")
+    return EXIT_OK
+
+
+@cli.command(name="verify-proof")
+@click.argument("file", metavar="FILE")
+@click.option("--vkey", "vkeys", multiple=True, metavar="VKEY", help=VKEY_HELP)
+@click.option(
+    "--old",
+    "old_file",
+    metavar="FILE",
+    help="Consistency proofs: the old signed checkpoint you trust (a note, or a proof JSON "
+    "whose checkpoint it is); default: the one in the proof, if signed by a trusted key.",
+)
+@json_option
+@pass_app
+def verify_proof_cmd(
+    app: App, file: str, vkeys: tuple[str, ...], old_file: str | None, as_json: bool
+) -> int:
+    """Check a proof file offline: its checkpoint's signature, its root and the proof.
+
+    Works on both kinds `prove` writes (inclusion and consistency) without opening any
+    store. FILE '-' reads stdin. Exit 0 when valid, 1 when not (the reason is printed),
+    2 on usage errors (unreadable file, not a proof, malformed key).
+
+    \b
+    Example:
+      ares-events verify-proof proof.json --vkey "$(cat log.vkey)"
+      ares-events verify-proof growth.json --vkey log.vkey --old old-checkpoint.txt
+    """
+    keys = load_vkeys(vkeys)
+    doc = _read_json(file)
+    old = _read_old(old_file) if old_file is not None else None
+    try:
+        check = verify_proof(doc, keys, old_checkpoint=old)
+    except ProofError as exc:
+        raise CommandError(f"{file}: {exc.reason}") from None
+    if as_json:
+        app.json(check.to_dict())
+    elif check.ok:
+        what = (
+            f"leaf {check.details['leaf_index']}"
+            if check.kind == "inclusion"
+            else f"growth from size {check.details['old_size']}"
+        )
+        app.out.print(
+            Text.assemble(
+                ("valid ", "bold green"),
+                f"{check.kind} proof: {what} in {check.origin} at size {check.tree_size} "
+                f"(signed by {', '.join(check.signed_by)})",
+            )
+        )
+    else:
+        app.out.print(
+            Text.assemble(("INVALID ", "bold red"), f"{check.kind} proof: {check.reason}")
+        )
+    return EXIT_OK if check.ok else EXIT_FINDINGS
+
+
+def _read_text(file: str) -> str:
+    try:
+        if file == "-":
+            return sys.stdin.read()
+        return Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise CommandError(f"cannot read {file}: {reason}") from None
+
+
+def _read_json(file: str) -> dict[str, Any]:
+    text = _read_text(file)
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise CommandError(
+            f"{file} is not JSON (a proof is the JSON `prove --json` prints)"
+        ) from None
+    if not isinstance(doc, dict):
+        raise CommandError(f"{file} is not a JSON object")
+    return doc
+
+
+def _read_old(file: str) -> str:
+    text = _read_text(file)
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise CommandError(f"{file} is not JSON nor a signed checkpoint") from None
+        cp = doc.get("checkpoint") if isinstance(doc, dict) else None
+        if not isinstance(cp, str):
+            raise CommandError(f"{file} holds no 'checkpoint'")
+        return cp
+    return text

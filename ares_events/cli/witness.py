@@ -1,0 +1,200 @@
+"""CLI command group ``witness``: a small C2SP tlog-witness with its state in SQLite.
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ares_events.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    App,
+    CommandError,
+    cli,
+    json_option,
+    load_vkeys,
+    pass_app,
+)
+from ares_events.errors import WitnessRefused
+from ares_events.integrity.checkpoints import b64, unb64_hash
+from ares_events.integrity.notes import read_key_file
+from ares_events.integrity.witness import LogWitness, parse_request
+
+STATE_HELP = "The witness's state file (SQLite; created when missing)."
+
+
+@cli.group(name="witness")
+def witness_group() -> None:
+    """A witness: cosign a log's checkpoints only while the log stays append-only.
+
+    The witness trusts logs by verifier key and remembers, per log, the last checkpoint it
+    cosigned. It cosigns a new checkpoint only with a consistency proof from that one
+    (C2SP tlog-witness semantics), so a log that rewrote or cut its history can never get
+    a cosignature again. Its state lives in one SQLite file (--state).
+
+    \b
+    Example:
+      ares-events keygen witness.example/w1 --out w1.key --witness > w1.vkey
+      ares-events witness add-log "$(cat log.vkey)" --state w1.db
+      ares-events prove --consistency 0 --key log.key --json > req.json
+      ares-events witness cosign req.json --state w1.db --key w1.key
+    """
+
+
+@witness_group.command(name="add-log")
+@click.argument("vkey")
+@click.option(
+    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
+)
+@click.option("--origin", metavar="ORIGIN", help="The log's origin line (default: the key's name).")
+@pass_app
+def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
+    """Trust the log whose verifier key is VKEY (text, or a file holding it).
+
+    \b
+    Example:
+      ares-events witness add-log log.vkey --state w1.db
+    """
+    (key,) = load_vkeys((vkey,))
+    with LogWitness(state) as w:
+        o = w.add_log(key, origin)
+    app.out.print(Text(f"trusting {o} (key {key.key_id.hex()}) in {state}"))
+    return EXIT_OK
+
+
+@witness_group.command(name="list")
+@click.option(
+    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
+)
+@json_option
+@pass_app
+def list_cmd(app: App, state: str, as_json: bool) -> int:
+    """The logs this witness trusts and the last size it cosigned for each.
+
+    \b
+    Example:
+      ares-events witness list --state w1.db --json
+    """
+    if not Path(state).exists():
+        raise CommandError(f"no witness state at {state}")
+    with LogWitness(state) as w:
+        logs = w.logs()
+    if as_json:
+        app.json(
+            {
+                "logs": [
+                    {
+                        "origin": lg.origin,
+                        "vkeys": list(lg.vkeys),
+                        "size": lg.size,
+                        "root": b64(lg.root) if lg.root else None,
+                        "cosigned_at": lg.cosigned_at,
+                    }
+                    for lg in logs
+                ]
+            }
+        )
+        return EXIT_OK
+    table = Table(title=f"witness {state}", title_justify="left")
+    for col in ("origin", "cosigned size", "root", "at"):
+        table.add_column(col)
+    for lg in logs:
+        table.add_row(
+            Text(lg.origin), str(lg.size), b64(lg.root) if lg.root else "-", lg.cosigned_at or "-"
+        )
+    app.out.print(table)
+    return EXIT_OK
+
+
+@witness_group.command(name="cosign")
+@click.argument("request", metavar="REQUEST")
+@click.option(
+    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
+)
+@click.option(
+    "--key",
+    "key_file",
+    required=True,
+    metavar="FILE",
+    help="The witness's cosigning key file (keygen --witness).",
+)
+@json_option
+@pass_app
+def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool) -> int:
+    """Cosign the checkpoint in REQUEST if it extends the last one cosigned for its log.
+
+    REQUEST ('-': stdin) is a tlog-witness add-checkpoint body ("old <size>", the
+    consistency proof lines, an empty line, the signed checkpoint) or the JSON that
+    `ares-events prove --consistency OLD --json` prints. Prints the cosignature line(s),
+    or with --json {"status": 200, "cosignatures", "checkpoint"}. A refusal exits 1 with
+    its tlog-witness status: 404 unknown log, 403 not signed by it, 400 malformed, 409
+    not the last cosigned size (the answer says which is), 422 not consistent.
+
+    \b
+    Example:
+      ares-events witness cosign req.json --state w1.db --key w1.key --json
+    """
+    old, proof, note = _request(request)
+    key = read_key_file(key_file)
+    secret = key.private_text()
+    app.secrets.update({secret, secret.rsplit("+", 1)[-1]})
+    try:
+        with LogWitness(state, key) as w:
+            res = w.add_checkpoint(old, proof, note)
+    except WitnessRefused as exc:
+        if as_json:
+            app.json({"status": exc.status, "reason": exc.reason, "latest_size": exc.latest_size})
+        else:
+            extra = (
+                f" (last cosigned size: {exc.latest_size})" if exc.latest_size is not None else ""
+            )
+            app.out.print(
+                Text.assemble(("REFUSED ", "bold red"), f"{exc.status}: {exc.reason}{extra}")
+            )
+        return EXIT_FINDINGS
+    if as_json:
+        app.json(
+            {
+                "status": 200,
+                "origin": res.origin,
+                "size": res.size,
+                "cosignatures": list(res.lines),
+                "checkpoint": res.note,
+            }
+        )
+    else:
+        click.echo("".join(res.lines), nl=False)
+    return EXIT_OK
+
+
+def _request(source: str) -> tuple[int, list[bytes], str]:
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        raise CommandError(f"cannot read {source}: {reason}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            doc: Any = json.loads(text)
+            old = doc["old_size"]
+            proof = [unb64_hash(h, "consistency") for h in doc["consistency"]]
+            note = doc["checkpoint"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CommandError(f"{source} is not a consistency proof JSON ({exc})") from None
+        if type(old) is not int or not isinstance(note, str):
+            raise CommandError(f"{source}: old_size must be an integer, checkpoint a string")
+        return old, proof, note
+    try:
+        return parse_request(text)
+    except WitnessRefused as exc:
+        raise CommandError(f"{source}: {exc.reason}") from None

@@ -1,0 +1,271 @@
+"""A small witness with C2SP ``tlog-witness`` semantics, keeping its state in SQLite.
+
+A witness trusts a set of logs (an origin and the verifier keys of its log key) and
+remembers, per origin, the latest checkpoint it cosigned. It cosigns a new checkpoint
+only when:
+
+* the origin is known (else 404) and a trusted key of it signed the checkpoint (else 403);
+* the request's old size is at most the checkpoint's size (else 400);
+* the old size is exactly the size it last cosigned for that origin, 0 if none (else 409,
+  telling the latest size), and, for equal sizes, the roots are equal (else 409);
+* the consistency proof from its stored root at the old size to the new root verifies
+  (else 422; it must be empty from size 0).
+
+The check and the update of the stored checkpoint happen in one ``BEGIN IMMEDIATE``
+transaction, so two requests can never roll the witness back (the race the spec warns
+about). The cosignature is a C2SP ``tlog-cosignature`` line (timestamped Ed25519, key
+type 0x04) added to the note: another signature line, ignored by verifiers that do not
+trust this witness.
+
+The request body is the spec's ``add-checkpoint`` format (:func:`parse_request`)::
+
+    old <size>\\n
+    <base64 consistency proof hash>\\n ...
+    \\n
+    <signed checkpoint note>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ares_events.core.events import utc_now_at
+from ares_events.errors import ConfigError, ProofError, StoreUnavailable, WitnessRefused
+from ares_events.integrity import merkle
+from ares_events.integrity.checkpoints import (
+    MAX_PROOF_HASHES,
+    b64,
+    cosign_checkpoint,
+    parse_checkpoint,
+    unb64_hash,
+)
+from ares_events.integrity.notes import ALG_COSIGNATURE_V1, Note, SigningKey, VerifierKey, open_note
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CosignResult", "LogWitness", "WitnessedLog", "format_request", "parse_request"]
+
+SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS witness_keys (origin TEXT NOT NULL, vkey TEXT NOT NULL, "
+    "PRIMARY KEY (origin, vkey))",
+    "CREATE TABLE IF NOT EXISTS witness_checkpoints (origin TEXT PRIMARY KEY, "
+    "size INTEGER NOT NULL, root BLOB NOT NULL, note TEXT NOT NULL, cosigned_at TEXT NOT NULL)",
+)
+INSERT_KEY: Final = "INSERT INTO witness_keys (origin, vkey) VALUES (?, ?) ON CONFLICT DO NOTHING"
+SELECT_KEYS: Final = "SELECT vkey FROM witness_keys WHERE origin = ? ORDER BY vkey"
+SELECT_ORIGINS: Final = "SELECT DISTINCT origin FROM witness_keys ORDER BY origin"
+SELECT_LATEST: Final = (
+    "SELECT size, root, note, cosigned_at FROM witness_checkpoints WHERE origin = ?"
+)
+UPSERT_LATEST: Final = (
+    "INSERT INTO witness_checkpoints (origin, size, root, note, cosigned_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET size = excluded.size, "
+    "root = excluded.root, note = excluded.note, cosigned_at = excluded.cosigned_at"
+)
+
+
+def parse_request(body: str) -> tuple[int, list[bytes], str]:
+    """``(old size, consistency proof, signed checkpoint)`` of an ``add-checkpoint`` body.
+
+    Raises:
+        WitnessRefused: malformed (status 400).
+    """
+    head, sep, note = body.partition("\n\n")
+    if not sep:
+        raise WitnessRefused(400, "no empty line between the proof and the checkpoint")
+    lines = head.split("\n")
+    first = lines[0]
+    if not first.startswith("old "):
+        raise WitnessRefused(400, "the request must start with 'old <size>'")
+    size = first[4:]
+    if not size.isdigit() or (len(size) > 1 and size[0] == "0") or len(size) > 19:
+        raise WitnessRefused(400, f"bad old size {size[:30]!r}")
+    if len(lines) - 1 > MAX_PROOF_HASHES - 1:
+        raise WitnessRefused(400, "more than 63 consistency proof lines")
+    try:
+        proof = [unb64_hash(h, "a consistency proof line") for h in lines[1:]]
+    except ProofError as exc:
+        raise WitnessRefused(400, exc.reason) from None
+    return int(size), proof, note
+
+
+def format_request(old_size: int, proof: Sequence[bytes], checkpoint: str) -> str:
+    """An ``add-checkpoint`` body."""
+    return f"old {old_size}\n" + "".join(b64(h) + "\n" for h in proof) + "\n" + checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class CosignResult:
+    """A cosignature: the signature line(s) and the note with them added."""
+
+    origin: str
+    size: int
+    lines: tuple[str, ...]
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessedLog:
+    """A log the witness trusts, and the latest checkpoint it cosigned (size 0: none)."""
+
+    origin: str
+    vkeys: tuple[str, ...]
+    size: int
+    root: bytes | None
+    cosigned_at: str | None
+
+
+class LogWitness:
+    """The witness's state (SQLite file ``path``) and, to cosign, its key (type 0x04).
+
+    Raises:
+        ConfigError: ``key`` is not a cosigning key.
+        StoreUnavailable: the state file cannot be opened.
+    """
+
+    def __init__(self, path: str | Path, key: SigningKey | None = None) -> None:
+        if key is not None and key.alg != ALG_COSIGNATURE_V1:
+            raise ConfigError(
+                f"witness key {key.name!r} is a log key; a witness cosigns with a "
+                "cosignature key (ares-events keygen NAME --out FILE --witness)"
+            )
+        self.path = Path(path)
+        self.key = key
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")
+            for stmt in SCHEMA:
+                self._conn.execute(stmt)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open witness state {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the state file. Idempotent."""
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+
+    def __enter__(self) -> LogWitness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    def add_log(self, vkey: VerifierKey, origin: str | None = None) -> str:
+        """Trust ``vkey`` for the log ``origin`` (default: the key's name). Returns it.
+
+        Raises:
+            ConfigError: ``vkey`` is a cosignature key, not a log key.
+        """
+        if vkey.alg == ALG_COSIGNATURE_V1:
+            raise ConfigError("a witness trusts log keys (type 0x01), not cosignature keys")
+        o = origin or vkey.name
+        with self._tx() as c:
+            c.execute(INSERT_KEY, (o, vkey.text))
+        logger.info("witness %s: trusts %s for %s", self.path, vkey.text, o)
+        return o
+
+    def logs(self) -> list[WitnessedLog]:
+        """Every trusted log with the latest checkpoint cosigned for it."""
+        out = []
+        for (origin,) in self._conn.execute(SELECT_ORIGINS).fetchall():
+            keys = tuple(r[0] for r in self._conn.execute(SELECT_KEYS, (origin,)).fetchall())
+            row = self._conn.execute(SELECT_LATEST, (origin,)).fetchone()
+            size, root, _note, at = row if row else (0, None, None, None)
+            out.append(WitnessedLog(origin, keys, int(size), root, at))
+        return out
+
+    def _keys(self, c: sqlite3.Connection, origin: str) -> list[VerifierKey]:
+        return [VerifierKey.parse(r[0]) for r in c.execute(SELECT_KEYS, (origin,)).fetchall()]
+
+    def add_checkpoint(
+        self,
+        old_size: int,
+        proof: Sequence[bytes],
+        checkpoint: str,
+        *,
+        timestamp: int | None = None,
+    ) -> CosignResult:
+        """Cosign ``checkpoint`` if it is consistent with the last one cosigned for its
+        origin (see the module docstring for every check).
+
+        Raises:
+            WitnessRefused: a check failed (``status`` says which, as tlog-witness does).
+            ConfigError: the witness has no key to cosign with.
+        """
+        if self.key is None:
+            raise ConfigError("this witness has no cosigning key (pass --key)")
+        try:
+            note = Note.parse(checkpoint)
+            cp = parse_checkpoint(note.text)
+        except ProofError as exc:
+            raise WitnessRefused(400, f"not a signed checkpoint: {exc.reason}") from None
+        with self._tx() as c:
+            keys = self._keys(c, cp.origin)
+            if not keys:
+                raise WitnessRefused(404, f"unknown log {cp.origin!r}")
+            try:
+                open_note(note, keys)
+            except ProofError as exc:
+                raise WitnessRefused(403, f"log {cp.origin}: {exc.reason}") from None
+            if old_size > cp.size:
+                raise WitnessRefused(
+                    400, f"old size {old_size} is above the checkpoint's {cp.size}"
+                )
+            row = c.execute(SELECT_LATEST, (cp.origin,)).fetchone()
+            size, root = (int(row[0]), bytes(row[1])) if row else (0, merkle.EMPTY_ROOT)
+            if old_size != size:
+                raise WitnessRefused(
+                    409,
+                    f"log {cp.origin}: the last cosigned size is {size}, not {old_size}",
+                    latest_size=size,
+                )
+            if old_size == cp.size:
+                if proof or root != cp.root:
+                    raise WitnessRefused(
+                        409,
+                        f"log {cp.origin}: a different root at size {size} than the one "
+                        "cosigned (a fork)",
+                        latest_size=size,
+                    )
+            elif old_size == 0:
+                if proof:
+                    raise WitnessRefused(422, "a consistency proof from size 0 must be empty")
+            elif not merkle.verify_consistency(old_size, cp.size, root, cp.root, proof):
+                raise WitnessRefused(
+                    422,
+                    f"log {cp.origin}: the checkpoint at size {cp.size} is not consistent with "
+                    f"the one cosigned at size {old_size}",
+                    latest_size=size,
+                )
+            cosig = cosign_checkpoint(note, self.key, timestamp=timestamp)
+            cosigned = note.with_signatures([cosig])
+            c.execute(UPSERT_LATEST, (cp.origin, cp.size, cp.root, cosigned.format(), utc_now_at()))
+        logger.info("witness %s: cosigned %s at size %d", self.path, cp.origin, cp.size)
+        return CosignResult(cp.origin, cp.size, (cosig.line(),), cosigned.format())
+
+    def latest(self, origin: str) -> dict[str, Any] | None:
+        """The latest checkpoint cosigned for ``origin`` (size, root, note), or None."""
+        row = self._conn.execute(SELECT_LATEST, (origin,)).fetchone()
+        if row is None:
+            return None
+        return {"size": int(row[0]), "root": b64(bytes(row[1])), "note": row[2], "at": row[3]}

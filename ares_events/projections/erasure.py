@@ -1,0 +1,252 @@
+"""Erasure: remove an event's payload and keep the log verifiable.
+
+The chain commits to a payload's *digest and size*, not its bytes (format v1), so
+:func:`erase` can drop the bytes (inline, or the spilled blob) and keep everything a
+verifier needs: every link hash, Merkle leaf, checkpoint and proof stays valid.
+
+What :func:`erase` does, in order:
+
+1. the backend replaces the payload with an erased reference (digest and size only) in one
+   transaction (:meth:`~ares_events.core.store.EventStore.erase_payload`; SQLite also
+   zeroes the freed bytes and checkpoints its WAL), and the blob is deleted when no other
+   event's payload lives in it (equal payloads share a blob); a Redis cache drops its copy;
+2. snapshots of the stream taken at or after that version are deleted (they folded it);
+3. read models whose cursor passed the event are emptied and rewound (the runner folds
+   the log again, now without the payload); the Merkle log is left alone (it folds chain
+   hashes only);
+4. the erasure itself is appended, as an event of type ``payload.erased`` in the system
+   stream :data:`ERASURE_STREAM` (who, why, which event, its digest and size).
+
+Step 4 comes last, so the log never claims an erasure that did not happen; if the process
+dies before it, running the erasure again finds the payload erased and appends the missing
+record (and ``audit`` reports ``erasure_unrecorded`` until then).
+
+Reading an erased event: ``event.payload_erased`` is True and ``event.payload`` /
+``payload_bytes`` raise :class:`~ares_events.errors.PayloadErased`. Folds skip such events
+(listed in ``skipped`` with reason ``payload erased``) unless the projection sets
+``accepts_erased = True`` and handles them; built-in folds keep counting versions.
+
+Low-entropy payloads: with only the digest left, a payload such as ``{"ssn": "..."}`` can
+be found by trying every value. :func:`salted` adds a random 128-bit field to a payload
+before it is appended; it is erased with the payload, after which the digest reveals
+nothing. See docs/proofs.md for the guarantee and its limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent
+from ares_events.core.recorder import Capability
+from ares_events.errors import ConfigError, InvalidEvent
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ERASURE_STREAM", "ERASURE_TYPE", "SALT_FIELD", "ErasureReport", "erase", "salted"]
+
+ERASURE_MODULE: Final = "ares-events"
+SALT_FIELD: Final = "_ares_salt"
+"""The field :func:`salted` adds (32 random hex digits)."""
+PAYLOAD_FREE: Final = frozenset({"merkle_log"})
+"""Read models that never read payloads: an erasure leaves them alone."""
+
+
+def salted(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``payload`` with a random 128-bit salt field (:data:`SALT_FIELD`).
+
+    Append the result instead of ``payload`` when it holds low-entropy personal data: the
+    chain keeps the payload's digest forever, and without a salt an erased ``{"ssn":
+    ...}`` could be recovered by hashing every candidate. The salt is part of the payload,
+    so erasing the payload erases it too.
+
+    Raises:
+        InvalidEvent: ``payload`` is not a JSON object, or already has the field.
+    """
+    if not isinstance(payload, Mapping):
+        raise InvalidEvent("payload", "only a JSON object can be salted")
+    if SALT_FIELD in payload:
+        raise InvalidEvent("payload", f"already has a {SALT_FIELD!r} field")
+    return {**payload, SALT_FIELD: secrets.token_hex(16)}
+
+
+@dataclass(slots=True)
+class ErasureReport:
+    """What :func:`erase` did."""
+
+    stream_id: str
+    version: int
+    position: int
+    event_id: str
+    payload_digest: bytes
+    payload_size: int
+    already_erased: bool = False
+    """The payload was erased before this call (nothing removed now)."""
+    blob_key: str | None = None
+    blob_deleted: bool = False
+    blob_shared_by: int = 0
+    """Other events whose (equal) payload lives in the same blob: it was kept for them."""
+    snapshots_deleted: int = 0
+    read_models_reset: list[str] = field(default_factory=list)
+    record_position: int | None = None
+    """Global position of the ``payload.erased`` record (None: already recorded)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "stream_id": self.stream_id,
+            "version": self.version,
+            "position": self.position,
+            "event_id": self.event_id,
+            "payload_digest": self.payload_digest.hex(),
+            "payload_size": self.payload_size,
+            "already_erased": self.already_erased,
+            "blob_key": self.blob_key,
+            "blob_deleted": self.blob_deleted,
+            "blob_shared_by": self.blob_shared_by,
+            "snapshots_deleted": self.snapshots_deleted,
+            "read_models_reset": self.read_models_reset,
+            "record_stream": ERASURE_STREAM,
+            "record_position": self.record_position,
+        }
+
+
+def erase(
+    store: EventStore, stream_id: str, version: int, *, reason: str, by: str
+) -> ErasureReport:
+    """Erase the payload of ``stream_id`` ``version`` and record who did it and why.
+
+    See the module docstring for every step. Idempotent: erasing an erased event changes
+    nothing (and appends the record only if an interrupted erasure left none).
+
+    Args:
+        store: the store (its backend must declare ``Capability.ERASE``).
+        stream_id: the event's stream.
+        version: the event's version.
+        reason: why (kept in the erasure record: do not put the erased data here).
+        by: who asked (a user or service name).
+
+    Raises:
+        InvalidEvent: an empty ``reason`` or ``by``.
+        EventNotFound: no such event.
+        StoreError: the backend cannot erase (no ``ERASE`` capability).
+        StoreUnavailable: the store or the blob store cannot be reached.
+    """
+    for name, value in (("reason", reason), ("by", by)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidEvent(name, "must be a non-empty string (who erased, and why)")
+    # Every step's deletes zero the freed bytes where the backend can (SQLite), and its
+    # log is truncated at the end: none of them leaves a copy behind.
+    inner = getattr(store.recorder, "inner", store.recorder)
+    scrubbing = getattr(inner, "scrubbing", None)
+    with scrubbing() if callable(scrubbing) else contextlib.nullcontext():
+        return _erase(store, stream_id, version, reason, by)
+
+
+def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str) -> ErasureReport:
+    before, shared = store.erase_payload(stream_id, version)
+    ref = before.payload_ref
+    already = ref is not None and ref.erased
+    report = ErasureReport(
+        stream_id,
+        version,
+        before.position,
+        before.event_id_str,
+        before.payload_digest,
+        before.payload_size,
+        already_erased=already,
+        blob_key=ref.key if ref is not None and not already else None,
+    )
+    if report.blob_key is not None:
+        report.blob_shared_by = shared or 0
+        report.blob_deleted = shared == 0 and store.blobs is not None
+    report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
+    report.read_models_reset = _reset_read_models(store, before.position)
+    if not already or _record_of(store, before.event_id_str) is None:
+        res = store.append(
+            ERASURE_STREAM,
+            [
+                NewEvent(
+                    type=ERASURE_TYPE,
+                    module=ERASURE_MODULE,
+                    payload={
+                        "stream_id": stream_id,
+                        "version": version,
+                        "position": before.position,
+                        "event_id": before.event_id_str,
+                        "type": before.type,
+                        "payload_digest": before.payload_digest.hex(),
+                        "payload_size": before.payload_size,
+                        "reason": reason,
+                        "by": by,
+                    },
+                )
+            ],
+        )
+        report.record_position = res.position
+    logger.info(
+        "erased stream %r version %d (record at position %s)",
+        stream_id,
+        version,
+        report.record_position,
+    )
+    return report
+
+
+def erasure_records(store: EventStore) -> dict[str, dict[str, Any]]:
+    """Every erasure record, by the erased event's id (the latest record wins)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in store.read(ERASURE_STREAM):
+        if e.type != ERASURE_TYPE or e.payload_erased:
+            continue
+        p = e.payload
+        if isinstance(p, dict) and isinstance(p.get("event_id"), str):
+            out[p["event_id"]] = {**p, "record_version": e.version, "at": e.at}
+    return out
+
+
+def _record_of(store: EventStore, event_id: str) -> dict[str, Any] | None:
+    return erasure_records(store).get(event_id)
+
+
+def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:
+    """Delete the stream's snapshots that folded ``version`` (taken at or after it)."""
+    if Capability.SNAPSHOTS not in store.capabilities:
+        return 0
+    snaps = store.snapshots
+    n = 0
+    for info in list(snaps.list(stream_id)):
+        if info.at_version >= version:
+            n += int(snaps.delete(stream_id, info.projection))
+    return n
+
+
+def _reset_read_models(store: EventStore, position: int) -> list[str]:
+    """Empty and rewind every read model (but the payload-free ones) that folded the
+    event at ``position``."""
+    from ares_events.projections.tables import tables_for
+
+    try:
+        tables = tables_for(store)
+    except ConfigError:
+        return []
+    done = []
+    for name in tables.names():
+        if name in PAYLOAD_FREE:
+            continue
+        meta = tables.meta(name)
+        if meta is None:
+            continue
+        folded = meta.position >= position or (
+            meta.building_table is not None and meta.building_position >= position
+        )
+        if folded and tables.reset(name):
+            done.append(name)
+    return done

@@ -1,0 +1,519 @@
+"""The verifiable log: an RFC 9162 Merkle tree over every event, kept by the catch-up
+runner, and the inclusion and consistency proofs made from it.
+
+Leaves are the events in global position order, index 0 first; a leaf's data is the
+event's 32-byte chain hash (``leaf = SHA-256(0x00 || event.hash)``). The tree is
+:class:`MerkleLogProjection`, a *batch projection* of the
+:class:`~ares_events.projections.runner.ProjectionRunner`: it follows ``read_all`` from its
+cursor, so it never skips a late commit (on PostgreSQL ``read_all`` only returns rows below
+the visibility bound, and every later commit has a higher position), and each batch's
+tiles are written with the cursor in one transaction.
+
+Storage: rows of the projection's read-model table (``ares_rm_merkle_log_<generation>``),
+as transparency logs keep *tiles*:
+
+``t<L>/<N>`` (``L`` = 0, 1, 2, ...; ``N`` zero-padded)
+    tile ``N`` of level ``L``: up to 256 consecutive hashes at tree height ``8 * L`` (level
+    0: leaf hashes; level 1: roots of complete 256-leaf subtrees; ...), base64 in ``"h"``;
+    level-0 tiles also list each leaf's position in ``"p"``. A tile is rewritten until it
+    is full, then never changes.
+``head``
+    ``{"size": leaves, "position": last position folded}``.
+
+Any complete subtree of height ``h`` is computed from at most 128 hashes of one tile at
+height ``8 * (h // 8)``, so a root or a proof reads ``O(log n)`` tiles, never the leaves:
+signing a checkpoint after a million events costs the same as after a hundred.
+
+:class:`MerkleLog` is the read side: size, roots, leaf lookups by position, proofs, and
+signed checkpoints (stored beside the tree, :mod:`~ares_events.projections.checkpoint_store`).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from ares_events.core.events import RecordedEvent
+from ares_events.errors import EventNotFound, ProofError, StoreError
+from ares_events.integrity import merkle
+from ares_events.integrity.checkpoints import (
+    Checkpoint,
+    SignedCheckpoint,
+    consistency_document,
+    inclusion_document,
+    read_checkpoint,
+    sign_checkpoint,
+)
+from ares_events.integrity.notes import SigningKey
+from ares_events.projections.checkpoint_store import CheckpointStore, checkpoints_for
+from ares_events.projections.runner import ProjectionRunner
+from ares_events.projections.tables import tables_for
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MERKLE_PROJECTION", "MerkleLog", "MerkleLogProjection"]
+
+MERKLE_PROJECTION: Final = "merkle_log"
+TILE_HEIGHT: Final = 8
+TILE_WIDTH: Final = 1 << TILE_HEIGHT
+HEAD_KEY: Final = "head"
+_H: Final = merkle.HASH_SIZE
+
+
+def tile_key(level: int, index: int) -> str:
+    """Row key of tile ``index`` at tile level ``level``."""
+    return f"t{level}/{index:012d}"
+
+
+def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
+    """(hashes, positions) of a stored tile.
+
+    Raises:
+        StoreError: the row is not a tile (tampered or foreign).
+    """
+    try:
+        raw = bytearray(base64.b64decode(state["h"]))
+        pos = state.get("p")
+        if len(raw) % _H or (pos is not None and len(pos) * _H != len(raw)):
+            raise ValueError("length")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise StoreError(
+            f"Merkle log row {key!r} is not a tile (rebuild it: ares-events rebuild "
+            f"{MERKLE_PROJECTION})"
+        ) from None
+    return raw, (list(pos) if pos is not None else None)
+
+
+def _encode_tile(hashes: bytes | bytearray, positions: list[int] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"h": base64.b64encode(bytes(hashes)).decode("ascii")}
+    if positions is not None:
+        doc["p"] = positions
+    return doc
+
+
+class MerkleLogProjection:
+    """The Merkle tree over every event's chain hash, as tiles (a batch projection)."""
+
+    name: ClassVar[str] = MERKLE_PROJECTION
+    version: ClassVar[int] = 1
+    reads_payloads: ClassVar[bool] = False
+    """It folds chain hashes only: an erasure does not touch it."""
+
+    def initial(self) -> Any:
+        """Unused (the runner calls :meth:`fold_batch`)."""
+        return None
+
+    def apply(self, state: Any, event: RecordedEvent) -> Any:
+        """Unused (the runner calls :meth:`fold_batch`)."""
+        return state
+
+    def fold_batch(
+        self, load: Callable[[Iterable[str]], Mapping[str, Any]], events: list[RecordedEvent]
+    ) -> dict[str, Any]:
+        """Append ``events`` as leaves; return the changed tiles and the head.
+
+        Raises:
+            StoreError: the stored tiles do not match the stored size (rebuild).
+        """
+        head = load([HEAD_KEY]).get(HEAD_KEY) or {"size": 0, "position": 0}
+        size = int(head["size"])
+        wanted = {}
+        level, count = 0, size
+        while True:
+            if count % TILE_WIDTH:
+                wanted[(level, count // TILE_WIDTH)] = tile_key(level, count // TILE_WIDTH)
+            count //= TILE_WIDTH
+            if count == 0:
+                break
+            level += 1
+        loaded = load(wanted.values()) if wanted else {}
+        tiles: dict[tuple[int, int], tuple[bytearray, list[int] | None]] = {}
+        for (lv, idx), key in wanted.items():
+            if key not in loaded:
+                raise StoreError(
+                    f"Merkle log tile {key!r} is missing at size {size} (rebuild it: "
+                    f"ares-events rebuild {MERKLE_PROJECTION})"
+                )
+            tiles[(lv, idx)] = _decode_tile(loaded[key], key)
+        touched: set[tuple[int, int]] = set()
+
+        def add(lv: int, node: int, h: bytes, position: int | None) -> None:
+            idx, off = divmod(node, TILE_WIDTH)
+            t = tiles.get((lv, idx))
+            if t is None:
+                t = tiles[(lv, idx)] = (bytearray(), [] if lv == 0 else None)
+            hashes, positions = t
+            if len(hashes) != off * _H:
+                raise StoreError(
+                    f"Merkle log tile {tile_key(lv, idx)!r} holds {len(hashes) // _H} hashes, "
+                    f"expected {off} (rebuild it: ares-events rebuild {MERKLE_PROJECTION})"
+                )
+            hashes += h
+            if positions is not None and position is not None:
+                positions.append(position)
+            touched.add((lv, idx))
+            if off == TILE_WIDTH - 1:  # the tile is full: its root is a node one level up
+                full = [bytes(hashes[i : i + _H]) for i in range(0, len(hashes), _H)]
+                add(lv + 1, idx, merkle.perfect_root(full), None)
+
+        leaf = merkle.leaf_hash
+        for e in events:
+            add(0, size, leaf(e.hash), e.position)
+            size += 1
+        out: dict[str, Any] = {
+            tile_key(lv, idx): _encode_tile(*tiles[(lv, idx)]) for lv, idx in sorted(touched)
+        }
+        out[HEAD_KEY] = {"size": size, "position": events[-1].position if events else 0}
+        return out
+
+
+class _Tiles:
+    """Reads tiles of one table, caching them for one operation."""
+
+    def __init__(self, tables: Any, table: str) -> None:
+        self.tables = tables
+        self.table = table
+        self.cache: dict[str, tuple[bytearray, list[int] | None]] = {}
+
+    def get(self, level: int, index: int) -> tuple[bytearray, list[int] | None]:
+        key = tile_key(level, index)
+        t = self.cache.get(key)
+        if t is None:
+            state = self.tables.load(self.table, [key]).get(key)
+            t = (bytearray(), None) if state is None else _decode_tile(state, key)
+            self.cache[key] = t
+        return t
+
+    def node(self, level: int, index: int) -> bytes:
+        """Hash of the complete subtree of ``2**level`` leaves at ``index``."""
+        tl, rest = divmod(level, TILE_HEIGHT)
+        width = 1 << rest
+        first = index * width
+        hashes, _ = self.get(tl, first // TILE_WIDTH)
+        off = (first % TILE_WIDTH) * _H
+        chunk = hashes[off : off + width * _H]
+        if len(chunk) != width * _H:
+            raise StoreError(
+                f"Merkle log: the subtree at height {level} index {index} is not stored yet"
+            )
+        return merkle.perfect_root([bytes(chunk[i : i + _H]) for i in range(0, len(chunk), _H)])
+
+
+class MerkleLog:
+    """The Merkle log of one store: catch up, roots, proofs, signed checkpoints.
+
+    Args:
+        store: the event store (its database holds the tree and the checkpoints).
+        batch_size: events per transaction when catching up.
+    """
+
+    def __init__(self, store: EventStore, *, batch_size: int = 5000) -> None:
+        self.store = store
+        self.projection = MerkleLogProjection()
+        self.batch_size = batch_size
+        self.tables = tables_for(store)
+        self.checkpoints: CheckpointStore = checkpoints_for(store)
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def runner(self) -> ProjectionRunner:
+        """A catch-up runner of the tree alone (run it beside your other projections, or
+        as its own ``run_forever`` loop, to keep the tree current)."""
+        return ProjectionRunner(self.store, [self.projection], batch_size=self.batch_size)
+
+    def catch_up(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Fold every committed event not yet in the tree; returns how many.
+
+        Args:
+            progress: called with the number of events folded so far, after each batch.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+            StoreError: the stored tree is inconsistent (rebuild it).
+        """
+        runner = self.runner()
+        done = 0
+        while True:
+            n = runner.run_once()
+            if n == 0:
+                return done
+            done += n
+            if progress is not None:
+                progress(done)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _table(self) -> str | None:
+        meta = self.tables.meta(MERKLE_PROJECTION)
+        return meta.active_table if meta is not None else None
+
+    def _tiles(self) -> _Tiles:
+        table = self._table()
+        if table is None:
+            return _Tiles(self.tables, "")
+        return _Tiles(self.tables, table)
+
+    def _head(self, tiles: _Tiles) -> dict[str, Any]:
+        if not tiles.table:
+            return {"size": 0, "position": 0}
+        head = self.tables.load(tiles.table, [HEAD_KEY]).get(HEAD_KEY)
+        return head if isinstance(head, dict) else {"size": 0, "position": 0}
+
+    def size(self) -> int:
+        """Leaves in the tree as stored (call :meth:`catch_up` first for the latest)."""
+        return int(self._head(self._tiles())["size"])
+
+    def position(self) -> int:
+        """Position of the last event in the tree (0 when empty)."""
+        return int(self._head(self._tiles())["position"])
+
+    def root(self, size: int | None = None) -> bytes:
+        """The RFC 9162 root of the first ``size`` leaves (default: all).
+
+        Raises:
+            ProofError: ``size`` is beyond the tree.
+        """
+        tiles = self._tiles()
+        have = int(self._head(tiles)["size"])
+        n = have if size is None else size
+        if not 0 <= n <= have:
+            raise ProofError(f"the tree has {have} leaves; no root at size {n}")
+        return merkle.EMPTY_ROOT if n == 0 else merkle.subtree_hash(0, n, tiles.node)
+
+    def leaf_hash(self, index: int) -> bytes:
+        """The stored leaf hash at ``index``.
+
+        Raises:
+            ProofError: ``index`` is beyond the tree.
+        """
+        tiles = self._tiles()
+        if not 0 <= index < int(self._head(tiles)["size"]):
+            raise ProofError(f"no leaf {index} in the tree")
+        return tiles.node(0, index)
+
+    def index_of(self, position: int) -> int | None:
+        """The leaf index of the event at global ``position`` (None: not in the tree)."""
+        tiles = self._tiles()
+        size = int(self._head(tiles)["size"])
+        n_tiles = (size + TILE_WIDTH - 1) // TILE_WIDTH
+        lo, hi = 0, n_tiles - 1
+        # Positions are 1, 2, 3, ... on gapless stores: try the tile that would hold it.
+        guess = (position - 1) // TILE_WIDTH
+        order = [guess] if 0 <= guess < n_tiles else []
+        while order or lo <= hi:
+            t = order.pop() if order else (lo + hi) // 2
+            _, positions = tiles.get(0, t)
+            if not positions:
+                return None
+            if position < positions[0]:
+                hi = t - 1
+            elif position > positions[-1]:
+                lo = t + 1
+            else:
+                try:
+                    return t * TILE_WIDTH + positions.index(position)
+                except ValueError:
+                    return None
+        return None
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        """RFC 9162 ``PATH(index, D[size])``.
+
+        Raises:
+            ProofError: ``index`` or ``size`` is out of range.
+        """
+        tiles = self._tiles()
+        have = int(self._head(tiles)["size"])
+        if not 0 <= index < size <= have:
+            raise ProofError(f"no inclusion proof of leaf {index} at size {size} (tree: {have})")
+        return merkle.inclusion_proof(index, size, tiles.node)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        """RFC 9162 ``PROOF(old_size, D[new_size])``.
+
+        Raises:
+            ProofError: the sizes are out of range.
+        """
+        tiles = self._tiles()
+        have = int(self._head(tiles)["size"])
+        if not 0 <= old_size <= new_size <= have:
+            raise ProofError(
+                f"no consistency proof from size {old_size} to {new_size} (tree: {have})"
+            )
+        return merkle.consistency_proof(old_size, new_size, tiles.node)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def sign(
+        self, key: SigningKey, *, size: int | None = None, store: bool = True
+    ) -> SignedCheckpoint:
+        """Catch up, then sign (and store) a checkpoint of the log at ``size`` (default:
+        every event committed so far). The origin line is the key's name.
+
+        Raises:
+            ProofError: ``size`` is beyond the log, or the key's name differs from the
+                origin of checkpoints this log already signed.
+            StoreUnavailable: the store cannot be reached.
+        """
+        self.catch_up()
+        n = self.size() if size is None else size
+        origin = self.checkpoints.origin()
+        if origin is not None and origin != key.name:
+            raise ProofError(
+                f"this log's checkpoints have origin {origin!r}; the key is named {key.name!r} "
+                "(a log keeps one origin: sign with a key of that name)"
+            )
+        cp = Checkpoint(key.name, n, self.root(n))
+        text = sign_checkpoint(cp, key)
+        signed = read_checkpoint(text)
+        if store:
+            self.checkpoints.put(cp.origin, cp.size, cp.root, text)
+            self.checkpoints.remember_key(key.verifier.text)
+        logger.info("signed checkpoint of %s at size %d", cp.origin, cp.size)
+        return signed
+
+    def latest_checkpoint(self, *, covering: int | None = None) -> SignedCheckpoint | None:
+        """The stored checkpoint with the largest size (None when there is none, or none
+        of size above ``covering``)."""
+        text = self.checkpoints.latest()
+        if text is None:
+            return None
+        cp = read_checkpoint(text)
+        if covering is not None and cp.checkpoint.size <= covering:
+            return None
+        return cp
+
+    def checkpoint_at(self, size: int) -> SignedCheckpoint | None:
+        """The stored checkpoint of exactly ``size`` leaves, or None."""
+        text = self.checkpoints.at_size(size)
+        return read_checkpoint(text) if text is not None else None
+
+    def _check_against(self, signed: SignedCheckpoint) -> None:
+        """Refuse to prove against a checkpoint the tree no longer matches.
+
+        Raises:
+            ProofError: the tree is shorter, or its root at that size differs.
+        """
+        cp = signed.checkpoint
+        have = self.size()
+        if have < cp.size:
+            raise ProofError(
+                f"the log holds {have} leaves but checkpoint {cp.origin} signed {cp.size}: "
+                "events were removed after it was signed"
+            )
+        if self.root(cp.size) != cp.root:
+            raise ProofError(
+                f"the log no longer matches its checkpoint at size {cp.size}: the events "
+                "before it were rewritten after it was signed"
+            )
+
+    def prove_event(
+        self, stream_id: str, version: int, *, key: SigningKey | None = None
+    ) -> dict[str, Any]:
+        """An inclusion proof of one event, as the JSON object ``prove`` prints.
+
+        Against the latest stored checkpoint that covers the event, or, with ``key``, a
+        checkpoint signed (and stored) now.
+
+        Raises:
+            EventNotFound: no such event.
+            ProofError: no checkpoint covers the event (pass ``key``); the event is not
+                the one logged at its place (rewritten after it was logged); or the log no
+                longer matches the checkpoint.
+        """
+        event = _read_one(self.store, stream_id, version)
+        self.catch_up()
+        index = self.index_of(event.position)
+        if index is None:
+            raise ProofError(
+                f"stream {stream_id!r} version {version} (position {event.position}) is not in "
+                "the Merkle log: its position is not among the logged leaves"
+            )
+        if self.leaf_hash(index) != merkle.leaf_hash(event.hash):
+            raise ProofError(
+                f"stream {stream_id!r} version {version} does not have the chain hash that was "
+                f"logged at leaf {index}: it was rewritten after it was logged"
+            )
+        signed = self.sign(key) if key is not None else self.latest_checkpoint(covering=index)
+        if signed is None:
+            raise ProofError(
+                f"no stored checkpoint covers leaf {index} yet: sign one with "
+                "`ares-events checkpoint --key FILE` (or pass --key)"
+            )
+        self._check_against(signed)
+        size = signed.checkpoint.size
+        return inclusion_document(
+            index, size, event.hash, self.inclusion_proof(index, size), signed.text
+        )
+
+    def prove_consistency(
+        self, old_size: int, new_size: int | None = None, *, key: SigningKey | None = None
+    ) -> dict[str, Any]:
+        """A consistency proof, as the JSON object ``prove --consistency`` prints.
+
+        ``new_size`` defaults to the latest stored checkpoint's size (with ``key``: the
+        current log, signed now). The checkpoints of both sizes come from the stored
+        ones, or are signed with ``key`` when missing.
+
+        Raises:
+            ProofError: sizes out of range, or no checkpoint of ``new_size`` (pass ``key``),
+                or the log no longer matches a checkpoint.
+        """
+        self.catch_up()
+        if new_size is None:
+            latest = self.sign(key) if key is not None else self.latest_checkpoint()
+            if latest is None:
+                raise ProofError(
+                    "no stored checkpoint: sign one with `ares-events checkpoint --key FILE`"
+                )
+            new_size = latest.checkpoint.size
+        new = self._checkpoint_of(new_size, key)
+        if not 0 <= old_size <= new_size:
+            raise ProofError(f"no consistency proof from size {old_size} to size {new_size}")
+        old: SignedCheckpoint | None = None
+        if old_size > 0:
+            old = self.checkpoint_at(old_size)
+            if old is None and key is not None:
+                old = self.sign(key, size=old_size)
+        self._check_against(new)
+        if old is not None:
+            self._check_against(old)
+        return consistency_document(
+            old_size,
+            new_size,
+            self.consistency_proof(old_size, new_size),
+            new.text,
+            old.text if old is not None else None,
+        )
+
+    def _checkpoint_of(self, size: int, key: SigningKey | None) -> SignedCheckpoint:
+        found = self.checkpoint_at(size)
+        if found is not None:
+            return found
+        if key is not None:
+            if size > self.size():
+                raise ProofError(f"the log holds {self.size()} leaves; no checkpoint at {size}")
+            return self.sign(key, size=size)
+        raise ProofError(
+            f"no stored checkpoint of size {size}: pass --key to sign one "
+            "(stored sizes: `ares-events checkpoint --list`)"
+        )
+
+
+def _read_one(store: EventStore, stream_id: str, version: int) -> RecordedEvent:
+    """The event at ``stream_id`` ``version``.
+
+    Raises:
+        EventNotFound: there is none.
+    """
+    if type(version) is not int or version < 1:
+        raise EventNotFound(stream_id, version, "versions start at 1")
+    for e in store.read(stream_id, version, version, 1):
+        if e.version == version:
+            return e
+    raise EventNotFound(stream_id, version)

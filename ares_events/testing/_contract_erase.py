@@ -1,0 +1,107 @@
+"""The erasure part of the store conformance suite (``Capability.ERASE``): a payload is
+removed, its digest and size, the chain and the global order stay, reads say so, and bad
+requests change nothing.
+
+Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
+class name does not start with ``Test``). It may import the public API (``ares_events``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import ares_events as ae
+from ares_events.errors import EventNotFound, PayloadErased
+from ares_events.stores import Capability
+from ares_events.testing._contract_helpers import _ev, _evs, _require, store_state
+
+
+class EraseContract:
+    """Erasure: what every store that declares ``Capability.ERASE`` must do."""
+
+    def test_erase_keeps_digest_size_hash_and_order(self, store: ae.EventStore) -> None:
+        """An erased event keeps its digest, size, hash and position; its payload reads as
+        erased; the other events and the chain are untouched."""
+        _require(store, Capability.ERASE)
+        store.append("s", [_ev(0), _ev(1, payload={"secret": "x" * 50}), _ev(2)])
+        store.append("other", _evs(2))
+        before = {(e.stream_id, e.version): e for e in store.read_all()}
+        target = before[("s", 2)]
+        digest, size = target.payload_digest, target.payload_size
+        report = ae.erase(store, "s", 2, reason="test", by="contract")
+        assert not report.already_erased and report.payload_size == size
+        after = {(e.stream_id, e.version): e for e in store.read_all()}
+        erased = after[("s", 2)]
+        assert erased.payload_erased
+        assert (erased.payload_digest, erased.payload_size) == (digest, size)
+        assert (erased.hash, erased.prev_hash, erased.position) == (
+            target.hash,
+            target.prev_hash,
+            target.position,
+        )
+        with pytest.raises(PayloadErased) as info:
+            _ = erased.payload
+        assert (info.value.stream_id, info.value.version) == ("s", 2)
+        with pytest.raises(PayloadErased):
+            _ = erased.payload_bytes
+        (via_read,) = store.read("s", 2, 2)
+        assert via_read.payload_erased and via_read.hash == target.hash
+        for key, e in before.items():
+            if key != ("s", 2):
+                assert not after[key].payload_erased and after[key].payload == e.payload
+        assert ae.integrity.verify_stream(store, "s").ok
+        audit = ae.integrity.audit(store)
+        assert audit.ok, audit.findings
+        assert [(x["stream_id"], x["version"]) for x in audit.erased] == [("s", 2)]
+
+    def test_erase_records_itself_once(self, store: ae.EventStore) -> None:
+        """The erasure is a payload.erased event naming the event; erasing again changes
+        nothing and records nothing."""
+        _require(store, Capability.ERASE)
+        res = store.append("s", _evs(2))
+        first = ae.erase(store, "s", 1, reason="why", by="who")
+        again = ae.erase(store, "s", 1, reason="why", by="who")
+        assert again.already_erased and again.record_position is None
+        records = list(store.read(ae.ERASURE_STREAM))
+        assert len(records) == 1 and records[0].position == first.record_position
+        rec = records[0]
+        assert rec.type == "payload.erased" and rec.position > res.position
+        assert rec.payload["stream_id"] == "s" and rec.payload["version"] == 1
+        assert rec.payload["event_id"] == first.event_id
+        assert (rec.payload["by"], rec.payload["reason"]) == ("who", "why")
+
+    def test_erase_of_a_missing_event_changes_nothing(self, store: ae.EventStore) -> None:
+        """Erasing a version or stream that does not exist raises EventNotFound and leaves
+        the store exactly as it was; a bad reason or author is InvalidEvent."""
+        _require(store, Capability.ERASE)
+        store.append("s", _evs(2))
+        state = store_state(store)
+        for sid, version in (("s", 3), ("nope", 1), ("s", 0)):
+            with pytest.raises(EventNotFound):
+                ae.erase(store, sid, version, reason="r", by="b")
+        for reason, by in (("", "b"), ("r", " ")):
+            with pytest.raises(ae.InvalidEvent):
+                ae.erase(store, "s", 1, reason=reason, by=by)
+        assert store_state(store) == state
+        assert not any(e.payload_erased for e in store.read_all())
+
+    def test_reappend_of_an_erased_event_stays_erased(self, store: ae.EventStore) -> None:
+        """Re-appending the original event (same id, same payload) after its erasure is a
+        duplicate: nothing is written and the payload stays erased."""
+        _require(store, Capability.ERASE)
+        ev = _ev(7, payload={"name": "Ada"})
+        res = store.append("s", [ev])
+        ae.erase(store, "s", 1, reason="r", by="b")
+        again = store.append("s", [ev])
+        assert again.duplicate and again.version == res.version
+        (e,) = store.read("s")
+        assert e.payload_erased and store.stream_version("s") == 1
+
+    def test_appends_go_on_after_an_erasure(self, store: ae.EventStore) -> None:
+        """A stream with an erased event takes new events on its unchanged head."""
+        _require(store, Capability.ERASE)
+        store.append("s", _evs(2))
+        ae.erase(store, "s", 2, reason="r", by="b")
+        store.append("s", [_ev(3)], expected_version=2)
+        assert [e.payload_erased for e in store.read("s")] == [False, True, False]
+        assert ae.integrity.verify_stream(store, "s").ok

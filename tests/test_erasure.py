@@ -1,0 +1,343 @@
+"""Erasure: the payload is gone from the database files, rows and blob stores, while every
+chain, Merkle proof and checkpoint stays valid; snapshots and read models that folded it are
+dropped; reads, folds, the journal and the audit say what happened.
+
+The generic behaviour (tombstone reads, records, idempotency) is in the conformance suite
+(``ares_events/testing/_contract_erase.py``); this file looks at the raw storage of each
+backend and at what sits above the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ares_events as ae
+from ares_events.cli import main
+from ares_events.core.events import ErasedPayloadRef
+from ares_events.integrity.checkpoints import verify_proof
+from ares_events.integrity.notes import SigningKey
+from ares_events.projections.base import ERASED_REASON
+from ares_events.projections.erasure import SALT_FIELD
+from ares_events.projections.runner import ProjectionRunner, read_model
+from tests.fix_backends import open_backend
+
+SECRET = "SSN-078-05-1120-MARKER"
+BIG = "BIGSECRET-" * 200  # spilled with a 256-byte threshold
+
+
+def _ev(payload: Any, type_: str = "task.created") -> ae.NewEvent:
+    return ae.NewEvent(type=type_, module="test", payload=payload)
+
+
+def _raw_files(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+@pytest.fixture
+def key() -> SigningKey:
+    """A log key."""
+    return SigningKey.generate("example.com/erasure-test")
+
+
+def test_sqlite_files_and_blob_folder_no_longer_hold_the_payload(
+    tmp_path: Path, key: SigningKey
+) -> None:
+    """After erasing an inline and a spilled payload of a SQLite store, neither the
+    database, its WAL nor the blob folder holds their bytes; the audit is clean and the
+    proofs made before and after verify."""
+    db = tmp_path / "events.db"
+    with ae.open_store(f"sqlite:///{db}", spill_threshold=256) as store:
+        store.append("p", [_ev({"ssn": SECRET}), _ev({"doc": BIG}), _ev({"n": 3})])
+        log = ae.MerkleLog(store)
+        log.sign(key)
+        before = [log.prove_event("p", v) for v in (1, 2, 3)]
+        assert SECRET.encode() in _raw_files(tmp_path) and BIG.encode() in _raw_files(tmp_path)
+        r1 = ae.erase(store, "p", 1, reason="subject request", by="dpo")
+        r2 = ae.erase(store, "p", 2, reason="subject request", by="dpo")
+        assert r1.blob_key is None and r2.blob_key is not None and r2.blob_deleted
+        report = ae.integrity.audit(store, deep=True)
+        assert report.ok, report.findings
+        assert {(e["stream_id"], e["version"]) for e in report.erased} == {("p", 1), ("p", 2)}
+        after = [log.prove_event("p", v) for v in (1, 2, 3)]
+        for doc in [*before, *after]:
+            assert verify_proof(doc, [key.verifier]).ok
+        assert [d["leaf_data"] for d in before] == [d["leaf_data"] for d in after]
+        assert verify_proof(log.prove_consistency(3, key=key), [key.verifier]).ok
+    raw = _raw_files(tmp_path)
+    assert SECRET.encode() not in raw
+    assert BIG.encode() not in raw
+    assert not list((tmp_path / "events.db.blobs").rglob(r2.blob_key or "x"))
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT version, payload, payload_ref FROM ares_events WHERE stream_id = 'p' "
+            "ORDER BY version"
+        ).fetchall()
+    assert [r[1] is None for r in rows] == [True, True, False]
+    assert all('"erased":true' in r[2] for r in rows[:2])
+
+
+@pytest.mark.postgres
+def test_postgres_row_no_longer_holds_the_payload(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On PostgreSQL the erased row's payload column is NULL and its reference holds only
+    the digest and size (what a query can see of the table)."""
+    import psycopg
+
+    with open_backend("postgres", tmp_path, request) as store:
+        store.append("p", [_ev({"ssn": SECRET})])
+        ae.erase(store, "p", 1, reason="r", by="b")
+        rec: Any = store.recorder
+        with rec.pool.connection() as conn:
+            rows = conn.execute(
+                psycopg.sql.SQL("SELECT payload, payload_ref FROM {}.ares_events").format(
+                    psycopg.sql.Identifier(rec.schema)
+                )
+            ).fetchall()
+        text = repr(rows)
+        assert SECRET not in text
+        assert rows[0][0] is None and '"erased":true' in rows[0][1]
+        assert ae.integrity.audit(store).ok
+
+
+@pytest.mark.s3
+def test_s3_blob_is_deleted(tmp_path: Path, s3_endpoint: str) -> None:
+    """A spilled payload on S3 is deleted by the erasure; the audit (deep) stays clean."""
+    import boto3
+
+    client = boto3.session.Session().client("s3", endpoint_url=s3_endpoint)
+    bucket = f"ares-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    url = f"s3://{bucket}/blobs?endpoint_url={s3_endpoint}"
+    try:
+        with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", blobs=url, spill_threshold=256) as s:
+            s.append("p", [_ev({"doc": BIG})])
+            assert len(client.list_objects_v2(Bucket=bucket).get("Contents", [])) == 1
+            rep = ae.erase(s, "p", 1, reason="r", by="b")
+            assert rep.blob_deleted
+            assert client.list_objects_v2(Bucket=bucket).get("Contents", []) == []
+            assert ae.integrity.audit(s, deep=True).ok
+    finally:
+        client.close()
+
+
+def test_a_blob_shared_by_an_equal_payload_is_kept(tmp_path: Path) -> None:
+    """Equal payloads share one blob: erasing one event keeps the blob for the other,
+    which still reads; the report says so."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", spill_threshold=256) as store:
+        store.append("a", [_ev({"doc": BIG})])
+        store.append("b", [_ev({"doc": BIG})])
+        rep = ae.erase(store, "a", 1, reason="r", by="b")
+        assert rep.blob_key is not None and not rep.blob_deleted and rep.blob_shared_by == 1
+        (b,) = store.read("b")
+        assert b.payload == {"doc": BIG}
+        assert ae.integrity.audit(store, deep=True).ok
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
+)
+def test_snapshots_and_read_models_that_folded_it_are_dropped(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Snapshots taken at or after the erased version are deleted (older ones kept); read
+    models whose cursor passed it are rewound and refold without the payload (and on
+    SQLite no copy stays in the files)."""
+    with open_backend(backend, tmp_path, request) as store:
+        store.append("agent", [_ev({"task_id": "t1"}), _ev({"task_id": SECRET})])
+        proj = ae.projections.AgentStateProjection()
+        ae.snapshot(store, "agent", proj)  # at version 2: folded the secret
+        runner = ProjectionRunner(store, [proj])
+        runner.run_until_idle()
+        assert SECRET in str(read_model(store, proj, "agent"))
+        rep = ae.erase(store, "agent", 2, reason="r", by="b")
+        assert rep.snapshots_deleted == 1 and rep.read_models_reset == ["agent_state"]
+        assert store.snapshots.load("agent", "agent_state") is None
+        assert read_model(store, proj, "agent") is None  # emptied until the runner refolds
+        runner.run_until_idle()
+        state = read_model(store, proj, "agent")
+        assert state is not None and SECRET not in str(state)
+        assert state["pending_tasks"] == ["t1"]
+        assert [s.reason for s in runner.skipped] == [ERASED_REASON]
+        store.append("agent", [_ev({"task_id": "t3"})])
+        runner.run_until_idle()
+        assert read_model(store, proj, "agent")["pending_tasks"] == ["t1", "t3"]
+    if backend == "sqlite":
+        assert SECRET.encode() not in _raw_files(tmp_path)
+
+
+def test_recovery_and_replay_skip_the_erased_event(tmp_path: Path) -> None:
+    """Recovery and replay of a stream with an erased event finish, list it as skipped
+    (reason 'payload erased') and fold the rest; a projection that accepts erased events
+    sees it without its payload."""
+    with ae.open_store("memory://") as store:
+        store.append(
+            "agent", [_ev({"task_id": "t1"}), _ev({"task_id": "t2"}), _ev({"task_id": "t3"})]
+        )
+        ae.erase(store, "agent", 2, reason="r", by="b")
+        rec = ae.recover(store, "agent", ae.projections.RecoveryStateProjection())
+        assert rec.state["pending_tasks"] == ["t1", "t3"] and rec.version == 3
+        assert [(s.version, s.reason) for s in rec.skipped] == [(2, ERASED_REASON)]
+        assert not rec.findings
+
+        class Counter:
+            name, version, accepts_erased = "count", 1, True
+
+            def initial(self) -> dict[str, int]:
+                return {"n": 0, "erased": 0}
+
+            def apply(self, state: dict[str, int], e: ae.RecordedEvent) -> dict[str, int]:
+                state["n"] += 1
+                state["erased"] += int(e.payload_erased)
+                return state
+
+        res = ae.projections.fold(Counter(), store.read("agent"))
+        assert res.state == {"n": 3, "erased": 1} and not res.skipped
+
+
+def test_journal_refuses_to_replay_an_erased_run(tmp_path: Path) -> None:
+    """A run with an erased event cannot be reopened (PayloadErased) - its recorded answer
+    is gone and replaying could re-pay or repeat a side effect - but it can be inspected."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        j = ae.Journal(store, "run-1")
+        j.model_call([{"role": "user", "content": SECRET}], call=lambda m, p: {"text": "ok"})
+        answered = [e.version for e in store.read("run-1") if e.type == "model.responded"]
+        ae.erase(store, "run-1", answered[0], reason="r", by="b")
+        with pytest.raises(ae.PayloadErased) as info:
+            ae.Journal(store, "run-1")
+        assert info.value.stream_id == "run-1"
+        assert ae.Journal.inspect(store, "run-1").run_id == "run-1"
+
+
+def test_salted_payloads_leave_a_digest_that_reveals_nothing() -> None:
+    """ae.salted adds a fresh 128-bit salt: equal payloads get different digests, and after
+    erasure the stored digest is not the digest of any unsalted guess."""
+    a, b = ae.salted({"ssn": SECRET}), ae.salted({"ssn": SECRET})
+    assert a[SALT_FIELD] != b[SALT_FIELD] and len(a[SALT_FIELD]) == 32
+    with pytest.raises(ae.InvalidEvent):
+        ae.salted(a)
+    with pytest.raises(ae.InvalidEvent):
+        ae.salted(["not", "an", "object"])  # type: ignore[arg-type]
+    with ae.open_store("memory://") as store:
+        store.append("p", [_ev(a), _ev(b)])
+        ae.erase(store, "p", 1, reason="r", by="b")
+        e1, e2 = store.read("p")
+        guess = ae.integrity.canonical_json({"ssn": SECRET})
+        assert e1.payload_digest not in (
+            ae.integrity.chain.payload_digest(guess),
+            e2.payload_digest,
+        )
+        assert ae.integrity.audit(store).ok
+
+
+def test_interrupted_and_undone_erasures_are_findings(tmp_path: Path) -> None:
+    """A payload erased with no record (an interrupted erasure) is erasure_unrecorded until
+    the erasure is run again; a recorded erasure whose payload is put back is
+    erasure_undone."""
+    db = tmp_path / "e.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("p", [_ev({"n": 1}), _ev({"n": 2})])
+        store.erase_payload("p", 1)  # the storage half only: no record
+        kinds = [f.kind for f in ae.integrity.audit(store).findings]
+        assert kinds == ["erasure_unrecorded"]
+        rep = ae.erase(store, "p", 1, reason="r", by="b")
+        assert rep.already_erased and rep.record_position is not None
+        assert ae.integrity.audit(store).ok
+        ae.erase(store, "p", 2, reason="r", by="b")
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(
+            "UPDATE ares_events SET payload = ?, payload_ref = NULL WHERE stream_id = 'p' "
+            "AND version = 2",
+            (ae.integrity.canonical_json({"n": 2}),),
+        )
+    with ae.open_store(f"sqlite:///{db}") as store:
+        report = ae.integrity.audit(store)
+        assert [(f.kind, f.stream_id, f.version) for f in report.findings] == [
+            ("erasure_undone", "p", 2)
+        ]
+
+
+def test_erased_reference_round_trips() -> None:
+    """The erased reference is stored as digest and size only and parses back as erased."""
+    ref = ErasedPayloadRef(key="", size=12, digest=bytes(range(32)))
+    back = ae.PayloadRef.from_json(ref.to_json())
+    assert isinstance(back, ErasedPayloadRef) and back.erased and back == ref
+    assert b"key" not in ref.to_json()
+
+
+def test_cli_erase(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ares-events erase` erases, reports in JSON, is idempotent, and refuses an unknown
+    event (exit 2) or a missing --reason (exit 2)."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        store.append("p", [_ev({"ssn": SECRET})])
+    assert (
+        main(["--store", url, "erase", "p", "1", "--reason", "gdpr", "--by", "dpo", "--json"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert '"already_erased": false' in out and '"record_stream": "ares-events/erasures"' in out
+    assert main(["--store", url, "erase", "p", "1", "--reason", "gdpr"]) == 0
+    assert "already erased" in capsys.readouterr().out
+    assert main(["--store", url, "erase", "p", "9", "--reason", "gdpr"]) == 2
+    assert main(["--store", url, "erase", "p", "1"]) == 2
+    assert main(["--store", url, "audit", "--json"]) == 0
+    assert '"erased": [{"stream_id": "p"' in capsys.readouterr().out
+    with ae.open_store(url) as store:
+        (rec,) = store.read(ae.ERASURE_STREAM)
+        assert rec.payload["by"] == "dpo" and rec.payload["reason"] == "gdpr"
+
+
+@contextlib.contextmanager
+def _two_cached(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[ae.EventStore, ae.EventStore]]:
+    from tests.fix_backends import redis_cache_url
+
+    with redis_cache_url(request) as cache:
+        url = f"sqlite:///{tmp_path / 'e.db'}"
+        with ae.open_store(url, cache=cache) as a, ae.open_store(url, cache=cache) as b:
+            yield a, b
+
+
+@pytest.mark.redis
+def test_another_process_cache_user_sees_the_erasure(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two stores sharing a Redis cache: after one erases, the other's next read of the
+    stream (which it had cached) returns the tombstone, not the cached payload."""
+    with _two_cached(tmp_path, request) as (a, b):
+        a.append("p", [_ev({"ssn": SECRET}), _ev({"n": 2})])
+        assert next(iter(b.read("p"))).payload == {"ssn": SECRET}
+        stats: Any = b.recorder.stats  # type: ignore[attr-defined]
+        assert stats.hits >= 1  # served from Redis: the copy an erasure must drop
+        ae.erase(a, "p", 1, reason="r", by="b")
+        assert [e.payload_erased for e in b.read("p")] == [True, False]
+
+
+def test_tail_and_runs_show_an_erased_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tail` shows an erased payload as erased (table and JSON), and `runs show` of a run
+    whose recorded request was erased still works."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        j = ae.Journal(store, "run-1")
+        j.model_call([{"role": "user", "content": SECRET}], call=lambda m, p: {"text": "ok"})
+        (req,) = [e.version for e in store.read("run-1") if e.type == "model.call.requested"]
+        ae.erase(store, "run-1", req, reason="r", by="b")
+    assert main(["--store", url, "tail", "run-1"]) == 0
+    assert "<erased:" in capsys.readouterr().out
+    assert main(["--store", url, "tail", "run-1", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"payload_erased": true' in out and SECRET not in out
+    assert main(["--store", url, "runs", "show", "run-1"]) == 1  # a skipped event is reported
+    out = capsys.readouterr().out
+    assert "payload erased" in out and SECRET not in out

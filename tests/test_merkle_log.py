@@ -1,0 +1,225 @@
+"""The Merkle log over a real store: the tree the runner keeps equals the RFC 9162 tree of
+the events in position order on every backend (also while appends race it), its proofs
+verify offline, and a proof or checkpoint made before a rewrite fails after it."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ares_events as ae
+from ares_events.errors import ProofError
+from ares_events.integrity import merkle
+from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
+from ares_events.integrity.chain import canonical_json, header_bytes, link_hash, payload_digest
+from ares_events.integrity.checkpoints import inclusion_document, verify_proof
+from ares_events.integrity.notes import SigningKey
+from ares_events.projections.merkle import MerkleLogProjection
+from ares_events.projections.runner import rebuild, verify_rebuild
+from tests.integrity import tlog_reference as ref
+
+
+def _evs(n: int, start: int = 0) -> list[ae.NewEvent]:
+    return [
+        ae.NewEvent(type="t.happened", module="test", payload={"n": start + i}) for i in range(n)
+    ]
+
+
+@pytest.fixture
+def key() -> SigningKey:
+    """A log key."""
+    return SigningKey.generate("example.com/merkle-test")
+
+
+def test_tree_equals_the_reference_tree_on_every_backend(
+    store: ae.EventStore, key: SigningKey
+) -> None:
+    """After appends in batches, across streams, the tree's size, roots and proofs are
+    those of the reference tree over read_all's chain hashes; every proof verifies."""
+    for i in range(9):
+        store.append(f"s{i % 3}", _evs(i % 4 + 1, i * 10))
+    log = ae.MerkleLog(store, batch_size=7)
+    assert log.catch_up() == 21
+    leaves = [e.hash for e in store.read_all()]
+    assert log.size() == len(leaves) == 21
+    for n in (1, 2, 3, 8, 16, 17, 21):
+        assert log.root(n) == ref.mth(leaves[:n])
+    signed = log.sign(key)
+    assert signed.checkpoint.size == 21 and signed.checkpoint.root == ref.mth(leaves)
+    for e in store.read_all():
+        doc = log.prove_event(e.stream_id, e.version)
+        assert doc["leaf_data"] == e.hash.hex()
+        assert verify_proof(doc, [key.verifier]).ok
+    store.append("s9", _evs(5))
+    doc = log.prove_consistency(21, key=key)
+    assert doc["new_size"] == 26 and verify_proof(doc, [key.verifier]).ok
+    assert [ref.b64(h) for h in ref.proof(21, [e.hash for e in store.read_all()])] == doc[
+        "consistency"
+    ]
+
+
+def test_racing_appends_never_leave_a_hole(store: ae.EventStore) -> None:
+    """Appenders in threads race a catching-up tree (on PostgreSQL, commits land out of
+    position order); at the end the tree is exactly every event in position order."""
+    log = ae.MerkleLog(store, batch_size=5)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def append(w: int) -> None:
+        try:
+            for i in range(30):
+                store.append(f"w{w}", _evs(1 + i % 3, i))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def follow() -> None:
+        try:
+            while not stop.is_set():
+                log.catch_up()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    workers = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    stop.set()
+    follower.join()
+    assert not errors
+    log.catch_up()
+    leaves = [e.hash for e in store.read_all()]
+    assert log.size() == len(leaves) == sum(sum(1 + i % 3 for i in range(30)) for _ in range(4))
+    assert log.root() == ref.mth(leaves)
+    assert [log.index_of(e.position) for e in store.read_all()] == list(range(len(leaves)))
+
+
+def test_no_checkpoint_no_proof_and_one_origin(key: SigningKey) -> None:
+    """Without a stored checkpoint covering the event, prove refuses (and with a key it
+    signs one); a log keeps one origin; an unknown event is EventNotFound."""
+    with ae.open_store("memory://") as store:
+        store.append("a", _evs(3))
+        log = ae.MerkleLog(store)
+        with pytest.raises(ProofError, match="no stored checkpoint covers"):
+            log.prove_event("a", 2)
+        assert log.prove_event("a", 2, key=key)["tree_size"] == 3
+        store.append("a", _evs(1))
+        with pytest.raises(ProofError, match="no stored checkpoint covers"):
+            log.prove_event("a", 4)
+        with pytest.raises(ProofError, match="origin"):
+            log.sign(SigningKey.generate("example.com/another-name"))
+        with pytest.raises(ae.EventNotFound):
+            log.prove_event("a", 9)
+        assert log.latest_checkpoint() is not None and log.checkpoint_at(3) is not None
+        assert [row[1] for row in log.checkpoints.all()] == [3]
+
+
+def _rewrite_event(db: Path, stream: str, version: int, payload: dict[str, Any]) -> None:
+    """The attacker: change one payload and recompute the rest of its (unkeyed) chain and
+    its head, so a bare chain audit passes."""
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        rows = conn.execute(
+            "SELECT version, event_id, type, module, metadata, recorded_at, payload "
+            "FROM ares_events WHERE stream_id = ? ORDER BY version",
+            (stream,),
+        ).fetchall()
+        prev = ae.integrity.genesis(stream)
+        for v, eid, typ, mod, meta, at, stored in rows:
+            raw = canonical_json(payload) if v == version else stored
+            header = header_bytes(
+                stream, v, eid, typ, mod, meta, at, payload_digest(raw).hex(), len(raw)
+            )
+            h = link_hash(prev, header, None)
+            conn.execute(
+                "UPDATE ares_events SET payload = ?, prev_hash = ?, hash = ? "
+                "WHERE stream_id = ? AND version = ?",
+                (raw, prev, h, stream, v),
+            )
+            prev = h
+        conn.execute("UPDATE ares_streams SET head_hash = ? WHERE stream_id = ?", (prev, stream))
+
+
+def test_a_proof_made_before_a_rewrite_fails_after_it(tmp_path: Path, key: SigningKey) -> None:
+    """Rewrite an event (chain recomputed, bare audit clean): the old proof no longer
+    matches the event, prove refuses, the signed checkpoint in the witness reports
+    anchor_rewritten, and after the attacker rebuilds the tree no consistency proof from
+    the old checkpoint verifies."""
+    db = tmp_path / "events.db"
+    witness = (tmp_path / "witness").as_uri() + "/"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("a", _evs(4))
+        store.append("b", _evs(4))
+        log = ae.MerkleLog(store)
+        old_cp = log.sign(key)
+        write_checkpoint_note(witness, old_cp.text, old_cp.checkpoint.size)
+        old_proof = log.prove_event("a", 2)
+        assert verify_proof(old_proof, [key.verifier]).ok
+        assert verify_anchors(store, witness, keys=[key.verifier]).ok
+    _rewrite_event(db, "a", 2, {"n": "forged"})
+    with ae.open_store(f"sqlite:///{db}") as store:
+        assert ae.integrity.audit(store).ok  # the bare chain is fooled
+        (now,) = store.read("a", 2, 2)
+        # the old proof is still about the old event: checked against today's, it fails
+        path = [base64.b64decode(h) for h in old_proof["inclusion"]]
+        forged = inclusion_document(
+            old_proof["leaf_index"], old_proof["tree_size"], now.hash, path, old_proof["checkpoint"]
+        )
+        assert not verify_proof(forged, [key.verifier]).ok
+        log = ae.MerkleLog(store)
+        with pytest.raises(ProofError, match="rewritten after it was logged"):
+            log.prove_event("a", 2)
+        check = verify_anchors(store, witness, keys=[key.verifier])
+        assert [f.kind for f in check.findings] == ["anchor_rewritten"]
+        audit = ae.integrity.audit(store, anchors=witness, anchor_keys=[key.verifier])
+        assert "anchor_rewritten" in {f.kind for f in audit.findings}
+        # the stored tree is not the tree of today's events
+        assert not verify_rebuild(store, MerkleLogProjection()).ok
+        # the attacker rebuilds the tree to match the forged events
+        rebuild(store, MerkleLogProjection(), from_scratch=True)
+        with pytest.raises(ProofError, match="no longer matches its checkpoint"):
+            log.prove_event("a", 2)
+        store.append("c", _evs(1))
+        new_cp = log.sign(key, store=False)  # even the key holder's next checkpoint
+        proof = log.consistency_proof(old_cp.checkpoint.size, new_cp.checkpoint.size)
+        assert not merkle.verify_consistency(
+            old_cp.checkpoint.size,
+            new_cp.checkpoint.size,
+            old_cp.checkpoint.root,
+            new_cp.checkpoint.root,
+            proof,
+        )
+
+
+def test_deleted_events_are_anchor_truncated(tmp_path: Path, key: SigningKey) -> None:
+    """Events deleted after a signed checkpoint make the log shorter than the checkpoint:
+    anchor_truncated; an edited note is anchor_corrupt; an empty witness is no_anchor."""
+    db = tmp_path / "events.db"
+    witness = (tmp_path / "witness").as_uri() + "/"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        assert [f.kind for f in verify_anchors(store, witness).findings] == ["no_anchor"]
+        store.append("a", _evs(6))
+        cp = ae.MerkleLog(store).sign(key)
+        where = write_checkpoint_note(witness, cp.text, cp.checkpoint.size)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("DELETE FROM ares_events WHERE stream_id = 'a' AND version > 4")
+    with ae.open_store(f"sqlite:///{db}") as store:
+        kinds = [f.kind for f in verify_anchors(store, witness).findings]  # keys from the store
+        assert kinds == ["anchor_truncated"]
+    Path(where).write_text(cp.text.replace("\n6\n", "\n4\n", 1))
+    with ae.open_store(f"sqlite:///{db}") as store:
+        kinds = [f.kind for f in verify_anchors(store, witness, keys=[key.verifier]).findings]
+        assert kinds == ["anchor_corrupt"]
+        other = SigningKey.generate("example.com/merkle-test")
+        kinds = [f.kind for f in verify_anchors(store, witness, keys=[other.verifier]).findings]
+        assert kinds == ["anchor_corrupt"]
+        assert [f.kind for f in verify_anchors(store, witness, keys=[]).findings] == [
+            "anchor_unverified"
+        ]

@@ -1,0 +1,255 @@
+"""The verifiable log from the command line: keygen, checkpoint, prove, verify-proof and
+signed anchors, with their JSON shapes and exit codes; the signing key never leaks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import stat
+from pathlib import Path
+
+import pytest
+
+import ares_events as ae
+from ares_events.cli import main
+from ares_events.errors import ConfigError
+from ares_events.integrity.notes import SigningKey, read_key_file
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the CLI; return (exit code, stdout, stderr)."""
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """A SQLite store with 10 events in 3 streams, a log key file and its verifier key."""
+    url = f"sqlite:///{tmp_path / 'ev.db'}"
+    with ae.open_store(url) as store:
+        for i in range(10):
+            ae.emit(store, f"a{i % 3}", "x.happened", "test", {"i": i})
+    key = tmp_path / "log.key"
+    code, out, _ = run(capsys, "keygen", "example.com/cli-log", "--out", str(key))
+    assert code == 0
+    return {"url": url, "key": str(key), "vkey": out.strip(), "dir": str(tmp_path)}
+
+
+def test_keygen_writes_a_private_file_and_prints_only_the_verifier_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """keygen creates a 0600 key file, prints the verifier key alone on stdout, refuses to
+    overwrite (exit 2), and the file's key verifies what the printed key says."""
+    path = tmp_path / "k.key"
+    code, out, err = run(capsys, "keygen", "example.com/k", "--out", str(path))
+    assert code == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert out.count("\n") == 1 and out.startswith("example.com/k+")
+    key = read_key_file(path)
+    assert key.verifier.text == out.strip()
+    assert key.private_text() not in out + err
+    before = path.read_bytes()
+    code, _, err = run(capsys, "keygen", "example.com/k", "--out", str(path))
+    assert code == 2 and "refusing to overwrite" in err and path.read_bytes() == before
+    code, out, _ = run(
+        capsys, "keygen", "w.example/w", "--out", str(tmp_path / "w.key"), "--witness"
+    )
+    assert code == 0 and out.strip().split("+", 2)[2].startswith("B")  # type byte 0x04
+    code, _, err = run(capsys, "keygen", "bad name", "--out", str(tmp_path / "x.key"))
+    assert code == 2 and not (tmp_path / "x.key").exists()
+
+
+def test_checkpoint_prove_and_verify(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """checkpoint --json has exactly checkpoint/tree_size/root; prove --json has the issue's
+    keys; verify-proof exits 0 on it, 1 on a tampered copy, 2 on a file that is no proof."""
+    url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--key", key, "--json")
+    assert code == 0
+    cp = json.loads(out)
+    assert set(cp) == {"checkpoint", "tree_size", "root"} and cp["tree_size"] == 10
+    assert cp["checkpoint"].startswith(
+        f"example.com/cli-log\n10\n{cp['root']}\n\n\u2014 example.com/cli-log "
+    )
+    code, out, _ = run(capsys, "--store", url, "prove", "a1", "2", "--json")
+    assert code == 0
+    proof = json.loads(out)
+    assert set(proof) == {"leaf_index", "tree_size", "leaf_data", "inclusion", "checkpoint"}
+    assert proof["tree_size"] == 10 and proof["checkpoint"] == cp["checkpoint"]
+    good = d / "proof.json"
+    good.write_text(out)
+    assert run(capsys, "verify-proof", str(good), "--vkey", vkey)[0] == 0
+    (d / "vkey.txt").write_text(vkey + "\n")
+    code, out, _ = run(capsys, "verify-proof", str(good), "--vkey", str(d / "vkey.txt"), "--json")
+    assert code == 0 and json.loads(out)["ok"] is True
+    bad = dict(proof, leaf_index=proof["leaf_index"] ^ 1)
+    (d / "bad.json").write_text(json.dumps(bad))
+    code, out, _ = run(capsys, "verify-proof", str(d / "bad.json"), "--vkey", vkey)
+    assert code == 1 and "INVALID" in out
+    other = SigningKey.generate("example.com/cli-log").verifier.text
+    assert run(capsys, "verify-proof", str(good), "--vkey", other)[0] == 1
+    (d / "nonsense.json").write_text("[1, 2]")
+    assert run(capsys, "verify-proof", str(d / "nonsense.json"), "--vkey", vkey)[0] == 2
+    assert run(capsys, "verify-proof", str(d / "missing.json"), "--vkey", vkey)[0] == 2
+    assert run(capsys, "verify-proof", str(good), "--vkey", "not-a-key")[0] == 2
+
+
+def test_consistency_from_the_cli(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """prove --consistency between two stored checkpoints verifies offline; it refuses
+    without a checkpoint (exit 1) and signs the missing ones with --key."""
+    url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
+    assert run(capsys, "--store", url, "prove", "--consistency", "4", "--json")[0] == 1
+    assert run(capsys, "--store", url, "checkpoint", "--key", key)[0] == 0
+    with ae.open_store(url) as store:
+        ae.emit(store, "b", "x.happened", "test", {})
+    assert run(capsys, "--store", url, "checkpoint", "--key", key)[0] == 0
+    code, out, _ = run(capsys, "--store", url, "prove", "--consistency", "10", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert (doc["old_size"], doc["new_size"]) == (10, 11)
+    assert {"old_size", "new_size", "consistency", "checkpoint"} <= set(doc)
+    (d / "c.json").write_text(out)
+    assert run(capsys, "verify-proof", str(d / "c.json"), "--vkey", vkey)[0] == 0
+    code, out, _ = run(
+        capsys, "--store", url, "prove", "--consistency", "4", "11", "--key", key, "--json"
+    )
+    assert code == 0
+    (d / "c4.json").write_text(out)
+    assert run(capsys, "verify-proof", str(d / "c4.json"), "--vkey", vkey)[0] == 0
+    doc = json.loads(out)
+    doc["consistency"][0] = doc["consistency"][1]
+    (d / "c4bad.json").write_text(json.dumps(doc))
+    assert run(capsys, "verify-proof", str(d / "c4bad.json"), "--vkey", vkey)[0] == 1
+    doc = json.loads(out)
+    doc["old_checkpoint"] = None
+    (d / "c4none.json").write_text(json.dumps(doc))
+    assert run(capsys, "verify-proof", str(d / "c4none.json"), "--vkey", vkey)[0] == 1
+    assert (
+        run(
+            capsys,
+            "verify-proof",
+            str(d / "c4none.json"),
+            "--vkey",
+            vkey,
+            "--old",
+            str(d / "c4.json"),
+        )[0]
+        == 1
+    )  # c4.json's checkpoint is of size 11, not 4
+    assert run(capsys, "--store", url, "prove", "a1", "99")[0] == 2
+    assert run(capsys, "--store", url, "prove", "a1")[0] == 2
+
+
+def test_key_from_the_environment_and_missing_key(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ARES_LOG_KEY_FILE stands in for --key; with neither, signing commands exit 2."""
+    assert run(capsys, "--store", env["url"], "checkpoint")[0] == 2
+    monkeypatch.setenv("ARES_LOG_KEY_FILE", env["key"])
+    code, out, _ = run(capsys, "--store", env["url"], "checkpoint", "--json")
+    assert code == 0 and json.loads(out)["tree_size"] == 10
+    monkeypatch.setenv("ARES_LOG_VKEY", env["vkey"])
+    code, out, _ = run(
+        capsys, "--store", env["url"], "prove", "a0", "1", "--out", str(Path(env["dir"]) / "p.json")
+    )
+    assert code == 0
+    assert run(capsys, "verify-proof", str(Path(env["dir"]) / "p.json"))[0] == 0
+
+
+def test_the_signing_key_never_leaks(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Across every command that reads the key (with -vv logging), no output, log record or
+    error shows the key file's secret; repr/str of a key do not either, and it does not
+    pickle; a malformed key file's error does not echo it."""
+    caplog.set_level(logging.DEBUG)
+    key = read_key_file(env["key"])
+    secret = key.private_text()
+    seed64 = secret.rsplit("+", 1)[1]
+    url, d = env["url"], Path(env["dir"])
+    outputs = []
+    for args in (
+        ["checkpoint", "--key", env["key"], "--json"],
+        ["checkpoint", "--key", env["key"]],
+        ["prove", "a1", "1", "--key", env["key"], "--json"],
+        ["prove", "--consistency", "3", "--key", env["key"], "--json"],
+        ["anchor", "--key", env["key"], "--witness", str(d / "w"), "--json"],
+        ["anchor", "--check", "--key", env["key"], "--witness", str(d / "w")],
+    ):
+        code, out, err = run(capsys, "-vv", "--store", url, *args)
+        assert code == 0, (args, err)
+        outputs += [out, err]
+    outputs += [r.getMessage() for r in caplog.records]
+    outputs += [repr(key), str(key), repr(key.verifier)]
+    for text in outputs:
+        assert secret not in text and seed64 not in text
+    with pytest.raises(TypeError):
+        pickle.dumps(key)
+    broken = d / "broken.key"
+    broken.write_text(secret[:-6] + "AAAAAA\n")
+    with pytest.raises(ConfigError) as info:
+        read_key_file(broken)
+    assert seed64[:20] not in str(info.value)
+    code, _, err = run(capsys, "--store", url, "checkpoint", "--key", str(broken))
+    assert code == 2 and seed64[:20] not in err
+
+
+def test_signed_anchor_and_audit(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """anchor --key writes a signed checkpoint note to the witness; anchor --check and
+    audit --anchors check it (clean, then anchor_truncated after a deleted tail); without a
+    key anchor warns and writes the legacy JSON anchor."""
+    import sqlite3
+
+    url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
+    witness = str(d / "witness")
+    code, out, _ = run(
+        capsys, "--store", url, "anchor", "--key", key, "--witness", witness, "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["tree_size"] == 10 and Path(data["location"]).name.startswith("checkpoint-")
+    code, out, _ = run(
+        capsys, "--store", url, "anchor", "--check", "--witness", witness, "--vkey", vkey, "--json"
+    )
+    assert code == 0 and json.loads(out)["checkpoints_checked"] == 1
+    code, out, _ = run(
+        capsys, "--store", url, "audit", "--anchors", witness, "--vkey", vkey, "--json"
+    )
+    assert code == 0 and json.loads(out)["anchors_checked"] == 1
+    code, _, err = run(capsys, "--store", url, "anchor", "--witness", witness)
+    assert code == 0 and "unsigned" in err
+    assert len(list(Path(witness).glob("anchor-*.json"))) == 1
+    with sqlite3.connect(d / "ev.db") as conn:
+        conn.execute("DELETE FROM ares_events WHERE position > 7")
+    code, out, _ = run(
+        capsys, "--store", url, "audit", "--anchors", witness, "--vkey", vkey, "--json"
+    )
+    assert code == 1
+    kinds = {f["kind"] for f in json.loads(out)["findings"]}
+    assert "anchor_truncated" in kinds
+
+
+def test_every_subcommand_is_documented_with_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every subcommand of every command group answers --help with text and appears in
+    docs/cli.md as `ares-events GROUP SUB`."""
+    import click
+
+    from ares_events.cli import cli
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    assert isinstance(cli, click.Group)
+    found = 0
+    for name, cmd in sorted(cli.commands.items()):
+        if not isinstance(cmd, click.Group):
+            continue
+        for sub in sorted(cmd.commands):
+            code, out, _ = run(capsys, name, sub, "--help")
+            assert code == 0 and f"Usage: ares-events {name} {sub}" in out, (name, sub)
+            assert len(out.split("\n\n")[1].strip()) > 20, (name, sub)  # a description
+            assert f"ares-events {name} {sub}" in doc, (name, sub)
+            found += 1
+    assert found >= 3
