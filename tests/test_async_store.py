@@ -195,10 +195,9 @@ def test_wait_for_times_out_and_wakes_without_blocking_the_loop(aurl: str) -> No
             waiter = asyncio.create_task(store.wait_for(0, 30))
             await asyncio.sleep(0.1)
             assert not waiter.done()
-            before = ticks
+            assert ticks > 0  # other tasks ran while the waiter waited
             await store.append("s", [_ev()])
             assert await asyncio.wait_for(waiter, 30) is True
-            assert ticks > before > 0
             t.cancel()
 
     go(scenario())

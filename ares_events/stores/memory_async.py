@@ -201,6 +201,10 @@ class AsyncMemoryRecorder:
         """Uniqueness violations (none: this store cannot hold any)."""
         return _each(self.handle.find_duplicates())
 
+    def read_model_recorder(self) -> MemoryRecorder:
+        """The blocking recorder whose data this face shares (read models live there)."""
+        return self.handle
+
     def snapshot_rows(self, event_store: Any) -> SnapshotRows:
         """The snapshot rows beside these events (shared with the blocking face)."""
         from ares_events.core.snapshots_async import DirectRows

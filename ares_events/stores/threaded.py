@@ -220,6 +220,10 @@ class ThreadedRecorder:
             if left <= WAIT_SLICE:
                 return False
 
+    def read_model_recorder(self) -> Any:
+        """The blocking recorder (read models live beside it)."""
+        return self.sync
+
     def default_blobs_url(self) -> str | None:
         """Where the backend keeps spilled payloads by default (no I/O)."""
         return self.sync.default_blobs_url()  # type: ignore[no-any-return]

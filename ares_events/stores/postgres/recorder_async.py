@@ -197,6 +197,7 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         self._gate = AsyncOperationGate(description)
         self._inflight: set[psycopg.AsyncConnection[Any]] = set()
         self._listener: AsyncListener | None = None
+        self._companion: PostgresRecorder | None = None
         conninfo, kw = pool.conninfo, pool.kwargs
         if not isinstance(conninfo, str) or not (kw is None or isinstance(kw, dict)):
             raise ConfigError(
@@ -558,6 +559,38 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         for eid, n, pos in await self._query("audit scan", q["dup_ids"], ()):
             yield "duplicate_event_id", eid, None, int(n), pos
 
+    def read_model_recorder(self) -> PostgresRecorder:
+        """A blocking recorder on the same schema, for the read-model tables (folded by
+        the blocking runner; an erasure resets them through it). Opened on first use with
+        a pool of at most two connections, closed with this recorder. Blocking: only for
+        blocking callers.
+
+        Raises:
+            StoreClosed: this recorder is closed.
+            StoreUnavailable: the server cannot be reached.
+        """
+        self._gate.check("opening the read-model tables")
+        if self._companion is None:
+            conninfo, kwargs = self._listen_args
+            pool = psycopg_pool.ConnectionPool(
+                conninfo,
+                kwargs={**kwargs, "autocommit": True},
+                min_size=0,
+                max_size=2,
+                open=True,
+                name="ares-events-read-models",
+            )
+            self._companion = PostgresRecorder(
+                pool,
+                schema=self.schema,
+                migrate=False,
+                description=self._description,
+                owns_pool=True,
+                secret=self._secret,
+                notify=self.notify,
+            )
+        return self._companion
+
     def snapshot_rows(self, event_store: Any) -> SnapshotRows:
         """The ``ares_snapshots`` rows of this schema, natively async."""
         from ares_events.stores.postgres.snapshots_async import PostgresSnapshotRows
@@ -609,6 +642,9 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
+        companion, self._companion = self._companion, None
+        if companion is not None:
+            await asyncio.to_thread(companion.close)
         if self._owns_pool:
             await self.pool.close()
         logger.debug("closed async postgresql store %s", self._description)
