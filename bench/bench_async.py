@@ -267,7 +267,7 @@ def run_all(sz: Sizes, ours_db: str, theirs_db: str) -> list[Result]:
     labels = {
         "async": "ares-events async, 32 tasks on 1 event-loop thread",
         "sync": "ares-events sync, 32 threads",
-        "es": "eventsourcing 9.5.6 PostgresApplicationRecorder, 32 threads (it has no async recorder)",
+        "es": "eventsourcing 9.5.6 Postgres recorder, 32 threads (it has no async recorder)",
         "async_nn": "ares-events async, 32 tasks, `notify=false`",
         "sync_nn": "ares-events sync, 32 threads, `notify=false`",
     }
