@@ -240,8 +240,11 @@ class AsyncEventStore(StoreCore):
     ) -> AppendResult:
         """Append ``events`` to ``stream_id`` atomically (see :meth:`EventStore.append`).
 
-        Cancelling the awaiting task may still let the append commit (the backend may
-        have sent it): re-append the same event ids to find out, appends are idempotent.
+        Cancelling the awaiting task cancels the append where it stands: it committed or
+        it did not by the time the task sees ``CancelledError`` (PostgreSQL cancels the
+        statement; a threaded backend lets the write finish first). Which one is not
+        known to the task: re-append the same event ids to find out (appends are
+        idempotent).
 
         Raises:
             InvalidEvent: bad input (names the field and the event's index).

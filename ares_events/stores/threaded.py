@@ -18,6 +18,10 @@ pools, so the event loop never waits for a file, a lock or a socket:
   :data:`WAIT_SLICE` seconds on their own threads, so a cancelled waiter frees its thread
   quickly; a backend without wake-ups is polled by the store, on the loop.
 
+A cancelled write (append, metadata, snapshot) settles before its task sees
+``CancelledError``: it committed or it did not, and nothing of it happens later. A
+cancelled read or wait returns at once (its thread finishes the page on its own).
+
 Closing runs the backend's ``close()`` in a thread: its operation gate lets operations in
 flight finish (or interrupts them after a short grace) and they fail with
 :class:`~ares_events.errors.StoreClosed`; operations still queued fail with it too. The
@@ -109,7 +113,16 @@ class ThreadedRecorder:
             fut = loop.run_in_executor(pool, fn, *args)
         except RuntimeError as exc:  # the pool was shut down by close()
             raise StoreClosed(self.describe()) from exc
-        return await fut
+        if pool is not self._writer:
+            return await fut
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped: a cancelled write settles (commits or rolls back)
+            # before the cancellation goes on, so nothing of it happens after the caller
+            # saw CancelledError (as with PostgreSQL, where psycopg cancels the statement).
+            await asyncio.wait({fut})
+            raise
 
     # -- writes ------------------------------------------------------------------------
 
