@@ -274,3 +274,24 @@ def test_no_session_outlives_close_even_with_statements_in_flight(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
     ).fetchone()
     assert row == (0,)
+
+
+def test_create_false_and_migrate_false_are_checked_as_in_the_blocking_store(
+    postgres_url: str,
+) -> None:
+    """create=False on an empty schema raises StoreNotFound and creates nothing;
+    migrate=false on it raises SchemaVersionError; after a blocking open created the store,
+    both open it."""
+
+    async def scenario() -> None:
+        with pytest.raises(ae.StoreNotFound):
+            await ae.open_async_store(postgres_url, create=False)
+        with pytest.raises(ae.SchemaVersionError):
+            await ae.open_async_store(_with(postgres_url, migrate="false"))
+        ae.open_store(postgres_url).close()
+        async with await ae.open_async_store(postgres_url, create=False) as store:
+            assert await store.last_position() == 0
+        async with await ae.open_async_store(_with(postgres_url, migrate="false")) as store:
+            assert [s async for s in store.streams()] == []
+
+    go(scenario())
