@@ -351,8 +351,9 @@ NOTES = [
     "Notes:",
     "",
     "- **The goal (async >= sync) is not met on this machine.** One event-loop thread "
-    "reached 0.86-0.92x the throughput of 32 blocking threads over four runs (this one's "
-    "ratio is above). Both run the same SQL, "
+    "reached 0.88-0.96x the throughput of 32 blocking threads with NOTIFY on, and "
+    "0.81-0.89x with `notify=false`, over five runs on this day (one run at load 5 gave "
+    "1.02x). Both run the same SQL, "
     "the same one-round-trip append (`ares_append()`) and the same pool sizes; the "
     "difference is client CPU. psycopg's asyncio path waits on the socket through the "
     "event loop (a future and two `epoll_ctl` calls per wait, in Python), its blocking "
@@ -363,7 +364,7 @@ NOTES = [
     "faces), so every client microsecond is taken from it.",
     "- **What one thread buys**: 32 concurrent appenders without 32 OS threads (and without "
     "a thread per call, which the earlier `AsyncJournal` needed), faster than "
-    "eventsourcing's recorder with 32 threads (1.4-1.55x over four runs). With more "
+    "eventsourcing's recorder with 32 threads (1.40-1.64x over five runs). With more "
     "concurrent writers than a thread pool would hold, tasks cost far less than threads; "
     "this benchmark keeps the comparison at the issue's 32.",
     "- **`notify=false`** lets concurrent commits share a WAL flush (no NOTIFY queue lock), "
@@ -372,8 +373,8 @@ NOTES = [
     "release), so its row is its `PostgresApplicationRecorder` on 32 threads.",
     "- The machine is shared with other engineers' test runs; the load average before and "
     "after the run is printed below. The systems alternate within each repetition, so "
-    "drift hits all of them; spreads are wide. A run disturbed by a runaway process of "
-    "this session (found at 94% CPU during the first two runs) was discarded.",
+    "drift hits all of them; spreads are wide. A first run, disturbed by a runaway "
+    "process of this session at 94% CPU, was discarded.",
 ]
 
 
