@@ -69,11 +69,20 @@ from ares_events.projections.recovery import (
     RecoveryReport,
     RecoverySource,
     Snapshotter,
+    arecover,
+    asnapshot,
     recover,
     snapshot,
 )
-from ares_events.projections.replay import ReplayResult, replay
-from ares_events.stores import Capability, available_schemes, open_store, register_store
+from ares_events.projections.replay import ReplayResult, areplay, replay
+from ares_events.stores import (
+    AsyncEventStore,
+    Capability,
+    available_schemes,
+    open_async_store,
+    open_store,
+    register_store,
+)
 from ares_events.stores.settings import Settings
 
 __version__ = "0.1.0"
@@ -85,6 +94,7 @@ __all__ = [
     "STREAM_EXISTS",
     "AppendResult",
     "AresError",
+    "AsyncEventStore",
     "AsyncJournal",
     "BlobCorrupted",
     "BlobError",
@@ -131,6 +141,9 @@ __all__ = [
     "UnknownSchemeError",
     "WitnessRefused",
     "__version__",
+    "arecover",
+    "areplay",
+    "asnapshot",
     "available_schemes",
     "catalog",
     "emit",
@@ -138,6 +151,7 @@ __all__ = [
     "errors",
     "integrity",
     "migrating_gate",
+    "open_async_store",
     "open_store",
     "projections",
     "recover",

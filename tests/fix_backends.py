@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.testing.blocking import BlockingStore, open_blocking
 from tests import servers
 
 BACKENDS = ["memory", "sqlite", "postgres", "memory+cache", "sqlite+cache"]
@@ -100,6 +101,20 @@ def open_backend(
             yield store
         finally:
             store.close()
+
+
+@contextlib.contextmanager
+def open_async_backend(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, **kw: object
+) -> Iterator[BlockingStore]:
+    """Open a fresh store of ``backend`` with ``ae.open_async_store`` and yield its
+    blocking face (a private event loop in a thread), so the blocking suites run on the
+    async store; closed afterwards (``X+cache``: behind a Redis cache, as above)."""
+    with contextlib.ExitStack() as stack:
+        if backend.endswith("+cache") and "cache" not in kw:
+            kw["cache"] = stack.enter_context(redis_cache_url(request))
+        with open_blocking(store_url_for(backend, tmp_path, request), **kw) as store:
+            yield store
 
 
 @contextlib.contextmanager

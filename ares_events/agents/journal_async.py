@@ -1,62 +1,110 @@
 """The asyncio twin of :class:`~ares_events.agents.journal_core.Journal`.
 
-Each method mirrors the sync one step by step (begin, call, failure or end), running the
-store I/O in a worker thread, so that moving it onto a native async store later is a
-change of those calls only.
+The same decisions (:mod:`.journal_logic`), awaited: over an
+:class:`~ares_events.AsyncEventStore` every append and read is a coroutine of the store
+(no thread per call); over a blocking :class:`~ares_events.EventStore` (what earlier
+releases required, still accepted) each store call runs in a worker thread.
+``call``, ``reconcile`` and decorated tools may be coroutine functions.
 
-It may import :mod:`.journal_core` and this package's leaf modules.
+It may import :mod:`.journal_core`, :mod:`.journal_logic` and this package's leaf modules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import runs
-from ares_events.agents.journal_core import Journal, JournalStats
 from ares_events.agents.journal_decorators import reset_active, set_active, wrap_tool
+from ares_events.agents.journal_logic import GatePolicy, JournalLogic, strict_gate
+from ares_events.agents.recording import Redactor
+from ares_events.core.ports import port_for
+from ares_events.core.sansio import arun, maybe_await
 
 if TYPE_CHECKING:
-    from contextvars import Token
-
     from ares_events.agents.runs import RunInfo
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
 
 __all__ = ["AsyncJournal"]
 
 
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
+class AsyncJournal(JournalLogic):
+    """The asyncio twin of :class:`Journal` (same arguments, same rules): create with
+    ``await AsyncJournal.open(store, run_id, ...)``, where ``store`` is an
+    :class:`~ares_events.AsyncEventStore` (native) or a blocking store (worker threads).
+    """
 
-
-class AsyncJournal:
-    """The asyncio twin of :class:`Journal`: store I/O runs in a worker thread and
-    ``call``/``reconcile`` may be coroutine functions. Create with :meth:`open`."""
-
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-        self._token: Token[Any] | None = None
+    def __init__(
+        self,
+        store: AsyncEventStore | EventStore,
+        run_id: str,
+        *,
+        snapshot_every: int = 100,
+        module: str = "journal",
+        redact: Redactor | None = None,
+        record_prompts: bool = True,
+    ) -> None:
+        self._setup(
+            store,
+            run_id,
+            snapshot_every=snapshot_every,
+            module=module,
+            redact=redact,
+            record_prompts=record_prompts,
+        )
+        self._port = port_for(store)
 
     @classmethod
-    async def open(cls, store: EventStore, run_id: str, **kwargs: Any) -> AsyncJournal:
+    async def open(
+        cls,
+        store: AsyncEventStore | EventStore,
+        run_id: str,
+        *,
+        code_revision: str = "unversioned",
+        prompt_hash: str = "",
+        gate: GatePolicy = strict_gate,
+        snapshot_every: int = 100,
+        module: str = "journal",
+        redact: Redactor | None = None,
+        record_prompts: bool = True,
+    ) -> AsyncJournal:
         """Open (recover, gate) the run without blocking the event loop.
 
         Raises:
             RunRefused: the gate refused to resume.
+            ChainIntegrityError: the run's log has integrity findings.
+            StoreUnavailable: the store cannot be reached.
         """
-        return cls(await asyncio.to_thread(Journal, store, run_id, **kwargs))
+        started = time.perf_counter()
+        j = cls(
+            store,
+            run_id,
+            snapshot_every=snapshot_every,
+            module=module,
+            redact=redact,
+            record_prompts=record_prompts,
+        )
+        await arun(j._open_steps(code_revision, prompt_hash, gate), j._port)
+        j.stats.resume_seconds = time.perf_counter() - started
+        return j
 
     @staticmethod
-    async def inspect(store: EventStore, run_id: str, *, requests: bool = True) -> RunInfo:
+    async def inspect(
+        store: AsyncEventStore | EventStore, run_id: str, *, requests: bool = True
+    ) -> RunInfo:
         """See :meth:`Journal.inspect` (appends nothing).
 
         Raises:
             RunNotFound: no run ``run_id`` in the store.
+            StoreUnavailable: the store cannot be reached.
         """
+        from ares_events.core.store_async import AsyncEventStore
+
+        if isinstance(store, AsyncEventStore):
+            return await runs.ainspect_run(store, run_id, requests=requests)
         return await asyncio.to_thread(runs.inspect_run, store, run_id, requests=requests)
 
     async def __aenter__(self) -> AsyncJournal:
@@ -68,26 +116,6 @@ class AsyncJournal:
             reset_active(self._token)
             self._token = None
 
-    @property
-    def stats(self) -> JournalStats:
-        """Counters."""
-        return self.journal.stats
-
-    @property
-    def status(self) -> str:
-        """Run status."""
-        return self.journal.status
-
-    @property
-    def attempt(self) -> int:
-        """See :attr:`Journal.attempt`."""
-        return self.journal.attempt
-
-    @property
-    def replaying(self) -> bool:
-        """See :attr:`Journal.replaying`."""
-        return self.journal.replaying
-
     async def model_call(
         self,
         messages: Any,
@@ -95,17 +123,22 @@ class AsyncJournal:
         *,
         call: Callable[[Any, Mapping[str, Any]], Any | Awaitable[Any]],
     ) -> Any:
-        """See :meth:`Journal.model_call`."""
-        j = self.journal
-        step, done, value = await asyncio.to_thread(j._model_begin, messages, params)
+        """See :meth:`Journal.model_call` (``call`` may be a coroutine function).
+
+        Raises:
+            ReplayDivergence: the messages differ from those recorded at this step.
+            RunNotRunnable: the run cannot take new steps.
+            ModelCallFailed: replaying an abandoned step's failure.
+        """
+        step, done, value = await arun(self._model_begin(messages, params), self._port)
         if done:
             return value
         try:
-            raw = await _maybe_await(call(messages, dict(params or {})))
+            raw = await maybe_await(call(messages, dict(params or {})))
         except Exception as exc:
-            await asyncio.to_thread(j._model_failed, step, exc)
+            await arun(self._model_failed(step, exc), self._port)
             raise
-        return await asyncio.to_thread(j._model_end, step, raw)
+        return await arun(self._model_end(step, raw), self._port)
 
     async def tool_call(
         self,
@@ -116,29 +149,26 @@ class AsyncJournal:
         reconcile: Callable[[str], Any] | None = None,
         idempotent: bool = False,
     ) -> Any:
-        """See :meth:`Journal.tool_call`."""
-        j = self.journal
-        sync_reconcile = None
-        if reconcile is not None:
-            loop = asyncio.get_running_loop()
+        """See :meth:`Journal.tool_call` (``call`` and ``reconcile`` may be coroutine
+        functions).
 
-            def sync_reconcile(key: str) -> tuple[bool, Any]:
-                res = reconcile(key)
-                if inspect.isawaitable(res):
-                    return asyncio.run_coroutine_threadsafe(_maybe_await(res), loop).result()  # type: ignore[no-any-return]
-                return res  # type: ignore[no-any-return]
-
-        key, done, value = await asyncio.to_thread(
-            j._tool_begin, name, args, sync_reconcile, idempotent
+        Raises:
+            InDoubtToolCall: in doubt, no reconciler and not idempotent; run interrupted.
+            ReplayDivergence: another tool, or other args, were recorded at this step.
+            RunNotRunnable: the run cannot take new steps.
+            ToolCallFailed: the step's recorded outcome is an error.
+        """
+        key, done, value = await arun(
+            self._tool_begin(name, args, reconcile, idempotent), self._port
         )
         if done:
             return value
         try:
-            result = await _maybe_await(call(args, key))
+            result = await maybe_await(call(args, key))
         except Exception as exc:
-            await asyncio.to_thread(j._tool_failed, key, exc)
+            await arun(self._tool_failed(key, exc), self._port)
             raise
-        return await asyncio.to_thread(j._tool_end, key, result)
+        return await arun(self._tool_end(key, result), self._port)
 
     def tool(
         self,
@@ -159,22 +189,56 @@ class AsyncJournal:
         """See :meth:`Journal.step`."""
         return self.tool(fn, name=name, idempotent=True)
 
+    async def resolve_tool_call(
+        self,
+        key: str,
+        *,
+        result: Any = None,
+        error: Any = None,
+        by: str = "operator",
+        reason: str | None = None,
+    ) -> None:
+        """See :meth:`Journal.resolve_tool_call`.
+
+        Raises:
+            ConfigError: the call is not in doubt.
+        """
+        await arun(self._resolve_steps(key, result, error, by, reason), self._port)
+
     async def patch(self, key: str, value: Any) -> None:
-        """See :meth:`Journal.patch`."""
-        await asyncio.to_thread(self.journal.patch, key, value)
+        """See :meth:`Journal.patch`.
+
+        Raises:
+            ReplayDivergence: the log recorded another kind of step here.
+            RunNotRunnable: the run cannot take new steps.
+        """
+        await arun(self._patch_steps(key, value), self._port)
 
     async def interrupt(self, reason: str) -> bool:
-        """See :meth:`Journal.interrupt`."""
-        return await asyncio.to_thread(self.journal.interrupt, reason)
+        """See :meth:`Journal.interrupt`.
+
+        Raises:
+            ReplayDivergence: the log recorded another kind of step here.
+            RunNotRunnable: the run cannot take new steps.
+        """
+        return await arun(self._interrupt_steps(reason), self._port)
 
     async def resume(self, *, by: str, reason: str | None = None) -> None:
-        """See :meth:`Journal.resume`."""
-        await asyncio.to_thread(self.journal.resume, by=by, reason=reason)
+        """See :meth:`Journal.resume`.
+
+        Raises:
+            RunNotRunnable: the run is not paused.
+        """
+        await arun(self._resume_steps(by, reason), self._port)
 
     async def complete(self, result: Any = None) -> None:
-        """See :meth:`Journal.complete`."""
-        await asyncio.to_thread(self.journal.complete, result)
+        """See :meth:`Journal.complete`.
+
+        Raises:
+            RunNotRunnable: the run is paused, failed, cancelled or refused.
+        """
+        await arun(self._complete_steps(result), self._port)
 
     async def fail(self, error: str) -> None:
         """See :meth:`Journal.fail`."""
-        await asyncio.to_thread(self.journal.fail, error)
+        await arun(self._fail_steps(error), self._port)

@@ -1,8 +1,10 @@
 """The :class:`Journal` (see :mod:`ares_events.agents.journal` for the rules it keeps),
-its gates, stats and reply type. The asyncio twin is in :mod:`.journal_async`.
+its gates, stats and reply type. The decisions live in :mod:`.journal_logic`, shared with
+the asyncio twin in :mod:`.journal_async`; this class drives them with a blocking store.
 
 It may import the core, stores, integrity, projections and this package's leaf modules
-(:mod:`.runs`, :mod:`.recording`, :mod:`.journal_errors`, :mod:`.journal_decorators`).
+(:mod:`.runs`, :mod:`.recording`, :mod:`.journal_errors`, :mod:`.journal_decorators`,
+:mod:`.journal_logic`).
 """
 
 from __future__ import annotations
@@ -10,40 +12,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import runs
 from ares_events.agents.journal_decorators import reset_active, set_active, wrap_tool
-from ares_events.agents.journal_errors import (
-    InDoubtToolCall,
-    ModelCallFailed,
-    ReplayDivergence,
-    RunNotRunnable,
-    RunRefused,
-    ToolCallFailed,
+from ares_events.agents.journal_logic import (
+    FINISHED,
+    IN_DOUBT,
+    GatePolicy,
+    JournalLogic,
+    JournalStats,
+    ModelReply,
+    migrating_gate,
+    strict_gate,
 )
-from ares_events.agents.recording import (
-    MAX_ERROR_CHARS,
-    MISSING,
-    Redactor,
-    class_path,
-    describe,
-    first_difference,
-    hash_of,
-    rebuild_failure,
-)
-from ares_events.core.catalog import new_event
-from ares_events.core.events import NO_STREAM
-from ares_events.core.recorder import Capability
-from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
-from ares_events.projections.base import ERASED_REASON
-from ares_events.projections.builtin import RunStateProjection
-from ares_events.projections.recovery import Snapshotter, recover
+from ares_events.agents.recording import Redactor
+from ares_events.core.ports import StorePort
+from ares_events.core.sansio import run
 
 if TYPE_CHECKING:
-    from contextvars import Token
-
     from ares_events.agents.runs import RunInfo
     from ares_events.core.store import EventStore
 
@@ -60,75 +47,8 @@ __all__ = [
     "strict_gate",
 ]
 
-IN_DOUBT: Final = "in_doubt_tool_call"
-FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
-# A call at the loop's current step with one of these statuses and the same request is
-# another attempt of that step (live: a retry; on replay: the next recorded failure).
-_SAME_STEP: Final = frozenset({"failed", "not_done", "abandoned", "requested"})
-_OPEN: Final = frozenset({"failed", "not_done"})
 
-
-@dataclass(frozen=True, slots=True)
-class ModelReply:
-    """What a model ``call`` returns: the completion and its token usage."""
-
-    completion: Any
-    usage: Mapping[str, Any]
-
-
-GatePolicy = Callable[[tuple[str, str], tuple[str, str]], str]
-
-
-def strict_gate(recorded: tuple[str, str], current: tuple[str, str]) -> str:
-    """Resume only under the same code revision and prompt hash; otherwise refuse."""
-    return "resume" if recorded == current else "refuse"
-
-
-def migrating_gate(recorded: tuple[str, str], current: tuple[str, str]) -> str:
-    """Resume when unchanged; refuse a changed prompt; migrate a changed code revision."""
-    if recorded == current:
-        return "resume"
-    return "refuse" if recorded[1] != current[1] else "migrate"
-
-
-@dataclass(slots=True)
-class JournalStats:
-    """Counters of one Journal instance (one process's incarnation of a run)."""
-
-    model_calls_made: int = 0
-    model_calls_from_log: int = 0
-    tokens_from_log: int = 0
-    tool_calls_made: int = 0
-    tool_calls_from_log: int = 0
-    tool_calls_reconciled: int = 0
-    model_attempts_failed: int = 0
-    tool_attempts_failed: int = 0
-    steps_abandoned: int = 0
-    failures_from_log: int = 0
-    resume_seconds: float = 0.0
-
-
-def _reply(value: Any) -> ModelReply:
-    if isinstance(value, ModelReply):
-        return value
-    if isinstance(value, tuple) and len(value) == 2:
-        return ModelReply(value[0], dict(value[1]))
-    if isinstance(value, Mapping) and "completion" in value:
-        return ModelReply(value["completion"], dict(value.get("usage") or {}))
-    return ModelReply(value, {})
-
-
-def _failure(exc: BaseException) -> dict[str, Any]:
-    try:
-        message = str(exc)
-    except Exception:  # a broken __str__ must not hide the failure itself
-        message = f"<unprintable {type(exc).__name__}>"
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[: MAX_ERROR_CHARS - 1] + "…"
-    return {"error_type": type(exc).__name__, "error": message, "error_class": class_path(exc)}
-
-
-class Journal:
+class Journal(JournalLogic):
     """Write-ahead journal of one run (see the module docstring).
 
     Args:
@@ -167,66 +87,16 @@ class Journal:
         record_prompts: bool = True,
     ) -> None:
         started = time.perf_counter()
-        self.store = store
-        self.run_id = run_id
-        self.module = module
-        self.redact = redact
-        self.record_prompts = record_prompts
-        self.projection = RunStateProjection()
-        self.stats = JournalStats()
-        has_snaps = Capability.SNAPSHOTS in store.capabilities
-        self._snapshots = store.snapshots if has_snaps else None
-        rep = recover(store, run_id, self.projection, snapshots=self._snapshots, max_replay=2**62)
-        if rep.findings:
-            raise ChainIntegrityError(run_id, rep.findings)
-        erased = [s for s in rep.skipped if s.reason == ERASED_REASON]
-        if erased:
-            # A step whose request or outcome was erased cannot be replayed: acting again
-            # could re-pay a model call or repeat a side effect. Inspection still works.
-            raise PayloadErased(run_id, erased[0].version)
-        self.state: dict[str, Any] = rep.state
-        self.version = rep.version
-        self.recovered_from = str(rep.source)
-        self.resumed = rep.version > 0
-        self.position = 0
-        """The step the loop is at (the last step it touched; 0 before the first)."""
-        self.attempt = 0
-        """Attempt number of the last call at the current step (1 for a first attempt)."""
-        self.replaying = False
-        """True when the last call was answered (or failed) from the log, not made."""
-        self._here = 0
-        self._token: Token[Any] | None = None
-        self._snapshotter = (
-            Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
-            if has_snaps and snapshot_every > 0
-            else None
+        self._setup(
+            store,
+            run_id,
+            snapshot_every=snapshot_every,
+            module=module,
+            redact=redact,
+            record_prompts=record_prompts,
         )
-        current = (code_revision, prompt_hash)
-        if not self.resumed:
-            self._append(
-                "run.started",
-                {"code_revision": code_revision, "prompt_hash": prompt_hash},
-                NO_STREAM,
-            )
-        elif self.state["status"] not in FINISHED:
-            recorded = (self.state["code_revision"] or "", self.state["prompt_hash"] or "")
-            decision = gate(recorded, current)
-            if decision not in ("resume", "migrate", "refuse"):
-                raise ConfigError(
-                    f"version gate returned {decision!r}; expected resume, migrate or refuse"
-                )
-            self._append(
-                "run.gate",
-                {
-                    "decision": decision,
-                    "code_revision": code_revision,
-                    "prompt_hash": prompt_hash,
-                    "recorded_code_revision": recorded[0],
-                    "recorded_prompt_hash": recorded[1],
-                },
-            )
-            if decision == "refuse":
-                raise RunRefused(run_id, recorded, current)
+        self._port = StorePort(store)
+        run(self._open_steps(code_revision, prompt_hash, gate), self._port)
         self.stats.resume_seconds = time.perf_counter() - started
 
     # -- looking without writing ------------------------------------------------------------
@@ -244,11 +114,6 @@ class Journal:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    @property
-    def status(self) -> str:
-        """``running``, ``paused``, ``completed``, ``failed``, ``cancelled`` or ``refused``."""
-        return str(self.state["status"])
-
     def __enter__(self) -> Journal:
         self._token = set_active(self)
         return self
@@ -258,226 +123,7 @@ class Journal:
             reset_active(self._token)
             self._token = None
 
-    def _append(
-        self,
-        type_: str,
-        payload: dict[str, Any],
-        expected: Any = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        ev = new_event(type_, self.module, payload, metadata=metadata)
-        res = self.store.append(
-            self.run_id, [ev], expected_version=(self.version if expected is None else expected)
-        )
-        # Fold the stored event itself so the state is exactly what a recovery would see.
-        for e in self.store.read(self.run_id, from_version=res.version, limit=1):
-            self.state = self.projection.apply(self.state, e)
-        self.version = res.version
-        if self._snapshotter is not None:
-            self._snapshotter.after_append(self.run_id, res.version)
-
-    def _require_runnable(self) -> None:
-        st = self.state["status"]
-        if st != "running":
-            detail = ""
-            if st == "paused" and self.state["interrupt"]:
-                detail = f"interrupted: {self.state['interrupt']['reason']}"
-            raise RunNotRunnable(self.run_id, st, detail)
-
-    def _rec(self, step: int) -> dict[str, Any] | None:
-        rec = self.state["steps"].get(str(step))
-        return rec if isinstance(rec, dict) else None
-
-    def _position(self, kind: str, same: Callable[[dict[str, Any]], bool]) -> int:
-        """The step this call belongs to: the current one again when it is another attempt
-        of it, else the next one."""
-        rec = self._rec(self.position) if self.position else None
-        if (
-            rec is not None
-            and rec.get("kind") == kind
-            and rec.get("status") in _SAME_STEP
-            and same(rec)
-        ):
-            self._here += 1
-            return self.position
-        self.position += 1
-        self._here = 1
-        return self.position
-
-    def _abandon_open(self, step: int) -> None:
-        rec = self._rec(step) if step > 0 else None
-        if rec is not None and rec.get("status") in _OPEN:
-            self._append("step.abandoned", {"step": step})
-            self.stats.steps_abandoned += 1
-
-    def _new_step(self) -> None:
-        """Checks and bookkeeping before the first append of a new step."""
-        self._require_runnable()
-        self._abandon_open(self.position - 1)
-        self.attempt = 1
-        self.replaying = False
-
-    def _diverged(
-        self,
-        step: int,
-        what: str,
-        recorded: Any,
-        current: Any,
-        path: str,
-        rec: dict[str, Any],
-        current_hash: str,
-    ) -> ReplayDivergence:
-        if recorded is MISSING:
-            was, now = str(rec.get("hash") or "")[:16], current_hash[:16]
-            return ReplayDivergence(
-                self.run_id,
-                step,
-                f"{what} differ from the recorded call at this step; only hashes are "
-                f"recorded, so the difference cannot be shown: recorded blake3 {was}…, "
-                f"now {now}…",
-                path=path,
-                recorded=was,
-                current=now,
-                hashes_only=True,
-            )
-        diff = first_difference(recorded, current, path)
-        if diff is None:  # equal after all: e.g. a hash of another canonical form
-            return ReplayDivergence(
-                self.run_id, step, f"{what} differ from the recorded call at this step", path=path
-            )
-        where, a, b = diff
-        ra, cb = describe(a, b)
-        return ReplayDivergence(
-            self.run_id,
-            step,
-            f"{what} differ from the recorded call at {where}: recorded {ra}, now {cb}",
-            path=where,
-            recorded=ra,
-            current=cb,
-        )
-
-    def _recorded_request(self, rec: dict[str, Any], field: str) -> Any:
-        """``field`` of the step's first request event, or MISSING when not recorded."""
-        version = rec.get("version")
-        if not isinstance(version, int):
-            return MISSING
-        for e in self.store.read(self.run_id, from_version=version, limit=1):
-            payload = e.payload if isinstance(e.payload, dict) else {}
-            return payload.get(field, MISSING)
-        return MISSING
-
-    def _kind_divergence(self, step: int, rec: dict[str, Any], asked: str) -> ReplayDivergence:
-        kind = str(rec.get("kind"))
-        recorded = f"{kind} {rec['name']!r}" if rec.get("name") else kind
-        return ReplayDivergence(
-            self.run_id,
-            step,
-            f"the log recorded a {recorded} step here; the loop asked for {asked}",
-            path="kind",
-            recorded=recorded,
-            current=asked,
-        )
-
-    def _raise_recorded(self, step: int, rec: dict[str, Any]) -> None:
-        """Raise the failure a replayed abandoned step saw at this (``_here``-th) call."""
-        self.replaying = True
-        self.stats.failures_from_log += 1
-        fails = [a for a in rec.get("attempts", []) if a.get("status") == "failed"]
-        key = str(rec.get("key") or f"{self.run_id}:{step}")
-        if not fails:
-            raise ToolCallFailed(
-                self.run_id, key, "abandoned without a recorded failure", step=step
-            )
-        a = fails[min(self._here, len(fails)) - 1]
-        self.attempt = int(a["n"])
-        note = (
-            f"replayed from the run journal (run {self.run_id!r}, step {step}, attempt "
-            f"{a['n']}): the call was not made again"
-        )
-        exc = rebuild_failure(a.get("error_class"), str(a.get("error", "")), note)
-        if exc is not None:
-            raise exc
-        if rec.get("kind") == "model":
-            raise ModelCallFailed(self.run_id, step, a["n"], a["error_type"], a["error"])
-        raise ToolCallFailed(
-            self.run_id,
-            key,
-            f"{a['error_type']}: {a['error']}",
-            step=step,
-            attempt=a["n"],
-            error_type=a["error_type"],
-        )
-
-    def _record(self, value: Any) -> Any:
-        return self.redact(value) if self.redact is not None else value
-
     # -- model calls ---------------------------------------------------------------------
-
-    def _model_begin(
-        self, messages: Any, params: Mapping[str, Any] | None
-    ) -> tuple[int, bool, Any]:
-        msgs = self._record(messages)
-        prm = self._record(dict(params or {}))
-        mh = hash_of(msgs, "messages")
-        hash_of(prm, "params")  # not JSON: fail before anything is appended
-        step = self._position("model", lambda rec: rec.get("hash") == mh)
-        rec = self._rec(step)
-        if rec is None:
-            self._new_step()
-            self._model_request(step, 1, mh, msgs, prm)
-            return step, False, None
-        if rec.get("kind") != "model":
-            raise self._kind_divergence(step, rec, "a model call")
-        if rec.get("hash") != mh:
-            recorded = self._recorded_request(rec, "messages")
-            raise self._diverged(step, "messages", recorded, msgs, "messages", rec, mh)
-        status = rec.get("status")
-        if status == "answered":
-            self.replaying = True
-            self.attempt = len(rec.get("attempts", [])) or 1
-            self.stats.model_calls_from_log += 1
-            self.stats.tokens_from_log += runs.tokens_of(self.state["usage_by_step"].get(str(step)))
-            return step, True, self.state["completions"].get(str(step))
-        if status == "abandoned":
-            self._raise_recorded(step, rec)
-        self._require_runnable()
-        self.replaying = False
-        attempts = rec.get("attempts", [])
-        last = attempts[-1]["n"] if attempts else 0
-        if status == "requested":
-            # Asked, never answered nor failed (the process died in the call): ask again
-            # under the same request; only an unanswered call can be paid twice.
-            self.attempt = last or 1
-            return step, False, None
-        self.attempt = last + 1
-        self._model_request(step, last + 1, mh, msgs, prm)
-        return step, False, None
-
-    def _model_request(self, step: int, attempt: int, mh: str, msgs: Any, prm: Any) -> None:
-        payload: dict[str, Any] = {
-            "step": step,
-            "attempt": attempt,
-            "messages_hash": mh,
-            "params": prm,
-        }
-        if self.record_prompts:
-            payload["messages"] = msgs
-        if self.redact is not None:
-            payload["redacted"] = True
-        self._append("model.call.requested", payload)
-
-    def _model_failed(self, step: int, exc: BaseException) -> None:
-        self.stats.model_attempts_failed += 1
-        self._append("model.call.failed", {"step": step, "attempt": self.attempt, **_failure(exc)})
-
-    def _model_end(self, step: int, raw: Any) -> Any:
-        reply = _reply(raw)
-        self.stats.model_calls_made += 1
-        self._append(
-            "model.responded",
-            {"step": step, "completion": reply.completion, "usage": dict(reply.usage)},
-        )
-        return reply.completion
 
     def model_call(
         self,
@@ -499,125 +145,17 @@ class Journal:
             ModelCallFailed: replaying an abandoned step whose exception class is not
                 loaded in this process (else an instance of that class is raised).
         """
-        step, done, value = self._model_begin(messages, params)
+        step, done, value = run(self._model_begin(messages, params), self._port)
         if done:
             return value
         try:
             raw = call(messages, dict(params or {}))
         except Exception as exc:
-            self._model_failed(step, exc)
+            run(self._model_failed(step, exc), self._port)
             raise
-        return self._model_end(step, raw)
+        return run(self._model_end(step, raw), self._port)
 
     # -- tool calls ----------------------------------------------------------------------
-
-    def _tool_begin(
-        self,
-        name: str,
-        args: Any,
-        reconcile: Callable[[str], tuple[bool, Any]] | None,
-        idempotent: bool,
-    ) -> tuple[str, bool, Any]:
-        recorded_args = self._record(args)
-        ah = hash_of(recorded_args, "args")
-
-        def same(rec: dict[str, Any]) -> bool:
-            return rec.get("name") == name and rec.get("hash") in (None, ah)
-
-        step = self._position("tool", same)
-        rec = self._rec(step)
-        key = f"{self.run_id}:{step}"
-        if rec is None:
-            self._new_step()
-            self._tool_request(step, 1, name, recorded_args, ah, key)
-            return key, False, None
-        if rec.get("kind") != "tool":
-            raise self._kind_divergence(step, rec, f"tool {name!r}")
-        key = str(rec.get("key") or key)
-        if rec.get("name") != name:
-            raise ReplayDivergence(
-                self.run_id,
-                step,
-                f"tool {name!r} requested where the log recorded {rec.get('name')!r}",
-                path="tool",
-                recorded=repr(rec.get("name")),
-                current=repr(name),
-            )
-        if rec.get("hash") not in (None, ah):
-            recorded = self._recorded_request(rec, "args")
-            raise self._diverged(
-                step, f"args of tool {name!r}", recorded, recorded_args, "args", rec, ah
-            )
-        tc = self.state["tool_calls"].get(key, {})
-        status = rec.get("status")
-        attempts = rec.get("attempts", [])
-        last = attempts[-1]["n"] if attempts else 0
-        if status in ("returned", "error"):
-            self.replaying = True
-            self.attempt = last or 1
-            self.stats.tool_calls_from_log += 1
-            if status == "error":
-                raise ToolCallFailed(self.run_id, key, tc.get("error"), step=step)
-            return key, True, tc.get("result")
-        if status == "abandoned":
-            self._raise_recorded(step, rec)
-        if status in _OPEN:
-            self._require_runnable()
-            self.replaying = False
-            self.attempt = last + 1
-            self._tool_request(step, last + 1, name, recorded_args, ah, key)
-            return key, False, None
-        # In doubt: requested, no outcome.
-        self.attempt = last or 1
-        if reconcile is not None:
-            landed, result = reconcile(key)
-            if landed:
-                self._require_runnable()
-                self._append(
-                    "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
-                )
-                self.stats.tool_calls_reconciled += 1
-                self.replaying = True
-                return key, True, result
-        elif not idempotent:
-            if self.state["status"] == "running":
-                self._append("run.interrupted", {"reason": IN_DOUBT, "key": key, "step": step})
-            raise InDoubtToolCall(self.run_id, key, name, step)
-        self._require_runnable()
-        self.replaying = False
-        return key, False, None
-
-    def _tool_request(
-        self, step: int, attempt: int, name: str, args: Any, ah: str, key: str
-    ) -> None:
-        self._append(
-            "tool.call.requested",
-            {
-                "name": name,
-                "args": args,
-                "idempotency_key": key,
-                "step": step,
-                "attempt": attempt,
-                "args_hash": ah,
-            },
-        )
-
-    def _tool_failed(self, key: str, exc: BaseException) -> None:
-        self.stats.tool_attempts_failed += 1
-        self._append(
-            "tool.call.failed",
-            {
-                "idempotency_key": key,
-                "step": self.position,
-                "attempt": self.attempt,
-                **_failure(exc),
-            },
-        )
-
-    def _tool_end(self, key: str, result: Any) -> Any:
-        self.stats.tool_calls_made += 1
-        self._append("tool.returned", {"idempotency_key": key, "result": result})
-        return result
 
     def tool_call(
         self,
@@ -643,15 +181,15 @@ class Journal:
             ToolCallFailed: the step's recorded outcome is an error, or an abandoned
                 step's failure is replayed and its exception class is not loaded here.
         """
-        key, done, value = self._tool_begin(name, args, reconcile, idempotent)
+        key, done, value = run(self._tool_begin(name, args, reconcile, idempotent), self._port)
         if done:
             return value
         try:
             result = call(args, key)
         except Exception as exc:
-            self._tool_failed(key, exc)
+            run(self._tool_failed(key, exc), self._port)
             raise
-        return self._tool_end(key, result)
+        return run(self._tool_end(key, result), self._port)
 
     def tool(
         self,
@@ -688,12 +226,7 @@ class Journal:
         Raises:
             ConfigError: the call is not in doubt.
         """
-        tc = self.state["tool_calls"].get(key)
-        if tc is None or tc["status"] != "requested":
-            raise ConfigError(f"tool call {key} is not in doubt")
-        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
-        payload["error" if error is not None else "result"] = error if error is not None else result
-        self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
+        run(self._resolve_steps(key, result, error, by, reason), self._port)
 
     # -- state, interrupts, end ----------------------------------------------------------
 
@@ -704,20 +237,7 @@ class Journal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        step = self._position("patch", lambda rec: False)
-        rec = self._rec(step)
-        if rec is not None:
-            if rec.get("kind") != "patch":
-                raise self._kind_divergence(step, rec, "a state patch")
-            self.replaying = True
-            return
-        self._new_step()
-        self._append("state.patched", {"key": key, "value": value, "step": step})
-
-    @property
-    def patched(self) -> dict[str, Any]:
-        """The run's patched state (key -> value)."""
-        return dict(self.state["state"])
+        run(self._patch_steps(key, value), self._port)
 
     def interrupt(self, reason: str) -> bool:
         """Pause the run (e.g. awaiting approval). Returns True when the run is now paused
@@ -727,16 +247,7 @@ class Journal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        step = self._position("interrupt", lambda rec: False)
-        rec = self._rec(step)
-        if rec is not None:
-            if rec.get("kind") != "interrupt":
-                raise self._kind_divergence(step, rec, f"an interrupt ({reason})")
-            self.replaying = True
-            return not rec.get("resumed", False)
-        self._new_step()
-        self._append("run.interrupted", {"reason": reason, "step": step})
-        return True
+        return run(self._interrupt_steps(reason), self._port)
 
     def resume(self, *, by: str, reason: str | None = None) -> None:
         """Resume a paused run (from any process, any time later).
@@ -744,9 +255,7 @@ class Journal:
         Raises:
             RunNotRunnable: the run is not paused.
         """
-        if self.state["status"] != "paused":
-            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
-        self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
+        run(self._resume_steps(by, reason), self._port)
 
     def complete(self, result: Any = None) -> None:
         """Mark the run completed (idempotent).
@@ -754,16 +263,8 @@ class Journal:
         Raises:
             RunNotRunnable: the run is paused, failed, cancelled or refused.
         """
-        if self.state["status"] == "completed":
-            return
-        self._require_runnable()
-        self._abandon_open(self.position)
-        self._append("run.completed", {"result": result, "step": self.position})
+        run(self._complete_steps(result), self._port)
 
     def fail(self, error: str) -> None:
         """Mark the run failed (idempotent)."""
-        if self.state["status"] == "failed":
-            return
-        if self.state["status"] == "running":
-            self._abandon_open(self.position)
-        self._append("run.failed", {"error": error, "step": self.position})
+        run(self._fail_steps(error), self._port)

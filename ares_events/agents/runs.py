@@ -23,20 +23,24 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
 from ares_events.core.catalog import new_event
+from ares_events.core.ports import StorePort, port_for
 from ares_events.core.recorder import Capability
+from ares_events.core.sansio import Call, Steps, arun, run
 from ares_events.errors import ChainIntegrityError, ConfigError
 from ares_events.integrity.findings import Finding
 from ares_events.projections.builtin import RunStateProjection
-from ares_events.projections.recovery import recover
+from ares_events.projections.recovery import recover_steps
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
 
 __all__ = [
     "LIST_STATUSES",
     "AttemptInfo",
     "RunInfo",
     "StepInfo",
+    "ainspect_run",
     "audit",
     "cancel_run",
     "inspect_run",
@@ -297,7 +301,7 @@ def _steps(state: Mapping[str, Any], requests: Mapping[int, Any]) -> tuple[StepI
     return tuple(out)
 
 
-def _requests(store: EventStore, run_id: str, state: Mapping[str, Any]) -> dict[int, Any]:
+def _requests(run_id: str, state: Mapping[str, Any]) -> Steps[dict[int, Any]]:
     wanted = {
         rec["version"]
         for rec in state["steps"].values()
@@ -306,26 +310,35 @@ def _requests(store: EventStore, run_id: str, state: Mapping[str, Any]) -> dict[
     found: dict[int, Any] = {}
     if not wanted:
         return found
-    for e in store.read(run_id, from_version=min(wanted), to_version=max(wanted)):
-        if e.version not in wanted:
-            continue
-        if e.payload_erased:
-            found[e.version] = {"erased": True}
-            continue
-        payload = e.payload if isinstance(e.payload, dict) else {}
-        if e.type == "model.call.requested":
-            req = {"params": payload.get("params")}
-            if "messages" in payload:
-                req["messages"] = payload["messages"]
-            found[e.version] = req
-        elif e.type == "tool.call.requested":
-            found[e.version] = {"args": payload.get("args")}
+    handle = yield Call("open_read", run_id, min(wanted), max(wanted), None)
+    try:
+        while chunk := (yield Call("next_chunk", handle)):
+            for e in chunk:
+                if e.version not in wanted:
+                    continue
+                if e.payload_erased:
+                    found[e.version] = {"erased": True}
+                    continue
+                payload = e.payload if isinstance(e.payload, dict) else {}
+                if e.type == "model.call.requested":
+                    req = {"params": payload.get("params")}
+                    if "messages" in payload:
+                        req["messages"] = payload["messages"]
+                    found[e.version] = req
+                elif e.type == "tool.call.requested":
+                    found[e.version] = {"args": payload.get("args")}
+    except GeneratorExit:  # the driver itself was closed: no more calls
+        raise
+    except BaseException:
+        yield Call("close_read", handle)
+        raise
+    yield Call("close_read", handle)
     return found
 
 
-def _is_run(store: EventStore, run_id: str) -> str | None:
+def _is_run(run_id: str) -> Steps[str | None]:
     """None when ``run_id`` is a run, else why not."""
-    first = next(iter(store.read(run_id, limit=1)), None)
+    first = yield Call("read_at", run_id, 1)
     if first is None:
         return "no such run"
     if first.type != "run.started":
@@ -346,16 +359,35 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
         RunNotFound: no stream ``run_id``, or a stream that is not a run.
         StoreUnavailable: the store cannot be reached.
     """
-    why = _is_run(store, run_id)
+    return run(_inspect_steps(store, run_id, requests), StorePort(store))
+
+
+async def ainspect_run(store: AsyncEventStore, run_id: str, *, requests: bool = True) -> RunInfo:
+    """The asyncio twin of :func:`inspect_run` (the same steps).
+
+    Raises:
+        RunNotFound: no stream ``run_id``, or a stream that is not a run.
+        StoreUnavailable: the store cannot be reached.
+    """
+    return await arun(_inspect_steps(store, run_id, requests), port_for(store))
+
+
+def _inspect_steps(store: Any, run_id: str, requests: bool) -> Steps[RunInfo]:
+    why = yield from _is_run(run_id)
     if why is not None:
         raise RunNotFound(run_id, why)
     snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-    rep = recover(
-        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
+    rep = yield from recover_steps(
+        store.chain_key,
+        run_id,
+        RunStateProjection(),
+        snapshots=snaps,
+        max_replay=2**62,
+        tolerant=True,
     )
     state = rep.state
-    last = next(iter(store.read(run_id, from_version=rep.version, limit=1)), None)
-    loaded = _requests(store, run_id, state) if requests else {}
+    last = yield Call("read_at", run_id, rep.version)
+    loaded = (yield from _requests(run_id, state)) if requests else {}
     return RunInfo(
         run_id=run_id,
         status=_status(state),
@@ -381,7 +413,7 @@ def iter_run_ids(store: EventStore) -> Iterator[str]:
     """Streams of ``store`` that are runs (their first event is ``run.started``)."""
     # Listed first: reading each stream while the listing is open would nest cursors.
     for stream_id in [sid for sid, _ in store.streams()]:
-        if _is_run(store, stream_id) is None:
+        if run(_is_run(stream_id), StorePort(store)) is None:
             yield stream_id
 
 

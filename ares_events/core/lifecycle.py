@@ -21,19 +21,24 @@ keeps an iterator open does not hold ``close()`` up, and its next page raises
 
 A thread that calls ``close()`` from inside one of its own operations (a callback during
 a read) is not waited for: only other threads' operations are.
+
+:class:`AsyncOperationGate` is the same gate for asyncio backends: operations are
+coroutines of one event loop, and ``close()`` awaits them instead of blocking a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
 from ares_events.errors import StoreClosed
 
-__all__ = ["DEFAULT_CLOSE_GRACE", "OperationGate"]
+__all__ = ["DEFAULT_CLOSE_GRACE", "AsyncOperationGate", "OperationGate"]
 
 DEFAULT_CLOSE_GRACE: Final = 2.0
 """Seconds ``close()`` lets in-flight operations finish before it interrupts them."""
@@ -149,4 +154,93 @@ class OperationGate:
                 if timeout is not None:
                     limit = min(limit, timeout - waited)
                 self._cond.wait(max(limit, 0.001))
+        return first
+
+
+class AsyncOperationGate:
+    """The asyncio twin of :class:`OperationGate`, for backends whose operations are
+    coroutines on one event loop: counts in-flight operations, refuses new ones once
+    closing, and lets :meth:`close` *await* the ones in flight (never blocking the loop).
+
+    Args:
+        where: the store's redacted URL, for :class:`StoreClosed` messages.
+    """
+
+    __slots__ = ("_active", "_closed", "_idle", "where")
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._active = 0
+        self._closed = False
+        self._idle: asyncio.Event | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (operations may still be draining)."""
+        return self._closed
+
+    def check(self, action: str | None = None) -> None:
+        """Raise :class:`StoreClosed` when closed.
+
+        Raises:
+            StoreClosed: the store is closed or closing.
+        """
+        if self._closed:
+            raise StoreClosed(self.where, action)
+
+    def enter(self, action: str | None = None) -> None:
+        """Start an operation; pair with :meth:`exit`.
+
+        Raises:
+            StoreClosed: the store is closed or closing.
+        """
+        if self._closed:
+            raise StoreClosed(self.where, action)
+        self._active += 1
+
+    def exit(self) -> None:
+        """End an operation started with :meth:`enter`."""
+        self._active -= 1
+        if self._active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def close(
+        self,
+        *,
+        grace: float = DEFAULT_CLOSE_GRACE,
+        interrupt: Callable[[], Awaitable[None]] | None = None,
+        limit: float = 4 * DEFAULT_CLOSE_GRACE,
+    ) -> bool:
+        """Refuse new operations and await the ones in flight.
+
+        Args:
+            grace: seconds to let in-flight operations finish on their own.
+            interrupt: awaited once after ``grace`` if some still run (cancel their
+                statements); they then fail with :class:`StoreClosed`.
+            limit: stop waiting after this many seconds in all (an operation that
+                ignores its interruption must not hang ``close()``).
+
+        Returns:
+            True for the first call (the caller releases its resources), False when the
+            gate was already closed.
+        """
+        first = not self._closed
+        self._closed = True
+        if self._active == 0:
+            return first
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        idle = self._idle
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(grace):
+                await idle.wait()
+            return first
+        except TimeoutError:
+            pass
+        if interrupt is not None:
+            await interrupt()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(limit - (time.monotonic() - start), 0.01)):
+                await idle.wait()
         return first

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AppendOutcome",
+    "AsyncRecorder",
     "Batch",
     "Capability",
     "EraseOutcome",
@@ -419,4 +420,55 @@ class Recorder(Protocol):
 
     def close(self) -> None:
         """Release connections and files. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class AsyncRecorder(Protocol):
+    """The asyncio face of a backend: the same contract as :class:`Recorder`, each I/O
+    method a coroutine and each read an async iterator. What
+    :class:`~ares_events.core.store_async.AsyncEventStore` drives.
+
+    A backend provides one natively (memory, PostgreSQL) or gets the generic adapter
+    that runs its blocking :class:`Recorder` in a small pool of worker threads
+    (:class:`~ares_events.stores.threaded.ThreadedRecorder`: SQLite, the Redis cache,
+    third-party stores). Optional methods mirror the blocking ones (``append_many``,
+    ``tracked_position``, ``wait_for``, ``meta_get``/``meta_put_if_absent``/``meta_set``,
+    ``find_duplicates``, ``default_blobs_url``, ``snapshot_rows``).
+    """
+
+    capabilities: frozenset[Capability]
+
+    def describe(self) -> str:
+        """The store's URL, redacted."""
+        ...
+
+    async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append atomically, following the write protocol in the module docstring."""
+        ...
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> AsyncIterator[RecordedEvent]:
+        """Events of one stream in version order, lazily."""
+        ...
+
+    def read_all(self, after_position: int, limit: int | None) -> AsyncIterator[RecordedEvent]:
+        """Events of every stream in global position order, lazily."""
+        ...
+
+    async def head(self, stream_id: str) -> Head | None:
+        """The stream's head row, or None when the stream does not exist."""
+        ...
+
+    def heads(self) -> AsyncIterator[tuple[str, Head]]:
+        """Every stream head, ordered by stream id."""
+        ...
+
+    async def last_position(self) -> int:
+        """The highest global position visible to ``read_all`` (0 when empty)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; calls in flight fail with ``StoreClosed``. Idempotent."""
         ...

@@ -41,6 +41,7 @@ import blake3
 import orjson
 
 from ares_events.core.events import format_at, parse_at, validate_name
+from ares_events.core.sansio import Call, Steps, run
 from ares_events.errors import InvalidEvent, SnapshotMismatch, StoreError
 from ares_events.integrity.chain import ChainKey, canonical_json
 
@@ -55,6 +56,7 @@ __all__ = [
     "SnapshotInfo",
     "SnapshotStore",
     "make_snapshot",
+    "make_snapshot_steps",
     "snapshot_seal",
     "snapshot_store_for",
     "state_digest",
@@ -286,8 +288,148 @@ class SnapshotStore(Protocol):
 _Row = tuple[Any, Any, Any, Any, Any, Any, Any]
 
 
-class _BaseSnapshotStore:
-    """Validation and verification shared by every backend; subclasses move rows."""
+class _SnapshotLogic:
+    """The checks every snapshot store shares, blocking or asyncio, written once as
+    :mod:`~ares_events.core.sansio` steps. Port calls: ``get_row(stream_id, projection)``,
+    ``put_row(snapshot)``, ``read_at(stream_id, version)`` (the first event at or after
+    ``version``, or None) and ``stream_version(stream_id)``."""
+
+    _store: Any
+
+    def _save_steps(self, snapshot: Snapshot) -> Steps[Snapshot]:
+        _validate(snapshot)
+        reason = yield from self._stream_reason_steps(snapshot)
+        if reason is not None:
+            raise SnapshotMismatch(snapshot.stream_id, snapshot.projection, reason)
+        sealed = replace(snapshot, seal=snapshot_seal(snapshot, self._store.chain_key))
+        yield Call("put_row", sealed)
+        logger.debug(
+            "saved snapshot of %r for stream %r at version %d",
+            snapshot.projection,
+            snapshot.stream_id,
+            snapshot.at_version,
+        )
+        return sealed
+
+    def _check_steps(self, snapshot: Snapshot, version: int | None) -> Steps[str | None]:
+        if not isinstance(snapshot, Snapshot):
+            raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snapshot).__name__}")
+        if version is not None:
+            _check_int(version, "version", 0, snapshot.stream_id)
+            if snapshot.projection_version != version:
+                return f"projection version {snapshot.projection_version} != {version}"
+        if state_digest(snapshot.state_json) != snapshot.state_digest:
+            return "state digest mismatch"
+        reason = yield from self._stream_reason_steps(snapshot)
+        return reason or self._seal_reason(snapshot)
+
+    def _load_steps(
+        self, stream_id: str, projection: str, version: int | None, *, verify: bool
+    ) -> Steps[tuple[Snapshot | None, str | None]]:
+        validate_name(stream_id, "stream_id")
+        validate_name(projection, "projection", stream_id=stream_id)
+        if version is not None:
+            _check_int(version, "version", 0, stream_id)
+        row = yield Call("get_row", stream_id, projection)
+        if row is None:
+            return None, None
+        pv, at_version, at_hash, state_json, digest, created, seal = row
+        problem = _row_problem(row)
+        if problem is not None:
+            return None, f"malformed snapshot row: {problem}"
+        if verify:
+            if version is not None and pv != version:
+                return None, f"projection version {pv} != {version}"
+            if state_digest(state_json) != digest:
+                return None, "state digest mismatch"
+        try:
+            created_at = parse_at(created)
+            snap = Snapshot(
+                stream_id=stream_id,
+                projection=projection,
+                projection_version=pv,
+                at_version=at_version,
+                at_hash=bytes(at_hash),
+                state=None,
+                state_json=bytes(state_json),
+                state_digest=bytes(digest),
+                created_at=created_at,
+                seal=None if seal is None else bytes(seal),
+            )
+            if verify:
+                # The stream, then the seal, before decoding: a forged state is never parsed.
+                reason = yield from self._stream_reason_steps(snap)
+                reason = reason or self._seal_reason(snap)
+                if reason is not None:
+                    return None, reason
+            snap = replace(snap, state=orjson.loads(state_json))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            # Only reachable when the digest was recomputed over garbage, or unverified.
+            return None, f"stored snapshot cannot be decoded: {exc}"
+        return snap, None
+
+    def _seal_reason(self, snap: Snapshot) -> str | None:
+        """Why ``snap``'s seal does not hold (None: it holds, or an unkeyed store's snapshot
+        predates seals)."""
+        key = self._store.chain_key
+        if snap.seal is None:
+            if key is None:
+                return None
+            return (
+                "snapshot is not sealed with the store's chain key (written before seals "
+                "existed, or by someone without the key)"
+            )
+        if snap.seal != snapshot_seal(snap, key):
+            if key is None:
+                return "snapshot seal mismatch (a field was altered)"
+            return (
+                "snapshot seal does not verify under the store's chain key (forged, or "
+                "written under another key)"
+            )
+        return None
+
+    def _stream_reason_steps(self, snap: Snapshot) -> Steps[str | None]:
+        """Why the stream does not contain ``snap.at_hash`` at ``snap.at_version``."""
+        at = snap.at_version
+        event = yield Call("read_at", snap.stream_id, at)
+        if event is None:
+            head = yield Call("stream_version", snap.stream_id)
+            if head >= at:
+                return (
+                    f"stream is shorter than at_version {at} (head says version {head}; truncated?)"
+                )
+            return f"stream is shorter than at_version {at} (stream is at version {head})"
+        if event.version != at:
+            return f"stream has no event at version {at} (next is {event.version}; deleted?)"
+        if event.hash != snap.at_hash:
+            return f"at_hash does not match stream at version {at}"
+        return None
+
+
+class _SyncPort:
+    """A blocking snapshot store and its event store as the port of the steps."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: _BaseSnapshotStore) -> None:
+        self._owner = owner
+
+    def get_row(self, stream_id: str, projection: str) -> _Row | None:
+        return self._owner._get(stream_id, projection)
+
+    def put_row(self, snap: Snapshot) -> None:
+        self._owner._put(snap)
+
+    def read_at(self, stream_id: str, version: int) -> Any:
+        return next(iter(self._owner._store.read(stream_id, from_version=version, limit=1)), None)
+
+    def stream_version(self, stream_id: str) -> int:
+        return int(self._owner._store.stream_version(stream_id))
+
+
+class _BaseSnapshotStore(_SnapshotLogic):
+    """The blocking snapshot store: the shared checks over row primitives that
+    subclasses implement (``_put``, ``_get``, ``_remove``, ``_infos``)."""
 
     def __init__(self, store: EventStore) -> None:
         self._store = store
@@ -324,19 +466,7 @@ class _BaseSnapshotStore:
             StoreUnavailable: the database cannot be reached.
             StoreError: the database failed.
         """
-        _validate(snapshot)
-        reason = self._stream_reason(snapshot)
-        if reason is not None:
-            raise SnapshotMismatch(snapshot.stream_id, snapshot.projection, reason)
-        sealed = replace(snapshot, seal=snapshot_seal(snapshot, self._store.chain_key))
-        self._put(sealed)
-        logger.debug(
-            "saved snapshot of %r for stream %r at version %d",
-            snapshot.projection,
-            snapshot.stream_id,
-            snapshot.at_version,
-        )
-        return sealed
+        return run(self._save_steps(snapshot), _SyncPort(self))
 
     def load(
         self,
@@ -384,10 +514,7 @@ class _BaseSnapshotStore:
             StoreError: the database failed.
         """
         snap, reason = self._load(stream_id, projection, version, verify=True)
-        if reason is not None:
-            logger.debug("snapshot of %r for stream %r ignored: %s", projection, stream_id, reason)
-            return SnapshotCheck(None, reason)
-        return SnapshotCheck(snap, None)
+        return _checked(stream_id, projection, snap, reason)
 
     def check(self, snapshot: Snapshot, version: int | None = None) -> str | None:
         """Why ``snapshot`` must not be used, or None when it matches the stream.
@@ -400,15 +527,7 @@ class _BaseSnapshotStore:
             InvalidEvent: ``snapshot`` is not a :class:`Snapshot` or ``version`` is bad.
             StoreUnavailable: the database cannot be reached.
         """
-        if not isinstance(snapshot, Snapshot):
-            raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snapshot).__name__}")
-        if version is not None:
-            _check_int(version, "version", 0, snapshot.stream_id)
-            if snapshot.projection_version != version:
-                return f"projection version {snapshot.projection_version} != {version}"
-        if state_digest(snapshot.state_json) != snapshot.state_digest:
-            return "state digest mismatch"
-        return self._stream_reason(snapshot) or self._seal_reason(snapshot)
+        return run(self._check_steps(snapshot, version), _SyncPort(self))
 
     def verify_all(self, stream_id: str | None = None) -> Iterator[tuple[SnapshotInfo, str | None]]:
         """Check every stored snapshot (for audits): ``(info, reason or None)``.
@@ -435,9 +554,7 @@ class _BaseSnapshotStore:
             StoreUnavailable: the database cannot be reached.
             StoreError: the database failed.
         """
-        validate_name(stream_id, "stream_id")
-        if projection is not None:
-            validate_name(projection, "projection", stream_id=stream_id)
+        _check_delete(stream_id, projection)
         n = self._remove(stream_id, projection)
         logger.debug("deleted %d snapshot(s) of stream %r", n, stream_id)
         return n
@@ -465,83 +582,22 @@ class _BaseSnapshotStore:
     def _load(
         self, stream_id: str, projection: str, version: int | None, *, verify: bool
     ) -> tuple[Snapshot | None, str | None]:
-        validate_name(stream_id, "stream_id")
+        return run(self._load_steps(stream_id, projection, version, verify=verify), _SyncPort(self))
+
+
+def _checked(
+    stream_id: str, projection: str, snap: Snapshot | None, reason: str | None
+) -> SnapshotCheck:
+    if reason is not None:
+        logger.debug("snapshot of %r for stream %r ignored: %s", projection, stream_id, reason)
+        return SnapshotCheck(None, reason)
+    return SnapshotCheck(snap, None)
+
+
+def _check_delete(stream_id: str, projection: str | None) -> None:
+    validate_name(stream_id, "stream_id")
+    if projection is not None:
         validate_name(projection, "projection", stream_id=stream_id)
-        if version is not None:
-            _check_int(version, "version", 0, stream_id)
-        row = self._get(stream_id, projection)
-        if row is None:
-            return None, None
-        pv, at_version, at_hash, state_json, digest, created, seal = row
-        problem = _row_problem(row)
-        if problem is not None:
-            return None, f"malformed snapshot row: {problem}"
-        if verify:
-            if version is not None and pv != version:
-                return None, f"projection version {pv} != {version}"
-            if state_digest(state_json) != digest:
-                return None, "state digest mismatch"
-        try:
-            created_at = parse_at(created)
-            snap = Snapshot(
-                stream_id=stream_id,
-                projection=projection,
-                projection_version=pv,
-                at_version=at_version,
-                at_hash=bytes(at_hash),
-                state=None,
-                state_json=bytes(state_json),
-                state_digest=bytes(digest),
-                created_at=created_at,
-                seal=None if seal is None else bytes(seal),
-            )
-            if verify:
-                # The stream, then the seal, before decoding: a forged state is never parsed.
-                reason = self._stream_reason(snap) or self._seal_reason(snap)
-                if reason is not None:
-                    return None, reason
-            snap = replace(snap, state=orjson.loads(state_json))
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            # Only reachable when the digest was recomputed over garbage, or unverified.
-            return None, f"stored snapshot cannot be decoded: {exc}"
-        return snap, None
-
-    def _seal_reason(self, snap: Snapshot) -> str | None:
-        """Why ``snap``'s seal does not hold (None: it holds, or an unkeyed store's snapshot
-        predates seals)."""
-        key = self._store.chain_key
-        if snap.seal is None:
-            if key is None:
-                return None
-            return (
-                "snapshot is not sealed with the store's chain key (written before seals "
-                "existed, or by someone without the key)"
-            )
-        if snap.seal != snapshot_seal(snap, key):
-            if key is None:
-                return "snapshot seal mismatch (a field was altered)"
-            return (
-                "snapshot seal does not verify under the store's chain key (forged, or "
-                "written under another key)"
-            )
-        return None
-
-    def _stream_reason(self, snap: Snapshot) -> str | None:
-        """Why the stream does not contain ``snap.at_hash`` at ``snap.at_version``."""
-        at = snap.at_version
-        event = next(iter(self._store.read(snap.stream_id, from_version=at, limit=1)), None)
-        if event is None:
-            head = self._store.stream_version(snap.stream_id)
-            if head >= at:
-                return (
-                    f"stream is shorter than at_version {at} (head says version {head}; truncated?)"
-                )
-            return f"stream is shorter than at_version {at} (stream is at version {head})"
-        if event.version != at:
-            return f"stream has no event at version {at} (next is {event.version}; deleted?)"
-        if event.hash != snap.at_hash:
-            return f"at_hash does not match stream at version {at}"
-        return None
 
 
 def _row_problem(row: _Row) -> str | None:
@@ -625,16 +681,26 @@ def make_snapshot(
         SnapshotMismatch: the stream has no event at ``at_version``.
         StoreUnavailable: the store cannot be reached.
     """
+    return run(
+        make_snapshot_steps(stream_id, projection_name, projection_version, state, at_version),
+        _StorePort(store),
+    )
+
+
+def make_snapshot_steps(
+    stream_id: str, projection_name: str, projection_version: int, state: Any, at_version: int
+) -> Steps[Snapshot]:
+    """:func:`make_snapshot` as steps (port calls ``read_at`` and ``stream_version``)."""
     validate_name(stream_id, "stream_id")
     validate_name(projection_name, "projection", stream_id=stream_id)
     _check_int(at_version, "at_version", 1, stream_id)
-    event = next(iter(store.read(stream_id, from_version=at_version, limit=1)), None)
+    event = yield Call("read_at", stream_id, at_version)
     if event is None or event.version != at_version:
+        version = yield Call("stream_version", stream_id)
         raise SnapshotMismatch(
             stream_id,
             projection_name,
-            f"stream is shorter than at_version {at_version} "
-            f"(stream is at version {store.stream_version(stream_id)})",
+            f"stream is shorter than at_version {at_version} (stream is at version {version})",
         )
     return Snapshot.of(
         stream_id,
@@ -644,6 +710,21 @@ def make_snapshot(
         at_hash=event.hash,
         state=state,
     )
+
+
+class _StorePort:
+    """An event store as the port of :func:`make_snapshot_steps`."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def read_at(self, stream_id: str, version: int) -> Any:
+        return next(iter(self._store.read(stream_id, from_version=version, limit=1)), None)
+
+    def stream_version(self, stream_id: str) -> int:
+        return int(self._store.stream_version(stream_id))
 
 
 # -- dispatch --------------------------------------------------------------------------------

@@ -27,10 +27,10 @@ from ares_events.integrity.chain import ChainKey, canonical_json, genesis, link_
 
 if TYPE_CHECKING:
     from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
-    from ares_events.integrity.verify import ChainVerifier, audit, verify_stream
+    from ares_events.integrity.verify import ChainVerifier, audit, averify_stream, verify_stream
 
 _FINDINGS = frozenset({"AuditReport", "Finding", "VerifyReport"})
-_VERIFY = frozenset({"ChainVerifier", "audit", "verify_stream"})
+_VERIFY = frozenset({"ChainVerifier", "audit", "averify_stream", "verify_stream"})
 
 __all__ = [
     "AuditReport",
@@ -39,6 +39,7 @@ __all__ = [
     "Finding",
     "VerifyReport",
     "audit",
+    "averify_stream",
     "canonical_json",
     "genesis",
     "link_hash",

@@ -52,7 +52,9 @@ from ares_events.core.events import (
     PayloadRef,
     RecordedEvent,
 )
+from ares_events.core.ports import StorePort, port_for
 from ares_events.core.recorder import Capability, Head
+from ares_events.core.sansio import Call, Steps, arun, run
 from ares_events.errors import BlobError, BlobMissing, InvalidEvent
 from ares_events.integrity.anchors import verify_anchors
 from ares_events.integrity.chain import (
@@ -70,6 +72,7 @@ from ares_events.integrity.notes import VerifierKey
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,9 @@ __all__ = [
     "Finding",
     "VerifyReport",
     "audit",
+    "averify_stream",
     "verify_stream",
+    "verify_stream_steps",
 ]
 
 
@@ -376,25 +381,37 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
-    head = store.head(stream_id)
-    v = ChainVerifier(stream_id, store.chain_key)
-    # Straight from the system of record, under any cache wrapper (``inner``).
-    recorder = getattr(store.recorder, "inner", store.recorder)
-    n, head = _check_stream(store, recorder, stream_id, v, head)
+    return run(verify_stream_steps(store.chain_key, stream_id), StorePort(store))
+
+
+async def averify_stream(store: AsyncEventStore, stream_id: str) -> VerifyReport:
+    """The asyncio twin of :func:`verify_stream` (the same steps, the same
+    :class:`ChainVerifier`).
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    return await arun(verify_stream_steps(store.chain_key, stream_id), port_for(store))
+
+
+def verify_stream_steps(chain_key: ChainKey | None, stream_id: str) -> Steps[VerifyReport]:
+    """:func:`verify_stream` as steps over a store port (:mod:`ares_events.core.ports`)."""
+    head = yield Call("head", stream_id)
+    v = ChainVerifier(stream_id, chain_key)
+    n, head = yield from _check_stream_steps(stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
     return VerifyReport(stream_id, v.findings, n, v.last, head_version)
 
 
-def _check_stream(
-    store: EventStore,
-    recorder: Any,
+def _check_stream_steps(
     stream_id: str,
     v: ChainVerifier,
     head: Head | None,
     on_event: Callable[[RecordedEvent], None] | None = None,
-) -> tuple[int, Head | None]:
-    """Check every event of the stream with ``v``; return how many and the head to
+) -> Steps[tuple[int, Head | None]]:
+    """Check every event of the stream with ``v``, straight from the system of record
+    (port call ``open_source``, under any cache wrapper); return how many and the head to
     compare with. A stream written while it is checked is followed: when the events read
     go past the head read first, the head is read again, and if it moved further the
     new events are read up to it too, so a live stream is never reported truncated."""
@@ -402,16 +419,25 @@ def _check_stream(
     start = 1
     while True:
         progressed = False
-        for e in recorder.read(stream_id, start, None, None):
-            v.check(e)
-            if on_event is not None:
-                on_event(e)
-            n += 1
-            progressed = True
+        handle = yield Call("open_source", stream_id, start)
+        try:
+            while chunk := (yield Call("next_chunk", handle)):
+                for e in chunk:
+                    v.check(e)
+                    if on_event is not None:
+                        on_event(e)
+                    n += 1
+                    progressed = True
+        except GeneratorExit:  # the driver itself was closed: no more calls
+            raise
+        except BaseException:
+            yield Call("close_read", handle)
+            raise
+        yield Call("close_read", handle)
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head
         # Events past the head read first (or no head then): concurrent appends.
-        head = store.head(stream_id)
+        head = yield Call("head", stream_id)
         if head is None or head_problem(head) is not None or head.version <= v.last:
             return n, head
         if not progressed:
@@ -456,6 +482,7 @@ def audit(
     done = 0
     # Straight from the system of record, under any cache wrapper (``inner``).
     recorder = getattr(store.recorder, "inner", store.recorder)
+    port = StorePort(store)
     heads: dict[str, Head] = {}
     for sid, head in recorder.heads():
         if type(sid) is not str:
@@ -487,7 +514,7 @@ def audit(
 
     for sid, head in heads.items():
         ver = ChainVerifier(sid, key)
-        n, shead = _check_stream(store, recorder, sid, ver, head, seen)
+        n, shead = run(_check_stream_steps(sid, ver, head, seen), port)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0
         r = VerifyReport(sid, ver.findings, n, ver.last, head_version)

@@ -5,28 +5,47 @@ report, when its projection version differs, its ``at_hash`` no longer matches t
 stream or its state digest is wrong), then folds the tail after ``at_version`` while
 checking the chain from ``at_hash`` and comparing the end with the stream head. Cost is
 O(tail), not O(stream). The replay cap is honoured and never silent.
+
+Each is written once as steps (:mod:`ares_events.core.sansio`) and driven blocking
+(:func:`recover`, :func:`snapshot`) or with asyncio (:func:`arecover`,
+:func:`asnapshot`).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.ports import StorePort, port_for
+from ares_events.core.sansio import Call, Steps, arun, run
 from ares_events.errors import ChainIntegrityError, ConfigError, SnapshotMismatch
 from ares_events.integrity.findings import Finding
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
-from ares_events.projections.replay import DEFAULT_MAX_REPLAY, replay
+from ares_events.projections.replay import DEFAULT_MAX_REPLAY, replay_steps
 
 if TYPE_CHECKING:
     from ares_events.core.snapshots import Snapshot
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
+    from ares_events.integrity.chain import ChainKey
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RecoveryReport", "RecoverySource", "Snapshotter", "recover", "snapshot"]
+__all__ = [
+    "RecoveryReport",
+    "RecoverySource",
+    "Snapshotter",
+    "arecover",
+    "asnapshot",
+    "recover",
+    "recover_steps",
+    "snapshot",
+    "snapshot_steps",
+]
 
 
 class RecoverySource(enum.StrEnum):
@@ -84,17 +103,6 @@ class RecoveryReport:
         }
 
 
-def _load_snapshot(
-    snapshots: Any, stream_id: str, projection: Projection
-) -> tuple[Snapshot | None, str | None]:
-    try:
-        snap = snapshots.load(stream_id, projection.name, projection.version)
-    except SnapshotMismatch as exc:
-        logger.warning("ignoring snapshot of %s for %r: %s", projection.name, stream_id, exc.reason)
-        return None, exc.reason
-    return snap, None
-
-
 def recover(
     store: EventStore,
     stream_id: str,
@@ -122,9 +130,72 @@ def recover(
         ChainIntegrityError: ``strict`` and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
-    snap, ignored = (None, None)
+    steps = recover_steps(
+        store.chain_key,
+        stream_id,
+        projection,
+        snapshots=snapshots,
+        max_replay=max_replay,
+        strict=strict,
+        tolerant=tolerant,
+    )
+    return run(steps, StorePort(store))
+
+
+async def arecover(
+    store: AsyncEventStore,
+    stream_id: str,
+    projection: Projection,
+    *,
+    snapshots: Any = None,
+    max_replay: int = DEFAULT_MAX_REPLAY,
+    strict: bool = False,
+    tolerant: bool = False,
+) -> RecoveryReport:
+    """The asyncio twin of :func:`recover` (the same steps): ``snapshots`` is
+    ``store.snapshots`` of the async store, or None to replay only.
+
+    Raises:
+        EventSchemaError: an event fails its schema and ``tolerant`` is False.
+        ReplayCapExceeded: ``strict`` and the cap was reached.
+        ChainIntegrityError: ``strict`` and the chain or head check found problems.
+        StoreUnavailable: the store cannot be reached.
+    """
+    steps = recover_steps(
+        store.chain_key,
+        stream_id,
+        projection,
+        snapshots=snapshots,
+        max_replay=max_replay,
+        strict=strict,
+        tolerant=tolerant,
+    )
+    return await arun(steps, port_for(store))
+
+
+def recover_steps(
+    chain_key: ChainKey | None,
+    stream_id: str,
+    projection: Projection,
+    *,
+    snapshots: Any = None,
+    max_replay: int = DEFAULT_MAX_REPLAY,
+    strict: bool = False,
+    tolerant: bool = False,
+) -> Steps[RecoveryReport]:
+    """:func:`recover` as steps over a store port (:mod:`ares_events.core.ports`)."""
+    snap: Snapshot | None = None
+    ignored: str | None = None
     if snapshots is not None:
-        snap, ignored = _load_snapshot(snapshots, stream_id, projection)
+        try:
+            snap = yield Call(
+                "invoke", snapshots.load, stream_id, projection.name, projection.version
+            )
+        except SnapshotMismatch as exc:
+            logger.warning(
+                "ignoring snapshot of %s for %r: %s", projection.name, stream_id, exc.reason
+            )
+            ignored = exc.reason
     skipped: list[SkippedEvent] = []
     strict_schema = not tolerant
 
@@ -135,8 +206,8 @@ def recover(
         initial, from_version, start_hash = snap.state, snap.at_version + 1, snap.at_hash
     else:
         initial, from_version, start_hash = projection.initial(), 1, None
-    res = replay(
-        store,
+    res = yield from replay_steps(
+        chain_key,
         stream_id,
         step,
         initial,
@@ -187,14 +258,46 @@ def snapshot(
         EventSchemaError: an event fails its schema.
         StoreUnavailable: the store cannot be reached.
     """
-    from ares_events.core.snapshots import make_snapshot
-
     snaps = snapshots if snapshots is not None else store.snapshots
-    rep = recover(
-        store,
+    steps = snapshot_steps(store.chain_key, stream_id, projection, snaps, max_replay)
+    return run(steps, StorePort(store))
+
+
+async def asnapshot(
+    store: AsyncEventStore,
+    stream_id: str,
+    projection: Projection,
+    *,
+    snapshots: Any = None,
+    max_replay: int | None = None,
+) -> Snapshot | None:
+    """The asyncio twin of :func:`snapshot` (the same steps).
+
+    Raises:
+        ChainIntegrityError: the chain has findings.
+        EventSchemaError: an event fails its schema.
+        StoreUnavailable: the store cannot be reached.
+    """
+    snaps = snapshots if snapshots is not None else store.snapshots
+    steps = snapshot_steps(store.chain_key, stream_id, projection, snaps, max_replay)
+    return await arun(steps, port_for(store))
+
+
+def snapshot_steps(
+    chain_key: ChainKey | None,
+    stream_id: str,
+    projection: Projection,
+    snapshots: Any,
+    max_replay: int | None = None,
+) -> Steps[Snapshot | None]:
+    """:func:`snapshot` as steps over a store port."""
+    from ares_events.core.snapshots import make_snapshot_steps
+
+    rep = yield from recover_steps(
+        chain_key,
         stream_id,
         projection,
-        snapshots=snaps,
+        snapshots=snapshots,
         max_replay=max_replay if max_replay is not None else 2**62,
     )
     if rep.findings:
@@ -202,11 +305,14 @@ def snapshot(
     if rep.version == 0:
         return None
     if rep.source is RecoverySource.SNAPSHOT and rep.replayed == 0:
-        return snaps.load(stream_id, projection.name, projection.version)  # type: ignore[no-any-return]
-    snap = make_snapshot(
-        store, stream_id, projection.name, projection.version, rep.state, rep.version
+        loaded: Snapshot | None = yield Call(
+            "invoke", snapshots.load, stream_id, projection.name, projection.version
+        )
+        return loaded
+    snap = yield from make_snapshot_steps(
+        stream_id, projection.name, projection.version, rep.state, rep.version
     )
-    snaps.save(snap)
+    yield Call("invoke", snapshots.save, snap)
     logger.debug("snapshot of %s for %r at version %d", projection.name, stream_id, rep.version)
     return snap
 
@@ -216,12 +322,13 @@ class Snapshotter:
 
     Call :meth:`after_append` with each append's result (the journal and the projection
     runner do); it snapshots each projection when the stream crosses a multiple of
-    ``every``.
+    ``every``. Over an asyncio store, drive :meth:`after_append_steps` with an async
+    port (the ``AsyncJournal`` does).
     """
 
     def __init__(
         self,
-        store: EventStore,
+        store: EventStore | AsyncEventStore,
         projections: list[Projection],
         *,
         every: int = 100,
@@ -237,13 +344,21 @@ class Snapshotter:
         self.taken = 0
 
     def due(self, stream_id: str, version: int, projection: Projection) -> bool:
-        """True when ``version`` is at least ``every`` past the last snapshot."""
+        """True when ``version`` is at least ``every`` past the last snapshot (a blocking
+        store; asyncio code drives :meth:`after_append_steps`)."""
+        return run(self._due_steps(stream_id, version, projection), self._blocking_port())
+
+    def _due_steps(self, stream_id: str, version: int, projection: Projection) -> Steps[bool]:
         key = (stream_id, projection.name)
         last = self._last.get(key)
         if last is None:
             try:
-                snap = self.snapshots.load(
-                    stream_id, projection.name, projection.version, verify=False
+                snap = yield Call(
+                    "invoke",
+                    functools.partial(self.snapshots.load, verify=False),
+                    stream_id,
+                    projection.name,
+                    projection.version,
                 )
             except SnapshotMismatch:
                 snap = None
@@ -252,11 +367,26 @@ class Snapshotter:
         return version // self.every > last // self.every
 
     def after_append(self, stream_id: str, version: int) -> int:
-        """Snapshot every projection that is due; returns how many were written."""
+        """Snapshot every projection that is due; returns how many were written (a
+        blocking store; asyncio code drives :meth:`after_append_steps`)."""
+        return run(self.after_append_steps(stream_id, version), self._blocking_port())
+
+    def _blocking_port(self) -> StorePort:
+        from ares_events.core.store_async import AsyncEventStore
+
+        if isinstance(self.store, AsyncEventStore):
+            raise ConfigError(
+                "Snapshotter.after_append() needs a blocking store; over an asyncio store, "
+                "drive after_append_steps() with its port (AsyncJournal does)"
+            )
+        return StorePort(self.store)
+
+    def after_append_steps(self, stream_id: str, version: int) -> Steps[int]:
+        """:meth:`after_append` as steps over a store port (the store's face)."""
         n = 0
         for p in self.projections:
-            if self.due(stream_id, version, p):
-                snap = snapshot(self.store, stream_id, p, snapshots=self.snapshots)
+            if (yield from self._due_steps(stream_id, version, p)):
+                snap = yield from snapshot_steps(self.store.chain_key, stream_id, p, self.snapshots)
                 if snap is not None:
                     self._last[(stream_id, p.name)] = snap.at_version
                     n += 1

@@ -3,6 +3,9 @@
 ``max_replay`` (default 10,000) bounds the work. Reaching it before the end of the
 stream is never silent: the result says ``capped=True``, or in strict mode
 :class:`~ares_events.errors.ReplayCapExceeded` is raised.
+
+The fold is written once (:func:`replay_steps`) and driven by :func:`replay` (blocking
+store) and :func:`areplay` (asyncio store).
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.ports import StorePort, port_for
+from ares_events.core.sansio import Call, Steps, arun, run
 from ares_events.errors import ChainIntegrityError, InvalidEvent, ReplayCapExceeded
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verify import ChainVerifier
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
+    from ares_events.integrity.chain import ChainKey
 
-__all__ = ["DEFAULT_MAX_REPLAY", "ReplayResult", "replay"]
+__all__ = ["DEFAULT_MAX_REPLAY", "ReplayResult", "areplay", "replay", "replay_steps"]
 
 DEFAULT_MAX_REPLAY: Final = 10_000
 S = TypeVar("S")
@@ -82,6 +89,67 @@ def replay(
         ChainIntegrityError: strict mode and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
+    steps = replay_steps(
+        store.chain_key,
+        stream_id,
+        fold,
+        initial,
+        from_version=from_version,
+        start_hash=start_hash,
+        max_replay=max_replay,
+        strict=strict,
+        verify=verify,
+    )
+    return run(steps, StorePort(store))
+
+
+async def areplay(
+    store: AsyncEventStore,
+    stream_id: str,
+    fold: Callable[[S, RecordedEvent], S],
+    initial: S,
+    *,
+    from_version: int = 1,
+    start_hash: bytes | None = None,
+    max_replay: int = DEFAULT_MAX_REPLAY,
+    strict: bool = False,
+    verify: bool = True,
+) -> ReplayResult[S]:
+    """The asyncio twin of :func:`replay` (the same steps; see it for the arguments).
+
+    Raises:
+        InvalidEvent: a bad ``max_replay``, ``from_version`` or a missing ``start_hash``.
+        ReplayCapExceeded: strict mode and the cap was reached before the end.
+        ChainIntegrityError: strict mode and the chain or head check found problems.
+        StoreUnavailable: the store cannot be reached.
+    """
+    steps = replay_steps(
+        store.chain_key,
+        stream_id,
+        fold,
+        initial,
+        from_version=from_version,
+        start_hash=start_hash,
+        max_replay=max_replay,
+        strict=strict,
+        verify=verify,
+    )
+    return await arun(steps, port_for(store))
+
+
+def replay_steps(
+    chain_key: ChainKey | None,
+    stream_id: str,
+    fold: Callable[[S, RecordedEvent], S],
+    initial: S,
+    *,
+    from_version: int = 1,
+    start_hash: bytes | None = None,
+    max_replay: int = DEFAULT_MAX_REPLAY,
+    strict: bool = False,
+    verify: bool = True,
+) -> Steps[ReplayResult[S]]:
+    """:func:`replay` as steps over a store port (:mod:`ares_events.core.ports`)."""
     if type(max_replay) is not int or max_replay < 0:
         raise InvalidEvent("max_replay", f"must be an int >= 0, got {max_replay!r}")
     if type(from_version) is not int or from_version < 1:
@@ -93,12 +161,12 @@ def replay(
             f"{from_version - 1}, e.g. a snapshot's at_hash)",
             stream_id=stream_id,
         )
-    head = store.head(stream_id)
+    head = yield Call("head", stream_id)
     head_version = head.version if head and type(head.version) is int else 0
     verifier = None
     if verify:
         verifier = ChainVerifier(
-            stream_id, store.chain_key, start_version=from_version - 1, start_hash=start_hash
+            stream_id, chain_key, start_version=from_version - 1, start_hash=start_hash
         )
     state = initial
     n = 0
@@ -108,20 +176,29 @@ def replay(
     while True:
         progressed = False
         # Read one past the cap to learn whether the cap cut the stream short.
-        for e in store.read(stream_id, from_version=start, limit=max_replay - n + 1):
-            if n == max_replay:
-                capped = True
-                break
-            if (
-                verifier is not None
-                and not verifier.check(e)
-                and verifier.findings[-1].kind == "malformed_row"
-            ):
-                continue  # not an event (a tampered row): reported, never folded
-            state = fold(state, e)
-            last = e
-            n += 1
-            progressed = True
+        handle = yield Call("open_read", stream_id, start, None, max_replay - n + 1)
+        try:
+            while not capped and (chunk := (yield Call("next_chunk", handle))):
+                for e in chunk:
+                    if n == max_replay:
+                        capped = True
+                        break
+                    if (
+                        verifier is not None
+                        and not verifier.check(e)
+                        and verifier.findings[-1].kind == "malformed_row"
+                    ):
+                        continue  # not an event (a tampered row): reported, never folded
+                    state = fold(state, e)
+                    last = e
+                    n += 1
+                    progressed = True
+        except GeneratorExit:  # the driver itself was closed: no more calls
+            raise
+        except BaseException:
+            yield Call("close_read", handle)
+            raise
+        yield Call("close_read", handle)
         version = last.version if last is not None else from_version - 1
         if (
             verifier is None
@@ -135,7 +212,7 @@ def replay(
         # if it moved further still while the events were read, read up to it too, so a
         # stream that is being written is never reported as truncated. Events the head
         # names but the read cannot find stay a finding.
-        head = store.head(stream_id)
+        head = yield Call("head", stream_id)
         head_version = head.version if head and type(head.version) is int else 0
         if head is None or head_version <= version or not progressed:
             break

@@ -506,6 +506,12 @@ def tables_for(store: Any) -> ReadModelTables:
     """
     rec = store.recorder
     rec = getattr(rec, "inner", rec)
+    # An asyncio recorder names the blocking recorder its read models live beside (read
+    # models are folded by the blocking runner).
+    companion = getattr(rec, "read_model_recorder", None)
+    if callable(companion):
+        rec = companion()
+        rec = getattr(rec, "inner", rec)
     cached = getattr(rec, "_ares_read_models", None)
     if cached is not None:
         return cached  # type: ignore[no-any-return]

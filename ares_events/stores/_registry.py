@@ -83,3 +83,21 @@ def resolve(scheme: str) -> type[Any]:
     with _lock:
         _targets[scheme] = cls
     return cls  # type: ignore[no-any-return]
+
+
+def resolve_async(cls: type[Any]) -> type[Any] | None:
+    """The native asyncio face of backend ``cls`` (its ``async_recorder`` class attribute,
+    a ``"module:Class"`` string or a class), or None when it has none.
+
+    Raises:
+        MissingDependencyError: the asyncio face's dependency is not installed.
+    """
+    target = getattr(cls, "async_recorder", None)
+    if target is None or not isinstance(target, str):
+        return target
+    mod_name, _, attr = target.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise MissingDependencyError(f"the asyncio face of {cls.__name__}", "postgres") from exc
+    return getattr(mod, attr)  # type: ignore[no-any-return]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -52,10 +52,19 @@ class _Data:
     snapshots: dict[tuple[str, str], Any] = field(default_factory=dict)
     tracking: dict[str, int] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
+    watchers: set[Callable[[], None]] = field(default_factory=set)
+    """Called (under the lock, so they must not block) after every append: how asyncio
+    waiters of :mod:`~ares_events.stores.memory_async` wake up, whichever face appended."""
     cond: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
         self.cond = threading.Condition(self.lock)
+
+    def notify(self) -> None:
+        """Wake every waiter, blocking or asyncio (the caller holds the lock)."""
+        self.cond.notify_all()
+        for wake in list(self.watchers):
+            wake()
 
 
 def _fresh(e: RecordedEvent) -> RecordedEvent:
@@ -86,6 +95,8 @@ class MemoryRecorder:
     """Backend keeping everything in Python lists, guarded by one lock."""
 
     scheme: ClassVar[tuple[str, ...]] = ("memory",)
+    async_recorder: ClassVar[str] = "ares_events.stores.memory_async:AsyncMemoryRecorder"
+    """The asyncio face (``ae.open_async_store``), sharing this store's data."""
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {
             Capability.GAPLESS_POSITIONS,
@@ -158,7 +169,7 @@ class MemoryRecorder:
             for r in recs:
                 d.ids[r.event_id_str] = r
             d.heads[stream_id] = Head(recs[-1].version, recs[-1].hash)
-            d.cond.notify_all()
+            d.notify()
             return AppendOutcome(recs)
 
     def append_many(
@@ -193,7 +204,7 @@ class MemoryRecorder:
                 out.append(AppendOutcome(recs))
             if tracking is not None:
                 d.tracking[tracking.name] = tracking.position
-            d.cond.notify_all()
+            d.notify()
             return out
 
     def erase(

@@ -13,6 +13,9 @@ Example::
 
     class TestMyStore(StoreContract):  # with `store` and `store_url` fixtures
         pass
+
+To run the same suites on a store's asyncio face, give them the blocking face of
+:mod:`ares_events.testing.blocking` (``open_blocking(url)``) as their ``store`` fixture.
 """
 
 from __future__ import annotations

@@ -27,6 +27,13 @@ def _fp(key: bytes) -> str:
     return ae.integrity.ChainKey(key).fingerprint()
 
 
+def _another(store: ae.EventStore, recorder: object, **kwargs: object) -> ae.EventStore:
+    """Another store object of the same kind over ``recorder`` (``ae.EventStore(recorder,
+    ...)`` for a blocking store; the blocking face of another async store for the async
+    face's suite)."""
+    return type(store)(recorder, **kwargs)  # type: ignore[arg-type]
+
+
 class LifecycleContract:
     """Identity and close: every store behaves the same."""
 
@@ -47,14 +54,14 @@ class LifecycleContract:
     def test_keyed_store_refuses_a_writer_without_its_key(self, store: ae.EventStore) -> None:
         """A keyed store refuses to open without a key or with another key (ConfigError
         naming the key ids, never a key) and nothing is written."""
-        keyed = ae.EventStore(store.recorder, chain_key=KEY_A)
+        keyed = _another(store, store.recorder, chain_key=KEY_A)
         keyed.append("s", _evs(2))
         before = store_state(keyed)
         with pytest.raises(ae.ConfigError, match="keyed") as info:
-            ae.EventStore(store.recorder)
+            _another(store, store.recorder)
         assert _fp(KEY_A) in str(info.value)
         with pytest.raises(ae.ConfigError) as info:
-            ae.EventStore(store.recorder, chain_key=KEY_B)
+            _another(store, store.recorder, chain_key=KEY_B)
         assert _fp(KEY_A) in str(info.value) and _fp(KEY_B) in str(info.value)
         for key in (KEY_A, KEY_B):
             assert key.hex() not in str(info.value)
@@ -70,7 +77,7 @@ class LifecycleContract:
         store.append("s", _evs(2))
         before = store_state(store)
         with pytest.raises(ae.ConfigError, match="unkeyed") as info:
-            ae.EventStore(store.recorder, chain_key=KEY_A)
+            _another(store, store.recorder, chain_key=KEY_A)
         assert KEY_A.hex() not in str(info.value)
         assert store_state(store) == before
 
@@ -78,7 +85,7 @@ class LifecycleContract:
         """A keyed chain verifies with its key; read deliberately without it (a forensic
         reader, check_identity=False) every link is a hash_mismatch, and such a reader
         refuses to write."""
-        keyed = ae.EventStore(store.recorder, chain_key=KEY_A)
+        keyed = _another(store, store.recorder, chain_key=KEY_A)
         keyed.append("s", _evs(3))
         assert ae.integrity.verify_stream(keyed, "s").ok
         for e in keyed.read("s"):
@@ -86,11 +93,11 @@ class LifecycleContract:
                 e.prev_hash, e.header(), ae.integrity.ChainKey(KEY_A)
             )
         assert next(keyed.read("s")).prev_hash == ae.integrity.genesis("s")
-        unkeyed = ae.EventStore(store.recorder, check_identity=False)
+        unkeyed = _another(store, store.recorder, check_identity=False)
         rep = ae.integrity.verify_stream(unkeyed, "s")
         assert {f.kind for f in rep.findings} == {"hash_mismatch"}
         assert [f.version for f in rep.findings] == [1, 2, 3]
-        wrong = ae.EventStore(store.recorder, chain_key=KEY_B, check_identity=False)
+        wrong = _another(store, store.recorder, chain_key=KEY_B, check_identity=False)
         assert not ae.integrity.verify_stream(wrong, "s").ok
         assert not ae.integrity.audit(unkeyed).ok
         with pytest.raises(ae.ConfigError, match="check_identity"):

@@ -34,9 +34,15 @@ __all__ = [
     "FIRST_WAIT",
     "MAX_RECONNECT_DELAY",
     "PROBE_TIMEOUT",
+    "AresAsyncPool",
     "AresPool",
     "SingleConnection",
+    "acheck_alive",
+    "aprobe_server",
+    "arollback_quietly",
     "check_alive",
+    "check_server",
+    "open_async_pool",
     "open_pool",
     "probe_server",
     "rollback_quietly",
@@ -64,9 +70,16 @@ class AresPool(psycopg_pool.ConnectionPool):
         super()._add_connection(attempt, growing)
 
 
-def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException | None:
-    """Connect once, directly, with a short timeout: None when the server answers, else
-    the error (to report a dead server as such, not as an exhausted pool)."""
+class AresAsyncPool(psycopg_pool.AsyncConnectionPool):
+    """The asyncio pool with the same capped reconnection delay as :class:`AresPool`."""
+
+    async def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        if attempt is not None and getattr(attempt, "delay", 0.0) > MAX_RECONNECT_DELAY / 2:
+            attempt.delay = MAX_RECONNECT_DELAY / 2  # doubled to at most the cap next
+        await super()._add_connection(attempt, growing)
+
+
+def _probe_kwargs(connect_kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs = dict(connect_kwargs)
     try:
         timeout = int(kwargs.get("connect_timeout") or PROBE_TIMEOUT)
@@ -74,11 +87,43 @@ def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException
         timeout = PROBE_TIMEOUT
     kwargs["connect_timeout"] = str(max(1, min(timeout, PROBE_TIMEOUT)))
     kwargs["autocommit"] = True
+    return kwargs
+
+
+def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException | None:
+    """Connect once, directly, with a short timeout: None when the server answers, else
+    the error (to report a dead server as such, not as an exhausted pool)."""
     try:
-        psycopg.connect(conninfo, **kwargs).close()
+        psycopg.connect(conninfo, **_probe_kwargs(connect_kwargs)).close()
     except psycopg.Error as exc:
         return exc
     return None
+
+
+async def aprobe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException | None:
+    """The asyncio twin of :func:`probe_server`."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, **_probe_kwargs(connect_kwargs))
+        await conn.close()
+    except psycopg.Error as exc:
+        return exc
+    return None
+
+
+def _needs_ping(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """False for a healthy idle connection (nothing to read); True when the server sent
+    something (an error and EOF after a restart or ``pg_terminate_backend``).
+
+    Raises:
+        psycopg.OperationalError: the connection is closed or its socket unusable.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError) as exc:
+        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
+    return bool(readable)
 
 
 def check_alive(conn: psycopg.Connection[Any]) -> None:
@@ -88,14 +133,14 @@ def check_alive(conn: psycopg.Connection[Any]) -> None:
     ``pg_terminate_backend``) has sent an error and EOF. Only then ping it, which raises
     on a dead connection (and the pool replaces it).
     """
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError) as exc:
-        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
-    if readable:
+    if _needs_ping(conn):
         conn.execute("")
+
+
+async def acheck_alive(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The asyncio pool's ``check`` (see :func:`check_alive`)."""
+    if _needs_ping(conn):
+        await conn.execute("")
 
 
 class SingleConnection:
@@ -126,6 +171,15 @@ def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
     if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
         with contextlib.suppress(psycopg.Error):
             conn.execute(ROLLBACK, prepare=False)
+
+
+async def arollback_quietly(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The asyncio twin of :func:`rollback_quietly`."""
+    if conn.closed or conn.broken:
+        return
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute(ROLLBACK, prepare=False)
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -208,12 +262,7 @@ def open_pool(opts: PostgresOptions, *, secret: str | None) -> psycopg_pool.Conn
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute(SET_STATEMENT_TIMEOUT, (value,))
 
-    try:
-        psycopg.connect(**kwargs).close()
-    except psycopg.Error as exc:
-        raise StoreUnavailable(
-            f"cannot connect to {opts.where}: {scrub(str(exc).strip(), secret)}"
-        ) from exc
+    check_server(opts, secret=secret)
     return AresPool(
         "",
         kwargs=kwargs,
@@ -224,4 +273,42 @@ def open_pool(opts: PostgresOptions, *, secret: str | None) -> psycopg_pool.Conn
         configure=configure,
         name="ares-events",
         open=True,
+    )
+
+
+def check_server(opts: PostgresOptions, *, secret: str | None) -> None:
+    """One direct connection: a clear error (refused, no such database, auth) instead of
+    a pool that retries in the background.
+
+    Raises:
+        StoreUnavailable: the server cannot be reached (the message never holds ``secret``).
+    """
+    try:
+        psycopg.connect(**opts.connect_kwargs).close()
+    except psycopg.Error as exc:
+        raise StoreUnavailable(
+            f"cannot connect to {opts.where}: {scrub(str(exc).strip(), secret)}"
+        ) from exc
+
+
+def open_async_pool(opts: PostgresOptions) -> psycopg_pool.AsyncConnectionPool[Any]:
+    """The asyncio pool for ``opts`` (not opened yet: ``await pool.open()``), with the
+    same reconnect cap, health check and ``statement_timeout`` as :func:`open_pool`."""
+    configure = None
+    if opts.statement_timeout is not None:
+        value = f"{opts.statement_timeout}ms"
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(SET_STATEMENT_TIMEOUT, (value,))
+
+    return AresAsyncPool(
+        "",
+        kwargs=opts.connect_kwargs,
+        min_size=opts.pool_min,
+        max_size=opts.pool_max,
+        timeout=opts.pool_timeout,
+        check=acheck_alive,
+        configure=configure,
+        name="ares-events-async",
+        open=False,
     )

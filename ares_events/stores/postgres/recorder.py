@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote
 
 import psycopg
@@ -33,7 +33,6 @@ from ares_events.core.recorder import (
     EraseOutcome,
     Head,
     StoreURL,
-    prefix_range,
 )
 from ares_events.errors import (
     ConfigError,
@@ -52,32 +51,17 @@ from ares_events.stores.postgres.connection import (
 )
 from ares_events.stores.postgres.listener import Listener, poll_for, wait_for
 from ares_events.stores.postgres.options import check_schema_name, parse_options
+from ares_events.stores.postgres.protocol import (
+    KeyPager,
+    PositionPager,
+    StreamPager,
+    prefix_query,
+)
 from ares_events.stores.postgres.schema import SCHEMA_VERSION, prepare_schema, schema_exists
 from ares_events.stores.postgres.sql import (
-    APPEND_FAST,
-    COUNT_BLOB_REFS,
-    ERASE_PAYLOAD,
-    INSERT_EVENTS,
-    INSERT_MANY,
-    INSERT_META_IF_ABSENT,
-    SELECT_ALL,
-    SELECT_ALL_FROM,
-    SELECT_ALL_RANGE,
-    SELECT_DUPLICATE_IDS,
-    SELECT_DUPLICATE_POSITIONS,
-    SELECT_DUPLICATE_VERSIONS,
-    SELECT_HEAD,
-    SELECT_HEAD_FOR_APPEND,
-    SELECT_HEADS,
-    SELECT_HEADS_FOR_APPEND,
-    SELECT_IDS,
-    SELECT_LAST_POSITION,
-    SELECT_META,
     SELECT_SCHEMA_VERSION,
-    SELECT_STREAM,
-    SELECT_TRACKING,
-    SELECT_XID_IDS_TRACKING,
-    UPSERT_META,
+    channel_for,
+    compile_statements,
     row_to_event,
 )
 from ares_events.stores.postgres.writes import MAX_BATCH, PostgresWrites
@@ -90,8 +74,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MAX_BATCH", "SCHEMA_VERSION", "PostgresRecorder"]
 
-_MAX_KEY: Final = 2**63 - 1
-
 
 class PostgresRecorder(PostgresWrites):
     """PostgreSQL backend (see the package docstring for the guarantees and their cost).
@@ -103,6 +85,10 @@ class PostgresRecorder(PostgresWrites):
     """
 
     scheme: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
+    async_recorder: ClassVar[str] = (
+        "ares_events.stores.postgres.recorder_async:AsyncPostgresRecorder"
+    )
+    """The native asyncio face (``ae.open_async_store``)."""
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {
             Capability.PERSISTENT,
@@ -203,41 +189,8 @@ class PostgresRecorder(PostgresWrites):
             )
         self._description = description or self._describe_conn()
         self._gate = OperationGate(self._description)
-        q = sql.Identifier(schema)
-        self._sql = {
-            name: sql.SQL(text).format(s=q)
-            for name, text in {
-                "append_fast": APPEND_FAST,
-                "head_for_append": SELECT_HEAD_FOR_APPEND,
-                "ids": SELECT_IDS,
-                "insert": INSERT_EVENTS,
-                "stream": SELECT_STREAM,
-                "all": SELECT_ALL,
-                "all_range": SELECT_ALL_RANGE,
-                "all_from": SELECT_ALL_FROM,
-                "last": SELECT_LAST_POSITION,
-                "head": SELECT_HEAD,
-                "heads": SELECT_HEADS,
-                "heads_for_append": SELECT_HEADS_FOR_APPEND,
-                "xid_ids_tracking": SELECT_XID_IDS_TRACKING,
-                "insert_many": INSERT_MANY,
-                "tracking": SELECT_TRACKING,
-                "meta": SELECT_META,
-                "meta_insert": INSERT_META_IF_ABSENT,
-                "meta_upsert": UPSERT_META,
-                "dup_versions": SELECT_DUPLICATE_VERSIONS,
-                "dup_positions": SELECT_DUPLICATE_POSITIONS,
-                "dup_ids": SELECT_DUPLICATE_IDS,
-                "erase": ERASE_PAYLOAD,
-                "blob_refs": COUNT_BLOB_REFS,
-            }.items()
-        }
-        channel = f"ares_events:{schema}"
-        if len(channel.encode()) > 63:
-            import hashlib
-
-            channel = "ares_events:" + hashlib.sha256(schema.encode()).hexdigest()[:32]
-        self.channel = channel
+        self._sql = compile_statements(schema)
+        self.channel = channel_for(schema)
         if not create:
             self._require_schema()
         self._prepare_schema(migrate)
@@ -450,48 +403,25 @@ class PostgresRecorder(PostgresWrites):
     ) -> Iterator[RecordedEvent]:
         """Keyset-paged read of one stream on ``(version, position)`` (each page a short
         statement)."""
-        lo = max(from_version, 1)
-        hi = to_version if to_version is not None else 2**62
-        left = limit if limit is not None else 2**62
-        page = self.page_size
+        pager = StreamPager(stream_id, from_version, to_version, limit, self.page_size)
         what = f"read of stream {stream_id!r}"
         query = self._sql["stream"]
-        kv, kp = lo - 1, _MAX_KEY
-        while left > 0:
-            want = min(page, left)
-            rows = self._query(what, query, (stream_id, lo, hi, kv, kp, want))
-            for r in rows:
-                yield row_to_event(r)
-            if len(rows) < want:
-                return
-            left -= len(rows)
-            kv, kp = rows[-1][1], rows[-1][2]
-            lo = max(lo, kv)
+        while (args := pager.args()) is not None:
+            rows = self._query(what, query, args)
+            yield from map(row_to_event, rows)
+            pager.advance(rows)
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
         """Keyset-paged read in global order, only below the visibility bound (module
         docstring); only the streams under ``stream_prefix`` when given."""
-        after = after_position
-        left = limit if limit is not None else 2**62
-        page = self.page_size
-        query = self._sql["all"]
-        bounds: tuple[str, ...] = ()
-        if stream_prefix:
-            lo, hi = prefix_range(stream_prefix)
-            query, bounds = (
-                (self._sql["all_from"], (lo,)) if hi is None else (self._sql["all_range"], (lo, hi))
-            )
-        while left > 0:
-            want = min(page, left)
-            rows = self._query("read_all", query, (after, *bounds, want))
-            for r in rows:
-                yield row_to_event(r)
-            if len(rows) < want:
-                return
-            left -= len(rows)
-            after = rows[-1][2]
+        query, bounds = prefix_query(self._sql, stream_prefix)
+        pager = PositionPager(after_position, limit, self.page_size, bounds)
+        while (args := pager.args()) is not None:
+            rows = self._query("read_all", query, args)
+            yield from map(row_to_event, rows)
+            pager.advance(rows)
 
     def head(self, stream_id: str) -> Head | None:
         """The stream's head row."""
@@ -500,14 +430,12 @@ class PostgresRecorder(PostgresWrites):
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """Every head, paged by stream id."""
-        after = ""
-        while True:
-            rows = self._query("listing streams", self._sql["heads"], (after, self.page_size))
+        pager = KeyPager(self.page_size)
+        while (args := pager.args()) is not None:
+            rows = self._query("listing streams", self._sql["heads"], args)
             for sid, version, h in rows:
                 yield sid, Head(version, h)
-            if len(rows) < self.page_size:
-                return
-            after = rows[-1][0]
+            pager.advance(rows)
 
     def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""

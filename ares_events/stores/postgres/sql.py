@@ -9,8 +9,11 @@ It may import the core's value types and psycopg's types only.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, Final
+
+from psycopg import sql
 
 from ares_events.core.events import PayloadRef, RecordedEvent
 
@@ -177,6 +180,48 @@ UPSERT_SCHEMA_VERSION: Final = (
     "INSERT INTO {s}.ares_meta (key, value) VALUES ('schema_version', %s) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
+
+
+def compile_statements(schema: str) -> dict[str, sql.Composed]:
+    """The recorder's statements with ``{s}`` bound to ``schema`` (both faces use these)."""
+    q = sql.Identifier(schema)
+    return {
+        name: sql.SQL(text).format(s=q)
+        for name, text in {
+            "append_fast": APPEND_FAST,
+            "head_for_append": SELECT_HEAD_FOR_APPEND,
+            "ids": SELECT_IDS,
+            "insert": INSERT_EVENTS,
+            "stream": SELECT_STREAM,
+            "all": SELECT_ALL,
+            "all_range": SELECT_ALL_RANGE,
+            "all_from": SELECT_ALL_FROM,
+            "last": SELECT_LAST_POSITION,
+            "head": SELECT_HEAD,
+            "heads": SELECT_HEADS,
+            "heads_for_append": SELECT_HEADS_FOR_APPEND,
+            "xid_ids_tracking": SELECT_XID_IDS_TRACKING,
+            "insert_many": INSERT_MANY,
+            "tracking": SELECT_TRACKING,
+            "meta": SELECT_META,
+            "meta_insert": INSERT_META_IF_ABSENT,
+            "meta_upsert": UPSERT_META,
+            "dup_versions": SELECT_DUPLICATE_VERSIONS,
+            "dup_positions": SELECT_DUPLICATE_POSITIONS,
+            "dup_ids": SELECT_DUPLICATE_IDS,
+            "schema_version": SELECT_SCHEMA_VERSION,
+            "erase": ERASE_PAYLOAD,
+            "blob_refs": COUNT_BLOB_REFS,
+        }.items()
+    }
+
+
+def channel_for(schema: str) -> str:
+    """The NOTIFY channel of a schema's store (at most 63 bytes, PostgreSQL's limit)."""
+    channel = f"ares_events:{schema}"
+    if len(channel.encode()) > 63:
+        channel = "ares_events:" + hashlib.sha256(schema.encode()).hexdigest()[:32]
+    return channel
 
 
 # -- rows -------------------------------------------------------------------------------------

@@ -1,0 +1,274 @@
+"""A blocking backend as an asyncio one: :class:`ThreadedRecorder`.
+
+``ae.open_async_store`` uses it for every backend without a native asyncio face: SQLite,
+any store behind the Redis cache (redis-py is blocking), and third-party recorders. The
+blocking :class:`~ares_events.core.recorder.Recorder` runs in small dedicated thread
+pools, so the event loop never waits for a file, a lock or a socket:
+
+- **one writer thread** for appends and metadata writes. SQLite has one write lock per
+  database: several threads of one process writing at once would only take turns on it
+  (each retrying ``SQLITE_BUSY`` with backoff), so queueing the writes of a process on one
+  thread is the fastest order, and it keeps the writer's connection (and its prepared
+  statements) warm. Several processes still write to the same file as before.
+- **a few reader threads** (``readers``, default 4) for reads, each with its own
+  connection (SQLite's WAL lets readers run beside the writer). A read's async iterator
+  pulls ``chunk`` events per trip to a reader thread, so a long read costs one thread hop
+  per chunk, not per event, and stays lazy (one backend page in memory).
+- **waits** (``wait_for`` of a backend with native wake-ups) run in slices of at most
+  :data:`WAIT_SLICE` seconds on their own threads, so a cancelled waiter frees its thread
+  quickly; a backend without wake-ups is polled by the store, on the loop.
+
+A cancelled write (append, metadata, snapshot) settles before its task sees
+``CancelledError``: it committed or it did not, and nothing of it happens later. A
+cancelled read or wait returns at once (its thread finishes the page on its own).
+
+Closing runs the backend's ``close()`` in a thread: its operation gate lets operations in
+flight finish (or interrupts them after a short grace) and they fail with
+:class:`~ares_events.errors.StoreClosed`; operations still queued fail with it too. The
+price of the adapter is one thread hop per call (tens of microseconds), against a native
+face.
+
+It may import the core and :mod:`ares_events.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from ares_events.core.events import ExpectedVersion, RecordedEvent
+from ares_events.core.recorder import AppendOutcome, Batch, Capability, Head, TrackingRecord
+from ares_events.errors import StoreClosed
+
+if TYPE_CHECKING:
+    from ares_events.core.snapshots_async import SnapshotRows
+
+__all__ = ["CHUNK", "WAIT_SLICE", "ThreadedRecorder"]
+
+T = TypeVar("T")
+
+CHUNK: Final = 512
+"""Events a read pulls per trip to a reader thread."""
+WAIT_SLICE: Final = 0.5
+"""Longest blocking wait a waiter thread makes before checking back with the loop."""
+
+
+class ThreadedRecorder:
+    """An :class:`~ares_events.core.recorder.AsyncRecorder` over a blocking recorder
+    (see the module docstring).
+
+    Args:
+        sync: the blocking recorder; this object owns it (closing closes it).
+        readers: reader threads.
+        waiters: threads for native waits.
+        chunk: events per trip to a reader thread.
+    """
+
+    def __init__(
+        self, sync: Any, *, readers: int = 4, waiters: int = 8, chunk: int = CHUNK
+    ) -> None:
+        self.sync = sync
+        self.capabilities: frozenset[Capability] = frozenset(sync.capabilities)
+        self._chunk = chunk
+        self._closed = False
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ares-events-write")
+        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="ares-events-read")
+        self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="ares-events-wait")
+        for name in ("append_many", "tracked_position", "meta_get", "find_duplicates"):
+            if not callable(getattr(sync, name, None)):
+                setattr(self, name, None)
+        for name in ("meta_put_if_absent", "meta_set", "wait_for", "default_blobs_url", "erase"):
+            if not callable(getattr(sync, name, None)):
+                setattr(self, name, None)
+
+    def describe(self) -> str:
+        """The backend's location, redacted."""
+        describe = getattr(self.sync, "describe", None)
+        return str(describe()) if callable(describe) else type(self.sync).__name__
+
+    def __repr__(self) -> str:
+        return f"ThreadedRecorder({self.describe()!r})"
+
+    def uncached(self) -> ThreadedRecorder:
+        """The same threads over the system of record under a cache wrapper (``inner``),
+        for integrity checks that must not trust a cache."""
+        inner = getattr(self.sync, "inner", None)
+        if inner is None:
+            return self
+        view = object.__new__(ThreadedRecorder)
+        view.__dict__.update(self.__dict__)
+        view.sync = inner
+        return view
+
+    async def _call(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoreClosed(self.describe())
+        loop = asyncio.get_running_loop()
+        try:
+            fut = loop.run_in_executor(pool, fn, *args)
+        except RuntimeError as exc:  # the pool was shut down by close()
+            raise StoreClosed(self.describe()) from exc
+        if pool is not self._writer:
+            return await fut
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped: a cancelled write settles (commits or rolls back)
+            # before the cancellation goes on, so nothing of it happens after the caller
+            # saw CancelledError (as with PostgreSQL, where psycopg cancels the statement).
+            await asyncio.wait({fut})
+            raise
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append on the writer thread."""
+        return await self._call(self._writer, self.sync.append, batch, expected_version)
+
+    async def append_many(
+        self,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        """Append several batches on the writer thread."""
+        return await self._call(self._writer, self.sync.append_many, batches, tracking)
+
+    async def erase(self, *args: Any) -> Any:
+        """The backend's ``erase``, on the writer thread."""
+        return await self._call(self._writer, self.sync.erase, *args)
+
+    async def meta_put_if_absent(self, key: str, value: str) -> str:
+        """On the writer thread."""
+        return await self._call(self._writer, self.sync.meta_put_if_absent, key, value)
+
+    async def meta_set(self, key: str, value: str) -> None:
+        """On the writer thread."""
+        await self._call(self._writer, self.sync.meta_set, key, value)
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def tracked_position(self, name: str) -> int | None:
+        """On a reader thread."""
+        return await self._call(self._readers, self.sync.tracked_position, name)
+
+    async def meta_get(self, key: str) -> str | None:
+        """On a reader thread."""
+        return await self._call(self._readers, self.sync.meta_get, key)
+
+    async def head(self, stream_id: str) -> Head | None:
+        """On a reader thread."""
+        return await self._call(self._readers, self.sync.head, stream_id)
+
+    async def last_position(self) -> int:
+        """On a reader thread."""
+        return int(await self._call(self._readers, self.sync.last_position))
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> AsyncIterator[RecordedEvent]:
+        """The blocking read, pulled in chunks on reader threads."""
+        return self._pull(lambda: self.sync.read(stream_id, from_version, to_version, limit))
+
+    def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> AsyncIterator[RecordedEvent]:
+        """The blocking ``read_all``, pulled in chunks on reader threads."""
+        if stream_prefix:  # passed only when asked for, as the core does
+            prefix = stream_prefix
+            return self._pull(
+                lambda: self.sync.read_all(after_position, limit, stream_prefix=prefix)
+            )
+        return self._pull(lambda: self.sync.read_all(after_position, limit))
+
+    def heads(self) -> AsyncIterator[tuple[str, Head]]:
+        """The blocking ``heads``, pulled in chunks on reader threads."""
+        return self._pull(self.sync.heads)
+
+    def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
+        """The audit's uniqueness scan, pulled on reader threads."""
+        return self._pull(self.sync.find_duplicates)
+
+    async def _pull(self, make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+        it: Iterator[T] | None = None
+        size = self._chunk
+
+        def chunk() -> list[T]:
+            nonlocal it
+            if it is None:
+                it = iter(make())
+            return list(itertools.islice(it, size))
+
+        try:
+            while True:
+                got = await self._call(self._readers, chunk)
+                for x in got:
+                    yield x
+                if len(got) < size:
+                    return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                # Still running on a reader thread (the consumer was cancelled): it ends
+                # there at its next page, or is collected.
+                with contextlib.suppress(ValueError):
+                    close()
+
+    async def wait_for(self, position: int, timeout: float) -> bool:
+        """The backend's native wait, in slices on a waiter thread.
+
+        Raises:
+            StoreClosed: the store is closed (also while waiting).
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = deadline - time.monotonic()
+            part = min(max(left, 0.0), WAIT_SLICE)
+            if await self._call(self._waiters, self.sync.wait_for, position, part):
+                return True
+            if left <= WAIT_SLICE:
+                return False
+
+    def read_model_recorder(self) -> Any:
+        """The blocking recorder (read models live beside it)."""
+        return self.sync
+
+    def default_blobs_url(self) -> str | None:
+        """Where the backend keeps spilled payloads by default (no I/O)."""
+        return self.sync.default_blobs_url()  # type: ignore[no-any-return]
+
+    def snapshot_rows(self, event_store: Any) -> SnapshotRows:
+        """The backend's snapshot store, its row operations run on these threads.
+
+        Raises:
+            StoreError: the backend has no snapshot table.
+        """
+        from ares_events.core.snapshots import _unwrap
+        from ares_events.core.snapshots_async import ThreadedRows
+        from ares_events.errors import StoreError
+
+        backend = _unwrap(self.sync)
+        hook = getattr(backend, "snapshot_store", None)
+        if not callable(hook):
+            raise StoreError(
+                f"store {event_store.url} has no snapshot store: backend "
+                f"{type(backend).__name__} does not provide one"
+            )
+        return ThreadedRows(hook(event_store), self._writer, self._readers, self._call)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the backend in a thread (operations in flight finish or fail with
+        StoreClosed), then stop the threads. Idempotent."""
+        first = not self._closed
+        self._closed = True
+        if first:
+            await asyncio.to_thread(self.sync.close)
+        for pool in (self._writer, self._readers, self._waiters):
+            with contextlib.suppress(Exception):
+                pool.shutdown(wait=False)
