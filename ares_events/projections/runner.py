@@ -396,7 +396,18 @@ class ProjectionRunner:
                 continue
             table = meta.active_table or ""
             skipped: list[SkippedEvent] = []
-            rows = _fold_batch(p, self.tables, table, batch, strict=self.strict, skipped=skipped)
+            try:
+                rows = _fold_batch(
+                    p, self.tables, table, batch, strict=self.strict, skipped=skipped
+                )
+            except Exception:
+                # A rebuild may have swapped in a new generation and dropped ``table``
+                # between our registry read and the load: that is a move, not a failure.
+                now = self.tables.meta(p.name)
+                if now is not None and now.active_table == table:
+                    raise
+                logger.debug("read model of %s was swapped during a fold; retrying", p.name)
+                continue
             if not self.tables.commit(
                 table, rows, p.name, "live", meta.position, batch[-1].position
             ):
