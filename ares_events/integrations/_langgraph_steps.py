@@ -1,0 +1,393 @@
+"""The LangGraph checkpointer's operations, written once as steps
+(:mod:`ares_events.core.sansio`) that both savers drive: :class:`AresSaver` with a
+blocking port over an ``EventStore``, :class:`AsyncAresSaver` with an async port over an
+``AsyncEventStore``.
+
+Port calls: ``head(sid)``, ``read(sid, lo, hi)`` (a list of events), ``append(sid,
+events, expected)``, ``erase(sid, version)`` (``erase_payload``), ``record(events)``
+(append erasure records), ``threads()`` (stream ids of LangGraph threads).
+
+It may import the package below ``integrations`` and ``langgraph``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ares_events.core.events import ANY, RecordedEvent
+from ares_events.core.sansio import Call, Steps
+from ares_events.errors import ConcurrencyError
+from ares_events.integrations._langgraph_core import (
+    CheckpointRec,
+    EncodedValue,
+    ThreadIndex,
+    encode_value,
+    erasure_record,
+    materialise,
+    pack,
+    pending_writes,
+    plan_put,
+    prune_plan,
+    pruned_event,
+    thread_of,
+    unpack,
+    values_needed,
+    verify_fetched,
+    writes_event,
+)
+
+MAX_RETRIES = 1000
+
+
+def refresh_steps(index: ThreadIndex) -> Steps[None]:
+    """Bring the index up to the stream's end, verifying every new event."""
+    if not index.started:
+        head = yield Call("head", index.stream_id)
+        if head is None:
+            index.started = True
+            return
+        events = yield Call("read", index.stream_id, 1, head.version)
+        index.apply_all(events, head)
+        return
+    events = yield Call("read", index.stream_id, index.version + 1, None)
+    if events:
+        index.apply_all(events)
+
+
+def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
+
+
+def get_steps(
+    index: ThreadIndex, serde: SerializerProtocol, config: RunnableConfig
+) -> Steps[CheckpointTuple | None]:
+    tid, ns, cid = _ids(config)
+    yield from refresh_steps(index)
+    index.check()
+    rec = index.get(ns, cid)
+    if rec is None:
+        return None
+    fetched = yield from fetch_steps(index, [rec])
+    return build_tuple(index, serde, tid, rec, fetched, dict(index.values))
+
+
+def fetch_steps(index: ThreadIndex, recs: Sequence[CheckpointRec]) -> Steps[dict[int, Any]]:
+    """Payloads of the spilled values these checkpoints need, each checked again."""
+    out: dict[int, Any] = {}
+    for rec in recs:
+        for v in values_needed(index, (rec.payload.get("vals") or {}).values()):
+            if v in out:
+                continue
+            events = yield Call("read", index.stream_id, v, v)
+            if not events:
+                verify_fetched(index, _missing(index, v))
+            e = events[0]
+            verify_fetched(index, e)
+            out[v] = e.payload
+    return out
+
+
+def _missing(index: ThreadIndex, v: int) -> RecordedEvent:
+    from ares_events.errors import ChainIntegrityError
+    from ares_events.integrity.findings import Finding
+
+    raise ChainIntegrityError(
+        index.stream_id, [Finding("truncated", index.stream_id, v, "event no longer stored")]
+    )
+
+
+def build_tuple(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    tid: str,
+    rec: CheckpointRec,
+    fetched: Mapping[int, Any],
+    values: Mapping[str, Any],
+) -> CheckpointTuple:
+    p = rec.payload
+    cp: Checkpoint = unpack(serde, p["cp"])
+    saved = index.values
+    try:
+        index.values = dict(values)
+        cp["channel_values"] = {
+            ch: materialise(index, serde, d, fetched) for ch, d in (p.get("vals") or {}).items()
+        }
+    finally:
+        index.values = saved
+    md: CheckpointMetadata = unpack(serde, p["md"])
+    config: RunnableConfig = {
+        "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.id}
+    }
+    parent: RunnableConfig | None = None
+    if rec.parent is not None:
+        parent = {
+            "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.parent}
+        }
+    return CheckpointTuple(config, cp, md, parent, pending_writes(serde, rec))
+
+
+def encode_put(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+    parent_vals: Mapping[str, str] | None,
+    parent_versions: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, EncodedValue | str]]:
+    """The checkpoint event's payload (without ``vals``) and, per channel, its encoded
+    value or the digest of the parent's unchanged value."""
+    _tid, ns, parent = _ids(config)
+    cp: dict[str, Any] = dict(checkpoint)
+    values: dict[str, Any] = cp.pop("channel_values", None) or {}
+    md = get_checkpoint_metadata(config, metadata)
+    payload = {
+        "ns": ns,
+        "id": checkpoint["id"],
+        "parent": parent,
+        "cp": pack(serde, cp),
+        "md": pack(serde, dict(md)),
+    }
+    out: dict[str, EncodedValue | str] = {}
+    versions = checkpoint.get("channel_versions") or {}
+    for ch, ver in versions.items():
+        reuse = (
+            ch not in new_versions
+            and parent_vals is not None
+            and parent_versions is not None
+            and ch in parent_vals
+            and parent_versions.get(ch) == ver
+        )
+        if reuse:
+            assert parent_vals is not None
+            out[ch] = parent_vals[ch]
+        elif ch in values:
+            out[ch] = encode_value(serde, values[ch])
+    return payload, out
+
+
+def parent_state(index: ThreadIndex, config: RunnableConfig) -> tuple[Any, Any]:
+    _tid, ns, parent = _ids(config)
+    rec = index.checkpoints.get((ns, parent)) if parent is not None else None
+    if rec is None:
+        return None, None
+    cp = rec.payload.get("cp") or {}
+    j = cp.get("j") if isinstance(cp, dict) else None
+    versions = j.get("channel_versions") if isinstance(j, dict) else None
+    return rec.payload.get("vals") or {}, versions
+
+
+def put_steps(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Steps[RunnableConfig]:
+    tid, ns, parent = _ids(config)
+    yield from refresh_steps(index)
+    index.check()
+    pv, pver = parent_state(index, config)
+    payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
+    encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
+    reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
+    source = metadata.get("source")
+    for _ in range(MAX_RETRIES):
+        plan = plan_put(index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source)
+        plan.events[-1].payload["vals"].update(reused)
+        try:
+            yield Call("append", index.stream_id, plan.events, plan.expected)
+        except ConcurrencyError:
+            yield from refresh_steps(index)
+            index.check()
+            continue
+        break
+    else:  # pragma: no cover - a thread written by a thousand writers at once
+        raise ConcurrencyError(index.stream_id, index.version, index.version, "too many retries")
+    return {
+        "configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+    }
+
+
+def put_writes_steps(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Steps[None]:
+    _tid, ns, cid = _ids(config)
+    if cid is None:
+        raise ValueError("put_writes needs a checkpoint_id in the config")
+    yield from refresh_steps(index)
+    index.check()
+    ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)
+    if ev is not None:
+        yield Call("append", index.stream_id, [ev], ANY)
+
+
+def list_steps(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    filter: Mapping[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> Steps[list[CheckpointTuple]]:
+    """Matching checkpoints of one thread, newest first (decoded)."""
+    conf = config.get("configurable", {})
+    tid = str(conf["thread_id"])
+    yield from refresh_steps(index)
+    index.check()
+    ns = conf.get("checkpoint_ns")
+    cid = conf.get("checkpoint_id")
+    before_id = get_checkpoint_id(before) if before else None
+    recs = sorted(index.checkpoints.values(), key=lambda r: r.id, reverse=True)
+    out_recs: list[CheckpointRec] = []
+    for rec in recs:
+        if ns is not None and rec.ns != ns:
+            continue
+        if cid is not None and rec.id != cid:
+            continue
+        if before_id is not None and rec.id >= before_id:
+            continue
+        if filter:
+            md = unpack(serde, rec.payload["md"])
+            if not all(md.get(k) == v for k, v in filter.items()):
+                continue
+        out_recs.append(rec)
+        if limit is not None and len(out_recs) >= limit:
+            break
+    fetched = yield from fetch_steps(index, out_recs)
+    values = dict(index.values)
+    return [build_tuple(index, serde, tid, r, fetched, values) for r in out_recs]
+
+
+def drop_steps(index: ThreadIndex, drop: list[int] | None, reason: str, by: str) -> Steps[int]:
+    """Append a ``lg.pruned`` record for ``drop`` (None: the whole thread), then erase
+    those events' payloads (blobs too) and record each erasure. Returns how many
+    payloads were erased."""
+    for _ in range(MAX_RETRIES):
+        all_ = drop is None
+        if all_ and index.version == 0:
+            return 0
+        if not all_ and not drop:
+            return 0
+        upto = index.version
+        ev = pruned_event(drop or [], all_=all_, reason=reason)
+        try:
+            yield Call("append", index.stream_id, [ev], upto)
+        except ConcurrencyError:
+            yield from refresh_steps(index)
+            continue
+        break
+    else:  # pragma: no cover
+        raise ConcurrencyError(index.stream_id, index.version, index.version, "too many retries")
+    targets = list(range(1, upto + 1)) if drop is None else drop
+    records = []
+    for v in targets:
+        before, _shared = yield Call("erase", index.stream_id, v)
+        if before.payload_ref is not None and before.payload_ref.erased:
+            continue
+        records.append(erasure_record(before, reason, by))
+    if records:
+        yield Call("record", records)
+    yield from refresh_steps(index)
+    return len(records)
+
+
+def prune_steps(
+    index: ThreadIndex, keep_last: int | None, older_than: str | None, by: str
+) -> Steps[int]:
+    yield from refresh_steps(index)
+    index.check()
+    drop = prune_plan(index, keep_last, older_than)
+    what = f"keep the last {keep_last}" if keep_last is not None else "all"
+    if older_than is not None:
+        what += f" not older than {older_than}"
+    return (yield from drop_steps(index, drop, f"langgraph prune ({what})", by))
+
+
+def delete_thread_steps(index: ThreadIndex, by: str) -> Steps[int]:
+    yield from refresh_steps(index)
+    return (yield from drop_steps(index, None, "langgraph delete_thread", by))
+
+
+def delete_runs_steps(
+    index: ThreadIndex, serde: SerializerProtocol, run_ids: set[str], by: str
+) -> Steps[int]:
+    yield from refresh_steps(index)
+    index.check()
+    keep = []
+    gone = False
+    for rec in index.checkpoints.values():
+        md = unpack(serde, rec.payload["md"])
+        if md.get("run_id") in run_ids:
+            gone = True
+        else:
+            keep.append(rec)
+    if not gone:
+        return 0
+    live = index.live_versions(keep)
+    drop = sorted(v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned")
+    return (yield from drop_steps(index, drop, "langgraph delete_for_runs", by))
+
+
+def copy_steps(src: ThreadIndex, dst_stream: str) -> Steps[int]:
+    """Append the live events of ``src`` to ``dst_stream`` (read again, verified)."""
+    from ares_events.core.events import NewEvent
+    from ares_events.integrity.verify import ChainVerifier
+
+    yield from refresh_steps(src)
+    src.check()
+    live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
+    if not live:
+        return 0
+    events = yield Call("read", src.stream_id, 1, src.version)
+    check = ChainVerifier(src.stream_id, src.key)
+    out = []
+    for e in events:
+        if not check.check(e):
+            src.findings.extend(check.findings)
+            src.check()
+        if e.version in live:
+            out.append(
+                NewEvent(type=e.type, module=e.module, payload=e.payload, metadata=e.metadata)
+            )
+    if out:
+        yield Call("append", dst_stream, out, ANY)
+    return len(out)
+
+
+def json_copy(x: Any) -> Any:
+    return orjson.loads(orjson.dumps(x))
+
+
+__all__ = [
+    "copy_steps",
+    "delete_runs_steps",
+    "delete_thread_steps",
+    "get_steps",
+    "list_steps",
+    "prune_steps",
+    "put_steps",
+    "put_writes_steps",
+    "refresh_steps",
+    "thread_of",
+]
