@@ -48,7 +48,8 @@ def writer(url: str, thread_id: str, rounds: int, name: str, barrier: Any, out: 
             }
             barrier.wait()
             try:
-                saver.put(config, cp, {"source": "loop", "step": i, "writer": name}, {})
+                md: Any = {"source": "loop", "step": i, "writer": name}
+                saver.put(config, cp, md, {})
                 results.append(("win", parent, cp["id"]))
             except StaleWriteError as exc:
                 if exc.is_stale_write_owner_error is not True:

@@ -394,14 +394,19 @@ class ThreadIndex:
             return self.latest(ns)
         return self.checkpoints.get((ns, checkpoint_id))
 
-    def live_versions(self, keep: Iterable[CheckpointRec]) -> set[int]:
+    def live_versions(
+        self, keep: Iterable[CheckpointRec], rebased: set[str] | None = None
+    ) -> set[int]:
         """Versions of the events the given checkpoints need: themselves, their writes,
-        their values and every base of a delta value."""
+        their values and every base of a delta value (but of the ``rebased`` values,
+        which are being written again whole)."""
         out: set[int] = set()
         for rec in keep:
             out.add(rec.version)
             out.update(w.version for w in rec.writes.values())
             for d in (rec.payload.get("vals") or {}).values():
+                if rebased and d in rebased:
+                    continue
                 seen = 0
                 cur: str | None = d
                 while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
@@ -502,18 +507,9 @@ def _base_items(index: ThreadIndex, ns: str, ch: str, prev: str | None) -> list[
         return cached[1]
     # Not the last list this saver wrote (another process, a restart): rebuild the item
     # digests from the stored items when they are all in memory.
-    chain: list[dict[str, Any]] = []
-    d: str | None = prev
-    while d is not None and len(chain) <= MAX_DELTA_DEPTH + 1:
-        rec = index.values.get(d)
-        if rec is None or rec.payload is None or "list" not in rec.payload:
-            return None
-        chain.append(rec.payload)
-        d = rec.payload.get("base")
-    items: list[list[str]] = []
-    for p in reversed(chain):
-        items = items[: int(p.get("n", 0))] if "base" in p else []
-        items.extend(p["list"])
+    items = _items_in_memory(index, prev)
+    if items is None:
+        return None
     return [_item_digest(t, unb64(b)) for t, b in items]
 
 
@@ -641,9 +637,16 @@ def materialise(
     return [serde.loads_typed((t, unb64(b))) for t, b in items]
 
 
-def prune_plan(index: ThreadIndex, keep_last: int | None, older_than: str | None) -> list[int]:
-    """Versions to drop so that each namespace keeps its newest ``keep_last`` checkpoints
-    (None: none) and none whose id sorts before ``older_than``'s checkpoints... by ts."""
+def prune_plan(
+    index: ThreadIndex, keep_last: int | None, older_than: str | None
+) -> tuple[list[NewEvent], list[int]]:
+    """What a prune appends and drops so that each namespace keeps its newest
+    ``keep_last`` checkpoints (None: all) and, with ``older_than`` (an ISO time), none
+    written before it.
+
+    A kept list value stored as a delta is written again whole (a rebase), so the older
+    values it was built on can go too.
+    """
     by_ns: dict[str, list[CheckpointRec]] = {}
     for rec in index.checkpoints.values():
         by_ns.setdefault(rec.ns, []).append(rec)
@@ -654,10 +657,45 @@ def prune_plan(index: ThreadIndex, keep_last: int | None, older_than: str | None
         if older_than is not None:
             kept = [r for r in kept if _ts(r) >= older_than]
         keep.extend(kept)
-    live = index.live_versions(keep)
-    return sorted(
+    rebased: list[NewEvent] = []
+    done: set[str] = set()
+    for rec in keep:
+        for d in (rec.payload.get("vals") or {}).values():
+            val = index.values.get(d)
+            if d in done or val is None or val.base is None:
+                continue
+            items = _items_in_memory(index, d)
+            if items is not None:
+                done.add(d)
+                rebased.append(
+                    NewEvent(
+                        type=T_VALUE,
+                        module=MODULE,
+                        payload={"d": d, "list": items},
+                        metadata={"d": d},
+                    )
+                )
+    live = index.live_versions(keep, rebased=done)
+    drop = sorted(
         v for v in index.by_version if v not in live and index.by_version[v][0] != "pruned"
     )
+    return rebased, drop
+
+
+def _items_in_memory(index: ThreadIndex, digest: str) -> list[list[str]] | None:
+    chain: list[dict[str, Any]] = []
+    d: str | None = digest
+    while d is not None and len(chain) <= MAX_DELTA_DEPTH + 1:
+        rec = index.values.get(d)
+        if rec is None or rec.payload is None or "list" not in rec.payload:
+            return None
+        chain.append(rec.payload)
+        d = rec.payload.get("base")
+    items: list[list[str]] = []
+    for p in reversed(chain):
+        items = items[: int(p.get("n", 0))] if "base" in p else []
+        items.extend(p["list"])
+    return items
 
 
 def _ts(rec: CheckpointRec) -> str:

@@ -12,7 +12,7 @@ It may import the package below ``integrations`` and ``langgraph``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, RecordedEvent
+from ares_events.core.events import ANY, NewEvent, RecordedEvent
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError
 from ares_events.integrations._langgraph_core import (
@@ -279,22 +279,29 @@ def list_steps(
     return [build_tuple(index, serde, tid, r, fetched, values) for r in out_recs]
 
 
-def drop_steps(index: ThreadIndex, drop: list[int] | None, reason: str, by: str) -> Steps[int]:
-    """Append a ``lg.pruned`` record for ``drop`` (None: the whole thread), then erase
-    those events' payloads (blobs too) and record each erasure. Returns how many
-    payloads were erased."""
+def drop_steps(
+    index: ThreadIndex,
+    plan: Callable[[], tuple[Sequence[NewEvent], list[int] | None]],
+    reason: str,
+    by: str,
+) -> Steps[int]:
+    """Append what ``plan`` says (events to write first, and the versions to drop; None:
+    the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
+    (planned again after a concurrent write), then erase those events' payloads (blobs
+    too) and record each erasure. Returns how many payloads were erased."""
     for _ in range(MAX_RETRIES):
-        all_ = drop is None
-        if all_ and index.version == 0:
+        first, drop = plan()
+        if drop is None and index.version == 0:
             return 0
-        if not all_ and not drop:
+        if drop is not None and not drop:
             return 0
         upto = index.version
-        ev = pruned_event(drop or [], all_=all_, reason=reason)
+        ev = pruned_event(drop or [], all_=drop is None, reason=reason)
         try:
-            yield Call("append", index.stream_id, [ev], upto)
+            yield Call("append", index.stream_id, [*first, ev], upto)
         except ConcurrencyError:
             yield from refresh_steps(index)
+            index.check()
             continue
         break
     else:  # pragma: no cover
@@ -302,10 +309,10 @@ def drop_steps(index: ThreadIndex, drop: list[int] | None, reason: str, by: str)
     targets = list(range(1, upto + 1)) if drop is None else drop
     records = []
     for v in targets:
-        before, _shared = yield Call("erase", index.stream_id, v)
-        if before.payload_ref is not None and before.payload_ref.erased:
+        old, _shared = yield Call("erase", index.stream_id, v)
+        if old.payload_ref is not None and old.payload_ref.erased:
             continue
-        records.append(erasure_record(before, reason, by))
+        records.append(erasure_record(old, reason, by))
     if records:
         yield Call("record", records)
     yield from refresh_steps(index)
@@ -317,16 +324,19 @@ def prune_steps(
 ) -> Steps[int]:
     yield from refresh_steps(index)
     index.check()
-    drop = prune_plan(index, keep_last, older_than)
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
-    return (yield from drop_steps(index, drop, f"langgraph prune ({what})", by))
+    return (
+        yield from drop_steps(
+            index, lambda: prune_plan(index, keep_last, older_than), f"langgraph prune ({what})", by
+        )
+    )
 
 
 def delete_thread_steps(index: ThreadIndex, by: str) -> Steps[int]:
     yield from refresh_steps(index)
-    return (yield from drop_steps(index, None, "langgraph delete_thread", by))
+    return (yield from drop_steps(index, lambda: ((), None), "langgraph delete_thread", by))
 
 
 def delete_runs_steps(
@@ -334,19 +344,21 @@ def delete_runs_steps(
 ) -> Steps[int]:
     yield from refresh_steps(index)
     index.check()
-    keep = []
-    gone = False
-    for rec in index.checkpoints.values():
-        md = unpack(serde, rec.payload["md"])
-        if md.get("run_id") in run_ids:
-            gone = True
-        else:
-            keep.append(rec)
-    if not gone:
-        return 0
-    live = index.live_versions(keep)
-    drop = sorted(v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned")
-    return (yield from drop_steps(index, drop, "langgraph delete_for_runs", by))
+
+    def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
+        keep = []
+        for rec in index.checkpoints.values():
+            md = unpack(serde, rec.payload["md"])
+            if md.get("run_id") not in run_ids:
+                keep.append(rec)
+        if len(keep) == len(index.checkpoints):
+            return (), []
+        live = index.live_versions(keep)
+        return (), sorted(
+            v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned"
+        )
+
+    return (yield from drop_steps(index, plan, "langgraph delete_for_runs", by))
 
 
 def copy_steps(src: ThreadIndex, dst_stream: str) -> Steps[int]:
