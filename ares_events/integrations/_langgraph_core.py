@@ -54,13 +54,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ares_events.core.events import NewEvent, RecordedEvent
 from ares_events.core.recorder import Head
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations import LANGGRAPH_STREAM_PREFIX
 from ares_events.integrity.chain import ChainKey, canonical_json, header_bytes, link_hash
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verify import ChainVerifier
 
 logger = logging.getLogger(__name__)
 
-STREAM_PREFIX: Final = "langgraph/"
+STREAM_PREFIX: Final = LANGGRAPH_STREAM_PREFIX
 MODULE: Final = "langgraph"
 T_CHECKPOINT: Final = "lg.checkpoint"
 T_VALUE: Final = "lg.value"

@@ -432,3 +432,34 @@ def test_thread_ids_are_checked() -> None:
     with AresSaver(ae.open_store("memory://")) as saver, pytest.raises(ae.errors.InvalidEvent):
         saver.get_tuple(_cfg(""))
     assert uuid
+
+
+def test_cli_streams_and_audit_know_langgraph_threads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ares-events streams` marks LangGraph threads (and the erasure records);
+    `ares-events audit` is clean on a store that holds them, pruned or not."""
+    from tests.cli_helpers import run, run_json
+
+    url = f"sqlite:///{tmp_path}/cli.db"
+    with AresSaver.from_url(url) as saver:
+        parent = None
+        for i in range(3):
+            parent = _put(saver, "chat-1", {"n": i}, parent)
+        _put(saver, "chat-2", {"n": 0})
+        saver.prune(["chat-1"])
+        saver.store.append("plain", [ae.NewEvent(type="x", module="m", payload={})])
+    code, data = run_json(capsys, "--store", url, "streams")
+    assert code == 0
+    kinds = {s["stream_id"]: (s.get("kind"), s.get("thread_id")) for s in data["streams"]}
+    assert kinds == {
+        "langgraph/chat-1": ("langgraph thread", "chat-1"),
+        "langgraph/chat-2": ("langgraph thread", "chat-2"),
+        ERASURE_STREAM: ("erasure records", None),
+        "plain": (None, None),
+    }
+    code, out, _ = run(capsys, "--store", url, "streams")
+    assert code == 0 and "langgraph thread chat-1" in out
+    code, report = run_json(capsys, "--store", url, "audit", "--deep")
+    assert code == 0, report
+    assert report["ok"] is True
