@@ -41,7 +41,10 @@ It may import the package below ``integrations`` and ``langgraph``.
 from __future__ import annotations
 
 import base64
+import binascii
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -131,7 +134,7 @@ def b64(data: bytes) -> str:
 
 
 def unb64(text: str) -> bytes:
-    return base64.b64decode(text, validate=True)
+    return binascii.a2b_base64(text, strict_mode=True)
 
 
 def pack(serde: SerializerProtocol, obj: Any) -> dict[str, Any]:
@@ -248,10 +251,13 @@ class ThreadIndex:
         """Verified hashes of events whose payload spilled (checked again on fetch)."""
         self.last_list: dict[tuple[str, str], tuple[str, list[bytes]]] = {}
         self.started = False
+        self.applied = 0
+        """Highest version applied (the verifier's, or past it: the saver's own appends)."""
 
     @property
     def version(self) -> int:
-        return self.verifier.last
+        """The stream version this index reflects (its own appends included)."""
+        return max(self.verifier.last, self.applied)
 
     def check(self) -> None:
         """Raise when the thread's chain did not verify.
@@ -263,8 +269,10 @@ class ThreadIndex:
             raise ChainIntegrityError(self.stream_id, self.findings)
 
     def apply_all(self, events: Iterable[RecordedEvent], head: Head | None = None) -> None:
-        """Verify and apply events read after :attr:`version`; ``head`` (given on the
-        first read) is compared with the last one."""
+        """Verify events read after the verifier's last version and apply the ones not
+        applied yet (the saver's own appends are applied when written, and verified
+        here when read back); ``head`` (given on the first read) is compared with the
+        last one."""
         for e in events:
             if self.findings:
                 break
@@ -272,41 +280,52 @@ class ThreadIndex:
                 self.findings.extend(self.verifier.findings)
                 self.verifier.findings.clear()
                 break
-            self._apply(e)
+            if e.version > self.applied:
+                self._apply(e)
+                self.applied = e.version
         if head is not None and not self.findings:
             self.verifier.check_head(head)
             self.findings.extend(self.verifier.findings)
             self.verifier.findings.clear()
         self.started = True
 
+    def apply_own(self, last_version: int, events: Sequence[NewEvent]) -> None:
+        """Apply events this saver has just appended (``last_version``: the stream's
+        version after them), from the payloads in hand."""
+        first = last_version - len(events) + 1
+        for i, ev in enumerate(events):
+            self._apply_payload(first + i, ev.type, ev.payload, ev.metadata or {}, None)
+        self.applied = max(self.applied, last_version)
+
     def _apply(self, e: RecordedEvent) -> None:
         if e.module != MODULE or e.type not in EVENT_TYPES or e.payload_erased:
             return
-        spilled = e.payload_ref is not None
-        p: dict[str, Any] | None = None
-        if not spilled or e.type != T_VALUE:
-            p = e.payload
-            if not isinstance(p, dict):
-                self.findings.append(
-                    Finding("malformed_row", self.stream_id, e.version, "payload is not a dict")
-                )
-                return
-        v = e.version
-        if e.type == T_VALUE:
-            if spilled:
-                self.hashes[v] = e.hash
-                d = self._spilled_digest(e)
+        if e.payload_ref is not None and e.type == T_VALUE:
+            self._apply_payload(e.version, e.type, None, e.metadata, e.hash)
+            return
+        self._apply_payload(e.version, e.type, e.payload, e.metadata, None)
+
+    def _apply_payload(
+        self, v: int, type_: str, p: Any, meta: Any, spilled_hash: bytes | None
+    ) -> None:
+        if spilled_hash is None and not isinstance(p, dict):
+            self.findings.append(
+                Finding("malformed_row", self.stream_id, v, "payload is not a dict")
+            )
+            return
+        if type_ == T_VALUE:
+            if spilled_hash is not None:
+                self.hashes[v] = spilled_hash
+                d = self._spilled_digest(v, meta)
                 if d is None:
                     return
                 self.values[d[0]] = ValueRec(v, None, d[1], d[2])
                 self.by_version[v] = ("value", d[0])
                 return
-            assert p is not None
             d0 = p["d"]
             self.values[d0] = ValueRec(v, p, p.get("base"), int(p.get("depth", 0)))
             self.by_version[v] = ("value", d0)
-        elif e.type == T_CHECKPOINT:
-            assert p is not None
+        elif type_ == T_CHECKPOINT:
             ns, cid, parent = p["ns"], p["id"], p.get("parent")
             old = self.checkpoints.get((ns, cid))
             rec = CheckpointRec(v, ns, cid, parent, p)
@@ -317,36 +336,31 @@ class ThreadIndex:
             self.by_version[v] = ("checkpoint", (ns, cid))
             if parent is not None and rec.source not in BRANCH_SOURCES:
                 self.continued.setdefault((ns, parent), cid)
-        elif e.type == T_WRITES:
-            assert p is not None
+        elif type_ == T_WRITES:
             ns, cid = p["ns"], p["cp"]
+            self.by_version[v] = ("writes", (ns, cid))
             ck = self.checkpoints.get((ns, cid))
             if ck is None:
-                # Writes for a checkpoint not (or no longer) stored: kept nowhere.
-                self.by_version[v] = ("writes", (ns, cid))
-                return
+                return  # writes for a checkpoint not (or no longer) stored: kept nowhere
             task, path = p["task"], p.get("path", "")
             for idx, ch, t, b in p["w"]:
                 k = (task, idx)
                 if k in ck.writes and idx >= 0:
                     continue
                 ck.writes[k] = WriteRec(v, task, idx, ch, t, b, path)
-            self.by_version[v] = ("writes", (ns, cid))
-        elif e.type == T_PRUNED:
-            assert p is not None
+        elif type_ == T_PRUNED:
             if p.get("all"):
                 self._reset()
             else:
                 self._drop(int(x) for x in p.get("drop", ()))
             self.by_version[v] = ("pruned", None)
 
-    def _spilled_digest(self, e: RecordedEvent) -> tuple[str, str | None, int] | None:
+    def _spilled_digest(self, v: int, m: Any) -> tuple[str, str | None, int] | None:
         # The digest of a spilled value is in its metadata (so the index needs no fetch).
-        m = e.metadata
         d = m.get("d") if isinstance(m, dict) else None
         if not isinstance(d, str):
             self.findings.append(
-                Finding("malformed_row", self.stream_id, e.version, "spilled value without digest")
+                Finding("malformed_row", self.stream_id, v, "spilled value without digest")
             )
             return None
         base = m.get("base")
@@ -600,13 +614,57 @@ def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
     return out
 
 
+class ValueCache:
+    """Decoded channel values by (stream, digest), least recently used dropped: the
+    opt-in ``value_cache`` of the savers. Filled only from verified, decoded storage
+    (never from a caller's objects); a hit hands out a new top-level list or dict whose
+    items are shared with the cache and earlier callers."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> Any:
+        with self._lock:
+            v = self._d.get(key, _MISS)
+            if v is not _MISS:
+                self._d.move_to_end(key)
+        return v
+
+    def put(self, key: tuple[str, str], value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+
+_MISS: Final = object()
+
+
+def _handout(value: Any) -> Any:
+    if type(value) is list:
+        return list(value)
+    if type(value) is dict:
+        return dict(value)
+    return value
+
+
 def materialise(
     index: ThreadIndex,
     serde: SerializerProtocol,
     digest: str,
     fetched: Mapping[int, dict[str, Any]],
+    cache: ValueCache | None = None,
 ) -> Any:
     """Decode the value ``digest`` (``fetched``: payloads of spilled value events)."""
+    if cache is not None:
+        hit = cache.get((index.stream_id, digest))
+        if hit is not _MISS:
+            return _handout(hit)
+        value = materialise(index, serde, digest, fetched)
+        cache.put((index.stream_id, digest), value)
+        return _handout(value)
     chain: list[dict[str, Any]] = []
     d: str | None = digest
     while d is not None:

@@ -27,13 +27,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, NewEvent, RecordedEvent
+from ares_events.core.events import ANY, AppendResult, NewEvent, RecordedEvent
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError
 from ares_events.integrations._langgraph_core import (
     CheckpointRec,
     EncodedValue,
     ThreadIndex,
+    ValueCache,
     encode_value,
     erasure_record,
     materialise,
@@ -62,9 +63,34 @@ def refresh_steps(index: ThreadIndex) -> Steps[None]:
         events = yield Call("read", index.stream_id, 1, head.version)
         index.apply_all(events, head)
         return
-    events = yield Call("read", index.stream_id, index.version + 1, None)
+    events = yield Call("read", index.stream_id, index.verifier.last + 1, None)
     if events:
         index.apply_all(events)
+
+
+def append_steps(
+    index: ThreadIndex, build: Callable[[], Sequence[NewEvent]]
+) -> Steps[AppendResult | None]:
+    """Append what ``build`` plans at the version the index is at, and apply it; after a
+    concurrent write, read it (verified) and plan again. Nothing to append: None."""
+    if not index.started:
+        yield from refresh_steps(index)
+    index.check()
+    for _ in range(MAX_RETRIES):
+        events = list(build())
+        if not events:
+            return None
+        try:
+            res = yield Call("append", index.stream_id, events, index.version)
+        except ConcurrencyError:
+            yield from refresh_steps(index)
+            index.check()
+            continue
+        index.apply_own(res.version, events)
+        return res  # type: ignore[no-any-return]
+    raise ConcurrencyError(  # pragma: no cover - a thousand writers on one thread
+        index.stream_id, index.version, index.version, "too many concurrent writers"
+    )
 
 
 def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -73,7 +99,10 @@ def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
 
 
 def get_steps(
-    index: ThreadIndex, serde: SerializerProtocol, config: RunnableConfig
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    cache: ValueCache | None = None,
 ) -> Steps[CheckpointTuple | None]:
     tid, ns, cid = _ids(config)
     yield from refresh_steps(index)
@@ -82,7 +111,7 @@ def get_steps(
     if rec is None:
         return None
     fetched = yield from fetch_steps(index, [rec])
-    return build_tuple(index, serde, tid, rec, fetched, dict(index.values))
+    return build_tuple(index, serde, tid, rec, fetched, cache)
 
 
 def fetch_steps(index: ThreadIndex, recs: Sequence[CheckpointRec]) -> Steps[dict[int, Any]]:
@@ -116,18 +145,14 @@ def build_tuple(
     tid: str,
     rec: CheckpointRec,
     fetched: Mapping[int, Any],
-    values: Mapping[str, Any],
+    cache: ValueCache | None = None,
 ) -> CheckpointTuple:
+    """Decode a checkpoint (run under the thread's lock: the index does not change)."""
     p = rec.payload
     cp: Checkpoint = unpack(serde, p["cp"])
-    saved = index.values
-    try:
-        index.values = dict(values)
-        cp["channel_values"] = {
-            ch: materialise(index, serde, d, fetched) for ch, d in (p.get("vals") or {}).items()
-        }
-    finally:
-        index.values = saved
+    cp["channel_values"] = {
+        ch: materialise(index, serde, d, fetched, cache) for ch, d in (p.get("vals") or {}).items()
+    }
     md: CheckpointMetadata = unpack(serde, p["md"])
     config: RunnableConfig = {
         "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.id}
@@ -200,28 +225,23 @@ def put_steps(
     new_versions: ChannelVersions,
 ) -> Steps[RunnableConfig]:
     tid, ns, parent = _ids(config)
-    yield from refresh_steps(index)
+    if not index.started:
+        yield from refresh_steps(index)
     index.check()
     pv, pver = parent_state(index, config)
     payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
     encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
     reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
     source = metadata.get("source")
-    for _ in range(MAX_RETRIES):
+
+    def build() -> list[NewEvent]:
         plan = plan_put(index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source)
         plan.events[-1].payload["vals"].update(reused)
-        try:
-            yield Call("append", index.stream_id, plan.events, plan.expected)
-        except ConcurrencyError:
-            yield from refresh_steps(index)
-            index.check()
-            continue
-        break
-    else:  # pragma: no cover - a thread written by a thousand writers at once
-        raise ConcurrencyError(index.stream_id, index.version, index.version, "too many retries")
-    return {
-        "configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
-    }
+        return plan.events
+
+    yield from append_steps(index, build)
+    conf = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+    return {"configurable": conf}
 
 
 def put_writes_steps(
@@ -235,11 +255,12 @@ def put_writes_steps(
     _tid, ns, cid = _ids(config)
     if cid is None:
         raise ValueError("put_writes needs a checkpoint_id in the config")
-    yield from refresh_steps(index)
-    index.check()
-    ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)
-    if ev is not None:
-        yield Call("append", index.stream_id, [ev], ANY)
+
+    def build() -> list[NewEvent]:
+        ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)
+        return [] if ev is None else [ev]
+
+    yield from append_steps(index, build)
 
 
 def list_steps(
@@ -249,6 +270,7 @@ def list_steps(
     filter: Mapping[str, Any] | None,
     before: RunnableConfig | None,
     limit: int | None,
+    cache: ValueCache | None = None,
 ) -> Steps[list[CheckpointTuple]]:
     """Matching checkpoints of one thread, newest first (decoded)."""
     conf = config.get("configurable", {})
@@ -275,8 +297,7 @@ def list_steps(
         if limit is not None and len(out_recs) >= limit:
             break
     fetched = yield from fetch_steps(index, out_recs)
-    values = dict(index.values)
-    return [build_tuple(index, serde, tid, r, fetched, values) for r in out_recs]
+    return [build_tuple(index, serde, tid, r, fetched, cache) for r in out_recs]
 
 
 def drop_steps(
@@ -289,24 +310,20 @@ def drop_steps(
     the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
     (planned again after a concurrent write), then erase those events' payloads (blobs
     too) and record each erasure. Returns how many payloads were erased."""
-    for _ in range(MAX_RETRIES):
+    chosen: list[list[int] | None] = []
+
+    def build() -> list[NewEvent]:
         first, drop = plan()
-        if drop is None and index.version == 0:
-            return 0
-        if drop is not None and not drop:
-            return 0
-        upto = index.version
-        ev = pruned_event(drop or [], all_=drop is None, reason=reason)
-        try:
-            yield Call("append", index.stream_id, [*first, ev], upto)
-        except ConcurrencyError:
-            yield from refresh_steps(index)
-            index.check()
-            continue
-        break
-    else:  # pragma: no cover
-        raise ConcurrencyError(index.stream_id, index.version, index.version, "too many retries")
-    targets = list(range(1, upto + 1)) if drop is None else drop
+        chosen[:] = [drop]
+        if (drop is None and index.version == 0) or (drop is not None and not drop):
+            return []
+        return [*first, pruned_event(drop or [], all_=drop is None, reason=reason)]
+
+    res = yield from append_steps(index, build)
+    if res is None:
+        return 0
+    drop = chosen[0]
+    targets = list(range(1, res.version)) if drop is None else drop
     records = []
     for v in targets:
         old, _shared = yield Call("erase", index.stream_id, v)
@@ -315,7 +332,6 @@ def drop_steps(
         records.append(erasure_record(old, reason, by))
     if records:
         yield Call("record", records)
-    yield from refresh_steps(index)
     return len(records)
 
 

@@ -70,6 +70,7 @@ from ares_events.integrations._langgraph_core import (
     STREAM_PREFIX,
     StaleWriteError,
     ThreadIndex,
+    ValueCache,
     stream_of,
     thread_of,
 )
@@ -131,8 +132,9 @@ def _lister(
     filter: dict[str, Any] | None,
     before: RunnableConfig | None,
     limit: int | None,
+    cache: ValueCache | None,
 ) -> Callable[[ThreadIndex], Steps[list[CheckpointTuple]]]:
-    return lambda ix: steps.list_steps(ix, serde, config, filter, before, limit)
+    return lambda ix: steps.list_steps(ix, serde, config, filter, before, limit, cache)
 
 
 class _Indexes:
@@ -208,6 +210,10 @@ class AresSaver(BaseCheckpointSaver[str]):
         serde: the serializer (default: ``JsonPlusSerializer(pickle_fallback=False)``).
         max_threads: how many threads' verified indexes to keep in memory.
         by: the name written in erasure records (who pruned or deleted).
+        value_cache: keep this many decoded channel values (opt-in; 0: none). A
+            ``get_tuple`` then costs the same at turn 500 as at turn 10, but the values
+            it returns share their items (messages) with the cache: a caller that
+            mutates a returned message in place changes what later reads return.
 
     The ``a``-methods run the blocking ones in a worker thread (use
     :class:`AsyncAresSaver` in asyncio code).
@@ -226,24 +232,31 @@ class AresSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         max_threads: int = DEFAULT_MAX_THREADS,
         by: str = "langgraph",
+        value_cache: int = 0,
     ) -> None:
         super().__init__(serde=serde or default_serde())
         self.store = store
         self.by = by
+        self._cache = ValueCache(value_cache) if value_cache > 0 else None
         self._indexes = _Indexes(store, threading.Lock, max_threads)
         self._port = _Port(store)
         self._owns_store = False
 
     @classmethod
     def from_url(
-        cls, url: str, *, serde: SerializerProtocol | None = None, **store_options: Any
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        value_cache: int = 0,
+        **store_options: Any,
     ) -> AresSaver:
         """Open the store at ``url`` (``ae.open_store``'s URLs and options, e.g.
         ``blobs="s3://bucket/prefix"``) and build a saver that closes it on
         :meth:`close`."""
         from ares_events.stores import open_store
 
-        saver = cls(open_store(url, **store_options), serde=serde)
+        saver = cls(open_store(url, **store_options), serde=serde, value_cache=value_cache)
         saver._owns_store = True
         return saver
 
@@ -276,7 +289,7 @@ class AresSaver(BaseCheckpointSaver[str]):
         """The checkpoint ``config`` names (the newest of its namespace without a
         ``checkpoint_id``), verified, then decoded; None when there is none."""
         tid = config["configurable"]["thread_id"]
-        return self._run(tid, lambda ix: steps.get_steps(ix, self.serde, config))
+        return self._run(tid, lambda ix: steps.get_steps(ix, self.serde, config, self._cache))
 
     def list(
         self,
@@ -291,7 +304,10 @@ class AresSaver(BaseCheckpointSaver[str]):
         if config is not None:
             tid = config["configurable"]["thread_id"]
             yield from self._run(
-                tid, lambda ix: steps.list_steps(ix, self.serde, config, filter, before, limit)
+                tid,
+                lambda ix: steps.list_steps(
+                    ix, self.serde, config, filter, before, limit, self._cache
+                ),
             )
             return
         left = limit
@@ -300,7 +316,7 @@ class AresSaver(BaseCheckpointSaver[str]):
             if tid2 is None:
                 continue
             cfg: RunnableConfig = {"configurable": {"thread_id": tid2}}
-            got = self._run(tid2, _lister(self.serde, cfg, filter, before, left))
+            got = self._run(tid2, _lister(self.serde, cfg, filter, before, left, self._cache))
             yield from got
             if left is not None:
                 left -= len(got)
@@ -474,23 +490,32 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         max_threads: int = DEFAULT_MAX_THREADS,
         by: str = "langgraph",
+        value_cache: int = 0,
     ) -> None:
         super().__init__(serde=serde or default_serde())
         self.store = store
         self.by = by
+        self._cache = ValueCache(value_cache) if value_cache > 0 else None
         self._indexes = _Indexes(store, asyncio.Lock, max_threads)
         self._port = _AsyncPort(store)
         self._owns_store = False
 
     @classmethod
     async def from_url(
-        cls, url: str, *, serde: SerializerProtocol | None = None, **store_options: Any
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        value_cache: int = 0,
+        **store_options: Any,
     ) -> AsyncAresSaver:
         """Open the store at ``url`` with ``ae.open_async_store`` and build a saver that
         closes it on :meth:`aclose`."""
         from ares_events.stores import open_async_store
 
-        saver = cls(await open_async_store(url, **store_options), serde=serde)
+        saver = cls(
+            await open_async_store(url, **store_options), serde=serde, value_cache=value_cache
+        )
         saver._owns_store = True
         return saver
 
@@ -522,7 +547,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """See :meth:`AresSaver.get_tuple`."""
         tid = config["configurable"]["thread_id"]
-        return await self._run(tid, lambda ix: steps.get_steps(ix, self.serde, config))
+        return await self._run(tid, lambda ix: steps.get_steps(ix, self.serde, config, self._cache))
 
     async def alist(
         self,
@@ -537,7 +562,9 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
             tid = config["configurable"]["thread_id"]
             got = await self._run(
                 tid,
-                lambda ix: steps.list_steps(ix, self.serde, config, filter, before, limit),
+                lambda ix: steps.list_steps(
+                    ix, self.serde, config, filter, before, limit, self._cache
+                ),
             )
             for t in got:
                 yield t
@@ -549,7 +576,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
             if tid2 is None:
                 continue
             cfg: RunnableConfig = {"configurable": {"thread_id": tid2}}
-            got = await self._run(tid2, _lister(self.serde, cfg, filter, before, left))
+            got = await self._run(tid2, _lister(self.serde, cfg, filter, before, left, self._cache))
             for t in got:
                 yield t
             if left is not None:

@@ -463,3 +463,24 @@ def test_cli_streams_and_audit_know_langgraph_threads(
     code, report = run_json(capsys, "--store", url, "audit", "--deep")
     assert code == 0, report
     assert report["ok"] is True
+
+
+def test_value_cache_gives_equal_values_and_fresh_lists(tmp_path: Path) -> None:
+    """With the opt-in value_cache, get_tuple returns the same values as without, and a
+    caller that appends to a returned list does not change the next read."""
+    url = f"sqlite:///{tmp_path}/v.db"
+    with AresSaver.from_url(url) as plain, AresSaver.from_url(url, value_cache=8) as cached:
+        graph = _chat_graph(plain)
+        for i in range(5):
+            graph.invoke(
+                {"messages": [HumanMessage(content=f"q{i}", id=f"q{i}")]},
+                {"configurable": {"thread_id": "v"}},
+            )
+        want = plain.get_tuple(_cfg("v"))
+        first = cached.get_tuple(_cfg("v"))
+        assert want is not None and first is not None
+        assert first.checkpoint["channel_values"] == want.checkpoint["channel_values"]
+        first.checkpoint["channel_values"]["messages"].append("junk")
+        again = cached.get_tuple(_cfg("v"))
+        assert again is not None
+        assert again.checkpoint["channel_values"] == want.checkpoint["channel_values"]
