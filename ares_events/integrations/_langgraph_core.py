@@ -71,7 +71,7 @@ T_VALUE: Final = "lg.value"
 T_WRITES: Final = "lg.writes"
 T_PRUNED: Final = "lg.pruned"
 EVENT_TYPES: Final = frozenset({T_CHECKPOINT, T_VALUE, T_WRITES, T_PRUNED})
-MAX_DELTA_DEPTH: Final = 64
+MAX_DELTA_DEPTH: Final = 256
 """A list value is stored whole after this many deltas in a row (bounds a reload)."""
 BRANCH_SOURCES: Final = frozenset({"fork", "update"})
 """Checkpoint sources that start a deliberate branch (time travel, ``update_state``)."""
@@ -251,6 +251,8 @@ class ThreadIndex:
         """Verified hashes of events whose payload spilled (checked again on fetch)."""
         self.last_list: dict[tuple[str, str], tuple[str, list[bytes]]] = {}
         self.started = False
+        self._latest: dict[str, CheckpointRec] = {}
+        self._latest_stale = False
         self.applied = 0
         """Highest version applied (the verifier's, or past it: the saver's own appends)."""
 
@@ -334,6 +336,9 @@ class ThreadIndex:
                 self.by_version.pop(old.version, None)
             self.checkpoints[(ns, cid)] = rec
             self.by_version[v] = ("checkpoint", (ns, cid))
+            cur = self._latest.get(ns)
+            if cur is None or cid >= cur.id:
+                self._latest[ns] = rec
             if parent is not None and rec.source not in BRANCH_SOURCES:
                 self.continued.setdefault((ns, parent), cid)
         elif type_ == T_WRITES:
@@ -367,6 +372,7 @@ class ThreadIndex:
         return d, base if isinstance(base, str) else None, int(m.get("depth", 0))
 
     def _reset(self) -> None:
+        self._latest_stale = True
         self.checkpoints.clear()
         self.continued.clear()
         self.values.clear()
@@ -375,6 +381,7 @@ class ThreadIndex:
         self.last_list.clear()
 
     def _drop(self, versions: Iterable[int]) -> None:
+        self._latest_stale = True
         for v in versions:
             what = self.by_version.pop(v, None)
             self.hashes.pop(v, None)
@@ -398,11 +405,15 @@ class ThreadIndex:
     # -- queries -----------------------------------------------------------------------------
 
     def latest(self, ns: str) -> CheckpointRec | None:
-        best: CheckpointRec | None = None
-        for (n, cid), rec in self.checkpoints.items():
-            if n == ns and (best is None or cid > best.id):
-                best = rec
-        return best
+        """The newest checkpoint of a namespace (ids sort by time)."""
+        if self._latest_stale:
+            self._latest = {}
+            for (n, cid), rec in self.checkpoints.items():
+                cur = self._latest.get(n)
+                if cur is None or cid > cur.id:
+                    self._latest[n] = rec
+            self._latest_stale = False
+        return self._latest.get(ns)
 
     def get(self, ns: str, checkpoint_id: str | None) -> CheckpointRec | None:
         if checkpoint_id is None:

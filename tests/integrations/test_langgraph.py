@@ -334,7 +334,7 @@ def test_deltas_give_the_states_a_reference_saver_gives(tmp_path: Path) -> None:
         assert _history(_chat_graph(saver), "c") == _history(ref, "c")
         values = [e for e in saver.store.read(stream_of("c")) if e.type == "lg.value"]
         stored_items = sum(len(e.payload.get("list", [])) for e in values)
-        # 200 messages; whole lists again only every 64 deltas (bounded reloads).
+        # 200 messages; a whole list again only every MAX_DELTA_DEPTH deltas.
         assert stored_items < 200 * 8
 
 
