@@ -253,6 +253,7 @@ class ThreadIndex:
         self.started = False
         self._latest: dict[str, CheckpointRec] = {}
         self._latest_stale = False
+        self.orphan_writes: dict[tuple[str, str], dict[tuple[str, int], WriteRec]] = {}
         self.applied = 0
         """Highest version applied (the verifier's, or past it: the saver's own appends)."""
 
@@ -334,6 +335,9 @@ class ThreadIndex:
             if old is not None:
                 rec.writes = old.writes
                 self.by_version.pop(old.version, None)
+            else:
+                # LangGraph may store a task's writes before the checkpoint they belong to.
+                rec.writes = self.orphan_writes.pop((ns, cid), {})
             self.checkpoints[(ns, cid)] = rec
             self.by_version[v] = ("checkpoint", (ns, cid))
             cur = self._latest.get(ns)
@@ -344,15 +348,13 @@ class ThreadIndex:
         elif type_ == T_WRITES:
             ns, cid = p["ns"], p["cp"]
             self.by_version[v] = ("writes", (ns, cid))
-            ck = self.checkpoints.get((ns, cid))
-            if ck is None:
-                return  # writes for a checkpoint not (or no longer) stored: kept nowhere
+            ws = self.writes_of(ns, cid, create=True)
             task, path = p["task"], p.get("path", "")
             for idx, ch, t, b in p["w"]:
                 k = (task, idx)
-                if k in ck.writes and idx >= 0:
+                if k in ws and idx >= 0:
                     continue
-                ck.writes[k] = WriteRec(v, task, idx, ch, t, b, path)
+                ws[k] = WriteRec(v, task, idx, ch, t, b, path)
         elif type_ == T_PRUNED:
             if p.get("all"):
                 self._reset()
@@ -371,8 +373,20 @@ class ThreadIndex:
         base = m.get("base")
         return d, base if isinstance(base, str) else None, int(m.get("depth", 0))
 
+    def writes_of(
+        self, ns: str, cid: str, *, create: bool = False
+    ) -> dict[tuple[str, int], WriteRec]:
+        """The pending writes stored for a checkpoint (also before the checkpoint is)."""
+        ck = self.checkpoints.get((ns, cid))
+        if ck is not None:
+            return ck.writes
+        if create:
+            return self.orphan_writes.setdefault((ns, cid), {})
+        return self.orphan_writes.get((ns, cid), {})
+
     def _reset(self) -> None:
         self._latest_stale = True
+        self.orphan_writes.clear()
         self.checkpoints.clear()
         self.continued.clear()
         self.values.clear()
@@ -400,6 +414,12 @@ class ThreadIndex:
                 ck = self.checkpoints.get(key)
                 if ck is not None:
                     ck.writes = {k: w for k, w in ck.writes.items() if w.version != v}
+                elif key in self.orphan_writes:
+                    left = {k: w for k, w in self.orphan_writes[key].items() if w.version != v}
+                    if left:
+                        self.orphan_writes[key] = left
+                    else:
+                        del self.orphan_writes[key]
         self.last_list.clear()
 
     # -- queries -----------------------------------------------------------------------------
@@ -426,7 +446,8 @@ class ThreadIndex:
         """Versions of the events the given checkpoints need: themselves, their writes,
         their values and every base of a delta value (but of the ``rebased`` values,
         which are being written again whole)."""
-        out: set[int] = set()
+        # Writes whose checkpoint is not stored yet may belong to one being written.
+        out: set[int] = {w.version for ws in self.orphan_writes.values() for w in ws.values()}
         for rec in keep:
             out.add(rec.version)
             out.update(w.version for w in rec.writes.values())
@@ -549,11 +570,11 @@ def writes_event(
     task_path: str,
 ) -> NewEvent | None:
     """The event of a ``put_writes``, without the regular writes already stored."""
-    ck = index.checkpoints.get((ns, checkpoint_id))
+    stored = index.writes_of(ns, checkpoint_id)
     out = []
     for i, (ch, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(ch, i)
-        if ck is not None and idx >= 0 and (task_id, idx) in ck.writes:
+        if idx >= 0 and (task_id, idx) in stored:
             continue
         t, b = serde.dumps_typed(value)
         out.append([idx, ch, t, b64(b)])

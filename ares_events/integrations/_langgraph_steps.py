@@ -22,8 +22,11 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
+    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -44,6 +47,7 @@ from ares_events.integrations._langgraph_core import (
     prune_plan,
     pruned_event,
     thread_of,
+    unb64,
     unpack,
     values_needed,
     verify_fetched,
@@ -419,3 +423,53 @@ __all__ = [
     "refresh_steps",
     "thread_of",
 ]
+
+
+def delta_history_steps(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    channels: Sequence[str],
+    cache: ValueCache | None = None,
+) -> Steps[dict[str, DeltaChannelHistory]]:
+    """``get_delta_channel_history`` from the index: the same walk as the base class's
+    (parent chain, each checkpoint's pending writes in ``writes_sort_key`` order, the
+    nearest stored value as the seed), decoding only the writes and seeds it returns."""
+    _tid, ns, cid = _ids(config)
+    yield from refresh_steps(index)
+    index.check()
+    if not channels:
+        return {}
+    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    seeds: dict[str, str] = {}
+    remaining = set(channels)
+    target = index.get(ns, cid)
+    cursor = target.parent if target is not None else None
+    path: list[CheckpointRec] = []
+    seen: set[str] = set()
+    while cursor is not None and remaining and cursor not in seen:
+        seen.add(cursor)
+        rec = index.checkpoints.get((ns, cursor))
+        if rec is None:
+            break
+        path.append(rec)
+        ws = sorted(rec.writes.values(), key=lambda w: writes_sort_key(w.path, w.task_id, w.idx))
+        for w in reversed(ws):
+            if w.channel in remaining:
+                collected[w.channel].append(
+                    (w.task_id, w.channel, serde.loads_typed((w.t, unb64(w.b))))
+                )
+        vals = rec.payload.get("vals") or {}
+        for ch in list(remaining):
+            if ch in vals:
+                seeds[ch] = vals[ch]
+                remaining.discard(ch)
+        cursor = rec.parent
+    fetched = yield from fetch_steps(index, path)
+    out: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+        if ch in seeds:
+            entry["seed"] = materialise(index, serde, seeds[ch], fetched, cache)
+        out[ch] = entry
+    return out

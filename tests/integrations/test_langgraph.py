@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("langgraph.graph")
 
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
@@ -484,3 +485,61 @@ def test_value_cache_gives_equal_values_and_fresh_lists(tmp_path: Path) -> None:
         again = cached.get_tuple(_cfg("v"))
         assert again is not None
         assert again.checkpoint["channel_values"] == want.checkpoint["channel_values"]
+
+
+def _concat(state: list[str] | None, writes: Any) -> list[str]:
+    return [*(state or []), *(x for w in writes for x in w)]
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+
+
+def _delta_graph(saver: Any) -> Any:
+    def step(state: DeltaState) -> dict[str, Any]:
+        return {"items": [f"n{len(state['items'])}"]}
+
+    g = StateGraph(DeltaState)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    return g.compile(checkpointer=saver)
+
+
+def test_delta_channel_history_matches_the_reference_walk(tmp_path: Path) -> None:
+    """A graph with a DeltaChannel rebuilds the same state as InMemorySaver, and the
+    saver's get_delta_channel_history (both faces) equals the base class's walk over
+    get_tuple at every checkpoint."""
+    import asyncio
+
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    ref = _delta_graph(InMemorySaver())
+    with AresSaver.from_url(f"sqlite:///{tmp_path}/d.db") as saver:
+        graph = _delta_graph(saver)
+        cfg = {"configurable": {"thread_id": "d"}}
+        for i in range(8):
+            for g in (ref, graph):
+                g.invoke({"items": [f"in{i}"]}, cfg)
+        assert graph.get_state(cfg).values == ref.get_state(cfg).values
+        assert len(graph.get_state(cfg).values["items"]) == 16
+        configs = [t.config for t in saver.list(cfg)]
+        for c in configs:
+            want = BaseCheckpointSaver.get_delta_channel_history(
+                saver, config=c, channels=["items"]
+            )
+            assert saver.get_delta_channel_history(config=c, channels=["items"]) == want
+    url = f"sqlite:///{tmp_path}/d.db"
+
+    async def async_face() -> list[Any]:
+        async with await AsyncAresSaver.from_url(url) as asaver:
+            return [
+                await asaver.aget_delta_channel_history(config=c, channels=["items"])
+                for c in configs
+            ]
+
+    with AresSaver.from_url(url) as saver:
+        want_all = [
+            BaseCheckpointSaver.get_delta_channel_history(saver, config=c, channels=["items"])
+            for c in configs
+        ]
+    assert asyncio.run(async_face()) == want_all
