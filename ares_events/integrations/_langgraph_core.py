@@ -659,8 +659,8 @@ class ValueCache:
 
     def get(self, key: tuple[str, str]) -> Any:
         with self._lock:
-            v = self._d.get(key, _MISS)
-            if v is not _MISS:
+            v = self._d.get(key, MISS)
+            if v is not MISS:
                 self._d.move_to_end(key)
         return v
 
@@ -671,7 +671,7 @@ class ValueCache:
                 self._d.popitem(last=False)
 
 
-_MISS: Final = object()
+MISS: Final = object()
 
 
 def _handout(value: Any) -> Any:
@@ -686,13 +686,17 @@ def materialise(
     index: ThreadIndex,
     serde: SerializerProtocol,
     digest: str,
-    fetched: Mapping[int, dict[str, Any]],
+    fetched: Mapping[Any, Any],
     cache: ValueCache | None = None,
 ) -> Any:
-    """Decode the value ``digest`` (``fetched``: payloads of spilled value events)."""
+    """Decode the value ``digest`` (``fetched``: payloads of spilled value events by
+    version, and values pinned from the cache by ``("pinned", digest)``)."""
+    pinned = fetched.get(("pinned", digest), MISS)
+    if pinned is not MISS:
+        return _handout(pinned)
     if cache is not None:
         hit = cache.get((index.stream_id, digest))
-        if hit is not _MISS:
+        if hit is not MISS:
             return _handout(hit)
         value = materialise(index, serde, digest, fetched)
         cache.put((index.stream_id, digest), value)

@@ -34,6 +34,7 @@ from ares_events.core.events import ANY, AppendResult, NewEvent, RecordedEvent
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError
 from ares_events.integrations._langgraph_core import (
+    MISS,
     CheckpointRec,
     EncodedValue,
     ThreadIndex,
@@ -114,15 +115,26 @@ def get_steps(
     rec = index.get(ns, cid)
     if rec is None:
         return None
-    fetched = yield from fetch_steps(index, [rec])
+    fetched = yield from fetch_steps(index, [rec], cache)
     return build_tuple(index, serde, tid, rec, fetched, cache)
 
 
-def fetch_steps(index: ThreadIndex, recs: Sequence[CheckpointRec]) -> Steps[dict[int, Any]]:
-    """Payloads of the spilled values these checkpoints need, each checked again."""
-    out: dict[int, Any] = {}
+def fetch_steps(
+    index: ThreadIndex, recs: Sequence[CheckpointRec], cache: ValueCache | None = None
+) -> Steps[dict[int, Any]]:
+    """Payloads of the spilled values these checkpoints need (and ``cache`` does not
+    hold decoded), each checked again."""
+    out: dict[Any, Any] = {}
     for rec in recs:
-        for v in values_needed(index, (rec.payload.get("vals") or {}).values()):
+        digests = list((rec.payload.get("vals") or {}).values())
+        if cache is not None:
+            # A decoded value held now is pinned for this read (the cache may drop it).
+            for d in list(digests):
+                hit = cache.get((index.stream_id, d))
+                if hit is not MISS:
+                    out[("pinned", d)] = hit
+                    digests.remove(d)
+        for v in values_needed(index, digests):
             if v in out:
                 continue
             events = yield Call("read", index.stream_id, v, v)
@@ -300,7 +312,7 @@ def list_steps(
         out_recs.append(rec)
         if limit is not None and len(out_recs) >= limit:
             break
-    fetched = yield from fetch_steps(index, out_recs)
+    fetched = yield from fetch_steps(index, out_recs, cache)
     return [build_tuple(index, serde, tid, r, fetched, cache) for r in out_recs]
 
 
