@@ -6,7 +6,9 @@ with its store side (opening, stream prefixes, verified reads) in
 ``_eventsourcing_store``.
 
 :mod:`~ares_events.integrations.langgraph` is a LangGraph checkpointer (``AresSaver``,
-``AsyncAresSaver``), with its shared logic in ``_langgraph_core`` and ``_langgraph_steps``.
+``AsyncAresSaver``), with its shared logic in ``_langgraph_core`` (layout, encoding, the
+verified index), ``_langgraph_plan`` (planning, decoding) and ``_langgraph_steps`` (the
+operations, as sansio steps).
 :func:`stream_kind` tells the CLI which streams an integration owns (without importing
 the integration's library).
 

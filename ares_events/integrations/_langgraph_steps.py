@@ -34,22 +34,24 @@ from ares_events.core.events import ANY, AppendResult, NewEvent, RecordedEvent
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError
 from ares_events.integrations._langgraph_core import (
-    MISS,
     CheckpointRec,
     EncodedValue,
     ThreadIndex,
-    ValueCache,
     encode_value,
+    pack,
+    thread_of,
+    unb64,
+    unpack,
+)
+from ares_events.integrations._langgraph_plan import (
+    MISS,
+    ValueCache,
     erasure_record,
     materialise,
-    pack,
     pending_writes,
     plan_put,
     prune_plan,
     pruned_event,
-    thread_of,
-    unb64,
-    unpack,
     values_needed,
     verify_fetched,
     writes_event,

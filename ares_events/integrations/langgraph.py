@@ -71,10 +71,10 @@ from ares_events.integrations._langgraph_core import (
     STREAM_PREFIX,
     StaleWriteError,
     ThreadIndex,
-    ValueCache,
     stream_of,
     thread_of,
 )
+from ares_events.integrations._langgraph_plan import ValueCache
 
 __all__ = [
     "MODULE",
@@ -115,13 +115,13 @@ def _cutoff(older_than: timedelta | None) -> str | None:
     return (datetime.now(UTC) - older_than).isoformat()
 
 
-def _prune_args(strategy: str, keep_last: int | None) -> int | None:
+def _prune_args(strategy: str, keep_last: int | None, by_age: bool) -> int | None:
     if strategy == "delete":
         return 0
     if strategy != "keep_latest":
         raise InvalidEvent("strategy", f"must be 'keep_latest' or 'delete', got {strategy!r}")
     if keep_last is None:
-        return 1
+        return None if by_age else 1
     if type(keep_last) is not int or keep_last < 0:
         raise InvalidEvent("keep_last", f"must be an int >= 0, got {keep_last!r}")
     return keep_last
@@ -397,14 +397,16 @@ class AresSaver(BaseCheckpointSaver[str]):
         keep_last: int | None = None,
         older_than: timedelta | None = None,
     ) -> None:
-        """Keep the newest ``keep_last`` checkpoints per namespace (``keep_latest``: 1),
-        and with ``older_than`` none older than that; ``strategy="delete"`` deletes the
-        threads. What is dropped is erased (payloads and blobs), each erasure recorded.
+        """Keep the newest ``keep_last`` checkpoints per namespace (LangGraph's
+        ``keep_latest``: 1), and with ``older_than`` drop the checkpoints written before
+        that (then ``keep_last=None`` means no count limit; the newest checkpoint of a
+        namespace is always kept); ``strategy="delete"`` deletes the threads. What is
+        dropped is erased (payloads and blobs), each erasure recorded.
 
         Raises:
             InvalidEvent: an unknown strategy, or a bad ``keep_last``/``older_than``.
         """
-        keep = _prune_args(strategy, keep_last)
+        keep = _prune_args(strategy, keep_last, older_than is not None)
         cutoff = _cutoff(older_than)
         for tid in thread_ids:
             if keep == 0:
@@ -675,7 +677,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         older_than: timedelta | None = None,
     ) -> None:
         """See :meth:`AresSaver.prune`."""
-        keep = _prune_args(strategy, keep_last)
+        keep = _prune_args(strategy, keep_last, older_than is not None)
         cutoff = _cutoff(older_than)
         for tid in thread_ids:
             if keep == 0:

@@ -516,7 +516,7 @@ def test_delta_channel_history_matches_the_reference_walk(tmp_path: Path) -> Non
     ref = _delta_graph(InMemorySaver())
     with AresSaver.from_url(f"sqlite:///{tmp_path}/d.db") as saver:
         graph = _delta_graph(saver)
-        cfg = {"configurable": {"thread_id": "d"}}
+        cfg: Any = {"configurable": {"thread_id": "d"}}
         for i in range(8):
             for g in (ref, graph):
                 g.invoke({"items": [f"in{i}"]}, cfg)
@@ -543,3 +543,29 @@ def test_delta_channel_history_matches_the_reference_walk(tmp_path: Path) -> Non
             for c in configs
         ]
     assert asyncio.run(async_face()) == want_all
+
+
+def test_prune_by_age_keeps_recent_checkpoints_and_the_newest(tmp_path: Path) -> None:
+    """prune(older_than=...) drops the checkpoints written before the cutoff (never the
+    newest of a namespace), whatever their number."""
+    from datetime import UTC, datetime, timedelta
+
+    with AresSaver.from_url(f"sqlite:///{tmp_path}/a.db") as saver:
+        now = datetime.now(UTC)
+        parent = None
+        ids = []
+        for age_days in (40, 35, 3, 1):
+            cp = checkpoint()
+            cp["ts"] = (now - timedelta(days=age_days)).isoformat()
+            saver.put(_cfg("old", parent), cp, {"step": age_days}, {})
+            parent = cp["id"]
+            ids.append(cp["id"])
+        saver.prune(["old"], older_than=timedelta(days=30))
+        assert [t.checkpoint["id"] for t in saver.list(_cfg("old"))] == ids[:1:-1]
+        # All old: the newest stays.
+        cp = checkpoint()
+        cp["ts"] = (now - timedelta(days=90)).isoformat()
+        saver.put(_cfg("ancient"), cp, {}, {})
+        saver.prune(["ancient"], older_than=timedelta(days=30))
+        assert [t.checkpoint["id"] for t in saver.list(_cfg("ancient"))] == [cp["id"]]
+        assert ae.integrity.audit(saver.store).ok
