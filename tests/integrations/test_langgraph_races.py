@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,51 @@ def test_two_processes_never_fork_a_thread(
         ]
         assert len(parents) == ROUNDS
         assert len(set(parents)) == ROUNDS, "a checkpoint has two children: the thread forked"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_async_savers_never_fork_a_thread(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """200 rounds of two AsyncAresSavers (each its own store and index) putting a child of
+    the same tip at once: exactly one wins, the other gets StaleWriteError."""
+    import asyncio
+
+    from ares_events.integrations.langgraph import AsyncAresSaver, StaleWriteError
+
+    url = _url(backend, tmp_path, request)
+    tid = f"afork-{uuid.uuid4().hex[:8]}"
+
+    async def race() -> list[list[str]]:
+        a = await AsyncAresSaver.from_url(url)
+        b = await AsyncAresSaver.from_url(url)
+        outcomes: list[list[str]] = []
+        try:
+            cfg: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+            await a.aput(cfg, checkpoint(), {"step": -1}, {})
+            for i in range(200):
+                tip = await a.aget_tuple(cfg)
+                assert tip is not None
+                parent: Any = {
+                    "configurable": {**cfg["configurable"], "checkpoint_id": tip.checkpoint["id"]}
+                }
+                md: Any = {"source": "loop", "step": i}
+                got = await asyncio.gather(
+                    a.aput(parent, checkpoint(), md, {}),
+                    b.aput(parent, checkpoint(), md, {}),
+                    return_exceptions=True,
+                )
+                outcomes.append(
+                    sorted(
+                        "lose" if isinstance(g, StaleWriteError) else type(g).__name__ for g in got
+                    )
+                )
+        finally:
+            await a.aclose()
+            await b.aclose()
+        return outcomes
+
+    outcomes = asyncio.run(race())
+    assert outcomes == [["dict", "lose"]] * 200
+    with ae.open_store(url) as store:
+        assert ae.integrity.verify_stream(store, stream_of(tid)).ok
