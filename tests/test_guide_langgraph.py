@@ -59,3 +59,6 @@ def test_guide_langgraph_example_runs(
     ):
         assert line in out, out
     assert "audit ok: False" not in out
+    # delete_thread removed the spilled screenshot from the bucket.
+    client = boto3.session.Session().client("s3", endpoint_url=s3_endpoint)
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0

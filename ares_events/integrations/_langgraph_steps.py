@@ -32,7 +32,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ares_events.core.events import ANY, AppendResult, NewEvent, RecordedEvent
 from ares_events.core.sansio import Call, Steps
-from ares_events.errors import ConcurrencyError
+from ares_events.errors import ConcurrencyError, InvalidEvent
 from ares_events.integrations._langgraph_core import (
     CheckpointRec,
     EncodedValue,
@@ -272,7 +272,7 @@ def put_writes_steps(
 ) -> Steps[None]:
     _tid, ns, cid = _ids(config)
     if cid is None:
-        raise ValueError("put_writes needs a checkpoint_id in the config")
+        raise InvalidEvent("config", "put_writes needs a checkpoint_id in the config")
 
     def build() -> list[NewEvent]:
         ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)

@@ -86,7 +86,7 @@ __all__ = [
     "thread_of",
 ]
 
-DEFAULT_MAX_THREADS: Final = 256
+DEFAULT_MAX_THREADS: Final = 128
 _L = TypeVar("_L")
 
 
@@ -143,6 +143,8 @@ class _Indexes:
     asyncio.Lock). ``_map`` guards the dictionary only, never I/O."""
 
     def __init__(self, store: Any, lock_type: type[Any], max_threads: int) -> None:
+        if type(max_threads) is not int or max_threads < 1:
+            raise InvalidEvent("max_threads", f"must be an int >= 1, got {max_threads!r}")
         self.store = store
         self.lock_type = lock_type
         self.max = max_threads
@@ -209,7 +211,8 @@ class AresSaver(BaseCheckpointSaver[str]):
         store: an open :class:`~ares_events.EventStore` (the saver does not close it,
             unless built by :meth:`from_url`).
         serde: the serializer (default: ``JsonPlusSerializer(pickle_fallback=False)``).
-        max_threads: how many threads' verified indexes to keep in memory.
+        max_threads: how many threads' verified indexes to keep in memory (an index holds
+            the thread's payloads that did not spill: about its stored size).
         by: the name written in erasure records (who pruned or deleted).
         value_cache: keep this many decoded channel values (opt-in; 0: none). A
             ``get_tuple`` then costs the same at turn 500 as at turn 10, but the values
@@ -238,6 +241,8 @@ class AresSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde or default_serde())
         self.store = store
         self.by = by
+        if type(value_cache) is not int or value_cache < 0:
+            raise InvalidEvent("value_cache", f"must be an int >= 0, got {value_cache!r}")
         self._cache = ValueCache(value_cache) if value_cache > 0 else None
         self._indexes = _Indexes(store, threading.Lock, max_threads)
         self._port = _Port(store)
@@ -518,6 +523,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde or default_serde())
         self.store = store
         self.by = by
+        if type(value_cache) is not int or value_cache < 0:
+            raise InvalidEvent("value_cache", f"must be an int >= 0, got {value_cache!r}")
         self._cache = ValueCache(value_cache) if value_cache > 0 else None
         self._indexes = _Indexes(store, asyncio.Lock, max_threads)
         self._port = _AsyncPort(store)

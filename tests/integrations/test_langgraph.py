@@ -428,10 +428,23 @@ def test_async_saver_runs_a_graph(tmp_path: Path) -> None:
         assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == contents
 
 
-def test_thread_ids_are_checked() -> None:
-    """An empty thread id is an InvalidEvent, not a stream named 'langgraph/'."""
-    with AresSaver(ae.open_store("memory://")) as saver, pytest.raises(ae.errors.InvalidEvent):
-        saver.get_tuple(_cfg(""))
+def test_bad_arguments_are_invalid_event() -> None:
+    """An empty thread id, put_writes without a checkpoint id, a bad prune strategy or
+    option: InvalidEvent naming it, nothing written."""
+    store = ae.open_store("memory://")
+    with AresSaver(store) as saver:
+        with pytest.raises(ae.errors.InvalidEvent, match="thread_id"):
+            saver.get_tuple(_cfg(""))
+        with pytest.raises(ae.errors.InvalidEvent, match="checkpoint_id"):
+            saver.put_writes(_cfg("t"), [("a", 1)], "task")
+        with pytest.raises(ae.errors.InvalidEvent, match="strategy"):
+            saver.prune(["t"], strategy="keep_some")
+        with pytest.raises(ae.errors.InvalidEvent, match="keep_last"):
+            saver.prune(["t"], keep_last=-1)
+        assert list(store.streams()) == []
+    for bad in ({"max_threads": 0}, {"value_cache": -1}):
+        with pytest.raises(ae.errors.InvalidEvent):
+            AresSaver(store, **bad)  # type: ignore[arg-type]
     assert uuid
 
 
