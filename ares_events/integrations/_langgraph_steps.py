@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -39,7 +38,6 @@ from ares_events.integrations._langgraph_core import (
     ThreadIndex,
     encode_value,
     pack,
-    thread_of,
     unb64,
     unpack,
 )
@@ -56,6 +54,20 @@ from ares_events.integrations._langgraph_plan import (
     verify_fetched,
     writes_event,
 )
+
+__all__ = [
+    "append_steps",
+    "copy_steps",
+    "delete_runs_steps",
+    "delete_thread_steps",
+    "delta_history_steps",
+    "get_steps",
+    "list_steps",
+    "prune_steps",
+    "put_steps",
+    "put_writes_steps",
+    "refresh_steps",
+]
 
 MAX_RETRIES = 1000
 
@@ -419,24 +431,6 @@ def copy_steps(src: ThreadIndex, dst_stream: str) -> Steps[int]:
     if out:
         yield Call("append", dst_stream, out, ANY)
     return len(out)
-
-
-def json_copy(x: Any) -> Any:
-    return orjson.loads(orjson.dumps(x))
-
-
-__all__ = [
-    "copy_steps",
-    "delete_runs_steps",
-    "delete_thread_steps",
-    "get_steps",
-    "list_steps",
-    "prune_steps",
-    "put_steps",
-    "put_writes_steps",
-    "refresh_steps",
-    "thread_of",
-]
 
 
 def delta_history_steps(
