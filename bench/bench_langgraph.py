@@ -359,8 +359,12 @@ def long_thread(system: System, sz: dict[str, int]) -> dict[str, Any]:
     return out
 
 
+CPU_PER_TURN: dict[str, list[float]] = {}
+
+
 async def concurrent(system: System, sz: dict[str, int]) -> float:
-    """Turns per second of ``conc_threads`` tasks, each its own thread."""
+    """Turns per second of ``conc_threads`` tasks, each its own thread (and, in
+    :data:`CPU_PER_TURN`, this process's CPU seconds per turn)."""
     saver = await system.open_async()
     try:
         graph = chat_graph(saver)
@@ -371,12 +375,32 @@ async def concurrent(system: System, sz: dict[str, int]) -> float:
             for i in range(sz["conc_turns"]):
                 await graph.ainvoke(human(i), cfg, durability="sync")
 
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(k) for k in range(sz["conc_threads"])))
         wall = time.perf_counter() - t
+        cpu = time.process_time() - cpu
     finally:
         await system.close_async(saver)
-    return sz["conc_threads"] * sz["conc_turns"] / wall
+    turns = sz["conc_threads"] * sz["conc_turns"]
+    CPU_PER_TURN.setdefault(system.name, []).append(cpu / turns)
+    return turns / wall
+
+
+async def ceiling(sz: dict[str, int]) -> float:
+    """The same concurrent run with LangGraph's ``InMemorySaver`` (no I/O): what the
+    graph itself allows on this machine."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = chat_graph(InMemorySaver())
+
+    async def one(k: int) -> None:
+        cfg = {"configurable": {"thread_id": f"m-{k}"}}
+        for i in range(sz["conc_turns"]):
+            await graph.ainvoke(human(i), cfg, durability="sync")
+
+    t = time.perf_counter()
+    await asyncio.gather(*(one(k) for k in range(sz["conc_threads"])))
+    return sz["conc_threads"] * sz["conc_turns"] / (time.perf_counter() - t)
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -408,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in order:
                 print(f"32 threads: {s.name} rep {rep} ...", file=sys.stderr, flush=True)
                 conc.setdefault(s.name, []).append(asyncio.run(concurrent(s, sz)))
-    body = report(results, conc, sz, server)
+    top = asyncio.run(ceiling(sz))
+    body = report(results, conc, sz, server, top)
     print(body)
     if not args.quick:
         write_section("langgraph", body, title="LangGraph checkpointer")
@@ -420,6 +445,7 @@ def report(
     conc: dict[str, list[float]],
     sz: dict[str, int],
     server: dict[str, str],
+    top: float,
 ) -> str:
     m = machine_description(
         [
@@ -505,7 +531,10 @@ def report(
         f" SQLite {fmt_ms(asq['get10_cached'])} / {fmt_ms(asq['get_end_cached'])}"
         f" ({fmt_ratio(asq['get_end_cached'] / asq['get10_cached'])})",
         f"- {sz['conc_threads']} concurrent threads, ares-events / peer: PostgreSQL"
-        f" {fmt_ratio(cp)} (goal >= 2x), SQLite {fmt_ratio(cs)}",
+        f" {fmt_ratio(cp)} (goal >= 2x), SQLite {fmt_ratio(cs)}; CPU of this process per"
+        " turn (median): "
+        + ", ".join(f"{n} {fmt_ms(Stats.of(CPU_PER_TURN[n]).median)}" for n in names)
+        + f"; the same run with `InMemorySaver` (no I/O): {top:.0f} turns/s",
     ]
     return "\n".join(lines)
 
