@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph.graph")
-
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide-langgraph.md"
 
 

@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-
-pytest.importorskip("langgraph.graph")
-
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver

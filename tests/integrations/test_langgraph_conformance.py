@@ -9,9 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("langgraph.checkpoint.conformance")
-
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 

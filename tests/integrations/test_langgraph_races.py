@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph.checkpoint.base")
-
 import ares_events as ae
 from ares_events.integrations.langgraph import AresSaver, stream_of
 from tests.langgraph_fork_child import checkpoint, writer
