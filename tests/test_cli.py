@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -311,8 +310,6 @@ def test_unreachable_postgres_exits_3_without_password(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """An unreachable PostgreSQL server exits 3 and the URL password appears nowhere."""
-    if importlib.util.find_spec("ares_events.stores.postgres") is None:
-        pytest.skip("the postgresql:// backend (ares_events/stores/postgres/) is not built yet")
     url = f"postgresql://root:{PASSWORD}@127.0.0.1:1/x?connect_timeout=1"
     code, out, err = run(capsys, "--store", url, "streams")
     assert code == 3 and out == "" and err.count("\n") == 1

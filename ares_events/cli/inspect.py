@@ -175,17 +175,27 @@ def streams(app: App, as_json: bool) -> int:
       ares-events streams
       ares-events streams --json
     """
+    from ares_events.core.events import ERASURE_STREAM
+    from ares_events.integrations import stream_kind
+
+    def kind(sid: str) -> tuple[str, str | None]:
+        if sid == ERASURE_STREAM:
+            return "erasure records", None
+        return stream_kind(sid) or ("", None)
+
     with app.open() as store:
-        rows = [(sid, h.version, h.hash.hex()) for sid, h in store.recorder.heads()]
+        rows = [(sid, h.version, h.hash.hex(), *kind(sid)) for sid, h in store.recorder.heads()]
         url = store.url
     if as_json:
-        app.json(
-            {
-                "store": url,
-                "count": len(rows),
-                "streams": [{"stream_id": s, "version": v, "head_hash": h} for s, v, h in rows],
-            }
-        )
+        streams = []
+        for s, v, h, k, t in rows:
+            item: dict[str, object] = {"stream_id": s, "version": v, "head_hash": h}
+            if k:
+                item["kind"] = k
+            if t is not None:
+                item["thread_id"] = t
+            streams.append(item)
+        app.json({"store": url, "count": len(rows), "streams": streams})
         return EXIT_OK
     if not rows:
         app.out.print(Text(f"no streams in {url}"))
@@ -194,8 +204,9 @@ def streams(app: App, as_json: bool) -> int:
     table.add_column("stream", no_wrap=True)
     table.add_column("version", justify="right")
     table.add_column("head hash", no_wrap=True)
-    for sid, version, h in rows:
-        table.add_row(Text(sid), str(version), h[:16])
+    table.add_column("kind")
+    for sid, version, h, k, t in rows:
+        table.add_row(Text(sid), str(version), h[:16], Text(f"{k} {t}" if t is not None else k))
     app.out.print(table)
     return EXIT_OK
 

@@ -1,0 +1,464 @@
+"""What both faces of the LangGraph checkpointer decide, without I/O: the event layout of
+a thread, the encoding of checkpoints, channel values and writes, and the verified
+in-memory index of one thread (:class:`ThreadIndex`). Planning writes and decoding values
+over the index is in :mod:`~ares_events.integrations._langgraph_plan`.
+
+**Layout.** One LangGraph thread is one stream, ``langgraph/<thread_id>`` (every
+checkpoint namespace lives inside it), of events with module ``langgraph``:
+
+``lg.checkpoint``
+    ``{"ns", "id", "parent", "cp", "md", "vals"}``: the checkpoint without its channel
+    values (``cp``), its metadata (``md``), and for each channel that has a value the
+    content digest of that value (``vals``).
+``lg.value``
+    one channel value, content-addressed: ``{"d": digest, "t": type, "b": base64}``, or
+    for a ``list`` a run of items ``{"d", "list": [[type, base64], ...], "base", "n",
+    "depth"}``: the items after the first ``n`` items of the value ``base`` (a delta; no
+    ``base``: the whole list). A value is stored once per thread whatever the channel or
+    version that holds it; a delta chain is cut by a whole list every
+    :data:`MAX_DELTA_DEPTH` links, which bounds what a reload reads.
+``lg.writes``
+    ``{"ns", "cp", "task", "path", "w": [[idx, channel, type, base64], ...]}``: pending
+    writes of a task, with ``put_writes``' rules (a regular write is kept once, a special
+    one is replaced).
+``lg.pruned``
+    ``{"drop": [versions], "all": bool, "reason"}``: those events are deleted (their
+    payloads are erased right after, each erasure recorded in ``ares-events/erasures``).
+
+Payloads are JSON (``{"j": ...}``) where the value is plain JSON, else the serializer's
+typed bytes in base64 (``{"t", "b"}``).
+
+**Verified before decoded.** The index is built from the stream read in order through a
+:class:`~ares_events.integrity.verify.ChainVerifier` (keyed in keyed mode): an event is
+applied only after its link verified, so every payload the savers decode is one the chain
+vouches for. A thread with any finding is refused as a whole
+(:class:`~ares_events.errors.ChainIntegrityError`), before anything is decoded. Spilled
+payloads are fetched later through the blob store, whose digest check ties them to the
+verified header.
+
+It may import the package below ``integrations`` and ``langgraph``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import blake3
+import orjson
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ares_events.core.events import NewEvent, RecordedEvent
+from ares_events.core.recorder import Head
+from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations import LANGGRAPH_STREAM_PREFIX
+from ares_events.integrity.chain import ChainKey, canonical_json
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verify import ChainVerifier
+
+logger = logging.getLogger(__name__)
+
+STREAM_PREFIX: Final = LANGGRAPH_STREAM_PREFIX
+MODULE: Final = "langgraph"
+T_CHECKPOINT: Final = "lg.checkpoint"
+T_VALUE: Final = "lg.value"
+T_WRITES: Final = "lg.writes"
+T_PRUNED: Final = "lg.pruned"
+EVENT_TYPES: Final = frozenset({T_CHECKPOINT, T_VALUE, T_WRITES, T_PRUNED})
+MAX_DELTA_DEPTH: Final = 256
+"""A list value is stored whole after this many deltas in a row (bounds a reload)."""
+BRANCH_SOURCES: Final = frozenset({"fork", "update"})
+"""Checkpoint sources that start a deliberate branch (time travel, ``update_state``)."""
+
+
+class StaleWriteError(ConcurrencyError):
+    """A checkpoint was written from a parent that another writer already continued.
+
+    Two writers that both resumed a thread from the same checkpoint would fork it; the
+    second one gets this error instead (its state is stale: reload the thread and run
+    again). ``is_stale_write_owner_error`` is the marker the proposed LangGraph
+    write-ownership extension recognises.
+    """
+
+    is_stale_write_owner_error: Final = True
+
+    def __init__(
+        self, stream_id: str, ns: str, parent: str, winner: str, actual: int, attempted: str
+    ) -> None:
+        self.checkpoint_ns = ns
+        self.parent_checkpoint_id = parent
+        self.winner_checkpoint_id = winner
+        self.attempted_checkpoint_id = attempted
+        super().__init__(
+            stream_id,
+            f"a checkpoint continuing {parent}",
+            actual,
+            f"checkpoint {parent} in namespace {ns!r} was already continued by {winner}; "
+            f"refusing {attempted} (a second writer from the same parent would fork the "
+            "thread: reload it and run again)",
+        )
+
+
+def stream_of(thread_id: object) -> str:
+    """The stream holding a thread.
+
+    Raises:
+        InvalidEvent: the thread id is not a non-empty printable string of at most 246
+            characters.
+    """
+    if not isinstance(thread_id, str):
+        thread_id = str(thread_id)
+    if not thread_id:
+        raise InvalidEvent("thread_id", "must not be empty")
+    return STREAM_PREFIX + thread_id
+
+
+def thread_of(stream_id: str) -> str | None:
+    """The thread id of a stream, or None when it is not a LangGraph thread."""
+    if stream_id.startswith(STREAM_PREFIX) and len(stream_id) > len(STREAM_PREFIX):
+        return stream_id[len(STREAM_PREFIX) :]
+    return None
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    return binascii.a2b_base64(text, strict_mode=True)
+
+
+def pack(serde: SerializerProtocol, obj: Any) -> dict[str, Any]:
+    """``{"j": obj}`` when ``obj`` is plain JSON that survives a round trip unchanged,
+    else the serializer's typed bytes ``{"t", "b"}``."""
+    try:
+        raw = canonical_json(obj)
+    except InvalidEvent:
+        pass
+    else:
+        if orjson.loads(raw) == obj and _no_tuples(obj):
+            return {"j": obj}
+    t, b = serde.dumps_typed(obj)
+    return {"t": t, "b": b64(b)}
+
+
+def _no_tuples(x: Any) -> bool:
+    if isinstance(x, tuple):
+        return False
+    if isinstance(x, dict):
+        return all(_no_tuples(v) for v in x.values())
+    if isinstance(x, list):
+        return all(_no_tuples(v) for v in x)
+    return True
+
+
+def unpack(serde: SerializerProtocol, packed: Mapping[str, Any]) -> Any:
+    if "j" in packed:
+        # A copy: callers (LangGraph itself) mutate checkpoints, the index must not change.
+        return orjson.loads(orjson.dumps(packed["j"]))
+    return serde.loads_typed((packed["t"], unb64(packed["b"])))
+
+
+def _item_digest(t: str, b: bytes) -> bytes:
+    return blake3.blake3(t.encode() + b"\x00" + b).digest(length=16)
+
+
+@dataclass(slots=True)
+class EncodedValue:
+    """A channel value encoded for storage: its digest, and for a list its items."""
+
+    digest: str
+    typed: tuple[str, bytes] | None = None
+    items: list[tuple[str, bytes]] | None = None
+    item_digests: list[bytes] | None = None
+
+
+def encode_value(serde: SerializerProtocol, value: Any) -> EncodedValue:
+    """Encode a channel value; a ``list`` item by item (so a longer list can be stored as
+    the items it adds)."""
+    if type(value) is list:
+        items = [serde.dumps_typed(v) for v in value]
+        digests = [_item_digest(t, b) for t, b in items]
+        h = blake3.blake3(b"list\x00")
+        for d in digests:
+            h.update(d)
+        return EncodedValue(h.hexdigest(length=16), items=items, item_digests=digests)
+    t, b = serde.dumps_typed(value)
+    return EncodedValue(blake3.blake3(_item_digest(t, b)).hexdigest(length=16), typed=(t, b))
+
+
+# -- the index of one thread ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CheckpointRec:
+    version: int
+    ns: str
+    id: str
+    parent: str | None
+    payload: dict[str, Any]
+    writes: dict[tuple[str, int], WriteRec] = field(default_factory=dict)
+
+    @property
+    def source(self) -> object:
+        md = self.payload.get("md") or {}
+        j = md.get("j") if isinstance(md, dict) else None
+        return j.get("source") if isinstance(j, dict) else None
+
+
+@dataclass(slots=True)
+class WriteRec:
+    version: int
+    task_id: str
+    idx: int
+    channel: str
+    t: str
+    b: str
+    path: str
+
+
+@dataclass(slots=True)
+class ValueRec:
+    version: int
+    payload: dict[str, Any] | None
+    """The event's payload; None when it spilled to the blob store (fetched on use)."""
+    base: str | None = None
+    depth: int = 0
+
+
+class ThreadIndex:
+    """What a saver knows of one thread, built only from verified events."""
+
+    def __init__(self, stream_id: str, key: ChainKey | None) -> None:
+        self.stream_id = stream_id
+        self.verifier = ChainVerifier(stream_id, key)
+        self.key = key
+        self.findings: list[Finding] = []
+        self.checkpoints: dict[tuple[str, str], CheckpointRec] = {}
+        self.continued: dict[tuple[str, str], str] = {}
+        self.values: dict[str, ValueRec] = {}
+        self.by_version: dict[int, tuple[str, Any]] = {}
+        self.hashes: dict[int, bytes] = {}
+        """Verified hashes of events whose payload spilled (checked again on fetch)."""
+        self.last_list: dict[tuple[str, str], tuple[str, list[bytes]]] = {}
+        self.started = False
+        self._latest: dict[str, CheckpointRec] = {}
+        self._latest_stale = False
+        self.orphan_writes: dict[tuple[str, str], dict[tuple[str, int], WriteRec]] = {}
+        self.applied = 0
+        """Highest version applied (the verifier's, or past it: the saver's own appends)."""
+
+    @property
+    def version(self) -> int:
+        """The stream version this index reflects (its own appends included)."""
+        return max(self.verifier.last, self.applied)
+
+    def check(self) -> None:
+        """Raise when the thread's chain did not verify.
+
+        Raises:
+            ChainIntegrityError: with the findings; nothing of the thread is decoded.
+        """
+        if self.findings:
+            raise ChainIntegrityError(self.stream_id, self.findings)
+
+    def apply_all(self, events: Iterable[RecordedEvent], head: Head | None = None) -> None:
+        """Verify events read after the verifier's last version and apply the ones not
+        applied yet (the saver's own appends are applied when written, and verified
+        here when read back); ``head`` (given on the first read) is compared with the
+        last one."""
+        for e in events:
+            if self.findings:
+                break
+            if not self.verifier.check(e):
+                self.findings.extend(self.verifier.findings)
+                self.verifier.findings.clear()
+                break
+            if e.version > self.applied:
+                self._apply(e)
+                self.applied = e.version
+        if head is not None and not self.findings:
+            self.verifier.check_head(head)
+            self.findings.extend(self.verifier.findings)
+            self.verifier.findings.clear()
+        self.started = True
+
+    def apply_own(self, last_version: int, events: Sequence[NewEvent]) -> None:
+        """Apply events this saver has just appended (``last_version``: the stream's
+        version after them), from the payloads in hand."""
+        first = last_version - len(events) + 1
+        for i, ev in enumerate(events):
+            self._apply_payload(first + i, ev.type, ev.payload, ev.metadata or {}, None)
+        self.applied = max(self.applied, last_version)
+
+    def _apply(self, e: RecordedEvent) -> None:
+        if e.module != MODULE or e.type not in EVENT_TYPES or e.payload_erased:
+            return
+        if e.payload_ref is not None and e.type == T_VALUE:
+            self._apply_payload(e.version, e.type, None, e.metadata, e.hash)
+            return
+        self._apply_payload(e.version, e.type, e.payload, e.metadata, None)
+
+    def _apply_payload(
+        self, v: int, type_: str, p: Any, meta: Any, spilled_hash: bytes | None
+    ) -> None:
+        if spilled_hash is None and not isinstance(p, dict):
+            self.findings.append(
+                Finding("malformed_row", self.stream_id, v, "payload is not a dict")
+            )
+            return
+        if type_ == T_VALUE:
+            if spilled_hash is not None:
+                self.hashes[v] = spilled_hash
+                d = self._spilled_digest(v, meta)
+                if d is None:
+                    return
+                self.values[d[0]] = ValueRec(v, None, d[1], d[2])
+                self.by_version[v] = ("value", d[0])
+                return
+            d0 = p["d"]
+            self.values[d0] = ValueRec(v, p, p.get("base"), int(p.get("depth", 0)))
+            self.by_version[v] = ("value", d0)
+        elif type_ == T_CHECKPOINT:
+            ns, cid, parent = p["ns"], p["id"], p.get("parent")
+            old = self.checkpoints.get((ns, cid))
+            rec = CheckpointRec(v, ns, cid, parent, p)
+            if old is not None:
+                rec.writes = old.writes
+                self.by_version.pop(old.version, None)
+            else:
+                # LangGraph may store a task's writes before the checkpoint they belong to.
+                rec.writes = self.orphan_writes.pop((ns, cid), {})
+            self.checkpoints[(ns, cid)] = rec
+            self.by_version[v] = ("checkpoint", (ns, cid))
+            cur = self._latest.get(ns)
+            if cur is None or cid >= cur.id:
+                self._latest[ns] = rec
+            if parent is not None and rec.source not in BRANCH_SOURCES:
+                self.continued.setdefault((ns, parent), cid)
+        elif type_ == T_WRITES:
+            ns, cid = p["ns"], p["cp"]
+            self.by_version[v] = ("writes", (ns, cid))
+            ws = self.writes_of(ns, cid, create=True)
+            task, path = p["task"], p.get("path", "")
+            for idx, ch, t, b in p["w"]:
+                k = (task, idx)
+                if k in ws and idx >= 0:
+                    continue
+                ws[k] = WriteRec(v, task, idx, ch, t, b, path)
+        elif type_ == T_PRUNED:
+            if p.get("all"):
+                self._reset()
+            else:
+                self._drop(int(x) for x in p.get("drop", ()))
+            self.by_version[v] = ("pruned", None)
+
+    def _spilled_digest(self, v: int, m: Any) -> tuple[str, str | None, int] | None:
+        # The digest of a spilled value is in its metadata (so the index needs no fetch).
+        d = m.get("d") if isinstance(m, dict) else None
+        if not isinstance(d, str):
+            self.findings.append(
+                Finding("malformed_row", self.stream_id, v, "spilled value without digest")
+            )
+            return None
+        base = m.get("base")
+        return d, base if isinstance(base, str) else None, int(m.get("depth", 0))
+
+    def writes_of(
+        self, ns: str, cid: str, *, create: bool = False
+    ) -> dict[tuple[str, int], WriteRec]:
+        """The pending writes stored for a checkpoint (also before the checkpoint is)."""
+        ck = self.checkpoints.get((ns, cid))
+        if ck is not None:
+            return ck.writes
+        if create:
+            return self.orphan_writes.setdefault((ns, cid), {})
+        return self.orphan_writes.get((ns, cid), {})
+
+    def _reset(self) -> None:
+        self._latest_stale = True
+        self.orphan_writes.clear()
+        self.checkpoints.clear()
+        self.continued.clear()
+        self.values.clear()
+        self.by_version.clear()
+        self.hashes.clear()
+        self.last_list.clear()
+
+    def _drop(self, versions: Iterable[int]) -> None:
+        self._latest_stale = True
+        for v in versions:
+            what = self.by_version.pop(v, None)
+            self.hashes.pop(v, None)
+            if what is None:
+                continue
+            kind, key = what
+            if kind == "checkpoint":
+                rec = self.checkpoints.get(key)
+                if rec is not None and rec.version == v:
+                    del self.checkpoints[key]
+            elif kind == "value":
+                rec_v = self.values.get(key)
+                if rec_v is not None and rec_v.version == v:
+                    del self.values[key]
+            elif kind == "writes":
+                ck = self.checkpoints.get(key)
+                if ck is not None:
+                    ck.writes = {k: w for k, w in ck.writes.items() if w.version != v}
+                elif key in self.orphan_writes:
+                    left = {k: w for k, w in self.orphan_writes[key].items() if w.version != v}
+                    if left:
+                        self.orphan_writes[key] = left
+                    else:
+                        del self.orphan_writes[key]
+        self.last_list.clear()
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def latest(self, ns: str) -> CheckpointRec | None:
+        """The newest checkpoint of a namespace (ids sort by time)."""
+        if self._latest_stale:
+            self._latest = {}
+            for (n, cid), rec in self.checkpoints.items():
+                cur = self._latest.get(n)
+                if cur is None or cid > cur.id:
+                    self._latest[n] = rec
+            self._latest_stale = False
+        return self._latest.get(ns)
+
+    def get(self, ns: str, checkpoint_id: str | None) -> CheckpointRec | None:
+        if checkpoint_id is None:
+            return self.latest(ns)
+        return self.checkpoints.get((ns, checkpoint_id))
+
+    def live_versions(
+        self, keep: Iterable[CheckpointRec], rebased: set[str] | None = None
+    ) -> set[int]:
+        """Versions of the events the given checkpoints need: themselves, their writes,
+        their values and every base of a delta value (but of the ``rebased`` values,
+        which are being written again whole)."""
+        # Writes whose checkpoint is not stored yet may belong to one being written.
+        out: set[int] = {w.version for ws in self.orphan_writes.values() for w in ws.values()}
+        for rec in keep:
+            out.add(rec.version)
+            out.update(w.version for w in rec.writes.values())
+            for d in (rec.payload.get("vals") or {}).values():
+                if rebased and d in rebased:
+                    continue
+                seen = 0
+                cur: str | None = d
+                while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
+                    val = self.values.get(cur)
+                    if val is None:
+                        break
+                    out.add(val.version)
+                    cur = val.base
+                    seen += 1
+        return out

@@ -1,0 +1,404 @@
+"""Planning and decoding for the LangGraph checkpointer, over the verified index of
+:mod:`~ares_events.integrations._langgraph_core`: the events of a put (values as deltas,
+the fork check), of a ``put_writes`` and of a prune; pending writes; a channel value
+rebuilt from its delta chain (and the opt-in cache of decoded values); the re-check of a
+spilled value fetched again; erasure records.
+
+It may import the package below ``integrations``, ``_langgraph_core`` and ``langgraph``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ares_events.core.events import NewEvent, RecordedEvent
+from ares_events.errors import ChainIntegrityError
+from ares_events.integrations._langgraph_core import (
+    BRANCH_SOURCES,
+    MAX_DELTA_DEPTH,
+    MODULE,
+    T_CHECKPOINT,
+    T_PRUNED,
+    T_VALUE,
+    T_WRITES,
+    CheckpointRec,
+    EncodedValue,
+    StaleWriteError,
+    ThreadIndex,
+    _item_digest,
+    b64,
+    unb64,
+)
+from ares_events.integrity.chain import header_bytes, link_hash
+from ares_events.integrity.findings import Finding
+
+# -- planning a put --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PutPlan:
+    events: list[NewEvent]
+    expected: int
+
+
+def plan_put(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    encoded_cp: dict[str, Any],
+    values: Mapping[str, EncodedValue],
+    ns: str,
+    checkpoint_id: str,
+    parent: str | None,
+    source: object,
+) -> PutPlan:
+    """The events of a put against what the index knows now.
+
+    Raises:
+        StaleWriteError: ``parent`` was already continued by another checkpoint.
+    """
+    if parent is not None and source not in BRANCH_SOURCES:
+        winner = index.continued.get((ns, parent))
+        if winner is not None and winner != checkpoint_id:
+            raise StaleWriteError(index.stream_id, ns, parent, winner, index.version, checkpoint_id)
+    parent_rec = index.checkpoints.get((ns, parent)) if parent is not None else None
+    parent_vals = (parent_rec.payload.get("vals") or {}) if parent_rec else {}
+    events: list[NewEvent] = []
+    vals: dict[str, str] = {}
+    for ch, enc in values.items():
+        vals[ch] = enc.digest
+        if enc.digest in index.values:
+            continue
+        if any(e.payload.get("d") == enc.digest for e in events if e.type == T_VALUE):
+            continue
+        events.append(_value_event(index, ns, ch, enc, parent_vals.get(ch)))
+    encoded_cp["vals"] = vals
+    events.append(NewEvent(type=T_CHECKPOINT, module=MODULE, payload=encoded_cp))
+    return PutPlan(events, index.version)
+
+
+def _value_event(
+    index: ThreadIndex, ns: str, ch: str, enc: EncodedValue, prev: str | None
+) -> NewEvent:
+    if enc.items is None:
+        assert enc.typed is not None
+        t, b = enc.typed
+        return NewEvent(
+            type=T_VALUE,
+            module=MODULE,
+            payload={"d": enc.digest, "t": t, "b": b64(b)},
+            metadata={"d": enc.digest},
+        )
+    assert enc.item_digests is not None
+    base_items = _base_items(index, ns, ch, prev)
+    index.last_list[(ns, ch)] = (enc.digest, enc.item_digests)
+    start = 0
+    payload: dict[str, Any] = {"d": enc.digest}
+    meta: dict[str, Any] = {"d": enc.digest}
+    if base_items is not None and prev is not None:
+        n = len(base_items)
+        base_rec = index.values.get(prev)
+        depth = (base_rec.depth if base_rec else 0) + 1
+        if (
+            base_rec is not None
+            and 0 < n <= len(enc.item_digests)
+            and depth <= MAX_DELTA_DEPTH
+            and enc.item_digests[:n] == base_items
+        ):
+            start = n
+            payload.update(base=prev, n=n, depth=depth)
+            meta.update(base=prev, depth=depth)
+    payload["list"] = [[t, b64(b)] for t, b in enc.items[start:]]
+    return NewEvent(type=T_VALUE, module=MODULE, payload=payload, metadata=meta)
+
+
+def _base_items(index: ThreadIndex, ns: str, ch: str, prev: str | None) -> list[bytes] | None:
+    """Item digests of the list value ``prev`` when the index can tell them cheaply."""
+    if prev is None:
+        return None
+    cached = index.last_list.get((ns, ch))
+    if cached is not None and cached[0] == prev:
+        return cached[1]
+    # Not the last list this saver wrote (another process, a restart): rebuild the item
+    # digests from the stored items when they are all in memory.
+    items = _items_in_memory(index, prev)
+    if items is None:
+        return None
+    return [_item_digest(t, unb64(b)) for t, b in items]
+
+
+def writes_event(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    ns: str,
+    checkpoint_id: str,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> NewEvent | None:
+    """The event of a ``put_writes``, without the regular writes already stored."""
+    stored = index.writes_of(ns, checkpoint_id)
+    out = []
+    for i, (ch, value) in enumerate(writes):
+        idx = WRITES_IDX_MAP.get(ch, i)
+        if idx >= 0 and (task_id, idx) in stored:
+            continue
+        t, b = serde.dumps_typed(value)
+        out.append([idx, ch, t, b64(b)])
+    if not out:
+        return None
+    return NewEvent(
+        type=T_WRITES,
+        module=MODULE,
+        payload={"ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": out},
+    )
+
+
+def pending_writes(serde: SerializerProtocol, rec: CheckpointRec) -> list[PendingWrite]:
+    ws = sorted(rec.writes.values(), key=lambda w: writes_sort_key(w.path, w.task_id, w.idx))
+    return [(w.task_id, w.channel, serde.loads_typed((w.t, unb64(w.b)))) for w in ws]
+
+
+def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
+    """Check an event fetched again (a spilled value) against the hash verified when the
+    index read it.
+
+    Raises:
+        ChainIntegrityError: the stored event is not the one the chain verified.
+    """
+    want = index.hashes.get(e.version)
+    problem = None
+    if want is None:
+        problem = "event not in the verified index"
+    else:
+        ref = e.payload_ref
+        try:
+            if ref is None:
+                raise ValueError("payload no longer spilled")
+            header = header_bytes(
+                e.stream_id,
+                e.version,
+                e.event_id_str,
+                e.type,
+                e.module,
+                e.metadata_json,
+                e.at,
+                ref.digest.hex(),
+                ref.size,
+            )
+            if e.hash != want or link_hash(e.prev_hash, header, index.key) != want:
+                problem = "event differs from the one verified"
+        except (TypeError, ValueError) as exc:
+            problem = f"event cannot be checked: {exc}"
+    if problem is not None:
+        raise ChainIntegrityError(
+            index.stream_id, [Finding("hash_mismatch", index.stream_id, e.version, problem)]
+        )
+
+
+def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
+    """Versions of spilled value events a materialisation will need to fetch."""
+    out = []
+    for d in digests:
+        seen = 0
+        cur: str | None = d
+        while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
+            rec = index.values.get(cur)
+            if rec is None:
+                break
+            if rec.payload is None:
+                out.append(rec.version)
+            cur = rec.base
+            seen += 1
+    return out
+
+
+class ValueCache:
+    """Decoded channel values by (stream, digest), least recently used dropped: the
+    opt-in ``value_cache`` of the savers. Filled only from verified, decoded storage
+    (never from a caller's objects); a hit hands out a new top-level list or dict whose
+    items are shared with the cache and earlier callers."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> Any:
+        with self._lock:
+            v = self._d.get(key, MISS)
+            if v is not MISS:
+                self._d.move_to_end(key)
+        return v
+
+    def put(self, key: tuple[str, str], value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+
+MISS: Final = object()
+
+
+def _handout(value: Any) -> Any:
+    if type(value) is list:
+        return list(value)
+    if type(value) is dict:
+        return dict(value)
+    return value
+
+
+def materialise(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    digest: str,
+    fetched: Mapping[Any, Any],
+    cache: ValueCache | None = None,
+) -> Any:
+    """Decode the value ``digest`` (``fetched``: payloads of spilled value events by
+    version, and values pinned from the cache by ``("pinned", digest)``)."""
+    pinned = fetched.get(("pinned", digest), MISS)
+    if pinned is not MISS:
+        return _handout(pinned)
+    if cache is not None:
+        hit = cache.get((index.stream_id, digest))
+        if hit is not MISS:
+            return _handout(hit)
+        value = materialise(index, serde, digest, fetched)
+        cache.put((index.stream_id, digest), value)
+        return _handout(value)
+    chain: list[dict[str, Any]] = []
+    d: str | None = digest
+    while d is not None:
+        rec = index.values.get(d)
+        if rec is None:
+            raise ChainIntegrityError(
+                index.stream_id,
+                [
+                    Finding(
+                        "value_missing", index.stream_id, None, f"channel value {d} is not stored"
+                    )
+                ],
+            )
+        p = rec.payload if rec.payload is not None else fetched[rec.version]
+        chain.append(p)
+        d = p.get("base")
+        if len(chain) > MAX_DELTA_DEPTH + 2:
+            raise ChainIntegrityError(
+                index.stream_id,
+                [Finding("value_missing", index.stream_id, rec.version, "delta chain too long")],
+            )
+    top = chain[0]
+    if "list" not in top:
+        return serde.loads_typed((top["t"], unb64(top["b"])))
+    items: list[list[str]] = []
+    for p in reversed(chain):
+        items = items[: int(p.get("n", 0))] if "base" in p else []
+        items.extend(p["list"])
+    return [serde.loads_typed((t, unb64(b))) for t, b in items]
+
+
+def prune_plan(
+    index: ThreadIndex, keep_last: int | None, older_than: str | None
+) -> tuple[list[NewEvent], list[int]]:
+    """What a prune appends and drops so that each namespace keeps its newest
+    ``keep_last`` checkpoints (None: all) and, with ``older_than`` (an ISO time), none
+    written before it but its newest.
+
+    A kept list value stored as a delta is written again whole (a rebase), so the older
+    values it was built on can go too.
+    """
+    by_ns: dict[str, list[CheckpointRec]] = {}
+    for rec in index.checkpoints.values():
+        by_ns.setdefault(rec.ns, []).append(rec)
+    keep: list[CheckpointRec] = []
+    for recs in by_ns.values():
+        recs.sort(key=lambda r: r.id, reverse=True)
+        kept = recs[:keep_last] if keep_last is not None else recs
+        if older_than is not None:
+            # By age, but never the newest: a thread is pruned, not reset.
+            kept = [r for i, r in enumerate(kept) if i == 0 or _ts(r) >= older_than]
+        keep.extend(kept)
+    rebased: list[NewEvent] = []
+    done: set[str] = set()
+    for rec in keep:
+        for d in (rec.payload.get("vals") or {}).values():
+            val = index.values.get(d)
+            if d in done or val is None or val.base is None:
+                continue
+            items = _items_in_memory(index, d)
+            if items is not None:
+                done.add(d)
+                rebased.append(
+                    NewEvent(
+                        type=T_VALUE,
+                        module=MODULE,
+                        payload={"d": d, "list": items},
+                        metadata={"d": d},
+                    )
+                )
+    live = index.live_versions(keep, rebased=done)
+    drop = sorted(
+        v for v in index.by_version if v not in live and index.by_version[v][0] != "pruned"
+    )
+    return rebased, drop
+
+
+def _items_in_memory(index: ThreadIndex, digest: str) -> list[list[str]] | None:
+    chain: list[dict[str, Any]] = []
+    d: str | None = digest
+    while d is not None and len(chain) <= MAX_DELTA_DEPTH + 1:
+        rec = index.values.get(d)
+        if rec is None or rec.payload is None or "list" not in rec.payload:
+            return None
+        chain.append(rec.payload)
+        d = rec.payload.get("base")
+    items: list[list[str]] = []
+    for p in reversed(chain):
+        items = items[: int(p.get("n", 0))] if "base" in p else []
+        items.extend(p["list"])
+    return items
+
+
+def _ts(rec: CheckpointRec) -> str:
+    cp = rec.payload.get("cp") or {}
+    j = cp.get("j") if isinstance(cp, dict) else None
+    ts = j.get("ts") if isinstance(j, dict) else None
+    return ts if isinstance(ts, str) else ""
+
+
+def pruned_event(drop: Sequence[int], *, all_: bool, reason: str) -> NewEvent:
+    return NewEvent(
+        type=T_PRUNED,
+        module=MODULE,
+        payload={"drop": [] if all_ else list(drop), "all": all_, "reason": reason},
+    )
+
+
+def erasure_record(e: RecordedEvent, reason: str, by: str) -> NewEvent:
+    """The ``payload.erased`` record of an event the saver erased (as ``ae.erase``
+    writes it)."""
+    from ares_events.core.events import ERASURE_TYPE
+
+    return NewEvent(
+        type=ERASURE_TYPE,
+        module="ares-events",
+        payload={
+            "stream_id": e.stream_id,
+            "version": e.version,
+            "position": e.position,
+            "event_id": e.event_id_str,
+            "type": e.type,
+            "payload_digest": e.payload_digest.hex(),
+            "payload_size": e.payload_size,
+            "reason": reason,
+            "by": by,
+        },
+    )
