@@ -271,6 +271,9 @@ class AresSaver(BaseCheckpointSaver[str]):
         if self._owns_store:
             self.store.close()
 
+    def __repr__(self) -> str:
+        return f"AresSaver({self.store!r})"
+
     def __enter__(self) -> AresSaver:
         return self
 
@@ -553,6 +556,9 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         """Close the store when the saver opened it."""
         if self._owns_store:
             await self.store.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncAresSaver({self.store!r})"
 
     async def __aenter__(self) -> AsyncAresSaver:
         return self

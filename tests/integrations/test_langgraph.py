@@ -5,6 +5,7 @@ a reference saver, and retention that leaves no payload behind and records it.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pickle
@@ -13,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -579,3 +581,28 @@ def test_prune_by_age_keeps_recent_checkpoints_and_the_newest(tmp_path: Path) ->
         saver.prune(["ancient"], older_than=timedelta(days=30))
         assert [t.checkpoint["id"] for t in saver.list(_cfg("ancient"))] == [cp["id"]]
         assert ae.integrity.audit(saver.store).ok
+
+
+@pytest.mark.postgres
+def test_savers_repr_names_the_store_without_its_password(postgres_url: str) -> None:
+    """A saver's repr (what a log line or a traceback shows) names its store with the
+    URL's password redacted, in both faces."""
+    url = postgres_url
+    quoted = urllib.parse.urlsplit(url).password or ""
+    secrets = {quoted, urllib.parse.unquote(quoted)}
+    assert len(quoted) > 4  # the test database's URL carries a password (trust auth)
+    with AresSaver.from_url(url) as saver:
+        text = repr(saver)
+    assert text.startswith("AresSaver(") and "postgresql://" in text
+    assert not any(s in text for s in secrets)
+
+    async def async_repr() -> str:
+        saver = await AsyncAresSaver.from_url(url)
+        try:
+            return repr(saver)
+        finally:
+            await saver.aclose()
+
+    text = asyncio.run(async_repr())
+    assert text.startswith("AsyncAresSaver(")
+    assert not any(s in text for s in secrets)
