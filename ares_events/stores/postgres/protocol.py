@@ -176,11 +176,14 @@ class PostgresAppendProtocol:
         except ConcurrencyError:
             return None  # the prediction may be stale: the locked path decides
         sealed = batch.seal(head)
+        one = len(sealed) == 1
         row = yield Call(
             "one",
             Stmt(
-                self._sql["append_fast"],
-                self._append_params(batch, sealed, head),
+                self._sql["append_one" if one else "append_fast"],
+                self._append_one_params(batch, sealed[0], head)
+                if one
+                else self._append_params(batch, sealed, head),
                 binary=True,
                 fetch="one",
             ),
@@ -190,8 +193,11 @@ class PostgresAppendProtocol:
         if status == _FAST_OK:
             last = sealed[-1]
             self._remember(stream_id, Head(last.version, last.hash))
-            first = xid * _POSITION_SHIFT
-            return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
+            # Nobody reads the events of a fresh append: the core needs the last
+            # version and position only (positions are xid * 65536 + index).
+            return AppendOutcome(
+                [], version=last.version, position=xid * _POSITION_SHIFT + len(sealed) - 1
+            )
         if status == _FAST_DUPLICATE:
             rows = yield Call(
                 "all", Stmt(self._sql["ids"], (batch.event_ids,), binary=True, fetch="all")
@@ -221,6 +227,28 @@ class PostgresAppendProtocol:
             [e.at for e in evs],
             [s.prev_hash for s in sealed],
             [s.hash for s in sealed],
+        )
+
+    def _append_one_params(
+        self, batch: Batch, sealed: SealedEvent, head: Head | None
+    ) -> tuple[Any, ...]:
+        """Arguments of ``ares_append1()`` (one event, scalar arguments)."""
+        e = sealed.event
+        ref = e.payload_ref
+        return (
+            batch.stream_id,
+            head.version if head else 0,
+            head.hash if head else b"",
+            self.channel if self.notify else None,
+            e.event_id,
+            e.type,
+            e.module,
+            e.payload_bytes,
+            ref.to_json().decode() if ref is not None else None,
+            e.meta_json,
+            e.at,
+            sealed.prev_hash,
+            sealed.hash,
         )
 
     def _check_xid(self, xid: int) -> None:
@@ -303,7 +331,7 @@ class PostgresAppendProtocol:
             ),
         )
         self._remember(stream_id, Head(last.version, last.hash))
-        return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
+        return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
     def _many_steps(
         self,

@@ -68,6 +68,11 @@ APPEND_FAST: Final = (
     "%b::bytea, %b::text, %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], "
     "%b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
 )
+# The one-event append (migration step 6): scalar arguments, no arrays.
+APPEND_ONE: Final = (
+    "SELECT * FROM {s}.ares_append1(%b::text, %b::bigint, %b::bytea, %b::text, %b::text, "
+    "%b::text, %b::text, %b::bytea, %b::text, %b::bytea, %b::text, %b::bytea, %b::bytea)"
+)
 # append_many: the advisory locks of every stream (and of the tracking name) in ONE order,
 # sorted by lock key, so two multi-stream appends can never deadlock (and a single-stream
 # append holds one lock only). The sort feeds the aggregate row by row in key order.
@@ -189,6 +194,7 @@ def compile_statements(schema: str) -> dict[str, sql.Composed]:
         name: sql.SQL(text).format(s=q)
         for name, text in {
             "append_fast": APPEND_FAST,
+            "append_one": APPEND_ONE,
             "head_for_append": SELECT_HEAD_FOR_APPEND,
             "ids": SELECT_IDS,
             "insert": INSERT_EVENTS,
