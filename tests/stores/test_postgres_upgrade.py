@@ -1,23 +1,24 @@
-"""PostgreSQL: the cheaper appends of schema step 6 (issue 14).
+"""PostgreSQL: the one-statement fast path of schema step 6 (issue 14).
 
-A store written under schema version 5 (``ares_append()`` re-planning every call) is
-upgraded in place and keeps its chain; the one-event ``ares_append1()`` keeps the
-protocol's guarantees (late commits are never skipped, duplicates and stale heads are
-reported, not written); the append functions keep generic plans but never plan a
-sequential scan.
+A store written under schema version 5 (appends through the plpgsql ``ares_append()``)
+is upgraded in place and keeps its chains; the plain statement that replaced the
+function keeps the protocol's guarantees: a late commit is never skipped by read_all, a
+stale head prediction or a reused event id writes nothing.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import psycopg
+import pytest
 from psycopg import sql
 
 import ares_events as ae
 from ares_events.core.events import prepare, utc_now_at
-from ares_events.core.recorder import Batch
+from ares_events.core.recorder import Batch, Head
 from ares_events.integrity import verify_stream
 from ares_events.stores._migrations.postgres import MIGRATIONS
 from ares_events.stores.postgres import SCHEMA_VERSION, PostgresRecorder
@@ -91,79 +92,99 @@ def _v5_append(db_url: str, schema: str, stream_id: str, n: int) -> None:
     assert row == (0,)
 
 
-def _function_config(db_url: str, schema: str, name: str) -> list[str] | None:
+def _functions(db_url: str, schema: str) -> list[str]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = %s",
-            (schema, name),
-        ).fetchone()
-    assert row is not None, f"function {name} missing"
-    return row[0]  # type: ignore[no-any-return]
+        rows = conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s ORDER BY 1",
+            (schema,),
+        ).fetchall()
+    return [r[0] for r in rows]
 
 
 def test_a_version_5_store_is_upgraded_in_place(postgres_url: str, postgres_db_url: str) -> None:
     """Events written by the old function stay verifiable; the upgraded store appends to
-    the same chains with the new functions and records version 6."""
+    the same chains (one event and batches, new and existing streams), records version 6
+    and no longer has the function."""
     schema = _schema_of(postgres_url)
     _make_v5_store(postgres_db_url, schema)
     _v5_append(postgres_db_url, schema, "old", 3)
-    assert _function_config(postgres_db_url, schema, "ares_append") == [
-        "plan_cache_mode=force_custom_plan"
-    ]
+    assert _functions(postgres_db_url, schema) == ["ares_append"]
     with ae.open_store(postgres_url) as store:
         assert _rec(store).schema_version() == SCHEMA_VERSION == 6
         assert store.stream_version("old") == 3
-        store.append("old", [_ev(3)], expected_version=3)  # one event: ares_append1
-        store.append("old", [_ev(4), _ev(5)], expected_version=4)  # a batch: ares_append
+        store.append("old", [_ev(3)], expected_version=3)
+        store.append("old", [_ev(4), _ev(5)], expected_version=4)
         store.append("new", [_ev(0)])
+        store.append("new2", [_ev(0), _ev(1)])
         assert [e.version for e in store.read("old")] == [1, 2, 3, 4, 5, 6]
-        assert verify_stream(store, "old").ok and verify_stream(store, "new").ok
-    for name in ("ares_append", "ares_append1"):
-        assert _function_config(postgres_db_url, schema, name) == ["enable_seqscan=off"]
+        for sid in ("old", "new", "new2"):
+            assert verify_stream(store, sid).ok
+    assert _functions(postgres_db_url, schema) == []
 
 
-def test_the_one_event_append_never_lets_read_all_skip_a_late_commit(
+def test_a_batch_on_a_predicted_head_never_lets_read_all_skip_its_late_commit(
     postgres_url: str, postgres_db_url: str
 ) -> None:
-    """``ares_append1()`` run by hand in a transaction left open holds back a later
-    committed append from read_all; after its commit both come back once, in order."""
+    """The fast statement for a batch on an existing stream, run by hand in a transaction
+    left open, holds back a later committed append from read_all; after its commit both
+    come back once, in order, and the chain verifies."""
     with ae.open_store(postgres_url) as store, psycopg.connect(postgres_db_url) as raw:
         rec = _rec(store)
-        batch = Batch("early", prepare("early", [_ev(0)], utc_now_at()), None)
-        sealed = batch.seal(None)
-        row = raw.execute(
-            rec._sql["append_one"], rec._append_one_params(batch, sealed[0], None)
-        ).fetchone()  # raw is not autocommit: this transaction stays open
-        assert row is not None and row[0] == 0 and row[1] == 1 and row[2] == sealed[0].hash
+        store.append("early", [_ev(0)])
+        start = store.last_position()
+        head = store.head("early")
+        assert head is not None
+        batch = Batch("early", prepare("early", [_ev(1), _ev(2)], utc_now_at()), None)
+        row = raw.execute(*rec._fast_statement(batch, batch.seal(head), head)).fetchone()
+        assert row is not None and row[0] is not None  # written, not committed
         late = store.append("late", [_ev(9)])
-        assert list(store.read_all()) == []
+        assert list(store.read_all(after_position=start)) == []
         raw.commit()
         _wait_until(lambda: store.last_position() >= late.position, "both to be visible")
-        got = [(e.stream_id, e.position) for e in store.read_all()]
-        assert got == [("early", row[3] * 65536), ("late", late.position)]
+        got = [(e.stream_id, e.version, e.position) for e in store.read_all(after_position=start)]
+        assert got == [
+            ("early", 2, row[0] - 1),
+            ("early", 3, row[0]),
+            ("late", 1, late.position),
+        ]
         assert verify_stream(store, "early").ok
 
 
-def test_the_one_event_append_reports_a_moved_head_and_a_used_id(postgres_url: str) -> None:
-    """Status 1 (the head is not the predicted one) and 2 (the id is stored) write nothing."""
+def test_a_stale_prediction_or_a_used_id_writes_nothing(postgres_url: str) -> None:
+    """The fast statement on a head that moved (or on a stream that exists when it
+    predicted none) returns NULL; with an event id already stored it fails; neither
+    writes anything. Through the store, both end in the locked path."""
     with ae.open_store(postgres_url) as store:
         rec = _rec(store)
-        first = store.append("s", [_ev(0)])
-        stale = Batch("s", prepare("s", [_ev(1)], utc_now_at()), None)
-        with rec.connection() as conn:
-            row = conn.execute(
-                rec._sql["append_one"], rec._append_one_params(stale, stale.seal(None)[0], None)
-            ).fetchone()
-        head = store.head("s")
-        assert head is not None
-        assert row == (1, 1, head.hash, None)
+        store.append("s", [_ev(0)])
+        store.append("s", [_ev(1)])
+        before = [(e.stream_id, e.version, e.hash) for e in store.read_all()]
+        stale_head = Head(1, next(iter(store.read("s"))).hash)
+        for head in (None, stale_head):
+            for n in (1, 2):
+                b = Batch("s", prepare("s", [_ev(i) for i in range(n)], utc_now_at()), None)
+                with rec.connection() as conn:
+                    row = conn.execute(*rec._fast_statement(b, b.seal(head), head)).fetchone()
+                assert row == (None, None)
         used = Batch("u", prepare("u", [_ev(7)], utc_now_at()), None)
-        store.append("t", [ae.NewEvent(type="t", module="m", event_id=used.event_ids[0])])
-        with rec.connection() as conn:
-            row = conn.execute(
-                rec._sql["append_one"], rec._append_one_params(used, used.seal(None)[0], None)
-            ).fetchone()
-        assert row is not None and row[0] == 2
-        assert [e.version for e in store.read("s")] == [first.version]
-        assert store.stream_version("u") == 0
+        first = next(iter(store.read("s")))
+        used.events[0] = replace(used.events[0], event_id=first.event_id_str)
+        with rec.connection() as conn, pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(*rec._fast_statement(used, used.seal(None), None))
+        assert [(e.stream_id, e.version, e.hash) for e in store.read_all()] == before
+        # Through the store: the same id re-appended is a ConcurrencyError (another
+        # stream), an exact re-append is idempotent.
+        again = store.append(
+            "s",
+            [
+                ae.NewEvent(
+                    type="t",
+                    module="m",
+                    payload={"n": 1},
+                    event_id=list(store.read("s"))[1].event_id,
+                )
+            ],
+        )
+        assert again.duplicate and again.version == 2
+        assert [(e.stream_id, e.version, e.hash) for e in store.read_all()] == before

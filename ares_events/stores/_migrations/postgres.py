@@ -117,109 +117,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 4 -> 5: snapshot seals (a MAC under the chain key in keyed stores, else a digest,
     # over every field recovery trusts; NULL in snapshots written before).
     ("ALTER TABLE {schema}.ares_snapshots ADD COLUMN seal bytea",),
-    # 5 -> 6: cheaper appends (issue 14). ares_append() no longer re-plans every statement
-    # on every call (force_custom_plan cost ~100 us a call): its lookups are all by a
-    # unique key, so it keeps generic plans and forbids sequential scans instead (a plan
-    # cached while a table was tiny would otherwise be a sequential scan kept until the
-    # next ANALYZE). ares_append1() is the same protocol for the common one-event append
-    # with scalar arguments (no arrays to build, send and unnest) and one lookup for the
-    # id and the head. Status codes as in step 3.
+    # 5 -> 6: the fast path of an append is one plain statement now (issue 14), which
+    # guards the predicted head with the head row itself (see PostgresAppendProtocol);
+    # ares_append() cost a plpgsql call and a re-plan of its statements on every call
+    # (force_custom_plan, ~100 us) and has no caller left.
     (
-        """CREATE OR REPLACE FUNCTION {schema}.ares_append(
-            p_stream text, p_base bigint, p_base_hash bytea, p_channel text,
-            p_ids text[], p_types text[], p_modules text[], p_payloads bytea[],
-            p_refs text[], p_metas bytea[], p_ats text[], p_prevs bytea[], p_hashes bytea[]
-        ) RETURNS TABLE (r_status integer, r_version bigint, r_hash bytea, r_xid bigint)
-        LANGUAGE plpgsql VOLATILE
-        -- Every lookup is by a unique key: an index scan is always right, so generic
-        -- (cached) plans are kept, and never a sequential scan planned for a tiny table.
-        SET enable_seqscan = off
-        AS $fn$
-        DECLARE
-            v_version bigint;
-            v_hash bytea;
-            v_xid bigint;
-            v_n integer := cardinality(p_ids);
-        BEGIN
-            PERFORM pg_advisory_xact_lock(hashtextextended(p_stream, 0));
-            IF EXISTS (SELECT 1 FROM {schema}.ares_events e
-                       WHERE e.event_id = ANY(p_ids::uuid[])) THEN
-                RETURN QUERY SELECT 2, NULL::bigint, NULL::bytea, NULL::bigint;
-                RETURN;
-            END IF;
-            SELECT s.version, s.head_hash INTO v_version, v_hash
-              FROM {schema}.ares_streams s WHERE s.stream_id = p_stream;
-            IF coalesce(v_version, 0) <> p_base
-               OR (v_version IS NOT NULL AND v_hash IS DISTINCT FROM p_base_hash) THEN
-                RETURN QUERY SELECT 1, coalesce(v_version, 0), v_hash, NULL::bigint;
-                RETURN;
-            END IF;
-            v_xid := pg_current_xact_id()::text::bigint;
-            INSERT INTO {schema}.ares_events (position, stream_id, version, event_id, type,
-                module, payload, payload_ref, metadata, recorded_at, prev_hash, hash)
-            SELECT v_xid * 65536 + x.i - 1, p_stream, p_base + x.i, x.e::uuid, x.t, x.m,
-                   x.p, x.r, x.md, x.a, x.ph, x.h
-              FROM unnest(p_ids, p_types, p_modules, p_payloads, p_refs, p_metas, p_ats,
-                          p_prevs, p_hashes)
-                   WITH ORDINALITY AS x(e, t, m, p, r, md, a, ph, h, i);
-            INSERT INTO {schema}.ares_streams AS s (stream_id, version, head_hash)
-            VALUES (p_stream, p_base + v_n, p_hashes[v_n])
-            ON CONFLICT (stream_id) DO UPDATE
-               SET version = excluded.version, head_hash = excluded.head_hash;
-            IF p_channel IS NOT NULL THEN  -- NULL: the store was opened with notify=false
-                PERFORM pg_notify(p_channel, (v_xid * 65536 + v_n - 1)::text);
-            END IF;
-            RETURN QUERY SELECT 0, p_base + v_n, p_hashes[v_n], v_xid;
-        END
-        $fn$""",
-        """CREATE FUNCTION {schema}.ares_append1(
-            p_stream text, p_base bigint, p_base_hash bytea, p_channel text,
-            p_id text, p_type text, p_module text, p_payload bytea, p_ref text,
-            p_meta bytea, p_at text, p_prev bytea, p_hash bytea,
-            OUT r_status integer, OUT r_version bigint, OUT r_hash bytea, OUT r_xid bigint
-        )
-        LANGUAGE plpgsql VOLATILE
-        SET enable_seqscan = off
-        AS $fn$
-        DECLARE
-            v_exists boolean;
-            v_version bigint;
-            v_hash bytea;
-        BEGIN
-            PERFORM pg_advisory_xact_lock(hashtextextended(p_stream, 0));
-            -- A new statement after the lock: a fresh snapshot sees every earlier append.
-            SELECT EXISTS (SELECT 1 FROM {schema}.ares_events e WHERE e.event_id = p_id::uuid),
-                   s.version, s.head_hash
-              INTO v_exists, v_version, v_hash
-              FROM (SELECT 1) AS one
-              LEFT JOIN {schema}.ares_streams s ON s.stream_id = p_stream;
-            IF v_exists THEN
-                r_status := 2;
-                RETURN;
-            END IF;
-            IF coalesce(v_version, 0) <> p_base
-               OR (v_version IS NOT NULL AND v_hash IS DISTINCT FROM p_base_hash) THEN
-                r_status := 1;
-                r_version := coalesce(v_version, 0);
-                r_hash := v_hash;
-                RETURN;
-            END IF;
-            r_xid := pg_current_xact_id()::text::bigint;
-            INSERT INTO {schema}.ares_events (position, stream_id, version, event_id, type,
-                module, payload, payload_ref, metadata, recorded_at, prev_hash, hash)
-            VALUES (r_xid * 65536, p_stream, p_base + 1, p_id::uuid, p_type, p_module,
-                    p_payload, p_ref, p_meta, p_at, p_prev, p_hash);
-            INSERT INTO {schema}.ares_streams AS s (stream_id, version, head_hash)
-            VALUES (p_stream, p_base + 1, p_hash)
-            ON CONFLICT (stream_id) DO UPDATE
-               SET version = excluded.version, head_hash = excluded.head_hash;
-            IF p_channel IS NOT NULL THEN  -- NULL: the store was opened with notify=false
-                PERFORM pg_notify(p_channel, (r_xid * 65536)::text);
-            END IF;
-            r_status := 0;
-            r_version := p_base + 1;
-            r_hash := p_hash;
-        END
-        $fn$""",
+        """DROP FUNCTION IF EXISTS {schema}.ares_append(text, bigint, bytea, text, text[],
+            text[], text[], bytea[], text[], bytea[], text[], bytea[], bytea[])""",
     ),
 )

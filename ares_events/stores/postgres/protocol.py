@@ -76,7 +76,6 @@ RETRIES: Final = 3
 _POSITION_SHIFT: Final = 65536
 _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
-_FAST_OK, _FAST_HEAD_MOVED, _FAST_DUPLICATE = 0, 1, 2
 _MAX_KEY: Final = 2**63 - 1
 
 Fetch = Literal["none", "one", "all"]
@@ -176,48 +175,62 @@ class PostgresAppendProtocol:
         except ConcurrencyError:
             return None  # the prediction may be stale: the locked path decides
         sealed = batch.seal(head)
-        one = len(sealed) == 1
-        row = yield Call(
-            "one",
-            Stmt(
-                self._sql["append_one" if one else "append_fast"],
-                self._append_one_params(batch, sealed[0], head)
-                if one
-                else self._append_params(batch, sealed, head),
-                binary=True,
-                fetch="one",
-            ),
-        )
-        assert row is not None
-        status, version, head_hash, xid = row
-        if status == _FAST_OK:
-            last = sealed[-1]
-            self._remember(stream_id, Head(last.version, last.hash))
-            # Nobody reads the events of a fresh append: the core needs the last
-            # version and position only (positions are xid * 65536 + index).
-            return AppendOutcome(
-                [], version=last.version, position=xid * _POSITION_SHIFT + len(sealed) - 1
-            )
-        if status == _FAST_DUPLICATE:
-            rows = yield Call(
-                "all", Stmt(self._sql["ids"], (batch.event_ids,), binary=True, fetch="all")
-            )
-            return AppendOutcome([row_to_event(r) for r in rows], duplicate=True)
-        self._remember(stream_id, Head(version, head_hash) if version else None)
-        logger.debug("append to %r: head moved (now version %s), locked path", stream_id, version)
-        return None
+        query, params = self._fast_statement(batch, sealed, head)
+        try:
+            row = yield Call("one", Stmt(query, params, binary=True, fetch="one"))
+        except psycopg.errors.UniqueViolation:
+            # A reused event id (autocommit: the statement wrote nothing). The locked
+            # path looks the ids up: an idempotent re-append, or the conflict it is.
+            self._heads.pop(stream_id, None)
+            return None
+        last_position = row[0] if row is not None else None
+        if last_position is None:
+            self._heads.pop(stream_id, None)
+            logger.debug("append to %r: head moved, locked path", stream_id)
+            return None
+        last = sealed[-1]
+        self._remember(stream_id, Head(last.version, last.hash))
+        # Nobody reads the events of a fresh append: the core needs the last version and
+        # position only (the events of one append have consecutive positions).
+        return AppendOutcome([], version=last.version, position=last_position)
 
-    def _append_params(
+    def _fast_statement(
         self, batch: Batch, sealed: list[SealedEvent], head: Head | None
-    ) -> tuple[Any, ...]:
-        """Arguments of ``ares_append()`` for a sealed batch (also used by tests that drive
-        an append by hand inside their own transaction)."""
+    ) -> tuple[sql.Composed, tuple[Any, ...]]:
+        """The one statement of the fast path for a batch sealed on the predicted ``head``
+        (None: a new stream), and its arguments (also used by tests that run it by hand
+        inside their own transaction)."""
+        q = self._sql
+        sid = batch.stream_id
+        last = sealed[-1]
+        channel = self.channel if self.notify else None
+        if head is None or head.version == 0:
+            kind = "first"
+            guard: tuple[Any, ...] = (sid, last.version, last.hash)
+        else:
+            kind = "next"
+            guard = (last.version, last.hash, sid, head.version, head.hash)
+        if len(sealed) == 1:
+            e = last.event
+            ref = e.payload_ref
+            rows: tuple[Any, ...] = (
+                sid,
+                last.version,
+                e.event_id,
+                e.type,
+                e.module,
+                e.payload_bytes,
+                ref.to_json().decode() if ref is not None else None,
+                e.meta_json,
+                e.at,
+                last.prev_hash,
+                last.hash,
+            )
+            return q[f"append_{kind}_one"], (sid, *guard, *rows, channel, channel)
         evs = [s.event for s in sealed]
-        return (
-            batch.stream_id,
-            head.version if head else 0,
-            head.hash if head else b"",
-            self.channel if self.notify else None,
+        rows = (
+            sid,
+            sealed[0].version - 1,
             [e.event_id for e in evs],
             [e.type for e in evs],
             [e.module for e in evs],
@@ -228,28 +241,7 @@ class PostgresAppendProtocol:
             [s.prev_hash for s in sealed],
             [s.hash for s in sealed],
         )
-
-    def _append_one_params(
-        self, batch: Batch, sealed: SealedEvent, head: Head | None
-    ) -> tuple[Any, ...]:
-        """Arguments of ``ares_append1()`` (one event, scalar arguments)."""
-        e = sealed.event
-        ref = e.payload_ref
-        return (
-            batch.stream_id,
-            head.version if head else 0,
-            head.hash if head else b"",
-            self.channel if self.notify else None,
-            e.event_id,
-            e.type,
-            e.module,
-            e.payload_bytes,
-            ref.to_json().decode() if ref is not None else None,
-            e.meta_json,
-            e.at,
-            sealed.prev_hash,
-            sealed.hash,
-        )
+        return q[f"append_{kind}_batch"], (sid, *guard, *rows, channel, channel)
 
     def _check_xid(self, xid: int) -> None:
         if xid >= _MAX_XID:
