@@ -45,6 +45,7 @@ from ares_events.core.recorder import (
 )
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
+from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.sql import (
     BEGIN,
     COMMIT,
@@ -231,15 +232,17 @@ class PostgresAppendProtocol:
         rows = (
             sid,
             sealed[0].version - 1,
-            [e.event_id for e in evs],
-            [e.type for e in evs],
-            [e.module for e in evs],
-            [e.payload_bytes for e in evs],
-            [r.to_json().decode() if (r := e.payload_ref) is not None else None for e in evs],
-            [e.meta_json for e in evs],
-            [e.at for e in evs],
-            [s.prev_hash for s in sealed],
-            [s.hash for s in sealed],
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray(
+                [r.to_json().decode() if (r := e.payload_ref) is not None else None for e in evs]
+            ),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for s in sealed]),
+            ByteaArray([s.hash for s in sealed]),
         )
         return q[f"append_{kind}_batch"], (sid, *guard, *rows, channel, channel)
 
@@ -302,15 +305,15 @@ class PostgresAppendProtocol:
                         xid,
                         stream_id,
                         base,
-                        [e.event_id for e in evs],
-                        [e.type for e in evs],
-                        [e.module for e in evs],
-                        [e.payload_bytes for e in evs],
-                        [r.to_json().decode() if r is not None else None for r in refs],
-                        [e.meta_json for e in evs],
-                        [e.at for e in evs],
-                        [s.prev_hash for s in sealed],
-                        [s.hash for s in sealed],
+                        TextArray([e.event_id for e in evs]),
+                        TextArray([e.type for e in evs]),
+                        TextArray([e.module for e in evs]),
+                        ByteaArray([e.payload_bytes for e in evs]),
+                        TextArray([r.to_json().decode() if r is not None else None for r in refs]),
+                        ByteaArray([e.meta_json for e in evs]),
+                        TextArray([e.at for e in evs]),
+                        ByteaArray([s.prev_hash for s in sealed]),
+                        ByteaArray([s.hash for s in sealed]),
                         stream_id,
                         last.version,
                         last.hash,
@@ -394,20 +397,22 @@ class PostgresAppendProtocol:
                     q["insert_many"],
                     (
                         xid,
-                        [sid for sid, _ in flat],
+                        TextArray([sid for sid, _ in flat]),
                         [s.version for _, s in flat],
-                        [e.event_id for e in evs],
-                        [e.type for e in evs],
-                        [e.module for e in evs],
-                        [e.payload_bytes for e in evs],
-                        [
-                            r.to_json().decode() if (r := e.payload_ref) is not None else None
-                            for e in evs
-                        ],
-                        [e.meta_json for e in evs],
-                        [e.at for e in evs],
-                        [s.prev_hash for _, s in flat],
-                        [s.hash for _, s in flat],
+                        TextArray([e.event_id for e in evs]),
+                        TextArray([e.type for e in evs]),
+                        TextArray([e.module for e in evs]),
+                        ByteaArray([e.payload_bytes for e in evs]),
+                        TextArray(
+                            [
+                                r.to_json().decode() if (r := e.payload_ref) is not None else None
+                                for e in evs
+                            ]
+                        ),
+                        ByteaArray([e.meta_json for e in evs]),
+                        TextArray([e.at for e in evs]),
+                        ByteaArray([s.prev_hash for _, s in flat]),
+                        ByteaArray([s.hash for _, s in flat]),
                         streams,
                         [s.version for s in lasts],
                         [s.hash for s in lasts],

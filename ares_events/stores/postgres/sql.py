@@ -235,8 +235,10 @@ UPSERT_SCHEMA_VERSION: Final = (
 def compile_statements(schema: str) -> dict[str, sql.Composed]:
     """The recorder's statements with ``{s}`` bound to ``schema`` (both faces use these)."""
     q = sql.Identifier(schema)
+    # Rendered once: a Composed of one SQL part costs the driver one encode per execute,
+    # instead of walking and quoting the parts again (~2 us an append).
     return {
-        name: sql.SQL(text).format(s=q)
+        name: sql.Composed([sql.SQL(sql.SQL(text).format(s=q).as_string(None))])
         for name, text in {
             "append_next_one": APPEND_NEXT_ONE,
             "append_next_batch": APPEND_NEXT_BATCH,
