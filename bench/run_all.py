@@ -427,65 +427,34 @@ REASONS = {
 }
 
 
+# (workload, goal, system, peer, target, higher is better)
+GOALS: list[tuple[str, str, str, str, float, bool]] = [
+    ("pg_single", "PostgreSQL 1-event appends >= 0.8x the bare psycopg insert",
+     "ours", "bare", 0.8, True),
+    ("pg_batch", "PostgreSQL 100-event batches >= 2.3x eventsourcing", "ours", "es", 2.3, True),
+    ("pg_streams", "PostgreSQL 10-event appends over many streams >= 2x eventsourcing",
+     "ours", "es", 2.0, True),
+    ("pg_writers", "Two writers on different streams >= 1.5x our single writer",
+     "ours", "ours_1", 1.5, True),
+    ("pg_replay", "PostgreSQL replay with verification >= 1.8x eventsourcing (json.loads)",
+     "ours", "es", 1.8, True),
+    ("sqlite_replay", "SQLite replay with verification >= 1.5x eventsourcing (json.loads)",
+     "ours", "es", 1.5, True),
+    ("sqlite_batch", "SQLite 100-event batches >= 0.7x eventsourcing (synchronous FULL)",
+     "ours", "es", 0.7, True),
+    ("pg_tail", "Last 100 of the long stream within 1.5x a bare read (ours / bare latency)",
+     "ours", "bare", 1.5, False),
+]  # fmt: skip
+
+
 def goals(w: dict[str, Workload]) -> list[Goal]:
-    return [
-        Goal(
-            "PostgreSQL 1-event appends >= 0.8x the bare psycopg insert",
-            w["pg_single"].ratio("ours", "bare"),
-            0.8,
-            True,
-            REASONS["pg_single"],
-        ),
-        Goal(
-            "PostgreSQL 100-event batches >= 2.3x eventsourcing",
-            w["pg_batch"].ratio("ours", "es"),
-            2.3,
-            True,
-            REASONS["pg_batch"],
-        ),
-        Goal(
-            "PostgreSQL 10-event appends over many streams >= 2x eventsourcing",
-            w["pg_streams"].ratio("ours", "es"),
-            2.0,
-            True,
-            REASONS["pg_streams"],
-        ),
-        Goal(
-            "Two writers on different streams >= 1.5x our single writer",
-            w["pg_writers"].ratio("ours", "ours_1"),
-            1.5,
-            True,
-            REASONS["pg_writers"],
-        ),
-        Goal(
-            "PostgreSQL replay with verification >= 1.8x eventsourcing (json.loads)",
-            w["pg_replay"].ratio("ours", "es"),
-            1.8,
-            True,
-            REASONS["pg_replay"],
-        ),
-        Goal(
-            "SQLite replay with verification >= 1.5x eventsourcing (json.loads)",
-            w["sqlite_replay"].ratio("ours", "es"),
-            1.5,
-            True,
-            REASONS["sqlite_replay"],
-        ),
-        Goal(
-            "SQLite 100-event batches >= 0.7x eventsourcing (synchronous FULL)",
-            w["sqlite_batch"].ratio("ours", "es"),
-            0.7,
-            True,
-            REASONS["sqlite_batch"],
-        ),
-        Goal(
-            "Last 100 of the long stream within 1.5x a bare read (ours / bare latency)",
-            1 / w["pg_tail"].ratio("ours", "bare"),
-            1.5,
-            False,
-            REASONS["pg_tail"],
-        ),
-    ]
+    """The goals of issue 14 whose workloads ran. Latency goals are "ours / bare"."""
+    out = []
+    for key, text, a, b, target, higher in GOALS:
+        if key in w:
+            r = w[key].ratio(a, b)
+            out.append(Goal(text, r if higher else 1 / r, target, higher, REASONS[key]))
+    return out
 
 
 def goals_table(gs: list[Goal]) -> str:
@@ -505,194 +474,146 @@ def goals_table(gs: list[Goal]) -> str:
 # -- the run --------------------------------------------------------------------------------
 
 
-def run(sz: Sizes, admin_url: str) -> list[Workload]:
+def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workload]:
+    """Every workload (or those whose key is in ``only``), in a fixed order."""
     need = max(sz.single, sz.batches * 100, sz.streams * 10, 2 * sz.writers, sz.replay)
     pl = bp.Payloads.make(need)
     spl = bs.Payloads(pl.dicts, pl.states)
     out: list[Workload] = []
-    reps = sz.reps
 
+    def want(*keys: str) -> bool:
+        return only is None or any(k in only for k in keys)
+
+    def add(key: str, title: str, systems: dict[str, Any], events: int, **kw: Any) -> None:
+        if want(key):
+            log(f"{title} x {sz.reps}")
+            out.append(Workload(key, title, interleave(systems, sz.reps), events, **kw))
+
+    copy_note = {"bare": "binary COPY"}
+    read_notes = {"es": "json.loads", "bare": "no verification, orjson"}
     with throwaway_db(admin_url, "ours") as ours_db, throwaway_db(admin_url, "theirs") as es_db:
-        log(f"PostgreSQL 1-event appends: {sz.single}/rep x {reps}")
         lat: list[float] = []
-        out.append(
-            Workload(
-                "pg_single",
-                f"PostgreSQL: 1-event appends ({sz.single}/rep)",
-                interleave(
-                    {
-                        "ours": lambda: bp.single_ours(ours_db, pl, sz.single, lat),
-                        "ours_async": lambda: async_appends(ours_db, pl, sz.single, 1),
-                        "es": lambda: bp.single_theirs(es_db, pl, sz.single, lat),
-                        "bare": lambda: pg_bare_single(ours_db, pl, sz.single),
-                    },
-                    reps,
-                ),
-                sz.single,
-            )
+        add(
+            "pg_single",
+            f"PostgreSQL: 1-event appends ({sz.single}/rep)",
+            {
+                "ours": lambda: bp.single_ours(ours_db, pl, sz.single, lat),
+                "ours_async": lambda: async_appends(ours_db, pl, sz.single, 1),
+                "es": lambda: bp.single_theirs(es_db, pl, sz.single, lat),
+                "bare": lambda: pg_bare_single(ours_db, pl, sz.single),
+            },
+            sz.single,
         )
-
-        log(f"PostgreSQL 100-event batches: {sz.batches}/rep x {reps}")
-        nb = sz.batches * 100
-        out.append(
-            Workload(
-                "pg_batch",
-                f"PostgreSQL: 100-event batches ({sz.batches}/rep)",
-                interleave(
-                    {
-                        "ours": lambda: bp.batches_ours(ours_db, pl, sz.batches, 100),
-                        "ours_async": lambda: async_appends(ours_db, pl, sz.batches, 100),
-                        "es": lambda: bp.batches_theirs(es_db, pl, sz.batches, 100),
-                        "bare": lambda: pg_bare_copy(ours_db, pl, sz.batches, 100, False),
-                    },
-                    reps,
-                ),
-                nb,
-                notes={"bare": "binary COPY"},
-            )
+        add(
+            "pg_batch",
+            f"PostgreSQL: 100-event batches ({sz.batches}/rep)",
+            {
+                "ours": lambda: bp.batches_ours(ours_db, pl, sz.batches, 100),
+                "ours_async": lambda: async_appends(ours_db, pl, sz.batches, 100),
+                "es": lambda: bp.batches_theirs(es_db, pl, sz.batches, 100),
+                "bare": lambda: pg_bare_copy(ours_db, pl, sz.batches, 100, False),
+            },
+            sz.batches * 100,
+            notes=copy_note,
         )
-
-        log(f"PostgreSQL 10-event appends over {sz.streams} streams x {reps}")
-        out.append(
-            Workload(
-                "pg_streams",
-                f"PostgreSQL: 10-event appends over {sz.streams} streams",
-                interleave(
-                    {
-                        "ours": lambda: bp.streams_ours(ours_db, pl, sz.streams, 10),
-                        "es": lambda: bp.streams_theirs(es_db, pl, sz.streams, 10),
-                        "bare": lambda: pg_bare_copy(ours_db, pl, sz.streams, 10, True),
-                    },
-                    reps,
-                ),
-                sz.streams * 10,
-                notes={"bare": "binary COPY"},
-            )
+        add(
+            "pg_streams",
+            f"PostgreSQL: 10-event appends over {sz.streams} streams",
+            {
+                "ours": lambda: bp.streams_ours(ours_db, pl, sz.streams, 10),
+                "es": lambda: bp.streams_theirs(es_db, pl, sz.streams, 10),
+                "bare": lambda: pg_bare_copy(ours_db, pl, sz.streams, 10, True),
+            },
+            sz.streams * 10,
+            notes=copy_note,
         )
-
-        log(f"PostgreSQL 2 writer threads: 2x{sz.writers}/rep x {reps}")
-        out.append(
-            Workload(
-                "pg_writers",
-                "PostgreSQL: 2 writer threads, 1-event appends to their own streams",
-                interleave(
-                    {
-                        "ours": lambda: bp.writers_ours(ours_db, pl, sz.writers, 2),
-                        "ours_1": lambda: bp.writers_ours(ours_db, pl, 2 * sz.writers, 1),
-                        "es": lambda: bp.writers_theirs(es_db, pl, sz.writers, 2),
-                    },
-                    reps,
-                ),
-                2 * sz.writers,
-            )
+        add(
+            "pg_writers",
+            "PostgreSQL: 2 writer threads, 1-event appends to own streams",
+            {
+                "ours": lambda: bp.writers_ours(ours_db, pl, sz.writers, 2),
+                "ours_1": lambda: bp.writers_ours(ours_db, pl, 2 * sz.writers, 1),
+                "es": lambda: bp.writers_theirs(es_db, pl, sz.writers, 2),
+            },
+            2 * sz.writers,
         )
-
-        log(f"PostgreSQL read fixture: {sz.replay:,} events")
-        fx = bp.ReadFixtures(ours_db, es_db, pl, sz.replay)
-        try:
-            out.append(
-                Workload(
+        if want("pg_replay", "pg_tail"):
+            log(f"PostgreSQL read fixture: {sz.replay:,} events")
+            fx = bp.ReadFixtures(ours_db, es_db, pl, sz.replay)
+            try:
+                add(
                     "pg_replay",
                     f"PostgreSQL: replay of {sz.replay:,} events (read + verify + decode + fold)",
-                    interleave(
-                        {
-                            "ours": bp._checked(fx.replay_ours, fx.expected),
-                            "es": bp._checked(fx.replay_theirs, fx.expected),
-                            "bare": bp._checked(lambda: pg_bare_replay(fx), fx.expected),
-                        },
-                        reps,
-                    ),
+                    {
+                        "ours": bp._checked(fx.replay_ours, fx.expected),
+                        "es": bp._checked(fx.replay_theirs, fx.expected),
+                        "bare": bp._checked(lambda: pg_bare_replay(fx), fx.expected),
+                    },
                     sz.replay,
                     rate=False,
-                    notes={"es": "json.loads", "bare": "no verification, orjson"},
+                    notes=read_notes,
                 )
-            )
-            tl: list[float] = []
-            out.append(
-                Workload(
+                tl: list[float] = []
+                calls = sz.tail_calls
+                add(
                     "pg_tail",
                     f"PostgreSQL: last 100 of {sz.replay:,}, per call",
-                    interleave(
-                        {
-                            "ours": bp._latencies(
-                                lambda: fx.tail_ours(100), sz.tail_calls, 100, tl
-                            ),
-                            "es": bp._latencies(
-                                lambda: fx.tail_theirs(100), sz.tail_calls, 100, tl
-                            ),
-                            "bare": bp._latencies(
-                                lambda: fx.tail_bare(100), sz.tail_calls, 100, tl
-                            ),
-                        },
-                        reps,
-                    ),
+                    {
+                        "ours": bp._latencies(lambda: fx.tail_ours(100), calls, 100, tl),
+                        "es": bp._latencies(lambda: fx.tail_theirs(100), calls, 100, tl),
+                        "bare": bp._latencies(lambda: fx.tail_bare(100), calls, 100, tl),
+                    },
                     100,
                     rate=False,
                     per_call=True,
                     notes={"bare": "same columns, one connection"},
                 )
-            )
-        finally:
-            fx.close()
+
+            finally:
+                fx.close()
 
     root = Path(tempfile.mkdtemp(prefix="ares-bench-"))
     try:
-        log(f"SQLite 100-event batches: {sz.batches}/rep x {reps}")
-        out.append(
-            Workload(
-                "sqlite_batch",
-                f"SQLite: 100-event batches ({sz.batches}/rep)",
-                interleave(
-                    {
-                        "ours": lambda: bs.batches_ours(root, spl, sz.batches, 100),
-                        "es": lambda: bs.batches_theirs(root, spl, sz.batches, 100),
-                        "bare": lambda: sqlite_bare_batches(root, pl, sz.batches, 100),
-                    },
-                    reps,
-                ),
-                sz.batches * 100,
-                notes={"bare": "executemany"},
-            )
+        add(
+            "sqlite_batch",
+            f"SQLite: 100-event batches ({sz.batches}/rep)",
+            {
+                "ours": lambda: bs.batches_ours(root, spl, sz.batches, 100),
+                "es": lambda: bs.batches_theirs(root, spl, sz.batches, 100),
+                "bare": lambda: sqlite_bare_batches(root, pl, sz.batches, 100),
+            },
+            sz.batches * 100,
+            notes={"bare": "executemany"},
         )
-        log(f"SQLite 1-event appends: {sz.single}/rep x {reps}")
         lat2: list[float] = []
-        out.append(
-            Workload(
-                "sqlite_single",
-                f"SQLite: 1-event appends ({sz.single}/rep)",
-                interleave(
-                    {
-                        "ours": lambda: bs.single_ours(root, spl, sz.single, lat2),
-                        "es": lambda: bs.single_theirs(root, spl, sz.single, lat2),
-                        "bare": lambda: sqlite_bare_batches(root, pl, sz.single, 1),
-                    },
-                    reps,
-                ),
-                sz.single,
-            )
+        add(
+            "sqlite_single",
+            f"SQLite: 1-event appends ({sz.single}/rep)",
+            {
+                "ours": lambda: bs.single_ours(root, spl, sz.single, lat2),
+                "es": lambda: bs.single_theirs(root, spl, sz.single, lat2),
+                "bare": lambda: sqlite_bare_batches(root, pl, sz.single, 1),
+            },
+            sz.single,
         )
-        log(f"SQLite read fixture: {sz.replay:,} events")
-        sfx = bs.ReadFixtures(root, spl, sz.replay)
-        try:
-            out.append(
-                Workload(
+        if want("sqlite_replay"):
+            log(f"SQLite read fixture: {sz.replay:,} events")
+            sfx = bs.ReadFixtures(root, spl, sz.replay)
+            try:
+                add(
                     "sqlite_replay",
                     f"SQLite: replay of {sz.replay:,} events (read + verify + decode + fold)",
-                    interleave(
-                        {
-                            "ours": bs._checked(sfx.replay_ours, sfx.expected),
-                            "es": bs._checked(sfx.replay_theirs, sfx.expected),
-                            "bare": bs._checked(lambda: sqlite_bare_replay(sfx), sfx.expected),
-                        },
-                        reps,
-                    ),
+                    {
+                        "ours": bs._checked(sfx.replay_ours, sfx.expected),
+                        "es": bs._checked(sfx.replay_theirs, sfx.expected),
+                        "bare": bs._checked(lambda: sqlite_bare_replay(sfx), sfx.expected),
+                    },
                     sz.replay,
                     rate=False,
-                    notes={"es": "json.loads", "bare": "no verification, orjson"},
+                    notes=read_notes,
                 )
-            )
-        finally:
-            sfx.close()
+            finally:
+                sfx.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
@@ -746,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="repeats per system (default 7)")
     ap.add_argument("--admin-url", default=None, help="PostgreSQL server (database postgres)")
     ap.add_argument("--no-write", action="store_true", help="print the tables only")
+    ap.add_argument(
+        "--only", default=None, help="comma-separated workload keys (implies --no-write)"
+    )
     args = ap.parse_args(argv)
     sz = QUICK if args.quick else FULL
     if args.reps:
@@ -753,10 +677,10 @@ def main(argv: list[str] | None = None) -> int:
     admin = args.admin_url or os.environ.get("ARES_BENCH_POSTGRES_URL") or DEFAULT_ADMIN_URL
     before = _load()
     log(f"load average before: {before}")
-    ws = run(sz, admin)
+    ws = run(sz, admin, set(args.only.split(",")) if args.only else None)
     body = render(sz, ws, (before, _load()))
     print(body)
-    if not (args.quick or args.no_write):
+    if not (args.quick or args.no_write or args.only):
         write_section(SECTION, body, title="Summary: everything side by side")
         log("docs/performance.md updated (section 'summary')")
     return 0

@@ -59,7 +59,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ares_events.core.events import ExpectedVersion, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError, ConfigError
-from ares_events.integrity.chain import ChainKey, genesis, header_bytes, link_hash
+from ares_events.integrity.chain import ChainKey, genesis, link_hashes
 
 if TYPE_CHECKING:
     from typing import Self
@@ -187,25 +187,11 @@ class Batch:
             version, prev = 0, genesis(stream_id)
         else:
             version, prev = head.version, head.hash
-        key = self._key
+        events = self.events
+        hashes = link_hashes(stream_id, version, prev, events, self._key)
         out = []
-        for e in self.events:
+        for e, h in zip(events, hashes, strict=True):
             version += 1
-            h = link_hash(
-                prev,
-                header_bytes(
-                    stream_id,
-                    version,
-                    e.event_id,
-                    e.type,
-                    e.module,
-                    e.meta_json,
-                    e.at,
-                    e.digest.hex(),
-                    e.size,
-                ),
-                key,
-            )
             out.append(SealedEvent(e, version, prev, h))
             prev = h
         return out
