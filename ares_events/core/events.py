@@ -664,6 +664,15 @@ def same_event(prepared: PreparedEvent, stored: RecordedEvent) -> bool:
     )
 
 
+_AT_SECOND: tuple[int, str] = (-1, "")
+
+
 def utc_now_at() -> str:
-    """The current time as an ``at`` string."""
-    return format_at(datetime.now(UTC))
+    """The current time as an ``at`` string: ``format_at(datetime.now(UTC))``, with the
+    part up to the seconds formatted once per second (strftime costs ~2 µs a call)."""
+    global _AT_SECOND
+    sec, us = divmod(time.time_ns() // 1000, 1_000_000)
+    cached = _AT_SECOND
+    if cached[0] != sec:
+        cached = _AT_SECOND = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
+    return f"{cached[1]}.{us:06d}Z"
