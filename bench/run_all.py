@@ -337,6 +337,8 @@ LABELS = {
     "ours": "ares-events",
     "ours_async": "ares-events, asyncio face",
     "ours_1": "ares-events, 1 writer (same total)",
+    "ours_nn": "ares-events, `notify=false`",
+    "ours_nn_1": "ares-events, `notify=false`, 1 writer (same total)",
     "es": "eventsourcing",
     "bare": "bare driver (floor)",
 }
@@ -396,33 +398,42 @@ class Goal:
         )
 
 
+# Why a goal is short: from the profiles behind docs/performance.md ("Where the time goes").
 REASONS = {
     "pg_single": (
-        "server CPU of the plpgsql function (advisory lock, id + head lookup, two inserts, "
-        "NOTIFY) against one plain INSERT, plus the client's validation, canonical JSON, "
-        "blake3 chain and pool checkout; both pay the same fsync'd commit"
+        "not the server any more: our one statement costs the server what the bare INSERT "
+        "does (within noise, measured without the client library); the gap is client CPU "
+        "on 2 shared cores: the unit of work (~13 µs), validation, canonical JSON and the "
+        "chain (~10 µs), the protocol steps (~10 µs) and psycopg sending 17 parameters"
     ),
     "pg_batch": (
-        "per-row server work for rows that carry more (event id, type, module, metadata, time, "
-        "two hashes) and three unique indexes against eventsourcing's two; client CPU for "
-        "validation, canonical JSON and the chain (~10 µs/event)"
+        "client CPU ~11 µs/event (event and id creation 2.6, validation + canonical JSON "
+        "1.6, blake3 digest + link 1.4, sealing 1.4, arrays ~3) on top of the server's "
+        "~14 µs/event for rows with three unique indexes (what the COPY floor pays)"
     ),
-    "pg_streams": "as for 100-event batches, with a fresh head row per stream",
+    "pg_streams": (
+        "as for 100-event batches, and each 10-event append pays its own head row and "
+        "fsync'd commit"
+    ),
     "pg_writers": (
-        "2 cores shared by both writers, the PostgreSQL server and the other jobs: the second "
-        "writer has no idle core to run on; NOTIFY commits also serialize on the server's "
-        "notification queue lock"
+        "2 cores shared by the server, both writer threads (which also contend for the "
+        "GIL) and other jobs; NOTIFY serializes commits on the server's notification lock "
+        "(compare the notify=false rows)"
     ),
     "pg_replay": (
-        "verification (a blake3 of every payload and of every rebuilt header) is paid per "
-        "event; eventsourcing only decodes JSON"
+        "verification is per event (a blake3 of the payload, the header rebuilt, a blake3 "
+        "link: ~2.5 µs) on top of the bare read + decode (the floor row); eventsourcing "
+        "only decodes JSON"
     ),
-    "sqlite_replay": "as on PostgreSQL: the chain is verified per event",
+    "sqlite_replay": "as on PostgreSQL: the chain is verified per event (~2.5 µs)",
     "sqlite_batch": (
-        "client-side validation, canonical JSON and the chain per event; three unique indexes"
+        "SQLite's own insert of our rows (12 columns, three unique indexes: the "
+        "executemany floor) costs about what eventsourcing's whole append does; the "
+        "library's per-event Python (event creation 2.9 µs, validation + canonical JSON + "
+        "digest 4.7, seal 1.6) comes on top"
     ),
     "pg_tail": (
-        "turning 100 rows into RecordedEvent objects, the pool checkout and the argument checks"
+        "turning 100 rows into RecordedEvent objects, the unit of work and the argument checks"
     ),
 }
 
@@ -490,6 +501,7 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
             out.append(Workload(key, title, interleave(systems, sz.reps), events, **kw))
 
     copy_note = {"bare": "binary COPY"}
+    nn = "&notify=false"
     read_notes = {"es": "json.loads", "bare": "no verification, orjson"}
     with throwaway_db(admin_url, "ours") as ours_db, throwaway_db(admin_url, "theirs") as es_db:
         lat: list[float] = []
@@ -534,6 +546,8 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
                 "ours": lambda: bp.writers_ours(ours_db, pl, sz.writers, 2),
                 "ours_1": lambda: bp.writers_ours(ours_db, pl, 2 * sz.writers, 1),
                 "es": lambda: bp.writers_theirs(es_db, pl, sz.writers, 2),
+                "ours_nn": lambda: bp.writers_ours(ours_db, pl, sz.writers, 2, nn),
+                "ours_nn_1": lambda: bp.writers_ours(ours_db, pl, 2 * sz.writers, 1, nn),
             },
             2 * sz.writers,
         )
