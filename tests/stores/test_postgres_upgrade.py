@@ -8,9 +8,12 @@ stale head prediction or a reused event id writes nothing.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -188,3 +191,79 @@ def test_a_stale_prediction_or_a_used_id_writes_nothing(postgres_url: str) -> No
         )
         assert again.duplicate and again.version == 2
         assert [(e.stream_id, e.version, e.hash) for e in store.read_all()] == before
+
+
+_RACER = """
+import sys, time, pathlib
+import ares_events as ae
+url, proc, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), pathlib.Path(sys.argv[4])
+with ae.open_store(url) as store:
+    store.append(f"own-{proc}", [ae.NewEvent(type="t", module="m")])  # open, warm up
+    pathlib.Path(f"{go}.ready.{proc}").touch()
+    while not go.exists():
+        time.sleep(0.002)
+    for k in range(n):
+        size = 1 + (k + proc) % 3  # one-event and batch statements, first and next heads
+        store.append("shared", [ae.NewEvent(type="t", module="m", payload={"p": proc, "k": k,
+                                                                             "i": i})
+                                for i in range(size)])
+        store.append(f"own-{proc}", [ae.NewEvent(type="t", module="m", payload={"k": k})])
+print("ok")
+"""
+
+
+def test_processes_racing_the_fast_statement_and_the_locked_path_never_fork(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Real processes appending with ANY to one shared stream (each predicts the head its
+    own last append left, so most predictions are stale and go to the locked path while
+    others' fast statements commit) and to streams of their own: every append succeeds,
+    nothing is lost or duplicated, the shared chain is one unforked chain."""
+    procs, n = 4, 60
+    go = tmp_path / "go"
+    children = [
+        subprocess.Popen(  # this Python running the code above
+            [sys.executable, "-c", _RACER, postgres_url, str(p), str(n), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for p in range(procs)
+    ]
+    try:
+        _wait_until(
+            lambda: (
+                all((tmp_path / f"go.ready.{p}").exists() for p in range(procs))
+                or any(c.poll() is not None for c in children)
+            ),
+            "the children to be ready",
+        )
+        go.touch()
+        outs = [c.communicate(timeout=DEADLINE * 4) for c in children]
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+    for c, (out, err) in zip(children, outs, strict=True):
+        assert c.returncode == 0 and out.strip() == b"ok", err.decode()[-2000:]
+    with ae.open_store(postgres_url) as store:
+        evs = list(store.read("shared"))
+        sizes = [1 + (k + p) % 3 for p in range(procs) for k in range(n)]
+        assert [e.version for e in evs] == list(range(1, sum(sizes) + 1))
+        got = sorted((e.payload["p"], e.payload["k"], e.payload["i"]) for e in evs)
+        assert got == sorted(
+            (p, k, i) for p in range(procs) for k in range(n) for i in range(1 + (k + p) % 3)
+        )
+        # a batch stays contiguous: its events have consecutive versions and positions
+        by_batch: dict[tuple[int, int], list[ae.RecordedEvent]] = {}
+        for e in evs:
+            by_batch.setdefault((e.payload["p"], e.payload["k"]), []).append(e)
+        for batch in by_batch.values():
+            assert [e.version for e in batch] == list(
+                range(batch[0].version, batch[0].version + len(batch))
+            )
+            assert [e.position for e in batch] == list(
+                range(batch[0].position, batch[0].position + len(batch))
+            )
+        for p in range(procs):
+            assert store.stream_version(f"own-{p}") == n + 1
+        assert ae.integrity.audit(store).ok
