@@ -3,13 +3,17 @@ batch, and nothing is written (issue 2, item 2)."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import ares_events as ae
+from ares_events.core.events import format_at, parse_at, utc_now_at
 from ares_events.errors import InvalidEvent
 from tests.fix_backends import open_backend
 
@@ -240,3 +244,17 @@ def test_metadata_over_its_limit_is_invalid(store: ae.EventStore) -> None:
         store.append("s", [ev])
     assert info.value.field == "metadata"
     assert store.stream_version("s") == 0
+
+
+def test_utc_now_at_is_format_at_of_now() -> None:
+    """The cached-second clock gives exactly format_at's layout, between two readings of
+    datetime.now, across a second boundary too."""
+    shape = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+    end = time.monotonic() + 1.2  # crosses at least one second boundary
+    while time.monotonic() < end:
+        before = datetime.now(UTC)
+        at = utc_now_at()
+        after = datetime.now(UTC)
+        assert shape.fullmatch(at), at
+        assert before <= parse_at(at) <= after
+        assert format_at(parse_at(at)) == at

@@ -59,7 +59,13 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ares_events.core.events import ExpectedVersion, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError, ConfigError
-from ares_events.integrity.chain import ChainKey, genesis, header_bytes, link_hash
+from ares_events.integrity.chain import (
+    ChainKey,
+    genesis,
+    header_bytes,
+    link_hash,
+    link_hashes,
+)
 
 if TYPE_CHECKING:
     from typing import Self
@@ -187,25 +193,25 @@ class Batch:
             version, prev = 0, genesis(stream_id)
         else:
             version, prev = head.version, head.hash
-        key = self._key
-        out = []
-        for e in self.events:
-            version += 1
-            h = link_hash(
-                prev,
-                header_bytes(
-                    stream_id,
-                    version,
-                    e.event_id,
-                    e.type,
-                    e.module,
-                    e.meta_json,
-                    e.at,
-                    e.digest.hex(),
-                    e.size,
-                ),
-                key,
+        events = self.events
+        if len(events) == 1:  # the common append: no hasher worth reusing
+            e = events[0]
+            header = header_bytes(
+                stream_id,
+                version + 1,
+                e.event_id,
+                e.type,
+                e.module,
+                e.meta_json,
+                e.at,
+                e.digest.hex(),
+                e.size,
             )
+            return [SealedEvent(e, version + 1, prev, link_hash(prev, header, self._key))]
+        hashes = link_hashes(stream_id, version, prev, events, self._key)
+        out = []
+        for e, h in zip(events, hashes, strict=True):
+            version += 1
             out.append(SealedEvent(e, version, prev, h))
             prev = h
         return out

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import blake3
@@ -49,7 +50,9 @@ __all__ = [
     "genesis",
     "header_bytes",
     "link_hash",
+    "link_hashes",
     "payload_digest",
+    "payload_digester",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -303,6 +306,22 @@ def payload_digest(payload_bytes: bytes) -> bytes:
     return blake3.blake3(payload_bytes).digest()
 
 
+def payload_digester() -> Callable[[bytes], bytes]:
+    """A :func:`payload_digest` for many payloads in a row, in ONE thread (one batch):
+    it reuses one blake3 hasher, which spares the binding's per-call construction
+    (about 0.3 µs a digest). The same bytes as :func:`payload_digest`."""
+    h = blake3.blake3()
+    update, digest, reset = h.update, h.digest, h.reset
+
+    def one(payload_bytes: bytes) -> bytes:
+        update(payload_bytes)
+        d: bytes = digest()
+        reset()
+        return d
+
+    return one
+
+
 def genesis(stream_id: str) -> bytes:
     """The chain's starting value for a stream (never keyed)."""
     return blake3.blake3(_GENESIS_PREFIX + stream_id.encode("utf-8")).digest()
@@ -362,6 +381,66 @@ def _cache_name(name: str) -> bytes:
     encoded: bytes = _encode_str(name).encode("utf-8")
     _NAME_CACHE[name] = encoded
     return encoded
+
+
+def link_hashes(
+    stream_id: str,
+    version: int,
+    prev: bytes,
+    events: Iterable[Any],
+    key: ChainKey | None = None,
+) -> list[bytes]:
+    """The link hashes of ``events`` appended to ``stream_id`` after ``version`` whose
+    hash is ``prev``: exactly ``link_hash(prev, header_bytes(...))`` event by event, with
+    the work that repeats across a batch done once (the stream's and the time's JSON, one
+    blake3 hasher reused).
+
+    Each event has the attributes ``event_id``, ``type``, ``module``, ``meta_json``,
+    ``at``, ``digest`` and ``size`` (a :class:`~ares_events.core.events.PreparedEvent`).
+    """
+    enc = _encode_str
+    cache = _NAME_CACHE
+    st = cache.get(stream_id)
+    if st is None:
+        st = _cache_name(stream_id)
+    h = blake3.blake3() if key is None else blake3.blake3(key=key.key)
+    update, digest, reset = h.update, h.digest, h.reset
+    header = _HEADER
+    last_at: str | None = None
+    at_json = b""
+    out: list[bytes] = []
+    add = out.append
+    for e in events:
+        version += 1
+        at = e.at
+        if at != last_at:
+            at_json = enc(at).encode()
+            last_at = at
+        ty = cache.get(e.type)
+        if ty is None:
+            ty = _cache_name(e.type)
+        mo = cache.get(e.module)
+        if mo is None:
+            mo = _cache_name(e.module)
+        update(prev)
+        update(
+            header
+            % (
+                at_json,
+                enc(e.event_id).encode(),
+                e.meta_json,
+                mo,
+                e.digest.hex().encode(),
+                e.size,
+                st,
+                ty,
+                version,
+            )
+        )
+        prev = digest()
+        reset()
+        add(prev)
+    return out
 
 
 def link_hash(prev: bytes, header: bytes, key: ChainKey | None = None) -> bytes:

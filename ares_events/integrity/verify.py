@@ -99,7 +99,16 @@ class ChainVerifier:
     (``start_version``/``start_hash``, e.g. a snapshot's ``at_version``/``at_hash``).
     """
 
-    __slots__ = ("findings", "key", "last", "last_hash", "start_version", "stream_id")
+    __slots__ = (
+        "_link",
+        "_payload",
+        "findings",
+        "key",
+        "last",
+        "last_hash",
+        "start_version",
+        "stream_id",
+    )
 
     def __init__(
         self,
@@ -118,6 +127,10 @@ class ChainVerifier:
             raise InvalidEvent("start_hash", "is required when start_version > 0")
         self.last_hash: bytes = last_hash
         self.findings: list[Finding] = []
+        # One hasher each, reused event after event (a verifier is used by one thread;
+        # it spares blake3's per-call construction, ~0.3 µs a hash).
+        self._payload = _blake3()
+        self._link = _blake3() if key is None else _blake3(key=key.key)
 
     def check(self, e: RecordedEvent) -> bool:
         """Check the next event; record findings; return True when it is sound."""
@@ -136,10 +149,14 @@ class ChainVerifier:
         ):
             raw = e[6]
             cache = _NAME_CACHE
+            ph = self._payload
             try:
                 st = cache.get(e[0]) or _cache_name(e[0])
                 ty = cache.get(e[4]) or _cache_name(e[4])
                 mo = cache.get(e[5]) or _cache_name(e[5])
+                ph.update(raw)
+                digest_hex = ph.hexdigest().encode()
+                ph.reset()
                 # ``at`` and the event id are written by the library in forms that JSON
                 # never escapes (a fixed timestamp format, UUID text), so they are quoted
                 # here without the escaper. Anything else cannot match the stored hash
@@ -149,7 +166,7 @@ class ChainVerifier:
                     e[3].encode(),
                     e[7],
                     mo,
-                    _blake3(raw).hexdigest().encode(),
+                    digest_hex,
                     len(raw),
                     st,
                     ty,
@@ -157,15 +174,16 @@ class ChainVerifier:
                 )
             except (TypeError, AttributeError, ValueError):
                 header = b""
-            key = self.key
-            if key is None:
-                h = _blake3(self.last_hash + header).digest()
-            else:
-                h = _blake3(self.last_hash + header, key=key.key).digest()
-            if header and h == e[10]:
-                self.last = e[1]
-                self.last_hash = h
-                return True
+            if header:
+                lh = self._link
+                lh.update(self.last_hash)
+                lh.update(header)
+                h = lh.digest()
+                lh.reset()
+                if h == e[10]:
+                    self.last = e[1]
+                    self.last_hash = h
+                    return True
         return self._check_slow(e)
 
     def _check_slow(self, e: RecordedEvent) -> bool:

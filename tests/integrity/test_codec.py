@@ -9,6 +9,7 @@ import decimal
 import enum
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -16,7 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ares_events.errors import InvalidEvent
-from ares_events.integrity.chain import canonical_json, canonical_json_reference, header_bytes
+from ares_events.integrity.chain import (
+    ChainKey,
+    canonical_json,
+    canonical_json_reference,
+    header_bytes,
+    link_hash,
+    link_hashes,
+    payload_digest,
+    payload_digester,
+)
 from tests.integrity.test_vectors import ref_canonical
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -268,3 +278,62 @@ def test_str_subclass_encodes_as_its_value() -> None:
 
     x = {"tag": Tag.A, "k": [Tag.A]}
     assert canonical_json(x) == ref_canonical(x) == b'{"k":["alpha"],"tag":"alpha"}'
+
+
+# -- the batch forms (one hasher reused) are the per-event forms ----------------------------
+
+
+@dataclass
+class _Ev:
+    event_id: str
+    type: str
+    module: str
+    meta_json: bytes
+    at: str
+    digest: bytes
+    size: int
+
+
+_ev = st.builds(
+    _Ev,
+    event_id=text,
+    type=text,
+    module=text,
+    meta_json=st.dictionaries(text, values, max_size=3).map(
+        lambda m: canonical_json(m, field="metadata")
+    ),
+    at=st.sampled_from(["2026-01-01T00:00:00.000000Z", 'é\u2028"\\']) | text,
+    digest=st.binary(min_size=32, max_size=32),
+    size=st.integers(0, INT_MAX),
+)
+
+
+@SETTINGS
+@given(
+    stream_id=text,
+    version=st.integers(0, 2**40),
+    prev=st.binary(min_size=32, max_size=32),
+    events=st.lists(_ev, min_size=1, max_size=6),
+    key=st.none() | st.binary(min_size=32, max_size=32).map(ChainKey),
+)
+def test_link_hashes_of_a_batch_equal_the_per_event_link_hashes(
+    stream_id: str, version: int, prev: bytes, events: list[_Ev], key: ChainKey | None
+) -> None:
+    """link_hashes (batch work hoisted, one hasher reused) = link_hash(header_bytes(...))
+    event by event, keyed or not."""
+    expected = []
+    h = prev
+    for i, e in enumerate(events, start=version + 1):
+        header = header_bytes(
+            stream_id, i, e.event_id, e.type, e.module, e.meta_json, e.at, e.digest.hex(), e.size
+        )
+        h = link_hash(h, header, key)
+        expected.append(h)
+    assert link_hashes(stream_id, version, prev, events, key) == expected
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=2000), min_size=1, max_size=8))
+def test_a_reused_payload_digester_equals_payload_digest(payloads: list[bytes]) -> None:
+    one = payload_digester()
+    assert [one(p) for p in payloads] == [payload_digest(p) for p in payloads]

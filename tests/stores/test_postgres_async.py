@@ -115,11 +115,9 @@ def test_subscribe_never_skips_a_late_commit(postgres_url: str, postgres_db_url:
             raw = await psycopg.AsyncConnection.connect(postgres_db_url)  # not autocommit
             try:
                 batch = Batch("early", prepare("early", [_ev(1)], utc_now_at()), None)
-                cur = await raw.execute(
-                    rec._sql["append_fast"], rec._append_params(batch, batch.seal(None), None)
-                )
+                cur = await raw.execute(*rec._fast_statement(batch, batch.seal(None), None))
                 row = await cur.fetchone()
-                assert row is not None and row[0] == 0  # written, not committed
+                assert row is not None and row[0] is not None  # written, not committed
                 late = await store.append("late", [_ev(2)])
                 await asyncio.sleep(0.3)
                 assert got == []  # the committed later append is held back
@@ -128,7 +126,7 @@ def test_subscribe_never_skips_a_late_commit(postgres_url: str, postgres_db_url:
             finally:
                 await raw.close()
             await asyncio.wait_for(consumer, 30)
-            assert got == [("early", row[3] * 65536), ("late", late.position)]
+            assert got == [("early", row[0]), ("late", late.position)]
 
     go(scenario())
 

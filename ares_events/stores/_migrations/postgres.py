@@ -117,4 +117,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 4 -> 5: snapshot seals (a MAC under the chain key in keyed stores, else a digest,
     # over every field recovery trusts; NULL in snapshots written before).
     ("ALTER TABLE {schema}.ares_snapshots ADD COLUMN seal bytea",),
+    # 5 -> 6: the fast path of an append is one plain statement now (issue 14), which
+    # guards the predicted head with the head row itself (see PostgresAppendProtocol);
+    # ares_append() cost a plpgsql call and a re-plan of its statements on every call
+    # (force_custom_plan, ~100 us) and has no caller left.
+    (
+        """DROP FUNCTION IF EXISTS {schema}.ares_append(text, bigint, bytea, text, text[],
+            text[], text[], bytea[], text[], bytea[], text[], bytea[], bytea[])""",
+    ),
 )

@@ -11,12 +11,15 @@ connection pinged.
 ``pg_advisory_xact_lock(hashtextextended(stream_id, 0))`` serializes appends to *one stream
 only*. Two paths, the same guarantees:
 
-* Fast path, one statement (one round trip, its own transaction): the batch is sealed
-  against the head this store *predicts* (the head its last append to the stream left, or
-  "new stream"), and ``ares_append()`` (migration step 3) takes the stream lock, checks
-  the event ids, reads the head, and writes the events, the head and a ``pg_notify`` only
-  when the head is the predicted one. Nothing forks: the check runs under the lock in the
-  transaction that inserts.
+* Fast path, one plain statement (one round trip, its own transaction): the batch is
+  sealed against the head this store *predicts* (the head its last append to the stream
+  left, or "new stream"); the statement takes the stream lock first, then updates the
+  head row only if it still holds the predicted version and hash (or inserts it only if
+  the stream has none), inserts the events only if it did, and queues a ``pg_notify``.
+  Nothing forks: the head row guards the prediction in the transaction that inserts (an
+  ``UPDATE`` re-checks its condition on the newest row version, ``ON CONFLICT`` sees every
+  committed row). A failed prediction writes nothing and returns NULL; a reused event id
+  fails the statement (unique violation) and writes nothing; both go to the locked path.
 * Locked path, two round trips (a cache miss on an existing stream, or a misprediction):
   ``BEGIN``; the lock; then, in a later statement (a fresh snapshot that sees every append
   that held the lock before), the head, the id check and ``pg_current_xact_id()``; the

@@ -190,16 +190,10 @@ def scrub(text: str, secret: str | None) -> str:
     return text
 
 
-@contextlib.contextmanager
-def translate_errors(
-    what: str,
-    description: str,
-    *,
-    statement_timeout: int | None,
-    timeout_label: Callable[[], str],
-    secret: str | None,
-) -> Iterator[None]:
-    """Map driver and pool errors to ares_events errors (always ``from exc``).
+class translate_errors:  # named like the function it replaced
+    """Map driver and pool errors to ares_events errors (always ``from exc``), as a
+    context manager (a class: every operation enters two, and a generator-based one
+    costs several times more).
 
     Args:
         what: the operation, for the message ("append to stream 'x'", ...).
@@ -212,36 +206,58 @@ def translate_errors(
         StoreUnavailable: pool exhausted, statement cancelled, connection or server lost.
         StoreError: the pool is closed, or any other database error.
     """
-    try:
-        yield
-    except psycopg_pool.PoolTimeout as exc:
-        raise StoreUnavailable(
-            f"{what} in {description}: the connection pool is exhausted "
-            f"(no free connection within {timeout_label()}; raise pool_max or "
-            "pool_timeout)"
-        ) from exc
-    except psycopg_pool.PoolClosed as exc:
-        raise StoreClosed(description, what) from exc
-    except psycopg.errors.QueryCanceled as exc:
-        limit = (
-            f"statement_timeout of {statement_timeout} ms"
-            if statement_timeout
-            else "statement_timeout"
-        )
-        raise StoreUnavailable(
-            f"{what} in {description} was cancelled by the server ({limit} "
-            "exceeded, or cancelled by an administrator); nothing was written"
-            if what.startswith("append")
-            else f"{what} in {description} was cancelled by the server ({limit} "
-            "exceeded, or cancelled by an administrator)"
-        ) from exc
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StoreUnavailable(
-            f"{what} in {description} failed: {scrub(str(exc).strip(), secret)}"
-        ) from exc
-    except psycopg.Error as exc:
+
+    __slots__ = ("description", "secret", "statement_timeout", "timeout_label", "what")
+
+    def __init__(
+        self,
+        what: str,
+        description: str,
+        *,
+        statement_timeout: int | None,
+        timeout_label: Callable[[], str],
+        secret: str | None,
+    ) -> None:
+        self.what = what
+        self.description = description
+        self.statement_timeout = statement_timeout
+        self.timeout_label = timeout_label
+        self.secret = secret
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or not isinstance(exc, psycopg.Error):
+            return
+        what, description = self.what, self.description
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            raise StoreUnavailable(
+                f"{what} in {description}: the connection pool is exhausted "
+                f"(no free connection within {self.timeout_label()}; raise pool_max or "
+                "pool_timeout)"
+            ) from exc
+        if isinstance(exc, psycopg_pool.PoolClosed):
+            raise StoreClosed(description, what) from exc
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            limit = (
+                f"statement_timeout of {self.statement_timeout} ms"
+                if self.statement_timeout
+                else "statement_timeout"
+            )
+            raise StoreUnavailable(
+                f"{what} in {description} was cancelled by the server ({limit} "
+                "exceeded, or cancelled by an administrator); nothing was written"
+                if what.startswith("append")
+                else f"{what} in {description} was cancelled by the server ({limit} "
+                "exceeded, or cancelled by an administrator)"
+            ) from exc
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            raise StoreUnavailable(
+                f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
+            ) from exc
         raise StoreError(
-            f"{what} in {description} failed: {scrub(str(exc).strip(), secret)}"
+            f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
         ) from exc
 
 

@@ -45,6 +45,7 @@ from ares_events.core.recorder import (
 )
 from ares_events.core.sansio import Call, Steps
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError
+from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.sql import (
     BEGIN,
     COMMIT,
@@ -76,7 +77,6 @@ RETRIES: Final = 3
 _POSITION_SHIFT: Final = 65536
 _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
-_FAST_OK, _FAST_HEAD_MOVED, _FAST_DUPLICATE = 0, 1, 2
 _MAX_KEY: Final = 2**63 - 1
 
 Fetch = Literal["none", "one", "all"]
@@ -176,52 +176,75 @@ class PostgresAppendProtocol:
         except ConcurrencyError:
             return None  # the prediction may be stale: the locked path decides
         sealed = batch.seal(head)
-        row = yield Call(
-            "one",
-            Stmt(
-                self._sql["append_fast"],
-                self._append_params(batch, sealed, head),
-                binary=True,
-                fetch="one",
-            ),
-        )
-        assert row is not None
-        status, version, head_hash, xid = row
-        if status == _FAST_OK:
-            last = sealed[-1]
-            self._remember(stream_id, Head(last.version, last.hash))
-            first = xid * _POSITION_SHIFT
-            return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
-        if status == _FAST_DUPLICATE:
-            rows = yield Call(
-                "all", Stmt(self._sql["ids"], (batch.event_ids,), binary=True, fetch="all")
-            )
-            return AppendOutcome([row_to_event(r) for r in rows], duplicate=True)
-        self._remember(stream_id, Head(version, head_hash) if version else None)
-        logger.debug("append to %r: head moved (now version %s), locked path", stream_id, version)
-        return None
+        query, params = self._fast_statement(batch, sealed, head)
+        try:
+            row = yield Call("one", Stmt(query, params, binary=True, fetch="one"))
+        except psycopg.errors.UniqueViolation:
+            # A reused event id (autocommit: the statement wrote nothing). The locked
+            # path looks the ids up: an idempotent re-append, or the conflict it is.
+            self._heads.pop(stream_id, None)
+            return None
+        last_position = row[0] if row is not None else None
+        if last_position is None:
+            self._heads.pop(stream_id, None)
+            logger.debug("append to %r: head moved, locked path", stream_id)
+            return None
+        last = sealed[-1]
+        self._remember(stream_id, Head(last.version, last.hash))
+        # Nobody reads the events of a fresh append: the core needs the last version and
+        # position only (the events of one append have consecutive positions).
+        return AppendOutcome([], version=last.version, position=last_position)
 
-    def _append_params(
+    def _fast_statement(
         self, batch: Batch, sealed: list[SealedEvent], head: Head | None
-    ) -> tuple[Any, ...]:
-        """Arguments of ``ares_append()`` for a sealed batch (also used by tests that drive
-        an append by hand inside their own transaction)."""
+    ) -> tuple[sql.Composed, tuple[Any, ...]]:
+        """The one statement of the fast path for a batch sealed on the predicted ``head``
+        (None: a new stream), and its arguments (also used by tests that run it by hand
+        inside their own transaction)."""
+        q = self._sql
+        sid = batch.stream_id
+        last = sealed[-1]
+        channel = self.channel if self.notify else None
+        if head is None or head.version == 0:
+            kind = "first"
+            guard: tuple[Any, ...] = (sid, last.version, last.hash)
+        else:
+            kind = "next"
+            guard = (last.version, last.hash, sid, head.version, head.hash)
+        if len(sealed) == 1:
+            e = last.event
+            ref = e.payload_ref
+            rows: tuple[Any, ...] = (
+                sid,
+                last.version,
+                e.event_id,
+                e.type,
+                e.module,
+                e.payload_bytes,
+                ref.to_json().decode() if ref is not None else None,
+                e.meta_json,
+                e.at,
+                last.prev_hash,
+                last.hash,
+            )
+            return q[f"append_{kind}_one"], (sid, *guard, *rows, channel, channel)
         evs = [s.event for s in sealed]
-        return (
-            batch.stream_id,
-            head.version if head else 0,
-            head.hash if head else b"",
-            self.channel if self.notify else None,
-            [e.event_id for e in evs],
-            [e.type for e in evs],
-            [e.module for e in evs],
-            [e.payload_bytes for e in evs],
-            [r.to_json().decode() if (r := e.payload_ref) is not None else None for e in evs],
-            [e.meta_json for e in evs],
-            [e.at for e in evs],
-            [s.prev_hash for s in sealed],
-            [s.hash for s in sealed],
+        rows = (
+            sid,
+            sealed[0].version - 1,
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray(
+                [r.to_json().decode() if (r := e.payload_ref) is not None else None for e in evs]
+            ),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for s in sealed]),
+            ByteaArray([s.hash for s in sealed]),
         )
+        return q[f"append_{kind}_batch"], (sid, *guard, *rows, channel, channel)
 
     def _check_xid(self, xid: int) -> None:
         if xid >= _MAX_XID:
@@ -282,15 +305,15 @@ class PostgresAppendProtocol:
                         xid,
                         stream_id,
                         base,
-                        [e.event_id for e in evs],
-                        [e.type for e in evs],
-                        [e.module for e in evs],
-                        [e.payload_bytes for e in evs],
-                        [r.to_json().decode() if r is not None else None for r in refs],
-                        [e.meta_json for e in evs],
-                        [e.at for e in evs],
-                        [s.prev_hash for s in sealed],
-                        [s.hash for s in sealed],
+                        TextArray([e.event_id for e in evs]),
+                        TextArray([e.type for e in evs]),
+                        TextArray([e.module for e in evs]),
+                        ByteaArray([e.payload_bytes for e in evs]),
+                        TextArray([r.to_json().decode() if r is not None else None for r in refs]),
+                        ByteaArray([e.meta_json for e in evs]),
+                        TextArray([e.at for e in evs]),
+                        ByteaArray([s.prev_hash for s in sealed]),
+                        ByteaArray([s.hash for s in sealed]),
                         stream_id,
                         last.version,
                         last.hash,
@@ -303,7 +326,7 @@ class PostgresAppendProtocol:
             ),
         )
         self._remember(stream_id, Head(last.version, last.hash))
-        return AppendOutcome([s.recorded(stream_id, first + i) for i, s in enumerate(sealed)])
+        return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
     def _many_steps(
         self,
@@ -374,20 +397,22 @@ class PostgresAppendProtocol:
                     q["insert_many"],
                     (
                         xid,
-                        [sid for sid, _ in flat],
+                        TextArray([sid for sid, _ in flat]),
                         [s.version for _, s in flat],
-                        [e.event_id for e in evs],
-                        [e.type for e in evs],
-                        [e.module for e in evs],
-                        [e.payload_bytes for e in evs],
-                        [
-                            r.to_json().decode() if (r := e.payload_ref) is not None else None
-                            for e in evs
-                        ],
-                        [e.meta_json for e in evs],
-                        [e.at for e in evs],
-                        [s.prev_hash for _, s in flat],
-                        [s.hash for _, s in flat],
+                        TextArray([e.event_id for e in evs]),
+                        TextArray([e.type for e in evs]),
+                        TextArray([e.module for e in evs]),
+                        ByteaArray([e.payload_bytes for e in evs]),
+                        TextArray(
+                            [
+                                r.to_json().decode() if (r := e.payload_ref) is not None else None
+                                for e in evs
+                            ]
+                        ),
+                        ByteaArray([e.meta_json for e in evs]),
+                        TextArray([e.at for e in evs]),
+                        ByteaArray([s.prev_hash for _, s in flat]),
+                        ByteaArray([s.hash for _, s in flat]),
                         streams,
                         [s.version for s in lasts],
                         [s.hash for s in lasts],

@@ -75,6 +75,26 @@ logger = logging.getLogger(__name__)
 __all__ = ["MAX_BATCH", "SCHEMA_VERSION", "PostgresRecorder"]
 
 
+class _Lease:
+    """A connection taken with ``getconn``: exiting gives it back with ``putconn``."""
+
+    __slots__ = ("conn", "pool")
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], conn: psycopg.Connection[Any]):
+        self.pool = pool
+        self.conn = conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.putconn(self.conn)
+
+
+def _lease(
+    pool: psycopg_pool.ConnectionPool[Any], timeout: float | None
+) -> tuple[psycopg.Connection[Any], _Lease]:
+    conn = pool.getconn(timeout)
+    return conn, _Lease(pool, conn)
+
+
 class PostgresRecorder(PostgresWrites):
     """PostgreSQL backend (see the package docstring for the guarantees and their cost).
 
@@ -332,13 +352,17 @@ class PostgresRecorder(PostgresWrites):
         total = self._pool_timeout
         if total is None:
             total = getattr(pool, "timeout", None)
-        if isinstance(pool, SingleConnection) or total is None or total <= FIRST_WAIT:
+        if isinstance(pool, SingleConnection):
             cm = pool.connection(total)
             return cm.__enter__(), cm
+        # getconn/putconn, not pool.connection(): that also enters the connection's own
+        # context (a commit or rollback call, ~5 us), which an autocommit connection
+        # left idle by every operation here does not need; putconn resets anything else.
+        if total is None or total <= FIRST_WAIT:
+            return _lease(pool, total)
         started = time.monotonic()
-        cm = pool.connection(FIRST_WAIT)
         try:
-            return cm.__enter__(), cm
+            return _lease(pool, FIRST_WAIT)
         except psycopg_pool.PoolTimeout:
             if self._gate.closed:
                 raise
@@ -349,8 +373,7 @@ class PostgresRecorder(PostgresWrites):
                 f"{what} in {self._description}: the PostgreSQL server cannot be reached "
                 f"({scrub(' '.join(str(problem).split()), self._secret)})"
             ) from problem
-        cm = pool.connection(max(total - (time.monotonic() - started), 0.001))
-        return cm.__enter__(), cm
+        return _lease(pool, max(total - (time.monotonic() - started), 0.001))
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

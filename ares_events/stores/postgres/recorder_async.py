@@ -2,7 +2,7 @@
 ``psycopg_pool.AsyncConnectionPool``, the same SQL and the same guarantees.
 
 Everything that decides is shared with the blocking recorder: the statements
-(:mod:`.sql`), the append protocol (fast path through ``ares_append()``, the locked path,
+(:mod:`.sql`), the append protocol (the one-statement fast path, the locked path,
 per-stream advisory locks, xid-ordered positions, the multi-stream append:
 :mod:`.protocol`), read paging, the visibility bound of ``read_all`` (it is in the SQL),
 the waiting logic (:func:`~.listener.wait_steps`), error translation and the outage

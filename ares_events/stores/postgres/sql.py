@@ -63,11 +63,61 @@ INSERT_EVENTS: Final = (
     " head_hash = excluded.head_hash"
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
-APPEND_FAST: Final = (
-    "SELECT r_status, r_version, r_hash, r_xid FROM {s}.ares_append(%b::text, %b::bigint, "
-    "%b::bytea, %b::text, %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], "
-    "%b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
+# The fast path of an append (its head predicted): ONE plain statement. It takes the
+# stream's advisory lock first (a one-time filter, evaluated before any row is touched,
+# so it orders itself with the locked path and append_many exactly as they order among
+# themselves), then guards the prediction with the head row: the row is updated only if
+# it still holds the predicted version and hash (an UPDATE re-checks its condition on
+# the newest row version), or inserted only if the stream has none (ON CONFLICT DO
+# NOTHING sees every committed row, whatever the statement's snapshot); the events are
+# inserted only when the head was. The result is the last position written, or NULL when
+# the prediction failed and nothing was written (the locked path decides then); a reused
+# event id fails the statement (unique violation) and nothing is written.
+_LOCK: Final = "lk AS (SELECT pg_advisory_xact_lock(hashtextextended(%b::text, 0)))"
+_HEAD_NEXT: Final = (
+    "UPDATE {s}.ares_streams SET version = %b::bigint, head_hash = %b::bytea"
+    " WHERE stream_id = %b::text AND version = %b::bigint AND head_hash = %b::bytea"
+    " AND EXISTS (SELECT 1 FROM lk)"
+    " RETURNING pg_current_xact_id()::text::bigint AS xid"
 )
+_HEAD_FIRST: Final = (
+    "INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
+    " SELECT %b::text, %b::bigint, %b::bytea WHERE EXISTS (SELECT 1 FROM lk)"
+    " ON CONFLICT (stream_id) DO NOTHING"
+    " RETURNING pg_current_xact_id()::text::bigint AS xid"
+)
+_INSERT_ONE: Final = (
+    "INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
+    " SELECT head.xid * 65536, %b::text, %b::bigint, %b::text::uuid, %b::text, %b::text,"
+    " %b::bytea, %b::text, %b::bytea, %b::text, %b::bytea, %b::bytea FROM head"
+    " RETURNING position"
+)
+_INSERT_BATCH: Final = (
+    "INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
+    " SELECT head.xid * 65536 + x.i - 1, %b::text, %b::bigint + x.i, x.e::uuid,"
+    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
+    " FROM head, unnest(%b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[],"
+    " %b::bytea[], %b::text[], %b::bytea[], %b::bytea[])"
+    " WITH ORDINALITY AS x(e, t, m, p, r, md, a, ph, h, i)"
+    " RETURNING position"
+)
+_LAST_AND_WAKEUP: Final = (
+    " SELECT m, CASE WHEN %b::text IS NULL OR m IS NULL THEN NULL"
+    " ELSE pg_notify(%b::text, m::text) END"
+    " FROM (SELECT max(position) AS m FROM ins) AS last"
+)
+
+
+def _fast(head: str, insert: str) -> str:
+    return f"WITH {_LOCK}, head AS ({head}), ins AS ({insert}){_LAST_AND_WAKEUP}"
+
+
+APPEND_NEXT_ONE: Final = _fast(_HEAD_NEXT, _INSERT_ONE)
+APPEND_NEXT_BATCH: Final = _fast(_HEAD_NEXT, _INSERT_BATCH)
+APPEND_FIRST_ONE: Final = _fast(_HEAD_FIRST, _INSERT_ONE)
+APPEND_FIRST_BATCH: Final = _fast(_HEAD_FIRST, _INSERT_BATCH)
 # append_many: the advisory locks of every stream (and of the tracking name) in ONE order,
 # sorted by lock key, so two multi-stream appends can never deadlock (and a single-stream
 # append holds one lock only). The sort feeds the aggregate row by row in key order.
@@ -185,10 +235,15 @@ UPSERT_SCHEMA_VERSION: Final = (
 def compile_statements(schema: str) -> dict[str, sql.Composed]:
     """The recorder's statements with ``{s}`` bound to ``schema`` (both faces use these)."""
     q = sql.Identifier(schema)
+    # Rendered once: a Composed of one SQL part costs the driver one encode per execute,
+    # instead of walking and quoting the parts again (~2 us an append).
     return {
-        name: sql.SQL(text).format(s=q)
+        name: sql.Composed([sql.SQL(sql.SQL(text).format(s=q).as_string(None))])
         for name, text in {
-            "append_fast": APPEND_FAST,
+            "append_next_one": APPEND_NEXT_ONE,
+            "append_next_batch": APPEND_NEXT_BATCH,
+            "append_first_one": APPEND_FIRST_ONE,
+            "append_first_batch": APPEND_FIRST_BATCH,
             "head_for_append": SELECT_HEAD_FOR_APPEND,
             "ids": SELECT_IDS,
             "insert": INSERT_EVENTS,
