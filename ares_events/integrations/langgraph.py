@@ -204,6 +204,17 @@ class _AsyncPort:
         return await self.store.append(ERASURE_STREAM, events)
 
 
+def _value_cache(size: object) -> ValueCache | None:
+    """The opt-in decoded-value cache of ``size`` entries (0: none).
+
+    Raises:
+        InvalidEvent: ``size`` is not an int >= 0.
+    """
+    if type(size) is not int or size < 0:
+        raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
+    return ValueCache(size) if size > 0 else None
+
+
 class AresSaver(BaseCheckpointSaver[str]):
     """A blocking LangGraph checkpointer over an ares-events store.
 
@@ -241,9 +252,7 @@ class AresSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde or default_serde())
         self.store = store
         self.by = by
-        if type(value_cache) is not int or value_cache < 0:
-            raise InvalidEvent("value_cache", f"must be an int >= 0, got {value_cache!r}")
-        self._cache = ValueCache(value_cache) if value_cache > 0 else None
+        self._cache = _value_cache(value_cache)
         self._indexes = _Indexes(store, threading.Lock, max_threads)
         self._port = _Port(store)
         self._owns_store = False
@@ -526,9 +535,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde or default_serde())
         self.store = store
         self.by = by
-        if type(value_cache) is not int or value_cache < 0:
-            raise InvalidEvent("value_cache", f"must be an int >= 0, got {value_cache!r}")
-        self._cache = ValueCache(value_cache) if value_cache > 0 else None
+        self._cache = _value_cache(value_cache)
         self._indexes = _Indexes(store, asyncio.Lock, max_threads)
         self._port = _AsyncPort(store)
         self._owns_store = False
