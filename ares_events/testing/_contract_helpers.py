@@ -51,10 +51,21 @@ def store_state(store: ae.EventStore) -> tuple[list[tuple[str, int]], list[tuple
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
-    events = [
+    # Stream by stream AND read_all: on PostgreSQL read_all stops below the oldest write
+    # transaction still open in the database, so another session's transaction could move
+    # that bound between two calls (the stream reads have no such bound); read_all still
+    # shows a row that leaked into a stream without a head.
+    streams = list(store.streams())
+    rows = {
+        (e.stream_id, e.version, e.position, e.event_id_str, e.hash)
+        for sid, _ in streams
+        for e in store.read(sid)
+    }
+    rows.update(
         (e.stream_id, e.version, e.position, e.event_id_str, e.hash) for e in store.read_all()
-    ]
-    return list(store.streams()), events
+    )
+    events = sorted(rows, key=lambda row: (row[2], row[0], row[1]))
+    return streams, events
 
 
 def _require(store: ae.EventStore, cap: Capability) -> None:
