@@ -52,7 +52,7 @@ import blake3
 import orjson
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import NewEvent, RecordedEvent
+from ares_events.core.events import MAX_NAME_LENGTH, NewEvent, RecordedEvent, validate_name
 from ares_events.core.recorder import Head
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations import LANGGRAPH_STREAM_PREFIX
@@ -112,9 +112,12 @@ def stream_of(thread_id: object) -> str:
     """
     if not isinstance(thread_id, str):
         thread_id = str(thread_id)
-    if not thread_id:
-        raise InvalidEvent("thread_id", "must not be empty")
-    return STREAM_PREFIX + thread_id
+    limit = MAX_NAME_LENGTH - len(STREAM_PREFIX)
+    if len(thread_id) > limit:
+        raise InvalidEvent(
+            "thread_id", f"is {len(thread_id)} characters long, the limit is {limit}"
+        )
+    return STREAM_PREFIX + validate_name(thread_id, "thread_id")
 
 
 def thread_of(stream_id: str) -> str | None:

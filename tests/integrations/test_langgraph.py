@@ -606,3 +606,24 @@ def test_savers_repr_names_the_store_without_its_password(postgres_url: str) -> 
     text = asyncio.run(async_repr())
     assert text.startswith("AsyncAresSaver(")
     assert not any(s in text for s in secrets)
+
+
+@pytest.mark.parametrize(
+    ("thread_id", "says"),
+    [("", "must not be empty"), ("a\x00b", "U+0000 at offset 1"), ("x" * 300, "limit is 246")],
+)
+def test_bad_thread_ids_are_refused_naming_the_thread_id(
+    tmp_path: Path, thread_id: str, says: str
+) -> None:
+    """An empty, over-long or control-character thread id is an InvalidEvent about
+    ``thread_id`` (offsets and limits in the user's terms, not the stream's), and
+    nothing is written."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    url = f"sqlite:///{tmp_path}/bad.db"
+    with AresSaver.from_url(url) as saver:
+        cfg: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        with pytest.raises(ae.errors.InvalidEvent) as ei:
+            saver.put(cfg, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        assert ei.value.field == "thread_id" and says in str(ei.value)
+        assert list(saver.store.streams()) == []
