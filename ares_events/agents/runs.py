@@ -412,8 +412,9 @@ def _inspect_steps(store: Any, run_id: str, requests: bool) -> Steps[RunInfo]:
 def iter_run_ids(store: EventStore) -> Iterator[str]:
     """Streams of ``store`` that are runs (their first event is ``run.started``)."""
     # Listed first: reading each stream while the listing is open would nest cursors.
+    port = StorePort(store)
     for stream_id in [sid for sid, _ in store.streams()]:
-        if run(_is_run(stream_id), StorePort(store)) is None:
+        if run(_is_run(stream_id), port) is None:
             yield stream_id
 
 

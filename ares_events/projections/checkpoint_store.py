@@ -154,9 +154,7 @@ class SQLCheckpoints(_Keys):
         self._ready = False
 
     def _sql(self, template: str) -> str:
-        return template.format(
-            table=self._name, blob="BLOB" if self.t.dialect == "sqlite" else "BYTEA"
-        )
+        return template.format(table=self._name, blob=self.t._blob)
 
     def _ensure(self) -> None:
         if not self._ready:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent
 from ares_events.core.recorder import Capability
 from ares_events.errors import ConfigError, InvalidEvent
+from ares_events.projections.merkle import MERKLE_PROJECTION
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -55,7 +56,7 @@ __all__ = ["ERASURE_STREAM", "ERASURE_TYPE", "SALT_FIELD", "ErasureReport", "era
 ERASURE_MODULE: Final = "ares-events"
 SALT_FIELD: Final = "_ares_salt"
 """The field :func:`salted` adds (32 random hex digits)."""
-PAYLOAD_FREE: Final = frozenset({"merkle_log"})
+PAYLOAD_FREE: Final = frozenset({MERKLE_PROJECTION})
 """Read models that never read payloads: an erasure leaves them alone."""
 
 

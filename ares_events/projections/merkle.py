@@ -101,8 +101,6 @@ class MerkleLogProjection:
 
     name: ClassVar[str] = MERKLE_PROJECTION
     version: ClassVar[int] = 1
-    reads_payloads: ClassVar[bool] = False
-    """It folds chain hashes only: an erasure does not touch it."""
 
     def initial(self) -> Any:
         """Unused (the runner calls :meth:`fold_batch`)."""
@@ -253,10 +251,7 @@ class MerkleLog:
         return meta.active_table if meta is not None else None
 
     def _tiles(self) -> _Tiles:
-        table = self._table()
-        if table is None:
-            return _Tiles(self.tables, "")
-        return _Tiles(self.tables, table)
+        return _Tiles(self.tables, self._table() or "")
 
     def _head(self, tiles: _Tiles) -> dict[str, Any]:
         if not tiles.table:

@@ -478,7 +478,7 @@ class SQLTables:
 
     def run(self, conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
         """Execute ``sql`` (``?`` placeholders, translated for PostgreSQL) on ``conn``."""
-        return conn.execute(sql if self.dialect == "sqlite" else sql.replace("?", "%s"), args)
+        return self._exec(conn, sql, args)
 
 
 def _meta_args(m: ProjectionMeta) -> tuple[Any, ...]:
