@@ -22,10 +22,16 @@ LANGGRAPH_STREAM_PREFIX: Final = "langgraph/"
 """Streams of LangGraph threads: ``langgraph/<thread_id>``."""
 
 
-def stream_kind(stream_id: str) -> tuple[str, str] | None:
-    """``("langgraph thread", thread_id)`` for a stream an integration owns, else None."""
+def thread_of(stream_id: str) -> str | None:
+    """The LangGraph thread id of a stream, or None when it is not a LangGraph thread."""
     if stream_id.startswith(LANGGRAPH_STREAM_PREFIX) and len(stream_id) > len(
         LANGGRAPH_STREAM_PREFIX
     ):
-        return "langgraph thread", stream_id[len(LANGGRAPH_STREAM_PREFIX) :]
+        return stream_id[len(LANGGRAPH_STREAM_PREFIX) :]
     return None
+
+
+def stream_kind(stream_id: str) -> tuple[str, str] | None:
+    """``("langgraph thread", thread_id)`` for a stream an integration owns, else None."""
+    tid = thread_of(stream_id)
+    return None if tid is None else ("langgraph thread", tid)

@@ -290,8 +290,6 @@ class AresDatastore:
         if self.legacy_hint is None or sid == self.stream_id(originator_id):
             return
         try:
-            if self.store.head(sid) is None:
-                return
             first = next(iter(self.store.read(sid, 1, 1, 1)), None)
         except InvalidEvent:
             return  # not a possible stream id: nothing stored under it

@@ -120,13 +120,6 @@ def stream_of(thread_id: object) -> str:
     return STREAM_PREFIX + validate_name(thread_id, "thread_id")
 
 
-def thread_of(stream_id: str) -> str | None:
-    """The thread id of a stream, or None when it is not a LangGraph thread."""
-    if stream_id.startswith(STREAM_PREFIX) and len(stream_id) > len(STREAM_PREFIX):
-        return stream_id[len(STREAM_PREFIX) :]
-    return None
-
-
 # -- encoding -------------------------------------------------------------------------------
 
 

@@ -29,9 +29,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, AppendResult, NewEvent, RecordedEvent
+from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.core.sansio import Call, Steps
-from ares_events.errors import ConcurrencyError, InvalidEvent
+from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations._langgraph_core import (
     CheckpointRec,
     EncodedValue,
@@ -54,6 +54,7 @@ from ares_events.integrations._langgraph_plan import (
     verify_fetched,
     writes_event,
 )
+from ares_events.integrity.findings import Finding
 
 __all__ = [
     "append_steps",
@@ -153,20 +154,14 @@ def fetch_steps(
                 continue
             events = yield Call("read", index.stream_id, v, v)
             if not events:
-                verify_fetched(index, _missing(index, v))
+                raise ChainIntegrityError(
+                    index.stream_id,
+                    [Finding("truncated", index.stream_id, v, "event no longer stored")],
+                )
             e = events[0]
             verify_fetched(index, e)
             out[v] = e.payload
     return out
-
-
-def _missing(index: ThreadIndex, v: int) -> RecordedEvent:
-    from ares_events.errors import ChainIntegrityError
-    from ares_events.integrity.findings import Finding
-
-    raise ChainIntegrityError(
-        index.stream_id, [Finding("truncated", index.stream_id, v, "event no longer stored")]
-    )
 
 
 def build_tuple(
@@ -409,7 +404,6 @@ def delete_runs_steps(
 
 def copy_steps(src: ThreadIndex, dst_stream: str) -> Steps[int]:
     """Append the live events of ``src`` to ``dst_stream`` (read again, verified)."""
-    from ares_events.core.events import NewEvent
     from ares_events.integrity.verify import ChainVerifier
 
     yield from refresh_steps(src)

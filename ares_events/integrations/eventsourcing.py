@@ -504,7 +504,7 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
                     if stop is not None and e.position > stop:
                         done = True
                         break
-                    if e.module != MODULE or not e.stream_id.startswith(prefix):
+                    if e.module != MODULE:  # read_all already kept this prefix only
                         continue
                     if wanted and e.metadata.get("topic", e.type) not in wanted:
                         continue

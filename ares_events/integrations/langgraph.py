@@ -60,19 +60,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ares_events.core.events import ERASURE_STREAM, AppendResult, NewEvent, RecordedEvent
-from ares_events.core.recorder import Head
+from ares_events.core.ports import AsyncStorePort, StorePort
 from ares_events.core.sansio import Steps, arun, run
 from ares_events.core.store import EventStore
 from ares_events.core.store_async import AsyncEventStore
 from ares_events.errors import InvalidEvent
 from ares_events.integrations import _langgraph_steps as steps
+from ares_events.integrations import thread_of
 from ares_events.integrations._langgraph_core import (
     MODULE,
     STREAM_PREFIX,
     StaleWriteError,
     ThreadIndex,
     stream_of,
-    thread_of,
 )
 from ares_events.integrations._langgraph_plan import ValueCache
 
@@ -164,18 +164,13 @@ class _Indexes:
             return item
 
 
-class _Port:
-    def __init__(self, store: EventStore) -> None:
-        self.store = store
+class _Port(StorePort):
+    """The store port plus what the saver needs besides (ranges, erasure)."""
 
-    def head(self, sid: str) -> Head | None:
-        return self.store.head(sid)
+    __slots__ = ()
 
     def read(self, sid: str, lo: int, hi: int | None) -> list[RecordedEvent]:
         return list(self.store.read(sid, lo, hi))
-
-    def append(self, sid: str, events: list[NewEvent], expected: Any) -> AppendResult:
-        return self.store.append(sid, events, expected_version=expected)
 
     def erase(self, sid: str, version: int) -> tuple[RecordedEvent, int | None]:
         return self.store.erase_payload(sid, version)
@@ -184,18 +179,13 @@ class _Port:
         return self.store.append(ERASURE_STREAM, events)
 
 
-class _AsyncPort:
-    def __init__(self, store: AsyncEventStore) -> None:
-        self.store = store
+class _AsyncPort(AsyncStorePort):
+    """The asyncio store port plus what the saver needs besides (ranges, erasure)."""
 
-    async def head(self, sid: str) -> Head | None:
-        return await self.store.head(sid)
+    __slots__ = ()
 
     async def read(self, sid: str, lo: int, hi: int | None) -> list[RecordedEvent]:
         return [e async for e in self.store.read(sid, lo, hi)]
-
-    async def append(self, sid: str, events: list[NewEvent], expected: Any) -> AppendResult:
-        return await self.store.append(sid, events, expected_version=expected)
 
     async def erase(self, sid: str, version: int) -> tuple[RecordedEvent, int | None]:
         return await self.store.erase_payload(sid, version)
