@@ -190,6 +190,12 @@ class PayloadRef:
         """Compact stored form."""
         return orjson.dumps({"key": self.key, "size": self.size, "digest": self.digest.hex()})
 
+    @staticmethod
+    def like_key(blob_key: str) -> str:
+        """A SQL ``LIKE`` pattern matching the stored form (:meth:`to_json`) of any
+        reference to ``blob_key``."""
+        return f'%"key":"{blob_key}"%'
+
     @property
     def erased(self) -> bool:
         """True for the reference an erasure leaves (:class:`ErasedPayloadRef`)."""

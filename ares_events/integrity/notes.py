@@ -435,13 +435,6 @@ def open_note(
     return note, verified
 
 
-def cosignature_time(sig: NoteSignature) -> int | None:
-    """The timestamp of a cosignature line (None when it is not one's size)."""
-    if len(sig.signature) != 4 + 8 + 64:
-        return None
-    return int.from_bytes(sig.signature[4:12], "big")
-
-
 # -- key files ----------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ares_events.core.events import ErasedPayloadRef
+from ares_events.core.events import ErasedPayloadRef, PayloadRef
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.recorder import EraseOutcome
 from ares_events.errors import StoreClosed, StoreUnavailable
@@ -61,8 +61,10 @@ class SQLiteErasure:
             with self._gate.op(), self.scrubbing(), self._write() as c:
                 if c.execute(ERASE_PAYLOAD, args).rowcount != 1:
                     return EraseOutcome(False)
-                like = (f'%"key":"{blob_key}"%',)
-                refs = c.execute(COUNT_BLOB_REFS, like).fetchone()[0] if blob_key else 0
+                refs = 0
+                if blob_key:
+                    like = (PayloadRef.like_key(blob_key),)
+                    refs = c.execute(COUNT_BLOB_REFS, like).fetchone()[0]
             return EraseOutcome(True, int(refs))
         except sqlite3.Error as exc:
             if self._gate.closed:

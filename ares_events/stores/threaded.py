@@ -58,6 +58,20 @@ WAIT_SLICE: Final = 0.5
 """Longest blocking wait a waiter thread makes before checking back with the loop."""
 
 
+# Optional recorder methods: absent on the blocking backend, None here too.
+_OPTIONAL: Final = (
+    "append_many",
+    "tracked_position",
+    "meta_get",
+    "find_duplicates",
+    "meta_put_if_absent",
+    "meta_set",
+    "wait_for",
+    "default_blobs_url",
+    "erase",
+)
+
+
 class ThreadedRecorder:
     """An :class:`~ares_events.core.recorder.AsyncRecorder` over a blocking recorder
     (see the module docstring).
@@ -79,10 +93,7 @@ class ThreadedRecorder:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ares-events-write")
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="ares-events-read")
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="ares-events-wait")
-        for name in ("append_many", "tracked_position", "meta_get", "find_duplicates"):
-            if not callable(getattr(sync, name, None)):
-                setattr(self, name, None)
-        for name in ("meta_put_if_absent", "meta_set", "wait_for", "default_blobs_url", "erase"):
+        for name in _OPTIONAL:
             if not callable(getattr(sync, name, None)):
                 setattr(self, name, None)
 

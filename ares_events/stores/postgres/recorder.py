@@ -25,6 +25,7 @@ from psycopg.pq import TransactionStatus
 
 from ares_events.core.events import (
     ErasedPayloadRef,
+    PayloadRef,
     RecordedEvent,
 )
 from ares_events.core.lifecycle import OperationGate
@@ -488,7 +489,9 @@ class PostgresRecorder(PostgresWrites):
                 return EraseOutcome(False)
             refs = 0
             if blob_key:
-                row = conn.execute(self._sql["blob_refs"], (f'%"key":"{blob_key}"%',)).fetchone()
+                row = conn.execute(
+                    self._sql["blob_refs"], (PayloadRef.like_key(blob_key),)
+                ).fetchone()
                 refs = int(row[0]) if row else 0
         return EraseOutcome(True, refs)
 

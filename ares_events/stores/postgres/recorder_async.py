@@ -36,7 +36,7 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
+from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import AsyncOperationGate
 from ares_events.core.recorder import (
     AppendOutcome,
@@ -523,7 +523,7 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
                 return EraseOutcome(False)
             refs = 0
             if blob_key:
-                cur = await conn.execute(self._sql["blob_refs"], (f'%"key":"{blob_key}"%',))
+                cur = await conn.execute(self._sql["blob_refs"], (PayloadRef.like_key(blob_key),))
                 row = await cur.fetchone()
                 refs = int(row[0]) if row else 0
         return EraseOutcome(True, refs)
