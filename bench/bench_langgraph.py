@@ -320,7 +320,6 @@ def long_thread(system: System, sz: dict[str, int]) -> dict[str, Any]:
         tid = f"long-{uuid.uuid4().hex[:8]}"
         cfg = {"configurable": {"thread_id": tid}}
         before = system.size()
-        t0 = time.perf_counter()
         for i in range(sz["long_turns"]):
             graph.invoke(human(i), cfg, durability="sync")
             turn = i + 1
@@ -335,9 +334,7 @@ def long_thread(system: System, sz: dict[str, int]) -> dict[str, Any]:
             if turn == sz["bytes_turns"]:
                 timer.on = False
                 out["bytes"] = system.size() - before
-                out["puts"] = Stats.of(timer.samples)
                 out["put_samples"] = sorted(timer.samples)
-                out["turns_s"] = (time.perf_counter() - t0) / turn
         timer.on = False
         out["get_end"] = get_p50(saver, tid)
         if system.open_cached is not None:

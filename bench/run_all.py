@@ -314,7 +314,6 @@ class Workload:
     timings: dict[str, Timing]
     events: int
     rate: bool = True
-    per_call: bool = False  # times are per call (latency), shown in ms
     notes: dict[str, str] = field(default_factory=dict)
 
     def value(self, system: str) -> float:
@@ -586,7 +585,6 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
                     },
                     100,
                     rate=False,
-                    per_call=True,
                     notes={"bare": "same columns, one connection"},
                 )
 
