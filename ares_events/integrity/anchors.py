@@ -61,7 +61,7 @@ import dataclasses
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -510,17 +510,24 @@ def load_anchors(witness_url: str, key: ChainKey | None = None) -> list[Anchor |
         StoreUnavailable: the witness cannot be read.
     """
     witness = open_witness(witness_url)
-    out: list[Anchor | Finding] = []
     try:
-        for name, raw in witness.items():
-            if name.endswith(NOTE_SUFFIX):
-                continue  # a signed checkpoint (checkpoint_anchors checks those)
-            try:
-                out.append(_parse_anchor(name, raw, key))
-            except _Corrupt as exc:
-                out.append(Finding("anchor_corrupt", None, None, f"anchor {name}: {exc}"))
+        return _parse_anchors(witness.items(), key)
     finally:
         witness.close()
+
+
+def _parse_anchors(
+    items: Iterable[tuple[str, bytes]], key: ChainKey | None
+) -> list[Anchor | Finding]:
+    """The legacy JSON anchors among a witness's objects (signed checkpoints skipped)."""
+    out: list[Anchor | Finding] = []
+    for name, raw in items:
+        if name.endswith(NOTE_SUFFIX):
+            continue  # a signed checkpoint (checkpoint_anchors checks those)
+        try:
+            out.append(_parse_anchor(name, raw, key))
+        except _Corrupt as exc:
+            out.append(Finding("anchor_corrupt", None, None, f"anchor {name}: {exc}"))
     return out
 
 
@@ -546,9 +553,10 @@ def verify_anchors(
     witness = open_witness(witness_url)
     report = AnchorCheck(witness=witness.describe())
     try:
-        notes = [(n, raw) for n, raw in witness.items() if n.endswith(NOTE_SUFFIX)]
+        items = list(witness.items())  # one listing and one read per object
     finally:
         witness.close()
+    notes = [(n, raw) for n, raw in items if n.endswith(NOTE_SUFFIX)]
     if notes:
         if keys is None:
             keys, report.keys_from = recorded_log_keys(rec), "store"
@@ -564,7 +572,7 @@ def verify_anchors(
     last_position = int(rec.last_position())
     heads_cache: dict[str, Any] = {}
     hash_cache: dict[tuple[str, int], bytes | None] = {}
-    for item in reversed(load_anchors(witness_url, store.chain_key)):  # newest first
+    for item in reversed(_parse_anchors(items, store.chain_key)):  # newest first
         if isinstance(item, Finding):
             report.findings.append(item)
             continue
