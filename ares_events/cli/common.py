@@ -242,6 +242,21 @@ def load_signing_key(app: App, key_file: str | None, *, required: bool) -> Signi
     return key
 
 
+def read_text(file: str) -> str:
+    """The UTF-8 text of ``file`` (``-``: standard input).
+
+    Raises:
+        CommandError: it cannot be read, or is not UTF-8 text.
+    """
+    try:
+        if file == "-":
+            return sys.stdin.read()
+        return Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise CommandError(f"cannot read {file}: {reason}") from None
+
+
 def load_vkeys(values: tuple[str, ...], *, required: bool = True) -> list[VerifierKey]:
     """Verifier keys from ``--vkey`` values (text or a file holding the text), else
     ``ARES_LOG_VKEY``.

@@ -13,7 +13,6 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from ares_events.cli.common import (
     load_signing_key,
     load_vkeys,
     pass_app,
+    read_text,
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
@@ -301,18 +301,8 @@ def verify_proof_cmd(
     return EXIT_OK if check.ok else EXIT_FINDINGS
 
 
-def _read_text(file: str) -> str:
-    try:
-        if file == "-":
-            return sys.stdin.read()
-        return Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise CommandError(f"cannot read {file}: {reason}") from None
-
-
 def _read_json(file: str) -> dict[str, Any]:
-    text = _read_text(file)
+    text = read_text(file)
     try:
         doc = json.loads(text)
     except ValueError:
@@ -325,7 +315,7 @@ def _read_json(file: str) -> dict[str, Any]:
 
 
 def _read_old(file: str) -> str:
-    text = _read_text(file)
+    text = read_text(file)
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)

@@ -7,7 +7,6 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from ares_events.cli.common import (
     json_option,
     load_vkeys,
     pass_app,
+    read_text,
 )
 from ares_events.errors import WitnessRefused
 from ares_events.integrity.checkpoints import b64, unb64_hash
@@ -178,11 +178,7 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
 
 
 def _request(source: str) -> tuple[int, list[bytes], str]:
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
-        raise CommandError(f"cannot read {source}: {reason}") from None
+    text = read_text(source)
     if text.lstrip().startswith("{"):
         try:
             doc: Any = json.loads(text)
