@@ -38,9 +38,11 @@ MOVED: Final[Mapping[str, str]] = MappingProxyType(
         "ares_events.replay": "ares_events.projections.replay",
         "ares_events.resurrection": "ares_events.agents.resurrection",
         "ares_events.settings": "ares_events.stores.settings",
-        "ares_events.snapshots": "ares_events.stores.snapshots",
+        "ares_events.integrity.chain": "ares_events.chain",
+        "ares_events.snapshots": "ares_events.core.snapshots",
         "ares_events.store": "ares_events.core.store",
         "ares_events.stores.s3": "ares_events.stores.blobs.s3",
+        "ares_events.stores.snapshots": "ares_events.core.snapshots",
         "ares_events.supervision": "ares_events.agents.supervision",
     }
 )

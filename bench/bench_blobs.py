@@ -273,7 +273,7 @@ def zstd_numbers(n: int) -> dict[str, float]:
     """Ratio and speed of zstd level 3 on the 1 MB payloads of the workload."""
     import zstandard
 
-    from ares_events.integrity.chain import canonical_json
+    from ares_events.chain import canonical_json
 
     blobs = [canonical_json(p) for p in workload(n) if "stdout" in p]
     raw = sum(len(b) for b in blobs)

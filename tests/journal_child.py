@@ -48,7 +48,7 @@ from typing import Any
 import blake3
 
 from ares_events.agents.journal import InDoubtToolCall, Journal, ModelReply
-from ares_events.integrity.chain import canonical_json
+from ares_events.chain import canonical_json
 from ares_events.stores import open_store
 
 CODE_REVISION = "child-rev-1"

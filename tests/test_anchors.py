@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.chain import canonical_json, header_bytes, link_hash, payload_digest
 from ares_events.cli import main
 from ares_events.errors import ConfigError
 from ares_events.integrity.anchors import (
@@ -25,7 +26,6 @@ from ares_events.integrity.anchors import (
     verify_anchors,
     write_anchor,
 )
-from ares_events.integrity.chain import canonical_json, header_bytes, link_hash, payload_digest
 
 
 def _evs(n: int, start: int = 0) -> list[ae.NewEvent]:

@@ -292,7 +292,7 @@ def test_reusing_an_old_orphan_refreshes_it_so_gc_keeps_it(
     blobs = spill_store.blobs
     assert isinstance(blobs, FileBlobStore)
     payload = payload_of_size(2500, "o")
-    orphan_ref = blobs.put(ae.integrity.chain.canonical_json(payload))
+    orphan_ref = blobs.put(ae.integrity.canonical_json(payload))
     path = blobs.path_for(orphan_ref.key)
     _age(path, 3)
     cutoff = datetime.now(UTC) - timedelta(hours=1)

@@ -16,8 +16,8 @@ import boto3
 import pytest
 
 import ares_events as ae
+from ares_events.chain import canonical_json
 from ares_events.errors import BlobCorrupted, BlobMissing, ConfigError, StoreUnavailable
-from ares_events.integrity.chain import canonical_json
 from ares_events.stores.blobs import gc_blobs, open_blobs
 from ares_events.stores.blobs.s3 import MULTIPART_SIZE, S3BlobStore
 from tests import servers

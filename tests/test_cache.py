@@ -83,7 +83,7 @@ def counted_store(db: Path, cache_url: str) -> Iterator[tuple[ae.EventStore, Cou
 
     counting = CountingRecorder(SQLiteRecorder(db))
     cached = CachedRecorder.wrap(counting, cache_url)
-    store = ae.EventStore(cached)  # type: ignore[arg-type]
+    store = ae.EventStore(cached)
     try:
         yield store, counting
     finally:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.chain import canonical_json, header_bytes, link_hash, payload_digest
 from ares_events.errors import ProofError
 from ares_events.integrity import merkle
 from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
-from ares_events.integrity.chain import canonical_json, header_bytes, link_hash, payload_digest
 from ares_events.integrity.checkpoints import inclusion_document, verify_proof
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections.merkle import MerkleLogProjection

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ares_events as ae
+from ares_events.chain import canonical_json
 from ares_events.core.catalog import EventSchemaError
 from ares_events.core.events import RecordedEvent, format_at
-from ares_events.integrity.chain import canonical_json
 from ares_events.projections import (
     AgentStateProjection,
     GenealogyProjection,

@@ -296,11 +296,13 @@ def test_snapshotter_writes_at_multiples_of_every(store: ae.EventStore) -> None:
         if n:
             assert n == 2
             snap = store.snapshots.load("a", "recovery_state", 1)
+            assert snap is not None
             seen.append(snap.at_version)
     assert seen == [7, 14, 21, 28]
     assert snapper.taken == 8
     for p in ps:
         snap = store.snapshots.load("a", p.name, p.version)
+        assert snap is not None
         assert snap.at_version == 28
         assert snap.state == ae.recover(store, "a", p, max_replay=28).state
 
@@ -314,7 +316,9 @@ def test_snapshotter_picks_up_existing_snapshots(store: ae.EventStore) -> None:
     assert snapper.after_append("a", 12) == 0
     append_life(store, "a", 8)
     assert snapper.after_append("a", 20) == 1
-    assert store.snapshots.load("a", p.name).at_version == 20
+    loaded = store.snapshots.load("a", p.name)
+    assert loaded is not None
+    assert loaded.at_version == 20
 
 
 def test_snapshotter_rejects_bad_interval(store: ae.EventStore) -> None:

@@ -15,16 +15,15 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.core.backend import AppendOutcome, Batch, Capability, Head
 from ares_events.core.events import ExpectedVersion
-from ares_events.core.recorder import AppendOutcome, Batch, Capability, Head
-from ares_events.core.snapshots import Snapshot, SnapshotCheck, make_snapshot, snapshot_store_for
+from ares_events.core.snapshot_format import Snapshot, SnapshotCheck
+from ares_events.core.snapshots import SnapshotStore, make_snapshot, snapshot_store_for
 from ares_events.core.store import EventStore
 from ares_events.errors import SnapshotMismatch, StoreError
-from ares_events.stores.snapshots import (
-    MemorySnapshotStore,
-    PostgresSnapshotStore,
-    SQLiteSnapshotStore,
-)
+from ares_events.stores.memory import MemorySnapshotRows
+from ares_events.stores.postgres import PostgresSnapshotRows
+from ares_events.stores.sqlite import SQLiteSnapshotRows
 from ares_events.testing import SnapshotContract
 from ares_events.testing.snapshots import append_events
 from tests.fix_backends import _params, run_behind_store
@@ -195,23 +194,24 @@ def test_event_missing_at_at_version_is_rejected(store: ae.EventStore, backend: 
 # -- dispatch ---------------------------------------------------------------------------------
 
 
-_EXPECTED_CLASS: dict[str, type[Any]] = {
-    "memory": MemorySnapshotStore,
-    "sqlite": SQLiteSnapshotStore,
-    "postgres": PostgresSnapshotStore,
+_EXPECTED_ROWS: dict[str, type[Any]] = {
+    "memory": MemorySnapshotRows,
+    "sqlite": SQLiteSnapshotRows,
+    "postgres": PostgresSnapshotRows,
 }
 
 
 def test_each_backend_gets_its_own_snapshot_store(store: ae.EventStore, backend: str) -> None:
-    """store.snapshots is the snapshot store of the events' own backend."""
-    assert type(store.snapshots) is _EXPECTED_CLASS[backend]
+    """store.snapshots keeps its rows in the events' own backend."""
+    assert type(store.snapshots) is SnapshotStore
+    assert type(store.snapshots._rows) is _EXPECTED_ROWS[backend]
     assert Capability.SNAPSHOTS in store.capabilities
     assert "password" not in repr(store.snapshots)
     assert "***" in repr(store.snapshots) or backend != "postgres"
 
 
 class _Passthrough:
-    """A real delegating recorder wrapper, the shape a cache layer has (``.inner``)."""
+    """A real delegating recorder wrapper, the shape a cache layer has."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -230,10 +230,10 @@ class _Passthrough:
 
 
 def test_wrapped_recorder_is_unwrapped(store: ae.EventStore, backend: str) -> None:
-    """A wrapper exposing ``.inner`` gets the snapshot store of the backend beneath it."""
-    wrapped = EventStore(_Passthrough(store.recorder))  # type: ignore[arg-type]
+    """A delegating wrapper gets the snapshot table of the backend beneath it."""
+    wrapped = EventStore(_Passthrough(store.recorder))
     snaps = wrapped.snapshots
-    assert type(snaps) is _EXPECTED_CLASS[backend]
+    assert type(snaps._rows) is _EXPECTED_ROWS[backend]
     append_events(wrapped, "w", 2)
     snaps.save(make_snapshot(wrapped, "w", "p", 1, {"w": 1}, 2))
     loaded = store.snapshots.load("w", "p", 1)
@@ -261,22 +261,24 @@ def test_backend_without_snapshots_raises_store_error() -> None:
 
 
 class _OwnSnapshots(_NoSnapshots):
-    """A third-party recorder that provides its own snapshot store."""
+    """A third-party recorder that declares SNAPSHOTS and provides its own rows."""
+
+    capabilities: frozenset[Capability] = frozenset({Capability.SNAPSHOTS})
 
     def __init__(self) -> None:
         self.given: list[Any] = []
 
-    def snapshot_store(self, event_store: EventStore) -> Any:
-        self.given.append(event_store)
-        return MemorySnapshotStore(event_store, {})
+    def snapshot_rows(self) -> Any:
+        rows = MemorySnapshotRows({}, lambda: None)
+        self.given.append(rows)
+        return rows
 
 
 def test_recorder_hook_provides_snapshot_store() -> None:
-    """A recorder's snapshot_store(event_store) hook is used when it has one."""
+    """A recorder that declares SNAPSHOTS hands the snapshot store its rows."""
     rec = _OwnSnapshots()
     es = EventStore(rec)  # type: ignore[arg-type]
-    assert isinstance(es.snapshots, MemorySnapshotStore)
-    assert rec.given == [es]
+    assert es.snapshots._rows is rec.given[0]
 
 
 # -- sharing and concurrency ----------------------------------------------------------------

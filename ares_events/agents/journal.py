@@ -1,56 +1,45 @@
-"""The durable run journal: write-ahead model and tool calls for agent loops.
+# Generated from journal_async.py by tools/async_to_sync.py: do not edit.
+"""The durable run journal: write-ahead model and tool calls for agent loops (over 800
+lines because the journal is one state machine per run, read best in one class).
 
-Every step appends its intention before acting and its outcome after, and nothing
-reaches the agent that is not already durable. An agent loop is re-run from the top
-after a crash; each journaled step with a recorded outcome returns that outcome instead
-of acting again, so a resumed run never re-pays for an answered model call and never
-repeats a side-effecting tool call.
+Every step appends its intention before acting and its outcome after; a loop re-run
+from the top after a crash gets each recorded outcome back instead of acting again, so
+it never re-pays an answered model call or repeats a side effect. Steps are numbered in
+the order the loop makes them (the loop must be deterministic given the journal's
+answers); a step whose request differs from the recorded one raises
+:class:`ReplayDivergence`. A call that raises is a failed *attempt* of its step: calling
+again the same way retries it with the same idempotency key, any other call abandons it.
+Every append names the version it expects (a second live incarnation is fenced off).
+A tool call requested but never answered is *in doubt*: reconciled when a reconciler is
+given, retried when the tool is idempotent, else the run is interrupted for a human.
+The whole story, with examples: ``docs/guide-journal.md``.
 
-Steps are numbered 1, 2, 3, ... in the order the loop makes them, so the loop must be
-deterministic given the journal's answers (the usual durable-execution rule). A step
-whose recorded request differs from the replayed one (another prompt at step 7) raises
-:class:`ReplayDivergence`, naming the first difference, rather than mixing histories.
+:class:`Journal` is written here; the blocking :class:`Journal` (``journal.py``, the
+import path of both) is generated from it. On the asyncio face ``call``, ``reconcile``
+and decorated tools may be coroutine functions, and a blocking store works too (its
+calls run on worker threads).
 
-**Attempts are not steps.** A call that raises records a failed attempt of its step
-(``model.call.failed`` / ``tool.call.failed``) and the original exception propagates.
-The next call at that point of the loop decides: the same call (same messages; same tool
-and args) is a retry of the same step, with the same idempotency key and the next attempt
-number; any other call means the loop gave up, so ``step.abandoned`` is recorded and the
-next step starts. On replay a step with an outcome returns it (its failed attempts are
-not replayed), an abandoned step raises its recorded failures again without calling, and
-a step whose last attempt failed and that is still open is attempted for real.
-
-Every append names the version it expects, so two live incarnations of one run cannot
-both write: the second gets a ``ConcurrencyError`` (fencing for free).
-
-Tool calls carry the idempotency key ``run_id:step_n``. A tool call requested but never
-answered (the process died in between) is *in doubt*: it is reconciled with
-``reconcile(key) -> (landed, result)`` when given; else an ``idempotent=True`` tool is
-retried with the same key; else the run is interrupted with reason
-``in_doubt_tool_call`` for a human (``ares-events runs resolve``,
-:meth:`Journal.resolve_tool_call`), never re-executed blindly.
-
-Opening a :class:`Journal` is for the process that runs the loop (it passes the version
-gate, which appends). To look at a run without writing, use :meth:`Journal.inspect`;
-operators settle runs with :mod:`ares_events.agents.runs` (``ares-events runs``).
-
-This module is the public face: :class:`Journal` lives in :mod:`.journal_core`,
-:class:`AsyncJournal` in :mod:`.journal_async`, the errors in :mod:`.journal_errors`, the
-decorators in :mod:`.journal_decorators`, what a request records in :mod:`.recording`.
+It may import the core, stores, integrity, projections and this package's leaf modules.
 """
 
 from __future__ import annotations
 
-from ares_events.agents.journal_async import AsyncJournal
-from ares_events.agents.journal_core import (
-    IN_DOUBT,
-    Journal,
-    JournalStats,
-    ModelReply,
-    migrating_gate,
-    strict_gate,
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ares_events.agents import run_info as runs
+
+# One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
+from ares_events.agents.journal_async import AsyncJournal  # as is
+from ares_events.agents.journal_decorators import (
+    journaled_step,
+    journaled_tool,
+    reset_active,
+    set_active,
+    wrap_tool,
 )
-from ares_events.agents.journal_decorators import journaled_step, journaled_tool
 from ares_events.agents.journal_errors import (
     InDoubtToolCall,
     ModelCallFailed,
@@ -60,11 +49,48 @@ from ares_events.agents.journal_errors import (
     RunRefused,
     ToolCallFailed,
 )
-from ares_events.agents.recording import redact_keys
+from ares_events.agents.journal_rules import (
+    FINISHED,
+    IN_DOUBT,
+    OPEN,
+    SAME_STEP,
+    GatePolicy,
+    JournalStats,
+    ModelReply,
+    diverged,
+    failure,
+    kind_divergence,
+    migrating_gate,
+    recorded_failure,
+    reply,
+    strict_gate,
+)
+from ares_events.agents.recording import (
+    MISSING,
+    Redactor,
+    hash_of,
+    redact_keys,
+)
+from ares_events.agents.runs import inspect_run
+from ares_events.core.backend import Capability
+from ares_events.core.catalog import new_event
+from ares_events.core.events import NO_STREAM
+from ares_events.core.iterators import first
+from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
+from ares_events.projections.base import ERASED_REASON
+from ares_events.projections.builtin import RunStateProjection
+from ares_events.projections.recovery import Snapshotter, recover
+
+if TYPE_CHECKING:
+    from contextvars import Token
+
+    from ares_events.agents.run_info import RunInfo
+    from ares_events.core.store import EventStore  # as is
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "IN_DOUBT",
-    "AsyncJournal",
     "InDoubtToolCall",
     "Journal",
     "JournalStats",
@@ -81,3 +107,688 @@ __all__ = [
     "redact_keys",
     "strict_gate",
 ]
+
+
+class Journal:
+    """Write-ahead journal of one run (see the module docstring).
+
+    Open the asyncio face with ``await AsyncJournal.open(store, run_id, ...)``; the
+    blocking face's constructor opens the run itself.
+
+    Args:
+        store: the event store; the run is the stream ``run_id``.
+        run_id: stable id of the run (also the idempotency-key prefix).
+        code_revision: revision of the agent code; recorded by ``run.started``.
+        prompt_hash: hash of the prompt/config; recorded by ``run.started``.
+        gate: version-gate policy deciding ``resume``/``migrate``/``refuse`` on reopen.
+        snapshot_every: snapshot the run state every K events (0 disables).
+        module: ``module`` of the events the journal writes.
+        redact: ``redact(value) -> value`` applied to a model call's messages and params
+            and a tool call's args before they are recorded, hashed and compared (e.g.
+            :func:`redact_keys`). Outcomes are recorded as returned (a replay returns them).
+        record_prompts: False records only the hash of a model call's messages (params and
+            tool args are still recorded, after ``redact``).
+
+    Raises:
+        RunRefused: the gate refused to resume.
+        ChainIntegrityError: the run's log has integrity findings; never act on it.
+        PayloadErased: an event of the run was erased: it cannot be replayed (inspect it
+            with :meth:`inspect`).
+        StoreUnavailable: the store cannot be reached.
+    """
+
+    _token: Token[Any] | None
+
+    def __init__(
+        self,
+        store: EventStore,
+        run_id: str,
+        *,
+        code_revision: str = "unversioned",
+        prompt_hash: str = "",
+        gate: GatePolicy = strict_gate,
+        snapshot_every: int = 100,
+        module: str = "journal",
+        redact: Redactor | None = None,
+        record_prompts: bool = True,
+    ) -> None:
+        self._setup(
+            store,
+            run_id,
+            snapshot_every=snapshot_every,
+            module=module,
+            redact=redact,
+            record_prompts=record_prompts,
+        )
+        self._opening = (code_revision, prompt_hash, gate)
+        self._open_run()
+
+    @classmethod
+    def open(
+        cls,
+        store: EventStore,
+        run_id: str,
+        *,
+        code_revision: str = "unversioned",
+        prompt_hash: str = "",
+        gate: GatePolicy = strict_gate,
+        snapshot_every: int = 100,
+        module: str = "journal",
+        redact: Redactor | None = None,
+        record_prompts: bool = True,
+    ) -> Journal:
+        """Open the run: recover it, then start it or pass the version gate.
+
+        Raises:
+            RunRefused: the gate refused to resume.
+            ChainIntegrityError: the run's log has integrity findings.
+            StoreUnavailable: the store cannot be reached.
+        """
+        return cls(
+            store,
+            run_id,
+            code_revision=code_revision,
+            prompt_hash=prompt_hash,
+            gate=gate,
+            snapshot_every=snapshot_every,
+            module=module,
+            redact=redact,
+            record_prompts=record_prompts,
+        )
+
+    def _open_run(self) -> None:
+        started = time.perf_counter()
+        self._open(*self._opening)
+        self.stats.resume_seconds = time.perf_counter() - started
+
+    # -- looking without writing ------------------------------------------------------------
+
+    @staticmethod
+    def inspect(store: EventStore, run_id: str, *, requests: bool = True) -> RunInfo:
+        """The run's state, steps (with attempts, requests and outcomes), tokens, in-doubt
+        calls and interrupt, read without appending anything (no gate, no snapshot).
+
+        Raises:
+            RunNotFound: no run ``run_id`` in the store.
+            StoreUnavailable: the store cannot be reached.
+        """
+        return inspect_run(store, run_id, requests=requests)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def __enter__(self) -> Journal:
+        self._token = set_active(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            reset_active(self._token)
+            self._token = None
+
+    # -- model calls ---------------------------------------------------------------------
+
+    def model_call(
+        self,
+        messages: Any,
+        params: Mapping[str, Any] | None = None,
+        *,
+        call: Callable[[Any, Mapping[str, Any]], Any],
+    ) -> Any:
+        """One model step: recorded completion on replay, else request, call, record.
+
+        ``call(messages, params)`` returns a :class:`ModelReply`, a ``(completion,
+        usage)`` tuple, a ``{"completion", "usage"}`` dict or a bare completion. When it
+        raises, the failed attempt is recorded and the original exception propagates;
+        calling again with the same messages retries the same step.
+
+        Raises:
+            ReplayDivergence: the messages differ from those recorded at this step.
+            RunNotRunnable: the run is paused/completed/failed and the step is new.
+            ModelCallFailed: replaying an abandoned step whose exception class is not
+                loaded in this process (else an instance of that class is raised).
+        """
+        step, done, value = self._model_begin(messages, params)
+        if done:
+            return value
+        try:
+            raw = call(messages, dict(params or {}))
+        except Exception as exc:
+            self._model_failed(step, exc)
+            raise
+        return self._model_end(step, raw)
+
+    # -- tool calls ----------------------------------------------------------------------
+
+    def tool_call(
+        self,
+        name: str,
+        args: Any,
+        *,
+        call: Callable[[Any, str], Any],
+        reconcile: Callable[[str], Any] | None = None,
+        idempotent: bool = False,
+    ) -> Any:
+        """One tool step with the idempotency key ``run_id:step_n``.
+
+        ``call(args, key)`` performs the side effect, passing ``key`` downstream. When it
+        raises, the failed attempt is recorded and the original exception propagates;
+        calling again with the same name and args retries the step with the same key.
+        ``reconcile(key) -> (landed, result)`` asks the downstream system whether an
+        in-doubt call landed.
+
+        Raises:
+            InDoubtToolCall: in doubt, no reconciler and not idempotent; run interrupted.
+            ReplayDivergence: another tool, or other args, were recorded at this step.
+            RunNotRunnable: the run cannot take new steps.
+            ToolCallFailed: the step's recorded outcome is an error, or an abandoned
+                step's failure is replayed and its exception class is not loaded here.
+        """
+        key, done, value = self._tool_begin(name, args, reconcile, idempotent)
+        if done:
+            return value
+        try:
+            result = call(args, key)
+        except Exception as exc:
+            self._tool_failed(key, exc)
+            raise
+        return self._tool_end(key, result)
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        idempotent: bool = False,
+        reconcile: Callable[[str], Any] | None = None,
+    ) -> Any:
+        """Decorator: each call of ``fn`` is a :meth:`tool_call` of this journal (its bound
+        arguments are the args; a parameter ``idempotency_key`` receives the key)."""
+
+        def decorate(f: Callable[..., Any]) -> Any:
+            return wrap_tool(lambda: self, f, name=name, idempotent=idempotent, reconcile=reconcile)
+
+        return decorate(fn) if fn is not None else decorate
+
+    def step(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+        """Decorator: ``fn``'s result is recorded once and replayed after (a tool that is
+        safe to run again when in doubt)."""
+        return self.tool(fn, name=name, idempotent=True)
+
+    def resolve_tool_call(
+        self,
+        key: str,
+        *,
+        result: Any = None,
+        error: Any = None,
+        by: str = "operator",
+        reason: str | None = None,
+    ) -> None:
+        """Record a human's verdict on an in-doubt call (the outcome to use).
+
+        Raises:
+            ConfigError: the call is not in doubt.
+        """
+        self._resolve(key, result, error, by, reason)
+
+    # -- state, interrupts, end ----------------------------------------------------------
+
+    def patch(self, key: str, value: Any) -> None:
+        """Record a state patch (skipped when replaying a recorded step).
+
+        Raises:
+            ReplayDivergence: the log recorded another kind of step here.
+            RunNotRunnable: the run cannot take new steps.
+        """
+        self._patch(key, value)
+
+    def interrupt(self, reason: str) -> bool:
+        """Pause the run (e.g. awaiting approval). Returns True when the run is now paused
+        and the process should exit; False when replaying an interrupt already resumed.
+
+        Raises:
+            ReplayDivergence: the log recorded another kind of step here.
+            RunNotRunnable: the run cannot take new steps.
+        """
+        return self._interrupt(reason)
+
+    def resume(self, *, by: str, reason: str | None = None) -> None:
+        """Resume a paused run (from any process, any time later).
+
+        Raises:
+            RunNotRunnable: the run is not paused.
+        """
+        self._resume(by, reason)
+
+    def complete(self, result: Any = None) -> None:
+        """Mark the run completed (idempotent).
+
+        Raises:
+            RunNotRunnable: the run is paused, failed, cancelled or refused.
+        """
+        self._complete(result)
+
+    def fail(self, error: str) -> None:
+        """Mark the run failed (idempotent)."""
+        self._fail(error)
+
+    # -- the decisions -----------------------------------------------------------------
+
+    def _setup(
+        self,
+        store: Any,
+        run_id: str,
+        *,
+        snapshot_every: int,
+        module: str,
+        redact: Redactor | None,
+        record_prompts: bool,
+    ) -> None:
+        """The fields of a journal that has not read its run yet (no I/O)."""
+        self.store = store
+        self.run_id = run_id
+        self.module = module
+        self.redact = redact
+        self.record_prompts = record_prompts
+        self.projection = RunStateProjection()
+        self.stats = JournalStats()
+        has_snaps = Capability.SNAPSHOTS in store.capabilities
+        self._snapshots = store.snapshots if has_snaps else None
+        self.state: dict[str, Any] = self.projection.initial()
+        self.version = 0
+        self.recovered_from = "empty"
+        self.resumed = False
+        self.position = 0
+        """The step the loop is at (the last step it touched; 0 before the first)."""
+        self.attempt = 0
+        """Attempt number of the last call at the current step (1 for a first attempt)."""
+        self.replaying = False
+        """True when the last call was answered (or failed) from the log, not made."""
+        self._here = 0
+        self._token = None
+        self._snapshotter = (
+            Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
+            if has_snaps and snapshot_every > 0
+            else None
+        )
+
+    def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
+        """Recover the run, then start it or pass the version gate (both append)."""
+        rep = recover(
+            self.store,
+            self.run_id,
+            self.projection,
+            snapshots=self._snapshots,
+            max_replay=2**62,
+        )
+        if rep.findings:
+            raise ChainIntegrityError(self.run_id, rep.findings)
+        erased = [s for s in rep.skipped if s.reason == ERASED_REASON]
+        if erased:
+            # A step whose request or outcome was erased cannot be replayed: acting again
+            # could re-pay a model call or repeat a side effect. Inspection still works.
+            raise PayloadErased(self.run_id, erased[0].version)
+        self.state = rep.state
+        self.version = rep.version
+        self.recovered_from = str(rep.source)
+        self.resumed = rep.version > 0
+        current = (code_revision, prompt_hash)
+        if not self.resumed:
+            self._append(
+                "run.started",
+                {"code_revision": code_revision, "prompt_hash": prompt_hash},
+                NO_STREAM,
+            )
+        elif self.state["status"] not in FINISHED:
+            recorded = (self.state["code_revision"] or "", self.state["prompt_hash"] or "")
+            decision = gate(recorded, current)
+            if decision not in ("resume", "migrate", "refuse"):
+                raise ConfigError(
+                    f"version gate returned {decision!r}; expected resume, migrate or refuse"
+                )
+            self._append(
+                "run.gate",
+                {
+                    "decision": decision,
+                    "code_revision": code_revision,
+                    "prompt_hash": prompt_hash,
+                    "recorded_code_revision": recorded[0],
+                    "recorded_prompt_hash": recorded[1],
+                },
+            )
+            if decision == "refuse":
+                raise RunRefused(self.run_id, recorded, current)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """``running``, ``paused``, ``completed``, ``failed``, ``cancelled`` or ``refused``."""
+        return str(self.state["status"])
+
+    @property
+    def patched(self) -> dict[str, Any]:
+        """The run's patched state (key -> value)."""
+        return dict(self.state["state"])
+
+    def _append(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        expected: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        ev = new_event(type_, self.module, payload, metadata=metadata)
+        res = self.store.append(
+            self.run_id, [ev], expected_version=self.version if expected is None else expected
+        )
+        # Fold the stored event itself so the state is exactly what a recovery would see.
+        e = first(self.store.read(self.run_id, from_version=res.version, limit=1))
+        if e is not None:
+            self.state = self.projection.apply(self.state, e)
+        self.version = res.version
+        if self._snapshotter is not None:
+            self._snapshotter.after_append(self.run_id, res.version)
+
+    def _require_runnable(self) -> None:
+        st = self.state["status"]
+        if st != "running":
+            detail = ""
+            if st == "paused" and self.state["interrupt"]:
+                detail = f"interrupted: {self.state['interrupt']['reason']}"
+            raise RunNotRunnable(self.run_id, st, detail)
+
+    def _rec(self, step: int) -> dict[str, Any] | None:
+        rec = self.state["steps"].get(str(step))
+        return rec if isinstance(rec, dict) else None
+
+    def _position(self, kind: str, same: Callable[[dict[str, Any]], bool]) -> int:
+        """The step this call belongs to: the current one again when it is another attempt
+        of it, else the next one."""
+        rec = self._rec(self.position) if self.position else None
+        if (
+            rec is not None
+            and rec.get("kind") == kind
+            and rec.get("status") in SAME_STEP
+            and same(rec)
+        ):
+            self._here += 1
+            return self.position
+        self.position += 1
+        self._here = 1
+        return self.position
+
+    def _abandon_open(self, step: int) -> None:
+        rec = self._rec(step) if step > 0 else None
+        if rec is not None and rec.get("status") in OPEN:
+            self._append("step.abandoned", {"step": step})
+            self.stats.steps_abandoned += 1
+
+    def _new_step(self) -> None:
+        """Checks and bookkeeping before the first append of a new step."""
+        self._require_runnable()
+        self._abandon_open(self.position - 1)
+        self.attempt = 1
+        self.replaying = False
+
+    def _recorded_request(self, rec: dict[str, Any], field: str) -> Any:
+        """``field`` of the step's first request event, or MISSING when not recorded."""
+        version = rec.get("version")
+        if not isinstance(version, int):
+            return MISSING
+        e = first(self.store.read(self.run_id, from_version=version, limit=1))
+        if e is None:
+            return MISSING
+        payload = e.payload if isinstance(e.payload, dict) else {}
+        return payload.get(field, MISSING)
+
+    def _raise_recorded(self, step: int, rec: dict[str, Any]) -> None:
+        """Raise the failure a replayed abandoned step saw at this (``_here``-th) call."""
+        self.replaying = True
+        self.stats.failures_from_log += 1
+        fails = [a for a in rec.get("attempts", []) if a.get("status") == "failed"]
+        if fails:
+            self.attempt = int(fails[min(self._here, len(fails)) - 1]["n"])
+        raise recorded_failure(self.run_id, step, rec, self._here)
+
+    def _record(self, value: Any) -> Any:
+        return self.redact(value) if self.redact is not None else value
+
+    # -- model calls ---------------------------------------------------------------------
+
+    def _model_begin(
+        self, messages: Any, params: Mapping[str, Any] | None
+    ) -> tuple[int, bool, Any]:
+        msgs = self._record(messages)
+        prm = self._record(dict(params or {}))
+        mh = hash_of(msgs, "messages")
+        hash_of(prm, "params")  # not JSON: fail before anything is appended
+        step = self._position("model", lambda rec: rec.get("hash") == mh)
+        rec = self._rec(step)
+        if rec is None:
+            self._new_step()
+            self._model_request(step, 1, mh, msgs, prm)
+            return step, False, None
+        if rec.get("kind") != "model":
+            raise kind_divergence(self.run_id, step, rec, "a model call")
+        if rec.get("hash") != mh:
+            recorded = self._recorded_request(rec, "messages")
+            raise diverged(self.run_id, step, "messages", recorded, msgs, "messages", rec, mh)
+        status = rec.get("status")
+        if status == "answered":
+            self.replaying = True
+            self.attempt = len(rec.get("attempts", [])) or 1
+            self.stats.model_calls_from_log += 1
+            self.stats.tokens_from_log += runs.tokens_of(self.state["usage_by_step"].get(str(step)))
+            return step, True, self.state["completions"].get(str(step))
+        if status == "abandoned":
+            self._raise_recorded(step, rec)
+        self._require_runnable()
+        self.replaying = False
+        attempts = rec.get("attempts", [])
+        last = attempts[-1]["n"] if attempts else 0
+        if status == "requested":
+            # Asked, never answered nor failed (the process died in the call): ask again
+            # under the same request; only an unanswered call can be paid twice.
+            self.attempt = last or 1
+            return step, False, None
+        self.attempt = last + 1
+        self._model_request(step, last + 1, mh, msgs, prm)
+        return step, False, None
+
+    def _model_request(self, step: int, attempt: int, mh: str, msgs: Any, prm: Any) -> None:
+        payload: dict[str, Any] = {
+            "step": step,
+            "attempt": attempt,
+            "messages_hash": mh,
+            "params": prm,
+        }
+        if self.record_prompts:
+            payload["messages"] = msgs
+        if self.redact is not None:
+            payload["redacted"] = True
+        self._append("model.call.requested", payload)
+
+    def _model_failed(self, step: int, exc: BaseException) -> None:
+        self.stats.model_attempts_failed += 1
+        self._append("model.call.failed", {"step": step, "attempt": self.attempt, **failure(exc)})
+
+    def _model_end(self, step: int, raw: Any) -> Any:
+        answer = reply(raw)
+        self.stats.model_calls_made += 1
+        self._append(
+            "model.responded",
+            {"step": step, "completion": answer.completion, "usage": dict(answer.usage)},
+        )
+        return answer.completion
+
+    # -- tool calls ----------------------------------------------------------------------
+
+    def _tool_begin(
+        self,
+        name: str,
+        args: Any,
+        reconcile: Callable[[str], Any] | None,
+        idempotent: bool,
+    ) -> tuple[str, bool, Any]:
+        recorded_args = self._record(args)
+        ah = hash_of(recorded_args, "args")
+
+        def same(rec: dict[str, Any]) -> bool:
+            return rec.get("name") == name and rec.get("hash") in (None, ah)
+
+        step = self._position("tool", same)
+        rec = self._rec(step)
+        key = f"{self.run_id}:{step}"
+        if rec is None:
+            self._new_step()
+            self._tool_request(step, 1, name, recorded_args, ah, key)
+            return key, False, None
+        if rec.get("kind") != "tool":
+            raise kind_divergence(self.run_id, step, rec, f"tool {name!r}")
+        key = str(rec.get("key") or key)
+        if rec.get("name") != name:
+            raise ReplayDivergence(
+                self.run_id,
+                step,
+                f"tool {name!r} requested where the log recorded {rec.get('name')!r}",
+                path="tool",
+                recorded=repr(rec.get("name")),
+                current=repr(name),
+            )
+        if rec.get("hash") not in (None, ah):
+            recorded = self._recorded_request(rec, "args")
+            raise diverged(
+                self.run_id,
+                step,
+                f"args of tool {name!r}",
+                recorded,
+                recorded_args,
+                "args",
+                rec,
+                ah,
+            )
+        tc = self.state["tool_calls"].get(key, {})
+        status = rec.get("status")
+        attempts = rec.get("attempts", [])
+        last = attempts[-1]["n"] if attempts else 0
+        if status in ("returned", "error"):
+            self.replaying = True
+            self.attempt = last or 1
+            self.stats.tool_calls_from_log += 1
+            if status == "error":
+                raise ToolCallFailed(self.run_id, key, tc.get("error"), step=step)
+            return key, True, tc.get("result")
+        if status == "abandoned":
+            self._raise_recorded(step, rec)
+        if status in OPEN:
+            self._require_runnable()
+            self.replaying = False
+            self.attempt = last + 1
+            self._tool_request(step, last + 1, name, recorded_args, ah, key)
+            return key, False, None
+        # In doubt: requested, no outcome.
+        self.attempt = last or 1
+        if reconcile is not None:
+            landed, result = reconcile(key)
+            if landed:
+                self._require_runnable()
+                self._append(
+                    "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
+                )
+                self.stats.tool_calls_reconciled += 1
+                self.replaying = True
+                return key, True, result
+        elif not idempotent:
+            if self.state["status"] == "running":
+                self._append("run.interrupted", {"reason": IN_DOUBT, "key": key, "step": step})
+            raise InDoubtToolCall(self.run_id, key, name, step)
+        self._require_runnable()
+        self.replaying = False
+        return key, False, None
+
+    def _tool_request(
+        self, step: int, attempt: int, name: str, args: Any, ah: str, key: str
+    ) -> None:
+        self._append(
+            "tool.call.requested",
+            {
+                "name": name,
+                "args": args,
+                "idempotency_key": key,
+                "step": step,
+                "attempt": attempt,
+                "args_hash": ah,
+            },
+        )
+
+    def _tool_failed(self, key: str, exc: BaseException) -> None:
+        self.stats.tool_attempts_failed += 1
+        self._append(
+            "tool.call.failed",
+            {
+                "idempotency_key": key,
+                "step": self.position,
+                "attempt": self.attempt,
+                **failure(exc),
+            },
+        )
+
+    def _tool_end(self, key: str, result: Any) -> Any:
+        self.stats.tool_calls_made += 1
+        self._append("tool.returned", {"idempotency_key": key, "result": result})
+        return result
+
+    # -- operator verdicts, state, interrupts, end ---------------------------------------
+
+    def _resolve(self, key: str, result: Any, error: Any, by: str, reason: str | None) -> None:
+        tc = self.state["tool_calls"].get(key)
+        if tc is None or tc["status"] != "requested":
+            raise ConfigError(f"tool call {key} is not in doubt")
+        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
+        payload["error" if error is not None else "result"] = error if error is not None else result
+        self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
+
+    def _patch(self, key: str, value: Any) -> None:
+        step = self._position("patch", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "patch":
+                raise kind_divergence(self.run_id, step, rec, "a state patch")
+            self.replaying = True
+            return
+        self._new_step()
+        self._append("state.patched", {"key": key, "value": value, "step": step})
+
+    def _interrupt(self, reason: str) -> bool:
+        step = self._position("interrupt", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "interrupt":
+                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
+            self.replaying = True
+            return not rec.get("resumed", False)
+        self._new_step()
+        self._append("run.interrupted", {"reason": reason, "step": step})
+        return True
+
+    def _resume(self, by: str, reason: str | None) -> None:
+        if self.state["status"] != "paused":
+            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
+        self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
+
+    def _complete(self, result: Any) -> None:
+        if self.state["status"] == "completed":
+            return
+        self._require_runnable()
+        self._abandon_open(self.position)
+        self._append("run.completed", {"result": result, "step": self.position})
+
+    def _fail(self, error: str) -> None:
+        if self.state["status"] == "failed":
+            return
+        if self.state["status"] == "running":
+            self._abandon_open(self.position)
+        self._append("run.failed", {"error": error, "step": self.position})
+
+
+__all__ += ["AsyncJournal"]  # as is

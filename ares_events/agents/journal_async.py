@@ -1,52 +1,163 @@
-"""The asyncio twin of :class:`~ares_events.agents.journal_core.Journal`.
+"""The durable run journal: write-ahead model and tool calls for agent loops (over 800
+lines because the journal is one state machine per run, read best in one class).
 
-The same decisions (:mod:`.journal_logic`), awaited: over an
-:class:`~ares_events.AsyncEventStore` every append and read is a coroutine of the store
-(no thread per call); over a blocking :class:`~ares_events.EventStore` (what earlier
-releases required, still accepted) each store call runs in a worker thread.
-``call``, ``reconcile`` and decorated tools may be coroutine functions.
+Every step appends its intention before acting and its outcome after; a loop re-run
+from the top after a crash gets each recorded outcome back instead of acting again, so
+it never re-pays an answered model call or repeats a side effect. Steps are numbered in
+the order the loop makes them (the loop must be deterministic given the journal's
+answers); a step whose request differs from the recorded one raises
+:class:`ReplayDivergence`. A call that raises is a failed *attempt* of its step: calling
+again the same way retries it with the same idempotency key, any other call abandons it.
+Every append names the version it expects (a second live incarnation is fenced off).
+A tool call requested but never answered is *in doubt*: reconciled when a reconciler is
+given, retried when the tool is idempotent, else the run is interrupted for a human.
+The whole story, with examples: ``docs/guide-journal.md``.
 
-It may import :mod:`.journal_core`, :mod:`.journal_logic` and this package's leaf modules.
+:class:`AsyncJournal` is written here; the blocking :class:`Journal` (``journal.py``, the
+import path of both) is generated from it. On the asyncio face ``call``, ``reconcile``
+and decorated tools may be coroutine functions, and a blocking store works too (its
+calls run on worker threads).
+
+It may import the core, stores, integrity, projections and this package's leaf modules.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ares_events.agents import runs
-from ares_events.agents.journal_decorators import reset_active, set_active, wrap_tool
-from ares_events.agents.journal_logic import GatePolicy, JournalLogic, strict_gate
-from ares_events.agents.recording import Redactor
-from ares_events.core.ports import port_for
-from ares_events.core.sansio import arun, maybe_await
+from ares_events.agents import run_info as runs
+from ares_events.agents.journal_decorators import (
+    journaled_step,
+    journaled_tool,
+    reset_active,
+    set_active,
+    wrap_tool,
+)
+from ares_events.agents.journal_errors import (
+    InDoubtToolCall,
+    ModelCallFailed,
+    ReplayDivergence,
+    RunNotFound,
+    RunNotRunnable,
+    RunRefused,
+    ToolCallFailed,
+)
+from ares_events.agents.journal_rules import (
+    FINISHED,
+    IN_DOUBT,
+    OPEN,
+    SAME_STEP,
+    GatePolicy,
+    JournalStats,
+    ModelReply,
+    diverged,
+    failure,
+    kind_divergence,
+    migrating_gate,
+    recorded_failure,
+    reply,
+    strict_gate,
+)
+from ares_events.agents.recording import (
+    MISSING,
+    Redactor,
+    hash_of,
+    redact_keys,
+)
+from ares_events.agents.runs_async import inspect_run
+from ares_events.core.backend import Capability
+from ares_events.core.catalog import new_event
+from ares_events.core.events import NO_STREAM
+from ares_events.core.faces import ASYNC
+from ares_events.core.iterators_async import afirst, maybe_await
+from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
+from ares_events.projections.base import ERASED_REASON
+from ares_events.projections.builtin import RunStateProjection
+from ares_events.projections.recovery_async import AsyncSnapshotter, arecover
+
+if ASYNC:
+    from ares_events.stores.threaded import async_face
+else:
+    # One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
+    from ares_events.agents.journal_async import AsyncJournal  # as is
 
 if TYPE_CHECKING:
-    from ares_events.agents.runs import RunInfo
-    from ares_events.core.store import EventStore
+    from contextvars import Token
+
+    from ares_events.agents.run_info import RunInfo
+    from ares_events.core.store import EventStore  # as is
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["AsyncJournal"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "IN_DOUBT",
+    "AsyncJournal",
+    "InDoubtToolCall",
+    "JournalStats",
+    "ModelCallFailed",
+    "ModelReply",
+    "ReplayDivergence",
+    "RunNotFound",
+    "RunNotRunnable",
+    "RunRefused",
+    "ToolCallFailed",
+    "journaled_step",
+    "journaled_tool",
+    "migrating_gate",
+    "redact_keys",
+    "strict_gate",
+]
 
 
-class AsyncJournal(JournalLogic):
-    """The asyncio twin of :class:`Journal` (same arguments, same rules): create with
-    ``await AsyncJournal.open(store, run_id, ...)``, where ``store`` is an
-    :class:`~ares_events.AsyncEventStore` (native) or a blocking store (worker threads).
+class AsyncJournal:
+    """Write-ahead journal of one run (see the module docstring).
+
+    Open the asyncio face with ``await AsyncJournal.open(store, run_id, ...)``; the
+    blocking face's constructor opens the run itself.
+
+    Args:
+        store: the event store; the run is the stream ``run_id``.
+        run_id: stable id of the run (also the idempotency-key prefix).
+        code_revision: revision of the agent code; recorded by ``run.started``.
+        prompt_hash: hash of the prompt/config; recorded by ``run.started``.
+        gate: version-gate policy deciding ``resume``/``migrate``/``refuse`` on reopen.
+        snapshot_every: snapshot the run state every K events (0 disables).
+        module: ``module`` of the events the journal writes.
+        redact: ``redact(value) -> value`` applied to a model call's messages and params
+            and a tool call's args before they are recorded, hashed and compared (e.g.
+            :func:`redact_keys`). Outcomes are recorded as returned (a replay returns them).
+        record_prompts: False records only the hash of a model call's messages (params and
+            tool args are still recorded, after ``redact``).
+
+    Raises:
+        RunRefused: the gate refused to resume.
+        ChainIntegrityError: the run's log has integrity findings; never act on it.
+        PayloadErased: an event of the run was erased: it cannot be replayed (inspect it
+            with :meth:`inspect`).
+        StoreUnavailable: the store cannot be reached.
     """
+
+    _token: Token[Any] | None
 
     def __init__(
         self,
         store: AsyncEventStore | EventStore,
         run_id: str,
         *,
+        code_revision: str = "unversioned",
+        prompt_hash: str = "",
+        gate: GatePolicy = strict_gate,
         snapshot_every: int = 100,
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
     ) -> None:
+        if ASYNC:
+            store = async_face(store)
         self._setup(
             store,
             run_id,
@@ -55,7 +166,11 @@ class AsyncJournal(JournalLogic):
             redact=redact,
             record_prompts=record_prompts,
         )
-        self._port = port_for(store)
+        self._opening = (code_revision, prompt_hash, gate)
+        if ASYNC:
+            pass  # open() recovers the run and passes the gate
+        else:
+            self._open_run()
 
     @classmethod
     async def open(
@@ -71,41 +186,49 @@ class AsyncJournal(JournalLogic):
         redact: Redactor | None = None,
         record_prompts: bool = True,
     ) -> AsyncJournal:
-        """Open (recover, gate) the run without blocking the event loop.
+        """Open the run: recover it, then start it or pass the version gate.
 
         Raises:
             RunRefused: the gate refused to resume.
             ChainIntegrityError: the run's log has integrity findings.
             StoreUnavailable: the store cannot be reached.
         """
-        started = time.perf_counter()
         j = cls(
             store,
             run_id,
+            code_revision=code_revision,
+            prompt_hash=prompt_hash,
+            gate=gate,
             snapshot_every=snapshot_every,
             module=module,
             redact=redact,
             record_prompts=record_prompts,
         )
-        await arun(j._open_steps(code_revision, prompt_hash, gate), j._port)
-        j.stats.resume_seconds = time.perf_counter() - started
+        if ASYNC:
+            await j._open_run()
         return j
+
+    async def _open_run(self) -> None:
+        started = time.perf_counter()
+        await self._open(*self._opening)
+        self.stats.resume_seconds = time.perf_counter() - started
+
+    # -- looking without writing ------------------------------------------------------------
 
     @staticmethod
     async def inspect(
         store: AsyncEventStore | EventStore, run_id: str, *, requests: bool = True
     ) -> RunInfo:
-        """See :meth:`Journal.inspect` (appends nothing).
+        """The run's state, steps (with attempts, requests and outcomes), tokens, in-doubt
+        calls and interrupt, read without appending anything (no gate, no snapshot).
 
         Raises:
             RunNotFound: no run ``run_id`` in the store.
             StoreUnavailable: the store cannot be reached.
         """
-        from ares_events.core.store_async import AsyncEventStore
+        return await inspect_run(store, run_id, requests=requests)
 
-        if isinstance(store, AsyncEventStore):
-            return await runs.ainspect_run(store, run_id, requests=requests)
-        return await asyncio.to_thread(runs.inspect_run, store, run_id, requests=requests)
+    # -- plumbing ------------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncJournal:
         self._token = set_active(self)
@@ -116,6 +239,8 @@ class AsyncJournal(JournalLogic):
             reset_active(self._token)
             self._token = None
 
+    # -- model calls ---------------------------------------------------------------------
+
     async def model_call(
         self,
         messages: Any,
@@ -123,22 +248,30 @@ class AsyncJournal(JournalLogic):
         *,
         call: Callable[[Any, Mapping[str, Any]], Any | Awaitable[Any]],
     ) -> Any:
-        """See :meth:`Journal.model_call` (``call`` may be a coroutine function).
+        """One model step: recorded completion on replay, else request, call, record.
+
+        ``call(messages, params)`` returns a :class:`ModelReply`, a ``(completion,
+        usage)`` tuple, a ``{"completion", "usage"}`` dict or a bare completion. When it
+        raises, the failed attempt is recorded and the original exception propagates;
+        calling again with the same messages retries the same step.
 
         Raises:
             ReplayDivergence: the messages differ from those recorded at this step.
-            RunNotRunnable: the run cannot take new steps.
-            ModelCallFailed: replaying an abandoned step's failure.
+            RunNotRunnable: the run is paused/completed/failed and the step is new.
+            ModelCallFailed: replaying an abandoned step whose exception class is not
+                loaded in this process (else an instance of that class is raised).
         """
-        step, done, value = await arun(self._model_begin(messages, params), self._port)
+        step, done, value = await self._model_begin(messages, params)
         if done:
             return value
         try:
             raw = await maybe_await(call(messages, dict(params or {})))
         except Exception as exc:
-            await arun(self._model_failed(step, exc), self._port)
+            await self._model_failed(step, exc)
             raise
-        return await arun(self._model_end(step, raw), self._port)
+        return await self._model_end(step, raw)
+
+    # -- tool calls ----------------------------------------------------------------------
 
     async def tool_call(
         self,
@@ -149,26 +282,30 @@ class AsyncJournal(JournalLogic):
         reconcile: Callable[[str], Any] | None = None,
         idempotent: bool = False,
     ) -> Any:
-        """See :meth:`Journal.tool_call` (``call`` and ``reconcile`` may be coroutine
-        functions).
+        """One tool step with the idempotency key ``run_id:step_n``.
+
+        ``call(args, key)`` performs the side effect, passing ``key`` downstream. When it
+        raises, the failed attempt is recorded and the original exception propagates;
+        calling again with the same name and args retries the step with the same key.
+        ``reconcile(key) -> (landed, result)`` asks the downstream system whether an
+        in-doubt call landed.
 
         Raises:
             InDoubtToolCall: in doubt, no reconciler and not idempotent; run interrupted.
             ReplayDivergence: another tool, or other args, were recorded at this step.
             RunNotRunnable: the run cannot take new steps.
-            ToolCallFailed: the step's recorded outcome is an error.
+            ToolCallFailed: the step's recorded outcome is an error, or an abandoned
+                step's failure is replayed and its exception class is not loaded here.
         """
-        key, done, value = await arun(
-            self._tool_begin(name, args, reconcile, idempotent), self._port
-        )
+        key, done, value = await self._tool_begin(name, args, reconcile, idempotent)
         if done:
             return value
         try:
             result = await maybe_await(call(args, key))
         except Exception as exc:
-            await arun(self._tool_failed(key, exc), self._port)
+            await self._tool_failed(key, exc)
             raise
-        return await arun(self._tool_end(key, result), self._port)
+        return await self._tool_end(key, result)
 
     def tool(
         self,
@@ -178,7 +315,8 @@ class AsyncJournal(JournalLogic):
         idempotent: bool = False,
         reconcile: Callable[[str], Any] | None = None,
     ) -> Any:
-        """See :meth:`Journal.tool` (decorates a coroutine function)."""
+        """Decorator: each call of ``fn`` is a :meth:`tool_call` of this journal (its bound
+        arguments are the args; a parameter ``idempotency_key`` receives the key)."""
 
         def decorate(f: Callable[..., Any]) -> Any:
             return wrap_tool(lambda: self, f, name=name, idempotent=idempotent, reconcile=reconcile)
@@ -186,7 +324,8 @@ class AsyncJournal(JournalLogic):
         return decorate(fn) if fn is not None else decorate
 
     def step(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
-        """See :meth:`Journal.step`."""
+        """Decorator: ``fn``'s result is recorded once and replayed after (a tool that is
+        safe to run again when in doubt)."""
         return self.tool(fn, name=name, idempotent=True)
 
     async def resolve_tool_call(
@@ -198,47 +337,483 @@ class AsyncJournal(JournalLogic):
         by: str = "operator",
         reason: str | None = None,
     ) -> None:
-        """See :meth:`Journal.resolve_tool_call`.
+        """Record a human's verdict on an in-doubt call (the outcome to use).
 
         Raises:
             ConfigError: the call is not in doubt.
         """
-        await arun(self._resolve_steps(key, result, error, by, reason), self._port)
+        await self._resolve(key, result, error, by, reason)
+
+    # -- state, interrupts, end ----------------------------------------------------------
 
     async def patch(self, key: str, value: Any) -> None:
-        """See :meth:`Journal.patch`.
+        """Record a state patch (skipped when replaying a recorded step).
 
         Raises:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        await arun(self._patch_steps(key, value), self._port)
+        await self._patch(key, value)
 
     async def interrupt(self, reason: str) -> bool:
-        """See :meth:`Journal.interrupt`.
+        """Pause the run (e.g. awaiting approval). Returns True when the run is now paused
+        and the process should exit; False when replaying an interrupt already resumed.
 
         Raises:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        return await arun(self._interrupt_steps(reason), self._port)
+        return await self._interrupt(reason)
 
     async def resume(self, *, by: str, reason: str | None = None) -> None:
-        """See :meth:`Journal.resume`.
+        """Resume a paused run (from any process, any time later).
 
         Raises:
             RunNotRunnable: the run is not paused.
         """
-        await arun(self._resume_steps(by, reason), self._port)
+        await self._resume(by, reason)
 
     async def complete(self, result: Any = None) -> None:
-        """See :meth:`Journal.complete`.
+        """Mark the run completed (idempotent).
 
         Raises:
             RunNotRunnable: the run is paused, failed, cancelled or refused.
         """
-        await arun(self._complete_steps(result), self._port)
+        await self._complete(result)
 
     async def fail(self, error: str) -> None:
-        """See :meth:`Journal.fail`."""
-        await arun(self._fail_steps(error), self._port)
+        """Mark the run failed (idempotent)."""
+        await self._fail(error)
+
+    # -- the decisions -----------------------------------------------------------------
+
+    def _setup(
+        self,
+        store: Any,
+        run_id: str,
+        *,
+        snapshot_every: int,
+        module: str,
+        redact: Redactor | None,
+        record_prompts: bool,
+    ) -> None:
+        """The fields of a journal that has not read its run yet (no I/O)."""
+        self.store = store
+        self.run_id = run_id
+        self.module = module
+        self.redact = redact
+        self.record_prompts = record_prompts
+        self.projection = RunStateProjection()
+        self.stats = JournalStats()
+        has_snaps = Capability.SNAPSHOTS in store.capabilities
+        self._snapshots = store.snapshots if has_snaps else None
+        self.state: dict[str, Any] = self.projection.initial()
+        self.version = 0
+        self.recovered_from = "empty"
+        self.resumed = False
+        self.position = 0
+        """The step the loop is at (the last step it touched; 0 before the first)."""
+        self.attempt = 0
+        """Attempt number of the last call at the current step (1 for a first attempt)."""
+        self.replaying = False
+        """True when the last call was answered (or failed) from the log, not made."""
+        self._here = 0
+        self._token = None
+        self._snapshotter = (
+            AsyncSnapshotter(
+                store, [self.projection], every=snapshot_every, snapshots=self._snapshots
+            )
+            if has_snaps and snapshot_every > 0
+            else None
+        )
+
+    async def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
+        """Recover the run, then start it or pass the version gate (both append)."""
+        rep = await arecover(
+            self.store,
+            self.run_id,
+            self.projection,
+            snapshots=self._snapshots,
+            max_replay=2**62,
+        )
+        if rep.findings:
+            raise ChainIntegrityError(self.run_id, rep.findings)
+        erased = [s for s in rep.skipped if s.reason == ERASED_REASON]
+        if erased:
+            # A step whose request or outcome was erased cannot be replayed: acting again
+            # could re-pay a model call or repeat a side effect. Inspection still works.
+            raise PayloadErased(self.run_id, erased[0].version)
+        self.state = rep.state
+        self.version = rep.version
+        self.recovered_from = str(rep.source)
+        self.resumed = rep.version > 0
+        current = (code_revision, prompt_hash)
+        if not self.resumed:
+            await self._append(
+                "run.started",
+                {"code_revision": code_revision, "prompt_hash": prompt_hash},
+                NO_STREAM,
+            )
+        elif self.state["status"] not in FINISHED:
+            recorded = (self.state["code_revision"] or "", self.state["prompt_hash"] or "")
+            decision = gate(recorded, current)
+            if decision not in ("resume", "migrate", "refuse"):
+                raise ConfigError(
+                    f"version gate returned {decision!r}; expected resume, migrate or refuse"
+                )
+            await self._append(
+                "run.gate",
+                {
+                    "decision": decision,
+                    "code_revision": code_revision,
+                    "prompt_hash": prompt_hash,
+                    "recorded_code_revision": recorded[0],
+                    "recorded_prompt_hash": recorded[1],
+                },
+            )
+            if decision == "refuse":
+                raise RunRefused(self.run_id, recorded, current)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """``running``, ``paused``, ``completed``, ``failed``, ``cancelled`` or ``refused``."""
+        return str(self.state["status"])
+
+    @property
+    def patched(self) -> dict[str, Any]:
+        """The run's patched state (key -> value)."""
+        return dict(self.state["state"])
+
+    async def _append(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        expected: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        ev = new_event(type_, self.module, payload, metadata=metadata)
+        res = await self.store.append(
+            self.run_id, [ev], expected_version=self.version if expected is None else expected
+        )
+        # Fold the stored event itself so the state is exactly what a recovery would see.
+        e = await afirst(self.store.read(self.run_id, from_version=res.version, limit=1))
+        if e is not None:
+            self.state = self.projection.apply(self.state, e)
+        self.version = res.version
+        if self._snapshotter is not None:
+            await self._snapshotter.after_append(self.run_id, res.version)
+
+    def _require_runnable(self) -> None:
+        st = self.state["status"]
+        if st != "running":
+            detail = ""
+            if st == "paused" and self.state["interrupt"]:
+                detail = f"interrupted: {self.state['interrupt']['reason']}"
+            raise RunNotRunnable(self.run_id, st, detail)
+
+    def _rec(self, step: int) -> dict[str, Any] | None:
+        rec = self.state["steps"].get(str(step))
+        return rec if isinstance(rec, dict) else None
+
+    def _position(self, kind: str, same: Callable[[dict[str, Any]], bool]) -> int:
+        """The step this call belongs to: the current one again when it is another attempt
+        of it, else the next one."""
+        rec = self._rec(self.position) if self.position else None
+        if (
+            rec is not None
+            and rec.get("kind") == kind
+            and rec.get("status") in SAME_STEP
+            and same(rec)
+        ):
+            self._here += 1
+            return self.position
+        self.position += 1
+        self._here = 1
+        return self.position
+
+    async def _abandon_open(self, step: int) -> None:
+        rec = self._rec(step) if step > 0 else None
+        if rec is not None and rec.get("status") in OPEN:
+            await self._append("step.abandoned", {"step": step})
+            self.stats.steps_abandoned += 1
+
+    async def _new_step(self) -> None:
+        """Checks and bookkeeping before the first append of a new step."""
+        self._require_runnable()
+        await self._abandon_open(self.position - 1)
+        self.attempt = 1
+        self.replaying = False
+
+    async def _recorded_request(self, rec: dict[str, Any], field: str) -> Any:
+        """``field`` of the step's first request event, or MISSING when not recorded."""
+        version = rec.get("version")
+        if not isinstance(version, int):
+            return MISSING
+        e = await afirst(self.store.read(self.run_id, from_version=version, limit=1))
+        if e is None:
+            return MISSING
+        payload = e.payload if isinstance(e.payload, dict) else {}
+        return payload.get(field, MISSING)
+
+    def _raise_recorded(self, step: int, rec: dict[str, Any]) -> None:
+        """Raise the failure a replayed abandoned step saw at this (``_here``-th) call."""
+        self.replaying = True
+        self.stats.failures_from_log += 1
+        fails = [a for a in rec.get("attempts", []) if a.get("status") == "failed"]
+        if fails:
+            self.attempt = int(fails[min(self._here, len(fails)) - 1]["n"])
+        raise recorded_failure(self.run_id, step, rec, self._here)
+
+    def _record(self, value: Any) -> Any:
+        return self.redact(value) if self.redact is not None else value
+
+    # -- model calls ---------------------------------------------------------------------
+
+    async def _model_begin(
+        self, messages: Any, params: Mapping[str, Any] | None
+    ) -> tuple[int, bool, Any]:
+        msgs = self._record(messages)
+        prm = self._record(dict(params or {}))
+        mh = hash_of(msgs, "messages")
+        hash_of(prm, "params")  # not JSON: fail before anything is appended
+        step = self._position("model", lambda rec: rec.get("hash") == mh)
+        rec = self._rec(step)
+        if rec is None:
+            await self._new_step()
+            await self._model_request(step, 1, mh, msgs, prm)
+            return step, False, None
+        if rec.get("kind") != "model":
+            raise kind_divergence(self.run_id, step, rec, "a model call")
+        if rec.get("hash") != mh:
+            recorded = await self._recorded_request(rec, "messages")
+            raise diverged(self.run_id, step, "messages", recorded, msgs, "messages", rec, mh)
+        status = rec.get("status")
+        if status == "answered":
+            self.replaying = True
+            self.attempt = len(rec.get("attempts", [])) or 1
+            self.stats.model_calls_from_log += 1
+            self.stats.tokens_from_log += runs.tokens_of(self.state["usage_by_step"].get(str(step)))
+            return step, True, self.state["completions"].get(str(step))
+        if status == "abandoned":
+            self._raise_recorded(step, rec)
+        self._require_runnable()
+        self.replaying = False
+        attempts = rec.get("attempts", [])
+        last = attempts[-1]["n"] if attempts else 0
+        if status == "requested":
+            # Asked, never answered nor failed (the process died in the call): ask again
+            # under the same request; only an unanswered call can be paid twice.
+            self.attempt = last or 1
+            return step, False, None
+        self.attempt = last + 1
+        await self._model_request(step, last + 1, mh, msgs, prm)
+        return step, False, None
+
+    async def _model_request(self, step: int, attempt: int, mh: str, msgs: Any, prm: Any) -> None:
+        payload: dict[str, Any] = {
+            "step": step,
+            "attempt": attempt,
+            "messages_hash": mh,
+            "params": prm,
+        }
+        if self.record_prompts:
+            payload["messages"] = msgs
+        if self.redact is not None:
+            payload["redacted"] = True
+        await self._append("model.call.requested", payload)
+
+    async def _model_failed(self, step: int, exc: BaseException) -> None:
+        self.stats.model_attempts_failed += 1
+        await self._append(
+            "model.call.failed", {"step": step, "attempt": self.attempt, **failure(exc)}
+        )
+
+    async def _model_end(self, step: int, raw: Any) -> Any:
+        answer = reply(raw)
+        self.stats.model_calls_made += 1
+        await self._append(
+            "model.responded",
+            {"step": step, "completion": answer.completion, "usage": dict(answer.usage)},
+        )
+        return answer.completion
+
+    # -- tool calls ----------------------------------------------------------------------
+
+    async def _tool_begin(
+        self,
+        name: str,
+        args: Any,
+        reconcile: Callable[[str], Any] | None,
+        idempotent: bool,
+    ) -> tuple[str, bool, Any]:
+        recorded_args = self._record(args)
+        ah = hash_of(recorded_args, "args")
+
+        def same(rec: dict[str, Any]) -> bool:
+            return rec.get("name") == name and rec.get("hash") in (None, ah)
+
+        step = self._position("tool", same)
+        rec = self._rec(step)
+        key = f"{self.run_id}:{step}"
+        if rec is None:
+            await self._new_step()
+            await self._tool_request(step, 1, name, recorded_args, ah, key)
+            return key, False, None
+        if rec.get("kind") != "tool":
+            raise kind_divergence(self.run_id, step, rec, f"tool {name!r}")
+        key = str(rec.get("key") or key)
+        if rec.get("name") != name:
+            raise ReplayDivergence(
+                self.run_id,
+                step,
+                f"tool {name!r} requested where the log recorded {rec.get('name')!r}",
+                path="tool",
+                recorded=repr(rec.get("name")),
+                current=repr(name),
+            )
+        if rec.get("hash") not in (None, ah):
+            recorded = await self._recorded_request(rec, "args")
+            raise diverged(
+                self.run_id,
+                step,
+                f"args of tool {name!r}",
+                recorded,
+                recorded_args,
+                "args",
+                rec,
+                ah,
+            )
+        tc = self.state["tool_calls"].get(key, {})
+        status = rec.get("status")
+        attempts = rec.get("attempts", [])
+        last = attempts[-1]["n"] if attempts else 0
+        if status in ("returned", "error"):
+            self.replaying = True
+            self.attempt = last or 1
+            self.stats.tool_calls_from_log += 1
+            if status == "error":
+                raise ToolCallFailed(self.run_id, key, tc.get("error"), step=step)
+            return key, True, tc.get("result")
+        if status == "abandoned":
+            self._raise_recorded(step, rec)
+        if status in OPEN:
+            self._require_runnable()
+            self.replaying = False
+            self.attempt = last + 1
+            await self._tool_request(step, last + 1, name, recorded_args, ah, key)
+            return key, False, None
+        # In doubt: requested, no outcome.
+        self.attempt = last or 1
+        if reconcile is not None:
+            landed, result = await maybe_await(reconcile(key))
+            if landed:
+                self._require_runnable()
+                await self._append(
+                    "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
+                )
+                self.stats.tool_calls_reconciled += 1
+                self.replaying = True
+                return key, True, result
+        elif not idempotent:
+            if self.state["status"] == "running":
+                await self._append(
+                    "run.interrupted", {"reason": IN_DOUBT, "key": key, "step": step}
+                )
+            raise InDoubtToolCall(self.run_id, key, name, step)
+        self._require_runnable()
+        self.replaying = False
+        return key, False, None
+
+    async def _tool_request(
+        self, step: int, attempt: int, name: str, args: Any, ah: str, key: str
+    ) -> None:
+        await self._append(
+            "tool.call.requested",
+            {
+                "name": name,
+                "args": args,
+                "idempotency_key": key,
+                "step": step,
+                "attempt": attempt,
+                "args_hash": ah,
+            },
+        )
+
+    async def _tool_failed(self, key: str, exc: BaseException) -> None:
+        self.stats.tool_attempts_failed += 1
+        await self._append(
+            "tool.call.failed",
+            {
+                "idempotency_key": key,
+                "step": self.position,
+                "attempt": self.attempt,
+                **failure(exc),
+            },
+        )
+
+    async def _tool_end(self, key: str, result: Any) -> Any:
+        self.stats.tool_calls_made += 1
+        await self._append("tool.returned", {"idempotency_key": key, "result": result})
+        return result
+
+    # -- operator verdicts, state, interrupts, end ---------------------------------------
+
+    async def _resolve(
+        self, key: str, result: Any, error: Any, by: str, reason: str | None
+    ) -> None:
+        tc = self.state["tool_calls"].get(key)
+        if tc is None or tc["status"] != "requested":
+            raise ConfigError(f"tool call {key} is not in doubt")
+        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
+        payload["error" if error is not None else "result"] = error if error is not None else result
+        await self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
+
+    async def _patch(self, key: str, value: Any) -> None:
+        step = self._position("patch", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "patch":
+                raise kind_divergence(self.run_id, step, rec, "a state patch")
+            self.replaying = True
+            return
+        await self._new_step()
+        await self._append("state.patched", {"key": key, "value": value, "step": step})
+
+    async def _interrupt(self, reason: str) -> bool:
+        step = self._position("interrupt", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "interrupt":
+                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
+            self.replaying = True
+            return not rec.get("resumed", False)
+        await self._new_step()
+        await self._append("run.interrupted", {"reason": reason, "step": step})
+        return True
+
+    async def _resume(self, by: str, reason: str | None) -> None:
+        if self.state["status"] != "paused":
+            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
+        await self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
+
+    async def _complete(self, result: Any) -> None:
+        if self.state["status"] == "completed":
+            return
+        self._require_runnable()
+        await self._abandon_open(self.position)
+        await self._append("run.completed", {"result": result, "step": self.position})
+
+    async def _fail(self, error: str) -> None:
+        if self.state["status"] == "failed":
+            return
+        if self.state["status"] == "running":
+            await self._abandon_open(self.position)
+        await self._append("run.failed", {"error": error, "step": self.position})
+
+
+if ASYNC:
+    pass
+else:
+    __all__ += ["AsyncJournal"]  # as is

@@ -23,8 +23,8 @@ from typing import Any, Final
 
 import blake3
 
+from ares_events.chain import canonical_json
 from ares_events.errors import InvalidEvent
-from ares_events.integrity.chain import canonical_json
 
 __all__ = [
     "MAX_ERROR_CHARS",

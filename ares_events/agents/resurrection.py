@@ -38,9 +38,9 @@ import blake3
 
 from ares_events.agents.journal import Journal, ModelReply
 from ares_events.agents.supervision import ProcessSupervisor, heartbeat
+from ares_events.chain import canonical_json
 from ares_events.core.events import parse_at
 from ares_events.errors import ConfigError
-from ares_events.integrity.chain import canonical_json
 from ares_events.integrity.verify import verify_stream
 from ares_events.stores import Capability
 from ares_events.stores.settings import Settings

@@ -1,3 +1,4 @@
+# Generated from runs_async.py by tools/async_to_sync.py: do not edit.
 """Looking at runs and operating them, without running their loop.
 
 Looking is read-only: :func:`inspect_run` and :func:`list_runs` fold a run's stream (its
@@ -12,296 +13,63 @@ an in-doubt tool call (``tool.returned`` with the result, or ``tool.call.not_don
 for good (``run.cancelled``). Each names the version it read, so an action on a run that
 changed meanwhile fails with ``ConcurrencyError`` instead of acting on a stale view.
 
-It may import the core, integrity, projections and this package's leaf modules.
+Written once for both faces (``runs.py`` is generated from this module).
+
+It may import the core, the stores, integrity, projections and this package's leaf modules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
+from ares_events.agents.run_info import (
+    FINISHED,
+    IN_DOUBT,
+    LIST_STATUSES,
+    MODULE,
+    AttemptInfo,
+    RunInfo,
+    StepInfo,
+    audit,
+    run_status,
+    steps_of,
+    tokens_of,
+)
+from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
-from ares_events.core.ports import StorePort, port_for
-from ares_events.core.recorder import Capability
-from ares_events.core.sansio import Call, Steps, arun, run
+from ares_events.core.iterators import closing_iter, first
 from ares_events.errors import ChainIntegrityError, ConfigError
-from ares_events.integrity.findings import Finding
 from ares_events.projections.builtin import RunStateProjection
-from ares_events.projections.recovery import recover_steps
+from ares_events.projections.recovery import recover
 
 if TYPE_CHECKING:
-    from ares_events.core.store import EventStore
-    from ares_events.core.store_async import AsyncEventStore
+    from ares_events.core.store import EventStore  # as is
 
 __all__ = [
+    "FINISHED",
+    "IN_DOUBT",
     "LIST_STATUSES",
     "AttemptInfo",
     "RunInfo",
     "StepInfo",
-    "ainspect_run",
     "audit",
     "cancel_run",
     "inspect_run",
+    "iter_run_ids",
     "list_runs",
     "resolve_step",
     "resume_run",
     "tokens_of",
 ]
 
-IN_DOUBT: Final = "in_doubt_tool_call"
-FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
-LIST_STATUSES: Final = (
-    "running",
-    "paused",
-    "in_doubt",
-    "completed",
-    "failed",
-    "cancelled",
-    "refused",
-)
-"""What ``list_runs(status=...)`` filters on. ``paused`` includes runs paused on an in-doubt
-tool call; ``in_doubt`` matches those and any run with a tool call that has no outcome."""
-MODULE: Final = "journal"
+
 _UNSET: Final = object()
 
 
-def tokens_of(usage: Mapping[str, Any] | None) -> int:
-    """Tokens of a usage mapping: ``total_tokens`` when present, else the sum of its
-    integer values."""
-    if not usage:
-        return 0
-    if "total_tokens" in usage and isinstance(usage["total_tokens"], int):
-        return int(usage["total_tokens"])
-    return sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
-
-
-def audit(by: str, reason: str | None, via: str) -> dict[str, Any]:
-    """The metadata of an operator's event: who, why, through what."""
-    meta: dict[str, Any] = {"by": by, "via": via}
-    if reason:
-        meta["reason"] = reason
-    return meta
-
-
-# -- views ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptInfo:
-    """One attempt of a call step."""
-
-    n: int
-    status: str
-    """``requested`` (no outcome yet), ``failed``, ``answered``, ``returned``, ``error``,
-    ``not_done``."""
-    version: int | None
-    at: str | None
-    error_type: str | None = None
-    error: str | None = None
-    reconciled: bool = False
-    resolved_by: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {k: getattr(self, k) for k in self.__slots__}
-
-
-@dataclass(frozen=True, slots=True)
-class StepInfo:
-    """One step of a run: what it asked and what it got."""
-
-    step: int
-    kind: str
-    """``model``, ``tool``, ``patch`` or ``interrupt``."""
-    status: str
-    attempts: tuple[AttemptInfo, ...] = ()
-    name: str | None = None
-    """The tool's name (tool steps)."""
-    key: str | None = None
-    """The idempotency key ``run_id:step`` (tool steps)."""
-    request: Any = None
-    """``{"messages", "params"}`` (model) or ``{"args"}`` (tool) as recorded (redacted),
-    or None when not loaded; ``messages`` is absent when only its hash is recorded."""
-    request_hash: str | None = None
-    outcome: Any = None
-    """The completion (model) or result (tool)."""
-    error: str | None = None
-    usage: dict[str, Any] | None = None
-    tokens: int = 0
-    detail: str | None = None
-    """The patched key or the interrupt's reason."""
-
-    @property
-    def in_doubt(self) -> bool:
-        """A tool call whose last attempt has no outcome."""
-        return self.kind == "tool" and self.status == "requested"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        d = {k: getattr(self, k) for k in self.__slots__}
-        d["attempts"] = [a.to_dict() for a in self.attempts]
-        d["in_doubt"] = self.in_doubt
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """A run as its log tells it (see :func:`inspect_run`)."""
-
-    run_id: str
-    status: str
-    """``running``, ``paused``, ``in_doubt`` (paused on an in-doubt tool call),
-    ``completed``, ``failed``, ``cancelled`` or ``refused``."""
-    version: int
-    code_revision: str | None
-    prompt_hash: str | None
-    steps: tuple[StepInfo, ...]
-    usage: dict[str, Any]
-    tokens: int
-    interrupt: dict[str, Any] | None
-    error: str | None
-    result: Any
-    resumes: int
-    cancelled: dict[str, Any] | None
-    updated_at: str | None
-    findings: list[Finding] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    state: dict[str, Any] = field(default_factory=dict, repr=False)
-    """The raw fold (``RunStateProjection``) these views were made from."""
-
-    @property
-    def in_doubt(self) -> tuple[StepInfo, ...]:
-        """Tool calls with no outcome (in doubt once their process is gone)."""
-        return tuple(s for s in self.steps if s.in_doubt)
-
-    @property
-    def ok(self) -> bool:
-        """The chain checked clean and every event matched its schema."""
-        return not self.findings and not self.skipped
-
-    def step(self, n: int) -> StepInfo | None:
-        """Step ``n``, or None."""
-        return next((s for s in self.steps if s.step == n), None)
-
-    def matches(self, status: str | None) -> bool:
-        """Whether this run is listed under ``status`` (None: every run)."""
-        if status is None or status == self.status:
-            return True
-        if status == "paused":
-            return self.status == "in_doubt"
-        return status == "in_doubt" and bool(self.in_doubt)
-
-    def to_dict(self, *, steps: bool = True) -> dict[str, Any]:
-        """JSON-ready form."""
-        d: dict[str, Any] = {
-            "run_id": self.run_id,
-            "status": self.status,
-            "version": self.version,
-            "code_revision": self.code_revision,
-            "prompt_hash": self.prompt_hash,
-            "step_count": len(self.steps),
-            "tokens": self.tokens,
-            "usage": self.usage,
-            "in_doubt": [s.to_dict() for s in self.in_doubt],
-            "interrupt": self.interrupt,
-            "error": self.error,
-            "result": self.result,
-            "resumes": self.resumes,
-            "cancelled": self.cancelled,
-            "updated_at": self.updated_at,
-            "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings],
-            "skipped": self.skipped,
-        }
-        if steps:
-            d["steps"] = [s.to_dict() for s in self.steps]
-        return d
-
-
-def _status(state: Mapping[str, Any]) -> str:
-    status = str(state["status"])
-    interrupt = state.get("interrupt") or {}
-    if (
-        status == "paused"
-        and interrupt.get("reason") == IN_DOUBT
-        and interrupt.get("key") in state["dangling"]
-    ):
-        return "in_doubt"
-    return status
-
-
-def _attempts(rec: Mapping[str, Any]) -> tuple[AttemptInfo, ...]:
-    return tuple(
-        AttemptInfo(
-            n=int(a.get("n", i + 1)),
-            status=str(a.get("status")),
-            version=a.get("version"),
-            at=a.get("at"),
-            error_type=a.get("error_type"),
-            error=a.get("error"),
-            reconciled=bool(a.get("reconciled", False)),
-            resolved_by=a.get("resolved_by"),
-        )
-        for i, a in enumerate(rec.get("attempts") or [])
-    )
-
-
-def _steps(state: Mapping[str, Any], requests: Mapping[int, Any]) -> tuple[StepInfo, ...]:
-    out = []
-    for k in sorted(state["steps"], key=int):
-        rec = state["steps"][k]
-        n = int(k)
-        kind = str(rec.get("kind"))
-        attempts = _attempts(rec)
-        failed = [a for a in attempts if a.status == "failed"]
-        last_error = (
-            f"{failed[-1].error_type}: {failed[-1].error}"
-            if failed and rec.get("status") in ("failed", "abandoned")
-            else None
-        )
-        req = requests.get(rec["version"]) if isinstance(rec.get("version"), int) else None
-        if kind == "model":
-            usage = state["usage_by_step"].get(k)
-            out.append(
-                StepInfo(
-                    n,
-                    kind,
-                    str(rec.get("status")),
-                    attempts,
-                    request=req,
-                    request_hash=rec.get("hash"),
-                    outcome=state["completions"].get(k),
-                    error=last_error,
-                    usage=usage,
-                    tokens=tokens_of(usage),
-                )
-            )
-        elif kind == "tool":
-            call = state["tool_calls"].get(rec.get("key"), {})
-            error = call.get("error") if rec.get("status") == "error" else last_error
-            out.append(
-                StepInfo(
-                    n,
-                    kind,
-                    str(rec.get("status")),
-                    attempts,
-                    name=rec.get("name"),
-                    key=rec.get("key"),
-                    request=req,
-                    request_hash=rec.get("hash"),
-                    outcome=call.get("result"),
-                    error=error,
-                )
-            )
-        else:
-            detail = rec.get("key") if kind == "patch" else rec.get("reason")
-            out.append(StepInfo(n, kind, str(rec.get("status")), detail=detail))
-    return tuple(out)
-
-
-def _requests(run_id: str, state: Mapping[str, Any]) -> Steps[dict[int, Any]]:
+def _requests(store: EventStore, run_id: str, state: Mapping[str, Any]) -> dict[int, Any]:
+    """What each model and tool step asked, by the version of its request event."""
     wanted = {
         rec["version"]
         for rec in state["steps"].values()
@@ -310,39 +78,31 @@ def _requests(run_id: str, state: Mapping[str, Any]) -> Steps[dict[int, Any]]:
     found: dict[int, Any] = {}
     if not wanted:
         return found
-    handle = yield Call("open_read", run_id, min(wanted), max(wanted), None)
-    try:
-        while chunk := (yield Call("next_chunk", handle)):
-            for e in chunk:
-                if e.version not in wanted:
-                    continue
-                if e.payload_erased:
-                    found[e.version] = {"erased": True}
-                    continue
-                payload = e.payload if isinstance(e.payload, dict) else {}
-                if e.type == "model.call.requested":
-                    req = {"params": payload.get("params")}
-                    if "messages" in payload:
-                        req["messages"] = payload["messages"]
-                    found[e.version] = req
-                elif e.type == "tool.call.requested":
-                    found[e.version] = {"args": payload.get("args")}
-    except GeneratorExit:  # the driver itself was closed: no more calls
-        raise
-    except BaseException:
-        yield Call("close_read", handle)
-        raise
-    yield Call("close_read", handle)
+    with closing_iter(store.read(run_id, min(wanted), max(wanted))) as events:
+        for e in events:
+            if e.version not in wanted:
+                continue
+            if e.payload_erased:
+                found[e.version] = {"erased": True}
+                continue
+            payload = e.payload if isinstance(e.payload, dict) else {}
+            if e.type == "model.call.requested":
+                req = {"params": payload.get("params")}
+                if "messages" in payload:
+                    req["messages"] = payload["messages"]
+                found[e.version] = req
+            elif e.type == "tool.call.requested":
+                found[e.version] = {"args": payload.get("args")}
     return found
 
 
-def _is_run(run_id: str) -> Steps[str | None]:
+def _why_not_a_run(store: EventStore, run_id: str) -> str | None:
     """None when ``run_id`` is a run, else why not."""
-    first = yield Call("read_at", run_id, 1)
-    if first is None:
+    opening = first(store.read(run_id, 1, limit=1))
+    if opening is None:
         return "no such run"
-    if first.type != "run.started":
-        return f"stream is not a run (its first event is {first.type!r}, not 'run.started')"
+    if opening.type != "run.started":
+        return f"stream is not a run (its first event is {opening.type!r}, not 'run.started')"
     return None
 
 
@@ -359,42 +119,23 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
         RunNotFound: no stream ``run_id``, or a stream that is not a run.
         StoreUnavailable: the store cannot be reached.
     """
-    return run(_inspect_steps(store, run_id, requests), StorePort(store))
-
-
-async def ainspect_run(store: AsyncEventStore, run_id: str, *, requests: bool = True) -> RunInfo:
-    """The asyncio twin of :func:`inspect_run` (the same steps).
-
-    Raises:
-        RunNotFound: no stream ``run_id``, or a stream that is not a run.
-        StoreUnavailable: the store cannot be reached.
-    """
-    return await arun(_inspect_steps(store, run_id, requests), port_for(store))
-
-
-def _inspect_steps(store: Any, run_id: str, requests: bool) -> Steps[RunInfo]:
-    why = yield from _is_run(run_id)
+    why = _why_not_a_run(store, run_id)
     if why is not None:
         raise RunNotFound(run_id, why)
     snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-    rep = yield from recover_steps(
-        store.chain_key,
-        run_id,
-        RunStateProjection(),
-        snapshots=snaps,
-        max_replay=2**62,
-        tolerant=True,
+    rep = recover(
+        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
     )
     state = rep.state
-    last = yield Call("read_at", run_id, rep.version)
-    loaded = (yield from _requests(run_id, state)) if requests else {}
+    last = first(store.read(run_id, rep.version, limit=1))
+    loaded = _requests(store, run_id, state) if requests else {}
     return RunInfo(
         run_id=run_id,
-        status=_status(state),
+        status=run_status(state),
         version=rep.version,
         code_revision=state["code_revision"],
         prompt_hash=state["prompt_hash"],
-        steps=_steps(state, loaded),
+        steps=steps_of(state, loaded),
         usage=dict(state["usage"]),
         tokens=sum(tokens_of(u) for u in state["usage_by_step"].values()),
         interrupt=state["interrupt"],
@@ -412,9 +153,8 @@ def _inspect_steps(store: Any, run_id: str, requests: bool) -> Steps[RunInfo]:
 def iter_run_ids(store: EventStore) -> Iterator[str]:
     """Streams of ``store`` that are runs (their first event is ``run.started``)."""
     # Listed first: reading each stream while the listing is open would nest cursors.
-    port = StorePort(store)
     for stream_id in [sid for sid, _ in store.streams()]:
-        if run(_is_run(stream_id), port) is None:
+        if _why_not_a_run(store, stream_id) is None:
             yield stream_id
 
 
@@ -428,8 +168,12 @@ def list_runs(store: EventStore, *, status: str | None = None) -> list[RunInfo]:
     """
     if status is not None and status not in LIST_STATUSES:
         raise ConfigError(f"unknown run status {status!r}; expected one of {LIST_STATUSES}")
-    runs = (inspect_run(store, run_id, requests=False) for run_id in iter_run_ids(store))
-    return [r for r in runs if r.matches(status)]
+    out = []
+    for run_id in iter_run_ids(store):
+        info = inspect_run(store, run_id, requests=False)
+        if info.matches(status):
+            out.append(info)
+    return out
 
 
 # -- operating ------------------------------------------------------------------------------
@@ -501,7 +245,12 @@ def resolve_step(
 
 
 def resume_run(
-    store: EventStore, run_id: str, *, by: str, reason: str | None = None, via: str = "library"
+    store: EventStore,
+    run_id: str,
+    *,
+    by: str,
+    reason: str | None = None,
+    via: str = "library",
 ) -> RunInfo:
     """Answer the run's interrupt: append ``run.resumed``; the next incarnation of the
     loop goes on past it.
@@ -528,7 +277,12 @@ def resume_run(
 
 
 def cancel_run(
-    store: EventStore, run_id: str, *, by: str, reason: str | None = None, via: str = "library"
+    store: EventStore,
+    run_id: str,
+    *,
+    by: str,
+    reason: str | None = None,
+    via: str = "library",
 ) -> RunInfo:
     """Stop the run for good: append ``run.cancelled``. Its recorded steps still replay;
     a new step raises ``RunNotRunnable`` (status ``cancelled``), and a live incarnation is

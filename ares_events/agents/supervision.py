@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
-from ares_events.core.recorder import Capability
 from ares_events.errors import ConfigError
 from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
 from ares_events.projections.recovery import RecoveryReport, recover

@@ -31,7 +31,8 @@ from ares_events.cli.common import (
 from ares_events.core.events import RecordedEvent
 from ares_events.core.identity import StoreIdentity
 from ares_events.errors import AresError
-from ares_events.integrity.verify import audit, verify_stream
+from ares_events.integrity.audit import audit
+from ares_events.integrity.verify import verify_stream
 
 # -- display helpers (tail) ------------------------------------------------------------------
 

@@ -1,14 +1,22 @@
 """The core: the event model, the backend contract and the store that sits on it.
 
-What lives here: :mod:`~ares_events.core.events` (``NewEvent``, ``RecordedEvent``,
-validation and encoding), :mod:`~ares_events.core.recorder` (the ``Recorder`` protocol a
-backend implements, ``Batch``, ``Head``, ``Capability``, ``StoreURL``),
-:mod:`~ares_events.core.store` (``EventStore``, ``emit``), :mod:`~ares_events.core.catalog`
-(typed payload schemas) and :mod:`~ares_events.core.snapshots` (snapshot value types and
-the backend-independent verification every snapshot store shares).
+What lives here, by what a reader looks for:
 
-It may import only :mod:`ares_events.errors`, :mod:`ares_events.integrity.chain` and
-itself. It never imports a backend (``stores``), verification, projections, the agent
-runtime, the CLI or an integration: backends plug in from above through the ``Recorder``
-protocol and the recorder's ``snapshot_store(event_store)`` hook.
+- events: :mod:`~ares_events.core.events` (``NewEvent``, ``RecordedEvent``, validation
+  and canonical encoding), :mod:`~ares_events.core.catalog` (typed payload schemas);
+- the backend contract: :mod:`~ares_events.core.backend` (``Batch``, ``Head``,
+  ``Capability``: the values a recorder takes and returns), :mod:`~ares_events.core.recorder_async`
+  (the recorder protocols, one per capability), :mod:`~ares_events.core.url` (``StoreURL``);
+- the store: :mod:`~ares_events.core.store_async` (``AsyncEventStore``) with the rules both
+  faces share in :mod:`~ares_events.core.rules`, the identity in
+  :mod:`~ares_events.core.identity` and safe close in :mod:`~ares_events.core.lifecycle`;
+- snapshots: :mod:`~ares_events.core.snapshot_format` (what a snapshot is) and
+  :mod:`~ares_events.core.snapshots_async` (the store that checks them).
+
+Each ``*_async`` module is written by hand; the module of the same name without
+``_async`` is the blocking face, generated from it (``tools/async_to_sync.py``).
+
+It may import only :mod:`ares_events.errors`, :mod:`ares_events.chain` and itself. It
+never imports a backend (``stores``), verification, projections, the agent runtime, the
+CLI or an integration: backends plug in from above through the recorder protocol.
 """

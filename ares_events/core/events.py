@@ -21,13 +21,8 @@ from typing import Any, Final
 
 import orjson
 
+from ares_events.chain import canonical_json, header_bytes, payload_digest, payload_digester
 from ares_events.errors import ConcurrencyError, InvalidEvent, PayloadErased
-from ares_events.integrity.chain import (
-    canonical_json,
-    header_bytes,
-    payload_digest,
-    payload_digester,
-)
 
 __all__ = [
     "ANY",
@@ -574,8 +569,13 @@ def _remember_good(name: str) -> None:
         _GOOD_NAMES.add(name)
 
 
+MAX_METADATA_BYTES: Final = 1024 * 1024
+"""Canonical metadata is hashed into every header; it may be at most this big."""
+
+
 def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
-    """Validate and encode a batch (everything but versions and hashes).
+    """Validate and encode a batch (everything but versions and hashes): event types,
+    ids, canonical payload and metadata (at most :data:`MAX_METADATA_BYTES`), digests.
 
     Raises:
         InvalidEvent: names the field and the event's index in the batch.
@@ -643,6 +643,14 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
             )
         except InvalidEvent as exc:
             raise InvalidEvent(exc.field, exc.problem, stream_id=stream_id, index=i) from None
+        if len(meta_json) > MAX_METADATA_BYTES:
+            raise InvalidEvent(
+                "metadata",
+                f"is {len(meta_json):,} bytes; the limit is {MAX_METADATA_BYTES:,} "
+                "(metadata is hashed into every header: put big data in the payload)",
+                stream_id=stream_id,
+                index=i,
+            )
         out.append(
             PreparedEvent(
                 eid_s,
@@ -682,3 +690,21 @@ def utc_now_at() -> str:
     if cached[0] != sec:
         cached = _AT_SECOND = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
     return f"{cached[1]}.{us:06d}Z"
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The stream ids starting with ``prefix`` as a range ``lo <= stream_id < hi``.
+
+    ``hi`` is ``prefix`` with its last character replaced by the next code point (after
+    dropping trailing U+10FFFF, which has no successor; surrogates, which no stream id
+    holds, are skipped); None means no upper bound. Code point order is the byte order of
+    UTF-8, so SQL backends compare with a binary collation (``COLLATE "C"`` on
+    PostgreSQL) and no character is a wildcard, as it would be in ``LIKE``.
+    """
+    head = prefix.rstrip("\U0010ffff")
+    if not head:
+        return prefix, None
+    nxt = ord(head[-1]) + 1
+    if 0xD800 <= nxt < 0xE000:
+        nxt = 0xE000
+    return prefix, head[:-1] + chr(nxt)

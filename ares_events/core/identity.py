@@ -35,9 +35,9 @@ from typing import Any, Final
 
 import orjson
 
+from ares_events.chain import FORMAT_VERSION, ChainKey, canonical_json
 from ares_events.core.events import utc_now_at
 from ares_events.errors import ConfigError, StoreError
-from ares_events.integrity.chain import FORMAT_VERSION, ChainKey, canonical_json
 
 __all__ = ["IDENTITY_KEY", "BlobsIdentity", "KeyRange", "StoreIdentity"]
 

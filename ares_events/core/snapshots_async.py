@@ -1,221 +1,134 @@
-"""The asyncio snapshot store: :class:`AsyncSnapshotStore` (``async_store.snapshots``).
+"""The snapshot store: the latest snapshot per (stream, projection), checked against the
+stream before it is returned (``store.snapshots``).
 
-The same surface as :class:`~ares_events.core.snapshots.SnapshotStore`, each method a
-coroutine and each listing an async iterator, and the same checks: they are the
-:class:`~ares_events.core.snapshots._SnapshotLogic` steps the blocking stores run, driven
-here with awaits. A backend provides only the row operations, as a :class:`SnapshotRows`
-from its async recorder's ``snapshot_rows(event_store)`` hook:
+:meth:`AsyncSnapshotStore.load` checks a snapshot before returning it: the projection
+version (when asked), the state digest, that ``at_hash`` is still the hash of the
+stream's event at ``at_version``, and the seal (:mod:`ares_events.core.snapshot_format`).
+Anything else raises :class:`~ares_events.errors.SnapshotMismatch` with the reason;
+:meth:`AsyncSnapshotStore.load_checked` returns the reason instead, so recovery can
+report why a snapshot was ignored. A wrong snapshot is never returned, and its state is
+never decoded before every check passed.
 
-- :class:`DirectRows`: a blocking snapshot store whose row operations do no I/O (memory),
-  called on the loop;
-- :class:`ThreadedRows`: a blocking snapshot store's row operations on the threads of
-  :class:`~ares_events.stores.threaded.ThreadedRecorder` (SQLite, cached stores);
-- PostgreSQL's native rows (:mod:`ares_events.stores.postgres.snapshots_async`).
+Where the rows live is the backend's business: a recorder that declares
+:attr:`~ares_events.core.backend.Capability.SNAPSHOTS` hands out its
+``snapshot_rows()``; this store holds every check, once.
 
 It may import the core's other modules and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import builtins
-import contextlib
-import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
+from ares_events.core.backend import Capability
 from ares_events.core.events import RecordedEvent, validate_name
-from ares_events.core.sansio import arun
-from ares_events.core.snapshots import (
+from ares_events.core.iterators_async import afirst
+from ares_events.core.snapshot_format import (
     Snapshot,
     SnapshotCheck,
     SnapshotInfo,
-    _check_delete,
-    _checked,
-    _Row,
-    _SnapshotLogic,
-    make_snapshot_steps,
+    check_delete,
+    check_int,
+    checked,
+    row_problem,
+    seal_reason,
+    snapshot_of_row,
+    snapshot_seal,
+    state_digest,
+    validate_snapshot,
 )
-from ares_events.errors import SnapshotMismatch, StoreError
+from ares_events.errors import InvalidEvent, SnapshotMismatch, StoreError
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ares_events.core.store_async import AsyncEventStore
-
-__all__ = [
-    "AsyncSnapshotStore",
-    "DirectRows",
-    "SnapshotRows",
-    "ThreadedRows",
-    "amake_snapshot",
-    "async_snapshot_store_for",
-]
-
-_LIST_CHUNK = 500
+    from ares_events.chain import ChainKey
+    from ares_events.core.recorder_async import AsyncSnapshotRows
 
 
-@runtime_checkable
-class SnapshotRows(Protocol):
-    """The row operations of an asyncio snapshot store (the backend's part)."""
+class AsyncEvents(Protocol):
+    """What the snapshot store reads of its event store (the store itself, typed by
+    what is used, so the two modules do not import each other)."""
 
-    async def put(self, snap: Snapshot) -> None:
-        """Store the sealed snapshot, replacing the previous one (an UPSERT)."""
+    chain_key: ChainKey | None
+
+    @property
+    def url(self) -> str:
+        """The store's URL, redacted."""
         ...
 
-    async def get(self, stream_id: str, projection: str) -> _Row | None:
-        """The stored row, or None."""
-        ...
-
-    async def remove(self, stream_id: str, projection: str | None) -> int:
-        """Delete one snapshot, or every snapshot of the stream; returns how many."""
-        ...
-
-    def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
-        """Every stored snapshot without its state, by stream then projection."""
-        ...
-
-
-class DirectRows:
-    """The row operations of a blocking snapshot store that does no I/O (memory); each
-    yields to the event loop once, so a task looping over them never starves others."""
-
-    def __init__(self, sync: Any) -> None:
-        self._sync = sync
-
-    async def put(self, snap: Snapshot) -> None:
-        """See :class:`SnapshotRows`."""
-        await asyncio.sleep(0)
-        self._sync._put(snap)
-
-    async def get(self, stream_id: str, projection: str) -> _Row | None:
-        """See :class:`SnapshotRows`."""
-        await asyncio.sleep(0)
-        row: _Row | None = self._sync._get(stream_id, projection)
-        return row
-
-    async def remove(self, stream_id: str, projection: str | None) -> int:
-        """See :class:`SnapshotRows`."""
-        await asyncio.sleep(0)
-        return int(self._sync._remove(stream_id, projection))
-
-    async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
-        """See :class:`SnapshotRows`."""
-        await asyncio.sleep(0)
-        for info in self._sync._infos(stream_id):
-            yield info
-
-
-class ThreadedRows:
-    """The row operations of a blocking snapshot store, on worker threads (writes on the
-    writer thread, reads on reader threads; ``call(pool, fn, *args)`` runs one)."""
-
-    def __init__(
+    def read(
         self,
-        sync: Any,
-        writer: ThreadPoolExecutor,
-        readers: ThreadPoolExecutor,
-        call: Callable[..., Awaitable[Any]],
-    ) -> None:
-        self._sync = sync
-        self._writer = writer
-        self._readers = readers
-        self._call = call
-
-    async def put(self, snap: Snapshot) -> None:
-        """See :class:`SnapshotRows`."""
-        await self._call(self._writer, self._sync._put, snap)
-
-    async def get(self, stream_id: str, projection: str) -> _Row | None:
-        """See :class:`SnapshotRows`."""
-        row: _Row | None = await self._call(self._readers, self._sync._get, stream_id, projection)
-        return row
-
-    async def remove(self, stream_id: str, projection: str | None) -> int:
-        """See :class:`SnapshotRows`."""
-        return int(await self._call(self._writer, self._sync._remove, stream_id, projection))
-
-    async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
-        """See :class:`SnapshotRows`."""
-        it = self._sync._infos(stream_id)
-
-        def chunk() -> builtins.list[SnapshotInfo]:
-            return builtins.list(itertools.islice(it, _LIST_CHUNK))
-
-        while True:
-            got = await self._call(self._readers, chunk)
-            for info in got:
-                yield info
-            if len(got) < _LIST_CHUNK:
-                return
-
-
-async def _first(ait: AsyncIterator[RecordedEvent]) -> RecordedEvent | None:
-    async with contextlib.aclosing(ait) as events:  # type: ignore[type-var]
-        async for e in events:
-            return e
-    return None
-
-
-class _StorePort:
-    """An async event store as the port of :func:`make_snapshot_steps`."""
-
-    __slots__ = ("_store",)
-
-    def __init__(self, store: AsyncEventStore) -> None:
-        self._store = store
-
-    async def read_at(self, stream_id: str, version: int) -> RecordedEvent | None:
-        return await _first(self._store.read(stream_id, from_version=version, limit=1))
+        stream_id: str,
+        from_version: int = 1,
+        to_version: int | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        """Events of one stream in version order."""
+        ...
 
     async def stream_version(self, stream_id: str) -> int:
-        return await self._store.stream_version(stream_id)
+        """The stream's version from its head row."""
+        ...
 
 
-class _Port(_StorePort):
-    """An async snapshot store and its event store as the port of the checks."""
+logger = logging.getLogger(__name__)
 
-    __slots__ = ("_rows",)
-
-    def __init__(self, store: AsyncEventStore, rows: SnapshotRows) -> None:
-        super().__init__(store)
-        self._rows = rows
-
-    async def get_row(self, stream_id: str, projection: str) -> _Row | None:
-        return await self._rows.get(stream_id, projection)
-
-    async def put_row(self, snap: Snapshot) -> None:
-        await self._rows.put(snap)
+__all__ = ["AsyncEvents", "AsyncSnapshotStore", "amake_snapshot", "async_snapshot_store_for"]
 
 
-class AsyncSnapshotStore(_SnapshotLogic):
-    """Latest snapshot per (stream, projection), beside the events, for asyncio: the
-    methods of :class:`~ares_events.core.snapshots.SnapshotStore` as coroutines (see the
-    blocking store for what each checks and raises).
+async def _event_at(store: AsyncEvents, stream_id: str, version: int) -> RecordedEvent | None:
+    """The first event of the stream at or after ``version``, or None."""
+    return await afirst(store.read(stream_id, from_version=version, limit=1))
+
+
+class AsyncSnapshotStore:
+    """Latest snapshot per (stream, projection), in the same database as the events.
 
     Args:
-        store: the async event store.
-        rows: the backend's row operations.
+        store: the event store whose streams the snapshots fold.
+        rows: the backend's snapshot table.
     """
 
-    def __init__(self, store: AsyncEventStore, rows: SnapshotRows) -> None:
+    def __init__(self, store: AsyncEvents, rows: AsyncSnapshotRows) -> None:
         self._store = store
         self._rows = rows
-        self._port = _Port(store, rows)
 
     def __repr__(self) -> str:
-        return f"AsyncSnapshotStore({self._store.url!r})"
+        return f"{type(self).__name__}({self._store.url!r})"
 
     async def save(self, snapshot: Snapshot) -> Snapshot:
-        """Check ``snapshot`` against the stream, seal it and store it.
+        """Check ``snapshot`` against the stream, seal it and store it, replacing the
+        previous snapshot of the same (stream, projection).
+
+        Returns:
+            The snapshot as stored (with its seal).
 
         Raises:
-            InvalidEvent: not a self-consistent :class:`Snapshot`; nothing is written.
-            SnapshotMismatch: it does not match the stream; nothing is written.
+            InvalidEvent: not a :class:`Snapshot`, a bad field, or a state that is not
+                canonical JSON or disagrees with ``state_json`` / ``state_digest``.
+                Nothing is written.
+            SnapshotMismatch: ``at_version`` is beyond the stream or ``at_hash`` is not the
+                hash of the event at ``at_version``. Nothing is written.
             StoreUnavailable: the database cannot be reached.
             StoreError: the database failed.
         """
-        return await arun(self._save_steps(snapshot), self._port)
+        validate_snapshot(snapshot)
+        reason = await self._stream_reason(snapshot)
+        if reason is not None:
+            raise SnapshotMismatch(snapshot.stream_id, snapshot.projection, reason)
+        sealed = replace(snapshot, seal=snapshot_seal(snapshot, self._store.chain_key))
+        await self._rows.put(sealed)
+        logger.debug(
+            "saved snapshot of %r for stream %r at version %d",
+            snapshot.projection,
+            snapshot.stream_id,
+            snapshot.at_version,
+        )
+        return sealed
 
     async def load(
         self,
@@ -225,12 +138,24 @@ class AsyncSnapshotStore(_SnapshotLogic):
         *,
         verify: bool = True,
     ) -> Snapshot | None:
-        """The latest snapshot, verified (unless ``verify=False``), or None.
+        """The latest snapshot of ``projection`` for ``stream_id``, or None.
+
+        Args:
+            stream_id: the stream.
+            projection: the projection's name.
+            version: the projection version the caller folds with; a snapshot of another
+                version is a mismatch. None accepts any version.
+            verify: check the state digest, the seal and ``at_hash`` against the stream
+                (default). ``verify=False`` returns the stored snapshot unchecked (for
+                inspection).
 
         Raises:
             InvalidEvent: a bad stream id, projection name or version.
-            SnapshotMismatch: the stored snapshot does not match.
+            SnapshotMismatch: the stored snapshot does not match (``reason`` says how:
+                projection version, state digest, seal, ``at_hash``, or a stream shorter
+                than ``at_version``).
             StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
         """
         snap, reason = await self._load(stream_id, projection, version, verify=verify)
         if reason is not None:
@@ -240,32 +165,53 @@ class AsyncSnapshotStore(_SnapshotLogic):
     async def load_checked(
         self, stream_id: str, projection: str, version: int | None = None
     ) -> SnapshotCheck:
-        """Load and verify without raising on a mismatch: ``(snapshot, reason)``.
+        """Load and verify without raising on a mismatch.
+
+        Returns:
+            ``(snapshot, None)`` when a verified snapshot exists, ``(None, None)`` when
+            none is stored, ``(None, reason)`` when the stored one must be ignored.
 
         Raises:
             InvalidEvent: a bad stream id, projection name or version.
             StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
         """
         snap, reason = await self._load(stream_id, projection, version, verify=True)
-        return _checked(stream_id, projection, snap, reason)
+        return checked(stream_id, projection, snap, reason)
 
     async def check(self, snapshot: Snapshot, version: int | None = None) -> str | None:
         """Why ``snapshot`` must not be used, or None when it matches the stream.
+
+        Checks, in order: the projection version (when ``version`` is given), the state
+        digest, that the stream's event at ``at_version`` exists and has ``at_hash``, and
+        the seal (when the snapshot has one, and always in a keyed store).
 
         Raises:
             InvalidEvent: ``snapshot`` is not a :class:`Snapshot` or ``version`` is bad.
             StoreUnavailable: the database cannot be reached.
         """
-        return await arun(self._check_steps(snapshot, version), self._port)
+        if not isinstance(snapshot, Snapshot):
+            raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snapshot).__name__}")
+        if version is not None:
+            check_int(version, "version", 0, snapshot.stream_id)
+            if snapshot.projection_version != version:
+                return f"projection version {snapshot.projection_version} != {version}"
+        if state_digest(snapshot.state_json) != snapshot.state_digest:
+            return "state digest mismatch"
+        reason = await self._stream_reason(snapshot)
+        return reason or seal_reason(snapshot, self._store.chain_key)
 
     async def verify_all(
         self, stream_id: str | None = None
     ) -> AsyncIterator[tuple[SnapshotInfo, str | None]]:
-        """Check every stored snapshot: ``(info, reason or None)``.
+        """Check every stored snapshot (for audits): ``(info, reason or None)``.
 
         Raises:
             StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
         """
+        # Listed first: checking reads the stream, which a backend may not do while a
+        # listing of its snapshot table is open.
         infos = [info async for info in self.list(stream_id)]
         for info in infos:
             if info.problem is not None:
@@ -275,21 +221,28 @@ class AsyncSnapshotStore(_SnapshotLogic):
             yield info, reason
 
     async def delete(self, stream_id: str, projection: str | None = None) -> int:
-        """Delete one snapshot, or every snapshot of the stream; returns how many.
+        """Delete the snapshot of ``projection``, or every snapshot of the stream.
+
+        Returns:
+            How many snapshots were deleted.
 
         Raises:
             InvalidEvent: a bad stream id or projection name.
             StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
         """
-        _check_delete(stream_id, projection)
-        return await self._rows.remove(stream_id, projection)
+        check_delete(stream_id, projection)
+        n = await self._rows.remove(stream_id, projection)
+        logger.debug("deleted %d snapshot(s) of stream %r", n, stream_id)
+        return n
 
     def list(self, stream_id: str | None = None) -> AsyncIterator[SnapshotInfo]:
-        """Every stored snapshot without its state, by stream id then projection.
+        """Every stored snapshot without its state, ordered by stream id then projection.
 
         Raises:
             InvalidEvent: a bad stream id.
             StoreUnavailable: the database cannot be reached.
+            StoreError: the database failed.
         """
         if stream_id is not None:
             validate_name(stream_id, "stream_id")
@@ -301,43 +254,101 @@ class AsyncSnapshotStore(_SnapshotLogic):
     async def _load(
         self, stream_id: str, projection: str, version: int | None, *, verify: bool
     ) -> tuple[Snapshot | None, str | None]:
-        return await arun(
-            self._load_steps(stream_id, projection, version, verify=verify), self._port
-        )
+        validate_name(stream_id, "stream_id")
+        validate_name(projection, "projection", stream_id=stream_id)
+        if version is not None:
+            check_int(version, "version", 0, stream_id)
+        row = await self._rows.get(stream_id, projection)
+        if row is None:
+            return None, None
+        problem = row_problem(row)
+        if problem is not None:
+            return None, f"malformed snapshot row: {problem}"
+        pv, _, _, state_json, digest, _, _ = row
+        if verify:
+            if version is not None and pv != version:
+                return None, f"projection version {pv} != {version}"
+            if state_digest(state_json) != digest:
+                return None, "state digest mismatch"
+        try:
+            snap = snapshot_of_row(stream_id, projection, row)
+            if verify:
+                # The stream, then the seal, before decoding: a forged state is never parsed.
+                reason = await self._stream_reason(snap)
+                reason = reason or seal_reason(snap, self._store.chain_key)
+                if reason is not None:
+                    return None, reason
+            snap = replace(snap, state=orjson.loads(state_json))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            # Only reachable when the digest was recomputed over garbage, or unverified.
+            return None, f"stored snapshot cannot be decoded: {exc}"
+        return snap, None
+
+    async def _stream_reason(self, snap: Snapshot) -> str | None:
+        """Why the stream does not contain ``snap.at_hash`` at ``snap.at_version``."""
+        at = snap.at_version
+        event = await _event_at(self._store, snap.stream_id, at)
+        if event is None:
+            head = await self._store.stream_version(snap.stream_id)
+            if head >= at:
+                return (
+                    f"stream is shorter than at_version {at} (head says version {head}; truncated?)"
+                )
+            return f"stream is shorter than at_version {at} (stream is at version {head})"
+        if event.version != at:
+            return f"stream has no event at version {at} (next is {event.version}; deleted?)"
+        if event.hash != snap.at_hash:
+            return f"at_hash does not match stream at version {at}"
+        return None
 
 
 async def amake_snapshot(
-    store: AsyncEventStore,
+    store: AsyncEvents,
     stream_id: str,
     projection_name: str,
     projection_version: int,
     state: Any,
     at_version: int,
 ) -> Snapshot:
-    """The asyncio twin of :func:`~ares_events.core.snapshots.make_snapshot`.
+    """Build a snapshot of ``state`` folded up to ``at_version``, reading ``at_hash`` from
+    the stream. Nothing is written: pass the result to ``store.snapshots.save()``.
 
     Raises:
         InvalidEvent: a bad name or version, or a state that is not canonical JSON.
         SnapshotMismatch: the stream has no event at ``at_version``.
         StoreUnavailable: the store cannot be reached.
     """
-    return await arun(
-        make_snapshot_steps(stream_id, projection_name, projection_version, state, at_version),
-        _StorePort(store),
+    validate_name(stream_id, "stream_id")
+    validate_name(projection_name, "projection", stream_id=stream_id)
+    check_int(at_version, "at_version", 1, stream_id)
+    event = await _event_at(store, stream_id, at_version)
+    if event is None or event.version != at_version:
+        version = await store.stream_version(stream_id)
+        raise SnapshotMismatch(
+            stream_id,
+            projection_name,
+            f"stream is shorter than at_version {at_version} (stream is at version {version})",
+        )
+    return Snapshot.of(
+        stream_id,
+        projection_name,
+        projection_version=projection_version,
+        at_version=at_version,
+        at_hash=event.hash,
+        state=state,
     )
 
 
-def async_snapshot_store_for(store: AsyncEventStore) -> AsyncSnapshotStore:
-    """The async snapshot store beside ``store``'s events (its recorder's
-    ``snapshot_rows(event_store)`` hook provides the rows).
+def async_snapshot_store_for(store: Any) -> AsyncSnapshotStore:
+    """The snapshot store beside ``store``'s events (its backend's snapshot table).
 
     Raises:
         StoreError: the backend has no snapshot table.
     """
-    hook = getattr(store.recorder, "snapshot_rows", None)
-    if not callable(hook):
+    recorder: Any = store.recorder
+    if Capability.SNAPSHOTS not in store.capabilities:
         raise StoreError(
-            f"store {store.url} has no snapshot store: backend {type(store.recorder).__name__} "
-            "does not provide one (expose snapshot_rows(event_store) on the async recorder)"
+            f"store {store.url} has no snapshot store: backend {type(recorder).__name__} "
+            "does not declare Capability.SNAPSHOTS"
         )
-    return AsyncSnapshotStore(store, hook(store))
+    return AsyncSnapshotStore(store, recorder.snapshot_rows())

@@ -1,105 +1,129 @@
-"""The core event store: validation, encoding, chaining and spill over a narrow backend.
+# Generated from store_async.py by tools/async_to_sync.py: do not edit.
+"""The event store: validation, encoding, chaining and spill over a narrow backend (over
+800 lines because every public operation of the store, with its docstring, is here).
 
-:class:`EventStore` is what :func:`ares_events.open_store` returns. It validates and
-encodes events once, hands the backend a :class:`~ares_events.core.recorder.Batch` that
-seals the chain inside the backend's write transaction, and resolves idempotent
-re-appends. The decisions are shared with the asyncio face
-(:class:`~ares_events.core.store_async.AsyncEventStore`) through
-:class:`~ares_events.core.store_core.StoreCore`; this class adds the blocking I/O.
+:class:`EventStore` is what :func:`open_store` returns; the other face's
+store is generated from this module (``tools/async_to_sync.py``). Each validates and
+encodes events once (:class:`~ares_events.core.store_base.StoreBase`), hands the backend a
+:class:`~ares_events.core.backend.Batch` that seals the chain inside the backend's write
+transaction, and resolves idempotent re-appends.
 
 It also holds the store's identity (:mod:`ares_events.core.identity`): checked when the
-store is opened, recorded at the first write, so a process configured with another chain
-key (or none) or another blob location is refused before it writes anything. And it is
-the first line of a safe close: after :meth:`EventStore.close` every call raises
-:class:`~ares_events.errors.StoreClosed` (the backend's operation gate handles calls that
-were already running in other threads).
+store opens, recorded at the first write, so a process configured with another chain key
+(or none) or another blob location is refused before it writes anything. And it is the
+first line of a safe close: after ``close()`` every call raises
+:class:`~ares_events.errors.StoreClosed` (the backend's operation gate handles calls
+already running elsewhere).
+
+Blob I/O (file and S3 blob stores are blocking libraries) runs in a worker thread on the
+``asyncio`` face, and a read there fetches (and checks) an event's spilled payload before it
+yields the event, so ``event.payload`` never does I/O on the loop; the blocking face
+fetches a spilled payload when ``payload`` is first read. An asyncio store belongs to the
+event loop that opened it (its connections do).
+
+It may import the core's other modules, :mod:`ares_events.errors` and the chain format.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from threading import Lock
+from time import sleep
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from ares_events.chain import ChainKey, genesis, link_hash
+from ares_events.core.backend import Batch, Capability, Head, TrackingRecord
+from ares_events.core.blobs import BlobStore
 from ares_events.core.events import (
     ANY,
+    MAX_METADATA_BYTES,
     AppendResult,
+    ErasedPayloadRef,
     ExpectedVersion,
     NewEvent,
+    PayloadRef,
     PreparedEvent,
     RecordedEvent,
     _normalize_expected,
+    prepare,
     utc_now_at,
     validate_name,
 )
-from ares_events.core.identity import StoreIdentity
-from ares_events.core.recorder import Batch, Capability, Head, Recorder, TrackingRecord
-from ares_events.core.sansio import run
-from ares_events.core.store_core import (
+from ares_events.core.identity import (
+    DEFAULT_BLOBS,
+    IDENTITY_KEY,
+    BlobsIdentity,
+    StoreIdentity,
+    check_configured,
+)
+from ares_events.core.iterators import closing_iter, first
+from ares_events.core.recorder import Recorder, check_capabilities
+from ares_events.core.rules import (
     DEFAULT_MAX_INLINE_BYTES,
-    MAX_METADATA_BYTES,
     Conflict,
-    StoreCore,
     check_after,
     check_range,
+    duplicate_result,
+    events_arg,
+    fresh_result,
+    many_results,
+    plan_many,
+    tracking_arg,
 )
-from ares_events.errors import ConcurrencyError, InvalidEvent, StoreClosed, StoreError
-from ares_events.integrity.chain import ChainKey
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    EventNotFound,
+    InvalidEvent,
+    StoreClosed,
+    StoreError,
+)
 
 if TYPE_CHECKING:
-    from ares_events.stores.blobs.base import BlobStore
+    from ares_events.core.snapshots import SnapshotStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MAX_INLINE_BYTES", "MAX_METADATA_BYTES", "EventStore", "emit"]
+__all__ = [
+    "DEFAULT_MAX_INLINE_BYTES",
+    "MAX_METADATA_BYTES",
+    "SUBSCRIBE_PAGE",
+    "EventStore",
+    "emit",
+]
+
+SUBSCRIBE_PAGE: Final = 1000
+"""Events ``subscribe()`` reads per ``read_all`` page."""
+_POLL_MAX: Final = 0.25
 
 
-class _RecorderPort:
-    """The blocking recorder (and blob store) as the port of the identity and erasure
-    steps of :class:`StoreCore`."""
+def _failing_loader(exc: BaseException) -> Callable[[PayloadRef], bytes]:
+    def load(ref: PayloadRef) -> bytes:
+        raise exc
 
-    __slots__ = ("_blobs", "_rec")
-
-    def __init__(self, recorder: Any, blobs: BlobStore | None = None) -> None:
-        self._rec = recorder
-        self._blobs = blobs
-
-    def read_one(self, stream_id: str, version: int) -> RecordedEvent | None:
-        return next(iter(self._rec.read(stream_id, version, version, 1)), None)
-
-    def erase(self, *args: Any) -> Any:
-        return self._rec.erase(*args)
-
-    def delete_blob(self, key: str, if_older_than: datetime) -> None:
-        assert self._blobs is not None
-        self._blobs.delete(key, if_older_than=if_older_than)
-
-    def meta_get(self, key: str) -> str | None:
-        return self._rec.meta_get(key)  # type: ignore[no-any-return]
-
-    def meta_put_if_absent(self, key: str, value: str) -> str:
-        return self._rec.meta_put_if_absent(key, value)  # type: ignore[no-any-return]
-
-    def meta_set(self, key: str, value: str) -> None:
-        self._rec.meta_set(key, value)
-
-    def last_position(self) -> int:
-        return int(self._rec.last_position())
-
-    def first_event(self) -> tuple[str, RecordedEvent | None] | None:
-        for sid, _ in self._rec.heads():
-            return sid, next(iter(self._rec.read(sid, 1, 1, 1)), None)
-        return None
+    return load
 
 
-class EventStore(StoreCore):
+def _preload(e: RecordedEvent) -> RecordedEvent:
+    """In a worker thread: fetch and check a spilled payload so reading it later does no
+    I/O; a fetch that fails is kept, to be raised where ``payload`` is read."""
+    try:
+        e.payload_bytes  # noqa: B018 - fetches, checks and keeps the bytes
+    except Exception as exc:  # raised again, unchanged, when the payload is read
+        return e._with_loader(_failing_loader(exc))
+    return e
+
+
+class EventStore:
     """A hash-chained, append-only event store over one backend.
 
-    Use as a context manager or call :meth:`close`.
+    Open one with :func:`open_store` and close it (it is a context manager too).
+    Constructed directly over a recorder, the asyncio face checks the recorded identity
+    at :meth:`open` or before its first operation, the blocking face at once.
 
     Args:
         recorder: the backend.
@@ -119,6 +143,7 @@ class EventStore(StoreCore):
     Raises:
         ConfigError: the store records another chain mode, chain key or blob location
             (names what differs; nothing is written).
+        StoreError: the recorder declares a capability it does not implement.
         StoreUnavailable: the backend cannot be reached.
     """
 
@@ -135,24 +160,127 @@ class EventStore(StoreCore):
         check_identity: bool = True,
         identity: StoreIdentity | None = None,
     ) -> None:
-        super().__init__(
-            recorder,
-            chain_key=chain_key,
-            blobs=blobs,
-            spill_threshold=spill_threshold,
-            url=url,
-            max_inline_bytes=max_inline_bytes,
-            default_blobs=default_blobs,
-            check_identity=check_identity,
-            identity=identity,
-        )
         self.recorder: Recorder = recorder
-        self._identity_lock = threading.Lock()
-        if check_identity and self._keeps_identity:
-            run(self._load_identity_steps(identity), _RecorderPort(recorder))
+        self._url = url or recorder.describe()
+        self._caps = check_capabilities(recorder, self._url)
+        self.max_inline_bytes = max_inline_bytes
+        self.chain_key = ChainKey.coerce(chain_key)
+        self.blobs = blobs
+        self.spill_threshold = spill_threshold
+        self._snapshots: Any = None
+        self._closed = False
+        self._blobs_identity: BlobsIdentity | str | None = None
+        if blobs is not None:
+            self._blobs_identity = (
+                DEFAULT_BLOBS
+                if default_blobs
+                else BlobsIdentity(getattr(blobs, "location", blobs.url), blobs.url)
+            )
+        self._identity: StoreIdentity | None = identity
+        self._check_identity = check_identity
+        self._keeps_identity = Capability.METADATA in self._caps
+        # True until the identity is known to be recorded as this store writes.
+        self._identity_pending = self._keeps_identity
+        self._identity_lock = Lock()
+        self._loaded = not (check_identity and self._keeps_identity)
+        self._given_identity = identity
+        self._ready()
+
+    @classmethod
+    def open(cls, recorder: Recorder, **kwargs: Any) -> EventStore:
+        """Construct over ``recorder`` and check the recorded identity now.
+
+        Raises:
+            ConfigError: the store records another chain mode, chain key or blob location.
+            StoreUnavailable: the backend cannot be reached.
+        """
+        store = cls(recorder, **kwargs)
+        store._ready()
+        return store
 
     def __repr__(self) -> str:
-        return self._repr("EventStore")
+        return self._repr(type(self).__name__)
+
+    # -- info ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The store's URL, redacted (safe to log)."""
+        return self._url
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What the backend declares it supports."""
+        return self._caps
+
+    @property
+    def identity(self) -> StoreIdentity | None:
+        """What the store recorded about itself (chain mode and key id, blob location,
+        format), or None before its first write or on a backend that keeps none."""
+        return self._identity
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
+
+    def _check_open(self, action: str | None = None) -> None:
+        if self._closed:
+            raise StoreClosed(self._url, action)
+
+    def _repr(self, name: str) -> str:
+        keyed = ", keyed" if self.chain_key is not None else ""
+        return f"{name}({self._url!r}{keyed})"
+
+    # -- checks before I/O -------------------------------------------------------------
+
+    def _refuse_unchecked_writes(self) -> None:
+        """A store opened with ``check_identity=False`` never writes.
+
+        Raises:
+            ConfigError: it was opened so.
+        """
+        if not self._check_identity:
+            raise ConfigError(
+                f"store {self._url} was opened with check_identity=False (for reading under "
+                "another configuration); it does not write"
+            )
+
+    def _check_erase(self, stream_id: str, version: int) -> None:
+        """The checks of ``erase_payload`` before any I/O.
+
+        Raises:
+            StoreClosed: the store is closed.
+            InvalidEvent: a bad stream id.
+            StoreError: the backend does not declare ``ERASE``.
+            EventNotFound: ``version`` is not a version.
+        """
+        self._check_open(f"erase of stream {stream_id!r} version {version}")
+        validate_name(stream_id, "stream_id")
+        if Capability.ERASE not in self._caps:
+            raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
+        if type(version) is not int or version < 1:
+            raise EventNotFound(stream_id, version, "versions start at 1")
+
+    # -- identity ------------------------------------------------------------------------
+
+    def _ready(self) -> None:
+        """Read (unless given) and check the recorded identity, once."""
+        if self._loaded:
+            return
+        with self._identity_lock:
+            if self._loaded:
+                return
+            known = self._given_identity
+            if known is None:
+                raw = self.recorder.meta_get(IDENTITY_KEY)  # type: ignore[attr-defined]
+                if raw is not None:
+                    known = StoreIdentity.from_json(raw, self._url)
+            if known is not None:
+                self._identity = known
+                check_configured(known, self.chain_key, self._blobs_identity, self._url)
+                self._identity_pending = known.blobs is None and self._blobs_identity is not None
+            self._loaded = True
 
     def record_identity(self, *, relocate_blobs: bool = False) -> StoreIdentity | None:
         """Record the store's identity now (``ares-events init`` does; the first write
@@ -170,19 +298,97 @@ class EventStore(StoreCore):
             StoreClosed: the store is closed.
         """
         self._check_open("recording the store identity")
+        self._ready()
         if not self._keeps_identity:
             return None
+        rec: Any = self.recorder
         with self._identity_lock:
-            return run(
-                self._record_identity_request_steps(relocate_blobs), _RecorderPort(self.recorder)
-            )
-
-    def _ensure_identity(self) -> None:
-        """Before the first write of this store object: record (or complete) the identity."""
-        self._refuse_unchecked_writes()
-        with self._identity_lock:
+            if relocate_blobs:
+                raw = rec.meta_get(IDENTITY_KEY)
+                if raw is not None:
+                    current = StoreIdentity.from_json(raw, self._url)
+                    problem = current.chain_problem(self.chain_key)
+                    if problem is not None:
+                        raise ConfigError(f"store {self._url}: {problem}")
+                    moved = StoreIdentity(
+                        current.format, current.keys, self._blobs_identity, current.created_at
+                    )
+                    rec.meta_set(IDENTITY_KEY, moved.to_json())
+                    self._identity, self._identity_pending = moved, False
+                    self._check_identity = True  # configured exactly as recorded now
+                    logger.info("store %s: blob location recorded anew", self._url)
+                    return moved
+                self._check_identity = True
+                self._identity_pending = True
             if self._identity_pending:
-                run(self._record_identity_steps(), _RecorderPort(self.recorder))
+                self._record_identity()
+            return self._identity
+
+    def _before_write(self) -> None:
+        """Before the first write of this store object: check, then record (or complete)
+        the identity.
+
+        Raises:
+            ConfigError: opened with ``check_identity=False``, or another configuration.
+        """
+        self._ready()
+        if self._identity_pending or not self._check_identity:
+            self._refuse_unchecked_writes()
+            with self._identity_lock:
+                if self._identity_pending:
+                    self._record_identity()
+
+    def _record_identity(self) -> None:
+        rec: Any = self.recorder
+        current = self._identity
+        if current is None:
+            raw = rec.meta_get(IDENTITY_KEY)  # another writer may have recorded it
+            if raw is None:
+                if rec.last_position() > 0:
+                    self._check_unrecorded_chain()
+                mine = StoreIdentity.new(self.chain_key, self._blobs_identity, from_position=1)
+                raw = rec.meta_put_if_absent(IDENTITY_KEY, mine.to_json())
+            stored = StoreIdentity.from_json(raw, self._url)
+            check_configured(stored, self.chain_key, self._blobs_identity, self._url)
+            current = stored
+        if current.blobs is None and self._blobs_identity is not None:
+            current = StoreIdentity(
+                current.format, current.keys, self._blobs_identity, current.created_at
+            )
+            rec.meta_set(IDENTITY_KEY, current.to_json())
+        self._identity = current
+        self._identity_pending = False
+        logger.info("store %s: identity %s", self._url, current.describe_chain())
+
+    def _check_unrecorded_chain(self) -> None:
+        """A store written before identities existed: its first stream's first event must
+        verify under the configured chain key before an identity says it does.
+
+        Raises:
+            ConfigError: it does not (another key, no key, or an altered event).
+        """
+        found = first(self.recorder.heads())
+        if found is None:
+            return
+        sid, _ = found
+        event = first(self.recorder.read(sid, 1, 1, 1))
+        if event is None:
+            return
+        try:
+            ok = link_hash(genesis(sid), event.header(), self.chain_key) == event.hash
+        except (TypeError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            mode = (
+                f"chain key id {self.chain_key.fingerprint()}"
+                if self.chain_key is not None
+                else "no chain key"
+            )
+            raise ConfigError(
+                f"store {self._url} has no recorded identity and its first event (stream "
+                f"{sid!r}) does not verify with {mode}: it was written with another "
+                "chain configuration, or the event was altered (run `ares-events audit`)"
+            )
 
     # -- writes --------------------------------------------------------------------------
 
@@ -190,6 +396,10 @@ class EventStore(StoreCore):
         self, stream_id: str, events: Sequence[NewEvent], *, expected_version: ExpectedVersion = ANY
     ) -> AppendResult:
         """Append ``events`` to ``stream_id`` atomically: all of them or none.
+
+        On the asyncio face, cancelling the awaiting task cancels the append where it
+        stands: it committed or it did not by the time the task sees ``CancelledError``.
+        Which one is not known to the task: re-append the same event ids to find out.
 
         Args:
             stream_id: the stream (1-256 printable characters).
@@ -206,20 +416,25 @@ class EventStore(StoreCore):
             InvalidEvent: bad input (names the field and the event's index).
             ConcurrencyError: the stream's version does not satisfy ``expected_version``,
                 or an ``event_id`` is reused for a different event.
+            StoreClosed: the store is closed (also while the append was in flight).
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
         if self._closed:
             raise StoreClosed(self._url, f"append to stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         expected = _normalize_expected(expected_version)
-        events = self._events_arg(stream_id, events)
-        if self._identity_pending or not self._check_identity:
-            self._ensure_identity()
-        prepared = self._prepare(stream_id, events, utc_now_at())
+        events = events_arg(stream_id, events)
+        if self._identity_pending or not self._loaded or not self._check_identity:
+            self._before_write()
+        prepared = self._spill(prepare(stream_id, events, utc_now_at()))
+        self._check_inline(stream_id, prepared)
         outcome = self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
         if outcome.duplicate:
-            return self._resolve_duplicate(stream_id, prepared, outcome.events)
-        return self._result(stream_id, prepared, outcome)
+            res = duplicate_result(stream_id, prepared, outcome.events)
+            if isinstance(res, Conflict):
+                raise self._conflict(res)
+            return res
+        return fresh_result(stream_id, prepared, outcome)
 
     def append_many(
         self,
@@ -254,10 +469,10 @@ class EventStore(StoreCore):
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
         self._check_open("append_many")
-        track = self._tracking_arg(tracking)
+        track = tracking_arg(tracking)
         if not batches and track is None:
             raise InvalidEvent("batches", "at least one batch (or a tracking record) is required")
-        if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
+        if Capability.MULTI_STREAM_APPEND not in self._caps:
             if len(batches) == 1 and track is None:
                 sid, evs, exp = batches[0]
                 return [self.append(sid, evs, expected_version=exp)]
@@ -265,16 +480,16 @@ class EventStore(StoreCore):
                 f"store {self._url} cannot append to several streams atomically "
                 "(its backend does not declare MULTI_STREAM_APPEND)"
             )
-        if self._identity_pending or not self._check_identity:
-            self._ensure_identity()
-        plan = self._plan_many(batches, utc_now_at())
+        self._before_write()
+        plan = plan_many(batches, utc_now_at())
         for b in plan:
             b.prepared = self._spill(b.prepared)
         for b in plan:
             self._check_inline(b.stream_id, b.prepared)
         work = [(Batch(b.stream_id, b.prepared, self.chain_key), b.expected) for b in plan]
-        outcomes = self.recorder.append_many(work, track)  # type: ignore[attr-defined]
-        res = self._many_results(plan, outcomes)
+        rec: Any = self.recorder
+        outcomes = rec.append_many(work, track)
+        res = many_results(plan, outcomes)
         if isinstance(res, Conflict):
             raise self._conflict(res)
         return res
@@ -300,9 +515,29 @@ class EventStore(StoreCore):
             StoreUnavailable: the backend or the blob store cannot be reached.
         """
         self._check_erase(stream_id, version)
-        if self._identity_pending or not self._check_identity:
-            self._ensure_identity()
-        return run(self._erase_steps(stream_id, version), _RecorderPort(self.recorder, self.blobs))
+        self._before_write()
+        found = first(self.recorder.read(stream_id, version, version, 1))
+        if found is None or found.version != version:
+            raise EventNotFound(stream_id, version)
+        ref = found.payload_ref
+        if ref is not None and ref.erased:
+            return found, None
+        erased = ErasedPayloadRef(key="", size=found.payload_size, digest=found.payload_digest)
+        blob_key = ref.key if ref is not None and ref.key else None
+        started = datetime.now(UTC)
+        rec: Any = self.recorder
+        outcome = rec.erase(stream_id, version, found.position, found.hash, erased, blob_key)
+        if not outcome.erased:
+            raise StoreError(
+                f"stream {stream_id!r} version {version} changed while it was being erased "
+                "(erased by someone else, or rewritten): read it again"
+            )
+        blobs = self.blobs
+        if blob_key is not None and outcome.blob_refs == 0 and blobs is not None:
+            # A blob an append (of the same payload) refreshed after we started is kept.
+            blobs.delete(blob_key, if_older_than=started)
+        logger.info("erased the payload of stream %r version %d", stream_id, version)
+        return found, (outcome.blob_refs if blob_key is not None else None)
 
     def tracked_position(self, name: str) -> int | None:
         """The position last tracked for ``name`` by :meth:`append_many`, or None.
@@ -313,42 +548,54 @@ class EventStore(StoreCore):
         """
         self._check_open()
         validate_name(name, "tracking name")
-        if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
+        if Capability.MULTI_STREAM_APPEND not in self._caps:
             raise StoreError(f"store {self._url} keeps no tracking records")
-        return self.recorder.tracked_position(name)  # type: ignore[attr-defined,no-any-return]
+        self._ready()
+        rec: Any = self.recorder
+        position: int | None = rec.tracked_position(name)
+        return position
+
+    def _may_spill(self, prepared: Sequence[PreparedEvent]) -> bool:
+        """True when a blob store is configured and some payload is over the threshold
+        (the blob store decides; this only spares a call when nothing can spill)."""
+        if self.blobs is None:
+            return False
+        limit = self.spill_threshold
+        return any(p.size > limit for p in prepared)
+
+    def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
+        """After spilling: refuse a payload still inline and over ``max_inline_bytes``.
+
+        Raises:
+            InvalidEvent: such a payload (names the event's index).
+        """
+        for i, p in enumerate(prepared):
+            if p.payload_bytes is not None and p.size > self.max_inline_bytes:
+                raise InvalidEvent(
+                    "payload",
+                    f"is {p.size:,} bytes; payloads stored inline are limited to "
+                    f"{self.max_inline_bytes:,} bytes (open the store with a blob store, "
+                    "blobs=..., to spill big payloads)",
+                    stream_id=stream_id,
+                    index=i,
+                )
 
     def _spill(self, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
-        """Write payloads over the threshold to the blob store (before the append commits).
+        """Write payloads over the threshold to the blob store, before the append commits
+        (on a worker thread on the asyncio face: blob stores are blocking).
 
         Raises:
             StoreUnavailable: a blob could not be written (nothing is appended).
         """
-        blobs = self.blobs
-        if blobs is None:
+        if not self._may_spill(prepared):
             return prepared
-        return [blobs.spill(p, self.spill_threshold) for p in prepared]
-
-    def _prepare(self, stream_id: str, events: Sequence[NewEvent], at: str) -> list[Any]:
-        """Validate and encode, spill big payloads, and refuse what cannot be stored inline.
-
-        Raises:
-            InvalidEvent: bad input, or a payload/metadata over the inline limits.
-            StoreUnavailable: a blob could not be written (nothing is appended).
-        """
-        prepared = self._spill(self._encode(stream_id, events, at))
-        self._check_inline(stream_id, prepared)
-        return prepared
+        blobs, limit = self.blobs, self.spill_threshold
+        assert blobs is not None
+        return [blobs.spill(p, limit) for p in prepared]
 
     def _conflict(self, c: Conflict) -> ConcurrencyError:
-        return ConcurrencyError(c.stream_id, c.expected, self.stream_version(c.stream_id), c.detail)
-
-    def _resolve_duplicate(
-        self, stream_id: str, prepared: list[Any], stored: list[RecordedEvent]
-    ) -> AppendResult:
-        res = self._duplicate(stream_id, prepared, stored)
-        if isinstance(res, Conflict):
-            raise self._conflict(res)
-        return res
+        version = self.stream_version(c.stream_id)
+        return ConcurrencyError(c.stream_id, c.expected, version, c.detail)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -360,17 +607,22 @@ class EventStore(StoreCore):
         limit: int | None = None,
     ) -> Iterator[RecordedEvent]:
         """Events of ``stream_id`` with ``from_version <= version <= to_version``, in
-        version order, as a lazy iterator (constant memory on any stream length).
+        version order, as a lazy iterator (one page in memory, on any stream length).
+        The arguments are checked at the call.
 
         Raises:
             InvalidEvent: a bad stream id or range.
+            StoreClosed: the store is closed (also between pages).
             StoreUnavailable: the backend cannot be reached.
         """
         if self._closed:
             raise StoreClosed(self._url, f"read of stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         check_range(from_version, to_version, limit)
-        return self._attach(self.recorder.read(stream_id, from_version, to_version, limit))
+        if not self._loaded or self.blobs is not None:
+            return self._events(self.recorder.read(stream_id, from_version, to_version, limit))
+        # Nothing to add to the backend's events: hand its iterator out as it is.
+        return self.recorder.read(stream_id, from_version, to_version, limit)
 
     def read_all(
         self,
@@ -391,60 +643,95 @@ class EventStore(StoreCore):
 
         Raises:
             InvalidEvent: a bad position, limit or prefix.
+            StoreClosed: the store is closed.
             StoreUnavailable: the backend cannot be reached.
         """
         self._check_open("read_all")
         check_after(after_position, limit, stream_prefix)
         if stream_prefix:
             # Passed only when asked for: recorders written before the keyword still work.
-            it = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
-            return self._attach(it)
-        return self._attach(self.recorder.read_all(after_position, limit))
+            events = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
+        else:
+            events = self.recorder.read_all(after_position, limit)
+        if not self._loaded or self.blobs is not None:
+            return self._events(events)
+        return events
 
-    def _attach(self, it: Iterator[RecordedEvent]) -> Iterator[RecordedEvent]:
+    def _events(self, source: Iterator[RecordedEvent]) -> Iterator[RecordedEvent]:
+        self._ready()
         blobs = self.blobs
-        if blobs is None:
-            return it
-        return (blobs.attach(e) if e.payload_ref is not None else e for e in it)
+        with closing_iter(source) as events:
+            for e in events:
+                if e.payload_ref is None or blobs is None:
+                    yield e
+                    continue
+                yield blobs.attach(e)  # fetched when its payload is first read
 
     def stream_version(self, stream_id: str) -> int:
-        """The stream's version from its head row; 0 when the stream does not exist."""
-        self._check_open()
-        validate_name(stream_id, "stream_id")
-        head = self.recorder.head(stream_id)
+        """The stream's version from its head row; 0 when the stream does not exist.
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreUnavailable: the backend cannot be reached.
+        """
+        head = self.head(stream_id)
         return head.version if head else 0
 
     def head(self, stream_id: str) -> Head | None:
-        """The stream's head (version and hash of the last event), or None."""
+        """The stream's head (version and hash of the last event), or None.
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreUnavailable: the backend cannot be reached.
+        """
         self._check_open()
         validate_name(stream_id, "stream_id")
+        if not self._loaded:
+            self._ready()
         return self.recorder.head(stream_id)
 
     def streams(self) -> Iterator[tuple[str, int]]:
-        """Every stream with its version, ordered by stream id."""
+        """Every stream with its version, ordered by stream id.
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreUnavailable: the backend cannot be reached.
+        """
         self._check_open()
-        return ((sid, h.version) for sid, h in self.recorder.heads())
+        self._ready()
+        with closing_iter(self.recorder.heads()) as heads:
+            for sid, h in heads:
+                yield sid, h.version
 
     def last_position(self) -> int:
-        """The highest global position committed (0 for an empty store)."""
+        """The highest global position visible to ``read_all`` (0 for an empty store).
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreUnavailable: the backend cannot be reached.
+        """
         self._check_open()
+        self._ready()
         return self.recorder.last_position()
 
     def wait_for(self, position: int, timeout: float) -> bool:
-        """Block until an event after ``position`` is committed, or ``timeout`` seconds.
-
-        Uses the backend's wake-ups where it has them, else polls gently.
+        """Wait until an event after ``position`` is visible to ``read_all``, or
+        ``timeout`` seconds pass: the backend's wake-ups (PostgreSQL LISTEN/NOTIFY, the
+        memory store's) where it has them, else polling with backoff (5 ms doubling to
+        250 ms).
 
         Returns:
             True when an event after ``position`` exists.
 
         Raises:
             StoreClosed: the store is closed (also while waiting).
+            StoreUnavailable: the backend cannot be reached.
         """
         self._check_open()
-        waiter = getattr(self.recorder, "wait_for", None)
-        if waiter is not None:
-            return bool(waiter(position, timeout))
+        self._ready()
+        if Capability.WAKEUPS in self._caps:
+            rec: Any = self.recorder
+            return bool(rec.wait_for(position, timeout))
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
@@ -454,29 +741,68 @@ class EventStore(StoreCore):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 0.25)
+            sleep(min(delay, left))
+            delay = min(delay * 2, _POLL_MAX)
+
+    def subscribe(
+        self, after_position: int = 0, *, page: int = SUBSCRIBE_PAGE
+    ) -> Iterator[RecordedEvent]:
+        """Every event after ``after_position``, in position order, then each new one as
+        it commits: an endless iterator (break out of it, or close the store).
+
+        It pages through :meth:`read_all` and, once caught up, waits with
+        :meth:`wait_for` (LISTEN/NOTIFY on PostgreSQL, polling elsewhere). It never skips
+        an event: ``read_all`` returns only positions below which nothing can commit
+        any more, so an event whose transaction commits late is seen in its place.
+        Resume after a restart by passing the last position processed.
+
+        Raises:
+            InvalidEvent: a bad position or page size.
+            StoreClosed: the store was closed (ends the iteration).
+            StoreUnavailable: the backend cannot be reached.
+        """
+        self._check_open("subscribe")
+        check_after(after_position, None)
+        if type(page) is not int or page < 1:
+            raise InvalidEvent("page", f"must be an int >= 1, got {page!r}")
+        return self._subscription(after_position, page)
+
+    def _subscription(self, position: int, page: int) -> Iterator[RecordedEvent]:
+        while True:
+            n = 0
+            with closing_iter(self.read_all(position, page)) as events:
+                for e in events:
+                    position = e.position
+                    n += 1
+                    yield e
+            if n < page:
+                self.wait_for(position, 30.0)
 
     @property
-    def snapshots(self) -> Any:
-        """The snapshot store in the same database as the events."""
+    def snapshots(self) -> SnapshotStore:
+        """The snapshot store in the same database as the events.
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreError: the backend has no snapshot table.
+        """
         self._check_open()
         if self._snapshots is None:
-            # Imported on first use: most programs never touch snapshots. The backend
-            # provides the store (the core never imports a backend).
+            # Imported on first use: most programs never touch snapshots.
             from ares_events.core.snapshots import snapshot_store_for
 
             self._snapshots = snapshot_store_for(self)
-        return self._snapshots
+        return self._snapshots  # type: ignore[no-any-return]
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the backend's connections. Idempotent and safe from any thread.
+        """Release the backend's connections. Idempotent and safe from any thread or task.
 
-        From now on every call raises :class:`StoreClosed`. Calls already running in
-        other threads finish first, or are interrupted after a short grace and raise
-        :class:`StoreClosed`; no connection outlives this call.
+        From now on every call raises :class:`StoreClosed`. Operations already running
+        elsewhere finish, or are interrupted after a short grace and raise
+        :class:`StoreClosed`; waiters and subscribers wake up with it; no connection
+        outlives this call.
         """
         self._closed = True
         self.recorder.close()

@@ -1,116 +1,109 @@
-"""The asyncio event store: :class:`AsyncEventStore`, what ``ae.open_async_store`` returns.
+"""The event store: validation, encoding, chaining and spill over a narrow backend (over
+800 lines because every public operation of the store, with its docstring, is here).
 
-The same store as :class:`~ares_events.core.store.EventStore`, every I/O method a
-coroutine and every read an async iterator, over an
-:class:`~ares_events.core.recorder.AsyncRecorder`. Nothing is decided twice: validation,
-encoding, limits, sealing, duplicate resolution, spill decisions and the identity checks
-are :class:`~ares_events.core.store_core.StoreCore`'s, shared with the blocking face.
+:class:`AsyncEventStore` is what :func:`open_async_store` returns; the other face's
+store is generated from this module (``tools/async_to_sync.py``). Each validates and
+encodes events once (:class:`~ares_events.core.store_base.StoreBase`), hands the backend a
+:class:`~ares_events.core.backend.Batch` that seals the chain inside the backend's write
+transaction, and resolves idempotent re-appends.
 
-No call blocks the event loop. Blob I/O (writing a spilled payload, fetching one on
-read) runs in a worker thread (``asyncio.to_thread``): file and S3 blob stores are
-blocking libraries. Spilled payloads of the events a read yields are fetched (and
-digest-checked) before the event is yielded, so ``event.payload`` never does I/O on the
-loop; a blob that cannot be fetched raises when ``payload`` is read, as in the blocking
-store.
+It also holds the store's identity (:mod:`ares_events.core.identity`): checked when the
+store opens, recorded at the first write, so a process configured with another chain key
+(or none) or another blob location is refused before it writes anything. And it is the
+first line of a safe close: after ``close()`` every call raises
+:class:`~ares_events.errors.StoreClosed` (the backend's operation gate handles calls
+already running elsewhere).
 
-A store belongs to the event loop that opened it (its connections do).
+Blob I/O (file and S3 blob stores are blocking libraries) runs in a worker thread on the
+``asyncio`` face, and a read there fetches (and checks) an event's spilled payload before it
+yields the event, so ``event.payload`` never does I/O on the loop; the blocking face
+fetches a spilled payload when ``payload`` is first read. An asyncio store belongs to the
+event loop that opened it (its connections do).
 
 It may import the core's other modules, :mod:`ares_events.errors` and the chain format.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
+from ares_events.chain import ChainKey, genesis, link_hash
+from ares_events.core.backend import Batch, Capability, Head, TrackingRecord
+from ares_events.core.blobs import BlobStore
 from ares_events.core.events import (
     ANY,
+    MAX_METADATA_BYTES,
     AppendResult,
+    ErasedPayloadRef,
     ExpectedVersion,
     NewEvent,
     PayloadRef,
     PreparedEvent,
     RecordedEvent,
     _normalize_expected,
+    prepare,
     utc_now_at,
     validate_name,
 )
-from ares_events.core.identity import StoreIdentity
-from ares_events.core.recorder import AsyncRecorder, Batch, Capability, Head, TrackingRecord
-from ares_events.core.sansio import arun
-from ares_events.core.store_core import (
+from ares_events.core.faces import ASYNC
+from ares_events.core.identity import (
+    DEFAULT_BLOBS,
+    IDENTITY_KEY,
+    BlobsIdentity,
+    StoreIdentity,
+    check_configured,
+)
+from ares_events.core.iterators_async import aclosing_iter, afirst
+from ares_events.core.recorder_async import AsyncRecorder, check_capabilities
+from ares_events.core.rules import (
     DEFAULT_MAX_INLINE_BYTES,
     Conflict,
-    StoreCore,
     check_after,
     check_range,
+    duplicate_result,
+    events_arg,
+    fresh_result,
+    many_results,
+    plan_many,
+    tracking_arg,
 )
-from ares_events.errors import ConcurrencyError, InvalidEvent, StoreClosed, StoreError
-from ares_events.integrity.chain import ChainKey
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    EventNotFound,
+    InvalidEvent,
+    StoreClosed,
+    StoreError,
+)
+
+if ASYNC:
+    import asyncio
+    from asyncio import Lock, sleep
+else:
+    from threading import Lock
+    from time import sleep
 
 if TYPE_CHECKING:
     from ares_events.core.snapshots_async import AsyncSnapshotStore
-    from ares_events.stores.blobs.base import BlobStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SUBSCRIBE_PAGE", "AsyncEventStore"]
+__all__ = [
+    "DEFAULT_MAX_INLINE_BYTES",
+    "MAX_METADATA_BYTES",
+    "SUBSCRIBE_PAGE",
+    "AsyncEventStore",
+    "aemit",
+]
 
 SUBSCRIBE_PAGE: Final = 1000
 """Events ``subscribe()`` reads per ``read_all`` page."""
 _POLL_MAX: Final = 0.25
-
-
-class _AsyncRecorderPort:
-    """The async recorder (and blob store) as the port of the identity and erasure steps
-    of :class:`StoreCore`."""
-
-    __slots__ = ("_blobs", "_rec")
-
-    def __init__(self, recorder: Any, blobs: BlobStore | None = None) -> None:
-        self._rec = recorder
-        self._blobs = blobs
-
-    async def read_one(self, stream_id: str, version: int) -> RecordedEvent | None:
-        async with contextlib.aclosing(self._rec.read(stream_id, version, version, 1)) as events:
-            async for e in events:
-                return e  # type: ignore[no-any-return]
-        return None
-
-    async def erase(self, *args: Any) -> Any:
-        return await self._rec.erase(*args)
-
-    async def delete_blob(self, key: str, if_older_than: datetime) -> None:
-        blobs = self._blobs
-        assert blobs is not None
-        await asyncio.to_thread(lambda: blobs.delete(key, if_older_than=if_older_than))
-
-    async def meta_get(self, key: str) -> str | None:
-        return await self._rec.meta_get(key)  # type: ignore[no-any-return]
-
-    async def meta_put_if_absent(self, key: str, value: str) -> str:
-        return await self._rec.meta_put_if_absent(key, value)  # type: ignore[no-any-return]
-
-    async def meta_set(self, key: str, value: str) -> None:
-        await self._rec.meta_set(key, value)
-
-    async def last_position(self) -> int:
-        return int(await self._rec.last_position())
-
-    async def first_event(self) -> tuple[str, RecordedEvent | None] | None:
-        async with contextlib.aclosing(self._rec.heads()) as heads:
-            async for sid, _ in heads:
-                async with contextlib.aclosing(self._rec.read(sid, 1, 1, 1)) as events:
-                    async for e in events:
-                        return sid, e
-                return sid, None
-        return None
 
 
 def _failing_loader(exc: BaseException) -> Callable[[PayloadRef], bytes]:
@@ -130,26 +123,33 @@ def _preload(e: RecordedEvent) -> RecordedEvent:
     return e
 
 
-class AsyncEventStore(StoreCore):
-    """A hash-chained, append-only event store for asyncio (see the module docstring).
+class AsyncEventStore:
+    """A hash-chained, append-only event store over one backend.
 
-    Open one with ``await ae.open_async_store(url)``; use ``async with`` or ``await
-    store.close()``. Constructing one directly over an
-    :class:`~ares_events.core.recorder.AsyncRecorder` does no I/O: the recorded identity
-    is checked by :meth:`open` (which ``open_async_store`` calls), else before the first
-    operation.
+    Open one with :func:`open_async_store` and close it (it is a context manager too).
+    Constructed directly over a recorder, the asyncio face checks the recorded identity
+    at :meth:`open` or before its first operation, the blocking face at once.
 
     Args:
-        recorder: the asyncio backend.
-        chain_key: key of the chain's keyed mode (None: unkeyed).
+        recorder: the backend.
+        chain_key: key of the chain's keyed mode (a ChainKey, 32 bytes or 64 hex digits;
+            None: unkeyed).
         blobs: blob store for spilled payloads (None: nothing spills).
         spill_threshold: payloads larger than this many bytes go to ``blobs``.
         url: the store's redacted URL (for messages).
         max_inline_bytes: the largest payload stored inline.
-        default_blobs: ``blobs`` is the backend's default folder.
-        check_identity: check the configuration against the recorded identity
-            (default); False: a forensic reader that refuses to write.
-        identity: the identity already read by the caller.
+        default_blobs: ``blobs`` is the backend's default folder (recorded as such, so
+            the store can be moved with its folder).
+        check_identity: check the configuration against the identity the store
+            recorded (default). False is for forensic tools that deliberately read a store
+            under another configuration; such a store object refuses to write.
+        identity: the identity already read by the caller (saves one read).
+
+    Raises:
+        ConfigError: the store records another chain mode, chain key or blob location
+            (names what differs; nothing is written).
+        StoreError: the recorder declares a capability it does not implement.
+        StoreUnavailable: the backend cannot be reached.
     """
 
     def __init__(
@@ -165,21 +165,34 @@ class AsyncEventStore(StoreCore):
         check_identity: bool = True,
         identity: StoreIdentity | None = None,
     ) -> None:
-        super().__init__(
-            recorder,
-            chain_key=chain_key,
-            blobs=blobs,
-            spill_threshold=spill_threshold,
-            url=url,
-            max_inline_bytes=max_inline_bytes,
-            default_blobs=default_blobs,
-            check_identity=check_identity,
-            identity=identity,
-        )
         self.recorder: AsyncRecorder = recorder
-        self._identity_lock = asyncio.Lock()
+        self._url = url or recorder.describe()
+        self._caps = check_capabilities(recorder, self._url)
+        self.max_inline_bytes = max_inline_bytes
+        self.chain_key = ChainKey.coerce(chain_key)
+        self.blobs = blobs
+        self.spill_threshold = spill_threshold
+        self._snapshots: Any = None
+        self._closed = False
+        self._blobs_identity: BlobsIdentity | str | None = None
+        if blobs is not None:
+            self._blobs_identity = (
+                DEFAULT_BLOBS
+                if default_blobs
+                else BlobsIdentity(getattr(blobs, "location", blobs.url), blobs.url)
+            )
+        self._identity: StoreIdentity | None = identity
+        self._check_identity = check_identity
+        self._keeps_identity = Capability.METADATA in self._caps
+        # True until the identity is known to be recorded as this store writes.
+        self._identity_pending = self._keeps_identity
+        self._identity_lock = Lock()
         self._loaded = not (check_identity and self._keeps_identity)
         self._given_identity = identity
+        if ASYNC:
+            pass  # no I/O in a constructor: open() or the first operation checks
+        else:
+            self._ready()
 
     @classmethod
     async def open(cls, recorder: AsyncRecorder, **kwargs: Any) -> AsyncEventStore:
@@ -194,62 +207,223 @@ class AsyncEventStore(StoreCore):
         return store
 
     def __repr__(self) -> str:
-        return self._repr("AsyncEventStore")
+        return self._repr(type(self).__name__)
+
+    # -- info ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The store's URL, redacted (safe to log)."""
+        return self._url
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What the backend declares it supports."""
+        return self._caps
+
+    @property
+    def identity(self) -> StoreIdentity | None:
+        """What the store recorded about itself (chain mode and key id, blob location,
+        format), or None before its first write or on a backend that keeps none."""
+        return self._identity
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
+
+    def _check_open(self, action: str | None = None) -> None:
+        if self._closed:
+            raise StoreClosed(self._url, action)
+
+    def _repr(self, name: str) -> str:
+        keyed = ", keyed" if self.chain_key is not None else ""
+        return f"{name}({self._url!r}{keyed})"
+
+    # -- checks before I/O -------------------------------------------------------------
+
+    def _refuse_unchecked_writes(self) -> None:
+        """A store opened with ``check_identity=False`` never writes.
+
+        Raises:
+            ConfigError: it was opened so.
+        """
+        if not self._check_identity:
+            raise ConfigError(
+                f"store {self._url} was opened with check_identity=False (for reading under "
+                "another configuration); it does not write"
+            )
+
+    def _check_erase(self, stream_id: str, version: int) -> None:
+        """The checks of ``erase_payload`` before any I/O.
+
+        Raises:
+            StoreClosed: the store is closed.
+            InvalidEvent: a bad stream id.
+            StoreError: the backend does not declare ``ERASE``.
+            EventNotFound: ``version`` is not a version.
+        """
+        self._check_open(f"erase of stream {stream_id!r} version {version}")
+        validate_name(stream_id, "stream_id")
+        if Capability.ERASE not in self._caps:
+            raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
+        if type(version) is not int or version < 1:
+            raise EventNotFound(stream_id, version, "versions start at 1")
+
+    # -- identity ------------------------------------------------------------------------
 
     async def _ready(self) -> None:
-        """Check the recorded identity once, before the first operation."""
+        """Read (unless given) and check the recorded identity, once."""
         if self._loaded:
             return
         async with self._identity_lock:
-            if not self._loaded:
-                await arun(
-                    self._load_identity_steps(self._given_identity),
-                    _AsyncRecorderPort(self.recorder),
-                )
-                self._loaded = True
+            if self._loaded:
+                return
+            known = self._given_identity
+            if known is None:
+                raw = await self.recorder.meta_get(IDENTITY_KEY)  # type: ignore[attr-defined]
+                if raw is not None:
+                    known = StoreIdentity.from_json(raw, self._url)
+            if known is not None:
+                self._identity = known
+                check_configured(known, self.chain_key, self._blobs_identity, self._url)
+                self._identity_pending = known.blobs is None and self._blobs_identity is not None
+            self._loaded = True
 
     async def record_identity(self, *, relocate_blobs: bool = False) -> StoreIdentity | None:
-        """See :meth:`EventStore.record_identity`.
+        """Record the store's identity now (``ares-events init`` does; the first write
+        does it otherwise). Returns what is recorded (None when the backend keeps none).
+
+        Args:
+            relocate_blobs: replace the recorded blob location with this store's (after
+                the blobs were moved; open the store with ``check_identity=False``, since
+                its blob location differs from the recorded one). The chain part never
+                changes: it must match the configured key.
 
         Raises:
-            ConfigError: the store records another configuration.
+            ConfigError: the store records another configuration, or a store written
+                before identities existed does not verify under the configured chain key.
             StoreClosed: the store is closed.
         """
         self._check_open("recording the store identity")
         await self._ready()
         if not self._keeps_identity:
             return None
+        rec: Any = self.recorder
         async with self._identity_lock:
-            return await arun(
-                self._record_identity_request_steps(relocate_blobs),
-                _AsyncRecorderPort(self.recorder),
-            )
+            if relocate_blobs:
+                raw = await rec.meta_get(IDENTITY_KEY)
+                if raw is not None:
+                    current = StoreIdentity.from_json(raw, self._url)
+                    problem = current.chain_problem(self.chain_key)
+                    if problem is not None:
+                        raise ConfigError(f"store {self._url}: {problem}")
+                    moved = StoreIdentity(
+                        current.format, current.keys, self._blobs_identity, current.created_at
+                    )
+                    await rec.meta_set(IDENTITY_KEY, moved.to_json())
+                    self._identity, self._identity_pending = moved, False
+                    self._check_identity = True  # configured exactly as recorded now
+                    logger.info("store %s: blob location recorded anew", self._url)
+                    return moved
+                self._check_identity = True
+                self._identity_pending = True
+            if self._identity_pending:
+                await self._record_identity()
+            return self._identity
 
     async def _before_write(self) -> None:
+        """Before the first write of this store object: check, then record (or complete)
+        the identity.
+
+        Raises:
+            ConfigError: opened with ``check_identity=False``, or another configuration.
+        """
         await self._ready()
         if self._identity_pending or not self._check_identity:
             self._refuse_unchecked_writes()
             async with self._identity_lock:
                 if self._identity_pending:
-                    await arun(self._record_identity_steps(), _AsyncRecorderPort(self.recorder))
+                    await self._record_identity()
+
+    async def _record_identity(self) -> None:
+        rec: Any = self.recorder
+        current = self._identity
+        if current is None:
+            raw = await rec.meta_get(IDENTITY_KEY)  # another writer may have recorded it
+            if raw is None:
+                if await rec.last_position() > 0:
+                    await self._check_unrecorded_chain()
+                mine = StoreIdentity.new(self.chain_key, self._blobs_identity, from_position=1)
+                raw = await rec.meta_put_if_absent(IDENTITY_KEY, mine.to_json())
+            stored = StoreIdentity.from_json(raw, self._url)
+            check_configured(stored, self.chain_key, self._blobs_identity, self._url)
+            current = stored
+        if current.blobs is None and self._blobs_identity is not None:
+            current = StoreIdentity(
+                current.format, current.keys, self._blobs_identity, current.created_at
+            )
+            await rec.meta_set(IDENTITY_KEY, current.to_json())
+        self._identity = current
+        self._identity_pending = False
+        logger.info("store %s: identity %s", self._url, current.describe_chain())
+
+    async def _check_unrecorded_chain(self) -> None:
+        """A store written before identities existed: its first stream's first event must
+        verify under the configured chain key before an identity says it does.
+
+        Raises:
+            ConfigError: it does not (another key, no key, or an altered event).
+        """
+        found = await afirst(self.recorder.heads())
+        if found is None:
+            return
+        sid, _ = found
+        event = await afirst(self.recorder.read(sid, 1, 1, 1))
+        if event is None:
+            return
+        try:
+            ok = link_hash(genesis(sid), event.header(), self.chain_key) == event.hash
+        except (TypeError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            mode = (
+                f"chain key id {self.chain_key.fingerprint()}"
+                if self.chain_key is not None
+                else "no chain key"
+            )
+            raise ConfigError(
+                f"store {self._url} has no recorded identity and its first event (stream "
+                f"{sid!r}) does not verify with {mode}: it was written with another "
+                "chain configuration, or the event was altered (run `ares-events audit`)"
+            )
 
     # -- writes --------------------------------------------------------------------------
 
     async def append(
         self, stream_id: str, events: Sequence[NewEvent], *, expected_version: ExpectedVersion = ANY
     ) -> AppendResult:
-        """Append ``events`` to ``stream_id`` atomically (see :meth:`EventStore.append`).
+        """Append ``events`` to ``stream_id`` atomically: all of them or none.
 
-        Cancelling the awaiting task cancels the append where it stands: it committed or
-        it did not by the time the task sees ``CancelledError`` (PostgreSQL cancels the
-        statement; a threaded backend lets the write finish first). Which one is not
-        known to the task: re-append the same event ids to find out (appends are
-        idempotent).
+        On the asyncio face, cancelling the awaiting task cancels the append where it
+        stands: it committed or it did not by the time the task sees ``CancelledError``.
+        Which one is not known to the task: re-append the same event ids to find out.
+
+        Args:
+            stream_id: the stream (1-256 printable characters).
+            events: one or more :class:`NewEvent`.
+            expected_version: an int (the stream's current version; 0 = no stream),
+                ``ae.ANY``, ``ae.NO_STREAM`` or ``ae.STREAM_EXISTS``.
+
+        Returns:
+            The stream's last version and the last global position written. When every
+            event's ``event_id`` is already stored with the same content, nothing is
+            written and the original result is returned (``duplicate=True``).
 
         Raises:
             InvalidEvent: bad input (names the field and the event's index).
-            ConcurrencyError: ``expected_version`` not satisfied, or an event id reused
-                for a different event.
+            ConcurrencyError: the stream's version does not satisfy ``expected_version``,
+                or an ``event_id`` is reused for a different event.
             StoreClosed: the store is closed (also while the append was in flight).
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
@@ -257,17 +431,18 @@ class AsyncEventStore(StoreCore):
             raise StoreClosed(self._url, f"append to stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         expected = _normalize_expected(expected_version)
-        events = self._events_arg(stream_id, events)
-        await self._before_write()
-        prepared = await self._spill_async(self._encode(stream_id, events, utc_now_at()))
+        events = events_arg(stream_id, events)
+        if self._identity_pending or not self._loaded or not self._check_identity:
+            await self._before_write()
+        prepared = await self._spill(prepare(stream_id, events, utc_now_at()))
         self._check_inline(stream_id, prepared)
         outcome = await self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
         if outcome.duplicate:
-            res = self._duplicate(stream_id, prepared, outcome.events)
+            res = duplicate_result(stream_id, prepared, outcome.events)
             if isinstance(res, Conflict):
                 raise await self._conflict(res)
             return res
-        return self._result(stream_id, prepared, outcome)
+        return fresh_result(stream_id, prepared, outcome)
 
     async def append_many(
         self,
@@ -275,21 +450,37 @@ class AsyncEventStore(StoreCore):
         *,
         tracking: TrackingRecord | tuple[str, int] | None = None,
     ) -> list[AppendResult]:
-        """Append to several streams in one transaction (see :meth:`EventStore.append_many`).
+        """Append to several streams in one transaction: every batch or none.
+
+        Each batch is ``(stream_id, events, expected_version)`` with the same rules as
+        :meth:`append`. ``tracking`` (a :class:`TrackingRecord` or ``(name, position)``)
+        is written in the same transaction; a name's tracked position only increases.
+        The events of one call get consecutive global positions in batch order.
+
+        The call is idempotent as a whole: when every event id is already stored, nothing
+        is written and the original results come back (``duplicate=True``); a call that
+        mixes stored and new ids is a :class:`ConcurrencyError`.
+
+        Args:
+            batches: one or more ``(stream_id, events, expected_version)``, each stream
+                at most once. May be empty when ``tracking`` is given.
+            tracking: optional consumer bookmark written atomically with the events.
+
+        Returns:
+            One :class:`AppendResult` per batch, in order.
 
         Raises:
             InvalidEvent: bad input (names the stream and the event's index).
-            ConcurrencyError: an expected version or ``tracking`` not satisfied, or an
-                event id reused for a different event.
+            ConcurrencyError: an expected version is not satisfied, an event id is reused
+                for a different event, or ``tracking`` is not above the tracked position.
             StoreError: the backend does not declare ``MULTI_STREAM_APPEND``.
-            StoreClosed: the store is closed.
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
         self._check_open("append_many")
-        track = self._tracking_arg(tracking)
+        track = tracking_arg(tracking)
         if not batches and track is None:
             raise InvalidEvent("batches", "at least one batch (or a tracking record) is required")
-        if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
+        if Capability.MULTI_STREAM_APPEND not in self._caps:
             if len(batches) == 1 and track is None:
                 sid, evs, exp = batches[0]
                 return [await self.append(sid, evs, expected_version=exp)]
@@ -298,21 +489,32 @@ class AsyncEventStore(StoreCore):
                 "(its backend does not declare MULTI_STREAM_APPEND)"
             )
         await self._before_write()
-        plan = self._plan_many(batches, utc_now_at())
+        plan = plan_many(batches, utc_now_at())
         for b in plan:
-            b.prepared = await self._spill_async(b.prepared)
+            b.prepared = await self._spill(b.prepared)
         for b in plan:
             self._check_inline(b.stream_id, b.prepared)
         work = [(Batch(b.stream_id, b.prepared, self.chain_key), b.expected) for b in plan]
-        outcomes = await self.recorder.append_many(work, track)  # type: ignore[attr-defined]
-        res = self._many_results(plan, outcomes)
+        rec: Any = self.recorder
+        outcomes = await rec.append_many(work, track)
+        res = many_results(plan, outcomes)
         if isinstance(res, Conflict):
             raise await self._conflict(res)
         return res
 
     async def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
-        """Remove one event's payload, keeping its digest and size (see
-        :meth:`EventStore.erase_payload`: the same steps).
+        """Remove one event's payload from the backend, keeping its digest and size (the
+        chain commits to them, so every link hash, Merkle leaf and checkpoint stays valid),
+        and delete its blob when no other event's payload lives in it.
+
+        This is the storage half of an erasure; :func:`ares_events.erase` is the whole of
+        it (the erasure record, snapshots, read models). Idempotent: an erased event is
+        returned as it is.
+
+        Returns:
+            The event as it was before (its payload still readable in this object only
+            when it was inline), and the number of other events sharing its blob (None
+            when it had no blob or was already erased).
 
         Raises:
             EventNotFound: no event at ``stream_id`` ``version``.
@@ -322,12 +524,31 @@ class AsyncEventStore(StoreCore):
         """
         self._check_erase(stream_id, version)
         await self._before_write()
-        return await arun(
-            self._erase_steps(stream_id, version), _AsyncRecorderPort(self.recorder, self.blobs)
-        )
+        found = await afirst(self.recorder.read(stream_id, version, version, 1))
+        if found is None or found.version != version:
+            raise EventNotFound(stream_id, version)
+        ref = found.payload_ref
+        if ref is not None and ref.erased:
+            return found, None
+        erased = ErasedPayloadRef(key="", size=found.payload_size, digest=found.payload_digest)
+        blob_key = ref.key if ref is not None and ref.key else None
+        started = datetime.now(UTC)
+        rec: Any = self.recorder
+        outcome = await rec.erase(stream_id, version, found.position, found.hash, erased, blob_key)
+        if not outcome.erased:
+            raise StoreError(
+                f"stream {stream_id!r} version {version} changed while it was being erased "
+                "(erased by someone else, or rewritten): read it again"
+            )
+        blobs = self.blobs
+        if blob_key is not None and outcome.blob_refs == 0 and blobs is not None:
+            # A blob an append (of the same payload) refreshed after we started is kept.
+            await asyncio.to_thread(lambda: blobs.delete(blob_key, if_older_than=started))
+        logger.info("erased the payload of stream %r version %d", stream_id, version)
+        return found, (outcome.blob_refs if blob_key is not None else None)
 
     async def tracked_position(self, name: str) -> int | None:
-        """See :meth:`EventStore.tracked_position`.
+        """The position last tracked for ``name`` by :meth:`append_many`, or None.
 
         Raises:
             StoreError: the backend does not declare ``MULTI_STREAM_APPEND``.
@@ -335,13 +556,45 @@ class AsyncEventStore(StoreCore):
         """
         self._check_open()
         validate_name(name, "tracking name")
-        if Capability.MULTI_STREAM_APPEND not in self.recorder.capabilities:
+        if Capability.MULTI_STREAM_APPEND not in self._caps:
             raise StoreError(f"store {self._url} keeps no tracking records")
         await self._ready()
-        return await self.recorder.tracked_position(name)  # type: ignore[attr-defined,no-any-return]
+        rec: Any = self.recorder
+        position: int | None = await rec.tracked_position(name)
+        return position
 
-    async def _spill_async(self, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
-        """Spill in a worker thread (blob stores are blocking), only when one could."""
+    def _may_spill(self, prepared: Sequence[PreparedEvent]) -> bool:
+        """True when a blob store is configured and some payload is over the threshold
+        (the blob store decides; this only spares a call when nothing can spill)."""
+        if self.blobs is None:
+            return False
+        limit = self.spill_threshold
+        return any(p.size > limit for p in prepared)
+
+    def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
+        """After spilling: refuse a payload still inline and over ``max_inline_bytes``.
+
+        Raises:
+            InvalidEvent: such a payload (names the event's index).
+        """
+        for i, p in enumerate(prepared):
+            if p.payload_bytes is not None and p.size > self.max_inline_bytes:
+                raise InvalidEvent(
+                    "payload",
+                    f"is {p.size:,} bytes; payloads stored inline are limited to "
+                    f"{self.max_inline_bytes:,} bytes (open the store with a blob store, "
+                    "blobs=..., to spill big payloads)",
+                    stream_id=stream_id,
+                    index=i,
+                )
+
+    async def _spill(self, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
+        """Write payloads over the threshold to the blob store, before the append commits
+        (on a worker thread on the asyncio face: blob stores are blocking).
+
+        Raises:
+            StoreUnavailable: a blob could not be written (nothing is appended).
+        """
         if not self._may_spill(prepared):
             return prepared
         blobs, limit = self.blobs, self.spill_threshold
@@ -361,8 +614,9 @@ class AsyncEventStore(StoreCore):
         to_version: int | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
-        """Events of ``stream_id`` in version order, as a lazy async iterator (one page in
-        memory at a time); arguments are checked at the call.
+        """Events of ``stream_id`` with ``from_version <= version <= to_version``, in
+        version order, as a lazy iterator (one page in memory, on any stream length).
+        The arguments are checked at the call.
 
         Raises:
             InvalidEvent: a bad stream id or range.
@@ -373,7 +627,10 @@ class AsyncEventStore(StoreCore):
             raise StoreClosed(self._url, f"read of stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         check_range(from_version, to_version, limit)
-        return self._events(lambda: self.recorder.read(stream_id, from_version, to_version, limit))
+        if not self._loaded or self.blobs is not None:
+            return self._events(self.recorder.read(stream_id, from_version, to_version, limit))
+        # Nothing to add to the backend's events: hand its iterator out as it is.
+        return self.recorder.read(stream_id, from_version, to_version, limit)
 
     def read_all(
         self,
@@ -382,9 +639,15 @@ class AsyncEventStore(StoreCore):
         *,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[RecordedEvent]:
-        """Events of every stream in global position order, after ``after_position``, as a
-        lazy async iterator (see :meth:`EventStore.read_all` for the visibility rule and
-        ``stream_prefix``).
+        """Events of every stream in global position order, after ``after_position``.
+
+        Args:
+            after_position: read the events after this position (exclusive).
+            limit: at most this many events (None: all).
+            stream_prefix: only the events of streams whose id starts with this (exactly:
+                no character is a wildcard; ``limit`` counts these events only). The
+                backend filters, so other streams' events are never transferred. None or
+                ``""``: every stream.
 
         Raises:
             InvalidEvent: a bad position, limit or prefix.
@@ -394,23 +657,26 @@ class AsyncEventStore(StoreCore):
         self._check_open("read_all")
         check_after(after_position, limit, stream_prefix)
         if stream_prefix:
-            prefix = stream_prefix
-            return self._events(
-                lambda: self.recorder.read_all(after_position, limit, stream_prefix=prefix)  # type: ignore[call-arg]
-            )
-        return self._events(lambda: self.recorder.read_all(after_position, limit))
+            # Passed only when asked for: recorders written before the keyword still work.
+            events = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
+        else:
+            events = self.recorder.read_all(after_position, limit)
+        if not self._loaded or self.blobs is not None:
+            return self._events(events)
+        return events
 
-    async def _events(
-        self, source: Callable[[], AsyncIterator[RecordedEvent]]
-    ) -> AsyncIterator[RecordedEvent]:
+    async def _events(self, source: AsyncIterator[RecordedEvent]) -> AsyncIterator[RecordedEvent]:
         await self._ready()
         blobs = self.blobs
-        async with contextlib.aclosing(source()) as events:  # type: ignore[type-var]
+        async with aclosing_iter(source) as events:
             async for e in events:
-                if e.payload_ref is not None and blobs is not None:
+                if e.payload_ref is None or blobs is None:
+                    yield e
+                    continue
+                if ASYNC:
                     yield await asyncio.to_thread(_preload, blobs.attach(e))
                 else:
-                    yield e
+                    yield blobs.attach(e)  # fetched when its payload is first read
 
     async def stream_version(self, stream_id: str) -> int:
         """The stream's version from its head row; 0 when the stream does not exist.
@@ -431,7 +697,8 @@ class AsyncEventStore(StoreCore):
         """
         self._check_open()
         validate_name(stream_id, "stream_id")
-        await self._ready()
+        if not self._loaded:
+            await self._ready()
         return await self.recorder.head(stream_id)
 
     async def streams(self) -> AsyncIterator[tuple[str, int]]:
@@ -443,7 +710,7 @@ class AsyncEventStore(StoreCore):
         """
         self._check_open()
         await self._ready()
-        async with contextlib.aclosing(self.recorder.heads()) as heads:  # type: ignore[type-var]
+        async with aclosing_iter(self.recorder.heads()) as heads:
             async for sid, h in heads:
                 yield sid, h.version
 
@@ -460,9 +727,9 @@ class AsyncEventStore(StoreCore):
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
-        ``timeout`` seconds pass, without blocking the loop: the backend's wake-ups
-        (PostgreSQL LISTEN/NOTIFY, the memory store's) where it has them, else polling
-        with backoff (5 ms doubling to 250 ms).
+        ``timeout`` seconds pass: the backend's wake-ups (PostgreSQL LISTEN/NOTIFY, the
+        memory store's) where it has them, else polling with backoff (5 ms doubling to
+        250 ms).
 
         Returns:
             True when an event after ``position`` exists.
@@ -473,9 +740,9 @@ class AsyncEventStore(StoreCore):
         """
         self._check_open()
         await self._ready()
-        waiter = getattr(self.recorder, "wait_for", None)
-        if waiter is not None:
-            return bool(await waiter(position, timeout))
+        if Capability.WAKEUPS in self._caps:
+            rec: Any = self.recorder
+            return bool(await rec.wait_for(position, timeout))
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
@@ -485,14 +752,14 @@ class AsyncEventStore(StoreCore):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            await asyncio.sleep(min(delay, left))
+            await sleep(min(delay, left))
             delay = min(delay * 2, _POLL_MAX)
 
     def subscribe(
         self, after_position: int = 0, *, page: int = SUBSCRIBE_PAGE
     ) -> AsyncIterator[RecordedEvent]:
         """Every event after ``after_position``, in position order, then each new one as
-        it commits: an endless async iterator (break out of it, or close the store).
+        it commits: an endless iterator (break out of it, or close the store).
 
         It pages through :meth:`read_all` and, once caught up, waits with
         :meth:`wait_for` (LISTEN/NOTIFY on PostgreSQL, polling elsewhere). It never skips
@@ -514,7 +781,7 @@ class AsyncEventStore(StoreCore):
     async def _subscription(self, position: int, page: int) -> AsyncIterator[RecordedEvent]:
         while True:
             n = 0
-            async with contextlib.aclosing(self.read_all(position, page)) as events:  # type: ignore[type-var]
+            async with aclosing_iter(self.read_all(position, page)) as events:
                 async for e in events:
                     position = e.position
                     n += 1
@@ -524,7 +791,7 @@ class AsyncEventStore(StoreCore):
 
     @property
     def snapshots(self) -> AsyncSnapshotStore:
-        """The async snapshot store in the same database as the events.
+        """The snapshot store in the same database as the events.
 
         Raises:
             StoreClosed: the store is closed.
@@ -532,6 +799,7 @@ class AsyncEventStore(StoreCore):
         """
         self._check_open()
         if self._snapshots is None:
+            # Imported on first use: most programs never touch snapshots.
             from ares_events.core.snapshots_async import async_snapshot_store_for
 
             self._snapshots = async_snapshot_store_for(self)
@@ -540,10 +808,10 @@ class AsyncEventStore(StoreCore):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Release the backend's connections. Idempotent.
+        """Release the backend's connections. Idempotent and safe from any thread or task.
 
-        From now on every call raises :class:`StoreClosed`. Operations in flight in other
-        tasks finish, or are interrupted after a short grace and raise
+        From now on every call raises :class:`StoreClosed`. Operations already running
+        elsewhere finish, or are interrupted after a short grace and raise
         :class:`StoreClosed`; waiters and subscribers wake up with it; no connection
         outlives this call.
         """
@@ -562,3 +830,34 @@ class AsyncEventStore(StoreCore):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+async def aemit(
+    store: AsyncEventStore,
+    stream_id: str,
+    type: str,
+    module: str,
+    payload: Any = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    expected_version: ExpectedVersion = ANY,
+) -> AppendResult:
+    """Append one event. ``module`` is required.
+
+    Raises:
+        InvalidEvent: bad input.
+        ConcurrencyError: ``expected_version`` not satisfied.
+        StoreUnavailable: the backend cannot be reached.
+    """
+    return await store.append(
+        stream_id,
+        [
+            NewEvent(
+                type=type,
+                module=module,
+                payload={} if payload is None else payload,
+                metadata=metadata or {},
+            )
+        ],
+        expected_version=expected_version,
+    )

@@ -35,11 +35,12 @@ from typing import Any, Final
 from eventsourcing.persistence import DataError
 from eventsourcing.utils import Environment, strtobool
 
+from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent, validate_name
-from ares_events.core.recorder import Head
 from ares_events.core.store import EventStore
 from ares_events.errors import ChainIntegrityError, ConfigError, InvalidEvent
-from ares_events.integrity.verify import ChainVerifier, Finding
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verifier import ChainVerifier
 
 __all__ = ["MODULE", "AresDatastore", "ChainVerificationError", "open_datastore"]
 

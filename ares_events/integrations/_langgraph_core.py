@@ -52,13 +52,13 @@ import blake3
 import orjson
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ares_events.chain import ChainKey, canonical_json
+from ares_events.core.backend import Head
 from ares_events.core.events import MAX_NAME_LENGTH, NewEvent, RecordedEvent, validate_name
-from ares_events.core.recorder import Head
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations import LANGGRAPH_STREAM_PREFIX
-from ares_events.integrity.chain import ChainKey, canonical_json
 from ares_events.integrity.findings import Finding
-from ares_events.integrity.verify import ChainVerifier
+from ares_events.integrity.verifier import ChainVerifier
 
 logger = logging.getLogger(__name__)
 

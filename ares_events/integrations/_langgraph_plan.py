@@ -18,6 +18,7 @@ from typing import Any, Final
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ares_events.chain import header_bytes, link_hash
 from ares_events.core.events import NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
 from ares_events.integrations._langgraph_core import (
@@ -36,7 +37,6 @@ from ares_events.integrations._langgraph_core import (
     b64,
     unb64,
 )
-from ares_events.integrity.chain import header_bytes, link_hash
 from ares_events.integrity.findings import Finding
 
 # -- planning a put --------------------------------------------------------------------------

@@ -57,8 +57,8 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic
 
+from ares_events.core.backend import TrackingRecord
 from ares_events.core.events import NO_STREAM, ExpectedVersion, NewEvent, RecordedEvent
-from ares_events.core.recorder import TrackingRecord
 from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError, StoreUnavailable
 from ares_events.integrations._eventsourcing_store import (
     MODULE,

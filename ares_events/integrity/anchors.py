@@ -69,10 +69,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import blake3
 import orjson
 
+from ares_events.chain import ChainKey, canonical_json
 from ares_events.core.events import utc_now_at
-from ares_events.core.recorder import StoreURL
+from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
-from ares_events.integrity.chain import ChainKey, canonical_json
 from ares_events.integrity.checkpoint_anchors import (
     NOTE_PREFIX,
     NOTE_SUFFIX,

@@ -41,8 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from ares_events.core.backend import Capability
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent
-from ares_events.core.recorder import Capability
 from ares_events.errors import ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
 

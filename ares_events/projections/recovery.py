@@ -1,37 +1,31 @@
-"""Snapshot-first recovery: ``ae.recover``, ``ae.snapshot`` and the ``Snapshotter`` policy.
+# Generated from recovery_async.py by tools/async_to_sync.py: do not edit.
+"""Snapshot-first recovery: ``ae.arecover``, ``ae.asnapshot`` and the snapshot policy
+(``ae.recover``, ``ae.snapshot`` and ``ae.Snapshotter`` are generated from this module).
 
 Recovery loads the latest snapshot of the projection (ignored, with the reason in the
 report, when its projection version differs, its ``at_hash`` no longer matches the
-stream or its state digest is wrong), then folds the tail after ``at_version`` while
-checking the chain from ``at_hash`` and comparing the end with the stream head. Cost is
-O(tail), not O(stream). The replay cap is honoured and never silent.
+stream, its seal fails or its state digest is wrong), then folds the tail after
+``at_version`` while checking the chain from ``at_hash`` and comparing the end with the
+stream head. Cost is O(tail), not O(stream). The replay cap is honoured and never silent.
 
-Each is written once as steps (:mod:`ares_events.core.sansio`) and driven blocking
-(:func:`recover`, :func:`snapshot`) or with asyncio (:func:`arecover`,
-:func:`asnapshot`).
+It may import the core, the stores, integrity and this package's other modules.
 """
 
 from __future__ import annotations
 
-import enum
-import functools
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
-from ares_events.core.ports import StorePort, port_for
-from ares_events.core.sansio import Call, Steps, arun, run
+from ares_events.core.snapshots import make_snapshot
 from ares_events.errors import ChainIntegrityError, ConfigError, SnapshotMismatch
-from ares_events.integrity.findings import Finding
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
-from ares_events.projections.replay import DEFAULT_MAX_REPLAY, replay_steps
+from ares_events.projections.replay import replay
+from ares_events.projections.results import DEFAULT_MAX_REPLAY, RecoveryReport, RecoverySource
 
 if TYPE_CHECKING:
-    from ares_events.core.snapshots import Snapshot
-    from ares_events.core.store import EventStore
-    from ares_events.core.store_async import AsyncEventStore
-    from ares_events.integrity.chain import ChainKey
+    from ares_events.core.snapshot_format import Snapshot
+    from ares_events.core.store import EventStore  # as is
 
 logger = logging.getLogger(__name__)
 
@@ -39,68 +33,9 @@ __all__ = [
     "RecoveryReport",
     "RecoverySource",
     "Snapshotter",
-    "arecover",
-    "asnapshot",
     "recover",
-    "recover_steps",
     "snapshot",
-    "snapshot_steps",
 ]
-
-
-class RecoverySource(enum.StrEnum):
-    """Where the recovered state came from."""
-
-    SNAPSHOT = "snapshot"
-    EVENTS = "events"
-    EMPTY = "empty"
-
-
-@dataclass(slots=True)
-class RecoveryReport:
-    """What :func:`recover` found and rebuilt."""
-
-    stream_id: str
-    projection: str
-    state: Any
-    version: int
-    """Stream version the state reflects."""
-    source: RecoverySource
-    replayed: int
-    """Events folded after the snapshot (or from the start)."""
-    head_version: int
-    truncated: bool
-    capped: bool
-    findings: list[Finding] = field(default_factory=list)
-    snapshot_version: int | None = None
-    """``at_version`` of the snapshot used, if any."""
-    snapshot_ignored: str | None = None
-    """Why a stored snapshot was not used (None when used or when there was none)."""
-    skipped: list[SkippedEvent] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when the chain checked clean, nothing was capped or skipped."""
-        return not self.findings and not self.capped and not self.skipped
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the state included)."""
-        return {
-            "stream_id": self.stream_id,
-            "projection": self.projection,
-            "state": self.state,
-            "version": self.version,
-            "source": str(self.source),
-            "replayed": self.replayed,
-            "head_version": self.head_version,
-            "truncated": self.truncated,
-            "capped": self.capped,
-            "ok": self.ok,
-            "snapshot_version": self.snapshot_version,
-            "snapshot_ignored": self.snapshot_ignored,
-            "findings": [f.to_dict() for f in self.findings],
-            "skipped": [s.to_dict() for s in self.skipped],
-        }
 
 
 def recover(
@@ -116,7 +51,7 @@ def recover(
     """Rebuild ``projection``'s state of ``stream_id``: snapshot first, then the tail.
 
     Args:
-        store: the event store.
+        store: the event store (on the asyncio face, a blocking store works too).
         stream_id: the stream (an agent or a run).
         projection: the fold to rebuild.
         snapshots: a snapshot store (``store.snapshots``), or None to replay only.
@@ -130,67 +65,11 @@ def recover(
         ChainIntegrityError: ``strict`` and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
-    steps = recover_steps(
-        store.chain_key,
-        stream_id,
-        projection,
-        snapshots=snapshots,
-        max_replay=max_replay,
-        strict=strict,
-        tolerant=tolerant,
-    )
-    return run(steps, StorePort(store))
-
-
-async def arecover(
-    store: AsyncEventStore,
-    stream_id: str,
-    projection: Projection,
-    *,
-    snapshots: Any = None,
-    max_replay: int = DEFAULT_MAX_REPLAY,
-    strict: bool = False,
-    tolerant: bool = False,
-) -> RecoveryReport:
-    """The asyncio twin of :func:`recover` (the same steps): ``snapshots`` is
-    ``store.snapshots`` of the async store, or None to replay only.
-
-    Raises:
-        EventSchemaError: an event fails its schema and ``tolerant`` is False.
-        ReplayCapExceeded: ``strict`` and the cap was reached.
-        ChainIntegrityError: ``strict`` and the chain or head check found problems.
-        StoreUnavailable: the store cannot be reached.
-    """
-    steps = recover_steps(
-        store.chain_key,
-        stream_id,
-        projection,
-        snapshots=snapshots,
-        max_replay=max_replay,
-        strict=strict,
-        tolerant=tolerant,
-    )
-    return await arun(steps, port_for(store))
-
-
-def recover_steps(
-    chain_key: ChainKey | None,
-    stream_id: str,
-    projection: Projection,
-    *,
-    snapshots: Any = None,
-    max_replay: int = DEFAULT_MAX_REPLAY,
-    strict: bool = False,
-    tolerant: bool = False,
-) -> Steps[RecoveryReport]:
-    """:func:`recover` as steps over a store port (:mod:`ares_events.core.ports`)."""
     snap: Snapshot | None = None
     ignored: str | None = None
     if snapshots is not None:
         try:
-            snap = yield Call(
-                "invoke", snapshots.load, stream_id, projection.name, projection.version
-            )
+            snap = snapshots.load(stream_id, projection.name, projection.version)
         except SnapshotMismatch as exc:
             logger.warning(
                 "ignoring snapshot of %s for %r: %s", projection.name, stream_id, exc.reason
@@ -206,8 +85,8 @@ def recover_steps(
         initial, from_version, start_hash = snap.state, snap.at_version + 1, snap.at_hash
     else:
         initial, from_version, start_hash = projection.initial(), 1, None
-    res = yield from replay_steps(
-        chain_key,
+    res = replay(
+        store,
         stream_id,
         step,
         initial,
@@ -259,45 +138,11 @@ def snapshot(
         StoreUnavailable: the store cannot be reached.
     """
     snaps = snapshots if snapshots is not None else store.snapshots
-    steps = snapshot_steps(store.chain_key, stream_id, projection, snaps, max_replay)
-    return run(steps, StorePort(store))
-
-
-async def asnapshot(
-    store: AsyncEventStore,
-    stream_id: str,
-    projection: Projection,
-    *,
-    snapshots: Any = None,
-    max_replay: int | None = None,
-) -> Snapshot | None:
-    """The asyncio twin of :func:`snapshot` (the same steps).
-
-    Raises:
-        ChainIntegrityError: the chain has findings.
-        EventSchemaError: an event fails its schema.
-        StoreUnavailable: the store cannot be reached.
-    """
-    snaps = snapshots if snapshots is not None else store.snapshots
-    steps = snapshot_steps(store.chain_key, stream_id, projection, snaps, max_replay)
-    return await arun(steps, port_for(store))
-
-
-def snapshot_steps(
-    chain_key: ChainKey | None,
-    stream_id: str,
-    projection: Projection,
-    snapshots: Any,
-    max_replay: int | None = None,
-) -> Steps[Snapshot | None]:
-    """:func:`snapshot` as steps over a store port."""
-    from ares_events.core.snapshots import make_snapshot_steps
-
-    rep = yield from recover_steps(
-        chain_key,
+    rep = recover(
+        store,
         stream_id,
         projection,
-        snapshots=snapshots,
+        snapshots=snaps,
         max_replay=max_replay if max_replay is not None else 2**62,
     )
     if rep.findings:
@@ -305,14 +150,12 @@ def snapshot_steps(
     if rep.version == 0:
         return None
     if rep.source is RecoverySource.SNAPSHOT and rep.replayed == 0:
-        loaded: Snapshot | None = yield Call(
-            "invoke", snapshots.load, stream_id, projection.name, projection.version
-        )
+        loaded: Snapshot | None = snaps.load(stream_id, projection.name, projection.version)
         return loaded
-    snap = yield from make_snapshot_steps(
-        stream_id, projection.name, projection.version, rep.state, rep.version
+    snap = make_snapshot(
+        store, stream_id, projection.name, projection.version, rep.state, rep.version
     )
-    yield Call("invoke", snapshots.save, snap)
+    snaps.save(snap)
     logger.debug("snapshot of %s for %r at version %d", projection.name, stream_id, rep.version)
     return snap
 
@@ -320,15 +163,14 @@ def snapshot_steps(
 class Snapshotter:
     """Policy: write a snapshot every ``every`` events of a stream.
 
-    Call :meth:`after_append` with each append's result (the journal and the projection
-    runner do); it snapshots each projection when the stream crosses a multiple of
-    ``every``. Over an asyncio store, drive :meth:`after_append_steps` with an async
-    port (the ``AsyncJournal`` does).
+    Call :meth:`after_append` with each append's stream and version (the journal and the
+    projection runner do); it snapshots each projection when the stream crosses a
+    multiple of ``every``.
     """
 
     def __init__(
         self,
-        store: EventStore | AsyncEventStore,
+        store: EventStore,
         projections: list[Projection],
         *,
         every: int = 100,
@@ -344,21 +186,13 @@ class Snapshotter:
         self.taken = 0
 
     def due(self, stream_id: str, version: int, projection: Projection) -> bool:
-        """True when ``version`` is at least ``every`` past the last snapshot (a blocking
-        store; asyncio code drives :meth:`after_append_steps`)."""
-        return run(self._due_steps(stream_id, version, projection), self._blocking_port())
-
-    def _due_steps(self, stream_id: str, version: int, projection: Projection) -> Steps[bool]:
+        """True when ``version`` is at least ``every`` past the last snapshot."""
         key = (stream_id, projection.name)
         last = self._last.get(key)
         if last is None:
             try:
-                snap = yield Call(
-                    "invoke",
-                    functools.partial(self.snapshots.load, verify=False),
-                    stream_id,
-                    projection.name,
-                    projection.version,
+                snap = self.snapshots.load(
+                    stream_id, projection.name, projection.version, verify=False
                 )
             except SnapshotMismatch:
                 snap = None
@@ -367,26 +201,11 @@ class Snapshotter:
         return version // self.every > last // self.every
 
     def after_append(self, stream_id: str, version: int) -> int:
-        """Snapshot every projection that is due; returns how many were written (a
-        blocking store; asyncio code drives :meth:`after_append_steps`)."""
-        return run(self.after_append_steps(stream_id, version), self._blocking_port())
-
-    def _blocking_port(self) -> StorePort:
-        from ares_events.core.store_async import AsyncEventStore
-
-        if isinstance(self.store, AsyncEventStore):
-            raise ConfigError(
-                "Snapshotter.after_append() needs a blocking store; over an asyncio store, "
-                "drive after_append_steps() with its port (AsyncJournal does)"
-            )
-        return StorePort(self.store)
-
-    def after_append_steps(self, stream_id: str, version: int) -> Steps[int]:
-        """:meth:`after_append` as steps over a store port (the store's face)."""
+        """Snapshot every projection that is due; returns how many were written."""
         n = 0
         for p in self.projections:
-            if (yield from self._due_steps(stream_id, version, p)):
-                snap = yield from snapshot_steps(self.store.chain_key, stream_id, p, self.snapshots)
+            if self.due(stream_id, version, p):
+                snap = snapshot(self.store, stream_id, p, snapshots=self.snapshots)
                 if snap is not None:
                     self._last[(stream_id, p.name)] = snap.at_version
                     n += 1

@@ -1,60 +1,31 @@
+# Generated from replay_async.py by tools/async_to_sync.py: do not edit.
 """Replay with a cap: fold a stream through a function, checking its chain as it goes.
 
 ``max_replay`` (default 10,000) bounds the work. Reaching it before the end of the
 stream is never silent: the result says ``capped=True``, or in strict mode
 :class:`~ares_events.errors.ReplayCapExceeded` is raised.
 
-The fold is written once (:func:`replay_steps`) and driven by :func:`replay` (blocking
-store) and :func:`areplay` (asyncio store).
+It may import the core, the stores, integrity and :mod:`.results`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ares_events.core.events import RecordedEvent
-from ares_events.core.ports import StorePort, port_for
-from ares_events.core.sansio import Call, Steps, arun, run
+from ares_events.core.iterators import closing_iter
 from ares_events.errors import ChainIntegrityError, InvalidEvent, ReplayCapExceeded
 from ares_events.integrity.findings import Finding
-from ares_events.integrity.verify import ChainVerifier
+from ares_events.integrity.verifier import ChainVerifier
+from ares_events.projections.results import DEFAULT_MAX_REPLAY, ReplayResult
 
 if TYPE_CHECKING:
-    from ares_events.core.store import EventStore
-    from ares_events.core.store_async import AsyncEventStore
-    from ares_events.integrity.chain import ChainKey
+    from ares_events.core.store import EventStore  # as is
 
-__all__ = ["DEFAULT_MAX_REPLAY", "ReplayResult", "areplay", "replay", "replay_steps"]
+__all__ = ["DEFAULT_MAX_REPLAY", "ReplayResult", "replay"]
 
-DEFAULT_MAX_REPLAY: Final = 10_000
 S = TypeVar("S")
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayResult(Generic[S]):
-    """Outcome of :func:`replay`."""
-
-    state: S
-    version: int
-    """Version of the last event folded (``from_version - 1`` when none)."""
-    replayed: int
-    capped: bool
-    """True when ``max_replay`` stopped the fold before the end of the stream."""
-    head_version: int
-    last_hash: bytes | None
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def truncated(self) -> bool:
-        """True when the head says there are more events than the stream holds."""
-        return any(f.kind == "truncated" for f in self.findings)
-
-    @property
-    def ok(self) -> bool:
-        """True when the chain checked clean."""
-        return not self.findings
 
 
 def replay(
@@ -72,7 +43,8 @@ def replay(
     """Fold ``stream_id`` from ``from_version`` through ``fold``, checking the chain.
 
     Args:
-        store: the store.
+        store: the store (on the asyncio face, a blocking store works too: its calls run
+            on worker threads).
         stream_id: the stream to fold.
         fold: ``fold(state, event) -> state``; must be pure.
         initial: the starting state (a snapshot's state when ``from_version > 1``).
@@ -89,67 +61,6 @@ def replay(
         ChainIntegrityError: strict mode and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
-    steps = replay_steps(
-        store.chain_key,
-        stream_id,
-        fold,
-        initial,
-        from_version=from_version,
-        start_hash=start_hash,
-        max_replay=max_replay,
-        strict=strict,
-        verify=verify,
-    )
-    return run(steps, StorePort(store))
-
-
-async def areplay(
-    store: AsyncEventStore,
-    stream_id: str,
-    fold: Callable[[S, RecordedEvent], S],
-    initial: S,
-    *,
-    from_version: int = 1,
-    start_hash: bytes | None = None,
-    max_replay: int = DEFAULT_MAX_REPLAY,
-    strict: bool = False,
-    verify: bool = True,
-) -> ReplayResult[S]:
-    """The asyncio twin of :func:`replay` (the same steps; see it for the arguments).
-
-    Raises:
-        InvalidEvent: a bad ``max_replay``, ``from_version`` or a missing ``start_hash``.
-        ReplayCapExceeded: strict mode and the cap was reached before the end.
-        ChainIntegrityError: strict mode and the chain or head check found problems.
-        StoreUnavailable: the store cannot be reached.
-    """
-    steps = replay_steps(
-        store.chain_key,
-        stream_id,
-        fold,
-        initial,
-        from_version=from_version,
-        start_hash=start_hash,
-        max_replay=max_replay,
-        strict=strict,
-        verify=verify,
-    )
-    return await arun(steps, port_for(store))
-
-
-def replay_steps(
-    chain_key: ChainKey | None,
-    stream_id: str,
-    fold: Callable[[S, RecordedEvent], S],
-    initial: S,
-    *,
-    from_version: int = 1,
-    start_hash: bytes | None = None,
-    max_replay: int = DEFAULT_MAX_REPLAY,
-    strict: bool = False,
-    verify: bool = True,
-) -> Steps[ReplayResult[S]]:
-    """:func:`replay` as steps over a store port (:mod:`ares_events.core.ports`)."""
     if type(max_replay) is not int or max_replay < 0:
         raise InvalidEvent("max_replay", f"must be an int >= 0, got {max_replay!r}")
     if type(from_version) is not int or from_version < 1:
@@ -161,12 +72,12 @@ def replay_steps(
             f"{from_version - 1}, e.g. a snapshot's at_hash)",
             stream_id=stream_id,
         )
-    head = yield Call("head", stream_id)
+    head = store.head(stream_id)
     head_version = head.version if head and type(head.version) is int else 0
     verifier = None
     if verify:
         verifier = ChainVerifier(
-            stream_id, chain_key, start_version=from_version - 1, start_hash=start_hash
+            stream_id, store.chain_key, start_version=from_version - 1, start_hash=start_hash
         )
     state = initial
     n = 0
@@ -176,29 +87,21 @@ def replay_steps(
     while True:
         progressed = False
         # Read one past the cap to learn whether the cap cut the stream short.
-        handle = yield Call("open_read", stream_id, start, None, max_replay - n + 1)
-        try:
-            while not capped and (chunk := (yield Call("next_chunk", handle))):
-                for e in chunk:
-                    if n == max_replay:
-                        capped = True
-                        break
-                    if (
-                        verifier is not None
-                        and not verifier.check(e)
-                        and verifier.findings[-1].kind == "malformed_row"
-                    ):
-                        continue  # not an event (a tampered row): reported, never folded
-                    state = fold(state, e)
-                    last = e
-                    n += 1
-                    progressed = True
-        except GeneratorExit:  # the driver itself was closed: no more calls
-            raise
-        except BaseException:
-            yield Call("close_read", handle)
-            raise
-        yield Call("close_read", handle)
+        with closing_iter(store.read(stream_id, start, None, max_replay - n + 1)) as evs:
+            for e in evs:
+                if n == max_replay:
+                    capped = True
+                    break
+                if (
+                    verifier is not None
+                    and not verifier.check(e)
+                    and verifier.findings[-1].kind == "malformed_row"
+                ):
+                    continue  # not an event (a tampered row): reported, never folded
+                state = fold(state, e)
+                last = e
+                n += 1
+                progressed = True
         version = last.version if last is not None else from_version - 1
         if (
             verifier is None
@@ -212,7 +115,7 @@ def replay_steps(
         # if it moved further still while the events were read, read up to it too, so a
         # stream that is being written is never reported as truncated. Events the head
         # names but the read cannot find stay a finding.
-        head = yield Call("head", stream_id)
+        head = store.head(stream_id)
         head_version = head.version if head and type(head.version) is int else 0
         if head is None or head_version <= version or not progressed:
             break

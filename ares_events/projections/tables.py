@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import blake3
 import orjson
 
+from ares_events.chain import canonical_json
 from ares_events.errors import ConfigError
-from ares_events.integrity.chain import canonical_json
 
 __all__ = [
     "MemoryTables",

@@ -22,6 +22,15 @@ _BUILTIN: dict[str, tuple[str, str]] = {
     "postgresql": ("ares_events.stores.postgres:PostgresRecorder", "postgres"),
     "postgres": ("ares_events.stores.postgres:PostgresRecorder", "postgres"),
 }
+_BUILTIN_ASYNC: dict[str, str] = {
+    # blocking class path -> its native asyncio face (the others run on worker threads)
+    "ares_events.stores.memory.recorder.MemoryRecorder": (
+        "ares_events.stores.memory:AsyncMemoryRecorder"
+    ),
+    "ares_events.stores.postgres.recorder.PostgresRecorder": (
+        "ares_events.stores.postgres:AsyncPostgresRecorder"
+    ),
+}
 
 _lock = threading.Lock()
 _targets: dict[str, str | type[Any]] = {k: v[0] for k, v in _BUILTIN.items()}
@@ -86,13 +95,16 @@ def resolve(scheme: str) -> type[Any]:
 
 
 def resolve_async(cls: type[Any]) -> type[Any] | None:
-    """The native asyncio face of backend ``cls`` (its ``async_recorder`` class attribute,
-    a ``"module:Class"`` string or a class), or None when it has none.
+    """The native asyncio face of backend ``cls``, or None when it has none: a built-in's
+    from the registry, a third party's from its ``async_recorder`` class attribute (a
+    ``"module:Class"`` string or a class).
 
     Raises:
         MissingDependencyError: the asyncio face's dependency is not installed.
     """
-    target = getattr(cls, "async_recorder", None)
+    target = _BUILTIN_ASYNC.get(f"{cls.__module__}.{cls.__qualname__}")
+    if target is None:
+        target = getattr(cls, "async_recorder", None)
     if target is None or not isinstance(target, str):
         return target
     mod_name, _, attr = target.partition(":")

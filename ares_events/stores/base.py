@@ -9,19 +9,18 @@ It may import only :mod:`ares_events.core`.
 
 from __future__ import annotations
 
-from ares_events.core.events import ExpectedVersion, RecordedEvent
-from ares_events.core.recorder import (
+from ares_events.core.backend import (
     AppendOutcome,
     Batch,
     Capability,
     Head,
-    Recorder,
     SealedEvent,
-    StoreURL,
     TrackingRecord,
     check_tracking,
-    parse_bool,
 )
+from ares_events.core.events import ExpectedVersion, RecordedEvent
+from ares_events.core.recorder import Recorder
+from ares_events.core.url import StoreURL, parse_bool
 
 __all__ = [
     "AppendOutcome",

@@ -70,16 +70,10 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
+from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, SealedEvent
 from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
-from ares_events.core.recorder import (
-    AppendOutcome,
-    Batch,
-    Capability,
-    Head,
-    SealedEvent,
-    StoreURL,
-)
+from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreClosed
 from ares_events.stores._cache_erase import CacheErasure
 
@@ -327,8 +321,7 @@ class CachedRecorder(CacheErasure):
             **kw,
         )
         self._script = self._redis.register_script(APPEND_SCRIPT)
-        describe = getattr(inner, "describe", None)
-        label = describe() if callable(describe) else type(inner).__name__
+        label = inner.describe()
         ns = hashlib.blake2b(str(label).encode(), digest_size=6).hexdigest()
         self._ns = f"{cfg.prefix}{ns}:"
         self._channel = f"{self._ns}wake".encode()
@@ -390,8 +383,11 @@ class CachedRecorder(CacheErasure):
 
     def describe(self) -> str:
         """The inner store's description."""
-        describe = getattr(self.inner, "describe", None)
-        return str(describe()) if callable(describe) else type(self.inner).__name__
+        return str(self.inner.describe())
+
+    def uncached(self) -> Any:
+        """The system of record under the cache (what integrity checks read)."""
+        return self.inner
 
     def key(self, stream_id: str) -> bytes:
         """The Redis key of ``stream_id``'s cached tail."""
@@ -678,9 +674,8 @@ class CachedRecorder(CacheErasure):
         Raises:
             StoreUnavailable: the inner store cannot be reached.
         """
-        native = getattr(self.inner, "wait_for", None)
-        if callable(native) and Capability.WAKEUPS in self.capabilities:
-            return bool(native(position, timeout))
+        if Capability.WAKEUPS in self.capabilities:
+            return bool(self.inner.wait_for(position, timeout))
         deadline = time.monotonic() + timeout
         if self.inner.last_position() > position:
             return True

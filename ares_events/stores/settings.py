@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ares_events.chain import ChainKey
 from ares_events.errors import ConfigError
-from ares_events.integrity.chain import ChainKey
 
 __all__ = ["Settings"]
 
@@ -87,7 +87,7 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def __repr__(self) -> str:
-        from ares_events.core.recorder import _redact_text
+        from ares_events.core.url import _redact_text
 
         parts = [
             f"store_url={_redact_text(self.store_url) if self.store_url else None!r}",

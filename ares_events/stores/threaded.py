@@ -41,14 +41,16 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, TrackingRecord
 from ares_events.core.events import ExpectedVersion, RecordedEvent
-from ares_events.core.recorder import AppendOutcome, Batch, Capability, Head, TrackingRecord
+from ares_events.core.recorder import check_capabilities, system_of_record
 from ares_events.errors import StoreClosed
 
 if TYPE_CHECKING:
-    from ares_events.core.snapshots_async import SnapshotRows
+    from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow
+    from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["CHUNK", "WAIT_SLICE", "ThreadedRecorder"]
+__all__ = ["CHUNK", "WAIT_SLICE", "ThreadedRecorder", "async_face", "async_snapshots"]
 
 T = TypeVar("T")
 
@@ -56,20 +58,6 @@ CHUNK: Final = 512
 """Events a read pulls per trip to a reader thread."""
 WAIT_SLICE: Final = 0.5
 """Longest blocking wait a waiter thread makes before checking back with the loop."""
-
-
-# Optional recorder methods: absent on the blocking backend, None here too.
-_OPTIONAL: Final = (
-    "append_many",
-    "tracked_position",
-    "meta_get",
-    "find_duplicates",
-    "meta_put_if_absent",
-    "meta_set",
-    "wait_for",
-    "default_blobs_url",
-    "erase",
-)
 
 
 class ThreadedRecorder:
@@ -81,35 +69,43 @@ class ThreadedRecorder:
         readers: reader threads.
         waiters: threads for native waits.
         chunk: events per trip to a reader thread.
+        owns: close ``sync`` in :meth:`close` (False: a view of a store someone else
+            closes).
     """
 
     def __init__(
-        self, sync: Any, *, readers: int = 4, waiters: int = 8, chunk: int = CHUNK
+        self,
+        sync: Any,
+        *,
+        readers: int = 4,
+        waiters: int = 8,
+        chunk: int = CHUNK,
+        owns: bool = True,
     ) -> None:
         self.sync = sync
+        self._owns = owns
         self.capabilities: frozenset[Capability] = frozenset(sync.capabilities)
         self._chunk = chunk
         self._closed = False
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ares-events-write")
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="ares-events-read")
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="ares-events-wait")
-        for name in _OPTIONAL:
-            if not callable(getattr(sync, name, None)):
-                setattr(self, name, None)
+        # The methods of every capability exist here; the store calls only those the
+        # backend declares (self.capabilities), checked against the backend at open.
+        check_capabilities(sync, self.describe())
 
     def describe(self) -> str:
         """The backend's location, redacted."""
-        describe = getattr(self.sync, "describe", None)
-        return str(describe()) if callable(describe) else type(self.sync).__name__
+        return str(self.sync.describe())
 
     def __repr__(self) -> str:
         return f"ThreadedRecorder({self.describe()!r})"
 
     def uncached(self) -> ThreadedRecorder:
-        """The same threads over the system of record under a cache wrapper (``inner``),
-        for integrity checks that must not trust a cache."""
-        inner = getattr(self.sync, "inner", None)
-        if inner is None:
+        """The same threads over the system of record under a cache wrapper, for
+        integrity checks that must not trust a cache."""
+        inner = system_of_record(self.sync)
+        if inner is self.sync:
             return self
         view = object.__new__(ThreadedRecorder)
         view.__dict__.update(self.__dict__)
@@ -252,24 +248,9 @@ class ThreadedRecorder:
         """Where the backend keeps spilled payloads by default (no I/O)."""
         return self.sync.default_blobs_url()  # type: ignore[no-any-return]
 
-    def snapshot_rows(self, event_store: Any) -> SnapshotRows:
-        """The backend's snapshot store, its row operations run on these threads.
-
-        Raises:
-            StoreError: the backend has no snapshot table.
-        """
-        from ares_events.core.snapshots import _unwrap
-        from ares_events.core.snapshots_async import ThreadedRows
-        from ares_events.errors import StoreError
-
-        backend = _unwrap(self.sync)
-        hook = getattr(backend, "snapshot_store", None)
-        if not callable(hook):
-            raise StoreError(
-                f"store {event_store.url} has no snapshot store: backend "
-                f"{type(backend).__name__} does not provide one"
-            )
-        return ThreadedRows(hook(event_store), self._writer, self._readers, self._call)
+    def snapshot_rows(self) -> ThreadedSnapshotRows:
+        """The backend's snapshot table, its row operations on these threads."""
+        return ThreadedSnapshotRows(self.sync.snapshot_rows(), self)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -278,8 +259,77 @@ class ThreadedRecorder:
         StoreClosed), then stop the threads. Idempotent."""
         first = not self._closed
         self._closed = True
-        if first:
+        if first and self._owns:
             await asyncio.to_thread(self.sync.close)
         for pool in (self._writer, self._readers, self._waiters):
             with contextlib.suppress(Exception):
                 pool.shutdown(wait=False)
+
+
+class ThreadedSnapshotRows:
+    """A blocking backend's snapshot rows on a :class:`ThreadedRecorder`'s threads
+    (writes on the writer thread, reads on reader threads)."""
+
+    def __init__(self, sync: Any, threads: ThreadedRecorder) -> None:
+        self._sync = sync
+        self._threads = threads
+
+    async def put(self, snap: Snapshot) -> None:
+        """Insert or replace the row of the snapshot's stream and projection."""
+        t = self._threads
+        await t._call(t._writer, self._sync.put, snap)
+
+    async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
+        """The row of ``(stream_id, projection)``, or None."""
+        t = self._threads
+        row: SnapshotRow | None = await t._call(t._readers, self._sync.get, stream_id, projection)
+        return row
+
+    async def remove(self, stream_id: str, projection: str | None) -> int:
+        """Delete one row, or every row of the stream; return how many."""
+        t = self._threads
+        return int(await t._call(t._writer, self._sync.remove, stream_id, projection))
+
+    def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
+        """Every row's description, pulled in chunks on reader threads."""
+        return self._threads._pull(lambda: self._sync.infos(stream_id))
+
+
+def async_face(store: Any) -> AsyncEventStore:
+    """``store`` on the asyncio face: itself, or, for a blocking store, an asyncio view of
+    it whose calls run on worker threads (one view per store, made on first use; closing
+    the view leaves the store open). What the asyncio journal, replay and recovery use
+    when handed a blocking store."""
+    from ares_events.core.identity import DEFAULT_BLOBS
+    from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
+
+    if not isinstance(store, EventStore):
+        return store  # type: ignore[no-any-return]
+    view: AsyncEventStore | None = store.__dict__.get("_async_face")
+    if view is None:
+        view = AsyncEventStore(
+            ThreadedRecorder(store.recorder, owns=False),
+            chain_key=store.chain_key,
+            blobs=store.blobs,
+            spill_threshold=store.spill_threshold,
+            url=store.url,
+            max_inline_bytes=store.max_inline_bytes,
+            default_blobs=store._blobs_identity == DEFAULT_BLOBS,
+            check_identity=False,
+            identity=store.identity,
+        )
+        # The blocking store checked the identity when it opened; the view writes as it.
+        view._check_identity = store._check_identity
+        view._identity_pending = store._identity_pending
+        view._loaded = True
+        store.__dict__["_async_face"] = view
+    return view
+
+
+def async_snapshots(view: AsyncEventStore, snapshots: Any) -> Any:
+    """The snapshot store to use with the asyncio ``view``: ``snapshots`` itself, or the
+    view's own when ``snapshots`` belongs to the blocking face."""
+    from ares_events.core.snapshots import SnapshotStore
+
+    return view.snapshots if isinstance(snapshots, SnapshotStore) else snapshots

@@ -129,17 +129,15 @@ class BlockingProxy:
 
 
 class _BlockingRecorder(BlockingProxy):
-    """The async recorder's blocking face; ``inner`` is the system of record under a
+    """The async recorder's blocking face; ``uncached()`` is the system of record under a
     cache (what integrity checks read), as on a blocking store's cached recorder."""
 
-    @property
-    def inner(self) -> Any:
-        uncached = getattr(self._target, "uncached", None)
-        if callable(uncached):
-            target = uncached()
-            if target is not self._target:
-                return _BlockingRecorder(target, self._loop)
-        raise AttributeError("inner")
+    def uncached(self) -> Any:
+        """The blocking face of the recorder under any cache."""
+        from ares_events.core.recorder_async import system_of_record
+
+        target = system_of_record(self._target)
+        return self if target is self._target else _BlockingRecorder(target, self._loop)
 
 
 class BlockingStore(BlockingProxy):

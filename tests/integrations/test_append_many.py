@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ares_events as ae
-from ares_events.core.recorder import Capability
+from ares_events.core.backend import Capability
 from ares_events.integrity.verify import verify_stream
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"], indirect=True)

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ares_events as ae
-from ares_events.core.recorder import prefix_range
+from ares_events.core.events import prefix_range
 from ares_events.errors import ConfigError
 from ares_events.integrations import eventsourcing as es
 

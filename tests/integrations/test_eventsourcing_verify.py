@@ -18,9 +18,9 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import DataError, IntegrityError, PersistenceError
 
 import ares_events as ae
+from ares_events.chain import ChainKey, header_bytes, link_hash, payload_digest
 from ares_events.errors import ChainIntegrityError, ConfigError
 from ares_events.integrations import eventsourcing as es
-from ares_events.integrity.chain import ChainKey, header_bytes, link_hash, payload_digest
 from tests.fix_backends import run_behind_store
 
 MODULE = "ares_events.integrations.eventsourcing"

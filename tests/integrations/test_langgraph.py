@@ -139,7 +139,7 @@ def test_tampered_blob_is_refused_before_decoding(tmp_path: Path) -> None:
 
 def test_keyed_chain_refuses_a_rehashed_edit(tmp_path: Path) -> None:
     """In keyed mode an edit whose hash was recomputed without the key is refused."""
-    from ares_events.integrity.chain import header_bytes, link_hash, payload_digest
+    from ares_events.chain import header_bytes, link_hash, payload_digest
 
     db = tmp_path / "t.db"
     key = "11" * 32

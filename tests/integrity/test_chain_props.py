@@ -13,9 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import ares_events as ae
-from ares_events.core.events import NewEvent, PayloadRef, RecordedEvent, prepare
-from ares_events.core.recorder import Batch, Head
-from ares_events.integrity.chain import (
+from ares_events.chain import (
     ChainKey,
     canonical_json,
     genesis,
@@ -23,7 +21,9 @@ from ares_events.integrity.chain import (
     link_hash,
     payload_digest,
 )
-from ares_events.integrity.verify import ChainVerifier
+from ares_events.core.backend import Batch, Head
+from ares_events.core.events import NewEvent, PayloadRef, RecordedEvent, prepare
+from ares_events.integrity.verifier import ChainVerifier
 from tests.integrity.test_codec import scalars, text, values
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ares_events.errors import InvalidEvent
-from ares_events.integrity.chain import (
+from ares_events.chain import (
     ChainKey,
     canonical_json,
     canonical_json_reference,
@@ -27,6 +26,7 @@ from ares_events.integrity.chain import (
     payload_digest,
     payload_digester,
 )
+from ares_events.errors import InvalidEvent
 from tests.integrity.test_vectors import ref_canonical
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

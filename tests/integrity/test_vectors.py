@@ -2,7 +2,7 @@
 
 The ``ref_*`` functions below are an independent implementation of the format written
 straight from the spec (``json.dumps`` + ``blake3``); they share no code with
-``ares_events.integrity.chain``. The vectors in the docs were produced with them, and the
+``ares_events.chain``. The vectors in the docs were produced with them, and the
 tests check that (1) the reference reproduces every vector, (2) the library's low-level
 functions reproduce every vector, and (3) sealing the events through a real (memory)
 store with the vector's ``at`` gives the same hashes and verifies clean.
@@ -19,10 +19,7 @@ import blake3
 import pytest
 
 import ares_events as ae
-from ares_events.core.events import NewEvent, prepare
-from ares_events.core.recorder import Batch, Head
-from ares_events.core.store import EventStore
-from ares_events.integrity.chain import (
+from ares_events.chain import (
     ChainKey,
     canonical_json,
     genesis,
@@ -30,6 +27,9 @@ from ares_events.integrity.chain import (
     link_hash,
     payload_digest,
 )
+from ares_events.core.backend import Batch, Head
+from ares_events.core.events import NewEvent, prepare
+from ares_events.core.store import EventStore
 from ares_events.integrity.verify import verify_stream
 from ares_events.stores.memory import MemoryRecorder
 

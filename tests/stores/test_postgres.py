@@ -22,8 +22,8 @@ import pytest
 from psycopg import sql
 
 import ares_events as ae
+from ares_events.core.backend import Batch, Head, SealedEvent
 from ares_events.core.events import prepare, utc_now_at
-from ares_events.core.recorder import Batch, Head, SealedEvent
 from ares_events.core.store import EventStore
 from ares_events.errors import (
     ConcurrencyError,
@@ -127,6 +127,8 @@ def test_url_options_reach_the_pool_and_libpq(postgres_url: str) -> None:
             "snapshots",
             "multi_stream_append",
             "erase",
+            "metadata",
+            "duplicate_scan",
         }
 
 

@@ -22,8 +22,8 @@ import psycopg_pool
 import pytest
 
 import ares_events as ae
+from ares_events.core.backend import Batch
 from ares_events.core.events import prepare, utc_now_at
-from ares_events.core.recorder import Batch
 from ares_events.errors import StoreUnavailable
 from ares_events.stores.postgres.recorder_async import AsyncPostgresRecorder
 from tests import servers

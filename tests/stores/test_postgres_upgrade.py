@@ -20,8 +20,8 @@ import pytest
 from psycopg import sql
 
 import ares_events as ae
+from ares_events.core.backend import Batch, Head
 from ares_events.core.events import prepare, utc_now_at
-from ares_events.core.recorder import Batch, Head
 from ares_events.integrity import verify_stream
 from ares_events.stores._migrations.postgres import MIGRATIONS
 from ares_events.stores.postgres import SCHEMA_VERSION, PostgresRecorder

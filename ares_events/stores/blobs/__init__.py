@@ -25,7 +25,7 @@ It may import the core's value types (:mod:`ares_events.core.events`,
 
 from __future__ import annotations
 
-from ares_events.core.recorder import StoreURL
+from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError
 from ares_events.stores.blobs.base import (
     BLOB_SCHEMES,

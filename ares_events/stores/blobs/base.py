@@ -19,15 +19,15 @@ import io
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, BinaryIO, Self
 
 import blake3
 
+from ares_events.core.blobs import BlobInfo, BlobStore
 from ares_events.core.events import PayloadRef, PreparedEvent, RecordedEvent
-from ares_events.core.recorder import StoreURL
+from ares_events.core.url import StoreURL
 from ares_events.errors import (
     BlobCorrupted,
     ConfigError,
@@ -77,71 +77,6 @@ def digest_of(data: bytes) -> bytes:
     if len(data) >= _PARALLEL_HASH_FROM:
         return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
     return blake3.blake3(data).digest()
-
-
-@dataclass(frozen=True, slots=True)
-class BlobInfo:
-    """One stored blob: its key, stored size and last modification time (UTC)."""
-
-    key: str
-    size: int
-    modified: datetime
-
-
-@runtime_checkable
-class BlobStore(Protocol):
-    """What :class:`~ares_events.core.store.EventStore` and the tools need from a blob store."""
-
-    url: str
-    """The blob store's URL (never holds a secret; safe to log)."""
-
-    def spill(self, prepared: PreparedEvent, threshold: int) -> PreparedEvent:
-        """Move a payload larger than ``threshold`` bytes to the store."""
-        ...
-
-    def attach(self, event: RecordedEvent) -> RecordedEvent:
-        """Return ``event`` able to fetch its spilled payload lazily."""
-        ...
-
-    def put(self, data: bytes, *, digest: bytes | None = None) -> PayloadRef:
-        """Store ``data`` under its digest."""
-        ...
-
-    def put_stream(self, stream: BinaryIO) -> PayloadRef:
-        """Store everything read from ``stream`` under its digest."""
-        ...
-
-    def get(
-        self, ref: PayloadRef, *, stream_id: str | None = None, version: int | None = None
-    ) -> bytes:
-        """Fetch a blob and check it against ``ref``."""
-        ...
-
-    def open(
-        self, ref: PayloadRef, *, stream_id: str | None = None, version: int | None = None
-    ) -> BlobReader:
-        """A streaming reader that checks ``ref`` when it reaches the end."""
-        ...
-
-    def verify(self, ref: PayloadRef) -> None:
-        """Stream a blob and check its size and digest."""
-        ...
-
-    def exists(self, key: str) -> bool:
-        """True when a blob is stored under ``key``."""
-        ...
-
-    def list_blobs(self) -> Iterator[BlobInfo]:
-        """Every stored blob with its size and modification time."""
-        ...
-
-    def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
-        """Delete a blob; True when it was deleted."""
-        ...
-
-    def close(self) -> None:
-        """Release connections. Idempotent."""
-        ...
 
 
 class BlobReader(io.RawIOBase):

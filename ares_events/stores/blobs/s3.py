@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 import blake3
 
 from ares_events.core.events import PayloadRef
-from ares_events.core.recorder import StoreURL
+from ares_events.core.url import StoreURL
 from ares_events.errors import (
     BlobMissing,
     ConfigError,

@@ -42,7 +42,7 @@ this role cannot see) holds back ``read_all`` visibility until it ends; reads of
 (``read``) are not affected.
 
 **Wake-ups**: a background thread holds one ``LISTEN`` connection per store (opened on the
-first :meth:`PostgresRecorder.wait_for`); waiters recheck :meth:`last_position` after every
+first ``wait_for``); waiters recheck :meth:`last_position` after every
 notification, so a wake-up is never missed.
 
 URL parameters owned here: ``schema`` (default ``public``; created when missing),
@@ -55,21 +55,33 @@ NOTIFY with every append; false for write-heavy loads with several writers, and
 ``connect_timeout`` (default 10 here), ``application_name``, ...) and is passed through.
 Passwords go percent-encoded in the URL's userinfo, never in the query.
 
-What lives here, one concern per module: :mod:`~ares_events.stores.postgres.recorder`
-(``PostgresRecorder``), :mod:`~ares_events.stores.postgres.sql` (every statement, as
-module constants, and the row layout), :mod:`~ares_events.stores.postgres.options` (URL
-parameters), :mod:`~ares_events.stores.postgres.connection` (pool health check, error
-translation), :mod:`~ares_events.stores.postgres.listener` (LISTEN thread, waiting) and
-:mod:`~ares_events.stores.postgres.schema` (migrations on open).
+What lives here, one concern per module: :mod:`.recorder_async` (``AsyncPostgresRecorder``,
+the whole read and write path; ``PostgresRecorder`` in :mod:`.recorder` is generated from
+it), :mod:`.sql` (every statement, as module constants, and :class:`~.sql.Statements`,
+which names them), :mod:`.options` (URL parameters), :mod:`.driver` (error translation,
+scrubbing, the health check's socket test), :mod:`.connection_async` (pools and probes;
+``connection`` generated), :mod:`.listener_async` (LISTEN and waiting; ``listener``
+generated), :mod:`.snapshots_async` (the snapshot table's rows; ``snapshots`` generated),
+:mod:`.arrays` (binary array parameters) and :mod:`.schema` (migrations on open).
 
 It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and
-:mod:`ares_events.stores._migrations`; :mod:`ares_events.stores.snapshots` only inside the
-recorder's ``snapshot_store`` hook. Importing it without the ``postgres`` extra raises
+:mod:`ares_events.stores._migrations`. Importing it without the ``postgres`` extra raises
 ``ImportError`` (the registry turns that into ``MissingDependencyError``).
 """
 
 from __future__ import annotations
 
-from ares_events.stores.postgres.recorder import MAX_BATCH, SCHEMA_VERSION, PostgresRecorder
+from ares_events.stores.postgres.recorder import MAX_BATCH, PostgresRecorder
+from ares_events.stores.postgres.recorder_async import AsyncPostgresRecorder
+from ares_events.stores.postgres.schema import SCHEMA_VERSION
+from ares_events.stores.postgres.snapshots import PostgresSnapshotRows
+from ares_events.stores.postgres.snapshots_async import AsyncPostgresSnapshotRows
 
-__all__ = ["MAX_BATCH", "SCHEMA_VERSION", "PostgresRecorder"]
+__all__ = [
+    "MAX_BATCH",
+    "SCHEMA_VERSION",
+    "AsyncPostgresRecorder",
+    "AsyncPostgresSnapshotRows",
+    "PostgresRecorder",
+    "PostgresSnapshotRows",
+]

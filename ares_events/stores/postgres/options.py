@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import psycopg
 
-from ares_events.core.recorder import StoreURL, parse_bool
+from ares_events.core.url import StoreURL, parse_bool
 from ares_events.errors import ConfigError
 
 __all__ = [

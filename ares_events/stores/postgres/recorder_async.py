@@ -1,229 +1,364 @@
-"""The asyncio PostgreSQL recorder: native psycopg ``AsyncConnection`` and
-``psycopg_pool.AsyncConnectionPool``, the same SQL and the same guarantees.
+"""over 800 lines because the recorder is one read from the public call down to its SQL:
+connections, the append protocol, reads, metadata, erasure, wake-ups and close of the
+PostgreSQL backend, written once for both faces (``PostgresRecorder`` is generated).
 
-Everything that decides is shared with the blocking recorder: the statements
-(:mod:`.sql`), the append protocol (the one-statement fast path, the locked path,
-per-stream advisory locks, xid-ordered positions, the multi-stream append:
-:mod:`.protocol`), read paging, the visibility bound of ``read_all`` (it is in the SQL),
-the waiting logic (:func:`~.listener.wait_steps`), error translation and the outage
-diagnosis (a checkout that waits more than :data:`~.connection.FIRST_WAIT` seconds asks
-the server directly: an unreachable server is reported at once) and the pool's capped
-reconnect delay. Only the I/O differs: ``await``.
+The guarantees and their cost (per-stream locking, positions in transaction-id order,
+read visibility, wake-ups, URL parameters) are described in the package docstring,
+:mod:`ares_events.stores.postgres`. Every statement is a named field of
+:class:`~.sql.Statements` (``self.sql.append_next_one``), next to its comment in
+:mod:`.sql`.
 
-Opening runs once in a worker thread, on one blocking connection: the direct connection
-check (a clear error instead of a pool retrying in the background), the ``create=False``
-existence check and the schema migrations (or their verification with ``migrate=false``),
-so the migration code exists once. Every later operation is native.
+Opening: the blocking recorder checks and migrates the schema in its constructor, on
+its own connection; the asyncio one in :meth:`AsyncPostgresRecorder.open`, on one
+blocking connection in a worker thread (the migration code exists once).
 
-Close: ``await close()`` refuses new operations, lets the ones in flight finish for a
-short grace, then cancels their statements on the server and closes the pool; the tasks
-get :class:`~ares_events.errors.StoreClosed`, waiters and subscribers too.
-
-It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the
-other modules of this package.
+It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the other
+modules of this package.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+from urllib.parse import quote
 
 import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, PayloadRef, RecordedEvent
-from ares_events.core.lifecycle import AsyncOperationGate
-from ares_events.core.recorder import (
+from ares_events.core.backend import (
     AppendOutcome,
     Batch,
     Capability,
     EraseOutcome,
     Head,
-    StoreURL,
+    SealedEvent,
     TrackingRecord,
+    check_tracking,
 )
-from ares_events.core.sansio import Steps, arun
-from ares_events.errors import ConfigError, StoreClosed, StoreError, StoreNotFound, StoreUnavailable
-from ares_events.stores.postgres.connection import (
+from ares_events.core.events import (
+    STREAM_EXISTS,
+    ErasedPayloadRef,
+    ExpectedVersion,
+    PayloadRef,
+    RecordedEvent,
+    check_expected_version,
+    prefix_range,
+)
+from ares_events.core.faces import ASYNC
+from ares_events.core.lifecycle import AsyncOperationGate
+from ares_events.core.url import StoreURL
+from ares_events.errors import (
+    ConcurrencyError,
+    ConfigError,
+    InvalidEvent,
+    StoreClosed,
+    StoreError,
+    StoreNotFound,
+    StoreUnavailable,
+)
+from ares_events.stores.postgres.arrays import ByteaArray, TextArray
+from ares_events.stores.postgres.connection_async import open_pool, probe_server, rollback_quietly
+from ares_events.stores.postgres.driver import (
     FIRST_WAIT,
-    aprobe_server,
-    arollback_quietly,
+    SingleConnection,
     check_server,
-    open_async_pool,
     scrub,
     translate_errors,
 )
-from ares_events.stores.postgres.listener import AsyncListener, await_for
-from ares_events.stores.postgres.options import PostgresOptions, check_schema_name, parse_options
-from ares_events.stores.postgres.protocol import (
-    RETRIES,
-    KeyPager,
-    PositionPager,
-    PostgresAppendProtocol,
-    Stmt,
-    StreamPager,
-    check_batch_size,
-    prefix_query,
-    retryable,
-)
-from ares_events.stores.postgres.recorder import PostgresRecorder
+from ares_events.stores.postgres.listener_async import AsyncListener, poll_for, wait_for
+from ares_events.stores.postgres.options import check_schema_name, parse_options
 from ares_events.stores.postgres.schema import prepare_schema, schema_exists
-from ares_events.stores.postgres.sql import channel_for, compile_statements, row_to_event
+from ares_events.stores.postgres.sql import (
+    BEGIN,
+    COMMIT,
+    LOCK_MANY,
+    LOCK_STREAM,
+    ROLLBACK,
+    Statements,
+    channel_for,
+    row_to_event,
+)
+
+if ASYNC:
+    import asyncio
 
 if TYPE_CHECKING:
-    from ares_events.core.snapshots_async import SnapshotRows
+    from ares_events.stores.postgres.snapshots_async import AsyncPostgresSnapshotRows
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AsyncPostgresRecorder"]
+__all__ = ["MAX_BATCH", "RETRIES", "AsyncPostgresRecorder"]
+
+MAX_BATCH: Final = 65535
+"""Events per append: the low 16 bits of a position index the event in its batch."""
+RETRIES: Final = 3
+"""Attempts of an append that hit a unique violation (a concurrent append of its ids)."""
+_POSITION_SHIFT: Final = 65536
+_MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
+_HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
+_MAX_KEY: Final = 2**63 - 1
+_FAR: Final = 2**62
 
 
-class AsyncPort:
-    """Sends the protocol's statements over an ``AsyncConnection``."""
+def _check_batch_size(n: int, stream_id: str | None = None) -> None:
+    """Refuse a batch whose positions would not fit (before any I/O).
 
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
-
-    async def one(self, s: Stmt) -> Any:
-        cur = await self.conn.execute(s.query, s.args, binary=s.binary, prepare=s.prepare)
-        return await cur.fetchone()
-
-    async def all(self, s: Stmt) -> list[Any]:
-        cur = await self.conn.execute(s.query, s.args, binary=s.binary, prepare=s.prepare)
-        return await cur.fetchall()
-
-    async def pipeline(self, stmts: Sequence[Stmt]) -> list[Any]:
-        conn = self.conn
-        async with conn.pipeline():
-            curs = [
-                await conn.execute(s.query, s.args, binary=s.binary, prepare=s.prepare)
-                for s in stmts
-            ]
-        # One round trip: the pipeline is synced on exit, every result is here now.
-        out: list[Any] = []
-        for c, s in zip(curs, stmts, strict=True):
-            if s.fetch == "one":
-                out.append(await c.fetchone())
-            elif s.fetch == "all":
-                out.append(await c.fetchall())
-            else:
-                out.append(None)
-        return out
+    Raises:
+        InvalidEvent: more than :data:`MAX_BATCH` events.
+    """
+    if n > MAX_BATCH:
+        raise InvalidEvent(
+            "events",
+            f"a postgresql append holds at most {MAX_BATCH} events, got {n}",
+            stream_id=stream_id,
+        )
 
 
-async def arun_on(conn: psycopg.AsyncConnection[Any], steps: Steps[Any]) -> Any:
-    """Drive protocol steps on ``conn``; any failure leaves no transaction open."""
-    try:
-        return await arun(steps, AsyncPort(conn))
-    except BaseException:
-        await arollback_quietly(conn)
-        raise
+def _retryable(exc: BaseException, attempt: int) -> bool:
+    """An append to retry: a concurrent append of the same event id to another stream
+    committed first (a unique violation); the retry's id check then reports it."""
+    return (
+        attempt + 1 < RETRIES
+        and isinstance(exc, StoreError)
+        and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+    )
 
 
-def _prepare_blocking(
-    conninfo: str,
-    kwargs: dict[str, Any],
-    *,
-    schema: str,
-    migrate: bool,
-    create: bool,
-    where: str,
-    secret: str | None,
+def _ref_text(ref: PayloadRef | None) -> str | None:
+    return ref.to_json().decode() if ref is not None else None
+
+
+def _prepare_on_new_connection(
+    conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
 ) -> None:
-    """In a worker thread at open: existence check and migrations on one connection.
+    """In a worker thread, at the asyncio face's open: the existence check and the
+    migrations on one blocking connection (so the migration code exists once).
 
     Raises:
         StoreNotFound: ``create=False`` and the schema holds no store.
         StoreUnavailable: the server cannot be reached.
         SchemaVersionError: ``migrate=False`` and the schema is not current.
     """
-    what = f"preparing schema {schema!r} of {where}"
     with (
         translate_errors(
-            what, where, statement_timeout=None, timeout_label=lambda: "", secret=secret
+            f"preparing schema {schema!r} of {where}",
+            where,
+            statement_timeout=None,
+            timeout_label=lambda: "",
+            secret=kwargs.get("password"),
         ),
         psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
     ):
-        if not create:
-            problem = schema_exists(conn, schema)
-            if problem is not None:
-                raise StoreNotFound(where, f"{problem} (create it with `ares-events init`)")
-        prepare_schema(conn, schema, f"schema {schema!r} of {where}", migrate)
+        _prepare_on(conn, schema, where, create, migrate)
 
 
-class AsyncPostgresRecorder(PostgresAppendProtocol):
-    """The PostgreSQL backend for asyncio (see the module docstring).
+def _prepare_on(
+    conn: psycopg.Connection[Any], schema: str, where: str, create: bool, migrate: bool
+) -> None:
+    if not create:
+        problem = schema_exists(conn, schema)
+        if problem is not None:
+            raise StoreNotFound(where, f"{problem} (create it with `ares-events init`)")
+    prepare_schema(conn, schema, f"schema {schema!r} of {where}", migrate)
 
-    Open with :meth:`open_url` (what ``ae.open_async_store`` does) or :meth:`open` over a
-    caller's ``AsyncConnectionPool``.
+
+class AsyncPostgresRecorder:
+    """PostgreSQL backend (see the package docstring for the guarantees and their cost).
+
+    Args:
+        source: a pool of autocommit connections (``kwargs={"autocommit": True}``; the
+            recorder runs its own transactions), opened by the caller, who keeps it; the
+            blocking face also takes one ``psycopg.Connection`` (switched to autocommit
+            and used one operation at a time).
+        schema: schema of the tables; created when missing (``migrate=True``).
+        migrate: apply pending migrations; False only verifies the schema version.
+        create: create the schema and tables when missing; False opens an existing
+            store only (reporting tools) and never creates anything.
+        page_size: rows per keyset page of a read.
+        pool_timeout: seconds to wait for a free connection (default: the pool's).
+        statement_timeout: milliseconds, reported in timeout errors.
+        description: redacted URL for messages and ``repr``.
+        owns_pool: close ``source`` in :meth:`close`.
+        secret: the password, scrubbed from any driver message that might echo it.
+        notify: send a NOTIFY with every append (on commit). False trades wake-ups
+            (``wait_for`` then polls with backoff) for commits that do not serialize on
+            the server's notification-queue lock (see docs/architecture.md).
+
+    Raises:
+        ConfigError: a bad schema name, page size or source.
+        StoreNotFound: ``create=False`` and the schema holds no ares-events store.
+        StoreUnavailable: the server cannot be reached.
+        SchemaVersionError: ``migrate=False`` and the schema is not current.
+
+    Attributes:
+        pool: the pool every operation draws from.
+        schema: the schema holding ``ares_events``, ``ares_streams``, ``ares_snapshots``.
+        sql: every statement of this schema, by name.
+        predict_heads: use the one-statement fast path when the head can be predicted.
     """
 
-    scheme: ClassVar[tuple[str, ...]] = PostgresRecorder.scheme
-    capabilities: frozenset[Capability] = PostgresRecorder.capabilities
+    scheme: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {
+            Capability.PERSISTENT,
+            Capability.MULTI_PROCESS,
+            Capability.WAKEUPS,
+            Capability.SNAPSHOTS,
+            Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
+            Capability.METADATA,
+            Capability.DUPLICATE_SCAN,
+        }
+    )
 
     def __init__(
         self,
-        pool: psycopg_pool.AsyncConnectionPool[Any],
+        source: Any,
         *,
-        schema: str,
-        description: str,
+        schema: str = "public",
+        migrate: bool = True,
+        create: bool = True,
         page_size: int = 2000,
         pool_timeout: float | None = None,
         statement_timeout: int | None = None,
+        description: str | None = None,
         owns_pool: bool = False,
         secret: str | None = None,
         notify: bool = True,
     ) -> None:
-        self.pool = pool
+        check_schema_name(schema, description or "the PostgreSQL store")
+        if type(page_size) is not int or page_size <= 0:
+            raise ConfigError(f"postgresql page_size must be a positive int, got {page_size!r}")
         self.schema = schema
         self.page_size = page_size
         self.notify = notify
         self.predict_heads = True
-        self._description = description
+        self.sql = Statements.for_schema(schema)
+        self.channel = channel_for(schema)
         self._secret = secret or None
         self._owns_pool = owns_pool
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
-        self._sql = compile_statements(schema)
-        self.channel = channel_for(schema)
-        self._gate = AsyncOperationGate(description)
-        self._inflight: set[psycopg.AsyncConnection[Any]] = set()
         self._listener: AsyncListener | None = None
-        self._companion: PostgresRecorder | None = None
-        conninfo, kw = pool.conninfo, pool.kwargs
-        if not isinstance(conninfo, str) or not (kw is None or isinstance(kw, dict)):
+        self._listener_lock = threading.Lock()
+        self._inflight: set[Any] = set()
+        self._inflight_lock = threading.Lock()
+        self.pool: Any
+        if isinstance(source, psycopg_pool.AsyncConnectionPool):
+            self.pool = source
+            conninfo, kw = source.conninfo, source.kwargs
+            if not isinstance(conninfo, str) or not (kw is None or isinstance(kw, dict)):
+                # psycopg_pool >= 3.3 also takes callables; the LISTEN connection and the
+                # outage probe need the values themselves.
+                raise ConfigError(
+                    f"{type(self).__name__} needs a pool with a static conninfo and kwargs"
+                )
+            self._listen_args: tuple[str, dict[str, Any]] = (conninfo, dict(kw or {}))
+        elif ASYNC:
             raise ConfigError(
-                "AsyncPostgresRecorder needs a pool with a static conninfo and kwargs (they "
-                "also open its LISTEN connection and the outage probe)"
+                "AsyncPostgresRecorder needs a psycopg_pool.AsyncConnectionPool, "
+                f"got {type(source).__name__}"
             )
-        self._listen_args: tuple[str, dict[str, Any]] = (conninfo, dict(kw or {}))
+        elif isinstance(source, psycopg.Connection):
+            self.pool = SingleConnection(self._autocommit(source))
+            pw = source.pgconn.password
+            self._listen_args = (source.info.dsn, {"password": pw.decode()} if pw else {})
+        else:
+            raise ConfigError(
+                "PostgresRecorder needs a psycopg_pool.ConnectionPool or a psycopg.Connection, "
+                f"got {type(source).__name__}"
+            )
+        self._description = description or self._describe_pool()
+        self._gate = AsyncOperationGate(self._description)
+        if ASYNC:
+            self._create, self._migrate = create, migrate  # open() prepares the schema
+            self._companion: Any = None
+        else:
+            with self._conn(f"preparing schema {schema!r}") as conn:
+                _prepare_on(conn, schema, self._description, create, migrate)
+            logger.info("opened postgresql store %s (schema %s)", self._description, schema)
+
+    @staticmethod
+    def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        if not conn.autocommit:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise ConfigError(
+                    "the psycopg connection given to PostgresRecorder is inside a "
+                    "transaction; pass an idle connection (it is switched to autocommit)"
+                )
+            conn.autocommit = True
+        return conn
 
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    async def open_url(cls, url: StoreURL, **options: Any) -> AsyncPostgresRecorder:
-        """Open ``postgresql://...`` (the URL parameters and options of the blocking
-        recorder, see :mod:`ares_events.stores.postgres`).
+    async def open(cls, source: Any, **options: Any) -> AsyncPostgresRecorder:
+        """Use an open pool of the caller's (see the class arguments); the caller keeps
+        ownership: :meth:`close` does not close it.
 
         Raises:
-            ConfigError: an unknown or invalid parameter.
+            ConfigError: a bad schema name or page size.
+            StoreNotFound: ``create=False`` and the schema holds no store.
+            StoreUnavailable: the server cannot be reached.
+            SchemaVersionError: ``migrate=False`` and the schema is not current.
+        """
+        rec = cls(source, **options)
+        if ASYNC:
+            conninfo, kwargs = rec._listen_args
+            await asyncio.to_thread(
+                _prepare_on_new_connection,
+                conninfo,
+                kwargs,
+                rec.schema,
+                rec._description,
+                rec._create,
+                rec._migrate,
+            )
+        return rec
+
+    @classmethod
+    async def open_url(cls, url: StoreURL, **options: Any) -> AsyncPostgresRecorder:
+        """Open ``postgresql://user:pw@host:port/db?schema=...&pool_max=...&sslmode=...``.
+
+        Keyword ``options`` (``schema``, ``pool_min``, ``pool_max``, ``pool_timeout``,
+        ``statement_timeout``, ``page_size``, ``migrate``, ``notify``, ``create``)
+        override URL parameters.
+
+        Raises:
+            ConfigError: an unknown or invalid parameter (lists the valid ones).
             StoreNotFound: ``create=False`` and the schema holds no store.
             StoreUnavailable: the server cannot be reached.
             SchemaVersionError: ``migrate=False`` and the schema is not current.
         """
         opts = parse_options(url, options)
-        await asyncio.to_thread(_open_checks, opts, url.password)
-        pool = open_async_pool(opts)
+        # One direct connection first: a clear error (refused, no such database, auth)
+        # instead of a pool that retries in the background.
+        await asyncio.to_thread(check_server, opts, secret=url.password)
+        pool = open_pool(opts)
         try:
-            await pool.open(wait=bool(opts.pool_min), timeout=max(opts.pool_timeout, 1.0))
+            if ASYNC:
+                await pool.open(wait=bool(opts.pool_min), timeout=max(opts.pool_timeout, 1.0))
+            elif opts.pool_min:  # the blocking pool is open: wait for its first connections
+                pool.wait(timeout=max(opts.pool_timeout, 1.0))
+            return await cls.open(
+                pool,
+                schema=opts.schema,
+                migrate=bool(opts.migrate),
+                create=opts.create,
+                page_size=opts.page_size,
+                pool_timeout=opts.pool_timeout,
+                statement_timeout=opts.statement_timeout,
+                description=opts.where,
+                owns_pool=True,
+                secret=url.password,
+                notify=opts.notify,
+            )
         except psycopg_pool.PoolTimeout as exc:
             await pool.close()
             raise StoreUnavailable(
@@ -233,67 +368,29 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         except BaseException:
             await pool.close()
             raise
-        logger.info("opened async postgresql store %s (schema %s)", opts.where, opts.schema)
-        return cls(
-            pool,
-            schema=opts.schema,
-            description=opts.where,
-            page_size=opts.page_size,
-            pool_timeout=opts.pool_timeout,
-            statement_timeout=opts.statement_timeout,
-            owns_pool=True,
-            secret=url.password,
-            notify=opts.notify,
-        )
-
-    @classmethod
-    async def open(
-        cls,
-        pool: psycopg_pool.AsyncConnectionPool[Any],
-        *,
-        schema: str = "public",
-        migrate: bool = True,
-        create: bool = True,
-        page_size: int = 2000,
-        notify: bool = True,
-        description: str = "postgresql://(caller-provided pool)",
-    ) -> AsyncPostgresRecorder:
-        """Use an open ``AsyncConnectionPool`` of autocommit connections (the caller keeps
-        ownership: :meth:`close` does not close it).
-
-        Raises:
-            ConfigError: a bad schema name or page size.
-            StoreNotFound: ``create=False`` and the schema holds no store.
-            StoreUnavailable: the server cannot be reached.
-            SchemaVersionError: ``migrate=False`` and the schema is not current.
-        """
-        check_schema_name(schema, description)
-        if type(page_size) is not int or page_size <= 0:
-            raise ConfigError(f"postgresql page_size must be a positive int, got {page_size!r}")
-        rec = cls(pool, schema=schema, description=description, page_size=page_size, notify=notify)
-        conninfo, kwargs = rec._listen_args
-        await asyncio.to_thread(
-            _prepare_blocking,
-            conninfo,
-            kwargs,
-            schema=schema,
-            migrate=migrate,
-            create=create,
-            where=description,
-            secret=None,
-        )
-        return rec
 
     def describe(self) -> str:
         """The store's URL, redacted (no password)."""
         return self._description
 
     def __repr__(self) -> str:
-        return f"AsyncPostgresRecorder({self._description!r}, schema={self.schema!r})"
+        return f"{type(self).__name__}({self._description!r}, schema={self.schema!r})"
 
-    # -- connections -----------------------------------------------------------------------
+    def _describe_pool(self) -> str:
+        """A label for a caller's pool or connection (only ever a label)."""
+        conninfo, kwargs = self._listen_args
+        try:
+            info = psycopg.conninfo.conninfo_to_dict(conninfo, **kwargs)
+            user = quote(str(info.get("user") or ""), safe="")
+            host, port, db = info.get("host"), info.get("port") or 5432, info.get("dbname")
+            return f"postgresql://{user}@{host}:{port}/{db}"
+        except Exception:  # only a label; the first real call reports errors
+            return "postgresql://(caller-provided pool)"
 
-    def _translate_errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+    # -- connections ---------------------------------------------------------------------
+
+    def _translate_errors(self, what: str) -> translate_errors:
+        """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
         return translate_errors(
             what,
             self._description,
@@ -303,15 +400,18 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         )
 
     def _timeout_label(self) -> str:
-        t = self._pool_timeout if self._pool_timeout is not None else self.pool.timeout
-        return f"{t:g}s"
+        t = self._pool_timeout
+        if t is None:
+            t = getattr(self.pool, "timeout", None)
+        return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
 
     @contextlib.asynccontextmanager
-    async def _conn(
-        self, what: str, *, translate: bool = True
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """One unit of work on a pooled connection: the operation gate (close awaits
-        it), the outage diagnosis and the error mapping, as in the blocking recorder.
+    async def _conn(self, what: str, *, translate: bool = True) -> AsyncIterator[Any]:
+        """One unit of work on a pooled connection: the operation gate (close waits for
+        it), the outage diagnosis and the error mapping, in one place.
+
+        ``translate=False`` maps only the checkout's errors and leaves the driver errors of
+        the block to the caller (who names its own action), except after ``close()``.
 
         Raises:
             StoreClosed: the store is closed, or was closed while this ran.
@@ -322,19 +422,16 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         gate.enter(what)
         try:
             with self._translate_errors(what):
-                conn, cm = await self._checkout(what)
-            self._inflight.add(conn)
+                conn = await self._checkout(what)
+            with self._inflight_lock:
+                self._inflight.add(conn)
             try:
                 with self._translate_errors(what) if translate else contextlib.nullcontext():
-                    try:
-                        yield conn
-                    except BaseException as exc:
-                        if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
-                            raise
-                    else:
-                        await cm.__aexit__(None, None, None)
+                    yield conn
             finally:
-                self._inflight.discard(conn)
+                with self._inflight_lock:
+                    self._inflight.discard(conn)
+                await self._checkin(conn)
         except (StoreError, psycopg.Error) as exc:
             if gate.closed and not isinstance(exc, StoreClosed):
                 raise StoreClosed(self._description, what) from exc
@@ -342,80 +439,283 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         finally:
             gate.exit()
 
-    async def _checkout(self, what: str) -> tuple[psycopg.AsyncConnection[Any], Any]:
-        """A pooled connection and its entered ``pool.connection()`` context; after
-        :data:`FIRST_WAIT` seconds without one, asks the server directly.
+    async def _checkout(self, what: str) -> Any:
+        """A pooled connection; after :data:`FIRST_WAIT` seconds without one, the server
+        is asked directly: an unreachable server is reported at once, a reachable one
+        means a busy pool and the rest of ``pool_timeout`` is waited for.
 
         Raises:
             StoreUnavailable: the server does not answer.
             psycopg_pool.PoolTimeout: no connection within ``pool_timeout``.
         """
         pool = self.pool
-        total = self._pool_timeout if self._pool_timeout is not None else pool.timeout
-        if total <= FIRST_WAIT:
-            cm = pool.connection(total)
-            return await cm.__aenter__(), cm
+        total = self._pool_timeout
+        if total is None:
+            total = getattr(pool, "timeout", None)
+        # getconn/putconn, not pool.connection(): that also enters the connection's own
+        # context (a commit or rollback call), which an autocommit connection left idle by
+        # every operation here does not need; putconn resets anything else.
+        if total is None or total <= FIRST_WAIT:
+            return await pool.getconn(total)
         started = time.monotonic()
-        cm = pool.connection(FIRST_WAIT)
         try:
-            return await cm.__aenter__(), cm
+            return await pool.getconn(FIRST_WAIT)
         except psycopg_pool.PoolTimeout:
             if self._gate.closed:
                 raise
         conninfo, kwargs = self._listen_args
-        problem = await aprobe_server(conninfo, kwargs)
+        problem = await probe_server(conninfo, kwargs)
         if problem is not None:
             raise StoreUnavailable(
                 f"{what} in {self._description}: the PostgreSQL server cannot be reached "
                 f"({scrub(' '.join(str(problem).split()), self._secret)})"
             ) from problem
-        cm = pool.connection(max(total - (time.monotonic() - started), 0.001))
-        return await cm.__aenter__(), cm
+        return await pool.getconn(max(total - (time.monotonic() - started), 0.001))
+
+    async def _checkin(self, conn: Any) -> None:
+        await self.pool.putconn(conn)
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def connection(self) -> AsyncIterator[Any]:
         """A pooled autocommit connection for the block (snapshots, projections, admin).
 
         Raises:
             StoreClosed: the store is closed (also: closed while the block ran).
-            StoreUnavailable: the server is unreachable or no connection became free.
+            StoreUnavailable: the server is unreachable or no connection became free
+                within ``pool_timeout``.
         """
         async with self._conn("taking a connection", translate=False) as conn:
             yield conn
 
-    async def _query(self, what: str, query: sql.Composed, args: tuple[Any, ...]) -> list[Any]:
+    async def _query(self, what: str, query: sql.Composed, args: Sequence[Any]) -> list[Any]:
         async with self._conn(what) as conn:
             cur = await conn.execute(query, args, binary=True)
-            return await cur.fetchall()
+            rows: list[Any] = await cur.fetchall()
+            return rows
 
-    # -- writes ----------------------------------------------------------------------------
+    # -- the append protocol ---------------------------------------------------------------
+
+    def _remember(self, stream_id: str, head: Head | None) -> None:
+        heads = self._heads
+        if head is None or head.version == 0:
+            heads.pop(stream_id, None)
+            return
+        if len(heads) >= _HEAD_CACHE_SIZE and stream_id not in heads:
+            heads.clear()
+        heads[stream_id] = head
+
+    def _forget(self, batches: Sequence[Batch]) -> None:
+        """A failed append: its predicted heads may be wrong now."""
+        for b in batches:
+            self._heads.pop(b.stream_id, None)
+
+    def _check_xid(self, xid: int) -> None:
+        if xid >= _MAX_XID:
+            raise StoreError(
+                f"transaction id {xid} of {self._description} is too large for "
+                "ares-events positions (xid * 65536 must fit in a bigint)"
+            )
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
-        """Append in one transaction, serialized per stream only (the blocking recorder's
-        protocol, :meth:`PostgresAppendProtocol._append_steps`).
+        """Append in one transaction, serialized per stream only (see the package
+        docstring): one statement when the head can be predicted, else two round trips
+        under the stream's lock.
 
         Raises:
             InvalidEvent: more than 65,535 events in one batch.
             ConcurrencyError: ``expected_version`` is not satisfied.
             StoreClosed: the store was closed before or during the append.
-            StoreUnavailable: the server, the pool or the connection failed.
+            StoreUnavailable: the server, the pool or the connection failed; nothing was
+                written (unless the failure hit the COMMIT itself: re-append the same
+                event ids to find out, appends are idempotent).
             StoreError: any other database error.
         """
-        check_batch_size(len(batch.events), batch.stream_id)
+        _check_batch_size(len(batch.events), batch.stream_id)
         what = f"append to stream {batch.stream_id!r}"
         for attempt in range(RETRIES):
             try:
                 async with self._conn(what) as conn:
-                    outcome: AppendOutcome = await arun_on(
-                        conn, self._append_steps(batch, expected_version)
-                    )
-                    return outcome
+                    try:
+                        outcome = await self._append_fast(conn, batch, expected_version)
+                        if outcome is None:
+                            outcome = await self._append_locked(conn, batch, expected_version)
+                        return outcome
+                    except BaseException:
+                        await rollback_quietly(conn)  # no transaction left open
+                        raise
             except BaseException as exc:  # cancelled too: the prediction may be stale
                 self._forget([batch])
-                if isinstance(exc, StoreError) and retryable(exc, attempt):
+                if _retryable(exc, attempt):
+                    logger.debug("%s: unique violation, retrying", what)
                     continue
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _append_fast(
+        self, conn: Any, batch: Batch, expected_version: ExpectedVersion
+    ) -> AppendOutcome | None:
+        """One statement, when the head can be predicted; None means "use the locked path"."""
+        if not self.predict_heads:
+            return None
+        stream_id = batch.stream_id
+        head = self._heads.get(stream_id)
+        if head is None and (
+            expected_version is STREAM_EXISTS
+            or (isinstance(expected_version, int) and expected_version > 0)
+        ):
+            return None  # the stream should exist but its head is unknown here
+        try:
+            check_expected_version(stream_id, expected_version, head.version if head else 0)
+        except ConcurrencyError:
+            return None  # the prediction may be stale: the locked path decides
+        sealed = batch.seal(head)
+        query, params = self._fast_statement(batch, sealed, head)
+        try:
+            cur = await conn.execute(query, params, binary=True)
+            row = await cur.fetchone()
+        except psycopg.errors.UniqueViolation:
+            # A reused event id (autocommit: the statement wrote nothing). The locked
+            # path looks the ids up: an idempotent re-append, or the conflict it is.
+            self._heads.pop(stream_id, None)
+            return None
+        last_position = row[0] if row is not None else None
+        if last_position is None:
+            self._heads.pop(stream_id, None)
+            logger.debug("append to %r: head moved, locked path", stream_id)
+            return None
+        last = sealed[-1]
+        self._remember(stream_id, Head(last.version, last.hash))
+        # Nobody reads the events of a fresh append: the core needs the last version and
+        # position only (the events of one append have consecutive positions).
+        return AppendOutcome([], version=last.version, position=last_position)
+
+    def _fast_statement(
+        self, batch: Batch, sealed: list[SealedEvent], head: Head | None
+    ) -> tuple[sql.Composed, tuple[Any, ...]]:
+        """The one statement of the fast path for a batch sealed on the predicted ``head``
+        (None: a new stream), and its arguments (also used by tests that run it by hand
+        inside their own transaction)."""
+        q = self.sql
+        sid = batch.stream_id
+        last = sealed[-1]
+        channel = self.channel if self.notify else None
+        first = head is None or head.version == 0
+        guard: tuple[Any, ...] = (
+            (sid, last.version, last.hash)
+            if first
+            else (last.version, last.hash, sid, head.version, head.hash)  # type: ignore[union-attr]
+        )
+        if len(sealed) == 1:
+            e = last.event
+            row: tuple[Any, ...] = (
+                sid,
+                last.version,
+                e.event_id,
+                e.type,
+                e.module,
+                e.payload_bytes,
+                _ref_text(e.payload_ref),
+                e.meta_json,
+                e.at,
+                last.prev_hash,
+                last.hash,
+            )
+            query = q.append_first_one if first else q.append_next_one
+            return query, (sid, *guard, *row, channel, channel)
+        evs = [s.event for s in sealed]
+        rows = (
+            sid,
+            sealed[0].version - 1,
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray([_ref_text(e.payload_ref) for e in evs]),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for s in sealed]),
+            ByteaArray([s.hash for s in sealed]),
+        )
+        query = q.append_first_batch if first else q.append_next_batch
+        return query, (sid, *guard, *rows, channel, channel)
+
+    async def _pipeline(self, conn: Any, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Several statements in one round trip (libpq pipeline mode, synced once at the
+        end). Each is ``(query, args, fetch)`` with fetch ``None``, ``"one"`` or ``"all"``;
+        the result is each statement's fetch, in order. Unprepared: planned for the table
+        as it is now (see migration step 3)."""
+        async with conn.pipeline():
+            curs = [await conn.execute(q, a, binary=True, prepare=False) for q, a, _ in stmts]
+        out: list[Any] = []
+        for cur, (_, _, fetch) in zip(curs, stmts, strict=True):
+            if fetch == "one":
+                out.append(await cur.fetchone())
+            elif fetch == "all":
+                out.append(await cur.fetchall())
+            else:
+                out.append(None)
+        return out
+
+    async def _stored(self, conn: Any, ids: list[str]) -> list[RecordedEvent]:
+        """The stored events whose ids a batch reuses; the transaction is rolled back."""
+        rows, _ = await self._pipeline(
+            conn, ((self.sql.ids, (ids,), "all"), (ROLLBACK, None, None))
+        )
+        return [row_to_event(r) for r in rows]
+
+    async def _append_locked(
+        self, conn: Any, batch: Batch, expected_version: ExpectedVersion
+    ) -> AppendOutcome:
+        """Two round trips under the stream's advisory lock (package docstring)."""
+        stream_id = batch.stream_id
+        ids = batch.event_ids
+        q = self.sql
+        # Round trip 1: lock the stream, then (new statement, fresh snapshot) read the
+        # head, look for the ids and get this transaction's xid.
+        _, _, row = await self._pipeline(
+            conn,
+            (
+                (BEGIN, None, None),
+                (LOCK_STREAM, (stream_id,), None),
+                (q.head_for_append, (ids, stream_id), "one"),
+            ),
+        )
+        version, head_hash, xid, exists = row
+        if exists:
+            return AppendOutcome(await self._stored(conn, ids), duplicate=True)
+        head = Head(version, head_hash) if version is not None else None
+        self._remember(stream_id, head)
+        check_expected_version(stream_id, expected_version, version or 0)
+        self._check_xid(xid)
+        sealed = batch.seal(head)
+        first = xid * _POSITION_SHIFT
+        evs = [s.event for s in sealed]
+        last = sealed[-1]
+        channel = self.channel if self.notify else None
+        # Round trip 2: events, head and wake-up in one statement, then COMMIT.
+        args = (
+            xid,
+            stream_id,
+            version or 0,
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray([_ref_text(e.payload_ref) for e in evs]),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for s in sealed]),
+            ByteaArray([s.hash for s in sealed]),
+            stream_id,
+            last.version,
+            last.hash,
+            channel,
+            channel,
+            str(first + len(sealed) - 1),
+        )
+        await self._pipeline(conn, ((q.insert, args, None), (COMMIT, None, None)))
+        self._remember(stream_id, Head(last.version, last.hash))
+        return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
     async def append_many(
         self,
@@ -424,81 +724,201 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
     ) -> list[AppendOutcome]:
         """Several batches (and a tracking record) in one transaction.
 
+        The stream locks (and the tracking name's) are taken in one sorted order, so
+        concurrent multi-stream appends cannot deadlock; then, in later statements (fresh
+        snapshots), the heads, the ids and the tracked position are read and checked,
+        every batch is sealed against its head, and one statement writes the events
+        (consecutive positions ``xid * 65536 + i`` in batch order), the heads, the
+        tracking row and the wake-up.
+
         Raises:
             InvalidEvent: more than 65,535 events in all.
             ConcurrencyError: an expected version or the tracking record is not satisfied.
             StoreClosed: the store was closed before or during the append.
             StoreUnavailable: the server, the pool or the connection failed.
+            StoreError: any other database error.
         """
-        check_batch_size(sum(len(b.events) for b, _ in batches))
+        _check_batch_size(sum(len(b.events) for b, _ in batches))
         what = f"append to {len(batches)} stream(s)"
         for attempt in range(RETRIES):
             try:
                 async with self._conn(what) as conn:
-                    outcomes: list[AppendOutcome] = await arun_on(
-                        conn, self._many_steps(batches, tracking)
-                    )
-                    return outcomes
+                    try:
+                        return await self._append_many(conn, batches, tracking)
+                    except BaseException:
+                        await rollback_quietly(conn)
+                        raise
             except BaseException as exc:  # cancelled too: the predictions may be stale
                 self._forget([b for b, _ in batches])
-                if isinstance(exc, StoreError) and retryable(exc, attempt):
-                    continue
+                if _retryable(exc, attempt):
+                    continue  # a concurrent append of the same ids: the id check decides
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _append_many(
+        self,
+        conn: Any,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        q = self.sql
+        streams = [b.stream_id for b, _ in batches]
+        ids = [i for b, _ in batches for i in b.event_ids]
+        keys = list(streams)
+        if tracking is not None:
+            keys.append(f"ares-tracking:{tracking.name}")
+        name = tracking.name if tracking is not None else None
+        _, _, head_rows, info = await self._pipeline(
+            conn,
+            (
+                (BEGIN, None, None),
+                (LOCK_MANY, (keys,), None),
+                (q.heads_for_append, (streams,), "all"),
+                (q.xid_ids_tracking, (ids, name), "one"),
+            ),
+        )
+        xid, exists, tracked = info
+        if exists:
+            found = {e.event_id_str: e for e in await self._stored(conn, ids)}
+            outs = []
+            for b, _ in batches:
+                dup = [found[i] for i in b.event_ids if i in found]
+                outs.append(AppendOutcome(dup, duplicate=bool(dup)))
+            return outs
+        if tracking is not None:
+            check_tracking(tracking, tracked)
+        self._check_xid(xid)
+        sealed_all: list[list[SealedEvent]] = []
+        for (b, expected), (version, head_hash) in zip(batches, head_rows, strict=True):
+            check_expected_version(b.stream_id, expected, version or 0)
+            sealed_all.append(b.seal(Head(version, head_hash) if version else None))
+        flat = [
+            (b.stream_id, s) for (b, _), ss in zip(batches, sealed_all, strict=True) for s in ss
+        ]
+        evs = [s.event for _, s in flat]
+        first = xid * _POSITION_SHIFT
+        channel = self.channel if self.notify else None
+        lasts = [ss[-1] for ss in sealed_all]
+        args = (
+            xid,
+            TextArray([sid for sid, _ in flat]),
+            [s.version for _, s in flat],
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray([_ref_text(e.payload_ref) for e in evs]),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for _, s in flat]),
+            ByteaArray([s.hash for _, s in flat]),
+            streams,
+            [s.version for s in lasts],
+            [s.hash for s in lasts],
+            name,
+            tracking.position if tracking is not None else None,
+            name,
+            channel,
+            channel,
+            str(first + len(flat) - 1),
+        )
+        await self._pipeline(conn, ((q.insert_many, args, None), (COMMIT, None, None)))
+        out = []
+        pos = first - 1
+        for sid, ss in zip(streams, sealed_all, strict=True):
+            pos += len(ss)
+            self._remember(sid, Head(ss[-1].version, ss[-1].hash))
+            out.append(AppendOutcome([], version=ss[-1].version, position=pos))
+        return out
+
     async def tracked_position(self, name: str) -> int | None:
-        """The tracked position of ``name``, or None."""
-        rows = await self._query(f"tracked position of {name!r}", self._sql["tracking"], (name,))
+        """The tracked position of ``name``, or None.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        rows = await self._query(f"tracked position of {name!r}", self.sql.tracking, (name,))
         return int(rows[0][0]) if rows else None
 
     # -- reads -----------------------------------------------------------------------------
 
-    def read(
+    async def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> AsyncIterator[RecordedEvent]:
-        """Keyset-paged read of one stream (each page a short statement)."""
-        pager = StreamPager(stream_id, from_version, to_version, limit, self.page_size)
-        return self._events(pager, self._sql["stream"], f"read of stream {stream_id!r}")
-
-    def read_all(
-        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
-    ) -> AsyncIterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound; only the
-        streams under ``stream_prefix`` when given."""
-        query, bounds = prefix_query(self._sql, stream_prefix)
-        pager = PositionPager(after_position, limit, self.page_size, bounds)
-        return self._events(pager, query, "read_all")
-
-    async def _events(
-        self, pager: StreamPager | PositionPager, query: sql.Composed, what: str
-    ) -> AsyncIterator[RecordedEvent]:
-        while (args := pager.args()) is not None:
-            rows = await self._query(what, query, args)
+        """Keyset-paged read of one stream on ``(version, position)``: unique per row even
+        in a table whose unique index was dropped and holds two rows of one version, so no
+        row is skipped or returned twice. Each page is a short statement."""
+        what = f"read of stream {stream_id!r}"
+        query, page = self.sql.stream, self.page_size
+        lo = max(from_version, 1)
+        hi = to_version if to_version is not None else _FAR
+        left = limit if limit is not None else _FAR
+        kv, kp = lo - 1, _MAX_KEY
+        while left > 0:
+            want = min(page, left)
+            rows = await self._query(what, query, (stream_id, lo, hi, kv, kp, want))
             for r in rows:
                 yield row_to_event(r)
-            pager.advance(rows)
+            if len(rows) < want:
+                return
+            left -= len(rows)
+            kv, kp = rows[-1][1], rows[-1][2]
+            if type(kv) is int:
+                lo = max(lo, kv)
+
+    async def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> AsyncIterator[RecordedEvent]:
+        """Keyset-paged read in global order, only below the visibility bound (package
+        docstring); only the streams under ``stream_prefix`` when given (a range on
+        ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
+        bounds: tuple[str, ...] = ()
+        query = self.sql.all
+        if stream_prefix:
+            lo, hi = prefix_range(stream_prefix)
+            query, bounds = (
+                (self.sql.all_from, (lo,)) if hi is None else (self.sql.all_range, (lo, hi))
+            )
+        page = self.page_size
+        after = after_position
+        left = limit if limit is not None else _FAR
+        while left > 0:
+            want = min(page, left)
+            rows = await self._query("read_all", query, (after, *bounds, want))
+            for r in rows:
+                yield row_to_event(r)
+            if len(rows) < want:
+                return
+            left -= len(rows)
+            after = rows[-1][2]
 
     async def head(self, stream_id: str) -> Head | None:
         """The stream's head row."""
-        rows = await self._query(f"head of stream {stream_id!r}", self._sql["head"], (stream_id,))
+        rows = await self._query(f"head of stream {stream_id!r}", self.sql.head, (stream_id,))
         return Head(rows[0][0], rows[0][1]) if rows else None
 
     async def heads(self) -> AsyncIterator[tuple[str, Head]]:
-        """Every head, paged by stream id."""
-        pager = KeyPager(self.page_size)
-        while (args := pager.args()) is not None:
-            rows = await self._query("listing streams", self._sql["heads"], args)
+        """Every head, keyset-paged by stream id."""
+        after, page = "", self.page_size
+        while True:
+            rows = await self._query("listing streams", self.sql.heads, (after, page))
             for sid, version, h in rows:
                 yield sid, Head(version, h)
-            pager.advance(rows)
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     async def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
-        return int((await self._query("last_position", self._sql["last"], ()))[0][0])
+        return int((await self._query("last_position", self.sql.last, ()))[0][0])
 
     async def schema_version(self) -> int:
-        """The schema version recorded in ``ares_meta``."""
-        rows = await self._query("reading the schema version", self._sql["schema_version"], ())
+        """The schema version recorded in ``ares_meta`` (``ares-events init`` prints it).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        rows = await self._query("reading the schema version", self.sql.schema_version, ())
         return int(rows[0][0]) if rows else 0
 
     # -- erasure ---------------------------------------------------------------------------
@@ -512,122 +932,132 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
         ref: ErasedPayloadRef,
         blob_key: str | None = None,
     ) -> EraseOutcome:
-        """Erase one payload in one transaction (the blocking recorder's statements)."""
+        """Erase one payload in one transaction. The payload leaves the live row at once;
+        its old row version is dead and VACUUM reclaims it (see docs/proofs.md for what
+        PostgreSQL keeps on disk until then)."""
         what = f"erase of stream {stream_id!r} version {version}"
         async with self._conn(what) as conn, conn.transaction():
             cur = await conn.execute(
-                self._sql["erase"],
-                (ref.to_json().decode(), stream_id, version, position, event_hash),
+                self.sql.erase, (_ref_text(ref), stream_id, version, position, event_hash)
             )
             if cur.rowcount != 1:
                 return EraseOutcome(False)
             refs = 0
             if blob_key:
-                cur = await conn.execute(self._sql["blob_refs"], (PayloadRef.like_key(blob_key),))
+                cur = await conn.execute(self.sql.blob_refs, (PayloadRef.like_key(blob_key),))
                 row = await cur.fetchone()
                 refs = int(row[0]) if row else 0
         return EraseOutcome(True, refs)
 
-    # -- metadata and integrity scans ----------------------------------------------------
+    # -- metadata, snapshots and integrity scans -----------------------------------------
 
     async def meta_get(self, key: str) -> str | None:
         """A value of the ``ares_meta`` table (the store's identity lives there)."""
-        rows = await self._query("reading the store's metadata", self._sql["meta"], (key,))
+        rows = await self._query("reading the store's metadata", self.sql.meta, (key,))
         return str(rows[0][0]) if rows else None
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
         async with self._conn("writing the store's metadata") as conn, conn.transaction():
-            await conn.execute(self._sql["meta_insert"], (key, value))
-            cur = await conn.execute(self._sql["meta"], (key,))
+            await conn.execute(self.sql.meta_insert, (key, value))
+            cur = await conn.execute(self.sql.meta, (key,))
             row = await cur.fetchone()
-        assert row is not None
         return str(row[0])
 
     async def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""
         async with self._conn("writing the store's metadata") as conn:
-            await conn.execute(self._sql["meta_upsert"], (key, value))
+            await conn.execute(self.sql.meta_upsert, (key, value))
 
     async def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
-        """Rows that break a uniqueness rule (see the blocking recorder)."""
-        q = self._sql
-        for sid, version, n, pos in await self._query("audit scan", q["dup_versions"], ()):
+        """Rows that break a uniqueness rule: ``(kind, stream_id or event id, version,
+        count, position)`` with kind ``duplicate_version``, ``duplicate_position`` or
+        ``duplicate_event_id`` (for the audit; a healthy schema has none)."""
+        q = self.sql
+        for sid, version, n, pos in await self._query("audit scan", q.dup_versions, ()):
             yield "duplicate_version", sid, version, int(n), pos
-        for sid, version, n, pos in await self._query("audit scan", q["dup_positions"], ()):
+        for sid, version, n, pos in await self._query("audit scan", q.dup_positions, ()):
             yield "duplicate_position", sid, version, int(n), pos
-        for eid, n, pos in await self._query("audit scan", q["dup_ids"], ()):
+        for eid, n, pos in await self._query("audit scan", q.dup_ids, ()):
             yield "duplicate_event_id", eid, None, int(n), pos
 
-    def read_model_recorder(self) -> PostgresRecorder:
-        """A blocking recorder on the same schema, for the read-model tables (folded by
-        the blocking runner; an erasure resets them through it). Opened on first use with
-        a pool of at most two connections, closed with this recorder. Blocking: only for
-        blocking callers.
+    if ASYNC:
 
-        Raises:
-            StoreClosed: this recorder is closed.
-            StoreUnavailable: the server cannot be reached.
-        """
-        self._gate.check("opening the read-model tables")
-        if self._companion is None:
-            conninfo, kwargs = self._listen_args
-            pool = psycopg_pool.ConnectionPool(
-                conninfo,
-                kwargs={**kwargs, "autocommit": True},
-                min_size=0,
-                max_size=2,
-                open=True,
-                name="ares-events-read-models",
-            )
-            self._companion = PostgresRecorder(
-                pool,
-                schema=self.schema,
-                migrate=False,
-                description=self._description,
-                owns_pool=True,
-                secret=self._secret,
-                notify=self.notify,
-            )
-        return self._companion
+        def read_model_recorder(self) -> Any:
+            """A blocking recorder on the same schema, for the read-model tables (folded
+            by the blocking runner; an erasure resets them through it). Opened on first
+            use with a pool of at most two connections, closed with this recorder.
+            Blocking: only for blocking callers.
 
-    def snapshot_rows(self, event_store: Any) -> SnapshotRows:
-        """The ``ares_snapshots`` rows of this schema, natively async."""
-        from ares_events.stores.postgres.snapshots_async import PostgresSnapshotRows
+            Raises:
+                StoreClosed: this recorder is closed.
+                StoreUnavailable: the server cannot be reached.
+            """
+            from ares_events.stores.postgres.recorder import PostgresRecorder
 
-        return PostgresSnapshotRows(self, event_store)
+            self._gate.check("opening the read-model tables")
+            if self._companion is None:
+                conninfo, kwargs = self._listen_args
+                pool = psycopg_pool.ConnectionPool(
+                    conninfo,
+                    kwargs={**kwargs, "autocommit": True},
+                    min_size=0,
+                    max_size=2,
+                    open=True,
+                    name="ares-events-read-models",
+                )
+                self._companion = PostgresRecorder(
+                    pool,
+                    schema=self.schema,
+                    migrate=False,
+                    description=self._description,
+                    owns_pool=True,
+                    secret=self._secret,
+                    notify=self.notify,
+                )
+            return self._companion
+
+    def snapshot_rows(self) -> AsyncPostgresSnapshotRows:
+        """The ``ares_snapshots`` rows of this schema."""
+        from ares_events.stores.postgres.snapshots_async import AsyncPostgresSnapshotRows
+
+        return AsyncPostgresSnapshotRows(self)
 
     # -- wake-ups --------------------------------------------------------------------------
 
-    async def _connect_listener(self) -> psycopg.AsyncConnection[Any]:
+    async def _connect_listener(self) -> Any:
         conninfo, kwargs = self._listen_args
         return await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
-        ``timeout`` seconds pass: woken by ``NOTIFY`` (polling with ``notify=false``);
-        never misses a wake-up.
+        ``timeout`` seconds pass. Woken by ``NOTIFY``; never misses a wake-up (the
+        position is rechecked after LISTEN is active and after every notification);
+        polls with backoff when the store was opened with ``notify=false``.
 
         Raises:
             StoreClosed: the store is closed (also while waiting).
             StoreUnavailable: the server cannot be reached.
         """
-        listener = None
-        if self.notify:
+        if not self.notify:
+            return await poll_for(self.last_position, position, timeout)
+        with self._listener_lock:
             self._gate.check("waiting for events")
             if self._listener is None:
                 self._listener = AsyncListener(
                     self._connect_listener, self.channel, self._description, self._secret
                 )
             listener = self._listener
-        return await await_for(listener, self.last_position, position, timeout)
+        return await wait_for(listener, self.last_position, position, timeout)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def _interrupt(self) -> None:
-        """After close()'s grace: cancel the statements still running and, for a pool
-        this store owns, fail the callers still waiting for a connection."""
-        for conn in list(self._inflight):
+        """After close()'s grace: cancel the statements still running and, for a pool this
+        store owns, fail the callers still waiting for a connection."""
+        with self._inflight_lock:
+            conns = list(self._inflight)
+        for conn in conns:
             with contextlib.suppress(Exception):
                 await conn.cancel_safe(timeout=2.0)
         if self._owns_pool:
@@ -635,30 +1065,19 @@ class AsyncPostgresRecorder(PostgresAppendProtocol):
                 await self.pool.close(timeout=0.0)
 
     async def close(self) -> None:
-        """Refuse new calls, await (or cancel) the ones in flight, stop the listener and
-        close the pool (when this store opened it). Idempotent."""
+        """Refuse new calls, wait for (or cancel) the ones in flight, stop the listener
+        and close the pool (when this store opened it). No connection of this store's pool
+        outlives the call. Idempotent."""
         if not await self._gate.close(interrupt=self._interrupt):
             return
-        listener, self._listener = self._listener, None
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
-        companion, self._companion = self._companion, None
-        if companion is not None:
-            await asyncio.to_thread(companion.close)
+        if ASYNC:
+            companion, self._companion = self._companion, None
+            if companion is not None:
+                await asyncio.to_thread(companion.close)
         if self._owns_pool:
             await self.pool.close()
-        logger.debug("closed async postgresql store %s", self._description)
-
-
-def _open_checks(opts: PostgresOptions, secret: str | None) -> None:
-    """At open, in a worker thread: the direct connection check, then the schema."""
-    check_server(opts, secret=secret)
-    _prepare_blocking(
-        "",
-        opts.connect_kwargs,
-        schema=opts.schema,
-        migrate=bool(opts.migrate),
-        create=opts.create,
-        where=opts.where,
-        secret=secret,
-    )
+        logger.debug("closed postgresql store %s", self._description)

@@ -1,66 +1,66 @@
-"""Snapshot rows of the asyncio PostgreSQL recorder: the ``ares_snapshots`` table of the
-store's schema through the async pool, with the statements of
-:mod:`ares_events.stores.snapshots` (the checks are the core's,
-:class:`~ares_events.core.snapshots_async.AsyncSnapshotStore`).
+"""Snapshot rows of the PostgreSQL backend: the ``ares_snapshots`` table of the store's
+schema, one pooled connection per operation and writes in a short transaction (the
+checks are the snapshot store's, :mod:`ares_events.core.snapshots`).
 
-It may import the core, :mod:`ares_events.errors`, :mod:`ares_events.stores.snapshots`,
-psycopg and this package.
+It may import the core, :mod:`ares_events.errors`, psycopg and this package.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import psycopg
-from psycopg import sql
 
-from ares_events.core.snapshots import Snapshot, SnapshotInfo, _Row
+from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow, info_of, row_of
 from ares_events.errors import StoreError, StoreUnavailable
-from ares_events.stores.snapshots import (
-    _LIST_PAGE,
-    PG_DELETE_ONE,
-    PG_DELETE_STREAM,
-    PG_LIST_ALL,
-    PG_LIST_STREAM,
-    PG_SELECT,
-    PG_UPSERT,
-    _info_of,
-    _pg_detail,
-    _row_of,
-)
 
 if TYPE_CHECKING:
-    from ares_events.stores.postgres.recorder_async import AsyncPostgresRecorder
-
-__all__ = ["PostgresSnapshotRows"]
+    from ares_events.stores.postgres.sql import Statements
 
 
-class PostgresSnapshotRows:
-    """The row operations of the PostgreSQL snapshot store, natively async (one pooled
-    connection per operation; writes in a short transaction)."""
+class AsyncRecorderConnections(Protocol):
+    """What the rows use of their recorder (typed by use, so the recorder, which hands
+    the rows out, and this module do not import each other)."""
 
-    def __init__(self, recorder: AsyncPostgresRecorder, event_store: Any) -> None:
+    sql: Statements
+
+    def describe(self) -> str:
+        """The store's URL, redacted."""
+        ...
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A pooled connection for the block."""
+        ...
+
+
+__all__ = ["LIST_PAGE", "AsyncPostgresSnapshotRows"]
+
+LIST_PAGE: Final = 500
+"""Snapshot rows per listing page."""
+
+
+def _detail(exc: psycopg.Error) -> str:
+    """The server's primary message (never the client-side text, which may hold a DSN)."""
+    primary = exc.diag.message_primary if exc.diag is not None else None
+    if primary:
+        return f"{primary} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else str(primary)
+    return type(exc).__name__
+
+
+class AsyncPostgresSnapshotRows:
+    """The snapshot table's rows (see the module docstring)."""
+
+    def __init__(self, recorder: AsyncRecorderConnections) -> None:
         self._recorder = recorder
-        self._url = event_store.url
-        table = sql.Identifier(recorder.schema, "ares_snapshots")
-        self._sql = {
-            name: sql.SQL(text).format(table=table)
-            for name, text in (
-                ("upsert", PG_UPSERT),
-                ("select", PG_SELECT),
-                ("delete_one", PG_DELETE_ONE),
-                ("delete_stream", PG_DELETE_STREAM),
-                ("list_all", PG_LIST_ALL),
-                ("list_stream", PG_LIST_STREAM),
-            )
-        }
+        self._url = recorder.describe()
+        self.sql = recorder.sql
 
     @contextlib.asynccontextmanager
     async def _txn(self, action: str, *, write: bool = True) -> AsyncIterator[Any]:
-        """One pooled connection (and, to write, a transaction); psycopg errors mapped as
-        the blocking snapshot store maps them."""
+        """One pooled connection (and, to write, a transaction); psycopg errors mapped in
+        one place. A read is one autocommit statement: no BEGIN/COMMIT round trips."""
         try:
             async with self._recorder.connection() as conn:
                 if write:
@@ -69,49 +69,49 @@ class PostgresSnapshotRows:
                 else:
                     yield conn
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"{action} in {self._url} failed: {_pg_detail(exc)}") from exc
+            raise StoreUnavailable(f"{action} in {self._url} failed: {_detail(exc)}") from exc
         except psycopg.Error as exc:
-            raise StoreError(f"{action} in {self._url} failed: {_pg_detail(exc)}") from exc
+            raise StoreError(f"{action} in {self._url} failed: {_detail(exc)}") from exc
 
     async def put(self, snap: Snapshot) -> None:
-        """See :class:`~ares_events.core.snapshots_async.SnapshotRows`."""
+        """Insert or replace the row of the snapshot's stream and projection."""
         async with self._txn(f"saving snapshot of stream {snap.stream_id!r}") as conn:
             await conn.execute(
-                self._sql["upsert"], (snap.stream_id, snap.projection, *_row_of(snap))
+                self.sql.snapshot_upsert, (snap.stream_id, snap.projection, *row_of(snap))
             )
 
-    async def get(self, stream_id: str, projection: str) -> _Row | None:
-        """See :class:`~ares_events.core.snapshots_async.SnapshotRows`."""
+    async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
+        """The row of ``(stream_id, projection)``, or None."""
         async with self._txn(f"loading snapshot of stream {stream_id!r}", write=False) as conn:
-            cur = await conn.execute(self._sql["select"], (stream_id, projection))
+            cur = await conn.execute(self.sql.snapshot_select, (stream_id, projection))
             row = await cur.fetchone()
         return None if row is None else tuple(row)
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
-        """See :class:`~ares_events.core.snapshots_async.SnapshotRows`."""
+        """Delete one row, or every row of the stream; return how many."""
         async with self._txn(f"deleting snapshots of stream {stream_id!r}") as conn:
             if projection is None:
-                cur = await conn.execute(self._sql["delete_stream"], (stream_id,))
+                cur = await conn.execute(self.sql.snapshot_delete_stream, (stream_id,))
             else:
-                cur = await conn.execute(self._sql["delete_one"], (stream_id, projection))
+                cur = await conn.execute(self.sql.snapshot_delete_one, (stream_id, projection))
             return int(cur.rowcount)
 
     async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
-        """See :class:`~ares_events.core.snapshots_async.SnapshotRows`."""
+        """Every row's description, keyset-paged by stream and projection."""
         after_sid, after_proj = "", ""
         while True:
             async with self._txn("listing snapshots", write=False) as conn:
                 if stream_id is None:
                     cur = await conn.execute(
-                        self._sql["list_all"], (after_sid, after_proj, _LIST_PAGE)
+                        self.sql.snapshot_list_all, (after_sid, after_proj, LIST_PAGE)
                     )
                 else:
                     cur = await conn.execute(
-                        self._sql["list_stream"], (stream_id, after_proj, _LIST_PAGE)
+                        self.sql.snapshot_list_stream, (stream_id, after_proj, LIST_PAGE)
                     )
                 rows = await cur.fetchall()
             for r in rows:
-                yield _info_of(r)
-            if len(rows) < _LIST_PAGE:
+                yield info_of(r)
+            if len(rows) < LIST_PAGE:
                 return
             after_sid, after_proj = rows[-1][0], rows[-1][1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from psycopg import sql
@@ -232,43 +233,126 @@ UPSERT_SCHEMA_VERSION: Final = (
 )
 
 
-def compile_statements(schema: str) -> dict[str, sql.Composed]:
-    """The recorder's statements with ``{s}`` bound to ``schema`` (both faces use these)."""
-    q = sql.Identifier(schema)
-    # Rendered once: a Composed of one SQL part costs the driver one encode per execute,
-    # instead of walking and quoting the parts again (~2 us an append).
-    return {
-        name: sql.Composed([sql.SQL(sql.SQL(text).format(s=q).as_string(None))])
-        for name, text in {
-            "append_next_one": APPEND_NEXT_ONE,
-            "append_next_batch": APPEND_NEXT_BATCH,
-            "append_first_one": APPEND_FIRST_ONE,
-            "append_first_batch": APPEND_FIRST_BATCH,
-            "head_for_append": SELECT_HEAD_FOR_APPEND,
-            "ids": SELECT_IDS,
-            "insert": INSERT_EVENTS,
-            "stream": SELECT_STREAM,
-            "all": SELECT_ALL,
-            "all_range": SELECT_ALL_RANGE,
-            "all_from": SELECT_ALL_FROM,
-            "last": SELECT_LAST_POSITION,
-            "head": SELECT_HEAD,
-            "heads": SELECT_HEADS,
-            "heads_for_append": SELECT_HEADS_FOR_APPEND,
-            "xid_ids_tracking": SELECT_XID_IDS_TRACKING,
-            "insert_many": INSERT_MANY,
-            "tracking": SELECT_TRACKING,
-            "meta": SELECT_META,
-            "meta_insert": INSERT_META_IF_ABSENT,
-            "meta_upsert": UPSERT_META,
-            "dup_versions": SELECT_DUPLICATE_VERSIONS,
-            "dup_positions": SELECT_DUPLICATE_POSITIONS,
-            "dup_ids": SELECT_DUPLICATE_IDS,
-            "schema_version": SELECT_SCHEMA_VERSION,
-            "erase": ERASE_PAYLOAD,
-            "blob_refs": COUNT_BLOB_REFS,
-        }.items()
-    }
+# Snapshots: one row per (stream, projection), replaced on save.
+SNAPSHOT_UPSERT: Final = (
+    "INSERT INTO {s}.ares_snapshots (stream_id, projection, projection_version, at_version, "
+    "at_hash, state, state_digest, created_at, seal) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (stream_id, projection) DO UPDATE SET "
+    "projection_version = excluded.projection_version, at_version = excluded.at_version, "
+    "at_hash = excluded.at_hash, state = excluded.state, "
+    "state_digest = excluded.state_digest, created_at = excluded.created_at, "
+    "seal = excluded.seal"
+)
+SNAPSHOT_SELECT: Final = (
+    "SELECT projection_version, at_version, at_hash, state, state_digest, created_at, seal "
+    "FROM {s}.ares_snapshots WHERE stream_id = %s AND projection = %s"
+)
+SNAPSHOT_DELETE_ONE: Final = (
+    "DELETE FROM {s}.ares_snapshots WHERE stream_id = %s AND projection = %s"
+)
+SNAPSHOT_DELETE_STREAM: Final = "DELETE FROM {s}.ares_snapshots WHERE stream_id = %s"
+_SNAPSHOT_INFO_COLUMNS: Final = (
+    "stream_id, projection, projection_version, at_version, at_hash, octet_length(state), "
+    "state_digest, created_at"
+)
+SNAPSHOT_LIST_ALL: Final = (
+    "SELECT " + _SNAPSHOT_INFO_COLUMNS + " FROM {s}.ares_snapshots "
+    'WHERE (stream_id COLLATE "C", projection COLLATE "C") > (%s, %s) '
+    'ORDER BY stream_id COLLATE "C", projection COLLATE "C" LIMIT %s'
+)
+SNAPSHOT_LIST_STREAM: Final = (
+    "SELECT " + _SNAPSHOT_INFO_COLUMNS + " FROM {s}.ares_snapshots "
+    'WHERE stream_id = %s AND projection COLLATE "C" > %s '
+    'ORDER BY projection COLLATE "C" LIMIT %s'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement of one schema's store, rendered once: a recorder names each one
+    (``self.sql.append_next_one``), and each field is the module constant of the same
+    name in capitals, with ``{s}`` bound to the schema."""
+
+    append_next_one: sql.Composed
+    append_next_batch: sql.Composed
+    append_first_one: sql.Composed
+    append_first_batch: sql.Composed
+    head_for_append: sql.Composed
+    ids: sql.Composed
+    insert: sql.Composed
+    stream: sql.Composed
+    all: sql.Composed
+    all_range: sql.Composed
+    all_from: sql.Composed
+    last: sql.Composed
+    head: sql.Composed
+    heads: sql.Composed
+    heads_for_append: sql.Composed
+    xid_ids_tracking: sql.Composed
+    insert_many: sql.Composed
+    tracking: sql.Composed
+    meta: sql.Composed
+    meta_insert: sql.Composed
+    meta_upsert: sql.Composed
+    dup_versions: sql.Composed
+    dup_positions: sql.Composed
+    dup_ids: sql.Composed
+    schema_version: sql.Composed
+    erase: sql.Composed
+    blob_refs: sql.Composed
+    snapshot_upsert: sql.Composed
+    snapshot_select: sql.Composed
+    snapshot_delete_one: sql.Composed
+    snapshot_delete_stream: sql.Composed
+    snapshot_list_all: sql.Composed
+    snapshot_list_stream: sql.Composed
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Statements:
+        """The statements with ``{s}`` bound to ``schema`` (both faces use these)."""
+        q = sql.Identifier(schema)
+
+        # Rendered once: a Composed of one SQL part costs the driver one encode per
+        # execute, instead of walking and quoting the parts again (~2 us an append).
+        def render(text: str) -> sql.Composed:
+            return sql.Composed([sql.SQL(sql.SQL(text).format(s=q).as_string(None))])
+
+        return cls(
+            append_next_one=render(APPEND_NEXT_ONE),
+            append_next_batch=render(APPEND_NEXT_BATCH),
+            append_first_one=render(APPEND_FIRST_ONE),
+            append_first_batch=render(APPEND_FIRST_BATCH),
+            head_for_append=render(SELECT_HEAD_FOR_APPEND),
+            ids=render(SELECT_IDS),
+            insert=render(INSERT_EVENTS),
+            stream=render(SELECT_STREAM),
+            all=render(SELECT_ALL),
+            all_range=render(SELECT_ALL_RANGE),
+            all_from=render(SELECT_ALL_FROM),
+            last=render(SELECT_LAST_POSITION),
+            head=render(SELECT_HEAD),
+            heads=render(SELECT_HEADS),
+            heads_for_append=render(SELECT_HEADS_FOR_APPEND),
+            xid_ids_tracking=render(SELECT_XID_IDS_TRACKING),
+            insert_many=render(INSERT_MANY),
+            tracking=render(SELECT_TRACKING),
+            meta=render(SELECT_META),
+            meta_insert=render(INSERT_META_IF_ABSENT),
+            meta_upsert=render(UPSERT_META),
+            dup_versions=render(SELECT_DUPLICATE_VERSIONS),
+            dup_positions=render(SELECT_DUPLICATE_POSITIONS),
+            dup_ids=render(SELECT_DUPLICATE_IDS),
+            schema_version=render(SELECT_SCHEMA_VERSION),
+            erase=render(ERASE_PAYLOAD),
+            blob_refs=render(COUNT_BLOB_REFS),
+            snapshot_upsert=render(SNAPSHOT_UPSERT),
+            snapshot_select=render(SNAPSHOT_SELECT),
+            snapshot_delete_one=render(SNAPSHOT_DELETE_ONE),
+            snapshot_delete_stream=render(SNAPSHOT_DELETE_STREAM),
+            snapshot_list_all=render(SNAPSHOT_LIST_ALL),
+            snapshot_list_stream=render(SNAPSHOT_LIST_STREAM),
+        )
 
 
 def channel_for(schema: str) -> str:

@@ -1,11 +1,6 @@
-"""The LangGraph checkpointer's operations, written once as steps
-(:mod:`ares_events.core.sansio`) that both savers drive: :class:`AresSaver` with a
-blocking port over an ``EventStore``, :class:`AsyncAresSaver` with an async port over an
-``AsyncEventStore``.
-
-Port calls: ``head(sid)``, ``read(sid, lo, hi)`` (a list of events), ``append(sid,
-events, expected)``, ``erase(sid, version)`` (``erase_payload``), ``record(events)``
-(append erasure records), ``threads()`` (stream ids of LangGraph threads).
+"""The LangGraph checkpointer's operations, written once for both savers (the blocking
+module, ``_langgraph_ops.py``, is generated from this one): each takes the store and the
+thread's verified index, which its saver holds under the thread's lock.
 
 It may import the package below ``integrations`` and ``langgraph``.
 """
@@ -13,7 +8,7 @@ It may import the package below ``integrations`` and ``langgraph``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -29,8 +24,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, AppendResult, NewEvent
-from ares_events.core.sansio import Call, Steps
+from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations._langgraph_core import (
     CheckpointRec,
@@ -56,58 +50,61 @@ from ares_events.integrations._langgraph_plan import (
 )
 from ares_events.integrity.findings import Finding
 
+if TYPE_CHECKING:
+    from ares_events.core.store_async import AsyncEventStore
+
 __all__ = [
-    "append_steps",
-    "copy_steps",
-    "delete_runs_steps",
-    "delete_thread_steps",
-    "delta_history_steps",
-    "get_steps",
-    "list_steps",
-    "prune_steps",
-    "put_steps",
-    "put_writes_steps",
-    "refresh_steps",
+    "append_checked",
+    "copy_thread",
+    "delete_runs",
+    "delete_thread",
+    "delta_history",
+    "get_checkpoint",
+    "list_checkpoints",
+    "prune",
+    "put_checkpoint",
+    "put_writes",
+    "refresh",
 ]
 
 MAX_RETRIES = 1000
 
 
-def refresh_steps(index: ThreadIndex) -> Steps[None]:
+async def refresh(store: AsyncEventStore, index: ThreadIndex) -> None:
     """Bring the index up to the stream's end, verifying every new event."""
     if not index.started:
-        head = yield Call("head", index.stream_id)
+        head = await store.head(index.stream_id)
         if head is None:
             index.started = True
             return
-        events = yield Call("read", index.stream_id, 1, head.version)
+        events = [e async for e in store.read(index.stream_id, 1, head.version)]
         index.apply_all(events, head)
         return
-    events = yield Call("read", index.stream_id, index.verifier.last + 1, None)
+    events = [e async for e in store.read(index.stream_id, index.verifier.last + 1, None)]
     if events:
         index.apply_all(events)
 
 
-def append_steps(
-    index: ThreadIndex, build: Callable[[], Sequence[NewEvent]]
-) -> Steps[AppendResult | None]:
+async def append_checked(
+    store: AsyncEventStore, index: ThreadIndex, build: Callable[[], Sequence[NewEvent]]
+) -> AppendResult | None:
     """Append what ``build`` plans at the version the index is at, and apply it; after a
     concurrent write, read it (verified) and plan again. Nothing to append: None."""
     if not index.started:
-        yield from refresh_steps(index)
+        await refresh(store, index)
     index.check()
     for _ in range(MAX_RETRIES):
         events = list(build())
         if not events:
             return None
         try:
-            res = yield Call("append", index.stream_id, events, index.version)
+            res = await store.append(index.stream_id, events, expected_version=index.version)
         except ConcurrencyError:
-            yield from refresh_steps(index)
+            await refresh(store, index)
             index.check()
             continue
         index.apply_own(res.version, events)
-        return res  # type: ignore[no-any-return]
+        return res
     raise ConcurrencyError(  # pragma: no cover - a thousand writers on one thread
         index.stream_id, index.version, index.version, "too many concurrent writers"
     )
@@ -118,25 +115,29 @@ def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
     return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
 
 
-def get_steps(
+async def get_checkpoint(
+    store: AsyncEventStore,
     index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     cache: ValueCache | None = None,
-) -> Steps[CheckpointTuple | None]:
+) -> CheckpointTuple | None:
     tid, ns, cid = _ids(config)
-    yield from refresh_steps(index)
+    await refresh(store, index)
     index.check()
     rec = index.get(ns, cid)
     if rec is None:
         return None
-    fetched = yield from fetch_steps(index, [rec], cache)
+    fetched = await fetch_values(store, index, [rec], cache)
     return build_tuple(index, serde, tid, rec, fetched, cache)
 
 
-def fetch_steps(
-    index: ThreadIndex, recs: Sequence[CheckpointRec], cache: ValueCache | None = None
-) -> Steps[dict[int, Any]]:
+async def fetch_values(
+    store: AsyncEventStore,
+    index: ThreadIndex,
+    recs: Sequence[CheckpointRec],
+    cache: ValueCache | None = None,
+) -> dict[int, Any]:
     """Payloads of the spilled values these checkpoints need (and ``cache`` does not
     hold decoded), each checked again."""
     out: dict[Any, Any] = {}
@@ -152,7 +153,7 @@ def fetch_steps(
         for v in values_needed(index, digests):
             if v in out:
                 continue
-            events = yield Call("read", index.stream_id, v, v)
+            events = [e async for e in store.read(index.stream_id, v, v)]
             if not events:
                 raise ChainIntegrityError(
                     index.stream_id,
@@ -241,17 +242,18 @@ def parent_state(index: ThreadIndex, config: RunnableConfig) -> tuple[Any, Any]:
     return rec.payload.get("vals") or {}, versions
 
 
-def put_steps(
+async def put_checkpoint(
+    store: AsyncEventStore,
     index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-) -> Steps[RunnableConfig]:
+) -> RunnableConfig:
     tid, ns, parent = _ids(config)
     if not index.started:
-        yield from refresh_steps(index)
+        await refresh(store, index)
     index.check()
     pv, pver = parent_state(index, config)
     payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
@@ -264,19 +266,20 @@ def put_steps(
         plan.events[-1].payload["vals"].update(reused)
         return plan.events
 
-    yield from append_steps(index, build)
+    await append_checked(store, index, build)
     conf = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
     return {"configurable": conf}
 
 
-def put_writes_steps(
+async def put_writes(
+    store: AsyncEventStore,
     index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
-) -> Steps[None]:
+) -> None:
     _tid, ns, cid = _ids(config)
     if cid is None:
         raise InvalidEvent("config", "put_writes needs a checkpoint_id in the config")
@@ -285,10 +288,11 @@ def put_writes_steps(
         ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)
         return [] if ev is None else [ev]
 
-    yield from append_steps(index, build)
+    await append_checked(store, index, build)
 
 
-def list_steps(
+async def list_checkpoints(
+    store: AsyncEventStore,
     index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
@@ -296,11 +300,11 @@ def list_steps(
     before: RunnableConfig | None,
     limit: int | None,
     cache: ValueCache | None = None,
-) -> Steps[list[CheckpointTuple]]:
+) -> list[CheckpointTuple]:
     """Matching checkpoints of one thread, newest first (decoded)."""
     conf = config.get("configurable", {})
     tid = str(conf["thread_id"])
-    yield from refresh_steps(index)
+    await refresh(store, index)
     index.check()
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")
@@ -321,16 +325,17 @@ def list_steps(
         out_recs.append(rec)
         if limit is not None and len(out_recs) >= limit:
             break
-    fetched = yield from fetch_steps(index, out_recs, cache)
+    fetched = await fetch_values(store, index, out_recs, cache)
     return [build_tuple(index, serde, tid, r, fetched, cache) for r in out_recs]
 
 
-def drop_steps(
+async def drop_checkpoints(
+    store: AsyncEventStore,
     index: ThreadIndex,
     plan: Callable[[], tuple[Sequence[NewEvent], list[int] | None]],
     reason: str,
     by: str,
-) -> Steps[int]:
+) -> int:
     """Append what ``plan`` says (events to write first, and the versions to drop; None:
     the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
     (planned again after a concurrent write), then erase those events' payloads (blobs
@@ -344,46 +349,56 @@ def drop_steps(
             return []
         return [*first, pruned_event(drop or [], all_=drop is None, reason=reason)]
 
-    res = yield from append_steps(index, build)
+    res = await append_checked(store, index, build)
     if res is None:
         return 0
     drop = chosen[0]
     targets = list(range(1, res.version)) if drop is None else drop
     records = []
     for v in targets:
-        old, _shared = yield Call("erase", index.stream_id, v)
+        old, _shared = await store.erase_payload(index.stream_id, v)
         if old.payload_ref is not None and old.payload_ref.erased:
             continue
         records.append(erasure_record(old, reason, by))
     if records:
-        yield Call("record", records)
+        await store.append(ERASURE_STREAM, records)
     return len(records)
 
 
-def prune_steps(
-    index: ThreadIndex, keep_last: int | None, older_than: str | None, by: str
-) -> Steps[int]:
-    yield from refresh_steps(index)
+async def prune(
+    store: AsyncEventStore,
+    index: ThreadIndex,
+    keep_last: int | None,
+    older_than: str | None,
+    by: str,
+) -> int:
+    await refresh(store, index)
     index.check()
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
-    return (
-        yield from drop_steps(
-            index, lambda: prune_plan(index, keep_last, older_than), f"langgraph prune ({what})", by
-        )
+    return await drop_checkpoints(
+        store,
+        index,
+        lambda: prune_plan(index, keep_last, older_than),
+        f"langgraph prune ({what})",
+        by,
     )
 
 
-def delete_thread_steps(index: ThreadIndex, by: str) -> Steps[int]:
-    yield from refresh_steps(index)
-    return (yield from drop_steps(index, lambda: ((), None), "langgraph delete_thread", by))
+async def delete_thread(store: AsyncEventStore, index: ThreadIndex, by: str) -> int:
+    await refresh(store, index)
+    return await drop_checkpoints(store, index, lambda: ((), None), "langgraph delete_thread", by)
 
 
-def delete_runs_steps(
-    index: ThreadIndex, serde: SerializerProtocol, run_ids: set[str], by: str
-) -> Steps[int]:
-    yield from refresh_steps(index)
+async def delete_runs(
+    store: AsyncEventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    run_ids: set[str],
+    by: str,
+) -> int:
+    await refresh(store, index)
     index.check()
 
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
@@ -399,19 +414,19 @@ def delete_runs_steps(
             v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned"
         )
 
-    return (yield from drop_steps(index, plan, "langgraph delete_for_runs", by))
+    return await drop_checkpoints(store, index, plan, "langgraph delete_for_runs", by)
 
 
-def copy_steps(src: ThreadIndex, dst_stream: str) -> Steps[int]:
+async def copy_thread(store: AsyncEventStore, src: ThreadIndex, dst_stream: str) -> int:
     """Append the live events of ``src`` to ``dst_stream`` (read again, verified)."""
-    from ares_events.integrity.verify import ChainVerifier
+    from ares_events.integrity.verifier import ChainVerifier
 
-    yield from refresh_steps(src)
+    await refresh(store, src)
     src.check()
     live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
     if not live:
         return 0
-    events = yield Call("read", src.stream_id, 1, src.version)
+    events = [e async for e in store.read(src.stream_id, 1, src.version)]
     check = ChainVerifier(src.stream_id, src.key)
     out = []
     for e in events:
@@ -423,22 +438,23 @@ def copy_steps(src: ThreadIndex, dst_stream: str) -> Steps[int]:
                 NewEvent(type=e.type, module=e.module, payload=e.payload, metadata=e.metadata)
             )
     if out:
-        yield Call("append", dst_stream, out, ANY)
+        await store.append(dst_stream, out, expected_version=ANY)
     return len(out)
 
 
-def delta_history_steps(
+async def delta_history(
+    store: AsyncEventStore,
     index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     channels: Sequence[str],
     cache: ValueCache | None = None,
-) -> Steps[dict[str, DeltaChannelHistory]]:
+) -> dict[str, DeltaChannelHistory]:
     """``get_delta_channel_history`` from the index: the same walk as the base class's
     (parent chain, each checkpoint's pending writes in ``writes_sort_key`` order, the
     nearest stored value as the seed), decoding only the writes and seeds it returns."""
     _tid, ns, cid = _ids(config)
-    yield from refresh_steps(index)
+    await refresh(store, index)
     index.check()
     if not channels:
         return {}
@@ -467,7 +483,7 @@ def delta_history_steps(
                 seeds[ch] = vals[ch]
                 remaining.discard(ch)
         cursor = rec.parent
-    fetched = yield from fetch_steps(index, path)
+    fetched = await fetch_values(store, index, path)
     out: dict[str, DeltaChannelHistory] = {}
     for ch in channels:
         entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}

@@ -45,20 +45,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
-from ares_events.core.events import ExpectedVersion, RecordedEvent, check_expected_version
-from ares_events.core.lifecycle import OperationGate
-from ares_events.core.recorder import (
+from ares_events.core.backend import (
     AppendOutcome,
     Batch,
     Capability,
     Head,
     SealedEvent,
-    StoreURL,
     TrackingRecord,
     check_tracking,
-    parse_bool,
+)
+from ares_events.core.events import (
+    ExpectedVersion,
+    RecordedEvent,
+    check_expected_version,
     prefix_range,
 )
+from ares_events.core.lifecycle import OperationGate
+from ares_events.core.url import StoreURL, parse_bool
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
@@ -69,98 +72,40 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
-from ares_events.stores._sqlite_erase import SQLiteErasure
+from ares_events.stores.sqlite.erase import SQLiteErasure
+from ares_events.stores.sqlite.sql import (
+    CREATE_META,
+    HAS_META_TABLE,
+    INSERT_EVENT,
+    INSERT_META_IF_ABSENT,
+    SELECT_ALL,
+    SELECT_ALL_FROM,
+    SELECT_ALL_RANGE,
+    SELECT_DUPLICATE_IDS,
+    SELECT_DUPLICATE_VERSIONS,
+    SELECT_HEAD,
+    SELECT_HEAD_AND_POSITION,
+    SELECT_HEADS,
+    SELECT_IDS,
+    SELECT_LAST_POSITION,
+    SELECT_META,
+    SELECT_SCHEMA_VERSION,
+    SELECT_STREAM,
+    SELECT_TRACKING,
+    UPSERT_HEAD,
+    UPSERT_META,
+    UPSERT_SCHEMA_VERSION,
+    UPSERT_TRACKING,
+)
 
 if TYPE_CHECKING:
-    from ares_events.core.store import EventStore
-    from ares_events.stores.snapshots import SQLiteSnapshotStore
+    from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SQLiteRecorder"]
+__all__ = ["SCHEMA_VERSION", "SQLiteRecorder"]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
-
-_COLUMNS: Final = (
-    "stream_id, version, position, event_id, type, module, payload, metadata, "
-    "recorded_at, prev_hash, hash, payload_ref"
-)
-# Keyset on (version, position): unique per row even if two rows share a version, and
-# served in order by the (stream_id, version) index, whose entries end with the rowid.
-SELECT_STREAM: Final = (
-    f"SELECT {_COLUMNS} FROM ares_events WHERE stream_id = ? "
-    "AND version >= ? AND version <= ? AND (version, position) > (?, ?) "
-    "ORDER BY version, position LIMIT ?"
-)
-SELECT_ALL: Final = (
-    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
-)
-# One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
-# byte order = code point order), so no character is a wildcard.
-SELECT_ALL_RANGE: Final = (
-    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
-    "AND stream_id >= ? AND stream_id < ? ORDER BY position LIMIT ?"
-)
-SELECT_ALL_FROM: Final = (
-    f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
-    "AND stream_id >= ? ORDER BY position LIMIT ?"
-)
-SELECT_IDS: Final = f"SELECT {_COLUMNS} FROM ares_events WHERE event_id IN (%s)"
-SELECT_HEAD: Final = "SELECT version, head_hash FROM ares_streams WHERE stream_id = ?"
-SELECT_HEADS: Final = (
-    "SELECT stream_id, version, head_hash FROM ares_streams "
-    "WHERE stream_id > ? ORDER BY stream_id LIMIT ?"
-)
-SELECT_LAST_POSITION: Final = "SELECT coalesce(max(position), 0) FROM ares_events"
-SELECT_HEAD_AND_POSITION: Final = (
-    "SELECT (SELECT version FROM ares_streams WHERE stream_id = ?), "
-    "(SELECT head_hash FROM ares_streams WHERE stream_id = ?), "
-    "(SELECT coalesce(max(position), 0) FROM ares_events)"
-)
-INSERT_EVENT: Final = (
-    "INSERT INTO ares_events (position, stream_id, version, event_id, type, "
-    "module, payload, payload_ref, metadata, recorded_at, prev_hash, hash) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-UPSERT_HEAD: Final = (
-    "INSERT INTO ares_streams (stream_id, version, head_hash) VALUES (?, ?, ?) "
-    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
-    "head_hash = excluded.head_hash"
-)
-SELECT_TRACKING: Final = "SELECT position FROM ares_tracking WHERE name = ?"
-UPSERT_TRACKING: Final = (
-    "INSERT INTO ares_tracking (name, position) VALUES (?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
-)
-SELECT_META: Final = "SELECT value FROM ares_meta WHERE key = ?"
-INSERT_META_IF_ABSENT: Final = (
-    "INSERT INTO ares_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"
-)
-UPSERT_META: Final = (
-    "INSERT INTO ares_meta (key, value) VALUES (?, ?) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
-HAS_META_TABLE: Final = (
-    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ares_meta'"
-)
-# Integrity scans for the audit: keys that must be unique but are not (a tampered file
-# whose unique indexes were dropped). position is the rowid, unique by construction.
-SELECT_DUPLICATE_VERSIONS: Final = (
-    "SELECT stream_id, version, count(*), min(position) FROM ares_events "
-    "GROUP BY stream_id, version HAVING count(*) > 1 ORDER BY stream_id, version"
-)
-SELECT_DUPLICATE_IDS: Final = (
-    "SELECT event_id, count(*), min(position) FROM ares_events "
-    "GROUP BY event_id HAVING count(*) > 1 ORDER BY min(position)"
-)
-CREATE_META: Final = (
-    "CREATE TABLE IF NOT EXISTS ares_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-)
-SELECT_SCHEMA_VERSION: Final = "SELECT value FROM ares_meta WHERE key = 'schema_version'"
-UPSERT_SCHEMA_VERSION: Final = (
-    "INSERT INTO ares_meta (key, value) VALUES ('schema_version', ?) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
 
 _SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
@@ -215,6 +160,9 @@ class SQLiteRecorder(SQLiteErasure):
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
             Capability.ERASE,
+            Capability.METADATA,
+            Capability.DUPLICATE_SCAN,
+            Capability.DEFAULT_BLOBS,
         }
     )
 
@@ -741,11 +689,11 @@ class SQLiteRecorder(SQLiteErasure):
         """This thread's connection (for snapshot and projection tables in the same file)."""
         return self._conn()
 
-    def snapshot_store(self, event_store: EventStore) -> SQLiteSnapshotStore:
+    def snapshot_rows(self) -> SQLiteSnapshotRows:
         """The snapshot store in this file (``EventStore.snapshots`` asks for it)."""
-        from ares_events.stores.snapshots import SQLiteSnapshotStore
+        from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
-        return SQLiteSnapshotStore(event_store, self)
+        return SQLiteSnapshotRows(self)
 
     def close(self) -> None:
         """Close every connection this store opened, once no other thread uses one.

@@ -1,102 +1,63 @@
-"""In-process store: ``memory://`` (private per open) or ``memory://NAME`` (shared by name).
+# Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
+"""The memory recorder: :class:`MemoryRecorder` (``MemoryRecorder`` is generated).
 
-Fast and not durable; for tests, examples and ephemeral agents. ``close()`` ends this
-handle (every later call raises :class:`~ares_events.errors.StoreClosed`, and waiters in
-``wait_for`` wake up with it); the data of ``memory://NAME`` stays for the other handles
-of that name until the process ends.
+The memory store does no I/O, so every operation runs where it is called, under the
+store's lock (held only for a few list operations, never across an ``await``). On the
+asyncio face each operation still yields to the loop once, and a read every
+:data:`FAIR_EVERY` events, so a task looping over appends or reads never starves the
+others. Waiters on the asyncio face register a callback that wakes their loop
+thread-safely, so an append of either face wakes them.
+
+It may import the core, :mod:`ares_events.errors` and :mod:`.data`.
 """
 
 from __future__ import annotations
 
 import bisect
-import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+import builtins
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, ClassVar, Final
 
+from ares_events.core.backend import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    EraseOutcome,
+    Head,
+    TrackingRecord,
+    check_tracking,
+)
 from ares_events.core.events import (
     ErasedPayloadRef,
     ExpectedVersion,
     RecordedEvent,
     check_expected_version,
 )
-from ares_events.core.recorder import (
-    AppendOutcome,
-    Batch,
-    Capability,
-    EraseOutcome,
-    Head,
-    StoreURL,
-    TrackingRecord,
-    check_tracking,
-)
-from ares_events.errors import ConfigError, StoreClosed, StoreNotFound
-
-if TYPE_CHECKING:
-    from ares_events.core.store import EventStore
-    from ares_events.stores.snapshots import MemorySnapshotStore
-
-logger = logging.getLogger(__name__)
-
-__all__ = ["MemoryRecorder"]
+from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow, info_of, row_of
+from ares_events.core.url import StoreURL
+from ares_events.errors import ConfigError, StoreClosed
+from ares_events.stores.memory.data import MemoryData, data_for, fresh
 
 
-@dataclass
-class _Data:
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    streams: dict[str, list[RecordedEvent]] = field(default_factory=dict)
-    heads: dict[str, Head] = field(default_factory=dict)
-    log: list[RecordedEvent] = field(default_factory=list)
-    ids: dict[str, RecordedEvent] = field(default_factory=dict)
-    snapshots: dict[tuple[str, str], Any] = field(default_factory=dict)
-    tracking: dict[str, int] = field(default_factory=dict)
-    meta: dict[str, str] = field(default_factory=dict)
-    watchers: set[Callable[[], None]] = field(default_factory=set)
-    """Called (under the lock, so they must not block) after every append: how asyncio
-    waiters of :mod:`~ares_events.stores.memory_async` wake up, whichever face appended."""
-    cond: threading.Condition = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.cond = threading.Condition(self.lock)
-
-    def notify(self) -> None:
-        """Wake every waiter, blocking or asyncio (the caller holds the lock)."""
-        self.cond.notify_all()
-        for wake in list(self.watchers):
-            wake()
+def _fair() -> None:
+    """Nothing to let run on the blocking face."""
 
 
-def _fresh(e: RecordedEvent) -> RecordedEvent:
-    """A new event sharing only immutable parts with the stored one, so a reader that
-    mutates its decoded payload or metadata cannot change what later reads return."""
-    return RecordedEvent(
-        e.stream_id,
-        e.version,
-        e.position,
-        e.event_id_str,
-        e.type,
-        e.module,
-        e._payload_bytes,
-        e.metadata_json,
-        e.at,
-        e.prev_hash,
-        e.hash,
-        e.payload_ref,
-    )
+__all__ = ["FAIR_EVERY", "MemoryRecorder", "MemorySnapshotRows"]
+
+FAIR_EVERY: Final = 256
+"""A read yields to the event loop after this many events."""
+_OPTIONS: Final = ("create",)
 
 
-_NAMED: dict[str, _Data] = {}
-_NAMED_LOCK = threading.Lock()
-_OPTIONS = ("create",)
+def _each(items: Iterable[Any]) -> Iterator[Any]:
+    return iter(items)
 
 
 class MemoryRecorder:
     """Backend keeping everything in Python lists, guarded by one lock."""
 
     scheme: ClassVar[tuple[str, ...]] = ("memory",)
-    async_recorder: ClassVar[str] = "ares_events.stores.memory_async:AsyncMemoryRecorder"
-    """The asyncio face (``ae.open_async_store``), sharing this store's data."""
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {
             Capability.GAPLESS_POSITIONS,
@@ -104,33 +65,23 @@ class MemoryRecorder:
             Capability.SNAPSHOTS,
             Capability.MULTI_STREAM_APPEND,
             Capability.ERASE,
+            Capability.METADATA,
+            Capability.DUPLICATE_SCAN,
         }
     )
 
     def __init__(self, name: str | None = None, *, create: bool = True) -> None:
         self.name = name
         self._closed = False
-        if name:
-            with _NAMED_LOCK:
-                data = _NAMED.get(name)
-                if data is None:
-                    if not create:
-                        raise StoreNotFound(
-                            self.describe(), "no store of that name in this process"
-                        )
-                    data = _NAMED[name] = _Data()
-                self._d = data
-        else:
-            if not create:
-                raise StoreNotFound(self.describe(), "a private memory store is always new")
-            self._d = _Data()
+        self._d: MemoryData = data_for(name, create=create, where=self.describe())
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> MemoryRecorder:
         """``memory://`` or ``memory://NAME``.
 
         Raises:
-            ConfigError: a query parameter or keyword option (the memory store has none).
+            ConfigError: a query parameter or an unknown option (only ``create``).
+            StoreNotFound: ``create=False`` and there is no such store.
         """
         url.check_params(())
         unknown = sorted(set(options) - set(_OPTIONS))
@@ -146,29 +97,39 @@ class MemoryRecorder:
         """Human-readable location."""
         return f"memory://{self.name or ''}"
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()!r})"
+
     def _check(self, action: str | None = None) -> None:
         if self._closed:
             raise StoreClosed(self.describe(), action)
 
+    # -- writes ----------------------------------------------------------------------------
+
+    def _insert(self, stream_id: str, sealed: Sequence[Any]) -> list[RecordedEvent]:
+        d = self._d
+        pos = len(d.log)
+        recs = [s.recorded(stream_id, pos + i + 1) for i, s in enumerate(sealed)]
+        d.streams.setdefault(stream_id, []).extend(recs)
+        d.log.extend(recs)
+        for r in recs:
+            d.ids[r.event_id_str] = r
+        d.heads[stream_id] = Head(recs[-1].version, recs[-1].hash)
+        return recs
+
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append under the store's lock."""
+        _fair()
         d = self._d
         stream_id = batch.stream_id
         with d.lock:
             self._check(f"append to stream {stream_id!r}")
             existing = [d.ids[i] for i in batch.event_ids if i in d.ids]
             if existing:
-                return AppendOutcome([_fresh(e) for e in existing], duplicate=True)
+                return AppendOutcome([fresh(e) for e in existing], duplicate=True)
             head = d.heads.get(stream_id)
             check_expected_version(stream_id, expected_version, head.version if head else 0)
-            sealed = batch.seal(head)
-            pos = len(d.log)
-            recs = [s.recorded(stream_id, pos + i + 1) for i, s in enumerate(sealed)]
-            d.streams.setdefault(stream_id, []).extend(recs)
-            d.log.extend(recs)
-            for r in recs:
-                d.ids[r.event_id_str] = r
-            d.heads[stream_id] = Head(recs[-1].version, recs[-1].hash)
+            recs = self._insert(stream_id, batch.seal(head))
             d.notify()
             return AppendOutcome(recs)
 
@@ -178,10 +139,11 @@ class MemoryRecorder:
         tracking: TrackingRecord | None,
     ) -> list[AppendOutcome]:
         """Append several batches (and a tracking record) atomically under the lock."""
+        _fair()
         d = self._d
         with d.lock:
             self._check("append_many")
-            dups = [[_fresh(d.ids[i]) for i in b.event_ids if i in d.ids] for b, _ in batches]
+            dups = [[fresh(d.ids[i]) for i in b.event_ids if i in d.ids] for b, _ in batches]
             if any(dups):
                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
             if tracking is not None:
@@ -192,16 +154,10 @@ class MemoryRecorder:
                 check_expected_version(b.stream_id, expected, head.version if head else 0)
                 sealed_all.append(b.seal(head))
             # Nothing is written before every check passed: all or nothing.
-            out = []
-            for (b, _), sealed in zip(batches, sealed_all, strict=True):
-                pos = len(d.log)
-                recs = [s.recorded(b.stream_id, pos + i + 1) for i, s in enumerate(sealed)]
-                d.streams.setdefault(b.stream_id, []).extend(recs)
-                d.log.extend(recs)
-                for r in recs:
-                    d.ids[r.event_id_str] = r
-                d.heads[b.stream_id] = Head(recs[-1].version, recs[-1].hash)
-                out.append(AppendOutcome(recs))
+            out = [
+                AppendOutcome(self._insert(b.stream_id, sealed))
+                for (b, _), sealed in zip(batches, sealed_all, strict=True)
+            ]
             if tracking is not None:
                 d.tracking[tracking.name] = tracking.position
             d.notify()
@@ -217,6 +173,7 @@ class MemoryRecorder:
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """Replace the event's payload with ``ref`` in every index, under the lock."""
+        _fair()
         d = self._d
         with d.lock:
             self._check(f"erase of stream {stream_id!r} version {version}")
@@ -243,14 +200,17 @@ class MemoryRecorder:
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
+        _fair()
         with self._d.lock:
             self._check()
             return self._d.tracking.get(name)
 
+    # -- reads -----------------------------------------------------------------------------
+
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
-        """Slice of the stream's list (versions are 1-based list indexes)."""
+        """A slice of the stream (versions are 1-based list indexes), taken now."""
         with self._d.lock:
             self._check(f"read of stream {stream_id!r}")
             evs = self._d.streams.get(stream_id, [])
@@ -259,12 +219,12 @@ class MemoryRecorder:
             if limit is not None:
                 stop = min(stop, start + limit)
             chunk = evs[start:stop]
-        return map(_fresh, chunk)
+        return _each(map(fresh, chunk))
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
-        """Slice of the global log (filtered by stream id prefix when given)."""
+        """A slice of the global log (of the streams under ``stream_prefix``), taken now."""
         with self._d.lock:
             self._check("read_all")
             log = self._d.log
@@ -280,10 +240,11 @@ class MemoryRecorder:
             else:
                 stop = len(log) if limit is None else min(len(log), start + limit)
                 chunk = log[start:stop]
-        return map(_fresh, chunk)
+        return _each(map(fresh, chunk))
 
     def head(self, stream_id: str) -> Head | None:
         """Current head."""
+        _fair()
         with self._d.lock:
             self._check()
             return self._d.heads.get(stream_id)
@@ -293,16 +254,22 @@ class MemoryRecorder:
         with self._d.lock:
             self._check()
             items = sorted(self._d.heads.items())
-        return iter(items)
+        return _each(items)
 
     def last_position(self) -> int:
         """Number of events in the log."""
+        _fair()
         with self._d.lock:
             self._check()
             return len(self._d.log)
 
     def wait_for(self, position: int, timeout: float) -> bool:
-        """Block until an event beyond ``position`` exists or ``timeout`` passes."""
+        """Wait until an event beyond ``position`` exists or ``timeout`` passes; woken by
+        appends of either face.
+
+        Raises:
+            StoreClosed: this handle is closed (also while waiting).
+        """
         with self._d.cond:
             self._check()
             found = self._d.cond.wait_for(
@@ -311,31 +278,25 @@ class MemoryRecorder:
             self._check()
             return found
 
-    @property
-    def snapshot_table(self) -> dict[tuple[str, str], Any]:
-        """Backing dict of the memory snapshot store."""
-        return self._d.snapshots
-
-    def snapshot_store(self, event_store: EventStore) -> MemorySnapshotStore:
-        """The snapshot store beside these events (``EventStore.snapshots`` asks for it)."""
-        from ares_events.stores.snapshots import MemorySnapshotStore
-
-        return MemorySnapshotStore(event_store, self.snapshot_table, self._check)
+    # -- metadata, snapshots, scans --------------------------------------------------------
 
     def meta_get(self, key: str) -> str | None:
         """A value of the store's metadata (its identity lives there)."""
+        _fair()
         with self._d.lock:
             self._check()
             return self._d.meta.get(key)
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
+        _fair()
         with self._d.lock:
             self._check()
             return self._d.meta.setdefault(key, value)
 
     def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""
+        _fair()
         with self._d.lock:
             self._check()
             self._d.meta[key] = value
@@ -343,10 +304,61 @@ class MemoryRecorder:
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """Uniqueness violations (none: this store cannot hold any); for the audit."""
         self._check()
-        return iter(())
+        return _each(())
+
+    @property
+    def snapshot_table(self) -> dict[tuple[str, str], Any]:
+        """The snapshot table: ``(stream_id, projection)`` -> stored row."""
+        return self._d.snapshots
+
+    def snapshot_rows(self) -> MemorySnapshotRows:
+        """The snapshot table beside these events (shared by every handle of the store)."""
+        return MemorySnapshotRows(self._d.snapshots, self._check)
 
     def close(self) -> None:
         """End this handle: later calls raise StoreClosed, waiters wake up. Idempotent."""
         with self._d.cond:
             self._closed = True
             self._d.cond.notify_all()
+
+
+class MemorySnapshotRows:
+    """Snapshot rows in a dict (the same row the SQL backends store)."""
+
+    def __init__(self, table: dict[tuple[str, str], SnapshotRow], check: Any) -> None:
+        self._table = table
+        self._check = check
+
+    def put(self, snap: Snapshot) -> None:
+        """Insert or replace the row of the snapshot's stream and projection."""
+        _fair()
+        self._check()
+        self._table[(snap.stream_id, snap.projection)] = row_of(snap)
+
+    def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
+        """The row of ``(stream_id, projection)``, or None."""
+        _fair()
+        self._check()
+        return self._table.get((stream_id, projection))
+
+    def remove(self, stream_id: str, projection: str | None) -> int:
+        """Delete one row, or every row of the stream; return how many."""
+        _fair()
+        self._check()
+        if projection is not None:
+            return 1 if self._table.pop((stream_id, projection), None) is not None else 0
+        keys = [k for k in builtins.list(self._table) if k[0] == stream_id]
+        return sum(1 for k in keys if self._table.pop(k, None) is not None)
+
+    def infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        """Every row's description, ordered by stream and projection."""
+        self._check()
+        items = sorted(
+            (k, v)
+            for k, v in builtins.list(self._table.items())
+            if stream_id is None or k[0] == stream_id
+        )
+        return _each(
+            info_of((sid, proj, pv, at_v, at_hash, len(state), digest, created))
+            for (sid, proj), (pv, at_v, at_hash, state, digest, created, _) in items
+        )

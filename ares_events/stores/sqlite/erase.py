@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from ares_events.core.backend import EraseOutcome
 from ares_events.core.events import ErasedPayloadRef, PayloadRef
 from ares_events.core.lifecycle import OperationGate
-from ares_events.core.recorder import EraseOutcome
 from ares_events.errors import StoreClosed, StoreUnavailable
 
 __all__ = ["SQLiteErasure"]

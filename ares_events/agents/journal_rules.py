@@ -1,0 +1,185 @@
+"""The run journal's values and policies, shared by both faces: gates, stats, the reply
+type, and how an exception is recorded.
+
+It may import this package's leaf modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ares_events.agents.journal_errors import ModelCallFailed, ReplayDivergence, ToolCallFailed
+from ares_events.agents.recording import (
+    MAX_ERROR_CHARS,
+    MISSING,
+    class_path,
+    describe,
+    first_difference,
+    rebuild_failure,
+)
+
+__all__ = [
+    "FINISHED",
+    "IN_DOUBT",
+    "OPEN",
+    "SAME_STEP",
+    "GatePolicy",
+    "JournalStats",
+    "ModelReply",
+    "diverged",
+    "failure",
+    "kind_divergence",
+    "migrating_gate",
+    "recorded_failure",
+    "reply",
+    "strict_gate",
+]
+
+IN_DOUBT: Final = "in_doubt_tool_call"
+FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
+# A call at the loop's current step with one of these statuses and the same request is
+# another attempt of that step (live: a retry; on replay: the next recorded failure).
+SAME_STEP: Final = frozenset({"failed", "not_done", "abandoned", "requested"})
+OPEN: Final = frozenset({"failed", "not_done"})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """What a model ``call`` returns: the completion and its token usage."""
+
+    completion: Any
+    usage: Mapping[str, Any]
+
+
+GatePolicy = Callable[[tuple[str, str], tuple[str, str]], str]
+
+
+def strict_gate(recorded: tuple[str, str], current: tuple[str, str]) -> str:
+    """Resume only under the same code revision and prompt hash; otherwise refuse."""
+    return "resume" if recorded == current else "refuse"
+
+
+def migrating_gate(recorded: tuple[str, str], current: tuple[str, str]) -> str:
+    """Resume when unchanged; refuse a changed prompt; migrate a changed code revision."""
+    if recorded == current:
+        return "resume"
+    return "refuse" if recorded[1] != current[1] else "migrate"
+
+
+@dataclass(slots=True)
+class JournalStats:
+    """Counters of one Journal instance (one process's incarnation of a run)."""
+
+    model_calls_made: int = 0
+    model_calls_from_log: int = 0
+    tokens_from_log: int = 0
+    tool_calls_made: int = 0
+    tool_calls_from_log: int = 0
+    tool_calls_reconciled: int = 0
+    model_attempts_failed: int = 0
+    tool_attempts_failed: int = 0
+    steps_abandoned: int = 0
+    failures_from_log: int = 0
+    resume_seconds: float = 0.0
+
+
+def reply(value: Any) -> ModelReply:
+    if isinstance(value, ModelReply):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:
+        return ModelReply(value[0], dict(value[1]))
+    if isinstance(value, Mapping) and "completion" in value:
+        return ModelReply(value["completion"], dict(value.get("usage") or {}))
+    return ModelReply(value, {})
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not hide the failure itself
+        message = f"<unprintable {type(exc).__name__}>"
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 1] + "…"
+    return {"error_type": type(exc).__name__, "error": message, "error_class": class_path(exc)}
+
+
+def diverged(
+    run_id: str,
+    step: int,
+    what: str,
+    recorded: Any,
+    current: Any,
+    path: str,
+    rec: dict[str, Any],
+    current_hash: str,
+) -> ReplayDivergence:
+    if recorded is MISSING:
+        was, now = str(rec.get("hash") or "")[:16], current_hash[:16]
+        return ReplayDivergence(
+            run_id,
+            step,
+            f"{what} differ from the recorded call at this step; only hashes are "
+            f"recorded, so the difference cannot be shown: recorded blake3 {was}…, "
+            f"now {now}…",
+            path=path,
+            recorded=was,
+            current=now,
+            hashes_only=True,
+        )
+    diff = first_difference(recorded, current, path)
+    if diff is None:  # equal after all: e.g. a hash of another canonical form
+        return ReplayDivergence(
+            run_id, step, f"{what} differ from the recorded call at this step", path=path
+        )
+    where, a, b = diff
+    ra, cb = describe(a, b)
+    return ReplayDivergence(
+        run_id,
+        step,
+        f"{what} differ from the recorded call at {where}: recorded {ra}, now {cb}",
+        path=where,
+        recorded=ra,
+        current=cb,
+    )
+
+
+def kind_divergence(run_id: str, step: int, rec: dict[str, Any], asked: str) -> ReplayDivergence:
+    kind = str(rec.get("kind"))
+    recorded = f"{kind} {rec['name']!r}" if rec.get("name") else kind
+    return ReplayDivergence(
+        run_id,
+        step,
+        f"the log recorded a {recorded} step here; the loop asked for {asked}",
+        path="kind",
+        recorded=recorded,
+        current=asked,
+    )
+
+
+def recorded_failure(run_id: str, step: int, rec: dict[str, Any], here: int) -> BaseException:
+    """The failure a replayed abandoned step saw at its ``here``-th call (to raise),
+    with ``attempt`` set to that attempt's number where the exception takes one."""
+    fails = [a for a in rec.get("attempts", []) if a.get("status") == "failed"]
+    key = str(rec.get("key") or f"{run_id}:{step}")
+    if not fails:
+        return ToolCallFailed(run_id, key, "abandoned without a recorded failure", step=step)
+    a = fails[min(here, len(fails)) - 1]
+    note = (
+        f"replayed from the run journal (run {run_id!r}, step {step}, attempt "
+        f"{a['n']}): the call was not made again"
+    )
+    exc = rebuild_failure(a.get("error_class"), str(a.get("error", "")), note)
+    if exc is not None:
+        return exc
+    if rec.get("kind") == "model":
+        return ModelCallFailed(run_id, step, a["n"], a["error_type"], a["error"])
+    return ToolCallFailed(
+        run_id,
+        key,
+        f"{a['error_type']}: {a['error']}",
+        step=step,
+        attempt=a["n"],
+        error_type=a["error_type"],
+    )

@@ -1,0 +1,323 @@
+"""Looking at runs and operating them, without running their loop.
+
+Looking is read-only: :func:`inspect_run` and :func:`list_runs` fold a run's stream (its
+chain checked on the way; schema problems are listed, not raised) and append nothing,
+not even a gate decision or a snapshot. Only a :class:`~ares_events.agents.journal.Journal`
+opened to run the loop passes the version gate and appends.
+
+Operating appends exactly one audited event per action, with ``{"by", "reason", "via"}``
+in its metadata (the metadata is part of the hash chain): :func:`resolve_step` settles
+an in-doubt tool call (``tool.returned`` with the result, or ``tool.call.not_done``),
+:func:`resume_run` answers an interrupt (``run.resumed``), :func:`cancel_run` stops a run
+for good (``run.cancelled``). Each names the version it read, so an action on a run that
+changed meanwhile fails with ``ConcurrencyError`` instead of acting on a stale view.
+
+Written once for both faces (``runs.py`` is generated from this module).
+
+It may import the core, the stores, integrity, projections and this package's leaf modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
+from ares_events.agents.run_info import (
+    FINISHED,
+    IN_DOUBT,
+    LIST_STATUSES,
+    MODULE,
+    AttemptInfo,
+    RunInfo,
+    StepInfo,
+    audit,
+    run_status,
+    steps_of,
+    tokens_of,
+)
+from ares_events.core.backend import Capability
+from ares_events.core.catalog import new_event
+from ares_events.core.faces import ASYNC
+from ares_events.core.iterators_async import aclosing_iter, afirst
+from ares_events.errors import ChainIntegrityError, ConfigError
+from ares_events.projections.builtin import RunStateProjection
+from ares_events.projections.recovery_async import arecover
+
+if ASYNC:
+    from ares_events.stores.threaded import async_face
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore  # as is
+    from ares_events.core.store_async import AsyncEventStore
+
+__all__ = [
+    "FINISHED",
+    "IN_DOUBT",
+    "LIST_STATUSES",
+    "AttemptInfo",
+    "RunInfo",
+    "StepInfo",
+    "audit",
+    "cancel_run",
+    "inspect_run",
+    "iter_run_ids",
+    "list_runs",
+    "resolve_step",
+    "resume_run",
+    "tokens_of",
+]
+
+
+_UNSET: Final = object()
+
+
+async def _requests(
+    store: AsyncEventStore, run_id: str, state: Mapping[str, Any]
+) -> dict[int, Any]:
+    """What each model and tool step asked, by the version of its request event."""
+    wanted = {
+        rec["version"]
+        for rec in state["steps"].values()
+        if rec.get("kind") in ("model", "tool") and isinstance(rec.get("version"), int)
+    }
+    found: dict[int, Any] = {}
+    if not wanted:
+        return found
+    async with aclosing_iter(store.read(run_id, min(wanted), max(wanted))) as events:
+        async for e in events:
+            if e.version not in wanted:
+                continue
+            if e.payload_erased:
+                found[e.version] = {"erased": True}
+                continue
+            payload = e.payload if isinstance(e.payload, dict) else {}
+            if e.type == "model.call.requested":
+                req = {"params": payload.get("params")}
+                if "messages" in payload:
+                    req["messages"] = payload["messages"]
+                found[e.version] = req
+            elif e.type == "tool.call.requested":
+                found[e.version] = {"args": payload.get("args")}
+    return found
+
+
+async def _why_not_a_run(store: AsyncEventStore, run_id: str) -> str | None:
+    """None when ``run_id`` is a run, else why not."""
+    opening = await afirst(store.read(run_id, 1, limit=1))
+    if opening is None:
+        return "no such run"
+    if opening.type != "run.started":
+        return f"stream is not a run (its first event is {opening.type!r}, not 'run.started')"
+    return None
+
+
+async def inspect_run(
+    store: AsyncEventStore | EventStore, run_id: str, *, requests: bool = True
+) -> RunInfo:
+    """The run ``run_id`` as its log tells it, appending nothing.
+
+    Args:
+        store: the event store.
+        run_id: the run (its stream id).
+        requests: also load what each model and tool step asked (one more read of the
+            stream; payloads spilled to blobs are fetched).
+
+    Raises:
+        RunNotFound: no stream ``run_id``, or a stream that is not a run.
+        StoreUnavailable: the store cannot be reached.
+    """
+    if ASYNC:
+        store = async_face(store)
+    why = await _why_not_a_run(store, run_id)
+    if why is not None:
+        raise RunNotFound(run_id, why)
+    snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
+    rep = await arecover(
+        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
+    )
+    state = rep.state
+    last = await afirst(store.read(run_id, rep.version, limit=1))
+    loaded = await _requests(store, run_id, state) if requests else {}
+    return RunInfo(
+        run_id=run_id,
+        status=run_status(state),
+        version=rep.version,
+        code_revision=state["code_revision"],
+        prompt_hash=state["prompt_hash"],
+        steps=steps_of(state, loaded),
+        usage=dict(state["usage"]),
+        tokens=sum(tokens_of(u) for u in state["usage_by_step"].values()),
+        interrupt=state["interrupt"],
+        error=state["error"],
+        result=state.get("result"),
+        resumes=int(state["resumes"]),
+        cancelled=state.get("cancelled"),
+        updated_at=last.at if last is not None else None,
+        findings=list(rep.findings),
+        skipped=[f"version {s.version}: {s.type}: {s.reason}" for s in rep.skipped],
+        state=state,
+    )
+
+
+async def iter_run_ids(store: AsyncEventStore | EventStore) -> AsyncIterator[str]:
+    """Streams of ``store`` that are runs (their first event is ``run.started``)."""
+    if ASYNC:
+        store = async_face(store)
+    # Listed first: reading each stream while the listing is open would nest cursors.
+    for stream_id in [sid async for sid, _ in store.streams()]:
+        if await _why_not_a_run(store, stream_id) is None:
+            yield stream_id
+
+
+async def list_runs(
+    store: AsyncEventStore | EventStore, *, status: str | None = None
+) -> list[RunInfo]:
+    """Every run in ``store`` (optionally only those listed under ``status``, one of
+    :data:`LIST_STATUSES`), appending nothing. Requests are not loaded.
+
+    Raises:
+        ConfigError: unknown ``status``.
+        StoreUnavailable: the store cannot be reached.
+    """
+    if status is not None and status not in LIST_STATUSES:
+        raise ConfigError(f"unknown run status {status!r}; expected one of {LIST_STATUSES}")
+    out = []
+    async for run_id in iter_run_ids(store):
+        info = await inspect_run(store, run_id, requests=False)
+        if info.matches(status):
+            out.append(info)
+    return out
+
+
+# -- operating ------------------------------------------------------------------------------
+
+
+async def _checked(store: AsyncEventStore, run_id: str) -> RunInfo:
+    info = await inspect_run(store, run_id, requests=False)
+    if info.findings:
+        raise ChainIntegrityError(run_id, info.findings)
+    return info
+
+
+async def _append(
+    store: AsyncEventStore, info: RunInfo, type_: str, payload: dict[str, Any], meta: dict[str, Any]
+) -> RunInfo:
+    await store.append(
+        info.run_id,
+        [new_event(type_, MODULE, payload, metadata=meta)],
+        expected_version=info.version,
+    )
+    return await inspect_run(store, info.run_id, requests=False)
+
+
+async def resolve_step(
+    store: AsyncEventStore | EventStore,
+    run_id: str,
+    step: int,
+    *,
+    result: Any = _UNSET,
+    not_done: bool = False,
+    by: str,
+    reason: str | None = None,
+    via: str = "library",
+) -> RunInfo:
+    """Settle the in-doubt tool call at ``step``: it landed with ``result`` (recorded as
+    its outcome, returned to the loop on replay), or it did ``not_done`` (the next attempt
+    runs it again with the same idempotency key). Appends one event.
+
+    Raises:
+        RunNotFound: no such run.
+        ConfigError: not exactly one of ``result`` / ``not_done``; no step ``step``; not a
+            tool step; not in doubt.
+        ChainIntegrityError: the run's chain has findings (never act on a damaged log).
+        ConcurrencyError: the run changed since it was read.
+    """
+    if ASYNC:
+        store = async_face(store)
+    if (result is _UNSET) == (not not_done):
+        raise ConfigError("give exactly one of a result or not_done")
+    info = await _checked(store, run_id)
+    s = info.step(step)
+    if s is None:
+        raise ConfigError(f"run {run_id!r} has no step {step} (it has {len(info.steps)})")
+    if s.kind != "tool":
+        raise ConfigError(
+            f"step {step} of run {run_id!r} is a {s.kind} step; only tool calls are in doubt "
+            "(an unanswered model call is simply made again)"
+        )
+    if not s.in_doubt or s.key is None:
+        raise ConfigError(
+            f"tool call {s.name!r} at step {step} of run {run_id!r} is not in doubt "
+            f"(status {s.status})"
+        )
+    meta = audit(by, reason, via)
+    if not_done:
+        return await _append(
+            store, info, "tool.call.not_done", {"idempotency_key": s.key, "by": by}, meta
+        )
+    payload = {"idempotency_key": s.key, "result": result, "resolved_by": by}
+    return await _append(store, info, "tool.returned", payload, meta)
+
+
+async def resume_run(
+    store: AsyncEventStore | EventStore,
+    run_id: str,
+    *,
+    by: str,
+    reason: str | None = None,
+    via: str = "library",
+) -> RunInfo:
+    """Answer the run's interrupt: append ``run.resumed``; the next incarnation of the
+    loop goes on past it.
+
+    Raises:
+        RunNotFound: no such run.
+        RunNotRunnable: the run is not paused, or is paused on an in-doubt tool call that
+            has not been resolved yet.
+        ChainIntegrityError: the run's chain has findings.
+        ConcurrencyError: the run changed since it was read.
+    """
+    if ASYNC:
+        store = async_face(store)
+    info = await _checked(store, run_id)
+    if info.status not in ("paused", "in_doubt"):
+        raise RunNotRunnable(run_id, info.status, "only a paused run resumes")
+    if info.status == "in_doubt" and info.in_doubt:
+        s = info.in_doubt[0]
+        raise RunNotRunnable(
+            run_id,
+            info.status,
+            f"tool call {s.name!r} at step {s.step} is still in doubt; resolve it first "
+            f"(ares-events runs resolve {run_id} {s.step} --result JSON | --not-done)",
+        )
+    return await _append(store, info, "run.resumed", {"by": by}, audit(by, reason, via))
+
+
+async def cancel_run(
+    store: AsyncEventStore | EventStore,
+    run_id: str,
+    *,
+    by: str,
+    reason: str | None = None,
+    via: str = "library",
+) -> RunInfo:
+    """Stop the run for good: append ``run.cancelled``. Its recorded steps still replay;
+    a new step raises ``RunNotRunnable`` (status ``cancelled``), and a live incarnation is
+    fenced off at its next append.
+
+    Raises:
+        RunNotFound: no such run.
+        RunNotRunnable: the run is already completed, failed or cancelled.
+        ChainIntegrityError: the run's chain has findings.
+        ConcurrencyError: the run changed since it was read.
+    """
+    if ASYNC:
+        store = async_face(store)
+    info = await _checked(store, run_id)
+    if info.status in FINISHED:
+        raise RunNotRunnable(run_id, info.status, "a finished run cannot be cancelled")
+    payload: dict[str, Any] = {"by": by}
+    if reason:
+        payload["reason"] = reason
+    return await _append(store, info, "run.cancelled", payload, audit(by, reason, via))

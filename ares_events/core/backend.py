@@ -1,0 +1,213 @@
+"""The backend contract's values: what the core hands a recorder and what it gets back.
+
+A backend (a *recorder*, :mod:`ares_events.core.recorder`) persists and returns records
+and enforces the expected-version check atomically. It never serializes payloads,
+computes digests or folds state: the core hands it a :class:`Batch` whose
+:meth:`Batch.seal` computes the versions and link hashes from the head the backend read
+*inside its write transaction*, so two writers can never fork a chain.
+
+Write protocol every backend follows, in one transaction::
+
+    lock the stream (or the database)
+    rows = existing events whose event_id is in batch.event_ids
+    if rows: return AppendOutcome(rows, duplicate=True)      # core decides: replay or error
+    head = current (version, hash) of the stream
+    check_expected_version(stream_id, expected, head.version)
+    sealed = batch.seal(head)
+    insert sealed rows with the next global positions; upsert the head
+    commit
+
+``append_many`` (:attr:`Capability.MULTI_STREAM_APPEND`) does the same for several
+batches and an optional :class:`TrackingRecord` in ONE transaction, locking every stream
+(and the tracking name) in one sorted order; the events of one call get consecutive
+global positions in batch order, so the core knows every event's position from the last.
+
+It may import the core's events, :mod:`ares_events.errors` and the chain format.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ares_events.chain import ChainKey, genesis, header_bytes, link_hash, link_hashes
+from ares_events.core.events import PreparedEvent, RecordedEvent
+from ares_events.errors import ConcurrencyError
+
+__all__ = [
+    "AppendOutcome",
+    "Batch",
+    "Capability",
+    "EraseOutcome",
+    "Head",
+    "SealedEvent",
+    "TrackingRecord",
+    "check_tracking",
+]
+
+
+class Capability(enum.Enum):
+    """Optional behaviours a backend declares explicitly. Each one that adds methods has
+    a protocol in :mod:`ares_events.core.recorder` (``REQUIRES``), checked when a store
+    opens."""
+
+    GAPLESS_POSITIONS = "gapless_positions"
+    """Global positions are 1, 2, 3, ... with no holes (memory, SQLite)."""
+    PERSISTENT = "persistent"
+    """Data survives closing and reopening the store."""
+    MULTI_PROCESS = "multi_process"
+    """Several processes may append at once."""
+    WAKEUPS = "wakeups"
+    """``wait_for(position, timeout)`` returns when new events arrive, without polling."""
+    SNAPSHOTS = "snapshots"
+    """A snapshot table in the same database (``snapshot_rows()``)."""
+    MULTI_STREAM_APPEND = "multi_stream_append"
+    """``append_many(batches, tracking)``: one transaction over several streams, with an
+    optional :class:`TrackingRecord`; and ``tracked_position(name)``."""
+    ERASE = "erase"
+    """``erase(stream_id, version, position, event_hash, ref) -> EraseOutcome``: replace
+    one event's payload (inline bytes or blob reference) with an
+    :class:`~ares_events.core.events.ErasedPayloadRef`, leaving every other column, the
+    hash chain and the global order as they are (see :class:`EraseOutcome`)."""
+    METADATA = "metadata"
+    """``meta_get``/``meta_put_if_absent``/``meta_set``: a key/value table beside the
+    events, where the store records its identity."""
+    DUPLICATE_SCAN = "duplicate_scan"
+    """``find_duplicates()``: rows that break a uniqueness rule, for the audit."""
+    DEFAULT_BLOBS = "default_blobs"
+    """``default_blobs_url()``: where spilled payloads go when no blob store is given."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingRecord:
+    """ "``name`` has processed everything up to ``position``", written atomically with
+    the events of an :meth:`~ares_events.core.store.EventStore.append_many` (a consumer's
+    exactly-once bookmark). A name's tracked position only ever increases."""
+
+    name: str
+    position: int
+
+
+def check_tracking(record: TrackingRecord, current: int | None) -> None:
+    """Raise :class:`ConcurrencyError` unless ``record`` is above the tracked position.
+
+    Backends call this inside their write transaction, under the tracking name's lock.
+
+    Raises:
+        ConcurrencyError: ``record.position`` is not above ``current``.
+    """
+    if current is not None and record.position <= current:
+        raise ConcurrencyError(
+            f"tracking:{record.name}",
+            f"a position above {current}",
+            current,
+            f"position {record.position} is not above the tracked position",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A stream head: last version and the hash of that event."""
+
+    version: int
+    hash: bytes
+
+
+@dataclass(slots=True)  # not frozen: one per appended event, internal
+class SealedEvent:
+    """A prepared event with its place in the chain, ready to insert."""
+
+    event: PreparedEvent
+    version: int
+    prev_hash: bytes
+    hash: bytes
+
+    def recorded(self, stream_id: str, position: int) -> RecordedEvent:
+        """Build the :class:`RecordedEvent` once the backend knows the position."""
+        e = self.event
+        return RecordedEvent(
+            stream_id,
+            self.version,
+            position,
+            e.event_id,
+            e.type,
+            e.module,
+            e.payload_bytes,
+            e.meta_json,
+            e.at,
+            self.prev_hash,
+            self.hash,
+            e.payload_ref,
+        )
+
+
+class Batch:
+    """Events to append to one stream, validated and encoded by the core."""
+
+    __slots__ = ("_key", "event_ids", "events", "stream_id")
+
+    def __init__(
+        self, stream_id: str, events: Sequence[PreparedEvent], key: ChainKey | None
+    ) -> None:
+        self.stream_id = stream_id
+        self.events = list(events)
+        self.event_ids = [e.event_id for e in self.events]
+        self._key = key
+
+    def seal(self, head: Head | None) -> list[SealedEvent]:
+        """Assign versions after ``head`` and compute the link hashes."""
+        stream_id = self.stream_id
+        if head is None or head.version == 0:
+            version, prev = 0, genesis(stream_id)
+        else:
+            version, prev = head.version, head.hash
+        events = self.events
+        if len(events) == 1:  # the common append: no hasher worth reusing
+            e = events[0]
+            header = header_bytes(
+                stream_id,
+                version + 1,
+                e.event_id,
+                e.type,
+                e.module,
+                e.meta_json,
+                e.at,
+                e.digest.hex(),
+                e.size,
+            )
+            return [SealedEvent(e, version + 1, prev, link_hash(prev, header, self._key))]
+        hashes = link_hashes(stream_id, version, prev, events, self._key)
+        out = []
+        for e, h in zip(events, hashes, strict=True):
+            version += 1
+            out.append(SealedEvent(e, version, prev, h))
+            prev = h
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What a backend's append returns: the events written, or the stored events that
+    already carry the batch's ids (``duplicate=True``; nothing was written)."""
+
+    events: list[RecordedEvent]
+    duplicate: bool = False
+    version: int | None = None
+    """Last version written; backends may set it (with ``position``) and leave ``events``
+    empty on the normal path, which saves building events nobody reads."""
+    position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EraseOutcome:
+    """What a backend's ``erase`` returns.
+
+    ``erased`` is True when the row (matched by stream, version, position *and* hash, so
+    a row rewritten since it was read is never touched) now holds the erased reference;
+    ``blob_refs`` counts the *other* events whose payload still lives in the same blob
+    (counted in the same transaction; the core deletes the blob only when it is 0).
+    """
+
+    erased: bool
+    blob_refs: int = 0

@@ -1,0 +1,54 @@
+# Generated from iterators_async.py by tools/async_to_sync.py: do not edit.
+"""Small helpers for the lazy iterators reads return, written once for both faces.
+
+And :func:`maybe_await`, for user callbacks that may be coroutine functions.
+
+A backend's read may return any iterator (a generator, a ``map``, a list's iterator):
+these take the first item and close what can be closed, so a read stopped early gives its
+page and its connection back at once.
+
+It may import nothing from the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+__all__ = ["close_iter", "closing_iter", "first", "maybe_await"]
+
+T = TypeVar("T")
+
+
+def close_iter(items: Any) -> None:
+    """Close ``items`` when it can be closed (a generator); else do nothing."""
+    close = getattr(items, "close", None)
+    if close is not None:
+        close()
+
+
+@contextlib.contextmanager
+def closing_iter(items: Iterator[T]) -> Iterator[Iterator[T]]:
+    """``with`` block that closes ``items`` at its end, whatever ``items`` is."""
+    try:
+        yield items
+    finally:
+        close_iter(items)
+
+
+def first(items: Iterator[T]) -> T | None:
+    """The first item of ``items`` (which is closed), or None when it is empty."""
+    with closing_iter(items) as each:
+        for item in each:
+            return item
+    return None
+
+
+def maybe_await(value: Any) -> Any:
+    """``await value`` when it is awaitable, else ``value`` (a user callback that may be
+    a plain function or a coroutine function). The blocking face calls it plainly."""
+    if inspect.isawaitable(value):
+        return value
+    return value

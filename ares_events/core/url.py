@@ -1,0 +1,140 @@
+"""Store URLs, parsed once at the edge: :class:`StoreURL` and its redaction.
+
+``StoreURL.redacted()`` is the only form of a URL ever logged, shown in a ``repr`` or put
+in an error message: passwords in the userinfo and credential-like query parameters are
+replaced by ``***``.
+
+It may import :mod:`ares_events.errors` only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from ares_events.errors import ConfigError
+
+__all__ = ["StoreURL", "parse_bool", "redact_url"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreURL:
+    """A parsed store URL. ``redacted()`` is the only form ever logged or shown."""
+
+    raw: str
+    scheme: str
+    username: str | None
+    password: str | None
+    host: str | None
+    port: int | None
+    path: str
+    query: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, url: str, *, source: str = "store URL") -> StoreURL:
+        """Parse ``url``.
+
+        Raises:
+            ConfigError: the URL has no scheme or an invalid port.
+        """
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigError(
+                f"{source} must look like scheme://..., got {_redact_text(str(url))!r}"
+            )
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ConfigError(f"{source} has an invalid port") from None
+        return cls(
+            raw=url,
+            scheme=parts.scheme.lower(),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password is not None else None,
+            host=parts.hostname,
+            port=port,
+            path=unquote(parts.path),
+            query=tuple(parse_qsl(parts.query, keep_blank_values=True)),
+        )
+
+    @property
+    def params(self) -> dict[str, str]:
+        """Query parameters (last one wins)."""
+        return dict(self.query)
+
+    def check_params(self, allowed: Sequence[str]) -> dict[str, str]:
+        """Return the query parameters, refusing unknown ones.
+
+        Raises:
+            ConfigError: a parameter is not in ``allowed``; lists the valid ones.
+        """
+        params = self.params
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {', '.join(unknown)} in "
+                f"{self.redacted()}; valid: {', '.join(sorted(allowed)) or 'none'}"
+            )
+        return params
+
+    def redacted(self) -> str:
+        """The URL with any password replaced by ``***``."""
+        return _redact_text(self.raw)
+
+    def __repr__(self) -> str:
+        return f"StoreURL({self.redacted()!r})"
+
+    __str__ = redacted
+
+
+# Query parameters that carry credentials (libpq takes password= and sslpassword=).
+_SECRET_PARAM: Final = re.compile(
+    r"([?&;][^=&#]*(?:password|secret|token|passwd)[^=&#]*=)[^&#]*", re.IGNORECASE
+)
+
+
+_BOOLS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def parse_bool(value: object, name: str, where: str) -> bool:
+    """A boolean URL parameter or option: a bool, or true/false/1/0/yes/no.
+
+    Raises:
+        ConfigError: anything else (names the parameter and the redacted URL).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _BOOLS:
+        return _BOOLS[value.lower()]
+    raise ConfigError(f"{name} must be true or false, got {value!r} in {where}")
+
+
+def _redact_text(url: str) -> str:
+    return _SECRET_PARAM.sub(r"\1***", _redact_userinfo(url))
+
+
+def _redact_userinfo(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        # urlsplit sees no password when one holds an unencoded '/', '?' or '#', or when
+        # the scheme is missing: redact anything shaped like "user:secret@" regardless.
+        head, at, tail = url.rpartition("@")
+        prefix, sep, userinfo = head.partition("://")
+        if not sep:
+            prefix, userinfo = "", head
+        user, colon, _ = userinfo.partition(":")
+        if not at or not colon:
+            return url
+        return f"{prefix}{sep}{user}:***@{tail}"
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = quote(unquote(parts.username or ""), safe="")
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
+
+
+redact_url = _redact_text

@@ -1,0 +1,494 @@
+# Generated from _langgraph_ops_async.py by tools/async_to_sync.py: do not edit.
+"""The LangGraph checkpointer's operations, written once for both savers (the blocking
+module, ``_langgraph_ops.py``, is generated from this one): each takes the store and the
+thread's verified index, which its saver holds under the thread's lock.
+
+It may import the package below ``integrations`` and ``langgraph``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
+from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations._langgraph_core import (
+    CheckpointRec,
+    EncodedValue,
+    ThreadIndex,
+    encode_value,
+    pack,
+    unb64,
+    unpack,
+)
+from ares_events.integrations._langgraph_plan import (
+    MISS,
+    ValueCache,
+    erasure_record,
+    materialise,
+    pending_writes,
+    plan_put,
+    prune_plan,
+    pruned_event,
+    values_needed,
+    verify_fetched,
+    writes_event,
+)
+from ares_events.integrity.findings import Finding
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+
+__all__ = [
+    "append_checked",
+    "copy_thread",
+    "delete_runs",
+    "delete_thread",
+    "delta_history",
+    "get_checkpoint",
+    "list_checkpoints",
+    "prune",
+    "put_checkpoint",
+    "put_writes",
+    "refresh",
+]
+
+MAX_RETRIES = 1000
+
+
+def refresh(store: EventStore, index: ThreadIndex) -> None:
+    """Bring the index up to the stream's end, verifying every new event."""
+    if not index.started:
+        head = store.head(index.stream_id)
+        if head is None:
+            index.started = True
+            return
+        events = list(store.read(index.stream_id, 1, head.version))
+        index.apply_all(events, head)
+        return
+    events = list(store.read(index.stream_id, index.verifier.last + 1, None))
+    if events:
+        index.apply_all(events)
+
+
+def append_checked(
+    store: EventStore, index: ThreadIndex, build: Callable[[], Sequence[NewEvent]]
+) -> AppendResult | None:
+    """Append what ``build`` plans at the version the index is at, and apply it; after a
+    concurrent write, read it (verified) and plan again. Nothing to append: None."""
+    if not index.started:
+        refresh(store, index)
+    index.check()
+    for _ in range(MAX_RETRIES):
+        events = list(build())
+        if not events:
+            return None
+        try:
+            res = store.append(index.stream_id, events, expected_version=index.version)
+        except ConcurrencyError:
+            refresh(store, index)
+            index.check()
+            continue
+        index.apply_own(res.version, events)
+        return res
+    raise ConcurrencyError(  # pragma: no cover - a thousand writers on one thread
+        index.stream_id, index.version, index.version, "too many concurrent writers"
+    )
+
+
+def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
+
+
+def get_checkpoint(
+    store: EventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    cache: ValueCache | None = None,
+) -> CheckpointTuple | None:
+    tid, ns, cid = _ids(config)
+    refresh(store, index)
+    index.check()
+    rec = index.get(ns, cid)
+    if rec is None:
+        return None
+    fetched = fetch_values(store, index, [rec], cache)
+    return build_tuple(index, serde, tid, rec, fetched, cache)
+
+
+def fetch_values(
+    store: EventStore,
+    index: ThreadIndex,
+    recs: Sequence[CheckpointRec],
+    cache: ValueCache | None = None,
+) -> dict[int, Any]:
+    """Payloads of the spilled values these checkpoints need (and ``cache`` does not
+    hold decoded), each checked again."""
+    out: dict[Any, Any] = {}
+    for rec in recs:
+        digests = list((rec.payload.get("vals") or {}).values())
+        if cache is not None:
+            # A decoded value held now is pinned for this read (the cache may drop it).
+            for d in list(digests):
+                hit = cache.get((index.stream_id, d))
+                if hit is not MISS:
+                    out[("pinned", d)] = hit
+                    digests.remove(d)
+        for v in values_needed(index, digests):
+            if v in out:
+                continue
+            events = list(store.read(index.stream_id, v, v))
+            if not events:
+                raise ChainIntegrityError(
+                    index.stream_id,
+                    [Finding("truncated", index.stream_id, v, "event no longer stored")],
+                )
+            e = events[0]
+            verify_fetched(index, e)
+            out[v] = e.payload
+    return out
+
+
+def build_tuple(
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    tid: str,
+    rec: CheckpointRec,
+    fetched: Mapping[int, Any],
+    cache: ValueCache | None = None,
+) -> CheckpointTuple:
+    """Decode a checkpoint (run under the thread's lock: the index does not change)."""
+    p = rec.payload
+    cp: Checkpoint = unpack(serde, p["cp"])
+    cp["channel_values"] = {
+        ch: materialise(index, serde, d, fetched, cache) for ch, d in (p.get("vals") or {}).items()
+    }
+    md: CheckpointMetadata = unpack(serde, p["md"])
+    config: RunnableConfig = {
+        "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.id}
+    }
+    parent: RunnableConfig | None = None
+    if rec.parent is not None:
+        parent = {
+            "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.parent}
+        }
+    return CheckpointTuple(config, cp, md, parent, pending_writes(serde, rec))
+
+
+def encode_put(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+    parent_vals: Mapping[str, str] | None,
+    parent_versions: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, EncodedValue | str]]:
+    """The checkpoint event's payload (without ``vals``) and, per channel, its encoded
+    value or the digest of the parent's unchanged value."""
+    _tid, ns, parent = _ids(config)
+    cp: dict[str, Any] = dict(checkpoint)
+    values: dict[str, Any] = cp.pop("channel_values", None) or {}
+    md = get_checkpoint_metadata(config, metadata)
+    payload = {
+        "ns": ns,
+        "id": checkpoint["id"],
+        "parent": parent,
+        "cp": pack(serde, cp),
+        "md": pack(serde, dict(md)),
+    }
+    out: dict[str, EncodedValue | str] = {}
+    versions = checkpoint.get("channel_versions") or {}
+    for ch, ver in versions.items():
+        reuse = (
+            ch not in new_versions
+            and parent_vals is not None
+            and parent_versions is not None
+            and ch in parent_vals
+            and parent_versions.get(ch) == ver
+        )
+        if reuse:
+            assert parent_vals is not None
+            out[ch] = parent_vals[ch]
+        elif ch in values:
+            out[ch] = encode_value(serde, values[ch])
+    return payload, out
+
+
+def parent_state(index: ThreadIndex, config: RunnableConfig) -> tuple[Any, Any]:
+    _tid, ns, parent = _ids(config)
+    rec = index.checkpoints.get((ns, parent)) if parent is not None else None
+    if rec is None:
+        return None, None
+    cp = rec.payload.get("cp") or {}
+    j = cp.get("j") if isinstance(cp, dict) else None
+    versions = j.get("channel_versions") if isinstance(j, dict) else None
+    return rec.payload.get("vals") or {}, versions
+
+
+def put_checkpoint(
+    store: EventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> RunnableConfig:
+    tid, ns, parent = _ids(config)
+    if not index.started:
+        refresh(store, index)
+    index.check()
+    pv, pver = parent_state(index, config)
+    payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
+    encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
+    reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
+    source = metadata.get("source")
+
+    def build() -> list[NewEvent]:
+        plan = plan_put(index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source)
+        plan.events[-1].payload["vals"].update(reused)
+        return plan.events
+
+    append_checked(store, index, build)
+    conf = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+    return {"configurable": conf}
+
+
+def put_writes(
+    store: EventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> None:
+    _tid, ns, cid = _ids(config)
+    if cid is None:
+        raise InvalidEvent("config", "put_writes needs a checkpoint_id in the config")
+
+    def build() -> list[NewEvent]:
+        ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)
+        return [] if ev is None else [ev]
+
+    append_checked(store, index, build)
+
+
+def list_checkpoints(
+    store: EventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    filter: Mapping[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+    cache: ValueCache | None = None,
+) -> list[CheckpointTuple]:
+    """Matching checkpoints of one thread, newest first (decoded)."""
+    conf = config.get("configurable", {})
+    tid = str(conf["thread_id"])
+    refresh(store, index)
+    index.check()
+    ns = conf.get("checkpoint_ns")
+    cid = conf.get("checkpoint_id")
+    before_id = get_checkpoint_id(before) if before else None
+    recs = sorted(index.checkpoints.values(), key=lambda r: r.id, reverse=True)
+    out_recs: list[CheckpointRec] = []
+    for rec in recs:
+        if ns is not None and rec.ns != ns:
+            continue
+        if cid is not None and rec.id != cid:
+            continue
+        if before_id is not None and rec.id >= before_id:
+            continue
+        if filter:
+            md = unpack(serde, rec.payload["md"])
+            if not all(md.get(k) == v for k, v in filter.items()):
+                continue
+        out_recs.append(rec)
+        if limit is not None and len(out_recs) >= limit:
+            break
+    fetched = fetch_values(store, index, out_recs, cache)
+    return [build_tuple(index, serde, tid, r, fetched, cache) for r in out_recs]
+
+
+def drop_checkpoints(
+    store: EventStore,
+    index: ThreadIndex,
+    plan: Callable[[], tuple[Sequence[NewEvent], list[int] | None]],
+    reason: str,
+    by: str,
+) -> int:
+    """Append what ``plan`` says (events to write first, and the versions to drop; None:
+    the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
+    (planned again after a concurrent write), then erase those events' payloads (blobs
+    too) and record each erasure. Returns how many payloads were erased."""
+    chosen: list[list[int] | None] = []
+
+    def build() -> list[NewEvent]:
+        first, drop = plan()
+        chosen[:] = [drop]
+        if (drop is None and index.version == 0) or (drop is not None and not drop):
+            return []
+        return [*first, pruned_event(drop or [], all_=drop is None, reason=reason)]
+
+    res = append_checked(store, index, build)
+    if res is None:
+        return 0
+    drop = chosen[0]
+    targets = list(range(1, res.version)) if drop is None else drop
+    records = []
+    for v in targets:
+        old, _shared = store.erase_payload(index.stream_id, v)
+        if old.payload_ref is not None and old.payload_ref.erased:
+            continue
+        records.append(erasure_record(old, reason, by))
+    if records:
+        store.append(ERASURE_STREAM, records)
+    return len(records)
+
+
+def prune(
+    store: EventStore,
+    index: ThreadIndex,
+    keep_last: int | None,
+    older_than: str | None,
+    by: str,
+) -> int:
+    refresh(store, index)
+    index.check()
+    what = f"keep the last {keep_last}" if keep_last is not None else "all"
+    if older_than is not None:
+        what += f" not older than {older_than}"
+    return drop_checkpoints(
+        store,
+        index,
+        lambda: prune_plan(index, keep_last, older_than),
+        f"langgraph prune ({what})",
+        by,
+    )
+
+
+def delete_thread(store: EventStore, index: ThreadIndex, by: str) -> int:
+    refresh(store, index)
+    return drop_checkpoints(store, index, lambda: ((), None), "langgraph delete_thread", by)
+
+
+def delete_runs(
+    store: EventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    run_ids: set[str],
+    by: str,
+) -> int:
+    refresh(store, index)
+    index.check()
+
+    def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
+        keep = []
+        for rec in index.checkpoints.values():
+            md = unpack(serde, rec.payload["md"])
+            if md.get("run_id") not in run_ids:
+                keep.append(rec)
+        if len(keep) == len(index.checkpoints):
+            return (), []
+        live = index.live_versions(keep)
+        return (), sorted(
+            v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned"
+        )
+
+    return drop_checkpoints(store, index, plan, "langgraph delete_for_runs", by)
+
+
+def copy_thread(store: EventStore, src: ThreadIndex, dst_stream: str) -> int:
+    """Append the live events of ``src`` to ``dst_stream`` (read again, verified)."""
+    from ares_events.integrity.verifier import ChainVerifier
+
+    refresh(store, src)
+    src.check()
+    live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
+    if not live:
+        return 0
+    events = list(store.read(src.stream_id, 1, src.version))
+    check = ChainVerifier(src.stream_id, src.key)
+    out = []
+    for e in events:
+        if not check.check(e):
+            src.findings.extend(check.findings)
+            src.check()
+        if e.version in live:
+            out.append(
+                NewEvent(type=e.type, module=e.module, payload=e.payload, metadata=e.metadata)
+            )
+    if out:
+        store.append(dst_stream, out, expected_version=ANY)
+    return len(out)
+
+
+def delta_history(
+    store: EventStore,
+    index: ThreadIndex,
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    channels: Sequence[str],
+    cache: ValueCache | None = None,
+) -> dict[str, DeltaChannelHistory]:
+    """``get_delta_channel_history`` from the index: the same walk as the base class's
+    (parent chain, each checkpoint's pending writes in ``writes_sort_key`` order, the
+    nearest stored value as the seed), decoding only the writes and seeds it returns."""
+    _tid, ns, cid = _ids(config)
+    refresh(store, index)
+    index.check()
+    if not channels:
+        return {}
+    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    seeds: dict[str, str] = {}
+    remaining = set(channels)
+    target = index.get(ns, cid)
+    cursor = target.parent if target is not None else None
+    path: list[CheckpointRec] = []
+    seen: set[str] = set()
+    while cursor is not None and remaining and cursor not in seen:
+        seen.add(cursor)
+        rec = index.checkpoints.get((ns, cursor))
+        if rec is None:
+            break
+        path.append(rec)
+        ws = sorted(rec.writes.values(), key=lambda w: writes_sort_key(w.path, w.task_id, w.idx))
+        for w in reversed(ws):
+            if w.channel in remaining:
+                collected[w.channel].append(
+                    (w.task_id, w.channel, serde.loads_typed((w.t, unb64(w.b))))
+                )
+        vals = rec.payload.get("vals") or {}
+        for ch in list(remaining):
+            if ch in vals:
+                seeds[ch] = vals[ch]
+                remaining.discard(ch)
+        cursor = rec.parent
+    fetched = fetch_values(store, index, path)
+    out: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+        if ch in seeds:
+            entry["seed"] = materialise(index, serde, seeds[ch], fetched, cache)
+        out[ch] = entry
+    return out

@@ -1,0 +1,347 @@
+"""The LangGraph savers, written once: :class:`AsyncAresSaver` (``AresSaver`` in
+``_langgraph_saver.py`` is generated from it; :mod:`.langgraph` adds its ``a``-methods).
+See :mod:`ares_events.integrations.langgraph` for what they guarantee.
+
+It may import the package below ``integrations`` and ``langgraph``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Final, Self
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from ares_events.core.faces import ASYNC
+from ares_events.core.store_async import AsyncEventStore
+from ares_events.errors import InvalidEvent
+from ares_events.integrations import _langgraph_ops_async as ops
+from ares_events.integrations import thread_of
+from ares_events.integrations._langgraph_core import ThreadIndex, stream_of
+from ares_events.integrations._langgraph_plan import ValueCache
+
+if ASYNC:
+    from asyncio import Lock
+else:
+    from threading import Lock
+
+__all__ = ["DEFAULT_MAX_THREADS", "AsyncAresSaver", "default_serde", "next_version"]
+
+DEFAULT_MAX_THREADS: Final = 128
+
+
+def default_serde() -> SerializerProtocol:
+    """The serializer the savers use unless given one: msgpack, never pickle."""
+    return JsonPlusSerializer(pickle_fallback=False)
+
+
+def next_version(current: str | int | float | None) -> str:
+    """A channel version above ``current`` with a random tail, so two branches that grow
+    from one checkpoint never give different values the same version."""
+    if current is None:
+        n = 0
+    elif isinstance(current, int | float):
+        n = int(current)
+    else:
+        n = int(str(current).split(".")[0])
+    return f"{n + 1:032}.{random.random():016}"
+
+
+def _cutoff(older_than: timedelta | None) -> str | None:
+    if older_than is None:
+        return None
+    if older_than < timedelta(0):
+        raise InvalidEvent("older_than", "must not be negative")
+    return (datetime.now(UTC) - older_than).isoformat()
+
+
+def _keep(strategy: str, keep_last: int | None, by_age: bool) -> int | None:
+    """How many checkpoints per namespace a prune keeps (0: delete the thread).
+
+    Raises:
+        InvalidEvent: an unknown strategy or a bad ``keep_last``.
+    """
+    if strategy == "delete":
+        return 0
+    if strategy != "keep_latest":
+        raise InvalidEvent("strategy", f"must be 'keep_latest' or 'delete', got {strategy!r}")
+    if keep_last is None:
+        return None if by_age else 1
+    if type(keep_last) is not int or keep_last < 0:
+        raise InvalidEvent("keep_last", f"must be an int >= 0, got {keep_last!r}")
+    return keep_last
+
+
+def _value_cache(size: object) -> ValueCache | None:
+    """The opt-in decoded-value cache of ``size`` entries (0: none).
+
+    Raises:
+        InvalidEvent: ``size`` is not an int >= 0.
+    """
+    if type(size) is not int or size < 0:
+        raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
+    return ValueCache(size) if size > 0 else None
+
+
+class _Indexes:
+    """The per-thread verified indexes and locks of one saver; ``_guard`` guards the
+    dictionary only, never I/O (no saver-wide lock: different threads run in parallel)."""
+
+    def __init__(self, store: Any, max_threads: int) -> None:
+        if type(max_threads) is not int or max_threads < 1:
+            raise InvalidEvent("max_threads", f"must be an int >= 1, got {max_threads!r}")
+        self.store = store
+        self.max = max_threads
+        self._map: OrderedDict[str, tuple[Lock, ThreadIndex]] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, sid: str) -> tuple[Lock, ThreadIndex]:
+        with self._guard:
+            item = self._map.get(sid)
+            if item is None:
+                item = (Lock(), ThreadIndex(sid, self.store.chain_key))
+                self._map[sid] = item
+                while len(self._map) > self.max:
+                    self._map.popitem(last=False)
+            else:
+                self._map.move_to_end(sid)
+            return item
+
+
+class AsyncAresSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer over an ares-events store.
+
+    Args:
+        store: an open event store (the saver does not close it, unless built by
+            :meth:`from_url`).
+        serde: the serializer (default: ``JsonPlusSerializer(pickle_fallback=False)``).
+        max_threads: how many threads' verified indexes to keep in memory (an index holds
+            the thread's payloads that did not spill: about its stored size).
+        by: the name written in erasure records (who pruned or deleted).
+        value_cache: keep this many decoded channel values (opt-in; 0: none). A
+            ``get_tuple`` then costs the same at turn 500 as at turn 10, but the values
+            it returns share their items (messages) with the cache: a caller that
+            mutates a returned message in place changes what later reads return.
+
+    Operations of one thread are serialised by a per-thread lock, never a saver-wide one.
+    The ``asyncio`` saver has no blocking methods (they would block the loop).
+
+    Raises:
+        StaleWriteError: from ``put``, when the parent checkpoint was already continued.
+        ChainIntegrityError: a thread's chain does not verify (nothing was decoded).
+        InvalidEvent: a bad thread id or argument.
+        StoreUnavailable: the store cannot be reached.
+    """
+
+    def __init__(
+        self,
+        store: AsyncEventStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        max_threads: int = DEFAULT_MAX_THREADS,
+        by: str = "langgraph",
+        value_cache: int = 0,
+    ) -> None:
+        super().__init__(serde=serde or default_serde())
+        self.store = store
+        self.by = by
+        self._cache = _value_cache(value_cache)
+        self._indexes = _Indexes(store, max_threads)
+        self._owns_store = False
+
+    @classmethod
+    async def from_url(
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        value_cache: int = 0,
+        **store_options: Any,
+    ) -> Self:
+        """Open the store at ``url`` (:func:`~ares_events.open_async_store`'s URLs and
+        options, e.g. ``blobs="s3://bucket/prefix"``) and build a saver that closes it
+        when the saver is closed."""
+        from ares_events.stores import open_async_store
+
+        store = await open_async_store(url, **store_options)
+        saver = cls(store, serde=serde, value_cache=value_cache)
+        saver._owns_store = True
+        return saver
+
+    async def aclose(self) -> None:
+        """Close the store when the saver opened it."""
+        if self._owns_store:
+            await self.store.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.store!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _thread(self, thread_id: object) -> AsyncIterator[ThreadIndex]:
+        """The thread's verified index, its lock held for the block."""
+        lock, index = self._indexes.get(stream_of(thread_id))
+        async with lock:
+            yield index
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """See :func:`next_version`."""
+        return next_version(current)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (the newest of its namespace without a
+        ``checkpoint_id``), verified, then decoded; None when there is none."""
+        async with self._thread(config["configurable"]["thread_id"]) as ix:
+            return await ops.get_checkpoint(self.store, ix, self.serde, config, self._cache)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints newest first: of one thread (and namespace, when the config names
+        one), or of every LangGraph thread when ``config`` is None."""
+        if config is not None:
+            async with self._thread(config["configurable"]["thread_id"]) as ix:
+                got = await ops.list_checkpoints(
+                    self.store, ix, self.serde, config, filter, before, limit, self._cache
+                )
+            for t in got:
+                yield t
+            return
+        left = limit
+        sids = [sid async for sid, _v in self.store.streams()]
+        for sid in sids:
+            tid = thread_of(sid)
+            if tid is None:
+                continue
+            cfg: RunnableConfig = {"configurable": {"thread_id": tid}}
+            async with self._thread(tid) as ix:
+                got = await ops.list_checkpoints(
+                    self.store, ix, self.serde, cfg, filter, before, left, self._cache
+                )
+            for t in got:
+                yield t
+            if left is not None:
+                left -= len(got)
+                if left <= 0:
+                    return
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """The writes of ``channels`` along the parent chain of a checkpoint, and the
+        nearest stored value of each (the base class's contract, read from the verified
+        index in one pass)."""
+        async with self._thread(config["configurable"]["thread_id"]) as ix:
+            return await ops.delta_history(
+                self.store, ix, self.serde, config, channels, self._cache
+            )
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Append a checkpoint (and the channel values it changed).
+
+        Raises:
+            StaleWriteError: its parent was already continued by another checkpoint.
+        """
+        async with self._thread(config["configurable"]["thread_id"]) as ix:
+            return await ops.put_checkpoint(
+                self.store, ix, self.serde, config, checkpoint, metadata, new_versions
+            )
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Append a task's pending writes for the checkpoint ``config`` names."""
+        async with self._thread(config["configurable"]["thread_id"]) as ix:
+            await ops.put_writes(self.store, ix, self.serde, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete a thread: a ``lg.pruned`` record, then every payload and blob erased
+        (each erasure recorded)."""
+        async with self._thread(thread_id) as ix:
+            await ops.delete_thread(self.store, ix, self.by)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes, and values nothing else needs) that
+        the given runs wrote, in every thread."""
+        ids = {str(r) for r in run_ids}
+        if not ids:
+            return
+        sids = [sid async for sid, _v in self.store.streams()]
+        for sid in sids:
+            tid = thread_of(sid)
+            if tid is not None:
+                async with self._thread(tid) as ix:
+                    await ops.delete_runs(self.store, ix, self.serde, ids, self.by)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Append every live event of one thread to another (read again and verified)."""
+        dst = stream_of(target_thread_id)
+        async with self._thread(source_thread_id) as ix:
+            await ops.copy_thread(self.store, ix, dst)
+
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        older_than: timedelta | None = None,
+    ) -> None:
+        """Keep the newest ``keep_last`` checkpoints per namespace (LangGraph's
+        ``keep_latest``: 1), and with ``older_than`` drop the checkpoints written before
+        that (then ``keep_last=None`` means no count limit; the newest checkpoint of a
+        namespace is always kept); ``strategy="delete"`` deletes the threads. What is
+        dropped is erased (payloads and blobs), each erasure recorded.
+
+        Raises:
+            InvalidEvent: an unknown strategy, or a bad ``keep_last``/``older_than``.
+        """
+        keep = _keep(strategy, keep_last, older_than is not None)
+        cutoff = _cutoff(older_than)
+        for tid in thread_ids:
+            if keep == 0:
+                await self.adelete_thread(tid)
+            else:
+                async with self._thread(tid) as ix:
+                    await ops.prune(self.store, ix, keep, cutoff, self.by)

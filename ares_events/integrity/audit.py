@@ -1,0 +1,286 @@
+"""The integrity audit: every stream, the global order, erasures, uniqueness and (deep)
+every blob and snapshot, reported as findings (never an exception on a bad row).
+
+It may import the core, the stores and this package's other modules.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ares_events.core.backend import Capability, Head
+from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, MalformedPayloadRef, RecordedEvent
+from ares_events.core.recorder import system_of_record
+from ares_events.errors import BlobError, BlobMissing
+from ares_events.integrity.anchors import verify_anchors
+from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+from ares_events.integrity.notes import VerifierKey
+from ares_events.integrity.verifier import ChainVerifier, malformed_reason
+from ares_events.integrity.verify import check_stream
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["audit"]
+
+
+def audit(
+    store: EventStore,
+    *,
+    deep: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    anchors: str | None = None,
+    anchor_keys: Sequence[VerifierKey] | None = None,
+) -> AuditReport:
+    """Verify every stream, the global positions and (``deep=True``) every spilled blob
+    and every snapshot.
+
+    Two passes. First every stream with a head is read by version and its chain checked
+    against its head (stream reads see every committed event, whatever the backend's
+    ``read_all`` visibility rule). Then one pass over ``read_all`` checks that global
+    positions increase (without gaps where the backend promises that) and finds events
+    of streams that have no head row.
+
+    Args:
+        store: the store to audit.
+        deep: also fetch every spilled payload and check its digest, and check every
+            snapshot against its stream (``snapshot_mismatch`` findings).
+        progress: called as ``progress(events_done, events_total)`` now and then.
+        anchors: a witness URL; also check the store still extends every anchor there
+            (see :mod:`ares_events.integrity.anchors`); a witness with no anchor at all is
+            a ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
+        anchor_keys: verifier keys trusted for the witness's signed checkpoints (default:
+            the log keys the store recorded).
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    report = AuditReport()
+    key = store.chain_key
+    blobs_seen: set[str] = set()
+    done = 0
+    # Straight from the system of record, under any cache wrapper.
+    recorder = system_of_record(store.recorder)
+    heads: dict[str, Head] = {}
+    for sid, head in recorder.heads():
+        if type(sid) is not str:
+            report.findings.append(
+                Finding("malformed_row", repr(sid), None, f"head row: stream_id is {sid!r:.60}")
+            )
+            continue
+        heads[sid] = head
+    expected = sum(h.version for h in heads.values() if type(h.version) is int)
+    erased: list[RecordedEvent] = []
+
+    def seen(e: RecordedEvent) -> None:
+        nonlocal done
+        ref = e.payload_ref
+        if ref is not None and ref.erased:
+            erased.append(e)
+        elif (
+            deep
+            and ref is not None
+            and not isinstance(ref, MalformedPayloadRef)
+            and ref.key not in blobs_seen
+        ):
+            blobs_seen.add(ref.key)
+            report.blobs_checked += 1
+            _check_blob(store, e, report)
+        done += 1
+        if progress is not None and done % 1000 == 0:
+            progress(done, max(expected, done))
+
+    for sid, head in heads.items():
+        ver = ChainVerifier(sid, key)
+        n, shead = check_stream(store, sid, ver, head, seen)
+        ver.check_head(shead)
+        head_version = shead.version if shead and type(shead.version) is int else 0
+        r = VerifyReport(sid, ver.findings, n, ver.last, head_version)
+        report.streams[sid] = r
+        report.findings.extend(r.findings)
+    report.events_checked = done
+    total = store.last_position()
+    gapless = Capability.GAPLESS_POSITIONS in store.capabilities
+    orphans: dict[str, ChainVerifier] = {}
+    orphan_counts: dict[str, int] = {}
+    last_pos = 0
+    for e in recorder.read_all(0, None):
+        pos = e.position
+        sid = e.stream_id
+        if type(pos) is not int or type(sid) is not str or type(e[1]) is not int:
+            # A row no stream pass can see (its stream id or version is not of its type).
+            report.findings.append(
+                Finding(
+                    "malformed_row",
+                    sid if type(sid) is str else repr(sid),
+                    None,
+                    f"position {pos!r}: {malformed_reason(e) or 'unreadable row'}",
+                )
+            )
+            continue
+        if pos > total:
+            continue  # appended after the audit started
+        if pos <= last_pos:
+            report.findings.append(
+                Finding("position_order", sid, e.version, f"position {pos} after {last_pos}")
+            )
+        elif gapless and pos != last_pos + 1:
+            report.findings.append(
+                Finding(
+                    "position_gap",
+                    sid,
+                    e.version,
+                    f"positions {last_pos + 1}..{pos - 1} are missing",
+                )
+            )
+        last_pos = max(last_pos, pos)
+        if sid not in heads:
+            ov = orphans.get(sid)
+            if ov is None:
+                ov = orphans[sid] = ChainVerifier(sid, key)
+                orphan_counts[sid] = 0
+            ov.check(e)
+            orphan_counts[sid] += 1
+    for sid, ov in sorted(orphans.items()):
+        ohead = store.head(sid)
+        if ohead is not None:
+            continue  # a stream created after the audit started
+        ov.check_head(None)
+        r = VerifyReport(sid, ov.findings, orphan_counts[sid], ov.last, 0)
+        report.streams[sid] = r
+        report.findings.extend(r.findings)
+        report.events_checked += orphan_counts[sid]
+    report.streams_checked = len(report.streams)
+    _check_erasures(store, recorder, erased, report)
+    _check_uniqueness(recorder, report)
+    if deep and Capability.SNAPSHOTS in store.capabilities:
+        # A snapshot that no longer matches its stream (edited state, a rewritten or
+        # truncated stream, a forged seal) is ignored by recovery; the audit says so.
+        for info, reason in store.snapshots.verify_all():
+            report.snapshots_checked += 1
+            if reason is not None:
+                report.findings.append(
+                    Finding(
+                        "snapshot_mismatch",
+                        info.stream_id,
+                        info.at_version,
+                        f"snapshot of {info.projection!r}: {reason}",
+                    )
+                )
+    if anchors is not None:
+        check = verify_anchors(store, anchors, keys=anchor_keys)
+        report.anchors_checked = check.anchors_checked
+        report.findings.extend(check.findings)
+    if progress is not None:
+        progress(report.events_checked, max(total, report.events_checked))
+    return report
+
+
+def _check_erasures(
+    store: EventStore, recorder: Any, erased: list[RecordedEvent], report: AuditReport
+) -> None:
+    """List erased payloads (information) and compare them with the erasure records:
+    ``erasure_unrecorded`` (erased, but no ``payload.erased`` record names it: an
+    interrupted erasure, run it again) and ``erasure_undone`` (a record names it, but its
+    payload is back)."""
+    records: dict[str, tuple[dict[str, Any], int]] = {}
+    for raw in recorder.read(ERASURE_STREAM, 1, None, None):
+        if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
+            continue
+        r = raw
+        if r.payload_ref is not None and store.blobs is not None:
+            r = store.blobs.attach(r)  # a long reason may have spilled the record
+        try:
+            p = r.payload
+        except (ValueError, BlobError):
+            continue
+        if isinstance(p, dict) and isinstance(p.get("event_id"), str):
+            records[p["event_id"]] = (p, r.version)
+    erased_ids = set()
+    for e in erased:
+        erased_ids.add(e.event_id_str)
+        rec, rv = records.get(e.event_id_str, ({}, None))
+        report.erased.append(
+            {
+                "stream_id": e.stream_id,
+                "version": e.version,
+                "position": e.position,
+                "event_id": e.event_id_str,
+                "by": rec.get("by"),
+                "reason": rec.get("reason"),
+                "record_version": rv,
+            }
+        )
+        if rv is None:
+            report.findings.append(
+                Finding(
+                    "erasure_unrecorded",
+                    e.stream_id,
+                    e.version,
+                    f"the payload was erased but no {ERASURE_TYPE} record in "
+                    f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
+                )
+            )
+    for eid, (p, rv) in records.items():
+        sid, ver = p.get("stream_id"), p.get("version")
+        if eid in erased_ids or not isinstance(sid, str) or type(ver) is not int:
+            continue
+        now = next(iter(recorder.read(sid, ver, ver, 1)), None)
+        if now is not None and now.event_id_str == eid and not now.payload_erased:
+            report.findings.append(
+                Finding(
+                    "erasure_undone",
+                    sid,
+                    ver,
+                    f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
+                    "it is stored again",
+                )
+            )
+
+
+def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
+    """Rows that share a (stream, version), a position or an event id: the unique indexes
+    say they cannot exist, so only a tampered database has them. Reported once each
+    (a duplicated version the stream pass already saw is not repeated)."""
+    if Capability.DUPLICATE_SCAN not in recorder.capabilities:
+        return
+    seen = {(f.kind, f.stream_id, f.version) for f in report.findings}
+    for kind, who, version, n, pos in recorder.find_duplicates():
+        sid = who if kind != "duplicate_event_id" else None
+        if (kind, sid, version) in seen:
+            continue
+        what = {
+            "duplicate_version": f"{n} rows hold version {version!r}",
+            "duplicate_position": f"{n} rows hold position {pos!r}",
+            "duplicate_event_id": f"{n} rows hold event id {who!r}",
+        }[kind]
+        report.findings.append(
+            Finding(
+                kind,
+                sid if sid is None or type(sid) is str else repr(sid),
+                version if type(version) is int else None,
+                f"{what} (first at position {pos!r}); the unique index was bypassed",
+            )
+        )
+
+
+def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> None:
+    ref = e.payload_ref
+    assert ref is not None
+    if store.blobs is None:
+        report.findings.append(
+            Finding(
+                "blob_missing", e.stream_id, e.version, f"blob {ref.key}: no blob store configured"
+            )
+        )
+        return
+    try:
+        store.blobs.verify(ref)
+    except BlobMissing as exc:
+        report.findings.append(Finding("blob_missing", e.stream_id, e.version, exc.detail))
+    except BlobError as exc:
+        report.findings.append(Finding("blob_corrupted", e.stream_id, e.version, exc.detail))

@@ -1,0 +1,84 @@
+"""Verify one stream: recompute its chain from the stored fields and compare the end with
+its head (``verify_stream`` on the blocking face is generated from this module).
+
+It may import the core, the stores and this package's other modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ares_events.core.backend import Head
+from ares_events.core.events import RecordedEvent
+from ares_events.core.faces import ASYNC
+from ares_events.core.iterators_async import aclosing_iter
+from ares_events.core.recorder_async import system_of_record
+from ares_events.integrity.findings import VerifyReport
+from ares_events.integrity.verifier import ChainVerifier, head_problem
+
+if ASYNC:
+    from ares_events.stores.threaded import async_face
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore  # as is
+    from ares_events.core.store_async import AsyncEventStore
+
+__all__ = ["averify_stream", "check_stream"]
+
+
+async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) -> VerifyReport:
+    """Recompute ``stream_id``'s chain from the stored fields and compare with its head.
+
+    The head is read first, so events appended during verification do not count as
+    a mismatch; the events come straight from the system of record (under any cache).
+
+    Returns:
+        A report with ``ok``, ``findings`` and ``events_checked``.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    if ASYNC:
+        store = async_face(store)
+    head = await store.head(stream_id)
+    v = ChainVerifier(stream_id, store.chain_key)
+    n, head = await check_stream(store, stream_id, v, head)
+    v.check_head(head)
+    head_version = head.version if head is not None and type(head.version) is int else 0
+    return VerifyReport(stream_id, v.findings, n, v.last, head_version)
+
+
+async def check_stream(
+    store: AsyncEventStore,
+    stream_id: str,
+    v: ChainVerifier,
+    head: Head | None,
+    on_event: Callable[[RecordedEvent], None] | None = None,
+) -> tuple[int, Head | None]:
+    """Check every event of the stream with ``v``, straight from the system of record
+    (under any cache wrapper); return how many and the head to compare with. A stream
+    written while it is checked is followed: when the events read go past the head read
+    first, the head is read again, and if it moved further the new events are read up to
+    it too, so a live stream is never reported truncated."""
+    source = system_of_record(store.recorder)
+    n = 0
+    start = 1
+    while True:
+        progressed = False
+        async with aclosing_iter(source.read(stream_id, start, None, None)) as events:
+            async for e in events:
+                v.check(e)
+                if on_event is not None:
+                    on_event(e)
+                n += 1
+                progressed = True
+        if head is not None and (head_problem(head) is not None or v.last <= head.version):
+            return n, head
+        # Events past the head read first (or no head then): concurrent appends.
+        head = await store.head(stream_id)
+        if head is None or head_problem(head) is not None or head.version <= v.last:
+            return n, head
+        if not progressed:
+            return n, head  # the head names events the read cannot find: truncated
+        start = v.last + 1

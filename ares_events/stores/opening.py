@@ -1,0 +1,167 @@
+# Generated from opening_async.py by tools/async_to_sync.py: do not edit.
+"""Opening a store by URL: :func:`open_store` (``open_store`` is generated).
+
+Composition order, the same on both faces::
+
+    EventStore (core: validate, encode, chain, spill to blobs)
+      └── CachedRecorder (Redis, optional, read-through; never the system of record)
+            └── backend recorder (memory | sqlite | postgresql | a registered one)
+
+The URL is parsed once; the backend class comes from the registry; the blob store is
+chosen from the argument, the identity the store recorded, or the backend's default.
+
+It may import the core, :mod:`ares_events.errors` and this package's registry; the cache,
+the blob stores and the worker-thread adapter are imported when asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from ares_events.chain import ChainKey
+from ares_events.core.backend import Capability
+from ares_events.core.identity import DEFAULT_BLOBS, IDENTITY_KEY, BlobsIdentity, StoreIdentity
+from ares_events.core.rules import DEFAULT_MAX_INLINE_BYTES
+from ares_events.core.store import EventStore
+from ares_events.core.url import StoreURL
+from ares_events.errors import ConfigError
+from ares_events.stores import _registry
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["open_store"]
+
+
+def open_store(
+    url: str,
+    *,
+    blobs: str | Literal[False] | None = None,
+    spill_threshold: int = 256 * 1024,
+    cache: str | None = None,
+    chain_key: ChainKey | bytes | str | None = None,
+    max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
+    create: bool = True,
+    check_identity: bool = True,
+    **options: Any,
+) -> EventStore:
+    """Open an event store chosen by URL.
+
+    The asyncio face uses the backend's native asyncio recorder where it has one
+    (``memory://``, ``postgresql://``); any other backend, and any store behind a Redis
+    ``cache`` (redis-py is blocking), runs its blocking recorder on a few dedicated
+    threads (:class:`~ares_events.stores.threaded.ThreadedRecorder`), so nothing blocks
+    the event loop. Either face opens the same store.
+
+    Args:
+        url: ``memory://[NAME]``, ``sqlite:///rel.db``, ``sqlite:////abs.db``,
+            ``postgresql://user@host/db?...``.
+        blobs: blob store URL for spilled payloads (``file:///dir``, ``s3://bucket/prefix``).
+            None (default): the location the store recorded in its identity, else the
+            backend's default if it has one: for a SQLite file, the folder
+            ``<file>.blobs`` next to it. False: no blob store (nothing spills, and
+            spilled payloads cannot be read).
+        spill_threshold: payloads larger than this many bytes go to ``blobs``.
+        cache: optional Redis URL for a read-through cache (never the system of record).
+        chain_key: 32-byte key (raw, hex or :class:`~ares_events.chain.ChainKey`) for
+            keyed link hashes.
+        max_inline_bytes: a payload that is not spilled may be at most this big (64 MiB);
+            a bigger one is ``InvalidEvent`` (configure ``blobs`` to store it).
+        create: create the store (file, schema, blob folder) when it does not exist
+            (default). False opens an existing store only and creates nothing: what
+            reporting and integrity tools use, so a typo'd path is "no store", not a new
+            empty one.
+        check_identity: refuse a configuration that differs from the store's recorded
+            identity (default). False is for forensic reading under another chain key (a
+            store opened so never writes).
+        **options: backend keyword options (e.g. ``migrate=False``).
+
+    Raises:
+        ConfigError: bad URL or option (the message never contains a password), or a
+            configuration that differs from the store's recorded identity (another chain
+            key, none, or another blob location); nothing is written.
+        UnknownSchemeError: no backend for the scheme.
+        MissingDependencyError: the backend's extra is not installed.
+        StoreNotFound: ``create=False`` and there is no store at ``url``.
+        StoreUnavailable: the store cannot be reached.
+        SchemaVersionError: ``migrate=False`` and the schema is not current.
+    """
+    parsed = StoreURL.parse(url)
+    cls = _registry.resolve(parsed.scheme)
+    key = ChainKey.coerce(chain_key)
+    if spill_threshold <= 0:
+        raise ConfigError(
+            f"spill_threshold must be a positive number of bytes, got {spill_threshold!r}"
+        )
+    if not create:
+        options["create"] = False
+    recorder = _open_recorder(cls, parsed, cache, options)
+    try:
+        identity = None
+        if Capability.METADATA in recorder.capabilities:
+            raw = recorder.meta_get(IDENTITY_KEY)
+            if raw is not None:
+                identity = StoreIdentity.from_json(raw, parsed.redacted())
+        blobs_url, default_blobs = _blob_choice(blobs, identity, recorder)
+        blob_store = None
+        if blobs_url:
+            blob_store = _open_blob_store(blobs_url, create)
+        store = EventStore.open(
+            recorder,
+            chain_key=key,
+            blobs=blob_store,
+            spill_threshold=spill_threshold,
+            url=parsed.redacted(),
+            max_inline_bytes=max_inline_bytes,
+            default_blobs=default_blobs,
+            identity=identity,
+            check_identity=check_identity,
+        )
+    except BaseException:
+        recorder.close()
+        raise
+    logger.info("opened store %s", parsed.redacted())
+    return store
+
+
+def _open_recorder(
+    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
+) -> Any:
+    """The backend recorder of this face, behind the Redis cache when ``cache`` is given."""
+    return _open_blocking(cls, url, cache, options)
+
+
+def _open_blocking(
+    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
+) -> Any:
+    rec = cls.from_url(url, **options)
+    if cache is None:
+        return rec
+    from ares_events.stores.cache import CachedRecorder
+
+    try:
+        return CachedRecorder.wrap(rec, cache)
+    except BaseException:
+        rec.close()
+        raise
+
+
+def _blob_choice(
+    blobs: str | Literal[False] | None, identity: StoreIdentity | None, recorder: Any
+) -> tuple[str | None, bool]:
+    """The blob store URL to open (None: none) and whether it is the backend's default."""
+    if blobs is not None:
+        return blobs or None, False
+    recorded = identity.blobs if identity is not None else None
+    if isinstance(recorded, BlobsIdentity):
+        return recorded.url, False  # where this store keeps its spilled payloads
+    url = None
+    if Capability.DEFAULT_BLOBS in recorder.capabilities:
+        url = recorder.default_blobs_url()
+    return url, bool(url) and (recorded in (None, DEFAULT_BLOBS))
+
+
+def _open_blob_store(blobs_url: str, create: bool) -> Any:
+    from ares_events.stores.blobs import open_blobs
+
+    return open_blobs(blobs_url, create=create)

@@ -1,0 +1,94 @@
+"""Connections of the PostgreSQL backend, per face: the pool with a capped reconnection
+delay and a round-trip-free health check, the direct outage probe, and a clean rollback.
+
+The shared driver glue (error translation, scrubbing, the socket test) is in
+:mod:`.driver`.
+
+It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's SQL and
+driver glue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import psycopg_pool
+from psycopg.pq import TransactionStatus
+
+from ares_events.core.faces import ASYNC
+from ares_events.stores.postgres.driver import capped_delay, needs_ping, probe_kwargs
+from ares_events.stores.postgres.sql import ROLLBACK, SET_STATEMENT_TIMEOUT
+
+if TYPE_CHECKING:
+    from ares_events.stores.postgres.options import PostgresOptions
+
+__all__ = ["AsyncAresPool", "check_alive", "open_pool", "probe_server", "rollback_quietly"]
+
+
+class AsyncAresPool(psycopg_pool.AsyncConnectionPool):
+    """A psycopg_pool pool whose reconnection delay is capped (:func:`.driver.capped_delay`)."""
+
+    async def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        capped_delay(attempt)
+        await super()._add_connection(attempt, growing)
+
+
+async def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException | None:
+    """Connect once, directly, with a short timeout: None when the server answers, else
+    the error (to report a dead server as such, not as an exhausted pool)."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, **probe_kwargs(connect_kwargs))
+        await conn.close()
+    except psycopg.Error as exc:
+        return exc
+    return None
+
+
+async def check_alive(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Pool ``check``: fail a connection the server has closed, without a round trip.
+
+    An idle pooled connection has nothing to read; a terminated backend (restart,
+    ``pg_terminate_backend``) has sent an error and EOF. Only then ping it, which raises
+    on a dead connection (and the pool replaces it).
+    """
+    if needs_ping(conn):
+        await conn.execute("")
+
+
+async def rollback_quietly(conn: psycopg.AsyncConnection[Any]) -> None:
+    """End a failed append's transaction so the connection goes back to the pool clean."""
+    if conn.closed or conn.broken:
+        return
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute(ROLLBACK, prepare=False)
+
+
+def open_pool(opts: PostgresOptions) -> AsyncAresPool:
+    """The pool for ``opts``, with the reconnect cap, the health check and
+    ``statement_timeout`` on every connection; the asyncio pool is not opened yet
+    (``await pool.open()``), the blocking one is."""
+    configure = None
+    if opts.statement_timeout is not None:
+        value = f"{opts.statement_timeout}ms"
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(SET_STATEMENT_TIMEOUT, (value,))
+
+    if ASYNC:
+        opened = False  # the caller awaits pool.open()
+    else:
+        opened = True
+    return AsyncAresPool(
+        "",
+        kwargs=opts.connect_kwargs,
+        min_size=opts.pool_min,
+        max_size=opts.pool_max,
+        timeout=opts.pool_timeout,
+        check=check_alive,
+        configure=configure,
+        name="ares-events",
+        open=opened,
+    )

@@ -1,0 +1,209 @@
+"""Driver glue both PostgreSQL faces share: the one place driver errors become
+ares_events errors (:class:`translate_errors`), password scrubbing, the pool health
+check's socket test, the outage probe's settings, the direct connection check at open and
+the pool-like wrapper of a caller's single connection.
+
+Outages: the pool retries a lost server at least every :data:`MAX_RECONNECT_DELAY`
+seconds (psycopg_pool's own backoff doubles without a useful cap), and a caller that gets
+no connection within :data:`FIRST_WAIT` seconds asks the server directly: a server that
+does not answer is reported as unreachable at once, instead of as an exhausted pool after
+``pool_timeout``.
+
+It may import :mod:`ares_events.errors`, psycopg and psycopg_pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
+
+import psycopg
+import psycopg_pool
+
+from ares_events.errors import StoreClosed, StoreError, StoreUnavailable
+
+if TYPE_CHECKING:
+    from ares_events.stores.postgres.options import PostgresOptions
+
+__all__ = [
+    "FIRST_WAIT",
+    "MAX_RECONNECT_DELAY",
+    "PROBE_TIMEOUT",
+    "SingleConnection",
+    "capped_delay",
+    "check_server",
+    "needs_ping",
+    "probe_kwargs",
+    "scrub",
+    "translate_errors",
+]
+
+
+FIRST_WAIT: Final = 1.0
+"""Seconds a call waits for a pooled connection before it asks the server directly."""
+PROBE_TIMEOUT: Final = 3
+"""Seconds (libpq ``connect_timeout``) the direct question to the server may take."""
+MAX_RECONNECT_DELAY: Final = 1.0
+"""The pool retries a lost server at least this often (seconds)."""
+
+
+def capped_delay(attempt: Any) -> None:
+    """Cap a pool's reconnection delay (doubled after every failed attempt) so a server
+    that comes back is used within about :data:`MAX_RECONNECT_DELAY` seconds."""
+    if attempt is not None and getattr(attempt, "delay", 0.0) > MAX_RECONNECT_DELAY / 2:
+        attempt.delay = MAX_RECONNECT_DELAY / 2  # doubled to at most the cap next
+
+
+def probe_kwargs(connect_kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs = dict(connect_kwargs)
+    try:
+        timeout = int(kwargs.get("connect_timeout") or PROBE_TIMEOUT)
+    except (TypeError, ValueError):
+        timeout = PROBE_TIMEOUT
+    kwargs["connect_timeout"] = str(max(1, min(timeout, PROBE_TIMEOUT)))
+    kwargs["autocommit"] = True
+    return kwargs
+
+
+def needs_ping(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """False for a healthy idle connection (nothing to read); True when the server sent
+    something (an error and EOF after a restart or ``pg_terminate_backend``).
+
+    Raises:
+        psycopg.OperationalError: the connection is closed or its socket unusable.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError) as exc:
+        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
+    return bool(readable)
+
+
+class SingleConnection:
+    """Pool-like wrapper of one caller-owned connection (used one operation at a time)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._lock = threading.RLock()
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        """The wrapped connection, held exclusively until :meth:`putconn`."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise psycopg_pool.PoolTimeout(f"the connection stayed busy for {timeout} sec")
+        return self.conn
+
+    def putconn(self, conn: psycopg.Connection[Any]) -> None:
+        """Give the connection back (the next caller may take it)."""
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """The wrapped connection, held exclusively for the duration of the block."""
+        conn = self.getconn(timeout)
+        try:
+            yield conn
+        finally:
+            self.putconn(conn)
+
+    def close(self, timeout: float | None = None) -> None:
+        """The caller owns the connection: nothing to release."""
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """Remove a password (and its percent-encoded form) from a driver message."""
+    if secret:
+        for form in {secret, quote(secret, safe=""), quote(secret)}:
+            text = text.replace(form, "***")
+    return text
+
+
+class translate_errors:  # named like the function it replaced
+    """Map driver and pool errors to ares_events errors (always ``from exc``), as a
+    context manager (a class: every operation enters two, and a generator-based one
+    costs several times more).
+
+    Args:
+        what: the operation, for the message ("append to stream 'x'", ...).
+        description: the store's redacted URL.
+        statement_timeout: the configured limit in milliseconds, for the message.
+        timeout_label: the pool timeout as text (called only on a pool timeout).
+        secret: the password, scrubbed from driver messages.
+
+    Raises:
+        StoreUnavailable: pool exhausted, statement cancelled, connection or server lost.
+        StoreError: the pool is closed, or any other database error.
+    """
+
+    __slots__ = ("description", "secret", "statement_timeout", "timeout_label", "what")
+
+    def __init__(
+        self,
+        what: str,
+        description: str,
+        *,
+        statement_timeout: int | None,
+        timeout_label: Callable[[], str],
+        secret: str | None,
+    ) -> None:
+        self.what = what
+        self.description = description
+        self.statement_timeout = statement_timeout
+        self.timeout_label = timeout_label
+        self.secret = secret
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or not isinstance(exc, psycopg.Error):
+            return
+        what, description = self.what, self.description
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            raise StoreUnavailable(
+                f"{what} in {description}: the connection pool is exhausted "
+                f"(no free connection within {self.timeout_label()}; raise pool_max or "
+                "pool_timeout)"
+            ) from exc
+        if isinstance(exc, psycopg_pool.PoolClosed):
+            raise StoreClosed(description, what) from exc
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            limit = (
+                f"statement_timeout of {self.statement_timeout} ms"
+                if self.statement_timeout
+                else "statement_timeout"
+            )
+            raise StoreUnavailable(
+                f"{what} in {description} was cancelled by the server ({limit} "
+                "exceeded, or cancelled by an administrator); nothing was written"
+                if what.startswith("append")
+                else f"{what} in {description} was cancelled by the server ({limit} "
+                "exceeded, or cancelled by an administrator)"
+            ) from exc
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            raise StoreUnavailable(
+                f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
+            ) from exc
+        raise StoreError(
+            f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
+        ) from exc
+
+
+def check_server(opts: PostgresOptions, *, secret: str | None) -> None:
+    """One direct connection: a clear error (refused, no such database, auth) instead of
+    a pool that retries in the background.
+
+    Raises:
+        StoreUnavailable: the server cannot be reached (the message never holds ``secret``).
+    """
+    try:
+        psycopg.connect(**opts.connect_kwargs).close()
+    except psycopg.Error as exc:
+        raise StoreUnavailable(
+            f"cannot connect to {opts.where}: {scrub(str(exc).strip(), secret)}"
+        ) from exc

@@ -1,0 +1,194 @@
+"""Wake-ups of the PostgreSQL backend: one ``LISTEN`` connection per store, in a task of
+the event loop (asyncio face) or a background thread (blocking face).
+
+Appends send a ``NOTIFY`` on the store's channel (unless ``notify=false``); waiters
+recheck the visible position after LISTEN is active and after every notification, so a
+wake-up is never missed. Without notifications, waiting polls with backoff.
+
+It may import psycopg and this package's SQL and driver glue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ares_events.core.faces import ASYNC
+from ares_events.stores.postgres.driver import scrub
+from ares_events.stores.postgres.sql import LISTEN
+
+if ASYNC:
+    import asyncio
+    from asyncio import sleep
+else:
+    import threading
+    from time import sleep
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AsyncListener", "poll_for", "wait_for"]
+
+
+class AsyncListener:
+    """One LISTEN connection, kept open (reconnecting with backoff) until :meth:`close`;
+    every notification, and every change of its health, moves :attr:`generation`.
+
+    Args:
+        connect: opens an autocommit connection.
+        channel: the NOTIFY channel.
+        where: the store's redacted URL (for log lines).
+        secret: the password, scrubbed from logged driver messages.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]],
+        channel: str,
+        where: str,
+        secret: str | None,
+    ) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._where = where
+        self._secret = secret
+        self.generation = 0
+        self.listening = False
+        self._stopped = False
+        if ASYNC:
+            self._changed = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        else:
+            self._cond = threading.Condition()
+            self._thread = threading.Thread(
+                target=self._run, name="ares-events-listen", daemon=True
+            )
+            self._thread.start()
+
+    def _bump(self, listening: bool) -> None:
+        """A notification (or a change of health): wake every waiter."""
+        if ASYNC:
+            self.generation += 1
+            self.listening = listening
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
+        else:
+            with self._cond:
+                self.generation += 1
+                self.listening = listening
+                self._cond.notify_all()
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while not self._stopped:
+            conn: psycopg.AsyncConnection[Any] | None = None
+            try:
+                conn = await self._connect()
+                await conn.execute(sql.SQL(LISTEN).format(channel=sql.Identifier(self._channel)))
+                self._bump(True)
+                backoff = 0.05
+                while not self._stopped:
+                    # A bounded wait, so close() is seen within a fifth of a second.
+                    async for _ in conn.notifies(timeout=0.2):
+                        self._bump(True)
+            except Exception as exc:  # the listener must survive any failure
+                logger.warning(
+                    "wake-up listener of %s lost its connection (%s: %s); retrying in %.2fs",
+                    self._where,
+                    type(exc).__name__,
+                    scrub(str(exc).strip(), self._secret),
+                    backoff,
+                )
+                self._bump(False)
+                await sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def changed(self, gen: int, wait: float) -> bool:
+        """Wait until :attr:`generation` moves past ``gen`` (or ``wait`` seconds)."""
+        if ASYNC:
+            if self.generation != gen:
+                return True
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
+            return self.generation != gen
+        else:
+            with self._cond:
+                return self._cond.wait_for(lambda: self.generation != gen, wait)
+
+    async def wait_until_ready(self, timeout: float) -> bool:
+        """Wait until LISTEN is active (or ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while not self.listening:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await self.changed(self.generation, left)
+        return True
+
+    async def close(self) -> None:
+        """Stop listening and close the connection; waiters wake up."""
+        self._stopped = True
+        if ASYNC:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        else:
+            self._thread.join(5.0)
+        self._bump(False)
+
+
+async def wait_for(
+    listener: AsyncListener,
+    last_position: Callable[[], Awaitable[int]],
+    position: int,
+    timeout: float,
+) -> bool:
+    """Wait until ``last_position()`` is beyond ``position``, or ``timeout`` seconds.
+
+    The position is rechecked after LISTEN is active and after every notification.
+    """
+    deadline = time.monotonic() + max(timeout, 0.0)
+    await listener.wait_until_ready(min(max(timeout, 0.0), 5.0))
+    poll = 0.0  # 0: rely on notifications alone
+    while True:
+        gen, healthy = listener.generation, listener.listening
+        if await last_position() > position:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if not healthy:
+            # Listener reconnecting: poll gently meanwhile.
+            poll = min(max(poll * 2, 0.05), 1.0)
+        woke = await listener.changed(gen, left if poll == 0.0 else min(left, poll))
+        if woke and healthy:
+            # A commit was announced but may not be visible yet (an older transaction
+            # still runs, maybe one that will not notify): poll with backoff until then.
+            poll = min(max(poll * 2, 0.01), 1.0)
+
+
+async def poll_for(
+    last_position: Callable[[], Awaitable[int]], position: int, timeout: float
+) -> bool:
+    """Poll ``last_position()`` with backoff (5 ms doubling to 250 ms) for ``timeout``
+    seconds (a store opened with ``notify=false``)."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    delay = 0.005
+    while True:
+        if await last_position() > position:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await sleep(min(delay, left))
+        delay = min(delay * 2, 0.25)

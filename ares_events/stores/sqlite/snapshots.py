@@ -1,0 +1,109 @@
+"""Snapshot rows of the SQLite backend: the ``ares_snapshots`` table in the events' file.
+
+Writes use the recorder's ``BEGIN IMMEDIATE`` transactions (busy retries up to the
+store's ``busy_timeout``, then :class:`~ares_events.errors.StoreUnavailable`); reads its
+per-thread connection. The checks are the snapshot store's
+(:mod:`ares_events.core.snapshots`).
+
+It may import the core, :mod:`ares_events.errors` and this package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from typing import Any, Final, Protocol
+
+from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow, info_of, row_of
+from ares_events.errors import StoreError, StoreUnavailable
+from ares_events.stores.sqlite.sql import (
+    SQLITE_DELETE_ONE,
+    SQLITE_DELETE_STREAM,
+    SQLITE_LIST_ALL,
+    SQLITE_LIST_STREAM,
+    SQLITE_SELECT,
+    SQLITE_UPSERT,
+)
+
+
+class _Recorder(Protocol):
+    """What the rows use of their recorder (typed by use: the recorder hands the rows
+    out, so this module does not import it)."""
+
+    def describe(self) -> str:
+        """The store's location."""
+        ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` write transaction on this thread's connection."""
+        ...
+
+    def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of one read statement."""
+        ...
+
+
+__all__ = ["SQLiteSnapshotRows"]
+
+LIST_PAGE: Final = 500
+"""Snapshot rows per listing page."""
+
+
+class SQLiteSnapshotRows:
+    """The snapshot table's rows (see the module docstring)."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self._recorder = recorder
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Map sqlite3 errors to the store's error tree (one place)."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(
+                f"{action} in {self._recorder.describe()} failed: {exc}"
+            ) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"{action} in {self._recorder.describe()} failed: {exc}") from exc
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> int:
+        with self._recorder.transaction() as conn:
+            return int(conn.execute(sql, args).rowcount)
+
+    def put(self, snap: Snapshot) -> None:
+        """Insert or replace the row of the snapshot's stream and projection."""
+        with self._errors(f"saving snapshot of stream {snap.stream_id!r}"):
+            self._write(SQLITE_UPSERT, (snap.stream_id, snap.projection, *row_of(snap)))
+
+    def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
+        """The row of ``(stream_id, projection)``, or None."""
+        with self._errors(f"loading snapshot of stream {stream_id!r}"):
+            rows = self._recorder.fetch(SQLITE_SELECT, (stream_id, projection))
+        return tuple(rows[0]) if rows else None
+
+    def remove(self, stream_id: str, projection: str | None) -> int:
+        """Delete one row, or every row of the stream; return how many."""
+        with self._errors(f"deleting snapshots of stream {stream_id!r}"):
+            if projection is None:
+                return self._write(SQLITE_DELETE_STREAM, (stream_id,))
+            return self._write(SQLITE_DELETE_ONE, (stream_id, projection))
+
+    def infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
+        """Every row's description, keyset-paged by stream and projection."""
+        after_sid, after_proj = "", ""
+        while True:
+            with self._errors("listing snapshots"):
+                if stream_id is None:
+                    args: tuple[Any, ...] = (after_sid, after_sid, after_proj, LIST_PAGE)
+                    rows = self._recorder.fetch(SQLITE_LIST_ALL, args)
+                else:
+                    rows = self._recorder.fetch(
+                        SQLITE_LIST_STREAM, (stream_id, after_proj, LIST_PAGE)
+                    )
+            for r in rows:
+                yield info_of(r)
+            if len(rows) < LIST_PAGE:
+                return
+            after_sid, after_proj = rows[-1][0], rows[-1][1]
