@@ -65,10 +65,8 @@ from ares_events.errors import (
 )
 from ares_events.projections.erasure import ErasureReport, erase, salted
 from ares_events.projections.merkle import MerkleLog
-from ares_events.projections.recovery import Snapshotter, recover, snapshot
-from ares_events.projections.recovery_async import arecover, asnapshot
-from ares_events.projections.replay import replay
-from ares_events.projections.replay_async import areplay
+from ares_events.projections.recovery import Snapshotter, recover, replay, snapshot
+from ares_events.projections.recovery_async import arecover, areplay, asnapshot
 from ares_events.projections.results import RecoveryReport, RecoverySource, ReplayResult
 from ares_events.stores import (
     AsyncEventStore,

@@ -1,4 +1,4 @@
-"""Child process of tests/test_close_race.py for the asyncio store: close it while tasks
+"""Child process of tests/core/test_close_race.py for the asyncio store: close it while tasks
 use it.
 
 Run as ``python -m tests.async_close_race_child BACKEND URL ITERATIONS``. Each iteration
@@ -19,6 +19,7 @@ Prints one JSON summary line; exits 1 on a violation. A crash kills only this pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -47,12 +48,18 @@ async def one_iteration(
         await store.append("s", [_ev(-1)])
         await ae.asnapshot(store, "s", ae.projections.RecoveryStateProjection())
     errors: list[str] = []
+    # Every fifth iteration closes only after an append and a read have succeeded, so
+    # the test's "calls succeeded" precondition holds on a loaded machine too; the
+    # others close at a random moment, from before the first call to mid-flight.
+    succeeded = {"append": asyncio.Event(), "read": asyncio.Event()}
 
     async def guard(name: str, body: Callable[[], Awaitable[Any]]) -> None:
         try:
             while True:
                 await body()
                 tally[f"{name}.ok"] += 1
+                if name in succeeded:
+                    succeeded[name].set()
         except ae.StoreClosed:
             tally[f"{name}.closed"] += 1
         except BaseException as exc:  # anything but StoreClosed breaks the contract
@@ -90,6 +97,10 @@ async def one_iteration(
         "wait": wait,
     }
     tasks = [asyncio.create_task(guard(name, fn)) for name, fn in bodies.items()]
+    if i % 5 == 0:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HANG):
+                await asyncio.gather(*(e.wait() for e in succeeded.values()))
     await asyncio.sleep(random.uniform(0.0, 0.015))
     try:
         await asyncio.wait_for(store.close(), HANG)

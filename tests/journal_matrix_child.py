@@ -1,5 +1,5 @@
 """The crash matrix's driver: many SIGKILLed runs of ``journal_child``'s retry flow,
-executed as a real subprocess by ``tests/test_journal_crash_matrix.py``.
+executed as a real subprocess by ``tests/agents/test_journal_crash_matrix.py``.
 
 For each mode (reconcile, idempotent, none) it first runs one clean run to count its
 event appends (A) and service invocations (C). Then, for every n in 1..A, a fresh run is

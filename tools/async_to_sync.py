@@ -54,7 +54,6 @@ SOURCES: tuple[str, ...] = (
     "ares_events/stores/postgres/snapshots_async.py",
     "ares_events/stores/opening_async.py",
     "ares_events/integrity/verify_async.py",
-    "ares_events/projections/replay_async.py",
     "ares_events/projections/recovery_async.py",
     "ares_events/agents/runs_async.py",
     "ares_events/agents/journal_async.py",

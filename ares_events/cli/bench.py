@@ -23,7 +23,7 @@ from rich.table import Table
 
 from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_option, pass_app
 from ares_events.core.events import NewEvent
-from ares_events.projections.replay import replay
+from ares_events.projections.recovery import replay
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore

@@ -28,11 +28,12 @@ It may import the core's events, :mod:`ares_events.errors` and the chain format.
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ares_events.chain import ChainKey, genesis, header_bytes, link_hash, link_hashes
-from ares_events.core.events import PreparedEvent, RecordedEvent
+from ares_events.core.events import AppendResult, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "SealedEvent",
     "TrackingRecord",
     "check_tracking",
+    "fresh_result",
 ]
 
 
@@ -211,3 +213,20 @@ class EraseOutcome:
 
     erased: bool
     blob_refs: int = 0
+
+
+def fresh_result(
+    stream_id: str, prepared: Sequence[PreparedEvent], outcome: AppendOutcome
+) -> AppendResult:
+    """The result of a fresh (not duplicate) append."""
+    if outcome.version is not None and outcome.position is not None:
+        version, position = outcome.version, outcome.position
+    else:
+        last = outcome.events[-1]
+        version, position = last.version, last.position
+    return AppendResult(
+        stream_id,
+        version,
+        position,
+        tuple(p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared),
+    )

@@ -44,25 +44,19 @@ DEFAULT_CLOSE_GRACE: Final = 2.0
 """Seconds ``close()`` lets in-flight operations finish before it interrupts them."""
 
 
-class OperationGate:
-    """Counts in-flight operations; refuses new ones once closing (see module docstring).
+class _Gate:
+    """What both gates share: the closed flag and the cheap check."""
 
-    Args:
-        where: the store's redacted URL, for :class:`StoreClosed` messages.
-    """
-
-    __slots__ = ("_active", "_closed", "_cond", "_local", "where")
+    __slots__ = ("_active", "_closed", "where")
 
     def __init__(self, where: str) -> None:
         self.where = where
-        self._cond = threading.Condition(threading.Lock())
         self._active = 0
         self._closed = False
-        self._local = threading.local()
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` was called (operations may still be draining)."""
+        """True once ``close()`` was called (operations may still be draining)."""
         return self._closed
 
     def check(self, action: str | None = None) -> None:
@@ -73,6 +67,21 @@ class OperationGate:
         """
         if self._closed:
             raise StoreClosed(self.where, action)
+
+
+class OperationGate(_Gate):
+    """Counts in-flight operations; refuses new ones once closing (see module docstring).
+
+    Args:
+        where: the store's redacted URL, for :class:`StoreClosed` messages.
+    """
+
+    __slots__ = ("_cond", "_local")
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self._cond = threading.Condition(threading.Lock())
+        self._local = threading.local()
 
     def enter(self, action: str | None = None) -> None:
         """Start an operation; pair with :meth:`exit` (``op()`` does both).
@@ -157,36 +166,20 @@ class OperationGate:
         return first
 
 
-class AsyncOperationGate:
-    """The asyncio twin of :class:`OperationGate`, for backends whose operations are
-    coroutines on one event loop: counts in-flight operations, refuses new ones once
-    closing, and lets :meth:`close` *await* the ones in flight (never blocking the loop).
+class AsyncOperationGate(_Gate):
+    """The gate for backends whose operations are coroutines on one event loop: counts
+    in-flight operations, refuses new ones once closing, and lets :meth:`close` *await*
+    the ones in flight (never blocking the loop). No lock: one loop runs them all.
 
     Args:
         where: the store's redacted URL, for :class:`StoreClosed` messages.
     """
 
-    __slots__ = ("_active", "_closed", "_idle", "where")
+    __slots__ = ("_idle",)
 
     def __init__(self, where: str) -> None:
-        self.where = where
-        self._active = 0
-        self._closed = False
+        super().__init__(where)
         self._idle: asyncio.Event | None = None
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called (operations may still be draining)."""
-        return self._closed
-
-    def check(self, action: str | None = None) -> None:
-        """Raise :class:`StoreClosed` when closed.
-
-        Raises:
-            StoreClosed: the store is closed or closing.
-        """
-        if self._closed:
-            raise StoreClosed(self.where, action)
 
     def enter(self, action: str | None = None) -> None:
         """Start an operation; pair with :meth:`exit`.

@@ -9,12 +9,11 @@ It may import the core's events and backend values, and :mod:`ares_events.errors
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ares_events.core.backend import AppendOutcome, TrackingRecord
+from ares_events.core.backend import AppendOutcome, TrackingRecord, fresh_result
 from ares_events.core.events import (
     AppendResult,
     ExpectedVersion,
@@ -36,7 +35,6 @@ __all__ = [
     "check_range",
     "duplicate_result",
     "events_arg",
-    "fresh_result",
     "many_results",
     "plan_many",
     "tracking_arg",
@@ -107,23 +105,6 @@ def events_arg(stream_id: str, events: Any) -> Sequence[NewEvent]:
     if not events:
         raise InvalidEvent("events", "at least one event is required", stream_id=stream_id)
     return events
-
-
-def fresh_result(
-    stream_id: str, prepared: Sequence[PreparedEvent], outcome: AppendOutcome
-) -> AppendResult:
-    """The result of a fresh (not duplicate) append."""
-    if outcome.version is not None and outcome.position is not None:
-        version, position = outcome.version, outcome.position
-    else:
-        last = outcome.events[-1]
-        version, position = last.version, last.position
-    return AppendResult(
-        stream_id,
-        version,
-        position,
-        tuple(p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared),
-    )
 
 
 def duplicate_result(

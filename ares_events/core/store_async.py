@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.chain import ChainKey, genesis, link_hash
-from ares_events.core.backend import Batch, Capability, Head, TrackingRecord
+from ares_events.core.backend import Batch, Capability, Head, TrackingRecord, fresh_result
 from ares_events.core.blobs import BlobStore
 from ares_events.core.events import (
     ANY,
@@ -67,7 +67,6 @@ from ares_events.core.rules import (
     check_range,
     duplicate_result,
     events_arg,
-    fresh_result,
     many_results,
     plan_many,
     tracking_arg,

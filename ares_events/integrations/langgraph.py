@@ -41,18 +41,12 @@ It may import anything in the package, and ``langgraph``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import timedelta
+import functools
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
+from langgraph.checkpoint.base import CheckpointTuple
 
 from ares_events.integrations import thread_of
 from ares_events.integrations._langgraph_core import (
@@ -83,6 +77,17 @@ __all__ = [
 ]
 
 
+def _in_thread(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``a``-method that runs the blocking ``method`` in a worker thread."""
+
+    @functools.wraps(method)
+    async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    run.__doc__ = f":meth:`{method.__name__}` in a worker thread."
+    return run
+
+
 class AresSaver(_BlockingSaver):
     """A blocking LangGraph checkpointer over an ares-events store (see
     :class:`AsyncAresSaver` for the arguments and guarantees: the same code).
@@ -90,10 +95,6 @@ class AresSaver(_BlockingSaver):
     Its ``a``-methods run the blocking ones in a worker thread, for graphs that call them
     from asyncio code; asyncio programs should use :class:`AsyncAresSaver`.
     """
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """:meth:`get_tuple` in a worker thread."""
-        return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
         self,
@@ -110,57 +111,18 @@ class AresSaver(_BlockingSaver):
         for t in got:
             yield t
 
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """:meth:`get_delta_channel_history` in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.get_delta_channel_history(config=config, channels=channels)
-        )
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`put` in a worker thread."""
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`put_writes` in a worker thread."""
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`delete_thread` in a worker thread."""
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`delete_for_runs` in a worker thread."""
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`copy_thread` in a worker thread."""
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        keep_last: int | None = None,
-        older_than: timedelta | None = None,
-    ) -> None:
-        """:meth:`prune` in a worker thread."""
-        await asyncio.to_thread(
-            lambda: self.prune(
-                thread_ids, strategy=strategy, keep_last=keep_last, older_than=older_than
-            )
-        )
+# The other a-methods of BaseCheckpointSaver, each the blocking method in a thread (the
+# base class declares their signatures; restating them here would be a hand-kept twin).
+for _name in (
+    "get_tuple",
+    "get_delta_channel_history",
+    "put",
+    "put_writes",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
+):
+    setattr(AresSaver, f"a{_name}", _in_thread(getattr(_BlockingSaver, _name)))
+del _name

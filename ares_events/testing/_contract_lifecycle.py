@@ -23,6 +23,12 @@ KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
 
 
+def _is_async(recorder: object) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(getattr(recorder, "head", None))
+
+
 def _fp(key: bytes) -> str:
     return ae.integrity.ChainKey(key).fingerprint()
 
@@ -36,6 +42,22 @@ def _another(store: ae.EventStore, recorder: object, **kwargs: object) -> ae.Eve
 
 class LifecycleContract:
     """Identity and close: every store behaves the same."""
+
+    # -- capabilities ---------------------------------------------------------------------
+
+    def test_declared_capabilities_are_implemented(self, store: ae.EventStore) -> None:
+        """Each capability the backend declares is backed by its protocol's methods
+        (checked when the store opens, and here against the recorder itself)."""
+        from ares_events.core import recorder, recorder_async
+
+        rec = store.recorder
+        target = getattr(rec, "target", rec)  # the asyncio face's recorder, under a proxy
+        face = recorder_async if _is_async(target) else recorder
+        for cap in store.capabilities:
+            proto = face.REQUIRES.get(cap)
+            if proto is not None:
+                assert isinstance(target, proto), (cap, proto.__name__)
+        assert face.check_capabilities(target, store.url) == store.capabilities
 
     # -- identity -------------------------------------------------------------------------
 

@@ -121,7 +121,7 @@ _RACE_CHILD = textwrap.dedent(
     from ares_events.errors import WitnessRefused
     from ares_events.integrity.notes import SigningKey
     from ares_events.integrity.witness import LogWitness
-    from tests.test_witness import _request
+    from tests.integrity.test_witness import _request
 
     state, lk_text, wk_text, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     lk, wk = SigningKey.from_text(lk_text), SigningKey.from_text(wk_text)
@@ -159,7 +159,7 @@ def test_concurrent_requests_never_roll_the_witness_back(
     """Two requests from the same old size race, many times, in a child process: exactly
     one is cosigned each time and the stored size is the one cosigned (never rolled back)."""
     lk, wk = keys
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [
             sys.executable,

@@ -12,7 +12,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.errors import ChainIntegrityError, InvalidEvent, ReplayCapExceeded
-from ares_events.projections.replay import DEFAULT_MAX_REPLAY
+from ares_events.projections.recovery import DEFAULT_MAX_REPLAY
 
 
 def _fill(store: ae.EventStore, stream: str, n: int) -> None:

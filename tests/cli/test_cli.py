@@ -21,7 +21,7 @@ from ares_events.agents.demo import run_demo
 from ares_events.cli import cli
 from tests.cli_helpers import run, run_json
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"
 KEY_HEX = "0f" * 32
 

@@ -39,8 +39,8 @@ from ares_events.errors import ConcurrencyError
 from tests import journal_child as child
 from tests.fix_backends import store_url_for
 
-CHILD = Path(__file__).with_name("journal_child.py")
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide-journal.md"
+CHILD = Path(__file__).resolve().parents[1] / "journal_child.py"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide-journal.md"
 TIMEOUT = 120  # seconds; only to turn a hang into a failure
 
 # The events of one clean run of journal_child (flow=basic), in order.

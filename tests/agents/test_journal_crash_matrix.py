@@ -27,7 +27,7 @@ from ares_events.agents.journal import Journal
 from tests import journal_child as child
 from tests.cli_helpers import run, run_json
 
-DRIVER = Path(__file__).with_name("journal_matrix_child.py")
+DRIVER = Path(__file__).resolve().parents[1] / "journal_matrix_child.py"
 TIMEOUT = 900  # seconds; only to turn a hang into a failure
 MODES = ("reconcile", "idempotent", "none")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ITERATIONS = 150
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _race(backend: str, url: str, child: str = "tests.close_race_child") -> dict[str, object]:

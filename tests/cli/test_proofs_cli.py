@@ -240,7 +240,7 @@ def test_every_subcommand_is_documented_with_help(capsys: pytest.CaptureFixture[
 
     from ares_events.cli import cli
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     assert isinstance(cli, click.Group)
     found = 0
     for name, cmd in sorted(cli.commands.items()):

@@ -20,7 +20,7 @@ from ares_events.agents.journal import Journal
 from tests import journal_child as child
 from tests.cli_helpers import run, run_json
 
-CHILD = Path(__file__).with_name("journal_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "journal_child.py"
 TIMEOUT = 120  # seconds; only to turn a hang into a failure
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide-async.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide-async.md"
 
 
 def test_guide_async_example_runs(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide-langgraph.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide-langgraph.md"
 
 
 @pytest.mark.s3
