@@ -28,8 +28,8 @@ from ares_events.projections import (
 )
 from ares_events.projections.tables import MemoryTables, SQLTables, table_name, tables_for
 from tests.cli_helpers import run, run_json
-from tests.runner_child import CountingProjection
 from tests.projections.test_recovery import append_life
+from tests.runner_child import CountingProjection
 
 ROOT = Path(__file__).resolve().parents[2]
 
