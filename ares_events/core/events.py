@@ -479,8 +479,11 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         cell = self[12]
         p = cell[0]
         if p is _MISSING:
-            if (
-                self[6] is None
+            raw = self[6]
+            if type(raw) is bytes:  # inline, the common case: no second property call
+                p = cell[0] = orjson.loads(raw)
+            elif (
+                raw is None
                 and not isinstance(cell[2], bytes)
                 and self[11] is not None
                 and self[11].size > KEEP_FETCHED_BYTES

@@ -828,26 +828,33 @@ class PostgresRecorder:
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
-        """Keyset-paged read of one stream on ``(version, position)``: unique per row even
-        in a table whose unique index was dropped and holds two rows of one version, so no
-        row is skipped or returned twice. Each page is a short statement."""
+        """Keyset-paged read of one stream in version order, each page a short statement
+        (see SELECT_STREAM for why a full page holds back its last version)."""
         what = f"read of stream {stream_id!r}"
-        query, page = self.sql.stream, self.page_size
+        q, page = self.sql, self.page_size
         lo = max(from_version, 1)
         hi = to_version if to_version is not None else _FAR
         left = limit if limit is not None else _FAR
-        kv, kp = lo - 1, _MAX_KEY
         while left > 0:
-            want = min(page, left)
-            rows = self._query(what, query, (stream_id, lo, hi, kv, kp, want))
-            for r in rows:
-                yield row_to_event(r)
-            if len(rows) < want:
+            want = min(page, left + 1)  # one more than asked tells "the end" from "more"
+            rows = self._query(what, q.stream, (stream_id, lo, hi, want))
+            if len(rows) < want or len(rows) > left:
+                for e in map(row_to_event, rows[:left]):
+                    yield e
                 return
-            left -= len(rows)
-            kv, kp = rows[-1][1], rows[-1][2]
-            if type(kv) is int:
-                lo = max(lo, kv)
+            last = rows[-1][1]
+            cut = len(rows)
+            while cut and rows[cut - 1][1] == last:
+                cut -= 1
+            if cut == 0:
+                # One version fills the page: only a table whose unique index is gone.
+                rows = self._query(what, q.stream_version, (stream_id, last))
+                cut, lo = len(rows), last + 1
+            else:
+                lo = last
+            for e in map(row_to_event, rows[: min(cut, left)]):
+                yield e
+            left -= cut
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None

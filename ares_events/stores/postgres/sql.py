@@ -163,12 +163,19 @@ ERASE_PAYLOAD: Final = (
 )
 COUNT_BLOB_REFS: Final = "SELECT count(*) FROM {s}.ares_events WHERE payload_ref LIKE %s"
 SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
-# Keyset on (version, position): unique per row even in a table whose unique index was
-# dropped and holds two rows of one version, so no row is skipped or returned twice.
+# Ordered by version only: the (stream_id, version) index gives that order, so a page
+# reads just its rows whatever the table's statistics say (ordering by position too made
+# the planner, before the table was analyzed, sort every remaining row for each page).
+# The recorder holds back the last version of a full page and starts the next page at
+# it, so two rows of one version (a table whose unique index was dropped) both come out,
+# once each, ordered by position (SELECT_STREAM_VERSION, for a group filling a page).
 SELECT_STREAM: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s "
-    "AND version >= %s AND version <= %s AND (version, position) > (%s, %s) "
-    "ORDER BY version, position LIMIT %s"
+    "AND version >= %s AND version <= %s ORDER BY version LIMIT %s"
+)
+SELECT_STREAM_VERSION: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s AND version = %s "
+    "ORDER BY position"
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
@@ -282,6 +289,7 @@ class Statements:
     ids: sql.Composed
     insert: sql.Composed
     stream: sql.Composed
+    stream_version: sql.Composed
     all: sql.Composed
     all_range: sql.Composed
     all_from: sql.Composed
@@ -327,6 +335,7 @@ class Statements:
             ids=render(SELECT_IDS),
             insert=render(INSERT_EVENTS),
             stream=render(SELECT_STREAM),
+            stream_version=render(SELECT_STREAM_VERSION),
             all=render(SELECT_ALL),
             all_range=render(SELECT_ALL_RANGE),
             all_from=render(SELECT_ALL_FROM),
