@@ -98,6 +98,7 @@ RENAMES: dict[str, str] = {
     "aclose_iter": "close_iter",
     "aclosing_iter": "closing_iter",
     "afirst": "first",
+    "apages": "pages",
     "async_snapshot_store_for": "snapshot_store_for",
 }
 """Names renamed in the blocking face, besides the two rules of :func:`rename`."""
@@ -362,7 +363,7 @@ def convert(source: str, src_name: str, out_name: str) -> str:
     text = HEADER.format(src=Path(src_name).name) + text
     # Imports only one face used, __all__ order after renames, [x async for x in y]
     # that became [x for x in y], and `x = f(); return x` left by a dropped ASYNC block.
-    fixes = ["--select", "F401,I001,RUF022,C416,RET504", "--unsafe-fixes", "--exit-zero"]
+    fixes = ["--select", "F401,I001,RUF022,C416,RET504,UP028", "--unsafe-fixes", "--exit-zero"]
     text = _ruff(["check", "--fix", "--quiet", *fixes], text, out_name)
     return _ruff(["format", "--quiet"], text, out_name)
 

@@ -77,6 +77,9 @@ class Capability(enum.Enum):
     events, where the store records its identity."""
     DUPLICATE_SCAN = "duplicate_scan"
     """``find_duplicates()``: rows that break a uniqueness rule, for the audit."""
+    POSITION_SCAN = "position_scan"
+    """``positions(after_position)``: ``(position, stream_id, version)`` of every row in
+    global order, three columns and no event objects, for the audit's order check."""
     DEFAULT_BLOBS = "default_blobs"
     """``default_blobs_url()``: where spilled payloads go when no blob store is given."""
 

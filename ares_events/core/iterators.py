@@ -7,7 +7,7 @@ A backend's read may return any iterator (a generator, a ``map``, a list's itera
 these take the first item and close what can be closed, so a read stopped early gives its
 page and its connection back at once.
 
-It may import nothing from the package.
+It may import nothing from the package but :mod:`.faces`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any, TypeVar
 
-__all__ = ["close_iter", "closing_iter", "first", "maybe_await"]
+__all__ = ["close_iter", "closing_iter", "first", "maybe_await", "pages"]
 
 T = TypeVar("T")
 
@@ -44,6 +45,17 @@ def first(items: Iterator[T]) -> T | None:
         for item in each:
             return item
     return None
+
+
+def pages(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter), for work done a page at a
+    time (the chain verifier); closing the pages closes ``items``."""
+    try:
+        each = iter(items)  # a list would start again at every islice
+        while page := list(islice(each, size)):  # one C call a page
+            yield page
+    finally:
+        close_iter(items)
 
 
 def maybe_await(value: Any) -> Any:

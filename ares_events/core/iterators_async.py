@@ -6,7 +6,7 @@ A backend's read may return any iterator (a generator, a ``map``, a list's itera
 these take the first item and close what can be closed, so a read stopped early gives its
 page and its connection back at once.
 
-It may import nothing from the package.
+It may import nothing from the package but :mod:`.faces`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import AsyncIterator
+from itertools import islice
 from typing import Any, TypeVar
 
-__all__ = ["aclose_iter", "aclosing_iter", "afirst", "maybe_await"]
+from ares_events.core.faces import ASYNC
+
+__all__ = ["aclose_iter", "aclosing_iter", "afirst", "apages", "maybe_await"]
 
 T = TypeVar("T")
 
@@ -43,6 +46,27 @@ async def afirst(items: AsyncIterator[T]) -> T | None:
         async for item in each:
             return item
     return None
+
+
+async def apages(items: AsyncIterator[T], size: int) -> AsyncIterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter), for work done a page at a
+    time (the chain verifier); closing the pages closes ``items``."""
+    try:
+        if ASYNC:
+            page: list[T] = []
+            async for item in items:
+                page.append(item)
+                if len(page) == size:
+                    yield page
+                    page = []
+            if page:
+                yield page
+        else:
+            each = iter(items)  # a list would start again at every islice
+            while page := list(islice(each, size)):  # one C call a page
+                yield page
+    finally:
+        await aclose_iter(items)
 
 
 async def maybe_await(value: Any) -> Any:

@@ -42,6 +42,7 @@ __all__ = [
     "KeepsSnapshots",
     "Recorder",
     "ScansDuplicates",
+    "ScansPositions",
     "SnapshotRows",
     "Wakes",
     "Wraps",
@@ -209,6 +210,18 @@ class ScansDuplicates(Protocol):
 
 
 @runtime_checkable
+class ScansPositions(Protocol):
+    """:attr:`Capability.POSITION_SCAN`: the global order as bare tuples, for the audit
+    (which checks positions and finds streams without a head, and needs nothing else)."""
+
+    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` of every row after ``after_position`` in
+        position order, as stored (a tampered row may hold any type), with the
+        visibility bound of ``read_all``; paged."""
+        ...
+
+
+@runtime_checkable
 class HasDefaultBlobs(Protocol):
     """:attr:`Capability.DEFAULT_BLOBS`: a place for spilled payloads when none is
     configured (a SQLite file's ``<file>.blobs`` folder)."""
@@ -235,6 +248,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.METADATA: KeepsMetadata,
     Capability.SNAPSHOTS: KeepsSnapshots,
     Capability.DUPLICATE_SCAN: ScansDuplicates,
+    Capability.POSITION_SCAN: ScansPositions,
     Capability.DEFAULT_BLOBS: HasDefaultBlobs,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:

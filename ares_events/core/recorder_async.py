@@ -41,6 +41,7 @@ __all__ = [
     "AsyncKeepsSnapshots",
     "AsyncRecorder",
     "AsyncScansDuplicates",
+    "AsyncScansPositions",
     "AsyncSnapshotRows",
     "AsyncWakes",
     "AsyncWraps",
@@ -208,6 +209,18 @@ class AsyncScansDuplicates(Protocol):
 
 
 @runtime_checkable
+class AsyncScansPositions(Protocol):
+    """:attr:`Capability.POSITION_SCAN`: the global order as bare tuples, for the audit
+    (which checks positions and finds streams without a head, and needs nothing else)."""
+
+    def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` of every row after ``after_position`` in
+        position order, as stored (a tampered row may hold any type), with the
+        visibility bound of ``read_all``; paged."""
+        ...
+
+
+@runtime_checkable
 class AsyncHasDefaultBlobs(Protocol):
     """:attr:`Capability.DEFAULT_BLOBS`: a place for spilled payloads when none is
     configured (a SQLite file's ``<file>.blobs`` folder)."""
@@ -234,6 +247,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.METADATA: AsyncKeepsMetadata,
     Capability.SNAPSHOTS: AsyncKeepsSnapshots,
     Capability.DUPLICATE_SCAN: AsyncScansDuplicates,
+    Capability.POSITION_SCAN: AsyncScansPositions,
     Capability.DEFAULT_BLOBS: AsyncHasDefaultBlobs,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:

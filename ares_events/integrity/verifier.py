@@ -42,6 +42,7 @@ It may import the core and :mod:`.findings`.
 from __future__ import annotations
 
 import binascii
+import importlib
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -70,7 +71,7 @@ from ares_events.integrity.findings import Finding, VerifyReport
 logger = logging.getLogger(__name__)
 
 try:  # the optional native verifier (same results, a fraction of the cost)
-    from ares_events import _native  # type: ignore[attr-defined]
+    _native: Any = importlib.import_module("ares_events.integrity._native")
 except ImportError:  # pragma: no cover - the package works without it
     _native = None
 
@@ -79,7 +80,10 @@ _hexlify = binascii.hexlify
 _HEADER_PLAIN = _HEADER.replace(b'"at":%b,"id":%b,', b'"at":"%b","id":"%b",', 1)
 assert _HEADER_PLAIN != _HEADER  # the template above must keep this shape
 
-__all__ = ["ChainVerifier", "head_problem", "malformed_reason", "verify_events"]
+PAGE = 256
+"""Events a reader hands :meth:`ChainVerifier.check_page` at a time."""
+
+__all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason", "verify_events"]
 
 
 class ChainVerifier:
@@ -160,6 +164,7 @@ class ChainVerifier:
         if self._sid is None:
             return start
         key = None if self.key is None else self.key.key
+        i: int
         if _native is not None:
             i, self.last, self.last_hash = _native.verify_run(
                 events, start, self.stream_id, self._sid, self.last, self.last_hash, key

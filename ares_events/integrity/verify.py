@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
-from ares_events.core.iterators import closing_iter
+from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
 from ares_events.integrity.findings import VerifyReport
-from ares_events.integrity.verifier import ChainVerifier, head_problem
+from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore  # as is
@@ -48,10 +48,11 @@ def check_stream(
     stream_id: str,
     v: ChainVerifier,
     head: Head | None,
-    on_event: Callable[[RecordedEvent], None] | None = None,
+    on_page: Callable[[list[RecordedEvent]], None] | None = None,
 ) -> tuple[int, Head | None]:
-    """Check every event of the stream with ``v``, straight from the system of record
-    (under any cache wrapper); return how many and the head to compare with. A stream
+    """Check every event of the stream with ``v``, a page at a time, straight from the
+    system of record (under any cache wrapper); ``on_page`` sees each page of rows as read
+    (malformed ones included). Return how many rows and the head to compare with. A stream
     written while it is checked is followed: when the events read go past the head read
     first, the head is read again, and if it moved further the new events are read up to
     it too, so a live stream is never reported truncated."""
@@ -60,12 +61,13 @@ def check_stream(
     start = 1
     while True:
         progressed = False
-        with closing_iter(source.read(stream_id, start, None, None)) as events:
-            for e in events:
-                v.check(e)
-                if on_event is not None:
-                    on_event(e)
-                n += 1
+        events = source.read(stream_id, start, None, None)
+        with closing_iter(pages(events, PAGE)) as each_page:
+            for page in each_page:
+                v.check_page(page)
+                if on_page is not None:
+                    on_page(page)
+                n += len(page)
                 progressed = True
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head

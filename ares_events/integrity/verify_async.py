@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
-from ares_events.core.iterators_async import aclosing_iter
+from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.recorder_async import system_of_record
 from ares_events.integrity.findings import VerifyReport
-from ares_events.integrity.verifier import ChainVerifier, head_problem
+from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 
 if ASYNC:
     from ares_events.stores.threaded import async_face
@@ -54,10 +54,11 @@ async def check_stream(
     stream_id: str,
     v: ChainVerifier,
     head: Head | None,
-    on_event: Callable[[RecordedEvent], None] | None = None,
+    on_page: Callable[[list[RecordedEvent]], None] | None = None,
 ) -> tuple[int, Head | None]:
-    """Check every event of the stream with ``v``, straight from the system of record
-    (under any cache wrapper); return how many and the head to compare with. A stream
+    """Check every event of the stream with ``v``, a page at a time, straight from the
+    system of record (under any cache wrapper); ``on_page`` sees each page of rows as read
+    (malformed ones included). Return how many rows and the head to compare with. A stream
     written while it is checked is followed: when the events read go past the head read
     first, the head is read again, and if it moved further the new events are read up to
     it too, so a live stream is never reported truncated."""
@@ -66,12 +67,13 @@ async def check_stream(
     start = 1
     while True:
         progressed = False
-        async with aclosing_iter(source.read(stream_id, start, None, None)) as events:
-            async for e in events:
-                v.check(e)
-                if on_event is not None:
-                    on_event(e)
-                n += 1
+        events = source.read(stream_id, start, None, None)
+        async with aclosing_iter(apages(events, PAGE)) as each_page:
+            async for page in each_page:
+                v.check_page(page)
+                if on_page is not None:
+                    on_page(page)
+                n += len(page)
                 progressed = True
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head

@@ -20,11 +20,11 @@ It may import the core, the stores, integrity and this package's other modules.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ares_events.core.events import RecordedEvent
-from ares_events.core.iterators import closing_iter
+from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.snapshots import make_snapshot
 from ares_events.errors import (
     ChainIntegrityError,
@@ -34,7 +34,7 @@ from ares_events.errors import (
     SnapshotMismatch,
 )
 from ares_events.integrity.findings import Finding
-from ares_events.integrity.verifier import ChainVerifier
+from ares_events.integrity.verifier import PAGE, ChainVerifier
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.results import (
     DEFAULT_MAX_REPLAY,
@@ -122,21 +122,30 @@ def replay(
     while True:
         progressed = False
         # Read one past the cap to learn whether the cap cut the stream short.
-        with closing_iter(store.read(stream_id, start, None, max_replay - n + 1)) as evs:
-            for e in evs:
-                if n == max_replay:
-                    capped = True
+        events = store.read(stream_id, start, None, max_replay - n + 1)
+        with closing_iter(pages(events, PAGE)) as each_page:
+            for page in each_page:
+                rest: Sequence[RecordedEvent] = page
+                while rest:
+                    room = max_replay - n
+                    if room == 0:
+                        capped = True
+                        break
+                    if len(rest) <= room:
+                        chunk, rest = rest, ()
+                    else:
+                        chunk, rest = rest[:room], rest[room:]
+                    if verifier is not None:
+                        # Malformed rows (tampering) are reported and never folded.
+                        chunk = verifier.check_page(chunk)
+                    for e in chunk:
+                        state = fold(state, e)
+                    if chunk:
+                        n += len(chunk)
+                        last = chunk[-1]
+                        progressed = True
+                if capped:
                     break
-                if (
-                    verifier is not None
-                    and not verifier.check(e)
-                    and verifier.findings[-1].kind == "malformed_row"
-                ):
-                    continue  # not an event (a tampered row): reported, never folded
-                state = fold(state, e)
-                last = e
-                n += 1
-                progressed = True
         version = last.version if last is not None else from_version - 1
         if (
             verifier is None

@@ -200,6 +200,10 @@ class ThreadedRecorder:
         """The audit's uniqueness scan, pulled on reader threads."""
         return self._pull(self.sync.find_duplicates)
 
+    def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """The audit's position scan, pulled on reader threads."""
+        return self._pull(lambda: self.sync.positions(after_position))
+
     async def _pull(self, make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
         it: Iterator[T] | None = None
         size = self._chunk

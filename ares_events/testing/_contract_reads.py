@@ -19,6 +19,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.core.events import format_at, parse_at
+from ares_events.core.recorder import system_of_record
 from ares_events.errors import ConcurrencyError, InvalidEvent
 from ares_events.stores import Capability
 from ares_events.testing._contract_helpers import (
@@ -101,6 +102,21 @@ class ReadContract:
         assert got("app/", limit=0) == []
         with pytest.raises(InvalidEvent):
             list(store.read_all(stream_prefix=b"app/"))  # type: ignore[arg-type]
+
+    def test_position_scan_is_read_all_in_three_columns(self, store: ae.EventStore) -> None:
+        """Capability.POSITION_SCAN (the audit's order check): positions(after) gives
+        (position, stream_id, version) of exactly the rows read_all gives, in its order,
+        over more than one page."""
+        _require(store, Capability.POSITION_SCAN)
+        for i in range(3):
+            store.append(f"s{i}", _evs(700, 700 * i))
+        store.append("s0", _evs(5))
+        rec: Any = system_of_record(store.recorder)
+        want = [(e.position, e.stream_id, e.version) for e in store.read_all()]
+        assert len(want) == 2105
+        assert list(rec.positions(0)) == want
+        assert list(rec.positions(want[1000][0])) == want[1001:]
+        assert list(rec.positions(want[-1][0])) == []
 
     def test_read_all_empty_store(self, store: ae.EventStore) -> None:
         """An empty store reads nothing and lists no streams."""

@@ -88,6 +88,7 @@ class AsyncMemoryRecorder:
             Capability.ERASE,
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
+            Capability.POSITION_SCAN,
         }
     )
 
@@ -264,6 +265,16 @@ class AsyncMemoryRecorder:
                 stop = len(log) if limit is None else min(len(log), start + limit)
                 chunk = log[start:stop]
         return _each(map(fresh, chunk))
+
+    def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` of the global log after ``after_position``,
+        taken now; for the audit."""
+        with self._d.lock:
+            self._check("positions")
+            log = self._d.log
+            start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
+            rows = [(e[2], e[0], e[1]) for e in log[start:]]
+        return _each(rows)
 
     async def head(self, stream_id: str) -> Head | None:
         """Current head."""

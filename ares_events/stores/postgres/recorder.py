@@ -219,6 +219,7 @@ class PostgresRecorder:
             Capability.ERASE,
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
+            Capability.POSITION_SCAN,
         }
     )
 
@@ -881,6 +882,17 @@ class PostgresRecorder:
                 return
             left -= len(rows)
             after = rows[-1][2]
+
+    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` in global order after ``after_position``,
+        below the visibility bound, keyset-paged; for the audit."""
+        after, page = after_position, self.page_size
+        while True:
+            rows = self._query("audit scan", self.sql.positions, (after, page))
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     def head(self, stream_id: str) -> Head | None:
         """The stream's head row."""

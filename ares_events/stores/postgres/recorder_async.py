@@ -222,6 +222,7 @@ class AsyncPostgresRecorder:
             Capability.ERASE,
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
+            Capability.POSITION_SCAN,
         }
     )
 
@@ -909,6 +910,18 @@ class AsyncPostgresRecorder:
                 return
             left -= len(rows)
             after = rows[-1][2]
+
+    async def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` in global order after ``after_position``,
+        below the visibility bound, keyset-paged; for the audit."""
+        after, page = after_position, self.page_size
+        while True:
+            rows = await self._query("audit scan", self.sql.positions, (after, page))
+            for r in rows:
+                yield r
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     async def head(self, stream_id: str) -> Head | None:
         """The stream's head row."""

@@ -181,6 +181,11 @@ SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
     f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
 )
+# The audit's order check: three columns, no event objects.
+SELECT_POSITIONS: Final = (
+    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
+    f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
+)
 # One application's events (prefix_range): a range on stream_id in byte order whatever
 # the database's collation (COLLATE "C"), so no character is a wildcard.
 SELECT_ALL_RANGE: Final = (
@@ -293,6 +298,7 @@ class Statements:
     all: sql.Composed
     all_range: sql.Composed
     all_from: sql.Composed
+    positions: sql.Composed
     last: sql.Composed
     head: sql.Composed
     heads: sql.Composed
@@ -339,6 +345,7 @@ class Statements:
             all=render(SELECT_ALL),
             all_range=render(SELECT_ALL_RANGE),
             all_from=render(SELECT_ALL_FROM),
+            positions=render(SELECT_POSITIONS),
             last=render(SELECT_LAST_POSITION),
             head=render(SELECT_HEAD),
             heads=render(SELECT_HEADS),

@@ -89,6 +89,7 @@ from ares_events.stores.sqlite.sql import (
     SELECT_IDS,
     SELECT_LAST_POSITION,
     SELECT_META,
+    SELECT_POSITIONS,
     SELECT_SCHEMA_VERSION,
     SELECT_STREAM,
     SELECT_TRACKING,
@@ -162,6 +163,7 @@ class SQLiteRecorder(SQLiteErasure):
             Capability.ERASE,
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
+            Capability.POSITION_SCAN,
             Capability.DEFAULT_BLOBS,
         }
     )
@@ -617,6 +619,17 @@ class SQLiteRecorder(SQLiteErasure):
                 return
             left -= len(rows)
             after = rows[-1][2]
+
+    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` in global order after ``after_position``,
+        keyset-paged; for the audit."""
+        after, page = after_position, self.page_size
+        while True:
+            rows = self._query(SELECT_POSITIONS, (after, page))
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     def head(self, stream_id: str) -> Head | None:
         """The stream's head row."""

@@ -26,6 +26,11 @@ SELECT_ALL: Final = (
 )
 # One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
 # byte order = code point order), so no character is a wildcard.
+# The audit's order check: three columns, no event objects.
+SELECT_POSITIONS: Final = (
+    "SELECT position, stream_id, version FROM ares_events WHERE position > ? "
+    "ORDER BY position LIMIT ?"
+)
 SELECT_ALL_RANGE: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
     "AND stream_id >= ? AND stream_id < ? ORDER BY position LIMIT ?"
