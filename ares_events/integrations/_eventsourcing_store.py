@@ -211,8 +211,7 @@ class AresDatastore:
             first = recs[0].prev_hash if recs else None
             start = first if isinstance(first, bytes) and len(first) == len(_NO_HASH) else _NO_HASH
             v = ChainVerifier(sid, key, start_version=lo - 1, start_hash=start)
-        for e in recs:
-            v.check(e)
+        v.check_page(recs)
         if reaches and (recs or (head is not None and head.version >= lo)):
             v.check_head(head)
         if v.findings:

@@ -270,16 +270,17 @@ class ThreadIndex:
         applied yet (the saver's own appends are applied when written, and verified
         here when read back); ``head`` (given on the first read) is compared with the
         last one."""
-        for e in events:
-            if self.findings:
-                break
-            if not self.verifier.check(e):
+        if not self.findings:
+            page = events if isinstance(events, Sequence) else list(events)
+            sound = self.verifier.sound_prefix(page)
+            for i in range(sound):
+                e = page[i]
+                if e[1] > self.applied:
+                    self._apply(e)
+                    self.applied = e[1]
+            if sound < len(page):
                 self.findings.extend(self.verifier.findings)
                 self.verifier.findings.clear()
-                break
-            if e.version > self.applied:
-                self._apply(e)
-                self.applied = e.version
         if head is not None and not self.findings:
             self.verifier.check_head(head)
             self.findings.extend(self.verifier.findings)

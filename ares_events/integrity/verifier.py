@@ -80,8 +80,11 @@ _hexlify = binascii.hexlify
 _HEADER_PLAIN = _HEADER.replace(b'"at":%b,"id":%b,', b'"at":"%b","id":"%b",', 1)
 assert _HEADER_PLAIN != _HEADER  # the template above must keep this shape
 
-PAGE = 256
-"""Events a reader hands :meth:`ChainVerifier.check_page` at a time."""
+PAGE = 64
+"""Events a reader hands :meth:`ChainVerifier.check_page` at a time: enough to spread a
+call's cost, few enough that a page's events die young. Each event is two objects the
+garbage collector tracks; 256 of them alive at once (with their decoded payloads) pass
+its threshold of 700 and cost a collection every page, a third more on a replay."""
 
 __all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason", "verify_events"]
 
@@ -157,6 +160,16 @@ class ChainVerifier:
             out.extend(events[i + 1 : j])
             i = j
         return out
+
+    def sound_prefix(self, events: Sequence[RecordedEvent]) -> int:
+        """Check ``events`` in order up to the first one that is not sound; return how
+        many came before it (``len(events)`` when all are sound). That event's findings
+        are recorded; the events after it are not checked."""
+        n = len(events)
+        i = self._run(events, 0)
+        while i < n and self._check_slow(events[i]):
+            i = self._run(events, i + 1)
+        return i
 
     def _run(self, events: Sequence[RecordedEvent], start: int) -> int:
         """Check ``events[start:]`` on the fast path; return the index of the first event

@@ -668,3 +668,34 @@ def test_statement_timeout_is_honoured(postgres_url: str, admin: psycopg.Connect
         assert isinstance(info.value.__cause__, psycopg.errors.QueryCanceled)
         assert store.stream_version("s") == 1
         assert store.append("s", [_ev(2)]).version == 2
+
+
+def test_a_duplicated_version_larger_than_a_page_is_read_whole(
+    postgres_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    """Pages are keyed on the version alone; a version held by more rows than a page (only
+    possible once the unique constraint is dropped: tampering) is read in one extra
+    statement, so every row comes back exactly once and the verifier sees them all."""
+    url = _with(postgres_url, page_size=3)
+    schema = _schema_of(postgres_url)
+    with ae.open_store(url) as store:
+        store.append("s", [_ev(i) for i in range(6)])
+        admin.execute(
+            f'ALTER TABLE "{schema}".ares_events '
+            "DROP CONSTRAINT ares_events_stream_id_version_key, "
+            "DROP CONSTRAINT ares_events_event_id_key"
+        )
+        for k in range(4):
+            admin.execute(
+                f'INSERT INTO "{schema}".ares_events SELECT position + 1000 * %s, stream_id, '
+                "version, event_id, type, module, payload, payload_ref, metadata, "
+                f'recorded_at, prev_hash, hash FROM "{schema}".ares_events '
+                "WHERE stream_id = 's' AND version = 2 ORDER BY position LIMIT 1",
+                (k + 1,),
+            )
+        got = [(e.version, e.position) for e in store.read("s")]
+        assert [v for v, _ in got] == [1, 2, 2, 2, 2, 2, 3, 4, 5, 6]
+        assert len(set(got)) == len(got)
+        assert [e.version for e in store.read("s", 2, 3)] == [2, 2, 2, 2, 2, 3]
+        report = ae.integrity.verify_stream(store, "s")
+        assert ("duplicate_version", 2) in {(f.kind, f.version) for f in report.findings}
