@@ -368,6 +368,12 @@ class ReadFixtures:
             raise RuntimeError(f"bad replay: {res.findings[:3]} capped={res.capped}")
         return res.state
 
+    def replay_ours_noverify(self) -> tuple[int, int]:
+        res = ae.replay(
+            self.ours.store, self.sid, fold_ours, (0, 0), max_replay=10**7, verify=False
+        )
+        return res.state
+
     def replay_theirs(self) -> tuple[int, int]:
         state = (0, 0)
         for se in self.theirs.rec.select_events(self.oid):

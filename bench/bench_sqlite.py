@@ -375,6 +375,13 @@ class ReadFixtures:
             state = fold_ours(state, e)
         return state
 
+    def tail_count(self, k: int) -> int:
+        """The last ``k`` events read (not decoded), as the PostgreSQL tail workload."""
+        return len(list(self.ours.store.read(self.sid, from_version=self.n - k + 1)))
+
+    def tail_theirs_count(self, k: int) -> int:
+        return len(self.theirs.rec.select_events(self.oid, gt=self.n - k))
+
     def tail_ours_with_head(self, k: int) -> tuple[int, int]:
         v = self.ours.store.stream_version(self.sid)
         state = (0, 0)
