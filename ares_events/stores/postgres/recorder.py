@@ -220,6 +220,7 @@ class PostgresRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -252,6 +253,7 @@ class PostgresRecorder:
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
+        self._byte_order: bool | None = None  # the database sorts text by code point
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -909,6 +911,24 @@ class PostgresRecorder:
             if len(rows) < page:
                 return
             after = rows[-1][0]
+
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
+        """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
+        q = self.sql
+        if prefix is None:
+            rows = self._query("listing streams", q.heads, (after, limit))
+        else:
+            if self._byte_order is None:
+                found = self._query("the database's collation", q.byte_order, ())
+                self._byte_order = bool(found and found[0][0])
+            lo, hi = prefix_range(prefix)
+            if not self._byte_order:
+                rows = self._query("listing streams", q.heads_starting, (after, lo, limit))
+            elif hi is None:
+                rows = self._query("listing streams", q.heads_from, (after, lo, limit))
+            else:
+                rows = self._query("listing streams", q.heads_range, (after, lo, hi, limit))
+        return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""

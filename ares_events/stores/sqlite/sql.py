@@ -45,6 +45,16 @@ SELECT_HEADS: Final = (
     "SELECT stream_id, version, head_hash FROM ares_streams "
     "WHERE stream_id > ? ORDER BY stream_id LIMIT ?"
 )
+# One page of heads (Capability.STREAM_PAGES): the primary key's BINARY order, a range for
+# the prefix (prefix_range), so no character is a wildcard and the index serves both.
+SELECT_HEADS_RANGE: Final = (
+    "SELECT stream_id, version, head_hash FROM ares_streams "
+    "WHERE stream_id > ? AND stream_id >= ? AND stream_id < ? ORDER BY stream_id LIMIT ?"
+)
+SELECT_HEADS_FROM: Final = (
+    "SELECT stream_id, version, head_hash FROM ares_streams "
+    "WHERE stream_id > ? AND stream_id >= ? ORDER BY stream_id LIMIT ?"
+)
 SELECT_LAST_POSITION: Final = "SELECT coalesce(max(position), 0) FROM ares_events"
 SELECT_HEAD_AND_POSITION: Final = (
     "SELECT (SELECT version FROM ares_streams WHERE stream_id = ?), "
