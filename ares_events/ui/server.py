@@ -144,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Security-Policy", CSP)
         self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Referrer-Policy", "same-origin")  # same-origin POSTs keep their Origin
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Cache-Control", "no-store")
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
