@@ -114,7 +114,12 @@ def browse_every_view(driver: Any, c: Console, name: str) -> None:
     screenshot(driver, f"{name}-run")
     form = driver.find_element(By.CSS_SELECTOR, "#step-1 form.diff-form")
     form.find_element(By.NAME, "current").send_keys(
-        '{"messages": [{"role": "user", "content": "Summarise topic B."}], "params": {"temperature": 0}}'
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": "Summarise topic B."}],
+                "params": {"temperature": 0},
+            }
+        )
     )
     form.find_element(By.CSS_SELECTOR, "button").click()
     WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.ID, "diff"))
