@@ -132,10 +132,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         # The query may hold the session token: only the path is logged.
-        logger.info("%s %s", self.command, urlsplit(self.path).path)
+        # (its arguments may quote the raw request line, query and all: not logged)
+        path = urlsplit(getattr(self, "path", "") or "").path
+        logger.info("%s %s: refused by the HTTP layer", getattr(self, "command", "-"), path)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        logger.debug("%s %s -> %s", self.command, urlsplit(self.path).path, code)
+        logger.info("%s %s -> %s", self.command, urlsplit(self.path).path, code)
 
     def _headers(
         self, status: HTTPStatus, ctype: str, length: int | None = None, **extra: str

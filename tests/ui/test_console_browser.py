@@ -10,7 +10,11 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -20,6 +24,13 @@ from tests.ui import fleet
 from tests.ui.conftest import Console, console, requested_urls, screenshot
 
 WAIT = 30  # seconds; only to turn a hang into a failure
+
+
+def wait(driver: Any) -> WebDriverWait[Any]:
+    """A wait that retries when a live refresh replaced the element it was reading."""
+    return WebDriverWait(
+        driver, WAIT, ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)
+    )
 
 
 def text_of(driver: Any, css: str) -> str:
@@ -51,7 +62,7 @@ def only_own_origin(driver: Any, c: Console) -> None:
 
 def open_view(driver: Any, c: Console, path: str) -> None:
     driver.get(c.base + path)
-    WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.ID, "main"))
+    wait(driver).until(lambda d: d.find_elements(By.ID, "main"))
     no_dialog(driver)
 
 
@@ -59,7 +70,7 @@ def browse_every_view(driver: Any, c: Console, name: str) -> None:
     """Open each view, check its content, save a screenshot of it."""
     requested_urls(driver)  # forget what earlier tests asked for
     driver.get(c.login)  # sets the session cookie, then drops the token from the address
-    WebDriverWait(driver, WAIT).until(lambda d: d.current_url.endswith("/streams"))
+    wait(driver).until(lambda d: d.current_url.endswith("/streams"))
     assert "token=" not in driver.current_url
     streams = text_of(driver, "#streams")
     for sid in ("run-done", "run-doubt", "agent-1", "agent-2"):
@@ -77,7 +88,7 @@ def browse_every_view(driver: Any, c: Console, name: str) -> None:
     assert "verified" in text_of(driver, "#chain")
     screenshot(driver, f"{name}-stream")
     driver.find_element(By.CSS_SELECTOR, "a.fetch").click()
-    WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.ID, "payload"))
+    wait(driver).until(lambda d: d.find_elements(By.ID, "payload"))
     assert "x" * 5000 in text_of(driver, "#payload")
 
     open_view(driver, c, "/stream?id=agent-1")
@@ -122,14 +133,14 @@ def browse_every_view(driver: Any, c: Console, name: str) -> None:
         )
     )
     form.find_element(By.CSS_SELECTOR, "button").click()
-    WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.ID, "diff"))
+    wait(driver).until(lambda d: d.find_elements(By.ID, "diff"))
     diff = text_of(driver, "#diff")
     assert "-" in diff and "topic A." in diff and "topic B." in diff
     screenshot(driver, f"{name}-divergence")
 
     open_view(driver, c, "/integrity")
     driver.find_element(By.ID, "audit-start").click()
-    WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.ID, "audit-result"))
+    wait(driver).until(lambda d: d.find_elements(By.ID, "audit-result"))
     result = text_of(driver, "#audit-result")
     assert "clean" in result and "streams" in result
     screenshot(driver, f"{name}-integrity")
@@ -145,14 +156,14 @@ def live_update(driver: Any, c: Console, url: str, name: str) -> None:
     """A stream appended by another process shows up in the open list, without a reload."""
     open_view(driver, c, "/streams")
     driver.execute_script("window.__sameDocument = 'yes';")
-    WebDriverWait(driver, WAIT).until(
+    wait(driver).until(
         lambda d: d.execute_script(
             "return performance.getEntriesByType('resource').some(e => e.name.includes('/live'))"
         )
     )
     with ae.open_store(url) as writer:
         ae.emit(writer, "agent-0-new", "note.added", "runtime", {"live": True})
-    WebDriverWait(driver, WAIT).until(lambda d: "agent-0-new" in text_of(d, "#streams"))
+    wait(driver).until(lambda d: "agent-0-new" in text_of(d, "#streams"))
     assert driver.execute_script("return window.__sameDocument") == "yes"
     screenshot(driver, f"{name}-live")
 
@@ -179,7 +190,7 @@ def test_hostile_content_stays_text(driver: Any, sqlite_url: str) -> None:
     with console(sqlite_url) as c:
         requested_urls(driver)
         driver.get(c.login)
-        WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.ID, "streams"))
+        wait(driver).until(lambda d: d.find_elements(By.ID, "streams"))
         assert visible(fleet.EVIL_ID) in text_of(driver, "#streams")
         pages = [
             "/streams",

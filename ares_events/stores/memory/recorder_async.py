@@ -301,9 +301,7 @@ class AsyncMemoryRecorder:
             self._check()
             heads = self._d.heads
             ids = [
-                sid
-                for sid in heads
-                if sid > after and (prefix is None or sid.startswith(prefix))
+                sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
             ]
             return [(sid, heads[sid]) for sid in heapq.nsmallest(limit, ids)]
 
