@@ -374,18 +374,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._html("Run", body, live=page_no == pages, position=st.store.last_position())
 
     def _proof(self, q: dict[str, str]) -> None:
+        from ares_events.projections.merkle import MERKLE_PROJECTION, MerkleLog
+
+        store = self.state.store
         sid, version = q.get("stream", ""), _int(q, "version", 1)
-        if not self.state.actions:
+        if not sid:
+            raise ConfigError("which stream? (stream=...)")
+        if not any(m.name == MERKLE_PROJECTION for m in read_models(store)):
             raise _Refused(
                 HTTPStatus.CONFLICT,
-                "a proof needs the Merkle log caught up, which writes: start the console with "
-                f"--allow-actions, or run `ares-events prove {sid} {version} --json`",
+                "this store has no Merkle log yet: sign a checkpoint with "
+                "`ares-events checkpoint --key FILE` first",
             )
-        from ares_events.projections.merkle import MerkleLog
-
-        log = MerkleLog(self.state.store)
-        log.catch_up()
-        doc = log.prove_event(sid, version, key=None)
+        # Read-only: a proof of what the log holds against its latest stored checkpoint;
+        # with actions allowed, the log is caught up first (as `ares-events prove` does).
+        doc = MerkleLog(store).prove_event(sid, version, catch_up=self.state.actions)
         data = (json.dumps(doc, indent=2) + "\n").encode()
         name = f"proof-v{version}.json"
         self._send(

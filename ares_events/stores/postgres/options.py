@@ -65,6 +65,7 @@ class PostgresOptions:
     migrate: bool
     notify: bool
     create: bool = True
+    read_only: bool = False
     connect_kwargs: dict[str, Any] = field(repr=False)
     """Keyword arguments of ``psycopg.connect`` (may hold the password: never shown)."""
 
@@ -163,6 +164,7 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         migrate=migrate,
         notify=notify,
         create=parse_bool(own.get("create", True), "create", where) and not read_only,
+        read_only=read_only,
         connect_kwargs=kwargs,
     )
 

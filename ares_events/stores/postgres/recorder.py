@@ -245,6 +245,9 @@ class PostgresRecorder:
         self.schema = schema
         self.page_size = page_size
         self.notify = notify
+        self.read_only = False
+        """Every transaction is read-only (``read_only=True`` at open: the server refuses
+        writes); tables beside the events are then read, never created."""
         self.predict_heads = True
         self.sql = Statements.for_schema(schema)
         self.channel = channel_for(schema)
@@ -332,7 +335,7 @@ class PostgresRecorder:
         try:
             if opts.pool_min:  # the blocking pool is open: wait for its first connections
                 pool.wait(timeout=max(opts.pool_timeout, 1.0))
-            return cls.open(
+            rec = cls.open(
                 pool,
                 schema=opts.schema,
                 migrate=bool(opts.migrate),
@@ -345,6 +348,8 @@ class PostgresRecorder:
                 secret=url.password,
                 notify=opts.notify,
             )
+            rec.read_only = opts.read_only
+            return rec
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
             raise StoreUnavailable(

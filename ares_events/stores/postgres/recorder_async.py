@@ -248,6 +248,9 @@ class AsyncPostgresRecorder:
         self.schema = schema
         self.page_size = page_size
         self.notify = notify
+        self.read_only = False
+        """Every transaction is read-only (``read_only=True`` at open: the server refuses
+        writes); tables beside the events are then read, never created."""
         self.predict_heads = True
         self.sql = Statements.for_schema(schema)
         self.channel = channel_for(schema)
@@ -358,7 +361,7 @@ class AsyncPostgresRecorder:
                 await pool.open(wait=bool(opts.pool_min), timeout=max(opts.pool_timeout, 1.0))
             elif opts.pool_min:  # the blocking pool is open: wait for its first connections
                 pool.wait(timeout=max(opts.pool_timeout, 1.0))
-            return await cls.open(
+            rec = await cls.open(
                 pool,
                 schema=opts.schema,
                 migrate=bool(opts.migrate),
@@ -371,6 +374,8 @@ class AsyncPostgresRecorder:
                 secret=url.password,
                 notify=opts.notify,
             )
+            rec.read_only = opts.read_only
+            return rec
         except psycopg_pool.PoolTimeout as exc:
             await pool.close()
             raise StoreUnavailable(

@@ -405,6 +405,25 @@ class SQLiteRecorder(SQLiteErasure):
         with self._gate.op(), self._write() as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction (deferred ``BEGIN``, always rolled back) on this thread's
+        connection: one consistent view of the tables beside the events, also on a
+        read-only store; raw sqlite3 errors propagate.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while the transaction ran.
+        """
+        with self._gate.op():
+            conn = self._conn()
+            with self._serial:
+                self._retry(lambda: conn.execute("BEGIN"))
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3
         errors propagate.
