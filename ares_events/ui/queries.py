@@ -1,7 +1,7 @@
 """What the console's views show, read from the store a page at a time.
 
 Nothing here writes: streams are listed with :meth:`EventStore.streams_page`, events are
-read by version range, runs are folded with :func:`~ares_events.agents.runs.inspect_run`
+read by version range, runs are folded as :func:`~ares_events.agents.runs.inspect_run` does
 (which appends nothing) and cached by ``(run, version)``, so a page of a 10,000-step run
 folds it once per new event, not once per view.
 
@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ares_events.agents.journal_errors import RunNotFound
-from ares_events.agents.runs import RunInfo, StepInfo, inspect_run
-from ares_events.core.backend import Head
+from ares_events.agents.run_info import StepInfo, run_status, steps_of, tokens_of
+from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, RecordedEvent
 from ares_events.core.iterators import closing_iter, first
 from ares_events.core.store import EventStore
 from ares_events.integrations import LANGGRAPH_STREAM_PREFIX
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
+from ares_events.projections.builtin import RunStateProjection
+from ares_events.projections.recovery import recover
 
 __all__ = [
     "EVENTS_PER_PAGE",
@@ -32,14 +34,17 @@ __all__ = [
     "STREAMS_PER_PAGE",
     "PageChain",
     "RunCache",
-    "RunRow",
+    "RunSummary",
     "StreamRow",
     "event_page",
     "kind_of",
     "load_requests",
     "page_chain",
+    "page_of_step",
     "run_rows",
+    "steps_page",
     "stream_rows",
+    "summarize",
 ]
 
 STREAMS_PER_PAGE: Final = 50
@@ -147,27 +152,123 @@ def page_chain(
 
 
 @dataclass(frozen=True, slots=True)
-class RunRow:
-    """One line of the runs list."""
+class RunSummary:
+    """A run as its log tells it (the fields of :class:`~ares_events.agents.runs.RunInfo`),
+    without a step object per step: :func:`steps_page` builds those for one page, so a run
+    of 10,000 steps costs a fold, not 10,000 objects, per view."""
 
-    info: RunInfo
+    run_id: str
+    status: str
+    version: int
+    code_revision: str | None
+    step_keys: tuple[str, ...]
+    """Every step number (as the fold keys them), in order."""
+    usage: dict[str, Any]
+    tokens: int
+    interrupt: dict[str, Any] | None
+    error: str | None
+    result: Any
+    resumes: int
+    cancelled: dict[str, Any] | None
+    updated_at: str | None
     started_at: str | None
+    in_doubt: tuple[StepInfo, ...]
+    findings: list[Finding]
+    skipped: list[str]
+    state: dict[str, Any] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """The chain checked clean and every event matched its schema."""
+        return not self.findings and not self.skipped
+
+    @property
+    def step_count(self) -> int:
+        """How many steps."""
+        return len(self.step_keys)
+
+    def matches(self, status: str | None) -> bool:
+        """Whether this run is listed under ``status`` (as ``RunInfo.matches``)."""
+        if status is None or status == self.status:
+            return True
+        if status == "paused":
+            return self.status == "in_doubt"
+        return status == "in_doubt" and bool(self.in_doubt)
+
+
+def summarize(store: EventStore, run_id: str) -> RunSummary:
+    """Fold the run (snapshot first, chain checked, schema problems listed), appending
+    nothing.
+
+    Raises:
+        RunNotFound: not a run.
+    """
+    opening = first(store.read(run_id, 1, limit=1))
+    if opening is None or opening.type != "run.started":
+        raise RunNotFound(run_id, "no such run" if opening is None else "not a run")
+    snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
+    rep = recover(
+        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
+    )
+    state = rep.state
+    last = first(store.read(run_id, rep.version, limit=1))
+    keys = tuple(sorted(state["steps"], key=int))
+    doubt = {k: state["steps"][k] for k in keys if _in_doubt(state["steps"][k])}
+    return RunSummary(
+        run_id=run_id,
+        status=run_status(state),
+        version=rep.version,
+        code_revision=state["code_revision"],
+        step_keys=keys,
+        usage=dict(state["usage"]),
+        tokens=sum(tokens_of(u) for u in state["usage_by_step"].values()),
+        interrupt=state["interrupt"],
+        error=state["error"],
+        result=state.get("result"),
+        resumes=int(state["resumes"]),
+        cancelled=state.get("cancelled"),
+        updated_at=last.at if last is not None else None,
+        started_at=opening.at,
+        in_doubt=steps_of({**state, "steps": doubt}, {}),
+        findings=list(rep.findings),
+        skipped=[f"version {x.version}: {x.type}: {x.reason}" for x in rep.skipped],
+        state=state,
+    )
+
+
+def _in_doubt(rec: Any) -> bool:
+    return isinstance(rec, dict) and rec.get("kind") == "tool" and rec.get("status") == "requested"
+
+
+def steps_page(run: RunSummary, page: int, per_page: int = STEPS_PER_PAGE) -> list[StepInfo]:
+    """The steps of one page (1-based), built from the fold."""
+    keys = run.step_keys[(page - 1) * per_page : page * per_page]
+    return list(steps_of({**run.state, "steps": {k: run.state["steps"][k] for k in keys}}, {}))
+
+
+def page_of_step(run: RunSummary, step: int, per_page: int = STEPS_PER_PAGE) -> int:
+    """The page that shows ``step``."""
+    try:
+        return run.step_keys.index(str(step)) // per_page + 1
+    except ValueError:
+        return 1
 
 
 @dataclass
 class _Cached:
-    info: RunInfo
-    started_at: str | None
+    run: RunSummary
     lifecycle: list[RecordedEvent] = field(default_factory=list)
 
 
 class RunCache:
-    """Folded runs by ``(run id, version)``, least recently used out first."""
+    """Folded runs by ``(run id, version)``, least recently used out first; a run's
+    lifecycle events are read once and then only its new events."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple[str, int], _Cached] = OrderedDict()
+        self._life: dict[str, tuple[int, list[RecordedEvent]]] = {}
 
     def get(self, store: EventStore, run_id: str) -> _Cached:
         """The run as its log tells it now (folded once per version).
@@ -182,21 +283,32 @@ class RunCache:
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit
-        info = inspect_run(store, run_id, requests=False)
-        opening = first(store.read(run_id, 1, limit=1))
-        found = _Cached(info, opening.at if opening else None, _lifecycle(store, run_id))
+            seen, life = self._life.get(run_id, (0, []))
+        run = summarize(store, run_id)
+        if seen > run.version:  # rewritten or truncated since: read it all again
+            seen, life = 0, []
+        life = life + _lifecycle(store, run_id, seen + 1, run.version, _LIFE_CAP - len(life))
+        found = _Cached(run, life)
         with self._lock:
-            self._items[(run_id, info.version)] = found
+            self._items[(run_id, run.version)] = found
+            self._life[run_id] = (run.version, life)
             while len(self._items) > self._size:
-                self._items.popitem(last=False)
+                old, _ = self._items.popitem(last=False)
+                if not any(k[0] == old[0] for k in self._items):
+                    self._life.pop(old[0], None)
         return found
 
 
-def _lifecycle(store: EventStore, run_id: str, cap: int = 500) -> list[RecordedEvent]:
-    """The run's lifecycle events (start, gates, interrupts, resumptions, cancels, ends),
-    the first ``cap`` of them."""
+_LIFE_CAP: Final = 500
+
+
+def _lifecycle(store: EventStore, run_id: str, lo: int, hi: int, cap: int) -> list[RecordedEvent]:
+    """The run's lifecycle events between versions ``lo`` and ``hi`` (start, gates,
+    interrupts, resumptions, cancels, ends), at most ``cap``."""
     out: list[RecordedEvent] = []
-    with closing_iter(store.read(run_id)) as events:
+    if cap <= 0 or lo > hi:
+        return out
+    with closing_iter(store.read(run_id, lo, hi)) as events:
         for e in events:
             if e.type.startswith(_LIFECYCLE):
                 out.append(e)
@@ -213,10 +325,10 @@ def run_rows(
     prefix: str | None,
     after: str,
     limit: int = 25,
-) -> tuple[list[RunRow], str | None]:
+) -> tuple[list[RunSummary], str | None]:
     """Runs among the next :data:`RUN_SCAN` streams after ``after`` (optionally of one
     status), and the cursor to go on from (None: the end of the store)."""
-    rows: list[RunRow] = []
+    rows: list[RunSummary] = []
     page = store.streams_page(after=after, prefix=prefix, limit=RUN_SCAN)
     last = after
     for sid, _head in page:
@@ -228,8 +340,8 @@ def run_rows(
             got = cache.get(store, sid)
         except RunNotFound:
             continue
-        if got.info.matches(status):
-            rows.append(RunRow(got.info, got.started_at))
+        if got.run.matches(status):
+            rows.append(got.run)
             if len(rows) >= limit:
                 break
     more = len(page) == RUN_SCAN or (len(rows) >= limit and last != page[-1][0])

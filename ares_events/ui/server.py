@@ -320,7 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/diff":
             sid, step = _sid(q), _int(q, "step", 1)
             got = st.runs.get(store, sid)
-            s = got.info.step(step)
+            page = queries.steps_page(got.run, queries.page_of_step(got.run, step))
+            s = next((x for x in page if x.step == step), None)
             if s is None:
                 raise ConfigError(f"run {sid!r} has no step {step}")
             req = queries.load_requests(store, sid, [s]).get(step)
@@ -363,14 +364,11 @@ class _Handler(BaseHTTPRequestHandler):
         sid = _sid(q)
         got = st.runs.get(st.store, sid)
         per = queries.STEPS_PER_PAGE
-        steps = list(got.info.steps)
-        pages = max(1, -(-len(steps) // per))
-        page_no = min(max(1, _int(q, "page", pages if "page" not in q else 1)), pages)
-        chunk = steps[(page_no - 1) * per : page_no * per]
+        pages = max(1, -(-got.run.step_count // per))
+        page_no = min(max(1, _int(q, "page", pages)), pages)  # default: the latest steps
+        chunk = queries.steps_page(got.run, page_no, per)
         reqs = queries.load_requests(st.store, sid, chunk)
-        body = views.run_view(
-            st.chrome(), got.info, got.started_at, got.lifecycle, chunk, reqs, page_no, pages
-        )
+        body = views.run_view(st.chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages)
         self._html("Run", body, live=page_no == pages, position=st.store.last_position())
 
     def _proof(self, q: dict[str, str]) -> None:

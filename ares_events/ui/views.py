@@ -14,16 +14,17 @@ import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from ares_events.agents.run_info import LIST_STATUSES
-from ares_events.agents.runs import RunInfo, StepInfo
-from ares_events.core.events import RecordedEvent
+from ares_events.agents.runs import StepInfo
+from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.core.snapshot_format import SnapshotInfo
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 from ares_events.projections.tables import ProjectionMeta
 from ares_events.ui.markup import Markup, el, esc, json_text, link, url
-from ares_events.ui.queries import PageChain, RunRow, StreamRow
+from ares_events.ui.queries import PageChain, RunSummary, StreamRow, page_of_step
 
 __all__ = [
     "Chrome",
@@ -354,9 +355,10 @@ def verify_view(report: VerifyReport) -> Markup:
 
 
 def runs_view(
-    rows: list[RunRow], status: str, prefix: str, after: str, next_after: str | None
+    rows: list[RunSummary], status: str, prefix: str, after: str, next_after: str | None
 ) -> Markup:
     """The runs list, by status."""
+    now = datetime.now(UTC)
     tabs = el(
         "p",
         [
@@ -373,14 +375,14 @@ def runs_view(
     body = [
         el(
             "tr",
-            el("td", link(r.info.run_id, "/run", {"id": r.info.run_id}), cls="sid"),
-            el("td", el("span", r.info.status, cls=f"st st-{r.info.status}")),
-            el("td", len(r.info.steps), cls="num"),
-            el("td", r.info.tokens, cls="num"),
-            el("td", _cost(r.info.usage)),
-            el("td", r.started_at),
-            el("td", r.info.updated_at),
-            el("td", len(r.info.in_doubt) or "", cls="num"),
+            el("td", link(r.run_id, "/run", {"id": r.run_id}), cls="sid"),
+            el("td", el("span", r.status, cls=f"st st-{r.status}")),
+            el("td", r.step_count, cls="num"),
+            el("td", r.tokens, cls="num"),
+            el("td", _cost(r.usage)),
+            el("td", _age(r.started_at, now), title=r.started_at),
+            el("td", r.updated_at),
+            el("td", len(r.in_doubt) or "", cls="num"),
         )
         for r in rows
     ]
@@ -421,6 +423,25 @@ def runs_view(
     return el("section", el("h1", "Runs"), tabs, table, empty, pager)
 
 
+def _age(at: str | None, now: datetime) -> str:
+    """``3d 4h``, ``2h 5m``, ``4m 10s``: how long ago ``at`` was."""
+    if not at:
+        return ""
+    try:
+        secs = int((now - parse_at(at)).total_seconds())
+    except (ValueError, TypeError):
+        return ""
+    secs = max(secs, 0)
+    days, rest = divmod(secs, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds}s"
+
+
 def _cost(usage: Mapping[str, Any]) -> str:
     for k in ("cost", "cost_usd", "total_cost"):
         v = usage.get(k)
@@ -446,7 +467,7 @@ def _attempts(s: StepInfo) -> Markup:
     )
 
 
-def _step(chrome: Chrome, info: RunInfo, s: StepInfo, request: Any) -> Markup:
+def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup:
     head = el(
         "h3",
         f"step {s.step} · {s.kind}",
@@ -514,7 +535,7 @@ def _step(chrome: Chrome, info: RunInfo, s: StepInfo, request: Any) -> Markup:
     )
 
 
-def _hidden(chrome: Chrome, info: RunInfo, action: str) -> Markup:
+def _hidden(chrome: Chrome, info: RunSummary, action: str) -> Markup:
     return join_inputs(
         {"csrf": chrome.csrf, "id": info.run_id, "action": action, "version": str(info.version)}
     )
@@ -532,7 +553,7 @@ def _who_fields() -> Markup:
     )
 
 
-def _resolve_form(chrome: Chrome, info: RunInfo, s: StepInfo) -> Markup:
+def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
     return el(
         "form",
         _hidden(chrome, info, "resolve"),
@@ -547,7 +568,7 @@ def _resolve_form(chrome: Chrome, info: RunInfo, s: StepInfo) -> Markup:
     )
 
 
-def _run_actions(chrome: Chrome, info: RunInfo) -> Markup | None:
+def _run_actions(chrome: Chrome, info: RunSummary) -> Markup | None:
     if not chrome.actions:
         return None
     forms = []
@@ -582,8 +603,7 @@ def _run_actions(chrome: Chrome, info: RunInfo) -> Markup | None:
 
 def run_view(
     chrome: Chrome,
-    info: RunInfo,
-    started_at: str | None,
+    info: RunSummary,
     lifecycle: list[RecordedEvent],
     steps: list[StepInfo],
     requests: Mapping[int, Any],
@@ -598,11 +618,11 @@ def run_view(
         el("dt", "version"),
         el("dd", info.version),
         el("dt", "steps"),
-        el("dd", len(info.steps)),
+        el("dd", info.step_count),
         el("dt", "tokens"),
         el("dd", info.tokens),
         el("dt", "started"),
-        el("dd", started_at),
+        el("dd", info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)"),
         el("dt", "updated"),
         el("dd", info.updated_at),
         el("dt", "resumptions"),
@@ -621,7 +641,7 @@ def run_view(
                 link(
                     f"step {s.step} ({s.name})",
                     "/run",
-                    {"id": info.run_id, "page": _page_of(info, s.step)},
+                    {"id": info.run_id, "page": page_of_step(info, s.step)},
                 )
                 for s in info.in_doubt
             ],
@@ -687,11 +707,6 @@ def run_view(
         el("div", [_step(chrome, info, s, requests.get(s.step)) for s in steps], id="timeline"),
         pager,
     )
-
-
-def _page_of(info: RunInfo, step: int, per_page: int = 50) -> int:
-    idx = next((i for i, s in enumerate(info.steps) if s.step == step), 0)
-    return idx // per_page + 1
 
 
 def diff_view(run_id: str, step: int, recorded: Any, current_text: str) -> Markup:

@@ -929,10 +929,16 @@ class PostgresRecorder:
             lo, hi = prefix_range(prefix)
             if not self._byte_order:
                 rows = self._query("listing streams", q.heads_starting, (after, lo, limit))
+            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
+                if hi is None:
+                    rows = self._query("listing streams", q.heads, (after, limit))
+                else:
+                    args = (after, hi, limit)
+                    rows = self._query("listing streams", q.heads_range_gt, args)
             elif hi is None:
-                rows = self._query("listing streams", q.heads_from, (after, lo, limit))
+                rows = self._query("listing streams", q.heads_from_ge, (lo, limit))
             else:
-                rows = self._query("listing streams", q.heads_range, (after, lo, hi, limit))
+                rows = self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:

@@ -960,10 +960,16 @@ class AsyncPostgresRecorder:
             lo, hi = prefix_range(prefix)
             if not self._byte_order:
                 rows = await self._query("listing streams", q.heads_starting, (after, lo, limit))
+            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
+                if hi is None:
+                    rows = await self._query("listing streams", q.heads, (after, limit))
+                else:
+                    args = (after, hi, limit)
+                    rows = await self._query("listing streams", q.heads_range_gt, args)
             elif hi is None:
-                rows = await self._query("listing streams", q.heads_from, (after, lo, limit))
+                rows = await self._query("listing streams", q.heads_from_ge, (lo, limit))
             else:
-                rows = await self._query("listing streams", q.heads_range, (after, lo, hi, limit))
+                rows = await self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     async def last_position(self) -> int:

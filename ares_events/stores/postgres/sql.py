@@ -211,15 +211,10 @@ SELECT_HEADS: Final = (
 # order, as SELECT_HEADS. Under a byte-order collation (C, POSIX, C.UTF-8) the prefix is a
 # range the index serves; under any other one, starts_with() keeps the result exact (a
 # collation may sort ids with the prefix apart), scanning the index from ``after``.
-SELECT_HEADS_RANGE: Final = (
-    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
-    "WHERE stream_id > %s AND stream_id >= %s AND stream_id < %s "
-    "ORDER BY stream_id LIMIT %s"
-)
-SELECT_HEADS_FROM: Final = (
-    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
-    "WHERE stream_id > %s AND stream_id >= %s ORDER BY stream_id LIMIT %s"
-)
+_HEADS_WHERE: Final = "SELECT stream_id, version, head_hash FROM {s}.ares_streams WHERE stream_id "
+SELECT_HEADS_RANGE_GT: Final = _HEADS_WHERE + "> %s AND stream_id < %s ORDER BY stream_id LIMIT %s"
+SELECT_HEADS_RANGE_GE: Final = _HEADS_WHERE + ">= %s AND stream_id < %s ORDER BY stream_id LIMIT %s"
+SELECT_HEADS_FROM_GE: Final = _HEADS_WHERE + ">= %s ORDER BY stream_id LIMIT %s"
 SELECT_HEADS_STARTING: Final = (
     "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
     "WHERE stream_id > %s AND starts_with(stream_id, %s) ORDER BY stream_id LIMIT %s"
@@ -324,8 +319,9 @@ class Statements:
     head: sql.Composed
     heads: sql.Composed
     heads_for_append: sql.Composed
-    heads_range: sql.Composed
-    heads_from: sql.Composed
+    heads_range_gt: sql.Composed
+    heads_range_ge: sql.Composed
+    heads_from_ge: sql.Composed
     heads_starting: sql.Composed
     byte_order: sql.Composed
     xid_ids_tracking: sql.Composed
@@ -375,8 +371,9 @@ class Statements:
             head=render(SELECT_HEAD),
             heads=render(SELECT_HEADS),
             heads_for_append=render(SELECT_HEADS_FOR_APPEND),
-            heads_range=render(SELECT_HEADS_RANGE),
-            heads_from=render(SELECT_HEADS_FROM),
+            heads_range_gt=render(SELECT_HEADS_RANGE_GT),
+            heads_range_ge=render(SELECT_HEADS_RANGE_GE),
+            heads_from_ge=render(SELECT_HEADS_FROM_GE),
             heads_starting=render(SELECT_HEADS_STARTING),
             byte_order=render(SELECT_BYTE_ORDER),
             xid_ids_tracking=render(SELECT_XID_IDS_TRACKING),

@@ -91,8 +91,9 @@ from ares_events.stores.sqlite.sql import (
     SELECT_HEAD,
     SELECT_HEAD_AND_POSITION,
     SELECT_HEADS,
-    SELECT_HEADS_FROM,
-    SELECT_HEADS_RANGE,
+    SELECT_HEADS_FROM_GE,
+    SELECT_HEADS_RANGE_GE,
+    SELECT_HEADS_RANGE_GT,
     SELECT_IDS,
     SELECT_LAST_POSITION,
     SELECT_META,
@@ -698,10 +699,15 @@ class SQLiteRecorder(SQLiteErasure):
             rows = self._query(SELECT_HEADS, (after, limit))
         else:
             lo, hi = prefix_range(prefix)
-            if hi is None:
-                rows = self._query(SELECT_HEADS_FROM, (after, lo, limit))
+            if after >= lo:  # the cursor is inside the prefix's range (or past it)
+                if hi is None:
+                    rows = self._query(SELECT_HEADS, (after, limit))
+                else:
+                    rows = self._query(SELECT_HEADS_RANGE_GT, (after, hi, limit))
+            elif hi is None:
+                rows = self._query(SELECT_HEADS_FROM_GE, (lo, limit))
             else:
-                rows = self._query(SELECT_HEADS_RANGE, (after, lo, hi, limit))
+                rows = self._query(SELECT_HEADS_RANGE_GE, (lo, hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:
