@@ -400,7 +400,7 @@ def runs_view(
                         "steps",
                         "tokens",
                         "cost",
-                        "started",
+                        "age",
                         "updated",
                         "in doubt",
                     )
