@@ -5,6 +5,7 @@ not byte order, and a listing of many streams page by page."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,9 +16,9 @@ from tests.fix_backends import open_async_backend, open_backend
 IDS = ["a", "a%", "a_b", "ab", "b/1", "b/2", "é", "z"]
 
 
-def _fill(store: ae.EventStore | object) -> None:
+def _fill(store: Any) -> None:
     for sid in IDS:
-        store.append(sid, [ae.NewEvent(type="t.x", module="m", payload={})])  # type: ignore[attr-defined]
+        store.append(sid, [ae.NewEvent(type="t.x", module="m", payload={})])
 
 
 @pytest.mark.parametrize(
@@ -45,7 +46,8 @@ def test_postgres_prefix_without_byte_order(tmp_path: Path, request: pytest.Fixt
         for prefix in ("a", "a%", "a_", "b/", "é", "zz"):
             want = [s for s, _ in store.streams() if s.startswith(prefix)]
             assert [s for s, _ in store.streams_page(prefix=prefix, limit=50)] == want
-            got, after = [], ""
+            got: list[str] = []
+            after = ""
             while page := store.streams_page(prefix=prefix, after=after, limit=1):
                 got.append(page[0][0])
                 after = page[0][0]
@@ -68,7 +70,8 @@ def test_many_streams_page_by_page(
                     for sid in ids[lo : lo + 500]
                 ]
             )
-        seen, after, pages = [], "", 0
+        seen: list[str] = []
+        after, pages = "", 0
         while page := store.streams_page(after=after, limit=100):
             pages += 1
             seen.extend(s for s, _ in page)
