@@ -237,6 +237,14 @@ class _Handler(BaseHTTPRequestHandler):
             )
         except (BrokenPipeError, ConnectionResetError):
             pass
+        except Exception as exc:  # a bug or a driver error: one page, the console keeps serving
+            logger.exception("console: %s %s failed", self.command, parts.path)
+            with contextlib.suppress(OSError):
+                self._html(
+                    "error",
+                    views.message_view("Internal error", f"{type(exc).__name__} (see the log)"),
+                    status=HTTPStatus.INTERNAL_SERVER_ERROR,
+                )
 
     def _form(self) -> dict[str, str]:
         if (

@@ -5,7 +5,21 @@
   var main = document.getElementById("main");
   if (!main) { return; }
 
+  // A form being filled in is never replaced under the user's hands.
+  function busy() {
+    var fields = main.querySelectorAll("input, textarea");
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if (f === document.activeElement) { return true; }
+      if (f.type === "checkbox" ? f.checked !== f.defaultChecked : f.value !== f.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   function refresh() {
+    if (busy()) { return Promise.resolve(); }
     return fetch(window.location.href, { headers: { "X-Ares-Fragment": "1" }, credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
