@@ -36,8 +36,15 @@ _READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres"})
     help="Show resolve/resume/cancel buttons on runs; each appends the same audited event "
     "as `ares-events runs ...`. Without it the store is opened read-only.",
 )
+@click.option(
+    "--anchors",
+    "anchors_url",
+    metavar="URL",
+    help="A witness (file:// or s3://) the Integrity page's audit also checks anchors "
+    "against, as `ares-events audit --anchors URL`.",
+)
 @pass_app
-def ui_cmd(app: App, port: int, host: str, allow_actions: bool) -> int:
+def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str | None) -> int:
     """Open a local web console over the store: streams, runs, integrity, projections.
 
     Pages are rendered on the server (no build step, no CDN, a strict Content-Security-
@@ -49,6 +56,7 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool) -> int:
     Example:
       ares-events --store sqlite:///agents.db ui
       ares-events ui --port 9000 --allow-actions
+      ares-events ui --anchors file:///var/lib/ares-anchors/
     """
     from ares_events.ui import ConsoleServer
 
@@ -64,7 +72,9 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool) -> int:
         loopback = host == "localhost"
     with app.open(**options) as store:
         try:
-            server = ConsoleServer(store, host=host, port=port, actions=allow_actions)
+            server = ConsoleServer(
+                store, host=host, port=port, actions=allow_actions, anchors=anchors_url
+            )
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         mode = "actions allowed" if allow_actions else "read-only"

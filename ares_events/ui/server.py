@@ -79,6 +79,8 @@ class ConsoleState:
         default_factory=lambda: threading.BoundedSemaphore(_LIVE_STREAMS)
     )
     hosts: frozenset[str] = frozenset()
+    anchors: str | None = field(default=None, repr=False)
+    """A witness URL the audit checks anchors against (may name a bucket: not shown)."""
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def __repr__(self) -> str:  # the token is a secret
@@ -338,7 +340,12 @@ class _Handler(BaseHTTPRequestHandler):
             with st.job_lock:
                 job = dict(st.job) if st.job is not None else None
             running = job is not None and job.get("report") is None and job.get("error") is None
-            body = views.audit_view(st.chrome(), job, stored_checkpoints(store), None)
+            note = (
+                "the audit also checks the anchors of the witness given with --anchors"
+                if st.anchors
+                else "no witness given (ares-events ui --anchors URL): anchors are not checked"
+            )
+            body = views.audit_view(st.chrome(), job, stored_checkpoints(store), note)
             return self._html("Integrity", body, poll=running, active="/integrity")
         if path == "/proof":
             return self._proof(q)
@@ -457,7 +464,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         def work() -> None:
             try:
-                rep = audit(st.store, deep=deep, progress=progress)
+                rep = audit(st.store, deep=deep, progress=progress, anchors=st.anchors)
                 with st.job_lock:
                     job["report"] = rep
             except Exception as exc:  # shown on the page; the console keeps serving
@@ -543,8 +550,9 @@ class ConsoleServer:
         port: int = 8765,
         actions: bool = False,
         workers: int = 8,
+        anchors: str | None = None,
     ) -> None:
-        self.state = ConsoleState(store=store, actions=actions)
+        self.state = ConsoleState(store=store, actions=actions, anchors=anchors)
         handler = type("Handler", (_Handler,), {"state": self.state})
         self.httpd = _Pool((host, port), handler, workers)
         addr = self.httpd.server_address

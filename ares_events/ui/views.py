@@ -780,7 +780,13 @@ def audit_view(
                         report.ok, "clean" if report.ok else f"{len(report.findings)} finding(s)"
                     ),
                     f" {report.streams_checked} streams, {report.events_checked} events, "
-                    f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots checked"
+                    f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots"
+                    + (
+                        f", {report.anchors_checked} anchors"
+                        if report.anchors_checked is not None
+                        else ""
+                    )
+                    + " checked"
                     f" (started {job.get('started')})",
                     id="audit-result",
                 )

@@ -10,6 +10,7 @@ import http.client
 import re
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
@@ -357,3 +358,29 @@ def test_store_password_never_shown(pg_fleet_url: str) -> None:
         text = _all_pages(c, _session(c))
     for form in {password, unquote(password), quote(unquote(password), safe="")}:
         assert form not in text and form not in c.output()
+
+
+def test_audit_checks_anchors_of_a_witness(tmp_path: Path, capsys: Any) -> None:
+    """With --anchors, the Integrity page's audit checks the witness's anchors (and says
+    how many); the audit's progress page polls until the result is there."""
+    url = build_sqlite(tmp_path)
+    witness = (tmp_path / "witness").as_uri() + "/"
+    (tmp_path / "witness").mkdir()
+    assert main(["--store", url, "anchor", "--witness", witness]) == 0
+    capsys.readouterr()
+    with console(url, "--anchors", witness) as c:
+        cookie = _session(c)
+        _, _, page = _request(c.base, "GET", "/integrity", headers=cookie)
+        assert "also checks the anchors" in page
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+        assert csrf is not None
+        form = {**cookie, "Content-Type": "application/x-www-form-urlencoded"}
+        body = urlencode({"csrf": csrf.group(1)})
+        assert _request(c.base, "POST", "/audit", headers=form, body=body)[0] == 303
+        for _ in range(600):  # bounded: the audit of a small store takes well under that
+            _, _, page = _request(c.base, "GET", "/integrity", headers=cookie)
+            if 'id="audit-result"' in page:
+                break
+            assert 'id="audit-progress"' in page and 'data-poll="1"' in page
+            time.sleep(0.1)
+        assert "1 anchors checked" in page and ">clean<" in page
