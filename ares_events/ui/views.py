@@ -423,6 +423,32 @@ def runs_view(
     return el("section", el("h1", "Runs"), tabs, table, empty, pager)
 
 
+_LIFE_LABELS: Final = {
+    "run.started": "started (first incarnation)",
+    "run.gate": "new incarnation (version gate)",
+    "run.interrupted": "interrupted",
+    "run.resumed": "resumed",
+    "run.cancelled": "cancelled",
+    "run.completed": "completed",
+    "run.failed": "failed",
+    "agent.dead": "agent died",
+    "agent.resurrected": "agent resurrected",
+}
+
+
+def _payload_or_note(e: RecordedEvent) -> Any:
+    if e.payload_erased:
+        return "(erased)"
+    if e.payload_ref is not None:
+        return "(spilled)"
+    return e.payload
+
+
+def _compact(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _age(at: str | None, now: datetime) -> str:
     """``3d 4h``, ``2h 5m``, ``4m 10s``: how long ago ``at`` was."""
     if not at:
@@ -671,8 +697,11 @@ def run_view(
                 el(
                     "li",
                     link(f"v{e.version}", "/stream", {"id": info.run_id, "from": e.version}),
-                    f" {e.at} {e.type} ",
-                    el("code", json_text(e.metadata)) if e.metadata else None,
+                    f" {e.at} ",
+                    el("strong", _LIFE_LABELS.get(e.type, e.type)),
+                    " ",
+                    el("code", _compact(_payload_or_note(e))),
+                    el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
                 )
                 for e in lifecycle
             ],

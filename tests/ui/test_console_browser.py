@@ -116,6 +116,8 @@ def browse_every_view(driver: Any, c: Console, name: str) -> None:
     doubt = driver.find_element(By.CSS_SELECTOR, ".doubt-step")
     assert "IN DOUBT" in doubt.text and "run-doubt:2" in doubt.text
     assert "in_doubt" in text_of(driver, "#run-status")
+    life = text_of(driver, "#lifecycle")  # killed in the tool, then a new incarnation
+    assert "new incarnation" in life and "interrupted" in life and "in_doubt_tool_call" in life
     screenshot(driver, f"{name}-run-in-doubt")
 
     open_view(driver, c, "/run?id=run-done")
