@@ -149,6 +149,7 @@ def browse_every_view(driver: Any, c: Console, name: str) -> None:
 
     open_view(driver, c, "/projections")
     assert "last position" in text_of(driver, "#last-position")
+    assert "merkle_log" in text_of(driver, "#projections")  # the fleet's signed log
     screenshot(driver, f"{name}-projections")
     no_dialog(driver)
     only_own_origin(driver, c)
