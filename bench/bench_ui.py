@@ -101,7 +101,7 @@ def main() -> None:
         server = ConsoleServer(store, port=0).start()
         try:
             token = server.login_url.split("token=")[1]
-            cookie = f"ares_console={token}"
+            cookie = f"ares_console_{server.port}={token}"
             rows = [
                 ("streams: first page", "/streams"),
                 ("streams: prefix 'agent-05'", "/streams?prefix=agent-05"),

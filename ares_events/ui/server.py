@@ -55,6 +55,8 @@ CSP: Final = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 _COOKIE: Final = "ares_console"
+"""The session cookie's name is this plus ``_<port>``: cookies are per host, not per
+port, and two consoles on one host must not log each other out."""
 _STATIC: Final = {
     "console.css": "text/css; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
@@ -79,6 +81,9 @@ class ConsoleState:
         default_factory=lambda: threading.BoundedSemaphore(_LIVE_STREAMS)
     )
     hosts: frozenset[str] = frozenset()
+    cookie: str = _COOKIE
+    """The session cookie's name (per port: see :data:`_COOKIE`)."""
+    authed: threading.local = field(default_factory=threading.local, repr=False)
     anchors: str | None = field(default=None, repr=False)
     """A witness URL the audit checks anchors against (may name a bucket: not shown)."""
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -92,7 +97,9 @@ class ConsoleState:
         return hmac.new(self.token.encode(), b"csrf", hashlib.sha256).hexdigest()
 
     def chrome(self) -> views.Chrome:
-        """The layout's values."""
+        """The layout's values (a visitor without a session is not told which store)."""
+        if not getattr(self.authed, "ok", False):
+            return views.Chrome("", False, "")
         return views.Chrome(self.store.url, self.actions, self.csrf)
 
 
@@ -187,7 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.headers.get("Cookie") or ""
         for part in raw.split(";"):
             name, _, value = part.strip().partition("=")
-            if name == _COOKIE and hmac.compare_digest(value.encode(), self.state.token.encode()):
+            if name == self.state.cookie and hmac.compare_digest(
+                value.encode(), self.state.token.encode()
+            ):
                 return True
         return False
 
@@ -205,6 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, *, post: bool) -> None:
         parts = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        self.state.authed.ok = False
         try:
             self._check_host()
             if parts.path.startswith("/static/"):
@@ -215,7 +225,9 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _Refused(
                         HTTPStatus.FORBIDDEN, "wrong token: open the URL the console printed"
                     )
-                cookie = f"{_COOKIE}={self.state.token}; HttpOnly; SameSite=Strict; Path=/"
+                cookie = (
+                    f"{self.state.cookie}={self.state.token}; HttpOnly; SameSite=Strict; Path=/"
+                )
                 return self._redirect(views.href(parts.path, q), Set_Cookie=cookie)
             if not self._session_ok():
                 raise _Refused(
@@ -223,6 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "no console session: open the URL that `ares-events ui` printed "
                     "(it holds the token)",
                 )
+            self.state.authed.ok = True
             if post:
                 form = self._form()
                 return self._post(parts.path, form)
@@ -254,7 +267,10 @@ class _Handler(BaseHTTPRequestHandler):
             != "application/x-www-form-urlencoded"
         ):
             raise _Refused(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "forms only")
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise _Refused(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
         if length > _MAX_BODY:
             raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "form too large")
         origin = self.headers.get("Origin")
@@ -560,6 +576,7 @@ class ConsoleServer:
         self.port = int(addr[1])
         names = {str(self.host), "localhost", "127.0.0.1", "[::1]"}
         self.state.hosts = frozenset(f"{n}:{self.port}".lower() for n in names)
+        self.state.cookie = f"{_COOKIE}_{self.port}"
         self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:

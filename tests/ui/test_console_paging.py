@@ -48,7 +48,7 @@ def served(
         server = ConsoleServer(store, port=0).start()
         try:
             token = server.login_url.split("token=")[1]
-            yield server, {"Cookie": f"ares_console={token}"}
+            yield server, {"Cookie": f"ares_console_{server.port}={token}"}
         finally:
             server.close()
 

@@ -261,6 +261,8 @@ def _session(c: Any) -> dict[str, str]:
         and "HttpOnly" in headers["set-cookie"]
         and "SameSite=Strict" in headers["set-cookie"]
     )
+    # One cookie per port: two consoles on one host keep their own sessions.
+    assert headers["set-cookie"].startswith(f"ares_console_{urlsplit(c.base).port}=")
     return {"Cookie": headers["set-cookie"].split(";")[0]}
 
 
@@ -272,6 +274,7 @@ def test_session_csrf_host_and_csp(sqlite_url: str) -> None:
         host = urlsplit(c.base).netloc
         status, headers, body = _request(c.base, "GET", "/streams")
         assert status == 403 and "token" in body
+        assert "console.db" not in body  # no session: not even which store
         assert "unsafe-inline" not in headers["content-security-policy"]
         assert "default-src 'none'" in headers["content-security-policy"]
         assert headers["x-content-type-options"] == "nosniff"
@@ -306,9 +309,12 @@ def test_session_csrf_host_and_csp(sqlite_url: str) -> None:
         status, _, body = _request(c.base, "POST", "/action", headers=form, body=act)
         assert status == 403 and "read-only" in body
         assert (
-            _request(c.base, "GET", "/streams", headers={**cookie, "Cookie": "ares_console=wrong"})[
-                0
-            ]
+            _request(
+                c.base,
+                "GET",
+                "/streams",
+                headers={"Cookie": cookie["Cookie"].split("=")[0] + "=wrong"},
+            )[0]
             == 403
         )
         status, headers, _ = _request(c.base, "GET", "/static/console.js", headers=cookie)
