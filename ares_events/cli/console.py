@@ -7,6 +7,8 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 from __future__ import annotations
 
 import ipaddress
+import signal
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
@@ -14,6 +16,10 @@ import click
 from ares_events.cli.common import EXIT_OK, App, CommandError, cli, pass_app
 
 _READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres"})
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 @cli.command(name="ui")
@@ -82,10 +88,13 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
             app.err.print(f"warning: listening on {host}, reachable from other machines")
         click.echo(f"ares-events console ({mode}) on {server.base_url}", err=True)
         click.echo(f"open {server.login_url}", err=True)
+        # SIGTERM (a supervisor, a test) stops it as Ctrl-C does: the store is closed.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
         finally:
+            signal.signal(signal.SIGTERM, previous)
             server.close()
     return EXIT_OK

@@ -390,3 +390,11 @@ def test_audit_checks_anchors_of_a_witness(tmp_path: Path, capsys: Any) -> None:
             assert 'id="audit-progress"' in page and 'data-poll="1"' in page
             time.sleep(0.1)
         assert "1 anchors checked" in page and ">clean<" in page
+
+
+def test_sigterm_stops_the_console_cleanly(sqlite_url: str) -> None:
+    """SIGTERM (a supervisor's stop) ends the console like Ctrl-C: exit 0, store closed."""
+    with console(sqlite_url) as c:
+        c.proc.terminate()
+        assert c.proc.wait(timeout=60) == 0
+    assert "Traceback" not in c.output()
