@@ -83,14 +83,15 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
             )
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        mode = "actions allowed" if allow_actions else "read-only"
-        if not loopback:
-            app.err.print(f"warning: listening on {host}, reachable from other machines")
-        click.echo(f"ares-events console ({mode}) on {server.base_url}", err=True)
-        click.echo(f"open {server.login_url}", err=True)
         # SIGTERM (a supervisor, a test) stops it as Ctrl-C does: the store is closed.
+        # Installed before the address is printed: whoever reads it may stop us at once.
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
+            mode = "actions allowed" if allow_actions else "read-only"
+            if not loopback:
+                app.err.print(f"warning: listening on {host}, reachable from other machines")
+            click.echo(f"ares-events console ({mode}) on {server.base_url}", err=True)
+            click.echo(f"open {server.login_url}", err=True)
             server.serve_forever()
         except KeyboardInterrupt:
             pass

@@ -6,8 +6,9 @@ PostgreSQL read-only transactions) and nothing is appended. With ``--allow-actio
 run actions (resolve, resume, cancel) append the same audited events as the CLI.
 
 What lives here: :mod:`.markup` (HTML that escapes everything by construction),
-:mod:`.queries` (paged reads), :mod:`.views` (the pages), :mod:`.server` (HTTP, session,
-CSRF, CSP, live updates) and ``static/`` (one stylesheet, one script; no CDN, no build).
+:mod:`.queries` (paged reads), :mod:`.views` and :mod:`.run_views` (the pages),
+:mod:`.server` (HTTP, session, CSRF, CSP, live updates) and ``static/`` (one
+stylesheet, one script; no CDN, no build).
 
 It may import anything in the package below the CLI (it is a top-layer package).
 """

@@ -43,7 +43,7 @@ from ares_events.errors import AresError, ConcurrencyError, ConfigError, EventNo
 from ares_events.integrity.audit import audit
 from ares_events.integrity.verify import verify_stream
 from ares_events.projections.status import read_models, stored_checkpoints
-from ares_events.ui import queries, views
+from ares_events.ui import queries, run_views, views
 from ares_events.ui.markup import Markup
 
 __all__ = ["CSP", "ConsoleServer", "ConsoleState"]
@@ -337,7 +337,9 @@ class _Handler(BaseHTTPRequestHandler):
                 prefix=q.get("prefix") or None,
                 after=q.get("after", ""),
             )
-            body = views.runs_view(runs, status or "", q.get("prefix", ""), q.get("after", ""), nxt)
+            body = run_views.runs_view(
+                runs, status or "", q.get("prefix", ""), q.get("after", ""), nxt
+            )
             return self._html(
                 "Runs", body, live=True, position=store.last_position(), active="/runs"
             )
@@ -351,7 +353,9 @@ class _Handler(BaseHTTPRequestHandler):
             if s is None:
                 raise ConfigError(f"run {sid!r} has no step {step}")
             req = queries.load_requests(store, sid, [s]).get(step)
-            return self._html("Divergence", views.diff_view(sid, step, req, q.get("current", "")))
+            return self._html(
+                "Divergence", run_views.diff_view(sid, step, req, q.get("current", ""))
+            )
         if path == "/integrity":
             with st.job_lock:
                 job = dict(st.job) if st.job is not None else None
@@ -399,7 +403,7 @@ class _Handler(BaseHTTPRequestHandler):
         page_no = min(max(1, _int(q, "page", pages)), pages)  # default: the latest steps
         chunk = queries.steps_page(got.run, page_no, per)
         reqs = queries.load_requests(st.store, sid, chunk)
-        body = views.run_view(st.chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages)
+        body = run_views.run_view(st.chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages)
         self._html("Run", body, live=page_no == pages, position=st.store.last_position())
 
     def _proof(self, q: dict[str, str]) -> None:

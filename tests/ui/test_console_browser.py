@@ -49,6 +49,13 @@ def no_dialog(driver: Any) -> None:
         _ = driver.switch_to.alert.text
 
 
+def forget_earlier_pages(driver: Any) -> None:
+    """Leave the last test's page (its live connection would retry its own, closed
+    console) and forget what the browser asked for so far."""
+    driver.get("about:blank")
+    requested_urls(driver)
+
+
 def only_own_origin(driver: Any, c: Console) -> None:
     """Every request the browser made went to the console itself."""
     urls = requested_urls(driver)
@@ -68,7 +75,7 @@ def open_view(driver: Any, c: Console, path: str) -> None:
 
 def browse_every_view(driver: Any, c: Console, name: str) -> None:
     """Open each view, check its content, save a screenshot of it."""
-    requested_urls(driver)  # forget what earlier tests asked for
+    forget_earlier_pages(driver)
     driver.get(c.login)  # sets the session cookie, then drops the token from the address
     wait(driver).until(lambda d: d.current_url.endswith("/streams"))
     assert "token=" not in driver.current_url
@@ -191,7 +198,7 @@ def test_hostile_content_stays_text(driver: Any, sqlite_url: str) -> None:
     """Script, HTML and odd Unicode planted in stream ids, payloads, prompts and answers
     show as text: no dialog, no element they name, no request to another origin."""
     with console(sqlite_url) as c:
-        requested_urls(driver)
+        forget_earlier_pages(driver)
         driver.get(c.login)
         wait(driver).until(lambda d: d.find_elements(By.ID, "streams"))
         assert visible(fleet.EVIL_ID) in text_of(driver, "#streams")
