@@ -223,6 +223,7 @@ class AsyncPostgresRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -247,6 +248,9 @@ class AsyncPostgresRecorder:
         self.schema = schema
         self.page_size = page_size
         self.notify = notify
+        self.read_only = False
+        """Every transaction is read-only (``read_only=True`` at open: the server refuses
+        writes); tables beside the events are then read, never created."""
         self.predict_heads = True
         self.sql = Statements.for_schema(schema)
         self.channel = channel_for(schema)
@@ -255,6 +259,7 @@ class AsyncPostgresRecorder:
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
+        self._byte_order: bool | None = None  # the database sorts text by code point
         self._listener: AsyncListener | None = None
         self._listener_lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -356,7 +361,7 @@ class AsyncPostgresRecorder:
                 await pool.open(wait=bool(opts.pool_min), timeout=max(opts.pool_timeout, 1.0))
             elif opts.pool_min:  # the blocking pool is open: wait for its first connections
                 pool.wait(timeout=max(opts.pool_timeout, 1.0))
-            return await cls.open(
+            rec = await cls.open(
                 pool,
                 schema=opts.schema,
                 migrate=bool(opts.migrate),
@@ -369,6 +374,8 @@ class AsyncPostgresRecorder:
                 secret=url.password,
                 notify=opts.notify,
             )
+            rec.read_only = opts.read_only
+            return rec
         except psycopg_pool.PoolTimeout as exc:
             await pool.close()
             raise StoreUnavailable(
@@ -938,6 +945,32 @@ class AsyncPostgresRecorder:
             if len(rows) < page:
                 return
             after = rows[-1][0]
+
+    async def heads_page(
+        self, after: str, limit: int, prefix: str | None
+    ) -> list[tuple[str, Head]]:
+        """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
+        q = self.sql
+        if prefix is None:
+            rows = await self._query("listing streams", q.heads, (after, limit))
+        else:
+            if self._byte_order is None:
+                found = await self._query("the database's collation", q.byte_order, ())
+                self._byte_order = bool(found and found[0][0])
+            lo, hi = prefix_range(prefix)
+            if not self._byte_order:
+                rows = await self._query("listing streams", q.heads_starting, (after, lo, limit))
+            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
+                if hi is None:
+                    rows = await self._query("listing streams", q.heads, (after, limit))
+                else:
+                    args = (after, hi, limit)
+                    rows = await self._query("listing streams", q.heads_range_gt, args)
+            elif hi is None:
+                rows = await self._query("listing streams", q.heads_from_ge, (lo, limit))
+            else:
+                rows = await self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
+        return [(sid, Head(version, h)) for sid, version, h in rows]
 
     async def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
