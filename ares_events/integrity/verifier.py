@@ -193,10 +193,11 @@ class ChainVerifier:
         key = None if self.key is None else self.key.key
         native = _native
         if native is not None and type(self.last_hash) is bytes and type(self.last) is int:
-            i, self.last, self.last_hash = native.verify_run(
+            j: int
+            j, self.last, self.last_hash = native.verify_run(
                 events, start, self.stream_id, self._sid, self.last, self.last_hash, key
             )
-            return i
+            return j
         i, self.last, self.last_hash = verify_run(
             events,
             start,
