@@ -267,7 +267,7 @@ def _raw_quoted_at(row: list[Any], draw: st.DrawFn) -> None:
     row[10] = blake3.blake3(row[9] + header).digest()  # unkeyed; a keyed chain refuses too
 
 
-odd_values = st.sampled_from(
+odd_values: st.SearchStrategy[Any] = st.sampled_from(
     [None, 0, 1, -1, True, 1.5, b"", b"x", "", "x", "\ud800", "\x00", '"', "\\", [], {}]
 )
 TAMPERS: dict[str, Any] = {
