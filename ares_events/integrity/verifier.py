@@ -42,7 +42,9 @@ It may import the core and :mod:`.findings`.
 from __future__ import annotations
 
 import binascii
+import importlib
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -53,6 +55,7 @@ from ares_events.chain import (
     _NAME_CACHE,
     ChainKey,
     _cache_name,
+    _encode_str,
     genesis,
     header_bytes,
     link_hash,
@@ -71,8 +74,25 @@ logger = logging.getLogger(__name__)
 
 _blake3 = blake3.blake3
 _hexlify = binascii.hexlify
-_HEADER_PLAIN = _HEADER.replace(b'"at":%b,"id":%b,', b'"at":"%b","id":"%b",', 1)
-assert _HEADER_PLAIN != _HEADER  # the template above must keep this shape
+
+NO_NATIVE_ENV = "ARES_EVENTS_NO_NATIVE"
+
+
+def _load_native() -> Any:
+    """The optional C fast path (``ares_events.integrity._native``, built by ``pip
+    install`` when a C compiler is there), or None: not built, or switched off with
+    ``ARES_EVENTS_NO_NATIVE=1``. Both paths give the same answers (the property tests in
+    ``tests/integrity/test_native.py``); this Python module is the reference."""
+    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("ares_events.integrity._native")
+    except ImportError as exc:
+        logger.debug("native verifier not available (%s); using the Python one", exc)
+        return None
+
+
+_native: Any = _load_native()
 
 PAGE = 64
 """Events a reader hands :meth:`ChainVerifier.check_page` at a time: enough to spread a
@@ -171,6 +191,13 @@ class ChainVerifier:
         if self._sid is None:
             return start
         key = None if self.key is None else self.key.key
+        native = _native
+        if native is not None and type(self.last_hash) is bytes and type(self.last) is int:
+            j: int
+            j, self.last, self.last_hash = native.verify_run(
+                events, start, self.stream_id, self._sid, self.last, self.last_hash, key
+            )
+            return j
         i, self.last, self.last_hash = verify_run(
             events,
             start,
@@ -331,9 +358,14 @@ def verify_run(
     Vouches for each event in turn that is the next version of ``stream_id``, links to the
     last hash, has an inline payload and whose header, built from the template of
     :func:`~ares_events.chain.header_bytes`, hashes to its stored hash. Stops at the first
-    event it cannot vouch for (a wrong type, an escaped character where the library writes
-    none, a blob reference, any mismatch): the slow path then names the problem. Returns
-    ``(index of that event or len(events), last version, last hash)``.
+    event it cannot vouch for (a wrong type, a string that is not UTF-8, a blob reference,
+    any mismatch): the slow path then names the problem. Returns ``(index of that event or
+    len(events), last version, last hash)``.
+
+    This is the reference; the optional C extension ``ares_events.integrity._native`` has
+    a ``verify_run`` with the same semantics (without the hasher arguments), which
+    :class:`ChainVerifier` uses when it is there. ``tests/integrity/test_native.py``
+    checks that both agree on valid and tampered pages.
 
     ``stream_json`` is the stream id as a JSON string (``_cache_name``); ``key`` the chain
     key's 32 bytes for the keyed link hash. The hashers are reusable blake3 objects (a
@@ -342,6 +374,7 @@ def verify_run(
     ph = _blake3() if payload_hasher is None else payload_hasher
     lh = (_blake3() if key is None else _blake3(key=key)) if link_hasher is None else link_hasher
     cache = _NAME_CACHE
+    enc = _encode_str
     n = len(events)
     i = start
     while i < n:
@@ -362,19 +395,15 @@ def verify_run(
             ty = cache.get(ty) or _cache_name(ty)
             mo = e[5]
             mo = cache.get(mo) or _cache_name(mo)
-            at = e[8].encode()
-            eid = e[3].encode()
-            # ``at`` and the event id are written by the library in forms JSON never
-            # escapes (a fixed timestamp format, UUID text), so they are quoted here without
-            # the escaper, and any quote or backslash goes to the slow path: the bytes
-            # hashed are then always the canonical ones.
-            if b'"' in at or b"\\" in at or b'"' in eid or b"\\" in eid:
-                break
+            # The same escaper as header_bytes: the bytes hashed are always the canonical
+            # ones, whatever characters a tampered row holds.
+            at = enc(e[8]).encode()
+            eid = enc(e[3]).encode()
             ph.update(raw)
             # hexlify, not blake3's hexdigest(): the binding's hex costs ~10x more.
             digest_hex = _hexlify(ph.digest())
             ph.reset()
-            header = _HEADER_PLAIN % (
+            header = _HEADER % (
                 at,
                 eid,
                 e[7],

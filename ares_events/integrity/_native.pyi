@@ -1,0 +1,17 @@
+"""Type stub of the optional C extension ``ares_events.integrity._native``
+(sources in ``_native_src/``); see :func:`ares_events.integrity.verifier.verify_run`."""
+
+from collections.abc import Sequence
+from typing import Any
+
+def verify_run(
+    events: Sequence[Any],
+    start: int,
+    stream_id: str,
+    stream_json: bytes,
+    last_version: int,
+    last_hash: bytes,
+    key: bytes | None,
+    /,
+) -> tuple[int, int, bytes]: ...
+def blake3_hash(data: bytes, key: bytes | None = None) -> bytes: ...

@@ -1,0 +1,440 @@
+/* ares_events.integrity._native: the chain verifier's fast path in C.
+ *
+ * verify_run() has exactly the semantics of the pure-Python reference
+ * ares_events.integrity.verifier.verify_run (which stays the reference: the property
+ * tests in tests/integrity/test_native.py check that both agree on every input they
+ * generate, valid and tampered): it vouches for each event that is the next version of
+ * the stream, links to the last hash, has an inline payload and whose canonical header
+ * (format v1, ares_events/chain.py) hashes to its stored hash, and returns at the first
+ * event it cannot vouch for, so the slow path names the problem. Where it is unsure (a
+ * value of an unusual type) it stops too: it never vouches for what the reference
+ * refuses.
+ *
+ * BLAKE3 is the portable implementation in blake3_portable.h (written from the
+ * specification; no SIMD). The package works without this module: the verifier falls
+ * back to the Python path when it is missing or ARES_EVENTS_NO_NATIVE=1. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blake3_portable.h"
+
+/* RecordedEvent's items (ares_events/core/events.py). */
+enum {
+    F_STREAM = 0,
+    F_VERSION = 1,
+    F_EVENT_ID = 3,
+    F_TYPE = 4,
+    F_MODULE = 5,
+    F_PAYLOAD = 6,
+    F_META = 7,
+    F_AT = 8,
+    F_PREV = 9,
+    F_HASH = 10,
+    F_REF = 11,
+    F_MIN_ITEMS = 12,
+};
+
+static const char HEX[] = "0123456789abcdef";
+
+/* A growable output buffer (reused across the events of one call). */
+typedef struct {
+    char *p;
+    size_t cap;
+} buf_t;
+
+static int buf_reserve(buf_t *b, size_t need) {
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < need) {
+        if (cap > ((size_t)-1) / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *p = (char *)PyMem_Realloc(b->p, cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* json.dumps' string escaper with ensure_ascii=False (json.encoder.c_encode_basestring),
+ * applied to UTF-8 bytes: quotes, backslash and the C0 controls are escaped, nothing
+ * else (bytes of multi-byte sequences are >= 0x80 and pass unchanged). Writes the
+ * quoted string at out; returns the end. out needs 2 + 6 * len bytes. */
+static char *json_str(char *out, const char *s, Py_ssize_t len) {
+    *out++ = '"';
+    for (Py_ssize_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *out++ = (char)c;
+            continue;
+        }
+        *out++ = '\\';
+        switch (c) {
+            case '"':
+                *out++ = '"';
+                break;
+            case '\\':
+                *out++ = '\\';
+                break;
+            case '\b':
+                *out++ = 'b';
+                break;
+            case '\f':
+                *out++ = 'f';
+                break;
+            case '\n':
+                *out++ = 'n';
+                break;
+            case '\r':
+                *out++ = 'r';
+                break;
+            case '\t':
+                *out++ = 't';
+                break;
+            default:
+                *out++ = 'u';
+                *out++ = '0';
+                *out++ = '0';
+                *out++ = HEX[c >> 4];
+                *out++ = HEX[c & 15];
+        }
+    }
+    *out++ = '"';
+    return out;
+}
+
+static char *put(char *out, const char *s, size_t len) {
+    memcpy(out, s, len);
+    return out + len;
+}
+
+#define PUT_LIT(out, lit) put((out), (lit), sizeof(lit) - 1)
+
+/* The UTF-8 of a str (a subclass too: the escaper encodes its value), or NULL with no
+ * exception set when it is not a str or cannot be UTF-8 (a lone surrogate): in both
+ * cases the reference stops at the event. */
+static const char *utf8_of(PyObject *o, Py_ssize_t *len) {
+    if (!PyUnicode_Check(o)) return NULL;
+    const char *s = PyUnicode_AsUTF8AndSize(o, len);
+    if (!s) PyErr_Clear();
+    return s;
+}
+
+/* Python-level `a != b`; -1 on an exception. */
+static int ne(PyObject *a, PyObject *b) { return PyObject_RichCompareBool(a, b, Py_NE); }
+
+static PyObject *verify_run(PyObject *self, PyObject *args) {
+    PyObject *events, *stream_id, *stream_json, *last_version, *last_hash_in, *key_obj;
+    Py_ssize_t start;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OnUSOSO:verify_run", &events, &start, &stream_id,
+                          &stream_json, &last_version, &last_hash_in, &key_obj))
+        return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must be >= 0");
+        return NULL;
+    }
+    if (!PyLong_CheckExact(last_version)) {
+        PyErr_SetString(PyExc_TypeError, "last_version must be an int");
+        return NULL;
+    }
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    Py_ssize_t n = PySequence_Size(events);
+    if (n < 0) return NULL;
+    int fast_seq = PyList_CheckExact(events) || PyTuple_CheckExact(events);
+
+    /* The running state. The last hash is kept as bytes (prev_buf, prev_len); its Python
+     * object only when one exists already (the argument, or after a generic compare). */
+    uint8_t prev_buf[AB3_OUT_LEN];
+    const char *stream_js = PyBytes_AS_STRING(stream_json);
+    Py_ssize_t stream_js_len = PyBytes_GET_SIZE(stream_json);
+    PyObject *last_hash = last_hash_in; /* borrowed or owned, see owns_hash */
+    int owns_hash = 0;
+    const char *prev = PyBytes_AS_STRING(last_hash_in);
+    Py_ssize_t prev_len = PyBytes_GET_SIZE(last_hash_in);
+    PyObject *last_v = last_version; /* borrowed or owned */
+    int owns_v = 0;
+    int overflow = 0;
+    long long last_ll = PyLong_AsLongLongAndOverflow(last_version, &overflow);
+    if (last_ll == -1 && PyErr_Occurred()) return NULL;
+    /* big: the versions are past int64 (or the next one would be); compared as objects. */
+    int big = overflow != 0 || last_ll == LLONG_MAX;
+
+    buf_t buf = {NULL, 0};
+    PyObject *result = NULL;
+    PyObject *one = NULL;
+    Py_ssize_t i = start;
+
+    for (; i < n; i++) {
+        PyObject *e;
+        if (fast_seq) {
+            Py_ssize_t size = PySequence_Fast_GET_SIZE(events);
+            if (i >= size) {
+                PyErr_SetString(PyExc_IndexError, "events changed size during verify_run");
+                goto done;
+            }
+            e = PySequence_Fast_GET_ITEM(events, i);
+            Py_INCREF(e);
+        } else {
+            e = PySequence_GetItem(events, i);
+            if (!e) goto done;
+        }
+        /* Anything but a tuple of a RecordedEvent's shape: the slow path decides. */
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < F_MIN_ITEMS) {
+            Py_DECREF(e);
+            break;
+        }
+        PyObject *version = PyTuple_GET_ITEM(e, F_VERSION);
+        PyObject *raw = PyTuple_GET_ITEM(e, F_PAYLOAD);
+        PyObject *prev_o = PyTuple_GET_ITEM(e, F_PREV);
+        long long v_ll = 0;
+        int stop = 0;
+        /* The order of the reference's tests (each can only run Python code on an
+         * unusual type, but then it runs in the same order). */
+        if (!PyLong_CheckExact(version)) {
+            stop = 1;
+        } else if (!big) {
+            int ov = 0;
+            v_ll = PyLong_AsLongLongAndOverflow(version, &ov);
+            stop = ov != 0 || v_ll != last_ll + 1;
+        } else {
+            if (!one) one = PyLong_FromLong(1);
+            PyObject *want = one ? PyNumber_Add(last_v, one) : NULL;
+            if (!want) {
+                Py_DECREF(e);
+                goto done;
+            }
+            int r = ne(version, want);
+            Py_DECREF(want);
+            if (r < 0) {
+                Py_DECREF(e);
+                goto done;
+            }
+            stop = r;
+        }
+        if (!stop) {
+            if (PyBytes_CheckExact(prev_o)) {
+                stop = PyBytes_GET_SIZE(prev_o) != prev_len ||
+                       memcmp(PyBytes_AS_STRING(prev_o), prev, (size_t)prev_len) != 0;
+            } else {
+                if (!last_hash) {
+                    last_hash = PyBytes_FromStringAndSize(prev, prev_len);
+                    if (!last_hash) {
+                        Py_DECREF(e);
+                        goto done;
+                    }
+                    owns_hash = 1;
+                }
+                int r = ne(prev_o, last_hash);
+                if (r < 0) {
+                    Py_DECREF(e);
+                    goto done;
+                }
+                stop = r;
+            }
+        }
+        if (!stop) stop = PyTuple_GET_ITEM(e, F_REF) != Py_None || !PyBytes_CheckExact(raw);
+        if (!stop) {
+            int r = ne(PyTuple_GET_ITEM(e, F_STREAM), stream_id);
+            if (r < 0) {
+                Py_DECREF(e);
+                goto done;
+            }
+            stop = r;
+        }
+        if (stop) {
+            Py_DECREF(e);
+            break;
+        }
+
+        /* The header's parts; any that the reference's try block would refuse stops. */
+        Py_ssize_t ty_len, mo_len, at_len, id_len;
+        const char *ty = utf8_of(PyTuple_GET_ITEM(e, F_TYPE), &ty_len);
+        const char *mo = ty ? utf8_of(PyTuple_GET_ITEM(e, F_MODULE), &mo_len) : NULL;
+        const char *at = mo ? utf8_of(PyTuple_GET_ITEM(e, F_AT), &at_len) : NULL;
+        const char *eid = at ? utf8_of(PyTuple_GET_ITEM(e, F_EVENT_ID), &id_len) : NULL;
+        if (!eid) {
+            Py_DECREF(e);
+            break;
+        }
+        PyObject *meta_o = PyTuple_GET_ITEM(e, F_META);
+        Py_buffer meta;
+        if (!PyObject_CheckBuffer(meta_o) || PyObject_GetBuffer(meta_o, &meta, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            Py_DECREF(e);
+            break;
+        }
+        char vtext[32];
+        Py_ssize_t vtext_len;
+        PyObject *vstr = NULL;
+        const char *vchars = vtext;
+        if (!big) {
+            vtext_len = snprintf(vtext, sizeof vtext, "%lld", v_ll);
+        } else {
+            vstr = PyObject_Str(version);
+            vchars = vstr ? PyUnicode_AsUTF8AndSize(vstr, &vtext_len) : NULL;
+            if (!vchars) {
+                Py_XDECREF(vstr);
+                PyBuffer_Release(&meta);
+                Py_DECREF(e);
+                goto done;
+            }
+        }
+        const char *payload = PyBytes_AS_STRING(raw);
+        Py_ssize_t payload_len = PyBytes_GET_SIZE(raw);
+        size_t need = (size_t)prev_len + 160 + 6 * ((size_t)ty_len + mo_len + at_len + id_len) +
+                      (size_t)meta.len + (size_t)stream_js_len + (size_t)vtext_len;
+        if (buf_reserve(&buf, need) < 0) {
+            Py_XDECREF(vstr);
+            PyBuffer_Release(&meta);
+            Py_DECREF(e);
+            goto done;
+        }
+        uint8_t digest[AB3_OUT_LEN];
+        ab3_hash(NULL, (const uint8_t *)payload, (size_t)payload_len, digest);
+        char size_text[32];
+        int size_len = snprintf(size_text, sizeof size_text, "%zd", payload_len);
+
+        char *o = buf.p;
+        o = put(o, prev, (size_t)prev_len);
+        o = PUT_LIT(o, "{\"at\":");
+        o = json_str(o, at, at_len);
+        o = PUT_LIT(o, ",\"id\":");
+        o = json_str(o, eid, id_len);
+        o = PUT_LIT(o, ",\"meta\":");
+        o = put(o, (const char *)meta.buf, (size_t)meta.len);
+        o = PUT_LIT(o, ",\"module\":");
+        o = json_str(o, mo, mo_len);
+        o = PUT_LIT(o, ",\"payload\":\"");
+        for (int k = 0; k < AB3_OUT_LEN; k++) {
+            *o++ = HEX[digest[k] >> 4];
+            *o++ = HEX[digest[k] & 15];
+        }
+        o = PUT_LIT(o, "\",\"size\":");
+        o = put(o, size_text, (size_t)size_len);
+        o = PUT_LIT(o, ",\"stream\":");
+        o = put(o, stream_js, (size_t)stream_js_len);
+        o = PUT_LIT(o, ",\"type\":");
+        o = json_str(o, ty, ty_len);
+        o = PUT_LIT(o, ",\"v\":1,\"version\":");
+        o = put(o, vchars, (size_t)vtext_len);
+        *o++ = '}';
+        PyBuffer_Release(&meta);
+        Py_XDECREF(vstr);
+
+        uint8_t h[AB3_OUT_LEN];
+        ab3_hash(key, (const uint8_t *)buf.p, (size_t)(o - buf.p), h);
+
+        PyObject *stored = PyTuple_GET_ITEM(e, F_HASH);
+        int mismatch;
+        if (PyBytes_CheckExact(stored)) {
+            mismatch = PyBytes_GET_SIZE(stored) != AB3_OUT_LEN ||
+                       memcmp(PyBytes_AS_STRING(stored), h, AB3_OUT_LEN) != 0;
+        } else {
+            PyObject *hb = PyBytes_FromStringAndSize((const char *)h, AB3_OUT_LEN);
+            mismatch = hb ? ne(hb, stored) : -1;
+            Py_XDECREF(hb);
+            if (mismatch < 0) {
+                Py_DECREF(e);
+                goto done;
+            }
+        }
+        if (mismatch) {
+            Py_DECREF(e);
+            break;
+        }
+        /* Vouched for: it is the new tail. */
+        memcpy(prev_buf, h, AB3_OUT_LEN);
+        prev = (const char *)prev_buf;
+        prev_len = AB3_OUT_LEN;
+        if (owns_hash) Py_DECREF(last_hash);
+        last_hash = NULL;
+        owns_hash = 0;
+        if (owns_v) Py_DECREF(last_v);
+        Py_INCREF(version);
+        last_v = version;
+        owns_v = 1;
+        last_ll = v_ll;
+        if (!big && last_ll == LLONG_MAX) big = 1;
+        Py_DECREF(e);
+    }
+    {
+        PyObject *hash_out = last_hash;
+        if (hash_out) {
+            Py_INCREF(hash_out);
+        } else {
+            hash_out = PyBytes_FromStringAndSize(prev, prev_len);
+            if (!hash_out) goto done;
+        }
+        result = Py_BuildValue("(nON)", i, last_v, hash_out);
+    }
+done:
+    if (owns_hash) Py_XDECREF(last_hash);
+    if (owns_v) Py_DECREF(last_v);
+    Py_XDECREF(one);
+    PyMem_Free(buf.p);
+    return result;
+}
+
+static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"data", "key", NULL};
+    Py_buffer data;
+    PyObject *key_obj = Py_None;
+    uint8_t out[AB3_OUT_LEN];
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O:blake3_hash", kwlist, &data, &key_obj))
+        return NULL;
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyBuffer_Release(&data);
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    ab3_hash(key, (const uint8_t *)data.buf, (size_t)data.len, out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)out, AB3_OUT_LEN);
+}
+
+static PyMethodDef methods[] = {
+    {"verify_run", verify_run, METH_VARARGS,
+     "verify_run(events, start, stream_id, stream_json, last_version, last_hash, key)\n"
+     "--\n\n"
+     "The chain verifier's fast path over events[start:]; the same as the pure-Python\n"
+     "ares_events.integrity.verifier.verify_run. Returns (index of the first event it\n"
+     "cannot vouch for or len(events), last version, last hash)."},
+    {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
+     "blake3_hash(data, key=None)\n--\n\n"
+     "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ares_events.integrity._native",
+    "The chain verifier's fast path in C (optional; see verifier.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,0 +1,414 @@
+"""The optional native verifier (``ares_events.integrity._native``) against the pure-Python
+reference: its BLAKE3 equals the ``blake3`` package's on any input and key, and its
+``verify_run`` gives the same answer (index, last version, last hash) as
+:func:`ares_events.integrity.verifier.verify_run` on valid pages and on every kind of
+tamper; a :class:`ChainVerifier` records the same findings with it on and off.
+
+The extension is built by ``pip install`` (``scripts/test``); a test environment where it
+did not build fails here, unless ``ARES_EVENTS_NO_NATIVE=1`` says it is meant to be off
+(then the conformance and tamper suites run on the Python verifier).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import blake3
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ares_events.chain import (
+    ChainKey,
+    _cache_name,
+    _encode_str,
+    canonical_json,
+    genesis,
+    header_bytes,
+    link_hash,
+    payload_digest,
+)
+from ares_events.core.events import (
+    ErasedPayloadRef,
+    MalformedPayloadRef,
+    PayloadRef,
+    RecordedEvent,
+)
+from ares_events.integrity import verifier
+from tests.integrity.test_codec import scalars, text
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+small_values = st.recursive(
+    scalars,
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(text, c, max_size=3)),
+    max_leaves=6,
+)
+NO_NATIVE = os.environ.get(verifier.NO_NATIVE_ENV, "") not in ("", "0")
+BUILD_HINT = (
+    "the C extension ares_events.integrity._native did not build: install a C compiler "
+    "and the Python headers (e.g. apt-get install gcc python3-dev) and reinstall "
+    "(rm .venv/.ares-events-installed; scripts/test), or set ARES_EVENTS_NO_NATIVE=1"
+)
+
+
+def _import_native() -> ModuleType | None:
+    try:
+        return importlib.import_module("ares_events.integrity._native")
+    except ImportError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def native() -> ModuleType:
+    mod = _import_native()
+    if mod is None:
+        if NO_NATIVE:
+            pytest.skip("ARES_EVENTS_NO_NATIVE is set and the extension is not built")
+        pytest.fail(BUILD_HINT)
+    return mod
+
+
+def test_the_native_verifier_is_built_and_in_use() -> None:
+    """Fails (never skips) when the extension is missing from the test environment."""
+    if NO_NATIVE:
+        assert verifier._native is None
+        return
+    assert _import_native() is not None, BUILD_HINT
+    assert verifier._native is not None
+
+
+@pytest.mark.parametrize(("value", "off"), [("1", True), ("0", False), ("", False)])
+def test_the_environment_switch(value: str, off: bool) -> None:
+    env = {**os.environ, verifier.NO_NATIVE_ENV: value}
+    out = subprocess.run(
+        [sys.executable, "-c", "from ares_events.integrity import verifier as v; "
+         "print(v._native is None)"],
+        env=env, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.strip()  # fmt: skip
+    if off:
+        assert out == "True"
+    elif _import_native() is not None:
+        assert out == "False"
+
+
+# -- BLAKE3 ----------------------------------------------------------------------------------
+
+# Around the block (64) and chunk (1024) sizes and the tree's power-of-two shapes.
+LENGTHS = sorted(
+    {0, 1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 2047, 2048, 2049}
+    | {3072, 3073, 4095, 4096, 4097, 5 * 1024, 7 * 1024 + 1, 8192, 8193, 16384, 16385}
+    | {31 * 1024 + 5, 65536, 65537, 100_000, (1 << 20) + 7}
+)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_blake3_at_boundary_lengths(native: ModuleType, length: int) -> None:
+    rnd = random.Random(length)
+    data = rnd.randbytes(length)
+    key = rnd.randbytes(32)
+    assert native.blake3_hash(data) == blake3.blake3(data).digest()
+    assert native.blake3_hash(data, key) == blake3.blake3(data, key=key).digest()
+
+
+@SETTINGS
+@given(data=st.binary(max_size=6000), key=st.binary(min_size=32, max_size=32))
+def test_blake3_equals_the_package(native: ModuleType, data: bytes, key: bytes) -> None:
+    assert native.blake3_hash(data) == blake3.blake3(data).digest()
+    assert native.blake3_hash(data, key=key) == blake3.blake3(data, key=key).digest()
+
+
+def test_blake3_refuses_a_bad_key_without_echoing_it(native: ModuleType) -> None:
+    secret = b"k" * 31
+    with pytest.raises(ValueError, match="32 bytes") as info:
+        native.blake3_hash(b"x", secret)
+    assert "kkk" not in str(info.value)
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    stream: str
+    events: list[RecordedEvent]
+    start_version: int
+    start_hash: bytes
+    key: ChainKey | None
+
+
+def _event(
+    stream: str, version: int, eid: str, type_: str, module: str, payload: Any, meta: Any,
+    at: str, prev: bytes, key: ChainKey | None,
+) -> RecordedEvent:  # fmt: skip
+    pb = canonical_json(payload)
+    mj = canonical_json(meta, field="metadata")
+    header = header_bytes(
+        stream, version, eid, type_, module, mj, at, payload_digest(pb).hex(), len(pb)
+    )
+    h = link_hash(prev, header, key)
+    return RecordedEvent(stream, version, version * 3, eid, type_, module, pb, mj, at, prev, h)
+
+
+realistic_at = st.datetimes().map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+names = st.one_of(st.sampled_from(["Started", "tool.Called", "ares.agent"]), text)
+keys = st.one_of(st.none(), st.binary(min_size=32, max_size=32).map(ChainKey))
+
+
+@st.composite
+def pages(draw: st.DrawFn, max_events: int = 6) -> Page:
+    stream = draw(st.one_of(st.sampled_from(["s", "agent-1/run"]), text))
+    key = draw(keys)
+    if draw(st.booleans()):
+        start_version, start_hash = 0, genesis(stream)
+    else:
+        start_version = draw(st.integers(1, 2**62))
+        start_hash = draw(st.binary(min_size=32, max_size=32))
+    out: list[RecordedEvent] = []
+    prev, version = start_hash, start_version
+    for _ in range(draw(st.integers(0, max_events))):
+        version += 1
+        e = _event(
+            stream,
+            version,
+            draw(st.one_of(st.uuids().map(str), text)),
+            draw(names),
+            draw(names),
+            draw(small_values),
+            draw(st.dictionaries(text, small_values, max_size=3)),
+            draw(st.one_of(realistic_at, text)),
+            prev,
+            key,
+        )
+        out.append(e)
+        prev = e.hash
+    return Page(stream, out, start_version, start_hash, key)
+
+
+def both(native: ModuleType, page: Page, events: list[RecordedEvent], start: int = 0) -> Any:
+    """Native and Python verify_run over ``events`` from the page's start; asserts they
+    agree and returns the answer."""
+    sid_json = _cache_name(page.stream)
+    key = None if page.key is None else page.key.key
+    args = (events, start, page.stream, sid_json, page.start_version, page.start_hash, key)
+    ours = native.verify_run(*args)
+    ref = verifier.verify_run(*args)
+    assert ours == ref
+    assert type(ours[1]) is int
+    assert type(ours[2]) is bytes
+    return ours
+
+
+@SETTINGS
+@given(page=pages())
+def test_valid_pages_agree_and_verify(native: ModuleType, page: Page) -> None:
+    i, last, last_hash = both(native, page, page.events)
+    assert i == len(page.events)
+    assert last == page.start_version + len(page.events)
+    assert last_hash == (page.events[-1].hash if page.events else page.start_hash)
+
+
+def _other(x: Any) -> Any:
+    if isinstance(x, bytes):
+        return x[:-1] + bytes([x[-1] ^ 1]) if x else b"x"
+    if isinstance(x, str):
+        return x + "x"
+    return x
+
+
+# Each tamper: a name and how it changes one event's 12 stored fields (a list).
+def _set(i: int, value: Any) -> Any:
+    def f(row: list[Any], draw: st.DrawFn) -> None:
+        row[i] = value(row[i], draw) if callable(value) else value
+
+    return f
+
+
+def _ref(kind: str) -> Any:
+    def f(row: list[Any], draw: st.DrawFn) -> None:
+        raw = row[6]
+        digest = payload_digest(raw)
+        row[6] = None
+        if kind == "blob":
+            row[11] = PayloadRef(key="blobs/" + "0" * 64, size=len(raw), digest=digest)
+        elif kind == "erased":
+            row[11] = ErasedPayloadRef(key="", size=len(raw), digest=digest)
+        elif kind == "malformed":
+            row[11] = MalformedPayloadRef(key="", size=0, digest=b"", problem="not JSON")
+        else:  # a reference and the payload both set
+            row[6] = raw
+            row[11] = PayloadRef(key="k", size=len(raw), digest=digest)
+
+    return f
+
+
+def _raw_quoted_at(row: list[Any], draw: st.DrawFn) -> None:
+    """A forged hash over ``at`` quoted without the escaper (not the canonical header):
+    only meaningful when ``at`` needs escaping, which the drawn value makes sure of."""
+    row[8] = row[8] + draw(st.sampled_from(["\n", "\x00", '"', "\\", "\x1f"]))
+    # Not canonical: quoted as is.
+    fields = (row[0], row[1], row[3], row[4], row[5], row[7], row[8])
+    stream, version, eid, ty, mo, meta, at = fields
+    pb = row[6]
+    header = (
+        b'{"at":"' + at.encode() + b'","id":' + _encode_str(eid).encode() + b',"meta":'
+        + meta + b',"module":' + _encode_str(mo).encode() + b',"payload":"'
+        + payload_digest(pb).hex().encode() + b'","size":' + str(len(pb)).encode()
+        + b',"stream":' + _encode_str(stream).encode() + b',"type":'
+        + _encode_str(ty).encode() + b',"v":1,"version":' + str(version).encode() + b"}"
+    )  # fmt: skip
+    row[10] = blake3.blake3(row[9] + header).digest()  # unkeyed; a keyed chain refuses too
+
+
+odd_values: st.SearchStrategy[Any] = st.sampled_from(
+    [None, 0, 1, -1, True, 1.5, b"", b"x", "", "x", "\ud800", "\x00", '"', "\\", [], {}]
+)
+TAMPERS: dict[str, Any] = {
+    "payload": _set(6, lambda x, d: _other(x)),
+    "payload_type": _set(
+        6, lambda x, d: d(st.sampled_from([None, "text", x.decode("latin-1"), 5]))
+    ),
+    "payload_empty": _set(6, b""),
+    "meta": _set(7, lambda x, d: _other(x)),
+    "meta_type": _set(7, lambda x, d: d(st.sampled_from([None, x.decode("latin-1"), 0]))),
+    "type": _set(4, lambda x, d: _other(x)),
+    "module": _set(5, lambda x, d: _other(x)),
+    "at": _set(8, lambda x, d: _other(x)),
+    "event_id": _set(3, lambda x, d: _other(x)),
+    "type_odd": _set(4, lambda x, d: d(odd_values)),
+    "module_odd": _set(5, lambda x, d: d(odd_values)),
+    "at_odd": _set(8, lambda x, d: d(odd_values)),
+    "event_id_odd": _set(3, lambda x, d: d(odd_values)),
+    "version_gap": _set(1, lambda x, d: x + d(st.sampled_from([1, 2, 10]))),
+    "version_back": _set(1, lambda x, d: x - d(st.sampled_from([1, 2]))),
+    "version_type": _set(1, lambda x, d: d(st.sampled_from([str(x), float(x), True, None]))),
+    "version_huge": _set(1, lambda x, d: x + 2**64),
+    "prev_hash": _set(9, lambda x, d: _other(x)),
+    "prev_hash_type": _set(9, lambda x, d: d(st.sampled_from([x.hex(), None, x[:31]]))),
+    "prev_hash_bytearray": _set(9, lambda x, d: bytearray(x)),
+    "hash": _set(10, lambda x, d: _other(x)),
+    "hash_type": _set(10, lambda x, d: d(st.sampled_from([x.hex(), None, x[:31], x + b"\0"]))),
+    "hash_bytearray": _set(10, lambda x, d: bytearray(x)),
+    "stream": _set(0, lambda x, d: _other(x)),
+    "stream_type": _set(0, lambda x, d: d(st.sampled_from([x.encode("utf-8", "replace"), None]))),
+    "blob_ref": _ref("blob"),
+    "erased": _ref("erased"),
+    "malformed_ref": _ref("malformed"),
+    "ref_and_payload": _ref("both"),
+    "raw_quoted_at": _raw_quoted_at,
+    "position": _set(2, lambda x, d: d(odd_values)),
+}
+
+
+@SETTINGS
+@given(
+    page=pages().filter(lambda p: len(p.events) > 0),
+    tamper=st.sampled_from(sorted(TAMPERS)),
+    data=st.data(),
+)
+def test_tampered_pages_agree(native: ModuleType, page: Page, tamper: str, data: Any) -> None:
+    """Native and Python stop at the same event, with the same state, for any tamper; the
+    events before it are the same sound chain."""
+    j = data.draw(st.integers(0, len(page.events) - 1), label="tampered event")
+    row = list(page.events[j][:12])
+    TAMPERS[tamper](row, data.draw)
+    events = list(page.events)
+    events[j] = RecordedEvent(*row)
+    i, _, _ = both(native, page, events)
+    assert i >= j or i == len(events)
+    # Resuming after the tampered event (as ChainVerifier.check_page does) agrees too.
+    for start in range(j, len(events) + 1):
+        both(native, page, events, start)
+
+
+def _findings(page: Page, events: list[RecordedEvent], use_native: bool) -> Any:
+    saved = verifier._native
+    verifier._native = _import_native() if use_native else None
+    try:
+        v = verifier.ChainVerifier(
+            page.stream, page.key, start_version=page.start_version, start_hash=page.start_hash
+        )
+        kept = v.check_page(events)
+        s = verifier.ChainVerifier(
+            page.stream, page.key, start_version=page.start_version, start_hash=page.start_hash
+        )
+        prefix = s.sound_prefix(events)
+        return (
+            [(f.kind, f.stream_id, f.version, f.detail) for f in v.findings],
+            list(kept),
+            v.last,
+            v.last_hash,
+            prefix,
+            [(f.kind, f.version) for f in s.findings],
+        )
+    finally:
+        verifier._native = saved
+
+
+@settings(SETTINGS, max_examples=100)
+@given(
+    page=pages().filter(lambda p: len(p.events) > 0),
+    tampers=st.lists(st.sampled_from(sorted(TAMPERS)), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_the_verifier_finds_the_same_with_and_without_native(
+    native: ModuleType, page: Page, tampers: list[str], data: Any
+) -> None:
+    events = list(page.events)
+    for tamper in tampers:
+        j = data.draw(st.integers(0, len(events) - 1))
+        row = list(events[j][:12])
+        try:
+            TAMPERS[tamper](row, data.draw)
+        except (TypeError, AttributeError, ValueError):
+            continue  # a tamper that does not apply to an event tampered already
+        events[j] = RecordedEvent(*row)
+    assert _findings(page, events, True) == _findings(page, events, False)
+
+
+def test_a_long_keyed_page_verifies_natively(native: ModuleType) -> None:
+    key = ChainKey(bytes(range(32)))
+    prev = genesis("s")
+    events = []
+    for v in range(1, 301):
+        e = _event(
+            "s", v, str(uuid.uuid4()), "T", "m", {"i": v, "text": "é" * (v * 7)}, {},
+            "2026-01-01T00:00:00.000000Z", prev, key,
+        )  # fmt: skip
+        events.append(e)
+        prev = e.hash
+    page = Page("s", events, 0, genesis("s"), key)
+    assert both(native, page, events) == (300, 300, prev)
+    unkeyed = Page("s", events, 0, genesis("s"), None)
+    assert both(native, unkeyed, events)[0] == 0  # a keyed chain is not an unkeyed one
+
+
+def test_versions_past_64_bits_agree(native: ModuleType) -> None:
+    """The reference compares Python ints; so does the native path past int64."""
+    start = 2**63 - 3
+    h0 = bytes(32)
+    prev, events = h0, []
+    for v in range(start + 1, start + 6):
+        e = _event("s", v, "id", "T", "m", 1, {}, "t", prev, None)
+        events.append(e)
+        prev = e.hash
+    page = Page("s", events, start, h0, None)
+    assert both(native, page, events) == (5, start + 5, prev)
+
+
+def test_bad_arguments_raise(native: ModuleType) -> None:
+    sid = _cache_name("s")
+    with pytest.raises(ValueError, match="32 bytes"):
+        native.verify_run([], 0, "s", sid, 0, genesis("s"), b"short")
+    with pytest.raises(ValueError, match="start"):
+        native.verify_run([], -1, "s", sid, 0, genesis("s"), None)
+    with pytest.raises(TypeError):
+        native.verify_run([], 0, "s", sid, "0", genesis("s"), None)
+    assert native.verify_run((), 5, "s", sid, 0, genesis("s"), None) == (5, 0, genesis("s"))
