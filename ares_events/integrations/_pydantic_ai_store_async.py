@@ -75,6 +75,8 @@ def stream_of(conversation_id: str) -> str:
         raise InvalidEvent(
             "conversation_id", f"must be a str, got {type(conversation_id).__name__}"
         )
+    if not conversation_id:
+        raise InvalidEvent("conversation_id", "must not be empty")
     return validate_name(STREAM_PREFIX + conversation_id, "conversation_id")
 
 

@@ -90,6 +90,8 @@ def stream_of(session_id: str) -> str:
     """
     if not isinstance(session_id, str):
         raise InvalidEvent("session_id", f"must be a str, got {type(session_id).__name__}")
+    if not session_id:
+        raise InvalidEvent("session_id", "must not be empty")
     return validate_name(STREAM_PREFIX + session_id, "session_id")
 
 
