@@ -105,9 +105,9 @@ class SessionConflict(ConcurrencyError, StaleSessionError):
             stream_id,
             expected,
             actual,
-            f"session {session_id!r} was written by another run since this session object "
-            f"was read (version {expected}); the event was not stored: reload the session "
-            "and run again",
+            f"session {session_id!r} was modified in storage by another run since this "
+            f"session object was read (version {expected}); the event was not stored: "
+            "reload the session and run again",
         )
 
 
@@ -328,7 +328,9 @@ class AresSessionService(BaseSessionService):
             await view.refresh()
             if not _fold(view.events)["live"]:
                 return
-            doomed = [e.version for e in _since_created(view.events)]
+            events = _since_created(view.events)
+            first = (events[0].version if events else view.version + 1) - 1  # its creation
+            doomed = [first, *(e.version for e in events)]
             await view.append([NewEvent(type=T_DELETED, module=MODULE, payload={})], ANY)
             await view.refresh()
             if self._erase:
