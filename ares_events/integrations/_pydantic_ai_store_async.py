@@ -53,7 +53,6 @@ if ASYNC:
         again. Also Pydantic AI's own ``ConversationConflict`` (a ``UserError``)."""
 
         def __init__(self, conversation_id: str, stream_id: str, expected: int, actual: int):
-            self.conversation_id = conversation_id
             ConcurrencyError.__init__(
                 self,
                 stream_id,
@@ -63,6 +62,7 @@ if ASYNC:
                 f"it was loaded (version {expected}); nothing was stored: load it again "
                 "and run the turn again",
             )
+            self.conversation_id = conversation_id  # after: the base sets it to the text
 
 
 def stream_of(conversation_id: str) -> str:

@@ -4,6 +4,7 @@ async store opened on it."""
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ FW_BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.po
 def fw_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A fresh store URL of ``backend`` (memory URLs are named, so a second open shares)."""
     if backend == "memory":
-        return f"memory://fw-{id(request)}"
+        return f"memory://fw-{uuid.uuid4().hex}"
     if backend == "sqlite":
         return f"sqlite:///{tmp_path}/fw.db"
     return str(request.getfixturevalue("postgres_url"))
