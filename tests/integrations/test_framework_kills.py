@@ -36,6 +36,7 @@ def _child(url: str, run_id: str, ledger: Path, kill_at: str) -> int:
     return proc.returncode
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
