@@ -37,6 +37,7 @@ It may import anything in the package, and ``agents``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import weakref
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -132,6 +133,8 @@ class AresSession:
         self._lock = asyncio.Lock()
         self._seen: int | None = None  # the version a direct caller last saw
         self._runs: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._items: list[tuple[int, int, Any]] = []  # the live items, folded so far
+        self._folded = 0  # how many of the view's events are folded into _items
 
     def __repr__(self) -> str:
         return f"AresSession({self.session_id!r})"
@@ -153,10 +156,11 @@ class AresSession:
         async with self._lock:
             view = await self._fresh()
             self._observe(wrapper, view.version, read=True)
-            items = _live(view)
+            items = list(self._live(view))
         if limit is not None and limit >= 0:
             items = items[-limit:] if limit else []
-        return [it for _, _, it in items]
+        # Copies: a caller that edits a returned item must not edit the session's fold.
+        return [copy.deepcopy(it) for _, _, it in items]
 
     async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Append ``items`` as one event, at the version this run last saw.
@@ -182,7 +186,7 @@ class AresSession:
         async with self._lock:
             view = await self._fresh()
             self._observe(wrapper, view.version, read=False)
-            live = _live(view)
+            live = self._live(view)
             if not live:
                 return None
             version, index, item = live[-1]
@@ -218,6 +222,27 @@ class AresSession:
                 doomed = [e.version for e in view.events if e.type == T_ITEMS]
                 await view.erase(doomed, reason=reason, by=by)
 
+    def _live(self, view: AsyncConversationStream) -> list[tuple[int, int, Any]]:
+        """The items in the session now, as ``(version, index, item)``, oldest first
+        (the events read since the last call folded onto the ones before)."""
+        if self._folded > len(view.events):  # the view was dropped and read again
+            self._items, self._folded = [], 0
+        items = self._items
+        for e in view.events[self._folded :]:
+            p = e.payload if not e.payload_erased else {}
+            if e.type == T_ITEMS:
+                items.extend((e.version, i, it) for i, it in enumerate(p.get("items") or []))
+            elif e.type == T_POPPED:
+                at = (p.get("version"), p.get("index"))
+                for k in range(len(items) - 1, -1, -1):
+                    if (items[k][0], items[k][1]) == at:
+                        del items[k]
+                        break
+            elif e.type == T_CLEARED:
+                items.clear()
+        self._folded = len(view.events)
+        return items
+
     # -- plumbing ------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -241,6 +266,7 @@ class AresSession:
                 assert self._url is not None
                 self._store = await open_async_store(self._url)
             self._view = AsyncConversationStream(self._store, self.stream_id)
+            self._items, self._folded = [], 0
         await self._view.refresh()
         return self._view
 
@@ -273,21 +299,3 @@ class AresSession:
         else:
             self._seen = res.version
         await view.refresh()
-
-
-def _live(view: AsyncConversationStream) -> list[tuple[int, int, Any]]:
-    """The items in the session now, as ``(version, index, item)``, oldest first."""
-    items: list[tuple[int, int, Any]] = []
-    for e in view.events:
-        p = e.payload if not e.payload_erased else {}
-        if e.type == T_ITEMS:
-            items.extend((e.version, i, it) for i, it in enumerate(p.get("items") or []))
-        elif e.type == T_POPPED:
-            at = (p.get("version"), p.get("index"))
-            for k in range(len(items) - 1, -1, -1):
-                if (items[k][0], items[k][1]) == at:
-                    del items[k]
-                    break
-        elif e.type == T_CLEARED:
-            items = []
-    return items

@@ -296,3 +296,14 @@ def test_bad_arguments_are_typed_errors() -> None:
 def test_repr_never_shows_the_password() -> None:
     s = AresSession("x", url="postgresql://root:hunter2@127.0.0.1:5432/db")
     assert "hunter2" not in repr(s)
+
+
+def test_editing_returned_items_does_not_edit_the_session(store: ae.EventStore) -> None:
+    async def main() -> None:
+        s = AresSession("copies", store=store)
+        await s.add_items([{"role": "user", "content": "keep me"}])
+        got = await s.get_items()
+        got[0]["content"] = "changed"
+        assert [text(i) for i in await s.get_items()] == ["keep me"]
+
+    run(main())
