@@ -38,6 +38,7 @@ It may import anything in the package, and ``google.adk``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 import uuid
 from collections import OrderedDict
@@ -195,7 +196,7 @@ class AresSessionService(BaseSessionService):
         self._snapshot_every = snapshot_every
         self._erase = erase_on_delete
         self._by = by
-        self._views: OrderedDict[str, tuple[asyncio.Lock, AsyncConversationStream]] = OrderedDict()
+        self._views: OrderedDict[str, _View] = OrderedDict()
         self._projection = SessionStateProjection()
         self._snapshotter: AsyncSnapshotter | None = None
 
@@ -217,10 +218,11 @@ class AresSessionService(BaseSessionService):
         sid = session_stream(app_name, user_id, session_id)
         deltas = _session_util.extract_json_safe_state_delta(state or {})
         now = time.time()
-        lock, view = await self._view(sid)
-        async with lock:
+        v = await self._view(sid)
+        view = v.stream
+        async with v.lock:
             await view.refresh()
-            if _fold(view.events)["live"]:
+            if v.fold()["live"]:
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.")
             created = NewEvent(
                 type=T_CREATED,
@@ -268,11 +270,11 @@ class AresSessionService(BaseSessionService):
         if recent is not None:
             got = await self._tail_session(sid, recent)
         else:
-            lock, view = await self._view(sid)
-            async with lock:
-                await view.refresh()
-                events = _since_created(view.events)
-                got = (_fold(view.events), view.version, events)
+            v = await self._view(sid)
+            async with v.lock:
+                await v.stream.refresh()
+                events = _since_created(v.stream.events)
+                got = (copy.deepcopy(v.fold()), v.stream.version, events)
         fold, version, events = got
         if not fold["live"]:
             return None
@@ -323,10 +325,11 @@ class AresSessionService(BaseSessionService):
         with ``erase_on_delete``). Deleting a missing session does nothing."""
         session_id = session_id.strip() if session_id else session_id
         sid = session_stream(app_name, user_id, session_id)
-        lock, view = await self._view(sid)
-        async with lock:
+        v = await self._view(sid)
+        view = v.stream
+        async with v.lock:
             await view.refresh()
-            if not _fold(view.events)["live"]:
+            if not v.fold()["live"]:
                 return
             events = _since_created(view.events)
             first = (events[0].version if events else view.version + 1) - 1  # its creation
@@ -357,10 +360,11 @@ class AresSessionService(BaseSessionService):
         deltas = _session_util.extract_json_safe_state_delta(delta or {})
         payload = {"event": event.model_dump(exclude_none=True, mode="json"), "delta": {}}
         payload["delta"] = deltas["session"]
-        lock, view = await self._view(sid)
-        async with lock:
+        v = await self._view(sid)
+        view = v.stream
+        async with v.lock:
             await view.refresh()
-            if not _fold(view.events)["live"]:
+            if not v.fold()["live"]:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
             expected = _marker_version(session)
             if expected is None:
@@ -398,10 +402,10 @@ class AresSessionService(BaseSessionService):
             self._store = await open_async_store(self._url)
         return self._store
 
-    async def _view(self, stream_id: str) -> tuple[asyncio.Lock, AsyncConversationStream]:
+    async def _view(self, stream_id: str) -> _View:
         got = self._views.get(stream_id)
         if got is None:
-            got = (asyncio.Lock(), AsyncConversationStream(await self._open(), stream_id))
+            got = _View(AsyncConversationStream(await self._open(), stream_id))
             self._views[stream_id] = got
             while len(self._views) > MAX_VIEWS:
                 self._views.popitem(last=False)
@@ -422,14 +426,10 @@ class AresSessionService(BaseSessionService):
         return out
 
     async def _scoped_state(self, stream_id: str) -> dict[str, Any]:
-        lock, view = await self._view(stream_id)
-        async with lock:
-            await view.refresh()
-            out: dict[str, Any] = {}
-            for e in view.events:
-                if e.type == T_STATE and not e.payload_erased:
-                    out.update(e.payload.get("delta") or {})
-            return out
+        v = await self._view(stream_id)
+        async with v.lock:
+            await v.stream.refresh()
+            return copy.deepcopy(v.fold()["state"])
 
     async def _merge(self, session: Session) -> Session:
         for k, v in (await self._scoped_state(_app_stream(session.app_name))).items():
@@ -482,15 +482,34 @@ class AresSessionService(BaseSessionService):
         raise ChainIntegrityError(stream_id, [])  # pragma: no cover - a thousand writers
 
 
-def _fold(events: list[RecordedEvent]) -> dict[str, Any]:
-    p = SessionStateProjection()
-    state = p.initial()
-    for e in events:
-        if not e.payload_erased:
-            state = p.apply(state, e)
-        elif e.type == T_DELETED:
-            state = p.initial()
-    return state
+class _View:
+    """A verified view of one stream, its lock, and its fold so far (a session's
+    :class:`SessionStateProjection`, or the merged deltas of an app or user stream)."""
+
+    __slots__ = ("_n", "_state", "lock", "stream")
+
+    def __init__(self, stream: AsyncConversationStream) -> None:
+        self.stream = stream
+        self.lock = asyncio.Lock()
+        self._state = SessionStateProjection().initial()
+        self._n = 0
+
+    def fold(self) -> dict[str, Any]:
+        """The fold of every event read so far (only the new ones are applied)."""
+        events = self.stream.events
+        p = SessionStateProjection()
+        if self._n > len(events):  # the view was read again from the start
+            self._state, self._n = p.initial(), 0
+        for e in events[self._n :]:
+            if e.type == T_STATE:
+                if not e.payload_erased:
+                    self._state["state"].update(e.payload.get("delta") or {})
+            elif not e.payload_erased:
+                self._state = p.apply(self._state, e)
+            elif e.type == T_DELETED:
+                self._state = p.initial()
+        self._n = len(events)
+        return self._state
 
 
 def _since_created(events: list[RecordedEvent]) -> list[RecordedEvent]:
