@@ -1,6 +1,7 @@
-"""A durable Pydantic AI run killed with SIGKILL between its model and tool calls (and
-inside a tool, after its side effect), then resumed by a new process: no answered model
-call is paid again and no side effect happens twice."""
+"""A durable run (Pydantic AI, and the journal under the OpenAI Agents SDK) killed with
+SIGKILL between its model and tool calls (and inside a tool, after its side effect), then
+resumed by a new process: no answered model call is paid again and no side effect happens
+twice."""
 
 from __future__ import annotations
 
@@ -21,9 +22,18 @@ POINTS = ["model1-paid", "tool1-before", "tool1-after", "tool2-after", "model2-b
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def _child(url: str, run_id: str, ledger: Path, kill_at: str) -> int:
+def _child(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> int:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.framework_kill_child", url, run_id, str(ledger), kill_at],
+        [
+            sys.executable,
+            "-m",
+            "tests.framework_kill_child",
+            adapter,
+            url,
+            run_id,
+            str(ledger),
+            kill_at,
+        ],
         check=False,
         cwd=ROOT,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -39,8 +49,9 @@ def _child(url: str, run_id: str, ledger: Path, kill_at: str) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents"])
 def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = (
         f"sqlite:///{tmp_path}/kill.db"
@@ -50,8 +61,8 @@ def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
     for point in POINTS:
         run_id = f"ship-{point}-{uuid.uuid4().hex[:6]}"
         ledger = tmp_path / f"{run_id}.ledger"
-        assert _child(url, run_id, ledger, point) == -signal.SIGKILL, point
-        assert _child(url, run_id, ledger, "none") == 0, point
+        assert _child(adapter, url, run_id, ledger, point) == -signal.SIGKILL, point
+        assert _child(adapter, url, run_id, ledger, "none") == 0, point
         lines = ledger.read_text().splitlines()
         paid = [ln for ln in lines if ln.startswith("paid")]
         effects = [ln for ln in lines if ln.startswith("effect")]
@@ -66,6 +77,6 @@ def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
             assert info.status == "completed", point
             assert ae.integrity.verify_stream(store, run_id).ok
         # A third process replays the whole run from the log: nothing paid, nothing shipped.
-        assert _child(url, run_id, ledger, "none") == 0
+        assert _child(adapter, url, run_id, ledger, "none") == 0
         again = ledger.read_text().splitlines()
         assert again[len(lines) :] == ["output shipped both"], (point, again)
