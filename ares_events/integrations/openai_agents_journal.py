@@ -204,6 +204,32 @@ async def run_durably(
         run_config or RunConfig(),
         tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1),
     )
-    result = await Runner.run(durable, input, run_config=config, **run_kwargs)
+    try:
+        result = await Runner.run(durable, input, run_config=config, **run_kwargs)
+    except Exception as exc:
+        # The SDK wraps what a tool raised ("Error running tool ..."): hand the journal's
+        # own verdict (in doubt, diverged, not runnable) to the caller as itself.
+        cause = _journal_error(exc)
+        if cause is not None and cause is not exc:
+            raise cause from exc
+        raise
     await journal.complete(to_jsonable_python(result.final_output))
     return result
+
+
+def _journal_error(exc: BaseException) -> BaseException | None:
+    from ares_events.agents.journal import (
+        InDoubtToolCall,
+        ReplayDivergence,
+        RunNotRunnable,
+        RunRefused,
+    )
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, InDoubtToolCall | ReplayDivergence | RunNotRunnable | RunRefused):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
