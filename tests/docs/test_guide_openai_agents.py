@@ -27,7 +27,7 @@ def test_guide_openai_agents_runs(
     if backend == "postgres":
         text = text.replace("sqlite:///agents.db", str(request.getfixturevalue("postgres_url")))
     blocks = re.findall(r"^```python\n(.*?)^```$", text, flags=re.M | re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     monkeypatch.chdir(tmp_path)
     ns: dict[str, Any] = {"__name__": "guide_openai_agents"}
     for i, block in enumerate(blocks, 1):
@@ -43,5 +43,7 @@ def test_guide_openai_agents_runs(
         "after clear: []",
         "events: [('oai.items', True), ('oai.popped', False), ('oai.cleared', False)]",
         "chain ok: True",
+        "shipped | model calls: 2 | shipments: 1",
+        "shipped | model calls: 0 | shipments: 1",
     ):
         assert line in out, out
