@@ -274,7 +274,8 @@ class Journal:
         raises, the failed attempt is recorded and the original exception propagates;
         calling again with the same name and args retries the step with the same key.
         ``reconcile(key) -> (landed, result)`` asks the downstream system whether an
-        in-doubt call landed.
+        in-doubt call landed, and whether a failed attempt did before its answer was lost
+        (a retry after a failure asks it first and calls the tool only when it did not).
 
         Raises:
             InDoubtToolCall: in doubt, no reconciler and not idempotent; run interrupted.
@@ -685,6 +686,13 @@ class Journal:
             self.replaying = False
             self.attempt = last + 1
             self._tool_request(step, last + 1, name, recorded_args, ah, key)
+            if status == "failed" and reconcile is not None:
+                # The failed attempt may have landed before its answer was lost (a
+                # timeout): the reconciler, asked under the new attempt's write-ahead
+                # request, decides whether the tool is called again.
+                landed, result = reconcile(key)
+                if landed:
+                    return key, True, self._reconciled(key, result)
             return key, False, None
         # In doubt: requested, no outcome.
         self.attempt = last or 1
@@ -692,12 +700,7 @@ class Journal:
             landed, result = reconcile(key)
             if landed:
                 self._require_runnable()
-                self._append(
-                    "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
-                )
-                self.stats.tool_calls_reconciled += 1
-                self.replaying = True
-                return key, True, result
+                return key, True, self._reconciled(key, result)
         elif not idempotent:
             if self.state["status"] == "running":
                 self._append("run.interrupted", {"reason": IN_DOUBT, "key": key, "step": step})
@@ -720,6 +723,15 @@ class Journal:
                 "args_hash": ah,
             },
         )
+
+    def _reconciled(self, key: str, result: Any) -> Any:
+        """Record the outcome a reconciler reported for a call that landed."""
+        self._append(
+            "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
+        )
+        self.stats.tool_calls_reconciled += 1
+        self.replaying = True
+        return result
 
     def _tool_failed(self, key: str, exc: BaseException) -> None:
         self.stats.tool_attempts_failed += 1

@@ -9,6 +9,10 @@ with its store side (opening, stream prefixes, verified reads) in
 ``AsyncAresSaver``), with its shared logic in ``_langgraph_core`` (layout, encoding, the
 verified index), ``_langgraph_plan`` (planning, decoding) and ``_langgraph_steps`` (the
 operations, as sansio steps).
+:mod:`~ares_events.integrations.openai_agents`, :mod:`~ares_events.integrations.pydantic_ai`
+and :mod:`~ares_events.integrations.google_adk` adapt agent frameworks (a session or
+conversation is one stream, read through ``_conversation``, verified; written with
+optimistic concurrency).
 :func:`stream_kind` tells the CLI which streams an integration owns (without importing
 the integration's library).
 
@@ -31,7 +35,21 @@ def thread_of(stream_id: str) -> str | None:
     return None
 
 
+FRAMEWORK_STREAM_PREFIXES: Final = (
+    ("openai-agents/", "openai-agents session"),
+    ("pydantic-ai/", "pydantic-ai conversation"),
+    ("google-adk/", "google-adk session"),
+)
+"""Streams of the framework adapters, with what the CLI calls them."""
+
+
 def stream_kind(stream_id: str) -> tuple[str, str] | None:
-    """``("langgraph thread", thread_id)`` for a stream an integration owns, else None."""
+    """``("langgraph thread", thread_id)`` (or an adapter's session or conversation) for a
+    stream an integration owns, else None."""
     tid = thread_of(stream_id)
-    return None if tid is None else ("langgraph thread", tid)
+    if tid is not None:
+        return ("langgraph thread", tid)
+    for prefix, kind in FRAMEWORK_STREAM_PREFIXES:
+        if stream_id.startswith(prefix) and len(stream_id) > len(prefix):
+            return (kind, stream_id[len(prefix) :])
+    return None

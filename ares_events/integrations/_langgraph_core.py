@@ -87,12 +87,29 @@ class StaleWriteError(ConcurrencyError):
     is_stale_write_owner_error: Final = True
 
     def __init__(
-        self, stream_id: str, ns: str, parent: str, winner: str, actual: int, attempted: str
+        self,
+        stream_id: str,
+        ns: str,
+        parent: str | None,
+        winner: str,
+        actual: int,
+        attempted: str,
     ) -> None:
         self.checkpoint_ns = ns
         self.parent_checkpoint_id = parent
+        """None when the refused checkpoint was a second root of an empty namespace."""
         self.winner_checkpoint_id = winner
         self.attempted_checkpoint_id = attempted
+        if parent is None:
+            super().__init__(
+                stream_id,
+                f"the first checkpoint of namespace {ns!r}",
+                actual,
+                f"namespace {ns!r} was already started by {winner}; refusing the parentless "
+                f"{attempted} (a second writer starting the same new thread would give it "
+                "two roots: reload it and run again)",
+            )
+            return
         super().__init__(
             stream_id,
             f"a checkpoint continuing {parent}",

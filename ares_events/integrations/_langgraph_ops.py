@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations._langgraph_core import (
+    BRANCH_SOURCES,
     CheckpointRec,
     EncodedValue,
     ThreadIndex,
@@ -253,17 +254,23 @@ def put_checkpoint(
     new_versions: ChannelVersions,
 ) -> RunnableConfig:
     tid, ns, parent = _ids(config)
+    source = metadata.get("source")
     if not index.started:
         refresh(store, index)
     index.check()
+    # A parentless checkpoint from a writer that sees its namespace empty starts the
+    # namespace: appended only while it is still empty, so two writers that both started
+    # a new thread cannot give it two roots (one that saw a root adds another on purpose).
+    root = parent is None and source not in BRANCH_SOURCES and index.latest(ns) is None
     pv, pver = parent_state(index, config)
     payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
     encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
     reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
-    source = metadata.get("source")
 
     def build() -> list[NewEvent]:
-        plan = plan_put(index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source)
+        plan = plan_put(
+            index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source, root
+        )
         plan.events[-1].payload["vals"].update(reused)
         return plan.events
 

@@ -57,12 +57,19 @@ def plan_put(
     checkpoint_id: str,
     parent: str | None,
     source: object,
+    root: bool = False,
 ) -> PutPlan:
-    """The events of a put against what the index knows now.
+    """The events of a put against what the index knows now. ``root``: the writer saw
+    the namespace empty, so the checkpoint is its first and must stay its only root.
 
     Raises:
-        StaleWriteError: ``parent`` was already continued by another checkpoint.
+        StaleWriteError: ``parent`` was already continued by another checkpoint, or
+            ``root`` and another writer started the namespace meanwhile.
     """
+    if root and (ns, checkpoint_id) not in index.checkpoints:
+        first = index.latest(ns)
+        if first is not None:
+            raise StaleWriteError(index.stream_id, ns, None, first.id, index.version, checkpoint_id)
     if parent is not None and source not in BRANCH_SOURCES:
         winner = index.continued.get((ns, parent))
         if winner is not None and winner != checkpoint_id:

@@ -1,0 +1,175 @@
+"""The stream under a framework adapter: one conversation (a session of the OpenAI Agents
+SDK, a Pydantic AI conversation, a Google ADK session) is one hash-chained stream, read
+verified and written with optimistic concurrency.
+
+:class:`AsyncConversationStream` is written here; the blocking
+:class:`ConversationStream` (``_conversation.py``) is generated from it. What the
+adapters share:
+
+- **Verified before decoded.** :meth:`refresh` reads the events after the ones it already
+  checked, checks each link of the chain (a MAC in keyed mode) and the stream's head row,
+  and raises :class:`~ares_events.errors.ChainIntegrityError` with the findings before
+  the adapter decodes anything. :meth:`tail` reads only the last events, verified from
+  the first one's recorded link to the head row (a cost of O(tail)).
+- **Optimistic concurrency.** :meth:`append` writes at a version the caller names (the
+  version its run last saw); another writer in between is a
+  :class:`~ares_events.errors.ConcurrencyError`, which each adapter turns into its typed
+  conflict. Nothing is merged or retried behind the caller's back.
+- **Erasure.** :meth:`erase` erases the payloads of events (blobs too) and records each
+  erasure in ``ares-events/erasures``, as ``ares-events erase`` does; the chain still
+  verifies (the payload digests stay in it).
+
+It may import anything in the package (an integration is top layer), and no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, RecordedEvent
+from ares_events.errors import ChainIntegrityError
+from ares_events.integrity.verifier import ChainVerifier
+
+if TYPE_CHECKING:
+    from ares_events.core.events import AppendResult, ExpectedVersion
+    from ares_events.core.store_async import AsyncEventStore
+
+__all__ = ["AsyncConversationStream", "erasure_event"]
+
+
+class AsyncConversationStream:
+    """A verified, incrementally refreshed view of one stream.
+
+    ``events`` holds every event read so far (verified), ``version`` the last one. The
+    view is not locked: an adapter serialises its own use of one view.
+    """
+
+    def __init__(self, store: AsyncEventStore, stream_id: str) -> None:
+        self.store = store
+        self.stream_id = stream_id
+        self.events: list[RecordedEvent] = []
+        self._verifier = ChainVerifier(stream_id, store.chain_key)
+
+    @property
+    def version(self) -> int:
+        """The last version read and verified (0 before anything was read)."""
+        return self._verifier.last
+
+    async def refresh(self) -> list[RecordedEvent]:
+        """Read and verify the events appended since the last refresh; return them.
+
+        Raises:
+            ChainIntegrityError: a link, an event or the head row does not verify (the
+                view keeps nothing of the bad read).
+            StoreUnavailable: the store cannot be reached.
+        """
+        head = await self.store.head(self.stream_id)
+        last = self._verifier.last
+        if head is not None and head.version < last:
+            self._fail_head(head)
+        if head is None or head.version == last:
+            if head is not None or last:
+                self._verifier.check_head(head)
+                self._raise_findings()
+            return []
+        new = [e async for e in self.store.read(self.stream_id, last + 1, head.version)]
+        for e in new:
+            if not self._verifier.check(e):
+                self._raise_findings()
+        self._verifier.check_head(head)
+        self._raise_findings()
+        self.events.extend(new)
+        return new
+
+    async def tail(self, count: int) -> list[RecordedEvent]:
+        """The stream's last ``count`` events (fewer when the stream is shorter), read and
+        verified from the first one's recorded link to the head row, without reading the
+        events before them. The view is left as it is.
+
+        Raises:
+            ChainIntegrityError: the tail does not link up to the head row.
+            StoreUnavailable: the store cannot be reached.
+        """
+        head = await self.store.head(self.stream_id)
+        if head is None or count <= 0:
+            return []
+        start = max(1, head.version - count + 1)
+        events = [e async for e in self.store.read(self.stream_id, start, head.version)]
+        if not events:
+            return []
+        first = events[0]
+        check = ChainVerifier(
+            self.stream_id,
+            self.store.chain_key,
+            start_version=first.version - 1,
+            start_hash=first.prev_hash,
+        )
+        for e in events:
+            check.check(e)
+        check.check_head(head)
+        if check.findings:
+            raise ChainIntegrityError(self.stream_id, check.findings)
+        return events
+
+    async def append(self, events: Sequence[NewEvent], expected: ExpectedVersion) -> AppendResult:
+        """Append ``events`` at ``expected`` (0: the stream must not exist yet).
+
+        Raises:
+            ConcurrencyError: the stream is not at ``expected`` (another writer).
+            InvalidEvent: an event is not valid (nothing is written).
+            StoreUnavailable: the store cannot be reached.
+        """
+        return await self.store.append(self.stream_id, list(events), expected_version=expected)
+
+    async def erase(self, versions: Sequence[int], *, reason: str, by: str) -> int:
+        """Erase the payloads of ``versions`` (blobs too) and record each erasure in
+        ``ares-events/erasures``; return how many were erased now (already erased ones
+        are skipped)."""
+        records = []
+        for v in versions:
+            old, _shared = await self.store.erase_payload(self.stream_id, v)
+            if old.payload_ref is not None and old.payload_ref.erased:
+                continue
+            records.append(erasure_event(old, reason, by))
+        if records:
+            await self.store.append(ERASURE_STREAM, records)
+        # What this view read of those events still holds the payloads: read again.
+        erased = set(versions)
+        self.events = [e if e.version not in erased else await self._reread(e) for e in self.events]
+        return len(records)
+
+    async def _reread(self, e: RecordedEvent) -> RecordedEvent:
+        got = [x async for x in self.store.read(self.stream_id, e.version, e.version)]
+        return got[0] if got else e
+
+    def _fail_head(self, head: Any) -> None:
+        self._verifier.check_head(head)
+        self._raise_findings()
+
+    def _raise_findings(self) -> None:
+        if self._verifier.findings:
+            findings = list(self._verifier.findings)
+            self._verifier = ChainVerifier(self.stream_id, self.store.chain_key)
+            self.events = []
+            raise ChainIntegrityError(self.stream_id, findings)
+
+
+def erasure_event(e: RecordedEvent, reason: str, by: str) -> NewEvent:
+    """The ``payload.erased`` record of an erased event (as ``ares-events erase`` writes
+    it)."""
+    return NewEvent(
+        type=ERASURE_TYPE,
+        module="ares-events",
+        payload={
+            "stream_id": e.stream_id,
+            "version": e.version,
+            "position": e.position,
+            "event_id": e.event_id_str,
+            "type": e.type,
+            "payload_digest": e.payload_digest.hex(),
+            "payload_size": e.payload_size,
+            "reason": reason,
+            "by": by,
+        },
+    )

@@ -1,0 +1,300 @@
+"""Pydantic AI on ares-events: the message store on both faces (round trip through
+``ModelMessagesTypeAdapter``, the history a second run sees, conflicts, clear and erase,
+verified reads) on memory, SQLite and PostgreSQL, and durable runs through the journal
+(replayed model calls and tools, in-doubt tools, reconcilers, divergence)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.conversation_store import ConversationConflict as PydanticConflict
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import ares_events as ae
+from ares_events.agents.journal import InDoubtToolCall, Journal, ReplayDivergence
+from ares_events.errors import ChainIntegrityError, ConcurrencyError, ConfigError
+from ares_events.integrations.pydantic_ai import (
+    AresMessageStore,
+    AsyncAresMessageStore,
+    ConversationConflict,
+    idempotency_key,
+    run_durably,
+    stream_of,
+)
+from tests.integrations.fw_helpers import FW_BACKENDS, fw_url, tamper_sqlite
+
+
+@pytest.fixture(params=FW_BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return fw_url(str(request.param), tmp_path, request)
+
+
+def echo_model() -> FunctionModel:
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompts = [
+            p.content
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, UserPromptPart)
+        ]
+        return ModelResponse(parts=[TextPart(f"seen: {' | '.join(map(str, prompts))}")])
+
+    return FunctionModel(reply)
+
+
+# -- the message store -------------------------------------------------------------------
+
+
+def test_history_round_trips_and_a_second_run_sees_it(url: str) -> None:
+    agent = Agent(echo_model())
+    with ae.open_store(url) as store:
+        history = AresMessageStore(store=store)
+        assert history.load("c-1") == []
+        r1 = asyncio.run(agent.run("hello", message_history=history.load("c-1")))
+        history.append("c-1", r1.new_messages())
+        r2 = asyncio.run(agent.run("again", message_history=history.load("c-1")))
+        assert r2.output == "seen: hello | again"
+        history.append("c-1", r2.new_messages())
+        # Another store object (another process) loads exactly what the runs produced.
+        loaded = AresMessageStore(store=store).load("c-1")
+        assert loaded == r2.all_messages()
+        assert [e.type for e in store.read(stream_of("c-1"))] == ["pai.messages"] * 2
+        assert AresMessageStore(store=store).load("c-2") == []
+
+
+def test_binary_content_survives_the_round_trip(url: str) -> None:
+    msgs: list[ModelMessage] = [
+        ModelRequest(
+            parts=[UserPromptPart(["look", BinaryContent(b"\x00\xff", media_type="image/png")])]
+        ),
+        ModelResponse(parts=[ToolCallPart("zoom", {"x": 1.5}, tool_call_id="t1")]),
+    ]
+    history = AresMessageStore(url=url)
+    history.append("bin", msgs)
+    # Exactly what Pydantic AI's own adapter gives back (it reads an image as BinaryImage).
+    own = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(msgs))
+    loaded = AresMessageStore(url=url).load("bin")
+    assert loaded == own
+    part = loaded[0].parts[0]
+    assert isinstance(part, UserPromptPart) and part.content[1].data == b"\x00\xff"  # type: ignore[union-attr,index]
+    history.close()
+
+
+def test_the_async_store_is_the_same_store(url: str) -> None:
+    agent = Agent(echo_model())
+
+    async def main() -> None:
+        async with AsyncAresMessageStore(url=url) as history:
+            r1 = await agent.run("hi", message_history=await history.load("a-1"))
+            assert await history.append("a-1", r1.new_messages()) == 1
+            r2 = await agent.run("there", message_history=await history.load("a-1"))
+            await history.append("a-1", r2.new_messages())
+            assert await history.load("a-1") == r2.all_messages()
+
+    asyncio.run(main())
+    assert len(AresMessageStore(url=url).load("a-1")) == 4
+
+
+def test_a_second_writer_gets_a_conflict_and_stores_nothing(url: str) -> None:
+    agent = Agent(echo_model())
+    with ae.open_store(url) as store:
+        a, b = AresMessageStore(store=store), AresMessageStore(store=store)
+        ha, hb = a.load("c"), b.load("c")
+        ra = asyncio.run(agent.run("from a", message_history=ha))
+        rb = asyncio.run(agent.run("from b", message_history=hb))
+        a.append("c", ra.new_messages())
+        with pytest.raises(ConversationConflict) as info:
+            b.append("c", rb.new_messages())
+        err = info.value
+        assert isinstance(err, ConcurrencyError) and isinstance(err, PydanticConflict)
+        assert err.conversation_id == "c" and (err.expected, err.actual) == (0, 1)
+        assert a.load("c") == ra.all_messages()
+        # The loser loads again and runs its turn on the new history.
+        rb = asyncio.run(agent.run("from b", message_history=b.load("c")))
+        b.append("c", rb.new_messages())
+        assert rb.output == "seen: from a | from b"
+        assert len(a.load("c")) == 4
+
+
+def test_clear_and_erase(url: str) -> None:
+    msgs: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("my card is 4111")])]
+    with ae.open_store(url) as store:
+        h = AresMessageStore(store=store)
+        h.append("e", msgs)
+        h.clear("e")
+        assert h.load("e") == []
+        h.append("e", msgs)
+        h.clear("e", erase=True, reason="user asked", by="support")
+        assert h.load("e") == []
+        events = list(store.read(stream_of("e")))
+        assert [(e.type, e.payload_erased) for e in events] == [
+            ("pai.messages", True),
+            ("pai.cleared", False),
+            ("pai.messages", True),
+            ("pai.cleared", False),
+        ]
+        assert ae.integrity.verify_stream(store, stream_of("e")).ok
+
+
+def test_a_tampered_message_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    h = AresMessageStore(url=url)
+    h.append("t", [ModelRequest(parts=[UserPromptPart("transfer 10")])])
+    h.close()
+    tamper_sqlite(tmp_path / "t.db", "transfer 10", "transfer 99")
+    with pytest.raises(ChainIntegrityError):
+        AresMessageStore(url=url).load("t")
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ConfigError):
+        AresMessageStore()
+    with pytest.raises(ae.InvalidEvent):
+        AresMessageStore(url="memory://").load("")
+    assert "hunter2" not in repr(AresMessageStore(url="postgresql://u:hunter2@127.0.0.1/db"))
+
+
+# -- durable runs ------------------------------------------------------------------------
+
+
+class Shop:
+    """A downstream system, its charges counted; a model that asks for two charges, then
+    answers; every paid model call counted."""
+
+    def __init__(self) -> None:
+        self.charges: list[tuple[int, str | None]] = []
+        self.paid = 0
+
+    def model(self) -> FunctionModel:
+        def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            self.paid += 1
+            if len(messages) == 1:
+                return ModelResponse(
+                    parts=[
+                        ToolCallPart("charge", {"cents": 500}, tool_call_id="c1"),
+                        ToolCallPart("charge", {"cents": 700}, tool_call_id="c2"),
+                    ]
+                )
+            return ModelResponse(parts=[TextPart("charged twice")])
+
+        return FunctionModel(reply)
+
+    def agent(self) -> Agent[None, str]:
+        agent = Agent(self.model())
+
+        @agent.tool_plain
+        def charge(cents: int) -> str:
+            self.charges.append((cents, idempotency_key()))
+            return f"charged {cents}"
+
+        return agent
+
+
+def test_a_durable_run_replays_without_paying_or_charging_again(url: str) -> None:
+    shop = Shop()
+    with ae.open_store(url) as store:
+        r1 = asyncio.run(run_durably(shop.agent(), "pay", store=store, run_id="order-1"))
+        assert r1.output == "charged twice"
+        assert shop.paid == 2
+        assert shop.charges == [(500, "order-1:2"), (700, "order-1:3")]
+        # The same run again (a restart): answered from the journal.
+        r2 = asyncio.run(run_durably(shop.agent(), "pay", store=store, run_id="order-1"))
+        assert r2.output == "charged twice"
+        assert shop.paid == 2 and len(shop.charges) == 2
+        info = Journal.inspect(store, "order-1")
+        assert info.status == "completed"
+        assert [s.kind for s in info.steps] == ["model", "tool", "tool", "model"]
+
+
+class Killed(BaseException):
+    """What a kill -9 inside a tool leaves: nothing recorded after the request (the real
+    kill runs in a child process: test_framework_kills.py)."""
+
+
+def dies(coro: Any) -> None:
+    """Run ``coro`` until the Killed it raises, then close its loop cleanly."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    try:
+        with pytest.raises(Killed):
+            loop.run_until_complete(task)
+    finally:
+        for t in asyncio.all_tasks(loop):
+            t.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def crashing(shop: Shop) -> Agent[None, str]:
+    """The shop's agent whose first charge dies after charging, before answering."""
+    agent = Agent(shop.model())
+
+    @agent.tool_plain
+    def charge(cents: int) -> str:
+        shop.charges.append((cents, idempotency_key()))
+        if len(shop.charges) == 1:
+            raise Killed
+        return f"charged {cents}"
+
+    return agent
+
+
+def test_a_run_cut_off_inside_a_tool_stops_for_a_human(url: str) -> None:
+    shop = Shop()
+    with ae.open_store(url) as store:
+        dies(run_durably(crashing(shop), "pay", store=store, run_id="order-2"))
+        assert shop.charges == [(500, "order-2:2")]
+        # Resumed without a reconciler and not idempotent: the run stops, nothing charged.
+        with pytest.raises(InDoubtToolCall) as info:
+            asyncio.run(run_durably(shop.agent(), "pay", store=store, run_id="order-2"))
+        assert info.value.key == "order-2:2" and len(shop.charges) == 1
+        assert Journal.inspect(store, "order-2").status == "in_doubt"
+        # An operator resumes it with a reconciler that finds the charge landed: the
+        # first charge is not made again, the second one is made, once.
+        Journal(store, "order-2").resume(by="operator")
+
+        def landed(name: str, key: str) -> tuple[bool, Any]:
+            return (True, "charged 500") if key == "order-2:2" else (False, None)
+
+        r = asyncio.run(
+            run_durably(shop.agent(), "pay", store=store, run_id="order-2", reconcile=landed)
+        )
+        assert r.output == "charged twice"
+        assert shop.charges == [(500, "order-2:2"), (700, "order-2:3")]
+        assert shop.paid == 2  # the first model call was answered from the journal
+
+
+def test_a_tool_named_idempotent_is_retried_with_the_same_key(url: str) -> None:
+    shop = Shop()
+    with ae.open_store(url) as store:
+        dies(run_durably(crashing(shop), "pay", store=store, run_id="order-3"))
+        r = asyncio.run(
+            run_durably(shop.agent(), "pay", store=store, run_id="order-3", idempotent={"charge"})
+        )
+        assert r.output == "charged twice"
+        # The same key again: a downstream that dedupes on it charges once.
+        assert shop.charges == [(500, "order-3:2"), (500, "order-3:2"), (700, "order-3:3")]
+        assert shop.paid == 2
+
+
+def test_another_prompt_under_the_same_run_id_is_a_divergence(url: str) -> None:
+    with ae.open_store(url) as store:
+        asyncio.run(run_durably(Shop().agent(), "pay", store=store, run_id="order-4"))
+        with pytest.raises(ReplayDivergence):
+            asyncio.run(run_durably(Shop().agent(), "refund", store=store, run_id="order-4"))
