@@ -73,7 +73,7 @@ from ares_events.core.rules import (
     plan_many,
     tracking_arg,
 )
-from ares_events.core.telemetry import appended, appended_many, traced, traced_reads
+from ares_events.core.traced import appended, appended_many, traced, traced_reads
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,

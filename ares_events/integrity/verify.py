@@ -14,7 +14,7 @@ from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
-from ares_events.core.telemetry import traced, verified
+from ares_events.core.traced import traced, verified
 from ares_events.integrity.findings import VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 

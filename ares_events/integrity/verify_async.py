@@ -14,7 +14,7 @@ from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.recorder_async import system_of_record
-from ares_events.core.telemetry import traced, verified
+from ares_events.core.traced import traced, verified
 from ares_events.integrity.findings import VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 

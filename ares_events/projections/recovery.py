@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.snapshots import make_snapshot
-from ares_events.core.telemetry import recovered, replayed, traced
+from ares_events.core.traced import recovered, replayed, traced
 from ares_events.errors import (
     ChainIntegrityError,
     ConfigError,

@@ -26,7 +26,7 @@ from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.snapshots_async import amake_snapshot
-from ares_events.core.telemetry import recovered, replayed, traced
+from ares_events.core.traced import recovered, replayed, traced
 from ares_events.errors import (
     ChainIntegrityError,
     ConfigError,
