@@ -83,14 +83,12 @@ METRIC_ATTRIBUTES: Final = frozenset(
         "error.type",
         "gen_ai.operation.name",
         "gen_ai.request.model",
-        "gen_ai.provider.name",
         "gen_ai.token.type",
         "ares_events.operation.name",
         "ares_events.finding.kind",
         "ares_events.projection.name",
         "ares_events.journal.from_log",
         "ares_events.death.cause",
-        "ares_events.recovery.source",
     }
 )
 """Every attribute key a metric of ares-events may carry; each has a bounded set of
