@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,7 @@ LABELS = {"none": "no extra", "api": "API, no SDK", "sdk": "SDK, in-memory expor
 GOALS = {"api": 0.02, "sdk": 0.10}
 
 
-def _worker(mode: str, db: str, appends: int, append_db: str) -> dict[str, float]:
+def _worker(mode: str, db: str, appends: int, append_db: str, replay: bool) -> dict[str, float]:
     if mode == "none":
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]  # as if not installed
     import ares_events as ae
@@ -67,8 +68,10 @@ def _worker(mode: str, db: str, appends: int, append_db: str) -> dict[str, float
             store.append(
                 f"s-{i % 50}", [ae.NewEvent(type="tool.result", module="bench", payload={"i": i})]
             )
-        out["append_wall_us"] = (time.perf_counter() - w0) / appends * 1e6
-        out["append_cpu_us"] = (time.process_time() - c0) / appends * 1e6
+        out["append_wall_us"] = (time.perf_counter() - w0) / max(appends, 1) * 1e6
+        out["append_cpu_us"] = (time.process_time() - c0) / max(appends, 1) * 1e6
+    if not replay:
+        return out
     with ae.open_store(f"sqlite:///{db}") as store:
         w0, c0 = time.perf_counter(), time.process_time()
         res = ae.replay(store, "big", lambda n, e: n + 1, 0, max_replay=10**7)
@@ -94,6 +97,70 @@ def _build(db: Path, n: int) -> None:
             )
 
 
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def _instructions(mode: str, db: Path, adb: Path, appends: int, replay: bool) -> int:
+    """CPU instructions of one worker process under callgrind (the whole process)."""
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-m",
+        "bench.bench_otel",
+        "--worker",
+        mode,
+        "--db",
+        str(db),
+        "--append-db",
+        str(adb),
+        "--appends",
+        str(appends),
+    ]
+    if not replay:
+        cmd.append("--no-replay")
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    run = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    found = _COLLECTED.findall(run.stderr)
+    assert found, run.stderr[-2000:]
+    return int(found[-1])
+
+
+def _instruction_rows(events: int, appends: int) -> list[str]:
+    """Instructions per append and per replayed event: each configuration's process
+    counted with and without the workload, the difference divided by its size."""
+    per: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "replay.db"
+        _build(db, events)
+        for mode in MODES:
+            base = _instructions(mode, db, Path(tmp) / f"b-{mode}.db", 0, False)
+            app = _instructions(mode, db, Path(tmp) / f"a-{mode}.db", appends, False)
+            rep = _instructions(mode, db, Path(tmp) / f"r-{mode}.db", 0, True)
+            per[mode] = {"append": (app - base) / appends, "replay": (rep - base) / events}
+            print(mode, per[mode], file=sys.stderr)
+    out = [
+        "| Instructions (callgrind) | "
+        + " | ".join(LABELS[m] for m in MODES)
+        + " | API vs none | SDK vs none |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, label in (("append", "per 1-event append"), ("replay", "per replayed event")):
+        base = per["none"][key]
+        cells = [f"{per[m][key]:,.0f}" for m in MODES]
+        diffs = [f"{(per[m][key] / base - 1) * 100:+.1f}%" for m in ("api", "sdk")]
+        out.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, 3 repeats, print only")
@@ -101,11 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", help=argparse.SUPPRESS)
     p.add_argument("--append-db", help=argparse.SUPPRESS)
     p.add_argument("--appends", type=int, default=300, help=argparse.SUPPRESS)
+    p.add_argument("--no-replay", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count CPU instructions under valgrind's callgrind (repeatable on a "
+        "loaded machine; a few minutes)",
+    )
     a = p.parse_args(argv)
     if a.worker:
-        print(json.dumps(_worker(a.worker, a.db, a.appends, a.append_db)))
+        out = _worker(a.worker, a.db, a.appends, a.append_db, not a.no_replay)
+        print(json.dumps(out))
         return 0
     events, appends, reps = (20_000, 100, 3) if a.quick else (100_000, 300, 7)
+    load0 = os.getloadavg()[0]
     samples: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "replay.db"
@@ -154,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = [fmt.format(med[m][key]) for m in MODES]
         diffs = [f"{(med[m][key] / base - 1) * 100:+.1f}%" for m in ("api", "sdk")]
         lines.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
+    if a.instructions:
+        lines += ["", *_instruction_rows(events, appends)]
     info = machine_description(("opentelemetry-api", "opentelemetry-sdk"))
     load = os.getloadavg()[0]
     body = "\n".join(
@@ -162,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---|",
             "| Command | `.venv/bin/python -m bench.bench_otel` |",
             f"| Date | {info.get('date', '')} |",
-            f"| Machine | {info.get('cpu', '')}, {info.get('os', '')}; load (1 min) after: {load:.2f} |",
-            f"| Repeats | {reps} per configuration, interleaved, each in a fresh process; medians |",
+            f"| Machine | {info.get('cpu', '')}, {info.get('os', '')} |",
+            f"| Load average (1 min) before / after | {load0:.2f} / {load:.2f} (2 cores, shared) |",
+            f"| Repeats | {reps} per configuration, interleaved, each in a fresh process |",
             f"| Appends | {appends} per repeat to 50 streams, SQLite WAL + synchronous FULL |",
             "",
             *lines,
