@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(body)
     if not a.quick:
-        write_section("otel", body, title="## Telemetry overhead (OpenTelemetry)")
+        write_section("otel", body, title="Telemetry overhead (OpenTelemetry)")
     return 0
 
 

@@ -283,7 +283,7 @@ class Journal:
         with call_span(self, "chat", params=params) as span:
             step, done, value = self._model_begin(messages, params)
             span.begun(self, done)
-            if self.record_prompts:
+            if span.capturing and self.record_prompts:
                 span.content("gen_ai.input.messages", self._record(messages))
             if done:
                 span.content("gen_ai.output.messages", value)
@@ -334,7 +334,8 @@ class Journal:
                 raise
             span.begun(self, done)
             span.set("gen_ai.tool.call.id", key)
-            span.content("gen_ai.tool.call.arguments", self._record(args))
+            if span.capturing:
+                span.content("gen_ai.tool.call.arguments", self._record(args))
             if done:
                 span.content("gen_ai.tool.call.result", value)
                 return value

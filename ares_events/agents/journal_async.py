@@ -297,7 +297,7 @@ class AsyncJournal:
         with call_span(self, "chat", params=params) as span:
             step, done, value = await self._model_begin(messages, params)
             span.begun(self, done)
-            if self.record_prompts:
+            if span.capturing and self.record_prompts:
                 span.content("gen_ai.input.messages", self._record(messages))
             if done:
                 span.content("gen_ai.output.messages", value)
@@ -348,7 +348,8 @@ class AsyncJournal:
                 raise
             span.begun(self, done)
             span.set("gen_ai.tool.call.id", key)
-            span.content("gen_ai.tool.call.arguments", self._record(args))
+            if span.capturing:
+                span.content("gen_ai.tool.call.arguments", self._record(args))
             if done:
                 span.content("gen_ai.tool.call.result", value)
                 return value

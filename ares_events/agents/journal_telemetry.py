@@ -152,9 +152,14 @@ class CallSpan:
             span.set_attribute("ares_events.journal.attempt", int(journal.attempt))
             span.set_attribute("ares_events.journal.from_log", self._from_log)
 
+    @property
+    def capturing(self) -> bool:
+        """True when content goes on this span (capture opted into)."""
+        return self._span is not None and self._tel.capture_content
+
     def content(self, key: str, value: Any) -> None:
         """Message content, only when capture is opted into."""
-        if self._span is not None and self._tel.capture_content:
+        if self.capturing:
             self._span.set_attribute(key, _content(value))
 
     def usage(self, usage: Any) -> None:
@@ -223,6 +228,7 @@ class CallSpan:
 class _NoCall:
     __slots__ = ()
     model = None
+    capturing = False
 
     def begun(self, journal: Any, from_log: bool) -> None:
         """Nothing recorded."""
