@@ -147,11 +147,15 @@ def test_verify_and_audit_count_findings_by_kind(otel: Otel, tmp_path: Path) -> 
         store.append("s", [_event(i) for i in range(3)])
     with sqlite3.connect(tmp_path / "events.db") as c:
         c.execute("UPDATE ares_events SET type = 'task.forged' WHERE version = 2")
-    with ae.open_store(url) as store:
+    with ae.open_store(url) as store, otel.tracer.start_as_current_span("caller") as parent:
         report = ae.integrity.verify_stream(store, "s")
         audit = ae.integrity.audit(store)
     assert not report.ok and not audit.ok
+    caller = parent.get_span_context().span_id
     verify = otel.span("ares_events.verify")
+    assert verify.kind is SpanKind.INTERNAL
+    assert verify.parent.span_id == caller
+    assert otel.span("ares_events.audit").parent.span_id == caller
     assert verify.attributes["ares_events.findings"] == len(report.findings)
     assert verify.attributes["ares_events.events.checked"] == 3
     span = otel.span("ares_events.audit")
