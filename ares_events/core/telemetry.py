@@ -487,7 +487,17 @@ class Operation:
     """One store operation: a CLIENT span made current while it runs, and its duration
     in ``db.client.operation.duration``. Use :func:`operation`, as a context manager."""
 
-    __slots__ = ("_activity", "_base", "_metric", "_name", "_span", "_t0", "_tel", "_token")
+    __slots__ = (
+        "_activity",
+        "_base",
+        "_extra",
+        "_metric",
+        "_name",
+        "_span",
+        "_t0",
+        "_tel",
+        "_token",
+    )
 
     def __init__(
         self,
@@ -502,6 +512,7 @@ class Operation:
         self._base = base
         self._metric = metric
         self._activity = activity
+        self._extra: dict[str, Any] = {}
         self._span: Any = None
         self._token: Any = None
         self._t0 = 0.0
@@ -517,9 +528,9 @@ class Operation:
         return self._tel
 
     def set(self, key: str, value: Any) -> None:
-        """Set a span attribute (an identifier, count or flag: never a payload)."""
-        if self._span is not None:
-            self._span.set_attribute(key, value)
+        """Set a span attribute (an identifier, count or flag: never a payload); they
+        are set together when the operation ends."""
+        self._extra[key] = value
 
     def __enter__(self) -> Operation:
         tel = self._tel
@@ -543,9 +554,12 @@ class Operation:
         elapsed = time.perf_counter() - self._t0
         tel = self._tel
         failed = exc is not None and not isinstance(exc, GeneratorExit)
-        if self._span is not None:
+        span = self._span
+        if span is not None:
             tel.otel.context.detach(self._token)
-            tel.end_span(self._span, exc if failed else None)
+            if self._extra:
+                span.set_attributes(self._extra)
+            tel.end_span(span, exc if failed else None)
         if tel.metrics is not None:
             attrs = dict(self._metric)
             if failed:

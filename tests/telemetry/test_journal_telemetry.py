@@ -241,3 +241,17 @@ def test_death_causes_are_bounded(cause: str) -> None:
     from ares_events.agents.supervision_telemetry import cause_kind
 
     assert cause_kind(cause) in {"signal", "exit", "heartbeat", "lost", "other"}
+
+
+def test_no_prompt_capture_for_a_journal_that_records_no_prompts(
+    otel_content: Otel, tmp_path: Path
+) -> None:
+    """Even with capture opted into, a journal opened with record_prompts=False puts no
+    messages on its spans (the user chose not to keep them)."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        j = Journal(store, "run-np", record_prompts=False)
+        with j:
+            j.model_call([PROMPT], {"model": "m"}, call=lambda m, p: ModelReply("ok", {}))
+            j.complete()
+    assert PROMPT not in "\n".join(otel_content.strings())
+    assert "gen_ai.input.messages" not in otel_content.span("chat m").attributes
