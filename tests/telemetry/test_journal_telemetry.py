@@ -255,3 +255,16 @@ def test_no_prompt_capture_for_a_journal_that_records_no_prompts(
             j.complete()
     assert PROMPT not in "\n".join(otel_content.strings())
     assert "gen_ai.input.messages" not in otel_content.span("chat m").attributes
+
+
+def test_no_trace_context_is_stored_without_tracing(tmp_path: Path) -> None:
+    """Without an SDK the journal writes exactly what it wrote before: no trace context
+    in run.started's metadata."""
+    telemetry._reset_for_tests()
+    assert telemetry.current() is None
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        with Journal(store, "run-off") as j:
+            j.complete()
+        opening = next(iter(store.read("run-off", 1, 1)))
+    assert opening.type == "run.started"
+    assert TRACE_KEY not in opening.metadata
