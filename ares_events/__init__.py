@@ -26,7 +26,7 @@ from ares_events.agents.journal import (
     migrating_gate,
     strict_gate,
 )
-from ares_events.core import catalog
+from ares_events.core import catalog, telemetry
 from ares_events.core.catalog import EventSchemaError
 from ares_events.core.events import (
     ANY,
@@ -153,6 +153,7 @@ __all__ = [
     "salted",
     "snapshot",
     "strict_gate",
+    "telemetry",
 ]
 
 _compat.install()

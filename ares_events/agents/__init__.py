@@ -9,7 +9,8 @@ and the operator's resolve / resume / cancel; ``runs`` generated) over ``run_inf
 a run is); :mod:`~ares_events.agents.supervision`
 (``ProcessSupervisor``, heartbeats, death and resurrection events),
 :mod:`~ares_events.agents.resurrection` (the kill -9 demo's agents and supervisor) and
-:mod:`~ares_events.agents.demo` (the simple demo).
+:mod:`~ares_events.agents.demo` (the simple demo). ``journal_telemetry`` and
+``supervision_telemetry`` are their OpenTelemetry spans and metrics (docs/observability.md).
 
 It may import the core, the stores, integrity and projections (everything below it). The
 core never imports the runtime; the CLI and integrations sit above it.

@@ -65,6 +65,7 @@ from ares_events.agents.journal_rules import (
     reply,
     strict_gate,
 )
+from ares_events.agents.journal_telemetry import RunTrace, call_span, start_run
 from ares_events.agents.recording import (
     MISSING,
     Redactor,
@@ -138,6 +139,8 @@ class Journal:
     """
 
     _token: Token[Any] | None
+    _run_trace: RunTrace | None
+    _trace_token: Any
 
     def __init__(
         self,
@@ -198,7 +201,28 @@ class Journal:
 
     def _open_run(self) -> None:
         started = time.perf_counter()
-        self._open(*self._opening)
+        run = self._run_trace = start_run(self.run_id)
+        token = run.attach() if run is not None else None
+        try:
+            self._open(*self._opening)
+            if run is not None:
+                origin = None
+                if self.resumed:  # the trace of the run's first incarnation, to link to
+                    opening = first(self.store.read(self.run_id, 1, 1, 1))
+                    origin = opening.metadata if opening is not None else None
+                run.opened(
+                    resumed=self.resumed,
+                    recovered_from=self.recovered_from,
+                    version=self.version,
+                    origin=origin,
+                )
+        except BaseException as exc:
+            if run is not None:
+                run.end(self.status, exc)
+            raise
+        finally:
+            if run is not None:
+                run.detach(token)
         self.stats.resume_seconds = time.perf_counter() - started
 
     # -- looking without writing ------------------------------------------------------------
@@ -218,12 +242,21 @@ class Journal:
 
     def __enter__(self) -> Journal:
         self._token = set_active(self)
+        if self._run_trace is not None:  # the run's span is the parent of what runs inside
+            self._trace_token = self._run_trace.attach()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             reset_active(self._token)
             self._token = None
+        run = self._run_trace
+        if run is not None:
+            if self._trace_token is not None:
+                run.detach(self._trace_token)
+                self._trace_token = None
+            err = exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None
+            run.end(self.status, err)
 
     # -- model calls ---------------------------------------------------------------------
 
@@ -247,15 +280,23 @@ class Journal:
             ModelCallFailed: replaying an abandoned step whose exception class is not
                 loaded in this process (else an instance of that class is raised).
         """
-        step, done, value = self._model_begin(messages, params)
-        if done:
-            return value
-        try:
-            raw = call(messages, dict(params or {}))
-        except Exception as exc:
-            self._model_failed(step, exc)
-            raise
-        return self._model_end(step, raw)
+        with call_span(self, "chat", params=params) as span:
+            step, done, value = self._model_begin(messages, params)
+            span.begun(self, done)
+            if span.capturing and self.record_prompts:
+                span.content("gen_ai.input.messages", self._record(messages))
+            if done:
+                span.content("gen_ai.output.messages", value)
+                return value
+            try:
+                raw = call(messages, dict(params or {}))
+            except Exception as exc:
+                self._model_failed(step, exc)
+                raise
+            completion = self._model_end(step, raw)
+            span.usage(self.state["usage_by_step"].get(str(step)))
+            span.content("gen_ai.output.messages", completion)
+            return completion
 
     # -- tool calls ----------------------------------------------------------------------
 
@@ -284,15 +325,28 @@ class Journal:
             ToolCallFailed: the step's recorded outcome is an error, or an abandoned
                 step's failure is replayed and its exception class is not loaded here.
         """
-        key, done, value = self._tool_begin(name, args, reconcile, idempotent)
-        if done:
-            return value
-        try:
-            result = call(args, key)
-        except Exception as exc:
-            self._tool_failed(key, exc)
-            raise
-        return self._tool_end(key, result)
+        with call_span(self, "execute_tool", tool=name) as span:
+            try:
+                key, done, value = self._tool_begin(name, args, reconcile, idempotent)
+            except InDoubtToolCall as exc:
+                if self._run_trace is not None:
+                    self._run_trace.event("ares_events.tool.in_doubt", {"gen_ai.tool.name": name})
+                    self._run_trace.end(self.status, exc)
+                raise
+            span.begun(self, done)
+            span.set("gen_ai.tool.call.id", key)
+            if span.capturing:
+                span.content("gen_ai.tool.call.arguments", self._record(args))
+            if done:
+                span.content("gen_ai.tool.call.result", value)
+                return value
+            try:
+                result = call(args, key)
+            except Exception as exc:
+                self._tool_failed(key, exc)
+                raise
+            span.content("gen_ai.tool.call.result", result)
+            return self._tool_end(key, result)
 
     def tool(
         self,
@@ -350,7 +404,13 @@ class Journal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        return self._interrupt(reason)
+        paused = self._interrupt(reason)
+        if paused and self._run_trace is not None:
+            self._run_trace.event(
+                "ares_events.run.interrupted", {"ares_events.journal.step": self.position}
+            )
+            self._run_trace.end(self.status)
+        return paused
 
     def resume(self, *, by: str, reason: str | None = None) -> None:
         """Resume a paused run (from any process, any time later).
@@ -367,10 +427,14 @@ class Journal:
             RunNotRunnable: the run is paused, failed, cancelled or refused.
         """
         self._complete(result)
+        if self._run_trace is not None:
+            self._run_trace.end(self.status)
 
     def fail(self, error: str) -> None:
         """Mark the run failed (idempotent)."""
         self._fail(error)
+        if self._run_trace is not None:
+            self._run_trace.end(self.status)
 
     # -- the decisions -----------------------------------------------------------------
 
@@ -406,6 +470,8 @@ class Journal:
         """True when the last call was answered (or failed) from the log, not made."""
         self._here = 0
         self._token = None
+        self._run_trace = None
+        self._trace_token = None
         self._snapshotter = (
             Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
             if has_snaps and snapshot_every > 0
@@ -438,6 +504,7 @@ class Journal:
                 "run.started",
                 {"code_revision": code_revision, "prompt_hash": prompt_hash},
                 NO_STREAM,
+                self._trace_metadata(),
             )
         elif self.state["status"] not in FINISHED:
             recorded = (self.state["code_revision"] or "", self.state["prompt_hash"] or "")
@@ -455,6 +522,7 @@ class Journal:
                     "recorded_code_revision": recorded[0],
                     "recorded_prompt_hash": recorded[1],
                 },
+                metadata=self._trace_metadata(),
             )
             if decision == "refuse":
                 raise RunRefused(self.run_id, recorded, current)
@@ -489,6 +557,11 @@ class Journal:
         self.version = res.version
         if self._snapshotter is not None:
             self._snapshotter.after_append(self.run_id, res.version)
+
+    def _trace_metadata(self) -> dict[str, Any] | None:
+        """The run span's trace context, stored with the events that open an
+        incarnation (so a resumed run can link to it)."""
+        return self._run_trace.metadata() if self._run_trace is not None else None
 
     def _require_runnable(self) -> None:
         st = self.state["status"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ares_events.agents import supervision_telemetry as otel
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.errors import ConfigError
@@ -93,14 +94,18 @@ def record_start(store: EventStore, agent_id: str, instance_id: str) -> int:
 
 def record_death(store: EventStore, agent_id: str, cause: str) -> int:
     """Append ``agent.dead`` with its cause; returns the stream version."""
-    return _emit(store, agent_id, "agent.dead", {"cause": cause})
+    version = _emit(store, agent_id, "agent.dead", {"cause": cause})
+    otel.death(agent_id, cause)
+    return version
 
 
 def record_resurrection(store: EventStore, agent_id: str, instance_id: str, attempt: int) -> int:
     """Append ``agent.resurrected``; returns the stream version."""
-    return _emit(
+    version = _emit(
         store, agent_id, "agent.resurrected", {"instance_id": instance_id, "attempt": attempt}
     )
+    otel.resurrection(agent_id, attempt)
+    return version
 
 
 def record_stop(store: EventStore, agent_id: str, reason: str) -> int:
@@ -280,19 +285,22 @@ class ProcessSupervisor:
         record_death(self.store, a.agent_id, cause)
         a.proc = None
         sig = flapping(self.store, a.agent_id, deaths=self.flap_rule[0], window_s=self.flap_rule[1])
-        if sig.flapping and self.on_flap is not None:
-            self.on_flap(sig)
+        if sig.flapping:
+            otel.flapping(a.agent_id, sig.deaths, sig.rule)
+            if self.on_flap is not None:
+                self.on_flap(sig)
         if self.max_restarts and a.restarts >= self.max_restarts:
             a.gave_up = True
+            otel.gave_up(a.agent_id, a.restarts)
             logger.warning(
                 "%s reached the restart cap (%d); not resurrecting", a.agent_id, self.max_restarts
             )
             return
         a.attempt += 1
         a.resurrecting = True
-        a.next_start = self.clock() + backoff_delay(
-            a.attempt, base=self.backoff_base, cap=self.backoff_cap
-        )
+        delay = backoff_delay(a.attempt, base=self.backoff_base, cap=self.backoff_cap)
+        a.next_start = self.clock() + delay
+        otel.backoff(a.agent_id, a.attempt, delay)
 
     def poll(self) -> None:
         """One supervision tick: reap exits, check heartbeats, run due resurrections."""
@@ -351,12 +359,13 @@ class ProcessSupervisor:
     def run(self, *, tick: float = 0.05, timeout: float | None = None) -> bool:
         """Supervise until settled (or ``timeout``); returns True when settled."""
         deadline = None if timeout is None else self.clock() + timeout
-        while not self.settled:
-            if deadline is not None and self.clock() >= deadline:
-                return False
-            self.poll()
-            time.sleep(tick)
-        return True
+        with otel.supervising(len(self.agents)):  # deaths and backoffs are its events
+            while not self.settled:
+                if deadline is not None and self.clock() >= deadline:
+                    return False
+                self.poll()
+                time.sleep(tick)
+            return True
 
     def shutdown(self, reason: str = "supervisor shutdown") -> None:
         """Stop every running agent voluntarily."""

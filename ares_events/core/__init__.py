@@ -12,6 +12,9 @@ What lives here, by what a reader looks for:
   :mod:`~ares_events.core.identity` and safe close in :mod:`~ares_events.core.lifecycle`;
 - snapshots: :mod:`~ares_events.core.snapshot_format` (what a snapshot is) and
   :mod:`~ares_events.core.snapshots_async` (the store that checks them).
+- telemetry: :mod:`~ares_events.core.telemetry` (OpenTelemetry providers, spans, metric
+  instruments; ``ae.telemetry``) and :mod:`~ares_events.core.traced` (the decorators on
+  the store, replay, verification and audits).
 
 Each ``*_async`` module is written by hand; the module of the same name without
 ``_async`` is the blocking face, generated from it (``tools/async_to_sync.py``).

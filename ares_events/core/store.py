@@ -73,6 +73,7 @@ from ares_events.core.rules import (
     plan_many,
     tracking_arg,
 )
+from ares_events.core.traced import appended, appended_many, traced, traced_reads
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
@@ -391,6 +392,7 @@ class EventStore:
 
     # -- writes --------------------------------------------------------------------------
 
+    @traced("append", appended)
     def append(
         self, stream_id: str, events: Sequence[NewEvent], *, expected_version: ExpectedVersion = ANY
     ) -> AppendResult:
@@ -435,6 +437,7 @@ class EventStore:
             return res
         return fresh_result(stream_id, prepared, outcome)
 
+    @traced("append_many", appended_many)
     def append_many(
         self,
         batches: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]],
@@ -493,6 +496,7 @@ class EventStore:
             raise self._conflict(res)
         return res
 
+    @traced("erase_payload")
     def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
         """Remove one event's payload from the backend, keeping its digest and size (the
         chain commits to them, so every link hash, Merkle leaf and checkpoint stays valid),
@@ -598,6 +602,7 @@ class EventStore:
 
     # -- reads ---------------------------------------------------------------------------
 
+    @traced_reads("read")
     def read(
         self,
         stream_id: str,
@@ -623,6 +628,7 @@ class EventStore:
         # Nothing to add to the backend's events: hand its iterator out as it is.
         return self.recorder.read(stream_id, from_version, to_version, limit)
 
+    @traced_reads("read_all")
     def read_all(
         self,
         after_position: int = 0,

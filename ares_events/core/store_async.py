@@ -71,6 +71,7 @@ from ares_events.core.rules import (
     plan_many,
     tracking_arg,
 )
+from ares_events.core.traced import appended, appended_many, traced, traced_reads
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
@@ -399,6 +400,7 @@ class AsyncEventStore:
 
     # -- writes --------------------------------------------------------------------------
 
+    @traced("append", appended)
     async def append(
         self, stream_id: str, events: Sequence[NewEvent], *, expected_version: ExpectedVersion = ANY
     ) -> AppendResult:
@@ -443,6 +445,7 @@ class AsyncEventStore:
             return res
         return fresh_result(stream_id, prepared, outcome)
 
+    @traced("append_many", appended_many)
     async def append_many(
         self,
         batches: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]],
@@ -501,6 +504,7 @@ class AsyncEventStore:
             raise await self._conflict(res)
         return res
 
+    @traced("erase_payload")
     async def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
         """Remove one event's payload from the backend, keeping its digest and size (the
         chain commits to them, so every link hash, Merkle leaf and checkpoint stays valid),
@@ -606,6 +610,7 @@ class AsyncEventStore:
 
     # -- reads ---------------------------------------------------------------------------
 
+    @traced_reads("read")
     def read(
         self,
         stream_id: str,
@@ -631,6 +636,7 @@ class AsyncEventStore:
         # Nothing to add to the backend's events: hand its iterator out as it is.
         return self.recorder.read(stream_id, from_version, to_version, limit)
 
+    @traced_reads("read_all")
     def read_all(
         self,
         after_position: int = 0,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, MalformedPayloadRef, RecordedEvent
 from ares_events.core.recorder import system_of_record
+from ares_events.core.traced import audited, traced
 from ares_events.errors import BlobError, BlobMissing
 from ares_events.integrity.anchors import verify_anchors
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["audit"]
 
 
+@traced("audit", audited, activity=True)
 def audit(
     store: EventStore,
     *,

@@ -14,6 +14,7 @@ from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
+from ares_events.core.traced import traced, verified
 from ares_events.integrity.findings import VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["check_stream", "verify_stream"]
 
 
+@traced("verify", verified, activity=True)
 def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     """Recompute ``stream_id``'s chain from the stored fields and compare with its head.
 

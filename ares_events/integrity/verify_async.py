@@ -14,6 +14,7 @@ from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.recorder_async import system_of_record
+from ares_events.core.traced import traced, verified
 from ares_events.integrity.findings import VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["averify_stream", "check_stream"]
 
 
+@traced("verify", verified, activity=True)
 async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) -> VerifyReport:
     """Recompute ``stream_id``'s chain from the stored fields and compare with its head.
 

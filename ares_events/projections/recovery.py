@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.snapshots import make_snapshot
+from ares_events.core.traced import recovered, replayed, traced
 from ares_events.errors import (
     ChainIntegrityError,
     ConfigError,
@@ -63,6 +64,7 @@ __all__ = [
 S = TypeVar("S")
 
 
+@traced("replay", replayed, activity=True)
 def replay(
     store: EventStore,
     stream_id: str,
@@ -184,6 +186,7 @@ def replay(
     )
 
 
+@traced("recover", recovered, activity=True)
 def recover(
     store: EventStore,
     stream_id: str,
@@ -264,6 +267,7 @@ def recover(
     )
 
 
+@traced("snapshot", activity=True)
 def snapshot(
     store: EventStore,
     stream_id: str,

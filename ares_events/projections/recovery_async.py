@@ -26,6 +26,7 @@ from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.snapshots_async import amake_snapshot
+from ares_events.core.traced import recovered, replayed, traced
 from ares_events.errors import (
     ChainIntegrityError,
     ConfigError,
@@ -67,6 +68,7 @@ __all__ = [
 S = TypeVar("S")
 
 
+@traced("replay", replayed, activity=True)
 async def areplay(
     store: AsyncEventStore | EventStore,
     stream_id: str,
@@ -190,6 +192,7 @@ async def areplay(
     )
 
 
+@traced("recover", recovered, activity=True)
 async def arecover(
     store: AsyncEventStore | EventStore,
     stream_id: str,
@@ -273,6 +276,7 @@ async def arecover(
     )
 
 
+@traced("snapshot", activity=True)
 async def asnapshot(
     store: AsyncEventStore | EventStore,
     stream_id: str,

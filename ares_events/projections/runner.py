@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.traced import projection_lag
 from ares_events.errors import ConfigError, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import (
@@ -393,6 +394,7 @@ class ProjectionRunner:
                 meta = self.tables.meta(p.name) or meta
             batch = list(self.store.read_all(after_position=meta.position, limit=self.batch_size))
             if not batch:
+                projection_lag(self.store, p.name, meta.position)
                 continue
             table = meta.active_table or ""
             skipped: list[SkippedEvent] = []
@@ -417,6 +419,7 @@ class ProjectionRunner:
                 continue
             self.skipped.extend(skipped)
             total += len(batch)
+            projection_lag(self.store, p.name, batch[-1].position)
             if self.snapshotter is not None:
                 latest: dict[str, int] = {}
                 for e in batch:

@@ -1,0 +1,120 @@
+"""Span events and metrics of agent lifecycles and supervisors: deaths, resurrections,
+backoffs, flapping and restart caps (docs/observability.md).
+
+Events go on the caller's current span (``ProcessSupervisor.run`` opens a
+``ares_events.supervise`` span for them); metrics carry a death's *cause kind* only
+(``exit``, ``signal``, ``heartbeat``, ``lost``, ``other``), never an agent id.
+
+It may import the core.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ares_events.core import telemetry
+
+__all__ = ["backoff", "cause_kind", "death", "flapping", "gave_up", "resurrection", "supervising"]
+
+_KINDS: Final = (
+    ("killed by signal", "signal"),
+    ("exit status", "exit"),
+    ("missed heartbeat", "heartbeat"),
+    ("lost", "lost"),
+)
+
+
+def cause_kind(cause: str) -> str:
+    """The bounded kind of a death's cause (a metric attribute)."""
+    for prefix, kind in _KINDS:
+        if cause.startswith(prefix):
+            return kind
+    return "other"
+
+
+def death(agent_id: str, cause: str) -> None:
+    """An agent died: a span event (with its id and cause) and a counted death."""
+    tel = telemetry.current()
+    if tel is None:
+        return
+    kind = cause_kind(cause)
+    tel.add_event(
+        "ares_events.agent.death",
+        {"ares_events.agent.id": agent_id, "ares_events.death.cause": kind},
+    )
+    if tel.metrics is not None:
+        tel.metrics.deaths.add(1, {"ares_events.death.cause": kind})
+
+
+def resurrection(agent_id: str, attempt: int) -> None:
+    """An agent was resurrected."""
+    tel = telemetry.current()
+    if tel is None:
+        return
+    tel.add_event(
+        "ares_events.agent.resurrection",
+        {"ares_events.agent.id": agent_id, "ares_events.attempt": attempt},
+    )
+    if tel.metrics is not None:
+        tel.metrics.resurrections.add(1)
+
+
+def backoff(agent_id: str, attempt: int, delay: float) -> None:
+    """A supervisor waits ``delay`` seconds before resurrecting an agent."""
+    tel = telemetry.current()
+    if tel is None:
+        return
+    tel.add_event(
+        "ares_events.supervisor.backoff",
+        {
+            "ares_events.agent.id": agent_id,
+            "ares_events.attempt": attempt,
+            "ares_events.backoff.seconds": delay,
+        },
+    )
+    if tel.metrics is not None:
+        tel.metrics.backoff.record(delay)
+
+
+def flapping(agent_id: str, deaths: int, rule: tuple[int, float]) -> None:
+    """An agent is flapping (``deaths`` deaths within the rule's window)."""
+    tel = telemetry.current()
+    if tel is None:
+        return
+    tel.add_event(
+        "ares_events.agent.flapping",
+        {
+            "ares_events.agent.id": agent_id,
+            "ares_events.deaths": deaths,
+            "ares_events.flap.deaths": rule[0],
+            "ares_events.flap.window_s": float(rule[1]),
+        },
+    )
+    if tel.metrics is not None:
+        tel.metrics.flapping.add(1)
+
+
+def gave_up(agent_id: str, restarts: int) -> None:
+    """An agent reached the restart cap and is left dead."""
+    tel = telemetry.current()
+    if tel is None:
+        return
+    tel.add_event(
+        "ares_events.agent.gave_up",
+        {"ares_events.agent.id": agent_id, "ares_events.restarts": restarts},
+    )
+    if tel.metrics is not None:
+        tel.metrics.gave_up.add(1)
+
+
+def supervising(agents: int) -> Any:
+    """The ``ares_events.supervise`` span of a supervisor's run (current while it runs),
+    or a no-op context manager."""
+    tel = telemetry.current()
+    if tel is None or tel.tracer is None:
+        return telemetry.NO_OPERATION
+    return tel.tracer.start_as_current_span(
+        "ares_events.supervise",
+        attributes={"ares_events.agents": agents},
+        record_exception=False,
+    )

@@ -1,0 +1,660 @@
+"""OpenTelemetry spans and metrics for the store, verification, recovery and the agent
+runtime (the ``otel`` extra: ``opentelemetry-api`` only; docs/observability.md).
+
+Nothing here costs more than a function call and an ``isinstance`` when no SDK is
+configured: :func:`current` returns None until a real tracer or meter provider is set
+(globally, or with :func:`configure`), and every helper then hands back one shared no-op
+object. With the extra not installed at all, the first call finds that out once.
+
+What is emitted follows OpenTelemetry's stable database conventions (``db.system.name``,
+``db.operation.name``, ``db.collection.name``, ``server.address``, ...) and, for the
+journal, the GenAI ones. Attribute values are identifiers, counts, flags and exception
+*types*: never a payload, a URL with its password, a chain key or an exception message
+(an :class:`~ares_events.errors.InvalidEvent` message may quote the value it refused).
+Metric attributes are of bounded cardinality only (never a stream id or a run id).
+
+It may import :mod:`ares_events.errors` and nothing else from the package;
+``opentelemetry`` is imported on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "DB_DURATION_BUCKETS",
+    "EVENTS_TABLE",
+    "GENAI_DURATION_BUCKETS",
+    "METRIC_ATTRIBUTES",
+    "Operation",
+    "Telemetry",
+    "configure",
+    "current",
+    "error_type",
+    "link_to",
+    "operation",
+    "store_attributes",
+    "trace_context",
+]
+
+EVENTS_TABLE: Final = "ares_events"
+"""``db.collection.name`` of event operations (the events table of the SQL backends)."""
+
+DB_DURATION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+"""The database conventions' advised buckets of ``db.client.operation.duration``."""
+
+GENAI_DURATION_BUCKETS: Final = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+"""The GenAI conventions' advised buckets of ``gen_ai.client.operation.duration``."""
+
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI conventions' opt-in for message content on spans (``true`` to capture)."""
+
+METRIC_ATTRIBUTES: Final = frozenset(
+    {
+        "db.system.name",
+        "db.operation.name",
+        "db.collection.name",
+        "db.namespace",
+        "server.address",
+        "server.port",
+        "error.type",
+        "gen_ai.operation.name",
+        "gen_ai.request.model",
+        "gen_ai.token.type",
+        "ares_events.operation.name",
+        "ares_events.finding.kind",
+        "ares_events.projection.name",
+        "ares_events.journal.from_log",
+        "ares_events.death.cause",
+    }
+)
+"""Every attribute key a metric of ares-events may carry; each has a bounded set of
+values (a test checks it)."""
+
+_SYSTEMS: Final = {
+    "sqlite": "sqlite",
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "citus": "postgresql",
+    "memory": "ares_events.memory",
+}
+_BOUNDED: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Instruments:
+    """The instruments of one meter (all created at once: a meter caches them anyway)."""
+
+    db_duration: Any
+    op_duration: Any
+    appended: Any
+    replayed: Any
+    capped: Any
+    findings: Any
+    projection_lag: Any
+    journal_calls: Any
+    journal_retries: Any
+    genai_duration: Any
+    genai_tokens: Any
+    deaths: Any
+    resurrections: Any
+    backoff: Any
+    flapping: Any
+    gave_up: Any
+
+
+def _instruments(meter: Any) -> _Instruments:
+    def counter(name: str, unit: str, description: str) -> Any:
+        return meter.create_counter(name, unit=unit, description=description)
+
+    return _Instruments(
+        db_duration=meter.create_histogram(
+            "db.client.operation.duration",
+            unit="s",
+            description="Duration of ares-events store operations.",
+            explicit_bucket_boundaries_advisory=list(DB_DURATION_BUCKETS),
+        ),
+        appended=counter("ares_events.events.appended", "{event}", "Events appended."),
+        replayed=counter(
+            "ares_events.events.replayed", "{event}", "Events folded by replay and recovery."
+        ),
+        capped=counter(
+            "ares_events.replay.capped", "{replay}", "Replays that stopped at max_replay."
+        ),
+        findings=counter(
+            "ares_events.verification.findings",
+            "{finding}",
+            "Integrity findings of verification, audits, replays and recoveries.",
+        ),
+        op_duration=meter.create_histogram(
+            "ares_events.operation.duration",
+            unit="s",
+            description="Duration of replays, recoveries, snapshots, verifications, audits.",
+            explicit_bucket_boundaries_advisory=list(DB_DURATION_BUCKETS),
+        ),
+        projection_lag=meter.create_gauge(
+            "ares_events.projection.lag",
+            unit="{event}",
+            description="Events in the log that a projection has not applied yet.",
+        ),
+        journal_calls=counter(
+            "ares_events.journal.calls",
+            "{call}",
+            "Model and tool calls of journaled runs (from_log: answered from the log).",
+        ),
+        journal_retries=counter(
+            "ares_events.journal.retries",
+            "{attempt}",
+            "Attempts of a journaled call after its first one.",
+        ),
+        genai_duration=meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="Duration of model calls made by journaled runs (not replayed).",
+            explicit_bucket_boundaries_advisory=list(GENAI_DURATION_BUCKETS),
+        ),
+        genai_tokens=meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Tokens a model call used, as its reply reported them.",
+        ),
+        deaths=counter("ares_events.agent.deaths", "{death}", "Agent deaths recorded."),
+        resurrections=counter(
+            "ares_events.agent.resurrections", "{resurrection}", "Agent resurrections recorded."
+        ),
+        backoff=meter.create_histogram(
+            "ares_events.supervisor.backoff",
+            unit="s",
+            description="Delays a supervisor waits before resurrecting an agent.",
+        ),
+        flapping=counter(
+            "ares_events.agent.flapping", "{death}", "Deaths of agents that were flapping."
+        ),
+        gave_up=counter(
+            "ares_events.agent.gave_up", "{agent}", "Agents left dead at the restart cap."
+        ),
+    )
+
+
+class Telemetry:
+    """The tracer and instruments in use (see :func:`current`).
+
+    Attributes:
+        tracer: the tracer, or None when only metrics are configured.
+        metrics: the instruments, or None when only traces are configured.
+        capture_content: record messages, tool arguments and results on journal spans
+            (the GenAI conventions' opt-in; off by default).
+    """
+
+    __slots__ = ("capture_content", "metrics", "otel", "tracer")
+
+    def __init__(self, otel: Any, tracer: Any, meter: Any, capture_content: bool) -> None:
+        self.otel = otel
+        self.tracer = tracer
+        self.metrics: _Instruments | None = _instruments(meter) if meter is not None else None
+        self.capture_content = capture_content
+
+    def start_span(
+        self,
+        name: str,
+        attributes: Mapping[str, Any],
+        *,
+        kind: str = "INTERNAL",
+        links: Iterable[Any] = (),
+        parent: Any = None,
+    ) -> Any:
+        """A started span (not made current), or None without a tracer."""
+        if self.tracer is None:
+            return None
+        trace = self.otel.trace
+        return self.tracer.start_span(
+            name,
+            context=parent,
+            kind=getattr(trace.SpanKind, kind),
+            attributes=dict(attributes),
+            links=list(links),
+        )
+
+    def end_span(self, span: Any, exc: BaseException | None = None) -> None:
+        """End ``span``, marking it failed by ``exc``'s type (never its message)."""
+        if span is None:
+            return
+        if exc is not None:
+            mark_error(self.otel, span, exc)
+        span.end()
+
+    def add_event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """An event on the current span (a no-op when it is not recording)."""
+        if self.tracer is not None:
+            self.otel.trace.get_current_span().add_event(name, dict(attributes))
+
+    def record_findings(self, findings: Iterable[Any], operation: str, system: str) -> int:
+        """Count findings by kind; returns how many."""
+        n = 0
+        m = self.metrics
+        for f in findings:
+            n += 1
+            if m is not None:
+                kind = getattr(f, "kind", "")
+                m.findings.add(
+                    1,
+                    {
+                        "ares_events.finding.kind": bounded(kind),
+                        "db.operation.name": operation,
+                        "db.system.name": system,
+                    },
+                )
+        return n
+
+
+def bounded(value: Any) -> str:
+    """``value`` when it looks like a code-defined name (``hash_mismatch``), else
+    ``other``: a metric attribute never takes an unbounded value."""
+    if isinstance(value, str) and _BOUNDED.match(value):
+        return value
+    return "other"
+
+
+def error_type(exc: BaseException) -> str:
+    """The fully qualified class name of ``exc`` (``error.type``; bounded)."""
+    cls = type(exc)
+    mod = cls.__module__
+    return cls.__qualname__ if mod == "builtins" else f"{mod}.{cls.__qualname__}"
+
+
+def mark_error(otel: Any, span: Any, exc: BaseException) -> None:
+    """Mark ``span`` failed: ``error.type``, an ERROR status and an ``exception`` event
+    with the type only (an exception message may quote a payload)."""
+    et = error_type(exc)
+    span.set_attribute("error.type", et)
+    span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, et))
+    span.add_event("exception", {"exception.type": et})
+
+
+# -- which providers ----------------------------------------------------------------------
+
+
+class _Otel:
+    """The imported API modules (one attribute access away)."""
+
+    __slots__ = ("context", "metrics", "metrics_state", "propagator", "trace")
+
+    def __init__(self) -> None:
+        from opentelemetry import context, metrics, trace
+        from opentelemetry.metrics import _internal as metrics_state
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self.context = context
+        self.metrics = metrics
+        self.metrics_state = metrics_state
+        self.trace = trace
+        self.propagator = TraceContextTextMapPropagator()
+        # Once, through the public calls: they load a provider named by the
+        # OTEL_PYTHON_*_PROVIDER variables and make it the global one.
+        trace.get_tracer_provider()
+        metrics.get_meter_provider()
+
+    def unset(self) -> bool:
+        """True while neither global provider is set (the no-SDK case: two attribute
+        reads, where the public getters would read the environment on every call)."""
+        return (
+            getattr(self.trace, "_TRACER_PROVIDER", 0) is None
+            and getattr(self.metrics_state, "_METER_PROVIDER", 0) is None
+        )
+
+
+_otel: _Otel | None = None
+_missing = False  # the extra is not installed: known after the first call
+_active: Telemetry | None = None
+_explicit: tuple[Any, Any, bool | None, bool] | None = None
+_env_capture: bool | None = None
+_SCOPE: Final = "ares_events"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ares-events")
+    except Exception:  # an uninstalled checkout: the scope has no version then
+        return ""
+
+
+def _real(provider: Any, otel: _Otel, kind: str) -> bool:
+    """True unless ``provider`` is the API's proxy or no-op (no SDK configured)."""
+    if kind == "trace":
+        t = otel.trace
+        return not isinstance(provider, t.ProxyTracerProvider | t.NoOpTracerProvider)
+    m = otel.metrics_state
+    return not isinstance(provider, m._ProxyMeterProvider | otel.metrics.NoOpMeterProvider)
+
+
+def _capture_from_env() -> bool:
+    # OpenTelemetry's own opt-in variable, read once, the way every OpenTelemetry
+    # instrumentation reads it (the one environment read below the CLI and Settings).
+    global _env_capture
+    if _env_capture is None:
+        _env_capture = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+    return _env_capture
+
+
+def _probe() -> Telemetry | None:
+    global _otel, _missing, _active
+    if _missing:
+        return None
+    if _otel is None:
+        try:
+            _otel = _Otel()
+        except ImportError:
+            _missing = True
+            return None
+    otel = _otel
+    if _explicit is not None:
+        tp, mp, capture, enabled = _explicit
+        if not enabled:
+            return None
+    elif otel.unset():
+        return None  # probed again next time: an SDK may be configured later
+    else:
+        tp, mp, capture = otel.trace.get_tracer_provider(), otel.metrics.get_meter_provider(), None
+    tracing = tp is not None and _real(tp, otel, "trace")
+    metering = mp is not None and _real(mp, otel, "metrics")
+    if not (tracing or metering):
+        return None  # probed again next time: an SDK may be configured later
+    version = _version()
+    tracer = tp.get_tracer(_SCOPE, version) if tracing else None
+    meter = mp.get_meter(_SCOPE, version) if metering else None
+    # Global providers are set once per process, so the result is kept.
+    _active = Telemetry(otel, tracer, meter, _capture_from_env() if capture is None else capture)
+    return _active
+
+
+def current() -> Telemetry | None:
+    """The telemetry in use, or None when nothing would be recorded (no SDK configured,
+    the extra not installed, or :func:`configure` turned it off)."""
+    t = _active
+    if t is not None:
+        return t
+    o = _otel
+    if o is not None and _explicit is None and o.unset():
+        return None  # the common case without an SDK: kept to a few attribute reads
+    return _probe()
+
+
+def configure(
+    *,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    capture_content: bool | None = None,
+    enabled: bool = True,
+) -> None:
+    """Choose the providers ares-events uses (default: OpenTelemetry's global ones).
+
+    Args:
+        tracer_provider: a tracer provider; None with ``meter_provider`` given: no spans.
+        meter_provider: a meter provider; None with ``tracer_provider`` given: no metrics.
+        capture_content: record model messages, tool arguments and results on journal
+            spans (default: the ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+            opt-in of the GenAI conventions).
+        enabled: False: record nothing at all.
+
+    With no argument, goes back to the global providers.
+
+    Raises:
+        MissingDependencyError: a provider is given and the ``otel`` extra is missing.
+    """
+    global _active, _explicit, _missing
+    _active = None
+    _missing = False
+    if tracer_provider is None and meter_provider is None and enabled:
+        _explicit = None
+        if capture_content is not None:
+            _explicit_capture(capture_content)
+        return
+    _explicit = (tracer_provider, meter_provider, capture_content, enabled)
+    if enabled and current() is None and _missing:
+        from ares_events.errors import MissingDependencyError
+
+        raise MissingDependencyError("OpenTelemetry", "otel")
+
+
+def _explicit_capture(flag: bool) -> None:
+    global _env_capture
+    _env_capture = flag
+
+
+# -- store operations ---------------------------------------------------------------------
+
+
+_ATTRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def store_attributes(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(span attributes, metric attributes)`` of a store from its *redacted* URL:
+    ``db.system.name``, ``db.collection.name``, and for a server ``server.address``,
+    ``server.port`` and ``db.namespace`` (the database). Never the password (the URL is
+    redacted, and only its host, port and path are read), never a SQLite file path."""
+    cached = _ATTRS.get(url)
+    if cached is not None:
+        return cached
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[0].lower()
+    attrs: dict[str, Any] = {
+        "db.system.name": _SYSTEMS.get(scheme, bounded(scheme)),
+        "db.collection.name": EVENTS_TABLE,
+    }
+    if scheme in ("postgresql", "postgres", "citus"):
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host, port = None, None
+        if host:
+            attrs["server.address"] = host
+        if port:
+            attrs["server.port"] = port
+        db = parts.path.lstrip("/")
+        if db and "/" not in db:
+            attrs["db.namespace"] = db
+    if len(_ATTRS) < 256:  # stores opened by a process are few; never grow without bound
+        _ATTRS[url] = (attrs, attrs)
+    return attrs, attrs
+
+
+class Operation:
+    """One store operation: a CLIENT span made current while it runs, and its duration
+    in ``db.client.operation.duration``. Use :func:`operation`, as a context manager."""
+
+    __slots__ = (
+        "_activity",
+        "_base",
+        "_extra",
+        "_metric",
+        "_name",
+        "_span",
+        "_t0",
+        "_tel",
+        "_token",
+    )
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        name: str,
+        base: Mapping[str, Any],
+        metric: Mapping[str, Any],
+        activity: bool = False,
+    ) -> None:
+        self._tel = tel
+        self._name = name
+        self._base = base
+        self._metric = metric
+        self._activity = activity
+        self._extra: dict[str, Any] = {}
+        self._span: Any = None
+        self._token: Any = None
+        self._t0 = 0.0
+
+    @property
+    def system(self) -> str:
+        """``db.system.name`` of the store."""
+        return str(self._base["db.system.name"])
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """The telemetry this operation records to."""
+        return self._tel
+
+    def set(self, key: str, value: Any) -> None:
+        """Set a span attribute (an identifier, count or flag: never a payload); they
+        are set together when the operation ends."""
+        self._extra[key] = value
+
+    def __enter__(self) -> Operation:
+        tel = self._tel
+        if tel.tracer is not None:
+            if self._activity:
+                self._span = tel.start_span(f"ares_events.{self._name}", self._base)
+            else:
+                span_name = f"{self._name} {self._base['db.collection.name']}"
+                self._span = tel.start_span(span_name, self._base, kind="CLIENT")
+            otel = tel.otel
+            self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self._t0
+        tel = self._tel
+        failed = exc is not None and not isinstance(exc, GeneratorExit)
+        span = self._span
+        if span is not None:
+            tel.otel.context.detach(self._token)
+            if self._extra:
+                span.set_attributes(self._extra)
+            tel.end_span(span, exc if failed else None)
+        if tel.metrics is not None:
+            attrs = dict(self._metric)
+            if failed:
+                assert exc is not None
+                attrs["error.type"] = error_type(exc)
+            hist = tel.metrics.op_duration if self._activity else tel.metrics.db_duration
+            hist.record(elapsed, attrs)
+
+
+class _NoOperation:
+    """What :func:`operation` returns when nothing is recorded."""
+
+    __slots__ = ()
+    system = ""
+
+    def set(self, key: str, value: Any) -> None:
+        """Nothing to set."""
+
+    def __enter__(self) -> _NoOperation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+NO_OPERATION: Final = _NoOperation()
+
+
+def operation(
+    url: str, name: str, attributes: Mapping[str, Any] | None = None, *, activity: bool = False
+) -> Operation | _NoOperation:
+    """A context manager that traces and times the store operation ``name`` of the store
+    at ``url`` (redacted); ``attributes`` go on the span only (a stream id is fine
+    there, never in a metric). A no-op when nothing is recorded.
+
+    A store operation is a CLIENT span ``{name} ares_events`` timed in
+    ``db.client.operation.duration``; an *activity* (replay, recover, verify, audit:
+    work over many reads) is an INTERNAL span ``ares_events.{name}`` timed in
+    ``ares_events.operation.duration``."""
+    tel = current()
+    if tel is None:
+        return NO_OPERATION
+    span_attrs, metric_attrs = store_attributes(url)
+    key = "ares_events.operation.name" if activity else "db.operation.name"
+    base = {**span_attrs, key: name}
+    if attributes:
+        base.update(attributes)
+    if activity:
+        metric = {"db.system.name": metric_attrs["db.system.name"], key: name}
+    else:
+        metric = {**metric_attrs, key: name}
+    return Operation(tel, name, base, metric, activity)
+
+
+# -- trace context carried in the log -----------------------------------------------------
+
+
+def trace_context() -> dict[str, str] | None:
+    """The current span's W3C ``traceparent`` (``{"traceparent": ...}``) to store with a
+    run, or None when no span is recording."""
+    tel = current()
+    if tel is None or tel.tracer is None:
+        return None
+    span = tel.otel.trace.get_current_span()
+    if not span.get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    tel.otel.propagator.inject(carrier)
+    tp = carrier.get("traceparent")
+    return {"traceparent": tp} if tp else None
+
+
+def link_to(carrier: Any, attributes: Mapping[str, Any] | None = None) -> Any:
+    """A span link to the context stored in ``carrier`` (from :func:`trace_context`), or
+    None when there is none or it does not parse."""
+    tel = current()
+    if tel is None or not isinstance(carrier, Mapping):
+        return None
+    tp = carrier.get("traceparent")
+    if not isinstance(tp, str):
+        return None
+    ctx = tel.otel.propagator.extract({"traceparent": tp})
+    sc = tel.otel.trace.get_current_span(ctx).get_span_context()
+    if not sc.is_valid:
+        return None
+    return tel.otel.trace.Link(sc, dict(attributes or {}))
+
+
+def timed() -> Callable[[], float]:
+    """A stopwatch: call the result for the seconds since."""
+    t0 = time.perf_counter()
+    return lambda: time.perf_counter() - t0
+
+
+def _reset_for_tests() -> None:
+    """Forget the providers and the environment opt-in (tests only)."""
+    global _active, _explicit, _env_capture, _missing
+    _active, _explicit, _env_capture, _missing = None, None, None, False
