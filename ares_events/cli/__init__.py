@@ -12,7 +12,8 @@ gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`:
 :mod:`~ares_events.cli.bench`: bench; :mod:`~ares_events.cli.runs`: runs list, show,
 resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
 verify-proof; :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
-witness), and here :func:`main`, which maps errors to exit codes.
+witness; :mod:`~ares_events.cli.archive`: archive), and here :func:`main`, which maps
+errors to exit codes.
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.
@@ -28,6 +29,7 @@ import click
 # Importing a command module registers its commands on the group.
 from ares_events.cli import (  # noqa: F401
     anchors,
+    archive,
     bench,
     blobs,
     demo,
@@ -53,6 +55,7 @@ from ares_events.cli.common import (
     pass_app,
 )
 from ares_events.errors import (
+    ArchiveError,
     AresError,
     BlobError,
     ChainIntegrityError,
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InvalidEvent, MissingDependencyError, EventNotFound) as exc:
         _error(app, str(exc))
         return EXIT_USAGE
+    except ArchiveError as exc:  # an archived segment missing or altered: a finding
+        _error(app, str(exc))
+        return EXIT_FINDINGS if exc.kind in ("missing", "corrupted", "unreadable") else 3
     except StoreError as exc:
         _error(app, str(exc))
         return EXIT_UNAVAILABLE

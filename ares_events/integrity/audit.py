@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, MalformedPayloadRef, RecordedEvent
 from ares_events.core.recorder import system_of_record
-from ares_events.errors import BlobError, BlobMissing
+from ares_events.errors import ArchiveError, BlobError, BlobMissing
 from ares_events.integrity.anchors import verify_anchors
+from ares_events.integrity.archive_check import check_archive
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 from ares_events.integrity.notes import VerifierKey
 from ares_events.integrity.verifier import ChainVerifier, _type_name, malformed_reason
@@ -106,7 +107,7 @@ def audit(
     gapless = Capability.GAPLESS_POSITIONS in store.capabilities
     orphans: dict[str, ChainVerifier] = {}
     last_pos = 0
-    for pos, sid, version in _positions(recorder):
+    for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
             report.findings.append(
@@ -148,6 +149,8 @@ def audit(
         report.findings.extend(r.findings)
         report.events_checked += n
     report.streams_checked = len(report.streams)
+    if deep:
+        check_archive(recorder, report)
     _check_erasures(store, recorder, erased, report)
     _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
@@ -235,12 +238,18 @@ def _check_erasures(
             )
 
 
-def _positions(recorder: Any) -> Iterator[tuple[Any, Any, Any]]:
+def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, Any]]:
     """``(position, stream_id, version)`` of every row in global order: the backend's
-    three-column scan when it has one, else taken from its events."""
+    three-column scan when it has one, else taken from its events (archived rows
+    included; an archive that cannot be read ends the scan with a finding)."""
     if Capability.POSITION_SCAN in recorder.capabilities:
-        return recorder.positions(0)  # type: ignore[no-any-return]
-    return ((e[2], e[0], e[1]) for e in recorder.read_all(0, None))
+        rows: Iterator[tuple[Any, Any, Any]] = recorder.positions(0)
+    else:
+        rows = ((e[2], e[0], e[1]) for e in recorder.read_all(0, None))
+    try:
+        yield from rows
+    except ArchiveError as exc:
+        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
 
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:

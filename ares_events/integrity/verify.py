@@ -14,7 +14,8 @@ from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
-from ares_events.integrity.findings import VerifyReport
+from ares_events.errors import ArchiveError
+from ares_events.integrity.findings import Finding, VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 
 if TYPE_CHECKING:
@@ -62,13 +63,19 @@ def check_stream(
     while True:
         progressed = False
         events = source.read(stream_id, start, None, None)
-        with closing_iter(pages(events, PAGE)) as each_page:
-            for page in each_page:
-                v.check_page(page)
-                if on_page is not None:
-                    on_page(page)
-                n += len(page)
-                progressed = True
+        try:
+            with closing_iter(pages(events, PAGE)) as each_page:
+                for page in each_page:
+                    v.check_page(page)
+                    if on_page is not None:
+                        on_page(page)
+                    n += len(page)
+                    progressed = True
+        except ArchiveError as exc:
+            # Archived events that cannot be fetched or do not match what the store
+            # recorded: a finding, never a silently shorter stream.
+            v.findings.append(Finding(f"archive_{exc.kind}", stream_id, v.last + 1, str(exc)))
+            return n, head
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head
         # Events past the head read first (or no head then): concurrent appends.

@@ -14,7 +14,8 @@ from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.recorder_async import system_of_record
-from ares_events.integrity.findings import VerifyReport
+from ares_events.errors import ArchiveError
+from ares_events.integrity.findings import Finding, VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 
 if ASYNC:
@@ -68,13 +69,19 @@ async def check_stream(
     while True:
         progressed = False
         events = source.read(stream_id, start, None, None)
-        async with aclosing_iter(apages(events, PAGE)) as each_page:
-            async for page in each_page:
-                v.check_page(page)
-                if on_page is not None:
-                    on_page(page)
-                n += len(page)
-                progressed = True
+        try:
+            async with aclosing_iter(apages(events, PAGE)) as each_page:
+                async for page in each_page:
+                    v.check_page(page)
+                    if on_page is not None:
+                        on_page(page)
+                    n += len(page)
+                    progressed = True
+        except ArchiveError as exc:
+            # Archived events that cannot be fetched or do not match what the store
+            # recorded: a finding, never a silently shorter stream.
+            v.findings.append(Finding(f"archive_{exc.kind}", stream_id, v.last + 1, str(exc)))
+            return n, head
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head
         # Events past the head read first (or no head then): concurrent appends.
