@@ -167,10 +167,12 @@ class ArchiveRecorder:
             finally:
                 close_iter(it)
             if not gap:
-                # The database has nothing from v on. Each stream's last event is never
-                # archived, so nothing after v exists (or a tampered store lost it, and
-                # verification reports the stream truncated).
-                return
+                # The database has nothing from v on (up to the bound). Each stream's last
+                # event is never archived, so when nothing at all follows, nothing after v
+                # exists (or a tampered store lost it: verification reports the stream
+                # truncated); only events below one that follows can be archived.
+                if to_version is None or not self._follows(stream_id, v):
+                    return
             got = 0
             for e in self._archived(stream_id, v, hi, left):
                 yield e
@@ -178,7 +180,19 @@ class ArchiveRecorder:
                 got += 1
                 v = e.version + 1
             if got == 0:
+                if not gap:
+                    return
                 tolerate = True
+
+    def _follows(self, stream_id: str, v: int) -> bool:
+        """True when the database holds an event of the stream at version ``v`` or later."""
+        it = self.inner.read(stream_id, v, None, 1)
+        try:
+            for _ in it:
+                return True
+        finally:
+            close_iter(it)
+        return False
 
     def _archived(self, stream_id: str, v: int, hi: int, left: int) -> Iterator[RecordedEvent]:
         cat = self.archive_catalog()

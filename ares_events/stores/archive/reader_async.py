@@ -170,10 +170,12 @@ class AsyncArchiveRecorder:
             finally:
                 await aclose_iter(it)
             if not gap:
-                # The database has nothing from v on. Each stream's last event is never
-                # archived, so nothing after v exists (or a tampered store lost it, and
-                # verification reports the stream truncated).
-                return
+                # The database has nothing from v on (up to the bound). Each stream's last
+                # event is never archived, so when nothing at all follows, nothing after v
+                # exists (or a tampered store lost it: verification reports the stream
+                # truncated); only events below one that follows can be archived.
+                if to_version is None or not await self._follows(stream_id, v):
+                    return
             got = 0
             async for e in self._archived(stream_id, v, hi, left):
                 yield e
@@ -181,7 +183,19 @@ class AsyncArchiveRecorder:
                 got += 1
                 v = e.version + 1
             if got == 0:
+                if not gap:
+                    return
                 tolerate = True
+
+    async def _follows(self, stream_id: str, v: int) -> bool:
+        """True when the database holds an event of the stream at version ``v`` or later."""
+        it = self.inner.read(stream_id, v, None, 1)
+        try:
+            async for _ in it:
+                return True
+        finally:
+            await aclose_iter(it)
+        return False
 
     async def _archived(
         self, stream_id: str, v: int, hi: int, left: int
