@@ -94,6 +94,7 @@ RENAMES: dict[str, str] = {
     "areplay": "replay",
     "asnapshot": "snapshot",
     "averify_stream": "verify_stream",
+    "achain_start": "chain_start",
     "amake_snapshot": "make_snapshot",
     "aemit": "emit",
     "aclose_iter": "close_iter",

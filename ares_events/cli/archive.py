@@ -47,6 +47,15 @@ from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option,
     "(from keygen); default: ARES_LOG_KEY_FILE when set.",
 )
 @click.option("--status", is_flag=True, help="Show the store's archive (segments) and exit.")
+@click.option(
+    "--retire-before",
+    metavar="POSITION|AGE",
+    help="Retention: delete whole archived segments whose events all lie before this "
+    "horizon, oldest first, leaving a tombstone in the catalog and an "
+    "archive.segment.retired record in the stream ares-events/retention (needs --reason).",
+)
+@click.option("--reason", metavar="TEXT", help="Why segments are retired (the legal basis).")
+@click.option("--by", "by", metavar="NAME", help="Who retires them (default: the OS user).")
 @json_option
 @pass_app
 def archive_cmd(
@@ -57,6 +66,9 @@ def archive_cmd(
     max_segments: int | None,
     key_file: str | None,
     status: bool,
+    retire_before: str | None,
+    reason: str | None,
+    by: str | None,
     as_json: bool,
 ) -> int:
     """Archive old events to immutable segments on S3 or a folder, read through the store.
@@ -75,12 +87,15 @@ def archive_cmd(
       ares-events archive --to s3://ares-archive/prod --before 90d
       ares-events archive --to file:///backup/archive --before 1200000 --json
       ares-events archive --status
+      ares-events archive --retire-before 7y --reason "retention policy R-12"
     """
     from ares_events.cli.common import load_signing_key
     from ares_events.projections.archive import archive, parse_before
 
     if status:
         return _status(app, as_json)
+    if retire_before is not None:
+        return _retire(app, retire_before, reason, by, as_json)
     if not to or not before:
         raise CommandError("archive needs --to ARCHIVE_URL and --before POSITION|AGE")
     when = parse_before(before)
@@ -150,4 +165,36 @@ def _status(app: App, as_json: bool) -> int:
             "retired" if s.retired is not None else "archived",
         )  # fmt: skip
     app.out.print(table)
+    return EXIT_OK
+
+
+def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: bool) -> int:
+    import getpass
+
+    from ares_events.projections.archive import parse_before
+    from ares_events.projections.retention import retire
+
+    if not reason:
+        raise CommandError("--retire-before needs --reason TEXT (kept in the record)")
+    if by is None:
+        try:
+            by = getpass.getuser()
+        except (OSError, KeyError):  # no user name in this environment
+            by = "unknown"
+    with app.open() as store:
+        report = retire(store, before=parse_before(before), reason=reason, by=by)
+        url = store.url
+    if as_json:
+        app.json({"store": url, **report.to_dict()})
+        return EXIT_OK
+    app.out.print(
+        Text(
+            f"retired {len(report.segments)} segment(s), {report.events} events"
+            + "".join(
+                f"\n  segment {s['seq']}: positions {s['first_position']}..{s['last_position']}"
+                f" (record at position {s['record_position']})"
+                for s in report.segments
+            )
+        )
+    )
     return EXIT_OK

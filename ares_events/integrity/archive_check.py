@@ -3,7 +3,8 @@ the archive, its manifest and every block checked against the digests the databa
 recorded, and its event count compared with the catalog's. A segment that is missing,
 altered or unreadable is a finding (``archive_missing``, ``archive_corrupted``,
 ``archive_unreadable``), as is a catalog whose segments overlap (``archive_order``).
-Retired segments (tombstones) are counted, not fetched.
+Retired segments (tombstones) are counted, not fetched, and each is checked against its
+``archive.segment.retired`` record in the log (``retention_unrecorded`` otherwise).
 
 It may import the core, the stores (the archive's reader) and this package's findings.
 """
@@ -12,8 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ares_events.errors import ArchiveError
+from ares_events.errors import ArchiveError, AresError
 from ares_events.integrity.findings import AuditReport, Finding
+from ares_events.stores.archive.segment import (
+    RETENTION_STREAM,
+    RETENTION_TYPE,
+    tombstone_problem,
+)
 
 __all__ = ["check_archive"]
 
@@ -32,6 +38,7 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
         return
     if cat is None:
         return
+    records: dict[Any, Any] | None = None
     # A private source with no cache: every byte comes from the archive now.
     source = ArchiveSource(cache_events=0)
     report.segments_checked = 0
@@ -51,6 +58,11 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
             prev = max(prev, entry.last_position)
             report.segments_checked += 1
             if entry.retired is not None:
+                if records is None:
+                    records = _records(recorder)
+                problem = tombstone_problem(entry, records.get(entry.seq))
+                if problem is not None:
+                    report.findings.append(Finding("retention_unrecorded", None, None, problem))
                 continue
             try:
                 m = source.manifest(cat, entry)
@@ -69,3 +81,18 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
                 )
     finally:
         source.close()
+
+
+def _records(recorder: Any) -> dict[Any, Any]:
+    """The payloads of the retention records, by segment number."""
+    out: dict[Any, Any] = {}
+    for e in recorder.read(RETENTION_STREAM, 1, None, None):
+        if e.type != RETENTION_TYPE or e.payload_erased:
+            continue
+        try:
+            p = e.payload
+        except (AresError, ValueError):  # an unreadable record is unmatched: reported below
+            continue
+        if isinstance(p, dict):
+            out[p.get("seq")] = p
+    return out

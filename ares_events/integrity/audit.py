@@ -20,6 +20,7 @@ from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 from ares_events.integrity.notes import VerifierKey
 from ares_events.integrity.verifier import ChainVerifier, _type_name, malformed_reason
 from ares_events.integrity.verify import check_stream
+from ares_events.stores.archive.segment import CATALOG_KEY, Catalog
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -94,8 +95,13 @@ def audit(
         if progress is not None and done // 1000 != before // 1000:
             progress(done, max(expected, done))
 
+    catalog = _catalog(recorder, report)
     for sid, head in heads.items():
-        ver = ChainVerifier(sid, key)
+        start = catalog.retired_end(sid) if catalog is not None else None
+        if start is None:
+            ver = ChainVerifier(sid, key)
+        else:  # its oldest events were retired: the chain goes on from the tombstone
+            ver = ChainVerifier(sid, key, start_version=start[0], start_hash=start[1])
         n, shead = check_stream(store, sid, ver, head, seen)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0
@@ -107,6 +113,7 @@ def audit(
     gapless = Capability.GAPLESS_POSITIONS in store.capabilities
     orphans: dict[str, ChainVerifier] = {}
     last_pos = 0
+    retired = catalog.retired_ranges() if catalog is not None else []
     for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
@@ -125,7 +132,7 @@ def audit(
             report.findings.append(
                 Finding("position_order", sid, version, f"position {pos} after {last_pos}")
             )
-        elif gapless and pos != last_pos + 1:
+        elif gapless and pos != last_pos + 1 and not _retired(retired, last_pos + 1, pos - 1):
             report.findings.append(
                 Finding(
                     "position_gap",
@@ -236,6 +243,28 @@ def _check_erasures(
                     "it is stored again",
                 )
             )
+
+
+def _catalog(recorder: Any, report: AuditReport) -> Catalog | None:
+    """The store's archive catalog (None: never archived, or unreadable: a finding)."""
+    if Capability.ARCHIVE not in recorder.capabilities:
+        return None
+    try:
+        text = recorder.meta_get(CATALOG_KEY)
+        return Catalog.from_json(text) if text is not None else None
+    except ArchiveError as exc:
+        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+        return None
+
+
+def _retired(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    """True when every position ``lo..hi`` lies in a retired segment's range."""
+    for first, last in ranges:
+        if first <= lo <= last:
+            lo = last + 1
+            if lo > hi:
+                return True
+    return False
 
 
 def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, Any]]:

@@ -403,3 +403,77 @@ def test_manifest_format_round_trips(tmp_path: Path) -> None:
         assert set(m.streams) == set(STREAMS) - {"solo"}
     with pytest.raises(ArchiveError, match="unreadable"):
         Manifest.from_bytes(b'{"kind": "other"}')
+
+
+def test_retention_retires_old_segments_with_a_verifiable_tombstone(tmp_path: Path) -> None:
+    """Retiring segments past a horizon deletes their objects, records a tombstone in the
+    catalog and an archive.segment.retired event in the log; the streams' chains verify
+    from the tombstone on, the audit is clean, and a forged tombstone is a finding."""
+    from ares_events.projections.retention import RETENTION_STREAM, retire
+
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        events = list(store.read_all())
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200), segment_events=50)
+        objects = sum(1 for p in (tmp_path / "arch").rglob("*") if p.is_file())
+        cat = system_of_record(store.recorder).archive_catalog()
+        horizon = cat.segments[1].last_position + 1
+        retired = {(e.stream_id, e.version) for e in events if e.position < horizon}
+        rep = retire(store, before=horizon, reason="policy R-1", by="pytest")
+        assert [s["seq"] for s in rep.segments] == [1, 2] and rep.events == 100
+        assert sum(1 for p in (tmp_path / "arch").rglob("*") if p.is_file()) == objects - 4
+        assert retire(store, before=horizon, reason="again", by="pytest").events == 0
+        records = list(store.read(RETENTION_STREAM))
+        assert [r.payload["seq"] for r in records] == [1, 2]
+        kept = {
+            (e.stream_id, e.version)
+            for e in system_of_record(store.recorder).inner.read_all(0, None)
+        }
+        gone = retired - kept
+        assert (
+            list(store.read_all())
+            == [e for e in events if (e.stream_id, e.version) not in gone] + records
+        )
+        for sid in STREAMS:
+            assert ae.integrity.verify_stream(store, sid).ok
+            left = [e for e in events if e.stream_id == sid and (sid, e.version) not in gone]
+            assert list(store.read(sid)) == left
+            assert ae.replay(store, sid, lambda n, e: n + 1, 0).findings == []
+        audit = ae.integrity.audit(store, deep=True)
+        assert audit.ok, audit.findings
+        # a tombstone that no longer matches its record is a finding
+        rec = system_of_record(store.recorder)
+        text = rec.inner.meta_get("archive/catalog")
+        forged = text.replace('"events":50', '"events":49', 1)
+        rec.inner.meta_set("archive/catalog", forged)
+        kinds = {f.kind for f in ae.integrity.audit(store, deep=True).findings}
+        assert "retention_unrecorded" in kinds
+
+
+def test_cli_archive_status_and_retire(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ares-events archive --to --before archives (JSON report), --status lists the
+    segments, --retire-before needs --reason, and audit --deep stays clean."""
+    from tests.cli_helpers import run, run_json
+
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(db) as store:
+        _fill(store)
+        horizon = _at(store, 150)
+    to = (tmp_path / "arch").as_uri()
+    code, data = run_json(capsys, "--store", db, "archive", "--to", to, "--before", str(horizon),
+                          "--segment-events", "40")  # fmt: skip
+    assert code == 0 and data["events_archived"] + data["kept"] == 149
+    assert len(data["segments"]) == 4 and data["kept"] == 3  # short streams keep their last event
+    code, data = run_json(capsys, "--store", db, "archive", "--status")
+    assert code == 0 and [s["seq"] for s in data["segments"]] == [1, 2, 3, 4]
+    code, _, err = run(capsys, "--store", db, "archive", "--retire-before", "1")
+    assert code == 2 and "--reason" in err
+    code, _, err = run(capsys, "--store", db, "archive", "--to", to)
+    assert code == 2 and "--before" in err
+    code, data = run_json(capsys, "--store", db, "archive", "--retire-before", str(horizon),
+                          "--reason", "R-2", "--by", "ops")  # fmt: skip
+    assert code == 0 and data["events"] == 146
+    code, data = run_json(capsys, "--store", db, "audit", "--deep")
+    assert code == 0 and data["ok"], data["findings"]
+    code, out, _ = run(capsys, "archive", "--help")
+    assert "--before" in out and "--retire-before" in out

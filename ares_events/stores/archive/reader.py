@@ -166,13 +166,12 @@ class ArchiveRecorder:
                         return
             finally:
                 close_iter(it)
-            if not gap:
-                # The database has nothing from v on (up to the bound). Each stream's last
-                # event is never archived, so when nothing at all follows, nothing after v
-                # exists (or a tampered store lost it: verification reports the stream
-                # truncated); only events below one that follows can be archived.
-                if to_version is None or not self._follows(stream_id, v):
-                    return
+            # Without a gap the database has nothing from v on (up to the bound). Each
+            # stream's last event is never archived, so when nothing at all follows,
+            # nothing after v exists (or a tampered store lost it: verification reports
+            # the stream truncated); only events below one that follows can be archived.
+            if not gap and (to_version is None or not self._follows(stream_id, v)):
+                return
             got = 0
             for e in self._archived(stream_id, v, hi, left):
                 yield e

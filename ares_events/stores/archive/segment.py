@@ -47,6 +47,8 @@ __all__ = [
     "BLOCK_EVENTS",
     "CATALOG_KEY",
     "MAGIC",
+    "RETENTION_STREAM",
+    "RETENTION_TYPE",
     "SEGMENT_EVENTS",
     "THROUGH_KEY",
     "Block",
@@ -58,10 +60,16 @@ __all__ = [
     "decode_block",
     "encode_segment",
     "row_of",
+    "rows_differ",
+    "streams_digest",
+    "tombstone_problem",
 ]
 
 MAGIC: Final = b"ARESSEG1\n"
 CATALOG_KEY: Final = "archive/catalog"
+RETENTION_STREAM: Final = "ares-events/retention"
+"""The system stream recording every retired segment (``archive.segment.retired``)."""
+RETENTION_TYPE: Final = "archive.segment.retired"
 THROUGH_KEY: Final = "archive/through"
 """``"<last archived position> <catalog revision>"``: what a reader checks around each
 page (small, so the catalog itself is read only when it changed)."""
@@ -305,6 +313,22 @@ class Catalog:
                 return s
         return None
 
+    def retired_end(self, stream_id: str) -> tuple[int, bytes] | None:
+        """The last version and hash of ``stream_id`` in retired segments (where its
+        readable chain starts, trusted like a snapshot's ``at_hash``), or None."""
+        end = None
+        for entry in self.segments:
+            if entry.retired is None:
+                break  # retention removes the oldest segments only
+            got = entry.streams_end.get(stream_id)
+            if got is not None:
+                end = got
+        return end
+
+    def retired_ranges(self) -> list[tuple[int, int]]:
+        """The position ranges of retired segments (their events are gone)."""
+        return [(s.first_position, s.last_position) for s in self.segments if s.retired]
+
     def with_segment(self, entry: SegmentEntry) -> Catalog:
         """The catalog with ``entry`` appended or replacing the one of its ``seq``."""
         segs = [s for s in self.segments if s.seq != entry.seq]
@@ -472,4 +496,33 @@ def rows_differ(
             return f"the row at position {pos} changed its payload reference (erased?)"
     if found != len(want):
         return f"{len(want) - found} of the segment's {len(want)} rows are not in the database"
+    return None
+
+
+def streams_digest(ends: dict[str, tuple[int, bytes]]) -> str:
+    """Hex blake3 of the canonical JSON of every stream's last version and hash in a
+    segment (what a retention record commits to)."""
+    doc = {sid: [v, h.hex()] for sid, (v, h) in sorted(ends.items())}
+    return blake3.blake3(canonical_json(doc, field="streams")).hexdigest()
+
+
+def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
+    """Why a retired segment's tombstone does not match its retention record's payload
+    (``record``, None when there is none), or None."""
+    if not isinstance(record, dict):
+        return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
+    want = {
+        "seq": entry.seq,
+        "first_position": entry.first_position,
+        "last_position": entry.last_position,
+        "events": entry.events,
+        "tree_size": entry.tree_size,
+        "root": entry.root.hex(),
+        "manifest_digest": entry.manifest.digest.hex(),
+        "segment_digest": entry.segment.digest.hex(),
+        "streams_digest": streams_digest(entry.streams_end),
+    }
+    for k, v in want.items():
+        if record.get(k) != v:
+            return f"retired segment {entry.seq}: its tombstone's {k} differs from its record"
     return None

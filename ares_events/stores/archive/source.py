@@ -220,18 +220,6 @@ class ArchiveSource:
             si, bi = si + 1, -1
         return [], None
 
-    def retired_end(self, cat: Catalog, stream_id: str) -> tuple[int, bytes] | None:
-        """The last version and hash of ``stream_id`` in retired segments (where its
-        readable chain starts), or None when none of it was retired."""
-        end = None
-        for entry in cat.segments:
-            if entry.retired is None:
-                break  # retention removes the oldest segments only
-            got = entry.streams_end.get(stream_id)
-            if got is not None:
-                end = got
-        return end
-
     def drop_objects(self, cat: Catalog, keys: list[str]) -> None:
         """Delete replaced archive objects (after the catalog no longer names them) and
         forget every cached block."""
