@@ -46,7 +46,7 @@ from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
-from ares_events.projections.merkle import MerkleLog
+from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
 from ares_events.stores.archive.erase import put_checked
 from ares_events.stores.archive.segment import (
     CATALOG_KEY,
@@ -57,7 +57,7 @@ from ares_events.stores.archive.segment import (
     SegmentEntry,
     decode_block,
     encode_segment,
-    row_of,
+    stored,
     stream_ranges,
 )
 from ares_events.stores.archive.source import ArchiveSource
@@ -407,7 +407,7 @@ def _seal(
         got.extend(
             decode_block(blobs.read_range(seg_ref.key, b.offset, b.length), b, seq, seg_ref.key)
         )
-    if [row_of(e) for e in got] != [row_of(e) for e in events]:
+    if [stored(e) for e in got] != [stored(e) for e in events]:
         raise ArchiveError("corrupted", seq, seg_ref.key, "segment read back differs")
     if merkle.root([merkle.leaf_hash(e.hash) for e in got]) != manifest.segment_root:
         raise ArchiveError("corrupted", seq, seg_ref.key, "segment root differs")
@@ -431,8 +431,12 @@ def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[byt
         raise StoreError("the Merkle log does not hold the events to archive (catch it up)")
     tiles = mlog._tiles()
     j = 0
+    width = TILE_WIDTH
     for i in range(first, last + 1):
-        if j < len(leaves) and tiles.node(0, i) == leaves[j]:
+        # the stored leaf hashes, straight from the bottom tiles (32 bytes each)
+        hashes, _ = tiles.get(0, i // width)
+        off = (i % width) * 32
+        if j < len(leaves) and hashes[off : off + 32] == leaves[j]:
             j += 1
     if j != len(leaves):
         e = events[j]

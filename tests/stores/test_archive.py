@@ -21,7 +21,7 @@ from ares_events.integrity.notes import SigningKey
 from ares_events.projections import archive as archive_mod
 from ares_events.projections.archive import archive, parse_before
 from ares_events.projections.runner import rebuild
-from ares_events.stores.archive.segment import Manifest
+from ares_events.stores.archive.segment import Manifest, stored
 from ares_events.testing.blocking import open_blocking
 from tests.fix_backends import store_url_for
 
@@ -48,18 +48,23 @@ def _fill(store: ae.EventStore) -> None:
                 i += 1
 
 
+def _full(events: Any) -> list[tuple[Any, ...]]:
+    """Every stored column of each event (``==`` on events compares their identity)."""
+    return [stored(e) for e in events]
+
+
 def _reads(store: ae.EventStore) -> dict[str, Any]:
     """What every read API returns (events compared whole: every stored column)."""
     out: dict[str, Any] = {
-        "all": list(store.read_all()),
-        "all_after": list(store.read_all(after_position=37, limit=101)),
-        "all_prefix": list(store.read_all(stream_prefix="agent-")),
+        "all": _full(store.read_all()),
+        "all_after": _full(store.read_all(after_position=_at(store, 37), limit=101)),
+        "all_prefix": _full(store.read_all(stream_prefix="agent-")),
         "streams": sorted(store.streams()),
     }
     for sid, n in STREAMS.items():
-        out[sid] = list(store.read(sid))
-        out[sid, "mid"] = list(store.read(sid, from_version=2, to_version=30, limit=7))
-        out[sid, "tail"] = list(store.read(sid, from_version=max(1, n - 2)))
+        out[sid] = _full(store.read(sid))
+        out[sid, "mid"] = _full(store.read(sid, from_version=2, to_version=30, limit=7))
+        out[sid, "tail"] = _full(store.read(sid, from_version=max(1, n - 2)))
         out[sid, "version"] = store.stream_version(sid)
         rep = ae.replay(store, sid, lambda s, e: [*s, e.payload["i"]], [])
         out[sid, "replay"] = (rep.state, rep.version, rep.findings)

@@ -153,15 +153,19 @@ class ArchiveRecorder:
             gap = False
             try:
                 for e in it:
-                    ev = e.version
-                    if type(ev) is int and ev > v and not tolerate:
-                        gap = True  # versions v..ev-1 are not in the database
-                        break
+                    ev = e[1]  # the version (a tuple item: this loop is every stream read)
+                    if ev == v:
+                        v += 1
+                    elif type(ev) is int and ev > v:
+                        if not tolerate:
+                            gap = True  # versions v..ev-1 are not in the database
+                            break
+                        v = ev + 1
+                    # a lower or malformed version is passed on as stored: the verifier
+                    # reports it
                     tolerate = False
                     yield e
                     left -= 1
-                    if type(ev) is int and ev >= v:
-                        v = ev + 1
                     if left <= 0:
                         return
             finally:

@@ -61,6 +61,7 @@ __all__ = [
     "encode_segment",
     "row_of",
     "rows_differ",
+    "stored",
     "streams_digest",
     "tombstone_problem",
 ]
@@ -375,22 +376,20 @@ class Catalog:
 
 def row_of(e: RecordedEvent) -> list[Any]:
     """The segment row of an event (its stored columns, nothing decoded)."""
-    raw = e._payload_bytes
-    ref = e.payload_ref
+    # Tuple items, not properties: this runs for every archived event.
+    raw, ref = e[6], e[11]
     return [
-        e.stream_id,
-        e.version,
-        e.position,
-        e.event_id_str,
-        e.type,
-        e.module,
-        None if raw is None else raw.decode(),
-        e.metadata_json.decode(),
-        e.at,
-        e.prev_hash.hex(),
-        e.hash.hex(),
+        e[0], e[1], e[2], e[3], e[4], e[5],
+        None if raw is None else bytes(raw).decode(),
+        bytes(e[7]).decode(), e[8], bytes(e[9]).hex(), bytes(e[10]).hex(),
         None if ref is None else ref.to_json().decode(),
-    ]
+    ]  # fmt: skip
+
+
+def stored(e: RecordedEvent) -> tuple[Any, ...]:
+    """Every stored column of an event, comparable (``==`` on events compares identity
+    only: stream, version, position, hash)."""
+    return (*e[:6], None if e[6] is None else bytes(e[6]), bytes(e[7]), *e[8:12])
 
 
 def _event_of(r: Sequence[Any]) -> RecordedEvent:
