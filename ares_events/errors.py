@@ -17,13 +17,13 @@
     │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted/server down
     │   │   └── StoreNotFound                no store at that URL (and creating was not asked)
     │   ├── StoreClosed                      the store was closed (before or during the call)
-    │   └── SchemaVersionError               DB schema behind/ahead of this build
+    │   ├── SchemaVersionError               DB schema behind/ahead of this build
+    │   └── ArchiveError                     an archived segment missing, altered or unreadable
     ├── ChainIntegrityError                  verification failed (.findings)
     ├── ReplayCapExceeded                    strict replay hit max_replay (.stream_id, .cap)
     ├── BlobError
     │   ├── BlobMissing
     │   └── BlobCorrupted                    fetched bytes differ from the chained digest
-    ├── ArchiveError (StoreError)            an archived segment is missing, altered or unreadable
     └── SnapshotMismatch                     snapshot does not match the stream it folds
 
 Constructors take domain values, keep them as attributes and build the message

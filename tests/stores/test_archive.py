@@ -482,3 +482,19 @@ def test_cli_archive_status_and_retire(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0 and data["ok"], data["findings"]
     code, out, _ = run(capsys, "archive", "--help")
     assert "--before" in out and "--retire-before" in out
+
+
+def test_gc_blobs_keeps_the_blobs_of_archived_events(tmp_path: Path) -> None:
+    """gc-blobs reads archived events too: the spilled payload of an archived event is
+    referenced and kept, and still reads back."""
+    from datetime import UTC, datetime, timedelta
+
+    from ares_events.stores.blobs.gc import gc_blobs
+
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", spill_threshold=SPILL) as store:
+        _fill(store)
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200))
+        gc_blobs(store, timedelta(0), now=datetime.now(UTC) + timedelta(seconds=5))
+        big = [e for e in store.read_all() if e.payload_ref is not None]
+        assert len(big) == 1 and big[0].position < _at(store, 200)
+        assert big[0].payload["big"] == "z" * (SPILL * 2)

@@ -57,6 +57,21 @@ PAGE: Final = 512
 """Events per database page of ``read_all`` (the archive's position is read around each)."""
 
 
+def _advanced(pos: int, upto: int, through: int) -> int:
+    """``upto``, once it is past ``pos`` (a catalog whose last position is past every
+    segment it lists would otherwise loop forever).
+
+    Raises:
+        ArchiveError: it is not.
+    """
+    if upto <= pos:
+        raise ArchiveError(
+            "corrupted", None, CATALOG_KEY,
+            f"archive/through says {through}, but no segment holds positions after {pos}",
+        )  # fmt: skip
+    return upto
+
+
 class AsyncArchiveRecorder:
     """A recorder whose reads go on into the archive (see the module docstring).
 
@@ -68,7 +83,6 @@ class AsyncArchiveRecorder:
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
         self._view: AsyncArchiveRecorder | None = None
-        self._rev = -1
         self._cat: Catalog | None = None
 
     @classmethod
@@ -128,11 +142,9 @@ class AsyncArchiveRecorder:
             through, rev = int(through_s), int(rev_s)
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
-        if rev != self._rev or self._cat is None:
+        cat = self._cat  # one read of the attribute: another thread may replace it
+        if cat is None or cat.rev != rev:
             cat = await self.archive_catalog()
-            self._rev = rev
-        else:
-            cat = self._cat
         return through, cat
 
     # -- reads -----------------------------------------------------------------------------
@@ -238,7 +250,8 @@ class AsyncArchiveRecorder:
         while left > 0:
             through, cat = await self._through()
             if cat is not None and through > pos:
-                events, pos = await self._merged_block(cat, pos, prefix)
+                events, upto = await self._merged_block(cat, pos, prefix)
+                pos = _advanced(pos, upto, through)
                 for e in events[:left]:
                     yield e
                 left -= min(len(events), left)
@@ -319,6 +332,7 @@ class AsyncArchiveRecorder:
             through, cat = await self._through()
             if cat is not None and through > pos:
                 events, upto = await self._block_after(cat, pos, None)
+                _advanced(pos, upto, through)
                 rows = [(e.position, e.stream_id, e.version) for e in events]
                 have = {r[0] for r in rows}
                 it = self.inner.positions(pos)
