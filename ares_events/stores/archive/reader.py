@@ -50,8 +50,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["ArchiveRecorder"]
 
 _BIG: Final = 2**62
-PAGE: Final = 512
-"""Events per database page of ``read_all`` (the archive's position is read around each)."""
+PAGE: Final = 1000
+"""Events per database page of ``read_all`` (the archive's position is read after each)."""
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
@@ -238,26 +238,25 @@ class ArchiveRecorder:
         pos = after
         left = limit if limit is not None else _BIG
         while left > 0:
-            through, cat = self._through()
-            if cat is not None and through > pos:
-                events, upto = self._merged_block(cat, pos, prefix)
-                pos = _advanced(pos, upto, through)
-                for e in events[:left]:
-                    yield e
-                left -= min(len(events), left)
-                continue
             want = min(PAGE, left)
             if prefix:
                 page = list(self.inner.read_all(pos, want, stream_prefix=prefix))
             else:
                 page = list(self.inner.read_all(pos, want))
-            # Rows deleted before this page was read are below the archive's position by
-            # now (recorded before the delete): read it again, after the page.
-            again, _ = self._through()
-            if again > pos:
+            # Read after the page: rows deleted before it was read are below the archive's
+            # position by now (recorded before the delete). One small read per page.
+            through, cat = self._through()
+            if cat is not None and through > pos:
+                # The archive holds what follows pos: serve it, block by block, up to its
+                # end, then read the database again from there.
+                while through > pos and left > 0:
+                    events, upto = self._merged_block(cat, pos, prefix)
+                    pos = _advanced(pos, upto, through)
+                    for e in events[:left]:
+                        yield e
+                    left -= min(len(events), left)
                 continue
-            for e in page:
-                yield e
+            yield from page  # noqa: PLE1700, RUF100 - blocking face only: C-speed hand-off
             left -= len(page)
             if len(page) < want:
                 return
