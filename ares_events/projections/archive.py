@@ -47,7 +47,7 @@ from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
-from ares_events.stores.archive.erase import put_checked
+from ares_events.stores.archive.erase import put_checked, settle_pending
 from ares_events.stores.archive.segment import (
     CATALOG_KEY,
     SEGMENT_EVENTS,
@@ -200,6 +200,7 @@ def archive(
         raise ConfigError(f"store {store.url} archives to {cat.location}, not to {location}")
     report = ArchiveReport(location)
     _record_identity(store, inner, location, url)
+    text, cat = settle_pending(inner, source, text, cat)  # an erasure's leftovers
     # An interrupted run: segments recorded whose rows are still here.
     report.resumed, report.rows_deleted, text, cat = _finish_deletes(inner, source, text, cat)
     inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
@@ -511,13 +512,12 @@ def _reseal(
             )
             if done is None:
                 continue
-            new_cat, _, old = done
+            new_cat, _, _old = done
             new_text = new_cat.to_json()
             if not inner.meta_swap(CATALOG_KEY, text, new_text):
                 raise ArchiveError("busy", entry.seq, CATALOG_KEY, "the catalog changed; run again")
             inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
-            source.drop_objects(new_cat, old)
-            text, cat = new_text, new_cat
+            text, cat = settle_pending(inner, source, new_text, new_cat)
     found = cat.segment_at(entry.first_position)
     assert found is not None and found.seq == entry.seq
     m = source.manifest(cat, found)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ares_events.core.events import NewEvent, utc_now_at
 from ares_events.errors import ArchiveError, InvalidEvent
 from ares_events.projections.archive import _archive_reader, _cutoff
+from ares_events.stores.archive.erase import settle_pending
 from ares_events.stores.archive.segment import (
     CATALOG_KEY,
     RETENTION_STREAM,
@@ -100,6 +101,7 @@ def retire(
     text, cat = rec._catalog_text()
     if cat is None:
         return report
+    text, cat = settle_pending(inner, source, text, cat)
     cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())
     for entry in list(cat.segments):
         if entry.retired is not None:

@@ -516,3 +516,34 @@ def test_reads_through_behind_a_redis_cache(tmp_path: Path, request: pytest.Fixt
             assert ae.integrity.audit(store, deep=True).ok
             ae.erase(store, "agent-a", 3, reason="test", by="pytest")
             assert next(iter(store.read("agent-a", from_version=3, limit=1))).payload_erased
+
+
+def test_an_erasure_interrupted_before_deleting_old_objects_is_finished_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old segment (which still holds the erased payload) is named as pending in the
+    same catalog swap that replaces it; if the process dies before deleting it, the next
+    archive run deletes it."""
+    from ares_events.stores.archive.source import ArchiveSource
+
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        to = (tmp_path / "arch").as_uri()
+        archive(store, to, before=_at(store, 200), segment_events=64)
+        rec = system_of_record(store.recorder)
+        old = rec.archive_catalog().segments[0]
+
+        def crash(self: ArchiveSource, cat: Any, keys: list[str]) -> None:
+            raise RuntimeError("killed before the delete")
+
+        monkeypatch.setattr(ArchiveSource, "drop_objects", crash)
+        with pytest.raises(RuntimeError):
+            ae.erase(store, "agent-a", 2, reason="test", by="pytest")
+        monkeypatch.undo()
+        cat = rec.archive_catalog()
+        assert set(cat.pending) == {old.segment.key, old.manifest.key}
+        path = tmp_path / "arch" / old.segment.key[:2] / old.segment.key[2:4] / old.segment.key
+        assert path.exists()
+        archive(store, to, before=_at(store, 200))
+        assert not path.exists() and rec.archive_catalog().pending == ()
+        assert next(iter(store.read("agent-a", from_version=2, limit=1))).payload_erased

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
 from ares_events.core.events import ErasedPayloadRef, RecordedEvent
 from ares_events.errors import ArchiveError
 from ares_events.stores.archive.segment import (
+    CATALOG_KEY,
     Catalog,
     Manifest,
     ObjectRef,
@@ -26,7 +28,7 @@ from ares_events.stores.archive.source import ArchiveSource
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["erase_archived", "put_checked"]
+__all__ = ["erase_archived", "put_checked", "settle_pending"]
 
 
 def put_checked(source: ArchiveSource, cat: Catalog, data: bytes, seq: int) -> ObjectRef:
@@ -98,6 +100,21 @@ def erase_archived(
     man_ref = put_checked(source, cat, new_m.to_bytes(), entry.seq)
     new_entry: SegmentEntry = dataclasses.replace(entry, manifest=man_ref, segment=seg_ref)
     logger.info("erased archived stream %r version %d (segment %d)", stream_id, version, entry.seq)
-    return cat.with_segment(new_entry), refs + (1 if blob_key else 0), [
-        entry.manifest.key, entry.segment.key,
-    ]  # fmt: skip
+    old = [entry.manifest.key, entry.segment.key]
+    new_cat = dataclasses.replace(cat.with_segment(new_entry), pending=(*cat.pending, *old))
+    return new_cat, refs + (1 if blob_key else 0), old
+
+
+def settle_pending(
+    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog
+) -> tuple[str | None, Catalog]:
+    """Delete the objects the catalog lists as replaced, then clear the list (a
+    compare-and-set: if the catalog changed meanwhile, the next run clears it)."""
+    if not cat.pending:
+        return text, cat
+    source.drop_objects(cat, list(cat.pending))
+    clean = dataclasses.replace(cat, pending=())
+    clean_text = clean.to_json()
+    if inner.meta_swap(CATALOG_KEY, text, clean_text):
+        return clean_text, clean
+    return text, cat

@@ -32,6 +32,7 @@ It may import the core, :mod:`ares_events.errors`, the blob stores and this pack
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from typing import Any, Final
@@ -382,9 +383,15 @@ class ArchiveRecorder:
             if done is None:
                 return out
             new_cat, refs, old_keys = done
-            if self.inner.meta_swap(CATALOG_KEY, text, new_cat.to_json()):
+            new_text = new_cat.to_json()
+            if self.inner.meta_swap(CATALOG_KEY, text, new_text):
                 self.inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
+                # The old objects hold the payload: delete them now (the catalog names
+                # them as pending until then, so a crash here leaves them to the next run).
                 self.source.drop_objects(new_cat, old_keys)
+                left = tuple(k for k in new_cat.pending if k not in old_keys)
+                clean = dataclasses.replace(new_cat, pending=left)
+                self.inner.meta_swap(CATALOG_KEY, new_text, clean.to_json())
                 return EraseOutcome(True, refs)
         raise ArchiveError("busy", None, CATALOG_KEY, "the catalog kept changing; erase again")
 

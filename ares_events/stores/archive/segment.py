@@ -287,6 +287,10 @@ class Catalog:
     url: str
     segments: tuple[SegmentEntry, ...] = ()
     rev: int = 0
+    pending: tuple[str, ...] = ()
+    """Keys of objects a rewrite replaced (an erasure's old segment and manifest), to be
+    deleted: listed here in the same swap that drops them from the segments, so a crash
+    before the delete leaves them named, and the next run deletes them."""
 
     @property
     def through(self) -> int:
@@ -345,6 +349,8 @@ class Catalog:
             "rev": self.rev,
             "segments": [s.to_doc() for s in self.segments],
         }
+        if self.pending:
+            doc["pending"] = list(self.pending)
         return canonical_json(doc, field="archive catalog").decode()
 
     @classmethod
@@ -363,6 +369,7 @@ class Catalog:
                 url=str(d["url"]),
                 segments=tuple(SegmentEntry.from_doc(s) for s in d["segments"]),
                 rev=int(d.get("rev", 0)),
+                pending=tuple(str(k) for k in d.get("pending", ())),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ArchiveError(
