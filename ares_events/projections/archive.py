@@ -136,7 +136,7 @@ def parse_before(text: str) -> int | timedelta:
 def _archive_reader(store: EventStore) -> Any:
     rec = system_of_record(store.recorder)
     if Capability.ARCHIVE not in rec.capabilities or not hasattr(rec, "archive_catalog"):
-        raise StoreError(
+        raise ConfigError(
             f"store {store.url}: its backend cannot archive (Capability.ARCHIVE: SQLite "
             "and PostgreSQL can)"
         )
@@ -170,11 +170,10 @@ def archive(
 
     Raises:
         ConfigError: ``to`` is the blob location, or another location than the one this
-            store archives to; a bad ``before``.
+            store archives to; a bad ``before``; a backend that cannot archive.
         ChainIntegrityError: the events to archive do not verify (nothing is written).
         ArchiveError: what was read back differs from what was written, or another run
             changed the catalog meanwhile.
-        StoreError: the backend cannot archive.
         StoreUnavailable: the store or the archive cannot be reached.
     """
     if segment_events < 1:
@@ -203,7 +202,8 @@ def archive(
     text, cat = settle_pending(inner, source, text, cat)  # an erasure's leftovers
     # An interrupted run: segments recorded whose rows are still here.
     report.resumed, report.rows_deleted, text, cat = _finish_deletes(inner, source, text, cat)
-    inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
+    if cat.segments:  # a crash between the catalog and its end row: write the end again
+        inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
     mlog = MerkleLog(store)
     mlog.catch_up()
     cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())

@@ -547,3 +547,29 @@ def test_an_erasure_interrupted_before_deleting_old_objects_is_finished_later(
         archive(store, to, before=_at(store, 200))
         assert not path.exists() and rec.archive_catalog().pending == ()
         assert next(iter(store.read("agent-a", from_version=2, limit=1))).payload_erased
+
+
+def test_a_reader_whose_catalog_an_erasure_replaced_reads_the_new_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that started with a catalog from before an erasure elsewhere (whose old
+    segment object is deleted now) reads the catalog again instead of failing."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        _fill(store)
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200))
+        expected = _full(store.read("agent-c"))
+    with ae.open_store(url) as reader, ae.open_store(url) as eraser:
+        rec = system_of_record(reader.recorder)
+        stale = rec.archive_catalog()
+        ae.erase(eraser, "agent-a", 2, reason="test", by="pytest")
+        real = type(rec).archive_catalog
+        calls = [0]
+
+        def first_stale(self: Any) -> Any:
+            calls[0] += 1
+            return stale if calls[0] == 1 else real(self)
+
+        monkeypatch.setattr(type(rec), "archive_catalog", first_stale)
+        assert _full(reader.read("agent-c")) == expected
+        assert calls[0] == 2

@@ -225,7 +225,13 @@ class ArchiveRecorder:
             return
         cursor = None
         while left > 0 and v <= hi:
-            chunk, cursor = self.source.stream_chunk(cat, stream_id, v, cursor)
+            try:
+                chunk, cursor = self._chunk(cat, stream_id, v, cursor)
+            except ArchiveError as exc:
+                # An erasure elsewhere replaced the segment (and deleted the old object)
+                # since this catalog was read: read it again, once.
+                cat = self._newer(cat, exc)
+                chunk, cursor = self._chunk(cat, stream_id, v, cursor)
             for e in chunk:
                 if e.version > hi or left <= 0:
                     return
@@ -285,7 +291,34 @@ class ArchiveRecorder:
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
         yield from self.inner.read_all(max(good) if good else 0, left, **kw)
 
+    def _chunk(
+        self, cat: Catalog, stream_id: str, v: int, cursor: Any
+    ) -> tuple[list[RecordedEvent], Any]:
+        return self.source.stream_chunk(cat, stream_id, v, cursor)
+
+    def _newer(self, cat: Catalog, exc: ArchiveError) -> Catalog:
+        """The catalog again when it changed since ``cat`` was read and ``exc`` says an
+        object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
+
+        Raises:
+            ArchiveError: ``exc``, when the catalog is the same.
+        """
+        if exc.kind != "missing":
+            raise exc
+        fresh = self.archive_catalog()
+        if fresh is None or fresh.to_json() == cat.to_json():
+            raise exc
+        return fresh
+
     def _block_after(
+        self, cat: Catalog, pos: int, prefix: str | None
+    ) -> tuple[list[RecordedEvent], int]:
+        try:
+            return self._events_after(cat, pos, prefix)
+        except ArchiveError as exc:
+            return self._events_after(self._newer(cat, exc), pos, prefix)
+
+    def _events_after(
         self, cat: Catalog, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         return self.source.events_after(cat, pos, prefix)

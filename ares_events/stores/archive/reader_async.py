@@ -231,12 +231,13 @@ class AsyncArchiveRecorder:
             return
         cursor = None
         while left > 0 and v <= hi:
-            if ASYNC:
-                chunk, cursor = await asyncio.to_thread(
-                    self.source.stream_chunk, cat, stream_id, v, cursor
-                )
-            else:
-                chunk, cursor = self.source.stream_chunk(cat, stream_id, v, cursor)
+            try:
+                chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
+            except ArchiveError as exc:
+                # An erasure elsewhere replaced the segment (and deleted the old object)
+                # since this catalog was read: read it again, once.
+                cat = await self._newer(cat, exc)
+                chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
             for e in chunk:
                 if e.version > hi or left <= 0:
                     return
@@ -300,7 +301,37 @@ class AsyncArchiveRecorder:
         async for e in self.inner.read_all(max(good) if good else 0, left, **kw):
             yield e
 
+    async def _chunk(
+        self, cat: Catalog, stream_id: str, v: int, cursor: Any
+    ) -> tuple[list[RecordedEvent], Any]:
+        if ASYNC:
+            return await asyncio.to_thread(self.source.stream_chunk, cat, stream_id, v, cursor)
+        else:
+            return self.source.stream_chunk(cat, stream_id, v, cursor)
+
+    async def _newer(self, cat: Catalog, exc: ArchiveError) -> Catalog:
+        """The catalog again when it changed since ``cat`` was read and ``exc`` says an
+        object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
+
+        Raises:
+            ArchiveError: ``exc``, when the catalog is the same.
+        """
+        if exc.kind != "missing":
+            raise exc
+        fresh = await self.archive_catalog()
+        if fresh is None or fresh.to_json() == cat.to_json():
+            raise exc
+        return fresh
+
     async def _block_after(
+        self, cat: Catalog, pos: int, prefix: str | None
+    ) -> tuple[list[RecordedEvent], int]:
+        try:
+            return await self._events_after(cat, pos, prefix)
+        except ArchiveError as exc:
+            return await self._events_after(await self._newer(cat, exc), pos, prefix)
+
+    async def _events_after(
         self, cat: Catalog, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         if ASYNC:
