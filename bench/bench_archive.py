@@ -108,15 +108,20 @@ def _tail_latency(url: str, samples: int) -> Stats:
     return Stats.of(out)
 
 
-def _cold_scanner(url: str, stop: Any, counter: Any) -> None:
+def _cold_scanner(url: str, stop: Any, started: Any, counter: Any) -> None:
     with ae.open_store(url) as store:
+        first = True
         while not stop.is_set():
-            for i, _ in enumerate(store.read_all()):
+            for i, _ in enumerate(store.read_all(), 1):
+                if first:
+                    first = False
+                    with started.get_lock():
+                        started.value += 1
                 if stop.is_set():
                     break
-                if i % 10_000 == 0:
+                if i % 1000 == 0:
                     with counter.get_lock():
-                        counter.value += 10_000
+                        counter.value += 1000
 
 
 def _p(stats: Stats, q: float) -> float:
@@ -161,22 +166,29 @@ def run(n: int, workdir: Path) -> dict[str, Any]:
     _tail_latency(url_arch, 200)  # warm
     idle = _tail_latency(url_arch, samples)
     ctx = mp.get_context("spawn")
-    stop, counter = ctx.Event(), ctx.Value("q", 0)
-    procs = [ctx.Process(target=_cold_scanner, args=(url_arch, stop, counter)) for _ in range(4)]
+    stop, started, counter = ctx.Event(), ctx.Value("q", 0), ctx.Value("q", 0)
+    procs = [
+        ctx.Process(target=_cold_scanner, args=(url_arch, stop, started, counter)) for _ in range(4)
+    ]
     for p in procs:
         p.start()
-    time.sleep(3.0)  # let the scanners get into the archive
+    deadline = time.monotonic() + 300
+    while started.value < len(procs) and time.monotonic() < deadline:
+        time.sleep(0.05)  # every scanner is reading the archive before the clock starts
+    c0 = counter.value
     t = time.perf_counter()
     busy = _tail_latency(url_arch, samples)
+    while time.perf_counter() - t < 10:  # at least 10 s under the scanners
+        busy = Stats.of([*busy.samples, *_tail_latency(url_arch, 500).samples])
     busy_s = time.perf_counter() - t
-    scanned = counter.value
+    scanned = counter.value - c0
     stop.set()
     for p in procs:
         p.join(60)
     res.update(
         tail_idle_p50=_p(idle, 0.5), tail_idle_p99=_p(idle, 0.99),
         tail_busy_p50=_p(busy, 0.5), tail_busy_p99=_p(busy, 0.99),
-        cold_scan_rate=scanned / (busy_s + 3.0),
+        cold_scan_rate=scanned / busy_s,
     )  # fmt: skip
     return res
 

@@ -349,10 +349,13 @@ class AsyncArchiveRecorder:
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
-        cur, more = pos, True
+        cur, more, want = pos, True, 1
         while more:
-            page = [e async for e in self.inner.read_all(cur, PAGE, **kw)]
-            more = len(page) == PAGE
+            # One row first: inside an archived range the database rarely has any, and a
+            # page would read (and drop) rows past the block every time.
+            page = [e async for e in self.inner.read_all(cur, want, **kw)]
+            more = len(page) == want
+            want = PAGE
             for e in page:
                 p = e.position
                 if type(p) is not int or p > upto:
