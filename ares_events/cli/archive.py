@@ -29,7 +29,7 @@ from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option,
     "--before",
     metavar="POSITION|AGE",
     help="Archive events at global positions below POSITION (e.g. 120000), or recorded "
-    "longer than AGE ago (90d, 12h, 30m, 45s, 2w).",
+    "longer than AGE ago (90d, 12h, 30m, 45s, 2w, 7y).",
 )
 @click.option(
     "--segment-events",

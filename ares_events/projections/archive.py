@@ -117,7 +117,7 @@ class ArchiveReport:
 
 def parse_before(text: str) -> int | timedelta:
     """``--before``: a global position (``120000``) or an age (``90d``, ``12h``, ``30m``,
-    ``45s``, ``2w``).
+    ``45s``, ``2w``, ``7y``: a year is 365 days).
 
     Raises:
         ConfigError: neither.
@@ -125,7 +125,7 @@ def parse_before(text: str) -> int | timedelta:
     t = text.strip().lower()
     if t.isdigit():
         return int(t)
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
     if len(t) >= 2 and t[-1] in units and t[:-1].isdigit():
         return timedelta(seconds=int(t[:-1]) * units[t[-1]])
     raise ConfigError(

@@ -284,6 +284,7 @@ def test_archive_by_age_and_bad_horizons(tmp_path: Path) -> None:
     errors that name the option."""
     assert parse_before("90d").total_seconds() == 90 * 86400  # type: ignore[union-attr]
     assert parse_before("1200") == 1200
+    assert parse_before("7y").days == 7 * 365  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="--before"):
         parse_before("soon")
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
