@@ -8,7 +8,8 @@ Run from the repository root::
     .venv/bin/python -m bench.bench_archive --full    # 1M events, rewrites docs/archive.md
 
 One SQLite file filled with ~300-byte agent payloads (``bench.common.make_payloads``) in
-1000-event appends round-robin over 100 streams (``synchronous=normal`` while filling),
+appends of n/1000 events (1000 for a million), ten per stream, round-robin over 100 streams
+(``synchronous=normal`` while filling),
 copied, and the copy archived to a folder (``file://``: the cost of the format and the
 read path, without a network) up to 90% of its positions:
 
@@ -49,19 +50,21 @@ from bench.common import (
     write_section,
 )
 
-BATCH = 1000
 STREAMS = 100
 DOC = Path(__file__).resolve().parent.parent / "docs" / "archive.md"
 
 
 def _fill(url: str, n: int) -> None:
+    # Ten appends per stream whatever n (1000 events each for a million), so every stream's
+    # last append is in the newest 10% of the log: its tail is in the database.
+    batch = max(10, n // (STREAMS * 10))
     payloads = make_payloads(5000)
     with ae.open_store(url + "?synchronous=normal") as store:
-        for i in range(0, n, BATCH):
+        for i in range(0, n, batch):
             store.append(
-                f"agent-{(i // BATCH) % STREAMS:03d}",
+                f"agent-{(i // batch) % STREAMS:03d}",
                 [ae.NewEvent(type="tool.returned", module="bench",
-                             payload=payloads[(i + k) % len(payloads)]) for k in range(BATCH)],
+                             payload=payloads[(i + k) % len(payloads)]) for k in range(batch)],
             )  # fmt: skip
 
 

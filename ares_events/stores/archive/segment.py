@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import bisect
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -139,6 +139,13 @@ class StreamRange:
     first_position: int
     last_position: int
     last_hash: bytes
+    blocks: tuple[int, ...] = ()
+    """The blocks that hold its events (a reader decodes only those)."""
+
+
+def _stream_range(r: Sequence[Any]) -> StreamRange:
+    blocks = tuple(int(b) for b in r[5]) if len(r) > 5 else ()
+    return StreamRange(int(r[0]), int(r[1]), int(r[2]), int(r[3]), bytes.fromhex(r[4]), blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +181,14 @@ class Manifest:
                 for b in self.blocks
             ],
             "streams": {
-                sid: [r.first, r.last, r.first_position, r.last_position, r.last_hash.hex()]
+                sid: [
+                    r.first,
+                    r.last,
+                    r.first_position,
+                    r.last_position,
+                    r.last_hash.hex(),
+                    list(r.blocks),
+                ]
                 for sid, r in self.streams.items()
             },
             "merkle": {
@@ -210,10 +224,7 @@ class Manifest:
                     Block(int(o), int(n), int(a), int(b), int(c), bytes.fromhex(h))
                     for o, n, a, b, c, h in d["blocks"]
                 ),
-                streams={
-                    str(sid): StreamRange(int(f), int(la), int(fp), int(lp), bytes.fromhex(h))
-                    for sid, (f, la, fp, lp, h) in d["streams"].items()
-                },
+                streams={str(sid): _stream_range(r) for sid, r in d["streams"].items()},
                 tree_size=int(m["tree_size"]),
                 root=bytes.fromhex(m["root"]),
                 segment_root=bytes.fromhex(m["segment_root"]),
@@ -464,16 +475,25 @@ def decode_block(data: bytes, block: Block, seq: int, key: str) -> list[Recorded
     return events
 
 
-def stream_ranges(events: Iterable[RecordedEvent]) -> dict[str, StreamRange]:
-    """Each stream's version range, positions and last hash in ``events``."""
-    out: dict[str, StreamRange] = {}
-    for e in events:
-        r = out.get(e.stream_id)
+def stream_ranges(
+    events: Sequence[RecordedEvent], *, block_events: int = BLOCK_EVENTS
+) -> dict[str, StreamRange]:
+    """Each stream's version range, positions, last hash and blocks in ``events`` (as
+    :func:`encode_segment` cuts them into blocks)."""
+    spans: dict[str, list[Any]] = {}
+    for i, e in enumerate(events):
+        sid, b = e[0], i // block_events
+        r = spans.get(sid)
         if r is None:
-            out[e.stream_id] = StreamRange(e.version, e.version, e.position, e.position, e.hash)
+            spans[sid] = [e[1], e[1], e[2], e[2], e[10], [b]]
         else:
-            out[e.stream_id] = StreamRange(r.first, e.version, r.first_position, e.position, e.hash)
-    return out
+            r[1], r[3], r[4] = e[1], e[2], e[10]
+            if r[5][-1] != b:
+                r[5].append(b)
+    return {
+        sid: StreamRange(r[0], r[1], r[2], r[3], bytes(r[4]), tuple(r[5]))
+        for sid, r in spans.items()
+    }
 
 
 def _ref_of(raw: Any) -> PayloadRef | None:

@@ -204,7 +204,11 @@ class ArchiveSource:
             if r is None or r.last < version:
                 si, bi = si + 1, -1
                 continue
-            for i in range(max(bi, 0), len(m.blocks)):
+            # the stream's own blocks when the manifest lists them, else every block of its range
+            wanted = r.blocks or range(len(m.blocks))
+            for i in wanted:
+                if i < bi:
+                    continue
                 b = m.blocks[i]
                 if b.last_position < r.first_position:
                     continue
