@@ -41,6 +41,7 @@ from ares_events.core.events import (
 )
 from ares_events.core.store import EventStore, emit
 from ares_events.errors import (
+    ArchiveError,
     AresError,
     BlobCorrupted,
     BlobError,
@@ -86,6 +87,7 @@ __all__ = [
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
+    "ArchiveError",
     "AresError",
     "AsyncEventStore",
     "AsyncJournal",

@@ -17,7 +17,8 @@
     │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted/server down
     │   │   └── StoreNotFound                no store at that URL (and creating was not asked)
     │   ├── StoreClosed                      the store was closed (before or during the call)
-    │   └── SchemaVersionError               DB schema behind/ahead of this build
+    │   ├── SchemaVersionError               DB schema behind/ahead of this build
+    │   └── ArchiveError                     an archived segment missing, altered or unreadable
     ├── ChainIntegrityError                  verification failed (.findings)
     ├── ReplayCapExceeded                    strict replay hit max_replay (.stream_id, .cap)
     ├── BlobError
@@ -36,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "ArchiveError",
     "AresError",
     "BlobCorrupted",
     "BlobError",
@@ -276,6 +278,26 @@ class BlobCorrupted(BlobError):
     """The digest of a fetched blob differs from the digest in the chain."""
 
 
+class ArchiveError(StoreError):
+    """An archived segment (or its manifest) is missing from the archive, differs from the
+    digest the store recorded, or cannot be decoded. Nothing is served from it.
+
+    Attributes:
+        kind: ``"missing"``, ``"corrupted"`` or ``"unreadable"``.
+        segment: the segment's sequence number (1, 2, ...), or None for the catalog.
+        key: the archive object's key.
+        detail: what was wrong.
+    """
+
+    def __init__(self, kind: str, segment: int | None, key: str, detail: str) -> None:
+        self.kind = kind
+        self.segment = segment
+        self.key = key
+        self.detail = detail
+        which = f"segment {segment}" if segment is not None else "catalog"
+        super().__init__(f"archive {which} ({key}) {kind}: {detail}")
+
+
 class SnapshotMismatch(AresError):
     """A snapshot does not match the stream it claims to fold."""
 
@@ -307,6 +329,7 @@ for _cls in (
     BlobError,
     BlobMissing,
     BlobCorrupted,
+    ArchiveError,
     SnapshotMismatch,
 ):
     _cls.__module__ = "ares_events"

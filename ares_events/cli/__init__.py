@@ -14,6 +14,8 @@ resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, pro
 verify-proof; :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
 witness; :mod:`~ares_events.cli.console`: ui), and here :func:`main`, which maps errors to
 exit codes.
+witness; :mod:`~ares_events.cli.archive`: archive), and here :func:`main`, which maps
+errors to exit codes.
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.
@@ -29,6 +31,7 @@ import click
 # Importing a command module registers its commands on the group.
 from ares_events.cli import (  # noqa: F401
     anchors,
+    archive,
     bench,
     blobs,
     console,
@@ -55,6 +58,7 @@ from ares_events.cli.common import (
     pass_app,
 )
 from ares_events.errors import (
+    ArchiveError,
     AresError,
     BlobError,
     ChainIntegrityError,
@@ -122,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InvalidEvent, MissingDependencyError, EventNotFound) as exc:
         _error(app, str(exc))
         return EXIT_USAGE
+    except ArchiveError as exc:  # an archived segment missing or altered: a finding
+        _error(app, str(exc))
+        return EXIT_FINDINGS if exc.kind in ("missing", "corrupted", "unreadable") else 3
     except StoreError as exc:
         _error(app, str(exc))
         return EXIT_UNAVAILABLE

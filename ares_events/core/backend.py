@@ -80,6 +80,11 @@ class Capability(enum.Enum):
     POSITION_SCAN = "position_scan"
     """``positions(after_position)``: ``(position, stream_id, version)`` of every row in
     global order, three columns and no event objects, for the audit's order check."""
+    ARCHIVE = "archive"
+    """``meta_swap(key, expected, value)`` (compare-and-set of a metadata value) and
+    ``delete_archived(first_position, last_position, expected)`` (remove rows that an
+    archive segment holds, checked row by row): the store can move old events to an
+    archive (:mod:`ares_events.stores.archive`)."""
     DEFAULT_BLOBS = "default_blobs"
     """``default_blobs_url()``: where spilled payloads go when no blob store is given."""
     STREAM_PAGES = "stream_pages"

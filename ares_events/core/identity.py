@@ -69,6 +69,8 @@ class StoreIdentity:
     keys: tuple[KeyRange, ...]
     blobs: BlobsIdentity | str | None
     created_at: str
+    archive: BlobsIdentity | None = None
+    """Where old events were archived (``ares-events archive --to``), once they were."""
 
     @property
     def keyed(self) -> bool:
@@ -100,6 +102,8 @@ class StoreIdentity:
             "blobs": blobs,
             "created_at": self.created_at,
         }
+        if self.archive is not None:  # absent until the first archive run: older readers agree
+            doc["archive"] = {"location": self.archive.location, "url": self.archive.url}
         return canonical_json(doc, field="identity").decode()
 
     @classmethod
@@ -123,7 +127,11 @@ class StoreIdentity:
             chain = doc.get("chain")
             if chain not in ("keyed", "unkeyed") or (chain == "keyed") != bool(keys):
                 raise ValueError(f"chain {chain!r} does not match its keys")
-            return cls(int(doc["format"]), keys, blobs, str(doc.get("created_at", "")))
+            arch = doc.get("archive")
+            archive = None
+            if arch is not None:
+                archive = BlobsIdentity(str(arch["location"]), str(arch["url"]))
+            return cls(int(doc["format"]), keys, blobs, str(doc.get("created_at", "")), archive)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(
                 f"the identity record of store {where} is unreadable ({type(exc).__name__}: "

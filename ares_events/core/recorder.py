@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REQUIRES",
     "AppendsMany",
+    "Archives",
     "Erases",
     "HasDefaultBlobs",
     "KeepsMetadata",
@@ -137,6 +138,31 @@ class Erases(Protocol):
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """See the class docstring."""
+        ...
+
+
+@runtime_checkable
+class Archives(Protocol):
+    """:attr:`Capability.ARCHIVE`: what moving old events to an archive needs from the
+    database (the archive itself is a blob store: :mod:`ares_events.stores.archive`)."""
+
+    def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:
+        absent), in one transaction; True when it was stored."""
+        ...
+
+    def delete_archived(
+        self,
+        first_position: int,
+        last_position: int,
+        expected: Sequence[tuple[int, bytes, str | None]],
+    ) -> int:
+        """Delete the rows at positions ``first_position..last_position`` in one
+        transaction, if and only if they are exactly ``expected`` (position, hash and
+        stored ``payload_ref`` text of each, in position order): a row added, missing,
+        rewritten or erased since the segment was written rolls everything back (a
+        :class:`~ares_events.errors.StoreError` naming the first difference). Rows
+        already deleted (a resumed run) count as none; returns how many were deleted."""
         ...
 
 
@@ -264,6 +290,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.POSITION_SCAN: ScansPositions,
     Capability.DEFAULT_BLOBS: HasDefaultBlobs,
     Capability.STREAM_PAGES: PagesStreams,
+    Capability.ARCHIVE: Archives,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:
 gapless positions, persistence, several processes)."""

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REQUIRES",
     "AsyncAppendsMany",
+    "AsyncArchives",
     "AsyncErases",
     "AsyncHasDefaultBlobs",
     "AsyncKeepsMetadata",
@@ -136,6 +137,31 @@ class AsyncErases(Protocol):
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """See the class docstring."""
+        ...
+
+
+@runtime_checkable
+class AsyncArchives(Protocol):
+    """:attr:`Capability.ARCHIVE`: what moving old events to an archive needs from the
+    database (the archive itself is a blob store: :mod:`ares_events.stores.archive`)."""
+
+    async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:
+        absent), in one transaction; True when it was stored."""
+        ...
+
+    async def delete_archived(
+        self,
+        first_position: int,
+        last_position: int,
+        expected: Sequence[tuple[int, bytes, str | None]],
+    ) -> int:
+        """Delete the rows at positions ``first_position..last_position`` in one
+        transaction, if and only if they are exactly ``expected`` (position, hash and
+        stored ``payload_ref`` text of each, in position order): a row added, missing,
+        rewritten or erased since the segment was written rolls everything back (a
+        :class:`~ares_events.errors.StoreError` naming the first difference). Rows
+        already deleted (a resumed run) count as none; returns how many were deleted."""
         ...
 
 
@@ -265,6 +291,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.POSITION_SCAN: AsyncScansPositions,
     Capability.DEFAULT_BLOBS: AsyncHasDefaultBlobs,
     Capability.STREAM_PAGES: AsyncPagesStreams,
+    Capability.ARCHIVE: AsyncArchives,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:
 gapless positions, persistence, several processes)."""

@@ -26,6 +26,7 @@ It may import the core's other modules, :mod:`ares_events.errors` and the chain 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -310,9 +311,7 @@ class EventStore:
                     problem = current.chain_problem(self.chain_key)
                     if problem is not None:
                         raise ConfigError(f"store {self._url}: {problem}")
-                    moved = StoreIdentity(
-                        current.format, current.keys, self._blobs_identity, current.created_at
-                    )
+                    moved = dataclasses.replace(current, blobs=self._blobs_identity)
                     rec.meta_set(IDENTITY_KEY, moved.to_json())
                     self._identity, self._identity_pending = moved, False
                     self._check_identity = True  # configured exactly as recorded now
@@ -352,9 +351,7 @@ class EventStore:
             check_configured(stored, self.chain_key, self._blobs_identity, self._url)
             current = stored
         if current.blobs is None and self._blobs_identity is not None:
-            current = StoreIdentity(
-                current.format, current.keys, self._blobs_identity, current.created_at
-            )
+            current = dataclasses.replace(current, blobs=self._blobs_identity)
             rec.meta_set(IDENTITY_KEY, current.to_json())
         self._identity = current
         self._identity_pending = False

@@ -14,12 +14,14 @@ from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, MalformedPayloadRef, RecordedEvent
 from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import audited, traced
-from ares_events.errors import BlobError, BlobMissing
+from ares_events.errors import ArchiveError, BlobError, BlobMissing
 from ares_events.integrity.anchors import verify_anchors
+from ares_events.integrity.archive_check import check_archive
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 from ares_events.integrity.notes import VerifierKey
 from ares_events.integrity.verifier import ChainVerifier, _type_name, malformed_reason
 from ares_events.integrity.verify import check_stream
+from ares_events.stores.archive.segment import CATALOG_KEY, Catalog
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -97,8 +99,13 @@ def audit(
         if progress is not None and done // 1000 != before // 1000:
             progress(done, max(expected, done))
 
+    catalog = _catalog(recorder, report)
     for sid, head in heads.items():
-        ver = ChainVerifier(sid, key)
+        start = catalog.retired_end(sid) if catalog is not None else None
+        if start is None:
+            ver = ChainVerifier(sid, key)
+        else:  # its oldest events were retired: the chain goes on from the tombstone
+            ver = ChainVerifier(sid, key, start_version=start[0], start_hash=start[1])
         n, shead = check_stream(store, sid, ver, head, seen)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0
@@ -110,7 +117,8 @@ def audit(
     gapless = Capability.GAPLESS_POSITIONS in store.capabilities
     orphans: dict[str, ChainVerifier] = {}
     last_pos = 0
-    for pos, sid, version in _positions(recorder):
+    retired = catalog.retired_ranges() if catalog is not None else []
+    for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
             report.findings.append(
@@ -128,7 +136,7 @@ def audit(
             report.findings.append(
                 Finding("position_order", sid, version, f"position {pos} after {last_pos}")
             )
-        elif gapless and pos != last_pos + 1:
+        elif gapless and pos != last_pos + 1 and not _retired(retired, last_pos + 1, pos - 1):
             report.findings.append(
                 Finding(
                     "position_gap",
@@ -152,6 +160,8 @@ def audit(
         report.findings.extend(r.findings)
         report.events_checked += n
     report.streams_checked = len(report.streams)
+    if deep:
+        check_archive(recorder, report)
     _check_erasures(store, recorder, erased, report)
     _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
@@ -239,12 +249,40 @@ def _check_erasures(
             )
 
 
-def _positions(recorder: Any) -> Iterator[tuple[Any, Any, Any]]:
+def _catalog(recorder: Any, report: AuditReport) -> Catalog | None:
+    """The store's archive catalog (None: never archived, or unreadable: a finding)."""
+    if Capability.ARCHIVE not in recorder.capabilities:
+        return None
+    try:
+        text = recorder.meta_get(CATALOG_KEY)
+        return Catalog.from_json(text) if text is not None else None
+    except ArchiveError as exc:
+        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+        return None
+
+
+def _retired(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    """True when every position ``lo..hi`` lies in a retired segment's range."""
+    for first, last in ranges:
+        if first <= lo <= last:
+            lo = last + 1
+            if lo > hi:
+                return True
+    return False
+
+
+def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, Any]]:
     """``(position, stream_id, version)`` of every row in global order: the backend's
-    three-column scan when it has one, else taken from its events."""
+    three-column scan when it has one, else taken from its events (archived rows
+    included; an archive that cannot be read ends the scan with a finding)."""
     if Capability.POSITION_SCAN in recorder.capabilities:
-        return recorder.positions(0)  # type: ignore[no-any-return]
-    return ((e[2], e[0], e[1]) for e in recorder.read_all(0, None))
+        rows: Iterator[tuple[Any, Any, Any]] = recorder.positions(0)
+    else:
+        rows = ((e[2], e[0], e[1]) for e in recorder.read_all(0, None))
+    try:
+        yield from rows
+    except ArchiveError as exc:
+        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
 
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:

@@ -86,6 +86,8 @@ class AuditReport:
     streams: dict[str, VerifyReport] = field(default_factory=dict)
     anchors_checked: int | None = None
     """How many anchors were checked (None when the audit was not asked to)."""
+    segments_checked: int | None = None
+    """Archived segments fetched and checked by a deep audit (None: no archive, or not deep)."""
     erased: list[dict[str, Any]] = field(default_factory=list)
     """Events whose payload was erased (information, not findings): stream_id, version,
     position, event_id, and by / reason / record_version from the erasure record."""
@@ -104,6 +106,7 @@ class AuditReport:
             "blobs_checked": self.blobs_checked,
             "snapshots_checked": self.snapshots_checked,
             "anchors_checked": self.anchors_checked,
+            "segments_checked": self.segments_checked,
             "erased": self.erased,
             "findings": [f.to_dict() for f in self.findings],
         }

@@ -29,6 +29,10 @@ Verification never raises on a bad link: it returns a report of findings. Findin
     a stored snapshot no longer matches its stream (deep audit only).
 ``blob_missing`` / ``blob_corrupted``
     a spilled payload is gone or altered (deep audit only).
+``archive_missing`` / ``archive_corrupted`` / ``archive_unreadable`` / ``archive_order``
+    an archived segment (or its manifest) is gone, differs from the digest the store
+    recorded, does not decode, or the catalog's segments overlap (see
+    :mod:`ares_events.stores.archive`).
 ``anchor_*``
     the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
 ``erasure_unrecorded`` / ``erasure_undone``

@@ -10,18 +10,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ares_events.core.backend import Head
+from ares_events.core.backend import Capability, Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import traced, verified
-from ares_events.integrity.findings import VerifyReport
+from ares_events.errors import ArchiveError
+from ares_events.integrity.findings import Finding, VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
+from ares_events.stores.archive.segment import CATALOG_KEY, Catalog
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore  # as is
 
-__all__ = ["check_stream", "verify_stream"]
+__all__ = ["chain_start", "check_stream", "verify_stream"]
+
+
+def chain_start(store: EventStore, stream_id: str) -> tuple[int, bytes] | None:
+    """Where ``stream_id``'s readable chain starts when its oldest events were retired
+    from the archive (the tombstone's last version and hash), else None (genesis)."""
+    if Capability.METADATA not in store.capabilities:
+        return None
+    text = store.recorder.meta_get(CATALOG_KEY)  # type: ignore[attr-defined]
+    if text is None:
+        return None
+    return Catalog.from_json(text).retired_end(stream_id)
 
 
 @traced("verify", verified, activity=True)
@@ -38,7 +51,11 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
         StoreUnavailable: the store cannot be reached.
     """
     head = store.head(stream_id)
-    v = ChainVerifier(stream_id, store.chain_key)
+    start = chain_start(store, stream_id)
+    if start is None:
+        v = ChainVerifier(stream_id, store.chain_key)
+    else:
+        v = ChainVerifier(stream_id, store.chain_key, start_version=start[0], start_hash=start[1])
     n, head = check_stream(store, stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
@@ -60,17 +77,23 @@ def check_stream(
     it too, so a live stream is never reported truncated."""
     source = system_of_record(store.recorder)
     n = 0
-    start = 1
+    start = v.last + 1  # 1, or after the trusted point the verifier starts from
     while True:
         progressed = False
         events = source.read(stream_id, start, None, None)
-        with closing_iter(pages(events, PAGE)) as each_page:
-            for page in each_page:
-                v.check_page(page)
-                if on_page is not None:
-                    on_page(page)
-                n += len(page)
-                progressed = True
+        try:
+            with closing_iter(pages(events, PAGE)) as each_page:
+                for page in each_page:
+                    v.check_page(page)
+                    if on_page is not None:
+                        on_page(page)
+                    n += len(page)
+                    progressed = True
+        except ArchiveError as exc:
+            # Archived events that cannot be fetched or do not match what the store
+            # recorded: a finding, never a silently shorter stream.
+            v.findings.append(Finding(f"archive_{exc.kind}", stream_id, v.last + 1, str(exc)))
+            return n, head
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head
         # Events past the head read first (or no head then): concurrent appends.

@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ares_events.core.backend import Head
+from ares_events.core.backend import Capability, Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.recorder_async import system_of_record
 from ares_events.core.traced import traced, verified
-from ares_events.integrity.findings import VerifyReport
+from ares_events.errors import ArchiveError
+from ares_events.integrity.findings import Finding, VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
+from ares_events.stores.archive.segment import CATALOG_KEY, Catalog
 
 if ASYNC:
     from ares_events.stores.threaded import async_face
@@ -25,7 +27,18 @@ if TYPE_CHECKING:
     from ares_events.core.store import EventStore  # as is
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["averify_stream", "check_stream"]
+__all__ = ["achain_start", "averify_stream", "check_stream"]
+
+
+async def achain_start(store: AsyncEventStore, stream_id: str) -> tuple[int, bytes] | None:
+    """Where ``stream_id``'s readable chain starts when its oldest events were retired
+    from the archive (the tombstone's last version and hash), else None (genesis)."""
+    if Capability.METADATA not in store.capabilities:
+        return None
+    text = await store.recorder.meta_get(CATALOG_KEY)  # type: ignore[attr-defined]
+    if text is None:
+        return None
+    return Catalog.from_json(text).retired_end(stream_id)
 
 
 @traced("verify", verified, activity=True)
@@ -44,7 +57,11 @@ async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) ->
     if ASYNC:
         store = async_face(store)
     head = await store.head(stream_id)
-    v = ChainVerifier(stream_id, store.chain_key)
+    start = await achain_start(store, stream_id)
+    if start is None:
+        v = ChainVerifier(stream_id, store.chain_key)
+    else:
+        v = ChainVerifier(stream_id, store.chain_key, start_version=start[0], start_hash=start[1])
     n, head = await check_stream(store, stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
@@ -66,17 +83,23 @@ async def check_stream(
     it too, so a live stream is never reported truncated."""
     source = system_of_record(store.recorder)
     n = 0
-    start = 1
+    start = v.last + 1  # 1, or after the trusted point the verifier starts from
     while True:
         progressed = False
         events = source.read(stream_id, start, None, None)
-        async with aclosing_iter(apages(events, PAGE)) as each_page:
-            async for page in each_page:
-                v.check_page(page)
-                if on_page is not None:
-                    on_page(page)
-                n += len(page)
-                progressed = True
+        try:
+            async with aclosing_iter(apages(events, PAGE)) as each_page:
+                async for page in each_page:
+                    v.check_page(page)
+                    if on_page is not None:
+                        on_page(page)
+                    n += len(page)
+                    progressed = True
+        except ArchiveError as exc:
+            # Archived events that cannot be fetched or do not match what the store
+            # recorded: a finding, never a silently shorter stream.
+            v.findings.append(Finding(f"archive_{exc.kind}", stream_id, v.last + 1, str(exc)))
+            return n, head
         if head is not None and (head_problem(head) is not None or v.last <= head.version):
             return n, head
         # Events past the head read first (or no head then): concurrent appends.

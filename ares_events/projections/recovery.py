@@ -36,6 +36,7 @@ from ares_events.errors import (
 )
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import PAGE, ChainVerifier
+from ares_events.integrity.verify import chain_start
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.results import (
     DEFAULT_MAX_REPLAY,
@@ -111,6 +112,12 @@ def replay(
         )
     head = store.head(stream_id)
     head_version = head.version if head and type(head.version) is int else 0
+    if from_version == 1 and start_hash is None:
+        # The stream's oldest events were retired from the archive: its chain (and the
+        # fold) starts after them, from the tombstone's last hash.
+        retired = chain_start(store, stream_id)
+        if retired is not None:
+            from_version, start_hash = retired[0] + 1, retired[1]
     verifier = None
     if verify:
         verifier = ChainVerifier(

@@ -5,7 +5,8 @@ Composition order, the same on both faces::
 
     EventStore (core: validate, encode, chain, spill to blobs)
       └── CachedRecorder (Redis, optional, read-through; never the system of record)
-            └── backend recorder (memory | sqlite | postgresql | a registered one)
+            └── ArchiveRecorder (when the backend can archive: reads go on into the archive)
+                  └── backend recorder (memory | sqlite | postgresql | a registered one)
 
 The URL is parsed once; the backend class comes from the registry; the blob store is
 chosen from the argument, the identity the store recorded, or the backend's default.
@@ -134,7 +135,10 @@ def _open_recorder(
 def _open_blocking(
     cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
 ) -> Any:
-    rec = cls.from_url(url, **options)
+    from ares_events.stores.archive.reader import ArchiveRecorder  # as is
+
+    # Under the cache: what the cache wraps (and integrity checks read) reads through.
+    rec = ArchiveRecorder.over(cls.from_url(url, **options))
     if cache is None:
         return rec
     from ares_events.stores.cache import CachedRecorder

@@ -157,6 +157,14 @@ class ThreadedRecorder:
         """On the writer thread."""
         await self._call(self._writer, self.sync.meta_set, key, value)
 
+    async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """On the writer thread."""
+        return bool(await self._call(self._writer, self.sync.meta_swap, key, expected, value))
+
+    async def delete_archived(self, *args: Any) -> int:
+        """The backend's ``delete_archived``, on the writer thread."""
+        return int(await self._call(self._writer, self.sync.delete_archived, *args))
+
     # -- reads -------------------------------------------------------------------------
 
     async def tracked_position(self, name: str) -> int | None:

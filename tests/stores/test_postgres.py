@@ -54,6 +54,7 @@ def _schema_of(url: str) -> str:
 
 def _rec(store: EventStore) -> PostgresRecorder:
     rec = store.recorder
+    rec = getattr(rec, "inner", rec)  # the backend under the archive reader
     assert isinstance(rec, PostgresRecorder)
     return rec
 
@@ -131,6 +132,7 @@ def test_url_options_reach_the_pool_and_libpq(postgres_url: str) -> None:
             "duplicate_scan",
             "position_scan",
             "stream_pages",
+            "archive",
         }
 
 

@@ -39,6 +39,7 @@ def _schema_of(url: str) -> str:
 
 def _rec(store: ae.EventStore) -> PostgresRecorder:
     rec = store.recorder
+    rec = getattr(rec, "inner", rec)  # the backend under the archive reader
     assert isinstance(rec, PostgresRecorder)
     return rec
 

@@ -45,6 +45,7 @@ def sqlite_store(db: Path) -> Iterator[ae.EventStore]:
 
 def _recorder(store: ae.EventStore) -> SQLiteRecorder:
     rec = store.recorder
+    rec = getattr(rec, "inner", rec)  # the backend under the archive reader
     assert isinstance(rec, SQLiteRecorder)
     return rec
 

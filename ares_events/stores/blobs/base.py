@@ -300,6 +300,20 @@ class BaseBlobStore:
             self._open_raw(key, stream_id, version), ref, stream_id=stream_id, version=version
         )
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of blob ``key`` from ``offset`` (for archive segments, whose
+        blocks carry their own digests; nothing is checked here).
+
+        Raises:
+            BlobMissing: no blob under ``key``.
+            StoreUnavailable: the blob store cannot be reached.
+        """
+        with self._open_raw(check_key(key), None, None) as f:
+            if offset:
+                f.read(offset)  # a generic body cannot seek; the backends override this
+            data: bytes = f.read(length)
+        return data
+
     def verify(self, ref: PayloadRef) -> None:
         """Stream the blob of ``ref`` and check its size and digest (constant memory).
 

@@ -233,6 +233,17 @@ class FileBlobStore(BaseBlobStore):
                     f"blob store {self.url}: cannot read blob {key}: {exc.strerror}"
                 ) from exc
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of blob ``key`` from ``offset`` (one seek and one read)."""
+        with self._open_path(check_key(key), None, None) as f:
+            try:
+                f.seek(offset)
+                return f.read(length)
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"blob store {self.url}: cannot read blob {key}: {exc.strerror}"
+                ) from exc
+
     def exists(self, key: str) -> bool:
         """True when the file of ``key`` exists."""
         return self.path_for(key).is_file()

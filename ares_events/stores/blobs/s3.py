@@ -362,6 +362,19 @@ class S3BlobStore(BaseBlobStore):
             spool.seek(0)
             return spool.read(size + 1)
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of blob ``key`` from ``offset``: one ranged GetObject."""
+        if length <= 0:
+            return b""
+        with self._errors("GetObject", key):
+            resp = self.client.get_object(
+                Bucket=self.bucket,
+                Key=self.object_key(key),
+                Range=f"bytes={offset}-{offset + length - 1}",
+            )
+            data: bytes = resp["Body"].read()
+        return data
+
     def exists(self, key: str) -> bool:
         """True when the object of ``key`` exists (a HEAD request).
 

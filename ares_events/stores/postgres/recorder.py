@@ -61,6 +61,7 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
+from ares_events.stores.archive.segment import rows_differ
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.connection import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
@@ -221,6 +222,7 @@ class PostgresRecorder:
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
+            Capability.ARCHIVE,
         }
     )
 
@@ -982,6 +984,28 @@ class PostgresRecorder:
                 refs = int(row[0]) if row else 0
         return EraseOutcome(True, refs)
 
+    def delete_archived(
+        self,
+        first_position: int,
+        last_position: int,
+        expected: Sequence[tuple[int, bytes, str | None]],
+    ) -> int:
+        """Delete the rows a segment holds, locked and checked row by row, in one
+        transaction (a difference rolls it back: a ``StoreError`` naming it)."""
+        what = f"delete of archived positions {first_position}..{last_position}"
+        with self._conn(what) as conn, conn.transaction():
+            cur = conn.execute(self.sql.archived, (first_position, last_position))
+            rows = cur.fetchall()
+            wanted = [e[0] for e in expected]
+            keys = set(wanted)
+            if not any(r[0] in keys for r in rows):
+                return 0  # deleted by an earlier run that stopped before its end
+            problem = rows_differ(rows, expected)
+            if problem is not None:
+                raise StoreError(f"{what} in {self.describe()} refused: {problem}")
+            conn.execute(self.sql.archived_delete, (wanted,))
+        return len(wanted)
+
     # -- metadata, snapshots and integrity scans -----------------------------------------
 
     def meta_get(self, key: str) -> str | None:
@@ -996,6 +1020,20 @@ class PostgresRecorder:
             cur = conn.execute(self.sql.meta, (key,))
             row = cur.fetchone()
         return str(row[0])
+
+    def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """Store ``value`` under ``key`` if the stored value is ``expected`` (the row
+        locked; an absent one inserted only if still absent)."""
+        with self._conn("writing the store's metadata") as conn, conn.transaction():
+            cur = conn.execute(self.sql.meta_for_update, (key,))
+            row = cur.fetchone()
+            if (None if row is None else str(row[0])) != expected:
+                return False
+            if row is None:
+                cur = conn.execute(self.sql.meta_insert, (key, value))
+                return bool(cur.rowcount == 1)
+            conn.execute(self.sql.meta_update, (value, key))
+        return True
 
     def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""

@@ -162,6 +162,15 @@ ERASE_PAYLOAD: Final = (
     "WHERE stream_id = %s AND version = %s AND position = %s AND hash = %s"
 )
 COUNT_BLOB_REFS: Final = "SELECT count(*) FROM {s}.ares_events WHERE payload_ref LIKE %s"
+# Archiving (Capability.ARCHIVE): a compare-and-set of a metadata value (the row locked, or
+# inserted only if absent), and the checked delete of the rows a segment holds.
+SELECT_META_FOR_UPDATE: Final = "SELECT value FROM {s}.ares_meta WHERE key = %s FOR UPDATE"
+UPDATE_META: Final = "UPDATE {s}.ares_meta SET value = %s WHERE key = %s"
+SELECT_ARCHIVED: Final = (
+    "SELECT position, hash, payload_ref FROM {s}.ares_events "
+    "WHERE position >= %s AND position <= %s ORDER BY position FOR UPDATE"
+)
+DELETE_ARCHIVED: Final = "DELETE FROM {s}.ares_events WHERE position = ANY(%s::bigint[])"
 SELECT_TRACKING: Final = "SELECT position FROM {s}.ares_tracking WHERE name = %s"
 # Ordered by version only: the (stream_id, version) index gives that order, so a page
 # reads just its rows whatever the table's statistics say (ordering by position too made
@@ -336,6 +345,10 @@ class Statements:
     schema_version: sql.Composed
     erase: sql.Composed
     blob_refs: sql.Composed
+    meta_for_update: sql.Composed
+    meta_update: sql.Composed
+    archived: sql.Composed
+    archived_delete: sql.Composed
     snapshot_upsert: sql.Composed
     snapshot_select: sql.Composed
     snapshot_delete_one: sql.Composed
@@ -388,6 +401,10 @@ class Statements:
             schema_version=render(SELECT_SCHEMA_VERSION),
             erase=render(ERASE_PAYLOAD),
             blob_refs=render(COUNT_BLOB_REFS),
+            meta_for_update=render(SELECT_META_FOR_UPDATE),
+            meta_update=render(UPDATE_META),
+            archived=render(SELECT_ARCHIVED),
+            archived_delete=render(DELETE_ARCHIVED),
             snapshot_upsert=render(SNAPSHOT_UPSERT),
             snapshot_select=render(SNAPSHOT_SELECT),
             snapshot_delete_one=render(SNAPSHOT_DELETE_ONE),

@@ -77,6 +77,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
 from ares_events.stores.sqlite.sql import (
     CREATE_META,
@@ -157,7 +158,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder(SQLiteErasure):
+class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
     """SQLite backend (see the module docstring for durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -174,6 +175,7 @@ class SQLiteRecorder(SQLiteErasure):
             Capability.POSITION_SCAN,
             Capability.DEFAULT_BLOBS,
             Capability.STREAM_PAGES,
+            Capability.ARCHIVE,
         }
     )
 

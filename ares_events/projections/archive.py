@@ -1,0 +1,547 @@
+"""The archive run: seal old events into immutable segments on a blob store, verify them,
+record them, and only then remove their rows from the database.
+
+``archive(store, to=URL, before=POSITION | timedelta | datetime)`` (CLI
+``ares-events archive --to URL --before POSITION|AGE``) goes segment by segment, in
+global order, each in this order (each step survives a ``kill -9`` before the next):
+
+1. **read and check**: the next events after the archive's last position, each stream's
+   run checked by the verifier's page checks (a range whose chain does not verify is
+   refused, nothing is written) and each event's chain hash found as its leaf in the
+   Merkle log; each stream's last event stays in the database (so tail reads and
+   appends never need the archive);
+2. **write** the segment and its manifest (tree size and root at its end, the RFC 9162
+   root of its own leaves, a signed checkpoint with ``key=``) to the archive;
+3. **verify**: read both back, digest-check every block, decode every row and compare
+   it with what was read from the database, recompute the segment's root;
+4. **record** it in the catalog (a compare-and-set of ``archive/catalog``; another run
+   at the same time loses and stops) and then its end in ``archive/through``;
+5. **delete** its rows, checked row by row in one transaction (a row changed since step
+   1, e.g. erased, refuses the delete: the segment is sealed again from the rows).
+
+A crash before 4 leaves unreferenced objects in the archive (harmless: content-addressed,
+written again the same by the next run); after 4, readers already use the segment and
+the next run finishes the delete. Nothing is lost and nothing is served twice.
+
+It may import the core, stores, integrity and the projections below it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from ares_events.core.backend import Capability
+from ares_events.core.events import ErasedPayloadRef, RecordedEvent, format_at, utc_now_at
+from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
+from ares_events.core.recorder import system_of_record
+from ares_events.errors import ArchiveError, ChainIntegrityError, ConfigError, StoreError
+from ares_events.integrity import merkle
+from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verifier import ChainVerifier
+from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
+from ares_events.stores.archive.erase import put_checked, settle_pending
+from ares_events.stores.archive.segment import (
+    CATALOG_KEY,
+    SEGMENT_EVENTS,
+    THROUGH_KEY,
+    Catalog,
+    Manifest,
+    SegmentEntry,
+    decode_block,
+    encode_segment,
+    stored,
+    stream_ranges,
+)
+from ares_events.stores.archive.source import ArchiveSource
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+    from ares_events.integrity.notes import SigningKey
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ArchiveReport", "archive", "parse_before"]
+
+STEPS: Final = ("written", "verified", "recorded", "deleted")
+"""The steps of one segment, in order (what the crash tests stop after)."""
+
+_crash_after: str | None = None
+"""Tests only: ``kill -9`` this process right after that step (see tests/projections)."""
+
+
+def _step(name: str) -> None:
+    if _crash_after == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class ArchiveReport:
+    """What one archive run did.
+
+    Attributes:
+        archive: the archive's location (no credentials).
+        through: the last archived position after the run.
+        segments: one dict per segment sealed (seq, positions, events, bytes, tree size,
+            root).
+        events_archived: events sealed by this run.
+        rows_deleted: database rows removed (this run's and any a crashed run left).
+        resumed: segments of an earlier, interrupted run whose rows this run deleted.
+        kept: events left in the database inside archived ranges (each stream's last
+            event).
+        archive_bytes: bytes written to the archive (segments and manifests).
+        row_bytes: the stored size of the archived events' columns in the database.
+    """
+
+    archive: str
+    through: int = 0
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    events_archived: int = 0
+    rows_deleted: int = 0
+    resumed: int = 0
+    kept: int = 0
+    archive_bytes: int = 0
+    row_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``ares-events archive --json``)."""
+        return dataclasses.asdict(self)
+
+
+def parse_before(text: str) -> int | timedelta:
+    """``--before``: a global position (``120000``) or an age (``90d``, ``12h``, ``30m``,
+    ``45s``, ``2w``, ``7y``: a year is 365 days).
+
+    Raises:
+        ConfigError: neither.
+    """
+    t = text.strip().lower()
+    if t.isdigit():
+        return int(t)
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+    if len(t) >= 2 and t[-1] in units and t[:-1].isdigit():
+        return timedelta(seconds=int(t[:-1]) * units[t[-1]])
+    raise ConfigError(
+        f"--before must be a position (e.g. 120000) or an age (e.g. 90d, 12h), got {text!r}"
+    )
+
+
+def _archive_reader(store: EventStore) -> Any:
+    rec = system_of_record(store.recorder)
+    if Capability.ARCHIVE not in rec.capabilities or not hasattr(rec, "archive_catalog"):
+        raise ConfigError(
+            f"store {store.url}: its backend cannot archive (Capability.ARCHIVE: SQLite "
+            "and PostgreSQL can)"
+        )
+    return rec
+
+
+def archive(
+    store: EventStore,
+    to: str,
+    *,
+    before: int | timedelta | datetime,
+    segment_events: int = SEGMENT_EVENTS,
+    key: SigningKey | None = None,
+    max_segments: int | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> ArchiveReport:
+    """Archive the events before ``before`` to the blob store at ``to`` (see the module
+    docstring for the order of steps and what a crash leaves).
+
+    Args:
+        store: a SQLite or PostgreSQL store (blocking face).
+        to: ``s3://bucket/prefix?...`` or ``file:///dir``; not the store's blob location.
+            Recorded in the store's identity and catalog at the first run; later runs
+            must name the same location.
+        before: archive events at positions below this one, or recorded before this
+            time (a ``datetime``) or longer than this ago (a ``timedelta``).
+        segment_events: events per segment at most.
+        key: sign a checkpoint of the Merkle log at each segment's end.
+        max_segments: stop after this many segments (None: as many as there are).
+        progress: called with each sealed segment's line of the report.
+
+    Raises:
+        ConfigError: ``to`` is the blob location, or another location than the one this
+            store archives to; a bad ``before``; a backend that cannot archive.
+        ChainIntegrityError: the events to archive do not verify (nothing is written).
+        ArchiveError: what was read back differs from what was written, or another run
+            changed the catalog meanwhile.
+        StoreUnavailable: the store or the archive cannot be reached.
+    """
+    if segment_events < 1:
+        raise ConfigError(f"segment_events must be at least 1, got {segment_events!r}")
+    rec = _archive_reader(store)
+    inner = rec.inner
+    source: ArchiveSource = rec.source
+    from ares_events.stores.blobs import open_blobs
+
+    target = open_blobs(to, create=True)
+    location, url = target.location, str(getattr(target, "url", to))
+    target.close()
+    if getattr(store.blobs, "location", None) == location:
+        raise ConfigError(
+            f"the archive {location} is the store's blob location: give it its own folder or "
+            "prefix (gc-blobs would delete segments it sees no event reference)"
+        )
+    text, cat = rec._catalog_text()
+    if cat is None:
+        cat = Catalog(location, url)
+        text = None
+    elif cat.location != location:
+        raise ConfigError(f"store {store.url} archives to {cat.location}, not to {location}")
+    report = ArchiveReport(location)
+    _record_identity(store, inner, location, url)
+    text, cat = settle_pending(inner, source, text, cat)  # an erasure's leftovers
+    # An interrupted run: segments recorded whose rows are still here.
+    report.resumed, report.rows_deleted, text, cat = _finish_deletes(inner, source, text, cat)
+    if cat.segments:  # a crash between the catalog and its end row: write the end again
+        inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
+    mlog = MerkleLog(store)
+    mlog.catch_up()
+    cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())
+    heads: dict[str, int] = {}
+    while max_segments is None or len(report.segments) < max_segments:
+        events, kept, end = _collect(
+            inner, cat.through, segment_events, cutoff_pos, cutoff_at, heads
+        )
+        report.kept += kept
+        if not events:
+            break
+        _check_chains(events, store)
+        entry, manifest, nbytes = _seal(source, cat, events, mlog, key, cat.segments)
+        report.archive_bytes += nbytes
+        new_cat = cat.with_segment(entry)
+        if not inner.meta_swap(CATALOG_KEY, text, new_cat.to_json()):
+            raise ArchiveError(
+                "busy", entry.seq, CATALOG_KEY, "another archive run changed the catalog; run again"
+            )
+        text, cat = new_cat.to_json(), new_cat
+        inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
+        _step("recorded")
+        n, text, cat = _delete(inner, source, text, cat, entry, events)
+        report.rows_deleted += n
+        _step("deleted")
+        line = {
+            "seq": entry.seq,
+            "first_position": entry.first_position,
+            "last_position": entry.last_position,
+            "events": entry.events,
+            "bytes": entry.segment.size,
+            "tree_size": entry.tree_size,
+            "root": entry.root.hex(),
+            "checkpoint": manifest.checkpoint is not None,
+        }
+        report.segments.append(line)
+        report.events_archived += len(events)
+        report.row_bytes += sum(_row_size(e) for e in events)
+        if progress is not None:
+            progress(line)
+        if end:
+            break
+    report.through = cat.through
+    logger.info(
+        "archived %d events in %d segments to %s (through position %d)",
+        report.events_archived, len(report.segments), location, report.through,
+    )  # fmt: skip
+    return report
+
+
+def _row_size(e: RecordedEvent) -> int:
+    """Bytes of the event's stored columns (what its row holds, without index overhead)."""
+    raw = e._payload_bytes
+    ref = e.payload_ref
+    return (
+        len(e.stream_id.encode()) + 16 + 36 + len(e.type) + len(e.module) + len(e.at)
+        + (len(raw) if raw is not None else 0) + len(e.metadata_json) + 64
+        + (len(ref.to_json()) if ref is not None else 0)
+    )  # fmt: skip
+
+
+def _record_identity(store: EventStore, inner: Any, location: str, url: str) -> None:
+    raw = inner.meta_get(IDENTITY_KEY)
+    if raw is None:
+        return  # a store never written to has nothing to archive
+    ident = StoreIdentity.from_json(raw, store.url)
+    if ident.archive is not None:
+        if ident.archive.location != location:
+            raise ConfigError(
+                f"store {store.url} archives to {ident.archive.location}, not to {location}"
+            )
+        return
+    new = dataclasses.replace(ident, archive=BlobsIdentity(location, url))
+    if not inner.meta_swap(IDENTITY_KEY, raw, new.to_json()):
+        raise ArchiveError("busy", None, IDENTITY_KEY, "the identity changed meanwhile; run again")
+
+
+def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | None]:
+    """(archive positions below this, and recorded before this ``at`` or None)."""
+    if isinstance(before, bool):
+        raise ConfigError("before must be a position, a datetime or a timedelta")
+    if isinstance(before, int):
+        if before < 1:
+            raise ConfigError(f"before must be a position of at least 1, got {before}")
+        return min(before, last + 1), None
+    if isinstance(before, timedelta):
+        before = datetime.now(UTC) - before
+    if before.tzinfo is None:
+        raise ConfigError("before must be an aware datetime (UTC)")
+    return last + 1, format_at(before.astimezone(UTC))
+
+
+def _collect(
+    inner: Any,
+    after: int,
+    want: int,
+    cutoff_pos: int,
+    cutoff_at: str | None,
+    heads: dict[str, int],
+) -> tuple[list[RecordedEvent], int, bool]:
+    """The next segment's events after ``after`` (each stream's last event left out),
+    how many were left out, and whether the cutoff was reached."""
+    events: list[RecordedEvent] = []
+    kept = 0
+    pos = after
+    while len(events) < want:
+        page = list(inner.read_all(pos, min(4096, (want - len(events)) * 2 + 16)))
+        if not page:
+            return events, kept, True
+        for e in page:
+            p = e.position
+            if type(p) is not int or type(e.version) is not int or type(e.stream_id) is not str:
+                raise ChainIntegrityError(
+                    None, [Finding("malformed_row", None, None, f"row at position {p!r}")]
+                )
+            if p >= cutoff_pos or (cutoff_at is not None and e.at >= cutoff_at):
+                return events, kept, True
+            head = heads.get(e.stream_id)
+            if head is None or head <= e.version:
+                h = inner.head(e.stream_id)
+                head = heads[e.stream_id] = h.version if h is not None else 0
+            if e.version >= head:
+                kept += 1  # the stream's last event stays: tails never need the archive
+            else:
+                events.append(e)
+                if len(events) == want:
+                    return events, kept, False
+            pos = p
+    return events, kept, False
+
+
+def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
+    """Every stream's run in ``events`` verifies from the link before it.
+
+    Raises:
+        ChainIntegrityError: it does not (nothing was written).
+    """
+    by_stream: dict[str, list[RecordedEvent]] = {}
+    for e in events:
+        by_stream.setdefault(e.stream_id, []).append(e)
+    findings: list[Finding] = []
+    for sid, run in by_stream.items():
+        first = run[0]
+        v = ChainVerifier(
+            sid,
+            store.chain_key,
+            start_version=first.version - 1,
+            start_hash=first.prev_hash if first.version > 1 else None,
+        )
+        for i in range(0, len(run), 64):
+            v.check_page(run[i : i + 64])
+        findings.extend(v.findings)
+    if findings:
+        raise ChainIntegrityError(None, findings)
+
+
+def _seal(
+    source: ArchiveSource,
+    cat: Catalog,
+    events: list[RecordedEvent],
+    mlog: MerkleLog,
+    key: SigningKey | None,
+    segments: tuple[SegmentEntry, ...],
+) -> tuple[SegmentEntry, Manifest, int]:
+    """Write, read back and verify one segment; its catalog line and manifest."""
+    seq = segments[-1].seq + 1 if segments else 1
+    leaves = [merkle.leaf_hash(e.hash) for e in events]
+    _check_leaves(mlog, events, leaves)
+    last_index = mlog.index_of(events[-1].position)
+    assert last_index is not None  # _check_leaves found every leaf
+    size = last_index + 1
+    root = mlog.root(size)
+    checkpoint = None
+    if key is not None:
+        checkpoint = sign_checkpoint(Checkpoint(key.name, size, root), key)
+    data, blocks = encode_segment(events)
+    seg_ref = put_checked(source, cat, data, seq)
+    manifest = Manifest(
+        seq=seq,
+        first_position=events[0].position,
+        last_position=events[-1].position,
+        events=len(events),
+        segment=seg_ref,
+        blocks=blocks,
+        streams=stream_ranges(events),
+        tree_size=size,
+        root=root,
+        segment_root=merkle.root(leaves),
+        checkpoint=checkpoint,
+        created_at=utc_now_at(),
+    )
+    mbytes = manifest.to_bytes()
+    man_ref = put_checked(source, cat, mbytes, seq)
+    _step("written")
+    # Read back: every block digest-checked and decoded, every row as the database had it.
+    blobs = source.blobs(cat)
+    back = blobs.get(man_ref.as_payload_ref())
+    if Manifest.from_bytes(back, man_ref.key) != manifest:
+        raise ArchiveError("corrupted", seq, man_ref.key, "manifest read back differs")
+    got: list[RecordedEvent] = []
+    for b in blocks:
+        got.extend(
+            decode_block(blobs.read_range(seg_ref.key, b.offset, b.length), b, seq, seg_ref.key)
+        )
+    if [stored(e) for e in got] != [stored(e) for e in events]:
+        raise ArchiveError("corrupted", seq, seg_ref.key, "segment read back differs")
+    if merkle.root([merkle.leaf_hash(e.hash) for e in got]) != manifest.segment_root:
+        raise ArchiveError("corrupted", seq, seg_ref.key, "segment root differs")
+    _step("verified")
+    entry = SegmentEntry(
+        seq, manifest.first_position, manifest.last_position, len(events), man_ref, seg_ref,
+        size, root,
+    )  # fmt: skip
+    return entry, manifest, len(data) + len(mbytes)
+
+
+def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> None:
+    """Each event's chain hash is its leaf in the Merkle log, in order.
+
+    Raises:
+        StoreError: an event is not in the tree, or its leaf differs.
+    """
+    first = mlog.index_of(events[0].position)
+    last = mlog.index_of(events[-1].position)
+    if first is None or last is None:
+        raise StoreError("the Merkle log does not hold the events to archive (catch it up)")
+    tiles = mlog._tiles()
+    j = 0
+    width = TILE_WIDTH
+    for i in range(first, last + 1):
+        # the stored leaf hashes, straight from the bottom tiles (32 bytes each)
+        hashes, _ = tiles.get(0, i // width)
+        off = (i % width) * 32
+        if j < len(leaves) and hashes[off : off + 32] == leaves[j]:
+            j += 1
+    if j != len(leaves):
+        e = events[j]
+        raise StoreError(
+            f"stream {e.stream_id!r} version {e.version}: its hash is not its Merkle leaf "
+            "(rebuild the Merkle log, then archive)"
+        )
+
+
+def _expected(events: list[RecordedEvent]) -> list[tuple[int, bytes, str | None]]:
+    return [
+        (e.position, e.hash, None if e.payload_ref is None else e.payload_ref.to_json().decode())
+        for e in events
+    ]
+
+
+def _delete(
+    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog, entry: SegmentEntry,
+    events: list[RecordedEvent],
+) -> tuple[int, str | None, Catalog]:  # fmt: skip
+    """Delete the segment's rows; when some were erased after the segment was written,
+    erase them in the segment too (the database is right), then delete. Returns the rows
+    deleted and the catalog as it is now."""
+    for _ in range(3):
+        try:
+            n = inner.delete_archived(entry.first_position, entry.last_position, _expected(events))
+            return int(n), text, cat
+        except ArchiveError:
+            raise
+        except StoreError:
+            text, cat, entry, events = _reseal(inner, source, text, cat, entry, events)
+    raise ArchiveError(
+        "changed", entry.seq, entry.segment.key,
+        "its rows keep changing while they are archived; run the archive again",
+    )  # fmt: skip
+
+
+def _reseal(
+    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog, entry: SegmentEntry,
+    events: list[RecordedEvent],
+) -> tuple[str | None, Catalog, SegmentEntry, list[RecordedEvent]]:  # fmt: skip
+    """Carry erasures made in the database after the segment was written into the
+    segment (a rewrite as ``ae.erase`` of an archived event makes).
+
+    Raises:
+        ArchiveError: a row differs in another way than an erasure (tampering?).
+    """
+    from ares_events.stores.archive.erase import erase_archived
+
+    db: dict[int, RecordedEvent] = {}
+    pos = entry.first_position - 1
+    while True:
+        page = list(inner.read_all(pos, 4096))
+        for e in page:
+            if type(e.position) is int and e.position <= entry.last_position:
+                db[e.position] = e
+        if len(page) < 4096 or not page or page[-1].position > entry.last_position:
+            break
+        pos = page[-1].position
+    for e in events:
+        d = db.get(e.position)
+        if d is None or d.hash != e.hash:
+            raise ArchiveError(
+                "changed", entry.seq, entry.segment.key,
+                f"the row at position {e.position} is gone or differs from the archived one: "
+                "audit the store",
+            )  # fmt: skip
+        ref = d.payload_ref
+        if isinstance(ref, ErasedPayloadRef) and not e.payload_erased:
+            done = erase_archived(
+                source, cat, e.stream_id, e.version, e.position, e.hash, ref, None
+            )
+            if done is None:
+                continue
+            new_cat, _, _old = done
+            new_text = new_cat.to_json()
+            if not inner.meta_swap(CATALOG_KEY, text, new_text):
+                raise ArchiveError("busy", entry.seq, CATALOG_KEY, "the catalog changed; run again")
+            inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
+            text, cat = settle_pending(inner, source, new_text, new_cat)
+    found = cat.segment_at(entry.first_position)
+    assert found is not None and found.seq == entry.seq
+    m = source.manifest(cat, found)
+    fresh: list[RecordedEvent] = []
+    for i in range(len(m.blocks)):
+        fresh.extend(source.block(cat, found, i))
+    return text, cat, found, fresh
+
+
+def _finish_deletes(
+    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog
+) -> tuple[int, int, str | None, Catalog]:
+    """Delete the rows of recorded segments an interrupted run left (newest first, until
+    one is already done); returns (segments, rows) and the catalog as it is now."""
+    segs, rows = 0, 0
+    for entry in reversed(cat.segments):
+        if entry.retired is not None:
+            break
+        m = source.manifest(cat, entry)
+        events: list[RecordedEvent] = []
+        for i in range(len(m.blocks)):
+            events.extend(source.block(cat, entry, i))
+        n, text, cat = _delete(inner, source, text, cat, entry, events)
+        if n == 0:
+            break
+        segs, rows = segs + 1, rows + n
+    return segs, rows, text, cat

@@ -1,0 +1,166 @@
+"""Retention: delete whole archived segments past a legal horizon, leaving a recorded,
+verifiable tombstone.
+
+``retire(store, before=..., reason=..., by=...)`` (CLI ``ares-events archive
+--retire-before POSITION|AGE --reason TEXT``) takes the oldest archived segments whose
+events all lie before the horizon, oldest first (a retired range is always a prefix of
+the archive), and for each one, in this order:
+
+1. appends an ``archive.segment.retired`` record to the stream ``ares-events/retention``
+   (its event id derived from the segment, so a rerun appends it once): the segment's
+   range, event count, Merkle tree size and root at its end, its own leaves' root, the
+   digests of its objects, a digest of every stream's last version and hash in it, who
+   and why. The record is in the hash chain and the Merkle log like any event;
+2. replaces the segment's catalog line by a tombstone holding the same and the streams'
+   last versions and hashes, from which their chains go on verifying;
+3. deletes the segment and manifest objects from the archive.
+
+A crash before 2 leaves the segment in place (the next run finds its record and goes
+on); after 2, the next run deletes objects a crash left. The audit checks every
+tombstone against its record (``retention_unrecorded`` otherwise).
+
+It may import the core, stores, integrity and the projections below it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from ares_events.core.events import NewEvent, utc_now_at
+from ares_events.errors import ArchiveError, InvalidEvent
+from ares_events.projections.archive import _archive_reader, _cutoff
+from ares_events.stores.archive.erase import settle_pending
+from ares_events.stores.archive.segment import (
+    CATALOG_KEY,
+    RETENTION_STREAM,
+    RETENTION_TYPE,
+    THROUGH_KEY,
+    Catalog,
+    SegmentEntry,
+    streams_digest,
+)
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RETENTION_STREAM", "RETENTION_TYPE", "RetireReport", "retire", "streams_digest"]
+
+_NS: Final = uuid.UUID("0b1e3a55-25aa-4c1e-9d0e-a7c41e5e7a25")
+
+
+@dataclass
+class RetireReport:
+    """What one retention run did: the segments retired (seq, positions, events, the
+    record's position), and how many events they held."""
+
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    events: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return dataclasses.asdict(self)
+
+
+def record_id(entry: SegmentEntry) -> str:
+    """The event id of a segment's retention record (the same on every run)."""
+    return str(uuid.uuid5(_NS, f"{entry.seq}:{entry.manifest.key}"))
+
+
+def retire(
+    store: EventStore, *, before: int | timedelta | datetime, reason: str, by: str
+) -> RetireReport:
+    """Retire the archived segments whose events all lie before ``before`` (see the
+    module docstring).
+
+    Args:
+        store: a store with an archive.
+        before: a global position, a ``datetime``, or an age (``timedelta``): a segment
+            goes only when its last event is below the position or older than the time.
+        reason: why (kept in the record: the legal basis; no personal data).
+        by: who asked.
+
+    Raises:
+        InvalidEvent: an empty ``reason`` or ``by``.
+        ArchiveError: a segment to retire is missing or altered, or another run changed
+            the catalog meanwhile.
+        StoreUnavailable: the store or the archive cannot be reached.
+    """
+    for name, value in (("reason", reason), ("by", by)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidEvent(name, "must be a non-empty string (who retired, and why)")
+    rec = _archive_reader(store)
+    inner, source = rec.inner, rec.source
+    report = RetireReport()
+    text, cat = rec._catalog_text()
+    if cat is None:
+        return report
+    text, cat = settle_pending(inner, source, text, cat)
+    cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())
+    for entry in list(cat.segments):
+        if entry.retired is not None:
+            _drop(source, cat, entry)  # objects a crashed run left
+            continue
+        if entry.last_position >= cutoff_pos:
+            break
+        m = source.manifest(cat, entry)
+        if cutoff_at is not None:
+            last = source.block(cat, entry, len(m.blocks) - 1)
+            if max(e.at for e in last) >= cutoff_at:
+                break
+        ends = {sid: (r.last, r.last_hash) for sid, r in m.streams.items()}
+        payload = _record(entry, m.segment_root.hex(), ends, reason, by)
+        res = store.append(
+            RETENTION_STREAM,
+            [NewEvent(type=RETENTION_TYPE, module="ares-events", payload=payload,
+                      event_id=record_id(entry))],
+        )  # fmt: skip
+        tomb = {**payload, "record_position": res.position, "retired_at": utc_now_at()}
+        new = cat.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
+        new_text = new.to_json()
+        if not inner.meta_swap(CATALOG_KEY, text, new_text):
+            raise ArchiveError("busy", entry.seq, CATALOG_KEY, "the catalog changed; run again")
+        inner.meta_set(THROUGH_KEY, f"{new.through} {new.rev}")
+        text, cat = new_text, new
+        _drop(source, cat, entry)
+        report.segments.append(
+            {"seq": entry.seq, "first_position": entry.first_position,
+             "last_position": entry.last_position, "events": entry.events,
+             "record_position": res.position}
+        )  # fmt: skip
+        report.events += entry.events
+        logger.info("retired archive segment %d (%d events): %s", entry.seq, entry.events, reason)
+    return report
+
+
+def _record(
+    entry: SegmentEntry, segment_root: str, ends: dict[str, tuple[int, bytes]], reason: str, by: str
+) -> dict[str, Any]:
+    return {
+        "seq": entry.seq,
+        "first_position": entry.first_position,
+        "last_position": entry.last_position,
+        "events": entry.events,
+        "tree_size": entry.tree_size,
+        "root": entry.root.hex(),
+        "segment_root": segment_root,
+        "manifest_digest": entry.manifest.digest.hex(),
+        "segment_digest": entry.segment.digest.hex(),
+        "streams": len(ends),
+        "streams_digest": streams_digest(ends),
+        "reason": reason,
+        "by": by,
+    }
+
+
+def _drop(source: Any, cat: Catalog, entry: SegmentEntry) -> None:
+    blobs = source.blobs(cat)
+    for key in (entry.segment.key, entry.manifest.key):
+        blobs.delete(key)
+    source.forget()

@@ -1,0 +1,553 @@
+"""The archive's formats, with no I/O: segments, manifests and the catalog.
+
+A **segment** holds the events of one contiguous range of global positions, exactly as
+the database stored them (every column, so every chain hash, Merkle leaf and proof is
+unchanged). It is a sequence of independently compressed *blocks*::
+
+    segment  = MAGIC block*                      MAGIC = b"ARESSEG1\\n"
+    block    = zlib(orjson([row, row, ...]))      up to BLOCK_EVENTS rows, position order
+    row      = [stream_id, version, position, event_id, type, module,
+                payload (canonical JSON text, or null when spilled or erased),
+                metadata (canonical JSON text), at,
+                prev_hash (hex), hash (hex), payload_ref (its stored JSON text, or null)]
+
+so a reader that needs a few events fetches (and digest-checks) only their blocks. The
+**manifest** (canonical JSON, :class:`Manifest`) names the segment object (key, size,
+blake3), its position range and event count, every block (offset, length, positions,
+blake3), each stream's version range in it, and the Merkle log at its end (tree size,
+root, the RFC 9162 root of the segment's own leaves, a signed checkpoint when a key was
+given). Both objects are content-addressed blobs (key = hex blake3 of the bytes), so an
+object cannot change under its key without the digest check failing.
+
+The **catalog** (:class:`Catalog`) lives in the database (``ares_meta`` row
+``archive/catalog``): where the archive is and, for each segment, its range and the key,
+size and digest of its manifest and segment objects. The database therefore vouches for
+every archived byte. A segment retired past a legal horizon stays in the catalog as a
+*tombstone* (its range, roots and per-stream end hashes, the reason and time), so the
+chain still verifies from the first event after it.
+
+It may import the core, :mod:`ares_events.chain` and :mod:`ares_events.errors`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+import blake3
+import orjson
+
+from ares_events.chain import canonical_json
+from ares_events.core.events import PayloadRef, RecordedEvent
+from ares_events.errors import ArchiveError
+
+__all__ = [
+    "BLOCK_EVENTS",
+    "CATALOG_KEY",
+    "MAGIC",
+    "RETENTION_STREAM",
+    "RETENTION_TYPE",
+    "SEGMENT_EVENTS",
+    "THROUGH_KEY",
+    "Block",
+    "Catalog",
+    "Manifest",
+    "ObjectRef",
+    "SegmentEntry",
+    "StreamRange",
+    "decode_block",
+    "encode_segment",
+    "row_of",
+    "rows_differ",
+    "stored",
+    "streams_digest",
+    "tombstone_problem",
+]
+
+MAGIC: Final = b"ARESSEG1\n"
+CATALOG_KEY: Final = "archive/catalog"
+RETENTION_STREAM: Final = "ares-events/retention"
+"""The system stream recording every retired segment (``archive.segment.retired``)."""
+RETENTION_TYPE: Final = "archive.segment.retired"
+THROUGH_KEY: Final = "archive/through"
+"""``"<last archived position> <catalog revision>"``: what a reader checks around each
+page (small, so the catalog itself is read only when it changed)."""
+SEGMENT_EVENTS: Final = 65_536
+"""Default events per segment."""
+BLOCK_EVENTS: Final = 1024
+"""Events per compressed block: the unit a reader fetches and decodes."""
+FORMAT: Final = 1
+ZLIB_LEVEL: Final = 6  # measured (docs/archive.md): level 9 is 1.4% smaller, several times slower
+
+
+def _digest(data: bytes) -> bytes:
+    return blake3.blake3(data).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An archive object: content-addressed key (hex blake3), size in bytes, digest."""
+
+    key: str
+    size: int
+    digest: bytes
+
+    @classmethod
+    def of(cls, data: bytes) -> ObjectRef:
+        """The reference of ``data`` as the archive's blob store will key it."""
+        d = _digest(data)
+        return cls(d.hex(), len(data), d)
+
+    def as_payload_ref(self) -> PayloadRef:
+        """The same reference in the blob layer's terms (its ``get`` checks size and
+        digest)."""
+        return PayloadRef(self.key, self.size, self.digest)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"key": self.key, "size": self.size, "digest": self.digest.hex()}
+
+    @classmethod
+    def from_doc(cls, d: Any) -> ObjectRef:
+        """Parse the JSON form (ValueError/KeyError/TypeError on a bad one)."""
+        return cls(str(d["key"]), int(d["size"]), bytes.fromhex(d["digest"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One compressed block of a segment: where it is and what it holds."""
+
+    offset: int
+    length: int
+    first_position: int
+    last_position: int
+    count: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRange:
+    """A stream's events in one segment: versions ``first..last`` at positions
+    ``first_position..last_position``, and the hash of its last one (where the chain
+    continues)."""
+
+    first: int
+    last: int
+    first_position: int
+    last_position: int
+    last_hash: bytes
+    blocks: tuple[int, ...] = ()
+    """The blocks that hold its events (a reader decodes only those)."""
+
+
+def _stream_range(r: Sequence[Any]) -> StreamRange:
+    blocks = tuple(int(b) for b in r[5]) if len(r) > 5 else ()
+    return StreamRange(int(r[0]), int(r[1]), int(r[2]), int(r[3]), bytes.fromhex(r[4]), blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What one segment holds (see the module docstring)."""
+
+    seq: int
+    first_position: int
+    last_position: int
+    events: int
+    segment: ObjectRef
+    blocks: tuple[Block, ...]
+    streams: dict[str, StreamRange]
+    tree_size: int
+    root: bytes
+    segment_root: bytes
+    checkpoint: str | None
+    created_at: str
+    erased: int = 0
+
+    def to_bytes(self) -> bytes:
+        """The stored form (canonical JSON)."""
+        doc = {
+            "format": FORMAT,
+            "kind": "ares-events/archive-segment",
+            "seq": self.seq,
+            "first_position": self.first_position,
+            "last_position": self.last_position,
+            "events": self.events,
+            "segment": self.segment.to_doc(),
+            "blocks": [
+                [b.offset, b.length, b.first_position, b.last_position, b.count, b.digest.hex()]
+                for b in self.blocks
+            ],
+            "streams": {
+                sid: [
+                    r.first,
+                    r.last,
+                    r.first_position,
+                    r.last_position,
+                    r.last_hash.hex(),
+                    list(r.blocks),
+                ]
+                for sid, r in self.streams.items()
+            },
+            "merkle": {
+                "tree_size": self.tree_size,
+                "root": self.root.hex(),
+                "segment_root": self.segment_root.hex(),
+                "checkpoint": self.checkpoint,
+            },
+            "created_at": self.created_at,
+            "erased": self.erased,
+        }
+        return canonical_json(doc, field="manifest")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: str = "?") -> Manifest:
+        """Parse the stored form.
+
+        Raises:
+            ArchiveError: not a manifest of this format (kind ``unreadable``).
+        """
+        try:
+            d = orjson.loads(data)
+            if d.get("kind") != "ares-events/archive-segment" or d.get("format") != FORMAT:
+                raise ValueError(f"not an archive manifest of format {FORMAT}")
+            m = d["merkle"]
+            return cls(
+                seq=int(d["seq"]),
+                first_position=int(d["first_position"]),
+                last_position=int(d["last_position"]),
+                events=int(d["events"]),
+                segment=ObjectRef.from_doc(d["segment"]),
+                blocks=tuple(
+                    Block(int(o), int(n), int(a), int(b), int(c), bytes.fromhex(h))
+                    for o, n, a, b, c, h in d["blocks"]
+                ),
+                streams={str(sid): _stream_range(r) for sid, r in d["streams"].items()},
+                tree_size=int(m["tree_size"]),
+                root=bytes.fromhex(m["root"]),
+                segment_root=bytes.fromhex(m["segment_root"]),
+                checkpoint=m.get("checkpoint"),
+                created_at=str(d.get("created_at", "")),
+                erased=int(d.get("erased", 0)),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ArchiveError("unreadable", None, key, f"manifest does not parse: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEntry:
+    """The catalog's line for one segment. ``retired`` (a tombstone) when the segment
+    was deleted past a retention horizon: ``tombstone`` then says why and when, and
+    ``streams_end`` keeps each stream's last version and hash in it, so verification
+    continues from there."""
+
+    seq: int
+    first_position: int
+    last_position: int
+    events: int
+    manifest: ObjectRef
+    segment: ObjectRef
+    tree_size: int
+    root: bytes
+    retired: dict[str, Any] | None = None
+    streams_end: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON form."""
+        doc: dict[str, Any] = {
+            "seq": self.seq,
+            "first_position": self.first_position,
+            "last_position": self.last_position,
+            "events": self.events,
+            "manifest": self.manifest.to_doc(),
+            "segment": self.segment.to_doc(),
+            "tree_size": self.tree_size,
+            "root": self.root.hex(),
+        }
+        if self.retired is not None:
+            doc["retired"] = self.retired
+            doc["streams_end"] = {s: [v, h.hex()] for s, (v, h) in self.streams_end.items()}
+        return doc
+
+    @classmethod
+    def from_doc(cls, d: Any) -> SegmentEntry:
+        """Parse the JSON form."""
+        return cls(
+            seq=int(d["seq"]),
+            first_position=int(d["first_position"]),
+            last_position=int(d["last_position"]),
+            events=int(d["events"]),
+            manifest=ObjectRef.from_doc(d["manifest"]),
+            segment=ObjectRef.from_doc(d["segment"]),
+            tree_size=int(d["tree_size"]),
+            root=bytes.fromhex(d["root"]),
+            retired=d.get("retired"),
+            streams_end={
+                str(s): (int(v), bytes.fromhex(h)) for s, (v, h) in d.get("streams_end", {}).items()
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The store's record of its archive (see the module docstring)."""
+
+    location: str
+    url: str
+    segments: tuple[SegmentEntry, ...] = ()
+    rev: int = 0
+    pending: tuple[str, ...] = ()
+    """Keys of objects a rewrite replaced (an erasure's old segment and manifest), to be
+    deleted: listed here in the same swap that drops them from the segments, so a crash
+    before the delete leaves them named, and the next run deletes them."""
+
+    @property
+    def through(self) -> int:
+        """The last archived global position (0: nothing archived)."""
+        return self.segments[-1].last_position if self.segments else 0
+
+    def segment_at(self, position: int) -> SegmentEntry | None:
+        """The segment holding ``position`` (None: not archived)."""
+        segs = self.segments
+        lo, hi = 0, len(segs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if segs[mid].last_position < position:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(segs) and segs[lo].first_position <= position:
+            return segs[lo]
+        # between two segments (a PostgreSQL sequence gap): the next one holds what follows
+        return None
+
+    def after(self, position: int) -> SegmentEntry | None:
+        """The first segment with events after ``position`` (None: none)."""
+        i = bisect.bisect_right(self.segments, position, key=lambda s: s.last_position)
+        return self.segments[i] if i < len(self.segments) else None
+
+    def retired_end(self, stream_id: str) -> tuple[int, bytes] | None:
+        """The last version and hash of ``stream_id`` in retired segments (where its
+        readable chain starts, trusted like a snapshot's ``at_hash``), or None."""
+        end = None
+        for entry in self.segments:
+            if entry.retired is None:
+                break  # retention removes the oldest segments only
+            got = entry.streams_end.get(stream_id)
+            if got is not None:
+                end = got
+        return end
+
+    def retired_ranges(self) -> list[tuple[int, int]]:
+        """The position ranges of retired segments (their events are gone)."""
+        return [(s.first_position, s.last_position) for s in self.segments if s.retired]
+
+    def with_segment(self, entry: SegmentEntry) -> Catalog:
+        """The catalog with ``entry`` appended or replacing the one of its ``seq``."""
+        segs = [s for s in self.segments if s.seq != entry.seq]
+        segs.append(entry)
+        segs.sort(key=lambda s: s.seq)
+        return replace(self, segments=tuple(segs), rev=self.rev + 1)
+
+    def to_json(self) -> str:
+        """The stored form (canonical JSON)."""
+        doc = {
+            "format": FORMAT,
+            "location": self.location,
+            "url": self.url,
+            "rev": self.rev,
+            "segments": [s.to_doc() for s in self.segments],
+        }
+        if self.pending:
+            doc["pending"] = list(self.pending)
+        return canonical_json(doc, field="archive catalog").decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> Catalog:
+        """Parse the stored form.
+
+        Raises:
+            ArchiveError: the record does not parse (kind ``unreadable``).
+        """
+        try:
+            d = orjson.loads(text)
+            if d.get("format") != FORMAT:
+                raise ValueError(f"catalog format {d.get('format')!r}, this build reads {FORMAT}")
+            return cls(
+                location=str(d["location"]),
+                url=str(d["url"]),
+                segments=tuple(SegmentEntry.from_doc(s) for s in d["segments"]),
+                rev=int(d.get("rev", 0)),
+                pending=tuple(str(k) for k in d.get("pending", ())),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ArchiveError(
+                "unreadable", None, CATALOG_KEY, f"the catalog does not parse: {exc}"
+            ) from exc
+
+
+# -- rows ---------------------------------------------------------------------------------
+
+
+def row_of(e: RecordedEvent) -> list[Any]:
+    """The segment row of an event (its stored columns, nothing decoded)."""
+    # Tuple items, not properties: this runs for every archived event.
+    raw, ref = e[6], e[11]
+    return [
+        e[0], e[1], e[2], e[3], e[4], e[5],
+        None if raw is None else bytes(raw).decode(),
+        bytes(e[7]).decode(), e[8], bytes(e[9]).hex(), bytes(e[10]).hex(),
+        None if ref is None else ref.to_json().decode(),
+    ]  # fmt: skip
+
+
+def stored(e: RecordedEvent) -> tuple[Any, ...]:
+    """Every stored column of an event, comparable (``==`` on events compares identity
+    only: stream, version, position, hash)."""
+    return (*e[:6], None if e[6] is None else bytes(e[6]), bytes(e[7]), *e[8:12])
+
+
+def _event_of(r: Sequence[Any]) -> RecordedEvent:
+    payload = r[6]
+    return RecordedEvent._from_row(
+        (
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            None if payload is None else payload.encode(),
+            r[7].encode(),
+            r[8],
+            bytes.fromhex(r[9]),
+            bytes.fromhex(r[10]),
+            r[11],
+        )
+    )
+
+
+def encode_segment(
+    events: Sequence[RecordedEvent], *, block_events: int = BLOCK_EVENTS
+) -> tuple[bytes, tuple[Block, ...]]:
+    """The segment bytes of ``events`` (position order) and its block index."""
+    out = bytearray(MAGIC)
+    blocks = []
+    for i in range(0, len(events), block_events):
+        chunk = events[i : i + block_events]
+        data = zlib.compress(orjson.dumps([row_of(e) for e in chunk]), ZLIB_LEVEL)
+        blocks.append(
+            Block(
+                len(out),
+                len(data),
+                chunk[0].position,
+                chunk[-1].position,
+                len(chunk),
+                _digest(data),
+            )
+        )
+        out += data
+    return bytes(out), tuple(blocks)
+
+
+def decode_block(data: bytes, block: Block, seq: int, key: str) -> list[RecordedEvent]:
+    """The events of one block's bytes, after checking them against the manifest.
+
+    Raises:
+        ArchiveError: the bytes differ from the block's digest (``corrupted``) or do not
+            decode (``unreadable``).
+    """
+    if len(data) != block.length or _digest(data) != block.digest:
+        raise ArchiveError(
+            "corrupted", seq, key, f"block at offset {block.offset} differs from its manifest"
+        )
+    try:
+        rows = orjson.loads(zlib.decompress(data))
+        events = [_event_of(r) for r in rows]
+    except (zlib.error, orjson.JSONDecodeError, TypeError, ValueError, IndexError) as exc:
+        raise ArchiveError(
+            "unreadable", seq, key, f"block at offset {block.offset} does not decode: {exc}"
+        ) from exc
+    if len(events) != block.count:
+        raise ArchiveError("corrupted", seq, key, f"block at offset {block.offset}: wrong count")
+    return events
+
+
+def stream_ranges(
+    events: Sequence[RecordedEvent], *, block_events: int = BLOCK_EVENTS
+) -> dict[str, StreamRange]:
+    """Each stream's version range, positions, last hash and blocks in ``events`` (as
+    :func:`encode_segment` cuts them into blocks)."""
+    spans: dict[str, list[Any]] = {}
+    for i, e in enumerate(events):
+        sid, b = e[0], i // block_events
+        r = spans.get(sid)
+        if r is None:
+            spans[sid] = [e[1], e[1], e[2], e[2], e[10], [b]]
+        else:
+            r[1], r[3], r[4] = e[1], e[2], e[10]
+            if r[5][-1] != b:
+                r[5].append(b)
+    return {
+        sid: StreamRange(r[0], r[1], r[2], r[3], bytes(r[4]), tuple(r[5]))
+        for sid, r in spans.items()
+    }
+
+
+def _ref_of(raw: Any) -> PayloadRef | None:
+    return None if raw is None else PayloadRef.parse_stored(raw)
+
+
+def rows_differ(
+    rows: Sequence[Sequence[Any]], expected: Sequence[tuple[int, bytes, str | None]]
+) -> str | None:
+    """Why the database rows ``(position, hash, payload_ref)`` of a segment's position
+    range do not hold exactly the rows the segment holds (``expected``), or None when
+    they do; rows of the range the segment does not hold (each stream's last event,
+    kept in the database) are left out of the comparison. What a backend's
+    ``delete_archived`` checks before it deletes anything."""
+    want = {pos: (h, ref) for pos, h, ref in expected}
+    found = 0
+    for pos, h, ref in rows:
+        if pos not in want:
+            continue
+        found += 1
+        eh, eref = want[pos]
+        if bytes(h) != eh:
+            return f"the row at position {pos} has another hash than the segment's"
+        if _ref_of(ref) != _ref_of(eref):
+            return f"the row at position {pos} changed its payload reference (erased?)"
+    if found != len(want):
+        return f"{len(want) - found} of the segment's {len(want)} rows are not in the database"
+    return None
+
+
+def streams_digest(ends: dict[str, tuple[int, bytes]]) -> str:
+    """Hex blake3 of the canonical JSON of every stream's last version and hash in a
+    segment (what a retention record commits to)."""
+    doc = {sid: [v, h.hex()] for sid, (v, h) in sorted(ends.items())}
+    return blake3.blake3(canonical_json(doc, field="streams")).hexdigest()
+
+
+def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
+    """Why a retired segment's tombstone does not match its retention record's payload
+    (``record``, None when there is none), or None."""
+    if not isinstance(record, dict):
+        return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
+    want = {
+        "seq": entry.seq,
+        "first_position": entry.first_position,
+        "last_position": entry.last_position,
+        "events": entry.events,
+        "tree_size": entry.tree_size,
+        "root": entry.root.hex(),
+        "manifest_digest": entry.manifest.digest.hex(),
+        "segment_digest": entry.segment.digest.hex(),
+        "streams_digest": streams_digest(entry.streams_end),
+    }
+    for k, v in want.items():
+        if record.get(k) != v:
+            return f"retired segment {entry.seq}: its tombstone's {k} differs from its record"
+    return None

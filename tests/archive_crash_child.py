@@ -1,0 +1,36 @@
+"""Child process for the archive crash matrix: run an archive and ``kill -9`` itself
+right after the ``NTH`` time it finishes ``STEP`` (one of
+``ares_events.projections.archive.STEPS``).
+
+Usage: ``python -m tests.archive_crash_child STORE_URL ARCHIVE_URL BEFORE SEGMENT STEP NTH``.
+Exits 0 when the run ends before that point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import ares_events as ae
+from ares_events.projections import archive as archive_mod
+
+
+def main() -> None:
+    """Run the archive with a crash point."""
+    url, to, before, segment, step, nth = sys.argv[1:7]
+    seen = [0]
+
+    def crash_after(name: str) -> None:
+        if name == step:
+            seen[0] += 1
+            if seen[0] == int(nth):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    archive_mod._step = crash_after  # type: ignore[assignment]
+    with ae.open_store(url) as store:
+        archive_mod.archive(store, to, before=int(before), segment_events=int(segment))
+
+
+if __name__ == "__main__":
+    main()
