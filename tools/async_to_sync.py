@@ -59,6 +59,7 @@ SOURCES: tuple[str, ...] = (
     "ares_events/agents/journal_async.py",
     "ares_events/integrations/_langgraph_ops_async.py",
     "ares_events/integrations/_langgraph_saver_async.py",
+    "ares_events/stores/cells/recorder_async.py",
 )
 """The asyncio modules written by hand, package-relative to the repository root."""
 

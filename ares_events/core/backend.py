@@ -80,6 +80,11 @@ class Capability(enum.Enum):
     POSITION_SCAN = "position_scan"
     """``positions(after_position)``: ``(position, stream_id, version)`` of every row in
     global order, three columns and no event objects, for the audit's order check."""
+    CELL_CURSORS = "cell_cursors"
+    """A store of several cells: ``read_all`` merges them and each event it yields carries
+    a cursor (one position per cell, packed in an int) that resumes the merge right after
+    it; ``read`` and an append's result give an event's position within its cell (a
+    "point", docs/scaling.md). Positions from ``read`` are not ``read_all`` cursors."""
     DEFAULT_BLOBS = "default_blobs"
     """``default_blobs_url()``: where spilled payloads go when no blob store is given."""
 
