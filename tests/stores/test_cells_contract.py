@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 
 import ares_events as ae
 from ares_events.testing import SnapshotContract, StoreContract
 from ares_events.testing.blocking import BlockingStore, open_blocking
-from tests import cell_servers
+from tests import cell_servers, servers
 
 KINDS = ["schemas", "servers", "citus"]
 
@@ -41,7 +41,8 @@ def cells_url(kind: str, request: pytest.FixtureRequest, **params: object) -> st
         return f"pgcells://{db.netloc}{db.path}?{query}&prefix={prefix}"
     if kind == "servers":
         hosts = request.getfixturevalue("plain_cell_hosts")
-        return f"pgcells://root@/postgres?hosts={hosts}&{query}&prefix={prefix}"
+        pw = quote(servers.TEST_PASSWORD, safe="")  # trust auth: shows only that it is hidden
+        return f"pgcells://root:{pw}@/postgres?hosts={hosts}&{query}&prefix={prefix}"
     if kind == "citus":
         coord = request.getfixturevalue("citus_coordinator")
         return f"citus://root@{coord}/postgres?{query}&prefix={prefix}"

@@ -317,7 +317,7 @@ class AsyncCellsRecorder:
                 c.read_all(parts[i], limit, stream_prefix=stream_prefix)
                 for i, c in enumerate(self.cells)
             ]
-            merged = _merge(its, parts, _position)
+            merged = _merge(its, parts, _position, order=_at)
         async with aclosing_iter(merged) as items:
             async for cursor, e in items:
                 if self.shared_clock:
@@ -352,18 +352,16 @@ class AsyncCellsRecorder:
                 cursor=False,
             )
         else:
-            parts = unpack(after_position, self._n)
-            merged = _merge(
-                [c.positions(parts[i]) for i, c in enumerate(self.cells)], parts, _first
-            )
+            # The merge's order needs each event's time, so this is read_all's scan.
+            async with aclosing_iter(self.read_all(after_position, None)) as events:
+                async for e in events:
+                    yield e.position, e.stream_id, e.version
+            return
         async with aclosing_iter(merged) as items:
-            async for cursor, row in items:
-                if not self.shared_clock:
-                    yield cursor, row[1], row[2]
-                elif type(row[0]) is int and row[0] > top:
+            async for _, row in items:
+                if type(row[0]) is int and row[0] > top:
                     return
-                else:
-                    yield row
+                yield row
 
     async def head(self, stream_id: str) -> Head | None:
         """The stream's head, from its cell."""
@@ -499,6 +497,10 @@ def _position(e: RecordedEvent) -> int:
     return e.position
 
 
+def _at(e: RecordedEvent) -> str:
+    return e.at
+
+
 def _first(row: Any) -> Any:
     return row[0]
 
@@ -513,26 +515,30 @@ async def _merge(
     key: Callable[[Any], Any],
     *,
     cursor: bool = True,
+    order: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[tuple[int, Any]]:
-    """Merge iterators sorted by ``key``, one per cell: smallest key first (ties: the
-    lower cell), each item with the cursor after it (``parts`` with the item's cell part
-    set to its key, a cell position); ``cursor=False``: keys are not positions, 0."""
+    """Merge iterators, one per cell, each sorted by ``key``: the cell whose next item has
+    the smallest ``order`` (default: ``key``; ties: the lower cell) goes first; each item
+    comes with the cursor after it (``parts`` with the item's cell part set to its key, a
+    cell position); ``cursor=False``: keys are not positions, and the cursor is 0. Which
+    cell goes first never affects what a cursor resumes: each part is one cell's own."""
+    by = order or key
     cur = list(parts)
     heap: list[tuple[Any, int, Any]] = []
     try:
         for i, it in enumerate(its):
             item = await anext(it, None)
             if item is not None:
-                heap.append((key(item), i, item))
+                heap.append((by(item), i, item))
         heapq.heapify(heap)
         while heap:
-            k, i, item = heapq.heappop(heap)
+            _, i, item = heapq.heappop(heap)
             if cursor:
-                cur[i] = k
+                cur[i] = key(item)
             yield (pack(cur) if cursor else 0), item
             nxt = await anext(its[i], None)
             if nxt is not None:
-                heapq.heappush(heap, (key(nxt), i, nxt))
+                heapq.heappush(heap, (by(nxt), i, nxt))
     finally:
         for it in its:
             close = getattr(it, "aclose", None)
