@@ -116,6 +116,7 @@ def pg_nodes(count: int, *, citus: bool = False) -> Iterator[list[int]]:
             ]
             if citus:
                 conf.insert(0, "shared_preload_libraries = 'citus'")
+                conf.append("wal_level = logical")  # online moves (logical replication)
             with open(data / "postgresql.conf", "a") as f:
                 f.write("\n".join(conf) + "\n")
             subprocess.run(
