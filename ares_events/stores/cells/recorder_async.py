@@ -447,6 +447,26 @@ class AsyncCellsRecorder:
             async for row in c.find_duplicates():
                 yield row
 
+    def read_model_recorder(self) -> Any:
+        """The recorder the read-model tables live beside: the first cell's (blocking),
+        where each projection's rows and its one cursor commit together. On a shared
+        clock that cursor is every cell's checkpoint at once (one position space).
+
+        Raises:
+            ConfigError: cells on separate servers (their cursors do not fit the
+                read models' bigint positions).
+        """
+        if not self.shared_clock:
+            raise ConfigError(
+                f"read models of {self._description}: cells on separate servers have "
+                "per-cell cursors, which the read-model tables cannot hold yet; run "
+                "projections per cell store of one server or Citus (docs/scaling.md)"
+            )
+        if ASYNC:
+            return self.cells[0].read_model_recorder()
+        else:
+            return self.cells[0]
+
     def snapshot_rows(self) -> AsyncCellsSnapshotRows:
         """The snapshot rows, each in its stream's cell."""
         return AsyncCellsSnapshotRows(self)
