@@ -320,6 +320,7 @@ for _cls in (
     StoreUnavailable,
     StoreNotFound,
     StoreClosed,
+    CrossCellError,
     SchemaVersionError,
     ChainIntegrityError,
     ReplayCapExceeded,
