@@ -30,6 +30,7 @@ from ares_events.cli import (  # noqa: F401
     anchors,
     bench,
     blobs,
+    cells,
     demo,
     erasure,
     inspect,
