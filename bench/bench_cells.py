@@ -1,0 +1,293 @@
+"""Cell stores vs a single-node PostgreSQL store, same server, same run.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.bench_cells --quick     # small sizes, writes nothing
+    .venv/bin/python -m bench.bench_cells             # routing rows, writes docs/performance.md
+    .venv/bin/python -m bench.bench_cells --scale     # and the scale run (100k streams, 10M events)
+    .venv/bin/python -m bench.bench_cells --citus-url postgresql://root@127.0.0.1:9700/postgres
+
+The server comes from ``--admin-url`` (default ``postgresql://root@127.0.0.1:5432/postgres``);
+the run creates a throwaway database and drops it at the end.
+
+Systems: ``single`` is ``postgresql://...?schema=...`` (one schema); ``cells`` is
+``pgcells://...?cells=3&partitions=64`` on the same server and database (three cell
+schemas, one transaction-id clock); with ``--citus-url``, ``citus`` is the same through a
+Citus coordinator (three distributed schemas on its workers, same machine).
+
+Workloads (full / ``--quick``):
+
+a. 1-event appends, one transaction each, round robin over 300 existing streams
+   (1000 / 100 per rep): the routing overhead of an append (goal: within 1.15x).
+b. The last 100 events of a 1000-event stream: p50 latency of ``store.read`` (goal: 1.2x).
+c. ``read_all`` of every event of the store (100k / 10k events, 300 streams): the merged
+   read over 3 cells vs one schema.
+d. ``--scale``: 100,000 streams x 100 events (10,000,000 events, 100-event appends, two
+   writer processes) into 3 cells: time, rate, disk (``pg_total_relation_size`` of the cell
+   schemas) and the time of a full ``audit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+
+import ares_events as ae
+from bench.common import (
+    fmt_ms,
+    fmt_rate,
+    fmt_ratio,
+    machine_description,
+    make_payloads,
+    markdown_table,
+    throwaway_db,
+    write_section,
+)
+
+ADMIN = "postgresql://root@127.0.0.1:5432/postgres"
+
+
+def _ev(p: dict[str, Any]) -> ae.NewEvent:
+    return ae.NewEvent(type="tool.called", module="bench", payload=p)
+
+
+def _cells_url(db_url: str, prefix: str, scheme: str = "pgcells") -> str:
+    parts = urlsplit(db_url)
+    return f"{scheme}://{parts.netloc}{parts.path}?cells=3&partitions=64&prefix={prefix}"
+
+
+def _systems(db_url: str, citus: str | None) -> dict[str, str]:
+    tag = uuid.uuid4().hex[:6]
+    out = {
+        "single": f"{db_url}?schema=single_{tag}",
+        "cells": _cells_url(db_url, f"cells_{tag}"),
+    }
+    if citus:
+        out["citus"] = _cells_url(citus, f"bench_{tag}", "citus")
+    return out
+
+
+def _append_rate(url: str, n: int, reps: int, payloads: list[dict[str, Any]]) -> list[float]:
+    """Seconds per 1-event append, one sample per rep (round robin over 300 streams)."""
+    out = []
+    with ae.open_store(url) as store:
+        sids = [f"agent-{i}" for i in range(300)]
+        for sid in sids:
+            store.append(sid, [_ev(payloads[0])])
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for i in range(n):
+                store.append(sids[i % 300], [_ev(payloads[i % len(payloads)])])
+            out.append((time.perf_counter() - t0) / n)
+    return out
+
+
+def _tail_read(url: str, reps: int, payloads: list[dict[str, Any]]) -> list[float]:
+    """Seconds to read the last 100 events of a 1000-event stream, one sample per read."""
+    with ae.open_store(url) as store:
+        sid = f"long-{uuid.uuid4().hex[:6]}"
+        for i in range(0, 1000, 100):
+            store.append(sid, [_ev(p) for p in payloads[i : i + 100]])
+        out = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            got = list(store.read(sid, from_version=901))
+            out.append(time.perf_counter() - t0)
+            assert len(got) == 100
+    return out
+
+
+def _read_all(url: str, total: int, payloads: list[dict[str, Any]]) -> tuple[float, int]:
+    """(events per second, events) of a full read_all after ``total`` events in 300 streams."""
+    with ae.open_store(url) as store:
+        batch = 100
+        for i in range(total // batch):
+            store.append(f"r-{i % 300}", [_ev(p) for p in payloads[:batch]])
+        best = 0.0
+        n = 0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            n = sum(1 for _ in store.read_all())
+            best = max(best, n / (time.perf_counter() - t0))
+    return best, n
+
+
+def _scale_writer(url: str, first: int, count: int, events: int) -> None:
+    payloads = make_payloads(events, seed=first + 1)
+    with ae.open_store(url) as store:
+        for s in range(first, first + count):
+            store.append(f"agent-{s:06d}", [_ev(p) for p in payloads])
+
+
+def _schema_bytes(db_url: str, prefix: str) -> int:
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname LIKE %s AND c.relkind IN ('r', 'm')",
+            (prefix + "%",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _scale(db_url: str, streams: int, events: int, writers: int) -> dict[str, Any]:
+    prefix = f"scale_{uuid.uuid4().hex[:6]}"
+    url = _cells_url(db_url, prefix)
+    with ae.open_store(url):
+        pass
+    per = streams // writers
+    ctx = multiprocessing.get_context("spawn")
+    t0 = time.perf_counter()
+    procs = [
+        ctx.Process(target=_scale_writer, args=(url, w * per, per, events)) for w in range(writers)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise SystemExit(f"a scale writer failed ({p.exitcode})")
+    write_s = time.perf_counter() - t0
+    total = per * writers * events
+    size = _schema_bytes(db_url, prefix)
+    with ae.open_store(url, create=False) as store:
+        t1 = time.perf_counter()
+        report = ae.integrity.audit(store)
+        audit_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        merged = sum(1 for _ in store.read_all())
+        read_s = time.perf_counter() - t2
+    return {
+        "streams": per * writers,
+        "events": total,
+        "write_s": write_s,
+        "write_rate": total / write_s,
+        "bytes": size,
+        "audit_s": audit_s,
+        "audit_ok": report.ok,
+        "audit_events": report.events_checked,
+        "read_all_rate": merged / read_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes; writes nothing")
+    ap.add_argument("--admin-url", default=ADMIN)
+    ap.add_argument("--citus-url", default=None, help="a Citus coordinator's admin URL")
+    ap.add_argument("--scale", action="store_true", help="also the 10M-event scale run")
+    ap.add_argument("--scale-streams", type=int, default=100_000)
+    ap.add_argument("--scale-events", type=int, default=100)
+    ap.add_argument("--writers", type=int, default=2)
+    opts = ap.parse_args(argv)
+    n, reps, total = (100, 3, 10_000) if opts.quick else (1000, 5, 100_000)
+    payloads = make_payloads(1000)
+    results: dict[str, Any] = {"machine": machine_description()}
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    with throwaway_db(opts.admin_url, "bench_cells") as db_url:
+        systems = _systems(db_url, opts.citus_url)
+        rows_a, rows_b, rows_c = [], [], []
+        per: dict[str, dict[str, float]] = {}
+        for name, url in systems.items():
+            say(f"{name}: appends")
+            a = statistics.median(_append_rate(url, n, reps, payloads))
+            say(f"{name}: tail reads")
+            b = statistics.median(_tail_read(url, 50 if opts.quick else 300, payloads))
+            say(f"{name}: read_all")
+            c, count = _read_all(url, total, payloads)
+            per[name] = {"append_s": a, "tail_s": b, "read_all_rate": c, "read_all_events": count}
+        base = per["single"]
+        for name, m in per.items():
+            rows_a.append(
+                [name, fmt_ms(m["append_s"]), fmt_ratio(m["append_s"] / base["append_s"])]
+            )
+            rows_b.append([name, fmt_ms(m["tail_s"]), fmt_ratio(m["tail_s"] / base["tail_s"])])
+            rows_c.append(
+                [
+                    name,
+                    fmt_rate(m["read_all_rate"]),
+                    fmt_ratio(base["read_all_rate"] / m["read_all_rate"]),
+                ]
+            )
+        results["systems"] = per
+        scale = None
+        if opts.scale:
+            streams = 2_000 if opts.quick else opts.scale_streams
+            say(f"scale run: {streams} streams x {opts.scale_events} events")
+            scale = _scale(db_url, streams, opts.scale_events, opts.writers)
+            results["scale"] = scale
+    print(json.dumps(results, indent=2, default=str))
+    if opts.quick:
+        return 0
+    body = [
+        "Method: `bench/bench_cells.py` (its docstring). One run, the same PostgreSQL 15 server "
+        "for every system; `cells` is three schemas of the same database (`pgcells://`)"
+        + (
+            ", `citus` three distributed schemas behind a Citus 13.2 coordinator with two "
+            "workers, all on this machine"
+            if opts.citus_url
+            else ""
+        )
+        + f". Machine: {results['machine'].get('cpu')}.",
+        "",
+        "**1-event append** (median per append, round robin over 300 streams; goal 1.15x):",
+        "",
+        markdown_table(["system", "per append", "vs single"], rows_a),
+        "",
+        "**Tail read** (last 100 events of a 1000-event stream, p50; goal 1.2x):",
+        "",
+        markdown_table(["system", "p50", "vs single"], rows_b),
+        "",
+        f"**read_all** (every event, {total:,} in 300 streams, best of 3):",
+        "",
+        markdown_table(["system", "rate", "single / system"], rows_c),
+    ]
+    if scale is not None:
+        body += [
+            "",
+            f"**Scale run** (3 cells of one server, {scale['streams']:,} streams x "
+            f"{opts.scale_events} events, 100-event appends, {opts.writers} writer processes):",
+            "",
+            markdown_table(
+                [
+                    "events",
+                    "write time",
+                    "write rate",
+                    "disk (3 cells)",
+                    "audit",
+                    "audit rate",
+                    "read_all rate",
+                ],
+                [
+                    [
+                        f"{scale['events']:,}",
+                        f"{scale['write_s']:,.0f} s",
+                        fmt_rate(scale["write_rate"]),
+                        f"{scale['bytes'] / 2**30:.2f} GiB",
+                        f"{scale['audit_s']:,.0f} s ({'clean' if scale['audit_ok'] else 'findings'})",
+                        fmt_rate(scale["audit_events"] / scale["audit_s"]),
+                        fmt_rate(scale["read_all_rate"]),
+                    ]
+                ],
+            ),
+        ]
+    write_section(
+        "cells", "\n".join(body) + "\n", title="Cell stores: routing, merged reads, scale"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
