@@ -86,7 +86,10 @@ class ReadContract:
         every = list(store.read_all())
 
         # Cell cursors are cursors of the read that gave them: compare stream and version.
-        ident = (lambda e: e.version) if _cursors(store) else (lambda e: e.position)
+        cursors = _cursors(store)
+
+        def ident(e: ae.RecordedEvent) -> int:
+            return e.version if cursors else e.position
 
         def got(prefix: str | None, **kw: Any) -> list[tuple[str, int]]:
             return [(e.stream_id, ident(e)) for e in store.read_all(stream_prefix=prefix, **kw)]

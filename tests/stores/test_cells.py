@@ -96,12 +96,17 @@ def test_the_cell_map_is_fixed_at_init(request: pytest.FixtureRequest) -> None:
         assert "fixed at init" in str(ei.value)
     bare = url.replace("cells=2&partitions=8&", "")
     with ae.open_store(bare) as store:
-        assert store.recorder.cell_map.partitions == 8 and len(store.recorder.cells) == 2
+        assert _cells(store).cell_map.partitions == 8 and len(_cells(store).cells) == 2
         assert store.stream_version("a") == 1
 
 
+def _cells(store: ae.EventStore) -> Any:
+    """The cell store's recorder (CellsRecorder)."""
+    return store.recorder
+
+
 def _two_streams_in_different_cells(store: ae.EventStore) -> tuple[str, str]:
-    rec = store.recorder
+    rec = _cells(store)
     first = "s0"
     other = next(f"s{i}" for i in range(1, 200) if rec.cell_index(f"s{i}") != rec.cell_index(first))
     return first, other
@@ -112,12 +117,15 @@ def test_append_many_across_cells_is_refused_whole(request: pytest.FixtureReques
     writes nothing; within one cell it is atomic as on any store."""
     with ae.open_store(cells_url("schemas", request)) as store:
         a, b = _two_streams_in_different_cells(store)
-        ev = lambda: ae.NewEvent(type="t.x", module="m")  # noqa: E731
+
+        def ev() -> ae.NewEvent:
+            return ae.NewEvent(type="t.x", module="m")
+
         with pytest.raises(CrossCellError) as ei:
             store.append_many([(a, [ev()], ae.NO_STREAM), (b, [ev()], ae.NO_STREAM)])
         assert len(ei.value.cells) == 2 and "nothing was written" in str(ei.value)
         assert store.stream_version(a) == store.stream_version(b) == 0
-        rec = store.recorder
+        rec = _cells(store)
         same = next(f"s{i}" for i in range(1, 200) if rec.cell_index(f"s{i}") == rec.cell_index(a))
         res = store.append_many([(a, [ev()], ae.NO_STREAM), (same, [ev()], ae.NO_STREAM)])
         assert [r.version for r in res] == [1, 1]
@@ -134,7 +142,10 @@ def test_erasure_counts_blob_references_in_every_cell(
         big = {"text": "x" * 500}
         store.append(a, [ae.NewEvent(type="t.x", module="m", payload=big)])
         store.append(b, [ae.NewEvent(type="t.x", module="m", payload=big)])
-        files = lambda: sorted(p for p in (tmp_path / "blobs").rglob("*") if p.is_file())  # noqa: E731
+
+        def files() -> list[Path]:
+            return sorted(p for p in (tmp_path / "blobs").rglob("*") if p.is_file())
+
         stored = files()
         assert len(stored) == 1  # content-addressed: one blob for both
         ae.erase(store, a, 1, reason="test", by="test")
@@ -194,15 +205,16 @@ def test_langgraph_saver_on_a_cell_store(request: pytest.FixtureRequest) -> None
     try:
         graph = builder.compile(checkpointer=saver)
         for t in ("t1", "t2", "t3"):
-            config = {"configurable": {"thread_id": t}}
+            config: Any = {"configurable": {"thread_id": t}}
             for text in ("hello", "again"):
-                graph.invoke({"messages": [HumanMessage(content=text)]}, config)  # type: ignore[arg-type]
-            assert len(graph.get_state(config).values["messages"]) == 4  # type: ignore[arg-type]
+                chat: Any = {"messages": [HumanMessage(content=text)]}
+                graph.invoke(chat, config)
+            assert len(graph.get_state(config).values["messages"]) == 4
     finally:
         saver.close()
     with ae.open_store(url) as store:
         assert ae.integrity.audit(store).ok
-        cells = {store.recorder.cell_index(sid) for sid, _ in store.streams()}
+        cells = {_cells(store).cell_index(sid) for sid, _ in store.streams()}
         assert len(cells) >= 1
 
 
@@ -212,7 +224,7 @@ def test_secrets_stay_out_of_reprs_and_errors(request: pytest.FixtureRequest) ->
     pw = servers.TEST_PASSWORD
     with ae.open_store(url) as store:
         texts = [repr(store), store.url, repr(store.recorder), store.recorder.describe()]
-        texts += [repr(c) for c in store.recorder.cells]
+        texts += [repr(c) for c in _cells(store).cells]
         a, b = _two_streams_in_different_cells(store)
         try:
             store.append_many(

@@ -47,7 +47,7 @@ class TestAsyncCellsStoreContract(StoreContract):
     """Every behaviour all stores share, on cell stores (asyncio face)."""
 
     @pytest.fixture
-    def store(self, store_url: str) -> Iterator[BlockingStore]:  # type: ignore[override]
+    def store(self, store_url: str) -> Iterator[BlockingStore]:
         """A fresh cell store, asyncio face behind its blocking driver."""
         with open_blocking(store_url) as s:
             yield s
