@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -166,7 +167,10 @@ def _scale(db_url: str, streams: int, events: int, writers: int) -> dict[str, An
         t2 = time.perf_counter()
         merged = sum(1 for _ in store.read_all())
         read_s = time.perf_counter() - t2
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
     return {
+        "load": f"load average at the end {' / '.join(load)} on {os.cpu_count()} cores",
         "streams": per * writers,
         "events": total,
         "write_s": write_s,
@@ -179,12 +183,44 @@ def _scale(db_url: str, streams: int, events: int, writers: int) -> dict[str, An
     }
 
 
+def _scale_rows(scale: dict[str, Any], events: int, writers: int) -> list[str]:
+    return [
+        f"3 cells of one server, {scale['streams']:,} streams x {events} events, 100-event "
+        f"appends, {writers} writer processes (`bench/bench_cells.py --scale-only`; "
+        f"{scale['load']}):",
+        "",
+        markdown_table(
+            [
+                "events",
+                "write time",
+                "write rate",
+                "disk (3 cells)",
+                "audit",
+                "audit rate",
+                "read_all rate",
+            ],
+            [
+                [
+                    f"{scale['events']:,}",
+                    f"{scale['write_s']:,.0f} s",
+                    fmt_rate(scale["write_rate"]),
+                    f"{scale['bytes'] / 2**30:.2f} GiB",
+                    f"{scale['audit_s']:,.0f} s ({'clean' if scale['audit_ok'] else 'findings'})",
+                    fmt_rate(scale["audit_events"] / scale["audit_s"]),
+                    fmt_rate(scale["read_all_rate"]),
+                ]
+            ],
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes; writes nothing")
     ap.add_argument("--admin-url", default=ADMIN)
     ap.add_argument("--citus-url", default=None, help="a Citus coordinator's admin URL")
     ap.add_argument("--scale", action="store_true", help="also the 10M-event scale run")
+    ap.add_argument("--scale-only", action="store_true", help="only the scale run")
     ap.add_argument("--scale-streams", type=int, default=100_000)
     ap.add_argument("--scale-events", type=int, default=100)
     ap.add_argument("--writers", type=int, default=2)
@@ -196,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    per: dict[str, dict[str, float]] = {}
+    scale = None
     with throwaway_db(opts.admin_url, "bench_cells") as db_url:
-        systems = _systems(db_url, opts.citus_url)
-        rows_a, rows_b, rows_c = [], [], []
-        per: dict[str, dict[str, float]] = {}
+        systems = {} if opts.scale_only else _systems(db_url, opts.citus_url)
         for name, url in systems.items():
             say(f"{name}: appends")
             a = statistics.median(_append_rate(url, n, reps, payloads))
@@ -208,22 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{name}: read_all")
             c, count = _read_all(url, total, payloads)
             per[name] = {"append_s": a, "tail_s": b, "read_all_rate": c, "read_all_events": count}
-        base = per["single"]
-        for name, m in per.items():
-            rows_a.append(
-                [name, fmt_ms(m["append_s"]), fmt_ratio(m["append_s"] / base["append_s"])]
-            )
-            rows_b.append([name, fmt_ms(m["tail_s"]), fmt_ratio(m["tail_s"] / base["tail_s"])])
-            rows_c.append(
-                [
-                    name,
-                    fmt_rate(m["read_all_rate"]),
-                    fmt_ratio(base["read_all_rate"] / m["read_all_rate"]),
-                ]
-            )
         results["systems"] = per
-        scale = None
-        if opts.scale:
+        if opts.scale or opts.scale_only:
             streams = 2_000 if opts.quick else opts.scale_streams
             say(f"scale run: {streams} streams x {opts.scale_events} events")
             scale = _scale(db_url, streams, opts.scale_events, opts.writers)
@@ -231,16 +253,39 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(results, indent=2, default=str))
     if opts.quick:
         return 0
+    if scale is not None:
+        write_section(
+            "cells-scale",
+            "\n".join(_scale_rows(scale, opts.scale_events, opts.writers)) + "\n",
+            title="Cell stores: a scale run",
+        )
+    if not per:
+        return 0
+    base = per["single"]
+    rows_a, rows_b, rows_c = [], [], []
+    for name, m in per.items():
+        rows_a.append([name, fmt_ms(m["append_s"]), fmt_ratio(m["append_s"] / base["append_s"])])
+        rows_b.append([name, fmt_ms(m["tail_s"]), fmt_ratio(m["tail_s"] / base["tail_s"])])
+        rows_c.append(
+            [
+                name,
+                fmt_rate(m["read_all_rate"]),
+                fmt_ratio(base["read_all_rate"] / m["read_all_rate"]),
+            ]
+        )
+    with open("/proc/loadavg") as f:
+        load = " / ".join(f.read().split()[:3])
     body = [
         "Method: `bench/bench_cells.py` (its docstring). One run, the same PostgreSQL 15 server "
-        "for every system; `cells` is three schemas of the same database (`pgcells://`)"
+        "for `single` and `cells` (three schemas of the same database, `pgcells://`)"
         + (
-            ", `citus` three distributed schemas behind a Citus 13.2 coordinator with two "
+            "; `citus` is three distributed schemas behind a Citus 13.2 coordinator with two "
             "workers, all on this machine"
             if opts.citus_url
             else ""
         )
-        + f". Machine: {results['machine'].get('cpu')}.",
+        + f". Machine: {results['machine'].get('cpu')}; load average at the end {load} "
+        "(a shared machine: the ratios of one run are the result, not the rates).",
         "",
         "**1-event append** (median per append, round robin over 300 streams; goal 1.15x):",
         "",
@@ -254,38 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         markdown_table(["system", "rate", "single / system"], rows_c),
     ]
-    if scale is not None:
-        body += [
-            "",
-            f"**Scale run** (3 cells of one server, {scale['streams']:,} streams x "
-            f"{opts.scale_events} events, 100-event appends, {opts.writers} writer processes):",
-            "",
-            markdown_table(
-                [
-                    "events",
-                    "write time",
-                    "write rate",
-                    "disk (3 cells)",
-                    "audit",
-                    "audit rate",
-                    "read_all rate",
-                ],
-                [
-                    [
-                        f"{scale['events']:,}",
-                        f"{scale['write_s']:,.0f} s",
-                        fmt_rate(scale["write_rate"]),
-                        f"{scale['bytes'] / 2**30:.2f} GiB",
-                        f"{scale['audit_s']:,.0f} s ({'clean' if scale['audit_ok'] else 'findings'})",
-                        fmt_rate(scale["audit_events"] / scale["audit_s"]),
-                        fmt_rate(scale["read_all_rate"]),
-                    ]
-                ],
-            ),
-        ]
-    write_section(
-        "cells", "\n".join(body) + "\n", title="Cell stores: routing, merged reads, scale"
-    )
+    write_section("cells", "\n".join(body) + "\n", title="Cell stores: routing and merged reads")
     return 0
 
 

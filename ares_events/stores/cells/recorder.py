@@ -290,8 +290,8 @@ class CellsRecorder:
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
-        """One stream from its cell (positions are the cell's own)."""
-        yield from self.cell_for(stream_id).read(stream_id, from_version, to_version, limit)
+        """One stream from its cell: the cell's own iterator (positions are the cell's)."""
+        return self.cell_for(stream_id).read(stream_id, from_version, to_version, limit)
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None

@@ -293,12 +293,11 @@ class AsyncCellsRecorder:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def read(
+    def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> AsyncIterator[RecordedEvent]:
-        """One stream from its cell (positions are the cell's own)."""
-        async for e in self.cell_for(stream_id).read(stream_id, from_version, to_version, limit):
-            yield e
+        """One stream from its cell: the cell's own iterator (positions are the cell's)."""
+        return self.cell_for(stream_id).read(stream_id, from_version, to_version, limit)
 
     async def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
