@@ -236,3 +236,49 @@ def test_secrets_stay_out_of_reprs_and_errors(request: pytest.FixtureRequest) ->
         except CrossCellError as exc:
             texts.append(str(exc))
     assert all(pw not in t for t in texts)
+
+
+@pytest.mark.parametrize("kind", ["schemas", "servers", "citus"])
+def test_subscribe_follows_every_cell(kind: str, request: pytest.FixtureRequest) -> None:
+    """subscribe() on a cell store yields the events appended to streams of every cell,
+    each once, as they commit (blocking face, and the asyncio face on the same store)."""
+    import asyncio
+    import threading
+
+    url = cells_url(kind, request)
+    with ae.open_store(url) as store:
+        rec = _cells(store)
+        sids = [next(f"s{i}" for i in range(500) if rec.cell_index(f"s{i}") == c) for c in range(3)]
+        got: list[tuple[str, int]] = []
+        ready = threading.Event()
+
+        def follow() -> None:
+            sub = store.subscribe(after_position=0)
+            ready.set()
+            for e in sub:
+                got.append((e.stream_id, e.version))
+                if len(got) == 9:
+                    break
+
+        t = threading.Thread(target=follow)
+        t.start()
+        ready.wait(30)
+        for n in range(3):
+            for sid in sids:
+                store.append(sid, [ae.NewEvent(type="t.x", module="m", payload={"n": n})])
+        t.join(60)
+        assert sorted(got) == sorted((sid, v) for sid in sids for v in (1, 2, 3))
+
+    async def follow_async() -> list[tuple[str, int]]:
+        astore = await ae.open_async_store(url)
+        try:
+            seen: list[tuple[str, int]] = []
+            async for e in astore.subscribe(after_position=0):
+                seen.append((e.stream_id, e.version))
+                if len(seen) == 9:
+                    break
+            return seen
+        finally:
+            await astore.close()
+
+    assert sorted(asyncio.run(follow_async())) == sorted(got)
