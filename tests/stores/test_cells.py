@@ -298,3 +298,19 @@ def test_missing_citus_is_reported_never_silent(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(pytest.fail.Exception) as failed:
         cell_servers.require_citus()
     assert "build.sh" in str(failed.value)
+
+
+def test_opening_without_create_never_creates_or_writes(request: pytest.FixtureRequest) -> None:
+    """create=False on a missing cell store is StoreNotFound and creates nothing; a plain
+    store in the first cell's schema is not taken for a cell store."""
+    url = cells_url("schemas", request)
+    with pytest.raises(ae.StoreNotFound):
+        ae.open_store(url, create=False)
+    with pytest.raises(ae.StoreNotFound):
+        ae.open_store(url, create=False)  # still nothing there
+    cfg = parse_cells_url(ae.core.url.StoreURL.parse(url))
+    with ae.open_store(cfg.url_of(0, cfg.name_of(0))) as plain:
+        plain.append("x", [ae.NewEvent(type="t.x", module="m")])
+    with pytest.raises(ae.StoreNotFound) as ei:
+        ae.open_store(url, create=False)
+    assert "not a cell store" in str(ei.value)

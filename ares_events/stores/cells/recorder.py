@@ -40,7 +40,13 @@ from ares_events.core.backend import (
 from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.iterators import closing_iter
 from ares_events.core.url import StoreURL
-from ares_events.errors import ConfigError, CrossCellError, InvalidEvent, StoreError
+from ares_events.errors import (
+    ConfigError,
+    CrossCellError,
+    InvalidEvent,
+    StoreError,
+    StoreNotFound,
+)
 from ares_events.stores.cells.layout import (
     CELLS_KEY,
     DEFAULT_CELLS,
@@ -142,6 +148,11 @@ class CellsRecorder:
             )
             opened.append(first)
             raw = first.meta_get(CELLS_KEY)
+            create = bool(options.get("create", True))
+            if raw is None and not create:
+                raise StoreNotFound(
+                    cfg.where, f"schema {cfg.name_of(0)} holds no cell map (not a cell store)"
+                )
             if raw is not None:
                 cell_map = CellMap.from_json(raw, cfg.where)
                 _check_requested(cfg, cell_map)
@@ -164,8 +175,7 @@ class CellsRecorder:
                 citus=cfg.citus,
                 shared_clock=cfg.citus or len(set(cfg.hosts)) == 1,
             )
-            if raw is None or options.get("create", True):
-                rec._record_map()
+            rec._record_map(new=raw is None, create=create)
         except BaseException:
             for r in opened:
                 r.close()
@@ -173,22 +183,33 @@ class CellsRecorder:
         logger.info("opened cell store %s (%d cells)", cfg.where, len(opened))
         return rec
 
-    def _record_map(self) -> None:
-        """Record the map in every cell (the first cell decides: concurrent inits of one
-        store agree on its map), refusing a cell that holds another store's map.
+    def _record_map(self, *, new: bool, create: bool) -> None:
+        """Record the map of a new store in every cell (the first cell decides: concurrent
+        inits of one store agree on its map); for an existing one, check every cell holds
+        it (recording it where an interrupted init left it out, unless ``create=False``).
 
         Raises:
             ConfigError: a cell records another map.
+            StoreNotFound: ``create=False`` and a cell holds no map.
         """
         want = self.cell_map.to_json()
-        stored = self.cells[0].meta_put_if_absent(CELLS_KEY, want)
-        if stored != want:
-            raise ConfigError(
-                f"{self._description}: another ares-events process initialised this store "
-                "with another cell map at the same time; open it again"
-            )
+        if new:
+            stored = self.cells[0].meta_put_if_absent(CELLS_KEY, want)
+            if stored != want:
+                raise ConfigError(
+                    f"{self._description}: another ares-events process initialised this "
+                    "store with another cell map at the same time; open it again"
+                )
         for i, cell in enumerate(self.cells[1:], start=1):
-            got = cell.meta_put_if_absent(CELLS_KEY, want)
+            got = cell.meta_get(CELLS_KEY)
+            if got is None:
+                if not create:
+                    raise StoreNotFound(
+                        self._description,
+                        f"cell {self.cell_map.cells[i]} holds no cell map (an interrupted "
+                        "init: run `ares-events init`)",
+                    )
+                got = cell.meta_put_if_absent(CELLS_KEY, want)
             if got != want:
                 raise ConfigError(
                     f"{self._description}: cell {self.cell_map.cells[i]} belongs to another "
