@@ -18,10 +18,14 @@ Citus coordinator (three distributed schemas on its workers, same machine).
 Workloads (full / ``--quick``):
 
 a. 1-event appends, one transaction each, round robin over 300 existing streams
-   (1000 / 100 per rep): the routing overhead of an append (goal: within 1.15x).
-b. The last 100 events of a 1000-event stream: p50 latency of ``store.read`` (goal: 1.2x).
-c. ``read_all`` of every event of the store (100k / 10k events, 300 streams): the merged
-   read over 3 cells vs one schema.
+   (1000 / 100 per rep, 5 / 3 reps): the routing overhead of an append (goal: 1.15x).
+b. The last 100 events of a 1000-event stream: median latency of ``store.read`` over
+   300 / 50 reads (goal: 1.2x).
+c. ``read_all`` of every event of the store (about 100k / 10k events): the merged read
+   over 3 cells vs one schema, best of 3.
+
+The systems are interleaved within each workload (A B C, C B A, ...), so the load of a
+shared machine falls on all of them alike.
 d. ``--scale``: 100,000 streams x 100 events (10,000,000 events, 100-event appends, two
    writer processes) into 3 cells: time, rate, disk (``pg_total_relation_size`` of the cell
    schemas) and the time of a full ``audit``.
@@ -37,6 +41,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -77,49 +82,83 @@ def _systems(db_url: str, citus: str | None) -> dict[str, str]:
     return out
 
 
-def _append_rate(url: str, n: int, reps: int, payloads: list[dict[str, Any]]) -> list[float]:
-    """Seconds per 1-event append, one sample per rep (round robin over 300 streams)."""
-    out = []
-    with ae.open_store(url) as store:
-        sids = [f"agent-{i}" for i in range(300)]
-        for sid in sids:
-            store.append(sid, [_ev(payloads[0])])
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            for i in range(n):
-                store.append(sids[i % 300], [_ev(payloads[i % len(payloads)])])
-            out.append((time.perf_counter() - t0) / n)
-    return out
+def _prepare(store: ae.EventStore, payloads: list[dict[str, Any]], total: int) -> str:
+    """300 streams with one event, a 1000-event stream (its id returned), and ``total``
+    events in 100-event appends over 300 more streams (for read_all)."""
+    for i in range(300):
+        store.append(f"agent-{i}", [_ev(payloads[0])])
+    sid = "long"
+    for i in range(0, 1000, 100):
+        store.append(sid, [_ev(p) for p in payloads[i : i + 100]])
+    for i in range(total // 100):
+        store.append(f"r-{i % 300}", [_ev(p) for p in payloads[:100]])
+    return sid
 
 
-def _tail_read(url: str, reps: int, payloads: list[dict[str, Any]]) -> list[float]:
-    """Seconds to read the last 100 events of a 1000-event stream, one sample per read."""
-    with ae.open_store(url) as store:
-        sid = f"long-{uuid.uuid4().hex[:6]}"
-        for i in range(0, 1000, 100):
-            store.append(sid, [_ev(p) for p in payloads[i : i + 100]])
-        out = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            got = list(store.read(sid, from_version=901))
-            out.append(time.perf_counter() - t0)
-            assert len(got) == 100
-    return out
+def _appends(store: ae.EventStore, n: int, payloads: list[dict[str, Any]]) -> float:
+    """Seconds per 1-event append, round robin over the 300 streams."""
+    t0 = time.perf_counter()
+    for i in range(n):
+        store.append(f"agent-{i % 300}", [_ev(payloads[i % len(payloads)])])
+    return (time.perf_counter() - t0) / n
 
 
-def _read_all(url: str, total: int, payloads: list[dict[str, Any]]) -> tuple[float, int]:
-    """(events per second, events) of a full read_all after ``total`` events in 300 streams."""
-    with ae.open_store(url) as store:
-        batch = 100
-        for i in range(total // batch):
-            store.append(f"r-{i % 300}", [_ev(p) for p in payloads[:batch]])
-        best = 0.0
-        n = 0
-        for _ in range(3):
-            t0 = time.perf_counter()
-            n = sum(1 for _ in store.read_all())
-            best = max(best, n / (time.perf_counter() - t0))
-    return best, n
+def _tail(store: ae.EventStore, sid: str) -> float:
+    """Seconds to read the last 100 events of the 1000-event stream."""
+    t0 = time.perf_counter()
+    got = list(store.read(sid, from_version=901))
+    took = time.perf_counter() - t0
+    assert len(got) == 100
+    return took
+
+
+def _read_all(store: ae.EventStore) -> tuple[float, int]:
+    """(events per second, events) of one full read_all."""
+    t0 = time.perf_counter()
+    n = sum(1 for _ in store.read_all())
+    return n / (time.perf_counter() - t0), n
+
+
+def _routing(
+    systems: dict[str, str], n: int, reps: int, tails: int, total: int, say: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
+    """Every workload on every system, the systems interleaved (A B C, C B A, ...) so a
+    busy machine's ups and downs fall on all of them alike."""
+    payloads = make_payloads(1000)
+    stores = {name: ae.open_store(url) for name, url in systems.items()}
+    try:
+        sids = {}
+        for name, store in stores.items():
+            say(f"{name}: preparing")
+            sids[name] = _prepare(store, payloads, total)
+        names = list(stores)
+        appends: dict[str, list[float]] = {k: [] for k in names}
+        tail: dict[str, list[float]] = {k: [] for k in names}
+        rates: dict[str, list[float]] = {k: [] for k in names}
+        counts: dict[str, int] = {}
+        for r in range(reps):
+            say(f"rep {r + 1}/{reps}")
+            for name in names if r % 2 == 0 else names[::-1]:
+                appends[name].append(_appends(stores[name], n, payloads))
+        for r in range(tails):
+            for name in names if r % 2 == 0 else names[::-1]:
+                tail[name].append(_tail(stores[name], sids[name]))
+        for r in range(3):
+            for name in names if r % 2 == 0 else names[::-1]:
+                rate, counts[name] = _read_all(stores[name])
+                rates[name].append(rate)
+    finally:
+        for store in stores.values():
+            store.close()
+    return {
+        k: {
+            "append_s": statistics.median(appends[k]),
+            "tail_s": statistics.median(tail[k]),
+            "read_all_rate": max(rates[k]),
+            "read_all_events": counts[k],
+        }
+        for k in names
+    }
 
 
 def _scale_writer(url: str, first: int, count: int, events: int) -> None:
@@ -226,7 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writers", type=int, default=2)
     opts = ap.parse_args(argv)
     n, reps, total = (100, 3, 10_000) if opts.quick else (1000, 5, 100_000)
-    payloads = make_payloads(1000)
     results: dict[str, Any] = {"machine": machine_description()}
 
     def say(msg: str) -> None:
@@ -236,14 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     scale = None
     with throwaway_db(opts.admin_url, "bench_cells") as db_url:
         systems = {} if opts.scale_only else _systems(db_url, opts.citus_url)
-        for name, url in systems.items():
-            say(f"{name}: appends")
-            a = statistics.median(_append_rate(url, n, reps, payloads))
-            say(f"{name}: tail reads")
-            b = statistics.median(_tail_read(url, 50 if opts.quick else 300, payloads))
-            say(f"{name}: read_all")
-            c, count = _read_all(url, total, payloads)
-            per[name] = {"append_s": a, "tail_s": b, "read_all_rate": c, "read_all_events": count}
+        if systems:
+            per = _routing(systems, n, reps, 50 if opts.quick else 300, total, say)
         results["systems"] = per
         if opts.scale or opts.scale_only:
             streams = 2_000 if opts.quick else opts.scale_streams
@@ -295,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         markdown_table(["system", "p50", "vs single"], rows_b),
         "",
-        f"**read_all** (every event, {total:,} in 300 streams, best of 3):",
+        f"**read_all** (every event, {total + 1300:,} in 601 streams, best of 3):",
         "",
         markdown_table(["system", "rate", "single / system"], rows_c),
     ]
