@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         markdown_table(["system", "p50", "vs single"], rows_b),
         "",
-        f"**read_all** (every event, {total + 1300:,} in 601 streams, best of 3):",
+        f"**read_all** (every event, {base['read_all_events']:,.0f} in 601 streams, best of 3):",
         "",
         markdown_table(["system", "rate", "single / system"], rows_c),
     ]
