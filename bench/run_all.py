@@ -307,30 +307,6 @@ def sqlite_bare_replay(fx: bs.ReadFixtures) -> tuple[int, int]:
     return state
 
 
-# -- the verifier with and without its native half ------------------------------------------
-
-
-def native_verifier() -> bool:
-    """True when the optional native verifier (``ares_events.integrity._native``) loaded."""
-    from ares_events.integrity import verifier
-
-    return verifier._native is not None
-
-
-def pure_python(fn: Callable[[], tuple[float, float]]) -> Callable[[], tuple[float, float]]:
-    """``fn`` run with the native verifier switched off (the pure-Python reference)."""
-    from ares_events.integrity import verifier
-
-    def run() -> tuple[float, float]:
-        saved, verifier._native = verifier._native, None
-        try:
-            return fn()
-        finally:
-            verifier._native = saved
-
-    return run
-
-
 # -- the audit -------------------------------------------------------------------------------
 
 
@@ -422,7 +398,6 @@ LABELS = {
     "ours_nn": "ares-events, `notify=false`",
     "ours_nn_1": "ares-events, `notify=false`, 1 writer (same total)",
     "ours_noverify": "ares-events, `verify=False`",
-    "ours_py": "ares-events, pure-Python verifier",
     "es": "eventsourcing",
     "bare": "bare driver (floor)",
 }
@@ -511,8 +486,8 @@ REASONS = {
         "carries the chain check (two blake3 hashes and a header per event) on top"
     ),
     "replay_verified": (
-        "the chain check per event (payload digest, header, link hash): in C with the "
-        "native verifier, through ~6 blake3 binding calls a event without it"
+        "the chain check per event (payload digest, header, link hash) through ~6 blake3 "
+        "binding calls an event"
     ),
     "replay_unverified": (
         "a RecordedEvent per row (a tuple and its lazy-decode cell) and the page loop"
@@ -599,10 +574,6 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
     def want(*keys: str) -> bool:
         return only is None or any(k in only for k in keys)
 
-    def py(run: Callable[[], tuple[float, float]]) -> dict[str, Any]:
-        """The same run on the pure-Python verifier, when the native one is what ran."""
-        return {"ours_py": pure_python(run)} if native_verifier() else {}
-
     def add(key: str, title: str, systems: dict[str, Any], events: int, **kw: Any) -> None:
         if want(key):
             log(f"{title} x {sz.reps}")
@@ -612,7 +583,7 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
         reps = min(sz.reps, AUDIT_REPS)
         log(f"{title} x {reps}")
         run_one = audit_run(store, sz.audit)
-        systems = {"ours": run_one, **py(run_one)}
+        systems = {"ours": run_one}
         out.append(Workload(key, title, interleave(systems, reps), sz.audit))
 
     copy_note = {"bare": "binary COPY"}
@@ -675,7 +646,6 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
                     f"PostgreSQL: replay of {sz.replay:,} events (read + verify + decode + fold)",
                     {
                         "ours": bp._checked(fx.replay_ours, fx.expected),
-                        **py(bp._checked(fx.replay_ours, fx.expected)),
                         "ours_noverify": bp._checked(fx.replay_ours_noverify, fx.expected),
                         "es": bp._checked(fx.replay_theirs, fx.expected),
                         "bare": bp._checked(lambda: pg_bare_replay(fx), fx.expected),
@@ -746,7 +716,6 @@ def run(sz: Sizes, admin_url: str, only: set[str] | None = None) -> list[Workloa
                     f"SQLite: replay of {sz.replay:,} events (read + verify + decode + fold)",
                     {
                         "ours": bs._checked(sfx.replay_ours, sfx.expected),
-                        **py(bs._checked(sfx.replay_ours, sfx.expected)),
                         "ours_noverify": bs._checked(sfx.replay_ours_noverify, sfx.expected),
                         "es": bs._checked(sfx.replay_theirs, sfx.expected),
                         "bare": bs._checked(lambda: sqlite_bare_replay(sfx), sfx.expected),

@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "ares_events.cli",
             "ares_events.integrations",
+            "ares_events.ui",
             "ares_events.testing",
             "ares_events.__main__",
             "ares_events._compat",

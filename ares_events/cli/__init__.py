@@ -12,7 +12,8 @@ gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`:
 :mod:`~ares_events.cli.bench`: bench; :mod:`~ares_events.cli.runs`: runs list, show,
 resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
 verify-proof; :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
-witness), and here :func:`main`, which maps errors to exit codes.
+witness; :mod:`~ares_events.cli.console`: ui), and here :func:`main`, which maps errors to
+exit codes.
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.
@@ -31,6 +32,7 @@ from ares_events.cli import (  # noqa: F401
     bench,
     blobs,
     cells,
+    console,
     demo,
     erasure,
     inspect,

@@ -87,6 +87,9 @@ class Capability(enum.Enum):
     "point", docs/scaling.md). Positions from ``read`` are not ``read_all`` cursors."""
     DEFAULT_BLOBS = "default_blobs"
     """``default_blobs_url()``: where spilled payloads go when no blob store is given."""
+    STREAM_PAGES = "stream_pages"
+    """``heads_page(after, limit, prefix)``: one page of stream heads in stream id order,
+    from the backend's index (a console lists millions of streams a page at a time)."""
 
 
 @dataclass(frozen=True, slots=True)

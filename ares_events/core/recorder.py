@@ -40,6 +40,7 @@ __all__ = [
     "HasDefaultBlobs",
     "KeepsMetadata",
     "KeepsSnapshots",
+    "PagesStreams",
     "Recorder",
     "ScansDuplicates",
     "ScansPositions",
@@ -222,6 +223,18 @@ class ScansPositions(Protocol):
 
 
 @runtime_checkable
+class PagesStreams(Protocol):
+    """:attr:`Capability.STREAM_PAGES`: one page of stream heads, straight from the heads
+    index (never a scan of every head)."""
+
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
+        """At most ``limit`` heads of the streams whose id is above ``after`` (``""``:
+        from the first) in the order of :meth:`Recorder.heads`; with ``prefix``
+        (never empty when given), only the ids that start with it exactly (no wildcard)."""
+        ...
+
+
+@runtime_checkable
 class HasDefaultBlobs(Protocol):
     """:attr:`Capability.DEFAULT_BLOBS`: a place for spilled payloads when none is
     configured (a SQLite file's ``<file>.blobs`` folder)."""
@@ -250,6 +263,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.DUPLICATE_SCAN: ScansDuplicates,
     Capability.POSITION_SCAN: ScansPositions,
     Capability.DEFAULT_BLOBS: HasDefaultBlobs,
+    Capability.STREAM_PAGES: PagesStreams,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:
 gapless positions, persistence, several processes)."""

@@ -39,6 +39,7 @@ __all__ = [
     "AsyncHasDefaultBlobs",
     "AsyncKeepsMetadata",
     "AsyncKeepsSnapshots",
+    "AsyncPagesStreams",
     "AsyncRecorder",
     "AsyncScansDuplicates",
     "AsyncScansPositions",
@@ -221,6 +222,20 @@ class AsyncScansPositions(Protocol):
 
 
 @runtime_checkable
+class AsyncPagesStreams(Protocol):
+    """:attr:`Capability.STREAM_PAGES`: one page of stream heads, straight from the heads
+    index (never a scan of every head)."""
+
+    async def heads_page(
+        self, after: str, limit: int, prefix: str | None
+    ) -> list[tuple[str, Head]]:
+        """At most ``limit`` heads of the streams whose id is above ``after`` (``""``:
+        from the first) in the order of :meth:`AsyncRecorder.heads`; with ``prefix``
+        (never empty when given), only the ids that start with it exactly (no wildcard)."""
+        ...
+
+
+@runtime_checkable
 class AsyncHasDefaultBlobs(Protocol):
     """:attr:`Capability.DEFAULT_BLOBS`: a place for spilled payloads when none is
     configured (a SQLite file's ``<file>.blobs`` folder)."""
@@ -249,6 +264,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.DUPLICATE_SCAN: AsyncScansDuplicates,
     Capability.POSITION_SCAN: AsyncScansPositions,
     Capability.DEFAULT_BLOBS: AsyncHasDefaultBlobs,
+    Capability.STREAM_PAGES: AsyncPagesStreams,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:
 gapless positions, persistence, several processes)."""

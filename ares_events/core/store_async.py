@@ -713,6 +713,44 @@ class AsyncEventStore:
             async for sid, h in heads:
                 yield sid, h.version
 
+    async def streams_page(
+        self, *, after: str = "", prefix: str | None = None, limit: int = 100
+    ) -> list[tuple[str, Head]]:
+        """One page of streams with their heads, in the order of :meth:`streams`.
+
+        Pass the last id of a page as ``after`` for the next one. A backend with
+        :attr:`Capability.STREAM_PAGES` reads one page from its index (memory, SQLite,
+        PostgreSQL); any other backend's heads are scanned from the start, lazily.
+
+        Args:
+            after: only ids above this one (``""``: from the first).
+            prefix: only ids that start with this, exactly (no character is a wildcard);
+                None or ``""``: every stream.
+            limit: at most this many (1 or more).
+
+        Raises:
+            InvalidEvent: a bad ``after``, ``prefix`` or ``limit``.
+            StoreClosed: the store is closed.
+            StoreUnavailable: the backend cannot be reached.
+        """
+        self._check_open()
+        if not isinstance(after, str) or not isinstance(prefix, (str, type(None))):
+            raise InvalidEvent("streams_page", "after and prefix must be strings")
+        if type(limit) is not int or limit <= 0:
+            raise InvalidEvent("streams_page", f"limit must be a positive int, got {limit!r}")
+        await self._ready()
+        prefix = prefix or None
+        if Capability.STREAM_PAGES in self._caps:
+            return await self.recorder.heads_page(after, limit, prefix)  # type: ignore[attr-defined, no-any-return]
+        out: list[tuple[str, Head]] = []
+        async with aclosing_iter(self.recorder.heads()) as heads:
+            async for sid, h in heads:
+                if sid > after and (prefix is None or sid.startswith(prefix)):
+                    out.append((sid, h))
+                    if len(out) >= limit:
+                        break
+        return out
+
     async def last_position(self) -> int:
         """The highest global position visible to ``read_all`` (0 for an empty store).
 

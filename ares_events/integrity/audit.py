@@ -41,9 +41,11 @@ def audit(
 
     Two passes. First every stream with a head is read by version and its chain checked
     against its head (stream reads see every committed event, whatever the backend's
-    ``read_all`` visibility rule). Then one pass over ``read_all`` checks that global
-    positions increase (without gaps where the backend promises that) and finds events
-    of streams that have no head row.
+    ``read_all`` visibility rule). Then one pass over the global positions (the
+    backend's three-column ``positions()`` scan where it declares
+    ``Capability.POSITION_SCAN``, otherwise ``read_all``) checks that they increase
+    (without gaps where the backend promises that) and finds the streams that have no
+    head row, which are then verified like the others.
 
     Args:
         store: the store to audit.

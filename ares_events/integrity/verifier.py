@@ -42,7 +42,6 @@ It may import the core and :mod:`.findings`.
 from __future__ import annotations
 
 import binascii
-import importlib
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -69,11 +68,6 @@ from ares_events.errors import InvalidEvent
 from ares_events.integrity.findings import Finding, VerifyReport
 
 logger = logging.getLogger(__name__)
-
-try:  # the optional native verifier (same results, a fraction of the cost)
-    _native: Any = importlib.import_module("ares_events.integrity._native")
-except ImportError:  # pragma: no cover - the package works without it
-    _native = None
 
 _blake3 = blake3.blake3
 _hexlify = binascii.hexlify
@@ -143,7 +137,7 @@ class ChainVerifier:
         Returns the events to use: ``events`` itself when every row is a well-formed event
         (sound or not: a hash mismatch is a finding, the event still comes back, as with
         :meth:`check`), otherwise a list without the malformed rows. The healthy run of a
-        page is checked in one call (the native verifier when it is installed).
+        page is checked in one call (:func:`verify_run`).
         """
         n = len(events)
         i = self._run(events, 0)
@@ -177,23 +171,17 @@ class ChainVerifier:
         if self._sid is None:
             return start
         key = None if self.key is None else self.key.key
-        i: int
-        if _native is not None:
-            i, self.last, self.last_hash = _native.verify_run(
-                events, start, self.stream_id, self._sid, self.last, self.last_hash, key
-            )
-        else:
-            i, self.last, self.last_hash = verify_run(
-                events,
-                start,
-                self.stream_id,
-                self._sid,
-                self.last,
-                self.last_hash,
-                key,
-                self._payload,
-                self._link,
-            )
+        i, self.last, self.last_hash = verify_run(
+            events,
+            start,
+            self.stream_id,
+            self._sid,
+            self.last,
+            self.last_hash,
+            key,
+            self._payload,
+            self._link,
+        )
         return i
 
     def _check_slow(self, e: RecordedEvent) -> bool:
@@ -338,7 +326,7 @@ def verify_run(
     payload_hasher: Any = None,
     link_hasher: Any = None,
 ) -> tuple[int, int, bytes]:
-    """The verifier's fast path over ``events[start:]``, the reference for the native one.
+    """The verifier's fast path over ``events[start:]``.
 
     Vouches for each event in turn that is the next version of ``stream_id``, links to the
     last hash, has an inline payload and whose header, built from the template of

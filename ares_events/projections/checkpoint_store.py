@@ -157,6 +157,8 @@ class SQLCheckpoints(_Keys):
         return template.format(table=self._name, blob=self.t._blob)
 
     def _ensure(self) -> None:
+        if not self._ready and self.t.read_only:
+            self._ready = True  # a read-only store: read what is there, create nothing
         if not self._ready:
             with self.t.transaction(ddl=True) as c:
                 self.t.run(c, self._sql(CREATE))

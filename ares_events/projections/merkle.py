@@ -408,12 +408,18 @@ class MerkleLog:
             )
 
     def prove_event(
-        self, stream_id: str, version: int, *, key: SigningKey | None = None
+        self,
+        stream_id: str,
+        version: int,
+        *,
+        key: SigningKey | None = None,
+        catch_up: bool = True,
     ) -> dict[str, Any]:
         """An inclusion proof of one event, as the JSON object ``prove`` prints.
 
         Against the latest stored checkpoint that covers the event, or, with ``key``, a
-        checkpoint signed (and stored) now.
+        checkpoint signed (and stored) now. ``catch_up=False`` (a read-only store) writes
+        nothing: the event must already be in the log.
 
         Raises:
             EventNotFound: no such event.
@@ -422,7 +428,8 @@ class MerkleLog:
                 longer matches the checkpoint.
         """
         event = _read_one(self.store, stream_id, version)
-        self.catch_up()
+        if catch_up:  # False: a read-only store; the proof is of what the log holds now
+            self.catch_up()
         index = self.index_of(event.position)
         if index is None:
             raise ProofError(

@@ -315,10 +315,17 @@ class SQLTables:
             " ares_projections", f" {self._prefix}ares_projections"
         )
 
+    @property
+    def read_only(self) -> bool:
+        """The store was opened read-only: tables are read, never created or written."""
+        return bool(getattr(self.recorder, "read_only", False))
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
         if self.dialect == "sqlite":
-            with self.recorder.transaction() as conn:
+            # A read-only store has no write transaction; its reads need none.
+            tx = self.recorder.reading() if self.read_only else self.recorder.transaction()
+            with tx as conn:
                 yield conn
         else:
             with self.recorder.connection() as conn, conn.transaction():
@@ -337,6 +344,8 @@ class SQLTables:
             )
 
     def _ensure(self) -> None:
+        if not self._ready and self.read_only:
+            self._ready = True  # nothing is created: a missing registry is an error to read
         if not self._ready:
             with self._tx() as c:
                 self._ddl(c)

@@ -196,6 +196,12 @@ class ThreadedRecorder:
         """The blocking ``heads``, pulled in chunks on reader threads."""
         return self._pull(self.sync.heads)
 
+    async def heads_page(
+        self, after: str, limit: int, prefix: str | None
+    ) -> list[tuple[str, Head]]:
+        """The blocking ``heads_page`` on a reader thread."""
+        return await self._call(self._readers, self.sync.heads_page, after, limit, prefix)
+
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
         """The audit's uniqueness scan, pulled on reader threads."""
         return self._pull(self.sync.find_duplicates)

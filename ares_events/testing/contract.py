@@ -26,8 +26,9 @@ declare the capability; every other test always runs.
 The class name deliberately does not start with ``Test``, so pytest does not collect it
 where it is defined. It is assembled from :class:`WriteContract` (``_contract_writes.py``),
 :class:`ReadContract` (``_contract_reads.py``), :class:`LifecycleContract`
-(``_contract_lifecycle.py``: identity and close) and :class:`EraseContract`
-(``_contract_erase.py``: ``Capability.ERASE``); the helpers
+(``_contract_lifecycle.py``: identity and close), :class:`EraseContract`
+(``_contract_erase.py``: ``Capability.ERASE``) and :class:`PagesContract`
+(``_contract_pages.py``: ``streams_page``); the helpers
 live in ``_contract_helpers.py``. These modules may import the public API
 (``ares_events``) and pytest.
 """
@@ -37,13 +38,14 @@ from __future__ import annotations
 from ares_events.testing._contract_erase import EraseContract
 from ares_events.testing._contract_helpers import run_concurrent_appenders, store_state
 from ares_events.testing._contract_lifecycle import LifecycleContract
+from ares_events.testing._contract_pages import PagesContract
 from ares_events.testing._contract_reads import ReadContract
 from ares_events.testing._contract_writes import WriteContract
 
 __all__ = ["StoreContract", "run_concurrent_appenders", "store_state"]
 
 
-class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContract):
+class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContract, PagesContract):
     """Behaviour every event store shares. Subclass it with ``store``/``store_url``
     fixtures (see the module docstring)."""
 
@@ -51,7 +53,7 @@ class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContrac
 # Each test is also an attribute of StoreContract itself, as before the suite was split
 # in two files: code that finds the suite's tests with vars(StoreContract) (to list or
 # mark them) still sees every one. Same function objects, in definition order.
-for _half in (WriteContract, ReadContract, LifecycleContract, EraseContract):
+for _half in (WriteContract, ReadContract, LifecycleContract, EraseContract, PagesContract):
     for _name, _test in vars(_half).items():
         if _name.startswith("test_"):
             setattr(StoreContract, _name, _test)

@@ -130,6 +130,7 @@ def test_url_options_reach_the_pool_and_libpq(postgres_url: str) -> None:
             "metadata",
             "duplicate_scan",
             "position_scan",
+            "stream_pages",
         }
 
 

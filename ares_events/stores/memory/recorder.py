@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
@@ -68,6 +69,7 @@ class MemoryRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -266,6 +268,17 @@ class MemoryRecorder:
             self._check()
             items = sorted(self._d.heads.items())
         return _each(items)
+
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
+        """One page of heads in stream id order (a partial sort: O(n log limit))."""
+        _fair()
+        with self._d.lock:
+            self._check()
+            heads = self._d.heads
+            ids = [
+                sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
+            ]
+            return [(sid, heads[sid]) for sid in heapq.nsmallest(limit, ids)]
 
     def last_position(self) -> int:
         """Number of events in the log."""

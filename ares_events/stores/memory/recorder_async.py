@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import contextlib
+import heapq
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
@@ -89,6 +90,7 @@ class AsyncMemoryRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -289,6 +291,19 @@ class AsyncMemoryRecorder:
             self._check()
             items = sorted(self._d.heads.items())
         return _each(items)
+
+    async def heads_page(
+        self, after: str, limit: int, prefix: str | None
+    ) -> list[tuple[str, Head]]:
+        """One page of heads in stream id order (a partial sort: O(n log limit))."""
+        await _fair()
+        with self._d.lock:
+            self._check()
+            heads = self._d.heads
+            ids = [
+                sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
+            ]
+            return [(sid, heads[sid]) for sid in heapq.nsmallest(limit, ids)]
 
     async def last_position(self) -> int:
         """Number of events in the log."""

@@ -39,7 +39,7 @@ OWN_PARAMS: Final = (
     "notify",
     "citus",
 )
-KEYWORD_OPTIONS: Final = ("create",)
+KEYWORD_OPTIONS: Final = ("create", "read_only")
 """Keyword-only options of ``open_store`` (not URL parameters)."""
 # A schema name is an SQL identifier here, not free text: letters, digits and "_",
 # starting with a letter or "_", at most 63 bytes. Quoting alone is not enough: "%" or
@@ -67,6 +67,7 @@ class PostgresOptions:
     notify: bool
     create: bool = True
     citus: bool = False
+    read_only: bool = False
     connect_kwargs: dict[str, Any] = field(repr=False)
     """Keyword arguments of ``psycopg.connect`` (may hold the password: never shown)."""
 
@@ -147,6 +148,13 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     # a dead or unreachable server is reported within a few seconds.
     kwargs.setdefault("connect_timeout", "5")
     kwargs["autocommit"] = True
+    read_only = parse_bool(own.get("read_only", False), "read_only", where)
+    if read_only:
+        # Every transaction of every connection of the pool is read-only (the server
+        # refuses a write), and nothing is created or migrated on open.
+        extra = "-c default_transaction_read_only=on"
+        kwargs["options"] = f"{kwargs['options']} {extra}" if kwargs.get("options") else extra
+        migrate = False
     return PostgresOptions(
         where=where,
         schema=schema,
@@ -157,7 +165,8 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         page_size=page_size,
         migrate=migrate,
         notify=notify,
-        create=parse_bool(own.get("create", True), "create", where),
+        create=parse_bool(own.get("create", True), "create", where) and not read_only,
+        read_only=read_only,
         citus=parse_bool(own.get("citus", False), "citus", where),
         connect_kwargs=kwargs,
     )

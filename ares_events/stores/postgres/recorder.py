@@ -229,6 +229,7 @@ class PostgresRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -255,6 +256,9 @@ class PostgresRecorder:
         self.page_size = page_size
         self.notify = notify
         self.citus = citus
+        self.read_only = False
+        """Every transaction is read-only (``read_only=True`` at open: the server refuses
+        writes); tables beside the events are then read, never created."""
         # On Citus the one-statement fast path would take its xid on the worker (and
         # Citus refuses a volatile function in RETURNING): always the locked path.
         self.predict_heads = not citus
@@ -265,6 +269,7 @@ class PostgresRecorder:
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
+        self._byte_order: bool | None = None  # the database sorts text by code point
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -343,7 +348,7 @@ class PostgresRecorder:
         try:
             if opts.pool_min:  # the blocking pool is open: wait for its first connections
                 pool.wait(timeout=max(opts.pool_timeout, 1.0))
-            return cls.open(
+            rec = cls.open(
                 pool,
                 schema=opts.schema,
                 migrate=bool(opts.migrate),
@@ -357,6 +362,8 @@ class PostgresRecorder:
                 notify=opts.notify,
                 citus=opts.citus,
             )
+            rec.read_only = opts.read_only
+            return rec
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
             raise StoreUnavailable(
@@ -954,6 +961,30 @@ class PostgresRecorder:
             if len(rows) < page:
                 return
             after = rows[-1][0]
+
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
+        """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
+        q = self.sql
+        if prefix is None:
+            rows = self._query("listing streams", q.heads, (after, limit))
+        else:
+            if self._byte_order is None:
+                found = self._query("the database's collation", q.byte_order, ())
+                self._byte_order = bool(found and found[0][0])
+            lo, hi = prefix_range(prefix)
+            if not self._byte_order:
+                rows = self._query("listing streams", q.heads_starting, (after, lo, limit))
+            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
+                if hi is None:
+                    rows = self._query("listing streams", q.heads, (after, limit))
+                else:
+                    args = (after, hi, limit)
+                    rows = self._query("listing streams", q.heads_range_gt, args)
+            elif hi is None:
+                rows = self._query("listing streams", q.heads_from_ge, (lo, limit))
+            else:
+                rows = self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
+        return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""

@@ -232,6 +232,7 @@ class AsyncPostgresRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -258,6 +259,9 @@ class AsyncPostgresRecorder:
         self.page_size = page_size
         self.notify = notify
         self.citus = citus
+        self.read_only = False
+        """Every transaction is read-only (``read_only=True`` at open: the server refuses
+        writes); tables beside the events are then read, never created."""
         # On Citus the one-statement fast path would take its xid on the worker (and
         # Citus refuses a volatile function in RETURNING): always the locked path.
         self.predict_heads = not citus
@@ -268,6 +272,7 @@ class AsyncPostgresRecorder:
         self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
+        self._byte_order: bool | None = None  # the database sorts text by code point
         self._listener: AsyncListener | None = None
         self._listener_lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -369,7 +374,7 @@ class AsyncPostgresRecorder:
                 await pool.open(wait=bool(opts.pool_min), timeout=max(opts.pool_timeout, 1.0))
             elif opts.pool_min:  # the blocking pool is open: wait for its first connections
                 pool.wait(timeout=max(opts.pool_timeout, 1.0))
-            return await cls.open(
+            rec = await cls.open(
                 pool,
                 schema=opts.schema,
                 migrate=bool(opts.migrate),
@@ -383,6 +388,8 @@ class AsyncPostgresRecorder:
                 notify=opts.notify,
                 citus=opts.citus,
             )
+            rec.read_only = opts.read_only
+            return rec
         except psycopg_pool.PoolTimeout as exc:
             await pool.close()
             raise StoreUnavailable(
@@ -983,6 +990,32 @@ class AsyncPostgresRecorder:
             if len(rows) < page:
                 return
             after = rows[-1][0]
+
+    async def heads_page(
+        self, after: str, limit: int, prefix: str | None
+    ) -> list[tuple[str, Head]]:
+        """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
+        q = self.sql
+        if prefix is None:
+            rows = await self._query("listing streams", q.heads, (after, limit))
+        else:
+            if self._byte_order is None:
+                found = await self._query("the database's collation", q.byte_order, ())
+                self._byte_order = bool(found and found[0][0])
+            lo, hi = prefix_range(prefix)
+            if not self._byte_order:
+                rows = await self._query("listing streams", q.heads_starting, (after, lo, limit))
+            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
+                if hi is None:
+                    rows = await self._query("listing streams", q.heads, (after, limit))
+                else:
+                    args = (after, hi, limit)
+                    rows = await self._query("listing streams", q.heads_range_gt, args)
+            elif hi is None:
+                rows = await self._query("listing streams", q.heads_from_ge, (lo, limit))
+            else:
+                rows = await self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
+        return [(sid, Head(version, h)) for sid, version, h in rows]
 
     async def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""

@@ -237,6 +237,22 @@ SELECT_HEADS: Final = (
     "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
     "WHERE stream_id > %s ORDER BY stream_id LIMIT %s"
 )
+# One page of heads (Capability.STREAM_PAGES), from the primary key in the column's own
+# order, as SELECT_HEADS. Under a byte-order collation (C, POSIX, C.UTF-8) the prefix is a
+# range the index serves; under any other one, starts_with() keeps the result exact (a
+# collation may sort ids with the prefix apart), scanning the index from ``after``.
+_HEADS_WHERE: Final = "SELECT stream_id, version, head_hash FROM {s}.ares_streams WHERE stream_id "
+SELECT_HEADS_RANGE_GT: Final = _HEADS_WHERE + "> %s AND stream_id < %s ORDER BY stream_id LIMIT %s"
+SELECT_HEADS_RANGE_GE: Final = _HEADS_WHERE + ">= %s AND stream_id < %s ORDER BY stream_id LIMIT %s"
+SELECT_HEADS_FROM_GE: Final = _HEADS_WHERE + ">= %s ORDER BY stream_id LIMIT %s"
+SELECT_HEADS_STARTING: Final = (
+    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
+    "WHERE stream_id > %s AND starts_with(stream_id, %s) ORDER BY stream_id LIMIT %s"
+)
+SELECT_BYTE_ORDER: Final = (
+    "SELECT datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') AND datlocprovider = 'c' "
+    "FROM pg_database WHERE datname = current_database()"
+)
 LISTEN: Final = "LISTEN {channel}"
 SET_STATEMENT_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
 # Schema management: serialized across processes by a transaction-scoped advisory lock.
@@ -333,6 +349,11 @@ class Statements:
     head: sql.Composed
     heads: sql.Composed
     heads_for_append: sql.Composed
+    heads_range_gt: sql.Composed
+    heads_range_ge: sql.Composed
+    heads_from_ge: sql.Composed
+    heads_starting: sql.Composed
+    byte_order: sql.Composed
     xid_ids_tracking: sql.Composed
     insert_many: sql.Composed
     tracking: sql.Composed
@@ -385,6 +406,11 @@ class Statements:
             head=render(SELECT_HEAD),
             heads=render(SELECT_HEADS),
             heads_for_append=render(SELECT_HEADS_FOR_APPEND),
+            heads_range_gt=render(SELECT_HEADS_RANGE_GT),
+            heads_range_ge=render(SELECT_HEADS_RANGE_GE),
+            heads_from_ge=render(SELECT_HEADS_FROM_GE),
+            heads_starting=render(SELECT_HEADS_STARTING),
+            byte_order=render(SELECT_BYTE_ORDER),
             xid_ids_tracking=render(SELECT_XID_IDS_TRACKING),
             insert_many=render(INSERT_MANY),
             tracking=render(SELECT_TRACKING),

@@ -25,6 +25,11 @@ connections: a connection is never closed under a running statement, and none ou
 Opening: ``create=True`` (the library's default) creates the file, its folder and the
 schema; ``create=False`` (what reporting tools use) opens an existing ares-events file
 only and raises :class:`~ares_events.errors.StoreNotFound` otherwise, creating nothing.
+``read_only=True`` (the web console) also opens the file with ``mode=ro``: no pragma that
+writes, no migration (an old schema is ``SchemaVersionError``), and every write refused
+with :class:`~ares_events.errors.StoreError` before SQLite is asked. SQLite itself may
+create the ``-wal``/``-shm`` files of a WAL database that has none; the database file is
+never written.
 
 URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
 (seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
@@ -86,6 +91,9 @@ from ares_events.stores.sqlite.sql import (
     SELECT_HEAD,
     SELECT_HEAD_AND_POSITION,
     SELECT_HEADS,
+    SELECT_HEADS_FROM_GE,
+    SELECT_HEADS_RANGE_GE,
+    SELECT_HEADS_RANGE_GT,
     SELECT_IDS,
     SELECT_LAST_POSITION,
     SELECT_META,
@@ -110,7 +118,7 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 _SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
-_OPTIONS: Final = (*_PARAMS, "create")
+_OPTIONS: Final = (*_PARAMS, "create", "read_only")
 _MAX_KEY: Final = 2**63 - 1
 
 
@@ -165,6 +173,7 @@ class SQLiteRecorder(SQLiteErasure):
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
             Capability.DEFAULT_BLOBS,
+            Capability.STREAM_PAGES,
         }
     )
 
@@ -177,7 +186,10 @@ class SQLiteRecorder(SQLiteErasure):
         page_size: int = 2000,
         migrate: bool = True,
         create: bool = True,
+        read_only: bool = False,
     ) -> None:
+        create = create and not read_only
+        self.read_only = read_only
         if synchronous.lower() not in _SYNC_MODES:
             raise ConfigError(
                 f"sqlite synchronous must be one of {', '.join(_SYNC_MODES)}, got {synchronous!r}"
@@ -194,7 +206,7 @@ class SQLiteRecorder(SQLiteErasure):
             mem_name = f"ares-mem-{id(self)}-{random.getrandbits(32)}"
             self._target = f"file:{mem_name}?mode=memory&cache=shared"
         else:
-            mode = "rwc" if create else "rw"
+            mode = "ro" if read_only else "rwc" if create else "rw"
             self._target = f"file:{quote(str(self.path.absolute()))}?mode={mode}"
         self._sync = _SYNC_MODES[synchronous.lower()]
         self._busy = busy_timeout
@@ -337,7 +349,7 @@ class SQLiteRecorder(SQLiteErasure):
             self._conns.append(conn)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
-            if not self._memory:
+            if not self._memory and not self.read_only:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
             # Zero deleted and overwritten content where it costs no extra I/O: a read
@@ -394,6 +406,25 @@ class SQLiteRecorder(SQLiteErasure):
         with self._gate.op(), self._write() as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction (deferred ``BEGIN``, always rolled back) on this thread's
+        connection: one consistent view of the tables beside the events, also on a
+        read-only store; raw sqlite3 errors propagate.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while the transaction ran.
+        """
+        with self._gate.op():
+            conn = self._conn()
+            with self._serial:
+                self._retry(lambda: conn.execute("BEGIN"))
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3
         errors propagate.
@@ -412,7 +443,13 @@ class SQLiteRecorder(SQLiteErasure):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate."""
+        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate.
+
+        Raises:
+            StoreError: the store is open read-only.
+        """
+        if self.read_only:
+            raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
         conn = self._conn()
         with self._serial:
             self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
@@ -434,6 +471,15 @@ class SQLiteRecorder(SQLiteErasure):
                     raise
 
     def _prepare_schema(self, migrate: bool) -> None:
+        if self.read_only:
+            try:
+                row = self._conn().execute(SELECT_SCHEMA_VERSION).fetchone()
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read schema of {self.describe()}: {exc}") from exc
+            found = int(row[0]) if row else 0
+            if found != SCHEMA_VERSION:
+                raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
+            return
         try:
             with self._write() as c:
                 c.execute(CREATE_META)
@@ -646,6 +692,23 @@ class SQLiteRecorder(SQLiteErasure):
             if len(rows) < self.page_size:
                 return
             after = rows[-1][0]
+
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
+        """One page of heads from the primary key (see the protocol)."""
+        if prefix is None:
+            rows = self._query(SELECT_HEADS, (after, limit))
+        else:
+            lo, hi = prefix_range(prefix)
+            if after >= lo:  # the cursor is inside the prefix's range (or past it)
+                if hi is None:
+                    rows = self._query(SELECT_HEADS, (after, limit))
+                else:
+                    rows = self._query(SELECT_HEADS_RANGE_GT, (after, hi, limit))
+            elif hi is None:
+                rows = self._query(SELECT_HEADS_FROM_GE, (lo, limit))
+            else:
+                rows = self._query(SELECT_HEADS_RANGE_GE, (lo, hi, limit))
+        return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:
         """Highest committed position."""

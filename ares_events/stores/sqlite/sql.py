@@ -45,6 +45,14 @@ SELECT_HEADS: Final = (
     "SELECT stream_id, version, head_hash FROM ares_streams "
     "WHERE stream_id > ? ORDER BY stream_id LIMIT ?"
 )
+# One page of heads (Capability.STREAM_PAGES): the primary key's BINARY order, a range for
+# the prefix (prefix_range), so no character is a wildcard and the index serves both. One
+# lower bound only (the cursor or the prefix, whichever is higher): with two, the planner
+# may start the scan at the lower one.
+_HEADS_WHERE: Final = "SELECT stream_id, version, head_hash FROM ares_streams WHERE stream_id "
+SELECT_HEADS_RANGE_GT: Final = _HEADS_WHERE + "> ? AND stream_id < ? ORDER BY stream_id LIMIT ?"
+SELECT_HEADS_RANGE_GE: Final = _HEADS_WHERE + ">= ? AND stream_id < ? ORDER BY stream_id LIMIT ?"
+SELECT_HEADS_FROM_GE: Final = _HEADS_WHERE + ">= ? ORDER BY stream_id LIMIT ?"
 SELECT_LAST_POSITION: Final = "SELECT coalesce(max(position), 0) FROM ares_events"
 SELECT_HEAD_AND_POSITION: Final = (
     "SELECT (SELECT version FROM ares_streams WHERE stream_id = ?), "

@@ -1,0 +1,113 @@
+"""Safe HTML by construction: every value is text unless it is :class:`Markup` made here.
+
+Stream ids, payloads, prompts and model answers are attacker-controlled (a model can be
+made to write ``<script>``). Nothing from the store ever becomes markup: :func:`el`
+escapes every child that is not already :class:`Markup` and every attribute value, and
+:func:`visible` shows control and bidirectional-override characters as ``⟨U+202E⟩`` so a
+stream id cannot hide or reorder what is around it. Attribute names come from this code only.
+
+It may import the standard library only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import unicodedata
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+from urllib.parse import urlencode
+
+__all__ = ["Markup", "el", "esc", "join", "json_text", "link", "url", "visible"]
+
+_KEEP: Final = frozenset("\n\t")
+_HIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
+_VOID: Final = frozenset({"br", "hr", "img", "input", "link", "meta"})
+
+
+class Markup(str):
+    """A string that is already HTML (made by this module; never from store content)."""
+
+    __slots__ = ()
+
+
+def visible(text: str) -> str:
+    """``text`` with invisible and direction-changing characters spelled out."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch not in _KEEP and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+            out.append(f"⟨U+{ord(ch):04X}⟩")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def esc(value: Any) -> Markup:
+    """``value`` as HTML text (Markup passes through)."""
+    if isinstance(value, Markup):
+        return value
+    if value is None:
+        return Markup("")
+    return Markup(html.escape(visible(str(value)), quote=True))
+
+
+def _attr(name: str) -> str:
+    return "class" if name == "cls" else name.rstrip("_").replace("_", "-")
+
+
+def el(tag: str, *children: Any, **attrs: Any) -> Markup:
+    """``<tag attrs>children</tag>``; children may be nested iterables, None is skipped;
+    an attribute set to True is written bare, False or None is left out."""
+    parts = [f"<{tag}"]
+    for k, v in attrs.items():
+        if v is None or v is False:
+            continue
+        name = _attr(k)
+        if v is True:
+            parts.append(f" {name}")
+        else:
+            parts.append(f' {name}="{html.escape(str(v), quote=True)}"')
+    parts.append(">")
+    if tag in _VOID:
+        return Markup("".join(parts))
+    parts.append(join(children))
+    parts.append(f"</{tag}>")
+    return Markup("".join(parts))
+
+
+def join(children: Iterable[Any]) -> Markup:
+    """Children concatenated, each escaped unless Markup."""
+    out: list[str] = []
+    for c in children:
+        if c is None:
+            continue
+        if isinstance(c, (str, int, float)):
+            out.append(esc(c))
+        elif isinstance(c, Iterable):
+            out.append(join(c))
+        else:
+            out.append(esc(c))
+    return Markup("".join(out))
+
+
+def url(path: str, query: Mapping[str, Any] | None = None) -> str:
+    """A same-origin URL: ``path`` (a literal of this code) and an encoded query."""
+    if not query:
+        return path
+    q = {k: v for k, v in query.items() if v is not None and v != ""}
+    return f"{path}?{urlencode(q)}" if q else path
+
+
+def link(text: Any, path: str, query: Mapping[str, Any] | None = None, **attrs: Any) -> Markup:
+    """An ``<a>`` to a same-origin URL."""
+    return el("a", text, href=url(path, query), **attrs)
+
+
+def json_text(value: Any, *, limit: int | None = None) -> str:
+    """``value`` as indented JSON text (not markup: escape it), cut at ``limit`` chars."""
+    text = json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+    if limit is not None and len(text) > limit:
+        return text[:limit] + f"\n… ({len(text) - limit} more characters)"
+    return text

@@ -1,0 +1,427 @@
+"""The console's run pages: the runs list, a run's summary and timeline (with the run
+actions when allowed), and the divergence diff. Same rules as :mod:`.views`: every store
+value escaped, no inline script or style.
+
+It may import anything below the console and this package's modules.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from ares_events.agents.run_info import LIST_STATUSES
+from ares_events.agents.runs import StepInfo
+from ares_events.core.events import RecordedEvent, parse_at
+from ares_events.ui.markup import Markup, el, json_text, link
+from ares_events.ui.queries import RunSummary, page_of_step
+from ares_events.ui.views import Chrome, findings_table, join_inputs, status_text
+
+__all__ = ["diff_view", "run_view", "runs_view"]
+
+
+def runs_view(
+    rows: list[RunSummary], status: str, prefix: str, after: str, next_after: str | None
+) -> Markup:
+    """The runs list, by status."""
+    now = datetime.now(UTC)
+    tabs = el(
+        "p",
+        [
+            link(
+                s or "all",
+                "/runs",
+                {"status": s, "prefix": prefix},
+                cls="on" if s == status else None,
+            )
+            for s in ("", *LIST_STATUSES)
+        ],
+        cls="tabs",
+    )
+    body = [
+        el(
+            "tr",
+            el("td", link(r.run_id, "/run", {"id": r.run_id}), cls="sid"),
+            el("td", el("span", r.status, cls=f"st st-{r.status}")),
+            el("td", r.step_count, cls="num"),
+            el("td", r.tokens, cls="num"),
+            el("td", _cost(r.usage)),
+            el("td", _age(r.started_at, now), title=r.started_at),
+            el("td", r.updated_at),
+            el("td", len(r.in_doubt) or "", cls="num"),
+        )
+        for r in rows
+    ]
+    table = el(
+        "table",
+        el(
+            "thead",
+            el(
+                "tr",
+                [
+                    el("th", h)
+                    for h in (
+                        "run",
+                        "status",
+                        "steps",
+                        "tokens",
+                        "cost",
+                        "age",
+                        "updated",
+                        "in doubt",
+                    )
+                ],
+            ),
+        ),
+        el("tbody", body),
+        id="runs",
+    )
+    pager = el(
+        "p",
+        link(
+            "more →", "/runs", {"status": status, "prefix": prefix, "after": next_after}, id="next"
+        )
+        if next_after is not None
+        else el("span", "end of the store", cls="dim"),
+        cls="pager",
+    )
+    empty = el("p", "no run here", cls="dim") if not rows else None
+    return el("section", el("h1", "Runs"), tabs, table, empty, pager)
+
+
+_LIFE_LABELS: Final = {
+    "run.started": "started (first incarnation)",
+    "run.gate": "new incarnation (version gate)",
+    "run.interrupted": "interrupted",
+    "run.resumed": "resumed",
+    "run.cancelled": "cancelled",
+    "run.completed": "completed",
+    "run.failed": "failed",
+    "agent.dead": "agent died",
+    "agent.resurrected": "agent resurrected",
+}
+
+
+def _payload_or_note(e: RecordedEvent) -> Any:
+    if e.payload_erased:
+        return "(erased)"
+    if e.payload_ref is not None:
+        return "(spilled)"
+    return e.payload
+
+
+def _compact(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _age(at: str | None, now: datetime) -> str:
+    """``3d 4h``, ``2h 5m``, ``4m 10s``: how long ago ``at`` was."""
+    if not at:
+        return ""
+    try:
+        secs = int((now - parse_at(at)).total_seconds())
+    except (ValueError, TypeError):
+        return ""
+    secs = max(secs, 0)
+    days, rest = divmod(secs, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds}s"
+
+
+def _cost(usage: Mapping[str, Any]) -> str:
+    for k in ("cost", "cost_usd", "total_cost"):
+        v = usage.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"{v:g}"
+    return ""
+
+
+def _attempts(s: StepInfo) -> Markup:
+    return el(
+        "ol",
+        [
+            el(
+                "li",
+                f"attempt {a.n}: {a.status}",
+                f" at {a.at}" if a.at else None,
+                f" — {a.error_type}: {a.error}" if a.error_type else None,
+                f" (resolved by {a.resolved_by})" if a.resolved_by else None,
+            )
+            for a in s.attempts
+        ],
+        cls="attempts",
+    )
+
+
+def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup:
+    head = el(
+        "h3",
+        f"step {s.step} · {s.kind}",
+        f" · {s.name}" if s.name else None,
+        " · ",
+        el("span", s.status, cls=f"st st-{s.status}"),
+        el("span", "IN DOUBT", cls="badge bad") if s.in_doubt else None,
+    )
+    parts: list[Any] = [head]
+    if s.key:
+        parts.append(el("p", "idempotency key ", el("code", s.key)))
+    if s.kind in ("model", "tool"):
+        parts.append(_attempts(s))
+        if request is not None:
+            parts.append(
+                el(
+                    "details",
+                    el("summary", "request"),
+                    el("pre", json_text(request), cls="request"),
+                )
+            )
+        elif s.request_hash:
+            parts.append(el("p", f"request hash {s.request_hash}", cls="dim"))
+        if s.outcome is not None:
+            label = "answer" if s.kind == "model" else "result"
+            parts.append(
+                el("details", el("summary", label), el("pre", json_text(s.outcome), cls="outcome"))
+            )
+        if s.tokens:
+            parts.append(el("p", f"{s.tokens} tokens ", el("code", json_text(s.usage))))
+        if s.error:
+            parts.append(el("p", s.error, cls="bad"))
+    elif s.detail:
+        parts.append(el("p", s.detail))
+    if s.in_doubt:
+        parts.append(
+            el(
+                "p",
+                "The call was requested and no outcome was recorded: the tool may or may not "
+                "have run. Check the tool's side with the idempotency key, then resolve it.",
+                cls="doubt",
+            )
+        )
+        if chrome.actions:
+            parts.append(_resolve_form(chrome, info, s))
+    if s.kind == "model":
+        parts.append(
+            el(
+                "form",
+                el(
+                    "label",
+                    "compare with the current request (JSON) ",
+                    el("textarea", name="current", rows="3"),
+                ),
+                el("input", type="hidden", name="id", value=info.run_id),
+                el("input", type="hidden", name="step", value=str(s.step)),
+                el("button", "diff", type="submit"),
+                method="get",
+                action="/diff",
+                cls="diff-form",
+            )
+        )
+    return el(
+        "article", parts, cls="step doubt-step" if s.in_doubt else "step", id=f"step-{s.step}"
+    )
+
+
+def _hidden(chrome: Chrome, info: RunSummary, action: str) -> Markup:
+    return join_inputs(
+        {"csrf": chrome.csrf, "id": info.run_id, "action": action, "version": str(info.version)}
+    )
+
+
+def _who_fields() -> Markup:
+    return Markup(
+        el("label", "by ", el("input", name="by", required=True, maxlength="200"))
+        + el("label", "reason ", el("input", name="reason", maxlength="2000"))
+    )
+
+
+def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
+    return el(
+        "form",
+        _hidden(chrome, info, "resolve"),
+        el("input", type="hidden", name="step", value=str(s.step)),
+        el("label", "result (JSON) ", el("textarea", name="result", rows="2")),
+        el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),
+        _who_fields(),
+        el("button", "resolve", type="submit", cls="act"),
+        method="post",
+        action="/action",
+        cls="action",
+    )
+
+
+def _run_actions(chrome: Chrome, info: RunSummary) -> Markup | None:
+    if not chrome.actions:
+        return None
+    forms = []
+    if info.status in ("paused", "in_doubt") and not info.in_doubt:
+        forms.append(
+            el(
+                "form",
+                _hidden(chrome, info, "resume"),
+                _who_fields(),
+                el("button", "resume", type="submit", cls="act"),
+                method="post",
+                action="/action",
+                cls="action",
+                id="resume-form",
+            )
+        )
+    if info.status not in ("completed", "failed", "cancelled"):
+        forms.append(
+            el(
+                "form",
+                _hidden(chrome, info, "cancel"),
+                _who_fields(),
+                el("button", "cancel run", type="submit", cls="act danger"),
+                method="post",
+                action="/action",
+                cls="action",
+                id="cancel-form",
+            )
+        )
+    return el("div", forms, cls="actions") if forms else None
+
+
+def run_view(
+    chrome: Chrome,
+    info: RunSummary,
+    lifecycle: list[RecordedEvent],
+    steps: list[StepInfo],
+    requests: Mapping[int, Any],
+    page_no: int,
+    pages: int,
+) -> Markup:
+    """A run's summary and a page of its timeline."""
+    summary = el(
+        "dl",
+        el("dt", "status"),
+        el("dd", el("span", info.status, cls=f"st st-{info.status}", id="run-status")),
+        el("dt", "version"),
+        el("dd", info.version),
+        el("dt", "steps"),
+        el("dd", info.step_count),
+        el("dt", "tokens"),
+        el("dd", info.tokens),
+        el("dt", "started"),
+        el("dd", info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)"),
+        el("dt", "updated"),
+        el("dd", info.updated_at),
+        el("dt", "resumptions"),
+        el("dd", info.resumes),
+        el("dt", "code revision"),
+        el("dd", info.code_revision),
+        el("dt", "chain"),
+        el("dd", status_text(info.ok, "verified" if info.ok else "findings")),
+        cls="summary",
+    )
+    doubt = (
+        el(
+            "p",
+            "in doubt: ",
+            [
+                link(
+                    f"step {s.step} ({s.name})",
+                    "/run",
+                    {"id": info.run_id, "page": page_of_step(info, s.step)},
+                )
+                for s in info.in_doubt
+            ],
+            cls="doubt",
+        )
+        if info.in_doubt
+        else None
+    )
+    extra = [
+        el("p", "interrupt: ", el("code", json_text(info.interrupt))) if info.interrupt else None,
+        el("p", "error: ", info.error, cls="bad") if info.error else None,
+        el("p", "cancelled: ", el("code", json_text(info.cancelled))) if info.cancelled else None,
+        el("details", el("summary", "result"), el("pre", json_text(info.result)))
+        if info.result is not None
+        else None,
+    ]
+    life = el(
+        "details",
+        el(
+            "summary",
+            f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumptions, "
+            "cancels, ends)",
+        ),
+        el(
+            "ol",
+            [
+                el(
+                    "li",
+                    link(f"v{e.version}", "/stream", {"id": info.run_id, "from": e.version}),
+                    f" {e.at} ",
+                    el("strong", _LIFE_LABELS.get(e.type, e.type)),
+                    " ",
+                    el("code", _compact(_payload_or_note(e))),
+                    el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
+                )
+                for e in lifecycle
+            ],
+        ),
+        id="lifecycle",
+    )
+    pager = el(
+        "p",
+        link("← earlier steps", "/run", {"id": info.run_id, "page": page_no - 1})
+        if page_no > 1
+        else None,
+        " ",
+        el("span", f"page {page_no} of {max(pages, 1)}", cls="dim"),
+        " ",
+        link("later steps →", "/run", {"id": info.run_id, "page": page_no + 1}, id="next")
+        if page_no < pages
+        else None,
+        cls="pager",
+    )
+    return el(
+        "section",
+        el("h1", "Run ", el("span", info.run_id, cls="sid", id="run-id")),
+        summary,
+        doubt,
+        extra,
+        findings_table(info.findings),
+        _run_actions(chrome, info),
+        life,
+        el("p", link("events of this run", "/stream", {"id": info.run_id})),
+        el("h2", "Timeline"),
+        pager,
+        el("div", [_step(chrome, info, s, requests.get(s.step)) for s in steps], id="timeline"),
+        pager,
+    )
+
+
+def diff_view(run_id: str, step: int, recorded: Any, current_text: str) -> Markup:
+    """The recorded request of a model step against the one given now, as a unified diff."""
+    try:
+        current: Any = json.loads(current_text)
+        note = None
+    except ValueError as exc:
+        current, note = current_text, f"not JSON ({exc}); compared as text"
+    a = json_text(recorded).splitlines()
+    b = (current if isinstance(current, str) else json_text(current)).splitlines()
+    lines = list(difflib.unified_diff(a, b, "recorded", "current", lineterm=""))
+    body = [
+        el("span", ln, cls="add" if ln.startswith("+") else "del" if ln.startswith("-") else "ctx")
+        for ln in lines
+    ]
+    return el(
+        "section",
+        el("h1", "Divergence of ", el("span", run_id, cls="sid"), f" step {step}"),
+        el("p", note, cls="dim") if note else None,
+        el("pre", [Markup(b + "\n") for b in body], cls="diff", id="diff")
+        if lines
+        else el("p", "no difference: replay would take the recorded answer", cls="ok", id="diff"),
+        link("back to the run", "/run", {"id": run_id}),
+    )

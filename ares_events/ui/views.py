@@ -1,0 +1,523 @@
+"""The console's pages, rendered on the server from :mod:`.queries` with :mod:`.markup`
+(every store value escaped; no inline script or style, so the CSP needs no
+``unsafe-inline``).
+
+Each view returns the content of ``<main>``; :func:`page` wraps it in the layout. A view
+marked live is refreshed in place by ``console.js`` when the store's last position moves.
+
+Run pages live in :mod:`.run_views`. It may import anything below the console and this
+package's modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ares_events.core.events import RecordedEvent
+from ares_events.core.snapshot_format import SnapshotInfo
+from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+from ares_events.projections.tables import ProjectionMeta
+from ares_events.ui.markup import Markup, el, esc, json_text, link, url
+from ares_events.ui.queries import PageChain, StreamRow
+
+__all__ = [
+    "Chrome",
+    "audit_view",
+    "findings_table",
+    "join_inputs",
+    "message_view",
+    "page",
+    "payload_view",
+    "projections_view",
+    "status_text",
+    "stream_view",
+    "streams_view",
+    "verify_view",
+]
+
+PAYLOAD_PREVIEW: Final = 4000
+NAV: Final = (
+    ("Streams", "/streams"),
+    ("Runs", "/runs"),
+    ("Integrity", "/integrity"),
+    ("Projections", "/projections"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Chrome:
+    """What every page shows around its content."""
+
+    store_url: str
+    """Redacted: never a password."""
+    actions: bool
+    csrf: str
+
+
+def page(
+    chrome: Chrome,
+    title: str,
+    body: Markup,
+    *,
+    live: bool = False,
+    poll: bool = False,
+    position: int = 0,
+    active: str = "",
+) -> Markup:
+    """The whole HTML document around one view's content."""
+    mode = (
+        el("span", "actions enabled", cls="mode actions")
+        if chrome.actions
+        else el("span", "read-only", cls="mode")
+    )
+    nav = el(
+        "nav",
+        el("span", "ares-events", cls="brand"),
+        [link(name, href, cls="on" if href == active else None) for name, href in NAV],
+        el("span", chrome.store_url, cls="store", title="store (redacted)"),
+        mode,
+    )
+    main = el(
+        "main",
+        body,
+        id="main",
+        data_live="1" if live else None,
+        data_poll="1" if poll else None,
+        data_position=str(position),
+    )
+    return Markup(
+        "<!DOCTYPE html>"
+        + el(
+            "html",
+            el(
+                "head",
+                el("meta", charset="utf-8"),
+                el("meta", name="viewport", content="width=device-width, initial-scale=1"),
+                el("title", f"{title} · ares-events"),
+                el("link", rel="stylesheet", href="/static/console.css"),
+                el("script", src="/static/console.js", defer=True),
+            ),
+            el("body", nav, main),
+            lang="en",
+        )
+    )
+
+
+def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
+    if not findings:
+        return Markup("")
+    rows = [
+        el(
+            "tr",
+            el("td", f.kind),
+            el("td", f.stream_id if f.stream_id is not None else "store"),
+            el("td", f.version),
+            el("td", f.detail),
+        )
+        for f in findings[:limit]
+    ]
+    more = len(findings) - limit
+    return el(
+        "table",
+        el(
+            "thead",
+            el("tr", el("th", "finding"), el("th", "stream"), el("th", "v"), el("th", "detail")),
+        ),
+        el("tbody", rows),
+        el("caption", f"{more} more finding(s) not shown") if more > 0 else None,
+        cls="findings",
+    )
+
+
+def status_text(ok: bool, text: str | None = None) -> Markup:
+    return el("span", text or ("verified" if ok else "FINDINGS"), cls="ok" if ok else "bad")
+
+
+def message_view(title: str, text: str) -> Markup:
+    """A page that only says something (not found, refused, done)."""
+    return el("section", el("h1", title), el("p", text, cls="message"))
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str | None) -> Markup:
+    """The streams list: a prefix search and one page."""
+    form = el(
+        "form",
+        el(
+            "label", "prefix ", el("input", type="search", name="prefix", value=prefix, id="prefix")
+        ),
+        el("button", "search", type="submit"),
+        method="get",
+        action="/streams",
+        cls="search",
+    )
+    body = [
+        el(
+            "tr",
+            el("td", link(r.stream_id, "/stream", {"id": r.stream_id}), cls="sid"),
+            el("td", el("span", r.kind, cls=f"kind k-{r.kind.split()[0]}")),
+            el("td", r.version, cls="num"),
+            el("td", r.head.hex()[:16], cls="hash", title=r.head.hex()),
+            el("td", r.last_at),
+        )
+        for r in rows
+    ]
+    table = el(
+        "table",
+        el(
+            "thead",
+            el("tr", [el("th", h) for h in ("stream", "kind", "version", "head", "last write")]),
+        ),
+        el("tbody", body),
+        id="streams",
+    )
+    pager = el(
+        "p",
+        link("first page", "/streams", {"prefix": prefix}) if after else None,
+        " ",
+        link("next page →", "/streams", {"prefix": prefix, "after": next_after}, id="next")
+        if next_after is not None
+        else el("span", "end of the list", cls="dim"),
+        cls="pager",
+    )
+    empty = el("p", "no stream matches", cls="dim") if not rows else None
+    return el("section", el("h1", "Streams"), form, table, empty, pager)
+
+
+def _payload(e: RecordedEvent) -> Markup:
+    ref = e.payload_ref
+    if e.payload_erased:
+        return el("span", "erased", cls="erased", title="the payload was erased; its digest stays")
+    if ref is not None:
+        return el(
+            "span",
+            f"spilled blob, {ref.size} bytes ",
+            link("fetch", "/payload", {"id": e.stream_id, "v": e.version}, cls="fetch"),
+            cls="spilled",
+        )
+    text = json_text(e.payload)
+    if len(text) <= 120 and "\n" not in text.strip():
+        return el("code", text)
+    return el(
+        "details",
+        el("summary", f"{e.payload_size} bytes"),
+        el("pre", json_text(e.payload, limit=PAYLOAD_PREVIEW)),
+        link("whole payload", "/payload", {"id": e.stream_id, "v": e.version})
+        if len(text) > PAYLOAD_PREVIEW
+        else None,
+    )
+
+
+def stream_view(
+    stream_id: str,
+    version: int,
+    events: list[RecordedEvent],
+    chain: PageChain,
+    snapshots: list[SnapshotInfo],
+    per_page: int,
+) -> Markup:
+    """One stream: a page of events with payloads, the page's chain status, snapshots."""
+    start = events[0].version if events else 1
+    rows = [
+        el(
+            "tr",
+            el("td", e.version, cls="num"),
+            el("td", e.position, cls="num"),
+            el("td", e.type),
+            el("td", e.module),
+            el("td", e.at),
+            el("td", e.hash.hex()[:12], cls="hash", title=e.hash.hex()),
+            el("td", _payload(e), cls="payload"),
+            id=f"v{e.version}",
+        )
+        for e in events
+    ]
+    nav = el(
+        "p",
+        link("← previous", "/stream", {"id": stream_id, "from": max(1, start - per_page)})
+        if start > 1
+        else None,
+        " ",
+        el("span", f"versions {start}–{start + len(events) - 1} of {version}", cls="dim"),
+        " ",
+        link("next →", "/stream", {"id": stream_id, "from": start + len(events)}, id="next")
+        if start + len(events) <= version
+        else None,
+        " ",
+        link("last page", "/stream", {"id": stream_id, "from": max(1, version - per_page + 1)}),
+        cls="pager",
+    )
+    status = el(
+        "p",
+        "page chain: ",
+        status_text(chain.ok),
+        f" ({chain.checked} events from the link before them"
+        + (", head compared)" if chain.at_head else ")"),
+        " · ",
+        link("verify the whole stream", "/verify", {"id": stream_id}),
+        " · ",
+        link("run timeline", "/run", {"id": stream_id}) if events and _is_run(events) else None,
+        id="chain",
+    )
+    snaps = (
+        el(
+            "table",
+            el("caption", "snapshots"),
+            el(
+                "tr",
+                [
+                    el("th", h)
+                    for h in ("projection", "version", "at version", "size", "created", "problem")
+                ],
+            ),
+            [
+                el(
+                    "tr",
+                    el("td", s.projection),
+                    el("td", s.projection_version),
+                    el("td", s.at_version),
+                    el("td", s.state_size),
+                    el("td", s.created_at.isoformat()),
+                    el("td", s.problem),
+                )
+                for s in snapshots
+            ],
+            id="snapshots",
+        )
+        if snapshots
+        else el("p", "no snapshots", cls="dim")
+    )
+    return el(
+        "section",
+        el("h1", "Stream ", el("span", stream_id, cls="sid", id="stream-id")),
+        status,
+        findings_table(chain.findings),
+        nav,
+        el(
+            "table",
+            el(
+                "thead",
+                el(
+                    "tr",
+                    [el("th", h) for h in ("v", "pos", "type", "module", "at", "hash", "payload")],
+                ),
+            ),
+            el("tbody", rows),
+            id="events",
+        ),
+        snaps,
+    )
+
+
+def _is_run(events: list[RecordedEvent]) -> bool:
+    return events[0].version == 1 and events[0].type == "run.started"
+
+
+def payload_view(e: RecordedEvent, error: str | None) -> Markup:
+    """One event's whole payload (a spilled one is fetched now)."""
+    title = el("h1", "Payload of ", el("span", e.stream_id, cls="sid"), f" v{e.version}")
+    if error is not None:
+        return el("section", title, el("p", error, cls="bad"))
+    return el(
+        "section",
+        title,
+        el("p", f"{e.type} · {e.payload_size} bytes · digest {e.payload_digest.hex()}"),
+        el("pre", json_text(e.payload), id="payload"),
+    )
+
+
+def verify_view(report: VerifyReport) -> Markup:
+    """The whole stream's chain status."""
+    return el(
+        "section",
+        el("h1", "Chain of ", el("span", report.stream_id, cls="sid")),
+        el(
+            "p",
+            status_text(report.ok),
+            f" {report.events_checked} events checked, head at version {report.head_version}",
+            id="verify",
+        ),
+        el("p", "first finding: ", str(report.findings[0])) if report.findings else None,
+        findings_table(report.findings),
+        link("back to the stream", "/stream", {"id": report.stream_id}),
+    )
+
+
+# -- integrity and projections ---------------------------------------------------------------
+
+
+def audit_view(
+    chrome: Chrome,
+    job: Mapping[str, Any] | None,
+    checkpoints: list[tuple[str, int, bytes, str]],
+    witness_note: str | None,
+) -> Markup:
+    """The audit (start it, see its progress and findings), checkpoints, proofs."""
+    start = el(
+        "form",
+        join_inputs({"csrf": chrome.csrf}),
+        el(
+            "label",
+            el("input", type="checkbox", name="deep", value="1"),
+            " deep (blobs and snapshots)",
+        ),
+        el("button", "run an audit", type="submit", id="audit-start"),
+        method="post",
+        action="/audit",
+        cls="action",
+    )
+    parts: list[Any] = [el("h1", "Integrity"), start]
+    if job is not None:
+        report: AuditReport | None = job.get("report")
+        done, total = job.get("done", 0), job.get("total", 0)
+        if report is None and job.get("error") is None:
+            parts.append(
+                el(
+                    "p",
+                    f"audit running: {done} of {total} events",
+                    el("progress", value=str(done), max=str(max(total, 1))),
+                    id="audit-progress",
+                )
+            )
+        elif job.get("error") is not None:
+            parts.append(el("p", "audit failed: ", job["error"], cls="bad", id="audit-result"))
+        elif report is not None:
+            parts.append(
+                el(
+                    "p",
+                    status_text(
+                        report.ok, "clean" if report.ok else f"{len(report.findings)} finding(s)"
+                    ),
+                    f" {report.streams_checked} streams, {report.events_checked} events, "
+                    f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots"
+                    + (
+                        f", {report.anchors_checked} anchors"
+                        if report.anchors_checked is not None
+                        else ""
+                    )
+                    + " checked"
+                    f" (started {job.get('started')})",
+                    id="audit-result",
+                )
+            )
+            if report.findings:
+                parts.append(el("p", "first finding: ", str(report.findings[0])))
+            parts.append(findings_table(report.findings))
+    parts.append(el("h2", "Signed checkpoints"))
+    if checkpoints:
+        parts.append(
+            el(
+                "table",
+                el("tr", [el("th", h) for h in ("origin", "tree size", "root", "signed at")]),
+                [
+                    el(
+                        "tr",
+                        el("td", o),
+                        el("td", n, cls="num"),
+                        el("td", r.hex()[:16], cls="hash", title=r.hex()),
+                        el("td", at),
+                    )
+                    for o, n, r, at in checkpoints
+                ],
+                id="checkpoints",
+            )
+        )
+    else:
+        parts.append(
+            el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
+        )
+    if witness_note:
+        parts.append(el("p", witness_note, cls="dim"))
+    parts.append(el("h2", "Inclusion proof of one event"))
+    parts.append(
+        el(
+            "form",
+            el("label", "stream ", el("input", name="stream", required=True)),
+            el(
+                "label",
+                "version ",
+                el("input", name="version", type="number", min="1", required=True),
+            ),
+            el("button", "download proof", type="submit"),
+            method="get",
+            action="/proof",
+            cls="action",
+        )
+    )
+    parts.append(
+        el(
+            "p",
+            "Check it offline: ",
+            el("code", "ares-events verify-proof proof.json --vkey VKEY"),
+            cls="dim",
+        )
+    )
+    return el("section", parts)
+
+
+def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, str]) -> Markup:
+    """Each read model's position, lag and rebuild state."""
+    rows = [
+        el(
+            "tr",
+            el("td", m.name),
+            el("td", m.projection_version, cls="num"),
+            el("td", m.generation, cls="num"),
+            el("td", m.position, cls="num"),
+            el("td", lags.get(m.name, ""), cls="num"),
+            el("td", m.active_table),
+            el(
+                "td",
+                f"rebuilding into {m.building_table} at position {m.building_position}"
+                if m.building_table
+                else "",
+            ),
+        )
+        for m in metas
+    ]
+    return el(
+        "section",
+        el("h1", "Projections"),
+        el("p", f"store's last position: {last}", id="last-position"),
+        el(
+            "table",
+            el(
+                "tr",
+                [
+                    el("th", h)
+                    for h in (
+                        "read model",
+                        "version",
+                        "generation",
+                        "position",
+                        "lag (events)",
+                        "table",
+                        "rebuild",
+                    )
+                ],
+            ),
+            rows,
+            id="projections",
+        )
+        if metas
+        else el("p", "no read model registered in this store", cls="dim"),
+    )
+
+
+def join_inputs(values: Mapping[str, str]) -> Markup:
+    """Hidden inputs."""
+    return Markup("".join(el("input", type="hidden", name=k, value=v) for k, v in values.items()))
+
+
+def href(path: str, query: Mapping[str, Any] | None = None) -> str:
+    """Same as :func:`markup.url` (re-exported for the server)."""
+    return url(path, query)
+
+
+def text(value: Any) -> Markup:
+    """Escaped text."""
+    return esc(value)
