@@ -18,6 +18,7 @@
     │   │   └── StoreNotFound                no store at that URL (and creating was not asked)
     │   ├── StoreClosed                      the store was closed (before or during the call)
     │   ├── SchemaVersionError               DB schema behind/ahead of this build
+    │   ├── CrossCellError                   one call spans cells of a cell store (.cells)
     │   └── ArchiveError                     an archived segment missing, altered or unreadable
     ├── ChainIntegrityError                  verification failed (.findings)
     ├── ReplayCapExceeded                    strict replay hit max_replay (.stream_id, .cap)
@@ -45,6 +46,7 @@ __all__ = [
     "ChainIntegrityError",
     "ConcurrencyError",
     "ConfigError",
+    "CrossCellError",
     "EventNotFound",
     "InvalidEvent",
     "MissingDependencyError",
@@ -214,6 +216,23 @@ class StoreClosed(StoreError):
         super().__init__(f"{what}store {where} is closed")
 
 
+class CrossCellError(StoreError):
+    """An operation spans several cells of a cell store and cannot be atomic there (an
+    ``append_many`` over streams in different cells). Nothing was written; split the call
+    per cell (``store.cell_of(stream_id)`` names a stream's cell) or keep the streams that
+    must change together in one partition.
+    """
+
+    def __init__(self, action: str, where: str, cells: Sequence[str]) -> None:
+        self.action = action
+        self.where = where
+        self.cells = tuple(cells)
+        super().__init__(
+            f"{action} in {where} spans cells {', '.join(self.cells)}: a cell store is "
+            "atomic within one cell only; nothing was written"
+        )
+
+
 class SchemaVersionError(StoreError):
     """The database schema is behind or ahead of this build. Says how to fix it."""
 
@@ -323,6 +342,7 @@ for _cls in (
     StoreUnavailable,
     StoreNotFound,
     StoreClosed,
+    CrossCellError,
     SchemaVersionError,
     ChainIntegrityError,
     ReplayCapExceeded,

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["tests.fix_backends"]
+pytest_plugins = ["tests.fix_backends", "tests.fix_cells"]

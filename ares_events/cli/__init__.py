@@ -34,6 +34,7 @@ from ares_events.cli import (  # noqa: F401
     archive,
     bench,
     blobs,
+    cells,
     console,
     demo,
     erasure,

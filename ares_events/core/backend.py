@@ -85,6 +85,11 @@ class Capability(enum.Enum):
     ``delete_archived(first_position, last_position, expected)`` (remove rows that an
     archive segment holds, checked row by row): the store can move old events to an
     archive (:mod:`ares_events.stores.archive`)."""
+    CELL_CURSORS = "cell_cursors"
+    """A store of several cells: ``read_all`` merges them and each event it yields carries
+    a cursor (one position per cell, packed in an int) that resumes the merge right after
+    it; ``read`` and an append's result give an event's position within its cell (a
+    "point", docs/scaling.md). Positions from ``read`` are not ``read_all`` cursors."""
     DEFAULT_BLOBS = "default_blobs"
     """``default_blobs_url()``: where spilled payloads go when no blob store is given."""
     STREAM_PAGES = "stream_pages"

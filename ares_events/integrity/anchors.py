@@ -70,6 +70,7 @@ import blake3
 import orjson
 
 from ares_events.chain import ChainKey, canonical_json
+from ares_events.core.backend import Capability
 from ares_events.core.events import utc_now_at
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
@@ -446,6 +447,11 @@ def write_anchor(store: EventStore, witness_url: str) -> Anchor:
         StoreUnavailable: the store or the witness cannot be reached.
     """
     rec = _system_of_record(store)
+    if Capability.CELL_CURSORS in store.capabilities:
+        raise ConfigError(
+            f"anchors of {store.url}: cells on separate servers have per-cell cursors, not "
+            "64-bit positions; anchor each cell's own store, or use Citus (docs/scaling.md)"
+        )
     last_position = int(rec.last_position())
     heads = tuple(AnchorHead(sid, h.version, h.hash) for sid, h in rec.heads())
     created = utc_now_at()

@@ -21,6 +21,8 @@ _BUILTIN: dict[str, tuple[str, str]] = {
     "sqlite": ("ares_events.stores.sqlite:SQLiteRecorder", ""),
     "postgresql": ("ares_events.stores.postgres:PostgresRecorder", "postgres"),
     "postgres": ("ares_events.stores.postgres:PostgresRecorder", "postgres"),
+    "citus": ("ares_events.stores.cells:CellsRecorder", "postgres"),
+    "pgcells": ("ares_events.stores.cells:CellsRecorder", "postgres"),
 }
 _BUILTIN_ASYNC: dict[str, str] = {
     # blocking class path -> its native asyncio face (the others run on worker threads)
@@ -29,6 +31,9 @@ _BUILTIN_ASYNC: dict[str, str] = {
     ),
     "ares_events.stores.postgres.recorder.PostgresRecorder": (
         "ares_events.stores.postgres:AsyncPostgresRecorder"
+    ),
+    "ares_events.stores.cells.recorder.CellsRecorder": (
+        "ares_events.stores.cells:AsyncCellsRecorder"
     ),
 }
 

@@ -68,6 +68,22 @@ def store_state(store: ae.EventStore) -> tuple[list[tuple[str, int]], list[tuple
     return streams, events
 
 
+def _cursors(store: ae.EventStore) -> bool:
+    """True for a store whose ``read_all`` positions are cell cursors
+    (:attr:`Capability.CELL_CURSORS`): positions from ``read`` and appends are then a
+    cell's own and are compared with ``read_all`` by stream and version instead."""
+    return Capability.CELL_CURSORS in store.capabilities
+
+
+def _same_cell(store: ae.EventStore, a: str, b: str) -> bool:
+    """False when streams ``a`` and ``b`` live in different cells of a cell store, where
+    event ids are unique per cell (a cell store's recorder names a stream's cell)."""
+    from ares_events.core.recorder import system_of_record
+
+    cell_index = getattr(system_of_record(store.recorder), "cell_index", None)
+    return cell_index is None or cell_index(a) == cell_index(b)
+
+
 def _require(store: ae.EventStore, cap: Capability) -> None:
     if cap not in store.capabilities:
         pytest.skip(f"store does not declare Capability.{cap.name}")

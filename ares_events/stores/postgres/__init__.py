@@ -51,8 +51,11 @@ a free connection, default 30; then ``StoreUnavailable``), ``statement_timeout``
 (milliseconds, set on every pooled connection), ``page_size`` (rows per read page, default
 2000), ``migrate`` (true|false, default true), ``notify`` (true|false, default true: a
 NOTIFY with every append; false for write-heavy loads with several writers, and
-``wait_for`` then polls). Every other parameter must be a libpq option (``sslmode``,
-``connect_timeout`` (default 10 here), ``application_name``, ...) and is passed through.
+``wait_for`` then polls), ``citus`` (true|false, default false: the schema is a
+distributed schema of a Citus cluster reached through its coordinator, whose transaction
+ids then give the positions; see :mod:`.sql`). Every other parameter must be a libpq
+option (``sslmode``, ``connect_timeout`` (default 10 here), ``application_name``, ...)
+and is passed through.
 Passwords go percent-encoded in the URL's userinfo, never in the query.
 
 What lives here, one concern per module: :mod:`.recorder_async` (``AsyncPostgresRecorder``,

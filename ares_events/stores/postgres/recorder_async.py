@@ -77,6 +77,9 @@ from ares_events.stores.postgres.schema import prepare_schema, schema_exists
 from ares_events.stores.postgres.sql import (
     BEGIN,
     COMMIT,
+    COORDINATOR_BOUND,
+    COORDINATOR_NOTIFY,
+    COORDINATOR_XID,
     LOCK_MANY,
     LOCK_STREAM,
     ROLLBACK,
@@ -100,6 +103,7 @@ MAX_BATCH: Final = 65535
 RETRIES: Final = 3
 """Attempts of an append that hit a unique violation (a concurrent append of its ids)."""
 _POSITION_SHIFT: Final = 65536
+COORDINATOR_BOUND_SQL: Final = sql.Composed([sql.SQL(COORDINATOR_BOUND)])
 _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
 _MAX_KEY: Final = 2**63 - 1
@@ -198,6 +202,11 @@ class AsyncPostgresRecorder:
         notify: send a NOTIFY with every append (on commit). False trades wake-ups
             (``wait_for`` then polls with backoff) for commits that do not serialize on
             the server's notification-queue lock (see docs/architecture.md).
+        citus: the schema is a distributed schema of a Citus cluster reached through its
+            coordinator: positions come from the coordinator's transaction ids and the
+            visibility bound from its snapshot, each in a statement of its own (one clock
+            for every cell, unchanged when a cell moves; see sql.COORDINATOR_XID), and
+            every append takes the locked path.
 
     Raises:
         ConfigError: a bad schema name, page size or source.
@@ -243,6 +252,7 @@ class AsyncPostgresRecorder:
         owns_pool: bool = False,
         secret: str | None = None,
         notify: bool = True,
+        citus: bool = False,
     ) -> None:
         check_schema_name(schema, description or "the PostgreSQL store")
         if type(page_size) is not int or page_size <= 0:
@@ -250,10 +260,13 @@ class AsyncPostgresRecorder:
         self.schema = schema
         self.page_size = page_size
         self.notify = notify
+        self.citus = citus
         self.read_only = False
         """Every transaction is read-only (``read_only=True`` at open: the server refuses
         writes); tables beside the events are then read, never created."""
-        self.predict_heads = True
+        # On Citus the one-statement fast path would take its xid on the worker (and
+        # Citus refuses a volatile function in RETURNING): always the locked path.
+        self.predict_heads = not citus
         self.sql = Statements.for_schema(schema)
         self.channel = channel_for(schema)
         self._secret = secret or None
@@ -375,6 +388,7 @@ class AsyncPostgresRecorder:
                 owns_pool=True,
                 secret=url.password,
                 notify=opts.notify,
+                citus=opts.citus,
             )
             rec.read_only = opts.read_only
             return rec
@@ -693,15 +707,17 @@ class AsyncPostgresRecorder:
         q = self.sql
         # Round trip 1: lock the stream, then (new statement, fresh snapshot) read the
         # head, look for the ids and get this transaction's xid.
-        _, _, row = await self._pipeline(
-            conn,
-            (
-                (BEGIN, None, None),
-                (LOCK_STREAM, (stream_id,), None),
-                (q.head_for_append, (ids, stream_id), "one"),
-            ),
+        stmts: tuple[tuple[Any, ...], ...] = (
+            (BEGIN, None, None),
+            (LOCK_STREAM, (stream_id,), None),
+            (q.head_for_append, (ids, stream_id), "one"),
         )
-        version, head_hash, xid, exists = row
+        if self.citus:
+            stmts += ((COORDINATOR_XID, None, "one"),)
+        got = await self._pipeline(conn, stmts)
+        version, head_hash, xid, exists = got[2]
+        if self.citus:
+            xid = got[3][0]  # the coordinator's: one clock for every cell
         if exists:
             return AppendOutcome(await self._stored(conn, ids), duplicate=True)
         head = Head(version, head_hash) if version is not None else None
@@ -712,7 +728,7 @@ class AsyncPostgresRecorder:
         first = xid * _POSITION_SHIFT
         evs = [s.event for s in sealed]
         last = sealed[-1]
-        channel = self.channel if self.notify else None
+        channel = self.channel if self.notify and not self.citus else None
         # Round trip 2: events, head and wake-up in one statement, then COMMIT.
         args = (
             xid,
@@ -734,7 +750,10 @@ class AsyncPostgresRecorder:
             channel,
             str(first + len(sealed) - 1),
         )
-        await self._pipeline(conn, ((q.insert, args, None), (COMMIT, None, None)))
+        await self._pipeline(
+            conn,
+            ((q.insert, args, None), *self._wakeup(first + len(sealed) - 1), (COMMIT, None, None)),
+        )
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
@@ -789,16 +808,19 @@ class AsyncPostgresRecorder:
         if tracking is not None:
             keys.append(f"ares-tracking:{tracking.name}")
         name = tracking.name if tracking is not None else None
-        _, _, head_rows, info = await self._pipeline(
-            conn,
-            (
-                (BEGIN, None, None),
-                (LOCK_MANY, (keys,), None),
-                (q.heads_for_append, (streams,), "all"),
-                (q.xid_ids_tracking, (ids, name), "one"),
-            ),
+        stmts: tuple[tuple[Any, ...], ...] = (
+            (BEGIN, None, None),
+            (LOCK_MANY, (keys,), None),
+            (q.heads_for_append, (streams,), "all"),
+            (q.xid_ids_tracking, (ids, name), "one"),
         )
-        xid, exists, tracked = info
+        if self.citus:
+            stmts += ((COORDINATOR_XID, None, "one"),)
+        got = await self._pipeline(conn, stmts)
+        head_rows = got[2]
+        xid, exists, tracked = got[3]
+        if self.citus:
+            xid = got[4][0]  # the coordinator's: one clock for every cell
         if exists:
             found = {e.event_id_str: e for e in await self._stored(conn, ids)}
             outs = []
@@ -818,7 +840,7 @@ class AsyncPostgresRecorder:
         ]
         evs = [s.event for _, s in flat]
         first = xid * _POSITION_SHIFT
-        channel = self.channel if self.notify else None
+        channel = self.channel if self.notify and not self.citus else None
         lasts = [ss[-1] for ss in sealed_all]
         args = (
             xid,
@@ -843,7 +865,14 @@ class AsyncPostgresRecorder:
             channel,
             str(first + len(flat) - 1),
         )
-        await self._pipeline(conn, ((q.insert_many, args, None), (COMMIT, None, None)))
+        await self._pipeline(
+            conn,
+            (
+                (q.insert_many, args, None),
+                *self._wakeup(first + len(flat) - 1),
+                (COMMIT, None, None),
+            ),
+        )
         out = []
         pos = first - 1
         for sid, ss in zip(streams, sealed_all, strict=True):
@@ -851,6 +880,17 @@ class AsyncPostgresRecorder:
             self._remember(sid, Head(ss[-1].version, ss[-1].hash))
             out.append(AppendOutcome([], version=ss[-1].version, position=pos))
         return out
+
+    def _wakeup(self, last: int) -> tuple[tuple[Any, ...], ...]:
+        """On Citus, the NOTIFY as a coordinator statement of its own (where the
+        ``LISTEN`` connection is), delivered on commit; elsewhere it is in the insert."""
+        if self.citus and self.notify:
+            return ((COORDINATOR_NOTIFY, (self.channel, str(last)), None),)
+        return ()
+
+    async def _bound(self, what: str) -> int:
+        """On Citus: the coordinator's visibility bound, for a ``*_below`` read."""
+        return int((await self._query(what, COORDINATOR_BOUND_SQL, ()))[0][0])
 
     async def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None.
@@ -901,18 +941,21 @@ class AsyncPostgresRecorder:
         docstring); only the streams under ``stream_prefix`` when given (a range on
         ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
         bounds: tuple[str, ...] = ()
-        query = self.sql.all
+        q = self.sql
+        query = q.all_below if self.citus else q.all
         if stream_prefix:
             lo, hi = prefix_range(stream_prefix)
-            query, bounds = (
-                (self.sql.all_from, (lo,)) if hi is None else (self.sql.all_range, (lo, hi))
-            )
+            if hi is None:
+                query, bounds = (q.all_from_below if self.citus else q.all_from), (lo,)
+            else:
+                query, bounds = (q.all_range_below if self.citus else q.all_range), (lo, hi)
         page = self.page_size
         after = after_position
         left = limit if limit is not None else _FAR
         while left > 0:
             want = min(page, left)
-            rows = await self._query("read_all", query, (after, *bounds, want))
+            below: tuple[int, ...] = (await self._bound("read_all"),) if self.citus else ()
+            rows = await self._query("read_all", query, (after, *below, *bounds, want))
             for r in rows:
                 yield row_to_event(r)
             if len(rows) < want:
@@ -924,8 +967,10 @@ class AsyncPostgresRecorder:
         """``(position, stream_id, version)`` in global order after ``after_position``,
         below the visibility bound, keyset-paged; for the audit."""
         after, page = after_position, self.page_size
+        query = self.sql.positions_below if self.citus else self.sql.positions
         while True:
-            rows = await self._query("audit scan", self.sql.positions, (after, page))
+            below: tuple[int, ...] = (await self._bound("audit scan"),) if self.citus else ()
+            rows = await self._query("audit scan", query, (after, *below, page))
             for r in rows:
                 yield r
             if len(rows) < page:
@@ -976,6 +1021,9 @@ class AsyncPostgresRecorder:
 
     async def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
+        if self.citus:
+            bound = await self._bound("last_position")
+            return int((await self._query("last_position", self.sql.last_below, (bound,)))[0][0])
         return int((await self._query("last_position", self.sql.last, ()))[0][0])
 
     async def schema_version(self) -> int:

@@ -211,6 +211,36 @@ SELECT_ALL_FROM: Final = (
 SELECT_LAST_POSITION: Final = (
     f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {_VISIBLE_BOUND}"
 )
+# Citus (cells as distributed schemas, all sessions through the coordinator): a statement
+# that names a table runs on the cell's worker, one that names none on the coordinator.
+# Positions then come from the *coordinator's* transaction ids and the visibility bound
+# from its snapshot, in statements of their own: one clock for every cell, unchanged when
+# a cell moves to another worker. A single-worker transaction commits on the worker in
+# Citus's pre-commit step, before the coordinator's transaction ends, so a coordinator xid
+# below the bound has its rows visible on the worker to any later statement.
+COORDINATOR_XID: Final = "SELECT pg_current_xact_id()::text::bigint"
+COORDINATOR_BOUND: Final = f"SELECT {_VISIBLE_BOUND}"
+COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
+SELECT_ALL_BELOW: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
+    "AND position < %s ORDER BY position LIMIT %s"
+)
+SELECT_POSITIONS_BELOW: Final = (
+    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
+    "AND position < %s ORDER BY position LIMIT %s"
+)
+SELECT_ALL_RANGE_BELOW: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s AND position < %s "
+    'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
+    "ORDER BY position LIMIT %s"
+)
+SELECT_ALL_FROM_BELOW: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s AND position < %s "
+    'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
+)
+SELECT_LAST_POSITION_BELOW: Final = (
+    "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
+)
 SELECT_HEAD: Final = "SELECT version, head_hash FROM {s}.ares_streams WHERE stream_id = %s"
 SELECT_HEADS: Final = (
     "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
@@ -355,6 +385,11 @@ class Statements:
     snapshot_delete_stream: sql.Composed
     snapshot_list_all: sql.Composed
     snapshot_list_stream: sql.Composed
+    all_below: sql.Composed
+    all_range_below: sql.Composed
+    all_from_below: sql.Composed
+    positions_below: sql.Composed
+    last_below: sql.Composed
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
@@ -411,6 +446,11 @@ class Statements:
             snapshot_delete_stream=render(SNAPSHOT_DELETE_STREAM),
             snapshot_list_all=render(SNAPSHOT_LIST_ALL),
             snapshot_list_stream=render(SNAPSHOT_LIST_STREAM),
+            all_below=render(SELECT_ALL_BELOW),
+            all_range_below=render(SELECT_ALL_RANGE_BELOW),
+            all_from_below=render(SELECT_ALL_FROM_BELOW),
+            positions_below=render(SELECT_POSITIONS_BELOW),
+            last_below=render(SELECT_LAST_POSITION_BELOW),
         )
 
 

@@ -1,0 +1,158 @@
+"""CLI commands ``cells``, ``cells move`` and ``cells rebalance``: a cell store's cells.
+
+Registered on the group when imported (``ares_events.cli`` imports this module). It may
+import :mod:`ares_events.cli.common` and anything below the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+from ares_events.errors import ConfigError
+
+
+def _cells_of(store: Any) -> Any:
+    from ares_events.core.recorder import system_of_record
+
+    rec = system_of_record(store.recorder)
+    if getattr(rec, "cell_map", None) is None:
+        raise ConfigError(
+            f"{store.url} is not a cell store (citus://... or pgcells://...; docs/scaling.md)"
+        )
+    return rec
+
+
+@cli.group(name="cells", invoke_without_command=True)
+@json_option
+@pass_app
+@click.pass_context
+def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
+    """Show the cells of a cell store: partitions, each cell's streams, where it lives.
+
+    A cell store (citus://user@coordinator/db?partitions=N, or pgcells://...) keeps a fixed
+    number of partitions, each in one cell (a PostgreSQL schema); a stream's partition is
+    a stable hash of its id. On Citus each cell is a distributed schema on one worker.
+
+    \b
+    Example:
+      ares-events --store citus://app@coordinator:5432/agents cells --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return EXIT_OK
+    with app.open() as store:
+        rec = _cells_of(store)
+        counts = [0] * len(rec.cells)
+        for sid, _ in store.streams():
+            counts[rec.cell_index(sid)] += 1
+        where: dict[str, str] = {}
+        if rec.citus:
+            from ares_events.stores.cells.citus import cell_placements
+
+            where = {p.cell: f"{p.host}:{p.port} ({p.size})" for p in cell_placements(store)}
+        url = store.url
+    cmap = rec.cell_map
+    rows = [
+        {
+            "cell": name,
+            "partitions": sum(1 for c in cmap.assignment if c == i),
+            "streams": counts[i],
+            "location": where.get(name),
+        }
+        for i, name in enumerate(cmap.cells)
+    ]
+    if as_json:
+        app.json(
+            {
+                "store": url,
+                "partitions": cmap.partitions,
+                "shared_clock": rec.shared_clock,
+                "citus": rec.citus,
+                "cells": rows,
+            }
+        )
+        return EXIT_OK
+    table = Table(
+        title=f"{url}: {len(rows)} cell(s), {cmap.partitions} partitions", title_justify="left"
+    )
+    for col in ("cell", "partitions", "streams", "location"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["cell"], str(r["partitions"]), str(r["streams"]), r["location"] or "-")
+    app.out.print(table)
+    return EXIT_OK
+
+
+@cells_cmd.command(name="move")
+@click.argument("cell")
+@click.argument("target", metavar="HOST:PORT")
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "force_logical", "block_writes"]),
+    default="auto",
+    show_default=True,
+    help="Citus shard transfer mode (auto: logical replication, writes go on).",
+)
+@json_option
+@pass_app
+def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
+    """Move CELL of a citus:// store to the worker HOST:PORT, online.
+
+    Appends to the cell go on during the copy (auto, force_logical) or wait for it
+    (block_writes); positions do not change, so readers and projections never notice.
+
+    \b
+    Example:
+      ares-events --store citus://app@coordinator/agents cells move ares_cell_2 10.0.0.9:5432
+    """
+    from ares_events.stores.cells.citus import cell_placements, move_cell
+
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.UsageError(f"TARGET must be HOST:PORT, got {target!r}")
+    with app.open() as store:
+        _cells_of(store)
+        move_cell(store, cell, host, int(port), mode=mode)
+        now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
+        url = store.url
+    if as_json:
+        app.json({"store": url, "cell": cell, "location": now.get(cell), "mode": mode})
+    else:
+        app.out.print(Text(f"moved {cell} of {url} to {now.get(cell)}"))
+    return EXIT_OK
+
+
+@cells_cmd.command(name="rebalance")
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "force_logical", "block_writes"]),
+    default="auto",
+    show_default=True,
+    help="Citus shard transfer mode (auto: logical replication, writes go on).",
+)
+@json_option
+@pass_app
+def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
+    """Spread the cells of a citus:// store over its workers (after adding one), online.
+
+    \b
+    Example:
+      ares-events --store citus://app@coordinator/agents cells rebalance
+    """
+    from ares_events.stores.cells.citus import cell_placements, rebalance
+
+    with app.open() as store:
+        _cells_of(store)
+        rebalance(store, mode=mode)
+        now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
+        url = store.url
+    if as_json:
+        app.json({"store": url, "cells": now})
+    else:
+        for cell, loc in now.items():
+            app.out.print(Text(f"{cell}: {loc}"))
+    return EXIT_OK

@@ -1,0 +1,114 @@
+"""Citus administration of a cell store: where each cell lives, moving a cell, rebalancing.
+
+Each cell of a ``citus://`` store is a distributed schema (Citus's schema-based sharding):
+all its tables live together on one worker, every statement on them is routed there, and
+``citus_schema_move`` moves the schema to another worker online (logical replication
+copies it while writes go on; writes pause only for the final switch-over). Positions
+come from the coordinator's transaction ids (:mod:`ares_events.stores.postgres.sql`), so a
+move changes nothing a reader sees. Blocking only (administration, like ``ae.erase``).
+
+It may import the core, :mod:`ares_events.errors` and this package.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ares_events.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CellPlacement", "cell_placements", "move_cell", "rebalance"]
+
+PLACEMENT_SQL: Final = (
+    "SELECT n.nodename, n.nodeport, pg_size_pretty(citus_relation_size(s.logicalrelid)) "
+    "FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) "
+    "JOIN pg_dist_node n USING (groupid) WHERE s.logicalrelid = to_regclass(%s)"
+)
+MOVE_SQL: Final = (
+    "SELECT citus_schema_move(%s::regnamespace, %s, %s, "
+    "shard_transfer_mode => %s::citus.shard_transfer_mode)"
+)
+REBALANCE_SQL: Final = (
+    "SELECT citus_rebalance_start(shard_transfer_mode => %s::citus.shard_transfer_mode)"
+)
+REBALANCE_WAIT_SQL: Final = "SELECT citus_rebalance_wait()"
+MODES: Final = ("auto", "force_logical", "block_writes")
+
+
+@dataclass(frozen=True, slots=True)
+class CellPlacement:
+    """Where one cell lives: its schema, the worker's host and port, the events' size."""
+
+    cell: str
+    host: str
+    port: int
+    size: str
+
+
+def _cells(store: Any) -> Any:
+    from ares_events.core.recorder import system_of_record
+
+    rec = system_of_record(store.recorder)
+    if not getattr(rec, "citus", False):
+        raise ConfigError(f"{store.url} is not a citus:// cell store")
+    return rec
+
+
+def cell_placements(store: Any) -> list[CellPlacement]:
+    """Where each cell of a ``citus://`` store lives now.
+
+    Raises:
+        ConfigError: not a ``citus://`` store.
+        StoreUnavailable: the coordinator cannot be reached.
+    """
+    rec = _cells(store)
+    out = []
+    with rec.cells[0].connection() as conn:
+        for name in rec.cell_map.cells:
+            row = conn.execute(PLACEMENT_SQL, (f'"{name}".ares_events',)).fetchone()
+            if row is not None:
+                out.append(CellPlacement(name, str(row[0]), int(row[1]), str(row[2])))
+    return out
+
+
+def move_cell(store: Any, cell: str, host: str, port: int, *, mode: str = "auto") -> None:
+    """Move one cell (schema) of a ``citus://`` store to the worker ``host:port``, online.
+
+    ``mode`` is Citus's shard transfer mode: ``auto`` (logical replication when every table
+    has a replica identity, as ares-events' tables do; needs ``wal_level = logical``),
+    ``force_logical``, or ``block_writes`` (appends to that cell wait until the copy ends).
+
+    Raises:
+        ConfigError: not a ``citus://`` store, an unknown cell or mode.
+        StoreError: Citus refused the move (the message says why).
+        StoreUnavailable: the coordinator cannot be reached.
+    """
+    rec = _cells(store)
+    if cell not in rec.cell_map.cells:
+        raise ConfigError(
+            f"{store.url} has no cell {cell!r}; cells: {', '.join(rec.cell_map.cells)}"
+        )
+    if mode not in MODES:
+        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
+    logger.info("moving cell %s of %s to %s:%d (%s)", cell, store.url, host, port, mode)
+    with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors(f"moving cell {cell}"):
+        conn.execute(MOVE_SQL, (cell, host, port, mode))
+
+
+def rebalance(store: Any, *, mode: str = "auto") -> None:
+    """Run Citus's rebalancer (it spreads the distributed schemas over the workers, a
+    new one included) and wait for it to finish.
+
+    Raises:
+        ConfigError: not a ``citus://`` store or an unknown mode.
+        StoreError: Citus refused.
+    """
+    rec = _cells(store)
+    if mode not in MODES:
+        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
+    with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors("rebalancing"):
+        conn.execute(REBALANCE_SQL, (mode,))
+        conn.execute(REBALANCE_WAIT_SQL)

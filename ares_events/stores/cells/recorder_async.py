@@ -1,0 +1,604 @@
+"""``AsyncCellsRecorder``: a store of many cells (``recorder.py`` is generated from it).
+
+Every per-stream operation goes to the one cell that holds the stream's partition
+(:mod:`.layout`) and runs there with that cell's own guarantees (hash chain, optimistic
+concurrency, idempotent appends, snapshots, erasure). What spans cells:
+
+* ``read_all`` / ``positions`` merge the cells' global orders, smallest position first.
+  When the cells share one transaction-id clock (schemas of one database; Citus cells,
+  positioned by the coordinator), positions are unique and ordered across cells, and the
+  merge stops at the highest position that is final in every cell, so positions stay
+  plain ints with the single-store guarantees. Otherwise (cells on several plain
+  servers) each event carries the cursor of the merge so far (one position per cell,
+  :mod:`.layout`), so a reader resumes exactly after it, never skipping, never repeating;
+* ``heads`` merges by stream id; ``last_position`` is the highest final position (or one
+  cursor of every cell's last); ``wait_for`` wakes when any cell has a later event;
+* ``append_many`` and its tracking record must fall in one cell: anything else would not
+  be atomic and is refused with :class:`~ares_events.errors.CrossCellError`;
+* metadata (the store's identity) lives in the first cell; the cell map in every cell.
+
+It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ares_events.core.backend import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    EraseOutcome,
+    Head,
+    TrackingRecord,
+)
+from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, PayloadRef, RecordedEvent
+from ares_events.core.faces import ASYNC
+from ares_events.core.iterators_async import aclosing_iter
+from ares_events.core.url import StoreURL
+from ares_events.errors import (
+    ConfigError,
+    CrossCellError,
+    InvalidEvent,
+    StoreError,
+    StoreNotFound,
+)
+from ares_events.stores.cells.layout import (
+    CELLS_KEY,
+    DEFAULT_CELLS,
+    DEFAULT_PARTITIONS,
+    CellMap,
+    CellsConfig,
+    pack,
+    parse_cells_url,
+    unpack,
+    with_position,
+)
+from ares_events.stores.postgres.recorder_async import AsyncPostgresRecorder
+
+if ASYNC:
+    import asyncio
+else:
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+if TYPE_CHECKING:
+    from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AsyncCellsRecorder", "AsyncCellsSnapshotRows"]
+
+_MAX_LOCAL = 1 << 63
+
+
+class AsyncCellsRecorder:
+    """A store of many cells, each an :class:`AsyncPostgresRecorder` (module docstring).
+
+    Args:
+        cells: the cells' recorders, in cell order (this recorder closes them).
+        cell_map: which cell holds each partition.
+        description: the store URL, redacted.
+        citus: the cells are distributed schemas of a Citus cluster.
+        shared_clock: the cells' positions come from one transaction-id space (schemas
+            of one database, or Citus cells positioned by the coordinator): positions
+            are then plain ints, unique and ordered across cells.
+
+    Attributes:
+        cells: the cells' recorders.
+        cell_map: the recorded cell map.
+    """
+
+    scheme: ClassVar[tuple[str, ...]] = ("citus", "pgcells")
+    BASE_CAPABILITIES: ClassVar[frozenset[Capability]] = frozenset(
+        {
+            Capability.PERSISTENT,
+            Capability.MULTI_PROCESS,
+            Capability.WAKEUPS,
+            Capability.SNAPSHOTS,
+            Capability.MULTI_STREAM_APPEND,
+            Capability.ERASE,
+            Capability.METADATA,
+            Capability.DUPLICATE_SCAN,
+            Capability.POSITION_SCAN,
+        }
+    )
+    """What every cell store declares; one whose cells do not share a transaction-id
+    clock (cells on several plain servers) adds ``CELL_CURSORS``."""
+
+    def __init__(
+        self,
+        cells: Sequence[AsyncPostgresRecorder],
+        cell_map: CellMap,
+        *,
+        description: str,
+        citus: bool = False,
+        shared_clock: bool = False,
+    ) -> None:
+        if not cells or len(cells) != len(cell_map.cells):
+            raise ConfigError(f"{description}: {len(cells)} cells for a map of {cell_map.cells}")
+        self.cells = list(cells)
+        self.cell_map = cell_map
+        self.citus = citus
+        self.shared_clock = shared_clock
+        caps = set(self.BASE_CAPABILITIES)
+        if not shared_clock:
+            caps.add(Capability.CELL_CURSORS)
+        self.capabilities: frozenset[Capability] = frozenset(caps)
+        self._description = description
+        self._n = len(cells)
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    async def open_url(cls, url: StoreURL, **options: Any) -> AsyncCellsRecorder:
+        """Open (creating unless ``create=False``) the cells of a ``citus://`` or
+        ``pgcells://`` URL (:func:`~ares_events.stores.cells.layout.parse_cells_url`).
+        Keyword ``options`` go to every cell (``create``, ``migrate``, ``pool_max``...).
+
+        Raises:
+            ConfigError: a bad URL, or ``partitions``/``cells`` that differ from the
+                recorded cell map (fixed at init).
+            StoreNotFound: ``create=False`` and a cell does not exist.
+            StoreUnavailable: a server cannot be reached.
+        """
+        cfg = parse_cells_url(url)
+        opened: list[AsyncPostgresRecorder] = []
+        try:
+            first = await AsyncPostgresRecorder.open_url(
+                StoreURL.parse(cfg.url_of(0, cfg.name_of(0))), **options
+            )
+            opened.append(first)
+            raw = await first.meta_get(CELLS_KEY)
+            create = bool(options.get("create", True))
+            if raw is None and not create:
+                raise StoreNotFound(
+                    cfg.where, f"schema {cfg.name_of(0)} holds no cell map (not a cell store)"
+                )
+            if raw is not None:
+                cell_map = CellMap.from_json(raw, cfg.where)
+                _check_requested(cfg, cell_map)
+            else:
+                n = cfg.cells or (len(cfg.hosts) if len(cfg.hosts) > 1 else DEFAULT_CELLS)
+                partitions = cfg.partitions or max(DEFAULT_PARTITIONS, n)
+                if n > partitions:
+                    raise ConfigError(
+                        f"cells ({n}) must not exceed partitions ({partitions}) in {cfg.where}"
+                    )
+                cell_map = CellMap.new(partitions, [cfg.name_of(i) for i in range(n)])
+            for i, name in enumerate(cell_map.cells[1:], start=1):
+                opened.append(
+                    await AsyncPostgresRecorder.open_url(
+                        StoreURL.parse(cfg.url_of(i, name)), **options
+                    )
+                )
+            rec = cls(
+                opened,
+                cell_map,
+                description=cfg.where,
+                citus=cfg.citus,
+                shared_clock=cfg.citus or len(set(cfg.hosts)) == 1,
+            )
+            await rec._record_map(new=raw is None, create=create)
+        except BaseException:
+            for r in opened:
+                await r.close()
+            raise
+        logger.info("opened cell store %s (%d cells)", cfg.where, len(opened))
+        return rec
+
+    async def _record_map(self, *, new: bool, create: bool) -> None:
+        """Record the map of a new store in every cell (the first cell decides: concurrent
+        inits of one store agree on its map); for an existing one, check every cell holds
+        it (recording it where an interrupted init left it out, unless ``create=False``).
+
+        Raises:
+            ConfigError: a cell records another map.
+            StoreNotFound: ``create=False`` and a cell holds no map.
+        """
+        want = self.cell_map.to_json()
+        if new:
+            stored = await self.cells[0].meta_put_if_absent(CELLS_KEY, want)
+            if stored != want:
+                raise ConfigError(
+                    f"{self._description}: another ares-events process initialised this "
+                    "store with another cell map at the same time; open it again"
+                )
+        for i, cell in enumerate(self.cells[1:], start=1):
+            got = await cell.meta_get(CELLS_KEY)
+            if got is None:
+                if not create:
+                    raise StoreNotFound(
+                        self._description,
+                        f"cell {self.cell_map.cells[i]} holds no cell map (an interrupted "
+                        "init: run `ares-events init`)",
+                    )
+                got = await cell.meta_put_if_absent(CELLS_KEY, want)
+            if got != want:
+                raise ConfigError(
+                    f"{self._description}: cell {self.cell_map.cells[i]} belongs to another "
+                    "cell store (its recorded cell map differs)"
+                )
+
+    def describe(self) -> str:
+        """The store URL, redacted."""
+        return self._description
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._description!r}, cells={self._n})"
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def cell_index(self, stream_id: str) -> int:
+        """The index of the cell that holds ``stream_id``."""
+        return self.cell_map.cell_of(stream_id)
+
+    def cell_for(self, stream_id: str) -> AsyncPostgresRecorder:
+        """The cell that holds ``stream_id``."""
+        return self.cells[self.cell_map.cell_of(stream_id)]
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """Append in the stream's cell (that cell's guarantees).
+
+        Raises:
+            ConcurrencyError: ``expected_version`` is not satisfied.
+            StoreUnavailable: the cell's server failed; nothing was written (unless the
+                COMMIT itself failed: re-append the same event ids to find out).
+            StoreError: any other database error.
+        """
+        return await self.cell_for(batch.stream_id).append(batch, expected_version)
+
+    async def append_many(
+        self,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+    ) -> list[AppendOutcome]:
+        """Several batches (and a tracking record, routed by its name) in one transaction
+        of one cell.
+
+        Raises:
+            CrossCellError: the streams (or the tracking name) are in different cells.
+            InvalidEvent: a tracking position that no cell can hold (a merged cursor).
+            ConcurrencyError: an expected version or the tracking record is not satisfied.
+            StoreUnavailable: the cell's server failed.
+        """
+        where = {self.cell_index(b.stream_id) for b, _ in batches}
+        if tracking is not None:
+            where.add(self.cell_index(tracking.name))
+            if tracking.position >= _MAX_LOCAL:
+                raise InvalidEvent(
+                    "tracking",
+                    "a cell store tracks positions below 2**63 only (a merged read_all "
+                    "cursor does not fit; keep one tracking name per cell)",
+                )
+        if len(where) != 1:
+            raise CrossCellError(
+                "append_many",
+                self._description,
+                [self.cell_map.cells[i] for i in sorted(where)],
+            )
+        (i,) = where
+        return await self.cells[i].append_many(batches, tracking)
+
+    async def tracked_position(self, name: str) -> int | None:
+        """The tracked position of ``name``, from the cell of its name."""
+        return await self.cell_for(name).tracked_position(name)
+
+    async def erase(
+        self,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_hash: bytes,
+        ref: ErasedPayloadRef,
+        blob_key: str | None = None,
+    ) -> EraseOutcome:
+        """Erase in the stream's cell; the blob's other references are counted in every
+        cell (a blob is content-addressed, so another cell's stream may share it)."""
+        i = self.cell_index(stream_id)
+        out = await self.cells[i].erase(stream_id, version, position, event_hash, ref, blob_key)
+        if not out.erased or not blob_key:
+            return out
+        refs = out.blob_refs
+        for j, cell in enumerate(self.cells):
+            if j != i:
+                rows = await cell._query(
+                    "counting blob references", cell.sql.blob_refs, (PayloadRef.like_key(blob_key),)
+                )
+                refs += int(rows[0][0]) if rows else 0
+        return EraseOutcome(True, refs)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> AsyncIterator[RecordedEvent]:
+        """One stream from its cell: the cell's own iterator (positions are the cell's)."""
+        return self.cell_for(stream_id).read(stream_id, from_version, to_version, limit)
+
+    async def read_all(
+        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+    ) -> AsyncIterator[RecordedEvent]:
+        """Every cell merged (module docstring): on a shared clock by position, up to the
+        highest position final in every cell; else each event with the merge's cursor."""
+        if self.shared_clock:
+            top = await self._final_top(after_position)
+            its = [
+                c.read_all(after_position, limit, stream_prefix=stream_prefix) for c in self.cells
+            ]
+            merged = _merge(its, [0] * self._n, _position, cursor=False)
+        else:
+            parts = unpack(after_position, self._n)
+            its = [
+                c.read_all(parts[i], limit, stream_prefix=stream_prefix)
+                for i, c in enumerate(self.cells)
+            ]
+            merged = _merge(its, parts, _position, order=_at)
+        async with aclosing_iter(merged) as items:
+            async for cursor, e in items:
+                if self.shared_clock:
+                    if e.position > top:
+                        return
+                    yield e
+                else:
+                    yield with_position(e, cursor)
+                if limit is not None:
+                    limit -= 1
+                    if limit == 0:
+                        return
+
+    async def _final_top(self, after_position: int) -> int:
+        """On a shared clock: the highest position below which every cell's rows are final
+        (each cell's last visible position is below the clock's visibility bound at the
+        time it was read, and that bound holds for every cell: one transaction-id space),
+        so a merge up to it never yields an event before one that can still commit."""
+        if type(after_position) is not int or after_position < 0:
+            raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
+        return max([await c.last_position() for c in self.cells])
+
+    async def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """``(position, stream_id, version)`` in the order and with the positions of
+        :meth:`read_all`."""
+        if self.shared_clock:
+            top = await self._final_top(after_position)
+            merged = _merge(
+                [c.positions(after_position) for c in self.cells],
+                [0] * self._n,
+                _first,
+                cursor=False,
+            )
+        else:
+            # The merge's order needs each event's time, so this is read_all's scan.
+            async with aclosing_iter(self.read_all(after_position, None)) as events:
+                async for e in events:
+                    yield e.position, e.stream_id, e.version
+            return
+        async with aclosing_iter(merged) as items:
+            async for _, row in items:
+                if type(row[0]) is int and row[0] > top:
+                    return
+                yield row
+
+    async def head(self, stream_id: str) -> Head | None:
+        """The stream's head, from its cell."""
+        return await self.cell_for(stream_id).head(stream_id)
+
+    async def heads(self) -> AsyncIterator[tuple[str, Head]]:
+        """Every head of every cell, merged by stream id."""
+        its = [c.heads() for c in self.cells]
+        async for _, item in _merge(its, [0] * self._n, _first, cursor=False):
+            yield item
+
+    async def last_position(self) -> int:
+        """The highest position final in every cell (a shared clock), else one cursor of
+        every cell's last position."""
+        lasts = [await c.last_position() for c in self.cells]
+        return max(lasts) if self.shared_clock else pack(lasts)
+
+    async def schema_version(self) -> int:
+        """The lowest schema version of the cells."""
+        return min([await c.schema_version() for c in self.cells])
+
+    async def wait_for(self, position: int, timeout: float) -> bool:
+        """True once any cell has an event past its part of ``position``, False after
+        ``timeout`` seconds (every cell's own wake-ups, waited for at once)."""
+        if self.shared_clock:
+            parts = [position] * self._n
+        else:
+            parts = unpack(position, self._n, "position")
+        if ASYNC:
+            tasks = [
+                asyncio.ensure_future(c.wait_for(parts[i], timeout))
+                for i, c in enumerate(self.cells)
+            ]
+            try:
+                pending = set(tasks)
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for t in done:
+                        if t.result():
+                            return True
+                return False
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        else:
+            for i, c in enumerate(self.cells):
+                if c.last_position() > parts[i]:
+                    return True
+            pool = ThreadPoolExecutor(self._n, thread_name_prefix="ares-cells-wait")
+            try:
+                futs = {
+                    pool.submit(c.wait_for, parts[i], timeout) for i, c in enumerate(self.cells)
+                }
+                while futs:
+                    done, futs = wait(futs, return_when=FIRST_COMPLETED)
+                    if any(f.result() for f in done):
+                        return True
+                return False
+            finally:
+                # The other waits end at their timeout; nobody waits for them here.
+                pool.shutdown(wait=False)
+
+    # -- metadata, snapshots and integrity scans -----------------------------------------
+
+    async def meta_get(self, key: str) -> str | None:
+        """A value of the first cell's metadata (the store's identity lives there)."""
+        return await self.cells[0].meta_get(key)
+
+    async def meta_put_if_absent(self, key: str, value: str) -> str:
+        """Store ``value`` in the first cell unless one is there; return the stored value."""
+        return await self.cells[0].meta_put_if_absent(key, value)
+
+    async def meta_set(self, key: str, value: str) -> None:
+        """Store ``value`` in the first cell."""
+        if key == CELLS_KEY:
+            raise StoreError(f"{self._description}: the cell map is fixed at init")
+        await self.cells[0].meta_set(key, value)
+
+    async def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
+        """Every cell's duplicate rows (positions are the cells' own)."""
+        for c in self.cells:
+            async for row in c.find_duplicates():
+                yield row
+
+    def read_model_recorder(self) -> Any:
+        """The recorder the read-model tables live beside: the first cell's (blocking),
+        where each projection's rows and its one cursor commit together. On a shared
+        clock that cursor is every cell's checkpoint at once (one position space).
+
+        Raises:
+            ConfigError: cells on separate servers (their cursors do not fit the
+                read models' bigint positions).
+        """
+        if not self.shared_clock:
+            raise ConfigError(
+                f"read models of {self._description}: cells on separate servers have "
+                "per-cell cursors, which the read-model tables cannot hold yet; run "
+                "projections per cell store of one server or Citus (docs/scaling.md)"
+            )
+        if ASYNC:
+            return self.cells[0].read_model_recorder()
+        else:
+            return self.cells[0]
+
+    def snapshot_rows(self) -> AsyncCellsSnapshotRows:
+        """The snapshot rows, each in its stream's cell."""
+        return AsyncCellsSnapshotRows(self)
+
+    async def close(self) -> None:
+        """Close every cell. Idempotent."""
+        errors: list[BaseException] = []
+        for c in self.cells:
+            try:
+                await c.close()
+            except BaseException as exc:  # close the others, then report the first
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+class AsyncCellsSnapshotRows:
+    """Snapshot rows of a cell store: each row in the cell of its stream."""
+
+    def __init__(self, rec: AsyncCellsRecorder) -> None:
+        self._rec = rec
+
+    async def put(self, snap: Snapshot) -> None:
+        """Insert or replace the row, in the stream's cell."""
+        await self._rec.cell_for(snap.stream_id).snapshot_rows().put(snap)
+
+    async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
+        """The row of ``(stream_id, projection)``, or None."""
+        return await self._rec.cell_for(stream_id).snapshot_rows().get(stream_id, projection)
+
+    async def remove(self, stream_id: str, projection: str | None) -> int:
+        """Delete the rows of a stream; return how many."""
+        rows = self._rec.cell_for(stream_id).snapshot_rows()
+        return await rows.remove(stream_id, projection)
+
+    async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
+        """Every row's description, ordered by stream and projection."""
+        if stream_id is not None:
+            async for info in self._rec.cell_for(stream_id).snapshot_rows().infos(stream_id):
+                yield info
+            return
+        its = [c.snapshot_rows().infos(None) for c in self._rec.cells]
+        async for _, info in _merge(its, [0] * len(its), _info_key, cursor=False):
+            yield info
+
+
+def _position(e: RecordedEvent) -> int:
+    return e.position
+
+
+def _at(e: RecordedEvent) -> str:
+    return e.at
+
+
+def _first(row: Any) -> Any:
+    return row[0]
+
+
+def _info_key(info: Any) -> Any:
+    return (info.stream_id, info.projection)
+
+
+async def _merge(
+    its: list[AsyncIterator[Any]],
+    parts: list[int],
+    key: Callable[[Any], Any],
+    *,
+    cursor: bool = True,
+    order: Callable[[Any], Any] | None = None,
+) -> AsyncIterator[tuple[int, Any]]:
+    """Merge iterators, one per cell, each sorted by ``key``: the cell whose next item has
+    the smallest ``order`` (default: ``key``; ties: the lower cell) goes first; each item
+    comes with the cursor after it (``parts`` with the item's cell part set to its key, a
+    cell position); ``cursor=False``: keys are not positions, and the cursor is 0. Which
+    cell goes first never affects what a cursor resumes: each part is one cell's own."""
+    by = order or key
+    cur = list(parts)
+    heap: list[tuple[Any, int, Any]] = []
+    try:
+        for i, it in enumerate(its):
+            item = await anext(it, None)
+            if item is not None:
+                heap.append((by(item), i, item))
+        heapq.heapify(heap)
+        while heap:
+            _, i, item = heapq.heappop(heap)
+            if cursor:
+                cur[i] = key(item)
+            yield (pack(cur) if cursor else 0), item
+            nxt = await anext(its[i], None)
+            if nxt is not None:
+                heapq.heappush(heap, (by(nxt), i, nxt))
+    finally:
+        for it in its:
+            close = getattr(it, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def _check_requested(cfg: CellsConfig, cell_map: CellMap) -> None:
+    """A URL may repeat the recorded ``partitions``/``cells``, never change them.
+
+    Raises:
+        ConfigError: it asks for other ones.
+    """
+    if cfg.partitions is not None and cfg.partitions != cell_map.partitions:
+        raise ConfigError(
+            f"{cfg.where} asks for {cfg.partitions} partitions, but the store was created "
+            f"with {cell_map.partitions} (fixed at init; drop partitions= from the URL)"
+        )
+    if cfg.cells is not None and cfg.cells != len(cell_map.cells):
+        raise ConfigError(
+            f"{cfg.where} asks for {cfg.cells} cells, but the store was created with "
+            f"{len(cell_map.cells)} (fixed at init; drop cells= from the URL)"
+        )
