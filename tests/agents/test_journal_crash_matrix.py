@@ -69,7 +69,9 @@ def test_kill_9_at_every_boundary_of_retrying_runs_converges(
     assert set(clean) == set(MODES)
     for r in clean.values():
         assert r["resume"]["outcome"] == "completed", r
-        assert r["appends"] >= 25 and r["calls"] >= 12  # rate limits, lost answers, retries
+        # Rate limits, lost answers, retries (a reconciled retry asks the reconciler and does
+        # not invoke the tool again, so a run can have as few as 10 service calls).
+        assert r["appends"] >= 25 and r["calls"] >= 10
     killed = [r for r in records if r["point"] != "clean"]
     expected_points = sum(r["appends"] + r["calls"] for r in clean.values())
     assert len(killed) == expected_points
