@@ -3,9 +3,8 @@ cluster (a coordinator and workers with schema-based sharding, as
 ``../shared/citus/cluster.sh`` starts them), each on free loopback ports, stopped after.
 
 Citus is not in Debian's packages; ``../shared/citus/build.sh`` builds and installs it
-into PostgreSQL 15 (CI runs it first). Without it the Citus tests are reported as not
-run, with one line saying how to install it; with ``citus`` in ``ARES_TEST_REQUIRE`` they
-fail instead.
+into PostgreSQL 15 (``scripts/test`` runs it when Citus is missing). Without it the Citus
+tests fail with one line saying how to install it; they are never skipped.
 """
 
 from __future__ import annotations
@@ -50,13 +49,9 @@ def citus_installed() -> bool:
 
 
 def require_citus() -> None:
-    """Fail (``citus`` in ``ARES_TEST_REQUIRE``) or skip with :data:`INSTALL_HINT`."""
-    if citus_installed():
-        return
-    required = {s.strip() for s in os.environ.get("ARES_TEST_REQUIRE", "").split(",")}
-    if "citus" in required:
+    """Fail with :data:`INSTALL_HINT` when Citus is not installed (never skip)."""
+    if not citus_installed():
         pytest.fail(INSTALL_HINT)
-    pytest.skip(INSTALL_HINT)
 
 
 def _run_as() -> list[str]:
