@@ -27,7 +27,7 @@ def main() -> None:
             if seen[0] == int(nth):
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    archive_mod._step = crash_after  # type: ignore[assignment]
+    archive_mod._step = crash_after
     with ae.open_store(url) as store:
         archive_mod.archive(store, to, before=int(before), segment_events=int(segment))
 

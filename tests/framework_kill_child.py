@@ -15,6 +15,7 @@ import dataclasses
 import os
 import signal
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ def main(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> Non
         die("tool1-after" if first else "tool2-after")
         return f"shipped {item}"
 
+    agent: Any
+    run_durably: Callable[..., Coroutine[Any, Any, Any]]
     if adapter == "pydantic-ai":
         from pydantic_ai import Agent
         from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -69,12 +72,13 @@ def main(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> Non
                 )
             return ModelResponse(parts=[TextPart("shipped both")])
 
-        agent: Any = Agent(FunctionModel(reply))
+        pai_agent = Agent(FunctionModel(reply))
 
-        @agent.tool_plain
+        @pai_agent.tool_plain
         def ship(item: str) -> str:
             return ship_item(item, idempotency_key())
 
+        agent = pai_agent
         output = "output"
     else:
         from agents import Agent as OAgent

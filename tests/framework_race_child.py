@@ -5,7 +5,7 @@ two items, and reports what happened, once per round."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 
 def writer(
@@ -74,7 +74,8 @@ async def _adapter(adapter: str, store: Any, sid: str) -> Any:
     from google.adk.events.event import Event
     from google.adk.sessions.session import Session
 
-    from ares_events.integrations.google_adk import AresSessionService, SessionConflict
+    from ares_events.integrations.google_adk import AresSessionService
+    from ares_events.integrations.google_adk import SessionConflict as AdkSessionConflict
 
     svc = AresSessionService(store=store, snapshot_every=0)
     seen: list[Session] = []
@@ -88,7 +89,7 @@ async def _adapter(adapter: str, store: Any, sid: str) -> Any:
         # One ADK event carries both items: an event is ADK's unit of append.
         await svc.append_event(seen[0], Event(invocation_id="|".join(texts), author="user"))
 
-    return read_adk, write_adk, SessionConflict
+    return read_adk, write_adk, AdkSessionConflict
 
 
 def history(adapter: str, url: str, sid: str) -> list[str]:
@@ -102,7 +103,8 @@ def history(adapter: str, url: str, sid: str) -> list[str]:
             if adapter == "openai-agents":
                 from ares_events.integrations.openai_agents import AresSession
 
-                return [str(i["content"]) for i in await AresSession(sid, store=store).get_items()]
+                items = await AresSession(sid, store=store).get_items()
+                return [str(cast(dict[str, Any], i)["content"]) for i in items]
             if adapter == "pydantic-ai":
                 from ares_events.integrations.pydantic_ai import AsyncAresMessageStore
 

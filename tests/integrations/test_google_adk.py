@@ -345,7 +345,9 @@ def test_two_run_async_on_one_session_never_interleave(url: str) -> None:
         assert final is not None
         invocations = [e.invocation_id for e in final.events]
         assert len(set(invocations)) == 1 and len(invocations) == 2  # one run: prompt, reply
-        assert final.events[0].content.parts[0].text in ("A", "B")
+        content = final.events[0].content
+        assert content is not None and content.parts
+        assert content.parts[0].text in ("A", "B")
 
     run(url, body)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents import Agent, Runner, set_tracing_disabled
@@ -303,7 +303,8 @@ def test_editing_returned_items_does_not_edit_the_session(store: ae.EventStore) 
         s = AresSession("copies", store=store)
         await s.add_items([{"role": "user", "content": "keep me"}])
         got = await s.get_items()
-        got[0]["content"] = "changed"
+        first = cast(dict[str, Any], got[0])  # a user message item
+        first["content"] = "changed"
         assert [text(i) for i in await s.get_items()] == ["keep me"]
 
     run(main())

@@ -91,7 +91,9 @@ def test_binary_content_survives_the_round_trip(url: str) -> None:
     loaded = AresMessageStore(url=url).load("bin")
     assert loaded == own
     part = loaded[0].parts[0]
-    assert isinstance(part, UserPromptPart) and part.content[1].data == b"\x00\xff"  # type: ignore[union-attr,index]
+    assert isinstance(part, UserPromptPart) and not isinstance(part.content, str)
+    image = part.content[1]
+    assert isinstance(image, BinaryContent) and image.data == b"\x00\xff"
     history.close()
 
 

@@ -17,6 +17,7 @@ import pytest
 import ares_events as ae
 from ares_events.core.recorder import system_of_record
 from ares_events.projections.archive import STEPS, archive
+from ares_events.stores.archive.reader import ArchiveRecorder
 from ares_events.stores.archive.segment import stored
 from tests.fix_backends import store_url_for
 
@@ -68,6 +69,7 @@ def test_kill_9_after_each_step_loses_and_repeats_nothing(
         report = archive(store, to, before=before, segment_events=SEGMENT)
         _check(store, events)
         rec = system_of_record(store.recorder)
+        assert isinstance(rec, ArchiveRecorder), type(rec)
         cat = rec.archive_catalog()
         assert cat is not None and cat.through == events[249].position
         archived = sum(s.events for s in cat.segments)

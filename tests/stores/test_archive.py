@@ -21,7 +21,8 @@ from ares_events.integrity.notes import SigningKey
 from ares_events.projections import archive as archive_mod
 from ares_events.projections.archive import archive, parse_before
 from ares_events.projections.runner import rebuild
-from ares_events.stores.archive.segment import Manifest, stored
+from ares_events.stores.archive.reader import ArchiveRecorder
+from ares_events.stores.archive.segment import Catalog, Manifest, stored
 from ares_events.testing.blocking import open_blocking
 from tests.fix_backends import store_url_for
 
@@ -53,9 +54,24 @@ def _full(events: Any) -> list[tuple[Any, ...]]:
     return [stored(e) for e in events]
 
 
-def _reads(store: ae.EventStore) -> dict[str, Any]:
+def _archive_recorder(store: ae.EventStore) -> ArchiveRecorder:
+    """The store's system of record: the archive read-through wrapper (``.recorder`` is
+    typed as the ``Recorder`` protocol)."""
+    rec = system_of_record(store.recorder)
+    assert isinstance(rec, ArchiveRecorder), type(rec)
+    return rec
+
+
+def _catalog(rec: ArchiveRecorder) -> Catalog:
+    """The archive's catalog (the test has archived, so there is one)."""
+    cat = rec.archive_catalog()
+    assert cat is not None
+    return cat
+
+
+def _reads(store: ae.EventStore) -> dict[str | tuple[str, str], Any]:
     """What every read API returns (events compared whole: every stored column)."""
-    out: dict[str, Any] = {
+    out: dict[str | tuple[str, str], Any] = {
         "all": _full(store.read_all()),
         "all_after": _full(store.read_all(after_position=_at(store, 37), limit=101)),
         "all_prefix": _full(store.read_all(stream_prefix="agent-")),
@@ -66,7 +82,8 @@ def _reads(store: ae.EventStore) -> dict[str, Any]:
         out[sid, "mid"] = _full(store.read(sid, from_version=2, to_version=30, limit=7))
         out[sid, "tail"] = _full(store.read(sid, from_version=max(1, n - 2)))
         out[sid, "version"] = store.stream_version(sid)
-        rep = ae.replay(store, sid, lambda s, e: [*s, e.payload["i"]], [])
+        start: list[Any] = []
+        rep = ae.replay(store, sid, lambda s, e: [*s, e.payload["i"]], start)
         out[sid, "replay"] = (rep.state, rep.version, rep.findings)
         rec = ae.recover(store, sid, ae.projections.RecoveryStateProjection(), snapshots=None)
         out[sid, "recover"] = (rec.state, rec.version, rec.source, rec.findings)
@@ -81,7 +98,7 @@ def _at(store: ae.EventStore, n: int) -> int:
 
 
 def _db_rows(store: ae.EventStore) -> int:
-    return sum(1 for _ in system_of_record(store.recorder).inner.read_all(0, None))
+    return sum(1 for _ in _archive_recorder(store).inner.read_all(0, None))
 
 
 @pytest.fixture
@@ -149,7 +166,7 @@ def test_each_streams_last_event_and_head_stay_in_the_database(
     heads = {sid: store.stream_version(sid) for sid in STREAMS}
     report = archive(store, to, before=_at(store, 10_000))
     assert report.kept == len(STREAMS)
-    left = list(system_of_record(store.recorder).inner.read_all(0, None))
+    left = list(_archive_recorder(store).inner.read_all(0, None))
     assert sorted((e.stream_id, e.version) for e in left) == sorted(heads.items())
     assert {sid: store.stream_version(sid) for sid in STREAMS} == heads
 
@@ -184,7 +201,7 @@ def test_a_damaged_archive_is_a_finding(tmp_path: Path, damage: str) -> None:
         rep = archive(
             store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50
         )
-        cat = system_of_record(store.recorder).archive_catalog()
+        cat = _catalog(_archive_recorder(store))
         entry = cat.segments[0]
         key = entry.manifest.key if damage == "manifest" else entry.segment.key
         path = tmp_path / "arch" / key[:2] / key[2:4] / key
@@ -194,7 +211,7 @@ def test_a_damaged_archive_is_a_finding(tmp_path: Path, damage: str) -> None:
             data = bytearray(path.read_bytes())
             data[len(data) // 2] ^= 0x01
             path.write_bytes(bytes(data))
-        system_of_record(store.recorder).source.forget()
+        _archive_recorder(store).source.forget()
         audit = ae.integrity.audit(store, deep=True)
         kinds = {f.kind for f in audit.findings}
         assert kinds & {"archive_missing", "archive_corrupted"}, audit.findings
@@ -217,8 +234,8 @@ def test_merkle_proofs_and_checkpoints_across_the_boundary(tmp_path: Path) -> No
         for e in list(store.read_all())[:130:7]:
             doc = log.prove_event(e.stream_id, e.version)
             assert verify_proof(doc, [key.verifier]).ok
-        rec = system_of_record(store.recorder)
-        cat = rec.archive_catalog()
+        rec = _archive_recorder(store)
+        cat = _catalog(rec)
         for entry in cat.segments:
             m = rec.source.manifest(cat, entry)
             assert (m.tree_size, m.root) == (entry.tree_size, log.root(entry.tree_size))
@@ -320,8 +337,8 @@ def test_erasing_an_archived_event_rewrites_its_segment(tmp_path: Path) -> None:
         assert [(e["stream_id"], e["version"]) for e in audit.erased] == [("agent-b", 5)]
         assert log.root(size) == root  # every leaf unchanged
         # no archived copy keeps the payload: decode every block of every segment
-        rec = system_of_record(store.recorder)
-        cat = rec.archive_catalog()
+        rec = _archive_recorder(store)
+        cat = _catalog(rec)
         for entry in cat.segments:
             m = rec.source.manifest(cat, entry)
             for i in range(len(m.blocks)):
@@ -344,9 +361,9 @@ def test_an_erasure_between_write_and_delete_is_carried_into_the_segment(
         def step(name: str) -> None:
             if name == "recorded" and not done:
                 done.append(name)
-                inner = system_of_record(store.recorder).inner
+                inner = _archive_recorder(store).inner
                 e = next(iter(inner.read("agent-a", 2, 2, 1)))
-                ref = ae.core.events.ErasedPayloadRef("", e.payload_size, e.payload_digest)  # type: ignore[attr-defined]
+                ref = ae.core.events.ErasedPayloadRef("", e.payload_size, e.payload_digest)
                 assert inner.erase("agent-a", 2, e.position, e.hash, ref).erased
 
         monkeypatch.setattr(archive_mod, "_step", step)
@@ -402,8 +419,8 @@ def test_manifest_format_round_trips(tmp_path: Path) -> None:
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         _fill(store)
         archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 80))
-        rec = system_of_record(store.recorder)
-        cat = rec.archive_catalog()
+        rec = _archive_recorder(store)
+        cat = _catalog(rec)
         m = rec.source.manifest(cat, cat.segments[0])
         assert Manifest.from_bytes(m.to_bytes()) == m
         assert set(m.streams) == set(STREAMS) - {"solo"}
@@ -422,7 +439,7 @@ def test_retention_retires_old_segments_with_a_verifiable_tombstone(tmp_path: Pa
         events = list(store.read_all())
         archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200), segment_events=50)
         objects = sum(1 for p in (tmp_path / "arch").rglob("*") if p.is_file())
-        cat = system_of_record(store.recorder).archive_catalog()
+        cat = _catalog(_archive_recorder(store))
         horizon = cat.segments[1].last_position + 1
         retired = {(e.stream_id, e.version) for e in events if e.position < horizon}
         rep = retire(store, before=horizon, reason="policy R-1", by="pytest")
@@ -431,10 +448,7 @@ def test_retention_retires_old_segments_with_a_verifiable_tombstone(tmp_path: Pa
         assert retire(store, before=horizon, reason="again", by="pytest").events == 0
         records = list(store.read(RETENTION_STREAM))
         assert [r.payload["seq"] for r in records] == [1, 2]
-        kept = {
-            (e.stream_id, e.version)
-            for e in system_of_record(store.recorder).inner.read_all(0, None)
-        }
+        kept = {(e.stream_id, e.version) for e in _archive_recorder(store).inner.read_all(0, None)}
         gone = retired - kept
         assert (
             list(store.read_all())
@@ -448,7 +462,7 @@ def test_retention_retires_old_segments_with_a_verifiable_tombstone(tmp_path: Pa
         audit = ae.integrity.audit(store, deep=True)
         assert audit.ok, audit.findings
         # a tombstone that no longer matches its record is a finding
-        rec = system_of_record(store.recorder)
+        rec = _archive_recorder(store)
         text = rec.inner.meta_get("archive/catalog")
         forged = text.replace('"events":50', '"events":49', 1)
         rec.inner.meta_set("archive/catalog", forged)
@@ -531,8 +545,8 @@ def test_an_erasure_interrupted_before_deleting_old_objects_is_finished_later(
         _fill(store)
         to = (tmp_path / "arch").as_uri()
         archive(store, to, before=_at(store, 200), segment_events=64)
-        rec = system_of_record(store.recorder)
-        old = rec.archive_catalog().segments[0]
+        rec = _archive_recorder(store)
+        old = _catalog(rec).segments[0]
 
         def crash(self: ArchiveSource, cat: Any, keys: list[str]) -> None:
             raise RuntimeError("killed before the delete")
@@ -541,12 +555,12 @@ def test_an_erasure_interrupted_before_deleting_old_objects_is_finished_later(
         with pytest.raises(RuntimeError):
             ae.erase(store, "agent-a", 2, reason="test", by="pytest")
         monkeypatch.undo()
-        cat = rec.archive_catalog()
+        cat = _catalog(rec)
         assert set(cat.pending) == {old.segment.key, old.manifest.key}
         path = tmp_path / "arch" / old.segment.key[:2] / old.segment.key[2:4] / old.segment.key
         assert path.exists()
         archive(store, to, before=_at(store, 200))
-        assert not path.exists() and rec.archive_catalog().pending == ()
+        assert not path.exists() and _catalog(rec).pending == ()
         assert next(iter(store.read("agent-a", from_version=2, limit=1))).payload_erased
 
 
@@ -561,7 +575,7 @@ def test_a_reader_whose_catalog_an_erasure_replaced_reads_the_new_segment(
         archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200))
         expected = _full(store.read("agent-c"))
     with ae.open_store(url) as reader, ae.open_store(url) as eraser:
-        rec = system_of_record(reader.recorder)
+        rec = _archive_recorder(reader)
         stale = rec.archive_catalog()
         ae.erase(eraser, "agent-a", 2, reason="test", by="pytest")
         real = type(rec).archive_catalog

@@ -3,17 +3,38 @@ behind :func:`ares_events.telemetry.configure` (no global provider is touched)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+from opentelemetry.util.types import AttributeValue
 
 from ares_events.core import telemetry
+
+
+def attrs(item: ReadableSpan | Event) -> Mapping[str, AttributeValue]:
+    """The attributes of a finished span or span event (the SDK always sets them, though
+    the API types them as optional)."""
+    assert item.attributes is not None, item.name
+    return item.attributes
+
+
+def parent_id(span: ReadableSpan) -> int:
+    """The span id of ``span``'s parent (which it must have)."""
+    assert span.parent is not None, span.name
+    return span.parent.span_id
+
+
+def start_time(span: ReadableSpan) -> int:
+    """When a finished span started (ns since the epoch)."""
+    assert span.start_time is not None, span.name
+    return span.start_time
 
 
 @dataclass
@@ -25,7 +46,7 @@ class Otel:
     reader: InMemoryMetricReader
 
     @property
-    def tracer(self) -> Any:
+    def tracer(self) -> Tracer:
         return self.tracer_provider.get_tracer("tests")
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
@@ -51,11 +72,12 @@ class Otel:
 
     def total(self, name: str, **attrs: Any) -> float:
         """Sum of a counter's points whose attributes include ``attrs``."""
-        return sum(
+        total: float = sum(
             p.value
             for p in self.metrics().get(name, [])
             if all(p.attributes.get(k) == v for k, v in attrs.items())
         )
+        return total
 
     def strings(self) -> list[str]:
         """Every string a span, span event, link or metric point carries (names,

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
@@ -22,7 +22,7 @@ from ares_events.agents.journal_telemetry import TRACE_KEY
 from ares_events.core import telemetry
 from tests.servers import TEST_PASSWORD
 from tests.telemetry import journal_otel_child as child
-from tests.telemetry.otel_helpers import Otel
+from tests.telemetry.otel_helpers import Otel, attrs, parent_id, start_time
 
 PROMPT = "PROMPT-MARKER-91c2"
 ANSWER = "ANSWER-MARKER-1b7d"
@@ -68,33 +68,33 @@ def test_a_run_is_invoke_agent_with_chat_attempts_and_a_tool(otel: Otel, real_ur
         _run(store, "run-a", calls)
     run = otel.span("invoke_agent")
     assert run.kind is SpanKind.INTERNAL
-    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
-    assert run.attributes["gen_ai.conversation.id"] == "run-a"
-    assert run.attributes["ares_events.journal.resumed"] is False
-    assert run.attributes["ares_events.journal.status"] == "completed"
+    assert attrs(run)["gen_ai.operation.name"] == "invoke_agent"
+    assert attrs(run)["gen_ai.conversation.id"] == "run-a"
+    assert attrs(run)["ares_events.journal.resumed"] is False
+    assert attrs(run)["ares_events.journal.status"] == "completed"
     chats = otel.spans("chat gpt-test")
     assert len(chats) == 2
-    first, second = sorted(chats, key=lambda s: s.start_time)
+    first, second = sorted(chats, key=start_time)
     for c in chats:
         assert c.kind is SpanKind.CLIENT
-        assert c.parent.span_id == run.context.span_id
-        assert c.attributes["gen_ai.request.model"] == "gpt-test"
-        assert c.attributes["gen_ai.conversation.id"] == "run-a"
-        assert c.attributes["ares_events.journal.step"] == 1
-        assert c.attributes["ares_events.journal.from_log"] is False
+        assert parent_id(c) == run.context.span_id
+        assert attrs(c)["gen_ai.request.model"] == "gpt-test"
+        assert attrs(c)["gen_ai.conversation.id"] == "run-a"
+        assert attrs(c)["ares_events.journal.step"] == 1
+        assert attrs(c)["ares_events.journal.from_log"] is False
     assert first.status.status_code is StatusCode.ERROR
-    assert first.attributes["error.type"].endswith("RateLimited")
+    assert cast(str, attrs(first)["error.type"]).endswith("RateLimited")
     assert (
-        first.attributes["ares_events.journal.attempt"],
-        second.attributes["ares_events.journal.attempt"],
+        attrs(first)["ares_events.journal.attempt"],
+        attrs(second)["ares_events.journal.attempt"],
     ) == (1, 2)
-    assert second.attributes["gen_ai.usage.input_tokens"] == 11
-    assert second.attributes["gen_ai.usage.output_tokens"] == 7
+    assert attrs(second)["gen_ai.usage.input_tokens"] == 11
+    assert attrs(second)["gen_ai.usage.output_tokens"] == 7
     tool = otel.span("execute_tool create_ticket")
     assert tool.kind is SpanKind.INTERNAL
-    assert tool.parent.span_id == run.context.span_id
-    assert tool.attributes["gen_ai.tool.name"] == "create_ticket"
-    assert tool.attributes["gen_ai.tool.call.id"] == "run-a:2"
+    assert parent_id(tool) == run.context.span_id
+    assert attrs(tool)["gen_ai.tool.name"] == "create_ticket"
+    assert attrs(tool)["gen_ai.tool.call.id"] == "run-a:2"
     appends = otel.spans("append ares_events")
     assert any(a.parent and a.parent.span_id == second.context.span_id for a in appends)
     assert any(a.parent and a.parent.span_id == tool.context.span_id for a in appends)
@@ -126,11 +126,11 @@ def test_a_rerun_is_answered_from_the_log_and_linked(otel: Otel, real_url: str) 
     tp = opening.metadata[TRACE_KEY]["traceparent"]
     assert tp.split("-")[1] == f"{first_run.context.trace_id:032x}"
     run = otel.span("invoke_agent")
-    assert run.attributes["ares_events.journal.resumed"] is True
+    assert attrs(run)["ares_events.journal.resumed"] is True
     assert [ln.context.trace_id for ln in run.links] == [first_run.context.trace_id]
     assert [ln.context.span_id for ln in run.links] == [first_run.context.span_id]
     chat = otel.span("chat gpt-test")
-    assert chat.attributes["ares_events.journal.from_log"] is True
+    assert attrs(chat)["ares_events.journal.from_log"] is True
     assert otel.total("ares_events.journal.calls", **{"ares_events.journal.from_log": True}) == 1
 
 
@@ -159,14 +159,14 @@ def test_a_run_resumed_after_sigkill_links_to_the_original(
         status = Journal.inspect(store, "run-k").status
     assert result == {"ticket": 1} and status == "completed"
     run = otel.span("invoke_agent")
-    assert run.attributes["ares_events.journal.resumed"] is True
+    assert attrs(run)["ares_events.journal.resumed"] is True
     assert [f"{ln.context.trace_id:032x}" for ln in run.links] == [chat["trace_id"]]
     assert [f"{ln.context.span_id:016x}" for ln in run.links] == [chat["parent"]]
     resumed_chat = otel.span("chat m-1")
-    assert resumed_chat.attributes["ares_events.journal.from_log"] is True
+    assert attrs(resumed_chat)["ares_events.journal.from_log"] is True
     tool = otel.span("execute_tool create_ticket")
-    assert tool.attributes["ares_events.journal.from_log"] is False
-    assert tool.attributes["ares_events.journal.attempt"] == 1
+    assert attrs(tool)["ares_events.journal.from_log"] is False
+    assert attrs(tool)["ares_events.journal.attempt"] == 1
 
 
 def test_content_is_captured_only_when_opted_in(otel: Otel, tmp_path: Path) -> None:
@@ -185,10 +185,10 @@ def test_content_capture_opt_in(otel_content: Otel, tmp_path: Path) -> None:
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         _run(store, "run-d", {"model": 0, "tool": 0})
     chats = otel_content.spans("chat gpt-test")
-    assert any(PROMPT in str(c.attributes.get("gen_ai.input.messages")) for c in chats)
-    assert any(ANSWER in str(c.attributes.get("gen_ai.output.messages")) for c in chats)
+    assert any(PROMPT in str(attrs(c).get("gen_ai.input.messages")) for c in chats)
+    assert any(ANSWER in str(attrs(c).get("gen_ai.output.messages")) for c in chats)
     tool = otel_content.span("execute_tool create_ticket")
-    assert TOOL_ARG in tool.attributes["gen_ai.tool.call.arguments"]
+    assert TOOL_ARG in cast(str, attrs(tool)["gen_ai.tool.call.arguments"])
     for points in otel_content.metrics().values():
         for p in points:
             assert PROMPT not in repr(dict(p.attributes))
@@ -254,7 +254,7 @@ def test_no_prompt_capture_for_a_journal_that_records_no_prompts(
             j.model_call([PROMPT], {"model": "m"}, call=lambda m, p: ModelReply("ok", {}))
             j.complete()
     assert PROMPT not in "\n".join(otel_content.strings())
-    assert "gen_ai.input.messages" not in otel_content.span("chat m").attributes
+    assert "gen_ai.input.messages" not in attrs(otel_content.span("chat m"))
 
 
 def test_no_trace_context_is_stored_without_tracing(tmp_path: Path) -> None:

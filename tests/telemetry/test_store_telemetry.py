@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import ares_events as ae
 from ares_events.core import telemetry
 from tests.servers import TEST_PASSWORD
-from tests.telemetry.otel_helpers import Otel
+from tests.telemetry.otel_helpers import Otel, attrs, parent_id
 
 SECRET = "PAYLOAD-MARKER-7f3a"
 KEY = "ab" * 32
@@ -39,7 +39,7 @@ def test_append_is_a_client_span_under_the_callers_span(otel: Otel, real_url: st
     assert span.kind is SpanKind.CLIENT
     assert span.parent is not None
     assert span.parent.span_id == parent.get_span_context().span_id
-    a = span.attributes
+    a = attrs(span)
     assert a["db.system.name"] == _system(real_url)
     assert a["db.operation.name"] == "append"
     assert a["db.collection.name"] == "ares_events"
@@ -68,7 +68,7 @@ def test_a_duplicate_append_counts_nothing(otel: Otel, real_url: str) -> None:
         store.append("s", [ev])
         store.append("s", [ev])
     spans = otel.spans("append ares_events")
-    assert [s.attributes["ares_events.append.duplicate"] for s in spans] == [False, True]
+    assert [attrs(s)["ares_events.append.duplicate"] for s in spans] == [False, True]
     assert otel.total("ares_events.events.appended") == 1
 
 
@@ -83,8 +83,8 @@ def test_a_failed_append_says_its_error_type_not_its_message(otel: Otel, real_ur
         s for s in otel.spans("append ares_events") if s.status.status_code is StatusCode.ERROR
     ]
     assert len(failed) == 1
-    assert failed[0].attributes["error.type"] == "ares_events.ConcurrencyError"
-    assert [dict(e.attributes) for e in failed[0].events] == [
+    assert attrs(failed[0])["error.type"] == "ares_events.ConcurrencyError"
+    assert [dict(attrs(e)) for e in failed[0].events] == [
         {"exception.type": "ares_events.ConcurrencyError"}
     ]
     errors = [
@@ -107,9 +107,9 @@ def test_read_span_lasts_until_the_iterator_ends(otel: Otel, real_url: str) -> N
         assert len(list(store.read_all(limit=3))) == 3
     span = otel.span("read ares_events")
     assert span.kind is SpanKind.CLIENT
-    assert span.parent.span_id == parent.get_span_context().span_id
-    assert span.attributes["db.response.returned_rows"] == 4
-    assert otel.span("read_all ares_events").attributes["db.response.returned_rows"] == 3
+    assert parent_id(span) == parent.get_span_context().span_id
+    assert attrs(span)["db.response.returned_rows"] == 4
+    assert attrs(otel.span("read_all ares_events"))["db.response.returned_rows"] == 3
 
 
 def test_replay_and_recover_nest_their_reads(otel: Otel, real_url: str) -> None:
@@ -122,14 +122,14 @@ def test_replay_and_recover_nest_their_reads(otel: Otel, real_url: str) -> None:
     assert rec.replayed == 7 and capped.capped
     recover = otel.span("ares_events.recover")
     assert recover.kind is SpanKind.INTERNAL
-    assert recover.attributes["ares_events.recovery.source"] == "events"
-    assert recover.attributes["ares_events.replay.events"] == 7
+    assert attrs(recover)["ares_events.recovery.source"] == "events"
+    assert attrs(recover)["ares_events.replay.events"] == 7
     replays = otel.spans("ares_events.replay")
     inner = next(s for s in replays if s.parent and s.parent.span_id == recover.context.span_id)
     reads = otel.spans("read ares_events")
     assert any(r.parent and r.parent.span_id == inner.context.span_id for r in reads)
     outer = next(s for s in replays if s is not inner)
-    assert outer.attributes["ares_events.replay.capped"] is True
+    assert attrs(outer)["ares_events.replay.capped"] is True
     assert otel.total("ares_events.events.replayed") == 7 + 3
     assert otel.total("ares_events.replay.capped") == 1
     ops = {
@@ -154,13 +154,13 @@ def test_verify_and_audit_count_findings_by_kind(otel: Otel, tmp_path: Path) -> 
     caller = parent.get_span_context().span_id
     verify = otel.span("ares_events.verify")
     assert verify.kind is SpanKind.INTERNAL
-    assert verify.parent.span_id == caller
-    assert otel.span("ares_events.audit").parent.span_id == caller
-    assert verify.attributes["ares_events.findings"] == len(report.findings)
-    assert verify.attributes["ares_events.events.checked"] == 3
+    assert parent_id(verify) == caller
+    assert parent_id(otel.span("ares_events.audit")) == caller
+    assert attrs(verify)["ares_events.findings"] == len(report.findings)
+    assert attrs(verify)["ares_events.events.checked"] == 3
     span = otel.span("ares_events.audit")
-    assert span.attributes["ares_events.streams.checked"] == 1
-    assert span.attributes["ares_events.findings"] == len(audit.findings)
+    assert attrs(span)["ares_events.streams.checked"] == 1
+    assert attrs(span)["ares_events.findings"] == len(audit.findings)
     kind = report.findings[0].kind
     assert otel.total(
         "ares_events.verification.findings", **{"db.operation.name": "verify"}
