@@ -27,15 +27,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, RecordedEvent
+from ares_events.core.events import ERASURE_STREAM, NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
 from ares_events.integrity.verifier import ChainVerifier
+from ares_events.projections.erasure import erasure_record
 
 if TYPE_CHECKING:
     from ares_events.core.events import AppendResult, ExpectedVersion
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["AsyncConversationStream", "erasure_event"]
+__all__ = ["AsyncConversationStream"]
 
 
 class AsyncConversationStream:
@@ -131,7 +132,7 @@ class AsyncConversationStream:
             old, _shared = await self.store.erase_payload(self.stream_id, v)
             if old.payload_ref is not None and old.payload_ref.erased:
                 continue
-            records.append(erasure_event(old, reason, by))
+            records.append(erasure_record(old, reason, by))
         if records:
             await self.store.append(ERASURE_STREAM, records)
         # What this view read of those events still holds the payloads: read again.
@@ -153,23 +154,3 @@ class AsyncConversationStream:
             self._verifier = ChainVerifier(self.stream_id, self.store.chain_key)
             self.events = []
             raise ChainIntegrityError(self.stream_id, findings)
-
-
-def erasure_event(e: RecordedEvent, reason: str, by: str) -> NewEvent:
-    """The ``payload.erased`` record of an erased event (as ``ares-events erase`` writes
-    it)."""
-    return NewEvent(
-        type=ERASURE_TYPE,
-        module="ares-events",
-        payload={
-            "stream_id": e.stream_id,
-            "version": e.version,
-            "position": e.position,
-            "event_id": e.event_id_str,
-            "type": e.type,
-            "payload_digest": e.payload_digest.hex(),
-            "payload_size": e.payload_size,
-            "reason": reason,
-            "by": by,
-        },
-    )

@@ -39,7 +39,6 @@ from ares_events.integrations._langgraph_core import (
 from ares_events.integrations._langgraph_plan import (
     MISS,
     ValueCache,
-    erasure_record,
     materialise,
     pending_writes,
     plan_put,
@@ -50,6 +49,7 @@ from ares_events.integrations._langgraph_plan import (
     writes_event,
 )
 from ares_events.integrity.findings import Finding
+from ares_events.projections.erasure import erasure_record
 
 if TYPE_CHECKING:
     from ares_events.core.store_async import AsyncEventStore

@@ -387,25 +387,3 @@ def pruned_event(drop: Sequence[int], *, all_: bool, reason: str) -> NewEvent:
         module=MODULE,
         payload={"drop": [] if all_ else list(drop), "all": all_, "reason": reason},
     )
-
-
-def erasure_record(e: RecordedEvent, reason: str, by: str) -> NewEvent:
-    """The ``payload.erased`` record of an event the saver erased (as ``ae.erase``
-    writes it)."""
-    from ares_events.core.events import ERASURE_TYPE
-
-    return NewEvent(
-        type=ERASURE_TYPE,
-        module="ares-events",
-        payload={
-            "stream_id": e.stream_id,
-            "version": e.version,
-            "position": e.position,
-            "event_id": e.event_id_str,
-            "type": e.type,
-            "payload_digest": e.payload_digest.hex(),
-            "payload_size": e.payload_size,
-            "reason": reason,
-            "by": by,
-        },
-    )

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.backend import Capability
-from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent
+from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, RecordedEvent
 from ares_events.errors import ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
 
@@ -173,23 +173,7 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
     if not already or _record_of(store, before.event_id_str) is None:
         res = store.append(
             ERASURE_STREAM,
-            [
-                NewEvent(
-                    type=ERASURE_TYPE,
-                    module=ERASURE_MODULE,
-                    payload={
-                        "stream_id": stream_id,
-                        "version": version,
-                        "position": before.position,
-                        "event_id": before.event_id_str,
-                        "type": before.type,
-                        "payload_digest": before.payload_digest.hex(),
-                        "payload_size": before.payload_size,
-                        "reason": reason,
-                        "by": by,
-                    },
-                )
-            ],
+            [erasure_record(before, reason, by)],
         )
         report.record_position = res.position
     logger.info(
@@ -199,6 +183,26 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
         report.record_position,
     )
     return report
+
+
+def erasure_record(e: RecordedEvent, reason: str, by: str) -> NewEvent:
+    """The ``payload.erased`` record of erasing ``e`` (what :func:`erase` appends to
+    :data:`ERASURE_STREAM`, and the adapters that erase do too)."""
+    return NewEvent(
+        type=ERASURE_TYPE,
+        module=ERASURE_MODULE,
+        payload={
+            "stream_id": e.stream_id,
+            "version": e.version,
+            "position": e.position,
+            "event_id": e.event_id_str,
+            "type": e.type,
+            "payload_digest": e.payload_digest.hex(),
+            "payload_size": e.payload_size,
+            "reason": reason,
+            "by": by,
+        },
+    )
 
 
 def erasure_records(store: EventStore) -> dict[str, dict[str, Any]]:
