@@ -1,6 +1,7 @@
 """Child process for the archive crash matrix: run an archive and ``kill -9`` itself
 right after the ``NTH`` time it finishes ``STEP`` (one of
-``ares_events.projections.archive.STEPS``).
+``ares_events.projections.archive.STEPS``, or ``cell-deleted``: one cell's rows of a
+segment deleted, the other cells' not yet, on a cell store).
 
 Usage: ``python -m tests.archive_crash_child STORE_URL ARCHIVE_URL BEFORE SEGMENT STEP NTH``.
 Exits 0 when the run ends before that point.
@@ -28,6 +29,17 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     archive_mod._step = crash_after
+    if step == "cell-deleted":
+        from ares_events.stores.postgres.recorder import PostgresRecorder
+
+        real = PostgresRecorder.delete_archived
+
+        def delete_then_crash(self: PostgresRecorder, *args: object) -> int:
+            n = real(self, *args)  # type: ignore[arg-type]
+            crash_after(step)
+            return n
+
+        PostgresRecorder.delete_archived = delete_then_crash  # type: ignore[method-assign]
     with ae.open_store(url) as store:
         archive_mod.archive(store, to, before=int(before), segment_events=int(segment))
 

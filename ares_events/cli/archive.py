@@ -38,6 +38,14 @@ from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option,
     show_default=True,
     help="Events per segment at most.",
 )
+@click.option(
+    "--block-events",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="Events per compressed block, the unit a reader fetches: smaller blocks make "
+    "reads of a few archived events cheaper and compress worse.",
+)
 @click.option("--max-segments", type=click.IntRange(min=1), help="Stop after N segments.")
 @click.option(
     "--key",
@@ -63,6 +71,7 @@ def archive_cmd(
     to: str | None,
     before: str | None,
     segment_events: int,
+    block_events: int,
     max_segments: int | None,
     key_file: str | None,
     status: bool,
@@ -102,8 +111,8 @@ def archive_cmd(
     key = load_signing_key(app, key_file, required=False)
     with app.open() as store:
         report = archive(
-            store, to, before=when, segment_events=segment_events, key=key,
-            max_segments=max_segments,
+            store, to, before=when, segment_events=segment_events,
+            block_events=block_events, key=key, max_segments=max_segments,
         )  # fmt: skip
         url = store.url
     if as_json:

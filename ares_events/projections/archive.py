@@ -49,9 +49,11 @@ from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
 from ares_events.stores.archive.erase import put_checked, settle_pending
 from ares_events.stores.archive.segment import (
+    BLOCK_EVENTS,
     CATALOG_KEY,
     SEGMENT_EVENTS,
     THROUGH_KEY,
+    ArchivedRow,
     Catalog,
     Manifest,
     SegmentEntry,
@@ -135,10 +137,16 @@ def parse_before(text: str) -> int | timedelta:
 
 def _archive_reader(store: EventStore) -> Any:
     rec = system_of_record(store.recorder)
+    if Capability.CELL_CURSORS in rec.capabilities:
+        raise ConfigError(
+            f"store {store.url}: its cells are on separate servers, with a position space "
+            "each, and an archive segment is a range of one position space: archive cells "
+            "that share one clock (pgcells:// schemas of one database, citus://)"
+        )
     if Capability.ARCHIVE not in rec.capabilities or not hasattr(rec, "archive_catalog"):
         raise ConfigError(
-            f"store {store.url}: its backend cannot archive (Capability.ARCHIVE: SQLite "
-            "and PostgreSQL can)"
+            f"store {store.url}: its backend cannot archive (Capability.ARCHIVE: SQLite, "
+            "PostgreSQL and cells on one clock can)"
         )
     return rec
 
@@ -149,6 +157,7 @@ def archive(
     *,
     before: int | timedelta | datetime,
     segment_events: int = SEGMENT_EVENTS,
+    block_events: int = BLOCK_EVENTS,
     key: SigningKey | None = None,
     max_segments: int | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
@@ -157,13 +166,15 @@ def archive(
     docstring for the order of steps and what a crash leaves).
 
     Args:
-        store: a SQLite or PostgreSQL store (blocking face).
+        store: a SQLite, PostgreSQL or cell store on one clock (blocking face).
         to: ``s3://bucket/prefix?...`` or ``file:///dir``; not the store's blob location.
             Recorded in the store's identity and catalog at the first run; later runs
             must name the same location.
         before: archive events at positions below this one, or recorded before this
             time (a ``datetime``) or longer than this ago (a ``timedelta``).
         segment_events: events per segment at most.
+        block_events: events per compressed block (the unit a reader fetches): smaller
+            blocks make point reads of archived events cheaper and compress worse.
         key: sign a checkpoint of the Merkle log at each segment's end.
         max_segments: stop after this many segments (None: as many as there are).
         progress: called with each sealed segment's line of the report.
@@ -178,6 +189,8 @@ def archive(
     """
     if segment_events < 1:
         raise ConfigError(f"segment_events must be at least 1, got {segment_events!r}")
+    if block_events < 1:
+        raise ConfigError(f"block_events must be at least 1, got {block_events!r}")
     rec = _archive_reader(store)
     inner = rec.inner
     source: ArchiveSource = rec.source
@@ -216,7 +229,7 @@ def archive(
         if not events:
             break
         _check_chains(events, store)
-        entry, manifest, nbytes = _seal(source, cat, events, mlog, key, cat.segments)
+        entry, manifest, nbytes = _seal(source, cat, events, mlog, key, cat.segments, block_events)
         report.archive_bytes += nbytes
         new_cat = cat.with_segment(entry)
         if not inner.meta_swap(CATALOG_KEY, text, new_cat.to_json()):
@@ -367,6 +380,7 @@ def _seal(
     mlog: MerkleLog,
     key: SigningKey | None,
     segments: tuple[SegmentEntry, ...],
+    block_events: int = BLOCK_EVENTS,
 ) -> tuple[SegmentEntry, Manifest, int]:
     """Write, read back and verify one segment; its catalog line and manifest."""
     seq = segments[-1].seq + 1 if segments else 1
@@ -379,7 +393,7 @@ def _seal(
     checkpoint = None
     if key is not None:
         checkpoint = sign_checkpoint(Checkpoint(key.name, size, root), key)
-    data, blocks = encode_segment(events)
+    data, blocks = encode_segment(events, block_events=block_events)
     seg_ref = put_checked(source, cat, data, seq)
     manifest = Manifest(
         seq=seq,
@@ -388,7 +402,7 @@ def _seal(
         events=len(events),
         segment=seg_ref,
         blocks=blocks,
-        streams=stream_ranges(events),
+        streams=stream_ranges(events, block_events=block_events),
         tree_size=size,
         root=root,
         segment_root=merkle.root(leaves),
@@ -447,9 +461,14 @@ def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[byt
         )
 
 
-def _expected(events: list[RecordedEvent]) -> list[tuple[int, bytes, str | None]]:
+def _expected(events: list[RecordedEvent]) -> list[ArchivedRow]:
     return [
-        (e.position, e.hash, None if e.payload_ref is None else e.payload_ref.to_json().decode())
+        (
+            e.position,
+            e.hash,
+            None if e.payload_ref is None else e.payload_ref.to_json().decode(),
+            e.stream_id,
+        )
         for e in events
     ]
 

@@ -28,6 +28,7 @@ from ares_events.core.store import EventStore
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError
 from ares_events.stores import _registry
+from ares_events.stores.archive.source import archive_read_nice
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,12 @@ def open_store(
 def _open_recorder(
     cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
 ) -> Any:
-    """The backend recorder of this face, behind the Redis cache when ``cache`` is given."""
+    """The backend recorder of this face, behind the Redis cache when ``cache`` is given.
+
+    Raises:
+        ConfigError: ``ARES_ARCHIVE_READ_NICE`` is malformed (before anything is opened).
+    """
+    archive_read_nice()  # checked here, so a bad value does not leave a recorder open
     return _open_blocking(cls, url, cache, options)
 
 

@@ -28,6 +28,7 @@ from ares_events.core.store_async import AsyncEventStore
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError
 from ares_events.stores import _registry
+from ares_events.stores.archive.source import archive_read_nice
 
 if ASYNC:
     import asyncio
@@ -131,7 +132,12 @@ async def open_async_store(
 async def _open_recorder(
     cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
 ) -> Any:
-    """The backend recorder of this face, behind the Redis cache when ``cache`` is given."""
+    """The backend recorder of this face, behind the Redis cache when ``cache`` is given.
+
+    Raises:
+        ConfigError: ``ARES_ARCHIVE_READ_NICE`` is malformed (before anything is opened).
+    """
+    archive_read_nice()  # checked here, so a bad value does not leave a recorder open
     if ASYNC:
         native = None if cache is not None else _registry.resolve_async(cls)
         if native is not None:

@@ -1,5 +1,6 @@
-"""Settings parsed once, at the edge. The only place (with the CLI) that reads the
-environment.
+"""Settings parsed once, at the edge. The only place (with the CLI, and the archive
+reader's niceness, which :mod:`ares_events.stores.archive.source` reads so that opening a
+store need not import this module) that reads the environment.
 
 | setting | argument | env var | default |
 |---|---|---|---|
@@ -12,6 +13,7 @@ environment.
 | snapshot policy | ``snapshot_every`` | ``ARES_SNAPSHOT_EVERY`` | 100 |
 | log signing key file | ``log_key_file`` | ``ARES_LOG_KEY_FILE`` | none (signing needs one) |
 | trusted log verifier keys | ``log_vkeys`` | ``ARES_LOG_VKEY`` (space-separated) | none |
+| archive read niceness | (none) | ``ARES_ARCHIVE_READ_NICE`` (0-19) | 19 (see the note above) |
 
 Precedence: explicit argument > URL query parameter > env var > default.
 """

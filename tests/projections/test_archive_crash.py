@@ -20,6 +20,7 @@ from ares_events.projections.archive import STEPS, archive
 from ares_events.stores.archive.reader import ArchiveRecorder
 from ares_events.stores.archive.segment import stored
 from tests.fix_backends import store_url_for
+from tests.fix_cells import cells_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 40
@@ -41,17 +42,27 @@ def _check(store: ae.EventStore, events: list[ae.RecordedEvent]) -> None:
     assert audit.ok, audit.findings
 
 
+CASES = [
+    *[(b, step, nth) for b in ("sqlite", "postgres", "cells") for step in STEPS for nth in (1, 3)],
+    # a cell store deletes a segment's rows cell by cell: killed between two cells
+    *[("cells", "cell-deleted", nth) for nth in (1, 4)],
+]
+
+
 @pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+    ("backend", "step", "nth"),
+    [pytest.param(*c, marks=[pytest.mark.postgres] if c[0] != "sqlite" else []) for c in CASES],
 )
-@pytest.mark.parametrize("step", STEPS)
-@pytest.mark.parametrize("nth", [1, 3])
 def test_kill_9_after_each_step_loses_and_repeats_nothing(
     backend: str, step: str, nth: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Kill -9 after STEP of the NTH segment, reopen: every event is there once and the
     audit is clean; run again: the archive completes, still exact and clean."""
-    url = store_url_for(backend, tmp_path, request)
+    url = (
+        cells_url("schemas", request)
+        if backend == "cells"
+        else store_url_for(backend, tmp_path, request)
+    )
     to = (tmp_path / "archive").as_uri()
     with ae.open_store(url) as store:
         _fill(store)

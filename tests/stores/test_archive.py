@@ -5,6 +5,7 @@ altered segment object is a finding, never a silently shorter answer."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -588,3 +589,60 @@ def test_a_reader_whose_catalog_an_erasure_replaced_reads_the_new_segment(
         monkeypatch.setattr(type(rec), "archive_catalog", first_stale)
         assert _full(reader.read("agent-c")) == expected
         assert calls[0] == 2
+
+
+def _archive_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("ares-archive")]
+
+
+def test_cold_reads_run_on_a_low_priority_thread_that_reads_ahead(tmp_path: Path) -> None:
+    """Archived blocks are fetched and decoded on one thread per store at niceness 19 (cold
+    reads take the CPU hot ones leave), a scan fetches its next block ahead, every read
+    is the same as before archiving, and closing the store stops the thread."""
+    assert not _archive_threads()
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        before = _reads(store)
+        archive(
+            store, (tmp_path / "arch").as_uri(), before=_at(store, 200), segment_events=100,
+            block_events=8,
+        )  # fmt: skip
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        rec = _archive_recorder(store)
+        first = list(store.read_all(limit=1))
+        assert len(first) == 1
+        for _ in range(3000):  # the read-ahead of block 2 finishes (no clock involved)
+            if rec.source.fetches >= 2:
+                break
+            threading.Event().wait(0.01)
+        assert rec.source.fetches == 2  # block 1 for the read, block 2 ahead of the scan
+        (thread,) = _archive_threads()
+        assert thread.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == 19
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0
+        assert _reads(store) == before
+        assert ae.integrity.audit(store, deep=True).ok
+    assert not _archive_threads()
+
+
+def test_the_archive_read_niceness_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARES_ARCHIVE_READ_NICE=0 runs archive reads at the caller's priority; a value that
+    is not 0-19 is a ConfigError naming the variable when the store opens."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        _fill(store)
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 100))
+    monkeypatch.setenv("ARES_ARCHIVE_READ_NICE", "0")
+    with ae.open_store(url) as store:
+        assert len(list(store.read("agent-a"))) == STREAMS["agent-a"]
+        (thread,) = _archive_threads()
+        assert thread.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == 0
+    for bad in ("20", "-1", "low"):
+        monkeypatch.setenv("ARES_ARCHIVE_READ_NICE", bad)
+        with pytest.raises(ConfigError, match="ARES_ARCHIVE_READ_NICE") as info:
+            ae.open_store(url)
+        assert repr(bad) in str(info.value)
+    monkeypatch.setenv("ARES_ARCHIVE_READ_NICE", "3")
+    with pytest.raises(ConfigError, match="block_events"), ae.open_store(url) as store:
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200), block_events=0)

@@ -73,8 +73,11 @@ def erase_archived(
         return None
     m = source.manifest(cat, entry)
     events: list[RecordedEvent] = []
+    block_events = 0  # the segment's block size: the manifest's stream ranges name blocks
     for i in range(len(m.blocks)):
-        events.extend(source.block(cat, entry, i))
+        got = source.block(cat, entry, i)
+        block_events = block_events or len(got)
+        events.extend(got)
     hit = None
     for i, e in enumerate(events):
         if e.position == position:
@@ -90,7 +93,7 @@ def erase_archived(
     )  # fmt: skip
     events[hit] = erased
     refs = sum(1 for x in events if x.payload_ref is not None and x.payload_ref.key == blob_key)
-    data, blocks = encode_segment(events)
+    data, blocks = encode_segment(events, block_events=max(block_events, 1))
     seg_ref = put_checked(source, cat, data, entry.seq)
     # every block of the new object decodes to the rows we meant to write
     for b in blocks:

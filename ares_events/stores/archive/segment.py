@@ -52,6 +52,7 @@ __all__ = [
     "RETENTION_TYPE",
     "SEGMENT_EVENTS",
     "THROUGH_KEY",
+    "ArchivedRow",
     "Block",
     "Catalog",
     "Manifest",
@@ -500,15 +501,18 @@ def _ref_of(raw: Any) -> PayloadRef | None:
     return None if raw is None else PayloadRef.parse_stored(raw)
 
 
-def rows_differ(
-    rows: Sequence[Sequence[Any]], expected: Sequence[tuple[int, bytes, str | None]]
-) -> str | None:
+ArchivedRow = tuple[int, bytes, "str | None", str]
+"""What ``delete_archived`` is told of each row a segment holds: ``(position, hash,
+payload_ref JSON or None, stream_id)`` (the stream id routes the row to its cell)."""
+
+
+def rows_differ(rows: Sequence[Sequence[Any]], expected: Sequence[ArchivedRow]) -> str | None:
     """Why the database rows ``(position, hash, payload_ref)`` of a segment's position
     range do not hold exactly the rows the segment holds (``expected``), or None when
     they do; rows of the range the segment does not hold (each stream's last event,
     kept in the database) are left out of the comparison. What a backend's
     ``delete_archived`` checks before it deletes anything."""
-    want = {pos: (h, ref) for pos, h, ref in expected}
+    want = {e[0]: (e[1], e[2]) for e in expected}
     found = 0
     for pos, h, ref in rows:
         if pos not in want:

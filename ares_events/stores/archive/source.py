@@ -6,18 +6,30 @@ before use: a manifest against the size and blake3 digest the catalog records, a
 against the digest its manifest records. A miss is an :class:`~ares_events.errors.ArchiveError`,
 never an empty answer.
 
+**Cold reads yield to hot ones.** Fetching and decoding a block (nine tenths of what a
+scan of archived events costs) runs on one thread per store at niceness 19 on Linux
+(``ARES_ARCHIVE_READ_NICE``, 0 to run it at the caller's priority), and the next block of
+a scan is fetched while the caller works through the current one. A reader waits for its
+block on that thread: a scan goes as fast as the CPU that tail reads, appends and the
+rest of the machine leave free, and a tail read is not queued behind it (Kafka's remote
+log reader threads and KurrentDB's archive readers make the same split).
+
 It may import the core, :mod:`ares_events.errors` and the blob stores.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 from ares_events.core.events import RecordedEvent
-from ares_events.errors import ArchiveError, BlobCorrupted, BlobMissing
+from ares_events.errors import ArchiveError, BlobCorrupted, BlobMissing, ConfigError
 from ares_events.stores.archive.segment import (
     Catalog,
     Manifest,
@@ -27,7 +39,13 @@ from ares_events.stores.archive.segment import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CACHE_EVENTS", "ArchiveSource", "StreamCursor"]
+__all__ = [
+    "ARCHIVE_READ_NICE",
+    "CACHE_EVENTS",
+    "ArchiveSource",
+    "StreamCursor",
+    "archive_read_nice",
+]
 
 CACHE_EVENTS: Final = 65_536
 """Decoded events kept in the block cache (least recently used blocks go first)."""
@@ -35,18 +53,66 @@ CACHE_EVENTS: Final = 65_536
 StreamCursor = tuple[int, int]
 """Where a stream read goes on: (index of the segment in the catalog, block index)."""
 
+_BlockKey = tuple[str, int]
+
+ARCHIVE_READ_NICE = 19
+"""The niceness of the thread that fetches and decodes archived blocks (Linux): cold reads
+take the CPU hot ones leave."""
+
+
+def archive_read_nice(env: Mapping[str, str] = os.environ) -> int:
+    """``ARES_ARCHIVE_READ_NICE`` (0 = archive reads run at the caller's priority), default
+    :data:`ARCHIVE_READ_NICE`.
+
+    Raises:
+        ConfigError: not an integer from 0 to 19.
+    """
+    raw = env.get("ARES_ARCHIVE_READ_NICE")
+    if raw is None or raw == "":
+        return ARCHIVE_READ_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise ConfigError(f"ARES_ARCHIVE_READ_NICE must be an integer from 0 to 19, got {raw!r}")
+    return value
+
+
+def _lower_priority(nice: int) -> None:
+    """Run the calling thread at niceness ``nice`` or lower priority (Linux, where
+    niceness is per thread; elsewhere the thread keeps its priority)."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
+    except OSError as exc:  # a sandbox that forbids it: reads still work, at normal priority
+        logger.debug("archive reader keeps its priority: %s", exc)
+
 
 class ArchiveSource:
     """Catalog, manifests and blocks of one store's archive (thread-safe)."""
 
-    def __init__(self, *, cache_events: int = CACHE_EVENTS) -> None:
+    def __init__(self, *, cache_events: int = CACHE_EVENTS, nice: int | None = None) -> None:
+        """``nice``: the fetching thread's niceness (default ``ARES_ARCHIVE_READ_NICE``, 19).
+
+        Raises:
+            ConfigError: ``ARES_ARCHIVE_READ_NICE`` is malformed.
+        """
         self._lock = threading.Lock()
+        self._nice = archive_read_nice() if nice is None else nice
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
+        self._inflight: dict[_BlockKey, Future[list[RecordedEvent]]] = {}
+        self._gen = 0  # bumped by forget(): a fetch that began before it is not cached
+        self._closed = False
         self._text: str | None = None
         self._catalog: Catalog | None = None
         self._blobs: Any = None
         self._blobs_url: str | None = None
         self._manifests: dict[str, Manifest] = {}
-        self._blocks: OrderedDict[tuple[str, int], list[RecordedEvent]] = OrderedDict()
+        self._blocks: OrderedDict[_BlockKey, list[RecordedEvent]] = OrderedDict()
         self._cached = 0
         self._limit = cache_events
         self.fetches = 0
@@ -111,29 +177,82 @@ class ArchiveSource:
         return m
 
     def block(self, cat: Catalog, entry: SegmentEntry, index: int) -> list[RecordedEvent]:
-        """The events of block ``index`` of ``entry`` (one ranged read, digest-checked).
+        """The events of block ``index`` of ``entry`` (one ranged read, digest-checked, on
+        the archive's low-priority thread).
 
         Raises:
             ArchiveError: the segment or its manifest is missing, altered or unreadable.
         """
         m = self.manifest(cat, entry)
+        with self._lock:
+            got = self._cached_or_fetching(cat, entry, m, index)
+        if got is None:  # closed: no thread to wait on
+            return self._load((m.segment.key, m.blocks[index].offset), cat, entry, m, index, -1)
+        return got if isinstance(got, list) else got.result()
+
+    def prefetch(self, cat: Catalog, entry: SegmentEntry, index: int) -> None:
+        """Start fetching block ``index`` of ``entry`` (its manifest is already read), unless
+        it is cached or on its way; a failure surfaces when the block is asked for."""
+        m = self._manifests.get(entry.manifest.key)
+        if m is None or not 0 <= index < len(m.blocks):
+            return
+        with self._lock:
+            self._cached_or_fetching(cat, entry, m, index)
+
+    def _cached_or_fetching(
+        self, cat: Catalog, entry: SegmentEntry, m: Manifest, index: int
+    ) -> list[RecordedEvent] | Future[list[RecordedEvent]] | None:
+        """The cached block, or the fetch under way (started now if none is); None once
+        closed. Holds the lock."""
+        ck = (m.segment.key, m.blocks[index].offset)
+        hit = self._blocks.get(ck)
+        if hit is not None:
+            self._blocks.move_to_end(ck)
+            return hit
+        if self._closed:
+            return None
+        fut = self._inflight.get(ck)
+        if fut is None:
+            fut = self._executor().submit(self._load, ck, cat, entry, m, index, self._gen)
+            self._inflight[ck] = fut
+        return fut
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """The fetching thread's executor (a new one in a forked child). Holds the lock."""
+        pid = os.getpid()
+        if self._pool is None or self._pool_pid != pid:
+            if self._pool_pid != pid:
+                self._inflight.clear()  # the parent's fetches do not run here
+            self._pool = ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix="ares-archive",
+                initializer=_lower_priority,
+                initargs=(self._nice,),
+            )
+            self._pool_pid = pid
+        return self._pool
+
+    def _load(
+        self, ck: _BlockKey, cat: Catalog, entry: SegmentEntry, m: Manifest, index: int, gen: int
+    ) -> list[RecordedEvent]:
+        """Fetch, check and decode one block, and cache it (on the fetching thread)."""
         b = m.blocks[index]
-        ck = (m.segment.key, b.offset)
-        with self._lock:
-            hit = self._blocks.get(ck)
-            if hit is not None:
-                self._blocks.move_to_end(ck)
-                return hit
         try:
-            data = self.blobs(cat).read_range(m.segment.key, b.offset, b.length)
-        except BlobMissing as exc:
-            raise ArchiveError(
-                "missing", entry.seq, m.segment.key, "segment not in the archive"
-            ) from exc
-        events = decode_block(data, b, entry.seq, m.segment.key)
-        self.fetches += 1
+            try:
+                data = self.blobs(cat).read_range(m.segment.key, b.offset, b.length)
+            except BlobMissing as exc:
+                raise ArchiveError(
+                    "missing", entry.seq, m.segment.key, "segment not in the archive"
+                ) from exc
+            events = decode_block(data, b, entry.seq, m.segment.key)
+        except BaseException:
+            with self._lock:
+                self._inflight.pop(ck, None)
+            raise
         with self._lock:
-            if ck not in self._blocks:
+            self.fetches += 1
+            self._inflight.pop(ck, None)
+            if gen == self._gen and ck not in self._blocks:
                 self._blocks[ck] = events
                 self._cached += len(events)
                 while self._cached > self._limit and len(self._blocks) > 1:
@@ -146,10 +265,19 @@ class ArchiveSource:
         with self._lock:
             self._manifests.clear()
             self._blocks.clear()
+            self._inflight.clear()
             self._cached = 0
+            self._gen += 1
 
     def close(self) -> None:
-        """Close the archive's blob store."""
+        """Stop the fetching thread (after the fetch under way) and close the archive's
+        blob store."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._inflight.clear()
+            self._closed = True
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             if self._blobs is not None:
                 self._blobs.close()
@@ -177,6 +305,7 @@ class ArchiveSource:
             if b.last_position <= position:
                 continue
             events = self.block(cat, entry, i)
+            self.prefetch(cat, entry, i + 1)  # a scan goes on into the next block
             out = [e for e in events if e.position > position]
             if prefix:
                 out = [e for e in out if e.stream_id.startswith(prefix)]
@@ -220,6 +349,9 @@ class ArchiveSource:
                     if e.stream_id == stream_id and e.version >= version
                 ]
                 if out:
+                    nxt = next((j for j in wanted if j > i), None)
+                    if nxt is not None:
+                        self.prefetch(cat, entry, nxt)
                     return out, (si, i + 1)
             si, bi = si + 1, -1
         return [], None

@@ -17,7 +17,8 @@ concurrency, idempotent appends, snapshots, erasure). What spans cells:
   be atomic and is refused with :class:`~ares_events.errors.CrossCellError`;
 * metadata (the store's identity) lives in the first cell; the cell map in every cell.
 
-It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
+It may import the core, :mod:`ares_events.errors`, the PostgreSQL backend and the
+archive's formats.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ares_events.errors import (
     StoreError,
     StoreNotFound,
 )
+from ares_events.stores.archive.segment import ArchivedRow
 from ares_events.stores.cells.layout import (
     CELLS_KEY,
     DEFAULT_CELLS,
@@ -106,7 +108,8 @@ class AsyncCellsRecorder:
         }
     )
     """What every cell store declares; one whose cells do not share a transaction-id
-    clock (cells on several plain servers) adds ``CELL_CURSORS``."""
+    clock (cells on several plain servers) adds ``CELL_CURSORS``, one whose cells do adds
+    ``ARCHIVE``."""
 
     def __init__(
         self,
@@ -126,6 +129,8 @@ class AsyncCellsRecorder:
         caps = set(self.BASE_CAPABILITIES)
         if not shared_clock:
             caps.add(Capability.CELL_CURSORS)
+        else:  # one position space: the archive's position ranges hold across cells
+            caps.add(Capability.ARCHIVE)
         self.capabilities: frozenset[Capability] = frozenset(caps)
         self._description = description
         self._n = len(cells)
@@ -460,6 +465,32 @@ class AsyncCellsRecorder:
         if key == CELLS_KEY:
             raise StoreError(f"{self._description}: the cell map is fixed at init")
         await self.cells[0].meta_set(key, value)
+
+    async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """Compare-and-set of a value of the first cell's metadata."""
+        if key == CELLS_KEY:
+            raise StoreError(f"{self._description}: the cell map is fixed at init")
+        return bool(await self.cells[0].meta_swap(key, expected, value))
+
+    async def delete_archived(
+        self, first_position: int, last_position: int, expected: Sequence[ArchivedRow]
+    ) -> int:
+        """Delete the rows a segment holds, each cell its own (routed by stream id), each
+        cell in its own transaction, checked row by row as a single store checks them.
+        A crash between cells leaves the rest for the next archive run, which finishes
+        the deletes of recorded segments first; a cell whose rows are already gone
+        deletes nothing.
+
+        Raises:
+            StoreError: a cell's rows differ from the segment (that cell deletes nothing).
+        """
+        by_cell: dict[int, list[ArchivedRow]] = {}
+        for row in expected:
+            by_cell.setdefault(self.cell_index(row[3]), []).append(row)
+        n = 0
+        for i in sorted(by_cell):
+            n += int(await self.cells[i].delete_archived(first_position, last_position, by_cell[i]))
+        return n
 
     async def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
         """Every cell's duplicate rows (positions are the cells' own)."""

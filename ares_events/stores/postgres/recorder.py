@@ -61,7 +61,7 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.archive.segment import rows_differ
+from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.connection import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
@@ -1036,7 +1036,7 @@ class PostgresRecorder:
         self,
         first_position: int,
         last_position: int,
-        expected: Sequence[tuple[int, bytes, str | None]],
+        expected: Sequence[ArchivedRow],
     ) -> int:
         """Delete the rows a segment holds, locked and checked row by row, in one
         transaction (a difference rolls it back: a ``StoreError`` naming it)."""

@@ -61,7 +61,7 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.archive.segment import rows_differ
+from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.connection_async import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
@@ -1067,7 +1067,7 @@ class AsyncPostgresRecorder:
         self,
         first_position: int,
         last_position: int,
-        expected: Sequence[tuple[int, bytes, str | None]],
+        expected: Sequence[ArchivedRow],
     ) -> int:
         """Delete the rows a segment holds, locked and checked row by row, in one
         transaction (a difference rolls it back: a ``StoreError`` naming it)."""

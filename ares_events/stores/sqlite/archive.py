@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ares_events.errors import StoreClosed, StoreError, StoreUnavailable
-from ares_events.stores.archive.segment import rows_differ
+from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 
 __all__ = ["SQLiteArchiving"]
 
@@ -60,7 +60,7 @@ class SQLiteArchiving:
         self,
         first_position: int,
         last_position: int,
-        expected: Sequence[tuple[int, bytes, str | None]],
+        expected: Sequence[ArchivedRow],
     ) -> int:
         """Delete the rows a segment holds, checked row by row, in one transaction
         (freed pages zeroed: the payloads are in the archive now, not in this file);
