@@ -185,7 +185,8 @@ class ToolCallOrder:
         self._done = [asyncio.Event() for _ in calls]
 
     def claim(self, name: str, args: Any) -> int | None:
-        """The slot of this call (synchronously, before any await), or None."""
+        """The first unclaimed slot with this name and these arguments, or None (two
+        identical calls are interchangeable: the journal compares name and arguments)."""
         h = _args_hash(name, args)
         for i, s in enumerate(self._slots):
             if s == h and not self._claimed[i]:
@@ -293,7 +294,8 @@ class JournaledTool(BaseTool):
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """The tool's result: from the log when this call returned before, else run."""
         name = self.name
-        # Claimed before the first await: the slot is this call's place in the response.
+        # The slot is found by name and arguments, not by arrival: the tasks of one
+        # response reach this line in whatever order their callbacks let them.
         slot = self.order.claim(name, args)
 
         async def call(_args: Any, key: str) -> Any:
@@ -354,6 +356,11 @@ def _durable_agent(
     idempotent: Collection[str],
     reconcile: Callable[[str, str], Any] | None,
 ) -> LlmAgent:
+    if not isinstance(agent, LlmAgent):
+        raise ConfigError(
+            f"run_durably runs an LlmAgent, got {type(agent).__name__} (run its LlmAgent "
+            "sub-agents durably one by one)"
+        )
     tools: list[Any] = []
     names: list[str] = []
     wrapped: list[JournaledTool] = []
@@ -491,7 +498,8 @@ async def run_durably(
         run_config: ADK's ``RunConfig`` for the runner.
 
     Raises:
-        ConfigError: a tool requires confirmation (a pause the journal does not own).
+        ConfigError: ``agent`` is not an ``LlmAgent``, or a tool requires confirmation (a
+            pause the journal does not own).
         InDoubtToolCall: a tool call was cut off, has no reconciler and is not idempotent.
         ReplayDivergence: the run asked for something other than what the log recorded.
         RunRefused: the journal's gate refused to resume (another ``code_revision``).

@@ -8,6 +8,7 @@ in child processes: test_framework_kills.py)."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,54 @@ def test_an_after_model_callback_that_changes_the_calls_sets_the_order() -> None
         r = asyncio.run(asyncio.wait_for(run_durably(agent, "ship", store=store, run_id="g-8"), 10))
         assert r.final_output == "shipped both"
         assert shop.shipped == [("desk", "g-8:2"), ("lamp", "g-8:3")]
+
+
+class SignedLlm(BaseLlm):
+    """One answer with a thought signature (bytes) and token usage."""
+
+    model: str = "signed"
+    paid: int = 0
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.paid += 1
+        part = types.Part(text="signed", thought_signature=b"\x00sig\xff")
+        yield LlmResponse(
+            content=types.Content(role="model", parts=[part]),
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=7, candidates_token_count=3, total_token_count=10
+            ),
+        )
+
+
+def test_a_replayed_response_is_the_recorded_one() -> None:
+    """Bytes and usage survive the log: the replayed answer equals the paid one, and the
+    journal counts the call's tokens."""
+    with ae.open_store("memory://") as store:
+        first, second = SignedLlm(), SignedLlm()
+        a = asyncio.run(
+            run_durably(LlmAgent(name="s", model=first), "hi", store=store, run_id="g-9")
+        )
+        b = asyncio.run(
+            run_durably(LlmAgent(name="s", model=second), "hi", store=store, run_id="g-9")
+        )
+        assert (first.paid, second.paid) == (1, 0)
+        assert a.final_response is not None and b.final_response is not None
+        assert a.final_response.content == b.final_response.content
+        assert b.final_response.usage_metadata == a.final_response.usage_metadata
+        assert Journal.inspect(store, "g-9").steps[0].tokens == 10
+
+
+def test_only_an_llm_agent_runs_durably() -> None:
+    """A workflow agent is refused (its sub-agents' models would run unjournaled)."""
+    from google.adk.agents import SequentialAgent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # ADK: "use Workflow"
+        agent = SequentialAgent(name="seq", sub_agents=[LlmAgent(name="a", model=ShopLlm())])
+    with ae.open_store("memory://") as store, pytest.raises(ConfigError):
+        asyncio.run(run_durably(agent, "hi", store=store, run_id="g-10"))  # type: ignore[arg-type]
 
 
 def test_a_tool_that_asks_for_confirmation_is_refused() -> None:
