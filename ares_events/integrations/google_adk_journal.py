@@ -9,12 +9,13 @@ answered and done, and goes on live from the first step that was not::
     print(result.final_output)
 
 - :class:`JournaledLlm` is a ``BaseLlm`` that delegates to the agent's model: a model
-  call answered before the kill is returned from the log, not paid again. A wrapper model
-  rather than ``before_model_callback``/``after_model_callback``: the callbacks run on
-  both sides of a kill point the journal must own (a callback that answers is not a
-  write-ahead request), and an agent's own callbacks stay its own. The request identity is
-  what the model sees, the system instruction and the contents, with the ids ADK makes up
-  for function calls (``adk-...``, new on every run) left out.
+  call answered before the kill is returned from the log, not paid again. A wrapper
+  rather than ``before_model_callback``/``after_model_callback``: with the callbacks the
+  write-ahead request and the recorded answer would sit in two hooks the agent's own
+  callbacks share (ADK stops at the first one that answers, so ours could be skipped); the
+  wrapper is one call the journal brackets. The request identity is what the model sees,
+  the system instruction and the contents, with the ids ADK makes up for function calls
+  (``adk-...``, new on every run) left out.
 - :class:`JournaledTool` wraps a ``FunctionTool``: a call that returned is answered from
   the log, never run again; one cut off inside the tool is *in doubt* (reconciled,
   retried with the same key when named in ``idempotent=``, else the run stops with
@@ -25,12 +26,15 @@ answered and done, and goes on live from the first step that was not::
   time. :class:`ToolCallOrder` numbers them instead: the journaled model hands it the
   response's calls in the order the model emitted them, and each journaled call waits
   for the ones before it to finish, so a replay numbers the journal's steps the same way.
+  The agent's own model and tool callbacks are watched: a response one of them puts in
+  the model's place is the batch, and a call one of them answers gives up its turn.
 - :func:`run_durably` clones the agent with both wrappers and runs it through an ADK
-  ``Runner``; it returns a :class:`DurableRun`.
+  ``Runner`` in an in-memory session rebuilt by replay (a caller's session service gets
+  the run's events once, when it completes); it returns a :class:`DurableRun`.
 
 Not journaled (they run live on a replay): the models and tools of sub-agents (a
-transfer runs them as they are; wrap them with the same pieces), toolsets, tools that are
-not ``FunctionTool`` s, long-running tools, and what a tool does to ADK state through its
+transfer runs them as they are; wrap them with the same pieces), toolsets, other tools than
+``FunctionTool``, long-running tools, and what a tool does to ADK state through its
 ``tool_context`` (a replayed call returns its recorded result and nothing else). A tool's
 output is recorded as JSON (``pydantic_core``'s ``to_jsonable_python``) and a replayed
 tool returns that JSON form.
@@ -361,33 +365,24 @@ def _durable_agent(
             f"run_durably runs an LlmAgent, got {type(agent).__name__} (run its LlmAgent "
             "sub-agents durably one by one)"
         )
-    tools: list[Any] = []
-    names: list[str] = []
-    wrapped: list[JournaledTool] = []
-    for t in agent.tools:
-        tool = FunctionTool(t) if callable(t) and not isinstance(t, BaseTool) else t
-        if isinstance(tool, FunctionTool) and not tool.is_long_running:
-            if getattr(tool, "_require_confirmation", False):
-                raise ConfigError(
-                    f"tool {tool.name!r} requires confirmation: a durable run cannot "
-                    "journal a call that pauses for a human (settle it before the run)"
-                )
-            names.append(tool.name)
-            wrapped.append(
-                JournaledTool(
-                    tool,
-                    journal,
-                    ToolCallOrder(()),  # replaced below, once every name is known
-                    idempotent=tool.name in idempotent,
-                    reconcile=reconcile,
-                )
+    resolved = [
+        FunctionTool(t) if callable(t) and not isinstance(t, BaseTool) else t for t in agent.tools
+    ]
+    journaled = [t for t in resolved if isinstance(t, FunctionTool) and not t.is_long_running]
+    wrap = {id(t) for t in journaled}
+    for t in journaled:
+        if getattr(t, "_require_confirmation", False):
+            raise ConfigError(
+                f"tool {t.name!r} requires confirmation: a durable run cannot journal a "
+                "call that pauses for a human (settle it before the run)"
             )
-            tools.append(wrapped[-1])
-        else:
-            tools.append(t)
-    order = ToolCallOrder(names)
-    for w in wrapped:
-        w.order = order
+    order = ToolCallOrder([t.name for t in journaled])
+    tools: list[Any] = [
+        JournaledTool(t, journal, order, idempotent=t.name in idempotent, reconcile=reconcile)
+        if isinstance(t, FunctionTool) and id(t) in wrap
+        else orig
+        for t, orig in zip(resolved, agent.tools, strict=True)
+    ]
     model = JournaledLlm(
         model=agent.canonical_model.model,
         wrapped=agent.canonical_model,
