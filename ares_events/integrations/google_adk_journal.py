@@ -333,8 +333,8 @@ class DurableRun:
     """What :func:`run_durably` returns.
 
     Attributes:
-        final_output: the text of the agent's final response (its text parts joined),
-            None when it ended without one.
+        final_output: the text of the run's last final response (its text parts joined,
+            thoughts left out), None when it ended without one.
         final_response: the final response event, or None.
         events: every event of the run (the user message first), as this call produced
             them (a replay produces them again, with new ids).
@@ -520,7 +520,9 @@ async def run_durably(
         async for event in runner.run_async(
             user_id=user_id, session_id=sid, new_message=message, run_config=run_config
         ):
-            if event.is_final_response() and event.author == durable.name:
+            # The last final response, whichever agent gave it (a transfer hands the
+            # answer to a sub-agent).
+            if event.is_final_response() and not event.partial:
                 final = event
     except Exception as exc:
         # ADK re-raises what a tool raised, perhaps wrapped: hand the journal's own
