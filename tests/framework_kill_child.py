@@ -1,4 +1,4 @@
-"""A durable run (Pydantic AI or the OpenAI Agents SDK) that kills itself (SIGKILL) at a
+"""A durable run (Pydantic AI, the OpenAI Agents SDK or Google ADK) that kills itself (SIGKILL) at a
 chosen point, for tests/integrations/test_framework_kills.py. Every model call it pays
 and every side effect of its tool is written to a ledger file (one line each, appended
 and flushed before going on), so the parent can count them across the kill and the
@@ -80,6 +80,36 @@ def main(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> Non
 
         agent = pai_agent
         output = "output"
+    elif adapter == "google-adk":
+        from google.adk.agents import LlmAgent
+        from google.adk.models.base_llm import BaseLlm
+        from google.adk.models.llm_response import LlmResponse
+        from google.genai import types
+
+        from ares_events.integrations.google_adk_journal import idempotency_key as adk_key
+        from ares_events.integrations.google_adk_journal import run_durably
+
+        class ScriptedLlm(BaseLlm):
+            model: str = "scripted"
+
+            async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+                first = len(llm_request.contents) == 1
+                plan(first)
+                if first:
+                    parts = [
+                        types.Part(function_call=types.FunctionCall(name="ship", args={"item": i}))
+                        for i in ("book", "lamp")
+                    ]
+                else:
+                    parts = [types.Part(text="shipped both")]
+                yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+        async def ship(item: str) -> str:
+            """Ship an item."""
+            return ship_item(item, adk_key())
+
+        agent = LlmAgent(name="shop", model=ScriptedLlm(), tools=[ship])
+        output = "final_output"
     else:
         from agents import Agent as OAgent
         from agents import function_tool, set_tracing_disabled

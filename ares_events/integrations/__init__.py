@@ -12,7 +12,10 @@ operations, as sansio steps).
 :mod:`~ares_events.integrations.openai_agents`, :mod:`~ares_events.integrations.pydantic_ai`
 and :mod:`~ares_events.integrations.google_adk` adapt agent frameworks (a session or
 conversation is one stream, read through ``_conversation``, verified; written with
-optimistic concurrency).
+optimistic concurrency); :mod:`~ares_events.integrations.openai_agents_journal`,
+:mod:`~ares_events.integrations.pydantic_ai` and
+:mod:`~ares_events.integrations.google_adk_journal` run their agents durably (the run
+journal under the model and tool calls).
 :func:`stream_kind` tells the CLI which streams an integration owns (without importing
 the integration's library).
 

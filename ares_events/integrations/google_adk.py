@@ -32,6 +32,10 @@ folded as ADK folds it: the session's own keys, then ``app:`` and ``user:`` keys
   ``erase_on_delete=True`` it also erases the payloads of the session's events (blobs
   too) and records each erasure in ``ares-events/erasures``.
 
+Under the session, :mod:`ares_events.integrations.google_adk_journal` runs an agent's
+model calls and tools through the run journal (a killed run resumes without re-paying
+answered model calls or repeating tool side effects).
+
 It may import anything in the package, and ``google.adk``.
 """
 

@@ -30,7 +30,7 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "google_adk": (
-        3,
+        4,
         (
             "events: 4",
             "state: {'app:greeting': 'Olá', 'last': 'done', 'tier': 'gold', 'user:language': 'pt'}",
@@ -40,6 +40,13 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
             "after delete: None",
             "erased: 5",
             "chain ok: True",
+            "first run: both shipped | model calls: 2 | shipments: ['adk-order-1:3', "
+            "'adk-order-1:4']",
+            "after a restart: both shipped | model calls: 0 | shipments: ['adk-order-1:3', "
+            "'adk-order-1:4']",
+            "session events: 4",
+            "steps: ['google-adk.session.base', 'model', 'ship', 'ship', 'model', "
+            "'google-adk.session.append'] completed",
         ),
     ),
     "pydantic_ai": (

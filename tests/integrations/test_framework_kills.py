@@ -1,7 +1,7 @@
-"""A durable run (Pydantic AI, and the journal under the OpenAI Agents SDK) killed with
-SIGKILL between its model and tool calls (and inside a tool, after its side effect), then
-resumed by a new process: no answered model call is paid again and no side effect happens
-twice."""
+"""A durable run (Pydantic AI, and the journal under the OpenAI Agents SDK and Google ADK)
+killed with SIGKILL between its model and tool calls (and inside a tool, after its side
+effect), then resumed by a new process: no answered model call is paid again and no side
+effect happens twice."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _child(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> i
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents"])
+@pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents", "google-adk"])
 def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
     adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
