@@ -39,7 +39,7 @@ def main() -> None:
             crash_after(step)
             return n
 
-        PostgresRecorder.delete_archived = delete_then_crash  # type: ignore[method-assign]
+        PostgresRecorder.delete_archived = delete_then_crash  # type: ignore[method-assign,assignment]
     with ae.open_store(url) as store:
         archive_mod.archive(store, to, before=int(before), segment_events=int(segment))
 
