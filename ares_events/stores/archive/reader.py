@@ -60,8 +60,16 @@ the CPU of a bare read in collections, one of 256 about 5%, metadata reads inclu
 
 
 def _flatten(pages: Iterator[list[RecordedEvent]]) -> Iterator[RecordedEvent]:
-    for page in pages:
-        yield from page
+    try:
+        for page in pages:
+            yield from page
+    finally:
+        close_iter(pages)  # a reader that stops early closes the database read
+
+
+def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
+    """The next ``n`` events of ``it`` (fewer at its end)."""
+    return list(itertools.islice(it, n))
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
@@ -161,11 +169,16 @@ class ArchiveRecorder:
     ) -> Iterator[RecordedEvent]:
         """The stream's events from the database and, for versions no longer there, from
         the archive."""
-        return self._read(stream_id, from_version, to_version, limit)
+        pages = self._read_pages(stream_id, from_version, to_version, limit)
+        return itertools.chain.from_iterable(pages)  # pages handed on at C speed
 
-    def _read(
+    def _read_pages(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
-    ) -> Iterator[RecordedEvent]:
+    ) -> Iterator[list[RecordedEvent]]:
+        """:meth:`read` as pages. A database page whose versions run on from the next one
+        wanted without a hole (first == v, last - first == its length - 1: the rows come
+        in version order) is passed on whole; any other page is looked at event by
+        event."""
         v = max(from_version, 1)
         hi = to_version if to_version is not None else _BIG
         left = limit if limit is not None else _BIG
@@ -174,20 +187,44 @@ class ArchiveRecorder:
             it = self.inner.read(stream_id, v, to_version, None if limit is None else left)
             gap = False
             try:
-                for e in it:
-                    ev = e[1]  # the version (a tuple item: this loop is every stream read)
-                    if ev == v:
-                        v += 1
-                    elif type(ev) is int and ev > v:
-                        if not tolerate:
-                            gap = True  # versions v..ev-1 are not in the database
+                while not gap:
+                    page = _take(it, PAGE)
+                    if not page:
+                        break
+                    first, last = page[0][1], page[-1][1]
+                    if (
+                        not tolerate
+                        and first == v
+                        and type(first) is int
+                        and type(last) is int
+                        and last - first == len(page) - 1
+                    ):
+                        v = last + 1
+                        if len(page) >= left:
+                            yield page[:left]
+                            return
+                        left -= len(page)
+                        yield page
+                        continue
+                    out: list[RecordedEvent] = []
+                    for e in page:
+                        ev = e[1]
+                        if ev == v:
+                            v += 1
+                        elif type(ev) is int and ev > v:
+                            if not tolerate:
+                                gap = True  # versions v..ev-1 are not in the database
+                                break
+                            v = ev + 1
+                        # a lower or malformed version is passed on as stored: the
+                        # verifier reports it
+                        tolerate = False
+                        out.append(e)
+                        left -= 1
+                        if left <= 0:
                             break
-                        v = ev + 1
-                    # a lower or malformed version is passed on as stored: the verifier
-                    # reports it
-                    tolerate = False
-                    yield e
-                    left -= 1
+                    if out:
+                        yield out
                     if left <= 0:
                         return
             finally:
@@ -199,11 +236,11 @@ class ArchiveRecorder:
             if not gap and (to_version is None or not self._follows(stream_id, v)):
                 return
             got = 0
-            for e in self._archived(stream_id, v, hi, left):
-                yield e
-                left -= 1
-                got += 1
-                v = e.version + 1
+            for chunk in self._archived(stream_id, v, hi, left):
+                yield chunk
+                left -= len(chunk)
+                got += len(chunk)
+                v = chunk[-1].version + 1
             if got == 0:
                 if not gap:
                     return
@@ -219,7 +256,11 @@ class ArchiveRecorder:
             close_iter(it)
         return False
 
-    def _archived(self, stream_id: str, v: int, hi: int, left: int) -> Iterator[RecordedEvent]:
+    def _archived(
+        self, stream_id: str, v: int, hi: int, left: int
+    ) -> Iterator[list[RecordedEvent]]:
+        """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
+        a chunk at a time."""
         cat = self.archive_catalog()
         if cat is None:
             return
@@ -232,13 +273,12 @@ class ArchiveRecorder:
                 # since this catalog was read: read it again, once.
                 cat = self._newer(cat, exc)
                 chunk, cursor = self._chunk(cat, stream_id, v, cursor)
-            for e in chunk:
-                if e.version > hi or left <= 0:
-                    return
-                yield e
-                left -= 1
-                v = e.version + 1
-            if cursor is None:
+            out = [e for e in chunk if e.version <= hi][:left]
+            if out:
+                yield out
+                left -= len(out)
+                v = out[-1].version + 1
+            if cursor is None or len(out) < len(chunk):
                 return
 
     def read_all(

@@ -63,9 +63,26 @@ the CPU of a bare read in collections, one of 256 about 5%, metadata reads inclu
 
 
 async def _flatten(pages: AsyncIterator[list[RecordedEvent]]) -> AsyncIterator[RecordedEvent]:
-    async for page in pages:
-        for e in page:
-            yield e
+    try:
+        async for page in pages:
+            for e in page:
+                yield e
+    finally:
+        await aclose_iter(pages)  # a reader that stops early closes the database read
+
+
+async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]:
+    """The next ``n`` events of ``it`` (fewer at its end)."""
+    if ASYNC:
+        out: list[RecordedEvent] = []
+        if n > 0:
+            async for e in it:
+                out.append(e)
+                if len(out) >= n:
+                    break
+        return out
+    else:
+        return list(itertools.islice(it, n))
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
@@ -165,11 +182,19 @@ class AsyncArchiveRecorder:
     ) -> AsyncIterator[RecordedEvent]:
         """The stream's events from the database and, for versions no longer there, from
         the archive."""
-        return self._read(stream_id, from_version, to_version, limit)
+        pages = self._read_pages(stream_id, from_version, to_version, limit)
+        if ASYNC:
+            return _flatten(pages)
+        else:
+            return itertools.chain.from_iterable(pages)  # pages handed on at C speed
 
-    async def _read(
+    async def _read_pages(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
-    ) -> AsyncIterator[RecordedEvent]:
+    ) -> AsyncIterator[list[RecordedEvent]]:
+        """:meth:`read` as pages. A database page whose versions run on from the next one
+        wanted without a hole (first == v, last - first == its length - 1: the rows come
+        in version order) is passed on whole; any other page is looked at event by
+        event."""
         v = max(from_version, 1)
         hi = to_version if to_version is not None else _BIG
         left = limit if limit is not None else _BIG
@@ -178,20 +203,44 @@ class AsyncArchiveRecorder:
             it = self.inner.read(stream_id, v, to_version, None if limit is None else left)
             gap = False
             try:
-                async for e in it:
-                    ev = e[1]  # the version (a tuple item: this loop is every stream read)
-                    if ev == v:
-                        v += 1
-                    elif type(ev) is int and ev > v:
-                        if not tolerate:
-                            gap = True  # versions v..ev-1 are not in the database
+                while not gap:
+                    page = await _take(it, PAGE)
+                    if not page:
+                        break
+                    first, last = page[0][1], page[-1][1]
+                    if (
+                        not tolerate
+                        and first == v
+                        and type(first) is int
+                        and type(last) is int
+                        and last - first == len(page) - 1
+                    ):
+                        v = last + 1
+                        if len(page) >= left:
+                            yield page[:left]
+                            return
+                        left -= len(page)
+                        yield page
+                        continue
+                    out: list[RecordedEvent] = []
+                    for e in page:
+                        ev = e[1]
+                        if ev == v:
+                            v += 1
+                        elif type(ev) is int and ev > v:
+                            if not tolerate:
+                                gap = True  # versions v..ev-1 are not in the database
+                                break
+                            v = ev + 1
+                        # a lower or malformed version is passed on as stored: the
+                        # verifier reports it
+                        tolerate = False
+                        out.append(e)
+                        left -= 1
+                        if left <= 0:
                             break
-                        v = ev + 1
-                    # a lower or malformed version is passed on as stored: the verifier
-                    # reports it
-                    tolerate = False
-                    yield e
-                    left -= 1
+                    if out:
+                        yield out
                     if left <= 0:
                         return
             finally:
@@ -203,11 +252,11 @@ class AsyncArchiveRecorder:
             if not gap and (to_version is None or not await self._follows(stream_id, v)):
                 return
             got = 0
-            async for e in self._archived(stream_id, v, hi, left):
-                yield e
-                left -= 1
-                got += 1
-                v = e.version + 1
+            async for chunk in self._archived(stream_id, v, hi, left):
+                yield chunk
+                left -= len(chunk)
+                got += len(chunk)
+                v = chunk[-1].version + 1
             if got == 0:
                 if not gap:
                     return
@@ -225,7 +274,9 @@ class AsyncArchiveRecorder:
 
     async def _archived(
         self, stream_id: str, v: int, hi: int, left: int
-    ) -> AsyncIterator[RecordedEvent]:
+    ) -> AsyncIterator[list[RecordedEvent]]:
+        """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
+        a chunk at a time."""
         cat = await self.archive_catalog()
         if cat is None:
             return
@@ -238,13 +289,12 @@ class AsyncArchiveRecorder:
                 # since this catalog was read: read it again, once.
                 cat = await self._newer(cat, exc)
                 chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
-            for e in chunk:
-                if e.version > hi or left <= 0:
-                    return
-                yield e
-                left -= 1
-                v = e.version + 1
-            if cursor is None:
+            out = [e for e in chunk if e.version <= hi][:left]
+            if out:
+                yield out
+                left -= len(out)
+                v = out[-1].version + 1
+            if cursor is None or len(out) < len(chunk):
                 return
 
     def read_all(
