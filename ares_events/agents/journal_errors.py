@@ -28,6 +28,7 @@ __all__ = [
     "RunNotRunnable",
     "RunRefused",
     "ToolCallFailed",
+    "journal_error_in",
 ]
 
 
@@ -182,3 +183,18 @@ for _cls in (
     ToolCallFailed,
 ):
     _cls.__module__ = "ares_events"
+
+
+def journal_error_in(exc: BaseException) -> BaseException | None:
+    """The journal's own error (a run refused, not runnable, in doubt, or a replay that
+    diverged) that ``exc`` is or was raised from, following ``__cause__`` and
+    ``__context__``; None when there is none. A framework that wraps a tool's or a
+    model's exception in its own type hides it there; an adapter re-raises this one."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RunNotRunnable | ReplayDivergence | RunRefused):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -68,12 +68,9 @@ from pydantic_core import to_jsonable_python
 
 from ares_events.agents.journal import (
     AsyncJournal,
-    InDoubtToolCall,
     ModelReply,
-    ReplayDivergence,
-    RunNotRunnable,
-    RunRefused,
 )
+from ares_events.agents.journal_errors import journal_error_in
 from ares_events.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -527,7 +524,7 @@ async def run_durably(
     except Exception as exc:
         # ADK re-raises what a tool raised, perhaps wrapped: hand the journal's own
         # verdict (in doubt, diverged, not runnable) to the caller as itself.
-        cause = _journal_error(exc)
+        cause = journal_error_in(exc)
         if cause is not None and cause is not exc:
             raise cause from exc
         raise
@@ -606,14 +603,3 @@ async def _write_back(
     await journal.tool_call(
         SESSION_APPEND, {"session": outer.id, "events": len(events)}, call=append, idempotent=True
     )
-
-
-def _journal_error(exc: BaseException) -> BaseException | None:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, InDoubtToolCall | ReplayDivergence | RunNotRunnable | RunRefused):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None

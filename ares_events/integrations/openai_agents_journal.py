@@ -47,6 +47,7 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from ares_events.agents.journal import AsyncJournal, ModelReply
+from ares_events.agents.journal_errors import journal_error_in
 from ares_events.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -209,27 +210,9 @@ async def run_durably(
     except Exception as exc:
         # The SDK wraps what a tool raised ("Error running tool ..."): hand the journal's
         # own verdict (in doubt, diverged, not runnable) to the caller as itself.
-        cause = _journal_error(exc)
+        cause = journal_error_in(exc)
         if cause is not None and cause is not exc:
             raise cause from exc
         raise
     await journal.complete(to_jsonable_python(result.final_output))
     return result
-
-
-def _journal_error(exc: BaseException) -> BaseException | None:
-    from ares_events.agents.journal import (
-        InDoubtToolCall,
-        ReplayDivergence,
-        RunNotRunnable,
-        RunRefused,
-    )
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, InDoubtToolCall | ReplayDivergence | RunNotRunnable | RunRefused):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None

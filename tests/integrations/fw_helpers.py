@@ -1,13 +1,36 @@
-"""Shared pieces of the framework adapter tests: the store URL of each backend and the
-async store opened on it."""
+"""Shared pieces of the framework adapter tests: the store URL of each backend, the
+async store opened on it, and a death inside a tool (:class:`Killed`, :func:`dies`)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+
+class Killed(BaseException):
+    """What a kill -9 inside a tool leaves: nothing recorded after the request (the real
+    kill runs in a child process: test_framework_kills.py)."""
+
+
+def dies(coro: Any) -> None:
+    """Run ``coro`` until the Killed it raises, then close its loop cleanly."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    try:
+        with pytest.raises(Killed):
+            loop.run_until_complete(task)
+    finally:
+        for t in asyncio.all_tasks(loop):
+            t.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
 
 FW_BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

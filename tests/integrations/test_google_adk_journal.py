@@ -32,11 +32,7 @@ from ares_events.integrations.google_adk_journal import (
     run_durably,
     stable_request,
 )
-from tests.integrations.fw_helpers import FW_BACKENDS, fw_url
-
-
-class Killed(BaseException):
-    """A death inside the tool: nothing recorded after its request."""
+from tests.integrations.fw_helpers import FW_BACKENDS, Killed, dies, fw_url
 
 
 def calls(*items: str) -> list[types.Part]:
@@ -91,19 +87,6 @@ class Shop:
 @pytest.fixture(params=FW_BACKENDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return fw_url(str(request.param), tmp_path, request)
-
-
-def dies(coro: Any) -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        with pytest.raises(Killed):
-            loop.run_until_complete(loop.create_task(coro))
-    finally:
-        for t in asyncio.all_tasks(loop):
-            t.cancel()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
 
 
 def tool_args(store: Any, run_id: str) -> list[Any]:

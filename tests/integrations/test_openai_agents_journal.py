@@ -18,13 +18,9 @@ import ares_events as ae
 from ares_events.agents.journal import InDoubtToolCall, Journal
 from ares_events.errors import ConfigError
 from ares_events.integrations.openai_agents_journal import idempotency_key, run_durably
-from tests.integrations.fw_helpers import FW_BACKENDS, fw_url
+from tests.integrations.fw_helpers import FW_BACKENDS, Killed, dies, fw_url
 
 set_tracing_disabled(True)
-
-
-class Killed(BaseException):
-    """A death inside the tool: nothing recorded after its request."""
 
 
 class Shop:
@@ -57,19 +53,6 @@ class Shop:
 @pytest.fixture(params=FW_BACKENDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return fw_url(str(request.param), tmp_path, request)
-
-
-def dies(coro: Any) -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        with pytest.raises(Killed):
-            loop.run_until_complete(loop.create_task(coro))
-    finally:
-        for t in asyncio.all_tasks(loop):
-            t.cancel()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
 
 
 def test_a_second_run_replays_from_the_journal(url: str) -> None:

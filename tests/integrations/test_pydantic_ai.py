@@ -35,7 +35,7 @@ from ares_events.integrations.pydantic_ai import (
     run_durably,
     stream_of,
 )
-from tests.integrations.fw_helpers import FW_BACKENDS, fw_url, tamper_sqlite
+from tests.integrations.fw_helpers import FW_BACKENDS, Killed, dies, fw_url, tamper_sqlite
 
 
 @pytest.fixture(params=FW_BACKENDS)
@@ -221,26 +221,6 @@ def test_a_durable_run_replays_without_paying_or_charging_again(url: str) -> Non
         info = Journal.inspect(store, "order-1")
         assert info.status == "completed"
         assert [s.kind for s in info.steps] == ["model", "tool", "tool", "model"]
-
-
-class Killed(BaseException):
-    """What a kill -9 inside a tool leaves: nothing recorded after the request (the real
-    kill runs in a child process: test_framework_kills.py)."""
-
-
-def dies(coro: Any) -> None:
-    """Run ``coro`` until the Killed it raises, then close its loop cleanly."""
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(coro)
-    try:
-        with pytest.raises(Killed):
-            loop.run_until_complete(task)
-    finally:
-        for t in asyncio.all_tasks(loop):
-            t.cancel()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
 
 
 def crashing(shop: Shop) -> Agent[None, str]:
