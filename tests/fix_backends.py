@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from ares_events.testing.blocking import BlockingStore, open_blocking
 from tests import servers
 
@@ -168,7 +169,7 @@ def run_behind_store(
 ) -> None:
     """Run one statement directly against the backend's database, bypassing the store (to
     tamper with rows in tests). ``pg_sql`` may name ``{schema}``."""
-    rec: Any = getattr(store.recorder, "inner", store.recorder)
+    rec: Any = backend_of(store.recorder)
     name = backend.removesuffix("+cache")
     if name == "sqlite":
         conn = sqlite3.connect(str(rec.path))

@@ -40,6 +40,7 @@ from ares_events.agents.journal import Journal, ModelReply
 from ares_events.agents.supervision import ProcessSupervisor, heartbeat
 from ares_events.chain import canonical_json
 from ares_events.core.events import parse_at
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError
 from ares_events.integrity.verify import verify_stream
 from ares_events.stores import Capability
@@ -399,7 +400,7 @@ def run_demo(
             f"the kill -9 demo runs agents as separate processes: {store.url} is not a store "
             "several processes can share (use a SQLite file or PostgreSQL)"
         )
-    base = Path(getattr(store.recorder, "path", None) or Path.cwd() / "ares-events.db")
+    base = Path(getattr(backend_of(store.recorder), "path", None) or Path.cwd() / "ares-events.db")
     services = str(base.parent / f"{base.stem}.demo-services.db")
     with _db(services) as c:
         for stmt in SERVICES_SCHEMA:

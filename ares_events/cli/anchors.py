@@ -22,6 +22,7 @@ from ares_events.cli.common import (
     load_vkeys,
     pass_app,
 )
+from ares_events.core.recorder import backend_of
 from ares_events.integrity.checkpoints import b64
 from ares_events.stores.settings import Settings
 
@@ -90,7 +91,7 @@ def anchor_cmd(
     with app.open() as store:
         url = witness or settings.anchor_url
         if url is None:
-            path = getattr(store.recorder, "path", None)
+            path = getattr(backend_of(store.recorder), "path", None)
             if not isinstance(path, Path):
                 raise CommandError(
                     f"no anchor witness for {store.url}: pass --witness URL or set "

@@ -17,9 +17,9 @@ from ares_events.errors import ConfigError
 
 
 def _cells_of(store: Any) -> Any:
-    from ares_events.core.recorder import system_of_record
+    from ares_events.core.recorder import backend_of
 
-    rec = system_of_record(store.recorder)
+    rec = backend_of(store.recorder)
     if getattr(rec, "cell_map", None) is None:
         raise ConfigError(
             f"{store.url} is not a cell store (citus://... or pgcells://...; docs/scaling.md)"

@@ -30,6 +30,7 @@ from ares_events.cli.common import (
 )
 from ares_events.core.events import RecordedEvent
 from ares_events.core.identity import StoreIdentity
+from ares_events.core.recorder import backend_of
 from ares_events.errors import AresError
 from ares_events.integrity.audit import audit
 from ares_events.integrity.verify import verify_stream
@@ -130,7 +131,9 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     if relocate_blobs and not app.blobs_opt:
         raise click.UsageError("--relocate-blobs needs --blobs URL (the new location)")
     with app.open(create=True, check_identity=not relocate_blobs) as store:
-        getter: Callable[[], int] | None = getattr(store.recorder, "schema_version", None)
+        getter: Callable[[], int] | None = getattr(
+            backend_of(store.recorder), "schema_version", None
+        )
         schema = getter() if callable(getter) else None
         ident = store.record_identity(relocate_blobs=relocate_blobs)
         streams = sum(1 for _ in store.streams())

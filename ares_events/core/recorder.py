@@ -48,6 +48,7 @@ __all__ = [
     "SnapshotRows",
     "Wakes",
     "Wraps",
+    "backend_of",
     "check_capabilities",
     "system_of_record",
 ]
@@ -317,4 +318,14 @@ def system_of_record(recorder: Recorder) -> Recorder:
     """The recorder under any cache wrapper (what integrity checks read)."""
     if isinstance(recorder, Wraps):
         return recorder.uncached()
+    return recorder
+
+
+def backend_of(recorder: Any) -> Any:
+    """The backend recorder under every wrapper (the cache, the archive reader), which
+    each name the recorder they wrap as ``inner``: for the few callers that need the
+    backend's own objects (its connection pool, its cells)."""
+    inner = getattr(recorder, "inner", None)
+    while inner is not None:
+        recorder, inner = inner, getattr(inner, "inner", None)
     return recorder

@@ -17,6 +17,7 @@ import threading
 from typing import Any, Final, Protocol
 
 from ares_events.core.events import utc_now_at
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError
 from ares_events.projections.tables import MemoryTables, SQLTables, tables_for
 
@@ -211,8 +212,7 @@ def checkpoints_for(store: Any) -> CheckpointStore:
     Raises:
         ConfigError: the backend keeps no tables beside its events.
     """
-    rec = store.recorder
-    rec = getattr(rec, "inner", rec)
+    rec = backend_of(store.recorder)
     cached = getattr(rec, "_ares_checkpoints", None)
     if cached is not None:
         return cached  # type: ignore[no-any-return]

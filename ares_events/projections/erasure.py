@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.backend import Capability
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, RecordedEvent
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
 
@@ -145,8 +146,7 @@ def erase(
             raise InvalidEvent(name, "must be a non-empty string (who erased, and why)")
     # Every step's deletes zero the freed bytes where the backend can (SQLite), and its
     # log is truncated at the end: none of them leaves a copy behind.
-    inner = getattr(store.recorder, "inner", store.recorder)
-    scrubbing = getattr(inner, "scrubbing", None)
+    scrubbing = getattr(backend_of(store.recorder), "scrubbing", None)
     with scrubbing() if callable(scrubbing) else contextlib.nullcontext():
         return _erase(store, stream_id, version, reason, by)
 

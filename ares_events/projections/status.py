@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ares_events.core.recorder import system_of_record
+from ares_events.core.recorder import backend_of
 from ares_events.core.store import EventStore
 from ares_events.projections.checkpoint_store import TABLE as CHECKPOINTS_TABLE
 from ares_events.projections.tables import ProjectionMeta
@@ -32,8 +32,7 @@ _PG_HAS_TABLE: Final = "SELECT to_regclass(%s) IS NOT NULL"
 
 
 def _recorder(store: EventStore) -> Any:
-    rec: Any = system_of_record(store.recorder)
-    return getattr(rec, "inner", rec)
+    return backend_of(store.recorder)
 
 
 def _select(store: EventStore, table: str, template: str) -> list[tuple[Any, ...]] | None:

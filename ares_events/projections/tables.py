@@ -21,6 +21,7 @@ import blake3
 import orjson
 
 from ares_events.chain import canonical_json
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError
 
 __all__ = [
@@ -513,14 +514,12 @@ def tables_for(store: Any) -> ReadModelTables:
     Raises:
         ConfigError: the backend has no read-model support.
     """
-    rec = store.recorder
-    rec = getattr(rec, "inner", rec)
+    rec = backend_of(store.recorder)
     # An asyncio recorder names the blocking recorder its read models live beside (read
     # models are folded by the blocking runner).
     companion = getattr(rec, "read_model_recorder", None)
     if callable(companion):
-        rec = companion()
-        rec = getattr(rec, "inner", rec)
+        rec = backend_of(companion())
     cached = getattr(rec, "_ares_read_models", None)
     if cached is not None:
         return cached  # type: ignore[no-any-return]

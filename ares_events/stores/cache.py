@@ -70,7 +70,14 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
-from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, SealedEvent
+from ares_events.core.backend import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    Head,
+    SealedEvent,
+    TrackingRecord,
+)
 from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.url import StoreURL
@@ -295,7 +302,6 @@ class CachedRecorder(CacheErasure):
             raise MissingDependencyError("the Redis cache", "redis") from exc
         self.inner = inner
         self.capabilities = frozenset(inner.capabilities)
-        self.scheme = tuple(inner.scheme)
         self.stats = CacheStats()
         self._cfg = cfg
         self._url = redacted
@@ -366,12 +372,6 @@ class CachedRecorder(CacheErasure):
         return rec
 
     # -- plumbing ----------------------------------------------------------------------------
-
-    def __getattr__(self, name: str) -> Any:
-        inner = self.__dict__.get("inner")
-        if inner is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(inner, name)
 
     def __repr__(self) -> str:
         return f"CachedRecorder({self.describe()!r}, cache={self._url!r})"
@@ -707,7 +707,7 @@ class CachedRecorder(CacheErasure):
         if not self._usable():
             self.stats.bypassed += 1
             return None
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         try:
             if self._call(pubsub.subscribe, self._channel) is _SKIPPED:
                 _close_quietly(pubsub)
@@ -720,6 +720,79 @@ class CachedRecorder(CacheErasure):
         return pubsub
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    # -- forwarded to the system of record, uncached --------------------------------------
+    # Each is a method of its own: from Python 3.12 on, ``isinstance`` against a
+    # runtime-checkable protocol looks methods up on the class, so the capability check
+    # would not see methods forwarded through ``__getattr__``. A write here (several
+    # streams at once, metadata, archive deletes) leaves cached tails as they are: a
+    # read serves a tail only when its stamp equals the inner head.
+
+    def append_many(
+        self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
+    ) -> list[AppendOutcome]:
+        """The inner store's ``append_many``."""
+        out: list[AppendOutcome] = self.inner.append_many(batches, tracking)
+        return out
+
+    def tracked_position(self, name: str) -> int | None:
+        """The inner store's tracked position of ``name``."""
+        out: int | None = self.inner.tracked_position(name)
+        return out
+
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
+        """A page of the inner store's heads."""
+        out: list[tuple[str, Head]] = self.inner.heads_page(after, limit, prefix)
+        return out
+
+    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
+        """The inner store's position scan."""
+        out: Iterator[tuple[Any, Any, Any]] = self.inner.positions(after_position)
+        return out
+
+    def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
+        """The inner store's duplicate scan."""
+        out: Iterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
+        return out
+
+    def meta_get(self, key: str) -> str | None:
+        """The inner store's metadata value under ``key``."""
+        out: str | None = self.inner.meta_get(key)
+        return out
+
+    def meta_put_if_absent(self, key: str, value: str) -> str:
+        """The inner store's put-if-absent."""
+        out: str = self.inner.meta_put_if_absent(key, value)
+        return out
+
+    def meta_set(self, key: str, value: str) -> None:
+        """The inner store's metadata write."""
+        self.inner.meta_set(key, value)
+
+    def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """The inner store's compare-and-swap of a metadata value."""
+        out: bool = self.inner.meta_swap(key, expected, value)
+        return out
+
+    def delete_archived(
+        self,
+        first_position: int,
+        last_position: int,
+        expected: Sequence[tuple[int, bytes, str | None]],
+    ) -> int:
+        """The inner store's delete of archived rows (those versions are older than any
+        cached tail: a stream's last event is never archived)."""
+        out: int = self.inner.delete_archived(first_position, last_position, expected)
+        return out
+
+    def snapshot_rows(self) -> Any:
+        """The inner store's snapshot table (snapshots are not cached)."""
+        return self.inner.snapshot_rows()
+
+    def default_blobs_url(self) -> str | None:
+        """The inner store's default blob location."""
+        out: str | None = self.inner.default_blobs_url()
+        return out
 
     def close(self) -> None:
         """Wait for the Redis calls in flight (later ones are skipped), close the inner

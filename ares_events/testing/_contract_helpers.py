@@ -78,9 +78,9 @@ def _cursors(store: ae.EventStore) -> bool:
 def _same_cell(store: ae.EventStore, a: str, b: str) -> bool:
     """False when streams ``a`` and ``b`` live in different cells of a cell store, where
     event ids are unique per cell (a cell store's recorder names a stream's cell)."""
-    from ares_events.core.recorder import system_of_record
+    from ares_events.core.recorder import backend_of
 
-    cell_index = getattr(system_of_record(store.recorder), "cell_index", None)
+    cell_index = getattr(backend_of(store.recorder), "cell_index", None)
     return cell_index is None or cell_index(a) == cell_index(b)
 
 

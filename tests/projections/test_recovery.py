@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ChainIntegrityError, ReplayCapExceeded
 from ares_events.projections import (
     AgentStateProjection,
@@ -223,7 +224,7 @@ def sqlite_store(tmp_path: Path) -> Any:
 
 
 def _delete_after(store: ae.EventStore, stream: str, keep: int) -> None:
-    conn = sqlite3.connect(str(store.recorder.path))  # type: ignore[attr-defined]
+    conn = sqlite3.connect(str(backend_of(store.recorder).path))
     with conn:
         conn.execute("DELETE FROM ares_events WHERE stream_id = ? AND version > ?", (stream, keep))
     conn.close()

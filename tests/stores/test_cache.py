@@ -22,6 +22,7 @@ import pytest
 import redis
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.stores import Capability
 from ares_events.stores.cache import CachedRecorder
@@ -399,16 +400,18 @@ def test_unknown_parameter_lists_valid_ones_without_the_password() -> None:
 def test_wrapper_forwards_backend_attributes(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """The wrapper exposes .inner and forwards describe, capabilities, scheme, path and
-    connection, so snapshots keep working behind the cache."""
+    """The wrapper exposes .inner and forwards describe and capabilities; the backend
+    under it is reached by ``backend_of`` (never by attribute forwarding), so snapshots
+    keep working behind the cache."""
     db = tmp_path / "e.db"
     with redis_cache_url(request) as url, ae.open_store(f"sqlite:///{db}", cache=url) as store:
         rec = _cache(store)
         assert rec.describe() == rec.inner.describe()
         assert rec.capabilities == rec.inner.capabilities
-        assert rec.scheme == ("sqlite",)
-        assert rec.path == db
-        assert rec.connection() is rec.inner.connection()
+        backend = backend_of(rec)
+        assert backend.scheme == ("sqlite",)
+        assert backend.path == db
+        assert not hasattr(rec, "path")
         res = store.append("s", _evs(3))
         assert res.version == 3
         assert store.snapshots.load("s", "nothing") is None

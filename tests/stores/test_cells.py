@@ -13,6 +13,7 @@ import pytest
 from langgraph.graph.message import add_messages
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError, CrossCellError
 from ares_events.stores.cells import CellMap, pack, partition_of, unpack
 from ares_events.stores.cells.layout import parse_cells_url
@@ -101,8 +102,8 @@ def test_the_cell_map_is_fixed_at_init(request: pytest.FixtureRequest) -> None:
 
 
 def _cells(store: ae.EventStore) -> Any:
-    """The cell store's recorder (CellsRecorder)."""
-    return store.recorder
+    """The cell store's recorder (CellsRecorder), under the archive reader."""
+    return backend_of(store.recorder)
 
 
 def _two_streams_in_different_cells(store: ae.EventStore) -> tuple[str, str]:

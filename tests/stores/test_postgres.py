@@ -24,6 +24,7 @@ from psycopg import sql
 import ares_events as ae
 from ares_events.core.backend import Batch, Head, SealedEvent
 from ares_events.core.events import prepare, utc_now_at
+from ares_events.core.recorder import backend_of
 from ares_events.core.store import EventStore
 from ares_events.errors import (
     ConcurrencyError,
@@ -54,7 +55,7 @@ def _schema_of(url: str) -> str:
 
 def _rec(store: EventStore) -> PostgresRecorder:
     rec = store.recorder
-    rec = getattr(rec, "inner", rec)  # the backend under the archive reader
+    rec = backend_of(rec)  # the backend under the archive reader
     assert isinstance(rec, PostgresRecorder)
     return rec
 

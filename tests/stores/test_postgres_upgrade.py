@@ -22,6 +22,7 @@ from psycopg import sql
 import ares_events as ae
 from ares_events.core.backend import Batch, Head
 from ares_events.core.events import prepare, utc_now_at
+from ares_events.core.recorder import backend_of
 from ares_events.integrity import verify_stream
 from ares_events.stores._migrations.postgres import MIGRATIONS
 from ares_events.stores.postgres import SCHEMA_VERSION, PostgresRecorder
@@ -39,7 +40,7 @@ def _schema_of(url: str) -> str:
 
 def _rec(store: ae.EventStore) -> PostgresRecorder:
     rec = store.recorder
-    rec = getattr(rec, "inner", rec)  # the backend under the archive reader
+    rec = backend_of(rec)  # the backend under the archive reader
     assert isinstance(rec, PostgresRecorder)
     return rec
 

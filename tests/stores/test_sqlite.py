@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
@@ -45,7 +46,7 @@ def sqlite_store(db: Path) -> Iterator[ae.EventStore]:
 
 def _recorder(store: ae.EventStore) -> SQLiteRecorder:
     rec = store.recorder
-    rec = getattr(rec, "inner", rec)  # the backend under the archive reader
+    rec = backend_of(rec)  # the backend under the archive reader
     assert isinstance(rec, SQLiteRecorder)
     return rec
 

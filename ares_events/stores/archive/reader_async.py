@@ -34,11 +34,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
-from ares_events.core.backend import Capability, EraseOutcome
-from ares_events.core.events import ErasedPayloadRef, RecordedEvent
+from ares_events.core.backend import (
+    AppendOutcome,
+    Batch,
+    Capability,
+    EraseOutcome,
+    Head,
+    TrackingRecord,
+)
+from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclose_iter
 from ares_events.core.recorder_async import system_of_record
@@ -103,7 +110,10 @@ def _advanced(pos: int, upto: int, through: int) -> int:
 class AsyncArchiveRecorder:
     """A recorder whose reads go on into the archive (see the module docstring).
 
-    Anything it does not implement is forwarded to :attr:`inner`.
+    Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
+    of its own: ``isinstance`` against a runtime-checkable protocol looks methods up on
+    the class from Python 3.12 on, so forwarding through ``__getattr__`` would hide them
+    from the capability check.
     """
 
     def __init__(self, inner: Any, source: ArchiveSource | None = None) -> None:
@@ -121,12 +131,6 @@ class AsyncArchiveRecorder:
             return cls(inner)
         return inner
 
-    def __getattr__(self, name: str) -> Any:
-        inner = self.__dict__.get("inner")
-        if inner is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(inner, name)
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
 
@@ -142,6 +146,95 @@ class AsyncArchiveRecorder:
         if self._view is None:
             self._view = type(self)(sor, self.source)
         return self._view
+
+    # -- forwarded to the backend -----------------------------------------------------------
+
+    async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+        """The backend's append (appends never touch the archive)."""
+        out: AppendOutcome = await self.inner.append(batch, expected_version)
+        return out
+
+    async def append_many(
+        self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
+    ) -> list[AppendOutcome]:
+        """The backend's :meth:`~ares_events.core.recorder_async.AsyncAppendsMany.append_many`."""
+        out: list[AppendOutcome] = await self.inner.append_many(batches, tracking)
+        return out
+
+    async def tracked_position(self, name: str) -> int | None:
+        """The backend's tracked position of ``name``."""
+        out: int | None = await self.inner.tracked_position(name)
+        return out
+
+    async def head(self, stream_id: str) -> Head | None:
+        """The backend's head row (each stream's last event is never archived)."""
+        out: Head | None = await self.inner.head(stream_id)
+        return out
+
+    def heads(self) -> AsyncIterator[tuple[str, Head]]:
+        """The backend's heads."""
+        out: AsyncIterator[tuple[str, Head]] = self.inner.heads()
+        return out
+
+    async def heads_page(
+        self, after: str, limit: int, prefix: str | None
+    ) -> list[tuple[str, Head]]:
+        """A page of the backend's heads."""
+        out: list[tuple[str, Head]] = await self.inner.heads_page(after, limit, prefix)
+        return out
+
+    async def last_position(self) -> int:
+        """The backend's last position."""
+        out: int = await self.inner.last_position()
+        return out
+
+    async def wait_for(self, position: int, timeout: float) -> bool:
+        """The backend's wake-up."""
+        out: bool = await self.inner.wait_for(position, timeout)
+        return out
+
+    async def meta_get(self, key: str) -> str | None:
+        """The backend's metadata value under ``key``."""
+        out: str | None = await self.inner.meta_get(key)
+        return out
+
+    async def meta_put_if_absent(self, key: str, value: str) -> str:
+        """The backend's put-if-absent."""
+        out: str = await self.inner.meta_put_if_absent(key, value)
+        return out
+
+    async def meta_set(self, key: str, value: str) -> None:
+        """The backend's metadata write."""
+        await self.inner.meta_set(key, value)
+
+    async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+        """The backend's compare-and-swap of a metadata value."""
+        out: bool = await self.inner.meta_swap(key, expected, value)
+        return out
+
+    async def delete_archived(
+        self,
+        first_position: int,
+        last_position: int,
+        expected: Sequence[tuple[int, bytes, str | None]],
+    ) -> int:
+        """The backend's delete of archived rows."""
+        out: int = await self.inner.delete_archived(first_position, last_position, expected)
+        return out
+
+    def snapshot_rows(self) -> Any:
+        """The backend's snapshot table."""
+        return self.inner.snapshot_rows()
+
+    def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
+        """The backend's duplicate scan (archived rows were unique when archived)."""
+        out: AsyncIterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
+        return out
+
+    def default_blobs_url(self) -> str | None:
+        """The backend's default blob location."""
+        out: str | None = self.inner.default_blobs_url()
+        return out
 
     # -- the catalog -----------------------------------------------------------------------
 

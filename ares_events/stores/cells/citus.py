@@ -49,9 +49,9 @@ class CellPlacement:
 
 
 def _cells(store: Any) -> Any:
-    from ares_events.core.recorder import system_of_record
+    from ares_events.core.recorder import backend_of
 
-    rec = system_of_record(store.recorder)
+    rec = backend_of(store.recorder)
     if not getattr(rec, "citus", False):
         raise ConfigError(f"{store.url} is not a citus:// cell store")
     return rec
