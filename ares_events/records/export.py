@@ -280,7 +280,8 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
         "content-hash-alg": "sha-256",
     }
     # The seed, read from the key's own text form: it goes to pycose and nowhere else.
-    seed = base64.b64decode(key.private_text().rsplit("+", 1)[1])[1:]
+    # (PRIVATE+KEY+<name>+<id>+<base64>: names hold no "+", base64 may)
+    seed = base64.b64decode(key.private_text().split("+", 4)[4])[1:]
     msg = Sign1Message(
         phdr={
             1: COSE_ALG_EDDSA,
