@@ -227,10 +227,12 @@ async def _ledger(store: AsyncEventStore, run_id: str) -> tuple[Ledger, bytes]:
     return ledger, prev
 
 
-async def pending_call(store: AsyncEventStore | EventStore, run_id: str) -> Pending:
-    """What an approval of the run's interrupt must name now: its step, the digest of
-    the call waiting for approval (of the interrupt's reason for a plain interrupt, of
-    the call's arguments for an in-doubt call) and the run's head.
+async def pending_call(
+    store: AsyncEventStore | EventStore, run_id: str, step: int | None = None
+) -> Pending:
+    """What an approval must name now: the step (default: the interrupt's), the digest
+    of the call waiting there (its arguments; of the interrupt's reason for a plain
+    interrupt) and the run's head.
 
     Raises:
         RunNotFound: no such run.
@@ -241,6 +243,9 @@ async def pending_call(store: AsyncEventStore | EventStore, run_id: str) -> Pend
     info = await inspect_run(store, run_id, requests=False)
     ledger, head = await _ledger(store, run_id)
     interrupt = info.interrupt or {}
+    if step is not None:
+        s = info.step(step)
+        return Pending(run_id, step, (s.request_hash if s else None) or "", head)
     step = interrupt.get("step")
     if type(step) is not int:
         raise RunNotRunnable(run_id, info.status, "it waits for no approval of a step")

@@ -679,8 +679,10 @@ def _check_approvals(
         seen: dict[str, Any] = {"version": version}
         rep.approvals.append(seen)
         try:
-            _text, signers = _open_note(note, keys)
             _, body = _approval_body(note)
+            if isinstance(body.get("nonce"), str):
+                nonces.setdefault(body["nonce"], version)  # granted or not: named once
+            _text, signers = _open_note(note, keys)
         except ValueError as exc:
             rep.add("approval", f"version {version}: the approval does not verify: {exc}", version)
             continue
@@ -694,10 +696,8 @@ def _check_approvals(
         if expires is None or at is None or at > expires:
             problems.append("it was recorded after it expired")
         nonce = body.get("nonce")
-        if not isinstance(nonce, str) or nonce in nonces:
+        if not isinstance(nonce, str) or nonces.get(nonce) != version:
             problems.append("its nonce was used before")
-        else:
-            nonces[nonce] = version
         for p in problems:
             rep.add("approval", f"version {version}: {p}", version)
 
