@@ -480,10 +480,21 @@ def _check_signature(loaded: _Loaded, keys: Sequence[_Key], rep: RecordReport) -
         rep.add("signature", f"the COSE_Sign1 signature of {key.label} does not verify")
         return
     rep.signed_by = key.label
-    meta = loaded.unprotected.get(100)
-    digest = hashlib.sha256(loaded.signed).hexdigest()
-    if isinstance(meta, Mapping) and meta.get("content-hash", digest) != digest:
-        rep.add("signature", "trace-metadata content-hash is not the payload's SHA-256")
+    # The unprotected header is not signed: it must say exactly what the record says.
+    session = loaded.record.get("session")
+    session = session if isinstance(session, dict) else {}
+    meta = session.get("agent-meta") if isinstance(session.get("agent-meta"), dict) else {}
+    expected = {
+        "session-id": session.get("session-id"),
+        "agent-vendor": meta.get("model-provider"),
+        "trace-format": "ietf-vac-v3.0",
+        "timestamp-start": session.get("session-start"),
+        "timestamp-end": session.get("session-end"),
+        "content-hash": hashlib.sha256(loaded.signed).hexdigest(),
+        "content-hash-alg": "sha-256",
+    }
+    if dict(loaded.unprotected) != {100: expected}:
+        rep.add("signature", "the unprotected trace-metadata is not the record's")
 
 
 def _hashes(items: Any, what: str) -> list[bytes]:
