@@ -247,6 +247,11 @@ async def pending_call(
         s = info.step(step)
         return Pending(run_id, step, (s.request_hash if s else None) or "", head)
     step = interrupt.get("step")
+    if type(step) is not int and info.status == "running" and ledger.requests:
+        # Resumed, but the journal refused the approval it was resumed with: the call
+        # still waits for one.
+        step = max(ledger.requests)
+        return Pending(run_id, step, str(ledger.requests[step][1].get("args_hash")), head)
     if type(step) is not int:
         raise RunNotRunnable(run_id, info.status, "it waits for no approval of a step")
     req = ledger.requests.get(step)
@@ -377,16 +382,7 @@ async def resume_run(
     info = await _checked(store, run_id)
     signed: dict[str, Any] = {}
     if approval is not None:
-        if info.status == "running":  # a journal refused the approval it was resumed with
-            ledger, _head = await _ledger(store, run_id)
-            if not ledger.requests:
-                raise RunNotRunnable(run_id, info.status, "it waits for no approval")
-            step = max(ledger.requests)
-            req_args = str(ledger.requests[step][1].get("args_hash"))
-            head = await afirst(store.read(run_id, info.version, limit=1))
-            pending = Pending(run_id, step, req_args, head.hash if head else b"")
-        else:
-            pending = await pending_call(store, run_id)
+        pending = await pending_call(store, run_id)
         await _approved(store, run_id, approval, approvers, pending, "approve")
         signed["approval"] = approval
     if info.status not in ("paused", "in_doubt") and not signed:
