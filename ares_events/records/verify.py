@@ -481,9 +481,10 @@ def _check_signature(loaded: _Loaded, keys: Sequence[_Key], rep: RecordReport) -
         return
     rep.signed_by = key.label
     # The unprotected header is not signed: it must say exactly what the record says.
-    session = loaded.record.get("session")
-    session = session if isinstance(session, dict) else {}
-    meta = session.get("agent-meta") if isinstance(session.get("agent-meta"), dict) else {}
+    found = loaded.record.get("session")
+    session: dict[str, Any] = found if isinstance(found, dict) else {}
+    agent = session.get("agent-meta")
+    meta: dict[str, Any] = agent if isinstance(agent, dict) else {}
     expected = {
         "session-id": session.get("session-id"),
         "agent-vendor": meta.get("model-provider"),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import ares_events as ae
+from ares_events.agents import approvals
 from ares_events.agents import journal as journal_module
 from ares_events.agents.journal import Journal
 from ares_events.integrity.notes import VerifierKey
@@ -32,14 +33,15 @@ def main() -> int:
         os.kill(os.getpid(), signal.SIGKILL)
 
     if kill_at == "checked":
-        original = journal_module.check_approval
+        original = approvals.check_approval
 
         def checked(*args: Any, **kwargs: Any) -> Any:
             approval = original(*args, **kwargs)
             die()
             return approval
 
-        journal_module.check_approval = checked  # type: ignore[assignment]
+        # The journal calls the name it imported: replace it there.
+        setattr(journal_module, "check_approval", checked)  # noqa: B010
 
     def pay(args: Any, key: str) -> str:
         if kill_at == "requested":

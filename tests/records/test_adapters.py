@@ -37,7 +37,7 @@ def _verify_all(store: Any, prefix: str) -> dict[str, list[str]]:
     """Export and verify every stream (both forms); the entry types of each."""
     out = {}
     for stream, _v in list(store.streams()):
-        if not (stream.startswith(prefix) or stream.startswith("run-")):
+        if not stream.startswith((prefix, "run-")):
             continue
         for form in ("json", "cbor"):
             data = export_record(store, stream, key=LOG, form=form).data

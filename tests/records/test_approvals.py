@@ -52,13 +52,12 @@ class Loop:
         return Journal(self.store, self.run, approvers=[ALICE.verifier])
 
     def steps(self, j: Journal) -> None:
+        def pay(args: Any, key: str) -> str:
+            self.ran.append(key)
+            return "paid"
+
         for _ in range(self.gated_calls):
-            j.tool_call(
-                "pay",
-                {"amount": 5},
-                call=lambda a, k: self.ran.append(k) or "paid",
-                needs_approval=True,
-            )
+            j.tool_call("pay", {"amount": 5}, call=pay, needs_approval=True)
         j.complete()
 
     def __call__(self) -> None:

@@ -20,7 +20,7 @@ from ares_events.projections.merkle import MerkleLog
 from ares_events.records import check_disclosures, export_record, verify_record
 from ares_events.records import verify as verify_module
 from ares_events.records.redact import compile_paths, normalized, redact
-from tests.records.helpers import LOG, OTHER, export_verify, small_run
+from tests.records.helpers import LOG, OTHER, small_run
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
