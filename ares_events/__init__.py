@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ares_events import _compat, errors, integrity, projections
 from ares_events.agents.journal import (
+    ApprovalRequired,
     AsyncJournal,
     InDoubtToolCall,
     Journal,
@@ -41,6 +42,12 @@ from ares_events.core.events import (
 )
 from ares_events.core.store import EventStore, emit
 from ares_events.errors import (
+    ApprovalExpired,
+    ApprovalForged,
+    ApprovalRefused,
+    ApprovalReplayed,
+    ApprovalReused,
+    ApprovalWrongCall,
     ArchiveError,
     AresError,
     BlobCorrupted,
@@ -88,6 +95,13 @@ __all__ = [
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
+    "ApprovalExpired",
+    "ApprovalForged",
+    "ApprovalRefused",
+    "ApprovalReplayed",
+    "ApprovalRequired",
+    "ApprovalReused",
+    "ApprovalWrongCall",
     "ArchiveError",
     "AresError",
     "AsyncEventStore",

@@ -21,6 +21,12 @@
     │   ├── CrossCellError                   one call spans cells of a cell store (.cells)
     │   └── ArchiveError                     an archived segment missing, altered or unreadable
     ├── ChainIntegrityError                  verification failed (.findings)
+    ├── ApprovalRefused                      a signed approval refused; nothing ran (.run_id, .step)
+    │   ├── ApprovalForged                   malformed, bad signature, or not a trusted key
+    │   ├── ApprovalExpired                  past its expiry
+    │   ├── ApprovalReplayed                 its single-use nonce was used already
+    │   ├── ApprovalReused                   issued for another run or another chain head
+    │   └── ApprovalWrongCall                names another step, call or outcome
     ├── ReplayCapExceeded                    strict replay hit max_replay (.stream_id, .cap)
     ├── BlobError
     │   ├── BlobMissing
@@ -38,6 +44,12 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "ApprovalExpired",
+    "ApprovalForged",
+    "ApprovalRefused",
+    "ApprovalReplayed",
+    "ApprovalReused",
+    "ApprovalWrongCall",
     "ArchiveError",
     "AresError",
     "BlobCorrupted",
@@ -262,6 +274,53 @@ class ChainIntegrityError(AresError):
         )
 
 
+class ApprovalRefused(AresError):
+    """A signed approval of a pending call was refused: the call did not run and nothing
+    was written. The subclass says why; ``detail`` says exactly what differed."""
+
+    kind = "refused"
+
+    def __init__(self, run_id: str, step: int | None, detail: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.detail = detail
+        where = f"step {step} of run {run_id!r}" if step is not None else f"run {run_id!r}"
+        super().__init__(f"approval of {where} refused ({self.kind}): {detail}")
+
+
+class ApprovalForged(ApprovalRefused):
+    """Not a signed approval, a signature that does not verify, or a key the journal was
+    not told to trust."""
+
+    kind = "forged"
+
+
+class ApprovalExpired(ApprovalRefused):
+    """The approval's expiry has passed."""
+
+    kind = "expired"
+
+
+class ApprovalReplayed(ApprovalRefused):
+    """The approval's single-use nonce already let a call run (or was presented before)."""
+
+    kind = "replayed"
+
+
+class ApprovalReused(ApprovalRefused):
+    """The approval was issued for another run, or against another chain head than the
+    one it is presented after (copied from elsewhere)."""
+
+    kind = "reused"
+
+
+class ApprovalWrongCall(ApprovalRefused):
+    """The approval names another step, another call (arguments digest) or another
+    outcome than the pending one."""
+
+    kind = "wrong_call"
+
+
 class ReplayCapExceeded(AresError):
     """A strict replay reached ``max_replay`` events before the end of the stream."""
 
@@ -345,6 +404,12 @@ for _cls in (
     CrossCellError,
     SchemaVersionError,
     ChainIntegrityError,
+    ApprovalRefused,
+    ApprovalForged,
+    ApprovalExpired,
+    ApprovalReplayed,
+    ApprovalReused,
+    ApprovalWrongCall,
     ReplayCapExceeded,
     BlobError,
     BlobMissing,

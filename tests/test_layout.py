@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stores", ("ares_events.stores",)),
     ("integrity", ("ares_events.integrity",)),
     ("projections", ("ares_events.projections",)),
+    ("records", ("ares_events.records",)),
     ("agents", ("ares_events.agents",)),
     (
         "top",

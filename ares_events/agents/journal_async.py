@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import run_info as runs
+from ares_events.agents.approvals import APPROVAL_REASON, Ledger, Pending, check_approval
 from ares_events.agents.journal_decorators import (
     journaled_step,
     journaled_tool,
@@ -37,6 +38,7 @@ from ares_events.agents.journal_decorators import (
     wrap_tool,
 )
 from ares_events.agents.journal_errors import (
+    ApprovalRequired,
     InDoubtToolCall,
     ModelCallFailed,
     ReplayDivergence,
@@ -73,7 +75,7 @@ from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.faces import ASYNC
-from ares_events.core.iterators_async import afirst, maybe_await
+from ares_events.core.iterators_async import aclosing_iter, afirst, maybe_await
 from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
@@ -86,16 +88,19 @@ else:
     from ares_events.agents.journal_async import AsyncJournal  # as is
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from contextvars import Token
 
     from ares_events.agents.run_info import RunInfo
     from ares_events.core.store import EventStore  # as is
     from ares_events.core.store_async import AsyncEventStore
+    from ares_events.integrity.notes import VerifierKey
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "IN_DOUBT",
+    "ApprovalRequired",
     "AsyncJournal",
     "InDoubtToolCall",
     "JournalStats",
@@ -133,6 +138,9 @@ class AsyncJournal:
             :func:`redact_keys`). Outcomes are recorded as returned (a replay returns them).
         record_prompts: False records only the hash of a model call's messages (params and
             tool args are still recorded, after ``redact``).
+        approvers: the approvers' verifier keys this journal trusts: a ``needs_approval``
+            tool call runs only under an approval signed by one of them
+            (:mod:`~ares_events.agents.approvals`). Configuration, never read from the store.
 
     Raises:
         RunRefused: the gate refused to resume.
@@ -158,6 +166,7 @@ class AsyncJournal:
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
+        approvers: Sequence[VerifierKey] = (),
     ) -> None:
         if ASYNC:
             store = async_face(store)
@@ -169,6 +178,7 @@ class AsyncJournal:
             redact=redact,
             record_prompts=record_prompts,
         )
+        self.approvers = tuple(approvers)
         self._opening = (code_revision, prompt_hash, gate)
         if ASYNC:
             pass  # open() recovers the run and passes the gate
@@ -188,6 +198,7 @@ class AsyncJournal:
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
+        approvers: Sequence[VerifierKey] = (),
     ) -> AsyncJournal:
         """Open the run: recover it, then start it or pass the version gate.
 
@@ -206,6 +217,7 @@ class AsyncJournal:
             module=module,
             redact=redact,
             record_prompts=record_prompts,
+            approvers=approvers,
         )
         if ASYNC:
             await j._open_run()
@@ -322,6 +334,7 @@ class AsyncJournal:
         call: Callable[[Any, str], Any | Awaitable[Any]],
         reconcile: Callable[[str], Any] | None = None,
         idempotent: bool = False,
+        needs_approval: bool = False,
     ) -> Any:
         """One tool step with the idempotency key ``run_id:step_n``.
 
@@ -332,7 +345,16 @@ class AsyncJournal:
         in-doubt call landed, and whether a failed attempt did before its answer was lost
         (a retry after a failure asks it first and calls the tool only when it did not).
 
+        ``needs_approval``: the first time the step is reached the run pauses for a signed
+        approval (:class:`ApprovalRequired`); once an approver's signed approval is
+        presented (``runs resume RUN --key FILE``), the call runs when the approval is
+        valid for this very call, now, by a key in ``approvers``, and its nonce is
+        recorded as consumed with the request. Retries of the step are the same call.
+
         Raises:
+            ApprovalRequired: the call needs a signed approval; the run is now paused.
+            ApprovalRefused: the presented approval is forged, expired, replayed, reused
+                or for another call (a subclass says which); nothing ran or was written.
             InDoubtToolCall: in doubt, no reconciler and not idempotent; run interrupted.
             ReplayDivergence: another tool, or other args, were recorded at this step.
             RunNotRunnable: the run cannot take new steps.
@@ -341,7 +363,9 @@ class AsyncJournal:
         """
         with call_span(self, "execute_tool", tool=name) as span:
             try:
-                key, done, value = await self._tool_begin(name, args, reconcile, idempotent)
+                key, done, value = await self._tool_begin(
+                    name, args, reconcile, idempotent, needs_approval
+                )
             except InDoubtToolCall as exc:
                 if self._run_trace is not None:
                     self._run_trace.event("ares_events.tool.in_doubt", {"gen_ai.tool.name": name})
@@ -721,6 +745,7 @@ class AsyncJournal:
         args: Any,
         reconcile: Callable[[str], Any] | None,
         idempotent: bool,
+        needs_approval: bool = False,
     ) -> tuple[str, bool, Any]:
         recorded_args = self._record(args)
         ah = hash_of(recorded_args, "args")
@@ -732,8 +757,9 @@ class AsyncJournal:
         rec = self._rec(step)
         key = f"{self.run_id}:{step}"
         if rec is None:
+            approved = await self._approval(step, name, ah, key) if needs_approval else None
             await self._new_step()
-            await self._tool_request(step, 1, name, recorded_args, ah, key)
+            await self._tool_request(step, 1, name, recorded_args, ah, key, approved)
             return key, False, None
         if rec.get("kind") != "tool":
             raise kind_divergence(self.run_id, step, rec, f"tool {name!r}")
@@ -803,19 +829,57 @@ class AsyncJournal:
         return key, False, None
 
     async def _tool_request(
-        self, step: int, attempt: int, name: str, args: Any, ah: str, key: str
+        self,
+        step: int,
+        attempt: int,
+        name: str,
+        args: Any,
+        ah: str,
+        key: str,
+        approved: str | None = None,
     ) -> None:
-        await self._append(
-            "tool.call.requested",
-            {
-                "name": name,
-                "args": args,
-                "idempotency_key": key,
+        payload = {
+            "name": name,
+            "args": args,
+            "idempotency_key": key,
+            "step": step,
+            "attempt": attempt,
+            "args_hash": ah,
+        }
+        if approved is not None:
+            payload["approved"] = approved  # the approval's nonce, consumed by this call
+        await self._append("tool.call.requested", payload)
+
+    async def _approval(self, step: int, name: str, ah: str, key: str) -> str:
+        """The nonce of the valid approval of the call at ``step``, checked before it runs
+        (nothing is written when it is refused); else pause the run for one."""
+        self._require_runnable()
+        if not self.approvers:
+            raise ConfigError(
+                f"tool {name!r} needs approval but the journal trusts no approver key "
+                "(pass approvers=)"
+            )
+        ledger, prev = Ledger(), b""
+        async with aclosing_iter(self.store.read(self.run_id)) as events:
+            async for e in events:
+                ledger.fold(e, prev)
+                prev = e.hash
+        found = ledger.answer(step)
+        if found is None:
+            await self._new_step()
+            payload = {
+                "reason": APPROVAL_REASON,
                 "step": step,
-                "attempt": attempt,
+                "key": key,
+                "name": name,
                 "args_hash": ah,
-            },
-        )
+            }
+            await self._append("run.interrupted", payload)
+            raise ApprovalRequired(self.run_id, step, name)
+        version, head, note = found
+        pending = Pending(self.run_id, step, ah, head)
+        used = ledger.used_before(version)
+        return check_approval(note, pending, trusted=self.approvers, used=used).nonce
 
     async def _reconciled(self, key: str, result: Any) -> Any:
         """Record the outcome a reconciler reported for a call that landed."""

@@ -5,7 +5,8 @@
     AresError
     ├── RunRefused                the version gate refused to resume a run
     ├── RunNotRunnable            paused, completed, failed, cancelled or refused: no new step
-    │   └── InDoubtToolCall       a tool call has no outcome and cannot be settled safely
+    │   ├── InDoubtToolCall       a tool call has no outcome and cannot be settled safely
+    │   └── ApprovalRequired      a call needs a signed approval: the run is paused for it
     ├── RunNotFound (LookupError) no run with that id (or the stream is not a run)
     ├── ReplayDivergence          the replayed loop asked for something else at a step
     ├── ModelCallFailed           a recorded model failure replayed as a library error
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ares_events.errors import AresError
+from ares_events.errors import ApprovalRefused, AresError
 
 __all__ = [
+    "ApprovalRequired",
     "InDoubtToolCall",
     "ModelCallFailed",
     "ReplayDivergence",
@@ -70,6 +72,21 @@ class InDoubtToolCall(RunNotRunnable):
             f"tool call {name!r} ({where}key {key}) is in doubt; a human must resolve it "
             f"(ares-events runs resolve {run_id} {step if step is not None else 'STEP'} "
             "--result JSON | --not-done, or Journal.resolve_tool_call())",
+        )
+
+
+class ApprovalRequired(RunNotRunnable):
+    """A call that needs a signed approval reached its step: the run is paused until an
+    approver signs one (``ares-events runs resume RUN --key FILE``)."""
+
+    def __init__(self, run_id: str, step: int, name: str) -> None:
+        self.step = step
+        self.name = name
+        super().__init__(
+            run_id,
+            "paused",
+            f"tool call {name!r} at step {step} needs a signed approval "
+            f"(ares-events runs resume {run_id} --key APPROVER_KEY)",
         )
 
 
@@ -177,6 +194,7 @@ for _cls in (
     RunRefused,
     RunNotRunnable,
     InDoubtToolCall,
+    ApprovalRequired,
     RunNotFound,
     ReplayDivergence,
     ModelCallFailed,
@@ -193,7 +211,7 @@ def journal_error_in(exc: BaseException) -> BaseException | None:
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
-        if isinstance(cur, RunNotRunnable | ReplayDivergence | RunRefused):
+        if isinstance(cur, RunNotRunnable | ReplayDivergence | RunRefused | ApprovalRefused):
             return cur
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__

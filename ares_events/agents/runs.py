@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from ares_events.agents.approvals import Ledger, Pending, check_approval
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
+from ares_events.agents.recording import hash_of
 from ares_events.agents.run_info import (
     FINISHED,
     IN_DOUBT,
@@ -45,7 +47,10 @@ from ares_events.projections.builtin import RunStateProjection
 from ares_events.projections.recovery import recover
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ares_events.core.store import EventStore  # as is
+    from ares_events.integrity.notes import VerifierKey
 
 __all__ = [
     "FINISHED",
@@ -59,6 +64,7 @@ __all__ = [
     "inspect_run",
     "iter_run_ids",
     "list_runs",
+    "pending_call",
     "resolve_step",
     "resume_run",
     "tokens_of",
@@ -197,6 +203,69 @@ def _append(
     return inspect_run(store, info.run_id, requests=False)
 
 
+def _ledger(store: EventStore, run_id: str) -> tuple[Ledger, bytes]:
+    """The run's approvals ledger and its head hash."""
+    ledger, prev = Ledger(), b""
+    with closing_iter(store.read(run_id)) as events:
+        for e in events:
+            ledger.fold(e, prev)
+            prev = e.hash
+    return ledger, prev
+
+
+def pending_call(store: EventStore, run_id: str, step: int | None = None) -> Pending:
+    """What an approval must name now: the step (default: the interrupt's), the digest
+    of the call waiting there (its arguments; of the interrupt's reason for a plain
+    interrupt) and the run's head.
+
+    Raises:
+        RunNotFound: no such run.
+        RunNotRunnable: the run waits for no approval (no interrupt at a step).
+    """
+    info = inspect_run(store, run_id, requests=False)
+    ledger, head = _ledger(store, run_id)
+    interrupt = info.interrupt or {}
+    if step is not None:
+        s = info.step(step)
+        return Pending(run_id, step, (s.request_hash if s else None) or "", head)
+    step = interrupt.get("step")
+    if type(step) is not int and info.status == "running" and ledger.requests:
+        # Resumed, but the journal refused the approval it was resumed with: the call
+        # still waits for one.
+        step = max(ledger.requests)
+        return Pending(run_id, step, str(ledger.requests[step][1].get("args_hash")), head)
+    if type(step) is not int:
+        raise RunNotRunnable(run_id, info.status, "it waits for no approval of a step")
+    req = ledger.requests.get(step)
+    if req is not None and interrupt.get("version") == req[0]:
+        args = str(req[1].get("args_hash"))
+    else:
+        s = info.step(step)
+        args = (
+            s.request_hash
+            if s is not None and s.request_hash
+            else hash_of(interrupt.get("reason"), "reason")
+        )
+    return Pending(run_id, step, args, head)
+
+
+def _approved(
+    store: EventStore,
+    run_id: str,
+    approval: str,
+    approvers: Sequence[VerifierKey] | None,
+    pending: Pending,
+    action: str,
+    outcome: str | None = None,
+) -> None:
+    """Refuse (typed, before anything is appended) an approval that is not valid now."""
+    if not approvers:
+        raise ConfigError("checking a signed approval needs the trusted approver keys")
+    ledger, _head = _ledger(store, run_id)
+    used = ledger.used_before(2**62)
+    check_approval(approval, pending, trusted=approvers, used=used, action=action, outcome=outcome)
+
+
 def resolve_step(
     store: EventStore,
     run_id: str,
@@ -207,15 +276,23 @@ def resolve_step(
     by: str,
     reason: str | None = None,
     via: str = "library",
+    approval: str | None = None,
+    approvers: Sequence[VerifierKey] | None = None,
 ) -> RunInfo:
     """Settle the in-doubt tool call at ``step``: it landed with ``result`` (recorded as
     its outcome, returned to the loop on replay), or it did ``not_done`` (the next attempt
     runs it again with the same idempotency key). Appends one event.
 
+    ``approval``: the verdict signed by an approver (action ``result`` naming the digest
+    of ``result``, or ``not_done``: :func:`~ares_events.agents.approvals.sign_approval`),
+    checked against ``approvers`` before anything is appended and kept in the event.
+
     Raises:
         RunNotFound: no such run.
+        ApprovalRefused: the signed verdict is forged, expired, replayed, reused or names
+            another call or outcome (nothing is appended).
         ConfigError: not exactly one of ``result`` / ``not_done``; no step ``step``; not a
-            tool step; not in doubt.
+            tool step; not in doubt; an approval without ``approvers``.
         ChainIntegrityError: the run's chain has findings (never act on a damaged log).
         ConcurrencyError: the run changed since it was read.
     """
@@ -236,11 +313,18 @@ def resolve_step(
             f"(status {s.status})"
         )
     meta = audit(by, reason, via)
+    signed: dict[str, Any] = {}
+    if approval is not None:
+        head = first(store.read(run_id, info.version, limit=1))
+        pending = Pending(run_id, step, s.request_hash or "", head.hash if head else b"")
+        outcome = None if not_done else hash_of(result, "result")
+        action = "not_done" if not_done else "result"
+        _approved(store, run_id, approval, approvers, pending, action, outcome)
+        signed["approval"] = approval
     if not_done:
-        return _append(
-            store, info, "tool.call.not_done", {"idempotency_key": s.key, "by": by}, meta
-        )
-    payload = {"idempotency_key": s.key, "result": result, "resolved_by": by}
+        payload = {"idempotency_key": s.key, "by": by, **signed}
+        return _append(store, info, "tool.call.not_done", payload, meta)
+    payload = {"idempotency_key": s.key, "result": result, "resolved_by": by, **signed}
     return _append(store, info, "tool.returned", payload, meta)
 
 
@@ -251,19 +335,35 @@ def resume_run(
     by: str,
     reason: str | None = None,
     via: str = "library",
+    approval: str | None = None,
+    approvers: Sequence[VerifierKey] | None = None,
 ) -> RunInfo:
     """Answer the run's interrupt: append ``run.resumed``; the next incarnation of the
     loop goes on past it.
 
+    ``approval``: an approver's signed approval of the pending call
+    (:func:`pending_call`, :func:`~ares_events.agents.approvals.sign_approval`), checked
+    against ``approvers`` before anything is appended and kept in the event; a journal
+    that trusts the key lets a ``needs_approval`` call run under it (once). A run whose
+    journal refused an approval is still running: it takes a new approval the same way.
+
     Raises:
         RunNotFound: no such run.
+        ApprovalRefused: the approval is forged, expired, replayed, reused or names
+            another call (nothing is appended).
+        ConfigError: an approval without ``approvers``.
         RunNotRunnable: the run is not paused, or is paused on an in-doubt tool call that
             has not been resolved yet.
         ChainIntegrityError: the run's chain has findings.
         ConcurrencyError: the run changed since it was read.
     """
     info = _checked(store, run_id)
-    if info.status not in ("paused", "in_doubt"):
+    signed: dict[str, Any] = {}
+    if approval is not None:
+        pending = pending_call(store, run_id)
+        _approved(store, run_id, approval, approvers, pending, "approve")
+        signed["approval"] = approval
+    if info.status not in ("paused", "in_doubt") and not signed:
         raise RunNotRunnable(run_id, info.status, "only a paused run resumes")
     if info.status == "in_doubt" and info.in_doubt:
         s = info.in_doubt[0]
@@ -273,7 +373,8 @@ def resume_run(
             f"tool call {s.name!r} at step {s.step} is still in doubt; resolve it first "
             f"(ares-events runs resolve {run_id} {s.step} --result JSON | --not-done)",
         )
-    return _append(store, info, "run.resumed", {"by": by}, audit(by, reason, via))
+    payload = {"by": by, **signed}
+    return _append(store, info, "run.resumed", payload, audit(by, reason, via))
 
 
 def cancel_run(

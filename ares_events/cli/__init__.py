@@ -11,7 +11,8 @@ module per command group, each registering its commands on the group when import
 gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`: demo;
 :mod:`~ares_events.cli.bench`: bench; :mod:`~ares_events.cli.runs`: runs list, show,
 resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
-verify-proof; :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
+verify-proof; :mod:`~ares_events.cli.records`: export, verify-record;
+:mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
 witness; :mod:`~ares_events.cli.console`: ui), and here :func:`main`, which maps errors to
 exit codes.
 witness; :mod:`~ares_events.cli.archive`: archive), and here :func:`main`, which maps
@@ -40,6 +41,7 @@ from ares_events.cli import (  # noqa: F401
     erasure,
     inspect,
     proofs,
+    records,
     runs,
     state,
     witness,

@@ -62,8 +62,14 @@ VKEY_HELP = (
     is_flag=True,
     help="A witness's cosigning key (C2SP tlog-cosignature, type 0x04) instead of a log key.",
 )
+@click.option(
+    "--approver",
+    is_flag=True,
+    help="An approver's key: it signs approvals (runs resume/resolve --key); give its "
+    "verifier key to the journals that trust it (approvers=).",
+)
 @pass_app
-def keygen_cmd(app: App, name: str, out: str, witness: bool) -> int:
+def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> int:
     """Create an Ed25519 signing key NAME, write it to FILE, print its verifier key.
 
     NAME is the log's identity (the origin line of its checkpoints), conventionally a
@@ -75,11 +81,15 @@ def keygen_cmd(app: App, name: str, out: str, witness: bool) -> int:
     Example:
       ares-events keygen example.com/agents-log --out log.key > log.vkey
       ares-events keygen witness.example.com/w1 --out witness.key --witness
+      ares-events keygen alice --out alice.key --approver > alice.vkey
     """
+    if witness and approver:
+        raise click.UsageError("a key is a witness's or an approver's, not both")
     key = SigningKey.generate(name, alg=ALG_COSIGNATURE_V1 if witness else ALG_ED25519)
     app.secrets.add(key.private_text())
     path = write_key_file(out, key)
-    app.note(f"wrote signing key {name} to {path} (keep it secret; mode 0600)")
+    role = "approver key" if approver else "signing key"
+    app.note(f"wrote {role} {name} to {path} (keep it secret; mode 0600)")
     click.echo(key.verifier.text)
     return EXIT_OK
 

@@ -23,8 +23,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from ares_events.agents.approvals import sign_approval
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
-from ares_events.agents.recording import shorten
+from ares_events.agents.recording import hash_of, shorten
 from ares_events.agents.runs import (
     LIST_STATUSES,
     RunInfo,
@@ -32,6 +33,7 @@ from ares_events.agents.runs import (
     cancel_run,
     inspect_run,
     list_runs,
+    pending_call,
     resolve_step,
     resume_run,
 )
@@ -47,6 +49,7 @@ from ares_events.cli.common import (
     pass_app,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
+from ares_events.integrity.notes import SigningKey, read_key_file
 
 _STATUS_STYLE = {
     "running": "cyan",
@@ -99,6 +102,34 @@ def _by_reason(fn: Any) -> Any:
         default=None,
         help="Who acts (recorded in the event's metadata). Default: the OS user.",
     )(fn)
+
+
+def _signing(fn: Any) -> Any:
+    fn = click.option(
+        "--expires-in",
+        type=click.IntRange(min=1),
+        default=900,
+        show_default=True,
+        metavar="SECONDS",
+        help="With --key: the signed approval expires after this many seconds.",
+    )(fn)
+    return click.option(
+        "--key",
+        "key_file",
+        metavar="FILE",
+        help="Sign the approval with this approver key (keygen NAME --approver): it names "
+        "the pending call, the run's head, an expiry and a single-use nonce.",
+    )(fn)
+
+
+def _approver(app: App, key_file: str | None) -> SigningKey | None:
+    if key_file is None:
+        return None
+    key = read_key_file(key_file)
+    text = key.private_text()
+    app.secrets.add(text)
+    app.secrets.add(text.rsplit("+", 1)[-1])
+    return key
 
 
 @cli.group(name="runs")
@@ -349,6 +380,7 @@ def _step_number(run: str, step: str) -> int:
     help="The call did not land: the next attempt runs it again with the same key.",
 )
 @_by_reason
+@_signing
 @json_option
 @pass_app
 def runs_resolve(
@@ -359,6 +391,8 @@ def runs_resolve(
     not_done: bool,
     by: str | None,
     reason: str | None,
+    key_file: str | None,
+    expires_in: int,
     as_json: bool,
 ) -> int:
     """Settle the in-doubt tool call at STEP of RUN (a call requested with no outcome).
@@ -373,6 +407,7 @@ def runs_resolve(
     Example:
       ares-events runs resolve run-42 2 --result '{"ticket": "T-7"}' --reason "in Jira"
       ares-events runs resolve run-42 2 --not-done --by alice
+      ares-events runs resolve run-42 2 --result '"ok"' --key alice.key
     """
     if (result_json is None) == (not not_done):
         raise click.UsageError("give exactly one of --result JSON or --not-done")
@@ -383,9 +418,19 @@ def runs_resolve(
             result = json.loads(result_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
-    who = by or _who()
+    key = _approver(app, key_file)
+    who = by or (key.name if key is not None else _who())
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open() as store, _operator_errors(run, "resolving it"):
+        if key is not None:
+            kwargs["approval"] = sign_approval(
+                key,
+                pending_call(store, run, number),
+                action="not_done" if not_done else "result",
+                outcome=None if not_done else hash_of(result, "result"),
+                expires_in=expires_in,
+            )
+            kwargs["approvers"] = [key.verifier]
         info = resolve_step(
             store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
         )
@@ -404,19 +449,37 @@ def runs_resolve(
 @runs_cmd.command(name="resume")
 @click.argument("run")
 @_by_reason
+@_signing
 @json_option
 @pass_app
-def runs_resume(app: App, run: str, by: str | None, reason: str | None, as_json: bool) -> int:
+def runs_resume(
+    app: App,
+    run: str,
+    by: str | None,
+    reason: str | None,
+    key_file: str | None,
+    expires_in: int,
+    as_json: bool,
+) -> int:
     """Answer RUN's interrupt (approve it): the next incarnation of the agent goes on past
     it. Appends one event. A run paused on an in-doubt tool call must be resolved first.
 
     \b
     Example:
       ares-events runs resume run-42 --by alice --reason "approved in ticket T-7"
+      ares-events runs resume run-42 --key alice.key      # a signed approval
+
+    With --key the approval is signed (a journal given the approver's verifier key runs
+    a call that needs approval only under such an approval, once).
     """
-    who = by or _who()
+    key = _approver(app, key_file)
+    who = by or (key.name if key is not None else _who())
+    signed: dict[str, Any] = {}
     with app.open() as store, _operator_errors(run, "resuming it"):
-        info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume")
+        if key is not None:
+            signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
+            signed["approvers"] = [key.verifier]
+        info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume", **signed)
         url = store.url
     return _done(
         app,

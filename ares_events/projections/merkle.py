@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ares_events.core.events import RecordedEvent
@@ -294,27 +294,45 @@ class MerkleLog:
     def index_of(self, position: int) -> int | None:
         """The leaf index of the event at global ``position`` (None: not in the tree)."""
         tiles = self._tiles()
-        size = int(self._head(tiles)["size"])
-        n_tiles = (size + TILE_WIDTH - 1) // TILE_WIDTH
-        lo, hi = 0, n_tiles - 1
-        # Positions are 1, 2, 3, ... on gapless stores: try the tile that would hold it.
-        guess = (position - 1) // TILE_WIDTH
-        order = [guess] if 0 <= guess < n_tiles else []
-        while order or lo <= hi:
-            t = order.pop() if order else (lo + hi) // 2
-            _, positions = tiles.get(0, t)
-            if not positions:
-                return None
-            if position < positions[0]:
-                hi = t - 1
-            elif position > positions[-1]:
-                lo = t + 1
-            else:
-                try:
-                    return t * TILE_WIDTH + positions.index(position)
-                except ValueError:
-                    return None
-        return None
+        return _index_in(tiles, int(self._head(tiles)["size"]), position)
+
+    def inclusion_proofs(
+        self, positions: Sequence[int], size: int
+    ) -> list[tuple[int, bytes, list[bytes]] | None]:
+        """For each global position: its leaf index, the stored leaf hash and
+        ``PATH(index, D[size])``; None where the position is not a leaf below ``size``.
+
+        One tile cache and one memo of subtree hashes serve the whole batch: the proofs of
+        a stream's events share most of their nodes, so a batch costs about one hash per
+        leaf it spans instead of ``O(log n)`` tile reads per proof.
+
+        Raises:
+            ProofError: ``size`` is beyond the tree.
+        """
+        tiles = self._tiles()
+        have = int(self._head(tiles)["size"])
+        if not 0 < size <= have:
+            raise ProofError(f"no inclusion proofs at size {size} (tree: {have})")
+        memo: dict[tuple[int, int], bytes] = {}
+
+        def node(level: int, index: int) -> bytes:
+            h = memo.get((level, index))
+            if h is None:
+                if level % TILE_HEIGHT == 0:
+                    h = tiles.node(level, index)
+                else:
+                    h = merkle.node_hash(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
+                memo[(level, index)] = h
+            return h
+
+        out: list[tuple[int, bytes, list[bytes]] | None] = []
+        for position in positions:
+            index = _index_in(tiles, have, position)
+            if index is None or index >= size:
+                out.append(None)
+                continue
+            out.append((index, node(0, index), merkle.inclusion_proof(index, size, node)))
+        return out
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 ``PATH(index, D[size])``.
@@ -505,6 +523,31 @@ class MerkleLog:
             f"no stored checkpoint of size {size}: pass --key to sign one "
             "(stored sizes: `ares-events checkpoint --list`)"
         )
+
+
+def _index_in(tiles: _Tiles, size: int, position: int) -> int | None:
+    """The leaf index of global ``position`` in a tree of ``size`` leaves (None: not a
+    leaf), by the positions level-0 tiles list."""
+    n_tiles = (size + TILE_WIDTH - 1) // TILE_WIDTH
+    lo, hi = 0, n_tiles - 1
+    # Positions are 1, 2, 3, ... on gapless stores: try the tile that would hold it.
+    guess = (position - 1) // TILE_WIDTH
+    order = [guess] if 0 <= guess < n_tiles else []
+    while order or lo <= hi:
+        t = order.pop() if order else (lo + hi) // 2
+        _, positions = tiles.get(0, t)
+        if not positions:
+            return None
+        if position < positions[0]:
+            hi = t - 1
+        elif position > positions[-1]:
+            lo = t + 1
+        else:
+            try:
+                return t * TILE_WIDTH + positions.index(position)
+            except ValueError:
+                return None
+    return None
 
 
 def _read_one(store: EventStore, stream_id: str, version: int) -> RecordedEvent:

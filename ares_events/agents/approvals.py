@@ -1,0 +1,259 @@
+"""Signed approvals of pending calls: what an approver signs, and the checks before a call
+runs under one.
+
+An approval is a C2SP signed note (the format of the log's checkpoints) signed by the
+approver's Ed25519 key (``ares-events keygen NAME --out FILE --approver``)::
+
+    ares-events/approval/v1
+    {"action":"approve","args":"<hex>","expires":"...Z","head":"<hex>","key":"<name>+<id>",
+     "nonce":"<32 hex>","run":"<run id>","step":3}               (one line, canonical JSON)
+
+    — <approver name> <base64(key id || Ed25519 signature)>
+
+It names the pending call (``run``, ``step`` and ``args``, the journal's digest of the
+call's arguments), the chain head the approver saw (``head``: the hash of the run's last
+event when it signed), the key, an expiry and a single-use nonce. ``action`` is
+``approve`` (let a call that needs approval run), ``result`` (an in-doubt call landed
+with the result whose digest is ``outcome``) or ``not_done`` (it did not land).
+
+:func:`check_approval` refuses, with a typed :class:`~ares_events.errors.ApprovalRefused`,
+a note that is malformed or not signed by a trusted key (forged), whose nonce was used
+(replayed), that was issued for another run or chain head (reused), that names another
+step, call or outcome (wrong call), or whose expiry has passed (expired). The journal
+(``Journal(..., approvers=KEYS)``) runs it before a ``needs_approval`` call runs; the
+operator's ``resume_run`` / ``resolve_step`` run it before appending. :class:`Ledger`
+reads a run's events for the pending requests, the approvals presented and the nonces
+consumed.
+
+It may import the format layer, the core and integrity.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from ares_events.chain import canonical_json
+from ares_events.errors import (
+    ApprovalExpired,
+    ApprovalForged,
+    ApprovalReplayed,
+    ApprovalReused,
+    ApprovalWrongCall,
+    ProofError,
+)
+from ares_events.integrity.notes import Note, SigningKey, VerifierKey, open_note
+
+if TYPE_CHECKING:
+    from ares_events.core.events import RecordedEvent
+
+__all__ = [
+    "APPROVAL_PREFIX",
+    "APPROVAL_REASON",
+    "Approval",
+    "Ledger",
+    "Pending",
+    "check_approval",
+    "sign_approval",
+]
+
+APPROVAL_PREFIX: Final = "ares-events/approval/v1"
+APPROVAL_REASON: Final = "approval required"
+"""The ``reason`` of the interrupt a call that needs approval appends."""
+ACTIONS: Final = ("approve", "result", "not_done")
+_AT: Final = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What an approval must name: the run, the step, the digest of the call's arguments
+    and the chain head it is presented after."""
+
+    run_id: str
+    step: int
+    args: str
+    head: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A parsed approval note (nothing verified yet)."""
+
+    note: str
+    body: dict[str, Any]
+    signer: str
+    """``<name>+<key id>`` of its (first) signature line."""
+
+    @property
+    def nonce(self) -> str:
+        """The single-use nonce."""
+        return str(self.body.get("nonce"))
+
+    @classmethod
+    def parse(cls, note: str, run_id: str, step: int | None) -> Approval:
+        """Parse an approval note.
+
+        Raises:
+            ApprovalForged: not an approval note.
+        """
+        try:
+            parsed = Note.parse(note)
+            lines = parsed.text.split("\n")
+            if len(lines) != 3 or lines[0] != APPROVAL_PREFIX or lines[2]:
+                raise ValueError("not an approval")
+            body = json.loads(lines[1])
+            if not isinstance(body, dict) or body.get("action") not in ACTIONS:
+                raise ValueError("not an approval")
+        except (ProofError, ValueError, TypeError):
+            raise ApprovalForged(run_id, step, "not a signed approval note") from None
+        sig = parsed.signatures[0]
+        return cls(note, body, f"{sig.name}+{sig.key_id.hex()}")
+
+
+def sign_approval(
+    key: SigningKey,
+    pending: Pending,
+    *,
+    action: str = "approve",
+    outcome: str | None = None,
+    expires_in: float = 900.0,
+    now: datetime | None = None,
+) -> str:
+    """An approval of ``pending``, signed with the approver's ``key``.
+
+    Args:
+        key: the approver's signing key.
+        pending: the call it approves and the head the approver sees now.
+        action: ``approve``, ``result`` (with ``outcome``, the result's digest) or
+            ``not_done``.
+        outcome: for ``result``: the digest of the result (the journal's ``hash_of``).
+        expires_in: seconds until it expires.
+        now: the signing time (default: now, UTC).
+
+    Raises:
+        ApprovalWrongCall: an unknown ``action``, or ``outcome`` missing for ``result``.
+    """
+    if action not in ACTIONS or (action == "result") != (outcome is not None):
+        raise ApprovalWrongCall(pending.run_id, pending.step, f"cannot sign action {action!r}")
+    at = (now or datetime.now(UTC)) + timedelta(seconds=expires_in)
+    body: dict[str, Any] = {
+        "action": action,
+        "args": pending.args,
+        "expires": at.strftime(_AT),
+        "head": pending.head.hex(),
+        "key": f"{key.name}+{key.verifier.key_id.hex()}",
+        "nonce": secrets.token_hex(16),
+        "run": pending.run_id,
+        "step": pending.step,
+    }
+    if outcome is not None:
+        body["outcome"] = outcome
+    text = f"{APPROVAL_PREFIX}\n{canonical_json(body).decode('utf-8')}\n"
+    return text + "\n" + key.signature_line(text.encode("utf-8"))
+
+
+def check_approval(
+    note: str,
+    pending: Pending,
+    *,
+    trusted: Sequence[VerifierKey],
+    used: Iterable[str] = (),
+    action: str = "approve",
+    outcome: str | None = None,
+    now: datetime | None = None,
+) -> Approval:
+    """Check ``note`` approves exactly ``pending``, now, once, by a trusted key.
+
+    Raises:
+        ApprovalForged: malformed, or not signed (validly) by a key in ``trusted``.
+        ApprovalReplayed: its nonce is in ``used``.
+        ApprovalReused: issued for another run or another chain head.
+        ApprovalWrongCall: another step, arguments digest, action or outcome.
+        ApprovalExpired: its expiry has passed.
+    """
+    run, step = pending.run_id, pending.step
+    approval = Approval.parse(note, run, step)
+    try:
+        open_note(note, trusted)
+    except ProofError as exc:
+        raise ApprovalForged(run, step, exc.reason) from None
+    body = approval.body
+    if approval.nonce in set(used):
+        raise ApprovalReplayed(run, step, f"nonce {approval.nonce[:12]} was used before")
+    if body.get("run") != run:
+        raise ApprovalReused(run, step, f"it approves run {body.get('run')!r}")
+    if body.get("head") != pending.head.hex():
+        raise ApprovalReused(run, step, "it was signed against another chain head")
+    wrong = [
+        name
+        for name, want in (
+            ("step", step),
+            ("args", pending.args),
+            ("action", action),
+            ("outcome", outcome),
+        )
+        if body.get(name) != want
+    ]
+    if wrong:
+        raise ApprovalWrongCall(run, step, f"its {', '.join(wrong)} differ from the pending call")
+    try:
+        expires = datetime.strptime(str(body.get("expires")), _AT).replace(tzinfo=UTC)
+    except ValueError:
+        raise ApprovalForged(run, step, "its expiry is not a UTC time") from None
+    if (now or datetime.now(UTC)) > expires:
+        raise ApprovalExpired(run, step, f"it expired at {body.get('expires')}")
+    return approval
+
+
+@dataclass(slots=True)
+class Ledger:
+    """A run's approval requests, the approvals presented after each and the nonces
+    consumed, read from its events in order."""
+
+    requests: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    """step -> (version, payload) of the latest approval interrupt at that step."""
+    presented: list[tuple[int, bytes, str]] = field(default_factory=list)
+    """(version, hash of the event before it, note) of every approval, in order."""
+    used: set[str] = field(default_factory=set)
+    """Nonces that let a call run, or were presented before."""
+
+    def fold(self, event: RecordedEvent, prev: bytes) -> None:
+        """Take one event of the run (``prev``: the hash of the event before it)."""
+        if event.payload_erased:
+            return
+        p = event.payload
+        if not isinstance(p, dict):
+            return
+        if event.type == "run.interrupted" and p.get("reason") == APPROVAL_REASON:
+            step = p.get("step")
+            if type(step) is int:
+                self.requests[step] = (event.version, p)
+        note = p.get("approval")
+        if isinstance(note, str):
+            self.presented.append((event.version, prev, note))
+        nonce = p.get("approved")
+        if isinstance(nonce, str):
+            self.used.add(nonce)
+
+    def answer(self, step: int) -> tuple[int, bytes, str] | None:
+        """The latest approval presented after the latest request at ``step``."""
+        req = self.requests.get(step)
+        if req is None:
+            return None
+        after = [a for a in self.presented if a[0] > req[0]]
+        return after[-1] if after else None
+
+    def used_before(self, version: int) -> set[str]:
+        """Nonces consumed, or presented by an approval before ``version``."""
+        earlier = set()
+        for v, _prev, note in self.presented:
+            if v < version:
+                try:
+                    earlier.add(Approval.parse(note, "", None).nonce)
+                except ApprovalForged:
+                    continue
+        return self.used | earlier

@@ -1,0 +1,308 @@
+"""The draft's view of a stream: events as ``session.entries`` of
+draft-birkholz-verifiable-agent-conversations-00 (message, tool-call, tool-result,
+reasoning and system-event entries).
+
+This view is a rendering for readers of the draft's format: it is signed with the record
+but is not what the chain commits to (the ``ares-events`` evidence is). One event gives
+one entry or, for a batch of conversation items, several; every entry names its event
+(``ares-version``) and the event type (``ares-type``). Journal runs and the session
+streams of the four framework adapters are mapped member by member; any other event is a
+``system-event`` whose ``event-type`` is the event type and whose ``data`` is the payload.
+An erased payload is a ``system-event`` of type ``payload-erased``. Mapping rules, with
+every deviation from the draft: docs/records.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["agent_meta", "entries_of"]
+
+Entry = dict[str, Any]
+_USAGE: Final = {
+    "input_tokens": "input",
+    "prompt_tokens": "input",
+    "output_tokens": "output",
+    "completion_tokens": "output",
+    "total_tokens": "total",
+    "cached_tokens": "cached",
+    "reasoning_tokens": "reasoning",
+}
+
+
+def _uint(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def token_usage(usage: Any) -> dict[str, Any] | None:
+    """The draft's ``token-usage`` from a usage mapping (unknown keys kept as they are)."""
+    if not isinstance(usage, dict) or not usage:
+        return None
+    out: dict[str, Any] = {}
+    for k, v in usage.items():
+        name = _USAGE.get(k, str(k))
+        if name in ("input", "output", "cached", "reasoning", "total") and not _uint(v):
+            continue  # the draft's counters are uints
+        out.setdefault(name, v)
+    return out or None
+
+
+def _event(kind: str, data: Any) -> Entry:
+    return {
+        "type": "system-event",
+        "event-type": kind,
+        "data": data if isinstance(data, dict) else {"value": data},
+    }
+
+
+def _args(text: Any) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+# -- the run journal ------------------------------------------------------------------------
+
+
+def _journal(type_: str, p: Any) -> list[Entry] | None:
+    if not isinstance(p, dict):
+        return None
+    if type_ == "model.call.requested":
+        content = p["messages"] if "messages" in p else {"messages-hash": p.get("messages_hash")}
+        return [{"type": "user", "content": content, "ares-step": p.get("step")}]
+    if type_ == "model.responded":
+        e: Entry = {"type": "assistant", "content": p.get("completion"), "ares-step": p.get("step")}
+        usage = token_usage(p.get("usage"))
+        if usage is not None:
+            e["token-usage"] = usage
+        return [e]
+    if type_ == "tool.call.requested":
+        return [
+            {
+                "type": "tool-call",
+                "name": str(p.get("name")),
+                "input": p.get("args"),
+                "call-id": str(p.get("idempotency_key")),
+                "ares-step": p.get("step"),
+            }
+        ]
+    if type_ in ("tool.returned", "tool.call.failed"):
+        failed = type_ == "tool.call.failed" or p.get("error") is not None
+        out = p.get("result")
+        if failed:
+            out = (
+                p.get("error")
+                if type_ == "tool.returned"
+                else {
+                    "error_type": p.get("error_type"),
+                    "error": p.get("error"),
+                }
+            )
+        return [
+            {
+                "type": "tool-result",
+                "output": out,
+                "call-id": str(p.get("idempotency_key")),
+                "status": "error" if failed else "success",
+                "is-error": failed,
+            }
+        ]
+    return None
+
+
+# -- framework adapters ---------------------------------------------------------------------
+
+
+def _openai_item(it: Any) -> Entry:
+    if not isinstance(it, dict):
+        return _event("item", it)
+    kind, role = it.get("type"), it.get("role")
+    if kind == "function_call":
+        return {
+            "type": "tool-call",
+            "name": str(it.get("name")),
+            "input": _args(it.get("arguments")),
+            "call-id": str(it.get("call_id")),
+        }
+    if kind == "function_call_output":
+        return {
+            "type": "tool-result",
+            "output": it.get("output"),
+            "call-id": str(it.get("call_id")),
+        }
+    if kind == "reasoning":
+        return {"type": "reasoning", "content": it.get("summary") or it.get("content") or ""}
+    if role == "assistant":
+        return {"type": "assistant", "content": it.get("content")}
+    if role in ("user", "system", "developer"):
+        return {"type": "user", "content": it.get("content"), "role": role}
+    return _event(str(kind or "item"), it)
+
+
+def _openai(type_: str, p: Any) -> list[Entry] | None:
+    if type_ == "oai.items" and isinstance(p, dict) and isinstance(p.get("items"), list):
+        return [_openai_item(it) for it in p["items"]]
+    return None
+
+
+def _pydantic_part(kind: str, part: Any, model: Any) -> Entry:
+    if not isinstance(part, dict):
+        return _event("part", part)
+    pk = part.get("part_kind")
+    if pk in ("user-prompt", "system-prompt"):
+        return {"type": "user", "content": part.get("content"), "role": pk}
+    if pk == "tool-return":
+        return {
+            "type": "tool-result",
+            "output": part.get("content"),
+            "call-id": str(part.get("tool_call_id")),
+            "name": part.get("tool_name"),
+        }
+    if pk == "retry-prompt":
+        return {
+            "type": "tool-result",
+            "output": part.get("content"),
+            "call-id": str(part.get("tool_call_id")),
+            "status": "error",
+            "is-error": True,
+        }
+    if pk == "tool-call":
+        return {
+            "type": "tool-call",
+            "name": str(part.get("tool_name")),
+            "input": _args(part.get("args")),
+            "call-id": str(part.get("tool_call_id")),
+        }
+    if pk == "thinking":
+        return {"type": "reasoning", "content": part.get("content")}
+    if pk == "text":
+        e: Entry = {"type": "assistant", "content": part.get("content")}
+        if isinstance(model, str):
+            e["model-id"] = model
+        return e
+    return _event(str(pk or kind), part)
+
+
+def _pydantic(type_: str, p: Any) -> list[Entry] | None:
+    if type_ != "pai.messages" or not isinstance(p, dict):
+        return None
+    if not isinstance(p.get("messages"), list):
+        return None
+    out: list[Entry] = []
+    for m in p["messages"]:
+        if not isinstance(m, dict):
+            continue
+        parts = [
+            _pydantic_part(str(m.get("kind")), part, m.get("model_name"))
+            for part in m.get("parts") or []
+        ]
+        usage = token_usage(m.get("usage"))
+        if usage is not None and parts and parts[-1]["type"] == "assistant":
+            parts[-1]["token-usage"] = usage
+        out.extend(parts)
+    return out
+
+
+def _adk(type_: str, p: Any) -> list[Entry] | None:
+    if type_ != "adk.event" or not isinstance(p, dict) or not isinstance(p.get("event"), dict):
+        return None
+    ev = p["event"]
+    content = ev.get("content") if isinstance(ev.get("content"), dict) else {}
+    role = "user" if content.get("role") == "user" else "assistant"
+    out: list[Entry] = []
+    for part in content.get("parts") or []:
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("function_call"), dict):
+            fc = part["function_call"]
+            out.append(
+                {
+                    "type": "tool-call",
+                    "name": str(fc.get("name")),
+                    "input": fc.get("args"),
+                    "call-id": str(fc.get("id")),
+                }
+            )
+        elif isinstance(part.get("function_response"), dict):
+            fr = part["function_response"]
+            out.append(
+                {
+                    "type": "tool-result",
+                    "output": fr.get("response"),
+                    "call-id": str(fr.get("id")),
+                    "name": fr.get("name"),
+                }
+            )
+        elif part.get("thought"):
+            out.append({"type": "reasoning", "content": part.get("text")})
+        elif "text" in part:
+            out.append({"type": role, "content": part.get("text")})
+    if not out:
+        out.append(_event(type_, {"author": ev.get("author"), "id": ev.get("id")}))
+    for e in out:
+        e.setdefault("author", ev.get("author"))
+    return out
+
+
+_MAPPERS: Final[tuple[Callable[[str, Any], list[Entry] | None], ...]] = (
+    _journal,
+    _openai,
+    _pydantic,
+    _adk,
+)
+
+
+def entries_of(version: int, type_: str, at: str, payload: Any, *, erased: bool) -> list[Entry]:
+    """The draft entries of one event (``payload`` as exported: maybe redacted)."""
+    found: list[Entry] | None = None
+    if erased:
+        found = [_event("payload-erased", {"type": type_})]
+    else:
+        for mapper in _MAPPERS:
+            found = mapper(type_, payload)
+            if found is not None:
+                break
+    if not found:
+        found = [_event(type_, payload)]
+    many = len(found) > 1
+    for k, e in enumerate(found, 1):
+        e.setdefault("timestamp", at)
+        e["id"] = f"{version}.{k}" if many else str(version)
+        e["ares-version"] = version
+        e["ares-type"] = type_
+    return found
+
+
+def agent_meta(
+    stream: str, first_type: str | None, entries: list[Entry], models: list[str]
+) -> dict[str, Any]:
+    """The draft's ``agent-meta``: models seen in the entries, the adapter by stream."""
+    seen = list(
+        dict.fromkeys(
+            [*models, *(e["model-id"] for e in entries if isinstance(e.get("model-id"), str))]
+        )
+    )
+    for prefix, name in (
+        ("openai-agents/", "openai-agents"),
+        ("pydantic-ai/", "pydantic-ai"),
+        ("google-adk/", "google-adk"),
+        ("langgraph/", "langgraph"),
+    ):
+        if stream.startswith(prefix):
+            cli = name
+            break
+    else:
+        cli = "ares-events journal" if first_type == "run.started" else "ares-events"
+    meta: dict[str, Any] = {
+        "model-id": seen[0] if seen else "unknown",
+        "model-provider": "unknown",
+        "cli-name": cli,
+    }
+    if len(seen) > 1:
+        meta["models"] = seen
+    return meta

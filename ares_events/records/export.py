@@ -1,0 +1,334 @@
+"""Export one stream (a journaled run, or an adapter's session) as a signed, self-contained
+record that :mod:`ares_events.records.verify` checks offline.
+
+The record is a ``verifiable-agent-record`` of draft-birkholz-verifiable-agent-conversations
+with one extension member, ``ares-events``, holding the evidence: per event its exact
+header and payload text, chain hash, log leaf and RFC 9162 inclusion proof; the signed
+checkpoint the proofs are against (the first stored one that covers the whole stream),
+the newest checkpoint at export time and the consistency proof between them. The CBOR
+form is a COSE_Sign1 (Ed25519) carrying the record; the JSON form is the record with a
+detached COSE_Sign1 over its canonical JSON. Layout and every rule: docs/records.md.
+
+Exporting reads and never changes the events; it brings the Merkle log up to date (a
+projection) and, when no stored checkpoint covers the stream and ``key`` is the log's
+own key, signs and stores one, as ``prove --key`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ares_events.chain import canonical_json, genesis, link_hash
+from ares_events.core.events import utc_now_at
+from ares_events.errors import (
+    ChainIntegrityError,
+    ConfigError,
+    EventNotFound,
+    MissingDependencyError,
+    ProofError,
+)
+from ares_events.integrity.checkpoints import read_checkpoint
+from ares_events.integrity.findings import Finding
+from ares_events.projections.merkle import MerkleLog
+from ares_events.records.entries import agent_meta, entries_of
+from ares_events.records.redact import compile_paths, redact
+from ares_events.records.verify import COSE_ALG_EDDSA, RECORD_FORMAT
+
+if TYPE_CHECKING:
+    from ares_events.core.store import EventStore
+    from ares_events.integrity.checkpoints import SignedCheckpoint
+    from ares_events.integrity.notes import SigningKey
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DRAFT_VERSION", "Export", "export_record", "write_private"]
+
+DRAFT_VERSION: Final = "3.0.0-draft"
+"""``version`` of the record: the draft -00 schema's own version string."""
+TRACE_FORMAT: Final = "ietf-vac-v3.0"
+DISCLOSURES_FORMAT: Final = "ares-events-disclosures/1"
+_TRACE_METADATA: Final = 100  # the draft's placeholder COSE header label
+_CWT_CLAIMS: Final = 15
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    """An exported record: the file's bytes and, when fields were redacted, the
+    disclosures (values and salts: keep them as secret as the values)."""
+
+    data: bytes
+    record_id: str
+    stream_id: str
+    events: int
+    checkpoint_size: int
+    disclosures: dict[str, Any] | None = None
+
+
+def _b64(h: bytes) -> str:
+    return base64.b64encode(h).decode("ascii")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ares-events")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return "unknown"
+
+
+def _covering(log: MerkleLog, last_leaf: int, key: SigningKey | None) -> SignedCheckpoint:
+    """The first stored checkpoint that covers leaf ``last_leaf`` (signing one with the
+    log's own key when none does).
+
+    Raises:
+        ProofError: none covers it and ``key`` is not the log's key.
+    """
+    for origin, size, _root, note, _at in log.checkpoints.all():
+        if size > last_leaf:
+            signed = read_checkpoint(note)
+            if signed.checkpoint.origin == origin:
+                return signed
+    stored = log.checkpoints.origin()
+    if key is not None and stored in (None, key.name):
+        return log.sign(key)
+    raise ProofError(
+        f"no stored checkpoint covers leaf {last_leaf} yet: sign one with "
+        "`ares-events checkpoint --key LOG_KEY` (or export with the log's key)"
+    )
+
+
+def _check_against(log: MerkleLog, signed: SignedCheckpoint) -> None:
+    cp = signed.checkpoint
+    if log.size() < cp.size or log.root(cp.size) != cp.root:
+        raise ProofError(
+            f"the log no longer matches its checkpoint at size {cp.size}: events were "
+            "removed or rewritten after it was signed"
+        )
+
+
+def export_record(
+    store: EventStore,
+    stream_id: str,
+    *,
+    key: SigningKey,
+    form: str = "json",
+    redact_paths: Sequence[str] = (),
+) -> Export:
+    """Export ``stream_id`` (every event, from version 1) as a signed record.
+
+    Args:
+        store: the store.
+        stream_id: a run id (the journal's stream) or any stream, e.g. an adapter's
+            session stream.
+        key: the Ed25519 key that signs the record (COSE ``kid`` is its
+            ``<name>+<key id>``): the log's key, or a separate export key.
+        form: ``"json"`` or ``"cbor"``.
+        redact_paths: JSONPath expressions (the subset of
+            :mod:`ares_events.records.redact`) evaluated against each event's payload.
+
+    Raises:
+        EventNotFound: no such stream.
+        ConfigError: an unknown ``form`` or a bad ``redact_paths`` expression.
+        ChainIntegrityError: the stream's chain does not verify (never sign a damaged log).
+        ProofError: no checkpoint covers the stream (and ``key`` cannot sign one), or the
+            log no longer matches a checkpoint.
+        MissingDependencyError: ``cbor2`` / ``pycose`` are not installed.
+        StoreUnavailable: the store cannot be reached.
+    """
+    if form not in ("json", "cbor"):
+        raise ConfigError(f"record format must be json or cbor, got {form!r}")
+    compiled = compile_paths(redact_paths)
+    events = list(store.read(stream_id))
+    if not events:
+        raise EventNotFound(stream_id, 1, "no such stream")
+    prev = genesis(stream_id)
+    for e in events:
+        if link_hash(prev, e.header(), store.chain_key) != e.hash:
+            raise ChainIntegrityError(
+                stream_id,
+                [Finding("hash_mismatch", stream_id, e.version, "the link does not verify")],
+            )
+        prev = e.hash
+    log = MerkleLog(store)
+    log.catch_up()
+    proofs_at = log.inclusion_proofs([e.position for e in events], log.size())
+    missing = [e.version for e, p in zip(events, proofs_at, strict=True) if p is None]
+    if missing:
+        raise ProofError(f"stream {stream_id!r} version {missing[0]} is not in the Merkle log")
+    last_leaf = max(p[0] for p in proofs_at if p is not None)
+    first = _covering(log, last_leaf, key)
+    latest = log.latest_checkpoint()
+    _check_against(log, first)
+    size = first.checkpoint.size
+    proofs = log.inclusion_proofs([e.position for e in events], size)
+    record_id = str(uuid.uuid4())
+    evidence: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    disclosures: list[dict[str, Any]] = []
+    models: list[str] = []
+    for e, proof in zip(events, proofs, strict=True):
+        assert proof is not None  # every leaf is below the covering checkpoint's size
+        index, leaf, path = proof
+        if leaf != _leaf(e.hash):
+            raise ProofError(
+                f"stream {stream_id!r} version {e.version} does not have the chain hash "
+                f"logged at leaf {index}: it was rewritten after it was logged"
+            )
+        ev: dict[str, Any] = {
+            "header": e.header().decode("utf-8"),
+            "hash": e.hash.hex(),
+            "leaf": index,
+            "inclusion": [_b64(h) for h in path],
+        }
+        shown: Any = None
+        if e.payload_erased:
+            ev["erased"] = True
+        else:
+            shown, made = redact(e.payload, compiled)
+            if made:
+                ev["redacted"] = {"payload": shown, "paths": [r.path for r in made]}
+                disclosures += [
+                    {"version": e.version, "path": r.path, "salt": r.salt.hex(), "value": r.value}
+                    for r in made
+                ]
+            else:
+                ev["payload"] = e.payload_bytes.decode("utf-8")
+            if e.type == "model.call.requested" and isinstance(shown, dict):
+                params = shown.get("params")
+                if isinstance(params, dict) and isinstance(params.get("model"), str):
+                    models.append(params["model"])
+        evidence.append(ev)
+        entries += entries_of(e.version, e.type, e.at, shown, erased=e.payload_erased)
+    ext: dict[str, Any] = {
+        "format": RECORD_FORMAT,
+        "stream": stream_id,
+        "chain": "keyed" if store.chain_key is not None else "plain",
+        "head": {"version": events[-1].version, "hash": events[-1].hash.hex()},
+        "checkpoint": first.text,
+        "events": evidence,
+    }
+    if latest is not None and latest.checkpoint.size > size:
+        _check_against(log, latest)
+        ext["latest-checkpoint"] = latest.text
+        ext["consistency"] = [_b64(h) for h in log.consistency_proof(size, latest.checkpoint.size)]
+    interactive = any(e.type in ("run.interrupted", "run.resumed") for e in events)
+    record = {
+        "version": DRAFT_VERSION,
+        "id": record_id,
+        "created": utc_now_at(),
+        "recording-agent": {"name": "ares-events", "version": _version()},
+        "session": {
+            "format": "interactive" if interactive else "autonomous",
+            "session-id": stream_id,
+            "session-start": events[0].at,
+            "session-end": events[-1].at,
+            "agent-meta": agent_meta(stream_id, events[0].type, entries, models),
+            "entries": entries,
+        },
+        "ares-events": ext,
+    }
+    data = _sign(record, key, form)
+    logger.info("exported stream %r: %d event(s), checkpoint size %d", stream_id, len(events), size)
+    disc = None
+    if disclosures:
+        disc = {
+            "format": DISCLOSURES_FORMAT,
+            "record": record_id,
+            "stream": stream_id,
+            "disclosures": disclosures,
+        }
+    return Export(data, record_id, stream_id, len(events), size, disc)
+
+
+def _leaf(h: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + h).digest()
+
+
+def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
+    """The record file: CBOR (COSE_Sign1 carrying the record) or JSON (the record and a
+    detached COSE_Sign1 over its canonical JSON)."""
+    try:
+        import cbor2
+        from pycose.keys.curves import Ed25519
+        from pycose.keys.okp import OKPKey
+        from pycose.messages.sign1message import Sign1Message
+    except ImportError as exc:
+        raise MissingDependencyError("exporting a record (cbor2, pycose)", "records") from exc
+    session = record["session"]
+    payload = (
+        cbor2.dumps(record, canonical=True)
+        if form == "cbor"
+        else canonical_json(record, field="record")
+    )
+    meta = {
+        "session-id": session["session-id"],
+        "agent-vendor": session["agent-meta"]["model-provider"],
+        "trace-format": TRACE_FORMAT,
+        "timestamp-start": session["session-start"],
+        "timestamp-end": session["session-end"],
+        "content-hash": hashlib.sha256(payload).hexdigest(),
+        "content-hash-alg": "sha-256",
+    }
+    # The seed, read from the key's own text form: it goes to pycose and nowhere else.
+    # (PRIVATE+KEY+<name>+<id>+<base64>: names hold no "+", base64 may)
+    seed = base64.b64decode(key.private_text().split("+", 4)[4])[1:]
+    msg = Sign1Message(
+        phdr={
+            1: COSE_ALG_EDDSA,
+            3: "application/agent-conversation" if form == "cbor" else "application/json",
+            4: f"{key.name}+{key.verifier.key_id.hex()}".encode(),
+            _CWT_CLAIMS: {1: key.name, 2: session["session-id"]},
+        },
+        uhdr={_TRACE_METADATA: meta},
+        payload=payload,
+    )
+    msg.key = OKPKey(crv=Ed25519, d=seed)
+    encoded: bytes = msg.encode()
+    if form == "cbor":
+        return encoded
+    protected, unprotected, _payload, signature = cbor2.loads(encoded).value
+    detached = cbor2.dumps(
+        cbor2.CBORTag(18, [protected, dict(unprotected), None, signature]), canonical=True
+    )
+    # Sorted keys: the file is the canonical JSON of {"cose_sign1", "record"}, so the
+    # record's signed bytes stand in the file as they are.
+    return b'{"cose_sign1":"' + _b64(detached).encode() + b'","record":' + payload + b"}\n"
+
+
+def write_private(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to a new file readable by its owner only (0600): a record file or
+    the disclosures of a redacted export. Never overwrites.
+
+    Raises:
+        ConfigError: the file exists or cannot be created.
+    """
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"{p} already exists; refusing to overwrite it") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create {p}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            p.unlink()
+        raise
+    return p
+
+
+def disclosures_bytes(disclosures: dict[str, Any]) -> bytes:
+    """The disclosures file's content (JSON)."""
+    return json.dumps(disclosures, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"

@@ -1,0 +1,873 @@
+"""Verify an exported record offline: no store, no network, no other ares-events module (over
+800 lines because it is the one file an auditor vendors whole).
+
+This file is the auditor's verifier. It imports only the standard library,
+``cryptography`` (Ed25519), ``blake3`` and, for the CBOR form, ``cbor2``: copy it into
+another code base and it works there unchanged. ``docs/records.md`` specifies the
+format it checks; every check below is a rule stated there.
+
+:func:`verify_record` checks, and reports every failure as a finding that names what
+failed (it never stops at the first one):
+
+- ``signature``: the COSE_Sign1 (Ed25519, alg -8) over the record, by a trusted key;
+- ``checkpoint``: the signed checkpoint (C2SP signed note) the inclusion proofs are
+  against, by a trusted key; ``consistency``: the newest checkpoint at export time and
+  the RFC 9162 consistency proof from the first one to it;
+- per event: ``sequence`` (versions 1, 2, 3, ... of the one stream, leaves in log
+  order), ``link`` (the blake3 chain link from the previous hash), ``payload`` (the
+  payload text against the digest and size its header commits to), ``inclusion`` (the
+  RFC 9162 inclusion proof of the event's hash against the checkpoint), ``redaction``
+  (a redacted field is a well-formed salted digest);
+- ``head``: the last event is the stream head the record claims (a cut tail);
+- ``entries``: every draft entry names an event of the record;
+- ``approval``: each signed approval an event carries verifies by a trusted key, names
+  this run and the chain head just before it, and was used before it expired, once.
+
+:func:`check_disclosures` checks values disclosed after a redacted export against the
+record: each against its salted digest, and a payload whose redactions are all disclosed
+against the digest its header commits to.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import blake3
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+__all__ = [
+    "COSE_ALG_EDDSA",
+    "RECORD_FORMAT",
+    "REDACTED",
+    "RecordFinding",
+    "RecordReport",
+    "check_disclosures",
+    "load_record",
+    "parse_path",
+    "redaction_digest",
+    "verify_record",
+]
+
+RECORD_FORMAT: Final = "ares-events-record/1"
+"""The ``format`` of the record's ``ares-events`` member."""
+REDACTED: Final = "_ares_redacted"
+"""A redacted value becomes ``{"_ares_redacted": "<64 hex: blake3(salt || value)>"}``."""
+APPROVAL_PREFIX: Final = "ares-events/approval/v1"
+"""First line of a signed approval note."""
+COSE_ALG_EDDSA: Final = -8
+_GENESIS: Final = b"ares-events/v1\x00"
+_EM_DASH: Final = "\u2014"
+_KEY_ED25519: Final = 0x01
+
+
+def canonical(value: Any) -> bytes:
+    """The chain's canonical JSON (format v1): Python's ``json.dumps`` with sorted keys,
+    no spaces, UTF-8, no NaN."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def redaction_digest(salt: bytes, value: Any) -> str:
+    """``blake3(salt || canonical(value))`` in hex: what a redacted field becomes."""
+    return blake3.blake3(salt + canonical(value)).hexdigest()
+
+
+# -- findings -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFinding:
+    """One failed check: what (``kind``), where (``version`` of the event, if any), why."""
+
+    kind: str
+    detail: str
+    version: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"kind": self.kind, "version": self.version, "detail": self.detail}
+
+
+@dataclass(slots=True)
+class RecordReport:
+    """What :func:`verify_record` found. ``ok`` only when there is no finding at all."""
+
+    findings: list[RecordFinding] = field(default_factory=list)
+    stream: str | None = None
+    form: str | None = None
+    """``"cbor"`` or ``"json"``."""
+    events: int = 0
+    redacted: int = 0
+    erased: int = 0
+    signed_by: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return not self.findings
+
+    def add(self, kind: str, detail: str, version: int | None = None) -> None:
+        """Record a finding."""
+        self.findings.append(RecordFinding(kind, detail, version))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "stream": self.stream,
+            "form": self.form,
+            "events": self.events,
+            "redacted": self.redacted,
+            "erased": self.erased,
+            "signed_by": self.signed_by,
+            "checkpoint": self.checkpoint,
+            "approvals": self.approvals,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+class _Malformed(Exception):
+    """The input is not a record at all (reported as one ``malformed`` finding)."""
+
+
+# -- keys and signed notes (C2SP signed-note, Ed25519) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    name: str
+    key_id: bytes
+    public: bytes
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}+{self.key_id.hex()}"
+
+
+def _b64(text: str) -> bytes:
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise ValueError("not standard base64") from None
+    if base64.b64encode(raw).decode("ascii") != text:
+        raise ValueError("not canonical base64")
+    return raw
+
+
+def _parse_key(text: str) -> _Key:
+    """``<name>+<8 hex key id>+<base64(0x01 || 32-byte Ed25519 public key)>``."""
+    parts = text.strip().split("+", 2)
+    if len(parts) != 3:
+        raise ValueError(f"not a verifier key: {text[:60]!r}")
+    name, hex_id, b64 = parts
+    raw = _b64(b64)
+    if len(raw) != 33 or raw[0] != _KEY_ED25519:
+        raise ValueError(f"verifier key {name!r} is not an Ed25519 (type 0x01) key")
+    kid = hashlib.sha256(name.encode("utf-8") + b"\n" + raw[:1] + raw[1:]).digest()[:4]
+    if hex_id.lower() != kid.hex():
+        raise ValueError(f"verifier key {name!r}: its key ID does not match the key")
+    return _Key(name, kid, raw[1:])
+
+
+def _ed25519_ok(public: bytes, signature: bytes, message: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(public).verify(signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def _open_note(note: str, keys: Sequence[_Key]) -> tuple[str, list[str]]:
+    """The text of a signed note and the trusted keys that signed it.
+
+    Raises:
+        ValueError: malformed, a trusted key's signature fails, or none is from a trusted
+            key (the message says which).
+    """
+    cut = note.rfind("\n\n")
+    if cut < 0 or not note.endswith("\n"):
+        raise ValueError("not a signed note")
+    text, block = note[: cut + 1], note[cut + 2 : -1]
+    signed: list[str] = []
+    seen: list[str] = []
+    for line in block.split("\n"):
+        if not line.startswith(_EM_DASH + " "):
+            raise ValueError("malformed signature line")
+        name, _, b64 = line[2:].partition(" ")
+        raw = _b64(b64)
+        seen.append(f"{name}+{raw[:4].hex()}")
+        for k in keys:
+            if k.name == name and k.key_id == raw[:4]:
+                if len(raw) != 68 or not _ed25519_ok(k.public, raw[4:], text.encode("utf-8")):
+                    raise ValueError(f"the signature of {k.label} does not verify")
+                signed.append(k.label)
+    if not signed:
+        raise ValueError(f"signed by {', '.join(seen)}: none of them is a trusted key")
+    return text, signed
+
+
+def _checkpoint(text: str) -> tuple[str, int, bytes]:
+    """(origin, size, root) of a checkpoint note text."""
+    lines = text[:-1].split("\n")
+    if len(lines) < 3 or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]):
+        raise ValueError("not a checkpoint")
+    root = _b64(lines[2])
+    if len(root) != 32:
+        raise ValueError("a checkpoint root is 32 bytes")
+    return lines[0], int(lines[1]), root
+
+
+# -- RFC 9162 Merkle proofs (SHA-256) -------------------------------------------------------
+
+
+def _leaf(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def inclusion_root(index: int, size: int, leaf: bytes, path: Sequence[bytes]) -> bytes | None:
+    """The root RFC 9162 section 2.1.3.2 computes from an inclusion proof (None: the proof
+    cannot be one for this index and size)."""
+    if not 0 <= index < size:
+        return None
+    fn, sn, r = index, size - 1, leaf
+    for p in path:
+        if sn == 0:
+            return None
+        if fn & 1 or fn == sn:
+            r = _node(p, r)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = _node(r, p)
+        fn >>= 1
+        sn >>= 1
+    return r if sn == 0 else None
+
+
+def consistency_ok(
+    old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
+) -> bool:
+    """RFC 9162 section 2.1.4.2: the tree ``new_size``/``new_root`` extends
+    ``old_size``/``old_root``."""
+    if not 0 < old_size <= new_size:
+        return False
+    if old_size == new_size:
+        return not proof and old_root == new_root
+    path = list(proof)
+    if not path:
+        return False
+    if old_size & (old_size - 1) == 0:
+        path.insert(0, old_root)
+    fn, sn = old_size - 1, new_size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr, sr = _node(c, fr), _node(c, sr)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = _node(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and fr == old_root and sr == new_root
+
+
+# -- JSONPath normalized paths (RFC 9535 section 2.7) ---------------------------------------
+
+_ESCAPES: Final = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'", "\\": "\\"}
+
+
+def parse_path(path: str) -> list[str | int]:
+    """The steps of a normalized path such as ``$['args']['card'][0]``.
+
+    Raises:
+        ValueError: not a normalized path.
+    """
+    if not path.startswith("$"):
+        raise ValueError(f"{path!r} is not a normalized path")
+    steps: list[str | int] = []
+    i, n = 1, len(path)
+    while i < n:
+        if path.startswith("['", i):
+            i += 2
+            out = []
+            while i < n and path[i] != "'":
+                ch = path[i]
+                if ch == "\\":
+                    nxt = path[i + 1 : i + 2]
+                    if nxt == "u":
+                        out.append(chr(int(path[i + 2 : i + 6], 16)))
+                        i += 6
+                        continue
+                    if nxt not in _ESCAPES:
+                        raise ValueError(f"{path!r}: bad escape")
+                    out.append(_ESCAPES[nxt])
+                    i += 2
+                    continue
+                out.append(ch)
+                i += 1
+            if not path.startswith("']", i):
+                raise ValueError(f"{path!r}: unterminated name")
+            steps.append("".join(out))
+            i += 2
+        elif path.startswith("[", i):
+            j = path.find("]", i)
+            digits = path[i + 1 : j] if j > 0 else ""
+            if not re.fullmatch(r"0|[1-9][0-9]*", digits):
+                raise ValueError(f"{path!r}: bad index")
+            steps.append(int(digits))
+            i = j + 1
+        else:
+            raise ValueError(f"{path!r} is not a normalized path")
+    return steps
+
+
+def _at(value: Any, steps: Sequence[str | int]) -> Any:
+    for s in steps:
+        if isinstance(s, int):
+            if not isinstance(value, list) or s >= len(value):
+                raise KeyError(s)
+        elif not isinstance(value, dict) or s not in value:
+            raise KeyError(s)
+        value = value[s]
+    return value
+
+
+def _placeholder(value: Any) -> str | None:
+    """The digest of a redaction placeholder (None: not one)."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REDACTED), str):
+        d: str = value[REDACTED]
+        if re.fullmatch(r"[0-9a-f]{64}", d):
+            return d
+    return None
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Loaded:
+    record: dict[str, Any]
+    form: str
+    signed: bytes
+    """The bytes the signature covers (the COSE payload)."""
+    protected: bytes
+    unprotected: Mapping[Any, Any]
+    signature: bytes
+
+
+def _plain(x: Any) -> Any:
+    """cbor2 decodes inside tags to immutable containers: back to dicts and lists."""
+    if isinstance(x, Mapping):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _cose(raw: Any) -> tuple[bytes, Mapping[Any, Any], Any, bytes]:
+    tag = getattr(raw, "tag", None)
+    value = getattr(raw, "value", None)
+    if tag != 18 or not isinstance(value, Sequence) or len(value) != 4:
+        raise _Malformed("not a COSE_Sign1 (CBOR tag 18 of four items)")
+    protected, unprotected, payload, signature = value
+    if not isinstance(protected, bytes) or not isinstance(signature, bytes):
+        raise _Malformed("COSE_Sign1: the protected header and signature must be bytes")
+    if not isinstance(unprotected, Mapping):
+        raise _Malformed("COSE_Sign1: the unprotected header must be a map")
+    return protected, unprotected, payload, signature
+
+
+def load_record(data: bytes) -> _Loaded:
+    """Parse a record file, JSON or CBOR form (nothing is verified yet).
+
+    Raises:
+        ValueError: not a record file.
+    """
+    try:
+        return _load(data)
+    except _Malformed as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _load(data: bytes) -> _Loaded:
+    if data[:1] in (b"{", b" ", b"\n", b"\t", b"\r"):
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise _Malformed(f"not JSON: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("record"), dict):
+            raise _Malformed("a JSON record file is an object with 'record' and 'cose_sign1'")
+        try:
+            import cbor2
+
+            raw = cbor2.loads(_b64(doc.get("cose_sign1", "")))
+        except Exception as exc:  # any decoding failure: malformed
+            raise _Malformed(f"'cose_sign1' is not base64 CBOR: {exc}") from None
+        protected, unprotected, payload, signature = _cose(raw)
+        if payload is not None:
+            raise _Malformed("the JSON form's COSE_Sign1 has a detached (null) payload")
+        # The signed bytes are the record's canonical JSON: exactly the file's bytes
+        # between '"record":' and the final '}' when the file was written by export.
+        return _Loaded(
+            doc["record"], "json", canonical(doc["record"]), protected, unprotected, signature
+        )
+    try:
+        import cbor2
+
+        raw = cbor2.loads(data)
+    except Exception as exc:  # any decoding failure: malformed
+        raise _Malformed(f"neither JSON nor CBOR: {exc}") from None
+    protected, unprotected, payload, signature = _cose(raw)
+    if not isinstance(payload, bytes):
+        raise _Malformed("the CBOR form's COSE_Sign1 carries the record as its payload")
+    try:
+        record = _plain(cbor2.loads(payload))
+    except Exception as exc:  # any decoding failure: malformed
+        raise _Malformed(f"the COSE payload is not CBOR: {exc}") from None
+    if not isinstance(record, dict):
+        raise _Malformed("the COSE payload is not a record (a map)")
+    return _Loaded(record, "cbor", payload, protected, _plain(unprotected), signature)
+
+
+# -- the checks -----------------------------------------------------------------------------
+
+
+def _check_signature(loaded: _Loaded, keys: Sequence[_Key], rep: RecordReport) -> None:
+    import cbor2
+
+    try:
+        hdr = _plain(cbor2.loads(loaded.protected))
+    except Exception:  # any decoding failure: malformed
+        rep.add("signature", "the COSE protected header is not CBOR")
+        return
+    if not isinstance(hdr, dict) or hdr.get(1) != COSE_ALG_EDDSA:
+        rep.add("signature", "the COSE algorithm is not EdDSA (-8)")
+        return
+    kid = hdr.get(4)
+    label = kid.decode("utf-8", "replace") if isinstance(kid, bytes) else None
+    key = next((k for k in keys if k.label == label), None)
+    if key is None:
+        rep.add("signature", f"signed by {label!r}, which is not a trusted key")
+        return
+    # Sig_structure of RFC 9052 section 4.4: ["Signature1", protected, external_aad, payload]
+    to_be_signed = cbor2.dumps(["Signature1", loaded.protected, b"", loaded.signed])
+    if not _ed25519_ok(key.public, loaded.signature, to_be_signed):
+        rep.add("signature", f"the COSE_Sign1 signature of {key.label} does not verify")
+        return
+    rep.signed_by = key.label
+    # The unprotected header is not signed: it must say exactly what the record says.
+    found = loaded.record.get("session")
+    session: dict[str, Any] = found if isinstance(found, dict) else {}
+    agent = session.get("agent-meta")
+    meta: dict[str, Any] = agent if isinstance(agent, dict) else {}
+    expected = {
+        "session-id": session.get("session-id"),
+        "agent-vendor": meta.get("model-provider"),
+        "trace-format": "ietf-vac-v3.0",
+        "timestamp-start": session.get("session-start"),
+        "timestamp-end": session.get("session-end"),
+        "content-hash": hashlib.sha256(loaded.signed).hexdigest(),
+        "content-hash-alg": "sha-256",
+    }
+    if dict(loaded.unprotected) != {100: expected}:
+        rep.add("signature", "the unprotected trace-metadata is not the record's")
+
+
+def _hashes(items: Any, what: str) -> list[bytes]:
+    if not isinstance(items, list) or len(items) > 64:
+        raise ValueError(f"{what} is not a list of at most 64 hashes")
+    out = [_b64(h) if isinstance(h, str) else b"" for h in items]
+    if any(len(h) != 32 for h in out):
+        raise ValueError(f"{what} holds something that is not a base64 32-byte hash")
+    return out
+
+
+def _check_checkpoints(
+    ext: Mapping[str, Any], keys: Sequence[_Key], rep: RecordReport
+) -> tuple[int, bytes] | None:
+    """Verify the checkpoint (and the newest one with the consistency proof); return the
+    (size, root) the inclusion proofs are checked against (None: no usable checkpoint)."""
+    try:
+        text, signers = _open_note(str(ext.get("checkpoint", "")), keys)
+        origin, size, root = _checkpoint(text)
+    except ValueError as exc:
+        rep.add("checkpoint", f"the checkpoint does not verify: {exc}")
+        return None
+    rep.checkpoint = {"origin": origin, "size": size, "signed_by": signers}
+    latest = ext.get("latest-checkpoint")
+    if latest is not None:
+        try:
+            ltext, _ = _open_note(str(latest), keys)
+            lorigin, lsize, lroot = _checkpoint(ltext)
+            proof = _hashes(ext.get("consistency"), "the consistency proof")
+        except ValueError as exc:
+            rep.add("consistency", f"the newest checkpoint does not verify: {exc}")
+            return size, root
+        if lorigin != origin:
+            rep.add("consistency", f"the newest checkpoint is of log {lorigin!r}, not {origin!r}")
+        elif not consistency_ok(size, lsize, root, lroot, proof):
+            rep.add(
+                "consistency",
+                f"the consistency proof does not show size {lsize} extends size {size}",
+            )
+        else:
+            rep.checkpoint["latest_size"] = lsize
+    return size, root
+
+
+def _check_event(
+    i: int,
+    ev: Any,
+    stream: str,
+    prev: bytes,
+    chain_key: bytes | None,
+    check_links: bool,
+    tree: tuple[int, bytes] | None,
+    last_leaf: int,
+    rep: RecordReport,
+) -> tuple[bytes, int, dict[str, Any] | None]:
+    """Check one event's evidence; return its hash, its leaf index and its payload as
+    recorded (None: erased or not parseable)."""
+    version = i + 1
+    if not isinstance(ev, dict) or not isinstance(ev.get("header"), str):
+        rep.add("sequence", f"event #{version} has no header", version)
+        return prev, last_leaf, None
+    header = ev["header"].encode("utf-8")
+    try:
+        h = json.loads(header)
+        claimed = bytes.fromhex(ev.get("hash", ""))
+    except (ValueError, TypeError):
+        rep.add("sequence", f"event #{version}: its header or hash does not parse", version)
+        return prev, last_leaf, None
+    if not isinstance(h, dict) or h.get("v") != 1:
+        rep.add("sequence", f"event #{version}: not a format v1 header", version)
+        return claimed, last_leaf, None
+    if h.get("stream") != stream:
+        rep.add("sequence", f"event #{version} is of stream {h.get('stream')!r}", version)
+    if h.get("version") != version:
+        rep.add(
+            "sequence",
+            f"event #{version} is version {h.get('version')!r}: events are missing, "
+            "duplicated or out of order",
+            version,
+        )
+    if chain_key is None:
+        link = blake3.blake3(prev + header).digest()
+    else:
+        link = blake3.blake3(prev + header, key=chain_key).digest()
+    if check_links and link != claimed:
+        rep.add(
+            "link",
+            f"version {h.get('version')}: the header does not hash to the recorded "
+            "hash from the previous one (changed, or an event before it is missing)",
+            version,
+        )
+    payload: dict[str, Any] | None = None
+    if "payload" in ev:
+        text = ev["payload"]
+        data = text.encode("utf-8") if isinstance(text, str) else b""
+        if blake3.blake3(data).hexdigest() != h.get("payload") or len(data) != h.get("size"):
+            rep.add("payload", f"version {version}: the payload is not the one chained", version)
+        else:
+            try:
+                payload = {"value": json.loads(data)}
+            except ValueError:
+                rep.add("payload", f"version {version}: the payload is not JSON", version)
+    elif ev.get("erased") is True:
+        rep.erased += 1
+    elif isinstance(ev.get("redacted"), dict):
+        rep.redacted += 1
+        _check_redacted(version, ev["redacted"], rep)
+        payload = {"value": ev["redacted"].get("payload"), "redacted": True}
+    else:
+        rep.add("payload", f"version {version}: no payload, erasure or redaction", version)
+    leaf = ev.get("leaf")
+    if type(leaf) is not int or leaf <= last_leaf:
+        rep.add("sequence", f"version {version}: its log leaf is not after the previous", version)
+        leaf = last_leaf
+    elif tree is not None:
+        try:
+            path = _hashes(ev.get("inclusion"), "the inclusion proof")
+            got = inclusion_root(leaf, tree[0], _leaf(claimed), path)
+        except ValueError:
+            got = None
+        if got != tree[1]:
+            rep.add(
+                "inclusion",
+                f"version {version}: the inclusion proof of leaf {leaf} does not lead to the "
+                f"root of the checkpoint (size {tree[0]})",
+                version,
+            )
+    return claimed, leaf, payload
+
+
+def _check_redacted(version: int, red: Mapping[str, Any], rep: RecordReport) -> None:
+    paths = red.get("paths")
+    if not isinstance(paths, list) or not paths:
+        rep.add("redaction", f"version {version}: a redaction lists no paths", version)
+        return
+    for p in paths:
+        try:
+            found = _at(red.get("payload"), parse_path(str(p)))
+        except (ValueError, KeyError):
+            found = None
+        if _placeholder(found) is None:
+            rep.add("redaction", f"version {version}: {p} is not a redacted value", version)
+
+
+def _approval_body(note: str) -> tuple[str, dict[str, Any]]:
+    text = note[: note.rfind("\n\n") + 1] if "\n\n" in note else ""
+    lines = text.split("\n")
+    if len(lines) != 3 or lines[0] != APPROVAL_PREFIX:
+        raise ValueError("not an approval note")
+    body = json.loads(lines[1])
+    if not isinstance(body, dict):
+        raise ValueError("not an approval note")
+    return text, body
+
+
+def _parse_time(text: Any) -> datetime | None:
+    try:
+        return datetime.strptime(str(text).replace("Z", "+00:00"), "%Y-%m-%dT%H:%M:%S.%f%z")
+    except ValueError:
+        try:
+            return datetime.strptime(str(text).replace("Z", "+00:00"), "%Y-%m-%dT%H:%M:%S%z")
+        except ValueError:
+            return None
+
+
+def _check_approvals(
+    stream: str,
+    events: list[tuple[int, dict[str, Any], bytes, dict[str, Any] | None]],
+    keys: Sequence[_Key],
+    rep: RecordReport,
+) -> None:
+    """Every signed approval an event carries (``payload.approval``); a consumed nonce
+    (``payload.approved``) names an approval made before it in this run."""
+    nonces: dict[str, int] = {}
+    consumed: set[str] = set()
+    for version, header, prev, payload in events:
+        value = payload.get("value") if payload else None
+        if not isinstance(value, dict):
+            continue
+        used = value.get("approved")
+        if isinstance(used, str):
+            if used not in nonces or used in consumed:
+                rep.add(
+                    "approval",
+                    f"version {version} runs a call under approval nonce {used[:12]}, which "
+                    "no earlier event grants or an earlier call already used",
+                    version,
+                )
+            consumed.add(used)
+        note = value.get("approval")
+        if not isinstance(note, str):
+            continue
+        seen: dict[str, Any] = {"version": version}
+        rep.approvals.append(seen)
+        try:
+            _, body = _approval_body(note)
+            if isinstance(body.get("nonce"), str):
+                nonces.setdefault(body["nonce"], version)  # granted or not: named once
+            _text, signers = _open_note(note, keys)
+        except ValueError as exc:
+            rep.add("approval", f"version {version}: the approval does not verify: {exc}", version)
+            continue
+        seen.update(signed_by=signers, step=body.get("step"), action=body.get("action"))
+        problems = []
+        if body.get("run") != stream:
+            problems.append(f"it approves run {body.get('run')!r}")
+        if body.get("head") != prev.hex():
+            problems.append("it names another chain head than the event before it")
+        expires, at = _parse_time(body.get("expires")), _parse_time(header.get("at"))
+        if expires is None or at is None or at > expires:
+            problems.append("it was recorded after it expired")
+        nonce = body.get("nonce")
+        if not isinstance(nonce, str) or nonces.get(nonce) != version:
+            problems.append("its nonce was used before")
+        for p in problems:
+            rep.add("approval", f"version {version}: {p}", version)
+
+
+def verify_record(
+    data: bytes, keys: Sequence[str], *, chain_key: bytes | None = None
+) -> RecordReport:
+    """Check a record file (JSON or CBOR form) against trusted verifier keys.
+
+    Args:
+        data: the file's bytes.
+        keys: trusted verifier keys as text (``<name>+<hex id>+<base64 key>``): the key
+            that signed the record, the log's key (checkpoints) and the approvers' keys.
+        chain_key: the store's 32-byte chain key, for a record of a keyed chain (its links
+            are MACs that only the key checks).
+
+    Returns:
+        A :class:`RecordReport`; ``ok`` is True only when no check failed.
+
+    Raises:
+        ValueError: a malformed verifier key.
+    """
+    trusted = [_parse_key(k) for k in keys]
+    rep = RecordReport()
+    try:
+        loaded = _load(data)
+    except _Malformed as exc:
+        rep.add("malformed", str(exc))
+        return rep
+    rep.form = loaded.form
+    _check_signature(loaded, trusted, rep)
+    record = loaded.record
+    ext = record.get("ares-events")
+    if not isinstance(ext, dict) or ext.get("format") != RECORD_FORMAT:
+        rep.add("malformed", f"the record has no '{'ares-events'}' member of {RECORD_FORMAT}")
+        return rep
+    stream = ext.get("stream")
+    events = ext.get("events")
+    if not isinstance(stream, str) or not isinstance(events, list):
+        rep.add("malformed", "the record's 'ares-events' member has no stream or events")
+        return rep
+    rep.stream = stream
+    keyed = ext.get("chain") == "keyed"
+    if keyed and chain_key is None:
+        rep.add("link", "the chain is keyed: its links cannot be checked without the chain key")
+    tree = _check_checkpoints(ext, trusted, rep)
+    prev = blake3.blake3(_GENESIS + stream.encode("utf-8")).digest()
+    last_leaf = -1
+    seen: list[tuple[int, dict[str, Any], bytes, dict[str, Any] | None]] = []
+    for i, ev in enumerate(events):
+        before = prev
+        # A keyed chain without its key: one finding above, not one per event.
+        prev, last_leaf, payload = _check_event(
+            i, ev, stream, prev, chain_key, not keyed or chain_key is not None, tree, last_leaf, rep
+        )
+        try:
+            header = json.loads(ev["header"]) if isinstance(ev, dict) else {}
+        except (ValueError, TypeError, KeyError):
+            header = {}
+        seen.append((i + 1, header if isinstance(header, dict) else {}, before, payload))
+    rep.events = len(events)
+    head = ext.get("head")
+    if not isinstance(head, dict) or head.get("version") != len(events):
+        rep.add(
+            "head",
+            f"the record holds {len(events)} event(s) but its head is version "
+            f"{head.get('version') if isinstance(head, dict) else None}: its tail was cut",
+        )
+    elif head.get("hash") != prev.hex():
+        rep.add("head", "the last event is not the head the record claims")
+    _check_entries(record, len(events), rep)
+    _check_approvals(stream, seen, trusted, rep)
+    return rep
+
+
+def _check_entries(record: Mapping[str, Any], n: int, rep: RecordReport) -> None:
+    session = record.get("session")
+    entries = session.get("entries") if isinstance(session, dict) else None
+    if not isinstance(entries, list):
+        rep.add("entries", "the record's session has no entries")
+        return
+    last = 0
+    for e in entries:
+        v = e.get("ares-version") if isinstance(e, dict) else None
+        if type(v) is not int or not last <= v <= n:
+            rep.add("entries", f"an entry names event {v!r}, not one of the record in order")
+            return
+        last = v
+
+
+# -- disclosures ------------------------------------------------------------------------------
+
+
+def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Check disclosed values of a redacted record (the disclosures file ``export``
+    wrote, or any subset of its entries).
+
+    Each disclosure ``{"version", "path", "salt", "value"}`` is checked against the
+    salted digest the record holds at that path; when every redacted path of an event is
+    disclosed, the whole payload is rebuilt and checked against the digest and size its
+    header commits to. The record itself is not verified here (use :func:`verify_record`).
+
+    Returns:
+        One ``{"version", "path", "ok", "detail"}`` per disclosure, then one
+        ``{"version", "path": "$", "ok", "detail"}`` per fully disclosed event.
+
+    Raises:
+        ValueError: the record or the disclosures are malformed.
+    """
+    try:
+        record = _load(data).record
+    except _Malformed as exc:
+        raise ValueError(str(exc)) from None
+    events = record.get("ares-events", {}).get("events", [])
+    items = disclosures.get("disclosures")
+    if not isinstance(items, list):
+        raise ValueError("the disclosures object has no 'disclosures' list")
+    out: list[dict[str, Any]] = []
+    rebuilt: dict[int, Any] = {}
+    done: dict[int, set[str]] = {}
+    for d in items:
+        v, path = d.get("version"), d.get("path")
+        ev = events[v - 1] if type(v) is int and 0 < v <= len(events) else None
+        red = ev.get("redacted") if isinstance(ev, dict) else None
+        if not isinstance(red, dict) or path not in red.get("paths", []):
+            out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
+            continue
+        steps = parse_path(path)
+        digest = _placeholder(_at(red["payload"], steps))
+        try:
+            ok = digest == redaction_digest(bytes.fromhex(d["salt"]), d["value"])
+        except (KeyError, ValueError, TypeError):
+            ok = False
+        out.append(
+            {
+                "version": v,
+                "path": path,
+                "ok": ok,
+                "detail": "matches its salted digest" if ok else "does not match its digest",
+            }
+        )
+        if ok:
+            base = rebuilt.setdefault(v, json.loads(canonical(red["payload"])))
+            if steps:
+                _at(base, steps[:-1])[steps[-1]] = d["value"]
+            else:
+                rebuilt[v] = d["value"]
+            done.setdefault(v, set()).add(path)
+    for v, paths in done.items():
+        red = events[v - 1]["redacted"]
+        if paths != set(red["paths"]):
+            continue
+        header = json.loads(events[v - 1]["header"])
+        full = canonical(rebuilt[v])
+        ok = blake3.blake3(full).hexdigest() == header.get("payload") and len(full) == header.get(
+            "size"
+        )
+        detail = "the whole payload matches its chained digest" if ok else "it does not"
+        out.append({"version": v, "path": "$", "ok": ok, "detail": detail})
+    return out

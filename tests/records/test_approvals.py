@@ -1,0 +1,222 @@
+"""Signed approvals on SQLite and PostgreSQL: forged, expired, replayed, reused and
+wrong-call approvals are refused with their typed error, nothing runs and the store is
+unchanged (presented through resume_run, or appended behind its back and met by the
+journal); a valid approval lets exactly one call run once, also across a SIGKILL between
+approval and call (child processes); the CLI signs; verify-record checks approvals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ares_events as ae
+from ares_events.agents.approvals import Pending, sign_approval
+from ares_events.agents.journal import Journal
+from ares_events.agents.runs import pending_call, resume_run
+from ares_events.cli import main
+from ares_events.core.catalog import new_event
+from ares_events.integrity.notes import SigningKey
+from ares_events.records import export_record, verify_record
+from tests.records.helpers import LOG
+
+ALICE = SigningKey.generate("alice")
+MALLORY = SigningKey.generate("alice")  # same name, not the trusted key
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/a.db"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def state(store: Any) -> list[tuple[str, int, bytes]]:
+    """Every event of the store: what 'unchanged' compares."""
+    return [(e.stream_id, e.version, e.hash) for e in store.read_all()]
+
+
+class Loop:
+    """An agent loop whose `pay` tool needs approval (twice, with the same arguments)."""
+
+    def __init__(self, store: Any, run: str, gated_calls: int = 1) -> None:
+        self.store, self.run, self.gated_calls = store, run, gated_calls
+        self.ran: list[str] = []
+
+    def journal(self) -> Journal:
+        return Journal(self.store, self.run, approvers=[ALICE.verifier])
+
+    def steps(self, j: Journal) -> None:
+        def pay(args: Any, key: str) -> str:
+            self.ran.append(key)
+            return "paid"
+
+        for _ in range(self.gated_calls):
+            j.tool_call("pay", {"amount": 5}, call=pay, needs_approval=True)
+        j.complete()
+
+    def __call__(self) -> None:
+        self.steps(self.journal())
+
+
+def paused(store: Any, run: str, gated_calls: int = 1) -> Loop:
+    loop = Loop(store, run, gated_calls)
+    with pytest.raises(ae.ApprovalRequired):
+        loop()
+    return loop
+
+
+def present(store: Any, run: str, note: str) -> None:
+    """Append an approval behind the operator API's back (an attacker with write access)."""
+    v = store.stream_version(run)
+    store.append(
+        run,
+        [new_event("run.resumed", "journal", {"by": "x", "approval": note})],
+        expected_version=v,
+    )
+
+
+def test_a_valid_approval_runs_the_call_exactly_once(url: str) -> None:
+    """Paused for approval; approved; the call runs once, later runs replay it."""
+    with ae.open_store(url) as store:
+        loop = paused(store, "r")
+        assert loop.ran == []
+        note = sign_approval(ALICE, pending_call(store, "r"))
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        loop()
+        loop()
+        assert loop.ran == ["r:1"]
+        assert Journal.inspect(store, "r").status == "completed"
+        data = export_record(store, "r", key=LOG).data
+    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    assert rep.ok and [a["action"] for a in rep.approvals] == ["approve"]
+    assert {f.kind for f in verify_record(data, [LOG.verifier.text]).findings} == {"approval"}
+
+
+def _bad(kind: str, store: Any, loop: Loop) -> str:
+    """An approval of the paused run `r` that is wrong in the way `kind` says."""
+    p = pending_call(store, "r")
+    if kind == "forged":
+        return sign_approval(MALLORY, p)
+    if kind == "expired":
+        return sign_approval(ALICE, p, expires_in=-1)
+    if kind == "wrong_call":
+        return sign_approval(ALICE, Pending(p.run_id, p.step, "00" * 32, p.head))
+    if kind == "reused":  # a valid approval of another run
+        other = paused(store, "r-other")
+        return sign_approval(ALICE, pending_call(store, "r-other")) if other else ""
+    raise AssertionError(kind)
+
+
+ERRORS = {
+    "forged": ae.ApprovalForged,
+    "expired": ae.ApprovalExpired,
+    "wrong_call": ae.ApprovalWrongCall,
+    "reused": ae.ApprovalReused,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ERRORS))
+def test_a_bad_approval_is_refused_and_changes_nothing(url: str, kind: str) -> None:
+    """resume_run refuses it before appending; appended behind its back, the journal
+    refuses it before the call runs and writes nothing."""
+    with ae.open_store(url) as store:
+        loop = paused(store, "r")
+        note = _bad(kind, store, loop)
+        before = state(store)
+        with pytest.raises(ERRORS[kind]):
+            resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        assert state(store) == before
+        present(store, "r", note)
+        j = loop.journal()  # opening a run appends its gate decision
+        before = state(store)
+        with pytest.raises(ERRORS[kind]):
+            loop.steps(j)
+        assert state(store) == before and loop.ran == []
+
+
+def test_a_replayed_approval_is_refused(url: str) -> None:
+    """The approval that let the first call run, presented again for the second call
+    (same tool, same arguments): refused, nothing runs, nothing is written."""
+    with ae.open_store(url) as store:
+        loop = paused(store, "r", gated_calls=2)
+        note = sign_approval(ALICE, pending_call(store, "r"))
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        with pytest.raises(ae.ApprovalRequired):
+            loop()
+        assert loop.ran == ["r:1"]
+        before = state(store)
+        with pytest.raises(ae.ApprovalReplayed):
+            resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        assert state(store) == before
+        present(store, "r", note)
+        j = loop.journal()
+        before = state(store)
+        with pytest.raises(ae.ApprovalReplayed):
+            loop.steps(j)
+        assert state(store) == before and loop.ran == ["r:1"]
+        # A fresh approval of the second call lets it run, once.
+        resume_run(
+            store,
+            "r",
+            by="alice",
+            approval=sign_approval(ALICE, pending_call(store, "r")),
+            approvers=[ALICE.verifier],
+        )
+        loop()
+        assert loop.ran == ["r:1", "r:2"]
+
+
+def _child(url: str, effects: Path, kill_at: str) -> int:
+    args = [
+        sys.executable,
+        "-m",
+        "tests.children.approval_child",
+        url,
+        "r",
+        ALICE.verifier.text,
+        str(effects),
+        kill_at,
+    ]
+    return subprocess.run(args, cwd=ROOT, timeout=120, check=False).returncode
+
+
+@pytest.mark.parametrize("kill_at", ["checked", "requested", "effect"])
+def test_a_valid_approval_runs_once_across_a_kill(url: str, tmp_path: Path, kill_at: str) -> None:
+    """SIGKILL after the approval is checked, after the call's request is written, or
+    after its side effect: started again, the call has run exactly once."""
+    effects = tmp_path / "effects.txt"
+    assert _child(url, effects, "none") == 3  # paused for approval
+    with ae.open_store(url) as store:
+        note = sign_approval(ALICE, pending_call(store, "r"))
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+    assert _child(url, effects, kill_at) == -9
+    assert _child(url, effects, "none") == 0
+    assert _child(url, effects, "none") == 0
+    assert effects.read_text().split() == ["r:1"]
+
+
+def test_the_cli_signs_the_approval(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """keygen --approver, then runs resume --key: the journal trusting that key runs the
+    call; the CLI's signature carries the key's name."""
+    key_file, vkey_file = tmp_path / "alice.key", tmp_path / "alice.vkey"
+    assert main(["keygen", "bob", "--out", str(key_file), "--approver"]) == 0
+    vkey_file.write_text(capsys.readouterr().out)
+    bob = ae.integrity.notes.VerifierKey.parse(vkey_file.read_text())
+    with ae.open_store(url) as store:
+        loop = paused(store, "r")
+    assert main(["--store", url, "runs", "resume", "r", "--key", str(key_file), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["by"] == "bob" and out["status"] == "running"
+    with ae.open_store(url) as store:
+        j = Journal(store, "r", approvers=[bob])
+        loop.store = store
+        loop.steps(j)
+        assert loop.ran == ["r:1"]

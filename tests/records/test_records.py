@@ -1,0 +1,222 @@
+"""Verifiable records: a journaled run exports (JSON and CBOR) and verifies offline on
+memory, SQLite and PostgreSQL; redacted and erased records verify and disclosed values
+check; keyed chains, checkpoints that grew, refusals; the verifier imports nothing of
+ares-events."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import cbor2
+import pytest
+
+import ares_events as ae
+from ares_events.chain import ChainKey
+from ares_events.errors import ChainIntegrityError, ConfigError, EventNotFound, ProofError
+from ares_events.integrity.notes import SigningKey
+from ares_events.projections.merkle import MerkleLog
+from ares_events.records import check_disclosures, export_record, verify_record
+from ares_events.records import verify as verify_module
+from ares_events.records.redact import compile_paths, normalized, redact
+from tests.records.helpers import LOG, OTHER, small_run
+
+BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/r.db"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+def test_a_run_exports_and_verifies(url: str, form: str) -> None:
+    """A journaled run's record verifies with the log key and maps to the draft's entries."""
+    with ae.open_store(url) as store:
+        small_run(store)
+        ex = export_record(store, "run-1", key=LOG, form=form)
+        rep = verify_record(ex.data, [LOG.verifier.text])
+    assert rep.ok, rep.findings
+    assert (rep.form, rep.stream, rep.events) == (form, "run-1", ex.events)
+    record = verify_module.load_record(ex.data).record
+    types = [e["type"] for e in record["session"]["entries"]]
+    assert types == [
+        "system-event",
+        "user",
+        "assistant",
+        "tool-call",
+        "tool-result",
+        "tool-call",
+        "tool-result",
+        "system-event",
+    ]
+    assert record["session"]["agent-meta"]["model-id"] == "gpt-x"
+    assert record["session"]["entries"][2]["token-usage"] == {"input": 3, "output": 2, "total": 5}
+
+
+def test_the_json_form_signs_the_bytes_it_holds() -> None:
+    """The JSON file is canonical JSON: the record's bytes stand in it as signed."""
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        data = export_record(store, "run-1", key=LOG).data
+    doc = json.loads(data)
+    assert data == verify_module.canonical(doc) + b"\n"
+    start = data.index(b'"record":') + len(b'"record":')
+    assert data[start:-2] == verify_module.canonical(doc["record"])
+
+
+def test_an_erased_payload_exports_as_erased_and_verifies(tmp_path: Path) -> None:
+    """An erased event keeps its header and proof: the record says erased and verifies."""
+    with ae.open_store(f"sqlite:///{tmp_path}/e.db") as store:
+        small_run(store)
+        ae.erase(store, "run-1", 4, reason="gdpr", by="dpo")
+        ex = export_record(store, "run-1", key=LOG)
+        rep = verify_record(ex.data, [LOG.verifier.text])
+    assert rep.ok, rep.findings
+    assert rep.erased == 1
+    ev = verify_module.load_record(ex.data).record["ares-events"]["events"][3]
+    assert ev["erased"] is True and "payload" not in ev
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+def test_a_redacted_record_verifies_and_disclosures_check(form: str) -> None:
+    """Redacted fields become salted digests; the record verifies; each disclosed value
+    checks against its digest and the rebuilt payload against the chained digest."""
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        ex = export_record(store, "run-1", key=LOG, form=form, redact_paths=["$.args.card"])
+        rep = verify_record(ex.data, [LOG.verifier.text])
+    assert rep.ok and rep.redacted == 2
+    assert b"4242-4242" not in ex.data
+    assert ex.disclosures is not None
+    checked = check_disclosures(ex.data, ex.disclosures)
+    assert checked and all(c["ok"] for c in checked)
+    assert [c["path"] for c in checked].count("$") == 2
+    # A wrong value, or a wrong salt, does not check.
+    bad = json.loads(json.dumps(ex.disclosures))
+    bad["disclosures"][0]["value"] = "4242-4243"
+    bad["disclosures"][1]["salt"] = "00" * 16
+    results = check_disclosures(ex.data, bad)
+    assert [r["ok"] for r in results[:2]] == [False, False]
+
+
+def test_redaction_paths_select_what_they_say() -> None:
+    """The JSONPath subset: members, indexes, wildcards, descent; outer selections win."""
+    payload = {"a": {"email": "x", "b": [{"email": "y"}, 2]}, "email": "z"}
+    _, made = redact(payload, compile_paths(["$..email"]))
+    assert sorted(r.path for r in made) == [
+        "$['a']['b'][0]['email']",
+        "$['a']['email']",
+        "$['email']",
+    ]
+    _, made = redact(payload, compile_paths(["$.a", "$.a.b[1]"]))
+    assert [r.path for r in made] == ["$['a']"]
+    _, made = redact(payload, compile_paths(["$.a.b[*]"]))
+    assert [r.path for r in made] == ["$['a']['b'][0]", "$['a']['b'][1]"]
+    for bad in ("a.b", "$.a[?(@.x)]", "$[-1]"):
+        with pytest.raises(ConfigError):
+            compile_paths([bad])
+    assert verify_module.parse_path(normalized(["it's", 3, '\\"q\n'])) == ["it's", 3, '\\"q\n']
+
+
+def test_a_keyed_chain_verifies_with_its_key_only() -> None:
+    """A keyed chain's links are MACs: verified with the key, a finding without it."""
+    key = ChainKey(b"k" * 32)
+    with ae.open_store("memory://", chain_key=key) as store:
+        small_run(store)
+        data = export_record(store, "run-1", key=LOG).data
+    assert verify_record(data, [LOG.verifier.text], chain_key=key.key).ok
+    rep = verify_record(data, [LOG.verifier.text])
+    assert [f.kind for f in rep.findings] == ["link"]
+    rep = verify_record(data, [LOG.verifier.text], chain_key=b"x" * 32)
+    assert {f.kind for f in rep.findings} == {"link"} and len(rep.findings) == rep.events
+
+
+def test_a_later_checkpoint_comes_with_a_consistency_proof() -> None:
+    """Proofs are against the first checkpoint covering the stream; the newest one at
+    export time is proved consistent with it."""
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        first = MerkleLog(store).sign(LOG)
+        small_run(store, "run-2", steps=5)
+        MerkleLog(store).sign(LOG)
+        ex = export_record(store, "run-1", key=LOG)
+    rep = verify_record(ex.data, [LOG.verifier.text])
+    assert rep.ok and rep.checkpoint is not None
+    assert rep.checkpoint["size"] == first.checkpoint.size
+    assert rep.checkpoint["latest_size"] > first.checkpoint.size
+    ext = verify_module.load_record(ex.data).record["ares-events"]
+    assert ext["consistency"]
+
+
+def test_export_refuses_what_it_cannot_prove() -> None:
+    """No stream, a damaged chain, or no checkpoint and a key that is not the log's."""
+    with ae.open_store("memory://") as store:
+        with pytest.raises(EventNotFound):
+            export_record(store, "nope", key=LOG)
+        small_run(store)
+        MerkleLog(store).sign(LOG)
+        small_run(store, "run-2")
+        with pytest.raises(ProofError, match="no stored checkpoint"):
+            export_record(store, "run-2", key=SigningKey.generate("exporter"))
+        with pytest.raises(ConfigError):
+            export_record(store, "run-1", key=LOG, form="xml")
+
+
+def test_export_refuses_a_rewritten_chain(tmp_path: Path) -> None:
+    """A payload rewritten behind the store's back: export raises, signs nothing."""
+    from tests.integrations.fw_helpers import tamper_sqlite
+
+    db = tmp_path / "t.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        small_run(store)
+    tamper_sqlite(db, "item-0", "item-9")
+    with ae.open_store(f"sqlite:///{db}") as store, pytest.raises(ChainIntegrityError):
+        export_record(store, "run-1", key=LOG)
+
+
+def test_the_wrong_key_or_a_rotated_log_key_is_a_finding() -> None:
+    """Another key of the same name: signature and checkpoint findings, not ok."""
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        data = export_record(store, "run-1", key=LOG).data
+    rep = verify_record(data, [OTHER.verifier.text])
+    assert {f.kind for f in rep.findings} == {"signature", "checkpoint"}
+    assert not rep.ok
+
+
+def test_the_verifier_imports_nothing_of_ares_events() -> None:
+    """verify.py can be vendored: stdlib, cryptography, blake3 and cbor2 only."""
+    tree = ast.parse(Path(verify_module.__file__).read_text(encoding="utf-8"))
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            roots.add((node.module or "").split(".")[0])
+    import sys
+
+    third = {r for r in roots if r not in sys.stdlib_module_names}
+    assert third == {"blake3", "cryptography", "cbor2"}
+
+
+def test_the_cose_envelope_is_what_pycose_reads() -> None:
+    """The CBOR form's COSE_Sign1 has the draft's headers: EdDSA, kid, CWT claims, and
+    trace-metadata whose content-hash is the payload's SHA-256."""
+    import hashlib
+
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        data = export_record(store, "run-1", key=LOG, form="cbor").data
+    tag = cbor2.loads(data)
+    assert tag.tag == 18
+    protected, unprotected, payload, _sig = tag.value
+    hdr = cbor2.loads(protected)
+    assert hdr[1] == -8 and hdr[4] == f"{LOG.name}+{LOG.verifier.key_id.hex()}".encode()
+    assert hdr[15] == {1: LOG.name, 2: "run-1"}
+    assert unprotected[100]["content-hash"] == hashlib.sha256(payload).hexdigest()

@@ -1,0 +1,179 @@
+"""Property tests: any change to a record makes verify-record fail with a finding that
+names what: a flipped byte anywhere in the file, an event removed or two swapped (and
+the record re-signed by the exporter), a cut tail, a swapped checkpoint, a wrong key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ares_events as ae
+from ares_events.projections.merkle import MerkleLog
+from ares_events.records import export_record, verify_record
+from ares_events.records.export import _sign
+from ares_events.records.verify import load_record
+from tests.records.helpers import LOG, OTHER, small_run
+
+VK = [LOG.verifier.text]
+
+
+def _exports() -> dict[str, bytes]:
+    with ae.open_store("memory://") as store:
+        small_run(store, steps=3)
+        MerkleLog(store).sign(LOG)
+        small_run(store, "run-2")
+        MerkleLog(store).sign(LOG)
+        return {
+            form: export_record(
+                store, "run-1", key=LOG, form=form, redact_paths=["$.args.card"]
+            ).data
+            for form in ("json", "cbor")
+        }
+
+
+EXPORTS = _exports()
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _resign(data: bytes, change: Any) -> bytes:
+    """The record changed by ``change(record)`` and signed again with the right key: what
+    an exporter holding the key could produce."""
+    loaded = load_record(data)
+    record = json.loads(json.dumps(loaded.record))
+    change(record)
+    return _sign(record, LOG, loaded.form)
+
+
+def _kinds(data: bytes, keys: list[str] = VK) -> set[str]:
+    rep = verify_record(data, keys)
+    assert not rep.ok
+    assert all(f.detail for f in rep.findings)
+    return {f.kind for f in rep.findings}
+
+
+def test_the_untouched_records_verify() -> None:
+    """The baseline: both forms verify."""
+    for data in EXPORTS.values():
+        assert verify_record(data, VK).ok
+
+
+@FAST
+@given(form=st.sampled_from(["json", "cbor"]), where=st.floats(0, 1), bit=st.integers(0, 7))
+def test_any_flipped_bit_is_a_finding(form: str, where: float, bit: int) -> None:
+    """Flipping one bit anywhere in the file makes verification fail, naming what."""
+    data = bytearray(EXPORTS[form])
+    i = min(int(where * len(data)), len(data) - 1)
+    data[i] ^= 1 << bit
+    kinds = _kinds(bytes(data))
+    assert kinds <= {
+        "malformed",
+        "signature",
+        "checkpoint",
+        "consistency",
+        "sequence",
+        "link",
+        "payload",
+        "inclusion",
+        "head",
+        "redaction",
+        "entries",
+        "approval",
+    }
+
+
+@FAST
+@given(form=st.sampled_from(["json", "cbor"]), data=st.data())
+def test_a_removed_event_is_a_finding_even_when_resigned(form: str, data: st.DataObject) -> None:
+    """An event taken out (re-signed by the exporter) breaks the sequence and the links."""
+    n = len(load_record(EXPORTS[form]).record["ares-events"]["events"])
+    k = data.draw(st.integers(0, n - 2))
+
+    def drop(r: dict[str, Any]) -> None:
+        del r["ares-events"]["events"][k]
+        r["ares-events"]["head"]["version"] -= 1
+
+    kinds = _kinds(_resign(EXPORTS[form], drop))
+    assert "sequence" in kinds and "link" in kinds
+
+
+@FAST
+@given(form=st.sampled_from(["json", "cbor"]), data=st.data())
+def test_reordered_events_are_a_finding(form: str, data: st.DataObject) -> None:
+    """Two events swapped (re-signed): sequence and link findings name their versions."""
+    n = len(load_record(EXPORTS[form]).record["ares-events"]["events"])
+    i = data.draw(st.integers(0, n - 2))
+    j = data.draw(st.integers(i + 1, n - 1))
+
+    def swap(r: dict[str, Any]) -> None:
+        evs = r["ares-events"]["events"]
+        evs[i], evs[j] = evs[j], evs[i]
+
+    rep = verify_record(_resign(EXPORTS[form], swap), VK)
+    assert {"sequence", "link"} <= {f.kind for f in rep.findings}
+    assert i + 1 in {f.version for f in rep.findings}
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+@pytest.mark.parametrize("cut", [1, 2, 5])
+def test_a_cut_tail_is_a_finding(form: str, cut: int) -> None:
+    """The last events cut off: the head names the cut (and the bytes cut off the file
+    end are malformed or unsigned)."""
+
+    def drop_tail(r: dict[str, Any]) -> None:
+        del r["ares-events"]["events"][-cut:]
+
+    assert "head" in _kinds(_resign(EXPORTS[form], drop_tail))
+    assert _kinds(EXPORTS[form][: -(cut + 1)]) & {"malformed", "signature"}
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+def test_a_swapped_checkpoint_is_a_finding(form: str) -> None:
+    """Another validly signed checkpoint of the same log: the proofs do not lead to it."""
+    latest = load_record(EXPORTS[form]).record["ares-events"]["latest-checkpoint"]
+
+    def swap(r: dict[str, Any]) -> None:
+        r["ares-events"]["checkpoint"] = latest
+
+    assert "inclusion" in _kinds(_resign(EXPORTS[form], swap))
+
+    def consistency(r: dict[str, Any]) -> None:
+        r["ares-events"]["consistency"] = r["ares-events"]["consistency"][:-1]
+
+    assert "consistency" in _kinds(_resign(EXPORTS[form], consistency))
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+def test_a_wrong_key_is_a_finding(form: str) -> None:
+    """Verifying with another key: the signature and the checkpoint are untrusted."""
+    assert {"signature", "checkpoint"} <= _kinds(EXPORTS[form], [OTHER.verifier.text])
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+def test_a_changed_payload_is_named(form: str) -> None:
+    """A payload edited (re-signed): the payload finding names its version."""
+
+    def edit(r: dict[str, Any]) -> None:
+        ev = r["ares-events"]["events"][2]
+        ev["payload"] = ev["payload"].replace("on it", "on IT")
+
+    rep = verify_record(_resign(EXPORTS[form], edit), VK)
+    assert [(f.kind, f.version) for f in rep.findings] == [("payload", 3)]
+
+
+def test_cbor_payload_outside_the_signature_is_a_finding() -> None:
+    """The CBOR payload replaced under an intact signature: the signature fails."""
+    tag = cbor2.loads(EXPORTS["cbor"])
+    protected, unprotected, payload, sig = tag.value
+    other = cbor2.loads(EXPORTS["cbor"])
+    record = cbor2.loads(payload)
+    record["id"] = "another"
+    forged = cbor2.dumps(
+        cbor2.CBORTag(18, [protected, dict(unprotected), cbor2.dumps(record), sig])
+    )
+    assert other.tag == 18
+    assert _kinds(forged) == {"signature"}
