@@ -54,6 +54,9 @@ anything that decides a write):
 
 Snapshots are not cached (they live next to the events; ``store.snapshots`` unwraps the
 recorder).
+
+The package holds the recorder (here), the URL's parsing (:mod:`.config`) and erasure
+through the cache (:mod:`.erase`). It may import the core and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -76,13 +79,12 @@ from ares_events.core.backend import (
     Capability,
     Head,
     SealedEvent,
-    TrackingRecord,
 )
 from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
-from ares_events.core.url import StoreURL
-from ares_events.errors import ConfigError, MissingDependencyError, StoreClosed
-from ares_events.stores._cache_erase import CacheErasure
+from ares_events.errors import MissingDependencyError, StoreClosed
+from ares_events.stores.cache.config import parse
+from ares_events.stores.cache.erase import CacheErasure
 
 if TYPE_CHECKING:
     import redis
@@ -91,16 +93,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["CacheStats", "CachedRecorder"]
 
-_PARAMS: Final = (
-    "connect_timeout",
-    "prefix",
-    "retry_after",
-    "socket_timeout",
-    "ssl_ca_certs",
-    "ssl_cert_reqs",
-    "tail",
-    "ttl",
-)
 _MAX_BACKOFF: Final = 30.0
 _POLL_CAP: Final = 0.25
 """Longest pause between inner-store checks in ``wait_for`` (writers without the cache
@@ -144,8 +136,6 @@ redis.call('EXPIRE', key, tonumber(ARGV[6]))
 return 1
 """
 
-_CERT_REQS: Final = ("none", "optional", "required")
-
 
 @dataclass(slots=True)
 class CacheStats:
@@ -161,75 +151,6 @@ class CacheStats:
     """Operations that skipped Redis because it was down."""
     errors: int = 0
     """Redis failures (each starts or extends an outage)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Config:
-    host: str
-    port: int
-    db: int
-    username: str | None
-    password: str | None
-    ssl: bool
-    prefix: str
-    ttl: int
-    tail: int
-    socket_timeout: float
-    connect_timeout: float
-    retry_after: float
-    ssl_cert_reqs: str | None
-    ssl_ca_certs: str | None
-
-
-def _parse(url: str) -> tuple[_Config, str]:
-    parsed = StoreURL.parse(url, source="cache URL")
-    redacted = parsed.redacted()
-    if parsed.scheme not in ("redis", "rediss"):
-        raise ConfigError(f"cache URL must be redis:// or rediss://, got {redacted}")
-    p = parsed.check_params(_PARAMS)
-    db_text = parsed.path.strip("/") or "0"
-    try:
-        db = int(db_text)
-        ttl = int(p.get("ttl", "300"))
-        tail = int(p.get("tail", "100"))
-        socket_timeout = float(p.get("socket_timeout", "0.2"))
-        connect_timeout = float(p.get("connect_timeout", str(socket_timeout)))
-        retry_after = float(p.get("retry_after", "1"))
-    except ValueError:
-        raise ConfigError(f"invalid number in cache URL {redacted}") from None
-    if db < 0 or ttl <= 0 or not 1 <= tail <= 100_000:
-        raise ConfigError(
-            f"cache URL {redacted}: database must be >= 0, ttl > 0 and tail in 1..100000"
-        )
-    if socket_timeout <= 0 or connect_timeout <= 0 or retry_after <= 0:
-        raise ConfigError(
-            f"cache URL {redacted}: socket_timeout, connect_timeout and retry_after "
-            "must be positive"
-        )
-    ssl = parsed.scheme == "rediss"
-    reqs = p.get("ssl_cert_reqs")
-    cas = p.get("ssl_ca_certs")
-    if not ssl and (reqs is not None or cas is not None):
-        raise ConfigError(f"ssl_cert_reqs and ssl_ca_certs need rediss://, got {redacted}")
-    if reqs is not None and reqs not in _CERT_REQS:
-        raise ConfigError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)} in {redacted}")
-    cfg = _Config(
-        host=parsed.host or "localhost",
-        port=parsed.port or 6379,
-        db=db,
-        username=parsed.username,
-        password=parsed.password,
-        ssl=ssl,
-        prefix=p.get("prefix", "ares:"),
-        ttl=ttl,
-        tail=tail,
-        socket_timeout=socket_timeout,
-        connect_timeout=connect_timeout,
-        retry_after=retry_after,
-        ssl_cert_reqs=reqs,
-        ssl_ca_certs=cas,
-    )
-    return cfg, redacted
 
 
 def _encode(e: RecordedEvent) -> bytes:
@@ -293,7 +214,7 @@ class CachedRecorder(CacheErasure):
             ConfigError: a bad cache URL (the message never shows its password).
             MissingDependencyError: redis-py is not installed.
         """
-        cfg, redacted = _parse(url)
+        cfg, redacted = parse(url)
         try:
             import redis
             from redis.backoff import NoBackoff
@@ -728,71 +649,41 @@ class CachedRecorder(CacheErasure):
     # streams at once, metadata, archive deletes) leaves cached tails as they are: a
     # read serves a tail only when its stamp equals the inner head.
 
-    def append_many(
-        self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
-    ) -> list[AppendOutcome]:
-        """The inner store's ``append_many``."""
-        out: list[AppendOutcome] = self.inner.append_many(batches, tracking)
-        return out
+    def append_many(self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: Any) -> Any:
+        return self.inner.append_many(batches, tracking)
 
-    def tracked_position(self, name: str) -> int | None:
-        """The inner store's tracked position of ``name``."""
-        out: int | None = self.inner.tracked_position(name)
-        return out
+    def tracked_position(self, name: str) -> Any:
+        return self.inner.tracked_position(name)
 
-    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
-        """A page of the inner store's heads."""
-        out: list[tuple[str, Head]] = self.inner.heads_page(after, limit, prefix)
-        return out
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> Any:
+        return self.inner.heads_page(after, limit, prefix)
 
-    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
-        """The inner store's position scan."""
-        out: Iterator[tuple[Any, Any, Any]] = self.inner.positions(after_position)
-        return out
+    def positions(self, after_position: int) -> Any:
+        return self.inner.positions(after_position)
 
-    def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
-        """The inner store's duplicate scan."""
-        out: Iterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
-        return out
+    def find_duplicates(self) -> Any:
+        return self.inner.find_duplicates()
 
-    def meta_get(self, key: str) -> str | None:
-        """The inner store's metadata value under ``key``."""
-        out: str | None = self.inner.meta_get(key)
-        return out
+    def meta_get(self, key: str) -> Any:
+        return self.inner.meta_get(key)
 
-    def meta_put_if_absent(self, key: str, value: str) -> str:
-        """The inner store's put-if-absent."""
-        out: str = self.inner.meta_put_if_absent(key, value)
-        return out
+    def meta_put_if_absent(self, key: str, value: str) -> Any:
+        return self.inner.meta_put_if_absent(key, value)
 
     def meta_set(self, key: str, value: str) -> None:
-        """The inner store's metadata write."""
         self.inner.meta_set(key, value)
 
-    def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
-        """The inner store's compare-and-swap of a metadata value."""
-        out: bool = self.inner.meta_swap(key, expected, value)
-        return out
+    def meta_swap(self, key: str, expected: str | None, value: str) -> Any:
+        return self.inner.meta_swap(key, expected, value)
 
-    def delete_archived(
-        self,
-        first_position: int,
-        last_position: int,
-        expected: Sequence[tuple[int, bytes, str | None]],
-    ) -> int:
-        """The inner store's delete of archived rows (those versions are older than any
-        cached tail: a stream's last event is never archived)."""
-        out: int = self.inner.delete_archived(first_position, last_position, expected)
-        return out
+    def delete_archived(self, first: int, last: int, expected: Sequence[Any]) -> Any:
+        return self.inner.delete_archived(first, last, expected)  # older than any cached tail
 
     def snapshot_rows(self) -> Any:
-        """The inner store's snapshot table (snapshots are not cached)."""
-        return self.inner.snapshot_rows()
+        return self.inner.snapshot_rows()  # snapshots are not cached
 
-    def default_blobs_url(self) -> str | None:
-        """The inner store's default blob location."""
-        out: str | None = self.inner.default_blobs_url()
-        return out
+    def default_blobs_url(self) -> Any:
+        return self.inner.default_blobs_url()
 
     def close(self) -> None:
         """Wait for the Redis calls in flight (later ones are skipped), close the inner
