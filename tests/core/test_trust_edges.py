@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from tests.cli_helpers import run, run_json
 
 KEY = bytes(range(32))
@@ -347,9 +348,9 @@ def test_postgres_keyed_snapshot_forgery_is_ignored(postgres_url: str) -> None:
         for n in range(4):
             ae.emit(store, "agent", "state.patched", "runtime", {"key": f"k{n}", "value": n})
         ae.snapshot(store, "agent", proj)
-        schema = store.recorder.schema  # type: ignore[attr-defined]
+        schema = backend_of(store.recorder).schema
         new = b'{"owned":true}'
-        with store.recorder.connection() as conn:  # type: ignore[attr-defined]
+        with backend_of(store.recorder).connection() as conn:
             conn.execute(
                 sql.SQL("UPDATE {}.ares_snapshots SET state = %s, state_digest = %s").format(
                     sql.Identifier(schema)

@@ -21,6 +21,7 @@ import pytest
 import ares_events as ae
 from ares_events.cli import main
 from ares_events.core.events import ErasedPayloadRef
+from ares_events.core.recorder import backend_of
 from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections.base import ERASED_REASON
@@ -94,7 +95,7 @@ def test_postgres_row_no_longer_holds_the_payload(
     with open_backend("postgres", tmp_path, request) as store:
         store.append("p", [_ev({"ssn": SECRET})])
         ae.erase(store, "p", 1, reason="r", by="b")
-        rec: Any = store.recorder
+        rec: Any = backend_of(store.recorder)
         with rec.pool.connection() as conn:
             rows = conn.execute(
                 psycopg.sql.SQL("SELECT payload, payload_ref FROM {}.ares_events").format(

@@ -24,6 +24,7 @@ import pytest
 import ares_events as ae
 from ares_events.core.backend import Batch
 from ares_events.core.events import prepare, utc_now_at
+from ares_events.core.recorder import backend_of
 from ares_events.errors import StoreUnavailable
 from ares_events.stores.postgres.recorder_async import AsyncPostgresRecorder
 from tests import servers
@@ -102,7 +103,7 @@ def test_subscribe_never_skips_a_late_commit(postgres_url: str, postgres_db_url:
 
     async def scenario() -> None:
         async with await ae.open_async_store(postgres_url) as store:
-            rec: Any = store.recorder
+            rec: Any = backend_of(store.recorder)
             got: list[tuple[str, int]] = []
 
             async def consume() -> None:
@@ -229,7 +230,7 @@ def test_notify_false_waits_by_polling(postgres_url: str) -> None:
             await asyncio.sleep(0.1)
             await b.append("s", [_ev()])
             assert await asyncio.wait_for(waiter, 30) is True
-            assert a.recorder._listener is None  # type: ignore[attr-defined]
+            assert backend_of(a.recorder)._listener is None
 
     go(scenario())
 
