@@ -34,8 +34,8 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, Router
-from starlette.types import ASGIApp as ASGI
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
 from ares_events.agents.run_info import LIST_STATUSES
@@ -110,7 +110,7 @@ class Hardened:
     response sent before the request's body was read whole (the server would otherwise
     read and discard the rest to reuse the connection)."""
 
-    def __init__(self, app: ASGI) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,7 +121,13 @@ class Hardened:
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         chunked = any(k == b"transfer-encoding" for k, _ in scope["headers"])
         pending = [chunked or (declared is not None and declared.strip(b"0") != b"")]
-        if declared is not None and int(declared) > MAX_FORM:  # the server checked: digits
+        try:
+            size = int(declared or b"0")
+        except ValueError:  # uvicorn refuses it first; another server may not
+            size = -1
+        if size < 0:
+            app = refusal(HTTPStatus.BAD_REQUEST, "bad Content-Length")
+        elif size > MAX_FORM:
             app = refusal(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "form too large")
 
         async def receive_counted() -> Message:
@@ -311,6 +317,9 @@ class ConsoleApp:
         return Response(html, out.status, media_type="text/html; charset=utf-8")
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # none served
+            await WebSocketClose()(scope, receive, send)
+            return
         await refusal(HTTPStatus.NOT_FOUND, "no such page")(scope, receive, send)
 
     async def _static_file(self, request: Request) -> Response:

@@ -160,9 +160,10 @@ class _Gate:
                 f"{self.cookie}={self._token.decode()}; HttpOnly; SameSite=Strict; "
                 f"Path={self.prefix}/"
             )
+            here = scope["raw_path"].decode("latin-1")  # as sent: percent-encoded, ASCII
             return Response(
                 status_code=HTTPStatus.SEE_OTHER,
-                headers={"Location": path + (f"?{rest}" if rest else ""), "Set-Cookie": cookie},
+                headers={"Location": here + (f"?{rest}" if rest else ""), "Set-Cookie": cookie},
             )
         if not self._session_ok(headers.get(b"cookie", b"")):
             return refusal(
