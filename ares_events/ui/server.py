@@ -25,6 +25,7 @@ It may import anything below the console and this package's modules.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import logging
@@ -76,6 +77,7 @@ class _Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.access_log = False
+        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -84,6 +86,11 @@ class _Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
 
     def _deadline(self) -> None:
         # A new request head replaces self.cycle: if it is still the same object when the
@@ -94,7 +101,9 @@ class _Protocol(H11Protocol):
             if self.cycle is waiting_after and not self.transport.is_closing():
                 self.transport.close()
 
-        self.loop.call_later(self.head_timeout, expire)
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(self.head_timeout, expire)
 
 
 class _Server(uvicorn.Server):
