@@ -225,15 +225,20 @@ class ConsoleApp:
         await self._hardened(scope, receive, send)
 
     def close(self) -> None:
-        """End live streams at their next tick and stop the worker threads (a page being
-        rendered finishes first)."""
+        """End live streams at their next tick and stop the worker threads: queued views
+        are dropped; one being rendered is not waited for (a whole-stream verify can take
+        long), it ends at its next store call once the store is closed."""
         self.closing = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- plumbing ----------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self._pool.submit(fn, *args))
+        try:
+            future = self._pool.submit(fn, *args)
+        except RuntimeError:  # closed: a request that came in while the server stopped
+            raise _Refused(HTTPStatus.SERVICE_UNAVAILABLE, "the console is stopping") from None
+        return await asyncio.wrap_future(future)
 
     def _chrome(self) -> views.Chrome:
         return views.Chrome(self.store.url, self.actions, self._csrf)
@@ -243,7 +248,10 @@ class ConsoleApp:
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             fragment = request.headers.get("x-ares-fragment") == "1"
-            return await self._call(self._render, fn, dict(request.query_params), fragment)
+            try:
+                return await self._call(self._render, fn, dict(request.query_params), fragment)
+            except _Refused as r:
+                return refusal(r.status, r.text)
 
         return endpoint
 
@@ -253,9 +261,9 @@ class ConsoleApp:
         async def endpoint(request: Request) -> Response:
             try:
                 form = await self._form(request)
+                return await self._call(self._render, fn, form, False)
             except _Refused as r:
                 return refusal(r.status, r.text)
-            return await self._call(self._render, fn, form, False)
 
         return endpoint
 
@@ -486,14 +494,17 @@ class ConsoleApp:
         yield b"retry: 1000\n\n"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _LIVE_SECONDS
-        while loop.time() < deadline and not self.closing:
-            last = await self._call(self.store.last_position)
-            if last != pos:
-                pos = last
-                yield f"event: position\ndata: {pos}\n\n".encode()
-            else:
-                yield b": idle\n\n"
-            await self._call(self.store.wait_for, pos, 1.0)
+        try:
+            while loop.time() < deadline and not self.closing:
+                last = await self._call(self.store.last_position)
+                if last != pos:
+                    pos = last
+                    yield f"event: position\ndata: {pos}\n\n".encode()
+                else:
+                    yield b": idle\n\n"
+                await self._call(self.store.wait_for, pos, 1.0)
+        except _Refused:
+            return  # closed: the browser reconnects to whatever serves next
 
     # -- POST (form checked; on a worker thread) ---------------------------------------------
 

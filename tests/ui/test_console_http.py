@@ -15,6 +15,7 @@ import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import pytest
@@ -162,6 +163,23 @@ def test_a_connection_that_sends_no_whole_head_is_closed(tmp_path: Path) -> None
                     s.close()
         finally:
             server.close()
+
+
+def test_a_closed_console_answers_503_not_a_traceback(tmp_path: Path, capfd: Any) -> None:
+    """A request that reaches the app after :meth:`ConsoleApp.close` (the server still
+    stopping) gets a 503 page; nothing is printed as a traceback."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+        server = ConsoleServer(store, port=0).start()
+        try:
+            token = server.login_url.split("token=")[1]
+            cookie = {"Cookie": f"ares_console_{server.port}={token}"}
+            assert _request(server.base_url, "GET", "/streams", headers=cookie)[0] == 200
+            server.app.close()
+            status, _, body = _request(server.base_url, "GET", "/streams", headers=cookie)
+            assert status == 503 and "stopping" in body
+        finally:
+            server.close()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 # -- malformed requests and bodies ------------------------------------------------------------
