@@ -75,7 +75,7 @@ def timed(conn_base: str, cookie: str, path: str, repeat: int = REPEAT) -> tuple
     for _ in range(repeat):
         c = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=120)
         t0 = time.perf_counter()
-        c.request("GET", path, headers={"Cookie": cookie})
+        c.request("GET", parts.path + path, headers={"Cookie": cookie})  # under the prefix
         r = c.getresponse()
         body = r.read()
         times.append(time.perf_counter() - t0)

@@ -6,20 +6,56 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import logging
 import signal
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
 
 from ares_events.cli.common import EXIT_OK, App, CommandError, cli, pass_app
 
+if TYPE_CHECKING:
+    from ares_events.ui import ConsoleServer
+
 _READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres"})
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class _Stop:
+    """What SIGINT and SIGTERM ask, wherever they land: a flag, and the server told to
+    stop. Nothing is raised into the code that runs (an exception thrown mid-start-up
+    could leave a server nobody stops) and no lock is taken."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.server: ConsoleServer | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        if self.server is not None:
+            self.server.request_stop()
+
+
+@contextlib.contextmanager
+def _server_logs(app: App) -> Iterator[None]:
+    """uvicorn's own lines through the CLI's handler: errors always, warnings (a
+    malformed request, too many connections) with -v. They quote no request."""
+    ours = logging.getLogger("ares_events")
+    handlers = [h for h in ours.handlers if h.get_name() == "ares-events-cli"]
+    uv = logging.getLogger("uvicorn")
+    saved = (uv.level, uv.propagate, list(uv.handlers))
+    uv.setLevel(logging.WARNING if app.verbose else logging.ERROR)
+    uv.handlers = handlers
+    uv.propagate = False
+    try:
+        yield
+    finally:
+        uv.setLevel(saved[0])
+        uv.propagate = saved[1]
+        uv.handlers = saved[2]
 
 
 @cli.command(name="ui")
@@ -56,7 +92,7 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
     Pages are rendered on the server (no build step, no CDN, a strict Content-Security-
     Policy). Read-only by default: SQLite is opened with mode=ro and PostgreSQL in
     read-only transactions; nothing is appended. The URL printed at start holds a
-    per-start session token: open it, and keep it to yourself.
+    per-start secret path and session token: open it, and keep it to yourself.
 
     \b
     Example:
@@ -64,6 +100,22 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
       ares-events ui --port 9000 --allow-actions
       ares-events ui --anchors file:///var/lib/ares-anchors/
     """
+    # SIGTERM (a supervisor, a test) and Ctrl-C stop it, whenever they land: installed
+    # first, before the store is opened, and before the address is printed (whoever
+    # reads it may stop us at once).
+    stop = _Stop()
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _serve(app, stop, port, host, allow_actions, anchors_url)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return EXIT_OK
+
+
+def _serve(
+    app: App, stop: _Stop, port: int, host: str, allow_actions: bool, anchors_url: str | None
+) -> None:
     from ares_events.ui import ConsoleServer
 
     scheme = urlsplit(app.raw_store_url()).scheme.split("+")[0]
@@ -77,25 +129,24 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
     except ValueError:
         loopback = host == "localhost"
     with app.open(**options) as store:
+        if stop.requested:
+            return
         try:
             server = ConsoleServer(
                 store, host=host, port=port, actions=allow_actions, anchors=anchors_url
             )
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        # SIGTERM (a supervisor, a test) stops it as Ctrl-C does: the store is closed.
-        # Installed before the address is printed: whoever reads it may stop us at once.
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        stop.server = server
         try:
+            if stop.requested:  # landed before the server could be told
+                return
             mode = "actions allowed" if allow_actions else "read-only"
             if not loopback:
                 app.err.print(f"warning: listening on {host}, reachable from other machines")
-            click.echo(f"ares-events console ({mode}) on {server.base_url}", err=True)
+            click.echo(f"ares-events console ({mode}) on {server.address}", err=True)
             click.echo(f"open {server.login_url}", err=True)
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
+            with _server_logs(app):
+                server.serve_forever()
         finally:
-            signal.signal(signal.SIGTERM, previous)
             server.close()
-    return EXIT_OK

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import json
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import urlencode
 
@@ -31,13 +31,15 @@ class Markup(str):
     __slots__ = ()
 
 
-def visible(text: str) -> str:
-    """``text`` with invisible and direction-changing characters spelled out."""
+def visible(text: str, *, keep: Collection[str] = _KEEP) -> str:
+    """``text`` with invisible and direction-changing characters spelled out, except
+    those in ``keep`` (newline and tab, for a page; ``keep=""`` for one log line, where
+    a raw escape sequence would drive the operator's terminal)."""
     if text.isprintable():
         return text
     out = []
     for ch in text:
-        if ch not in _KEEP and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+        if ch not in keep and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
             out.append(f"⟨U+{ord(ch):04X}⟩")
         else:
             out.append(ch)
@@ -93,11 +95,12 @@ def join(children: Iterable[Any]) -> Markup:
 
 
 def url(path: str, query: Mapping[str, Any] | None = None) -> str:
-    """A same-origin URL: ``path`` (a literal of this code) and an encoded query."""
-    if not query:
-        return path
-    q = {k: v for k, v in query.items() if v is not None and v != ""}
-    return f"{path}?{urlencode(q)}" if q else path
+    """A same-origin URL relative to the console's root: ``path`` (a literal of this code,
+    ``"/stream"``) and an encoded query, as ``./stream?id=...``. Every page sits one level
+    under the root, so the console works wherever it is mounted without knowing where."""
+    rel = "./" + path.lstrip("/")
+    q = {k: v for k, v in (query or {}).items() if v is not None and v != ""}
+    return f"{rel}?{urlencode(q)}" if q else rel
 
 
 def link(text: Any, path: str, query: Mapping[str, Any] | None = None, **attrs: Any) -> Markup:

@@ -221,7 +221,7 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
                 el("input", type="hidden", name="step", value=str(s.step)),
                 el("button", "diff", type="submit"),
                 method="get",
-                action="/diff",
+                action="./diff",
                 cls="diff-form",
             )
         )
@@ -253,7 +253,7 @@ def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
         _who_fields(),
         el("button", "resolve", type="submit", cls="act"),
         method="post",
-        action="/action",
+        action="./action",
         cls="action",
     )
 
@@ -270,7 +270,7 @@ def _run_actions(chrome: Chrome, info: RunSummary) -> Markup | None:
                 _who_fields(),
                 el("button", "resume", type="submit", cls="act"),
                 method="post",
-                action="/action",
+                action="./action",
                 cls="action",
                 id="resume-form",
             )
@@ -283,7 +283,7 @@ def _run_actions(chrome: Chrome, info: RunSummary) -> Markup | None:
                 _who_fields(),
                 el("button", "cancel run", type="submit", cls="act danger"),
                 method="post",
-                action="/action",
+                action="./action",
                 cls="action",
                 id="cancel-form",
             )

@@ -96,8 +96,9 @@ def page(
                 el("meta", charset="utf-8"),
                 el("meta", name="viewport", content="width=device-width, initial-scale=1"),
                 el("title", f"{title} · ares-events"),
-                el("link", rel="stylesheet", href="/static/console.css"),
-                el("script", src="/static/console.js", defer=True),
+                el("link", rel="icon", href="./static/favicon.svg"),
+                el("link", rel="stylesheet", href="./static/console.css"),
+                el("script", src="./static/console.js", defer=True),
             ),
             el("body", nav, main),
             lang="en",
@@ -152,7 +153,7 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         ),
         el("button", "search", type="submit"),
         method="get",
-        action="/streams",
+        action="./streams",
         cls="search",
     )
     body = [
@@ -367,7 +368,7 @@ def audit_view(
         ),
         el("button", "run an audit", type="submit", id="audit-start"),
         method="post",
-        action="/audit",
+        action="./audit",
         cls="action",
     )
     parts: list[Any] = [el("h1", "Integrity"), start]
@@ -444,7 +445,7 @@ def audit_view(
             ),
             el("button", "download proof", type="submit"),
             method="get",
-            action="/proof",
+            action="./proof",
             cls="action",
         )
     )

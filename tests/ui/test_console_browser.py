@@ -221,7 +221,7 @@ def test_hostile_content_stays_text(driver: Any, sqlite_url: str) -> None:
             scripts = driver.execute_script(
                 "return Array.from(document.scripts).map(s => s.getAttribute('src'))"
             )
-            assert scripts == ["/static/console.js"], path
+            assert scripts == ["./static/console.js"], path
             screenshot(driver, f"hostile-{i}")
         body = text_of(driver, "main")
         assert visible(fleet.EVIL_ID) in body and "⟨U+202E⟩" in body

@@ -71,7 +71,7 @@ def test_streams_page_by_cursor(served: tuple[ConsoleServer, dict[str, str]]) ->
     path: str | None = "/streams"
     while path is not None:
         body = _get(served, path)
-        ids = re.findall(r'<a href="/stream\?id=([^"&]+)"', body)
+        ids = re.findall(r'<a href="\./stream\?id=([^"&]+)"', body)
         assert len(ids) <= 50
         seen.extend(ids)
         path = _next(body)
@@ -83,7 +83,7 @@ def test_stream_events_page_by_version(served: tuple[ConsoleServer, dict[str, st
     body = _get(served, "/stream?id=long&from=101")
     versions = [int(v) for v in re.findall(r'<tr id="v(\d+)"', body)]
     assert versions == list(range(101, 201))
-    assert _next(body) == "/stream?id=long&from=201"
+    assert _next(body) == "./stream?id=long&from=201"
     last = _get(served, "/stream?id=long&from=201")
     assert [int(v) for v in re.findall(r'<tr id="v(\d+)"', last)] == list(range(201, 251))
     assert _next(last) is None and "head compared" in last

@@ -243,10 +243,11 @@ def _request(
     headers: dict[str, str] | None = None,
     body: str | None = None,
 ) -> tuple[int, dict[str, str], str]:
-    parts = urlsplit(base)
+    parts = urlsplit(base)  # base: the console's root, its secret prefix included
+    target = parts.path + "/" + (path[2:] if path.startswith("./") else path.lstrip("/"))
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
     try:
-        conn.request(method, path, body=body, headers=headers or {})
+        conn.request(method, target, body=body, headers=headers or {})
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read().decode()
     finally:
@@ -261,8 +262,10 @@ def _session(c: Any) -> dict[str, str]:
         and "HttpOnly" in headers["set-cookie"]
         and "SameSite=Strict" in headers["set-cookie"]
     )
-    # One cookie per port: two consoles on one host keep their own sessions.
+    # One cookie per port: two consoles on one host keep their own sessions; and it is
+    # scoped to the console's secret path, so no other server on this host receives it.
     assert headers["set-cookie"].startswith(f"ares_console_{urlsplit(c.base).port}=")
+    assert f"Path={urlsplit(c.base).path}/" in headers["set-cookie"].split("; ")
     return {"Cookie": headers["set-cookie"].split(";")[0]}
 
 

@@ -49,7 +49,7 @@
 
   if (main.getAttribute("data-live") === "1" && window.EventSource) {
     var position = main.getAttribute("data-position") || "0";
-    var source = new EventSource("/live?after=" + encodeURIComponent(position));
+    var source = new EventSource("./live?after=" + encodeURIComponent(position));
     source.addEventListener("position", function (ev) {
       if (ev.data !== position) {
         position = ev.data;
