@@ -132,7 +132,8 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     """List every run (streams that begin with run.started), appending nothing.
 
     Per run: status, steps, tokens, in-doubt tool calls, the interrupt or error, and the
-    time of its last event. Exits 1 when a run's chain has findings.
+    time of its last event (--json: every number of the run, as `runs show`). Exits 1
+    when a run's chain has findings.
 
     \b
     Example:
@@ -180,11 +181,11 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         table.add_row(
             Text(r.run_id),
             _status_text(r.status),
-            str(len(r.steps)),
-            str(r.tokens),
+            str(r.counts.steps),
+            str(r.counts.tokens),
             str(len(r.in_doubt)),
             Text(why),
-            (r.updated_at or "")[5:16].replace("T", " "),
+            Text((r.updated_at or "")[5:16].replace("T", " ")),
         )
     app.out.print(table)
     return EXIT_FINDINGS if bad else EXIT_OK
@@ -237,11 +238,14 @@ def _attempts_text(s: StepInfo) -> str:
 def _print_run(app: App, info: RunInfo) -> None:
     head = Text(f"run {info.run_id}: ")
     head.append_text(_status_text(info.status))
-    head.append(
-        f"  version {info.version}, {len(info.steps)} step(s), {info.tokens} tokens, "
-        f"code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
+    head.append_text(
+        Text(
+            f"  version {info.version}, code {info.code_revision}, "
+            f"prompt {str(info.prompt_hash)[:12]}"
+        )
     )
     app.out.print(head)
+    app.out.print(Text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:
         app.out.print(Text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
     if info.error:
@@ -259,9 +263,9 @@ def _print_run(app: App, info: RunInfo) -> None:
     for s in info.steps:
         table.add_row(
             str(s.step),
-            s.kind,
+            Text(s.kind),
             Text(s.status, style="bold yellow" if s.in_doubt else ""),
-            _attempts_text(s),
+            Text(_attempts_text(s)),
             Text(_asked(s)),
             Text(_got(s)),
             str(s.tokens) if s.kind == "model" else "",
@@ -287,9 +291,11 @@ def _print_run(app: App, info: RunInfo) -> None:
 @json_option
 @pass_app
 def runs_show(app: App, run: str, as_json: bool) -> int:
-    """Show RUN step by step, appending nothing: each step's kind, status and attempts
-    (with their errors), what it asked (messages, tool and args, as recorded), what it
-    got, tokens; in-doubt tool calls and the interrupt. Exits 1 on chain findings.
+    """Show RUN step by step, appending nothing: its numbers (steps, attempts, retries,
+    tokens, recoveries, resumes: defined in docs/guide-journal.md), then each step's kind,
+    status and attempts (with their errors), what it asked (messages, tool and args, as
+    recorded), what it got, tokens; in-doubt tool calls and the interrupt. Exits 1 on
+    chain findings.
 
     \b
     Example:
