@@ -7,7 +7,6 @@ import os
 import click
 from rich import box
 from rich.table import Table
-from rich.text import Text
 
 from ares_events.cli.common import (
     EXIT_FINDINGS,
@@ -19,6 +18,7 @@ from ares_events.cli.common import (
     cli,
     json_option,
     pass_app,
+    text,
 )
 from ares_events.stores.settings import Settings
 
@@ -121,7 +121,7 @@ def demo(
         app.json(data)
         return EXIT_OK if result.all_ok else EXIT_FINDINGS
     table = Table(
-        title=Text(f"demo run {result.run_id}: {agents} agents x {events} events"),
+        title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
         title_justify="left",
     )
     table.add_column("stream", no_wrap=True)
@@ -129,20 +129,20 @@ def demo(
     table.add_column("events", justify="right")
     table.add_column("verified", no_wrap=True)
     for s in result.streams:
-        table.add_row(Text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
-    app.out.print(table)
+        table.add_row(text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
+    app.table(table)
     app.out.print(
-        Text(
+        text(
             f"{result.events} events appended in {result.append_seconds:.2f}s "
             f"({result.append_rate:,.0f} events/s, one transaction per step); "
             f"verified in {result.verify_seconds:.2f}s ({result.verify_rate:,.0f} events/s)"
         )
     )
     if result.all_ok:
-        app.out.print(Text("all chains verified", style="bold green"))
+        app.out.print(text("all chains verified", style="bold green"))
         first = result.streams[0].stream_id
         app.out.print(
-            Text(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
+            text(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
         )
         return EXIT_OK
     for s in result.streams:
@@ -183,7 +183,7 @@ def _resurrection_demo(
         app.json(data)
         return EXIT_OK if ok else EXIT_FINDINGS
     table = Table(
-        title=Text(f"kill -9 demo {report.run}: {agents} agents, {report.kills} kills"),
+        title=text(f"kill -9 demo {report.run}: {agents} agents, {report.kills} kills"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 0),
@@ -223,7 +223,7 @@ def _resurrection_demo(
         )
     for a in report.agents:
         table.add_row(
-            Text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
+            text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
             _status(a.finished),
             str(a.counts.steps),
             str(a.counts.recoveries),
@@ -237,9 +237,9 @@ def _resurrection_demo(
             "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}",
             _status(a.chain_ok),
         )
-    app.out.print(table)
+    app.table(table, optional=("ms", "lost", "429s"))
     app.out.print(
-        Text(
+        text(
             f"all finished: {report.all_finished}; kills: {report.kills}; "
             f"recoveries: {data['recoveries']}; "
             f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "

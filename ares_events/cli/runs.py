@@ -45,6 +45,7 @@ from ares_events.cli.common import (
     cli,
     json_option,
     pass_app,
+    text,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
 
@@ -72,7 +73,7 @@ def _json_text(value: Any) -> str:
 
 
 def _status_text(status: str) -> Text:
-    return Text(status, style=_STATUS_STYLE.get(status, ""))
+    return text(status, style=_STATUS_STYLE.get(status, ""))
 
 
 @contextlib.contextmanager
@@ -132,8 +133,9 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     """List every run (streams that begin with run.started), appending nothing.
 
     Per run: status, steps, tokens, in-doubt tool calls, the interrupt or error, and the
-    time of its last event (--json: every number of the run, as `runs show`). Exits 1
-    when a run's chain has findings.
+    time of its last event (--json: every number of the run, as `runs show`). Run ids are
+    never cut: at 80 columns the time, then the tokens, go first. Exits 1 when a run's
+    chain has findings.
 
     \b
     Example:
@@ -156,7 +158,7 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         )
         return EXIT_FINDINGS if bad else EXIT_OK
     if not runs:
-        app.out.print(Text(f"no runs{f' with status {status}' if status else ''} in {url}"))
+        app.out.print(text(f"no runs{f' with status {status}' if status else ''} in {url}"))
         return EXIT_OK
     table = Table(
         title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
@@ -166,7 +168,7 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     table.add_column("status", no_wrap=True)
     for name in ("steps", "tokens", "in doubt"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("why", overflow="fold", min_width=12)
+    table.add_column("why", overflow="fold", min_width=10)
     table.add_column("updated (UTC)", no_wrap=True)
     for r in runs:
         why = ""
@@ -179,15 +181,15 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         if not r.ok:
             why = f"FINDINGS {why}".strip()
         table.add_row(
-            Text(r.run_id),
+            text(r.run_id),
             _status_text(r.status),
             str(r.counts.steps),
             str(r.counts.tokens),
             str(len(r.in_doubt)),
-            Text(why),
-            Text((r.updated_at or "")[5:16].replace("T", " ")),
+            text(why),
+            text((r.updated_at or "")[5:16].replace("T", " ")),
         )
-    app.out.print(table)
+    app.table(table, optional=("updated (UTC)", "in doubt", "tokens", "steps"))
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
@@ -236,22 +238,22 @@ def _attempts_text(s: StepInfo) -> str:
 
 
 def _print_run(app: App, info: RunInfo) -> None:
-    head = Text(f"run {info.run_id}: ")
+    head = text(f"run {info.run_id}: ")
     head.append_text(_status_text(info.status))
     head.append_text(
-        Text(
+        text(
             f"  version {info.version}, code {info.code_revision}, "
             f"prompt {str(info.prompt_hash)[:12]}"
         )
     )
     app.out.print(head)
-    app.out.print(Text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
+    app.out.print(text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:
-        app.out.print(Text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
+        app.out.print(text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
     if info.error:
-        app.out.print(Text(f"error: {info.error}", style="red"))
+        app.out.print(text(f"error: {info.error}", style="red"))
     if info.cancelled:
-        app.out.print(Text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
+        app.out.print(text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("kind", no_wrap=True)
@@ -263,17 +265,17 @@ def _print_run(app: App, info: RunInfo) -> None:
     for s in info.steps:
         table.add_row(
             str(s.step),
-            Text(s.kind),
-            Text(s.status, style="bold yellow" if s.in_doubt else ""),
-            Text(_attempts_text(s)),
-            Text(_asked(s)),
-            Text(_got(s)),
+            text(s.kind),
+            text(s.status, style="bold yellow" if s.in_doubt else ""),
+            text(_attempts_text(s)),
+            text(_asked(s)),
+            text(_got(s)),
             str(s.tokens) if s.kind == "model" else "",
         )
-    app.out.print(table)
+    app.table(table)
     for s in info.in_doubt:
         app.out.print(
-            Text(
+            text(
                 f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
                 f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
                 "--result JSON` (it landed) or `--not-done` (it did not)",
@@ -283,7 +285,7 @@ def _print_run(app: App, info: RunInfo) -> None:
     if info.findings:
         _print_findings(app, info.findings)
     for line in info.skipped:
-        app.out.print(Text(f"skipped {line}", style="red"))
+        app.out.print(text(f"skipped {line}", style="red"))
 
 
 @runs_cmd.command(name="show")
@@ -324,7 +326,7 @@ def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any]
             }
         )
     else:
-        app.out.print(Text(line))
+        app.out.print(text(line))
         app.out.print(Text.assemble("run is now ", _status_text(info.status)))
     return EXIT_OK
 
