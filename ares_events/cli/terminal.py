@@ -136,6 +136,7 @@ class _Stacked:
         if self.table.title:
             title = self.table.title
             yield from console.render(title if isinstance(title, Text) else Text(title), options)
+            yield Segment.line()
         for i, row in enumerate(zip(*(list(c.cells) for c in cols), strict=True)):
             if i:
                 yield Segment.line()
@@ -143,6 +144,11 @@ class _Stacked:
                 line = Text(f"{head:>{pad}}: ", style="dim")
                 line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
                 yield from console.render(line, options if col.no_wrap else wrapping)
+        if self.table.caption:
+            caption = self.table.caption
+            yield from console.render(
+                caption if isinstance(caption, Text) else Text(caption), wrapping
+            )
 
 
 def _natural(console: Console, renderables: Iterable[Any]) -> int:
