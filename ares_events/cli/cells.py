@@ -80,7 +80,7 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         title_justify="left",
     )
     for col in ("cell", "partitions", "streams", "location"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col != "location")
     for r in rows:
         table.add_row(
             text(r["cell"]), str(r["partitions"]), str(r["streams"]), text(r["location"] or "-")

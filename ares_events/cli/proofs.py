@@ -121,10 +121,10 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
             return EXIT_OK
         table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
         for col in ("origin", "tree size", "root", "signed at"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=True)  # names and roots are copied whole
         for o, n, r, _t, at in rows:
             table.add_row(text(o), str(n), b64(r), at)
-        app.table(table)
+        app.table(table, optional=("signed at",))
         return EXIT_OK
     key = load_signing_key(app, key_file, required=True)
     assert key is not None

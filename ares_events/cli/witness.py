@@ -108,12 +108,12 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
         return EXIT_OK
     table = Table(title=text(f"witness {state}"), title_justify="left")
     for col in ("origin", "cosigned size", "root", "at"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)  # names and roots are copied whole
     for lg in logs:
         table.add_row(
             text(lg.origin), str(lg.size), b64(lg.root) if lg.root else "-", lg.cosigned_at or "-"
         )
-    app.table(table)
+    app.table(table, optional=("at",))
     return EXIT_OK
 
 
