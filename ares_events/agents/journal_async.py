@@ -575,6 +575,12 @@ class AsyncJournal:
         return str(self.state["status"])
 
     @property
+    def counts(self) -> runs.RunCounts:
+        """The run's numbers as its log tells them so far (the same as
+        ``Journal.inspect(...).counts``, ``runs show`` and the console)."""
+        return runs.run_counts(self.state)
+
+    @property
     def patched(self) -> dict[str, Any]:
         """The run's patched state (key -> value)."""
         return dict(self.state["state"])

@@ -13,7 +13,12 @@ the ticketing service records every side effect, honours idempotency keys, and l
 answer of about a third of its first calls after the side effect (a gateway timeout).
 The agents retry both the way every agent loop does, through the journal (a retry is an
 attempt of the same step, with the same idempotency key). The report is computed from
-those tables and the event log, not from anything the agents claim.
+those tables and the event log, not from anything the agents claim; each agent's run
+numbers (steps, attempts, retries, tokens, recoveries, resumes) are the ones ``runs show``
+gives for its run (:func:`~ares_events.agents.run_info.run_counts`).
+
+Each agent does ``rounds`` research rounds; a round is three journal steps (a model call,
+a ticket, a state patch).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 import blake3
 
 from ares_events.agents.journal import Journal, ModelReply
+from ares_events.agents.run_info import RunCounts
+from ares_events.agents.runs import inspect_run
 from ares_events.agents.supervision import ProcessSupervisor, heartbeat
 from ares_events.chain import canonical_json
 from ares_events.core.events import parse_at
@@ -221,7 +228,7 @@ def agent_main(args: argparse.Namespace) -> int:
 
     ledger()
     summary = "nothing yet"
-    for i in range(1, args.steps + 1):
+    for i in range(1, args.rounds + 1):
         if hb:
             heartbeat(hb)
         msgs = [
@@ -276,8 +283,8 @@ def supervise_main(args: argparse.Namespace) -> int:
                 args.services,
                 "--agent-id",
                 agent_id,
-                "--steps",
-                str(args.steps),
+                "--rounds",
+                str(args.rounds),
                 "--latency",
                 str(args.latency),
                 "--snapshot-every",
@@ -296,8 +303,8 @@ class AgentReport:
 
     agent: str
     finished: bool
-    steps: int
-    resumes: int
+    counts: RunCounts
+    """The numbers of the agent's run, as ``runs show`` gives them."""
     model_calls_made: int
     model_calls_answered_from_log: int
     tokens_saved: int
@@ -306,13 +313,16 @@ class AgentReport:
     duplicate_side_effects: int
     rate_limits_absorbed: int
     lost_answers_absorbed: int
-    resume_ms: float | None
+    recovery_ms: float | None
+    """Median time an incarnation took to recover the run from its log."""
     chain_ok: bool
     events: int
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {k: getattr(self, k) for k in self.__slots__}
+        d = {k: getattr(self, k) for k in self.__slots__}
+        d["counts"] = self.counts.to_dict()
+        return d
 
 
 @dataclass(slots=True)
@@ -339,7 +349,7 @@ class DemoReport:
             "model_calls_saved": sum(a.model_calls_answered_from_log for a in self.agents),
             "tokens_saved": sum(a.tokens_saved for a in self.agents),
             "model_calls_made": sum(a.model_calls_made for a in self.agents),
-            "resumes": sum(a.resumes for a in self.agents),
+            "recoveries": sum(a.counts.recoveries for a in self.agents),
             "rate_limits_absorbed": sum(a.rate_limits_absorbed for a in self.agents),
             "lost_answers_absorbed": sum(a.lost_answers_absorbed for a in self.agents),
         }
@@ -371,7 +381,7 @@ def run_demo(
     *,
     blobs_url: str | None = None,
     agents: int = 10,
-    steps: int = 12,
+    rounds: int = 12,
     kills: int = 3,
     seed: int = 7,
     latency: float = 0.01,
@@ -416,8 +426,8 @@ def run_demo(
         run,
         "--agents",
         str(agents),
-        "--steps",
-        str(steps),
+        "--rounds",
+        str(rounds),
         "--latency",
         str(latency),
         "--snapshot-every",
@@ -425,7 +435,7 @@ def run_demo(
         "--timeout",
         str(timeout),
     ]
-    per_agent = 2 + steps * 7  # plus failed attempts: rate limits and lost answers
+    per_agent = 2 + rounds * 7  # plus failed attempts: rate limits and lost answers
     total = agents * per_agent
     points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))
     done_kills = 0
@@ -462,7 +472,6 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
     # A re-issued call is an LLM call for messages whose answer was already in the log.
     hash_of_step: dict[int, str] = {}
     responded: dict[str, float] = {}
-    finished = False
     events = 0
     for e in store.read(run_stream):
         events += 1
@@ -470,8 +479,7 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
             hash_of_step[int(e.payload["step"])] = e.payload["messages_hash"]
         elif e.type == "model.responded":
             responded[hash_of_step[int(e.payload["step"])]] = parse_at(e.at).timestamp()
-        elif e.type == "run.completed":
-            finished = True
+    info = inspect_run(store, run_stream, requests=False)
     calls = c.execute(
         "SELECT messages_hash, at FROM llm_calls WHERE agent = ?", (agent,)
     ).fetchall()
@@ -484,7 +492,7 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         "FROM incarnations WHERE agent = ?",
         (agent,),
     ).fetchall()
-    resumed = [r for r in inc if r[4] != "empty"]
+    recovered = [r for r in inc if r[4] != "empty"]
     rate_limits = c.execute(
         "SELECT count(*) FROM rate_limits WHERE agent = ?", (agent,)
     ).fetchone()[0]
@@ -492,9 +500,8 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
     chain_ok = verify_stream(store, run_stream).ok and verify_stream(store, agent).ok
     return AgentReport(
         agent=agent,
-        finished=finished,
-        steps=len(responded),
-        resumes=len(resumed),
+        finished=info.status == "completed",
+        counts=info.counts,
         model_calls_made=len(calls),
         model_calls_answered_from_log=sum(r[1] for r in inc),
         tokens_saved=sum(r[2] for r in inc),
@@ -503,7 +510,9 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         duplicate_side_effects=sum(n - 1 for _, n in effects if n > 1),
         rate_limits_absorbed=int(rate_limits),
         lost_answers_absorbed=int(lost),
-        resume_ms=round(statistics.median(r[0] for r in resumed) * 1000, 1) if resumed else None,
+        recovery_ms=(
+            round(statistics.median(r[0] for r in recovered) * 1000, 1) if recovered else None
+        ),
         chain_ok=chain_ok,
         events=events,
     )
@@ -516,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     for role in ("agent", "supervise"):
         s = sub.add_parser(role)
         s.add_argument("--services", required=True)
-        s.add_argument("--steps", type=int, default=12)
+        s.add_argument("--rounds", type=int, default=12)
         s.add_argument("--latency", type=float, default=0.01)
         s.add_argument("--snapshot-every", type=int, default=20)
         if role == "agent":

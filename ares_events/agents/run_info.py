@@ -1,5 +1,6 @@
-"""What a run is, as its log tells it: :class:`RunInfo` with its steps and attempts, and
-the small rules both faces of :mod:`.runs_async` share.
+"""What a run is, as its log tells it: :class:`RunInfo` with its steps and attempts, the
+run's numbers (:func:`run_counts`, their one definition), and the small rules both faces of
+:mod:`.runs_async` share.
 
 It may import the core and this package's leaf modules.
 """
@@ -18,9 +19,11 @@ __all__ = [
     "LIST_STATUSES",
     "MODULE",
     "AttemptInfo",
+    "RunCounts",
     "RunInfo",
     "StepInfo",
     "audit",
+    "run_counts",
     "run_status",
     "steps_of",
     "tokens_of",
@@ -59,6 +62,54 @@ def audit(by: str, reason: str | None, via: str) -> dict[str, Any]:
     if reason:
         meta["reason"] = reason
     return meta
+
+
+# -- the run's numbers -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """A run's numbers, each defined once, here, from its fold. ``runs list/show``, the
+    console's run pages, ``Journal.inspect`` and the demo's report all show these (the same
+    word means the same number everywhere; docs/guide-journal.md, "A run's numbers").
+    """
+
+    steps: int
+    """Numbered steps the run recorded: each model call, tool call, state patch and
+    interrupt is one step (a retry is not a new step)."""
+    attempts: int
+    """Attempts of its model and tool calls: one per recorded request
+    (``model.call.requested`` / ``tool.call.requested``), first tries and retries."""
+    retries: int
+    """Attempts after the first of their step (``attempts`` minus the call steps)."""
+    tokens: int
+    """Tokens of its recorded model answers, each answered step once: ``total_tokens`` of
+    the usage, else the sum of its integer values (:func:`tokens_of`)."""
+    recoveries: int
+    """Times a new incarnation (a restarted or resurrected process) picked the run up from
+    its log to go on: its ``run.gate`` events that did not refuse. Opening a finished run
+    appends nothing and is not one."""
+    resumes: int
+    """Interrupts answered: its ``run.resumed`` events (``ares-events runs resume``,
+    ``Journal.resume``, the console's resume)."""
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-ready form (the keys are the field names)."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def run_counts(state: Mapping[str, Any]) -> RunCounts:
+    """The numbers of a run from its fold (a ``RunStateProjection`` state)."""
+    calls = [r for r in state["steps"].values() if r.get("kind") in ("model", "tool")]
+    attempts = sum(len(r.get("attempts") or ()) for r in calls)
+    return RunCounts(
+        steps=len(state["steps"]),
+        attempts=attempts,
+        retries=sum(max(len(r.get("attempts") or ()) - 1, 0) for r in calls),
+        tokens=sum(tokens_of(u) for u in state["usage_by_step"].values()),
+        recoveries=int(state["recoveries"]),
+        resumes=int(state["resumes"]),
+    )
 
 
 # -- views ----------------------------------------------------------------------------------
@@ -135,17 +186,27 @@ class RunInfo:
     prompt_hash: str | None
     steps: tuple[StepInfo, ...]
     usage: dict[str, Any]
-    tokens: int
+    counts: RunCounts
+    """The run's numbers (:func:`run_counts`)."""
     interrupt: dict[str, Any] | None
     error: str | None
     result: Any
-    resumes: int
     cancelled: dict[str, Any] | None
     updated_at: str | None
     findings: list[Finding] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     """The raw fold (``RunStateProjection``) these views were made from."""
+
+    @property
+    def tokens(self) -> int:
+        """``counts.tokens``."""
+        return self.counts.tokens
+
+    @property
+    def resumes(self) -> int:
+        """``counts.resumes``."""
+        return self.counts.resumes
 
     @property
     def in_doubt(self) -> tuple[StepInfo, ...]:
@@ -170,14 +231,16 @@ class RunInfo:
         return status == "in_doubt" and bool(self.in_doubt)
 
     def to_dict(self, *, steps: bool = True) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form. ``counts`` holds the run's numbers; ``step_count``, ``tokens``
+        and ``resumes`` repeat three of them (kept for scripts written before ``counts``)."""
         d: dict[str, Any] = {
             "run_id": self.run_id,
             "status": self.status,
             "version": self.version,
             "code_revision": self.code_revision,
             "prompt_hash": self.prompt_hash,
-            "step_count": len(self.steps),
+            "counts": self.counts.to_dict(),
+            "step_count": self.counts.steps,
             "tokens": self.tokens,
             "usage": self.usage,
             "in_doubt": [s.to_dict() for s in self.in_doubt],

@@ -13,10 +13,10 @@ gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`:
 resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
 verify-proof; :mod:`~ares_events.cli.records`: export, verify-record;
 :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
-witness; :mod:`~ares_events.cli.console`: ui), and here :func:`main`, which maps errors to
-exit codes.
-witness; :mod:`~ares_events.cli.archive`: archive), and here :func:`main`, which maps
-errors to exit codes.
+witness; :mod:`~ares_events.cli.console`: ui; :mod:`~ares_events.cli.archive`: archive;
+:mod:`~ares_events.cli.cells`: cells), :mod:`~ares_events.cli.terminal` (what reaches the
+terminal: store content made visible, tables that never cut an id), and here :func:`main`,
+which maps errors to exit codes (and to one JSON object with ``--json``).
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.
@@ -24,7 +24,9 @@ import :mod:`~ares_events.cli.common`, never each other or this package.
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 import traceback
 
 import click
@@ -59,6 +61,7 @@ from ares_events.cli.common import (
     install_global_options,
     json_option,
     pass_app,
+    visible,
 )
 from ares_events.errors import (
     ArchiveError,
@@ -94,13 +97,57 @@ logger = logging.getLogger(__name__)
 install_global_options(cli)  # --store, --blobs, -v, -q after the subcommand too
 
 
-def _error(app: App, message: str) -> None:
+def _one_line(app: App, message: str) -> str:
     # One line: driver messages (e.g. libpq's) may span several.
-    click.echo(f"{PROG}: error: {app.scrub(' '.join(message.split()))}", err=True)
+    return app.scrub(" ".join(message.split()))
+
+
+def _wants_json(app: App, argv: list[str] | None) -> bool:
+    """``--json`` was asked for, also when parsing failed before the option was read."""
+    if app.json_requested or app.json_default:
+        return True
+    args = list(sys.argv[1:] if argv is None else argv)
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _fail(
+    app: App,
+    argv: list[str] | None,
+    exc: BaseException,
+    kind: str,
+    code: int,
+    message: str | None = None,
+    *,
+    human: str | None = None,
+) -> int:
+    """Report a failure: the human message on stderr (made visible) and, with ``--json``,
+    one ``{"error": {...}}`` object on stdout (unless the command's object is out
+    already); return the exit code. No secret of the configuration reaches either."""
+    app.remember_configured_secrets()
+    line = _one_line(app, str(exc) if message is None else message)
+    if human is None:
+        click.echo(f"{PROG}: error: {visible(line)}", err=True)
+    else:
+        click.echo(visible(app.scrub(human), keep="\n"), err=True, nl=False)
+    if _wants_json(app, argv) and not app.json_written:
+        error = {"kind": kind, "type": type(exc).__name__, "message": line, "exit_code": code}
+        app.json({"error": error})
+    return code
+
+
+def _usage_text(exc: click.UsageError) -> str:
+    buf = io.StringIO()
+    exc.show(file=buf)
+    return buf.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (console script ``ares-events``).
+
+    An error is one line on stderr; with ``--json`` also one JSON object on stdout,
+    ``{"error": {"kind", "type", "message", "exit_code"}}``, ``kind`` being ``usage``,
+    ``config`` (both exit 2), ``findings`` (1), ``unavailable`` (3), ``internal`` (4) or
+    ``aborted`` (130).
 
     Args:
         argv: arguments without the program name; ``sys.argv[1:]`` when None.
@@ -115,26 +162,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = cli.main(args=argv, prog_name=PROG, standalone_mode=False, obj=app)
     except click.exceptions.NoArgsIsHelpError as exc:
-        exc.show()
-        return EXIT_USAGE
+        return _fail(
+            app, argv, exc, "usage", EXIT_USAGE, "a command is needed", human=_usage_text(exc)
+        )
     except click.UsageError as exc:
-        exc.show()
-        return EXIT_USAGE
+        msg = exc.format_message()
+        return _fail(app, argv, exc, "usage", EXIT_USAGE, msg, human=_usage_text(exc))
     except click.ClickException as exc:
-        _error(app, exc.format_message())
-        return exc.exit_code
-    except click.Abort:
-        _error(app, "aborted")
-        return 130
-    except (ConfigError, InvalidEvent, MissingDependencyError, EventNotFound) as exc:
-        _error(app, str(exc))
-        return EXIT_USAGE
+        kind = "findings" if exc.exit_code == EXIT_FINDINGS else "usage"
+        return _fail(app, argv, exc, kind, exc.exit_code, exc.format_message())
+    except click.Abort as exc:
+        return _fail(app, argv, exc, "aborted", 130, "aborted")
+    except (ConfigError, MissingDependencyError) as exc:
+        return _fail(app, argv, exc, "config", EXIT_USAGE)
+    except (InvalidEvent, EventNotFound) as exc:
+        return _fail(app, argv, exc, "usage", EXIT_USAGE)
     except ArchiveError as exc:  # an archived segment missing or altered: a finding
-        _error(app, str(exc))
-        return EXIT_FINDINGS if exc.kind in ("missing", "corrupted", "unreadable") else 3
+        if exc.kind in ("missing", "corrupted", "unreadable"):
+            return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
+        return _fail(app, argv, exc, "unavailable", EXIT_UNAVAILABLE)
     except StoreError as exc:
-        _error(app, str(exc))
-        return EXIT_UNAVAILABLE
+        return _fail(app, argv, exc, "unavailable", EXIT_UNAVAILABLE)
     except (
         ChainIntegrityError,
         SnapshotMismatch,
@@ -143,22 +191,25 @@ def main(argv: list[str] | None = None) -> int:
         ProofError,
         PayloadErased,
     ) as exc:
-        _error(app, str(exc))
-        return EXIT_FINDINGS
+        return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
     except AresError as exc:
-        _error(app, f"{type(exc).__name__}: {exc}")
-        return EXIT_USAGE
+        return _fail(app, argv, exc, "usage", EXIT_USAGE, f"{type(exc).__name__}: {exc}")
     except BrokenPipeError:
         return EXIT_OK  # the reader went away (ares-events tail ... | head)
     except Exception as exc:
         if app.verbose:
-            click.echo(app.scrub(traceback.format_exc()), err=True)
-        _error(
+            app.remember_configured_secrets()
+            tb = visible(app.scrub(traceback.format_exc()), keep="\n")
+            click.echo(tb, err=True, nl=False)
+        return _fail(
             app,
+            argv,
+            exc,
+            "internal",
+            EXIT_INTERNAL,
             f"internal error: {type(exc).__name__}: {exc}"
             + ("" if app.verbose else " (run with -v for the traceback)"),
         )
-        return EXIT_INTERNAL
     finally:
         _reset_logging(saved_level)
     return int(rv) if isinstance(rv, int) else EXIT_OK

@@ -21,6 +21,7 @@ from ares_events.cli.common import (
     load_signing_key,
     load_vkeys,
     pass_app,
+    text,
 )
 from ares_events.core.recorder import backend_of
 from ares_events.integrity.checkpoints import b64
@@ -142,10 +143,10 @@ def anchor_cmd(
                 }
             )
         else:
-            app.out.print(Text(f"anchored {cp.origin} at size {cp.size} to {where}"))
+            app.out.print(text(f"anchored {cp.origin} at size {cp.size} to {where}"))
         return EXIT_OK
     app.err.print(
-        Text(
+        text(
             "warning: wrote an unsigned (legacy) anchor: whoever can write the witness can "
             "forge it; pass --key FILE (or set ARES_LOG_KEY_FILE) to anchor a signed checkpoint",
             style="yellow",
@@ -155,7 +156,7 @@ def anchor_cmd(
         app.json({"store": store_url, "location": anchor.name, "anchor": anchor.to_dict()})
     else:
         app.out.print(
-            Text(
+            text(
                 f"anchored {len(anchor.heads)} stream(s) at position {anchor.last_position} "
                 f"to {anchor.name}"
             )

@@ -11,9 +11,8 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
-from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option, pass_app
+from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option, pass_app, text
 
 
 @cli.command(name="archive")
@@ -119,10 +118,10 @@ def archive_cmd(
         app.json({"store": url, **report.to_dict()})
         return EXIT_OK
     if not report.segments and not report.resumed:
-        app.out.print(Text(f"nothing to archive before {before} (archived through position "
+        app.out.print(text(f"nothing to archive before {before} (archived through position "
                            f"{report.through})"))  # fmt: skip
         return EXIT_OK
-    table = Table(title=f"archived to {report.archive}", title_justify="left")
+    table = Table(title=text(f"archived to {report.archive}"), title_justify="left")
     for col in ("segment", "positions", "events", "bytes", "tree size", "root"):
         table.add_column(
             col, justify="right" if col in ("events", "bytes", "tree size") else "left"
@@ -132,13 +131,13 @@ def archive_cmd(
             str(s["seq"]), f"{s['first_position']}..{s['last_position']}", str(s["events"]),
             str(s["bytes"]), str(s["tree_size"]), s["root"][:16] + "…",
         )  # fmt: skip
-    app.out.print(table)
+    app.table(table)
     per = report.archive_bytes / report.events_archived if report.events_archived else 0.0
     resumed = ""
     if report.resumed:
         resumed = f" (finishing {report.resumed} segment(s) of an interrupted run)"
     app.out.print(
-        Text(
+        text(
             f"{report.events_archived} events archived ({per:.1f} bytes each in the archive), "
             f"{report.rows_deleted} rows deleted{resumed}; archived through position "
             f"{report.through}"
@@ -158,13 +157,13 @@ def _status(app: App, as_json: bool) -> int:
         if as_json:
             app.json({"store": url, "archive": None, "segments": []})
         else:
-            app.out.print(Text(f"{url}: nothing archived"))
+            app.out.print(text(f"{url}: nothing archived"))
         return EXIT_OK
     rows = [s.to_doc() for s in cat.segments]
     if as_json:
         app.json({"store": url, "archive": cat.location, "through": cat.through, "segments": rows})
         return EXIT_OK
-    table = Table(title=f"{url}: archive {cat.location}", title_justify="left")
+    table = Table(title=text(f"{url}: archive {cat.location}"), title_justify="left")
     for col in ("segment", "positions", "events", "bytes", "tree size", "state"):
         table.add_column(col)
     for s in cat.segments:
@@ -173,7 +172,7 @@ def _status(app: App, as_json: bool) -> int:
             str(s.segment.size), str(s.tree_size),
             "retired" if s.retired is not None else "archived",
         )  # fmt: skip
-    app.out.print(table)
+    app.table(table)
     return EXIT_OK
 
 
@@ -196,14 +195,12 @@ def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: 
     if as_json:
         app.json({"store": url, **report.to_dict()})
         return EXIT_OK
-    app.out.print(
-        Text(
-            f"retired {len(report.segments)} segment(s), {report.events} events"
-            + "".join(
-                f"\n  segment {s['seq']}: positions {s['first_position']}..{s['last_position']}"
+    app.out.print(text(f"retired {len(report.segments)} segment(s), {report.events} events"))
+    for s in report.segments:
+        app.out.print(
+            text(
+                f"  segment {s['seq']}: positions {s['first_position']}..{s['last_position']}"
                 f" (record at position {s['record_position']})"
-                for s in report.segments
             )
         )
-    )
     return EXIT_OK

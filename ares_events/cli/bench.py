@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_option, pass_app
+from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_option, pass_app, text
 from ares_events.core.events import NewEvent
 from ares_events.projections.recovery import replay
 
@@ -147,7 +147,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
     if as_json:
         app.json(result.to_dict())
         return EXIT_OK if chain_ok else EXIT_FINDINGS
-    table = Table(title=f"bench on {result.store}", title_justify="left")
+    table = Table(title=text(f"bench on {result.store}"), title_justify="left")
     for col in ("workload", "events", "seconds", "events/s", "note"):
         table.add_column(col, justify="left" if col in ("workload", "note") else "right")
     for row in result.rows:
@@ -163,5 +163,5 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
             f"{row['events_per_s']:,}" if row["events_per_s"] else "-",
             note,
         )
-    app.out.print(table)
+    app.table(table)
     return EXIT_OK if chain_ok else EXIT_FINDINGS

@@ -7,9 +7,8 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 from __future__ import annotations
 
 import click
-from rich.text import Text
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
 
 
 @cli.command(name="gc-blobs")
@@ -50,7 +49,7 @@ def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int
         return EXIT_OK
     verb = "would delete" if dry_run else "deleted"
     app.out.print(
-        Text(
+        text(
             f"{report.events_scanned} events scanned, {report.referenced_keys} referenced "
             f"blob(s), {report.blobs_listed} listed: kept {report.kept_referenced} referenced "
             f"and {report.kept_young} younger than {older_than}; {verb} "

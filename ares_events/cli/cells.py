@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
 from ares_events.errors import ConfigError
 
 
@@ -77,13 +76,16 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         )
         return EXIT_OK
     table = Table(
-        title=f"{url}: {len(rows)} cell(s), {cmap.partitions} partitions", title_justify="left"
+        title=text(f"{url}: {len(rows)} cell(s), {cmap.partitions} partitions"),
+        title_justify="left",
     )
     for col in ("cell", "partitions", "streams", "location"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col != "location")
     for r in rows:
-        table.add_row(r["cell"], str(r["partitions"]), str(r["streams"]), r["location"] or "-")
-    app.out.print(table)
+        table.add_row(
+            text(r["cell"]), str(r["partitions"]), str(r["streams"]), text(r["location"] or "-")
+        )
+    app.table(table)
     return EXIT_OK
 
 
@@ -122,7 +124,7 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     if as_json:
         app.json({"store": url, "cell": cell, "location": now.get(cell), "mode": mode})
     else:
-        app.out.print(Text(f"moved {cell} of {url} to {now.get(cell)}"))
+        app.out.print(text(f"moved {cell} of {url} to {now.get(cell)}"))
     return EXIT_OK
 
 
@@ -154,5 +156,5 @@ def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
         app.json({"store": url, "cells": now})
     else:
         for cell, loc in now.items():
-            app.out.print(Text(f"{cell}: {loc}"))
+            app.out.print(text(f"{cell}: {loc}"))
     return EXIT_OK

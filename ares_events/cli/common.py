@@ -35,7 +35,11 @@ like the existing ones::
         return EXIT_OK
 
 Raise library errors freely: :func:`ares_events.cli.main` maps them to exit codes and
-prints one line.
+prints one line (and, with ``--json``, one JSON object ``{"error": {...}}`` on stdout).
+
+Store content is whoever wrote it: put it in a table or a line as :func:`text` (or
+:func:`visible`), never as a bare ``str`` (rich would read ``[...]`` in it as markup), and
+print tables with :meth:`App.table` (ids are never cut; :mod:`.terminal`).
 
 It may import anything below the CLI; never a command module.
 """
@@ -43,7 +47,6 @@ It may import anything below the CLI; never a command module.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -59,6 +62,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ares_events import __version__
+from ares_events.cli.terminal import VisibleFormatter, VisibleHook, dumps, fitted, text, visible
 from ares_events.core.store import EventStore
 from ares_events.errors import (
     AresError,
@@ -82,6 +86,8 @@ __all__ = [
     "load_signing_key",
     "load_vkeys",
     "pass_app",
+    "text",
+    "visible",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,6 +114,12 @@ class CommandError(click.ClickException):
 # -- shared state -----------------------------------------------------------------------
 
 
+def _console(*, stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console.push_render_hook(VisibleHook())
+    return console
+
+
 @dataclass
 class App:
     """Per-invocation state: global options, consoles and secrets to keep out of output."""
@@ -118,20 +130,30 @@ class App:
     verbose: int = 0
     json_default: bool = False
     """``--json`` given before the subcommand."""
-    out: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
-    err: Console = field(
-        default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True)
-    )
+    json_requested: bool = False
+    """``--json`` given, before or after the subcommand (errors are then JSON too)."""
+    json_written: bool = False
+    """The command's one JSON object is on stdout already."""
+    out: Console = field(default_factory=_console)
+    err: Console = field(default_factory=lambda: _console(stderr=True))
     secrets: set[str] = field(default_factory=set)
 
     def note(self, message: str) -> None:
         """A status line on stderr (silenced by ``-q``)."""
         if not self.quiet:
-            self.err.print(Text(message, style="dim"))
+            self.err.print(text(message, style="dim"))
 
     def json(self, data: dict[str, Any]) -> None:
-        """Write ``data`` as the one JSON object on stdout."""
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        """Write ``data`` as the one JSON object on stdout (hidden characters escaped,
+        strings exact: :func:`~ares_events.cli.terminal.dumps`)."""
+        click.echo(dumps(data))
+        self.json_written = True
+
+    def table(self, table: Table, *, optional: tuple[str, ...] = ()) -> None:
+        """Print ``table`` on stdout at the terminal's width (80 in a pipe) without cutting
+        an id: the ``optional`` columns (least useful first) go while it is too wide, and
+        a table still too wide is printed wider than the terminal."""
+        self.out.print(fitted(self.out, table, optional))
 
     def _remember_secrets(self, url: str | None, settings: Settings) -> None:
         if url:
@@ -154,6 +176,25 @@ class App:
             if len(s) >= 3:
                 text = text.replace(s, "***")
         return text
+
+    def remember_configured_secrets(self) -> None:
+        """Learn the secrets of the whole configuration (``--store``, ``--blobs``, the
+        environment's URLs and chain key), so an error reported before the store was
+        opened cannot show one either. A malformed environment is then just skipped: it is
+        the error being reported."""
+        try:
+            settings = Settings.from_env()
+        except AresError:
+            settings = Settings()
+        for url in (
+            self.store_opt,
+            self.blobs_opt,
+            settings.store_url,
+            settings.blobs_url,
+            settings.cache_url,
+            settings.anchor_url,
+        ):
+            self._remember_secrets(url, settings)
 
     def raw_store_url(self) -> str:
         """The store URL as configured (may hold a password: never print it)."""
@@ -291,7 +332,10 @@ pass_app = click.make_pass_decorator(App)
 
 def _json_from_group(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
     app = ctx.find_object(App)
-    return bool(value or (app is not None and app.json_default))
+    wanted = bool(value or (app is not None and app.json_default))
+    if wanted and app is not None:
+        app.json_requested = True
+    return wanted
 
 
 json_option = click.option(
@@ -398,7 +442,7 @@ def _configure_logging(verbose: int, quiet: int) -> None:
     root = logging.getLogger("ares_events")
     if not any(h.get_name() == "ares-events-cli" for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(VisibleFormatter(f"{PROG}: %(levelname)s %(name)s: %(message)s"))
         handler.set_name("ares-events-cli")
         root.addHandler(handler)
     root.setLevel(level)
@@ -436,24 +480,24 @@ def _grouped(findings: list[Finding]) -> list[tuple[Finding, int, int | None]]:
 def _findings_table(findings: list[Finding]) -> Table:
     table = Table(title="findings", title_justify="left")
     table.add_column("kind", style="red", no_wrap=True)
-    table.add_column("stream", overflow="fold")
+    table.add_column("stream", no_wrap=True)  # whole: it goes into the next command
     table.add_column("version", justify="right", no_wrap=True)
-    table.add_column("detail")
+    table.add_column("detail", overflow="fold", min_width=12)
     for f, n, last in _grouped(findings)[:MAX_FINDINGS_SHOWN]:
         where = "" if f.version is None else str(f.version)
         if n > 1:
             where = f"{f.version}..{last} ({n})"
         table.add_row(
-            Text(f.kind),
-            Text(f.stream_id if f.stream_id is not None else "(store)"),
+            text(f.kind),
+            text(f.stream_id if f.stream_id is not None else "(store)"),
             where,
-            Text(f.detail),
+            text(f.detail),
         )
     return table
 
 
 def _print_findings(app: App, findings: list[Finding]) -> None:
-    app.out.print(_findings_table(findings))
+    app.table(_findings_table(findings))
     rows = len(_grouped(findings))
     if rows > MAX_FINDINGS_SHOWN:
         app.out.print(f"… and {rows - MAX_FINDINGS_SHOWN} more rows (use --json for all)")

@@ -7,7 +7,6 @@ import os
 import click
 from rich import box
 from rich.table import Table
-from rich.text import Text
 
 from ares_events.cli.common import (
     EXIT_FINDINGS,
@@ -19,6 +18,7 @@ from ares_events.cli.common import (
     cli,
     json_option,
     pass_app,
+    text,
 )
 from ares_events.stores.settings import Settings
 
@@ -38,11 +38,20 @@ from ares_events.stores.settings import Settings
     help="Times to SIGKILL the whole process group (supervisor and every agent).",
 )
 @click.option(
-    "--steps",
+    "--rounds",
     type=click.IntRange(1, 10_000),
     default=12,
     show_default=True,
-    help="Research steps per agent (one model call, one ticket, one state patch each).",
+    help="Research rounds per agent; a round is three steps of the run (a model call, a "
+    "ticket, a state patch).",
+)
+@click.option(
+    "--steps",
+    "old_steps",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    hidden=True,
+    help="Old name of --rounds (it never counted steps).",
 )
 @click.option("--seed", type=int, default=None, help="Seed for reproducible kill points/content.")
 @click.option(
@@ -63,7 +72,8 @@ def demo(
     app: App,
     agents: int | None,
     kills: int,
-    steps: int,
+    rounds: int,
+    old_steps: int | None,
     seed: int | None,
     simple: bool,
     events: int,
@@ -78,9 +88,9 @@ def demo(
     the side effect); the agents retry both through the journal. The demo
     SIGKILLs the whole process group at seeded random points, restarts the supervisor,
     which resurrects every agent from snapshot + tail, and all finish. It then reports
-    per agent: steps, resumes, model calls made vs answered from the log (tokens saved),
-    tool side effects and duplicates (0), rate limits and lost answers absorbed, resume
-    time and chain verification.
+    per agent: its run's steps and recoveries (as `runs show` counts them), model calls
+    made vs answered from the log (tokens saved), tool side effects and duplicates (0),
+    rate limits and lost answers absorbed, recovery time and chain verification.
 
     With --simple it instead appends a few hundred lifecycle events per agent in one
     process and verifies every chain.
@@ -92,7 +102,8 @@ def demo(
       ares-events demo --simple --agents 3 --events 100
     """
     if not simple:
-        return _resurrection_demo(app, agents or 10, kills, steps, seed, as_json)
+        rounds = old_steps or rounds
+        return _resurrection_demo(app, agents or 10, kills, rounds, seed, as_json)
     agents = agents or 5
     from ares_events.agents.demo import run_demo
 
@@ -110,7 +121,7 @@ def demo(
         app.json(data)
         return EXIT_OK if result.all_ok else EXIT_FINDINGS
     table = Table(
-        title=f"demo run {result.run_id}: {agents} agents x {events} events",
+        title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
         title_justify="left",
     )
     table.add_column("stream", no_wrap=True)
@@ -118,20 +129,20 @@ def demo(
     table.add_column("events", justify="right")
     table.add_column("verified", no_wrap=True)
     for s in result.streams:
-        table.add_row(Text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
-    app.out.print(table)
+        table.add_row(text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
+    app.table(table)
     app.out.print(
-        Text(
+        text(
             f"{result.events} events appended in {result.append_seconds:.2f}s "
             f"({result.append_rate:,.0f} events/s, one transaction per step); "
             f"verified in {result.verify_seconds:.2f}s ({result.verify_rate:,.0f} events/s)"
         )
     )
     if result.all_ok:
-        app.out.print(Text("all chains verified", style="bold green"))
+        app.out.print(text("all chains verified", style="bold green"))
         first = result.streams[0].stream_id
         app.out.print(
-            Text(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
+            text(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
         )
         return EXIT_OK
     for s in result.streams:
@@ -141,7 +152,7 @@ def demo(
 
 
 def _resurrection_demo(
-    app: App, agents: int, kills: int, steps: int, seed: int | None, as_json: bool
+    app: App, agents: int, kills: int, rounds: int, seed: int | None, as_json: bool
 ) -> int:
     from ares_events.agents.resurrection import run_demo as run_kill_demo
 
@@ -152,7 +163,7 @@ def _resurrection_demo(
         raw_url,
         blobs_url=app.blobs_opt,
         agents=agents,
-        steps=steps,
+        rounds=rounds,
         snapshot_every=(
             Settings.from_env().snapshot_every if os.environ.get("ARES_SNAPSHOT_EVERY") else 20
         ),
@@ -172,7 +183,7 @@ def _resurrection_demo(
         app.json(data)
         return EXIT_OK if ok else EXIT_FINDINGS
     table = Table(
-        title=f"kill -9 demo {report.run}: {agents} agents, {report.kills} kills",
+        title=text(f"kill -9 demo {report.run}: {agents} agents, {report.kills} kills"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 0),
@@ -180,10 +191,12 @@ def _resurrection_demo(
         collapse_padding=True,
         show_edge=False,
         caption=(
-            "calls: model calls made; logged: answered from the log (saved: tokens\n"
-            "not re-paid); effects: tickets created; dupes: duplicate side effects;\n"
-            "429s: rate limits absorbed (retried); lost: tool answers lost after the\n"
-            "side effect (retried with the same key); ms: median resume time"
+            "steps, recoveries: of the agent's run, as `ares-events runs show` counts them\n"
+            "(a recovery: a new incarnation picked the run up from its log); calls: model\n"
+            "calls made; logged: answered from the log (saved: tokens not re-paid);\n"
+            "effects: tickets created; dupes: duplicate side effects; 429s: rate limits\n"
+            "absorbed (retried); lost: tool answers lost after the side effect (retried\n"
+            "with the same key); ms: median recovery time"
         ),
         caption_justify="left",
     )
@@ -191,7 +204,7 @@ def _resurrection_demo(
         "agent",
         "fin",
         "steps",
-        "resumes",
+        "recoveries",
         "calls",
         "logged",
         "saved",
@@ -210,10 +223,10 @@ def _resurrection_demo(
         )
     for a in report.agents:
         table.add_row(
-            Text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
+            text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
             _status(a.finished),
-            str(a.steps),
-            str(a.resumes),
+            str(a.counts.steps),
+            str(a.counts.recoveries),
             str(a.model_calls_made),
             str(a.model_calls_answered_from_log),
             str(a.tokens_saved),
@@ -221,13 +234,14 @@ def _resurrection_demo(
             str(a.duplicate_side_effects),
             str(a.rate_limits_absorbed),
             str(a.lost_answers_absorbed),
-            "-" if a.resume_ms is None else f"{a.resume_ms:.0f}",
+            "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}",
             _status(a.chain_ok),
         )
-    app.out.print(table)
+    app.table(table, optional=("ms", "lost", "429s"))
     app.out.print(
-        Text(
+        text(
             f"all finished: {report.all_finished}; kills: {report.kills}; "
+            f"recoveries: {data['recoveries']}; "
             f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "
             f"for answered steps: {data['reissued_model_calls']}; model calls answered from "
             f"the log: {data['model_calls_saved']} ({data['tokens_saved']} tokens saved); "

@@ -9,9 +9,8 @@ from __future__ import annotations
 import getpass
 
 import click
-from rich.text import Text
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
 
 
 def _who() -> str:
@@ -58,7 +57,7 @@ def erase_cmd(
         app.json({"store": url, **report.to_dict()})
         return EXIT_OK
     if report.already_erased:
-        app.out.print(Text(f"{stream} v{version}: the payload was already erased"))
+        app.out.print(text(f"{stream} v{version}: the payload was already erased"))
         return EXIT_OK
     blob = ""
     if report.blob_key is not None:
@@ -74,7 +73,7 @@ def erase_cmd(
     if report.read_models_reset:
         extra.append(f"read models rewound: {', '.join(report.read_models_reset)}")
     app.out.print(
-        Text(
+        text(
             f"erased the payload of {stream} v{version} ({report.payload_size} bytes; digest "
             f"{report.payload_digest.hex()[:16]}… kept){blob}; recorded at position "
             f"{report.record_position}" + (f"; {'; '.join(extra)}" if extra else "")

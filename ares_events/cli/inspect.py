@@ -27,6 +27,8 @@ from ares_events.cli.common import (
     json_option,
     load_vkeys,
     pass_app,
+    text,
+    visible,
 )
 from ares_events.core.events import RecordedEvent
 from ares_events.core.identity import StoreIdentity
@@ -38,9 +40,12 @@ from ares_events.integrity.verify import verify_stream
 # -- display helpers (tail) ------------------------------------------------------------------
 
 
-def _short(data: bytes | str, width: int = PAYLOAD_WIDTH) -> str:
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _decoded(data: bytes | str) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def _short(data: str, width: int = PAYLOAD_WIDTH) -> str:
+    return data if len(data) <= width else data[: width - 1] + "…"
 
 
 def _event_dict(e: RecordedEvent) -> dict[str, Any]:
@@ -79,14 +84,14 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
         "ver": [str(e.version) for e in events],
         "pos": [str(e.position) for e in events],
         "time (UTC)": [e.at[11:23] for e in events],
-        "type": [e.type for e in events],
-        "module": [e.module for e in events],
+        "type": [visible(e.type) for e in events],
+        "module": [visible(e.module) for e in events],
     }
     widths = {name: max([len(name), *map(len, vals)]) for name, vals in cols.items()}
     # 3 characters of padding and border per column, plus the closing border.
     room = app.out.width - sum(widths.values()) - 3 * (len(cols) + 1) - 1
     width = max(16, room)
-    table = Table(title=f"{stream}: last {len(events)} event(s)", title_justify="left")
+    table = Table(title=text(f"{stream}: last {len(events)} event(s)"), title_justify="left")
     for name in cols:
         justify: Any = "right" if name in ("ver", "pos") else "left"
         table.add_column(name, justify=justify, no_wrap=True, min_width=widths[name])
@@ -98,7 +103,7 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
         elif ref is not None and not e.payload_loaded:
             payload = f"<spilled: {ref.size} bytes>"
         else:
-            payload = _short(e.payload_bytes, width)
+            payload = _short(visible(_decoded(e.payload_bytes)), width)
         table.add_row(*(Text(vals[i]) for vals in cols.values()), Text(payload))
     return table
 
@@ -155,8 +160,8 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
             if schema is not None
             else "schema version not reported by this backend"
         )
-        app.out.print(Text(f"initialized {url}: {what}, {streams} stream(s)"))
-        app.out.print(Text(f"chain: {chain}; blobs: {blobs}"))
+        app.out.print(text(f"initialized {url}: {what}, {streams} stream(s)"))
+        app.out.print(text(f"chain: {chain}; blobs: {blobs}"))
     return EXIT_OK
 
 
@@ -202,16 +207,16 @@ def streams(app: App, as_json: bool) -> int:
         app.json({"store": url, "count": len(rows), "streams": streams})
         return EXIT_OK
     if not rows:
-        app.out.print(Text(f"no streams in {url}"))
+        app.out.print(text(f"no streams in {url}"))
         return EXIT_OK
     table = Table(title=f"{len(rows)} stream(s)", title_justify="left")
     table.add_column("stream", no_wrap=True)
-    table.add_column("version", justify="right")
+    table.add_column("version", justify="right", no_wrap=True)
     table.add_column("head hash", no_wrap=True)
-    table.add_column("kind")
+    table.add_column("kind", overflow="fold")
     for sid, version, h, k, t in rows:
-        table.add_row(Text(sid), str(version), h[:16], Text(f"{k} {t}" if t is not None else k))
-    app.out.print(table)
+        table.add_row(text(sid), str(version), h[:16], text(f"{k} {t}" if t is not None else k))
+    app.table(table, optional=("head hash", "kind"))
     return EXIT_OK
 
 
@@ -255,7 +260,7 @@ def tail(app: App, stream: str, count: int, as_json: bool) -> int:
     if as_json:
         app.json({"stream_id": stream, "version": version, "events": rows})
     else:
-        app.out.print(table)
+        app.table(table, optional=("module", "pos"))
     return EXIT_OK
 
 
@@ -284,16 +289,20 @@ def verify(app: App, stream: str, as_json: bool) -> int:
         app.out.print(
             Text.assemble(
                 ("ok ", "bold green"),
-                f"{stream}: {report.events_checked} events, chain intact, "
-                f"head at version {report.head_version}",
+                text(
+                    f"{stream}: {report.events_checked} events, chain intact, "
+                    f"head at version {report.head_version}"
+                ),
             )
         )
     else:
         app.out.print(
             Text.assemble(
                 ("FINDINGS ", "bold red"),
-                f"{stream}: {len(report.findings)} finding(s) in "
-                f"{report.events_checked} events (head says version {report.head_version})",
+                text(
+                    f"{stream}: {len(report.findings)} finding(s) in "
+                    f"{report.events_checked} events (head says version {report.head_version})"
+                ),
             )
         )
         _print_findings(app, report.findings)
@@ -368,7 +377,7 @@ def audit_cmd(
         data["streams_with_findings"] = bad
         app.json(data)
         return EXIT_OK if report.ok else EXIT_FINDINGS
-    table = Table(title=f"audit of {url}", title_justify="left")
+    table = Table(title=text(f"audit of {url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]
     cells = [
         str(report.streams_checked),
@@ -382,7 +391,7 @@ def audit_cmd(
     for name in [*columns, "findings", "result"]:
         table.add_column(name, justify="right" if name != "result" else "left")
     table.add_row(*cells, str(len(report.findings)), _status(report.ok))
-    app.out.print(table)
+    app.table(table)
     if report.erased:
         app.out.print(
             Text(

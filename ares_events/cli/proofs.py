@@ -31,6 +31,7 @@ from ares_events.cli.common import (
     load_vkeys,
     pass_app,
     read_text,
+    text,
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
@@ -130,10 +131,10 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
             return EXIT_OK
         table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
         for col in ("origin", "tree size", "root", "signed at"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=True)  # names and roots are copied whole
         for o, n, r, _t, at in rows:
-            table.add_row(Text(o), str(n), b64(r), at)
-        app.out.print(table)
+            table.add_row(text(o), str(n), b64(r), at)
+        app.table(table, optional=("signed at",))
         return EXIT_OK
     key = load_signing_key(app, key_file, required=True)
     assert key is not None
@@ -239,14 +240,14 @@ def prove_cmd(
     cp = read_checkpoint(doc["checkpoint"]).checkpoint
     if old_size is None:
         app.out.print(
-            Text(
+            text(
                 f"{stream_id} v{version} is leaf {doc['leaf_index']} of {cp.origin} at size "
                 f"{cp.size} ({len(doc['inclusion'])} hashes)"
             )
         )
     else:
         app.out.print(
-            Text(
+            text(
                 f"{cp.origin} at size {doc['new_size']} extends size {doc['old_size']} "
                 f"({len(doc['consistency'])} hashes)"
             )

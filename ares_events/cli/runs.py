@@ -47,6 +47,7 @@ from ares_events.cli.common import (
     cli,
     json_option,
     pass_app,
+    text,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.integrity.notes import SigningKey, read_key_file
@@ -75,7 +76,7 @@ def _json_text(value: Any) -> str:
 
 
 def _status_text(status: str) -> Text:
-    return Text(status, style=_STATUS_STYLE.get(status, ""))
+    return text(status, style=_STATUS_STYLE.get(status, ""))
 
 
 @contextlib.contextmanager
@@ -163,7 +164,9 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     """List every run (streams that begin with run.started), appending nothing.
 
     Per run: status, steps, tokens, in-doubt tool calls, the interrupt or error, and the
-    time of its last event. Exits 1 when a run's chain has findings.
+    time of its last event (--json: every number of the run, as `runs show`). Run ids are
+    never cut: at 80 columns the time, then the tokens, go first. Exits 1 when a run's
+    chain has findings.
 
     \b
     Example:
@@ -186,7 +189,7 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         )
         return EXIT_FINDINGS if bad else EXIT_OK
     if not runs:
-        app.out.print(Text(f"no runs{f' with status {status}' if status else ''} in {url}"))
+        app.out.print(text(f"no runs{f' with status {status}' if status else ''} in {url}"))
         return EXIT_OK
     table = Table(
         title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
@@ -196,7 +199,7 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     table.add_column("status", no_wrap=True)
     for name in ("steps", "tokens", "in doubt"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("why", overflow="fold", min_width=12)
+    table.add_column("why", overflow="fold", min_width=10)
     table.add_column("updated (UTC)", no_wrap=True)
     for r in runs:
         why = ""
@@ -209,15 +212,15 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         if not r.ok:
             why = f"FINDINGS {why}".strip()
         table.add_row(
-            Text(r.run_id),
+            text(r.run_id),
             _status_text(r.status),
-            str(len(r.steps)),
-            str(r.tokens),
+            str(r.counts.steps),
+            str(r.counts.tokens),
             str(len(r.in_doubt)),
-            Text(why),
-            (r.updated_at or "")[5:16].replace("T", " "),
+            text(why),
+            text((r.updated_at or "")[5:16].replace("T", " ")),
         )
-    app.out.print(table)
+    app.table(table, optional=("updated (UTC)", "in doubt", "tokens", "steps"))
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
@@ -266,19 +269,22 @@ def _attempts_text(s: StepInfo) -> str:
 
 
 def _print_run(app: App, info: RunInfo) -> None:
-    head = Text(f"run {info.run_id}: ")
+    head = text(f"run {info.run_id}: ")
     head.append_text(_status_text(info.status))
-    head.append(
-        f"  version {info.version}, {len(info.steps)} step(s), {info.tokens} tokens, "
-        f"code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
+    head.append_text(
+        text(
+            f"  version {info.version}, code {info.code_revision}, "
+            f"prompt {str(info.prompt_hash)[:12]}"
+        )
     )
     app.out.print(head)
+    app.out.print(text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:
-        app.out.print(Text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
+        app.out.print(text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
     if info.error:
-        app.out.print(Text(f"error: {info.error}", style="red"))
+        app.out.print(text(f"error: {info.error}", style="red"))
     if info.cancelled:
-        app.out.print(Text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
+        app.out.print(text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("kind", no_wrap=True)
@@ -290,17 +296,17 @@ def _print_run(app: App, info: RunInfo) -> None:
     for s in info.steps:
         table.add_row(
             str(s.step),
-            s.kind,
-            Text(s.status, style="bold yellow" if s.in_doubt else ""),
-            _attempts_text(s),
-            Text(_asked(s)),
-            Text(_got(s)),
+            text(s.kind),
+            text(s.status, style="bold yellow" if s.in_doubt else ""),
+            text(_attempts_text(s)),
+            text(_asked(s)),
+            text(_got(s)),
             str(s.tokens) if s.kind == "model" else "",
         )
-    app.out.print(table)
+    app.table(table)
     for s in info.in_doubt:
         app.out.print(
-            Text(
+            text(
                 f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
                 f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
                 "--result JSON` (it landed) or `--not-done` (it did not)",
@@ -310,7 +316,7 @@ def _print_run(app: App, info: RunInfo) -> None:
     if info.findings:
         _print_findings(app, info.findings)
     for line in info.skipped:
-        app.out.print(Text(f"skipped {line}", style="red"))
+        app.out.print(text(f"skipped {line}", style="red"))
 
 
 @runs_cmd.command(name="show")
@@ -318,9 +324,11 @@ def _print_run(app: App, info: RunInfo) -> None:
 @json_option
 @pass_app
 def runs_show(app: App, run: str, as_json: bool) -> int:
-    """Show RUN step by step, appending nothing: each step's kind, status and attempts
-    (with their errors), what it asked (messages, tool and args, as recorded), what it
-    got, tokens; in-doubt tool calls and the interrupt. Exits 1 on chain findings.
+    """Show RUN step by step, appending nothing: its numbers (steps, attempts, retries,
+    tokens, recoveries, resumes: defined in docs/guide-journal.md), then each step's kind,
+    status and attempts (with their errors), what it asked (messages, tool and args, as
+    recorded), what it got, tokens; in-doubt tool calls and the interrupt. Exits 1 on
+    chain findings.
 
     \b
     Example:
@@ -349,7 +357,7 @@ def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any]
             }
         )
     else:
-        app.out.print(Text(line))
+        app.out.print(text(line))
         app.out.print(Text.assemble("run is now ", _status_text(info.status)))
     return EXIT_OK
 

@@ -22,6 +22,8 @@ from ares_events.cli.common import (
     cli,
     json_option,
     pass_app,
+    text,
+    visible,
 )
 from ares_events.errors import AresError
 
@@ -120,7 +122,7 @@ def recover_cmd(
         snap = f"ignored: {rep.snapshot_ignored}"
     else:
         snap = "disabled (--no-snapshots)" if no_snapshots else "none stored"
-    table = Table(title=f"recovery of {stream} ({projection})", title_justify="left")
+    table = Table(title=text(f"recovery of {stream} ({projection})"), title_justify="left")
     table.add_column("", style="bold", no_wrap=True)
     table.add_column("")
     for name, value in (
@@ -133,15 +135,16 @@ def recover_cmd(
         ("findings", str(len(rep.findings))),
         ("skipped", str(len(rep.skipped))),
     ):
-        table.add_row(Text(name), Text(value))
-    table.add_row(Text("result"), _status(ok))
-    app.out.print(table)
+        table.add_row(text(name), text(value))
+    table.add_row(text("result"), _status(ok))
+    app.table(table)
     if rep.findings:
         _print_findings(app, rep.findings)
     for s in rep.skipped[:MAX_FINDINGS_SHOWN]:
-        app.out.print(Text(f"skipped {s.stream_id} version {s.version} ({s.type}): {s.reason}"))
-    app.out.print(Text("state:", style="bold"))
-    app.out.print(Text(json.dumps(rep.state, indent=2, sort_keys=True, ensure_ascii=False)))
+        app.out.print(text(f"skipped {s.stream_id} version {s.version} ({s.type}): {s.reason}"))
+    app.out.print(text("state:", style="bold"))
+    state = json.dumps(rep.state, indent=2, sort_keys=True, ensure_ascii=False)
+    app.out.print(Text(visible(state, keep="\n")))  # the newlines are the indentation's
     return EXIT_OK if ok else EXIT_FINDINGS
 
 
@@ -158,6 +161,9 @@ def snapshot_cmd() -> None:
     """
 
 
+_SNAPSHOT_OPTIONAL = ("created UTC", "at hash", "bytes", "ver", "at")
+
+
 def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -> Table:
     table = Table(
         title=title,
@@ -168,9 +174,9 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
         collapse_padding=True,
         show_edge=False,
     )
-    # Names fold onto more lines rather than being cut: they are what people copy.
-    table.add_column("stream", overflow="fold")
-    table.add_column("projection", overflow="fold")
+    # Names stay whole (they are what people copy): App.table drops other columns first.
+    table.add_column("stream", no_wrap=True)
+    table.add_column("projection", no_wrap=True)
     for name in ("ver", "at", "at hash", "bytes", "created UTC"):
         numeric = name in ("ver", "at", "bytes")
         table.add_column(name, no_wrap=True, justify="right" if numeric else "left")
@@ -178,8 +184,8 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
         table.add_column("check", overflow="fold")
     for info, reason in rows:
         cells = [
-            Text(info.stream_id),
-            Text(info.projection),
+            text(info.stream_id),
+            text(info.projection),
             str(info.projection_version),
             str(info.at_version),
             info.at_hash.hex()[:8],
@@ -187,7 +193,7 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
             info.to_dict()["created_at"][:19].replace("T", " "),
         ]
         if check:
-            cells.append(Text("ok", style="green") if reason is None else Text(reason, "red"))
+            cells.append(text("ok", style="green") if reason is None else text(reason, "red"))
         table.add_row(*cells)
     return table
 
@@ -210,10 +216,11 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     if as_json:
         app.json({"store": url, "count": len(infos), "snapshots": [i.to_dict() for i in infos]})
     elif not infos:
-        app.out.print(Text(f"no snapshots{f' of {stream}' if stream else ''} in {url}"))
+        app.out.print(text(f"no snapshots{f' of {stream}' if stream else ''} in {url}"))
     else:
         rows = [(i, None) for i in infos]
-        app.out.print(_snapshot_rows_table(f"{len(infos)} snapshot(s)", rows, check=False))
+        table = _snapshot_rows_table(f"{len(infos)} snapshot(s)", rows, check=False)
+        app.table(table, optional=_SNAPSHOT_OPTIONAL)
     return EXIT_OK
 
 
@@ -255,7 +262,7 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
     else:
         for i in taken:
             app.out.print(
-                Text(
+                text(
                     f"snapshot of {i.projection} for {stream} at version {i.at_version} "
                     f"({i.state_size} bytes)"
                 )
@@ -285,7 +292,7 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
         app.json({"store": url, "stream_id": stream, "projection": projection, "deleted": n})
     else:
         what = f" of {projection}" if projection else ""
-        app.out.print(Text(f"deleted {n} snapshot(s){what} for {stream}"))
+        app.out.print(text(f"deleted {n} snapshot(s){what} for {stream}"))
     return EXIT_OK
 
 
@@ -322,11 +329,11 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
     else:
         if rows:
             title = f"{len(rows)} snapshot(s) checked"
-            app.out.print(_snapshot_rows_table(title, rows, check=True))
+            app.table(_snapshot_rows_table(title, rows, check=True), optional=_SNAPSHOT_OPTIONAL)
         app.out.print(
-            Text(f"{len(bad)} bad snapshot(s)", style="bold red")
+            text(f"{len(bad)} bad snapshot(s)", style="bold red")
             if bad
-            else Text(f"{len(rows)} snapshot(s) checked, all match their streams", style="green")
+            else text(f"{len(rows)} snapshot(s) checked, all match their streams", style="green")
         )
     return EXIT_FINDINGS if bad else EXIT_OK
 
@@ -449,15 +456,15 @@ def rebuild_cmd(
             (diff.only_rebuilt, "missing from the live table"),
         ):
             for k in keys:
-                table.add_row(Text(k), Text(what))
-        app.out.print(table)
+                table.add_row(text(k), text(what))
+        app.table(table)
         return EXIT_FINDINGS
     if as_json:
         app.json(dict(rep.to_dict(), store=url))
         return EXIT_OK
     resumed = f", resumed from position {rep.resumed_from}" if rep.resumed_from else ""
     app.out.print(
-        Text(
+        text(
             f"rebuilt {projection}: {rep.events} event(s) into {rep.rows} row(s) in "
             f"{rep.seconds:.2f}s ({rep.events_per_s:,.0f} events/s){resumed}; "
             f"live table is now {rep.table} at position {rep.position}"

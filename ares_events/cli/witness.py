@@ -24,6 +24,7 @@ from ares_events.cli.common import (
     load_vkeys,
     pass_app,
     read_text,
+    text,
 )
 from ares_events.errors import WitnessRefused
 from ares_events.integrity.checkpoints import b64, unb64_hash
@@ -68,7 +69,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
     (key,) = load_vkeys((vkey,))
     with LogWitness(state) as w:
         o = w.add_log(key, origin)
-    app.out.print(Text(f"trusting {o} (key {key.key_id.hex()}) in {state}"))
+    app.out.print(text(f"trusting {o} (key {key.key_id.hex()}) in {state}"))
     return EXIT_OK
 
 
@@ -105,14 +106,14 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
             }
         )
         return EXIT_OK
-    table = Table(title=f"witness {state}", title_justify="left")
+    table = Table(title=text(f"witness {state}"), title_justify="left")
     for col in ("origin", "cosigned size", "root", "at"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)  # names and roots are copied whole
     for lg in logs:
         table.add_row(
-            Text(lg.origin), str(lg.size), b64(lg.root) if lg.root else "-", lg.cosigned_at or "-"
+            text(lg.origin), str(lg.size), b64(lg.root) if lg.root else "-", lg.cosigned_at or "-"
         )
-    app.out.print(table)
+    app.table(table, optional=("at",))
     return EXIT_OK
 
 

@@ -218,10 +218,14 @@ class RunStateProjection:
     may retry it), ``not_done`` (a human found the in-doubt attempt did not land),
     ``abandoned`` (the loop went on after a failure), ``answered`` / ``returned``, or
     ``error`` (a recorded error outcome).
+
+    ``resumes`` counts ``run.resumed`` events (interrupts answered); ``recoveries`` counts
+    ``run.gate`` events that let the run go on (incarnations that picked it up from its log).
+    :func:`ares_events.agents.run_info.run_counts` is where a run's numbers are defined.
     """
 
     name: ClassVar[str] = "run_state"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3  # 3: recoveries
 
     def initial(self) -> dict[str, Any]:
         """A run that has not started."""
@@ -241,6 +245,7 @@ class RunStateProjection:
             "result": None,
             "gate": None,
             "resumes": 0,
+            "recoveries": 0,
             "cancelled": None,
             "steps": {},
             "usage_by_step": {},
@@ -471,6 +476,8 @@ def _gate(state: dict[str, Any], p: RunGate, event: RecordedEvent) -> None:
         "prompt_hash": p.prompt_hash,
         "version": event.version,
     }
+    if p.decision != "refuse":
+        state["recoveries"] += 1
     if p.decision == "migrate":
         state["code_revision"] = p.code_revision
         state["prompt_hash"] = p.prompt_hash

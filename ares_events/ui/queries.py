@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ares_events.agents.journal_errors import RunNotFound
-from ares_events.agents.run_info import StepInfo, run_status, steps_of, tokens_of
+from ares_events.agents.run_info import RunCounts, StepInfo, run_counts, run_status, steps_of
 from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, RecordedEvent
 from ares_events.core.iterators import closing_iter, first
@@ -164,11 +164,11 @@ class RunSummary:
     step_keys: tuple[str, ...]
     """Every step number (as the fold keys them), in order."""
     usage: dict[str, Any]
-    tokens: int
+    counts: RunCounts
+    """The run's numbers (:func:`~ares_events.agents.run_info.run_counts`, as ``runs``)."""
     interrupt: dict[str, Any] | None
     error: str | None
     result: Any
-    resumes: int
     cancelled: dict[str, Any] | None
     updated_at: str | None
     started_at: str | None
@@ -184,8 +184,18 @@ class RunSummary:
 
     @property
     def step_count(self) -> int:
-        """How many steps."""
-        return len(self.step_keys)
+        """How many steps (``counts.steps``)."""
+        return self.counts.steps
+
+    @property
+    def tokens(self) -> int:
+        """``counts.tokens``."""
+        return self.counts.tokens
+
+    @property
+    def resumes(self) -> int:
+        """``counts.resumes``."""
+        return self.counts.resumes
 
     def matches(self, status: str | None) -> bool:
         """Whether this run is listed under ``status`` (as ``RunInfo.matches``)."""
@@ -221,11 +231,10 @@ def summarize(store: EventStore, run_id: str) -> RunSummary:
         code_revision=state["code_revision"],
         step_keys=keys,
         usage=dict(state["usage"]),
-        tokens=sum(tokens_of(u) for u in state["usage_by_step"].values()),
+        counts=run_counts(state),
         interrupt=state["interrupt"],
         error=state["error"],
         result=state.get("result"),
-        resumes=int(state["resumes"]),
         cancelled=state.get("cancelled"),
         updated_at=last.at if last is not None else None,
         started_at=opening.at,
@@ -304,7 +313,7 @@ _LIFE_CAP: Final = 500
 
 def _lifecycle(store: EventStore, run_id: str, lo: int, hi: int, cap: int) -> list[RecordedEvent]:
     """The run's lifecycle events between versions ``lo`` and ``hi`` (start, gates,
-    interrupts, resumptions, cancels, ends), at most ``cap``."""
+    interrupts, resumes, cancels, ends), at most ``cap``."""
     out: list[RecordedEvent] = []
     if cap <= 0 or lo > hi:
         return out

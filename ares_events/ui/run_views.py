@@ -46,8 +46,8 @@ def runs_view(
             "tr",
             el("td", link(r.run_id, "/run", {"id": r.run_id}), cls="sid"),
             el("td", el("span", r.status, cls=f"st st-{r.status}")),
-            el("td", r.step_count, cls="num"),
-            el("td", r.tokens, cls="num"),
+            el("td", r.counts.steps, cls="num"),
+            el("td", r.counts.tokens, cls="num"),
             el("td", _cost(r.usage)),
             el("td", _age(r.started_at, now), title=r.started_at),
             el("td", r.updated_at),
@@ -307,16 +307,12 @@ def run_view(
         el("dd", el("span", info.status, cls=f"st st-{info.status}", id="run-status")),
         el("dt", "version"),
         el("dd", info.version),
-        el("dt", "steps"),
-        el("dd", info.step_count),
-        el("dt", "tokens"),
-        el("dd", info.tokens),
+        # The run's numbers, with the words and meanings of `runs show` (run_info.RunCounts).
+        [(el("dt", k), el("dd", v, id=f"count-{k}")) for k, v in info.counts.to_dict().items()],
         el("dt", "started"),
         el("dd", info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)"),
         el("dt", "updated"),
         el("dd", info.updated_at),
-        el("dt", "resumptions"),
-        el("dd", info.resumes),
         el("dt", "code revision"),
         el("dd", info.code_revision),
         el("dt", "chain"),
@@ -352,7 +348,7 @@ def run_view(
         "details",
         el(
             "summary",
-            f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumptions, "
+            f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumes, "
             "cancels, ends)",
         ),
         el(

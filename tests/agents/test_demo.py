@@ -9,19 +9,19 @@ import pytest
 
 import ares_events as ae
 from ares_events.cli import main
+from tests.fixtures.run_numbers import assert_same, from_log, views
 
 AGENT_KEYS = {
     "agent",
     "finished",
-    "steps",
-    "resumes",
+    "counts",
     "model_calls_made",
     "model_calls_answered_from_log",
     "tokens_saved",
     "reissued_model_calls",
     "tool_side_effects",
     "duplicate_side_effects",
-    "resume_ms",
+    "recovery_ms",
     "chain_ok",
     "events",
     "rate_limits_absorbed",
@@ -37,9 +37,9 @@ def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
     loses answers: every agent finishes, no duplicate side effect, no re-issued model
     call, calls answered from the log, rate limits and lost answers absorbed (counted from
     the services' own tables), and the JSON has one entry per agent with the documented
-    keys."""
+    keys; each agent's run numbers are the ones every other view of its run shows."""
     url = f"sqlite:///{tmp_path}/d.db"
-    argv = ["--store", url, "demo", "--agents", "3", "--kills", "2", "--steps", "6"]
+    argv = ["--store", url, "demo", "--agents", "3", "--kills", "2", "--rounds", "6"]
     code = main([*argv, "--seed", "3", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
@@ -54,7 +54,8 @@ def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
     for agent in out["agents"]:
         assert set(agent) >= AGENT_KEYS
         assert agent["finished"] and agent["chain_ok"]
-        assert agent["steps"] == 6 and agent["tool_side_effects"] == 6
+        # Six rounds: six model calls, six tickets, six patches.
+        assert agent["counts"]["steps"] == 18 and agent["tool_side_effects"] == 6
         assert agent["duplicate_side_effects"] == agent["reissued_model_calls"] == 0
     assert (
         sum(a["model_calls_answered_from_log"] for a in out["agents"]) == (out["model_calls_saved"])
@@ -72,3 +73,26 @@ def test_demo_survives_kill_9_without_duplicates_or_reissued_calls(
     assert {"RateLimited", "GatewayTimeout"} <= set(failed)
     with ae.open_store(url) as store:
         assert ae.integrity.audit(store).ok
+        logged = {a["agent"]: from_log(store, f"run-{a['agent']}") for a in out["agents"]}
+    assert sum(a["counts"]["recoveries"] for a in out["agents"]) == out["recoveries"] > 0
+    assert sum(a["counts"]["retries"] for a in out["agents"]) > 0
+    for agent in out["agents"]:
+        assert agent["counts"] == logged[agent["agent"]]
+        seen = views(url, f"run-{agent['agent']}", capsys)
+        seen["demo --json"] = agent["counts"]
+        assert_same(seen, logged[agent["agent"]])
+
+
+@pytest.mark.slow
+def test_demo_steps_is_the_old_name_of_rounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--steps (hidden from --help) still works and means --rounds: two rounds are six
+    steps of the run (it never counted steps)."""
+    url = f"sqlite:///{tmp_path}/d.db"
+    argv = ["--store", url, "demo", "--agents", "1", "--kills", "0", "--steps", "2", "--json"]
+    assert main(argv) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    assert agent["counts"]["steps"] == 6 and agent["counts"]["recoveries"] == 0
+    assert main(["demo", "--help"]) == 0
+    assert "--steps" not in capsys.readouterr().out
