@@ -72,6 +72,7 @@ import orjson
 from ares_events.chain import ChainKey, canonical_json
 from ares_events.core.backend import Capability
 from ares_events.core.events import utc_now_at
+from ares_events.core.recorder import system_of_record
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
 from ares_events.integrity.checkpoint_anchors import (
@@ -429,8 +430,10 @@ def open_witness(url: str) -> Witness:
 
 
 def _system_of_record(store: EventStore) -> Any:
-    """The recorder under any cache wrapper: anchors never trust a cache."""
-    return getattr(store.recorder, "inner", store.recorder)
+    """The recorder under any cache wrapper: anchors never trust a cache. (Not merely
+    ``.inner``: under the cache, the archive reader must stay, or the archived events
+    would be missing from the roots recomputed here.)"""
+    return system_of_record(store.recorder)
 
 
 def write_anchor(store: EventStore, witness_url: str) -> Anchor:
