@@ -9,13 +9,17 @@ from __future__ import annotations
 import ipaddress
 import signal
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, CommandError, cli, pass_app
-
-_READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres"})
+from ares_events.cli.common import (
+    EXIT_OK,
+    READ_ONLY_SCHEMES,
+    App,
+    CommandError,
+    cli,
+    pass_app,
+)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -54,7 +58,7 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
     """Open a local web console over the store: streams, runs, integrity, projections.
 
     Pages are rendered on the server (no build step, no CDN, a strict Content-Security-
-    Policy). Read-only by default: SQLite is opened with mode=ro and PostgreSQL in
+    Policy). Read-only by default: SQLite connections run query_only and PostgreSQL
     read-only transactions; nothing is appended. The URL printed at start holds a
     per-start session token: open it, and keep it to yourself.
 
@@ -66,17 +70,14 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
     """
     from ares_events.ui import ConsoleServer
 
-    scheme = urlsplit(app.raw_store_url()).scheme.split("+")[0]
-    options = {}
-    if not allow_actions and scheme in _READ_ONLY_SCHEMES:
-        options["read_only"] = True
-    elif not allow_actions:
+    scheme = app.raw_store_url().partition(":")[0].split("+")[0].lower()
+    if not allow_actions and scheme not in READ_ONLY_SCHEMES:
         app.note(f"{scheme}:// has no read-only mode; the console appends nothing anyway")
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    with app.open(**options) as store:
+    with app.open(write=allow_actions) as store:
         try:
             server = ConsoleServer(
                 store, host=host, port=port, actions=allow_actions, anchors=anchors_url

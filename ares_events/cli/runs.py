@@ -385,7 +385,7 @@ def runs_resolve(
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
     who = by or _who()
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
-    with app.open() as store, _operator_errors(run, "resolving it"):
+    with app.open(write=True) as store, _operator_errors(run, "resolving it"):
         info = resolve_step(
             store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
         )
@@ -415,7 +415,7 @@ def runs_resume(app: App, run: str, by: str | None, reason: str | None, as_json:
       ares-events runs resume run-42 --by alice --reason "approved in ticket T-7"
     """
     who = by or _who()
-    with app.open() as store, _operator_errors(run, "resuming it"):
+    with app.open(write=True) as store, _operator_errors(run, "resuming it"):
         info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume")
         url = store.url
     return _done(
@@ -442,7 +442,7 @@ def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json:
       ares-events runs cancel run-42 --reason "superseded by run-43"
     """
     who = by or _who()
-    with app.open() as store, _operator_errors(run, "cancelling it"):
+    with app.open(write=True) as store, _operator_errors(run, "cancelling it"):
         info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
         url = store.url
     return _done(
