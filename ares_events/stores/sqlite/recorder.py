@@ -25,14 +25,10 @@ connections: a connection is never closed under a running statement, and none ou
 Opening: ``create=True`` (the library's default) creates the file, its folder and the
 schema; ``create=False`` (what reporting tools use) opens an existing ares-events file
 only and raises :class:`~ares_events.errors.StoreNotFound` otherwise, creating nothing.
-``read_only=True`` (the web console, the CLI's inspection commands) runs every connection
-with ``PRAGMA query_only``: no pragma that writes, no migration (an old schema is
-``SchemaVersionError``), every write refused with :class:`~ares_events.errors.StoreError`
-before SQLite is asked, and SQLite itself refuses any other ("attempt to write a readonly
-database"). The connections open the file ``mode=rw`` (never ``mode=ro``) so that, as
-after any other reader, the last one to close removes the ``-wal``/``-shm`` files SQLite
-keeps beside a WAL database while it is open (a ``mode=ro`` connection cannot, and leaves
-them behind); only a file this process may not write is opened ``mode=ro``.
+``read_only=True`` (the web console, the CLI's inspection commands): no pragma that
+writes, no migration (an old schema is ``SchemaVersionError``), every write refused with
+:class:`~ares_events.errors.StoreError` before SQLite is asked, and by SQLite itself
+(``PRAGMA query_only``); see :meth:`SQLiteRecorder._file_target` for why ``mode=rw``.
 
 URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
 (seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
@@ -328,10 +324,9 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             )
 
     def _file_target(self, mode: str | None) -> str:
-        """The URI of the file: ``mode`` for a writer; None (or a read-only store) for a
-        reader, whose connections run ``PRAGMA query_only``. A reader still opens
-        ``mode=rw`` when it may: a ``mode=ro`` connection to a WAL database creates its
-        ``-wal``/``-shm`` files and, unable to write, never removes them on close."""
+        """The file's URI: ``mode`` for a writer; ``rw`` (run ``query_only``) for a reader
+        (None, or a read-only store): a ``mode=ro`` connection to a WAL database creates
+        its ``-wal``/``-shm`` and cannot remove them on close (the last ``rw`` one does)."""
         assert self.path is not None
         path = self.path.absolute()
         if mode is None or self.read_only:
