@@ -89,7 +89,9 @@ def anchor_cmd(
     settings = Settings.from_env()
     key = load_signing_key(app, key_file, required=False)
     trusted = load_vkeys(vkeys, required=False) or ([key.verifier] if key is not None else None)
-    with app.open() as store:
+    # Only signing writes to the store (the Merkle log, the checkpoint); a legacy anchor
+    # writes to the witness alone, and --check only reads.
+    with app.open(write=key is not None and not check) as store:
         url = witness or settings.anchor_url
         if url is None:
             path = getattr(backend_of(store.recorder), "path", None)

@@ -108,7 +108,7 @@ def archive_cmd(
         raise CommandError("archive needs --to ARCHIVE_URL and --before POSITION|AGE")
     when = parse_before(before)
     key = load_signing_key(app, key_file, required=False)
-    with app.open() as store:
+    with app.open(write=True) as store:
         report = archive(
             store, to, before=when, segment_events=segment_events,
             block_events=block_events, key=key, max_segments=max_segments,
@@ -189,7 +189,7 @@ def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: 
             by = getpass.getuser()
         except (OSError, KeyError):  # no user name in this environment
             by = "unknown"
-    with app.open() as store:
+    with app.open(write=True) as store:
         report = retire(store, before=parse_before(before), reason=reason, by=by)
         url = store.url
     if as_json:

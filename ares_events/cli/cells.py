@@ -116,7 +116,7 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         raise click.UsageError(f"TARGET must be HOST:PORT, got {target!r}")
-    with app.open() as store:
+    with app.open(write=True) as store:
         _cells_of(store)
         move_cell(store, cell, host, int(port), mode=mode)
         now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
@@ -147,7 +147,7 @@ def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
     """
     from ares_events.stores.cells.citus import cell_placements, rebalance
 
-    with app.open() as store:
+    with app.open(write=True) as store:
         _cells_of(store)
         rebalance(store, mode=mode)
         now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}

@@ -8,6 +8,9 @@ redacted). The environment is read only through :meth:`ares_events.Settings.from
 Reporting commands never create what they report on: :meth:`App.open` opens an existing
 store only (``create=False``; a missing SQLite file or an empty PostgreSQL schema is
 "no store at ...", exit 3). Only ``init``, ``demo`` and ``bench`` pass ``create=True``.
+Inspection never writes: :meth:`App.open` opens the store read-only unless the command
+passes ``write=True`` (SQLite ``query_only`` connections, PostgreSQL read-only
+transactions), so a reporting command that tried to write fails loudly instead.
 
 The global options (``--store``, ``--blobs``, ``--json``, ``-v``, ``-q``) are accepted before
 the subcommand and after it (:func:`install_global_options` adds them to every command).
@@ -103,6 +106,9 @@ PROG: Final = "ares-events"
 MAX_FINDINGS_SHOWN: Final = 50
 """Human output lists at most this many findings; ``--json`` lists them all."""
 PAYLOAD_WIDTH: Final = 60
+READ_ONLY_SCHEMES: Final = frozenset({"sqlite", "postgresql", "postgres", "citus", "pgcells"})
+"""Backends with a read-only mode (``read_only=True``): a store of another scheme opened
+for reading relies on the command not writing."""
 
 
 class CommandError(click.ClickException):
@@ -201,13 +207,19 @@ class App:
         return self.store_opt or Settings.from_env().store_url or DEFAULT_CLI_STORE
 
     @contextlib.contextmanager
-    def open(self, *, create: bool = False, **options: Any) -> Iterator[EventStore]:
+    def open(
+        self, *, create: bool = False, write: bool = False, **options: Any
+    ) -> Iterator[EventStore]:
         """Open the configured store, say which on stderr, close it afterwards.
 
         Args:
             create: create the store when it does not exist; only commands that write
                 by nature (init, demo, bench) pass True. Reporting commands never
                 create what they report on.
+            write: the command writes to the store (implied by ``create``). Without it
+                the store is opened read-only where the backend can (SQLite
+                ``query_only``, PostgreSQL read-only transactions): a write is refused
+                and nothing is created, not even a ``-wal`` file that outlives the run.
 
         Raises:
             ConfigError: bad URL or environment value, or a configuration the store's
@@ -225,6 +237,10 @@ class App:
             options["blobs"] = blobs
         if settings.cache_url is not None:
             options["cache"] = settings.cache_url
+        if not (create or write) and url.partition(":")[0].split("+")[0].lower() in (
+            READ_ONLY_SCHEMES
+        ):
+            options["read_only"] = True
         try:
             store = open_store(
                 url,

@@ -10,18 +10,18 @@ import contextlib
 import ipaddress
 import logging
 import signal
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, CommandError, cli, pass_app
-
-if TYPE_CHECKING:
-    from ares_events.ui import ConsoleServer
-
-_READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres"})
+from ares_events.cli.common import (
+    EXIT_OK,
+    READ_ONLY_SCHEMES,
+    App,
+    CommandError,
+    cli,
+    pass_app,
+)
 
 
 class _Stop:
@@ -90,7 +90,7 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
     """Open a local web console over the store: streams, runs, integrity, projections.
 
     Pages are rendered on the server (no build step, no CDN, a strict Content-Security-
-    Policy). Read-only by default: SQLite is opened with mode=ro and PostgreSQL in
+    Policy). Read-only by default: SQLite connections run query_only and PostgreSQL
     read-only transactions; nothing is appended. The URL printed at start holds a
     per-start secret path and session token: open it, and keep it to yourself.
 
@@ -118,17 +118,14 @@ def _serve(
 ) -> None:
     from ares_events.ui import ConsoleServer
 
-    scheme = urlsplit(app.raw_store_url()).scheme.split("+")[0]
-    options = {}
-    if not allow_actions and scheme in _READ_ONLY_SCHEMES:
-        options["read_only"] = True
-    elif not allow_actions:
+    scheme = app.raw_store_url().partition(":")[0].split("+")[0].lower()
+    if not allow_actions and scheme not in READ_ONLY_SCHEMES:
         app.note(f"{scheme}:// has no read-only mode; the console appends nothing anyway")
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    with app.open(**options) as store:
+    with app.open(write=allow_actions) as store:
         if stop.requested:
             return
         try:

@@ -50,7 +50,7 @@ def erase_cmd(
     """
     from ares_events.projections.erasure import erase
 
-    with app.open() as store:
+    with app.open(write=True) as store:
         report = erase(store, stream, version, reason=reason, by=by or _who())
         url = store.url
     if as_json:

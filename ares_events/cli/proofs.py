@@ -138,7 +138,7 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
         return EXIT_OK
     key = load_signing_key(app, key_file, required=True)
     assert key is not None
-    with app.open() as store:
+    with app.open(write=True) as store:
         log = MerkleLog(store)
         _catch_up(app, log)
         signed = log.sign(key)
@@ -222,13 +222,16 @@ def prove_cmd(
             raise click.BadParameter(
                 f"{args[0]!r} is not a tree size", param_hint="NEW_SIZE"
             ) from None
-    with app.open() as store:
+    # Without a key, a proof only reads: of what the Merkle log holds, against stored
+    # checkpoints. With one it signs (and stores) a checkpoint, after catching the log up.
+    with app.open(write=key is not None) as store:
         log = MerkleLog(store)
-        _catch_up(app, log)
+        if key is not None:
+            _catch_up(app, log)
         if old_size is None:
-            doc = log.prove_event(stream_id, version, key=key)
+            doc = log.prove_event(stream_id, version, key=key, catch_up=key is not None)
         else:
-            doc = log.prove_consistency(old_size, new_size, key=key)
+            doc = log.prove_consistency(old_size, new_size, key=key, catch_up=key is not None)
     if out is not None:
         try:
             Path(out).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

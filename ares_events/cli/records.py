@@ -96,7 +96,7 @@ def export_cmd(
     for p in (out, disc_path if redact else None):
         if p is not None and Path(p).exists():
             raise CommandError(f"{p} already exists; refusing to overwrite it")
-    with app.open() as store:
+    with app.open(write=True) as store:  # may catch the Merkle log up and sign a checkpoint
         ex = export_record(store, stream, key=key, form=form, redact_paths=redact)
     write_private(out, ex.data)
     wrote_disc = None

@@ -429,7 +429,7 @@ def runs_resolve(
     key = _approver(app, key_file)
     who = by or (key.name if key is not None else _who())
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
-    with app.open() as store, _operator_errors(run, "resolving it"):
+    with app.open(write=True) as store, _operator_errors(run, "resolving it"):
         if key is not None:
             kwargs["approval"] = sign_approval(
                 key,
@@ -483,7 +483,7 @@ def runs_resume(
     key = _approver(app, key_file)
     who = by or (key.name if key is not None else _who())
     signed: dict[str, Any] = {}
-    with app.open() as store, _operator_errors(run, "resuming it"):
+    with app.open(write=True) as store, _operator_errors(run, "resuming it"):
         if key is not None:
             signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
             signed["approvers"] = [key.verifier]
@@ -513,7 +513,7 @@ def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json:
       ares-events runs cancel run-42 --reason "superseded by run-43"
     """
     who = by or _who()
-    with app.open() as store, _operator_errors(run, "cancelling it"):
+    with app.open(write=True) as store, _operator_errors(run, "cancelling it"):
         info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
         url = store.url
     return _done(

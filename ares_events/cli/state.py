@@ -245,7 +245,7 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
     from ares_events.projections.recovery import snapshot
 
     names = [projection] if projection is not None else sorted(BUILTIN)
-    with app.open() as store:
+    with app.open(write=True) as store:
         if store.stream_version(stream) == 0:
             raise CommandError(f"no stream {stream!r} in {store.url}")
         taken = []
@@ -285,7 +285,7 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
       ares-events snapshot delete agent-7
       ares-events snapshot delete agent-7 --projection genealogy
     """
-    with app.open() as store:
+    with app.open(write=True) as store:
         n = store.snapshots.delete(stream, projection)
         url = store.url
     if as_json:
@@ -400,7 +400,7 @@ def rebuild_cmd(
     if verify_only and from_scratch:
         raise click.UsageError("--verify builds beside the live table; drop --from-scratch")
     label = "verifying" if verify_only else "rebuilding"
-    with app.open() as store, app.progress(label) as bar:
+    with app.open(write=not verify_only) as store, app.progress(label) as bar:
         task = bar.add_task(f"{label} {projection}", total=None)
         started = time.perf_counter()
 

@@ -430,7 +430,9 @@ def open_witness(url: str) -> Witness:
 
 
 def _system_of_record(store: EventStore) -> Any:
-    """The recorder under any cache wrapper: anchors never trust a cache."""
+    """The recorder under any cache wrapper: anchors never trust a cache. (Not merely
+    ``.inner``: under the cache, the archive reader must stay, or the archived events
+    would be missing from the roots recomputed here.)"""
     return system_of_record(store.recorder)
 
 

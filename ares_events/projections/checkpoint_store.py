@@ -7,7 +7,8 @@ remembered in the store's metadata (``log_keys``), so an audit can verify the wi
 checkpoints without being told the key (``--vkey`` is the stronger, outside source).
 
 Tables: ``ares_checkpoints`` on SQLite and PostgreSQL (in the store's schema), a dict on
-the memory store. Created on first use, like the read-model tables.
+the memory store. Created by the first checkpoint stored, like the read-model tables:
+reading (``checkpoint --list``, ``prove``, an audit) never creates it.
 """
 
 from __future__ import annotations
@@ -157,23 +158,25 @@ class SQLCheckpoints(_Keys):
     def _sql(self, template: str) -> str:
         return template.format(table=self._name, blob=self.t._blob)
 
-    def _ensure(self) -> None:
-        if not self._ready and self.t.read_only:
-            self._ready = True  # a read-only store: read what is there, create nothing
+    def _exists(self) -> bool:
+        """Whether the table exists (remembered once it does: it is never dropped)."""
         if not self._ready:
-            with self.t.transaction(ddl=True) as c:
-                self.t.run(c, self._sql(CREATE))
-            self._ready = True
+            self._ready = self.t.has_table(TABLE)
+        return self._ready
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        self._ensure()
-        with self.t.transaction() as c:
+        if not self._exists():
+            return None
+        with self.t.transaction(read=True) as c:
             row = self.t.run(c, self._sql(sql), args).fetchone()
         return None if row is None else row[0]
 
     def put(self, origin: str, size: int, root: bytes, note: str) -> None:
         """Keep a signed checkpoint (the first one of a size stays)."""
-        self._ensure()
+        if not self._exists():
+            with self.t.transaction(ddl=True) as c:
+                self.t.run(c, self._sql(CREATE))
+            self._ready = True
         with self.t.transaction() as c:
             self.t.run(c, self._sql(INSERT), (origin, size, root, note, utc_now_at()))
 
@@ -194,11 +197,12 @@ class SQLCheckpoints(_Keys):
 
     def all(self) -> list[tuple[str, int, bytes, str, str]]:
         """Every row by size, paged."""
-        self._ensure()
         out: list[tuple[str, int, bytes, str, str]] = []
+        if not self._exists():
+            return out
         after = -1
         while True:
-            with self.t.transaction() as c:
+            with self.t.transaction(read=True) as c:
                 rows = self.t.run(c, self._sql(SELECT_ALL), (after, 1000)).fetchall()
             out.extend((str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows)
             if len(rows) < 1000:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ares_events.core.events import RecordedEvent
-from ares_events.errors import EventNotFound, ProofError, StoreError
+from ares_events.errors import ConfigError, EventNotFound, ProofError, StoreError
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import (
     Checkpoint,
@@ -406,15 +406,38 @@ class MerkleLog:
         text = self.checkpoints.at_size(size)
         return read_checkpoint(text) if text is not None else None
 
-    def _check_against(self, signed: SignedCheckpoint) -> None:
+    def _behind(self, what: str) -> ConfigError | None:
+        """The error to raise when a proof lacks ``what`` because the tree has not folded
+        every committed event yet (None when it has: the lack is then a finding). Catching
+        up writes to the store, which a read-only proof must not do."""
+        logged, last = self.position(), self.store.last_position()
+        if logged >= last:
+            return None
+        state = (
+            "this store's Merkle log is not built yet"
+            if self._table() is None
+            else f"the Merkle log holds the events up to position {logged} of {last}"
+        )
+        return ConfigError(
+            f"{what}: {state}, and bringing it up to date writes to the store, which a "
+            "read-only proof does not do: sign a checkpoint (`ares-events checkpoint --key "
+            "FILE`, or prove with --key), which catches the log up first"
+        )
+
+    def _check_against(self, signed: SignedCheckpoint, *, caught_up: bool = True) -> None:
         """Refuse to prove against a checkpoint the tree no longer matches.
 
         Raises:
             ProofError: the tree is shorter, or its root at that size differs.
+            ConfigError: ``caught_up`` is False and the tree is shorter because it has
+                not folded every committed event yet (catching up would write).
         """
         cp = signed.checkpoint
         have = self.size()
         if have < cp.size:
+            behind = None if caught_up else self._behind(f"checkpoint at size {cp.size}")
+            if behind is not None:
+                raise behind
             raise ProofError(
                 f"the log holds {have} leaves but checkpoint {cp.origin} signed {cp.size}: "
                 "events were removed after it was signed"
@@ -436,7 +459,7 @@ class MerkleLog:
         """An inclusion proof of one event, as the JSON object ``prove`` prints.
 
         Against the latest stored checkpoint that covers the event, or, with ``key``, a
-        checkpoint signed (and stored) now. ``catch_up=False`` (a read-only store) writes
+        checkpoint signed (and stored) now. ``catch_up=False`` (a read-only proof) writes
         nothing: the event must already be in the log.
 
         Raises:
@@ -444,11 +467,17 @@ class MerkleLog:
             ProofError: no checkpoint covers the event (pass ``key``); the event is not
                 the one logged at its place (rewritten after it was logged); or the log no
                 longer matches the checkpoint.
+            ConfigError: ``catch_up`` is False (without ``key``) and the log has not
+                folded the event yet: the proof needs a write.
         """
         event = _read_one(self.store, stream_id, version)
-        if catch_up:  # False: a read-only store; the proof is of what the log holds now
+        catch_up = catch_up or key is not None  # signing catches up anyway
+        if catch_up:  # False: a read-only proof, of what the log holds now
             self.catch_up()
         index = self.index_of(event.position)
+        behind = None if catch_up else self._behind(f"stream {stream_id!r} version {version}")
+        if index is None and behind is not None and event.position > self.position():
+            raise behind
         if index is None:
             raise ProofError(
                 f"stream {stream_id!r} version {version} (position {event.position}) is not in "
@@ -465,26 +494,36 @@ class MerkleLog:
                 f"no stored checkpoint covers leaf {index} yet: sign one with "
                 "`ares-events checkpoint --key FILE` (or pass --key)"
             )
-        self._check_against(signed)
+        self._check_against(signed, caught_up=catch_up)
         size = signed.checkpoint.size
         return inclusion_document(
             index, size, event.hash, self.inclusion_proof(index, size), signed.text
         )
 
     def prove_consistency(
-        self, old_size: int, new_size: int | None = None, *, key: SigningKey | None = None
+        self,
+        old_size: int,
+        new_size: int | None = None,
+        *,
+        key: SigningKey | None = None,
+        catch_up: bool = True,
     ) -> dict[str, Any]:
         """A consistency proof, as the JSON object ``prove --consistency`` prints.
 
         ``new_size`` defaults to the latest stored checkpoint's size (with ``key``: the
         current log, signed now). The checkpoints of both sizes come from the stored
-        ones, or are signed with ``key`` when missing.
+        ones, or are signed with ``key`` when missing. ``catch_up=False`` (a read-only
+        proof, without ``key``) writes nothing: the log must already hold both sizes.
 
         Raises:
             ProofError: sizes out of range, or no checkpoint of ``new_size`` (pass ``key``),
                 or the log no longer matches a checkpoint.
+            ConfigError: ``catch_up`` is False and the log has not folded the events of
+                a checkpoint yet: the proof needs a write.
         """
-        self.catch_up()
+        catch_up = catch_up or key is not None
+        if catch_up:
+            self.catch_up()
         if new_size is None:
             latest = self.sign(key) if key is not None else self.latest_checkpoint()
             if latest is None:
@@ -500,9 +539,9 @@ class MerkleLog:
             old = self.checkpoint_at(old_size)
             if old is None and key is not None:
                 old = self.sign(key, size=old_size)
-        self._check_against(new)
+        self._check_against(new, caught_up=catch_up)
         if old is not None:
-            self._check_against(old)
+            self._check_against(old, caught_up=catch_up)
         return consistency_document(
             old_size,
             new_size,

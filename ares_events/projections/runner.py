@@ -8,8 +8,8 @@ read-your-writes.
 
 :func:`rebuild` refolds a projection from the start of the log into a fresh generation
 table while the live one keeps serving, resumes after an interruption from its own
-cursor, and swaps the new table in atomically. :func:`verify_rebuild` builds beside the
-live table up to its cursor and reports every key that differs.
+cursor, and swaps the new table in atomically. :func:`verify_rebuild` folds the log up to
+the live table's cursor in memory and reports every key that differs; it writes nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ares_events.core.traced import projection_lag
 from ares_events.errors import ConfigError, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import (
+    MemoryTables,
     ProjectionMeta,
     ReadModelTables,
     encode_state,
@@ -287,34 +288,38 @@ def verify_rebuild(
     batch_size: int = 1000,
     progress: Progress | None = None,
 ) -> DiffReport:
-    """Rebuild beside the live read model up to its cursor and diff every key.
+    """Fold the log up to the live read model's cursor and diff every key. Read-only:
+    the fresh fold is kept in memory (as the diff needs both sides anyway), nothing is
+    registered, created or written, so it runs on a store opened read-only.
 
     Raises:
+        ConfigError: the projection's read model was never built in this store (nothing
+            to verify: a pass over zero rows would vouch for a table that is not there).
         StoreUnavailable: the store cannot be reached.
     """
     tables = tables_for(store)
-    meta = _ensure_live(tables, projection)
-    scratch = table_name(projection.name, meta.generation) + "_verify"
-    tables.drop(scratch)
-    tables.create(scratch)
-    try:
-        _fill(
-            store,
-            projection,
-            tables,
-            scratch,
-            0,
-            cursor="none",
-            until=meta.position,
-            batch_size=batch_size,
-            strict=False,
-            progress=progress,
-            skipped=[],
+    meta = tables.meta(projection.name)
+    if meta is None or meta.active_table is None:
+        raise ConfigError(
+            f"the read model {projection.name!r} was never built in {store.url}: nothing to "
+            f"verify (`ares-events rebuild {projection.name}` builds it)"
         )
-        live = dict(tables.scan(meta.active_table or ""))
-        fresh = dict(tables.scan(scratch))
-    finally:
-        tables.drop(scratch)
+    scratch = MemoryTables()
+    _fill(
+        store,
+        projection,
+        scratch,
+        "verify",
+        0,
+        cursor="none",
+        until=meta.position,
+        batch_size=batch_size,
+        strict=False,
+        progress=progress,
+        skipped=[],
+    )
+    live = dict(tables.scan(meta.active_table))
+    fresh = dict(scratch.scan("verify"))
     rep = DiffReport(projection.name, meta.position, len(set(live) | set(fresh)))
     rep.only_live = sorted(set(live) - set(fresh))
     rep.only_rebuilt = sorted(set(fresh) - set(live))

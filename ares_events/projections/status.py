@@ -1,8 +1,6 @@
 """Read-only looks at what sits beside the events: the read-model registry and the signed
-checkpoints, for reporting tools (the web console) that must create nothing.
-
-Unlike :func:`~ares_events.projections.tables.tables_for`, which creates the registry table
-on first use, these functions only read: a table that does not exist is an empty list.
+checkpoints, for reporting tools (the web console) that must create nothing, on any
+backend: a table that does not exist is an empty list, a backend without such tables too.
 
 It may import the core, the stores and this package's table modules.
 """
@@ -14,7 +12,7 @@ from typing import Any, Final
 from ares_events.core.recorder import backend_of
 from ares_events.core.store import EventStore
 from ares_events.projections.checkpoint_store import TABLE as CHECKPOINTS_TABLE
-from ares_events.projections.tables import ProjectionMeta
+from ares_events.projections.tables import PG_HAS_TABLE, SQLITE_HAS_TABLE, ProjectionMeta
 
 __all__ = ["read_models", "stored_checkpoints"]
 
@@ -27,8 +25,6 @@ _SELECT_CHECKPOINTS: Final = (
     "SELECT origin, tree_size, root, created_at FROM {table} "
     "ORDER BY tree_size DESC, origin LIMIT {limit}"
 )
-_SQLITE_HAS_TABLE: Final = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
-_PG_HAS_TABLE: Final = "SELECT to_regclass(%s) IS NOT NULL"
 
 
 def _recorder(store: EventStore) -> Any:
@@ -41,13 +37,13 @@ def _select(store: EventStore, table: str, template: str) -> list[tuple[Any, ...
     rec = _recorder(store)
     scheme = rec.scheme[0]
     if scheme == "sqlite":
-        if not rec.fetch(_SQLITE_HAS_TABLE, (table,))[0][0]:
+        if not rec.fetch(SQLITE_HAS_TABLE, (table,))[0][0]:
             return []
         return [tuple(r) for r in rec.fetch(template.format(table=table))]
     if scheme in ("postgresql", "postgres"):
         qualified = '"{}".{}'.format(str(rec.schema).replace('"', '""'), table)
         with rec.connection() as conn:
-            if not conn.execute(_PG_HAS_TABLE, (qualified,)).fetchone()[0]:
+            if not conn.execute(PG_HAS_TABLE, (qualified,)).fetchone()[0]:
                 return []
             return [tuple(r) for r in conn.execute(template.format(table=qualified)).fetchall()]
     return None

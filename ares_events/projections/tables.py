@@ -6,6 +6,10 @@ generation (``ares_rm_<name>_<generation>``: key, state as canonical JSON, posit
 the last event applied). Rows and the cursor are written in one transaction, so each
 event is applied exactly once even across crashes. A rebuild fills a fresh generation
 while the live one keeps serving reads, then swaps the registry pointer atomically.
+
+Readers never create: the registry is created by the first writer (a runner or a rebuild
+registering a projection); before that, reading it finds no projection. So a look at a
+store (``ares-events rebuild --verify``, the console) leaves it as it was.
 """
 
 from __future__ import annotations
@@ -92,6 +96,9 @@ UPSERT_ROW = (
 SELECT_ROWS = "SELECT key, state FROM {table} WHERE key IN ({marks})"
 SELECT_ALL_ROWS = "SELECT key, state FROM {table} WHERE key > ? ORDER BY key LIMIT ?"
 DROP_ROWS = "DROP TABLE IF EXISTS {table}"
+REGISTRY = "ares_projections"
+SQLITE_HAS_TABLE = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+PG_HAS_TABLE = "SELECT to_regclass(%s) IS NOT NULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,21 +323,32 @@ class SQLTables:
             " ares_projections", f" {self._prefix}ares_projections"
         )
 
-    @property
-    def read_only(self) -> bool:
-        """The store was opened read-only: tables are read, never created or written."""
-        return bool(getattr(self.recorder, "read_only", False))
-
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
+        """A write transaction (a read-only store refuses it: StoreError)."""
         if self.dialect == "sqlite":
-            # A read-only store has no write transaction; its reads need none.
-            tx = self.recorder.reading() if self.read_only else self.recorder.transaction()
-            with tx as conn:
+            with self.recorder.transaction() as conn:
                 yield conn
         else:
             with self.recorder.connection() as conn, conn.transaction():
                 yield conn
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Any]:
+        """A read transaction: on SQLite no write lock, and possible on a read-only store."""
+        if self.dialect == "sqlite":
+            with self.recorder.reading() as conn:
+                yield conn
+        else:
+            with self.recorder.connection() as conn, conn.transaction():
+                yield conn
+
+    def has_table(self, table: str) -> bool:
+        """Whether ``table`` exists (readers ask; only writers create)."""
+        with self._read() as c:
+            if self.dialect == "sqlite":
+                return bool(c.execute(SQLITE_HAS_TABLE, (table,)).fetchone()[0])
+            return bool(c.execute(PG_HAS_TABLE, (self._name(table),)).fetchone()[0])
 
     def _exec(self, conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
         return conn.execute(self._sql(sql), args)
@@ -344,25 +362,27 @@ class SQLTables:
                 (f"ares-events:read-models:{self._prefix}",),
             )
 
-    def _ensure(self) -> None:
-        if not self._ready and self.read_only:
-            self._ready = True  # nothing is created: a missing registry is an error to read
+    def _registry(self) -> bool:
+        """Whether the registry exists (remembered once it does: it is never dropped)."""
         if not self._ready:
-            with self._tx() as c:
-                self._ddl(c)
-                self._exec(c, CREATE_REGISTRY)
-            self._ready = True
+            self._ready = self.has_table(REGISTRY)
+        return self._ready
 
     def meta(self, name: str) -> ProjectionMeta | None:
-        """The registry row, or None."""
-        self._ensure()
-        with self._tx() as c:
+        """The registry row, or None (also when nothing was ever registered)."""
+        if not self._registry():
+            return None
+        with self._read() as c:
             row = self._exec(c, SELECT_META, (name,)).fetchone()
         return ProjectionMeta(*row) if row else None
 
     def put_meta(self, meta: ProjectionMeta) -> None:
-        """Create the registry row unless one exists."""
-        self._ensure()
+        """Create the registry row unless one exists (and the registry on first use)."""
+        if not self._registry():
+            with self._tx() as c:
+                self._ddl(c)
+                self._exec(c, CREATE_REGISTRY)
+            self._ready = True
         with self._tx() as c:
             self._exec(c, INSERT_META, _meta_args(meta))
 
@@ -392,7 +412,7 @@ class SQLTables:
     def load(self, table: str, keys: list[str]) -> dict[str, Any]:
         """States of ``keys`` (chunked IN lists)."""
         out: dict[str, Any] = {}
-        with self._tx() as c:
+        with self._read() as c:
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
                 sql = SELECT_ROWS.format(table=self._name(table), marks=",".join("?" * len(chunk)))
@@ -432,7 +452,7 @@ class SQLTables:
         """Every row by key, 1000 at a time."""
         after = ""
         while True:
-            with self._tx() as c:
+            with self._read() as c:
                 rows = self._exec(
                     c, SELECT_ALL_ROWS.format(table=self._name(table)), (after, 1000)
                 ).fetchall()
@@ -444,13 +464,15 @@ class SQLTables:
 
     def names(self) -> list[str]:
         """Every registered projection."""
-        self._ensure()
-        with self._tx() as c:
+        if not self._registry():
+            return []
+        with self._read() as c:
             return [str(r[0]) for r in self._exec(c, SELECT_NAMES).fetchall()]
 
     def reset(self, name: str) -> bool:
         """Empty the tables and rewind the cursor, in one transaction."""
-        self._ensure()
+        if not self._registry():
+            return False
         with self._tx() as c:
             # Lock the registry row first (SQLite's write transaction already holds the
             # database): a runner's commit then either precedes the reset entirely (its
@@ -478,9 +500,18 @@ class SQLTables:
         return self._name(table)
 
     @contextlib.contextmanager
-    def transaction(self, *, ddl: bool = False) -> Iterator[Any]:
+    def transaction(self, *, ddl: bool = False, read: bool = False) -> Iterator[Any]:
         """One transaction on the events' database (``ddl``: serialized with the other
-        schema changes of this store, as PostgreSQL needs)."""
+        schema changes of this store, as PostgreSQL needs; ``read``: a read transaction,
+        which a read-only store allows).
+
+        Raises:
+            StoreError: a write transaction on a store opened read-only.
+        """
+        if read:
+            with self._read() as c:
+                yield c
+            return
         with self._tx() as c:
             if ddl:
                 self._ddl(c)

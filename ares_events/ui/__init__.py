@@ -1,7 +1,7 @@
 """The web console (``ares-events ui``): streams, runs and their timelines, integrity and
 projections in a browser, rendered on the server.
 
-Read-only by default: the store is opened with ``read_only=True`` (SQLite ``mode=ro``,
+Read-only by default: the store is opened with ``read_only=True`` (SQLite ``query_only``,
 PostgreSQL read-only transactions) and nothing is appended. With ``--allow-actions`` the
 run actions (resolve, resume, cancel) append the same audited events as the CLI.
 

@@ -288,16 +288,19 @@ def test_usage_errors_exit_2(db: str, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_locked_database_exits_3(db: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """A database held locked by another connection is 'store unavailable': exit 3."""
+    """A database held locked by another connection is 'store unavailable' for a command
+    that writes: exit 3. One that only looks reads beside the writer (WAL), unblocked."""
     assert run(capsys, "--store", db, "init")[0] == 0
     holder = sqlite3.connect(_path(db), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        code, out, err = run(capsys, "--store", f"{db}?busy_timeout=0.2", "streams")
+        code, out, err = run(capsys, "--store", f"{db}?busy_timeout=0.2", "init")
+        looked = run(capsys, "--store", f"{db}?busy_timeout=0.2", "streams")
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     assert code == 3 and out == "" and "locked" in err and "Traceback" not in err
+    assert looked[0] == 0, looked
 
 
 def test_unwritable_location_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

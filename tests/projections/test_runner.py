@@ -17,6 +17,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.core.events import RecordedEvent
+from ares_events.errors import ConfigError
 from ares_events.projections import (
     AgentStateProjection,
     ProjectionRunner,
@@ -359,10 +360,14 @@ def test_verify_rebuild_finds_corrupted_row(store: ae.EventStore) -> None:
 
 
 def test_verify_rebuild_on_never_run_projection(store: ae.EventStore) -> None:
-    """verify on a projection never run: the empty live table lacks every rebuilt key."""
+    """verify on a projection never run says so, registers nothing and creates no table
+    (a pass over zero rows would vouch for a read model that is not there); once built,
+    it compares every key."""
     ids = fill(store, streams=2)
-    rep = verify_rebuild(store, AgentStateProjection())
-    assert rep.only_rebuilt == [] and rep.position == 0 and rep.ok
+    with pytest.raises(ConfigError, match="never built"):
+        verify_rebuild(store, AgentStateProjection())
+    assert tables_for(store).meta(AgentStateProjection.name) is None
+    assert tables_for(store).names() == []
     ProjectionRunner(store, [AgentStateProjection()]).run_until_idle()
     assert verify_rebuild(store, AgentStateProjection()).rows_compared == len(ids)
 

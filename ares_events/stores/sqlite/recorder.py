@@ -25,11 +25,10 @@ connections: a connection is never closed under a running statement, and none ou
 Opening: ``create=True`` (the library's default) creates the file, its folder and the
 schema; ``create=False`` (what reporting tools use) opens an existing ares-events file
 only and raises :class:`~ares_events.errors.StoreNotFound` otherwise, creating nothing.
-``read_only=True`` (the web console) also opens the file with ``mode=ro``: no pragma that
-writes, no migration (an old schema is ``SchemaVersionError``), and every write refused
-with :class:`~ares_events.errors.StoreError` before SQLite is asked. SQLite itself may
-create the ``-wal``/``-shm`` files of a WAL database that has none; the database file is
-never written.
+``read_only=True`` (the web console, the CLI's inspection commands): no pragma that
+writes, no migration (an old schema is ``SchemaVersionError``), every write refused with
+:class:`~ares_events.errors.StoreError` before SQLite is asked, and by SQLite itself
+(``PRAGMA query_only``); see :meth:`SQLiteRecorder._file_target` for why ``mode=rw``.
 
 URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
 (seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
@@ -208,8 +207,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             mem_name = f"ares-mem-{id(self)}-{random.getrandbits(32)}"
             self._target = f"file:{mem_name}?mode=memory&cache=shared"
         else:
-            mode = "ro" if read_only else "rwc" if create else "rw"
-            self._target = f"file:{quote(str(self.path.absolute()))}?mode={mode}"
+            self._target = self._file_target("rwc" if create else "rw")
         self._sync = _SYNC_MODES[synchronous.lower()]
         self._busy = busy_timeout
         self.page_size = page_size
@@ -309,13 +307,12 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             StoreNotFound: not a SQLite database, or one without ares-events tables.
         """
         assert self.path is not None
-        # Its own read-only connection: a file that is not ours is left untouched (the
-        # store's connections would switch it to WAL mode).
+        # Its own query-only connection: a file that is not ours is left untouched (the
+        # store's connections would switch it to WAL mode), and no -wal/-shm stays beside it.
         try:
-            probe = sqlite3.connect(
-                f"file:{quote(str(self.path.absolute()))}?mode=ro", uri=True, timeout=self._busy
-            )
+            probe = sqlite3.connect(self._file_target(None), uri=True, timeout=self._busy)
             try:
+                probe.execute("PRAGMA query_only = ON")
                 found = probe.execute(HAS_META_TABLE).fetchone()[0]
             finally:
                 probe.close()
@@ -325,6 +322,16 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             raise StoreNotFound(
                 self.describe(), "the file holds no ares-events tables (run `ares-events init`)"
             )
+
+    def _file_target(self, mode: str | None) -> str:
+        """The file's URI: ``mode`` for a writer; ``rw`` (run ``query_only``) for a reader
+        (None, or a read-only store): a ``mode=ro`` connection to a WAL database creates
+        its ``-wal``/``-shm`` and cannot remove them on close (the last ``rw`` one does)."""
+        assert self.path is not None
+        path = self.path.absolute()
+        if mode is None or self.read_only:
+            mode = "rw" if os.access(path, os.W_OK) else "ro"
+        return f"file:{quote(str(path))}?mode={mode}"
 
     # -- connections ---------------------------------------------------------------------
 
@@ -351,7 +358,9 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             self._conns.append(conn)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
-            if not self._memory and not self.read_only:
+            if self.read_only:
+                conn.execute("PRAGMA query_only = ON")  # SQLite refuses any write
+            elif not self._memory:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
             # Zero deleted and overwritten content where it costs no extra I/O: a read
