@@ -10,7 +10,8 @@ import contextlib
 import ipaddress
 import logging
 import signal
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +23,9 @@ from ares_events.cli.common import (
     cli,
     pass_app,
 )
+
+if TYPE_CHECKING:
+    from ares_events.ui import ConsoleServer
 
 
 class _Stop:
