@@ -410,6 +410,7 @@ class Console:
 
     proc: subprocess.Popen[str]
     port: int
+    prefix: str  # the per-start secret path every console URL is under
     token: str
     cookie: str = ""
     stderr: list[str] = field(default_factory=list)
@@ -418,7 +419,7 @@ class Console:
         """One request; the response status, headers (lowercase names) and body."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
-            conn.request("GET", path, headers={"Cookie": self.cookie, **headers})
+            conn.request("GET", self.prefix + path, headers={"Cookie": self.cookie, **headers})
             resp = conn.getresponse()
             if resp.getheader("Content-Type", "").startswith("text/event-stream"):
                 body = resp.readline() + resp.readline()  # the first line of a live feed
@@ -434,7 +435,7 @@ class Console:
         try:
             conn.request(
                 "POST",
-                path,
+                self.prefix + path,
                 body=urlencode(form),
                 headers={
                     "Cookie": self.cookie,
@@ -469,9 +470,9 @@ def console(url: str) -> Iterator[Console]:
         assert proc.stderr is not None
         for line in proc.stderr:
             lines.append(line)
-            m = re.search(r"open http://127\.0\.0\.1:(\d+)/\?token=(\S+)", line)
+            m = re.search(r"open http://127\.0\.0\.1:(\d+)(/[^/?]+)/\?token=(\S+)", line)
             if m:
-                found["port"], found["token"] = m.groups()
+                found["port"], found["prefix"], found["token"] = m.groups()
                 ready.set()
         ready.set()
 
@@ -480,7 +481,7 @@ def console(url: str) -> Iterator[Console]:
     try:
         ready.wait(120)
         assert "port" in found, f"the console did not start: {''.join(lines)}"
-        c = Console(proc, int(found["port"]), found["token"], stderr=lines)
+        c = Console(proc, int(found["port"]), found["prefix"], found["token"], stderr=lines)
         status, headers, _ = c.get(f"/?token={c.token}")
         assert status == 303, status
         c.cookie = headers["set-cookie"].split(";", 1)[0]
