@@ -3,14 +3,13 @@
 Agents are disposable; their history is not.
 
 This module re-exports the public API from the modules that define it (``__all__``,
-sorted). Its only import-time action is :func:`ares_events._compat.install`, which keeps
-the module paths of the previous release importable, with a ``DeprecationWarning``.
-As the top of the package it may import anything.
+sorted), and does nothing else at import. As the top of the package it may import
+anything.
 """
 
 from __future__ import annotations
 
-from ares_events import _compat, errors, integrity, projections
+from ares_events import errors, integrity, projections
 from ares_events.agents.journal import (
     ApprovalRequired,
     AsyncJournal,
@@ -173,5 +172,3 @@ __all__ = [
     "strict_gate",
     "telemetry",
 ]
-
-_compat.install()

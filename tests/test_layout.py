@@ -51,7 +51,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ares_events.ui",
             "ares_events.testing",
             "ares_events.__main__",
-            "ares_events._compat",
             "ares_events",
         ),
     ),
@@ -443,7 +442,8 @@ def test_registry_import_strings_point_at_real_classes() -> None:
 @pytest.mark.parametrize(
     ("module", "names"),
     [
-        ("ares_events.stores.base", ("Recorder", "Batch", "Head", "Capability", "StoreURL")),
+        ("ares_events.core.backend", ("Batch", "Head", "Capability")),
+        ("ares_events.core.recorder", ("Recorder",)),
         ("ares_events.stores.postgres", ("PostgresRecorder", "SCHEMA_VERSION")),
         ("ares_events.stores.sqlite", ("SQLiteRecorder",)),
         ("ares_events.stores.memory", ("MemoryRecorder",)),
@@ -460,17 +460,6 @@ def test_documented_import_paths_still_work(module: str, names: tuple[str, ...])
     mod = importlib.import_module(module)
     for name in names:
         assert hasattr(mod, name), f"{module}.{name}"
-
-
-def test_the_chain_format_keeps_its_old_path() -> None:
-    """``ares_events.integrity.chain`` still imports (as ``ares_events.chain``), with a
-    DeprecationWarning naming the new path."""
-    import sys
-
-    sys.modules.pop("ares_events.integrity.chain", None)
-    with pytest.warns(DeprecationWarning, match="ares_events.chain"):
-        mod = importlib.import_module("ares_events.integrity.chain")
-    assert mod is importlib.import_module("ares_events.chain")
 
 
 def test_console_script_points_at_the_cli() -> None:

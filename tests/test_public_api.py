@@ -138,7 +138,7 @@ def test_testing_helpers_are_public() -> None:
 
     assert inspect.isclass(testing.StoreContract)
     assert not testing.StoreContract.__name__.startswith("Test")
-    assert any(n.startswith("test_") for n in vars(testing.StoreContract))
+    assert any(n.startswith("test_") for n in dir(testing.StoreContract))
     assert callable(testing.run_concurrent_appenders)
     with pytest.raises(AttributeError):
         testing.NoSuchThing  # noqa: B018

@@ -8,8 +8,9 @@ wrapper (:mod:`~ares_events.stores.cache`), the worker-thread adapter that gives
 blocking backend its asyncio face (:mod:`~ares_events.stores.threaded`), blob stores
 (:mod:`~ares_events.stores.blobs`), opening by URL (:mod:`~ares_events.stores.opening_async`,
 ``opening`` generated from it), the scheme registry (``_registry``), SQL migrations
-(``_migrations``), ``Settings`` (:mod:`~ares_events.stores.settings`) and
-:mod:`~ares_events.stores.base`, the contract's import path for plugin authors.
+(``_migrations``), and ``Settings`` (:mod:`~ares_events.stores.settings`). A plugin
+implements the recorder protocols of :mod:`ares_events.core.recorder` over the values of
+:mod:`ares_events.core.backend`.
 
 It may import the core, :mod:`ares_events.errors` and :mod:`ares_events.chain`; never
 verification, projections, the agent runtime, the CLI or an integration. The core never

@@ -48,13 +48,3 @@ __all__ = ["StoreContract", "run_concurrent_appenders", "store_state"]
 class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContract, PagesContract):
     """Behaviour every event store shares. Subclass it with ``store``/``store_url``
     fixtures (see the module docstring)."""
-
-
-# Each test is also an attribute of StoreContract itself, as before the suite was split
-# in two files: code that finds the suite's tests with vars(StoreContract) (to list or
-# mark them) still sees every one. Same function objects, in definition order.
-for _half in (WriteContract, ReadContract, LifecycleContract, EraseContract, PagesContract):
-    for _name, _test in vars(_half).items():
-        if _name.startswith("test_"):
-            setattr(StoreContract, _name, _test)
-del _half, _name, _test
