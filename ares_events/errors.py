@@ -1,4 +1,5 @@
-"""The whole error hierarchy of ares_events.
+"""The whole error hierarchy of ares_events: the classes defined here, and (with the
+module they live in) the ones defined beside the code that raises them.
 
 ::
 
@@ -7,12 +8,19 @@
     │   └── UnknownSchemeError               lists the known schemes
     ├── MissingDependencyError (ImportError) names the pip extra to install
     ├── InvalidEvent (ValueError)            bad input: not JSON, NaN, bad stream id, too large
+    │   └── EventSchemaError                 core.catalog: a payload against its event's schema
     ├── EventNotFound (LookupError)          no event at that stream and version
     ├── PayloadErased                        the event's payload was erased (.stream_id, .version)
     ├── ProofError (ValueError)              a signed note, checkpoint or proof that is malformed,
     │   │                                    does not verify, or cannot be made (.reason)
     │   └── WitnessRefused                   a witness would not cosign (.status, .latest_size)
     ├── ConcurrencyError                     expected_version mismatch (.expected, .actual)
+    │   ├── SessionConflict                  integrations.openai_agents, integrations.google_adk:
+    │   │                                    another run wrote the session since this one read it
+    │   ├── ConversationConflict             integrations._pydantic_ai_store_async: the same,
+    │   │                                    for a Pydantic AI history
+    │   └── StaleWriteError                  integrations._langgraph_core: a checkpoint write
+    │                                        from a stale parent
     ├── StoreError                           backend failure; driver error kept as __cause__
     │   ├── StoreUnavailable (ConnectionError)  connect/timeout/pool exhausted/server down
     │   │   └── StoreNotFound                no store at that URL (and creating was not asked)
@@ -21,6 +29,16 @@
     │   ├── CrossCellError                   one call spans cells of a cell store (.cells)
     │   └── ArchiveError                     an archived segment missing, altered or unreadable
     ├── ChainIntegrityError                  verification failed (.findings)
+    │   └── ChainVerificationError           integrations._eventsourcing_store: also
+    │                                        eventsourcing's DataError
+    ├── RunRefused                           agents.journal_errors: the version gate refused
+    ├── RunNotRunnable                       agents.journal_errors: paused, done or refused run
+    │   ├── InDoubtToolCall                  agents.journal_errors: an unreconcilable tool call
+    │   └── ApprovalRequired                 agents.journal_errors: needs a signed approval
+    ├── RunNotFound (LookupError)            agents.journal_errors: no run has this id
+    ├── ReplayDivergence                     agents.journal_errors: replay asked for another step
+    ├── ModelCallFailed                      agents.journal_errors: a recorded model failure
+    ├── ToolCallFailed                       agents.journal_errors: a recorded tool failure
     ├── ApprovalRefused                      a signed approval refused; nothing ran (.run_id, .step)
     │   ├── ApprovalForged                   malformed, bad signature, or not a trusted key
     │   ├── ApprovalExpired                  past its expiry

@@ -4,7 +4,7 @@
 
 :class:`EventStore` is what :func:`open_store` returns; the other face's
 store is generated from this module (``tools/async_to_sync.py``). Each validates and
-encodes events once (:class:`~ares_events.core.store_base.StoreBase`), hands the backend a
+encodes events once (:func:`~ares_events.core.events.prepare`), hands the backend a
 :class:`~ares_events.core.backend.Batch` that seals the chain inside the backend's write
 transaction, and resolves idempotent re-appends.
 

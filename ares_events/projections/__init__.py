@@ -3,7 +3,7 @@
 What lives here: :mod:`~ares_events.projections.base` (the ``Projection`` protocol,
 ``fold``), :mod:`~ares_events.projections.builtin` (the built-in folds),
 :mod:`~ares_events.projections.runner` and :mod:`~ares_events.projections.tables` (the
-catch-up runner, read-model tables, rebuilds), :mod:`~ares_events.projections.replay`
+catch-up runner, read-model tables, rebuilds), :mod:`~ares_events.projections.recovery`
 (verified replay of one stream) and :mod:`~ares_events.projections.recovery` (snapshot
 first, then the tail: ``recover``, ``snapshot``, ``Snapshotter``).
 

@@ -61,7 +61,7 @@ WAIT_SLICE: Final = 0.5
 
 
 class ThreadedRecorder:
-    """An :class:`~ares_events.core.recorder.AsyncRecorder` over a blocking recorder
+    """An :class:`~ares_events.core.recorder_async.AsyncRecorder` over a blocking recorder
     (see the module docstring).
 
     Args:
