@@ -1,7 +1,8 @@
 """The ``ares-events`` command line: one module per command group.
 
 Exit codes: 0 clean, 1 findings, 2 usage or configuration error, 3 store unavailable
-(or no store at that URL), 4 internal error (a bug: the traceback is printed with ``-v``).
+(or no store at that URL), 4 internal error (a bug: the traceback is printed with ``-v``),
+5 conflict (another writer changed the store first: run the command again).
 
 What lives here: :mod:`~ares_events.cli.common` (the click group ``cli``, ``App``,
 ``json_option``, ``pass_app``, the ``EXIT_*`` codes and the shared display helpers), one
@@ -49,6 +50,7 @@ from ares_events.cli import (  # noqa: F401
     witness,
 )
 from ares_events.cli.common import (
+    EXIT_CONFLICT,
     EXIT_FINDINGS,
     EXIT_INTERNAL,
     EXIT_OK,
@@ -68,6 +70,7 @@ from ares_events.errors import (
     AresError,
     BlobError,
     ChainIntegrityError,
+    ConcurrencyError,
     ConfigError,
     EventNotFound,
     InvalidEvent,
@@ -80,6 +83,7 @@ from ares_events.errors import (
 )
 
 __all__ = [
+    "EXIT_CONFLICT",
     "EXIT_FINDINGS",
     "EXIT_INTERNAL",
     "EXIT_OK",
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         0 clean, 1 findings, 2 usage or config error, 3 store unavailable, 4 internal
-        error.
+        error, 5 conflict (another writer changed the store first; run it again).
     """
     app = App()
     saved_level = logging.getLogger("ares_events").level
@@ -192,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         PayloadErased,
     ) as exc:
         return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
+    except ConcurrencyError as exc:  # another writer got there first: run it again
+        return _fail(app, argv, exc, "conflict", EXIT_CONFLICT)
     except AresError as exc:
         return _fail(app, argv, exc, "usage", EXIT_USAGE, f"{type(exc).__name__}: {exc}")
     except BrokenPipeError:

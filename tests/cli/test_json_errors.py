@@ -18,7 +18,7 @@ import ares_events as ae
 from ares_events.agents.journal import Journal
 from ares_events.chain import ChainKey
 from ares_events.cli import main
-from ares_events.cli.common import cli, json_option
+from ares_events.cli.common import App, cli, json_option, pass_app
 
 PASSWORD = "pw-Zq7!secret"
 KEY_HEX = "5e" * 32
@@ -66,10 +66,19 @@ def failing_commands() -> Iterator[None]:
     def abort(as_json: bool) -> None:
         raise click.Abort
 
+    @cli.command(name="test-conflict")
+    @json_option
+    @pass_app
+    def conflict(app: App, as_json: bool) -> None:
+        with app.open(create=True, write=True) as store:  # a real store refuses a stale write
+            if not store.stream_version("s"):
+                store.append("s", [ae.NewEvent(type="t.x", module="m")])
+            store.append("s", [ae.NewEvent(type="t.x", module="m")], expected_version=0)
+
     try:
         yield
     finally:
-        del cli.commands["test-bug"], cli.commands["test-abort"]
+        del cli.commands["test-bug"], cli.commands["test-abort"], cli.commands["test-conflict"]
 
 
 def _check(
@@ -163,6 +172,17 @@ def test_internal_error_and_abort(
     assert "Traceback" in err and PASSWORD not in err + out
     assert json.loads(out)["error"]["kind"] == "internal"
     _check(capsys, ["--store", PG, "test-abort"], "aborted", 130)
+
+
+def test_a_conflict_is_its_own_exit_code(
+    failing_commands: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another writer changing the store first is not a usage error: kind conflict, exit 5
+    (the same command can succeed when run again)."""
+    e = _check(
+        capsys, ["--store", f"sqlite:///{tmp_path / 'c.db'}", "test-conflict"], "conflict", 5
+    )
+    assert e["type"] == "ConcurrencyError"
 
 
 def test_a_report_with_findings_is_its_own_json_not_an_error(
