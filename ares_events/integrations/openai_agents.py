@@ -147,7 +147,8 @@ class AresSession:
             raise ConfigError("give exactly one of url= or store=")
         self.session_id = session_id
         self.stream_id = stream_of(session_id)
-        self.session_settings: SessionSettings = _settings(session_settings)
+        # Typed as the SDK types it (its protocol lets a session have none).
+        self.session_settings: SessionSettings | None = _settings(session_settings)
         self._url = url
         self._owns = store is None
         self._log: SessionLog | None = None  # the blocking work, in worker threads

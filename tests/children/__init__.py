@@ -1,0 +1,1 @@
+"""Child scripts the tests start in other processes."""
