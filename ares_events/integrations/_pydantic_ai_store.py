@@ -20,6 +20,7 @@ It may import anything in the package, and ``pydantic_ai``.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from threading import Lock
@@ -64,7 +65,10 @@ def stream_of(conversation_id: str) -> str:
 
 def encode_messages(messages: Sequence[ModelMessage]) -> list[Any]:
     """``messages`` as JSON values, by ``ModelMessagesTypeAdapter``."""
-    return list(orjson.loads(ModelMessagesTypeAdapter.dump_json(list(messages))))
+    # The standard parser keeps every integer exact (orjson would turn one beyond 64 bits
+    # into a float): the store then refuses such a value (InvalidEvent) instead of
+    # storing a different number.
+    return list(json.loads(ModelMessagesTypeAdapter.dump_json(list(messages))))
 
 
 def decode_messages(data: list[Any]) -> list[ModelMessage]:
