@@ -111,7 +111,7 @@ class SessionLog:
                     self._write(wrapper, ev, self.view.version)
                 except _Moved:
                     continue
-                return item
+                return copy.deepcopy(item)  # the fold's item is the stored event's payload
             v = self.view.version
             raise SessionConflict(self.session_id, self.view.stream_id, v, v)
 
