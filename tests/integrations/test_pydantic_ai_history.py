@@ -54,7 +54,7 @@ binaries = st.builds(
     data=st.binary(max_size=64),
     media_type=st.sampled_from(["image/png", "audio/wav", "application/pdf"]),
 )
-request_parts = st.one_of(
+request_parts: st.SearchStrategy[Any] = st.one_of(
     st.builds(SystemPromptPart, content=texts, timestamp=times),
     st.builds(
         UserPromptPart,
@@ -78,7 +78,7 @@ request_parts = st.one_of(
         timestamp=times,
     ),
 )
-response_parts = st.one_of(
+response_parts: st.SearchStrategy[Any] = st.one_of(
     st.builds(TextPart, content=texts),
     st.builds(
         ToolCallPart,
@@ -162,7 +162,9 @@ def test_a_history_loads_back_as_pydantic_ai_round_trips_it(
 
 
 def test_an_integer_beyond_64_bits_is_refused_not_rounded(history: AresMessageStore) -> None:
-    ok = [ModelRequest(parts=[ToolReturnPart("t", {"n": 2**63 - 1}, tool_call_id="c")])]
+    ok: list[ModelMessage] = [
+        ModelRequest(parts=[ToolReturnPart("t", {"n": 2**63 - 1}, tool_call_id="c")])
+    ]
     wide = [ModelRequest(parts=[ToolReturnPart("t", {"n": 2**70}, tool_call_id="c")])]
     history.append("wide", ok)
     with pytest.raises(ae.InvalidEvent, match="64-bit"):
