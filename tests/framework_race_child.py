@@ -49,11 +49,18 @@ async def _adapter(adapter: str, store: Any, sid: str) -> Any:
         from ares_events.integrations.openai_agents import AresSession, SessionConflict
 
         s = AresSession(sid, store=store)
+        runs: list[_Run] = []
+
+        async def read_oai() -> None:
+            # Each round is one run: its read pins the version its write names (direct
+            # calls, without a run context, are plain appends and never conflict).
+            runs[:] = [_Run()]
+            await s.get_items(wrapper=runs[0])
 
         async def write(texts: list[str]) -> None:
-            await s.add_items([{"role": "user", "content": t} for t in texts])
+            await s.add_items([{"role": "user", "content": t} for t in texts], wrapper=runs[0])
 
-        return s.get_items, write, SessionConflict
+        return read_oai, write, SessionConflict
     if adapter == "pydantic-ai":
         from pydantic_ai.messages import ModelRequest, UserPromptPart
 
@@ -90,6 +97,11 @@ async def _adapter(adapter: str, store: Any, sid: str) -> Any:
         await svc.append_event(seen[0], Event(invocation_id="|".join(texts), author="user"))
 
     return read_adk, write_adk, AdkSessionConflict
+
+
+class _Run:
+    """A run context (the SDK passes its RunContextWrapper; any weakly referable object
+    will do)."""
 
 
 def history(adapter: str, url: str, sid: str) -> list[str]:

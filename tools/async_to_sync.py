@@ -62,6 +62,8 @@ SOURCES: tuple[str, ...] = (
     "ares_events/integrations/_langgraph_saver_async.py",
     "ares_events/integrations/_conversation_async.py",
     "ares_events/integrations/_pydantic_ai_store_async.py",
+    "ares_events/integrations/_openai_session_async.py",
+    "ares_events/integrations/_google_adk_sessions_async.py",
     "ares_events/stores/cells/recorder_async.py",
 )
 """The asyncio modules written by hand, package-relative to the repository root."""

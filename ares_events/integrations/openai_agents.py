@@ -14,22 +14,34 @@ of events: ``oai.items`` (the items of one ``add_items`` call, written at once),
 items before it stay in the chain (``clear_session(erase=True)`` erases their payloads,
 and records each erasure, where the user asks for it).
 
-- **Two runs never interleave.** Every write names the stream version its run last saw.
-  Under ``Runner.run`` the SDK hands the session its run context, and the version is
-  pinned by the run's first session call and advanced only by the run's own writes; a
-  direct caller's ``get_items`` pins it. When another run wrote in between, the write is
-  refused with :class:`SessionConflict` (a :class:`~ares_events.errors.ConcurrencyError`)
-  and nothing of it is stored: the loser re-runs its turn on the new history. Nothing is
-  merged behind its back.
+- **Two runs never interleave.** Under ``Runner.run`` the SDK hands the session its run
+  context; a run's writes name the stream version the run last saw (pinned by its first
+  session call, moved only by its own writes). When another writer wrote in between, the
+  write is refused with :class:`SessionConflict` (a
+  :class:`~ares_events.errors.ConcurrencyError`) and nothing of it is stored: the loser
+  re-runs its turn on the new history. Nothing is merged behind its back.
+- **Direct calls are atomic, as in the SDK's own sessions.** Without a run context,
+  ``add_items`` appends, ``clear_session`` clears what is there when it lands and
+  ``pop_item`` removes the newest item at that moment: threads, event loops and processes
+  adding to one session never lose an item. (A direct caller that wants a run's guard
+  for its own read-then-write passes one object as ``wrapper=`` to its calls.)
+- **Any thread, any event loop.** Opened from ``url=`` or given a blocking store, the
+  session does its work in a worker thread on a blocking store, serialised by a thread
+  lock: nothing belongs to the loop that first used it, so threads that each run their
+  own loop, and one ``asyncio.run`` per request, share one session. Given an asyncio
+  store, it works on that store's loop (an asyncio store belongs to the loop that opened
+  it).
 - **Verified before decoded.** Every read checks the chain (a MAC in keyed mode) and the
   head row of what it has not checked yet, and raises
   :class:`~ares_events.errors.ChainIntegrityError` before an item is returned.
 - **Crash-safe.** An ``add_items`` is one append: after a ``kill -9`` the batch is there
   whole or not at all.
 
-Under the session, :mod:`ares_events.integrations.openai_agents_journal` runs the agent's
-model calls and tools through the run journal (a killed run resumes without re-paying
-answered model calls or repeating tool side effects).
+The work itself (the fold of the items, the writes) is
+:mod:`~ares_events.integrations._openai_session_async`. Under the session,
+:mod:`ares_events.integrations.openai_agents_journal` runs the agent's model calls and
+tools through the run journal (a killed run resumes without re-paying answered model
+calls or repeating tool side effects).
 
 It may import anything in the package, and ``agents``.
 """
@@ -37,50 +49,48 @@ It may import anything in the package, and ``agents``.
 from __future__ import annotations
 
 import asyncio
-import copy
-import weakref
+import threading
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ares_events.core.events import NewEvent, validate_name
-from ares_events.errors import ConcurrencyError, InvalidEvent
-from ares_events.integrations._conversation_async import AsyncConversationStream
-from ares_events.stores.threaded import async_face
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
+from ares_events.core.events import validate_name
+from ares_events.core.store import EventStore
+from ares_events.errors import ConfigError, InvalidEvent
+from ares_events.integrations._openai_session import SessionLog
+from ares_events.integrations._openai_session_async import (
+    MODULE,
+    AsyncSessionLog,
+    SessionConflict,
+)
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings
 
-    from ares_events.core.store import EventStore
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["MODULE", "STREAM_PREFIX", "AresSession", "SessionConflict", "stream_of"]
+__all__ = [
+    "MODULE",
+    "STREAM_PREFIX",
+    "AresSession",
+    "SessionConflict",
+    "SessionSettingsError",
+    "stream_of",
+]
 
 STREAM_PREFIX: Final = "openai-agents/"
 """Streams of sessions: ``openai-agents/<session_id>``."""
-MODULE: Final = "openai-agents"
-T_ITEMS: Final = "oai.items"
-T_POPPED: Final = "oai.popped"
-T_CLEARED: Final = "oai.cleared"
 
 
-class SessionConflict(ConcurrencyError):
-    """Another run wrote to the session after this run last saw it; nothing of this
-    write was stored.
+class SessionSettingsError(ConfigError, TypeError):
+    """``session_settings`` is neither a ``SessionSettings`` nor a dict of its fields.
 
-    Two runs of one session would interleave their items; the second writer gets this
-    error instead. Its turn was computed on a stale history: run it again (a new
-    ``Runner.run``, or ``get_items`` then the write, for a direct caller).
+    Also a ``TypeError``, the error the SDK's own sessions raise for it.
     """
-
-    def __init__(self, session_id: str, stream_id: str, expected: int, actual: int) -> None:
-        self.session_id = session_id
-        super().__init__(
-            stream_id,
-            expected,
-            actual,
-            f"session {session_id!r} was written by another run since this run read it "
-            f"(version {expected}); nothing was stored: run the turn again",
-        )
 
 
 def stream_of(session_id: str) -> str:
@@ -96,18 +106,32 @@ def stream_of(session_id: str) -> str:
     return validate_name(STREAM_PREFIX + session_id, "session_id")
 
 
+def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    """The SDK's own normalisation: None is the defaults, a dict is checked and turned
+    into ``SessionSettings``, a ``SessionSettings`` is kept as it is."""
+    if value is None:
+        return SessionSettings()
+    try:
+        return coerce_session_settings(value)
+    except TypeError as exc:
+        raise SessionSettingsError(str(exc)) from None
+
+
 class AresSession:
     """The SDK's ``Session`` protocol on one ares-events stream (see the module docstring).
 
     Args:
         session_id: the session (the stream is ``openai-agents/<session_id>``).
         url: a store URL (``sqlite:///agents.db``, ``postgresql://...``); the session
-            opens it on first use and closes it in :meth:`close`.
-        store: an open store instead (blocking or asyncio; left open by :meth:`close`).
-        session_settings: the SDK's settings (``limit``: the default of ``get_items``).
+            opens a blocking store on it on first use and closes it in :meth:`close`.
+        store: an open store instead (left open by :meth:`close`): a blocking one is
+            used from any thread and event loop; an asyncio one only on its own loop.
+        session_settings: the SDK's settings, or a dict of their fields (``limit``: the
+            default of ``get_items``); None: the defaults.
 
     Raises:
         ConfigError: neither or both of ``url`` and ``store``.
+        SessionSettingsError: ``session_settings`` names a field the SDK does not have.
         InvalidEvent: a bad session id.
     """
 
@@ -117,24 +141,23 @@ class AresSession:
         *,
         url: str | None = None,
         store: EventStore | AsyncEventStore | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
-        from ares_events.errors import ConfigError
-
         if (url is None) == (store is None):
             raise ConfigError("give exactly one of url= or store=")
         self.session_id = session_id
-        self.session_settings = session_settings
         self.stream_id = stream_of(session_id)
+        # Typed as the SDK types it (its protocol lets a session have none).
+        self.session_settings: SessionSettings | None = _settings(session_settings)
         self._url = url
-        self._store: AsyncEventStore | None = async_face(store) if store is not None else None
         self._owns = store is None
-        self._view: AsyncConversationStream | None = None
-        self._lock = asyncio.Lock()
-        self._seen: int | None = None  # the version a direct caller last saw
-        self._runs: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._items: list[tuple[int, int, Any]] = []  # the live items, folded so far
-        self._folded = 0  # how many of the view's events are folded into _items
+        self._log: SessionLog | None = None  # the blocking work, in worker threads
+        self._alog: AsyncSessionLog | None = None  # the asyncio work, on its store's loop
+        if isinstance(store, EventStore):
+            self._log = SessionLog(store, session_id, self.stream_id)
+        elif store is not None:
+            self._alog = AsyncSessionLog(store, session_id, self.stream_id)
+        self._opening = threading.Lock()  # one store opened from url=, by one thread
 
     def __repr__(self) -> str:
         return f"AresSession({self.session_id!r})"
@@ -151,50 +174,38 @@ class AresSession:
             ChainIntegrityError: the stream does not verify (nothing is returned).
             StoreUnavailable: the store cannot be reached.
         """
-        if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
-        async with self._lock:
-            view = await self._fresh()
-            self._observe(wrapper, view.version, read=True)
-            items = list(self._live(view))
-        if limit is not None and limit >= 0:
-            items = items[-limit:] if limit else []
-        # Copies: a caller that edits a returned item must not edit the session's fold.
-        return [copy.deepcopy(it) for _, _, it in items]
+        limit = resolve_session_limit(limit, self.session_settings)
+        if self._alog is not None:
+            return await self._alog.get(wrapper, limit)
+        return cast("list[TResponseInputItem]", await self._in_thread("get", wrapper, limit))
 
     async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
-        """Append ``items`` as one event, at the version this run last saw.
+        """Append ``items`` as one event (under a run: at the version the run last saw).
 
         Raises:
-            SessionConflict: another run wrote since (nothing was stored).
+            SessionConflict: under a run, another writer wrote since (nothing stored).
             InvalidEvent: an item is not JSON (nothing was stored).
             StoreUnavailable: the store cannot be reached.
         """
         if not items:
             return
-        payload = {"items": [dict(it) if isinstance(it, dict) else it for it in items]}
-        async with self._lock:
-            await self._write(wrapper, [NewEvent(type=T_ITEMS, module=MODULE, payload=payload)])
+        batch = [dict(it) if isinstance(it, dict) else it for it in items]
+        if self._alog is not None:
+            await self._alog.add(wrapper, batch)
+        else:
+            await self._in_thread("add", wrapper, batch)
 
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Remove the most recent item (an ``oai.popped`` event) and return it; None when
         the session is empty.
 
         Raises:
-            SessionConflict: another run wrote since this run last saw the session.
+            SessionConflict: under a run, another writer wrote since this run last saw
+                the session.
         """
-        async with self._lock:
-            view = await self._fresh()
-            self._observe(wrapper, view.version, read=False)
-            live = self._live(view)
-            if not live:
-                return None
-            version, index, item = live[-1]
-            ev = NewEvent(
-                type=T_POPPED, module=MODULE, payload={"version": version, "index": index}
-            )
-            await self._write(wrapper, [ev])
-            return cast("TResponseInputItem", item)
+        if self._alog is not None:
+            return cast("TResponseInputItem | None", await self._alog.pop(wrapper))
+        return cast("TResponseInputItem | None", await self._in_thread("pop", wrapper))
 
     async def clear_session(
         self,
@@ -211,46 +222,22 @@ class AresSession:
         ``ares-events/erasures``; the chain stays verifiable.
 
         Raises:
-            SessionConflict: another run wrote since this run last saw the session.
+            SessionConflict: under a run, another writer wrote since this run last saw
+                the session.
         """
-        async with self._lock:
-            view = await self._fresh()
-            self._observe(wrapper, view.version, read=False)
-            if view.version:
-                await self._write(wrapper, [NewEvent(type=T_CLEARED, module=MODULE, payload={})])
-            if erase:
-                doomed = [e.version for e in view.events if e.type == T_ITEMS]
-                await view.erase(doomed, reason=reason, by=by)
-
-    def _live(self, view: AsyncConversationStream) -> list[tuple[int, int, Any]]:
-        """The items in the session now, as ``(version, index, item)``, oldest first
-        (the events read since the last call folded onto the ones before)."""
-        if self._folded > len(view.events):  # the view was dropped and read again
-            self._items, self._folded = [], 0
-        items = self._items
-        for e in view.events[self._folded :]:
-            p = e.payload if not e.payload_erased else {}
-            if e.type == T_ITEMS:
-                items.extend((e.version, i, it) for i, it in enumerate(p.get("items") or []))
-            elif e.type == T_POPPED:
-                at = (p.get("version"), p.get("index"))
-                for k in range(len(items) - 1, -1, -1):
-                    if (items[k][0], items[k][1]) == at:
-                        del items[k]
-                        break
-            elif e.type == T_CLEARED:
-                items.clear()
-        self._folded = len(view.events)
-        return items
+        if self._alog is not None:
+            await self._alog.clear(wrapper, erase, reason, by)
+        else:
+            await self._in_thread("clear", wrapper, erase, reason, by)
 
     # -- plumbing ------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the store when the session opened it (from ``url=``)."""
-        if self._owns and self._store is not None:
-            await self._store.close()
-            self._store = None
-            self._view = None
+        """Close the store when the session opened it (from ``url=``); a later call opens
+        it again."""
+        if self._owns and self._log is not None:
+            log, self._log = self._log, None
+            await asyncio.to_thread(log.store.close)
 
     async def __aenter__(self) -> AresSession:
         return self
@@ -258,44 +245,24 @@ class AresSession:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _fresh(self) -> AsyncConversationStream:
-        if self._view is None:
-            if self._store is None:
-                from ares_events.stores import open_async_store
+    async def _in_thread(self, op: str, *args: Any) -> Any:
+        """The blocking log's ``op`` in a worker thread (its lock serialises the threads
+        of every event loop)."""
 
-                assert self._url is not None
-                self._store = await open_async_store(self._url)
-            self._view = AsyncConversationStream(self._store, self.stream_id)
-            self._items, self._folded = [], 0
-        await self._view.refresh()
-        return self._view
+        def work() -> Any:
+            return getattr(self._blocking(), op)(*args)
 
-    def _observe(self, wrapper: Any, version: int, *, read: bool) -> None:
-        """Pin the version a run (or a direct caller's read) saw."""
-        if wrapper is not None:
-            if wrapper not in self._runs:
-                self._runs[wrapper] = version
-        elif read:
-            self._seen = version
+        return await asyncio.to_thread(work)
 
-    async def _write(self, wrapper: Any, events: list[NewEvent]) -> None:
-        view = self._view if self._view is not None else await self._fresh()
-        if wrapper is not None:
-            if wrapper not in self._runs:  # a run's first call: it sees the stream now
-                await view.refresh()
-                self._runs[wrapper] = view.version
-            expected = self._runs[wrapper]
-        else:
-            if self._seen is None:  # a caller that never read: it sees the stream now
-                await view.refresh()
-                self._seen = view.version
-            expected = self._seen
-        try:
-            res = await view.append(events, expected)
-        except ConcurrencyError as exc:
-            raise SessionConflict(self.session_id, self.stream_id, expected, exc.actual) from None
-        if wrapper is not None:
-            self._runs[wrapper] = res.version
-        else:
-            self._seen = res.version
-        await view.refresh()
+    def _blocking(self) -> SessionLog:
+        log = self._log
+        if log is None:
+            with self._opening:
+                log = self._log
+                if log is None:
+                    from ares_events.stores import open_store
+
+                    assert self._url is not None
+                    log = SessionLog(open_store(self._url), self.session_id, self.stream_id)
+                    self._log = log
+        return log

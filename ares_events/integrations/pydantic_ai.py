@@ -15,6 +15,10 @@ history in a store, and durable runs without Temporal or DBOS.
 An append is written at the version the store last loaded the conversation at; a second
 writer gets :class:`ConversationConflict` (also Pydantic AI's ``ConversationConflict``)
 and nothing of its append is stored. Reads verify the chain before anything is decoded.
+Opened from ``url=`` or given a blocking store, both work on a blocking store (the
+asyncio one in worker threads), so threads, several event loops and one ``asyncio.run``
+per request share one history object; given an asyncio store, ``AsyncAresMessageStore``
+works on that store's loop.
 
 **Durable runs.** :func:`run_durably` runs an agent with its model wrapped by
 :class:`JournaledModel` and its toolsets by :class:`JournaledToolset` (Pydantic AI's own
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,11 +62,13 @@ from pydantic_ai.toolsets.wrapper import WrapperToolset
 from pydantic_core import to_jsonable_python
 
 from ares_events.agents.journal import AsyncJournal, ModelReply
-from ares_events.integrations._pydantic_ai_store import AresMessageStore
+from ares_events.core.store import EventStore
+from ares_events.errors import ConfigError
+from ares_events.integrations._pydantic_ai_store import MessageLog
 from ares_events.integrations._pydantic_ai_store_async import (
     MODULE,
     STREAM_PREFIX,
-    AsyncAresMessageStore,
+    AsyncMessageLog,
     ConversationConflict,
     decode_messages,
     encode_messages,
@@ -75,7 +82,6 @@ if TYPE_CHECKING:
     from pydantic_ai.tools import RunContext
     from pydantic_ai.toolsets.abstract import ToolsetTool
 
-    from ares_events.core.store import EventStore
     from ares_events.core.store_async import AsyncEventStore
 
 __all__ = [
@@ -122,6 +128,173 @@ def _usage(response: ModelResponse) -> dict[str, Any]:
     out = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
     out["total_tokens"] = out["input_tokens"] + out["output_tokens"]
     return out
+
+
+class AresMessageStore:
+    """Conversations of Pydantic AI messages, one verified stream each (blocking; any
+    thread).
+
+    Args:
+        url: a store URL; opened on first use, closed by :meth:`close`.
+        store: an open blocking store instead (left open by :meth:`close`).
+
+    Raises:
+        ConfigError: neither or both of ``url`` and ``store``.
+    """
+
+    def __init__(self, *, url: str | None = None, store: EventStore | None = None) -> None:
+        if (url is None) == (store is None):
+            raise ConfigError("give exactly one of url= or store=")
+        self._url = url
+        self._owns = store is None
+        self._log = MessageLog(store) if store is not None else None
+        self._opening = threading.Lock()  # one store opened from url=, by one thread
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._log.store if self._log else 'not open'!r})"
+
+    def load(self, conversation_id: str) -> list[ModelMessage]:
+        """The conversation's messages, oldest first (``[]`` for a new one); later
+        appends of this store are written at the version read now.
+
+        Raises:
+            ChainIntegrityError: the stream does not verify (nothing is decoded).
+            StoreUnavailable: the store cannot be reached.
+        """
+        return self._open().load(conversation_id)
+
+    def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
+        """Append ``new_messages`` (e.g. ``result.new_messages()``) as one event, at the
+        version this store last loaded (or wrote) the conversation at; return the
+        conversation's version after it.
+
+        Raises:
+            ConversationConflict: another writer appended since (nothing was stored).
+            StoreUnavailable: the store cannot be reached.
+        """
+        return self._open().append(conversation_id, new_messages)
+
+    def clear(
+        self,
+        conversation_id: str,
+        *,
+        erase: bool = False,
+        reason: str = "clear",
+        by: str = "pydantic-ai",
+    ) -> None:
+        """Start the conversation over (a ``pai.cleared`` event; the messages stay in the
+        chain). ``erase=True`` also erases the payloads of the messages before it (blobs
+        too) and records each erasure in ``ares-events/erasures``.
+
+        Raises:
+            ConversationConflict: another writer appended since this store loaded it.
+        """
+        self._open().clear(conversation_id, erase=erase, reason=reason, by=by)
+
+    def close(self) -> None:
+        """Close the store when this object opened it (from ``url=``)."""
+        if self._owns and self._log is not None:
+            log, self._log = self._log, None
+            log.store.close()
+
+    def __enter__(self) -> AresMessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> MessageLog:
+        log = self._log
+        if log is None:
+            with self._opening:
+                log = self._log
+                if log is None:
+                    from ares_events.stores import open_store
+
+                    assert self._url is not None
+                    log = self._log = MessageLog(open_store(self._url))
+        return log
+
+
+class AsyncAresMessageStore:
+    """:class:`AresMessageStore` for asyncio code: the same conversations, awaited.
+
+    Args:
+        url: a store URL; opened (blocking, used in worker threads) on first use, closed
+            by :meth:`close`.
+        store: an open store instead (left open by :meth:`close`): a blocking one is
+            used from any thread and event loop, an asyncio one only on its own loop.
+
+    Raises:
+        ConfigError: neither or both of ``url`` and ``store``.
+    """
+
+    def __init__(
+        self, *, url: str | None = None, store: AsyncEventStore | EventStore | None = None
+    ) -> None:
+        if (url is None) == (store is None):
+            raise ConfigError("give exactly one of url= or store=")
+        self._sync: AresMessageStore | None = None
+        self._alog: AsyncMessageLog | None = None
+        if store is None or isinstance(store, EventStore):
+            self._sync = AresMessageStore(url=url, store=store)
+        else:
+            self._alog = AsyncMessageLog(store)
+
+    def __repr__(self) -> str:
+        inner = self._alog.store if self._alog is not None else self._sync
+        return f"{type(self).__name__}({inner!r})"
+
+    async def load(self, conversation_id: str) -> list[ModelMessage]:
+        """:meth:`AresMessageStore.load`."""
+        if self._alog is not None:
+            return await self._alog.load(conversation_id)
+        assert self._sync is not None
+        return await asyncio.to_thread(self._sync.load, conversation_id)
+
+    async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
+        """:meth:`AresMessageStore.append`.
+
+        Raises:
+            ConversationConflict: another writer appended since (nothing was stored).
+        """
+        if self._alog is not None:
+            return await self._alog.append(conversation_id, new_messages)
+        assert self._sync is not None
+        return await asyncio.to_thread(self._sync.append, conversation_id, new_messages)
+
+    async def clear(
+        self,
+        conversation_id: str,
+        *,
+        erase: bool = False,
+        reason: str = "clear",
+        by: str = "pydantic-ai",
+    ) -> None:
+        """:meth:`AresMessageStore.clear`.
+
+        Raises:
+            ConversationConflict: another writer appended since this store loaded it.
+        """
+        if self._alog is not None:
+            await self._alog.clear(conversation_id, erase=erase, reason=reason, by=by)
+        else:
+            assert self._sync is not None
+            sync = self._sync
+            await asyncio.to_thread(
+                lambda: sync.clear(conversation_id, erase=erase, reason=reason, by=by)
+            )
+
+    async def close(self) -> None:
+        """Close the store when this object opened it (from ``url=``)."""
+        if self._sync is not None:
+            await asyncio.to_thread(self._sync.close)
+
+    async def __aenter__(self) -> AsyncAresMessageStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class JournaledModel(WrapperModel):

@@ -222,22 +222,49 @@ def test_two_concurrent_runs_on_one_session_never_interleave(store: ae.EventStor
     run(main())
 
 
-def test_a_stale_direct_writer_is_refused_and_stores_nothing(store: ae.EventStore) -> None:
+class Run:
+    """A run context of our own (the SDK passes its RunContextWrapper)."""
+
+
+def test_direct_writers_of_two_session_objects_both_land(store: ae.EventStore) -> None:
+    """Without a run context a write is one atomic step on the stream as it is then (the
+    SDK's sessions' semantics): nothing is refused, nothing lost."""
+
     async def main() -> None:
-        a, b = AresSession("stale", store=store), AresSession("stale", store=store)
+        a, b = AresSession("direct2", store=store), AresSession("direct2", store=store)
         assert await a.get_items() == [] and await b.get_items() == []
         await a.add_items([{"role": "user", "content": "from a"}])
+        await b.add_items([{"role": "user", "content": "from b"}])  # b read before a wrote
+        assert [text(i) for i in await a.get_items()] == ["from a", "from b"]
+        await a.add_items([{"role": "user", "content": "a again"}])
+        popped = await b.pop_item()  # the newest now, though b never saw it
+        assert popped is not None and text(popped) == "a again"
+        await b.clear_session()
+        assert await a.get_items() == []
+
+    run(main())
+
+
+def test_a_stale_run_is_refused_and_stores_nothing(store: ae.EventStore) -> None:
+    async def main() -> None:
+        a, b = AresSession("stale", store=store), AresSession("stale", store=store)
+        run_b = Run()
+        assert await a.get_items() == [] and await b.get_items(wrapper=run_b) == []
+        await a.add_items([{"role": "user", "content": "from a"}])
         with pytest.raises(SessionConflict) as info:
-            await b.add_items([{"role": "user", "content": "from b"}])
+            await b.add_items([{"role": "user", "content": "from b"}], wrapper=run_b)
         assert info.value.session_id == "stale"
         assert info.value.expected == 0 and info.value.actual == 1
         with pytest.raises(SessionConflict):
-            await b.pop_item()
+            await b.pop_item(wrapper=run_b)
         with pytest.raises(SessionConflict):
-            await b.clear_session()
+            await b.clear_session(wrapper=run_b)
         assert [text(i) for i in await b.get_items()] == ["from a"]
-        await b.add_items([{"role": "user", "content": "from b"}])  # after a fresh read
-        assert [text(i) for i in await a.get_items()] == ["from a", "from b"]
+        again = Run()  # the turn run again: a new run reads the new history
+        await b.get_items(wrapper=again)
+        await b.add_items([{"role": "user", "content": "from b"}], wrapper=again)
+        await b.add_items([{"role": "user", "content": "b, its 2nd"}], wrapper=again)
+        assert [text(i) for i in await a.get_items()] == ["from a", "from b", "b, its 2nd"]
 
     run(main())
 

@@ -1,0 +1,350 @@
+"""The storage work of the Google ADK session service: :class:`AsyncAdkSessions` is
+written here; the blocking :class:`AdkSessions` (``_google_adk_sessions.py``) is
+generated from it. Which one the service runs, and where, is
+:class:`~ares_events.integrations.google_adk.AresSessionService`'s choice (the blocking
+one in worker threads, unless it was given an asyncio store).
+
+Each stream is read through one verified view at a time (at most :data:`MAX_VIEWS`,
+least recently used dropped), whose lock (of the face: a thread lock on the blocking
+one, an asyncio lock on the other) serialises the operations on that stream; operations
+on different sessions run side by side. What a write must not lose is checked by the
+store: a session's event is appended at the version its session object was read at,
+and an ``app:``/``user:`` delta in the same transaction.
+
+It may import anything in the package (an integration is top layer), and ``google.adk``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
+
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions import _session_util
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.session import Session
+from google.adk.sessions.state import State
+
+from ares_events.core.backend import Capability
+from ares_events.core.events import ANY, NewEvent, RecordedEvent
+from ares_events.core.faces import ASYNC
+from ares_events.errors import ChainIntegrityError, ConcurrencyError
+from ares_events.integrations._conversation_async import AsyncConversationStream
+from ares_events.integrations._google_adk_core import (
+    MARKER,
+    MODULE,
+    SESSION_PREFIX,
+    T_CREATED,
+    T_DELETED,
+    T_EVENT,
+    T_STATE,
+    Fold,
+    SessionConflict,
+    SessionStateProjection,
+    app_stream,
+    decode,
+    marker_version,
+    quote_part,
+    session_stream,
+    since_created,
+    user_stream,
+)
+from ares_events.projections.recovery_async import AsyncSnapshotter, arecover
+
+if ASYNC:
+    from asyncio import Lock
+else:
+    from threading import Lock
+
+if TYPE_CHECKING:
+    from ares_events.core.store_async import AsyncEventStore
+
+__all__ = ["MAX_VIEWS", "AsyncAdkSessions"]
+
+MAX_VIEWS: Final = 1024
+TAIL_ATTEMPTS: Final = 100
+
+
+class AsyncAdkSessions:
+    """ADK sessions on one store (see the module docstring).
+
+    Args:
+        store: the store.
+        snapshot_every: snapshot each session's state every this many events (0: never).
+        erase_on_delete: ``delete_session`` also erases the session's payloads.
+        by: the name written in erasure records.
+    """
+
+    def __init__(
+        self, store: AsyncEventStore, *, snapshot_every: int, erase_on_delete: bool, by: str
+    ) -> None:
+        self.store = store
+        self._snapshot_every = snapshot_every
+        self._erase = erase_on_delete
+        self._by = by
+        self._views: OrderedDict[str, _View] = OrderedDict()
+        self._guard = threading.Lock()  # the view table (never held across I/O)
+        self._projection = SessionStateProjection()
+        self._snapshotter: AsyncSnapshotter | None = None
+
+    async def create_session(
+        self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
+    ) -> Session:
+        """A new session (``AlreadyExistsError`` when a live one has this id)."""
+        session_id = (session_id.strip() if session_id else None) or str(uuid.uuid4())
+        sid = session_stream(app_name, user_id, session_id)
+        deltas = _session_util.extract_json_safe_state_delta(state or {})
+        now = time.time()
+        v = self._view(sid)
+        async with v.lock:
+            await v.stream.refresh()
+            if v.fold()["live"]:
+                raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+            created = NewEvent(
+                type=T_CREATED,
+                module=MODULE,
+                payload={
+                    "app_name": app_name,
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "state": deltas["session"],
+                    "time": now,
+                },
+            )
+            batches = [(sid, [created], v.stream.version), *_scoped(app_name, user_id, deltas)]
+            try:
+                res = await self.store.append_many(batches)
+            except ConcurrencyError:
+                raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+            await v.stream.refresh()
+        await self._after_append(sid, res[0].version)
+        session = Session(
+            id=session_id, app_name=app_name, user_id=user_id, state=deltas["session"]
+        )
+        session.last_update_time = now
+        session._storage_update_marker = f"{MARKER}{res[0].version}"
+        return await self._merge(session)
+
+    async def get_session(
+        self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
+    ) -> Session | None:
+        """The session with its events (all, or the ``num_recent_events`` newest and
+        those at or after ``after_timestamp``), or None."""
+        session_id = session_id.strip() if session_id else session_id
+        sid = session_stream(app_name, user_id, session_id)
+        recent = config.num_recent_events if config is not None else None
+        if recent is not None:
+            fold, version, events = await self._tail_session(sid, recent)
+        else:
+            v = self._view(sid)
+            async with v.lock:
+                await v.stream.refresh()
+                events = since_created(v.stream.events)
+                fold, version = copy.deepcopy(v.fold()), v.stream.version
+        if not fold["live"]:
+            return None
+        adk_events = [decode(e) for e in events if e.type == T_EVENT]
+        if recent is not None:
+            adk_events = adk_events[-recent:] if recent else []
+        if config is not None and config.after_timestamp is not None:
+            adk_events = [ev for ev in adk_events if ev.timestamp >= config.after_timestamp]
+        session = Session(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=dict(fold["state"]),
+            events=adk_events,
+        )
+        session.last_update_time = float(fold["updated"])
+        session._storage_update_marker = f"{MARKER}{version}"
+        return await self._merge(session)
+
+    async def list_sessions(self, app_name: str, user_id: str | None) -> list[Session]:
+        """The live sessions of an app (of one user, when given), without events,
+        oldest update first."""
+        prefix = f"{SESSION_PREFIX}{quote_part(app_name)}/"
+        if user_id is not None:
+            prefix += f"{quote_part(user_id)}/"
+        out: list[Session] = []
+        async for stream_id, _v in self.store.streams():
+            if not stream_id.startswith(prefix):
+                continue
+            rest = stream_id[len(SESSION_PREFIX) :].split("/")
+            if len(rest) != 3:
+                continue
+            uid, sess = unquote(rest[1]), unquote(rest[2])
+            fold, _version = await self._state_of(stream_id)
+            if not fold["live"]:
+                continue
+            s = Session(id=sess, app_name=app_name, user_id=uid, state=dict(fold["state"]))
+            s.last_update_time = float(fold["updated"])
+            out.append(await self._merge(s))
+        out.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return out
+
+    async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
+        """Append ``adk.session.deleted`` (and erase, with ``erase_on_delete``); a
+        missing session is left as it is."""
+        session_id = session_id.strip() if session_id else session_id
+        sid = session_stream(app_name, user_id, session_id)
+        v = self._view(sid)
+        view = v.stream
+        async with v.lock:
+            await view.refresh()
+            if not v.fold()["live"]:
+                return
+            events = since_created(view.events)
+            first = (events[0].version if events else view.version + 1) - 1  # its creation
+            doomed = [first, *(e.version for e in events)]
+            await view.append([NewEvent(type=T_DELETED, module=MODULE, payload={})], ANY)
+            await view.refresh()
+            if self._erase:
+                await view.erase(doomed, reason="google-adk delete_session", by=self._by)
+
+    async def get_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user-scoped state (keys without the ``user:`` prefix)."""
+        return await self._scoped_state(user_stream(app_name, user_id))
+
+    async def store_event(self, session: Session, event: Event) -> int | None:
+        """Store ``event`` (its ``temp:`` delta already trimmed) at the version ``session``
+        was read at; return the new version, or None when the session already holds an
+        equal event with its id (a re-delivery: stored once, as ADK's own service does).
+
+        Raises:
+            SessionConflict: another run wrote to the session since (nothing stored).
+            SessionNotFoundError: the session does not exist (or was deleted).
+        """
+        sid = session_stream(session.app_name, session.user_id, session.id)
+        delta = event.actions.state_delta if event.actions else None
+        deltas = _session_util.extract_json_safe_state_delta(delta or {})
+        dumped = event.model_dump(exclude_none=True, mode="json")
+        payload = {"event": dumped, "delta": deltas["session"]}
+        v = self._view(sid)
+        async with v.lock:
+            await v.stream.refresh()
+            fold = v.fold()
+            if not fold["live"]:
+                raise SessionNotFoundError(f"Session {session.id} not found.")
+            if any(e.payload["event"] == dumped for e in v.folded.by_id.get(event.id, ())):
+                return None
+            expected = marker_version(session)
+            if expected is None:
+                expected = v.stream.version  # a session object this service did not read
+            ev = NewEvent(type=T_EVENT, module=MODULE, payload=payload)
+            batches = [
+                (sid, [ev], expected),
+                *_scoped(session.app_name, session.user_id, deltas),
+            ]
+            try:
+                res = await self.store.append_many(batches)
+            except ConcurrencyError as exc:
+                raise SessionConflict(session.id, sid, expected, v.stream.version) from exc
+            await v.stream.refresh()
+        await self._after_append(sid, res[0].version)
+        return res[0].version
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _view(self, stream_id: str) -> _View:
+        with self._guard:
+            got = self._views.get(stream_id)
+            if got is None:
+                got = _View(AsyncConversationStream(self.store, stream_id))
+                self._views[stream_id] = got
+                while len(self._views) > MAX_VIEWS:
+                    self._views.popitem(last=False)
+            else:
+                self._views.move_to_end(stream_id)
+            return got
+
+    async def _scoped_state(self, stream_id: str) -> dict[str, Any]:
+        v = self._view(stream_id)
+        async with v.lock:
+            await v.stream.refresh()
+            return copy.deepcopy(v.fold()["state"])
+
+    async def _merge(self, session: Session) -> Session:
+        for k, v in (await self._scoped_state(app_stream(session.app_name))).items():
+            session.state[State.APP_PREFIX + k] = v
+        user = await self._scoped_state(user_stream(session.app_name, session.user_id))
+        for k, v in user.items():
+            session.state[State.USER_PREFIX + k] = v
+        return session
+
+    async def _after_append(self, stream_id: str, version: int) -> None:
+        if self._snapshot_every <= 0 or Capability.SNAPSHOTS not in self.store.capabilities:
+            return
+        with self._guard:
+            if self._snapshotter is None:
+                self._snapshotter = AsyncSnapshotter(
+                    self.store, [self._projection], every=self._snapshot_every
+                )
+            snapshotter = self._snapshotter
+        await snapshotter.after_append(stream_id, version)
+
+    async def _state_of(self, stream_id: str) -> tuple[dict[str, Any], int]:
+        """The session's fold from its latest snapshot and the events after it."""
+        store = self.store
+        snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
+        rep = await arecover(
+            store, stream_id, self._projection, snapshots=snaps, max_replay=2**62, strict=True
+        )
+        return rep.state, rep.version
+
+    async def _tail_session(
+        self, stream_id: str, recent: int
+    ) -> tuple[dict[str, Any], int, list[RecordedEvent]]:
+        view = AsyncConversationStream(self.store, stream_id)
+        for _ in range(TAIL_ATTEMPTS):
+            fold, version = await self._state_of(stream_id)
+            if not fold["live"]:
+                return fold, version, []
+            since = int(fold["since"])
+            want = min(recent, int(fold["events"]))
+            # The newest ``want`` events of the live incarnation end at ``version`` (the
+            # session's events are its last events, after its creation).
+            tail = await view.tail(want) if want else []
+            if tail and tail[-1].version != version:
+                continue  # another writer appended in between: read both again
+            if not tail:
+                head = await self.store.head(stream_id)
+                if head is not None and head.version != version:
+                    continue
+            return fold, version, [e for e in tail if e.version > since]
+        raise ChainIntegrityError(stream_id, [])  # pragma: no cover - a hundred writers
+
+
+class _View:
+    """A verified view of one stream, its lock, and its fold so far."""
+
+    __slots__ = ("folded", "lock", "stream")
+
+    def __init__(self, stream: AsyncConversationStream) -> None:
+        self.stream = stream
+        self.lock = Lock()
+        self.folded = Fold()
+
+    def fold(self) -> dict[str, Any]:
+        """The fold of every event read so far."""
+        return self.folded.update(self.stream.events)
+
+
+def _scoped(
+    app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
+) -> list[tuple[str, list[NewEvent], Any]]:
+    """The ``app:`` and ``user:`` deltas' appends (at any version: they only add)."""
+    out: list[tuple[str, list[NewEvent], Any]] = []
+    if deltas["app"]:
+        ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas["app"]})
+        out.append((app_stream(app_name), [ev], ANY))
+    if deltas["user"]:
+        ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas["user"]})
+        out.append((user_stream(app_name, user_id), [ev], ANY))
+    return out
