@@ -1,1 +1,1 @@
-"""Child processes the tests start (writers, killers, servers); no tests here."""
+"""Child processes the tests start (``python -m tests.children.NAME``); no tests here."""
