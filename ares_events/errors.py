@@ -5,7 +5,8 @@ module they live in) the ones defined beside the code that raises them.
 
     AresError
     ├── ConfigError (ValueError)             bad URL/option/env value; names its source
-    │   └── UnknownSchemeError               lists the known schemes
+    │   ├── UnknownSchemeError               lists the known schemes
+    │   └── SessionSettingsError (TypeError) integrations.openai_agents: bad session_settings
     ├── MissingDependencyError (ImportError) names the pip extra to install
     ├── InvalidEvent (ValueError)            bad input: not JSON, NaN, bad stream id, too large
     │   └── EventSchemaError                 core.catalog: a payload against its event's schema
@@ -15,8 +16,8 @@ module they live in) the ones defined beside the code that raises them.
     │   │                                    does not verify, or cannot be made (.reason)
     │   └── WitnessRefused                   a witness would not cosign (.status, .latest_size)
     ├── ConcurrencyError                     expected_version mismatch (.expected, .actual)
-    │   ├── SessionConflict                  integrations.openai_agents, integrations.google_adk:
-    │   │                                    another run wrote the session since this one read it
+    │   ├── SessionConflict                  another run wrote the session since this one read it
+    │   │   └── StaleSessionConflict         integrations._google_adk_core: also ADK's own error
     │   ├── ConversationConflict             integrations._pydantic_ai_store_async: the same,
     │   │                                    for a Pydantic AI history
     │   └── StaleWriteError                  integrations._langgraph_core: a checkpoint write
@@ -84,6 +85,7 @@ __all__ = [
     "ProofError",
     "ReplayCapExceeded",
     "SchemaVersionError",
+    "SessionConflict",
     "SnapshotMismatch",
     "StoreClosed",
     "StoreError",
@@ -208,6 +210,28 @@ class ConcurrencyError(AresError):
         self.actual = actual
         msg = f"stream {stream_id!r}: expected version {expected}, actual version {actual}"
         super().__init__(f"{msg}; {detail}" if detail else msg)
+
+
+class SessionConflict(ConcurrencyError):
+    """A framework adapter's write to a session after another run wrote to it since this
+    run read it (``.session_id``, ``.expected``, ``.actual``); nothing of the write was
+    stored. The run's turn was computed on a stale history: read the session again and run
+    the turn again. (The Google ADK adapter raises it as
+    :class:`~ares_events.integrations.google_adk.StaleSessionConflict`, which is also
+    ADK's ``StaleSessionError``.)"""
+
+    def __init__(
+        self, session_id: str, stream_id: str, expected: int, actual: int, detail: str = ""
+    ) -> None:
+        self.session_id = session_id
+        super().__init__(
+            stream_id,
+            expected,
+            actual,
+            detail
+            or f"session {session_id!r} was written by another run since this run read it "
+            f"(version {expected}); nothing was stored: read it again and run the turn again",
+        )
 
 
 class StoreError(AresError):
@@ -415,6 +439,7 @@ for _cls in (
     ProofError,
     WitnessRefused,
     ConcurrencyError,
+    SessionConflict,
     StoreError,
     StoreUnavailable,
     StoreNotFound,

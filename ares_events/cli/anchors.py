@@ -1,5 +1,5 @@
-"""CLI command ``anchor``: a signed checkpoint (or a legacy head anchor) to a witness, or
-check the anchors there.
+"""CLI command ``anchor``: a signed checkpoint to a location outside the store, or check
+the anchors there.
 
 Registered on the group when imported (``ares_events.cli`` imports this module). It may
 import :mod:`ares_events.cli.common` and anything below the CLI.
@@ -30,19 +30,21 @@ from ares_events.stores.settings import Settings
 
 @cli.command(name="anchor")
 @click.option(
-    "--witness",
+    "--to",
+    "location",
     metavar="URL",
-    help="Where anchors are kept: file:///folder/ or s3://bucket/prefix?endpoint_url=... "
-    "(default: ARES_ANCHOR_URL, else a folder anchors/ next to a SQLite store file).",
+    help="Where signed checkpoints are kept: file:///folder/ or "
+    "s3://bucket/prefix?endpoint_url=... (default: ARES_ANCHOR_URL, else a folder anchors/ "
+    "next to a SQLite store file).",
 )
+@click.option("--witness", "old_location", metavar="URL", hidden=True)  # its first name
 @click.option(
     "--key",
     "key_file",
     metavar="FILE",
-    help="The log's signing key file (default: ARES_LOG_KEY_FILE): write a signed checkpoint. "
-    "Without a key, a legacy unsigned JSON anchor of every stream head is written.",
+    help="The log's signing key file (default: ARES_LOG_KEY_FILE); needed to anchor.",
 )
-@click.option("--check", is_flag=True, help="Verify the store still extends every stored anchor.")
+@click.option("--check", is_flag=True, help="Verify the store still extends every anchor there.")
 @click.option(
     "--vkey",
     "vkeys",
@@ -55,62 +57,61 @@ from ares_events.stores.settings import Settings
 @pass_app
 def anchor_cmd(
     app: App,
-    witness: str | None,
+    location: str | None,
+    old_location: str | None,
     key_file: str | None,
     check: bool,
     vkeys: tuple[str, ...],
     as_json: bool,
 ) -> int:
-    """Anchor the log in a witness outside the store, or check the anchors there.
+    """Anchor the log at a location outside the store, or check the anchors there.
 
-    With a key (--key or ARES_LOG_KEY_FILE): brings the Merkle log up to date, signs a
-    checkpoint (C2SP tlog-checkpoint), stores it and writes it to the witness as
-    checkpoint-<size>-<time>.note; nobody without the key can forge or edit one. Without a
-    key: the legacy unsigned anchor (every stream head, JSON), with a warning.
+    With the log's key (--key or ARES_LOG_KEY_FILE): brings the Merkle log up to date,
+    signs a checkpoint (C2SP tlog-checkpoint), stores it and writes it to the location as
+    checkpoint-<size>-<time>.note; nobody without the key can forge or edit one.
 
-    --check proves the store still extends every anchor: for each signed checkpoint, its
-    signature and the root of today's first <size> events; for each legacy anchor, every
-    anchored head. A deleted tail or a rewritten event is a finding; rolling the witness
-    back only removes checkpoints, it cannot make a rewrite pass. Exits 1 on findings.
+    --check proves the store still extends every checkpoint there: its signature, and the
+    root of today's first <size> events. A deleted tail or a rewritten event is a finding;
+    removing checkpoints from the location only removes them, it cannot make a rewrite
+    pass. Exits 1 on findings.
 
     \b
     Example:
       ares-events anchor --key log.key
-      ares-events anchor --witness s3://audit-bucket/ares --check --vkey log.vkey --json
+      ares-events anchor --to s3://audit-bucket/ares --check --vkey log.vkey --json
     """
     from pathlib import Path
 
-    from ares_events.integrity.anchors import (
-        verify_anchors,
-        write_anchor,
-        write_checkpoint_note,
-    )
+    from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
 
     settings = Settings.from_env()
     key = load_signing_key(app, key_file, required=False)
+    if key is None and not check:
+        raise click.UsageError(
+            "anchor signs a checkpoint with the log's key: pass --key FILE (or set "
+            "ARES_LOG_KEY_FILE); make one with `ares-events keygen NAME --out FILE`"
+        )
     trusted = load_vkeys(vkeys, required=False) or ([key.verifier] if key is not None else None)
-    # Only signing writes to the store (the Merkle log, the checkpoint); a legacy anchor
-    # writes to the witness alone, and --check only reads.
-    with app.open(write=key is not None and not check) as store:
-        url = witness or settings.anchor_url
+    # Only signing writes to the store (the Merkle log, the checkpoint); --check reads.
+    with app.open(write=not check) as store:
+        url = location or old_location or settings.anchor_url
         if url is None:
             path = getattr(backend_of(store.recorder), "path", None)
             if not isinstance(path, Path):
                 raise CommandError(
-                    f"no anchor witness for {store.url}: pass --witness URL or set "
+                    f"no anchor location for {store.url}: pass --to URL or set "
                     "ARES_ANCHOR_URL (the default folder needs a SQLite store file)"
                 )
             url = (path.absolute().parent / "anchors").as_uri() + "/"
         app._remember_secrets(url, settings)
         if check:
             report = verify_anchors(store, url, keys=trusted)
-        elif key is not None:
+        else:
+            assert key is not None
             from ares_events.projections.merkle import MerkleLog
 
             signed = MerkleLog(store).sign(key)
             where = write_checkpoint_note(url, signed.text, signed.checkpoint.size)
-        else:
-            anchor = write_anchor(store, url)
         store_url = store.url
     if check:
         if as_json:
@@ -123,44 +124,24 @@ def anchor_cmd(
                         "ok " if report.ok else "FINDINGS ",
                         "bold green" if report.ok else "bold red",
                     ),
-                    f"{report.anchors_checked} anchor(s) in {report.witness} "
-                    f"({report.checkpoints_checked} signed checkpoint(s){keys_note}), "
-                    f"{report.streams_checked} stream(s) checked, "
-                    f"{len(report.findings)} finding(s)",
+                    f"{report.anchors_checked} signed checkpoint(s) in {report.location}"
+                    f"{keys_note}, {len(report.findings)} finding(s)",
                 )
             )
             if not report.ok:
                 _print_findings(app, report.findings)
         return EXIT_OK if report.ok else EXIT_FINDINGS
-    if key is not None:
-        cp = signed.checkpoint
-        if as_json:
-            app.json(
-                {
-                    "store": store_url,
-                    "location": where,
-                    "checkpoint": signed.text,
-                    "tree_size": cp.size,
-                    "root": b64(cp.root),
-                }
-            )
-        else:
-            app.out.print(text(f"anchored {cp.origin} at size {cp.size} to {where}"))
-        return EXIT_OK
-    app.err.print(
-        text(
-            "warning: wrote an unsigned (legacy) anchor: whoever can write the witness can "
-            "forge it; pass --key FILE (or set ARES_LOG_KEY_FILE) to anchor a signed checkpoint",
-            style="yellow",
-        )
-    )
+    cp = signed.checkpoint
     if as_json:
-        app.json({"store": store_url, "location": anchor.name, "anchor": anchor.to_dict()})
-    else:
-        app.out.print(
-            text(
-                f"anchored {len(anchor.heads)} stream(s) at position {anchor.last_position} "
-                f"to {anchor.name}"
-            )
+        app.json(
+            {
+                "store": store_url,
+                "location": where,
+                "checkpoint": signed.text,
+                "tree_size": cp.size,
+                "root": b64(cp.root),
+            }
         )
+    else:
+        app.out.print(text(f"anchored {cp.origin} at size {cp.size} to {where}"))
     return EXIT_OK

@@ -325,7 +325,7 @@ def _trusted_keys(vkeys: tuple[str, ...]) -> list[Any] | None:
     "--anchors",
     "anchors_url",
     metavar="URL",
-    help="Also check the store still extends every anchor kept at this witness "
+    help="Also check the store still extends every anchor kept at this location "
     "(file:///folder/ or s3://...; see `anchor`).",
 )
 @click.option(
@@ -346,7 +346,7 @@ def audit_cmd(
     Checks every chain against its head, and that global positions are strictly
     increasing (and gap-free on stores that promise it: memory, SQLite). Erased payloads
     are listed as information, not findings. With --anchors, also proves the log still
-    extends every signed checkpoint (and legacy anchor) kept at the witness. A progress bar
+    extends every signed checkpoint kept at that location. A progress bar
     runs on stderr. Exits 1 on findings.
 
     \b

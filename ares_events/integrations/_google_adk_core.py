@@ -1,5 +1,5 @@
 """What both faces of the Google ADK session service share, without I/O: the stream
-names, the events' types, :class:`SessionConflict`, the fold of a session
+names, the events' types, :class:`StaleSessionConflict`, the fold of a session
 (:class:`SessionStateProjection`, and :class:`Fold`, its incremental form over a verified
 view) and the decoding of stored events.
 
@@ -22,7 +22,7 @@ from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 
 from ares_events.core.events import RecordedEvent, validate_name
-from ares_events.errors import ConcurrencyError
+from ares_events.errors import SessionConflict
 
 __all__ = [
     "APP_PREFIX",
@@ -57,18 +57,14 @@ T_STATE: Final = "adk.state"
 MARKER: Final = "ares-v"
 
 
-class SessionConflict(ConcurrencyError, StaleSessionError):
-    """The session was written by another run after this session object was read; the
-    event was not stored. Reload the session (``get_session``) and run again.
-
-    Also an ADK ``StaleSessionError`` (a ``ValueError``), so code written for ADK's own
-    services catches it.
-    """
+class StaleSessionConflict(SessionConflict, StaleSessionError):
+    """A :class:`~ares_events.errors.SessionConflict` that is also ADK's
+    ``StaleSessionError`` (a ``ValueError``), so code written for ADK's own services
+    catches it: reload the session (``get_session``) and run again."""
 
     def __init__(self, session_id: str, stream_id: str, expected: int, actual: int) -> None:
-        self.session_id = session_id
-        ConcurrencyError.__init__(
-            self,
+        super().__init__(
+            session_id,
             stream_id,
             expected,
             actual,

@@ -47,8 +47,8 @@ from ares_events.integrations._google_adk_core import (
     T_EVENT,
     T_STATE,
     Fold,
-    SessionConflict,
     SessionStateProjection,
+    StaleSessionConflict,
     app_stream,
     decode,
     marker_version,
@@ -214,7 +214,7 @@ class AdkSessions:
         equal event with its id (a re-delivery: stored once, as ADK's own service does).
 
         Raises:
-            SessionConflict: another run wrote to the session since (nothing stored).
+            StaleSessionConflict: another run wrote to the session since (nothing stored).
             SessionNotFoundError: the session does not exist (or was deleted).
         """
         sid = session_stream(session.app_name, session.user_id, session.id)
@@ -241,7 +241,7 @@ class AdkSessions:
             try:
                 res = self.store.append_many(batches)
             except ConcurrencyError as exc:
-                raise SessionConflict(session.id, sid, expected, v.stream.version) from exc
+                raise StaleSessionConflict(session.id, sid, expected, v.stream.version) from exc
             v.stream.refresh()
         self._after_append(sid, res[0].version)
         return res[0].version

@@ -46,8 +46,8 @@ from ares_events.integrations._google_adk_core import (
     T_EVENT,
     T_STATE,
     Fold,
-    SessionConflict,
     SessionStateProjection,
+    StaleSessionConflict,
     app_stream,
     decode,
     marker_version,
@@ -218,7 +218,7 @@ class AsyncAdkSessions:
         equal event with its id (a re-delivery: stored once, as ADK's own service does).
 
         Raises:
-            SessionConflict: another run wrote to the session since (nothing stored).
+            StaleSessionConflict: another run wrote to the session since (nothing stored).
             SessionNotFoundError: the session does not exist (or was deleted).
         """
         sid = session_stream(session.app_name, session.user_id, session.id)
@@ -245,7 +245,7 @@ class AsyncAdkSessions:
             try:
                 res = await self.store.append_many(batches)
             except ConcurrencyError as exc:
-                raise SessionConflict(session.id, sid, expected, v.stream.version) from exc
+                raise StaleSessionConflict(session.id, sid, expected, v.stream.version) from exc
             await v.stream.refresh()
         await self._after_append(sid, res[0].version)
         return res[0].version

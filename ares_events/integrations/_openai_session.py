@@ -31,11 +31,8 @@ from threading import Lock
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import ANY, NewEvent
-from ares_events.errors import ConcurrencyError
+from ares_events.errors import ConcurrencyError, SessionConflict
 from ares_events.integrations._conversation import ConversationStream
-
-# One error class for both faces.
-from ares_events.integrations._openai_session_async import SessionConflict  # as is
 
 if TYPE_CHECKING:
     from ares_events.core.events import ExpectedVersion

@@ -30,16 +30,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import ANY, NewEvent
 from ares_events.core.faces import ASYNC
-from ares_events.errors import ConcurrencyError
+from ares_events.errors import ConcurrencyError, SessionConflict
 from ares_events.integrations._conversation_async import AsyncConversationStream
 
 if ASYNC:
     from asyncio import Lock
 else:
     from threading import Lock
-
-    # One error class for both faces.
-    from ares_events.integrations._openai_session_async import SessionConflict  # as is
 
 if TYPE_CHECKING:
     from ares_events.core.events import ExpectedVersion
@@ -54,28 +51,6 @@ T_CLEARED: Final = "oai.cleared"
 POP_ATTEMPTS: Final = 100
 """A direct pop reads the newest item again this many times when other writers keep
 landing first, then gives up with :class:`SessionConflict`."""
-
-
-if ASYNC:
-
-    class SessionConflict(ConcurrencyError):
-        """Another run wrote to the session after this run last saw it; nothing of this
-        write was stored.
-
-        Two runs of one session would interleave their items; the second writer gets
-        this error instead. Its turn was computed on a stale history: run it again (a
-        new ``Runner.run``).
-        """
-
-        def __init__(self, session_id: str, stream_id: str, expected: int, actual: int) -> None:
-            self.session_id = session_id
-            super().__init__(
-                stream_id,
-                expected,
-                actual,
-                f"session {session_id!r} was written by another run since this run read "
-                f"it (version {expected}); nothing was stored: run the turn again",
-            )
 
 
 class AsyncSessionLog:

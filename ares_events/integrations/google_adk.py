@@ -18,8 +18,8 @@ folded as ADK folds it: the session's own keys, then ``app:`` and ``user:`` keys
 - **Versions, not timestamps.** A session object carries the stream version it was read
   at (ADK's ``_storage_update_marker``); ``append_event`` writes at that version. Two
   ``run_async`` on one session: the first append wins, the other gets
-  :class:`SessionConflict` (ADK's ``StaleSessionError`` and a
-  :class:`~ares_events.errors.ConcurrencyError`), and the stream never interleaves the
+  :class:`StaleSessionConflict` (a :class:`~ares_events.errors.SessionConflict`, and
+  ADK's ``StaleSessionError``), and the stream never interleaves the
   two runs' events. Reload the session (``get_session``) and run again.
 - **The tail only.** ``get_session(config=GetSessionConfig(num_recent_events=N))`` reads
   the last events of the stream (verified from the first one's link to the head row) and
@@ -75,6 +75,7 @@ from ares_events.integrations._google_adk_core import (
     USER_PREFIX,
     SessionConflict,
     SessionStateProjection,
+    StaleSessionConflict,
     session_stream,
 )
 from ares_events.integrations._google_adk_sessions import AdkSessions
@@ -91,6 +92,7 @@ __all__ = [
     "AresSessionService",
     "SessionConflict",
     "SessionStateProjection",
+    "StaleSessionConflict",
     "session_stream",
 ]
 
@@ -211,7 +213,8 @@ class AresSessionService(BaseSessionService):
         already holds (same id and fields) is not stored or applied again.
 
         Raises:
-            SessionConflict: another run wrote to the session since (nothing stored).
+            StaleSessionConflict: another run wrote to the session since (nothing stored;
+                a SessionConflict and ADK's StaleSessionError).
             SessionNotFoundError: the session does not exist (or was deleted).
         """
         if event.partial:

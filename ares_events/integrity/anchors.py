@@ -1,63 +1,43 @@
-"""Anchors: checkpoints of the store kept by a witness outside it.
-
-Two kinds live in a witness: *signed checkpoints* of the Merkle log
-(``checkpoint-<size>-<time>.note``, written by ``ares-events anchor --key FILE``; checked by
-:mod:`~ares_events.integrity.checkpoint_anchors`), which nobody without the log key can
-forge, and the older *JSON anchors* of every stream head (``anchor-*.json``, written by
-:func:`write_anchor`, i.e. ``ares-events anchor`` without a key), described below and
-still read and checked. :func:`verify_anchors` checks both.
+"""Anchors: the log's signed checkpoints kept at a location outside the store, and the
+check that the store still extends every one of them.
 
 A hash chain proves that a stream's events are consistent with each other, not that they
 are the events that were written: whoever can write the database can delete a stream's
 tail and rewrite its head row to match, or rewrite a whole chain with recomputed
-(unkeyed) hashes, and a bare chain verification passes. An anchor closes that gap:
-:func:`write_anchor` records every stream's version and head hash, the last global
-position and a timestamp in a witness the store's writers cannot touch, and
-:func:`check_anchors` later proves the store still *extends* each anchor.
+(unkeyed) hashes, and a bare chain verification passes. ``ares-events anchor --key FILE``
+closes that gap: it signs a checkpoint of the Merkle log (a C2SP ``tlog-checkpoint`` note,
+Ed25519) and writes it as ``checkpoint-<size>-<time>.note`` to a location the store's
+writers cannot touch (a folder, or an S3 prefix). Nobody without the log key can forge or
+edit one.
 
-Witness URLs:
+:func:`verify_anchors` checks each note's signature against trusted verifier keys and then
+recomputes, in one pass over ``read_all``, the RFC 9162 root of the first ``size`` events
+for every checkpoint size, straight from the events' chain hashes (never from the stored
+tree, which a rewrite could leave as it was): the store extends a checkpoint exactly when
+the root of today's first ``size`` leaves is its root. Removing notes from the location
+leaves the others checked; a rewrite of any event before a checkpoint's size changes the
+root at that size. Findings (the first failing checkpoint of each kind, with how many
+others fail the same way):
 
-``file:///abs/path/anchors/`` (or a plain path)
-    one JSON file per anchor, written atomically (temporary file, fsync, rename).
-``s3://bucket/prefix?endpoint_url=...&region=...``
-    one object per anchor, through boto3; credentials only from boto3's normal chain
-    (a URL with a user or password is refused).
+``anchor_corrupt``      a note that does not parse, or whose signature does not verify,
+                        or that no trusted key of its origin signed.
+``anchor_unverified``   no trusted verifier key is known (pass ``--vkey``).
+``anchor_truncated``    the log now holds fewer events than the checkpoint's size.
+``anchor_rewritten``    the root of the first ``size`` events differs from the signed one.
+``no_anchor``           the location holds no checkpoint: nothing was checked (never
+                        reported as clean).
 
-Anchor document (UTF-8 JSON; ``digest`` covers every other field but ``mac``)::
+Location URLs: ``file:///abs/path/anchors/`` (or a plain path: one file per checkpoint,
+written atomically: temporary file, fsync, rename) and
+``s3://bucket/prefix?endpoint_url=...&region=...`` (one object each, through boto3;
+credentials only from boto3's normal chain: a URL with a user or password is refused).
 
-    {"format": "ares-events/anchor/v1", "created_at": "YYYY-MM-DDTHH:MM:SS.ffffffZ",
-     "store": "<redacted store URL>", "last_position": 1234,
-     "streams": [{"stream_id": "agent-7", "version": 42, "hash": "<64 hex>"}, ...],
-     "key_id": "<chain key id>",                      # keyed stores only
-     "digest": hex(blake3(body)),
-     "mac": hex(blake3_keyed(subkey("anchor"), body))} # keyed stores only
-
-where ``body = canonical_json(document without "digest" and "mac")``. In a keyed store
-the MAC is what is trusted: an anchor file edited with its unkeyed digest recomputed, or
-one without a MAC, is ``anchor_corrupt``, so forging an anchor needs the chain key. In an
-unkeyed store the digest only catches accidental damage: whoever can write the witness can
-rewrite an anchor (see docs/security.md; signed checkpoints are the stronger tool).
-
-Findings of :func:`check_anchors` (each names the anchor in its detail):
-
-``anchor_truncated``
-    the stream is shorter than anchored (its head is behind the anchored version, or the
-    event at that version is gone), or the global log ends before the anchored position.
-    Catches a deleted tail even when the head row was rewritten to match.
-``anchor_rewritten``
-    the event at the anchored version has a different hash: history was rewritten.
-``anchor_missing_stream``
-    an anchored stream no longer exists.
-``anchor_corrupt``
-    the anchor document is unreadable or its own digest does not match.
-``no_anchor``
-    the witness holds no anchor at all: nothing was checked (never reported as clean).
+It may import the core, :mod:`ares_events.errors` and this package's other modules.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import tempfile
@@ -66,21 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import blake3
-import orjson
-
-from ares_events.chain import ChainKey, canonical_json
-from ares_events.core.backend import Capability
 from ares_events.core.events import utc_now_at
 from ares_events.core.recorder import system_of_record
 from ares_events.core.url import StoreURL
-from ares_events.errors import ConfigError, MissingDependencyError, StoreUnavailable
-from ares_events.integrity.checkpoint_anchors import (
-    NOTE_PREFIX,
-    NOTE_SUFFIX,
-    check_checkpoint_notes,
-    recorded_log_keys,
-)
+from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
+from ares_events.integrity import merkle
+from ares_events.integrity.checkpoints import SignedCheckpoint, b64, open_checkpoint
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.notes import VerifierKey
 
@@ -90,149 +61,35 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ANCHOR_FORMAT",
-    "Anchor",
     "AnchorCheck",
-    "AnchorHead",
+    "AnchorLocation",
+    "RootAccumulator",
     "check_anchors",
-    "load_anchors",
-    "open_witness",
+    "open_location",
+    "recorded_log_keys",
     "verify_anchors",
-    "write_anchor",
     "write_checkpoint_note",
 ]
 
-ANCHOR_FORMAT: Final = "ares-events/anchor/v1"
 _S3_PARAMS: Final = ("endpoint_url", "region")
 
 
-@dataclass(frozen=True, slots=True)
-class AnchorHead:
-    """One anchored stream head."""
-
-    stream_id: str
-    version: int
-    hash: bytes
+# -- where anchors are kept ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Anchor:
-    """A checkpoint of every stream head at one moment."""
-
-    created_at: str
-    store: str
-    last_position: int
-    heads: tuple[AnchorHead, ...]
-    digest: bytes
-    name: str = ""
-    """Where the witness keeps it (file or object name); set once written or loaded."""
-    key_id: str | None = None
-    """Id of the chain key whose subkey made ``mac`` (keyed stores)."""
-    mac: bytes | None = None
-
-    def body(self) -> dict[str, Any]:
-        """The document without its digest and MAC (what both cover)."""
-        body: dict[str, Any] = {
-            "format": ANCHOR_FORMAT,
-            "created_at": self.created_at,
-            "store": self.store,
-            "last_position": self.last_position,
-            "streams": [
-                {"stream_id": h.stream_id, "version": h.version, "hash": h.hash.hex()}
-                for h in self.heads
-            ],
-        }
-        if self.key_id is not None:
-            body["key_id"] = self.key_id
-        return body
-
-    def to_dict(self) -> dict[str, Any]:
-        """The full document (JSON-ready)."""
-        doc = {**self.body(), "digest": self.digest.hex()}
-        if self.mac is not None:
-            doc["mac"] = self.mac.hex()
-        return doc
-
-    def to_json(self) -> bytes:
-        """The bytes the witness stores."""
-        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2)
-
-
-def _digest(body: dict[str, Any]) -> bytes:
-    return blake3.blake3(canonical_json(body, field="anchor")).digest()
-
-
-def _mac(body: dict[str, Any], key: ChainKey) -> bytes:
-    return key.mac("anchor", canonical_json(body, field="anchor"))
-
-
-class _Corrupt(Exception):
-    """An anchor document that cannot be trusted (internal)."""
-
-
-def _parse_anchor(name: str, raw: bytes, key: ChainKey | None = None) -> Anchor:
-    """Parse and check one anchor document (its MAC too, with ``key``).
-
-    Raises:
-        _Corrupt: unreadable, wrong format, digest or MAC mismatch, or a MAC missing in
-            a keyed store (or present in an unkeyed one).
-    """
-    try:
-        doc = orjson.loads(raw)
-        if not isinstance(doc, dict) or doc.get("format") != ANCHOR_FORMAT:
-            raise _Corrupt(f"not an {ANCHOR_FORMAT} document")
-        digest = bytes.fromhex(doc.pop("digest"))
-        mac_hex = doc.pop("mac", None)
-        key_id = doc.get("key_id")
-        if key is None and (mac_hex is not None or key_id is not None):
-            raise _Corrupt(f"it is sealed with chain key id {key_id}, but this store is unkeyed")
-        if key is not None:
-            if mac_hex is None:
-                raise _Corrupt(
-                    "it carries no MAC under the store's chain key (written without the key, "
-                    "or edited)"
-                )
-            if key_id != key.fingerprint() or _mac(doc, key) != bytes.fromhex(mac_hex):
-                raise _Corrupt("its MAC does not verify under the store's chain key (forged?)")
-        heads = tuple(
-            AnchorHead(str(s["stream_id"]), int(s["version"]), bytes.fromhex(s["hash"]))
-            for s in doc["streams"]
-        )
-        anchor = Anchor(
-            created_at=str(doc["created_at"]),
-            store=str(doc["store"]),
-            last_position=int(doc["last_position"]),
-            heads=heads,
-            digest=digest,
-            name=name,
-            key_id=None if key_id is None else str(key_id),
-            mac=None if mac_hex is None else bytes.fromhex(mac_hex),
-        )
-        if _digest(doc) != digest:
-            raise _Corrupt("its digest does not match its content")
-    except _Corrupt:
-        raise
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise _Corrupt(f"unreadable ({type(exc).__name__})") from None
-    return anchor
-
-
-# -- witnesses ----------------------------------------------------------------------------
-
-
-class Witness(Protocol):
-    """Where anchors are kept."""
+class AnchorLocation(Protocol):
+    """Where signed checkpoints are kept, outside the store."""
 
     def put(self, name: str, data: bytes) -> str:
-        """Store one anchor document; return where (for display)."""
+        """Store one note; return where (for display)."""
         ...
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every stored anchor document as ``(name, bytes)``, oldest first."""
+        """Every stored note as ``(name, bytes)``, by name."""
         ...
 
     def describe(self) -> str:
-        """Where this witness is (no secrets)."""
+        """Where this location is (no secrets)."""
         ...
 
     def close(self) -> None:
@@ -240,8 +97,8 @@ class Witness(Protocol):
         ...
 
 
-class FileWitness:
-    """A folder with one JSON file per anchor."""
+class FileAnchors:
+    """A folder with one file per signed checkpoint."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -258,7 +115,7 @@ class FileWitness:
         """
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".anchor-", suffix=".tmp", dir=self.folder)
+            fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=self.folder)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
@@ -282,8 +139,8 @@ class FileWitness:
         return str(self.folder / name)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every ``anchor-*.json`` and ``checkpoint-*.note`` in the folder, by name
-        (names sort by time, and checkpoints by size).
+        """Every ``checkpoint-*.note`` in the folder, by name (names sort by size, then
+        time).
 
         Raises:
             StoreUnavailable: the folder cannot be read.
@@ -291,11 +148,7 @@ class FileWitness:
         if not self.folder.exists():
             return
         try:
-            names = sorted(
-                p.name
-                for pattern in ("anchor-*.json", f"{NOTE_PREFIX}*{NOTE_SUFFIX}")
-                for p in self.folder.glob(pattern)
-            )
+            names = sorted(p.name for p in self.folder.glob(f"{NOTE_PREFIX}*{NOTE_SUFFIX}"))
             for n in names:
                 yield n, (self.folder / n).read_bytes()
         except OSError as exc:
@@ -307,24 +160,24 @@ class FileWitness:
         """Nothing to release."""
 
 
-class S3Witness:
-    """One S3 object per anchor under ``prefix``."""
+class S3Anchors:
+    """One S3 object per signed checkpoint under ``prefix``."""
 
     def __init__(self, url: StoreURL) -> None:
         if url.username or url.password:
             raise ConfigError(
-                "an s3:// witness URL takes no credentials (boto3's normal chain provides "
+                "an s3:// anchor URL takes no credentials (boto3's normal chain provides "
                 f"them): {url.redacted()}"
             )
         params = url.check_params(_S3_PARAMS)
         if not url.host:
-            raise ConfigError(f"s3 witness URL needs a bucket: {url.redacted()}")
+            raise ConfigError(f"s3 anchor URL needs a bucket: {url.redacted()}")
         try:
             import boto3
             import botocore.config
             import botocore.exceptions
         except ImportError as exc:  # pragma: no cover - only without the extra
-            raise MissingDependencyError("an s3:// anchor witness", "s3") from exc
+            raise MissingDependencyError("an s3:// anchor location", "s3") from exc
         self._boto_errors: tuple[type[BaseException], ...] = (
             botocore.exceptions.BotoCoreError,
             botocore.exceptions.ClientError,
@@ -345,7 +198,7 @@ class S3Witness:
         )
 
     def describe(self) -> str:
-        """The witness URL (redacted)."""
+        """The location's URL (redacted)."""
         return self._url
 
     def _key(self, name: str) -> str:
@@ -363,7 +216,7 @@ class S3Witness:
                 Bucket=self.bucket,
                 Key=key,
                 Body=data,
-                ContentType="application/json" if name.endswith(".json") else "text/plain",
+                ContentType="text/plain",
             )
         except self._boto_errors as exc:
             raise StoreUnavailable(
@@ -372,21 +225,19 @@ class S3Witness:
         return f"s3://{self.bucket}/{key}"
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every ``anchor-*.json`` and ``checkpoint-*.note`` object under the prefix,
-        by name.
+        """Every ``checkpoint-*.note`` object under the prefix, by name.
 
         Raises:
             StoreUnavailable: the bucket cannot be listed or read.
         """
         try:
             keys: list[str] = []
-            for start, suffix in (("anchor-", ".json"), (NOTE_PREFIX, NOTE_SUFFIX)):
-                for page in self._client.get_paginator("list_objects_v2").paginate(
-                    Bucket=self.bucket, Prefix=self._key(start)
-                ):
-                    keys.extend(
-                        o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(suffix)
-                    )
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._key(NOTE_PREFIX)
+            ):
+                keys.extend(
+                    o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(NOTE_SUFFIX)
+                )
             for key in sorted(keys, key=lambda k: k.rsplit("/", 1)[-1]):
                 body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
                 try:
@@ -404,90 +255,60 @@ class S3Witness:
             self._client.close()
 
 
-def open_witness(url: str) -> Witness:
-    """Open the witness at ``url`` (``file:///dir``, a plain path, or ``s3://bucket/prefix``).
+def open_location(url: str) -> AnchorLocation:
+    """Open the anchor location at ``url`` (``file:///dir``, a plain path, or ``s3://bucket/prefix``).
 
     Raises:
         ConfigError: an unsupported scheme or bad parameter.
-        MissingDependencyError: boto3 is missing for an s3:// witness.
+        MissingDependencyError: boto3 is missing for an s3:// location.
     """
     if "://" not in url:
-        return FileWitness(Path(url))
-    parsed = StoreURL.parse(url, source="anchor witness URL")
+        return FileAnchors(Path(url))
+    parsed = StoreURL.parse(url, source="anchor URL")
     if parsed.scheme == "file":
         parsed.check_params(())
         if parsed.host not in (None, "", "localhost"):
-            raise ConfigError(f"file:// witness URLs take no host: {parsed.redacted()}")
-        return FileWitness(Path(parsed.path))
+            raise ConfigError(f"file:// anchor URLs take no host: {parsed.redacted()}")
+        return FileAnchors(Path(parsed.path))
     if parsed.scheme == "s3":
-        return S3Witness(parsed)
+        return S3Anchors(parsed)
     raise ConfigError(
-        f"anchor witness must be file:///folder or s3://bucket/prefix, got {parsed.redacted()}"
+        f"an anchor location must be file:///folder or s3://bucket/prefix, got {parsed.redacted()}"
     )
 
 
 # -- writing and checking -----------------------------------------------------------------
 
 
-def _system_of_record(store: EventStore) -> Any:
-    """The recorder under any cache wrapper: anchors never trust a cache. (Not merely
-    ``.inner``: under the cache, the archive reader must stay, or the archived events
-    would be missing from the roots recomputed here.)"""
-    return system_of_record(store.recorder)
-
-
-def write_anchor(store: EventStore, witness_url: str) -> Anchor:
-    """Checkpoint every stream head of ``store`` to the witness at ``witness_url``.
-
-    The last position is read before the heads, so every event it counts is covered
-    by a head at least as new.
-
-    Returns:
-        The anchor written, with ``name`` set to where the witness put it.
+def write_checkpoint_note(location_url: str, note: str, size: int) -> str:
+    """Put a signed checkpoint at the location as ``checkpoint-<size>-<time>.note`` (names
+    sort by size, then time). Returns where it went.
 
     Raises:
-        ConfigError: a bad witness URL.
-        StoreUnavailable: the store or the witness cannot be reached.
+        ConfigError: a bad location URL.
+        StoreUnavailable: the location cannot be written.
     """
-    rec = _system_of_record(store)
-    if Capability.CELL_CURSORS in store.capabilities:
-        raise ConfigError(
-            f"anchors of {store.url}: cells on separate servers have per-cell cursors, not "
-            "64-bit positions; anchor each cell's own store, or use Citus (docs/scaling.md)"
-        )
-    last_position = int(rec.last_position())
-    heads = tuple(AnchorHead(sid, h.version, h.hash) for sid, h in rec.heads())
-    created = utc_now_at()
-    key = store.chain_key
-    key_id = key.fingerprint() if key is not None else None
-    draft = Anchor(created, store.url, last_position, heads, b"", key_id=key_id)
-    body = draft.body()
-    digest = _digest(body)
-    mac = _mac(body, key) if key is not None else None
-    stamp = created.replace("-", "").replace(":", "")
-    name = f"anchor-{stamp}-{digest.hex()[:12]}.json"
-    anchor = dataclasses.replace(draft, digest=digest, mac=mac)
-    witness = open_witness(witness_url)
+    stamp = utc_now_at().replace("-", "").replace(":", "")
+    name = f"{NOTE_PREFIX}{size:020d}-{stamp}{NOTE_SUFFIX}"
+    location = open_location(location_url)
     try:
-        where = witness.put(name, anchor.to_json())
+        where = location.put(name, note.encode("utf-8"))
     finally:
-        witness.close()
-    logger.info("anchored %d stream(s) at position %d to %s", len(heads), last_position, where)
-    return dataclasses.replace(anchor, name=where)
+        location.close()
+    logger.info("anchored a checkpoint of size %d to %s", size, where)
+    return where
 
 
 @dataclass(slots=True)
 class AnchorCheck:
-    """Result of checking a store against every anchor of a witness."""
+    """Result of checking a store against every signed checkpoint of a location."""
 
-    witness: str
+    location: str
     anchors_checked: int = 0
-    streams_checked: int = 0
+    """Signed checkpoints whose signature verified."""
     findings: list[Finding] = field(default_factory=list)
     latest: str | None = None
-    """Name of the newest anchor checked."""
-    checkpoints_checked: int = 0
-    """Signed checkpoints whose signature verified (counted in ``anchors_checked`` too)."""
+    """Name of the newest checkpoint checked."""
     keys_from: str | None = None
     """Where the trusted keys came from: ``given`` (``--vkey``) or ``store`` (recorded)."""
 
@@ -500,206 +321,198 @@ class AnchorCheck:
         """JSON-ready form."""
         return {
             "ok": self.ok,
-            "witness": self.witness,
+            "location": self.location,
             "anchors_checked": self.anchors_checked,
-            "streams_checked": self.streams_checked,
             "latest": self.latest,
-            "checkpoints_checked": self.checkpoints_checked,
             "keys_from": self.keys_from,
             "findings": [f.to_dict() for f in self.findings],
         }
 
 
-def load_anchors(witness_url: str, key: ChainKey | None = None) -> list[Anchor | Finding]:
-    """Every anchor of a witness, oldest first; a corrupt one (or, with ``key``, one whose
-    MAC does not verify) is an ``anchor_corrupt`` finding in its place.
-
-    Raises:
-        ConfigError: a bad witness URL.
-        StoreUnavailable: the witness cannot be read.
-    """
-    witness = open_witness(witness_url)
-    try:
-        return _parse_anchors(witness.items(), key)
-    finally:
-        witness.close()
-
-
-def _parse_anchors(
-    items: Iterable[tuple[str, bytes]], key: ChainKey | None
-) -> list[Anchor | Finding]:
-    """The legacy JSON anchors among a witness's objects (signed checkpoints skipped)."""
-    out: list[Anchor | Finding] = []
-    for name, raw in items:
-        if name.endswith(NOTE_SUFFIX):
-            continue  # a signed checkpoint (checkpoint_anchors checks those)
-        try:
-            out.append(_parse_anchor(name, raw, key))
-        except _Corrupt as exc:
-            out.append(Finding("anchor_corrupt", None, None, f"anchor {name}: {exc}"))
-    return out
-
-
 def verify_anchors(
-    store: EventStore, witness_url: str, *, keys: Sequence[VerifierKey] | None = None
+    store: EventStore, location_url: str, *, keys: Sequence[VerifierKey] | None = None
 ) -> AnchorCheck:
-    """Check that ``store`` still extends every anchor kept at ``witness_url``: signed
-    checkpoints (``checkpoint-*.note``, see
-    :mod:`~ares_events.integrity.checkpoint_anchors`) and legacy JSON anchors.
+    """Check that ``store`` still extends every signed checkpoint kept at
+    ``location_url`` (see the module docstring), reading the system of record (never a
+    cache; archived events included).
 
-    For a signed checkpoint: its signature verifies under ``keys`` (default: the keys the
-    store recorded as its log keys; ``keys_from`` says which), and the root of today's
-    first ``size`` events is its root. For a legacy anchor, each anchored stream: it still
-    exists, its head is at or past the anchored version, and the event at the anchored
-    version still has the anchored hash. Reads go to the system of record (never through a
-    cache). A problem seen in several anchors is reported once, from the newest of them.
+    ``keys`` are the trusted verifier keys (default: the keys the store recorded as its
+    log keys, a weaker source: ``keys_from`` says which).
 
     Raises:
-        ConfigError: a bad witness URL.
-        StoreUnavailable: the store or the witness cannot be reached.
+        ConfigError: a bad location URL.
+        StoreUnavailable: the store or the location cannot be reached.
     """
-    rec = _system_of_record(store)
-    witness = open_witness(witness_url)
-    report = AnchorCheck(witness=witness.describe())
+    rec = system_of_record(store.recorder)
+    location = open_location(location_url)
+    report = AnchorCheck(location=location.describe())
     try:
-        items = list(witness.items())  # one listing and one read per object
+        notes = list(location.items())  # one listing and one read per object
     finally:
-        witness.close()
-    notes = [(n, raw) for n, raw in items if n.endswith(NOTE_SUFFIX)]
-    if notes:
-        if keys is None:
-            keys, report.keys_from = recorded_log_keys(rec), "store"
-        else:
-            report.keys_from = "given"
-        n, note_findings = check_checkpoint_notes(rec, notes, keys)
-        report.checkpoints_checked = n
-        report.anchors_checked += n
-        report.findings.extend(note_findings)
-        report.latest = notes[-1][0]
-    seen: set[tuple[str, str | None, int | None]] = set()
-    checked_streams: set[str] = set()
-    last_position = int(rec.last_position())
-    heads_cache: dict[str, Any] = {}
-    hash_cache: dict[tuple[str, int], bytes | None] = {}
-    for item in reversed(_parse_anchors(items, store.chain_key)):  # newest first
-        if isinstance(item, Finding):
-            report.findings.append(item)
-            continue
-        report.anchors_checked += 1
-        if report.latest is None:
-            report.latest = item.name
-        found: list[Finding] = []
-        if last_position < item.last_position:
-            found.append(
-                Finding(
-                    "anchor_truncated",
-                    None,
-                    None,
-                    f"the global log ends at position {last_position} but anchor {item.name} "
-                    f"recorded position {item.last_position}",
-                )
-            )
-        for ah in item.heads:
-            checked_streams.add(ah.stream_id)
-            found.extend(_check_head(rec, item.name, ah, heads_cache, hash_cache))
-        for f in found:
-            k = (f.kind, f.stream_id, f.version)
-            if k not in seen:
-                seen.add(k)
-                report.findings.append(f)
-    report.streams_checked = len(checked_streams)
-    if report.anchors_checked == 0 and not report.findings and not notes:
+        location.close()
+    if not notes:
         # Asked to prove the store against its anchors, with none to prove it against:
-        # never an "ok" (a wrong witness URL, or anchors that were deleted).
+        # never an "ok" (a wrong URL, or anchors that were deleted).
         report.findings.append(
             Finding(
                 "no_anchor",
                 None,
                 None,
-                f"no anchor at {report.witness}: nothing to check the store against "
-                "(write one with `ares-events anchor`)",
+                f"no signed checkpoint at {report.location}: nothing to check the store "
+                "against (write one with `ares-events anchor --key FILE`)",
             )
         )
+        return report
+    if keys is None:
+        keys, report.keys_from = recorded_log_keys(rec), "store"
+    else:
+        report.keys_from = "given"
+    report.anchors_checked, found = check_checkpoint_notes(rec, notes, keys)
+    report.findings.extend(found)
+    report.latest = notes[-1][0]
     return report
 
 
-def _check_head(
-    rec: Any,
-    name: str,
-    ah: AnchorHead,
-    heads_cache: dict[str, Any],
-    hash_cache: dict[tuple[str, int], bytes | None],
-) -> list[Finding]:
-    sid, v = ah.stream_id, ah.version
-    if sid not in heads_cache:
-        heads_cache[sid] = rec.head(sid)
-    head = heads_cache[sid]
-    if (sid, v) not in hash_cache:
-        at = next(iter(rec.read(sid, v, v, 1)), None)
-        hash_cache[(sid, v)] = at.hash if at is not None and at.version == v else None
-    stored = hash_cache[(sid, v)]
-    out: list[Finding] = []
-    if head is None and stored is None:
-        first = next(iter(rec.read(sid, 1, None, 1)), None)
-        if first is None:
-            return [
-                Finding(
-                    "anchor_missing_stream",
-                    sid,
-                    v,
-                    f"anchor {name} recorded version {v} but the stream no longer exists",
-                )
-            ]
-    if head is None or head.version < v or stored is None:
-        now = "no head row" if head is None else f"its head is at version {head.version}"
-        gone = "" if stored is not None else f" and version {v} is gone"
-        out.append(
-            Finding(
-                "anchor_truncated",
-                sid,
-                v,
-                f"anchor {name} recorded version {v} but {now}{gone}",
-            )
-        )
-    if stored is not None and stored != ah.hash:
-        out.append(
-            Finding(
-                "anchor_rewritten",
-                sid,
-                v,
-                f"the event at version {v} no longer has the hash anchor {name} recorded "
-                f"({ah.hash.hex()[:16]}…, now {stored.hex()[:16]}…)",
-            )
-        )
-    return out
-
-
 def check_anchors(
-    store: EventStore, witness_url: str, *, keys: Sequence[VerifierKey] | None = None
+    store: EventStore, location_url: str, *, keys: Sequence[VerifierKey] | None = None
 ) -> list[Finding]:
     """The findings of :func:`verify_anchors`.
 
     Raises:
-        ConfigError: a bad witness URL.
-        StoreUnavailable: the store or the witness cannot be reached.
+        ConfigError: a bad location URL.
+        StoreUnavailable: the store or the location cannot be reached.
     """
-    return verify_anchors(store, witness_url, keys=keys).findings
+    return verify_anchors(store, location_url, keys=keys).findings
 
 
-def write_checkpoint_note(witness_url: str, note: str, size: int) -> str:
-    """Put a signed checkpoint into the witness as ``checkpoint-<size>-<time>.note``
-    (names sort by size, then time). Returns where it went.
+NOTE_PREFIX = "checkpoint-"
+NOTE_SUFFIX = ".note"
+
+
+class RootAccumulator:
+    """RFC 9162 roots of a growing list of leaves with ``O(log n)`` state: the roots of
+    the complete subtrees that make up the tree so far, largest first."""
+
+    __slots__ = ("size", "stack")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.stack: list[tuple[int, bytes]] = []  # (height, hash)
+
+    def add(self, leaf_data: bytes) -> None:
+        """Append one leaf (its data: an event's chain hash)."""
+        stack = self.stack
+        h, height = merkle.leaf_hash(leaf_data), 0
+        while stack and stack[-1][0] == height:
+            h = merkle.node_hash(stack.pop()[1], h)
+            height += 1
+        stack.append((height, h))
+        self.size += 1
+
+    def root(self) -> bytes:
+        """The root of the leaves added so far."""
+        if not self.stack:
+            return merkle.EMPTY_ROOT
+        r = self.stack[-1][1]
+        for _, h in reversed(self.stack[:-1]):
+            r = merkle.node_hash(h, r)
+        return r
+
+
+def recorded_log_keys(recorder: Any) -> list[VerifierKey]:
+    """The verifier keys the store recorded as having signed its checkpoints (a weaker
+    source than keys given from outside: whoever can write the store can change them)."""
+    import json
+
+    get = getattr(recorder, "meta_get", None)
+    raw = get("log_keys") if callable(get) else None
+    out: list[VerifierKey] = []
+    try:
+        for text in json.loads(raw) if raw else []:
+            try:
+                out.append(VerifierKey.parse(str(text)))
+            except ValueError:
+                continue
+    except ValueError:
+        return []
+    return out
+
+
+def _roots_at(recorder: Any, sizes: set[int]) -> tuple[int, dict[int, bytes]]:
+    """(number of events visible to ``read_all``, root at each wanted size)."""
+    acc = RootAccumulator()
+    roots: dict[int, bytes] = {}
+    if 0 in sizes:
+        roots[0] = merkle.EMPTY_ROOT
+    for e in recorder.read_all(0, None):
+        h = e.hash
+        acc.add(h if isinstance(h, bytes) else repr(h).encode())
+        if acc.size in sizes:
+            roots[acc.size] = acc.root()
+    return acc.size, roots
+
+
+def check_checkpoint_notes(
+    recorder: Any, notes: Iterable[tuple[str, bytes]], keys: Sequence[VerifierKey]
+) -> tuple[int, list[Finding]]:
+    """Check every ``(name, note bytes)`` against ``keys`` and today's events.
+
+    Returns:
+        (checkpoints whose signature verified, findings).
 
     Raises:
-        ConfigError: a bad witness URL.
-        StoreUnavailable: the witness cannot be written.
+        StoreUnavailable: the store cannot be read.
     """
-    stamp = utc_now_at().replace("-", "").replace(":", "")
-    name = f"{NOTE_PREFIX}{size:020d}-{stamp}{NOTE_SUFFIX}"
-    witness = open_witness(witness_url)
-    try:
-        where = witness.put(name, note.encode("utf-8"))
-    finally:
-        witness.close()
-    logger.info("wrote signed checkpoint of size %d to %s", size, where)
-    return where
+    findings: list[Finding] = []
+    good: list[tuple[str, SignedCheckpoint]] = []
+    for name, raw in notes:
+        if not keys:
+            findings.append(
+                Finding(
+                    "anchor_unverified",
+                    None,
+                    None,
+                    f"checkpoint {name}: no trusted verifier key to check its signature "
+                    "(pass --vkey, or sign checkpoints in this store first)",
+                )
+            )
+            continue
+        try:
+            signed = open_checkpoint(raw, keys)
+            origin = signed.checkpoint.origin
+            if not any(k.name == origin for k in signed.verified_by):
+                raise ProofError(f"no trusted key of its origin {origin!r} signed it")
+        except ProofError as exc:
+            findings.append(
+                Finding("anchor_corrupt", None, None, f"checkpoint {name}: {exc.reason}")
+            )
+            continue
+        good.append((name, signed))
+    if not good:
+        return 0, findings
+    total, roots = _roots_at(recorder, {s.checkpoint.size for _, s in good})
+    failed: dict[str, list[tuple[str, SignedCheckpoint]]] = {}
+    for name, signed in sorted(good, key=lambda g: g[1].checkpoint.size):
+        cp = signed.checkpoint
+        if total < cp.size:
+            failed.setdefault("anchor_truncated", []).append((name, signed))
+        elif roots.get(cp.size) != cp.root:
+            failed.setdefault("anchor_rewritten", []).append((name, signed))
+    for kind, items in failed.items():
+        name, first = items[0]
+        cp = first.checkpoint
+        more = f" (and {len(items) - 1} later checkpoint(s) likewise)" if len(items) > 1 else ""
+        if kind == "anchor_truncated":
+            detail = (
+                f"checkpoint {name} of {cp.origin} signed {cp.size} events but the log holds "
+                f"{total}: events were deleted{more}"
+            )
+        else:
+            now = roots.get(cp.size)
+            detail = (
+                f"checkpoint {name} of {cp.origin} signed root {b64(cp.root)} for the first "
+                f"{cp.size} events; today they hash to {b64(now) if now else '?'}: some of "
+                f"those events were rewritten after it was signed{more}"
+            )
+        findings.append(Finding(kind, None, None, detail))
+    return len(good), findings

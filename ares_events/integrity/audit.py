@@ -56,10 +56,11 @@ def audit(
         deep: also fetch every spilled payload and check its digest, and check every
             snapshot against its stream (``snapshot_mismatch`` findings).
         progress: called as ``progress(events_done, events_total)`` now and then.
-        anchors: a witness URL; also check the store still extends every anchor there
-            (see :mod:`ares_events.integrity.anchors`); a witness with no anchor at all is
+        anchors: an anchor location URL; also check the store still extends every signed
+            checkpoint there
+            (see :mod:`ares_events.integrity.anchors`); a location with no anchor at all is
             a ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
-        anchor_keys: verifier keys trusted for the witness's signed checkpoints (default:
+        anchor_keys: verifier keys trusted for the location's signed checkpoints (default:
             the log keys the store recorded).
 
     Raises:

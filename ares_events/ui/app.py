@@ -164,7 +164,7 @@ class ConsoleApp:
     Args:
         store: The store to show (open it with ``read_only=True`` unless ``actions``).
         actions: Show and accept the run actions (resolve, resume, cancel).
-        anchors: A witness URL the Integrity page's audit also checks anchors against.
+        anchors: An anchor location URL the Integrity page's audit also checks against.
         workers: Threads that run the store's calls.
         secret: The key the form token is derived from; random when not given. Give the
             same one to every process that serves the console behind one address.
@@ -436,9 +436,9 @@ class ConsoleApp:
             job = dict(self._job) if self._job is not None else None
         running = job is not None and job.get("report") is None and job.get("error") is None
         note = (
-            "the audit also checks the anchors of the witness given with --anchors"
+            "the audit also checks the anchors at the location given with --anchors"
             if self._anchors
-            else "no witness given (ares-events ui --anchors URL): anchors are not checked"
+            else "no anchor location given (ares-events ui --anchors URL): anchors are not checked"
         )
         body = views.audit_view(self._chrome(), job, stored_checkpoints(self.store), note)
         return _Page("Integrity", body, {"poll": running, "active": "/integrity"})

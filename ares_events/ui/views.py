@@ -355,7 +355,7 @@ def audit_view(
     chrome: Chrome,
     job: Mapping[str, Any] | None,
     checkpoints: list[tuple[str, int, bytes, str]],
-    witness_note: str | None,
+    anchors_note: str | None,
 ) -> Markup:
     """The audit (start it, see its progress and findings), checkpoints, proofs."""
     start = el(
@@ -431,8 +431,8 @@ def audit_view(
         parts.append(
             el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
         )
-    if witness_note:
-        parts.append(el("p", witness_note, cls="dim"))
+    if anchors_note:
+        parts.append(el("p", anchors_note, cls="dim"))
     parts.append(el("h2", "Inclusion proof of one event"))
     parts.append(
         el(

@@ -204,7 +204,7 @@ def test_the_signing_key_never_leaks(
 def test_signed_anchor_and_audit(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     """anchor --key writes a signed checkpoint note to the witness; anchor --check and
     audit --anchors check it (clean, then anchor_truncated after a deleted tail); without a
-    key anchor warns and writes the legacy JSON anchor."""
+    key anchor is a usage error and writes nothing."""
     import sqlite3
 
     url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
@@ -218,14 +218,14 @@ def test_signed_anchor_and_audit(env: dict[str, str], capsys: pytest.CaptureFixt
     code, out, _ = run(
         capsys, "--store", url, "anchor", "--check", "--witness", witness, "--vkey", vkey, "--json"
     )
-    assert code == 0 and json.loads(out)["checkpoints_checked"] == 1
+    assert code == 0 and json.loads(out)["anchors_checked"] == 1
     code, out, _ = run(
         capsys, "--store", url, "audit", "--anchors", witness, "--vkey", vkey, "--json"
     )
     assert code == 0 and json.loads(out)["anchors_checked"] == 1
     code, _, err = run(capsys, "--store", url, "anchor", "--witness", witness)
-    assert code == 0 and "unsigned" in err
-    assert len(list(Path(witness).glob("anchor-*.json"))) == 1
+    assert code == 2 and "--key FILE" in err
+    assert len(list(Path(witness).iterdir())) == 1
     with sqlite3.connect(d / "ev.db") as conn:
         conn.execute("DELETE FROM ares_events WHERE position > 7")
     code, out, _ = run(

@@ -262,7 +262,7 @@ def test_two_writers_from_one_read_one_wins_each_round(url: str) -> None:
                 s.append_event(b, ev(f"inv{i}-2", {f"sk{i}-2": 2})),
                 return_exceptions=True,
             )
-            assert sorted(type(g).__name__ for g in got) == ["Event", "SessionConflict"]
+            assert sorted(type(g).__name__ for g in got) == ["Event", "StaleSessionConflict"]
         final = await s.get_session(app_name=APP, user_id=USER, session_id=session.id)
         assert final is not None and len(final.events) == 8 and len(final.state) == 8
 

@@ -1,4 +1,4 @@
-"""Anchors: checkpoints of every stream head in a witness outside the store.
+"""Anchors: the log's signed checkpoints kept at a location outside the store.
 
 Tampering is done on a real SQLite file with plain SQL, the way an attacker with write
 access to the database would do it, and always so that a bare chain verification passes.
@@ -20,12 +20,11 @@ import ares_events as ae
 from ares_events.chain import canonical_json, header_bytes, link_hash, payload_digest
 from ares_events.cli import main
 from ares_events.errors import ConfigError
-from ares_events.integrity.anchors import (
-    check_anchors,
-    load_anchors,
-    verify_anchors,
-    write_anchor,
-)
+from ares_events.integrity.anchors import check_anchors, verify_anchors, write_checkpoint_note
+from ares_events.integrity.notes import SigningKey
+from ares_events.projections.merkle import MerkleLog
+
+KEY = SigningKey.generate("anchors.test/log")
 
 
 def _evs(n: int, start: int = 0) -> list[ae.NewEvent]:
@@ -59,57 +58,57 @@ def sql(db: Path, query: str, *args: Any) -> None:
         conn.execute(query, args)
 
 
-def _witness(tmp_path: Path) -> str:
-    return (tmp_path / "witness").as_uri() + "/"
+def _location(tmp_path: Path) -> str:
+    return (tmp_path / "anchors").as_uri() + "/"
 
 
-def _kinds(findings: list[ae.integrity.Finding]) -> set[tuple[str, str | None]]:
-    return {(f.kind, f.stream_id) for f in findings}
+def anchor(store: ae.EventStore, url: str) -> str:
+    """Sign a checkpoint of the store's log and keep it at ``url`` (what `anchor` does)."""
+    signed = MerkleLog(store).sign(KEY)
+    return write_checkpoint_note(url, signed.text, signed.checkpoint.size)
+
+
+def _kinds(findings: list[ae.integrity.Finding]) -> list[str]:
+    return sorted(f.kind for f in findings)
 
 
 def test_clean_store_has_no_findings(db: Path, tmp_path: Path) -> None:
-    """An anchor of an untouched store, and of one that grew since, checks clean."""
-    url = _witness(tmp_path)
+    """A checkpoint of an untouched store, and of one that grew since, checks clean, with
+    the given key and with the key the store recorded."""
+    url = _location(tmp_path)
     with opened(db) as store:
-        anchor = write_anchor(store, url)
-        assert [(h.stream_id, h.version) for h in anchor.heads] == [("a", 10), ("b", 4), ("c", 2)]
-        assert anchor.last_position == 16
-        assert check_anchors(store, url) == []
+        where = anchor(store, url)
+        assert Path(where).name.startswith("checkpoint-00000000000000000016-")
+        assert check_anchors(store, url, keys=[KEY.verifier]) == []
         store.append("a", _evs(3, 10))
         store.append("d", _evs(1))
-        write_anchor(store, url)
+        anchor(store, url)
         report = verify_anchors(store, url)
-        assert report.ok and report.anchors_checked == 2 and report.streams_checked == 4
+        assert report.ok and report.anchors_checked == 2 and report.keys_from == "store"
+        assert verify_anchors(store, url, keys=[KEY.verifier]).keys_from == "given"
         assert ae.integrity.audit(store, anchors=url).ok
-    files = sorted((tmp_path / "witness").iterdir())
-    assert len(files) == 2 and all(f.name.startswith("anchor-") for f in files)
-    doc = json.loads(files[0].read_text())
-    assert doc["format"] == "ares-events/anchor/v1"
-    assert doc["streams"][0] == {
-        "stream_id": "a",
-        "version": 10,
-        "hash": anchor.heads[0].hash.hex(),
-    }
-    assert not list((tmp_path / "witness").glob(".anchor-*"))  # no temporary left behind
+    files = sorted((tmp_path / "anchors").iterdir())
+    assert len(files) == 2 and all(f.suffix == ".note" for f in files)
+    assert files[0].read_text().startswith("anchors.test/log\n16\n")
+    assert not list((tmp_path / "anchors").glob(".checkpoint-*"))  # no temporary left
 
 
 def test_deleted_tail_with_consistent_head_is_found(db: Path, tmp_path: Path) -> None:
     """Rows deleted from a tail with the head row rewritten to match pass a chain audit,
     but the anchor reports anchor_truncated."""
-    url = _witness(tmp_path)
+    url = _location(tmp_path)
     with opened(db) as store:
-        write_anchor(store, url)
+        anchor(store, url)
         h7 = next(store.read("a", from_version=7, to_version=7)).hash
     sql(db, "DELETE FROM ares_events WHERE stream_id = 'a' AND version > 7")
     sql(db, "UPDATE ares_streams SET version = 7, head_hash = ? WHERE stream_id = 'a'", h7)
     with opened(db) as store:
         assert ae.integrity.verify_stream(store, "a").ok  # the bare chain is fooled
-        findings = check_anchors(store, url)
-        assert ("anchor_truncated", "a") in _kinds(findings)
-        assert {f.version for f in findings if f.stream_id == "a"} == {10}
-        assert not {k for k, s in _kinds(findings) if s in ("b", "c")}
-        report = ae.integrity.audit(store, anchors=url)
-        assert ("anchor_truncated", "a") in _kinds(report.findings)
+        findings = check_anchors(store, url, keys=[KEY.verifier])
+        assert _kinds(findings) == ["anchor_truncated"]
+        assert "16 events but the log holds 13" in findings[0].detail
+        report = ae.integrity.audit(store, anchors=url, anchor_keys=[KEY.verifier])
+        assert "anchor_truncated" in _kinds(report.findings)
 
 
 def _rewrite_stream(db: Path, stream: str, payload: dict[str, Any]) -> None:
@@ -139,65 +138,67 @@ def _rewrite_stream(db: Path, stream: str, payload: dict[str, Any]) -> None:
 def test_rewritten_chain_with_recomputed_hashes_is_found(db: Path, tmp_path: Path) -> None:
     """A whole stream rewritten with recomputed unkeyed hashes audits clean, but the
     anchor reports anchor_rewritten."""
-    url = _witness(tmp_path)
+    url = _location(tmp_path)
     with opened(db) as store:
-        write_anchor(store, url)
+        anchor(store, url)
     _rewrite_stream(db, "b", {"forged": True})
     with opened(db) as store:
         assert [e.payload for e in store.read("b")] == [{"forged": True}] * 4
         assert ae.integrity.audit(store).ok  # the bare chain is fooled
-        findings = check_anchors(store, url)
-        assert _kinds(findings) == {("anchor_rewritten", "b")}
-        assert [f.version for f in findings] == [4]
+        findings = check_anchors(store, url, keys=[KEY.verifier])
+        assert _kinds(findings) == ["anchor_rewritten"]
 
 
-def test_missing_stream_is_found(db: Path, tmp_path: Path) -> None:
-    """An anchored stream deleted entirely (events and head) is anchor_missing_stream."""
-    url = _witness(tmp_path)
+def test_a_deleted_stream_is_found(db: Path, tmp_path: Path) -> None:
+    """An anchored stream deleted entirely (events and head) leaves fewer events than
+    the checkpoint signed."""
+    url = _location(tmp_path)
     with opened(db) as store:
-        write_anchor(store, url)
+        anchor(store, url)
     sql(db, "DELETE FROM ares_events WHERE stream_id = 'c'")
     sql(db, "DELETE FROM ares_streams WHERE stream_id = 'c'")
     with opened(db) as store:
-        assert ("anchor_missing_stream", "c") in _kinds(check_anchors(store, url))
+        assert _kinds(check_anchors(store, url, keys=[KEY.verifier])) == ["anchor_truncated"]
 
 
-def test_corrupt_anchor_is_found(db: Path, tmp_path: Path) -> None:
-    """An anchor edited in the witness (its digest no longer matches) or unreadable is
-    anchor_corrupt, and is not trusted for anything else."""
-    url = _witness(tmp_path)
+def test_corrupt_and_unsigned_anchors_are_found(db: Path, tmp_path: Path) -> None:
+    """A checkpoint edited at the location (its signature no longer verifies), one signed
+    by an untrusted key, or unreadable is anchor_corrupt; with no trusted key at all it is
+    anchor_unverified; a location with no checkpoint is no_anchor, never clean."""
+    url = _location(tmp_path)
     with opened(db) as store:
-        write_anchor(store, url)
-    (path,) = (tmp_path / "witness").iterdir()
-    doc = json.loads(path.read_text())
-    doc["streams"][0]["version"] = 99  # would otherwise be "truncated"
-    path.write_text(json.dumps(doc))
-    (tmp_path / "witness" / "anchor-zzz.json").write_text("{not json")
-    with opened(db) as store:
-        findings = check_anchors(store, url)
-    assert [f.kind for f in findings] == ["anchor_corrupt", "anchor_corrupt"]
-    assert all(f.stream_id is None for f in findings)
-    assert len([a for a in load_anchors(url) if isinstance(a, ae.integrity.Finding)]) == 2
+        assert _kinds(check_anchors(store, url, keys=[KEY.verifier])) == ["no_anchor"]
+        where = Path(anchor(store, url))
+        text = where.read_text()
+        where.write_text(text.replace("\n16\n", "\n17\n", 1))
+        (where.parent / "checkpoint-zzz.note").write_text("not a note")
+        other = SigningKey.generate("anchors.test/log")
+        signed = MerkleLog(store).sign(other)
+        write_checkpoint_note(url, signed.text, signed.checkpoint.size)
+        findings = check_anchors(store, url, keys=[KEY.verifier])
+        assert _kinds(findings) == ["anchor_corrupt"] * 3
+        unverified = check_anchors(store, url, keys=[])
+        assert set(_kinds(unverified)) == {"anchor_unverified"}
 
 
-def test_bad_witness_urls_are_config_errors(db: Path) -> None:
-    """Unsupported schemes, unknown parameters and credentials in an s3 URL are refused."""
-    with opened(db) as store:
-        for bad in (
-            "ftp://host/anchors",
-            "s3://bucket/p?bogus=1",
-            "s3://key:secret@bucket/p",
-            "file:///tmp/x?y=1",
-        ):
-            with pytest.raises(ConfigError) as ei:
-                write_anchor(store, bad)
-            assert "secret" not in str(ei.value)
+def test_bad_location_urls_are_config_errors(db: Path) -> None:
+    """Unsupported schemes, unknown parameters and credentials in an s3 URL are refused,
+    and the error never holds the secret."""
+    for bad in (
+        "ftp://host/anchors",
+        "s3://bucket/p?bogus=1",
+        "s3://key:secret@bucket/p",
+        "file:///tmp/x?y=1",
+    ):
+        with pytest.raises(ConfigError) as ei:
+            write_checkpoint_note(bad, "note", 1)
+        assert "secret" not in str(ei.value)
 
 
 @pytest.mark.s3
-def test_s3_witness(db: Path, s3_endpoint: str) -> None:
-    """Anchors kept in S3 (moto server): written, listed and checked; a deleted tail with
-    a consistent head is found."""
+def test_s3_location(db: Path, s3_endpoint: str) -> None:
+    """Checkpoints kept in S3 (moto server): written, listed and checked; a deleted tail
+    with a consistent head is found."""
     import boto3
 
     bucket = f"anchors-{uuid.uuid4().hex[:12]}"
@@ -206,16 +207,16 @@ def test_s3_witness(db: Path, s3_endpoint: str) -> None:
         client.create_bucket(Bucket=bucket)
         url = f"s3://{bucket}/audit/ares?endpoint_url={s3_endpoint}"
         with opened(db) as store:
-            anchor = write_anchor(store, url)
-            assert anchor.name.startswith(f"s3://{bucket}/audit/ares/anchor-")
-            assert check_anchors(store, url) == []
+            where = anchor(store, url)
+            assert where.startswith(f"s3://{bucket}/audit/ares/checkpoint-")
+            assert check_anchors(store, url, keys=[KEY.verifier]) == []
             h5 = next(store.read("a", from_version=5, to_version=5)).hash
         keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
-        assert len(keys) == 1 and keys[0].startswith("audit/ares/anchor-")
+        assert len(keys) == 1 and keys[0].startswith("audit/ares/checkpoint-")
         sql(db, "DELETE FROM ares_events WHERE stream_id = 'a' AND version > 5")
         sql(db, "UPDATE ares_streams SET version = 5, head_hash = ? WHERE stream_id = 'a'", h5)
         with opened(db) as store:
-            assert ("anchor_truncated", "a") in _kinds(check_anchors(store, url))
+            assert _kinds(check_anchors(store, url, keys=[KEY.verifier])) == ["anchor_truncated"]
     finally:
         for o in client.list_objects_v2(Bucket=bucket).get("Contents", []):
             client.delete_object(Bucket=bucket, Key=o["Key"])
@@ -226,64 +227,82 @@ def test_s3_witness(db: Path, s3_endpoint: str) -> None:
 # -- CLI --------------------------------------------------------------------------------------
 
 
-def test_cli_anchor_default_witness_and_check(
-    db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.fixture
+def key_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """A log signing key made with `keygen`."""
+    path = tmp_path / "log.key"
+    assert main(["keygen", "anchors.test/log", "--out", str(path)]) == 0
+    capsys.readouterr()
+    return str(path)
+
+
+def test_cli_anchor_default_location_and_check(
+    db: Path,
+    key_file: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`anchor` writes to anchors/ next to the SQLite file; `anchor --check --json` is
-    clean (exit 0) and reports findings with exit 1 after tampering."""
+    """`anchor --key` writes to anchors/ next to the SQLite file; `anchor --check --json`
+    is clean (exit 0) and reports findings with exit 1 after tampering; without a key,
+    `anchor` is a usage error that says how to make one (exit 2)."""
     monkeypatch.delenv("ARES_ANCHOR_URL", raising=False)
+    monkeypatch.delenv("ARES_LOG_KEY_FILE", raising=False)
     store_url = f"sqlite:///{db}"
-    assert main(["--store", store_url, "anchor"]) == 0
-    assert "anchored 3 stream(s) at position 16" in capsys.readouterr().out
-    assert len(list((db.parent / "anchors").glob("anchor-*.json"))) == 1
+    assert main(["--store", store_url, "anchor"]) == 2
+    assert "keygen" in capsys.readouterr().err
+    assert not (db.parent / "anchors").exists()
+    assert main(["--store", store_url, "anchor", "--key", key_file]) == 0
+    assert "at size 16" in capsys.readouterr().out
+    assert len(list((db.parent / "anchors").glob("checkpoint-*.note"))) == 1
     assert main(["--store", store_url, "anchor", "--check", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["ok"] is True and data["anchors_checked"] == 1 and data["streams_checked"] == 3
+    assert data["ok"] is True and data["anchors_checked"] == 1
     _rewrite_stream(db, "c", {"forged": 1})
     assert main(["--store", store_url, "anchor", "--check", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert [(f["kind"], f["stream_id"]) for f in data["findings"]] == [("anchor_rewritten", "c")]
+    assert [f["kind"] for f in data["findings"]] == ["anchor_rewritten"]
     assert main(["--store", store_url, "anchor", "--check"]) == 1
     assert "anchor_rewritten" in capsys.readouterr().out
 
 
-def test_cli_anchor_witness_from_env_and_option(
-    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_cli_anchor_location_from_env_and_option(
+    db: Path,
+    tmp_path: Path,
+    key_file: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """ARES_ANCHOR_URL sets the witness, --witness overrides it; a memory store without a
-    witness is a usage error (exit 2)."""
-    env_dir, opt_dir = tmp_path / "env-w", tmp_path / "opt-w"
+    """ARES_ANCHOR_URL sets the location, --to overrides it (--witness, its first name,
+    still works); a memory store without a location is a usage error (exit 2)."""
+    env_dir, opt_dir, old_dir = tmp_path / "env-w", tmp_path / "opt-w", tmp_path / "old-w"
     monkeypatch.setenv("ARES_ANCHOR_URL", env_dir.as_uri())
     store_url = f"sqlite:///{db}"
-    assert main(["--store", store_url, "anchor", "--json"]) == 0
+    assert main(["--store", store_url, "anchor", "--key", key_file, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["anchor"]["last_position"] == 16 and out["location"].startswith(str(env_dir))
-    assert main(["--store", store_url, "anchor", "--witness", str(opt_dir)]) == 0
-    assert len(list(env_dir.iterdir())) == 1 and len(list(opt_dir.iterdir())) == 1
+    assert out["tree_size"] == 16 and out["location"].startswith(str(env_dir))
+    assert main(["--store", store_url, "anchor", "--key", key_file, "--to", str(opt_dir)]) == 0
+    assert main(["--store", store_url, "anchor", "--key", key_file, "--witness", str(old_dir)]) == 0
+    assert [len(list(d.iterdir())) for d in (env_dir, opt_dir, old_dir)] == [1, 1, 1]
     monkeypatch.delenv("ARES_ANCHOR_URL")
     capsys.readouterr()
     assert main(["--store", "memory://anchor-cli", "init"]) == 0
     capsys.readouterr()
-    assert main(["--store", "memory://anchor-cli", "anchor"]) == 2
-    assert "--witness" in capsys.readouterr().err
+    assert main(["--store", "memory://anchor-cli", "anchor", "--key", key_file]) == 2
+    assert "--to URL" in capsys.readouterr().err
 
 
 def test_cli_audit_checks_anchors_when_asked(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, key_file: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`ares-events audit --anchors URL` reports a tail deleted after the anchor even when
     the chain itself still verifies."""
-    import json as _json
-    import sqlite3
-
-    from ares_events.cli import main
-
     db = tmp_path / "a.db"
-    witness = (tmp_path / "w").as_uri() + "/"
+    location = (tmp_path / "w").as_uri() + "/"
     with ae.open_store(f"sqlite:///{db}") as store:
         for i in range(5):
             ae.emit(store, "s", "t", "m", {"i": i})
-    assert main(["--store", f"sqlite:///{db}", "anchor", "--witness", witness]) == 0
+    args = ["--store", f"sqlite:///{db}", "anchor", "--key", key_file, "--to", location]
+    assert main(args) == 0
     capsys.readouterr()
     conn = sqlite3.connect(db)
     with conn:  # cut the tail and rewrite the head to match: a bare chain check passes
@@ -297,9 +316,7 @@ def test_cli_audit_checks_anchors_when_asked(
     conn.close()
     assert main(["--store", f"sqlite:///{db}", "audit", "--json"]) == 0
     capsys.readouterr()
-    code = main(["--store", f"sqlite:///{db}", "audit", "--anchors", witness, "--json"])
-    data = _json.loads(capsys.readouterr().out)
+    code = main(["--store", f"sqlite:///{db}", "audit", "--anchors", location, "--json"])
+    data = json.loads(capsys.readouterr().out)
     assert code == 1
-    assert data["findings"]
     assert {f["kind"] for f in data["findings"]} == {"anchor_truncated"}
-    assert "s" in {f["stream_id"] for f in data["findings"]}

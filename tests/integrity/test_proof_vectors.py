@@ -19,7 +19,7 @@ import pytest
 from ares_events.core.events import RecordedEvent
 from ares_events.errors import ProofError
 from ares_events.integrity import merkle
-from ares_events.integrity.checkpoint_anchors import RootAccumulator
+from ares_events.integrity.anchors import RootAccumulator
 from ares_events.integrity.checkpoints import (
     Checkpoint,
     cosign_checkpoint,

@@ -369,13 +369,15 @@ def test_store_password_never_shown(pg_fleet_url: str) -> None:
         assert form not in text and form not in c.output()
 
 
-def test_audit_checks_anchors_of_a_witness(tmp_path: Path, capsys: Any) -> None:
-    """With --anchors, the Integrity page's audit checks the witness's anchors (and says
+def test_audit_checks_anchors_of_a_location(tmp_path: Path, capsys: Any) -> None:
+    """With --anchors, the Integrity page's audit checks the anchors there (and says
     how many); the audit's progress page polls until the result is there."""
     url = build_sqlite(tmp_path)
     witness = (tmp_path / "witness").as_uri() + "/"
     (tmp_path / "witness").mkdir()
-    assert main(["--store", url, "anchor", "--witness", witness]) == 0
+    key = str(tmp_path / "log.key")
+    assert main(["keygen", "console.test/log", "--out", key]) == 0
+    assert main(["--store", url, "anchor", "--key", key, "--to", witness]) == 0
     capsys.readouterr()
     with console(url, "--anchors", witness) as c:
         cookie = _session(c)
