@@ -148,8 +148,9 @@ def test_an_approval_must_match_a_request_no_call_consumed(url: str) -> None:
         assert loop.ran == ["r:1"] and Journal.inspect(store, "r").status == "running"
         with pytest.raises(ae.RunNotRunnable, match="waits for no approval"):
             pending_call(store, "r")
-        head = store.head("r").hash
-        stale = sign_approval(ALICE, Pending("r", asked.step, asked.args, head))
+        head = store.head("r")
+        assert head is not None
+        stale = sign_approval(ALICE, Pending("r", asked.step, asked.args, head.hash))
         before = state(store)
         with pytest.raises(ae.RunNotRunnable):
             resume_run(store, "r", by="alice", approval=stale, approvers=[ALICE.verifier])
