@@ -29,7 +29,7 @@ carries the approvals and ``verify-record`` checks them. Events, module ``langgr
 ``lg.approval``
     ``{"approval": note, "step"}``: presented, right after the head the note names.
 ``lg.approval.used``
-    ``{"approved": nonce, "step"}``: the node went on under it (written once).
+    ``{"approved": nonce, "step", "args_hash"}``: the node went on under it (written once).
 
 A node holds at most one gate: its task is the position an approval is bound to, as a
 step is in the run journal (LangGraph runs a node again from its start on every resume,
@@ -204,7 +204,14 @@ class ApprovalGate:
         used_id = uuid.uuid5(uuid.NAMESPACE_URL, f"ares-events:{stream}:{nonce}")
         self.store.append(
             stream,
-            [new_event(USED, MODULE, {"approved": nonce, "step": step}, event_id=used_id)],
+            [
+                new_event(
+                    USED,
+                    MODULE,
+                    {"approved": nonce, "step": step, "args_hash": ah},
+                    event_id=used_id,
+                )
+            ],
             expected_version=ANY,
         )
 

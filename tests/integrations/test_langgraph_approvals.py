@@ -128,7 +128,7 @@ def _present(saver: AresSaver, thread: str, note: str, step: int) -> None:
 def test_a_bad_approval_is_refused_and_the_node_does_not_run(url: str, kind: str) -> None:
     """The operator's resume refuses it and records nothing; recorded behind its back,
     the node refuses it whatever the graph is resumed with: the graph raises the typed
-    error, the work does not run and no approval is used."""
+    error, the work does not run and no approval is used; the thread's record shows it."""
     with AresSaver.from_url(url) as saver:
         bank = Bank(saver)
         out = bank.graph.invoke({"amount": 5, "rounds": 1}, config("t2"))
@@ -144,6 +144,11 @@ def test_a_bad_approval_is_refused_and_the_node_does_not_run(url: str, kind: str
             bank.graph.invoke(Command(resume={iid: nonce}), config("t2"))
         assert bank.paid == []
         assert USED not in [e.type for e in saver.store.read("langgraph/t2")]
+        data = export_record(saver.store, "langgraph/t2", key=LOG).data
+    # The record shows the approval presented and never used; verify-record flags it
+    # unless it is authentic (a wrong-call approval is a valid note of another call).
+    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    assert {f.kind for f in rep.findings} == (set() if kind == "wrong_call" else {"approval"})
 
 
 def test_a_resume_without_an_approval_is_refused(url: str) -> None:

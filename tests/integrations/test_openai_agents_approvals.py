@@ -64,9 +64,7 @@ class Bank:
 
     def run(self, store: Any, run_id: str) -> Any:
         return asyncio.run(
-            run_durably(
-                self.agent(), "pay", store=store, run_id=run_id, approvers=[ALICE.verifier]
-            )
+            run_durably(self.agent(), "pay", store=store, run_id=run_id, approvers=[ALICE.verifier])
         )
 
 

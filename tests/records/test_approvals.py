@@ -157,6 +157,35 @@ def test_an_approval_must_match_a_request_no_call_consumed(url: str) -> None:
         assert state(store) == before and loop.ran == ["r:1"]
 
 
+def test_verify_record_checks_the_call_that_used_an_approval(url: str) -> None:
+    """A call recorded (behind the journal's back) as running under a valid approval of
+    another call (other arguments): the record's signatures and chain verify, and
+    verify-record reports that the approval names another call."""
+    with ae.open_store(url) as store:
+        paused(store, "r")
+        p = pending_call(store, "r")
+        note = sign_approval(ALICE, p)
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        nonce = note.split('"nonce":"')[1].split('"')[0]
+        payload = {
+            "name": "pay",
+            "args": {"amount": 5000},
+            "idempotency_key": "r:1",
+            "step": p.step,
+            "attempt": 1,
+            "args_hash": "ff" * 32,
+            "approved": nonce,
+        }
+        store.append(
+            "r",
+            [new_event("tool.call.requested", "journal", payload)],
+            expected_version=store.stream_version("r"),
+        )
+        data = export_record(store, "r", key=LOG).data
+    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    assert [(f.kind, "args differ" in f.detail) for f in rep.findings] == [("approval", True)]
+
+
 def _child(url: str, effects: Path, kill_at: str) -> int:
     args = [
         sys.executable,
