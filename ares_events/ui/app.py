@@ -176,6 +176,9 @@ class ConsoleApp:
             over HTTP and pages show only its name and id). Without it, a run paused for a
             signed approval is not resumed from the console.
         expires_in: Seconds each signed approval is valid.
+
+    Raises:
+        ConfigError: an ``approver`` without ``actions``.
     """
 
     def __init__(
@@ -191,7 +194,9 @@ class ConsoleApp:
     ) -> None:
         self.store = store
         self.actions = actions
-        self._approver = approver if actions else None
+        if approver is not None and not actions:
+            raise ConfigError("an approver key signs the console's actions: pass actions=True")
+        self._approver = approver
         self._expires_in = expires_in
         self._anchors = anchors
         key = (secret or secrets.token_urlsafe(32)).encode()

@@ -243,14 +243,18 @@ def _who_fields() -> Markup:
     )
 
 
+def _signs(chrome: Chrome) -> Markup | None:
+    if not chrome.signer:
+        return None
+    return el("p", "the console signs this with the approver key ", el("code", chrome.signer))
+
+
 def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
     return el(
         "form",
         _hidden(chrome, info, "resolve"),
         el("input", type="hidden", name="step", value=str(s.step)),
-        el("p", "the console signs this verdict with the approver key ", el("code", chrome.signer))
-        if chrome.signer
-        else None,
+        _signs(chrome),
         el("label", "result (JSON) ", el("textarea", name="result", rows="2")),
         el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),
         _who_fields(),
@@ -281,11 +285,6 @@ def _run_actions(
     if not chrome.actions:
         return None
     forms = []
-    signs = (
-        el("p", "the console signs this with the approver key ", el("code", chrome.signer))
-        if chrome.signer
-        else None
-    )
     if asked is not None and not chrome.signer:
         forms.append(
             el(
@@ -302,7 +301,7 @@ def _run_actions(
             el(
                 "form",
                 _hidden(chrome, info, "resume"),
-                signs,
+                _signs(chrome),
                 _who_fields(),
                 el("button", "approve and resume" if asked else "resume", type="submit", cls="act"),
                 method="post",

@@ -20,6 +20,7 @@ from ares_events.agents.journal import Journal
 from ares_events.cli import main
 from ares_events.integrity.notes import SigningKey, write_key_file
 from ares_events.records import export_record, verify_record
+from ares_events.ui import ConsoleApp
 from tests.fixtures.approvals import ALICE, MALLORY, paused, state
 from tests.records.helpers import LOG
 from tests.ui.conftest import console
@@ -130,9 +131,12 @@ def test_an_approval_by_an_untrusted_console_key_runs_nothing(tmp_path: Path) ->
         assert state(store) == before and loop.ran == []
 
 
-def test_key_without_actions_is_a_usage_error(tmp_path: Path) -> None:
-    """--key without --allow-actions: exit 2 before anything is opened."""
+def test_key_without_actions_is_refused(tmp_path: Path) -> None:
+    """--key without --allow-actions: exit 2 before anything is opened; ConsoleApp with
+    an approver key and no actions: ConfigError."""
     assert main(["ui", "--key", key_file(tmp_path, ALICE)]) == 2
+    with ae.open_store("memory://") as store, pytest.raises(ae.ConfigError):
+        ConsoleApp(store, approver=ALICE)
 
 
 def test_the_browser_approves_with_the_console_key(driver: Any, tmp_path: Path) -> None:
