@@ -118,10 +118,12 @@ class ApprovalGate:
 
     # -- in a node ---------------------------------------------------------------------------
 
-    def interrupt(self, value: Any) -> Any:
+    def interrupt(self, value: Any) -> str:
         """In a node: pause the graph until an approver's signed approval of ``value``
         (JSON: what is approved, shown to the approver) is presented; then check it and
-        record it as used, and return ``value``.
+        record it as used. Returns the approval's nonce: the same every time this task
+        runs again, so it is the idempotency key to give the approved side effect (a node
+        that dies after its side effect runs again, as any LangGraph node does).
 
         Raises:
             GraphInterrupt: the first time (LangGraph's pause); the request is recorded.
@@ -137,8 +139,7 @@ class ApprovalGate:
         except GraphInterrupt as exc:
             self._ask(stream, ns, exc, value, ah)
             raise
-        self._check(stream, ns, ah)
-        return value
+        return self._check(stream, ns, ah)
 
     def _ask(self, stream: str, ns: str, exc: GraphInterrupt, value: Any, ah: str) -> None:
         found = exc.args[0] if exc.args else ()
@@ -171,7 +172,7 @@ class ApprovalGate:
                 continue  # the saver wrote meanwhile: read again
         raise ConcurrencyError(stream, "its head", t.version, "too many concurrent writers")
 
-    def _check(self, stream: str, ns: str, ah: str) -> None:
+    def _check(self, stream: str, ns: str, ah: str) -> str:
         """Check the approval of this task's request: the one it used, else the latest
         presented for it. The answer LangGraph hands back is not looked at: it sticks to
         the task, a bad one too, while the thread's record can take a new approval."""
@@ -199,7 +200,7 @@ class ApprovalGate:
             now=t.used_at.get(spent) if spent is not None else None,
         ).nonce
         if spent is not None:
-            return
+            return nonce
         # One used-event per nonce whatever the races: its id is the nonce's.
         used_id = uuid.uuid5(uuid.NAMESPACE_URL, f"ares-events:{stream}:{nonce}")
         self.store.append(
@@ -214,6 +215,7 @@ class ApprovalGate:
             ],
             expected_version=ANY,
         )
+        return nonce
 
     # -- the operator ------------------------------------------------------------------------
 

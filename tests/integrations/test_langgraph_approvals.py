@@ -45,10 +45,11 @@ class Bank:
     def __init__(self, saver: AresSaver, *, confirm: bool = False, gates: int = 1) -> None:
         self.gate = ApprovalGate(saver.store, approvers=[ALICE.verifier])
         self.paid: list[int] = []
+        self.keys: list[str] = []  # what the gate returned each time the node went on
 
         def pay(state: Pay) -> dict[str, Any]:
             for _ in range(gates):
-                self.gate.interrupt({"amount": state["amount"]})
+                self.keys.append(self.gate.interrupt({"amount": state["amount"]}))
             if confirm:
                 interrupt("sure?")
             self.paid.append(state["amount"])
@@ -73,7 +74,8 @@ def approve(bank: Bank, thread: str) -> Command[Any]:
 def test_an_approved_resume_runs_the_node_once_and_the_record_verifies(url: str) -> None:
     """Paused at the gate (the node's work not done); approved and resumed; a plain
     question after the gate makes LangGraph run the node again from its start, and the
-    gate lets the same task through with the approval it used; the work runs once. The
+    gate lets the same task through with the approval it used (returning the same
+    nonce, the side effect's idempotency key); the work runs once. The
     thread's record carries the approval, its use, and verifies with alice's key."""
     with AresSaver.from_url(url) as saver:
         bank = Bank(saver, confirm=True)
@@ -83,6 +85,8 @@ def test_an_approved_resume_runs_the_node_once_and_the_record_verifies(url: str)
         assert out["__interrupt__"][0].value == "sure?" and bank.paid == []
         out = bank.graph.invoke(Command(resume="yes"), config("t1"))
         assert out["rounds"] == 0 and bank.paid == [5]
+        # The node went on twice (it ran again after "sure?"), with one key: the nonce.
+        assert len(bank.keys) == 2 and len(set(bank.keys)) == 1 and len(bank.keys[0]) == 32
         types = [e.type for e in saver.store.read("langgraph/t1")]
         assert types.count(USED) == 1 and types.count(PRESENTED) == 1
         data = export_record(saver.store, "langgraph/t1", key=LOG).data

@@ -23,7 +23,7 @@ from ares_events.records import export_record, verify_record
 from ares_events.ui import ConsoleApp
 from tests.fixtures.approvals import ALICE, MALLORY, paused, state
 from tests.records.helpers import LOG
-from tests.ui.conftest import console
+from tests.ui.conftest import console, screenshot
 from tests.ui.test_console_browser import wait
 from tests.ui.test_console_rules import _request, _session
 
@@ -152,6 +152,7 @@ def test_the_browser_approves_with_the_console_key(driver: Any, tmp_path: Path) 
         assert ALICE.verifier.key_id.hex() in driver.find_element(By.ID, "signer").text
         form = driver.find_element(By.ID, "resume-form")
         form.find_element(By.NAME, "by").send_keys("alice")
+        screenshot(driver, "approval-signed")
         form.find_element(By.CSS_SELECTOR, "button").click()
         wait(driver).until(lambda d: "running" in d.find_element(By.ID, "run-status").text)
     with ae.open_store(url) as store:
