@@ -5,15 +5,15 @@ the approval itself, against the keys it was given, and recorded it as used::
     gate = ApprovalGate(saver.store, approvers=[alice_vkey])
 
     def pay(state):                    # a node
-        gate.interrupt({"amount": state["amount"]})   # returns once approved
-        ...                            # runs only under a valid approval, once
+        key = gate.interrupt({"amount": state["amount"]})   # returns once approved
+        ...                            # runs only under a valid approval (key: its nonce)
 
     graph.invoke(inputs, config)       # pauses: the interrupt asks for approval
     note = sign_approval(alice_key, gate.pending(config))           # the approver
     graph.invoke(gate.resume(config, note), config)                  # checked, recorded
 
-The check that matters is the node's: a graph resumed any other way (a plain
-``Command(resume=...)``) gets :class:`~ares_events.errors.ApprovalForged` from the node,
+The check that matters is the node's: a graph resumed with no approval presented (a
+plain ``Command(resume=...)``) gets :class:`~ares_events.errors.ApprovalForged` from it,
 and a forged, expired, replayed, reused or wrong-call approval its own
 :class:`~ares_events.errors.ApprovalRefused`, before the node's work runs.
 :meth:`ApprovalGate.resume` checks the same first, so an operator hears it at once.
