@@ -212,14 +212,21 @@ def check_approval(
 @dataclass(slots=True)
 class Ledger:
     """A run's approval requests, the approvals presented after each and the nonces
-    consumed, read from its events in order."""
+    consumed, read from its events in order.
+
+    An approval request is any event whose payload has ``reason`` = :data:`APPROVAL_REASON`,
+    an integer ``step`` and an ``args_hash`` (the journal's ``run.interrupted``, the
+    LangGraph gate's ``lg.interrupted``); an approval is presented by a payload's
+    ``approval`` (the note) and consumed by a payload's ``approved`` (its nonce) and
+    ``step``."""
 
     requests: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    """step -> (version, payload) of the latest approval interrupt at that step."""
+    """step -> (version, payload) of the latest approval request at that step that no
+    call consumed yet (an approval must match one of these)."""
     presented: list[tuple[int, bytes, str]] = field(default_factory=list)
     """(version, hash of the event before it, note) of every approval, in order."""
-    used: set[str] = field(default_factory=set)
-    """Nonces that let a call run, or were presented before."""
+    used: dict[str, int | None] = field(default_factory=dict)
+    """Nonces that let a call run -> the step of that call."""
 
     def fold(self, event: RecordedEvent, prev: bytes) -> None:
         """Take one event of the run (``prev``: the hash of the event before it)."""
@@ -228,19 +235,20 @@ class Ledger:
         p = event.payload
         if not isinstance(p, dict):
             return
-        if event.type == "run.interrupted" and p.get("reason") == APPROVAL_REASON:
-            step = p.get("step")
-            if type(step) is int:
-                self.requests[step] = (event.version, p)
+        step = p.get("step") if type(p.get("step")) is int else None
+        if p.get("reason") == APPROVAL_REASON and step is not None and "args_hash" in p:
+            self.requests[step] = (event.version, p)
         note = p.get("approval")
         if isinstance(note, str):
             self.presented.append((event.version, prev, note))
         nonce = p.get("approved")
         if isinstance(nonce, str):
-            self.used.add(nonce)
+            self.used[nonce] = step
+            if step is not None:
+                self.requests.pop(step, None)  # consumed: no approval matches it any more
 
     def answer(self, step: int) -> tuple[int, bytes, str] | None:
-        """The latest approval presented after the latest request at ``step``."""
+        """The latest approval presented after the open request at ``step``."""
         req = self.requests.get(step)
         if req is None:
             return None
@@ -249,11 +257,11 @@ class Ledger:
 
     def used_before(self, version: int) -> set[str]:
         """Nonces consumed, or presented by an approval before ``version``."""
-        earlier = set()
+        earlier = set(self.used)
         for v, _prev, note in self.presented:
             if v < version:
                 try:
                     earlier.add(Approval.parse(note, "", None).nonce)
                 except ApprovalForged:
                     continue
-        return self.used | earlier
+        return earlier

@@ -745,7 +745,9 @@ class Journal:
         rec = self._rec(step)
         key = f"{self.run_id}:{step}"
         if rec is None:
-            approved = self._approval(step, name, ah, key) if needs_approval else None
+            approved = (
+                self._approval(step, name, recorded_args, ah, key) if needs_approval else None
+            )
             self._new_step()
             self._tool_request(step, 1, name, recorded_args, ah, key, approved)
             return key, False, None
@@ -836,9 +838,10 @@ class Journal:
             payload["approved"] = approved  # the approval's nonce, consumed by this call
         self._append("tool.call.requested", payload)
 
-    def _approval(self, step: int, name: str, ah: str, key: str) -> str:
+    def _approval(self, step: int, name: str, args: Any, ah: str, key: str) -> str:
         """The nonce of the valid approval of the call at ``step``, checked before it runs
-        (nothing is written when it is refused); else pause the run for one."""
+        (nothing is written when it is refused); else pause the run for one, naming the
+        call and its (recorded) arguments: what the approver is asked to approve."""
         self._require_runnable()
         if not self.approvers:
             raise ConfigError(
@@ -858,6 +861,7 @@ class Journal:
                 "step": step,
                 "key": key,
                 "name": name,
+                "args": args,
                 "args_hash": ah,
             }
             self._append("run.interrupted", payload)

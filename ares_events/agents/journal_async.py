@@ -763,7 +763,9 @@ class AsyncJournal:
         rec = self._rec(step)
         key = f"{self.run_id}:{step}"
         if rec is None:
-            approved = await self._approval(step, name, ah, key) if needs_approval else None
+            approved = (
+                await self._approval(step, name, recorded_args, ah, key) if needs_approval else None
+            )
             await self._new_step()
             await self._tool_request(step, 1, name, recorded_args, ah, key, approved)
             return key, False, None
@@ -856,9 +858,10 @@ class AsyncJournal:
             payload["approved"] = approved  # the approval's nonce, consumed by this call
         await self._append("tool.call.requested", payload)
 
-    async def _approval(self, step: int, name: str, ah: str, key: str) -> str:
+    async def _approval(self, step: int, name: str, args: Any, ah: str, key: str) -> str:
         """The nonce of the valid approval of the call at ``step``, checked before it runs
-        (nothing is written when it is refused); else pause the run for one."""
+        (nothing is written when it is refused); else pause the run for one, naming the
+        call and its (recorded) arguments: what the approver is asked to approve."""
         self._require_runnable()
         if not self.approvers:
             raise ConfigError(
@@ -878,6 +881,7 @@ class AsyncJournal:
                 "step": step,
                 "key": key,
                 "name": name,
+                "args": args,
                 "args_hash": ah,
             }
             await self._append("run.interrupted", payload)

@@ -21,10 +21,12 @@ from ares_events.cli.common import (
     App,
     CommandError,
     cli,
+    load_signing_key,
     pass_app,
 )
 
 if TYPE_CHECKING:
+    from ares_events.integrity.notes import SigningKey
     from ares_events.ui import ConsoleServer
 
 
@@ -89,8 +91,33 @@ def _server_logs(app: App) -> Iterator[None]:
     help="A witness (file:// or s3://) the Integrity page's audit also checks anchors "
     "against, as `ares-events audit --anchors URL`.",
 )
+@click.option(
+    "--key",
+    "key_file",
+    metavar="FILE",
+    help="With --allow-actions: an approver key (keygen NAME --approver) the console signs "
+    "each resume and resolve with, as `runs resume|resolve --key`. Read at start; pages "
+    "show its name and id only. Without it, a run paused for a signed approval cannot be "
+    "resumed from the console.",
+)
+@click.option(
+    "--expires-in",
+    type=click.IntRange(min=1),
+    default=900,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --key: each signed approval expires after this many seconds.",
+)
 @pass_app
-def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str | None) -> int:
+def ui_cmd(
+    app: App,
+    port: int,
+    host: str,
+    allow_actions: bool,
+    anchors_url: str | None,
+    key_file: str | None,
+    expires_in: int,
+) -> int:
     """Open a local web console over the store: streams, runs, integrity, projections.
 
     Pages are rendered on the server (no build step, no CDN, a strict Content-Security-
@@ -103,14 +130,18 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
       ares-events --store sqlite:///agents.db ui
       ares-events ui --port 9000 --allow-actions
       ares-events ui --anchors file:///var/lib/ares-anchors/
+      ares-events ui --allow-actions --key alice.key     # approvals signed by alice
     """
+    if key_file is not None and not allow_actions:
+        raise click.UsageError("--key signs the console's actions: give --allow-actions too")
+    key = load_signing_key(app, key_file, required=True) if key_file is not None else None
     # SIGTERM (a supervisor, a test) and Ctrl-C stop it, whenever they land: installed
     # first, before the store is opened, and before the address is printed (whoever
     # reads it may stop us at once).
     stop = _Stop()
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _serve(app, stop, port, host, allow_actions, anchors_url)
+        _serve(app, stop, port, host, allow_actions, anchors_url, (key, expires_in))
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -118,7 +149,13 @@ def ui_cmd(app: App, port: int, host: str, allow_actions: bool, anchors_url: str
 
 
 def _serve(
-    app: App, stop: _Stop, port: int, host: str, allow_actions: bool, anchors_url: str | None
+    app: App,
+    stop: _Stop,
+    port: int,
+    host: str,
+    allow_actions: bool,
+    anchors_url: str | None,
+    signing: tuple[SigningKey | None, int],
 ) -> None:
     from ares_events.ui import ConsoleServer
 
@@ -134,7 +171,13 @@ def _serve(
             return
         try:
             server = ConsoleServer(
-                store, host=host, port=port, actions=allow_actions, anchors=anchors_url
+                store,
+                host=host,
+                port=port,
+                actions=allow_actions,
+                anchors=anchors_url,
+                approver=signing[0],
+                expires_in=signing[1],
             )
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -143,6 +186,8 @@ def _serve(
             if stop.requested:  # landed before the server could be told
                 return
             mode = "actions allowed" if allow_actions else "read-only"
+            if signing[0] is not None:
+                mode += f", approvals signed by {server.app.signer}"
             if not loopback:
                 app.err.print(f"warning: listening on {host}, reachable from other machines")
             click.echo(f"ares-events console ({mode}) on {server.address}", err=True)

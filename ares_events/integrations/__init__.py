@@ -8,7 +8,8 @@ with its store side (opening, stream prefixes, verified reads) in
 :mod:`~ares_events.integrations.langgraph` is a LangGraph checkpointer (``AresSaver``,
 ``AsyncAresSaver``), with its shared logic in ``_langgraph_core`` (layout, encoding, the
 verified index), ``_langgraph_plan`` (planning, decoding) and ``_langgraph_steps`` (the
-operations, as sansio steps).
+operations, as sansio steps); :mod:`~ares_events.integrations.langgraph_approvals` gates
+a node on an approver's signed approval.
 :mod:`~ares_events.integrations.openai_agents`, :mod:`~ares_events.integrations.pydantic_ai`
 and :mod:`~ares_events.integrations.google_adk` adapt agent frameworks (a session or
 conversation is one stream, read through ``_conversation``, verified; written with

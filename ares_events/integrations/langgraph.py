@@ -31,6 +31,9 @@ modules are generated from them). What a user gets:
   dropped, record each erasure in ``ares-events/erasures``, and leave the chain
   verifiable (``ares-events audit`` lists the erasures).
 
+Approvals: :class:`ApprovalGate` (:mod:`~ares_events.integrations.langgraph_approvals`)
+lets a node go on only under an approver's signed approval, recorded on the thread.
+
 Concurrency: each saver keeps a verified index per thread (at most ``max_threads`` of
 them, least recently used evicted) and serialises the operations of one thread; there is
 no saver-wide lock, so different threads run in parallel.
@@ -62,11 +65,13 @@ from ares_events.integrations._langgraph_saver_async import (
     default_serde,
     next_version,
 )
+from ares_events.integrations.langgraph_approvals import ApprovalGate
 
 __all__ = [
     "DEFAULT_MAX_THREADS",
     "MODULE",
     "STREAM_PREFIX",
+    "ApprovalGate",
     "AresSaver",
     "AsyncAresSaver",
     "StaleWriteError",

@@ -16,6 +16,15 @@ replays what was answered and done, and goes on live from the first step that wa
   :class:`~ares_events.agents.journal.InDoubtToolCall`). A tool gets its idempotency key
   from :func:`~ares_events.integrations.pydantic_ai.idempotency_key`'s twin here,
   :func:`idempotency_key`.
+- A tool's ``needs_approval`` (a bool, or the SDK's policy ``(ctx, params, call_id)``)
+  goes to the journal, not to ``RunState.approve()``: a call that needs approval pauses the
+  run (:class:`~ares_events.agents.journal.ApprovalRequired`) and runs, once, only under an
+  approver's signed approval that the journal checks against ``approvers=``
+  (``ares-events runs resume RUN --key FILE``, the console, or
+  :func:`~ares_events.agents.runs.resume_run`); then ``run_durably`` again goes on. A
+  forged, expired, replayed, reused or wrong-call approval raises its
+  :class:`~ares_events.errors.ApprovalRefused` and nothing runs. No client-held
+  ``RunState`` carries the approval, so none can be altered.
 - :func:`run_durably` clones the agent with both wrappers and runs it with
   ``max_function_tool_concurrency=1``: the SDK then runs a response's tool calls one at a
   time, in the order the model emitted them, so a replay numbers the journal's steps the
@@ -33,7 +42,9 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from collections.abc import Callable, Collection
+import inspect
+import json
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.items import ModelResponse
@@ -57,6 +68,7 @@ if TYPE_CHECKING:
 
     from ares_events.core.store import EventStore
     from ares_events.core.store_async import AsyncEventStore
+    from ares_events.integrity.notes import VerifierKey
 
 __all__ = ["JournaledModel", "idempotency_key", "journaled_tool", "run_durably"]
 
@@ -148,9 +160,11 @@ def journaled_tool(
     reconcile: Callable[[str, str], Any] | None = None,
 ) -> FunctionTool:
     """``tool`` with its invocations written through ``journal`` (see the module
-    docstring). ``reconcile(tool_name, key) -> (landed, result)``."""
+    docstring). ``reconcile(tool_name, key) -> (landed, result)``. The tool's
+    ``needs_approval`` is the journal's gate in the returned tool, not the SDK's."""
     invoke = tool.on_invoke_tool
     name = tool.name
+    policy = tool.needs_approval
 
     async def on_invoke_tool(ctx: Any, raw_input: str) -> Any:
         async def call(_args: Any, key: str) -> Any:
@@ -162,10 +176,30 @@ def journaled_tool(
 
         rec = (lambda key: reconcile(name, key)) if reconcile is not None else None
         return await journal.tool_call(
-            name, {"input": raw_input}, call=call, reconcile=rec, idempotent=idempotent
+            name,
+            {"input": raw_input},
+            call=call,
+            reconcile=rec,
+            idempotent=idempotent,
+            needs_approval=await _needs_approval(policy, ctx, raw_input),
         )
 
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool, needs_approval=False)
+
+
+async def _needs_approval(policy: Any, ctx: Any, raw_input: str) -> bool:
+    """The SDK's ``needs_approval`` for this call: a bool, or its policy called as the SDK
+    does; arguments the policy cannot inspect need approval (as in the SDK)."""
+    if isinstance(policy, bool):
+        return policy
+    try:
+        params = json.loads(raw_input or "{}")
+    except ValueError:
+        return True
+    if not isinstance(params, dict):
+        return True
+    got = policy(ctx, params, getattr(ctx, "tool_call_id", ""))
+    return bool(await got if inspect.isawaitable(got) else got)
 
 
 async def run_durably(
@@ -178,22 +212,30 @@ async def run_durably(
     reconcile: Callable[[str, str], Any] | None = None,
     code_revision: str = "unversioned",
     run_config: RunConfig | None = None,
+    approvers: Sequence[VerifierKey] = (),
     **run_kwargs: Any,
 ) -> Any:
     """Run ``agent`` on ``input`` as the durable run ``run_id``; the same call after a
-    crash resumes it. Returns the SDK's ``RunResult``. ``run_kwargs`` go to
-    ``Runner.run`` (``session=``, ``context=``, ``max_turns=``...).
+    crash, or after an approval, resumes it. Returns the SDK's ``RunResult``.
+    ``approvers``: the verifier keys whose signed approvals let a ``needs_approval`` tool
+    run. ``run_kwargs`` go to ``Runner.run`` (``session=``, ``context=``, ``max_turns=``...).
 
     Raises:
         ConfigError: the agent's model is not a ``Model`` instance (a name needs the
-            run's provider: resolve it first).
+            run's provider: resolve it first); the SDK paused for an approval this run
+            does not journal (a tool of an agent handed off to).
+        ApprovalRequired: a tool call needs a signed approval; the run is paused for it.
+        ApprovalRefused: the approval presented is forged, expired, replayed, reused or
+            for another call (a subclass says which); the tool did not run.
         InDoubtToolCall: a tool call was cut off, has no reconciler and is not idempotent.
         ReplayDivergence: the run asked for something other than what the log recorded.
         RunRefused: the journal's gate refused to resume (another ``code_revision``).
     """
     if not isinstance(agent.model, Model):
         raise ConfigError("run_durably needs an agent whose model is a Model instance")
-    journal = await AsyncJournal.open(store, run_id, code_revision=code_revision)
+    journal = await AsyncJournal.open(
+        store, run_id, code_revision=code_revision, approvers=approvers
+    )
     tools = [
         journaled_tool(t, journal, idempotent=t.name in idempotent, reconcile=reconcile)
         if isinstance(t, FunctionTool)
@@ -214,5 +256,10 @@ async def run_durably(
         if cause is not None and cause is not exc:
             raise cause from exc
         raise
+    if result.interruptions:
+        raise ConfigError(
+            f"run {run_id!r}: the SDK paused for approvals run_durably does not journal "
+            "(tools of an agent handed off to): wrap them with journaled_tool"
+        )
     await journal.complete(to_jsonable_python(result.final_output))
     return result

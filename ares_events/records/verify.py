@@ -21,7 +21,8 @@ failed (it never stops at the first one):
 - ``head``: the last event is the stream head the record claims (a cut tail);
 - ``entries``: every draft entry names an event of the record;
 - ``approval``: each signed approval an event carries verifies by a trusted key, names
-  this run and the chain head just before it, and was used before it expired, once.
+  this run and the chain head just before it, and was used before it expired, once, by
+  the call it approves.
 
 :func:`check_disclosures` checks values disclosed after a redacted export against the
 record: each against its salted digest, and a payload whose redactions are all disclosed
@@ -669,8 +670,10 @@ def _check_approvals(
     rep: RecordReport,
 ) -> None:
     """Every signed approval an event carries (``payload.approval``); a consumed nonce
-    (``payload.approved``) names an approval made before it in this run."""
+    (``payload.approved``) names an approval made before it in this run, of this very
+    call (its ``step`` and ``args_hash``, where the event names them)."""
     nonces: dict[str, int] = {}
+    bodies: dict[str, dict[str, Any]] = {}
     consumed: set[str] = set()
     for version, header, prev, payload in events:
         value = payload.get("value") if payload else None
@@ -685,6 +688,16 @@ def _check_approvals(
                     "no earlier event grants or an earlier call already used",
                     version,
                 )
+            body = bodies.get(used, {})
+            call = {"action": "approve", "step": value.get("step"), "args": value.get("args_hash")}
+            wrong = [k for k, v in call.items() if body and v is not None and body.get(k) != v]
+            if wrong:
+                rep.add(
+                    "approval",
+                    f"version {version} runs a call under approval nonce {used[:12]}, whose "
+                    f"{', '.join(wrong)} differ from that call's",
+                    version,
+                )
             consumed.add(used)
         note = value.get("approval")
         if not isinstance(note, str):
@@ -695,6 +708,7 @@ def _check_approvals(
             _, body = _approval_body(note)
             if isinstance(body.get("nonce"), str):
                 nonces.setdefault(body["nonce"], version)  # granted or not: named once
+                bodies.setdefault(body["nonce"], body)
             _text, signers = _open_note(note, keys)
         except ValueError as exc:
             rep.add("approval", f"version {version}: the approval does not verify: {exc}", version)

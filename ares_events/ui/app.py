@@ -37,12 +37,15 @@ from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from ares_events.agents.approvals import APPROVAL_REASON, sign_approval
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
+from ares_events.agents.recording import hash_of
 from ares_events.agents.run_info import LIST_STATUSES
-from ares_events.agents.runs import cancel_run, resolve_step, resume_run
+from ares_events.agents.runs import cancel_run, pending_call, resolve_step, resume_run
 from ares_events.core.store import EventStore
 from ares_events.errors import AresError, ConcurrencyError, ConfigError, EventNotFound
 from ares_events.integrity.audit import audit
+from ares_events.integrity.notes import SigningKey
 from ares_events.integrity.verify import verify_stream
 from ares_events.projections.status import read_models, stored_checkpoints
 from ares_events.ui import queries, run_views, views
@@ -168,6 +171,14 @@ class ConsoleApp:
         workers: Threads that run the store's calls.
         secret: The key the form token is derived from; random when not given. Give the
             same one to every process that serves the console behind one address.
+        approver: With ``actions``: the approver key the console signs each resume and
+            resolve with (the operator approves, the console signs; the key never travels
+            over HTTP and pages show only its name and id). Without it, a run paused for a
+            signed approval is not resumed from the console.
+        expires_in: Seconds each signed approval is valid.
+
+    Raises:
+        ConfigError: an ``approver`` without ``actions``.
     """
 
     def __init__(
@@ -178,9 +189,15 @@ class ConsoleApp:
         anchors: str | None = None,
         workers: int = 8,
         secret: str | None = None,
+        approver: SigningKey | None = None,
+        expires_in: float = 900.0,
     ) -> None:
         self.store = store
         self.actions = actions
+        if approver is not None and not actions:
+            raise ConfigError("an approver key signs the console's actions: pass actions=True")
+        self._approver = approver
+        self._expires_in = expires_in
         self._anchors = anchors
         key = (secret or secrets.token_urlsafe(32)).encode()
         self._csrf = hmac.new(key, b"csrf", hashlib.sha256).hexdigest()
@@ -219,7 +236,13 @@ class ConsoleApp:
         self._hardened = Hardened(Router(routes, default=self._not_found))
 
     def __repr__(self) -> str:
-        return f"ConsoleApp(store={self.store.url!r}, actions={self.actions})"
+        return f"ConsoleApp(store={self.store.url!r}, actions={self.actions}, signer={self.signer})"
+
+    @property
+    def signer(self) -> str | None:
+        """``<name>+<key id>`` of the approver key the console signs with, if any."""
+        k = self._approver
+        return f"{k.name}+{k.verifier.key_id.hex()}" if k is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._hardened(scope, receive, send)
@@ -241,7 +264,7 @@ class ConsoleApp:
         return await asyncio.wrap_future(future)
 
     def _chrome(self) -> views.Chrome:
-        return views.Chrome(self.store.url, self.actions, self._csrf)
+        return views.Chrome(self.store.url, self.actions, self._csrf, self.signer)
 
     def _get(
         self, fn: Callable[[dict[str, str]], _Page | Response]
@@ -414,8 +437,9 @@ class ConsoleApp:
         page_no = min(max(1, _int(q, "page", pages)), pages)  # default: the latest steps
         chunk = queries.steps_page(got.run, page_no, per)
         reqs = queries.load_requests(self.store, sid, chunk)
+        asked = queries.approval_request(self.store, got.run)
         body = run_views.run_view(
-            self._chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages
+            self._chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages, asked
         )
         return _Page(
             "Run", body, {"live": page_no == pages, "position": self.store.last_position()}
@@ -556,25 +580,62 @@ class ConsoleApp:
         via = f"{VIA} {action}"
         try:
             if action == "resume":
-                resume_run(store, sid, by=by, reason=reason, via=via)
+                waiting = (self._runs.get(store, sid).run.interrupt or {}).get("reason")
+                if waiting == APPROVAL_REASON and self._approver is None:
+                    raise _Refused(HTTPStatus.FORBIDDEN, _NO_KEY)
+                signed = self._sign(sid, version, None, "approve", None)
+                resume_run(store, sid, by=by, reason=reason, via=via, **signed)
             elif action == "cancel":
                 cancel_run(store, sid, by=by, reason=reason, via=via)
             elif action == "resolve":
                 step = _int(form, "step", 0)
                 if form.get("not_done") == "1":
-                    resolve_step(store, sid, step, not_done=True, by=by, reason=reason, via=via)
+                    signed = self._sign(sid, version, step, "not_done", None)
+                    resolve_step(
+                        store, sid, step, not_done=True, by=by, reason=reason, via=via, **signed
+                    )
                 else:
                     try:
                         result = json.loads(form.get("result", ""))
                     except ValueError:
                         raise ConfigError("the result must be JSON") from None
-                    resolve_step(store, sid, step, result=result, by=by, reason=reason, via=via)
+                    signed = self._sign(sid, version, step, "result", hash_of(result, "result"))
+                    resolve_step(
+                        store, sid, step, result=result, by=by, reason=reason, via=via, **signed
+                    )
             else:
                 raise _Refused(HTTPStatus.BAD_REQUEST, f"unknown action {action!r}")
         except RunNotRunnable as exc:
             raise ConfigError(str(exc)) from exc
         logger.info("console action %s on a run by %s", action, visible(by, keep=""))
         return _see(views.href("/run", {"id": sid}))
+
+    def _sign(
+        self, sid: str, version: int, step: int | None, action: str, outcome: str | None
+    ) -> dict[str, Any]:
+        """The approval the operator gives by this action, signed with the console's key
+        (nothing without one), against the run as the page showed it: a run that moved
+        since is refused, so the signature never covers what the operator did not see."""
+        key = self._approver
+        if key is None:
+            return {}
+        pending = pending_call(self.store, sid, step)
+        shown = queries.event_page(self.store, sid, version, 1)
+        if not shown or shown[0].version != version or shown[0].hash != pending.head:
+            raise ConcurrencyError(
+                sid, version, self.store.stream_version(sid), "the run changed: reload it"
+            )
+        note = sign_approval(
+            key, pending, action=action, outcome=outcome, expires_in=self._expires_in
+        )
+        return {"approval": note, "approvers": [key.verifier]}
+
+
+_NO_KEY: Final = (
+    "this run waits for a signed approval and this console holds no approver key: start "
+    "it with --allow-actions --key FILE (keygen NAME --approver), or approve with "
+    "`ares-events runs resume RUN --key FILE`"
+)
 
 
 class _Live(StreamingResponse):

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ares_events.agents.approvals import APPROVAL_REASON
 from ares_events.agents.journal_errors import RunNotFound
 from ares_events.agents.run_info import RunCounts, StepInfo, run_counts, run_status, steps_of
 from ares_events.core.backend import Capability, Head
@@ -36,6 +37,7 @@ __all__ = [
     "RunCache",
     "RunSummary",
     "StreamRow",
+    "approval_request",
     "event_page",
     "kind_of",
     "load_requests",
@@ -355,6 +357,21 @@ def run_rows(
                 break
     more = len(page) == RUN_SCAN or (len(rows) >= limit and last != page[-1][0])
     return rows, (last if more else None)
+
+
+def approval_request(store: EventStore, run: RunSummary) -> dict[str, Any] | None:
+    """What the run, paused for a signed approval, asks to approve (its interrupt's
+    payload: step, tool name, arguments and their digest); None when it waits for none."""
+    interrupt = run.interrupt or {}
+    version = interrupt.get("version")
+    if run.status != "paused" or interrupt.get("reason") != APPROVAL_REASON:
+        return None
+    got = event_page(store, run.run_id, int(version), 1) if type(version) is int else []
+    if got and got[0].version == version and not got[0].payload_erased:
+        payload = got[0].payload
+        if isinstance(payload, dict):
+            return payload
+    return {"step": interrupt.get("step"), "key": interrupt.get("key")}
 
 
 def load_requests(store: EventStore, run_id: str, steps: list[StepInfo]) -> dict[int, Any]:

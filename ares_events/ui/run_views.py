@@ -243,11 +243,18 @@ def _who_fields() -> Markup:
     )
 
 
+def _signs(chrome: Chrome) -> Markup | None:
+    if not chrome.signer:
+        return None
+    return el("p", "the console signs this with the approver key ", el("code", chrome.signer))
+
+
 def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
     return el(
         "form",
         _hidden(chrome, info, "resolve"),
         el("input", type="hidden", name="step", value=str(s.step)),
+        _signs(chrome),
         el("label", "result (JSON) ", el("textarea", name="result", rows="2")),
         el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),
         _who_fields(),
@@ -258,17 +265,45 @@ def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
     )
 
 
-def _run_actions(chrome: Chrome, info: RunSummary) -> Markup | None:
+def _asked(asked: Mapping[str, Any] | None) -> Markup | None:
+    """What a run paused for a signed approval asks to approve."""
+    if asked is None:
+        return None
+    return el(
+        "div",
+        el("h2", "Waiting for a signed approval"),
+        el("p", f"step {asked.get('step')}: tool ", el("code", asked.get("name")), id="asked"),
+        el("pre", json_text(asked.get("args")), cls="request") if "args" in asked else None,
+        el("p", "arguments digest ", el("code", asked.get("args_hash")), cls="dim"),
+        cls="approval",
+    )
+
+
+def _run_actions(
+    chrome: Chrome, info: RunSummary, asked: Mapping[str, Any] | None
+) -> Markup | None:
     if not chrome.actions:
         return None
     forms = []
-    if info.status in ("paused", "in_doubt") and not info.in_doubt:
+    if asked is not None and not chrome.signer:
+        forms.append(
+            el(
+                "p",
+                "This run waits for a signed approval, and this console holds no approver "
+                "key: start it with --allow-actions --key FILE, or run ",
+                el("code", f"ares-events runs resume {info.run_id} --key FILE"),
+                cls="doubt",
+                id="needs-key",
+            )
+        )
+    elif info.status in ("paused", "in_doubt") and not info.in_doubt:
         forms.append(
             el(
                 "form",
                 _hidden(chrome, info, "resume"),
+                _signs(chrome),
                 _who_fields(),
-                el("button", "resume", type="submit", cls="act"),
+                el("button", "approve and resume" if asked else "resume", type="submit", cls="act"),
                 method="post",
                 action="./action",
                 cls="action",
@@ -299,8 +334,10 @@ def run_view(
     requests: Mapping[int, Any],
     page_no: int,
     pages: int,
+    asked: Mapping[str, Any] | None = None,
 ) -> Markup:
-    """A run's summary and a page of its timeline."""
+    """A run's summary and a page of its timeline (``asked``: what it waits for a signed
+    approval of, :func:`~ares_events.ui.queries.approval_request`)."""
     summary = el(
         "dl",
         el("dt", "status"),
@@ -388,7 +425,8 @@ def run_view(
         doubt,
         extra,
         findings_table(info.findings),
-        _run_actions(chrome, info),
+        _asked(asked),
+        _run_actions(chrome, info, asked),
         life,
         el("p", link("events of this run", "/stream", {"id": info.run_id})),
         el("h2", "Timeline"),

@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ares_events.core.store import EventStore
+from ares_events.integrity.notes import SigningKey
 from ares_events.ui.app import ConsoleApp, Hardened, refusal
 from ares_events.ui.markup import visible
 
@@ -249,11 +250,19 @@ class ConsoleServer:
         workers: int = 8,
         anchors: str | None = None,
         head_timeout: float = HEAD_TIMEOUT,
+        approver: SigningKey | None = None,
+        expires_in: float = 900.0,
     ) -> None:
         self._token = secrets.token_urlsafe(24)
         self._prefix = "/" + secrets.token_urlsafe(12)
         self.app = ConsoleApp(
-            store, actions=actions, anchors=anchors, workers=workers, secret=self._token
+            store,
+            actions=actions,
+            anchors=anchors,
+            workers=workers,
+            secret=self._token,
+            approver=approver,
+            expires_in=expires_in,
         )
         self._sock = _listen(host, port)
         addr = self._sock.getsockname()

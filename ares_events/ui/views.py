@@ -54,6 +54,8 @@ class Chrome:
     """Redacted: never a password."""
     actions: bool
     csrf: str
+    signer: str | None = None
+    """``<name>+<key id>`` of the approver key actions are signed with (never the key)."""
 
 
 def page(
@@ -78,6 +80,9 @@ def page(
         [link(name, href, cls="on" if href == active else None) for name, href in NAV],
         el("span", chrome.store_url, cls="store", title="store (redacted)"),
         mode,
+        el("span", "signs as ", el("code", chrome.signer), cls="mode actions", id="signer")
+        if chrome.signer
+        else None,
     )
     main = el(
         "main",

@@ -14,7 +14,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
     "openai_agents": (
-        4,
+        5,
         (
             "answer: California",
             "model saw items: 3",
@@ -27,6 +27,8 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
             "chain ok: True",
             "shipped | model calls: 2 | shipments: 1",
             "shipped | model calls: 0 | shipments: 1",
+            "paused for approval | refunds: []",
+            "refunded | refunds: ['A-7']",
         ),
     ),
     "google_adk": (

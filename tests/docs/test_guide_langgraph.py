@@ -25,7 +25,8 @@ def test_guide_langgraph_example_runs(
 ) -> None:
     """Every ```python block of docs/guide-langgraph.md runs: the chain verifies, the
     second writer is refused, the audit is clean before and after pruning, the thread is
-    gone after delete_thread, and a screenshot spills to S3."""
+    gone after delete_thread, an interrupt goes on only under a signed approval (and the
+    thread's record verifies with it), and a screenshot spills to S3."""
     import boto3
 
     bucket = f"guide-{uuid.uuid4().hex[:12]}"
@@ -52,6 +53,10 @@ def test_guide_langgraph_example_runs(
         "kept: 2",
         "erased events: True",
         "after delete: None",
+        "asks: {'refund': 40} []",
+        "unsigned resume refused: []",
+        "refunded: [40]",
+        "record ok: True ['approve']",
         "spilled: True",
         "deep audit ok: True",
     ):

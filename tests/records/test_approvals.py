@@ -20,12 +20,10 @@ from ares_events.agents.journal import Journal
 from ares_events.agents.runs import pending_call, resume_run
 from ares_events.cli import main
 from ares_events.core.catalog import new_event
-from ares_events.integrity.notes import SigningKey
 from ares_events.records import export_record, verify_record
+from tests.fixtures.approvals import ALICE, MALLORY, Loop, paused, state
 from tests.records.helpers import LOG
 
-ALICE = SigningKey.generate("alice")
-MALLORY = SigningKey.generate("alice")  # same name, not the trusted key
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,41 +32,6 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/a.db"
     return str(request.getfixturevalue("postgres_url"))
-
-
-def state(store: Any) -> list[tuple[str, int, bytes]]:
-    """Every event of the store: what 'unchanged' compares."""
-    return [(e.stream_id, e.version, e.hash) for e in store.read_all()]
-
-
-class Loop:
-    """An agent loop whose `pay` tool needs approval (twice, with the same arguments)."""
-
-    def __init__(self, store: Any, run: str, gated_calls: int = 1) -> None:
-        self.store, self.run, self.gated_calls = store, run, gated_calls
-        self.ran: list[str] = []
-
-    def journal(self) -> Journal:
-        return Journal(self.store, self.run, approvers=[ALICE.verifier])
-
-    def steps(self, j: Journal) -> None:
-        def pay(args: Any, key: str) -> str:
-            self.ran.append(key)
-            return "paid"
-
-        for _ in range(self.gated_calls):
-            j.tool_call("pay", {"amount": 5}, call=pay, needs_approval=True)
-        j.complete()
-
-    def __call__(self) -> None:
-        self.steps(self.journal())
-
-
-def paused(store: Any, run: str, gated_calls: int = 1) -> Loop:
-    loop = Loop(store, run, gated_calls)
-    with pytest.raises(ae.ApprovalRequired):
-        loop()
-    return loop
 
 
 def present(store: Any, run: str, note: str) -> None:
@@ -170,6 +133,57 @@ def test_a_replayed_approval_is_refused(url: str) -> None:
         )
         loop()
         assert loop.ran == ["r:1", "r:2"]
+
+
+def test_an_approval_must_match_a_request_no_call_consumed(url: str) -> None:
+    """Once the approved call ran, the running run waits for no approval: pending_call
+    says so, and an approval signed against the consumed request (valid signature, fresh
+    nonce, the run's current head) is refused by resume_run, which appends nothing."""
+    with ae.open_store(url) as store:
+        loop = paused(store, "r")
+        asked = pending_call(store, "r")
+        note = sign_approval(ALICE, asked)
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        loop.journal().tool_call("pay", {"amount": 5}, call=loop.pay, needs_approval=True)
+        assert loop.ran == ["r:1"] and Journal.inspect(store, "r").status == "running"
+        with pytest.raises(ae.RunNotRunnable, match="waits for no approval"):
+            pending_call(store, "r")
+        head = store.head("r")
+        assert head is not None
+        stale = sign_approval(ALICE, Pending("r", asked.step, asked.args, head.hash))
+        before = state(store)
+        with pytest.raises(ae.RunNotRunnable):
+            resume_run(store, "r", by="alice", approval=stale, approvers=[ALICE.verifier])
+        assert state(store) == before and loop.ran == ["r:1"]
+
+
+def test_verify_record_checks_the_call_that_used_an_approval(url: str) -> None:
+    """A call recorded (behind the journal's back) as running under a valid approval of
+    another call (other arguments): the record's signatures and chain verify, and
+    verify-record reports that the approval names another call."""
+    with ae.open_store(url) as store:
+        paused(store, "r")
+        p = pending_call(store, "r")
+        note = sign_approval(ALICE, p)
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        nonce = note.split('"nonce":"')[1].split('"')[0]
+        payload = {
+            "name": "pay",
+            "args": {"amount": 5000},
+            "idempotency_key": "r:1",
+            "step": p.step,
+            "attempt": 1,
+            "args_hash": "ff" * 32,
+            "approved": nonce,
+        }
+        store.append(
+            "r",
+            [new_event("tool.call.requested", "journal", payload)],
+            expected_version=store.stream_version("r"),
+        )
+        data = export_record(store, "r", key=LOG).data
+    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    assert [(f.kind, "args differ" in f.detail) for f in rep.findings] == [("approval", True)]
 
 
 def _child(url: str, effects: Path, kill_at: str) -> int:
