@@ -143,3 +143,22 @@ def test_a_source_must_end_in_async() -> None:
     assert TOOL.target_of("ares_events/core/store_async.py") == "ares_events/core/store.py"
     with pytest.raises(SystemExit):
         TOOL.target_of("ares_events/core/store.py")
+
+
+def test_a_generated_docstring_is_true_on_its_face() -> None:
+    """A source's docstrings say nothing that is false once renamed for the other face
+    ("``x`` is generated from this module", "written here"): the first line of the
+    generated module is what says it is generated."""
+    import ast
+    import re
+
+    wrong: list[str] = []
+    for src in TOOL.SOURCES:
+        out = ROOT / TOOL.target_of(src)
+        for node in ast.walk(ast.parse(out.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) and (
+                doc := ast.get_docstring(node)
+            ):
+                for bad in re.findall(r"is generated\b[^.]*|written here\b[^.]*", doc):
+                    wrong.append(f"{out.relative_to(ROOT)}: {bad}")
+    assert wrong == []

@@ -85,6 +85,9 @@ RENAMES: dict[str, str] = {
     "asynccontextmanager": "contextmanager",
     "open_async_store": "open_store",
     "open_url": "from_url",
+    # The blocking saver the public AresSaver (integrations/langgraph.py) extends with
+    # its a-methods: one class of that name.
+    "AsyncAresSaver": "AresSaverBase",
     # LangGraph's BaseCheckpointSaver names its asyncio methods a<name>.
     "aget_tuple": "get_tuple",
     "alist": "list",

@@ -13,8 +13,8 @@ A tool call requested but never answered is *in doubt*: reconciled when a reconc
 given, retried when the tool is idempotent, else the run is interrupted for a human.
 The whole story, with examples: ``docs/guide-journal.md``.
 
-:class:`AsyncJournal` is written here; the blocking :class:`Journal` (``journal.py``, the
-import path of both) is generated from it. On the asyncio face ``call``, ``reconcile``
+:class:`AsyncJournal`, one face written, the other generated (``journal.py`` is the import
+path of both). On the asyncio face ``call``, ``reconcile``
 and decorated tools may be coroutine functions, and a blocking store works too (its
 calls run on worker threads).
 

@@ -13,7 +13,7 @@ an in-doubt tool call (``tool.returned`` with the result, or ``tool.call.not_don
 for good (``run.cancelled``). Each names the version it read, so an action on a run that
 changed meanwhile fails with ``ConcurrencyError`` instead of acting on a stale view.
 
-Written once for both faces (``runs.py`` is generated from this module).
+Written once for both faces.
 
 It may import the core, the stores, integrity, projections and this package's leaf modules.
 """

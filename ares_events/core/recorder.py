@@ -4,7 +4,8 @@
 A recorder persists and returns records and enforces the expected-version check
 atomically, following the write protocol of :mod:`ares_events.core.backend`. The core
 calls every backend through :class:`Recorder` (each face has its own module of these
-protocols; the blocking one is generated). Third-party stores need not inherit anything.
+protocols, one face written, the other generated). Third-party stores need not inherit
+anything.
 
 Optional behaviour is declared, not probed: a recorder lists its :class:`Capability`
 set, and each capability that adds methods has a protocol here (:data:`REQUIRES`). The

@@ -3,8 +3,7 @@
 SDK, a Pydantic AI conversation, a Google ADK session) is one hash-chained stream, read
 verified and written with optimistic concurrency.
 
-:class:`ConversationStream` is written here; the blocking
-:class:`ConversationStream` (``_conversation.py``) is generated from it. What the
+:class:`ConversationStream` (one face written, the other generated). What the
 adapters share:
 
 - **Verified before decoded.** :meth:`refresh` reads the events after the ones it already

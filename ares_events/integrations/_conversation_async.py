@@ -2,8 +2,7 @@
 SDK, a Pydantic AI conversation, a Google ADK session) is one hash-chained stream, read
 verified and written with optimistic concurrency.
 
-:class:`AsyncConversationStream` is written here; the blocking
-:class:`ConversationStream` (``_conversation.py``) is generated from it. What the
+:class:`AsyncConversationStream` (one face written, the other generated). What the
 adapters share:
 
 - **Verified before decoded.** :meth:`refresh` reads the events after the ones it already

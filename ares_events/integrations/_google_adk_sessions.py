@@ -1,7 +1,6 @@
 # Generated from _google_adk_sessions_async.py by tools/async_to_sync.py: do not edit.
-"""The storage work of the Google ADK session service: :class:`AdkSessions` is
-written here; the blocking :class:`AdkSessions` (``_google_adk_sessions.py``) is
-generated from it. Which one the service runs, and where, is
+"""The storage work of the Google ADK session service: :class:`AdkSessions` (one face
+written, the other generated). Which face the service runs, and where, is
 :class:`~ares_events.integrations.google_adk.AresSessionService`'s choice (the blocking
 one in worker threads, unless it was given an asyncio store).
 

@@ -1,6 +1,5 @@
-"""The storage work of the Google ADK session service: :class:`AsyncAdkSessions` is
-written here; the blocking :class:`AdkSessions` (``_google_adk_sessions.py``) is
-generated from it. Which one the service runs, and where, is
+"""The storage work of the Google ADK session service: :class:`AsyncAdkSessions` (one face
+written, the other generated). Which face the service runs, and where, is
 :class:`~ares_events.integrations.google_adk.AresSessionService`'s choice (the blocking
 one in worker threads, unless it was given an asyncio store).
 

@@ -1,6 +1,7 @@
 # Generated from _langgraph_saver_async.py by tools/async_to_sync.py: do not edit.
-"""The LangGraph savers, written once: :class:`AresSaver` (``AresSaver`` in
-``_langgraph_saver.py`` is generated from it; :mod:`.langgraph` adds its ``a``-methods).
+"""The LangGraph savers, written once for both faces: :class:`AresSaverBase` (on the
+blocking face ``AresSaverBase``, to which ``AresSaver`` in :mod:`.langgraph` adds its
+``a``-methods).
 See :mod:`ares_events.integrations.langgraph` for what they guarantee.
 
 It may import the package below ``integrations`` and ``langgraph``.
@@ -37,7 +38,7 @@ from ares_events.integrations import thread_of
 from ares_events.integrations._langgraph_core import ThreadIndex, stream_of
 from ares_events.integrations._langgraph_plan import ValueCache
 
-__all__ = ["DEFAULT_MAX_THREADS", "AresSaver", "default_serde", "next_version"]
+__all__ = ["DEFAULT_MAX_THREADS", "AresSaverBase", "default_serde", "next_version"]
 
 DEFAULT_MAX_THREADS: Final = 128
 
@@ -120,7 +121,7 @@ class _Indexes:
             return item
 
 
-class AresSaver(BaseCheckpointSaver[str]):
+class AresSaverBase(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over an ares-events store.
 
     Args:

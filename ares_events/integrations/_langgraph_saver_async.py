@@ -1,5 +1,6 @@
-"""The LangGraph savers, written once: :class:`AsyncAresSaver` (``AresSaver`` in
-``_langgraph_saver.py`` is generated from it; :mod:`.langgraph` adds its ``a``-methods).
+"""The LangGraph savers, written once for both faces: :class:`AsyncAresSaver` (on the
+blocking face ``AresSaverBase``, to which ``AresSaver`` in :mod:`.langgraph` adds its
+``a``-methods).
 See :mod:`ares_events.integrations.langgraph` for what they guarantee.
 
 It may import the package below ``integrations`` and ``langgraph``.

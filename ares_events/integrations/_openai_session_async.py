@@ -1,6 +1,5 @@
-"""The work of an OpenAI Agents SDK session on its stream:
-:class:`AsyncSessionLog` is written here; the blocking :class:`SessionLog`
-(``_openai_session.py``) is generated from it. Which one a session runs, and where, is
+"""The work of an OpenAI Agents SDK session on its stream: :class:`AsyncSessionLog` (one
+face written, the other generated). Which face a session runs, and where, is
 :class:`~ares_events.integrations.openai_agents.AresSession`'s choice (the blocking one in
 a worker thread, unless it was given an asyncio store).
 

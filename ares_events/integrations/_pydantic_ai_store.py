@@ -1,7 +1,6 @@
 # Generated from _pydantic_ai_store_async.py by tools/async_to_sync.py: do not edit.
-"""Pydantic AI message history on ares-events: the asyncio ``AsyncMessageLog`` is written
-here, the blocking ``MessageLog`` (``_pydantic_ai_store.py``) is generated from it. The
-public ``AresMessageStore`` and ``AsyncAresMessageStore``
+"""Pydantic AI message history on ares-events: :class:`MessageLog` (one face written,
+the other generated). The public ``AresMessageStore`` and ``AsyncAresMessageStore``
 (:mod:`ares_events.integrations.pydantic_ai`) run one of them: the blocking one (in a
 worker thread, for the asyncio store) over a blocking store, the asyncio one on the loop
 of an asyncio store.

@@ -58,7 +58,7 @@ from ares_events.integrations._langgraph_core import (
     StaleWriteError,
     stream_of,
 )
-from ares_events.integrations._langgraph_saver import AresSaver as _BlockingSaver
+from ares_events.integrations._langgraph_saver import AresSaverBase
 from ares_events.integrations._langgraph_saver_async import (
     DEFAULT_MAX_THREADS,
     AsyncAresSaver,
@@ -93,7 +93,7 @@ def _in_thread(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-class AresSaver(_BlockingSaver):
+class AresSaver(AresSaverBase):
     """A blocking LangGraph checkpointer over an ares-events store (see
     :class:`AsyncAresSaver` for the arguments and guarantees: the same code).
 
@@ -129,5 +129,5 @@ for _name in (
     "copy_thread",
     "prune",
 ):
-    setattr(AresSaver, f"a{_name}", _in_thread(getattr(_BlockingSaver, _name)))
+    setattr(AresSaver, f"a{_name}", _in_thread(getattr(AresSaverBase, _name)))
 del _name

@@ -1,7 +1,7 @@
 # Generated from recovery_async.py by tools/async_to_sync.py: do not edit.
-"""Folding a stream, verified: ``ae.areplay`` (a fold with a cap), ``ae.arecover``
-(snapshot first, then the tail), ``ae.asnapshot`` and the snapshot policy (``ae.replay``,
-``ae.recover``, ``ae.snapshot`` and ``ae.Snapshotter`` are generated from this module).
+"""Folding a stream, verified: :func:`replay` (a fold with a cap), :func:`recover`
+(snapshot first, then the tail), :func:`snapshot` and the snapshot policy
+(:class:`Snapshotter`), one face written, the other generated.
 
 Replay folds a stream through a function while its chain is checked; ``max_replay``
 (default 10,000) bounds the work, and reaching it before the end is never silent: the

@@ -1,6 +1,6 @@
-"""Folding a stream, verified: ``ae.areplay`` (a fold with a cap), ``ae.arecover``
-(snapshot first, then the tail), ``ae.asnapshot`` and the snapshot policy (``ae.replay``,
-``ae.recover``, ``ae.snapshot`` and ``ae.Snapshotter`` are generated from this module).
+"""Folding a stream, verified: :func:`areplay` (a fold with a cap), :func:`arecover`
+(snapshot first, then the tail), :func:`asnapshot` and the snapshot policy
+(:class:`AsyncSnapshotter`), one face written, the other generated.
 
 Replay folds a stream through a function while its chain is checked; ``max_replay``
 (default 10,000) bounds the work, and reaching it before the end is never silent: the

@@ -1,5 +1,5 @@
 # Generated from opening_async.py by tools/async_to_sync.py: do not edit.
-"""Opening a store by URL: :func:`open_store` (``open_store`` is generated).
+"""Opening a store by URL: :func:`open_store` (one face written, the other generated).
 
 Composition order, the same on both faces::
 

@@ -1,4 +1,4 @@
-"""Opening a store by URL: :func:`open_async_store` (``open_store`` is generated).
+"""Opening a store by URL: :func:`open_async_store` (one face written, the other generated).
 
 Composition order, the same on both faces::
 

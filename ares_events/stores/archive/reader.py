@@ -1,5 +1,5 @@
 # Generated from reader_async.py by tools/async_to_sync.py: do not edit.
-"""Reading through the archive: :class:`ArchiveRecorder` (``ArchiveRecorder`` is
+"""Reading through the archive: :class:`ArchiveRecorder` (one face written, the other
 generated), a recorder over a backend that serves the events an archive run removed
 from the database out of the archive, so every read API returns what it returned before.
 

@@ -1,4 +1,4 @@
-"""Reading through the archive: :class:`AsyncArchiveRecorder` (``ArchiveRecorder`` is
+"""Reading through the archive: :class:`AsyncArchiveRecorder` (one face written, the other
 generated), a recorder over a backend that serves the events an archive run removed
 from the database out of the archive, so every read API returns what it returned before.
 

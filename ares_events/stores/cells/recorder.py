@@ -1,5 +1,5 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
-"""``AsyncCellsRecorder``: a store of many cells (``recorder.py`` is generated from it).
+""":class:`CellsRecorder`: a store of many cells (one face written, the other generated).
 
 Every per-stream operation goes to the one cell that holds the stream's partition
 (:mod:`.layout`) and runs there with that cell's own guarantees (hash chain, optimistic

@@ -1,4 +1,4 @@
-"""``AsyncCellsRecorder``: a store of many cells (``recorder.py`` is generated from it).
+""":class:`AsyncCellsRecorder`: a store of many cells (one face written, the other generated).
 
 Every per-stream operation goes to the one cell that holds the stream's partition
 (:mod:`.layout`) and runs there with that cell's own guarantees (hash chain, optimistic

@@ -1,5 +1,5 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
-"""The memory recorder: :class:`MemoryRecorder` (``MemoryRecorder`` is generated).
+"""The memory recorder: :class:`MemoryRecorder` (one face written, the other generated).
 
 The memory store does no I/O, so every operation runs where it is called, under the
 store's lock (held only for a few list operations, never across an ``await``). On the

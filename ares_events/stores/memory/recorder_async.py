@@ -1,4 +1,4 @@
-"""The memory recorder: :class:`AsyncMemoryRecorder` (``MemoryRecorder`` is generated).
+"""The memory recorder: :class:`AsyncMemoryRecorder` (one face written, the other generated).
 
 The memory store does no I/O, so every operation runs where it is called, under the
 store's lock (held only for a few list operations, never across an ``await``). On the

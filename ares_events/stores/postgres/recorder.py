@@ -1,7 +1,7 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
 """over 800 lines because the recorder is one read from the public call down to its SQL:
 connections, the append protocol, reads, metadata, erasure, wake-ups and close of the
-PostgreSQL backend, written once for both faces (``PostgresRecorder`` is generated).
+PostgreSQL backend, written once for both faces.
 
 The guarantees and their cost (per-stream locking, positions in transaction-id order,
 read visibility, wake-ups, URL parameters) are described in the package docstring,
