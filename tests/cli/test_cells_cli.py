@@ -47,16 +47,18 @@ def test_cli_on_a_cell_store(
     if kind == "servers":
         # Cells on separate servers have per-cell cursors, not 64-bit positions: anchors
         # and the Merkle log are refused with a message that says so (docs/scaling.md).
-        code, _, err = run(capsys, "--store", url, "anchor", "--witness", f"file://{witness}")
+        code, _, err = run(
+            capsys, "--store", url, "anchor", "--key", str(key), "--to", f"file://{witness}"
+        )
         assert code == 2 and "per-cell cursors" in err
         code, _, err = run(capsys, "--store", url, "checkpoint", "--key", str(key))
         assert code == 2 and "per-cell cursors" in err
         return
-    code, _, err = run(capsys, "--store", url, "anchor", "--witness", f"file://{witness}")
-    assert code == 0, err
     code, _, err = run(
-        capsys, "--store", url, "anchor", "--witness", f"file://{witness}", "--check"
+        capsys, "--store", url, "anchor", "--key", str(key), "--to", f"file://{witness}"
     )
+    assert code == 0, err
+    code, _, err = run(capsys, "--store", url, "anchor", "--to", f"file://{witness}", "--check")
     assert code == 0, err
     code, out, err = run(capsys, "--store", url, "checkpoint", "--key", str(key), "--json")
     assert code == 0, err
