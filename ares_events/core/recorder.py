@@ -146,7 +146,7 @@ class Erases(Protocol):
 @runtime_checkable
 class Archives(Protocol):
     """:attr:`Capability.ARCHIVE`: what moving old events to an archive needs from the
-    database (the archive itself is a blob store: :mod:`ares_events.stores.archive`)."""
+    database (the archive itself is a blob store: :mod:`ares_events.archive`)."""
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:

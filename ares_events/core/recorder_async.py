@@ -145,7 +145,7 @@ class AsyncErases(Protocol):
 @runtime_checkable
 class AsyncArchives(Protocol):
     """:attr:`Capability.ARCHIVE`: what moving old events to an archive needs from the
-    database (the archive itself is a blob store: :mod:`ares_events.stores.archive`)."""
+    database (the archive itself is a blob store: :mod:`ares_events.archive`)."""
 
     async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:

@@ -32,7 +32,7 @@ Verification never raises on a bad link: it returns a report of findings. Findin
 ``archive_missing`` / ``archive_corrupted`` / ``archive_unreadable`` / ``archive_order``
     an archived segment (or its manifest) is gone, differs from the digest the store
     recorded, does not decode, or the catalog's segments overlap (see
-    :mod:`ares_events.stores.archive`).
+    :mod:`ares_events.archive`).
 ``anchor_*``
     the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
 ``erasure_unrecorded`` / ``erasure_undone``

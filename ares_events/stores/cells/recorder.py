@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -48,7 +49,6 @@ from ares_events.errors import (
     StoreError,
     StoreNotFound,
 )
-from ares_events.stores.archive.segment import ArchivedRow
 from ares_events.stores.cells.layout import (
     CELLS_KEY,
     DEFAULT_CELLS,

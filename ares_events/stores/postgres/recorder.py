@@ -33,6 +33,7 @@ from psycopg import sql
 
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -40,6 +41,7 @@ from ares_events.core.backend import (
     SealedEvent,
     TrackingRecord,
     check_tracking,
+    rows_differ,
 )
 from ares_events.core.events import (
     STREAM_EXISTS,
@@ -61,7 +63,6 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.connection import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (

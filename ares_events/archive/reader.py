@@ -3,16 +3,16 @@
 generated), a recorder over a backend that serves the events an archive run removed
 from the database out of the archive, so every read API returns what it returned before.
 
-Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend.
-It wraps every backend that declares :attr:`Capability.ARCHIVE`; a store with no archive
-costs one metadata read per page of ``read_all`` and nothing on a stream read whose
-events are in the database (tail reads and appends never touch the archive).
+Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend,
+only for a store whose identity names an archive (the archive run plugs it into the
+store it was given): a store without one never constructs it. Tail reads and appends
+never touch the archive; ``read_all`` reads one small metadata row per page.
 
 How a read finds archived events without trusting a stale view:
 
-- the archive run records a segment in the catalog (``ares_meta`` row
+- the archive run records a segment in the segment index (``ares_meta`` row
   ``archive/catalog``) and then its last position (row ``archive/through``) *before*
-  it deletes the segment's rows; so rows missing from the database are in the catalog
+  it deletes the segment's rows; so rows missing from the database are in the segment index
   by the time anyone can see them missing;
 - a stream read goes to the database first; a version missing there (the first one
   asked for, or one the next page skips because rows were deleted meanwhile) sends it
@@ -22,7 +22,7 @@ How a read finds archived events without trusting a stale view:
   database page: positions below it come from the archive, one block at a time.
 
 Archived events are checked before use: a manifest against the size and blake3 digest
-the catalog (in the database) records, a block against its manifest's digest
+the segment index (in the database) records, a block against its manifest's digest
 (:mod:`.source`); verification, replay and recovery then check their chain as for any
 event. A missing or altered object raises :class:`~ares_events.errors.ArchiveError`
 (verification reports it as a finding), never an empty answer.
@@ -38,6 +38,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from ares_events.archive.erase import erase_archived
+from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
+from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import (
     AppendOutcome,
     Batch,
@@ -50,9 +53,6 @@ from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedE
 from ares_events.core.iterators import close_iter
 from ares_events.core.recorder import system_of_record
 from ares_events.errors import ArchiveError
-from ares_events.stores.archive.erase import erase_archived
-from ares_events.stores.archive.segment import CATALOG_KEY, THROUGH_KEY, Catalog
-from ares_events.stores.archive.source import ArchiveSource
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
-    """``upto``, once it is past ``pos`` (a catalog whose last position is past every
+    """``upto``, once it is past ``pos`` (a segment index whose last position is past every
     segment it lists would otherwise loop forever).
 
     Raises:
@@ -88,7 +88,7 @@ def _advanced(pos: int, upto: int, through: int) -> int:
     """
     if upto <= pos:
         raise ArchiveError(
-            "corrupted", None, CATALOG_KEY,
+            "corrupted", None, INDEX_KEY,
             f"archive/through says {through}, but no segment holds positions after {pos}",
         )  # fmt: skip
     return upto
@@ -108,15 +108,7 @@ class ArchiveRecorder:
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
         self._view: ArchiveRecorder | None = None
-        self._cat: Catalog | None = None
-
-    @classmethod
-    def over(cls, inner: Any) -> Any:
-        """``inner`` behind the archive reader when it can archive, else ``inner``."""
-        caps: frozenset[Capability] = frozenset(getattr(inner, "capabilities", ()))
-        if Capability.ARCHIVE in caps and Capability.METADATA in caps:
-            return cls(inner)
-        return inner
+        self._index: SegmentIndex | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
@@ -221,24 +213,24 @@ class ArchiveRecorder:
         out: str | None = self.inner.default_blobs_url()
         return out
 
-    # -- the catalog -----------------------------------------------------------------------
+    # -- the segment index -----------------------------------------------------------------------
 
-    def archive_catalog(self) -> Catalog | None:
-        """The catalog as the database records it now (None: nothing was ever archived).
+    def segment_index(self) -> SegmentIndex | None:
+        """The segment index as the database records it now (None: nothing was ever archived).
 
         Raises:
             ArchiveError: the record does not parse.
         """
-        return (self._catalog_text())[1]
+        return (self._index_text())[1]
 
-    def _catalog_text(self) -> tuple[str | None, Catalog | None]:
-        text = self.inner.meta_get(CATALOG_KEY)
-        cat = self.source.catalog(text)
-        self._cat = cat
-        return text, cat
+    def _index_text(self) -> tuple[str | None, SegmentIndex | None]:
+        text = self.inner.meta_get(INDEX_KEY)
+        ix = self.source.parse_index(text)
+        self._index = ix
+        return text, ix
 
-    def _through(self) -> tuple[int, Catalog | None]:
-        """The last archived position and, when it is not 0, the catalog (fetched again
+    def _through(self) -> tuple[int, SegmentIndex | None]:
+        """The last archived position and, when it is not 0, the segment index (fetched again
         only when its revision moved)."""
         raw = self.inner.meta_get(THROUGH_KEY)
         if raw is None:
@@ -248,10 +240,17 @@ class ArchiveRecorder:
             through, rev = int(through_s), int(rev_s)
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
-        cat = self._cat  # one read of the attribute: another thread may replace it
-        if cat is None or cat.rev != rev:
-            cat = self.archive_catalog()
-        return through, cat
+        ix = self._index  # one read of the attribute: another thread may replace it
+        if ix is None or ix.rev != rev:
+            ix = self.segment_index()
+        if ix is None and through > 0:
+            # Rows below ``through`` were deleted once their segments were recorded: with
+            # the record gone they cannot be found, and a scan would retry forever.
+            raise ArchiveError(
+                "missing", None, INDEX_KEY,
+                f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
+            )  # fmt: skip
+        return through, ix
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -352,18 +351,18 @@ class ArchiveRecorder:
     ) -> Iterator[list[RecordedEvent]]:
         """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
         a chunk at a time."""
-        cat = self.archive_catalog()
-        if cat is None:
+        ix = self.segment_index()
+        if ix is None:
             return
         cursor = None
         while left > 0 and v <= hi:
             try:
-                chunk, cursor = self._chunk(cat, stream_id, v, cursor)
+                chunk, cursor = self._chunk(ix, stream_id, v, cursor)
             except ArchiveError as exc:
                 # An erasure elsewhere replaced the segment (and deleted the old object)
-                # since this catalog was read: read it again, once.
-                cat = self._newer(cat, exc)
-                chunk, cursor = self._chunk(cat, stream_id, v, cursor)
+                # since this segment index was read: read it again, once.
+                ix = self._newer(ix, exc)
+                chunk, cursor = self._chunk(ix, stream_id, v, cursor)
             out = [e for e in chunk if e.version <= hi][:left]
             if out:
                 yield out
@@ -394,12 +393,12 @@ class ArchiveRecorder:
                 page = list(self.inner.read_all(pos, want))
             # Read after the page: rows deleted before it was read are below the archive's
             # position by now (recorded before the delete). One small read per page.
-            through, cat = self._through()
-            if cat is not None and through > pos:
+            through, ix = self._through()
+            if ix is not None and through > pos:
                 # The archive holds what follows pos: serve it, block by block, up to its
                 # end, then read the database again from there.
                 while through > pos and left > 0:
-                    events, upto = self._merged_block(cat, pos, prefix)
+                    events, upto = self._merged_block(ix, pos, prefix)
                     pos = _advanced(pos, upto, through)
                     yield events[:left]
                     left -= min(len(events), left)
@@ -423,44 +422,44 @@ class ArchiveRecorder:
         yield from self.inner.read_all(max(good) if good else 0, left, **kw)
 
     def _chunk(
-        self, cat: Catalog, stream_id: str, v: int, cursor: Any
+        self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
     ) -> tuple[list[RecordedEvent], Any]:
-        return self.source.stream_chunk(cat, stream_id, v, cursor)
+        return self.source.stream_chunk(ix, stream_id, v, cursor)
 
-    def _newer(self, cat: Catalog, exc: ArchiveError) -> Catalog:
-        """The catalog again when it changed since ``cat`` was read and ``exc`` says an
+    def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
+        """The segment index again when it changed since ``ix`` was read and ``exc`` says an
         object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
 
         Raises:
-            ArchiveError: ``exc``, when the catalog is the same.
+            ArchiveError: ``exc``, when the segment index is the same.
         """
         if exc.kind != "missing":
             raise exc
-        fresh = self.archive_catalog()
-        if fresh is None or fresh.to_json() == cat.to_json():
+        fresh = self.segment_index()
+        if fresh is None or fresh.to_json() == ix.to_json():
             raise exc
         return fresh
 
     def _block_after(
-        self, cat: Catalog, pos: int, prefix: str | None
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         try:
-            return self._events_after(cat, pos, prefix)
+            return self._events_after(ix, pos, prefix)
         except ArchiveError as exc:
-            return self._events_after(self._newer(cat, exc), pos, prefix)
+            return self._events_after(self._newer(ix, exc), pos, prefix)
 
     def _events_after(
-        self, cat: Catalog, pos: int, prefix: str | None
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
-        return self.source.events_after(cat, pos, prefix)
+        return self.source.events_after(ix, pos, prefix)
 
     def _merged_block(
-        self, cat: Catalog, pos: int, prefix: str | None
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """The archive's next block after ``pos`` merged with the rows the database
         keeps in its range (each stream's last event at archive time, and rows an
         interrupted run has not deleted yet: those are the archive's, once)."""
-        events, upto = self._block_after(cat, pos, prefix)
+        events, upto = self._block_after(ix, pos, prefix)
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
@@ -491,9 +490,9 @@ class ArchiveRecorder:
     def _positions(self, after: int) -> Iterator[tuple[Any, Any, Any]]:
         pos = after
         while True:
-            through, cat = self._through()
-            if cat is not None and through > pos:
-                events, upto = self._block_after(cat, pos, None)
+            through, ix = self._through()
+            if ix is not None and through > pos:
+                events, upto = self._block_after(ix, pos, None)
                 _advanced(pos, upto, through)
                 rows = [(e.position, e.stream_id, e.version) for e in events]
                 have = {r[0] for r in rows}
@@ -549,27 +548,27 @@ class ArchiveRecorder:
         )
         if out.erased:
             return out
-        for _ in range(5):  # another erasure or archive run swapped the catalog: again
-            text, cat = self._catalog_text()
-            if text is None or cat is None or cat.segment_at(position) is None:
+        for _ in range(5):  # another erasure or archive run swapped the segment index: again
+            text, ix = self._index_text()
+            if text is None or ix is None or ix.segment_at(position) is None:
                 return out
             done = erase_archived(
-                self.source, cat, stream_id, version, position, event_hash, ref, blob_key
+                self.source, ix, stream_id, version, position, event_hash, ref, blob_key
             )
             if done is None:
                 return out
-            new_cat, refs, old_keys = done
-            new_text = new_cat.to_json()
-            if self.inner.meta_swap(CATALOG_KEY, text, new_text):
-                self.inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
-                # The old objects hold the payload: delete them now (the catalog names
+            new_ix, refs, old_keys = done
+            new_text = new_ix.to_json()
+            if self.inner.meta_swap(INDEX_KEY, text, new_text):
+                self.inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
+                # The old objects hold the payload: delete them now (the segment index names
                 # them as pending until then, so a crash here leaves them to the next run).
-                self.source.drop_objects(new_cat, old_keys)
-                left = tuple(k for k in new_cat.pending if k not in old_keys)
-                clean = dataclasses.replace(new_cat, pending=left)
-                self.inner.meta_swap(CATALOG_KEY, new_text, clean.to_json())
+                self.source.drop_objects(new_ix, old_keys)
+                left = tuple(k for k in new_ix.pending if k not in old_keys)
+                clean = dataclasses.replace(new_ix, pending=left)
+                self.inner.meta_swap(INDEX_KEY, new_text, clean.to_json())
                 return EraseOutcome(True, refs)
-        raise ArchiveError("busy", None, CATALOG_KEY, "the catalog kept changing; erase again")
+        raise ArchiveError("busy", None, INDEX_KEY, "the segment index kept changing; erase again")
 
     def close(self) -> None:
         """Close the archive's blob store, then the backend."""

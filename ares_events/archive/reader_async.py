@@ -2,16 +2,16 @@
 generated), a recorder over a backend that serves the events an archive run removed
 from the database out of the archive, so every read API returns what it returned before.
 
-Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend.
-It wraps every backend that declares :attr:`Capability.ARCHIVE`; a store with no archive
-costs one metadata read per page of ``read_all`` and nothing on a stream read whose
-events are in the database (tail reads and appends never touch the archive).
+Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend,
+only for a store whose identity names an archive (the archive run plugs it into the
+store it was given): a store without one never constructs it. Tail reads and appends
+never touch the archive; ``read_all`` reads one small metadata row per page.
 
 How a read finds archived events without trusting a stale view:
 
-- the archive run records a segment in the catalog (``ares_meta`` row
+- the archive run records a segment in the segment index (``ares_meta`` row
   ``archive/catalog``) and then its last position (row ``archive/through``) *before*
-  it deletes the segment's rows; so rows missing from the database are in the catalog
+  it deletes the segment's rows; so rows missing from the database are in the segment index
   by the time anyone can see them missing;
 - a stream read goes to the database first; a version missing there (the first one
   asked for, or one the next page skips because rows were deleted meanwhile) sends it
@@ -21,7 +21,7 @@ How a read finds archived events without trusting a stale view:
   database page: positions below it come from the archive, one block at a time.
 
 Archived events are checked before use: a manifest against the size and blake3 digest
-the catalog (in the database) records, a block against its manifest's digest
+the segment index (in the database) records, a block against its manifest's digest
 (:mod:`.source`); verification, replay and recovery then check their chain as for any
 event. A missing or altered object raises :class:`~ares_events.errors.ArchiveError`
 (verification reports it as a finding), never an empty answer.
@@ -37,6 +37,9 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
+from ares_events.archive.erase import erase_archived
+from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
+from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import (
     AppendOutcome,
     Batch,
@@ -50,9 +53,6 @@ from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclose_iter
 from ares_events.core.recorder_async import system_of_record
 from ares_events.errors import ArchiveError
-from ares_events.stores.archive.erase import erase_archived
-from ares_events.stores.archive.segment import CATALOG_KEY, THROUGH_KEY, Catalog
-from ares_events.stores.archive.source import ArchiveSource
 
 if ASYNC:
     import asyncio
@@ -93,7 +93,7 @@ async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
-    """``upto``, once it is past ``pos`` (a catalog whose last position is past every
+    """``upto``, once it is past ``pos`` (a segment index whose last position is past every
     segment it lists would otherwise loop forever).
 
     Raises:
@@ -101,7 +101,7 @@ def _advanced(pos: int, upto: int, through: int) -> int:
     """
     if upto <= pos:
         raise ArchiveError(
-            "corrupted", None, CATALOG_KEY,
+            "corrupted", None, INDEX_KEY,
             f"archive/through says {through}, but no segment holds positions after {pos}",
         )  # fmt: skip
     return upto
@@ -121,15 +121,7 @@ class AsyncArchiveRecorder:
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
         self._view: AsyncArchiveRecorder | None = None
-        self._cat: Catalog | None = None
-
-    @classmethod
-    def over(cls, inner: Any) -> Any:
-        """``inner`` behind the archive reader when it can archive, else ``inner``."""
-        caps: frozenset[Capability] = frozenset(getattr(inner, "capabilities", ()))
-        if Capability.ARCHIVE in caps and Capability.METADATA in caps:
-            return cls(inner)
-        return inner
+        self._index: SegmentIndex | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
@@ -236,24 +228,24 @@ class AsyncArchiveRecorder:
         out: str | None = self.inner.default_blobs_url()
         return out
 
-    # -- the catalog -----------------------------------------------------------------------
+    # -- the segment index -----------------------------------------------------------------------
 
-    async def archive_catalog(self) -> Catalog | None:
-        """The catalog as the database records it now (None: nothing was ever archived).
+    async def segment_index(self) -> SegmentIndex | None:
+        """The segment index as the database records it now (None: nothing was ever archived).
 
         Raises:
             ArchiveError: the record does not parse.
         """
-        return (await self._catalog_text())[1]
+        return (await self._index_text())[1]
 
-    async def _catalog_text(self) -> tuple[str | None, Catalog | None]:
-        text = await self.inner.meta_get(CATALOG_KEY)
-        cat = self.source.catalog(text)
-        self._cat = cat
-        return text, cat
+    async def _index_text(self) -> tuple[str | None, SegmentIndex | None]:
+        text = await self.inner.meta_get(INDEX_KEY)
+        ix = self.source.parse_index(text)
+        self._index = ix
+        return text, ix
 
-    async def _through(self) -> tuple[int, Catalog | None]:
-        """The last archived position and, when it is not 0, the catalog (fetched again
+    async def _through(self) -> tuple[int, SegmentIndex | None]:
+        """The last archived position and, when it is not 0, the segment index (fetched again
         only when its revision moved)."""
         raw = await self.inner.meta_get(THROUGH_KEY)
         if raw is None:
@@ -263,10 +255,17 @@ class AsyncArchiveRecorder:
             through, rev = int(through_s), int(rev_s)
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
-        cat = self._cat  # one read of the attribute: another thread may replace it
-        if cat is None or cat.rev != rev:
-            cat = await self.archive_catalog()
-        return through, cat
+        ix = self._index  # one read of the attribute: another thread may replace it
+        if ix is None or ix.rev != rev:
+            ix = await self.segment_index()
+        if ix is None and through > 0:
+            # Rows below ``through`` were deleted once their segments were recorded: with
+            # the record gone they cannot be found, and a scan would retry forever.
+            raise ArchiveError(
+                "missing", None, INDEX_KEY,
+                f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
+            )  # fmt: skip
+        return through, ix
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -370,18 +369,18 @@ class AsyncArchiveRecorder:
     ) -> AsyncIterator[list[RecordedEvent]]:
         """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
         a chunk at a time."""
-        cat = await self.archive_catalog()
-        if cat is None:
+        ix = await self.segment_index()
+        if ix is None:
             return
         cursor = None
         while left > 0 and v <= hi:
             try:
-                chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
+                chunk, cursor = await self._chunk(ix, stream_id, v, cursor)
             except ArchiveError as exc:
                 # An erasure elsewhere replaced the segment (and deleted the old object)
-                # since this catalog was read: read it again, once.
-                cat = await self._newer(cat, exc)
-                chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
+                # since this segment index was read: read it again, once.
+                ix = await self._newer(ix, exc)
+                chunk, cursor = await self._chunk(ix, stream_id, v, cursor)
             out = [e for e in chunk if e.version <= hi][:left]
             if out:
                 yield out
@@ -415,12 +414,12 @@ class AsyncArchiveRecorder:
                 page = [e async for e in self.inner.read_all(pos, want)]
             # Read after the page: rows deleted before it was read are below the archive's
             # position by now (recorded before the delete). One small read per page.
-            through, cat = await self._through()
-            if cat is not None and through > pos:
+            through, ix = await self._through()
+            if ix is not None and through > pos:
                 # The archive holds what follows pos: serve it, block by block, up to its
                 # end, then read the database again from there.
                 while through > pos and left > 0:
-                    events, upto = await self._merged_block(cat, pos, prefix)
+                    events, upto = await self._merged_block(ix, pos, prefix)
                     pos = _advanced(pos, upto, through)
                     yield events[:left]
                     left -= min(len(events), left)
@@ -445,50 +444,50 @@ class AsyncArchiveRecorder:
             yield e
 
     async def _chunk(
-        self, cat: Catalog, stream_id: str, v: int, cursor: Any
+        self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
     ) -> tuple[list[RecordedEvent], Any]:
         if ASYNC:
-            return await asyncio.to_thread(self.source.stream_chunk, cat, stream_id, v, cursor)
+            return await asyncio.to_thread(self.source.stream_chunk, ix, stream_id, v, cursor)
         else:
-            return self.source.stream_chunk(cat, stream_id, v, cursor)
+            return self.source.stream_chunk(ix, stream_id, v, cursor)
 
-    async def _newer(self, cat: Catalog, exc: ArchiveError) -> Catalog:
-        """The catalog again when it changed since ``cat`` was read and ``exc`` says an
+    async def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
+        """The segment index again when it changed since ``ix`` was read and ``exc`` says an
         object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
 
         Raises:
-            ArchiveError: ``exc``, when the catalog is the same.
+            ArchiveError: ``exc``, when the segment index is the same.
         """
         if exc.kind != "missing":
             raise exc
-        fresh = await self.archive_catalog()
-        if fresh is None or fresh.to_json() == cat.to_json():
+        fresh = await self.segment_index()
+        if fresh is None or fresh.to_json() == ix.to_json():
             raise exc
         return fresh
 
     async def _block_after(
-        self, cat: Catalog, pos: int, prefix: str | None
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         try:
-            return await self._events_after(cat, pos, prefix)
+            return await self._events_after(ix, pos, prefix)
         except ArchiveError as exc:
-            return await self._events_after(await self._newer(cat, exc), pos, prefix)
+            return await self._events_after(await self._newer(ix, exc), pos, prefix)
 
     async def _events_after(
-        self, cat: Catalog, pos: int, prefix: str | None
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         if ASYNC:
-            return await asyncio.to_thread(self.source.events_after, cat, pos, prefix)
+            return await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
         else:
-            return self.source.events_after(cat, pos, prefix)
+            return self.source.events_after(ix, pos, prefix)
 
     async def _merged_block(
-        self, cat: Catalog, pos: int, prefix: str | None
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """The archive's next block after ``pos`` merged with the rows the database
         keeps in its range (each stream's last event at archive time, and rows an
         interrupted run has not deleted yet: those are the archive's, once)."""
-        events, upto = await self._block_after(cat, pos, prefix)
+        events, upto = await self._block_after(ix, pos, prefix)
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
@@ -519,9 +518,9 @@ class AsyncArchiveRecorder:
     async def _positions(self, after: int) -> AsyncIterator[tuple[Any, Any, Any]]:
         pos = after
         while True:
-            through, cat = await self._through()
-            if cat is not None and through > pos:
-                events, upto = await self._block_after(cat, pos, None)
+            through, ix = await self._through()
+            if ix is not None and through > pos:
+                events, upto = await self._block_after(ix, pos, None)
                 _advanced(pos, upto, through)
                 rows = [(e.position, e.stream_id, e.version) for e in events]
                 have = {r[0] for r in rows}
@@ -577,36 +576,36 @@ class AsyncArchiveRecorder:
         )
         if out.erased:
             return out
-        for _ in range(5):  # another erasure or archive run swapped the catalog: again
-            text, cat = await self._catalog_text()
-            if text is None or cat is None or cat.segment_at(position) is None:
+        for _ in range(5):  # another erasure or archive run swapped the segment index: again
+            text, ix = await self._index_text()
+            if text is None or ix is None or ix.segment_at(position) is None:
                 return out
             if ASYNC:
                 done = await asyncio.to_thread(
-                    erase_archived, self.source, cat, stream_id, version, position,
+                    erase_archived, self.source, ix, stream_id, version, position,
                     event_hash, ref, blob_key,
                 )  # fmt: skip
             else:
                 done = erase_archived(
-                    self.source, cat, stream_id, version, position, event_hash, ref, blob_key
+                    self.source, ix, stream_id, version, position, event_hash, ref, blob_key
                 )
             if done is None:
                 return out
-            new_cat, refs, old_keys = done
-            new_text = new_cat.to_json()
-            if await self.inner.meta_swap(CATALOG_KEY, text, new_text):
-                await self.inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
-                # The old objects hold the payload: delete them now (the catalog names
+            new_ix, refs, old_keys = done
+            new_text = new_ix.to_json()
+            if await self.inner.meta_swap(INDEX_KEY, text, new_text):
+                await self.inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
+                # The old objects hold the payload: delete them now (the segment index names
                 # them as pending until then, so a crash here leaves them to the next run).
                 if ASYNC:
-                    await asyncio.to_thread(self.source.drop_objects, new_cat, old_keys)
+                    await asyncio.to_thread(self.source.drop_objects, new_ix, old_keys)
                 else:
-                    self.source.drop_objects(new_cat, old_keys)
-                left = tuple(k for k in new_cat.pending if k not in old_keys)
-                clean = dataclasses.replace(new_cat, pending=left)
-                await self.inner.meta_swap(CATALOG_KEY, new_text, clean.to_json())
+                    self.source.drop_objects(new_ix, old_keys)
+                left = tuple(k for k in new_ix.pending if k not in old_keys)
+                clean = dataclasses.replace(new_ix, pending=left)
+                await self.inner.meta_swap(INDEX_KEY, new_text, clean.to_json())
                 return EraseOutcome(True, refs)
-        raise ArchiveError("busy", None, CATALOG_KEY, "the catalog kept changing; erase again")
+        raise ArchiveError("busy", None, INDEX_KEY, "the segment index kept changing; erase again")
 
     async def close(self) -> None:
         """Close the archive's blob store, then the backend."""
