@@ -751,3 +751,50 @@ def _overwrite(blobs: Any, key: str, data: bytes) -> None:
         path.write_bytes(data)
         return
     blobs.client.put_object(Bucket=blobs.bucket, Key=blobs.object_key(key), Body=data)
+
+
+def test_a_store_without_an_archive_never_constructs_the_reader_nor_reads_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SQLite store that never archived: opening it (both faces) and every read
+    (streams from the start, read_all, replay, recover, verify, audit, deep audit) neither
+    constructs the archive reader nor reads the index or archive/through rows. After an
+    archive run, a new open does both."""
+    from ares_events.stores.sqlite import SQLiteRecorder
+
+    made: list[object] = []
+    keys: list[str] = []
+    init, meta_get = ArchiveRecorder.__init__, SQLiteRecorder.meta_get
+
+    def counted(self: ArchiveRecorder, *args: Any) -> None:
+        made.append(self)
+        init(self, *args)
+
+    def observed(self: SQLiteRecorder, key: str) -> str | None:
+        keys.append(key)
+        return meta_get(self, key)
+
+    monkeypatch.setattr(ArchiveRecorder, "__init__", counted)
+    monkeypatch.setattr(SQLiteRecorder, "meta_get", observed)
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        _fill(store)
+    for opened in (ae.open_store(url), open_blocking(url)):
+        with opened as s:
+            reads: Any = s
+            list(reads.read_all())
+            for sid in STREAMS:
+                list(reads.read(sid))
+            ae.replay(s, "agent-a", lambda st, e: st, None)  # type: ignore[arg-type]
+            ae.recover(s, "agent-b", ae.projections.RecoveryStateProjection(), snapshots=None)  # type: ignore[arg-type]
+            assert ae.integrity.verify_stream(s, "agent-c").ok  # type: ignore[arg-type]
+    with ae.open_store(url) as store:
+        assert ae.integrity.audit(store, deep=True).ok
+    archive_keys = {"archive/catalog", "archive/through"}
+    assert made == [] and archive_keys.isdisjoint(keys) and keys
+    with ae.open_store(url) as store:
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 100))
+        assert len(made) == 1  # plugged into the store the run was given
+    with ae.open_store(url) as store:
+        assert len(list(store.read("agent-a"))) == STREAMS["agent-a"]
+    assert len(made) == 2 and archive_keys <= set(keys)
