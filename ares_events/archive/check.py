@@ -78,7 +78,7 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
                         "archive_corrupted",
                         None,
                         None,
-                        f"segment {entry.seq} holds {n} events, the segment index says {entry.events}",
+                        f"segment {entry.seq} holds {n} events, its index line says {entry.events}",
                     )
                 )
     finally:
