@@ -68,7 +68,7 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
             try:
                 m = source.manifest(ix, entry)
                 n = sum(len(source.block(ix, entry, i)) for i in range(len(m.blocks)))
-                source.check_segment(ix, entry, m)
+                source.check_segment(ix, entry)
             except ArchiveError as exc:
                 report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
                 continue

@@ -51,7 +51,6 @@ from ares_events.core.backend import (
 from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclose_iter
-from ares_events.core.recorder_async import system_of_record
 from ares_events.errors import ArchiveError
 
 if ASYNC:
@@ -120,7 +119,6 @@ class AsyncArchiveRecorder:
         self.inner = inner
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
-        self._view: AsyncArchiveRecorder | None = None
         self._index: SegmentIndex | None = None
 
     def __repr__(self) -> str:
@@ -129,15 +127,6 @@ class AsyncArchiveRecorder:
     def describe(self) -> str:
         """The backend's location, redacted."""
         return str(self.inner.describe())
-
-    def uncached(self) -> Any:
-        """This reader over the system of record under any cache (integrity checks)."""
-        sor = system_of_record(self.inner)
-        if sor is self.inner:
-            return self
-        if self._view is None:
-            self._view = type(self)(sor, self.source)
-        return self._view
 
     # -- forwarded to the backend -----------------------------------------------------------
 
@@ -258,9 +247,7 @@ class AsyncArchiveRecorder:
         ix = self._index  # one read of the attribute: another thread may replace it
         if ix is None or ix.rev != rev:
             ix = await self.segment_index()
-        if ix is None and through > 0:
-            # Rows below ``through`` were deleted once their segments were recorded: with
-            # the record gone they cannot be found, and a scan would retry forever.
+        if ix is None and through > 0:  # the rows below it are gone: never skip them
             raise ArchiveError(
                 "missing", None, INDEX_KEY,
                 f"{THROUGH_KEY} says position {through} is archived, but the record is gone",

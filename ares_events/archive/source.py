@@ -29,7 +29,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 from ares_events.archive.segment import (
-    MAGIC,
     Manifest,
     SegmentEntry,
     SegmentIndex,
@@ -177,13 +176,13 @@ class ArchiveSource:
         self._manifests[key] = m
         return m
 
-    def check_segment(self, ix: SegmentIndex, entry: SegmentEntry, m: Manifest) -> None:
-        """Check the bytes no block read covers: the whole segment object against the size
-        and blake3 the database records (its header and anything after the last block
-        included), and the manifest's blocks tiling it from the header to its end.
+    def check_segment(self, ix: SegmentIndex, entry: SegmentEntry) -> None:
+        """Check the whole segment object against the size and blake3 the database
+        records: the bytes no block read covers too (its header, anything after the last
+        block).
 
         Raises:
-            ArchiveError: the segment is missing, altered or laid out otherwise.
+            ArchiveError: the segment is missing or altered.
         """
         key = entry.segment.key
         try:
@@ -192,17 +191,6 @@ class ArchiveSource:
             raise ArchiveError("missing", entry.seq, key, "segment not in the archive") from exc
         except BlobCorrupted as exc:
             raise ArchiveError("corrupted", entry.seq, key, f"segment: {exc.detail}") from exc
-        end = len(MAGIC)
-        for b in m.blocks:
-            if b.offset != end:
-                break
-            end += b.length
-        if end != entry.segment.size:
-            raise ArchiveError(
-                "corrupted", entry.seq, key, "the manifest's blocks do not tile the segment"
-            )
-        if self.blobs(ix).read_range(key, 0, len(MAGIC)) != MAGIC:
-            raise ArchiveError("corrupted", entry.seq, key, f"segment does not start {MAGIC!r}")
 
     def block(self, ix: SegmentIndex, entry: SegmentEntry, index: int) -> list[RecordedEvent]:
         """The events of block ``index`` of ``entry`` (one ranged read, digest-checked, on

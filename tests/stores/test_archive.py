@@ -21,7 +21,7 @@ from ares_events.archive import job as archive_mod
 from ares_events.archive.job import archive, parse_before
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import Manifest, SegmentIndex, stored
-from ares_events.core.recorder import system_of_record
+from ares_events.core.recorder import backend_of, system_of_record
 from ares_events.errors import ArchiveError, ConfigError
 from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
@@ -101,7 +101,7 @@ def _at(store: ae.EventStore, n: int) -> int:
 
 
 def _db_rows(store: ae.EventStore) -> int:
-    return sum(1 for _ in _archive_recorder(store).inner.read_all(0, None))
+    return sum(1 for _ in backend_of(store.recorder).read_all(0, None))
 
 
 @pytest.fixture
@@ -665,8 +665,6 @@ def test_the_archive_read_niceness_setting(tmp_path: Path, monkeypatch: pytest.M
 def _delete_meta(store: ae.EventStore, key: str) -> None:
     """Delete one ``ares_meta`` row with the backend's own SQL (tampering, not an API)."""
     import sqlite3
-
-    from ares_events.core.recorder import backend_of
 
     rec = backend_of(store.recorder)
     if getattr(rec, "path", None) is not None:
