@@ -579,7 +579,7 @@ def test_an_erasure_interrupted_before_deleting_old_objects_is_finished_later(
         assert next(iter(store.read("agent-a", from_version=2, limit=1))).payload_erased
 
 
-def test_a_reader_whose_catalog_an_erasure_replaced_reads_the_new_segment(
+def test_a_reader_whose_segment_index_an_erasure_replaced_reads_the_new_segment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read that started with a segment index from before an erasure elsewhere (whose old
