@@ -7,8 +7,6 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.table import Table
 
@@ -147,11 +145,12 @@ def archive_cmd(
 
 
 def _status(app: App, as_json: bool) -> int:
-    with app.open() as store:
-        from ares_events.core.recorder import system_of_record
+    from ares_events.archive.reader import ArchiveRecorder
+    from ares_events.core.recorder import system_of_record
 
-        rec: Any = system_of_record(store.recorder)
-        ix = rec.segment_index() if hasattr(rec, "segment_index") else None
+    with app.open() as store:
+        rec = system_of_record(store.recorder)
+        ix = rec.segment_index() if isinstance(rec, ArchiveRecorder) else None
         url = store.url
     if ix is None:
         if as_json:
