@@ -238,7 +238,10 @@ class AsyncArchiveRecorder:
         only when its revision moved)."""
         raw = await self.inner.meta_get(THROUGH_KEY)
         if raw is None:
-            return 0, None
+            # Not written yet (a run stopped between the index and this row) or deleted:
+            # the index says how far the archive goes.
+            ix = await self.segment_index()
+            return (ix.through if ix is not None else 0), ix
         try:
             through_s, rev_s = raw.split()
             through, rev = int(through_s), int(rev_s)

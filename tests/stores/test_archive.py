@@ -709,13 +709,16 @@ def test_audit_reports_a_deleted_index_row(setup_url: tuple[ae.EventStore, str, 
     assert info.value.kind == "missing"
 
 
-@pytest.mark.parametrize("damage", ["header", "trailing", "index-digest"])
+@pytest.mark.parametrize(
+    "damage", ["header", "trailing", "index-digest", "manifest-missing", "index-garbled"]
+)
 def test_bytes_outside_the_blocks_are_checked_by_a_deep_audit(
     setup_url: tuple[ae.EventStore, str, str], damage: str
 ) -> None:
-    """A flipped byte in a segment's ARESSEG1 header, 100 bytes appended to a segment, or
-    an index whose recorded segment digest differs, is an archive_corrupted finding of
-    audit --deep (CLI exit 1, and the API), though every block still checks."""
+    """A flipped byte in a segment's ARESSEG1 header, 100 bytes appended to a segment, an
+    index whose recorded segment digest differs (every block still checks), a deleted
+    manifest or an index that does not parse is a finding of audit --deep (CLI exit 1,
+    and the API); the last two of a plain audit too."""
     store, to, url = setup_url
     archive(store, to, before=_at(store, 200), segment_events=64)
     rec = _archive_recorder(store)
@@ -723,7 +726,11 @@ def test_bytes_outside_the_blocks_are_checked_by_a_deep_audit(
     entry = ix.segments[1]
     blobs = rec.source.blobs(ix)
     data = blobs.get(entry.segment.as_payload_ref())
-    if damage == "index-digest":
+    if damage == "manifest-missing":
+        blobs.delete(entry.manifest.key)
+    elif damage == "index-garbled":
+        rec.inner.meta_set("archive/catalog", ix.to_json()[:-7])
+    elif damage == "index-digest":
         bad = dataclasses.replace(entry.segment, digest=bytes(32))
         new = dataclasses.replace(ix, segments=tuple(
             dataclasses.replace(s, segment=bad) if s is entry else s for s in ix.segments
@@ -735,10 +742,16 @@ def test_bytes_outside_the_blocks_are_checked_by_a_deep_audit(
         else:
             changed = data + b"\x00" * 100
         _overwrite(blobs, entry.segment.key, changed)
-    code, out = _cli(url, "audit", "--deep")
-    assert code == 1 and "archive_corrupted" in _kinds(out["findings"]), out
+    rec.source.forget()
+    want = {
+        "manifest-missing": "archive_missing", "index-garbled": "archive_unreadable"
+    }.get(damage, "archive_corrupted")  # fmt: skip
+    plain_too = damage in ("manifest-missing", "index-garbled")
+    for args in [("--deep",), ()] if plain_too else [("--deep",)]:
+        code, out = _cli(url, "audit", *args)
+        assert code == 1 and want in _kinds(out["findings"]), out
     report = ae.integrity.audit(store, deep=True)
-    assert "archive_corrupted" in _kinds(report.findings) and not report.ok
+    assert want in _kinds(report.findings) and not report.ok
 
 
 def _overwrite(blobs: Any, key: str, data: bytes) -> None:
@@ -796,3 +809,16 @@ def test_a_store_without_an_archive_never_constructs_the_reader_nor_reads_its_in
     with ae.open_store(url) as store:
         assert len(list(store.read("agent-a"))) == STREAMS["agent-a"]
     assert len(made) == 2 and archive_keys <= set(keys)
+
+
+def test_without_the_through_row_reads_go_by_the_index(tmp_path: Path) -> None:
+    """With ``archive/through`` deleted (or a run stopped before writing it), read_all and
+    the audit's position scan take the archive's end from the segment index: the same
+    events, and a clean audit."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        before = list(store.read_all())
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50)
+        _delete_meta(store, "archive/through")
+        assert list(store.read_all()) == before
+        assert ae.integrity.audit(store, deep=True).ok
