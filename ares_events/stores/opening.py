@@ -139,11 +139,8 @@ def _open_blocking(
         if Capability.METADATA in rec.capabilities:
             identity = _identity(rec.meta_get(IDENTITY_KEY), url)
         if identity is not None and identity.archive is not None:
-            # Only a store whose identity names an archive gets the reader (one without
-            # never constructs it nor reads its index); under the cache, so what the cache
-            # wraps (and integrity checks read) reads through. A process that opened the
-            # store before its first archive run reads on without it: the run plugs it
-            # into the store it was given.
+            # Under the cache: what the cache wraps (and integrity checks read) reads
+            # through. A store without an archive never constructs the reader.
             from ares_events.archive.reader import ArchiveRecorder  # as is
 
             rec = ArchiveRecorder(rec)
