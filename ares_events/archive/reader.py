@@ -106,7 +106,8 @@ class ArchiveRecorder:
         self.inner = inner
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
-        self._index: SegmentIndex | None = None
+        self._parsed: tuple[str | None, SegmentIndex | None] = (None, None)
+        """The index as last read and parsed (parsed again only when its text changed)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
@@ -214,8 +215,12 @@ class ArchiveRecorder:
 
     def _index_text(self) -> tuple[str | None, SegmentIndex | None]:
         text = self.inner.meta_get(INDEX_KEY)
-        ix = self.source.parse_index(text)
-        self._index = ix
+        seen = self._parsed  # one read of the attribute: another thread may replace it
+        if text is None or text == seen[0]:
+            ix = None if text is None else seen[1]
+        else:
+            ix = SegmentIndex.from_json(text)
+        self._parsed = (text, ix)
         return text, ix
 
     def _through(self) -> tuple[int, SegmentIndex | None]:
@@ -232,7 +237,7 @@ class ArchiveRecorder:
             through, rev = int(through_s), int(rev_s)
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
-        ix = self._index  # one read of the attribute: another thread may replace it
+        ix = self._parsed[1]
         if ix is None or ix.rev != rev:
             ix = self.segment_index()
         if ix is None and through > 0:  # the rows below it are gone: never skip them

@@ -107,8 +107,6 @@ class ArchiveSource:
         self._inflight: dict[_BlockKey, Future[list[RecordedEvent]]] = {}
         self._gen = 0  # bumped by forget(): a fetch that began before it is not cached
         self._closed = False
-        self._text: str | None = None
-        self._index: SegmentIndex | None = None
         self._blobs: Any = None
         self._blobs_url: str | None = None
         self._manifests: dict[str, Manifest] = {}
@@ -118,22 +116,7 @@ class ArchiveSource:
         self.fetches = 0
         """Blocks fetched from the archive (for tests and the benchmark)."""
 
-    # -- segment index and objects ---------------------------------------------------------------
-
-    def parse_index(self, text: str | None) -> SegmentIndex | None:
-        """The segment index stored as ``text`` (parsed once per distinct text).
-
-        Raises:
-            ArchiveError: the record does not parse.
-        """
-        with self._lock:
-            if text is None:
-                self._text, self._index = None, None
-                return None
-            if text != self._text:
-                self._index = SegmentIndex.from_json(text)
-                self._text = text
-            return self._index
+    # -- objects ---------------------------------------------------------------
 
     def blobs(self, ix: SegmentIndex) -> Any:
         """The archive's blob store (opened once, without creating anything)."""
