@@ -163,7 +163,7 @@ def audit(
         report.events_checked += n
     report.streams_checked = len(report.streams)
     if deep:
-        check_archive(recorder, report)
+        check_archive(recorder, seg_index, report)
     _check_erasures(store, recorder, erased, report)
     _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
