@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.read_models import CheckpointStore
 from ares_events.errors import ConfigError, EventNotFound, ProofError, StoreError
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import (
@@ -47,7 +48,7 @@ from ares_events.integrity.checkpoints import (
     sign_checkpoint,
 )
 from ares_events.integrity.notes import SigningKey
-from ares_events.projections.checkpoint_store import CheckpointStore, checkpoints_for
+from ares_events.projections.checkpoint_store import checkpoints_for, remember_key
 from ares_events.projections.runner import ProjectionRunner
 from ares_events.projections.tables import tables_for
 
@@ -386,7 +387,7 @@ class MerkleLog:
         signed = read_checkpoint(text)
         if store:
             self.checkpoints.put(cp.origin, cp.size, cp.root, text)
-            self.checkpoints.remember_key(key.verifier.text)
+            remember_key(self.store, key.verifier.text)
         logger.info("signed checkpoint of %s at size %d", cp.origin, cp.size)
         return signed
 

@@ -27,7 +27,10 @@ from ares_events.projections import (
     rebuild,
     verify_rebuild,
 )
-from ares_events.projections.tables import MemoryTables, SQLTables, table_name, tables_for
+from ares_events.core.recorder import backend_of
+from ares_events.projections.tables import table_name, tables_for
+from ares_events.stores.memory.read_models import MemoryReadModels
+from ares_events.stores.sqlite.recorder import SQLiteRecorder
 from tests.cli_helpers import run, run_json
 from tests.projections.test_recovery import append_life
 from tests.runner_child import CountingProjection
@@ -92,36 +95,33 @@ def expected(store: ae.EventStore, projection: Any, sid: str) -> Any:
 
 def corrupt_row(store: ae.EventStore, table: str, key: str, state: bytes) -> None:
     """Overwrite one read-model row behind the runner's back."""
-    tables = tables_for(store)
-    if isinstance(tables, MemoryTables):
-        _, pos = tables.raw(table)[key]
-        tables.raw(table)[key] = (state, pos)
-    elif isinstance(tables, SQLTables) and tables.dialect == "sqlite":
-        conn = sqlite3.connect(str(tables.recorder.path))
+    tables, rec = tables_for(store), backend_of(store.recorder)
+    if isinstance(tables, MemoryReadModels):
+        _, pos = tables.tables[table][key]
+        tables.tables[table][key] = (state, pos)
+    elif isinstance(rec, SQLiteRecorder):
+        conn = sqlite3.connect(str(rec.path))
         with conn:
             conn.execute(f"UPDATE {table} SET state = ? WHERE key = ?", (state, key))
         conn.close()
     else:
-        assert isinstance(tables, SQLTables)
-        qualified = f'"{tables.recorder.schema}".{table}'  # the store's own schema
-        tables.execute(f"UPDATE {qualified} SET state = ? WHERE key = ?", (state, key))
+        qualified = f'"{rec.schema}".{table}'  # the store's own schema
+        with rec.connection() as conn:
+            conn.execute(f"UPDATE {qualified} SET state = %s WHERE key = %s", (state, key))
 
 
 def table_exists(store: ae.EventStore, table: str) -> bool:
     """Whether a read-model generation table exists in the store's database."""
-    tables = tables_for(store)
-    if isinstance(tables, MemoryTables):
-        return table in tables._tables
-    assert isinstance(tables, SQLTables)
-    if tables.dialect == "sqlite":
-        conn = sqlite3.connect(str(tables.recorder.path))
+    tables, rec = tables_for(store), backend_of(store.recorder)
+    if isinstance(tables, MemoryReadModels):
+        return table in tables.tables
+    if isinstance(rec, SQLiteRecorder):
+        conn = sqlite3.connect(str(rec.path))
         row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone()
         conn.close()
         return row is not None
-    with tables.recorder.connection() as conn:
-        found = conn.execute(
-            "SELECT to_regclass(%s)", (f'"{tables.recorder.schema}".{table}',)
-        ).fetchone()
+    with rec.connection() as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f'"{rec.schema}".{table}',)).fetchone()
     return found[0] is not None
 
 

@@ -90,6 +90,7 @@ from ares_events.stores.postgres.sql import (
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.snapshots import PostgresSnapshotRows
+    from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +233,7 @@ class PostgresRecorder:
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
             Capability.ARCHIVE,
+            Capability.READ_MODELS,
         }
     )
 
@@ -1099,6 +1101,17 @@ class PostgresRecorder:
             yield "duplicate_position", sid, version, int(n), pos
         for eid, n, pos in self._query("audit scan", q.dup_ids, ()):
             yield "duplicate_event_id", eid, None, int(n), pos
+
+    def read_models(self) -> SQLReadModels:
+        """The read-model and checkpoint tables of this schema (one object per store,
+        made on first use; a read-only store reads them and creates none)."""
+        from ares_events.stores.sql_read_models import postgres_read_models
+
+        with self._listener_lock:
+            found: SQLReadModels | None = getattr(self, "_read_models", None)
+            if found is None:
+                found = self._read_models = postgres_read_models(self)
+            return found
 
     def snapshot_rows(self) -> PostgresSnapshotRows:
         """The ``ares_snapshots`` rows of this schema."""

@@ -93,6 +93,7 @@ if ASYNC:
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.snapshots_async import AsyncPostgresSnapshotRows
+    from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +236,7 @@ class AsyncPostgresRecorder:
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
             Capability.ARCHIVE,
+            Capability.READ_MODELS,
         }
     )
 
@@ -1133,11 +1135,12 @@ class AsyncPostgresRecorder:
 
     if ASYNC:
 
-        def read_model_recorder(self) -> Any:
-            """A blocking recorder on the same schema, for the read-model tables (folded
-            by the blocking runner; an erasure resets them through it). Opened on first
-            use with a pool of at most two connections, closed with this recorder.
-            Blocking: only for blocking callers.
+        def read_models(self) -> SQLReadModels:
+            """The read-model and checkpoint tables of this schema, through a blocking
+            recorder on the same schema (they are folded by the blocking runner; an
+            erasure resets them through it), opened on first use with a pool of at most
+            two connections and closed with this recorder. Blocking: only for blocking
+            callers.
 
             Raises:
                 StoreClosed: this recorder is closed.
@@ -1165,7 +1168,20 @@ class AsyncPostgresRecorder:
                     secret=self._secret,
                     notify=self.notify,
                 )
-            return self._companion
+            return self._companion.read_models()  # type: ignore[no-any-return]
+
+    else:
+
+        def read_models(self) -> SQLReadModels:
+            """The read-model and checkpoint tables of this schema (one object per store,
+            made on first use; a read-only store reads them and creates none)."""
+            from ares_events.stores.sql_read_models import postgres_read_models
+
+            with self._listener_lock:
+                found: SQLReadModels | None = getattr(self, "_read_models", None)
+                if found is None:
+                    found = self._read_models = postgres_read_models(self)
+                return found
 
     def snapshot_rows(self) -> AsyncPostgresSnapshotRows:
         """The ``ares_snapshots`` rows of this schema."""

@@ -108,6 +108,7 @@ from ares_events.stores.sqlite.sql import (
 )
 
 if TYPE_CHECKING:
+    from ares_events.stores.sql_read_models import SQLReadModels
     from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
 logger = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             Capability.DEFAULT_BLOBS,
             Capability.STREAM_PAGES,
             Capability.ARCHIVE,
+            Capability.READ_MODELS,
         }
     )
 
@@ -781,6 +783,17 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
         return SQLiteSnapshotRows(self)
+
+    def read_models(self) -> SQLReadModels:
+        """The read-model and checkpoint tables in this file (one object per store, made
+        on first use; a read-only store reads them and creates none)."""
+        from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
+
+        with self._conns_lock:
+            found: SQLReadModels | None = getattr(self, "_read_models", None)
+            if found is None:
+                found = self._read_models = SQLReadModels(self.transaction, self.reading, SQLITE)
+            return found
 
     def close(self) -> None:
         """Close every connection this store opened, once no other thread uses one.
