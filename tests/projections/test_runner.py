@@ -17,6 +17,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.core.events import RecordedEvent
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError
 from ares_events.projections import (
     AgentStateProjection,
@@ -27,7 +28,6 @@ from ares_events.projections import (
     rebuild,
     verify_rebuild,
 )
-from ares_events.core.recorder import backend_of
 from ares_events.projections.tables import table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
 from ares_events.stores.sqlite.recorder import SQLiteRecorder
