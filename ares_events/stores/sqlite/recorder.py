@@ -78,6 +78,7 @@ from ares_events.errors import (
 from ares_events.stores._migrations.sqlite import MIGRATIONS
 from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
+from ares_events.stores.sqlite.read_models import SQLiteReadModels
 from ares_events.stores.sqlite.sql import (
     CREATE_META,
     HAS_META_TABLE,
@@ -108,7 +109,6 @@ from ares_events.stores.sqlite.sql import (
 )
 
 if TYPE_CHECKING:
-    from ares_events.stores.sql_read_models import SQLReadModels
     from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
+class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     """SQLite backend (see the module docstring for durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -418,25 +418,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         """
         with self._gate.op(), self._write() as conn:
             yield conn
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction (deferred ``BEGIN``, always rolled back) on this thread's
-        connection: one consistent view of the tables beside the events, also on a
-        read-only store; raw sqlite3 errors propagate.
-
-        Raises:
-            StoreClosed: the store is closed, or was closed while the transaction ran.
-        """
-        with self._gate.op():
-            conn = self._conn()
-            with self._serial:
-                self._retry(lambda: conn.execute("BEGIN"))
-                try:
-                    yield conn
-                finally:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
 
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3
@@ -783,17 +764,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
         return SQLiteSnapshotRows(self)
-
-    def read_models(self) -> SQLReadModels:
-        """The read-model and checkpoint tables in this file (one object per store, made
-        on first use; a read-only store reads them and creates none)."""
-        from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
-
-        with self._conns_lock:
-            found: SQLReadModels | None = getattr(self, "_read_models", None)
-            if found is None:
-                found = self._read_models = SQLReadModels(self.transaction, self.reading, SQLITE)
-            return found
 
     def close(self) -> None:
         """Close every connection this store opened, once no other thread uses one.
