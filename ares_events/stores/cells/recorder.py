@@ -474,8 +474,8 @@ class CellsRecorder:
 
     def read_models(self) -> Any:
         """The read-model tables of the first cell, where each projection's rows and its
-        one cursor commit together. On a shared
-        clock that cursor is every cell's checkpoint at once (one position space).
+        one cursor commit together. On a shared clock that cursor is every cell's
+        checkpoint at once (one position space).
 
         Raises:
             ConfigError: cells on separate servers (their cursors do not fit the
