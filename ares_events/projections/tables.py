@@ -23,7 +23,7 @@ from ares_events.core.backend import Capability
 from ares_events.core.read_models import ProjectionMeta, ReadModels
 from ares_events.errors import ConfigError
 
-__all__ = ["ProjectionMeta", "ReadModels", "encode_state", "new_meta", "table_name", "tables_for"]
+__all__ = ["encode_state", "new_meta", "table_name", "tables_for"]
 
 _SAFE = re.compile(r"[^a-z0-9_]")
 
