@@ -43,10 +43,6 @@ class CheckpointStore(Protocol):
         """Keep a signed checkpoint (the first one of a size stays)."""
         ...
 
-    def latest(self) -> str | None:
-        """The signed note of the largest size, or None."""
-        ...
-
     def at_size(self, size: int) -> str | None:
         """The signed note of exactly ``size``, or None."""
         ...

@@ -160,104 +160,42 @@ class _Conflict(Exception):
     """Internal: the registry moved under a writer; roll its transaction back."""
 
 
-class _Tables:
-    """Statements and transactions shared by the read models and the checkpoints."""
-
-    def __init__(self, write: Tx, read: Tx, dialect: Dialect) -> None:
-        self._write = write
-        self._read = read
-        self.dialect = dialect
-        self._exists: set[str] = set()  # tables seen to exist (never dropped: the registry)
-
-    def sql(self, template: str, table: str = "", **more: str) -> str:
-        d = self.dialect
-        text = template.format(r=d.qualified(REGISTRY), t=d.qualified(table), b=d.blob, **more)
-        return text.replace("?", d.mark)
-
-    def has(self, table: str) -> bool:
-        """Whether ``table`` exists (remembered once it does)."""
-        d = self.dialect
-        if table not in self._exists:
-            with self._read() as c:
-                if c.execute(d.has_table, (d.qualified(table),)).fetchone()[0]:
-                    self._exists.add(table)
-        return table in self._exists
-
-    @contextlib.contextmanager
-    def ddl(self) -> Iterator[Any]:
-        """A write transaction serialized with the other schema changes of the store."""
-        d = self.dialect
-        with self._write() as c:
-            if d.ddl_lock is not None:
-                c.execute(d.ddl_lock, (f"ares-events:read-models:{d.qualified('')}",))
-            yield c
-
-    def fetch(
-        self, template: str, args: tuple[Any, ...] = (), table: str = "", needs: str = ""
-    ) -> list[Any]:
-        """Every row of one read statement, in a read transaction; none when the table
-        ``needs`` names does not exist (readers never create it)."""
-        if needs and not self.has(needs):
-            return []
-        with self._read() as c:
-            return list(c.execute(self.sql(template, table), args).fetchall())
-
-    def run(self, template: str, args: tuple[Any, ...] = (), table: str = "") -> None:
-        """One write statement in its own transaction."""
-        with self._write() as c:
-            c.execute(self.sql(template, table), args)
-
-    def ensure(self, table: str, create: str) -> None:
-        """Create ``table`` (statement ``create``) unless it is known to exist."""
-        if not self.has(table):
-            with self.ddl() as c:
-                c.execute(self.sql(create, table))
-            self._exists.add(table)
-
-
 class SQLCheckpoints:
     """The signed checkpoints of the Merkle log (``ares_checkpoints``)."""
 
-    def __init__(self, tables: _Tables) -> None:
-        self._t = tables
+    def __init__(self, models: SQLReadModels) -> None:
+        self._m = models
 
-    def _one(self, template: str, args: tuple[Any, ...] = ()) -> str | None:
-        rows = self._t.fetch(template, args, CHECKPOINTS, CHECKPOINTS)
-        return str(rows[0][0]) if rows else None
+    def _rows(self, template: str, args: tuple[Any, ...]) -> list[Any]:
+        return self._m._fetch(template, args, CHECKPOINTS, needs=CHECKPOINTS)
 
     def put(self, origin: str, size: int, root: bytes, note: str) -> None:
         """Keep a signed checkpoint (the first one of a size stays)."""
-        self._t.ensure(CHECKPOINTS, CREATE_CHECKPOINTS)
-        self._t.run(INSERT_CHECKPOINT, (origin, size, root, note, utc_now_at()), CHECKPOINTS)
-
-    def latest(self) -> str | None:
-        """The largest size's note."""
-        rows = self.newest(1)
-        return rows[0][3] if rows else None
+        self._m._ensure(CHECKPOINTS, CREATE_CHECKPOINTS)
+        self._m._run(INSERT_CHECKPOINT, (origin, size, root, note, utc_now_at()), CHECKPOINTS)
 
     def at_size(self, size: int) -> str | None:
         """The note of ``size``."""
-        return self._one(SELECT_AT, (size,))
+        rows = self._rows(SELECT_AT, (size,))
+        return str(rows[0][0]) if rows else None
 
     def origin(self) -> str | None:
         """The first origin."""
-        return self._one(SELECT_ORIGIN)
+        rows = self._rows(SELECT_ORIGIN, ())
+        return str(rows[0][0]) if rows else None
 
     def newest(self, limit: int) -> list[tuple[str, int, bytes, str, str]]:
         """The rows of the ``limit`` largest sizes, largest first."""
-        rows = self._t.fetch(SELECT_NEWEST, (limit,), CHECKPOINTS, CHECKPOINTS)
+        rows = self._rows(SELECT_NEWEST, (limit,))
         return [(str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows]
 
     def all(self) -> list[tuple[str, int, bytes, str, str]]:
         """Every row by size, paged."""
         out: list[tuple[str, int, bytes, str, str]] = []
-        after = -1
-        while self._t.has(CHECKPOINTS):
-            rows = self._t.fetch(SELECT_CHECKPOINTS, (after, PAGE), CHECKPOINTS)
+        rows: list[Any] = [None] * PAGE
+        while len(rows) == PAGE:
+            rows = self._rows(SELECT_CHECKPOINTS, (out[-1][1] if out else -1, PAGE))
             out.extend((str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows)
-            if len(rows) < PAGE:
-                break
-            after = int(rows[-1][1])
         return out
 
 
@@ -271,46 +209,92 @@ class SQLReadModels:
     """
 
     def __init__(self, write: Tx, read: Tx, dialect: Dialect) -> None:
-        self._t = _Tables(write, read, dialect)
-        self.checkpoints = SQLCheckpoints(self._t)
+        self._write = write
+        self._read = read
+        self.dialect = dialect
+        self._exists: set[str] = set()  # tables seen to exist (the registry is never dropped)
+        self.checkpoints = SQLCheckpoints(self)
+
+    def _sql(self, template: str, table: str = "", **more: str) -> str:
+        d = self.dialect
+        text = template.format(r=d.qualified(REGISTRY), t=d.qualified(table), b=d.blob, **more)
+        return text.replace("?", d.mark)
+
+    def _has(self, table: str) -> bool:
+        """Whether ``table`` exists (remembered once it does)."""
+        d = self.dialect
+        if table not in self._exists:
+            with self._read() as c:
+                if c.execute(d.has_table, (d.qualified(table),)).fetchone()[0]:
+                    self._exists.add(table)
+        return table in self._exists
+
+    @contextlib.contextmanager
+    def _ddl(self) -> Iterator[Any]:
+        """A write transaction serialized with the other schema changes of the store."""
+        d = self.dialect
+        with self._write() as c:
+            if d.ddl_lock is not None:
+                c.execute(d.ddl_lock, (f"ares-events:read-models:{d.qualified('')}",))
+            yield c
+
+    def _fetch(
+        self, template: str, args: tuple[Any, ...] = (), table: str = "", needs: str = ""
+    ) -> list[Any]:
+        """Every row of one read statement, in a read transaction; none when the table
+        ``needs`` names does not exist (readers never create it)."""
+        if needs and not self._has(needs):
+            return []
+        with self._read() as c:
+            return list(c.execute(self._sql(template, table), args).fetchall())
+
+    def _run(self, template: str, args: tuple[Any, ...] = (), table: str = "") -> Any:
+        """One write statement in its own transaction; returns its cursor."""
+        with self._write() as c:
+            return c.execute(self._sql(template, table), args)
+
+    def _ensure(self, table: str, create: str) -> None:
+        """Create ``table`` (statement ``create``) unless it is known to exist."""
+        if not self._has(table):
+            with self._ddl() as c:
+                c.execute(self._sql(create, table))
+            self._exists.add(table)
 
     def meta(self, name: str) -> ProjectionMeta | None:
         """The registry row, or None (also when nothing was ever registered)."""
-        rows = self._t.fetch(SELECT_META, (name,), needs=REGISTRY)
+        rows = self._fetch(SELECT_META, (name,), needs=REGISTRY)
         return ProjectionMeta(*rows[0]) if rows else None
 
     def put_meta(self, meta: ProjectionMeta) -> None:
         """Create the registry row unless one exists (and the registry on first use)."""
-        self._t.ensure(REGISTRY, CREATE_REGISTRY)
-        self._t.run(INSERT_META, astuple(meta))
+        self._ensure(REGISTRY, CREATE_REGISTRY)
+        self._run(INSERT_META, astuple(meta))
 
     def start_building(self, name: str, table: str, generation: int) -> None:
         """Point the building slot at ``table``."""
-        self._t.run(START_BUILDING, (table, generation, name))
+        self._run(START_BUILDING, (table, generation, name))
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
         """Make the building table live (compare-and-set)."""
-        with self._t._write() as c:
-            cur = c.execute(self._t.sql(SWAP), (projection_version, name, table, position))
-            return bool(cur.rowcount == 1)
+        return bool(self._run(SWAP, (projection_version, name, table, position)).rowcount == 1)
 
     def create(self, table: str) -> None:
         """Create a generation table."""
-        with self._t.ddl() as c:
-            c.execute(self._t.sql(CREATE_ROWS, table))
+        with self._ddl() as c:
+            c.execute(self._sql(CREATE_ROWS, table))
 
     def drop(self, table: str) -> None:
         """Drop a generation table."""
-        with self._t.ddl() as c:
-            c.execute(self._t.sql(DROP_ROWS, table))
+        with self._ddl() as c:
+            c.execute(self._sql(DROP_ROWS, table))
 
     def load(self, table: str, keys: list[str]) -> dict[str, Any]:
         """States of ``keys`` (chunked IN lists)."""
         out: dict[str, Any] = {}
-        with self._t._read() as c:
+        with self._read() as c:
             for i in range(0, len(keys), 500):
                 chunk = tuple(keys[i : i + 500])
-                sql = self._t.sql(SELECT_ROWS, table, marks=",".join("?" * len(chunk)))
+                sql = self._sql(SELECT_ROWS, table, marks=",".join("?" * len(chunk)))
                 for k, s in c.execute(sql, chunk).fetchall():
                     out[k] = orjson.loads(bytes(s))
         return out
@@ -326,14 +310,14 @@ class SQLReadModels:
     ) -> bool:
         """Rows and the cursor move in one transaction (compare-and-set)."""
         try:
-            with self._t._write() as c:
+            with self._write() as c:
                 if cursor != "none":
-                    move = self._t.sql(ADVANCE_LIVE if cursor == "live" else ADVANCE_BUILDING)
+                    move = self._sql(ADVANCE_LIVE if cursor == "live" else ADVANCE_BUILDING)
                     if c.execute(move, (new, name, table, expected)).rowcount != 1:
                         raise _Conflict
                 if rows:
                     c.cursor().executemany(
-                        self._t.sql(UPSERT_ROW, table), [(k, s, p) for k, (s, p) in rows.items()]
+                        self._sql(UPSERT_ROW, table), [(k, s, p) for k, (s, p) in rows.items()]
                     )
         except _Conflict:
             return False
@@ -343,7 +327,7 @@ class SQLReadModels:
         """Every row by key, a page at a time."""
         after = ""
         while True:
-            rows = self._t.fetch(SELECT_ALL_ROWS, (after, PAGE), table)
+            rows = self._fetch(SELECT_ALL_ROWS, (after, PAGE), table)
             for k, s in rows:
                 yield k, orjson.loads(bytes(s))
             if len(rows) < PAGE:
@@ -352,26 +336,26 @@ class SQLReadModels:
 
     def names(self) -> list[str]:
         """Every registered projection."""
-        rows = self._t.fetch(SELECT_NAMES, needs=REGISTRY)
+        rows = self._fetch(SELECT_NAMES, needs=REGISTRY)
         return [str(r[0]) for r in rows]
 
     def reset(self, name: str) -> bool:
         """Empty the tables and rewind the cursor, in one transaction."""
-        if not self._t.has(REGISTRY):
+        if not self._has(REGISTRY):
             return False
-        with self._t._write() as c:
+        with self._write() as c:
             # Lock the registry row first (SQLite's write transaction already holds the
             # database): a runner's commit then either precedes the reset entirely (its
             # rows are deleted) or fails its compare-and-set after it.
-            lock = self._t.sql(SELECT_META + self._t.dialect.for_update)
+            lock = self._sql(SELECT_META + self.dialect.for_update)
             row = c.execute(lock, (name,)).fetchone()
             if row is None:
                 return False
             meta = ProjectionMeta(*row)
             for t in (meta.active_table, meta.building_table):
                 if t is not None:
-                    c.execute(self._t.sql(DELETE_ROWS, t))
-            c.execute(self._t.sql(RESET), (name,))
+                    c.execute(self._sql(DELETE_ROWS, t))
+            c.execute(self._sql(RESET), (name,))
         return True
 
 

@@ -42,11 +42,6 @@ class MemoryCheckpoints:
         """The rows of the ``limit`` largest sizes, largest first."""
         return sorted(self.all(), key=lambda r: (-r[1], r[0]))[:limit]
 
-    def latest(self) -> str | None:
-        """The largest size's note."""
-        rows = self.newest(1)
-        return rows[0][3] if rows else None
-
     def at_size(self, size: int) -> str | None:
         """The note of ``size``."""
         return next((r[3] for r in self.all() if r[1] == size), None)
