@@ -8,7 +8,9 @@ crashes. A rebuild fills a fresh generation while the live one keeps serving rea
 swaps the registry pointer atomically.
 
 The backend owns the tables (:attr:`~ares_events.core.backend.Capability.READ_MODELS`,
-:mod:`ares_events.core.read_models`); this module names them and asks for them.
+:mod:`ares_events.core.read_models`); this module names them and asks for them, and gives
+reporting tools (the web console) a look that creates nothing on any backend
+(:func:`read_models`, :func:`stored_checkpoints`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from ares_events.core.backend import Capability
 from ares_events.core.read_models import ProjectionMeta, ReadModels
 from ares_events.errors import ConfigError
 
-__all__ = ["encode_state", "new_meta", "table_name", "tables_for"]
+__all__ = [
+    "encode_state",
+    "new_meta",
+    "read_models",
+    "stored_checkpoints",
+    "table_name",
+    "tables_for",
+]
 
 _SAFE = re.compile(r"[^a-z0-9_]")
 
@@ -57,3 +66,35 @@ def tables_for(store: Any) -> ReadModels:
 def new_meta(name: str, projection_version: int) -> ProjectionMeta:
     """Registry row of a projection never run before."""
     return ProjectionMeta(name, projection_version, None, 0, None, 0, 0)
+
+
+def _tables(store: Any) -> ReadModels | None:
+    try:
+        return tables_for(store)
+    except ConfigError:  # none here (cells on separate servers, a plugin without them)
+        return None
+
+
+def read_models(store: Any) -> list[ProjectionMeta]:
+    """Every registered read model (position, generation, rebuild in progress), by name;
+    [] when nothing was ever registered. Creates nothing.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    tables = _tables(store)
+    if tables is None:
+        return []
+    return [m for m in map(tables.meta, tables.names()) if m is not None]
+
+
+def stored_checkpoints(store: Any, *, limit: int = 20) -> list[tuple[str, int, bytes, str]]:
+    """The newest signed checkpoints of the verifiable log, ``(origin, tree_size, root,
+    created_at)`` by size, largest first; [] when none was ever signed. Creates nothing.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    tables = _tables(store)
+    rows = [] if tables is None else tables.checkpoints.newest(limit)
+    return [(o, n, r, at) for o, n, r, _note, at in rows]

@@ -87,6 +87,7 @@ from ares_events.stores.postgres.sql import (
     channel_for,
     row_to_event,
 )
+from ares_events.stores.sql_read_models import postgres_read_models
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.snapshots import PostgresSnapshotRows
@@ -303,6 +304,7 @@ class PostgresRecorder:
         with self._conn(f"preparing schema {schema!r}") as conn:
             _prepare_on(conn, schema, self._description, create, migrate)
         logger.info("opened postgresql store %s (schema %s)", self._description, schema)
+        self._read_models = postgres_read_models(self)
 
     @staticmethod
     def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
@@ -1103,15 +1105,9 @@ class PostgresRecorder:
             yield "duplicate_event_id", eid, None, int(n), pos
 
     def read_models(self) -> SQLReadModels:
-        """The read-model and checkpoint tables of this schema (one object per store,
-        made on first use; a read-only store reads them and creates none)."""
-        from ares_events.stores.sql_read_models import postgres_read_models
-
-        with self._listener_lock:
-            found: SQLReadModels | None = getattr(self, "_read_models", None)
-            if found is None:
-                found = self._read_models = postgres_read_models(self)
-            return found
+        """The read-model and checkpoint tables of this schema (a read-only store
+        reads them and creates none)."""
+        return self._read_models
 
     def snapshot_rows(self) -> PostgresSnapshotRows:
         """The ``ares_snapshots`` rows of this schema."""

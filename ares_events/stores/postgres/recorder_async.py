@@ -87,6 +87,7 @@ from ares_events.stores.postgres.sql import (
     channel_for,
     row_to_event,
 )
+from ares_events.stores.sql_read_models import postgres_read_models
 
 if ASYNC:
     import asyncio
@@ -315,6 +316,7 @@ class AsyncPostgresRecorder:
             with self._conn(f"preparing schema {schema!r}") as conn:
                 _prepare_on(conn, schema, self._description, create, migrate)
             logger.info("opened postgresql store %s (schema %s)", self._description, schema)
+            self._read_models = postgres_read_models(self)
 
     @staticmethod
     def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
@@ -1173,15 +1175,9 @@ class AsyncPostgresRecorder:
     else:
 
         def read_models(self) -> SQLReadModels:
-            """The read-model and checkpoint tables of this schema (one object per store,
-            made on first use; a read-only store reads them and creates none)."""
-            from ares_events.stores.sql_read_models import postgres_read_models
-
-            with self._listener_lock:
-                found: SQLReadModels | None = getattr(self, "_read_models", None)
-                if found is None:
-                    found = self._read_models = postgres_read_models(self)
-                return found
+            """The read-model and checkpoint tables of this schema (a read-only store
+            reads them and creates none)."""
+            return self._read_models
 
     def snapshot_rows(self) -> AsyncPostgresSnapshotRows:
         """The ``ares_snapshots`` rows of this schema."""
