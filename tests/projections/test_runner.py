@@ -30,6 +30,7 @@ from ares_events.projections import (
 )
 from ares_events.projections.tables import table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
+from ares_events.stores.memory.recorder import MemoryRecorder
 from ares_events.stores.sqlite.recorder import SQLiteRecorder
 from tests.cli_helpers import run, run_json
 from tests.projections.test_recovery import append_life
@@ -370,6 +371,31 @@ def test_verify_rebuild_on_never_run_projection(store: ae.EventStore) -> None:
     assert tables_for(store).names() == []
     ProjectionRunner(store, [AgentStateProjection()]).run_until_idle()
     assert verify_rebuild(store, AgentStateProjection()).rows_compared == len(ids)
+
+
+def test_read_models_belong_to_the_backend(store: ae.EventStore) -> None:
+    """The backend declares Capability.READ_MODELS and hands out one read-model object
+    per store, which a second handle of the same store (over the same recorder) shares."""
+    assert ae.Capability.READ_MODELS in store.capabilities
+    tables = tables_for(store)
+    assert tables is store.recorder.read_models() is tables_for(store)
+    other = ae.EventStore(store.recorder, check_identity=False)
+    assert tables_for(other) is tables
+
+
+def test_a_store_without_read_models_is_refused_by_name(tmp_path: Path) -> None:
+    """A recorder that does not declare Capability.READ_MODELS gets a ConfigError that
+    names its store from the runner, and the console's look finds nothing."""
+    from ares_events.projections.tables import read_models, stored_checkpoints
+
+    class Bare(MemoryRecorder):
+        capabilities = MemoryRecorder.capabilities - {ae.Capability.READ_MODELS}
+
+    with ae.EventStore(Bare(), url="bare://x") as store:
+        store.append("s", [ae.NewEvent(type="a.b", module="t", payload={})])
+        with pytest.raises(ConfigError, match="bare://x"):
+            ProjectionRunner(store, [AgentStateProjection()])
+        assert read_models(store) == [] and stored_checkpoints(store) == []
 
 
 # -- CLI: rebuild ---------------------------------------------------------------------------------
