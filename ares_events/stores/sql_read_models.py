@@ -192,11 +192,11 @@ class SQLCheckpoints:
     def all(self) -> list[tuple[str, int, bytes, str, str]]:
         """Every row by size, paged."""
         out: list[tuple[str, int, bytes, str, str]] = []
-        rows: list[Any] = [None] * PAGE
-        while len(rows) == PAGE:
+        while True:
             rows = self._rows(SELECT_CHECKPOINTS, (out[-1][1] if out else -1, PAGE))
             out.extend((str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows)
-        return out
+            if len(rows) < PAGE:
+                return out
 
 
 class SQLReadModels:
