@@ -193,6 +193,10 @@ class ArchiveRecorder:
         """The backend's snapshot table."""
         return self.inner.snapshot_rows()
 
+    def read_models(self) -> Any:
+        """The backend's read models."""
+        return self.inner.read_models()
+
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """The backend's duplicate scan (archived rows were unique when archived)."""
         out: Iterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()

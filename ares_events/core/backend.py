@@ -98,6 +98,9 @@ class Capability(enum.Enum):
     STREAM_PAGES = "stream_pages"
     """``heads_page(after, limit, prefix)``: one page of stream heads in stream id order,
     from the backend's index (a console lists millions of streams a page at a time)."""
+    READ_MODELS = "read_models"
+    """``read_models()``: the read-model and checkpoint tables beside the events
+    (:class:`~ares_events.core.read_models.ReadModels`)."""
 
 
 @dataclass(frozen=True, slots=True)
