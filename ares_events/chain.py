@@ -32,8 +32,11 @@ same string escaper ``json.dumps`` uses, which the same tests prove identical.
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import math
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -41,6 +44,28 @@ import blake3
 import orjson
 
 from ares_events.errors import ConfigError, InvalidEvent
+
+logger = logging.getLogger(__name__)
+
+NO_NATIVE_ENV: Final = "ARES_EVENTS_NO_NATIVE"
+
+
+def _load_native() -> Any:
+    """The optional C fast paths (``ares_events._native``, built by ``pip install`` when a
+    C compiler is there), or None: not built, or switched off with
+    ``ARES_EVENTS_NO_NATIVE=1``. The Python code is the reference: the property tests in
+    ``tests/integrity/test_native.py`` hold both to the same answers."""
+    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("ares_events._native")
+    except ImportError as exc:
+        logger.debug("native fast paths not available (%s); using the Python ones", exc)
+        return None
+
+
+_native: Any = _load_native()
+_native_scan: Any = None if _native is None else _native.scan
 
 __all__ = [
     "FORMAT_VERSION",
@@ -283,13 +308,19 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
     Raises:
         InvalidEvent: the value is not canonical-JSON encodable; names the path.
     """
-    try:
-        has_float = _scan(x, 0)
-    except _Reject:
-        _check(x, field, 0)  # raises InvalidEvent naming the path
-        raise InvalidEvent(field, "is not canonical-JSON encodable") from None
-    except RecursionError:
-        raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
+    if _native_scan is not None:
+        has_float = _native_scan(x)  # the walk of _scan in C: None where it refuses
+        if has_float is None:
+            _check(x, field, 0)  # raises InvalidEvent naming the path
+            raise InvalidEvent(field, "is not canonical-JSON encodable")
+    else:
+        try:
+            has_float = _scan(x, 0)
+        except _Reject:
+            _check(x, field, 0)  # raises InvalidEvent naming the path
+            raise InvalidEvent(field, "is not canonical-JSON encodable") from None
+        except RecursionError:
+            raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
     try:
         if has_float:
             return canonical_json_reference(x)

@@ -1,4 +1,4 @@
-"""The optional native verifier (``ares_events.integrity._native``) against the pure-Python
+"""The optional native verifier (``ares_events._native``) against the pure-Python
 reference: its BLAKE3 equals the ``blake3`` package's on any input and key, and its
 ``verify_run`` gives the same answer (index, last version, last hash) as
 :func:`ares_events.integrity.verifier.verify_run` on valid pages and on every kind of
@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ares_events import chain
 from ares_events.chain import (
     ChainKey,
     _cache_name,
@@ -51,9 +52,9 @@ small_values = st.recursive(
     lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(text, c, max_size=3)),
     max_leaves=6,
 )
-NO_NATIVE = os.environ.get(verifier.NO_NATIVE_ENV, "") not in ("", "0")
+NO_NATIVE = os.environ.get(chain.NO_NATIVE_ENV, "") not in ("", "0")
 BUILD_HINT = (
-    "the C extension ares_events.integrity._native did not build: install a C compiler "
+    "the C extension ares_events._native did not build: install a C compiler "
     "and the Python headers (e.g. apt-get install gcc python3-dev) and reinstall "
     "(rm .venv/.ares-events-installed; scripts/test), or set ARES_EVENTS_NO_NATIVE=1"
 )
@@ -61,7 +62,7 @@ BUILD_HINT = (
 
 def _import_native() -> ModuleType | None:
     try:
-        return importlib.import_module("ares_events.integrity._native")
+        return importlib.import_module("ares_events._native")
     except ImportError:
         return None
 
@@ -87,7 +88,7 @@ def test_the_native_verifier_is_built_and_in_use() -> None:
 
 @pytest.mark.parametrize(("value", "off"), [("1", True), ("0", False), ("", False)])
 def test_the_environment_switch(value: str, off: bool) -> None:
-    env = {**os.environ, verifier.NO_NATIVE_ENV: value}
+    env = {**os.environ, chain.NO_NATIVE_ENV: value}
     out = subprocess.run(
         [sys.executable, "-c", "from ares_events.integrity import verifier as v; "
          "print(v._native is None)"],
@@ -450,3 +451,58 @@ def test_bad_arguments_raise(native: ModuleType) -> None:
     with pytest.raises(TypeError):
         native.verify_run([], 0, "s", sid, "0", genesis("s"), None)
     assert native.verify_run((), 5, "s", sid, 0, genesis("s"), None) == (5, 0, genesis("s"))
+
+
+# -- canonical JSON's acceptance walk ----------------------------------------------------------
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+# Everything the reference accepts, and near misses it refuses: tuples, sets, subclasses
+# of int and dict, non-str keys, NaN and infinities, integers just outside 64 bits.
+odd_leaves = st.one_of(
+    scalars,
+    st.sampled_from([float("nan"), float("inf"), -float("inf"), 2**63, -(2**63) - 1]),
+    st.sampled_from([2**63 - 1, -(2**63), (), frozenset(), b"x", uuid.UUID(int=1)]),
+    st.builds(_Str, text),
+    st.builds(_Int, st.integers(-5, 5)),
+)
+odd_values = st.recursive(
+    odd_leaves,
+    lambda c: st.one_of(
+        st.lists(c, max_size=4),
+        st.dictionaries(text, c, max_size=4),
+        st.dictionaries(st.one_of(text, st.integers(0, 3), st.builds(_Str, text)), c, max_size=2),
+        st.tuples(c),
+    ),
+    max_leaves=12,
+)
+
+
+def _python_scan(x: Any) -> bool | None:
+    try:
+        return chain._scan(x, 0)
+    except chain._Reject:
+        return None
+
+
+@SETTINGS
+@given(x=odd_values)
+def test_scan_equals_the_python_walk(native: ModuleType, x: Any) -> None:
+    """The C acceptance walk answers as the Python one: float or not, or refused."""
+    assert native.scan(x) == _python_scan(x)
+
+
+@pytest.mark.parametrize("depth", [199, 200, 201, 202])
+def test_scan_depth_limit_equals_the_python_walk(native: ModuleType, depth: int) -> None:
+    """Nesting is refused from the same depth on both paths."""
+    x: Any = 1
+    for i in range(depth):
+        x = [x] if i % 2 else {"k": x}
+    assert native.scan(x) == _python_scan(x)

@@ -1,5 +1,6 @@
-"""Type stub of the optional C extension ``ares_events.integrity._native``
-(sources in ``_native_src/``); see :func:`ares_events.integrity.verifier.verify_run`."""
+"""Type stub of the optional C extension ``ares_events._native`` (sources in
+``_native_src/``); see :func:`ares_events.integrity.verifier.verify_run` and
+:func:`ares_events.chain.canonical_json`."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -15,3 +16,4 @@ def verify_run(
     /,
 ) -> tuple[int, int, bytes]: ...
 def blake3_hash(data: bytes, key: bytes | None = None) -> bytes: ...
+def scan(value: Any, /) -> bool | None: ...

@@ -1,4 +1,5 @@
-/* ares_events.integrity._native: the chain verifier's fast path in C.
+/* ares_events._native: the fast paths of the chain format in C: the verifier's loop
+ * (verify_run) and canonical JSON's acceptance walk (scan).
  *
  * verify_run() has exactly the semantics of the pure-Python reference
  * ares_events.integrity.verifier.verify_run (which stays the reference: the property
@@ -19,6 +20,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "blake3_portable.h"
@@ -418,7 +420,67 @@ static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     return PyBytes_FromStringAndSize((const char *)out, AB3_OUT_LEN);
 }
 
+
+/* ---- canonical JSON acceptance (ares_events.chain._scan, the reference) ---------------- */
+
+#define MAX_DEPTH 200
+
+/* 1: the value holds a float; 0: it does not; -1: the reference refuses it (no exception
+ * set: the Python path then names the problem); -2: an exception is set. */
+static int scan_value(PyObject *x, int depth);
+
+static int scan_item(PyObject *v, int depth) {
+    if (PyUnicode_CheckExact(v) || PyBool_Check(v) || v == Py_None) return 0;
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long ll = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (ll == -1 && PyErr_Occurred()) return -2;
+        return overflow ? -1 : 0;
+    }
+    if (PyFloat_CheckExact(v)) return isfinite(PyFloat_AS_DOUBLE(v)) ? 1 : -1;
+    if (PyDict_CheckExact(v) || PyList_CheckExact(v)) return scan_value(v, depth + 1);
+    if (PyUnicode_Check(v)) return 0; /* a str subclass encodes as its value */
+    return -1;
+}
+
+static int scan_value(PyObject *x, int depth) {
+    if (depth > MAX_DEPTH) return -1;
+    int has_float = 0;
+    if (PyDict_CheckExact(x)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(x, &pos, &k, &v)) {
+            if (!PyUnicode_CheckExact(k)) return -1;
+            int r = scan_item(v, depth);
+            if (r < 0) return r;
+            has_float |= r;
+        }
+        return has_float;
+    }
+    if (PyList_CheckExact(x)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(x); i++) {
+            int r = scan_item(PyList_GET_ITEM(x, i), depth);
+            if (r < 0) return r;
+            has_float |= r;
+        }
+        return has_float;
+    }
+    return scan_item(x, depth - 1);
+}
+
+static PyObject *scan(PyObject *self, PyObject *x) {
+    (void)self;
+    int r = scan_value(x, 0);
+    if (r == -2) return NULL;
+    if (r == -1) Py_RETURN_NONE;
+    return PyBool_FromLong(r);
+}
+
 static PyMethodDef methods[] = {
+    {"scan", scan, METH_O,
+     "scan(value, /)\n--\n\n"
+     "True when value holds a float, False when not, None when canonical JSON refuses\n"
+     "it; the same acceptance as ares_events.chain._scan."},
     {"verify_run", verify_run, METH_VARARGS,
      "verify_run(events, start, stream_id, stream_json, last_version, last_hash, key)\n"
      "--\n\n"
@@ -432,8 +494,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "ares_events.integrity._native",
-    "The chain verifier's fast path in C (optional; see verifier.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "ares_events._native",
+    "The chain format's fast paths in C (optional; see chain.py and verifier.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
