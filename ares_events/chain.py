@@ -76,6 +76,7 @@ __all__ = [
     "header_bytes",
     "link_hash",
     "link_hashes",
+    "link_hashes_reference",
     "payload_digest",
     "payload_digester",
 ]
@@ -428,7 +429,26 @@ def link_hashes(
 
     Each event has the attributes ``event_id``, ``type``, ``module``, ``meta_json``,
     ``at``, ``digest`` and ``size`` (a :class:`~ares_events.core.events.PreparedEvent`).
+    The C loop (``ares_events._native.link_hashes``) does this when it is built;
+    :func:`link_hashes_reference` is the reference it is tested against.
     """
+    st = _NAME_CACHE.get(stream_id)
+    if st is None:
+        st = _cache_name(stream_id)
+    if _native is not None and type(version) is int and version < _INT_MAX:
+        return _native.link_hashes(st, version, prev, events, None if key is None else key.key)  # type: ignore[no-any-return]
+    return link_hashes_reference(stream_id, version, prev, events, key)
+
+
+def link_hashes_reference(
+    stream_id: str,
+    version: int,
+    prev: bytes,
+    events: Iterable[Any],
+    key: ChainKey | None = None,
+) -> list[bytes]:
+    """:func:`link_hashes` in Python: ``link_hash(prev, header_bytes(...))`` event by
+    event, with the stream's and the time's JSON computed once and one blake3 hasher."""
     enc = _encode_str
     cache = _NAME_CACHE
     st = cache.get(stream_id)

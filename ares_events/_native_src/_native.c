@@ -396,6 +396,124 @@ done:
     return result;
 }
 
+
+/* ---- sealing a batch (ares_events.chain.link_hashes, the reference) -------------------- */
+
+static PyObject *S_AT, *S_EVENT_ID, *S_META_JSON, *S_MODULE, *S_DIGEST, *S_SIZE, *S_TYPE;
+
+/* The UTF-8 of an attribute that must be a str; NULL with an exception otherwise. */
+static const char *str_attr(PyObject *o, Py_ssize_t *len) {
+    if (!PyUnicode_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "expected a str");
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(o, len);
+}
+
+static PyObject *link_hashes(PyObject *self, PyObject *args) {
+    PyObject *stream_json, *prev_in, *events, *key_obj;
+    long long version;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "SLSOO:link_hashes", &stream_json, &version, &prev_in, &events,
+                          &key_obj))
+        return NULL;
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    if (PyBytes_GET_SIZE(prev_in) != AB3_OUT_LEN) {
+        PyErr_SetString(PyExc_ValueError, "prev must be 32 bytes");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(events, "events must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (!out) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint8_t prev[AB3_OUT_LEN];
+    memcpy(prev, PyBytes_AS_STRING(prev_in), AB3_OUT_LEN);
+    const char *stream_js = PyBytes_AS_STRING(stream_json);
+    size_t stream_js_len = (size_t)PyBytes_GET_SIZE(stream_json);
+    buf_t buf = {NULL, 0};
+    PyObject *attrs[7] = {NULL};
+    PyObject *names[7] = {S_AT, S_EVENT_ID, S_META_JSON, S_MODULE, S_DIGEST, S_SIZE, S_TYPE};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        for (int k = 0; k < 7; k++) {
+            attrs[k] = PyObject_GetAttr(e, names[k]);
+            if (!attrs[k]) goto fail;
+        }
+        Py_ssize_t at_len, id_len, mo_len, ty_len;
+        const char *at = str_attr(attrs[0], &at_len);
+        const char *eid = at ? str_attr(attrs[1], &id_len) : NULL;
+        const char *mo = eid ? str_attr(attrs[3], &mo_len) : NULL;
+        const char *ty = mo ? str_attr(attrs[6], &ty_len) : NULL;
+        if (!ty) goto fail;
+        PyObject *meta = attrs[2], *digest = attrs[4];
+        if (!PyBytes_Check(meta) || !PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
+            PyErr_SetString(PyExc_TypeError, "meta_json and digest must be bytes");
+            goto fail;
+        }
+        Py_ssize_t size = PyLong_AsSsize_t(attrs[5]);
+        if (size == -1 && PyErr_Occurred()) goto fail;
+        if (version == LLONG_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "version past the 64-bit range");
+            goto fail;
+        }
+        version++;
+        size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
+                      (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
+        if (buf_reserve(&buf, need) < 0) goto fail;
+        char num[32];
+        char *o = buf.p;
+        o = put(o, (const char *)prev, AB3_OUT_LEN);
+        o = PUT_LIT(o, "{\"at\":");
+        o = json_str(o, at, at_len);
+        o = PUT_LIT(o, ",\"id\":");
+        o = json_str(o, eid, id_len);
+        o = PUT_LIT(o, ",\"meta\":");
+        o = put(o, PyBytes_AS_STRING(meta), (size_t)PyBytes_GET_SIZE(meta));
+        o = PUT_LIT(o, ",\"module\":");
+        o = json_str(o, mo, mo_len);
+        o = PUT_LIT(o, ",\"payload\":\"");
+        const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
+        for (int k = 0; k < 32; k++) {
+            *o++ = HEX[d[k] >> 4];
+            *o++ = HEX[d[k] & 15];
+        }
+        o = PUT_LIT(o, "\",\"size\":");
+        o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
+        o = PUT_LIT(o, ",\"stream\":");
+        o = put(o, stream_js, stream_js_len);
+        o = PUT_LIT(o, ",\"type\":");
+        o = json_str(o, ty, ty_len);
+        o = PUT_LIT(o, ",\"v\":1,\"version\":");
+        o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
+        *o++ = '}';
+        ab3_hash(key, (const uint8_t *)buf.p, (size_t)(o - buf.p), prev);
+        PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
+        if (!h) goto fail;
+        PyList_SET_ITEM(out, i, h);
+        for (int k = 0; k < 7; k++) Py_CLEAR(attrs[k]);
+    }
+    PyMem_Free(buf.p);
+    Py_DECREF(seq);
+    return out;
+fail:
+    for (int k = 0; k < 7; k++) Py_XDECREF(attrs[k]);
+    PyMem_Free(buf.p);
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "key", NULL};
     Py_buffer data;
@@ -487,6 +605,10 @@ static PyMethodDef methods[] = {
      "The chain verifier's fast path over events[start:]; the same as the pure-Python\n"
      "ares_events.integrity.verifier.verify_run. Returns (index of the first event it\n"
      "cannot vouch for or len(events), last version, last hash)."},
+    {"link_hashes", link_hashes, METH_VARARGS,
+     "link_hashes(stream_json, version, prev, events, key)\n--\n\n"
+     "The link hashes of events sealed after version whose hash is prev; the same as\n"
+     "ares_events.chain.link_hashes (stream_json: the stream id as a JSON string)."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
@@ -499,4 +621,17 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    if (!S_AT) {
+        S_AT = PyUnicode_InternFromString("at");
+        S_EVENT_ID = PyUnicode_InternFromString("event_id");
+        S_META_JSON = PyUnicode_InternFromString("meta_json");
+        S_MODULE = PyUnicode_InternFromString("module");
+        S_DIGEST = PyUnicode_InternFromString("digest");
+        S_SIZE = PyUnicode_InternFromString("size");
+        S_TYPE = PyUnicode_InternFromString("type");
+        if (!S_AT || !S_EVENT_ID || !S_META_JSON || !S_MODULE || !S_DIGEST || !S_SIZE || !S_TYPE)
+            return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -32,7 +32,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ares_events.chain import ChainKey, genesis, header_bytes, link_hash, link_hashes
+from ares_events.chain import (
+    ChainKey,
+    _native,
+    genesis,
+    header_bytes,
+    link_hash,
+    link_hashes,
+)
 from ares_events.core.events import AppendResult, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError
 
@@ -181,7 +188,7 @@ class Batch:
         else:
             version, prev = head.version, head.hash
         events = self.events
-        if len(events) == 1:  # the common append: no hasher worth reusing
+        if len(events) == 1 and _native is None:  # no hasher worth reusing in Python
             e = events[0]
             header = header_bytes(
                 stream_id,
