@@ -32,8 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import ares_events as ae
 from ares_events.integrity.checkpoint_anchors import RootAccumulator
+
+import ares_events as ae
 from ares_events.integrity.notes import SigningKey
 from bench.common import (
     Stats,
