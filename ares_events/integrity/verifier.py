@@ -79,7 +79,6 @@ _blake3 = blake3.blake3
 _hexlify = binascii.hexlify
 
 
-
 _native: Any = chain._native  # the C verify_run, or None (see chain._load_native)
 
 PAGE = 64

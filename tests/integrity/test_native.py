@@ -157,9 +157,7 @@ def test_blake3_official_vectors(native: ModuleType, length: int) -> None:
     """The hand-written BLAKE3 gives the official test vectors' hash and keyed_hash."""
     data = _official_input(length)
     for keyed in (False, True):
-        want = (
-            blake3.blake3(data, key=OFFICIAL_KEY) if keyed else blake3.blake3(data)
-        ).digest()
+        want = (blake3.blake3(data, key=OFFICIAL_KEY) if keyed else blake3.blake3(data)).digest()
         if (length, keyed) in OFFICIAL:
             assert want.hex() == OFFICIAL[length, keyed]
         got = native.blake3_hash(data, OFFICIAL_KEY) if keyed else native.blake3_hash(data)
