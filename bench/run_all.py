@@ -338,7 +338,7 @@ def sqlite_bare_replay_all(fx: bs.ReadFixtures) -> tuple[int, int]:
 
 
 def native_verifier() -> bool:
-    """True when the optional native verifier (``ares_events.integrity._native``) loaded."""
+    """True when the optional native verifier (``ares_events._native``) loaded."""
     from ares_events.integrity import verifier
 
     return verifier._native is not None
@@ -542,7 +542,7 @@ REASONS = {
         "carries the chain check (two blake3 hashes and a header per event) on top"
     ),
     "replay_verified": (
-        "with the native verifier (ares_events.integrity._native: canonical header and both "
+        "with the native verifier (ares_events._native: canonical header and both "
         "BLAKE3 hashes in C, portable code without SIMD) the chain check costs about what "
         "hashing ~700 bytes an event costs; the rest is a RecordedEvent per row, the "
         "payload decode and the page loop (compare the pure-Python verifier's row, which "
