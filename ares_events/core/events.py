@@ -588,7 +588,7 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
     # A batch reuses one blake3 hasher (same digests, less per-call cost).
     digest = payload_digester() if len(events) > 2 else payload_digest
     for i, ev in enumerate(events):
-        if not isinstance(ev, NewEvent):
+        if type(ev) is not NewEvent and not isinstance(ev, NewEvent):
             raise InvalidEvent(
                 "event",
                 f"expected ae.NewEvent, got {type(ev).__name__}",
@@ -628,7 +628,8 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
             )
         seen.add(eid_s)
         meta = ev.metadata if ev.metadata is not None else {}
-        if not isinstance(meta, Mapping):
+        # A plain dict (the usual case) spares the Mapping ABC's instance check.
+        if type(meta) is not dict and not isinstance(meta, Mapping):
             raise InvalidEvent(
                 "metadata",
                 f"must be a JSON object, got {type(meta).__name__}",
