@@ -435,8 +435,17 @@ def link_hashes(
     st = _NAME_CACHE.get(stream_id)
     if st is None:
         st = _cache_name(stream_id)
-    if _native is not None and type(version) is int and version < _INT_MAX:
-        return _native.link_hashes(st, version, prev, events, None if key is None else key.key)  # type: ignore[no-any-return]
+    # Anything unusual (a head hash that is not 32 bytes in a tampered file, a version
+    # past 64 bits) takes the reference, so the C loop never changes an outcome.
+    if (
+        _native is not None
+        and type(version) is int
+        and version < _INT_MAX
+        and type(prev) is bytes
+        and len(prev) == 32
+    ):
+        k = None if key is None else key.key
+        return _native.link_hashes(st, version, prev, events, k)  # type: ignore[no-any-return]
     return link_hashes_reference(stream_id, version, prev, events, key)
 
 
