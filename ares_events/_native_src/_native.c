@@ -514,6 +514,59 @@ fail:
     return NULL;
 }
 
+
+/* ---- UUIDv7 objects (ares_events.core.events.uuid7's object, the reference) ------------ */
+
+static PyObject *S_INT, *S_IS_SAFE, *S_TEXT;
+
+/* make_uuid7(cls, ms, seq, rand_b, is_safe): an instance of cls (a uuid.UUID subclass
+ * with a _text slot) for the UUIDv7 of 48-bit ms, 12-bit seq and 62-bit rand_b, with its
+ * canonical text; the fields are set as object.__setattr__ sets them. */
+static PyObject *make_uuid7(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "make_uuid7(cls, ms, seq, rand_b, is_safe)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    unsigned long long ms = PyLong_AsUnsignedLongLong(args[1]);
+    unsigned long long seq = ms == (unsigned long long)-1 && PyErr_Occurred()
+                                 ? 0
+                                 : PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long rb = PyErr_Occurred() ? 0 : PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (ms >> 48 || seq >> 12 || rb >> 62) {
+        PyErr_SetString(PyExc_ValueError, "ms, seq or rand_b out of range");
+        return NULL;
+    }
+    unsigned long long hi = ms << 16 | 0x7000ULL | seq;
+    unsigned long long lo = 0x8000000000000000ULL | rb;
+    char text[40];
+    snprintf(text, sizeof text, "%08llx-%04llx-%04llx-%04llx-%012llx", hi >> 32,
+             (hi >> 16) & 0xFFFF, hi & 0xFFFF, lo >> 48, lo & 0xFFFFFFFFFFFFULL);
+    PyObject *h = PyLong_FromUnsignedLongLong(hi);
+    PyObject *sh = h ? PyLong_FromLong(64) : NULL;
+    PyObject *hs = sh ? PyNumber_Lshift(h, sh) : NULL;
+    PyObject *l = hs ? PyLong_FromUnsignedLongLong(lo) : NULL;
+    PyObject *value = l ? PyNumber_Or(hs, l) : NULL;
+    Py_XDECREF(h);
+    Py_XDECREF(sh);
+    Py_XDECREF(hs);
+    Py_XDECREF(l);
+    if (!value) return NULL;
+    PyObject *t = PyUnicode_FromStringAndSize(text, 36);
+    PyObject *u = t ? cls->tp_alloc(cls, 0) : NULL;
+    if (!u || PyObject_GenericSetAttr(u, S_INT, value) < 0 ||
+        PyObject_GenericSetAttr(u, S_IS_SAFE, args[4]) < 0 ||
+        PyObject_GenericSetAttr(u, S_TEXT, t) < 0) {
+        Py_XDECREF(u);
+        u = NULL;
+    }
+    Py_DECREF(value);
+    Py_XDECREF(t);
+    return u;
+}
+
 static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "key", NULL};
     Py_buffer data;
@@ -609,6 +662,10 @@ static PyMethodDef methods[] = {
      "link_hashes(stream_json, version, prev, events, key)\n--\n\n"
      "The link hashes of events sealed after version whose hash is prev; the same as\n"
      "ares_events.chain.link_hashes (stream_json: the stream id as a JSON string)."},
+    {"make_uuid7", (PyCFunction)(void (*)(void))make_uuid7, METH_FASTCALL,
+     "make_uuid7(cls, ms, seq, rand_b, is_safe, /)\n--\n\n"
+     "A cls instance (uuid.UUID with a _text slot) for the UUIDv7 of ms, seq and rand_b;\n"
+     "the same object as ares_events.core.events.uuid7 builds in Python."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
@@ -630,6 +687,10 @@ PyMODINIT_FUNC PyInit__native(void) {
         S_DIGEST = PyUnicode_InternFromString("digest");
         S_SIZE = PyUnicode_InternFromString("size");
         S_TYPE = PyUnicode_InternFromString("type");
+        S_INT = PyUnicode_InternFromString("int");
+        S_IS_SAFE = PyUnicode_InternFromString("is_safe");
+        S_TEXT = PyUnicode_InternFromString("_text");
+        if (!S_INT || !S_IS_SAFE || !S_TEXT) return NULL;
         if (!S_AT || !S_EVENT_ID || !S_META_JSON || !S_MODULE || !S_DIGEST || !S_SIZE || !S_TYPE)
             return NULL;
     }

@@ -21,7 +21,13 @@ from typing import Any, Final
 
 import orjson
 
-from ares_events.chain import canonical_json, header_bytes, payload_digest, payload_digester
+from ares_events.chain import (
+    _native,
+    canonical_json,
+    header_bytes,
+    payload_digest,
+    payload_digester,
+)
 from ares_events.errors import ConcurrencyError, InvalidEvent, PayloadErased
 
 __all__ = [
@@ -162,10 +168,16 @@ class _UUID7(uuid.UUID):
     def __str__(self) -> str:
         return self._text
 
+    def __reduce__(self) -> Any:
+        # UUID's own state carries only the int: a pickled or copied id comes back as a
+        # plain UUID (equal, and with its text), never as an object without _text.
+        return (uuid.UUID, (self._text,))
+
 
 _set = object.__setattr__
 _getrandbits = random.getrandbits
 _UNKNOWN = uuid.SafeUUID.unknown
+_make_uuid7: Any = None if _native is None else _native.make_uuid7
 _last_ms = 0
 _seq = 0
 
@@ -185,7 +197,15 @@ def uuid7() -> uuid.UUID:
     # The module-level generator is reseeded in every forked child (random registers
     # an at-fork hook), so processes forked from one parent do not repeat ids.
     rand_b = _getrandbits(62)
-    value = (ms << 80) | (0x7000 | _seq) << 64 | 0x8000000000000000 | rand_b
+    if _make_uuid7 is not None:  # the same object, built in C (~1 µs less an event)
+        return _make_uuid7(_UUID7, ms, _seq, rand_b, _UNKNOWN)  # type: ignore[no-any-return]
+    return uuid7_reference(ms, _seq, rand_b)
+
+
+def uuid7_reference(ms: int, seq: int, rand_b: int) -> uuid.UUID:
+    """The UUIDv7 object of 48-bit ``ms``, 12-bit ``seq`` and 62-bit ``rand_b``, with its
+    canonical text kept (what ``ares_events._native.make_uuid7`` builds too)."""
+    value = (ms << 80) | (0x7000 | seq) << 64 | 0x8000000000000000 | rand_b
     u = object.__new__(_UUID7)
     _set(u, "int", value)
     _set(u, "is_safe", _UNKNOWN)

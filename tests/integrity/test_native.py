@@ -39,11 +39,13 @@ from ares_events.chain import (
     payload_digest,
 )
 from ares_events.core.events import (
+    _UUID7,
     ErasedPayloadRef,
     MalformedPayloadRef,
     PayloadRef,
     PreparedEvent,
     RecordedEvent,
+    uuid7_reference,
 )
 from ares_events.integrity import verifier
 from tests.integrity.test_codec import scalars, text
@@ -549,3 +551,41 @@ def test_link_hashes_equal_the_python_loop(
         )  # fmt: skip
         h = link_hash(h, header, key)
         assert want[i] == h
+
+
+# -- UUIDv7 objects ----------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(
+    ms=st.integers(0, 2**48 - 1), seq=st.integers(0, 2**12 - 1), rand_b=st.integers(0, 2**62 - 1)
+)
+def test_make_uuid7_equals_the_python_object(
+    native: ModuleType, ms: int, seq: int, rand_b: int
+) -> None:
+    """The C-built UUIDv7 is the Python reference's object: type, value, text, is_safe."""
+    want = uuid7_reference(ms, seq, rand_b)
+    got = native.make_uuid7(_UUID7, ms, seq, rand_b, uuid.SafeUUID.unknown)
+    assert type(got) is type(want) is _UUID7
+    assert got.int == want.int and got.is_safe is want.is_safe
+    assert str(got) == str(want) == str(uuid.UUID(int=want.int))
+    assert got.version == 7 and got.variant == uuid.RFC_4122
+
+
+def test_make_uuid7_refuses_out_of_range_fields(native: ModuleType) -> None:
+    """Fields wider than their bits are a ValueError, never a wrong id."""
+    for ms, seq, rand_b in ((2**48, 0, 0), (0, 2**12, 0), (0, 0, 2**62)):
+        with pytest.raises(ValueError, match="out of range"):
+            native.make_uuid7(_UUID7, ms, seq, rand_b, uuid.SafeUUID.unknown)
+
+
+def test_a_pickled_or_copied_event_id_keeps_its_text() -> None:
+    """A default event id survives pickle and copy as an equal UUID with the same text."""
+    import copy
+    import pickle
+
+    from ares_events.core.events import uuid7
+
+    u = uuid7()
+    for v in (pickle.loads(pickle.dumps(u)), copy.copy(u), copy.deepcopy(u)):
+        assert v == u and str(v) == str(u) and v.int == u.int
