@@ -32,9 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ares_events.integrity.checkpoint_anchors import RootAccumulator
-
 import ares_events as ae
+from ares_events.integrity.checkpoint_anchors import RootAccumulator
 from ares_events.integrity.notes import SigningKey
 from bench.common import (
     Stats,
