@@ -404,7 +404,7 @@ class ArchiveError(StoreError):
 
     Attributes:
         kind: ``"missing"``, ``"corrupted"`` or ``"unreadable"``.
-        segment: the segment's sequence number (1, 2, ...), or None for the catalog.
+        segment: the segment's sequence number (1, 2, ...), or None for the segment index.
         key: the archive object's key.
         detail: what was wrong.
     """
@@ -414,7 +414,7 @@ class ArchiveError(StoreError):
         self.segment = segment
         self.key = key
         self.detail = detail
-        which = f"segment {segment}" if segment is not None else "catalog"
+        which = f"segment {segment}" if segment is not None else "segment index"
         super().__init__(f"archive {which} ({key}) {kind}: {detail}")
 
 

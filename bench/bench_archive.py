@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import ares_events as ae
-from ares_events.projections.archive import archive
+from ares_events.archive.job import archive
 from bench.common import (
     Stats,
     fmt_ms,

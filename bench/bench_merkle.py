@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import ares_events as ae
-from ares_events.integrity.checkpoint_anchors import RootAccumulator
+from ares_events.integrity.anchors import RootAccumulator
 from ares_events.integrity.notes import SigningKey
 from bench.common import (
     Stats,

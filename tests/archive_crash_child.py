@@ -1,6 +1,6 @@
 """Child process for the archive crash matrix: run an archive and ``kill -9`` itself
 right after the ``NTH`` time it finishes ``STEP`` (one of
-``ares_events.projections.archive.STEPS``, or ``cell-deleted``: one cell's rows of a
+``ares_events.archive.job.STEPS``, or ``cell-deleted``: one cell's rows of a
 segment deleted, the other cells' not yet, on a cell store).
 
 Usage: ``python -m tests.archive_crash_child STORE_URL ARCHIVE_URL BEFORE SEGMENT STEP NTH``.
@@ -14,7 +14,7 @@ import signal
 import sys
 
 import ares_events as ae
-from ares_events.projections import archive as archive_mod
+from ares_events.archive import job as archive_mod
 
 
 def main() -> None:

@@ -1,5 +1,33 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration.
+
+Tests are marked by what they need, from the fixtures they use, so the quick tier
+(``scripts/test --quick``: SQLite and PostgreSQL only) can leave out the rest without a
+list to keep in step: ``citus`` (a Citus cluster), ``browser`` (headless Chromium),
+``redis``, ``s3``; ``slow`` is set by hand on tests that take more than a few seconds.
+"""
 
 from __future__ import annotations
 
+import pytest
+
 pytest_plugins = ["tests.fix_backends", "tests.fix_cells"]
+
+_NEEDS = {
+    "citus_ports": "citus",
+    "citus_coordinator": "citus",
+    "citus_reused_prefix": "citus",
+    "plain_cell_hosts": "slow",  # starts PostgreSQL servers of its own
+    "driver": "browser",
+    "redis_base_url": "redis",
+    "s3_endpoint": "s3",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, mark in _NEEDS.items():
+            if fixture in names:
+                item.add_marker(getattr(pytest.mark, mark))
+        if "citus" in item.nodeid:  # cluster built inside the test (a cell moved, a restart)
+            item.add_marker(pytest.mark.citus)

@@ -169,3 +169,19 @@ def test_errors_py_lists_every_error_and_where_it_lives(name: str) -> None:
     where = homes[0]
     if where != "ares_events.errors":
         assert where.removeprefix("ares_events.") in lines[0], (name, where, lines[0])
+
+
+# a path of this repository in the user documentation: `ares_events/x.py`, `tests/y/z.py`
+DOC_PATH = re.compile(r"(?<![\w/.-])((?:ares_events|tests|bench|tools|scripts)/[\w/.-]*\w)")
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    """A path into the package, the tests, the benchmarks or the tools named in the
+    README, CONTRIBUTING or docs/ exists (a moved or deleted file is a stale page)."""
+    wrong: list[str] = []
+    for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted(ROOT.glob("docs/*.md"))]:
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for found in DOC_PATH.findall(line):
+                if not (ROOT / found).exists():
+                    wrong.append(f"{page.relative_to(ROOT)}:{n}: {found}")
+    assert wrong == []

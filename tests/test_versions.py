@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ares_events.archive.reader import ArchiveRecorder
+from ares_events.archive.reader_async import AsyncArchiveRecorder
 from ares_events.core import recorder, recorder_async
-from ares_events.stores.archive.reader import ArchiveRecorder
-from ares_events.stores.archive.reader_async import AsyncArchiveRecorder
 from ares_events.stores.cache import CachedRecorder
 from ares_events.stores.threaded import ThreadedRecorder
 

@@ -53,7 +53,7 @@ SOURCES: tuple[str, ...] = (
     "ares_events/stores/postgres/recorder_async.py",
     "ares_events/stores/postgres/snapshots_async.py",
     "ares_events/stores/opening_async.py",
-    "ares_events/stores/archive/reader_async.py",
+    "ares_events/archive/reader_async.py",
     "ares_events/integrity/verify_async.py",
     "ares_events/projections/recovery_async.py",
     "ares_events/agents/runs_async.py",

@@ -14,7 +14,7 @@ gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`:
 resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
 verify-proof; :mod:`~ares_events.cli.records`: export, verify-record;
 :mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
-witness; :mod:`~ares_events.cli.console`: ui; :mod:`~ares_events.cli.archive`: archive;
+witness; :mod:`~ares_events.cli.console`: ui; :mod:`~ares_events.archive.cli`: archive;
 :mod:`~ares_events.cli.cells`: cells), :mod:`~ares_events.cli.terminal` (what reaches the
 terminal: store content made visible, tables that never cut an id), and here :func:`main`,
 which maps errors to exit codes (and to one JSON object with ``--json``).
@@ -33,9 +33,9 @@ import traceback
 import click
 
 # Importing a command module registers its commands on the group.
+from ares_events.archive import cli as archive_cli  # noqa: F401
 from ares_events.cli import (  # noqa: F401
     anchors,
-    archive,
     bench,
     blobs,
     cells,

@@ -11,7 +11,9 @@ What lives here, by what a reader looks for:
   faces share in :mod:`~ares_events.core.rules`, the identity in
   :mod:`~ares_events.core.identity` and safe close in :mod:`~ares_events.core.lifecycle`;
 - snapshots: :mod:`~ares_events.core.snapshot_format` (what a snapshot is) and
-  :mod:`~ares_events.core.snapshots_async` (the store that checks them).
+  :mod:`~ares_events.core.snapshots_async` (the store that checks them);
+- read models: :mod:`~ares_events.core.read_models` (what a backend keeps for the
+  projection runner and the Merkle log's checkpoints).
 - telemetry: :mod:`~ares_events.core.telemetry` (OpenTelemetry providers, spans, metric
   instruments; ``ae.telemetry``) and :mod:`~ares_events.core.traced` (the decorators on
   the store, replay, verification and audits).

@@ -31,13 +31,15 @@ import enum
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ares_events.chain import ChainKey, genesis, link_hashes
-from ares_events.core.events import AppendResult, PreparedEvent, RecordedEvent
+from ares_events.core.events import AppendResult, PayloadRef, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError
 
 __all__ = [
     "AppendOutcome",
+    "ArchivedRow",
     "Batch",
     "Capability",
     "EraseOutcome",
@@ -46,6 +48,7 @@ __all__ = [
     "TrackingRecord",
     "check_tracking",
     "fresh_result",
+    "rows_differ",
 ]
 
 
@@ -84,7 +87,7 @@ class Capability(enum.Enum):
     """``meta_swap(key, expected, value)`` (compare-and-set of a metadata value) and
     ``delete_archived(first_position, last_position, expected)`` (remove rows that an
     archive segment holds, checked row by row): the store can move old events to an
-    archive (:mod:`ares_events.stores.archive`)."""
+    archive (:mod:`ares_events.archive`)."""
     CELL_CURSORS = "cell_cursors"
     """A store of several cells: ``read_all`` merges them and each event it yields carries
     a cursor (one position per cell, packed in an int) that resumes the merge right after
@@ -95,6 +98,9 @@ class Capability(enum.Enum):
     STREAM_PAGES = "stream_pages"
     """``heads_page(after, limit, prefix)``: one page of stream heads in stream id order,
     from the backend's index (a console lists millions of streams a page at a time)."""
+    READ_MODELS = "read_models"
+    """``read_models()``: the read-model and checkpoint tables beside the events
+    (:class:`~ares_events.core.read_models.ReadModels`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,3 +239,35 @@ def fresh_result(
         position,
         tuple(p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared),
     )
+
+
+ArchivedRow = tuple[int, bytes, "str | None", str]
+"""What ``delete_archived`` (:attr:`Capability.ARCHIVE`) is told of each row an archive
+segment holds: ``(position, hash, payload_ref JSON or None, stream_id)`` (the stream id
+routes the row to its cell)."""
+
+
+def rows_differ(rows: Sequence[Sequence[Any]], expected: Sequence[ArchivedRow]) -> str | None:
+    """Why the database rows ``(position, hash, payload_ref)`` of a segment's position
+    range do not hold exactly the rows the segment holds (``expected``), or None when
+    they do; rows of the range the segment does not hold (each stream's last event,
+    kept in the database) are left out of the comparison. What a backend's
+    ``delete_archived`` checks before it deletes anything."""
+    want = {e[0]: (e[1], e[2]) for e in expected}
+    found = 0
+    for pos, h, ref in rows:
+        if pos not in want:
+            continue
+        found += 1
+        eh, eref = want[pos]
+        if bytes(h) != eh:
+            return f"the row at position {pos} has another hash than the segment's"
+        if _ref_of(ref) != _ref_of(eref):
+            return f"the row at position {pos} changed its payload reference (erased?)"
+    if found != len(want):
+        return f"{len(want) - found} of the segment's {len(want)} rows are not in the database"
+    return None
+
+
+def _ref_of(raw: Any) -> PayloadRef | None:
+    return None if raw is None else PayloadRef.parse_stored(raw)

@@ -32,6 +32,7 @@ from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedE
 from ares_events.errors import StoreError
 
 if TYPE_CHECKING:
+    from ares_events.core.read_models import ReadModels
     from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Erases",
     "HasDefaultBlobs",
     "KeepsMetadata",
+    "KeepsReadModels",
     "KeepsSnapshots",
     "PagesStreams",
     "Recorder",
@@ -146,7 +148,7 @@ class Erases(Protocol):
 @runtime_checkable
 class Archives(Protocol):
     """:attr:`Capability.ARCHIVE`: what moving old events to an archive needs from the
-    database (the archive itself is a blob store: :mod:`ares_events.stores.archive`)."""
+    database (the archive itself is a blob store: :mod:`ares_events.archive`)."""
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:
@@ -273,6 +275,17 @@ class HasDefaultBlobs(Protocol):
 
 
 @runtime_checkable
+class KeepsReadModels(Protocol):
+    """:attr:`Capability.READ_MODELS`: read-model and checkpoint tables beside the
+    events, created once per store by the backend (blocking on both faces: the runner
+    that folds them is blocking)."""
+
+    def read_models(self) -> ReadModels:
+        """The store's read models (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
 class Wraps(Protocol):
     """A recorder over another one (the Redis cache, a worker-thread adapter): integrity
     checks read the system of record under it, never a cache."""
@@ -293,6 +306,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.DEFAULT_BLOBS: HasDefaultBlobs,
     Capability.STREAM_PAGES: PagesStreams,
     Capability.ARCHIVE: Archives,
+    Capability.READ_MODELS: KeepsReadModels,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:
 gapless positions, persistence, several processes)."""

@@ -31,6 +31,7 @@ from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedE
 from ares_events.errors import StoreError
 
 if TYPE_CHECKING:
+    from ares_events.core.read_models import ReadModels
     from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncErases",
     "AsyncHasDefaultBlobs",
     "AsyncKeepsMetadata",
+    "AsyncKeepsReadModels",
     "AsyncKeepsSnapshots",
     "AsyncPagesStreams",
     "AsyncRecorder",
@@ -145,7 +147,7 @@ class AsyncErases(Protocol):
 @runtime_checkable
 class AsyncArchives(Protocol):
     """:attr:`Capability.ARCHIVE`: what moving old events to an archive needs from the
-    database (the archive itself is a blob store: :mod:`ares_events.stores.archive`)."""
+    database (the archive itself is a blob store: :mod:`ares_events.archive`)."""
 
     async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:
@@ -274,6 +276,17 @@ class AsyncHasDefaultBlobs(Protocol):
 
 
 @runtime_checkable
+class AsyncKeepsReadModels(Protocol):
+    """:attr:`Capability.READ_MODELS`: read-model and checkpoint tables beside the
+    events, created once per store by the backend (blocking on both faces: the runner
+    that folds them is blocking)."""
+
+    def read_models(self) -> ReadModels:
+        """The store's read models (the same object on every call)."""
+        ...
+
+
+@runtime_checkable
 class AsyncWraps(Protocol):
     """A recorder over another one (the Redis cache, a worker-thread adapter): integrity
     checks read the system of record under it, never a cache."""
@@ -294,6 +307,7 @@ REQUIRES: Final[dict[Capability, type]] = {
     Capability.DEFAULT_BLOBS: AsyncHasDefaultBlobs,
     Capability.STREAM_PAGES: AsyncPagesStreams,
     Capability.ARCHIVE: AsyncArchives,
+    Capability.READ_MODELS: AsyncKeepsReadModels,
 }
 """The protocol each method-bearing capability requires (the others describe behaviour:
 gapless positions, persistence, several processes)."""

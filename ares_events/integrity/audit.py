@@ -10,18 +10,19 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ares_events.archive.check import check_archive
+from ares_events.archive.reader import ArchiveRecorder
+from ares_events.archive.segment import SegmentIndex
 from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, MalformedPayloadRef, RecordedEvent
 from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import audited, traced
 from ares_events.errors import ArchiveError, BlobError, BlobMissing
 from ares_events.integrity.anchors import verify_anchors
-from ares_events.integrity.archive_check import check_archive
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
 from ares_events.integrity.notes import VerifierKey
 from ares_events.integrity.verifier import ChainVerifier, _type_name, malformed_reason
 from ares_events.integrity.verify import check_stream
-from ares_events.stores.archive.segment import CATALOG_KEY, Catalog
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -100,9 +101,9 @@ def audit(
         if progress is not None and done // 1000 != before // 1000:
             progress(done, max(expected, done))
 
-    catalog = _catalog(recorder, report)
+    seg_index = _segment_index(recorder, report)
     for sid, head in heads.items():
-        start = catalog.retired_end(sid) if catalog is not None else None
+        start = seg_index.retired_end(sid) if seg_index is not None else None
         if start is None:
             ver = ChainVerifier(sid, key)
         else:  # its oldest events were retired: the chain goes on from the tombstone
@@ -118,7 +119,7 @@ def audit(
     gapless = Capability.GAPLESS_POSITIONS in store.capabilities
     orphans: dict[str, ChainVerifier] = {}
     last_pos = 0
-    retired = catalog.retired_ranges() if catalog is not None else []
+    retired = seg_index.retired_ranges() if seg_index is not None else []
     for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
@@ -162,7 +163,7 @@ def audit(
         report.events_checked += n
     report.streams_checked = len(report.streams)
     if deep:
-        check_archive(recorder, report)
+        check_archive(recorder, seg_index, report)
     _check_erasures(store, recorder, erased, report)
     _check_uniqueness(recorder, report)
     if deep and Capability.SNAPSHOTS in store.capabilities:
@@ -250,13 +251,12 @@ def _check_erasures(
             )
 
 
-def _catalog(recorder: Any, report: AuditReport) -> Catalog | None:
-    """The store's archive catalog (None: never archived, or unreadable: a finding)."""
-    if Capability.ARCHIVE not in recorder.capabilities:
-        return None
+def _segment_index(recorder: Any, report: AuditReport) -> SegmentIndex | None:
+    """The store's archive segment index (None: no archive, or unreadable: a finding)."""
+    if not isinstance(recorder, ArchiveRecorder):
+        return None  # a store opened without an archive never reads its index
     try:
-        text = recorder.meta_get(CATALOG_KEY)
-        return Catalog.from_json(text) if text is not None else None
+        return recorder.segment_index()
     except ArchiveError as exc:
         report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
         return None

@@ -31,8 +31,8 @@ Verification never raises on a bad link: it returns a report of findings. Findin
     a spilled payload is gone or altered (deep audit only).
 ``archive_missing`` / ``archive_corrupted`` / ``archive_unreadable`` / ``archive_order``
     an archived segment (or its manifest) is gone, differs from the digest the store
-    recorded, does not decode, or the catalog's segments overlap (see
-    :mod:`ares_events.stores.archive`).
+    recorded, does not decode, or the segment index's segments overlap (see
+    :mod:`ares_events.archive`).
 ``anchor_*``
     the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
 ``erasure_unrecorded`` / ``erasure_undone``

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ares_events.core.backend import Capability, Head
+from ares_events.archive.segment import INDEX_KEY, SegmentIndex
+from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
@@ -18,7 +19,6 @@ from ares_events.core.traced import traced, verified
 from ares_events.errors import ArchiveError
 from ares_events.integrity.findings import Finding, VerifyReport
 from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
-from ares_events.stores.archive.segment import CATALOG_KEY, Catalog
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore  # as is
@@ -28,13 +28,15 @@ __all__ = ["chain_start", "check_stream", "verify_stream"]
 
 def chain_start(store: EventStore, stream_id: str) -> tuple[int, bytes] | None:
     """Where ``stream_id``'s readable chain starts when its oldest events were retired
-    from the archive (the tombstone's last version and hash), else None (genesis)."""
-    if Capability.METADATA not in store.capabilities:
+    from the archive (the tombstone's last version and hash), else None (genesis). Only
+    a store whose identity names an archive reads its segment index."""
+    ident = store.identity
+    if ident is None or ident.archive is None:
         return None
-    text = store.recorder.meta_get(CATALOG_KEY)  # type: ignore[attr-defined]
+    text = store.recorder.meta_get(INDEX_KEY)  # type: ignore[attr-defined]
     if text is None:
         return None
-    return Catalog.from_json(text).retired_end(stream_id)
+    return SegmentIndex.from_json(text).retired_end(stream_id)
 
 
 @traced("verify", verified, activity=True)

@@ -25,17 +25,24 @@ height ``8 * (h // 8)``, so a root or a proof reads ``O(log n)`` tiles, never th
 signing a checkpoint after a million events costs the same as after a hundred.
 
 :class:`MerkleLog` is the read side: size, roots, leaf lookups by position, proofs, and
-signed checkpoints (stored beside the tree, :mod:`~ares_events.projections.checkpoint_store`).
+signed checkpoints, stored by the backend beside the tree (``ares_checkpoints``: one row per
+``(origin, tree_size)``, the first note signed at a size kept). The verifier keys that
+signed them are remembered in the store's metadata (``log_keys``), so an audit can verify a
+witness's checkpoints without being told the key (``--vkey`` is the stronger source).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from ares_events.core.backend import Capability
 from ares_events.core.events import RecordedEvent
+from ares_events.core.read_models import CheckpointStore
 from ares_events.errors import ConfigError, EventNotFound, ProofError, StoreError
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import (
@@ -47,7 +54,6 @@ from ares_events.integrity.checkpoints import (
     sign_checkpoint,
 )
 from ares_events.integrity.notes import SigningKey
-from ares_events.projections.checkpoint_store import CheckpointStore, checkpoints_for
 from ares_events.projections.runner import ProjectionRunner
 from ares_events.projections.tables import tables_for
 
@@ -62,6 +68,9 @@ MERKLE_PROJECTION: Final = "merkle_log"
 TILE_HEIGHT: Final = 8
 TILE_WIDTH: Final = 1 << TILE_HEIGHT
 HEAD_KEY: Final = "head"
+LOG_KEYS: Final = "log_keys"
+"""Metadata key: JSON list of the verifier keys that signed this log's checkpoints."""
+_KEYS_LOCK = threading.Lock()
 _H: Final = merkle.HASH_SIZE
 
 
@@ -215,7 +224,7 @@ class MerkleLog:
         self.projection = MerkleLogProjection()
         self.batch_size = batch_size
         self.tables = tables_for(store)
-        self.checkpoints: CheckpointStore = checkpoints_for(store)
+        self.checkpoints: CheckpointStore = self.tables.checkpoints
 
     # -- maintenance ---------------------------------------------------------------------
 
@@ -386,17 +395,17 @@ class MerkleLog:
         signed = read_checkpoint(text)
         if store:
             self.checkpoints.put(cp.origin, cp.size, cp.root, text)
-            self.checkpoints.remember_key(key.verifier.text)
+            self._remember_key(key.verifier.text)
         logger.info("signed checkpoint of %s at size %d", cp.origin, cp.size)
         return signed
 
     def latest_checkpoint(self, *, covering: int | None = None) -> SignedCheckpoint | None:
         """The stored checkpoint with the largest size (None when there is none, or none
         of size above ``covering``)."""
-        text = self.checkpoints.latest()
-        if text is None:
+        rows = self.checkpoints.newest(1)
+        if not rows:
             return None
-        cp = read_checkpoint(text)
+        cp = read_checkpoint(rows[0][3])
         if covering is not None and cp.checkpoint.size <= covering:
             return None
         return cp
@@ -405,6 +414,20 @@ class MerkleLog:
         """The stored checkpoint of exactly ``size`` leaves, or None."""
         text = self.checkpoints.at_size(size)
         return read_checkpoint(text) if text is not None else None
+
+    def _remember_key(self, vkey: str) -> None:
+        """Add ``vkey`` to the store's ``log_keys`` (a store without metadata keeps none)."""
+        if Capability.METADATA not in self.store.capabilities:
+            return
+        rec: Any = self.store.recorder  # KeepsMetadata, declared above
+        with _KEYS_LOCK:
+            try:
+                keys = json.loads(rec.meta_get(LOG_KEYS) or "[]")
+            except ValueError:
+                keys = []
+            keys = [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+            if vkey not in keys:
+                rec.meta_set(LOG_KEYS, json.dumps([*keys, vkey]))
 
     def _behind(self, what: str) -> ConfigError | None:
         """The error to raise when a proof lacks ``what`` because the tree has not folded

@@ -22,18 +22,17 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
 from ares_events.errors import ConfigError, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import (
-    MemoryTables,
-    ProjectionMeta,
-    ReadModelTables,
     encode_state,
     new_meta,
     table_name,
     tables_for,
 )
+from ares_events.stores.memory.read_models import MemoryReadModels
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -61,7 +60,7 @@ def _key_of(projection: Projection) -> Callable[[RecordedEvent], str | None]:
 
 def _fold_batch(
     projection: Projection,
-    tables: ReadModelTables,
+    tables: ReadModels,
     table: str,
     events: list[RecordedEvent],
     *,
@@ -158,7 +157,7 @@ class DiffReport:
         }
 
 
-def _ensure_live(tables: ReadModelTables, projection: Projection) -> ProjectionMeta:
+def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
     """The projection's registry row, created (with an empty live table) on first use."""
     meta = tables.meta(projection.name)
     if meta is None:
@@ -175,11 +174,11 @@ def _ensure_live(tables: ReadModelTables, projection: Projection) -> ProjectionM
 def _fill(
     store: EventStore,
     projection: Projection,
-    tables: ReadModelTables,
+    tables: ReadModels,
     table: str,
     after: int,
     *,
-    cursor: str,
+    cursor: Cursor,
     until: int | None,
     batch_size: int,
     strict: bool,
@@ -304,7 +303,7 @@ def verify_rebuild(
             f"the read model {projection.name!r} was never built in {store.url}: nothing to "
             f"verify (`ares-events rebuild {projection.name}` builds it)"
         )
-    scratch = MemoryTables()
+    scratch = MemoryReadModels()
     _fill(
         store,
         projection,

@@ -3,8 +3,9 @@
 
 What lives here: the backends, each implementing the core's recorder protocol
 (:mod:`~ares_events.stores.memory`, :mod:`~ares_events.stores.sqlite`,
-:mod:`~ares_events.stores.postgres`, each with its snapshot table's rows), the Redis cache
-wrapper (:mod:`~ares_events.stores.cache`), the worker-thread adapter that gives a
+:mod:`~ares_events.stores.postgres`, each with its snapshot table's rows and read models,
+whose SQL both SQL backends share: :mod:`~ares_events.stores.sql_read_models`), the Redis
+cache wrapper (:mod:`~ares_events.stores.cache`), the worker-thread adapter that gives a
 blocking backend its asyncio face (:mod:`~ares_events.stores.threaded`), blob stores
 (:mod:`~ares_events.stores.blobs`), opening by URL (:mod:`~ares_events.stores.opening_async`,
 ``opening`` generated from it), the scheme registry (``_registry``), SQL migrations

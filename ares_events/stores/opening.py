@@ -5,7 +5,8 @@ Composition order, the same on both faces::
 
     EventStore (core: validate, encode, chain, spill to blobs)
       └── CachedRecorder (Redis, optional, read-through; never the system of record)
-            └── ArchiveRecorder (when the backend can archive: reads go on into the archive)
+            └── ArchiveRecorder (when the store's identity names an archive: reads go on
+                into it; :mod:`ares_events.archive`)
                   └── backend recorder (memory | sqlite | postgresql | a registered one)
 
 The URL is parsed once; the backend class comes from the registry; the blob store is
@@ -28,7 +29,6 @@ from ares_events.core.store import EventStore
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError
 from ares_events.stores import _registry
-from ares_events.stores.archive.source import archive_read_nice
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +97,8 @@ def open_store(
         )
     if not create:
         options["create"] = False
-    recorder = _open_recorder(cls, parsed, cache, options)
+    recorder, identity = _open_recorder(cls, parsed, cache, options)
     try:
-        identity = None
-        if Capability.METADATA in recorder.capabilities:
-            raw = recorder.meta_get(IDENTITY_KEY)
-            if raw is not None:
-                identity = StoreIdentity.from_json(raw, parsed.redacted())
         blobs_url, default_blobs = _blob_choice(blobs, identity, recorder)
         blob_store = None
         if blobs_url:
@@ -128,32 +123,39 @@ def open_store(
 
 def _open_recorder(
     cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
-) -> Any:
-    """The backend recorder of this face, behind the Redis cache when ``cache`` is given.
-
-    Raises:
-        ConfigError: ``ARES_ARCHIVE_READ_NICE`` is malformed (before anything is opened).
-    """
-    archive_read_nice()  # checked here, so a bad value does not leave a recorder open
+) -> tuple[Any, StoreIdentity | None]:
+    """The backend recorder of this face, behind the archive reader when the store's
+    identity names an archive and behind the Redis cache when ``cache`` is given; and the
+    identity the store recorded (None: none yet)."""
     return _open_blocking(cls, url, cache, options)
 
 
 def _open_blocking(
     cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
-) -> Any:
-    from ares_events.stores.archive.reader import ArchiveRecorder  # as is
-
-    # Under the cache: what the cache wraps (and integrity checks read) reads through.
-    rec = ArchiveRecorder.over(cls.from_url(url, **options))
-    if cache is None:
-        return rec
-    from ares_events.stores.cache import CachedRecorder
-
+) -> tuple[Any, StoreIdentity | None]:
+    rec = cls.from_url(url, **options)
     try:
-        return CachedRecorder.wrap(rec, cache)
+        identity = None
+        if Capability.METADATA in rec.capabilities:
+            identity = _identity(rec.meta_get(IDENTITY_KEY), url)
+        if identity is not None and identity.archive is not None:
+            # Under the cache: what the cache wraps (and integrity checks read) reads
+            # through. A store without an archive never constructs the reader.
+            from ares_events.archive.reader import ArchiveRecorder  # as is
+
+            rec = ArchiveRecorder(rec)
+        if cache is not None:
+            from ares_events.stores.cache import CachedRecorder
+
+            rec = CachedRecorder.wrap(rec, cache)
     except BaseException:
         rec.close()
         raise
+    return rec, identity
+
+
+def _identity(raw: str | None, url: StoreURL) -> StoreIdentity | None:
+    return None if raw is None else StoreIdentity.from_json(raw, url.redacted())
 
 
 def _blob_choice(

@@ -1,5 +1,5 @@
 """Settings parsed once, at the edge. The only place (with the CLI, and the archive
-reader's niceness, which :mod:`ares_events.stores.archive.source` reads so that opening a
+reader's niceness, which :mod:`ares_events.archive.source` reads so that opening a
 store need not import this module) that reads the environment.
 
 | setting | argument | env var | default |

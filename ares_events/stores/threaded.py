@@ -258,9 +258,9 @@ class ThreadedRecorder:
             if left <= WAIT_SLICE:
                 return False
 
-    def read_model_recorder(self) -> Any:
-        """The blocking recorder (read models live beside it)."""
-        return self.sync
+    def read_models(self) -> Any:
+        """The backend's read models (blocking: the runner that folds them is)."""
+        return self.sync.read_models()
 
     def default_blobs_url(self) -> str | None:
         """Where the backend keeps spilled payloads by default (no I/O)."""

@@ -47,7 +47,7 @@ from ares_events.errors import AresError, ConcurrencyError, ConfigError, EventNo
 from ares_events.integrity.audit import audit
 from ares_events.integrity.notes import SigningKey
 from ares_events.integrity.verify import verify_stream
-from ares_events.projections.status import read_models, stored_checkpoints
+from ares_events.projections.tables import read_models, stored_checkpoints
 from ares_events.ui import queries, run_views, views
 from ares_events.ui.markup import Markup, visible
 

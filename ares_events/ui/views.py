@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.read_models import ProjectionMeta
 from ares_events.core.snapshot_format import SnapshotInfo
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
-from ares_events.projections.tables import ProjectionMeta
 from ares_events.ui.markup import Markup, el, esc, json_text, link, url
 from ares_events.ui.queries import PageChain, StreamRow
 

@@ -394,8 +394,7 @@ def test_a_read_only_sqlite_store_refuses_writes_and_leaves_no_file(tmp_path: Pa
         assert {p.name for p in tmp_path.iterdir()} >= {"events.db-wal", "events.db-shm"}
         with pytest.raises(ae.errors.StoreError, match="read-only"):
             ae.emit(store, "agent-1", "note.added", "runtime", {})
-        reader: Any = store.recorder
-        sqlite = reader.inner  # the SQLite recorder under the archive reader
+        sqlite: Any = store.recorder  # no archive: the SQLite recorder itself
         with pytest.raises(sqlite3.OperationalError, match="readonly database"):
             sqlite.fetch("INSERT INTO ares_meta (key, value) VALUES ('x', 'y')")
     assert files(tmp_path) == before

@@ -1,6 +1,6 @@
 """The archive run under ``kill -9`` (issue 25): a child process archives and kills itself
 right after each step (segment and manifest written, read back and verified, recorded
-in the catalog, rows deleted), at the first and at a later segment. After every crash
+in the segment index, rows deleted), at the first and at a later segment. After every crash
 the store reads exactly the events it held (0 lost, 0 duplicated), the deep audit is
 clean, and the next run finishes the job."""
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import ares_events as ae
+from ares_events.archive.job import STEPS, archive
+from ares_events.archive.reader import ArchiveRecorder
+from ares_events.archive.segment import stored
 from ares_events.core.recorder import system_of_record
-from ares_events.projections.archive import STEPS, archive
-from ares_events.stores.archive.reader import ArchiveRecorder
-from ares_events.stores.archive.segment import stored
 from tests.fix_backends import store_url_for
 from tests.fix_cells import cells_url
 
@@ -81,11 +81,11 @@ def test_kill_9_after_each_step_loses_and_repeats_nothing(
         _check(store, events)
         rec = system_of_record(store.recorder)
         assert isinstance(rec, ArchiveRecorder), type(rec)
-        cat = rec.archive_catalog()
-        assert cat is not None and cat.through == events[249].position
-        archived = sum(s.events for s in cat.segments)
+        ix = rec.segment_index()
+        assert ix is not None and ix.through == events[249].position
+        archived = sum(s.events for s in ix.segments)
         left = sum(1 for _ in rec.inner.read_all(0, None))
         # every event is in exactly one place: the 250 before the horizon in the archive
         assert (archived, left) == (250, len(events) - 250)
         assert report.rows_deleted + report.events_archived >= 250 - SEGMENT * nth
-        assert ae.integrity.audit(store, deep=True).segments_checked == len(cat.segments)
+        assert ae.integrity.audit(store, deep=True).segments_checked == len(ix.segments)

@@ -17,6 +17,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.core.events import RecordedEvent
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError
 from ares_events.projections import (
     AgentStateProjection,
@@ -27,7 +28,10 @@ from ares_events.projections import (
     rebuild,
     verify_rebuild,
 )
-from ares_events.projections.tables import MemoryTables, SQLTables, table_name, tables_for
+from ares_events.projections.tables import table_name, tables_for
+from ares_events.stores.memory.read_models import MemoryReadModels
+from ares_events.stores.memory.recorder import MemoryRecorder
+from ares_events.stores.sqlite.recorder import SQLiteRecorder
 from tests.cli_helpers import run, run_json
 from tests.projections.test_recovery import append_life
 from tests.runner_child import CountingProjection
@@ -92,36 +96,33 @@ def expected(store: ae.EventStore, projection: Any, sid: str) -> Any:
 
 def corrupt_row(store: ae.EventStore, table: str, key: str, state: bytes) -> None:
     """Overwrite one read-model row behind the runner's back."""
-    tables = tables_for(store)
-    if isinstance(tables, MemoryTables):
-        _, pos = tables.raw(table)[key]
-        tables.raw(table)[key] = (state, pos)
-    elif isinstance(tables, SQLTables) and tables.dialect == "sqlite":
-        conn = sqlite3.connect(str(tables.recorder.path))
+    tables, rec = tables_for(store), backend_of(store.recorder)
+    if isinstance(tables, MemoryReadModels):
+        _, pos = tables.tables[table][key]
+        tables.tables[table][key] = (state, pos)
+    elif isinstance(rec, SQLiteRecorder):
+        conn = sqlite3.connect(str(rec.path))
         with conn:
             conn.execute(f"UPDATE {table} SET state = ? WHERE key = ?", (state, key))
         conn.close()
     else:
-        assert isinstance(tables, SQLTables)
-        qualified = f'"{tables.recorder.schema}".{table}'  # the store's own schema
-        tables.execute(f"UPDATE {qualified} SET state = ? WHERE key = ?", (state, key))
+        qualified = f'"{rec.schema}".{table}'  # the store's own schema
+        with rec.connection() as conn:
+            conn.execute(f"UPDATE {qualified} SET state = %s WHERE key = %s", (state, key))
 
 
 def table_exists(store: ae.EventStore, table: str) -> bool:
     """Whether a read-model generation table exists in the store's database."""
-    tables = tables_for(store)
-    if isinstance(tables, MemoryTables):
-        return table in tables._tables
-    assert isinstance(tables, SQLTables)
-    if tables.dialect == "sqlite":
-        conn = sqlite3.connect(str(tables.recorder.path))
+    tables, rec = tables_for(store), backend_of(store.recorder)
+    if isinstance(tables, MemoryReadModels):
+        return table in tables.tables
+    if isinstance(rec, SQLiteRecorder):
+        conn = sqlite3.connect(str(rec.path))
         row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone()
         conn.close()
         return row is not None
-    with tables.recorder.connection() as conn:
-        found = conn.execute(
-            "SELECT to_regclass(%s)", (f'"{tables.recorder.schema}".{table}',)
-        ).fetchone()
+    with rec.connection() as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f'"{rec.schema}".{table}',)).fetchone()
     return found[0] is not None
 
 
@@ -370,6 +371,31 @@ def test_verify_rebuild_on_never_run_projection(store: ae.EventStore) -> None:
     assert tables_for(store).names() == []
     ProjectionRunner(store, [AgentStateProjection()]).run_until_idle()
     assert verify_rebuild(store, AgentStateProjection()).rows_compared == len(ids)
+
+
+def test_read_models_belong_to_the_backend(store: ae.EventStore) -> None:
+    """The backend declares Capability.READ_MODELS and hands out one read-model object
+    per store, which a second handle of the same store (over the same recorder) shares."""
+    assert ae.Capability.READ_MODELS in store.capabilities
+    tables = tables_for(store)
+    assert tables is store.recorder.read_models() is tables_for(store)
+    other = ae.EventStore(store.recorder, check_identity=False)
+    assert tables_for(other) is tables
+
+
+def test_a_store_without_read_models_is_refused_by_name(tmp_path: Path) -> None:
+    """A recorder that does not declare Capability.READ_MODELS gets a ConfigError that
+    names its store from the runner, and the console's look finds nothing."""
+    from ares_events.projections.tables import read_models, stored_checkpoints
+
+    class Bare(MemoryRecorder):
+        capabilities = MemoryRecorder.capabilities - {ae.Capability.READ_MODELS}
+
+    with ae.EventStore(Bare(), url="bare://x") as store:
+        store.append("s", [ae.NewEvent(type="a.b", module="t", payload={})])
+        with pytest.raises(ConfigError, match="bare://x"):
+            ProjectionRunner(store, [AgentStateProjection()])
+        assert read_models(store) == [] and stored_checkpoints(store) == []
 
 
 # -- CLI: rebuild ---------------------------------------------------------------------------------

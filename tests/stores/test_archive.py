@@ -5,6 +5,8 @@ altered segment object is a finding, never a silently shorter answer."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import threading
 import uuid
@@ -15,15 +17,15 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from ares_events.core.recorder import system_of_record
+from ares_events.archive import job as archive_mod
+from ares_events.archive.job import archive, parse_before
+from ares_events.archive.reader import ArchiveRecorder
+from ares_events.archive.segment import Manifest, SegmentIndex, stored
+from ares_events.core.recorder import backend_of, system_of_record
 from ares_events.errors import ArchiveError, ConfigError
 from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
-from ares_events.projections import archive as archive_mod
-from ares_events.projections.archive import archive, parse_before
 from ares_events.projections.runner import rebuild
-from ares_events.stores.archive.reader import ArchiveRecorder
-from ares_events.stores.archive.segment import Catalog, Manifest, stored
 from ares_events.testing.blocking import open_blocking
 from tests.fix_backends import store_url_for
 
@@ -63,11 +65,11 @@ def _archive_recorder(store: ae.EventStore) -> ArchiveRecorder:
     return rec
 
 
-def _catalog(rec: ArchiveRecorder) -> Catalog:
-    """The archive's catalog (the test has archived, so there is one)."""
-    cat = rec.archive_catalog()
-    assert cat is not None
-    return cat
+def _segment_index(rec: ArchiveRecorder) -> SegmentIndex:
+    """The archive's segment index (the test has archived, so there is one)."""
+    ix = rec.segment_index()
+    assert ix is not None
+    return ix
 
 
 def _reads(store: ae.EventStore) -> dict[str | tuple[str, str], Any]:
@@ -99,7 +101,7 @@ def _at(store: ae.EventStore, n: int) -> int:
 
 
 def _db_rows(store: ae.EventStore) -> int:
-    return sum(1 for _ in _archive_recorder(store).inner.read_all(0, None))
+    return sum(1 for _ in backend_of(store.recorder).read_all(0, None))
 
 
 @pytest.fixture
@@ -119,23 +121,33 @@ def _archive_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
     return (tmp_path / "archive").as_uri()
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("sqlite", "file"), id="sqlite-file"),
-        pytest.param(("sqlite", "s3"), id="sqlite-s3", marks=pytest.mark.s3),
-        pytest.param(("postgres", "file"), id="postgres-file", marks=pytest.mark.postgres),
-        pytest.param(("postgres", "s3"), id="postgres-s3", marks=[pytest.mark.postgres,
-                                                                  pytest.mark.s3]),
-    ]
-)  # fmt: skip
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ae.EventStore, str]]:
-    """A filled store of each backend and an archive location of each kind."""
+SETUPS = [
+    pytest.param(("sqlite", "file"), id="sqlite-file"),
+    pytest.param(("sqlite", "s3"), id="sqlite-s3", marks=pytest.mark.s3),
+    pytest.param(("postgres", "file"), id="postgres-file", marks=pytest.mark.postgres),
+    pytest.param(
+        ("postgres", "s3"), id="postgres-s3", marks=[pytest.mark.postgres, pytest.mark.s3]
+    ),
+]
+
+
+@pytest.fixture(params=SETUPS)
+def setup_url(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[ae.EventStore, str, str]]:
+    """A filled store of each backend, an archive location of each kind, the store's URL."""
     backend, kind = request.param
     url = store_url_for(backend, tmp_path, request)
     blobs = (tmp_path / "blobs").as_uri()
     with ae.open_store(url, blobs=blobs, spill_threshold=SPILL) as store:
         _fill(store)
-        yield store, _archive_url(kind, tmp_path, request)
+        yield store, _archive_url(kind, tmp_path, request), url
+
+
+@pytest.fixture
+def setup(setup_url: tuple[ae.EventStore, str, str]) -> tuple[ae.EventStore, str]:
+    """A filled store of each backend and an archive location of each kind."""
+    return setup_url[:2]
 
 
 def test_every_read_is_the_same_after_archiving(setup: tuple[ae.EventStore, str]) -> None:
@@ -202,8 +214,8 @@ def test_a_damaged_archive_is_a_finding(tmp_path: Path, damage: str) -> None:
         rep = archive(
             store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50
         )
-        cat = _catalog(_archive_recorder(store))
-        entry = cat.segments[0]
+        ix = _segment_index(_archive_recorder(store))
+        entry = ix.segments[0]
         key = entry.manifest.key if damage == "manifest" else entry.segment.key
         path = tmp_path / "arch" / key[:2] / key[2:4] / key
         if damage == "segment-missing":
@@ -236,9 +248,9 @@ def test_merkle_proofs_and_checkpoints_across_the_boundary(tmp_path: Path) -> No
             doc = log.prove_event(e.stream_id, e.version)
             assert verify_proof(doc, [key.verifier]).ok
         rec = _archive_recorder(store)
-        cat = _catalog(rec)
-        for entry in cat.segments:
-            m = rec.source.manifest(cat, entry)
+        ix = _segment_index(rec)
+        for entry in ix.segments:
+            m = rec.source.manifest(ix, entry)
             assert (m.tree_size, m.root) == (entry.tree_size, log.root(entry.tree_size))
             assert m.checkpoint is not None and f"\n{entry.tree_size}\n" in m.checkpoint
         assert rep.segments[-1]["checkpoint"] is True
@@ -339,11 +351,11 @@ def test_erasing_an_archived_event_rewrites_its_segment(tmp_path: Path) -> None:
         assert log.root(size) == root  # every leaf unchanged
         # no archived copy keeps the payload: decode every block of every segment
         rec = _archive_recorder(store)
-        cat = _catalog(rec)
-        for entry in cat.segments:
-            m = rec.source.manifest(cat, entry)
+        ix = _segment_index(rec)
+        for entry in ix.segments:
+            m = rec.source.manifest(ix, entry)
             for i in range(len(m.blocks)):
-                for e in rec.source.block(cat, entry, i):
+                for e in rec.source.block(ix, entry, i):
                     if (e.stream_id, e.version) == ("agent-b", 5):
                         assert e.payload_erased
                     elif e._payload_bytes is not None:
@@ -377,7 +389,8 @@ def test_an_erasure_between_write_and_delete_is_carried_into_the_segment(
 
 def test_reads_during_an_archive_run_never_miss_or_repeat(tmp_path: Path) -> None:
     """Readers racing an archive run of many small segments (rows deleted between their
-    pages) always get exactly the stored events, in order."""
+    pages) always get exactly the stored events, in order. (They open the store once it
+    has an archive: one opened before its first run does not read through.)"""
     url = f"sqlite:///{tmp_path / 'e.db'}"
     with ae.open_store(url) as store:
         for i in range(1500):
@@ -386,6 +399,7 @@ def test_reads_during_an_archive_run_never_miss_or_repeat(tmp_path: Path) -> Non
         by_stream = {
             s: [e for e in events if e.stream_id == s] for s in {e.stream_id for e in events}
         }
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 30), segment_events=25)
     stop = threading.Event()
     bad: list[str] = []
     reads = [0]
@@ -421,8 +435,8 @@ def test_manifest_format_round_trips(tmp_path: Path) -> None:
         _fill(store)
         archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 80))
         rec = _archive_recorder(store)
-        cat = _catalog(rec)
-        m = rec.source.manifest(cat, cat.segments[0])
+        ix = _segment_index(rec)
+        m = rec.source.manifest(ix, ix.segments[0])
         assert Manifest.from_bytes(m.to_bytes()) == m
         assert set(m.streams) == set(STREAMS) - {"solo"}
     with pytest.raises(ArchiveError, match="unreadable"):
@@ -431,17 +445,17 @@ def test_manifest_format_round_trips(tmp_path: Path) -> None:
 
 def test_retention_retires_old_segments_with_a_verifiable_tombstone(tmp_path: Path) -> None:
     """Retiring segments past a horizon deletes their objects, records a tombstone in the
-    catalog and an archive.segment.retired event in the log; the streams' chains verify
+    segment index and an archive.segment.retired event in the log; the streams' chains verify
     from the tombstone on, the audit is clean, and a forged tombstone is a finding."""
-    from ares_events.projections.retention import RETENTION_STREAM, retire
+    from ares_events.archive.retention import RETENTION_STREAM, retire
 
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         _fill(store)
         events = list(store.read_all())
         archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200), segment_events=50)
         objects = sum(1 for p in (tmp_path / "arch").rglob("*") if p.is_file())
-        cat = _catalog(_archive_recorder(store))
-        horizon = cat.segments[1].last_position + 1
+        ix = _segment_index(_archive_recorder(store))
+        horizon = ix.segments[1].last_position + 1
         retired = {(e.stream_id, e.version) for e in events if e.position < horizon}
         rep = retire(store, before=horizon, reason="policy R-1", by="pytest")
         assert [s["seq"] for s in rep.segments] == [1, 2] and rep.events == 100
@@ -538,38 +552,38 @@ def test_an_erasure_interrupted_before_deleting_old_objects_is_finished_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The old segment (which still holds the erased payload) is named as pending in the
-    same catalog swap that replaces it; if the process dies before deleting it, the next
+    same segment index swap that replaces it; if the process dies before deleting it, the next
     archive run deletes it."""
-    from ares_events.stores.archive.source import ArchiveSource
+    from ares_events.archive.source import ArchiveSource
 
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         _fill(store)
         to = (tmp_path / "arch").as_uri()
         archive(store, to, before=_at(store, 200), segment_events=64)
         rec = _archive_recorder(store)
-        old = _catalog(rec).segments[0]
+        old = _segment_index(rec).segments[0]
 
-        def crash(self: ArchiveSource, cat: Any, keys: list[str]) -> None:
+        def crash(self: ArchiveSource, ix: Any, keys: list[str]) -> None:
             raise RuntimeError("killed before the delete")
 
         monkeypatch.setattr(ArchiveSource, "drop_objects", crash)
         with pytest.raises(RuntimeError):
             ae.erase(store, "agent-a", 2, reason="test", by="pytest")
         monkeypatch.undo()
-        cat = _catalog(rec)
-        assert set(cat.pending) == {old.segment.key, old.manifest.key}
+        ix = _segment_index(rec)
+        assert set(ix.pending) == {old.segment.key, old.manifest.key}
         path = tmp_path / "arch" / old.segment.key[:2] / old.segment.key[2:4] / old.segment.key
         assert path.exists()
         archive(store, to, before=_at(store, 200))
-        assert not path.exists() and _catalog(rec).pending == ()
+        assert not path.exists() and _segment_index(rec).pending == ()
         assert next(iter(store.read("agent-a", from_version=2, limit=1))).payload_erased
 
 
-def test_a_reader_whose_catalog_an_erasure_replaced_reads_the_new_segment(
+def test_a_reader_whose_segment_index_an_erasure_replaced_reads_the_new_segment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A read that started with a catalog from before an erasure elsewhere (whose old
-    segment object is deleted now) reads the catalog again instead of failing."""
+    """A read that started with a segment index from before an erasure elsewhere (whose old
+    segment object is deleted now) reads the segment index again instead of failing."""
     url = f"sqlite:///{tmp_path / 'e.db'}"
     with ae.open_store(url) as store:
         _fill(store)
@@ -577,16 +591,16 @@ def test_a_reader_whose_catalog_an_erasure_replaced_reads_the_new_segment(
         expected = _full(store.read("agent-c"))
     with ae.open_store(url) as reader, ae.open_store(url) as eraser:
         rec = _archive_recorder(reader)
-        stale = rec.archive_catalog()
+        stale = rec.segment_index()
         ae.erase(eraser, "agent-a", 2, reason="test", by="pytest")
-        real = type(rec).archive_catalog
+        real = type(rec).segment_index
         calls = [0]
 
         def first_stale(self: Any) -> Any:
             calls[0] += 1
             return stale if calls[0] == 1 else real(self)
 
-        monkeypatch.setattr(type(rec), "archive_catalog", first_stale)
+        monkeypatch.setattr(type(rec), "segment_index", first_stale)
         assert _full(reader.read("agent-c")) == expected
         assert calls[0] == 2
 
@@ -646,3 +660,165 @@ def test_the_archive_read_niceness_setting(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("ARES_ARCHIVE_READ_NICE", "3")
     with pytest.raises(ConfigError, match="block_events"), ae.open_store(url) as store:
         archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 200), block_events=0)
+
+
+def _delete_meta(store: ae.EventStore, key: str) -> None:
+    """Delete one ``ares_meta`` row with the backend's own SQL (tampering, not an API)."""
+    import sqlite3
+
+    rec = backend_of(store.recorder)
+    if getattr(rec, "path", None) is not None:
+        with contextlib.closing(sqlite3.connect(rec.path)) as c, c:
+            c.execute("DELETE FROM ares_meta WHERE key = ?", (key,))
+        return
+    with rec.connection() as conn:
+        conn.execute(f'DELETE FROM "{rec.schema}".ares_meta WHERE key = %s', (key,))
+
+
+def _cli(url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """``ares-events --store URL ARGS --json`` in a child process, bounded: a hang is a
+    failure here (the issue's bound), not a stuck suite."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "ares_events", "--store", url, *args, "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, json.loads(done.stdout)
+
+
+def _kinds(findings: Any) -> set[str]:
+    return {f["kind"] if isinstance(f, dict) else f.kind for f in findings}
+
+
+def test_audit_reports_a_deleted_index_row(setup_url: tuple[ae.EventStore, str, str]) -> None:
+    """With the archive's index row deleted, audit (with and without --deep) and verify
+    end with an archive_missing finding and exit 1 (they used to spin forever); reads
+    that need the archive raise, never return a shorter log."""
+    store, to, url = setup_url
+    archive(store, to, before=_at(store, 200), segment_events=64)
+    _delete_meta(store, "archive/catalog")
+    for deep in ((), ("--deep",)):
+        code, data = _cli(url, "audit", *deep)
+        assert code == 1 and "archive_missing" in _kinds(data["findings"]), data
+    code, data = _cli(url, "verify", "agent-a")
+    assert code == 1, data
+    assert "archive_missing" in _kinds(ae.integrity.audit(store).findings)
+    with pytest.raises(ArchiveError) as info:
+        list(store.read_all())
+    assert info.value.kind == "missing"
+
+
+@pytest.mark.parametrize(
+    "damage", ["header", "trailing", "index-digest", "manifest-missing", "index-garbled"]
+)
+def test_bytes_outside_the_blocks_are_checked_by_a_deep_audit(
+    setup_url: tuple[ae.EventStore, str, str], damage: str
+) -> None:
+    """A flipped byte in a segment's ARESSEG1 header, 100 bytes appended to a segment, an
+    index whose recorded segment digest differs (every block still checks), a deleted
+    manifest or an index that does not parse is a finding of audit --deep (CLI exit 1,
+    and the API); the last two of a plain audit too."""
+    store, to, url = setup_url
+    archive(store, to, before=_at(store, 200), segment_events=64)
+    rec = _archive_recorder(store)
+    ix = _segment_index(rec)
+    entry = ix.segments[1]
+    blobs = rec.source.blobs(ix)
+    data = blobs.get(entry.segment.as_payload_ref())
+    if damage == "manifest-missing":
+        blobs.delete(entry.manifest.key)
+    elif damage == "index-garbled":
+        rec.inner.meta_set("archive/catalog", ix.to_json()[:-7])
+    elif damage == "index-digest":
+        bad = dataclasses.replace(entry.segment, digest=bytes(32))
+        new = dataclasses.replace(ix, segments=tuple(
+            dataclasses.replace(s, segment=bad) if s is entry else s for s in ix.segments
+        ))  # fmt: skip
+        rec.inner.meta_set("archive/catalog", new.to_json())
+    else:
+        if damage == "header":
+            changed = bytes([data[0] ^ 0x01]) + data[1:]
+        else:
+            changed = data + b"\x00" * 100
+        _overwrite(blobs, entry.segment.key, changed)
+    rec.source.forget()
+    want = {
+        "manifest-missing": "archive_missing", "index-garbled": "archive_unreadable"
+    }.get(damage, "archive_corrupted")  # fmt: skip
+    plain_too = damage in ("manifest-missing", "index-garbled")
+    for args in [("--deep",), ()] if plain_too else [("--deep",)]:
+        code, out = _cli(url, "audit", *args)
+        assert code == 1 and want in _kinds(out["findings"]), out
+    report = ae.integrity.audit(store, deep=True)
+    assert want in _kinds(report.findings) and not report.ok
+
+
+def _overwrite(blobs: Any, key: str, data: bytes) -> None:
+    """Replace the object under ``key`` with ``data`` (a folder file or an S3 object)."""
+    if getattr(blobs, "root", None) is not None:
+        path = blobs.path_for(key)
+        path.chmod(0o644)
+        path.write_bytes(data)
+        return
+    blobs.client.put_object(Bucket=blobs.bucket, Key=blobs.object_key(key), Body=data)
+
+
+def test_a_store_without_an_archive_never_constructs_the_reader_nor_reads_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SQLite store that never archived: opening it (both faces) and every read
+    (streams from the start, read_all, replay, recover, verify, audit, deep audit) neither
+    constructs the archive reader nor reads the index or archive/through rows. After an
+    archive run, a new open does both."""
+    from ares_events.stores.sqlite import SQLiteRecorder
+
+    made: list[object] = []
+    keys: list[str] = []
+    init, meta_get = ArchiveRecorder.__init__, SQLiteRecorder.meta_get
+
+    def counted(self: ArchiveRecorder, *args: Any) -> None:
+        made.append(self)
+        init(self, *args)
+
+    def observed(self: SQLiteRecorder, key: str) -> str | None:
+        keys.append(key)
+        return meta_get(self, key)
+
+    monkeypatch.setattr(ArchiveRecorder, "__init__", counted)
+    monkeypatch.setattr(SQLiteRecorder, "meta_get", observed)
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        _fill(store)
+    for opened in (ae.open_store(url), open_blocking(url)):
+        with opened as s:
+            reads: Any = s
+            list(reads.read_all())
+            for sid in STREAMS:
+                list(reads.read(sid))
+            ae.replay(s, "agent-a", lambda st, e: st, None)  # type: ignore[arg-type]
+            ae.recover(s, "agent-b", ae.projections.RecoveryStateProjection(), snapshots=None)  # type: ignore[arg-type]
+            assert ae.integrity.verify_stream(s, "agent-c").ok  # type: ignore[arg-type]
+    with ae.open_store(url) as store:
+        assert ae.integrity.audit(store, deep=True).ok
+    archive_keys = {"archive/catalog", "archive/through"}
+    assert made == [] and archive_keys.isdisjoint(keys) and keys
+    with ae.open_store(url) as store:
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 100))
+        assert len(made) == 1  # plugged into the store the run was given
+    with ae.open_store(url) as store:
+        assert len(list(store.read("agent-a"))) == STREAMS["agent-a"]
+    assert len(made) == 2 and archive_keys <= set(keys)
+
+
+def test_without_the_through_row_reads_go_by_the_index(tmp_path: Path) -> None:
+    """With ``archive/through`` deleted (or a run stopped before writing it), read_all and
+    the audit's position scan take the archive's end from the segment index: the same
+    events, and a clean audit."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        before = list(store.read_all())
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50)
+        _delete_meta(store, "archive/through")
+        assert list(store.read_all()) == before
+        assert ae.integrity.audit(store, deep=True).ok

@@ -134,6 +134,7 @@ def test_url_options_reach_the_pool_and_libpq(postgres_url: str) -> None:
             "position_scan",
             "stream_pages",
             "archive",
+            "read_models",
         }
 
 

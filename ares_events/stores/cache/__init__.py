@@ -682,6 +682,9 @@ class CachedRecorder(CacheErasure):
     def snapshot_rows(self) -> Any:
         return self.inner.snapshot_rows()  # snapshots are not cached
 
+    def read_models(self) -> Any:
+        return self.inner.read_models()  # read models are not cached
+
     def default_blobs_url(self) -> Any:
         return self.inner.default_blobs_url()
 

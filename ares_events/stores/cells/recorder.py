@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -48,7 +49,6 @@ from ares_events.errors import (
     StoreError,
     StoreNotFound,
 )
-from ares_events.stores.archive.segment import ArchivedRow
 from ares_events.stores.cells.layout import (
     CELLS_KEY,
     DEFAULT_CELLS,
@@ -101,6 +101,7 @@ class CellsRecorder:
             Capability.METADATA,
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
+            Capability.READ_MODELS,
         }
     )
     """What every cell store declares; one whose cells do not share a transaction-id
@@ -471,10 +472,10 @@ class CellsRecorder:
         for c in self.cells:
             yield from c.find_duplicates()
 
-    def read_model_recorder(self) -> Any:
-        """The recorder the read-model tables live beside: the first cell's (blocking),
-        where each projection's rows and its one cursor commit together. On a shared
-        clock that cursor is every cell's checkpoint at once (one position space).
+    def read_models(self) -> Any:
+        """The read-model tables of the first cell, where each projection's rows and its
+        one cursor commit together. On a shared clock that cursor is every cell's
+        checkpoint at once (one position space).
 
         Raises:
             ConfigError: cells on separate servers (their cursors do not fit the
@@ -486,7 +487,7 @@ class CellsRecorder:
                 "per-cell cursors, which the read-model tables cannot hold yet; run "
                 "projections per cell store of one server or Citus (docs/scaling.md)"
             )
-        return self.cells[0]
+        return self.cells[0].read_models()
 
     def snapshot_rows(self) -> CellsSnapshotRows:
         """The snapshot rows, each in its stream's cell."""

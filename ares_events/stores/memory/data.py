@@ -17,6 +17,7 @@ from typing import Any
 from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
 from ares_events.errors import StoreNotFound
+from ares_events.stores.memory.read_models import MemoryReadModels
 
 __all__ = ["MemoryData", "data_for", "fresh"]
 
@@ -33,6 +34,7 @@ class MemoryData:
     snapshots: dict[tuple[str, str], Any] = field(default_factory=dict)
     tracking: dict[str, int] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
+    read_models: MemoryReadModels = field(default_factory=MemoryReadModels)
     watchers: set[Callable[[], None]] = field(default_factory=set)
     """Called (under the lock, so they must not block) after every append: how asyncio
     waiters wake up, whichever face appended."""

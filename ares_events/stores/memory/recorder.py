@@ -38,6 +38,7 @@ from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, StoreClosed
 from ares_events.stores.memory.data import MemoryData, data_for, fresh
+from ares_events.stores.memory.read_models import MemoryReadModels
 
 
 def _fair() -> None:
@@ -70,6 +71,7 @@ class MemoryRecorder:
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
+            Capability.READ_MODELS,
         }
     )
 
@@ -338,6 +340,10 @@ class MemoryRecorder:
     def snapshot_rows(self) -> MemorySnapshotRows:
         """The snapshot table beside these events (shared by every handle of the store)."""
         return MemorySnapshotRows(self._d.snapshots, self._check)
+
+    def read_models(self) -> MemoryReadModels:
+        """The read models beside these events (shared by every handle of the store)."""
+        return self._d.read_models
 
     def close(self) -> None:
         """End this handle: later calls raise StoreClosed, waiters wake up. Idempotent."""

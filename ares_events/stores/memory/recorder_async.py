@@ -39,6 +39,7 @@ from ares_events.core.snapshot_format import Snapshot, SnapshotInfo, SnapshotRow
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, StoreClosed
 from ares_events.stores.memory.data import MemoryData, data_for, fresh
+from ares_events.stores.memory.read_models import MemoryReadModels
 
 if ASYNC:
     import asyncio
@@ -91,6 +92,7 @@ class AsyncMemoryRecorder:
             Capability.DUPLICATE_SCAN,
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
+            Capability.READ_MODELS,
         }
     )
 
@@ -403,6 +405,10 @@ class AsyncMemoryRecorder:
     def snapshot_rows(self) -> AsyncMemorySnapshotRows:
         """The snapshot table beside these events (shared by every handle of the store)."""
         return AsyncMemorySnapshotRows(self._d.snapshots, self._check)
+
+    def read_models(self) -> MemoryReadModels:
+        """The read models beside these events (shared by every handle of the store)."""
+        return self._d.read_models
 
     async def close(self) -> None:
         """End this handle: later calls raise StoreClosed, waiters wake up. Idempotent."""

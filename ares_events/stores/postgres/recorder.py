@@ -33,6 +33,7 @@ from psycopg import sql
 
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -40,6 +41,7 @@ from ares_events.core.backend import (
     SealedEvent,
     TrackingRecord,
     check_tracking,
+    rows_differ,
 )
 from ares_events.core.events import (
     STREAM_EXISTS,
@@ -61,7 +63,6 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.connection import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
@@ -87,9 +88,11 @@ from ares_events.stores.postgres.sql import (
     channel_for,
     row_to_event,
 )
+from ares_events.stores.sql_read_models import postgres_read_models
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.snapshots import PostgresSnapshotRows
+    from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +235,7 @@ class PostgresRecorder:
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
             Capability.ARCHIVE,
+            Capability.READ_MODELS,
         }
     )
 
@@ -301,6 +305,7 @@ class PostgresRecorder:
         with self._conn(f"preparing schema {schema!r}") as conn:
             _prepare_on(conn, schema, self._description, create, migrate)
         logger.info("opened postgresql store %s (schema %s)", self._description, schema)
+        self._read_models = postgres_read_models(self)
 
     @staticmethod
     def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
@@ -1099,6 +1104,11 @@ class PostgresRecorder:
             yield "duplicate_position", sid, version, int(n), pos
         for eid, n, pos in self._query("audit scan", q.dup_ids, ()):
             yield "duplicate_event_id", eid, None, int(n), pos
+
+    def read_models(self) -> SQLReadModels:
+        """The read-model and checkpoint tables of this schema (a read-only store
+        reads them and creates none)."""
+        return self._read_models
 
     def snapshot_rows(self) -> PostgresSnapshotRows:
         """The ``ares_snapshots`` rows of this schema."""

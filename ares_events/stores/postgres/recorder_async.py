@@ -32,6 +32,7 @@ from psycopg import sql
 
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -39,6 +40,7 @@ from ares_events.core.backend import (
     SealedEvent,
     TrackingRecord,
     check_tracking,
+    rows_differ,
 )
 from ares_events.core.events import (
     STREAM_EXISTS,
@@ -61,7 +63,6 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.connection_async import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
@@ -87,12 +88,14 @@ from ares_events.stores.postgres.sql import (
     channel_for,
     row_to_event,
 )
+from ares_events.stores.sql_read_models import postgres_read_models
 
 if ASYNC:
     import asyncio
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.snapshots_async import AsyncPostgresSnapshotRows
+    from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +238,7 @@ class AsyncPostgresRecorder:
             Capability.POSITION_SCAN,
             Capability.STREAM_PAGES,
             Capability.ARCHIVE,
+            Capability.READ_MODELS,
         }
     )
 
@@ -313,6 +317,7 @@ class AsyncPostgresRecorder:
             with self._conn(f"preparing schema {schema!r}") as conn:
                 _prepare_on(conn, schema, self._description, create, migrate)
             logger.info("opened postgresql store %s (schema %s)", self._description, schema)
+            self._read_models = postgres_read_models(self)
 
     @staticmethod
     def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
@@ -1133,11 +1138,12 @@ class AsyncPostgresRecorder:
 
     if ASYNC:
 
-        def read_model_recorder(self) -> Any:
-            """A blocking recorder on the same schema, for the read-model tables (folded
-            by the blocking runner; an erasure resets them through it). Opened on first
-            use with a pool of at most two connections, closed with this recorder.
-            Blocking: only for blocking callers.
+        def read_models(self) -> SQLReadModels:
+            """The read-model and checkpoint tables of this schema, through a blocking
+            recorder on the same schema (they are folded by the blocking runner; an
+            erasure resets them through it), opened on first use with a pool of at most
+            two connections and closed with this recorder. Blocking: only for blocking
+            callers.
 
             Raises:
                 StoreClosed: this recorder is closed.
@@ -1165,7 +1171,14 @@ class AsyncPostgresRecorder:
                     secret=self._secret,
                     notify=self.notify,
                 )
-            return self._companion
+            return self._companion.read_models()  # type: ignore[no-any-return]
+
+    else:
+
+        def read_models(self) -> SQLReadModels:
+            """The read-model and checkpoint tables of this schema (a read-only store
+            reads them and creates none)."""
+            return self._read_models
 
     def snapshot_rows(self) -> AsyncPostgresSnapshotRows:
         """The ``ares_snapshots`` rows of this schema."""

@@ -3,10 +3,12 @@
 
 What lives here: :mod:`.recorder` (``SQLiteRecorder``: durability, concurrency, reads,
 close), :mod:`.sql` (every statement), :mod:`.erase` (erasure and scrubbing) and
-:mod:`.snapshots` (the snapshot table's rows). SQLite has no asyncio driver: the asyncio
+:mod:`.snapshots` (the snapshot table's rows), :mod:`.read_models` (the read-model tables'
+transactions). SQLite has no asyncio driver: the asyncio
 face runs this recorder on worker threads (:mod:`ares_events.stores.threaded`).
 
-It may import the core, :mod:`ares_events.errors` and :mod:`ares_events.stores._migrations`.
+It may import the core, :mod:`ares_events.errors`, :mod:`ares_events.stores._migrations`
+and :mod:`ares_events.stores.sql_read_models`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ares_events.core.backend import ArchivedRow, rows_differ
 from ares_events.errors import StoreClosed, StoreError, StoreUnavailable
-from ares_events.stores.archive.segment import ArchivedRow, rows_differ
 
 __all__ = ["SQLiteArchiving"]
 

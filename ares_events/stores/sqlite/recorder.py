@@ -78,6 +78,7 @@ from ares_events.errors import (
 from ares_events.stores._migrations.sqlite import MIGRATIONS
 from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
+from ares_events.stores.sqlite.read_models import SQLiteReadModels
 from ares_events.stores.sqlite.sql import (
     CREATE_META,
     HAS_META_TABLE,
@@ -157,7 +158,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
+class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     """SQLite backend (see the module docstring for durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -175,6 +176,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             Capability.DEFAULT_BLOBS,
             Capability.STREAM_PAGES,
             Capability.ARCHIVE,
+            Capability.READ_MODELS,
         }
     )
 
@@ -416,25 +418,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         """
         with self._gate.op(), self._write() as conn:
             yield conn
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction (deferred ``BEGIN``, always rolled back) on this thread's
-        connection: one consistent view of the tables beside the events, also on a
-        read-only store; raw sqlite3 errors propagate.
-
-        Raises:
-            StoreClosed: the store is closed, or was closed while the transaction ran.
-        """
-        with self._gate.op():
-            conn = self._conn()
-            with self._serial:
-                self._retry(lambda: conn.execute("BEGIN"))
-                try:
-                    yield conn
-                finally:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
 
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3

@@ -1,4 +1,4 @@
-"""The archive's formats, with no I/O: segments, manifests and the catalog.
+"""The archive's formats, with no I/O: segments, manifests and the segment index.
 
 A **segment** holds the events of one contiguous range of global positions, exactly as
 the database stored them (every column, so every chain hash, Merkle leaf and proof is
@@ -19,10 +19,10 @@ root, the RFC 9162 root of the segment's own leaves, a signed checkpoint when a 
 given). Both objects are content-addressed blobs (key = hex blake3 of the bytes), so an
 object cannot change under its key without the digest check failing.
 
-The **catalog** (:class:`Catalog`) lives in the database (``ares_meta`` row
+The **segment index** (:class:`SegmentIndex`) lives in the database (``ares_meta`` row
 ``archive/catalog``): where the archive is and, for each segment, its range and the key,
 size and digest of its manifest and segment objects. The database therefore vouches for
-every archived byte. A segment retired past a legal horizon stays in the catalog as a
+every archived byte. A segment retired past a legal horizon stays in the segment index as a
 *tombstone* (its range, roots and per-stream end hashes, the reason and time), so the
 chain still verifies from the first event after it.
 
@@ -46,36 +46,34 @@ from ares_events.errors import ArchiveError
 
 __all__ = [
     "BLOCK_EVENTS",
-    "CATALOG_KEY",
+    "INDEX_KEY",
     "MAGIC",
     "RETENTION_STREAM",
     "RETENTION_TYPE",
     "SEGMENT_EVENTS",
     "THROUGH_KEY",
-    "ArchivedRow",
     "Block",
-    "Catalog",
     "Manifest",
     "ObjectRef",
     "SegmentEntry",
+    "SegmentIndex",
     "StreamRange",
     "decode_block",
     "encode_segment",
     "row_of",
-    "rows_differ",
     "stored",
     "streams_digest",
     "tombstone_problem",
 ]
 
 MAGIC: Final = b"ARESSEG1\n"
-CATALOG_KEY: Final = "archive/catalog"
+INDEX_KEY: Final = "archive/catalog"
 RETENTION_STREAM: Final = "ares-events/retention"
 """The system stream recording every retired segment (``archive.segment.retired``)."""
 RETENTION_TYPE: Final = "archive.segment.retired"
 THROUGH_KEY: Final = "archive/through"
-"""``"<last archived position> <catalog revision>"``: what a reader checks around each
-page (small, so the catalog itself is read only when it changed)."""
+"""``"<last archived position> <segment index revision>"``: what a reader checks around each
+page (small, so the segment index itself is read only when it changed)."""
 SEGMENT_EVENTS: Final = 65_536
 """Default events per segment."""
 BLOCK_EVENTS: Final = 1024
@@ -239,7 +237,7 @@ class Manifest:
 
 @dataclass(frozen=True, slots=True)
 class SegmentEntry:
-    """The catalog's line for one segment. ``retired`` (a tombstone) when the segment
+    """The segment index's line for one segment. ``retired`` (a tombstone) when the segment
     was deleted past a retention horizon: ``tombstone`` then says why and when, and
     ``streams_end`` keeps each stream's last version and hash in it, so verification
     continues from there."""
@@ -292,7 +290,7 @@ class SegmentEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class Catalog:
+class SegmentIndex:
     """The store's record of its archive (see the module docstring)."""
 
     location: str
@@ -345,8 +343,8 @@ class Catalog:
         """The position ranges of retired segments (their events are gone)."""
         return [(s.first_position, s.last_position) for s in self.segments if s.retired]
 
-    def with_segment(self, entry: SegmentEntry) -> Catalog:
-        """The catalog with ``entry`` appended or replacing the one of its ``seq``."""
+    def with_segment(self, entry: SegmentEntry) -> SegmentIndex:
+        """The segment index with ``entry`` appended or replacing the one of its ``seq``."""
         segs = [s for s in self.segments if s.seq != entry.seq]
         segs.append(entry)
         segs.sort(key=lambda s: s.seq)
@@ -363,10 +361,10 @@ class Catalog:
         }
         if self.pending:
             doc["pending"] = list(self.pending)
-        return canonical_json(doc, field="archive catalog").decode()
+        return canonical_json(doc, field="archive segment index").decode()
 
     @classmethod
-    def from_json(cls, text: str) -> Catalog:
+    def from_json(cls, text: str) -> SegmentIndex:
         """Parse the stored form.
 
         Raises:
@@ -375,7 +373,9 @@ class Catalog:
         try:
             d = orjson.loads(text)
             if d.get("format") != FORMAT:
-                raise ValueError(f"catalog format {d.get('format')!r}, this build reads {FORMAT}")
+                raise ValueError(
+                    f"segment index format {d.get('format')!r}, this build reads {FORMAT}"
+                )
             return cls(
                 location=str(d["location"]),
                 url=str(d["url"]),
@@ -385,7 +385,7 @@ class Catalog:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ArchiveError(
-                "unreadable", None, CATALOG_KEY, f"the catalog does not parse: {exc}"
+                "unreadable", None, INDEX_KEY, f"the segment index does not parse: {exc}"
             ) from exc
 
 
@@ -495,37 +495,6 @@ def stream_ranges(
         sid: StreamRange(r[0], r[1], r[2], r[3], bytes(r[4]), tuple(r[5]))
         for sid, r in spans.items()
     }
-
-
-def _ref_of(raw: Any) -> PayloadRef | None:
-    return None if raw is None else PayloadRef.parse_stored(raw)
-
-
-ArchivedRow = tuple[int, bytes, "str | None", str]
-"""What ``delete_archived`` is told of each row a segment holds: ``(position, hash,
-payload_ref JSON or None, stream_id)`` (the stream id routes the row to its cell)."""
-
-
-def rows_differ(rows: Sequence[Sequence[Any]], expected: Sequence[ArchivedRow]) -> str | None:
-    """Why the database rows ``(position, hash, payload_ref)`` of a segment's position
-    range do not hold exactly the rows the segment holds (``expected``), or None when
-    they do; rows of the range the segment does not hold (each stream's last event,
-    kept in the database) are left out of the comparison. What a backend's
-    ``delete_archived`` checks before it deletes anything."""
-    want = {e[0]: (e[1], e[2]) for e in expected}
-    found = 0
-    for pos, h, ref in rows:
-        if pos not in want:
-            continue
-        found += 1
-        eh, eref = want[pos]
-        if bytes(h) != eh:
-            return f"the row at position {pos} has another hash than the segment's"
-        if _ref_of(ref) != _ref_of(eref):
-            return f"the row at position {pos} changed its payload reference (erased?)"
-    if found != len(want):
-        return f"{len(want) - found} of the segment's {len(want)} rows are not in the database"
-    return None
 
 
 def streams_digest(ends: dict[str, tuple[int, bytes]]) -> str:

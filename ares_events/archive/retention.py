@@ -11,7 +11,7 @@ the archive), and for each one, in this order:
    range, event count, Merkle tree size and root at its end, its own leaves' root, the
    digests of its objects, a digest of every stream's last version and hash in it, who
    and why. The record is in the hash chain and the Merkle log like any event;
-2. replaces the segment's catalog line by a tombstone holding the same and the streams'
+2. replaces the segment's index line by a tombstone holding the same and the streams'
    last versions and hashes, from which their chains go on verifying;
 3. deletes the segment and manifest objects from the archive.
 
@@ -31,19 +31,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from ares_events.core.events import NewEvent, utc_now_at
-from ares_events.errors import ArchiveError, InvalidEvent
-from ares_events.projections.archive import _archive_reader, _cutoff
-from ares_events.stores.archive.erase import settle_pending
-from ares_events.stores.archive.segment import (
-    CATALOG_KEY,
+from ares_events.archive.erase import settle_pending
+from ares_events.archive.job import _archive_reader, _cutoff
+from ares_events.archive.segment import (
+    INDEX_KEY,
     RETENTION_STREAM,
     RETENTION_TYPE,
     THROUGH_KEY,
-    Catalog,
     SegmentEntry,
+    SegmentIndex,
     streams_digest,
 )
+from ares_events.core.events import NewEvent, utc_now_at
+from ares_events.errors import ArchiveError, InvalidEvent
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -89,7 +89,7 @@ def retire(
     Raises:
         InvalidEvent: an empty ``reason`` or ``by``.
         ArchiveError: a segment to retire is missing or altered, or another run changed
-            the catalog meanwhile.
+            the segment index meanwhile.
         StoreUnavailable: the store or the archive cannot be reached.
     """
     for name, value in (("reason", reason), ("by", by)):
@@ -98,20 +98,20 @@ def retire(
     rec = _archive_reader(store)
     inner, source = rec.inner, rec.source
     report = RetireReport()
-    text, cat = rec._catalog_text()
-    if cat is None:
+    text, ix = rec._index_text()
+    if ix is None:
         return report
-    text, cat = settle_pending(inner, source, text, cat)
+    text, ix = settle_pending(inner, source, text, ix)
     cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())
-    for entry in list(cat.segments):
+    for entry in list(ix.segments):
         if entry.retired is not None:
-            _drop(source, cat, entry)  # objects a crashed run left
+            _drop(source, ix, entry)  # objects a crashed run left
             continue
         if entry.last_position >= cutoff_pos:
             break
-        m = source.manifest(cat, entry)
+        m = source.manifest(ix, entry)
         if cutoff_at is not None:
-            last = source.block(cat, entry, len(m.blocks) - 1)
+            last = source.block(ix, entry, len(m.blocks) - 1)
             if max(e.at for e in last) >= cutoff_at:
                 break
         ends = {sid: (r.last, r.last_hash) for sid, r in m.streams.items()}
@@ -122,13 +122,13 @@ def retire(
                       event_id=record_id(entry))],
         )  # fmt: skip
         tomb = {**payload, "record_position": res.position, "retired_at": utc_now_at()}
-        new = cat.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
+        new = ix.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
         new_text = new.to_json()
-        if not inner.meta_swap(CATALOG_KEY, text, new_text):
-            raise ArchiveError("busy", entry.seq, CATALOG_KEY, "the catalog changed; run again")
+        if not inner.meta_swap(INDEX_KEY, text, new_text):
+            raise ArchiveError("busy", entry.seq, INDEX_KEY, "the segment index changed; run again")
         inner.meta_set(THROUGH_KEY, f"{new.through} {new.rev}")
-        text, cat = new_text, new
-        _drop(source, cat, entry)
+        text, ix = new_text, new
+        _drop(source, ix, entry)
         report.segments.append(
             {"seq": entry.seq, "first_position": entry.first_position,
              "last_position": entry.last_position, "events": entry.events,
@@ -159,8 +159,8 @@ def _record(
     }
 
 
-def _drop(source: Any, cat: Catalog, entry: SegmentEntry) -> None:
-    blobs = source.blobs(cat)
+def _drop(source: Any, ix: SegmentIndex, entry: SegmentEntry) -> None:
+    blobs = source.blobs(ix)
     for key in (entry.segment.key, entry.manifest.key):
         blobs.delete(key)
     source.forget()

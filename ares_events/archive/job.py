@@ -14,7 +14,7 @@ global order, each in this order (each step survives a ``kill -9`` before the ne
    root of its own leaves, a signed checkpoint with ``key=``) to the archive;
 3. **verify**: read both back, digest-check every block, decode every row and compare
    it with what was read from the database, recompute the segment's root;
-4. **record** it in the catalog (a compare-and-set of ``archive/catalog``; another run
+4. **record** it in the segment index (a compare-and-set of ``archive/catalog``; another run
    at the same time loses and stops) and then its end in ``archive/through``;
 5. **delete** its rows, checked row by row in one transaction (a row changed since step
    1, e.g. erased, refuses the delete: the segment is sealed again from the rows).
@@ -37,7 +37,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from ares_events.core.backend import Capability
+from ares_events.archive.erase import put_checked, settle_pending
+from ares_events.archive.reader import ArchiveRecorder
+from ares_events.archive.segment import (
+    BLOCK_EVENTS,
+    INDEX_KEY,
+    SEGMENT_EVENTS,
+    THROUGH_KEY,
+    Manifest,
+    SegmentEntry,
+    SegmentIndex,
+    decode_block,
+    encode_segment,
+    stored,
+    stream_ranges,
+)
+from ares_events.archive.source import ArchiveSource
+from ares_events.core.backend import ArchivedRow, Capability
 from ares_events.core.events import ErasedPayloadRef, RecordedEvent, format_at, utc_now_at
 from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import system_of_record
@@ -47,22 +63,7 @@ from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
-from ares_events.stores.archive.erase import put_checked, settle_pending
-from ares_events.stores.archive.segment import (
-    BLOCK_EVENTS,
-    CATALOG_KEY,
-    SEGMENT_EVENTS,
-    THROUGH_KEY,
-    ArchivedRow,
-    Catalog,
-    Manifest,
-    SegmentEntry,
-    decode_block,
-    encode_segment,
-    stored,
-    stream_ranges,
-)
-from ares_events.stores.archive.source import ArchiveSource
+from ares_events.stores.cache import CachedRecorder
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -135,20 +136,33 @@ def parse_before(text: str) -> int | timedelta:
     )
 
 
-def _archive_reader(store: EventStore) -> Any:
+def _archive_reader(store: EventStore) -> ArchiveRecorder:
+    """The store's archive reader; plugged in (under any cache) when the store was opened
+    before it had an archive, so the store this run was given reads through it after.
+
+    Raises:
+        ConfigError: the backend cannot archive.
+    """
     rec = system_of_record(store.recorder)
+    if isinstance(rec, ArchiveRecorder):
+        return rec
     if Capability.CELL_CURSORS in rec.capabilities:
         raise ConfigError(
             f"store {store.url}: its cells are on separate servers, with a position space "
             "each, and an archive segment is a range of one position space: archive cells "
             "that share one clock (pgcells:// schemas of one database, citus://)"
         )
-    if Capability.ARCHIVE not in rec.capabilities or not hasattr(rec, "archive_catalog"):
+    if Capability.ARCHIVE not in rec.capabilities or Capability.METADATA not in rec.capabilities:
         raise ConfigError(
             f"store {store.url}: its backend cannot archive (Capability.ARCHIVE: SQLite, "
             "PostgreSQL and cells on one clock can)"
         )
-    return rec
+    reader = ArchiveRecorder(rec)
+    if isinstance(store.recorder, CachedRecorder):
+        store.recorder.inner = reader
+    else:
+        store.recorder = reader
+    return reader
 
 
 def archive(
@@ -168,7 +182,7 @@ def archive(
     Args:
         store: a SQLite, PostgreSQL or cell store on one clock (blocking face).
         to: ``s3://bucket/prefix?...`` or ``file:///dir``; not the store's blob location.
-            Recorded in the store's identity and catalog at the first run; later runs
+            Recorded in the store's identity and segment index at the first run; later runs
             must name the same location.
         before: archive events at positions below this one, or recorded before this
             time (a ``datetime``) or longer than this ago (a ``timedelta``).
@@ -184,7 +198,7 @@ def archive(
             store archives to; a bad ``before``; a backend that cannot archive.
         ChainIntegrityError: the events to archive do not verify (nothing is written).
         ArchiveError: what was read back differs from what was written, or another run
-            changed the catalog meanwhile.
+            changed the segment index meanwhile.
         StoreUnavailable: the store or the archive cannot be reached.
     """
     if segment_events < 1:
@@ -204,42 +218,45 @@ def archive(
             f"the archive {location} is the store's blob location: give it its own folder or "
             "prefix (gc-blobs would delete segments it sees no event reference)"
         )
-    text, cat = rec._catalog_text()
-    if cat is None:
-        cat = Catalog(location, url)
+    text, ix = rec._index_text()
+    if ix is None:
+        ix = SegmentIndex(location, url)
         text = None
-    elif cat.location != location:
-        raise ConfigError(f"store {store.url} archives to {cat.location}, not to {location}")
+    elif ix.location != location:
+        raise ConfigError(f"store {store.url} archives to {ix.location}, not to {location}")
     report = ArchiveReport(location)
     _record_identity(store, inner, location, url)
-    text, cat = settle_pending(inner, source, text, cat)  # an erasure's leftovers
+    text, ix = settle_pending(inner, source, text, ix)  # an erasure's leftovers
     # An interrupted run: segments recorded whose rows are still here.
-    report.resumed, report.rows_deleted, text, cat = _finish_deletes(inner, source, text, cat)
-    if cat.segments:  # a crash between the catalog and its end row: write the end again
-        inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
+    report.resumed, report.rows_deleted, text, ix = _finish_deletes(inner, source, text, ix)
+    if ix.segments:  # a crash between the segment index and its end row: write the end again
+        inner.meta_set(THROUGH_KEY, f"{ix.through} {ix.rev}")
     mlog = MerkleLog(store)
     mlog.catch_up()
     cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())
     heads: dict[str, int] = {}
     while max_segments is None or len(report.segments) < max_segments:
         events, kept, end = _collect(
-            inner, cat.through, segment_events, cutoff_pos, cutoff_at, heads
+            inner, ix.through, segment_events, cutoff_pos, cutoff_at, heads
         )
         report.kept += kept
         if not events:
             break
         _check_chains(events, store)
-        entry, manifest, nbytes = _seal(source, cat, events, mlog, key, cat.segments, block_events)
+        entry, manifest, nbytes = _seal(source, ix, events, mlog, key, ix.segments, block_events)
         report.archive_bytes += nbytes
-        new_cat = cat.with_segment(entry)
-        if not inner.meta_swap(CATALOG_KEY, text, new_cat.to_json()):
+        new_ix = ix.with_segment(entry)
+        if not inner.meta_swap(INDEX_KEY, text, new_ix.to_json()):
             raise ArchiveError(
-                "busy", entry.seq, CATALOG_KEY, "another archive run changed the catalog; run again"
+                "busy",
+                entry.seq,
+                INDEX_KEY,
+                "another archive run changed the segment index; run again",
             )
-        text, cat = new_cat.to_json(), new_cat
-        inner.meta_set(THROUGH_KEY, f"{cat.through} {cat.rev}")
+        text, ix = new_ix.to_json(), new_ix
+        inner.meta_set(THROUGH_KEY, f"{ix.through} {ix.rev}")
         _step("recorded")
-        n, text, cat = _delete(inner, source, text, cat, entry, events)
+        n, text, ix = _delete(inner, source, text, ix, entry, events)
         report.rows_deleted += n
         _step("deleted")
         line = {
@@ -259,7 +276,7 @@ def archive(
             progress(line)
         if end:
             break
-    report.through = cat.through
+    report.through = ix.through
     logger.info(
         "archived %d events in %d segments to %s (through position %d)",
         report.events_archived, len(report.segments), location, report.through,
@@ -292,6 +309,7 @@ def _record_identity(store: EventStore, inner: Any, location: str, url: str) -> 
     new = dataclasses.replace(ident, archive=BlobsIdentity(location, url))
     if not inner.meta_swap(IDENTITY_KEY, raw, new.to_json()):
         raise ArchiveError("busy", None, IDENTITY_KEY, "the identity changed meanwhile; run again")
+    store._identity = new  # what replay and verify consult to look for retired segments
 
 
 def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | None]:
@@ -375,14 +393,14 @@ def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
 
 def _seal(
     source: ArchiveSource,
-    cat: Catalog,
+    ix: SegmentIndex,
     events: list[RecordedEvent],
     mlog: MerkleLog,
     key: SigningKey | None,
     segments: tuple[SegmentEntry, ...],
     block_events: int = BLOCK_EVENTS,
 ) -> tuple[SegmentEntry, Manifest, int]:
-    """Write, read back and verify one segment; its catalog line and manifest."""
+    """Write, read back and verify one segment; its index line and manifest."""
     seq = segments[-1].seq + 1 if segments else 1
     leaves = [merkle.leaf_hash(e.hash) for e in events]
     _check_leaves(mlog, events, leaves)
@@ -394,7 +412,7 @@ def _seal(
     if key is not None:
         checkpoint = sign_checkpoint(Checkpoint(key.name, size, root), key)
     data, blocks = encode_segment(events, block_events=block_events)
-    seg_ref = put_checked(source, cat, data, seq)
+    seg_ref = put_checked(source, ix, data, seq)
     manifest = Manifest(
         seq=seq,
         first_position=events[0].position,
@@ -410,10 +428,10 @@ def _seal(
         created_at=utc_now_at(),
     )
     mbytes = manifest.to_bytes()
-    man_ref = put_checked(source, cat, mbytes, seq)
+    man_ref = put_checked(source, ix, mbytes, seq)
     _step("written")
     # Read back: every block digest-checked and decoded, every row as the database had it.
-    blobs = source.blobs(cat)
+    blobs = source.blobs(ix)
     back = blobs.get(man_ref.as_payload_ref())
     if Manifest.from_bytes(back, man_ref.key) != manifest:
         raise ArchiveError("corrupted", seq, man_ref.key, "manifest read back differs")
@@ -474,20 +492,20 @@ def _expected(events: list[RecordedEvent]) -> list[ArchivedRow]:
 
 
 def _delete(
-    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog, entry: SegmentEntry,
+    inner: Any, source: ArchiveSource, text: str | None, ix: SegmentIndex, entry: SegmentEntry,
     events: list[RecordedEvent],
-) -> tuple[int, str | None, Catalog]:  # fmt: skip
+) -> tuple[int, str | None, SegmentIndex]:  # fmt: skip
     """Delete the segment's rows; when some were erased after the segment was written,
     erase them in the segment too (the database is right), then delete. Returns the rows
-    deleted and the catalog as it is now."""
+    deleted and the segment index as it is now."""
     for _ in range(3):
         try:
             n = inner.delete_archived(entry.first_position, entry.last_position, _expected(events))
-            return int(n), text, cat
+            return int(n), text, ix
         except ArchiveError:
             raise
         except StoreError:
-            text, cat, entry, events = _reseal(inner, source, text, cat, entry, events)
+            text, ix, entry, events = _reseal(inner, source, text, ix, entry, events)
     raise ArchiveError(
         "changed", entry.seq, entry.segment.key,
         "its rows keep changing while they are archived; run the archive again",
@@ -495,16 +513,16 @@ def _delete(
 
 
 def _reseal(
-    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog, entry: SegmentEntry,
+    inner: Any, source: ArchiveSource, text: str | None, ix: SegmentIndex, entry: SegmentEntry,
     events: list[RecordedEvent],
-) -> tuple[str | None, Catalog, SegmentEntry, list[RecordedEvent]]:  # fmt: skip
+) -> tuple[str | None, SegmentIndex, SegmentEntry, list[RecordedEvent]]:  # fmt: skip
     """Carry erasures made in the database after the segment was written into the
     segment (a rewrite as ``ae.erase`` of an archived event makes).
 
     Raises:
         ArchiveError: a row differs in another way than an erasure (tampering?).
     """
-    from ares_events.stores.archive.erase import erase_archived
+    from ares_events.archive.erase import erase_archived
 
     db: dict[int, RecordedEvent] = {}
     pos = entry.first_position - 1
@@ -526,41 +544,41 @@ def _reseal(
             )  # fmt: skip
         ref = d.payload_ref
         if isinstance(ref, ErasedPayloadRef) and not e.payload_erased:
-            done = erase_archived(
-                source, cat, e.stream_id, e.version, e.position, e.hash, ref, None
-            )
+            done = erase_archived(source, ix, e.stream_id, e.version, e.position, e.hash, ref, None)
             if done is None:
                 continue
-            new_cat, _, _old = done
-            new_text = new_cat.to_json()
-            if not inner.meta_swap(CATALOG_KEY, text, new_text):
-                raise ArchiveError("busy", entry.seq, CATALOG_KEY, "the catalog changed; run again")
-            inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
-            text, cat = settle_pending(inner, source, new_text, new_cat)
-    found = cat.segment_at(entry.first_position)
+            new_ix, _, _old = done
+            new_text = new_ix.to_json()
+            if not inner.meta_swap(INDEX_KEY, text, new_text):
+                raise ArchiveError(
+                    "busy", entry.seq, INDEX_KEY, "the segment index changed; run again"
+                )
+            inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
+            text, ix = settle_pending(inner, source, new_text, new_ix)
+    found = ix.segment_at(entry.first_position)
     assert found is not None and found.seq == entry.seq
-    m = source.manifest(cat, found)
+    m = source.manifest(ix, found)
     fresh: list[RecordedEvent] = []
     for i in range(len(m.blocks)):
-        fresh.extend(source.block(cat, found, i))
-    return text, cat, found, fresh
+        fresh.extend(source.block(ix, found, i))
+    return text, ix, found, fresh
 
 
 def _finish_deletes(
-    inner: Any, source: ArchiveSource, text: str | None, cat: Catalog
-) -> tuple[int, int, str | None, Catalog]:
+    inner: Any, source: ArchiveSource, text: str | None, ix: SegmentIndex
+) -> tuple[int, int, str | None, SegmentIndex]:
     """Delete the rows of recorded segments an interrupted run left (newest first, until
-    one is already done); returns (segments, rows) and the catalog as it is now."""
+    one is already done); returns (segments, rows) and the segment index as it is now."""
     segs, rows = 0, 0
-    for entry in reversed(cat.segments):
+    for entry in reversed(ix.segments):
         if entry.retired is not None:
             break
-        m = source.manifest(cat, entry)
+        m = source.manifest(ix, entry)
         events: list[RecordedEvent] = []
         for i in range(len(m.blocks)):
-            events.extend(source.block(cat, entry, i))
-        n, text, cat = _delete(inner, source, text, cat, entry, events)
+            events.extend(source.block(ix, entry, i))
+        n, text, ix = _delete(inner, source, text, ix, entry, events)
         if n == 0:
             break
         segs, rows = segs + 1, rows + n
-    return segs, rows, text, cat
+    return segs, rows, text, ix

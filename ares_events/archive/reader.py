@@ -1,17 +1,18 @@
-"""Reading through the archive: :class:`AsyncArchiveRecorder` (one face written, the other
+# Generated from reader_async.py by tools/async_to_sync.py: do not edit.
+"""Reading through the archive: :class:`ArchiveRecorder` (one face written, the other
 generated), a recorder over a backend that serves the events an archive run removed
 from the database out of the archive, so every read API returns what it returned before.
 
-Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend.
-It wraps every backend that declares :attr:`Capability.ARCHIVE`; a store with no archive
-costs one metadata read per page of ``read_all`` and nothing on a stream read whose
-events are in the database (tail reads and appends never touch the archive).
+Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend,
+only for a store whose identity names an archive (the archive run plugs it into the
+store it was given): a store without one never constructs it. Tail reads and appends
+never touch the archive; ``read_all`` reads one small metadata row per page.
 
 How a read finds archived events without trusting a stale view:
 
-- the archive run records a segment in the catalog (``ares_meta`` row
+- the archive run records a segment in the segment index (``ares_meta`` row
   ``archive/catalog``) and then its last position (row ``archive/through``) *before*
-  it deletes the segment's rows; so rows missing from the database are in the catalog
+  it deletes the segment's rows; so rows missing from the database are in the segment index
   by the time anyone can see them missing;
 - a stream read goes to the database first; a version missing there (the first one
   asked for, or one the next page skips because rows were deleted meanwhile) sends it
@@ -21,7 +22,7 @@ How a read finds archived events without trusting a stale view:
   database page: positions below it come from the archive, one block at a time.
 
 Archived events are checked before use: a manifest against the size and blake3 digest
-the catalog (in the database) records, a block against its manifest's digest
+the segment index (in the database) records, a block against its manifest's digest
 (:mod:`.source`); verification, replay and recovery then check their chain as for any
 event. A missing or altered object raises :class:`~ares_events.errors.ArchiveError`
 (verification reports it as a finding), never an empty answer.
@@ -34,9 +35,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from ares_events.archive.erase import erase_archived
+from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
+from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import (
     AppendOutcome,
     Batch,
@@ -46,20 +50,12 @@ from ares_events.core.backend import (
     TrackingRecord,
 )
 from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
-from ares_events.core.faces import ASYNC
-from ares_events.core.iterators_async import aclose_iter
-from ares_events.core.recorder_async import system_of_record
+from ares_events.core.iterators import close_iter
 from ares_events.errors import ArchiveError
-from ares_events.stores.archive.erase import erase_archived
-from ares_events.stores.archive.segment import CATALOG_KEY, THROUGH_KEY, Catalog
-from ares_events.stores.archive.source import ArchiveSource
-
-if ASYNC:
-    import asyncio
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AsyncArchiveRecorder"]
+__all__ = ["ArchiveRecorder"]
 
 _BIG: Final = 2**62
 PAGE: Final = 256
@@ -69,31 +65,21 @@ garbage collector tracks each) stay under its threshold of 700: a page of 1000 c
 the CPU of a bare read in collections, one of 256 about 5%, metadata reads included."""
 
 
-async def _flatten(pages: AsyncIterator[list[RecordedEvent]]) -> AsyncIterator[RecordedEvent]:
+def _flatten(pages: Iterator[list[RecordedEvent]]) -> Iterator[RecordedEvent]:
     try:
-        async for page in pages:
-            for e in page:
-                yield e
+        for page in pages:
+            yield from page
     finally:
-        await aclose_iter(pages)  # a reader that stops early closes the database read
+        close_iter(pages)  # a reader that stops early closes the database read
 
 
-async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]:
+def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
     """The next ``n`` events of ``it`` (fewer at its end)."""
-    if ASYNC:
-        out: list[RecordedEvent] = []
-        if n > 0:
-            async for e in it:
-                out.append(e)
-                if len(out) >= n:
-                    break
-        return out
-    else:
-        return list(itertools.islice(it, n))
+    return list(itertools.islice(it, n))
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
-    """``upto``, once it is past ``pos`` (a catalog whose last position is past every
+    """``upto``, once it is past ``pos`` (a segment index whose last position is past every
     segment it lists would otherwise loop forever).
 
     Raises:
@@ -101,13 +87,13 @@ def _advanced(pos: int, upto: int, through: int) -> int:
     """
     if upto <= pos:
         raise ArchiveError(
-            "corrupted", None, CATALOG_KEY,
+            "corrupted", None, INDEX_KEY,
             f"archive/through says {through}, but no segment holds positions after {pos}",
         )  # fmt: skip
     return upto
 
 
-class AsyncArchiveRecorder:
+class ArchiveRecorder:
     """A recorder whose reads go on into the archive (see the module docstring).
 
     Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
@@ -120,16 +106,8 @@ class AsyncArchiveRecorder:
         self.inner = inner
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
-        self._view: AsyncArchiveRecorder | None = None
-        self._cat: Catalog | None = None
-
-    @classmethod
-    def over(cls, inner: Any) -> Any:
-        """``inner`` behind the archive reader when it can archive, else ``inner``."""
-        caps: frozenset[Capability] = frozenset(getattr(inner, "capabilities", ()))
-        if Capability.ARCHIVE in caps and Capability.METADATA in caps:
-            return cls(inner)
-        return inner
+        self._parsed: tuple[str | None, SegmentIndex | None] = (None, None)
+        """The index as last read and parsed (parsed again only when its text changed)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
@@ -138,97 +116,90 @@ class AsyncArchiveRecorder:
         """The backend's location, redacted."""
         return str(self.inner.describe())
 
-    def uncached(self) -> Any:
-        """This reader over the system of record under any cache (integrity checks)."""
-        sor = system_of_record(self.inner)
-        if sor is self.inner:
-            return self
-        if self._view is None:
-            self._view = type(self)(sor, self.source)
-        return self._view
-
     # -- forwarded to the backend -----------------------------------------------------------
 
-    async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
+    def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
-        out: AppendOutcome = await self.inner.append(batch, expected_version)
+        out: AppendOutcome = self.inner.append(batch, expected_version)
         return out
 
-    async def append_many(
+    def append_many(
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
-        """The backend's :meth:`~ares_events.core.recorder_async.AsyncAppendsMany.append_many`."""
-        out: list[AppendOutcome] = await self.inner.append_many(batches, tracking)
+        """The backend's :meth:`~ares_events.core.recorder.AppendsMany.append_many`."""
+        out: list[AppendOutcome] = self.inner.append_many(batches, tracking)
         return out
 
-    async def tracked_position(self, name: str) -> int | None:
+    def tracked_position(self, name: str) -> int | None:
         """The backend's tracked position of ``name``."""
-        out: int | None = await self.inner.tracked_position(name)
+        out: int | None = self.inner.tracked_position(name)
         return out
 
-    async def head(self, stream_id: str) -> Head | None:
+    def head(self, stream_id: str) -> Head | None:
         """The backend's head row (each stream's last event is never archived)."""
-        out: Head | None = await self.inner.head(stream_id)
+        out: Head | None = self.inner.head(stream_id)
         return out
 
-    def heads(self) -> AsyncIterator[tuple[str, Head]]:
+    def heads(self) -> Iterator[tuple[str, Head]]:
         """The backend's heads."""
-        out: AsyncIterator[tuple[str, Head]] = self.inner.heads()
+        out: Iterator[tuple[str, Head]] = self.inner.heads()
         return out
 
-    async def heads_page(
-        self, after: str, limit: int, prefix: str | None
-    ) -> list[tuple[str, Head]]:
+    def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """A page of the backend's heads."""
-        out: list[tuple[str, Head]] = await self.inner.heads_page(after, limit, prefix)
+        out: list[tuple[str, Head]] = self.inner.heads_page(after, limit, prefix)
         return out
 
-    async def last_position(self) -> int:
+    def last_position(self) -> int:
         """The backend's last position."""
-        out: int = await self.inner.last_position()
+        out: int = self.inner.last_position()
         return out
 
-    async def wait_for(self, position: int, timeout: float) -> bool:
+    def wait_for(self, position: int, timeout: float) -> bool:
         """The backend's wake-up."""
-        out: bool = await self.inner.wait_for(position, timeout)
+        out: bool = self.inner.wait_for(position, timeout)
         return out
 
-    async def meta_get(self, key: str) -> str | None:
+    def meta_get(self, key: str) -> str | None:
         """The backend's metadata value under ``key``."""
-        out: str | None = await self.inner.meta_get(key)
+        out: str | None = self.inner.meta_get(key)
         return out
 
-    async def meta_put_if_absent(self, key: str, value: str) -> str:
+    def meta_put_if_absent(self, key: str, value: str) -> str:
         """The backend's put-if-absent."""
-        out: str = await self.inner.meta_put_if_absent(key, value)
+        out: str = self.inner.meta_put_if_absent(key, value)
         return out
 
-    async def meta_set(self, key: str, value: str) -> None:
+    def meta_set(self, key: str, value: str) -> None:
         """The backend's metadata write."""
-        await self.inner.meta_set(key, value)
+        self.inner.meta_set(key, value)
 
-    async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
+    def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """The backend's compare-and-swap of a metadata value."""
-        out: bool = await self.inner.meta_swap(key, expected, value)
+        out: bool = self.inner.meta_swap(key, expected, value)
         return out
 
-    async def delete_archived(
+    def delete_archived(
         self,
         first_position: int,
         last_position: int,
         expected: Sequence[tuple[int, bytes, str | None]],
     ) -> int:
         """The backend's delete of archived rows."""
-        out: int = await self.inner.delete_archived(first_position, last_position, expected)
+        out: int = self.inner.delete_archived(first_position, last_position, expected)
         return out
 
     def snapshot_rows(self) -> Any:
         """The backend's snapshot table."""
         return self.inner.snapshot_rows()
 
-    def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
+    def read_models(self) -> Any:
+        """The backend's read models."""
+        return self.inner.read_models()
+
+    def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """The backend's duplicate scan (archived rows were unique when archived)."""
-        out: AsyncIterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
+        out: Iterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
         return out
 
     def default_blobs_url(self) -> str | None:
@@ -236,54 +207,63 @@ class AsyncArchiveRecorder:
         out: str | None = self.inner.default_blobs_url()
         return out
 
-    # -- the catalog -----------------------------------------------------------------------
+    # -- the segment index -----------------------------------------------------------------------
 
-    async def archive_catalog(self) -> Catalog | None:
-        """The catalog as the database records it now (None: nothing was ever archived).
+    def segment_index(self) -> SegmentIndex | None:
+        """The segment index as the database records it now (None: nothing was ever archived).
 
         Raises:
             ArchiveError: the record does not parse.
         """
-        return (await self._catalog_text())[1]
+        return (self._index_text())[1]
 
-    async def _catalog_text(self) -> tuple[str | None, Catalog | None]:
-        text = await self.inner.meta_get(CATALOG_KEY)
-        cat = self.source.catalog(text)
-        self._cat = cat
-        return text, cat
+    def _index_text(self) -> tuple[str | None, SegmentIndex | None]:
+        text = self.inner.meta_get(INDEX_KEY)
+        seen = self._parsed  # one read of the attribute: another thread may replace it
+        if text is None or text == seen[0]:
+            ix = None if text is None else seen[1]
+        else:
+            ix = SegmentIndex.from_json(text)
+        self._parsed = (text, ix)
+        return text, ix
 
-    async def _through(self) -> tuple[int, Catalog | None]:
-        """The last archived position and, when it is not 0, the catalog (fetched again
+    def _through(self) -> tuple[int, SegmentIndex | None]:
+        """The last archived position and, when it is not 0, the segment index (fetched again
         only when its revision moved)."""
-        raw = await self.inner.meta_get(THROUGH_KEY)
+        raw = self.inner.meta_get(THROUGH_KEY)
         if raw is None:
-            return 0, None
+            # Not written yet (a run stopped between the index and this row) or deleted:
+            # the index says how far the archive goes.
+            ix = self.segment_index()
+            return (ix.through if ix is not None else 0), ix
         try:
             through_s, rev_s = raw.split()
             through, rev = int(through_s), int(rev_s)
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
-        cat = self._cat  # one read of the attribute: another thread may replace it
-        if cat is None or cat.rev != rev:
-            cat = await self.archive_catalog()
-        return through, cat
+        ix = self._parsed[1]
+        if ix is None or ix.rev != rev:
+            ix = self.segment_index()
+        if ix is None and through > 0:  # the rows below it are gone: never skip them
+            raise ArchiveError(
+                "missing", None, INDEX_KEY,
+                f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
+            )  # fmt: skip
+        return through, ix
 
     # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
-    ) -> AsyncIterator[RecordedEvent]:
+    ) -> Iterator[RecordedEvent]:
         """The stream's events from the database and, for versions no longer there, from
         the archive."""
         pages = self._read_pages(stream_id, from_version, to_version, limit)
-        if ASYNC:
-            return _flatten(pages)
-        else:
-            return itertools.chain.from_iterable(pages)  # pages handed on at C speed
+        return itertools.chain.from_iterable(pages)  # pages handed on at C speed
 
-    async def _read_pages(
+    def _read_pages(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
-    ) -> AsyncIterator[list[RecordedEvent]]:
+    ) -> Iterator[list[RecordedEvent]]:
         """:meth:`read` as pages. A database page whose versions run on from the next one
         wanted without a hole (first == v, last - first == its length - 1: the rows come
         in version order) is passed on whole; any other page is looked at event by
@@ -297,7 +277,7 @@ class AsyncArchiveRecorder:
             gap = False
             try:
                 while not gap:
-                    page = await _take(it, PAGE)
+                    page = _take(it, PAGE)
                     if not page:
                         break
                     first, last = page[0][1], page[-1][1]
@@ -337,15 +317,15 @@ class AsyncArchiveRecorder:
                     if left <= 0:
                         return
             finally:
-                await aclose_iter(it)
+                close_iter(it)
             # Without a gap the database has nothing from v on (up to the bound). Each
             # stream's last event is never archived, so when nothing at all follows,
             # nothing after v exists (or a tampered store lost it: verification reports
             # the stream truncated); only events below one that follows can be archived.
-            if not gap and (to_version is None or not await self._follows(stream_id, v)):
+            if not gap and (to_version is None or not self._follows(stream_id, v)):
                 return
             got = 0
-            async for chunk in self._archived(stream_id, v, hi, left):
+            for chunk in self._archived(stream_id, v, hi, left):
                 yield chunk
                 left -= len(chunk)
                 got += len(chunk)
@@ -355,33 +335,33 @@ class AsyncArchiveRecorder:
                     return
                 tolerate = True
 
-    async def _follows(self, stream_id: str, v: int) -> bool:
+    def _follows(self, stream_id: str, v: int) -> bool:
         """True when the database holds an event of the stream at version ``v`` or later."""
         it = self.inner.read(stream_id, v, None, 1)
         try:
-            async for _ in it:
+            for _ in it:
                 return True
         finally:
-            await aclose_iter(it)
+            close_iter(it)
         return False
 
-    async def _archived(
+    def _archived(
         self, stream_id: str, v: int, hi: int, left: int
-    ) -> AsyncIterator[list[RecordedEvent]]:
+    ) -> Iterator[list[RecordedEvent]]:
         """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
         a chunk at a time."""
-        cat = await self.archive_catalog()
-        if cat is None:
+        ix = self.segment_index()
+        if ix is None:
             return
         cursor = None
         while left > 0 and v <= hi:
             try:
-                chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
+                chunk, cursor = self._chunk(ix, stream_id, v, cursor)
             except ArchiveError as exc:
                 # An erasure elsewhere replaced the segment (and deleted the old object)
-                # since this catalog was read: read it again, once.
-                cat = await self._newer(cat, exc)
-                chunk, cursor = await self._chunk(cat, stream_id, v, cursor)
+                # since this segment index was read: read it again, once.
+                ix = self._newer(ix, exc)
+                chunk, cursor = self._chunk(ix, stream_id, v, cursor)
             out = [e for e in chunk if e.version <= hi][:left]
             if out:
                 yield out
@@ -392,35 +372,32 @@ class AsyncArchiveRecorder:
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
-    ) -> AsyncIterator[RecordedEvent]:
+    ) -> Iterator[RecordedEvent]:
         """Events in global order: from the archive below its last position, then from
         the database."""
         pages = self._read_all(after_position, limit, stream_prefix)
-        if ASYNC:
-            return _flatten(pages)
-        else:
-            return itertools.chain.from_iterable(pages)  # pages handed on at C speed
+        return itertools.chain.from_iterable(pages)  # pages handed on at C speed
 
-    async def _read_all(
+    def _read_all(
         self, after: int, limit: int | None, prefix: str | None
-    ) -> AsyncIterator[list[RecordedEvent]]:
+    ) -> Iterator[list[RecordedEvent]]:
         """Pages of events (a list at a time, so the blocking face flattens them in C)."""
         pos = after
         left = limit if limit is not None else _BIG
         while left > 0:
             want = min(PAGE, left)
             if prefix:
-                page = [e async for e in self.inner.read_all(pos, want, stream_prefix=prefix)]
+                page = list(self.inner.read_all(pos, want, stream_prefix=prefix))
             else:
-                page = [e async for e in self.inner.read_all(pos, want)]
+                page = list(self.inner.read_all(pos, want))
             # Read after the page: rows deleted before it was read are below the archive's
             # position by now (recorded before the delete). One small read per page.
-            through, cat = await self._through()
-            if cat is not None and through > pos:
+            through, ix = self._through()
+            if ix is not None and through > pos:
                 # The archive holds what follows pos: serve it, block by block, up to its
                 # end, then read the database again from there.
                 while through > pos and left > 0:
-                    events, upto = await self._merged_block(cat, pos, prefix)
+                    events, upto = self._merged_block(ix, pos, prefix)
                     pos = _advanced(pos, upto, through)
                     yield events[:left]
                     left -= min(len(events), left)
@@ -432,63 +409,56 @@ class AsyncArchiveRecorder:
             last = page[-1].position
             if type(last) is not int or last <= pos:
                 # A tampered position: go on without the archive, exactly as stored.
-                yield [e async for e in self._rest(page, left, prefix)]
+                yield list(self._rest(page, left, prefix))
                 return
             pos = last
 
-    async def _rest(
+    def _rest(
         self, page: list[RecordedEvent], left: int, prefix: str | None
-    ) -> AsyncIterator[RecordedEvent]:
+    ) -> Iterator[RecordedEvent]:
         good = [e.position for e in page if type(e.position) is int]
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
-        async for e in self.inner.read_all(max(good) if good else 0, left, **kw):
-            yield e
+        yield from self.inner.read_all(max(good) if good else 0, left, **kw)
 
-    async def _chunk(
-        self, cat: Catalog, stream_id: str, v: int, cursor: Any
+    def _chunk(
+        self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
     ) -> tuple[list[RecordedEvent], Any]:
-        if ASYNC:
-            return await asyncio.to_thread(self.source.stream_chunk, cat, stream_id, v, cursor)
-        else:
-            return self.source.stream_chunk(cat, stream_id, v, cursor)
+        return self.source.stream_chunk(ix, stream_id, v, cursor)
 
-    async def _newer(self, cat: Catalog, exc: ArchiveError) -> Catalog:
-        """The catalog again when it changed since ``cat`` was read and ``exc`` says an
+    def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
+        """The segment index again when it changed since ``ix`` was read and ``exc`` says an
         object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
 
         Raises:
-            ArchiveError: ``exc``, when the catalog is the same.
+            ArchiveError: ``exc``, when the segment index is the same.
         """
         if exc.kind != "missing":
             raise exc
-        fresh = await self.archive_catalog()
-        if fresh is None or fresh.to_json() == cat.to_json():
+        fresh = self.segment_index()
+        if fresh is None or fresh.to_json() == ix.to_json():
             raise exc
         return fresh
 
-    async def _block_after(
-        self, cat: Catalog, pos: int, prefix: str | None
+    def _block_after(
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         try:
-            return await self._events_after(cat, pos, prefix)
+            return self._events_after(ix, pos, prefix)
         except ArchiveError as exc:
-            return await self._events_after(await self._newer(cat, exc), pos, prefix)
+            return self._events_after(self._newer(ix, exc), pos, prefix)
 
-    async def _events_after(
-        self, cat: Catalog, pos: int, prefix: str | None
+    def _events_after(
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
-        if ASYNC:
-            return await asyncio.to_thread(self.source.events_after, cat, pos, prefix)
-        else:
-            return self.source.events_after(cat, pos, prefix)
+        return self.source.events_after(ix, pos, prefix)
 
-    async def _merged_block(
-        self, cat: Catalog, pos: int, prefix: str | None
+    def _merged_block(
+        self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """The archive's next block after ``pos`` merged with the rows the database
         keeps in its range (each stream's last event at archive time, and rows an
         interrupted run has not deleted yet: those are the archive's, once)."""
-        events, upto = await self._block_after(cat, pos, prefix)
+        events, upto = self._block_after(ix, pos, prefix)
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
@@ -496,7 +466,7 @@ class AsyncArchiveRecorder:
         while more:
             # One row first: inside an archived range the database rarely has any, and a
             # page would read (and drop) rows past the block every time.
-            page = [e async for e in self.inner.read_all(cur, want, **kw)]
+            page = list(self.inner.read_all(cur, want, **kw))
             more = len(page) == want
             want = PAGE
             for e in page:
@@ -511,30 +481,30 @@ class AsyncArchiveRecorder:
             events = sorted([*events, *extra], key=lambda e: e.position)
         return events, upto
 
-    def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` in global order, archived rows included
         (the audit's order check)."""
         return self._positions(after_position)
 
-    async def _positions(self, after: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+    def _positions(self, after: int) -> Iterator[tuple[Any, Any, Any]]:
         pos = after
         while True:
-            through, cat = await self._through()
-            if cat is not None and through > pos:
-                events, upto = await self._block_after(cat, pos, None)
+            through, ix = self._through()
+            if ix is not None and through > pos:
+                events, upto = self._block_after(ix, pos, None)
                 _advanced(pos, upto, through)
                 rows = [(e.position, e.stream_id, e.version) for e in events]
                 have = {r[0] for r in rows}
                 it = self.inner.positions(pos)
                 try:
-                    async for row in it:
+                    for row in it:
                         p = row[0]
                         if type(p) is not int or p > upto:
                             break
                         if p not in have:
                             rows.append(row)
                 finally:
-                    await aclose_iter(it)
+                    close_iter(it)
                 rows.sort(key=lambda r: r[0])
                 for row in rows:
                     yield row
@@ -543,11 +513,11 @@ class AsyncArchiveRecorder:
             it = self.inner.positions(pos)
             jumped = False
             try:
-                async for row in it:
+                for row in it:
                     p = row[0]
                     if type(p) is int and p > pos + 1:
                         # a hole: rows archived (and deleted) since the scan started?
-                        again, _ = await self._through()
+                        again, _ = self._through()
                         if again > pos:
                             jumped = True
                             break
@@ -555,13 +525,13 @@ class AsyncArchiveRecorder:
                     if type(p) is int and p > pos:
                         pos = p
             finally:
-                await aclose_iter(it)
+                close_iter(it)
             if not jumped:
                 return
 
     # -- erasure -----------------------------------------------------------------------------
 
-    async def erase(
+    def erase(
         self,
         stream_id: str,
         version: int,
@@ -572,48 +542,36 @@ class AsyncArchiveRecorder:
     ) -> EraseOutcome:
         """Erase in the database; an archived event's segment is rewritten instead (its
         rows, chain and Merkle leaves unchanged but for that payload)."""
-        out: EraseOutcome = await self.inner.erase(
+        out: EraseOutcome = self.inner.erase(
             stream_id, version, position, event_hash, ref, blob_key
         )
         if out.erased:
             return out
-        for _ in range(5):  # another erasure or archive run swapped the catalog: again
-            text, cat = await self._catalog_text()
-            if text is None or cat is None or cat.segment_at(position) is None:
+        for _ in range(5):  # another erasure or archive run swapped the segment index: again
+            text, ix = self._index_text()
+            if text is None or ix is None or ix.segment_at(position) is None:
                 return out
-            if ASYNC:
-                done = await asyncio.to_thread(
-                    erase_archived, self.source, cat, stream_id, version, position,
-                    event_hash, ref, blob_key,
-                )  # fmt: skip
-            else:
-                done = erase_archived(
-                    self.source, cat, stream_id, version, position, event_hash, ref, blob_key
-                )
+            done = erase_archived(
+                self.source, ix, stream_id, version, position, event_hash, ref, blob_key
+            )
             if done is None:
                 return out
-            new_cat, refs, old_keys = done
-            new_text = new_cat.to_json()
-            if await self.inner.meta_swap(CATALOG_KEY, text, new_text):
-                await self.inner.meta_set(THROUGH_KEY, f"{new_cat.through} {new_cat.rev}")
-                # The old objects hold the payload: delete them now (the catalog names
+            new_ix, refs, old_keys = done
+            new_text = new_ix.to_json()
+            if self.inner.meta_swap(INDEX_KEY, text, new_text):
+                self.inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
+                # The old objects hold the payload: delete them now (the segment index names
                 # them as pending until then, so a crash here leaves them to the next run).
-                if ASYNC:
-                    await asyncio.to_thread(self.source.drop_objects, new_cat, old_keys)
-                else:
-                    self.source.drop_objects(new_cat, old_keys)
-                left = tuple(k for k in new_cat.pending if k not in old_keys)
-                clean = dataclasses.replace(new_cat, pending=left)
-                await self.inner.meta_swap(CATALOG_KEY, new_text, clean.to_json())
+                self.source.drop_objects(new_ix, old_keys)
+                left = tuple(k for k in new_ix.pending if k not in old_keys)
+                clean = dataclasses.replace(new_ix, pending=left)
+                self.inner.meta_swap(INDEX_KEY, new_text, clean.to_json())
                 return EraseOutcome(True, refs)
-        raise ArchiveError("busy", None, CATALOG_KEY, "the catalog kept changing; erase again")
+        raise ArchiveError("busy", None, INDEX_KEY, "the segment index kept changing; erase again")
 
-    async def close(self) -> None:
+    def close(self) -> None:
         """Close the archive's blob store, then the backend."""
         try:
-            if ASYNC:
-                await asyncio.to_thread(self.source.close)
-            else:
-                self.source.close()
+            self.source.close()
         finally:
-            await self.inner.close()
+            self.inner.close()

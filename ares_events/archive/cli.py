@@ -7,8 +7,6 @@ import :mod:`ares_events.cli.common` and anything below the CLI.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.table import Table
 
@@ -58,7 +56,7 @@ from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option,
     "--retire-before",
     metavar="POSITION|AGE",
     help="Retention: delete whole archived segments whose events all lie before this "
-    "horizon, oldest first, leaving a tombstone in the catalog and an "
+    "horizon, oldest first, leaving a tombstone in the segment index and an "
     "archive.segment.retired record in the stream ares-events/retention (needs --reason).",
 )
 @click.option("--reason", metavar="TEXT", help="Why segments are retired (the legal basis).")
@@ -84,7 +82,7 @@ def archive_cmd(
     Segment by segment, in global order: the events are checked (their chains, their
     Merkle leaves), written as a compressed segment and a manifest (position range,
     streams, Merkle tree size and root at its end, optionally a signed checkpoint), read
-    back and verified, recorded in the store's catalog, and only then are their rows
+    back and verified, recorded in the store's segment index, and only then are their rows
     deleted. A crash at any step loses nothing; running again finishes the job. Each
     stream's head, its last event, snapshots and read models stay in the database; every
     read (read, read_all, replay, recover, verify, audit, proofs) goes on into the
@@ -97,8 +95,8 @@ def archive_cmd(
       ares-events archive --status
       ares-events archive --retire-before 7y --reason "retention policy R-12"
     """
+    from ares_events.archive.job import archive, parse_before
     from ares_events.cli.common import load_signing_key
-    from ares_events.projections.archive import archive, parse_before
 
     if status:
         return _status(app, as_json)
@@ -147,26 +145,27 @@ def archive_cmd(
 
 
 def _status(app: App, as_json: bool) -> int:
-    with app.open() as store:
-        from ares_events.core.recorder import system_of_record
+    from ares_events.archive.reader import ArchiveRecorder
+    from ares_events.core.recorder import system_of_record
 
-        rec: Any = system_of_record(store.recorder)
-        cat = rec.archive_catalog() if hasattr(rec, "archive_catalog") else None
+    with app.open() as store:
+        rec = system_of_record(store.recorder)
+        ix = rec.segment_index() if isinstance(rec, ArchiveRecorder) else None
         url = store.url
-    if cat is None:
+    if ix is None:
         if as_json:
             app.json({"store": url, "archive": None, "segments": []})
         else:
             app.out.print(text(f"{url}: nothing archived"))
         return EXIT_OK
-    rows = [s.to_doc() for s in cat.segments]
+    rows = [s.to_doc() for s in ix.segments]
     if as_json:
-        app.json({"store": url, "archive": cat.location, "through": cat.through, "segments": rows})
+        app.json({"store": url, "archive": ix.location, "through": ix.through, "segments": rows})
         return EXIT_OK
-    table = Table(title=text(f"{url}: archive {cat.location}"), title_justify="left")
+    table = Table(title=text(f"{url}: archive {ix.location}"), title_justify="left")
     for col in ("segment", "positions", "events", "bytes", "tree size", "state"):
         table.add_column(col)
-    for s in cat.segments:
+    for s in ix.segments:
         table.add_row(
             str(s.seq), f"{s.first_position}..{s.last_position}", str(s.events),
             str(s.segment.size), str(s.tree_size),
@@ -179,8 +178,8 @@ def _status(app: App, as_json: bool) -> int:
 def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: bool) -> int:
     import getpass
 
-    from ares_events.projections.archive import parse_before
-    from ares_events.projections.retention import retire
+    from ares_events.archive.job import parse_before
+    from ares_events.archive.retention import retire
 
     if not reason:
         raise CommandError("--retire-before needs --reason TEXT (kept in the record)")

@@ -1,8 +1,8 @@
-"""The archive as a reader sees it: the catalog (parsed from the database's record),
+"""The archive as a reader sees it: the segment index (parsed from the database's record),
 manifests and blocks (fetched from the archive's blob store, checked, cached).
 
 Blocking I/O; the asyncio face calls it on a worker thread. Every object is checked
-before use: a manifest against the size and blake3 digest the catalog records, a block
+before use: a manifest against the size and blake3 digest the segment index records, a block
 against the digest its manifest records. A miss is an :class:`~ares_events.errors.ArchiveError`,
 never an empty answer.
 
@@ -28,14 +28,14 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
-from ares_events.core.events import RecordedEvent
-from ares_events.errors import ArchiveError, BlobCorrupted, BlobMissing, ConfigError
-from ares_events.stores.archive.segment import (
-    Catalog,
+from ares_events.archive.segment import (
     Manifest,
     SegmentEntry,
+    SegmentIndex,
     decode_block,
 )
+from ares_events.core.events import RecordedEvent
+from ares_events.errors import ArchiveError, BlobCorrupted, BlobMissing, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ CACHE_EVENTS: Final = 65_536
 """Decoded events kept in the block cache (least recently used blocks go first)."""
 
 StreamCursor = tuple[int, int]
-"""Where a stream read goes on: (index of the segment in the catalog, block index)."""
+"""Where a stream read goes on: (index of the segment in the segment index, block index)."""
 
 _BlockKey = tuple[str, int]
 
@@ -92,7 +92,7 @@ def _lower_priority(nice: int) -> None:
 
 
 class ArchiveSource:
-    """Catalog, manifests and blocks of one store's archive (thread-safe)."""
+    """SegmentIndex, manifests and blocks of one store's archive (thread-safe)."""
 
     def __init__(self, *, cache_events: int = CACHE_EVENTS, nice: int | None = None) -> None:
         """``nice``: the fetching thread's niceness (default ``ARES_ARCHIVE_READ_NICE``, 19).
@@ -107,8 +107,6 @@ class ArchiveSource:
         self._inflight: dict[_BlockKey, Future[list[RecordedEvent]]] = {}
         self._gen = 0  # bumped by forget(): a fetch that began before it is not cached
         self._closed = False
-        self._text: str | None = None
-        self._catalog: Catalog | None = None
         self._blobs: Any = None
         self._blobs_url: str | None = None
         self._manifests: dict[str, Manifest] = {}
@@ -118,37 +116,22 @@ class ArchiveSource:
         self.fetches = 0
         """Blocks fetched from the archive (for tests and the benchmark)."""
 
-    # -- catalog and objects ---------------------------------------------------------------
+    # -- objects ---------------------------------------------------------------
 
-    def catalog(self, text: str | None) -> Catalog | None:
-        """The catalog stored as ``text`` (parsed once per distinct text).
-
-        Raises:
-            ArchiveError: the record does not parse.
-        """
-        with self._lock:
-            if text is None:
-                self._text, self._catalog = None, None
-                return None
-            if text != self._text:
-                self._catalog = Catalog.from_json(text)
-                self._text = text
-            return self._catalog
-
-    def blobs(self, cat: Catalog) -> Any:
+    def blobs(self, ix: SegmentIndex) -> Any:
         """The archive's blob store (opened once, without creating anything)."""
         with self._lock:
-            if self._blobs is None or self._blobs_url != cat.url:
+            if self._blobs is None or self._blobs_url != ix.url:
                 from ares_events.stores.blobs import open_blobs
 
                 if self._blobs is not None:
                     self._blobs.close()
-                self._blobs = open_blobs(cat.url, create=False)
-                self._blobs_url = cat.url
+                self._blobs = open_blobs(ix.url, create=False)
+                self._blobs_url = ix.url
             return self._blobs
 
-    def manifest(self, cat: Catalog, entry: SegmentEntry) -> Manifest:
-        """The manifest of ``entry``, checked against the catalog.
+    def manifest(self, ix: SegmentIndex, entry: SegmentEntry) -> Manifest:
+        """The manifest of ``entry``, checked against the segment index.
 
         Raises:
             ArchiveError: missing, altered, unreadable or not this segment's.
@@ -160,7 +143,7 @@ class ArchiveSource:
         if entry.retired is not None:
             raise ArchiveError("retired", entry.seq, key, f"retired: {entry.retired}")
         try:
-            data = self.blobs(cat).get(entry.manifest.as_payload_ref())
+            data = self.blobs(ix).get(entry.manifest.as_payload_ref())
         except BlobMissing as exc:
             raise ArchiveError("missing", entry.seq, key, "manifest not in the archive") from exc
         except BlobCorrupted as exc:
@@ -176,31 +159,47 @@ class ArchiveSource:
         self._manifests[key] = m
         return m
 
-    def block(self, cat: Catalog, entry: SegmentEntry, index: int) -> list[RecordedEvent]:
+    def check_segment(self, ix: SegmentIndex, entry: SegmentEntry) -> None:
+        """Check the whole segment object against the size and blake3 the database
+        records: the bytes no block read covers too (its header, anything after the last
+        block).
+
+        Raises:
+            ArchiveError: the segment is missing or altered.
+        """
+        key = entry.segment.key
+        try:
+            self.blobs(ix).verify(entry.segment.as_payload_ref())
+        except BlobMissing as exc:
+            raise ArchiveError("missing", entry.seq, key, "segment not in the archive") from exc
+        except BlobCorrupted as exc:
+            raise ArchiveError("corrupted", entry.seq, key, f"segment: {exc.detail}") from exc
+
+    def block(self, ix: SegmentIndex, entry: SegmentEntry, index: int) -> list[RecordedEvent]:
         """The events of block ``index`` of ``entry`` (one ranged read, digest-checked, on
         the archive's low-priority thread).
 
         Raises:
             ArchiveError: the segment or its manifest is missing, altered or unreadable.
         """
-        m = self.manifest(cat, entry)
+        m = self.manifest(ix, entry)
         with self._lock:
-            got = self._cached_or_fetching(cat, entry, m, index)
+            got = self._cached_or_fetching(ix, entry, m, index)
         if got is None:  # closed: no thread to wait on
-            return self._load((m.segment.key, m.blocks[index].offset), cat, entry, m, index, -1)
+            return self._load((m.segment.key, m.blocks[index].offset), ix, entry, m, index, -1)
         return got if isinstance(got, list) else got.result()
 
-    def prefetch(self, cat: Catalog, entry: SegmentEntry, index: int) -> None:
+    def prefetch(self, ix: SegmentIndex, entry: SegmentEntry, index: int) -> None:
         """Start fetching block ``index`` of ``entry`` (its manifest is already read), unless
         it is cached or on its way; a failure surfaces when the block is asked for."""
         m = self._manifests.get(entry.manifest.key)
         if m is None or not 0 <= index < len(m.blocks):
             return
         with self._lock:
-            self._cached_or_fetching(cat, entry, m, index)
+            self._cached_or_fetching(ix, entry, m, index)
 
     def _cached_or_fetching(
-        self, cat: Catalog, entry: SegmentEntry, m: Manifest, index: int
+        self, ix: SegmentIndex, entry: SegmentEntry, m: Manifest, index: int
     ) -> list[RecordedEvent] | Future[list[RecordedEvent]] | None:
         """The cached block, or the fetch under way (started now if none is); None once
         closed. Holds the lock."""
@@ -213,7 +212,7 @@ class ArchiveSource:
             return None
         fut = self._inflight.get(ck)
         if fut is None:
-            fut = self._executor().submit(self._load, ck, cat, entry, m, index, self._gen)
+            fut = self._executor().submit(self._load, ck, ix, entry, m, index, self._gen)
             self._inflight[ck] = fut
         return fut
 
@@ -233,13 +232,19 @@ class ArchiveSource:
         return self._pool
 
     def _load(
-        self, ck: _BlockKey, cat: Catalog, entry: SegmentEntry, m: Manifest, index: int, gen: int
+        self,
+        ck: _BlockKey,
+        ix: SegmentIndex,
+        entry: SegmentEntry,
+        m: Manifest,
+        index: int,
+        gen: int,
     ) -> list[RecordedEvent]:
         """Fetch, check and decode one block, and cache it (on the fetching thread)."""
         b = m.blocks[index]
         try:
             try:
-                data = self.blobs(cat).read_range(m.segment.key, b.offset, b.length)
+                data = self.blobs(ix).read_range(m.segment.key, b.offset, b.length)
             except BlobMissing as exc:
                 raise ArchiveError(
                     "missing", entry.seq, m.segment.key, "segment not in the archive"
@@ -286,7 +291,7 @@ class ArchiveSource:
     # -- what the reads need ---------------------------------------------------------------
 
     def events_after(
-        self, cat: Catalog, position: int, prefix: str | None
+        self, ix: SegmentIndex, position: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """Archived events after ``position`` from the next block that has any, and the
         position up to which the archive has now been read (the block's last one, or the
@@ -295,17 +300,17 @@ class ArchiveSource:
         Raises:
             ArchiveError: a segment or manifest is missing, altered or unreadable.
         """
-        entry = cat.after(position)
+        entry = ix.after(position)
         if entry is None:
             return [], position
         if entry.retired is not None:
             return [], entry.last_position
-        m = self.manifest(cat, entry)
+        m = self.manifest(ix, entry)
         for i, b in enumerate(m.blocks):
             if b.last_position <= position:
                 continue
-            events = self.block(cat, entry, i)
-            self.prefetch(cat, entry, i + 1)  # a scan goes on into the next block
+            events = self.block(ix, entry, i)
+            self.prefetch(ix, entry, i + 1)  # a scan goes on into the next block
             out = [e for e in events if e.position > position]
             if prefix:
                 out = [e for e in out if e.stream_id.startswith(prefix)]
@@ -313,7 +318,7 @@ class ArchiveSource:
         return [], entry.last_position
 
     def stream_chunk(
-        self, cat: Catalog, stream_id: str, version: int, cursor: StreamCursor | None
+        self, ix: SegmentIndex, stream_id: str, version: int, cursor: StreamCursor | None
     ) -> tuple[list[RecordedEvent], StreamCursor | None]:
         """Archived events of ``stream_id`` from ``version`` on, out of the next block that
         holds any, and the cursor to go on from (None: the archive has no more of them).
@@ -321,14 +326,14 @@ class ArchiveSource:
         Raises:
             ArchiveError: a segment or manifest is missing, altered or unreadable.
         """
-        segs = cat.segments
+        segs = ix.segments
         si, bi = cursor if cursor is not None else (0, -1)
         while si < len(segs):
             entry = segs[si]
             if entry.retired is not None:
                 si, bi = si + 1, -1
                 continue
-            m = self.manifest(cat, entry)
+            m = self.manifest(ix, entry)
             r = m.streams.get(stream_id)
             if r is None or r.last < version:
                 si, bi = si + 1, -1
@@ -345,21 +350,21 @@ class ArchiveSource:
                     break
                 out = [
                     e
-                    for e in self.block(cat, entry, i)
+                    for e in self.block(ix, entry, i)
                     if e.stream_id == stream_id and e.version >= version
                 ]
                 if out:
                     nxt = next((j for j in wanted if j > i), None)
                     if nxt is not None:
-                        self.prefetch(cat, entry, nxt)
+                        self.prefetch(ix, entry, nxt)
                     return out, (si, i + 1)
             si, bi = si + 1, -1
         return [], None
 
-    def drop_objects(self, cat: Catalog, keys: list[str]) -> None:
-        """Delete replaced archive objects (after the catalog no longer names them) and
+    def drop_objects(self, ix: SegmentIndex, keys: list[str]) -> None:
+        """Delete replaced archive objects (after the segment index no longer names them) and
         forget every cached block."""
-        blobs = self.blobs(cat)
+        blobs = self.blobs(ix)
         for key in keys:
             blobs.delete(key)
         self.forget()

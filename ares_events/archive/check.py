@@ -1,8 +1,8 @@
-"""The deep audit's archive pass: every segment the catalog names is fetched again from
+"""The deep audit's archive pass: every segment the segment index names is fetched again from
 the archive, its manifest and every block checked against the digests the database
-recorded, and its event count compared with the catalog's. A segment that is missing,
+recorded, and its event count compared with the segment index's. A segment that is missing,
 altered or unreadable is a finding (``archive_missing``, ``archive_corrupted``,
-``archive_unreadable``), as is a catalog whose segments overlap (``archive_order``).
+``archive_unreadable``), as is a segment index whose segments overlap (``archive_order``).
 Retired segments (tombstones) are counted, not fetched, and each is checked against its
 ``archive.segment.retired`` record in the log (``retention_unrecorded`` otherwise).
 
@@ -13,30 +13,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ares_events.errors import ArchiveError, AresError
-from ares_events.integrity.findings import AuditReport, Finding
-from ares_events.stores.archive.segment import (
+from ares_events.archive.segment import (
     RETENTION_STREAM,
     RETENTION_TYPE,
+    SegmentIndex,
     tombstone_problem,
 )
+from ares_events.archive.source import ArchiveSource
+from ares_events.errors import ArchiveError, AresError
+from ares_events.integrity.findings import AuditReport, Finding
 
 __all__ = ["check_archive"]
 
 
-def check_archive(recorder: Any, report: AuditReport) -> None:
-    """Check every archived segment of ``recorder``'s store (see the module docstring);
-    nothing when the store never archived."""
-    if not hasattr(recorder, "archive_catalog"):
-        return
-    from ares_events.stores.archive.source import ArchiveSource
-
-    try:
-        cat = recorder.archive_catalog()
-    except ArchiveError as exc:
-        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
-        return
-    if cat is None:
+def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -> None:
+    """Check every segment ``ix`` (``recorder``'s segment index, None: nothing archived)
+    names (see the module docstring)."""
+    if ix is None:
         return
     records: dict[Any, Any] | None = None
     # A private source with no cache: every byte comes from the archive now.
@@ -44,7 +37,7 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
     report.segments_checked = 0
     prev = 0
     try:
-        for entry in cat.segments:
+        for entry in ix.segments:
             if entry.first_position <= prev or entry.last_position < entry.first_position:
                 report.findings.append(
                     Finding(
@@ -65,8 +58,9 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
                     report.findings.append(Finding("retention_unrecorded", None, None, problem))
                 continue
             try:
-                m = source.manifest(cat, entry)
-                n = sum(len(source.block(cat, entry, i)) for i in range(len(m.blocks)))
+                m = source.manifest(ix, entry)
+                n = sum(len(source.block(ix, entry, i)) for i in range(len(m.blocks)))
+                source.check_segment(ix, entry)
             except ArchiveError as exc:
                 report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
                 continue
@@ -76,7 +70,7 @@ def check_archive(recorder: Any, report: AuditReport) -> None:
                         "archive_corrupted",
                         None,
                         None,
-                        f"segment {entry.seq} holds {n} events, the catalog says {entry.events}",
+                        f"segment {entry.seq} holds {n} events, its index line says {entry.events}",
                     )
                 )
     finally:

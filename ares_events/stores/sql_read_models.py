@@ -1,0 +1,371 @@
+"""Read models and signed checkpoints in SQLite or PostgreSQL, next to the events.
+
+Per projection there is a registry row (``ares_projections``: projection version, the
+active table, its cursor, and a table being rebuilt with its own cursor) and one table per
+generation (``ares_rm_<name>_<generation>``: key, state as canonical JSON, position of
+the last event applied). The Merkle log's signed checkpoints live in ``ares_checkpoints``,
+one row per ``(origin, tree_size)``. On PostgreSQL all of them sit in the store's schema.
+
+The backend creates one :class:`SQLReadModels` per recorder and hands it its
+transactions and its :class:`Dialect`. Readers never create: the registry and the
+checkpoint table are created by their first writer, and until then read as empty.
+
+It may import the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import astuple, dataclass, replace
+from typing import Any, Final
+
+import orjson
+
+from ares_events.core.events import utc_now_at
+from ares_events.core.read_models import Cursor, ProjectionMeta
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Dialect",
+    "SQLCheckpoints",
+    "SQLReadModels",
+    "postgres_read_models",
+]
+
+Tx = Callable[[], contextlib.AbstractContextManager[Any]]
+"""A transaction on the events' database: the block gets a connection."""
+
+REGISTRY: Final = "ares_projections"
+CHECKPOINTS: Final = "ares_checkpoints"
+# Statements name their tables {r} (registry), {t} (a generation or the checkpoint table)
+# and {b} (the binary type); "?" becomes the dialect's placeholder.
+CREATE_REGISTRY: Final = """CREATE TABLE IF NOT EXISTS {r} (
+    name TEXT PRIMARY KEY,
+    projection_version INTEGER NOT NULL,
+    active_table TEXT,
+    position BIGINT NOT NULL,
+    building_table TEXT,
+    building_position BIGINT NOT NULL,
+    generation INTEGER NOT NULL
+)"""
+SELECT_META: Final = (
+    "SELECT name, projection_version, active_table, position, building_table, "
+    "building_position, generation FROM {r} WHERE name = ?"
+)
+INSERT_META: Final = (
+    "INSERT INTO {r} (name, projection_version, active_table, position, "
+    "building_table, building_position, generation) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO NOTHING"
+)
+# Cursor moves are compare-and-set: a writer that read a stale registry row (a runner
+# racing a rebuild, two runners) changes nothing and its transaction rolls back.
+ADVANCE_LIVE: Final = (
+    "UPDATE {r} SET position = ? WHERE name = ? AND active_table = ? AND position = ?"
+)
+ADVANCE_BUILDING: Final = (
+    "UPDATE {r} SET building_position = ? "
+    "WHERE name = ? AND building_table = ? AND building_position = ?"
+)
+START_BUILDING: Final = (
+    "UPDATE {r} SET building_table = ?, building_position = 0, generation = ? WHERE name = ?"
+)
+SWAP: Final = (
+    "UPDATE {r} SET active_table = building_table, position = building_position, "
+    "building_table = NULL, building_position = 0, projection_version = ? "
+    "WHERE name = ? AND building_table = ? AND building_position = ?"
+)
+SELECT_NAMES: Final = "SELECT name FROM {r} ORDER BY name"
+# A reset (after an erasure) keeps the tables but empties them and rewinds the cursor: a
+# runner that read the registry before it fails its compare-and-set and starts again.
+RESET: Final = (
+    "UPDATE {r} SET position = 0, building_table = NULL, building_position = 0 WHERE name = ?"
+)
+DELETE_ROWS: Final = "DELETE FROM {t}"
+CREATE_ROWS: Final = (
+    "CREATE TABLE IF NOT EXISTS {t} (key TEXT PRIMARY KEY, state {b} NOT NULL, "
+    "position BIGINT NOT NULL)"
+)
+UPSERT_ROW: Final = (
+    "INSERT INTO {t} (key, state, position) VALUES (?, ?, ?) ON CONFLICT (key) "
+    "DO UPDATE SET state = excluded.state, position = excluded.position"
+)
+SELECT_ROWS: Final = "SELECT key, state FROM {t} WHERE key IN ({marks})"
+SELECT_ALL_ROWS: Final = "SELECT key, state FROM {t} WHERE key > ? ORDER BY key LIMIT ?"
+DROP_ROWS: Final = "DROP TABLE IF EXISTS {t}"
+CREATE_CHECKPOINTS: Final = (
+    "CREATE TABLE IF NOT EXISTS {t} (origin TEXT NOT NULL, tree_size BIGINT NOT NULL, "
+    "root {b} NOT NULL, note TEXT NOT NULL, created_at TEXT NOT NULL, "
+    "PRIMARY KEY (origin, tree_size))"
+)
+INSERT_CHECKPOINT: Final = (
+    "INSERT INTO {t} (origin, tree_size, root, note, created_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (origin, tree_size) DO NOTHING"
+)
+SELECT_NEWEST: Final = (
+    "SELECT origin, tree_size, root, note, created_at FROM {t} "
+    "ORDER BY tree_size DESC, origin LIMIT ?"
+)
+SELECT_AT: Final = "SELECT note FROM {t} WHERE tree_size = ? ORDER BY origin LIMIT 1"
+SELECT_ORIGIN: Final = "SELECT origin FROM {t} ORDER BY tree_size LIMIT 1"
+SELECT_CHECKPOINTS: Final = (
+    "SELECT origin, tree_size, root, note, created_at FROM {t} "
+    "WHERE tree_size > ? ORDER BY tree_size, origin LIMIT ?"
+)
+PAGE: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between the two SQL backends."""
+
+    blob: str
+    mark: str
+    has_table: str
+    """One parameter, the qualified table name; one row whose first column is true
+    when the table exists."""
+    ddl_lock: str | None
+    """Taken before DDL, one parameter (the schema prefix)."""
+    for_update: str
+    schema: str | None = None
+
+    def qualified(self, table: str) -> str:
+        """``table`` as SQL names it (schema-qualified on PostgreSQL)."""
+        if self.schema is None:
+            return table
+        return '"{}".{}'.format(self.schema.replace('"', '""'), table)
+
+
+SQLITE: Final = Dialect(
+    blob="BLOB",
+    mark="?",
+    has_table="SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+    ddl_lock=None,
+    for_update="",
+)
+POSTGRES: Final = Dialect(
+    blob="BYTEA",
+    mark="%s",
+    has_table="SELECT to_regclass(%s) IS NOT NULL",
+    # CREATE TABLE IF NOT EXISTS is not safe against itself on PostgreSQL (two sessions
+    # can both pass the check and one fails on pg_type): serialize DDL per schema.
+    ddl_lock="SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+    for_update=" FOR UPDATE",
+)
+"""The PostgreSQL dialect without a schema (``dataclasses.replace(POSTGRES, schema=...)``)."""
+
+
+class _Conflict(Exception):
+    """Internal: the registry moved under a writer; roll its transaction back."""
+
+
+class SQLCheckpoints:
+    """The signed checkpoints of the Merkle log (``ares_checkpoints``)."""
+
+    def __init__(self, models: SQLReadModels) -> None:
+        self._m = models
+
+    def _rows(self, template: str, args: tuple[Any, ...]) -> list[Any]:
+        return self._m._fetch(template, args, CHECKPOINTS, needs=CHECKPOINTS)
+
+    def put(self, origin: str, size: int, root: bytes, note: str) -> None:
+        """Keep a signed checkpoint (the first one of a size stays)."""
+        self._m._ensure(CHECKPOINTS, CREATE_CHECKPOINTS)
+        self._m._run(INSERT_CHECKPOINT, (origin, size, root, note, utc_now_at()), CHECKPOINTS)
+
+    def at_size(self, size: int) -> str | None:
+        """The note of ``size``."""
+        rows = self._rows(SELECT_AT, (size,))
+        return str(rows[0][0]) if rows else None
+
+    def origin(self) -> str | None:
+        """The first origin."""
+        rows = self._rows(SELECT_ORIGIN, ())
+        return str(rows[0][0]) if rows else None
+
+    def newest(self, limit: int) -> list[tuple[str, int, bytes, str, str]]:
+        """The rows of the ``limit`` largest sizes, largest first."""
+        rows = self._rows(SELECT_NEWEST, (limit,))
+        return [(str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows]
+
+    def all(self) -> list[tuple[str, int, bytes, str, str]]:
+        """Every row by size, paged."""
+        out: list[tuple[str, int, bytes, str, str]] = []
+        while True:
+            rows = self._rows(SELECT_CHECKPOINTS, (out[-1][1] if out else -1, PAGE))
+            out.extend((str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows)
+            if len(rows) < PAGE:
+                return out
+
+
+class SQLReadModels:
+    """Read models in SQLite or PostgreSQL (:class:`~ares_events.core.read_models.ReadModels`).
+
+    Args:
+        write: a write transaction (a read-only store refuses it: StoreError).
+        read: a read transaction (allowed on a read-only store).
+        dialect: :data:`SQLITE`, or :data:`POSTGRES` with the store's schema.
+    """
+
+    def __init__(self, write: Tx, read: Tx, dialect: Dialect) -> None:
+        self._write = write
+        self._read = read
+        self.dialect = dialect
+        self._exists: set[str] = set()  # tables seen to exist (the registry is never dropped)
+        self.checkpoints = SQLCheckpoints(self)
+
+    def _sql(self, template: str, table: str = "", **more: str) -> str:
+        d = self.dialect
+        text = template.format(r=d.qualified(REGISTRY), t=d.qualified(table), b=d.blob, **more)
+        return text.replace("?", d.mark)
+
+    def _has(self, table: str) -> bool:
+        """Whether ``table`` exists (remembered once it does)."""
+        d = self.dialect
+        if table not in self._exists:
+            with self._read() as c:
+                if c.execute(d.has_table, (d.qualified(table),)).fetchone()[0]:
+                    self._exists.add(table)
+        return table in self._exists
+
+    @contextlib.contextmanager
+    def _ddl(self) -> Iterator[Any]:
+        """A write transaction serialized with the other schema changes of the store."""
+        d = self.dialect
+        with self._write() as c:
+            if d.ddl_lock is not None:
+                c.execute(d.ddl_lock, (f"ares-events:read-models:{d.qualified('')}",))
+            yield c
+
+    def _fetch(
+        self, template: str, args: tuple[Any, ...] = (), table: str = "", needs: str = ""
+    ) -> list[Any]:
+        """Every row of one read statement, in a read transaction; none when the table
+        ``needs`` names does not exist (readers never create it)."""
+        if needs and not self._has(needs):
+            return []
+        with self._read() as c:
+            return list(c.execute(self._sql(template, table), args).fetchall())
+
+    def _run(self, template: str, args: tuple[Any, ...] = (), table: str = "") -> Any:
+        """One write statement in its own transaction; returns its cursor."""
+        with self._write() as c:
+            return c.execute(self._sql(template, table), args)
+
+    def _ensure(self, table: str, create: str) -> None:
+        """Create ``table`` (statement ``create``) unless it is known to exist."""
+        if not self._has(table):
+            with self._ddl() as c:
+                c.execute(self._sql(create, table))
+            self._exists.add(table)
+
+    def meta(self, name: str) -> ProjectionMeta | None:
+        """The registry row, or None (also when nothing was ever registered)."""
+        rows = self._fetch(SELECT_META, (name,), needs=REGISTRY)
+        return ProjectionMeta(*rows[0]) if rows else None
+
+    def put_meta(self, meta: ProjectionMeta) -> None:
+        """Create the registry row unless one exists (and the registry on first use)."""
+        self._ensure(REGISTRY, CREATE_REGISTRY)
+        self._run(INSERT_META, astuple(meta))
+
+    def start_building(self, name: str, table: str, generation: int) -> None:
+        """Point the building slot at ``table``."""
+        self._run(START_BUILDING, (table, generation, name))
+
+    def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
+        """Make the building table live (compare-and-set)."""
+        return bool(self._run(SWAP, (projection_version, name, table, position)).rowcount == 1)
+
+    def create(self, table: str) -> None:
+        """Create a generation table."""
+        with self._ddl() as c:
+            c.execute(self._sql(CREATE_ROWS, table))
+
+    def drop(self, table: str) -> None:
+        """Drop a generation table."""
+        with self._ddl() as c:
+            c.execute(self._sql(DROP_ROWS, table))
+
+    def load(self, table: str, keys: list[str]) -> dict[str, Any]:
+        """States of ``keys`` (chunked IN lists)."""
+        out: dict[str, Any] = {}
+        with self._read() as c:
+            for i in range(0, len(keys), 500):
+                chunk = tuple(keys[i : i + 500])
+                sql = self._sql(SELECT_ROWS, table, marks=",".join("?" * len(chunk)))
+                for k, s in c.execute(sql, chunk).fetchall():
+                    out[k] = orjson.loads(bytes(s))
+        return out
+
+    def commit(
+        self,
+        table: str,
+        rows: Mapping[str, tuple[bytes, int]],
+        name: str,
+        cursor: Cursor,
+        expected: int,
+        new: int,
+    ) -> bool:
+        """Rows and the cursor move in one transaction (compare-and-set)."""
+        try:
+            with self._write() as c:
+                if cursor != "none":
+                    move = self._sql(ADVANCE_LIVE if cursor == "live" else ADVANCE_BUILDING)
+                    if c.execute(move, (new, name, table, expected)).rowcount != 1:
+                        raise _Conflict
+                if rows:
+                    c.cursor().executemany(
+                        self._sql(UPSERT_ROW, table), [(k, s, p) for k, (s, p) in rows.items()]
+                    )
+        except _Conflict:
+            return False
+        return True
+
+    def scan(self, table: str) -> Iterator[tuple[str, Any]]:
+        """Every row by key, a page at a time."""
+        after = ""
+        while True:
+            rows = self._fetch(SELECT_ALL_ROWS, (after, PAGE), table)
+            for k, s in rows:
+                yield k, orjson.loads(bytes(s))
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
+
+    def names(self) -> list[str]:
+        """Every registered projection."""
+        rows = self._fetch(SELECT_NAMES, needs=REGISTRY)
+        return [str(r[0]) for r in rows]
+
+    def reset(self, name: str) -> bool:
+        """Empty the tables and rewind the cursor, in one transaction."""
+        if not self._has(REGISTRY):
+            return False
+        with self._write() as c:
+            # Lock the registry row first (SQLite's write transaction already holds the
+            # database): a runner's commit then either precedes the reset entirely (its
+            # rows are deleted) or fails its compare-and-set after it.
+            lock = self._sql(SELECT_META + self.dialect.for_update)
+            row = c.execute(lock, (name,)).fetchone()
+            if row is None:
+                return False
+            meta = ProjectionMeta(*row)
+            for t in (meta.active_table, meta.building_table):
+                if t is not None:
+                    c.execute(self._sql(DELETE_ROWS, t))
+            c.execute(self._sql(RESET), (name,))
+        return True
+
+
+def postgres_read_models(recorder: Any) -> SQLReadModels:
+    """The read models of a blocking PostgreSQL recorder, in its schema: every operation
+    one transaction on a pooled connection (``recorder.connection()``)."""
+
+    @contextlib.contextmanager
+    def tx() -> Iterator[Any]:
+        with recorder.connection() as conn, conn.transaction():
+            yield conn
+
+    return SQLReadModels(tx, tx, replace(POSTGRES, schema=recorder.schema))
