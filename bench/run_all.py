@@ -574,8 +574,9 @@ REASONS = {
     "sqlite_replay": (
         "per event: reading the 12 columns a verifiable event needs instead of one (the "
         "every-column bare read) ~1.5 µs, a RecordedEvent and the layers between the cursor "
-        "and the fold (the archive wrapper's pages, the blob-attach generator, the replay's "
-        "pages) ~1.8, the chain check ~1.8 with the native loop (~3.5 in Python)"
+        "and the fold (the blob-attach generator and the replay's pages; before main's merge "
+        "also the archive wrapper's) ~1.8, the chain check ~1.8 with the native loop "
+        "(~3.5 in Python)"
     ),
     "sqlite_replay_es": (
         "eventsourcing's json.loads replay reads one column; 2x it leaves less than the "
