@@ -32,8 +32,11 @@ same string escaper ``json.dumps`` uses, which the same tests prove identical.
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import math
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -41,6 +44,28 @@ import blake3
 import orjson
 
 from ares_events.errors import ConfigError, InvalidEvent
+
+logger = logging.getLogger(__name__)
+
+NO_NATIVE_ENV: Final = "ARES_EVENTS_NO_NATIVE"
+
+
+def _load_native() -> Any:
+    """The optional C fast paths (``ares_events._native``, built by ``pip install`` when a
+    C compiler is there), or None: not built, or switched off with
+    ``ARES_EVENTS_NO_NATIVE=1``. The Python code is the reference: the property tests in
+    ``tests/integrity/test_native.py`` hold both to the same answers."""
+    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("ares_events._native")
+    except ImportError as exc:
+        logger.debug("native fast paths not available (%s); using the Python ones", exc)
+        return None
+
+
+_native: Any = _load_native()
+_native_scan: Any = None if _native is None else _native.scan
 
 __all__ = [
     "FORMAT_VERSION",
@@ -51,6 +76,7 @@ __all__ = [
     "header_bytes",
     "link_hash",
     "link_hashes",
+    "link_hashes_reference",
     "payload_digest",
     "payload_digester",
 ]
@@ -283,13 +309,19 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
     Raises:
         InvalidEvent: the value is not canonical-JSON encodable; names the path.
     """
-    try:
-        has_float = _scan(x, 0)
-    except _Reject:
-        _check(x, field, 0)  # raises InvalidEvent naming the path
-        raise InvalidEvent(field, "is not canonical-JSON encodable") from None
-    except RecursionError:
-        raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
+    if _native_scan is not None:
+        has_float = _native_scan(x)  # the walk of _scan in C: None where it refuses
+        if has_float is None:
+            _check(x, field, 0)  # raises InvalidEvent naming the path
+            raise InvalidEvent(field, "is not canonical-JSON encodable")
+    else:
+        try:
+            has_float = _scan(x, 0)
+        except _Reject:
+            _check(x, field, 0)  # raises InvalidEvent naming the path
+            raise InvalidEvent(field, "is not canonical-JSON encodable") from None
+        except RecursionError:
+            raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
     try:
         if has_float:
             return canonical_json_reference(x)
@@ -397,7 +429,35 @@ def link_hashes(
 
     Each event has the attributes ``event_id``, ``type``, ``module``, ``meta_json``,
     ``at``, ``digest`` and ``size`` (a :class:`~ares_events.core.events.PreparedEvent`).
+    The C loop (``ares_events._native.link_hashes``) does this when it is built;
+    :func:`link_hashes_reference` is the reference it is tested against.
     """
+    st = _NAME_CACHE.get(stream_id)
+    if st is None:
+        st = _cache_name(stream_id)
+    # Anything unusual (a head hash that is not 32 bytes in a tampered file, a version
+    # past 64 bits) takes the reference, so the C loop never changes an outcome.
+    if (
+        _native is not None
+        and type(version) is int
+        and version < _INT_MAX
+        and type(prev) is bytes
+        and len(prev) == 32
+    ):
+        k = None if key is None else key.key
+        return _native.link_hashes(st, version, prev, events, k)  # type: ignore[no-any-return]
+    return link_hashes_reference(stream_id, version, prev, events, key)
+
+
+def link_hashes_reference(
+    stream_id: str,
+    version: int,
+    prev: bytes,
+    events: Iterable[Any],
+    key: ChainKey | None = None,
+) -> list[bytes]:
+    """:func:`link_hashes` in Python: ``link_hash(prev, header_bytes(...))`` event by
+    event, with the stream's and the time's JSON computed once and one blake3 hasher."""
     enc = _encode_str
     cache = _NAME_CACHE
     st = cache.get(stream_id)

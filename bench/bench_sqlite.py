@@ -316,6 +316,59 @@ def streams_theirs(
         return timed(run)[:2]
 
 
+def writers_ours(
+    root: Path, pl: Payloads, n: int, n_threads: int, one_stream: bool
+) -> tuple[float, float]:
+    """``n_threads`` threads, ``n`` 1-event appends each: to their own streams, or all to
+    one stream (each append expects the version it read; a ``ConcurrencyError`` is read
+    again and retried, so every thread lands ``n`` events)."""
+    from bench.bench_postgres import _threads
+
+    with opened(Ours, root) as o:
+        store, dicts = o.store, pl.dicts
+
+        def work(k: int) -> None:
+            sid = "agent-1" if one_stream else f"agent-{k}"
+            base, done = k * n, 0
+            while done < n:
+                ev = [ae.NewEvent(type=EV_TYPE, module=EV_MODULE, payload=dicts[base + done])]
+                try:
+                    store.append(sid, ev, expected_version=store.stream_version(sid))
+                except ae.ConcurrencyError:
+                    continue
+                done += 1
+
+        return timed(lambda: _threads(work, n_threads))[:2]
+
+
+def writers_theirs(
+    root: Path, pl: Payloads, n: int, n_threads: int, one_stream: bool
+) -> tuple[float, float]:
+    """As :func:`writers_ours` on eventsourcing's recorder (its IntegrityError is the
+    version conflict)."""
+    from eventsourcing.persistence import IntegrityError
+
+    from bench.bench_postgres import _threads
+
+    with opened(Theirs, root) as t_:
+        rec, states = t_.rec, pl.states
+        oids = [uuid.uuid4() for _ in range(n_threads)]
+
+        def work(k: int) -> None:
+            oid = oids[0] if one_stream else oids[k]
+            base, done = k * n, 0
+            while done < n:
+                last = rec.select_events(oid, desc=True, limit=1)
+                v = last[0].originator_version + 1 if last else 1
+                try:
+                    rec.insert_events([StoredEvent(oid, v, TOPIC, states[base + done])])
+                except IntegrityError:
+                    continue
+                done += 1
+
+        return timed(lambda: _threads(work, n_threads))[:2]
+
+
 class ReadFixtures:
     """One 100k-event stream per system, built once (untimed) and read repeatedly."""
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ares_events.chain import ChainKey, genesis, header_bytes, link_hash, link_hashes
+from ares_events.chain import ChainKey, genesis, link_hashes
 from ares_events.core.events import AppendResult, PayloadRef, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError
 
@@ -187,20 +187,7 @@ class Batch:
         else:
             version, prev = head.version, head.hash
         events = self.events
-        if len(events) == 1:  # the common append: no hasher worth reusing
-            e = events[0]
-            header = header_bytes(
-                stream_id,
-                version + 1,
-                e.event_id,
-                e.type,
-                e.module,
-                e.meta_json,
-                e.at,
-                e.digest.hex(),
-                e.size,
-            )
-            return [SealedEvent(e, version + 1, prev, link_hash(prev, header, self._key))]
+        # One call for the batch (the C loop when it is built, see chain.link_hashes).
         hashes = link_hashes(stream_id, version, prev, events, self._key)
         out = []
         for e, h in zip(events, hashes, strict=True):

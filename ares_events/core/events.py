@@ -21,7 +21,13 @@ from typing import Any, Final
 
 import orjson
 
-from ares_events.chain import canonical_json, header_bytes, payload_digest, payload_digester
+from ares_events.chain import (
+    _native,
+    canonical_json,
+    header_bytes,
+    payload_digest,
+    payload_digester,
+)
 from ares_events.errors import ConcurrencyError, InvalidEvent, PayloadErased
 
 __all__ = [
@@ -153,6 +159,61 @@ def parse_at(at: str) -> datetime:
     return datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
+class _UUID7(uuid.UUID):
+    """A UUID that keeps its canonical text (computed once, when it is made)."""
+
+    __slots__ = ("_text",)
+    _text: str
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __reduce__(self) -> Any:
+        # UUID's own state carries only the int: a pickled or copied id comes back as a
+        # plain UUID (equal, and with its text), never as an object without _text.
+        return (uuid.UUID, (self._text,))
+
+
+_set = object.__setattr__
+_getrandbits = random.getrandbits
+_UNKNOWN = uuid.SafeUUID.unknown
+_make_uuid7: Any = None if _native is None else _native.make_uuid7
+_last_ms = 0
+_seq = 0
+
+
+def uuid7() -> uuid.UUID:
+    """A new RFC 9562 UUIDv7: 48-bit Unix milliseconds, then 74 random bits.
+
+    Within one millisecond a 12-bit counter in ``rand_a`` keeps ids from one process
+    increasing (so index inserts stay at the end of the B-tree).
+    """
+    global _last_ms, _seq
+    ms = time.time_ns() // 1_000_000
+    if ms == _last_ms:
+        _seq = (_seq + 1) & 0xFFF
+    else:
+        _last_ms, _seq = ms, _getrandbits(10)
+    # The module-level generator is reseeded in every forked child (random registers
+    # an at-fork hook), so processes forked from one parent do not repeat ids.
+    rand_b = _getrandbits(62)
+    if _make_uuid7 is not None:  # the same object, built in C (~1 µs less an event)
+        return _make_uuid7(_UUID7, ms, _seq, rand_b, _UNKNOWN)  # type: ignore[no-any-return]
+    return uuid7_reference(ms, _seq, rand_b)
+
+
+def uuid7_reference(ms: int, seq: int, rand_b: int) -> uuid.UUID:
+    """The UUIDv7 object of 48-bit ``ms``, 12-bit ``seq`` and 62-bit ``rand_b``, with its
+    canonical text kept (what ``ares_events._native.make_uuid7`` builds too)."""
+    value = (ms << 80) | (0x7000 | seq) << 64 | 0x8000000000000000 | rand_b
+    u = object.__new__(_UUID7)
+    _set(u, "int", value)
+    _set(u, "is_safe", _UNKNOWN)
+    h = "%032x" % value  # noqa: UP031 - fastest way to zero-pad 128 bits of hex
+    _set(u, "_text", f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return u
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewEvent:
     """An event to append.
@@ -170,7 +231,7 @@ class NewEvent:
     module: str = ""  # required: an empty or missing module is InvalidEvent at append
     payload: Any = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    event_id: uuid.UUID | str = field(default_factory=lambda: uuid7())  # noqa: PLW0108 - defined below
+    event_id: uuid.UUID | str = field(default_factory=uuid7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,47 +328,6 @@ class AppendResult:
 _MISSING: Final = object()
 KEEP_FETCHED_BYTES: Final = 16 * 1024 * 1024
 """A spilled payload larger than this is not kept as bytes once it has been decoded."""
-
-
-class _UUID7(uuid.UUID):
-    """A UUID that keeps its canonical text (computed once, when it is made)."""
-
-    __slots__ = ("_text",)
-    _text: str
-
-    def __str__(self) -> str:
-        return self._text
-
-
-_set = object.__setattr__
-_getrandbits = random.getrandbits
-_UNKNOWN = uuid.SafeUUID.unknown
-_last_ms = 0
-_seq = 0
-
-
-def uuid7() -> uuid.UUID:
-    """A new RFC 9562 UUIDv7: 48-bit Unix milliseconds, then 74 random bits.
-
-    Within one millisecond a 12-bit counter in ``rand_a`` keeps ids from one process
-    increasing (so index inserts stay at the end of the B-tree).
-    """
-    global _last_ms, _seq
-    ms = time.time_ns() // 1_000_000
-    if ms == _last_ms:
-        _seq = (_seq + 1) & 0xFFF
-    else:
-        _last_ms, _seq = ms, _getrandbits(10)
-    # The module-level generator is reseeded in every forked child (random registers
-    # an at-fork hook), so processes forked from one parent do not repeat ids.
-    rand_b = _getrandbits(62)
-    value = (ms << 80) | (0x7000 | _seq) << 64 | 0x8000000000000000 | rand_b
-    u = object.__new__(_UUID7)
-    _set(u, "int", value)
-    _set(u, "is_safe", _UNKNOWN)
-    h = "%032x" % value  # noqa: UP031 - fastest way to zero-pad 128 bits of hex
-    _set(u, "_text", f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
-    return u
 
 
 class RecordedEvent(tuple):  # type: ignore[type-arg]
@@ -588,7 +608,7 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
     # A batch reuses one blake3 hasher (same digests, less per-call cost).
     digest = payload_digester() if len(events) > 2 else payload_digest
     for i, ev in enumerate(events):
-        if not isinstance(ev, NewEvent):
+        if type(ev) is not NewEvent and not isinstance(ev, NewEvent):
             raise InvalidEvent(
                 "event",
                 f"expected ae.NewEvent, got {type(ev).__name__}",
@@ -628,7 +648,8 @@ def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[Prepare
             )
         seen.add(eid_s)
         meta = ev.metadata if ev.metadata is not None else {}
-        if not isinstance(meta, Mapping):
+        # A plain dict (the usual case) spares the Mapping ABC's instance check.
+        if type(meta) is not dict and not isinstance(meta, Mapping):
             raise InvalidEvent(
                 "metadata",
                 f"must be a JSON object, got {type(meta).__name__}",

@@ -46,14 +46,13 @@ It may import the core and :mod:`.findings`.
 from __future__ import annotations
 
 import binascii
-import importlib
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import blake3
 
+from ares_events import chain
 from ares_events.chain import (
     _HEADER,
     _NAME_CACHE,
@@ -79,24 +78,8 @@ logger = logging.getLogger(__name__)
 _blake3 = blake3.blake3
 _hexlify = binascii.hexlify
 
-NO_NATIVE_ENV = "ARES_EVENTS_NO_NATIVE"
 
-
-def _load_native() -> Any:
-    """The optional C fast path (``ares_events.integrity._native``, built by ``pip
-    install`` when a C compiler is there), or None: not built, or switched off with
-    ``ARES_EVENTS_NO_NATIVE=1``. Both paths give the same answers (the property tests in
-    ``tests/integrity/test_native.py``); this Python module is the reference."""
-    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("ares_events.integrity._native")
-    except ImportError as exc:
-        logger.debug("native verifier not available (%s); using the Python one", exc)
-        return None
-
-
-_native: Any = _load_native()
+_native: Any = chain._native  # the C verify_run, or None (see chain._load_native)
 
 PAGE = 64
 """Events a reader hands :meth:`ChainVerifier.check_page` at a time: enough to spread a
@@ -366,7 +349,7 @@ def verify_run(
     any mismatch): the slow path then names the problem. Returns ``(index of that event or
     len(events), last version, last hash)``.
 
-    This is the reference; the optional C extension ``ares_events.integrity._native`` has
+    This is the reference; the optional C extension ``ares_events._native`` has
     a ``verify_run`` with the same semantics (without the hasher arguments), which
     :class:`ChainVerifier` uses when it is there. ``tests/integrity/test_native.py``
     checks that both agree on valid and tampered pages.

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ares_events.chain import canonical_json, genesis, link_hash
+from ares_events.chain import canonical_json
 from ares_events.core.events import utc_now_at
 from ares_events.errors import (
     ChainIntegrityError,
@@ -39,7 +39,7 @@ from ares_events.errors import (
     ProofError,
 )
 from ares_events.integrity.checkpoints import read_checkpoint
-from ares_events.integrity.findings import Finding
+from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records.entries import agent_meta, entries_of
 from ares_events.records.redact import compile_paths, redact
@@ -151,14 +151,11 @@ def export_record(
     events = list(store.read(stream_id))
     if not events:
         raise EventNotFound(stream_id, 1, "no such stream")
-    prev = genesis(stream_id)
-    for e in events:
-        if link_hash(prev, e.header(), store.chain_key) != e.hash:
-            raise ChainIntegrityError(
-                stream_id,
-                [Finding("hash_mismatch", stream_id, e.version, "the link does not verify")],
-            )
-        prev = e.hash
+    # The one chain check (integrity.verifier): links, versions and hashes.
+    verifier = ChainVerifier(stream_id, store.chain_key)
+    verifier.check_page(events)
+    if verifier.findings:
+        raise ChainIntegrityError(stream_id, verifier.findings)
     log = MerkleLog(store)
     log.catch_up()
     proofs_at = log.inclusion_proofs([e.position for e in events], log.size())

@@ -4,7 +4,7 @@
  * chunk chaining values are merged into the tree with the specification's stack
  * algorithm (the left subtree holds the largest power-of-two number of chunks).
  *
- * Part of ares_events.integrity._native; tests/integrity/test_native.py checks it
+ * Part of ares_events._native; tests/integrity/test_native.py checks it
  * against the `blake3` package on random inputs and keys. */
 
 #ifndef ARES_BLAKE3_PORTABLE_H

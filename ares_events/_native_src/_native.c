@@ -1,4 +1,5 @@
-/* ares_events.integrity._native: the chain verifier's fast path in C.
+/* ares_events._native: the fast paths of the chain format in C: the verifier's loop
+ * (verify_run) and canonical JSON's acceptance walk (scan).
  *
  * verify_run() has exactly the semantics of the pure-Python reference
  * ares_events.integrity.verifier.verify_run (which stays the reference: the property
@@ -19,6 +20,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "blake3_portable.h"
@@ -394,6 +396,177 @@ done:
     return result;
 }
 
+
+/* ---- sealing a batch (ares_events.chain.link_hashes, the reference) -------------------- */
+
+static PyObject *S_AT, *S_EVENT_ID, *S_META_JSON, *S_MODULE, *S_DIGEST, *S_SIZE, *S_TYPE;
+
+/* The UTF-8 of an attribute that must be a str; NULL with an exception otherwise. */
+static const char *str_attr(PyObject *o, Py_ssize_t *len) {
+    if (!PyUnicode_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "expected a str");
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(o, len);
+}
+
+static PyObject *link_hashes(PyObject *self, PyObject *args) {
+    PyObject *stream_json, *prev_in, *events, *key_obj;
+    long long version;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "SLSOO:link_hashes", &stream_json, &version, &prev_in, &events,
+                          &key_obj))
+        return NULL;
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    if (PyBytes_GET_SIZE(prev_in) != AB3_OUT_LEN) {
+        PyErr_SetString(PyExc_ValueError, "prev must be 32 bytes");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(events, "events must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (!out) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint8_t prev[AB3_OUT_LEN];
+    memcpy(prev, PyBytes_AS_STRING(prev_in), AB3_OUT_LEN);
+    const char *stream_js = PyBytes_AS_STRING(stream_json);
+    size_t stream_js_len = (size_t)PyBytes_GET_SIZE(stream_json);
+    buf_t buf = {NULL, 0};
+    PyObject *attrs[7] = {NULL};
+    PyObject *names[7] = {S_AT, S_EVENT_ID, S_META_JSON, S_MODULE, S_DIGEST, S_SIZE, S_TYPE};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        for (int k = 0; k < 7; k++) {
+            attrs[k] = PyObject_GetAttr(e, names[k]);
+            if (!attrs[k]) goto fail;
+        }
+        Py_ssize_t at_len, id_len, mo_len, ty_len;
+        const char *at = str_attr(attrs[0], &at_len);
+        const char *eid = at ? str_attr(attrs[1], &id_len) : NULL;
+        const char *mo = eid ? str_attr(attrs[3], &mo_len) : NULL;
+        const char *ty = mo ? str_attr(attrs[6], &ty_len) : NULL;
+        if (!ty) goto fail;
+        PyObject *meta = attrs[2], *digest = attrs[4];
+        if (!PyBytes_Check(meta) || !PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
+            PyErr_SetString(PyExc_TypeError, "meta_json and digest must be bytes");
+            goto fail;
+        }
+        Py_ssize_t size = PyLong_AsSsize_t(attrs[5]);
+        if (size == -1 && PyErr_Occurred()) goto fail;
+        if (version == LLONG_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "version past the 64-bit range");
+            goto fail;
+        }
+        version++;
+        size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
+                      (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
+        if (buf_reserve(&buf, need) < 0) goto fail;
+        char num[32];
+        char *o = buf.p;
+        o = put(o, (const char *)prev, AB3_OUT_LEN);
+        o = PUT_LIT(o, "{\"at\":");
+        o = json_str(o, at, at_len);
+        o = PUT_LIT(o, ",\"id\":");
+        o = json_str(o, eid, id_len);
+        o = PUT_LIT(o, ",\"meta\":");
+        o = put(o, PyBytes_AS_STRING(meta), (size_t)PyBytes_GET_SIZE(meta));
+        o = PUT_LIT(o, ",\"module\":");
+        o = json_str(o, mo, mo_len);
+        o = PUT_LIT(o, ",\"payload\":\"");
+        const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
+        for (int k = 0; k < 32; k++) {
+            *o++ = HEX[d[k] >> 4];
+            *o++ = HEX[d[k] & 15];
+        }
+        o = PUT_LIT(o, "\",\"size\":");
+        o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
+        o = PUT_LIT(o, ",\"stream\":");
+        o = put(o, stream_js, stream_js_len);
+        o = PUT_LIT(o, ",\"type\":");
+        o = json_str(o, ty, ty_len);
+        o = PUT_LIT(o, ",\"v\":1,\"version\":");
+        o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
+        *o++ = '}';
+        ab3_hash(key, (const uint8_t *)buf.p, (size_t)(o - buf.p), prev);
+        PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
+        if (!h) goto fail;
+        PyList_SET_ITEM(out, i, h);
+        for (int k = 0; k < 7; k++) Py_CLEAR(attrs[k]);
+    }
+    PyMem_Free(buf.p);
+    Py_DECREF(seq);
+    return out;
+fail:
+    for (int k = 0; k < 7; k++) Py_XDECREF(attrs[k]);
+    PyMem_Free(buf.p);
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+
+/* ---- UUIDv7 objects (ares_events.core.events.uuid7's object, the reference) ------------ */
+
+static PyObject *S_INT, *S_IS_SAFE, *S_TEXT;
+
+/* make_uuid7(cls, ms, seq, rand_b, is_safe): an instance of cls (a uuid.UUID subclass
+ * with a _text slot) for the UUIDv7 of 48-bit ms, 12-bit seq and 62-bit rand_b, with its
+ * canonical text; the fields are set as object.__setattr__ sets them. */
+static PyObject *make_uuid7(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "make_uuid7(cls, ms, seq, rand_b, is_safe)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    unsigned long long ms = PyLong_AsUnsignedLongLong(args[1]);
+    unsigned long long seq = ms == (unsigned long long)-1 && PyErr_Occurred()
+                                 ? 0
+                                 : PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long rb = PyErr_Occurred() ? 0 : PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (ms >> 48 || seq >> 12 || rb >> 62) {
+        PyErr_SetString(PyExc_ValueError, "ms, seq or rand_b out of range");
+        return NULL;
+    }
+    unsigned long long hi = ms << 16 | 0x7000ULL | seq;
+    unsigned long long lo = 0x8000000000000000ULL | rb;
+    char text[40];
+    snprintf(text, sizeof text, "%08llx-%04llx-%04llx-%04llx-%012llx", hi >> 32,
+             (hi >> 16) & 0xFFFF, hi & 0xFFFF, lo >> 48, lo & 0xFFFFFFFFFFFFULL);
+    PyObject *h = PyLong_FromUnsignedLongLong(hi);
+    PyObject *sh = h ? PyLong_FromLong(64) : NULL;
+    PyObject *hs = sh ? PyNumber_Lshift(h, sh) : NULL;
+    PyObject *l = hs ? PyLong_FromUnsignedLongLong(lo) : NULL;
+    PyObject *value = l ? PyNumber_Or(hs, l) : NULL;
+    Py_XDECREF(h);
+    Py_XDECREF(sh);
+    Py_XDECREF(hs);
+    Py_XDECREF(l);
+    if (!value) return NULL;
+    PyObject *t = PyUnicode_FromStringAndSize(text, 36);
+    PyObject *u = t ? cls->tp_alloc(cls, 0) : NULL;
+    if (!u || PyObject_GenericSetAttr(u, S_INT, value) < 0 ||
+        PyObject_GenericSetAttr(u, S_IS_SAFE, args[4]) < 0 ||
+        PyObject_GenericSetAttr(u, S_TEXT, t) < 0) {
+        Py_XDECREF(u);
+        u = NULL;
+    }
+    Py_DECREF(value);
+    Py_XDECREF(t);
+    return u;
+}
+
 static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "key", NULL};
     Py_buffer data;
@@ -418,13 +591,81 @@ static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     return PyBytes_FromStringAndSize((const char *)out, AB3_OUT_LEN);
 }
 
+
+/* ---- canonical JSON acceptance (ares_events.chain._scan, the reference) ---------------- */
+
+#define MAX_DEPTH 200
+
+/* 1: the value holds a float; 0: it does not; -1: the reference refuses it (no exception
+ * set: the Python path then names the problem); -2: an exception is set. */
+static int scan_value(PyObject *x, int depth);
+
+static int scan_item(PyObject *v, int depth) {
+    if (PyUnicode_CheckExact(v) || PyBool_Check(v) || v == Py_None) return 0;
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long ll = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (ll == -1 && PyErr_Occurred()) return -2;
+        return overflow ? -1 : 0;
+    }
+    if (PyFloat_CheckExact(v)) return isfinite(PyFloat_AS_DOUBLE(v)) ? 1 : -1;
+    if (PyDict_CheckExact(v) || PyList_CheckExact(v)) return scan_value(v, depth + 1);
+    if (PyUnicode_Check(v)) return 0; /* a str subclass encodes as its value */
+    return -1;
+}
+
+static int scan_value(PyObject *x, int depth) {
+    if (depth > MAX_DEPTH) return -1;
+    int has_float = 0;
+    if (PyDict_CheckExact(x)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(x, &pos, &k, &v)) {
+            if (!PyUnicode_CheckExact(k)) return -1;
+            int r = scan_item(v, depth);
+            if (r < 0) return r;
+            has_float |= r;
+        }
+        return has_float;
+    }
+    if (PyList_CheckExact(x)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(x); i++) {
+            int r = scan_item(PyList_GET_ITEM(x, i), depth);
+            if (r < 0) return r;
+            has_float |= r;
+        }
+        return has_float;
+    }
+    return scan_item(x, depth - 1);
+}
+
+static PyObject *scan(PyObject *self, PyObject *x) {
+    (void)self;
+    int r = scan_value(x, 0);
+    if (r == -2) return NULL;
+    if (r == -1) Py_RETURN_NONE;
+    return PyBool_FromLong(r);
+}
+
 static PyMethodDef methods[] = {
+    {"scan", scan, METH_O,
+     "scan(value, /)\n--\n\n"
+     "True when value holds a float, False when not, None when canonical JSON refuses\n"
+     "it; the same acceptance as ares_events.chain._scan."},
     {"verify_run", verify_run, METH_VARARGS,
      "verify_run(events, start, stream_id, stream_json, last_version, last_hash, key)\n"
      "--\n\n"
      "The chain verifier's fast path over events[start:]; the same as the pure-Python\n"
      "ares_events.integrity.verifier.verify_run. Returns (index of the first event it\n"
      "cannot vouch for or len(events), last version, last hash)."},
+    {"link_hashes", link_hashes, METH_VARARGS,
+     "link_hashes(stream_json, version, prev, events, key)\n--\n\n"
+     "The link hashes of events sealed after version whose hash is prev; the same as\n"
+     "ares_events.chain.link_hashes (stream_json: the stream id as a JSON string)."},
+    {"make_uuid7", (PyCFunction)(void (*)(void))make_uuid7, METH_FASTCALL,
+     "make_uuid7(cls, ms, seq, rand_b, is_safe, /)\n--\n\n"
+     "A cls instance (uuid.UUID with a _text slot) for the UUIDv7 of ms, seq and rand_b;\n"
+     "the same object as ares_events.core.events.uuid7 builds in Python."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
@@ -432,9 +673,26 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "ares_events.integrity._native",
-    "The chain verifier's fast path in C (optional; see verifier.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "ares_events._native",
+    "The chain format's fast paths in C (optional; see chain.py and verifier.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    if (!S_AT) {
+        S_AT = PyUnicode_InternFromString("at");
+        S_EVENT_ID = PyUnicode_InternFromString("event_id");
+        S_META_JSON = PyUnicode_InternFromString("meta_json");
+        S_MODULE = PyUnicode_InternFromString("module");
+        S_DIGEST = PyUnicode_InternFromString("digest");
+        S_SIZE = PyUnicode_InternFromString("size");
+        S_TYPE = PyUnicode_InternFromString("type");
+        S_INT = PyUnicode_InternFromString("int");
+        S_IS_SAFE = PyUnicode_InternFromString("is_safe");
+        S_TEXT = PyUnicode_InternFromString("_text");
+        if (!S_INT || !S_IS_SAFE || !S_TEXT) return NULL;
+        if (!S_AT || !S_EVENT_ID || !S_META_JSON || !S_MODULE || !S_DIGEST || !S_SIZE || !S_TYPE)
+            return NULL;
+    }
+    return PyModule_Create(&module);
+}

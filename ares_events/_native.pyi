@@ -1,0 +1,23 @@
+"""Type stub of the optional C extension ``ares_events._native`` (sources in
+``_native_src/``); see :func:`ares_events.integrity.verifier.verify_run` and
+:func:`ares_events.chain.canonical_json`."""
+
+from collections.abc import Sequence
+from typing import Any
+
+def verify_run(
+    events: Sequence[Any],
+    start: int,
+    stream_id: str,
+    stream_json: bytes,
+    last_version: int,
+    last_hash: bytes,
+    key: bytes | None,
+    /,
+) -> tuple[int, int, bytes]: ...
+def blake3_hash(data: bytes, key: bytes | None = None) -> bytes: ...
+def scan(value: Any, /) -> bool | None: ...
+def link_hashes(
+    stream_json: bytes, version: int, prev: bytes, events: Sequence[Any], key: bytes | None, /
+) -> list[bytes]: ...
+def make_uuid7(cls: type[Any], ms: int, seq: int, rand_b: int, is_safe: Any, /) -> Any: ...
