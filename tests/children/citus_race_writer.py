@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
                 try:
                     res = _retrying(
                         "append",
-                        lambda sid=sid, version=version: store.append(
+                        lambda sid=sid, version=version, ev=ev: store.append(
                             sid, [ev], expected_version=version
                         ),
                     )
