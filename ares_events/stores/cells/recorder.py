@@ -10,8 +10,9 @@ concurrency, idempotent appends, snapshots, erasure). What spans cells:
   positioned by the coordinator, :mod:`.citus_clock`), positions are unique and ordered
   across cells, and the merge stops at the highest position that is final in every
   cell, so positions stay plain ints with the single-store guarantees. Otherwise (cells
-  on several plain servers) each event carries the cursor of the merge so far (one position per cell,
-  :mod:`.layout`), so a reader resumes exactly after it, never skipping, never repeating;
+  on several plain servers) each event carries the cursor of the merge so far (one
+  position per cell, :mod:`.layout`), so a reader resumes exactly after it, never
+  skipping, never repeating;
 * ``heads`` merges by stream id; ``last_position`` is the highest final position (or one
   cursor of every cell's last); ``wait_for`` wakes when any cell has a later event;
 * ``append_many`` and its tracking record must fall in one cell: anything else would not
