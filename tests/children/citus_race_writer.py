@@ -8,12 +8,13 @@ version, and retries on ``ConcurrencyError``. An append that fails with
 id until it is acknowledged (appends are idempotent, so a retry of an append that did
 commit returns it). Each acknowledged append is one JSON line ``[stream, version,
 event_id]`` in OUT, written after the acknowledgement; the exit code is 0 when every
-event was acknowledged.
+event was acknowledged. ``ARES_CITUS_FIX=off`` writes with issue 30's fix switched off.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -33,6 +34,10 @@ def _retrying(what: str, call):  # type: ignore[no-untyped-def]
 
 def main(argv: list[str]) -> None:
     url, tag, count, streams, out, seed = argv
+    if os.environ.get("ARES_CITUS_FIX") == "off":  # show the race of issue 30
+        from ares_events.stores.cells import citus_clock
+
+        citus_clock._ONE_PHASE = False
     rnd = random.Random(int(seed))
     names = [f"agent-{k:03d}" for k in range(int(streams))]
     store = _retrying("open", lambda: ae.open_store(url))
