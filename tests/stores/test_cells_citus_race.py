@@ -288,3 +288,40 @@ def _worker_ports(citus_coordinator: str) -> list[int]:
             "SELECT nodeport FROM pg_dist_node WHERE groupid <> 0 AND isactive ORDER BY 1"
         ).fetchall()
     return [int(r[0]) for r in rows]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("fix", [True, False], ids=["fix", "fix-off"])
+def test_appends_commit_in_one_phase(
+    citus_durable: str, fix: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mechanism under the race: with the fix, an append, a 100-event append and an
+    append_many with a tracking record leave no two-phase-commit record on the
+    coordinator (Citus committed the worker first, in one phase); with it off, each does
+    (Citus PREPAREd the worker and sent COMMIT PREPARED after the coordinator's commit)."""
+    from ares_events.core.recorder import backend_of
+    from ares_events.stores.cells import citus_clock
+
+    monkeypatch.setattr(citus_clock, "_ONE_PHASE", fix)
+    url = _url(citus_durable)
+    host, _, port = citus_durable.rpartition(":")
+    with (
+        ae.open_store(url) as store,
+        psycopg.connect(host=host, port=port, user="root", dbname="postgres", autocommit=True) as c,
+    ):
+        cells = backend_of(store.recorder)
+        same = [s for s in (f"m-{i}" for i in range(100)) if cells.cell_index(s) == 0][:3]
+        c.execute("SELECT recover_prepared_transactions()")
+        before = c.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        store.append("one", [ae.NewEvent(type="t", module="m", payload={})])
+        store.append(
+            "batch", [ae.NewEvent(type="t", module="m", payload={"i": i}) for i in range(100)]
+        )
+        store.append_many(
+            [(same[0], [ae.NewEvent(type="t", module="m", payload={})], 0),
+             (same[1], [ae.NewEvent(type="t", module="m", payload={})], 0)],
+            tracking=(same[2], 7),
+        )  # fmt: skip
+        after = c.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        assert store.tracked_position(same[2]) == 7
+    assert (after == before) is fix, (before, after)
