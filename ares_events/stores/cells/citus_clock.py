@@ -22,7 +22,8 @@ never passes over a committed event"):
 * **An unconfirmed commit is not an acknowledgement.** When the worker fails during its
   one-phase COMMIT, Citus only warns ("failed to commit transaction on host:port") and
   commits the coordinator: the append's outcome is unknown. The clock turns that warning
-  into :class:`~ares_events.errors.StoreUnavailable`; the caller appends the same events
+  into :class:`~ares_events.errors.StoreUnavailable`, and so a worker lost during the
+  append, which Citus relays as the worker's own error; the caller appends the same events
   again (appends are idempotent) and learns the outcome.
 
 It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
@@ -34,6 +35,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Final
 
+import psycopg
 from psycopg import sql
 
 from ares_events.core.backend import SealedEvent
@@ -82,6 +84,14 @@ ROWS_PER_INSERT: Final = 4096
 """Events per INSERT (12 parameters each; a statement takes at most 65,535)."""
 COMMIT_FAILED: Final = "failed to commit transaction on "
 """Citus's warning when a worker's one-phase COMMIT failed (its outcome unknown)."""
+WORKER_LOST: Final = (
+    "terminating connection due to administrator command",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "server closed the connection unexpectedly",
+    "connection to the remote node",
+)
+"""What a worker's loss looks like when Citus relays it as another kind of error."""
 
 _ONE_PHASE = True
 """False only to show the race of issue 30 (tests/stores/test_cells_citus_race.py): the
@@ -125,12 +135,14 @@ class CitusClock(ServerClock):
         return int(got[-1][0])
 
     @contextlib.contextmanager
-    def committing(self, conn: Any, where: str) -> Iterator[None]:
-        """Around an append's COMMIT: Citus's warning that a worker's commit failed means
-        the outcome is unknown, so the append is not acknowledged.
+    def writing(self, conn: Any, where: str) -> Iterator[None]:
+        """Around an append's transaction: Citus's warning that a worker's commit failed,
+        or a worker lost while the transaction ran (Citus relays the worker's own error,
+        not always as a connection error), means the outcome is unknown or nothing was
+        written: either way the append is not acknowledged and may be tried again.
 
         Raises:
-            StoreUnavailable: the warning came (append the same events again).
+            StoreUnavailable: either happened (append the same events again).
         """
         failed: list[str] = []
 
@@ -142,11 +154,18 @@ class CitusClock(ServerClock):
         conn.add_notice_handler(on_notice)
         try:
             yield
+        except psycopg.Error as exc:
+            text = str(exc)
+            if (exc.sqlstate or "")[:2] not in ("08", "57") and not any(
+                m in text for m in WORKER_LOST
+            ):
+                raise
+            failed.append(" ".join(text.split()))
         finally:
             conn.remove_notice_handler(on_notice)
         if failed:
             raise StoreUnavailable(
-                f"append to {where}: Citus could not confirm the commit on a worker "
+                f"append to {where}: a worker of the cell failed during the append "
                 f"({failed[0]}); it may or may not be stored: append the same events again "
                 "(appends are idempotent) to find out"
             )

@@ -62,8 +62,8 @@ class ServerClock:
         """The position's transaction id: ``own``, the writing transaction's."""
         return own
 
-    def committing(self, conn: Any, where: str) -> AbstractContextManager[None]:
-        """Around an append's COMMIT: nothing to watch on one server."""
+    def writing(self, conn: Any, where: str) -> AbstractContextManager[None]:
+        """Around the locked path's transaction: nothing to watch on one server."""
         return contextlib.nullcontext()
 
     def write_one(

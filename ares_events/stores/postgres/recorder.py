@@ -539,7 +539,8 @@ class PostgresRecorder:
                     try:
                         outcome = self._append_fast(conn, batch, expected_version)
                         if outcome is None:
-                            outcome = self._append_locked(conn, batch, expected_version)
+                            with self.clock.writing(conn, self._description):
+                                outcome = self._append_locked(conn, batch, expected_version)
                         return outcome
                     except BaseException:
                         rollback_quietly(conn)  # no transaction left open
@@ -696,8 +697,7 @@ class PostgresRecorder:
         channel = self.channel if self.notify else None
         # Round trip 2: events, head and wake-up (the clock's statements), then COMMIT.
         writes = clock.write_one(xid, stream_id, version or 0, sealed, channel)
-        with clock.committing(conn, self._description):
-            self._pipeline(conn, (*writes, (COMMIT, None, None)))
+        self._pipeline(conn, (*writes, (COMMIT, None, None)))
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
@@ -728,7 +728,8 @@ class PostgresRecorder:
             try:
                 with self._conn(what) as conn:
                     try:
-                        return self._append_many(conn, batches, tracking)
+                        with self.clock.writing(conn, self._description):
+                            return self._append_many(conn, batches, tracking)
                     except BaseException:
                         rollback_quietly(conn)
                         raise
@@ -791,8 +792,7 @@ class PostgresRecorder:
             (tracking.name, tracking.position) if tracking is not None else None,
             channel,
         )
-        with clock.committing(conn, self._description):
-            self._pipeline(conn, (*writes, (COMMIT, None, None)))
+        self._pipeline(conn, (*writes, (COMMIT, None, None)))
         out = []
         pos = first - 1
         for sid, ss in zip(streams, sealed_all, strict=True):

@@ -565,7 +565,8 @@ class AsyncPostgresRecorder:
                     try:
                         outcome = await self._append_fast(conn, batch, expected_version)
                         if outcome is None:
-                            outcome = await self._append_locked(conn, batch, expected_version)
+                            with self.clock.writing(conn, self._description):
+                                outcome = await self._append_locked(conn, batch, expected_version)
                         return outcome
                     except BaseException:
                         await rollback_quietly(conn)  # no transaction left open
@@ -724,8 +725,7 @@ class AsyncPostgresRecorder:
         channel = self.channel if self.notify else None
         # Round trip 2: events, head and wake-up (the clock's statements), then COMMIT.
         writes = clock.write_one(xid, stream_id, version or 0, sealed, channel)
-        with clock.committing(conn, self._description):
-            await self._pipeline(conn, (*writes, (COMMIT, None, None)))
+        await self._pipeline(conn, (*writes, (COMMIT, None, None)))
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
@@ -756,7 +756,8 @@ class AsyncPostgresRecorder:
             try:
                 async with self._conn(what) as conn:
                     try:
-                        return await self._append_many(conn, batches, tracking)
+                        with self.clock.writing(conn, self._description):
+                            return await self._append_many(conn, batches, tracking)
                     except BaseException:
                         await rollback_quietly(conn)
                         raise
@@ -819,8 +820,7 @@ class AsyncPostgresRecorder:
             (tracking.name, tracking.position) if tracking is not None else None,
             channel,
         )
-        with clock.committing(conn, self._description):
-            await self._pipeline(conn, (*writes, (COMMIT, None, None)))
+        await self._pipeline(conn, (*writes, (COMMIT, None, None)))
         out = []
         pos = first - 1
         for sid, ss in zip(streams, sealed_all, strict=True):
