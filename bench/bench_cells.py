@@ -194,11 +194,11 @@ def _fix_cost(citus: str, n: int, reps: int, tails: int, say: Callable[[str], No
                 for i in range(n // 10):
                     stores[m].append(f"b-{i % 50}", [_ev(p) for p in payloads[:100]])
                 batches[m].append((time.perf_counter() - t0) / (n // 10))
-        for m, store in stores.items():
-            start = [e.position for e in store.read_all()][-101]
-            for _ in range(tails):
+        starts = {m: [e.position for e in store.read_all()][-101] for m, store in stores.items()}
+        for r in range(tails):
+            for m in list(modes) if r % 2 == 0 else list(modes)[::-1]:
                 t0 = time.perf_counter()
-                got = sum(1 for _ in store.read_all(after_position=start, limit=500))
+                got = sum(1 for _ in stores[m].read_all(after_position=starts[m], limit=500))
                 tail[m].append(time.perf_counter() - t0)
                 assert got == 100, got
         for r in range(3):
