@@ -119,7 +119,27 @@ def _round(
     tag: str,
     meanwhile: Callable[[], None] | None = None,
 ) -> tuple[int, int, int]:
-    """One round; returns (acked, skipped, duplicated) and asserts none lost."""
+    """One round; returns (acked, skipped, duplicated) and asserts none lost. Its child
+    processes never outlive it."""
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        return _round_of(tail, url, tmp, tag, meanwhile, children)
+    finally:
+        (tmp / f"{tag}.stop").touch()
+        for p in children:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _round_of(
+    tail: Tail,
+    url: str,
+    tmp: Path,
+    tag: str,
+    meanwhile: Callable[[], None] | None,
+    children: list[subprocess.Popen[bytes]],
+) -> tuple[int, int, int]:
     start = len(tail.seen)
     stop = tmp / f"{tag}.stop"
     tailers = [
@@ -132,7 +152,9 @@ def _round(
         )
         for i in range(TAILERS)
     ]  # fmt: skip
+    children += tailers
     procs = _writers(url, tmp, tag)
+    children += procs
     errors: list[BaseException] = []
     thread = None
     if meanwhile is not None:
