@@ -26,6 +26,12 @@ c. ``read_all`` of every event of the store (about 100k / 10k events): the merge
 
 The systems are interleaved within each workload (A B C, C B A, ...), so the load of a
 shared machine falls on all of them alike.
+e. ``--fix-cost`` (with ``--citus-url``): what issue 30's fix costs on Citus, before and
+   after in one run, on two stores of the same cluster, interleaved: ``before`` writes as
+   the plain server does (``INSERT ... SELECT``, which Citus commits in two phases),
+   ``after`` with the one-phase router statements of ``cells/citus_clock.py``. The 1-event
+   and 100-event append (median per append), the live tail (``read_all(after_position=...,
+   limit=500)`` of the newest 100 events, p50) and a full merged ``read_all`` (best of 3).
 d. ``--scale``: 100,000 streams x 100 events (10,000,000 events, 100-event appends, two
    writer processes) into 3 cells: time, rate, disk (``pg_total_relation_size`` of the cell
    schemas) and the time of a full ``audit``.
@@ -161,6 +167,85 @@ def _routing(
     }
 
 
+def _fix_cost(citus: str, n: int, reps: int, tails: int, say: Callable[[str], None]) -> Any:
+    """Issue 30's fix on and off, on two stores of one Citus cluster (docstring, e)."""
+    from ares_events.stores.cells import citus_clock
+
+    payloads = make_payloads(1000)
+    tag = uuid.uuid4().hex[:6]
+    modes = {"before": False, "after": True}
+    stores = {m: ae.open_store(_cells_url(citus, f"fix{m}_{tag}", "citus")) for m in modes}
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for m, store in stores.items():
+            say(f"fix cost: preparing {m}")
+            citus_clock._ONE_PHASE = modes[m]
+            _prepare(store, payloads, 20_000)
+        ones: dict[str, list[float]] = {m: [] for m in modes}
+        batches: dict[str, list[float]] = {m: [] for m in modes}
+        tail: dict[str, list[float]] = {m: [] for m in modes}
+        rates: dict[str, list[float]] = {m: [] for m in modes}
+        for r in range(reps):
+            say(f"fix cost: rep {r + 1}/{reps}")
+            for m in list(modes) if r % 2 == 0 else list(modes)[::-1]:
+                citus_clock._ONE_PHASE = modes[m]
+                ones[m].append(_appends(stores[m], n, payloads))
+                t0 = time.perf_counter()
+                for i in range(n // 10):
+                    stores[m].append(f"b-{i % 50}", [_ev(p) for p in payloads[:100]])
+                batches[m].append((time.perf_counter() - t0) / (n // 10))
+        starts = {m: [e.position for e in store.read_all()][-101] for m, store in stores.items()}
+        for r in range(tails):
+            for m in list(modes) if r % 2 == 0 else list(modes)[::-1]:
+                t0 = time.perf_counter()
+                got = sum(1 for _ in stores[m].read_all(after_position=starts[m], limit=500))
+                tail[m].append(time.perf_counter() - t0)
+                assert got == 100, got
+        for r in range(3):
+            for m in list(modes) if r % 2 == 0 else list(modes)[::-1]:
+                rates[m].append(_read_all(stores[m])[0])
+        for m in modes:
+            out[m] = {
+                "append_s": statistics.median(ones[m]),
+                "append100_s": statistics.median(batches[m]),
+                "tail_s": statistics.median(tail[m]),
+                "read_all_rate": max(rates[m]),
+            }
+    finally:
+        citus_clock._ONE_PHASE = True
+        for store in stores.values():
+            store.close()
+    return out
+
+
+def _fix_rows(fix: dict[str, dict[str, float]], load: str) -> list[str]:
+    b, a = fix["before"], fix["after"]
+
+    def row(what: str, key: str, fmt: Callable[[float], str], inverse: bool = False) -> list[str]:
+        ratio = b[key] / a[key] if inverse else a[key] / b[key]
+        return [what, fmt(b[key]), fmt(a[key]), fmt_ratio(ratio)]
+
+    return [
+        "One run, `bench/bench_cells.py --fix-cost --citus-url ...`: a Citus 13.2 coordinator "
+        "and two workers on this machine (`fsync = on`), two stores of 3 cells each, the "
+        f"modes interleaved; {load}. `before`: an append's rows written by `INSERT ... SELECT` "
+        "(Citus runs it as a COPY and commits in two phases); `after`: router "
+        "`INSERT ... VALUES` committed in one phase (`cells/citus_clock.py`).",
+        "",
+        markdown_table(
+            ["", "before", "after", "after / before"],
+            [
+                row("1-event append (median)", "append_s", fmt_ms),
+                row("100-event append (median)", "append100_s", fmt_ms),
+                row("live tail: read_all of the newest 100 (p50)", "tail_s", fmt_ms),
+                row("merged read_all (best of 3)", "read_all_rate", fmt_rate, inverse=True),
+            ],
+        ),
+        "",
+        "(For the read_all rate, `after / before` is the time ratio: below 1 is faster.)",
+    ]
+
+
 def _scale_writer(url: str, first: int, count: int, events: int) -> None:
     payloads = make_payloads(events, seed=first + 1)
     with ae.open_store(url) as store:
@@ -263,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-streams", type=int, default=100_000)
     ap.add_argument("--scale-events", type=int, default=100)
     ap.add_argument("--writers", type=int, default=2)
+    ap.add_argument("--fix-cost", action="store_true", help="only issue 30's fix, on Citus")
     opts = ap.parse_args(argv)
     n, reps, total = (100, 3, 10_000) if opts.quick else (1000, 5, 100_000)
     results: dict[str, Any] = {"machine": machine_description()}
@@ -270,6 +356,20 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if opts.fix_cost:
+        if not opts.citus_url:
+            raise SystemExit("--fix-cost needs --citus-url")
+        fix = _fix_cost(opts.citus_url, n, reps, 50 if opts.quick else 300, say)
+        print(json.dumps({**results, "fix_cost": fix}, indent=2, default=str))
+        if not opts.quick:
+            with open("/proc/loadavg") as f:
+                load = "load average at the end " + " / ".join(f.read().split()[:3])
+            write_section(
+                "cells-citus-fix",
+                "\n".join(_fix_rows(fix, load)) + "\n",
+                title="Cell stores on Citus: what the one-phase commit costs (issue 30)",
+            )
+        return 0
     per: dict[str, dict[str, float]] = {}
     scale = None
     with throwaway_db(opts.admin_url, "bench_cells") as db_url:

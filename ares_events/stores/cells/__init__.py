@@ -4,7 +4,8 @@ spread over plain servers (``citus://`` and ``pgcells://``; docs/scaling.md).
 What lives here: :mod:`.layout` (partitions, the cell map, cursors and cell URLs, no I/O),
 :mod:`.recorder_async` (``AsyncCellsRecorder``, written by hand) and :mod:`.recorder`
 (``CellsRecorder``, generated from it), :mod:`.citus` (Citus administration: where a cell
-lives, moving it).
+lives, moving it), :mod:`.citus_clock` (the clock and the append path a Citus cell's
+PostgreSQL recorder is given: positions from the coordinator, rows committed in one phase).
 
 It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
 """

@@ -239,7 +239,6 @@ def parse_cells_url(url: StoreURL) -> CellsConfig:
         # Schemas created in this session become distributed schemas (Citus's
         # schema-based sharding); the setting also holds for the cells' later sessions.
         rest.append(("options", "-c citus.enable_schema_based_sharding=on"))
-        rest.append(("citus", "true"))  # the coordinator's clock (postgres/sql.py)
     return CellsConfig(
         where=where,
         citus=citus,

@@ -6,11 +6,12 @@ concurrency, idempotent appends, snapshots, erasure). What spans cells:
 
 * ``read_all`` / ``positions`` merge the cells' global orders, smallest position first.
   When the cells share one transaction-id clock (schemas of one database; Citus cells,
-  positioned by the coordinator), positions are unique and ordered across cells, and the
-  merge stops at the highest position that is final in every cell, so positions stay
-  plain ints with the single-store guarantees. Otherwise (cells on several plain
-  servers) each event carries the cursor of the merge so far (one position per cell,
-  :mod:`.layout`), so a reader resumes exactly after it, never skipping, never repeating;
+  positioned by the coordinator, :mod:`.citus_clock`), positions are unique and ordered
+  across cells, and the merge stops at the highest position that is final in every
+  cell, so positions stay plain ints with the single-store guarantees. Otherwise (cells
+  on several plain servers) each event carries the cursor of the merge so far (one
+  position per cell, :mod:`.layout`), so a reader resumes exactly after it, never
+  skipping, never repeating;
 * ``heads`` merges by stream id; ``last_position`` is the highest final position (or one
   cursor of every cell's last); ``wait_for`` wakes when any cell has a later event;
 * ``append_many`` and its tracking record must fall in one cell: anything else would not
@@ -48,6 +49,7 @@ from ares_events.errors import (
     StoreError,
     StoreNotFound,
 )
+from ares_events.stores.cells.citus_clock import CitusClock
 from ares_events.stores.cells.layout import (
     CELLS_KEY,
     DEFAULT_CELLS,
@@ -151,6 +153,8 @@ class AsyncCellsRecorder:
             StoreUnavailable: a server cannot be reached.
         """
         cfg = parse_cells_url(url)
+        if cfg.citus:  # every cell's positions from the coordinator (citus_clock.py)
+            options = {**options, "clock": CitusClock}
         opened: list[AsyncPostgresRecorder] = []
         try:
             first = await AsyncPostgresRecorder.open_url(

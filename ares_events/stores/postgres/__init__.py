@@ -51,9 +51,7 @@ a free connection, default 30; then ``StoreUnavailable``), ``statement_timeout``
 (milliseconds, set on every pooled connection), ``page_size`` (rows per read page, default
 2000), ``migrate`` (true|false, default true), ``notify`` (true|false, default true: a
 NOTIFY with every append; false for write-heavy loads with several writers, and
-``wait_for`` then polls), ``citus`` (true|false, default false: the schema is a
-distributed schema of a Citus cluster reached through its coordinator, whose transaction
-ids then give the positions; see :mod:`.sql`). Every other parameter must be a libpq
+``wait_for`` then polls). Every other parameter must be a libpq
 option (``sslmode``, ``connect_timeout`` (default 10 here), ``application_name``, ...)
 and is passed through.
 Passwords go percent-encoded in the URL's userinfo, never in the query.
@@ -65,7 +63,9 @@ which names them), :mod:`.options` (URL parameters), :mod:`.driver` (error trans
 scrubbing, the health check's socket test), :mod:`.connection_async` (pools and probes;
 ``connection`` generated), :mod:`.listener_async` (LISTEN and waiting; ``listener``
 generated), :mod:`.snapshots_async` (the snapshot table's rows; ``snapshots`` generated),
-:mod:`.arrays` (binary array parameters) and :mod:`.schema` (migrations on open).
+:mod:`.arrays` (binary array parameters), :mod:`.clock` (where positions and the visibility
+bound come from, and the statements that write under them; a cell layout gives its own)
+and :mod:`.schema` (migrations on open).
 
 It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and
 :mod:`ares_events.stores._migrations`. Importing it without the ``postgres`` extra raises

@@ -37,7 +37,6 @@ OWN_PARAMS: Final = (
     "page_size",
     "migrate",
     "notify",
-    "citus",
 )
 KEYWORD_OPTIONS: Final = ("create", "read_only")
 """Keyword-only options of ``open_store`` (not URL parameters)."""
@@ -66,7 +65,6 @@ class PostgresOptions:
     migrate: bool
     notify: bool
     create: bool = True
-    citus: bool = False
     read_only: bool = False
     connect_kwargs: dict[str, Any] = field(repr=False)
     """Keyword arguments of ``psycopg.connect`` (may hold the password: never shown)."""
@@ -167,7 +165,6 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         notify=notify,
         create=parse_bool(own.get("create", True), "create", where) and not read_only,
         read_only=read_only,
-        citus=parse_bool(own.get("citus", False), "citus", where),
         connect_kwargs=kwargs,
     )
 

@@ -64,6 +64,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
+from ares_events.stores.postgres.clock import ServerClock, ref_text
 from ares_events.stores.postgres.connection import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
     FIRST_WAIT,
@@ -78,9 +79,6 @@ from ares_events.stores.postgres.schema import prepare_schema, schema_exists
 from ares_events.stores.postgres.sql import (
     BEGIN,
     COMMIT,
-    COORDINATOR_BOUND,
-    COORDINATOR_NOTIFY,
-    COORDINATOR_XID,
     LOCK_MANY,
     LOCK_STREAM,
     ROLLBACK,
@@ -103,7 +101,6 @@ MAX_BATCH: Final = 65535
 RETRIES: Final = 3
 """Attempts of an append that hit a unique violation (a concurrent append of its ids)."""
 _POSITION_SHIFT: Final = 65536
-COORDINATOR_BOUND_SQL: Final = sql.Composed([sql.SQL(COORDINATOR_BOUND)])
 _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
 _MAX_KEY: Final = 2**63 - 1
@@ -141,10 +138,6 @@ def _cursor(conn: Any) -> Any:
     if cur is None or cur.closed:
         cur = conn.__dict__["_ares_cursor"] = conn.cursor(binary=True)
     return cur
-
-
-def _ref_text(ref: PayloadRef | None) -> str | None:
-    return ref.to_json().decode() if ref is not None else None
 
 
 def _prepare_on_new_connection(
@@ -202,11 +195,10 @@ class PostgresRecorder:
         notify: send a NOTIFY with every append (on commit). False trades wake-ups
             (``wait_for`` then polls with backoff) for commits that do not serialize on
             the server's notification-queue lock (see docs/architecture.md).
-        citus: the schema is a distributed schema of a Citus cluster reached through its
-            coordinator: positions come from the coordinator's transaction ids and the
-            visibility bound from its snapshot, each in a statement of its own (one clock
-            for every cell, unchanged when a cell moves; see sql.COORDINATOR_XID), and
-            every append takes the locked path.
+        clock: makes the clock of this schema's positions from its statements (default
+            :class:`~.clock.ServerClock`, this server's transaction ids); a cell layout
+            whose rows live on another node than its clock gives its own
+            (:mod:`.clock`).
 
     Raises:
         ConfigError: a bad schema name, page size or source.
@@ -253,7 +245,7 @@ class PostgresRecorder:
         owns_pool: bool = False,
         secret: str | None = None,
         notify: bool = True,
-        citus: bool = False,
+        clock: Any = ServerClock,
     ) -> None:
         check_schema_name(schema, description or "the PostgreSQL store")
         if type(page_size) is not int or page_size <= 0:
@@ -261,14 +253,14 @@ class PostgresRecorder:
         self.schema = schema
         self.page_size = page_size
         self.notify = notify
-        self.citus = citus
         self.read_only = False
         """Every transaction is read-only (``read_only=True`` at open: the server refuses
         writes); tables beside the events are then read, never created."""
-        # On Citus the one-statement fast path would take its xid on the worker (and
-        # Citus refuses a volatile function in RETURNING): always the locked path.
-        self.predict_heads = not citus
         self.sql = Statements.for_schema(schema)
+        self._make_clock = clock
+        self.clock = clock(self.sql)
+        """Where positions and the visibility bound come from (:mod:`.clock`)."""
+        self.predict_heads = self.clock.predict_heads
         self.channel = channel_for(schema)
         self._secret = secret or None
         self._owns_pool = owns_pool
@@ -347,6 +339,7 @@ class PostgresRecorder:
             StoreUnavailable: the server cannot be reached.
             SchemaVersionError: ``migrate=False`` and the schema is not current.
         """
+        clock = options.pop("clock", ServerClock)
         opts = parse_options(url, options)
         # One direct connection first: a clear error (refused, no such database, auth)
         # instead of a pool that retries in the background.
@@ -367,7 +360,7 @@ class PostgresRecorder:
                 owns_pool=True,
                 secret=url.password,
                 notify=opts.notify,
-                citus=opts.citus,
+                clock=clock,
             )
             rec.read_only = opts.read_only
             return rec
@@ -551,7 +544,8 @@ class PostgresRecorder:
                     try:
                         outcome = self._append_fast(conn, batch, expected_version)
                         if outcome is None:
-                            outcome = self._append_locked(conn, batch, expected_version)
+                            with self.clock.writing(conn, self._description):
+                                outcome = self._append_locked(conn, batch, expected_version)
                         return outcome
                     except BaseException:
                         rollback_quietly(conn)  # no transaction left open
@@ -628,7 +622,7 @@ class PostgresRecorder:
                 e.type,
                 e.module,
                 e.payload_bytes,
-                _ref_text(e.payload_ref),
+                ref_text(e.payload_ref),
                 e.meta_json,
                 e.at,
                 last.prev_hash,
@@ -644,7 +638,7 @@ class PostgresRecorder:
             TextArray([e.type for e in evs]),
             TextArray([e.module for e in evs]),
             ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([_ref_text(e.payload_ref) for e in evs]),
+            TextArray([ref_text(e.payload_ref) for e in evs]),
             ByteaArray([e.meta_json for e in evs]),
             TextArray([e.at for e in evs]),
             ByteaArray([s.prev_hash for s in sealed]),
@@ -684,17 +678,18 @@ class PostgresRecorder:
         q = self.sql
         # Round trip 1: lock the stream, then (new statement, fresh snapshot) read the
         # head, look for the ids and get this transaction's xid.
-        stmts: tuple[tuple[Any, ...], ...] = (
-            (BEGIN, None, None),
-            (LOCK_STREAM, (stream_id,), None),
-            (q.head_for_append, (ids, stream_id), "one"),
+        clock = self.clock
+        got = self._pipeline(
+            conn,
+            (
+                (BEGIN, None, None),
+                (LOCK_STREAM, (stream_id,), None),
+                (q.head_for_append, (ids, stream_id), "one"),
+                *clock.xid_statements,
+            ),
         )
-        if self.citus:
-            stmts += ((COORDINATOR_XID, None, "one"),)
-        got = self._pipeline(conn, stmts)
         version, head_hash, xid, exists = got[2]
-        if self.citus:
-            xid = got[3][0]  # the coordinator's: one clock for every cell
+        xid = clock.xid(xid, got)
         if exists:
             return AppendOutcome(self._stored(conn, ids), duplicate=True)
         head = Head(version, head_hash) if version is not None else None
@@ -703,34 +698,11 @@ class PostgresRecorder:
         self._check_xid(xid)
         sealed = batch.seal(head)
         first = xid * _POSITION_SHIFT
-        evs = [s.event for s in sealed]
         last = sealed[-1]
-        channel = self.channel if self.notify and not self.citus else None
-        # Round trip 2: events, head and wake-up in one statement, then COMMIT.
-        args = (
-            xid,
-            stream_id,
-            version or 0,
-            TextArray([e.event_id for e in evs]),
-            TextArray([e.type for e in evs]),
-            TextArray([e.module for e in evs]),
-            ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([_ref_text(e.payload_ref) for e in evs]),
-            ByteaArray([e.meta_json for e in evs]),
-            TextArray([e.at for e in evs]),
-            ByteaArray([s.prev_hash for s in sealed]),
-            ByteaArray([s.hash for s in sealed]),
-            stream_id,
-            last.version,
-            last.hash,
-            channel,
-            channel,
-            str(first + len(sealed) - 1),
-        )
-        self._pipeline(
-            conn,
-            ((q.insert, args, None), *self._wakeup(first + len(sealed) - 1), (COMMIT, None, None)),
-        )
+        channel = self.channel if self.notify else None
+        # Round trip 2: events, head and wake-up (the clock's statements), then COMMIT.
+        writes = clock.write_one(xid, stream_id, version or 0, sealed, channel)
+        self._pipeline(conn, (*writes, (COMMIT, None, None)))
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
 
@@ -761,7 +733,8 @@ class PostgresRecorder:
             try:
                 with self._conn(what) as conn:
                     try:
-                        return self._append_many(conn, batches, tracking)
+                        with self.clock.writing(conn, self._description):
+                            return self._append_many(conn, batches, tracking)
                     except BaseException:
                         rollback_quietly(conn)
                         raise
@@ -785,19 +758,20 @@ class PostgresRecorder:
         if tracking is not None:
             keys.append(f"ares-tracking:{tracking.name}")
         name = tracking.name if tracking is not None else None
-        stmts: tuple[tuple[Any, ...], ...] = (
-            (BEGIN, None, None),
-            (LOCK_MANY, (keys,), None),
-            (q.heads_for_append, (streams,), "all"),
-            (q.xid_ids_tracking, (ids, name), "one"),
+        clock = self.clock
+        got = self._pipeline(
+            conn,
+            (
+                (BEGIN, None, None),
+                (LOCK_MANY, (keys,), None),
+                (q.heads_for_append, (streams,), "all"),
+                (q.xid_ids_tracking, (ids, name), "one"),
+                *clock.xid_statements,
+            ),
         )
-        if self.citus:
-            stmts += ((COORDINATOR_XID, None, "one"),)
-        got = self._pipeline(conn, stmts)
         head_rows = got[2]
         xid, exists, tracked = got[3]
-        if self.citus:
-            xid = got[4][0]  # the coordinator's: one clock for every cell
+        xid = clock.xid(xid, got)
         if exists:
             found = {e.event_id_str: e for e in self._stored(conn, ids)}
             outs = []
@@ -812,44 +786,18 @@ class PostgresRecorder:
         for (b, expected), (version, head_hash) in zip(batches, head_rows, strict=True):
             check_expected_version(b.stream_id, expected, version or 0)
             sealed_all.append(b.seal(Head(version, head_hash) if version else None))
-        flat = [
-            (b.stream_id, s) for (b, _), ss in zip(batches, sealed_all, strict=True) for s in ss
-        ]
-        evs = [s.event for _, s in flat]
         first = xid * _POSITION_SHIFT
-        channel = self.channel if self.notify and not self.citus else None
-        lasts = [ss[-1] for ss in sealed_all]
-        args = (
+        channel = self.channel if self.notify else None
+        writes = clock.write_many(
             xid,
-            TextArray([sid for sid, _ in flat]),
-            [s.version for _, s in flat],
-            TextArray([e.event_id for e in evs]),
-            TextArray([e.type for e in evs]),
-            TextArray([e.module for e in evs]),
-            ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([_ref_text(e.payload_ref) for e in evs]),
-            ByteaArray([e.meta_json for e in evs]),
-            TextArray([e.at for e in evs]),
-            ByteaArray([s.prev_hash for _, s in flat]),
-            ByteaArray([s.hash for _, s in flat]),
-            streams,
-            [s.version for s in lasts],
-            [s.hash for s in lasts],
-            name,
-            tracking.position if tracking is not None else None,
-            name,
+            [
+                (sid, (h[0] or 0), ss)
+                for sid, h, ss in zip(streams, head_rows, sealed_all, strict=True)
+            ],
+            (tracking.name, tracking.position) if tracking is not None else None,
             channel,
-            channel,
-            str(first + len(flat) - 1),
         )
-        self._pipeline(
-            conn,
-            (
-                (q.insert_many, args, None),
-                *self._wakeup(first + len(flat) - 1),
-                (COMMIT, None, None),
-            ),
-        )
+        self._pipeline(conn, (*writes, (COMMIT, None, None)))
         out = []
         pos = first - 1
         for sid, ss in zip(streams, sealed_all, strict=True):
@@ -858,16 +806,13 @@ class PostgresRecorder:
             out.append(AppendOutcome([], version=ss[-1].version, position=pos))
         return out
 
-    def _wakeup(self, last: int) -> tuple[tuple[Any, ...], ...]:
-        """On Citus, the NOTIFY as a coordinator statement of its own (where the
-        ``LISTEN`` connection is), delivered on commit; elsewhere it is in the insert."""
-        if self.citus and self.notify:
-            return ((COORDINATOR_NOTIFY, (self.channel, str(last)), None),)
-        return ()
-
-    def _bound(self, what: str) -> int:
-        """On Citus: the coordinator's visibility bound, for a ``*_below`` read."""
-        return int((self._query(what, COORDINATOR_BOUND_SQL, ()))[0][0])
+    def _below(self, what: str) -> tuple[int, ...]:
+        """The clock's visibility bound for the next read, when it comes from a statement
+        of its own (empty: the read statements bound themselves)."""
+        bound = self.clock.bound
+        if bound is None:
+            return ()
+        return (int((self._query(what, bound, ()))[0][0]),)
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None.
@@ -918,20 +863,20 @@ class PostgresRecorder:
         docstring); only the streams under ``stream_prefix`` when given (a range on
         ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
         bounds: tuple[str, ...] = ()
-        q = self.sql
-        query = q.all_below if self.citus else q.all
+        clock = self.clock
+        query = clock.all
         if stream_prefix:
             lo, hi = prefix_range(stream_prefix)
             if hi is None:
-                query, bounds = (q.all_from_below if self.citus else q.all_from), (lo,)
+                query, bounds = clock.all_from, (lo,)
             else:
-                query, bounds = (q.all_range_below if self.citus else q.all_range), (lo, hi)
+                query, bounds = clock.all_range, (lo, hi)
         page = self.page_size
         after = after_position
         left = limit if limit is not None else _FAR
         while left > 0:
             want = min(page, left)
-            below: tuple[int, ...] = (self._bound("read_all"),) if self.citus else ()
+            below = self._below("read_all")
             rows = self._query("read_all", query, (after, *below, *bounds, want))
             for r in rows:
                 yield row_to_event(r)
@@ -944,9 +889,9 @@ class PostgresRecorder:
         """``(position, stream_id, version)`` in global order after ``after_position``,
         below the visibility bound, keyset-paged; for the audit."""
         after, page = after_position, self.page_size
-        query = self.sql.positions_below if self.citus else self.sql.positions
+        query = self.clock.positions
         while True:
-            below: tuple[int, ...] = (self._bound("audit scan"),) if self.citus else ()
+            below = self._below("audit scan")
             rows = self._query("audit scan", query, (after, *below, page))
             yield from rows
             if len(rows) < page:
@@ -995,10 +940,8 @@ class PostgresRecorder:
 
     def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
-        if self.citus:
-            bound = self._bound("last_position")
-            return int((self._query("last_position", self.sql.last_below, (bound,)))[0][0])
-        return int((self._query("last_position", self.sql.last, ()))[0][0])
+        below = self._below("last_position")
+        return int((self._query("last_position", self.clock.last, below))[0][0])
 
     def schema_version(self) -> int:
         """The schema version recorded in ``ares_meta`` (``ares-events init`` prints it).
@@ -1026,7 +969,7 @@ class PostgresRecorder:
         what = f"erase of stream {stream_id!r} version {version}"
         with self._conn(what) as conn, conn.transaction():
             cur = conn.execute(
-                self.sql.erase, (_ref_text(ref), stream_id, version, position, event_hash)
+                self.sql.erase, (ref_text(ref), stream_id, version, position, event_hash)
             )
             if cur.rowcount != 1:
                 return EraseOutcome(False)

@@ -29,7 +29,7 @@ _COLUMNS: Final = (
 # snapshot, and every one that is running, or starts later, has an xid at or above it.
 # An xid whose session is gone, is in this database, or is hidden from this role bounds
 # the read (conservative). A row's position is xid * 65536 + index.
-_VISIBLE_BOUND: Final = (
+VISIBLE_BOUND: Final = (
     "(SELECT coalesce(min(x.xid::text::bigint),"
     " pg_snapshot_xmax(pg_current_snapshot())::text::bigint) * 65536"
     " FROM pg_snapshot_xip(pg_current_snapshot()) AS x(xid)"
@@ -188,58 +188,28 @@ SELECT_STREAM_VERSION: Final = (
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
+    f"AND position < {VISIBLE_BOUND} ORDER BY position LIMIT %s"
 )
 # The audit's order check: three columns, no event objects.
 SELECT_POSITIONS: Final = (
     "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
-    f"AND position < {_VISIBLE_BOUND} ORDER BY position LIMIT %s"
+    f"AND position < {VISIBLE_BOUND} ORDER BY position LIMIT %s"
 )
 # One application's events (prefix_range): a range on stream_id in byte order whatever
 # the database's collation (COLLATE "C"), so no character is a wildcard.
 SELECT_ALL_RANGE: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {_VISIBLE_BOUND} "
+    f"AND position < {VISIBLE_BOUND} "
     'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
     "ORDER BY position LIMIT %s"
 )
 SELECT_ALL_FROM: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {_VISIBLE_BOUND} "
+    f"AND position < {VISIBLE_BOUND} "
     'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
 )
 SELECT_LAST_POSITION: Final = (
-    f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {_VISIBLE_BOUND}"
-)
-# Citus (cells as distributed schemas, all sessions through the coordinator): a statement
-# that names a table runs on the cell's worker, one that names none on the coordinator.
-# Positions then come from the *coordinator's* transaction ids and the visibility bound
-# from its snapshot, in statements of their own: one clock for every cell, unchanged when
-# a cell moves to another worker. A single-worker transaction commits on the worker in
-# Citus's pre-commit step, before the coordinator's transaction ends, so a coordinator xid
-# below the bound has its rows visible on the worker to any later statement.
-COORDINATOR_XID: Final = "SELECT pg_current_xact_id()::text::bigint"
-COORDINATOR_BOUND: Final = f"SELECT {_VISIBLE_BOUND}"
-COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
-SELECT_ALL_BELOW: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    "AND position < %s ORDER BY position LIMIT %s"
-)
-SELECT_POSITIONS_BELOW: Final = (
-    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
-    "AND position < %s ORDER BY position LIMIT %s"
-)
-SELECT_ALL_RANGE_BELOW: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s AND position < %s "
-    'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
-    "ORDER BY position LIMIT %s"
-)
-SELECT_ALL_FROM_BELOW: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s AND position < %s "
-    'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
-)
-SELECT_LAST_POSITION_BELOW: Final = (
-    "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
+    f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {VISIBLE_BOUND}"
 )
 SELECT_HEAD: Final = "SELECT version, head_hash FROM {s}.ares_streams WHERE stream_id = %s"
 SELECT_HEADS: Final = (
@@ -341,6 +311,7 @@ class Statements:
     (``self.sql.append_next_one``), and each field is the module constant of the same
     name in capitals, with ``{s}`` bound to the schema."""
 
+    schema: str
     append_next_one: sql.Composed
     append_next_batch: sql.Composed
     append_first_one: sql.Composed
@@ -385,23 +356,17 @@ class Statements:
     snapshot_delete_stream: sql.Composed
     snapshot_list_all: sql.Composed
     snapshot_list_stream: sql.Composed
-    all_below: sql.Composed
-    all_range_below: sql.Composed
-    all_from_below: sql.Composed
-    positions_below: sql.Composed
-    last_below: sql.Composed
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
         """The statements with ``{s}`` bound to ``schema`` (both faces use these)."""
         q = sql.Identifier(schema)
 
-        # Rendered once: a Composed of one SQL part costs the driver one encode per
-        # execute, instead of walking and quoting the parts again (~2 us an append).
         def render(text: str) -> sql.Composed:
-            return sql.Composed([sql.SQL(sql.SQL(text).format(s=q).as_string(None))])
+            return render_for(q, text)
 
         return cls(
+            schema=schema,
             append_next_one=render(APPEND_NEXT_ONE),
             append_next_batch=render(APPEND_NEXT_BATCH),
             append_first_one=render(APPEND_FIRST_ONE),
@@ -446,12 +411,14 @@ class Statements:
             snapshot_delete_stream=render(SNAPSHOT_DELETE_STREAM),
             snapshot_list_all=render(SNAPSHOT_LIST_ALL),
             snapshot_list_stream=render(SNAPSHOT_LIST_STREAM),
-            all_below=render(SELECT_ALL_BELOW),
-            all_range_below=render(SELECT_ALL_RANGE_BELOW),
-            all_from_below=render(SELECT_ALL_FROM_BELOW),
-            positions_below=render(SELECT_POSITIONS_BELOW),
-            last_below=render(SELECT_LAST_POSITION_BELOW),
         )
+
+
+def render_for(schema: sql.Identifier, text: str) -> sql.Composed:
+    """``text`` with ``{s}`` bound to ``schema``, rendered once: a Composed of one SQL part
+    costs the driver one encode per execute, instead of walking and quoting the parts
+    again (~2 us an append)."""
+    return sql.Composed([sql.SQL(sql.SQL(text).format(s=schema).as_string(None))])
 
 
 def channel_for(schema: str) -> str:

@@ -1,0 +1,245 @@
+"""The clock of a cell on Citus, given to the PostgreSQL recorder of that cell (issue 31:
+a strategy, not branches inside the recorder).
+
+A cell of a ``citus://`` store is a distributed schema: a statement that names one of its
+tables runs on the cell's worker, one that names none runs on the coordinator. Positions
+and the visibility bound come from the **coordinator** (its transaction ids and its
+snapshot, each in a statement of its own): one clock for every cell, unchanged when a
+cell moves to another worker. The rows commit on the worker. What makes a reader that
+trusts the coordinator's bound safe is the commit order (docs/scaling.md, "Why a reader
+never passes over a committed event"):
+
+* **One-phase commit.** Every append writes its rows with plain router statements
+  (``INSERT ... VALUES``), all on the cell's one worker, so Citus commits the worker's
+  transaction in its pre-commit step, *before* the coordinator's transaction ends. The
+  shape matters: an ``INSERT ... SELECT`` from ``unnest()`` (the plain server's
+  one-statement write) is run by Citus as a COPY, and a COPY always commits in two
+  phases: the worker is PREPAREd, the coordinator commits, and only then is
+  ``COMMIT PREPARED`` sent. Between the two a reader finds the coordinator's xid below its
+  bound while the worker's rows are still invisible, and passes over them for good; and a
+  worker that restarts in between keeps them prepared until Citus's recovery commits them,
+  up to a minute later (issue 30: exactly what was seen).
+* **An unconfirmed commit is not an acknowledgement.** When the worker fails during its
+  one-phase COMMIT, Citus only warns ("failed to commit transaction on host:port") and
+  commits the coordinator: the append's outcome is unknown. The clock turns that warning
+  into :class:`~ares_events.errors.StoreUnavailable`, and so a worker lost during the
+  append, which Citus relays as the worker's own error; the caller appends the same events
+  again (appends are idempotent) and learns the outcome.
+
+It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Final
+
+import psycopg
+from psycopg import sql
+
+from ares_events.core.backend import SealedEvent
+from ares_events.errors import StoreUnavailable
+from ares_events.stores.postgres.clock import Batches, ServerClock, Statement, ref_text
+from ares_events.stores.postgres.sql import VISIBLE_BOUND, Statements, render_for
+
+__all__ = ["CitusClock"]
+
+COORDINATOR_XID: Final = "SELECT pg_current_xact_id()::text::bigint"
+COORDINATOR_BOUND: Final = f"SELECT {VISIBLE_BOUND}"
+COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
+# Reads below a bound given as a parameter (the coordinator's, read just before).
+SELECT_ALL_BELOW: Final = (
+    "SELECT stream_id, version, position, event_id::text, type, module, payload, metadata, "
+    "recorded_at, prev_hash, hash, payload_ref FROM {s}.ares_events "
+    "WHERE position > %s AND position < %s"
+)
+ORDER: Final = " ORDER BY position LIMIT %s"
+SELECT_POSITIONS_BELOW: Final = (
+    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
+    "AND position < %s" + ORDER
+)
+RANGE: Final = ' AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s'
+FROM: Final = ' AND stream_id COLLATE "C" >= %s'
+SELECT_LAST_BELOW: Final = (
+    "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
+)
+# The one-phase writes: router statements of plain VALUES (see the module docstring).
+INSERT_EVENTS: Final = (
+    "INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash) VALUES "
+)
+EVENT_ROW: Final = "(%s, %s, %s, %s::uuid, %s, %s, %s, %s, %s, %s, %s, %s)"
+UPSERT_HEADS: Final = (
+    "INSERT INTO {s}.ares_streams (stream_id, version, head_hash) VALUES {rows}"
+    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
+    " head_hash = excluded.head_hash"
+)
+HEAD_ROW: Final = "(%s, %s, %s)"
+UPSERT_TRACKING: Final = (
+    "INSERT INTO {s}.ares_tracking (name, position) VALUES (%s, %s)"
+    " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
+)
+ROWS_PER_INSERT: Final = 4096
+"""Events per INSERT (12 parameters each; a statement takes at most 65,535)."""
+COMMIT_FAILED: Final = "failed to commit transaction on "
+"""Citus's warning when a worker's one-phase COMMIT failed (its outcome unknown)."""
+WORKER_LOST: Final = (
+    "terminating connection due to administrator command",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "server closed the connection unexpectedly",
+    "connection to the remote node",
+)
+"""What a worker's loss looks like when Citus relays it as another kind of error."""
+
+_ONE_PHASE = True
+"""False only to show the race of issue 30 (tests/stores/test_cells_citus_race.py): the
+plain server's ``INSERT ... SELECT`` writes, which Citus commits in two phases."""
+
+
+class CitusClock(ServerClock):
+    """Positions and visibility from the coordinator, rows committed on the worker in one
+    phase before the coordinator's transaction ends (module docstring).
+
+    Args:
+        q: the statements of the cell's schema.
+    """
+
+    predict_heads: ClassVar[bool] = False
+    """The one-statement fast path would take its xid on the worker (and Citus refuses a
+    volatile function in RETURNING): every append takes the locked path."""
+    xid_statements: ClassVar[tuple[Statement, ...]] = (
+        (sql.Composed([sql.SQL(COORDINATOR_XID)]), None, "one"),
+    )
+    bound: ClassVar[sql.Composed | None] = sql.Composed([sql.SQL(COORDINATOR_BOUND)])
+
+    def __init__(self, q: Statements) -> None:
+        super().__init__(q)
+        self._s = sql.Identifier(q.schema)
+        self.all = self._render(SELECT_ALL_BELOW + ORDER)
+        self.all_range = self._render(SELECT_ALL_BELOW + RANGE + ORDER)
+        self.all_from = self._render(SELECT_ALL_BELOW + FROM + ORDER)
+        self.positions = self._render(SELECT_POSITIONS_BELOW)
+        self.last = self._render(SELECT_LAST_BELOW)
+        self._tracking = self._render(UPSERT_TRACKING)
+        self._inserts: dict[int, sql.Composed] = {}
+        self._heads: dict[int, sql.Composed] = {}
+
+    def _render(self, text: str) -> sql.Composed:
+        return render_for(self._s, text)
+
+    def xid(self, own: int, got: list[Any]) -> int:
+        """The coordinator's xid (the last statement of the first round trip), not the
+        worker's."""
+        return int(got[-1][0])
+
+    @contextlib.contextmanager
+    def writing(self, conn: Any, where: str) -> Iterator[None]:
+        """Around an append's transaction: Citus's warning that a worker's commit failed,
+        or a worker lost while the transaction ran (Citus relays the worker's own error,
+        not always as a connection error), means the outcome is unknown or nothing was
+        written: either way the append is not acknowledged and may be tried again.
+
+        Raises:
+            StoreUnavailable: either happened (append the same events again).
+        """
+        failed: list[str] = []
+
+        def on_notice(d: Any) -> None:
+            msg = d.message_primary or ""
+            if d.severity_nonlocalized == "WARNING" and msg.startswith(COMMIT_FAILED):
+                failed.append(msg)
+
+        conn.add_notice_handler(on_notice)
+        try:
+            yield
+        except psycopg.Error as exc:
+            text = str(exc)
+            if (exc.sqlstate or "")[:2] not in ("08", "57") and not any(
+                m in text for m in WORKER_LOST
+            ):
+                raise
+            failed.append(" ".join(text.split()))
+        finally:
+            conn.remove_notice_handler(on_notice)
+        if failed:
+            raise StoreUnavailable(
+                f"append to {where}: a worker of the cell failed during the append "
+                f"({failed[0]}); it may or may not be stored: append the same events again "
+                "(appends are idempotent) to find out"
+            )
+
+    def write_one(
+        self, xid: int, sid: str, before: int, sealed: Sequence[SealedEvent], channel: str | None
+    ) -> tuple[Statement, ...]:
+        """Events and head in router statements, the wake-up on the coordinator."""
+        end = xid * 65536 + len(sealed) - 1
+        if not _ONE_PHASE:
+            return (*super().write_one(xid, sid, before, sealed, None), *_wakeup_at(channel, end))
+        rows = [(sid, s) for s in sealed]
+        heads = [(sid, sealed[-1].version, sealed[-1].hash)]
+        return (*self._events(xid, rows), self._upsert(heads), *_wakeup_at(channel, end))
+
+    def write_many(
+        self, xid: int, batches: Batches, tracking: tuple[str, int] | None, channel: str | None
+    ) -> tuple[Statement, ...]:
+        """Every batch's events, the heads and the tracking row in router statements, the
+        wake-up on the coordinator."""
+        rows = [(sid, s) for sid, _, ss in batches for s in ss]
+        end = xid * 65536 + len(rows) - 1
+        if not _ONE_PHASE:
+            return (*super().write_many(xid, batches, tracking, None), *_wakeup_at(channel, end))
+        heads = [(sid, ss[-1].version, ss[-1].hash) for sid, _, ss in batches]
+        out = [*self._events(xid, rows), self._upsert(heads)]
+        if tracking is not None:
+            out.append((self._tracking, tracking, None))
+        return (*out, *_wakeup_at(channel, end))
+
+    def _events(self, xid: int, rows: list[tuple[str, SealedEvent]]) -> list[Statement]:
+        out: list[Statement] = []
+        first = xid * 65536
+        for lo in range(0, len(rows), ROWS_PER_INSERT):
+            chunk = rows[lo : lo + ROWS_PER_INSERT]
+            n = len(chunk)
+            query = self._inserts.get(n)
+            if query is None:
+                query = self._render(INSERT_EVENTS + ", ".join([EVENT_ROW] * n))
+                if n < 64:  # the common sizes; a rare large batch is rendered each time
+                    self._inserts[n] = query
+            args: list[Any] = []
+            for i, (sid, s) in enumerate(chunk, start=lo):
+                e = s.event
+                args += (
+                    first + i,
+                    sid,
+                    s.version,
+                    e.event_id,
+                    e.type,
+                    e.module,
+                    e.payload_bytes,
+                    ref_text(e.payload_ref),
+                    e.meta_json,
+                    e.at,
+                    s.prev_hash,
+                    s.hash,
+                )
+            out.append((query, args, None))
+        return out
+
+    def _upsert(self, heads: list[tuple[str, int, bytes]]) -> Statement:
+        n = len(heads)
+        query = self._heads.get(n)
+        if query is None:
+            query = self._render(UPSERT_HEADS.replace("{rows}", ", ".join([HEAD_ROW] * n)))
+            if n < 64:
+                self._heads[n] = query
+        return (query, [v for h in heads for v in h], None)
+
+
+def _wakeup_at(channel: str | None, last_position: int) -> tuple[Statement, ...]:
+    """The NOTIFY as a coordinator statement (where the LISTEN connection is), delivered
+    on commit; none when the store does not notify."""
+    if channel is None:
+        return ()
+    return ((sql.Composed([sql.SQL(COORDINATOR_NOTIFY)]), (channel, str(last_position)), None),)

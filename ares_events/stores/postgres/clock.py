@@ -1,0 +1,129 @@
+"""The clock of a PostgreSQL store: where an event's position and the readers' visibility
+bound come from, and the statements that write an append's rows under them.
+
+:class:`ServerClock` is the plain server's: positions are this server's transaction ids,
+taken in the statement that writes the rows, and every read statement bounds itself
+(``sql._VISIBLE_BOUND``). A store whose rows live on another node than its clock (cells on
+Citus) hands the recorder another clock of the same shape
+(:class:`ares_events.stores.cells.citus_clock.CitusClock`); the recorder only ever asks
+its clock, so it holds no branch for any layout. A clock does no I/O: it names statements
+and reads their results, so both faces of the recorder share it.
+
+It may import the core's value types, psycopg and :mod:`.sql`, :mod:`.arrays`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+from psycopg import sql
+
+from ares_events.core.backend import SealedEvent
+from ares_events.core.events import PayloadRef
+from ares_events.stores.postgres.arrays import ByteaArray, TextArray
+from ares_events.stores.postgres.sql import Statements
+
+__all__ = ["Batches", "ServerClock", "Statement", "ref_text"]
+
+Statement = tuple[Any, Any, Any]
+"""``(query, args, fetch)`` of the recorder's pipelines (fetch: None, "one" or "all")."""
+Batches = Sequence[tuple[str, int, Sequence[SealedEvent]]]
+"""What an append writes: per stream, its id, its version before, its sealed events."""
+
+
+def ref_text(ref: PayloadRef | None) -> str | None:
+    """The stored form of a payload reference (None: the payload is inline)."""
+    return ref.to_json().decode() if ref is not None else None
+
+
+class ServerClock:
+    """Positions and visibility from the server that holds the rows (module docstring).
+
+    Args:
+        q: the statements of the recorder's schema.
+    """
+
+    predict_heads: ClassVar[bool] = True
+    """The one-statement fast path may be used (it takes its xid where it writes)."""
+    xid_statements: ClassVar[tuple[Statement, ...]] = ()
+    """Added to the locked path's first round trip; :meth:`xid` reads their results."""
+    bound: ClassVar[sql.Composed | None] = None
+    """A statement whose one value bounds the next read (None: reads bound themselves)."""
+
+    def __init__(self, q: Statements) -> None:
+        self.q = q
+        self.all, self.all_range, self.all_from = q.all, q.all_range, q.all_from
+        self.positions, self.last = q.positions, q.last
+
+    def xid(self, own: int, got: list[Any]) -> int:
+        """The position's transaction id: ``own``, the writing transaction's."""
+        return own
+
+    def writing(self, conn: Any, where: str) -> AbstractContextManager[None]:
+        """Around the locked path's transaction: nothing to watch on one server."""
+        return contextlib.nullcontext()
+
+    def write_one(
+        self, xid: int, sid: str, before: int, sealed: Sequence[SealedEvent], channel: str | None
+    ) -> tuple[Statement, ...]:
+        """The locked path's write of one stream: events, head and wake-up, one statement."""
+        evs = [s.event for s in sealed]
+        last = sealed[-1]
+        args = (
+            xid,
+            sid,
+            before,
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray([ref_text(e.payload_ref) for e in evs]),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for s in sealed]),
+            ByteaArray([s.hash for s in sealed]),
+            sid,
+            last.version,
+            last.hash,
+            channel,
+            channel,
+            str(xid * 65536 + len(sealed) - 1),
+        )
+        return ((self.q.insert, args, None),)
+
+    def write_many(
+        self, xid: int, batches: Batches, tracking: tuple[str, int] | None, channel: str | None
+    ) -> tuple[Statement, ...]:
+        """``append_many``'s write: every batch's events (consecutive positions in batch
+        order), the heads, the tracking row and the wake-up, one statement."""
+        flat = [(sid, s) for sid, _, ss in batches for s in ss]
+        evs = [s.event for _, s in flat]
+        lasts = [ss[-1] for _, _, ss in batches]
+        name = tracking[0] if tracking is not None else None
+        args = (
+            xid,
+            TextArray([sid for sid, _ in flat]),
+            [s.version for _, s in flat],
+            TextArray([e.event_id for e in evs]),
+            TextArray([e.type for e in evs]),
+            TextArray([e.module for e in evs]),
+            ByteaArray([e.payload_bytes for e in evs]),
+            TextArray([ref_text(e.payload_ref) for e in evs]),
+            ByteaArray([e.meta_json for e in evs]),
+            TextArray([e.at for e in evs]),
+            ByteaArray([s.prev_hash for _, s in flat]),
+            ByteaArray([s.hash for _, s in flat]),
+            [sid for sid, _, _ in batches],
+            [s.version for s in lasts],
+            [s.hash for s in lasts],
+            name,
+            tracking[1] if tracking is not None else None,
+            name,
+            channel,
+            channel,
+            str(xid * 65536 + len(flat) - 1),
+        )
+        return ((self.q.insert_many, args, None),)
