@@ -1,5 +1,5 @@
 """Driver glue both PostgreSQL faces share: the one place driver errors become
-ares_events errors (:class:`translate_errors`), password scrubbing, the pool health
+ares_events errors (:class:`DriverErrors`), password scrubbing, the pool health
 check's socket test, the outage probe's settings, the direct connection check at open and
 the pool-like wrapper of a caller's single connection.
 
@@ -33,13 +33,13 @@ __all__ = [
     "FIRST_WAIT",
     "MAX_RECONNECT_DELAY",
     "PROBE_TIMEOUT",
+    "DriverErrors",
     "SingleConnection",
     "capped_delay",
     "check_server",
     "needs_ping",
     "probe_kwargs",
     "scrub",
-    "translate_errors",
 ]
 
 
@@ -123,7 +123,7 @@ def scrub(text: str, secret: str | None) -> str:
     return text
 
 
-class translate_errors:  # named like the function it replaced
+class DriverErrors:
     """Map driver and pool errors to ares_events errors (always ``from exc``), as a
     context manager (a class: every operation enters two, and a generator-based one
     costs several times more).

@@ -68,10 +68,10 @@ from ares_events.stores.postgres.clock import ServerClock, ref_text
 from ares_events.stores.postgres.connection_async import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
     FIRST_WAIT,
+    DriverErrors,
     SingleConnection,
     check_server,
     scrub,
-    translate_errors,
 )
 from ares_events.stores.postgres.listener_async import AsyncListener, poll_for, wait_for
 from ares_events.stores.postgres.options import check_schema_name, parse_options
@@ -155,7 +155,7 @@ def _prepare_on_new_connection(
         SchemaVersionError: ``migrate=False`` and the schema is not current.
     """
     with (
-        translate_errors(
+        DriverErrors(
             f"preparing schema {schema!r} of {where}",
             where,
             statement_timeout=None,
@@ -420,9 +420,9 @@ class AsyncPostgresRecorder:
 
     # -- connections ---------------------------------------------------------------------
 
-    def _translate_errors(self, what: str) -> translate_errors:
+    def _translate_errors(self, what: str) -> DriverErrors:
         """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
-        return translate_errors(
+        return DriverErrors(
             what,
             self._description,
             statement_timeout=self._statement_timeout,
