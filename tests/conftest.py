@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.fix_backends", "tests.fix_cells"]
+pytest_plugins = ["tests.fixtures.fix_backends", "tests.fixtures.fix_cells"]
 
 _NEEDS = {
     "citus_ports": "citus",

@@ -2,7 +2,7 @@
 step boundary, in-doubt tool calls, interrupts across processes, the version gate,
 fencing, the asyncio twin, and the runnable example of docs/guide-journal.md.
 
-Crash tests run ``tests/journal_child.py`` as a real subprocess that SIGKILLs itself at a
+Crash tests run ``tests/children/journal_child.py`` as a real subprocess that SIGKILLs itself at a
 chosen point; the fake services it talks to keep their own SQLite file, which is what
 the assertions read.
 """
@@ -36,10 +36,10 @@ from ares_events.agents.journal import (
     strict_gate,
 )
 from ares_events.errors import ConcurrencyError
-from tests import journal_child as child
-from tests.fix_backends import store_url_for
+from tests.children import journal_child as child
+from tests.fixtures.fix_backends import store_url_for
 
-CHILD = Path(__file__).resolve().parents[1] / "journal_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "children" / "journal_child.py"
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide-journal.md"
 TIMEOUT = 120  # seconds; only to turn a hang into a failure
 

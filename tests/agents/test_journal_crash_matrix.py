@@ -3,7 +3,7 @@ that lose their answer after the side effect and a tool that stays down, SIGKILL
 every event-append boundary and inside every service call of runs in three modes
 (reconcile, idempotent, neither), then resumed by a new process.
 
-Each run is its own real process (``tests/journal_matrix_child.py`` forks one per run and
+Each run is its own real process (``tests/children/journal_matrix_child.py`` forks one per run and
 per resumption); what the assertions count comes from the fake services' own tables and
 the event log, not from what the processes say. Runs that stop on an explicit in-doubt
 call (mode "neither") are settled by an operator through ``ares-events runs resolve`` and
@@ -24,10 +24,10 @@ import pytest
 
 import ares_events as ae
 from ares_events.agents.journal import Journal
-from tests import journal_child as child
-from tests.cli_helpers import run, run_json
+from tests.children import journal_child as child
+from tests.fixtures.cli_helpers import run, run_json
 
-DRIVER = Path(__file__).resolve().parents[1] / "journal_matrix_child.py"
+DRIVER = Path(__file__).resolve().parents[1] / "children" / "journal_matrix_child.py"
 TIMEOUT = 900  # seconds; only to turn a hang into a failure
 MODES = ("reconcile", "idempotent", "none")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ares_events.agents.journal import Journal
 from ares_events.stores import open_store
-from tests.journal_child import (
+from tests.children.journal_child import (
     FakeLLM,
     FakeTicketing,
     GatewayTimeout,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import ares_events as ae
-from tests.cli_helpers import run, run_json
-from tests.fix_cells import KINDS, cells_url
+from tests.fixtures.cli_helpers import run, run_json
+from tests.fixtures.fix_cells import KINDS, cells_url
 
 
 @pytest.mark.postgres

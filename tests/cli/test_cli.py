@@ -19,7 +19,7 @@ import pytest
 import ares_events as ae
 from ares_events.agents.demo import run_demo
 from ares_events.cli import cli
-from tests.cli_helpers import run, run_json
+from tests.fixtures.cli_helpers import run, run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"

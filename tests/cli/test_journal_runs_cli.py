@@ -1,5 +1,5 @@
 """`ares-events runs list|show|resolve|resume|cancel`, end to end: real agent processes
-(tests/journal_child.py) stop paused or in doubt, an operator settles them through the
+(tests/children/journal_child.py) stop paused or in doubt, an operator settles them through the
 CLI, and the agent finishes. list and show append nothing; every action appends exactly
 one event with who, why and which command in its metadata."""
 
@@ -17,10 +17,10 @@ import pytest
 
 import ares_events as ae
 from ares_events.agents.journal import Journal
-from tests import journal_child as child
-from tests.cli_helpers import run, run_json
+from tests.children import journal_child as child
+from tests.fixtures.cli_helpers import run, run_json
 
-CHILD = Path(__file__).resolve().parents[1] / "journal_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "children" / "journal_child.py"
 TIMEOUT = 120  # seconds; only to turn a hang into a failure
 
 

@@ -39,8 +39,8 @@ import psycopg
 import pytest
 
 import ares_events as ae
-from tests.cli_helpers import run
 from tests.fixtures import inspection_store
+from tests.fixtures.cli_helpers import run
 from tests.fixtures.inspection_store import Built
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -20,7 +20,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.projections.builtin import RecoveryStateProjection
-from tests.fix_backends import _params, store_url_for
+from tests.fixtures.fix_backends import _params, store_url_for
 
 T = TypeVar("T")
 TIMEOUT = 60.0  # seconds; only to turn a hang into a failure

@@ -1,5 +1,5 @@
 """Closing a store while other threads use it, as a race: many iterations in a child
-process (tests/close_race_child.py), so a crash fails the test instead of the run."""
+process (tests/children/close_race_child.py), so a crash fails the test instead of the run."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ ITERATIONS = 150
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _race(backend: str, url: str, child: str = "tests.close_race_child") -> dict[str, object]:
+def _race(
+    backend: str, url: str, child: str = "tests.children.close_race_child"
+) -> dict[str, object]:
     proc = subprocess.run(
         [sys.executable, "-m", child, backend, url, str(ITERATIONS)],
         cwd=ROOT,
@@ -56,7 +58,7 @@ def test_postgres_close_while_threads_append_and_read(postgres_url: str) -> None
 
 # -- the asyncio store: close() while tasks append, read, subscribe and wait -----------------
 
-ASYNC_CHILD = "tests.async_close_race_child"
+ASYNC_CHILD = "tests.children.async_close_race_child"
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])

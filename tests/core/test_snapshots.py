@@ -26,7 +26,7 @@ from ares_events.stores.postgres import PostgresSnapshotRows
 from ares_events.stores.sqlite import SQLiteSnapshotRows
 from ares_events.testing import SnapshotContract
 from ares_events.testing.snapshots import append_events
-from tests.fix_backends import _params, run_behind_store
+from tests.fixtures.fix_backends import _params, run_behind_store
 
 
 @pytest.fixture(params=_params(["memory", "sqlite", "postgres"]))

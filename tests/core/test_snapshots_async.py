@@ -10,7 +10,7 @@ import pytest
 
 from ares_events.testing import SnapshotContract
 from ares_events.testing.blocking import BlockingStore
-from tests.fix_backends import _params, open_async_backend
+from tests.fixtures.fix_backends import _params, open_async_backend
 
 
 @pytest.fixture(params=_params(["memory", "sqlite", "postgres"]))

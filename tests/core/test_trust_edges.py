@@ -16,7 +16,7 @@ from psycopg import sql
 
 import ares_events as ae
 from ares_events.core.recorder import backend_of
-from tests.cli_helpers import run, run_json
+from tests.fixtures.cli_helpers import run, run_json
 
 KEY = bytes(range(32))
 KEY_HEX = KEY.hex()

@@ -15,7 +15,7 @@ import pytest
 import ares_events as ae
 from ares_events.core.events import format_at, parse_at, utc_now_at
 from ares_events.errors import InvalidEvent
-from tests.fix_backends import open_backend
+from tests.fixtures.fix_backends import open_backend
 
 STREAM = "agent-1"
 

@@ -21,7 +21,7 @@ import ares_events as ae
 from ares_events.chain import ChainKey, header_bytes, link_hash, payload_digest
 from ares_events.errors import ChainIntegrityError, ConfigError
 from ares_events.integrations import eventsourcing as es
-from tests.fix_backends import run_behind_store
+from tests.fixtures.fix_backends import run_behind_store
 
 MODULE = "ares_events.integrations.eventsourcing"
 KEY = "7e" * 32

@@ -27,7 +27,7 @@ def _child(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> i
         [
             sys.executable,
             "-m",
-            "tests.framework_kill_child",
+            "tests.children.framework_kill_child",
             adapter,
             url,
             run_id,

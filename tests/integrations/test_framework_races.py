@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import ares_events as ae
-from tests.framework_race_child import history, writer
+from tests.children.framework_race_child import history, writer
 
 ROUNDS = 1000
 ADAPTERS = ["openai-agents", "pydantic-ai", "google-adk"]

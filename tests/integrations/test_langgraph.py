@@ -31,7 +31,7 @@ import ares_events as ae
 from ares_events.core.events import ERASURE_STREAM
 from ares_events.errors import BlobCorrupted, ChainIntegrityError
 from ares_events.integrations.langgraph import AresSaver, AsyncAresSaver, stream_of
-from tests.langgraph_fork_child import checkpoint
+from tests.children.langgraph_fork_child import checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -241,7 +241,7 @@ def test_default_serializer_never_unpickles(tmp_path: Path) -> None:
 
 def _child(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tests.langgraph_graph_child", *args],
+        [sys.executable, "-m", "tests.children.langgraph_graph_child", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -265,7 +265,15 @@ def test_graph_killed_between_nodes_resumes_to_the_same_result(
     )
     marker = tmp_path / "in-step2"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.langgraph_graph_child", url, "killed", "crash", str(marker)],
+        [
+            sys.executable,
+            "-m",
+            "tests.children.langgraph_graph_child",
+            url,
+            "killed",
+            "crash",
+            str(marker),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -452,7 +460,7 @@ def test_cli_streams_and_audit_know_langgraph_threads(
 ) -> None:
     """`ares-events streams` marks LangGraph threads (and the erasure records);
     `ares-events audit` is clean on a store that holds them, pruned or not."""
-    from tests.cli_helpers import run, run_json
+    from tests.fixtures.cli_helpers import run, run_json
 
     url = f"sqlite:///{tmp_path}/cli.db"
     with AresSaver.from_url(url) as saver:

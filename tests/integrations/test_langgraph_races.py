@@ -13,7 +13,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.integrations.langgraph import AresSaver, stream_of
-from tests.langgraph_fork_child import checkpoint, writer
+from tests.children.langgraph_fork_child import checkpoint, writer
 
 ROUNDS = 1000
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -17,7 +17,7 @@ from ares_events.integrations.langgraph import (
     StaleWriteError,
     stream_of,
 )
-from tests.langgraph_fork_child import checkpoint
+from tests.children.langgraph_fork_child import checkpoint
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

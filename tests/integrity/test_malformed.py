@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from tests.cli_helpers import run_json
+from tests.fixtures.cli_helpers import run_json
 
 
 def sql(path: Path, statement: str, *params: Any) -> list[Any]:

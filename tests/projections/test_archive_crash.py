@@ -19,8 +19,8 @@ from ares_events.archive.job import STEPS, archive
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import stored
 from ares_events.core.recorder import system_of_record
-from tests.fix_backends import store_url_for
-from tests.fix_cells import cells_url
+from tests.fixtures.fix_backends import store_url_for
+from tests.fixtures.fix_cells import cells_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 40
@@ -70,7 +70,7 @@ def test_kill_9_after_each_step_loses_and_repeats_nothing(
     before = events[250].position
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     child = subprocess.run(
-        [sys.executable, "-m", "tests.archive_crash_child", url, to, str(before),
+        [sys.executable, "-m", "tests.children.archive_crash_child", url, to, str(before),
          str(SEGMENT), step, str(nth)],
         cwd=ROOT, env=env, timeout=300, check=False,
     )  # fmt: skip

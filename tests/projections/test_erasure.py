@@ -27,7 +27,7 @@ from ares_events.integrity.notes import SigningKey
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.erasure import SALT_FIELD
 from ares_events.projections.runner import ProjectionRunner, read_model
-from tests.fix_backends import open_backend
+from tests.fixtures.fix_backends import open_backend
 
 SECRET = "SSN-078-05-1120-MARKER"
 BIG = "BIGSECRET-" * 200  # spilled with a 256-byte threshold
@@ -300,7 +300,7 @@ def test_cli_erase(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def _two_cached(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[ae.EventStore, ae.EventStore]]:
-    from tests.fix_backends import redis_cache_url
+    from tests.fixtures.fix_backends import redis_cache_url
 
     with redis_cache_url(request) as cache:
         url = f"sqlite:///{tmp_path / 'e.db'}"

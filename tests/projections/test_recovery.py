@@ -20,8 +20,8 @@ from ares_events.projections import (
     RecoveryStateProjection,
     RunStateProjection,
 )
-from tests.cli_helpers import run, run_json
-from tests.fix_backends import open_backend, run_behind_store
+from tests.fixtures.cli_helpers import run, run_json
+from tests.fixtures.fix_backends import open_backend, run_behind_store
 
 LIFE: list[tuple[str, dict[str, Any]]] = [
     ("session.created", {"session_id": "sess"}),

@@ -32,9 +32,9 @@ from ares_events.projections.tables import table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
 from ares_events.stores.memory.recorder import MemoryRecorder
 from ares_events.stores.sqlite.recorder import SQLiteRecorder
-from tests.cli_helpers import run, run_json
+from tests.children.runner_child import CountingProjection
+from tests.fixtures.cli_helpers import run, run_json
 from tests.projections.test_recovery import append_life
-from tests.runner_child import CountingProjection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -239,7 +239,7 @@ def test_exactly_once_across_sigkill(tmp_path: Path) -> None:
         last = 0
         for _ in range(4):
             child = subprocess.Popen(
-                [sys.executable, "-m", "tests.runner_child", url, "7"], cwd=ROOT, env=env
+                [sys.executable, "-m", "tests.children.runner_child", url, "7"], cwd=ROOT, env=env
             )
             try:
                 # Kill once the cursor has moved past the previous kill point.
@@ -261,7 +261,7 @@ def test_exactly_once_across_sigkill(tmp_path: Path) -> None:
         assert kills >= 2, "the runner finished before it could be killed twice"
         # The final run finishes the job in a child that is left alone.
         done = subprocess.run(
-            [sys.executable, "-m", "tests.runner_child", url, "7"],
+            [sys.executable, "-m", "tests.children.runner_child", url, "7"],
             cwd=ROOT,
             env=env,
             timeout=120,

@@ -27,7 +27,7 @@ from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections.runner import rebuild
 from ares_events.testing.blocking import open_blocking
-from tests.fix_backends import store_url_for
+from tests.fixtures.fix_backends import store_url_for
 
 SPILL = 2000
 STREAMS = {"agent-a": 120, "agent-b": 75, "agent-c": 3, "tool/x": 40, "solo": 1}
@@ -488,7 +488,7 @@ def test_retention_retires_old_segments_with_a_verifiable_tombstone(tmp_path: Pa
 def test_cli_archive_status_and_retire(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """ares-events archive --to --before archives (JSON report), --status lists the
     segments, --retire-before needs --reason, and audit --deep stays clean."""
-    from tests.cli_helpers import run, run_json
+    from tests.fixtures.cli_helpers import run, run_json
 
     db = f"sqlite:///{tmp_path / 'e.db'}"
     with ae.open_store(db) as store:
@@ -534,7 +534,7 @@ def test_gc_blobs_keeps_the_blobs_of_archived_events(tmp_path: Path) -> None:
 def test_reads_through_behind_a_redis_cache(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Behind a Redis cache the archive reader sits under the cache: cached tails, reads of
     archived events and the audit all agree with what was stored."""
-    from tests.fix_backends import redis_cache_url
+    from tests.fixtures.fix_backends import redis_cache_url
 
     with redis_cache_url(request) as cache:
         url = f"sqlite:///{tmp_path / 'e.db'}"

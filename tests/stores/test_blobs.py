@@ -19,7 +19,7 @@ import ares_events as ae
 from ares_events.core.events import PayloadRef
 from ares_events.errors import BlobCorrupted, BlobMissing, ConfigError, StoreUnavailable
 from ares_events.stores.blobs import FileBlobStore, gc_blobs, open_blobs, parse_duration
-from tests.fix_backends import open_backend
+from tests.fixtures.fix_backends import open_backend
 
 THRESHOLD = 1000
 BACKENDS = [

@@ -20,8 +20,8 @@ from ares_events.chain import canonical_json
 from ares_events.errors import BlobCorrupted, BlobMissing, ConfigError, StoreUnavailable
 from ares_events.stores.blobs import gc_blobs, open_blobs
 from ares_events.stores.blobs.s3 import MULTIPART_SIZE, S3BlobStore
-from tests import servers
-from tests.fix_backends import open_backend
+from tests.fixtures import servers
+from tests.fixtures.fix_backends import open_backend
 
 pytestmark = pytest.mark.s3
 

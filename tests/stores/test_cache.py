@@ -1,7 +1,7 @@
 """The Redis read-through cache (``CachedRecorder``) against a real Redis server.
 
 The whole StoreContract also runs on ``memory+cache`` and ``sqlite+cache`` (see
-tests/fix_backends.py); these tests cover what is specific to the cache: hits avoid the
+tests/fixtures/fix_backends.py); these tests cover what is specific to the cache: hits avoid the
 inner store, other writers are never served stale, Redis down is slower, never failing.
 """
 
@@ -26,8 +26,8 @@ from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.stores import Capability
 from ares_events.stores.cache import CachedRecorder
-from tests import servers
-from tests.fix_backends import redis_cache_url
+from tests.fixtures import servers
+from tests.fixtures.fix_backends import redis_cache_url
 
 pytestmark = pytest.mark.redis
 

@@ -17,8 +17,8 @@ from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError, CrossCellError
 from ares_events.stores.cells import CellMap, pack, partition_of, unpack
 from ares_events.stores.cells.layout import parse_cells_url
-from tests import servers
-from tests.fix_cells import cells_url
+from tests.fixtures import servers
+from tests.fixtures.fix_cells import cells_url
 
 pytestmark = pytest.mark.postgres
 
@@ -288,7 +288,7 @@ def test_subscribe_follows_every_cell(kind: str, request: pytest.FixtureRequest)
 def test_missing_citus_is_reported_never_silent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without Citus the Citus tests fail with one line saying how to install it; they
     are never skipped."""
-    from tests import cell_servers
+    from tests.fixtures import cell_servers
 
     monkeypatch.setattr(cell_servers, "citus_installed", lambda: False)
     with pytest.raises(pytest.fail.Exception) as failed:

@@ -15,7 +15,7 @@ import ares_events as ae
 from ares_events.archive.job import archive
 from ares_events.errors import ConfigError
 from ares_events.testing.blocking import open_blocking
-from tests.fix_cells import cells_url
+from tests.fixtures.fix_cells import cells_url
 from tests.stores.test_archive import STREAMS, _archive_recorder, _at, _db_rows, _fill, _reads
 
 pytestmark = pytest.mark.postgres

@@ -15,7 +15,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.stores.cells.citus import cell_placements, move_cell, rebalance
-from tests import cell_servers
+from tests.fixtures import cell_servers
 
 WRITERS = 4
 PER_WRITER = 250
@@ -54,7 +54,7 @@ def test_cells_move_between_workers_under_writers(
         procs = [
             subprocess.Popen(
                 [
-                    sys.executable, "-m", "tests.cells_writer_child", url, str(i),
+                    sys.executable, "-m", "tests.children.cells_writer_child", url, str(i),
                     str(PER_WRITER), str(tmp_path / f"w{i}.jsonl"), str(7 + i),
                 ],
                 cwd=Path(__file__).parents[2],

@@ -37,7 +37,7 @@ import pytest
 import ares_events as ae
 from ares_events.errors import StoreUnavailable
 from ares_events.projections import ProjectionRunner, read_model
-from tests import cell_servers
+from tests.fixtures import cell_servers
 
 WRITERS = 6
 PER_WRITER = 150

@@ -11,7 +11,7 @@ import pytest
 import ares_events as ae
 from ares_events.testing import SnapshotContract, StoreContract
 from ares_events.testing.blocking import BlockingStore, open_blocking
-from tests.fix_cells import KINDS, cells_url
+from tests.fixtures.fix_cells import KINDS, cells_url
 
 _MARKED = [pytest.param(k, marks=[pytest.mark.postgres], id=k) for k in KINDS]
 

@@ -15,7 +15,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.projections import ProjectionRunner, read_model
-from tests.fix_cells import KINDS, cells_url
+from tests.fixtures.fix_cells import KINDS, cells_url
 
 WRITERS = 8
 PER_WRITER = 150
@@ -65,7 +65,7 @@ def test_tailer_sees_every_committed_event_once(
         procs = [
             subprocess.Popen(
                 [
-                    sys.executable, "-m", "tests.cells_writer_child", url, str(i),
+                    sys.executable, "-m", "tests.children.cells_writer_child", url, str(i),
                     str(PER_WRITER), str(tmp_path / f"w{i}.jsonl"), str(1000 + i), *raws,
                 ],
                 cwd=Path(__file__).parents[2],

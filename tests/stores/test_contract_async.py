@@ -15,7 +15,7 @@ import pytest
 
 from ares_events.testing import StoreContract
 from ares_events.testing.blocking import BlockingStore
-from tests.fix_backends import open_async_backend
+from tests.fixtures.fix_backends import open_async_backend
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores.postgres import SCHEMA_VERSION, PostgresRecorder
-from tests import servers
+from tests.fixtures import servers
 
 pytestmark = pytest.mark.postgres
 

@@ -27,9 +27,9 @@ from ares_events.core.events import prepare, utc_now_at
 from ares_events.core.recorder import backend_of
 from ares_events.errors import StoreUnavailable
 from ares_events.stores.postgres.recorder_async import AsyncPostgresRecorder
-from tests import servers
+from tests.fixtures import servers
+from tests.fixtures.tcp_proxy import TcpProxy, tcp_proxy
 from tests.stores.test_postgres_outage import POOL_TIMEOUT, _through
-from tests.tcp_proxy import TcpProxy, tcp_proxy
 
 pytestmark = pytest.mark.postgres
 

@@ -1,6 +1,6 @@
 """PostgreSQL outages say what they are, fast, and the store recovers promptly.
 
-The store reaches the server through a TCP proxy on loopback (tests/tcp_proxy.py), so a
+The store reaches the server through a TCP proxy on loopback (tests/fixtures/tcp_proxy.py), so a
 test can take the "server" down, make it a black hole, and bring it back on the same
 port. Time bounds here are liveness bounds that tell two behaviours apart (a few seconds
 versus the 30 s pool timeout), not performance thresholds.
@@ -16,7 +16,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.errors import StoreUnavailable
-from tests.tcp_proxy import TcpProxy, tcp_proxy
+from tests.fixtures.tcp_proxy import TcpProxy, tcp_proxy
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.core.recorder import system_of_record
-from tests.fix_backends import open_async_backend, open_backend
+from tests.fixtures.fix_backends import open_async_backend, open_backend
 
 IDS = ["a", "a%", "a_b", "ab", "b/1", "b/2", "é", "z"]
 

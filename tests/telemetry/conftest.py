@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix_backends import store_url_for
+from tests.fixtures.fix_backends import store_url_for
 from tests.telemetry.otel_helpers import Otel, otel_setup
 
 

@@ -20,7 +20,7 @@ from ares_events.agents import supervision
 from ares_events.agents.journal import Journal, ModelReply
 from ares_events.agents.journal_telemetry import TRACE_KEY
 from ares_events.core import telemetry
-from tests.servers import TEST_PASSWORD
+from tests.fixtures.servers import TEST_PASSWORD
 from tests.telemetry import journal_otel_child as child
 from tests.telemetry.otel_helpers import Otel, attrs, parent_id, start_time
 

@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import ares_events as ae
 from ares_events.core import telemetry
-from tests.servers import TEST_PASSWORD
+from tests.fixtures.servers import TEST_PASSWORD
 from tests.telemetry.otel_helpers import Otel, attrs, parent_id
 
 SECRET = "PAYLOAD-MARKER-7f3a"

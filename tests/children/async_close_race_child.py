@@ -1,7 +1,7 @@
 """Child process of tests/core/test_close_race.py for the asyncio store: close it while tasks
 use it.
 
-Run as ``python -m tests.async_close_race_child BACKEND URL ITERATIONS``. Each iteration
+Run as ``python -m tests.children.async_close_race_child BACKEND URL ITERATIONS``. Each iteration
 opens the store with ``ae.open_async_store``, starts tasks that append, read, page through
 ``read_all``, load snapshots, subscribe and wait, lets them run a few milliseconds, awaits
 ``close()``, then checks:
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import ares_events as ae
-from tests.close_race_child import Probe
+from tests.children.close_race_child import Probe
 
 HANG = 30.0
 
@@ -147,5 +147,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     raise SystemExit(main(sys.argv[1:]))

@@ -24,7 +24,7 @@ service invocation (model or tool, rate-limited or not) after its effect, noting
 The store URL comes from ``ARES_STORE_URL`` (never argv). On a normal exit the child
 prints one JSON line: outcome, status and the journal's stats.
 
-    python tests/journal_child.py --services S.db --run-id RUN [--die-after N]
+    python tests/children/journal_child.py --services S.db --run-id RUN [--die-after N]
         [--die-in tool|model] [--die-in-call K] [--flow basic|interrupt|retry|long]
         [--mode reconcile|idempotent|none]
 

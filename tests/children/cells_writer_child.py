@@ -1,6 +1,6 @@
 """A writer process for the cell-store race and move tests.
 
-``python -m tests.cells_writer_child URL INDEX COUNT OUT SEED [RAW_URL...]`` appends
+``python -m tests.children.cells_writer_child URL INDEX COUNT OUT SEED [RAW_URL...]`` appends
 ``COUNT`` events to a few streams of its own, and at random: appends with a wrong
 expected version (a transaction that took its xid and rolls back), and raw transactions
 on a cell's server that take an xid, wait a moment and roll back (RAW_URL, holding the

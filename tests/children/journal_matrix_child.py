@@ -12,8 +12,8 @@ imports (so hundreds of kills take seconds, not minutes); a fork opens its own s
 dies by a real ``SIGKILL``. The store URL comes from ``ARES_STORE_URL``. One JSON line per
 run on stdout: ``{"run_id", "mode", "point", "killed", "resume": {...outcome...}}``.
 
-    python tests/journal_matrix_child.py --services S.db --prefix P [--modes a,b]
-    python tests/journal_matrix_child.py --services S.db --resume RUN:MODE [RUN:MODE ...]
+    python tests/children/journal_matrix_child.py --services S.db --prefix P [--modes a,b]
+    python tests/children/journal_matrix_child.py --services S.db --resume RUN:MODE [RUN:MODE ...]
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 # Run as a script: make the repository root importable, so the fake services' exception
-# classes have the same module path (tests.journal_child) in every process.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# classes have the same module path (tests.children.journal_child) in every process.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ares_events.stores import open_store
-from tests import journal_child as child
+from tests.children import journal_child as child
 
 
 def in_fork(fn: Any) -> tuple[int, dict[str, Any]]:

@@ -3,7 +3,8 @@ right after the ``NTH`` time it finishes ``STEP`` (one of
 ``ares_events.archive.job.STEPS``, or ``cell-deleted``: one cell's rows of a
 segment deleted, the other cells' not yet, on a cell store).
 
-Usage: ``python -m tests.archive_crash_child STORE_URL ARCHIVE_URL BEFORE SEGMENT STEP NTH``.
+Usage: ``python -m tests.children.archive_crash_child STORE_URL ARCHIVE_URL BEFORE SEGMENT
+STEP NTH``.
 Exits 0 when the run ends before that point.
 """
 

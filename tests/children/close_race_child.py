@@ -1,6 +1,6 @@
 """Child process of tests/core/test_close_race.py: close a store while other threads use it.
 
-Run as ``python -m tests.close_race_child BACKEND URL ITERATIONS``. Each iteration opens
+Run as ``python -m tests.children.close_race_child BACKEND URL ITERATIONS``. Each iteration opens
 the store, starts threads that append, read, page through ``read_all`` and load
 snapshots, lets them run a few milliseconds, calls ``close()`` from the main thread, then
 checks:
@@ -189,5 +189,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     raise SystemExit(main(sys.argv[1:]))

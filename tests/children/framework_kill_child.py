@@ -4,7 +4,7 @@ and every side effect of its tool is written to a ledger file (one line each, ap
 and flushed before going on), so the parent can count them across the kill and the
 resume.
 
-Usage: python -m tests.framework_kill_child ADAPTER URL RUN_ID LEDGER KILL_AT
+Usage: python -m tests.children.framework_kill_child ADAPTER URL RUN_ID LEDGER KILL_AT
 KILL_AT: none | model1-paid | tool1-before | tool1-after | model2-before | tool2-after
 """
 

@@ -1,6 +1,6 @@
 """Child process for the runner crash test: catch a counting projection up, slowly.
 
-Usage: ``python -m tests.runner_child STORE_URL BATCH_SIZE``. The parent SIGKILLs it at
+Usage: ``python -m tests.children.runner_child STORE_URL BATCH_SIZE``. The parent SIGKILLs it at
 arbitrary points; each run resumes from the saved cursor. Exits 0 once caught up.
 """
 
