@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -503,7 +504,7 @@ def test_findings_at_consecutive_versions_print_as_one_row(
         for i in range(5):
             ae.emit(store, "keyed", "t", "m", {"i": i})
     path = unquote(urlsplit(db).path)[1:]
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE ares_events SET recorded_at = '2020-01-01T00:00:00.000000Z'")
     conn.close()
     code, out, _ = run(capsys, "--store", db, "audit")

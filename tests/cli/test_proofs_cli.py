@@ -3,6 +3,7 @@ signed anchors, with their JSON shapes and exit codes; the signing key never lea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -226,7 +227,7 @@ def test_signed_anchor_and_audit(env: dict[str, str], capsys: pytest.CaptureFixt
     code, _, err = run(capsys, "--store", url, "anchor", "--witness", witness)
     assert code == 2 and "--key FILE" in err
     assert len(list(Path(witness).iterdir())) == 1
-    with sqlite3.connect(d / "ev.db") as conn:
+    with contextlib.closing(sqlite3.connect(d / "ev.db")) as conn, conn:
         conn.execute("DELETE FROM ares_events WHERE position > 7")
     code, out, _ = run(
         capsys, "--store", url, "audit", "--anchors", witness, "--vkey", vkey, "--json"

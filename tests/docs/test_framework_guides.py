@@ -20,7 +20,7 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
             "model saw items: 3",
             "stored items: 4",
             "conflicts: 1",
-            "items kept: 2",
+            "answers kept: 1",
             "popped: oops",
             "after clear: []",
             "events: [('oai.items', True), ('oai.popped', False), ('oai.cleared', False)]",

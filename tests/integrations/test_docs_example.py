@@ -3,6 +3,7 @@ a tampered state makes the same audit report the aggregate's stream."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -38,7 +39,7 @@ def test_docs_example_runs_and_audits_clean(
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     exec(compile(_example(), str(DOC), "exec"), mod.__dict__)
     capsys.readouterr()
-    with sqlite3.connect(db) as c:
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
         streams = c.execute("SELECT stream_id, version FROM ares_streams").fetchall()
         assert len(streams) == 1 and streams[0][1] == 3
         c.execute(

@@ -3,6 +3,7 @@ and chain findings."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sqlite3
 from collections.abc import Iterator
@@ -208,7 +209,7 @@ def _sqlite_with(tmp_path: Path, n: int) -> str:
 def test_tampered_payload_found_on_sqlite(tmp_path: Path) -> None:
     """An event payload edited in the SQLite file is a hash_mismatch at its version."""
     url = _sqlite_with(tmp_path, 5)
-    with sqlite3.connect(tmp_path / "replay.db") as c:
+    with contextlib.closing(sqlite3.connect(tmp_path / "replay.db")) as c, c:
         c.execute(
             "UPDATE ares_events SET payload = ? WHERE stream_id = 's' AND version = 3",
             (b'{"n":99}',),
@@ -224,7 +225,7 @@ def test_tampered_payload_found_on_sqlite(tmp_path: Path) -> None:
 def test_truncated_tail_found_on_sqlite(tmp_path: Path) -> None:
     """Rows deleted from the tail are reported as truncated, not a shorter healthy stream."""
     url = _sqlite_with(tmp_path, 5)
-    with sqlite3.connect(tmp_path / "replay.db") as c:
+    with contextlib.closing(sqlite3.connect(tmp_path / "replay.db")) as c, c:
         c.execute("DELETE FROM ares_events WHERE stream_id = 's' AND version >= 4")
     with ae.open_store(url) as s:
         res = ae.replay(s, "s", _collect, _start())
@@ -238,7 +239,7 @@ def test_truncated_tail_found_on_sqlite(tmp_path: Path) -> None:
 def test_cap_wins_over_findings_in_strict_mode(tmp_path: Path) -> None:
     """A capped strict replay raises ReplayCapExceeded; its checked prefix was clean."""
     url = _sqlite_with(tmp_path, 6)
-    with sqlite3.connect(tmp_path / "replay.db") as c:
+    with contextlib.closing(sqlite3.connect(tmp_path / "replay.db")) as c, c:
         c.execute("DELETE FROM ares_events WHERE stream_id = 's' AND version = 6")
     with ae.open_store(url) as s:
         with pytest.raises(ReplayCapExceeded):

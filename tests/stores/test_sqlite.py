@@ -3,6 +3,7 @@ versions and constant-memory reads."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import tracemalloc
@@ -57,7 +58,7 @@ def _recorder(store: ae.EventStore) -> SQLiteRecorder:
 def test_wal_and_synchronous_full_by_default(sqlite_store: ae.EventStore, db: Path) -> None:
     """A new file is in WAL mode and the store's connections use synchronous=FULL."""
     sqlite_store.append("s", [_ev()])
-    with sqlite3.connect(db) as other:
+    with contextlib.closing(sqlite3.connect(db)) as other, other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn = _recorder(sqlite_store).connection()
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -273,7 +274,7 @@ def test_open_while_locked_is_store_unavailable(db: Path) -> None:
 
 def test_schema_version_recorded(sqlite_store: ae.EventStore, db: Path) -> None:
     """A new file records the current schema version in ares_meta."""
-    with sqlite3.connect(db) as c:
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
         row = c.execute("SELECT value FROM ares_meta WHERE key = 'schema_version'").fetchone()
     assert int(row[0]) == SCHEMA_VERSION >= 1
 
@@ -290,7 +291,7 @@ def test_migrate_false_on_fresh_file(db: Path, how: str) -> None:
     err = ei.value
     assert (err.found, err.expected) == (0, SCHEMA_VERSION)
     assert "migrate" in str(err)
-    with sqlite3.connect(db) as c:
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "ares_events" not in tables
     with ae.open_store(_url(db)) as s:  # migrating afterwards works
@@ -303,7 +304,7 @@ def test_schema_ahead_of_build(sqlite_store: ae.EventStore, db: Path) -> None:
     """A file whose schema is newer than this build raises SchemaVersionError asking to
     upgrade."""
     sqlite_store.close()
-    with sqlite3.connect(db) as c:
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
         c.execute("UPDATE ares_meta SET value = ? WHERE key = 'schema_version'", (99,))
     with pytest.raises(SchemaVersionError) as ei:
         ae.open_store(_url(db))
@@ -338,7 +339,7 @@ def test_reading_200k_events_holds_constant_memory(db: Path) -> None:
         )
     # The remaining rows are copies of real rows made in SQL: this test is about reading,
     # and appending 200k events through the API would take most of the suite's time.
-    with sqlite3.connect(db) as c:
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
         c.execute(_COPY_ROWS, (copies - 1, seed, seed))
         c.execute("UPDATE ares_streams SET version = ?", (seed * copies,))
     with ae.open_store(_url(db)) as s:

@@ -3,6 +3,7 @@ checked with the OpenTelemetry SDK's in-memory exporters against real stores."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -145,7 +146,7 @@ def test_verify_and_audit_count_findings_by_kind(otel: Otel, tmp_path: Path) -> 
     url = f"sqlite:///{tmp_path / 'events.db'}"
     with ae.open_store(url) as store:
         store.append("s", [_event(i) for i in range(3)])
-    with sqlite3.connect(tmp_path / "events.db") as c:
+    with contextlib.closing(sqlite3.connect(tmp_path / "events.db")) as c, c:
         c.execute("UPDATE ares_events SET type = 'task.forged' WHERE version = 2")
     with ae.open_store(url) as store, otel.tracer.start_as_current_span("caller") as parent:
         report = ae.integrity.verify_stream(store, "s")
