@@ -100,10 +100,10 @@ EXIT_FINDINGS: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNAVAILABLE: Final = 3
 EXIT_INTERNAL: Final = 4
+"""A bug or an unexpected failure; the traceback is printed with ``-v``."""
 EXIT_CONFLICT: Final = 5
 """The store changed under the command (another writer got there first): read again and
 retry. Not a usage error: the same command can succeed when run again."""
-"""A bug or an unexpected failure; the traceback is printed with ``-v``."""
 
 PROG: Final = "ares-events"
 MAX_FINDINGS_SHOWN: Final = 50

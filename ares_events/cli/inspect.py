@@ -371,11 +371,7 @@ def audit_cmd(
         url = store.url
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
-        data = report.to_dict()
-        data["store"] = url
-        data["deep"] = deep
-        data["streams_with_findings"] = bad
-        app.json(data)
+        app.json(dict(report.to_dict(), store=url, deep=deep, streams_with_findings=bad))
         return EXIT_OK if report.ok else EXIT_FINDINGS
     table = Table(title=text(f"audit of {url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]

@@ -18,7 +18,7 @@ from ares_events.agents.runs import StepInfo
 from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import RunSummary, page_of_step
-from ares_events.ui.views import Chrome, findings_table, join_inputs, status_text
+from ares_events.ui.views import Chrome, findings_table, header, join_inputs, status_text
 
 __all__ = ["diff_view", "run_view", "runs_view"]
 
@@ -59,22 +59,7 @@ def runs_view(
         "table",
         el(
             "thead",
-            el(
-                "tr",
-                [
-                    el("th", h)
-                    for h in (
-                        "run",
-                        "status",
-                        "steps",
-                        "tokens",
-                        "cost",
-                        "age",
-                        "updated",
-                        "in doubt",
-                    )
-                ],
-            ),
+            header("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt"),
         ),
         el("tbody", body),
         id="runs",
