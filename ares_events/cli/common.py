@@ -108,7 +108,6 @@ retry. Not a usage error: the same command can succeed when run again."""
 PROG: Final = "ares-events"
 MAX_FINDINGS_SHOWN: Final = 50
 """Human output lists at most this many findings; ``--json`` lists them all."""
-PAYLOAD_WIDTH: Final = 60
 READ_ONLY_SCHEMES: Final = frozenset({"sqlite", "postgresql", "postgres", "citus", "pgcells"})
 """Backends with a read-only mode (``read_only=True``): a store of another scheme opened
 for reading relies on the command not writing."""

@@ -18,7 +18,6 @@ from rich.text import Text
 from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
-    PAYLOAD_WIDTH,
     App,
     CommandError,
     _print_findings,
@@ -38,14 +37,6 @@ from ares_events.integrity.audit import audit
 from ares_events.integrity.verify import verify_stream
 
 # -- display helpers (tail) ------------------------------------------------------------------
-
-
-def _decoded(data: bytes | str) -> str:
-    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-
-
-def _short(data: str, width: int = PAYLOAD_WIDTH) -> str:
-    return data if len(data) <= width else data[: width - 1] + "…"
 
 
 def _event_dict(e: RecordedEvent) -> dict[str, Any]:
@@ -103,7 +94,9 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
         elif ref is not None and not e.payload_loaded:
             payload = f"<spilled: {ref.size} bytes>"
         else:
-            payload = _short(visible(_decoded(e.payload_bytes)), width)
+            payload = visible(e.payload_bytes.decode("utf-8", "replace"))
+            if len(payload) > width:
+                payload = payload[: width - 1] + "…"
         table.add_row(*(Text(vals[i]) for vals in cols.values()), Text(payload))
     return table
 
