@@ -1,8 +1,4 @@
-"""CLI commands ``cells``, ``cells move`` and ``cells rebalance``: a cell store's cells.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI commands ``cells``, ``cells move`` and ``cells rebalance``: a cell store's cells."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""CLI commands that look at a store: ``init``, ``streams``, ``tail``, ``verify``, ``audit``.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI commands that look at a store: ``init``, ``streams``, ``tail``, ``verify``, ``audit``."""
 
 from __future__ import annotations
 

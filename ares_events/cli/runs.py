@@ -5,9 +5,6 @@ appended). ``runs resolve``, ``runs resume`` and ``runs cancel`` each append exa
 event whose metadata says who (``--by``, default the OS user), why (``--reason``) and
 through which command; the event names the version the command read, so an action on a
 run that changed meanwhile fails (exit 1) instead of acting on a stale view.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations

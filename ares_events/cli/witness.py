@@ -1,8 +1,4 @@
-"""CLI command group ``witness``: a small C2SP tlog-witness with its state in SQLite.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI command group ``witness``: a small C2SP tlog-witness with its state in SQLite."""
 
 from __future__ import annotations
 
