@@ -1,8 +1,5 @@
 """CLI command ``anchor``: a signed checkpoint to a location outside the store, or check
 the anchors there.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations

@@ -4,9 +4,6 @@ It appends to fresh streams whose names start with ``bench-`` (so it never touch
 agent's stream), then replays them with chain verification. The side-by-side comparison
 with the ``eventsourcing`` library lives in the repository's ``bench/`` scripts; this
 command answers "how fast is *my* store here?".
-
-The command registers on the group when imported (``ares_events.cli`` imports this
-module). It may import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations

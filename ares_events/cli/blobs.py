@@ -1,8 +1,4 @@
-"""CLI command ``gc-blobs``: delete blobs no event references.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI command ``gc-blobs``: delete blobs no event references."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""CLI commands ``cells``, ``cells move`` and ``cells rebalance``: a cell store's cells.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI commands ``cells``, ``cells move`` and ``cells rebalance``: a cell store's cells."""
 
 from __future__ import annotations
 
@@ -89,16 +85,19 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
     return EXIT_OK
 
 
-@cells_cmd.command(name="move")
-@click.argument("cell")
-@click.argument("target", metavar="HOST:PORT")
-@click.option(
+_mode_option = click.option(
     "--mode",
     type=click.Choice(["auto", "force_logical", "block_writes"]),
     default="auto",
     show_default=True,
     help="Citus shard transfer mode (auto: logical replication, writes go on).",
 )
+
+
+@cells_cmd.command(name="move")
+@click.argument("cell")
+@click.argument("target", metavar="HOST:PORT")
+@_mode_option
 @json_option
 @pass_app
 def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
@@ -129,13 +128,7 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
 
 
 @cells_cmd.command(name="rebalance")
-@click.option(
-    "--mode",
-    type=click.Choice(["auto", "force_logical", "block_writes"]),
-    default="auto",
-    show_default=True,
-    help="Citus shard transfer mode (auto: logical replication, writes go on).",
-)
+@_mode_option
 @json_option
 @pass_app
 def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:

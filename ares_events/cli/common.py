@@ -100,15 +100,14 @@ EXIT_FINDINGS: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNAVAILABLE: Final = 3
 EXIT_INTERNAL: Final = 4
+"""A bug or an unexpected failure; the traceback is printed with ``-v``."""
 EXIT_CONFLICT: Final = 5
 """The store changed under the command (another writer got there first): read again and
 retry. Not a usage error: the same command can succeed when run again."""
-"""A bug or an unexpected failure; the traceback is printed with ``-v``."""
 
 PROG: Final = "ares-events"
 MAX_FINDINGS_SHOWN: Final = 50
 """Human output lists at most this many findings; ``--json`` lists them all."""
-PAYLOAD_WIDTH: Final = 60
 READ_ONLY_SCHEMES: Final = frozenset({"sqlite", "postgresql", "postgres", "citus", "pgcells"})
 """Backends with a read-only mode (``read_only=True``): a store of another scheme opened
 for reading relies on the command not writing."""

@@ -1,8 +1,4 @@
-"""CLI command ``ui``: the web console (:mod:`ares_events.ui`).
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI command ``ui``: the web console (:mod:`ares_events.ui`)."""
 
 from __future__ import annotations
 

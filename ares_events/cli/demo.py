@@ -116,9 +116,7 @@ def demo(
         result = run_demo(store, agents=agents, events=events, seed=seed, progress=progress)
         url = store.url
     if as_json:
-        data = result.to_dict()
-        data["store"] = url
-        app.json(data)
+        app.json(dict(result.to_dict(), store=url))
         return EXIT_OK if result.all_ok else EXIT_FINDINGS
     table = Table(
         title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
@@ -200,21 +198,8 @@ def _resurrection_demo(
         ),
         caption_justify="left",
     )
-    for col in (
-        "agent",
-        "fin",
-        "steps",
-        "recoveries",
-        "calls",
-        "logged",
-        "saved",
-        "effects",
-        "dupes",
-        "429s",
-        "lost",
-        "ms",
-        "chain",
-    ):
+    columns = "agent fin steps recoveries calls logged saved effects dupes 429s lost ms chain"
+    for col in columns.split():
         table.add_column(
             col,
             justify="left" if col in ("agent", "fin", "chain") else "right",

@@ -1,8 +1,4 @@
-"""CLI command ``erase``: remove one event's payload and keep the log verifiable.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI command ``erase``: remove one event's payload and keep the log verifiable."""
 
 from __future__ import annotations
 

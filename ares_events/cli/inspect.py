@@ -1,8 +1,4 @@
-"""CLI commands that look at a store: ``init``, ``streams``, ``tail``, ``verify``, ``audit``.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI commands that look at a store: ``init``, ``streams``, ``tail``, ``verify``, ``audit``."""
 
 from __future__ import annotations
 
@@ -18,7 +14,6 @@ from rich.text import Text
 from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
-    PAYLOAD_WIDTH,
     App,
     CommandError,
     _print_findings,
@@ -38,14 +33,6 @@ from ares_events.integrity.audit import audit
 from ares_events.integrity.verify import verify_stream
 
 # -- display helpers (tail) ------------------------------------------------------------------
-
-
-def _decoded(data: bytes | str) -> str:
-    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-
-
-def _short(data: str, width: int = PAYLOAD_WIDTH) -> str:
-    return data if len(data) <= width else data[: width - 1] + "…"
 
 
 def _event_dict(e: RecordedEvent) -> dict[str, Any]:
@@ -103,7 +90,9 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
         elif ref is not None and not e.payload_loaded:
             payload = f"<spilled: {ref.size} bytes>"
         else:
-            payload = _short(visible(_decoded(e.payload_bytes)), width)
+            payload = visible(e.payload_bytes.decode("utf-8", "replace"))
+            if len(payload) > width:
+                payload = payload[: width - 1] + "…"
         table.add_row(*(Text(vals[i]) for vals in cols.values()), Text(payload))
     return table
 
@@ -371,11 +360,7 @@ def audit_cmd(
         url = store.url
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
-        data = report.to_dict()
-        data["store"] = url
-        data["deep"] = deep
-        data["streams_with_findings"] = bad
-        app.json(data)
+        app.json(dict(report.to_dict(), store=url, deep=deep, streams_with_findings=bad))
         return EXIT_OK if report.ok else EXIT_FINDINGS
     table = Table(title=text(f"audit of {url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]

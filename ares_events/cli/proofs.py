@@ -5,9 +5,6 @@ Signing commands take the log's key file from ``--key FILE``, else ``ARES_LOG_KE
 the key is read here and handed to the library as an object, and never printed, logged or
 put in JSON. ``verify-proof`` needs no store: it checks a proof file offline against the
 verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations

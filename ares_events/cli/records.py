@@ -4,9 +4,6 @@
 separate export key; the key is read here and handed to the library as an object, never
 printed. ``verify-record`` needs no store: it checks a record file offline against the
 verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations

@@ -5,9 +5,6 @@ appended). ``runs resolve``, ``runs resume`` and ``runs cancel`` each append exa
 event whose metadata says who (``--by``, default the OS user), why (``--reason``) and
 through which command; the event names the version the command read, so an action on a
 run that changed meanwhile fails (exit 1) instead of acting on a stale view.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations
@@ -46,11 +43,12 @@ from ares_events.cli.common import (
     _print_findings,
     cli,
     json_option,
+    load_signing_key,
     pass_app,
     text,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
-from ares_events.integrity.notes import SigningKey, read_key_file
+from ares_events.integrity.notes import SigningKey
 
 _STATUS_STYLE = {
     "running": "cyan",
@@ -124,13 +122,7 @@ def _signing(fn: Any) -> Any:
 
 
 def _approver(app: App, key_file: str | None) -> SigningKey | None:
-    if key_file is None:
-        return None
-    key = read_key_file(key_file)
-    text = key.private_text()
-    app.secrets.add(text)
-    app.secrets.add(text.rsplit("+", 1)[-1])
-    return key
+    return load_signing_key(app, key_file, required=True) if key_file is not None else None
 
 
 @cli.group(name="runs")

@@ -112,9 +112,7 @@ def recover_cmd(
         url = store.url
     ok = rep.ok and not rep.truncated
     if as_json:
-        data = rep.to_dict()
-        data["store"] = url
-        app.json(data)
+        app.json(dict(rep.to_dict(), store=url))
         return EXIT_OK if ok else EXIT_FINDINGS
     if rep.snapshot_version is not None:
         snap = f"used, at version {rep.snapshot_version}"

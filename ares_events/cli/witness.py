@@ -1,8 +1,4 @@
-"""CLI command group ``witness``: a small C2SP tlog-witness with its state in SQLite.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
-"""
+"""CLI command group ``witness``: a small C2SP tlog-witness with its state in SQLite."""
 
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ from ares_events.cli.common import (
     CommandError,
     cli,
     json_option,
+    load_signing_key,
     load_vkeys,
     pass_app,
     read_text,
@@ -28,7 +25,6 @@ from ares_events.cli.common import (
 )
 from ares_events.errors import WitnessRefused
 from ares_events.integrity.checkpoints import b64, unb64_hash
-from ares_events.integrity.notes import read_key_file
 from ares_events.integrity.witness import LogWitness, parse_request
 
 STATE_HELP = "The witness's state file (SQLite; created when missing)."
@@ -146,9 +142,7 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
       ares-events witness cosign req.json --state w1.db --key w1.key --json
     """
     old, proof, note = _request(request)
-    key = read_key_file(key_file)
-    secret = key.private_text()
-    app.secrets.update({secret, secret.rsplit("+", 1)[-1]})
+    key = load_signing_key(app, key_file, required=True)
     try:
         with LogWitness(state, key) as w:
             res = w.add_checkpoint(old, proof, note)

@@ -49,7 +49,7 @@ from ares_events.integrity.notes import SigningKey
 from ares_events.integrity.verify import verify_stream
 from ares_events.projections.tables import read_models, stored_checkpoints
 from ares_events.ui import queries, run_views, views
-from ares_events.ui.markup import Markup, visible
+from ares_events.ui.markup import Markup, url, visible
 
 __all__ = ["CSP", "MAX_FORM", "VIA", "ConsoleApp", "Hardened", "refusal"]
 
@@ -99,6 +99,10 @@ class _Page:
 
 
 _NO_SESSION: Final = views.Chrome("", False, "")
+
+
+def _failed(title: str, heading: str, text: str, status: HTTPStatus) -> _Page:
+    return _Page(title, views.message_view(heading, text), status=status)
 
 
 def refusal(status: HTTPStatus, text: str) -> Response:
@@ -322,23 +326,15 @@ class ConsoleApp:
         try:
             out = fn(q)
         except _Refused as r:
-            out = _Page("refused", views.message_view(r.status.phrase, r.text), status=r.status)
+            out = _failed("refused", r.status.phrase, r.text, r.status)
         except (RunNotFound, EventNotFound) as exc:
-            out = _Page(
-                "not found", views.message_view("Not found", str(exc)), status=HTTPStatus.NOT_FOUND
-            )
+            out = _failed("not found", "Not found", str(exc), HTTPStatus.NOT_FOUND)
         except AresError as exc:
-            out = _Page(
-                "error", views.message_view("Error", str(exc)), status=HTTPStatus.BAD_REQUEST
-            )
+            out = _failed("error", "Error", str(exc), HTTPStatus.BAD_REQUEST)
         except Exception as exc:  # a bug or a driver error: one page
             logger.exception("console: %s failed", visible(fn.__name__, keep=""))
             text = f"{type(exc).__name__} (see the log)"
-            out = _Page(
-                "error",
-                views.message_view("Internal error", text),
-                status=HTTPStatus.INTERNAL_SERVER_ERROR,
-            )
+            out = _failed("error", "Internal error", text, HTTPStatus.INTERNAL_SERVER_ERROR)
         if isinstance(out, Response):
             return out
         if fragment:
@@ -590,25 +586,22 @@ class ConsoleApp:
             elif action == "resolve":
                 step = _int(form, "step", 0)
                 if form.get("not_done") == "1":
+                    outcome: dict[str, Any] = {"not_done": True}
                     signed = self._sign(sid, version, step, "not_done", None)
-                    resolve_step(
-                        store, sid, step, not_done=True, by=by, reason=reason, via=via, **signed
-                    )
                 else:
                     try:
-                        result = json.loads(form.get("result", ""))
+                        outcome = {"result": json.loads(form.get("result", ""))}
                     except ValueError:
                         raise ConfigError("the result must be JSON") from None
-                    signed = self._sign(sid, version, step, "result", hash_of(result, "result"))
-                    resolve_step(
-                        store, sid, step, result=result, by=by, reason=reason, via=via, **signed
-                    )
+                    digest = hash_of(outcome["result"], "result")
+                    signed = self._sign(sid, version, step, "result", digest)
+                resolve_step(store, sid, step, by=by, reason=reason, via=via, **outcome, **signed)
             else:
                 raise _Refused(HTTPStatus.BAD_REQUEST, f"unknown action {action!r}")
         except RunNotRunnable as exc:
             raise ConfigError(str(exc)) from exc
         logger.info("console action %s on a run by %s", action, visible(by, keep=""))
-        return _see(views.href("/run", {"id": sid}))
+        return _see(url("/run", {"id": sid}))
 
     def _sign(
         self, sid: str, version: int, step: int | None, action: str, outcome: str | None
@@ -676,7 +669,5 @@ def _int(q: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _lag(store: EventStore, position: int, cap: int = 10_000) -> str:
-    n = 0
-    for _ in store.read_all(after_position=position, limit=cap + 1):
-        n += 1
+    n = sum(1 for _ in store.read_all(after_position=position, limit=cap + 1))
     return f"{cap}+" if n > cap else str(n)

@@ -189,16 +189,6 @@ class RunSummary:
         """How many steps (``counts.steps``)."""
         return self.counts.steps
 
-    @property
-    def tokens(self) -> int:
-        """``counts.tokens``."""
-        return self.counts.tokens
-
-    @property
-    def resumes(self) -> int:
-        """``counts.resumes``."""
-        return self.counts.resumes
-
     def matches(self, status: str | None) -> bool:
         """Whether this run is listed under ``status`` (as ``RunInfo.matches``)."""
         if status is None or status == self.status:

@@ -18,7 +18,7 @@ from ares_events.agents.runs import StepInfo
 from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import RunSummary, page_of_step
-from ares_events.ui.views import Chrome, findings_table, join_inputs, status_text
+from ares_events.ui.views import Chrome, findings_table, header, join_inputs, status_text
 
 __all__ = ["diff_view", "run_view", "runs_view"]
 
@@ -59,22 +59,7 @@ def runs_view(
         "table",
         el(
             "thead",
-            el(
-                "tr",
-                [
-                    el("th", h)
-                    for h in (
-                        "run",
-                        "status",
-                        "steps",
-                        "tokens",
-                        "cost",
-                        "age",
-                        "updated",
-                        "in doubt",
-                    )
-                ],
-            ),
+            header("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt"),
         ),
         el("tbody", body),
         id="runs",
@@ -250,8 +235,7 @@ def _signs(chrome: Chrome) -> Markup | None:
 
 
 def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
-    return el(
-        "form",
+    return _action_form(
         _hidden(chrome, info, "resolve"),
         el("input", type="hidden", name="step", value=str(s.step)),
         _signs(chrome),
@@ -259,10 +243,11 @@ def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
         el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),
         _who_fields(),
         el("button", "resolve", type="submit", cls="act"),
-        method="post",
-        action="./action",
-        cls="action",
     )
+
+
+def _action_form(*children: Any, **attrs: Any) -> Markup:
+    return el("form", *children, method="post", action="./action", cls="action", **attrs)
 
 
 def _asked(asked: Mapping[str, Any] | None) -> Markup | None:
@@ -298,28 +283,20 @@ def _run_actions(
         )
     elif info.status in ("paused", "in_doubt") and not info.in_doubt:
         forms.append(
-            el(
-                "form",
+            _action_form(
                 _hidden(chrome, info, "resume"),
                 _signs(chrome),
                 _who_fields(),
                 el("button", "approve and resume" if asked else "resume", type="submit", cls="act"),
-                method="post",
-                action="./action",
-                cls="action",
                 id="resume-form",
             )
         )
     if info.status not in ("completed", "failed", "cancelled"):
         forms.append(
-            el(
-                "form",
+            _action_form(
                 _hidden(chrome, info, "cancel"),
                 _who_fields(),
                 el("button", "cancel run", type="submit", cls="act danger"),
-                method="post",
-                action="./action",
-                cls="action",
                 id="cancel-form",
             )
         )

@@ -19,13 +19,14 @@ from ares_events.core.events import RecordedEvent
 from ares_events.core.read_models import ProjectionMeta
 from ares_events.core.snapshot_format import SnapshotInfo
 from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
-from ares_events.ui.markup import Markup, el, esc, json_text, link, url
+from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import PageChain, StreamRow
 
 __all__ = [
     "Chrome",
     "audit_view",
     "findings_table",
+    "header",
     "join_inputs",
     "message_view",
     "page",
@@ -129,12 +130,17 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
         "table",
         el(
             "thead",
-            el("tr", el("th", "finding"), el("th", "stream"), el("th", "v"), el("th", "detail")),
+            header("finding", "stream", "v", "detail"),
         ),
         el("tbody", rows),
         el("caption", f"{more} more finding(s) not shown") if more > 0 else None,
         cls="findings",
     )
+
+
+def header(*names: str) -> Markup:
+    """A table's row of column names."""
+    return el("tr", [el("th", h) for h in names])
 
 
 def status_text(ok: bool, text: str | None = None) -> Markup:
@@ -176,7 +182,7 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         "table",
         el(
             "thead",
-            el("tr", [el("th", h) for h in ("stream", "kind", "version", "head", "last write")]),
+            header("stream", "kind", "version", "head", "last write"),
         ),
         el("tbody", body),
         id="streams",
@@ -273,13 +279,7 @@ def stream_view(
         el(
             "table",
             el("caption", "snapshots"),
-            el(
-                "tr",
-                [
-                    el("th", h)
-                    for h in ("projection", "version", "at version", "size", "created", "problem")
-                ],
-            ),
+            header("projection", "version", "at version", "size", "created", "problem"),
             [
                 el(
                     "tr",
@@ -307,10 +307,7 @@ def stream_view(
             "table",
             el(
                 "thead",
-                el(
-                    "tr",
-                    [el("th", h) for h in ("v", "pos", "type", "module", "at", "hash", "payload")],
-                ),
+                header("v", "pos", "type", "module", "at", "hash", "payload"),
             ),
             el("tbody", rows),
             id="events",
@@ -418,7 +415,7 @@ def audit_view(
         parts.append(
             el(
                 "table",
-                el("tr", [el("th", h) for h in ("origin", "tree size", "root", "signed at")]),
+                header("origin", "tree size", "root", "signed at"),
                 [
                     el(
                         "tr",
@@ -491,20 +488,14 @@ def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, 
         el("p", f"store's last position: {last}", id="last-position"),
         el(
             "table",
-            el(
-                "tr",
-                [
-                    el("th", h)
-                    for h in (
-                        "read model",
-                        "version",
-                        "generation",
-                        "position",
-                        "lag (events)",
-                        "table",
-                        "rebuild",
-                    )
-                ],
+            header(
+                "read model",
+                "version",
+                "generation",
+                "position",
+                "lag (events)",
+                "table",
+                "rebuild",
             ),
             rows,
             id="projections",
@@ -517,13 +508,3 @@ def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, 
 def join_inputs(values: Mapping[str, str]) -> Markup:
     """Hidden inputs."""
     return Markup("".join(el("input", type="hidden", name=k, value=v) for k, v in values.items()))
-
-
-def href(path: str, query: Mapping[str, Any] | None = None) -> str:
-    """Same as :func:`markup.url` (re-exported for the server)."""
-    return url(path, query)
-
-
-def text(value: Any) -> Markup:
-    """Escaped text."""
-    return esc(value)
