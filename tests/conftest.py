@@ -31,3 +31,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(getattr(pytest.mark, mark))
         if "citus" in item.nodeid:  # cluster built inside the test (a cell moved, a restart)
             item.add_marker(pytest.mark.citus)
+        if "[servers" in item.nodeid:  # cells on PostgreSQL servers started for the test
+            item.add_marker(pytest.mark.slow)

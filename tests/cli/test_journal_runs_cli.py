@@ -20,6 +20,9 @@ from ares_events.agents.journal import Journal
 from tests.children import journal_child as child
 from tests.fixtures.cli_helpers import run, run_json
 
+# Each case runs the CLI as a process, several times: the full suite runs them.
+pytestmark = pytest.mark.slow
+
 CHILD = Path(__file__).resolve().parents[1] / "children" / "journal_child.py"
 TIMEOUT = 120  # seconds; only to turn a hang into a failure
 

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Many iterations in child processes: the full suite runs them, the quick tier does not.
+pytestmark = pytest.mark.slow
+
 ITERATIONS = 150
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,6 +22,9 @@ from ares_events.core.recorder import system_of_record
 from tests.fixtures.fix_backends import store_url_for
 from tests.fixtures.fix_cells import cells_url
 
+# A kill -9 matrix: the full suite runs it, the quick tier does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 40
 

@@ -200,6 +200,7 @@ def _child(url: str, effects: Path, kill_at: str) -> int:
     return subprocess.run(args, cwd=ROOT, timeout=120, check=False).returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", ["checked", "requested", "effect"])
 def test_a_valid_approval_runs_once_across_a_kill(url: str, tmp_path: Path, kill_at: str) -> None:
     """SIGKILL after the approval is checked, after the call's request is written, or

@@ -13,6 +13,9 @@ from ares_events.testing import SnapshotContract, StoreContract
 from ares_events.testing.blocking import BlockingStore, open_blocking
 from tests.fixtures.fix_cells import KINDS, cells_url
 
+# The conformance suite again on every kind of cell store: the full suite runs it.
+pytestmark = pytest.mark.slow
+
 _MARKED = [pytest.param(k, marks=[pytest.mark.postgres], id=k) for k in KINDS]
 
 

@@ -17,6 +17,9 @@ import ares_events as ae
 from ares_events.projections import ProjectionRunner, read_model
 from tests.fixtures.fix_cells import KINDS, cells_url
 
+# Racing writer processes on cell stores: the full suite runs them, the quick tier does not.
+pytestmark = pytest.mark.slow
+
 WRITERS = 8
 PER_WRITER = 150
 

@@ -18,7 +18,7 @@ import ares_events as ae
 from ares_events.errors import StoreUnavailable
 from tests.fixtures.tcp_proxy import TcpProxy, tcp_proxy
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # outages wait out timeouts
 
 POOL_TIMEOUT = 30.0  # the default: a dead server must be reported well before it
 
