@@ -17,7 +17,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.core.events import RecordedEvent
-from ares_events.core.recorder import backend_of
+from ares_events.core.recorder import KeepsReadModels, backend_of
 from ares_events.errors import ConfigError
 from ares_events.projections import (
     AgentStateProjection,
@@ -378,7 +378,9 @@ def test_read_models_belong_to_the_backend(store: ae.EventStore) -> None:
     per store, which a second handle of the same store (over the same recorder) shares."""
     assert ae.Capability.READ_MODELS in store.capabilities
     tables = tables_for(store)
-    assert tables is store.recorder.read_models() is tables_for(store)
+    recorder = store.recorder
+    assert isinstance(recorder, KeepsReadModels)
+    assert tables is recorder.read_models() is tables_for(store)
     other = ae.EventStore(store.recorder, check_identity=False)
     assert tables_for(other) is tables
 
