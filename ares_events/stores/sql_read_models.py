@@ -365,7 +365,13 @@ def postgres_read_models(recorder: Any) -> SQLReadModels:
 
     @contextlib.contextmanager
     def tx() -> Iterator[Any]:
-        with recorder.connection() as conn, conn.transaction():
+        # Driver errors become the store's (a lost server is StoreUnavailable), as on
+        # every other path of the recorder.
+        with (
+            recorder._translate_errors("a read-model transaction"),
+            recorder.connection() as conn,
+            conn.transaction(),
+        ):
             yield conn
 
     return SQLReadModels(tx, tx, replace(POSTGRES, schema=recorder.schema))
