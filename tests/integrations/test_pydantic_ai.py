@@ -84,11 +84,12 @@ def test_binary_content_survives_the_round_trip(url: str) -> None:
         ),
         ModelResponse(parts=[ToolCallPart("zoom", {"x": 1.5}, tool_call_id="t1")]),
     ]
-    history = AresMessageStore(url=url)
-    history.append("bin", msgs)
+    with AresMessageStore(url=url) as history:
+        history.append("bin", msgs)
     # Exactly what Pydantic AI's own adapter gives back (it reads an image as BinaryImage).
     own = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(msgs))
-    loaded = AresMessageStore(url=url).load("bin")
+    with AresMessageStore(url=url) as again:
+        loaded = again.load("bin")
     assert loaded == own
     part = loaded[0].parts[0]
     assert isinstance(part, UserPromptPart) and not isinstance(part.content, str)
@@ -109,7 +110,8 @@ def test_the_async_store_is_the_same_store(url: str) -> None:
             assert await history.load("a-1") == r2.all_messages()
 
     asyncio.run(main())
-    assert len(AresMessageStore(url=url).load("a-1")) == 4
+    with AresMessageStore(url=url) as again:
+        assert len(again.load("a-1")) == 4
 
 
 def test_a_second_writer_gets_a_conflict_and_stores_nothing(url: str) -> None:
@@ -159,15 +161,15 @@ def test_a_tampered_message_is_refused_before_it_is_decoded(tmp_path: Path) -> N
     h.append("t", [ModelRequest(parts=[UserPromptPart("transfer 10")])])
     h.close()
     tamper_sqlite(tmp_path / "t.db", "transfer 10", "transfer 99")
-    with pytest.raises(ChainIntegrityError):
-        AresMessageStore(url=url).load("t")
+    with AresMessageStore(url=url) as again, pytest.raises(ChainIntegrityError):
+        again.load("t")
 
 
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigError):
         AresMessageStore()
-    with pytest.raises(ae.InvalidEvent):
-        AresMessageStore(url="memory://").load("")
+    with AresMessageStore(url="memory://") as h, pytest.raises(ae.InvalidEvent):
+        h.load("")
     assert "hunter2" not in repr(AresMessageStore(url="postgresql://u:hunter2@127.0.0.1/db"))
 
 
