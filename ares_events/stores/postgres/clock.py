@@ -26,7 +26,7 @@ from ares_events.core.events import PayloadRef
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.sql import Statements
 
-__all__ = ["Batches", "ServerClock", "Statement", "ref_text"]
+__all__ = ["Batches", "ServerClock", "Statement", "column_arrays", "ref_text"]
 
 Statement = tuple[Any, Any, Any]
 """``(query, args, fetch)`` of the recorder's pipelines (fetch: None, "one" or "all")."""
@@ -37,6 +37,22 @@ Batches = Sequence[tuple[str, int, Sequence[SealedEvent]]]
 def ref_text(ref: PayloadRef | None) -> str | None:
     """The stored form of a payload reference (None: the payload is inline)."""
     return ref.to_json().decode() if ref is not None else None
+
+
+def column_arrays(sealed: Sequence[SealedEvent]) -> tuple[Any, ...]:
+    """A batch's rows as one array per column, in the order of the append statements."""
+    evs = [s.event for s in sealed]
+    return (
+        TextArray([e.event_id for e in evs]),
+        TextArray([e.type for e in evs]),
+        TextArray([e.module for e in evs]),
+        ByteaArray([e.payload_bytes for e in evs]),
+        TextArray([ref_text(e.payload_ref) for e in evs]),
+        ByteaArray([e.meta_json for e in evs]),
+        TextArray([e.at for e in evs]),
+        ByteaArray([s.prev_hash for s in sealed]),
+        ByteaArray([s.hash for s in sealed]),
+    )
 
 
 class ServerClock:
@@ -70,21 +86,12 @@ class ServerClock:
         self, xid: int, sid: str, before: int, sealed: Sequence[SealedEvent], channel: str | None
     ) -> tuple[Statement, ...]:
         """The locked path's write of one stream: events, head and wake-up, one statement."""
-        evs = [s.event for s in sealed]
         last = sealed[-1]
         args = (
             xid,
             sid,
             before,
-            TextArray([e.event_id for e in evs]),
-            TextArray([e.type for e in evs]),
-            TextArray([e.module for e in evs]),
-            ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([ref_text(e.payload_ref) for e in evs]),
-            ByteaArray([e.meta_json for e in evs]),
-            TextArray([e.at for e in evs]),
-            ByteaArray([s.prev_hash for s in sealed]),
-            ByteaArray([s.hash for s in sealed]),
+            *column_arrays(sealed),
             sid,
             last.version,
             last.hash,

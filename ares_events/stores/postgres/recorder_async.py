@@ -63,8 +63,7 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.postgres.arrays import ByteaArray, TextArray
-from ares_events.stores.postgres.clock import ServerClock, ref_text
+from ares_events.stores.postgres.clock import ServerClock, column_arrays, ref_text
 from ares_events.stores.postgres.connection_async import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
     FIRST_WAIT,
@@ -656,22 +655,16 @@ class AsyncPostgresRecorder:
             )
             query = q.append_first_one if first else q.append_next_one
             return query, (sid, *guard, *row, channel, channel)
-        evs = [s.event for s in sealed]
-        rows = (
+        query = q.append_first_batch if first else q.append_next_batch
+        return query, (
+            sid,
+            *guard,
             sid,
             sealed[0].version - 1,
-            TextArray([e.event_id for e in evs]),
-            TextArray([e.type for e in evs]),
-            TextArray([e.module for e in evs]),
-            ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([ref_text(e.payload_ref) for e in evs]),
-            ByteaArray([e.meta_json for e in evs]),
-            TextArray([e.at for e in evs]),
-            ByteaArray([s.prev_hash for s in sealed]),
-            ByteaArray([s.hash for s in sealed]),
+            *column_arrays(sealed),
+            channel,
+            channel,
         )
-        query = q.append_first_batch if first else q.append_next_batch
-        return query, (sid, *guard, *rows, channel, channel)
 
     async def _pipeline(self, conn: Any, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Several statements in one round trip (libpq pipeline mode, synced once at the
