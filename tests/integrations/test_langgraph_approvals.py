@@ -21,7 +21,7 @@ from ares_events.core.catalog import new_event
 from ares_events.integrations.langgraph import AresSaver
 from ares_events.integrations.langgraph_approvals import PRESENTED, USED, ApprovalGate
 from ares_events.records import export_record, verify_record
-from tests.fixtures.approvals import ALICE, MALLORY, state
+from tests.fixtures.approvals import ALICE, ERRORS, MALLORY, state
 from tests.records.helpers import LOG
 
 
@@ -108,14 +108,6 @@ def _bad(kind: str, bank: Bank, saver: AresSaver) -> str:
         bank.graph.invoke({"amount": 5, "rounds": 1}, config("t-other"))
         return sign_approval(ALICE, bank.gate.pending(config("t-other")))
     raise AssertionError(kind)
-
-
-ERRORS = {
-    "forged": ae.ApprovalForged,
-    "expired": ae.ApprovalExpired,
-    "wrong_call": ae.ApprovalWrongCall,
-    "reused": ae.ApprovalReused,
-}
 
 
 def _present(saver: AresSaver, thread: str, note: str, step: int) -> None:

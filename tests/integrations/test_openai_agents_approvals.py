@@ -22,7 +22,7 @@ from ares_events.agents.runs import pending_call, resume_run
 from ares_events.core.catalog import new_event
 from ares_events.integrations.openai_agents_journal import run_durably
 from ares_events.records import export_record, verify_record
-from tests.fixtures.approvals import ALICE, MALLORY
+from tests.fixtures.approvals import ALICE, ERRORS, MALLORY
 from tests.records.helpers import LOG
 
 set_tracing_disabled(True)
@@ -120,14 +120,6 @@ def _bad(kind: str, store: Any) -> str:
     if kind == "reused":
         return sign_approval(ALICE, Pending("pay-other", p.step, p.args, p.head))
     raise AssertionError(kind)
-
-
-ERRORS = {
-    "forged": ae.ApprovalForged,
-    "expired": ae.ApprovalExpired,
-    "wrong_call": ae.ApprovalWrongCall,
-    "reused": ae.ApprovalReused,
-}
 
 
 @pytest.mark.parametrize("kind", sorted(ERRORS))

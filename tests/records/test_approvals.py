@@ -21,7 +21,7 @@ from ares_events.agents.runs import pending_call, resume_run
 from ares_events.cli import main
 from ares_events.core.catalog import new_event
 from ares_events.records import export_record, verify_record
-from tests.fixtures.approvals import ALICE, MALLORY, Loop, paused, state
+from tests.fixtures.approvals import ALICE, ERRORS, MALLORY, Loop, paused, state
 from tests.records.helpers import LOG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,14 +74,6 @@ def _bad(kind: str, store: Any, loop: Loop) -> str:
         other = paused(store, "r-other")
         return sign_approval(ALICE, pending_call(store, "r-other")) if other else ""
     raise AssertionError(kind)
-
-
-ERRORS = {
-    "forged": ae.ApprovalForged,
-    "expired": ae.ApprovalExpired,
-    "wrong_call": ae.ApprovalWrongCall,
-    "reused": ae.ApprovalReused,
-}
 
 
 @pytest.mark.parametrize("kind", sorted(ERRORS))
