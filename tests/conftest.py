@@ -4,11 +4,24 @@ Tests are marked by what they need, from the fixtures they use, so the quick tie
 (``scripts/test --quick``: SQLite and PostgreSQL only) can leave out the rest without a
 list to keep in step: ``citus`` (a Citus cluster), ``browser`` (headless Chromium),
 ``redis``, ``s3``; ``slow`` is set by hand on tests that take more than a few seconds.
+
+``scripts/test`` runs the suite in parallel processes (pytest-xdist, ``--dist loadgroup``).
+Each process has its own session fixtures (its own PostgreSQL database, Redis key prefix, S3
+server); the tests that start a Citus cluster or a browser are grouped onto one process
+each, so the machine runs one cluster and one Chromium, not one per process.
 """
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+from tests.fixtures.tier import QUICK, examples
+
+# Property tests without their own budget (hypothesis' default is 100 examples).
+settings.register_profile("quick", max_examples=examples(100))
+if QUICK:
+    settings.load_profile("quick")
 
 pytest_plugins = ["tests.fixtures.fix_backends", "tests.fixtures.fix_cells"]
 
@@ -33,3 +46,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.citus)
         if "[servers" in item.nodeid:  # cells on PostgreSQL servers started for the test
             item.add_marker(pytest.mark.slow)
+        for group in ("citus", "browser"):
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break

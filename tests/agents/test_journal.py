@@ -368,6 +368,7 @@ def test_clean_child_run_appends_the_expected_steps(sqlite_url: str, services: P
     assert invocations(services, "run-clean") == ["run-clean:2"]
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 @pytest.mark.parametrize("n", range(1, len(CLEAN_RUN) + 1))
 def test_kill_after_every_append_then_rerun_completes_exactly_once(
     n: int, sqlite_url: str, services: Path
@@ -403,6 +404,7 @@ def test_kill_after_every_append_then_rerun_completes_exactly_once(
     assert stats["tool_calls_from_log"] == (1 if n >= 5 else 0)
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 def test_kill_inside_the_tool_after_its_side_effect_is_reconciled(
     shared_url: str, services: Path
 ) -> None:
@@ -526,6 +528,7 @@ def test_reconciler_saying_not_landed_reexecutes_with_the_same_key(
 # -- 4. interrupts across processes ---------------------------------------------------------
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 def test_interrupt_in_one_process_resume_in_another_finish_in_a_third(
     shared_url: str, services: Path, opened: list[ae.EventStore]
 ) -> None:

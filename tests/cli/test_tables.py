@@ -21,6 +21,7 @@ import ares_events as ae
 from ares_events.agents.journal import Journal
 from ares_events.cli import main
 from ares_events.cli.terminal import fitted, text
+from tests.fixtures.tier import examples
 
 PREFIX = "run-2026-12-05-customer-support-escalations-batch-"
 RUNS = [f"{PREFIX}{i:04d}" for i in range(10)]
@@ -134,7 +135,7 @@ def _render(table: Table, width: int, optional: tuple[str, ...] = ()) -> str:
 names = st.text(st.sampled_from("abcdef-0123456789"), min_size=1, max_size=90)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     ids=st.lists(names, min_size=1, max_size=6),
     notes=st.lists(st.text(st.sampled_from("ab cd-"), max_size=120), min_size=6, max_size=6),

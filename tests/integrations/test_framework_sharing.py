@@ -106,6 +106,7 @@ def test_threads_each_with_its_own_event_loop_share_one_session(adapter: str, ur
     asyncio.run(session.close())
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 @pytest.mark.postgres
 def test_processes_share_one_session(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Each adapter on each backend in turn: processes, each with its own session

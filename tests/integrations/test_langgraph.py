@@ -250,6 +250,7 @@ def _child(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )

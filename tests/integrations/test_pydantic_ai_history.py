@@ -35,6 +35,7 @@ from pydantic_ai.usage import RequestUsage
 
 import ares_events as ae
 from ares_events.integrations.pydantic_ai import AresMessageStore
+from tests.fixtures.tier import examples
 from tests.integrations.fw_helpers import fw_url
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -138,7 +139,9 @@ def wide_int(value: Any) -> bool:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(turns=st.lists(st.lists(messages, min_size=1, max_size=3), min_size=1, max_size=3))
 def test_a_history_loads_back_as_pydantic_ai_round_trips_it(

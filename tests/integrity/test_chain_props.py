@@ -24,14 +24,17 @@ from ares_events.chain import (
 from ares_events.core.backend import Batch, Head
 from ares_events.core.events import NewEvent, PayloadRef, RecordedEvent, prepare
 from ares_events.integrity.verifier import ChainVerifier
+from tests.fixtures.tier import examples
 from tests.integrity.test_codec import scalars, text, values
 
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # Per-field tests run once per field, so each gets a smaller budget.
-PER_FIELD = settings(SETTINGS, max_examples=100)
+PER_FIELD = settings(SETTINGS, max_examples=examples(100))
 # Whole chains are costlier to generate than single headers.
-CHAINS = settings(SETTINGS, max_examples=150)
+CHAINS = settings(SETTINGS, max_examples=examples(150))
 small_values = st.recursive(
     scalars,
     lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(text, c, max_size=3)),

@@ -27,9 +27,12 @@ from ares_events.chain import (
     payload_digester,
 )
 from ares_events.errors import InvalidEvent
+from tests.fixtures.tier import examples
 from tests.integrity.test_vectors import ref_canonical
 
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 

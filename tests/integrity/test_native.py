@@ -48,9 +48,12 @@ from ares_events.core.events import (
     uuid7_reference,
 )
 from ares_events.integrity import verifier
+from tests.fixtures.tier import examples
 from tests.integrity.test_codec import scalars, text
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 small_values = st.recursive(
     scalars,
     lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(text, c, max_size=3)),
@@ -393,7 +396,7 @@ def _findings(page: Page, events: list[RecordedEvent], use_native: bool) -> Any:
         verifier._native = saved
 
 
-@settings(SETTINGS, max_examples=100)
+@settings(SETTINGS, max_examples=examples(100))
 @given(
     page=pages().filter(lambda p: len(p.events) > 0),
     tampers=st.lists(st.sampled_from(sorted(TAMPERS)), min_size=1, max_size=3),

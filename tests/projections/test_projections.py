@@ -25,6 +25,7 @@ from ares_events.projections import (
     fold,
 )
 from ares_events.projections.tables import encode_state
+from tests.fixtures.tier import examples
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 ZERO = b"\x00" * 32
@@ -361,7 +362,9 @@ def _projections() -> list[Projection]:
     ]
 
 
-HYP = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HYP = settings(
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @HYP

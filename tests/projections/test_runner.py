@@ -211,6 +211,7 @@ def test_version_bump_triggers_rebuild(store: ae.EventStore) -> None:
         assert read_model(store, v2, sid)["seen"] == 20
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 def test_exactly_once_across_sigkill(tmp_path: Path) -> None:
     """SIGKILL mid-batch, several times: every stream's count equals its event count."""
     url = f"sqlite:///{tmp_path / 'crash.db'}"

@@ -17,6 +17,7 @@ from ares_events.projections.merkle import MerkleLog
 from ares_events.records import export_record, verify_record
 from ares_events.records.export import _sign
 from ares_events.records.verify import load_record
+from tests.fixtures.tier import examples
 from tests.records.helpers import LOG, OTHER, small_run
 
 VK = [LOG.verifier.text]
@@ -37,7 +38,9 @@ def _exports() -> dict[str, bytes]:
 
 
 EXPORTS = _exports()
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _resign(data: bytes, change: Any) -> bytes:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
+from tests.fixtures.tier import examples
 
 _texts = st.lists(
     st.one_of(
@@ -29,7 +30,7 @@ def conn(postgres_db_url: str) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(items=_texts)
 def test_text_arrays_arrive_as_sent(conn: psycopg.Connection[Any], items: list[str | None]) -> None:
     row = conn.execute(
@@ -38,7 +39,7 @@ def test_text_arrays_arrive_as_sent(conn: psycopg.Connection[Any], items: list[s
     assert row is not None and row[0] == items and row[1] is True
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(items=_bytes)
 def test_bytea_arrays_arrive_as_sent(
     conn: psycopg.Connection[Any], items: list[bytes | None]

@@ -214,6 +214,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 def test_processes_racing_the_fast_statement_and_the_locked_path_never_fork(
     postgres_url: str, tmp_path: Path
 ) -> None:

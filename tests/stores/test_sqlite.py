@@ -203,6 +203,7 @@ def _check_clean(url: str, expected: dict[str, int]) -> None:
             assert [e.version for e in s.read(sid)] == list(range(1, n + 1))
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 def test_processes_appending_to_one_stream(db: Path, tmp_path: Path) -> None:
     """4 processes x 200 appends to one stream, retrying on ConcurrencyError: versions
     1..800, each event once, positions gap-free, chain unforked."""
@@ -217,6 +218,7 @@ def test_processes_appending_to_one_stream(db: Path, tmp_path: Path) -> None:
     assert got == [(p, k) for p in range(4) for k in range(200)]
 
 
+@pytest.mark.slow  # a kill or race in child processes: the whole suite, not the quick tier
 def test_processes_appending_to_different_streams(db: Path, tmp_path: Path) -> None:
     """4 processes x 200 appends, one stream each, all at once: nothing lost, every chain
     and the global positions clean, each stream in its process's order."""
