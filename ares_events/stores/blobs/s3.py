@@ -1,27 +1,10 @@
-"""Blobs in S3-compatible object storage, through boto3.
+"""Blobs in S3-compatible object storage, through boto3 (``s3://bucket/prefix?...``; the
+parameters are in docs/blobs.md).
 
-URL: ``s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000&region=us-east-1``
-
-Query parameters (all optional):
-
-``endpoint_url``
-    an S3-compatible server (MinIO, Ceph, moto, ...); AWS when absent.
-``region``
-    the region name; boto3's chain (``AWS_DEFAULT_REGION``, config file) when absent.
-``addressing_style``
-    ``path`` (default with ``endpoint_url``), ``virtual`` or ``auto``.
-``max_attempts``
-    total attempts per request, retries included (default 3, boto3's "standard" mode).
-``connect_timeout`` / ``read_timeout``
-    seconds (defaults 5 and 60).
-
-Credentials come only from boto3's normal chain (environment, shared config and
-credentials files, container or instance roles). A URL with a user or password is
-refused, so no secret can end up in a URL that gets logged.
-
-Objects are stored as ``<prefix>/<64 hex blake3>``. Uploads and large downloads go
-through boto3's transfer manager (multipart, several threads); streaming reads
-(:meth:`verify`, :meth:`open`) use one ``GetObject`` body read in chunks.
+Credentials come only from boto3's normal chain: a URL with a user or password is refused,
+so no secret can end up in a URL that gets logged. Objects are ``<prefix>/<64 hex blake3>``;
+uploads and large downloads go through boto3's transfer manager (multipart, threads),
+streaming reads use one ``GetObject`` body read in chunks.
 """
 
 from __future__ import annotations
