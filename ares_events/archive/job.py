@@ -1,27 +1,12 @@
 """The archive run: seal old events into immutable segments on a blob store, verify them,
 record them, and only then remove their rows from the database.
 
-``archive(store, to=URL, before=POSITION | timedelta | datetime)`` (CLI
-``ares-events archive --to URL --before POSITION|AGE``) goes segment by segment, in
-global order, each in this order (each step survives a ``kill -9`` before the next):
-
-1. **read and check**: the next events after the archive's last position, each stream's
-   run checked by the verifier's page checks (a range whose chain does not verify is
-   refused, nothing is written) and each event's chain hash found as its leaf in the
-   Merkle log; each stream's last event stays in the database (so tail reads and
-   appends never need the archive);
-2. **write** the segment and its manifest (tree size and root at its end, the RFC 9162
-   root of its own leaves, a signed checkpoint with ``key=``) to the archive;
-3. **verify**: read both back, digest-check every block, decode every row and compare
-   it with what was read from the database, recompute the segment's root;
-4. **record** it in the segment index (a compare-and-set of ``archive/catalog``; another run
-   at the same time loses and stops) and then its end in ``archive/through``;
-5. **delete** its rows, checked row by row in one transaction (a row changed since step
-   1, e.g. erased, refuses the delete: the segment is sealed again from the rows).
-
-A crash before 4 leaves unreferenced objects in the archive (harmless: content-addressed,
-written again the same by the next run); after 4, readers already use the segment and
-the next run finishes the delete. Nothing is lost and nothing is served twice.
+``archive(store, to=URL, before=...)`` (CLI ``ares-events archive``) goes segment by segment
+in global order: read and check (chains, Merkle leaves; each stream's last event stays),
+write, read back and verify, record in the segment index (a compare-and-set: another run at
+the same time loses), then delete the rows, checked row by row. Each step survives a
+``kill -9`` before the next; docs/archive.md gives what a crash leaves and how the next run
+finishes it.
 
 It may import the core, stores, integrity and the projections below it.
 """
