@@ -1,32 +1,11 @@
 """The snapshot store conformance suite: :class:`SnapshotContract`.
 
-Every snapshot store (``store.snapshots``) passes the same tests. Subclass
-:class:`SnapshotContract` in a module pytest collects, with the same two fixtures the store
-contract uses::
-
-    import ares_events as ae
-    from ares_events.testing.snapshots import SnapshotContract
-
-    @pytest.fixture
-    def store_url(tmp_path) -> str:          # a fresh, empty store's URL
-        return f"mystore://{tmp_path}/db"
-
-    @pytest.fixture
-    def store(store_url) -> Iterator[ae.EventStore]:   # that store, opened
-        with ae.open_store(store_url) as s:
-            yield s
-
-    class TestMySnapshots(SnapshotContract):
-        pass
-
-``store`` and ``store_url`` must name the same store. The reopen test skips when the store
-does not declare ``Capability.PERSISTENT``; every other test always runs.
-
-These tests use only the public API. Tampering with stored rows (an edited state, a
-truncated stream) is backend-specific and belongs in the backend's own tests.
-
-The class name deliberately does not start with ``Test``, so pytest does not collect it
-where it is defined.
+Every snapshot store (``store.snapshots``) passes the same tests. Subclass it in a module
+pytest collects, with the ``store`` and ``store_url`` fixtures of the store contract
+(:mod:`ares_events.testing.contract` shows them). The reopen test skips when the store does
+not declare ``Capability.PERSISTENT``; every other test always runs. The tests use only the
+public API: tampering with stored rows is backend-specific and belongs in the backend's
+own tests. The name does not start with ``Test``, so pytest does not collect it here.
 """
 
 from __future__ import annotations
