@@ -2,15 +2,11 @@
 connections, the append protocol, reads, metadata, erasure, wake-ups and close of the
 PostgreSQL backend, written once for both faces.
 
-The guarantees and their cost (per-stream locking, positions in transaction-id order,
-read visibility, wake-ups, URL parameters) are described in the package docstring,
-:mod:`ares_events.stores.postgres`. Every statement is a named field of
-:class:`~.sql.Statements` (``self.sql.append_next_one``), next to its comment in
-:mod:`.sql`.
-
-Opening: the blocking recorder checks and migrates the schema in its constructor, on
-its own connection; the asyncio one in :meth:`AsyncPostgresRecorder.open`, on one
-blocking connection in a worker thread (the migration code exists once).
+The guarantees and their cost are in docs/architecture.md ("PostgreSQL"). Every statement
+is a named field of :class:`~.sql.Statements` (``self.sql.append_next_one``), next to its
+comment in :mod:`.sql`. The blocking recorder prepares the schema in its constructor; the
+asyncio one in :meth:`AsyncPostgresRecorder.open`, on a blocking connection in a worker
+thread (the migration code exists once).
 
 It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the other
 modules of this package.
@@ -177,7 +173,7 @@ def _prepare_on(
 
 
 class AsyncPostgresRecorder:
-    """PostgreSQL backend (see the package docstring for the guarantees and their cost).
+    """PostgreSQL backend (docs/architecture.md gives the guarantees and their cost).
 
     Args:
         source: a pool of autocommit connections (``kwargs={"autocommit": True}``; the
@@ -548,9 +544,8 @@ class AsyncPostgresRecorder:
             )
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
-        """Append in one transaction, serialized per stream only (see the package
-        docstring): one statement when the head can be predicted, else two round trips
-        under the stream's lock.
+        """Append in one transaction, serialized per stream only: one statement when the
+        head can be predicted, else two round trips under the stream's lock.
 
         Raises:
             InvalidEvent: more than 65,535 events in one batch.
@@ -693,7 +688,7 @@ class AsyncPostgresRecorder:
     async def _append_locked(
         self, conn: Any, batch: Batch, expected_version: ExpectedVersion
     ) -> AppendOutcome:
-        """Two round trips under the stream's advisory lock (package docstring)."""
+        """Two round trips under the stream's advisory lock (docs/architecture.md)."""
         stream_id = batch.stream_id
         ids = batch.event_ids
         q = self.sql
@@ -880,9 +875,9 @@ class AsyncPostgresRecorder:
     async def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> AsyncIterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound (package
-        docstring); only the streams under ``stream_prefix`` when given (a range on
-        ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
+        """Keyset-paged read in global order, only below the visibility bound; only the
+        streams under ``stream_prefix`` when given (a range on ``stream_id`` in byte order,
+        :func:`~ares_events.core.events.prefix_range`)."""
         bounds: tuple[str, ...] = ()
         clock = self.clock
         query = clock.all
