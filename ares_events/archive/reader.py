@@ -101,8 +101,6 @@ class ArchiveRecorder:
         """The backend's location, redacted."""
         return str(self.inner.describe())
 
-    # -- forwarded to the backend -----------------------------------------------------------
-
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
         out: AppendOutcome = self.inner.append(batch, expected_version)
@@ -192,8 +190,6 @@ class ArchiveRecorder:
         out: str | None = self.inner.default_blobs_url()
         return out
 
-    # -- the segment index -----------------------------------------------------------------------
-
     def segment_index(self) -> SegmentIndex | None:
         """The segment index as the database records it now (None: nothing was ever archived).
 
@@ -235,8 +231,6 @@ class ArchiveRecorder:
                 f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
             )  # fmt: skip
         return through, ix
-
-    # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -513,8 +507,6 @@ class ArchiveRecorder:
                 close_iter(it)
             if not jumped:
                 return
-
-    # -- erasure -----------------------------------------------------------------------------
 
     def erase(
         self,

@@ -114,8 +114,6 @@ class AsyncArchiveRecorder:
         """The backend's location, redacted."""
         return str(self.inner.describe())
 
-    # -- forwarded to the backend -----------------------------------------------------------
-
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
         out: AppendOutcome = await self.inner.append(batch, expected_version)
@@ -207,8 +205,6 @@ class AsyncArchiveRecorder:
         out: str | None = self.inner.default_blobs_url()
         return out
 
-    # -- the segment index -----------------------------------------------------------------------
-
     async def segment_index(self) -> SegmentIndex | None:
         """The segment index as the database records it now (None: nothing was ever archived).
 
@@ -250,8 +246,6 @@ class AsyncArchiveRecorder:
                 f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
             )  # fmt: skip
         return through, ix
-
-    # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -541,8 +535,6 @@ class AsyncArchiveRecorder:
                 await aclose_iter(it)
             if not jumped:
                 return
-
-    # -- erasure -----------------------------------------------------------------------------
 
     async def erase(
         self,

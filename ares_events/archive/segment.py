@@ -372,9 +372,6 @@ class SegmentIndex:
             ) from exc
 
 
-# -- rows ---------------------------------------------------------------------------------
-
-
 def row_of(e: RecordedEvent) -> list[Any]:
     """The segment row of an event (its stored columns, nothing decoded)."""
     # Tuple items, not properties: this runs for every archived event.

@@ -109,8 +109,6 @@ class ArchiveSource:
         self.fetches = 0
         """Blocks fetched from the archive (for tests and the benchmark)."""
 
-    # -- objects ---------------------------------------------------------------
-
     def blobs(self, ix: SegmentIndex) -> Any:
         """The archive's blob store (opened once, without creating anything)."""
         with self._lock:
@@ -280,8 +278,6 @@ class ArchiveSource:
             if self._blobs is not None:
                 self._blobs.close()
                 self._blobs = None
-
-    # -- what the reads need ---------------------------------------------------------------
 
     def events_after(
         self, ix: SegmentIndex, position: int, prefix: str | None

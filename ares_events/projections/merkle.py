@@ -209,8 +209,6 @@ class MerkleLog:
         self.tables = tables_for(store)
         self.checkpoints: CheckpointStore = self.tables.checkpoints
 
-    # -- maintenance ---------------------------------------------------------------------
-
     def runner(self) -> ProjectionRunner:
         """A catch-up runner of the tree alone (run it beside your other projections, or
         as its own ``run_forever`` loop, to keep the tree current)."""
@@ -235,8 +233,6 @@ class MerkleLog:
             done += n
             if progress is not None:
                 progress(done)
-
-    # -- reading -------------------------------------------------------------------------
 
     def _table(self) -> str | None:
         meta = self.tables.meta(MERKLE_PROJECTION)
@@ -351,8 +347,6 @@ class MerkleLog:
                 f"no consistency proof from size {old_size} to {new_size} (tree: {have})"
             )
         return merkle.consistency_proof(old_size, new_size, tiles.node)
-
-    # -- checkpoints ---------------------------------------------------------------------
 
     def sign(
         self, key: SigningKey, *, size: int | None = None, store: bool = True

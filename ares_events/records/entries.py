@@ -66,9 +66,6 @@ def _args(text: Any) -> Any:
     return text
 
 
-# -- the run journal ------------------------------------------------------------------------
-
-
 def _journal(type_: str, p: Any) -> list[Entry] | None:
     if not isinstance(p, dict):
         return None
@@ -113,9 +110,6 @@ def _journal(type_: str, p: Any) -> list[Entry] | None:
             }
         ]
     return None
-
-
-# -- framework adapters ---------------------------------------------------------------------
 
 
 def _openai_item(it: Any) -> Entry:

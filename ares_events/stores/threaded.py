@@ -117,8 +117,6 @@ class ThreadedRecorder:
             await asyncio.wait({fut})
             raise
 
-    # -- writes ------------------------------------------------------------------------
-
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append on the writer thread."""
         return await self._call(self._writer, self.sync.append, batch, expected_version)
@@ -150,8 +148,6 @@ class ThreadedRecorder:
     async def delete_archived(self, *args: Any) -> int:
         """The backend's ``delete_archived``, on the writer thread."""
         return int(await self._call(self._writer, self.sync.delete_archived, *args))
-
-    # -- reads -------------------------------------------------------------------------
 
     async def tracked_position(self, name: str) -> int | None:
         """On a reader thread."""
@@ -255,8 +251,6 @@ class ThreadedRecorder:
     def snapshot_rows(self) -> ThreadedSnapshotRows:
         """The backend's snapshot table, its row operations on these threads."""
         return ThreadedSnapshotRows(self.sync.snapshot_rows(), self)
-
-    # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
         """Close the backend in a thread (operations in flight finish or fail with

@@ -51,8 +51,6 @@ def append_events(store: ae.EventStore, stream_id: str, count: int) -> list[ae.R
 class SnapshotContract:
     """Conformance tests for ``store.snapshots``; needs ``store`` and ``store_url`` fixtures."""
 
-    # -- round trip ------------------------------------------------------------------------
-
     def test_snapshots_property_is_a_snapshot_store(self, store: ae.EventStore) -> None:
         """``store.snapshots`` has the snapshot store's methods and is reused."""
         snaps = store.snapshots
@@ -125,8 +123,6 @@ class SnapshotContract:
         assert "'s'" in text
         assert "at_version=1" in text
 
-    # -- UPSERT and independence -----------------------------------------------------------
-
     def test_save_keeps_only_latest_per_stream_and_projection(self, store: ae.EventStore) -> None:
         """Saving again replaces the previous snapshot of the same (stream, projection)."""
         events = append_events(store, "s", 5)
@@ -169,8 +165,6 @@ class SnapshotContract:
             assert loaded is not None
             assert loaded.state == {"who": f"{sid}/{proj}"}
         assert store.snapshots.load("b", "p2") is None
-
-    # -- delete and list -------------------------------------------------------------------
 
     def test_delete_one_projection(self, store: ae.EventStore) -> None:
         """delete(stream, projection) removes that snapshot only and returns 1, then 0."""
@@ -229,8 +223,6 @@ class SnapshotContract:
     def test_list_of_empty_store_is_empty(self, store: ae.EventStore) -> None:
         """A store without snapshots lists nothing."""
         assert list(store.snapshots.list()) == []
-
-    # -- refusals at save ------------------------------------------------------------------
 
     def test_save_refuses_at_version_beyond_stream(self, store: ae.EventStore) -> None:
         """A snapshot claiming a version the stream has not reached is refused; nothing kept."""
@@ -325,8 +317,6 @@ class SnapshotContract:
         with pytest.raises(InvalidEvent, match="stream_id"):
             list(store.snapshots.list(""))
 
-    # -- verification at load --------------------------------------------------------------
-
     def test_load_rejects_other_projection_version(self, store: ae.EventStore) -> None:
         """A different projection version raises SnapshotMismatch; load_checked says why."""
         append_events(store, "s", 2)
@@ -382,8 +372,6 @@ class SnapshotContract:
             snap = keyed.snapshots.save(make_snapshot(keyed, "k", "p", 1, {"k": 1}, 2))
             assert snap.at_hash == events[1].hash
             assert keyed.snapshots.load("k", "p", 1) == snap
-
-    # -- persistence -----------------------------------------------------------------------
 
     def test_snapshots_survive_reopen(self, store: ae.EventStore, store_url: str) -> None:
         """A snapshot saved and the store closed loads, verified, after reopening."""

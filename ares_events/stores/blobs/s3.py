@@ -185,8 +185,6 @@ class S3BlobStore(BaseBlobStore):
             url=url.redacted(),
         )
 
-    # -- helpers -----------------------------------------------------------------------
-
     def object_key(self, key: str) -> str:
         """The S3 object key of blob ``key``."""
         return self._key_prefix + check_key(key)
@@ -247,8 +245,6 @@ class S3BlobStore(BaseBlobStore):
                     return None
                 raise
         return head
-
-    # -- writes ------------------------------------------------------------------------
 
     def _write(self, key: str, data: bytes) -> None:
         if self._touch_existing(key, len(data)):
@@ -314,8 +310,6 @@ class S3BlobStore(BaseBlobStore):
                         Config=self.transfer_config,
                     )
         return PayloadRef(key, size, digest)
-
-    # -- reads -------------------------------------------------------------------------
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
         with self._errors("GetObject", key, stream_id=stream_id, version=version):

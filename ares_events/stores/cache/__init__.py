@@ -300,8 +300,6 @@ class CachedRecorder(CacheErasure):
             text = text.replace(pw, "***")
         return text
 
-    # -- writes ------------------------------------------------------------------------------
-
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append to the inner store, then (after it committed) update the cached tail and
         publish a wake-up.
@@ -575,7 +573,6 @@ class CachedRecorder(CacheErasure):
         self._ok()
         return pubsub
 
-    # -- forwarded to the system of record, uncached --------------------------------------
     # Each is a method of its own: ``isinstance`` against a runtime-checkable protocol
     # looks methods up on the class (3.12+). A write here leaves cached tails as they are:
     # a read serves a tail only when its stamp equals the inner head.

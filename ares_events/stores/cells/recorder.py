@@ -134,8 +134,6 @@ class CellsRecorder:
         self._description = description
         self._n = len(cells)
 
-    # -- opening ---------------------------------------------------------------------------
-
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> CellsRecorder:
         """Open (creating unless ``create=False``) the cells of a ``citus://`` or
@@ -233,8 +231,6 @@ class CellsRecorder:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._description!r}, cells={self._n})"
 
-    # -- routing ---------------------------------------------------------------------------
-
     def cell_index(self, stream_id: str) -> int:
         """The index of the cell that holds ``stream_id``."""
         return self.cell_map.cell_of(stream_id)
@@ -242,8 +238,6 @@ class CellsRecorder:
     def cell_for(self, stream_id: str) -> PostgresRecorder:
         """The cell that holds ``stream_id``."""
         return self.cells[self.cell_map.cell_of(stream_id)]
-
-    # -- writes ----------------------------------------------------------------------------
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append in the stream's cell (that cell's guarantees).
@@ -315,8 +309,6 @@ class CellsRecorder:
                 )
                 refs += int(rows[0][0]) if rows else 0
         return EraseOutcome(True, refs)
-
-    # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -428,8 +420,6 @@ class CellsRecorder:
         finally:
             # The other waits end at their timeout; nobody waits for them here.
             pool.shutdown(wait=False)
-
-    # -- metadata, snapshots and integrity scans -----------------------------------------
 
     def meta_get(self, key: str) -> str | None:
         """A value of the first cell's metadata (the store's identity lives there)."""

@@ -138,8 +138,6 @@ class AsyncCellsRecorder:
         self._description = description
         self._n = len(cells)
 
-    # -- opening ---------------------------------------------------------------------------
-
     @classmethod
     async def open_url(cls, url: StoreURL, **options: Any) -> AsyncCellsRecorder:
         """Open (creating unless ``create=False``) the cells of a ``citus://`` or
@@ -239,8 +237,6 @@ class AsyncCellsRecorder:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._description!r}, cells={self._n})"
 
-    # -- routing ---------------------------------------------------------------------------
-
     def cell_index(self, stream_id: str) -> int:
         """The index of the cell that holds ``stream_id``."""
         return self.cell_map.cell_of(stream_id)
@@ -248,8 +244,6 @@ class AsyncCellsRecorder:
     def cell_for(self, stream_id: str) -> AsyncPostgresRecorder:
         """The cell that holds ``stream_id``."""
         return self.cells[self.cell_map.cell_of(stream_id)]
-
-    # -- writes ----------------------------------------------------------------------------
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append in the stream's cell (that cell's guarantees).
@@ -321,8 +315,6 @@ class AsyncCellsRecorder:
                 )
                 refs += int(rows[0][0]) if rows else 0
         return EraseOutcome(True, refs)
-
-    # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -454,8 +446,6 @@ class AsyncCellsRecorder:
             finally:
                 # The other waits end at their timeout; nobody waits for them here.
                 pool.shutdown(wait=False)
-
-    # -- metadata, snapshots and integrity scans -----------------------------------------
 
     async def meta_get(self, key: str) -> str | None:
         """A value of the first cell's metadata (the store's identity lives there)."""

@@ -305,8 +305,6 @@ class PostgresRecorder:
             conn.autocommit = True
         return conn
 
-    # -- opening -------------------------------------------------------------------------
-
     @classmethod
     def open(cls, source: Any, **options: Any) -> PostgresRecorder:
         """Use an open pool of the caller's (see the class arguments); the caller keeps
@@ -386,8 +384,6 @@ class PostgresRecorder:
             return f"postgresql://{user}@{host}:{port}/{db}"
         except Exception:  # only a label; the first real call reports errors
             return "postgresql://(caller-provided pool)"
-
-    # -- connections ---------------------------------------------------------------------
 
     def _translate_errors(self, what: str) -> DriverErrors:
         """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
@@ -493,8 +489,6 @@ class PostgresRecorder:
             cur.execute(query, args)
             rows: list[Any] = cur.fetchall()
             return rows
-
-    # -- the append protocol ---------------------------------------------------------------
 
     def _remember(self, stream_id: str, head: Head | None) -> None:
         heads = self._heads
@@ -811,8 +805,6 @@ class PostgresRecorder:
         rows = self._query(f"tracked position of {name!r}", self.sql.tracking, (name,))
         return int(rows[0][0]) if rows else None
 
-    # -- reads -----------------------------------------------------------------------------
-
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
@@ -940,8 +932,6 @@ class PostgresRecorder:
         rows = self._query("reading the schema version", self.sql.schema_version, ())
         return int(rows[0][0]) if rows else 0
 
-    # -- erasure ---------------------------------------------------------------------------
-
     def erase(
         self,
         stream_id: str,
@@ -989,8 +979,6 @@ class PostgresRecorder:
                 raise StoreError(f"{what} in {self.describe()} refused: {problem}")
             conn.execute(self.sql.archived_delete, (wanted,))
         return len(wanted)
-
-    # -- metadata, snapshots and integrity scans -----------------------------------------
 
     def meta_get(self, key: str) -> str | None:
         """A value of the ``ares_meta`` table (the store's identity lives there)."""
@@ -1047,8 +1035,6 @@ class PostgresRecorder:
 
         return PostgresSnapshotRows(self)
 
-    # -- wake-ups --------------------------------------------------------------------------
-
     def _connect_listener(self) -> Any:
         conninfo, kwargs = self._listen_args
         return psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True})
@@ -1073,8 +1059,6 @@ class PostgresRecorder:
                 )
             listener = self._listener
         return wait_for(listener, self.last_position, position, timeout)
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def _interrupt(self) -> None:
         """After close()'s grace: cancel the statements still running and, for a pool this

@@ -317,8 +317,6 @@ class AsyncPostgresRecorder:
             conn.autocommit = True
         return conn
 
-    # -- opening -------------------------------------------------------------------------
-
     @classmethod
     async def open(cls, source: Any, **options: Any) -> AsyncPostgresRecorder:
         """Use an open pool of the caller's (see the class arguments); the caller keeps
@@ -412,8 +410,6 @@ class AsyncPostgresRecorder:
             return f"postgresql://{user}@{host}:{port}/{db}"
         except Exception:  # only a label; the first real call reports errors
             return "postgresql://(caller-provided pool)"
-
-    # -- connections ---------------------------------------------------------------------
 
     def _translate_errors(self, what: str) -> DriverErrors:
         """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
@@ -519,8 +515,6 @@ class AsyncPostgresRecorder:
             await cur.execute(query, args)
             rows: list[Any] = await cur.fetchall()
             return rows
-
-    # -- the append protocol ---------------------------------------------------------------
 
     def _remember(self, stream_id: str, head: Head | None) -> None:
         heads = self._heads
@@ -839,8 +833,6 @@ class AsyncPostgresRecorder:
         rows = await self._query(f"tracked position of {name!r}", self.sql.tracking, (name,))
         return int(rows[0][0]) if rows else None
 
-    # -- reads -----------------------------------------------------------------------------
-
     async def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> AsyncIterator[RecordedEvent]:
@@ -971,8 +963,6 @@ class AsyncPostgresRecorder:
         rows = await self._query("reading the schema version", self.sql.schema_version, ())
         return int(rows[0][0]) if rows else 0
 
-    # -- erasure ---------------------------------------------------------------------------
-
     async def erase(
         self,
         stream_id: str,
@@ -1020,8 +1010,6 @@ class AsyncPostgresRecorder:
                 raise StoreError(f"{what} in {self.describe()} refused: {problem}")
             await conn.execute(self.sql.archived_delete, (wanted,))
         return len(wanted)
-
-    # -- metadata, snapshots and integrity scans -----------------------------------------
 
     async def meta_get(self, key: str) -> str | None:
         """A value of the ``ares_meta`` table (the store's identity lives there)."""
@@ -1118,8 +1106,6 @@ class AsyncPostgresRecorder:
 
         return AsyncPostgresSnapshotRows(self)
 
-    # -- wake-ups --------------------------------------------------------------------------
-
     async def _connect_listener(self) -> Any:
         conninfo, kwargs = self._listen_args
         return await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
@@ -1144,8 +1130,6 @@ class AsyncPostgresRecorder:
                 )
             listener = self._listener
         return await wait_for(listener, self.last_position, position, timeout)
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     async def _interrupt(self) -> None:
         """After close()'s grace: cancel the statements still running and, for a pool this
