@@ -2,22 +2,13 @@
 """:class:`CellsRecorder`: a store of many cells (one face written, the other generated).
 
 Every per-stream operation goes to the one cell that holds the stream's partition
-(:mod:`.layout`) and runs there with that cell's own guarantees (hash chain, optimistic
-concurrency, idempotent appends, snapshots, erasure). What spans cells:
-
-* ``read_all`` / ``positions`` merge the cells' global orders, smallest position first.
-  When the cells share one transaction-id clock (schemas of one database; Citus cells,
-  positioned by the coordinator, :mod:`.citus_clock`), positions are unique and ordered
-  across cells, and the merge stops at the highest position that is final in every
-  cell, so positions stay plain ints with the single-store guarantees. Otherwise (cells
-  on several plain servers) each event carries the cursor of the merge so far (one
-  position per cell, :mod:`.layout`), so a reader resumes exactly after it, never
-  skipping, never repeating;
-* ``heads`` merges by stream id; ``last_position`` is the highest final position (or one
-  cursor of every cell's last); ``wait_for`` wakes when any cell has a later event;
-* ``append_many`` and its tracking record must fall in one cell: anything else would not
-  be atomic and is refused with :class:`~ares_events.errors.CrossCellError`;
-* metadata (the store's identity) lives in the first cell; the cell map in every cell.
+(:mod:`.layout`), with that cell's own guarantees. What spans cells (docs/scaling.md):
+``read_all`` and ``positions`` merge the cells' global orders: on a shared transaction-id
+clock (schemas of one database, or Citus) up to the highest position final in every cell,
+so positions stay plain ints; otherwise each event carries the merge's cursor (one
+position per cell), so a reader resumes exactly after it. ``append_many`` must fall in one
+cell (else :class:`~ares_events.errors.CrossCellError`: it would not be atomic); metadata
+lives in the first cell, the cell map in every cell.
 
 It may import the core, :mod:`ares_events.errors`, the PostgreSQL backend and the
 archive's formats.
@@ -83,12 +74,7 @@ class CellsRecorder:
         description: the store URL, redacted.
         citus: the cells are distributed schemas of a Citus cluster.
         shared_clock: the cells' positions come from one transaction-id space (schemas
-            of one database, or Citus cells positioned by the coordinator): positions
-            are then plain ints, unique and ordered across cells.
-
-    Attributes:
-        cells: the cells' recorders.
-        cell_map: the recorded cell map.
+            of one database, or Citus cells positioned by the coordinator).
     """
 
     scheme: ClassVar[tuple[str, ...]] = ("citus", "pgcells")
