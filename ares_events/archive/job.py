@@ -123,11 +123,7 @@ def parse_before(text: str) -> int | timedelta:
 
 def _archive_reader(store: EventStore) -> ArchiveRecorder:
     """The store's archive reader; plugged in (under any cache) when the store was opened
-    before it had an archive, so the store this run was given reads through it after.
-
-    Raises:
-        ConfigError: the backend cannot archive.
-    """
+    before it had an archive, so the store this run was given reads through it after."""
     rec = system_of_record(store.recorder)
     if isinstance(rec, ArchiveRecorder):
         return rec
@@ -352,11 +348,7 @@ def _collect(
 
 
 def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
-    """Every stream's run in ``events`` verifies from the link before it.
-
-    Raises:
-        ChainIntegrityError: it does not (nothing was written).
-    """
+    """Every stream's run in ``events`` verifies from the link before it."""
     by_stream: dict[str, list[RecordedEvent]] = {}
     for e in events:
         by_stream.setdefault(e.stream_id, []).append(e)
@@ -438,11 +430,7 @@ def _seal(
 
 
 def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> None:
-    """Each event's chain hash is its leaf in the Merkle log, in order.
-
-    Raises:
-        StoreError: an event is not in the tree, or its leaf differs.
-    """
+    """Each event's chain hash is its leaf in the Merkle log, in order."""
     first = mlog.index_of(events[0].position)
     last = mlog.index_of(events[-1].position)
     if first is None or last is None:
@@ -502,11 +490,7 @@ def _reseal(
     events: list[RecordedEvent],
 ) -> tuple[str | None, SegmentIndex, SegmentEntry, list[RecordedEvent]]:  # fmt: skip
     """Carry erasures made in the database after the segment was written into the
-    segment (a rewrite as ``ae.erase`` of an archived event makes).
-
-    Raises:
-        ArchiveError: a row differs in another way than an erasure (tampering?).
-    """
+    segment (a rewrite as ``ae.erase`` of an archived event makes)."""
     from ares_events.archive.erase import erase_archived
 
     db: dict[int, RecordedEvent] = {}

@@ -78,11 +78,7 @@ async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]
 
 def _advanced(pos: int, upto: int, through: int) -> int:
     """``upto``, once it is past ``pos`` (a segment index whose last position is past every
-    segment it lists would otherwise loop forever).
-
-    Raises:
-        ArchiveError: it is not.
-    """
+    segment it lists would otherwise loop forever)."""
     if upto <= pos:
         raise ArchiveError(
             "corrupted", None, INDEX_KEY,
@@ -431,11 +427,7 @@ class AsyncArchiveRecorder:
 
     async def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
         """The segment index again when it changed since ``ix`` was read and ``exc`` says an
-        object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
-
-        Raises:
-            ArchiveError: ``exc``, when the segment index is the same.
-        """
+        object is missing (a concurrent erasure's rewrite); else ``exc`` stands."""
         if exc.kind != "missing":
             raise exc
         fresh = await self.segment_index()

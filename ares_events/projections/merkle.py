@@ -63,11 +63,7 @@ def tile_key(level: int, index: int) -> str:
 
 
 def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
-    """(hashes, positions) of a stored tile.
-
-    Raises:
-        StoreError: the row is not a tile (tampered or foreign).
-    """
+    """(hashes, positions) of a stored tile."""
     try:
         raw = bytearray(base64.b64decode(state["h"]))
         pos = state.get("p")
@@ -590,11 +586,7 @@ def _index_in(tiles: _Tiles, size: int, position: int) -> int | None:
 
 
 def _read_one(store: EventStore, stream_id: str, version: int) -> RecordedEvent:
-    """The event at ``stream_id`` ``version``.
-
-    Raises:
-        EventNotFound: there is none.
-    """
+    """The event at ``stream_id`` ``version``."""
     if type(version) is not int or version < 1:
         raise EventNotFound(stream_id, version, "versions start at 1")
     for e in store.read(stream_id, version, version, 1):

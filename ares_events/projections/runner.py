@@ -186,11 +186,7 @@ def _fill(
     skipped: list[SkippedEvent],
 ) -> tuple[int, int]:
     """Fold read_all from ``after`` into ``table``, moving the registry's ``cursor``
-    ("building" or "none") with every batch. Returns (events applied, last position).
-
-    Raises:
-        StoreError: the cursor moved under us (another rebuild of the same projection).
-    """
+    ("building" or "none") with every batch. Returns (events applied, last position)."""
     total = store.last_position() if until is None else until
     n = 0
     pos = after

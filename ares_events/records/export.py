@@ -83,11 +83,7 @@ def _version() -> str:
 
 def _covering(log: MerkleLog, last_leaf: int, key: SigningKey | None) -> SignedCheckpoint:
     """The first stored checkpoint that covers leaf ``last_leaf`` (signing one with the
-    log's own key when none does).
-
-    Raises:
-        ProofError: none covers it and ``key`` is not the log's key.
-    """
+    log's own key when none does)."""
     for origin, size, _root, note, _at in log.checkpoints.all():
         if size > last_leaf:
             signed = read_checkpoint(note)

@@ -43,11 +43,7 @@ class Redaction:
 
 
 def _compile(expr: str) -> list[_Sel]:
-    """Parse one JSONPath of the supported subset.
-
-    Raises:
-        ConfigError: anything outside it (names the expression).
-    """
+    """Parse one JSONPath of the supported subset."""
     if not isinstance(expr, str) or not expr.startswith("$"):
         raise ConfigError(f"--redact {expr!r}: a JSONPath starts with $")
     sels: list[_Sel] = []

@@ -198,11 +198,7 @@ class S3BlobStore(BaseBlobStore):
         stream_id: str | None = None,
         version: int | None = None,
     ) -> Iterator[None]:
-        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``).
-
-        Raises:
-            StoreClosed: the blob store was closed (its client is gone).
-        """
+        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``)."""
         if self._closed:
             raise StoreClosed(self.url, f"{op} of blob {key}" if key else op)
         try:

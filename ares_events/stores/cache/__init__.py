@@ -108,11 +108,7 @@ class CacheStats:
 
 def _encode(e: RecordedEvent) -> bytes:
     """One cached event: its stored fields as a compact JSON array (version and stream
-    are implied by the field name and the key).
-
-    Raises:
-        UnicodeDecodeError: a stored payload or metadata is not UTF-8 (never cached).
-    """
+    are implied by the field name and the key)."""
     raw = e._payload_bytes
     ref = e.payload_ref
     return orjson.dumps(

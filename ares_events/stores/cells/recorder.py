@@ -569,11 +569,7 @@ def _merge(
 
 
 def _check_requested(cfg: CellsConfig, cell_map: CellMap) -> None:
-    """A URL may repeat the recorded ``partitions``/``cells``, never change them.
-
-    Raises:
-        ConfigError: it asks for other ones.
-    """
+    """A URL may repeat the recorded ``partitions``/``cells``, never change them."""
     if cfg.partitions is not None and cfg.partitions != cell_map.partitions:
         raise ConfigError(
             f"{cfg.where} asks for {cfg.partitions} partitions, but the store was created "

@@ -106,11 +106,7 @@ _FAR: Final = 2**62
 
 
 def _check_batch_size(n: int, stream_id: str | None = None) -> None:
-    """Refuse a batch whose positions would not fit (before any I/O).
-
-    Raises:
-        InvalidEvent: more than :data:`MAX_BATCH` events.
-    """
+    """Refuse a batch whose positions would not fit (before any I/O)."""
     if n > MAX_BATCH:
         raise InvalidEvent(
             "events",
@@ -142,13 +138,7 @@ def _prepare_on_new_connection(
     conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
 ) -> None:
     """In a worker thread, at the asyncio face's open: the existence check and the
-    migrations on one blocking connection (so the migration code exists once).
-
-    Raises:
-        StoreNotFound: ``create=False`` and the schema holds no store.
-        StoreUnavailable: the server cannot be reached.
-        SchemaVersionError: ``migrate=False`` and the schema is not current.
-    """
+    migrations on one blocking connection (so the migration code exists once)."""
     with (
         DriverErrors(
             f"preparing schema {schema!r} of {where}",
