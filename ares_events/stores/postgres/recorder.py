@@ -190,12 +190,6 @@ class PostgresRecorder:
         StoreNotFound: ``create=False`` and the schema holds no ares-events store.
         StoreUnavailable: the server cannot be reached.
         SchemaVersionError: ``migrate=False`` and the schema is not current.
-
-    Attributes:
-        pool: the pool every operation draws from.
-        schema: the schema holding ``ares_events``, ``ares_streams``, ``ares_snapshots``.
-        sql: every statement of this schema, by name.
-        predict_heads: use the one-statement fast path when the head can be predicted.
     """
 
     scheme: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
