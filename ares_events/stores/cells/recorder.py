@@ -20,6 +20,7 @@ import heapq
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares_events.core.backend import (
@@ -515,20 +516,10 @@ class CellsSnapshotRows:
             yield info
 
 
-def _position(e: RecordedEvent) -> int:
-    return e.position
-
-
-def _at(e: RecordedEvent) -> str:
-    return e.at
-
-
-def _first(row: Any) -> Any:
-    return row[0]
-
-
-def _info_key(info: Any) -> Any:
-    return (info.stream_id, info.projection)
+_position = attrgetter("position")
+_at = attrgetter("at")
+_first = itemgetter(0)
+_info_key = attrgetter("stream_id", "projection")
 
 
 def _merge(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares_events.core.backend import (
@@ -542,20 +543,10 @@ class AsyncCellsSnapshotRows:
             yield info
 
 
-def _position(e: RecordedEvent) -> int:
-    return e.position
-
-
-def _at(e: RecordedEvent) -> str:
-    return e.at
-
-
-def _first(row: Any) -> Any:
-    return row[0]
-
-
-def _info_key(info: Any) -> Any:
-    return (info.stream_id, info.projection)
+_position = attrgetter("position")
+_at = attrgetter("at")
+_first = itemgetter(0)
+_info_key = attrgetter("stream_id", "projection")
 
 
 async def _merge(
