@@ -245,17 +245,20 @@ class S3BlobStore(BaseBlobStore):
     def _write(self, key: str, data: bytes) -> None:
         if self._touch_existing(key, len(data)):
             return
+        # BytesIO over the bytes does not copy them.
+        self._upload(key, io.BytesIO(data))
+        logger.debug("uploaded blob %s (%d bytes)", key, len(data))
+
+    def _upload(self, key: str, fileobj: BinaryIO) -> None:
+        """The transfer manager reads one part at a time (multipart above MULTIPART_SIZE)."""
         with self._errors("upload", key):
-            # BytesIO over the bytes does not copy them; the transfer manager reads one
-            # part at a time (multipart above MULTIPART_SIZE).
             self.client.upload_fileobj(
-                io.BytesIO(data),
+                fileobj,
                 self.bucket,
                 self.object_key(key),
                 ExtraArgs={"ContentType": "application/json"},
                 Config=self.transfer_config,
             )
-        logger.debug("uploaded blob %s (%d bytes)", key, len(data))
 
     def _touch_existing(self, key: str, size: int) -> bool:
         """True when the blob exists with the right size; its LastModified is refreshed
@@ -297,14 +300,7 @@ class S3BlobStore(BaseBlobStore):
             key = digest.hex()
             if not self._touch_existing(key, size):
                 spool.seek(0)
-                with self._errors("upload", key):
-                    self.client.upload_fileobj(
-                        spool,
-                        self.bucket,
-                        self.object_key(key),
-                        ExtraArgs={"ContentType": "application/json"},
-                        Config=self.transfer_config,
-                    )
+                self._upload(key, spool)
         return PayloadRef(key, size, digest)
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
