@@ -220,15 +220,7 @@ class MerkleLog:
             StoreUnavailable: the store cannot be reached.
             StoreError: the stored tree is inconsistent (rebuild it).
         """
-        runner = self.runner()
-        done = 0
-        while True:
-            n = runner.run_once()
-            if n == 0:
-                return done
-            done += n
-            if progress is not None:
-                progress(done)
+        return self.runner().run_until_idle(progress=progress)
 
     def _table(self) -> str | None:
         meta = self.tables.meta(MERKLE_PROJECTION)
