@@ -428,37 +428,6 @@ class SnapshotMismatch(AresError):
         super().__init__(f"snapshot of {projection!r} for stream {stream_id!r}: {reason}")
 
 
-for _cls in (
-    AresError,
-    ConfigError,
-    UnknownSchemeError,
-    MissingDependencyError,
-    InvalidEvent,
-    EventNotFound,
-    PayloadErased,
-    ProofError,
-    WitnessRefused,
-    ConcurrencyError,
-    SessionConflict,
-    StoreError,
-    StoreUnavailable,
-    StoreNotFound,
-    StoreClosed,
-    CrossCellError,
-    SchemaVersionError,
-    ChainIntegrityError,
-    ApprovalRefused,
-    ApprovalForged,
-    ApprovalExpired,
-    ApprovalReplayed,
-    ApprovalReused,
-    ApprovalWrongCall,
-    ReplayCapExceeded,
-    BlobError,
-    BlobMissing,
-    BlobCorrupted,
-    ArchiveError,
-    SnapshotMismatch,
-):
-    _cls.__module__ = "ares_events"
-del _cls
+for _name in __all__:  # every public error is documented as ares_events.<Name>
+    globals()[_name].__module__ = "ares_events"
+del _name

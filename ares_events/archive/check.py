@@ -1,10 +1,7 @@
-"""The deep audit's archive pass: every segment the segment index names is fetched again from
-the archive, its manifest and every block checked against the digests the database
-recorded, and its event count compared with the segment index's. A segment that is missing,
-altered or unreadable is a finding (``archive_missing``, ``archive_corrupted``,
-``archive_unreadable``), as is a segment index whose segments overlap (``archive_order``).
-Retired segments (tombstones) are counted, not fetched, and each is checked against its
-``archive.segment.retired`` record in the log (``retention_unrecorded`` otherwise).
+"""The deep audit's archive pass: every segment in the segment index fetched again and
+checked against the digests the database recorded (findings ``archive_missing``,
+``archive_corrupted``, ``archive_unreadable``, ``archive_order``); each tombstone checked
+against its ``archive.segment.retired`` record (``retention_unrecorded``).
 
 It may import the core, the stores (the archive's reader) and this package's findings.
 """

@@ -1,7 +1,6 @@
 """Erasure of an archived event: the segment is rewritten with that one payload replaced by
-its erased reference (every other byte of every row, so every chain hash, Merkle leaf and
-proof, unchanged), written and read back, and only then put in the segment index in place of
-the old one, whose objects are deleted after the segment index swap.
+its erased reference (every other byte unchanged, so every hash and proof holds), read
+back, swapped into the segment index, and only then are the old objects deleted.
 
 Blocking I/O (the asyncio face runs it on a worker thread). It may import the core,
 :mod:`ares_events.errors`, the blob stores and this package.

@@ -1,27 +1,12 @@
 """The archive run: seal old events into immutable segments on a blob store, verify them,
 record them, and only then remove their rows from the database.
 
-``archive(store, to=URL, before=POSITION | timedelta | datetime)`` (CLI
-``ares-events archive --to URL --before POSITION|AGE``) goes segment by segment, in
-global order, each in this order (each step survives a ``kill -9`` before the next):
-
-1. **read and check**: the next events after the archive's last position, each stream's
-   run checked by the verifier's page checks (a range whose chain does not verify is
-   refused, nothing is written) and each event's chain hash found as its leaf in the
-   Merkle log; each stream's last event stays in the database (so tail reads and
-   appends never need the archive);
-2. **write** the segment and its manifest (tree size and root at its end, the RFC 9162
-   root of its own leaves, a signed checkpoint with ``key=``) to the archive;
-3. **verify**: read both back, digest-check every block, decode every row and compare
-   it with what was read from the database, recompute the segment's root;
-4. **record** it in the segment index (a compare-and-set of ``archive/catalog``; another run
-   at the same time loses and stops) and then its end in ``archive/through``;
-5. **delete** its rows, checked row by row in one transaction (a row changed since step
-   1, e.g. erased, refuses the delete: the segment is sealed again from the rows).
-
-A crash before 4 leaves unreferenced objects in the archive (harmless: content-addressed,
-written again the same by the next run); after 4, readers already use the segment and
-the next run finishes the delete. Nothing is lost and nothing is served twice.
+``archive(store, to=URL, before=...)`` (CLI ``ares-events archive``) goes segment by segment
+in global order: read and check (chains, Merkle leaves; each stream's last event stays),
+write, read back and verify, record in the segment index (a compare-and-set: another run at
+the same time loses), then delete the rows, checked row by row. Each step survives a
+``kill -9`` before the next; docs/archive.md gives what a crash leaves and how the next run
+finishes it.
 
 It may import the core, stores, integrity and the projections below it.
 """
@@ -138,11 +123,7 @@ def parse_before(text: str) -> int | timedelta:
 
 def _archive_reader(store: EventStore) -> ArchiveRecorder:
     """The store's archive reader; plugged in (under any cache) when the store was opened
-    before it had an archive, so the store this run was given reads through it after.
-
-    Raises:
-        ConfigError: the backend cannot archive.
-    """
+    before it had an archive, so the store this run was given reads through it after."""
     rec = system_of_record(store.recorder)
     if isinstance(rec, ArchiveRecorder):
         return rec
@@ -367,11 +348,7 @@ def _collect(
 
 
 def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
-    """Every stream's run in ``events`` verifies from the link before it.
-
-    Raises:
-        ChainIntegrityError: it does not (nothing was written).
-    """
+    """Every stream's run in ``events`` verifies from the link before it."""
     by_stream: dict[str, list[RecordedEvent]] = {}
     for e in events:
         by_stream.setdefault(e.stream_id, []).append(e)
@@ -453,11 +430,7 @@ def _seal(
 
 
 def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> None:
-    """Each event's chain hash is its leaf in the Merkle log, in order.
-
-    Raises:
-        StoreError: an event is not in the tree, or its leaf differs.
-    """
+    """Each event's chain hash is its leaf in the Merkle log, in order."""
     first = mlog.index_of(events[0].position)
     last = mlog.index_of(events[-1].position)
     if first is None or last is None:
@@ -517,11 +490,7 @@ def _reseal(
     events: list[RecordedEvent],
 ) -> tuple[str | None, SegmentIndex, SegmentEntry, list[RecordedEvent]]:  # fmt: skip
     """Carry erasures made in the database after the segment was written into the
-    segment (a rewrite as ``ae.erase`` of an archived event makes).
-
-    Raises:
-        ArchiveError: a row differs in another way than an erasure (tampering?).
-    """
+    segment (a rewrite as ``ae.erase`` of an archived event makes)."""
     from ares_events.archive.erase import erase_archived
 
     db: dict[int, RecordedEvent] = {}

@@ -2,29 +2,14 @@
 generated), a recorder over a backend that serves the events an archive run removed
 from the database out of the archive, so every read API returns what it returned before.
 
-Composition (``open_store``): ``EventStore`` > Redis cache (optional) > this > backend,
-only for a store whose identity names an archive (the archive run plugs it into the
-store it was given): a store without one never constructs it. Tail reads and appends
-never touch the archive; ``read_all`` reads one small metadata row per page.
-
-How a read finds archived events without trusting a stale view:
-
-- the archive run records a segment in the segment index (``ares_meta`` row
-  ``archive/catalog``) and then its last position (row ``archive/through``) *before*
-  it deletes the segment's rows; so rows missing from the database are in the segment index
-  by the time anyone can see them missing;
-- a stream read goes to the database first; a version missing there (the first one
-  asked for, or one the next page skips because rows were deleted meanwhile) sends it
-  to the archive for exactly the missing versions, then back to the database. A gap
-  the archive does not fill is returned as stored, so the verifier reports it;
-- ``read_all`` and the audit's position scan read ``archive/through`` around each
-  database page: positions below it come from the archive, one block at a time.
-
-Archived events are checked before use: a manifest against the size and blake3 digest
-the segment index (in the database) records, a block against its manifest's digest
-(:mod:`.source`); verification, replay and recovery then check their chain as for any
-event. A missing or altered object raises :class:`~ares_events.errors.ArchiveError`
-(verification reports it as a finding), never an empty answer.
+``open_store`` composes it only for a store whose identity names an archive. Tail reads
+and appends never touch the archive; ``read_all`` reads one small metadata row per page.
+A read trusts no stale view because the run records a segment (``archive/catalog``, then
+``archive/through``) *before* it deletes its rows: a stream read that finds versions
+missing in the database fetches exactly those from the archive, and ``read_all`` takes
+positions below ``archive/through`` from it (docs/archive.md, "Reading"). A gap the
+archive does not fill is returned as stored, so the verifier reports it; a missing or
+altered object raises :class:`~ares_events.errors.ArchiveError`, never an empty answer.
 
 It may import the core, :mod:`ares_events.errors`, the blob stores and this package.
 """
@@ -93,11 +78,7 @@ async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]
 
 def _advanced(pos: int, upto: int, through: int) -> int:
     """``upto``, once it is past ``pos`` (a segment index whose last position is past every
-    segment it lists would otherwise loop forever).
-
-    Raises:
-        ArchiveError: it is not.
-    """
+    segment it lists would otherwise loop forever)."""
     if upto <= pos:
         raise ArchiveError(
             "corrupted", None, INDEX_KEY,
@@ -128,8 +109,6 @@ class AsyncArchiveRecorder:
     def describe(self) -> str:
         """The backend's location, redacted."""
         return str(self.inner.describe())
-
-    # -- forwarded to the backend -----------------------------------------------------------
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
@@ -222,8 +201,6 @@ class AsyncArchiveRecorder:
         out: str | None = self.inner.default_blobs_url()
         return out
 
-    # -- the segment index -----------------------------------------------------------------------
-
     async def segment_index(self) -> SegmentIndex | None:
         """The segment index as the database records it now (None: nothing was ever archived).
 
@@ -265,8 +242,6 @@ class AsyncArchiveRecorder:
                 f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
             )  # fmt: skip
         return through, ix
-
-    # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -452,11 +427,7 @@ class AsyncArchiveRecorder:
 
     async def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
         """The segment index again when it changed since ``ix`` was read and ``exc`` says an
-        object is missing (a concurrent erasure's rewrite); else ``exc`` stands.
-
-        Raises:
-            ArchiveError: ``exc``, when the segment index is the same.
-        """
+        object is missing (a concurrent erasure's rewrite); else ``exc`` stands."""
         if exc.kind != "missing":
             raise exc
         fresh = await self.segment_index()
@@ -556,8 +527,6 @@ class AsyncArchiveRecorder:
                 await aclose_iter(it)
             if not jumped:
                 return
-
-    # -- erasure -----------------------------------------------------------------------------
 
     async def erase(
         self,

@@ -2,22 +2,11 @@
 verifiable tombstone.
 
 ``retire(store, before=..., reason=..., by=...)`` (CLI ``ares-events archive
---retire-before POSITION|AGE --reason TEXT``) takes the oldest archived segments whose
-events all lie before the horizon, oldest first (a retired range is always a prefix of
-the archive), and for each one, in this order:
-
-1. appends an ``archive.segment.retired`` record to the stream ``ares-events/retention``
-   (its event id derived from the segment, so a rerun appends it once): the segment's
-   range, event count, Merkle tree size and root at its end, its own leaves' root, the
-   digests of its objects, a digest of every stream's last version and hash in it, who
-   and why. The record is in the hash chain and the Merkle log like any event;
-2. replaces the segment's index line by a tombstone holding the same and the streams'
-   last versions and hashes, from which their chains go on verifying;
-3. deletes the segment and manifest objects from the archive.
-
-A crash before 2 leaves the segment in place (the next run finds its record and goes
-on); after 2, the next run deletes objects a crash left. The audit checks every
-tombstone against its record (``retention_unrecorded`` otherwise).
+--retire-before``) takes the oldest archived segments before the horizon (a retired range
+is always a prefix of the archive) and for each: appends an ``archive.segment.retired``
+record (its event id derived from the segment, so a rerun appends it once), replaces the
+segment's index line by a tombstone from which the streams' chains go on verifying, then
+deletes the segment's objects. docs/archive.md ("Retention") gives the crash cases.
 
 It may import the core, stores, integrity and the projections below it.
 """

@@ -1,30 +1,13 @@
-"""The archive's formats, with no I/O: segments, manifests and the segment index.
+"""The archive's formats, with no I/O: segments, manifests and the segment index
+(specified in docs/archive.md, "Format").
 
-A **segment** holds the events of one contiguous range of global positions, exactly as
-the database stored them (every column, so every chain hash, Merkle leaf and proof is
-unchanged). It is a sequence of independently compressed *blocks*::
-
-    segment  = MAGIC block*                      MAGIC = b"ARESSEG1\\n"
-    block    = zlib(orjson([row, row, ...]))      up to BLOCK_EVENTS rows, position order
-    row      = [stream_id, version, position, event_id, type, module,
-                payload (canonical JSON text, or null when spilled or erased),
-                metadata (canonical JSON text), at,
-                prev_hash (hex), hash (hex), payload_ref (its stored JSON text, or null)]
-
-so a reader that needs a few events fetches (and digest-checks) only their blocks. The
-**manifest** (canonical JSON, :class:`Manifest`) names the segment object (key, size,
-blake3), its position range and event count, every block (offset, length, positions,
-blake3), each stream's version range in it, and the Merkle log at its end (tree size,
-root, the RFC 9162 root of the segment's own leaves, a signed checkpoint when a key was
-given). Both objects are content-addressed blobs (key = hex blake3 of the bytes), so an
-object cannot change under its key without the digest check failing.
-
-The **segment index** (:class:`SegmentIndex`) lives in the database (``ares_meta`` row
-``archive/catalog``): where the archive is and, for each segment, its range and the key,
-size and digest of its manifest and segment objects. The database therefore vouches for
-every archived byte. A segment retired past a legal horizon stays in the segment index as a
-*tombstone* (its range, roots and per-stream end hashes, the reason and time), so the
-chain still verifies from the first event after it.
+A **segment** holds the rows of one contiguous range of global positions exactly as the
+database stored them (so every chain hash and Merkle leaf is unchanged), in independently
+compressed blocks, so a reader fetches and checks only the blocks it needs. Its
+**manifest** names the segment object, its blocks and the Merkle log at its end. Both are
+content-addressed blobs. The **segment index** lives in the database (``ares_meta`` row
+``archive/catalog``) with the key, size and digest of each segment's objects, so the
+database vouches for every archived byte; a retired segment stays in it as a tombstone.
 
 It may import the core, :mod:`ares_events.chain` and :mod:`ares_events.errors`.
 """
@@ -387,9 +370,6 @@ class SegmentIndex:
             raise ArchiveError(
                 "unreadable", None, INDEX_KEY, f"the segment index does not parse: {exc}"
             ) from exc
-
-
-# -- rows ---------------------------------------------------------------------------------
 
 
 def row_of(e: RecordedEvent) -> list[Any]:

@@ -2,17 +2,10 @@
 manifests and blocks (fetched from the archive's blob store, checked, cached).
 
 Blocking I/O; the asyncio face calls it on a worker thread. Every object is checked
-before use: a manifest against the size and blake3 digest the segment index records, a block
-against the digest its manifest records. A miss is an :class:`~ares_events.errors.ArchiveError`,
-never an empty answer.
-
-**Cold reads yield to hot ones.** Fetching and decoding a block (nine tenths of what a
-scan of archived events costs) runs on one thread per store at niceness 19 on Linux
-(``ARES_ARCHIVE_READ_NICE``, 0 to run it at the caller's priority), and the next block of
-a scan is fetched while the caller works through the current one. A reader waits for its
-block on that thread: a scan goes as fast as the CPU that tail reads, appends and the
-rest of the machine leave free, and a tail read is not queued behind it (Kafka's remote
-log reader threads and KurrentDB's archive readers make the same split).
+before use; a miss is an :class:`~ares_events.errors.ArchiveError`, never an empty answer.
+Cold reads yield to hot ones: blocks are fetched and decoded on one thread per store at
+niceness 19 on Linux (``ARES_ARCHIVE_READ_NICE``), one block ahead of the caller, so a tail
+read is never queued behind a scan (docs/archive.md).
 
 It may import the core, :mod:`ares_events.errors` and the blob stores.
 """
@@ -115,8 +108,6 @@ class ArchiveSource:
         self._limit = cache_events
         self.fetches = 0
         """Blocks fetched from the archive (for tests and the benchmark)."""
-
-    # -- objects ---------------------------------------------------------------
 
     def blobs(self, ix: SegmentIndex) -> Any:
         """The archive's blob store (opened once, without creating anything)."""
@@ -287,8 +278,6 @@ class ArchiveSource:
             if self._blobs is not None:
                 self._blobs.close()
                 self._blobs = None
-
-    # -- what the reads need ---------------------------------------------------------------
 
     def events_after(
         self, ix: SegmentIndex, position: int, prefix: str | None

@@ -4,8 +4,8 @@ What lives here: :mod:`~ares_events.projections.base` (the ``Projection`` protoc
 ``fold``), :mod:`~ares_events.projections.builtin` (the built-in folds),
 :mod:`~ares_events.projections.runner` and :mod:`~ares_events.projections.tables` (the
 catch-up runner, read-model tables, rebuilds), :mod:`~ares_events.projections.recovery`
-(verified replay of one stream) and :mod:`~ares_events.projections.recovery` (snapshot
-first, then the tail: ``recover``, ``snapshot``, ``Snapshotter``).
+(verified replay, and recovery: snapshot first, then the tail), :mod:`.merkle` (the
+verifiable log) and :mod:`.erasure`.
 
 It may import the core, the stores and integrity (replay checks the chain as it folds);
 never the agent runtime, the CLI or an integration.

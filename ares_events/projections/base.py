@@ -1,18 +1,12 @@
 """The projection protocol and the fold that drives it.
 
 A projection is a named, versioned fold: ``initial()`` gives the starting state and
-``apply(state, event)`` the next one. ``apply`` must be deterministic, depending only on
-the state and the event (never the clock, randomness or I/O). For speed on long streams
-it may update the state it is given in place and return it: the fold owns the state.
-States are JSON values (so snapshots and read-model rows can store them).
-
-Bump ``version`` whenever ``apply`` changes meaning: snapshots and read models built by
-another version are then ignored and rebuilt instead of silently reused.
-
-Erased payloads (:mod:`~ares_events.projections.erasure`): a fold skips an event whose
-payload was erased and lists it in ``skipped`` (reason ``"payload erased"``), unless the
-projection sets ``accepts_erased = True`` to see such events (``event.payload_erased``) and
-fold them without their payload.
+``apply(state, event)`` the next one. ``apply`` must be deterministic (never the clock,
+randomness or I/O); it may update the state in place and return it (the fold owns it).
+States are JSON values, so snapshots and read-model rows can store them. Bump ``version``
+whenever ``apply`` changes meaning: snapshots and read models of another version are then
+rebuilt instead of silently reused. A fold skips an event whose payload was erased (listed
+in ``skipped``) unless the projection sets ``accepts_erased = True``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,16 @@
-"""Erasure: remove an event's payload and keep the log verifiable.
+"""Erasure: remove an event's payload and keep the log verifiable (docs/proofs.md).
 
 The chain commits to a payload's *digest and size*, not its bytes (format v1), so
-:func:`erase` can drop the bytes (inline, or the spilled blob) and keep everything a
-verifier needs: every link hash, Merkle leaf, checkpoint and proof stays valid.
+:func:`erase` can drop the bytes (inline, or the spilled blob) and keep every link hash,
+Merkle leaf, checkpoint and proof valid. In order: the backend replaces the payload with an
+erased reference (and drops an unshared blob, and a cache its copy); snapshots and read
+models that folded the event are dropped or rewound; last, the erasure is recorded in
+:data:`ERASURE_STREAM`, so the log never claims an erasure that did not happen (a rerun
+after a crash finds the payload erased and appends the missing record; ``audit`` reports
+``erasure_unrecorded`` until then).
 
-What :func:`erase` does, in order:
-
-1. the backend replaces the payload with an erased reference (digest and size only) in one
-   transaction (:meth:`~ares_events.core.store.EventStore.erase_payload`; SQLite also
-   zeroes the freed bytes and checkpoints its WAL), and the blob is deleted when no other
-   event's payload lives in it (equal payloads share a blob); a Redis cache drops its copy;
-2. snapshots of the stream taken at or after that version are deleted (they folded it);
-3. read models whose cursor passed the event are emptied and rewound (the runner folds
-   the log again, now without the payload); the Merkle log is left alone (it folds chain
-   hashes only);
-4. the erasure itself is appended, as an event of type ``payload.erased`` in the system
-   stream :data:`ERASURE_STREAM` (who, why, which event, its digest and size).
-
-Step 4 comes last, so the log never claims an erasure that did not happen; if the process
-dies before it, running the erasure again finds the payload erased and appends the missing
-record (and ``audit`` reports ``erasure_unrecorded`` until then).
-
-Reading an erased event: ``event.payload_erased`` is True and ``event.payload`` /
-``payload_bytes`` raise :class:`~ares_events.errors.PayloadErased`. Folds skip such events
-(listed in ``skipped`` with reason ``payload erased``) unless the projection sets
-``accepts_erased = True`` and handles them; built-in folds keep counting versions.
-
-Low-entropy payloads: with only the digest left, a payload such as ``{"ssn": "..."}`` can
-be found by trying every value. :func:`salted` adds a random 128-bit field to a payload
-before it is appended; it is erased with the payload, after which the digest reveals
-nothing. See docs/proofs.md for the guarantee and its limits.
+With only the digest left, a low-entropy payload can be found by trying every value:
+:func:`salted` adds a random 128-bit field, erased with the payload.
 """
 
 from __future__ import annotations

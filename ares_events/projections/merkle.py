@@ -1,34 +1,17 @@
 """The verifiable log: an RFC 9162 Merkle tree over every event, kept by the catch-up
-runner, and the inclusion and consistency proofs made from it.
+runner, and the inclusion and consistency proofs made from it (docs/proofs.md).
 
-Leaves are the events in global position order, index 0 first; a leaf's data is the
-event's 32-byte chain hash (``leaf = SHA-256(0x00 || event.hash)``). The tree is
-:class:`MerkleLogProjection`, a *batch projection* of the
-:class:`~ares_events.projections.runner.ProjectionRunner`: it follows ``read_all`` from its
-cursor, so it never skips a late commit (on PostgreSQL ``read_all`` only returns rows below
-the visibility bound, and every later commit has a higher position), and each batch's
-tiles are written with the cursor in one transaction.
+Leaves are the events' chain hashes in global position order. :class:`MerkleLogProjection`
+is a batch projection of the :class:`~ares_events.projections.runner.ProjectionRunner`: it
+follows ``read_all`` (so it never skips a late commit) and writes each batch's tiles with
+the cursor in one transaction. Its read-model rows are tiles, as transparency logs keep
+them: ``t<L>/<N>`` holds up to 256 hashes at tree height ``8 * L`` (level 0 also the
+leaves' positions), rewritten until full; ``head`` holds the size and last position. A root
+or a proof reads ``O(log n)`` tiles, never the leaves.
 
-Storage: rows of the projection's read-model table (``ares_rm_merkle_log_<generation>``),
-as transparency logs keep *tiles*:
-
-``t<L>/<N>`` (``L`` = 0, 1, 2, ...; ``N`` zero-padded)
-    tile ``N`` of level ``L``: up to 256 consecutive hashes at tree height ``8 * L`` (level
-    0: leaf hashes; level 1: roots of complete 256-leaf subtrees; ...), base64 in ``"h"``;
-    level-0 tiles also list each leaf's position in ``"p"``. A tile is rewritten until it
-    is full, then never changes.
-``head``
-    ``{"size": leaves, "position": last position folded}``.
-
-Any complete subtree of height ``h`` is computed from at most 128 hashes of one tile at
-height ``8 * (h // 8)``, so a root or a proof reads ``O(log n)`` tiles, never the leaves:
-signing a checkpoint after a million events costs the same as after a hundred.
-
-:class:`MerkleLog` is the read side: size, roots, leaf lookups by position, proofs, and
-signed checkpoints, stored by the backend beside the tree (``ares_checkpoints``: one row per
-``(origin, tree_size)``, the first note signed at a size kept). The verifier keys that
-signed them are remembered in the store's metadata (``log_keys``), so an audit can verify a
-witness's checkpoints without being told the key (``--vkey`` is the stronger source).
+:class:`MerkleLog` is the read side: roots, leaf lookups, proofs, and signed checkpoints
+(stored by the backend; the keys that signed them are remembered in the store's metadata,
+``log_keys``, so an audit can verify a witness's checkpoints without being told the key).
 """
 
 from __future__ import annotations
@@ -80,11 +63,7 @@ def tile_key(level: int, index: int) -> str:
 
 
 def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
-    """(hashes, positions) of a stored tile.
-
-    Raises:
-        StoreError: the row is not a tile (tampered or foreign).
-    """
+    """(hashes, positions) of a stored tile."""
     try:
         raw = bytearray(base64.b64decode(state["h"]))
         pos = state.get("p")
@@ -226,8 +205,6 @@ class MerkleLog:
         self.tables = tables_for(store)
         self.checkpoints: CheckpointStore = self.tables.checkpoints
 
-    # -- maintenance ---------------------------------------------------------------------
-
     def runner(self) -> ProjectionRunner:
         """A catch-up runner of the tree alone (run it beside your other projections, or
         as its own ``run_forever`` loop, to keep the tree current)."""
@@ -243,17 +220,7 @@ class MerkleLog:
             StoreUnavailable: the store cannot be reached.
             StoreError: the stored tree is inconsistent (rebuild it).
         """
-        runner = self.runner()
-        done = 0
-        while True:
-            n = runner.run_once()
-            if n == 0:
-                return done
-            done += n
-            if progress is not None:
-                progress(done)
-
-    # -- reading -------------------------------------------------------------------------
+        return self.runner().run_until_idle(progress=progress)
 
     def _table(self) -> str | None:
         meta = self.tables.meta(MERKLE_PROJECTION)
@@ -368,8 +335,6 @@ class MerkleLog:
                 f"no consistency proof from size {old_size} to {new_size} (tree: {have})"
             )
         return merkle.consistency_proof(old_size, new_size, tiles.node)
-
-    # -- checkpoints ---------------------------------------------------------------------
 
     def sign(
         self, key: SigningKey, *, size: int | None = None, store: bool = True
@@ -613,11 +578,7 @@ def _index_in(tiles: _Tiles, size: int, position: int) -> int | None:
 
 
 def _read_one(store: EventStore, stream_id: str, version: int) -> RecordedEvent:
-    """The event at ``stream_id`` ``version``.
-
-    Raises:
-        EventNotFound: there is none.
-    """
+    """The event at ``stream_id`` ``version``."""
     if type(version) is not int or version < 1:
         raise EventNotFound(stream_id, version, "versions start at 1")
     for e in store.read(stream_id, version, version, 1):

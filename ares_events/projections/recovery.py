@@ -3,16 +3,11 @@
 (snapshot first, then the tail), :func:`snapshot` and the snapshot policy
 (:class:`Snapshotter`), one face written, the other generated.
 
-Replay folds a stream through a function while its chain is checked; ``max_replay``
-(default 10,000) bounds the work, and reaching it before the end is never silent: the
-result says ``capped=True``, or in strict mode
-:class:`~ares_events.errors.ReplayCapExceeded` is raised.
-
-Recovery loads the latest snapshot of the projection (ignored, with the reason in the
-report, when its projection version differs, its ``at_hash`` no longer matches the
-stream, its seal fails or its state digest is wrong), then folds the tail after
-``at_version`` while checking the chain from ``at_hash`` and comparing the end with the
-stream head. Cost is O(tail), not O(stream). The replay cap is honoured and never silent.
+``max_replay`` (default 10,000) bounds the work of a replay, and reaching it before the
+end is never silent (``capped=True``, or :class:`~ares_events.errors.ReplayCapExceeded`
+in strict mode). Recovery loads the latest snapshot (ignored, with the reason, when its
+version, ``at_hash``, seal or state digest does not hold), then folds and checks the tail
+after it: O(tail), not O(stream).
 
 It may import the core, the stores, integrity and this package's other modules.
 """

@@ -186,11 +186,7 @@ def _fill(
     skipped: list[SkippedEvent],
 ) -> tuple[int, int]:
     """Fold read_all from ``after`` into ``table``, moving the registry's ``cursor``
-    ("building" or "none") with every batch. Returns (events applied, last position).
-
-    Raises:
-        StoreError: the cursor moved under us (another rebuild of the same projection).
-    """
+    ("building" or "none") with every batch. Returns (events applied, last position)."""
     total = store.last_position() if until is None else until
     n = 0
     pos = after
@@ -435,14 +431,15 @@ class ProjectionRunner:
                 self._changed.notify_all()
         return total
 
-    def run_until_idle(self) -> int:
-        """Apply batches until the log is exhausted; returns events applied."""
+    def run_until_idle(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Apply batches until the log is exhausted; returns events applied (``progress``
+        is called with the running total after each batch)."""
         n = 0
-        while True:
-            k = self.run_once()
-            if k == 0:
-                return n
+        while k := self.run_once():
             n += k
+            if progress is not None:
+                progress(n)
+        return n
 
     def run_forever(self, stop: threading.Event, *, idle_wait: float = 1.0) -> None:
         """Catch up, then wait on the store's wake-ups, until ``stop`` is set."""

@@ -1,15 +1,10 @@
 """The read models of a store, as the catch-up runner uses them.
 
-Per projection there is a registry row (projection version, the active table, its
-cursor, and a table being rebuilt with its own cursor) and one table per generation
-(key, state as canonical JSON, position of the last event applied). Rows and the cursor
-are written in one transaction, so each event is applied exactly once even across
-crashes. A rebuild fills a fresh generation while the live one keeps serving reads, then
-swaps the registry pointer atomically.
-
-The backend owns the tables (:attr:`~ares_events.core.backend.Capability.READ_MODELS`,
-:mod:`ares_events.core.read_models`); this module names them and asks for them, and gives
-reporting tools (the web console) a look that creates nothing on any backend
+Per projection there is a registry row (version, active table and cursor, a table being
+rebuilt and its cursor) and one table per generation; rows and the cursor are written in
+one transaction, so each event is applied exactly once even across crashes. The backend
+owns the tables (:attr:`~ares_events.core.backend.Capability.READ_MODELS`); this module
+names them and gives reporting tools a look that creates nothing
 (:func:`read_models`, :func:`stored_checkpoints`).
 """
 

@@ -2,14 +2,10 @@
 draft-birkholz-verifiable-agent-conversations-00 (message, tool-call, tool-result,
 reasoning and system-event entries).
 
-This view is a rendering for readers of the draft's format: it is signed with the record
-but is not what the chain commits to (the ``ares-events`` evidence is). One event gives
-one entry or, for a batch of conversation items, several; every entry names its event
-(``ares-version``) and the event type (``ares-type``). Journal runs and the session
-streams of the four framework adapters are mapped member by member; any other event is a
-``system-event`` whose ``event-type`` is the event type and whose ``data`` is the payload.
-An erased payload is a ``system-event`` of type ``payload-erased``. Mapping rules, with
-every deviation from the draft: docs/records.md.
+A rendering for readers of the draft's format, signed with the record but not what the
+chain commits to (the ``ares-events`` evidence is). Every entry names its event
+(``ares-version``) and type (``ares-type``); an event the mapping does not know becomes a
+``system-event``. Mapping rules, with every deviation from the draft: docs/records.md.
 """
 
 from __future__ import annotations
@@ -66,9 +62,6 @@ def _args(text: Any) -> Any:
     return text
 
 
-# -- the run journal ------------------------------------------------------------------------
-
-
 def _journal(type_: str, p: Any) -> list[Entry] | None:
     if not isinstance(p, dict):
         return None
@@ -113,9 +106,6 @@ def _journal(type_: str, p: Any) -> list[Entry] | None:
             }
         ]
     return None
-
-
-# -- framework adapters ---------------------------------------------------------------------
 
 
 def _openai_item(it: Any) -> Entry:

@@ -2,16 +2,11 @@
 record that :mod:`ares_events.records.verify` checks offline.
 
 The record is a ``verifiable-agent-record`` of draft-birkholz-verifiable-agent-conversations
-with one extension member, ``ares-events``, holding the evidence: per event its exact
-header and payload text, chain hash, log leaf and RFC 9162 inclusion proof; the signed
-checkpoint the proofs are against (the first stored one that covers the whole stream),
-the newest checkpoint at export time and the consistency proof between them. The CBOR
-form is a COSE_Sign1 (Ed25519) carrying the record; the JSON form is the record with a
-detached COSE_Sign1 over its canonical JSON. Layout and every rule: docs/records.md.
-
-Exporting reads and never changes the events; it brings the Merkle log up to date (a
-projection) and, when no stored checkpoint covers the stream and ``key`` is the log's
-own key, signs and stores one, as ``prove --key`` does.
+with one extension member, ``ares-events``, holding the evidence: per event its header and
+payload text, chain hash, log leaf and inclusion proof, and the checkpoints the proofs and
+the consistency proof are against (layout and rules: docs/records.md). Exporting never
+changes the events; it brings the Merkle log up to date and, when no stored checkpoint
+covers the stream and ``key`` is the log's own, signs and stores one (as ``prove --key``).
 """
 
 from __future__ import annotations
@@ -88,11 +83,7 @@ def _version() -> str:
 
 def _covering(log: MerkleLog, last_leaf: int, key: SigningKey | None) -> SignedCheckpoint:
     """The first stored checkpoint that covers leaf ``last_leaf`` (signing one with the
-    log's own key when none does).
-
-    Raises:
-        ProofError: none covers it and ``key`` is not the log's key.
-    """
+    log's own key when none does)."""
     for origin, size, _root, note, _at in log.checkpoints.all():
         if size > last_leaf:
             signed = read_checkpoint(note)

@@ -1,14 +1,10 @@
 """Redaction that keeps proof: JSONPath selections of event payloads become salted digests.
 
-``--redact JSONPATH`` is evaluated against each event's payload. The supported subset
-of RFC 9535: ``$`` (the payload), ``.name`` and ``['name']`` (a member), ``[n]`` (an
-array element, n >= 0), ``.*`` and ``[*]`` (every member or element), ``..name`` (that
-member at any depth). Each selected value is replaced by
-``{"_ares_redacted": blake3(salt || canonical_json(value)).hex()}`` with a fresh random
-16-byte salt; the value and its salt go to the disclosures, so the value can be shown
-later and checked against the digest (and, once every redaction of an event is shown,
-the whole payload against the digest its header commits to). A selection inside another
-selection is covered by the outer one.
+``--redact JSONPATH`` is evaluated against each event's payload (the RFC 9535 subset ``$``,
+``.name``, ``['name']``, ``[n]``, ``.*``, ``[*]`` and ``..name``). Each selected value
+becomes ``{"_ares_redacted": blake3(salt || canonical_json(value)).hex()}`` with a fresh
+16-byte salt; value and salt go to the disclosures, so the value can be shown later and
+checked against the digest. A selection inside another is covered by the outer one.
 """
 
 from __future__ import annotations
@@ -47,11 +43,7 @@ class Redaction:
 
 
 def _compile(expr: str) -> list[_Sel]:
-    """Parse one JSONPath of the supported subset.
-
-    Raises:
-        ConfigError: anything outside it (names the expression).
-    """
+    """Parse one JSONPath of the supported subset."""
     if not isinstance(expr, str) or not expr.startswith("$"):
         raise ConfigError(f"--redact {expr!r}: a JSONPath starts with $")
     sels: list[_Sel] = []

@@ -1,14 +1,11 @@
 """Read models and signed checkpoints in SQLite or PostgreSQL, next to the events.
 
-Per projection there is a registry row (``ares_projections``: projection version, the
-active table, its cursor, and a table being rebuilt with its own cursor) and one table per
-generation (``ares_rm_<name>_<generation>``: key, state as canonical JSON, position of
-the last event applied). The Merkle log's signed checkpoints live in ``ares_checkpoints``,
-one row per ``(origin, tree_size)``. On PostgreSQL all of them sit in the store's schema.
-
-The backend creates one :class:`SQLReadModels` per recorder and hands it its
-transactions and its :class:`Dialect`. Readers never create: the registry and the
-checkpoint table are created by their first writer, and until then read as empty.
+One registry row per projection (``ares_projections``: version, active table and cursor, a
+table being rebuilt and its cursor), one table per generation (``ares_rm_<name>_<gen>``:
+key, state as canonical JSON, position of the last event applied), and the Merkle log's
+signed checkpoints (``ares_checkpoints``, one row per ``(origin, tree_size)``). The backend
+hands one :class:`SQLReadModels` its transactions and its :class:`Dialect`. Readers never
+create: the tables are created by their first writer, and read as empty until then.
 
 It may import the core.
 """

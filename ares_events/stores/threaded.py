@@ -1,32 +1,18 @@
 """A blocking backend as an asyncio one: :class:`ThreadedRecorder`.
 
-``ae.open_async_store`` uses it for every backend without a native asyncio face: SQLite,
-any store behind the Redis cache (redis-py is blocking), and third-party recorders. The
-blocking :class:`~ares_events.core.recorder.Recorder` runs in small dedicated thread
-pools, so the event loop never waits for a file, a lock or a socket:
+``ae.open_async_store`` uses it for every backend without a native asyncio face (SQLite,
+any store behind the Redis cache, third-party recorders). The blocking recorder runs in
+small dedicated thread pools, so the event loop never waits for a file, a lock or a socket
+(docs/guide-async.md): **one writer thread**, because SQLite has one write lock per file
+and writes of one process queue best on one thread with a warm connection; **a few reader
+threads** (WAL lets them read beside the writer), a read pulling ``chunk`` events per trip
+so it stays lazy; **waits** in slices of at most :data:`WAIT_SLICE` seconds, so a
+cancelled waiter frees its thread quickly.
 
-- **one writer thread** for appends and metadata writes. SQLite has one write lock per
-  database: several threads of one process writing at once would only take turns on it
-  (each retrying ``SQLITE_BUSY`` with backoff), so queueing the writes of a process on one
-  thread is the fastest order, and it keeps the writer's connection (and its prepared
-  statements) warm. Several processes still write to the same file as before.
-- **a few reader threads** (``readers``, default 4) for reads, each with its own
-  connection (SQLite's WAL lets readers run beside the writer). A read's async iterator
-  pulls ``chunk`` events per trip to a reader thread, so a long read costs one thread hop
-  per chunk, not per event, and stays lazy (one backend page in memory).
-- **waits** (``wait_for`` of a backend with native wake-ups) run in slices of at most
-  :data:`WAIT_SLICE` seconds on their own threads, so a cancelled waiter frees its thread
-  quickly; a backend without wake-ups is polled by the store, on the loop.
-
-A cancelled write (append, metadata, snapshot) settles before its task sees
-``CancelledError``: it committed or it did not, and nothing of it happens later. A
-cancelled read or wait returns at once (its thread finishes the page on its own).
-
-Closing runs the backend's ``close()`` in a thread: its operation gate lets operations in
-flight finish (or interrupts them after a short grace) and they fail with
-:class:`~ares_events.errors.StoreClosed`; operations still queued fail with it too. The
-price of the adapter is one thread hop per call (tens of microseconds), against a native
-face.
+A cancelled write settles before its task sees ``CancelledError`` (it committed or it did
+not, and nothing of it happens later); a cancelled read or wait returns at once. Closing
+runs the backend's ``close()`` in a thread; operations in flight or queued fail with
+:class:`~ares_events.errors.StoreClosed`.
 
 It may import the core and :mod:`ares_events.errors`.
 """
@@ -131,8 +117,6 @@ class ThreadedRecorder:
             await asyncio.wait({fut})
             raise
 
-    # -- writes ------------------------------------------------------------------------
-
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append on the writer thread."""
         return await self._call(self._writer, self.sync.append, batch, expected_version)
@@ -164,8 +148,6 @@ class ThreadedRecorder:
     async def delete_archived(self, *args: Any) -> int:
         """The backend's ``delete_archived``, on the writer thread."""
         return int(await self._call(self._writer, self.sync.delete_archived, *args))
-
-    # -- reads -------------------------------------------------------------------------
 
     async def tracked_position(self, name: str) -> int | None:
         """On a reader thread."""
@@ -269,8 +251,6 @@ class ThreadedRecorder:
     def snapshot_rows(self) -> ThreadedSnapshotRows:
         """The backend's snapshot table, its row operations on these threads."""
         return ThreadedSnapshotRows(self.sync.snapshot_rows(), self)
-
-    # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
         """Close the backend in a thread (operations in flight finish or fail with

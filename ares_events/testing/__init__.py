@@ -1,21 +1,12 @@
 """Public helpers for users and plugin authors: the store conformance suite.
 
-``StoreContract`` (the suite every store passes) and ``SnapshotContract`` (the suite every
-snapshot store passes) need pytest; they are imported on first access, so importing
-:mod:`ares_events.testing` itself never needs pytest.
+``StoreContract`` and ``SnapshotContract`` need pytest and are imported on first access, so
+importing :mod:`ares_events.testing` itself never needs pytest. To run them on a store's
+asyncio face, give them :func:`ares_events.testing.blocking.open_blocking` as the ``store``
+fixture.
 
 It is the top layer: it may import anything in the package (and pytest, on first access
 to a suite).
-
-Example::
-
-    from ares_events.testing import StoreContract
-
-    class TestMyStore(StoreContract):  # with `store` and `store_url` fixtures
-        pass
-
-To run the same suites on a store's asyncio face, give them the blocking face of
-:mod:`ares_events.testing.blocking` (``open_blocking(url)``) as their ``store`` fixture.
 """
 
 from __future__ import annotations

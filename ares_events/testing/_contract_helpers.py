@@ -89,9 +89,6 @@ def _require(store: ae.EventStore, cap: Capability) -> None:
         pytest.skip(f"store does not declare Capability.{cap.name}")
 
 
-# -- real processes ---------------------------------------------------------------------
-
-
 def _appender_main(argv: Sequence[str]) -> None:
     """Child process body of :func:`run_concurrent_appenders` (internal)."""
     url, stream, proc_s, n_s, pause_s, go = argv

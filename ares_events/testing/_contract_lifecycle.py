@@ -43,8 +43,6 @@ def _another(store: ae.EventStore, recorder: object, **kwargs: object) -> ae.Eve
 class LifecycleContract:
     """Identity and close: every store behaves the same."""
 
-    # -- capabilities ---------------------------------------------------------------------
-
     def test_declared_capabilities_are_implemented(self, store: ae.EventStore) -> None:
         """Each capability the backend declares is backed by its protocol's methods
         (checked when the store opens, and here against the recorder itself)."""
@@ -58,8 +56,6 @@ class LifecycleContract:
             if proto is not None:
                 assert isinstance(target, proto), (cap, proto.__name__)
         assert face.check_capabilities(target, store.url) == store.capabilities
-
-    # -- identity -------------------------------------------------------------------------
 
     def test_identity_is_recorded_at_the_first_write_not_by_readers(
         self, store: ae.EventStore
@@ -142,8 +138,6 @@ class LifecycleContract:
             assert ae.integrity.verify_stream(keyed, "s").ok
             assert keyed.stream_version("s") == 2
             assert keyed.identity is not None and keyed.identity.key_id == _fp(KEY_A)
-
-    # -- close ----------------------------------------------------------------------------
 
     def test_every_call_after_close_raises_store_closed(self, store: ae.EventStore) -> None:
         """After close() every call raises StoreClosed (an AresError), close is idempotent,

@@ -35,8 +35,6 @@ from ares_events.testing._contract_helpers import (
 class ReadContract:
     """Reads: what every store must give back, and when."""
 
-    # -- read_all -----------------------------------------------------------------------
-
     def test_read_all_global_order(self, store: ae.EventStore) -> None:
         """read_all returns every stream's events interleaved in append order."""
         order = []
@@ -134,8 +132,6 @@ class ReadContract:
         assert list(store.streams()) == []
         assert store.last_position() == 0
 
-    # -- read ---------------------------------------------------------------------------
-
     def test_read_version_range_and_limit(self, store: ae.EventStore) -> None:
         """read honours from_version, to_version (inclusive) and limit together."""
         store.append("s", _evs(10))
@@ -231,8 +227,6 @@ class ReadContract:
         assert [e.version for e in iters[0]] in ([1, 2, 3], [1, 2, 3, 4])
         assert [e.version for e in store.read("s")] == [1, 2, 3, 4]
 
-    # -- stream_version, streams, emit --------------------------------------------------
-
     def test_stream_version(self, store: ae.EventStore) -> None:
         """stream_version is 0 for a missing stream and the last version otherwise."""
         assert store.stream_version("s") == 0
@@ -272,8 +266,6 @@ class ReadContract:
                 ae.emit(store, "agent", "agent.started", module, {})  # type: ignore[arg-type]
             assert ei.value.field == "module"
         assert store_state(store) == ([], [])
-
-    # -- RecordedEvent ------------------------------------------------------------------
 
     def test_recorded_event_fields(self, store: ae.EventStore) -> None:
         """Every RecordedEvent field round-trips what was appended."""
@@ -369,8 +361,6 @@ class ReadContract:
             assert again.payload == {"x": [1]}
             assert again.metadata == {"k": "v"}
 
-    # -- chain --------------------------------------------------------------------------
-
     def test_chain_links(self, store: ae.EventStore) -> None:
         """Event 1 links to genesis, each later event to its predecessor's hash, and each
         hash is blake3(prev_hash + header)."""
@@ -403,8 +393,6 @@ class ReadContract:
         audit = ae.integrity.audit(store)
         assert audit.ok
         assert audit.events_checked == 5
-
-    # -- unicode and names --------------------------------------------------------------
 
     def test_unicode_round_trip(self, store: ae.EventStore) -> None:
         """Non-ASCII stream ids, types, modules, payloads and metadata round-trip."""
@@ -479,8 +467,6 @@ class ReadContract:
         assert math.copysign(1.0, got["neg0"]) == -1.0
         assert ae.integrity.verify_stream(store, "s").ok
 
-    # -- wait_for -----------------------------------------------------------------------
-
     def test_wait_for_returns_true_when_event_exists(self, store: ae.EventStore) -> None:
         """wait_for returns True at once when an event after the position exists."""
         res = store.append("s", _evs(2))
@@ -520,8 +506,6 @@ class ReadContract:
         store.append("s", [_ev()])
         assert waiter(0, 0.01) is True
 
-    # -- persistence --------------------------------------------------------------------
-
     def test_data_survives_reopen(self, store: ae.EventStore, store_url: str) -> None:
         """Under PERSISTENT, events, heads and fields survive close and reopen, and the
         chain continues."""
@@ -557,14 +541,10 @@ class ReadContract:
             store.append("s", [_ev()], expected_version=1)
         assert ae.integrity.verify_stream(store, "s").ok
 
-    # -- snapshots ----------------------------------------------------------------------
-
     def test_snapshot_store_present(self, store: ae.EventStore) -> None:
         """Under SNAPSHOTS, store.snapshots exists and load() of an unknown one is None."""
         _require(store, Capability.SNAPSHOTS)
         assert store.snapshots.load("no-such-stream", "no_such_projection") is None
-
-    # -- misc ---------------------------------------------------------------------------
 
     def test_repr_and_url_are_safe(self, store: ae.EventStore) -> None:
         """repr(store) and store.url are strings naming the store without a password."""

@@ -34,8 +34,6 @@ from ares_events.testing._contract_helpers import (
 class WriteContract:
     """Appends: what every store must accept, refuse and keep atomic."""
 
-    # -- versions and positions ---------------------------------------------------------
-
     def test_versions_start_at_one_without_gaps(self, store: ae.EventStore) -> None:
         """Versions in a stream are 1..N with no gaps, across single and batch appends."""
         store.append("s", [_ev(0)])
@@ -85,8 +83,6 @@ class WriteContract:
         assert [e.position for e in store.read_all()] == list(range(1, 7))
         assert store.last_position() == 6
 
-    # -- expected_version ---------------------------------------------------------------
-
     def test_expected_version_accepted_forms(self, store: ae.EventStore) -> None:
         """Every expected_version form appends when it matches the stream."""
         assert store.append("s", [_ev()], expected_version=ae.NO_STREAM).version == 1
@@ -129,8 +125,6 @@ class WriteContract:
             assert ei.value.field == "expected_version"
         assert store_state(store) == before
 
-    # -- atomic batches -----------------------------------------------------------------
-
     def test_batch_with_one_invalid_event_writes_nothing(self, store: ae.EventStore) -> None:
         """A batch whose last event is invalid is refused whole, naming the event index."""
         store.append("s", [_ev()])
@@ -169,8 +163,6 @@ class WriteContract:
     def test_single_event_may_be_passed_bare(self, store: ae.EventStore) -> None:
         """append accepts a lone NewEvent as a one-event batch."""
         assert store.append("s", _ev()).version == 1  # type: ignore[arg-type]
-
-    # -- idempotency --------------------------------------------------------------------
 
     def test_reappend_same_events_is_idempotent(self, store: ae.EventStore) -> None:
         """Re-appending a stored batch returns the original result with duplicate=True
@@ -244,8 +236,6 @@ class WriteContract:
             assert ei.value.field == "event_id"
         assert store_state(store) == ([], [])
 
-    # -- bad input ----------------------------------------------------------------------
-
     @pytest.mark.parametrize(
         ("make", "field"),
         [
@@ -308,8 +298,6 @@ class WriteContract:
             assert ei.value.field == "stream_id"
             assert "stream_id" in str(ei.value)
         assert store_state(store) == before
-
-    # -- concurrency --------------------------------------------------------------------
 
     def test_threads_racing_for_one_version_have_one_winner(self, store: ae.EventStore) -> None:
         """Threads appending with the same expected_version: exactly one wins each round,

@@ -1,22 +1,17 @@
 """Run the blocking conformance suites on an asyncio store: a blocking face over it.
 
-One suite, both faces. :class:`BlockingStore` drives an
-:class:`~ares_events.AsyncEventStore` from ordinary (blocking) code through a private
-event loop running in a daemon thread: every coroutine method becomes a call that waits
-for its result, every async iterator a lazy iterator, and the objects the store hands out
-(its recorder, its snapshot store) get the same treatment. So :class:`StoreContract` and
-:class:`SnapshotContract` run unchanged against the async store, including their tests
-with several threads (each thread's calls become concurrent tasks on the one loop) and
-their close-while-in-flight tests::
-
-    from ares_events.testing.blocking import open_blocking
+:class:`BlockingStore` drives an :class:`~ares_events.AsyncEventStore` from blocking code
+through a private event loop in a daemon thread (coroutines become calls that wait,
+async iterators lazy iterators, and so do the objects the store hands out), so
+:class:`StoreContract` and :class:`SnapshotContract` run unchanged against the async store,
+their threaded and close-while-in-flight tests included::
 
     @pytest.fixture
     def store(store_url):
         with open_blocking(store_url) as s:      # ae.open_async_store underneath
             yield s
 
-This is for tests. In an application, use the async store from async code.
+This is for tests; in an application, use the async store from async code.
 
 It is the top layer: it may import anything in the package.
 """

@@ -18,19 +18,11 @@ collects and provide two fixtures::
     class TestMyStore(StoreContract):
         pass
 
-``store`` and ``store_url`` must name the same store: a test may open ``store_url`` a
-second time to check what another open sees. Tests of optional capabilities
-(:class:`~ares_events.stores.Capability`) skip with a reason when the store does not
-declare the capability; every other test always runs.
-
-The class name deliberately does not start with ``Test``, so pytest does not collect it
-where it is defined. It is assembled from :class:`WriteContract` (``_contract_writes.py``),
-:class:`ReadContract` (``_contract_reads.py``), :class:`LifecycleContract`
-(``_contract_lifecycle.py``: identity and close), :class:`EraseContract`
-(``_contract_erase.py``: ``Capability.ERASE``) and :class:`PagesContract`
-(``_contract_pages.py``: ``streams_page``); the helpers
-live in ``_contract_helpers.py``. These modules may import the public API
-(``ares_events``) and pytest.
+``store`` and ``store_url`` must name the same store (a test may open ``store_url`` again).
+Tests of optional capabilities skip when the store does not declare them. The name does
+not start with ``Test``, so pytest does not collect it here. It is assembled from the
+``_contract_*.py`` modules (writes, reads, lifecycle, erase, pages; helpers), which may
+import the public API and pytest.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """The snapshot store conformance suite: :class:`SnapshotContract`.
 
-Every snapshot store (``store.snapshots``) passes the same tests. Subclass
-:class:`SnapshotContract` in a module pytest collects, with the same two fixtures the store
-contract uses::
-
-    import ares_events as ae
-    from ares_events.testing.snapshots import SnapshotContract
-
-    @pytest.fixture
-    def store_url(tmp_path) -> str:          # a fresh, empty store's URL
-        return f"mystore://{tmp_path}/db"
-
-    @pytest.fixture
-    def store(store_url) -> Iterator[ae.EventStore]:   # that store, opened
-        with ae.open_store(store_url) as s:
-            yield s
-
-    class TestMySnapshots(SnapshotContract):
-        pass
-
-``store`` and ``store_url`` must name the same store. The reopen test skips when the store
-does not declare ``Capability.PERSISTENT``; every other test always runs.
-
-These tests use only the public API. Tampering with stored rows (an edited state, a
-truncated stream) is backend-specific and belongs in the backend's own tests.
-
-The class name deliberately does not start with ``Test``, so pytest does not collect it
-where it is defined.
+Every snapshot store (``store.snapshots``) passes the same tests. Subclass it in a module
+pytest collects, with the ``store`` and ``store_url`` fixtures of the store contract
+(:mod:`ares_events.testing.contract` shows them). The reopen test skips when the store does
+not declare ``Capability.PERSISTENT``; every other test always runs. The tests use only the
+public API: tampering with stored rows is backend-specific and belongs in the backend's
+own tests. The name does not start with ``Test``, so pytest does not collect it here.
 """
 
 from __future__ import annotations
@@ -71,8 +50,6 @@ def append_events(store: ae.EventStore, stream_id: str, count: int) -> list[ae.R
 
 class SnapshotContract:
     """Conformance tests for ``store.snapshots``; needs ``store`` and ``store_url`` fixtures."""
-
-    # -- round trip ------------------------------------------------------------------------
 
     def test_snapshots_property_is_a_snapshot_store(self, store: ae.EventStore) -> None:
         """``store.snapshots`` has the snapshot store's methods and is reused."""
@@ -146,8 +123,6 @@ class SnapshotContract:
         assert "'s'" in text
         assert "at_version=1" in text
 
-    # -- UPSERT and independence -----------------------------------------------------------
-
     def test_save_keeps_only_latest_per_stream_and_projection(self, store: ae.EventStore) -> None:
         """Saving again replaces the previous snapshot of the same (stream, projection)."""
         events = append_events(store, "s", 5)
@@ -190,8 +165,6 @@ class SnapshotContract:
             assert loaded is not None
             assert loaded.state == {"who": f"{sid}/{proj}"}
         assert store.snapshots.load("b", "p2") is None
-
-    # -- delete and list -------------------------------------------------------------------
 
     def test_delete_one_projection(self, store: ae.EventStore) -> None:
         """delete(stream, projection) removes that snapshot only and returns 1, then 0."""
@@ -250,8 +223,6 @@ class SnapshotContract:
     def test_list_of_empty_store_is_empty(self, store: ae.EventStore) -> None:
         """A store without snapshots lists nothing."""
         assert list(store.snapshots.list()) == []
-
-    # -- refusals at save ------------------------------------------------------------------
 
     def test_save_refuses_at_version_beyond_stream(self, store: ae.EventStore) -> None:
         """A snapshot claiming a version the stream has not reached is refused; nothing kept."""
@@ -346,8 +317,6 @@ class SnapshotContract:
         with pytest.raises(InvalidEvent, match="stream_id"):
             list(store.snapshots.list(""))
 
-    # -- verification at load --------------------------------------------------------------
-
     def test_load_rejects_other_projection_version(self, store: ae.EventStore) -> None:
         """A different projection version raises SnapshotMismatch; load_checked says why."""
         append_events(store, "s", 2)
@@ -403,8 +372,6 @@ class SnapshotContract:
             snap = keyed.snapshots.save(make_snapshot(keyed, "k", "p", 1, {"k": 1}, 2))
             assert snap.at_hash == events[1].hash
             assert keyed.snapshots.load("k", "p", 1) == snap
-
-    # -- persistence -----------------------------------------------------------------------
 
     def test_snapshots_survive_reopen(self, store: ae.EventStore, store_url: str) -> None:
         """A snapshot saved and the store closed loads, verified, after reopening."""

@@ -1,22 +1,11 @@
 """Content-addressed blob stores for spilled payloads, and blob garbage collection.
 
-A payload whose canonical JSON is larger than the store's ``spill_threshold`` is written
-to a blob store *before* its event commits; the event keeps a
-:class:`~ares_events.core.events.PayloadRef` (key, size, digest). The chain commits to the
-digest (format v1), so verifying a chain never fetches a blob; reading the payload
-fetches it lazily and checks the digest.
-
-Blob stores are chosen by URL (:func:`open_blobs`):
-
-``file:///abs/dir``
-    :class:`~ares_events.stores.blobs.file.FileBlobStore`, one file per blob.
-``s3://bucket/prefix?endpoint_url=http://...&region=...``
-    :class:`~ares_events.stores.blobs.s3.S3BlobStore` through boto3 (credentials from
-    boto3's normal chain only; a URL with a user or password is refused).
-
-What lives here: :mod:`~ares_events.stores.blobs.base` (keys, digests, ``BlobInfo``, the
-``BlobStore`` protocol, ``BlobReader``, ``BaseBlobStore``), ``file``, ``s3`` and
-:mod:`~ares_events.stores.blobs.gc` (``gc_blobs``, ``parse_duration``).
+A payload larger than the store's ``spill_threshold`` is written to a blob store *before*
+its event commits; the event keeps a :class:`~ares_events.core.events.PayloadRef` whose
+digest the chain commits to, so verifying a chain never fetches a blob (docs/blobs.md).
+:func:`open_blobs` picks the store by URL: ``file:///abs/dir`` (:mod:`.file`) or
+``s3://bucket/prefix`` (:mod:`.s3`); :mod:`.base` holds what they share and :mod:`.gc`
+the garbage collection.
 
 It may import the core's value types (:mod:`ares_events.core.events`,
 :mod:`ares_events.core.recorder`) and :mod:`ares_events.errors`; never the core's

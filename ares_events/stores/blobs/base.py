@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, BinaryIO, Self
+from typing import Any, BinaryIO, Self
 
 import blake3
 
@@ -32,9 +32,6 @@ from ares_events.errors import (
     BlobCorrupted,
     ConfigError,
 )
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -140,20 +137,7 @@ class BlobReader(io.RawIOBase):
 
     def _finish(self) -> None:
         self._done = True
-        ref = self._ref
-        if self._seen != ref.size:
-            raise BlobCorrupted(
-                ref.key,
-                f"blob has {self._seen} bytes, the chain records {ref.size}",
-                **self._where,
-            )
-        got = self._hasher.digest()
-        if got != ref.digest:
-            raise BlobCorrupted(
-                ref.key,
-                f"blake3 digest of the blob is {got.hex()}, the chain records {ref.digest.hex()}",
-                **self._where,
-            )
+        _check_blob(self._ref, self._seen, self._hasher.digest(), self._where)
 
     def close(self) -> None:
         """Close the underlying stream."""
@@ -162,25 +146,27 @@ class BlobReader(io.RawIOBase):
                 self._raw.close()
         super().close()
 
-    def __enter__(self) -> BlobReader:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+def _check_blob(ref: PayloadRef, size: int, digest: bytes, where: dict[str, Any]) -> None:
+    """Raise :class:`BlobCorrupted` unless ``size`` and ``digest`` are the ref's."""
+    if size != ref.size:
+        detail = (
+            f"blob is larger than the {ref.size} bytes the chain records"
+            if size > ref.size
+            else f"blob has {size} bytes, the chain records {ref.size}"
+        )
+        raise BlobCorrupted(ref.key, detail, **where)
+    if digest != ref.digest:
+        raise BlobCorrupted(
+            ref.key,
+            f"blake3 digest of the blob is {digest.hex()}, the chain records {ref.digest.hex()}",
+            **where,
+        )
 
 
 class BaseBlobStore:
-    """Shared logic of the blob stores: spill, attach, digest checks.
-
-    Subclasses implement :meth:`_write` (store bytes under a key unless present),
-    :meth:`_open_raw`, :meth:`_read_all`, :meth:`put_stream`, :meth:`exists`,
-    :meth:`list_blobs`, :meth:`delete` and :meth:`close`.
-    """
+    """Shared logic of the blob stores: spill, attach, digest checks. Subclasses implement
+    the methods that raise :class:`NotImplementedError` below, and :meth:`close`."""
 
     url: str = ""
 
@@ -190,18 +176,10 @@ class BaseBlobStore:
         open (no credentials, no transport options)."""
         return self.url
 
-    # -- core hooks ------------------------------------------------------------------
-
     def spill(self, prepared: PreparedEvent, threshold: int) -> PreparedEvent:
-        """Write the payload to the blob store when it is larger than ``threshold``.
-
-        A payload of exactly ``threshold`` bytes stays inline. Called by
-        :meth:`EventStore.append` before the backend append, so the blob exists before
-        the event that references it commits.
-
-        Returns:
-            ``prepared`` unchanged, or a copy with ``payload_bytes=None`` and a
-            ``payload_ref``.
+        """Write the payload to the blob store when it is larger than ``threshold`` (called
+        before the backend append, so the blob exists before the event that references it
+        commits).
 
         Raises:
             StoreUnavailable: the blob could not be written; nothing is appended.
@@ -224,17 +202,9 @@ class BaseBlobStore:
             functools.partial(self.get, stream_id=event.stream_id, version=event.version)
         )
 
-    # -- public API --------------------------------------------------------------------
-
     def put(self, data: bytes, *, digest: bytes | None = None) -> PayloadRef:
-        """Store ``data`` under its blake3 digest (once: an existing blob is kept).
-
-        Args:
-            data: the canonical payload bytes.
-            digest: blake3 of ``data`` when the caller has it already.
-
-        Returns:
-            The reference to record in the event.
+        """Store ``data`` (canonical payload bytes) under its blake3 digest (once: an
+        existing blob is kept); ``digest`` when the caller has it already.
 
         Raises:
             StoreUnavailable: the blob could not be written.
@@ -265,31 +235,15 @@ class BaseBlobStore:
         """
         key = check_key(ref.key)
         data = self._read_all(key, ref.size, stream_id, version)
-        if len(data) != ref.size:
-            detail = (
-                f"blob is larger than the {ref.size} bytes the chain records"
-                if len(data) > ref.size
-                else f"blob has {len(data)} bytes, the chain records {ref.size}"
-            )
-            raise BlobCorrupted(key, detail, stream_id=stream_id, version=version)
-        got = digest_of(data)
-        if got != ref.digest:
-            raise BlobCorrupted(
-                key,
-                f"blake3 digest of the blob is {got.hex()}, the chain records {ref.digest.hex()}",
-                stream_id=stream_id,
-                version=version,
-            )
+        _check_blob(ref, len(data), digest_of(data), {"stream_id": stream_id, "version": version})
         logger.debug("fetched blob %s (%d bytes)", key, ref.size)
         return data
 
     def open(
         self, ref: PayloadRef, *, stream_id: str | None = None, version: int | None = None
     ) -> BlobReader:
-        """A streaming reader of the blob of ``ref`` (constant memory).
-
-        The size and digest are checked as the end is reached; read to the end before
-        trusting the bytes.
+        """A streaming reader of the blob of ``ref`` (constant memory), which checks the
+        size and digest at the end: read to the end before trusting the bytes.
 
         Raises:
             BlobMissing: no blob under ``ref.key``.
@@ -348,8 +302,6 @@ class BaseBlobStore:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    # -- to implement ------------------------------------------------------------------
-
     def _write(self, key: str, data: bytes) -> None:
         raise NotImplementedError
 
@@ -377,16 +329,9 @@ class BaseBlobStore:
         raise NotImplementedError
 
     def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
-        """Delete the blob ``key``.
-
-        Args:
-            key: the blob key.
-            if_older_than: delete only if the blob was last modified before this time
-                (checked again right before deleting; how :func:`gc_blobs` stays safe
-                while appends refresh blobs they reuse).
-
-        Returns:
-            True when a blob was deleted.
+        """Delete the blob ``key``; with ``if_older_than``, only if it was last modified
+        before then (checked again right before deleting: how :func:`gc_blobs` stays safe
+        while appends refresh blobs they reuse). True when a blob was deleted.
 
         Raises:
             StoreUnavailable: the blob store cannot be reached.
@@ -397,14 +342,9 @@ class BaseBlobStore:
         """Release connections. Idempotent."""
 
 
-# -- URL parameters --------------------------------------------------------------------
-
-
 def check_blob_params(url: StoreURL, allowed: tuple[str, ...]) -> dict[str, str]:
-    """The URL's query parameters, refusing unknown ones.
-
-    The message names the unknown parameters but never repeats a value or the query
-    string (someone may have put a secret there).
+    """The URL's query parameters. The message names unknown ones but never repeats a value
+    or the query string (someone may have put a secret there).
 
     Raises:
         ConfigError: a parameter not in ``allowed``; lists the valid ones.

@@ -104,14 +104,10 @@ class FileBlobStore(BaseBlobStore):
             raise ConfigError(f"blob URL {url.redacted()} needs an absolute folder path")
         return cls(url.path, url=url.redacted(), create=create)
 
-    # -- layout ------------------------------------------------------------------------
-
     def path_for(self, key: str) -> Path:
         """Where the blob ``key`` lives."""
         key = check_key(key)
         return self.root / key[:2] / key[2:4] / key
-
-    # -- writes ------------------------------------------------------------------------
 
     def _write(self, key: str, data: bytes) -> None:
         path = self.path_for(key)
@@ -205,8 +201,6 @@ class FileBlobStore(BaseBlobStore):
                 f"blob store {self.url}: cannot write a blob: {exc.strerror or exc}"
             ) from exc
         return PayloadRef(key, size, digest)
-
-    # -- reads -------------------------------------------------------------------------
 
     def _open_path(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
         path = self.path_for(key)

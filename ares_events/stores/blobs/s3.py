@@ -1,27 +1,10 @@
-"""Blobs in S3-compatible object storage, through boto3.
+"""Blobs in S3-compatible object storage, through boto3 (``s3://bucket/prefix?...``; the
+parameters are in docs/blobs.md).
 
-URL: ``s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000&region=us-east-1``
-
-Query parameters (all optional):
-
-``endpoint_url``
-    an S3-compatible server (MinIO, Ceph, moto, ...); AWS when absent.
-``region``
-    the region name; boto3's chain (``AWS_DEFAULT_REGION``, config file) when absent.
-``addressing_style``
-    ``path`` (default with ``endpoint_url``), ``virtual`` or ``auto``.
-``max_attempts``
-    total attempts per request, retries included (default 3, boto3's "standard" mode).
-``connect_timeout`` / ``read_timeout``
-    seconds (defaults 5 and 60).
-
-Credentials come only from boto3's normal chain (environment, shared config and
-credentials files, container or instance roles). A URL with a user or password is
-refused, so no secret can end up in a URL that gets logged.
-
-Objects are stored as ``<prefix>/<64 hex blake3>``. Uploads and large downloads go
-through boto3's transfer manager (multipart, several threads); streaming reads
-(:meth:`verify`, :meth:`open`) use one ``GetObject`` body read in chunks.
+Credentials come only from boto3's normal chain: a URL with a user or password is refused,
+so no secret can end up in a URL that gets logged. Objects are ``<prefix>/<64 hex blake3>``;
+uploads and large downloads go through boto3's transfer manager (multipart, threads),
+streaming reads use one ``GetObject`` body read in chunks.
 """
 
 from __future__ import annotations
@@ -202,8 +185,6 @@ class S3BlobStore(BaseBlobStore):
             url=url.redacted(),
         )
 
-    # -- helpers -----------------------------------------------------------------------
-
     def object_key(self, key: str) -> str:
         """The S3 object key of blob ``key``."""
         return self._key_prefix + check_key(key)
@@ -217,11 +198,7 @@ class S3BlobStore(BaseBlobStore):
         stream_id: str | None = None,
         version: int | None = None,
     ) -> Iterator[None]:
-        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``).
-
-        Raises:
-            StoreClosed: the blob store was closed (its client is gone).
-        """
+        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``)."""
         if self._closed:
             raise StoreClosed(self.url, f"{op} of blob {key}" if key else op)
         try:
@@ -265,22 +242,23 @@ class S3BlobStore(BaseBlobStore):
                 raise
         return head
 
-    # -- writes ------------------------------------------------------------------------
-
     def _write(self, key: str, data: bytes) -> None:
         if self._touch_existing(key, len(data)):
             return
+        # BytesIO over the bytes does not copy them.
+        self._upload(key, io.BytesIO(data))
+        logger.debug("uploaded blob %s (%d bytes)", key, len(data))
+
+    def _upload(self, key: str, fileobj: BinaryIO) -> None:
+        """The transfer manager reads one part at a time (multipart above MULTIPART_SIZE)."""
         with self._errors("upload", key):
-            # BytesIO over the bytes does not copy them; the transfer manager reads one
-            # part at a time (multipart above MULTIPART_SIZE).
             self.client.upload_fileobj(
-                io.BytesIO(data),
+                fileobj,
                 self.bucket,
                 self.object_key(key),
                 ExtraArgs={"ContentType": "application/json"},
                 Config=self.transfer_config,
             )
-        logger.debug("uploaded blob %s (%d bytes)", key, len(data))
 
     def _touch_existing(self, key: str, size: int) -> bool:
         """True when the blob exists with the right size; its LastModified is refreshed
@@ -322,17 +300,8 @@ class S3BlobStore(BaseBlobStore):
             key = digest.hex()
             if not self._touch_existing(key, size):
                 spool.seek(0)
-                with self._errors("upload", key):
-                    self.client.upload_fileobj(
-                        spool,
-                        self.bucket,
-                        self.object_key(key),
-                        ExtraArgs={"ContentType": "application/json"},
-                        Config=self.transfer_config,
-                    )
+                self._upload(key, spool)
         return PayloadRef(key, size, digest)
-
-    # -- reads -------------------------------------------------------------------------
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
         with self._errors("GetObject", key, stream_id=stream_id, version=version):

@@ -1,59 +1,12 @@
 """Redis read-through cache around any backend: :class:`CachedRecorder`.
 
-URL (given separately from the store URL, ``open_store(url, cache=...)`` or
-``ARES_CACHE_URL``)::
-
-    redis://[user:password@]host:6379/0?prefix=ares:&ttl=300&socket_timeout=0.2
-    rediss://...   (TLS)
-
-Query parameters (all optional; an unknown one is a :class:`ConfigError` listing these):
-
-``prefix``
-    key prefix, default ``ares:``. Keys are ``<prefix><ns>:s:<stream id>`` (one hash per
-    stream) and the wake-up channel is ``<prefix><ns>:wake``, where ``ns`` is a short
-    digest of the inner store's description, so two stores never share keys by accident.
-``ttl``
-    seconds a stream's cached tail lives after its last write (default 300).
-``tail``
-    how many of a stream's most recent events are kept (default 100).
-``socket_timeout`` / ``connect_timeout``
-    seconds (default 0.2; ``connect_timeout`` defaults to ``socket_timeout``). Short on
-    purpose: a slow Redis must cost little before it is bypassed.
-``retry_after``
-    seconds to bypass Redis after a failure before trying it again (default 1); doubles
-    on each further failure, up to 30.
-``ssl_cert_reqs`` / ``ssl_ca_certs``
-    ``rediss://`` only: ``none``, ``optional`` or ``required`` (default) and a CA file.
-
-Rules (the system of record is always the inner store; Redis is never trusted for
-anything that decides a write):
-
-* ``append`` goes to the inner backend first. Only after it committed is the stream's
-  cached tail updated (one ``EVALSHA``, which also publishes the wake-up). A cache
-  failure never fails an append that committed.
-* ``head``, ``heads``, ``last_position`` and ``read_all`` always go to the inner store: a
-  head is a cheap key lookup, and a cached head could be stale when another process
-  appends through another store instance, which would break ``expected_version`` logic.
-* ``read(stream, ...)`` reads the inner head first, then one ``HMGET`` of the cached tail.
-  The cached tail is stamped with the version and hash of its newest event; it is served
-  only when the stamp equals the inner head (the hash chain makes that proof that every
-  cached event is the stored one). When the stamp is behind the head (another process
-  appended), only the missing events are read from the inner store, linked to the cached
-  ones by ``prev_hash`` and written back. Anything else (stamp ahead, a different hash,
-  range older than the tail, undecodable entry) falls through to the inner store, which
-  refills the tail when the read reaches the head.
-* Integrity checks (``verify_stream``, ``audit``, anchors) read ``.inner``, never the cache.
-  ``erase`` drops the stream's cached tail (see :meth:`CachedRecorder.erase`).
-* Redis down (refused, timeout, any Redis error): one WARNING per outage, then every
-  operation bypasses the cache until ``retry_after`` has passed; an INFO line when it is
-  reachable again. Slower, never wrong, never failing.
-* ``wait_for`` uses the inner store's native wake-ups when it declares
-  :attr:`Capability.WAKEUPS`; else it subscribes to the wake-up channel and re-checks the
-  inner store on each message, and at least every 0.25 s, because writers that do not
-  use the cache publish nothing.
-
-Snapshots are not cached (they live next to the events; ``store.snapshots`` unwraps the
-recorder).
+The URL (``redis://`` or ``rediss://``, given apart from the store URL) and its parameters
+are in docs/configuration.md; the rules in docs/architecture.md ("Redis cache"). In short:
+the inner store is the system of record and Redis never decides a write. Appends commit in
+the inner store first; heads, ``read_all`` and integrity checks always read it; a read is
+served from the cached tail only when its stamp (version and hash of its newest event)
+equals the inner head, which the hash chain makes proof that every cached event is the
+stored one. Redis down: one WARNING, then bypassed with backoff (slower, never wrong).
 
 The package holds the recorder (here), the URL's parsing (:mod:`.config`) and erasure
 through the cache (:mod:`.erase`). It may import the core and :mod:`ares_events.errors`.
@@ -155,11 +108,7 @@ class CacheStats:
 
 def _encode(e: RecordedEvent) -> bytes:
     """One cached event: its stored fields as a compact JSON array (version and stream
-    are implied by the field name and the key).
-
-    Raises:
-        UnicodeDecodeError: a stored payload or metadata is not UTF-8 (never cached).
-    """
+    are implied by the field name and the key)."""
     raw = e._payload_bytes
     ref = e.payload_ref
     return orjson.dumps(
@@ -198,11 +147,7 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
 
 class CachedRecorder(CacheErasure):
     """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
-    around another recorder (see the module docstring for the consistency rules).
-
-    Anything it does not implement (``describe``, ``connection``, ``pool``, ``schema``,
-    ``snapshot_table``, ``path``, ...) is forwarded to :attr:`inner`.
-    """
+    around another recorder (the module docstring gives the consistency rules)."""
 
     capabilities: frozenset[Capability]
     scheme: tuple[str, ...]
@@ -276,8 +221,7 @@ class CachedRecorder(CacheErasure):
 
     @classmethod
     def wrap(cls, inner: Any, url: str) -> CachedRecorder:
-        """Wrap ``inner`` with a Redis cache at ``url`` and check Redis once (a failure
-        only logs a WARNING: the store works without its cache).
+        """Wrap ``inner`` and ping Redis once (a failure only logs a WARNING).
 
         Raises:
             ConfigError: a bad cache URL.
@@ -291,8 +235,6 @@ class CachedRecorder(CacheErasure):
         else:
             logger.info("redis cache %s in front of %s", rec._url, rec.describe())
         return rec
-
-    # -- plumbing ----------------------------------------------------------------------------
 
     def __repr__(self) -> str:
         return f"CachedRecorder({self.describe()!r}, cache={self._url!r})"
@@ -354,11 +296,9 @@ class CachedRecorder(CacheErasure):
             text = text.replace(pw, "***")
         return text
 
-    # -- writes ------------------------------------------------------------------------------
-
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append to the inner store, then (after it committed) update the cached tail and
-        publish a wake-up. Never consults the cache.
+        publish a wake-up.
 
         Raises:
             ConcurrencyError: ``expected_version`` is not satisfied (from the inner store).
@@ -376,12 +316,9 @@ class CachedRecorder(CacheErasure):
         return outcome
 
     def _rebuild(self, spy: _SealRecorder, outcome: AppendOutcome) -> list[RecordedEvent]:
-        """The events just written, for a backend that returned only version and position.
-
-        Only where a batch provably takes consecutive positions (gapless backends, and the
-        built-in PostgreSQL one, which numbers a batch ``first + i``); else nothing, and
-        the next read catches the cached tail up from the inner store.
-        """
+        """The events just written, for a backend that returned only version and position:
+        only where a batch provably takes consecutive positions (gapless backends and
+        PostgreSQL's ``first + i``); else the next read catches the tail up."""
         sealed = spy.sealed
         if not sealed or outcome.position is None or sealed[-1].version != outcome.version:
             return []
@@ -440,8 +377,6 @@ class CachedRecorder(CacheErasure):
             self._failed(exc)
         else:
             self._ok()
-
-    # -- reads -------------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -581,16 +516,10 @@ class CachedRecorder(CacheErasure):
         """The inner store's last position."""
         return int(self.inner.last_position())
 
-    # -- wake-ups ----------------------------------------------------------------------------
-
     def wait_for(self, position: int, timeout: float) -> bool:
-        """Block until an event after ``position`` is committed, or ``timeout`` seconds.
-
-        Uses the inner store's native wake-ups when it has them, else the Redis wake-up
-        channel plus a gentle re-check (at least every 0.25 s), else polling.
-
-        Returns:
-            True when an event after ``position`` exists.
+        """Wait for an event after ``position`` (True) or ``timeout`` seconds (False):
+        the inner store's wake-ups when it has them, else the Redis channel with a re-check
+        at least every 0.25 s, else polling.
 
         Raises:
             StoreUnavailable: the inner store cannot be reached.
@@ -640,14 +569,9 @@ class CachedRecorder(CacheErasure):
         self._ok()
         return pubsub
 
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    # -- forwarded to the system of record, uncached --------------------------------------
-    # Each is a method of its own: from Python 3.12 on, ``isinstance`` against a
-    # runtime-checkable protocol looks methods up on the class, so the capability check
-    # would not see methods forwarded through ``__getattr__``. A write here (several
-    # streams at once, metadata, archive deletes) leaves cached tails as they are: a
-    # read serves a tail only when its stamp equals the inner head.
+    # Each is a method of its own: ``isinstance`` against a runtime-checkable protocol
+    # looks methods up on the class (3.12+). A write here leaves cached tails as they are:
+    # a read serves a tail only when its stamp equals the inner head.
 
     def append_many(self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: Any) -> Any:
         return self.inner.append_many(batches, tracking)

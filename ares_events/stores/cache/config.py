@@ -1,5 +1,5 @@
 """The Redis cache URL, parsed once: :func:`parse` (the parameters are documented in
-:mod:`ares_events.stores.cache`).
+docs/configuration.md).
 
 It may import the core and :mod:`ares_events.errors`.
 """

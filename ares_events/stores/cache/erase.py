@@ -1,12 +1,10 @@
 """Erasure through the Redis cache: :class:`CacheErasure`, a mixin of
 :class:`~ares_events.stores.cache.CachedRecorder`.
 
-An erasure changes no hash, so a stream's cached tail would still match the inner head and
-be served with the erased payload in it: ``erase`` erases in the inner store, then deletes
-the stream's cached tail. If Redis cannot be reached, this process reads that stream
-around the cache until the key is deleted; other processes sharing the cache keep their
-copy until its ``ttl`` expires (so erase through a store opened with the cache: the CLI
-uses ``ARES_CACHE_URL``).
+An erasure changes no hash, so a cached tail would still match the inner head and be
+served with the erased payload: ``erase`` erases in the inner store, then deletes the
+stream's cached tail. With Redis unreachable, this process reads that stream around the
+cache until the key is deleted; other processes keep their copy until its ``ttl`` expires.
 
 It may import the core and :mod:`ares_events.errors`.
 """

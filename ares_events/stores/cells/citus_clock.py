@@ -1,30 +1,20 @@
-"""The clock of a cell on Citus, given to the PostgreSQL recorder of that cell (issue 31:
-a strategy, not branches inside the recorder).
+"""The clock of a cell on Citus, given to the PostgreSQL recorder of that cell (a strategy,
+not branches inside the recorder).
 
-A cell of a ``citus://`` store is a distributed schema: a statement that names one of its
-tables runs on the cell's worker, one that names none runs on the coordinator. Positions
-and the visibility bound come from the **coordinator** (its transaction ids and its
-snapshot, each in a statement of its own): one clock for every cell, unchanged when a
-cell moves to another worker. The rows commit on the worker. What makes a reader that
-trusts the coordinator's bound safe is the commit order (docs/scaling.md, "Why a reader
-never passes over a committed event"):
+A cell of a ``citus://`` store is a distributed schema. Positions and the visibility bound
+come from the **coordinator** (one clock for every cell, unchanged when a cell moves);
+the rows commit on the cell's worker. A reader that trusts the coordinator's bound is safe
+only because of the commit order (docs/scaling.md, "Why a reader never passes over a
+committed event"):
 
-* **One-phase commit.** Every append writes its rows with plain router statements
-  (``INSERT ... VALUES``), all on the cell's one worker, so Citus commits the worker's
-  transaction in its pre-commit step, *before* the coordinator's transaction ends. The
-  shape matters: an ``INSERT ... SELECT`` from ``unnest()`` (the plain server's
-  one-statement write) is run by Citus as a COPY, and a COPY always commits in two
-  phases: the worker is PREPAREd, the coordinator commits, and only then is
-  ``COMMIT PREPARED`` sent. Between the two a reader finds the coordinator's xid below its
-  bound while the worker's rows are still invisible, and passes over them for good; and a
-  worker that restarts in between keeps them prepared until Citus's recovery commits them,
-  up to a minute later (issue 30: exactly what was seen).
-* **An unconfirmed commit is not an acknowledgement.** When the worker fails during its
-  one-phase COMMIT, Citus only warns ("failed to commit transaction on host:port") and
-  commits the coordinator: the append's outcome is unknown. The clock turns that warning
-  into :class:`~ares_events.errors.StoreUnavailable`, and so a worker lost during the
-  append, which Citus relays as the worker's own error; the caller appends the same events
-  again (appends are idempotent) and learns the outcome.
+* **One-phase commit.** Rows are written with plain router ``INSERT ... VALUES``
+  statements, which Citus commits on the worker *before* the coordinator's transaction
+  ends. An ``INSERT ... SELECT`` from ``unnest()`` would run as a COPY, committed in two
+  phases, between which a reader passes over rows for good (issue 30).
+* **An unconfirmed commit is not an acknowledgement.** A worker failing during its
+  one-phase COMMIT is only a warning in Citus; the clock raises
+  :class:`~ares_events.errors.StoreUnavailable`, and the caller re-appends the same
+  (idempotent) events to learn the outcome.
 
 It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
 """

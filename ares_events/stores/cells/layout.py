@@ -1,19 +1,12 @@
 """The cell layout, without I/O: partitions, the cell map, cursors and cell URLs.
 
-A cell store is a fixed number of logical **partitions** (chosen at ``init``, never
-changed), each assigned to one **cell** (an ordinary PostgreSQL store in its own schema).
-A stream belongs to the partition given by a stable hash of its id
-(:func:`partition_of`), so every per-stream operation goes to exactly one cell.
-
-Positions. A cell keeps its own global positions (``xid * 65536 + index`` on PostgreSQL).
-When the cells share one transaction-id clock, those are already unique and ordered across
-cells. When they do not (cells on several plain servers), the store's ``read_all`` gives
-each event a **cursor**: one position per cell, packed into one int (:func:`pack`: cell
-``i`` in bits ``64*i .. 64*i+63``). Passed back as ``after_position`` it resumes every cell
-right after what that merge had consumed, so a reader never skips and never repeats an
-event; along a merge the cursors strictly increase (one part grows, none shrinks). An
-event read from one stream (``read``, an append's result) carries its cell's own position
-there, which :func:`point` turns into a cursor of that cell alone.
+A cell store is a fixed number of logical **partitions** (chosen at ``init``), each held by
+one **cell** (a PostgreSQL store in its own schema); a stream's partition is a stable hash
+of its id (:func:`partition_of`). Cells on one transaction-id clock have positions already
+unique and ordered across cells. Otherwise ``read_all`` gives each event a **cursor**: one
+position per cell packed into one int (:func:`pack`: cell ``i`` in bits ``64*i ..
+64*i+63``), which, passed back as ``after_position``, resumes every cell right after what
+the merge had consumed; :func:`point` makes one from a single cell's position.
 
 It may import the core's events and :mod:`ares_events.errors`.
 """

@@ -2,22 +2,13 @@
 """:class:`CellsRecorder`: a store of many cells (one face written, the other generated).
 
 Every per-stream operation goes to the one cell that holds the stream's partition
-(:mod:`.layout`) and runs there with that cell's own guarantees (hash chain, optimistic
-concurrency, idempotent appends, snapshots, erasure). What spans cells:
-
-* ``read_all`` / ``positions`` merge the cells' global orders, smallest position first.
-  When the cells share one transaction-id clock (schemas of one database; Citus cells,
-  positioned by the coordinator, :mod:`.citus_clock`), positions are unique and ordered
-  across cells, and the merge stops at the highest position that is final in every
-  cell, so positions stay plain ints with the single-store guarantees. Otherwise (cells
-  on several plain servers) each event carries the cursor of the merge so far (one
-  position per cell, :mod:`.layout`), so a reader resumes exactly after it, never
-  skipping, never repeating;
-* ``heads`` merges by stream id; ``last_position`` is the highest final position (or one
-  cursor of every cell's last); ``wait_for`` wakes when any cell has a later event;
-* ``append_many`` and its tracking record must fall in one cell: anything else would not
-  be atomic and is refused with :class:`~ares_events.errors.CrossCellError`;
-* metadata (the store's identity) lives in the first cell; the cell map in every cell.
+(:mod:`.layout`), with that cell's own guarantees. What spans cells (docs/scaling.md):
+``read_all`` and ``positions`` merge the cells' global orders: on a shared transaction-id
+clock (schemas of one database, or Citus) up to the highest position final in every cell,
+so positions stay plain ints; otherwise each event carries the merge's cursor (one
+position per cell), so a reader resumes exactly after it. ``append_many`` must fall in one
+cell (else :class:`~ares_events.errors.CrossCellError`: it would not be atomic); metadata
+lives in the first cell, the cell map in every cell.
 
 It may import the core, :mod:`ares_events.errors`, the PostgreSQL backend and the
 archive's formats.
@@ -29,6 +20,7 @@ import heapq
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ares_events.core.backend import (
@@ -83,12 +75,7 @@ class CellsRecorder:
         description: the store URL, redacted.
         citus: the cells are distributed schemas of a Citus cluster.
         shared_clock: the cells' positions come from one transaction-id space (schemas
-            of one database, or Citus cells positioned by the coordinator): positions
-            are then plain ints, unique and ordered across cells.
-
-    Attributes:
-        cells: the cells' recorders.
-        cell_map: the recorded cell map.
+            of one database, or Citus cells positioned by the coordinator).
     """
 
     scheme: ClassVar[tuple[str, ...]] = ("citus", "pgcells")
@@ -133,8 +120,6 @@ class CellsRecorder:
         self.capabilities: frozenset[Capability] = frozenset(caps)
         self._description = description
         self._n = len(cells)
-
-    # -- opening ---------------------------------------------------------------------------
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> CellsRecorder:
@@ -233,8 +218,6 @@ class CellsRecorder:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._description!r}, cells={self._n})"
 
-    # -- routing ---------------------------------------------------------------------------
-
     def cell_index(self, stream_id: str) -> int:
         """The index of the cell that holds ``stream_id``."""
         return self.cell_map.cell_of(stream_id)
@@ -242,8 +225,6 @@ class CellsRecorder:
     def cell_for(self, stream_id: str) -> PostgresRecorder:
         """The cell that holds ``stream_id``."""
         return self.cells[self.cell_map.cell_of(stream_id)]
-
-    # -- writes ----------------------------------------------------------------------------
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append in the stream's cell (that cell's guarantees).
@@ -315,8 +296,6 @@ class CellsRecorder:
                 )
                 refs += int(rows[0][0]) if rows else 0
         return EraseOutcome(True, refs)
-
-    # -- reads -----------------------------------------------------------------------------
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -429,8 +408,6 @@ class CellsRecorder:
             # The other waits end at their timeout; nobody waits for them here.
             pool.shutdown(wait=False)
 
-    # -- metadata, snapshots and integrity scans -----------------------------------------
-
     def meta_get(self, key: str) -> str | None:
         """A value of the first cell's metadata (the store's identity lives there)."""
         return self.cells[0].meta_get(key)
@@ -539,20 +516,10 @@ class CellsSnapshotRows:
             yield info
 
 
-def _position(e: RecordedEvent) -> int:
-    return e.position
-
-
-def _at(e: RecordedEvent) -> str:
-    return e.at
-
-
-def _first(row: Any) -> Any:
-    return row[0]
-
-
-def _info_key(info: Any) -> Any:
-    return (info.stream_id, info.projection)
+_position = attrgetter("position")
+_at = attrgetter("at")
+_first = itemgetter(0)
+_info_key = attrgetter("stream_id", "projection")
 
 
 def _merge(
@@ -593,11 +560,7 @@ def _merge(
 
 
 def _check_requested(cfg: CellsConfig, cell_map: CellMap) -> None:
-    """A URL may repeat the recorded ``partitions``/``cells``, never change them.
-
-    Raises:
-        ConfigError: it asks for other ones.
-    """
+    """A URL may repeat the recorded ``partitions``/``cells``, never change them."""
     if cfg.partitions is not None and cfg.partitions != cell_map.partitions:
         raise ConfigError(
             f"{cfg.where} asks for {cfg.partitions} partitions, but the store was created "

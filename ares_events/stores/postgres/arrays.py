@@ -1,15 +1,11 @@
 """Binary ``text[]`` and ``bytea[]`` parameters built in one pass.
 
-An append sends its batch as a few one-dimensional arrays (see :mod:`.sql`). psycopg's
-generic list dumper inspects and dumps element by element in Python, about 0.35 µs an
-element here; these dumpers write PostgreSQL's binary array format directly (header,
-then each element's length and bytes), about half that. Wrap a list in
-:class:`TextArray` or :class:`ByteaArray` to use them; a connection that does not know
-the dumpers (adapters copied before this module was imported) treats the wrapper as the
-plain list it is, so the result is the same either way.
-
-Binary array format: ``ndim, has_nulls, element oid, length, lower bound`` as 32-bit
-big-endian integers, then per element a 32-bit length (-1 for NULL) and the bytes.
+An append sends its batch as a few one-dimensional arrays (:mod:`.sql`). psycopg's generic
+list dumper works element by element in Python; these write PostgreSQL's binary array
+format directly (``ndim, has_nulls, element oid, length, lower bound`` as 32-bit big-endian
+integers, then per element a 32-bit length, -1 for NULL, and the bytes), in about half the
+time. A connection that does not know the dumpers treats :class:`TextArray` and
+:class:`ByteaArray` as the plain lists they are, so the result is the same either way.
 
 It may import psycopg only.
 """

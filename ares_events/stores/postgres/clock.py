@@ -2,12 +2,10 @@
 bound come from, and the statements that write an append's rows under them.
 
 :class:`ServerClock` is the plain server's: positions are this server's transaction ids,
-taken in the statement that writes the rows, and every read statement bounds itself
-(``sql._VISIBLE_BOUND``). A store whose rows live on another node than its clock (cells on
-Citus) hands the recorder another clock of the same shape
-(:class:`ares_events.stores.cells.citus_clock.CitusClock`); the recorder only ever asks
-its clock, so it holds no branch for any layout. A clock does no I/O: it names statements
-and reads their results, so both faces of the recorder share it.
+taken in the statement that writes the rows, and every read statement bounds itself. Cells
+on Citus hand the recorder :class:`ares_events.stores.cells.citus_clock.CitusClock`
+instead, so the recorder holds no branch for any layout. A clock does no I/O (it names
+statements and reads their results), so both faces of the recorder share it.
 
 It may import the core's value types, psycopg and :mod:`.sql`, :mod:`.arrays`.
 """

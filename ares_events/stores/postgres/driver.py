@@ -126,14 +126,8 @@ def scrub(text: str, secret: str | None) -> str:
 class DriverErrors:
     """Map driver and pool errors to ares_events errors (always ``from exc``), as a
     context manager (a class: every operation enters two, and a generator-based one
-    costs several times more).
-
-    Args:
-        what: the operation, for the message ("append to stream 'x'", ...).
-        description: the store's redacted URL.
-        statement_timeout: the configured limit in milliseconds, for the message.
-        timeout_label: the pool timeout as text (called only on a pool timeout).
-        secret: the password, scrubbed from driver messages.
+    costs several times more). ``timeout_label`` is called only on a pool timeout;
+    ``secret`` is scrubbed from driver messages.
 
     Raises:
         StoreUnavailable: pool exhausted, statement cancelled, connection or server lost.

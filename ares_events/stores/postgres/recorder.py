@@ -3,15 +3,11 @@
 connections, the append protocol, reads, metadata, erasure, wake-ups and close of the
 PostgreSQL backend, written once for both faces.
 
-The guarantees and their cost (per-stream locking, positions in transaction-id order,
-read visibility, wake-ups, URL parameters) are described in the package docstring,
-:mod:`ares_events.stores.postgres`. Every statement is a named field of
-:class:`~.sql.Statements` (``self.sql.append_next_one``), next to its comment in
-:mod:`.sql`.
-
-Opening: the blocking recorder checks and migrates the schema in its constructor, on
-its own connection; the asyncio one in :meth:`PostgresRecorder.open`, on one
-blocking connection in a worker thread (the migration code exists once).
+The guarantees and their cost are in docs/architecture.md ("PostgreSQL"). Every statement
+is a named field of :class:`~.sql.Statements` (``self.sql.append_next_one``), next to its
+comment in :mod:`.sql`. The blocking recorder prepares the schema in its constructor; the
+asyncio one in :meth:`PostgresRecorder.open`, on a blocking connection in a worker
+thread (the migration code exists once).
 
 It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the other
 modules of this package.
@@ -107,11 +103,7 @@ _FAR: Final = 2**62
 
 
 def _check_batch_size(n: int, stream_id: str | None = None) -> None:
-    """Refuse a batch whose positions would not fit (before any I/O).
-
-    Raises:
-        InvalidEvent: more than :data:`MAX_BATCH` events.
-    """
+    """Refuse a batch whose positions would not fit (before any I/O)."""
     if n > MAX_BATCH:
         raise InvalidEvent(
             "events",
@@ -143,13 +135,7 @@ def _prepare_on_new_connection(
     conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
 ) -> None:
     """In a worker thread, at the asyncio face's open: the existence check and the
-    migrations on one blocking connection (so the migration code exists once).
-
-    Raises:
-        StoreNotFound: ``create=False`` and the schema holds no store.
-        StoreUnavailable: the server cannot be reached.
-        SchemaVersionError: ``migrate=False`` and the schema is not current.
-    """
+    migrations on one blocking connection (so the migration code exists once)."""
     with (
         DriverErrors(
             f"preparing schema {schema!r} of {where}",
@@ -174,7 +160,7 @@ def _prepare_on(
 
 
 class PostgresRecorder:
-    """PostgreSQL backend (see the package docstring for the guarantees and their cost).
+    """PostgreSQL backend (docs/architecture.md gives the guarantees and their cost).
 
     Args:
         source: a pool of autocommit connections (``kwargs={"autocommit": True}``; the
@@ -204,12 +190,6 @@ class PostgresRecorder:
         StoreNotFound: ``create=False`` and the schema holds no ares-events store.
         StoreUnavailable: the server cannot be reached.
         SchemaVersionError: ``migrate=False`` and the schema is not current.
-
-    Attributes:
-        pool: the pool every operation draws from.
-        schema: the schema holding ``ares_events``, ``ares_streams``, ``ares_snapshots``.
-        sql: every statement of this schema, by name.
-        predict_heads: use the one-statement fast path when the head can be predicted.
     """
 
     scheme: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
@@ -309,8 +289,6 @@ class PostgresRecorder:
             conn.autocommit = True
         return conn
 
-    # -- opening -------------------------------------------------------------------------
-
     @classmethod
     def open(cls, source: Any, **options: Any) -> PostgresRecorder:
         """Use an open pool of the caller's (see the class arguments); the caller keeps
@@ -390,8 +368,6 @@ class PostgresRecorder:
             return f"postgresql://{user}@{host}:{port}/{db}"
         except Exception:  # only a label; the first real call reports errors
             return "postgresql://(caller-provided pool)"
-
-    # -- connections ---------------------------------------------------------------------
 
     def _translate_errors(self, what: str) -> DriverErrors:
         """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
@@ -498,8 +474,6 @@ class PostgresRecorder:
             rows: list[Any] = cur.fetchall()
             return rows
 
-    # -- the append protocol ---------------------------------------------------------------
-
     def _remember(self, stream_id: str, head: Head | None) -> None:
         heads = self._heads
         if head is None or head.version == 0:
@@ -522,9 +496,8 @@ class PostgresRecorder:
             )
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
-        """Append in one transaction, serialized per stream only (see the package
-        docstring): one statement when the head can be predicted, else two round trips
-        under the stream's lock.
+        """Append in one transaction, serialized per stream only: one statement when the
+        head can be predicted, else two round trips under the stream's lock.
 
         Raises:
             InvalidEvent: more than 65,535 events in one batch.
@@ -665,7 +638,7 @@ class PostgresRecorder:
     def _append_locked(
         self, conn: Any, batch: Batch, expected_version: ExpectedVersion
     ) -> AppendOutcome:
-        """Two round trips under the stream's advisory lock (package docstring)."""
+        """Two round trips under the stream's advisory lock (docs/architecture.md)."""
         stream_id = batch.stream_id
         ids = batch.event_ids
         q = self.sql
@@ -816,8 +789,6 @@ class PostgresRecorder:
         rows = self._query(f"tracked position of {name!r}", self.sql.tracking, (name,))
         return int(rows[0][0]) if rows else None
 
-    # -- reads -----------------------------------------------------------------------------
-
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
@@ -852,9 +823,9 @@ class PostgresRecorder:
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound (package
-        docstring); only the streams under ``stream_prefix`` when given (a range on
-        ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
+        """Keyset-paged read in global order, only below the visibility bound; only the
+        streams under ``stream_prefix`` when given (a range on ``stream_id`` in byte order,
+        :func:`~ares_events.core.events.prefix_range`)."""
         bounds: tuple[str, ...] = ()
         clock = self.clock
         query = clock.all
@@ -945,8 +916,6 @@ class PostgresRecorder:
         rows = self._query("reading the schema version", self.sql.schema_version, ())
         return int(rows[0][0]) if rows else 0
 
-    # -- erasure ---------------------------------------------------------------------------
-
     def erase(
         self,
         stream_id: str,
@@ -994,8 +963,6 @@ class PostgresRecorder:
                 raise StoreError(f"{what} in {self.describe()} refused: {problem}")
             conn.execute(self.sql.archived_delete, (wanted,))
         return len(wanted)
-
-    # -- metadata, snapshots and integrity scans -----------------------------------------
 
     def meta_get(self, key: str) -> str | None:
         """A value of the ``ares_meta`` table (the store's identity lives there)."""
@@ -1052,8 +1019,6 @@ class PostgresRecorder:
 
         return PostgresSnapshotRows(self)
 
-    # -- wake-ups --------------------------------------------------------------------------
-
     def _connect_listener(self) -> Any:
         conninfo, kwargs = self._listen_args
         return psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True})
@@ -1078,8 +1043,6 @@ class PostgresRecorder:
                 )
             listener = self._listener
         return wait_for(listener, self.last_position, position, timeout)
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def _interrupt(self) -> None:
         """After close()'s grace: cancel the statements still running and, for a pool this

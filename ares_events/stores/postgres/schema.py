@@ -35,13 +35,8 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
 def prepare_schema(conn: psycopg.Connection[Any], schema: str, where: str, migrate: bool) -> None:
-    """Bring ``schema`` to :data:`SCHEMA_VERSION` (``migrate``) or check it is there.
-
-    Args:
-        conn: an autocommit connection (the migration runs in its own transaction).
-        schema: the schema's name.
-        where: the schema and store, for messages.
-        migrate: create and migrate; False only verifies and never creates anything.
+    """Bring ``schema`` to :data:`SCHEMA_VERSION`, or with ``migrate=False`` only check it
+    (creating nothing). ``conn`` is autocommit: the migration runs in its own transaction.
 
     Raises:
         SchemaVersionError: the schema is ahead of this build, or behind it and

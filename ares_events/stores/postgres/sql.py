@@ -429,9 +429,6 @@ def channel_for(schema: str) -> str:
     return channel
 
 
-# -- rows -------------------------------------------------------------------------------------
-
-
 def row_to_event_slow(row: Any) -> RecordedEvent:
     """A selected row as an event (the fallback when the core has no fast constructor)."""
     ref = row[11]
