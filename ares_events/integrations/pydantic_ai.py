@@ -27,7 +27,6 @@ It may import anything in the package, and ``pydantic_ai``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from ares_events.agents.journal import AsyncJournal, ModelReply
 from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
 from ares_events.integrations._faces import Faces
+from ares_events.integrations._journaled import idempotency_key, tool_call
 from ares_events.integrations._pydantic_ai_store import MessageLog
 from ares_events.integrations._pydantic_ai_store_async import (
     MODULE,
@@ -82,14 +82,6 @@ __all__ = [
 VOLATILE_KEYS: frozenset[str] = frozenset({"timestamp", "run_id", "conversation_id"})
 """Keys of a serialised message that change on every run (left out of a model call's
 request identity)."""
-
-_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("ares_pai_key", default=None)
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key of the tool call running now (``run_id:step``), to pass to
-    the downstream system; None outside a journaled tool call."""
-    return _KEY.get()
 
 
 def stable_request(value: Any) -> Any:
@@ -278,26 +270,15 @@ class JournaledToolset(WrapperToolset[Any]):
         ctx: RunContext[Any],
         tool: ToolsetTool[Any],
     ) -> Any:
-        journal = self.journal
-        assert journal is not None, "JournaledToolset needs a journal"
-
-        async def call(args: Any, key: str) -> Any:
-            token = _KEY.set(key)
-            try:
-                result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
-            finally:
-                _KEY.reset(token)
-            return to_jsonable_python(result)
-
-        reconcile = self.reconcile
-        rec = (lambda key: reconcile(name, key)) if reconcile is not None else None
+        assert self.journal is not None, "JournaledToolset needs a journal"
         async with self._lock:
-            return await journal.tool_call(
+            return await tool_call(
+                self.journal,
                 name,
                 to_jsonable_python(tool_args),
-                call=call,
-                reconcile=rec,
+                lambda: self.wrapped.call_tool(name, tool_args, ctx, tool),
                 idempotent=name in self.idempotent,
+                reconcile=self.reconcile,
             )
 
 
