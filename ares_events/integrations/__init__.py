@@ -1,24 +1,9 @@
-"""Adapters that plug ares-events into other libraries.
-
-What lives here: :mod:`~ares_events.integrations.eventsourcing`, the persistence module
-of the ``eventsourcing`` library (its import path is what ``PERSISTENCE_MODULE`` names),
-with its store side (opening, stream prefixes, verified reads) in
-``_eventsourcing_store``.
-
-:mod:`~ares_events.integrations.langgraph` is a LangGraph checkpointer (``AresSaver``,
-``AsyncAresSaver``), with its shared logic in ``_langgraph_core`` (layout, encoding, the
-verified index), ``_langgraph_plan`` (planning, decoding) and ``_langgraph_steps`` (the
-operations, as sansio steps); :mod:`~ares_events.integrations.langgraph_approvals` gates
-a node on an approver's signed approval.
-:mod:`~ares_events.integrations.openai_agents`, :mod:`~ares_events.integrations.pydantic_ai`
-and :mod:`~ares_events.integrations.google_adk` adapt agent frameworks (a session or
-conversation is one stream, read through ``_conversation``, verified; written with
-optimistic concurrency); :mod:`~ares_events.integrations.openai_agents_journal`,
-:mod:`~ares_events.integrations.pydantic_ai` and
-:mod:`~ares_events.integrations.google_adk_journal` run their agents durably (the run
-journal under the model and tool calls).
-:func:`stream_kind` tells the CLI which streams an integration owns (without importing
-the integration's library).
+"""Adapters that plug ares-events into other libraries: the ``eventsourcing`` persistence
+module, a LangGraph checkpointer (with signed approvals of interrupts), and sessions,
+message stores and durable runs for the OpenAI Agents SDK, Pydantic AI and Google ADK.
+A module named after a library is public; a ``_`` module is its storage work.
+:func:`stream_kind` tells the CLI which streams an integration owns, without importing
+the integration's library.
 
 An integration is top layer: it may import anything in the package, and its own third
 party library; nothing in the package imports an integration.

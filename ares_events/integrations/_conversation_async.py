@@ -1,22 +1,9 @@
-"""The stream under a framework adapter: one conversation (a session of the OpenAI Agents
-SDK, a Pydantic AI conversation, a Google ADK session) is one hash-chained stream, read
-verified and written with optimistic concurrency.
-
-:class:`AsyncConversationStream` (one face written, the other generated). What the
-adapters share:
-
-- **Verified before decoded.** :meth:`refresh` reads the events after the ones it already
-  checked, checks each link of the chain (a MAC in keyed mode) and the stream's head row,
-  and raises :class:`~ares_events.errors.ChainIntegrityError` with the findings before
-  the adapter decodes anything. :meth:`tail` reads only the last events, verified from
-  the first one's recorded link to the head row (a cost of O(tail)).
-- **Optimistic concurrency.** :meth:`append` writes at a version the caller names (the
-  version its run last saw); another writer in between is a
-  :class:`~ares_events.errors.ConcurrencyError`, which each adapter turns into its typed
-  conflict. Nothing is merged or retried behind the caller's back.
-- **Erasure.** :meth:`erase` erases the payloads of events (blobs too) and records each
-  erasure in ``ares-events/erasures``, as ``ares-events erase`` does; the chain still
-  verifies (the payload digests stay in it).
+"""The stream under a framework adapter: :class:`AsyncConversationStream` (one face
+written, the other generated), one conversation (an OpenAI Agents session, a Pydantic AI
+conversation, a Google ADK session) as one hash-chained stream, verified before the
+adapter decodes anything and written at a version the caller names (another writer in
+between is a :class:`~ares_events.errors.ConcurrencyError`, which each adapter turns
+into its typed conflict: nothing is merged or retried behind the caller's back).
 
 It may import anything in the package (an integration is top layer), and no framework.
 """
@@ -35,7 +22,24 @@ if TYPE_CHECKING:
     from ares_events.core.events import AppendResult, ExpectedVersion
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["AsyncConversationStream"]
+__all__ = ["AsyncConversationStream", "erase_events"]
+
+
+async def erase_events(
+    store: AsyncEventStore, stream_id: str, versions: Sequence[int], reason: str, by: str
+) -> int:
+    """Erase the payloads of ``versions`` (blobs too) and record each erasure in
+    ``ares-events/erasures``, as ``ares-events erase`` does (the chain still verifies:
+    the payload digests stay in it); return how many were erased now (already erased
+    ones are skipped)."""
+    records = []
+    for v in versions:
+        old, _shared = await store.erase_payload(stream_id, v)
+        if not (old.payload_ref is not None and old.payload_ref.erased):
+            records.append(erasure_record(old, reason, by))
+    if records:
+        await store.append(ERASURE_STREAM, records)
+    return len(records)
 
 
 class AsyncConversationStream:
@@ -123,21 +127,12 @@ class AsyncConversationStream:
         return await self.store.append(self.stream_id, list(events), expected_version=expected)
 
     async def erase(self, versions: Sequence[int], *, reason: str, by: str) -> int:
-        """Erase the payloads of ``versions`` (blobs too) and record each erasure in
-        ``ares-events/erasures``; return how many were erased now (already erased ones
-        are skipped)."""
-        records = []
-        for v in versions:
-            old, _shared = await self.store.erase_payload(self.stream_id, v)
-            if old.payload_ref is not None and old.payload_ref.erased:
-                continue
-            records.append(erasure_record(old, reason, by))
-        if records:
-            await self.store.append(ERASURE_STREAM, records)
+        """:func:`erase_events` of this stream."""
+        n = await erase_events(self.store, self.stream_id, versions, reason, by)
         # What this view read of those events still holds the payloads: read again.
         erased = set(versions)
         self.events = [e if e.version not in erased else await self._reread(e) for e in self.events]
-        return len(records)
+        return n
 
     async def _reread(self, e: RecordedEvent) -> RecordedEvent:
         got = [x async for x in self.store.read(self.stream_id, e.version, e.version)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -24,10 +25,11 @@ from ares_events.errors import ConfigError, InvalidEvent
 if TYPE_CHECKING:
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["Faces", "stream_name"]
+__all__ = ["Faces", "Table", "stream_name"]
 
 B = TypeVar("B")
 A = TypeVar("A")
+V = TypeVar("V")
 
 
 def stream_name(prefix: str, name: object, field: str) -> str:
@@ -41,6 +43,29 @@ def stream_name(prefix: str, name: object, field: str) -> str:
     if not name:
         raise InvalidEvent(field, "must not be empty")
     return validate_name(prefix + name, field)
+
+
+class Table(Generic[V]):
+    """What an adapter keeps per stream (a verified view and its lock), made on first
+    use; beyond ``size`` entries the least recently used is dropped. The table's own
+    lock is never held across I/O, so different streams run side by side."""
+
+    def __init__(self, make: Callable[[str], V], size: int | None = None) -> None:
+        self._make = make
+        self._size = size
+        self._map: OrderedDict[str, V] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, key: str) -> V:
+        with self._guard:
+            got = self._map.get(key)
+            if got is None:
+                got = self._map[key] = self._make(key)
+                while self._size is not None and len(self._map) > self._size:
+                    self._map.popitem(last=False)
+            else:
+                self._map.move_to_end(key)
+            return got
 
 
 class Faces(Generic[B, A]):

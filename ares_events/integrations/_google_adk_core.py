@@ -24,28 +24,6 @@ from google.adk.sessions.session import Session
 from ares_events.core.events import RecordedEvent, validate_name
 from ares_events.errors import SessionConflict
 
-__all__ = [
-    "APP_PREFIX",
-    "MARKER",
-    "MODULE",
-    "SESSION_PREFIX",
-    "T_CREATED",
-    "T_DELETED",
-    "T_EVENT",
-    "T_STATE",
-    "USER_PREFIX",
-    "Fold",
-    "SessionConflict",
-    "SessionStateProjection",
-    "app_stream",
-    "decode",
-    "marker_version",
-    "quote_part",
-    "session_stream",
-    "since_created",
-    "user_stream",
-]
-
 SESSION_PREFIX: Final = "google-adk/"
 APP_PREFIX: Final = "google-adk-app/"
 USER_PREFIX: Final = "google-adk-user/"

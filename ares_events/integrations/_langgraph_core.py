@@ -44,7 +44,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -101,23 +101,20 @@ class StaleWriteError(ConcurrencyError):
         self.winner_checkpoint_id = winner
         self.attempted_checkpoint_id = attempted
         if parent is None:
-            super().__init__(
-                stream_id,
-                f"the first checkpoint of namespace {ns!r}",
-                actual,
+            expected = f"the first checkpoint of namespace {ns!r}"
+            text = (
                 f"namespace {ns!r} was already started by {winner}; refusing the parentless "
                 f"{attempted} (a second writer starting the same new thread would give it "
-                "two roots: reload it and run again)",
+                "two roots: reload it and run again)"
             )
-            return
-        super().__init__(
-            stream_id,
-            f"a checkpoint continuing {parent}",
-            actual,
-            f"checkpoint {parent} in namespace {ns!r} was already continued by {winner}; "
-            f"refusing {attempted} (a second writer from the same parent would fork the "
-            "thread: reload it and run again)",
-        )
+        else:
+            expected = f"a checkpoint continuing {parent}"
+            text = (
+                f"checkpoint {parent} in namespace {ns!r} was already continued by {winner}; "
+                f"refusing {attempted} (a second writer from the same parent would fork the "
+                "thread: reload it and run again)"
+            )
+        super().__init__(stream_id, expected, actual, text)
 
 
 def stream_of(thread_id: object) -> str:
@@ -464,15 +461,17 @@ class ThreadIndex:
             out.add(rec.version)
             out.update(w.version for w in rec.writes.values())
             for d in (rec.payload.get("vals") or {}).values():
-                if rebased and d in rebased:
-                    continue
-                seen = 0
-                cur: str | None = d
-                while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
-                    val = self.values.get(cur)
-                    if val is None:
-                        break
-                    out.add(val.version)
-                    cur = val.base
-                    seen += 1
+                if not (rebased and d in rebased):
+                    out.update(val.version for val in self.chain(d))
         return out
+
+    def chain(self, digest: str) -> Iterator[ValueRec]:
+        """The stored value ``digest`` and the bases of its delta chain, newest first (up
+        to the first one not stored; bounded, whatever the stream holds)."""
+        cur: str | None = digest
+        for _ in range(MAX_DELTA_DEPTH + 2):
+            val = self.values.get(cur) if cur is not None else None
+            if val is None:
+                return
+            yield val
+            cur = val.base

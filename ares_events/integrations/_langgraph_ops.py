@@ -25,8 +25,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
+from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations._conversation import erase_events
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     CheckpointRec,
@@ -50,41 +51,31 @@ from ares_events.integrations._langgraph_plan import (
     writes_event,
 )
 from ares_events.integrity.findings import Finding
-from ares_events.projections.erasure import erasure_record
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
 
-__all__ = [
-    "append_checked",
-    "copy_thread",
-    "delete_runs",
-    "delete_thread",
-    "delta_history",
-    "get_checkpoint",
-    "list_checkpoints",
-    "prune",
-    "put_checkpoint",
-    "put_writes",
-    "refresh",
-]
-
 MAX_RETRIES = 1000
 
 
-def refresh(store: EventStore, index: ThreadIndex) -> None:
-    """Bring the index up to the stream's end, verifying every new event."""
+def refresh(store: EventStore, index: ThreadIndex, *, check: bool = True) -> None:
+    """Bring the index up to the stream's end, verifying every new event.
+
+    Raises:
+        ChainIntegrityError: with ``check``, the thread does not verify.
+    """
     if not index.started:
         head = store.head(index.stream_id)
         if head is None:
             index.started = True
-            return
-        events = list(store.read(index.stream_id, 1, head.version))
-        index.apply_all(events, head)
-        return
-    events = list(store.read(index.stream_id, index.verifier.last + 1, None))
-    if events:
-        index.apply_all(events)
+        else:
+            index.apply_all(list(store.read(index.stream_id, 1, head.version)), head)
+    else:
+        events = list(store.read(index.stream_id, index.verifier.last + 1, None))
+        if events:
+            index.apply_all(events)
+    if check:
+        index.check()
 
 
 def append_checked(
@@ -93,7 +84,7 @@ def append_checked(
     """Append what ``build`` plans at the version the index is at, and apply it; after a
     concurrent write, read it (verified) and plan again. Nothing to append: None."""
     if not index.started:
-        refresh(store, index)
+        refresh(store, index, check=False)
     index.check()
     for _ in range(MAX_RETRIES):
         events = list(build())
@@ -103,7 +94,6 @@ def append_checked(
             res = store.append(index.stream_id, events, expected_version=index.version)
         except ConcurrencyError:
             refresh(store, index)
-            index.check()
             continue
         index.apply_own(res.version, events)
         return res
@@ -126,7 +116,6 @@ def get_checkpoint(
 ) -> CheckpointTuple | None:
     tid, ns, cid = _ids(config)
     refresh(store, index)
-    index.check()
     rec = index.get(ns, cid)
     if rec is None:
         return None
@@ -256,7 +245,7 @@ def put_checkpoint(
     tid, ns, parent = _ids(config)
     source = metadata.get("source")
     if not index.started:
-        refresh(store, index)
+        refresh(store, index, check=False)
     index.check()
     # A parentless checkpoint from a writer that sees its namespace empty starts the
     # namespace: appended only while it is still empty, so two writers that both started
@@ -313,7 +302,6 @@ def list_checkpoints(
     conf = config.get("configurable", {})
     tid = str(conf["thread_id"])
     refresh(store, index)
-    index.check()
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
@@ -362,15 +350,7 @@ def drop_checkpoints(
         return 0
     drop = chosen[0]
     targets = list(range(1, res.version)) if drop is None else drop
-    records = []
-    for v in targets:
-        old, _shared = store.erase_payload(index.stream_id, v)
-        if old.payload_ref is not None and old.payload_ref.erased:
-            continue
-        records.append(erasure_record(old, reason, by))
-    if records:
-        store.append(ERASURE_STREAM, records)
-    return len(records)
+    return erase_events(store, index.stream_id, targets, reason, by)
 
 
 def prune(
@@ -381,7 +361,6 @@ def prune(
     by: str,
 ) -> int:
     refresh(store, index)
-    index.check()
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
@@ -407,7 +386,6 @@ def delete_runs(
     by: str,
 ) -> int:
     refresh(store, index)
-    index.check()
 
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
         keep = []
@@ -430,7 +408,6 @@ def copy_thread(store: EventStore, src: ThreadIndex, dst_stream: str) -> int:
     from ares_events.integrity.verifier import ChainVerifier
 
     refresh(store, src)
-    src.check()
     live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
     if not live:
         return 0
@@ -463,7 +440,6 @@ def delta_history(
     nearest stored value as the seed), decoding only the writes and seeds it returns."""
     _tid, ns, cid = _ids(config)
     refresh(store, index)
-    index.check()
     if not channels:
         return {}
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}

@@ -24,8 +24,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
+from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations._conversation_async import erase_events
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     CheckpointRec,
@@ -49,41 +50,31 @@ from ares_events.integrations._langgraph_plan import (
     writes_event,
 )
 from ares_events.integrity.findings import Finding
-from ares_events.projections.erasure import erasure_record
 
 if TYPE_CHECKING:
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = [
-    "append_checked",
-    "copy_thread",
-    "delete_runs",
-    "delete_thread",
-    "delta_history",
-    "get_checkpoint",
-    "list_checkpoints",
-    "prune",
-    "put_checkpoint",
-    "put_writes",
-    "refresh",
-]
-
 MAX_RETRIES = 1000
 
 
-async def refresh(store: AsyncEventStore, index: ThreadIndex) -> None:
-    """Bring the index up to the stream's end, verifying every new event."""
+async def refresh(store: AsyncEventStore, index: ThreadIndex, *, check: bool = True) -> None:
+    """Bring the index up to the stream's end, verifying every new event.
+
+    Raises:
+        ChainIntegrityError: with ``check``, the thread does not verify.
+    """
     if not index.started:
         head = await store.head(index.stream_id)
         if head is None:
             index.started = True
-            return
-        events = [e async for e in store.read(index.stream_id, 1, head.version)]
-        index.apply_all(events, head)
-        return
-    events = [e async for e in store.read(index.stream_id, index.verifier.last + 1, None)]
-    if events:
-        index.apply_all(events)
+        else:
+            index.apply_all([e async for e in store.read(index.stream_id, 1, head.version)], head)
+    else:
+        events = [e async for e in store.read(index.stream_id, index.verifier.last + 1, None)]
+        if events:
+            index.apply_all(events)
+    if check:
+        index.check()
 
 
 async def append_checked(
@@ -92,7 +83,7 @@ async def append_checked(
     """Append what ``build`` plans at the version the index is at, and apply it; after a
     concurrent write, read it (verified) and plan again. Nothing to append: None."""
     if not index.started:
-        await refresh(store, index)
+        await refresh(store, index, check=False)
     index.check()
     for _ in range(MAX_RETRIES):
         events = list(build())
@@ -102,7 +93,6 @@ async def append_checked(
             res = await store.append(index.stream_id, events, expected_version=index.version)
         except ConcurrencyError:
             await refresh(store, index)
-            index.check()
             continue
         index.apply_own(res.version, events)
         return res
@@ -125,7 +115,6 @@ async def get_checkpoint(
 ) -> CheckpointTuple | None:
     tid, ns, cid = _ids(config)
     await refresh(store, index)
-    index.check()
     rec = index.get(ns, cid)
     if rec is None:
         return None
@@ -255,7 +244,7 @@ async def put_checkpoint(
     tid, ns, parent = _ids(config)
     source = metadata.get("source")
     if not index.started:
-        await refresh(store, index)
+        await refresh(store, index, check=False)
     index.check()
     # A parentless checkpoint from a writer that sees its namespace empty starts the
     # namespace: appended only while it is still empty, so two writers that both started
@@ -312,7 +301,6 @@ async def list_checkpoints(
     conf = config.get("configurable", {})
     tid = str(conf["thread_id"])
     await refresh(store, index)
-    index.check()
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
@@ -361,15 +349,7 @@ async def drop_checkpoints(
         return 0
     drop = chosen[0]
     targets = list(range(1, res.version)) if drop is None else drop
-    records = []
-    for v in targets:
-        old, _shared = await store.erase_payload(index.stream_id, v)
-        if old.payload_ref is not None and old.payload_ref.erased:
-            continue
-        records.append(erasure_record(old, reason, by))
-    if records:
-        await store.append(ERASURE_STREAM, records)
-    return len(records)
+    return await erase_events(store, index.stream_id, targets, reason, by)
 
 
 async def prune(
@@ -380,7 +360,6 @@ async def prune(
     by: str,
 ) -> int:
     await refresh(store, index)
-    index.check()
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
@@ -406,7 +385,6 @@ async def delete_runs(
     by: str,
 ) -> int:
     await refresh(store, index)
-    index.check()
 
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
         keep = []
@@ -429,7 +407,6 @@ async def copy_thread(store: AsyncEventStore, src: ThreadIndex, dst_stream: str)
     from ares_events.integrity.verifier import ChainVerifier
 
     await refresh(store, src)
-    src.check()
     live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
     if not live:
         return 0
@@ -462,7 +439,6 @@ async def delta_history(
     nearest stored value as the seed), decoding only the writes and seeds it returns."""
     _tid, ns, cid = _ids(config)
     await refresh(store, index)
-    index.check()
     if not channels:
         return {}
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}

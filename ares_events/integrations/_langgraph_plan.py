@@ -211,19 +211,7 @@ def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
 
 def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
     """Versions of spilled value events a materialisation will need to fetch."""
-    out = []
-    for d in digests:
-        seen = 0
-        cur: str | None = d
-        while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
-            rec = index.values.get(cur)
-            if rec is None:
-                break
-            if rec.payload is None:
-                out.append(rec.version)
-            cur = rec.base
-            seen += 1
-    return out
+    return [rec.version for d in digests for rec in index.chain(d) if rec.payload is None]
 
 
 class ValueCache:
@@ -305,11 +293,7 @@ def materialise(
     top = chain[0]
     if "list" not in top:
         return serde.loads_typed((top["t"], unb64(top["b"])))
-    items: list[list[str]] = []
-    for p in reversed(chain):
-        items = items[: int(p.get("n", 0))] if "base" in p else []
-        items.extend(p["list"])
-    return [serde.loads_typed((t, unb64(b))) for t, b in items]
+    return [serde.loads_typed((t, unb64(b))) for t, b in _joined(chain)]
 
 
 def prune_plan(
@@ -360,13 +344,16 @@ def prune_plan(
 
 def _items_in_memory(index: ThreadIndex, digest: str) -> list[list[str]] | None:
     chain: list[dict[str, Any]] = []
-    d: str | None = digest
-    while d is not None and len(chain) <= MAX_DELTA_DEPTH + 1:
-        rec = index.values.get(d)
-        if rec is None or rec.payload is None or "list" not in rec.payload:
+    for rec in index.chain(digest):
+        if rec.payload is None or "list" not in rec.payload:
             return None
         chain.append(rec.payload)
-        d = rec.payload.get("base")
+    # A chain cut short (a base not stored) is not the value.
+    return _joined(chain) if chain and "base" not in chain[-1] else None
+
+
+def _joined(chain: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The items of a list value from its delta chain (newest first)."""
     items: list[list[str]] = []
     for p in reversed(chain):
         items = items[: int(p.get("n", 0))] if "base" in p else []

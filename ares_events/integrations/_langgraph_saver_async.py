@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -34,6 +32,7 @@ from ares_events.core.store_async import AsyncEventStore
 from ares_events.errors import InvalidEvent
 from ares_events.integrations import _langgraph_ops_async as ops
 from ares_events.integrations import thread_of
+from ares_events.integrations._faces import Table
 from ares_events.integrations._langgraph_core import ThreadIndex, stream_of
 from ares_events.integrations._langgraph_plan import ValueCache
 
@@ -100,31 +99,6 @@ def _value_cache(size: object) -> ValueCache | None:
     return ValueCache(size) if size > 0 else None
 
 
-class _Indexes:
-    """The per-thread verified indexes and locks of one saver; ``_guard`` guards the
-    dictionary only, never I/O (no saver-wide lock: different threads run in parallel)."""
-
-    def __init__(self, store: Any, max_threads: int) -> None:
-        if type(max_threads) is not int or max_threads < 1:
-            raise InvalidEvent("max_threads", f"must be an int >= 1, got {max_threads!r}")
-        self.store = store
-        self.max = max_threads
-        self._map: OrderedDict[str, tuple[Lock, ThreadIndex]] = OrderedDict()
-        self._guard = threading.Lock()
-
-    def get(self, sid: str) -> tuple[Lock, ThreadIndex]:
-        with self._guard:
-            item = self._map.get(sid)
-            if item is None:
-                item = (Lock(), ThreadIndex(sid, self.store.chain_key))
-                self._map[sid] = item
-                while len(self._map) > self.max:
-                    self._map.popitem(last=False)
-            else:
-                self._map.move_to_end(sid)
-            return item
-
-
 class AsyncAresSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over an ares-events store.
 
@@ -163,7 +137,10 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         self.store = store
         self.by = by
         self._cache = _value_cache(value_cache)
-        self._indexes = _Indexes(store, max_threads)
+        if type(max_threads) is not int or max_threads < 1:
+            raise InvalidEvent("max_threads", f"must be an int >= 1, got {max_threads!r}")
+        # Per thread, its verified index and its lock (no saver-wide lock).
+        self._indexes = Table(lambda sid: (Lock(), ThreadIndex(sid, store.chain_key)), max_threads)
         self._owns_store = False
 
     @classmethod

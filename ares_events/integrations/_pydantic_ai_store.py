@@ -13,7 +13,6 @@ It may import anything in the package, and ``pydantic_ai``.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from threading import Lock
 from typing import TYPE_CHECKING, Any, Final
@@ -24,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from ares_events.core.events import NewEvent
 from ares_events.errors import ConcurrencyError
 from ares_events.integrations._conversation import ConversationStream
-from ares_events.integrations._faces import stream_name
+from ares_events.integrations._faces import Table, stream_name
 
 # One error class for both faces.
 from ares_events.integrations._pydantic_ai_store_async import ConversationConflict  # as is
@@ -72,8 +71,7 @@ class MessageLog:
 
     def __init__(self, store: EventStore) -> None:
         self.store = store
-        self._views: dict[str, _Conversation] = {}
-        self._guard = threading.Lock()  # the table of conversations (never held over I/O)
+        self._views = Table(lambda cid: _Conversation(ConversationStream(store, stream_of(cid))))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
@@ -143,12 +141,7 @@ class MessageLog:
         return res.version
 
     def _conversation(self, conversation_id: str) -> _Conversation:
-        with self._guard:
-            got = self._views.get(conversation_id)
-            if got is None:
-                stream = ConversationStream(self.store, stream_of(conversation_id))
-                got = self._views[conversation_id] = _Conversation(stream)
-            return got
+        return self._views.get(conversation_id)
 
 
 class _Conversation:

@@ -29,6 +29,7 @@ from google.adk.sessions.base_session_service import (
 )
 from google.adk.sessions.session import Session
 
+from ares_events.errors import SessionConflict
 from ares_events.integrations._faces import Faces
 from ares_events.integrations._google_adk_core import (
     APP_PREFIX,
@@ -36,7 +37,6 @@ from ares_events.integrations._google_adk_core import (
     MODULE,
     SESSION_PREFIX,
     USER_PREFIX,
-    SessionConflict,
     SessionStateProjection,
     StaleSessionConflict,
     session_stream,
@@ -65,10 +65,9 @@ class AresSessionService(BaseSessionService):
     """ADK's ``BaseSessionService`` on ares-events (see the module docstring).
 
     Args:
-        url: a store URL; the service opens a blocking store on it on first use and
-            closes it in :meth:`close`.
-        store: an open store instead (left open by :meth:`close`): a blocking one is used
-            from any thread and event loop; an asyncio one only on its own loop.
+        url: a store URL, opened (blocking) on first use and closed by :meth:`close`.
+        store: an open store instead (left open): a blocking one is used from any thread
+            and event loop; an asyncio one only on its own loop.
         snapshot_every: snapshot each session's state every this many events (0: never;
             then a tail read replays the session's state from its start).
         erase_on_delete: ``delete_session`` also erases the session's payloads.

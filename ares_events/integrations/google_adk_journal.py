@@ -85,22 +85,15 @@ def _args_hash(name: str, args: Any) -> str:
     return name + "\x00" + json.dumps(to_jsonable_python(args), sort_keys=True)
 
 
-def _scrub(value: Any) -> Any:
-    """``value`` (serialised contents) without the function-call ids ADK generates."""
+def _scrub(value: Any, call: bool = False) -> Any:
+    """``value`` (serialised contents) without the function-call ids ADK generates
+    (``call``: ``value`` is a function call or response)."""
     if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if k in ("function_call", "function_response") and isinstance(v, dict):
-                out[k] = _scrub(
-                    {
-                        ik: iv
-                        for ik, iv in v.items()
-                        if not (ik == "id" and str(iv).startswith(AF_FUNCTION_CALL_ID_PREFIX))
-                    }
-                )
-            else:
-                out[k] = _scrub(v)
-        return out
+        return {
+            k: _scrub(v, k in ("function_call", "function_response"))
+            for k, v in value.items()
+            if not (call and k == "id" and str(v).startswith(AF_FUNCTION_CALL_ID_PREFIX))
+        }
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     return value
@@ -155,10 +148,7 @@ class ToolCallOrder:
 
     async def turn(self, slot: int | None) -> None:
         """Wait until every slot before ``slot`` is released."""
-        if slot is None:
-            return
-        done = self._done
-        for ev in done[:slot]:
+        for ev in self._done[:slot] if slot is not None else ():
             await ev.wait()
 
     def release(self, slot: int | None) -> None:
@@ -324,20 +314,13 @@ def _durable_agent(
     update: dict[str, Any] = {"model": model, "tools": tools}
     # The agent's own callbacks may answer a tool call (it never reaches the journal) or
     # put another response in the model's place: the order must follow what ADK runs.
-    if agent.before_tool_callback is not None:
-        update["before_tool_callback"] = [
-            _watching_tool(cb, order) for cb in agent.canonical_before_tool_callbacks
-        ]
-    if agent.before_model_callback is not None:
-        update["before_model_callback"] = [
-            _watching_model(cb, order, "llm_request")
-            for cb in agent.canonical_before_model_callbacks
-        ]
-    if agent.after_model_callback is not None:
-        update["after_model_callback"] = [
-            _watching_model(cb, order, "llm_response")
-            for cb in agent.canonical_after_model_callbacks
-        ]
+    for name, watch in (
+        ("before_tool_callback", _watching_tool),
+        ("before_model_callback", _watching_model),
+        ("after_model_callback", _watching_model),
+    ):
+        if getattr(agent, name) is not None:
+            update[name] = [watch(cb, order) for cb in getattr(agent, f"canonical_{name}s")]
     return agent.clone(update=update)
 
 
@@ -356,30 +339,20 @@ def _watching_tool(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[...
     return before_tool
 
 
-def _watching_model(cb: Callable[..., Any], order: ToolCallOrder, arg: str) -> Callable[..., Any]:
+def _watching_model(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[..., Any]:
     """``cb`` (a before- or after-model callback): a response it returns in the model's
-    place is the batch of calls ADK runs next."""
+    place is the batch of calls ADK runs next. ADK passes the value by its name
+    (``llm_request`` or ``llm_response``), which the wrapper hands on as it came."""
 
-    async def model_callback(callback_context: Any, value: Any) -> Any:
-        got = _invoke_callback(cb, callback_context=callback_context, **{arg: value})
+    async def model_callback(callback_context: Any, **value: Any) -> Any:
+        got = _invoke_callback(cb, callback_context=callback_context, **value)
         if inspect.isawaitable(got):
             got = await got
         if isinstance(got, LlmResponse):
             order.expect([got])
         return got
 
-    # ADK passes the value by its name (llm_request / llm_response).
-    if arg == "llm_request":
-
-        async def before_model(callback_context: Any, llm_request: Any) -> Any:
-            return await model_callback(callback_context, llm_request)
-
-        return before_model
-
-    async def after_model(callback_context: Any, llm_response: Any) -> Any:
-        return await model_callback(callback_context, llm_response)
-
-    return after_model
+    return model_callback
 
 
 async def run_durably(

@@ -79,16 +79,14 @@ def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings
 
 
 class AresSession:
-    """The SDK's ``Session`` protocol on one ares-events stream (see the module docstring).
+    """The SDK's ``Session`` protocol on the stream ``openai-agents/<session_id>``.
 
     Args:
-        session_id: the session (the stream is ``openai-agents/<session_id>``).
-        url: a store URL; the session opens a blocking store on it on first use and
-            closes it in :meth:`close`.
-        store: an open store instead (left open by :meth:`close`): a blocking one is
-            used from any thread and event loop; an asyncio one only on its own loop.
-        session_settings: the SDK's settings, or a dict of their fields (``limit``: the
-            default of ``get_items``); None: the defaults.
+        session_id: the session.
+        url: a store URL, opened (blocking) on first use and closed by :meth:`close`.
+        store: an open store instead (left open): a blocking one is used from any thread
+            and event loop; an asyncio one only on its own loop.
+        session_settings: the SDK's settings, or a dict of their fields; None: defaults.
 
     Raises:
         ConfigError: neither or both of ``url`` and ``store``.
@@ -161,11 +159,9 @@ class AresSession:
         reason: str = "clear_session",
         by: str = "openai-agents",
     ) -> None:
-        """Clear the session (an ``oai.cleared`` event: the items stay in the chain).
-
-        ``erase=True`` also erases the payloads of every item event before the clear
-        (blobs too) and records each erasure (``reason``, ``by``) in
-        ``ares-events/erasures``; the chain stays verifiable.
+        """Clear the session (an ``oai.cleared`` event: the items stay in the chain);
+        ``erase=True`` also erases their payloads, each erasure recorded (``reason``,
+        ``by``) in ``ares-events/erasures``.
 
         Raises:
             SessionConflict: under a run, another writer wrote since this run last saw

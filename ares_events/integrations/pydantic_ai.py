@@ -119,8 +119,8 @@ class AresMessageStore:
         return f"{type(self).__name__}({self._faces})"
 
     def load(self, conversation_id: str) -> list[ModelMessage]:
-        """The conversation's messages, oldest first (``[]`` for a new one); later
-        appends of this store are written at the version read now.
+        """The conversation's messages, oldest first; later appends of this store are
+        written at the version read now.
 
         Raises:
             ChainIntegrityError: the stream does not verify (nothing is decoded).
@@ -294,21 +294,10 @@ async def run_durably(
     code_revision: str = "unversioned",
     **run_kwargs: Any,
 ) -> Any:
-    """Run ``agent`` on ``user_prompt`` as the durable run ``run_id`` (see the module
-    docstring); the same call after a crash resumes it. Returns Pydantic AI's run result.
-
-    Args:
-        agent: the agent (its model and toolsets are wrapped for the run).
-        user_prompt: the prompt, as for ``agent.run``.
-        store: the event store holding the run's journal.
-        run_id: the run's stable id (its stream; the idempotency-key prefix).
-        message_history: earlier messages, as for ``agent.run``.
-        idempotent: names of tools safe to call again with the same key when in doubt.
-        reconcile: ``reconcile(tool_name, key) -> (landed, result)`` asks the downstream
-            system whether an in-doubt (or timed-out) tool call landed.
-        code_revision: recorded by the journal; a resume under another revision is
-            refused (the journal's version gate).
-        **run_kwargs: passed to ``agent.run`` (``deps``, ``model_settings``, ...).
+    """Run ``agent`` (its model and toolsets wrapped) on ``user_prompt`` as the durable run
+    ``run_id``; the same call after a crash resumes it. Returns Pydantic AI's run result.
+    ``message_history`` and ``run_kwargs`` go to ``agent.run``; ``idempotent``,
+    ``reconcile`` and ``code_revision`` are the journal's (docs/guide-journal.md).
 
     Raises:
         InDoubtToolCall: a tool call was cut off, has no reconciler and is not idempotent.
