@@ -11,7 +11,7 @@ It may import anything in the package (an integration is top layer), and no fram
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ares_events.core.events import ERASURE_STREAM, NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
@@ -43,11 +43,8 @@ async def erase_events(
 
 
 class AsyncConversationStream:
-    """A verified, incrementally refreshed view of one stream.
-
-    ``events`` holds every event read so far (verified), ``version`` the last one. The
-    view is not locked: an adapter serialises its own use of one view.
-    """
+    """A verified, incrementally refreshed view of one stream: ``events`` holds every event
+    read so far. The view is not locked: an adapter serialises its own use of one view."""
 
     def __init__(self, store: AsyncEventStore, stream_id: str) -> None:
         self.store = store
@@ -65,14 +62,11 @@ class AsyncConversationStream:
 
         Raises:
             ChainIntegrityError: a link, an event or the head row does not verify (the
-                view keeps nothing of the bad read).
-            StoreUnavailable: the store cannot be reached.
+                view is dropped: the next refresh reads the stream again).
         """
         head = await self.store.head(self.stream_id)
         last = self._verifier.last
-        if head is not None and head.version < last:
-            self._fail_head(head)
-        if head is None or head.version == last:
+        if head is None or head.version <= last:  # nothing new (behind: a finding)
             if head is not None or last:
                 self._verifier.check_head(head)
                 self._raise_findings()
@@ -87,13 +81,12 @@ class AsyncConversationStream:
         return new
 
     async def tail(self, count: int) -> list[RecordedEvent]:
-        """The stream's last ``count`` events (fewer when the stream is shorter), read and
-        verified from the first one's recorded link to the head row, without reading the
-        events before them. The view is left as it is.
+        """The stream's last ``count`` events, verified from the first one's recorded link
+        to the head row without reading the events before them (a cost of O(tail)); the
+        view is left as it is.
 
         Raises:
             ChainIntegrityError: the tail does not link up to the head row.
-            StoreUnavailable: the store cannot be reached.
         """
         head = await self.store.head(self.stream_id)
         if head is None or count <= 0:
@@ -117,13 +110,7 @@ class AsyncConversationStream:
         return events
 
     async def append(self, events: Sequence[NewEvent], expected: ExpectedVersion) -> AppendResult:
-        """Append ``events`` at ``expected`` (0: the stream must not exist yet).
-
-        Raises:
-            ConcurrencyError: the stream is not at ``expected`` (another writer).
-            InvalidEvent: an event is not valid (nothing is written).
-            StoreUnavailable: the store cannot be reached.
-        """
+        """Append ``events`` at ``expected`` (another writer in between: ConcurrencyError)."""
         return await self.store.append(self.stream_id, list(events), expected_version=expected)
 
     async def erase(self, versions: Sequence[int], *, reason: str, by: str) -> int:
@@ -137,10 +124,6 @@ class AsyncConversationStream:
     async def _reread(self, e: RecordedEvent) -> RecordedEvent:
         got = [x async for x in self.store.read(self.stream_id, e.version, e.version)]
         return got[0] if got else e
-
-    def _fail_head(self, head: Any) -> None:
-        self._verifier.check_head(head)
-        self._raise_findings()
 
     def _raise_findings(self) -> None:
         if self._verifier.findings:

@@ -181,13 +181,7 @@ class AresDatastore:
     def _verify(
         self, sid: str, lo: int, recs: list[RecordedEvent], head: Head | None, reaches: bool
     ) -> None:
-        key = self.store.chain_key
-        if lo <= 1:
-            v = ChainVerifier(sid, key)
-        else:
-            first = recs[0].prev_hash if recs else None
-            start = first if isinstance(first, bytes) and len(first) == len(_NO_HASH) else _NO_HASH
-            v = ChainVerifier(sid, key, start_version=lo - 1, start_hash=start)
+        v = self._verifier(sid, lo, recs[0].prev_hash if recs else None)
         v.check_page(recs)
         if reaches and (recs or (head is not None and head.version >= lo)):
             v.check_head(head)
@@ -203,22 +197,22 @@ class AresDatastore:
         """
         if not self.verify_reads:
             return
-        key = self.store.chain_key
         chains: dict[str, ChainVerifier] = {}
         for e in events:
-            sid = e.stream_id
-            v = chains.get(sid)
-            version = e.version
-            if v is None or version != v.last + 1:
-                if type(version) is not int or version <= 1:
-                    v = ChainVerifier(sid, key)
-                else:
-                    ph = e.prev_hash
-                    start = ph if isinstance(ph, bytes) and len(ph) == len(_NO_HASH) else _NO_HASH
-                    v = ChainVerifier(sid, key, start_version=version - 1, start_hash=start)
-                chains[sid] = v
+            v = chains.get(e.stream_id)
+            if v is None or e.version != v.last + 1:
+                v = chains[e.stream_id] = self._verifier(e.stream_id, e.version, e.prev_hash)
             if not v.check(e):
-                raise ChainVerificationError(sid, v.findings)
+                raise ChainVerificationError(e.stream_id, v.findings)
+
+    def _verifier(self, sid: str, first: Any, prev_hash: Any) -> ChainVerifier:
+        """A verifier from genesis, or from version ``first`` linked to ``prev_hash`` (a
+        malformed one is replaced by zeros, which then fails the first link)."""
+        if type(first) is not int or first <= 1:
+            return ChainVerifier(sid, self.store.chain_key)
+        ok = isinstance(prev_hash, bytes) and len(prev_hash) == len(_NO_HASH)
+        start = prev_hash if ok else _NO_HASH
+        return ChainVerifier(sid, self.store.chain_key, start_version=first - 1, start_hash=start)
 
     def last_position(self, accept: Any) -> int | None:
         """The highest position of this application's events that ``accept(event)``

@@ -3,11 +3,9 @@ names, the events' types, :class:`StaleSessionConflict`, the fold of a session
 (:class:`SessionStateProjection`, and :class:`Fold`, its incremental form over a verified
 view) and the decoding of stored events.
 
-A session is the stream ``google-adk/<app>/<user>/<session>`` (each part
-percent-encoded): ``adk.session.created`` (with the session-scoped initial state), one
-``adk.event`` per ADK event (the event and its session-scoped state delta),
-``adk.session.deleted``. ``app:`` and ``user:`` state live in ``google-adk-app/<app>``
-and ``google-adk-user/<app>/<user>`` as ``adk.state`` deltas.
+A session's stream holds ``adk.session.created`` (with the session-scoped initial state),
+one ``adk.event`` per ADK event (the event and its session-scoped state delta) and
+``adk.session.deleted``; the ``app:`` and ``user:`` streams hold ``adk.state`` deltas.
 
 It may import anything in the package (an integration is top layer), and ``google.adk``.
 """

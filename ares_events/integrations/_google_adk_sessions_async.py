@@ -114,12 +114,9 @@ class AsyncAdkSessions:
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
             await v.stream.refresh()
         await self._after_append(sid, res[0].version)
-        session = Session(
-            id=session_id, app_name=app_name, user_id=user_id, state=deltas["session"]
+        return await self._session(
+            app_name, user_id, session_id, deltas["session"], now, res[0].version
         )
-        session.last_update_time = now
-        session._storage_update_marker = f"{MARKER}{res[0].version}"
-        return await self._merge(session)
 
     async def get_session(
         self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
@@ -142,16 +139,9 @@ class AsyncAdkSessions:
             adk_events = adk_events[-recent:] if recent else []
         if config is not None and config.after_timestamp is not None:
             adk_events = [ev for ev in adk_events if ev.timestamp >= config.after_timestamp]
-        session = Session(
-            id=session_id,
-            app_name=app_name,
-            user_id=user_id,
-            state=dict(fold["state"]),
-            events=adk_events,
+        return await self._session(
+            app_name, user_id, session_id, fold["state"], fold["updated"], version, adk_events
         )
-        session.last_update_time = float(fold["updated"])
-        session._storage_update_marker = f"{MARKER}{version}"
-        return await self._merge(session)
 
     async def list_sessions(self, app_name: str, user_id: str | None) -> list[Session]:
         prefix = f"{SESSION_PREFIX}{quote_part(app_name)}/"
@@ -168,9 +158,9 @@ class AsyncAdkSessions:
             fold, _version = await self._state_of(stream_id)
             if not fold["live"]:
                 continue
-            s = Session(id=sess, app_name=app_name, user_id=uid, state=dict(fold["state"]))
-            s.last_update_time = float(fold["updated"])
-            out.append(await self._merge(s))
+            out.append(
+                await self._session(app_name, uid, sess, fold["state"], fold["updated"], None)
+            )
         out.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return out
 
@@ -239,13 +229,31 @@ class AsyncAdkSessions:
             await v.stream.refresh()
             return copy.deepcopy(v.fold()["state"])
 
-    async def _merge(self, session: Session) -> Session:
-        for k, v in (await self._scoped_state(app_stream(session.app_name))).items():
-            session.state[State.APP_PREFIX + k] = v
-        user = await self._scoped_state(user_stream(session.app_name, session.user_id))
-        for k, v in user.items():
-            session.state[State.USER_PREFIX + k] = v
-        return session
+    async def _session(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        state: dict[str, Any],
+        updated: float,
+        version: int | None,
+        events: list[Event] | None = None,
+    ) -> Session:
+        """A session object (read at ``version``), its ``app:`` and ``user:`` state merged
+        in as ADK merges them."""
+        s = Session(id=session_id, app_name=app_name, user_id=user_id, state=dict(state))
+        s.events = events or []
+        s.last_update_time = float(updated)
+        if version is not None:
+            s._storage_update_marker = f"{MARKER}{version}"
+        scopes = (
+            (State.APP_PREFIX, app_stream(app_name)),
+            (State.USER_PREFIX, user_stream(app_name, user_id)),
+        )
+        for prefix, stream_id in scopes:
+            for k, v in (await self._scoped_state(stream_id)).items():
+                s.state[prefix + k] = v
+        return s
 
     async def _after_append(self, stream_id: str, version: int) -> None:
         if self._snapshot_every <= 0 or Capability.SNAPSHOTS not in self.store.capabilities:
@@ -310,10 +318,11 @@ def _scoped(
 ) -> list[tuple[str, list[NewEvent], Any]]:
     """The ``app:`` and ``user:`` deltas' appends (at any version: they only add)."""
     out: list[tuple[str, list[NewEvent], Any]] = []
-    if deltas["app"]:
-        ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas["app"]})
-        out.append((app_stream(app_name), [ev], ANY))
-    if deltas["user"]:
-        ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas["user"]})
-        out.append((user_stream(app_name, user_id), [ev], ANY))
+    for scope, stream_id in (
+        ("app", app_stream(app_name)),
+        ("user", user_stream(app_name, user_id)),
+    ):
+        if deltas[scope]:
+            ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas[scope]})
+            out.append((stream_id, [ev], ANY))
     return out

@@ -28,13 +28,10 @@ checkpoint namespace lives inside it), of events with module ``langgraph``:
 Payloads are JSON (``{"j": ...}``) where the value is plain JSON, else the serializer's
 typed bytes in base64 (``{"t", "b"}``).
 
-**Verified before decoded.** The index is built from the stream read in order through a
-:class:`~ares_events.integrity.verify.ChainVerifier` (keyed in keyed mode): an event is
-applied only after its link verified, so every payload the savers decode is one the chain
-vouches for. A thread with any finding is refused as a whole
-(:class:`~ares_events.errors.ChainIntegrityError`), before anything is decoded. Spilled
-payloads are fetched later through the blob store, whose digest check ties them to the
-verified header.
+**Verified before decoded.** An event is applied to the index only after its link
+verified, so every payload the savers decode is one the chain vouches for; a thread with
+any finding is refused as a whole. Spilled payloads are fetched later through the blob
+store, whose digest check ties them to the verified header.
 
 It may import the package below ``integrations`` and ``langgraph``.
 """

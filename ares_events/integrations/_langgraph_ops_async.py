@@ -106,6 +106,10 @@ def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
     return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
 
 
+def _config(tid: str, ns: str, cid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
 async def get_checkpoint(
     store: AsyncEventStore,
     index: ThreadIndex,
@@ -170,29 +174,22 @@ def build_tuple(
         ch: materialise(index, serde, d, fetched, cache) for ch, d in (p.get("vals") or {}).items()
     }
     md: CheckpointMetadata = unpack(serde, p["md"])
-    config: RunnableConfig = {
-        "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.id}
-    }
-    parent: RunnableConfig | None = None
-    if rec.parent is not None:
-        parent = {
-            "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.parent}
-        }
-    return CheckpointTuple(config, cp, md, parent, pending_writes(serde, rec))
+    parent = _config(tid, rec.ns, rec.parent) if rec.parent is not None else None
+    return CheckpointTuple(_config(tid, rec.ns, rec.id), cp, md, parent, pending_writes(serde, rec))
 
 
 def encode_put(
+    index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-    parent_vals: Mapping[str, str] | None,
-    parent_versions: Mapping[str, Any] | None,
 ) -> tuple[dict[str, Any], dict[str, EncodedValue | str]]:
     """The checkpoint event's payload (without ``vals``) and, per channel, its encoded
     value or the digest of the parent's unchanged value."""
     _tid, ns, parent = _ids(config)
+    parent_vals, parent_versions = _parent_state(index, ns, parent)
     cp: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = cp.pop("channel_values", None) or {}
     md = get_checkpoint_metadata(config, metadata)
@@ -206,30 +203,22 @@ def encode_put(
     out: dict[str, EncodedValue | str] = {}
     versions = checkpoint.get("channel_versions") or {}
     for ch, ver in versions.items():
-        reuse = (
-            ch not in new_versions
-            and parent_vals is not None
-            and parent_versions is not None
-            and ch in parent_vals
-            and parent_versions.get(ch) == ver
-        )
-        if reuse:
-            assert parent_vals is not None
+        if ch not in new_versions and ch in parent_vals and parent_versions.get(ch) == ver:
             out[ch] = parent_vals[ch]
         elif ch in values:
             out[ch] = encode_value(serde, values[ch])
     return payload, out
 
 
-def parent_state(index: ThreadIndex, config: RunnableConfig) -> tuple[Any, Any]:
-    _tid, ns, parent = _ids(config)
+def _parent_state(index: ThreadIndex, ns: str, parent: str | None) -> tuple[Any, Any]:
+    """The parent checkpoint's value digests and channel versions (empty without one)."""
     rec = index.checkpoints.get((ns, parent)) if parent is not None else None
     if rec is None:
-        return None, None
+        return {}, {}
     cp = rec.payload.get("cp") or {}
     j = cp.get("j") if isinstance(cp, dict) else None
     versions = j.get("channel_versions") if isinstance(j, dict) else None
-    return rec.payload.get("vals") or {}, versions
+    return rec.payload.get("vals") or {}, versions if isinstance(versions, dict) else {}
 
 
 async def put_checkpoint(
@@ -250,21 +239,13 @@ async def put_checkpoint(
     # namespace: appended only while it is still empty, so two writers that both started
     # a new thread cannot give it two roots (one that saw a root adds another on purpose).
     root = parent is None and source not in BRANCH_SOURCES and index.latest(ns) is None
-    pv, pver = parent_state(index, config)
-    payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
-    encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
-    reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
+    payload, values = encode_put(index, serde, config, checkpoint, metadata, new_versions)
 
     def build() -> list[NewEvent]:
-        plan = plan_put(
-            index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source, root
-        )
-        plan.events[-1].payload["vals"].update(reused)
-        return plan.events
+        return plan_put(index, dict(payload), values, ns, checkpoint["id"], parent, source, root)
 
     await append_checked(store, index, build)
-    conf = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
-    return {"configurable": conf}
+    return _config(tid, ns, checkpoint["id"])
 
 
 async def put_writes(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
@@ -42,24 +41,18 @@ from ares_events.integrity.findings import Finding
 # -- planning a put --------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class PutPlan:
-    events: list[NewEvent]
-    expected: int
-
-
 def plan_put(
     index: ThreadIndex,
-    serde: SerializerProtocol,
     encoded_cp: dict[str, Any],
-    values: Mapping[str, EncodedValue],
+    values: Mapping[str, EncodedValue | str],
     ns: str,
     checkpoint_id: str,
     parent: str | None,
     source: object,
     root: bool = False,
-) -> PutPlan:
-    """The events of a put against what the index knows now. ``root``: the writer saw
+) -> list[NewEvent]:
+    """The events of a put against what the index knows now (``values``: per channel, the
+    encoded value, or the digest of the parent's unchanged one). ``root``: the writer saw
     the namespace empty, so the checkpoint is its first and must stay its only root.
 
     Raises:
@@ -79,15 +72,15 @@ def plan_put(
     events: list[NewEvent] = []
     vals: dict[str, str] = {}
     for ch, enc in values.items():
-        vals[ch] = enc.digest
-        if enc.digest in index.values:
+        vals[ch] = enc if isinstance(enc, str) else enc.digest
+        if isinstance(enc, str) or enc.digest in index.values:
             continue
         if any(e.payload.get("d") == enc.digest for e in events if e.type == T_VALUE):
             continue
         events.append(_value_event(index, ns, ch, enc, parent_vals.get(ch)))
     encoded_cp["vals"] = vals
     events.append(NewEvent(type=T_CHECKPOINT, module=MODULE, payload=encoded_cp))
-    return PutPlan(events, index.version)
+    return events
 
 
 def _value_event(

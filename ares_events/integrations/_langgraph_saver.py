@@ -184,6 +184,10 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         with lock:
             yield index
 
+    def _thread_ids(self) -> list[str]:
+        """Every LangGraph thread of the store (listed before any is locked)."""
+        return [tid for sid, _v in self.store.streams() if (tid := thread_of(sid))]
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """See :func:`next_version`."""
         return next_version(current)
@@ -204,27 +208,18 @@ class AresSaverBase(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of one thread (and namespace, when the config names
         one), or of every LangGraph thread when ``config`` is None."""
-        if config is not None:
-            with self._thread(config["configurable"]["thread_id"]) as ix:
-                got = ops.list_checkpoints(
-                    self.store, ix, self.serde, config, filter, before, limit, self._cache
-                )
-            for t in got:
-                yield t
-            return
+        configs: list[RunnableConfig] = (
+            [config]
+            if config is not None
+            else [{"configurable": {"thread_id": tid}} for tid in self._thread_ids()]
+        )
         left = limit
-        sids = [sid for sid, _v in self.store.streams()]
-        for sid in sids:
-            tid = thread_of(sid)
-            if tid is None:
-                continue
-            cfg: RunnableConfig = {"configurable": {"thread_id": tid}}
-            with self._thread(tid) as ix:
+        for cfg in configs:
+            with self._thread(cfg["configurable"]["thread_id"]) as ix:
                 got = ops.list_checkpoints(
                     self.store, ix, self.serde, cfg, filter, before, left, self._cache
                 )
-            for t in got:
-                yield t
+            yield from got
             if left is not None:
                 left -= len(got)
                 if left <= 0:
@@ -279,12 +274,9 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         ids = {str(r) for r in run_ids}
         if not ids:
             return
-        sids = [sid for sid, _v in self.store.streams()]
-        for sid in sids:
-            tid = thread_of(sid)
-            if tid is not None:
-                with self._thread(tid) as ix:
-                    ops.delete_runs(self.store, ix, self.serde, ids, self.by)
+        for tid in self._thread_ids():
+            with self._thread(tid) as ix:
+                ops.delete_runs(self.store, ix, self.serde, ids, self.by)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append every live event of one thread to another (read again and verified)."""

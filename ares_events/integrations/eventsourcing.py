@@ -270,11 +270,11 @@ class AresAggregateRecorder(AggregateRecorder):
         Raises:
             OperationalError: the store cannot be reached.
         """
+        if limit is not None and limit <= 0:
+            return []
+        select = self._select_snapshots if self.snapshots else self._select
         try:
-            if self.snapshots:
-                recs = self._select_snapshots(originator_id, gt, lte, desc, limit)
-            else:
-                recs = self._select(originator_id, gt, lte, desc, limit)
+            recs = select(originator_id, gt, lte, desc, limit)
         except StoreError as exc:
             raise _translate(exc) from exc
         return [_to_stored(e, originator_id) for e in recs]
@@ -287,8 +287,6 @@ class AresAggregateRecorder(AggregateRecorder):
         desc: bool,
         limit: int | None,
     ) -> list[RecordedEvent]:
-        if limit is not None and limit <= 0:
-            return []
         ds = self.datastore
         sid = ds.stream_id(originator_id)
         head = ds.head(sid)  # verified reads only: read before the events, they stop there
@@ -336,8 +334,6 @@ class AresAggregateRecorder(AggregateRecorder):
         desc: bool,
         limit: int | None,
     ) -> list[RecordedEvent]:
-        if limit is not None and limit <= 0:
-            return []
         ds = self.datastore
         ssid = f"{self.purpose}/{ds.stream_id(originator_id)}"
         store = self.store

@@ -102,14 +102,12 @@ class ApprovalGate:
         self.store = store
         self.approvers = tuple(approvers)
 
-    # -- in a node ---------------------------------------------------------------------------
-
     def interrupt(self, value: Any) -> str:
         """In a node: pause the graph until an approver's signed approval of ``value``
-        (JSON: what is approved, shown to the approver) is presented; then check it and
-        record it as used. Returns the approval's nonce: the same every time this task
-        runs again, so it is the idempotency key to give the approved side effect (a node
-        that dies after its side effect runs again, as any LangGraph node does).
+        (JSON, shown to the approver) is presented; then check it and record it as used.
+        Returns the approval's nonce, the same every time this task runs again: the
+        idempotency key to give the approved side effect (a node that dies after its side
+        effect runs again, as any LangGraph node does).
 
         Raises:
             GraphInterrupt: the first time (LangGraph's pause); the request is recorded.
@@ -202,8 +200,6 @@ class ApprovalGate:
             expected_version=ANY,
         )
         return nonce
-
-    # -- the operator ------------------------------------------------------------------------
 
     def pending(self, config: RunnableConfig, step: int | None = None) -> Pending:
         """What an approval of the thread's interrupt must name now (default: the latest

@@ -174,10 +174,9 @@ class AsyncAresMessageStore:
     """:class:`AresMessageStore` for asyncio code: the same conversations, awaited.
 
     Args:
-        url: a store URL; opened (blocking, used in worker threads) on first use, closed
-            by :meth:`close`.
-        store: an open store instead (left open by :meth:`close`): a blocking one is
-            used from any thread and event loop, an asyncio one only on its own loop.
+        url: a store URL, opened (blocking, used in worker threads) on first use.
+        store: an open store instead (left open): a blocking one is used from any thread
+            and event loop, an asyncio one only on its own loop.
 
     Raises:
         ConfigError: neither or both of ``url`` and ``store``.
