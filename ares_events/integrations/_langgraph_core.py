@@ -213,11 +213,12 @@ class CheckpointRec:
     payload: dict[str, Any]
     writes: dict[tuple[str, int], WriteRec] = field(default_factory=dict)
 
-    @property
-    def source(self) -> object:
-        md = self.payload.get("md") or {}
-        j = md.get("j") if isinstance(md, dict) else None
-        return j.get("source") if isinstance(j, dict) else None
+    def plain(self, part: str, key: str) -> Any:
+        """``key`` of the checkpoint (``part="cp"``) or of its metadata (``"md"``) when
+        that is stored as plain JSON, else None."""
+        p = self.payload.get(part) or {}
+        j = p.get("j") if isinstance(p, dict) else None
+        return j.get(key) if isinstance(j, dict) else None
 
 
 @dataclass(slots=True)
@@ -311,8 +312,8 @@ class ThreadIndex:
             return
         if e.payload_ref is not None and e.type == T_VALUE:
             self._apply_payload(e.version, e.type, None, e.metadata, e.hash)
-            return
-        self._apply_payload(e.version, e.type, e.payload, e.metadata, None)
+        else:
+            self._apply_payload(e.version, e.type, e.payload, e.metadata, None)
 
     def _apply_payload(
         self, v: int, type_: str, p: Any, meta: Any, spilled_hash: bytes | None
@@ -323,17 +324,19 @@ class ThreadIndex:
             )
             return
         if type_ == T_VALUE:
+            # A spilled value's digest is in its metadata (so the index needs no fetch).
+            src = p if spilled_hash is None else meta
+            d = src.get("d") if isinstance(src, dict) else None
+            if not isinstance(d, str):
+                self.findings.append(Finding("malformed_row", self.stream_id, v, "no digest"))
+                return
             if spilled_hash is not None:
                 self.hashes[v] = spilled_hash
-                d = self._spilled_digest(v, meta)
-                if d is None:
-                    return
-                self.values[d[0]] = ValueRec(v, None, d[1], d[2])
-                self.by_version[v] = ("value", d[0])
-                return
-            d0 = p["d"]
-            self.values[d0] = ValueRec(v, p, p.get("base"), int(p.get("depth", 0)))
-            self.by_version[v] = ("value", d0)
+            base = src.get("base")
+            base = base if isinstance(base, str) else None
+            payload = p if spilled_hash is None else None
+            self.values[d] = ValueRec(v, payload, base, int(src.get("depth", 0)))
+            self.by_version[v] = ("value", d)
         elif type_ == T_CHECKPOINT:
             ns, cid, parent = p["ns"], p["id"], p.get("parent")
             old = self.checkpoints.get((ns, cid))
@@ -349,7 +352,7 @@ class ThreadIndex:
             cur = self._latest.get(ns)
             if cur is None or cid >= cur.id:
                 self._latest[ns] = rec
-            if parent is not None and rec.source not in BRANCH_SOURCES:
+            if parent is not None and rec.plain("md", "source") not in BRANCH_SOURCES:
                 self.continued.setdefault((ns, parent), cid)
         elif type_ == T_WRITES:
             ns, cid = p["ns"], p["cp"]
@@ -367,17 +370,6 @@ class ThreadIndex:
             else:
                 self._drop(int(x) for x in p.get("drop", ()))
             self.by_version[v] = ("pruned", None)
-
-    def _spilled_digest(self, v: int, m: Any) -> tuple[str, str | None, int] | None:
-        # The digest of a spilled value is in its metadata (so the index needs no fetch).
-        d = m.get("d") if isinstance(m, dict) else None
-        if not isinstance(d, str):
-            self.findings.append(
-                Finding("malformed_row", self.stream_id, v, "spilled value without digest")
-            )
-            return None
-        base = m.get("base")
-        return d, base if isinstance(base, str) else None, int(m.get("depth", 0))
 
     def writes_of(
         self, ns: str, cid: str, *, create: bool = False
@@ -408,24 +400,20 @@ class ThreadIndex:
             if what is None:
                 continue
             kind, key = what
-            if kind == "checkpoint":
-                rec = self.checkpoints.get(key)
-                if rec is not None and rec.version == v:
-                    del self.checkpoints[key]
-            elif kind == "value":
-                rec_v = self.values.get(key)
-                if rec_v is not None and rec_v.version == v:
-                    del self.values[key]
+            if kind in ("checkpoint", "value"):
+                table: dict[Any, Any] = self.checkpoints if kind == "checkpoint" else self.values
+                if getattr(table.get(key), "version", None) == v:
+                    del table[key]
             elif kind == "writes":
                 ck = self.checkpoints.get(key)
+                ws = ck.writes if ck is not None else self.orphan_writes.get(key, {})
+                left = {k: w for k, w in ws.items() if w.version != v}
                 if ck is not None:
-                    ck.writes = {k: w for k, w in ck.writes.items() if w.version != v}
-                elif key in self.orphan_writes:
-                    left = {k: w for k, w in self.orphan_writes[key].items() if w.version != v}
-                    if left:
-                        self.orphan_writes[key] = left
-                    else:
-                        del self.orphan_writes[key]
+                    ck.writes = left
+                elif left:
+                    self.orphan_writes[key] = left
+                else:
+                    self.orphan_writes.pop(key, None)
         self.last_list.clear()
 
     # -- queries -----------------------------------------------------------------------------

@@ -215,9 +215,7 @@ def _parent_state(index: ThreadIndex, ns: str, parent: str | None) -> tuple[Any,
     rec = index.checkpoints.get((ns, parent)) if parent is not None else None
     if rec is None:
         return {}, {}
-    cp = rec.payload.get("cp") or {}
-    j = cp.get("j") if isinstance(cp, dict) else None
-    versions = j.get("channel_versions") if isinstance(j, dict) else None
+    versions = rec.plain("cp", "channel_versions")
     return rec.payload.get("vals") or {}, versions if isinstance(versions, dict) else {}
 
 

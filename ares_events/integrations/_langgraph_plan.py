@@ -355,9 +355,7 @@ def _joined(chain: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 
 def _ts(rec: CheckpointRec) -> str:
-    cp = rec.payload.get("cp") or {}
-    j = cp.get("j") if isinstance(cp, dict) else None
-    ts = j.get("ts") if isinstance(j, dict) else None
+    ts = rec.plain("cp", "ts")
     return ts if isinstance(ts, str) else ""
 
 

@@ -96,22 +96,16 @@ def _value_cache(size: object) -> ValueCache | None:
 
 
 class AresSaverBase(BaseCheckpointSaver[str]):
-    """A LangGraph checkpointer over an ares-events store.
+    """A LangGraph checkpointer over an ares-events store (left open unless the saver was
+    built by :meth:`from_url`). The ``asyncio`` saver has no blocking methods.
 
     Args:
-        store: an open event store (the saver does not close it, unless built by
-            :meth:`from_url`).
-        serde: the serializer (default: ``JsonPlusSerializer(pickle_fallback=False)``).
         max_threads: how many threads' verified indexes to keep in memory (an index holds
             the thread's payloads that did not spill: about its stored size).
         by: the name written in erasure records (who pruned or deleted).
-        value_cache: keep this many decoded channel values (opt-in; 0: none). A
-            ``get_tuple`` then costs the same at turn 500 as at turn 10, but the values
-            it returns share their items (messages) with the cache: a caller that
-            mutates a returned message in place changes what later reads return.
-
-    Operations of one thread are serialised by a per-thread lock, never a saver-wide one.
-    The ``asyncio`` saver has no blocking methods (they would block the loop).
+        value_cache: keep this many decoded channel values (opt-in): a ``get_tuple`` then
+            costs the same at turn 500 as at turn 10, but the values it returns share
+            their items with the cache (mutating one changes what later reads return).
 
     Raises:
         StaleWriteError: from ``put``, when the parent checkpoint was already continued.
@@ -292,11 +286,10 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         keep_last: int | None = None,
         older_than: timedelta | None = None,
     ) -> None:
-        """Keep the newest ``keep_last`` checkpoints per namespace (LangGraph's
-        ``keep_latest``: 1), and with ``older_than`` drop the checkpoints written before
-        that (then ``keep_last=None`` means no count limit; the newest checkpoint of a
-        namespace is always kept); ``strategy="delete"`` deletes the threads. What is
-        dropped is erased (payloads and blobs), each erasure recorded.
+        """Keep the newest ``keep_last`` checkpoints per namespace (default 1, or no limit
+        with ``older_than``, which drops the ones written before it but the newest);
+        ``strategy="delete"`` deletes the threads. What is dropped is erased, each
+        erasure recorded.
 
         Raises:
             InvalidEvent: an unknown strategy, or a bad ``keep_last``/``older_than``.

@@ -392,12 +392,18 @@ async def run_durably(
     journal = await AsyncJournal.open(store, run_id, code_revision=code_revision)
     durable = _durable_agent(agent, journal, idempotent, reconcile)
     local = InMemorySessionService()
+
+    async def local_session() -> Session:
+        got = await local.get_session(app_name=app_name, user_id=user_id, session_id=sid)
+        assert got is not None  # created below, in this call's own in-memory service
+        return got
+
     outer: Session | None = None
     if session_service is not None:
         outer = await _seed(journal, session_service, local, app_name, user_id, sid)
     else:
         await local.create_session(app_name=app_name, user_id=user_id, session_id=sid)
-    base = len(await _events(local, app_name, user_id, sid))
+    base = len((await local_session()).events)
     message = (
         new_message
         if isinstance(new_message, types.Content)
@@ -413,8 +419,7 @@ async def run_durably(
             # answer to a sub-agent).
             if event.is_final_response() and not event.partial:
                 final = event
-    session = await local.get_session(app_name=app_name, user_id=user_id, session_id=sid)
-    assert session is not None  # created above, in this call's own in-memory service
+    session = await local_session()
     events = list(session.events[base:])
     if outer is not None and session_service is not None:
         await _write_back(journal, session_service, outer, events, run_id)
@@ -454,13 +459,6 @@ async def _seed(
     for ev in outer.events[:base]:
         await local.append_event(copy, ev.model_copy(deep=True))
     return outer
-
-
-async def _events(
-    service: InMemorySessionService, app_name: str, user_id: str, sid: str
-) -> list[Event]:
-    session = await service.get_session(app_name=app_name, user_id=user_id, session_id=sid)
-    return list(session.events) if session is not None else []
 
 
 async def _write_back(

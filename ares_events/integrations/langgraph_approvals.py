@@ -87,10 +87,10 @@ class ApprovalGate:
     """Signed approvals of a graph's interrupts, recorded on the threads' streams.
 
     Args:
-        store: The blocking store the saver writes to (``AresSaver.store``; for an
-            ``AsyncAresSaver``, a store opened on the same URL).
-        approvers: The verifier keys whose signed approvals let a node go on
-            (configuration, never read from the store).
+        store: The blocking store the saver writes to (``AresSaver.store``, or for an
+            ``AsyncAresSaver`` one opened on the same URL).
+        approvers: The verifier keys whose signed approvals let a node go on (never read
+            from the store).
 
     Raises:
         ConfigError: no approver key.

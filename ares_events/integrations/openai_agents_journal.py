@@ -151,12 +151,10 @@ async def run_durably(
     run. ``run_kwargs`` go to ``Runner.run`` (``session=``, ``context=``, ``max_turns=``...).
 
     Raises:
-        ConfigError: the agent's model is not a ``Model`` instance (a name needs the
-            run's provider: resolve it first); the SDK paused for an approval this run
-            does not journal (a tool of an agent handed off to).
+        ConfigError: the agent's model is not a ``Model`` instance, or the SDK paused for
+            an approval this run does not journal (a tool of an agent handed off to).
         ApprovalRequired: a tool call needs a signed approval; the run is paused for it.
-        ApprovalRefused: the approval presented is forged, expired, replayed, reused or
-            for another call (a subclass says which); the tool did not run.
+        ApprovalRefused: the approval presented is not valid now (a subclass says why).
         InDoubtToolCall: a tool call was cut off, has no reconciler and is not idempotent.
         ReplayDivergence: the run asked for something other than what the log recorded.
         RunRefused: the journal's gate refused to resume (another ``code_revision``).
