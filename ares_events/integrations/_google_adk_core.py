@@ -100,6 +100,8 @@ class SessionStateProjection:
             state["state"].update(p.get("delta") or {})
             state["events"] += 1
             state["updated"] = (p.get("event") or {}).get("timestamp", state["updated"])
+        elif event.type == T_STATE:  # an app or user stream's delta
+            state["state"].update(p.get("delta") or {})
         elif event.type == T_DELETED:
             return self.initial()
         return state
@@ -124,19 +126,15 @@ class Fold:
         if self._n > len(events):  # the view was read again from the start
             self.state, self.by_id, self._n = p.initial(), {}, 0
         for e in events[self._n :]:
-            if e.type == T_STATE:
-                if not e.payload_erased:
-                    self.state["state"].update(e.payload.get("delta") or {})
-            elif not e.payload_erased:
-                self.state = p.apply(self.state, e)
-                if e.type == T_EVENT:
-                    event_id = (e.payload.get("event") or {}).get("id")
-                    if event_id:
-                        self.by_id.setdefault(event_id, []).append(e)
-                elif e.type in (T_CREATED, T_DELETED):
-                    self.by_id = {}
-            elif e.type == T_DELETED:
-                self.state, self.by_id = p.initial(), {}
+            if e.payload_erased and e.type != T_DELETED:  # a deletion counts, erased or not
+                continue
+            self.state = p.apply(self.state, e)
+            if e.type == T_EVENT:
+                event_id = (e.payload.get("event") or {}).get("id")
+                if event_id:
+                    self.by_id.setdefault(event_id, []).append(e)
+            elif e.type in (T_CREATED, T_DELETED):
+                self.by_id = {}
         self._n = len(events)
         return self.state
 
