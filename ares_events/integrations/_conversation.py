@@ -59,12 +59,8 @@ class ConversationStream:
         return self._verifier.last
 
     def refresh(self) -> list[RecordedEvent]:
-        """Read and verify the events appended since the last refresh; return them.
-
-        Raises:
-            ChainIntegrityError: a link, an event or the head row does not verify (the
-                view is dropped: the next refresh reads the stream again).
-        """
+        """Read and verify the events appended since the last refresh; return them. On a
+        ChainIntegrityError the view is dropped (the next refresh reads it all again)."""
         head = self.store.head(self.stream_id)
         last = self._verifier.last
         if head is None or head.version <= last:  # nothing new (behind: a finding)
@@ -84,11 +80,7 @@ class ConversationStream:
     def tail(self, count: int) -> list[RecordedEvent]:
         """The stream's last ``count`` events, verified from the first one's recorded link
         to the head row without reading the events before them (a cost of O(tail)); the
-        view is left as it is.
-
-        Raises:
-            ChainIntegrityError: the tail does not link up to the head row.
-        """
+        view is left as it is."""
         head = self.store.head(self.stream_id)
         if head is None or count <= 0:
             return []

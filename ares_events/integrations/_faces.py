@@ -33,11 +33,7 @@ V = TypeVar("V")
 
 
 def stream_name(prefix: str, name: object, field: str) -> str:
-    """``prefix + name``, checked as a stream name.
-
-    Raises:
-        InvalidEvent: ``name`` is not a str, is empty, too long or not printable.
-    """
+    """``prefix + name``, checked as a stream name (InvalidEvent when it is not one)."""
     if not isinstance(name, str):
         raise InvalidEvent(field, f"must be a str, got {type(name).__name__}")
     if not name:

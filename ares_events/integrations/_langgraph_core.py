@@ -269,11 +269,7 @@ class ThreadIndex:
         return max(self.verifier.last, self.applied)
 
     def check(self) -> None:
-        """Raise when the thread's chain did not verify.
-
-        Raises:
-            ChainIntegrityError: with the findings; nothing of the thread is decoded.
-        """
+        """Raise ChainIntegrityError when the thread's chain did not verify."""
         if self.findings:
             raise ChainIntegrityError(self.stream_id, self.findings)
 

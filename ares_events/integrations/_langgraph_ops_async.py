@@ -58,11 +58,8 @@ MAX_RETRIES = 1000
 
 
 async def refresh(store: AsyncEventStore, index: ThreadIndex, *, check: bool = True) -> None:
-    """Bring the index up to the stream's end, verifying every new event.
-
-    Raises:
-        ChainIntegrityError: with ``check``, the thread does not verify.
-    """
+    """Bring the index up to the stream's end, verifying every new event (with ``check``,
+    ChainIntegrityError when the thread does not verify)."""
     if not index.started:
         head = await store.head(index.stream_id)
         if head is None:

@@ -53,11 +53,8 @@ def plan_put(
 ) -> list[NewEvent]:
     """The events of a put against what the index knows now (``values``: per channel, the
     encoded value, or the digest of the parent's unchanged one). ``root``: the writer saw
-    the namespace empty, so the checkpoint is its first and must stay its only root.
-
-    Raises:
-        StaleWriteError: ``parent`` was already continued by another checkpoint, or
-            ``root`` and another writer started the namespace meanwhile.
+    the namespace empty, so the checkpoint is its first and must stay its only root
+    (StaleWriteError when another writer continued ``parent`` or started the namespace).
     """
     if root and (ns, checkpoint_id) not in index.checkpoints:
         first = index.latest(ns)
@@ -167,11 +164,7 @@ def pending_writes(serde: SerializerProtocol, rec: CheckpointRec) -> list[Pendin
 
 def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
     """Check an event fetched again (a spilled value) against the hash verified when the
-    index read it.
-
-    Raises:
-        ChainIntegrityError: the stored event is not the one the chain verified.
-    """
+    index read it (ChainIntegrityError when it is not that event)."""
     want = index.hashes.get(e.version)
     problem = None
     if want is None:

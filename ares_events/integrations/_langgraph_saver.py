@@ -68,11 +68,7 @@ def _cutoff(older_than: timedelta | None) -> str | None:
 
 
 def _keep(strategy: str, keep_last: int | None, by_age: bool) -> int | None:
-    """How many checkpoints per namespace a prune keeps (0: delete the thread).
-
-    Raises:
-        InvalidEvent: an unknown strategy or a bad ``keep_last``.
-    """
+    """How many checkpoints per namespace a prune keeps (0: delete the thread)."""
     if strategy == "delete":
         return 0
     if strategy != "keep_latest":
@@ -85,11 +81,7 @@ def _keep(strategy: str, keep_last: int | None, by_age: bool) -> int | None:
 
 
 def _value_cache(size: object) -> ValueCache | None:
-    """The opt-in decoded-value cache of ``size`` entries (0: none).
-
-    Raises:
-        InvalidEvent: ``size`` is not an int >= 0.
-    """
+    """The opt-in decoded-value cache of ``size`` entries (0: none)."""
     if type(size) is not int or size < 0:
         raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
     return ValueCache(size) if size > 0 else None

@@ -88,11 +88,7 @@ def decode_messages(data: list[Any]) -> list[ModelMessage]:
 
 
 class AsyncMessageLog:
-    """Conversations of Pydantic AI messages, one verified stream each.
-
-    Args:
-        store: the store.
-    """
+    """Conversations of Pydantic AI messages, one verified stream each."""
 
     def __init__(self, store: AsyncEventStore) -> None:
         self.store = store
@@ -153,11 +149,7 @@ class AsyncMessageLog:
     async def _write(
         self, conversation_id: str, c: _Conversation, expected: int, type_: str, payload: Any
     ) -> int:
-        """Append one event at ``expected`` (``c``'s lock held).
-
-        Raises:
-            ConversationConflict: another writer appended since (nothing was stored).
-        """
+        """Append one event at ``expected`` (``c``'s lock held), else ConversationConflict."""
         try:
             res = await c.view.append(
                 [NewEvent(type=type_, module=MODULE, payload=payload)], expected
