@@ -42,6 +42,7 @@ import base64
 import binascii
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -430,21 +431,21 @@ class ThreadIndex:
             return self.latest(ns)
         return self.checkpoints.get((ns, checkpoint_id))
 
-    def live_versions(
-        self, keep: Iterable[CheckpointRec], rebased: set[str] | None = None
-    ) -> set[int]:
-        """Versions of the events the given checkpoints need: themselves, their writes,
-        their values and every base of a delta value (but of the ``rebased`` values,
-        which are being written again whole)."""
+    def unneeded(
+        self, keep: Iterable[CheckpointRec], rebased: AbstractSet[str] = frozenset()
+    ) -> list[int]:
+        """Versions of the events (prune records aside) the ``keep`` checkpoints do not
+        need: they need themselves, their writes, their values and every base of a delta
+        value (but of the ``rebased`` values, which are being written again whole)."""
         # Writes whose checkpoint is not stored yet may belong to one being written.
-        out: set[int] = {w.version for ws in self.orphan_writes.values() for w in ws.values()}
+        live = {w.version for ws in self.orphan_writes.values() for w in ws.values()}
         for rec in keep:
-            out.add(rec.version)
-            out.update(w.version for w in rec.writes.values())
+            live.add(rec.version)
+            live.update(w.version for w in rec.writes.values())
             for d in (rec.payload.get("vals") or {}).values():
-                if not (rebased and d in rebased):
-                    out.update(val.version for val in self.chain(d))
-        return out
+                if d not in rebased:
+                    live.update(val.version for val in self.chain(d))
+        return sorted(v for v, (k, _) in self.by_version.items() if v not in live and k != "pruned")
 
     def chain(self, digest: str) -> Iterator[ValueRec]:
         """The stored value ``digest`` and the bases of its delta chain, newest first (up

@@ -363,17 +363,9 @@ async def delete_runs(
     await refresh(store, index)
 
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
-        keep = []
-        for rec in index.checkpoints.values():
-            md = unpack(serde, rec.payload["md"])
-            if md.get("run_id") not in run_ids:
-                keep.append(rec)
-        if len(keep) == len(index.checkpoints):
-            return (), []
-        live = index.live_versions(keep)
-        return (), sorted(
-            v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned"
-        )
+        recs = index.checkpoints.values()
+        keep = [r for r in recs if unpack(serde, r.payload["md"]).get("run_id") not in run_ids]
+        return (), [] if len(keep) == len(recs) else index.unneeded(keep)
 
     return await drop_checkpoints(store, index, plan, "langgraph delete_for_runs", by)
 

@@ -321,11 +321,7 @@ def prune_plan(
                         metadata={"d": d},
                     )
                 )
-    live = index.live_versions(keep, rebased=done)
-    drop = sorted(
-        v for v in index.by_version if v not in live and index.by_version[v][0] != "pruned"
-    )
-    return rebased, drop
+    return rebased, index.unneeded(keep, rebased=done)
 
 
 def _items_in_memory(index: ThreadIndex, digest: str) -> list[list[str]] | None:

@@ -1,25 +1,18 @@
 """Pydantic AI on ares-events (``pip install 'ares-events[pydantic-ai]'``): message
-history in a store, and durable runs without Temporal or DBOS.
-
-**History.** :class:`AresMessageStore` (blocking) and :class:`AsyncAresMessageStore`
-(asyncio) keep each conversation on one hash-chained stream,
-``pydantic-ai/<conversation_id>``, round-tripped with Pydantic AI's own
-``ModelMessagesTypeAdapter``; a second writer gets :class:`ConversationConflict`::
+history in a store, and durable runs without Temporal or DBOS::
 
     history = AresMessageStore(url="sqlite:///agents.db")
     result = agent.run_sync("Hello", message_history=history.load("c-1"))
     history.append("c-1", result.new_messages())
 
-**Durable runs.** :func:`run_durably` runs an agent with its model wrapped by
-:class:`JournaledModel` and its toolsets by :class:`JournaledToolset` (Pydantic AI's own
-``WrapperModel`` and ``WrapperToolset``), both writing through the run journal on the
-stream ``run_id``: a run killed and called again replays what was answered and done::
-
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-The request of a model call is compared without :data:`VOLATILE_KEYS` (they change on
-every run), and tool calls run one at a time so a replay numbers its steps the same way.
-docs/guide-pydantic-ai.md says the rest.
+A conversation is one stream, ``pydantic-ai/<conversation_id>``; a second writer gets
+:class:`ConversationConflict`. :func:`run_durably` wraps the model and toolsets with
+Pydantic AI's own ``WrapperModel`` and ``WrapperToolset`` (:class:`JournaledModel`,
+:class:`JournaledToolset`) so a killed run replays what was answered and done; a model
+request is compared without :data:`VOLATILE_KEYS`, and tool calls run one at a time so
+a replay numbers its steps the same way. docs/guide-pydantic-ai.md says the rest.
 
 It may import anything in the package, and ``pydantic_ai``.
 """
