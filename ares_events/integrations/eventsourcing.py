@@ -156,7 +156,7 @@ class AresAggregateRecorder(AggregateRecorder):
         for ev in stored_events:
             groups.setdefault(self.datastore.stream_id(ev.originator_id), []).append(ev)
         if self.snapshots:
-            return self._insert_snapshots(groups, tracking)
+            return self._insert_snapshots(groups, _tracking(tracking))
         for evs in groups.values():
             for a, b in itertools.pairwise(evs):
                 if b.originator_version != a.originator_version + 1:
@@ -164,7 +164,7 @@ class AresAggregateRecorder(AggregateRecorder):
                         f"aggregate {a.originator_id}: versions {a.originator_version} and "
                         f"{b.originator_version} are not consecutive"
                     )
-        track = TrackingRecord(*_tracking_key(tracking)) if tracking is not None else None
+        track = _tracking(tracking)
         # Expected versions from the learnt offsets; an unknown stream is assumed new, and
         # a wrong guess (the stream exists) is corrected once after reading its offset.
         guessed: set[str] = set()
@@ -216,9 +216,8 @@ class AresAggregateRecorder(AggregateRecorder):
     def _insert_snapshots(
         self,
         groups: dict[str, list[StoredEvent]],
-        tracking: Tracking | None,
+        track: TrackingRecord | None,
     ) -> list[int]:
-        track = TrackingRecord(*_tracking_key(tracking)) if tracking is not None else None
         for _ in range(10):
             batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
             for sid, evs in groups.items():
@@ -397,8 +396,10 @@ class AresAggregateRecorder(AggregateRecorder):
         return recs[:limit] if limit is not None else recs
 
 
-def _tracking_key(tracking: Tracking) -> tuple[str, int]:
-    return (f"eventsourcing:{tracking.application_name}", tracking.notification_id)
+def _tracking(tracking: Tracking | None) -> TrackingRecord | None:
+    if tracking is None:
+        return None
+    return TrackingRecord(f"eventsourcing:{tracking.application_name}", tracking.notification_id)
 
 
 def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
@@ -566,7 +567,7 @@ class AresTrackingRecorder(TrackingRecorder):
             IntegrityError: the id is not above the application's tracked id.
         """
         try:
-            self.store.append_many([], tracking=TrackingRecord(*_tracking_key(tracking)))
+            self.store.append_many([], tracking=_tracking(tracking))
         except _ERRORS as exc:
             raise _translate(exc) from exc
 
