@@ -1,19 +1,16 @@
 """Durable Google ADK runs: an agent's model calls and function tools go through the run
-journal (:class:`~ares_events.agents.journal.AsyncJournal`, the stream ``run_id``), so a
-run killed and started again with the same ``run_id`` replays what was answered and
-done, and goes on live from the first step that was not::
+journal (the stream ``run_id``), so a run killed and started again replays what was
+answered and done, and goes on live from the first step that was not::
 
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-:class:`JournaledLlm` wraps the model rather than using ``before_model_callback`` /
-``after_model_callback``: ADK stops at the first callback that answers, so ours could be
-skipped, and the write-ahead request and the recorded answer would sit in two hooks.
-ADK runs a response's function calls in parallel with no setting to serialise them, so
-:class:`ToolCallOrder` numbers them in the order the model emitted them.
-
-Not journaled (they run live on a replay): sub-agents' models and tools, toolsets, tools
-other than ``FunctionTool``, long-running tools, and what a tool does to ADK state
-through its ``tool_context``. docs/guide-google-adk.md says the rest.
+:class:`JournaledLlm` wraps the model rather than using model callbacks: ADK stops at the
+first callback that answers, so ours could be skipped. ADK runs a response's function
+calls in parallel with no setting to serialise them, so :class:`ToolCallOrder` numbers
+them in the order the model emitted them. Not journaled (they run live on a replay):
+sub-agents' models and tools, toolsets, tools other than ``FunctionTool``, long-running
+tools, and what a tool does to ADK state through its ``tool_context``.
+docs/guide-google-adk.md says the rest.
 
 It may import anything in the package, and ``google.adk``.
 """
