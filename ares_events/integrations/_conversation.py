@@ -1,23 +1,10 @@
 # Generated from _conversation_async.py by tools/async_to_sync.py: do not edit.
-"""The stream under a framework adapter: one conversation (a session of the OpenAI Agents
-SDK, a Pydantic AI conversation, a Google ADK session) is one hash-chained stream, read
-verified and written with optimistic concurrency.
-
-:class:`ConversationStream` (one face written, the other generated). What the
-adapters share:
-
-- **Verified before decoded.** :meth:`refresh` reads the events after the ones it already
-  checked, checks each link of the chain (a MAC in keyed mode) and the stream's head row,
-  and raises :class:`~ares_events.errors.ChainIntegrityError` with the findings before
-  the adapter decodes anything. :meth:`tail` reads only the last events, verified from
-  the first one's recorded link to the head row (a cost of O(tail)).
-- **Optimistic concurrency.** :meth:`append` writes at a version the caller names (the
-  version its run last saw); another writer in between is a
-  :class:`~ares_events.errors.ConcurrencyError`, which each adapter turns into its typed
-  conflict. Nothing is merged or retried behind the caller's back.
-- **Erasure.** :meth:`erase` erases the payloads of events (blobs too) and records each
-  erasure in ``ares-events/erasures``, as ``ares-events erase`` does; the chain still
-  verifies (the payload digests stay in it).
+"""The stream under a framework adapter: :class:`ConversationStream` (one face
+written, the other generated), one conversation (an OpenAI Agents session, a Pydantic AI
+conversation, a Google ADK session) as one hash-chained stream, verified before the
+adapter decodes anything and written at a version the caller names (another writer in
+between is a :class:`~ares_events.errors.ConcurrencyError`, which each adapter turns
+into its typed conflict: nothing is merged or retried behind the caller's back).
 
 It may import anything in the package (an integration is top layer), and no framework.
 """
@@ -25,7 +12,7 @@ It may import anything in the package (an integration is top layer), and no fram
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ares_events.core.events import ERASURE_STREAM, NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
@@ -36,15 +23,29 @@ if TYPE_CHECKING:
     from ares_events.core.events import AppendResult, ExpectedVersion
     from ares_events.core.store import EventStore
 
-__all__ = ["ConversationStream"]
+__all__ = ["ConversationStream", "erase_events"]
+
+
+def erase_events(
+    store: EventStore, stream_id: str, versions: Sequence[int], reason: str, by: str
+) -> int:
+    """Erase the payloads of ``versions`` (blobs too) and record each erasure in
+    ``ares-events/erasures``, as ``ares-events erase`` does (the chain still verifies:
+    the payload digests stay in it); return how many were erased now (already erased
+    ones are skipped)."""
+    records = []
+    for v in versions:
+        old, _shared = store.erase_payload(stream_id, v)
+        if not (old.payload_ref is not None and old.payload_ref.erased):
+            records.append(erasure_record(old, reason, by))
+    if records:
+        store.append(ERASURE_STREAM, records)
+    return len(records)
 
 
 class ConversationStream:
-    """A verified, incrementally refreshed view of one stream.
-
-    ``events`` holds every event read so far (verified), ``version`` the last one. The
-    view is not locked: an adapter serialises its own use of one view.
-    """
+    """A verified, incrementally refreshed view of one stream: ``events`` holds every event
+    read so far. The view is not locked: an adapter serialises its own use of one view."""
 
     def __init__(self, store: EventStore, stream_id: str) -> None:
         self.store = store
@@ -58,18 +59,11 @@ class ConversationStream:
         return self._verifier.last
 
     def refresh(self) -> list[RecordedEvent]:
-        """Read and verify the events appended since the last refresh; return them.
-
-        Raises:
-            ChainIntegrityError: a link, an event or the head row does not verify (the
-                view keeps nothing of the bad read).
-            StoreUnavailable: the store cannot be reached.
-        """
+        """Read and verify the events appended since the last refresh; return them. On a
+        ChainIntegrityError the view is dropped (the next refresh reads it all again)."""
         head = self.store.head(self.stream_id)
         last = self._verifier.last
-        if head is not None and head.version < last:
-            self._fail_head(head)
-        if head is None or head.version == last:
+        if head is None or head.version <= last:  # nothing new (behind: a finding)
             if head is not None or last:
                 self._verifier.check_head(head)
                 self._raise_findings()
@@ -84,14 +78,9 @@ class ConversationStream:
         return new
 
     def tail(self, count: int) -> list[RecordedEvent]:
-        """The stream's last ``count`` events (fewer when the stream is shorter), read and
-        verified from the first one's recorded link to the head row, without reading the
-        events before them. The view is left as it is.
-
-        Raises:
-            ChainIntegrityError: the tail does not link up to the head row.
-            StoreUnavailable: the store cannot be reached.
-        """
+        """The stream's last ``count`` events, verified from the first one's recorded link
+        to the head row without reading the events before them (a cost of O(tail)); the
+        view is left as it is."""
         head = self.store.head(self.stream_id)
         if head is None or count <= 0:
             return []
@@ -114,39 +103,20 @@ class ConversationStream:
         return events
 
     def append(self, events: Sequence[NewEvent], expected: ExpectedVersion) -> AppendResult:
-        """Append ``events`` at ``expected`` (0: the stream must not exist yet).
-
-        Raises:
-            ConcurrencyError: the stream is not at ``expected`` (another writer).
-            InvalidEvent: an event is not valid (nothing is written).
-            StoreUnavailable: the store cannot be reached.
-        """
+        """Append ``events`` at ``expected`` (another writer in between: ConcurrencyError)."""
         return self.store.append(self.stream_id, list(events), expected_version=expected)
 
     def erase(self, versions: Sequence[int], *, reason: str, by: str) -> int:
-        """Erase the payloads of ``versions`` (blobs too) and record each erasure in
-        ``ares-events/erasures``; return how many were erased now (already erased ones
-        are skipped)."""
-        records = []
-        for v in versions:
-            old, _shared = self.store.erase_payload(self.stream_id, v)
-            if old.payload_ref is not None and old.payload_ref.erased:
-                continue
-            records.append(erasure_record(old, reason, by))
-        if records:
-            self.store.append(ERASURE_STREAM, records)
+        """:func:`erase_events` of this stream."""
+        n = erase_events(self.store, self.stream_id, versions, reason, by)
         # What this view read of those events still holds the payloads: read again.
         erased = set(versions)
         self.events = [e if e.version not in erased else self._reread(e) for e in self.events]
-        return len(records)
+        return n
 
     def _reread(self, e: RecordedEvent) -> RecordedEvent:
         got = list(self.store.read(self.stream_id, e.version, e.version))
         return got[0] if got else e
-
-    def _fail_head(self, head: Any) -> None:
-        self._verifier.check_head(head)
-        self._raise_findings()
 
     def _raise_findings(self) -> None:
         if self._verifier.findings:

@@ -1,25 +1,11 @@
-"""The store side of the eventsourcing persistence module
-(:mod:`ares_events.integrations.eventsourcing`): opening the store from eventsourcing's
-``Environment``, the application's stream prefix, verified reads, and a close that is
-safe at interpreter exit.
+"""The store side of the eventsourcing persistence module: opening the store from
+eventsourcing's ``Environment``, the application's stream prefix, verified reads
+(``ARES_VERIFY_READS``), and a close that is safe at interpreter exit.
 
-**Stream prefix.** Each application's aggregates live under a stream prefix derived from
-its name the way ``eventsourcing.postgres`` derives table names (``name.lower() or
-"stored"``, there ``+ "_events"``, here ``+ "/"``), so applications sharing a store have
-separate notification logs. ``<APP>_ARES_STREAM_PREFIX`` and then ``ARES_STREAM_PREFIX``
-(eventsourcing's ``Environment`` order) override it; an explicitly empty value means no
-prefix: the layout before prefixes, whose notification log is every eventsourcing event
-in the store. A derived prefix refuses a store that holds events in that old layout
-(:class:`~ares_events.errors.ConfigError` naming the setting) instead of presenting it as
-empty.
-
-**Verified reads** (``ARES_VERIFY_READS=true``). Every aggregate read is checked with a
-:class:`~ares_events.integrity.verify.ChainVerifier`: from genesis when it starts at
-version 1, else from the first returned event's ``prev_hash``; the head is read first and
-a read that reaches it is compared with it (a deleted tail, or a last event rewritten
-with a recomputed hash, is found there). Any finding raises
-:class:`ChainVerificationError`; nothing tampered is returned. Notifications are checked
-event by event (each link hash recomputed, consecutive events of a stream linked).
+The prefix is derived from the application's name as ``eventsourcing.postgres`` derives
+table names, so applications sharing a store have separate notification logs; a derived
+prefix refuses a store in the old unprefixed layout (naming the setting that keeps it)
+instead of presenting it as empty. docs/integrations.md says the rest.
 
 It may import anything in the package and ``eventsourcing``.
 """
@@ -58,10 +44,8 @@ _GROWTH: Final = 8
 class ChainVerificationError(DataError, ChainIntegrityError):
     """A verified read found a stream's stored events inconsistent with its hash chain.
 
-    An eventsourcing ``DataError`` (a ``PersistenceError``: the stored data is bad) and an
-    ares-events :class:`~ares_events.errors.ChainIntegrityError` (``.stream_id``,
-    ``.findings``). Deliberately not an ``IntegrityError``, which eventsourcing raises for
-    version conflicts that a caller may retry: re-reading tampered data never helps.
+    An eventsourcing ``DataError`` and an ares-events ``ChainIntegrityError``; not an
+    ``IntegrityError``, which a caller may retry: re-reading tampered data never helps.
     """
 
     def __init__(self, stream_id: str, findings: Sequence[Finding]) -> None:
@@ -69,8 +53,7 @@ class ChainVerificationError(DataError, ChainIntegrityError):
 
 
 def default_stream_prefix(app_name: str) -> str:
-    """The prefix of an application's streams when none is configured: its lowercased
-    name (``"stored"`` without one, as eventsourcing.postgres names tables) and ``/``."""
+    """An application's stream prefix when none is configured."""
     return (app_name.lower() or "stored") + "/"
 
 
@@ -116,10 +99,9 @@ class AresDatastore:
     stream prefix, the per-stream version offsets learnt so far (a stream's first event
     never changes, so a learnt offset stays true) and the verified-read switch.
 
-    The store is closed by :meth:`close`, when the datastore is garbage collected, or at
-    interpreter exit (``weakref.finalize``), whichever comes first: so an
-    ``Application.__del__`` that runs while the interpreter tears modules down finds it
-    closed and touches nothing.
+    The store is closed by :meth:`close`, at garbage collection or at interpreter exit,
+    whichever comes first: an ``Application.__del__`` that runs while the interpreter
+    tears modules down finds it closed and touches nothing.
     """
 
     def __init__(
@@ -137,8 +119,6 @@ class AresDatastore:
         self._offsets: dict[str, int] = {}
         self._lock = threading.Lock()
         self._close = weakref.finalize(self, store.close)
-
-    # -- streams and offsets ---------------------------------------------------------------
 
     def stream_id(self, originator_id: uuid.UUID | str) -> str:
         """The ares-events stream of an aggregate."""
@@ -161,8 +141,6 @@ class AresDatastore:
                 self._offsets.clear()
             self._offsets[stream_id] = offset
 
-    # -- reads -------------------------------------------------------------------------------
-
     def head(self, stream_id: str) -> Head | None:
         """The stream's head when reads are verified (read before the events), else None."""
         return self.store.head(stream_id) if self.verify_reads else None
@@ -177,10 +155,9 @@ class AresDatastore:
         *,
         check_head: bool = True,
     ) -> list[RecordedEvent]:
-        """Events ``lo..hi`` of a stream (at most ``limit``), verified when enabled.
-
-        Verified, the read stops at ``head`` (read before, by :meth:`head`: events
-        appended since are not returned) and is compared with it when it reaches it.
+        """Events ``lo..hi`` of a stream (at most ``limit``), verified when enabled: then
+        the read stops at ``head`` (read before the events) and is compared with it when
+        it reaches it.
 
         Raises:
             ChainVerificationError: the events are not what the chain recorded.
@@ -204,13 +181,7 @@ class AresDatastore:
     def _verify(
         self, sid: str, lo: int, recs: list[RecordedEvent], head: Head | None, reaches: bool
     ) -> None:
-        key = self.store.chain_key
-        if lo <= 1:
-            v = ChainVerifier(sid, key)
-        else:
-            first = recs[0].prev_hash if recs else None
-            start = first if isinstance(first, bytes) and len(first) == len(_NO_HASH) else _NO_HASH
-            v = ChainVerifier(sid, key, start_version=lo - 1, start_hash=start)
+        v = self._verifier(sid, lo, recs[0].prev_hash if recs else None)
         v.check_page(recs)
         if reaches and (recs or (head is not None and head.version >= lo)):
             v.check_head(head)
@@ -218,36 +189,35 @@ class AresDatastore:
             raise ChainVerificationError(sid, v.findings)
 
     def verify_notifications(self, events: Sequence[RecordedEvent]) -> None:
-        """Check each event's link hash, and the links between consecutive events of one
-        stream, when reads are verified.
+        """Check each event's link, and the links between consecutive events of one stream,
+        when reads are verified.
 
         Raises:
             ChainVerificationError: an event is not what the chain recorded.
         """
         if not self.verify_reads:
             return
-        key = self.store.chain_key
         chains: dict[str, ChainVerifier] = {}
         for e in events:
-            sid = e.stream_id
-            v = chains.get(sid)
-            version = e.version
-            if v is None or version != v.last + 1:
-                if type(version) is not int or version <= 1:
-                    v = ChainVerifier(sid, key)
-                else:
-                    ph = e.prev_hash
-                    start = ph if isinstance(ph, bytes) and len(ph) == len(_NO_HASH) else _NO_HASH
-                    v = ChainVerifier(sid, key, start_version=version - 1, start_hash=start)
-                chains[sid] = v
+            v = chains.get(e.stream_id)
+            if v is None or e.version != v.last + 1:
+                v = chains[e.stream_id] = self._verifier(e.stream_id, e.version, e.prev_hash)
             if not v.check(e):
-                raise ChainVerificationError(sid, v.findings)
+                raise ChainVerificationError(e.stream_id, v.findings)
+
+    def _verifier(self, sid: str, first: Any, prev_hash: Any) -> ChainVerifier:
+        """A verifier from genesis, or from version ``first`` linked to ``prev_hash`` (a
+        malformed one is replaced by zeros, which then fails the first link)."""
+        if type(first) is not int or first <= 1:
+            return ChainVerifier(sid, self.store.chain_key)
+        ok = isinstance(prev_hash, bytes) and len(prev_hash) == len(_NO_HASH)
+        start = prev_hash if ok else _NO_HASH
+        return ChainVerifier(sid, self.store.chain_key, start_version=first - 1, start_hash=start)
 
     def last_position(self, accept: Any) -> int | None:
         """The highest position of this application's events that ``accept(event)``
-        takes, or None: looks back from the store's end in growing windows, so the usual
-        answer (a recent event) costs one small read and other applications' events are
-        never fetched (the backend filters by prefix)."""
+        takes, or None: looks back from the store's end in growing windows, so a recent
+        event costs one small read (the backend filters out other applications')."""
         store = self.store
         prefix = self.stream_prefix or None
         hi = store.last_position()
@@ -265,15 +235,9 @@ class AresDatastore:
             hi, window = lo, window * _GROWTH
         return None
 
-    # -- stores written before per-application prefixes -----------------------------------
-
     def check_layout(self) -> None:
-        """Refuse a store whose first event is an eventsourcing event in the old
-        unprefixed layout (when the prefix was derived, not configured).
-
-        Raises:
-            ConfigError: names the setting that keeps the old layout.
-        """
+        """Refuse a store whose first event is in the old unprefixed layout when the
+        prefix was derived (ConfigError naming the setting that keeps that layout)."""
         if self.legacy_hint is None:
             return
         first = next(iter(self.store.read_all(0, 1)), None)
@@ -281,11 +245,7 @@ class AresDatastore:
             raise ConfigError(self._legacy_message(first.stream_id))
 
     def check_not_legacy(self, originator_id: uuid.UUID | str) -> None:
-        """After an aggregate was not found: refuse if it exists in the old layout.
-
-        Raises:
-            ConfigError: the aggregate's events are in the unprefixed layout.
-        """
+        """After an aggregate was not found: ConfigError if it is in the old layout."""
         sid = str(originator_id)
         if self.legacy_hint is None or sid == self.stream_id(originator_id):
             return
@@ -305,8 +265,6 @@ class AresDatastore:
             f"they belong to another application, set {self.legacy_hint}="
             f"{self.stream_prefix} explicitly (docs/integrations.md, 'Stream prefixes')"
         )
-
-    # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
         """Close the store (once; later calls do nothing)."""

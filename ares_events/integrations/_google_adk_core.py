@@ -3,11 +3,9 @@ names, the events' types, :class:`StaleSessionConflict`, the fold of a session
 (:class:`SessionStateProjection`, and :class:`Fold`, its incremental form over a verified
 view) and the decoding of stored events.
 
-A session is the stream ``google-adk/<app>/<user>/<session>`` (each part
-percent-encoded): ``adk.session.created`` (with the session-scoped initial state), one
-``adk.event`` per ADK event (the event and its session-scoped state delta),
-``adk.session.deleted``. ``app:`` and ``user:`` state live in ``google-adk-app/<app>``
-and ``google-adk-user/<app>/<user>`` as ``adk.state`` deltas.
+A session's stream holds ``adk.session.created`` (with the session-scoped initial state),
+one ``adk.event`` per ADK event (the event and its session-scoped state delta) and
+``adk.session.deleted``; the ``app:`` and ``user:`` streams hold ``adk.state`` deltas.
 
 It may import anything in the package (an integration is top layer), and ``google.adk``.
 """
@@ -23,28 +21,6 @@ from google.adk.sessions.session import Session
 
 from ares_events.core.events import RecordedEvent, validate_name
 from ares_events.errors import SessionConflict
-
-__all__ = [
-    "APP_PREFIX",
-    "MARKER",
-    "MODULE",
-    "SESSION_PREFIX",
-    "T_CREATED",
-    "T_DELETED",
-    "T_EVENT",
-    "T_STATE",
-    "USER_PREFIX",
-    "Fold",
-    "SessionConflict",
-    "SessionStateProjection",
-    "app_stream",
-    "decode",
-    "marker_version",
-    "quote_part",
-    "session_stream",
-    "since_created",
-    "user_stream",
-]
 
 SESSION_PREFIX: Final = "google-adk/"
 APP_PREFIX: Final = "google-adk-app/"
@@ -124,6 +100,8 @@ class SessionStateProjection:
             state["state"].update(p.get("delta") or {})
             state["events"] += 1
             state["updated"] = (p.get("event") or {}).get("timestamp", state["updated"])
+        elif event.type == T_STATE:  # an app or user stream's delta
+            state["state"].update(p.get("delta") or {})
         elif event.type == T_DELETED:
             return self.initial()
         return state
@@ -148,19 +126,15 @@ class Fold:
         if self._n > len(events):  # the view was read again from the start
             self.state, self.by_id, self._n = p.initial(), {}, 0
         for e in events[self._n :]:
-            if e.type == T_STATE:
-                if not e.payload_erased:
-                    self.state["state"].update(e.payload.get("delta") or {})
-            elif not e.payload_erased:
-                self.state = p.apply(self.state, e)
-                if e.type == T_EVENT:
-                    event_id = (e.payload.get("event") or {}).get("id")
-                    if event_id:
-                        self.by_id.setdefault(event_id, []).append(e)
-                elif e.type in (T_CREATED, T_DELETED):
-                    self.by_id = {}
-            elif e.type == T_DELETED:
-                self.state, self.by_id = p.initial(), {}
+            if e.payload_erased and e.type != T_DELETED:  # a deletion counts, erased or not
+                continue
+            self.state = p.apply(self.state, e)
+            if e.type == T_EVENT:
+                event_id = (e.payload.get("event") or {}).get("id")
+                if event_id:
+                    self.by_id.setdefault(event_id, []).append(e)
+            elif e.type in (T_CREATED, T_DELETED):
+                self.by_id = {}
         self._n = len(events)
         return self.state
 

@@ -1,14 +1,11 @@
 """The storage work of the Google ADK session service: :class:`AsyncAdkSessions` (one face
-written, the other generated). Which face the service runs, and where, is
-:class:`~ares_events.integrations.google_adk.AresSessionService`'s choice (the blocking
-one in worker threads, unless it was given an asyncio store).
+written, the other generated), run by
+:class:`~ares_events.integrations.google_adk.AresSessionService`.
 
-Each stream is read through one verified view at a time (at most :data:`MAX_VIEWS`,
-least recently used dropped), whose lock (of the face: a thread lock on the blocking
-one, an asyncio lock on the other) serialises the operations on that stream; operations
-on different sessions run side by side. What a write must not lose is checked by the
-store: a session's event is appended at the version its session object was read at,
-and an ``app:``/``user:`` delta in the same transaction.
+One verified view per stream (at most :data:`MAX_VIEWS`, least recently used dropped),
+whose lock serialises the operations on that stream; different sessions run side by
+side. A session's event is appended at the version its session object was read at, and
+its ``app:``/``user:`` deltas in the same transaction.
 
 It may import anything in the package (an integration is top layer), and ``google.adk``.
 """
@@ -19,7 +16,6 @@ import copy
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
@@ -36,6 +32,7 @@ from ares_events.core.events import ANY, NewEvent, RecordedEvent
 from ares_events.core.faces import ASYNC
 from ares_events.errors import ChainIntegrityError, ConcurrencyError
 from ares_events.integrations._conversation_async import AsyncConversationStream
+from ares_events.integrations._faces import Table
 from ares_events.integrations._google_adk_core import (
     MARKER,
     MODULE,
@@ -72,14 +69,8 @@ TAIL_ATTEMPTS: Final = 100
 
 
 class AsyncAdkSessions:
-    """ADK sessions on one store (see the module docstring).
-
-    Args:
-        store: the store.
-        snapshot_every: snapshot each session's state every this many events (0: never).
-        erase_on_delete: ``delete_session`` also erases the session's payloads.
-        by: the name written in erasure records.
-    """
+    """ADK sessions on one store; the arguments are
+    :class:`~ares_events.integrations.google_adk.AresSessionService`'s."""
 
     def __init__(
         self, store: AsyncEventStore, *, snapshot_every: int, erase_on_delete: bool, by: str
@@ -88,15 +79,14 @@ class AsyncAdkSessions:
         self._snapshot_every = snapshot_every
         self._erase = erase_on_delete
         self._by = by
-        self._views: OrderedDict[str, _View] = OrderedDict()
-        self._guard = threading.Lock()  # the view table (never held across I/O)
+        self._views = Table(lambda sid: _View(AsyncConversationStream(store, sid)), MAX_VIEWS)
+        self._guard = threading.Lock()  # the snapshotter, made once
         self._projection = SessionStateProjection()
         self._snapshotter: AsyncSnapshotter | None = None
 
     async def create_session(
         self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
     ) -> Session:
-        """A new session (``AlreadyExistsError`` when a live one has this id)."""
         session_id = (session_id.strip() if session_id else None) or str(uuid.uuid4())
         sid = session_stream(app_name, user_id, session_id)
         deltas = _session_util.extract_json_safe_state_delta(state or {})
@@ -124,18 +114,13 @@ class AsyncAdkSessions:
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
             await v.stream.refresh()
         await self._after_append(sid, res[0].version)
-        session = Session(
-            id=session_id, app_name=app_name, user_id=user_id, state=deltas["session"]
+        return await self._session(
+            app_name, user_id, session_id, deltas["session"], now, res[0].version
         )
-        session.last_update_time = now
-        session._storage_update_marker = f"{MARKER}{res[0].version}"
-        return await self._merge(session)
 
     async def get_session(
         self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
     ) -> Session | None:
-        """The session with its events (all, or the ``num_recent_events`` newest and
-        those at or after ``after_timestamp``), or None."""
         session_id = session_id.strip() if session_id else session_id
         sid = session_stream(app_name, user_id, session_id)
         recent = config.num_recent_events if config is not None else None
@@ -154,20 +139,11 @@ class AsyncAdkSessions:
             adk_events = adk_events[-recent:] if recent else []
         if config is not None and config.after_timestamp is not None:
             adk_events = [ev for ev in adk_events if ev.timestamp >= config.after_timestamp]
-        session = Session(
-            id=session_id,
-            app_name=app_name,
-            user_id=user_id,
-            state=dict(fold["state"]),
-            events=adk_events,
+        return await self._session(
+            app_name, user_id, session_id, fold["state"], fold["updated"], version, adk_events
         )
-        session.last_update_time = float(fold["updated"])
-        session._storage_update_marker = f"{MARKER}{version}"
-        return await self._merge(session)
 
     async def list_sessions(self, app_name: str, user_id: str | None) -> list[Session]:
-        """The live sessions of an app (of one user, when given), without events,
-        oldest update first."""
         prefix = f"{SESSION_PREFIX}{quote_part(app_name)}/"
         if user_id is not None:
             prefix += f"{quote_part(user_id)}/"
@@ -182,15 +158,13 @@ class AsyncAdkSessions:
             fold, _version = await self._state_of(stream_id)
             if not fold["live"]:
                 continue
-            s = Session(id=sess, app_name=app_name, user_id=uid, state=dict(fold["state"]))
-            s.last_update_time = float(fold["updated"])
-            out.append(await self._merge(s))
+            out.append(
+                await self._session(app_name, uid, sess, fold["state"], fold["updated"], None)
+            )
         out.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return out
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
-        """Append ``adk.session.deleted`` (and erase, with ``erase_on_delete``); a
-        missing session is left as it is."""
         session_id = session_id.strip() if session_id else session_id
         sid = session_stream(app_name, user_id, session_id)
         v = self._view(sid)
@@ -208,17 +182,12 @@ class AsyncAdkSessions:
                 await view.erase(doomed, reason="google-adk delete_session", by=self._by)
 
     async def get_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
-        """The user-scoped state (keys without the ``user:`` prefix)."""
         return await self._scoped_state(user_stream(app_name, user_id))
 
     async def store_event(self, session: Session, event: Event) -> int | None:
         """Store ``event`` (its ``temp:`` delta already trimmed) at the version ``session``
-        was read at; return the new version, or None when the session already holds an
-        equal event with its id (a re-delivery: stored once, as ADK's own service does).
-
-        Raises:
-            StaleSessionConflict: another run wrote to the session since (nothing stored).
-            SessionNotFoundError: the session does not exist (or was deleted).
+        was read at; return the new version, or None for a re-delivery (the session
+        already holds an equal event with its id: stored once, as ADK's own service does).
         """
         sid = session_stream(session.app_name, session.user_id, session.id)
         delta = event.actions.state_delta if event.actions else None
@@ -252,16 +221,7 @@ class AsyncAdkSessions:
     # -- plumbing ----------------------------------------------------------------------
 
     def _view(self, stream_id: str) -> _View:
-        with self._guard:
-            got = self._views.get(stream_id)
-            if got is None:
-                got = _View(AsyncConversationStream(self.store, stream_id))
-                self._views[stream_id] = got
-                while len(self._views) > MAX_VIEWS:
-                    self._views.popitem(last=False)
-            else:
-                self._views.move_to_end(stream_id)
-            return got
+        return self._views.get(stream_id)
 
     async def _scoped_state(self, stream_id: str) -> dict[str, Any]:
         v = self._view(stream_id)
@@ -269,13 +229,31 @@ class AsyncAdkSessions:
             await v.stream.refresh()
             return copy.deepcopy(v.fold()["state"])
 
-    async def _merge(self, session: Session) -> Session:
-        for k, v in (await self._scoped_state(app_stream(session.app_name))).items():
-            session.state[State.APP_PREFIX + k] = v
-        user = await self._scoped_state(user_stream(session.app_name, session.user_id))
-        for k, v in user.items():
-            session.state[State.USER_PREFIX + k] = v
-        return session
+    async def _session(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        state: dict[str, Any],
+        updated: float,
+        version: int | None,
+        events: list[Event] | None = None,
+    ) -> Session:
+        """A session object (read at ``version``), its ``app:`` and ``user:`` state merged
+        in as ADK merges them."""
+        s = Session(id=session_id, app_name=app_name, user_id=user_id, state=dict(state))
+        s.events = events or []
+        s.last_update_time = float(updated)
+        if version is not None:
+            s._storage_update_marker = f"{MARKER}{version}"
+        scopes = (
+            (State.APP_PREFIX, app_stream(app_name)),
+            (State.USER_PREFIX, user_stream(app_name, user_id)),
+        )
+        for prefix, stream_id in scopes:
+            for k, v in (await self._scoped_state(stream_id)).items():
+                s.state[prefix + k] = v
+        return s
 
     async def _after_append(self, stream_id: str, version: int) -> None:
         if self._snapshot_every <= 0 or Capability.SNAPSHOTS not in self.store.capabilities:
@@ -340,10 +318,11 @@ def _scoped(
 ) -> list[tuple[str, list[NewEvent], Any]]:
     """The ``app:`` and ``user:`` deltas' appends (at any version: they only add)."""
     out: list[tuple[str, list[NewEvent], Any]] = []
-    if deltas["app"]:
-        ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas["app"]})
-        out.append((app_stream(app_name), [ev], ANY))
-    if deltas["user"]:
-        ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas["user"]})
-        out.append((user_stream(app_name, user_id), [ev], ANY))
+    for scope, stream_id in (
+        ("app", app_stream(app_name)),
+        ("user", user_stream(app_name, user_id)),
+    ):
+        if deltas[scope]:
+            ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas[scope]})
+            out.append((stream_id, [ev], ANY))
     return out

@@ -28,13 +28,10 @@ checkpoint namespace lives inside it), of events with module ``langgraph``:
 Payloads are JSON (``{"j": ...}``) where the value is plain JSON, else the serializer's
 typed bytes in base64 (``{"t", "b"}``).
 
-**Verified before decoded.** The index is built from the stream read in order through a
-:class:`~ares_events.integrity.verify.ChainVerifier` (keyed in keyed mode): an event is
-applied only after its link verified, so every payload the savers decode is one the chain
-vouches for. A thread with any finding is refused as a whole
-(:class:`~ares_events.errors.ChainIntegrityError`), before anything is decoded. Spilled
-payloads are fetched later through the blob store, whose digest check ties them to the
-verified header.
+**Verified before decoded.** An event is applied to the index only after its link
+verified, so every payload the savers decode is one the chain vouches for; a thread with
+any finding is refused as a whole. Spilled payloads are fetched later through the blob
+store, whose digest check ties them to the verified header.
 
 It may import the package below ``integrations`` and ``langgraph``.
 """
@@ -44,7 +41,8 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -101,23 +99,20 @@ class StaleWriteError(ConcurrencyError):
         self.winner_checkpoint_id = winner
         self.attempted_checkpoint_id = attempted
         if parent is None:
-            super().__init__(
-                stream_id,
-                f"the first checkpoint of namespace {ns!r}",
-                actual,
+            expected = f"the first checkpoint of namespace {ns!r}"
+            text = (
                 f"namespace {ns!r} was already started by {winner}; refusing the parentless "
                 f"{attempted} (a second writer starting the same new thread would give it "
-                "two roots: reload it and run again)",
+                "two roots: reload it and run again)"
             )
-            return
-        super().__init__(
-            stream_id,
-            f"a checkpoint continuing {parent}",
-            actual,
-            f"checkpoint {parent} in namespace {ns!r} was already continued by {winner}; "
-            f"refusing {attempted} (a second writer from the same parent would fork the "
-            "thread: reload it and run again)",
-        )
+        else:
+            expected = f"a checkpoint continuing {parent}"
+            text = (
+                f"checkpoint {parent} in namespace {ns!r} was already continued by {winner}; "
+                f"refusing {attempted} (a second writer from the same parent would fork the "
+                "thread: reload it and run again)"
+            )
+        super().__init__(stream_id, expected, actual, text)
 
 
 def stream_of(thread_id: object) -> str:
@@ -219,11 +214,12 @@ class CheckpointRec:
     payload: dict[str, Any]
     writes: dict[tuple[str, int], WriteRec] = field(default_factory=dict)
 
-    @property
-    def source(self) -> object:
-        md = self.payload.get("md") or {}
-        j = md.get("j") if isinstance(md, dict) else None
-        return j.get("source") if isinstance(j, dict) else None
+    def plain(self, part: str, key: str) -> Any:
+        """``key`` of the checkpoint (``part="cp"``) or of its metadata (``"md"``) when
+        that is stored as plain JSON, else None."""
+        p = self.payload.get(part) or {}
+        j = p.get("j") if isinstance(p, dict) else None
+        return j.get(key) if isinstance(j, dict) else None
 
 
 @dataclass(slots=True)
@@ -274,11 +270,7 @@ class ThreadIndex:
         return max(self.verifier.last, self.applied)
 
     def check(self) -> None:
-        """Raise when the thread's chain did not verify.
-
-        Raises:
-            ChainIntegrityError: with the findings; nothing of the thread is decoded.
-        """
+        """Raise ChainIntegrityError when the thread's chain did not verify."""
         if self.findings:
             raise ChainIntegrityError(self.stream_id, self.findings)
 
@@ -317,8 +309,8 @@ class ThreadIndex:
             return
         if e.payload_ref is not None and e.type == T_VALUE:
             self._apply_payload(e.version, e.type, None, e.metadata, e.hash)
-            return
-        self._apply_payload(e.version, e.type, e.payload, e.metadata, None)
+        else:
+            self._apply_payload(e.version, e.type, e.payload, e.metadata, None)
 
     def _apply_payload(
         self, v: int, type_: str, p: Any, meta: Any, spilled_hash: bytes | None
@@ -329,17 +321,19 @@ class ThreadIndex:
             )
             return
         if type_ == T_VALUE:
+            # A spilled value's digest is in its metadata (so the index needs no fetch).
+            src = p if spilled_hash is None else meta
+            d = src.get("d") if isinstance(src, dict) else None
+            if not isinstance(d, str):
+                self.findings.append(Finding("malformed_row", self.stream_id, v, "no digest"))
+                return
             if spilled_hash is not None:
                 self.hashes[v] = spilled_hash
-                d = self._spilled_digest(v, meta)
-                if d is None:
-                    return
-                self.values[d[0]] = ValueRec(v, None, d[1], d[2])
-                self.by_version[v] = ("value", d[0])
-                return
-            d0 = p["d"]
-            self.values[d0] = ValueRec(v, p, p.get("base"), int(p.get("depth", 0)))
-            self.by_version[v] = ("value", d0)
+            base = src.get("base")
+            base = base if isinstance(base, str) else None
+            payload = p if spilled_hash is None else None
+            self.values[d] = ValueRec(v, payload, base, int(src.get("depth", 0)))
+            self.by_version[v] = ("value", d)
         elif type_ == T_CHECKPOINT:
             ns, cid, parent = p["ns"], p["id"], p.get("parent")
             old = self.checkpoints.get((ns, cid))
@@ -355,7 +349,7 @@ class ThreadIndex:
             cur = self._latest.get(ns)
             if cur is None or cid >= cur.id:
                 self._latest[ns] = rec
-            if parent is not None and rec.source not in BRANCH_SOURCES:
+            if parent is not None and rec.plain("md", "source") not in BRANCH_SOURCES:
                 self.continued.setdefault((ns, parent), cid)
         elif type_ == T_WRITES:
             ns, cid = p["ns"], p["cp"]
@@ -373,17 +367,6 @@ class ThreadIndex:
             else:
                 self._drop(int(x) for x in p.get("drop", ()))
             self.by_version[v] = ("pruned", None)
-
-    def _spilled_digest(self, v: int, m: Any) -> tuple[str, str | None, int] | None:
-        # The digest of a spilled value is in its metadata (so the index needs no fetch).
-        d = m.get("d") if isinstance(m, dict) else None
-        if not isinstance(d, str):
-            self.findings.append(
-                Finding("malformed_row", self.stream_id, v, "spilled value without digest")
-            )
-            return None
-        base = m.get("base")
-        return d, base if isinstance(base, str) else None, int(m.get("depth", 0))
 
     def writes_of(
         self, ns: str, cid: str, *, create: bool = False
@@ -414,24 +397,20 @@ class ThreadIndex:
             if what is None:
                 continue
             kind, key = what
-            if kind == "checkpoint":
-                rec = self.checkpoints.get(key)
-                if rec is not None and rec.version == v:
-                    del self.checkpoints[key]
-            elif kind == "value":
-                rec_v = self.values.get(key)
-                if rec_v is not None and rec_v.version == v:
-                    del self.values[key]
+            if kind in ("checkpoint", "value"):
+                table: dict[Any, Any] = self.checkpoints if kind == "checkpoint" else self.values
+                if getattr(table.get(key), "version", None) == v:
+                    del table[key]
             elif kind == "writes":
                 ck = self.checkpoints.get(key)
+                ws = ck.writes if ck is not None else self.orphan_writes.get(key, {})
+                left = {k: w for k, w in ws.items() if w.version != v}
                 if ck is not None:
-                    ck.writes = {k: w for k, w in ck.writes.items() if w.version != v}
-                elif key in self.orphan_writes:
-                    left = {k: w for k, w in self.orphan_writes[key].items() if w.version != v}
-                    if left:
-                        self.orphan_writes[key] = left
-                    else:
-                        del self.orphan_writes[key]
+                    ck.writes = left
+                elif left:
+                    self.orphan_writes[key] = left
+                else:
+                    self.orphan_writes.pop(key, None)
         self.last_list.clear()
 
     # -- queries -----------------------------------------------------------------------------
@@ -452,27 +431,29 @@ class ThreadIndex:
             return self.latest(ns)
         return self.checkpoints.get((ns, checkpoint_id))
 
-    def live_versions(
-        self, keep: Iterable[CheckpointRec], rebased: set[str] | None = None
-    ) -> set[int]:
-        """Versions of the events the given checkpoints need: themselves, their writes,
-        their values and every base of a delta value (but of the ``rebased`` values,
-        which are being written again whole)."""
+    def unneeded(
+        self, keep: Iterable[CheckpointRec], rebased: AbstractSet[str] = frozenset()
+    ) -> list[int]:
+        """Versions of the events (prune records aside) the ``keep`` checkpoints do not
+        need: they need themselves, their writes, their values and every base of a delta
+        value (but of the ``rebased`` values, which are being written again whole)."""
         # Writes whose checkpoint is not stored yet may belong to one being written.
-        out: set[int] = {w.version for ws in self.orphan_writes.values() for w in ws.values()}
+        live = {w.version for ws in self.orphan_writes.values() for w in ws.values()}
         for rec in keep:
-            out.add(rec.version)
-            out.update(w.version for w in rec.writes.values())
+            live.add(rec.version)
+            live.update(w.version for w in rec.writes.values())
             for d in (rec.payload.get("vals") or {}).values():
-                if rebased and d in rebased:
-                    continue
-                seen = 0
-                cur: str | None = d
-                while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
-                    val = self.values.get(cur)
-                    if val is None:
-                        break
-                    out.add(val.version)
-                    cur = val.base
-                    seen += 1
-        return out
+                if d not in rebased:
+                    live.update(val.version for val in self.chain(d))
+        return sorted(v for v, (k, _) in self.by_version.items() if v not in live and k != "pruned")
+
+    def chain(self, digest: str) -> Iterator[ValueRec]:
+        """The stored value ``digest`` and the bases of its delta chain, newest first (up
+        to the first one not stored; bounded, whatever the stream holds)."""
+        cur: str | None = digest
+        for _ in range(MAX_DELTA_DEPTH + 2):
+            val = self.values.get(cur) if cur is not None else None
+            if val is None:
+                return
+            yield val
+            cur = val.base

@@ -25,8 +25,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
+from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations._conversation import erase_events
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     CheckpointRec,
@@ -50,41 +51,28 @@ from ares_events.integrations._langgraph_plan import (
     writes_event,
 )
 from ares_events.integrity.findings import Finding
-from ares_events.projections.erasure import erasure_record
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
 
-__all__ = [
-    "append_checked",
-    "copy_thread",
-    "delete_runs",
-    "delete_thread",
-    "delta_history",
-    "get_checkpoint",
-    "list_checkpoints",
-    "prune",
-    "put_checkpoint",
-    "put_writes",
-    "refresh",
-]
-
 MAX_RETRIES = 1000
 
 
-def refresh(store: EventStore, index: ThreadIndex) -> None:
-    """Bring the index up to the stream's end, verifying every new event."""
+def refresh(store: EventStore, index: ThreadIndex, *, check: bool = True) -> None:
+    """Bring the index up to the stream's end, verifying every new event (with ``check``,
+    ChainIntegrityError when the thread does not verify)."""
     if not index.started:
         head = store.head(index.stream_id)
         if head is None:
             index.started = True
-            return
-        events = list(store.read(index.stream_id, 1, head.version))
-        index.apply_all(events, head)
-        return
-    events = list(store.read(index.stream_id, index.verifier.last + 1, None))
-    if events:
-        index.apply_all(events)
+        else:
+            index.apply_all(list(store.read(index.stream_id, 1, head.version)), head)
+    else:
+        events = list(store.read(index.stream_id, index.verifier.last + 1, None))
+        if events:
+            index.apply_all(events)
+    if check:
+        index.check()
 
 
 def append_checked(
@@ -93,7 +81,7 @@ def append_checked(
     """Append what ``build`` plans at the version the index is at, and apply it; after a
     concurrent write, read it (verified) and plan again. Nothing to append: None."""
     if not index.started:
-        refresh(store, index)
+        refresh(store, index, check=False)
     index.check()
     for _ in range(MAX_RETRIES):
         events = list(build())
@@ -103,7 +91,6 @@ def append_checked(
             res = store.append(index.stream_id, events, expected_version=index.version)
         except ConcurrencyError:
             refresh(store, index)
-            index.check()
             continue
         index.apply_own(res.version, events)
         return res
@@ -117,6 +104,10 @@ def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
     return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
 
 
+def _config(tid: str, ns: str, cid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
 def get_checkpoint(
     store: EventStore,
     index: ThreadIndex,
@@ -126,7 +117,6 @@ def get_checkpoint(
 ) -> CheckpointTuple | None:
     tid, ns, cid = _ids(config)
     refresh(store, index)
-    index.check()
     rec = index.get(ns, cid)
     if rec is None:
         return None
@@ -182,29 +172,22 @@ def build_tuple(
         ch: materialise(index, serde, d, fetched, cache) for ch, d in (p.get("vals") or {}).items()
     }
     md: CheckpointMetadata = unpack(serde, p["md"])
-    config: RunnableConfig = {
-        "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.id}
-    }
-    parent: RunnableConfig | None = None
-    if rec.parent is not None:
-        parent = {
-            "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.parent}
-        }
-    return CheckpointTuple(config, cp, md, parent, pending_writes(serde, rec))
+    parent = _config(tid, rec.ns, rec.parent) if rec.parent is not None else None
+    return CheckpointTuple(_config(tid, rec.ns, rec.id), cp, md, parent, pending_writes(serde, rec))
 
 
 def encode_put(
+    index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-    parent_vals: Mapping[str, str] | None,
-    parent_versions: Mapping[str, Any] | None,
 ) -> tuple[dict[str, Any], dict[str, EncodedValue | str]]:
     """The checkpoint event's payload (without ``vals``) and, per channel, its encoded
     value or the digest of the parent's unchanged value."""
     _tid, ns, parent = _ids(config)
+    parent_vals, parent_versions = _parent_state(index, ns, parent)
     cp: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = cp.pop("channel_values", None) or {}
     md = get_checkpoint_metadata(config, metadata)
@@ -218,30 +201,20 @@ def encode_put(
     out: dict[str, EncodedValue | str] = {}
     versions = checkpoint.get("channel_versions") or {}
     for ch, ver in versions.items():
-        reuse = (
-            ch not in new_versions
-            and parent_vals is not None
-            and parent_versions is not None
-            and ch in parent_vals
-            and parent_versions.get(ch) == ver
-        )
-        if reuse:
-            assert parent_vals is not None
+        if ch not in new_versions and ch in parent_vals and parent_versions.get(ch) == ver:
             out[ch] = parent_vals[ch]
         elif ch in values:
             out[ch] = encode_value(serde, values[ch])
     return payload, out
 
 
-def parent_state(index: ThreadIndex, config: RunnableConfig) -> tuple[Any, Any]:
-    _tid, ns, parent = _ids(config)
+def _parent_state(index: ThreadIndex, ns: str, parent: str | None) -> tuple[Any, Any]:
+    """The parent checkpoint's value digests and channel versions (empty without one)."""
     rec = index.checkpoints.get((ns, parent)) if parent is not None else None
     if rec is None:
-        return None, None
-    cp = rec.payload.get("cp") or {}
-    j = cp.get("j") if isinstance(cp, dict) else None
-    versions = j.get("channel_versions") if isinstance(j, dict) else None
-    return rec.payload.get("vals") or {}, versions
+        return {}, {}
+    versions = rec.plain("cp", "channel_versions")
+    return rec.payload.get("vals") or {}, versions if isinstance(versions, dict) else {}
 
 
 def put_checkpoint(
@@ -256,27 +229,19 @@ def put_checkpoint(
     tid, ns, parent = _ids(config)
     source = metadata.get("source")
     if not index.started:
-        refresh(store, index)
+        refresh(store, index, check=False)
     index.check()
     # A parentless checkpoint from a writer that sees its namespace empty starts the
     # namespace: appended only while it is still empty, so two writers that both started
     # a new thread cannot give it two roots (one that saw a root adds another on purpose).
     root = parent is None and source not in BRANCH_SOURCES and index.latest(ns) is None
-    pv, pver = parent_state(index, config)
-    payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
-    encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
-    reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
+    payload, values = encode_put(index, serde, config, checkpoint, metadata, new_versions)
 
     def build() -> list[NewEvent]:
-        plan = plan_put(
-            index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source, root
-        )
-        plan.events[-1].payload["vals"].update(reused)
-        return plan.events
+        return plan_put(index, dict(payload), values, ns, checkpoint["id"], parent, source, root)
 
     append_checked(store, index, build)
-    conf = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
-    return {"configurable": conf}
+    return _config(tid, ns, checkpoint["id"])
 
 
 def put_writes(
@@ -313,7 +278,6 @@ def list_checkpoints(
     conf = config.get("configurable", {})
     tid = str(conf["thread_id"])
     refresh(store, index)
-    index.check()
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
@@ -362,15 +326,7 @@ def drop_checkpoints(
         return 0
     drop = chosen[0]
     targets = list(range(1, res.version)) if drop is None else drop
-    records = []
-    for v in targets:
-        old, _shared = store.erase_payload(index.stream_id, v)
-        if old.payload_ref is not None and old.payload_ref.erased:
-            continue
-        records.append(erasure_record(old, reason, by))
-    if records:
-        store.append(ERASURE_STREAM, records)
-    return len(records)
+    return erase_events(store, index.stream_id, targets, reason, by)
 
 
 def prune(
@@ -381,7 +337,6 @@ def prune(
     by: str,
 ) -> int:
     refresh(store, index)
-    index.check()
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
@@ -407,20 +362,11 @@ def delete_runs(
     by: str,
 ) -> int:
     refresh(store, index)
-    index.check()
 
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
-        keep = []
-        for rec in index.checkpoints.values():
-            md = unpack(serde, rec.payload["md"])
-            if md.get("run_id") not in run_ids:
-                keep.append(rec)
-        if len(keep) == len(index.checkpoints):
-            return (), []
-        live = index.live_versions(keep)
-        return (), sorted(
-            v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned"
-        )
+        recs = index.checkpoints.values()
+        keep = [r for r in recs if unpack(serde, r.payload["md"]).get("run_id") not in run_ids]
+        return (), [] if len(keep) == len(recs) else index.unneeded(keep)
 
     return drop_checkpoints(store, index, plan, "langgraph delete_for_runs", by)
 
@@ -430,7 +376,6 @@ def copy_thread(store: EventStore, src: ThreadIndex, dst_stream: str) -> int:
     from ares_events.integrity.verifier import ChainVerifier
 
     refresh(store, src)
-    src.check()
     live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
     if not live:
         return 0
@@ -463,7 +408,6 @@ def delta_history(
     nearest stored value as the seed), decoding only the writes and seeds it returns."""
     _tid, ns, cid = _ids(config)
     refresh(store, index)
-    index.check()
     if not channels:
         return {}
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}

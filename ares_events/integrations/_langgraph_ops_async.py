@@ -24,8 +24,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ares_events.core.events import ANY, ERASURE_STREAM, AppendResult, NewEvent
+from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
+from ares_events.integrations._conversation_async import erase_events
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     CheckpointRec,
@@ -49,41 +50,28 @@ from ares_events.integrations._langgraph_plan import (
     writes_event,
 )
 from ares_events.integrity.findings import Finding
-from ares_events.projections.erasure import erasure_record
 
 if TYPE_CHECKING:
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = [
-    "append_checked",
-    "copy_thread",
-    "delete_runs",
-    "delete_thread",
-    "delta_history",
-    "get_checkpoint",
-    "list_checkpoints",
-    "prune",
-    "put_checkpoint",
-    "put_writes",
-    "refresh",
-]
-
 MAX_RETRIES = 1000
 
 
-async def refresh(store: AsyncEventStore, index: ThreadIndex) -> None:
-    """Bring the index up to the stream's end, verifying every new event."""
+async def refresh(store: AsyncEventStore, index: ThreadIndex, *, check: bool = True) -> None:
+    """Bring the index up to the stream's end, verifying every new event (with ``check``,
+    ChainIntegrityError when the thread does not verify)."""
     if not index.started:
         head = await store.head(index.stream_id)
         if head is None:
             index.started = True
-            return
-        events = [e async for e in store.read(index.stream_id, 1, head.version)]
-        index.apply_all(events, head)
-        return
-    events = [e async for e in store.read(index.stream_id, index.verifier.last + 1, None)]
-    if events:
-        index.apply_all(events)
+        else:
+            index.apply_all([e async for e in store.read(index.stream_id, 1, head.version)], head)
+    else:
+        events = [e async for e in store.read(index.stream_id, index.verifier.last + 1, None)]
+        if events:
+            index.apply_all(events)
+    if check:
+        index.check()
 
 
 async def append_checked(
@@ -92,7 +80,7 @@ async def append_checked(
     """Append what ``build`` plans at the version the index is at, and apply it; after a
     concurrent write, read it (verified) and plan again. Nothing to append: None."""
     if not index.started:
-        await refresh(store, index)
+        await refresh(store, index, check=False)
     index.check()
     for _ in range(MAX_RETRIES):
         events = list(build())
@@ -102,7 +90,6 @@ async def append_checked(
             res = await store.append(index.stream_id, events, expected_version=index.version)
         except ConcurrencyError:
             await refresh(store, index)
-            index.check()
             continue
         index.apply_own(res.version, events)
         return res
@@ -116,6 +103,10 @@ def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
     return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
 
 
+def _config(tid: str, ns: str, cid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
 async def get_checkpoint(
     store: AsyncEventStore,
     index: ThreadIndex,
@@ -125,7 +116,6 @@ async def get_checkpoint(
 ) -> CheckpointTuple | None:
     tid, ns, cid = _ids(config)
     await refresh(store, index)
-    index.check()
     rec = index.get(ns, cid)
     if rec is None:
         return None
@@ -181,29 +171,22 @@ def build_tuple(
         ch: materialise(index, serde, d, fetched, cache) for ch, d in (p.get("vals") or {}).items()
     }
     md: CheckpointMetadata = unpack(serde, p["md"])
-    config: RunnableConfig = {
-        "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.id}
-    }
-    parent: RunnableConfig | None = None
-    if rec.parent is not None:
-        parent = {
-            "configurable": {"thread_id": tid, "checkpoint_ns": rec.ns, "checkpoint_id": rec.parent}
-        }
-    return CheckpointTuple(config, cp, md, parent, pending_writes(serde, rec))
+    parent = _config(tid, rec.ns, rec.parent) if rec.parent is not None else None
+    return CheckpointTuple(_config(tid, rec.ns, rec.id), cp, md, parent, pending_writes(serde, rec))
 
 
 def encode_put(
+    index: ThreadIndex,
     serde: SerializerProtocol,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-    parent_vals: Mapping[str, str] | None,
-    parent_versions: Mapping[str, Any] | None,
 ) -> tuple[dict[str, Any], dict[str, EncodedValue | str]]:
     """The checkpoint event's payload (without ``vals``) and, per channel, its encoded
     value or the digest of the parent's unchanged value."""
     _tid, ns, parent = _ids(config)
+    parent_vals, parent_versions = _parent_state(index, ns, parent)
     cp: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = cp.pop("channel_values", None) or {}
     md = get_checkpoint_metadata(config, metadata)
@@ -217,30 +200,20 @@ def encode_put(
     out: dict[str, EncodedValue | str] = {}
     versions = checkpoint.get("channel_versions") or {}
     for ch, ver in versions.items():
-        reuse = (
-            ch not in new_versions
-            and parent_vals is not None
-            and parent_versions is not None
-            and ch in parent_vals
-            and parent_versions.get(ch) == ver
-        )
-        if reuse:
-            assert parent_vals is not None
+        if ch not in new_versions and ch in parent_vals and parent_versions.get(ch) == ver:
             out[ch] = parent_vals[ch]
         elif ch in values:
             out[ch] = encode_value(serde, values[ch])
     return payload, out
 
 
-def parent_state(index: ThreadIndex, config: RunnableConfig) -> tuple[Any, Any]:
-    _tid, ns, parent = _ids(config)
+def _parent_state(index: ThreadIndex, ns: str, parent: str | None) -> tuple[Any, Any]:
+    """The parent checkpoint's value digests and channel versions (empty without one)."""
     rec = index.checkpoints.get((ns, parent)) if parent is not None else None
     if rec is None:
-        return None, None
-    cp = rec.payload.get("cp") or {}
-    j = cp.get("j") if isinstance(cp, dict) else None
-    versions = j.get("channel_versions") if isinstance(j, dict) else None
-    return rec.payload.get("vals") or {}, versions
+        return {}, {}
+    versions = rec.plain("cp", "channel_versions")
+    return rec.payload.get("vals") or {}, versions if isinstance(versions, dict) else {}
 
 
 async def put_checkpoint(
@@ -255,27 +228,19 @@ async def put_checkpoint(
     tid, ns, parent = _ids(config)
     source = metadata.get("source")
     if not index.started:
-        await refresh(store, index)
+        await refresh(store, index, check=False)
     index.check()
     # A parentless checkpoint from a writer that sees its namespace empty starts the
     # namespace: appended only while it is still empty, so two writers that both started
     # a new thread cannot give it two roots (one that saw a root adds another on purpose).
     root = parent is None and source not in BRANCH_SOURCES and index.latest(ns) is None
-    pv, pver = parent_state(index, config)
-    payload, values = encode_put(serde, config, checkpoint, metadata, new_versions, pv, pver)
-    encoded = {ch: v for ch, v in values.items() if isinstance(v, EncodedValue)}
-    reused = {ch: v for ch, v in values.items() if isinstance(v, str)}
+    payload, values = encode_put(index, serde, config, checkpoint, metadata, new_versions)
 
     def build() -> list[NewEvent]:
-        plan = plan_put(
-            index, serde, dict(payload), encoded, ns, checkpoint["id"], parent, source, root
-        )
-        plan.events[-1].payload["vals"].update(reused)
-        return plan.events
+        return plan_put(index, dict(payload), values, ns, checkpoint["id"], parent, source, root)
 
     await append_checked(store, index, build)
-    conf = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
-    return {"configurable": conf}
+    return _config(tid, ns, checkpoint["id"])
 
 
 async def put_writes(
@@ -312,7 +277,6 @@ async def list_checkpoints(
     conf = config.get("configurable", {})
     tid = str(conf["thread_id"])
     await refresh(store, index)
-    index.check()
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
@@ -361,15 +325,7 @@ async def drop_checkpoints(
         return 0
     drop = chosen[0]
     targets = list(range(1, res.version)) if drop is None else drop
-    records = []
-    for v in targets:
-        old, _shared = await store.erase_payload(index.stream_id, v)
-        if old.payload_ref is not None and old.payload_ref.erased:
-            continue
-        records.append(erasure_record(old, reason, by))
-    if records:
-        await store.append(ERASURE_STREAM, records)
-    return len(records)
+    return await erase_events(store, index.stream_id, targets, reason, by)
 
 
 async def prune(
@@ -380,7 +336,6 @@ async def prune(
     by: str,
 ) -> int:
     await refresh(store, index)
-    index.check()
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
@@ -406,20 +361,11 @@ async def delete_runs(
     by: str,
 ) -> int:
     await refresh(store, index)
-    index.check()
 
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
-        keep = []
-        for rec in index.checkpoints.values():
-            md = unpack(serde, rec.payload["md"])
-            if md.get("run_id") not in run_ids:
-                keep.append(rec)
-        if len(keep) == len(index.checkpoints):
-            return (), []
-        live = index.live_versions(keep)
-        return (), sorted(
-            v for v, (k, _) in index.by_version.items() if v not in live and k != "pruned"
-        )
+        recs = index.checkpoints.values()
+        keep = [r for r in recs if unpack(serde, r.payload["md"]).get("run_id") not in run_ids]
+        return (), [] if len(keep) == len(recs) else index.unneeded(keep)
 
     return await drop_checkpoints(store, index, plan, "langgraph delete_for_runs", by)
 
@@ -429,7 +375,6 @@ async def copy_thread(store: AsyncEventStore, src: ThreadIndex, dst_stream: str)
     from ares_events.integrity.verifier import ChainVerifier
 
     await refresh(store, src)
-    src.check()
     live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
     if not live:
         return 0
@@ -462,7 +407,6 @@ async def delta_history(
     nearest stored value as the seed), decoding only the writes and seeds it returns."""
     _tid, ns, cid = _ids(config)
     await refresh(store, index)
-    index.check()
     if not channels:
         return {}
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}

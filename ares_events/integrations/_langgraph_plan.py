@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
@@ -42,29 +41,20 @@ from ares_events.integrity.findings import Finding
 # -- planning a put --------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class PutPlan:
-    events: list[NewEvent]
-    expected: int
-
-
 def plan_put(
     index: ThreadIndex,
-    serde: SerializerProtocol,
     encoded_cp: dict[str, Any],
-    values: Mapping[str, EncodedValue],
+    values: Mapping[str, EncodedValue | str],
     ns: str,
     checkpoint_id: str,
     parent: str | None,
     source: object,
     root: bool = False,
-) -> PutPlan:
-    """The events of a put against what the index knows now. ``root``: the writer saw
-    the namespace empty, so the checkpoint is its first and must stay its only root.
-
-    Raises:
-        StaleWriteError: ``parent`` was already continued by another checkpoint, or
-            ``root`` and another writer started the namespace meanwhile.
+) -> list[NewEvent]:
+    """The events of a put against what the index knows now (``values``: per channel, the
+    encoded value, or the digest of the parent's unchanged one). ``root``: the writer saw
+    the namespace empty, so the checkpoint is its first and must stay its only root
+    (StaleWriteError when another writer continued ``parent`` or started the namespace).
     """
     if root and (ns, checkpoint_id) not in index.checkpoints:
         first = index.latest(ns)
@@ -79,15 +69,15 @@ def plan_put(
     events: list[NewEvent] = []
     vals: dict[str, str] = {}
     for ch, enc in values.items():
-        vals[ch] = enc.digest
-        if enc.digest in index.values:
+        vals[ch] = enc if isinstance(enc, str) else enc.digest
+        if isinstance(enc, str) or enc.digest in index.values:
             continue
         if any(e.payload.get("d") == enc.digest for e in events if e.type == T_VALUE):
             continue
         events.append(_value_event(index, ns, ch, enc, parent_vals.get(ch)))
     encoded_cp["vals"] = vals
     events.append(NewEvent(type=T_CHECKPOINT, module=MODULE, payload=encoded_cp))
-    return PutPlan(events, index.version)
+    return events
 
 
 def _value_event(
@@ -174,11 +164,7 @@ def pending_writes(serde: SerializerProtocol, rec: CheckpointRec) -> list[Pendin
 
 def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
     """Check an event fetched again (a spilled value) against the hash verified when the
-    index read it.
-
-    Raises:
-        ChainIntegrityError: the stored event is not the one the chain verified.
-    """
+    index read it (ChainIntegrityError when it is not that event)."""
     want = index.hashes.get(e.version)
     problem = None
     if want is None:
@@ -211,19 +197,7 @@ def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
 
 def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
     """Versions of spilled value events a materialisation will need to fetch."""
-    out = []
-    for d in digests:
-        seen = 0
-        cur: str | None = d
-        while cur is not None and seen <= MAX_DELTA_DEPTH + 1:
-            rec = index.values.get(cur)
-            if rec is None:
-                break
-            if rec.payload is None:
-                out.append(rec.version)
-            cur = rec.base
-            seen += 1
-    return out
+    return [rec.version for d in digests for rec in index.chain(d) if rec.payload is None]
 
 
 class ValueCache:
@@ -305,11 +279,7 @@ def materialise(
     top = chain[0]
     if "list" not in top:
         return serde.loads_typed((top["t"], unb64(top["b"])))
-    items: list[list[str]] = []
-    for p in reversed(chain):
-        items = items[: int(p.get("n", 0))] if "base" in p else []
-        items.extend(p["list"])
-    return [serde.loads_typed((t, unb64(b))) for t, b in items]
+    return [serde.loads_typed((t, unb64(b))) for t, b in _joined(chain)]
 
 
 def prune_plan(
@@ -351,22 +321,21 @@ def prune_plan(
                         metadata={"d": d},
                     )
                 )
-    live = index.live_versions(keep, rebased=done)
-    drop = sorted(
-        v for v in index.by_version if v not in live and index.by_version[v][0] != "pruned"
-    )
-    return rebased, drop
+    return rebased, index.unneeded(keep, rebased=done)
 
 
 def _items_in_memory(index: ThreadIndex, digest: str) -> list[list[str]] | None:
     chain: list[dict[str, Any]] = []
-    d: str | None = digest
-    while d is not None and len(chain) <= MAX_DELTA_DEPTH + 1:
-        rec = index.values.get(d)
-        if rec is None or rec.payload is None or "list" not in rec.payload:
+    for rec in index.chain(digest):
+        if rec.payload is None or "list" not in rec.payload:
             return None
         chain.append(rec.payload)
-        d = rec.payload.get("base")
+    # A chain cut short (a base not stored) is not the value.
+    return _joined(chain) if chain and "base" not in chain[-1] else None
+
+
+def _joined(chain: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The items of a list value from its delta chain (newest first)."""
     items: list[list[str]] = []
     for p in reversed(chain):
         items = items[: int(p.get("n", 0))] if "base" in p else []
@@ -375,9 +344,7 @@ def _items_in_memory(index: ThreadIndex, digest: str) -> list[list[str]] | None:
 
 
 def _ts(rec: CheckpointRec) -> str:
-    cp = rec.payload.get("cp") or {}
-    j = cp.get("j") if isinstance(cp, dict) else None
-    ts = j.get("ts") if isinstance(j, dict) else None
+    ts = rec.plain("cp", "ts")
     return ts if isinstance(ts, str) else ""
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from threading import Lock
@@ -35,6 +33,7 @@ from ares_events.core.store import EventStore
 from ares_events.errors import InvalidEvent
 from ares_events.integrations import _langgraph_ops as ops
 from ares_events.integrations import thread_of
+from ares_events.integrations._faces import Table
 from ares_events.integrations._langgraph_core import ThreadIndex, stream_of
 from ares_events.integrations._langgraph_plan import ValueCache
 
@@ -69,11 +68,7 @@ def _cutoff(older_than: timedelta | None) -> str | None:
 
 
 def _keep(strategy: str, keep_last: int | None, by_age: bool) -> int | None:
-    """How many checkpoints per namespace a prune keeps (0: delete the thread).
-
-    Raises:
-        InvalidEvent: an unknown strategy or a bad ``keep_last``.
-    """
+    """How many checkpoints per namespace a prune keeps (0: delete the thread)."""
     if strategy == "delete":
         return 0
     if strategy != "keep_latest":
@@ -86,58 +81,23 @@ def _keep(strategy: str, keep_last: int | None, by_age: bool) -> int | None:
 
 
 def _value_cache(size: object) -> ValueCache | None:
-    """The opt-in decoded-value cache of ``size`` entries (0: none).
-
-    Raises:
-        InvalidEvent: ``size`` is not an int >= 0.
-    """
+    """The opt-in decoded-value cache of ``size`` entries (0: none)."""
     if type(size) is not int or size < 0:
         raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
     return ValueCache(size) if size > 0 else None
 
 
-class _Indexes:
-    """The per-thread verified indexes and locks of one saver; ``_guard`` guards the
-    dictionary only, never I/O (no saver-wide lock: different threads run in parallel)."""
-
-    def __init__(self, store: Any, max_threads: int) -> None:
-        if type(max_threads) is not int or max_threads < 1:
-            raise InvalidEvent("max_threads", f"must be an int >= 1, got {max_threads!r}")
-        self.store = store
-        self.max = max_threads
-        self._map: OrderedDict[str, tuple[Lock, ThreadIndex]] = OrderedDict()
-        self._guard = threading.Lock()
-
-    def get(self, sid: str) -> tuple[Lock, ThreadIndex]:
-        with self._guard:
-            item = self._map.get(sid)
-            if item is None:
-                item = (Lock(), ThreadIndex(sid, self.store.chain_key))
-                self._map[sid] = item
-                while len(self._map) > self.max:
-                    self._map.popitem(last=False)
-            else:
-                self._map.move_to_end(sid)
-            return item
-
-
 class AresSaverBase(BaseCheckpointSaver[str]):
-    """A LangGraph checkpointer over an ares-events store.
+    """A LangGraph checkpointer over an ares-events store (left open unless the saver was
+    built by :meth:`from_url`). The ``asyncio`` saver has no blocking methods.
 
     Args:
-        store: an open event store (the saver does not close it, unless built by
-            :meth:`from_url`).
-        serde: the serializer (default: ``JsonPlusSerializer(pickle_fallback=False)``).
         max_threads: how many threads' verified indexes to keep in memory (an index holds
             the thread's payloads that did not spill: about its stored size).
         by: the name written in erasure records (who pruned or deleted).
-        value_cache: keep this many decoded channel values (opt-in; 0: none). A
-            ``get_tuple`` then costs the same at turn 500 as at turn 10, but the values
-            it returns share their items (messages) with the cache: a caller that
-            mutates a returned message in place changes what later reads return.
-
-    Operations of one thread are serialised by a per-thread lock, never a saver-wide one.
-    The ``asyncio`` saver has no blocking methods (they would block the loop).
+        value_cache: keep this many decoded channel values (opt-in): a ``get_tuple`` then
+            costs the same at turn 500 as at turn 10, but the values it returns share
+            their items with the cache (mutating one changes what later reads return).
 
     Raises:
         StaleWriteError: from ``put``, when the parent checkpoint was already continued.
@@ -159,7 +119,10 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         self.store = store
         self.by = by
         self._cache = _value_cache(value_cache)
-        self._indexes = _Indexes(store, max_threads)
+        if type(max_threads) is not int or max_threads < 1:
+            raise InvalidEvent("max_threads", f"must be an int >= 1, got {max_threads!r}")
+        # Per thread, its verified index and its lock (no saver-wide lock).
+        self._indexes = Table(lambda sid: (Lock(), ThreadIndex(sid, store.chain_key)), max_threads)
         self._owns_store = False
 
     @classmethod
@@ -207,6 +170,10 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         with lock:
             yield index
 
+    def _thread_ids(self) -> list[str]:
+        """Every LangGraph thread of the store (listed before any is locked)."""
+        return [tid for sid, _v in self.store.streams() if (tid := thread_of(sid))]
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """See :func:`next_version`."""
         return next_version(current)
@@ -227,27 +194,18 @@ class AresSaverBase(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of one thread (and namespace, when the config names
         one), or of every LangGraph thread when ``config`` is None."""
-        if config is not None:
-            with self._thread(config["configurable"]["thread_id"]) as ix:
-                got = ops.list_checkpoints(
-                    self.store, ix, self.serde, config, filter, before, limit, self._cache
-                )
-            for t in got:
-                yield t
-            return
+        configs: list[RunnableConfig] = (
+            [config]
+            if config is not None
+            else [{"configurable": {"thread_id": tid}} for tid in self._thread_ids()]
+        )
         left = limit
-        sids = [sid for sid, _v in self.store.streams()]
-        for sid in sids:
-            tid = thread_of(sid)
-            if tid is None:
-                continue
-            cfg: RunnableConfig = {"configurable": {"thread_id": tid}}
-            with self._thread(tid) as ix:
+        for cfg in configs:
+            with self._thread(cfg["configurable"]["thread_id"]) as ix:
                 got = ops.list_checkpoints(
                     self.store, ix, self.serde, cfg, filter, before, left, self._cache
                 )
-            for t in got:
-                yield t
+            yield from got
             if left is not None:
                 left -= len(got)
                 if left <= 0:
@@ -302,12 +260,9 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         ids = {str(r) for r in run_ids}
         if not ids:
             return
-        sids = [sid for sid, _v in self.store.streams()]
-        for sid in sids:
-            tid = thread_of(sid)
-            if tid is not None:
-                with self._thread(tid) as ix:
-                    ops.delete_runs(self.store, ix, self.serde, ids, self.by)
+        for tid in self._thread_ids():
+            with self._thread(tid) as ix:
+                ops.delete_runs(self.store, ix, self.serde, ids, self.by)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append every live event of one thread to another (read again and verified)."""
@@ -323,11 +278,10 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         keep_last: int | None = None,
         older_than: timedelta | None = None,
     ) -> None:
-        """Keep the newest ``keep_last`` checkpoints per namespace (LangGraph's
-        ``keep_latest``: 1), and with ``older_than`` drop the checkpoints written before
-        that (then ``keep_last=None`` means no count limit; the newest checkpoint of a
-        namespace is always kept); ``strategy="delete"`` deletes the threads. What is
-        dropped is erased (payloads and blobs), each erasure recorded.
+        """Keep the newest ``keep_last`` checkpoints per namespace (default 1, or no limit
+        with ``older_than``, which drops the ones written before it but the newest);
+        ``strategy="delete"`` deletes the threads. What is dropped is erased, each
+        erasure recorded.
 
         Raises:
             InvalidEvent: an unknown strategy, or a bad ``keep_last``/``older_than``.

@@ -1,23 +1,14 @@
 # Generated from _openai_session_async.py by tools/async_to_sync.py: do not edit.
 """The work of an OpenAI Agents SDK session on its stream: :class:`SessionLog` (one
-face written, the other generated). Which face a session runs, and where, is
-:class:`~ares_events.integrations.openai_agents.AresSession`'s choice (the blocking one in
-a worker thread, unless it was given an asyncio store).
+face written, the other generated), run by
+:class:`~ares_events.integrations.openai_agents.AresSession`.
 
-The stream holds ``oai.items`` (the items of one ``add_items``), ``oai.popped`` (which
-item a ``pop_item`` removed) and ``oai.cleared``. A log folds them into the live items,
-incrementally, and writes:
-
-- **under a run** (the SDK's run context, ``wrapper``): at the version the run last saw,
-  pinned by its first call and moved only by its own writes; another writer in between
-  is a :class:`SessionConflict` and nothing is stored;
-- **directly** (no ``wrapper``): as one atomic step on the stream as it is when the write
-  lands, as the SDK's own sessions do: an add appends, a clear clears everything before
-  it, a pop removes the newest item (read again when another writer came first), so
-  concurrent direct writers never lose an item and never see a conflict.
-
-A log serialises its own operations (a lock of its face: threads on the blocking one,
-tasks on the asyncio one).
+A log folds ``oai.items``, ``oai.popped`` and ``oai.cleared`` into the live items,
+incrementally, and writes either under a run (the SDK's run context, ``wrapper``: at
+the version the run last saw, so another writer in between is a
+:class:`SessionConflict`) or directly, as one atomic step on the stream as it is when
+the write lands, as the SDK's own sessions do (concurrent direct writers never lose an
+item and never see a conflict).
 
 It may import anything in the package (an integration is top layer), and no framework.
 """
@@ -49,13 +40,8 @@ landing first, then gives up with :class:`SessionConflict`."""
 
 
 class SessionLog:
-    """One session's stream: the live items and the writes (see the module docstring).
-
-    Args:
-        store: the store holding the stream.
-        session_id: the session (for errors).
-        stream_id: its stream.
-    """
+    """One session's stream: the live items and the writes (see the module docstring);
+    its lock serialises its operations."""
 
     def __init__(self, store: EventStore, session_id: str, stream_id: str) -> None:
         self.store = store
@@ -68,8 +54,7 @@ class SessionLog:
         self._folded = 0  # how many of the view's events are folded into _items
 
     def get(self, wrapper: Any, limit: int | None) -> list[Any]:
-        """Copies of the live items, oldest first (the latest ``limit``: 0 none,
-        negative or None all)."""
+        """Copies of the live items, oldest first (the latest ``limit``)."""
         with self.lock:
             self.view.refresh()
             self._pin(wrapper)
@@ -89,8 +74,7 @@ class SessionLog:
             self._write(wrapper, ev, ANY)
 
     def pop(self, wrapper: Any) -> Any:
-        """Remove the newest live item (an ``oai.popped`` event) and return it; None
-        when there is none."""
+        """Remove the newest live item (an ``oai.popped`` event) and return it."""
         with self.lock:
             for _ in range(POP_ATTEMPTS):
                 self.view.refresh()
@@ -112,8 +96,8 @@ class SessionLog:
             raise SessionConflict(self.session_id, self.view.stream_id, v, v)
 
     def clear(self, wrapper: Any, erase: bool, reason: str, by: str) -> None:
-        """Append ``oai.cleared`` (when the stream has anything to clear); with
-        ``erase``, also erase the payloads of the item events before it."""
+        """Append ``oai.cleared`` (when there is anything to clear); with ``erase``, also
+        erase the payloads of the item events before it."""
         with self.lock:
             self.view.refresh()
             self._pin(wrapper)
@@ -126,18 +110,13 @@ class SessionLog:
                 self.view.erase([v for v in doomed if v < until], reason=reason, by=by)
 
     def _pin(self, wrapper: Any) -> None:
-        """A run's first call pins the version it saw (the view's, just refreshed)."""
+        # A run's first call pins the version it saw (the view's, just refreshed).
         if wrapper is not None and wrapper not in self._runs:
             self._runs[wrapper] = self.view.version
 
     def _write(self, wrapper: Any, ev: NewEvent, direct: ExpectedVersion) -> int:
-        """Append ``ev`` (under a run: at its version; directly: at ``direct``), fold
-        it in, and return its version.
-
-        Raises:
-            SessionConflict: under a run, another writer came first.
-            _Moved: directly, another writer came first (only a pop names a version).
-        """
+        """Append ``ev`` (under a run: at its version, else a SessionConflict; directly:
+        at ``direct``, else _Moved) and return its version."""
         expected = self._runs[wrapper] if wrapper is not None else direct
         try:
             res = self.view.append([ev], expected)
@@ -153,8 +132,8 @@ class SessionLog:
         return res.version
 
     def _live(self) -> list[tuple[int, int, Any]]:
-        """The items in the session now, as ``(version, index, item)``, oldest first
-        (the events read since the last call folded onto the ones before)."""
+        """The items now, as ``(version, index, item)``, oldest first (the events read
+        since the last call folded onto the ones before)."""
         events = self.view.events
         if self._folded > len(events):  # the view was dropped and read again
             self._items, self._folded = [], 0

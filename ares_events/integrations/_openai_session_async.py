@@ -1,22 +1,13 @@
 """The work of an OpenAI Agents SDK session on its stream: :class:`AsyncSessionLog` (one
-face written, the other generated). Which face a session runs, and where, is
-:class:`~ares_events.integrations.openai_agents.AresSession`'s choice (the blocking one in
-a worker thread, unless it was given an asyncio store).
+face written, the other generated), run by
+:class:`~ares_events.integrations.openai_agents.AresSession`.
 
-The stream holds ``oai.items`` (the items of one ``add_items``), ``oai.popped`` (which
-item a ``pop_item`` removed) and ``oai.cleared``. A log folds them into the live items,
-incrementally, and writes:
-
-- **under a run** (the SDK's run context, ``wrapper``): at the version the run last saw,
-  pinned by its first call and moved only by its own writes; another writer in between
-  is a :class:`SessionConflict` and nothing is stored;
-- **directly** (no ``wrapper``): as one atomic step on the stream as it is when the write
-  lands, as the SDK's own sessions do: an add appends, a clear clears everything before
-  it, a pop removes the newest item (read again when another writer came first), so
-  concurrent direct writers never lose an item and never see a conflict.
-
-A log serialises its own operations (a lock of its face: threads on the blocking one,
-tasks on the asyncio one).
+A log folds ``oai.items``, ``oai.popped`` and ``oai.cleared`` into the live items,
+incrementally, and writes either under a run (the SDK's run context, ``wrapper``: at
+the version the run last saw, so another writer in between is a
+:class:`SessionConflict`) or directly, as one atomic step on the stream as it is when
+the write lands, as the SDK's own sessions do (concurrent direct writers never lose an
+item and never see a conflict).
 
 It may import anything in the package (an integration is top layer), and no framework.
 """
@@ -53,13 +44,8 @@ landing first, then gives up with :class:`SessionConflict`."""
 
 
 class AsyncSessionLog:
-    """One session's stream: the live items and the writes (see the module docstring).
-
-    Args:
-        store: the store holding the stream.
-        session_id: the session (for errors).
-        stream_id: its stream.
-    """
+    """One session's stream: the live items and the writes (see the module docstring);
+    its lock serialises its operations."""
 
     def __init__(self, store: AsyncEventStore, session_id: str, stream_id: str) -> None:
         self.store = store
@@ -72,8 +58,7 @@ class AsyncSessionLog:
         self._folded = 0  # how many of the view's events are folded into _items
 
     async def get(self, wrapper: Any, limit: int | None) -> list[Any]:
-        """Copies of the live items, oldest first (the latest ``limit``: 0 none,
-        negative or None all)."""
+        """Copies of the live items, oldest first (the latest ``limit``)."""
         async with self.lock:
             await self.view.refresh()
             self._pin(wrapper)
@@ -93,8 +78,7 @@ class AsyncSessionLog:
             await self._write(wrapper, ev, ANY)
 
     async def pop(self, wrapper: Any) -> Any:
-        """Remove the newest live item (an ``oai.popped`` event) and return it; None
-        when there is none."""
+        """Remove the newest live item (an ``oai.popped`` event) and return it."""
         async with self.lock:
             for _ in range(POP_ATTEMPTS):
                 await self.view.refresh()
@@ -116,8 +100,8 @@ class AsyncSessionLog:
             raise SessionConflict(self.session_id, self.view.stream_id, v, v)
 
     async def clear(self, wrapper: Any, erase: bool, reason: str, by: str) -> None:
-        """Append ``oai.cleared`` (when the stream has anything to clear); with
-        ``erase``, also erase the payloads of the item events before it."""
+        """Append ``oai.cleared`` (when there is anything to clear); with ``erase``, also
+        erase the payloads of the item events before it."""
         async with self.lock:
             await self.view.refresh()
             self._pin(wrapper)
@@ -130,18 +114,13 @@ class AsyncSessionLog:
                 await self.view.erase([v for v in doomed if v < until], reason=reason, by=by)
 
     def _pin(self, wrapper: Any) -> None:
-        """A run's first call pins the version it saw (the view's, just refreshed)."""
+        # A run's first call pins the version it saw (the view's, just refreshed).
         if wrapper is not None and wrapper not in self._runs:
             self._runs[wrapper] = self.view.version
 
     async def _write(self, wrapper: Any, ev: NewEvent, direct: ExpectedVersion) -> int:
-        """Append ``ev`` (under a run: at its version; directly: at ``direct``), fold
-        it in, and return its version.
-
-        Raises:
-            SessionConflict: under a run, another writer came first.
-            _Moved: directly, another writer came first (only a pop names a version).
-        """
+        """Append ``ev`` (under a run: at its version, else a SessionConflict; directly:
+        at ``direct``, else _Moved) and return its version."""
         expected = self._runs[wrapper] if wrapper is not None else direct
         try:
             res = await self.view.append([ev], expected)
@@ -157,8 +136,8 @@ class AsyncSessionLog:
         return res.version
 
     def _live(self) -> list[tuple[int, int, Any]]:
-        """The items in the session now, as ``(version, index, item)``, oldest first
-        (the events read since the last call folded onto the ones before)."""
+        """The items now, as ``(version, index, item)``, oldest first (the events read
+        since the last call folded onto the ones before)."""
         events = self.view.events
         if self._folded > len(events):  # the view was dropped and read again
             self._items, self._folded = [], 0

@@ -1,34 +1,11 @@
 """Persistence module for the `eventsourcing <https://eventsourcing.readthedocs.io>`_ library.
 
 Select it with ``PERSISTENCE_MODULE=ares_events.integrations.eventsourcing`` and give the
-store with ``ARES_STORE_URL`` (read through eventsourcing's ``Environment``, so
-``MYAPP_ARES_STORE_URL`` wins for an application named ``MyApp``). Every aggregate is one
-hash-chained ares-events stream, so ``ares-events audit`` verifies the application's data.
-
-Mapping (docs/integrations.md has the full table):
-
-* stream id: the application's stream prefix + ``str(originator_id)``; the prefix is
-  ``<APP>_ARES_STREAM_PREFIX``, else ``ARES_STREAM_PREFIX``, else the application's name
-  lowercased + ``/`` (``stored/`` without a name), as ``eventsourcing.postgres`` names its
-  tables; an explicitly empty prefix is the old unprefixed layout;
-* event ``type``: the topic (cut to 256 characters; then the full topic is in the metadata),
-  ``module``: ``"eventsourcing"``;
-* payload: ``{"state": <str>}`` when the state bytes are UTF-8, else
-  ``{"state_b64": <base64>}``: the bytes round-trip exactly (compressed or encrypted
-  states included);
-* metadata: ``{"originator_version": N}`` (plus ``topic`` when cut, ``id_type: "str"`` for
-  string originator ids). Stream versions are 1, 2, 3, ...; the original version of
-  stream version ``v`` is ``offset + v - 1``, where ``offset`` is the original version
-  of the stream's first event (0 or 1, whatever ``INITIAL_VERSION`` was).
-* snapshots (``purpose="snapshots"``): one stream ``snapshots/<stream id>`` per aggregate,
-  one event per snapshot (module ``eventsourcing.snapshots``) at any original version;
-* notification ids: ares-events global positions of this application's events (its
-  prefix, filtered by the backend), increasing, with gaps where other streams' events are;
-* verified reads (``ARES_VERIFY_READS=true``): every aggregate read is checked against its
-  stream's hash chain and head, notifications event by event; a finding raises
-  :class:`ChainVerificationError` (an eventsourcing ``DataError``);
-* tracking: the store's tracking table (``TrackingRecord``), written in the same
-  transaction as the events.
+store with ``ARES_STORE_URL`` (read through eventsourcing's ``Environment``). Every
+aggregate is one hash-chained stream (the application's stream prefix + the originator
+id), so ``ares-events audit`` verifies the application's data; docs/integrations.md has
+the mapping of records to events. The store side (opening, prefixes, verified reads) is
+:mod:`~ares_events.integrations._eventsourcing_store`.
 """
 
 from __future__ import annotations
@@ -37,8 +14,8 @@ import base64
 import itertools
 import logging
 import uuid
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -81,7 +58,7 @@ __all__ = [
     "Factory",
 ]
 
-SNAPSHOT_MODULE: Final = "eventsourcing.snapshots"
+R = TypeVar("R")
 _MAX_TYPE: Final = 256
 _SNAPSHOT_IDS: Final = uuid.UUID("6f0d2c1e-5b8a-4f55-9a57-0e4b2f8c7a31")
 
@@ -111,17 +88,9 @@ def _to_new_event(
         meta["id_type"] = "str"
     if extra:
         meta.update(extra)
-    if event_id is None:
-        return NewEvent(
-            type=topic[:_MAX_TYPE], module=module, payload=_encode_state(ev.state), metadata=meta
-        )
-    return NewEvent(
-        type=topic[:_MAX_TYPE],
-        module=module,
-        payload=_encode_state(ev.state),
-        metadata=meta,
-        event_id=event_id,
-    )
+    ids = {"event_id": event_id} if event_id is not None else {}
+    payload = _encode_state(ev.state)
+    return NewEvent(type=topic[:_MAX_TYPE], module=module, payload=payload, metadata=meta, **ids)
 
 
 def _to_stored(e: RecordedEvent, originator_id: UUID | str, cls: type[Any] = StoredEvent) -> Any:
@@ -139,15 +108,15 @@ def _to_stored(e: RecordedEvent, originator_id: UUID | str, cls: type[Any] = Sto
     return StoredEvent(originator_id, meta["originator_version"], topic, state)
 
 
-def _conflict(exc: Exception) -> IntegrityError:
-    err = IntegrityError(str(exc))
-    err.__cause__ = exc
-    return err
+_ERRORS: Final = (ConcurrencyError, InvalidEvent, StoreError)
+"""What :func:`_translate` maps (raised ``from`` the ares-events error)."""
 
 
 def _translate(exc: Exception) -> Exception:
+    """eventsourcing's error for an ares-events one: a conflict (or a reused event id) is
+    an ``IntegrityError`` a caller may retry, an unreachable store an ``OperationalError``."""
     if isinstance(exc, ConcurrencyError):
-        return _conflict(exc)
+        return IntegrityError(str(exc))
     if isinstance(exc, StoreUnavailable):
         return OperationalError(str(exc))
     if isinstance(exc, InvalidEvent):
@@ -156,13 +125,10 @@ def _translate(exc: Exception) -> Exception:
 
 
 class AresAggregateRecorder(AggregateRecorder):
-    """Aggregate recorder: one ares-events stream per aggregate.
-
-    With ``purpose="events"`` an aggregate's original versions must be consecutive (they
-    become the stream's gap-free versions). Any other purpose (``"snapshots"``) keeps one
-    stream ``<purpose>/<stream id>`` per aggregate with one event per record, at any
-    original version (each (aggregate, version) at most once).
-    """
+    """Aggregate recorder: one ares-events stream per aggregate, whose original versions
+    must be consecutive (they become the stream's versions); for another ``purpose``
+    (``"snapshots"``), one stream ``<purpose>/<stream id>`` per aggregate, one event per
+    record at any original version (each (aggregate, version) at most once)."""
 
     def __init__(self, datastore: AresDatastore, purpose: str = "events") -> None:
         self.datastore = datastore
@@ -170,8 +136,6 @@ class AresAggregateRecorder(AggregateRecorder):
         self.purpose = purpose
         self.snapshots = purpose != "events"
         self.module = MODULE if not self.snapshots else f"{MODULE}.{purpose}"
-
-    # -- writes ----------------------------------------------------------------------------
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -192,7 +156,7 @@ class AresAggregateRecorder(AggregateRecorder):
         for ev in stored_events:
             groups.setdefault(self.datastore.stream_id(ev.originator_id), []).append(ev)
         if self.snapshots:
-            return self._insert_snapshots(groups, stored_events, tracking)
+            return self._insert_snapshots(groups, _tracking(tracking))
         for evs in groups.values():
             for a, b in itertools.pairwise(evs):
                 if b.originator_version != a.originator_version + 1:
@@ -200,7 +164,7 @@ class AresAggregateRecorder(AggregateRecorder):
                         f"aggregate {a.originator_id}: versions {a.originator_version} and "
                         f"{b.originator_version} are not consecutive"
                     )
-        track = TrackingRecord(*_tracking_key(tracking)) if tracking is not None else None
+        track = _tracking(tracking)
         # Expected versions from the learnt offsets; an unknown stream is assumed new, and
         # a wrong guess (the stream exists) is corrected once after reading its offset.
         guessed: set[str] = set()
@@ -224,13 +188,9 @@ class AresAggregateRecorder(AggregateRecorder):
                 batches.append((sid, [_to_new_event(e, self.module) for e in evs], expected))
             try:
                 results = self._append(batches, track)
-            except ConcurrencyError as exc:
-                if attempt == 0 and exc.stream_id in guessed:
+            except _ERRORS as exc:
+                if isinstance(exc, ConcurrencyError) and attempt == 0 and exc.stream_id in guessed:
                     continue
-                raise _conflict(exc) from exc
-            except InvalidEvent as exc:
-                raise _translate(exc) from exc
-            except StoreError as exc:
                 raise _translate(exc) from exc
             ids: list[int] = []
             for (sid, news, _), r in zip(batches, results, strict=True):
@@ -256,10 +216,8 @@ class AresAggregateRecorder(AggregateRecorder):
     def _insert_snapshots(
         self,
         groups: dict[str, list[StoredEvent]],
-        stored_events: Sequence[StoredEvent],
-        tracking: Tracking | None,
+        track: TrackingRecord | None,
     ) -> list[int]:
-        track = TrackingRecord(*_tracking_key(tracking)) if tracking is not None else None
         for _ in range(10):
             batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
             for sid, evs in groups.items():
@@ -282,13 +240,12 @@ class AresAggregateRecorder(AggregateRecorder):
                 batches.append((ssid, new, head.version if head else NO_STREAM))
             try:
                 results = self._append(batches, track)
-            except ConcurrencyError as exc:
-                if "already used" in str(exc) or "different content" in str(exc):
-                    raise _conflict(exc) from exc
-                continue  # another snapshot was written meanwhile: recompute
-            except StoreError as exc:
-                raise _translate(exc) from exc
-            except InvalidEvent as exc:
+            except _ERRORS as exc:
+                moved = isinstance(exc, ConcurrencyError) and not (
+                    "already used" in str(exc) or "different content" in str(exc)
+                )
+                if moved:
+                    continue  # another snapshot was written meanwhile: recompute
                 raise _translate(exc) from exc
             if any(r.duplicate for r in results):
                 raise IntegrityError("snapshot already recorded at this version")
@@ -297,8 +254,6 @@ class AresAggregateRecorder(AggregateRecorder):
                 ids.extend(range(r.position - len(news) + 1, r.position + 1))
             return ids
         raise IntegrityError("snapshot stream kept changing while writing")
-
-    # -- reads -----------------------------------------------------------------------------
 
     def select_events(
         self,
@@ -314,11 +269,11 @@ class AresAggregateRecorder(AggregateRecorder):
         Raises:
             OperationalError: the store cannot be reached.
         """
+        if limit is not None and limit <= 0:
+            return []
+        select = self._select_snapshots if self.snapshots else self._select
         try:
-            if self.snapshots:
-                recs = self._select_snapshots(originator_id, gt, lte, desc, limit)
-            else:
-                recs = self._select(originator_id, gt, lte, desc, limit)
+            recs = select(originator_id, gt, lte, desc, limit)
         except StoreError as exc:
             raise _translate(exc) from exc
         return [_to_stored(e, originator_id) for e in recs]
@@ -331,8 +286,6 @@ class AresAggregateRecorder(AggregateRecorder):
         desc: bool,
         limit: int | None,
     ) -> list[RecordedEvent]:
-        if limit is not None and limit <= 0:
-            return []
         ds = self.datastore
         sid = ds.stream_id(originator_id)
         head = ds.head(sid)  # verified reads only: read before the events, they stop there
@@ -380,8 +333,6 @@ class AresAggregateRecorder(AggregateRecorder):
         desc: bool,
         limit: int | None,
     ) -> list[RecordedEvent]:
-        if limit is not None and limit <= 0:
-            return []
         ds = self.datastore
         ssid = f"{self.purpose}/{ds.stream_id(originator_id)}"
         store = self.store
@@ -445,8 +396,10 @@ class AresAggregateRecorder(AggregateRecorder):
         return recs[:limit] if limit is not None else recs
 
 
-def _tracking_key(tracking: Tracking) -> tuple[str, int]:
-    return (f"eventsourcing:{tracking.application_name}", tracking.notification_id)
+def _tracking(tracking: Tracking | None) -> TrackingRecord | None:
+    if tracking is None:
+        return None
+    return TrackingRecord(f"eventsourcing:{tracking.application_name}", tracking.notification_id)
 
 
 def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
@@ -559,23 +512,19 @@ class AresSubscription(Subscription[AresApplicationRecorder]):
 
     def __next__(self) -> Notification:
         """The next notification, waiting for one; the iteration ends when the
-        subscription is stopped or its store closed (the application was closed, or the
-        interpreter is exiting).
+        subscription is stopped or its store closed.
 
         Raises:
             OperationalError: the store cannot be reached.
             ChainVerificationError: verified reads found a tampered event.
         """
-        store = self._recorder.store
         try:
             return self._next()
-        except StoreError as exc:
-            if store.closed:
+        except (StoreError, PersistenceError) as exc:
+            if self._recorder.store.closed:
                 raise StopIteration from None
-            raise _translate(exc) from exc
-        except PersistenceError:
-            if store.closed:
-                raise StopIteration from None
+            if isinstance(exc, StoreError):
+                raise _translate(exc) from exc
             raise
 
     def _next(self) -> Notification:
@@ -618,10 +567,8 @@ class AresTrackingRecorder(TrackingRecorder):
             IntegrityError: the id is not above the application's tracked id.
         """
         try:
-            self.store.append_many([], tracking=TrackingRecord(*_tracking_key(tracking)))
-        except ConcurrencyError as exc:
-            raise _conflict(exc) from exc
-        except StoreError as exc:
+            self.store.append_many([], tracking=_tracking(tracking))
+        except _ERRORS as exc:
             raise _translate(exc) from exc
 
     def max_tracking_id(self, application_name: str) -> int | None:
@@ -640,12 +587,8 @@ class AresProcessRecorder(AresTrackingRecorder, AresApplicationRecorder, Process
 
 
 class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
-    """Infrastructure factory: recorders over one ares-events store.
-
-    Settings (read through eventsourcing's ``Environment``, so an application prefix
-    like ``MYAPP_`` applies): ``ARES_STORE_URL`` (required), ``ARES_STREAM_PREFIX``,
-    ``ARES_VERIFY_READS``, ``ARES_BLOBS_URL``, ``ARES_CACHE_URL``,
-    ``ARES_SPILL_THRESHOLD_BYTES``, ``ARES_EVENTS_CHAIN_KEY``.
+    """Infrastructure factory: recorders over one ares-events store (the settings are in
+    docs/integrations.md).
 
     Raises:
         OSError: no ``ARES_STORE_URL``.
@@ -668,27 +611,24 @@ class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
 
     def application_recorder(self) -> ApplicationRecorder:
         """An application recorder (``APPLICATION_RECORDER_TOPIC`` may name a subclass)."""
-        topic = self.env.get(self.APPLICATION_RECORDER_TOPIC)
-        cls = resolve_topic(topic) if topic else self.application_recorder_class
-        return cls(self.datastore)  # type: ignore[no-any-return,unused-ignore]
+        return self._make(self.APPLICATION_RECORDER_TOPIC, self.application_recorder_class)
 
     def tracking_recorder(
         self, tracking_recorder_class: type[AresTrackingRecorder] | None = None
     ) -> AresTrackingRecorder:
         """A tracking recorder (a subclass may be given, or named by topic)."""
-        if tracking_recorder_class is None:
-            topic = self.env.get(self.TRACKING_RECORDER_TOPIC)
-            tracking_recorder_class = (
-                resolve_topic(topic) if topic else self.tracking_recorder_class
-            )
-        assert tracking_recorder_class is not None
-        return tracking_recorder_class(self.datastore)
+        if tracking_recorder_class is not None:
+            return tracking_recorder_class(self.datastore)
+        return self._make(self.TRACKING_RECORDER_TOPIC, self.tracking_recorder_class)
 
     def process_recorder(self) -> ProcessRecorder:
         """A process recorder (``PROCESS_RECORDER_TOPIC`` may name a subclass)."""
-        topic = self.env.get(self.PROCESS_RECORDER_TOPIC)
-        cls = resolve_topic(topic) if topic else self.process_recorder_class
-        return cls(self.datastore)  # type: ignore[no-any-return,unused-ignore]
+        return self._make(self.PROCESS_RECORDER_TOPIC, self.process_recorder_class)
+
+    def _make(self, topic_key: str, default: Callable[[AresDatastore], R]) -> R:
+        topic = self.env.get(topic_key)
+        make: Callable[[AresDatastore], R] = resolve_topic(topic) if topic else default
+        return make(self.datastore)
 
     def close(self) -> None:
         """Close the store."""

@@ -1,43 +1,16 @@
 """Durable Google ADK runs: an agent's model calls and function tools go through the run
-journal (:class:`~ares_events.agents.journal.AsyncJournal`, the stream ``run_id``), so a
-run killed at any point and started again with the same ``run_id`` replays what was
+journal (the stream ``run_id``), so a run killed and started again replays what was
 answered and done, and goes on live from the first step that was not::
 
-    from ares_events.integrations.google_adk_journal import run_durably
-
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
-    print(result.final_output)
 
-- :class:`JournaledLlm` is a ``BaseLlm`` that delegates to the agent's model: a model
-  call answered before the kill is returned from the log, not paid again. A wrapper
-  rather than ``before_model_callback``/``after_model_callback``: with the callbacks the
-  write-ahead request and the recorded answer would sit in two hooks the agent's own
-  callbacks share (ADK stops at the first one that answers, so ours could be skipped); the
-  wrapper is one call the journal brackets. The request identity is what the model sees,
-  the system instruction and the contents, with the ids ADK makes up for function calls
-  (``adk-...``, new on every run) left out.
-- :class:`JournaledTool` wraps a ``FunctionTool``: a call that returned is answered from
-  the log, never run again; one cut off inside the tool is *in doubt* (reconciled,
-  retried with the same key when named in ``idempotent=``, else the run stops with
-  :class:`~ares_events.agents.journal.InDoubtToolCall`). :func:`idempotency_key` gives
-  the running call's key, ``run_id:step``.
-- ADK runs a response's function calls in parallel (one asyncio task each,
-  ``flows/llm_flows/tools/_batch_executor.py``) and has no setting to run them one at a
-  time. :class:`ToolCallOrder` numbers them instead: the journaled model hands it the
-  response's calls in the order the model emitted them, and each journaled call waits
-  for the ones before it to finish, so a replay numbers the journal's steps the same way.
-  The agent's own model and tool callbacks are watched: a response one of them puts in
-  the model's place is the batch, and a call one of them answers gives up its turn.
-- :func:`run_durably` clones the agent with both wrappers and runs it through an ADK
-  ``Runner`` in an in-memory session rebuilt by replay (a caller's session service gets
-  the run's events once, when it completes); it returns a :class:`DurableRun`.
-
-Not journaled (they run live on a replay): the models and tools of sub-agents (a
-transfer runs them as they are; wrap them with the same pieces), toolsets, other tools than
-``FunctionTool``, long-running tools, and what a tool does to ADK state through its
-``tool_context`` (a replayed call returns its recorded result and nothing else). A tool's
-output is recorded as JSON (``pydantic_core``'s ``to_jsonable_python``) and a replayed
-tool returns that JSON form.
+:class:`JournaledLlm` wraps the model rather than using model callbacks: ADK stops at the
+first callback that answers, so ours could be skipped. ADK runs a response's function
+calls in parallel with no setting to serialise them, so :class:`ToolCallOrder` numbers
+them in the order the model emitted them. Not journaled (they run live on a replay):
+sub-agents' models and tools, toolsets, tools other than ``FunctionTool``, long-running
+tools, and what a tool does to ADK state through its ``tool_context``.
+docs/guide-google-adk.md says the rest.
 
 It may import anything in the package, and ``google.adk``.
 """
@@ -45,7 +18,6 @@ It may import anything in the package, and ``google.adk``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import json
 import logging
@@ -70,8 +42,8 @@ from ares_events.agents.journal import (
     AsyncJournal,
     ModelReply,
 )
-from ares_events.agents.journal_errors import journal_error_in
 from ares_events.errors import ConfigError
+from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call
 
 if TYPE_CHECKING:
     from google.adk.agents.run_config import RunConfig
@@ -105,35 +77,20 @@ SESSION_APPEND = "google-adk.session.append"
 """The journal step (last) appending the run's events to the caller's session."""
 _RUN_MARK = "ares_run"
 
-_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("ares_adk_key", default=None)
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key (``run_id:step``) of the journaled tool call running now, to
-    pass downstream; None outside one."""
-    return _KEY.get()
-
 
 def _args_hash(name: str, args: Any) -> str:
     return name + "\x00" + json.dumps(to_jsonable_python(args), sort_keys=True)
 
 
-def _scrub(value: Any) -> Any:
-    """``value`` (serialised contents) without the function-call ids ADK generates."""
+def _scrub(value: Any, call: bool = False) -> Any:
+    """``value`` (serialised contents) without the function-call ids ADK generates
+    (``call``: ``value`` is a function call or response)."""
     if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if k in ("function_call", "function_response") and isinstance(v, dict):
-                out[k] = _scrub(
-                    {
-                        ik: iv
-                        for ik, iv in v.items()
-                        if not (ik == "id" and str(iv).startswith(AF_FUNCTION_CALL_ID_PREFIX))
-                    }
-                )
-            else:
-                out[k] = _scrub(v)
-        return out
+        return {
+            k: _scrub(v, k in ("function_call", "function_response"))
+            for k, v in value.items()
+            if not (call and k == "id" and str(v).startswith(AF_FUNCTION_CALL_ID_PREFIX))
+        }
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     return value
@@ -149,19 +106,10 @@ def stable_request(llm_request: LlmRequest) -> dict[str, Any]:
 
 
 class ToolCallOrder:
-    """Numbers the journaled tool calls of one model response in the order the model
-    emitted them, though ADK runs them concurrently.
-
-    The journaled model calls :meth:`expect` with each response's function calls; a
-    journaled tool call :meth:`claim` s the first unclaimed slot with its name and
-    arguments, waits (:meth:`turn`) until every earlier slot is released, and
-    :meth:`release` s its own when done (or answered without running, or cancelled).
-    A call that matches no slot (a callback changed the response) runs when it gets the
-    lock, in arrival order.
-
-    Args:
-        names: the tool names that are journaled (other calls take no slot).
-    """
+    """Numbers the journaled tool calls (of the tools ``names``) of one model response in
+    the order the model emitted them, though ADK runs them concurrently: each call waits
+    until the calls before it in the response are done. A call that matches no slot (a
+    callback changed the response) runs when it gets the lock, in arrival order."""
 
     def __init__(self, names: Collection[str]) -> None:
         self.names = frozenset(names)
@@ -197,10 +145,7 @@ class ToolCallOrder:
 
     async def turn(self, slot: int | None) -> None:
         """Wait until every slot before ``slot`` is released."""
-        if slot is None:
-            return
-        done = self._done
-        for ev in done[:slot]:
+        for ev in self._done[:slot] if slot is not None else ():
             await ev.wait()
 
     def release(self, slot: int | None) -> None:
@@ -257,16 +202,9 @@ class JournaledLlm(BaseLlm):
 
 
 class JournaledTool(BaseTool):
-    """A ``FunctionTool`` whose calls go through the run journal (see the module
-    docstring); it declares itself to the model as the wrapped tool does.
-
-    Args:
-        wrapped: the tool.
-        journal: the run's journal.
-        order: the run's :class:`ToolCallOrder` (shared with its :class:`JournaledLlm`).
-        idempotent: safe to call again with the same key when in doubt.
-        reconcile: ``reconcile(tool_name, key) -> (landed, result)``.
-    """
+    """A ``FunctionTool`` whose calls go through the run journal, numbered by the run's
+    ``order`` (shared with its :class:`JournaledLlm`); it declares itself to the model as
+    the wrapped tool does."""
 
     def __init__(
         self,
@@ -299,27 +237,17 @@ class JournaledTool(BaseTool):
         # response reach this line in whatever order their callbacks let them.
         slot = self.order.claim(name, args)
 
-        async def call(_args: Any, key: str) -> Any:
-            token = _KEY.set(key)
-            try:
-                return to_jsonable_python(
-                    await self.wrapped.run_async(args=args, tool_context=tool_context)
-                )
-            finally:
-                _KEY.reset(token)
-
-        reconcile = self.reconcile
-        rec = (lambda key: reconcile(name, key)) if reconcile is not None else None
         try:
             await self.order.turn(slot)
             # The lock orders the calls no slot names; the journal takes one step at a time.
             async with self.order.lock:
-                return await self.journal.tool_call(
+                return await tool_call(
+                    self.journal,
                     name,
                     to_jsonable_python(args),
-                    call=call,
-                    reconcile=rec,
+                    lambda: self.wrapped.run_async(args=args, tool_context=tool_context),
                     idempotent=self.idempotent,
+                    reconcile=self.reconcile,
                 )
         finally:
             self.order.release(slot)
@@ -327,16 +255,10 @@ class JournaledTool(BaseTool):
 
 @dataclass(frozen=True)
 class DurableRun:
-    """What :func:`run_durably` returns.
-
-    Attributes:
-        final_output: the text of the run's last final response (its text parts joined,
-            thoughts left out), None when it ended without one.
-        final_response: the final response event, or None.
-        events: every event of the run (the user message first), as this call produced
-            them (a replay produces them again, with new ids).
-        session: the in-memory session the run ran in.
-    """
+    """What :func:`run_durably` returns: the text of the run's last final response (its
+    text parts joined, thoughts left out; None without one), that event, every event of
+    the run as this call produced them (a replay makes them again, with new ids), and the
+    in-memory session the run ran in."""
 
     final_output: str | None
     final_response: Event | None
@@ -389,20 +311,13 @@ def _durable_agent(
     update: dict[str, Any] = {"model": model, "tools": tools}
     # The agent's own callbacks may answer a tool call (it never reaches the journal) or
     # put another response in the model's place: the order must follow what ADK runs.
-    if agent.before_tool_callback is not None:
-        update["before_tool_callback"] = [
-            _watching_tool(cb, order) for cb in agent.canonical_before_tool_callbacks
-        ]
-    if agent.before_model_callback is not None:
-        update["before_model_callback"] = [
-            _watching_model(cb, order, "llm_request")
-            for cb in agent.canonical_before_model_callbacks
-        ]
-    if agent.after_model_callback is not None:
-        update["after_model_callback"] = [
-            _watching_model(cb, order, "llm_response")
-            for cb in agent.canonical_after_model_callbacks
-        ]
+    for name, watch in (
+        ("before_tool_callback", _watching_tool),
+        ("before_model_callback", _watching_model),
+        ("after_model_callback", _watching_model),
+    ):
+        if getattr(agent, name) is not None:
+            update[name] = [watch(cb, order) for cb in getattr(agent, f"canonical_{name}s")]
     return agent.clone(update=update)
 
 
@@ -421,30 +336,20 @@ def _watching_tool(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[...
     return before_tool
 
 
-def _watching_model(cb: Callable[..., Any], order: ToolCallOrder, arg: str) -> Callable[..., Any]:
+def _watching_model(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[..., Any]:
     """``cb`` (a before- or after-model callback): a response it returns in the model's
-    place is the batch of calls ADK runs next."""
+    place is the batch of calls ADK runs next. ADK passes the value by its name
+    (``llm_request`` or ``llm_response``), which the wrapper hands on as it came."""
 
-    async def model_callback(callback_context: Any, value: Any) -> Any:
-        got = _invoke_callback(cb, callback_context=callback_context, **{arg: value})
+    async def model_callback(callback_context: Any, **value: Any) -> Any:
+        got = _invoke_callback(cb, callback_context=callback_context, **value)
         if inspect.isawaitable(got):
             got = await got
         if isinstance(got, LlmResponse):
             order.expect([got])
         return got
 
-    # ADK passes the value by its name (llm_request / llm_response).
-    if arg == "llm_request":
-
-        async def before_model(callback_context: Any, llm_request: Any) -> Any:
-            return await model_callback(callback_context, llm_request)
-
-        return before_model
-
-    async def after_model(callback_context: Any, llm_response: Any) -> Any:
-        return await model_callback(callback_context, llm_response)
-
-    return after_model
+    return model_callback
 
 
 async def run_durably(
@@ -462,32 +367,16 @@ async def run_durably(
     code_revision: str = "unversioned",
     run_config: RunConfig | None = None,
 ) -> DurableRun:
-    """Run ``agent`` on ``new_message`` as the durable run ``run_id``; the same call after
-    a crash resumes it. Returns a :class:`DurableRun` (``final_output``: the final
-    response's text).
+    """Run ``agent`` (cloned, its model and function tools wrapped) on ``new_message`` as
+    the durable run ``run_id``; the same call after a crash resumes it.
 
     The run works in an in-memory ADK session (``session_id``, default ``run_id``) that
-    each call rebuilds by replay. With ``session_service`` the session starts as a copy of
-    that service's session (created when missing) as it was when the run began (its
-    event count is the journal's first step, :data:`SESSION_BASE`), and the run's events
-    are appended to it once, when the run completes (the last step,
-    :data:`SESSION_APPEND`): a cut-off attempt leaves nothing half-written there.
-
-    Args:
-        agent: the agent (cloned: its model and function tools wrapped for the run).
-        new_message: the user's message (text or a ``types.Content``).
-        store: the event store holding the run's journal.
-        run_id: the run's stable id (its stream; the idempotency-key prefix).
-        session_service: the service whose session the run continues and writes to.
-        app_name: the ADK app name of the session.
-        user_id: the ADK user of the session.
-        session_id: the session id (default ``run_id``).
-        idempotent: names of tools safe to call again with the same key when in doubt.
-        reconcile: ``reconcile(tool_name, key) -> (landed, result)`` asks the downstream
-            system whether an in-doubt call landed.
-        code_revision: recorded by the journal; a resume under another revision is
-            refused (the journal's version gate).
-        run_config: ADK's ``RunConfig`` for the runner.
+    each call rebuilds by replay. With ``session_service`` it starts as a copy of that
+    service's session (``app_name``, ``user_id``) as it was when the run began (the
+    journal's first step, :data:`SESSION_BASE`), and the run's events are appended to it
+    once, when the run completes (:data:`SESSION_APPEND`): a cut-off attempt leaves
+    nothing half-written there. ``idempotent``, ``reconcile`` and ``code_revision`` are
+    the journal's (docs/guide-journal.md).
 
     Raises:
         ConfigError: ``agent`` is not an ``LlmAgent``, or a tool requires confirmation (a
@@ -500,12 +389,18 @@ async def run_durably(
     journal = await AsyncJournal.open(store, run_id, code_revision=code_revision)
     durable = _durable_agent(agent, journal, idempotent, reconcile)
     local = InMemorySessionService()
+
+    async def local_session() -> Session:
+        got = await local.get_session(app_name=app_name, user_id=user_id, session_id=sid)
+        assert got is not None  # created below, in this call's own in-memory service
+        return got
+
     outer: Session | None = None
     if session_service is not None:
         outer = await _seed(journal, session_service, local, app_name, user_id, sid)
     else:
         await local.create_session(app_name=app_name, user_id=user_id, session_id=sid)
-    base = len(await _events(local, app_name, user_id, sid))
+    base = len((await local_session()).events)
     message = (
         new_message
         if isinstance(new_message, types.Content)
@@ -513,7 +408,7 @@ async def run_durably(
     )
     runner = Runner(agent=durable, app_name=app_name, session_service=local)
     final: Event | None = None
-    try:
+    with journal_errors():  # ADK re-raises what a tool raised, perhaps wrapped
         async for event in runner.run_async(
             user_id=user_id, session_id=sid, new_message=message, run_config=run_config
         ):
@@ -521,15 +416,7 @@ async def run_durably(
             # answer to a sub-agent).
             if event.is_final_response() and not event.partial:
                 final = event
-    except Exception as exc:
-        # ADK re-raises what a tool raised, perhaps wrapped: hand the journal's own
-        # verdict (in doubt, diverged, not runnable) to the caller as itself.
-        cause = journal_error_in(exc)
-        if cause is not None and cause is not exc:
-            raise cause from exc
-        raise
-    session = await local.get_session(app_name=app_name, user_id=user_id, session_id=sid)
-    assert session is not None  # created above, in this call's own in-memory service
+    session = await local_session()
     events = list(session.events[base:])
     if outer is not None and session_service is not None:
         await _write_back(journal, session_service, outer, events, run_id)
@@ -569,13 +456,6 @@ async def _seed(
     for ev in outer.events[:base]:
         await local.append_event(copy, ev.model_copy(deep=True))
     return outer
-
-
-async def _events(
-    service: InMemorySessionService, app_name: str, user_id: str, sid: str
-) -> list[Event]:
-    session = await service.get_session(app_name=app_name, user_id=user_id, session_id=sid)
-    return list(session.events) if session is not None else []
 
 
 async def _write_back(

@@ -2,41 +2,15 @@
 :class:`AsyncAresSaver` (asyncio), each a ``BaseCheckpointSaver`` of
 ``langgraph-checkpoint`` 4.x (``pip install 'ares-events[langgraph]'``)::
 
-    from ares_events.integrations.langgraph import AresSaver
-
     with AresSaver.from_url("sqlite:///agents.db") as saver:
         graph = builder.compile(checkpointer=saver)
 
-One thread is one hash-chained stream, ``langgraph/<thread_id>``; the layout, the
-encoding and the verification are described in
-:mod:`~ares_events.integrations._langgraph_core`, the operations in
-:mod:`~ares_events.integrations._langgraph_ops_async` and the saver in
-:mod:`~ares_events.integrations._langgraph_saver_async` (each written once; the blocking
-modules are generated from them). What a user gets:
-
-- **No forks.** A checkpoint is appended with the stream version at which its parent was
-  seen not yet continued; a second writer from the same parent gets
-  :class:`StaleWriteError` (``is_stale_write_owner_error = True``) instead of forking the
-  thread. Deliberate branches (``update_state``, time travel: sources ``update`` and
-  ``fork``) are allowed.
-- **Deltas.** A channel value is stored once per thread (content-addressed) and a list
-  that grew is stored as the items it added; big values spill to the store's blob store
-  (a folder, or S3).
-- **Verified before decoded.** Nothing is deserialised before its event's link in the
-  chain (a MAC in keyed mode) verified; a thread that does not verify is refused with
-  :class:`~ares_events.errors.ChainIntegrityError` and its findings. The default
-  serializer is ``JsonPlusSerializer(pickle_fallback=False)``.
-- **Retention.** :meth:`AresSaver.prune` (the newest N checkpoints per namespace, or by
-  age) and :meth:`AresSaver.delete_thread` erase the payloads and blobs of everything
-  dropped, record each erasure in ``ares-events/erasures``, and leave the chain
-  verifiable (``ares-events audit`` lists the erasures).
-
-Approvals: :class:`ApprovalGate` (:mod:`~ares_events.integrations.langgraph_approvals`)
-lets a node go on only under an approver's signed approval, recorded on the thread.
-
-Concurrency: each saver keeps a verified index per thread (at most ``max_threads`` of
-them, least recently used evicted) and serialises the operations of one thread; there is
-no saver-wide lock, so different threads run in parallel.
+One thread is one hash-chained stream, ``langgraph/<thread_id>``. A second writer from
+the same parent gets :class:`StaleWriteError` instead of forking the thread; channel
+values are stored once per thread, lists as deltas; nothing is decoded before its link
+in the chain verified; :meth:`AresSaver.prune` and :meth:`AresSaver.delete_thread` erase
+what they drop and leave the chain verifiable. docs/guide-langgraph.md says the rest;
+the layout is :mod:`~ares_events.integrations._langgraph_core`.
 
 It may import anything in the package, and ``langgraph``.
 """

@@ -1,26 +1,12 @@
-"""Signed approvals of LangGraph interrupts: a node pauses the graph for an approver's
-signed approval, the operator presents one, and the node goes on only after it checked
-the approval itself, against the keys it was given, and recorded it as used::
-
-    gate = ApprovalGate(saver.store, approvers=[alice_vkey])
-
-    def pay(state):                    # a node
-        key = gate.interrupt({"amount": state["amount"]})   # returns once approved
-        ...                            # runs only under a valid approval (key: its nonce)
-
-    graph.invoke(inputs, config)       # pauses: the interrupt asks for approval
-    note = sign_approval(alice_key, gate.pending(config))           # the approver
-    graph.invoke(gate.resume(config, note), config)                  # checked, recorded
-
-The check that matters is the node's: a graph resumed with no approval presented (a
-plain ``Command(resume=...)``) gets :class:`~ares_events.errors.ApprovalForged` from it,
-and a forged, expired, replayed, reused or wrong-call approval its own
-:class:`~ares_events.errors.ApprovalRefused`, before the node's work runs.
-:meth:`ApprovalGate.resume` checks the same first, so an operator hears it at once.
+"""Signed approvals of LangGraph interrupts: :class:`ApprovalGate` lets a node go on only
+after it checked an approver's signed approval itself, against the keys it was given,
+and recorded it as used (docs/guide-langgraph.md shows the flow). The node's check is the
+one that counts: a plain ``Command(resume=...)`` gets
+:class:`~ares_events.errors.ApprovalForged` from it, before the node's work runs.
 
 Everything is recorded on the thread's stream (``langgraph/<thread_id>``), beside the
-saver's checkpoints (which ignore these events), so the thread's exported record
-carries the approvals and ``verify-record`` checks them. Events, module ``langgraph``:
+saver's checkpoints (which ignore these events), so the thread's exported record carries
+the approvals. Events, module ``langgraph``:
 
 ``lg.approval.requested``
     ``{"reason": "approval required", "step", "ns", "interrupt", "args", "args_hash"}``:
@@ -31,9 +17,9 @@ carries the approvals and ``verify-record`` checks them. Events, module ``langgr
 ``lg.approval.used``
     ``{"approved": nonce, "step", "args_hash"}``: the node went on under it (written once).
 
-A node holds at most one gate: its task is the position an approval is bound to, as a
-step is in the run journal (LangGraph runs a node again from its start on every resume,
-and the approval it already used lets the same task through again, not another).
+A node holds at most one gate: its task is the position an approval is bound to
+(LangGraph runs a node again from its start on every resume, and the approval it already
+used lets the same task through again, not another).
 
 It may import anything in the package, and ``langgraph``.
 """
@@ -101,10 +87,10 @@ class ApprovalGate:
     """Signed approvals of a graph's interrupts, recorded on the threads' streams.
 
     Args:
-        store: The blocking store the saver writes to (``AresSaver.store``; for an
-            ``AsyncAresSaver``, a store opened on the same URL).
-        approvers: The verifier keys whose signed approvals let a node go on
-            (configuration, never read from the store).
+        store: The blocking store the saver writes to (``AresSaver.store``, or for an
+            ``AsyncAresSaver`` one opened on the same URL).
+        approvers: The verifier keys whose signed approvals let a node go on (never read
+            from the store).
 
     Raises:
         ConfigError: no approver key.
@@ -116,14 +102,12 @@ class ApprovalGate:
         self.store = store
         self.approvers = tuple(approvers)
 
-    # -- in a node ---------------------------------------------------------------------------
-
     def interrupt(self, value: Any) -> str:
         """In a node: pause the graph until an approver's signed approval of ``value``
-        (JSON: what is approved, shown to the approver) is presented; then check it and
-        record it as used. Returns the approval's nonce: the same every time this task
-        runs again, so it is the idempotency key to give the approved side effect (a node
-        that dies after its side effect runs again, as any LangGraph node does).
+        (JSON, shown to the approver) is presented; then check it and record it as used.
+        Returns the approval's nonce, the same every time this task runs again: the
+        idempotency key to give the approved side effect (a node that dies after its side
+        effect runs again, as any LangGraph node does).
 
         Raises:
             GraphInterrupt: the first time (LangGraph's pause); the request is recorded.
@@ -216,8 +200,6 @@ class ApprovalGate:
             expected_version=ANY,
         )
         return nonce
-
-    # -- the operator ------------------------------------------------------------------------
 
     def pending(self, config: RunnableConfig, step: int | None = None) -> Pending:
         """What an approval of the thread's interrupt must name now (default: the latest

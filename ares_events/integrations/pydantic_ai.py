@@ -1,47 +1,18 @@
 """Pydantic AI on ares-events (``pip install 'ares-events[pydantic-ai]'``): message
-history in a store, and durable runs without Temporal or DBOS.
-
-**History.** :class:`AresMessageStore` (blocking) and :class:`AsyncAresMessageStore`
-(asyncio) keep each conversation on one hash-chained stream,
-``pydantic-ai/<conversation_id>``, round-tripped with Pydantic AI's own
-``ModelMessagesTypeAdapter``::
-
-    from ares_events.integrations.pydantic_ai import AresMessageStore
+history in a store, and durable runs without Temporal or DBOS::
 
     history = AresMessageStore(url="sqlite:///agents.db")
     result = agent.run_sync("Hello", message_history=history.load("c-1"))
     history.append("c-1", result.new_messages())
 
-An append is written at the version the store last loaded the conversation at; a second
-writer gets :class:`ConversationConflict` (also Pydantic AI's ``ConversationConflict``)
-and nothing of its append is stored. Reads verify the chain before anything is decoded.
-Opened from ``url=`` or given a blocking store, both work on a blocking store (the
-asyncio one in worker threads), so threads, several event loops and one ``asyncio.run``
-per request share one history object; given an asyncio store, ``AsyncAresMessageStore``
-works on that store's loop.
-
-**Durable runs.** :func:`run_durably` runs an agent with its model wrapped by
-:class:`JournaledModel` and its toolsets by :class:`JournaledToolset` (Pydantic AI's own
-``WrapperModel`` and ``WrapperToolset`` extension points), both writing through the run
-journal (:class:`~ares_events.agents.journal.AsyncJournal`) on the stream ``run_id``::
-
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-Killed at any point (``kill -9``) and called again with the same ``run_id``, the run
-replays: every model call answered before the kill is returned from the log (not paid
-again), every tool call that returned is returned from the log (not run again), and the
-run continues live from the first step that was not done. A tool call that was requested
-but never answered is *in doubt*: it is reconciled (``reconcile=``), retried with the
-same idempotency key (a tool named in ``idempotent=``), or the run stops with
-:class:`~ares_events.agents.journal.InDoubtToolCall` for a human to settle. A tool gets
-its idempotency key from :func:`idempotency_key`.
-
-The loop must be deterministic given the journal's answers (it is: Pydantic AI decides
-from the model's responses); the request of a model call is compared without its
-timestamps and run ids (they change on every run). Tool calls of one model response run
-one at a time, in the order the model asked for them, so their steps are numbered the same
-way on every replay. A tool's result is recorded as JSON (``pydantic_core``'s
-``to_jsonable_python``), and a replayed tool returns that JSON form.
+A conversation is one stream, ``pydantic-ai/<conversation_id>``; a second writer gets
+:class:`ConversationConflict`. :func:`run_durably` wraps the model and toolsets with
+Pydantic AI's own ``WrapperModel`` and ``WrapperToolset`` (:class:`JournaledModel`,
+:class:`JournaledToolset`) so a killed run replays what was answered and done; a model
+request is compared without :data:`VOLATILE_KEYS`, and tool calls run one at a time so
+a replay numbers its steps the same way. docs/guide-pydantic-ai.md says the rest.
 
 It may import anything in the package, and ``pydantic_ai``.
 """
@@ -49,8 +20,6 @@ It may import anything in the package, and ``pydantic_ai``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -64,6 +33,8 @@ from pydantic_core import to_jsonable_python
 from ares_events.agents.journal import AsyncJournal, ModelReply
 from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
+from ares_events.integrations._faces import Faces
+from ares_events.integrations._journaled import idempotency_key, tool_call
 from ares_events.integrations._pydantic_ai_store import MessageLog
 from ares_events.integrations._pydantic_ai_store_async import (
     MODULE,
@@ -105,14 +76,6 @@ VOLATILE_KEYS: frozenset[str] = frozenset({"timestamp", "run_id", "conversation_
 """Keys of a serialised message that change on every run (left out of a model call's
 request identity)."""
 
-_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("ares_pai_key", default=None)
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key of the tool call running now (``run_id:step``), to pass to
-    the downstream system; None outside a journaled tool call."""
-    return _KEY.get()
-
 
 def stable_request(value: Any) -> Any:
     """``value`` (serialised messages) without :data:`VOLATILE_KEYS`, at any depth."""
@@ -143,19 +106,14 @@ class AresMessageStore:
     """
 
     def __init__(self, *, url: str | None = None, store: EventStore | None = None) -> None:
-        if (url is None) == (store is None):
-            raise ConfigError("give exactly one of url= or store=")
-        self._url = url
-        self._owns = store is None
-        self._log = MessageLog(store) if store is not None else None
-        self._opening = threading.Lock()  # one store opened from url=, by one thread
+        self._faces: Faces[MessageLog, Any] = Faces(url, store, MessageLog)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._log.store if self._log else 'not open'!r})"
+        return f"{type(self).__name__}({self._faces})"
 
     def load(self, conversation_id: str) -> list[ModelMessage]:
-        """The conversation's messages, oldest first (``[]`` for a new one); later
-        appends of this store are written at the version read now.
+        """The conversation's messages, oldest first; later appends of this store are
+        written at the version read now.
 
         Raises:
             ChainIntegrityError: the stream does not verify (nothing is decoded).
@@ -193,9 +151,7 @@ class AresMessageStore:
 
     def close(self) -> None:
         """Close the store when this object opened it (from ``url=``)."""
-        if self._owns and self._log is not None:
-            log, self._log = self._log, None
-            log.store.close()
+        self._faces.close()
 
     def __enter__(self) -> AresMessageStore:
         return self
@@ -204,26 +160,16 @@ class AresMessageStore:
         self.close()
 
     def _open(self) -> MessageLog:
-        log = self._log
-        if log is None:
-            with self._opening:
-                log = self._log
-                if log is None:
-                    from ares_events.stores import open_store
-
-                    assert self._url is not None
-                    log = self._log = MessageLog(open_store(self._url))
-        return log
+        return self._faces.blocking()
 
 
 class AsyncAresMessageStore:
     """:class:`AresMessageStore` for asyncio code: the same conversations, awaited.
 
     Args:
-        url: a store URL; opened (blocking, used in worker threads) on first use, closed
-            by :meth:`close`.
-        store: an open store instead (left open by :meth:`close`): a blocking one is
-            used from any thread and event loop, an asyncio one only on its own loop.
+        url: a store URL, opened (blocking, used in worker threads) on first use.
+        store: an open store instead (left open): a blocking one is used from any thread
+            and event loop, an asyncio one only on its own loop.
 
     Raises:
         ConfigError: neither or both of ``url`` and ``store``.
@@ -232,36 +178,20 @@ class AsyncAresMessageStore:
     def __init__(
         self, *, url: str | None = None, store: AsyncEventStore | EventStore | None = None
     ) -> None:
-        if (url is None) == (store is None):
-            raise ConfigError("give exactly one of url= or store=")
-        self._sync: AresMessageStore | None = None
-        self._alog: AsyncMessageLog | None = None
-        if store is None or isinstance(store, EventStore):
-            self._sync = AresMessageStore(url=url, store=store)
-        else:
-            self._alog = AsyncMessageLog(store)
+        self._faces = Faces(url, store, MessageLog, AsyncMessageLog)
 
     def __repr__(self) -> str:
-        inner = self._alog.store if self._alog is not None else self._sync
-        return f"{type(self).__name__}({inner!r})"
+        return f"{type(self).__name__}({self._faces})"
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`AresMessageStore.load`."""
-        if self._alog is not None:
-            return await self._alog.load(conversation_id)
-        assert self._sync is not None
-        return await asyncio.to_thread(self._sync.load, conversation_id)
+        got: list[ModelMessage] = await self._faces.call("load", conversation_id)
+        return got
 
     async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
-        """:meth:`AresMessageStore.append`.
-
-        Raises:
-            ConversationConflict: another writer appended since (nothing was stored).
-        """
-        if self._alog is not None:
-            return await self._alog.append(conversation_id, new_messages)
-        assert self._sync is not None
-        return await asyncio.to_thread(self._sync.append, conversation_id, new_messages)
+        """:meth:`AresMessageStore.append`."""
+        got: int = await self._faces.call("append", conversation_id, new_messages)
+        return got
 
     async def clear(
         self,
@@ -271,24 +201,12 @@ class AsyncAresMessageStore:
         reason: str = "clear",
         by: str = "pydantic-ai",
     ) -> None:
-        """:meth:`AresMessageStore.clear`.
-
-        Raises:
-            ConversationConflict: another writer appended since this store loaded it.
-        """
-        if self._alog is not None:
-            await self._alog.clear(conversation_id, erase=erase, reason=reason, by=by)
-        else:
-            assert self._sync is not None
-            sync = self._sync
-            await asyncio.to_thread(
-                lambda: sync.clear(conversation_id, erase=erase, reason=reason, by=by)
-            )
+        """:meth:`AresMessageStore.clear`."""
+        await self._faces.call("clear", conversation_id, erase=erase, reason=reason, by=by)
 
     async def close(self) -> None:
         """Close the store when this object opened it (from ``url=``)."""
-        if self._sync is not None:
-            await asyncio.to_thread(self._sync.close)
+        await asyncio.to_thread(self._faces.close)
 
     async def __aenter__(self) -> AsyncAresMessageStore:
         return self
@@ -344,26 +262,15 @@ class JournaledToolset(WrapperToolset[Any]):
         ctx: RunContext[Any],
         tool: ToolsetTool[Any],
     ) -> Any:
-        journal = self.journal
-        assert journal is not None, "JournaledToolset needs a journal"
-
-        async def call(args: Any, key: str) -> Any:
-            token = _KEY.set(key)
-            try:
-                result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
-            finally:
-                _KEY.reset(token)
-            return to_jsonable_python(result)
-
-        reconcile = self.reconcile
-        rec = (lambda key: reconcile(name, key)) if reconcile is not None else None
+        assert self.journal is not None, "JournaledToolset needs a journal"
         async with self._lock:
-            return await journal.tool_call(
+            return await tool_call(
+                self.journal,
                 name,
                 to_jsonable_python(tool_args),
-                call=call,
-                reconcile=rec,
+                lambda: self.wrapped.call_tool(name, tool_args, ctx, tool),
                 idempotent=name in self.idempotent,
+                reconcile=self.reconcile,
             )
 
 
@@ -379,21 +286,10 @@ async def run_durably(
     code_revision: str = "unversioned",
     **run_kwargs: Any,
 ) -> Any:
-    """Run ``agent`` on ``user_prompt`` as the durable run ``run_id`` (see the module
-    docstring); the same call after a crash resumes it. Returns Pydantic AI's run result.
-
-    Args:
-        agent: the agent (its model and toolsets are wrapped for the run).
-        user_prompt: the prompt, as for ``agent.run``.
-        store: the event store holding the run's journal.
-        run_id: the run's stable id (its stream; the idempotency-key prefix).
-        message_history: earlier messages, as for ``agent.run``.
-        idempotent: names of tools safe to call again with the same key when in doubt.
-        reconcile: ``reconcile(tool_name, key) -> (landed, result)`` asks the downstream
-            system whether an in-doubt (or timed-out) tool call landed.
-        code_revision: recorded by the journal; a resume under another revision is
-            refused (the journal's version gate).
-        **run_kwargs: passed to ``agent.run`` (``deps``, ``model_settings``, ...).
+    """Run ``agent`` (its model and toolsets wrapped) on ``user_prompt`` as the durable run
+    ``run_id``; the same call after a crash resumes it. Returns Pydantic AI's run result.
+    ``message_history`` and ``run_kwargs`` go to ``agent.run``; ``idempotent``,
+    ``reconcile`` and ``code_revision`` are the journal's (docs/guide-journal.md).
 
     Raises:
         InDoubtToolCall: a tool call was cut off, has no reconciler and is not idempotent.
@@ -403,8 +299,6 @@ async def run_durably(
     journal = await AsyncJournal.open(store, run_id, code_revision=code_revision)
     model = agent.model if run_kwargs.get("model") is None else run_kwargs.pop("model")
     if model is None:
-        from ares_events.errors import ConfigError
-
         raise ConfigError("run_durably needs an agent with a model (or model=)")
     wrapped = JournaledModel(model, journal)
     toolsets = [

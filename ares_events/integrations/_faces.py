@@ -1,0 +1,124 @@
+"""Where a framework adapter's storage work runs, shared by the OpenAI Agents, Pydantic AI
+and Google ADK adapters: the blocking face over a blocking store (given, or opened from a
+URL on first use) in worker threads, or the asyncio face on a given asyncio store's loop.
+
+Worker threads on a blocking store, because the frameworks run one event loop per thread
+or per request (ADK's ``Runner.run``, ``asyncio.run`` per request): nothing may belong to
+the loop that first used the adapter. An asyncio store belongs to the loop that opened
+it, so work on it stays there.
+
+It may import anything in the package (an integration is top layer), and no framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ares_events.core.events import validate_name
+from ares_events.core.store import EventStore
+from ares_events.errors import ConfigError, InvalidEvent
+
+if TYPE_CHECKING:
+    from ares_events.core.store_async import AsyncEventStore
+
+__all__ = ["Faces", "Table", "stream_name"]
+
+B = TypeVar("B")
+A = TypeVar("A")
+V = TypeVar("V")
+
+
+def stream_name(prefix: str, name: object, field: str) -> str:
+    """``prefix + name``, checked as a stream name (InvalidEvent when it is not one)."""
+    if not isinstance(name, str):
+        raise InvalidEvent(field, f"must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidEvent(field, "must not be empty")
+    return validate_name(prefix + name, field)
+
+
+class Table(Generic[V]):
+    """What an adapter keeps per stream (a verified view and its lock), made on first
+    use; beyond ``size`` entries the least recently used is dropped. The table's own
+    lock is never held across I/O, so different streams run side by side."""
+
+    def __init__(self, make: Callable[[str], V], size: int | None = None) -> None:
+        self._make = make
+        self._size = size
+        self._map: OrderedDict[str, V] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, key: str) -> V:
+        with self._guard:
+            got = self._map.get(key)
+            if got is None:
+                got = self._map[key] = self._make(key)
+                while self._size is not None and len(self._map) > self._size:
+                    self._map.popitem(last=False)
+            else:
+                self._map.move_to_end(key)
+            return got
+
+
+class Faces(Generic[B, A]):
+    """An adapter's work: ``blocking`` (a blocking store's, made on first use from
+    ``url``) or ``asynchronous`` (an asyncio store's; None: the adapter has none).
+
+    Raises:
+        ConfigError: neither or both of ``url`` and ``store``.
+    """
+
+    def __init__(
+        self,
+        url: str | None,
+        store: EventStore | AsyncEventStore | None,
+        blocking: Callable[[EventStore], B],
+        asynchronous: Callable[[AsyncEventStore], A] | None = None,
+    ) -> None:
+        if (url is None) == (store is None):
+            raise ConfigError("give exactly one of url= or store=")
+        self._url = url
+        self._make = blocking
+        self._owns = store is None
+        self.sync: B | None = None
+        self.aio: A | None = None
+        if asynchronous is not None and store is not None and not isinstance(store, EventStore):
+            self.aio = asynchronous(store)
+        elif store is not None:
+            self.sync = blocking(store)  # type: ignore[arg-type]
+        self._opening = threading.Lock()  # one store opened from url=, by one thread
+
+    def __repr__(self) -> str:
+        got: Any = self.aio if self.aio is not None else self.sync
+        return repr(got.store) if got is not None else "'not open'"
+
+    def blocking(self) -> B:
+        """The blocking work, its store opened from ``url`` when not open yet."""
+        got = self.sync
+        if got is None:
+            with self._opening:
+                got = self.sync
+                if got is None:
+                    from ares_events.stores import open_store
+
+                    assert self._url is not None
+                    got = self.sync = self._make(open_store(self._url))
+        return got
+
+    async def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """``op`` of the asyncio work on this loop, else of the blocking work in a worker
+        thread (its own locks serialise the threads of every event loop)."""
+        if self.aio is not None:
+            return await getattr(self.aio, op)(*args, **kwargs)
+        return await asyncio.to_thread(lambda: getattr(self.blocking(), op)(*args, **kwargs))
+
+    def close(self) -> None:
+        """Close the store when it was opened from ``url``; a later call opens it again."""
+        if self._owns and self.sync is not None:
+            got: Any
+            got, self.sync = self.sync, None
+            got.store.close()
