@@ -139,6 +139,28 @@ def _fail(
     return code
 
 
+_EXIT_BY_ERROR: tuple[tuple[type[AresError] | tuple[type[AresError], ...], str, int], ...] = (
+    ((ConfigError, MissingDependencyError), "config", EXIT_USAGE),
+    ((InvalidEvent, EventNotFound), "usage", EXIT_USAGE),
+    (StoreError, "unavailable", EXIT_UNAVAILABLE),
+    (
+        (
+            ChainIntegrityError,
+            SnapshotMismatch,
+            BlobError,
+            ReplayCapExceeded,
+            ProofError,
+            PayloadErased,
+        ),
+        "findings",
+        EXIT_FINDINGS,
+    ),
+    (ConcurrencyError, "conflict", EXIT_CONFLICT),  # another writer got there first: run it again
+    (AresError, "error", EXIT_USAGE),  # reported as usage, named by its class
+)
+"""(classes, JSON ``kind``, exit code) of library errors, the first match wins."""
+
+
 def _usage_text(exc: click.UsageError) -> str:
     buf = io.StringIO()
     exc.show(file=buf)
@@ -177,29 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(app, argv, exc, kind, exc.exit_code, exc.format_message())
     except click.Abort as exc:
         return _fail(app, argv, exc, "aborted", 130, "aborted")
-    except (ConfigError, MissingDependencyError) as exc:
-        return _fail(app, argv, exc, "config", EXIT_USAGE)
-    except (InvalidEvent, EventNotFound) as exc:
-        return _fail(app, argv, exc, "usage", EXIT_USAGE)
     except ArchiveError as exc:  # an archived segment missing or altered: a finding
         if exc.kind in ("missing", "corrupted", "unreadable"):
             return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
         return _fail(app, argv, exc, "unavailable", EXIT_UNAVAILABLE)
-    except StoreError as exc:
-        return _fail(app, argv, exc, "unavailable", EXIT_UNAVAILABLE)
-    except (
-        ChainIntegrityError,
-        SnapshotMismatch,
-        BlobError,
-        ReplayCapExceeded,
-        ProofError,
-        PayloadErased,
-    ) as exc:
-        return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
-    except ConcurrencyError as exc:  # another writer got there first: run it again
-        return _fail(app, argv, exc, "conflict", EXIT_CONFLICT)
     except AresError as exc:
-        return _fail(app, argv, exc, "usage", EXIT_USAGE, f"{type(exc).__name__}: {exc}")
+        kind, code = next((k, c) for cls, k, c in _EXIT_BY_ERROR if isinstance(exc, cls))
+        message = f"{type(exc).__name__}: {exc}" if kind == "error" else None
+        return _fail(app, argv, exc, "usage" if kind == "error" else kind, code, message)
     except BrokenPipeError:
         return EXIT_OK  # the reader went away (ares-events tail ... | head)
     except Exception as exc:
