@@ -23,6 +23,7 @@ from ares_events.cli.common import (
     json_option,
     pass_app,
     text,
+    verdict,
     visible,
 )
 from ares_events.errors import AresError
@@ -433,13 +434,8 @@ def rebuild_cmd(
             app.json(dict(diff.to_dict(), store=url))
             return EXIT_OK if diff.ok else EXIT_FINDINGS
         if diff.ok:
-            app.out.print(
-                Text.assemble(
-                    ("ok ", "bold green"),
-                    f"{projection}: {diff.rows_compared} row(s) equal a fresh rebuild "
-                    f"up to position {diff.position}",
-                )
-            )
+            line = f"{diff.rows_compared} row(s) equal a fresh rebuild up to position"
+            app.out.print(verdict(True, f"{projection}: {line} {diff.position}"))
             return EXIT_OK
         table = Table(
             title=f"{projection}: read model differs from a fresh rebuild "
