@@ -323,9 +323,16 @@ class Journal:
             try:
                 raw = call(messages, dict(params or {}))
             except Exception as exc:
-                self._model_failed(step, exc)
+                self.stats.model_attempts_failed += 1
+                failed = {"step": step, "attempt": self.attempt, **failure(exc)}
+                self._append("model.call.failed", failed)
                 raise
-            completion = self._model_end(step, raw)
+            answer = reply(raw)
+            self.stats.model_calls_made += 1
+            completion, usage = answer.completion, dict(answer.usage)
+            self._append(
+                "model.responded", {"step": step, "completion": completion, "usage": usage}
+            )
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
@@ -387,10 +394,14 @@ class Journal:
             try:
                 result = call(args, key)
             except Exception as exc:
-                self._tool_failed(key, exc)
+                self.stats.tool_attempts_failed += 1
+                failed = {"step": self.position, "attempt": self.attempt, **failure(exc)}
+                self._append("tool.call.failed", {"idempotency_key": key, **failed})
                 raise
             span.content("gen_ai.tool.call.result", result)
-            return self._tool_end(key, result)
+            self.stats.tool_calls_made += 1
+            self._append("tool.returned", {"idempotency_key": key, "result": result})
+            return result
 
     def tool(
         self,
@@ -723,19 +734,6 @@ class Journal:
             payload["redacted"] = True
         self._append("model.call.requested", payload)
 
-    def _model_failed(self, step: int, exc: BaseException) -> None:
-        self.stats.model_attempts_failed += 1
-        self._append("model.call.failed", {"step": step, "attempt": self.attempt, **failure(exc)})
-
-    def _model_end(self, step: int, raw: Any) -> Any:
-        answer = reply(raw)
-        self.stats.model_calls_made += 1
-        self._append(
-            "model.responded",
-            {"step": step, "completion": answer.completion, "usage": dict(answer.usage)},
-        )
-        return answer.completion
-
     # -- tool calls ----------------------------------------------------------------------
 
     def _tool_begin(
@@ -890,25 +888,6 @@ class Journal:
         self.stats.tool_calls_reconciled += 1
         self.replaying = True
         return result
-
-    def _tool_failed(self, key: str, exc: BaseException) -> None:
-        self.stats.tool_attempts_failed += 1
-        self._append(
-            "tool.call.failed",
-            {
-                "idempotency_key": key,
-                "step": self.position,
-                "attempt": self.attempt,
-                **failure(exc),
-            },
-        )
-
-    def _tool_end(self, key: str, result: Any) -> Any:
-        self.stats.tool_calls_made += 1
-        self._append("tool.returned", {"idempotency_key": key, "result": result})
-        return result
-
-    # -- operator verdicts, state, interrupts, end ---------------------------------------
 
 
 __all__ += ["AsyncJournal"]  # as is

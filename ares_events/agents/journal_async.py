@@ -339,9 +339,16 @@ class AsyncJournal:
             try:
                 raw = await maybe_await(call(messages, dict(params or {})))
             except Exception as exc:
-                await self._model_failed(step, exc)
+                self.stats.model_attempts_failed += 1
+                failed = {"step": step, "attempt": self.attempt, **failure(exc)}
+                await self._append("model.call.failed", failed)
                 raise
-            completion = await self._model_end(step, raw)
+            answer = reply(raw)
+            self.stats.model_calls_made += 1
+            completion, usage = answer.completion, dict(answer.usage)
+            await self._append(
+                "model.responded", {"step": step, "completion": completion, "usage": usage}
+            )
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
@@ -403,10 +410,14 @@ class AsyncJournal:
             try:
                 result = await maybe_await(call(args, key))
             except Exception as exc:
-                await self._tool_failed(key, exc)
+                self.stats.tool_attempts_failed += 1
+                failed = {"step": self.position, "attempt": self.attempt, **failure(exc)}
+                await self._append("tool.call.failed", {"idempotency_key": key, **failed})
                 raise
             span.content("gen_ai.tool.call.result", result)
-            return await self._tool_end(key, result)
+            self.stats.tool_calls_made += 1
+            await self._append("tool.returned", {"idempotency_key": key, "result": result})
+            return result
 
     def tool(
         self,
@@ -739,21 +750,6 @@ class AsyncJournal:
             payload["redacted"] = True
         await self._append("model.call.requested", payload)
 
-    async def _model_failed(self, step: int, exc: BaseException) -> None:
-        self.stats.model_attempts_failed += 1
-        await self._append(
-            "model.call.failed", {"step": step, "attempt": self.attempt, **failure(exc)}
-        )
-
-    async def _model_end(self, step: int, raw: Any) -> Any:
-        answer = reply(raw)
-        self.stats.model_calls_made += 1
-        await self._append(
-            "model.responded",
-            {"step": step, "completion": answer.completion, "usage": dict(answer.usage)},
-        )
-        return answer.completion
-
     # -- tool calls ----------------------------------------------------------------------
 
     async def _tool_begin(
@@ -910,25 +906,6 @@ class AsyncJournal:
         self.stats.tool_calls_reconciled += 1
         self.replaying = True
         return result
-
-    async def _tool_failed(self, key: str, exc: BaseException) -> None:
-        self.stats.tool_attempts_failed += 1
-        await self._append(
-            "tool.call.failed",
-            {
-                "idempotency_key": key,
-                "step": self.position,
-                "attempt": self.attempt,
-                **failure(exc),
-            },
-        )
-
-    async def _tool_end(self, key: str, result: Any) -> Any:
-        self.stats.tool_calls_made += 1
-        await self._append("tool.returned", {"idempotency_key": key, "result": result})
-        return result
-
-    # -- operator verdicts, state, interrupts, end ---------------------------------------
 
 
 if ASYNC:
