@@ -203,9 +203,8 @@ class App:
         settings = Settings.from_env()
         url = self.store_opt or settings.store_url or DEFAULT_CLI_STORE
         blobs = self.blobs_opt or settings.blobs_url
-        self._remember_secrets(url, settings)
-        self._remember_secrets(blobs, settings)
-        self._remember_secrets(settings.cache_url, settings)
+        for u in (url, blobs, settings.cache_url):
+            self._remember_secrets(u, settings)
         if blobs is not None:
             options["blobs"] = blobs
         if settings.cache_url is not None:
@@ -474,30 +473,22 @@ def _grouped(findings: list[Finding]) -> list[tuple[Finding, int, int | None]]:
     return rows
 
 
-def _findings_table(findings: list[Finding]) -> Table:
+def _print_findings(app: App, findings: list[Finding]) -> None:
     table = Table(title="findings", title_justify="left")
     table.add_column("kind", style="red", no_wrap=True)
     table.add_column("stream", no_wrap=True)  # whole: it goes into the next command
     table.add_column("version", justify="right", no_wrap=True)
     table.add_column("detail", overflow="fold", min_width=12)
-    for f, n, last in _grouped(findings)[:MAX_FINDINGS_SHOWN]:
+    rows = _grouped(findings)
+    for f, n, last in rows[:MAX_FINDINGS_SHOWN]:
         where = "" if f.version is None else str(f.version)
         if n > 1:
             where = f"{f.version}..{last} ({n})"
-        table.add_row(
-            text(f.kind),
-            text(f.stream_id if f.stream_id is not None else "(store)"),
-            where,
-            text(f.detail),
-        )
-    return table
-
-
-def _print_findings(app: App, findings: list[Finding]) -> None:
-    app.table(_findings_table(findings))
-    rows = len(_grouped(findings))
-    if rows > MAX_FINDINGS_SHOWN:
-        app.out.print(f"… and {rows - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
+        stream = f.stream_id if f.stream_id is not None else "(store)"
+        table.add_row(text(f.kind), text(stream), where, text(f.detail))
+    app.table(table)
+    if len(rows) > MAX_FINDINGS_SHOWN:
+        app.out.print(f"… and {len(rows) - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
 
 
 def _status(ok: bool) -> Text:

@@ -29,19 +29,14 @@ from ares_events.cli.common import (
 from ares_events.errors import AresError
 
 
-def _projection_names() -> list[str]:
-    """Names of the built-in projections (``recover``, ``snapshot``, ``rebuild``)."""
-    from ares_events.projections import BUILTIN
-
-    return sorted(BUILTIN)
-
-
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
     """``--projection NAME`` over the built-in projections."""
+    from ares_events.projections import BUILTIN
+
     return click.option(
         "--projection",
         "projection",
-        type=click.Choice(_projection_names()),
+        type=click.Choice(sorted(BUILTIN)),
         default=default,
         show_default=default is not None,
         help="Built-in projection to fold"
