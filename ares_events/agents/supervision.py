@@ -58,10 +58,6 @@ __all__ = [
 MODULE = "supervisor"
 
 
-def _snaps(store: EventStore) -> Any:
-    return store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-
-
 def restore(
     store: EventStore,
     agent_id: str,
@@ -78,7 +74,7 @@ def restore(
         store,
         agent_id,
         projection or AgentStateProjection(),
-        snapshots=_snaps(store),
+        snapshots=store.snapshots if Capability.SNAPSHOTS in store.capabilities else None,
         max_replay=max_replay,
     )
 

@@ -270,7 +270,9 @@ def stream_view(
         " · ",
         link("verify the whole stream", "/verify", {"id": stream_id}),
         " · ",
-        link("run timeline", "/run", {"id": stream_id}) if events and _is_run(events) else None,
+        link("run timeline", "/run", {"id": stream_id})
+        if events and events[0].version == 1 and events[0].type == "run.started"
+        else None,
         id="chain",
     )
     snaps = (
@@ -308,10 +310,6 @@ def stream_view(
         ),
         snaps,
     )
-
-
-def _is_run(events: list[RecordedEvent]) -> bool:
-    return events[0].version == 1 and events[0].type == "run.started"
 
 
 def payload_view(e: RecordedEvent, error: str | None) -> Markup:
