@@ -774,16 +774,8 @@ class Journal:
             )
         if rec.get("hash") not in (None, ah):
             recorded = self._recorded_request(rec, "args")
-            raise diverged(
-                self.run_id,
-                step,
-                f"args of tool {name!r}",
-                recorded,
-                recorded_args,
-                "args",
-                rec,
-                ah,
-            )
+            what = f"args of tool {name!r}"
+            raise diverged(self.run_id, step, what, recorded, recorded_args, "args", rec, ah)
         tc = self.state["tool_calls"].get(key, {})
         status = rec.get("status")
         attempts = rec.get("attempts", [])

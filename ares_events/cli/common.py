@@ -383,35 +383,18 @@ def _set_quiet(ctx: click.Context, _param: click.Parameter, value: int) -> None:
 def _global_params() -> list[click.Option]:
     """``--store``, ``--blobs``, ``-v`` and ``-q`` as a subcommand accepts them (after
     its name); they set the same :class:`App` fields as the group's options."""
+    url: dict[str, Any] = {"metavar": "URL"}
+    count: dict[str, Any] = {"count": True}
+    store = "Event store URL (also accepted before the subcommand)."
+    verbose = "More log output on stderr (-vv: debug); tracebacks of internal errors."
     return [
-        click.Option(
-            ["--store"],
-            metavar="URL",
-            expose_value=False,
-            callback=_set_store,
-            help="Event store URL (also accepted before the subcommand).",
-        ),
-        click.Option(
-            ["--blobs"],
-            metavar="URL",
-            expose_value=False,
-            callback=_set_blobs,
-            help="Blob store URL for spilled payloads.",
-        ),
-        click.Option(
-            ["-v", "--verbose"],
-            count=True,
-            expose_value=False,
-            callback=_set_verbose,
-            help="More log output on stderr (-vv: debug); tracebacks of internal errors.",
-        ),
-        click.Option(
-            ["-q", "--quiet"],
-            count=True,
-            expose_value=False,
-            callback=_set_quiet,
-            help="Only errors on stderr; no progress bars.",
-        ),
+        click.Option(decls, expose_value=False, callback=callback, help=help_, **kind)
+        for decls, callback, kind, help_ in (
+            (["--store"], _set_store, url, store),
+            (["--blobs"], _set_blobs, url, "Blob store URL for spilled payloads."),
+            (["-v", "--verbose"], _set_verbose, count, verbose),
+            (["-q", "--quiet"], _set_quiet, count, "Only errors on stderr; no progress bars."),
+        )
     ]
 
 
