@@ -188,16 +188,8 @@ def check_approval(
         raise ApprovalReused(run, step, f"it approves run {body.get('run')!r}")
     if body.get("head") != pending.head.hex():
         raise ApprovalReused(run, step, "it was signed against another chain head")
-    wrong = [
-        name
-        for name, want in (
-            ("step", step),
-            ("args", pending.args),
-            ("action", action),
-            ("outcome", outcome),
-        )
-        if body.get(name) != want
-    ]
+    wanted = {"step": step, "args": pending.args, "action": action, "outcome": outcome}
+    wrong = [name for name, want in wanted.items() if body.get(name) != want]
     if wrong:
         raise ApprovalWrongCall(run, step, f"its {', '.join(wrong)} differ from the pending call")
     try:

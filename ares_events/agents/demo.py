@@ -142,25 +142,15 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
     task_id = f"t-{run_id}-{agent:02d}"
     model = rng.choice(_MODELS)
 
-    def ev(type_: str, module: str, payload: dict[str, Any]) -> NewEvent:
+    def ev(type_: str, module: str, **payload: Any) -> list[NewEvent]:
         meta = {"run": run_id, "agent": agent, "task_id": task_id}
-        return NewEvent(type=type_, module=module, payload=payload, metadata=meta)
+        return [NewEvent(type=type_, module=module, payload=payload, metadata=meta)]
 
-    yield [
-        ev(
-            "session.created",
-            "runtime",
-            {"session_id": f"s-{run_id}-{agent:02d}", "user": f"user-{rng.randint(1, 99)}"},
-        )
-    ]
-    yield [ev("task.created", "runtime", {"task_id": task_id, "title": rng.choice(_TASKS)})]
-    yield [
-        ev(
-            "agent.started",
-            "runtime",
-            {"instance_id": f"i-{rng.randint(1000, 9999)}", "model": model, "attempt": 1},
-        )
-    ]
+    user = f"user-{rng.randint(1, 99)}"
+    yield ev("session.created", "runtime", session_id=f"s-{run_id}-{agent:02d}", user=user)
+    yield ev("task.created", "runtime", task_id=task_id, title=rng.choice(_TASKS))
+    instance = f"i-{rng.randint(1000, 9999)}"
+    yield ev("agent.started", "runtime", instance_id=instance, model=model, attempt=1)
     left = n - 5  # 3 above, 2 at the end
     step = 0
     tokens = 0
@@ -168,85 +158,54 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
         step += 1
         call_id = f"c-{step:04d}"
         prompt = rng.randint(200, 4000)
-        yield [
-            ev(
-                "model.call.requested",
-                "llm",
-                {
-                    "call_id": call_id,
-                    "step": step,
-                    "messages_hash": f"{rng.getrandbits(128):032x}",
-                    "params": {"model": model, "temperature": 0},
-                },
-            )
-        ]
+        yield ev(
+            "model.call.requested",
+            "llm",
+            call_id=call_id,
+            step=step,
+            messages_hash=f"{rng.getrandbits(128):032x}",
+            params={"model": model, "temperature": 0},
+        )
         left -= 1
         if left == 0:
             break
         tool = rng.choice(tuple(_TOOLS)) if left >= 4 and rng.random() < 0.7 else None
         completion = rng.randint(20, 600)
         tokens += prompt + completion
-        yield [
-            ev(
-                "model.responded",
-                "llm",
-                {
-                    "call_id": call_id,
-                    "step": step,
-                    "completion": {"finish_reason": "tool_calls" if tool else "stop"},
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
-                    "latency_ms": rng.randint(180, 4200),
-                },
-            )
-        ]
+        yield ev(
+            "model.responded",
+            "llm",
+            call_id=call_id,
+            step=step,
+            completion={"finish_reason": "tool_calls" if tool else "stop"},
+            usage={"prompt_tokens": prompt, "completion_tokens": completion},
+            latency_ms=rng.randint(180, 4200),
+        )
         left -= 1
         if tool is not None:
             arg = _TOOLS[tool][0]
-            tool_call = f"tc-{step:04d}"
-            yield [
-                ev(
-                    "tool.call.requested",
-                    "tools",
-                    {
-                        "idempotency_key": f"{run_id}-{agent:02d}:{step}",
-                        "tool_call_id": tool_call,
-                        "name": tool,
-                        "args": {arg: rng.choice(_ARGS[arg])},
-                    },
-                )
-            ]
+            ids = {
+                "idempotency_key": f"{run_id}-{agent:02d}:{step}",
+                "tool_call_id": f"tc-{step:04d}",
+            }
+            args = {arg: rng.choice(_ARGS[arg])}
+            yield ev("tool.call.requested", "tools", **ids, name=tool, args=args)
             # The result and the state change it causes are recorded together.
-            yield [
-                ev(
-                    "tool.returned",
-                    "tools",
-                    {
-                        "idempotency_key": f"{run_id}-{agent:02d}:{step}",
-                        "tool_call_id": tool_call,
-                        "result": {"bytes": rng.randint(10, 20_000)},
-                        "ok": rng.random() > 0.08,
-                        "duration_ms": rng.randint(3, 2500),
-                        "result_bytes": rng.randint(10, 20_000),
-                    },
-                ),
-                ev(
-                    "state.patched",
-                    "runtime",
-                    {"key": "step", "value": step},
-                ),
-            ]
+            yield ev(
+                "tool.returned",
+                "tools",
+                **ids,
+                result={"bytes": rng.randint(10, 20_000)},
+                ok=rng.random() > 0.08,
+                duration_ms=rng.randint(3, 2500),
+                result_bytes=rng.randint(10, 20_000),
+            ) + ev("state.patched", "runtime", key="step", value=step)
             left -= 3
         elif left > 0:
-            yield [
-                ev(
-                    "state.patched",
-                    "runtime",
-                    {"key": "notes", "value": f"step {step} done"},
-                )
-            ]
+            yield ev("state.patched", "runtime", key="notes", value=f"step {step} done")
             left -= 1
-    yield [ev("task.completed", "runtime", {"task_id": task_id, "steps": step, "tokens": tokens})]
-    yield [ev("agent.stopped", "runtime", {"reason": "task completed", "exit_code": 0})]
+    yield ev("task.completed", "runtime", task_id=task_id, steps=step, tokens=tokens)
+    yield ev("agent.stopped", "runtime", reason="task completed", exit_code=0)
 
 
 def run_demo(

@@ -164,13 +164,33 @@ class Journal:
         record_prompts: bool = True,
         approvers: Sequence[VerifierKey] = (),
     ) -> None:
-        self._setup(
-            store,
-            run_id,
-            snapshot_every=snapshot_every,
-            module=module,
-            redact=redact,
-            record_prompts=record_prompts,
+        self.store: Any = store
+        self.run_id = run_id
+        self.module = module
+        self.redact = redact
+        self.record_prompts = record_prompts
+        self.projection = RunStateProjection()
+        self.stats = JournalStats()
+        has_snaps = Capability.SNAPSHOTS in store.capabilities
+        self._snapshots = store.snapshots if has_snaps else None
+        self.state: dict[str, Any] = self.projection.initial()
+        self.version = 0
+        self.recovered_from = "empty"
+        self.resumed = False
+        self.position = 0
+        """The step the loop is at (the last step it touched; 0 before the first)."""
+        self.attempt = 0
+        """Attempt number of the last call at the current step (1 for a first attempt)."""
+        self.replaying = False
+        """True when the last call was answered (or failed) from the log, not made."""
+        self._here = 0
+        self._token = None
+        self._run_trace = None
+        self._trace_token = None
+        self._snapshotter = (
+            Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
+            if has_snaps and snapshot_every > 0
+            else None
         )
         self.approvers = tuple(approvers)
         self._opening = (code_revision, prompt_hash, gate)
@@ -303,9 +323,16 @@ class Journal:
             try:
                 raw = call(messages, dict(params or {}))
             except Exception as exc:
-                self._model_failed(step, exc)
+                self.stats.model_attempts_failed += 1
+                failed = {"step": step, "attempt": self.attempt, **failure(exc)}
+                self._append("model.call.failed", failed)
                 raise
-            completion = self._model_end(step, raw)
+            answer = reply(raw)
+            self.stats.model_calls_made += 1
+            completion, usage = answer.completion, dict(answer.usage)
+            self._append(
+                "model.responded", {"step": step, "completion": completion, "usage": usage}
+            )
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
@@ -367,10 +394,14 @@ class Journal:
             try:
                 result = call(args, key)
             except Exception as exc:
-                self._tool_failed(key, exc)
+                self.stats.tool_attempts_failed += 1
+                failed = {"step": self.position, "attempt": self.attempt, **failure(exc)}
+                self._append("tool.call.failed", {"idempotency_key": key, **failed})
                 raise
             span.content("gen_ai.tool.call.result", result)
-            return self._tool_end(key, result)
+            self.stats.tool_calls_made += 1
+            self._append("tool.returned", {"idempotency_key": key, "result": result})
+            return result
 
     def tool(
         self,
@@ -407,7 +438,12 @@ class Journal:
         Raises:
             ConfigError: the call is not in doubt.
         """
-        self._resolve(key, result, error, by, reason)
+        tc = self.state["tool_calls"].get(key)
+        if tc is None or tc["status"] != "requested":
+            raise ConfigError(f"tool call {key} is not in doubt")
+        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
+        payload["error" if error is not None else "result"] = error if error is not None else result
+        self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
 
     # -- state, interrupts, end ----------------------------------------------------------
 
@@ -418,7 +454,15 @@ class Journal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        self._patch(key, value)
+        step = self._position("patch", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "patch":
+                raise kind_divergence(self.run_id, step, rec, "a state patch")
+            self.replaying = True
+            return
+        self._new_step()
+        self._append("state.patched", {"key": key, "value": value, "step": step})
 
     def interrupt(self, reason: str) -> bool:
         """Pause the run (e.g. awaiting approval). Returns True when the run is now paused
@@ -428,7 +472,17 @@ class Journal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        paused = self._interrupt(reason)
+        step = self._position("interrupt", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "interrupt":
+                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
+            self.replaying = True
+            paused = not rec.get("resumed", False)
+        else:
+            self._new_step()
+            self._append("run.interrupted", {"reason": reason, "step": step})
+            paused = True
         if paused and self._run_trace is not None:
             self._run_trace.event(
                 "ares_events.run.interrupted", {"ares_events.journal.step": self.position}
@@ -442,7 +496,9 @@ class Journal:
         Raises:
             RunNotRunnable: the run is not paused.
         """
-        self._resume(by, reason)
+        if self.state["status"] != "paused":
+            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
+        self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
 
     def complete(self, result: Any = None) -> None:
         """Mark the run completed (idempotent).
@@ -450,57 +506,23 @@ class Journal:
         Raises:
             RunNotRunnable: the run is paused, failed, cancelled or refused.
         """
-        self._complete(result)
+        if self.state["status"] != "completed":
+            self._require_runnable()
+            self._abandon_open(self.position)
+            self._append("run.completed", {"result": result, "step": self.position})
         if self._run_trace is not None:
             self._run_trace.end(self.status)
 
     def fail(self, error: str) -> None:
         """Mark the run failed (idempotent)."""
-        self._fail(error)
+        if self.state["status"] == "running":
+            self._abandon_open(self.position)
+        if self.state["status"] != "failed":
+            self._append("run.failed", {"error": error, "step": self.position})
         if self._run_trace is not None:
             self._run_trace.end(self.status)
 
     # -- the decisions -----------------------------------------------------------------
-
-    def _setup(
-        self,
-        store: Any,
-        run_id: str,
-        *,
-        snapshot_every: int,
-        module: str,
-        redact: Redactor | None,
-        record_prompts: bool,
-    ) -> None:
-        """The fields of a journal that has not read its run yet (no I/O)."""
-        self.store = store
-        self.run_id = run_id
-        self.module = module
-        self.redact = redact
-        self.record_prompts = record_prompts
-        self.projection = RunStateProjection()
-        self.stats = JournalStats()
-        has_snaps = Capability.SNAPSHOTS in store.capabilities
-        self._snapshots = store.snapshots if has_snaps else None
-        self.state: dict[str, Any] = self.projection.initial()
-        self.version = 0
-        self.recovered_from = "empty"
-        self.resumed = False
-        self.position = 0
-        """The step the loop is at (the last step it touched; 0 before the first)."""
-        self.attempt = 0
-        """Attempt number of the last call at the current step (1 for a first attempt)."""
-        self.replaying = False
-        """True when the last call was answered (or failed) from the log, not made."""
-        self._here = 0
-        self._token = None
-        self._run_trace = None
-        self._trace_token = None
-        self._snapshotter = (
-            Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
-            if has_snaps and snapshot_every > 0
-            else None
-        )
 
     def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
         """Recover the run, then start it or pass the version gate (both append)."""
@@ -712,19 +734,6 @@ class Journal:
             payload["redacted"] = True
         self._append("model.call.requested", payload)
 
-    def _model_failed(self, step: int, exc: BaseException) -> None:
-        self.stats.model_attempts_failed += 1
-        self._append("model.call.failed", {"step": step, "attempt": self.attempt, **failure(exc)})
-
-    def _model_end(self, step: int, raw: Any) -> Any:
-        answer = reply(raw)
-        self.stats.model_calls_made += 1
-        self._append(
-            "model.responded",
-            {"step": step, "completion": answer.completion, "usage": dict(answer.usage)},
-        )
-        return answer.completion
-
     # -- tool calls ----------------------------------------------------------------------
 
     def _tool_begin(
@@ -765,16 +774,8 @@ class Journal:
             )
         if rec.get("hash") not in (None, ah):
             recorded = self._recorded_request(rec, "args")
-            raise diverged(
-                self.run_id,
-                step,
-                f"args of tool {name!r}",
-                recorded,
-                recorded_args,
-                "args",
-                rec,
-                ah,
-            )
+            what = f"args of tool {name!r}"
+            raise diverged(self.run_id, step, what, recorded, recorded_args, "args", rec, ah)
         tc = self.state["tool_calls"].get(key, {})
         status = rec.get("status")
         attempts = rec.get("attempts", [])
@@ -879,75 +880,6 @@ class Journal:
         self.stats.tool_calls_reconciled += 1
         self.replaying = True
         return result
-
-    def _tool_failed(self, key: str, exc: BaseException) -> None:
-        self.stats.tool_attempts_failed += 1
-        self._append(
-            "tool.call.failed",
-            {
-                "idempotency_key": key,
-                "step": self.position,
-                "attempt": self.attempt,
-                **failure(exc),
-            },
-        )
-
-    def _tool_end(self, key: str, result: Any) -> Any:
-        self.stats.tool_calls_made += 1
-        self._append("tool.returned", {"idempotency_key": key, "result": result})
-        return result
-
-    # -- operator verdicts, state, interrupts, end ---------------------------------------
-
-    def _resolve(self, key: str, result: Any, error: Any, by: str, reason: str | None) -> None:
-        tc = self.state["tool_calls"].get(key)
-        if tc is None or tc["status"] != "requested":
-            raise ConfigError(f"tool call {key} is not in doubt")
-        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
-        payload["error" if error is not None else "result"] = error if error is not None else result
-        self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
-
-    def _patch(self, key: str, value: Any) -> None:
-        step = self._position("patch", lambda rec: False)
-        rec = self._rec(step)
-        if rec is not None:
-            if rec.get("kind") != "patch":
-                raise kind_divergence(self.run_id, step, rec, "a state patch")
-            self.replaying = True
-            return
-        self._new_step()
-        self._append("state.patched", {"key": key, "value": value, "step": step})
-
-    def _interrupt(self, reason: str) -> bool:
-        step = self._position("interrupt", lambda rec: False)
-        rec = self._rec(step)
-        if rec is not None:
-            if rec.get("kind") != "interrupt":
-                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
-            self.replaying = True
-            return not rec.get("resumed", False)
-        self._new_step()
-        self._append("run.interrupted", {"reason": reason, "step": step})
-        return True
-
-    def _resume(self, by: str, reason: str | None) -> None:
-        if self.state["status"] != "paused":
-            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
-        self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
-
-    def _complete(self, result: Any) -> None:
-        if self.state["status"] == "completed":
-            return
-        self._require_runnable()
-        self._abandon_open(self.position)
-        self._append("run.completed", {"result": result, "step": self.position})
-
-    def _fail(self, error: str) -> None:
-        if self.state["status"] == "failed":
-            return
-        if self.state["status"] == "running":
-            self._abandon_open(self.position)
-        self._append("run.failed", {"error": error, "step": self.position})
 
 
 __all__ += ["AsyncJournal"]  # as is

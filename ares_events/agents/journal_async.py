@@ -170,13 +170,35 @@ class AsyncJournal:
     ) -> None:
         if ASYNC:
             store = async_face(store)
-        self._setup(
-            store,
-            run_id,
-            snapshot_every=snapshot_every,
-            module=module,
-            redact=redact,
-            record_prompts=record_prompts,
+        self.store: Any = store
+        self.run_id = run_id
+        self.module = module
+        self.redact = redact
+        self.record_prompts = record_prompts
+        self.projection = RunStateProjection()
+        self.stats = JournalStats()
+        has_snaps = Capability.SNAPSHOTS in store.capabilities
+        self._snapshots = store.snapshots if has_snaps else None
+        self.state: dict[str, Any] = self.projection.initial()
+        self.version = 0
+        self.recovered_from = "empty"
+        self.resumed = False
+        self.position = 0
+        """The step the loop is at (the last step it touched; 0 before the first)."""
+        self.attempt = 0
+        """Attempt number of the last call at the current step (1 for a first attempt)."""
+        self.replaying = False
+        """True when the last call was answered (or failed) from the log, not made."""
+        self._here = 0
+        self._token = None
+        self._run_trace = None
+        self._trace_token = None
+        self._snapshotter = (
+            AsyncSnapshotter(
+                store, [self.projection], every=snapshot_every, snapshots=self._snapshots
+            )
+            if has_snaps and snapshot_every > 0
+            else None
         )
         self.approvers = tuple(approvers)
         self._opening = (code_revision, prompt_hash, gate)
@@ -317,9 +339,16 @@ class AsyncJournal:
             try:
                 raw = await maybe_await(call(messages, dict(params or {})))
             except Exception as exc:
-                await self._model_failed(step, exc)
+                self.stats.model_attempts_failed += 1
+                failed = {"step": step, "attempt": self.attempt, **failure(exc)}
+                await self._append("model.call.failed", failed)
                 raise
-            completion = await self._model_end(step, raw)
+            answer = reply(raw)
+            self.stats.model_calls_made += 1
+            completion, usage = answer.completion, dict(answer.usage)
+            await self._append(
+                "model.responded", {"step": step, "completion": completion, "usage": usage}
+            )
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
@@ -381,10 +410,14 @@ class AsyncJournal:
             try:
                 result = await maybe_await(call(args, key))
             except Exception as exc:
-                await self._tool_failed(key, exc)
+                self.stats.tool_attempts_failed += 1
+                failed = {"step": self.position, "attempt": self.attempt, **failure(exc)}
+                await self._append("tool.call.failed", {"idempotency_key": key, **failed})
                 raise
             span.content("gen_ai.tool.call.result", result)
-            return await self._tool_end(key, result)
+            self.stats.tool_calls_made += 1
+            await self._append("tool.returned", {"idempotency_key": key, "result": result})
+            return result
 
     def tool(
         self,
@@ -421,7 +454,12 @@ class AsyncJournal:
         Raises:
             ConfigError: the call is not in doubt.
         """
-        await self._resolve(key, result, error, by, reason)
+        tc = self.state["tool_calls"].get(key)
+        if tc is None or tc["status"] != "requested":
+            raise ConfigError(f"tool call {key} is not in doubt")
+        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
+        payload["error" if error is not None else "result"] = error if error is not None else result
+        await self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
 
     # -- state, interrupts, end ----------------------------------------------------------
 
@@ -432,7 +470,15 @@ class AsyncJournal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        await self._patch(key, value)
+        step = self._position("patch", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "patch":
+                raise kind_divergence(self.run_id, step, rec, "a state patch")
+            self.replaying = True
+            return
+        await self._new_step()
+        await self._append("state.patched", {"key": key, "value": value, "step": step})
 
     async def interrupt(self, reason: str) -> bool:
         """Pause the run (e.g. awaiting approval). Returns True when the run is now paused
@@ -442,7 +488,17 @@ class AsyncJournal:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
         """
-        paused = await self._interrupt(reason)
+        step = self._position("interrupt", lambda rec: False)
+        rec = self._rec(step)
+        if rec is not None:
+            if rec.get("kind") != "interrupt":
+                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
+            self.replaying = True
+            paused = not rec.get("resumed", False)
+        else:
+            await self._new_step()
+            await self._append("run.interrupted", {"reason": reason, "step": step})
+            paused = True
         if paused and self._run_trace is not None:
             self._run_trace.event(
                 "ares_events.run.interrupted", {"ares_events.journal.step": self.position}
@@ -456,7 +512,9 @@ class AsyncJournal:
         Raises:
             RunNotRunnable: the run is not paused.
         """
-        await self._resume(by, reason)
+        if self.state["status"] != "paused":
+            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
+        await self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
 
     async def complete(self, result: Any = None) -> None:
         """Mark the run completed (idempotent).
@@ -464,59 +522,23 @@ class AsyncJournal:
         Raises:
             RunNotRunnable: the run is paused, failed, cancelled or refused.
         """
-        await self._complete(result)
+        if self.state["status"] != "completed":
+            self._require_runnable()
+            await self._abandon_open(self.position)
+            await self._append("run.completed", {"result": result, "step": self.position})
         if self._run_trace is not None:
             self._run_trace.end(self.status)
 
     async def fail(self, error: str) -> None:
         """Mark the run failed (idempotent)."""
-        await self._fail(error)
+        if self.state["status"] == "running":
+            await self._abandon_open(self.position)
+        if self.state["status"] != "failed":
+            await self._append("run.failed", {"error": error, "step": self.position})
         if self._run_trace is not None:
             self._run_trace.end(self.status)
 
     # -- the decisions -----------------------------------------------------------------
-
-    def _setup(
-        self,
-        store: Any,
-        run_id: str,
-        *,
-        snapshot_every: int,
-        module: str,
-        redact: Redactor | None,
-        record_prompts: bool,
-    ) -> None:
-        """The fields of a journal that has not read its run yet (no I/O)."""
-        self.store = store
-        self.run_id = run_id
-        self.module = module
-        self.redact = redact
-        self.record_prompts = record_prompts
-        self.projection = RunStateProjection()
-        self.stats = JournalStats()
-        has_snaps = Capability.SNAPSHOTS in store.capabilities
-        self._snapshots = store.snapshots if has_snaps else None
-        self.state: dict[str, Any] = self.projection.initial()
-        self.version = 0
-        self.recovered_from = "empty"
-        self.resumed = False
-        self.position = 0
-        """The step the loop is at (the last step it touched; 0 before the first)."""
-        self.attempt = 0
-        """Attempt number of the last call at the current step (1 for a first attempt)."""
-        self.replaying = False
-        """True when the last call was answered (or failed) from the log, not made."""
-        self._here = 0
-        self._token = None
-        self._run_trace = None
-        self._trace_token = None
-        self._snapshotter = (
-            AsyncSnapshotter(
-                store, [self.projection], every=snapshot_every, snapshots=self._snapshots
-            )
-            if has_snaps and snapshot_every > 0
-            else None
-        )
 
     async def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
         """Recover the run, then start it or pass the version gate (both append)."""
@@ -728,21 +750,6 @@ class AsyncJournal:
             payload["redacted"] = True
         await self._append("model.call.requested", payload)
 
-    async def _model_failed(self, step: int, exc: BaseException) -> None:
-        self.stats.model_attempts_failed += 1
-        await self._append(
-            "model.call.failed", {"step": step, "attempt": self.attempt, **failure(exc)}
-        )
-
-    async def _model_end(self, step: int, raw: Any) -> Any:
-        answer = reply(raw)
-        self.stats.model_calls_made += 1
-        await self._append(
-            "model.responded",
-            {"step": step, "completion": answer.completion, "usage": dict(answer.usage)},
-        )
-        return answer.completion
-
     # -- tool calls ----------------------------------------------------------------------
 
     async def _tool_begin(
@@ -783,16 +790,8 @@ class AsyncJournal:
             )
         if rec.get("hash") not in (None, ah):
             recorded = await self._recorded_request(rec, "args")
-            raise diverged(
-                self.run_id,
-                step,
-                f"args of tool {name!r}",
-                recorded,
-                recorded_args,
-                "args",
-                rec,
-                ah,
-            )
+            what = f"args of tool {name!r}"
+            raise diverged(self.run_id, step, what, recorded, recorded_args, "args", rec, ah)
         tc = self.state["tool_calls"].get(key, {})
         status = rec.get("status")
         attempts = rec.get("attempts", [])
@@ -899,77 +898,6 @@ class AsyncJournal:
         self.stats.tool_calls_reconciled += 1
         self.replaying = True
         return result
-
-    async def _tool_failed(self, key: str, exc: BaseException) -> None:
-        self.stats.tool_attempts_failed += 1
-        await self._append(
-            "tool.call.failed",
-            {
-                "idempotency_key": key,
-                "step": self.position,
-                "attempt": self.attempt,
-                **failure(exc),
-            },
-        )
-
-    async def _tool_end(self, key: str, result: Any) -> Any:
-        self.stats.tool_calls_made += 1
-        await self._append("tool.returned", {"idempotency_key": key, "result": result})
-        return result
-
-    # -- operator verdicts, state, interrupts, end ---------------------------------------
-
-    async def _resolve(
-        self, key: str, result: Any, error: Any, by: str, reason: str | None
-    ) -> None:
-        tc = self.state["tool_calls"].get(key)
-        if tc is None or tc["status"] != "requested":
-            raise ConfigError(f"tool call {key} is not in doubt")
-        payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
-        payload["error" if error is not None else "result"] = error if error is not None else result
-        await self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
-
-    async def _patch(self, key: str, value: Any) -> None:
-        step = self._position("patch", lambda rec: False)
-        rec = self._rec(step)
-        if rec is not None:
-            if rec.get("kind") != "patch":
-                raise kind_divergence(self.run_id, step, rec, "a state patch")
-            self.replaying = True
-            return
-        await self._new_step()
-        await self._append("state.patched", {"key": key, "value": value, "step": step})
-
-    async def _interrupt(self, reason: str) -> bool:
-        step = self._position("interrupt", lambda rec: False)
-        rec = self._rec(step)
-        if rec is not None:
-            if rec.get("kind") != "interrupt":
-                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
-            self.replaying = True
-            return not rec.get("resumed", False)
-        await self._new_step()
-        await self._append("run.interrupted", {"reason": reason, "step": step})
-        return True
-
-    async def _resume(self, by: str, reason: str | None) -> None:
-        if self.state["status"] != "paused":
-            raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
-        await self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
-
-    async def _complete(self, result: Any) -> None:
-        if self.state["status"] == "completed":
-            return
-        self._require_runnable()
-        await self._abandon_open(self.position)
-        await self._append("run.completed", {"result": result, "step": self.position})
-
-    async def _fail(self, error: str) -> None:
-        if self.state["status"] == "failed":
-            return
-        if self.state["status"] == "running":
-            await self._abandon_open(self.position)
-        await self._append("run.failed", {"error": error, "step": self.position})
 
 
 if ASYNC:

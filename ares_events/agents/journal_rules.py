@@ -19,6 +19,7 @@ from ares_events.agents.recording import (
     first_difference,
     rebuild_failure,
 )
+from ares_events.agents.run_info import FINISHED, IN_DOUBT
 
 __all__ = [
     "FINISHED",
@@ -37,8 +38,6 @@ __all__ = [
     "strict_gate",
 ]
 
-IN_DOUBT: Final = "in_doubt_tool_call"
-FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
 # A call at the loop's current step with one of these statuses and the same request is
 # another attempt of that step (live: a retry; on replay: the next recorded failure).
 SAME_STEP: Final = frozenset({"failed", "not_done", "abandoned", "requested"})

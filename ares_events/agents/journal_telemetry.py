@@ -230,17 +230,10 @@ class _NoCall:
     model = None
     capturing = False
 
-    def begun(self, journal: Any, from_log: bool) -> None:
+    def _nothing(self, *args: Any) -> None:
         """Nothing recorded."""
 
-    def content(self, key: str, value: Any) -> None:
-        """Nothing recorded."""
-
-    def usage(self, usage: Any) -> None:
-        """Nothing recorded."""
-
-    def set(self, key: str, value: Any) -> None:
-        """Nothing recorded."""
+    begun = content = usage = set = _nothing
 
     def __enter__(self) -> _NoCall:
         return self

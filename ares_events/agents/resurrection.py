@@ -274,22 +274,14 @@ def supervise_main(args: argparse.Namespace) -> int:
         agent_id = f"{args.run}-agent-{n:02d}"
         sup.register(
             agent_id,
-            [
-                sys.executable,
-                "-m",
-                "ares_events.agents.resurrection",
+            _argv(
                 "agent",
-                "--services",
-                args.services,
-                "--agent-id",
-                agent_id,
-                "--rounds",
-                str(args.rounds),
-                "--latency",
-                str(args.latency),
-                "--snapshot-every",
-                str(args.snapshot_every),
-            ],
+                services=args.services,
+                agent_id=agent_id,
+                rounds=args.rounds,
+                latency=args.latency,
+                snapshot_every=args.snapshot_every,
+            ),
         )
     sup.start()
     ok = sup.run(timeout=args.timeout)
@@ -370,10 +362,13 @@ class DemoReport:
 
 
 def _events_so_far(store: Any, run: str, agents: int) -> int:
-    total = 0
-    for n in range(agents):
-        total += store.stream_version(f"run-{run}-agent-{n:02d}")
-    return total
+    return sum(store.stream_version(f"run-{run}-agent-{n:02d}") for n in range(agents))
+
+
+def _argv(role: str, **options: object) -> list[str]:
+    """The command line of one of the demo's processes (see :func:`main`)."""
+    opts = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    return [sys.executable, "-m", "ares_events.agents.resurrection", role, *opts]
 
 
 def run_demo(
@@ -415,26 +410,16 @@ def run_demo(
     with _db(services) as c:
         for stmt in SERVICES_SCHEMA:
             c.execute(stmt)
-    cmd = [
-        sys.executable,
-        "-m",
-        "ares_events.agents.resurrection",
+    cmd = _argv(
         "supervise",
-        "--services",
-        services,
-        "--run",
-        run,
-        "--agents",
-        str(agents),
-        "--rounds",
-        str(rounds),
-        "--latency",
-        str(latency),
-        "--snapshot-every",
-        str(snapshot_every),
-        "--timeout",
-        str(timeout),
-    ]
+        services=services,
+        run=run,
+        agents=agents,
+        rounds=rounds,
+        latency=latency,
+        snapshot_every=snapshot_every,
+        timeout=timeout,
+    )
     per_agent = 2 + rounds * 7  # plus failed attempts: rate limits and lost answers
     total = agents * per_agent
     points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))

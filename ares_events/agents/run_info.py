@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.integrity.findings import Finding
+
+if TYPE_CHECKING:
+    from ares_events.core.events import RecordedEvent
 
 __all__ = [
     "FINISHED",
@@ -23,6 +26,8 @@ __all__ = [
     "RunInfo",
     "StepInfo",
     "audit",
+    "listed_under",
+    "request_of",
     "run_counts",
     "run_status",
     "steps_of",
@@ -224,11 +229,7 @@ class RunInfo:
 
     def matches(self, status: str | None) -> bool:
         """Whether this run is listed under ``status`` (None: every run)."""
-        if status is None or status == self.status:
-            return True
-        if status == "paused":
-            return self.status == "in_doubt"
-        return status == "in_doubt" and bool(self.in_doubt)
+        return listed_under(status, self.status, bool(self.in_doubt))
 
     def to_dict(self, *, steps: bool = True) -> dict[str, Any]:
         """JSON-ready form. ``counts`` holds the run's numbers; ``step_count``, ``tokens``
@@ -257,6 +258,32 @@ class RunInfo:
         if steps:
             d["steps"] = [s.to_dict() for s in self.steps]
         return d
+
+
+def listed_under(status: str | None, run_status: str, in_doubt: bool) -> bool:
+    """Whether a run of ``run_status`` (with tool calls ``in_doubt`` or not) is listed
+    under ``status`` (None: every run; see :data:`LIST_STATUSES`)."""
+    if status is None or status == run_status:
+        return True
+    if status == "paused":
+        return run_status == "in_doubt"
+    return status == "in_doubt" and in_doubt
+
+
+def request_of(e: RecordedEvent) -> dict[str, Any] | None:
+    """What the request event ``e`` of a model or tool step asked, as recorded; None for
+    another event."""
+    if e.payload_erased:
+        return {"erased": True}
+    payload = e.payload if isinstance(e.payload, dict) else {}
+    if e.type == "model.call.requested":
+        req = {"params": payload.get("params")}
+        if "messages" in payload:  # absent: only its hash is recorded
+            req["messages"] = payload["messages"]
+        return req
+    if e.type == "tool.call.requested":
+        return {"args": payload.get("args")}
+    return None
 
 
 def run_status(state: Mapping[str, Any]) -> str:
@@ -300,41 +327,22 @@ def steps_of(state: Mapping[str, Any], requests: Mapping[int, Any]) -> tuple[Ste
             if failed and rec.get("status") in ("failed", "abandoned")
             else None
         )
-        req = requests.get(rec["version"]) if isinstance(rec.get("version"), int) else None
+        status = str(rec.get("status"))
+        extra: dict[str, Any]
         if kind == "model":
             usage = state["usage_by_step"].get(k)
-            out.append(
-                StepInfo(
-                    n,
-                    kind,
-                    str(rec.get("status")),
-                    attempts,
-                    request=req,
-                    request_hash=rec.get("hash"),
-                    outcome=state["completions"].get(k),
-                    error=last_error,
-                    usage=usage,
-                    tokens=tokens_of(usage),
-                )
-            )
+            extra = {"outcome": state["completions"].get(k), "error": last_error, "usage": usage}
+            extra["tokens"] = tokens_of(usage)
         elif kind == "tool":
             call = state["tool_calls"].get(rec.get("key"), {})
-            error = call.get("error") if rec.get("status") == "error" else last_error
-            out.append(
-                StepInfo(
-                    n,
-                    kind,
-                    str(rec.get("status")),
-                    attempts,
-                    name=rec.get("name"),
-                    key=rec.get("key"),
-                    request=req,
-                    request_hash=rec.get("hash"),
-                    outcome=call.get("result"),
-                    error=error,
-                )
-            )
+            extra = {"name": rec.get("name"), "key": rec.get("key"), "outcome": call.get("result")}
+            extra["error"] = call.get("error") if status == "error" else last_error
         else:
             detail = rec.get("key") if kind == "patch" else rec.get("reason")
-            out.append(StepInfo(n, kind, str(rec.get("status")), detail=detail))
+            out.append(StepInfo(n, kind, status, detail=detail))
+            continue
+        req = requests.get(rec["version"]) if isinstance(rec.get("version"), int) else None
+        out.append(
+            StepInfo(n, kind, status, attempts, request=req, request_hash=rec.get("hash"), **extra)
+        )
     return tuple(out)

@@ -35,6 +35,7 @@ from ares_events.agents.run_info import (
     RunInfo,
     StepInfo,
     audit,
+    request_of,
     run_counts,
     run_status,
     steps_of,
@@ -96,19 +97,9 @@ async def _requests(
         return found
     async with aclosing_iter(store.read(run_id, min(wanted), max(wanted))) as events:
         async for e in events:
-            if e.version not in wanted:
-                continue
-            if e.payload_erased:
-                found[e.version] = {"erased": True}
-                continue
-            payload = e.payload if isinstance(e.payload, dict) else {}
-            if e.type == "model.call.requested":
-                req = {"params": payload.get("params")}
-                if "messages" in payload:
-                    req["messages"] = payload["messages"]
+            req = request_of(e) if e.version in wanted else None
+            if req is not None:
                 found[e.version] = req
-            elif e.type == "tool.call.requested":
-                found[e.version] = {"args": payload.get("args")}
     return found
 
 

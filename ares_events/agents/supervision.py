@@ -58,10 +58,6 @@ __all__ = [
 MODULE = "supervisor"
 
 
-def _snaps(store: EventStore) -> Any:
-    return store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-
-
 def restore(
     store: EventStore,
     agent_id: str,
@@ -78,7 +74,7 @@ def restore(
         store,
         agent_id,
         projection or AgentStateProjection(),
-        snapshots=_snaps(store),
+        snapshots=store.snapshots if Capability.SNAPSHOTS in store.capabilities else None,
         max_replay=max_replay,
     )
 
@@ -149,9 +145,7 @@ def backoff_delay(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> floa
 
 def heartbeat(path: str | os.PathLike[str]) -> None:
     """Agent side: touch the heartbeat file the supervisor watches."""
-    p = Path(path)
-    p.touch()
-    os.utime(p)
+    Path(path).touch()  # an existing file's mtime is set to now
 
 
 @dataclass(slots=True)
@@ -351,10 +345,9 @@ class ProcessSupervisor:
     def settled(self) -> bool:
         """True when every agent finished, stopped or was given up on."""
         return all(
-            a.finished or a.stopped or a.gave_up
+            a.proc is None and not a.resurrecting and (a.finished or a.stopped or a.gave_up)
             for a in self.agents.values()
-            if a.proc is None and not a.resurrecting
-        ) and all(a.proc is None and not a.resurrecting for a in self.agents.values())
+        )
 
     def run(self, *, tick: float = 0.05, timeout: float | None = None) -> bool:
         """Supervise until settled (or ``timeout``); returns True when settled."""

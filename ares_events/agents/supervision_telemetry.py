@@ -10,6 +10,7 @@ It may import the core.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from ares_events.core import telemetry
@@ -32,79 +33,58 @@ def cause_kind(cause: str) -> str:
     return "other"
 
 
-def death(agent_id: str, cause: str) -> None:
-    """An agent died: a span event (with its id and cause) and a counted death."""
+def _emit(event: str, attrs: dict[str, Any], measure: Callable[[Any], object]) -> None:
+    """``event`` on the current span and ``measure(instruments)`` when metrics are on."""
     tel = telemetry.current()
     if tel is None:
         return
-    kind = cause_kind(cause)
-    tel.add_event(
-        "ares_events.agent.death",
-        {"ares_events.agent.id": agent_id, "ares_events.death.cause": kind},
-    )
+    tel.add_event(event, attrs)
     if tel.metrics is not None:
-        tel.metrics.deaths.add(1, {"ares_events.death.cause": kind})
+        measure(tel.metrics)
+
+
+def death(agent_id: str, cause: str) -> None:
+    """An agent died: a span event (with its id and cause) and a counted death."""
+    kind = cause_kind(cause)
+    attrs = {"ares_events.agent.id": agent_id, "ares_events.death.cause": kind}
+    _emit(
+        "ares_events.agent.death",
+        attrs,
+        lambda m: m.deaths.add(1, {"ares_events.death.cause": kind}),
+    )
 
 
 def resurrection(agent_id: str, attempt: int) -> None:
     """An agent was resurrected."""
-    tel = telemetry.current()
-    if tel is None:
-        return
-    tel.add_event(
-        "ares_events.agent.resurrection",
-        {"ares_events.agent.id": agent_id, "ares_events.attempt": attempt},
-    )
-    if tel.metrics is not None:
-        tel.metrics.resurrections.add(1)
+    attrs = {"ares_events.agent.id": agent_id, "ares_events.attempt": attempt}
+    _emit("ares_events.agent.resurrection", attrs, lambda m: m.resurrections.add(1))
 
 
 def backoff(agent_id: str, attempt: int, delay: float) -> None:
     """A supervisor waits ``delay`` seconds before resurrecting an agent."""
-    tel = telemetry.current()
-    if tel is None:
-        return
-    tel.add_event(
-        "ares_events.supervisor.backoff",
-        {
-            "ares_events.agent.id": agent_id,
-            "ares_events.attempt": attempt,
-            "ares_events.backoff.seconds": delay,
-        },
-    )
-    if tel.metrics is not None:
-        tel.metrics.backoff.record(delay)
+    attrs = {
+        "ares_events.agent.id": agent_id,
+        "ares_events.attempt": attempt,
+        "ares_events.backoff.seconds": delay,
+    }
+    _emit("ares_events.supervisor.backoff", attrs, lambda m: m.backoff.record(delay))
 
 
 def flapping(agent_id: str, deaths: int, rule: tuple[int, float]) -> None:
     """An agent is flapping (``deaths`` deaths within the rule's window)."""
-    tel = telemetry.current()
-    if tel is None:
-        return
-    tel.add_event(
-        "ares_events.agent.flapping",
-        {
-            "ares_events.agent.id": agent_id,
-            "ares_events.deaths": deaths,
-            "ares_events.flap.deaths": rule[0],
-            "ares_events.flap.window_s": float(rule[1]),
-        },
-    )
-    if tel.metrics is not None:
-        tel.metrics.flapping.add(1)
+    attrs = {
+        "ares_events.agent.id": agent_id,
+        "ares_events.deaths": deaths,
+        "ares_events.flap.deaths": rule[0],
+        "ares_events.flap.window_s": float(rule[1]),
+    }
+    _emit("ares_events.agent.flapping", attrs, lambda m: m.flapping.add(1))
 
 
 def gave_up(agent_id: str, restarts: int) -> None:
     """An agent reached the restart cap and is left dead."""
-    tel = telemetry.current()
-    if tel is None:
-        return
-    tel.add_event(
-        "ares_events.agent.gave_up",
-        {"ares_events.agent.id": agent_id, "ares_events.restarts": restarts},
-    )
-    if tel.metrics is not None:
-        tel.metrics.gave_up.add(1)
+    attrs = {"ares_events.agent.id": agent_id, "ares_events.restarts": restarts}
+    _emit("ares_events.agent.gave_up", attrs, lambda m: m.gave_up.add(1))
 
 
 def supervising(agents: int) -> Any:

@@ -5,19 +5,12 @@ Exit codes: 0 clean, 1 findings, 2 usage or configuration error, 3 store unavail
 5 conflict (another writer changed the store first: run the command again).
 
 What lives here: :mod:`~ares_events.cli.common` (the click group ``cli``, ``App``,
-``json_option``, ``pass_app``, the ``EXIT_*`` codes and the shared display helpers), one
-module per command group, each registering its commands on the group when imported
-(:mod:`~ares_events.cli.inspect`: init, streams, tail, verify, audit;
-:mod:`~ares_events.cli.state`: recover, snapshot, rebuild; :mod:`~ares_events.cli.blobs`:
-gc-blobs; :mod:`~ares_events.cli.anchors`: anchor; :mod:`~ares_events.cli.demo`: demo;
-:mod:`~ares_events.cli.bench`: bench; :mod:`~ares_events.cli.runs`: runs list, show,
-resolve, resume, cancel; :mod:`~ares_events.cli.proofs`: keygen, checkpoint, prove,
-verify-proof; :mod:`~ares_events.cli.records`: export, verify-record;
-:mod:`~ares_events.cli.erasure`: erase; :mod:`~ares_events.cli.witness`:
-witness; :mod:`~ares_events.cli.console`: ui; :mod:`~ares_events.archive.cli`: archive;
-:mod:`~ares_events.cli.cells`: cells), :mod:`~ares_events.cli.terminal` (what reaches the
-terminal: store content made visible, tables that never cut an id), and here :func:`main`,
-which maps errors to exit codes (and to one JSON object with ``--json``).
+``json_option``, ``pass_app``, the ``EXIT_*`` codes and the shared display helpers),
+:mod:`~ares_events.cli.terminal` (what reaches the terminal: store content made visible,
+tables that never cut an id), one module per command group, each registering its commands
+on the group when imported below (``archive`` lives in :mod:`~ares_events.archive.cli`),
+and here :func:`main`, which maps errors to exit codes (and to one JSON object with
+``--json``).
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.
@@ -101,11 +94,6 @@ logger = logging.getLogger(__name__)
 install_global_options(cli)  # --store, --blobs, -v, -q after the subcommand too
 
 
-def _one_line(app: App, message: str) -> str:
-    # One line: driver messages (e.g. libpq's) may span several.
-    return app.scrub(" ".join(message.split()))
-
-
 def _wants_json(app: App, argv: list[str] | None) -> bool:
     """``--json`` was asked for, also when parsing failed before the option was read."""
     if app.json_requested or app.json_default:
@@ -128,7 +116,8 @@ def _fail(
     one ``{"error": {...}}`` object on stdout (unless the command's object is out
     already); return the exit code. No secret of the configuration reaches either."""
     app.remember_configured_secrets()
-    line = _one_line(app, str(exc) if message is None else message)
+    # One line: driver messages (e.g. libpq's) may span several.
+    line = app.scrub(" ".join((str(exc) if message is None else message).split()))
     if human is None:
         click.echo(f"{PROG}: error: {visible(line)}", err=True)
     else:
@@ -137,6 +126,28 @@ def _fail(
         error = {"kind": kind, "type": type(exc).__name__, "message": line, "exit_code": code}
         app.json({"error": error})
     return code
+
+
+_EXIT_BY_ERROR: tuple[tuple[type[AresError] | tuple[type[AresError], ...], str, int], ...] = (
+    ((ConfigError, MissingDependencyError), "config", EXIT_USAGE),
+    ((InvalidEvent, EventNotFound), "usage", EXIT_USAGE),
+    (StoreError, "unavailable", EXIT_UNAVAILABLE),
+    (
+        (
+            ChainIntegrityError,
+            SnapshotMismatch,
+            BlobError,
+            ReplayCapExceeded,
+            ProofError,
+            PayloadErased,
+        ),
+        "findings",
+        EXIT_FINDINGS,
+    ),
+    (ConcurrencyError, "conflict", EXIT_CONFLICT),  # another writer got there first: run it again
+    (AresError, "error", EXIT_USAGE),  # reported as usage, named by its class
+)
+"""(classes, JSON ``kind``, exit code) of library errors, the first match wins."""
 
 
 def _usage_text(exc: click.UsageError) -> str:
@@ -177,29 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(app, argv, exc, kind, exc.exit_code, exc.format_message())
     except click.Abort as exc:
         return _fail(app, argv, exc, "aborted", 130, "aborted")
-    except (ConfigError, MissingDependencyError) as exc:
-        return _fail(app, argv, exc, "config", EXIT_USAGE)
-    except (InvalidEvent, EventNotFound) as exc:
-        return _fail(app, argv, exc, "usage", EXIT_USAGE)
     except ArchiveError as exc:  # an archived segment missing or altered: a finding
         if exc.kind in ("missing", "corrupted", "unreadable"):
             return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
         return _fail(app, argv, exc, "unavailable", EXIT_UNAVAILABLE)
-    except StoreError as exc:
-        return _fail(app, argv, exc, "unavailable", EXIT_UNAVAILABLE)
-    except (
-        ChainIntegrityError,
-        SnapshotMismatch,
-        BlobError,
-        ReplayCapExceeded,
-        ProofError,
-        PayloadErased,
-    ) as exc:
-        return _fail(app, argv, exc, "findings", EXIT_FINDINGS)
-    except ConcurrencyError as exc:  # another writer got there first: run it again
-        return _fail(app, argv, exc, "conflict", EXIT_CONFLICT)
     except AresError as exc:
-        return _fail(app, argv, exc, "usage", EXIT_USAGE, f"{type(exc).__name__}: {exc}")
+        kind, code = next((k, c) for cls, k, c in _EXIT_BY_ERROR if isinstance(exc, cls))
+        message = f"{type(exc).__name__}: {exc}" if kind == "error" else None
+        return _fail(app, argv, exc, "usage" if kind == "error" else kind, code, message)
     except BrokenPipeError:
         return EXIT_OK  # the reader went away (ares-events tail ... | head)
     except Exception as exc:

@@ -5,7 +5,6 @@ the anchors there.
 from __future__ import annotations
 
 import click
-from rich.text import Text
 
 from ares_events.cli.common import (
     EXIT_FINDINGS,
@@ -19,6 +18,7 @@ from ares_events.cli.common import (
     load_vkeys,
     pass_app,
     text,
+    verdict,
 )
 from ares_events.core.recorder import backend_of
 from ares_events.integrity.checkpoints import b64
@@ -115,15 +115,9 @@ def anchor_cmd(
             app.json({"store": store_url, **report.to_dict()})
         else:
             keys_note = " (keys recorded in the store)" if report.keys_from == "store" else ""
+            line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}"
             app.out.print(
-                Text.assemble(
-                    (
-                        "ok " if report.ok else "FINDINGS ",
-                        "bold green" if report.ok else "bold red",
-                    ),
-                    f"{report.anchors_checked} signed checkpoint(s) in {report.location}"
-                    f"{keys_note}, {len(report.findings)} finding(s)",
-                )
+                verdict(report.ok, f"{line}{keys_note}, {len(report.findings)} finding(s)")
             )
             if not report.ok:
                 _print_findings(app, report.findings)

@@ -2,47 +2,16 @@
 options, exit codes and display helpers.
 
 The store comes from ``--store``, else ``ARES_STORE_URL``, else ``sqlite:///ares-events.db``
-in the working directory; the CLI says on stderr which store it opened (password
-redacted). The environment is read only through :meth:`ares_events.Settings.from_env`.
+in the working directory (the environment is read only through
+:meth:`ares_events.Settings.from_env`). Reporting commands never create nor write what
+they report on (:meth:`App.open`). The global options are accepted before the subcommand
+and after it (:func:`install_global_options`).
 
-Reporting commands never create what they report on: :meth:`App.open` opens an existing
-store only (``create=False``; a missing SQLite file or an empty PostgreSQL schema is
-"no store at ...", exit 3). Only ``init``, ``demo`` and ``bench`` pass ``create=True``.
-Inspection never writes: :meth:`App.open` opens the store read-only unless the command
-passes ``write=True`` (SQLite ``query_only`` connections, PostgreSQL read-only
-transactions), so a reporting command that tried to write fails loudly instead.
-
-The global options (``--store``, ``--blobs``, ``--json``, ``-v``, ``-q``) are accepted before
-the subcommand and after it (:func:`install_global_options` adds them to every command).
-
-Adding a command is a local edit: one function in the module of its command group
-(``ares_events/cli/<group>.py``, imported by ``ares_events/cli/__init__.py``), decorated
-like the existing ones::
-
-    @cli.command()
-    @json_option
-    @pass_app
-    def frobnicate(app: App, as_json: bool) -> int:
-        '''One line saying what it does.
-
-        \b
-        Example:
-          ares-events frobnicate --json
-        '''
-        with app.open() as store:
-            data = {...}
-        if as_json:
-            app.json(data)
-        else:
-            app.out.print(...)
-        return EXIT_OK
-
-Raise library errors freely: :func:`ares_events.cli.main` maps them to exit codes and
-prints one line (and, with ``--json``, one JSON object ``{"error": {...}}`` on stdout).
-
-Store content is whoever wrote it: put it in a table or a line as :func:`text` (or
-:func:`visible`), never as a bare ``str`` (rich would read ``[...]`` in it as markup), and
-print tables with :meth:`App.table` (ids are never cut; :mod:`.terminal`).
+A command is one function in the module of its command group, decorated like the others
+(``@cli.command()``, ``@json_option``, ``@pass_app``); it raises library errors freely
+(:func:`ares_events.cli.main` maps them to exit codes). Store content is whoever wrote
+it: print it as :func:`text` or :func:`visible`, never as a bare ``str`` (rich would read
+``[...]`` in it as markup), and tables with :meth:`App.table` (ids are never cut).
 
 It may import anything below the CLI; never a command module.
 """
@@ -50,6 +19,7 @@ It may import anything below the CLI; never a command module.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import logging
 import sys
 from collections.abc import Iterator
@@ -90,6 +60,7 @@ __all__ = [
     "load_vkeys",
     "pass_app",
     "text",
+    "verdict",
     "visible",
 ]
 
@@ -232,9 +203,8 @@ class App:
         settings = Settings.from_env()
         url = self.store_opt or settings.store_url or DEFAULT_CLI_STORE
         blobs = self.blobs_opt or settings.blobs_url
-        self._remember_secrets(url, settings)
-        self._remember_secrets(blobs, settings)
-        self._remember_secrets(settings.cache_url, settings)
+        for u in (url, blobs, settings.cache_url):
+            self._remember_secrets(u, settings)
         if blobs is not None:
             options["blobs"] = blobs
         if settings.cache_url is not None:
@@ -299,6 +269,14 @@ def load_signing_key(app: App, key_file: str | None, *, required: bool) -> Signi
     app.secrets.add(text)
     app.secrets.add(text.rsplit("+", 1)[-1])
     return key
+
+
+def os_user() -> str:
+    """The OS user's name (who acts, by default), or ``unknown``."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment
+        return "unknown"
 
 
 def read_text(file: str) -> str:
@@ -405,35 +383,18 @@ def _set_quiet(ctx: click.Context, _param: click.Parameter, value: int) -> None:
 def _global_params() -> list[click.Option]:
     """``--store``, ``--blobs``, ``-v`` and ``-q`` as a subcommand accepts them (after
     its name); they set the same :class:`App` fields as the group's options."""
+    url: dict[str, Any] = {"metavar": "URL"}
+    count: dict[str, Any] = {"count": True}
+    store = "Event store URL (also accepted before the subcommand)."
+    verbose = "More log output on stderr (-vv: debug); tracebacks of internal errors."
     return [
-        click.Option(
-            ["--store"],
-            metavar="URL",
-            expose_value=False,
-            callback=_set_store,
-            help="Event store URL (also accepted before the subcommand).",
-        ),
-        click.Option(
-            ["--blobs"],
-            metavar="URL",
-            expose_value=False,
-            callback=_set_blobs,
-            help="Blob store URL for spilled payloads.",
-        ),
-        click.Option(
-            ["-v", "--verbose"],
-            count=True,
-            expose_value=False,
-            callback=_set_verbose,
-            help="More log output on stderr (-vv: debug); tracebacks of internal errors.",
-        ),
-        click.Option(
-            ["-q", "--quiet"],
-            count=True,
-            expose_value=False,
-            callback=_set_quiet,
-            help="Only errors on stderr; no progress bars.",
-        ),
+        click.Option(decls, expose_value=False, callback=callback, help=help_, **kind)
+        for decls, callback, kind, help_ in (
+            (["--store"], _set_store, url, store),
+            (["--blobs"], _set_blobs, url, "Blob store URL for spilled payloads."),
+            (["-v", "--verbose"], _set_verbose, count, verbose),
+            (["-q", "--quiet"], _set_quiet, count, "Only errors on stderr; no progress bars."),
+        )
     ]
 
 
@@ -495,34 +456,33 @@ def _grouped(findings: list[Finding]) -> list[tuple[Finding, int, int | None]]:
     return rows
 
 
-def _findings_table(findings: list[Finding]) -> Table:
+def _print_findings(app: App, findings: list[Finding]) -> None:
     table = Table(title="findings", title_justify="left")
     table.add_column("kind", style="red", no_wrap=True)
     table.add_column("stream", no_wrap=True)  # whole: it goes into the next command
     table.add_column("version", justify="right", no_wrap=True)
     table.add_column("detail", overflow="fold", min_width=12)
-    for f, n, last in _grouped(findings)[:MAX_FINDINGS_SHOWN]:
+    rows = _grouped(findings)
+    for f, n, last in rows[:MAX_FINDINGS_SHOWN]:
         where = "" if f.version is None else str(f.version)
         if n > 1:
             where = f"{f.version}..{last} ({n})"
-        table.add_row(
-            text(f.kind),
-            text(f.stream_id if f.stream_id is not None else "(store)"),
-            where,
-            text(f.detail),
-        )
-    return table
-
-
-def _print_findings(app: App, findings: list[Finding]) -> None:
-    app.table(_findings_table(findings))
-    rows = len(_grouped(findings))
-    if rows > MAX_FINDINGS_SHOWN:
-        app.out.print(f"… and {rows - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
+        stream = f.stream_id if f.stream_id is not None else "(store)"
+        table.add_row(text(f.kind), text(stream), where, text(f.detail))
+    app.table(table)
+    if len(rows) > MAX_FINDINGS_SHOWN:
+        app.out.print(f"… and {len(rows) - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
 
 
 def _status(ok: bool) -> Text:
     return Text("ok", style="green") if ok else Text("FINDINGS", style="bold red")
+
+
+def verdict(ok: bool, line: str, good: str = "ok", bad: str = "FINDINGS") -> Text:
+    """``line`` (made visible) after a green ``good`` or a red ``bad``."""
+    return Text.assemble(
+        (f"{good if ok else bad} ", "bold green" if ok else "bold red"), text(line)
+    )
 
 
 # -- the command group --------------------------------------------------------------------

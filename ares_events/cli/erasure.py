@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import getpass
-
 import click
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
-
-
-def _who() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no user name in this environment
-        return "unknown"
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass_app, text
 
 
 @cli.command(name="erase")
@@ -47,7 +38,7 @@ def erase_cmd(
     from ares_events.projections.erasure import erase
 
     with app.open(write=True) as store:
-        report = erase(store, stream, version, reason=reason, by=by or _who())
+        report = erase(store, stream, version, reason=reason, by=by or os_user())
         url = store.url
     if as_json:
         app.json({"store": url, **report.to_dict()})

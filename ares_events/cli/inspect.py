@@ -23,6 +23,7 @@ from ares_events.cli.common import (
     load_vkeys,
     pass_app,
     text,
+    verdict,
     visible,
 )
 from ares_events.core.events import RecordedEvent
@@ -275,33 +276,13 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     if as_json:
         app.json(report.to_dict())
     elif report.ok:
-        app.out.print(
-            Text.assemble(
-                ("ok ", "bold green"),
-                text(
-                    f"{stream}: {report.events_checked} events, chain intact, "
-                    f"head at version {report.head_version}"
-                ),
-            )
-        )
+        line = f"{report.events_checked} events, chain intact, head at version"
+        app.out.print(verdict(True, f"{stream}: {line} {report.head_version}"))
     else:
-        app.out.print(
-            Text.assemble(
-                ("FINDINGS ", "bold red"),
-                text(
-                    f"{stream}: {len(report.findings)} finding(s) in "
-                    f"{report.events_checked} events (head says version {report.head_version})"
-                ),
-            )
-        )
+        line = f"{len(report.findings)} finding(s) in {report.events_checked} events"
+        app.out.print(verdict(False, f"{stream}: {line} (head says version {report.head_version})"))
         _print_findings(app, report.findings)
     return EXIT_OK if report.ok else EXIT_FINDINGS
-
-
-def _trusted_keys(vkeys: tuple[str, ...]) -> list[Any] | None:
-    """Verifier keys for signed checkpoints: --vkey, else ARES_LOG_VKEY, else None (the
-    audit then uses the keys the store recorded)."""
-    return load_vkeys(vkeys, required=False) or None
 
 
 @cli.command(name="audit")
@@ -355,7 +336,8 @@ def audit_cmd(
             deep=deep,
             progress=progress,
             anchors=anchors_url,
-            anchor_keys=_trusted_keys(vkeys),
+            # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
+            anchor_keys=load_vkeys(vkeys, required=False) or None,
         )
         url = store.url
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})

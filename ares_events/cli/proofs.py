@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
 from ares_events.cli.common import (
     EXIT_FINDINGS,
@@ -29,6 +28,7 @@ from ares_events.cli.common import (
     pass_app,
     read_text,
     text,
+    verdict,
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
@@ -298,17 +298,11 @@ def verify_proof_cmd(
             if check.kind == "inclusion"
             else f"growth from size {check.details['old_size']}"
         )
-        app.out.print(
-            Text.assemble(
-                ("valid ", "bold green"),
-                f"{check.kind} proof: {what} in {check.origin} at size {check.tree_size} "
-                f"(signed by {', '.join(check.signed_by)})",
-            )
-        )
+        signed = f"(signed by {', '.join(check.signed_by)})"
+        line = f"{check.kind} proof: {what} in {check.origin} at size {check.tree_size} {signed}"
+        app.out.print(verdict(True, line, good="valid"))
     else:
-        app.out.print(
-            Text.assemble(("INVALID ", "bold red"), f"{check.kind} proof: {check.reason}")
-        )
+        app.out.print(verdict(False, f"{check.kind} proof: {check.reason}", bad="INVALID"))
     return EXIT_OK if check.ok else EXIT_FINDINGS
 
 

@@ -25,6 +25,7 @@ from ares_events.cli.common import (
     load_signing_key,
     load_vkeys,
     pass_app,
+    verdict,
 )
 from ares_events.stores.settings import Settings
 
@@ -179,15 +180,13 @@ def verify_record_cmd(
         return EXIT_FINDINGS if bad else EXIT_OK
     if rep.ok:
         cp = rep.checkpoint or {}
-        app.out.print(
-            Text.assemble(
-                ("verified ", "bold green"),
-                f"{rep.form} record of {rep.stream}: {rep.events} event(s) "
-                f"({rep.redacted} redacted, {rep.erased} erased), signed by {rep.signed_by}, "
-                f"in log {cp.get('origin')} at size {cp.get('size')}, "
-                f"{len(rep.approvals)} signed approval(s)",
-            )
+        line = (
+            f"{rep.form} record of {rep.stream}: {rep.events} event(s) "
+            f"({rep.redacted} redacted, {rep.erased} erased), signed by {rep.signed_by}, "
+            f"in log {cp.get('origin')} at size {cp.get('size')}, "
+            f"{len(rep.approvals)} signed approval(s)"
         )
+        app.out.print(verdict(True, line, good="verified"))
     else:
         table = Table(title="findings", title_justify="left")
         for col in ("kind", "version", "detail"):

@@ -10,7 +10,6 @@ run that changed meanwhile fails (exit 1) instead of acting on a stale view.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -44,6 +43,7 @@ from ares_events.cli.common import (
     cli,
     json_option,
     load_signing_key,
+    os_user,
     pass_app,
     text,
 )
@@ -60,13 +60,6 @@ _STATUS_STYLE = {
     "refused": "red",
 }
 _CELL = 48
-
-
-def _who() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no user name in this environment
-        return "unknown"
 
 
 def _json_text(value: Any) -> str:
@@ -419,7 +412,7 @@ def runs_resolve(
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
     key = _approver(app, key_file)
-    who = by or (key.name if key is not None else _who())
+    who = by or (key.name if key is not None else os_user())
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open(write=True) as store, _operator_errors(run, "resolving it"):
         if key is not None:
@@ -473,7 +466,7 @@ def runs_resume(
     a call that needs approval only under such an approval, once).
     """
     key = _approver(app, key_file)
-    who = by or (key.name if key is not None else _who())
+    who = by or (key.name if key is not None else os_user())
     signed: dict[str, Any] = {}
     with app.open(write=True) as store, _operator_errors(run, "resuming it"):
         if key is not None:
@@ -504,7 +497,7 @@ def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json:
     Example:
       ares-events runs cancel run-42 --reason "superseded by run-43"
     """
-    who = by or _who()
+    who = by or os_user()
     with app.open(write=True) as store, _operator_errors(run, "cancelling it"):
         info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
         url = store.url

@@ -23,24 +23,20 @@ from ares_events.cli.common import (
     json_option,
     pass_app,
     text,
+    verdict,
     visible,
 )
 from ares_events.errors import AresError
 
 
-def _projection_names() -> list[str]:
-    """Names of the built-in projections (``recover``, ``snapshot``, ``rebuild``)."""
-    from ares_events.projections import BUILTIN
-
-    return sorted(BUILTIN)
-
-
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
     """``--projection NAME`` over the built-in projections."""
+    from ares_events.projections import BUILTIN
+
     return click.option(
         "--projection",
         "projection",
-        type=click.Choice(_projection_names()),
+        type=click.Choice(sorted(BUILTIN)),
         default=default,
         show_default=default is not None,
         help="Built-in projection to fold"
@@ -433,13 +429,8 @@ def rebuild_cmd(
             app.json(dict(diff.to_dict(), store=url))
             return EXIT_OK if diff.ok else EXIT_FINDINGS
         if diff.ok:
-            app.out.print(
-                Text.assemble(
-                    ("ok ", "bold green"),
-                    f"{projection}: {diff.rows_compared} row(s) equal a fresh rebuild "
-                    f"up to position {diff.position}",
-                )
-            )
+            line = f"{diff.rows_compared} row(s) equal a fresh rebuild up to position"
+            app.out.print(verdict(True, f"{projection}: {line} {diff.position}"))
             return EXIT_OK
         table = Table(
             title=f"{projection}: read model differs from a fresh rebuild "

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
 from ares_events.cli.common import (
     EXIT_FINDINGS,
@@ -22,6 +21,7 @@ from ares_events.cli.common import (
     pass_app,
     read_text,
     text,
+    verdict,
 )
 from ares_events.errors import WitnessRefused
 from ares_events.integrity.checkpoints import b64, unb64_hash
@@ -153,9 +153,7 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
             extra = (
                 f" (last cosigned size: {exc.latest_size})" if exc.latest_size is not None else ""
             )
-            app.out.print(
-                Text.assemble(("REFUSED ", "bold red"), f"{exc.status}: {exc.reason}{extra}")
-            )
+            app.out.print(verdict(False, f"{exc.status}: {exc.reason}{extra}", bad="REFUSED"))
         return EXIT_FINDINGS
     if as_json:
         app.json(

@@ -230,10 +230,10 @@ class ConsoleApp:
             "/proof": self._proof,
             "/projections": self._projections,
         }
-        routes = [Route(p, self._get(fn), methods=["GET"]) for p, fn in get.items()]
+        routes = [Route(p, self._endpoint(fn), methods=["GET"]) for p, fn in get.items()]
         routes += [
-            Route("/audit", self._post(self._audit), methods=["POST"]),
-            Route("/action", self._post(self._action), methods=["POST"]),
+            Route("/audit", self._endpoint(self._audit, form=True), methods=["POST"]),
+            Route("/action", self._endpoint(self._action, form=True), methods=["POST"]),
             Route("/live", self._live_stream, methods=["GET"]),
             Route("/static/{name}", self._static_file, methods=["GET"]),
         ]
@@ -270,25 +270,15 @@ class ConsoleApp:
     def _chrome(self) -> views.Chrome:
         return views.Chrome(self.store.url, self.actions, self._csrf, self.signer)
 
-    def _get(
-        self, fn: Callable[[dict[str, str]], _Page | Response]
+    def _endpoint(
+        self, fn: Callable[[dict[str, str]], _Page | Response], *, form: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            fragment = request.headers.get("x-ares-fragment") == "1"
             try:
+                if form:  # a POST: the whole page, after the form's checks
+                    return await self._call(self._render, fn, await self._form(request), False)
+                fragment = request.headers.get("x-ares-fragment") == "1"
                 return await self._call(self._render, fn, dict(request.query_params), fragment)
-            except _Refused as r:
-                return refusal(r.status, r.text)
-
-        return endpoint
-
-    def _post(
-        self, fn: Callable[[dict[str, str]], _Page | Response]
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                form = await self._form(request)
-                return await self._call(self._render, fn, form, False)
             except _Refused as r:
                 return refusal(r.status, r.text)
 

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ares_events.agents.approvals import APPROVAL_REASON
 from ares_events.agents.journal_errors import RunNotFound
-from ares_events.agents.run_info import RunCounts, StepInfo, run_counts, run_status, steps_of
+from ares_events.agents.run_info import (
+    RunCounts,
+    StepInfo,
+    listed_under,
+    request_of,
+    run_counts,
+    run_status,
+    steps_of,
+)
 from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, RecordedEvent
 from ares_events.core.iterators import closing_iter, first
@@ -191,11 +198,7 @@ class RunSummary:
 
     def matches(self, status: str | None) -> bool:
         """Whether this run is listed under ``status`` (as ``RunInfo.matches``)."""
-        if status is None or status == self.status:
-            return True
-        if status == "paused":
-            return self.status == "in_doubt"
-        return status == "in_doubt" and bool(self.in_doubt)
+        return listed_under(status, self.status, bool(self.in_doubt))
 
 
 def summarize(store: EventStore, run_id: str) -> RunSummary:
@@ -334,9 +337,6 @@ def run_rows(
     last = after
     for sid, _head in page:
         last = sid
-        opening = first(store.read(sid, 1, limit=1))
-        if opening is None or opening.type != "run.started":
-            continue
         try:
             got = cache.get(store, sid)
         except RunNotFound:
@@ -374,23 +374,9 @@ def load_requests(store: EventStore, run_id: str, steps: list[StepInfo]) -> dict
     found: dict[int, Any] = {}
     if not versions:
         return found
-    wanted = set(versions)
-    lo, hi = min(wanted), max(wanted)
-    for e in _range(store, run_id, lo, hi):
-        if e.version not in wanted:
-            continue
-        step = versions[e.version]
-        if e.payload_erased:
-            found[step] = {"erased": True}
-            continue
-        payload = e.payload if isinstance(e.payload, dict) else {}
-        if e.type == "model.call.requested":
-            found[step] = {k: payload[k] for k in ("messages", "params") if k in payload}
-        elif e.type == "tool.call.requested":
-            found[step] = {"args": payload.get("args")}
+    with closing_iter(store.read(run_id, min(versions), max(versions))) as events:
+        for e in events:
+            req = request_of(e) if e.version in versions else None
+            if req is not None:
+                found[versions[e.version]] = req
     return found
-
-
-def _range(store: EventStore, run_id: str, lo: int, hi: int) -> Iterator[RecordedEvent]:
-    with closing_iter(store.read(run_id, lo, hi)) as events:
-        yield from events

@@ -18,7 +18,13 @@ from ares_events.agents.runs import StepInfo
 from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import RunSummary, page_of_step
-from ares_events.ui.views import Chrome, findings_table, header, join_inputs, status_text
+from ares_events.ui.views import (
+    Chrome,
+    findings_table,
+    join_inputs,
+    status_text,
+    table,
+)
 
 __all__ = ["diff_view", "run_view", "runs_view"]
 
@@ -55,13 +61,9 @@ def runs_view(
         )
         for r in rows
     ]
-    table = el(
-        "table",
-        el(
-            "thead",
-            header("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt"),
-        ),
-        el("tbody", body),
+    listing = table(
+        ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt"),
+        body,
         id="runs",
     )
     pager = el(
@@ -74,7 +76,7 @@ def runs_view(
         cls="pager",
     )
     empty = el("p", "no run here", cls="dim") if not rows else None
-    return el("section", el("h1", "Runs"), tabs, table, empty, pager)
+    return el("section", el("h1", "Runs"), tabs, listing, empty, pager)
 
 
 _LIFE_LABELS: Final = {
@@ -315,22 +317,23 @@ def run_view(
 ) -> Markup:
     """A run's summary and a page of its timeline (``asked``: what it waits for a signed
     approval of, :func:`~ares_events.ui.queries.approval_request`)."""
+    status = el("span", info.status, cls=f"st st-{info.status}", id="run-status")
+    started = (info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)")
+    chain = status_text(info.ok, "verified" if info.ok else "findings")
     summary = el(
         "dl",
-        el("dt", "status"),
-        el("dd", el("span", info.status, cls=f"st st-{info.status}", id="run-status")),
-        el("dt", "version"),
-        el("dd", info.version),
+        [(el("dt", k), el("dd", v)) for k, v in (("status", status), ("version", info.version))],
         # The run's numbers, with the words and meanings of `runs show` (run_info.RunCounts).
         [(el("dt", k), el("dd", v, id=f"count-{k}")) for k, v in info.counts.to_dict().items()],
-        el("dt", "started"),
-        el("dd", info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)"),
-        el("dt", "updated"),
-        el("dd", info.updated_at),
-        el("dt", "code revision"),
-        el("dd", info.code_revision),
-        el("dt", "chain"),
-        el("dd", status_text(info.ok, "verified" if info.ok else "findings")),
+        [
+            (el("dt", k), el("dd", v))
+            for k, v in (
+                ("started", started),
+                ("updated", info.updated_at),
+                ("code revision", info.code_revision),
+                ("chain", chain),
+            )
+        ],
         cls="summary",
     )
     doubt = (

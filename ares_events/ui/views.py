@@ -35,6 +35,7 @@ __all__ = [
     "status_text",
     "stream_view",
     "streams_view",
+    "table",
     "verify_view",
 ]
 
@@ -126,13 +127,9 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
         for f in findings[:limit]
     ]
     more = len(findings) - limit
-    return el(
-        "table",
-        el(
-            "thead",
-            header("finding", "stream", "v", "detail"),
-        ),
-        el("tbody", rows),
+    return table(
+        ("finding", "stream", "v", "detail"),
+        rows,
         el("caption", f"{more} more finding(s) not shown") if more > 0 else None,
         cls="findings",
     )
@@ -141,6 +138,11 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
 def header(*names: str) -> Markup:
     """A table's row of column names."""
     return el("tr", [el("th", h) for h in names])
+
+
+def table(columns: tuple[str, ...], rows: Any, *more: Any, **attrs: Any) -> Markup:
+    """A table: a head row of ``columns``, a body of ``rows``, then ``more`` children."""
+    return el("table", el("thead", header(*columns)), el("tbody", rows), *more, **attrs)
 
 
 def status_text(ok: bool, text: str | None = None) -> Markup:
@@ -178,13 +180,9 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         )
         for r in rows
     ]
-    table = el(
-        "table",
-        el(
-            "thead",
-            header("stream", "kind", "version", "head", "last write"),
-        ),
-        el("tbody", body),
+    listing = table(
+        ("stream", "kind", "version", "head", "last write"),
+        body,
         id="streams",
     )
     pager = el(
@@ -197,7 +195,7 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         cls="pager",
     )
     empty = el("p", "no stream matches", cls="dim") if not rows else None
-    return el("section", el("h1", "Streams"), form, table, empty, pager)
+    return el("section", el("h1", "Streams"), form, listing, empty, pager)
 
 
 def _payload(e: RecordedEvent) -> Markup:
@@ -272,7 +270,9 @@ def stream_view(
         " · ",
         link("verify the whole stream", "/verify", {"id": stream_id}),
         " · ",
-        link("run timeline", "/run", {"id": stream_id}) if events and _is_run(events) else None,
+        link("run timeline", "/run", {"id": stream_id})
+        if events and events[0].version == 1 and events[0].type == "run.started"
+        else None,
         id="chain",
     )
     snaps = (
@@ -303,21 +303,13 @@ def stream_view(
         status,
         findings_table(chain.findings),
         nav,
-        el(
-            "table",
-            el(
-                "thead",
-                header("v", "pos", "type", "module", "at", "hash", "payload"),
-            ),
-            el("tbody", rows),
+        table(
+            ("v", "pos", "type", "module", "at", "hash", "payload"),
+            rows,
             id="events",
         ),
         snaps,
     )
-
-
-def _is_run(events: list[RecordedEvent]) -> bool:
-    return events[0].version == 1 and events[0].type == "run.started"
 
 
 def payload_view(e: RecordedEvent, error: str | None) -> Markup:
