@@ -114,6 +114,11 @@ LENGTHS = sorted(
 )
 
 
+WIDTHS = (0, 1, 4, 8)
+"""verify_page's lanes: the CPU's best, one at a time, 4 and 8 (8 falls back to 4 without
+AVX2)."""
+
+
 @pytest.mark.parametrize("length", LENGTHS)
 def test_blake3_at_boundary_lengths(native: ModuleType, length: int) -> None:
     rnd = random.Random(length)
@@ -148,6 +153,30 @@ OFFICIAL = {
     (1024, True): "75c46f6f3d9eb4f55ecaaee480db732e6c2105546f1e675003687c31719c7ba4",
     (2049, True): "9f29700902f7c86e514ddc4df1e3049f258b2472b6dd5267f61bf13983b78dd5",
 }
+
+
+@SETTINGS
+@given(
+    items=st.lists(st.binary(max_size=2100), max_size=12),
+    key=st.one_of(st.none(), st.binary(min_size=32, max_size=32)),
+)
+def test_blake3_many_equals_the_package(
+    native: ModuleType, items: list[bytes], key: bytes | None
+) -> None:
+    """The lanes-wide hashing verify_page uses, at every width, on inputs of mixed lengths
+    (a lane takes the next input when its own is done)."""
+    want = [
+        (blake3.blake3(x) if key is None else blake3.blake3(x, key=key)).digest() for x in items
+    ]
+    for width in WIDTHS:
+        assert native.blake3_many(items, key, width) == want
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_blake3_many_at_boundary_lengths(native: ModuleType, width: int) -> None:
+    rnd = random.Random(width)
+    items = [rnd.randbytes(n) for n in LENGTHS]
+    assert native.blake3_many(items, None, width) == [blake3.blake3(x).digest() for x in items]
 
 
 def _official_input(length: int) -> bytes:
@@ -244,6 +273,13 @@ def both(native: ModuleType, page: Page, events: list[RecordedEvent], start: int
     assert ours == ref
     assert type(ours[1]) is int
     assert type(ours[2]) is bytes
+    for width in WIDTHS:
+        # verify_page (several events hashed at once) may stop short of verify_run,
+        # never past it; verify_run from where it stopped gives the reference's answer.
+        j, last, last_hash = native.verify_page(list(events), *args[1:], width)
+        assert j <= ref[0]
+        assert (j, last, last_hash) == verifier.verify_run(events[:j], start, *args[2:])
+        assert native.verify_run(events, j, *args[2:4], last, last_hash, key) == ref
     return ours
 
 
