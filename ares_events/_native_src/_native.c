@@ -1134,7 +1134,52 @@ out:
     return res;
 }
 
+/* row_to_event(cls, missing, slow, row): the RecordedEvent of a SQLite row (12 columns in
+ * RecordedEvent's order, payload_ref NULL): tuple.__new__(cls, (*row, [missing, missing,
+ * None])) as RecordedEvent._from_row builds it, in one C call. Any other row (a
+ * reference to parse, an unexpected shape) goes to slow(row). */
+static PyObject *row_to_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "row_to_event(cls, missing, slow, row)");
+        return NULL;
+    }
+    PyObject *cls = args[0], *missing = args[1], *slow = args[2], *row = args[3];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != F_MIN_ITEMS ||
+        PyTuple_GET_ITEM(row, F_REF) != Py_None)
+        return PyObject_CallOneArg(slow, row);
+    PyObject *cell = PyList_New(3);
+    if (!cell) return NULL;
+    Py_INCREF(missing);
+    PyList_SET_ITEM(cell, 0, missing);
+    Py_INCREF(missing);
+    PyList_SET_ITEM(cell, 1, missing);
+    Py_INCREF(Py_None);
+    PyList_SET_ITEM(cell, 2, Py_None);
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    PyObject *e = tp->tp_alloc(tp, F_MIN_ITEMS + 1);
+    if (!e) {
+        Py_DECREF(cell);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < F_MIN_ITEMS; k++) {
+        PyObject *x = PyTuple_GET_ITEM(row, k);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(e, k, x);
+    }
+    PyTuple_SET_ITEM(e, F_MIN_ITEMS, cell);
+    return e;
+}
+
 static PyMethodDef page_methods[] = {
+    {"row_to_event", (PyCFunction)(void (*)(void))row_to_event, METH_FASTCALL,
+     "row_to_event(cls, missing, slow, row, /)\n--\n\n"
+     "RecordedEvent._from_row of a row without a payload reference, in C; slow(row) for\n"
+     "any other row."},
     {"verify_page", verify_page, METH_VARARGS,
      "verify_page(events, start, stream_id, stream_json, last_version, last_hash, key,\n"
      "            width=0)\n--\n\n"

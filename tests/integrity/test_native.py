@@ -625,3 +625,30 @@ def test_a_pickled_or_copied_event_id_keeps_its_text() -> None:
     u = uuid7()
     for v in (pickle.loads(pickle.dumps(u)), copy.copy(u), copy.deepcopy(u)):
         assert v == u and str(v) == str(u) and v.int == u.int
+
+
+@SETTINGS
+@given(page=pages(), data=st.data())
+def test_row_to_event_equals_from_row(native: ModuleType, page: Page, data: Any) -> None:
+    """The SQLite read's C event builder makes the object ``_from_row`` makes, and hands
+    any other row (a payload reference, a wrong shape) to it."""
+    from ares_events.core.events import _MISSING
+
+    slow = RecordedEvent._from_row
+    for e in page.events:
+        row = tuple(e[:12])
+        if data.draw(st.booleans(), label="with a reference"):
+            row = (*row[:6], None, *row[7:11], '{"key":"k","size":3,"digest":"' + "0" * 64 + '"}')
+        got = native.row_to_event(RecordedEvent, _MISSING, slow, row)
+        want = slow(row)
+        assert type(got) is RecordedEvent
+        assert got == want
+        assert got.payload_ref == want.payload_ref
+        if row[11] is None:
+            assert got.payload == want.payload
+            assert got.metadata == want.metadata
+    odd = ("s", 1)
+    assert native.row_to_event(RecordedEvent, _MISSING, lambda r: ("slow", r), odd) == (
+        "slow",
+        odd,
+    )
