@@ -47,6 +47,7 @@ from ares_events.core.events import (
     RecordedEvent,
     uuid7_reference,
 )
+from ares_events.core.row_pages import EventPage
 from ares_events.integrity import verifier
 from tests.integrity.test_codec import scalars, text
 
@@ -405,18 +406,23 @@ def test_tampered_pages_agree(native: ModuleType, page: Page, tamper: str, data:
         both(native, page, events, start)
 
 
-def _findings(page: Page, events: list[RecordedEvent], use_native: bool) -> Any:
+def _findings(page: Page, events: list[RecordedEvent], use_native: bool, rows: bool = False) -> Any:
+    """What the verifier finds on ``events``: given as a list, or (``rows``) as an
+    EventPage of their rows, the way a SQLite read hands them over."""
     saved = verifier._native
     verifier._native = _import_native() if use_native else None
+    given: Any = events
+    if rows:
+        given = EventPage([tuple(e[:12]) for e in events], lambda r: RecordedEvent(*r))
     try:
         v = verifier.ChainVerifier(
             page.stream, page.key, start_version=page.start_version, start_hash=page.start_hash
         )
-        kept = v.check_page(events)
+        kept = v.check_page(given)
         s = verifier.ChainVerifier(
             page.stream, page.key, start_version=page.start_version, start_hash=page.start_hash
         )
-        prefix = s.sound_prefix(events)
+        prefix = s.sound_prefix(given)
         return (
             [(f.kind, f.stream_id, f.version, f.detail) for f in v.findings],
             list(kept),
@@ -447,7 +453,12 @@ def test_the_verifier_finds_the_same_with_and_without_native(
         except (TypeError, AttributeError, ValueError):
             continue  # a tamper that does not apply to an event tampered already
         events[j] = RecordedEvent(*row)
-    assert _findings(page, events, True) == _findings(page, events, False)
+    reference = _findings(page, events, False)
+    assert _findings(page, events, True) == reference
+    # A page of rows (verified straight from the rows, events built when needed) finds
+    # the same, on either path.
+    assert _findings(page, events, True, rows=True) == reference
+    assert _findings(page, events, False, rows=True) == reference
 
 
 def test_a_long_keyed_page_verifies_natively(native: ModuleType) -> None:
