@@ -706,8 +706,8 @@ PyMODINIT_FUNC PyInit__native(void) {
  * verify_page() vouches for a prefix of what verify_run() would vouch for, hashing several
  * events at once: the payload digests of a page are independent, and so are its link
  * hashes once each event's stored prev_hash is known to equal the stored hash before it,
- * so both are computed lanes-wide (8 lanes with AVX2, 4 with SSE2 or the compiler's
- * generic vectors, one at a time without them). It declines (stops) at anything unusual
+ * so both are computed lanes-wide (16 lanes with AVX-512, 8 with AVX2, 4 with SSE2 or
+ * the compiler's generic vectors, one at a time without them). It declines (stops) at anything unusual
  * (a subclass, a non-bytes value, a version past int64, a string that is not UTF-8):
  * the caller goes on with verify_run() from there, which decides those. So it never
  * vouches for an event verify_run refuses, and verify_run settles the rest. */
@@ -719,29 +719,42 @@ typedef struct {
 } mh_job;
 
 /* The hashes of jobs[0:njobs] (each one chunk at most), lanes-wide: each lane takes the
- * next job when its own is done, so inputs of different lengths share the steps. */
-#define MH_DEFINE(NAME, W, ATTR)                                                              \
+ * next job when its own is done, so inputs of different lengths share the steps. The
+ * message words and the per-lane values are built as vectors from scalars (not stored
+ * lane by lane and read back whole, which stalls on store forwarding); the chaining
+ * values stay vectors from step to step. */
+#define MH_L4(f) {f(0), f(1), f(2), f(3)}
+#define MH_L8(f) {f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)}
+#define MH_L16(f)                                                                     \
+    {f(0), f(1), f(2),  f(3),  f(4),  f(5),  f(6),  f(7),                              \
+     f(8), f(9), f(10), f(11), f(12), f(13), f(14), f(15)}
+#define MH_DEFINE(NAME, W, LANES, ATTR)                                                       \
     ATTR static void NAME(const mh_job *jobs, size_t njobs, const uint32_t key[8],            \
                           uint8_t base) {                                                     \
         typedef uint32_t vec __attribute__((vector_size(4 * (W))));                           \
         size_t job[W], off[W];                                                                \
         int active[W];                                                                        \
-        uint32_t cvs[8][W], mw[16][W], bl[W], fl[W];                                          \
+        const uint8_t *src[W];                                                                \
+        uint8_t pad[W][AB3_BLOCK_LEN];                                                        \
+        uint32_t bl[W], fl[W], fresh[W];                                                      \
+        vec cv[8];                                                                            \
         size_t next = 0;                                                                      \
+        for (int k = 0; k < 8; k++) cv[k] = (vec){0} + key[k];                                \
         for (int l = 0; l < (W); l++) active[l] = 0;                                          \
         for (;;) {                                                                            \
             int any = 0;                                                                      \
             for (int l = 0; l < (W); l++) {                                                   \
+                fresh[l] = 0;                                                                 \
                 if (!active[l] && next < njobs) {                                             \
                     job[l] = next++;                                                          \
                     off[l] = 0;                                                               \
                     active[l] = 1;                                                            \
-                    for (int k = 0; k < 8; k++) cvs[k][l] = key[k];                           \
+                    fresh[l] = 0xFFFFFFFFu;                                                   \
                 }                                                                             \
                 if (!active[l]) {                                                             \
                     bl[l] = 0;                                                                \
                     fl[l] = 0;                                                                \
-                    for (int w = 0; w < 16; w++) mw[w][l] = 0;                                \
+                    src[l] = pad[l];                                                          \
                     continue;                                                                 \
                 }                                                                             \
                 any = 1;                                                                      \
@@ -753,26 +766,28 @@ typedef struct {
                     take = rem;                                                               \
                     flags |= AB3_CHUNK_END | AB3_ROOT;                                        \
                 }                                                                             \
-                uint8_t blk[AB3_BLOCK_LEN];                                                   \
-                const uint8_t *src = jb->in + off[l];                                         \
+                src[l] = jb->in + off[l];                                                     \
                 if (take < AB3_BLOCK_LEN) {                                                   \
-                    memset(blk, 0, sizeof blk);                                               \
-                    if (take) memcpy(blk, src, take);                                         \
-                    src = blk;                                                                \
+                    memset(pad[l], 0, AB3_BLOCK_LEN);                                         \
+                    if (take) memcpy(pad[l], src[l], take);                                   \
+                    src[l] = pad[l];                                                          \
                 }                                                                             \
-                for (int w = 0; w < 16; w++) mw[w][l] = ab3_load32(src + 4 * w);              \
                 bl[l] = (uint32_t)take;                                                       \
                 fl[l] = flags;                                                                \
             }                                                                                 \
             if (!any) break;                                                                  \
+            {                                                                                 \
+                vec fm = LANES(MH_FRESH);                                                     \
+                for (int k = 0; k < 8; k++) cv[k] = (cv[k] & ~fm) | (((vec){0} + key[k]) & fm); \
+            }                                                                                 \
             vec s[16], m[16];                                                                 \
-            for (int w = 0; w < 16; w++) memcpy(&m[w], mw[w], sizeof(vec));                   \
-            for (int k = 0; k < 8; k++) memcpy(&s[k], cvs[k], sizeof(vec));                   \
+            for (int w = 0; w < 16; w++) m[w] = (vec)LANES(MH_WORD);                          \
+            for (int k = 0; k < 8; k++) s[k] = cv[k];                                         \
             for (int k = 0; k < 4; k++) s[8 + k] = (vec){0} + AB3_IV[k];                      \
             s[12] = (vec){0};                                                                 \
             s[13] = (vec){0};                                                                 \
-            memcpy(&s[14], bl, sizeof(vec));                                                  \
-            memcpy(&s[15], fl, sizeof(vec));                                                  \
+            s[14] = (vec)LANES(MH_BL);                                                        \
+            s[15] = (vec)LANES(MH_FL);                                                        \
             for (int r = 0; r < 7; r++) {                                                     \
                 const uint8_t *p = AB3_SCHEDULE[r];                                           \
                 MH_G(0, 4, 8, 12, m[p[0]], m[p[1]]);                                          \
@@ -784,15 +799,12 @@ typedef struct {
                 MH_G(2, 7, 8, 13, m[p[12]], m[p[13]]);                                        \
                 MH_G(3, 4, 9, 14, m[p[14]], m[p[15]]);                                        \
             }                                                                                 \
-            for (int k = 0; k < 8; k++) {                                                     \
-                vec c = s[k] ^ s[k + 8];                                                      \
-                memcpy(cvs[k], &c, sizeof(vec));                                              \
-            }                                                                                 \
+            for (int k = 0; k < 8; k++) cv[k] = s[k] ^ s[k + 8];                              \
             for (int l = 0; l < (W); l++) {                                                   \
                 if (!active[l]) continue;                                                     \
                 if (fl[l] & AB3_ROOT) {                                                       \
                     uint8_t *o = jobs[job[l]].out;                                            \
-                    for (int k = 0; k < 8; k++) ab3_store32(o + 4 * k, cvs[k][l]);            \
+                    for (int k = 0; k < 8; k++) ab3_store32(o + 4 * k, cv[k][l]);             \
                     active[l] = 0;                                                            \
                 } else {                                                                      \
                     off[l] += AB3_BLOCK_LEN;                                                  \
@@ -800,6 +812,10 @@ typedef struct {
             }                                                                                 \
         }                                                                                     \
     }
+#define MH_FRESH(l) fresh[l]
+#define MH_WORD(l) ab3_load32(src[l] + 4 * w)
+#define MH_BL(l) bl[l]
+#define MH_FL(l) fl[l]
 
 #define MH_ROT(x, c) (((x) >> (c)) | ((x) << (32 - (c))))
 #define MH_G(a, b, c, d, x, y)               \
@@ -816,29 +832,30 @@ typedef struct {
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MH_VECTORS 1
-MH_DEFINE(mh_run4, 4, )
+MH_DEFINE(mh_run4, 4, MH_L4, )
 #if defined(__x86_64__) || defined(__i386__)
 #define MH_X86 1
-MH_DEFINE(mh_run8, 8, __attribute__((target("avx2"))))
+MH_DEFINE(mh_run8, 8, MH_L8, __attribute__((target("avx2"))))
+MH_DEFINE(mh_run16, 16, MH_L16, __attribute__((target("avx512f"))))
 #endif
 #endif
 
-/* Which lanes-wide path runs: 0 = the best the CPU has, else 1 (one at a time), 4 or 8
- * (set by blake3_many for the tests). */
+/* Which lanes-wide path runs: 0 = the best the CPU has, else 1 (one at a time), 4, 8 or
+ * 16 (set by blake3_many for the tests; a width the CPU lacks falls back to a lower one). */
 static int mh_width(int want) {
 #ifdef MH_X86
-    static int avx2 = -1;
+    static int avx2 = -1, avx512 = -1;
     if (avx2 < 0) {
         __builtin_cpu_init();
         avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
     }
+    if (want == 0) want = avx512 ? 16 : avx2 ? 8 : 4;
+    if (want == 16 && !avx512) want = 8;
     if (want == 8 && !avx2) want = 4;
-    if (want == 0) want = avx2 ? 8 : 4;
-#endif
-#ifdef MH_VECTORS
-#ifndef MH_X86
-    if (want == 0 || want == 8) want = 4;
-#endif
+    if (want != 1 && want != 4 && want != 8 && want != 16) want = 4;
+#elif defined(MH_VECTORS)
+    if (want != 1) want = 4;
 #else
     want = 1;
 #endif
@@ -866,6 +883,10 @@ static void mh_hash(mh_job *jobs, size_t njobs, const uint8_t *key32, int width)
     }
     if (k == 0) return;
 #ifdef MH_X86
+    if (width == 16) {
+        mh_run16(jobs, k, key, base);
+        return;
+    }
     if (width == 8) {
         mh_run8(jobs, k, key, base);
         return;
@@ -1081,7 +1102,7 @@ done:
 }
 
 /* blake3_many(items, key=None, width=0): the hashes of a list of bytes, lanes-wide (for
- * the tests: width 1, 4 or 8 forces a path; 0 is the one verify_page uses). */
+ * the tests: width 1, 4, 8 or 16 forces a path; 0 is the one verify_page uses). */
 static PyObject *blake3_many(PyObject *self, PyObject *args) {
     PyObject *items, *key_obj = Py_None;
     int width = 0;
@@ -1188,7 +1209,8 @@ static PyMethodDef page_methods[] = {
      "verify_run from the index it returns."},
     {"blake3_many", blake3_many, METH_VARARGS,
      "blake3_many(items, key=None, width=0)\n--\n\n"
-     "The BLAKE3 hash of each bytes of a list, lanes-wide (width 1, 4 or 8 forces a path)."},
+     "The BLAKE3 hash of each bytes of a list, lanes-wide (width 1, 4, 8 or 16 forces a\n"
+     "path)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -115,9 +115,9 @@ LENGTHS = sorted(
 )
 
 
-WIDTHS = (0, 1, 4, 8)
-"""verify_page's lanes: the CPU's best, one at a time, 4 and 8 (8 falls back to 4 without
-AVX2)."""
+WIDTHS = (0, 1, 4, 8, 16)
+"""verify_page's lanes: the CPU's best, one at a time, 4, 8 and 16 (16 falls back to 8
+without AVX-512, 8 to 4 without AVX2)."""
 
 
 @pytest.mark.parametrize("length", LENGTHS)
