@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events import chain
 from ares_events.core.events import RecordedEvent
 from ares_events.core.iterators import pages
 from ares_events.core.row_pages import EventPage, PagedRead, event_maker
@@ -88,7 +89,8 @@ def test_rows_with_a_reference_go_to_the_slow_builder() -> None:
         return attach
 
     got = list(PagedRead.over(_source(rows, 2, [])).with_slow(wrap))
-    assert seen == [2]
+    # Natively only that row; without the native module every row goes through it.
+    assert seen == ([2] if chain._native is not None else [1, 2, 3])
     assert got[1].payload_ref is not None
     assert got[1].payload_ref.size == 3
     assert event_maker()(rows[0]) == RecordedEvent._from_row(rows[0])
