@@ -28,6 +28,9 @@ from ares_events.core.events import _MISSING, RecordedEvent
 
 __all__ = ["EventPage", "PagedRead", "event_maker"]
 
+# None without the native module, or with one built before it had this function.
+_row_to_event: Any = getattr(_native, "row_to_event", None)
+
 Row = tuple[Any, ...]
 Make = Callable[[Row], RecordedEvent]
 
@@ -35,9 +38,9 @@ Make = Callable[[Row], RecordedEvent]
 def event_maker(slow: Make = RecordedEvent._from_row) -> Make:
     """The row-to-event function: the native builder for rows without a payload reference
     (``slow`` for the others), or ``slow`` itself without the native module."""
-    if _native is None:
+    if _row_to_event is None:
         return slow
-    return functools.partial(_native.row_to_event, RecordedEvent, _MISSING, slow)
+    return functools.partial(_row_to_event, RecordedEvent, _MISSING, slow)
 
 
 class EventPage(Sequence[RecordedEvent]):

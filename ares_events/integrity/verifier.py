@@ -193,10 +193,12 @@ class ChainVerifier:
         if native is not None and type(self.last_hash) is bytes and type(self.last) is int:
             j: int
             sid, sj = self.stream_id, self._sid
-            if type(events) is list and len(events) - start > 1:
-                # Several events hashed at once; it may stop short of verify_run (at
-                # anything unusual), never past it: verify_run decides from there.
-                j, self.last, self.last_hash = native.verify_page(
+            # Several events hashed at once (absent from a module built before it); it
+            # may stop short of verify_run (at anything unusual), never past it:
+            # verify_run decides from there.
+            page = getattr(native, "verify_page", None)
+            if page is not None and type(events) is list and len(events) - start > 1:
+                j, self.last, self.last_hash = page(
                     events, start, sid, sj, self.last, self.last_hash, key
                 )
                 if j == len(events):
