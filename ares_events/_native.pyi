@@ -21,3 +21,16 @@ def link_hashes(
     stream_json: bytes, version: int, prev: bytes, events: Sequence[Any], key: bytes | None, /
 ) -> list[bytes]: ...
 def make_uuid7(cls: type[Any], ms: int, seq: int, rand_b: int, is_safe: Any, /) -> Any: ...
+def verify_page(
+    events: list[Any],
+    start: int,
+    stream_id: str,
+    stream_json: bytes,
+    last_version: int,
+    last_hash: bytes,
+    key: bytes | None,
+    width: int = 0,
+    /,
+) -> tuple[int, int, bytes]: ...
+def blake3_many(items: list[bytes], key: bytes | None = None, width: int = 0, /) -> list[bytes]: ...
+def row_to_event(cls: type[Any], missing: Any, slow: Any, row: tuple[Any, ...], /) -> Any: ...

@@ -678,6 +678,8 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+static int add_page_methods(PyObject *mod);
+
 PyMODINIT_FUNC PyInit__native(void) {
     if (!S_AT) {
         S_AT = PyUnicode_InternFromString("at");
@@ -694,5 +696,524 @@ PyMODINIT_FUNC PyInit__native(void) {
         if (!S_AT || !S_EVENT_ID || !S_META_JSON || !S_MODULE || !S_DIGEST || !S_SIZE || !S_TYPE)
             return NULL;
     }
-    return PyModule_Create(&module);
+    PyObject *mod = PyModule_Create(&module);
+    if (mod && add_page_methods(mod) < 0) Py_CLEAR(mod);
+    return mod;
+}
+
+/* ==== Issue 33's read path: a page of events verified in one call ======================
+ *
+ * verify_page() vouches for a prefix of what verify_run() would vouch for, hashing several
+ * events at once: the payload digests of a page are independent, and so are its link
+ * hashes once each event's stored prev_hash is known to equal the stored hash before it,
+ * so both are computed lanes-wide (16 lanes with AVX-512, 8 with AVX2, 4 with SSE2 or
+ * the compiler's generic vectors, one at a time without them). It declines (stops) at anything unusual
+ * (a subclass, a non-bytes value, a version past int64, a string that is not UTF-8):
+ * the caller goes on with verify_run() from there, which decides those. So it never
+ * vouches for an event verify_run refuses, and verify_run settles the rest. */
+
+typedef struct {
+    const uint8_t *in;
+    size_t len; /* at most AB3_CHUNK_LEN */
+    uint8_t *out;
+} mh_job;
+
+/* The hashes of jobs[0:njobs] (each one chunk at most), lanes-wide: each lane takes the
+ * next job when its own is done, so inputs of different lengths share the steps. The
+ * message words and the per-lane values are built as vectors from scalars (not stored
+ * lane by lane and read back whole, which stalls on store forwarding); the chaining
+ * values stay vectors from step to step. */
+#define MH_L4(f) {f(0), f(1), f(2), f(3)}
+#define MH_L8(f) {f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)}
+#define MH_L16(f)                                                                     \
+    {f(0), f(1), f(2),  f(3),  f(4),  f(5),  f(6),  f(7),                              \
+     f(8), f(9), f(10), f(11), f(12), f(13), f(14), f(15)}
+#define MH_DEFINE(NAME, W, LANES, ATTR)                                                       \
+    ATTR static void NAME(const mh_job *jobs, size_t njobs, const uint32_t key[8],            \
+                          uint8_t base) {                                                     \
+        typedef uint32_t vec __attribute__((vector_size(4 * (W))));                           \
+        size_t job[W], off[W];                                                                \
+        int active[W];                                                                        \
+        const uint8_t *src[W];                                                                \
+        uint8_t pad[W][AB3_BLOCK_LEN];                                                        \
+        uint32_t bl[W], fl[W], fresh[W];                                                      \
+        vec cv[8];                                                                            \
+        size_t next = 0;                                                                      \
+        for (int k = 0; k < 8; k++) cv[k] = (vec){0} + key[k];                                \
+        for (int l = 0; l < (W); l++) active[l] = 0;                                          \
+        for (;;) {                                                                            \
+            int any = 0;                                                                      \
+            for (int l = 0; l < (W); l++) {                                                   \
+                fresh[l] = 0;                                                                 \
+                if (!active[l] && next < njobs) {                                             \
+                    job[l] = next++;                                                          \
+                    off[l] = 0;                                                               \
+                    active[l] = 1;                                                            \
+                    fresh[l] = 0xFFFFFFFFu;                                                   \
+                }                                                                             \
+                if (!active[l]) {                                                             \
+                    bl[l] = 0;                                                                \
+                    fl[l] = 0;                                                                \
+                    src[l] = pad[l];                                                          \
+                    continue;                                                                 \
+                }                                                                             \
+                any = 1;                                                                      \
+                const mh_job *jb = &jobs[job[l]];                                             \
+                size_t rem = jb->len - off[l];                                                \
+                uint32_t flags = base | (off[l] == 0 ? AB3_CHUNK_START : 0);                  \
+                size_t take = AB3_BLOCK_LEN;                                                  \
+                if (rem <= AB3_BLOCK_LEN) {                                                   \
+                    take = rem;                                                               \
+                    flags |= AB3_CHUNK_END | AB3_ROOT;                                        \
+                }                                                                             \
+                src[l] = jb->in + off[l];                                                     \
+                if (take < AB3_BLOCK_LEN) {                                                   \
+                    memset(pad[l], 0, AB3_BLOCK_LEN);                                         \
+                    if (take) memcpy(pad[l], src[l], take);                                   \
+                    src[l] = pad[l];                                                          \
+                }                                                                             \
+                bl[l] = (uint32_t)take;                                                       \
+                fl[l] = flags;                                                                \
+            }                                                                                 \
+            if (!any) break;                                                                  \
+            {                                                                                 \
+                vec fm = LANES(MH_FRESH);                                                     \
+                for (int k = 0; k < 8; k++) cv[k] = (cv[k] & ~fm) | (((vec){0} + key[k]) & fm); \
+            }                                                                                 \
+            vec s[16], m[16];                                                                 \
+            for (int w = 0; w < 16; w++) m[w] = (vec)LANES(MH_WORD);                          \
+            for (int k = 0; k < 8; k++) s[k] = cv[k];                                         \
+            for (int k = 0; k < 4; k++) s[8 + k] = (vec){0} + AB3_IV[k];                      \
+            s[12] = (vec){0};                                                                 \
+            s[13] = (vec){0};                                                                 \
+            s[14] = (vec)LANES(MH_BL);                                                        \
+            s[15] = (vec)LANES(MH_FL);                                                        \
+            for (int r = 0; r < 7; r++) {                                                     \
+                const uint8_t *p = AB3_SCHEDULE[r];                                           \
+                MH_G(0, 4, 8, 12, m[p[0]], m[p[1]]);                                          \
+                MH_G(1, 5, 9, 13, m[p[2]], m[p[3]]);                                          \
+                MH_G(2, 6, 10, 14, m[p[4]], m[p[5]]);                                         \
+                MH_G(3, 7, 11, 15, m[p[6]], m[p[7]]);                                         \
+                MH_G(0, 5, 10, 15, m[p[8]], m[p[9]]);                                         \
+                MH_G(1, 6, 11, 12, m[p[10]], m[p[11]]);                                       \
+                MH_G(2, 7, 8, 13, m[p[12]], m[p[13]]);                                        \
+                MH_G(3, 4, 9, 14, m[p[14]], m[p[15]]);                                        \
+            }                                                                                 \
+            for (int k = 0; k < 8; k++) cv[k] = s[k] ^ s[k + 8];                              \
+            for (int l = 0; l < (W); l++) {                                                   \
+                if (!active[l]) continue;                                                     \
+                if (fl[l] & AB3_ROOT) {                                                       \
+                    uint8_t *o = jobs[job[l]].out;                                            \
+                    for (int k = 0; k < 8; k++) ab3_store32(o + 4 * k, cv[k][l]);             \
+                    active[l] = 0;                                                            \
+                } else {                                                                      \
+                    off[l] += AB3_BLOCK_LEN;                                                  \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+#define MH_FRESH(l) fresh[l]
+#define MH_WORD(l) ab3_load32(src[l] + 4 * w)
+#define MH_BL(l) bl[l]
+#define MH_FL(l) fl[l]
+
+#define MH_ROT(x, c) (((x) >> (c)) | ((x) << (32 - (c))))
+#define MH_G(a, b, c, d, x, y)               \
+    do {                                     \
+        s[a] = s[a] + s[b] + (x);            \
+        s[d] = MH_ROT(s[d] ^ s[a], 16);      \
+        s[c] = s[c] + s[d];                  \
+        s[b] = MH_ROT(s[b] ^ s[c], 12);      \
+        s[a] = s[a] + s[b] + (y);            \
+        s[d] = MH_ROT(s[d] ^ s[a], 8);       \
+        s[c] = s[c] + s[d];                  \
+        s[b] = MH_ROT(s[b] ^ s[c], 7);       \
+    } while (0)
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MH_VECTORS 1
+MH_DEFINE(mh_run4, 4, MH_L4, )
+#if defined(__x86_64__) || defined(__i386__)
+#define MH_X86 1
+MH_DEFINE(mh_run8, 8, MH_L8, __attribute__((target("avx2"))))
+MH_DEFINE(mh_run16, 16, MH_L16, __attribute__((target("avx512f"))))
+#endif
+#endif
+
+/* Which lanes-wide path runs: 0 = the best the CPU has, else 1 (one at a time), 4, 8 or
+ * 16 (set by blake3_many for the tests; a width the CPU lacks falls back to a lower one). */
+static int mh_width(int want) {
+#ifdef MH_X86
+    static int avx2 = -1, avx512 = -1;
+    if (avx2 < 0) {
+        __builtin_cpu_init();
+        avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    if (want == 0) want = avx512 ? 16 : avx2 ? 8 : 4;
+    if (want == 16 && !avx512) want = 8;
+    if (want == 8 && !avx2) want = 4;
+    if (want != 1 && want != 4 && want != 8 && want != 16) want = 4;
+#elif defined(MH_VECTORS)
+    if (want != 1) want = 4;
+#else
+    want = 1;
+#endif
+    return want;
+}
+
+static void mh_hash(mh_job *jobs, size_t njobs, const uint8_t *key32, int width) {
+    uint32_t key[8];
+    uint8_t base = 0;
+    if (key32) {
+        for (int i = 0; i < 8; i++) key[i] = ab3_load32(key32 + 4 * i);
+        base = AB3_KEYED_HASH;
+    } else {
+        memcpy(key, AB3_IV, sizeof key);
+    }
+    /* Inputs longer than a chunk are hashed alone (rare: a big inline payload); the rest
+     * are packed to the front. */
+    size_t k = 0;
+    for (size_t i = 0; i < njobs; i++) {
+        if (jobs[i].len > AB3_CHUNK_LEN || width == 1) {
+            ab3_hash(key32, jobs[i].in, jobs[i].len, jobs[i].out);
+        } else {
+            jobs[k++] = jobs[i];
+        }
+    }
+    if (k == 0) return;
+#ifdef MH_X86
+    if (width == 16) {
+        mh_run16(jobs, k, key, base);
+        return;
+    }
+    if (width == 8) {
+        mh_run8(jobs, k, key, base);
+        return;
+    }
+#endif
+#ifdef MH_VECTORS
+    mh_run4(jobs, k, key, base);
+#else
+    for (size_t i = 0; i < k; i++) ab3_hash(key32, jobs[i].in, jobs[i].len, jobs[i].out);
+#endif
+}
+
+static int vp_str(PyObject *o, const char **s, Py_ssize_t *len) {
+    if (!PyUnicode_CheckExact(o)) return 0;
+    *s = PyUnicode_AsUTF8AndSize(o, len);
+    if (!*s) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *ty, *mo, *at, *eid, *meta, *payload;
+    Py_ssize_t ty_len, mo_len, at_len, id_len, meta_len, payload_len;
+    long long version;
+    size_t hoff, hlen; /* the link hash input (prev + header) in the page buffer */
+    uint8_t digest[AB3_OUT_LEN];
+    uint8_t h[AB3_OUT_LEN];
+} vp_ev;
+
+static PyObject *verify_page(PyObject *self, PyObject *args) {
+    PyObject *events, *stream_id, *stream_json, *last_version, *last_hash_in, *key_obj;
+    Py_ssize_t start;
+    int width = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nUSO!SO|i:verify_page", &PyList_Type, &events, &start,
+                          &stream_id, &stream_json, &PyLong_Type, &last_version,
+                          &last_hash_in, &key_obj, &width))
+        return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must be >= 0");
+        return NULL;
+    }
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    width = mh_width(width);
+    int overflow = 0;
+    long long last_ll = PyLong_AsLongLongAndOverflow(last_version, &overflow);
+    if (last_ll == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    if (overflow || !PyLong_CheckExact(last_version) || start >= n ||
+        !PyBytes_CheckExact(last_hash_in))
+        return Py_BuildValue("(nOO)", start, last_version, last_hash_in);
+
+    Py_ssize_t cap = n - start;
+    vp_ev *ev = (vp_ev *)PyMem_Malloc(sizeof(vp_ev) * (size_t)cap);
+    mh_job *jobs = (mh_job *)PyMem_Malloc(sizeof(mh_job) * (size_t)cap);
+    char *buf = NULL;
+    PyObject *result = NULL;
+    if (!ev || !jobs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const char *stream_js = PyBytes_AS_STRING(stream_json);
+    size_t stream_js_len = (size_t)PyBytes_GET_SIZE(stream_json);
+
+    /* 1. The checks that need no hash, in order, up to the first decline. */
+    const char *prev = PyBytes_AS_STRING(last_hash_in);
+    Py_ssize_t prev_len = PyBytes_GET_SIZE(last_hash_in);
+    long long lv = last_ll;
+    Py_ssize_t m = 0;
+    size_t total = 0;
+    for (Py_ssize_t i = start; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(events, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < F_MIN_ITEMS) break;
+        PyObject *version = PyTuple_GET_ITEM(e, F_VERSION);
+        PyObject *raw = PyTuple_GET_ITEM(e, F_PAYLOAD);
+        PyObject *prev_o = PyTuple_GET_ITEM(e, F_PREV);
+        PyObject *sid = PyTuple_GET_ITEM(e, F_STREAM);
+        PyObject *meta = PyTuple_GET_ITEM(e, F_META);
+        PyObject *stored = PyTuple_GET_ITEM(e, F_HASH);
+        if (!PyLong_CheckExact(version) || lv == LLONG_MAX) break;
+        int ov = 0;
+        long long v = PyLong_AsLongLongAndOverflow(version, &ov);
+        if (ov || v != lv + 1) break;
+        if (!PyBytes_CheckExact(prev_o) || PyBytes_GET_SIZE(prev_o) != prev_len ||
+            memcmp(PyBytes_AS_STRING(prev_o), prev, (size_t)prev_len) != 0)
+            break;
+        if (PyTuple_GET_ITEM(e, F_REF) != Py_None || !PyBytes_CheckExact(raw)) break;
+        if (sid != stream_id) {
+            if (!PyUnicode_CheckExact(sid)) break;
+            int c = PyUnicode_Compare(sid, stream_id);
+            if (c == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                break;
+            }
+            if (c != 0) break;
+        }
+        if (!PyBytes_CheckExact(meta) || !PyBytes_CheckExact(stored) ||
+            PyBytes_GET_SIZE(stored) != AB3_OUT_LEN)
+            break;
+        vp_ev *x = &ev[m];
+        if (!vp_str(PyTuple_GET_ITEM(e, F_TYPE), &x->ty, &x->ty_len) ||
+            !vp_str(PyTuple_GET_ITEM(e, F_MODULE), &x->mo, &x->mo_len) ||
+            !vp_str(PyTuple_GET_ITEM(e, F_AT), &x->at, &x->at_len) ||
+            !vp_str(PyTuple_GET_ITEM(e, F_EVENT_ID), &x->eid, &x->id_len))
+            break;
+        x->meta = PyBytes_AS_STRING(meta);
+        x->meta_len = PyBytes_GET_SIZE(meta);
+        x->payload = PyBytes_AS_STRING(raw);
+        x->payload_len = PyBytes_GET_SIZE(raw);
+        x->version = v;
+        x->hlen = (size_t)prev_len + 256 +
+                  6 * ((size_t)x->ty_len + x->mo_len + x->at_len + x->id_len) +
+                  (size_t)x->meta_len + stream_js_len;
+        total += x->hlen;
+        /* The next event links to this one's stored hash: if it is not also the
+         * computed one, step 5 stops here and the next event is never vouched for. */
+        prev = PyBytes_AS_STRING(stored);
+        prev_len = AB3_OUT_LEN;
+        lv = v;
+        m++;
+    }
+    if (m == 0) {
+        result = Py_BuildValue("(nOO)", start, last_version, last_hash_in);
+        goto done;
+    }
+
+    /* 2. Every payload digest. */
+    for (Py_ssize_t k = 0; k < m; k++) {
+        jobs[k].in = (const uint8_t *)ev[k].payload;
+        jobs[k].len = (size_t)ev[k].payload_len;
+        jobs[k].out = ev[k].digest;
+    }
+    mh_hash(jobs, (size_t)m, NULL, width);
+
+    /* 3. Every link hash input: the stored prev_hash (checked equal above) + header. */
+    buf = (char *)PyMem_Malloc(total ? total : 1);
+    if (!buf) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    char *o = buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        vp_ev *x = &ev[k];
+        PyObject *e = PyList_GET_ITEM(events, start + k);
+        PyObject *prev_o = PyTuple_GET_ITEM(e, F_PREV);
+        char num[32];
+        int num_len;
+        x->hoff = (size_t)(o - buf);
+        o = put(o, PyBytes_AS_STRING(prev_o), (size_t)PyBytes_GET_SIZE(prev_o));
+        o = PUT_LIT(o, "{\"at\":");
+        o = json_str(o, x->at, x->at_len);
+        o = PUT_LIT(o, ",\"id\":");
+        o = json_str(o, x->eid, x->id_len);
+        o = PUT_LIT(o, ",\"meta\":");
+        o = put(o, x->meta, (size_t)x->meta_len);
+        o = PUT_LIT(o, ",\"module\":");
+        o = json_str(o, x->mo, x->mo_len);
+        o = PUT_LIT(o, ",\"payload\":\"");
+        for (int b = 0; b < AB3_OUT_LEN; b++) {
+            *o++ = HEX[x->digest[b] >> 4];
+            *o++ = HEX[x->digest[b] & 15];
+        }
+        o = PUT_LIT(o, "\",\"size\":");
+        num_len = snprintf(num, sizeof num, "%zd", x->payload_len);
+        o = put(o, num, (size_t)num_len);
+        o = PUT_LIT(o, ",\"stream\":");
+        o = put(o, stream_js, stream_js_len);
+        o = PUT_LIT(o, ",\"type\":");
+        o = json_str(o, x->ty, x->ty_len);
+        o = PUT_LIT(o, ",\"v\":1,\"version\":");
+        num_len = snprintf(num, sizeof num, "%lld", x->version);
+        o = put(o, num, (size_t)num_len);
+        *o++ = '}';
+        x->hlen = (size_t)(o - buf) - x->hoff;
+    }
+
+    /* 4. Every link hash. */
+    for (Py_ssize_t k = 0; k < m; k++) {
+        jobs[k].in = (const uint8_t *)buf + ev[k].hoff;
+        jobs[k].len = ev[k].hlen;
+        jobs[k].out = ev[k].h;
+    }
+    mh_hash(jobs, (size_t)m, key, width);
+
+    /* 5. In order: vouch while the computed hash is the stored one. */
+    Py_ssize_t ok = 0;
+    while (ok < m) {
+        PyObject *stored = PyTuple_GET_ITEM(PyList_GET_ITEM(events, start + ok), F_HASH);
+        if (memcmp(PyBytes_AS_STRING(stored), ev[ok].h, AB3_OUT_LEN) != 0) break;
+        ok++;
+    }
+    if (ok == 0) {
+        result = Py_BuildValue("(nOO)", start, last_version, last_hash_in);
+    } else {
+        PyObject *e = PyList_GET_ITEM(events, start + ok - 1);
+        result = Py_BuildValue("(nOO)", start + ok, PyTuple_GET_ITEM(e, F_VERSION),
+                               PyTuple_GET_ITEM(e, F_HASH));
+    }
+done:
+    PyMem_Free(ev);
+    PyMem_Free(jobs);
+    PyMem_Free(buf);
+    return result;
+}
+
+/* blake3_many(items, key=None, width=0): the hashes of a list of bytes, lanes-wide (for
+ * the tests: width 1, 4, 8 or 16 forces a path; 0 is the one verify_page uses). */
+static PyObject *blake3_many(PyObject *self, PyObject *args) {
+    PyObject *items, *key_obj = Py_None;
+    int width = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!|Oi:blake3_many", &PyList_Type, &items, &key_obj, &width))
+        return NULL;
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(items, i))) {
+            PyErr_SetString(PyExc_TypeError, "items must be bytes");
+            return NULL;
+        }
+    }
+    mh_job *jobs = (mh_job *)PyMem_Malloc(sizeof(mh_job) * (size_t)(n ? n : 1));
+    uint8_t *outs = (uint8_t *)PyMem_Malloc((size_t)AB3_OUT_LEN * (size_t)(n ? n : 1));
+    PyObject *res = NULL;
+    if (!jobs || !outs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyList_GET_ITEM(items, i);
+        jobs[i].in = (const uint8_t *)PyBytes_AS_STRING(b);
+        jobs[i].len = (size_t)PyBytes_GET_SIZE(b);
+        jobs[i].out = outs + (size_t)AB3_OUT_LEN * (size_t)i;
+    }
+    mh_hash(jobs, (size_t)n, key, mh_width(width));
+    res = PyList_New(n);
+    if (!res) goto out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PyBytes_FromStringAndSize((const char *)outs + AB3_OUT_LEN * i,
+                                                AB3_OUT_LEN);
+        if (!h) {
+            Py_CLEAR(res);
+            goto out;
+        }
+        PyList_SET_ITEM(res, i, h);
+    }
+out:
+    PyMem_Free(jobs);
+    PyMem_Free(outs);
+    return res;
+}
+
+/* row_to_event(cls, missing, slow, row): the RecordedEvent of a SQLite row (12 columns in
+ * RecordedEvent's order, payload_ref NULL): tuple.__new__(cls, (*row, [missing, missing,
+ * None])) as RecordedEvent._from_row builds it, in one C call. Any other row (a
+ * reference to parse, an unexpected shape) goes to slow(row). */
+static PyObject *row_to_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "row_to_event(cls, missing, slow, row)");
+        return NULL;
+    }
+    PyObject *cls = args[0], *missing = args[1], *slow = args[2], *row = args[3];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != F_MIN_ITEMS ||
+        PyTuple_GET_ITEM(row, F_REF) != Py_None)
+        return PyObject_CallOneArg(slow, row);
+    PyObject *cell = PyList_New(3);
+    if (!cell) return NULL;
+    Py_INCREF(missing);
+    PyList_SET_ITEM(cell, 0, missing);
+    Py_INCREF(missing);
+    PyList_SET_ITEM(cell, 1, missing);
+    Py_INCREF(Py_None);
+    PyList_SET_ITEM(cell, 2, Py_None);
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    PyObject *e = tp->tp_alloc(tp, F_MIN_ITEMS + 1);
+    if (!e) {
+        Py_DECREF(cell);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < F_MIN_ITEMS; k++) {
+        PyObject *x = PyTuple_GET_ITEM(row, k);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(e, k, x);
+    }
+    PyTuple_SET_ITEM(e, F_MIN_ITEMS, cell);
+    return e;
+}
+
+static PyMethodDef page_methods[] = {
+    {"row_to_event", (PyCFunction)(void (*)(void))row_to_event, METH_FASTCALL,
+     "row_to_event(cls, missing, slow, row, /)\n--\n\n"
+     "RecordedEvent._from_row of a row without a payload reference, in C; slow(row) for\n"
+     "any other row."},
+    {"verify_page", verify_page, METH_VARARGS,
+     "verify_page(events, start, stream_id, stream_json, last_version, last_hash, key,\n"
+     "            width=0)\n--\n\n"
+     "verify_run over a list of events or rows, hashing several events at once; it may\n"
+     "stop earlier than verify_run (at anything unusual), never later: go on with\n"
+     "verify_run from the index it returns."},
+    {"blake3_many", blake3_many, METH_VARARGS,
+     "blake3_many(items, key=None, width=0)\n--\n\n"
+     "The BLAKE3 hash of each bytes of a list, lanes-wide (width 1, 4, 8 or 16 forces a\n"
+     "path)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_page_methods(PyObject *mod) {
+    return PyModule_AddFunctions(mod, page_methods);
 }

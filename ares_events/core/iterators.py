@@ -49,11 +49,20 @@ def first(items: Iterator[T]) -> T | None:
 
 def pages(items: Iterator[T], size: int) -> Iterator[list[T]]:
     """``items`` in lists of ``size`` (the last one shorter), for work done a page at a
-    time (the chain verifier); closing the pages closes ``items``."""
+    time (the chain verifier); closing the pages closes ``items``. On the blocking face,
+    a read with pages of its own (``event_pages()``) gives those instead (sequences of
+    events, sized by the backend)."""
     try:
-        each = iter(items)  # a list would start again at every islice
-        while page := list(islice(each, size)):  # one C call a page
-            yield page
+        event_pages = getattr(items, "event_pages", None)
+        if event_pages is not None:
+            # A read of pages of rows (core.row_pages.PagedRead): its own pages, whose
+            # events are built as they are taken; ``size`` does not apply.
+            for page in event_pages():
+                yield page
+        else:
+            each = iter(items)  # a list would start again at every islice
+            while page := list(islice(each, size)):  # one C call a page
+                yield page
     finally:
         close_iter(items)
 

@@ -61,6 +61,7 @@ from ares_events.core.identity import (
 )
 from ares_events.core.iterators_async import aclosing_iter, afirst
 from ares_events.core.recorder_async import AsyncRecorder, check_capabilities
+from ares_events.core.row_pages import PagedRead
 from ares_events.core.rules import (
     DEFAULT_MAX_INLINE_BYTES,
     Conflict,
@@ -628,10 +629,17 @@ class AsyncEventStore:
             raise StoreClosed(self._url, f"read of stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         check_range(from_version, to_version, limit)
+        events = self.recorder.read(stream_id, from_version, to_version, limit)
         if not self._loaded or self.blobs is not None:
-            return self._events(self.recorder.read(stream_id, from_version, to_version, limit))
+            paged: Any = events
+            if self._loaded and type(paged) is PagedRead:
+                # Rows become events as they are taken; the blob store is attached to
+                # those with a payload reference only (no generator around the read).
+                fast: Any = paged.with_slow(self._attaching)
+                return fast  # type: ignore[no-any-return]
+            return self._events(events)
         # Nothing to add to the backend's events: hand its iterator out as it is.
-        return self.recorder.read(stream_id, from_version, to_version, limit)
+        return events
 
     @traced_reads("read_all")
     def read_all(
@@ -666,6 +674,17 @@ class AsyncEventStore:
         if not self._loaded or self.blobs is not None:
             return self._events(events)
         return events
+
+    def _attaching(
+        self, slow: Callable[[tuple[Any, ...]], RecordedEvent]
+    ) -> Callable[[tuple[Any, ...]], RecordedEvent]:
+        """``slow`` (a row with a payload reference to its event), the event then given
+        the blob store (see :meth:`read`)."""
+        blobs = self.blobs
+        if blobs is None:
+            return slow
+        attach = blobs.attach
+        return lambda row: attach(slow(row))
 
     async def _events(self, source: AsyncIterator[RecordedEvent]) -> AsyncIterator[RecordedEvent]:
         await self._ready()

@@ -47,6 +47,7 @@ from ares_events.core.events import (
     RecordedEvent,
     uuid7_reference,
 )
+from ares_events.core.row_pages import EventPage
 from ares_events.integrity import verifier
 from tests.fixtures.tier import examples
 from tests.integrity.test_codec import scalars, text
@@ -117,6 +118,11 @@ LENGTHS = sorted(
 )
 
 
+WIDTHS = (0, 1, 4, 8, 16)
+"""verify_page's lanes: the CPU's best, one at a time, 4, 8 and 16 (16 falls back to 8
+without AVX-512, 8 to 4 without AVX2)."""
+
+
 @pytest.mark.parametrize("length", LENGTHS)
 def test_blake3_at_boundary_lengths(native: ModuleType, length: int) -> None:
     rnd = random.Random(length)
@@ -151,6 +157,30 @@ OFFICIAL = {
     (1024, True): "75c46f6f3d9eb4f55ecaaee480db732e6c2105546f1e675003687c31719c7ba4",
     (2049, True): "9f29700902f7c86e514ddc4df1e3049f258b2472b6dd5267f61bf13983b78dd5",
 }
+
+
+@SETTINGS
+@given(
+    items=st.lists(st.binary(max_size=2100), max_size=12),
+    key=st.one_of(st.none(), st.binary(min_size=32, max_size=32)),
+)
+def test_blake3_many_equals_the_package(
+    native: ModuleType, items: list[bytes], key: bytes | None
+) -> None:
+    """The lanes-wide hashing verify_page uses, at every width, on inputs of mixed lengths
+    (a lane takes the next input when its own is done)."""
+    want = [
+        (blake3.blake3(x) if key is None else blake3.blake3(x, key=key)).digest() for x in items
+    ]
+    for width in WIDTHS:
+        assert native.blake3_many(items, key, width) == want
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_blake3_many_at_boundary_lengths(native: ModuleType, width: int) -> None:
+    rnd = random.Random(width)
+    items = [rnd.randbytes(n) for n in LENGTHS]
+    assert native.blake3_many(items, None, width) == [blake3.blake3(x).digest() for x in items]
 
 
 def _official_input(length: int) -> bytes:
@@ -247,6 +277,13 @@ def both(native: ModuleType, page: Page, events: list[RecordedEvent], start: int
     assert ours == ref
     assert type(ours[1]) is int
     assert type(ours[2]) is bytes
+    for width in WIDTHS:
+        # verify_page (several events hashed at once) may stop short of verify_run,
+        # never past it; verify_run from where it stopped gives the reference's answer.
+        j, last, last_hash = native.verify_page(list(events), *args[1:], width)
+        assert j <= ref[0]
+        assert (j, last, last_hash) == verifier.verify_run(events[:j], start, *args[2:])
+        assert native.verify_run(events, j, *args[2:4], last, last_hash, key) == ref
     return ours
 
 
@@ -372,18 +409,23 @@ def test_tampered_pages_agree(native: ModuleType, page: Page, tamper: str, data:
         both(native, page, events, start)
 
 
-def _findings(page: Page, events: list[RecordedEvent], use_native: bool) -> Any:
+def _findings(page: Page, events: list[RecordedEvent], use_native: bool, rows: bool = False) -> Any:
+    """What the verifier finds on ``events``: given as a list, or (``rows``) as an
+    EventPage of their rows, the way a SQLite read hands them over."""
     saved = verifier._native
     verifier._native = _import_native() if use_native else None
+    given: Any = events
+    if rows:
+        given = EventPage([tuple(e[:12]) for e in events], lambda r: RecordedEvent(*r))
     try:
         v = verifier.ChainVerifier(
             page.stream, page.key, start_version=page.start_version, start_hash=page.start_hash
         )
-        kept = v.check_page(events)
+        kept = v.check_page(given)
         s = verifier.ChainVerifier(
             page.stream, page.key, start_version=page.start_version, start_hash=page.start_hash
         )
-        prefix = s.sound_prefix(events)
+        prefix = s.sound_prefix(given)
         return (
             [(f.kind, f.stream_id, f.version, f.detail) for f in v.findings],
             list(kept),
@@ -414,7 +456,12 @@ def test_the_verifier_finds_the_same_with_and_without_native(
         except (TypeError, AttributeError, ValueError):
             continue  # a tamper that does not apply to an event tampered already
         events[j] = RecordedEvent(*row)
-    assert _findings(page, events, True) == _findings(page, events, False)
+    reference = _findings(page, events, False)
+    assert _findings(page, events, True) == reference
+    # A page of rows (verified straight from the rows, events built when needed) finds
+    # the same, on either path.
+    assert _findings(page, events, True, rows=True) == reference
+    assert _findings(page, events, False, rows=True) == reference
 
 
 def test_a_long_keyed_page_verifies_natively(native: ModuleType) -> None:
@@ -592,3 +639,30 @@ def test_a_pickled_or_copied_event_id_keeps_its_text() -> None:
     u = uuid7()
     for v in (pickle.loads(pickle.dumps(u)), copy.copy(u), copy.deepcopy(u)):
         assert v == u and str(v) == str(u) and v.int == u.int
+
+
+@SETTINGS
+@given(page=pages(), data=st.data())
+def test_row_to_event_equals_from_row(native: ModuleType, page: Page, data: Any) -> None:
+    """The SQLite read's C event builder makes the object ``_from_row`` makes, and hands
+    any other row (a payload reference, a wrong shape) to it."""
+    from ares_events.core.events import _MISSING
+
+    slow = RecordedEvent._from_row
+    for e in page.events:
+        row = tuple(e[:12])
+        if data.draw(st.booleans(), label="with a reference"):
+            row = (*row[:6], None, *row[7:11], '{"key":"k","size":3,"digest":"' + "0" * 64 + '"}')
+        got = native.row_to_event(RecordedEvent, _MISSING, slow, row)
+        want = slow(row)
+        assert type(got) is RecordedEvent
+        assert got == want
+        assert got.payload_ref == want.payload_ref
+        if row[11] is None:
+            assert got.payload == want.payload
+            assert got.metadata == want.metadata
+    odd = ("s", 1)
+    assert native.row_to_event(RecordedEvent, _MISSING, lambda r: ("slow", r), odd) == (
+        "slow",
+        odd,
+    )

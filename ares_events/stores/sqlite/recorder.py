@@ -65,6 +65,7 @@ from ares_events.core.events import (
     prefix_range,
 )
 from ares_events.core.lifecycle import OperationGate
+from ares_events.core.row_pages import PagedRead, event_maker
 from ares_events.core.url import StoreURL, parse_bool
 from ares_events.errors import (
     ConcurrencyError,
@@ -123,7 +124,7 @@ _OPTIONS: Final = (*_PARAMS, "create", "read_only")
 _MAX_KEY: Final = 2**63 - 1
 
 
-_row_to_event = RecordedEvent._from_row
+_row_to_event = event_maker()  # native when built: one C call a row (issue 33)
 
 
 def _add_rows(
@@ -623,7 +624,14 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
-        """Keyset-paged read of one stream, on ``(version, position)``."""
+        """Keyset-paged read of one stream, on ``(version, position)``: a
+        :class:`~ares_events.core.row_pages.PagedRead`, whose rows become events as they
+        are taken (and whose pages a verifier checks straight from the rows)."""
+        return PagedRead.over(self._stream_rows(stream_id, from_version, to_version, limit))
+
+    def _stream_rows(
+        self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
+    ) -> Iterator[list[tuple[Any, ...]]]:
         lo = max(from_version, 1)
         hi = to_version if to_version is not None else 2**62
         left = limit if limit is not None else 2**62
@@ -632,7 +640,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         while left > 0:
             want = min(page, left)
             rows = self._query(SELECT_STREAM, (stream_id, lo, hi, kv, kp, want))
-            yield from map(_row_to_event, rows)
+            if rows:
+                yield rows
             if len(rows) < want:
                 return
             left -= len(rows)
