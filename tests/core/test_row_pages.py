@@ -46,12 +46,12 @@ def test_its_pages_are_sequences_of_events() -> None:
     rows = _rows(7)
     got = list(pages(PagedRead.over(_source(rows, 3, [])), 64))
     assert [len(p) for p in got] == [3, 3, 1]
-    assert all(type(p) is EventPage for p in got)
+    assert all(isinstance(p, EventPage) for p in got)
     p = got[0]
     assert p[0] == RecordedEvent._from_row(rows[0])
     assert p[-1].version == 3
     assert list(p[1:]) == [RecordedEvent._from_row(r) for r in rows[1:3]]
-    assert type(p[1:]) is EventPage
+    assert isinstance(p[1:], EventPage)
     assert [e.version for pg in got for e in pg] == list(range(1, 8))
 
 

@@ -352,7 +352,7 @@ def test_two_run_async_on_one_session_never_interleave(url: str) -> None:
         assert len(before) <= 1
         assert all(e.author == "user" and e.invocation_id != reply.invocation_id for e in before)
         texts = [
-            e.content.parts[0].text for e in [*before, prompt] if e.content and e.content.parts
+            str(e.content.parts[0].text) for e in [*before, prompt] if e.content and e.content.parts
         ]
         assert sorted(texts) in (["A"], ["B"], ["A", "B"])
 
