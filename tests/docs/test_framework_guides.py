@@ -38,7 +38,7 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
             "state: {'app:greeting': 'Olá', 'last': 'done', 'tier': 'gold', 'user:language': 'pt'}",
             "tail: ['close my ticket', 'done']",
             "conflicts: 1",
-            "one run kept: True 2",
+            "answers kept: 1",
             "after delete: None",
             "erased: 5",
             "chain ok: True",

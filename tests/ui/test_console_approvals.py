@@ -41,8 +41,8 @@ def key_file(tmp_path: Path, key: SigningKey) -> str:
 
 def secrets_of(key: SigningKey) -> list[str]:
     """The forms the key's secret could be shown in: the key file's text and its seed."""
-    text = key.private_text()
-    return [text, text.rsplit("+", 1)[-1]]
+    text = key.private_text()  # PRIVATE+KEY+<name>+<key id>+<base64 seed, which may hold "+">
+    return [text, text.split("+", 4)[4]]
 
 
 def approve(base: str, cookie: dict[str, str], run: str) -> tuple[int, str, str]:
