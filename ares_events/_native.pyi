@@ -21,3 +21,28 @@ def link_hashes(
     stream_json: bytes, version: int, prev: bytes, events: Sequence[Any], key: bytes | None, /
 ) -> list[bytes]: ...
 def make_uuid7(cls: type[Any], ms: int, seq: int, rand_b: int, is_safe: Any, /) -> Any: ...
+def uuid7_setup(cls: type[Any], is_safe: Any, getrandbits: Any, time_ns: Any, /) -> None: ...
+def uuid7() -> Any: ...
+def prepare(
+    events: Sequence[Any],
+    at: str,
+    new_event: type[Any],
+    prepared_event: type[Any],
+    uuid7_cls: type[Any],
+    good_names: set[str],
+    dumps: Any,
+    opts: int,
+    max_meta: int,
+    /,
+) -> list[Any] | None: ...
+def insert_rows(
+    stream_id: str,
+    stream_json: bytes,
+    version: int,
+    prev: bytes,
+    position: int,
+    prepared: Sequence[Any],
+    key: bytes | None,
+    prepared_event: type[Any],
+    /,
+) -> tuple[list[tuple[Any, ...]], bytes] | None: ...

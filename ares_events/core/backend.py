@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ares_events.chain import ChainKey, genesis, link_hashes
+from ares_events.chain import _NAME_CACHE, ChainKey, _cache_name, _native, genesis, link_hashes
 from ares_events.core.events import AppendResult, PayloadRef, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError
 
@@ -48,8 +48,12 @@ __all__ = [
     "TrackingRecord",
     "check_tracking",
     "fresh_result",
+    "insert_rows_reference",
     "rows_differ",
 ]
+
+_native_insert_rows: Any = None if _native is None else _native.insert_rows
+_INT_MAX = 2**63 - 1
 
 
 class Capability(enum.Enum):
@@ -195,6 +199,76 @@ class Batch:
             out.append(SealedEvent(e, version, prev, h))
             prev = h
         return out
+
+    def insert_rows(
+        self, head: Head | None, position: int
+    ) -> tuple[list[tuple[Any, ...]], int, bytes, int]:
+        """Seal after ``head`` and build the rows a SQL backend inserts, at the global
+        positions after ``position``, in one pass: ``(rows, last version, last hash,
+        last position)``. Each row is ``(position, stream_id, version, event_id, type,
+        module, payload, payload_ref JSON or None, metadata, recorded_at, prev_hash,
+        hash)``.
+
+        The C loop (``ares_events._native.insert_rows``) builds them straight from the
+        prepared events (no :class:`SealedEvent` in between) when it can;
+        :func:`insert_rows_reference` (through :meth:`seal`, which a subclass may
+        override to watch the sealing) is the reference it is tested against.
+        """
+        stream_id = self.stream_id
+        if head is None or head.version == 0:
+            version, prev = 0, genesis(stream_id)
+        else:
+            version, prev = head.version, head.hash
+        n = len(self.events)
+        if (
+            _native_insert_rows is not None
+            and type(self).seal is Batch.seal
+            and type(version) is int
+            and version < _INT_MAX - n
+            and type(position) is int
+            and 0 <= position < _INT_MAX - n
+            and type(prev) is bytes
+            and len(prev) == 32
+        ):
+            st = _NAME_CACHE.get(stream_id)
+            if st is None:
+                st = _cache_name(stream_id)
+            k = None if self._key is None else self._key.key
+            done = _native_insert_rows(
+                stream_id, st, version, prev, position, self.events, k, PreparedEvent
+            )
+            if done is not None:
+                return done[0], version + n, done[1], position + n
+        return insert_rows_reference(stream_id, self.seal(head), position)
+
+
+def insert_rows_reference(
+    stream_id: str, sealed: Sequence[SealedEvent], position: int
+) -> tuple[list[tuple[Any, ...]], int, bytes, int]:
+    """:meth:`Batch.insert_rows` from sealed events, in Python (the reference)."""
+    rows: list[tuple[Any, ...]] = []
+    for s in sealed:
+        position += 1
+        e = s.event
+        ref = e.payload_ref
+        rows.append(
+            (
+                position,
+                stream_id,
+                s.version,
+                e.event_id,
+                e.type,
+                e.module,
+                e.payload_bytes,
+                ref.to_json().decode() if ref else None,
+                e.meta_json,
+                e.at,
+                s.prev_hash,
+                s.hash,
+            )
+        )
+    last = sealed[-1]
+    return rows, last.version, last.hash, position
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,6 @@ from ares_events.core.backend import (
     Batch,
     Capability,
     Head,
-    SealedEvent,
     TrackingRecord,
     check_tracking,
 )
@@ -124,33 +123,6 @@ _MAX_KEY: Final = 2**63 - 1
 
 
 _row_to_event = RecordedEvent._from_row
-
-
-def _add_rows(
-    rows: list[tuple[Any, ...]], stream_id: str, sealed: Sequence[SealedEvent], pos: int
-) -> int:
-    """Append INSERT_EVENT rows for ``sealed`` at positions after ``pos``; return the last."""
-    for s in sealed:
-        pos += 1
-        e = s.event
-        ref = e.payload_ref
-        rows.append(
-            (
-                pos,
-                stream_id,
-                s.version,
-                e.event_id,
-                e.type,
-                e.module,
-                e.payload_bytes,
-                ref.to_json().decode() if ref else None,
-                e.meta_json,
-                e.at,
-                s.prev_hash,
-                s.hash,
-            )
-        )
-    return pos
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -514,15 +486,15 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                         if existing:
                             return AppendOutcome(existing, duplicate=True)
                         raise
-                    sealed = batch.seal(Head(version, head_hash) if version else None)
-                    rows: list[tuple[Any, ...]] = []
-                    pos = _add_rows(rows, stream_id, sealed, pos)
+                    # The rows straight from the prepared events, sealed on the way.
+                    rows, last_version, last_hash, pos = batch.insert_rows(
+                        Head(version, head_hash) if version else None, pos
+                    )
                     # A reused event id violates the unique index: the transaction rolls
                     # back and the ids are looked up below. No lookup on the normal path.
                     c.executemany(INSERT_EVENT, rows)
-                    last = sealed[-1]
-                    c.execute(UPSERT_HEAD, (stream_id, last.version, last.hash))
-                return AppendOutcome([], version=last.version, position=pos)
+                    c.execute(UPSERT_HEAD, (stream_id, last_version, last_hash))
+                return AppendOutcome([], version=last_version, position=pos)
             except sqlite3.IntegrityError:
                 with self._write() as c:
                     existing = self._existing(c, batch)
@@ -569,11 +541,12 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                             if any(dups):
                                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                             raise
-                        sealed = batch.seal(Head(head[0], head[1]) if head else None)
-                        pos = _add_rows(rows, stream_id, sealed, pos)
-                        last = sealed[-1]
-                        heads.append((stream_id, last.version, last.hash))
-                        out.append(AppendOutcome([], version=last.version, position=pos))
+                        batch_rows, last_version, last_hash, pos = batch.insert_rows(
+                            Head(head[0], head[1]) if head else None, pos
+                        )
+                        rows += batch_rows
+                        heads.append((stream_id, last_version, last_hash))
+                        out.append(AppendOutcome([], version=last_version, position=pos))
                     # A reused event id violates the unique index: everything rolls back
                     # and the ids are looked up below.
                     c.executemany(INSERT_EVENT, rows)
