@@ -46,3 +46,11 @@ def insert_rows(
     prepared_event: type[Any],
     /,
 ) -> tuple[list[tuple[Any, ...]], bytes] | None: ...
+def install_init(
+    cls: type[Any],
+    names: tuple[str, ...],
+    defaults: tuple[Any, ...],
+    factories: tuple[Any, ...],
+    missing: Any,
+    /,
+) -> None: ...

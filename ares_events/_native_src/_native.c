@@ -1001,6 +1001,107 @@ fail:
     return NULL;
 }
 
+/* ---- NewEvent's __init__ (the dataclass-generated one stays the reference) ------------- */
+
+/* A frozen, slotted, keyword-only dataclass's __init__ as the class's tp_init: the same
+ * fields, defaults and default factories (read from the dataclass by install_init), the
+ * same TypeErrors, the slots written as object.__setattr__ writes them, and no Python
+ * frame. tests/integrity/test_native_batch.py holds it to the generated __init__. */
+#define INIT_MAX 8
+static PyTypeObject *INIT_CLS;
+static int INIT_N;
+static PyObject *INIT_NAMES[INIT_MAX], *INIT_DEFAULT[INIT_MAX], *INIT_FACTORY[INIT_MAX];
+static Py_ssize_t INIT_OFF[INIT_MAX];
+
+static PyObject *INIT_REFERENCE; /* the generated __init__ */
+
+/* Anything but a plain call (positional arguments, an unknown keyword, a missing field)
+ * goes to the generated __init__, so the TypeError is the interpreter's own, word for
+ * word (3.13 adds "Did you mean ...?"). */
+static int kw_init_reference(PyObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *bound = PyMethod_New(INIT_REFERENCE, self);
+    PyObject *r = bound ? PyObject_Call(bound, args, kwds) : NULL;
+    Py_XDECREF(bound);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int kw_init(PyObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *vals[INIT_MAX] = {NULL};
+    Py_ssize_t found = 0;
+    if (PyTuple_GET_SIZE(args) != 0) return kw_init_reference(self, args, kwds);
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        for (int k = 0; k < INIT_N; k++) {
+            vals[k] = PyDict_GetItemWithError(kwds, INIT_NAMES[k]); /* borrowed */
+            if (vals[k]) found++;
+            else if (PyErr_Occurred()) return -1;
+        }
+        if (found != PyDict_GET_SIZE(kwds)) return kw_init_reference(self, args, kwds);
+    }
+    for (int k = 0; k < INIT_N; k++)
+        if (!vals[k] && !INIT_FACTORY[k] && !INIT_DEFAULT[k])
+            return kw_init_reference(self, args, kwds);
+    PyObject *set[INIT_MAX] = {NULL};
+    for (int k = 0; k < INIT_N; k++) {
+        PyObject *v = vals[k];
+        if (v) {
+            set[k] = Py_NewRef(v);
+        } else if (INIT_FACTORY[k] == (PyObject *)&PyDict_Type) {
+            set[k] = PyDict_New();
+        } else if (INIT_FACTORY[k]) {
+            set[k] = PyObject_CallNoArgs(INIT_FACTORY[k]);
+        } else if (INIT_DEFAULT[k]) {
+            set[k] = Py_NewRef(INIT_DEFAULT[k]);
+        }
+        if (!set[k]) {
+            for (int j = 0; j < k; j++) Py_DECREF(set[j]);
+            return -1;
+        }
+    }
+    for (int k = 0; k < INIT_N; k++) Py_XSETREF(SLOT(self, INIT_OFF[k]), set[k]);
+    return 0;
+}
+
+/* install_init(cls, names, defaults, factories, missing): make kw_init cls's tp_init;
+ * defaults[i] / factories[i] is `missing` where the field has none. */
+static PyObject *install_init(PyObject *self, PyObject *args) {
+    PyObject *cls, *names, *defaults, *factories, *missing;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O:install_init", &PyType_Type, &cls, &PyTuple_Type,
+                          &names, &PyTuple_Type, &defaults, &PyTuple_Type, &factories, &missing))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > INIT_MAX || PyTuple_GET_SIZE(defaults) != n || PyTuple_GET_SIZE(factories) != n ||
+        !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE) || (INIT_CLS && INIT_CLS != (PyTypeObject *)cls)) {
+        PyErr_SetString(PyExc_ValueError, "install_init: unsupported class or fields");
+        return NULL;
+    }
+    PyObject *reference = PyDict_GetItemString(((PyTypeObject *)cls)->tp_dict, "__init__");
+    if (!reference || !PyFunction_Check(reference)) {
+        PyErr_SetString(PyExc_ValueError, "install_init: the class has no generated __init__");
+        return NULL;
+    }
+    Py_ssize_t offs[INIT_MAX];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (!PyUnicode_Check(name) || (offs[k] = slot_offset(cls, PyUnicode_AsUTF8(name))) < 0)
+            return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *d = PyTuple_GET_ITEM(defaults, k), *f = PyTuple_GET_ITEM(factories, k);
+        Py_XSETREF(INIT_NAMES[k], Py_NewRef(PyTuple_GET_ITEM(names, k)));
+        Py_XSETREF(INIT_DEFAULT[k], d == missing ? NULL : Py_NewRef(d));
+        Py_XSETREF(INIT_FACTORY[k], f == missing ? NULL : Py_NewRef(f));
+        INIT_OFF[k] = offs[k];
+    }
+    INIT_N = (int)n;
+    Py_XSETREF(INIT_REFERENCE, Py_NewRef(reference));
+    INIT_CLS = (PyTypeObject *)Py_NewRef(cls);
+    INIT_CLS->tp_init = kw_init;
+    Py_RETURN_NONE;
+}
+
 static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "key", NULL};
     Py_buffer data;
@@ -1117,6 +1218,10 @@ static PyMethodDef methods[] = {
      "            PreparedEvent, /)\n--\n\n"
      "(rows, last hash): ares_events.core.backend.insert_rows_reference in one pass;\n"
      "None when the reference has to run."},
+    {"install_init", install_init, METH_VARARGS,
+     "install_init(cls, names, defaults, factories, missing, /)\n--\n\n"
+     "Give a frozen, slotted, keyword-only dataclass (NewEvent) a C __init__ with the\n"
+     "same fields, defaults and errors as its generated one."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},

@@ -8,13 +8,16 @@ not depend on which path sealed them), and ``_native.uuid7`` against
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import random
+import time
 import uuid
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,6 +32,7 @@ from ares_events.core.events import (
     MAX_METADATA_BYTES,
     NewEvent,
     PreparedEvent,
+    new_event_reference,
     prepare,
     prepare_reference,
     uuid7,
@@ -122,7 +126,7 @@ def test_prepare_takes_the_c_pass_on_plain_batches(
     events = [NewEvent(**kw) for kw in specs]
     want = prepare_reference("s", events, AT)  # also validates and remembers the names
     got = native.prepare(
-        events, AT, NewEvent, PreparedEvent, _UUID7, _GOOD_NAMES, ev_mod.orjson.dumps,
+        events, AT, NewEvent, PreparedEvent, _UUID7, _GOOD_NAMES, orjson.dumps,
         ev_mod._SORT_KEYS, MAX_METADATA_BYTES,
     )  # fmt: skip
     assert got is not None
@@ -141,7 +145,7 @@ def test_prepare_falls_back_on_every_unusual_event(native: ModuleType) -> None:
 
     def c_pass(*evs: Any) -> Any:
         return native.prepare(
-            list(evs), AT, NewEvent, PreparedEvent, _UUID7, _GOOD_NAMES, ev_mod.orjson.dumps,
+            list(evs), AT, NewEvent, PreparedEvent, _UUID7, _GOOD_NAMES, orjson.dumps,
             ev_mod._SORT_KEYS, MAX_METADATA_BYTES,
         )  # fmt: skip
 
@@ -271,16 +275,17 @@ def test_native_uuid7_equals_the_python_generator(
 
     def setup_py(bits: Any, time_ns: Any) -> None:
         ev_mod._getrandbits = bits
-        ev_mod.time = SimpleNamespace(time_ns=time_ns)  # type: ignore[assignment]
+        setattr(ev_mod, "time", SimpleNamespace(time_ns=time_ns))  # noqa: B010
         ev_mod._last_ms, ev_mod._seq = 0, 0
 
-    saved = (ev_mod._getrandbits, ev_mod.time, ev_mod._last_ms, ev_mod._seq)
+    saved = (ev_mod._getrandbits, ev_mod._last_ms, ev_mod._seq)
     try:
         got = run(native.uuid7, setup_c)
         want = run(uuid7_python, setup_py)
     finally:
-        ev_mod._getrandbits, ev_mod.time, ev_mod._last_ms, ev_mod._seq = saved
-        native.uuid7_setup(_UUID7, uuid.SafeUUID.unknown, random.getrandbits, ev_mod.time.time_ns)
+        ev_mod._getrandbits, ev_mod._last_ms, ev_mod._seq = saved
+        setattr(ev_mod, "time", time)  # noqa: B010
+        native.uuid7_setup(_UUID7, uuid.SafeUUID.unknown, random.getrandbits, time.time_ns)
     assert [type(u) for u in got] == [_UUID7] * len(clock)
     assert [(u.int, str(u), u.is_safe) for u in got] == [(u.int, str(u), u.is_safe) for u in want]
 
@@ -309,3 +314,67 @@ def test_forked_children_make_other_ids() -> None:
         theirs = set(f.read().decode().split("\n"))
     os.waitpid(pid, 0)
     assert len(theirs) == 50 and not (mine & theirs)
+
+
+# -- NewEvent's __init__ ----------------------------------------------------------------------
+
+kwarg_names = st.sampled_from(["type", "module", "payload", "metadata", "event_id", "foo", "typ"])
+
+
+def _init_outcome(make: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        ev = make(*args, **kwargs)
+    except TypeError as exc:
+        return ("TypeError", str(exc).replace("new_event_reference()", "NewEvent.__init__()"))
+    values = [getattr(ev, f.name) for f in dataclasses.fields(NewEvent)]
+    if "event_id" not in kwargs:  # a fresh id on each path: compare what it is
+        values[-1] = (type(values[-1]), values[-1].version)
+    return (type(ev), values)
+
+
+@SETTINGS
+@given(
+    kwargs=st.dictionaries(kwarg_names, st.one_of(st.none(), text, values), max_size=6),
+    npos=st.integers(0, 2),
+)
+def test_new_event_init_equals_the_dataclass_init(
+    native: ModuleType, kwargs: dict[str, Any], npos: int
+) -> None:
+    """NewEvent(...) (the C __init__) and the generated __init__ build the same event from
+    the same arguments, or raise the same TypeError."""
+    args = ("x",) * npos
+
+    def reference(*a: Any, **kw: Any) -> NewEvent:
+        if a:  # the reference helper takes keywords only; the generated __init__ says this
+            ev = object.__new__(NewEvent)
+            NewEvent.__init__(ev, *a, **kw)
+            return ev
+        return new_event_reference(**kw)
+
+    got = _init_outcome(NewEvent, args, kwargs)
+    assert got == _init_outcome(reference, args, kwargs)
+    if got[0] is NewEvent:
+        ev = NewEvent(**kwargs)
+        assert dataclasses.replace(ev) == ev and ev == new_event_reference(**{
+            **kwargs, "event_id": ev.event_id
+        })  # fmt: skip
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ev.type = "other"  # type: ignore[misc]
+
+
+def test_new_event_defaults_are_fresh_objects() -> None:
+    """Each event gets its own payload and metadata dicts and its own id."""
+    a, b = NewEvent(type="t"), NewEvent(type="t")
+    assert a.payload == {} and a.metadata == {} and a.module == ""
+    assert a.payload is not b.payload and a.metadata is not b.metadata
+    assert a.event_id != b.event_id
+
+
+def test_a_subclass_keeps_the_generated_init() -> None:
+    class Sub(NewEvent):
+        pass
+
+    ev = Sub(type="t", module="m")
+    assert type(ev) is Sub and ev.module == "m"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'foo'"):
+        Sub(type="t", foo=1)  # type: ignore[call-arg]
