@@ -1030,7 +1030,8 @@ static int kw_init_reference(PyObject *self, PyObject *args, PyObject *kwds) {
 static int kw_init(PyObject *self, PyObject *args, PyObject *kwds) {
     PyObject *vals[INIT_MAX] = {NULL};
     Py_ssize_t found = 0;
-    if (PyTuple_GET_SIZE(args) != 0) return kw_init_reference(self, args, kwds);
+    if (PyTuple_GET_SIZE(args) != 0 || Py_TYPE(self) != INIT_CLS)
+        return kw_init_reference(self, args, kwds);
     if (kwds && PyDict_GET_SIZE(kwds)) {
         for (int k = 0; k < INIT_N; k++) {
             vals[k] = PyDict_GetItemWithError(kwds, INIT_NAMES[k]); /* borrowed */
@@ -1073,7 +1074,7 @@ static PyObject *install_init(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(names);
     if (n > INIT_MAX || PyTuple_GET_SIZE(defaults) != n || PyTuple_GET_SIZE(factories) != n ||
-        !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE) || (INIT_CLS && INIT_CLS != (PyTypeObject *)cls)) {
+        !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
         PyErr_SetString(PyExc_ValueError, "install_init: unsupported class or fields");
         return NULL;
     }
@@ -1095,9 +1096,15 @@ static PyObject *install_init(PyObject *self, PyObject *args) {
         Py_XSETREF(INIT_FACTORY[k], f == missing ? NULL : Py_NewRef(f));
         INIT_OFF[k] = offs[k];
     }
+    if (INIT_CLS && INIT_CLS != (PyTypeObject *)cls) {
+        /* Another class (the module reloaded): give the old one back its generated
+         * __init__ (setting the attribute makes the interpreter re-point tp_init). */
+        if (PyObject_SetAttrString((PyObject *)INIT_CLS, "__init__", INIT_REFERENCE) < 0)
+            return NULL;
+    }
     INIT_N = (int)n;
     Py_XSETREF(INIT_REFERENCE, Py_NewRef(reference));
-    INIT_CLS = (PyTypeObject *)Py_NewRef(cls);
+    Py_XSETREF(INIT_CLS, (PyTypeObject *)Py_NewRef(cls));
     INIT_CLS->tp_init = kw_init;
     Py_RETURN_NONE;
 }

@@ -378,3 +378,29 @@ def test_a_subclass_keeps_the_generated_init() -> None:
     assert type(ev) is Sub and ev.module == "m"
     with pytest.raises(TypeError, match="unexpected keyword argument 'foo'"):
         Sub(type="t", foo=1)  # type: ignore[call-arg]
+
+
+def test_a_second_class_takes_the_c_init_over(native: ModuleType) -> None:
+    """Installing the C __init__ on another class (a reloaded module) gives the first
+    one back its generated __init__; installing it again on NewEvent restores it."""
+    fs = dataclasses.fields(NewEvent)
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Other:
+        type: str
+        module: str = ""
+
+    ofs = dataclasses.fields(Other)
+    try:
+        native.install_init(
+            Other, tuple(f.name for f in ofs), tuple(f.default for f in ofs),
+            tuple(f.default_factory for f in ofs), dataclasses.MISSING,
+        )  # fmt: skip
+        assert Other(type="t") == Other(type="t", module="")
+        assert NewEvent(type="t", module="m").module == "m"  # the generated __init__ again
+    finally:
+        native.install_init(
+            NewEvent, tuple(f.name for f in fs), tuple(f.default for f in fs),
+            tuple(f.default_factory for f in fs), dataclasses.MISSING,
+        )  # fmt: skip
+    assert NewEvent(type="t").module == ""
