@@ -570,7 +570,8 @@ class AsyncEventStore:
         (the blob store decides; this only spares a call when nothing can spill)."""
         if self.blobs is None:
             return False
-        return max(map(_size, prepared)) > self.spill_threshold
+        biggest: int = max(map(_size, prepared))
+        return biggest > self.spill_threshold
 
     def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
         """After spilling: refuse a payload still inline and over ``max_inline_bytes``.
