@@ -906,8 +906,9 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
     PyObject *stream_id, *stream_json, *prev_in, *events, *key_obj, *prep_cls;
     long long version, pos;
     (void)self;
-    if (!PyArg_ParseTuple(args, "USLSLOOO:insert_rows", &stream_id, &stream_json, &version,
-                          &prev_in, &pos, &events, &key_obj, &prep_cls))
+    int flat = 0;
+    if (!PyArg_ParseTuple(args, "USLSLOOO|p:insert_rows", &stream_id, &stream_json, &version,
+                          &prev_in, &pos, &events, &key_obj, &prep_cls, &flat))
         return NULL;
     if (bind_prepared(prep_cls) < 0) return NULL;
     const uint8_t *key = NULL;
@@ -939,12 +940,26 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
                 Py_RETURN_NONE;
             }
         }
+        if (flat && i > 0) { /* one recorded_at for the batch, bound once */
+            PyObject *a0 = SLOT(PySequence_Fast_GET_ITEM(seq, 0), OFF_PREP[P_AT]);
+            PyObject *ai = SLOT(e, OFF_PREP[P_AT]);
+            int same = a0 == ai ? 1 : PyObject_RichCompareBool(a0, ai, Py_EQ);
+            if (same != 1 || !PyUnicode_CheckExact(ai)) {
+                Py_DECREF(seq);
+                if (same < 0) return NULL;
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    if (flat && n == 0) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
     }
     if (n > 0 && (version > LLONG_MAX - n || pos > LLONG_MAX - n)) {
         Py_DECREF(seq);
         Py_RETURN_NONE;
     }
-    PyObject *rows = PyList_New(n);
+    PyObject *rows = PyList_New(flat ? 10 * n : n);
     if (!rows) {
         Py_DECREF(seq);
         return NULL;
@@ -965,6 +980,30 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
                      stream_js_len, SLOT(e, OFF_PREP[P_TYPE]), version) < 0)
             goto fail;
         PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
+        if (flat) {
+            /* position, version, event_id, type, module, payload, payload_ref, metadata,
+             * prev_hash, hash: the row without stream_id and recorded_at */
+            PyObject *po = h ? PyLong_FromLongLong(pos) : NULL;
+            PyObject *vo = po ? PyLong_FromLongLong(version) : NULL;
+            if (!vo) {
+                Py_XDECREF(h);
+                Py_XDECREF(po);
+                goto fail;
+            }
+            PyObject **out = &PyList_GET_ITEM(rows, 10 * i);
+            out[0] = po;
+            out[1] = vo;
+            out[2] = Py_NewRef(SLOT(e, OFF_PREP[P_ID]));
+            out[3] = Py_NewRef(SLOT(e, OFF_PREP[P_TYPE]));
+            out[4] = Py_NewRef(SLOT(e, OFF_PREP[P_MODULE]));
+            out[5] = Py_NewRef(SLOT(e, OFF_PREP[P_PAYLOAD]));
+            out[6] = Py_NewRef(Py_None);
+            out[7] = Py_NewRef(SLOT(e, OFF_PREP[P_META]));
+            out[8] = prev_obj;
+            out[9] = h;
+            prev_obj = Py_NewRef(h);
+            continue;
+        }
         PyObject *row = h ? PyTuple_New(12) : NULL;
         PyObject *po = row ? PyLong_FromLongLong(pos) : NULL;
         PyObject *vo = po ? PyLong_FromLongLong(version) : NULL;
@@ -1222,9 +1261,10 @@ static PyMethodDef methods[] = {
      "one pass; None when the reference has to run."},
     {"insert_rows", insert_rows, METH_VARARGS,
      "insert_rows(stream_id, stream_json, version, prev, position, prepared, key,\n"
-     "            PreparedEvent, /)\n--\n\n"
+     "            PreparedEvent, flat=False, /)\n--\n\n"
      "(rows, last hash): ares_events.core.backend.insert_rows_reference in one pass;\n"
-     "None when the reference has to run."},
+     "flat: one list of the rows' values without stream_id and recorded_at (one\n"
+     "recorded_at for the batch). None when the reference has to run."},
     {"install_init", install_init, METH_VARARGS,
      "install_init(cls, names, defaults, factories, missing, /)\n--\n\n"
      "Give a frozen, slotted, keyword-only dataclass (NewEvent) a C __init__ with the\n"

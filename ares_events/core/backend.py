@@ -49,6 +49,7 @@ __all__ = [
     "check_tracking",
     "fresh_result",
     "insert_rows_reference",
+    "params_of_rows",
     "rows_differ",
 ]
 
@@ -240,6 +241,58 @@ class Batch:
             if done is not None:
                 return done[0], version + n, done[1], position + n
         return insert_rows_reference(stream_id, self.seal(head), position)
+
+    def insert_params(
+        self, head: Head | None, position: int
+    ) -> tuple[list[Any], str, int, bytes, int] | None:
+        """:meth:`insert_rows` as ONE flat list, for a multi-row INSERT that binds the
+        stream id and the batch's one ``recorded_at`` once: ``(values, recorded_at, last
+        version, last hash, last position)``, ``values`` holding per row ``(position,
+        version, event_id, type, module, payload, payload_ref, metadata, prev_hash,
+        hash)``. None when the C pass does not take the batch (no extension, a spilled
+        payload, several ``at`` values, an overridden :meth:`seal`...): then
+        :meth:`insert_rows` is the way. :func:`params_of_rows` is the reference.
+        """
+        if _native_insert_rows is None or type(self).seal is not Batch.seal:
+            return None
+        stream_id = self.stream_id
+        if head is None or head.version == 0:
+            version, prev = 0, genesis(stream_id)
+        else:
+            version, prev = head.version, head.hash
+        n = len(self.events)
+        if not (
+            n
+            and type(version) is int
+            and version < _INT_MAX - n
+            and type(position) is int
+            and 0 <= position < _INT_MAX - n
+            and type(prev) is bytes
+            and len(prev) == 32
+        ):
+            return None
+        st = _NAME_CACHE.get(stream_id)
+        if st is None:
+            st = _cache_name(stream_id)
+        k = None if self._key is None else self._key.key
+        done = _native_insert_rows(
+            stream_id, st, version, prev, position, self.events, k, PreparedEvent, True
+        )
+        if done is None:
+            return None
+        return done[0], self.events[0].at, version + n, done[1], position + n
+
+
+def params_of_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[Any], str]:
+    """The reference of :meth:`Batch.insert_params`' values: ``rows`` (of
+    :meth:`Batch.insert_rows`) flattened without their stream id and ``recorded_at``,
+    and the one ``recorded_at`` they share."""
+    out: list[Any] = []
+    for r in rows:
+        out += (r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10], r[11])
+    ats = {r[9] for r in rows}
+    assert len(ats) == 1, "the rows do not share one recorded_at"
+    return out, ats.pop()
 
 
 def insert_rows_reference(

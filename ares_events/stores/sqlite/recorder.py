@@ -105,6 +105,7 @@ from ares_events.stores.sqlite.sql import (
     UPSERT_META,
     UPSERT_SCHEMA_VERSION,
     UPSERT_TRACKING,
+    insert_events_values,
 )
 
 if TYPE_CHECKING:
@@ -123,6 +124,24 @@ _MAX_KEY: Final = 2**63 - 1
 
 
 _row_to_event = RecordedEvent._from_row
+
+
+# Rows per multi-row INSERT (a batch is cut into these sizes, largest first), so a few
+# statements serve every batch size; 64 rows bind 642 values, under SQLite's oldest
+# default limit (999).
+_CHUNKS: Final = (64, 32, 16, 8, 4, 2, 1)
+_INSERT_VALUES: Final = {k: insert_events_values(k) for k in _CHUNKS}
+
+
+def _insert_values(c: sqlite3.Connection, stream_id: str, at: str, values: list[Any]) -> None:
+    """Insert the rows of ``Batch.insert_params`` (ten values a row) in multi-row
+    statements of the sizes in ``_CHUNKS``."""
+    n, start = len(values) // 10, 0
+    for k in _CHUNKS:
+        sql = _INSERT_VALUES[k]
+        while n - start >= k:
+            c.execute(sql, [stream_id, at, *values[10 * start : 10 * (start + k)]])
+            start += k
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -487,12 +506,16 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                             return AppendOutcome(existing, duplicate=True)
                         raise
                     # The rows straight from the prepared events, sealed on the way.
-                    rows, last_version, last_hash, pos = batch.insert_rows(
-                        Head(version, head_hash) if version else None, pos
-                    )
                     # A reused event id violates the unique index: the transaction rolls
                     # back and the ids are looked up below. No lookup on the normal path.
-                    c.executemany(INSERT_EVENT, rows)
+                    head = Head(version, head_hash) if version else None
+                    flat = batch.insert_params(head, pos)
+                    if flat is not None:
+                        values, at, last_version, last_hash, pos = flat
+                        _insert_values(c, stream_id, at, values)
+                    else:
+                        rows, last_version, last_hash, pos = batch.insert_rows(head, pos)
+                        c.executemany(INSERT_EVENT, rows)
                     c.execute(UPSERT_HEAD, (stream_id, last_version, last_hash))
                 return AppendOutcome([], version=last_version, position=pos)
             except sqlite3.IntegrityError:
