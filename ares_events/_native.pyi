@@ -34,3 +34,36 @@ def verify_page(
 ) -> tuple[int, int, bytes]: ...
 def blake3_many(items: list[bytes], key: bytes | None = None, width: int = 0, /) -> list[bytes]: ...
 def row_to_event(cls: type[Any], missing: Any, slow: Any, row: tuple[Any, ...], /) -> Any: ...
+def uuid7_setup(cls: type[Any], is_safe: Any, getrandbits: Any, time_ns: Any, /) -> None: ...
+def uuid7() -> Any: ...
+def prepare(
+    events: Sequence[Any],
+    at: str,
+    new_event: type[Any],
+    prepared_event: type[Any],
+    uuid7_cls: type[Any],
+    good_names: set[str],
+    dumps: Any,
+    opts: int,
+    max_meta: int,
+    /,
+) -> list[Any] | None: ...
+def insert_rows(
+    stream_id: str,
+    stream_json: bytes,
+    version: int,
+    prev: bytes,
+    position: int,
+    prepared: Sequence[Any],
+    key: bytes | None,
+    prepared_event: type[Any],
+    /,
+) -> tuple[list[tuple[Any, ...]], bytes] | None: ...
+def install_init(
+    cls: type[Any],
+    names: tuple[str, ...],
+    defaults: tuple[Any, ...],
+    factories: tuple[Any, ...],
+    missing: Any,
+    /,
+) -> None: ...

@@ -1,5 +1,8 @@
 /* ares_events._native: the fast paths of the chain format in C: the verifier's loop
- * (verify_run) and canonical JSON's acceptance walk (scan).
+ * (verify_run), canonical JSON's acceptance walk (scan), and the append path's passes
+ * (prepare: a batch validated, encoded and digested; insert_rows: sealed straight into
+ * the rows a SQL backend inserts; uuid7: a default event id), each held to its Python
+ * reference by property tests (tests/integrity/test_native*.py).
  *
  * verify_run() has exactly the semantics of the pure-Python reference
  * ares_events.integrity.verifier.verify_run (which stays the reference: the property
@@ -24,6 +27,11 @@
 #include <string.h>
 
 #include "blake3_portable.h"
+
+#ifndef Py_T_OBJECT_EX
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
 
 /* RecordedEvent's items (ares_events/core/events.py). */
 enum {
@@ -519,9 +527,39 @@ fail:
 
 static PyObject *S_INT, *S_IS_SAFE, *S_TEXT;
 
-/* make_uuid7(cls, ms, seq, rand_b, is_safe): an instance of cls (a uuid.UUID subclass
- * with a _text slot) for the UUIDv7 of 48-bit ms, 12-bit seq and 62-bit rand_b, with its
- * canonical text; the fields are set as object.__setattr__ sets them. */
+/* An instance of cls (a uuid.UUID subclass with a _text slot) for the 128-bit value
+ * hi:lo, with its canonical text; the fields are set as object.__setattr__ sets them. */
+static PyObject *build_uuid7(PyTypeObject *cls, uint64_t hi, uint64_t lo, PyObject *is_safe) {
+    char text[36];
+    unsigned char raw[16];
+    for (int i = 0; i < 8; i++) {
+        raw[i] = (unsigned char)(hi >> (56 - 8 * i));
+        raw[8 + i] = (unsigned char)(lo >> (56 - 8 * i));
+    }
+    /* 8-4-4-4-12 lowercase hex digits */
+    char *o = text;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) *o++ = '-';
+        *o++ = HEX[raw[i] >> 4];
+        *o++ = HEX[raw[i] & 15];
+    }
+    PyObject *value = _PyLong_FromByteArray(raw, 16, 0, 0);
+    if (!value) return NULL;
+    PyObject *t = PyUnicode_FromStringAndSize(text, 36);
+    PyObject *u = t ? cls->tp_alloc(cls, 0) : NULL;
+    if (!u || PyObject_GenericSetAttr(u, S_INT, value) < 0 ||
+        PyObject_GenericSetAttr(u, S_IS_SAFE, is_safe) < 0 ||
+        PyObject_GenericSetAttr(u, S_TEXT, t) < 0) {
+        Py_XDECREF(u);
+        u = NULL;
+    }
+    Py_DECREF(value);
+    Py_XDECREF(t);
+    return u;
+}
+
+/* make_uuid7(cls, ms, seq, rand_b, is_safe): an instance of cls for the UUIDv7 of 48-bit
+ * ms, 12-bit seq and 62-bit rand_b (ares_events.core.events.uuid7_reference's object). */
 static PyObject *make_uuid7(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 5 || !PyType_Check(args[0])) {
@@ -539,32 +577,575 @@ static PyObject *make_uuid7(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "ms, seq or rand_b out of range");
         return NULL;
     }
-    unsigned long long hi = ms << 16 | 0x7000ULL | seq;
-    unsigned long long lo = 0x8000000000000000ULL | rb;
-    char text[40];
-    snprintf(text, sizeof text, "%08llx-%04llx-%04llx-%04llx-%012llx", hi >> 32,
-             (hi >> 16) & 0xFFFF, hi & 0xFFFF, lo >> 48, lo & 0xFFFFFFFFFFFFULL);
-    PyObject *h = PyLong_FromUnsignedLongLong(hi);
-    PyObject *sh = h ? PyLong_FromLong(64) : NULL;
-    PyObject *hs = sh ? PyNumber_Lshift(h, sh) : NULL;
-    PyObject *l = hs ? PyLong_FromUnsignedLongLong(lo) : NULL;
-    PyObject *value = l ? PyNumber_Or(hs, l) : NULL;
-    Py_XDECREF(h);
-    Py_XDECREF(sh);
-    Py_XDECREF(hs);
-    Py_XDECREF(l);
-    if (!value) return NULL;
-    PyObject *t = PyUnicode_FromStringAndSize(text, 36);
-    PyObject *u = t ? cls->tp_alloc(cls, 0) : NULL;
-    if (!u || PyObject_GenericSetAttr(u, S_INT, value) < 0 ||
-        PyObject_GenericSetAttr(u, S_IS_SAFE, args[4]) < 0 ||
-        PyObject_GenericSetAttr(u, S_TEXT, t) < 0) {
-        Py_XDECREF(u);
-        u = NULL;
+    return build_uuid7(cls, ms << 16 | 0x7000ULL | seq, 0x8000000000000000ULL | rb, args[4]);
+}
+
+/* The generator of ares_events.core.events.uuid7 in C: the same steps (the millisecond
+ * clock, the 12-bit counter within a millisecond that starts at 10 random bits, 62
+ * random bits from the same random.getrandbits, in the same order) without a Python
+ * frame, so NewEvent's default id factory is one C call. uuid7_setup() gives it the
+ * class, is_safe, getrandbits and time.time_ns once. */
+static PyObject *U7_CLS, *U7_SAFE, *U7_RAND, *U7_TIME;
+static unsigned long long u7_last_ms, u7_seq;
+
+static PyObject *uuid7_setup(PyObject *self, PyObject *args) {
+    PyObject *cls, *safe, *rand, *clock;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!OOO:uuid7_setup", &PyType_Type, &cls, &safe, &rand, &clock))
+        return NULL;
+    Py_XSETREF(U7_CLS, Py_NewRef(cls));
+    Py_XSETREF(U7_SAFE, Py_NewRef(safe));
+    Py_XSETREF(U7_RAND, Py_NewRef(rand));
+    Py_XSETREF(U7_TIME, Py_NewRef(clock));
+    u7_last_ms = u7_seq = 0; /* as the Python generator starts */
+    Py_RETURN_NONE;
+}
+
+/* getrandbits(bits) as an unsigned 64-bit int; -1 with an exception set on error. */
+static int u7_bits(int bits, unsigned long long *out) {
+    PyObject *n = PyLong_FromLong(bits);
+    PyObject *r = n ? PyObject_CallOneArg(U7_RAND, n) : NULL;
+    Py_XDECREF(n);
+    if (!r) return -1;
+    *out = PyLong_AsUnsignedLongLong(r);
+    Py_DECREF(r);
+    if (PyErr_Occurred()) return -1;
+    if (*out >> bits) {
+        PyErr_SetString(PyExc_ValueError, "getrandbits returned too many bits");
+        return -1;
     }
-    Py_DECREF(value);
-    Py_XDECREF(t);
-    return u;
+    return 0;
+}
+
+static PyObject *uuid7_new(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (!U7_CLS) {
+        PyErr_SetString(PyExc_RuntimeError, "uuid7_setup() was not called");
+        return NULL;
+    }
+    PyObject *ns = PyObject_CallNoArgs(U7_TIME);
+    if (!ns) return NULL;
+    unsigned long long t = PyLong_AsUnsignedLongLong(ns);
+    Py_DECREF(ns);
+    if (t == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    unsigned long long ms = t / 1000000ULL;
+    if (ms == u7_last_ms) {
+        u7_seq = (u7_seq + 1) & 0xFFF;
+    } else {
+        unsigned long long s;
+        if (u7_bits(10, &s) < 0) return NULL;
+        u7_last_ms = ms;
+        u7_seq = s;
+    }
+    unsigned long long rb;
+    if (u7_bits(62, &rb) < 0) return NULL;
+    if (ms >> 48) {
+        PyErr_SetString(PyExc_ValueError, "the clock is past the UUIDv7 range");
+        return NULL;
+    }
+    return build_uuid7((PyTypeObject *)U7_CLS, ms << 16 | 0x7000ULL | u7_seq,
+                       0x8000000000000000ULL | rb, U7_SAFE);
+}
+
+/* ---- one pass over a batch (ares_events.core.events.prepare_reference and
+ * ares_events.core.backend.insert_rows_reference are the references) ------------------- */
+
+/* The offset of the object slot `name` of cls (a member descriptor from __slots__), or
+ * -1 with an exception set. Slots are read and written by offset: no attribute lookup
+ * and no __setattr__ per field (for a dataclass that is object.__setattr__ anyway). */
+static Py_ssize_t slot_offset(PyObject *cls, const char *name) {
+    PyObject *d = PyObject_GetAttrString(cls, name);
+    if (!d) return -1;
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == Py_T_OBJECT_EX) off = m->offset;
+    }
+    Py_DECREF(d);
+    if (off < 0) PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
+    return off;
+}
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+enum { P_ID, P_TYPE, P_MODULE, P_PAYLOAD, P_META, P_AT, P_DIGEST, P_SIZE, P_REF, P_UID, P_N };
+enum { N_TYPE, N_MODULE, N_PAYLOAD, N_META, N_ID, N_N };
+
+/* The slot offsets of NewEvent, PreparedEvent and _UUID7 (found once, on the first call
+ * with these classes). */
+static PyObject *K_NEW, *K_PREP, *K_U7;
+static Py_ssize_t OFF_NEW[N_N], OFF_PREP[P_N], OFF_TEXT;
+
+static int bind_prepared(PyObject *prep_cls) {
+    static const char *const pn[P_N] = {"event_id", "type",   "module", "payload_bytes",
+                                        "meta_json", "at",     "digest", "size",
+                                        "payload_ref", "uid"};
+    if (prep_cls == K_PREP) return 0;
+    if (!PyType_Check(prep_cls)) {
+        PyErr_SetString(PyExc_TypeError, "expected a class");
+        return -1;
+    }
+    Py_ssize_t op[P_N];
+    for (int k = 0; k < P_N; k++)
+        if ((op[k] = slot_offset(prep_cls, pn[k])) < 0) return -1;
+    memcpy(OFF_PREP, op, sizeof op);
+    Py_XSETREF(K_PREP, Py_NewRef(prep_cls));
+    return 0;
+}
+
+static int bind_classes(PyObject *new_cls, PyObject *prep_cls, PyObject *u7_cls) {
+    static const char *const nn[N_N] = {"type", "module", "payload", "metadata", "event_id"};
+    if (bind_prepared(prep_cls) < 0) return -1;
+    if (new_cls == K_NEW && u7_cls == K_U7) return 0;
+    if (!PyType_Check(new_cls) || !PyType_Check(u7_cls)) {
+        PyErr_SetString(PyExc_TypeError, "expected classes");
+        return -1;
+    }
+    Py_ssize_t on[N_N], ot;
+    for (int k = 0; k < N_N; k++)
+        if ((on[k] = slot_offset(new_cls, nn[k])) < 0) return -1;
+    if ((ot = slot_offset(u7_cls, "_text")) < 0) return -1;
+    memcpy(OFF_NEW, on, sizeof on);
+    OFF_TEXT = ot;
+    Py_XSETREF(K_NEW, Py_NewRef(new_cls));
+    Py_XSETREF(K_U7, Py_NewRef(u7_cls));
+    return 0;
+}
+
+static PyObject *S_OPTION_KW;
+static int scan_value(PyObject *x, int depth);
+
+/* dumps(x, option=opts); NULL with the exception cleared when it refuses (the
+ * reference then raises the InvalidEvent). */
+static PyObject *call_dumps(PyObject *dumps, PyObject *opts, PyObject *x) {
+    PyObject *argv[2] = {x, opts};
+    PyObject *r = PyObject_Vectorcall(dumps, argv, 1, S_OPTION_KW);
+    if (!r) PyErr_Clear();
+    return r;
+}
+
+/* prepare(events, at, NewEvent, PreparedEvent, _UUID7, good_names, dumps, opts,
+ * max_meta): the list of PreparedEvent that prepare_reference returns, or None when
+ * an event is not the plain case (not exactly a NewEvent, a name not yet validated, an
+ * id that is not a default UUIDv7, a float anywhere, a duplicate id, metadata that is
+ * not a dict or too big, anything the encoder refuses): then the reference runs on the
+ * whole batch and raises what it raises. */
+static PyObject *prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "prepare() takes 9 arguments");
+        return NULL;
+    }
+    PyObject *events = args[0], *at = args[1], *good = args[5], *dumps = args[6],
+             *opts = args[7];
+    if (bind_classes(args[2], args[3], args[4]) < 0) return NULL;
+    Py_ssize_t max_meta = PyLong_AsSsize_t(args[8]);
+    if (max_meta == -1 && PyErr_Occurred()) return NULL;
+    if (!PyAnySet_Check(good)) {
+        PyErr_SetString(PyExc_TypeError, "good_names must be a set");
+        return NULL;
+    }
+    PyTypeObject *new_t = (PyTypeObject *)K_NEW, *prep_t = (PyTypeObject *)K_PREP,
+                 *u7_t = (PyTypeObject *)K_U7;
+    PyObject *seq = PySequence_Fast(events, "events must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n), *seen = PySet_New(NULL), *empty_meta = NULL;
+    if (!out || !seen) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(out, i, NULL);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ev = PySequence_Fast_GET_ITEM(seq, i);
+        if (!Py_IS_TYPE(ev, new_t)) goto bail;
+        PyObject *ty = SLOT(ev, OFF_NEW[N_TYPE]), *mo = SLOT(ev, OFF_NEW[N_MODULE]),
+                 *pl = SLOT(ev, OFF_NEW[N_PAYLOAD]), *me = SLOT(ev, OFF_NEW[N_META]),
+                 *eid = SLOT(ev, OFF_NEW[N_ID]);
+        if (!ty || !mo || !pl || !me || !eid) goto bail;
+        if (!PyUnicode_CheckExact(ty) || !PyUnicode_CheckExact(mo)) goto bail;
+        int r = PySet_Contains(good, ty);
+        if (r == 1) r = PySet_Contains(good, mo);
+        if (r < 0) goto fail;
+        if (r == 0) goto bail;
+        if (!Py_IS_TYPE(eid, u7_t)) goto bail;
+        PyObject *text = SLOT(eid, OFF_TEXT);
+        if (!text || !PyUnicode_CheckExact(text)) goto bail;
+        r = PySet_Contains(seen, text);
+        if (r < 0) goto fail;
+        if (r == 1 || PySet_Add(seen, text) < 0) {
+            if (r == 1) goto bail;
+            goto fail;
+        }
+        PyObject *meta_json;
+        if (!PyDict_CheckExact(me)) goto bail;
+        if (PyDict_GET_SIZE(me) == 0) {
+            if (!empty_meta && !(empty_meta = PyBytes_FromStringAndSize("{}", 2))) goto fail;
+            meta_json = Py_NewRef(empty_meta);
+        } else {
+            int f = scan_value(me, 0);
+            if (f == -2) goto fail;
+            if (f != 0) goto bail; /* refused, or a float: the reference encodes those */
+            meta_json = call_dumps(dumps, opts, me);
+            if (!meta_json) goto bail;
+            if (!PyBytes_CheckExact(meta_json) || PyBytes_GET_SIZE(meta_json) > max_meta) {
+                Py_DECREF(meta_json);
+                goto bail;
+            }
+        }
+        int f = scan_value(pl, 0);
+        if (f != 0) {
+            Py_DECREF(meta_json);
+            if (f == -2) goto fail;
+            goto bail;
+        }
+        PyObject *payload = call_dumps(dumps, opts, pl);
+        if (!payload || !PyBytes_CheckExact(payload)) {
+            Py_XDECREF(payload);
+            Py_DECREF(meta_json);
+            goto bail;
+        }
+        uint8_t d[AB3_OUT_LEN];
+        ab3_hash(NULL, (const uint8_t *)PyBytes_AS_STRING(payload),
+                 (size_t)PyBytes_GET_SIZE(payload), d);
+        PyObject *digest = PyBytes_FromStringAndSize((const char *)d, AB3_OUT_LEN);
+        PyObject *size = digest ? PyLong_FromSsize_t(PyBytes_GET_SIZE(payload)) : NULL;
+        PyObject *p = size ? prep_t->tp_alloc(prep_t, 0) : NULL;
+        if (!p) {
+            Py_XDECREF(digest);
+            Py_XDECREF(size);
+            Py_DECREF(payload);
+            Py_DECREF(meta_json);
+            goto fail;
+        }
+        SLOT(p, OFF_PREP[P_ID]) = Py_NewRef(text);
+        SLOT(p, OFF_PREP[P_TYPE]) = Py_NewRef(ty);
+        SLOT(p, OFF_PREP[P_MODULE]) = Py_NewRef(mo);
+        SLOT(p, OFF_PREP[P_PAYLOAD]) = payload;
+        SLOT(p, OFF_PREP[P_META]) = meta_json;
+        SLOT(p, OFF_PREP[P_AT]) = Py_NewRef(at);
+        SLOT(p, OFF_PREP[P_DIGEST]) = digest;
+        SLOT(p, OFF_PREP[P_SIZE]) = size;
+        SLOT(p, OFF_PREP[P_REF]) = Py_NewRef(Py_None);
+        SLOT(p, OFF_PREP[P_UID]) = Py_NewRef(eid);
+        PyList_SET_ITEM(out, i, p);
+    }
+    Py_XDECREF(empty_meta);
+    Py_DECREF(seen);
+    Py_DECREF(seq);
+    return out;
+bail:
+    Py_XDECREF(empty_meta);
+    Py_DECREF(seen);
+    Py_DECREF(out);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(empty_meta);
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* The canonical header of one event after prev (format v1), hashed into prev. */
+static int seal_one(buf_t *buf, const uint8_t *key, uint8_t prev[AB3_OUT_LEN], PyObject *at,
+                    PyObject *eid, PyObject *meta, PyObject *mo, PyObject *digest,
+                    PyObject *size_o, const char *stream_js, size_t stream_js_len,
+                    PyObject *ty, long long version) {
+    Py_ssize_t at_len, id_len, mo_len, ty_len;
+    const char *a = str_attr(at, &at_len);
+    const char *e = a ? str_attr(eid, &id_len) : NULL;
+    const char *m = e ? str_attr(mo, &mo_len) : NULL;
+    const char *t = m ? str_attr(ty, &ty_len) : NULL;
+    if (!t) return -1;
+    if (!PyBytes_Check(meta) || !PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
+        PyErr_SetString(PyExc_TypeError, "meta_json and digest must be bytes");
+        return -1;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(size_o);
+    if (size == -1 && PyErr_Occurred()) return -1;
+    size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
+                  (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
+    if (buf_reserve(buf, need) < 0) return -1;
+    char num[32];
+    char *o = buf->p;
+    o = put(o, (const char *)prev, AB3_OUT_LEN);
+    o = PUT_LIT(o, "{\"at\":");
+    o = json_str(o, a, at_len);
+    o = PUT_LIT(o, ",\"id\":");
+    o = json_str(o, e, id_len);
+    o = PUT_LIT(o, ",\"meta\":");
+    o = put(o, PyBytes_AS_STRING(meta), (size_t)PyBytes_GET_SIZE(meta));
+    o = PUT_LIT(o, ",\"module\":");
+    o = json_str(o, m, mo_len);
+    o = PUT_LIT(o, ",\"payload\":\"");
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
+    for (int k = 0; k < 32; k++) {
+        *o++ = HEX[d[k] >> 4];
+        *o++ = HEX[d[k] & 15];
+    }
+    o = PUT_LIT(o, "\",\"size\":");
+    o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
+    o = PUT_LIT(o, ",\"stream\":");
+    o = put(o, stream_js, stream_js_len);
+    o = PUT_LIT(o, ",\"type\":");
+    o = json_str(o, t, ty_len);
+    o = PUT_LIT(o, ",\"v\":1,\"version\":");
+    o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
+    *o++ = '}';
+    ab3_hash(key, (const uint8_t *)buf->p, (size_t)(o - buf->p), prev);
+    return 0;
+}
+
+/* insert_rows(stream_id, stream_json, version, prev, position, prepared, key,
+ * PreparedEvent): the rows (position, stream_id, version, event_id, type, module,
+ * payload, payload_ref, metadata, recorded_at, prev_hash, hash) of the PreparedEvents
+ * sealed after version (whose hash is prev) at the positions after position, as
+ * insert_rows_reference builds them; None when an event is not exactly a PreparedEvent
+ * or has a payload_ref (the reference serializes those). */
+static PyObject *insert_rows(PyObject *self, PyObject *args) {
+    PyObject *stream_id, *stream_json, *prev_in, *events, *key_obj, *prep_cls;
+    long long version, pos;
+    (void)self;
+    int flat = 0;
+    if (!PyArg_ParseTuple(args, "USLSLOOO|p:insert_rows", &stream_id, &stream_json, &version,
+                          &prev_in, &pos, &events, &key_obj, &prep_cls, &flat))
+        return NULL;
+    if (bind_prepared(prep_cls) < 0) return NULL;
+    const uint8_t *key = NULL;
+    if (key_obj != Py_None) {
+        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+            return NULL;
+        }
+        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    }
+    if (PyBytes_GET_SIZE(prev_in) != AB3_OUT_LEN) {
+        PyErr_SetString(PyExc_ValueError, "prev must be 32 bytes");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(events, "events must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyTypeObject *prep_t = (PyTypeObject *)K_PREP;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        if (!Py_IS_TYPE(e, prep_t) || SLOT(e, OFF_PREP[P_REF]) != Py_None ||
+            !SLOT(e, OFF_PREP[P_PAYLOAD]) || !PyBytes_Check(SLOT(e, OFF_PREP[P_PAYLOAD]))) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        for (int k = 0; k < P_N; k++) {
+            if (!SLOT(e, OFF_PREP[k])) {
+                Py_DECREF(seq);
+                Py_RETURN_NONE;
+            }
+        }
+        if (flat && i > 0) { /* one recorded_at for the batch, bound once */
+            PyObject *a0 = SLOT(PySequence_Fast_GET_ITEM(seq, 0), OFF_PREP[P_AT]);
+            PyObject *ai = SLOT(e, OFF_PREP[P_AT]);
+            int same = a0 == ai ? 1 : PyObject_RichCompareBool(a0, ai, Py_EQ);
+            if (same != 1 || !PyUnicode_CheckExact(ai)) {
+                Py_DECREF(seq);
+                if (same < 0) return NULL;
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    if (flat && n == 0) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    if (n > 0 && (version > LLONG_MAX - n || pos > LLONG_MAX - n)) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    PyObject *rows = PyList_New(flat ? 10 * n : n);
+    if (!rows) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint8_t prev[AB3_OUT_LEN];
+    memcpy(prev, PyBytes_AS_STRING(prev_in), AB3_OUT_LEN);
+    const char *stream_js = PyBytes_AS_STRING(stream_json);
+    size_t stream_js_len = (size_t)PyBytes_GET_SIZE(stream_json);
+    buf_t buf = {NULL, 0};
+    PyObject *prev_obj = Py_NewRef(prev_in);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        version++;
+        pos++;
+        if (seal_one(&buf, key, prev, SLOT(e, OFF_PREP[P_AT]), SLOT(e, OFF_PREP[P_ID]),
+                     SLOT(e, OFF_PREP[P_META]), SLOT(e, OFF_PREP[P_MODULE]),
+                     SLOT(e, OFF_PREP[P_DIGEST]), SLOT(e, OFF_PREP[P_SIZE]), stream_js,
+                     stream_js_len, SLOT(e, OFF_PREP[P_TYPE]), version) < 0)
+            goto fail;
+        PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
+        if (flat) {
+            /* position, version, event_id, type, module, payload, payload_ref, metadata,
+             * prev_hash, hash: the row without stream_id and recorded_at */
+            PyObject *po = h ? PyLong_FromLongLong(pos) : NULL;
+            PyObject *vo = po ? PyLong_FromLongLong(version) : NULL;
+            if (!vo) {
+                Py_XDECREF(h);
+                Py_XDECREF(po);
+                goto fail;
+            }
+            PyObject **out = &PyList_GET_ITEM(rows, 10 * i);
+            out[0] = po;
+            out[1] = vo;
+            out[2] = Py_NewRef(SLOT(e, OFF_PREP[P_ID]));
+            out[3] = Py_NewRef(SLOT(e, OFF_PREP[P_TYPE]));
+            out[4] = Py_NewRef(SLOT(e, OFF_PREP[P_MODULE]));
+            out[5] = Py_NewRef(SLOT(e, OFF_PREP[P_PAYLOAD]));
+            out[6] = Py_NewRef(Py_None);
+            out[7] = Py_NewRef(SLOT(e, OFF_PREP[P_META]));
+            out[8] = prev_obj;
+            out[9] = h;
+            prev_obj = Py_NewRef(h);
+            continue;
+        }
+        PyObject *row = h ? PyTuple_New(12) : NULL;
+        PyObject *po = row ? PyLong_FromLongLong(pos) : NULL;
+        PyObject *vo = po ? PyLong_FromLongLong(version) : NULL;
+        if (!vo) {
+            Py_XDECREF(h);
+            Py_XDECREF(row);
+            Py_XDECREF(po);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(row, 0, po);
+        PyTuple_SET_ITEM(row, 1, Py_NewRef(stream_id));
+        PyTuple_SET_ITEM(row, 2, vo);
+        PyTuple_SET_ITEM(row, 3, Py_NewRef(SLOT(e, OFF_PREP[P_ID])));
+        PyTuple_SET_ITEM(row, 4, Py_NewRef(SLOT(e, OFF_PREP[P_TYPE])));
+        PyTuple_SET_ITEM(row, 5, Py_NewRef(SLOT(e, OFF_PREP[P_MODULE])));
+        PyTuple_SET_ITEM(row, 6, Py_NewRef(SLOT(e, OFF_PREP[P_PAYLOAD])));
+        PyTuple_SET_ITEM(row, 7, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(row, 8, Py_NewRef(SLOT(e, OFF_PREP[P_META])));
+        PyTuple_SET_ITEM(row, 9, Py_NewRef(SLOT(e, OFF_PREP[P_AT])));
+        PyTuple_SET_ITEM(row, 10, prev_obj); /* the reference moves into the row */
+        PyTuple_SET_ITEM(row, 11, h);
+        prev_obj = Py_NewRef(h);
+        PyList_SET_ITEM(rows, i, row);
+    }
+    PyMem_Free(buf.p);
+    Py_DECREF(seq);
+    PyObject *res = Py_BuildValue("(NN)", rows, prev_obj);
+    return res;
+fail:
+    PyMem_Free(buf.p);
+    Py_DECREF(prev_obj);
+    Py_DECREF(seq);
+    Py_DECREF(rows);
+    return NULL;
+}
+
+/* ---- NewEvent's __init__ (the dataclass-generated one stays the reference) ------------- */
+
+/* A frozen, slotted, keyword-only dataclass's __init__ as the class's tp_init: the same
+ * fields, defaults and default factories (read from the dataclass by install_init), the
+ * same TypeErrors, the slots written as object.__setattr__ writes them, and no Python
+ * frame. tests/integrity/test_native_batch.py holds it to the generated __init__. */
+#define INIT_MAX 8
+static PyTypeObject *INIT_CLS;
+static int INIT_N;
+static PyObject *INIT_NAMES[INIT_MAX], *INIT_DEFAULT[INIT_MAX], *INIT_FACTORY[INIT_MAX];
+static Py_ssize_t INIT_OFF[INIT_MAX];
+
+static PyObject *INIT_REFERENCE; /* the generated __init__ */
+
+/* Anything but a plain call (positional arguments, an unknown keyword, a missing field)
+ * goes to the generated __init__, so the TypeError is the interpreter's own, word for
+ * word (3.13 adds "Did you mean ...?"). */
+static int kw_init_reference(PyObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *bound = PyMethod_New(INIT_REFERENCE, self);
+    PyObject *r = bound ? PyObject_Call(bound, args, kwds) : NULL;
+    Py_XDECREF(bound);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int kw_init(PyObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *vals[INIT_MAX] = {NULL};
+    Py_ssize_t found = 0;
+    if (PyTuple_GET_SIZE(args) != 0 || Py_TYPE(self) != INIT_CLS)
+        return kw_init_reference(self, args, kwds);
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        for (int k = 0; k < INIT_N; k++) {
+            vals[k] = PyDict_GetItemWithError(kwds, INIT_NAMES[k]); /* borrowed */
+            if (vals[k]) found++;
+            else if (PyErr_Occurred()) return -1;
+        }
+        if (found != PyDict_GET_SIZE(kwds)) return kw_init_reference(self, args, kwds);
+    }
+    for (int k = 0; k < INIT_N; k++)
+        if (!vals[k] && !INIT_FACTORY[k] && !INIT_DEFAULT[k])
+            return kw_init_reference(self, args, kwds);
+    PyObject *set[INIT_MAX] = {NULL};
+    for (int k = 0; k < INIT_N; k++) {
+        PyObject *v = vals[k];
+        if (v) {
+            set[k] = Py_NewRef(v);
+        } else if (INIT_FACTORY[k] == (PyObject *)&PyDict_Type) {
+            set[k] = PyDict_New();
+        } else if (INIT_FACTORY[k]) {
+            set[k] = PyObject_CallNoArgs(INIT_FACTORY[k]);
+        } else if (INIT_DEFAULT[k]) {
+            set[k] = Py_NewRef(INIT_DEFAULT[k]);
+        }
+        if (!set[k]) {
+            for (int j = 0; j < k; j++) Py_DECREF(set[j]);
+            return -1;
+        }
+    }
+    for (int k = 0; k < INIT_N; k++) Py_XSETREF(SLOT(self, INIT_OFF[k]), set[k]);
+    return 0;
+}
+
+/* install_init(cls, names, defaults, factories, missing): make kw_init cls's tp_init;
+ * defaults[i] / factories[i] is `missing` where the field has none. */
+static PyObject *install_init(PyObject *self, PyObject *args) {
+    PyObject *cls, *names, *defaults, *factories, *missing;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O:install_init", &PyType_Type, &cls, &PyTuple_Type,
+                          &names, &PyTuple_Type, &defaults, &PyTuple_Type, &factories, &missing))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > INIT_MAX || PyTuple_GET_SIZE(defaults) != n || PyTuple_GET_SIZE(factories) != n ||
+        !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_ValueError, "install_init: unsupported class or fields");
+        return NULL;
+    }
+    PyObject *reference = PyDict_GetItemString(((PyTypeObject *)cls)->tp_dict, "__init__");
+    if (!reference || !PyFunction_Check(reference)) {
+        PyErr_SetString(PyExc_ValueError, "install_init: the class has no generated __init__");
+        return NULL;
+    }
+    Py_ssize_t offs[INIT_MAX];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (!PyUnicode_Check(name) || (offs[k] = slot_offset(cls, PyUnicode_AsUTF8(name))) < 0)
+            return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *d = PyTuple_GET_ITEM(defaults, k), *f = PyTuple_GET_ITEM(factories, k);
+        Py_XSETREF(INIT_NAMES[k], Py_NewRef(PyTuple_GET_ITEM(names, k)));
+        Py_XSETREF(INIT_DEFAULT[k], d == missing ? NULL : Py_NewRef(d));
+        Py_XSETREF(INIT_FACTORY[k], f == missing ? NULL : Py_NewRef(f));
+        INIT_OFF[k] = offs[k];
+    }
+    if (INIT_CLS && INIT_CLS != (PyTypeObject *)cls) {
+        /* Another class (the module reloaded): give the old one back its generated
+         * __init__ (setting the attribute makes the interpreter re-point tp_init). */
+        if (PyObject_SetAttrString((PyObject *)INIT_CLS, "__init__", INIT_REFERENCE) < 0)
+            return NULL;
+    }
+    INIT_N = (int)n;
+    Py_XSETREF(INIT_REFERENCE, Py_NewRef(reference));
+    Py_XSETREF(INIT_CLS, (PyTypeObject *)Py_NewRef(cls));
+    INIT_CLS->tp_init = kw_init;
+    Py_RETURN_NONE;
 }
 
 static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -666,6 +1247,28 @@ static PyMethodDef methods[] = {
      "make_uuid7(cls, ms, seq, rand_b, is_safe, /)\n--\n\n"
      "A cls instance (uuid.UUID with a _text slot) for the UUIDv7 of ms, seq and rand_b;\n"
      "the same object as ares_events.core.events.uuid7 builds in Python."},
+    {"uuid7_setup", uuid7_setup, METH_VARARGS,
+     "uuid7_setup(cls, is_safe, getrandbits, time_ns)\n--\n\n"
+     "Give uuid7() its class, is_safe value, random bits and clock, and start its\n"
+     "millisecond counter afresh."},
+    {"uuid7", uuid7_new, METH_NOARGS,
+     "uuid7()\n--\n\n"
+     "A new UUIDv7 object: ares_events.core.events.uuid7's steps, in C."},
+    {"prepare", (PyCFunction)(void (*)(void))prepare, METH_FASTCALL,
+     "prepare(events, at, NewEvent, PreparedEvent, _UUID7, good_names, dumps, opts,\n"
+     "        max_meta, /)\n--\n\n"
+     "ares_events.core.events.prepare_reference's PreparedEvents for the plain case, in\n"
+     "one pass; None when the reference has to run."},
+    {"insert_rows", insert_rows, METH_VARARGS,
+     "insert_rows(stream_id, stream_json, version, prev, position, prepared, key,\n"
+     "            PreparedEvent, flat=False, /)\n--\n\n"
+     "(rows, last hash): ares_events.core.backend.insert_rows_reference in one pass;\n"
+     "flat: one list of the rows' values without stream_id and recorded_at (one\n"
+     "recorded_at for the batch). None when the reference has to run."},
+    {"install_init", install_init, METH_VARARGS,
+     "install_init(cls, names, defaults, factories, missing, /)\n--\n\n"
+     "Give a frozen, slotted, keyword-only dataclass (NewEvent) a C __init__ with the\n"
+     "same fields, defaults and errors as its generated one."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
@@ -692,6 +1295,11 @@ PyMODINIT_FUNC PyInit__native(void) {
         S_INT = PyUnicode_InternFromString("int");
         S_IS_SAFE = PyUnicode_InternFromString("is_safe");
         S_TEXT = PyUnicode_InternFromString("_text");
+        /* interned: orjson matches keyword names by identity */
+        PyObject *opt = PyUnicode_InternFromString("option");
+        S_OPTION_KW = opt ? PyTuple_Pack(1, opt) : NULL;
+        Py_XDECREF(opt);
+        if (!S_OPTION_KW) return NULL;
         if (!S_INT || !S_IS_SAFE || !S_TEXT) return NULL;
         if (!S_AT || !S_EVENT_ID || !S_META_JSON || !S_MODULE || !S_DIGEST || !S_SIZE || !S_TYPE)
             return NULL;

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ares_events.chain import ChainKey, genesis, link_hashes
+from ares_events.chain import _NAME_CACHE, ChainKey, _cache_name, _native, genesis, link_hashes
 from ares_events.core.events import AppendResult, PayloadRef, PreparedEvent, RecordedEvent
 from ares_events.errors import ConcurrencyError
 
@@ -48,8 +48,13 @@ __all__ = [
     "TrackingRecord",
     "check_tracking",
     "fresh_result",
+    "insert_rows_reference",
+    "params_of_rows",
     "rows_differ",
 ]
+
+_native_insert_rows: Any = None if _native is None else _native.insert_rows
+_INT_MAX = 2**63 - 1
 
 
 class Capability(enum.Enum):
@@ -195,6 +200,128 @@ class Batch:
             out.append(SealedEvent(e, version, prev, h))
             prev = h
         return out
+
+    def insert_rows(
+        self, head: Head | None, position: int
+    ) -> tuple[list[tuple[Any, ...]], int, bytes, int]:
+        """Seal after ``head`` and build the rows a SQL backend inserts, at the global
+        positions after ``position``, in one pass: ``(rows, last version, last hash,
+        last position)``. Each row is ``(position, stream_id, version, event_id, type,
+        module, payload, payload_ref JSON or None, metadata, recorded_at, prev_hash,
+        hash)``.
+
+        The C loop (``ares_events._native.insert_rows``) builds them straight from the
+        prepared events (no :class:`SealedEvent` in between) when it can;
+        :func:`insert_rows_reference` (through :meth:`seal`, which a subclass may
+        override to watch the sealing) is the reference it is tested against.
+        """
+        stream_id = self.stream_id
+        if head is None or head.version == 0:
+            version, prev = 0, genesis(stream_id)
+        else:
+            version, prev = head.version, head.hash
+        n = len(self.events)
+        if (
+            _native_insert_rows is not None
+            and type(self).seal is Batch.seal
+            and type(version) is int
+            and version < _INT_MAX - n
+            and type(position) is int
+            and 0 <= position < _INT_MAX - n
+            and type(prev) is bytes
+            and len(prev) == 32
+        ):
+            st = _NAME_CACHE.get(stream_id)
+            if st is None:
+                st = _cache_name(stream_id)
+            k = None if self._key is None else self._key.key
+            done = _native_insert_rows(
+                stream_id, st, version, prev, position, self.events, k, PreparedEvent
+            )
+            if done is not None:
+                return done[0], version + n, done[1], position + n
+        return insert_rows_reference(stream_id, self.seal(head), position)
+
+    def insert_params(
+        self, head: Head | None, position: int
+    ) -> tuple[list[Any], str, int, bytes, int] | None:
+        """:meth:`insert_rows` as ONE flat list, for a multi-row INSERT that binds the
+        stream id and the batch's one ``recorded_at`` once: ``(values, recorded_at, last
+        version, last hash, last position)``, ``values`` holding per row ``(position,
+        version, event_id, type, module, payload, payload_ref, metadata, prev_hash,
+        hash)``. None when the C pass does not take the batch (no extension, a spilled
+        payload, several ``at`` values, an overridden :meth:`seal`...): then
+        :meth:`insert_rows` is the way. :func:`params_of_rows` is the reference.
+        """
+        if _native_insert_rows is None or type(self).seal is not Batch.seal:
+            return None
+        stream_id = self.stream_id
+        if head is None or head.version == 0:
+            version, prev = 0, genesis(stream_id)
+        else:
+            version, prev = head.version, head.hash
+        n = len(self.events)
+        if not (
+            n
+            and type(version) is int
+            and version < _INT_MAX - n
+            and type(position) is int
+            and 0 <= position < _INT_MAX - n
+            and type(prev) is bytes
+            and len(prev) == 32
+        ):
+            return None
+        st = _NAME_CACHE.get(stream_id)
+        if st is None:
+            st = _cache_name(stream_id)
+        k = None if self._key is None else self._key.key
+        done = _native_insert_rows(
+            stream_id, st, version, prev, position, self.events, k, PreparedEvent, True
+        )
+        if done is None:
+            return None
+        return done[0], self.events[0].at, version + n, done[1], position + n
+
+
+def params_of_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[Any], str]:
+    """The reference of :meth:`Batch.insert_params`' values: ``rows`` (of
+    :meth:`Batch.insert_rows`) flattened without their stream id and ``recorded_at``,
+    and the one ``recorded_at`` they share."""
+    out: list[Any] = []
+    for r in rows:
+        out += (r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10], r[11])
+    ats = {r[9] for r in rows}
+    assert len(ats) == 1, "the rows do not share one recorded_at"
+    return out, ats.pop()
+
+
+def insert_rows_reference(
+    stream_id: str, sealed: Sequence[SealedEvent], position: int
+) -> tuple[list[tuple[Any, ...]], int, bytes, int]:
+    """:meth:`Batch.insert_rows` from sealed events, in Python (the reference)."""
+    rows: list[tuple[Any, ...]] = []
+    for s in sealed:
+        position += 1
+        e = s.event
+        ref = e.payload_ref
+        rows.append(
+            (
+                position,
+                stream_id,
+                s.version,
+                e.event_id,
+                e.type,
+                e.module,
+                e.payload_bytes,
+                ref.to_json().decode() if ref else None,
+                e.meta_json,
+                e.at,
+                s.prev_hash,
+                s.hash,
+            )
+        )
+    last = sealed[-1]
+    return rows, last.version, last.hash, position
 
 
 @dataclass(frozen=True, slots=True)

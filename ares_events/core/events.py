@@ -14,7 +14,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any, Final
@@ -178,6 +178,12 @@ _set = object.__setattr__
 _getrandbits = random.getrandbits
 _UNKNOWN = uuid.SafeUUID.unknown
 _make_uuid7: Any = None if _native is None else _native.make_uuid7
+_native_uuid7: Any = None
+if _native is not None:
+    # random.getrandbits is bound to the module's generator, which random reseeds in a
+    # forked child, so processes forked from one parent do not repeat ids.
+    _native.uuid7_setup(_UUID7, _UNKNOWN, _getrandbits, time.time_ns)
+    _native_uuid7 = _native.uuid7
 _last_ms = 0
 _seq = 0
 
@@ -188,6 +194,15 @@ def uuid7() -> uuid.UUID:
     Within one millisecond a 12-bit counter in ``rand_a`` keeps ids from one process
     increasing (so index inserts stay at the end of the B-tree).
     """
+    if _native_uuid7 is not None:  # the same steps in C: no Python frame (~1 µs less)
+        return _native_uuid7()  # type: ignore[no-any-return]
+    return uuid7_python()
+
+
+def uuid7_python() -> uuid.UUID:
+    """:func:`uuid7` in Python (the reference of ``ares_events._native.uuid7``, which
+    takes the same steps: the clock's milliseconds, the counter, ``getrandbits(10)`` at
+    a new millisecond and ``getrandbits(62)`` for every id)."""
     global _last_ms, _seq
     ms = time.time_ns() // 1_000_000
     if ms == _last_ms:
@@ -214,6 +229,9 @@ def uuid7_reference(ms: int, seq: int, rand_b: int) -> uuid.UUID:
     return u
 
 
+_new_event_id: Callable[[], uuid.UUID] = uuid7 if _native_uuid7 is None else _native_uuid7
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewEvent:
     """An event to append.
@@ -231,7 +249,27 @@ class NewEvent:
     module: str = ""  # required: an empty or missing module is InvalidEvent at append
     payload: Any = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    event_id: uuid.UUID | str = field(default_factory=uuid7)
+    event_id: uuid.UUID | str = field(default_factory=_new_event_id)
+
+
+if _native is not None:
+    # The same __init__ in C (~0.5 µs less an event): the generated one above stays in
+    # the class as the reference (new_event_reference), and subclasses keep using it.
+    _native.install_init(
+        NewEvent,
+        tuple(f.name for f in fields(NewEvent)),
+        tuple(f.default for f in fields(NewEvent)),
+        tuple(f.default_factory for f in fields(NewEvent)),
+        MISSING,
+    )
+
+
+def new_event_reference(**kwargs: Any) -> NewEvent:
+    """``NewEvent(**kwargs)`` through the dataclass-generated ``__init__`` (the reference
+    of the C one that ``NewEvent(...)`` runs when the extension is built)."""
+    ev = object.__new__(NewEvent)
+    NewEvent.__init__(ev, **kwargs)
+    return ev
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,13 +634,41 @@ MAX_METADATA_BYTES: Final = 1024 * 1024
 """Canonical metadata is hashed into every header; it may be at most this big."""
 
 
+_native_prepare: Any = None if _native is None else _native.prepare
+_SORT_KEYS: Final = orjson.OPT_SORT_KEYS
+
+
 def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
     """Validate and encode a batch (everything but versions and hashes): event types,
     ids, canonical payload and metadata (at most :data:`MAX_METADATA_BYTES`), digests.
 
+    The C pass (``ares_events._native.prepare``) does the plain case in one call (events
+    of known types and modules with default ids and no floats) and hands anything else
+    to :func:`prepare_reference`, which it is tested against (``tests/integrity/
+    test_native.py``).
+
     Raises:
         InvalidEvent: names the field and the event's index in the batch.
     """
+    if _native_prepare is not None:
+        out = _native_prepare(
+            events,
+            at,
+            NewEvent,
+            PreparedEvent,
+            _UUID7,
+            _GOOD_NAMES,
+            orjson.dumps,
+            _SORT_KEYS,
+            MAX_METADATA_BYTES,
+        )
+        if out is not None:
+            return out  # type: ignore[no-any-return]
+    return prepare_reference(stream_id, events, at)
+
+
+def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
+    """:func:`prepare` in Python, the reference (and the path of every unusual batch)."""
     out: list[PreparedEvent] = []
     seen: set[str] = set()
     # A batch reuses one blake3 hasher (same digests, less per-call cost).

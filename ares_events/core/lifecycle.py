@@ -102,7 +102,7 @@ class OperationGate(_Gate):
         local.n -= 1
         with self._cond:
             self._active -= 1
-            if self._active == 0 or self._closed:
+            if self._closed:  # close() is the only waiter, and it waits once closed
                 self._cond.notify_all()
 
     @contextmanager

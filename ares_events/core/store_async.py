@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
     from ares_events.core.snapshots_async import AsyncSnapshotStore
 
 logger = logging.getLogger(__name__)
+_size = attrgetter("size")  # of a PreparedEvent
 
 __all__ = [
     "DEFAULT_MAX_INLINE_BYTES",
@@ -569,8 +571,8 @@ class AsyncEventStore:
         (the blob store decides; this only spares a call when nothing can spill)."""
         if self.blobs is None:
             return False
-        limit = self.spill_threshold
-        return any(p.size > limit for p in prepared)
+        biggest: int = max(map(_size, prepared))
+        return biggest > self.spill_threshold
 
     def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
         """After spilling: refuse a payload still inline and over ``max_inline_bytes``.
@@ -578,6 +580,8 @@ class AsyncEventStore:
         Raises:
             InvalidEvent: such a payload (names the event's index).
         """
+        if max(map(_size, prepared)) <= self.max_inline_bytes:  # one C loop, the usual case
+            return
         for i, p in enumerate(prepared):
             if p.payload_bytes is not None and p.size > self.max_inline_bytes:
                 raise InvalidEvent(

@@ -54,7 +54,6 @@ from ares_events.core.backend import (
     Batch,
     Capability,
     Head,
-    SealedEvent,
     TrackingRecord,
     check_tracking,
 )
@@ -107,6 +106,7 @@ from ares_events.stores.sqlite.sql import (
     UPSERT_META,
     UPSERT_SCHEMA_VERSION,
     UPSERT_TRACKING,
+    insert_events_values,
 )
 
 if TYPE_CHECKING:
@@ -127,31 +127,22 @@ _MAX_KEY: Final = 2**63 - 1
 _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
 
 
-def _add_rows(
-    rows: list[tuple[Any, ...]], stream_id: str, sealed: Sequence[SealedEvent], pos: int
-) -> int:
-    """Append INSERT_EVENT rows for ``sealed`` at positions after ``pos``; return the last."""
-    for s in sealed:
-        pos += 1
-        e = s.event
-        ref = e.payload_ref
-        rows.append(
-            (
-                pos,
-                stream_id,
-                s.version,
-                e.event_id,
-                e.type,
-                e.module,
-                e.payload_bytes,
-                ref.to_json().decode() if ref else None,
-                e.meta_json,
-                e.at,
-                s.prev_hash,
-                s.hash,
-            )
-        )
-    return pos
+# Rows per multi-row INSERT (a batch is cut into these sizes, largest first), so a few
+# statements serve every batch size; 64 rows bind 642 values, under SQLite's oldest
+# default limit (999).
+_CHUNKS: Final = (64, 32, 16, 8, 4, 2, 1)
+_INSERT_VALUES: Final = {k: insert_events_values(k) for k in _CHUNKS}
+
+
+def _insert_values(c: sqlite3.Connection, stream_id: str, at: str, values: list[Any]) -> None:
+    """Insert the rows of ``Batch.insert_params`` (ten values a row) in multi-row
+    statements of the sizes in ``_CHUNKS``."""
+    n, start = len(values) // 10, 0
+    for k in _CHUNKS:
+        sql = _INSERT_VALUES[k]
+        while n - start >= k:
+            c.execute(sql, [stream_id, at, *values[10 * start : 10 * (start + k)]])
+            start += k
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -515,15 +506,19 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                         if existing:
                             return AppendOutcome(existing, duplicate=True)
                         raise
-                    sealed = batch.seal(Head(version, head_hash) if version else None)
-                    rows: list[tuple[Any, ...]] = []
-                    pos = _add_rows(rows, stream_id, sealed, pos)
+                    # The rows straight from the prepared events, sealed on the way.
                     # A reused event id violates the unique index: the transaction rolls
                     # back and the ids are looked up below. No lookup on the normal path.
-                    c.executemany(INSERT_EVENT, rows)
-                    last = sealed[-1]
-                    c.execute(UPSERT_HEAD, (stream_id, last.version, last.hash))
-                return AppendOutcome([], version=last.version, position=pos)
+                    head = Head(version, head_hash) if version else None
+                    flat = batch.insert_params(head, pos)
+                    if flat is not None:
+                        values, at, last_version, last_hash, pos = flat
+                        _insert_values(c, stream_id, at, values)
+                    else:
+                        rows, last_version, last_hash, pos = batch.insert_rows(head, pos)
+                        c.executemany(INSERT_EVENT, rows)
+                    c.execute(UPSERT_HEAD, (stream_id, last_version, last_hash))
+                return AppendOutcome([], version=last_version, position=pos)
             except sqlite3.IntegrityError:
                 with self._write() as c:
                     existing = self._existing(c, batch)
@@ -570,11 +565,12 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                             if any(dups):
                                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                             raise
-                        sealed = batch.seal(Head(head[0], head[1]) if head else None)
-                        pos = _add_rows(rows, stream_id, sealed, pos)
-                        last = sealed[-1]
-                        heads.append((stream_id, last.version, last.hash))
-                        out.append(AppendOutcome([], version=last.version, position=pos))
+                        batch_rows, last_version, last_hash, pos = batch.insert_rows(
+                            Head(head[0], head[1]) if head else None, pos
+                        )
+                        rows += batch_rows
+                        heads.append((stream_id, last_version, last_hash))
+                        out.append(AppendOutcome([], version=last_version, position=pos))
                     # A reused event id violates the unique index: everything rolls back
                     # and the ids are looked up below.
                     c.executemany(INSERT_EVENT, rows)
