@@ -38,6 +38,7 @@ URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeou
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -127,22 +128,26 @@ _MAX_KEY: Final = 2**63 - 1
 _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
 
 
-# Rows per multi-row INSERT (a batch is cut into these sizes, largest first), so a few
-# statements serve every batch size; 64 rows bind 642 values, under SQLite's oldest
-# default limit (999).
-_CHUNKS: Final = (64, 32, 16, 8, 4, 2, 1)
-_INSERT_VALUES: Final = {k: insert_events_values(k) for k in _CHUNKS}
+# Rows per multi-row INSERT: a batch of up to 64 rows is one statement of exactly its
+# size (built once per size, then in sqlite3's statement cache); a larger one is cut into
+# 64-row statements and its rest. 64 rows bind 642 values, under SQLite's oldest default
+# limit (999).
+_MAX_ROWS: Final = 64
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    return insert_events_values(rows)
 
 
 def _insert_values(c: sqlite3.Connection, stream_id: str, at: str, values: list[Any]) -> None:
     """Insert the rows of ``Batch.insert_params`` (ten values a row) in multi-row
-    statements of the sizes in ``_CHUNKS``."""
+    statements of at most ``_MAX_ROWS`` rows."""
     n, start = len(values) // 10, 0
-    for k in _CHUNKS:
-        sql = _INSERT_VALUES[k]
-        while n - start >= k:
-            c.execute(sql, [stream_id, at, *values[10 * start : 10 * (start + k)]])
-            start += k
+    while start < n:
+        k = min(_MAX_ROWS, n - start)
+        c.execute(_insert_sql(k), [stream_id, at, *values[10 * start : 10 * (start + k)]])
+        start += k
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
