@@ -418,6 +418,56 @@ static const char *str_attr(PyObject *o, Py_ssize_t *len) {
     return PyUnicode_AsUTF8AndSize(o, len);
 }
 
+/* The canonical header of one event after prev (format v1), hashed into prev. */
+static int seal_one(buf_t *buf, const uint8_t *key, uint8_t prev[AB3_OUT_LEN], PyObject *at,
+                    PyObject *eid, PyObject *meta, PyObject *mo, PyObject *digest,
+                    PyObject *size_o, const char *stream_js, size_t stream_js_len,
+                    PyObject *ty, long long version) {
+    Py_ssize_t at_len, id_len, mo_len, ty_len;
+    const char *a = str_attr(at, &at_len);
+    const char *e = a ? str_attr(eid, &id_len) : NULL;
+    const char *m = e ? str_attr(mo, &mo_len) : NULL;
+    const char *t = m ? str_attr(ty, &ty_len) : NULL;
+    if (!t) return -1;
+    if (!PyBytes_Check(meta) || !PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
+        PyErr_SetString(PyExc_TypeError, "meta_json and digest must be bytes");
+        return -1;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(size_o);
+    if (size == -1 && PyErr_Occurred()) return -1;
+    size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
+                  (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
+    if (buf_reserve(buf, need) < 0) return -1;
+    char num[32];
+    char *o = buf->p;
+    o = put(o, (const char *)prev, AB3_OUT_LEN);
+    o = PUT_LIT(o, "{\"at\":");
+    o = json_str(o, a, at_len);
+    o = PUT_LIT(o, ",\"id\":");
+    o = json_str(o, e, id_len);
+    o = PUT_LIT(o, ",\"meta\":");
+    o = put(o, PyBytes_AS_STRING(meta), (size_t)PyBytes_GET_SIZE(meta));
+    o = PUT_LIT(o, ",\"module\":");
+    o = json_str(o, m, mo_len);
+    o = PUT_LIT(o, ",\"payload\":\"");
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
+    for (int k = 0; k < 32; k++) {
+        *o++ = HEX[d[k] >> 4];
+        *o++ = HEX[d[k] & 15];
+    }
+    o = PUT_LIT(o, "\",\"size\":");
+    o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
+    o = PUT_LIT(o, ",\"stream\":");
+    o = put(o, stream_js, stream_js_len);
+    o = PUT_LIT(o, ",\"type\":");
+    o = json_str(o, t, ty_len);
+    o = PUT_LIT(o, ",\"v\":1,\"version\":");
+    o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
+    *o++ = '}';
+    ab3_hash(key, (const uint8_t *)buf->p, (size_t)(o - buf->p), prev);
+    return 0;
+}
+
 static PyObject *link_hashes(PyObject *self, PyObject *args) {
     PyObject *stream_json, *prev_in, *events, *key_obj;
     long long version;
@@ -458,54 +508,14 @@ static PyObject *link_hashes(PyObject *self, PyObject *args) {
             attrs[k] = PyObject_GetAttr(e, names[k]);
             if (!attrs[k]) goto fail;
         }
-        Py_ssize_t at_len, id_len, mo_len, ty_len;
-        const char *at = str_attr(attrs[0], &at_len);
-        const char *eid = at ? str_attr(attrs[1], &id_len) : NULL;
-        const char *mo = eid ? str_attr(attrs[3], &mo_len) : NULL;
-        const char *ty = mo ? str_attr(attrs[6], &ty_len) : NULL;
-        if (!ty) goto fail;
-        PyObject *meta = attrs[2], *digest = attrs[4];
-        if (!PyBytes_Check(meta) || !PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
-            PyErr_SetString(PyExc_TypeError, "meta_json and digest must be bytes");
-            goto fail;
-        }
-        Py_ssize_t size = PyLong_AsSsize_t(attrs[5]);
-        if (size == -1 && PyErr_Occurred()) goto fail;
         if (version == LLONG_MAX) {
             PyErr_SetString(PyExc_OverflowError, "version past the 64-bit range");
             goto fail;
         }
         version++;
-        size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
-                      (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
-        if (buf_reserve(&buf, need) < 0) goto fail;
-        char num[32];
-        char *o = buf.p;
-        o = put(o, (const char *)prev, AB3_OUT_LEN);
-        o = PUT_LIT(o, "{\"at\":");
-        o = json_str(o, at, at_len);
-        o = PUT_LIT(o, ",\"id\":");
-        o = json_str(o, eid, id_len);
-        o = PUT_LIT(o, ",\"meta\":");
-        o = put(o, PyBytes_AS_STRING(meta), (size_t)PyBytes_GET_SIZE(meta));
-        o = PUT_LIT(o, ",\"module\":");
-        o = json_str(o, mo, mo_len);
-        o = PUT_LIT(o, ",\"payload\":\"");
-        const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
-        for (int k = 0; k < 32; k++) {
-            *o++ = HEX[d[k] >> 4];
-            *o++ = HEX[d[k] & 15];
-        }
-        o = PUT_LIT(o, "\",\"size\":");
-        o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
-        o = PUT_LIT(o, ",\"stream\":");
-        o = put(o, stream_js, stream_js_len);
-        o = PUT_LIT(o, ",\"type\":");
-        o = json_str(o, ty, ty_len);
-        o = PUT_LIT(o, ",\"v\":1,\"version\":");
-        o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
-        *o++ = '}';
-        ab3_hash(key, (const uint8_t *)buf.p, (size_t)(o - buf.p), prev);
+        if (seal_one(&buf, key, prev, attrs[0], attrs[1], attrs[2], attrs[3], attrs[4],
+                     attrs[5], stream_js, stream_js_len, attrs[6], version) < 0)
+            goto fail;
         PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
         if (!h) goto fail;
         PyList_SET_ITEM(out, i, h);
@@ -846,55 +856,6 @@ fail:
     return NULL;
 }
 
-/* The canonical header of one event after prev (format v1), hashed into prev. */
-static int seal_one(buf_t *buf, const uint8_t *key, uint8_t prev[AB3_OUT_LEN], PyObject *at,
-                    PyObject *eid, PyObject *meta, PyObject *mo, PyObject *digest,
-                    PyObject *size_o, const char *stream_js, size_t stream_js_len,
-                    PyObject *ty, long long version) {
-    Py_ssize_t at_len, id_len, mo_len, ty_len;
-    const char *a = str_attr(at, &at_len);
-    const char *e = a ? str_attr(eid, &id_len) : NULL;
-    const char *m = e ? str_attr(mo, &mo_len) : NULL;
-    const char *t = m ? str_attr(ty, &ty_len) : NULL;
-    if (!t) return -1;
-    if (!PyBytes_Check(meta) || !PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 32) {
-        PyErr_SetString(PyExc_TypeError, "meta_json and digest must be bytes");
-        return -1;
-    }
-    Py_ssize_t size = PyLong_AsSsize_t(size_o);
-    if (size == -1 && PyErr_Occurred()) return -1;
-    size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
-                  (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
-    if (buf_reserve(buf, need) < 0) return -1;
-    char num[32];
-    char *o = buf->p;
-    o = put(o, (const char *)prev, AB3_OUT_LEN);
-    o = PUT_LIT(o, "{\"at\":");
-    o = json_str(o, a, at_len);
-    o = PUT_LIT(o, ",\"id\":");
-    o = json_str(o, e, id_len);
-    o = PUT_LIT(o, ",\"meta\":");
-    o = put(o, PyBytes_AS_STRING(meta), (size_t)PyBytes_GET_SIZE(meta));
-    o = PUT_LIT(o, ",\"module\":");
-    o = json_str(o, m, mo_len);
-    o = PUT_LIT(o, ",\"payload\":\"");
-    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
-    for (int k = 0; k < 32; k++) {
-        *o++ = HEX[d[k] >> 4];
-        *o++ = HEX[d[k] & 15];
-    }
-    o = PUT_LIT(o, "\",\"size\":");
-    o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
-    o = PUT_LIT(o, ",\"stream\":");
-    o = put(o, stream_js, stream_js_len);
-    o = PUT_LIT(o, ",\"type\":");
-    o = json_str(o, t, ty_len);
-    o = PUT_LIT(o, ",\"v\":1,\"version\":");
-    o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
-    *o++ = '}';
-    ab3_hash(key, (const uint8_t *)buf->p, (size_t)(o - buf->p), prev);
-    return 0;
-}
 
 /* insert_rows(stream_id, stream_json, version, prev, position, prepared, key,
  * PreparedEvent): the rows (position, stream_id, version, event_id, type, module,
