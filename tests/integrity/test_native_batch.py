@@ -174,8 +174,9 @@ def test_prepare_falls_back_on_every_unusual_event(native: ModuleType) -> None:
         assert c_pass(*odd) is None
 
 
-@SETTINGS
-@given(
+# A batch sealed after a head: the events, the stream, the head's version and hash, the first
+# position and whether the chain is keyed.
+BATCHES = given(
     specs=st.lists(new_events(plain=True), min_size=1, max_size=5),
     stream=text.filter(bool),
     version=st.one_of(st.just(0), st.integers(1, 2**62)),
@@ -183,6 +184,10 @@ def test_prepare_falls_back_on_every_unusual_event(native: ModuleType) -> None:
     position=st.integers(0, 2**62),
     keyed=st.booleans(),
 )
+
+
+@SETTINGS
+@BATCHES
 def test_insert_rows_equal_the_reference(
     native: ModuleType,
     specs: list[dict[str, Any]],
@@ -413,14 +418,7 @@ def test_a_second_class_takes_the_c_init_over(native: ModuleType) -> None:
 
 
 @SETTINGS
-@given(
-    specs=st.lists(new_events(plain=True), min_size=1, max_size=5),
-    stream=text.filter(bool),
-    version=st.one_of(st.just(0), st.integers(1, 2**62)),
-    prev=st.binary(min_size=32, max_size=32),
-    position=st.integers(0, 2**62),
-    keyed=st.booleans(),
-)
+@BATCHES
 def test_insert_params_equal_the_reference_rows(
     native: ModuleType,
     specs: list[dict[str, Any]],
