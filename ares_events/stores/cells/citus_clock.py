@@ -38,19 +38,6 @@ __all__ = ["CitusClock"]
 COORDINATOR_XID: Final = "SELECT pg_current_xact_id()::text::bigint"
 COORDINATOR_BOUND: Final = f"SELECT {VISIBLE_BOUND}"
 COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
-# Reads below a bound given as a parameter (the coordinator's, read just before).
-SELECT_ALL_BELOW: Final = (
-    "SELECT stream_id, version, position, event_id::text, type, module, payload, metadata, "
-    "recorded_at, prev_hash, hash, payload_ref FROM {s}.ares_events "
-    "WHERE position > %s AND position < %s"
-)
-ORDER: Final = " ORDER BY position LIMIT %s"
-SELECT_POSITIONS_BELOW: Final = (
-    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
-    "AND position < %s" + ORDER
-)
-RANGE: Final = ' AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s'
-FROM: Final = ' AND stream_id COLLATE "C" >= %s'
 SELECT_LAST_BELOW: Final = (
     "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
 )
@@ -80,6 +67,9 @@ WORKER_LOST: Final = (
     "the database system is starting up",
     "server closed the connection unexpectedly",
     "connection to the remote node",
+    # The one-phase commit on the worker failed as the worker went away: the outcome there
+    # is unknown, so the append is not acknowledged.
+    "could not commit transaction for shard",
 )
 """What a worker's loss looks like when Citus relays it as another kind of error."""
 
@@ -107,10 +97,8 @@ class CitusClock(ServerClock):
     def __init__(self, q: Statements) -> None:
         super().__init__(q)
         self._s = sql.Identifier(q.schema)
-        self.all = self._render(SELECT_ALL_BELOW + ORDER)
-        self.all_range = self._render(SELECT_ALL_BELOW + RANGE + ORDER)
-        self.all_from = self._render(SELECT_ALL_BELOW + FROM + ORDER)
-        self.positions = self._render(SELECT_POSITIONS_BELOW)
+        self.all, self.all_range, self.all_from = self.below
+        self.positions = self.positions_below
         self.last = self._render(SELECT_LAST_BELOW)
         self._tracking = self._render(UPSERT_TRACKING)
         self._inserts: dict[int, sql.Composed] = {}

@@ -309,9 +309,14 @@ class CellsRecorder:
         """Every cell merged (module docstring): on a shared clock by position, up to the
         highest position final in every cell; else each event with the merge's cursor."""
         if self.shared_clock:
+            # Every cell is read below the same top: a cell's own fresh bound can come out
+            # lower than the one top was read under (an xid that ended between a
+            # statement's snapshot and its activity check bounds it conservatively), and
+            # the merge would then step over that cell's rows below top for good.
             top = self._final_top(after_position)
             its = [
-                c.read_all(after_position, limit, stream_prefix=stream_prefix) for c in self.cells
+                c.read_all(after_position, limit, stream_prefix=stream_prefix, below=top + 1)
+                for c in self.cells
             ]
             merged = _merge(its, [0] * self._n, _position, cursor=False)
         else:
@@ -349,7 +354,7 @@ class CellsRecorder:
         if self.shared_clock:
             top = self._final_top(after_position)
             merged = _merge(
-                [c.positions(after_position) for c in self.cells],
+                [c.positions(after_position, below=top + 1) for c in self.cells],
                 [0] * self._n,
                 _first,
                 cursor=False,

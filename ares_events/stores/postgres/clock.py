@@ -22,7 +22,15 @@ from psycopg import sql
 from ares_events.core.backend import SealedEvent
 from ares_events.core.events import PayloadRef
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
-from ares_events.stores.postgres.sql import Statements
+from ares_events.stores.postgres.sql import (
+    FROM,
+    ORDER_BY_POSITION,
+    RANGE,
+    SELECT_ALL_BELOW,
+    SELECT_POSITIONS_BELOW,
+    Statements,
+    render_for,
+)
 
 __all__ = ["Batches", "ServerClock", "Statement", "column_arrays", "ref_text"]
 
@@ -71,6 +79,13 @@ class ServerClock:
         self.q = q
         self.all, self.all_range, self.all_from = q.all, q.all_range, q.all_from
         self.positions, self.last = q.positions, q.last
+        s = sql.Identifier(q.schema)
+        # The same reads below a bound given as their second parameter.
+        self.below = tuple(
+            render_for(s, SELECT_ALL_BELOW + where + ORDER_BY_POSITION)
+            for where in ("", RANGE, FROM)
+        )
+        self.positions_below = render_for(s, SELECT_POSITIONS_BELOW)
 
     def xid(self, own: int, got: list[Any]) -> int:
         """The position's transaction id: ``own``, the writing transaction's."""

@@ -821,27 +821,34 @@ class PostgresRecorder:
             left -= cut
 
     def read_all(
-        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+        self,
+        after_position: int,
+        limit: int | None,
+        *,
+        stream_prefix: str | None = None,
+        below: int | None = None,
     ) -> Iterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound; only the
-        streams under ``stream_prefix`` when given (a range on ``stream_id`` in byte order,
-        :func:`~ares_events.core.events.prefix_range`)."""
+        """Keyset-paged read in global order, only below the visibility bound (or below
+        ``below``, a bound under which the caller knows every row is final: a cell
+        store's merge); only the streams under ``stream_prefix`` when given (a range on
+        ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
         bounds: tuple[str, ...] = ()
         clock = self.clock
-        query = clock.all
+        queries = (clock.all, clock.all_range, clock.all_from) if below is None else clock.below
+        query = queries[0]
         if stream_prefix:
             lo, hi = prefix_range(stream_prefix)
             if hi is None:
-                query, bounds = clock.all_from, (lo,)
+                query, bounds = queries[2], (lo,)
             else:
-                query, bounds = clock.all_range, (lo, hi)
+                query, bounds = queries[1], (lo, hi)
         page = self.page_size
         after = after_position
         left = limit if limit is not None else _FAR
         while left > 0:
             want = min(page, left)
-            below = self._below("read_all")
-            rows = self._query("read_all", query, (after, *below, *bounds, want))
+            bound = (below,) if below is not None else self._below("read_all")
+            rows = self._query("read_all", query, (after, *bound, *bounds, want))
             for r in rows:
                 yield row_to_event(r)
             if len(rows) < want:
@@ -849,14 +856,17 @@ class PostgresRecorder:
             left -= len(rows)
             after = rows[-1][2]
 
-    def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
+    def positions(
+        self, after_position: int, *, below: int | None = None
+    ) -> Iterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` in global order after ``after_position``,
-        below the visibility bound, keyset-paged; for the audit."""
+        below the visibility bound (or ``below``, as :meth:`read_all`), keyset-paged; for
+        the audit."""
         after, page = after_position, self.page_size
-        query = self.clock.positions
+        query = self.clock.positions if below is None else self.clock.positions_below
         while True:
-            below = self._below("audit scan")
-            rows = self._query("audit scan", query, (after, *below, page))
+            bound = (below,) if below is not None else self._below("audit scan")
+            rows = self._query("audit scan", query, (after, *bound, page))
             yield from rows
             if len(rows) < page:
                 return

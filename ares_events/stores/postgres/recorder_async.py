@@ -849,27 +849,34 @@ class AsyncPostgresRecorder:
             left -= cut
 
     async def read_all(
-        self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
+        self,
+        after_position: int,
+        limit: int | None,
+        *,
+        stream_prefix: str | None = None,
+        below: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
-        """Keyset-paged read in global order, only below the visibility bound; only the
-        streams under ``stream_prefix`` when given (a range on ``stream_id`` in byte order,
-        :func:`~ares_events.core.events.prefix_range`)."""
+        """Keyset-paged read in global order, only below the visibility bound (or below
+        ``below``, a bound under which the caller knows every row is final: a cell
+        store's merge); only the streams under ``stream_prefix`` when given (a range on
+        ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
         bounds: tuple[str, ...] = ()
         clock = self.clock
-        query = clock.all
+        queries = (clock.all, clock.all_range, clock.all_from) if below is None else clock.below
+        query = queries[0]
         if stream_prefix:
             lo, hi = prefix_range(stream_prefix)
             if hi is None:
-                query, bounds = clock.all_from, (lo,)
+                query, bounds = queries[2], (lo,)
             else:
-                query, bounds = clock.all_range, (lo, hi)
+                query, bounds = queries[1], (lo, hi)
         page = self.page_size
         after = after_position
         left = limit if limit is not None else _FAR
         while left > 0:
             want = min(page, left)
-            below = await self._below("read_all")
-            rows = await self._query("read_all", query, (after, *below, *bounds, want))
+            bound = (below,) if below is not None else await self._below("read_all")
+            rows = await self._query("read_all", query, (after, *bound, *bounds, want))
             for r in rows:
                 yield row_to_event(r)
             if len(rows) < want:
@@ -877,14 +884,17 @@ class AsyncPostgresRecorder:
             left -= len(rows)
             after = rows[-1][2]
 
-    async def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+    async def positions(
+        self, after_position: int, *, below: int | None = None
+    ) -> AsyncIterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` in global order after ``after_position``,
-        below the visibility bound, keyset-paged; for the audit."""
+        below the visibility bound (or ``below``, as :meth:`read_all`), keyset-paged; for
+        the audit."""
         after, page = after_position, self.page_size
-        query = self.clock.positions
+        query = self.clock.positions if below is None else self.clock.positions_below
         while True:
-            below = await self._below("audit scan")
-            rows = await self._query("audit scan", query, (after, *below, page))
+            bound = (below,) if below is not None else await self._below("audit scan")
+            rows = await self._query("audit scan", query, (after, *bound, page))
             for r in rows:
                 yield r
             if len(rows) < page:

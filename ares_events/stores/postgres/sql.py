@@ -208,6 +208,19 @@ SELECT_ALL_FROM: Final = (
     f"AND position < {VISIBLE_BOUND} "
     'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
 )
+# Reads below a bound given as a parameter: a bound read in a statement of its own (Citus'
+# coordinator), or a merge's top, below which every cell's rows are final (a cell store on
+# one clock): a read must not apply a fresh bound of its own there, which can come out lower.
+SELECT_ALL_BELOW: Final = (
+    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s AND position < %s"
+)
+ORDER_BY_POSITION: Final = " ORDER BY position LIMIT %s"
+RANGE: Final = ' AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s'
+FROM: Final = ' AND stream_id COLLATE "C" >= %s'
+SELECT_POSITIONS_BELOW: Final = (
+    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
+    "AND position < %s" + ORDER_BY_POSITION
+)
 SELECT_LAST_POSITION: Final = (
     f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {VISIBLE_BOUND}"
 )
