@@ -333,12 +333,12 @@ def test_a_cell_whose_own_bound_comes_out_lower_never_makes_the_merge_skip(
             for sid in sids:
                 store.append(sid, [ae.NewEvent(type="t.x", module="m", payload={"n": n})])
         cell = rec.cells[rec.cell_index(sids[0])]
-        # The cell's own read, as its clock words it (Citus' bound is a parameter), sees
+        # The cell's own read (its bound a parameter, as every clock passes it) sees
         # nothing at all.
-        own = "position < %s AND false" if cell.clock.bound is not None else "false"
         nothing = render_for(
             sql.Identifier(cell.schema),
-            SELECT_ALL_BELOW.replace("position < %s", own) + ORDER_BY_POSITION,
+            SELECT_ALL_BELOW.replace("position < %s", "position < %s AND false")
+            + ORDER_BY_POSITION,
         )
         cell.clock.all = nothing  # its own bound: nothing is final yet
         assert list(cell.read_all(0, None)) == []

@@ -704,3 +704,34 @@ def test_a_duplicated_version_larger_than_a_page_is_read_whole(
         assert [e.version for e in store.read("s", 2, 3)] == [2, 2, 2, 2, 2, 3]
         report = ae.integrity.verify_stream(store, "s")
         assert ("duplicate_version", 2) in {(f.kind, f.version) for f in report.findings}
+
+
+def test_reads_never_go_back_below_a_position_already_returned(postgres_url: str) -> None:
+    """The server's visibility bound is conservative and can come out lower in a later
+    statement than in an earlier one (another database's transaction ending between a
+    statement's snapshot and its activity check); a position a read returned is final for
+    good, so later reads of the same store never return less than it did. Here the
+    server's own bound is made to say 0 after a first read."""
+    from ares_events.stores.postgres.sql import ORDER_BY_POSITION, SELECT_ALL_BELOW, render_for
+
+    with ae.open_store(postgres_url) as store:
+        for i in range(5):
+            ae.emit(store, "s", "t.x", "m", {"i": i})
+        first = [e.position for e in store.read_all()]
+        assert len(first) == 5
+        rec: Any = backend_of(store.recorder)
+        schema = sql.Identifier(rec.schema)
+        rec.clock.all = render_for(
+            schema,
+            SELECT_ALL_BELOW.replace("position < %s", "position < GREATEST(0, %s)")
+            + ORDER_BY_POSITION,
+        )
+        rec.clock.last = render_for(
+            schema,
+            "SELECT coalesce(max(position), 0) FROM {s}.ares_events "
+            "WHERE position < GREATEST(0, %s)",
+        )
+        assert [e.position for e in store.read_all()] == first
+        assert store.last_position() == first[-1]
+        rec._final = 0  # a recorder that never read: the low bound is all it has
+        assert list(store.read_all()) == []

@@ -241,6 +241,7 @@ class AsyncPostgresRecorder:
         self.sql = Statements.for_schema(schema)
         self._make_clock = clock
         self.clock = clock(self.sql)
+        self._final = 0  # see _below
         """Where positions and the visibility bound come from (:mod:`.clock`)."""
         self.predict_heads = self.clock.predict_heads
         self.channel = channel_for(schema)
@@ -802,11 +803,17 @@ class AsyncPostgresRecorder:
 
     async def _below(self, what: str) -> tuple[int, ...]:
         """The clock's visibility bound for the next read, when it comes from a statement
-        of its own (empty: the read statements bound themselves)."""
+        of its own; else the floor the read statements' own bound is raised to (one past
+        the highest position a read of this recorder returned: final for good)."""
         bound = self.clock.bound
         if bound is None:
-            return ()
+            return (self._final,)
         return (int((await self._query(what, bound, ()))[0][0]),)
+
+    def _seen(self, position: Any) -> None:
+        """A read returned ``position``: every position up to it is final for good."""
+        if type(position) is int and position >= self._final:
+            self._final = position + 1
 
     async def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None.
@@ -877,6 +884,8 @@ class AsyncPostgresRecorder:
             want = min(page, left)
             bound = (below,) if below is not None else await self._below("read_all")
             rows = await self._query("read_all", query, (after, *bound, *bounds, want))
+            if rows:
+                self._seen(rows[-1][2])
             for r in rows:
                 yield row_to_event(r)
             if len(rows) < want:
@@ -895,6 +904,8 @@ class AsyncPostgresRecorder:
         while True:
             bound = (below,) if below is not None else await self._below("audit scan")
             rows = await self._query("audit scan", query, (after, *bound, page))
+            if rows:
+                self._seen(rows[-1][0])
             for r in rows:
                 yield r
             if len(rows) < page:
@@ -946,7 +957,10 @@ class AsyncPostgresRecorder:
     async def last_position(self) -> int:
         """Highest position visible to ``read_all`` (0 when empty)."""
         below = await self._below("last_position")
-        return int((await self._query("last_position", self.clock.last, below))[0][0])
+        last = int((await self._query("last_position", self.clock.last, below))[0][0])
+        if last:
+            self._seen(last)
+        return last
 
     async def schema_version(self) -> int:
         """The schema version recorded in ``ares_meta`` (``ares-events init`` prints it).

@@ -28,7 +28,12 @@ _COLUMNS: Final = (
 # snapshot's xmax. Every transaction below the bound has ended and was seen by the
 # snapshot, and every one that is running, or starts later, has an xid at or above it.
 # An xid whose session is gone, is in this database, or is hidden from this role bounds
-# the read (conservative). A row's position is xid * 65536 + index.
+# the read (conservative). A row's position is xid * 65536 + index. Conservative means a
+# later statement's bound can come out lower than an earlier one's (an xid of another
+# database, skipped while it ran, that ends between this statement's snapshot and its
+# activity check); every read therefore also takes the highest bound this recorder has
+# already proved (one past any position a read returned), as ``GREATEST(bound, %s)``: a
+# position once returned is final for good, so reads never go backwards.
 VISIBLE_BOUND: Final = (
     "(SELECT coalesce(min(x.xid::text::bigint),"
     " pg_snapshot_xmax(pg_current_snapshot())::text::bigint) * 65536"
@@ -188,24 +193,24 @@ SELECT_STREAM_VERSION: Final = (
 )
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {VISIBLE_BOUND} ORDER BY position LIMIT %s"
+    f"AND position < GREATEST({VISIBLE_BOUND}, %s) ORDER BY position LIMIT %s"
 )
 # The audit's order check: three columns, no event objects.
 SELECT_POSITIONS: Final = (
     "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
-    f"AND position < {VISIBLE_BOUND} ORDER BY position LIMIT %s"
+    f"AND position < GREATEST({VISIBLE_BOUND}, %s) ORDER BY position LIMIT %s"
 )
 # One application's events (prefix_range): a range on stream_id in byte order whatever
 # the database's collation (COLLATE "C"), so no character is a wildcard.
 SELECT_ALL_RANGE: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {VISIBLE_BOUND} "
+    f"AND position < GREATEST({VISIBLE_BOUND}, %s) "
     'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
     "ORDER BY position LIMIT %s"
 )
 SELECT_ALL_FROM: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < {VISIBLE_BOUND} "
+    f"AND position < GREATEST({VISIBLE_BOUND}, %s) "
     'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
 )
 # Reads below a bound given as a parameter: a bound read in a statement of its own (Citus'
@@ -222,7 +227,8 @@ SELECT_POSITIONS_BELOW: Final = (
     "AND position < %s" + ORDER_BY_POSITION
 )
 SELECT_LAST_POSITION: Final = (
-    f"SELECT coalesce(max(position), 0) FROM {{s}}.ares_events WHERE position < {VISIBLE_BOUND}"
+    "SELECT coalesce(max(position), 0) FROM {s}.ares_events "
+    f"WHERE position < GREATEST({VISIBLE_BOUND}, %s)"
 )
 SELECT_HEAD: Final = "SELECT version, head_hash FROM {s}.ares_streams WHERE stream_id = %s"
 SELECT_HEADS: Final = (
