@@ -144,6 +144,18 @@ static const char *utf8_of(PyObject *o, Py_ssize_t *len) {
 /* Python-level `a != b`; -1 on an exception. */
 static int ne(PyObject *a, PyObject *b) { return PyObject_RichCompareBool(a, b, Py_NE); }
 
+/* A chain key argument: None (unkeyed) or 32 bytes; -1 with ValueError otherwise. */
+static int key_of(PyObject *key_obj, const uint8_t **key) {
+    *key = NULL;
+    if (key_obj == Py_None) return 0;
+    if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
+        PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
+        return -1;
+    }
+    *key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    return 0;
+}
+
 static PyObject *verify_run(PyObject *self, PyObject *args) {
     PyObject *events, *stream_id, *stream_json, *last_version, *last_hash_in, *key_obj;
     Py_ssize_t start;
@@ -159,14 +171,8 @@ static PyObject *verify_run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "last_version must be an int");
         return NULL;
     }
-    const uint8_t *key = NULL;
-    if (key_obj != Py_None) {
-        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
-            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
-            return NULL;
-        }
-        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
-    }
+    const uint8_t *key;
+    if (key_of(key_obj, &key) < 0) return NULL;
     Py_ssize_t n = PySequence_Size(events);
     if (n < 0) return NULL;
     int fast_seq = PyList_CheckExact(events) || PyTuple_CheckExact(events);
@@ -475,14 +481,8 @@ static PyObject *link_hashes(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "SLSOO:link_hashes", &stream_json, &version, &prev_in, &events,
                           &key_obj))
         return NULL;
-    const uint8_t *key = NULL;
-    if (key_obj != Py_None) {
-        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
-            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
-            return NULL;
-        }
-        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
-    }
+    const uint8_t *key;
+    if (key_of(key_obj, &key) < 0) return NULL;
     if (PyBytes_GET_SIZE(prev_in) != AB3_OUT_LEN) {
         PyErr_SetString(PyExc_ValueError, "prev must be 32 bytes");
         return NULL;
@@ -872,14 +872,8 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
                           &prev_in, &pos, &events, &key_obj, &prep_cls, &flat))
         return NULL;
     if (bind_prepared(prep_cls) < 0) return NULL;
-    const uint8_t *key = NULL;
-    if (key_obj != Py_None) {
-        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
-            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
-            return NULL;
-        }
-        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
-    }
+    const uint8_t *key;
+    if (key_of(key_obj, &key) < 0) return NULL;
     if (PyBytes_GET_SIZE(prev_in) != AB3_OUT_LEN) {
         PyErr_SetString(PyExc_ValueError, "prev must be 32 bytes");
         return NULL;
@@ -1117,14 +1111,10 @@ static PyObject *blake3_hash(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O:blake3_hash", kwlist, &data, &key_obj))
         return NULL;
-    const uint8_t *key = NULL;
-    if (key_obj != Py_None) {
-        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
-            PyBuffer_Release(&data);
-            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
-            return NULL;
-        }
-        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
+    const uint8_t *key;
+    if (key_of(key_obj, &key) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     ab3_hash(key, (const uint8_t *)data.buf, (size_t)data.len, out);
@@ -1500,14 +1490,8 @@ static PyObject *verify_page(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "start must be >= 0");
         return NULL;
     }
-    const uint8_t *key = NULL;
-    if (key_obj != Py_None) {
-        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
-            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
-            return NULL;
-        }
-        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
-    }
+    const uint8_t *key;
+    if (key_of(key_obj, &key) < 0) return NULL;
     width = mh_width(width);
     int overflow = 0;
     long long last_ll = PyLong_AsLongLongAndOverflow(last_version, &overflow);
@@ -1678,14 +1662,8 @@ static PyObject *blake3_many(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "O!|Oi:blake3_many", &PyList_Type, &items, &key_obj, &width))
         return NULL;
-    const uint8_t *key = NULL;
-    if (key_obj != Py_None) {
-        if (!PyBytes_Check(key_obj) || PyBytes_GET_SIZE(key_obj) != AB3_KEY_LEN) {
-            PyErr_SetString(PyExc_ValueError, "key must be 32 bytes or None");
-            return NULL;
-        }
-        key = (const uint8_t *)PyBytes_AS_STRING(key_obj);
-    }
+    const uint8_t *key;
+    if (key_of(key_obj, &key) < 0) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(items);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyBytes_CheckExact(PyList_GET_ITEM(items, i))) {
