@@ -215,32 +215,11 @@ class Batch:
         :func:`insert_rows_reference` (through :meth:`seal`, which a subclass may
         override to watch the sealing) is the reference it is tested against.
         """
-        stream_id = self.stream_id
-        if head is None or head.version == 0:
-            version, prev = 0, genesis(stream_id)
-        else:
-            version, prev = head.version, head.hash
-        n = len(self.events)
-        if (
-            _native_insert_rows is not None
-            and type(self).seal is Batch.seal
-            and type(version) is int
-            and version < _INT_MAX - n
-            and type(position) is int
-            and 0 <= position < _INT_MAX - n
-            and type(prev) is bytes
-            and len(prev) == 32
-        ):
-            st = _NAME_CACHE.get(stream_id)
-            if st is None:
-                st = _cache_name(stream_id)
-            k = None if self._key is None else self._key.key
-            done = _native_insert_rows(
-                stream_id, st, version, prev, position, self.events, k, PreparedEvent
-            )
-            if done is not None:
-                return done[0], version + n, done[1], position + n
-        return insert_rows_reference(stream_id, self.seal(head), position)
+        c = self._c_rows(head, position, flat=False)
+        if c is not None:
+            (rows, last), version = c
+            return rows, version, last, position + len(self.events)
+        return insert_rows_reference(self.stream_id, self.seal(head), position)
 
     def insert_params(
         self, head: Head | None, position: int
@@ -253,6 +232,19 @@ class Batch:
         payload, several ``at`` values, an overridden :meth:`seal`...): then
         :meth:`insert_rows` is the way. :func:`params_of_rows` is the reference.
         """
+        c = self._c_rows(head, position, flat=True)
+        if c is None:
+            return None
+        (values, last), version = c
+        return values, self.events[0].at, version, last, position + len(self.events)
+
+    def _c_rows(
+        self, head: Head | None, position: int, *, flat: bool
+    ) -> tuple[tuple[list[Any], bytes], int] | None:
+        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: its result
+        (rows or flat values, the last hash) and the last version; None when it does not
+        take the batch (no extension, an overridden :meth:`seal`, out-of-range numbers,
+        or what the C loop declines)."""
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
             return None
         stream_id = self.stream_id
@@ -276,11 +268,9 @@ class Batch:
             st = _cache_name(stream_id)
         k = None if self._key is None else self._key.key
         done = _native_insert_rows(
-            stream_id, st, version, prev, position, self.events, k, PreparedEvent, True
+            stream_id, st, version, prev, position, self.events, k, PreparedEvent, flat
         )
-        if done is None:
-            return None
-        return done[0], self.events[0].at, version + n, done[1], position + n
+        return None if done is None else (done, version + n)
 
 
 def params_of_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[Any], str]:
