@@ -70,7 +70,61 @@ static inline uint32_t ab3_rotr(uint32_t w, unsigned c) { return (w >> c) | (w <
     } while (0)
 
 /* The compression function; writes the 8-word chaining value (the first half of the
- * output, which is all a 32-byte hash needs) to out. */
+ * output, which is all a 32-byte hash needs) to out. With GCC or clang the state's four
+ * rows are vectors (the columns' four G steps at once, then the diagonals' after a
+ * rotation of the rows); the scalar version stays for other compilers. */
+#if defined(__GNUC__) || defined(__clang__)
+typedef uint32_t ab3_v4 __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define AB3_SHUF(v, a, b, c, d) __builtin_shufflevector(v, v, a, b, c, d)
+#else
+#define AB3_SHUF(v, a, b, c, d) __builtin_shuffle(v, (ab3_v4){a, b, c, d})
+#endif
+#define AB3_VROT(v, c) (((v) >> (c)) | ((v) << (32 - (c))))
+#define AB3_VG(x, y)                     \
+    do {                                 \
+        r0 = r0 + r1 + (x);              \
+        r3 = AB3_VROT(r3 ^ r0, 16);      \
+        r2 = r2 + r3;                    \
+        r1 = AB3_VROT(r1 ^ r2, 12);      \
+        r0 = r0 + r1 + (y);              \
+        r3 = AB3_VROT(r3 ^ r0, 8);       \
+        r2 = r2 + r3;                    \
+        r1 = AB3_VROT(r1 ^ r2, 7);       \
+    } while (0)
+#define AB3_M4(a, b, c, d) ((ab3_v4){m[p[a]], m[p[b]], m[p[c]], m[p[d]]})
+
+static void ab3_compress(const uint32_t cv[8], const uint8_t block[AB3_BLOCK_LEN],
+                         uint8_t block_len, uint64_t counter, uint8_t flags, uint32_t out[8]) {
+    uint32_t m[16];
+    for (int i = 0; i < 16; i++) m[i] = ab3_load32(block + 4 * i);
+    ab3_v4 r0 = {cv[0], cv[1], cv[2], cv[3]}, r1 = {cv[4], cv[5], cv[6], cv[7]},
+           r2 = {AB3_IV[0], AB3_IV[1], AB3_IV[2], AB3_IV[3]},
+           r3 = {(uint32_t)counter, (uint32_t)(counter >> 32), (uint32_t)block_len,
+                 (uint32_t)flags};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 7
+#endif
+    for (int r = 0; r < 7; r++) {
+        const uint8_t *p = AB3_SCHEDULE[r];
+        AB3_VG(AB3_M4(0, 2, 4, 6), AB3_M4(1, 3, 5, 7));
+        /* Lane i of rows 1-3 now holds the diagonal's word: G(0,5,10,15), G(1,6,11,12)... */
+        r1 = AB3_SHUF(r1, 1, 2, 3, 0);
+        r2 = AB3_SHUF(r2, 2, 3, 0, 1);
+        r3 = AB3_SHUF(r3, 3, 0, 1, 2);
+        AB3_VG(AB3_M4(8, 10, 12, 14), AB3_M4(9, 11, 13, 15));
+        r1 = AB3_SHUF(r1, 3, 0, 1, 2);
+        r2 = AB3_SHUF(r2, 2, 3, 0, 1);
+        r3 = AB3_SHUF(r3, 1, 2, 3, 0);
+    }
+    r0 ^= r2;
+    r1 ^= r3;
+    for (int i = 0; i < 4; i++) {
+        out[i] = r0[i];
+        out[i + 4] = r1[i];
+    }
+}
+#else
 static void ab3_compress(const uint32_t cv[8], const uint8_t block[AB3_BLOCK_LEN],
                          uint8_t block_len, uint64_t counter, uint8_t flags, uint32_t out[8]) {
     uint32_t m[16];
@@ -102,6 +156,7 @@ static void ab3_compress(const uint32_t cv[8], const uint8_t block[AB3_BLOCK_LEN
     }
     for (int i = 0; i < 8; i++) out[i] = s[i] ^ s[i + 8];
 }
+#endif
 
 /* One chunk (at most 1024 bytes, at least one block even when empty). Leaves the
  * chaining value in cv unless root is set, in which case the last block is compressed
