@@ -1757,11 +1757,54 @@ static PyObject *row_to_event(PyObject *self, PyObject *const *args, Py_ssize_t 
     return e;
 }
 
+/* event_payload(event): RecordedEvent.payload in C (the property's Python getter stays the
+ * reference, set by payload_setup with the missing marker and orjson.loads): the value the
+ * event's cell holds, or its inline payload decoded and kept there; slow(event) decides any
+ * other event (spilled, erased, an unexpected shape). */
+static PyObject *PL_MISSING, *PL_LOADS, *PL_SLOW;
+
+static PyObject *payload_setup(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *missing, *loads, *slow;
+    if (!PyArg_ParseTuple(args, "OOO:payload_setup", &missing, &loads, &slow)) return NULL;
+    Py_XSETREF(PL_MISSING, Py_NewRef(missing));
+    Py_XSETREF(PL_LOADS, Py_NewRef(loads));
+    Py_XSETREF(PL_SLOW, Py_NewRef(slow));
+    Py_RETURN_NONE;
+}
+
+static PyObject *event_payload(PyObject *self, PyObject *e) {
+    (void)self;
+    if (!PL_SLOW) {
+        PyErr_SetString(PyExc_RuntimeError, "payload_setup() was not called");
+        return NULL;
+    }
+    if (PyTuple_Check(e) && PyTuple_GET_SIZE(e) == F_MIN_ITEMS + 1) {
+        PyObject *cell = PyTuple_GET_ITEM(e, F_MIN_ITEMS);
+        if (PyList_CheckExact(cell) && PyList_GET_SIZE(cell) == 3) {
+            PyObject *p = PyList_GET_ITEM(cell, 0);
+            if (p != PL_MISSING) return Py_NewRef(p);
+            PyObject *raw = PyTuple_GET_ITEM(e, F_PAYLOAD);
+            if (PyBytes_CheckExact(raw)) {
+                p = PyObject_CallOneArg(PL_LOADS, raw);
+                if (p) PyList_SetItem(cell, 0, Py_NewRef(p));
+                return p;
+            }
+        }
+    }
+    return PyObject_CallOneArg(PL_SLOW, e);
+}
+
 static PyMethodDef page_methods[] = {
     {"row_to_event", (PyCFunction)(void (*)(void))row_to_event, METH_FASTCALL,
      "row_to_event(cls, missing, slow, row, /)\n--\n\n"
      "RecordedEvent._from_row of a row without a payload reference, in C; slow(row) for\n"
      "any other row."},
+    {"payload_setup", payload_setup, METH_VARARGS,
+     "payload_setup(missing, loads, slow, /)\n--\n\nWhat event_payload needs."},
+    {"event_payload", event_payload, METH_O,
+     "event_payload(event, /)\n--\n\n"
+     "RecordedEvent.payload in C; slow(event) for any event but the plain cases."},
     {"verify_page", verify_page, METH_VARARGS,
      "verify_page(events, start, stream_id, stream_json, last_version, last_hash, key,\n"
      "            width=0)\n--\n\n"

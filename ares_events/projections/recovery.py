@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import reduce
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ares_events.core.events import RecordedEvent
@@ -142,8 +143,7 @@ def replay(
                     if verifier is not None:
                         # Malformed rows (tampering) are reported and never folded.
                         chunk = verifier.check_page(chunk)
-                    for e in chunk:
-                        state = fold(state, e)
+                    state = reduce(fold, chunk, state)  # the loop in C
                     if chunk:
                         n += len(chunk)
                         last = chunk[-1]

@@ -22,11 +22,13 @@ from types import ModuleType
 from typing import Any
 
 import blake3
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ares_events import chain
+from ares_events import errors as ae_errors
 from ares_events.chain import (
     ChainKey,
     _cache_name,
@@ -666,3 +668,32 @@ def test_row_to_event_equals_from_row(native: ModuleType, page: Page, data: Any)
         "slow",
         odd,
     )
+
+
+@SETTINGS
+@given(page=pages(), data=st.data())
+def test_event_payload_equals_the_python_getter(native: ModuleType, page: Page, data: Any) -> None:
+    """``RecordedEvent.payload`` in C gives what the Python getter gives, decodes once and
+    hands every other event (a spilled payload, an unusual shape) to it."""
+    from ares_events.core import events as ev_mod
+
+    reference = ev_mod._payload_reference
+    for e in page.events:
+        row = tuple(e[:12])
+        fresh, twin = RecordedEvent._from_row(row), RecordedEvent._from_row(row)
+        got = native.event_payload(fresh)
+        assert got == reference(twin)
+        assert native.event_payload(fresh) is got  # kept in the event's cell
+        assert fresh.payload is got  # the property is the C getter
+        if data.draw(st.booleans(), label="spilled"):
+            ref = '{"key":"k","size":3,"digest":"' + "0" * 64 + '"}'
+            spilled = RecordedEvent._from_row((*row[:6], None, *row[7:11], ref))
+            with pytest.raises(ae_errors.BlobMissing):
+                native.event_payload(spilled)
+    odd = ("s",)
+    calls: list[Any] = []
+    native.payload_setup(ev_mod._MISSING, orjson.loads, lambda x: calls.append(x) or "slow")
+    try:
+        assert native.event_payload(odd) == "slow" and calls == [odd]
+    finally:
+        native.payload_setup(ev_mod._MISSING, orjson.loads, reference)
