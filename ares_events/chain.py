@@ -22,12 +22,8 @@ Byte layout (all hashes are 32-byte blake3 digests)::
 With a chain key, the link hashes use blake3's keyed mode; genesis and payload digests
 stay unkeyed.
 
-Two encoders produce canonical JSON: :func:`canonical_json` validates the value with a
-walk and then encodes with orjson when the value holds no float (orjson's float
-formatting differs from Python's ``repr``), else with the C-accelerated ``json`` encoder.
-The property tests in ``tests/integrity/test_codec.py`` prove the orjson path
-byte-identical to ``json.dumps``. Headers are assembled from pre-encoded pieces with the
-same string escaper ``json.dumps`` uses, which the same tests prove identical.
+Headers and canonical JSON have fast encoders that ``tests/integrity/test_codec.py``
+proves byte-identical to ``json.dumps``.
 """
 
 from __future__ import annotations

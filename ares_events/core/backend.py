@@ -1,26 +1,8 @@
 """The backend contract's values: what the core hands a recorder and what it gets back.
 
-A backend (a *recorder*, :mod:`ares_events.core.recorder`) persists and returns records
-and enforces the expected-version check atomically. It never serializes payloads,
-computes digests or folds state: the core hands it a :class:`Batch` whose
-:meth:`Batch.seal` computes the versions and link hashes from the head the backend read
-*inside its write transaction*, so two writers can never fork a chain.
-
-Write protocol every backend follows, in one transaction::
-
-    lock the stream (or the database)
-    rows = existing events whose event_id is in batch.event_ids
-    if rows: return AppendOutcome(rows, duplicate=True)      # core decides: replay or error
-    head = current (version, hash) of the stream
-    check_expected_version(stream_id, expected, head.version)
-    sealed = batch.seal(head)
-    insert sealed rows with the next global positions; upsert the head
-    commit
-
-``append_many`` (:attr:`Capability.MULTI_STREAM_APPEND`) does the same for several
-batches and an optional :class:`TrackingRecord` in ONE transaction, locking every stream
-(and the tracking name) in one sorted order; the events of one call get consecutive
-global positions in batch order, so the core knows every event's position from the last.
+A recorder seals a :class:`Batch` (:meth:`Batch.seal`) against the head it read inside
+its write transaction, so two writers can never fork a chain (the write protocol:
+docs/architecture.md).
 
 It may import the core's events, :mod:`ares_events.errors` and the chain format.
 """

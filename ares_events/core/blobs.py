@@ -1,9 +1,5 @@
-"""The blob store protocol: where payloads over the spill threshold live.
-
-A blob store is content-addressed (key = hex blake3 digest of the bytes). The event store
-spills big payloads to it before the append commits and fetches them lazily on read;
-the tools list, verify and collect blobs. The built-in stores (a folder, S3) are in
-:mod:`ares_events.stores.blobs`.
+"""The blob store protocol: content-addressed storage for payloads over the spill threshold
+(the built-in stores: :mod:`ares_events.stores.blobs`).
 
 It may import the core's events.
 """

@@ -1,23 +1,6 @@
-"""The event catalog: typed payload schemas (pydantic v2) for the events agents write.
-
-Every schema keeps unknown fields (``extra="allow"``) so a newer writer never breaks an
-older reader. Schemas are versioned: an event's schema version travels in its metadata
-(``{"schema": N}``, 1 when absent) and :func:`upcast` brings an old payload up to the
-current version through registered upcasters, so old events fold through new code.
-
-Types outside the catalog stay readable as plain events; the built-in projections ignore
-them.
-
-Lifecycle: ``session.created``, ``task.created``, ``task.completed``, ``task.failed``,
-``agent.started``, ``agent.stopped`` (voluntary), ``agent.dead``, ``agent.resurrected``,
-``failover.triggered``, ``failover.completed``.
-
-Durable runs: ``run.started``, ``model.call.requested``, ``model.responded``,
-``model.call.failed`` (a failed attempt), ``tool.call.requested``, ``tool.returned``,
-``tool.call.failed`` (a failed attempt), ``tool.call.not_done`` (a human says an in-doubt
-call did not land), ``step.abandoned`` (the loop gave up on a failed step),
-``state.patched``, ``run.interrupted``, ``run.resumed``, ``run.completed``,
-``run.failed``, ``run.cancelled``, ``run.gate`` (a version-gate decision).
+"""The event catalog: typed payload schemas (pydantic v2) for the events agents write,
+versioned, with :func:`upcast` to bring old payloads up to date (the event types:
+docs/architecture.md).
 """
 
 from __future__ import annotations

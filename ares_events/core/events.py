@@ -1,10 +1,5 @@
 """The event model: what callers append (:class:`NewEvent`) and what stores return
-(:class:`RecordedEvent`), expected-version markers, and input validation.
-
-``RecordedEvent`` keeps the stored forms (canonical payload bytes, the ``at`` string, the
-event id string) and decodes them on first access, so a replay that only looks at types
-and versions never parses a payload, and one that never touches a spilled payload never
-downloads it.
+(:class:`RecordedEvent`, decoded lazily), expected-version markers, and input validation.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What a backend with :attr:`~ares_events.core.backend.Capability.READ_MODELS` hands out
-(``recorder.read_models()``): the read-model tables of the catch-up runner and the signed
-checkpoints of the Merkle log, kept in the events' database by the backend that owns it
-(SQL under :mod:`ares_events.stores`, never in the projections that use them).
-
-Both faces get these blocking objects: read models are folded by the blocking runner.
-Readers never create: a registry or checkpoint table that was never written reads as
-empty, so a look at a store (the console, ``rebuild --verify``) leaves it as it was.
+"""What a backend with :attr:`~ares_events.core.backend.Capability.READ_MODELS` hands out:
+the catch-up runner's read-model tables and the Merkle log's signed checkpoints (blocking
+objects on both faces; a table never written reads as empty).
 
 It may import :mod:`ares_events.errors` only.
 """

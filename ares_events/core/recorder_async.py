@@ -1,15 +1,5 @@
-"""The recorder protocol: what a backend implements, and one small protocol per capability.
-
-A recorder persists and returns records and enforces the expected-version check
-atomically, following the write protocol of :mod:`ares_events.core.backend`. The core
-calls every backend through :class:`AsyncRecorder` (each face has its own module of these
-protocols, one face written, the other generated). Third-party stores need not inherit
-anything.
-
-Optional behaviour is declared, not probed: a recorder lists its :class:`Capability`
-set, and each capability that adds methods has a protocol here (:data:`REQUIRES`). The
-store checks once, when it opens, that the recorder really implements what it declares
-(:func:`check_capabilities`), and from then on branches on the declared set only.
+"""The recorder protocol: what a backend implements, and one small protocol per capability
+(:data:`REQUIRES`), checked once when the store opens (:func:`check_capabilities`).
 
 It may import the core's events and backend values, and :mod:`ares_events.errors`.
 """

@@ -1,17 +1,6 @@
 """OpenTelemetry spans and metrics for the store, verification, recovery and the agent
-runtime (the ``otel`` extra: ``opentelemetry-api`` only; docs/observability.md).
-
-Nothing here costs more than a function call and an ``isinstance`` when no SDK is
-configured: :func:`current` returns None until a real tracer or meter provider is set
-(globally, or with :func:`configure`), and every helper then hands back one shared no-op
-object. With the extra not installed at all, the first call finds that out once.
-
-What is emitted follows OpenTelemetry's stable database conventions (``db.system.name``,
-``db.operation.name``, ``db.collection.name``, ``server.address``, ...) and, for the
-journal, the GenAI ones. Attribute values are identifiers, counts, flags and exception
-*types*: never a payload, a URL with its password, a chain key or an exception message
-(an :class:`~ares_events.errors.InvalidEvent` message may quote the value it refused).
-Metric attributes are of bounded cardinality only (never a stream id or a run id).
+runtime (the ``otel`` extra; docs/observability.md). Without an SDK every helper hands
+back one shared no-op object.
 
 It may import :mod:`ares_events.errors` and nothing else from the package;
 ``opentelemetry`` is imported on first use.

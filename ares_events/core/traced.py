@@ -1,9 +1,5 @@
-"""Decorators that trace store operations and the activities over them (replay,
-recovery, verification, audits), for both faces, and what each adds from its result
-(:mod:`ares_events.core.telemetry` has the rest; docs/observability.md).
-
-A decorated function checks :func:`~ares_events.core.telemetry.current` once per call
-and otherwise runs as it is: the whole cost without an SDK.
+"""Decorators that trace store operations, replay, recovery, verification and audits, for
+both faces (docs/observability.md).
 
 It may import :mod:`ares_events.core.telemetry` only.
 """

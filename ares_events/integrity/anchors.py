@@ -1,36 +1,6 @@
-"""Anchors: the log's signed checkpoints kept at a location outside the store, and the
-check that the store still extends every one of them.
-
-A hash chain proves that a stream's events are consistent with each other, not that they
-are the events that were written: whoever can write the database can delete a stream's
-tail and rewrite its head row to match, or rewrite a whole chain with recomputed
-(unkeyed) hashes, and a bare chain verification passes. ``ares-events anchor --key FILE``
-closes that gap: it signs a checkpoint of the Merkle log (a C2SP ``tlog-checkpoint`` note,
-Ed25519) and writes it as ``checkpoint-<size>-<time>.note`` to a location the store's
-writers cannot touch (a folder, or an S3 prefix). Nobody without the log key can forge or
-edit one.
-
-:func:`verify_anchors` checks each note's signature against trusted verifier keys and then
-recomputes, in one pass over ``read_all``, the RFC 9162 root of the first ``size`` events
-for every checkpoint size, straight from the events' chain hashes (never from the stored
-tree, which a rewrite could leave as it was): the store extends a checkpoint exactly when
-the root of today's first ``size`` leaves is its root. Removing notes from the location
-leaves the others checked; a rewrite of any event before a checkpoint's size changes the
-root at that size. Findings (the first failing checkpoint of each kind, with how many
-others fail the same way):
-
-``anchor_corrupt``      a note that does not parse, or whose signature does not verify,
-                        or that no trusted key of its origin signed.
-``anchor_unverified``   no trusted verifier key is known (pass ``--vkey``).
-``anchor_truncated``    the log now holds fewer events than the checkpoint's size.
-``anchor_rewritten``    the root of the first ``size`` events differs from the signed one.
-``no_anchor``           the location holds no checkpoint: nothing was checked (never
-                        reported as clean).
-
-Location URLs: ``file:///abs/path/anchors/`` (or a plain path: one file per checkpoint,
-written atomically: temporary file, fsync, rename) and
-``s3://bucket/prefix?endpoint_url=...&region=...`` (one object each, through boto3;
-credentials only from boto3's normal chain: a URL with a user or password is refused).
+"""Anchors: signed checkpoints kept at a location outside the store (a folder or an S3
+prefix), and :func:`verify_anchors`, the check that the store still extends every one of
+them (findings and location URLs: docs/proofs.md).
 
 It may import the core, :mod:`ares_events.errors` and this package's other modules.
 """

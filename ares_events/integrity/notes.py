@@ -1,26 +1,6 @@
 """Signed notes (C2SP ``signed-note``) with Ed25519 keys, and witness cosignatures
-(C2SP ``tlog-cosignature``, the timestamped Ed25519 kind).
-
-A signed note is a UTF-8 text ending in a newline, an empty line, then one signature
-line per key::
-
-    <text, ending in "\\n">
-    \\n
-    — <key name> <base64(4-byte key ID || signature)>\\n        (U+2014 EM DASH, then a space)
-
-Keys (type byte ``0x01``: Ed25519 over the note text; ``0x04``: a witness cosignature)::
-
-    key ID        = SHA-256(key name || 0x0A || type || 32-byte public key)[:4]
-    verifier key  = "<name>+<key ID as 8 hex digits>+<base64(type || public key)>"
-    signing key   = "PRIVATE+KEY+<name>+<key ID as 8 hex digits>+<base64(type || 32-byte seed)>"
-
-(the text forms of Go's ``golang.org/x/mod/sumdb/note``). A type ``0x04`` cosignature
-signs ``"cosignature/v1\\ntime <T>\\n" || note text`` and its signature bytes are
-``key ID || T as a big-endian u64 || Ed25519 signature``, where ``T`` is POSIX seconds.
-
-Verification follows the spec: signatures from unknown keys (name and key ID not both
-known) are ignored; a signature from a known key that fails to verify rejects the whole
-note; a note with no verified signature from a known key is rejected.
+(C2SP ``tlog-cosignature``, the timestamped Ed25519 kind); text forms and rules:
+docs/proofs.md.
 
 A :class:`SigningKey` never shows its seed in ``repr``, ``str``, errors or logs and refuses
 to be pickled; only :meth:`SigningKey.private_text` (for the key file) spells it out.

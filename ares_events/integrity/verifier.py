@@ -1,45 +1,7 @@
 """Chain verification with no I/O: the incremental :class:`ChainVerifier` that
 ``verify_stream``, the audit, replay and recovery use to check a chain while reading it.
 
-Verification never raises on a bad link: it returns a report of findings. Finding kinds:
-
-``hash_mismatch``
-    an event's stored hash is not ``blake3(prev_hash + header)`` of its stored fields
-    (an edited payload, type, time, ... or an edited hash).
-``broken_link``
-    an event's ``prev_hash`` is not the previous event's hash (or the genesis value).
-``gap``
-    versions jump (a row deleted from the middle).
-``duplicate_version``
-    a version appears twice (seen while reading, or by the audit's uniqueness scan).
-``duplicate_position`` / ``duplicate_event_id``
-    two rows share a global position or an event id (audit's uniqueness scan).
-``malformed_row``
-    a row that cannot be read as an event or a head: a column of the wrong type (a
-    BLOB where text belongs), a ``payload_ref`` that is not a reference, a bad hash
-    length. Reported with stream, version or position and the reason; the rest of the
-    verification goes on.
-``truncated``
-    the head says N but the events end before N (rows deleted from the tail).
-``head_mismatch``
-    the head row disagrees with the last event (hash differs, head behind, or no head).
-``position_gap`` / ``position_order``
-    global positions are not strictly increasing and gap-free (audit only).
-``snapshot_mismatch``
-    a stored snapshot no longer matches its stream (deep audit only).
-``blob_missing`` / ``blob_corrupted``
-    a spilled payload is gone or altered (deep audit only).
-``archive_missing`` / ``archive_corrupted`` / ``archive_unreadable`` / ``archive_order``
-    an archived segment (or its manifest) is gone, differs from the digest the store
-    recorded, does not decode, or the segment index's segments overlap (see
-    :mod:`ares_events.archive`).
-``anchor_*``
-    the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
-``erasure_unrecorded`` / ``erasure_undone``
-    an erased payload no erasure record names, or a recorded erasure whose payload is
-    stored again. Erased payloads themselves are information (``AuditReport.erased``),
-    not findings: their chains verify.
-
+It never raises on a bad link: it reports findings (every kind: docs/security.md).
 It may import the core and :mod:`.findings`.
 """
 

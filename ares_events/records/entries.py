@@ -1,11 +1,5 @@
 """The draft's view of a stream: events as ``session.entries`` of
-draft-birkholz-verifiable-agent-conversations-00 (message, tool-call, tool-result,
-reasoning and system-event entries).
-
-A rendering for readers of the draft's format, signed with the record but not what the
-chain commits to (the ``ares-events`` evidence is). Every entry names its event
-(``ares-version``) and type (``ares-type``); an event the mapping does not know becomes a
-``system-event``. Mapping rules, with every deviation from the draft: docs/records.md.
+draft-birkholz-verifiable-agent-conversations-00 (mapping rules: docs/records.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Export one stream (a journaled run, or an adapter's session) as a signed, self-contained
-record that :mod:`ares_events.records.verify` checks offline.
-
-The record is a ``verifiable-agent-record`` of draft-birkholz-verifiable-agent-conversations
-with one extension member, ``ares-events``, holding the evidence: per event its header and
-payload text, chain hash, log leaf and inclusion proof, and the checkpoints the proofs and
-the consistency proof are against (layout and rules: docs/records.md). Exporting never
-changes the events; it brings the Merkle log up to date and, when no stored checkpoint
-covers the stream and ``key`` is the log's own, signs and stores one (as ``prove --key``).
+"""Export one stream as a signed, self-contained record that
+:mod:`ares_events.records.verify` checks offline (layout and rules: docs/records.md).
 """
 
 from __future__ import annotations
