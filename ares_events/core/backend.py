@@ -166,13 +166,15 @@ class Batch:
         self.event_ids = [e.event_id for e in self.events]
         self._key = key
 
+    def _after(self, head: Head | None) -> tuple[int, bytes]:
+        if head is None or head.version == 0:
+            return 0, genesis(self.stream_id)
+        return head.version, head.hash
+
     def seal(self, head: Head | None) -> list[SealedEvent]:
         """Assign versions after ``head`` and compute the link hashes."""
         stream_id = self.stream_id
-        if head is None or head.version == 0:
-            version, prev = 0, genesis(stream_id)
-        else:
-            version, prev = head.version, head.hash
+        version, prev = self._after(head)
         events = self.events
         # One call for the batch (the C loop when it is built, see chain.link_hashes).
         hashes = link_hashes(stream_id, version, prev, events, self._key)
@@ -230,10 +232,7 @@ class Batch:
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
             return None
         stream_id = self.stream_id
-        if head is None or head.version == 0:
-            version, prev = 0, genesis(stream_id)
-        else:
-            version, prev = head.version, head.hash
+        version, prev = self._after(head)
         n = len(self.events)
         if not (
             n
@@ -245,9 +244,7 @@ class Batch:
             and len(prev) == 32
         ):
             return None
-        st = _NAME_CACHE.get(stream_id)
-        if st is None:
-            st = _cache_name(stream_id)
+        st = _NAME_CACHE.get(stream_id) or _cache_name(stream_id)
         k = None if self._key is None else self._key.key
         done = _native_insert_rows(
             stream_id, st, version, prev, position, self.events, k, PreparedEvent, flat

@@ -192,7 +192,8 @@ class AsyncEventStore:
         return store
 
     def __repr__(self) -> str:
-        return self._repr(type(self).__name__)
+        keyed = ", keyed" if self.chain_key is not None else ""
+        return f"{type(self).__name__}({self._url!r}{keyed})"
 
     # -- info ----------------------------------------------------------------------------
 
@@ -220,40 +221,6 @@ class AsyncEventStore:
     def _check_open(self, action: str | None = None) -> None:
         if self._closed:
             raise StoreClosed(self._url, action)
-
-    def _repr(self, name: str) -> str:
-        keyed = ", keyed" if self.chain_key is not None else ""
-        return f"{name}({self._url!r}{keyed})"
-
-    # -- checks before I/O -------------------------------------------------------------
-
-    def _refuse_unchecked_writes(self) -> None:
-        """A store opened with ``check_identity=False`` never writes.
-
-        Raises:
-            ConfigError: it was opened so.
-        """
-        if not self._check_identity:
-            raise ConfigError(
-                f"store {self._url} was opened with check_identity=False (for reading under "
-                "another configuration); it does not write"
-            )
-
-    def _check_erase(self, stream_id: str, version: int) -> None:
-        """The checks of ``erase_payload`` before any I/O.
-
-        Raises:
-            StoreClosed: the store is closed.
-            InvalidEvent: a bad stream id.
-            StoreError: the backend does not declare ``ERASE``.
-            EventNotFound: ``version`` is not a version.
-        """
-        self._check_open(f"erase of stream {stream_id!r} version {version}")
-        validate_name(stream_id, "stream_id")
-        if Capability.ERASE not in self._caps:
-            raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
-        if type(version) is not int or version < 1:
-            raise EventNotFound(stream_id, version, "versions start at 1")
 
     # -- identity ------------------------------------------------------------------------
 
@@ -323,8 +290,12 @@ class AsyncEventStore:
             ConfigError: opened with ``check_identity=False``, or another configuration.
         """
         await self._ready()
-        if self._identity_pending or not self._check_identity:
-            self._refuse_unchecked_writes()
+        if not self._check_identity:
+            raise ConfigError(
+                f"store {self._url} was opened with check_identity=False (for reading under "
+                "another configuration); it does not write"
+            )
+        if self._identity_pending:
             async with self._identity_lock:
                 if self._identity_pending:
                     await self._record_identity()
@@ -506,7 +477,12 @@ class AsyncEventStore:
                 it was erased (retry).
             StoreUnavailable: the backend or the blob store cannot be reached.
         """
-        self._check_erase(stream_id, version)
+        self._check_open(f"erase of stream {stream_id!r} version {version}")
+        validate_name(stream_id, "stream_id")
+        if Capability.ERASE not in self._caps:
+            raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
+        if type(version) is not int or version < 1:
+            raise EventNotFound(stream_id, version, "versions start at 1")
         await self._before_write()
         found = await afirst(self.recorder.read(stream_id, version, version, 1))
         if found is None or found.version != version:
@@ -547,14 +523,6 @@ class AsyncEventStore:
         position: int | None = await rec.tracked_position(name)
         return position
 
-    def _may_spill(self, prepared: Sequence[PreparedEvent]) -> bool:
-        """True when a blob store is configured and some payload is over the threshold
-        (the blob store decides; this only spares a call when nothing can spill)."""
-        if self.blobs is None:
-            return False
-        biggest: int = max(map(_size, prepared))
-        return biggest > self.spill_threshold
-
     def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
         """After spilling: refuse a payload still inline and over ``max_inline_bytes``.
 
@@ -581,10 +549,10 @@ class AsyncEventStore:
         Raises:
             StoreUnavailable: a blob could not be written (nothing is appended).
         """
-        if not self._may_spill(prepared):
-            return prepared
         blobs, limit = self.blobs, self.spill_threshold
-        assert blobs is not None
+        # Only a blob store decides what spills; this spares a call when nothing can.
+        if blobs is None or max(map(_size, prepared)) <= limit:
+            return prepared
         return await asyncio.to_thread(lambda: [blobs.spill(p, limit) for p in prepared])
 
     async def _conflict(self, c: Conflict) -> ConcurrencyError:

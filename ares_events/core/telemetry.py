@@ -12,8 +12,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -40,22 +39,7 @@ EVENTS_TABLE: Final = "ares_events"
 DB_DURATION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 """The database conventions' advised buckets of ``db.client.operation.duration``."""
 
-GENAI_DURATION_BUCKETS: Final = (
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.12,
-    10.24,
-    20.48,
-    40.96,
-    81.92,
-)
+GENAI_DURATION_BUCKETS: Final = tuple(0.01 * 2**i for i in range(14))  # 0.01 .. 81.92
 """The GenAI conventions' advised buckets of ``gen_ai.client.operation.duration``."""
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -93,33 +77,12 @@ _SYSTEMS: Final = {
 _BOUNDED: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
 
 
-@dataclass(frozen=True, slots=True)
-class _Instruments:
-    """The instruments of one meter (all created at once: a meter caches them anyway)."""
-
-    db_duration: Any
-    op_duration: Any
-    appended: Any
-    replayed: Any
-    capped: Any
-    findings: Any
-    projection_lag: Any
-    journal_calls: Any
-    journal_retries: Any
-    genai_duration: Any
-    genai_tokens: Any
-    deaths: Any
-    resurrections: Any
-    backoff: Any
-    flapping: Any
-    gave_up: Any
-
-
-def _instruments(meter: Any) -> _Instruments:
+def _instruments(meter: Any) -> SimpleNamespace:
+    # All created at once: a meter caches them anyway.
     def counter(name: str, unit: str, description: str) -> Any:
         return meter.create_counter(name, unit=unit, description=description)
 
-    return _Instruments(
+    return SimpleNamespace(
         db_duration=meter.create_histogram(
             "db.client.operation.duration",
             unit="s",
@@ -203,7 +166,7 @@ class Telemetry:
     def __init__(self, otel: Any, tracer: Any, meter: Any, capture_content: bool) -> None:
         self.otel = otel
         self.tracer = tracer
-        self.metrics: _Instruments | None = _instruments(meter) if meter is not None else None
+        self.metrics: SimpleNamespace | None = _instruments(meter) if meter is not None else None
         self.capture_content = capture_content
 
     def start_span(
@@ -415,24 +378,19 @@ def configure(
     Raises:
         MissingDependencyError: a provider is given and the ``otel`` extra is missing.
     """
-    global _active, _explicit, _missing
+    global _active, _explicit, _missing, _env_capture
     _active = None
     _missing = False
     if tracer_provider is None and meter_provider is None and enabled:
         _explicit = None
         if capture_content is not None:
-            _explicit_capture(capture_content)
+            _env_capture = capture_content
         return
     _explicit = (tracer_provider, meter_provider, capture_content, enabled)
     if enabled and current() is None and _missing:
         from ares_events.errors import MissingDependencyError
 
         raise MissingDependencyError("OpenTelemetry", "otel")
-
-
-def _explicit_capture(flag: bool) -> None:
-    global _env_capture
-    _env_capture = flag
 
 
 # -- store operations ---------------------------------------------------------------------

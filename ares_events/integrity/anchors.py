@@ -183,10 +183,7 @@ class S3Anchors:
         key = self._key(name)
         try:
             self._client.put_object(
-                Bucket=self.bucket,
-                Key=key,
-                Body=data,
-                ContentType="text/plain",
+                Bucket=self.bucket, Key=key, Body=data, ContentType="text/plain"
             )
         except self._boto_errors as exc:
             raise StoreUnavailable(
@@ -323,15 +320,11 @@ def verify_anchors(
     if not notes:
         # Asked to prove the store against its anchors, with none to prove it against:
         # never an "ok" (a wrong URL, or anchors that were deleted).
-        report.findings.append(
-            Finding(
-                "no_anchor",
-                None,
-                None,
-                f"no signed checkpoint at {report.location}: nothing to check the store "
-                "against (write one with `ares-events anchor --key FILE`)",
-            )
+        detail = (
+            f"no signed checkpoint at {report.location}: nothing to check the store "
+            "against (write one with `ares-events anchor --key FILE`)"
         )
+        report.findings.append(Finding("no_anchor", None, None, detail))
         return report
     if keys is None:
         keys, report.keys_from = recorded_log_keys(rec), "store"
@@ -437,15 +430,11 @@ def check_checkpoint_notes(
     good: list[tuple[str, SignedCheckpoint]] = []
     for name, raw in notes:
         if not keys:
-            findings.append(
-                Finding(
-                    "anchor_unverified",
-                    None,
-                    None,
-                    f"checkpoint {name}: no trusted verifier key to check its signature "
-                    "(pass --vkey, or sign checkpoints in this store first)",
-                )
+            detail = (
+                f"checkpoint {name}: no trusted verifier key to check its signature "
+                "(pass --vkey, or sign checkpoints in this store first)"
             )
+            findings.append(Finding("anchor_unverified", None, None, detail))
             continue
         try:
             signed = open_checkpoint(raw, keys)
@@ -453,9 +442,8 @@ def check_checkpoint_notes(
             if not any(k.name == origin for k in signed.verified_by):
                 raise ProofError(f"no trusted key of its origin {origin!r} signed it")
         except ProofError as exc:
-            findings.append(
-                Finding("anchor_corrupt", None, None, f"checkpoint {name}: {exc.reason}")
-            )
+            detail = f"checkpoint {name}: {exc.reason}"
+            findings.append(Finding("anchor_corrupt", None, None, detail))
             continue
         good.append((name, signed))
     if not good:

@@ -76,9 +76,7 @@ def audit(
     heads: dict[str, Head] = {}
     for sid, head in recorder.heads():
         if type(sid) is not str:
-            report.findings.append(
-                Finding("malformed_row", repr(sid), None, f"head row: stream_id is {sid!r:.60}")
-            )
+            _add(report, "malformed_row", repr(sid), None, f"head row: stream_id is {sid!r:.60}")
             continue
         heads[sid] = head
     expected = sum(h.version for h in heads.values() if type(h.version) is int)
@@ -123,29 +121,25 @@ def audit(
     for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
-            report.findings.append(
-                Finding(
-                    "malformed_row",
-                    sid if type(sid) is str else repr(sid),
-                    None,
-                    f"position {pos!r}: {_scan_problem(pos, sid, version)}",
-                )
+            _add(
+                report,
+                "malformed_row",
+                sid if type(sid) is str else repr(sid),
+                None,
+                f"position {pos!r}: {_scan_problem(pos, sid, version)}",
             )
             continue
         if pos > total:
             continue  # appended after the audit started
         if pos <= last_pos:
-            report.findings.append(
-                Finding("position_order", sid, version, f"position {pos} after {last_pos}")
-            )
+            _add(report, "position_order", sid, version, f"position {pos} after {last_pos}")
         elif gapless and pos != last_pos + 1 and not _retired(retired, last_pos + 1, pos - 1):
-            report.findings.append(
-                Finding(
-                    "position_gap",
-                    sid,
-                    version,
-                    f"positions {last_pos + 1}..{pos - 1} are missing",
-                )
+            _add(
+                report,
+                "position_gap",
+                sid,
+                version,
+                f"positions {last_pos + 1}..{pos - 1} are missing",
             )
         last_pos = max(last_pos, pos)
         if sid not in heads and sid not in orphans:
@@ -172,13 +166,12 @@ def audit(
         for info, reason in store.snapshots.verify_all():
             report.snapshots_checked += 1
             if reason is not None:
-                report.findings.append(
-                    Finding(
-                        "snapshot_mismatch",
-                        info.stream_id,
-                        info.at_version,
-                        f"snapshot of {info.projection!r}: {reason}",
-                    )
+                _add(
+                    report,
+                    "snapshot_mismatch",
+                    info.stream_id,
+                    info.at_version,
+                    f"snapshot of {info.projection!r}: {reason}",
                 )
     if anchors is not None:
         check = verify_anchors(store, anchors, keys=anchor_keys)
@@ -225,14 +218,13 @@ def _check_erasures(
             }
         )
         if rv is None:
-            report.findings.append(
-                Finding(
-                    "erasure_unrecorded",
-                    e.stream_id,
-                    e.version,
-                    f"the payload was erased but no {ERASURE_TYPE} record in "
-                    f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
-                )
+            _add(
+                report,
+                "erasure_unrecorded",
+                e.stream_id,
+                e.version,
+                f"the payload was erased but no {ERASURE_TYPE} record in "
+                f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
             )
     for eid, (p, rv) in records.items():
         sid, ver = p.get("stream_id"), p.get("version")
@@ -240,14 +232,13 @@ def _check_erasures(
             continue
         now = next(iter(recorder.read(sid, ver, ver, 1)), None)
         if now is not None and now.event_id_str == eid and not now.payload_erased:
-            report.findings.append(
-                Finding(
-                    "erasure_undone",
-                    sid,
-                    ver,
-                    f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
-                    "it is stored again",
-                )
+            _add(
+                report,
+                "erasure_undone",
+                sid,
+                ver,
+                f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
+                "it is stored again",
             )
 
 
@@ -258,7 +249,7 @@ def _segment_index(recorder: Any, report: AuditReport) -> SegmentIndex | None:
     try:
         return recorder.segment_index()
     except ArchiveError as exc:
-        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+        _add(report, f"archive_{exc.kind}", None, None, str(exc))
         return None
 
 
@@ -283,7 +274,7 @@ def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, A
     try:
         yield from rows
     except ArchiveError as exc:
-        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+        _add(report, f"archive_{exc.kind}", None, None, str(exc))
 
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
@@ -316,13 +307,12 @@ def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
             "duplicate_position": f"{n} rows hold position {pos!r}",
             "duplicate_event_id": f"{n} rows hold event id {who!r}",
         }[kind]
-        report.findings.append(
-            Finding(
-                kind,
-                sid if sid is None or type(sid) is str else repr(sid),
-                version if type(version) is int else None,
-                f"{what} (first at position {pos!r}); the unique index was bypassed",
-            )
+        _add(
+            report,
+            kind,
+            sid if sid is None or type(sid) is str else repr(sid),
+            version if type(version) is int else None,
+            f"{what} (first at position {pos!r}); the unique index was bypassed",
         )
 
 
@@ -330,15 +320,21 @@ def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> Non
     ref = e.payload_ref
     assert ref is not None
     if store.blobs is None:
-        report.findings.append(
-            Finding(
-                "blob_missing", e.stream_id, e.version, f"blob {ref.key}: no blob store configured"
-            )
+        _add(
+            report,
+            "blob_missing",
+            e.stream_id,
+            e.version,
+            f"blob {ref.key}: no blob store configured",
         )
         return
     try:
         store.blobs.verify(ref)
     except BlobMissing as exc:
-        report.findings.append(Finding("blob_missing", e.stream_id, e.version, exc.detail))
+        _add(report, "blob_missing", e.stream_id, e.version, exc.detail)
     except BlobError as exc:
-        report.findings.append(Finding("blob_corrupted", e.stream_id, e.version, exc.detail))
+        _add(report, "blob_corrupted", e.stream_id, e.version, exc.detail)
+
+
+def _add(report: AuditReport, kind: str, stream_id: Any, version: Any, detail: str) -> None:
+    report.findings.append(Finding(kind, stream_id, version, detail))

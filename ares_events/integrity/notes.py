@@ -69,6 +69,21 @@ def _unb64(text: str) -> bytes:
     return raw
 
 
+def _key_bytes(b64: str, source: str, what: str) -> bytes:
+    """``alg || 32 bytes`` of a key's base64, ``what`` naming the kind in the error.
+
+    Raises:
+        ConfigError: not standard base64, not 33 bytes, or an unknown type.
+    """
+    try:
+        raw = _unb64(b64)
+    except ValueError:
+        raise ConfigError(f"{source}: the key is not standard base64") from None
+    if len(raw) != 33 or raw[0] not in _ALG_NAMES:
+        raise ConfigError(f"{source}: expected a 0x01 {what} of 32 bytes")
+    return raw
+
+
 def check_key_name(name: object, where: str = "key name") -> str:
     """A key name: non-empty, no Unicode space, no ``+``, no control character.
 
@@ -133,14 +148,7 @@ class VerifierKey:
             )
         name, hex_id, b64 = parts
         check_key_name(name, f"{source} name")
-        try:
-            raw = _unb64(b64)
-        except ValueError:
-            raise ConfigError(f"{source}: the key is not standard base64") from None
-        if len(raw) != 33 or raw[0] not in _ALG_NAMES:
-            raise ConfigError(
-                f"{source}: expected a 0x01 (Ed25519) or 0x04 (cosignature) key of 32 bytes"
-            )
+        raw = _key_bytes(b64, source, "(Ed25519) or 0x04 (cosignature) key")
         key = cls(name, raw[0], raw[1:])
         if len(hex_id) != 8 or hex_id.lower() != key.key_id.hex():
             raise ConfigError(f"{source}: key ID {hex_id!r} does not match the key")
@@ -220,12 +228,7 @@ class SigningKey:
         if len(parts) != 3:
             raise ConfigError(f"{source} is malformed (PRIVATE+KEY+<name>+<hex id>+<key>)")
         name, hex_id, b64 = parts
-        try:
-            raw = _unb64(b64)
-        except ValueError:
-            raise ConfigError(f"{source}: the key is not standard base64") from None
-        if len(raw) != 33 or raw[0] not in _ALG_NAMES:
-            raise ConfigError(f"{source}: expected a 0x01 or 0x04 Ed25519 seed of 32 bytes")
+        raw = _key_bytes(b64, source, "or 0x04 Ed25519 seed")
         key = cls(name, raw[1:], alg=raw[0])
         if hex_id.lower() != key.verifier.key_id.hex():
             raise ConfigError(f"{source}: its key ID does not match the key")

@@ -183,21 +183,18 @@ class ChainVerifier:
         )
         return i
 
+    def _add(self, kind: str, version: Any, detail: str) -> None:
+        self.findings.append(Finding(kind, self.stream_id, version, detail))
+
     def _check_slow(self, e: RecordedEvent) -> bool:
         ok = True
         sid = self.stream_id
         v = e.version
-        add = self.findings.append
+        add = self._add
         problem = malformed_reason(e)
         if problem is not None:
-            add(
-                Finding(
-                    "malformed_row",
-                    sid,
-                    v if type(v) is int else None,
-                    f"position {e.position!r}: {problem}",
-                )
-            )
+            where = v if type(v) is int else None
+            add("malformed_row", where, f"position {e.position!r}: {problem}")
             # Go on from this row: its successor is checked against what it stores.
             if type(v) is int and v >= self.last:
                 self.last = v
@@ -206,32 +203,19 @@ class ChainVerifier:
                     self.last_hash = h
             return False
         if v == self.last and v > self.start_version:
-            add(Finding("duplicate_version", sid, v, "version appears more than once"))
+            add("duplicate_version", v, "version appears more than once")
             ok = False
         elif v <= self.last:
             add(
-                Finding(
-                    "duplicate_version" if v > 0 else "gap",
-                    sid,
-                    v,
-                    f"version {v} after version {self.last}",
-                )
+                "duplicate_version" if v > 0 else "gap", v, f"version {v} after version {self.last}"
             )
             ok = False
         elif v != self.last + 1:
-            add(Finding("gap", sid, v, f"versions {self.last + 1}..{v - 1} are missing"))
+            add("gap", v, f"versions {self.last + 1}..{v - 1} are missing")
             ok = False
         elif e.prev_hash != self.last_hash:
-            add(
-                Finding(
-                    "broken_link",
-                    sid,
-                    v,
-                    f"prev_hash is not the hash of version {self.last}"
-                    if self.last
-                    else "prev_hash is not the genesis hash",
-                )
-            )
+            what = f"the hash of version {self.last}" if self.last else "the genesis hash"
+            add("broken_link", v, f"prev_hash is not {what}")
             ok = False
         ref = e.payload_ref
         try:
@@ -250,14 +234,7 @@ class ChainVerifier:
             # SQLite) cannot be hashed: that is tampering to report, not a crash.
             computed = None
         if computed is None or computed != e.hash:
-            add(
-                Finding(
-                    "hash_mismatch",
-                    sid,
-                    v,
-                    "hash does not match the stored fields (an edit, or a wrong chain key)",
-                )
-            )
+            add("hash_mismatch", v, _EDITED)
             ok = False
         if v >= self.last:
             # A stale version arriving late (a duplicate met in position order by the
@@ -268,50 +245,21 @@ class ChainVerifier:
 
     def check_head(self, head: Head | None) -> None:
         """Compare the last event checked with the stream's head row."""
-        sid = self.stream_id
-        if head is not None:
-            problem = head_problem(head)
-            if problem is not None:
-                self.findings.append(Finding("malformed_row", sid, None, f"head row: {problem}"))
-                return
         if head is None:
             if self.last > 0:
-                self.findings.append(
-                    Finding(
-                        "head_mismatch",
-                        sid,
-                        self.last,
-                        "events exist but the stream has no head row",
-                    )
-                )
+                self._add("head_mismatch", self.last, "events exist but the stream has no head row")
             return
-        if head.version > self.last:
-            self.findings.append(
-                Finding(
-                    "truncated",
-                    sid,
-                    head.version,
-                    f"head says version {head.version} but the events end at {self.last}",
-                )
-            )
+        problem = head_problem(head)
+        if problem is not None:
+            self._add("malformed_row", None, f"head row: {problem}")
+        elif head.version > self.last:
+            said = f"head says version {head.version} but the events end at {self.last}"
+            self._add("truncated", head.version, said)
         elif head.version < self.last:
-            self.findings.append(
-                Finding(
-                    "head_mismatch",
-                    sid,
-                    head.version,
-                    f"head says version {head.version} but events go on to {self.last}",
-                )
-            )
+            said = f"head says version {head.version} but events go on to {self.last}"
+            self._add("head_mismatch", head.version, said)
         elif head.hash != self.last_hash:
-            self.findings.append(
-                Finding(
-                    "head_mismatch",
-                    sid,
-                    head.version,
-                    "head hash differs from the last event's hash",
-                )
-            )
+            self._add("head_mismatch", head.version, "head hash differs from the last event's hash")
 
 
 def verify_run(
@@ -402,6 +350,7 @@ def verify_run(
 
 
 _HASH_LEN = 32
+_EDITED = "hash does not match the stored fields (an edit, or a wrong chain key)"
 
 
 def _type_name(x: object) -> str:
