@@ -178,14 +178,18 @@ def _check(x: Any, path: str, depth: int) -> bool:
     t = type(x)
     if t is str:
         return False
-    if t is dict:
+    if t is dict or t is list:
         if depth > _MAX_DEPTH:
             raise InvalidEvent(path, f"nested deeper than {_MAX_DEPTH} levels")
         has_float = False
-        for k, v in x.items():
-            if type(k) is not str:
+        for k, v in x.items() if t is dict else enumerate(x):
+            if t is list:
+                sub = f"{path}[{k}]"
+            elif type(k) is str:
+                sub = f"{path}.{k}"
+            else:
                 raise InvalidEvent(f"{path}", f"object key {k!r} is {type(k).__name__}, not str")
-            if _check(v, f"{path}.{k}", depth + 1):
+            if _check(v, sub, depth + 1):
                 has_float = True
         return has_float
     if t is int:
@@ -198,14 +202,6 @@ def _check(x: Any, path: str, depth: int) -> bool:
         if math.isnan(x) or math.isinf(x):
             raise InvalidEvent(path, f"{x!r} is not a finite number (NaN/Infinity are not JSON)")
         return True
-    if t is list:
-        if depth > _MAX_DEPTH:
-            raise InvalidEvent(path, f"nested deeper than {_MAX_DEPTH} levels")
-        has_float = False
-        for i, v in enumerate(x):
-            if _check(v, f"{path}[{i}]", depth + 1):
-                has_float = True
-        return has_float
     if isinstance(x, str):  # str subclasses encode as their string value, like json.dumps
         return False
     raise InvalidEvent(
@@ -231,60 +227,46 @@ def _scan(x: Any, depth: int) -> bool:
     """
     if depth > _MAX_DEPTH:
         raise _REJECT
-    has_float = False
     t = type(x)
     if t is dict:
-        items: Any = x.items()
-        for k, v in items:
+        for k in x:
             if type(k) is not str:
                 raise _REJECT
-            tv = type(v)
-            if tv is str or tv is bool or v is None:
-                continue
-            if tv is int:
-                if v < _INT_MIN or v > _INT_MAX:
-                    raise _REJECT
-            elif tv is float:
-                if v - v != 0.0:  # NaN or +-inf
-                    raise _REJECT
-                has_float = True
-            elif tv is dict or tv is list:
-                if _scan(v, depth + 1):
-                    has_float = True
-            elif not isinstance(v, str):
-                raise _REJECT
-        return has_float
-    if t is list:
-        for v in x:
-            tv = type(v)
-            if tv is str or tv is bool or v is None:
-                continue
-            if tv is int:
-                if v < _INT_MIN or v > _INT_MAX:
-                    raise _REJECT
-            elif tv is float:
-                if v - v != 0.0:
-                    raise _REJECT
-                has_float = True
-            elif tv is dict or tv is list:
-                if _scan(v, depth + 1):
-                    has_float = True
-            elif not isinstance(v, str):
-                raise _REJECT
-        return has_float
-    if t is str or t is bool or x is None:
+        values: Any = x.values()
+    elif t is list:
+        values = x
+    elif t is str or t is bool or x is None:
         return False
-    if t is int:
+    elif t is int:
         if x < _INT_MIN or x > _INT_MAX:
             raise _REJECT
         return False
-    if t is float:
-        if x - x != 0.0:
+    elif t is float:
+        if x - x != 0.0:  # NaN or +-inf
             raise _REJECT
         return True
-    if isinstance(x, str):
+    elif isinstance(x, str):
         return False
-    raise _REJECT
+    else:
+        raise _REJECT
+    has_float = False
+    for v in values:
+        tv = type(v)
+        if tv is str or tv is bool or v is None:
+            continue
+        if tv is int:
+            if v < _INT_MIN or v > _INT_MAX:
+                raise _REJECT
+        elif tv is float:
+            if v - v != 0.0:
+                raise _REJECT
+            has_float = True
+        elif tv is dict or tv is list:
+            if _scan(v, depth + 1):
+                has_float = True
+        elif not isinstance(v, str):
+            raise _REJECT
+    return has_float
 
 
 def canonical_json_reference(x: Any) -> bytes:
@@ -373,15 +355,9 @@ def header_bytes(
     """
     enc = _encode_str
     cache = _NAME_CACHE
-    st = cache.get(stream_id)
-    if st is None:
-        st = _cache_name(stream_id)
-    ty = cache.get(type_)
-    if ty is None:
-        ty = _cache_name(type_)
-    mo = cache.get(module)
-    if mo is None:
-        mo = _cache_name(module)
+    st = cache.get(stream_id) or _cache_name(stream_id)
+    ty = cache.get(type_) or _cache_name(type_)
+    mo = cache.get(module) or _cache_name(module)
     return _HEADER % (
         enc(at).encode(),
         enc(event_id).encode(),
@@ -428,9 +404,7 @@ def link_hashes(
     The C loop (``ares_events._native.link_hashes``) does this when it is built;
     :func:`link_hashes_reference` is the reference it is tested against.
     """
-    st = _NAME_CACHE.get(stream_id)
-    if st is None:
-        st = _cache_name(stream_id)
+    st = _NAME_CACHE.get(stream_id) or _cache_name(stream_id)
     # Anything unusual (a head hash that is not 32 bytes in a tampered file, a version
     # past 64 bits) takes the reference, so the C loop never changes an outcome.
     if (
@@ -456,9 +430,7 @@ def link_hashes_reference(
     event, with the stream's and the time's JSON computed once and one blake3 hasher."""
     enc = _encode_str
     cache = _NAME_CACHE
-    st = cache.get(stream_id)
-    if st is None:
-        st = _cache_name(stream_id)
+    st = cache.get(stream_id) or _cache_name(stream_id)
     h = blake3.blake3() if key is None else blake3.blake3(key=key.key)
     update, digest, reset = h.update, h.digest, h.reset
     header = _HEADER
@@ -472,12 +444,8 @@ def link_hashes_reference(
         if at != last_at:
             at_json = enc(at).encode()
             last_at = at
-        ty = cache.get(e.type)
-        if ty is None:
-            ty = _cache_name(e.type)
-        mo = cache.get(e.module)
-        if mo is None:
-            mo = _cache_name(e.module)
+        ty = cache.get(e.type) or _cache_name(e.type)
+        mo = cache.get(e.module) or _cache_name(e.module)
         update(prev)
         update(
             header

@@ -40,7 +40,7 @@ class BlobsIdentity:
 
 @dataclass(frozen=True, slots=True)
 class StoreIdentity:
-    """The identity document (see the module docstring)."""
+    """The identity document (its fields and rules: docs/security.md)."""
 
     format: int
     keys: tuple[KeyRange, ...]

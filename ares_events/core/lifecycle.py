@@ -49,7 +49,7 @@ class _Gate:
 
 
 class OperationGate(_Gate):
-    """Counts in-flight operations; refuses new ones once closing (see module docstring).
+    """Counts in-flight operations; refuses new ones once closing (docs/architecture.md).
 
     Args:
         where: the store's redacted URL, for :class:`StoreClosed` messages.

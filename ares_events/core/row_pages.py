@@ -60,7 +60,7 @@ class EventPage(Sequence[RecordedEvent]):
 
 
 class PagedRead(itertools.chain):  # type: ignore[type-arg]
-    """The events of one read, from pages of rows (see the module docstring).
+    """The events of one read, from pages of rows (docs/performance.md).
 
     Build it with :meth:`over`. Iterate it, or take :meth:`event_pages` before the first
     event, not both. ``close()`` closes the source of pages.

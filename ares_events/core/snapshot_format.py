@@ -54,7 +54,7 @@ _SEAL_PREFIX: Final = b"ares-events/snapshot-seal/v1\x00"
 
 def snapshot_seal(snap: Snapshot, key: ChainKey | None) -> bytes:
     """The seal of ``snap``: a MAC under ``key`` (keyed store) or a plain digest over
-    canonical JSON of every field recovery trusts (see the module docstring)."""
+    canonical JSON of every field recovery trusts (docs/security.md)."""
     record = canonical_json(
         {
             "stream": snap.stream_id,

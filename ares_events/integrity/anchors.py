@@ -300,7 +300,7 @@ def verify_anchors(
     store: EventStore, location_url: str, *, keys: Sequence[VerifierKey] | None = None
 ) -> AnchorCheck:
     """Check that ``store`` still extends every signed checkpoint kept at
-    ``location_url`` (see the module docstring), reading the system of record (never a
+    ``location_url`` (docs/proofs.md), reading the system of record (never a
     cache; archived events included).
 
     ``keys`` are the trusted verifier keys (default: the keys the store recorded as its

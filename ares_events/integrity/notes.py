@@ -38,6 +38,7 @@ __all__ = [
     "read_key_file",
     "sign_note",
     "write_key_file",
+    "write_new_private",
 ]
 
 ALG_ED25519: Final = 0x01
@@ -427,16 +428,26 @@ def write_key_file(path: str | os.PathLike[str], key: SigningKey) -> Path:
     Raises:
         ConfigError: the file exists (it is never overwritten) or cannot be created.
     """
+    return write_new_private(path, (key.private_text() + "\n").encode("ascii"), "key file ")
+
+
+def write_new_private(path: str | os.PathLike[str], data: bytes, label: str = "") -> Path:
+    """Write ``data`` to a new file readable by its owner only (0600), synced; never
+    overwrites. ``label`` starts the error messages (``"key file "``).
+
+    Raises:
+        ConfigError: the file exists or cannot be created.
+    """
     p = Path(path)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise ConfigError(f"key file {p} already exists; refusing to overwrite it") from None
+        raise ConfigError(f"{label}{p} already exists; refusing to overwrite it") from None
     except OSError as exc:
-        raise ConfigError(f"cannot create key file {p}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot create {label}{p}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(key.private_text() + "\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         with contextlib.suppress(OSError):

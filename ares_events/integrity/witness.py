@@ -184,7 +184,7 @@ class LogWitness:
         timestamp: int | None = None,
     ) -> CosignResult:
         """Cosign ``checkpoint`` if it is consistent with the last one cosigned for its
-        origin (see the module docstring for every check).
+        origin (every check and its status: docs/proofs.md).
 
         Raises:
             WitnessRefused: a check failed (``status`` says which, as tlog-witness does).

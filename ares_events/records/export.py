@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -27,6 +26,7 @@ from ares_events.errors import (
     ProofError,
 )
 from ares_events.integrity.checkpoints import read_checkpoint
+from ares_events.integrity.notes import write_new_private
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records.entries import agent_meta, entries_of
@@ -293,21 +293,7 @@ def write_private(path: str | os.PathLike[str], data: bytes) -> Path:
     Raises:
         ConfigError: the file exists or cannot be created.
     """
-    p = Path(path)
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise ConfigError(f"{p} already exists; refusing to overwrite it") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot create {p}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            p.unlink()
-        raise
-    return p
+    return write_new_private(path, data)
 
 
 def disclosures_bytes(disclosures: dict[str, Any]) -> bytes:

@@ -74,7 +74,7 @@ def _compile(expr: str) -> list[_Sel]:
 
 
 def compile_paths(exprs: Sequence[str]) -> list[list[Any]]:
-    """Parse ``--redact`` expressions (see the module docstring).
+    """Parse ``--redact`` expressions (the subset: docs/records.md).
 
     Raises:
         ConfigError: an expression outside the supported subset.
