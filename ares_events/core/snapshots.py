@@ -47,7 +47,6 @@ class Events(Protocol):
     @property
     def url(self) -> str:
         """The store's URL, redacted."""
-        ...
 
     def read(
         self,
@@ -57,11 +56,9 @@ class Events(Protocol):
         limit: int | None = None,
     ) -> Iterator[RecordedEvent]:
         """Events of one stream in version order."""
-        ...
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's version from its head row."""
-        ...
 
 
 logger = logging.getLogger(__name__)

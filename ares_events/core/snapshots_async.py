@@ -46,7 +46,6 @@ class AsyncEvents(Protocol):
     @property
     def url(self) -> str:
         """The store's URL, redacted."""
-        ...
 
     def read(
         self,
@@ -56,11 +55,9 @@ class AsyncEvents(Protocol):
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         """Events of one stream in version order."""
-        ...
 
     async def stream_version(self, stream_id: str) -> int:
         """The stream's version from its head row."""
-        ...
 
 
 logger = logging.getLogger(__name__)

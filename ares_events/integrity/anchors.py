@@ -52,19 +52,15 @@ class AnchorLocation(Protocol):
 
     def put(self, name: str, data: bytes) -> str:
         """Store one note; return where (for display)."""
-        ...
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every stored note as ``(name, bytes)``, by name."""
-        ...
 
     def describe(self) -> str:
         """Where this location is (no secrets)."""
-        ...
 
     def close(self) -> None:
         """Release resources."""
-        ...
 
 
 class FileAnchors:
