@@ -394,15 +394,10 @@ def link_hashes(
     events: Iterable[Any],
     key: ChainKey | None = None,
 ) -> list[bytes]:
-    """The link hashes of ``events`` appended to ``stream_id`` after ``version`` whose
-    hash is ``prev``: exactly ``link_hash(prev, header_bytes(...))`` event by event, with
-    the work that repeats across a batch done once (the stream's and the time's JSON, one
-    blake3 hasher reused).
-
-    Each event has the attributes ``event_id``, ``type``, ``module``, ``meta_json``,
-    ``at``, ``digest`` and ``size`` (a :class:`~ares_events.core.events.PreparedEvent`).
-    The C loop (``ares_events._native.link_hashes``) does this when it is built;
-    :func:`link_hashes_reference` is the reference it is tested against.
+    """The link hashes of ``events`` (each a :class:`~ares_events.core.events.PreparedEvent`)
+    appended to ``stream_id`` after ``version`` whose hash is ``prev``: exactly
+    ``link_hash(prev, header_bytes(...))`` event by event. The C loop does it when it is
+    built; :func:`link_hashes_reference` is its reference.
     """
     st = _NAME_CACHE.get(stream_id) or _cache_name(stream_id)
     # Anything unusual (a head hash that is not 32 bytes in a tampered file, a version

@@ -189,15 +189,10 @@ class Batch:
         self, head: Head | None, position: int
     ) -> tuple[list[tuple[Any, ...]], int, bytes, int]:
         """Seal after ``head`` and build the rows a SQL backend inserts, at the global
-        positions after ``position``, in one pass: ``(rows, last version, last hash,
-        last position)``. Each row is ``(position, stream_id, version, event_id, type,
-        module, payload, payload_ref JSON or None, metadata, recorded_at, prev_hash,
-        hash)``.
-
-        The C loop (``ares_events._native.insert_rows``) builds them straight from the
-        prepared events (no :class:`SealedEvent` in between) when it can;
-        :func:`insert_rows_reference` (through :meth:`seal`, which a subclass may
-        override to watch the sealing) is the reference it is tested against.
+        positions after ``position``: ``(rows, last version, last hash, last position)``.
+        Each row is ``(position, stream_id, version, event_id, type, module, payload,
+        payload_ref JSON or None, metadata, recorded_at, prev_hash, hash)``. The C loop
+        does it when it can; :func:`insert_rows_reference` is its reference.
         """
         c = self._c_rows(head, position, flat=False)
         if c is not None:
@@ -208,13 +203,11 @@ class Batch:
     def insert_params(
         self, head: Head | None, position: int
     ) -> tuple[list[Any], str, int, bytes, int] | None:
-        """:meth:`insert_rows` as ONE flat list, for a multi-row INSERT that binds the
-        stream id and the batch's one ``recorded_at`` once: ``(values, recorded_at, last
-        version, last hash, last position)``, ``values`` holding per row ``(position,
-        version, event_id, type, module, payload, payload_ref, metadata, prev_hash,
-        hash)``. None when the C pass does not take the batch (no extension, a spilled
-        payload, several ``at`` values, an overridden :meth:`seal`...): then
-        :meth:`insert_rows` is the way. :func:`params_of_rows` is the reference.
+        """:meth:`insert_rows` as ONE flat list for a multi-row INSERT: ``(values,
+        recorded_at, last version, last hash, last position)``, ``values`` holding per row
+        ``(position, version, event_id, type, module, payload, payload_ref, metadata,
+        prev_hash, hash)``. None when the C pass does not take the batch (then use
+        :meth:`insert_rows`); :func:`params_of_rows` is the reference.
         """
         c = self._c_rows(head, position, flat=True)
         if c is None:

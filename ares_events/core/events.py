@@ -629,11 +629,7 @@ _SORT_KEYS: Final = orjson.OPT_SORT_KEYS
 def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
     """Validate and encode a batch (everything but versions and hashes): event types,
     ids, canonical payload and metadata (at most :data:`MAX_METADATA_BYTES`), digests.
-
-    The C pass (``ares_events._native.prepare``) does the plain case in one call (events
-    of known types and modules with default ids and no floats) and hands anything else
-    to :func:`prepare_reference`, which it is tested against (``tests/integrity/
-    test_native.py``).
+    The C pass does the plain case and hands anything else to :func:`prepare_reference`.
 
     Raises:
         InvalidEvent: names the field and the event's index in the batch.

@@ -21,9 +21,9 @@ from ares_events.core.recorder import system_of_record
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
 from ares_events.integrity import merkle
-from ares_events.integrity.checkpoints import SignedCheckpoint, b64, open_checkpoint
+from ares_events.integrity.checkpoints import SignedCheckpoint, open_checkpoint
 from ares_events.integrity.findings import Finding
-from ares_events.integrity.notes import VerifierKey
+from ares_events.integrity.notes import VerifierKey, b64
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore

@@ -18,6 +18,7 @@ from ares_events.integrity.notes import (
     NoteSignature,
     SigningKey,
     VerifierKey,
+    b64,
     open_note,
     sign_note,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Checkpoint",
     "ProofCheck",
     "SignedCheckpoint",
+    "b64",
     "consistency_document",
     "cosign_checkpoint",
     "inclusion_document",
@@ -39,11 +41,6 @@ __all__ = [
 _SIZE: Final = re.compile(r"0|[1-9][0-9]*")
 MAX_PROOF_HASHES: Final = 64
 """A proof of a tree below 2**63 leaves has at most 63 hashes (tlog-witness says so too)."""
-
-
-def b64(data: bytes) -> str:
-    """Standard, padded base64 text."""
-    return base64.b64encode(data).decode("ascii")
 
 
 def unb64_hash(text: object, what: str) -> bytes:

@@ -51,7 +51,8 @@ _PRIVATE_PREFIX: Final = "PRIVATE+KEY+"
 _ALG_NAMES: Final = {ALG_ED25519: "Ed25519", ALG_COSIGNATURE_V1: "cosignature/v1 (Ed25519)"}
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
+    """Standard, padded base64 text."""
     return base64.b64encode(data).decode("ascii")
 
 
@@ -65,7 +66,7 @@ def _unb64(text: str) -> bytes:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise ValueError("not standard base64") from None
-    if _b64(raw) != text:
+    if b64(raw) != text:
         raise ValueError("not canonical standard base64")
     return raw
 
@@ -127,7 +128,7 @@ class VerifierKey:
     @property
     def text(self) -> str:
         """``<name>+<8 hex>+<base64(alg || public key)>``."""
-        return f"{self.name}+{self.key_id.hex()}+{_b64(bytes([self.alg]) + self.public_key)}"
+        return f"{self.name}+{self.key_id.hex()}+{b64(bytes([self.alg]) + self.public_key)}"
 
     def __str__(self) -> str:
         return self.text
@@ -238,7 +239,7 @@ class SigningKey:
     def private_text(self) -> str:
         """The key file's content. Contains the secret: write it to a 0600 file only."""
         seed = self._key.private_bytes_raw()
-        return f"{_PRIVATE_PREFIX}{self.name}+{self.verifier.key_id.hex()}+" + _b64(
+        return f"{_PRIVATE_PREFIX}{self.name}+{self.verifier.key_id.hex()}+" + b64(
             bytes([self.alg]) + seed
         )
 
@@ -265,7 +266,7 @@ class SigningKey:
         Raises:
             ProofError: ``text`` is not a valid note text.
         """
-        return f"{EM_DASH} {self.name} {_b64(self.signature(text, timestamp=timestamp))}\n"
+        return f"{EM_DASH} {self.name} {b64(self.signature(text, timestamp=timestamp))}\n"
 
     def __repr__(self) -> str:
         return f"SigningKey(name={self.name!r}, key_id={self.verifier.key_id.hex()})"
@@ -290,7 +291,7 @@ class NoteSignature:
 
     def line(self) -> str:
         """The line as it appears in the note."""
-        return f"{EM_DASH} {self.name} {_b64(self.signature)}\n"
+        return f"{EM_DASH} {self.name} {b64(self.signature)}\n"
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,9 +46,8 @@ _native: Any = chain._native  # the C verify_run, or None (see chain._load_nativ
 
 PAGE = 64
 """Events a reader hands :meth:`ChainVerifier.check_page` at a time: enough to spread a
-call's cost, few enough that a page's events die young. Each event is two objects the
-garbage collector tracks; 256 of them alive at once (with their decoded payloads) pass
-its threshold of 700 and cost a collection every page, a third more on a replay."""
+call's cost, few enough that a page's events die young (256 cost a garbage collection
+every page)."""
 
 __all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason", "verify_events"]
 
@@ -273,23 +272,14 @@ def verify_run(
     payload_hasher: Any = None,
     link_hasher: Any = None,
 ) -> tuple[int, int, bytes]:
-    """The verifier's fast path over ``events[start:]``.
+    """The verifier's fast path over ``events[start:]``: vouches for each event in turn
+    that is the next version, links to the last hash, has an inline payload and hashes to
+    its stored hash; stops at the first it cannot vouch for (the slow path names the
+    problem). Returns ``(index of that event or len(events), last version, last hash)``.
 
-    Vouches for each event in turn that is the next version of ``stream_id``, links to the
-    last hash, has an inline payload and whose header, built from the template of
-    :func:`~ares_events.chain.header_bytes`, hashes to its stored hash. Stops at the first
-    event it cannot vouch for (a wrong type, a string that is not UTF-8, a blob reference,
-    any mismatch): the slow path then names the problem. Returns ``(index of that event or
-    len(events), last version, last hash)``.
-
-    This is the reference; the optional C extension ``ares_events._native`` has
-    a ``verify_run`` with the same semantics (without the hasher arguments), which
-    :class:`ChainVerifier` uses when it is there. ``tests/integrity/test_native.py``
-    checks that both agree on valid and tampered pages.
-
-    ``stream_json`` is the stream id as a JSON string (``_cache_name``); ``key`` the chain
-    key's 32 bytes for the keyed link hash. The hashers are reusable blake3 objects (a
-    payload one, and a link one made with the same key), spared from construction per call.
+    The reference of ``ares_events._native.verify_run`` (``tests/integrity/test_native.py``).
+    ``stream_json`` is the stream id as JSON; ``key`` the chain key's bytes; the hashers are
+    reusable blake3 objects (the link one made with ``key``).
     """
     ph = _blake3() if payload_hasher is None else payload_hasher
     lh = (_blake3() if key is None else _blake3(key=key)) if link_hasher is None else link_hasher

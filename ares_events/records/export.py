@@ -25,8 +25,9 @@ from ares_events.errors import (
     MissingDependencyError,
     ProofError,
 )
+from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import read_checkpoint
-from ares_events.integrity.notes import write_new_private
+from ares_events.integrity.notes import b64, write_new_private
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records.entries import agent_meta, entries_of
@@ -61,10 +62,6 @@ class Export:
     events: int
     checkpoint_size: int
     disclosures: dict[str, Any] | None = None
-
-
-def _b64(h: bytes) -> str:
-    return base64.b64encode(h).decode("ascii")
 
 
 def _version() -> str:
@@ -160,7 +157,7 @@ def export_record(
     for e, proof in zip(events, proofs, strict=True):
         assert proof is not None  # every leaf is below the covering checkpoint's size
         index, leaf, path = proof
-        if leaf != _leaf(e.hash):
+        if leaf != merkle.leaf_hash(e.hash):
             raise ProofError(
                 f"stream {stream_id!r} version {e.version} does not have the chain hash "
                 f"logged at leaf {index}: it was rewritten after it was logged"
@@ -169,7 +166,7 @@ def export_record(
             "header": e.header().decode("utf-8"),
             "hash": e.hash.hex(),
             "leaf": index,
-            "inclusion": [_b64(h) for h in path],
+            "inclusion": [b64(h) for h in path],
         }
         shown: Any = None
         if e.payload_erased:
@@ -201,7 +198,7 @@ def export_record(
     if latest is not None and latest.checkpoint.size > size:
         _check_against(log, latest)
         ext["latest-checkpoint"] = latest.text
-        ext["consistency"] = [_b64(h) for h in log.consistency_proof(size, latest.checkpoint.size)]
+        ext["consistency"] = [b64(h) for h in log.consistency_proof(size, latest.checkpoint.size)]
     interactive = any(e.type in ("run.interrupted", "run.resumed") for e in events)
     record = {
         "version": DRAFT_VERSION,
@@ -229,10 +226,6 @@ def export_record(
             "disclosures": disclosures,
         }
     return Export(data, record_id, stream_id, len(events), size, disc)
-
-
-def _leaf(h: bytes) -> bytes:
-    return hashlib.sha256(b"\x00" + h).digest()
 
 
 def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
@@ -283,7 +276,7 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
     )
     # Sorted keys: the file is the canonical JSON of {"cose_sign1", "record"}, so the
     # record's signed bytes stand in the file as they are.
-    return b'{"cose_sign1":"' + _b64(detached).encode() + b'","record":' + payload + b"}\n"
+    return b'{"cose_sign1":"' + b64(detached).encode() + b'","record":' + payload + b"}\n"
 
 
 def write_private(path: str | os.PathLike[str], data: bytes) -> Path:
