@@ -326,6 +326,12 @@ def parse(event: RecordedEvent) -> Payload | None:
     model = CATALOG.get(event.type)
     if model is None:
         return None
+
+    def fail(problem: str) -> EventSchemaError:
+        return EventSchemaError(
+            event.type, problem, stream_id=event.stream_id, version=event.version
+        )
+
     payload = event.payload
     meta = event.metadata
     schema_version = meta.get("schema", 1) if meta else 1
@@ -333,28 +339,20 @@ def parse(event: RecordedEvent) -> Payload | None:
         if schema_version != CURRENT_VERSIONS[event.type]:
             payload = upcast(event.type, payload, int(schema_version))
         if not isinstance(payload, dict):
-            raise EventSchemaError(
-                event.type,
-                f"payload must be an object, got {type(payload).__name__}",
-                stream_id=event.stream_id,
-                version=event.version,
-            )
+            raise fail(f"payload must be an object, got {type(payload).__name__}")
         return model.model_validate(payload)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
-        raise EventSchemaError(
-            event.type,
-            f"{loc}: {first.get('msg')}",
-            stream_id=event.stream_id,
-            version=event.version,
-        ) from None
+        raise fail(_problem(exc)) from None
     except EventSchemaError as exc:
         if exc.stream_id is None:
-            raise EventSchemaError(
-                event.type, exc.problem, stream_id=event.stream_id, version=event.version
-            ) from None
+            raise fail(exc.problem) from None
         raise
+
+
+def _problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
+    return f"{loc}: {first.get('msg')}"
 
 
 def new_event(
@@ -371,9 +369,7 @@ def new_event(
         try:
             model.model_validate(payload)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
-            raise EventSchemaError(type_, f"{loc}: {first.get('msg')}") from None
+            raise EventSchemaError(type_, _problem(exc)) from None
     meta = dict(kwargs.pop("metadata", {}) or {})
     if CURRENT_VERSIONS.get(type_, 1) != 1:
         meta.setdefault("schema", CURRENT_VERSIONS[type_])

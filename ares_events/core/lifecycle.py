@@ -69,8 +69,7 @@ class OperationGate(_Gate):
             StoreClosed: the store is closed or closing.
         """
         with self._cond:
-            if self._closed:
-                raise StoreClosed(self.where, action)
+            self.check(action)
             self._active += 1
         local = self._local
         local.n = getattr(local, "n", 0) + 1
@@ -166,8 +165,7 @@ class AsyncOperationGate(_Gate):
         Raises:
             StoreClosed: the store is closed or closing.
         """
-        if self._closed:
-            raise StoreClosed(self.where, action)
+        self.check(action)
         self._active += 1
 
     def exit(self) -> None:

@@ -331,11 +331,8 @@ class EventStore:
         except (TypeError, ValueError, AttributeError):
             ok = False
         if not ok:
-            mode = (
-                f"chain key id {self.chain_key.fingerprint()}"
-                if self.chain_key is not None
-                else "no chain key"
-            )
+            key = self.chain_key
+            mode = "no chain key" if key is None else f"chain key id {key.fingerprint()}"
             raise ConfigError(
                 f"store {self._url} has no recorded identity and its first event (stream "
                 f"{sid!r}) does not verify with {mode}: it was written with another "

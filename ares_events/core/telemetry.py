@@ -480,6 +480,11 @@ class Operation:
         self._extra[key] = value
 
     def __enter__(self) -> Operation:
+        return self.start()
+
+    def start(self, *, current: bool = True) -> Operation:
+        """Start the span and the clock; the span is made current unless ``current`` is
+        False (a lazy read's span outlives the call that starts it)."""
         tel = self._tel
         if tel.tracer is not None:
             if self._activity:
@@ -487,8 +492,9 @@ class Operation:
             else:
                 span_name = f"{self._name} {self._base['db.collection.name']}"
                 self._span = tel.start_span(span_name, self._base, kind="CLIENT")
-            otel = tel.otel
-            self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
+            if current:
+                otel = tel.otel
+                self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
         self._t0 = time.perf_counter()
         return self
 
@@ -503,7 +509,8 @@ class Operation:
         failed = exc is not None and not isinstance(exc, GeneratorExit)
         span = self._span
         if span is not None:
-            tel.otel.context.detach(self._token)
+            if self._token is not None:
+                tel.otel.context.detach(self._token)
             if self._extra:
                 span.set_attributes(self._extra)
             tel.end_span(span, exc if failed else None)
@@ -539,13 +546,9 @@ def operation(
     url: str, name: str, attributes: Mapping[str, Any] | None = None, *, activity: bool = False
 ) -> Operation | _NoOperation:
     """A context manager that traces and times the store operation ``name`` of the store
-    at ``url`` (redacted); ``attributes`` go on the span only (a stream id is fine
-    there, never in a metric). A no-op when nothing is recorded.
-
-    A store operation is a CLIENT span ``{name} ares_events`` timed in
-    ``db.client.operation.duration``; an *activity* (replay, recover, verify, audit:
-    work over many reads) is an INTERNAL span ``ares_events.{name}`` timed in
-    ``ares_events.operation.duration``."""
+    at ``url`` (redacted); ``attributes`` go on the span only, never in a metric. A no-op
+    when nothing is recorded. An *activity* (replay, recover, verify, audit) is an
+    INTERNAL span ``ares_events.{name}``, anything else a CLIENT span (docs/observability.md)."""
     tel = current()
     if tel is None:
         return NO_OPERATION

@@ -42,15 +42,8 @@ def audit(
     anchor_keys: Sequence[VerifierKey] | None = None,
 ) -> AuditReport:
     """Verify every stream, the global positions and (``deep=True``) every spilled blob
-    and every snapshot.
-
-    Two passes. First every stream with a head is read by version and its chain checked
-    against its head (stream reads see every committed event, whatever the backend's
-    ``read_all`` visibility rule). Then one pass over the global positions (the
-    backend's three-column ``positions()`` scan where it declares
-    ``Capability.POSITION_SCAN``, otherwise ``read_all``) checks that they increase
-    (without gaps where the backend promises that) and finds the streams that have no
-    head row, which are then verified like the others.
+    and every snapshot: a pass per stream, then one over the global positions, which also
+    finds streams without a head row (the passes: docs/architecture.md).
 
     Args:
         store: the store to audit.
@@ -101,11 +94,9 @@ def audit(
 
     seg_index = _segment_index(recorder, report)
     for sid, head in heads.items():
-        start = seg_index.retired_end(sid) if seg_index is not None else None
-        if start is None:
-            ver = ChainVerifier(sid, key)
-        else:  # its oldest events were retired: the chain goes on from the tombstone
-            ver = ChainVerifier(sid, key, start_version=start[0], start_hash=start[1])
+        # A stream whose oldest events were retired goes on from the tombstone.
+        sv, sh = (seg_index.retired_end(sid) if seg_index is not None else None) or (0, None)
+        ver = ChainVerifier(sid, key, start_version=sv, start_hash=sh)
         n, shead = check_stream(store, sid, ver, head, seen)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0

@@ -59,11 +59,8 @@ async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) ->
     if ASYNC:
         store = async_face(store)
     head = await store.head(stream_id)
-    start = await achain_start(store, stream_id)
-    if start is None:
-        v = ChainVerifier(stream_id, store.chain_key)
-    else:
-        v = ChainVerifier(stream_id, store.chain_key, start_version=start[0], start_hash=start[1])
+    sv, sh = await achain_start(store, stream_id) or (0, None)
+    v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)
     n, head = await check_stream(store, stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
