@@ -301,9 +301,7 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
         except RecursionError:
             raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
     try:
-        if has_float:
-            return canonical_json_reference(x)
-        return orjson.dumps(x, option=_ORJSON_OPTS)
+        return canonical_json_reference(x) if has_float else orjson.dumps(x, option=_ORJSON_OPTS)
     except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
         # lone surrogates (not UTF-8 encodable) and similar.
         raise InvalidEvent(field, f"cannot be encoded as UTF-8 JSON: {exc}") from None

@@ -545,17 +545,13 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
     def payload_size(self) -> int:
         """Length of the canonical payload bytes."""
         ref = self[11]
-        if ref is not None:
-            return ref.size  # type: ignore[no-any-return]
-        return len(self[6])
+        return ref.size if ref is not None else len(self[6])
 
     @property
     def payload_digest(self) -> bytes:
         """blake3 of the canonical payload bytes (from the ref for spilled payloads)."""
         ref = self[11]
-        if ref is not None:
-            return ref.digest  # type: ignore[no-any-return]
-        return payload_digest(self[6])
+        return ref.digest if ref is not None else payload_digest(self[6])
 
     def header(self) -> bytes:
         """The canonical header bytes this event's hash commits to."""

@@ -292,9 +292,7 @@ def check_capabilities(recorder: object, where: str) -> frozenset[Capability]:
 
 def system_of_record(recorder: Recorder) -> Recorder:
     """The recorder under any cache wrapper (what integrity checks read)."""
-    if isinstance(recorder, Wraps):
-        return recorder.uncached()
-    return recorder
+    return recorder.uncached() if isinstance(recorder, Wraps) else recorder
 
 
 def backend_of(recorder: Any) -> Any:

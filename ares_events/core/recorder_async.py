@@ -293,9 +293,7 @@ def check_capabilities(recorder: object, where: str) -> frozenset[Capability]:
 
 def system_of_record(recorder: AsyncRecorder) -> AsyncRecorder:
     """The recorder under any cache wrapper (what integrity checks read)."""
-    if isinstance(recorder, AsyncWraps):
-        return recorder.uncached()
-    return recorder
+    return recorder.uncached() if isinstance(recorder, AsyncWraps) else recorder
 
 
 def backend_of(recorder: Any) -> Any:

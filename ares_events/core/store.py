@@ -613,9 +613,7 @@ class EventStore:
             events = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
         else:
             events = self.recorder.read_all(after_position, limit)
-        if not self._loaded or self.blobs is not None:
-            return self._events(events)
-        return events
+        return self._events(events) if not self._loaded or self.blobs is not None else events
 
     def _attaching(
         self, slow: Callable[[tuple[Any, ...]], RecordedEvent]

@@ -225,9 +225,7 @@ class Telemetry:
 def bounded(value: Any) -> str:
     """``value`` when it looks like a code-defined name (``hash_mismatch``), else
     ``other``: a metric attribute never takes an unbounded value."""
-    if isinstance(value, str) and _BOUNDED.match(value):
-        return value
-    return "other"
+    return value if isinstance(value, str) and _BOUNDED.match(value) else "other"
 
 
 def error_type(exc: BaseException) -> str:
@@ -593,9 +591,7 @@ def link_to(carrier: Any, attributes: Mapping[str, Any] | None = None) -> Any:
         return None
     ctx = tel.otel.propagator.extract({"traceparent": tp})
     sc = tel.otel.trace.get_current_span(ctx).get_span_context()
-    if not sc.is_valid:
-        return None
-    return tel.otel.trace.Link(sc, dict(attributes or {}))
+    return tel.otel.trace.Link(sc, dict(attributes or {})) if sc.is_valid else None
 
 
 def timed() -> Callable[[], float]:

@@ -96,9 +96,7 @@ class ChainVerifier:
 
     def check(self, e: RecordedEvent) -> bool:
         """Check the next event; record findings; return True when it is sound."""
-        if self._run((e,), 0) == 1:
-            return True
-        return self._check_slow(e)
+        return self._run((e,), 0) == 1 or self._check_slow(e)
 
     def check_page(self, events: Sequence[RecordedEvent]) -> Sequence[RecordedEvent]:
         """Check a page of the stream's next events, in order; record findings.

@@ -38,9 +38,7 @@ async def achain_start(store: AsyncEventStore, stream_id: str) -> tuple[int, byt
     if ident is None or ident.archive is None:
         return None
     text = await store.recorder.meta_get(INDEX_KEY)  # type: ignore[attr-defined]
-    if text is None:
-        return None
-    return SegmentIndex.from_json(text).retired_end(stream_id)
+    return None if text is None else SegmentIndex.from_json(text).retired_end(stream_id)
 
 
 @traced("verify", verified, activity=True)

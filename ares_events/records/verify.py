@@ -363,9 +363,7 @@ def _plain(x: Any) -> Any:
     """cbor2 decodes inside tags to immutable containers: back to dicts and lists."""
     if isinstance(x, Mapping):
         return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
-    return x
+    return [_plain(v) for v in x] if isinstance(x, list | tuple) else x
 
 
 def _cose(raw: Any) -> tuple[bytes, Mapping[Any, Any], Any, bytes]:
