@@ -47,10 +47,8 @@ NO_NATIVE_ENV: Final = "ARES_EVENTS_NO_NATIVE"
 
 
 def _load_native() -> Any:
-    """The optional C fast paths (``ares_events._native``, built by ``pip install`` when a
-    C compiler is there), or None: not built, or switched off with
-    ``ARES_EVENTS_NO_NATIVE=1``. The Python code is the reference: the property tests in
-    ``tests/integrity/test_native.py`` hold both to the same answers."""
+    """The optional C fast paths (``ares_events._native``), or None: not built, or switched
+    off with ``ARES_EVENTS_NO_NATIVE=1`` (the Python code is their reference)."""
     if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
         return None
     try:
@@ -219,12 +217,8 @@ _REJECT = _Reject()
 
 
 def _scan(x: Any, depth: int) -> bool:
-    """Fast path of :func:`_check`: same acceptance rules, no error paths built.
-
-    Scalars inside containers are checked inline (no call per leaf). Raises ``_Reject``
-    on anything :func:`_check` would refuse; the caller then runs :func:`_check` for the
-    message. Returns True when a float occurs anywhere.
-    """
+    """:func:`_check` without messages (``_Reject`` instead; scalars in containers are
+    checked inline, no call per leaf): True when a float occurs anywhere."""
     if depth > _MAX_DEPTH:
         raise _REJECT
     t = type(x)

@@ -218,10 +218,8 @@ class Batch:
     def _c_rows(
         self, head: Head | None, position: int, *, flat: bool
     ) -> tuple[tuple[list[Any], bytes], int] | None:
-        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: its result
-        (rows or flat values, the last hash) and the last version; None when it does not
-        take the batch (no extension, an overridden :meth:`seal`, out-of-range numbers,
-        or what the C loop declines)."""
+        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: ``((rows or
+        values, last hash), last version)``, or None when it does not take the batch."""
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
             return None
         stream_id = self.stream_id

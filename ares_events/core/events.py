@@ -359,9 +359,8 @@ KEEP_FETCHED_BYTES: Final = 16 * 1024 * 1024
 class RecordedEvent(tuple):  # type: ignore[type-arg]
     """An event as stored, immutable. Payload, metadata, id and time decode lazily.
 
-    It is a tuple underneath (building one from a database row is a single C call, which
-    matters when replaying millions of events); use the attributes, not the indexes.
-    The last item is a private cache cell for the decoded payload and metadata.
+    A tuple underneath (built from a row in one C call; its last item is a private cache
+    cell): use the attributes, not the indexes.
     """
 
     __slots__ = ()
@@ -482,11 +481,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         return ref is not None and ref.erased
 
     def _fetch(self) -> bytes:
-        """Fetch (and digest-check) a spilled payload without keeping the bytes.
-
-        Raises:
-            PayloadErased: the payload was erased.
-        """
+        """Fetch (and digest-check) a spilled payload without keeping the bytes."""
         ref = self[11]
         if ref is not None and ref.erased:
             raise PayloadErased(self[0], self[1])

@@ -284,11 +284,7 @@ class AsyncEventStore:
 
     async def _before_write(self) -> None:
         """Before the first write of this store object: check, then record (or complete)
-        the identity.
-
-        Raises:
-            ConfigError: opened with ``check_identity=False``, or another configuration.
-        """
+        the identity."""
         await self._ready()
         if not self._check_identity:
             raise ConfigError(
@@ -322,11 +318,7 @@ class AsyncEventStore:
 
     async def _check_unrecorded_chain(self) -> None:
         """A store written before identities existed: its first stream's first event must
-        verify under the configured chain key before an identity says it does.
-
-        Raises:
-            ConfigError: it does not (another key, no key, or an altered event).
-        """
+        verify under the configured chain key before an identity says it does."""
         found = await afirst(self.recorder.heads())
         if found is None:
             return
@@ -521,11 +513,7 @@ class AsyncEventStore:
         return position
 
     def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
-        """After spilling: refuse a payload still inline and over ``max_inline_bytes``.
-
-        Raises:
-            InvalidEvent: such a payload (names the event's index).
-        """
+        """After spilling: refuse a payload still inline and over ``max_inline_bytes``."""
         if max(map(_size, prepared)) <= self.max_inline_bytes:  # one C loop, the usual case
             return
         for i, p in enumerate(prepared):
@@ -541,11 +529,7 @@ class AsyncEventStore:
 
     async def _spill(self, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
         """Write payloads over the threshold to the blob store, before the append commits
-        (on a worker thread on the asyncio face: blob stores are blocking).
-
-        Raises:
-            StoreUnavailable: a blob could not be written (nothing is appended).
-        """
+        (on a worker thread on the asyncio face: blob stores are blocking)."""
         blobs, limit = self.blobs, self.spill_threshold
         # Only a blob store decides what spills; this spares a call when nothing can.
         if blobs is None or max(map(_size, prepared)) <= limit:

@@ -176,10 +176,8 @@ def audit(
 def _check_erasures(
     store: EventStore, recorder: Any, erased: list[RecordedEvent], report: AuditReport
 ) -> None:
-    """List erased payloads (information) and compare them with the erasure records:
-    ``erasure_unrecorded`` (erased, but no ``payload.erased`` record names it: an
-    interrupted erasure, run it again) and ``erasure_undone`` (a record names it, but its
-    payload is back)."""
+    """List erased payloads (information) and compare them with the erasure records
+    (``erasure_unrecorded``, ``erasure_undone``)."""
     records: dict[str, tuple[dict[str, Any], int]] = {}
     for raw in recorder.read(ERASURE_STREAM, 1, None, None):
         if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
@@ -283,9 +281,8 @@ def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
 
 
 def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
-    """Rows that share a (stream, version), a position or an event id: the unique indexes
-    say they cannot exist, so only a tampered database has them. Reported once each
-    (a duplicated version the stream pass already saw is not repeated)."""
+    """Rows that share a (stream, version), a position or an event id (only a tampered
+    database has them), each reported once, not again after the stream pass."""
     if Capability.DUPLICATE_SCAN not in recorder.capabilities:
         return
     seen = {(f.kind, f.stream_id, f.version) for f in report.findings}

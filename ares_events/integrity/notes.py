@@ -57,11 +57,7 @@ def b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    """Strict standard base64 (padded, canonical).
-
-    Raises:
-        ValueError: not canonical standard base64.
-    """
+    """Strict standard base64 (padded, canonical)."""
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
@@ -72,11 +68,7 @@ def _unb64(text: str) -> bytes:
 
 
 def _key_bytes(b64: str, source: str, what: str) -> bytes:
-    """``alg || 32 bytes`` of a key's base64, ``what`` naming the kind in the error.
-
-    Raises:
-        ConfigError: not standard base64, not 33 bytes, or an unknown type.
-    """
+    """``alg || 32 bytes`` of a key's base64, ``what`` naming the kind in the error."""
     try:
         raw = _unb64(b64)
     except ValueError:
@@ -361,11 +353,7 @@ class Note:
 
 
 def _check_text(text: bytes) -> None:
-    """A note text: UTF-8, ends in a newline, no control character but newlines.
-
-    Raises:
-        ProofError: it is not.
-    """
+    """A note text: UTF-8, ends in a newline, no control character but newlines."""
     try:
         s = text.decode("utf-8")
     except (UnicodeDecodeError, AttributeError):

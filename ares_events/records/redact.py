@@ -38,7 +38,6 @@ class Redaction:
 
 
 def _compile(expr: str) -> list[_Sel]:
-    """Parse one JSONPath of the supported subset."""
     if not isinstance(expr, str) or not expr.startswith("$"):
         raise ConfigError(f"--redact {expr!r}: a JSONPath starts with $")
     sels: list[_Sel] = []

@@ -168,12 +168,8 @@ def _ed25519_ok(public: bytes, signature: bytes, message: bytes) -> bool:
 
 
 def _open_note(note: str, keys: Sequence[_Key]) -> tuple[str, list[str]]:
-    """The text of a signed note and the trusted keys that signed it.
-
-    Raises:
-        ValueError: malformed, a trusted key's signature fails, or none is from a trusted
-            key (the message says which).
-    """
+    """The text of a signed note and the trusted keys that signed it (ValueError: not
+    signed by a trusted key, or a trusted key's signature fails)."""
     cut = note.rfind("\n\n")
     if cut < 0 or not note.endswith("\n"):
         raise ValueError("not a signed note")
