@@ -22,12 +22,8 @@ Byte layout (all hashes are 32-byte blake3 digests)::
 With a chain key, the link hashes use blake3's keyed mode; genesis and payload digests
 stay unkeyed.
 
-Two encoders produce canonical JSON: :func:`canonical_json` validates the value with a
-walk and then encodes with orjson when the value holds no float (orjson's float
-formatting differs from Python's ``repr``), else with the C-accelerated ``json`` encoder.
-The property tests in ``tests/integrity/test_codec.py`` prove the orjson path
-byte-identical to ``json.dumps``. Headers are assembled from pre-encoded pieces with the
-same string escaper ``json.dumps`` uses, which the same tests prove identical.
+Headers and canonical JSON have fast encoders that ``tests/integrity/test_codec.py``
+proves byte-identical to ``json.dumps``.
 """
 
 from __future__ import annotations
@@ -51,10 +47,8 @@ NO_NATIVE_ENV: Final = "ARES_EVENTS_NO_NATIVE"
 
 
 def _load_native() -> Any:
-    """The optional C fast paths (``ares_events._native``, built by ``pip install`` when a
-    C compiler is there), or None: not built, or switched off with
-    ``ARES_EVENTS_NO_NATIVE=1``. The Python code is the reference: the property tests in
-    ``tests/integrity/test_native.py`` hold both to the same answers."""
+    """The optional C fast paths (``ares_events._native``), or None: not built, or switched
+    off with ``ARES_EVENTS_NO_NATIVE=1`` (the Python code is their reference)."""
     if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
         return None
     try:
@@ -182,14 +176,18 @@ def _check(x: Any, path: str, depth: int) -> bool:
     t = type(x)
     if t is str:
         return False
-    if t is dict:
+    if t is dict or t is list:
         if depth > _MAX_DEPTH:
             raise InvalidEvent(path, f"nested deeper than {_MAX_DEPTH} levels")
         has_float = False
-        for k, v in x.items():
-            if type(k) is not str:
+        for k, v in x.items() if t is dict else enumerate(x):
+            if t is list:
+                sub = f"{path}[{k}]"
+            elif type(k) is str:
+                sub = f"{path}.{k}"
+            else:
                 raise InvalidEvent(f"{path}", f"object key {k!r} is {type(k).__name__}, not str")
-            if _check(v, f"{path}.{k}", depth + 1):
+            if _check(v, sub, depth + 1):
                 has_float = True
         return has_float
     if t is int:
@@ -202,14 +200,6 @@ def _check(x: Any, path: str, depth: int) -> bool:
         if math.isnan(x) or math.isinf(x):
             raise InvalidEvent(path, f"{x!r} is not a finite number (NaN/Infinity are not JSON)")
         return True
-    if t is list:
-        if depth > _MAX_DEPTH:
-            raise InvalidEvent(path, f"nested deeper than {_MAX_DEPTH} levels")
-        has_float = False
-        for i, v in enumerate(x):
-            if _check(v, f"{path}[{i}]", depth + 1):
-                has_float = True
-        return has_float
     if isinstance(x, str):  # str subclasses encode as their string value, like json.dumps
         return False
     raise InvalidEvent(
@@ -227,68 +217,50 @@ _REJECT = _Reject()
 
 
 def _scan(x: Any, depth: int) -> bool:
-    """Fast path of :func:`_check`: same acceptance rules, no error paths built.
-
-    Scalars inside containers are checked inline (no call per leaf). Raises ``_Reject``
-    on anything :func:`_check` would refuse; the caller then runs :func:`_check` for the
-    message. Returns True when a float occurs anywhere.
-    """
+    """:func:`_check` without messages (``_Reject`` instead; scalars in containers are
+    checked inline, no call per leaf): True when a float occurs anywhere."""
     if depth > _MAX_DEPTH:
         raise _REJECT
-    has_float = False
     t = type(x)
     if t is dict:
-        items: Any = x.items()
-        for k, v in items:
+        for k in x:
             if type(k) is not str:
                 raise _REJECT
-            tv = type(v)
-            if tv is str or tv is bool or v is None:
-                continue
-            if tv is int:
-                if v < _INT_MIN or v > _INT_MAX:
-                    raise _REJECT
-            elif tv is float:
-                if v - v != 0.0:  # NaN or +-inf
-                    raise _REJECT
-                has_float = True
-            elif tv is dict or tv is list:
-                if _scan(v, depth + 1):
-                    has_float = True
-            elif not isinstance(v, str):
-                raise _REJECT
-        return has_float
-    if t is list:
-        for v in x:
-            tv = type(v)
-            if tv is str or tv is bool or v is None:
-                continue
-            if tv is int:
-                if v < _INT_MIN or v > _INT_MAX:
-                    raise _REJECT
-            elif tv is float:
-                if v - v != 0.0:
-                    raise _REJECT
-                has_float = True
-            elif tv is dict or tv is list:
-                if _scan(v, depth + 1):
-                    has_float = True
-            elif not isinstance(v, str):
-                raise _REJECT
-        return has_float
-    if t is str or t is bool or x is None:
+        values: Any = x.values()
+    elif t is list:
+        values = x
+    elif t is str or t is bool or x is None:
         return False
-    if t is int:
+    elif t is int:
         if x < _INT_MIN or x > _INT_MAX:
             raise _REJECT
         return False
-    if t is float:
-        if x - x != 0.0:
+    elif t is float:
+        if x - x != 0.0:  # NaN or +-inf
             raise _REJECT
         return True
-    if isinstance(x, str):
+    elif isinstance(x, str):
         return False
-    raise _REJECT
+    else:
+        raise _REJECT
+    has_float = False
+    for v in values:
+        tv = type(v)
+        if tv is str or tv is bool or v is None:
+            continue
+        if tv is int:
+            if v < _INT_MIN or v > _INT_MAX:
+                raise _REJECT
+        elif tv is float:
+            if v - v != 0.0:
+                raise _REJECT
+            has_float = True
+        elif tv is dict or tv is list:
+            if _scan(v, depth + 1):
+                has_float = True
+        elif not isinstance(v, str):
+            raise _REJECT
+    return has_float
 
 
 def canonical_json_reference(x: Any) -> bytes:
@@ -323,9 +295,7 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
         except RecursionError:
             raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
     try:
-        if has_float:
-            return canonical_json_reference(x)
-        return orjson.dumps(x, option=_ORJSON_OPTS)
+        return canonical_json_reference(x) if has_float else orjson.dumps(x, option=_ORJSON_OPTS)
     except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
         # lone surrogates (not UTF-8 encodable) and similar.
         raise InvalidEvent(field, f"cannot be encoded as UTF-8 JSON: {exc}") from None
@@ -377,15 +347,9 @@ def header_bytes(
     """
     enc = _encode_str
     cache = _NAME_CACHE
-    st = cache.get(stream_id)
-    if st is None:
-        st = _cache_name(stream_id)
-    ty = cache.get(type_)
-    if ty is None:
-        ty = _cache_name(type_)
-    mo = cache.get(module)
-    if mo is None:
-        mo = _cache_name(module)
+    st = cache.get(stream_id) or _cache_name(stream_id)
+    ty = cache.get(type_) or _cache_name(type_)
+    mo = cache.get(module) or _cache_name(module)
     return _HEADER % (
         enc(at).encode(),
         enc(event_id).encode(),
@@ -422,19 +386,12 @@ def link_hashes(
     events: Iterable[Any],
     key: ChainKey | None = None,
 ) -> list[bytes]:
-    """The link hashes of ``events`` appended to ``stream_id`` after ``version`` whose
-    hash is ``prev``: exactly ``link_hash(prev, header_bytes(...))`` event by event, with
-    the work that repeats across a batch done once (the stream's and the time's JSON, one
-    blake3 hasher reused).
-
-    Each event has the attributes ``event_id``, ``type``, ``module``, ``meta_json``,
-    ``at``, ``digest`` and ``size`` (a :class:`~ares_events.core.events.PreparedEvent`).
-    The C loop (``ares_events._native.link_hashes``) does this when it is built;
-    :func:`link_hashes_reference` is the reference it is tested against.
+    """The link hashes of ``events`` (each a :class:`~ares_events.core.events.PreparedEvent`)
+    appended to ``stream_id`` after ``version`` whose hash is ``prev``: exactly
+    ``link_hash(prev, header_bytes(...))`` event by event. The C loop does it when it is
+    built; :func:`link_hashes_reference` is its reference.
     """
-    st = _NAME_CACHE.get(stream_id)
-    if st is None:
-        st = _cache_name(stream_id)
+    st = _NAME_CACHE.get(stream_id) or _cache_name(stream_id)
     # Anything unusual (a head hash that is not 32 bytes in a tampered file, a version
     # past 64 bits) takes the reference, so the C loop never changes an outcome.
     if (
@@ -460,9 +417,7 @@ def link_hashes_reference(
     event, with the stream's and the time's JSON computed once and one blake3 hasher."""
     enc = _encode_str
     cache = _NAME_CACHE
-    st = cache.get(stream_id)
-    if st is None:
-        st = _cache_name(stream_id)
+    st = cache.get(stream_id) or _cache_name(stream_id)
     h = blake3.blake3() if key is None else blake3.blake3(key=key.key)
     update, digest, reset = h.update, h.digest, h.reset
     header = _HEADER
@@ -476,12 +431,8 @@ def link_hashes_reference(
         if at != last_at:
             at_json = enc(at).encode()
             last_at = at
-        ty = cache.get(e.type)
-        if ty is None:
-            ty = _cache_name(e.type)
-        mo = cache.get(e.module)
-        if mo is None:
-            mo = _cache_name(e.module)
+        ty = cache.get(e.type) or _cache_name(e.type)
+        mo = cache.get(e.module) or _cache_name(e.module)
         update(prev)
         update(
             header

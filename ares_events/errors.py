@@ -180,9 +180,8 @@ class PayloadErased(AresError):
 
 
 class ProofError(AresError, ValueError):
-    """A signed note, checkpoint or Merkle proof that is malformed or does not verify, or
-    a proof that cannot be made (the event is not in the log yet, no checkpoint covers
-    it). ``reason`` says which."""
+    """A signed note, checkpoint or proof that is malformed, does not verify, or cannot be
+    made. ``reason`` says which."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -190,10 +189,8 @@ class ProofError(AresError, ValueError):
 
 
 class WitnessRefused(ProofError):
-    """A witness refused to cosign a checkpoint. ``status`` is the C2SP tlog-witness HTTP
-    status it stands for (400 bad request, 403 no trusted signature, 404 unknown log, 409
-    not the size it last cosigned, or a different root at that size, 422 the consistency
-    proof does not verify); ``latest_size`` is the size it last cosigned (409)."""
+    """A witness refused to cosign a checkpoint: ``status`` is the tlog-witness HTTP status
+    (docs/errors.md), ``latest_size`` the size it last cosigned (409)."""
 
     def __init__(self, status: int, reason: str, latest_size: int | None = None) -> None:
         self.status = status
@@ -213,12 +210,9 @@ class ConcurrencyError(AresError):
 
 
 class SessionConflict(ConcurrencyError):
-    """A framework adapter's write to a session after another run wrote to it since this
-    run read it (``.session_id``, ``.expected``, ``.actual``); nothing of the write was
-    stored. The run's turn was computed on a stale history: read the session again and run
-    the turn again. (The Google ADK adapter raises it as
-    :class:`~ares_events.integrations.google_adk.StaleSessionConflict`, which is also
-    ADK's ``StaleSessionError``.)"""
+    """Another run wrote to the session since this run read it (``.session_id``,
+    ``.expected``, ``.actual``); nothing was stored: read it again and run the turn again
+    (ADK: :class:`~ares_events.integrations.google_adk.StaleSessionConflict`)."""
 
     def __init__(
         self, session_id: str, stream_id: str, expected: int, actual: int, detail: str = ""
@@ -243,11 +237,8 @@ class StoreUnavailable(StoreError, ConnectionError):
 
 
 class StoreNotFound(StoreUnavailable):
-    """There is no store at the URL, and the caller asked not to create one.
-
-    Reporting tools open stores with ``create=False`` so that a typo'd path is reported
-    as missing instead of becoming a new, empty, "clean" store.
-    """
+    """There is no store at the URL, and the caller asked not to create one (a typo'd
+    path is reported as missing, never made a new, empty, "clean" store)."""
 
     def __init__(self, where: str, detail: str) -> None:
         self.where = where
@@ -256,12 +247,8 @@ class StoreNotFound(StoreUnavailable):
 
 
 class StoreClosed(StoreError):
-    """The store was closed, before the call or while it ran in another thread.
-
-    Nothing was written by a call that raises this before it reached the database; an
-    append cut short by ``close()`` is either committed whole or not at all (re-append the
-    same event ids to find out: appends are idempotent).
-    """
+    """The store was closed, before the call or while it ran in another thread (an append
+    cut short is committed whole or not at all: re-append the same ids to find out)."""
 
     def __init__(self, where: str, action: str | None = None) -> None:
         self.where = where
@@ -271,11 +258,8 @@ class StoreClosed(StoreError):
 
 
 class CrossCellError(StoreError):
-    """An operation spans several cells of a cell store and cannot be atomic there (an
-    ``append_many`` over streams in different cells). Nothing was written; split the call
-    per cell (``store.cell_of(stream_id)`` names a stream's cell) or keep the streams that
-    must change together in one partition.
-    """
+    """An ``append_many`` spans several cells of a cell store and cannot be atomic there;
+    nothing was written (``store.cell_of(stream_id)`` names a stream's cell)."""
 
     def __init__(self, action: str, where: str, cells: Sequence[str]) -> None:
         self.action = action

@@ -1,26 +1,8 @@
 """The backend contract's values: what the core hands a recorder and what it gets back.
 
-A backend (a *recorder*, :mod:`ares_events.core.recorder`) persists and returns records
-and enforces the expected-version check atomically. It never serializes payloads,
-computes digests or folds state: the core hands it a :class:`Batch` whose
-:meth:`Batch.seal` computes the versions and link hashes from the head the backend read
-*inside its write transaction*, so two writers can never fork a chain.
-
-Write protocol every backend follows, in one transaction::
-
-    lock the stream (or the database)
-    rows = existing events whose event_id is in batch.event_ids
-    if rows: return AppendOutcome(rows, duplicate=True)      # core decides: replay or error
-    head = current (version, hash) of the stream
-    check_expected_version(stream_id, expected, head.version)
-    sealed = batch.seal(head)
-    insert sealed rows with the next global positions; upsert the head
-    commit
-
-``append_many`` (:attr:`Capability.MULTI_STREAM_APPEND`) does the same for several
-batches and an optional :class:`TrackingRecord` in ONE transaction, locking every stream
-(and the tracking name) in one sorted order; the events of one call get consecutive
-global positions in batch order, so the core knows every event's position from the last.
+A recorder seals a :class:`Batch` (:meth:`Batch.seal`) against the head it read inside
+its write transaction, so two writers can never fork a chain (the write protocol:
+docs/architecture.md).
 
 It may import the core's events, :mod:`ares_events.errors` and the chain format.
 """
@@ -184,13 +166,15 @@ class Batch:
         self.event_ids = [e.event_id for e in self.events]
         self._key = key
 
+    def _after(self, head: Head | None) -> tuple[int, bytes]:
+        if head is None or head.version == 0:
+            return 0, genesis(self.stream_id)
+        return head.version, head.hash
+
     def seal(self, head: Head | None) -> list[SealedEvent]:
         """Assign versions after ``head`` and compute the link hashes."""
         stream_id = self.stream_id
-        if head is None or head.version == 0:
-            version, prev = 0, genesis(stream_id)
-        else:
-            version, prev = head.version, head.hash
+        version, prev = self._after(head)
         events = self.events
         # One call for the batch (the C loop when it is built, see chain.link_hashes).
         hashes = link_hashes(stream_id, version, prev, events, self._key)
@@ -205,15 +189,10 @@ class Batch:
         self, head: Head | None, position: int
     ) -> tuple[list[tuple[Any, ...]], int, bytes, int]:
         """Seal after ``head`` and build the rows a SQL backend inserts, at the global
-        positions after ``position``, in one pass: ``(rows, last version, last hash,
-        last position)``. Each row is ``(position, stream_id, version, event_id, type,
-        module, payload, payload_ref JSON or None, metadata, recorded_at, prev_hash,
-        hash)``.
-
-        The C loop (``ares_events._native.insert_rows``) builds them straight from the
-        prepared events (no :class:`SealedEvent` in between) when it can;
-        :func:`insert_rows_reference` (through :meth:`seal`, which a subclass may
-        override to watch the sealing) is the reference it is tested against.
+        positions after ``position``: ``(rows, last version, last hash, last position)``.
+        Each row is ``(position, stream_id, version, event_id, type, module, payload,
+        payload_ref JSON or None, metadata, recorded_at, prev_hash, hash)``. The C loop
+        does it when it can; :func:`insert_rows_reference` is its reference.
         """
         c = self._c_rows(head, position, flat=False)
         if c is not None:
@@ -224,13 +203,11 @@ class Batch:
     def insert_params(
         self, head: Head | None, position: int
     ) -> tuple[list[Any], str, int, bytes, int] | None:
-        """:meth:`insert_rows` as ONE flat list, for a multi-row INSERT that binds the
-        stream id and the batch's one ``recorded_at`` once: ``(values, recorded_at, last
-        version, last hash, last position)``, ``values`` holding per row ``(position,
-        version, event_id, type, module, payload, payload_ref, metadata, prev_hash,
-        hash)``. None when the C pass does not take the batch (no extension, a spilled
-        payload, several ``at`` values, an overridden :meth:`seal`...): then
-        :meth:`insert_rows` is the way. :func:`params_of_rows` is the reference.
+        """:meth:`insert_rows` as ONE flat list for a multi-row INSERT: ``(values,
+        recorded_at, last version, last hash, last position)``, ``values`` holding per row
+        ``(position, version, event_id, type, module, payload, payload_ref, metadata,
+        prev_hash, hash)``. None when the C pass does not take the batch (then use
+        :meth:`insert_rows`); :func:`params_of_rows` is the reference.
         """
         c = self._c_rows(head, position, flat=True)
         if c is None:
@@ -241,17 +218,12 @@ class Batch:
     def _c_rows(
         self, head: Head | None, position: int, *, flat: bool
     ) -> tuple[tuple[list[Any], bytes], int] | None:
-        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: its result
-        (rows or flat values, the last hash) and the last version; None when it does not
-        take the batch (no extension, an overridden :meth:`seal`, out-of-range numbers,
-        or what the C loop declines)."""
+        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: ``((rows or
+        values, last hash), last version)``, or None when it does not take the batch."""
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
             return None
         stream_id = self.stream_id
-        if head is None or head.version == 0:
-            version, prev = 0, genesis(stream_id)
-        else:
-            version, prev = head.version, head.hash
+        version, prev = self._after(head)
         n = len(self.events)
         if not (
             n
@@ -263,9 +235,7 @@ class Batch:
             and len(prev) == 32
         ):
             return None
-        st = _NAME_CACHE.get(stream_id)
-        if st is None:
-            st = _cache_name(stream_id)
+        st = _NAME_CACHE.get(stream_id) or _cache_name(stream_id)
         k = None if self._key is None else self._key.key
         done = _native_insert_rows(
             stream_id, st, version, prev, position, self.events, k, PreparedEvent, flat

@@ -1,9 +1,5 @@
-"""The blob store protocol: where payloads over the spill threshold live.
-
-A blob store is content-addressed (key = hex blake3 digest of the bytes). The event store
-spills big payloads to it before the append commits and fetches them lazily on read;
-the tools list, verify and collect blobs. The built-in stores (a folder, S3) are in
-:mod:`ares_events.stores.blobs`.
+"""The blob store protocol: content-addressed storage for payloads over the spill threshold
+(the built-in stores: :mod:`ares_events.stores.blobs`).
 
 It may import the core's events.
 """
@@ -40,48 +36,37 @@ class BlobStore(Protocol):
 
     def spill(self, prepared: PreparedEvent, threshold: int) -> PreparedEvent:
         """Move a payload larger than ``threshold`` bytes to the store."""
-        ...
 
     def attach(self, event: RecordedEvent) -> RecordedEvent:
         """Return ``event`` able to fetch its spilled payload lazily."""
-        ...
 
     def put(self, data: bytes, *, digest: bytes | None = None) -> PayloadRef:
         """Store ``data`` under its digest."""
-        ...
 
     def put_stream(self, stream: BinaryIO) -> PayloadRef:
         """Store everything read from ``stream`` under its digest."""
-        ...
 
     def get(
         self, ref: PayloadRef, *, stream_id: str | None = None, version: int | None = None
     ) -> bytes:
         """Fetch a blob and check it against ``ref``."""
-        ...
 
     def open(
         self, ref: PayloadRef, *, stream_id: str | None = None, version: int | None = None
     ) -> io.RawIOBase:
         """A streaming reader that checks ``ref`` when it reaches the end."""
-        ...
 
     def verify(self, ref: PayloadRef) -> None:
         """Stream a blob and check its size and digest."""
-        ...
 
     def exists(self, key: str) -> bool:
         """True when a blob is stored under ``key``."""
-        ...
 
     def list_blobs(self) -> Iterator[BlobInfo]:
         """Every stored blob with its size and modification time."""
-        ...
 
     def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
         """Delete a blob; True when it was deleted."""
-        ...
 
     def close(self) -> None:
         """Release connections. Idempotent."""
-        ...

@@ -1,23 +1,6 @@
-"""The event catalog: typed payload schemas (pydantic v2) for the events agents write.
-
-Every schema keeps unknown fields (``extra="allow"``) so a newer writer never breaks an
-older reader. Schemas are versioned: an event's schema version travels in its metadata
-(``{"schema": N}``, 1 when absent) and :func:`upcast` brings an old payload up to the
-current version through registered upcasters, so old events fold through new code.
-
-Types outside the catalog stay readable as plain events; the built-in projections ignore
-them.
-
-Lifecycle: ``session.created``, ``task.created``, ``task.completed``, ``task.failed``,
-``agent.started``, ``agent.stopped`` (voluntary), ``agent.dead``, ``agent.resurrected``,
-``failover.triggered``, ``failover.completed``.
-
-Durable runs: ``run.started``, ``model.call.requested``, ``model.responded``,
-``model.call.failed`` (a failed attempt), ``tool.call.requested``, ``tool.returned``,
-``tool.call.failed`` (a failed attempt), ``tool.call.not_done`` (a human says an in-doubt
-call did not land), ``step.abandoned`` (the loop gave up on a failed step),
-``state.patched``, ``run.interrupted``, ``run.resumed``, ``run.completed``,
-``run.failed``, ``run.cancelled``, ``run.gate`` (a version-gate decision).
+"""The event catalog: typed payload schemas (pydantic v2) for the events agents write,
+versioned, with :func:`upcast` to bring old payloads up to date (the event types:
+docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -343,6 +326,12 @@ def parse(event: RecordedEvent) -> Payload | None:
     model = CATALOG.get(event.type)
     if model is None:
         return None
+
+    def fail(problem: str) -> EventSchemaError:
+        return EventSchemaError(
+            event.type, problem, stream_id=event.stream_id, version=event.version
+        )
+
     payload = event.payload
     meta = event.metadata
     schema_version = meta.get("schema", 1) if meta else 1
@@ -350,28 +339,20 @@ def parse(event: RecordedEvent) -> Payload | None:
         if schema_version != CURRENT_VERSIONS[event.type]:
             payload = upcast(event.type, payload, int(schema_version))
         if not isinstance(payload, dict):
-            raise EventSchemaError(
-                event.type,
-                f"payload must be an object, got {type(payload).__name__}",
-                stream_id=event.stream_id,
-                version=event.version,
-            )
+            raise fail(f"payload must be an object, got {type(payload).__name__}")
         return model.model_validate(payload)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
-        raise EventSchemaError(
-            event.type,
-            f"{loc}: {first.get('msg')}",
-            stream_id=event.stream_id,
-            version=event.version,
-        ) from None
+        raise fail(_problem(exc)) from None
     except EventSchemaError as exc:
         if exc.stream_id is None:
-            raise EventSchemaError(
-                event.type, exc.problem, stream_id=event.stream_id, version=event.version
-            ) from None
+            raise fail(exc.problem) from None
         raise
+
+
+def _problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
+    return f"{loc}: {first.get('msg')}"
 
 
 def new_event(
@@ -388,9 +369,7 @@ def new_event(
         try:
             model.model_validate(payload)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first.get("loc", ())) or "payload"
-            raise EventSchemaError(type_, f"{loc}: {first.get('msg')}") from None
+            raise EventSchemaError(type_, _problem(exc)) from None
     meta = dict(kwargs.pop("metadata", {}) or {})
     if CURRENT_VERSIONS.get(type_, 1) != 1:
         meta.setdefault("schema", CURRENT_VERSIONS[type_])

@@ -1,10 +1,5 @@
 """The event model: what callers append (:class:`NewEvent`) and what stores return
-(:class:`RecordedEvent`), expected-version markers, and input validation.
-
-``RecordedEvent`` keeps the stored forms (canonical payload bytes, the ``at`` string, the
-event id string) and decodes them on first access, so a replay that only looks at types
-and versions never parses a payload, and one that never touches a spilled payload never
-downloads it.
+(:class:`RecordedEvent`, decoded lazily), expected-version markers, and input validation.
 """
 
 from __future__ import annotations
@@ -117,33 +112,26 @@ def validate_name(
         InvalidEvent: not a str, empty, longer than 256 characters, or holding a control
             character.
     """
+    if isinstance(value, str) and 0 < len(value) <= MAX_NAME_LENGTH and value.isprintable():
+        return value
+
+    def bad(problem: str) -> InvalidEvent:
+        return InvalidEvent(field, problem, stream_id=stream_id, index=index)
+
     if not isinstance(value, str):
-        raise InvalidEvent(
-            field, f"must be a str, got {type(value).__name__}", stream_id=stream_id, index=index
-        )
+        raise bad(f"must be a str, got {type(value).__name__}")
     if not value:
-        raise InvalidEvent(field, "must not be empty", stream_id=stream_id, index=index)
+        raise bad("must not be empty")
     if len(value) > MAX_NAME_LENGTH:
-        raise InvalidEvent(
-            field,
-            f"is {len(value)} characters long, the limit is {MAX_NAME_LENGTH}",
-            stream_id=stream_id,
-            index=index,
-        )
-    if not value.isprintable():
-        for i, ch in enumerate(value):
-            if not ch.isprintable() and (
-                ord(ch) < 0x20
-                or 0x7F <= ord(ch) < 0xA0
-                or ch in "\u2028\u2029"
-                or 0xD800 <= ord(ch) < 0xE000
-            ):
-                raise InvalidEvent(
-                    field,
-                    f"contains control character U+{ord(ch):04X} at offset {i}",
-                    stream_id=stream_id,
-                    index=index,
-                )
+        raise bad(f"is {len(value)} characters long, the limit is {MAX_NAME_LENGTH}")
+    for i, ch in enumerate(value):
+        if not ch.isprintable() and (
+            ord(ch) < 0x20
+            or 0x7F <= ord(ch) < 0xA0
+            or ch in "\u2028\u2029"
+            or 0xD800 <= ord(ch) < 0xE000
+        ):
+            raise bad(f"contains control character U+{ord(ch):04X} at offset {i}")
     return value
 
 
@@ -371,9 +359,8 @@ KEEP_FETCHED_BYTES: Final = 16 * 1024 * 1024
 class RecordedEvent(tuple):  # type: ignore[type-arg]
     """An event as stored, immutable. Payload, metadata, id and time decode lazily.
 
-    It is a tuple underneath (building one from a database row is a single C call, which
-    matters when replaying millions of events); use the attributes, not the indexes.
-    The last item is a private cache cell for the decoded payload and metadata.
+    A tuple underneath (built from a row in one C call; its last item is a private cache
+    cell): use the attributes, not the indexes.
     """
 
     __slots__ = ()
@@ -494,11 +481,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         return ref is not None and ref.erased
 
     def _fetch(self) -> bytes:
-        """Fetch (and digest-check) a spilled payload without keeping the bytes.
-
-        Raises:
-            PayloadErased: the payload was erased.
-        """
+        """Fetch (and digest-check) a spilled payload without keeping the bytes."""
         ref = self[11]
         if ref is not None and ref.erased:
             raise PayloadErased(self[0], self[1])
@@ -557,17 +540,13 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
     def payload_size(self) -> int:
         """Length of the canonical payload bytes."""
         ref = self[11]
-        if ref is not None:
-            return ref.size  # type: ignore[no-any-return]
-        return len(self[6])
+        return ref.size if ref is not None else len(self[6])
 
     @property
     def payload_digest(self) -> bytes:
         """blake3 of the canonical payload bytes (from the ref for spilled payloads)."""
         ref = self[11]
-        if ref is not None:
-            return ref.digest  # type: ignore[no-any-return]
-        return payload_digest(self[6])
+        return ref.digest if ref is not None else payload_digest(self[6])
 
     def header(self) -> bytes:
         """The canonical header bytes this event's hash commits to."""
@@ -652,11 +631,7 @@ _SORT_KEYS: Final = orjson.OPT_SORT_KEYS
 def prepare(stream_id: str, events: Sequence[NewEvent], at: str) -> list[PreparedEvent]:
     """Validate and encode a batch (everything but versions and hashes): event types,
     ids, canonical payload and metadata (at most :data:`MAX_METADATA_BYTES`), digests.
-
-    The C pass (``ares_events._native.prepare``) does the plain case in one call (events
-    of known types and modules with default ids and no floats) and hands anything else
-    to :func:`prepare_reference`, which it is tested against (``tests/integrity/
-    test_native.py``).
+    The C pass does the plain case and hands anything else to :func:`prepare_reference`.
 
     Raises:
         InvalidEvent: names the field and the event's index in the batch.
@@ -682,16 +657,16 @@ def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> li
     """:func:`prepare` in Python, the reference (and the path of every unusual batch)."""
     out: list[PreparedEvent] = []
     seen: set[str] = set()
+    i = 0
+
+    def bad(field: str, problem: str) -> InvalidEvent:
+        return InvalidEvent(field, problem, stream_id=stream_id, index=i)
+
     # A batch reuses one blake3 hasher (same digests, less per-call cost).
     digest = payload_digester() if len(events) > 2 else payload_digest
     for i, ev in enumerate(events):
         if type(ev) is not NewEvent and not isinstance(ev, NewEvent):
-            raise InvalidEvent(
-                "event",
-                f"expected ae.NewEvent, got {type(ev).__name__}",
-                stream_id=stream_id,
-                index=i,
-            )
+            raise bad("event", f"expected ae.NewEvent, got {type(ev).__name__}")
         # Types and modules repeat from event to event: check each distinct one once.
         if ev.type not in _GOOD_NAMES:
             _remember_good(validate_name(ev.type, "type", stream_id=stream_id, index=i))
@@ -708,31 +683,17 @@ def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> li
             try:
                 uid = uuid.UUID(eid)
             except ValueError:
-                raise InvalidEvent(
-                    "event_id", f"{eid!r} is not a UUID", stream_id=stream_id, index=i
-                ) from None
+                raise bad("event_id", f"{eid!r} is not a UUID") from None
             eid_s = str(uid)
         else:
-            raise InvalidEvent(
-                "event_id",
-                f"must be a UUID, got {type(eid).__name__}",
-                stream_id=stream_id,
-                index=i,
-            )
+            raise bad("event_id", f"must be a UUID, got {type(eid).__name__}")
         if eid_s in seen:
-            raise InvalidEvent(
-                "event_id", f"{eid_s} appears twice in one batch", stream_id=stream_id, index=i
-            )
+            raise bad("event_id", f"{eid_s} appears twice in one batch")
         seen.add(eid_s)
         meta = ev.metadata if ev.metadata is not None else {}
         # A plain dict (the usual case) spares the Mapping ABC's instance check.
         if type(meta) is not dict and not isinstance(meta, Mapping):
-            raise InvalidEvent(
-                "metadata",
-                f"must be a JSON object, got {type(meta).__name__}",
-                stream_id=stream_id,
-                index=i,
-            )
+            raise bad("metadata", f"must be a JSON object, got {type(meta).__name__}")
         try:
             payload_bytes = canonical_json(ev.payload, field="payload")
             meta_json = (
@@ -743,14 +704,12 @@ def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> li
                 )
             )
         except InvalidEvent as exc:
-            raise InvalidEvent(exc.field, exc.problem, stream_id=stream_id, index=i) from None
+            raise bad(exc.field, exc.problem) from None
         if len(meta_json) > MAX_METADATA_BYTES:
-            raise InvalidEvent(
+            raise bad(
                 "metadata",
                 f"is {len(meta_json):,} bytes; the limit is {MAX_METADATA_BYTES:,} "
                 "(metadata is hashed into every header: put big data in the payload)",
-                stream_id=stream_id,
-                index=i,
             )
         out.append(
             PreparedEvent(

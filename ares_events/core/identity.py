@@ -1,31 +1,8 @@
-"""The store's identity: what it is, recorded in the store itself.
+"""The store's identity: how it was written (chain keyed or not, key ids, blob location),
+recorded in the store itself, written at the first write and checked on every open
+(the document and its rules: docs/security.md).
 
-A store remembers how it was written, so that a process configured differently cannot
-quietly add events nobody can verify later (an unkeyed link in a keyed chain reads as
-tampering forever after) or look for spilled payloads in the wrong place. The identity is
-one canonical-JSON document in the backend's metadata (``ares_meta`` row ``identity`` in
-SQLite and PostgreSQL)::
-
-    {"format": 1,                                  # hash-chain format version
-     "chain": "keyed",                             # or "unkeyed"
-     "keys": [{"id": "3f2a9c01d4e5b6a7", "from_position": 1}],
-     "blobs": {"location": "s3://bucket/prefix", "url": "s3://bucket/prefix?endpoint_url=..."},
-     "created_at": "2026-12-01T13:21:28.000000Z"}
-
-``keys`` holds key *ids* (:meth:`ChainKey.fingerprint`, a one-way digest), never a key.
-It is a list of ranges so that key rotation can be added without a format change: the key
-with ``from_position`` p signs the links of events at positions >= p, up to the next
-range. Today a store has at most one key, and the configured key must be the last one.
-
-``blobs`` is ``null`` (no blob store), ``"default"`` (the folder next to a SQLite file,
-wherever the file is moved) or the blob store's location (compared) and the URL that
-reopens it (without credentials: blob URLs never hold any).
-
-When it is written: at the first write (append) or by ``ares-events init``, never by a
-reader. A store written before identities existed gets one at its first write, after the
-first event of one stream was checked against the configured chain key. When it is
-checked: on every open (one metadata read), before anything is written. A difference is a
-:class:`~ares_events.errors.ConfigError` naming what differs.
+A difference is a :class:`~ares_events.errors.ConfigError` naming what differs.
 """
 
 from __future__ import annotations
@@ -63,7 +40,7 @@ class BlobsIdentity:
 
 @dataclass(frozen=True, slots=True)
 class StoreIdentity:
-    """The identity document (see the module docstring)."""
+    """The identity document (its fields and rules: docs/security.md)."""
 
     format: int
     keys: tuple[KeyRange, ...]

@@ -1,11 +1,6 @@
 # Generated from iterators_async.py by tools/async_to_sync.py: do not edit.
-"""Small helpers for the lazy iterators reads return, written once for both faces.
-
-And :func:`maybe_await`, for user callbacks that may be coroutine functions.
-
-A backend's read may return any iterator (a generator, a ``map``, a list's iterator):
-these take the first item and close what can be closed, so a read stopped early gives its
-page and its connection back at once.
+"""Small helpers for the lazy iterators reads return, written once for both faces, and
+:func:`maybe_await` for user callbacks that may be coroutine functions.
 
 It may import nothing from the package but :mod:`.faces`.
 """

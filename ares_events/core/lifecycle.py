@@ -1,29 +1,8 @@
-"""Safe close for backends: an operation gate that ``close()`` drains.
+"""Safe close for backends: an operation gate that ``close()`` drains (docs/architecture.md).
 
-Closing a store while another thread uses it must never crash the process (a SQLite
-connection closed under a running statement is a use-after-free in the C library) and
-must never leave a connection open after ``close()`` returns. Every backend therefore
-runs each unit of work (an append, one page of a read, a head lookup, one snapshot
-transaction) inside :meth:`OperationGate.op`, and its ``close()`` calls
-:meth:`OperationGate.close` *before* releasing connections::
-
-    def append(self, batch, expected):
-        with self._gate.op("append to stream 's'"):
-            ...                      # raises StoreClosed if the store is (being) closed
-
-    def close(self):
-        if self._gate.close(interrupt=self._interrupt_all):   # waits for in-flight work
-            release connections      # nothing uses them any more
-
-Lazy reads hold the gate for one page at a time, never between pages: a reader that
-keeps an iterator open does not hold ``close()`` up, and its next page raises
-:class:`~ares_events.errors.StoreClosed`.
-
-A thread that calls ``close()`` from inside one of its own operations (a callback during
-a read) is not waited for: only other threads' operations are.
-
-:class:`AsyncOperationGate` is the same gate for asyncio backends: operations are
-coroutines of one event loop, and ``close()`` awaits them instead of blocking a thread.
+Every backend runs each unit of work inside :meth:`OperationGate.op`, and its ``close()``
+calls :meth:`OperationGate.close` before releasing connections; lazy reads hold the gate
+one page at a time. :class:`AsyncOperationGate` is the same gate for asyncio backends.
 """
 
 from __future__ import annotations
@@ -70,7 +49,7 @@ class _Gate:
 
 
 class OperationGate(_Gate):
-    """Counts in-flight operations; refuses new ones once closing (see module docstring).
+    """Counts in-flight operations; refuses new ones once closing (docs/architecture.md).
 
     Args:
         where: the store's redacted URL, for :class:`StoreClosed` messages.
@@ -90,8 +69,7 @@ class OperationGate(_Gate):
             StoreClosed: the store is closed or closing.
         """
         with self._cond:
-            if self._closed:
-                raise StoreClosed(self.where, action)
+            self.check(action)
             self._active += 1
         local = self._local
         local.n = getattr(local, "n", 0) + 1
@@ -187,8 +165,7 @@ class AsyncOperationGate(_Gate):
         Raises:
             StoreClosed: the store is closed or closing.
         """
-        if self._closed:
-            raise StoreClosed(self.where, action)
+        self.check(action)
         self._active += 1
 
     def exit(self) -> None:

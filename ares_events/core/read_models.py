@@ -1,11 +1,6 @@
-"""What a backend with :attr:`~ares_events.core.backend.Capability.READ_MODELS` hands out
-(``recorder.read_models()``): the read-model tables of the catch-up runner and the signed
-checkpoints of the Merkle log, kept in the events' database by the backend that owns it
-(SQL under :mod:`ares_events.stores`, never in the projections that use them).
-
-Both faces get these blocking objects: read models are folded by the blocking runner.
-Readers never create: a registry or checkpoint table that was never written reads as
-empty, so a look at a store (the console, ``rebuild --verify``) leaves it as it was.
+"""What a backend with :attr:`~ares_events.core.backend.Capability.READ_MODELS` hands out:
+the catch-up runner's read-model tables and the Merkle log's signed checkpoints (blocking
+objects on both faces; a table never written reads as empty).
 
 It may import :mod:`ares_events.errors` only.
 """
@@ -41,23 +36,18 @@ class CheckpointStore(Protocol):
 
     def put(self, origin: str, size: int, root: bytes, note: str) -> None:
         """Keep a signed checkpoint (the first one of a size stays)."""
-        ...
 
     def at_size(self, size: int) -> str | None:
         """The signed note of exactly ``size``, or None."""
-        ...
 
     def origin(self) -> str | None:
         """The origin of the first checkpoint stored (the log's identity), or None."""
-        ...
 
     def all(self) -> list[tuple[str, int, bytes, str, str]]:
         """Every ``(origin, size, root, note, created_at)`` by size."""
-        ...
 
     def newest(self, limit: int) -> list[tuple[str, int, bytes, str, str]]:
         """The ``limit`` rows of the largest sizes, largest first."""
-        ...
 
 
 class ReadModels(Protocol):
@@ -70,35 +60,27 @@ class ReadModels(Protocol):
     @property
     def checkpoints(self) -> CheckpointStore:
         """The signed checkpoints of the Merkle log, beside the read models."""
-        ...
 
     def meta(self, name: str) -> ProjectionMeta | None:
         """The registry row, or None (also when nothing was ever registered)."""
-        ...
 
     def put_meta(self, meta: ProjectionMeta) -> None:
         """Create the registry row unless one exists (its own transaction)."""
-        ...
 
     def start_building(self, name: str, table: str, generation: int) -> None:
         """Point the registry's building slot at a fresh table, cursor 0."""
-        ...
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
         """Make the building table live, if it is still ``table`` at ``position``."""
-        ...
 
     def create(self, table: str) -> None:
         """Create an empty generation table."""
-        ...
 
     def drop(self, table: str) -> None:
         """Drop a generation table."""
-        ...
 
     def load(self, table: str, keys: list[str]) -> dict[str, Any]:
         """States of ``keys`` that exist."""
-        ...
 
     def commit(
         self,
@@ -112,17 +94,13 @@ class ReadModels(Protocol):
         """Upsert rows (canonical JSON, position) and move the ``cursor`` from
         ``expected`` to ``new``, in ONE transaction. Returns False (nothing written) when
         the registry no longer says ``table`` at ``expected``."""
-        ...
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
         """Every (key, state), ordered by key, paged."""
-        ...
 
     def names(self) -> list[str]:
         """Every projection in the registry."""
-        ...
 
     def reset(self, name: str) -> bool:
         """Empty the projection's tables and rewind its cursors to 0, in one transaction
         (the next runner pass folds the log again). False when it is not registered."""
-        ...

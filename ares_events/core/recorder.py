@@ -1,16 +1,6 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
-"""The recorder protocol: what a backend implements, and one small protocol per capability.
-
-A recorder persists and returns records and enforces the expected-version check
-atomically, following the write protocol of :mod:`ares_events.core.backend`. The core
-calls every backend through :class:`Recorder` (each face has its own module of these
-protocols, one face written, the other generated). Third-party stores need not inherit
-anything.
-
-Optional behaviour is declared, not probed: a recorder lists its :class:`Capability`
-set, and each capability that adds methods has a protocol here (:data:`REQUIRES`). The
-store checks once, when it opens, that the recorder really implements what it declares
-(:func:`check_capabilities`), and from then on branches on the declared set only.
+"""The recorder protocol: what a backend implements, and one small protocol per capability
+(:data:`REQUIRES`), checked once when the store opens (:func:`check_capabilities`).
 
 It may import the core's events and backend values, and :mod:`ares_events.errors`.
 """
@@ -64,21 +54,17 @@ class Recorder(Protocol):
     @property
     def capabilities(self) -> frozenset[Capability]:
         """What the recorder declares (a class attribute, usually)."""
-        ...
 
     def describe(self) -> str:
         """The store's location, redacted (safe to log)."""
-        ...
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append atomically, following the write protocol."""
-        ...
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
         """Events of one stream in version order, lazily."""
-        ...
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
@@ -89,24 +75,19 @@ class Recorder(Protocol):
         id starts with it, as the range condition of
         :func:`~ares_events.core.events.prefix_range`; ``limit`` counts those events.
         """
-        ...
 
     def head(self, stream_id: str) -> Head | None:
         """The stream's head row, or None when the stream does not exist."""
-        ...
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """Every stream head, ordered by stream id."""
-        ...
 
     def last_position(self) -> int:
         """The highest global position visible to ``read_all`` (0 when empty)."""
-        ...
 
     def close(self) -> None:
         """Release connections and files; calls in flight fail with ``StoreClosed``.
         Idempotent."""
-        ...
 
 
 @runtime_checkable
@@ -118,11 +99,9 @@ class AppendsMany(Protocol):
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """One outcome per batch; nothing written unless every check passed."""
-        ...
 
     def tracked_position(self, name: str) -> int | None:
         """The position last tracked for ``name``, or None."""
-        ...
 
 
 @runtime_checkable
@@ -142,7 +121,6 @@ class Erases(Protocol):
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """See the class docstring."""
-        ...
 
 
 @runtime_checkable
@@ -153,7 +131,6 @@ class Archives(Protocol):
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:
         absent), in one transaction; True when it was stored."""
-        ...
 
     def delete_archived(
         self,
@@ -167,7 +144,6 @@ class Archives(Protocol):
         rewritten or erased since the segment was written rolls everything back (a
         :class:`~ares_events.errors.StoreError` naming the first difference). Rows
         already deleted (a resumed run) count as none; returns how many were deleted."""
-        ...
 
 
 @runtime_checkable
@@ -176,7 +152,6 @@ class Wakes(Protocol):
 
     def wait_for(self, position: int, timeout: float) -> bool:
         """True once an event after ``position`` is visible, False after ``timeout``."""
-        ...
 
 
 @runtime_checkable
@@ -186,15 +161,12 @@ class KeepsMetadata(Protocol):
 
     def meta_get(self, key: str) -> str | None:
         """The value under ``key``, or None."""
-        ...
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` unless a value is there; return the stored value."""
-        ...
 
     def meta_set(self, key: str, value: str) -> None:
         """Store ``value``, replacing what is there."""
-        ...
 
 
 @runtime_checkable
@@ -205,19 +177,15 @@ class SnapshotRows(Protocol):
     def put(self, snap: Snapshot) -> None:
         """Insert or replace the row of ``(snap.stream_id, snap.projection)`` (a sealed
         snapshot: :func:`~ares_events.core.snapshot_format.row_of` is its row)."""
-        ...
 
     def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
         """The row of ``(stream_id, projection)``, or None."""
-        ...
 
     def remove(self, stream_id: str, projection: str | None) -> int:
         """Delete the rows of a stream (one projection's, or all); return how many."""
-        ...
 
     def infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
         """Every row's description (no state), ordered by stream and projection."""
-        ...
 
 
 @runtime_checkable
@@ -226,7 +194,6 @@ class KeepsSnapshots(Protocol):
 
     def snapshot_rows(self) -> SnapshotRows:
         """The snapshot table's rows."""
-        ...
 
 
 @runtime_checkable
@@ -237,7 +204,6 @@ class ScansDuplicates(Protocol):
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """``(kind, stream_id or event id, version, count, position)``, kind one of
         ``duplicate_version``, ``duplicate_position``, ``duplicate_event_id``."""
-        ...
 
 
 @runtime_checkable
@@ -249,7 +215,6 @@ class ScansPositions(Protocol):
         """``(position, stream_id, version)`` of every row after ``after_position`` in
         position order, as stored (a tampered row may hold any type), with the
         visibility bound of ``read_all``; paged."""
-        ...
 
 
 @runtime_checkable
@@ -261,7 +226,6 @@ class PagesStreams(Protocol):
         """At most ``limit`` heads of the streams whose id is above ``after`` (``""``:
         from the first) in the order of :meth:`Recorder.heads`; with ``prefix``
         (never empty when given), only the ids that start with it exactly (no wildcard)."""
-        ...
 
 
 @runtime_checkable
@@ -271,7 +235,6 @@ class HasDefaultBlobs(Protocol):
 
     def default_blobs_url(self) -> str | None:
         """A ``file://`` URL, or None (no I/O)."""
-        ...
 
 
 @runtime_checkable
@@ -282,7 +245,6 @@ class KeepsReadModels(Protocol):
 
     def read_models(self) -> ReadModels:
         """The store's read models (the same object on every call)."""
-        ...
 
 
 @runtime_checkable
@@ -292,7 +254,6 @@ class Wraps(Protocol):
 
     def uncached(self) -> Recorder:
         """The recorder under any cache (itself when it caches nothing)."""
-        ...
 
 
 REQUIRES: Final[dict[Capability, type]] = {
@@ -331,9 +292,7 @@ def check_capabilities(recorder: object, where: str) -> frozenset[Capability]:
 
 def system_of_record(recorder: Recorder) -> Recorder:
     """The recorder under any cache wrapper (what integrity checks read)."""
-    if isinstance(recorder, Wraps):
-        return recorder.uncached()
-    return recorder
+    return recorder.uncached() if isinstance(recorder, Wraps) else recorder
 
 
 def backend_of(recorder: Any) -> Any:

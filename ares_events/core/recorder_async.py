@@ -1,15 +1,5 @@
-"""The recorder protocol: what a backend implements, and one small protocol per capability.
-
-A recorder persists and returns records and enforces the expected-version check
-atomically, following the write protocol of :mod:`ares_events.core.backend`. The core
-calls every backend through :class:`AsyncRecorder` (each face has its own module of these
-protocols, one face written, the other generated). Third-party stores need not inherit
-anything.
-
-Optional behaviour is declared, not probed: a recorder lists its :class:`Capability`
-set, and each capability that adds methods has a protocol here (:data:`REQUIRES`). The
-store checks once, when it opens, that the recorder really implements what it declares
-(:func:`check_capabilities`), and from then on branches on the declared set only.
+"""The recorder protocol: what a backend implements, and one small protocol per capability
+(:data:`REQUIRES`), checked once when the store opens (:func:`check_capabilities`).
 
 It may import the core's events and backend values, and :mod:`ares_events.errors`.
 """
@@ -63,21 +53,17 @@ class AsyncRecorder(Protocol):
     @property
     def capabilities(self) -> frozenset[Capability]:
         """What the recorder declares (a class attribute, usually)."""
-        ...
 
     def describe(self) -> str:
         """The store's location, redacted (safe to log)."""
-        ...
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append atomically, following the write protocol."""
-        ...
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> AsyncIterator[RecordedEvent]:
         """Events of one stream in version order, lazily."""
-        ...
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
@@ -88,24 +74,19 @@ class AsyncRecorder(Protocol):
         id starts with it, as the range condition of
         :func:`~ares_events.core.events.prefix_range`; ``limit`` counts those events.
         """
-        ...
 
     async def head(self, stream_id: str) -> Head | None:
         """The stream's head row, or None when the stream does not exist."""
-        ...
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """Every stream head, ordered by stream id."""
-        ...
 
     async def last_position(self) -> int:
         """The highest global position visible to ``read_all`` (0 when empty)."""
-        ...
 
     async def close(self) -> None:
         """Release connections and files; calls in flight fail with ``StoreClosed``.
         Idempotent."""
-        ...
 
 
 @runtime_checkable
@@ -117,11 +98,9 @@ class AsyncAppendsMany(Protocol):
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """One outcome per batch; nothing written unless every check passed."""
-        ...
 
     async def tracked_position(self, name: str) -> int | None:
         """The position last tracked for ``name``, or None."""
-        ...
 
 
 @runtime_checkable
@@ -141,7 +120,6 @@ class AsyncErases(Protocol):
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """See the class docstring."""
-        ...
 
 
 @runtime_checkable
@@ -152,7 +130,6 @@ class AsyncArchives(Protocol):
     async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """Store ``value`` under ``key`` only if the stored value is ``expected`` (None:
         absent), in one transaction; True when it was stored."""
-        ...
 
     async def delete_archived(
         self,
@@ -166,7 +143,6 @@ class AsyncArchives(Protocol):
         rewritten or erased since the segment was written rolls everything back (a
         :class:`~ares_events.errors.StoreError` naming the first difference). Rows
         already deleted (a resumed run) count as none; returns how many were deleted."""
-        ...
 
 
 @runtime_checkable
@@ -175,7 +151,6 @@ class AsyncWakes(Protocol):
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """True once an event after ``position`` is visible, False after ``timeout``."""
-        ...
 
 
 @runtime_checkable
@@ -185,15 +160,12 @@ class AsyncKeepsMetadata(Protocol):
 
     async def meta_get(self, key: str) -> str | None:
         """The value under ``key``, or None."""
-        ...
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` unless a value is there; return the stored value."""
-        ...
 
     async def meta_set(self, key: str, value: str) -> None:
         """Store ``value``, replacing what is there."""
-        ...
 
 
 @runtime_checkable
@@ -204,19 +176,15 @@ class AsyncSnapshotRows(Protocol):
     async def put(self, snap: Snapshot) -> None:
         """Insert or replace the row of ``(snap.stream_id, snap.projection)`` (a sealed
         snapshot: :func:`~ares_events.core.snapshot_format.row_of` is its row)."""
-        ...
 
     async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
         """The row of ``(stream_id, projection)``, or None."""
-        ...
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
         """Delete the rows of a stream (one projection's, or all); return how many."""
-        ...
 
     def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
         """Every row's description (no state), ordered by stream and projection."""
-        ...
 
 
 @runtime_checkable
@@ -225,7 +193,6 @@ class AsyncKeepsSnapshots(Protocol):
 
     def snapshot_rows(self) -> AsyncSnapshotRows:
         """The snapshot table's rows."""
-        ...
 
 
 @runtime_checkable
@@ -236,7 +203,6 @@ class AsyncScansDuplicates(Protocol):
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
         """``(kind, stream_id or event id, version, count, position)``, kind one of
         ``duplicate_version``, ``duplicate_position``, ``duplicate_event_id``."""
-        ...
 
 
 @runtime_checkable
@@ -248,7 +214,6 @@ class AsyncScansPositions(Protocol):
         """``(position, stream_id, version)`` of every row after ``after_position`` in
         position order, as stored (a tampered row may hold any type), with the
         visibility bound of ``read_all``; paged."""
-        ...
 
 
 @runtime_checkable
@@ -262,7 +227,6 @@ class AsyncPagesStreams(Protocol):
         """At most ``limit`` heads of the streams whose id is above ``after`` (``""``:
         from the first) in the order of :meth:`AsyncRecorder.heads`; with ``prefix``
         (never empty when given), only the ids that start with it exactly (no wildcard)."""
-        ...
 
 
 @runtime_checkable
@@ -272,7 +236,6 @@ class AsyncHasDefaultBlobs(Protocol):
 
     def default_blobs_url(self) -> str | None:
         """A ``file://`` URL, or None (no I/O)."""
-        ...
 
 
 @runtime_checkable
@@ -283,7 +246,6 @@ class AsyncKeepsReadModels(Protocol):
 
     def read_models(self) -> ReadModels:
         """The store's read models (the same object on every call)."""
-        ...
 
 
 @runtime_checkable
@@ -293,7 +255,6 @@ class AsyncWraps(Protocol):
 
     def uncached(self) -> AsyncRecorder:
         """The recorder under any cache (itself when it caches nothing)."""
-        ...
 
 
 REQUIRES: Final[dict[Capability, type]] = {
@@ -332,9 +293,7 @@ def check_capabilities(recorder: object, where: str) -> frozenset[Capability]:
 
 def system_of_record(recorder: AsyncRecorder) -> AsyncRecorder:
     """The recorder under any cache wrapper (what integrity checks read)."""
-    if isinstance(recorder, AsyncWraps):
-        return recorder.uncached()
-    return recorder
+    return recorder.uncached() if isinstance(recorder, AsyncWraps) else recorder
 
 
 def backend_of(recorder: Any) -> Any:

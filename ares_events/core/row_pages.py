@@ -1,17 +1,5 @@
-"""Reads that come a page of rows at a time, with events built only when taken (issue 33).
-
-A backend whose rows are :class:`~ares_events.core.events.RecordedEvent`'s twelve items
-(``payload_ref`` as its stored text or None) returns a :class:`PagedRead` from ``read``:
-
-- iterated, it is an iterator of events like any read (one C-level chain of ``map``\\ s:
-  each row becomes an event as it is taken);
-- through :meth:`PagedRead.event_pages` (what :func:`~ares_events.core.iterators.pages`
-  uses), it hands out :class:`EventPage`\\ s: sequences of events backed by the rows. The
-  chain verifier checks a page's rows in one call and the fold takes the events one at a
-  time, so a page never holds thousands of event objects at once (their garbage
-  collection cost more than building them) and a sound page builds no event for the check.
-
-The blocking face only: the asyncio face's reads stay async generators.
+"""Reads that come a page of rows at a time, with events built only when taken (issue 33;
+docs/performance.md). The blocking face only.
 
 It may import only :mod:`ares_events.chain` and the core's :mod:`.events`.
 """
@@ -72,7 +60,7 @@ class EventPage(Sequence[RecordedEvent]):
 
 
 class PagedRead(itertools.chain):  # type: ignore[type-arg]
-    """The events of one read, from pages of rows (see the module docstring).
+    """The events of one read, from pages of rows (docs/performance.md).
 
     Build it with :meth:`over`. Iterate it, or take :meth:`event_pages` before the first
     event, not both. ``close()`` closes the source of pages.

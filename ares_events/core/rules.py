@@ -1,9 +1,5 @@
 """The pure rules of the store's operations, shared by both faces: no I/O.
 
-Argument checks of reads, what a backend's outcome means for an append (a fresh result,
-the original result of an exact re-append, or the :class:`Conflict` it is instead), and
-the plan of a multi-stream append (each stream once, no event id in two batches).
-
 It may import the core's events and backend values, and :mod:`ares_events.errors`.
 """
 

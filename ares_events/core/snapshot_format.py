@@ -1,22 +1,6 @@
-"""What a snapshot is: its fields, digest and seal, and the checks of its values.
-
-A snapshot is a cache of a fold, never the truth. It records the stream, the projection's
-name and version, ``at_version`` (the last event folded), ``at_hash`` (that event's hash),
-the state as canonical JSON and ``state_digest = blake3(state)``. One snapshot is kept per
-(stream, projection): saving replaces the previous one.
-
-Every stored snapshot also carries a *seal* over everything recovery trusts: stream,
-projection and its version, ``at_version``, ``at_hash``, the state digest and the time
-(:func:`snapshot_seal`). With a chain key the seal is a keyed MAC (blake3 keyed with a
-subkey derived from the chain key), so whoever can write the database but lacks the key
-cannot forge a snapshot that recovery accepts: a state rewritten with its digest
-recomputed, or a snapshot pointed at an earlier ``at_version`` so its tail would be folded
-twice, fails the seal and is ignored. Without a chain key the seal is a plain digest: it
-catches corruption, not forgery (docs/security.md). A keyed store ignores snapshots
-without a seal (written before seals existed); an unkeyed one accepts them.
-
-The snapshot store that checks snapshots against their stream is
-:mod:`ares_events.core.snapshots`; backends store :data:`SnapshotRow` tuples.
+"""What a snapshot is: its fields, digest and seal, and the checks of its values (a cache of
+a fold, never the truth; the seal: docs/security.md). Backends store :data:`SnapshotRow`
+tuples.
 
 It may import the core's events, :mod:`ares_events.errors` and the chain format.
 """
@@ -70,7 +54,7 @@ _SEAL_PREFIX: Final = b"ares-events/snapshot-seal/v1\x00"
 
 def snapshot_seal(snap: Snapshot, key: ChainKey | None) -> bytes:
     """The seal of ``snap``: a MAC under ``key`` (keyed store) or a plain digest over
-    canonical JSON of every field recovery trusts (see the module docstring)."""
+    canonical JSON of every field recovery trusts (docs/security.md)."""
     record = canonical_json(
         {
             "stream": snap.stream_id,

@@ -1,17 +1,5 @@
 """The snapshot store: the latest snapshot per (stream, projection), checked against the
-stream before it is returned (``store.snapshots``).
-
-:meth:`AsyncSnapshotStore.load` checks a snapshot before returning it: the projection
-version (when asked), the state digest, that ``at_hash`` is still the hash of the
-stream's event at ``at_version``, and the seal (:mod:`ares_events.core.snapshot_format`).
-Anything else raises :class:`~ares_events.errors.SnapshotMismatch` with the reason;
-:meth:`AsyncSnapshotStore.load_checked` returns the reason instead, so recovery can
-report why a snapshot was ignored. A wrong snapshot is never returned, and its state is
-never decoded before every check passed.
-
-Where the rows live is the backend's business: a recorder that declares
-:attr:`~ares_events.core.backend.Capability.SNAPSHOTS` hands out its
-``snapshot_rows()``; this store holds every check, once.
+stream before it is returned (``store.snapshots``); a wrong snapshot is never returned.
 
 It may import the core's other modules and :mod:`ares_events.errors`.
 """
@@ -58,7 +46,6 @@ class AsyncEvents(Protocol):
     @property
     def url(self) -> str:
         """The store's URL, redacted."""
-        ...
 
     def read(
         self,
@@ -68,11 +55,9 @@ class AsyncEvents(Protocol):
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         """Events of one stream in version order."""
-        ...
 
     async def stream_version(self, stream_id: str) -> int:
         """The stream's version from its head row."""
-        ...
 
 
 logger = logging.getLogger(__name__)

@@ -1,17 +1,6 @@
 """OpenTelemetry spans and metrics for the store, verification, recovery and the agent
-runtime (the ``otel`` extra: ``opentelemetry-api`` only; docs/observability.md).
-
-Nothing here costs more than a function call and an ``isinstance`` when no SDK is
-configured: :func:`current` returns None until a real tracer or meter provider is set
-(globally, or with :func:`configure`), and every helper then hands back one shared no-op
-object. With the extra not installed at all, the first call finds that out once.
-
-What is emitted follows OpenTelemetry's stable database conventions (``db.system.name``,
-``db.operation.name``, ``db.collection.name``, ``server.address``, ...) and, for the
-journal, the GenAI ones. Attribute values are identifiers, counts, flags and exception
-*types*: never a payload, a URL with its password, a chain key or an exception message
-(an :class:`~ares_events.errors.InvalidEvent` message may quote the value it refused).
-Metric attributes are of bounded cardinality only (never a stream id or a run id).
+runtime (the ``otel`` extra; docs/observability.md). Without an SDK every helper hands
+back one shared no-op object.
 
 It may import :mod:`ares_events.errors` and nothing else from the package;
 ``opentelemetry`` is imported on first use.
@@ -23,8 +12,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -51,22 +39,7 @@ EVENTS_TABLE: Final = "ares_events"
 DB_DURATION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 """The database conventions' advised buckets of ``db.client.operation.duration``."""
 
-GENAI_DURATION_BUCKETS: Final = (
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.12,
-    10.24,
-    20.48,
-    40.96,
-    81.92,
-)
+GENAI_DURATION_BUCKETS: Final = tuple(0.01 * 2**i for i in range(14))  # 0.01 .. 81.92
 """The GenAI conventions' advised buckets of ``gen_ai.client.operation.duration``."""
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -104,33 +77,12 @@ _SYSTEMS: Final = {
 _BOUNDED: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
 
 
-@dataclass(frozen=True, slots=True)
-class _Instruments:
-    """The instruments of one meter (all created at once: a meter caches them anyway)."""
-
-    db_duration: Any
-    op_duration: Any
-    appended: Any
-    replayed: Any
-    capped: Any
-    findings: Any
-    projection_lag: Any
-    journal_calls: Any
-    journal_retries: Any
-    genai_duration: Any
-    genai_tokens: Any
-    deaths: Any
-    resurrections: Any
-    backoff: Any
-    flapping: Any
-    gave_up: Any
-
-
-def _instruments(meter: Any) -> _Instruments:
+def _instruments(meter: Any) -> SimpleNamespace:
+    # All created at once: a meter caches them anyway.
     def counter(name: str, unit: str, description: str) -> Any:
         return meter.create_counter(name, unit=unit, description=description)
 
-    return _Instruments(
+    return SimpleNamespace(
         db_duration=meter.create_histogram(
             "db.client.operation.duration",
             unit="s",
@@ -214,7 +166,7 @@ class Telemetry:
     def __init__(self, otel: Any, tracer: Any, meter: Any, capture_content: bool) -> None:
         self.otel = otel
         self.tracer = tracer
-        self.metrics: _Instruments | None = _instruments(meter) if meter is not None else None
+        self.metrics: SimpleNamespace | None = _instruments(meter) if meter is not None else None
         self.capture_content = capture_content
 
     def start_span(
@@ -273,9 +225,7 @@ class Telemetry:
 def bounded(value: Any) -> str:
     """``value`` when it looks like a code-defined name (``hash_mismatch``), else
     ``other``: a metric attribute never takes an unbounded value."""
-    if isinstance(value, str) and _BOUNDED.match(value):
-        return value
-    return "other"
+    return value if isinstance(value, str) and _BOUNDED.match(value) else "other"
 
 
 def error_type(exc: BaseException) -> str:
@@ -426,24 +376,19 @@ def configure(
     Raises:
         MissingDependencyError: a provider is given and the ``otel`` extra is missing.
     """
-    global _active, _explicit, _missing
+    global _active, _explicit, _missing, _env_capture
     _active = None
     _missing = False
     if tracer_provider is None and meter_provider is None and enabled:
         _explicit = None
         if capture_content is not None:
-            _explicit_capture(capture_content)
+            _env_capture = capture_content
         return
     _explicit = (tracer_provider, meter_provider, capture_content, enabled)
     if enabled and current() is None and _missing:
         from ares_events.errors import MissingDependencyError
 
         raise MissingDependencyError("OpenTelemetry", "otel")
-
-
-def _explicit_capture(flag: bool) -> None:
-    global _env_capture
-    _env_capture = flag
 
 
 # -- store operations ---------------------------------------------------------------------
@@ -533,6 +478,11 @@ class Operation:
         self._extra[key] = value
 
     def __enter__(self) -> Operation:
+        return self.start()
+
+    def start(self, *, current: bool = True) -> Operation:
+        """Start the span and the clock; the span is made current unless ``current`` is
+        False (a lazy read's span outlives the call that starts it)."""
         tel = self._tel
         if tel.tracer is not None:
             if self._activity:
@@ -540,8 +490,9 @@ class Operation:
             else:
                 span_name = f"{self._name} {self._base['db.collection.name']}"
                 self._span = tel.start_span(span_name, self._base, kind="CLIENT")
-            otel = tel.otel
-            self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
+            if current:
+                otel = tel.otel
+                self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
         self._t0 = time.perf_counter()
         return self
 
@@ -556,7 +507,8 @@ class Operation:
         failed = exc is not None and not isinstance(exc, GeneratorExit)
         span = self._span
         if span is not None:
-            tel.otel.context.detach(self._token)
+            if self._token is not None:
+                tel.otel.context.detach(self._token)
             if self._extra:
                 span.set_attributes(self._extra)
             tel.end_span(span, exc if failed else None)
@@ -592,13 +544,9 @@ def operation(
     url: str, name: str, attributes: Mapping[str, Any] | None = None, *, activity: bool = False
 ) -> Operation | _NoOperation:
     """A context manager that traces and times the store operation ``name`` of the store
-    at ``url`` (redacted); ``attributes`` go on the span only (a stream id is fine
-    there, never in a metric). A no-op when nothing is recorded.
-
-    A store operation is a CLIENT span ``{name} ares_events`` timed in
-    ``db.client.operation.duration``; an *activity* (replay, recover, verify, audit:
-    work over many reads) is an INTERNAL span ``ares_events.{name}`` timed in
-    ``ares_events.operation.duration``."""
+    at ``url`` (redacted); ``attributes`` go on the span only, never in a metric. A no-op
+    when nothing is recorded. An *activity* (replay, recover, verify, audit) is an
+    INTERNAL span ``ares_events.{name}``, anything else a CLIENT span (docs/observability.md)."""
     tel = current()
     if tel is None:
         return NO_OPERATION
@@ -643,9 +591,7 @@ def link_to(carrier: Any, attributes: Mapping[str, Any] | None = None) -> Any:
         return None
     ctx = tel.otel.propagator.extract({"traceparent": tp})
     sc = tel.otel.trace.get_current_span(ctx).get_span_context()
-    if not sc.is_valid:
-        return None
-    return tel.otel.trace.Link(sc, dict(attributes or {}))
+    return tel.otel.trace.Link(sc, dict(attributes or {})) if sc.is_valid else None
 
 
 def timed() -> Callable[[], float]:

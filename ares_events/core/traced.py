@@ -1,9 +1,5 @@
-"""Decorators that trace store operations and the activities over them (replay,
-recovery, verification, audits), for both faces, and what each adds from its result
-(:mod:`ares_events.core.telemetry` has the rest; docs/observability.md).
-
-A decorated function checks :func:`~ares_events.core.telemetry.current` once per call
-and otherwise runs as it is: the whole cost without an SDK.
+"""Decorators that trace store operations, replay, recovery, verification and audits, for
+both faces (docs/observability.md).
 
 It may import :mod:`ares_events.core.telemetry` only.
 """
@@ -12,19 +8,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
-from ares_events.core.telemetry import (
-    Operation,
-    Telemetry,
-    bounded,
-    current,
-    error_type,
-    operation,
-    store_attributes,
-)
+from ares_events.core.telemetry import Operation, bounded, current, operation
 
 __all__ = [
     "appended",
@@ -90,16 +77,13 @@ def traced_reads(name: str) -> Callable[[F], F]:
         @functools.wraps(fn)
         def reads(self: Any, *args: Any, **kwargs: Any) -> Any:
             events = fn(self, *args, **kwargs)  # the arguments are checked at the call
-            tel = current()
-            if tel is None:
+            op = operation(self.url, name, _stream_attr(args, kwargs))
+            if not isinstance(op, Operation):
                 return events
-            span_attrs, metric_attrs = store_attributes(self.url)
-            base = {**span_attrs, "db.operation.name": name, **_stream_attr(args, kwargs)}
-            metric = {**metric_attrs, "db.operation.name": name}
-            span = tel.start_span(f"{name} {base['db.collection.name']}", base, kind="CLIENT")
+            op.start(current=False)
             if hasattr(events, "__anext__"):
-                return _async_reads(tel, span, metric, events)
-            return _sync_reads(tel, span, metric, events)
+                return _async_reads(op, events)
+            return _sync_reads(op, events)
 
         return reads  # type: ignore[return-value]
 
@@ -111,22 +95,8 @@ def _stream_attr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any
     return {"ares_events.stream.id": sid} if isinstance(sid, str) else {}
 
 
-def _finish_reads(
-    tel: Telemetry, span: Any, metric: dict[str, Any], n: int, t0: float, exc: Any
-) -> None:
-    elapsed = time.perf_counter() - t0
-    failed = exc is not None and not isinstance(exc, GeneratorExit)
-    if span is not None:
-        span.set_attribute("db.response.returned_rows", n)
-        tel.end_span(span, exc if failed else None)
-    if tel.metrics is not None:
-        if failed:
-            metric = {**metric, "error.type": error_type(exc)}
-        tel.metrics.db_duration.record(elapsed, metric)
-
-
-def _sync_reads(tel: Telemetry, span: Any, metric: dict[str, Any], events: Any) -> Iterator[Any]:
-    n, t0, exc = 0, time.perf_counter(), None
+def _sync_reads(op: Operation, events: Any) -> Iterator[Any]:
+    n, exc = 0, None
     try:
         for e in events:
             n += 1
@@ -138,13 +108,12 @@ def _sync_reads(tel: Telemetry, span: Any, metric: dict[str, Any], events: Any) 
         close = getattr(events, "close", None)
         if close is not None:
             close()
-        _finish_reads(tel, span, metric, n, t0, exc)
+        op.set("db.response.returned_rows", n)
+        op.__exit__(None, exc, None)
 
 
-async def _async_reads(
-    tel: Telemetry, span: Any, metric: dict[str, Any], events: Any
-) -> AsyncIterator[Any]:
-    n, t0, exc = 0, time.perf_counter(), None
+async def _async_reads(op: Operation, events: Any) -> AsyncIterator[Any]:
+    n, exc = 0, None
     try:
         async for e in events:
             n += 1
@@ -156,7 +125,8 @@ async def _async_reads(
         close = getattr(events, "aclose", None)
         if close is not None:
             await close()
-        _finish_reads(tel, span, metric, n, t0, exc)
+        op.set("db.response.returned_rows", n)
+        op.__exit__(None, exc, None)
 
 
 def appended(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any], res: Any) -> None:

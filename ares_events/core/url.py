@@ -1,8 +1,5 @@
-"""Store URLs, parsed once at the edge: :class:`StoreURL` and its redaction.
-
-``StoreURL.redacted()`` is the only form of a URL ever logged, shown in a ``repr`` or put
-in an error message: passwords in the userinfo and credential-like query parameters are
-replaced by ``***``.
+"""Store URLs, parsed once at the edge: :class:`StoreURL` and its redaction (the only form
+of a URL ever logged or shown).
 
 It may import :mod:`ares_events.errors` only.
 """

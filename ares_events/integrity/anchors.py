@@ -1,36 +1,6 @@
-"""Anchors: the log's signed checkpoints kept at a location outside the store, and the
-check that the store still extends every one of them.
-
-A hash chain proves that a stream's events are consistent with each other, not that they
-are the events that were written: whoever can write the database can delete a stream's
-tail and rewrite its head row to match, or rewrite a whole chain with recomputed
-(unkeyed) hashes, and a bare chain verification passes. ``ares-events anchor --key FILE``
-closes that gap: it signs a checkpoint of the Merkle log (a C2SP ``tlog-checkpoint`` note,
-Ed25519) and writes it as ``checkpoint-<size>-<time>.note`` to a location the store's
-writers cannot touch (a folder, or an S3 prefix). Nobody without the log key can forge or
-edit one.
-
-:func:`verify_anchors` checks each note's signature against trusted verifier keys and then
-recomputes, in one pass over ``read_all``, the RFC 9162 root of the first ``size`` events
-for every checkpoint size, straight from the events' chain hashes (never from the stored
-tree, which a rewrite could leave as it was): the store extends a checkpoint exactly when
-the root of today's first ``size`` leaves is its root. Removing notes from the location
-leaves the others checked; a rewrite of any event before a checkpoint's size changes the
-root at that size. Findings (the first failing checkpoint of each kind, with how many
-others fail the same way):
-
-``anchor_corrupt``      a note that does not parse, or whose signature does not verify,
-                        or that no trusted key of its origin signed.
-``anchor_unverified``   no trusted verifier key is known (pass ``--vkey``).
-``anchor_truncated``    the log now holds fewer events than the checkpoint's size.
-``anchor_rewritten``    the root of the first ``size`` events differs from the signed one.
-``no_anchor``           the location holds no checkpoint: nothing was checked (never
-                        reported as clean).
-
-Location URLs: ``file:///abs/path/anchors/`` (or a plain path: one file per checkpoint,
-written atomically: temporary file, fsync, rename) and
-``s3://bucket/prefix?endpoint_url=...&region=...`` (one object each, through boto3;
-credentials only from boto3's normal chain: a URL with a user or password is refused).
+"""Anchors: signed checkpoints kept at a location outside the store (a folder or an S3
+prefix), and :func:`verify_anchors`, the check that the store still extends every one of
+them (findings and location URLs: docs/proofs.md).
 
 It may import the core, :mod:`ares_events.errors` and this package's other modules.
 """
@@ -51,9 +21,9 @@ from ares_events.core.recorder import system_of_record
 from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
 from ares_events.integrity import merkle
-from ares_events.integrity.checkpoints import SignedCheckpoint, b64, open_checkpoint
+from ares_events.integrity.checkpoints import SignedCheckpoint, open_checkpoint
 from ares_events.integrity.findings import Finding
-from ares_events.integrity.notes import VerifierKey
+from ares_events.integrity.notes import VerifierKey, b64
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -82,19 +52,15 @@ class AnchorLocation(Protocol):
 
     def put(self, name: str, data: bytes) -> str:
         """Store one note; return where (for display)."""
-        ...
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every stored note as ``(name, bytes)``, by name."""
-        ...
 
     def describe(self) -> str:
         """Where this location is (no secrets)."""
-        ...
 
     def close(self) -> None:
         """Release resources."""
-        ...
 
 
 class FileAnchors:
@@ -213,10 +179,7 @@ class S3Anchors:
         key = self._key(name)
         try:
             self._client.put_object(
-                Bucket=self.bucket,
-                Key=key,
-                Body=data,
-                ContentType="text/plain",
+                Bucket=self.bucket, Key=key, Body=data, ContentType="text/plain"
             )
         except self._boto_errors as exc:
             raise StoreUnavailable(
@@ -333,7 +296,7 @@ def verify_anchors(
     store: EventStore, location_url: str, *, keys: Sequence[VerifierKey] | None = None
 ) -> AnchorCheck:
     """Check that ``store`` still extends every signed checkpoint kept at
-    ``location_url`` (see the module docstring), reading the system of record (never a
+    ``location_url`` (docs/proofs.md), reading the system of record (never a
     cache; archived events included).
 
     ``keys`` are the trusted verifier keys (default: the keys the store recorded as its
@@ -353,15 +316,11 @@ def verify_anchors(
     if not notes:
         # Asked to prove the store against its anchors, with none to prove it against:
         # never an "ok" (a wrong URL, or anchors that were deleted).
-        report.findings.append(
-            Finding(
-                "no_anchor",
-                None,
-                None,
-                f"no signed checkpoint at {report.location}: nothing to check the store "
-                "against (write one with `ares-events anchor --key FILE`)",
-            )
+        detail = (
+            f"no signed checkpoint at {report.location}: nothing to check the store "
+            "against (write one with `ares-events anchor --key FILE`)"
         )
+        report.findings.append(Finding("no_anchor", None, None, detail))
         return report
     if keys is None:
         keys, report.keys_from = recorded_log_keys(rec), "store"
@@ -467,15 +426,11 @@ def check_checkpoint_notes(
     good: list[tuple[str, SignedCheckpoint]] = []
     for name, raw in notes:
         if not keys:
-            findings.append(
-                Finding(
-                    "anchor_unverified",
-                    None,
-                    None,
-                    f"checkpoint {name}: no trusted verifier key to check its signature "
-                    "(pass --vkey, or sign checkpoints in this store first)",
-                )
+            detail = (
+                f"checkpoint {name}: no trusted verifier key to check its signature "
+                "(pass --vkey, or sign checkpoints in this store first)"
             )
+            findings.append(Finding("anchor_unverified", None, None, detail))
             continue
         try:
             signed = open_checkpoint(raw, keys)
@@ -483,9 +438,8 @@ def check_checkpoint_notes(
             if not any(k.name == origin for k in signed.verified_by):
                 raise ProofError(f"no trusted key of its origin {origin!r} signed it")
         except ProofError as exc:
-            findings.append(
-                Finding("anchor_corrupt", None, None, f"checkpoint {name}: {exc.reason}")
-            )
+            detail = f"checkpoint {name}: {exc.reason}"
+            findings.append(Finding("anchor_corrupt", None, None, detail))
             continue
         good.append((name, signed))
     if not good:

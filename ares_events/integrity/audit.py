@@ -42,15 +42,8 @@ def audit(
     anchor_keys: Sequence[VerifierKey] | None = None,
 ) -> AuditReport:
     """Verify every stream, the global positions and (``deep=True``) every spilled blob
-    and every snapshot.
-
-    Two passes. First every stream with a head is read by version and its chain checked
-    against its head (stream reads see every committed event, whatever the backend's
-    ``read_all`` visibility rule). Then one pass over the global positions (the
-    backend's three-column ``positions()`` scan where it declares
-    ``Capability.POSITION_SCAN``, otherwise ``read_all``) checks that they increase
-    (without gaps where the backend promises that) and finds the streams that have no
-    head row, which are then verified like the others.
+    and every snapshot: a pass per stream, then one over the global positions, which also
+    finds streams without a head row (the passes: docs/architecture.md).
 
     Args:
         store: the store to audit.
@@ -76,9 +69,7 @@ def audit(
     heads: dict[str, Head] = {}
     for sid, head in recorder.heads():
         if type(sid) is not str:
-            report.findings.append(
-                Finding("malformed_row", repr(sid), None, f"head row: stream_id is {sid!r:.60}")
-            )
+            _add(report, "malformed_row", repr(sid), None, f"head row: stream_id is {sid!r:.60}")
             continue
         heads[sid] = head
     expected = sum(h.version for h in heads.values() if type(h.version) is int)
@@ -103,11 +94,9 @@ def audit(
 
     seg_index = _segment_index(recorder, report)
     for sid, head in heads.items():
-        start = seg_index.retired_end(sid) if seg_index is not None else None
-        if start is None:
-            ver = ChainVerifier(sid, key)
-        else:  # its oldest events were retired: the chain goes on from the tombstone
-            ver = ChainVerifier(sid, key, start_version=start[0], start_hash=start[1])
+        # A stream whose oldest events were retired goes on from the tombstone.
+        sv, sh = (seg_index.retired_end(sid) if seg_index is not None else None) or (0, None)
+        ver = ChainVerifier(sid, key, start_version=sv, start_hash=sh)
         n, shead = check_stream(store, sid, ver, head, seen)
         ver.check_head(shead)
         head_version = shead.version if shead and type(shead.version) is int else 0
@@ -123,29 +112,25 @@ def audit(
     for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
-            report.findings.append(
-                Finding(
-                    "malformed_row",
-                    sid if type(sid) is str else repr(sid),
-                    None,
-                    f"position {pos!r}: {_scan_problem(pos, sid, version)}",
-                )
+            _add(
+                report,
+                "malformed_row",
+                sid if type(sid) is str else repr(sid),
+                None,
+                f"position {pos!r}: {_scan_problem(pos, sid, version)}",
             )
             continue
         if pos > total:
             continue  # appended after the audit started
         if pos <= last_pos:
-            report.findings.append(
-                Finding("position_order", sid, version, f"position {pos} after {last_pos}")
-            )
+            _add(report, "position_order", sid, version, f"position {pos} after {last_pos}")
         elif gapless and pos != last_pos + 1 and not _retired(retired, last_pos + 1, pos - 1):
-            report.findings.append(
-                Finding(
-                    "position_gap",
-                    sid,
-                    version,
-                    f"positions {last_pos + 1}..{pos - 1} are missing",
-                )
+            _add(
+                report,
+                "position_gap",
+                sid,
+                version,
+                f"positions {last_pos + 1}..{pos - 1} are missing",
             )
         last_pos = max(last_pos, pos)
         if sid not in heads and sid not in orphans:
@@ -172,13 +157,12 @@ def audit(
         for info, reason in store.snapshots.verify_all():
             report.snapshots_checked += 1
             if reason is not None:
-                report.findings.append(
-                    Finding(
-                        "snapshot_mismatch",
-                        info.stream_id,
-                        info.at_version,
-                        f"snapshot of {info.projection!r}: {reason}",
-                    )
+                _add(
+                    report,
+                    "snapshot_mismatch",
+                    info.stream_id,
+                    info.at_version,
+                    f"snapshot of {info.projection!r}: {reason}",
                 )
     if anchors is not None:
         check = verify_anchors(store, anchors, keys=anchor_keys)
@@ -192,10 +176,8 @@ def audit(
 def _check_erasures(
     store: EventStore, recorder: Any, erased: list[RecordedEvent], report: AuditReport
 ) -> None:
-    """List erased payloads (information) and compare them with the erasure records:
-    ``erasure_unrecorded`` (erased, but no ``payload.erased`` record names it: an
-    interrupted erasure, run it again) and ``erasure_undone`` (a record names it, but its
-    payload is back)."""
+    """List erased payloads (information) and compare them with the erasure records
+    (``erasure_unrecorded``, ``erasure_undone``)."""
     records: dict[str, tuple[dict[str, Any], int]] = {}
     for raw in recorder.read(ERASURE_STREAM, 1, None, None):
         if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
@@ -225,14 +207,13 @@ def _check_erasures(
             }
         )
         if rv is None:
-            report.findings.append(
-                Finding(
-                    "erasure_unrecorded",
-                    e.stream_id,
-                    e.version,
-                    f"the payload was erased but no {ERASURE_TYPE} record in "
-                    f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
-                )
+            _add(
+                report,
+                "erasure_unrecorded",
+                e.stream_id,
+                e.version,
+                f"the payload was erased but no {ERASURE_TYPE} record in "
+                f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
             )
     for eid, (p, rv) in records.items():
         sid, ver = p.get("stream_id"), p.get("version")
@@ -240,14 +221,13 @@ def _check_erasures(
             continue
         now = next(iter(recorder.read(sid, ver, ver, 1)), None)
         if now is not None and now.event_id_str == eid and not now.payload_erased:
-            report.findings.append(
-                Finding(
-                    "erasure_undone",
-                    sid,
-                    ver,
-                    f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
-                    "it is stored again",
-                )
+            _add(
+                report,
+                "erasure_undone",
+                sid,
+                ver,
+                f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
+                "it is stored again",
             )
 
 
@@ -258,7 +238,7 @@ def _segment_index(recorder: Any, report: AuditReport) -> SegmentIndex | None:
     try:
         return recorder.segment_index()
     except ArchiveError as exc:
-        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+        _add(report, f"archive_{exc.kind}", None, None, str(exc))
         return None
 
 
@@ -283,7 +263,7 @@ def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, A
     try:
         yield from rows
     except ArchiveError as exc:
-        report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+        _add(report, f"archive_{exc.kind}", None, None, str(exc))
 
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
@@ -301,9 +281,8 @@ def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
 
 
 def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
-    """Rows that share a (stream, version), a position or an event id: the unique indexes
-    say they cannot exist, so only a tampered database has them. Reported once each
-    (a duplicated version the stream pass already saw is not repeated)."""
+    """Rows that share a (stream, version), a position or an event id (only a tampered
+    database has them), each reported once, not again after the stream pass."""
     if Capability.DUPLICATE_SCAN not in recorder.capabilities:
         return
     seen = {(f.kind, f.stream_id, f.version) for f in report.findings}
@@ -316,13 +295,12 @@ def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
             "duplicate_position": f"{n} rows hold position {pos!r}",
             "duplicate_event_id": f"{n} rows hold event id {who!r}",
         }[kind]
-        report.findings.append(
-            Finding(
-                kind,
-                sid if sid is None or type(sid) is str else repr(sid),
-                version if type(version) is int else None,
-                f"{what} (first at position {pos!r}); the unique index was bypassed",
-            )
+        _add(
+            report,
+            kind,
+            sid if sid is None or type(sid) is str else repr(sid),
+            version if type(version) is int else None,
+            f"{what} (first at position {pos!r}); the unique index was bypassed",
         )
 
 
@@ -330,15 +308,21 @@ def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> Non
     ref = e.payload_ref
     assert ref is not None
     if store.blobs is None:
-        report.findings.append(
-            Finding(
-                "blob_missing", e.stream_id, e.version, f"blob {ref.key}: no blob store configured"
-            )
+        _add(
+            report,
+            "blob_missing",
+            e.stream_id,
+            e.version,
+            f"blob {ref.key}: no blob store configured",
         )
         return
     try:
         store.blobs.verify(ref)
     except BlobMissing as exc:
-        report.findings.append(Finding("blob_missing", e.stream_id, e.version, exc.detail))
+        _add(report, "blob_missing", e.stream_id, e.version, exc.detail)
     except BlobError as exc:
-        report.findings.append(Finding("blob_corrupted", e.stream_id, e.version, exc.detail))
+        _add(report, "blob_corrupted", e.stream_id, e.version, exc.detail)
+
+
+def _add(report: AuditReport, kind: str, stream_id: Any, version: Any, detail: str) -> None:
+    report.findings.append(Finding(kind, stream_id, version, detail))

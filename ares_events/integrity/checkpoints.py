@@ -1,24 +1,5 @@
 """Checkpoints (C2SP ``tlog-checkpoint``) and the proof documents ``prove`` writes and
-``verify-proof`` checks, offline.
-
-A checkpoint is a signed note whose text is::
-
-    <origin>\\n                 the log's identity (here: the log key's name)
-    <tree size>\\n              decimal, no leading zeros ("0" for the empty tree)
-    <base64 root hash>\\n       standard, padded base64 of the 32-byte RFC 9162 root
-    [<extension line>\\n ...]   optional, non-empty, opaque
-
-Proof documents (JSON objects, as ``ares-events prove --json`` prints them)::
-
-    inclusion:   {"leaf_index", "tree_size", "leaf_data": hex, "inclusion": [base64],
-                  "checkpoint": "<signed note>"}
-    consistency: {"old_size", "new_size", "consistency": [base64], "checkpoint": "<signed
-                  note of new_size>", "old_checkpoint": "<signed note of old_size>" | null}
-
-:func:`verify_proof` checks the checkpoint's signature against trusted verifier keys,
-that its size is the proof's, and the proof against its root (an inclusion proof: the leaf
-``SHA-256(0x00 || leaf_data)`` at ``leaf_index``; a consistency proof: from the old
-checkpoint's root, which must be signed by a trusted key too, or given by the caller).
+``verify-proof`` checks offline with :func:`verify_proof` (formats: docs/proofs.md).
 """
 
 from __future__ import annotations
@@ -37,6 +18,7 @@ from ares_events.integrity.notes import (
     NoteSignature,
     SigningKey,
     VerifierKey,
+    b64,
     open_note,
     sign_note,
 )
@@ -45,6 +27,7 @@ __all__ = [
     "Checkpoint",
     "ProofCheck",
     "SignedCheckpoint",
+    "b64",
     "consistency_document",
     "cosign_checkpoint",
     "inclusion_document",
@@ -58,11 +41,6 @@ __all__ = [
 _SIZE: Final = re.compile(r"0|[1-9][0-9]*")
 MAX_PROOF_HASHES: Final = 64
 """A proof of a tree below 2**63 leaves has at most 63 hashes (tlog-witness says so too)."""
-
-
-def b64(data: bytes) -> str:
-    """Standard, padded base64 text."""
-    return base64.b64encode(data).decode("ascii")
 
 
 def unb64_hash(text: object, what: str) -> bytes:

@@ -1,10 +1,6 @@
 """Integrity findings and the reports that carry them: :class:`Finding`,
-:class:`VerifyReport` (one stream) and :class:`AuditReport` (a whole store).
-
-They live apart from :mod:`~ares_events.integrity.verify` so that the anchors
-(:mod:`~ares_events.integrity.anchors`), which produce findings too, and the verifier,
-which runs the anchors' check in an audit, do not import each other. This module imports
-nothing from the package.
+:class:`VerifyReport` (one stream) and :class:`AuditReport` (a whole store), apart so that
+the anchors and the verifier do not import each other. It imports nothing from the package.
 """
 
 from __future__ import annotations

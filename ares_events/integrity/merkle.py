@@ -1,28 +1,8 @@
-"""Merkle tree math of RFC 9162 (section 2.1, the same as RFC 6962) over SHA-256.
+"""Merkle tree math of RFC 9162 (section 2.1) over SHA-256, pure: no I/O, no store.
 
-This module is pure: no I/O, no store. It is what the log projection
-(:mod:`ares_events.projections.merkle`) builds proofs with and what ``verify-proof``
-checks them with, so it works with any source of subtree hashes.
-
-Hashing (``||`` is concatenation)::
-
-    leaf_hash(d)      = SHA-256(0x00 || d)          d: the leaf data (an event's chain hash)
-    node_hash(l, r)   = SHA-256(0x01 || l || r)
-    MTH({})           = SHA-256()                   (the empty string)
-    MTH({d0})         = leaf_hash(d0)
-    MTH(D[n])         = node_hash(MTH(D[0:k]), MTH(D[k:n]))   k = largest power of 2 < n
-
-Proofs are the RFC's ``PATH(m, D[n])`` (inclusion) and ``PROOF(m, D[n])`` =
-``SUBPROOF(m, D[n], true)`` (consistency), built here through a *subtree source*: a
-function ``node(level, index)`` returning the hash of the complete subtree of ``2**level``
-leaves that starts at leaf ``index * 2**level``. Every range the RFC's recursions visit
-starts at a multiple of the largest power of two not above its length, so it splits into
-at most ``log2(n)`` complete subtrees: a proof costs ``O(log n)`` node reads, never a walk
-over the leaves.
-
-Verification follows RFC 9162 sections 2.1.3.2 (inclusion) and 2.1.4.2 (consistency) to
-the letter; a consistency proof between equal sizes is empty and the roots must be equal,
-and one from size 0 is empty (every tree extends the empty one).
+Proofs are built through a *subtree source*: a function ``node(level, index)`` returning
+the hash of the complete subtree of ``2**level`` leaves that starts at leaf
+``index * 2**level``, so a proof costs ``O(log n)`` node reads (docs/proofs.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """Signed notes (C2SP ``signed-note``) with Ed25519 keys, and witness cosignatures
-(C2SP ``tlog-cosignature``, the timestamped Ed25519 kind).
-
-A signed note is a UTF-8 text ending in a newline, an empty line, then one signature
-line per key::
-
-    <text, ending in "\\n">
-    \\n
-    — <key name> <base64(4-byte key ID || signature)>\\n        (U+2014 EM DASH, then a space)
-
-Keys (type byte ``0x01``: Ed25519 over the note text; ``0x04``: a witness cosignature)::
-
-    key ID        = SHA-256(key name || 0x0A || type || 32-byte public key)[:4]
-    verifier key  = "<name>+<key ID as 8 hex digits>+<base64(type || public key)>"
-    signing key   = "PRIVATE+KEY+<name>+<key ID as 8 hex digits>+<base64(type || 32-byte seed)>"
-
-(the text forms of Go's ``golang.org/x/mod/sumdb/note``). A type ``0x04`` cosignature
-signs ``"cosignature/v1\\ntime <T>\\n" || note text`` and its signature bytes are
-``key ID || T as a big-endian u64 || Ed25519 signature``, where ``T`` is POSIX seconds.
-
-Verification follows the spec: signatures from unknown keys (name and key ID not both
-known) are ignored; a signature from a known key that fails to verify rejects the whole
-note; a note with no verified signature from a known key is rejected.
+(C2SP ``tlog-cosignature``, the timestamped Ed25519 kind); text forms and rules:
+docs/proofs.md.
 
 A :class:`SigningKey` never shows its seed in ``repr``, ``str``, errors or logs and refuses
 to be pickled; only :meth:`SigningKey.private_text` (for the key file) spells it out.
@@ -58,6 +38,7 @@ __all__ = [
     "read_key_file",
     "sign_note",
     "write_key_file",
+    "write_new_private",
 ]
 
 ALG_ED25519: Final = 0x01
@@ -70,22 +51,30 @@ _PRIVATE_PREFIX: Final = "PRIVATE+KEY+"
 _ALG_NAMES: Final = {ALG_ED25519: "Ed25519", ALG_COSIGNATURE_V1: "cosignature/v1 (Ed25519)"}
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
+    """Standard, padded base64 text."""
     return base64.b64encode(data).decode("ascii")
 
 
 def _unb64(text: str) -> bytes:
-    """Strict standard base64 (padded, canonical).
-
-    Raises:
-        ValueError: not canonical standard base64.
-    """
+    """Strict standard base64 (padded, canonical)."""
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise ValueError("not standard base64") from None
-    if _b64(raw) != text:
+    if b64(raw) != text:
         raise ValueError("not canonical standard base64")
+    return raw
+
+
+def _key_bytes(b64: str, source: str, what: str) -> bytes:
+    """``alg || 32 bytes`` of a key's base64, ``what`` naming the kind in the error."""
+    try:
+        raw = _unb64(b64)
+    except ValueError:
+        raise ConfigError(f"{source}: the key is not standard base64") from None
+    if len(raw) != 33 or raw[0] not in _ALG_NAMES:
+        raise ConfigError(f"{source}: expected a 0x01 {what} of 32 bytes")
     return raw
 
 
@@ -131,7 +120,7 @@ class VerifierKey:
     @property
     def text(self) -> str:
         """``<name>+<8 hex>+<base64(alg || public key)>``."""
-        return f"{self.name}+{self.key_id.hex()}+{_b64(bytes([self.alg]) + self.public_key)}"
+        return f"{self.name}+{self.key_id.hex()}+{b64(bytes([self.alg]) + self.public_key)}"
 
     def __str__(self) -> str:
         return self.text
@@ -153,14 +142,7 @@ class VerifierKey:
             )
         name, hex_id, b64 = parts
         check_key_name(name, f"{source} name")
-        try:
-            raw = _unb64(b64)
-        except ValueError:
-            raise ConfigError(f"{source}: the key is not standard base64") from None
-        if len(raw) != 33 or raw[0] not in _ALG_NAMES:
-            raise ConfigError(
-                f"{source}: expected a 0x01 (Ed25519) or 0x04 (cosignature) key of 32 bytes"
-            )
+        raw = _key_bytes(b64, source, "(Ed25519) or 0x04 (cosignature) key")
         key = cls(name, raw[0], raw[1:])
         if len(hex_id) != 8 or hex_id.lower() != key.key_id.hex():
             raise ConfigError(f"{source}: key ID {hex_id!r} does not match the key")
@@ -240,12 +222,7 @@ class SigningKey:
         if len(parts) != 3:
             raise ConfigError(f"{source} is malformed (PRIVATE+KEY+<name>+<hex id>+<key>)")
         name, hex_id, b64 = parts
-        try:
-            raw = _unb64(b64)
-        except ValueError:
-            raise ConfigError(f"{source}: the key is not standard base64") from None
-        if len(raw) != 33 or raw[0] not in _ALG_NAMES:
-            raise ConfigError(f"{source}: expected a 0x01 or 0x04 Ed25519 seed of 32 bytes")
+        raw = _key_bytes(b64, source, "or 0x04 Ed25519 seed")
         key = cls(name, raw[1:], alg=raw[0])
         if hex_id.lower() != key.verifier.key_id.hex():
             raise ConfigError(f"{source}: its key ID does not match the key")
@@ -254,7 +231,7 @@ class SigningKey:
     def private_text(self) -> str:
         """The key file's content. Contains the secret: write it to a 0600 file only."""
         seed = self._key.private_bytes_raw()
-        return f"{_PRIVATE_PREFIX}{self.name}+{self.verifier.key_id.hex()}+" + _b64(
+        return f"{_PRIVATE_PREFIX}{self.name}+{self.verifier.key_id.hex()}+" + b64(
             bytes([self.alg]) + seed
         )
 
@@ -281,7 +258,7 @@ class SigningKey:
         Raises:
             ProofError: ``text`` is not a valid note text.
         """
-        return f"{EM_DASH} {self.name} {_b64(self.signature(text, timestamp=timestamp))}\n"
+        return f"{EM_DASH} {self.name} {b64(self.signature(text, timestamp=timestamp))}\n"
 
     def __repr__(self) -> str:
         return f"SigningKey(name={self.name!r}, key_id={self.verifier.key_id.hex()})"
@@ -306,7 +283,7 @@ class NoteSignature:
 
     def line(self) -> str:
         """The line as it appears in the note."""
-        return f"{EM_DASH} {self.name} {_b64(self.signature)}\n"
+        return f"{EM_DASH} {self.name} {b64(self.signature)}\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,11 +353,7 @@ class Note:
 
 
 def _check_text(text: bytes) -> None:
-    """A note text: UTF-8, ends in a newline, no control character but newlines.
-
-    Raises:
-        ProofError: it is not.
-    """
+    """A note text: UTF-8, ends in a newline, no control character but newlines."""
     try:
         s = text.decode("utf-8")
     except (UnicodeDecodeError, AttributeError):
@@ -444,16 +417,26 @@ def write_key_file(path: str | os.PathLike[str], key: SigningKey) -> Path:
     Raises:
         ConfigError: the file exists (it is never overwritten) or cannot be created.
     """
+    return write_new_private(path, (key.private_text() + "\n").encode("ascii"), "key file ")
+
+
+def write_new_private(path: str | os.PathLike[str], data: bytes, label: str = "") -> Path:
+    """Write ``data`` to a new file readable by its owner only (0600), synced; never
+    overwrites. ``label`` starts the error messages (``"key file "``).
+
+    Raises:
+        ConfigError: the file exists or cannot be created.
+    """
     p = Path(path)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise ConfigError(f"key file {p} already exists; refusing to overwrite it") from None
+        raise ConfigError(f"{label}{p} already exists; refusing to overwrite it") from None
     except OSError as exc:
-        raise ConfigError(f"cannot create key file {p}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot create {label}{p}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(key.private_text() + "\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         with contextlib.suppress(OSError):

@@ -1,45 +1,7 @@
 """Chain verification with no I/O: the incremental :class:`ChainVerifier` that
 ``verify_stream``, the audit, replay and recovery use to check a chain while reading it.
 
-Verification never raises on a bad link: it returns a report of findings. Finding kinds:
-
-``hash_mismatch``
-    an event's stored hash is not ``blake3(prev_hash + header)`` of its stored fields
-    (an edited payload, type, time, ... or an edited hash).
-``broken_link``
-    an event's ``prev_hash`` is not the previous event's hash (or the genesis value).
-``gap``
-    versions jump (a row deleted from the middle).
-``duplicate_version``
-    a version appears twice (seen while reading, or by the audit's uniqueness scan).
-``duplicate_position`` / ``duplicate_event_id``
-    two rows share a global position or an event id (audit's uniqueness scan).
-``malformed_row``
-    a row that cannot be read as an event or a head: a column of the wrong type (a
-    BLOB where text belongs), a ``payload_ref`` that is not a reference, a bad hash
-    length. Reported with stream, version or position and the reason; the rest of the
-    verification goes on.
-``truncated``
-    the head says N but the events end before N (rows deleted from the tail).
-``head_mismatch``
-    the head row disagrees with the last event (hash differs, head behind, or no head).
-``position_gap`` / ``position_order``
-    global positions are not strictly increasing and gap-free (audit only).
-``snapshot_mismatch``
-    a stored snapshot no longer matches its stream (deep audit only).
-``blob_missing`` / ``blob_corrupted``
-    a spilled payload is gone or altered (deep audit only).
-``archive_missing`` / ``archive_corrupted`` / ``archive_unreadable`` / ``archive_order``
-    an archived segment (or its manifest) is gone, differs from the digest the store
-    recorded, does not decode, or the segment index's segments overlap (see
-    :mod:`ares_events.archive`).
-``anchor_*``
-    the store no longer extends an anchor (see :mod:`ares_events.integrity.anchors`).
-``erasure_unrecorded`` / ``erasure_undone``
-    an erased payload no erasure record names, or a recorded erasure whose payload is
-    stored again. Erased payloads themselves are information (``AuditReport.erased``),
-    not findings: their chains verify.
-
+It never raises on a bad link: it reports findings (every kind: docs/security.md).
 It may import the core and :mod:`.findings`.
 """
 
@@ -84,9 +46,8 @@ _native: Any = chain._native  # the C verify_run, or None (see chain._load_nativ
 
 PAGE = 64
 """Events a reader hands :meth:`ChainVerifier.check_page` at a time: enough to spread a
-call's cost, few enough that a page's events die young. Each event is two objects the
-garbage collector tracks; 256 of them alive at once (with their decoded payloads) pass
-its threshold of 700 and cost a collection every page, a third more on a replay."""
+call's cost, few enough that a page's events die young (256 cost a garbage collection
+every page)."""
 
 __all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason", "verify_events"]
 
@@ -135,9 +96,7 @@ class ChainVerifier:
 
     def check(self, e: RecordedEvent) -> bool:
         """Check the next event; record findings; return True when it is sound."""
-        if self._run((e,), 0) == 1:
-            return True
-        return self._check_slow(e)
+        return self._run((e,), 0) == 1 or self._check_slow(e)
 
     def check_page(self, events: Sequence[RecordedEvent]) -> Sequence[RecordedEvent]:
         """Check a page of the stream's next events, in order; record findings.
@@ -221,21 +180,18 @@ class ChainVerifier:
         )
         return i
 
+    def _add(self, kind: str, version: Any, detail: str) -> None:
+        self.findings.append(Finding(kind, self.stream_id, version, detail))
+
     def _check_slow(self, e: RecordedEvent) -> bool:
         ok = True
         sid = self.stream_id
         v = e.version
-        add = self.findings.append
+        add = self._add
         problem = malformed_reason(e)
         if problem is not None:
-            add(
-                Finding(
-                    "malformed_row",
-                    sid,
-                    v if type(v) is int else None,
-                    f"position {e.position!r}: {problem}",
-                )
-            )
+            where = v if type(v) is int else None
+            add("malformed_row", where, f"position {e.position!r}: {problem}")
             # Go on from this row: its successor is checked against what it stores.
             if type(v) is int and v >= self.last:
                 self.last = v
@@ -244,32 +200,19 @@ class ChainVerifier:
                     self.last_hash = h
             return False
         if v == self.last and v > self.start_version:
-            add(Finding("duplicate_version", sid, v, "version appears more than once"))
+            add("duplicate_version", v, "version appears more than once")
             ok = False
         elif v <= self.last:
             add(
-                Finding(
-                    "duplicate_version" if v > 0 else "gap",
-                    sid,
-                    v,
-                    f"version {v} after version {self.last}",
-                )
+                "duplicate_version" if v > 0 else "gap", v, f"version {v} after version {self.last}"
             )
             ok = False
         elif v != self.last + 1:
-            add(Finding("gap", sid, v, f"versions {self.last + 1}..{v - 1} are missing"))
+            add("gap", v, f"versions {self.last + 1}..{v - 1} are missing")
             ok = False
         elif e.prev_hash != self.last_hash:
-            add(
-                Finding(
-                    "broken_link",
-                    sid,
-                    v,
-                    f"prev_hash is not the hash of version {self.last}"
-                    if self.last
-                    else "prev_hash is not the genesis hash",
-                )
-            )
+            what = f"the hash of version {self.last}" if self.last else "the genesis hash"
+            add("broken_link", v, f"prev_hash is not {what}")
             ok = False
         ref = e.payload_ref
         try:
@@ -288,14 +231,7 @@ class ChainVerifier:
             # SQLite) cannot be hashed: that is tampering to report, not a crash.
             computed = None
         if computed is None or computed != e.hash:
-            add(
-                Finding(
-                    "hash_mismatch",
-                    sid,
-                    v,
-                    "hash does not match the stored fields (an edit, or a wrong chain key)",
-                )
-            )
+            add("hash_mismatch", v, _EDITED)
             ok = False
         if v >= self.last:
             # A stale version arriving late (a duplicate met in position order by the
@@ -306,50 +242,21 @@ class ChainVerifier:
 
     def check_head(self, head: Head | None) -> None:
         """Compare the last event checked with the stream's head row."""
-        sid = self.stream_id
-        if head is not None:
-            problem = head_problem(head)
-            if problem is not None:
-                self.findings.append(Finding("malformed_row", sid, None, f"head row: {problem}"))
-                return
         if head is None:
             if self.last > 0:
-                self.findings.append(
-                    Finding(
-                        "head_mismatch",
-                        sid,
-                        self.last,
-                        "events exist but the stream has no head row",
-                    )
-                )
+                self._add("head_mismatch", self.last, "events exist but the stream has no head row")
             return
-        if head.version > self.last:
-            self.findings.append(
-                Finding(
-                    "truncated",
-                    sid,
-                    head.version,
-                    f"head says version {head.version} but the events end at {self.last}",
-                )
-            )
+        problem = head_problem(head)
+        if problem is not None:
+            self._add("malformed_row", None, f"head row: {problem}")
+        elif head.version > self.last:
+            said = f"head says version {head.version} but the events end at {self.last}"
+            self._add("truncated", head.version, said)
         elif head.version < self.last:
-            self.findings.append(
-                Finding(
-                    "head_mismatch",
-                    sid,
-                    head.version,
-                    f"head says version {head.version} but events go on to {self.last}",
-                )
-            )
+            said = f"head says version {head.version} but events go on to {self.last}"
+            self._add("head_mismatch", head.version, said)
         elif head.hash != self.last_hash:
-            self.findings.append(
-                Finding(
-                    "head_mismatch",
-                    sid,
-                    head.version,
-                    "head hash differs from the last event's hash",
-                )
-            )
+            self._add("head_mismatch", head.version, "head hash differs from the last event's hash")
 
 
 def verify_run(
@@ -363,23 +270,14 @@ def verify_run(
     payload_hasher: Any = None,
     link_hasher: Any = None,
 ) -> tuple[int, int, bytes]:
-    """The verifier's fast path over ``events[start:]``.
+    """The verifier's fast path over ``events[start:]``: vouches for each event in turn
+    that is the next version, links to the last hash, has an inline payload and hashes to
+    its stored hash; stops at the first it cannot vouch for (the slow path names the
+    problem). Returns ``(index of that event or len(events), last version, last hash)``.
 
-    Vouches for each event in turn that is the next version of ``stream_id``, links to the
-    last hash, has an inline payload and whose header, built from the template of
-    :func:`~ares_events.chain.header_bytes`, hashes to its stored hash. Stops at the first
-    event it cannot vouch for (a wrong type, a string that is not UTF-8, a blob reference,
-    any mismatch): the slow path then names the problem. Returns ``(index of that event or
-    len(events), last version, last hash)``.
-
-    This is the reference; the optional C extension ``ares_events._native`` has
-    a ``verify_run`` with the same semantics (without the hasher arguments), which
-    :class:`ChainVerifier` uses when it is there. ``tests/integrity/test_native.py``
-    checks that both agree on valid and tampered pages.
-
-    ``stream_json`` is the stream id as a JSON string (``_cache_name``); ``key`` the chain
-    key's 32 bytes for the keyed link hash. The hashers are reusable blake3 objects (a
-    payload one, and a link one made with the same key), spared from construction per call.
+    The reference of ``ares_events._native.verify_run`` (``tests/integrity/test_native.py``).
+    ``stream_json`` is the stream id as JSON; ``key`` the chain key's bytes; the hashers are
+    reusable blake3 objects (the link one made with ``key``).
     """
     ph = _blake3() if payload_hasher is None else payload_hasher
     lh = (_blake3() if key is None else _blake3(key=key)) if link_hasher is None else link_hasher
@@ -440,6 +338,7 @@ def verify_run(
 
 
 _HASH_LEN = 32
+_EDITED = "hash does not match the stored fields (an edit, or a wrong chain key)"
 
 
 def _type_name(x: object) -> str:

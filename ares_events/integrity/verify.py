@@ -34,9 +34,7 @@ def chain_start(store: EventStore, stream_id: str) -> tuple[int, bytes] | None:
     if ident is None or ident.archive is None:
         return None
     text = store.recorder.meta_get(INDEX_KEY)  # type: ignore[attr-defined]
-    if text is None:
-        return None
-    return SegmentIndex.from_json(text).retired_end(stream_id)
+    return None if text is None else SegmentIndex.from_json(text).retired_end(stream_id)
 
 
 @traced("verify", verified, activity=True)
@@ -53,11 +51,8 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
         StoreUnavailable: the store cannot be reached.
     """
     head = store.head(stream_id)
-    start = chain_start(store, stream_id)
-    if start is None:
-        v = ChainVerifier(stream_id, store.chain_key)
-    else:
-        v = ChainVerifier(stream_id, store.chain_key, start_version=start[0], start_hash=start[1])
+    sv, sh = chain_start(store, stream_id) or (0, None)
+    v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)
     n, head = check_stream(store, stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0

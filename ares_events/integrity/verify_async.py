@@ -38,9 +38,7 @@ async def achain_start(store: AsyncEventStore, stream_id: str) -> tuple[int, byt
     if ident is None or ident.archive is None:
         return None
     text = await store.recorder.meta_get(INDEX_KEY)  # type: ignore[attr-defined]
-    if text is None:
-        return None
-    return SegmentIndex.from_json(text).retired_end(stream_id)
+    return None if text is None else SegmentIndex.from_json(text).retired_end(stream_id)
 
 
 @traced("verify", verified, activity=True)
@@ -59,11 +57,8 @@ async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) ->
     if ASYNC:
         store = async_face(store)
     head = await store.head(stream_id)
-    start = await achain_start(store, stream_id)
-    if start is None:
-        v = ChainVerifier(stream_id, store.chain_key)
-    else:
-        v = ChainVerifier(stream_id, store.chain_key, start_version=start[0], start_hash=start[1])
+    sv, sh = await achain_start(store, stream_id) or (0, None)
+    v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)
     n, head = await check_stream(store, stream_id, v, head)
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0

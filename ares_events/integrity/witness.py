@@ -1,28 +1,6 @@
-"""A small witness with C2SP ``tlog-witness`` semantics, keeping its state in SQLite.
-
-A witness trusts a set of logs (an origin and the verifier keys of its log key) and
-remembers, per origin, the latest checkpoint it cosigned. It cosigns a new checkpoint
-only when:
-
-* the origin is known (else 404) and a trusted key of it signed the checkpoint (else 403);
-* the request's old size is at most the checkpoint's size (else 400);
-* the old size is exactly the size it last cosigned for that origin, 0 if none (else 409,
-  telling the latest size), and, for equal sizes, the roots are equal (else 409);
-* the consistency proof from its stored root at the old size to the new root verifies
-  (else 422; it must be empty from size 0).
-
-The check and the update of the stored checkpoint happen in one ``BEGIN IMMEDIATE``
-transaction, so two requests can never roll the witness back (the race the spec warns
-about). The cosignature is a C2SP ``tlog-cosignature`` line (timestamped Ed25519, key
-type 0x04) added to the note: another signature line, ignored by verifiers that do not
-trust this witness.
-
-The request body is the spec's ``add-checkpoint`` format (:func:`parse_request`)::
-
-    old <size>\\n
-    <base64 consistency proof hash>\\n ...
-    \\n
-    <signed checkpoint note>
+"""A small witness with C2SP ``tlog-witness`` semantics, keeping its state in SQLite (what
+it cosigns and each refusal's status: docs/proofs.md). The check and the update happen in
+one ``BEGIN IMMEDIATE`` transaction, so two requests can never roll the witness back.
 """
 
 from __future__ import annotations
@@ -206,7 +184,7 @@ class LogWitness:
         timestamp: int | None = None,
     ) -> CosignResult:
         """Cosign ``checkpoint`` if it is consistent with the last one cosigned for its
-        origin (see the module docstring for every check).
+        origin (every check and its status: docs/proofs.md).
 
         Raises:
             WitnessRefused: a check failed (``status`` says which, as tlog-witness does).

@@ -1,12 +1,6 @@
 """Verifiable agent records: a stream exported as one signed, self-contained file that
-anyone checks offline (docs/records.md).
-
-What lives here: :mod:`~ares_events.records.export` (``export_record``: the record of a
-run or a session stream, JSON or CBOR, signed with COSE_Sign1), its helpers
-:mod:`~ares_events.records.entries` (the draft's entries) and
-:mod:`~ares_events.records.redact` (JSONPath redaction into salted digests), and
-:mod:`~ares_events.records.verify` (``verify_record``, ``check_disclosures``: the
-auditor's verifier, one file that imports nothing of ares-events).
+anyone checks offline (docs/records.md): ``export``, ``entries``, ``redact`` and
+``verify`` (the auditor's verifier).
 
 It may import the core, integrity and projections; ``verify`` imports only the standard
 library, cryptography, blake3 and cbor2. Nothing here imports the agent runtime.

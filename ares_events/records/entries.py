@@ -1,11 +1,5 @@
 """The draft's view of a stream: events as ``session.entries`` of
-draft-birkholz-verifiable-agent-conversations-00 (message, tool-call, tool-result,
-reasoning and system-event entries).
-
-A rendering for readers of the draft's format, signed with the record but not what the
-chain commits to (the ``ares-events`` evidence is). Every entry names its event
-(``ares-version``) and type (``ares-type``); an event the mapping does not know becomes a
-``system-event``. Mapping rules, with every deviation from the draft: docs/records.md.
+draft-birkholz-verifiable-agent-conversations-00 (mapping rules: docs/records.md).
 """
 
 from __future__ import annotations
@@ -53,6 +47,15 @@ def _event(kind: str, data: Any) -> Entry:
     }
 
 
+def _call(name: Any, args: Any, call_id: Any) -> Entry:
+    return {"type": "tool-call", "name": str(name), "input": args, "call-id": str(call_id)}
+
+
+def _result(output: Any, call_id: Any, **more: Any) -> Entry:
+    entry = {"type": "tool-result", "output": output, "call-id": str(call_id)}
+    return entry | {k.replace("_", "-"): v for k, v in more.items()}  # is_error: is-error
+
+
 def _args(text: Any) -> Any:
     if isinstance(text, str):
         try:
@@ -75,36 +78,17 @@ def _journal(type_: str, p: Any) -> list[Entry] | None:
             e["token-usage"] = usage
         return [e]
     if type_ == "tool.call.requested":
-        return [
-            {
-                "type": "tool-call",
-                "name": str(p.get("name")),
-                "input": p.get("args"),
-                "call-id": str(p.get("idempotency_key")),
-                "ares-step": p.get("step"),
-            }
-        ]
+        call = _call(p.get("name"), p.get("args"), p.get("idempotency_key"))
+        return [call | {"ares-step": p.get("step")}]
     if type_ in ("tool.returned", "tool.call.failed"):
         failed = type_ == "tool.call.failed" or p.get("error") is not None
         out = p.get("result")
         if failed:
-            out = (
-                p.get("error")
-                if type_ == "tool.returned"
-                else {
-                    "error_type": p.get("error_type"),
-                    "error": p.get("error"),
-                }
-            )
-        return [
-            {
-                "type": "tool-result",
-                "output": out,
-                "call-id": str(p.get("idempotency_key")),
-                "status": "error" if failed else "success",
-                "is-error": failed,
-            }
-        ]
+            out = p.get("error")
+            if type_ != "tool.returned":
+                out = {"error_type": p.get("error_type"), "error": out}
+        status = "error" if failed else "success"
+        return [_result(out, p.get("idempotency_key"), status=status, is_error=failed)]
     return None
 
 
@@ -113,18 +97,9 @@ def _openai_item(it: Any) -> Entry:
         return _event("item", it)
     kind, role = it.get("type"), it.get("role")
     if kind == "function_call":
-        return {
-            "type": "tool-call",
-            "name": str(it.get("name")),
-            "input": _args(it.get("arguments")),
-            "call-id": str(it.get("call_id")),
-        }
+        return _call(it.get("name"), _args(it.get("arguments")), it.get("call_id"))
     if kind == "function_call_output":
-        return {
-            "type": "tool-result",
-            "output": it.get("output"),
-            "call-id": str(it.get("call_id")),
-        }
+        return _result(it.get("output"), it.get("call_id"))
     if kind == "reasoning":
         return {"type": "reasoning", "content": it.get("summary") or it.get("content") or ""}
     if role == "assistant":
@@ -147,27 +122,11 @@ def _pydantic_part(kind: str, part: Any, model: Any) -> Entry:
     if pk in ("user-prompt", "system-prompt"):
         return {"type": "user", "content": part.get("content"), "role": pk}
     if pk == "tool-return":
-        return {
-            "type": "tool-result",
-            "output": part.get("content"),
-            "call-id": str(part.get("tool_call_id")),
-            "name": part.get("tool_name"),
-        }
+        return _result(part.get("content"), part.get("tool_call_id"), name=part.get("tool_name"))
     if pk == "retry-prompt":
-        return {
-            "type": "tool-result",
-            "output": part.get("content"),
-            "call-id": str(part.get("tool_call_id")),
-            "status": "error",
-            "is-error": True,
-        }
+        return _result(part.get("content"), part.get("tool_call_id"), status="error", is_error=True)
     if pk == "tool-call":
-        return {
-            "type": "tool-call",
-            "name": str(part.get("tool_name")),
-            "input": _args(part.get("args")),
-            "call-id": str(part.get("tool_call_id")),
-        }
+        return _call(part.get("tool_name"), _args(part.get("args")), part.get("tool_call_id"))
     if pk == "thinking":
         return {"type": "reasoning", "content": part.get("content")}
     if pk == "text":
@@ -210,24 +169,10 @@ def _adk(type_: str, p: Any) -> list[Entry] | None:
             continue
         if isinstance(part.get("function_call"), dict):
             fc = part["function_call"]
-            out.append(
-                {
-                    "type": "tool-call",
-                    "name": str(fc.get("name")),
-                    "input": fc.get("args"),
-                    "call-id": str(fc.get("id")),
-                }
-            )
+            out.append(_call(fc.get("name"), fc.get("args"), fc.get("id")))
         elif isinstance(part.get("function_response"), dict):
             fr = part["function_response"]
-            out.append(
-                {
-                    "type": "tool-result",
-                    "output": fr.get("response"),
-                    "call-id": str(fr.get("id")),
-                    "name": fr.get("name"),
-                }
-            )
+            out.append(_result(fr.get("response"), fr.get("id"), name=fr.get("name")))
         elif part.get("thought"):
             out.append({"type": "reasoning", "content": part.get("text")})
         elif "text" in part:

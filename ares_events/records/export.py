@@ -1,18 +1,10 @@
-"""Export one stream (a journaled run, or an adapter's session) as a signed, self-contained
-record that :mod:`ares_events.records.verify` checks offline.
-
-The record is a ``verifiable-agent-record`` of draft-birkholz-verifiable-agent-conversations
-with one extension member, ``ares-events``, holding the evidence: per event its header and
-payload text, chain hash, log leaf and inclusion proof, and the checkpoints the proofs and
-the consistency proof are against (layout and rules: docs/records.md). Exporting never
-changes the events; it brings the Merkle log up to date and, when no stored checkpoint
-covers the stream and ``key`` is the log's own, signs and stores one (as ``prove --key``).
+"""Export one stream as a signed, self-contained record that
+:mod:`ares_events.records.verify` checks offline (layout and rules: docs/records.md).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -33,7 +25,9 @@ from ares_events.errors import (
     MissingDependencyError,
     ProofError,
 )
+from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import read_checkpoint
+from ares_events.integrity.notes import b64, write_new_private
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records.entries import agent_meta, entries_of
@@ -68,10 +62,6 @@ class Export:
     events: int
     checkpoint_size: int
     disclosures: dict[str, Any] | None = None
-
-
-def _b64(h: bytes) -> str:
-    return base64.b64encode(h).decode("ascii")
 
 
 def _version() -> str:
@@ -167,7 +157,7 @@ def export_record(
     for e, proof in zip(events, proofs, strict=True):
         assert proof is not None  # every leaf is below the covering checkpoint's size
         index, leaf, path = proof
-        if leaf != _leaf(e.hash):
+        if leaf != merkle.leaf_hash(e.hash):
             raise ProofError(
                 f"stream {stream_id!r} version {e.version} does not have the chain hash "
                 f"logged at leaf {index}: it was rewritten after it was logged"
@@ -176,7 +166,7 @@ def export_record(
             "header": e.header().decode("utf-8"),
             "hash": e.hash.hex(),
             "leaf": index,
-            "inclusion": [_b64(h) for h in path],
+            "inclusion": [b64(h) for h in path],
         }
         shown: Any = None
         if e.payload_erased:
@@ -208,7 +198,7 @@ def export_record(
     if latest is not None and latest.checkpoint.size > size:
         _check_against(log, latest)
         ext["latest-checkpoint"] = latest.text
-        ext["consistency"] = [_b64(h) for h in log.consistency_proof(size, latest.checkpoint.size)]
+        ext["consistency"] = [b64(h) for h in log.consistency_proof(size, latest.checkpoint.size)]
     interactive = any(e.type in ("run.interrupted", "run.resumed") for e in events)
     record = {
         "version": DRAFT_VERSION,
@@ -236,10 +226,6 @@ def export_record(
             "disclosures": disclosures,
         }
     return Export(data, record_id, stream_id, len(events), size, disc)
-
-
-def _leaf(h: bytes) -> bytes:
-    return hashlib.sha256(b"\x00" + h).digest()
 
 
 def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
@@ -290,7 +276,7 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
     )
     # Sorted keys: the file is the canonical JSON of {"cose_sign1", "record"}, so the
     # record's signed bytes stand in the file as they are.
-    return b'{"cose_sign1":"' + _b64(detached).encode() + b'","record":' + payload + b"}\n"
+    return b'{"cose_sign1":"' + b64(detached).encode() + b'","record":' + payload + b"}\n"
 
 
 def write_private(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -300,21 +286,7 @@ def write_private(path: str | os.PathLike[str], data: bytes) -> Path:
     Raises:
         ConfigError: the file exists or cannot be created.
     """
-    p = Path(path)
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise ConfigError(f"{p} already exists; refusing to overwrite it") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot create {p}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            p.unlink()
-        raise
-    return p
+    return write_new_private(path, data)
 
 
 def disclosures_bytes(disclosures: dict[str, Any]) -> bytes:

@@ -1,10 +1,5 @@
-"""Redaction that keeps proof: JSONPath selections of event payloads become salted digests.
-
-``--redact JSONPATH`` is evaluated against each event's payload (the RFC 9535 subset ``$``,
-``.name``, ``['name']``, ``[n]``, ``.*``, ``[*]`` and ``..name``). Each selected value
-becomes ``{"_ares_redacted": blake3(salt || canonical_json(value)).hex()}`` with a fresh
-16-byte salt; value and salt go to the disclosures, so the value can be shown later and
-checked against the digest. A selection inside another is covered by the outer one.
+"""Redaction that keeps proof: JSONPath selections of event payloads become salted digests
+(the subset and the digest: docs/records.md).
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ class Redaction:
 
 
 def _compile(expr: str) -> list[_Sel]:
-    """Parse one JSONPath of the supported subset."""
     if not isinstance(expr, str) or not expr.startswith("$"):
         raise ConfigError(f"--redact {expr!r}: a JSONPath starts with $")
     sels: list[_Sel] = []
@@ -79,7 +73,7 @@ def _compile(expr: str) -> list[_Sel]:
 
 
 def compile_paths(exprs: Sequence[str]) -> list[list[Any]]:
-    """Parse ``--redact`` expressions (see the module docstring).
+    """Parse ``--redact`` expressions (the subset: docs/records.md).
 
     Raises:
         ConfigError: an expression outside the supported subset.

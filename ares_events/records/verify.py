@@ -1,32 +1,9 @@
 """Verify an exported record offline: no store, no network, no other ares-events module (over
 800 lines because it is the one file an auditor vendors whole).
 
-This file is the auditor's verifier. It imports only the standard library,
-``cryptography`` (Ed25519), ``blake3`` and, for the CBOR form, ``cbor2``: copy it into
-another code base and it works there unchanged. ``docs/records.md`` specifies the
-format it checks; every check below is a rule stated there.
-
-:func:`verify_record` checks, and reports every failure as a finding that names what
-failed (it never stops at the first one):
-
-- ``signature``: the COSE_Sign1 (Ed25519, alg -8) over the record, by a trusted key;
-- ``checkpoint``: the signed checkpoint (C2SP signed note) the inclusion proofs are
-  against, by a trusted key; ``consistency``: the newest checkpoint at export time and
-  the RFC 9162 consistency proof from the first one to it;
-- per event: ``sequence`` (versions 1, 2, 3, ... of the one stream, leaves in log
-  order), ``link`` (the blake3 chain link from the previous hash), ``payload`` (the
-  payload text against the digest and size its header commits to), ``inclusion`` (the
-  RFC 9162 inclusion proof of the event's hash against the checkpoint), ``redaction``
-  (a redacted field is a well-formed salted digest);
-- ``head``: the last event is the stream head the record claims (a cut tail);
-- ``entries``: every draft entry names an event of the record;
-- ``approval``: each signed approval an event carries verifies by a trusted key, names
-  this run and the chain head just before it, and was used before it expired, once, by
-  the call it approves.
-
-:func:`check_disclosures` checks values disclosed after a redacted export against the
-record: each against its salted digest, and a payload whose redactions are all disclosed
-against the digest its header commits to.
+It imports only the standard library, ``cryptography``, ``blake3`` and ``cbor2`` (CBOR
+form): copy it into another code base and it works unchanged. ``docs/records.md``
+specifies the format and every check; each failure is a finding naming what failed.
 """
 
 from __future__ import annotations
@@ -191,12 +168,8 @@ def _ed25519_ok(public: bytes, signature: bytes, message: bytes) -> bool:
 
 
 def _open_note(note: str, keys: Sequence[_Key]) -> tuple[str, list[str]]:
-    """The text of a signed note and the trusted keys that signed it.
-
-    Raises:
-        ValueError: malformed, a trusted key's signature fails, or none is from a trusted
-            key (the message says which).
-    """
+    """The text of a signed note and the trusted keys that signed it (ValueError: not
+    signed by a trusted key, or a trusted key's signature fails)."""
     cut = note.rfind("\n\n")
     if cut < 0 or not note.endswith("\n"):
         raise ValueError("not a signed note")
@@ -386,9 +359,7 @@ def _plain(x: Any) -> Any:
     """cbor2 decodes inside tags to immutable containers: back to dicts and lists."""
     if isinstance(x, Mapping):
         return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
-    return x
+    return [_plain(v) for v in x] if isinstance(x, list | tuple) else x
 
 
 def _cose(raw: Any) -> tuple[bytes, Mapping[Any, Any], Any, bytes]:
