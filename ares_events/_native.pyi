@@ -57,8 +57,9 @@ def insert_rows(
     prepared: Sequence[Any],
     key: bytes | None,
     prepared_event: type[Any],
+    flat: int = 0,
     /,
-) -> tuple[list[tuple[Any, ...]], bytes] | None: ...
+) -> tuple[Any, ...] | None: ...
 def install_init(
     cls: type[Any],
     names: tuple[str, ...],

@@ -878,19 +878,23 @@ fail:
 
 
 /* insert_rows(stream_id, stream_json, version, prev, position, prepared, key,
- * PreparedEvent): the rows (position, stream_id, version, event_id, type, module,
+ * PreparedEvent, flat=0): the rows (position, stream_id, version, event_id, type, module,
  * payload, payload_ref, metadata, recorded_at, prev_hash, hash) of the PreparedEvents
  * sealed after version (whose hash is prev) at the positions after position, as
  * insert_rows_reference builds them; None when an event is not exactly a PreparedEvent
- * or has a payload_ref (the reference serializes those). */
+ * or has a payload_ref (the reference serializes those). flat=1: one list of ten values a
+ * row (no stream_id, one recorded_at for the batch); flat=2: the same, or, when the
+ * events share type, module and metadata, four a row (event_id, payload, prev_hash, hash),
+ * with the width as a third item (params_of_rows is the reference). */
 static PyObject *insert_rows(PyObject *self, PyObject *args) {
     PyObject *stream_id, *stream_json, *prev_in, *events, *key_obj, *prep_cls;
     long long version, pos;
     (void)self;
     int flat = 0;
-    if (!PyArg_ParseTuple(args, "USLSLOOO|p:insert_rows", &stream_id, &stream_json, &version,
+    if (!PyArg_ParseTuple(args, "USLSLOOO|i:insert_rows", &stream_id, &stream_json, &version,
                           &prev_in, &pos, &events, &key_obj, &prep_cls, &flat))
         return NULL;
+    int shared = flat == 2; /* until two events differ in type, module or metadata */
     if (bind_prepared(prep_cls) < 0) return NULL;
     const uint8_t *key;
     if (key_of(key_obj, &key) < 0) return NULL;
@@ -924,6 +928,17 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
                 if (same < 0) return NULL;
                 Py_RETURN_NONE;
             }
+            static const int same_slots[3] = {P_TYPE, P_MODULE, P_META};
+            for (int k = 0; k < 3 && shared; k++) {
+                PyObject *a = SLOT(PySequence_Fast_GET_ITEM(seq, 0), OFF_PREP[same_slots[k]]);
+                PyObject *b = SLOT(e, OFF_PREP[same_slots[k]]);
+                int eq = a == b ? 1 : Py_TYPE(a) != Py_TYPE(b) ? 0 : PyObject_RichCompareBool(a, b, Py_EQ);
+                if (eq < 0) {
+                    Py_DECREF(seq);
+                    return NULL;
+                }
+                shared = eq;
+            }
         }
     }
     if (flat && n == 0) {
@@ -934,7 +949,8 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
         Py_DECREF(seq);
         Py_RETURN_NONE;
     }
-    PyObject *rows = PyList_New(flat ? 10 * n : n);
+    int width = shared ? 4 : 10;
+    PyObject *rows = PyList_New(flat ? width * n : n);
     if (!rows) {
         Py_DECREF(seq);
         return NULL;
@@ -955,6 +971,15 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
                      stream_js_len, SLOT(e, OFF_PREP[P_TYPE]), version) < 0)
             goto fail;
         PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
+        if (flat && h && shared) { /* event_id, payload, prev_hash, hash */
+            PyObject **out = &PyList_GET_ITEM(rows, 4 * i);
+            out[0] = Py_NewRef(SLOT(e, OFF_PREP[P_ID]));
+            out[1] = Py_NewRef(SLOT(e, OFF_PREP[P_PAYLOAD]));
+            out[2] = prev_obj;
+            out[3] = h;
+            prev_obj = Py_NewRef(h);
+            continue;
+        }
         if (flat) {
             /* position, version, event_id, type, module, payload, payload_ref, metadata,
              * prev_hash, hash: the row without stream_id and recorded_at */
@@ -1005,8 +1030,8 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
     }
     PyMem_Free(buf.p);
     Py_DECREF(seq);
-    PyObject *res = Py_BuildValue("(NN)", rows, prev_obj);
-    return res;
+    if (flat == 2) return Py_BuildValue("(NNi)", rows, prev_obj, width);
+    return Py_BuildValue("(NN)", rows, prev_obj);
 fail:
     PyMem_Free(buf.p);
     Py_DECREF(prev_obj);

@@ -194,7 +194,7 @@ class Batch:
         payload_ref JSON or None, metadata, recorded_at, prev_hash, hash)``. The C loop
         does it when it can; :func:`insert_rows_reference` is its reference.
         """
-        c = self._c_rows(head, position, flat=False)
+        c = self._c_rows(head, position, flat=0)
         if c is not None:
             (rows, last), version = c
             return rows, version, last, position + len(self.events)
@@ -202,22 +202,30 @@ class Batch:
 
     def insert_params(
         self, head: Head | None, position: int
-    ) -> tuple[list[Any], str, int, bytes, int] | None:
-        """:meth:`insert_rows` as ONE flat list for a multi-row INSERT: ``(values,
-        recorded_at, last version, last hash, last position)``, ``values`` holding per row
-        ``(position, version, event_id, type, module, payload, payload_ref, metadata,
+    ) -> tuple[list[Any], list[Any], int, bytes, int] | None:
+        """:meth:`insert_rows` as values for a multi-row INSERT: ``(shared, values, last
+        version, last hash, last position)``. ``shared`` is ``[recorded_at]`` and
+        ``values`` ten a row ``(position, version, event_id, type, module, payload,
+        payload_ref, metadata, prev_hash, hash)``; or, when the events share type, module
+        and metadata, ``shared`` is ``[recorded_at, type, module, metadata, first
+        position, first version]`` and ``values`` four a row ``(event_id, payload,
         prev_hash, hash)``. None when the C pass does not take the batch (then use
         :meth:`insert_rows`); :func:`params_of_rows` is the reference.
         """
-        c = self._c_rows(head, position, flat=True)
+        c = self._c_rows(head, position, flat=2)
         if c is None:
             return None
-        (values, last), version = c
-        return values, self.events[0].at, version, last, position + len(self.events)
+        (values, last, width), version = c
+        e = self.events[0]
+        n = len(self.events)
+        shared: list[Any] = [e.at]
+        if width == 4:
+            shared += (e.type, e.module, e.meta_json, position + 1, version - n + 1)
+        return shared, values, version, last, position + n
 
     def _c_rows(
-        self, head: Head | None, position: int, *, flat: bool
-    ) -> tuple[tuple[list[Any], bytes], int] | None:
+        self, head: Head | None, position: int, *, flat: int
+    ) -> tuple[tuple[Any, ...], int] | None:
         """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: ``((rows or
         values, last hash), last version)``, or None when it does not take the batch."""
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
@@ -243,16 +251,19 @@ class Batch:
         return None if done is None else (done, version + n)
 
 
-def params_of_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[Any], str]:
-    """The reference of :meth:`Batch.insert_params`' values: ``rows`` (of
-    :meth:`Batch.insert_rows`) flattened without their stream id and ``recorded_at``,
-    and the one ``recorded_at`` they share."""
-    out: list[Any] = []
-    for r in rows:
-        out += (r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10], r[11])
+def params_of_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[Any], list[Any]]:
+    """The reference of :meth:`Batch.insert_params`' ``(shared, values)`` for ``rows``
+    (of :meth:`Batch.insert_rows`, which share one ``recorded_at``)."""
     ats = {r[9] for r in rows}
     assert len(ats) == 1, "the rows do not share one recorded_at"
-    return out, ats.pop()
+    r0 = rows[0]
+    if all(r[4] == r0[4] and r[5] == r0[5] and r[8] == r0[8] for r in rows):
+        values = [x for r in rows for x in (r[3], r[6], r[10], r[11])]
+        return [r0[9], r0[4], r0[5], r0[8], r0[0], r0[2]], values
+    values = [
+        x for r in rows for x in (r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10], r[11])
+    ]
+    return [r0[9]], values
 
 
 def insert_rows_reference(

@@ -477,10 +477,14 @@ def test_insert_params_decline_what_the_rows_path_takes() -> None:
     assert Watching("s", p, None).insert_params(None, 0) is None
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["shared", "mixed"])
 @pytest.mark.parametrize("sizes", [[1, 2, 3, 7], [63, 64, 65], [100, 127, 129]])
-def test_multi_row_inserts_store_every_event_in_order(tmp_path: Any, sizes: list[int]) -> None:
+def test_multi_row_inserts_store_every_event_in_order(
+    tmp_path: Any, sizes: list[int], mixed: bool
+) -> None:
     """Batches cut into multi-row statements of every chunk size read back in order, with
-    a chain that verifies, the same rows as the reference builds."""
+    a chain that verifies, whether their events share type, module and metadata (bound
+    once) or not."""
     import sqlite3
 
     import ares_events as ae
@@ -490,7 +494,15 @@ def test_multi_row_inserts_store_every_event_in_order(tmp_path: Any, sizes: list
         version = 0
         appended = []
         for n in sizes:
-            evs = [NewEvent(type="t", module="m", payload={"i": i, "n": n}) for i in range(n)]
+            evs = [
+                NewEvent(
+                    type="t" if not mixed or i % 3 else "u",
+                    module="m" if not mixed or i % 5 else "n",
+                    payload={"i": i, "n": n},
+                    metadata={"k": i % 2} if mixed else {"k": 1},
+                )
+                for i in range(n)
+            ]
             res = store.append("s", evs, expected_version=version)
             version += n
             assert res.version == version and res.position == version
@@ -498,6 +510,10 @@ def test_multi_row_inserts_store_every_event_in_order(tmp_path: Any, sizes: list
         got = list(store.read("s"))
         assert [e.event_id for e in got] == [e.event_id for e in appended]
         assert [e.payload for e in got] == [e.payload for e in appended]
+        assert [(e.type, e.module, e.metadata) for e in got] == [
+            (e.type, e.module, e.metadata) for e in appended
+        ]
+        assert [e.version for e in got] == list(range(1, version + 1))
         assert [e.position for e in got] == list(range(1, version + 1))
         assert ae.integrity.verify_stream(store, "s").ok
     conn = sqlite3.connect(db)

@@ -136,17 +136,25 @@ _MAX_ROWS: Final = 64
 
 
 @functools.cache
-def _insert_sql(rows: int) -> str:
-    return insert_events_values(rows)
+def _insert_sql(rows: int, shared: bool) -> str:
+    return insert_events_values(rows, shared)
 
 
-def _insert_values(c: sqlite3.Connection, stream_id: str, at: str, values: list[Any]) -> None:
-    """Insert the rows of ``Batch.insert_params`` (ten values a row) in multi-row
-    statements of at most ``_MAX_ROWS`` rows."""
-    n, start = len(values) // 10, 0
+def _insert_values(
+    c: sqlite3.Connection, stream_id: str, shared: list[Any], values: list[Any]
+) -> None:
+    """Insert the rows of ``Batch.insert_params`` in multi-row statements of at most
+    ``_MAX_ROWS`` rows."""
+    width = 10 if len(shared) == 1 else 4
+    n, start = len(values) // width, 0
     while start < n:
         k = min(_MAX_ROWS, n - start)
-        c.execute(_insert_sql(k), [stream_id, at, *values[10 * start : 10 * (start + k)]])
+        if width == 10:
+            bound = [stream_id, *shared]
+        else:
+            at, ty, mo, meta, pos, version = shared
+            bound = [stream_id, at, ty, mo, meta, pos + start, version + start]
+        c.execute(_insert_sql(k, width == 4), bound + values[width * start : width * (start + k)])
         start += k
 
 
@@ -517,8 +525,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                     head = Head(version, head_hash) if version else None
                     flat = batch.insert_params(head, pos)
                     if flat is not None:
-                        values, at, last_version, last_hash, pos = flat
-                        _insert_values(c, stream_id, at, values)
+                        shared, values, last_version, last_hash, pos = flat
+                        _insert_values(c, stream_id, shared, values)
                     else:
                         rows, last_version, last_hash, pos = batch.insert_rows(head, pos)
                         c.executemany(INSERT_EVENT, rows)

@@ -67,13 +67,21 @@ INSERT_EVENT: Final = (
 # An append of one batch: several rows in one statement, the stream id (?1) and the
 # batch's recorded_at (?2) bound once, ten values a row (?3...): less binding and one step
 # instead of a step a row (about 0.6 µs an event less than executemany on this machine).
+# When the batch's events share type, module and metadata (?3-?5), those are bound once
+# too, positions and versions count up from ?6 and ?7, and a row binds four values
+# (event_id, payload, prev_hash, hash): binding copies every value, and this form costs
+# SQLite ~0.9 µs an event less.
 _INSERT_EVENTS_HEAD: Final = INSERT_EVENT.split("VALUES")[0] + "VALUES "
 
 
-def insert_events_values(n: int) -> str:
+def insert_events_values(n: int, shared: bool = False) -> str:
     """The INSERT of ``n`` rows of one stream and one ``recorded_at`` (see above)."""
     rows = []
     for i in range(n):
+        if shared:
+            b = 8 + 4 * i
+            rows.append(f"(?6+{i},?1,?7+{i},?{b},?3,?4,?{b + 1},NULL,?5,?2,?{b + 2},?{b + 3})")
+            continue
         b = 3 + 10 * i
         rows.append(
             f"(?{b},?1,?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5},?{b + 6},?{b + 7},?2,"
