@@ -1,22 +1,9 @@
 """The durable run journal: write-ahead model and tool calls for agent loops (over 800
 lines because the journal is one state machine per run, read best in one class).
 
-Every step appends its intention before acting and its outcome after; a loop re-run
-from the top after a crash gets each recorded outcome back instead of acting again, so
-it never re-pays an answered model call or repeats a side effect. Steps are numbered in
-the order the loop makes them (the loop must be deterministic given the journal's
-answers); a step whose request differs from the recorded one raises
-:class:`ReplayDivergence`. A call that raises is a failed *attempt* of its step: calling
-again the same way retries it with the same idempotency key, any other call abandons it.
-Every append names the version it expects (a second live incarnation is fenced off).
-A tool call requested but never answered is *in doubt*: reconciled when a reconciler is
-given, retried when the tool is idempotent, else the run is interrupted for a human.
-The whole story, with examples: ``docs/guide-journal.md``.
-
 :class:`AsyncJournal`, one face written, the other generated (``journal.py`` is the import
-path of both). On the asyncio face ``call``, ``reconcile``
-and decorated tools may be coroutine functions, and a blocking store works too (its
-calls run on worker threads).
+path of both); docs/guide-journal.md tells the whole story (steps, attempts, replay,
+divergence, fencing, in-doubt calls, both faces).
 
 It may import the core, stores, integrity, projections and this package's leaf modules.
 """

@@ -1,19 +1,7 @@
 # Generated from runs_async.py by tools/async_to_sync.py: do not edit.
-"""Looking at runs and operating them, without running their loop.
-
-Looking is read-only: :func:`inspect_run` and :func:`list_runs` fold a run's stream (its
-chain checked on the way; schema problems are listed, not raised) and append nothing,
-not even a gate decision or a snapshot. Only a :class:`~ares_events.agents.journal.Journal`
-opened to run the loop passes the version gate and appends.
-
-Operating appends exactly one audited event per action, with ``{"by", "reason", "via"}``
-in its metadata (the metadata is part of the hash chain): :func:`resolve_step` settles
-an in-doubt tool call (``tool.returned`` with the result, or ``tool.call.not_done``),
-:func:`resume_run` answers an interrupt (``run.resumed``), :func:`cancel_run` stops a run
-for good (``run.cancelled``). Each names the version it read, so an action on a run that
-changed meanwhile fails with ``ConcurrencyError`` instead of acting on a stale view.
-
-Written once for both faces.
+"""Looking at runs (read-only: :func:`inspect_run`, :func:`list_runs`) and operating them
+(:func:`resolve_step`, :func:`resume_run`, :func:`cancel_run`: one audited event each, at
+the version read), without running their loop. Written once for both faces.
 
 It may import the core, the stores, integrity, projections and this package's leaf modules.
 """

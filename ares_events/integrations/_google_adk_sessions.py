@@ -1,12 +1,7 @@
 # Generated from _google_adk_sessions_async.py by tools/async_to_sync.py: do not edit.
-"""The storage work of the Google ADK session service: :class:`AdkSessions` (one face
-written, the other generated), run by
-:class:`~ares_events.integrations.google_adk.AresSessionService`.
-
-One verified view per stream (at most :data:`MAX_VIEWS`, least recently used dropped),
-whose lock serialises the operations on that stream; different sessions run side by
-side. A session's event is appended at the version its session object was read at, and
-its ``app:``/``user:`` deltas in the same transaction.
+"""The storage work of :class:`~ares_events.integrations.google_adk.AresSessionService`:
+:class:`AdkSessions` (one face written, the other generated), one verified view and
+lock per stream (at most :data:`MAX_VIEWS`), so different sessions run side by side.
 
 It may import anything in the package (an integration is top layer), and ``google.adk``.
 """

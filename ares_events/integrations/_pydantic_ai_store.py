@@ -1,11 +1,7 @@
 # Generated from _pydantic_ai_store_async.py by tools/async_to_sync.py: do not edit.
-"""Pydantic AI message history on ares-events: :class:`MessageLog` (one face written,
-the other generated), run by :mod:`ares_events.integrations.pydantic_ai`'s stores.
-
-Each ``append`` is one ``pai.messages`` event holding the new messages, serialised with
-Pydantic AI's own ``ModelMessagesTypeAdapter``. It is written at the version this log
-last loaded the conversation at, so two runs of one conversation never interleave their
-messages (the second gets :class:`ConversationConflict`).
+""":class:`MessageLog` (one face written, the other generated), run by
+:mod:`ares_events.integrations.pydantic_ai`'s stores: one ``pai.messages`` event per
+``append``, at the version last loaded (:class:`ConversationConflict`).
 
 It may import anything in the package, and ``pydantic_ai``.
 """

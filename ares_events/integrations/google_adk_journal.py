@@ -1,16 +1,9 @@
-"""Durable Google ADK runs: an agent's model calls and function tools go through the run
-journal (the stream ``run_id``), so a run killed and started again replays what was
-answered and done, and goes on live from the first step that was not::
+"""Durable Google ADK runs: model calls and function tools go through the run journal, so a
+run started again replays what was answered and done::
 
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-:class:`JournaledLlm` wraps the model rather than using model callbacks: ADK stops at the
-first callback that answers, so ours could be skipped. ADK runs a response's function
-calls in parallel with no setting to serialise them, so :class:`ToolCallOrder` numbers
-them in the order the model emitted them. Not journaled (they run live on a replay):
-sub-agents' models and tools, toolsets, tools other than ``FunctionTool``, long-running
-tools, and what a tool does to ADK state through its ``tool_context``.
-docs/guide-google-adk.md says the rest.
+docs/guide-google-adk.md says what is journaled and what runs live on a replay.
 
 It may import anything in the package, and ``google.adk``.
 """

@@ -1,14 +1,9 @@
-"""Durable OpenAI Agents SDK runs: the agent's model calls and function tools go through
-the run journal (the stream ``run_id``), so a run killed and started again replays what
-was answered and done, and goes on live from the first step that was not::
+"""Durable OpenAI Agents SDK runs: model calls and function tools go through the run
+journal, so a run started again replays what was answered and done::
 
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-A tool's ``needs_approval`` goes to the journal, not to ``RunState.approve()``: the call
-runs only under a signed approval the journal checks, which no client-held ``RunState``
-can alter. A response's tool calls run one at a time so a replay numbers the journal's
-steps the same way. Streaming and agents handed off to are not journaled.
-docs/guide-openai-agents.md says the rest.
+docs/guide-openai-agents.md says the rest (approvals, what is not journaled).
 
 It may import anything in the package, and ``agents``.
 """
