@@ -124,7 +124,6 @@ def stream_name(run_id: str, agent: int) -> str:
 
 
 def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterator[list[NewEvent]]:
-    """Yield the appends (lists of events) of one agent's life, ``n`` events in all."""
     task_id = f"t-{run_id}-{agent:02d}"
     model = rng.choice(_MODELS)
 

@@ -637,7 +637,6 @@ class Journal:
             self.stats.steps_abandoned += 1
 
     def _new_step(self) -> None:
-        """Checks and bookkeeping before the first append of a new step."""
         self._require_runnable()
         self._abandon_open(self.position - 1)
         self.attempt = 1
@@ -860,7 +859,6 @@ class Journal:
         return check_approval(note, pending, trusted=self.approvers, used=used).nonce
 
     def _reconciled(self, key: str, result: Any) -> Any:
-        """Record the outcome a reconciler reported for a call that landed."""
         self._append(
             "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
         )

@@ -653,7 +653,6 @@ class AsyncJournal:
             self.stats.steps_abandoned += 1
 
     async def _new_step(self) -> None:
-        """Checks and bookkeeping before the first append of a new step."""
         self._require_runnable()
         await self._abandon_open(self.position - 1)
         self.attempt = 1
@@ -878,7 +877,6 @@ class AsyncJournal:
         return check_approval(note, pending, trusted=self.approvers, used=used).nonce
 
     async def _reconciled(self, key: str, result: Any) -> Any:
-        """Record the outcome a reconciler reported for a call that landed."""
         await self._append(
             "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
         )

@@ -348,7 +348,6 @@ def _events_so_far(store: Any, run: str, agents: int) -> int:
 
 
 def _argv(role: str, **options: object) -> list[str]:
-    """The command line of one of the demo's processes (see :func:`main`)."""
     opts = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     return [sys.executable, "-m", "ares_events.agents.resurrection", role, *opts]
 

@@ -186,7 +186,6 @@ def _append(
 
 
 def _ledger(store: EventStore, run_id: str) -> tuple[Ledger, bytes]:
-    """The run's approvals ledger and its head hash."""
     ledger, prev = Ledger(), b""
     with closing_iter(store.read(run_id)) as events:
         for e in events:

@@ -200,7 +200,6 @@ async def _append(
 
 
 async def _ledger(store: AsyncEventStore, run_id: str) -> tuple[Ledger, bytes]:
-    """The run's approvals ledger and its head hash."""
     ledger, prev = Ledger(), b""
     async with aclosing_iter(store.read(run_id)) as events:
         async for e in events:

@@ -70,7 +70,7 @@ class MessageLog:
 
     def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         with c.lock:
             c.view.refresh()
             c.seen = c.view.version
@@ -86,7 +86,7 @@ class MessageLog:
 
     def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         payload = {"messages": encode_messages(new_messages)} if new_messages else None
         with c.lock:
             if c.seen is None:
@@ -105,7 +105,7 @@ class MessageLog:
         by: str = "pydantic-ai",
     ) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         with c.lock:
             c.view.refresh()
             expected = c.seen if c.seen is not None else c.view.version
@@ -127,9 +127,6 @@ class MessageLog:
             ) from None
         c.seen = res.version
         return res.version
-
-    def _conversation(self, conversation_id: str) -> _Conversation:
-        return self._views.get(conversation_id)
 
 
 class _Conversation:

@@ -11,7 +11,6 @@ It may import anything in the package, and ``google.adk``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Collection
@@ -35,6 +34,7 @@ from ares_events.agents.journal import (
     AsyncJournal,
     ModelReply,
 )
+from ares_events.core.iterators_async import maybe_await
 from ares_events.errors import ConfigError
 from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call
 
@@ -319,9 +319,9 @@ def _watching_tool(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[...
     that tool never runs, and the calls after it must not wait for it."""
 
     async def before_tool(tool: BaseTool, args: dict[str, Any], tool_context: Any) -> Any:
-        got = _invoke_callback(cb, tool=tool, args=args, tool_context=tool_context)
-        if inspect.isawaitable(got):
-            got = await got
+        got = await maybe_await(
+            _invoke_callback(cb, tool=tool, args=args, tool_context=tool_context)
+        )
         if got is not None and isinstance(tool, JournaledTool):
             order.release(order.claim(tool.name, args))
         return got
@@ -335,9 +335,7 @@ def _watching_model(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[..
     (``llm_request`` or ``llm_response``), which the wrapper hands on as it came."""
 
     async def model_callback(callback_context: Any, **value: Any) -> Any:
-        got = _invoke_callback(cb, callback_context=callback_context, **value)
-        if inspect.isawaitable(got):
-            got = await got
+        got = await maybe_await(_invoke_callback(cb, callback_context=callback_context, **value))
         if isinstance(got, LlmResponse):
             order.expect([got])
         return got

@@ -53,8 +53,6 @@ _RETRIES: Final = 100
 
 @dataclass(slots=True)
 class _Thread:
-    """The approval events of one thread, read in order."""
-
     ledger: Ledger = field(default_factory=Ledger)
     asked: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Every request by step, answered or not."""

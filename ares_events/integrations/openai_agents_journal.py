@@ -11,7 +11,6 @@ It may import anything in the package, and ``agents``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from ares_events.agents.journal import AsyncJournal, ModelReply
+from ares_events.core.iterators_async import maybe_await
 from ares_events.errors import ConfigError
 from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call
 
@@ -121,8 +121,7 @@ async def _needs_approval(policy: Any, ctx: Any, raw_input: str) -> bool:
         return True
     if not isinstance(params, dict):
         return True
-    got = policy(ctx, params, getattr(ctx, "tool_call_id", ""))
-    return bool(await got if inspect.isawaitable(got) else got)
+    return bool(await maybe_await(policy(ctx, params, getattr(ctx, "tool_call_id", ""))))
 
 
 async def run_durably(
