@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import run_info as runs
-from ares_events.agents.approvals import APPROVAL_REASON, Ledger, Pending, check_approval
+from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
 
 # One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
 from ares_events.agents.journal_async import AsyncJournal  # as is
@@ -61,11 +61,11 @@ from ares_events.agents.recording import (
     hash_of,
     redact_keys,
 )
-from ares_events.agents.runs import inspect_run
+from ares_events.agents.runs import inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
-from ares_events.core.iterators import closing_iter, first
+from ares_events.core.iterators import first
 from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
@@ -835,11 +835,7 @@ class Journal:
                 f"tool {name!r} needs approval but the journal trusts no approver key "
                 "(pass approvers=)"
             )
-        ledger, prev = Ledger(), b""
-        with closing_iter(self.store.read(self.run_id)) as events:
-            for e in events:
-                ledger.fold(e, prev)
-                prev = e.hash
+        ledger, _head = ledger_of(self.store, self.run_id)
         found = ledger.answer(step)
         if found is None:
             self._new_step()

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import run_info as runs
-from ares_events.agents.approvals import APPROVAL_REASON, Ledger, Pending, check_approval
+from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
 from ares_events.agents.journal_decorators import (
     journaled_step,
     journaled_tool,
@@ -57,12 +57,12 @@ from ares_events.agents.recording import (
     hash_of,
     redact_keys,
 )
-from ares_events.agents.runs_async import inspect_run
+from ares_events.agents.runs_async import inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.faces import ASYNC
-from ares_events.core.iterators_async import aclosing_iter, afirst, maybe_await
+from ares_events.core.iterators_async import afirst, maybe_await
 from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
@@ -853,11 +853,7 @@ class AsyncJournal:
                 f"tool {name!r} needs approval but the journal trusts no approver key "
                 "(pass approvers=)"
             )
-        ledger, prev = Ledger(), b""
-        async with aclosing_iter(self.store.read(self.run_id)) as events:
-            async for e in events:
-                ledger.fold(e, prev)
-                prev = e.hash
+        ledger, _head = await ledger_of(self.store, self.run_id)
         found = ledger.answer(step)
         if found is None:
             await self._new_step()

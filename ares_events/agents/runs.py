@@ -185,7 +185,8 @@ def _append(
     return inspect_run(store, info.run_id, requests=False)
 
 
-def _ledger(store: EventStore, run_id: str) -> tuple[Ledger, bytes]:
+def ledger_of(store: EventStore, run_id: str) -> tuple[Ledger, bytes]:
+    """The run's approvals ledger and its head hash (the journal reads it too)."""
     ledger, prev = Ledger(), b""
     with closing_iter(store.read(run_id)) as events:
         for e in events:
@@ -204,7 +205,7 @@ def pending_call(store: EventStore, run_id: str, step: int | None = None) -> Pen
         RunNotRunnable: the run waits for no approval (no interrupt at a step).
     """
     info = inspect_run(store, run_id, requests=False)
-    ledger, head = _ledger(store, run_id)
+    ledger, head = ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
         s = info.step(step)
@@ -242,7 +243,7 @@ def _approved(
     """Refuse (typed, before anything is appended) an approval that is not valid now."""
     if not approvers:
         raise ConfigError("checking a signed approval needs the trusted approver keys")
-    ledger, _head = _ledger(store, run_id)
+    ledger, _head = ledger_of(store, run_id)
     used = ledger.used_before(2**62)
     check_approval(approval, pending, trusted=approvers, used=used, action=action, outcome=outcome)
 

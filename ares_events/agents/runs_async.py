@@ -199,7 +199,8 @@ async def _append(
     return await inspect_run(store, info.run_id, requests=False)
 
 
-async def _ledger(store: AsyncEventStore, run_id: str) -> tuple[Ledger, bytes]:
+async def ledger_of(store: AsyncEventStore, run_id: str) -> tuple[Ledger, bytes]:
+    """The run's approvals ledger and its head hash (the journal reads it too)."""
     ledger, prev = Ledger(), b""
     async with aclosing_iter(store.read(run_id)) as events:
         async for e in events:
@@ -222,7 +223,7 @@ async def pending_call(
     if ASYNC:
         store = async_face(store)
     info = await inspect_run(store, run_id, requests=False)
-    ledger, head = await _ledger(store, run_id)
+    ledger, head = await ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
         s = info.step(step)
@@ -260,7 +261,7 @@ async def _approved(
     """Refuse (typed, before anything is appended) an approval that is not valid now."""
     if not approvers:
         raise ConfigError("checking a signed approval needs the trusted approver keys")
-    ledger, _head = await _ledger(store, run_id)
+    ledger, _head = await ledger_of(store, run_id)
     used = ledger.used_before(2**62)
     check_approval(approval, pending, trusted=approvers, used=used, action=action, outcome=outcome)
 
