@@ -1,29 +1,6 @@
-"""Signed approvals of pending calls: what an approver signs, and the checks before a call
-runs under one.
-
-An approval is a C2SP signed note (the format of the log's checkpoints) signed by the
-approver's Ed25519 key (``ares-events keygen NAME --out FILE --approver``)::
-
-    ares-events/approval/v1
-    {"action":"approve","args":"<hex>","expires":"...Z","head":"<hex>","key":"<name>+<id>",
-     "nonce":"<32 hex>","run":"<run id>","step":3}               (one line, canonical JSON)
-
-    — <approver name> <base64(key id || Ed25519 signature)>
-
-It names the pending call (``run``, ``step`` and ``args``, the journal's digest of the
-call's arguments), the chain head the approver saw (``head``: the hash of the run's last
-event when it signed), the key, an expiry and a single-use nonce. ``action`` is
-``approve`` (let a call that needs approval run), ``result`` (an in-doubt call landed
-with the result whose digest is ``outcome``) or ``not_done`` (it did not land).
-
-:func:`check_approval` refuses, with a typed :class:`~ares_events.errors.ApprovalRefused`,
-a note that is malformed or not signed by a trusted key (forged), whose nonce was used
-(replayed), that was issued for another run or chain head (reused), that names another
-step, call or outcome (wrong call), or whose expiry has passed (expired). The journal
-(``Journal(..., approvers=KEYS)``) runs it before a ``needs_approval`` call runs; the
-operator's ``resume_run`` / ``resolve_step`` run it before appending. :class:`Ledger`
-reads a run's events for the pending requests, the approvals presented and the nonces
-consumed.
+"""Signed approvals of pending calls: what an approver signs (a C2SP signed note, laid out
+in docs/records.md), :func:`check_approval`'s typed refusals before a call runs under
+one, and :class:`Ledger`, a run's pending requests, approvals and used nonces.
 
 It may import the format layer, the core and integrity.
 """

@@ -1,20 +1,6 @@
-"""The demo behind ``ares-events demo``: simulated agents writing ahead into a real store.
-
-Each simulated agent gets its own stream ``demo-<run>-agent-NN`` and appends its life
-the way a real runtime would, *before* acting on each step (write-ahead), with an
-optimistic ``expected_version`` on every append::
-
-    session.created, task.created, agent.started,
-    then steps of  model.call.requested -> model.responded
-                   [-> tool.call.requested -> tool.returned] -> state.patched
-    task.completed, agent.stopped
-
-Agents take turns (round robin), so their events interleave in the global order as
-they would in a shared store. Afterwards every stream's chain is verified.
-
-A new run id is chosen for every run, so running the demo again appends new streams next
-to the old ones instead of failing on existing ones. ``seed`` fixes the content of the
-events (types, payloads), not the run id.
+"""The demo behind ``ares-events demo --simple``: simulated agents taking turns, each
+appending its life write-ahead to its own stream ``demo-<run>-agent-NN`` (a new run id
+every run; ``seed`` fixes the events' content), then every chain verified (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -138,7 +124,6 @@ def stream_name(run_id: str, agent: int) -> str:
 
 
 def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterator[list[NewEvent]]:
-    """Yield the appends (lists of events) of one agent's life, ``n`` events in all."""
     task_id = f"t-{run_id}-{agent:02d}"
     model = rng.choice(_MODELS)
 

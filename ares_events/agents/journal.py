@@ -2,22 +2,9 @@
 """The durable run journal: write-ahead model and tool calls for agent loops (over 800
 lines because the journal is one state machine per run, read best in one class).
 
-Every step appends its intention before acting and its outcome after; a loop re-run
-from the top after a crash gets each recorded outcome back instead of acting again, so
-it never re-pays an answered model call or repeats a side effect. Steps are numbered in
-the order the loop makes them (the loop must be deterministic given the journal's
-answers); a step whose request differs from the recorded one raises
-:class:`ReplayDivergence`. A call that raises is a failed *attempt* of its step: calling
-again the same way retries it with the same idempotency key, any other call abandons it.
-Every append names the version it expects (a second live incarnation is fenced off).
-A tool call requested but never answered is *in doubt*: reconciled when a reconciler is
-given, retried when the tool is idempotent, else the run is interrupted for a human.
-The whole story, with examples: ``docs/guide-journal.md``.
-
 :class:`Journal`, one face written, the other generated (``journal.py`` is the import
-path of both). On the asyncio face ``call``, ``reconcile``
-and decorated tools may be coroutine functions, and a blocking store works too (its
-calls run on worker threads).
+path of both); docs/guide-journal.md tells the whole story (steps, attempts, replay,
+divergence, fencing, in-doubt calls, both faces).
 
 It may import the core, stores, integrity, projections and this package's leaf modules.
 """
@@ -30,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import run_info as runs
-from ares_events.agents.approvals import APPROVAL_REASON, Ledger, Pending, check_approval
+from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
 
 # One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
 from ares_events.agents.journal_async import AsyncJournal  # as is
@@ -74,11 +61,11 @@ from ares_events.agents.recording import (
     hash_of,
     redact_keys,
 )
-from ares_events.agents.runs import inspect_run
+from ares_events.agents.runs import inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
-from ares_events.core.iterators import closing_iter, first
+from ares_events.core.iterators import first
 from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
@@ -650,7 +637,6 @@ class Journal:
             self.stats.steps_abandoned += 1
 
     def _new_step(self) -> None:
-        """Checks and bookkeeping before the first append of a new step."""
         self._require_runnable()
         self._abandon_open(self.position - 1)
         self.attempt = 1
@@ -849,11 +835,7 @@ class Journal:
                 f"tool {name!r} needs approval but the journal trusts no approver key "
                 "(pass approvers=)"
             )
-        ledger, prev = Ledger(), b""
-        with closing_iter(self.store.read(self.run_id)) as events:
-            for e in events:
-                ledger.fold(e, prev)
-                prev = e.hash
+        ledger, _head = ledger_of(self.store, self.run_id)
         found = ledger.answer(step)
         if found is None:
             self._new_step()
@@ -873,7 +855,6 @@ class Journal:
         return check_approval(note, pending, trusted=self.approvers, used=used).nonce
 
     def _reconciled(self, key: str, result: Any) -> Any:
-        """Record the outcome a reconciler reported for a call that landed."""
         self._append(
             "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
         )

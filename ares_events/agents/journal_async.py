@@ -1,22 +1,9 @@
 """The durable run journal: write-ahead model and tool calls for agent loops (over 800
 lines because the journal is one state machine per run, read best in one class).
 
-Every step appends its intention before acting and its outcome after; a loop re-run
-from the top after a crash gets each recorded outcome back instead of acting again, so
-it never re-pays an answered model call or repeats a side effect. Steps are numbered in
-the order the loop makes them (the loop must be deterministic given the journal's
-answers); a step whose request differs from the recorded one raises
-:class:`ReplayDivergence`. A call that raises is a failed *attempt* of its step: calling
-again the same way retries it with the same idempotency key, any other call abandons it.
-Every append names the version it expects (a second live incarnation is fenced off).
-A tool call requested but never answered is *in doubt*: reconciled when a reconciler is
-given, retried when the tool is idempotent, else the run is interrupted for a human.
-The whole story, with examples: ``docs/guide-journal.md``.
-
 :class:`AsyncJournal`, one face written, the other generated (``journal.py`` is the import
-path of both). On the asyncio face ``call``, ``reconcile``
-and decorated tools may be coroutine functions, and a blocking store works too (its
-calls run on worker threads).
+path of both); docs/guide-journal.md tells the whole story (steps, attempts, replay,
+divergence, fencing, in-doubt calls, both faces).
 
 It may import the core, stores, integrity, projections and this package's leaf modules.
 """
@@ -29,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import run_info as runs
-from ares_events.agents.approvals import APPROVAL_REASON, Ledger, Pending, check_approval
+from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
 from ares_events.agents.journal_decorators import (
     journaled_step,
     journaled_tool,
@@ -70,12 +57,12 @@ from ares_events.agents.recording import (
     hash_of,
     redact_keys,
 )
-from ares_events.agents.runs_async import inspect_run
+from ares_events.agents.runs_async import inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.faces import ASYNC
-from ares_events.core.iterators_async import aclosing_iter, afirst, maybe_await
+from ares_events.core.iterators_async import afirst, maybe_await
 from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
@@ -666,7 +653,6 @@ class AsyncJournal:
             self.stats.steps_abandoned += 1
 
     async def _new_step(self) -> None:
-        """Checks and bookkeeping before the first append of a new step."""
         self._require_runnable()
         await self._abandon_open(self.position - 1)
         self.attempt = 1
@@ -867,11 +853,7 @@ class AsyncJournal:
                 f"tool {name!r} needs approval but the journal trusts no approver key "
                 "(pass approvers=)"
             )
-        ledger, prev = Ledger(), b""
-        async with aclosing_iter(self.store.read(self.run_id)) as events:
-            async for e in events:
-                ledger.fold(e, prev)
-                prev = e.hash
+        ledger, _head = await ledger_of(self.store, self.run_id)
         found = ledger.answer(step)
         if found is None:
             await self._new_step()
@@ -891,7 +873,6 @@ class AsyncJournal:
         return check_approval(note, pending, trusted=self.approvers, used=used).nonce
 
     async def _reconciled(self, key: str, result: Any) -> Any:
-        """Record the outcome a reconciler reported for a call that landed."""
         await self._append(
             "tool.returned", {"idempotency_key": key, "result": result, "reconciled": True}
         )

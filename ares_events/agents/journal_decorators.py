@@ -1,13 +1,6 @@
 """Decorator forms of journaled calls: ``@journal.tool``, ``@journal.step`` and the
-module-level ``@journaled_tool`` / ``@journaled_step`` that use the journal made current
-by ``with journal:`` (``async with`` for an :class:`AsyncJournal`).
-
-A decorated function's call goes through :meth:`Journal.tool_call` with the same rules
-as a direct call (write-ahead, attempts, replay, in-doubt handling). Its bound arguments
-(defaults applied, ``self``/``cls`` left out) are the recorded ``args``; a parameter named
-``idempotency_key`` is filled by the journal with the step's key ``run_id:step`` and is
-not part of the args. ``step`` is a tool that is safe to run again when in doubt
-(``idempotent=True``), in the spirit of DBOS steps and Temporal activities.
+module-level ``@journaled_tool`` / ``@journaled_step`` (the journal made current by
+``with journal:``), under :meth:`Journal.tool_call`'s rules (docs/guide-journal.md).
 
 It may import the format and this package's leaf modules; the journal passes itself in.
 """

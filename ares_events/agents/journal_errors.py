@@ -1,16 +1,5 @@
-"""The run journal's errors (public; importable from ``ares_events``).
-
-::
-
-    AresError
-    ├── RunRefused                the version gate refused to resume a run
-    ├── RunNotRunnable            paused, completed, failed, cancelled or refused: no new step
-    │   ├── InDoubtToolCall       a tool call has no outcome and cannot be settled safely
-    │   └── ApprovalRequired      a call needs a signed approval: the run is paused for it
-    ├── RunNotFound (LookupError) no run with that id (or the stream is not a run)
-    ├── ReplayDivergence          the replayed loop asked for something else at a step
-    ├── ModelCallFailed           a recorded model failure replayed as a library error
-    └── ToolCallFailed            a recorded tool failure replayed as a library error
+"""The run journal's errors (public; importable from ``ares_events``; docs/errors.md draws
+their tree).
 
 It may import the format layer only.
 """

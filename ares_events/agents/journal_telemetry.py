@@ -1,23 +1,8 @@
-"""Spans and metrics of journaled runs, after OpenTelemetry's GenAI conventions.
+"""Spans and metrics of journaled runs, after OpenTelemetry's GenAI conventions
+(``invoke_agent``, ``chat {model}``, ``execute_tool {name}``: docs/observability.md).
+The helpers are blocking context managers, so one code serves both faces of the journal.
 
-- ``invoke_agent`` (INTERNAL): one incarnation of a run, from ``Journal.open`` to its
-  completion, failure, pause or the end of its ``with`` block; ``gen_ai.conversation.id``
-  is the run id. Its W3C trace context is stored in the metadata of the run's
-  ``run.started`` (and each ``run.gate``) event, and a resumed run's ``invoke_agent``
-  links to the context its ``run.started`` stored: one story across a ``kill -9``.
-- ``chat {model}`` (CLIENT): one attempt of a model call; ``ares_events.journal.from_log``
-  says whether the answer came from the log (nothing was paid), attempt and step numbers
-  say which retry it was.
-- ``execute_tool {name}`` (INTERNAL): one attempt of a tool call, with its idempotency
-  key as ``gen_ai.tool.call.id``.
-
-Messages, tool arguments and results go on spans only when content capture is opted
-into (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` or
-``telemetry.configure(capture_content=True)``), as recorded (after ``redact``), and never
-the messages of a journal with ``record_prompts=False``.
-
-The helpers are blocking context managers: the same code serves both faces of the
-journal. It may import the core.
+It may import the core.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""What the run journal records about a call, and how it shows a difference.
-
-Requests (a model call's messages and params, a tool call's args) are recorded as
-canonical JSON after an optional redaction hook, together with the blake3 hash of that
-redacted form; the hash is what a replay compares, so a rotated secret the hook removes
-is not a divergence and nothing the hook removed is ever stored or shown.
-
-A failed attempt is recorded as the exception's type name, its importable class path and
-its message (shortened). On replay the journal re-raises a recorded failure as an
-instance of the original class when that class is loaded in the process (see
-:func:`rebuild_failure`), so a loop's ``except RateLimited`` behaves on replay as it did
-live.
+"""What the run journal records about a call (canonical JSON after the redaction hook, and
+its blake3 hash, which a replay compares) and about a failed attempt (type, class path,
+message; :func:`rebuild_failure` raises it again as its own class on replay).
 
 It may import the core and the format (canonical JSON); nothing else of the runtime.
 """

@@ -1,24 +1,6 @@
-"""The kill -9 resurrection demo: N agents, a fake LLM, a fake ticketing service,
-SIGKILL of the whole process group K times, and a supervisor that brings every agent
-back from snapshot + tail until all finish.
-
-Three roles, each a process: the *driver* (``ares-events demo``) starts the supervisor
-in its own process group and kills the group at seeded random points; the *supervisor*
-(:class:`~ares_events.agents.supervision.ProcessSupervisor`) resurrects agents; each *agent*
-runs a deterministic research task through a :class:`~ares_events.agents.journal.Journal`.
-
-The fake services keep their own SQLite file: the LLM counts every call and its tokens
-and answers about a third of the prompts with one or two rate limits (HTTP 429) first;
-the ticketing service records every side effect, honours idempotency keys, and loses the
-answer of about a third of its first calls after the side effect (a gateway timeout).
-The agents retry both the way every agent loop does, through the journal (a retry is an
-attempt of the same step, with the same idempotency key). The report is computed from
-those tables and the event log, not from anything the agents claim; each agent's run
-numbers (steps, attempts, retries, tokens, recoveries, resumes) are the ones ``runs show``
-gives for its run (:func:`~ares_events.agents.run_info.run_counts`).
-
-Each agent does ``rounds`` research rounds; a round is three journal steps (a model call,
-a ticket, a state patch).
+"""The kill -9 resurrection demo behind ``ares-events demo``: the driver, the fake LLM and
+ticketing service, and the agents a :class:`~ares_events.agents.supervision.ProcessSupervisor`
+brings back until all finish (docs/cli.md tells the story and the report).
 """
 
 from __future__ import annotations
@@ -366,7 +348,6 @@ def _events_so_far(store: Any, run: str, agents: int) -> int:
 
 
 def _argv(role: str, **options: object) -> list[str]:
-    """The command line of one of the demo's processes (see :func:`main`)."""
     opts = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     return [sys.executable, "-m", "ares_events.agents.resurrection", role, *opts]
 

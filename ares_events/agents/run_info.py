@@ -48,7 +48,6 @@ LIST_STATUSES: Final = (
 """What ``list_runs(status=...)`` filters on. ``paused`` includes runs paused on an in-doubt
 tool call; ``in_doubt`` matches those and any run with a tool call that has no outcome."""
 MODULE: Final = "journal"
-_UNSET: Final = object()
 
 
 def tokens_of(usage: Mapping[str, Any] | None) -> int:

@@ -1,19 +1,7 @@
 # Generated from runs_async.py by tools/async_to_sync.py: do not edit.
-"""Looking at runs and operating them, without running their loop.
-
-Looking is read-only: :func:`inspect_run` and :func:`list_runs` fold a run's stream (its
-chain checked on the way; schema problems are listed, not raised) and append nothing,
-not even a gate decision or a snapshot. Only a :class:`~ares_events.agents.journal.Journal`
-opened to run the loop passes the version gate and appends.
-
-Operating appends exactly one audited event per action, with ``{"by", "reason", "via"}``
-in its metadata (the metadata is part of the hash chain): :func:`resolve_step` settles
-an in-doubt tool call (``tool.returned`` with the result, or ``tool.call.not_done``),
-:func:`resume_run` answers an interrupt (``run.resumed``), :func:`cancel_run` stops a run
-for good (``run.cancelled``). Each names the version it read, so an action on a run that
-changed meanwhile fails with ``ConcurrencyError`` instead of acting on a stale view.
-
-Written once for both faces.
+"""Looking at runs (read-only: :func:`inspect_run`, :func:`list_runs`) and operating them
+(:func:`resolve_step`, :func:`resume_run`, :func:`cancel_run`: one audited event each, at
+the version read), without running their loop. Written once for both faces.
 
 It may import the core, the stores, integrity, projections and this package's leaf modules.
 """
@@ -197,8 +185,8 @@ def _append(
     return inspect_run(store, info.run_id, requests=False)
 
 
-def _ledger(store: EventStore, run_id: str) -> tuple[Ledger, bytes]:
-    """The run's approvals ledger and its head hash."""
+def ledger_of(store: EventStore, run_id: str) -> tuple[Ledger, bytes]:
+    """The run's approvals ledger and its head hash (the journal reads it too)."""
     ledger, prev = Ledger(), b""
     with closing_iter(store.read(run_id)) as events:
         for e in events:
@@ -217,7 +205,7 @@ def pending_call(store: EventStore, run_id: str, step: int | None = None) -> Pen
         RunNotRunnable: the run waits for no approval (no interrupt at a step).
     """
     info = inspect_run(store, run_id, requests=False)
-    ledger, head = _ledger(store, run_id)
+    ledger, head = ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
         s = info.step(step)
@@ -255,7 +243,7 @@ def _approved(
     """Refuse (typed, before anything is appended) an approval that is not valid now."""
     if not approvers:
         raise ConfigError("checking a signed approval needs the trusted approver keys")
-    ledger, _head = _ledger(store, run_id)
+    ledger, _head = ledger_of(store, run_id)
     used = ledger.used_before(2**62)
     check_approval(approval, pending, trusted=approvers, used=used, action=action, outcome=outcome)
 

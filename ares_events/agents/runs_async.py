@@ -1,18 +1,6 @@
-"""Looking at runs and operating them, without running their loop.
-
-Looking is read-only: :func:`inspect_run` and :func:`list_runs` fold a run's stream (its
-chain checked on the way; schema problems are listed, not raised) and append nothing,
-not even a gate decision or a snapshot. Only a :class:`~ares_events.agents.journal.Journal`
-opened to run the loop passes the version gate and appends.
-
-Operating appends exactly one audited event per action, with ``{"by", "reason", "via"}``
-in its metadata (the metadata is part of the hash chain): :func:`resolve_step` settles
-an in-doubt tool call (``tool.returned`` with the result, or ``tool.call.not_done``),
-:func:`resume_run` answers an interrupt (``run.resumed``), :func:`cancel_run` stops a run
-for good (``run.cancelled``). Each names the version it read, so an action on a run that
-changed meanwhile fails with ``ConcurrencyError`` instead of acting on a stale view.
-
-Written once for both faces.
+"""Looking at runs (read-only: :func:`inspect_run`, :func:`list_runs`) and operating them
+(:func:`resolve_step`, :func:`resume_run`, :func:`cancel_run`: one audited event each, at
+the version read), without running their loop. Written once for both faces.
 
 It may import the core, the stores, integrity, projections and this package's leaf modules.
 """
@@ -211,8 +199,8 @@ async def _append(
     return await inspect_run(store, info.run_id, requests=False)
 
 
-async def _ledger(store: AsyncEventStore, run_id: str) -> tuple[Ledger, bytes]:
-    """The run's approvals ledger and its head hash."""
+async def ledger_of(store: AsyncEventStore, run_id: str) -> tuple[Ledger, bytes]:
+    """The run's approvals ledger and its head hash (the journal reads it too)."""
     ledger, prev = Ledger(), b""
     async with aclosing_iter(store.read(run_id)) as events:
         async for e in events:
@@ -235,7 +223,7 @@ async def pending_call(
     if ASYNC:
         store = async_face(store)
     info = await inspect_run(store, run_id, requests=False)
-    ledger, head = await _ledger(store, run_id)
+    ledger, head = await ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
         s = info.step(step)
@@ -273,7 +261,7 @@ async def _approved(
     """Refuse (typed, before anything is appended) an approval that is not valid now."""
     if not approvers:
         raise ConfigError("checking a signed approval needs the trusted approver keys")
-    ledger, _head = await _ledger(store, run_id)
+    ledger, _head = await ledger_of(store, run_id)
     used = ledger.used_before(2**62)
     check_approval(approval, pending, trusted=approvers, used=used, action=action, outcome=outcome)
 

@@ -1,18 +1,7 @@
-"""Supervisor hooks, usable from any supervisor, and a small reference supervisor.
-
-Hooks (module functions over a store; an agent's lifecycle is the stream ``agent_id``):
-
-- :func:`restore` - the agent's recovery report and state, snapshot first.
-- :func:`record_start`, :func:`record_death`, :func:`record_resurrection`,
-  :func:`record_stop` - lifecycle facts, appended write-ahead.
-- :func:`flapping` - N deaths within a window, from the persisted genealogy (so it
-  survives supervisor restarts), for alerting.
-
-:class:`ProcessSupervisor` runs agents as OS processes: death is a non-zero exit or a
-missed heartbeat; a voluntary stop is marked *before* the process is signalled, so it is
-never taken for a crash; resurrection uses exponential backoff (1 s doubling to 30 s) and
-a restart cap; each resurrection is recorded in the genealogy and the agent recovers
-from snapshot + tail.
+"""Supervisor hooks over a store (:func:`restore`, :func:`record_start`,
+:func:`record_death`, :func:`record_resurrection`, :func:`record_stop`,
+:func:`flapping`) and :class:`ProcessSupervisor`, a small reference supervisor of OS
+processes (docs/guide-journal.md).
 """
 
 from __future__ import annotations

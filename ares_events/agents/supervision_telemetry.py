@@ -1,9 +1,5 @@
-"""Span events and metrics of agent lifecycles and supervisors: deaths, resurrections,
-backoffs, flapping and restart caps (docs/observability.md).
-
-Events go on the caller's current span (``ProcessSupervisor.run`` opens a
-``ares_events.supervise`` span for them); metrics carry a death's *cause kind* only
-(``exit``, ``signal``, ``heartbeat``, ``lost``, ``other``), never an agent id.
+"""Span events and metrics of agent lifecycles and supervisors (docs/observability.md);
+metrics carry a death's cause kind, never an agent id.
 
 It may import the core.
 """

@@ -1,9 +1,6 @@
-"""Adapters that plug ares-events into other libraries: the ``eventsourcing`` persistence
-module, a LangGraph checkpointer (with signed approvals of interrupts), and sessions,
-message stores and durable runs for the OpenAI Agents SDK, Pydantic AI and Google ADK.
-A module named after a library is public; a ``_`` module is its storage work.
-:func:`stream_kind` tells the CLI which streams an integration owns, without importing
-the integration's library.
+"""Adapters that plug ares-events into other libraries (eventsourcing, LangGraph, the OpenAI
+Agents SDK, Pydantic AI, Google ADK): a module named after a library is public, a ``_``
+module is its storage work. :func:`stream_kind` names an integration's streams for the CLI.
 
 An integration is top layer: it may import anything in the package, and its own third
 party library; nothing in the package imports an integration.

@@ -1,9 +1,6 @@
-"""The stream under a framework adapter: :class:`AsyncConversationStream` (one face
-written, the other generated), one conversation (an OpenAI Agents session, a Pydantic AI
-conversation, a Google ADK session) as one hash-chained stream, verified before the
-adapter decodes anything and written at a version the caller names (another writer in
-between is a :class:`~ares_events.errors.ConcurrencyError`, which each adapter turns
-into its typed conflict: nothing is merged or retried behind the caller's back).
+""":class:`AsyncConversationStream` (one face written, the other generated): one framework
+conversation as one hash-chained stream, verified before an adapter decodes it, written
+at the version the caller names (a conflict is raised, never merged or retried).
 
 It may import anything in the package (an integration is top layer), and no framework.
 """

@@ -1,11 +1,6 @@
 """The store side of the eventsourcing persistence module: opening the store from
-eventsourcing's ``Environment``, the application's stream prefix, verified reads
-(``ARES_VERIFY_READS``), and a close that is safe at interpreter exit.
-
-The prefix is derived from the application's name as ``eventsourcing.postgres`` derives
-table names, so applications sharing a store have separate notification logs; a derived
-prefix refuses a store in the old unprefixed layout (naming the setting that keeps it)
-instead of presenting it as empty. docs/integrations.md says the rest.
+eventsourcing's ``Environment``, the application's stream prefix, verified reads and a
+close that is safe at interpreter exit (docs/integrations.md).
 
 It may import anything in the package and ``eventsourcing``.
 """

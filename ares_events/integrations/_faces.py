@@ -1,11 +1,6 @@
-"""Where a framework adapter's storage work runs, shared by the OpenAI Agents, Pydantic AI
-and Google ADK adapters: the blocking face over a blocking store (given, or opened from a
-URL on first use) in worker threads, or the asyncio face on a given asyncio store's loop.
-
-Worker threads on a blocking store, because the frameworks run one event loop per thread
-or per request (ADK's ``Runner.run``, ``asyncio.run`` per request): nothing may belong to
-the loop that first used the adapter. An asyncio store belongs to the loop that opened
-it, so work on it stays there.
+"""Where a framework adapter's storage work runs: the blocking face over a blocking store in
+worker threads (the frameworks run one event loop per thread or per request, so nothing
+may belong to the first loop), or the asyncio face on a given asyncio store's own loop.
 
 It may import anything in the package (an integration is top layer), and no framework.
 """

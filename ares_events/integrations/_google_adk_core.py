@@ -1,11 +1,6 @@
-"""What both faces of the Google ADK session service share, without I/O: the stream
-names, the events' types, :class:`StaleSessionConflict`, the fold of a session
-(:class:`SessionStateProjection`, and :class:`Fold`, its incremental form over a verified
-view) and the decoding of stored events.
-
-A session's stream holds ``adk.session.created`` (with the session-scoped initial state),
-one ``adk.event`` per ADK event (the event and its session-scoped state delta) and
-``adk.session.deleted``; the ``app:`` and ``user:`` streams hold ``adk.state`` deltas.
+"""What both faces of the Google ADK session service share, without I/O: stream names,
+event types, :class:`StaleSessionConflict`, the fold of a session and the decoding of
+stored events (the layout is in docs/guide-google-adk.md).
 
 It may import anything in the package (an integration is top layer), and ``google.adk``.
 """

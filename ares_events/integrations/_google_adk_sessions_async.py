@@ -1,11 +1,6 @@
-"""The storage work of the Google ADK session service: :class:`AsyncAdkSessions` (one face
-written, the other generated), run by
-:class:`~ares_events.integrations.google_adk.AresSessionService`.
-
-One verified view per stream (at most :data:`MAX_VIEWS`, least recently used dropped),
-whose lock serialises the operations on that stream; different sessions run side by
-side. A session's event is appended at the version its session object was read at, and
-its ``app:``/``user:`` deltas in the same transaction.
+"""The storage work of :class:`~ares_events.integrations.google_adk.AresSessionService`:
+:class:`AsyncAdkSessions` (one face written, the other generated), one verified view and
+lock per stream (at most :data:`MAX_VIEWS`), so different sessions run side by side.
 
 It may import anything in the package (an integration is top layer), and ``google.adk``.
 """
@@ -91,7 +86,7 @@ class AsyncAdkSessions:
         sid = session_stream(app_name, user_id, session_id)
         deltas = _session_util.extract_json_safe_state_delta(state or {})
         now = time.time()
-        v = self._view(sid)
+        v = self._views.get(sid)
         async with v.lock:
             await v.stream.refresh()
             if v.fold()["live"]:
@@ -127,7 +122,7 @@ class AsyncAdkSessions:
         if recent is not None:
             fold, version, events = await self._tail_session(sid, recent)
         else:
-            v = self._view(sid)
+            v = self._views.get(sid)
             async with v.lock:
                 await v.stream.refresh()
                 events = since_created(v.stream.events)
@@ -167,7 +162,7 @@ class AsyncAdkSessions:
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
         session_id = session_id.strip() if session_id else session_id
         sid = session_stream(app_name, user_id, session_id)
-        v = self._view(sid)
+        v = self._views.get(sid)
         view = v.stream
         async with v.lock:
             await view.refresh()
@@ -194,7 +189,7 @@ class AsyncAdkSessions:
         deltas = _session_util.extract_json_safe_state_delta(delta or {})
         dumped = event.model_dump(exclude_none=True, mode="json")
         payload = {"event": dumped, "delta": deltas["session"]}
-        v = self._view(sid)
+        v = self._views.get(sid)
         async with v.lock:
             await v.stream.refresh()
             fold = v.fold()
@@ -220,11 +215,8 @@ class AsyncAdkSessions:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _view(self, stream_id: str) -> _View:
-        return self._views.get(stream_id)
-
     async def _scoped_state(self, stream_id: str) -> dict[str, Any]:
-        v = self._view(stream_id)
+        v = self._views.get(stream_id)
         async with v.lock:
             await v.stream.refresh()
             return copy.deepcopy(v.fold()["state"])
@@ -299,8 +291,6 @@ class AsyncAdkSessions:
 
 
 class _View:
-    """A verified view of one stream, its lock, and its fold so far."""
-
     __slots__ = ("folded", "lock", "stream")
 
     def __init__(self, stream: AsyncConversationStream) -> None:
@@ -316,7 +306,6 @@ class _View:
 def _scoped(
     app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
 ) -> list[tuple[str, list[NewEvent], Any]]:
-    """The ``app:`` and ``user:`` deltas' appends (at any version: they only add)."""
     out: list[tuple[str, list[NewEvent], Any]] = []
     for scope, stream_id in (
         ("app", app_stream(app_name)),

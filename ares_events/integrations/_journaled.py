@@ -1,6 +1,5 @@
-"""What the durable runs of the OpenAI Agents, Pydantic AI and Google ADK adapters share:
-a tool call through the run journal, the key of the one running now, and the journal's
-own errors unwrapped from the framework's.
+"""What the durable runs of the framework adapters share: a tool call through the run
+journal, the key of the one running now, and the journal's errors unwrapped.
 
 It may import anything in the package (an integration is top layer), and no framework.
 """

@@ -1,37 +1,7 @@
-"""What both faces of the LangGraph checkpointer decide, without I/O: the event layout of
-a thread, the encoding of checkpoints, channel values and writes, and the verified
-in-memory index of one thread (:class:`ThreadIndex`). Planning writes and decoding values
-over the index is in :mod:`~ares_events.integrations._langgraph_plan`.
-
-**Layout.** One LangGraph thread is one stream, ``langgraph/<thread_id>`` (every
-checkpoint namespace lives inside it), of events with module ``langgraph``:
-
-``lg.checkpoint``
-    ``{"ns", "id", "parent", "cp", "md", "vals"}``: the checkpoint without its channel
-    values (``cp``), its metadata (``md``), and for each channel that has a value the
-    content digest of that value (``vals``).
-``lg.value``
-    one channel value, content-addressed: ``{"d": digest, "t": type, "b": base64}``, or
-    for a ``list`` a run of items ``{"d", "list": [[type, base64], ...], "base", "n",
-    "depth"}``: the items after the first ``n`` items of the value ``base`` (a delta; no
-    ``base``: the whole list). A value is stored once per thread whatever the channel or
-    version that holds it; a delta chain is cut by a whole list every
-    :data:`MAX_DELTA_DEPTH` links, which bounds what a reload reads.
-``lg.writes``
-    ``{"ns", "cp", "task", "path", "w": [[idx, channel, type, base64], ...]}``: pending
-    writes of a task, with ``put_writes``' rules (a regular write is kept once, a special
-    one is replaced).
-``lg.pruned``
-    ``{"drop": [versions], "all": bool, "reason"}``: those events are deleted (their
-    payloads are erased right after, each erasure recorded in ``ares-events/erasures``).
-
-Payloads are JSON (``{"j": ...}``) where the value is plain JSON, else the serializer's
-typed bytes in base64 (``{"t", "b"}``).
-
-**Verified before decoded.** An event is applied to the index only after its link
-verified, so every payload the savers decode is one the chain vouches for; a thread with
-any finding is refused as a whole. Spilled payloads are fetched later through the blob
-store, whose digest check ties them to the verified header.
+"""What both faces of the LangGraph checkpointer decide, without I/O: the event layout of a
+thread (docs/guide-langgraph.md lists the payloads), the encoding of checkpoints, channel
+values and writes, and :class:`ThreadIndex`, the index of one thread built only from
+events whose link verified (a thread with any finding is refused as a whole).
 
 It may import the package below ``integrations`` and ``langgraph``.
 """

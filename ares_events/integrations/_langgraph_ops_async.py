@@ -1,6 +1,5 @@
-"""The LangGraph checkpointer's operations, written once for both savers (one face
-written, the other generated): each takes the store and the
-thread's verified index, which its saver holds under the thread's lock.
+"""The LangGraph checkpointer's operations, one face written, the other generated: each
+takes the store and the thread's verified index, held under the thread's lock.
 
 It may import the package below ``integrations`` and ``langgraph``.
 """

@@ -1,8 +1,6 @@
-"""Planning and decoding for the LangGraph checkpointer, over the verified index of
-:mod:`~ares_events.integrations._langgraph_core`: the events of a put (values as deltas,
-the fork check), of a ``put_writes`` and of a prune; pending writes; a channel value
-rebuilt from its delta chain (and the opt-in cache of decoded values); the re-check of a
-spilled value fetched again; erasure records.
+"""Planning and decoding for the LangGraph checkpointer, over the verified index: the events
+of a put, a ``put_writes`` and a prune; pending writes; channel values rebuilt from their
+delta chains; spilled values checked again; erasure records.
 
 It may import the package below ``integrations``, ``_langgraph_core`` and ``langgraph``.
 """

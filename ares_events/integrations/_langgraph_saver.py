@@ -1,8 +1,6 @@
 # Generated from _langgraph_saver_async.py by tools/async_to_sync.py: do not edit.
-"""The LangGraph savers, written once for both faces: :class:`AresSaverBase` (on the
-blocking face ``AresSaverBase``, to which ``AresSaver`` in :mod:`.langgraph` adds its
-``a``-methods).
-See :mod:`ares_events.integrations.langgraph` for what they guarantee.
+"""The LangGraph savers, one face written, the other generated: :class:`AresSaverBase`
+(``AresSaverBase`` on the blocking face; :mod:`.langgraph` adds its ``a``-methods).
 
 It may import the package below ``integrations`` and ``langgraph``.
 """

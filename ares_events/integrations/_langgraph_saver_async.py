@@ -1,7 +1,5 @@
-"""The LangGraph savers, written once for both faces: :class:`AsyncAresSaver` (on the
-blocking face ``AresSaverBase``, to which ``AresSaver`` in :mod:`.langgraph` adds its
-``a``-methods).
-See :mod:`ares_events.integrations.langgraph` for what they guarantee.
+"""The LangGraph savers, one face written, the other generated: :class:`AsyncAresSaver`
+(``AresSaverBase`` on the blocking face; :mod:`.langgraph` adds its ``a``-methods).
 
 It may import the package below ``integrations`` and ``langgraph``.
 """

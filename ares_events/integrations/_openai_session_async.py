@@ -1,13 +1,7 @@
-"""The work of an OpenAI Agents SDK session on its stream: :class:`AsyncSessionLog` (one
-face written, the other generated), run by
-:class:`~ares_events.integrations.openai_agents.AresSession`.
-
-A log folds ``oai.items``, ``oai.popped`` and ``oai.cleared`` into the live items,
-incrementally, and writes either under a run (the SDK's run context, ``wrapper``: at
-the version the run last saw, so another writer in between is a
-:class:`SessionConflict`) or directly, as one atomic step on the stream as it is when
-the write lands, as the SDK's own sessions do (concurrent direct writers never lose an
-item and never see a conflict).
+""":class:`AsyncSessionLog` (one face written, the other generated), run by
+:class:`~ares_events.integrations.openai_agents.AresSession`: the live items folded from
+the stream, written under a run at the version it saw (:class:`SessionConflict`) or
+directly as one atomic step (docs/guide-openai-agents.md).
 
 It may import anything in the package (an integration is top layer), and no framework.
 """

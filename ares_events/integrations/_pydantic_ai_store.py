@@ -1,11 +1,7 @@
 # Generated from _pydantic_ai_store_async.py by tools/async_to_sync.py: do not edit.
-"""Pydantic AI message history on ares-events: :class:`MessageLog` (one face written,
-the other generated), run by :mod:`ares_events.integrations.pydantic_ai`'s stores.
-
-Each ``append`` is one ``pai.messages`` event holding the new messages, serialised with
-Pydantic AI's own ``ModelMessagesTypeAdapter``. It is written at the version this log
-last loaded the conversation at, so two runs of one conversation never interleave their
-messages (the second gets :class:`ConversationConflict`).
+""":class:`MessageLog` (one face written, the other generated), run by
+:mod:`ares_events.integrations.pydantic_ai`'s stores: one ``pai.messages`` event per
+``append``, at the version last loaded (:class:`ConversationConflict`).
 
 It may import anything in the package, and ``pydantic_ai``.
 """
@@ -74,7 +70,7 @@ class MessageLog:
 
     def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         with c.lock:
             c.view.refresh()
             c.seen = c.view.version
@@ -90,7 +86,7 @@ class MessageLog:
 
     def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         payload = {"messages": encode_messages(new_messages)} if new_messages else None
         with c.lock:
             if c.seen is None:
@@ -109,7 +105,7 @@ class MessageLog:
         by: str = "pydantic-ai",
     ) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         with c.lock:
             c.view.refresh()
             expected = c.seen if c.seen is not None else c.view.version
@@ -131,9 +127,6 @@ class MessageLog:
             ) from None
         c.seen = res.version
         return res.version
-
-    def _conversation(self, conversation_id: str) -> _Conversation:
-        return self._views.get(conversation_id)
 
 
 class _Conversation:

@@ -1,10 +1,6 @@
-"""Pydantic AI message history on ares-events: :class:`AsyncMessageLog` (one face written,
-the other generated), run by :mod:`ares_events.integrations.pydantic_ai`'s stores.
-
-Each ``append`` is one ``pai.messages`` event holding the new messages, serialised with
-Pydantic AI's own ``ModelMessagesTypeAdapter``. It is written at the version this log
-last loaded the conversation at, so two runs of one conversation never interleave their
-messages (the second gets :class:`ConversationConflict`).
+""":class:`AsyncMessageLog` (one face written, the other generated), run by
+:mod:`ares_events.integrations.pydantic_ai`'s stores: one ``pai.messages`` event per
+``append``, at the version last loaded (:class:`ConversationConflict`).
 
 It may import anything in the package, and ``pydantic_ai``.
 """
@@ -101,7 +97,7 @@ class AsyncMessageLog:
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         async with c.lock:
             await c.view.refresh()
             c.seen = c.view.version
@@ -117,7 +113,7 @@ class AsyncMessageLog:
 
     async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         payload = {"messages": encode_messages(new_messages)} if new_messages else None
         async with c.lock:
             if c.seen is None:
@@ -136,7 +132,7 @@ class AsyncMessageLog:
         by: str = "pydantic-ai",
     ) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
-        c = self._conversation(conversation_id)
+        c = self._views.get(conversation_id)
         async with c.lock:
             await c.view.refresh()
             expected = c.seen if c.seen is not None else c.view.version
@@ -160,9 +156,6 @@ class AsyncMessageLog:
             ) from None
         c.seen = res.version
         return res.version
-
-    def _conversation(self, conversation_id: str) -> _Conversation:
-        return self._views.get(conversation_id)
 
 
 class _Conversation:

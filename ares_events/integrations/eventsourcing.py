@@ -1,11 +1,6 @@
-"""Persistence module for the `eventsourcing <https://eventsourcing.readthedocs.io>`_ library.
-
-Select it with ``PERSISTENCE_MODULE=ares_events.integrations.eventsourcing`` and give the
-store with ``ARES_STORE_URL`` (read through eventsourcing's ``Environment``). Every
-aggregate is one hash-chained stream (the application's stream prefix + the originator
-id), so ``ares-events audit`` verifies the application's data; docs/integrations.md has
-the mapping of records to events. The store side (opening, prefixes, verified reads) is
-:mod:`~ares_events.integrations._eventsourcing_store`.
+"""Persistence module for the `eventsourcing <https://eventsourcing.readthedocs.io>`_ library
+(``PERSISTENCE_MODULE=ares_events.integrations.eventsourcing``): one hash-chained stream
+per aggregate; docs/integrations.md has the settings and the mapping.
 """
 
 from __future__ import annotations

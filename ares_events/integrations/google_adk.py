@@ -1,17 +1,10 @@
-"""A Google ADK session service on ares-events: :class:`AresSessionService` implements
-``BaseSessionService`` (``pip install 'ares-events[google-adk]'``)::
+"""A Google ADK session service on ares-events (``pip install 'ares-events[google-adk]'``)::
 
     service = AresSessionService(url="sqlite:///agents.db")
     runner = Runner(agent=agent, app_name="app", session_service=service)
 
-One session is one hash-chained stream, ``google-adk/<app>/<user>/<session>``; ``app:`` and
-``user:`` state live in ``google-adk-app/<app>`` and ``google-adk-user/<app>/<user>``,
-written in the same transaction as the event that changed them. A session object carries
-the stream version it was read at, and ``append_event`` writes at that version: a second
-run on one session gets :class:`StaleSessionConflict` (ADK's ``StaleSessionError`` too)
-instead of interleaving. docs/guide-google-adk.md says what a user gets; the layout and
-the fold are :mod:`~ares_events.integrations._google_adk_core`, the storage work
-:mod:`~ares_events.integrations._google_adk_sessions_async`.
+One session is one stream; a stale session's ``append_event`` gets
+:class:`StaleSessionConflict`. docs/guide-google-adk.md says the rest.
 
 It may import anything in the package, and ``google.adk``.
 """

@@ -1,16 +1,9 @@
-"""Durable Google ADK runs: an agent's model calls and function tools go through the run
-journal (the stream ``run_id``), so a run killed and started again replays what was
-answered and done, and goes on live from the first step that was not::
+"""Durable Google ADK runs: model calls and function tools go through the run journal, so a
+run started again replays what was answered and done::
 
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-:class:`JournaledLlm` wraps the model rather than using model callbacks: ADK stops at the
-first callback that answers, so ours could be skipped. ADK runs a response's function
-calls in parallel with no setting to serialise them, so :class:`ToolCallOrder` numbers
-them in the order the model emitted them. Not journaled (they run live on a replay):
-sub-agents' models and tools, toolsets, tools other than ``FunctionTool``, long-running
-tools, and what a tool does to ADK state through its ``tool_context``.
-docs/guide-google-adk.md says the rest.
+docs/guide-google-adk.md says what is journaled and what runs live on a replay.
 
 It may import anything in the package, and ``google.adk``.
 """
@@ -18,7 +11,6 @@ It may import anything in the package, and ``google.adk``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Collection
@@ -42,6 +34,7 @@ from ares_events.agents.journal import (
     AsyncJournal,
     ModelReply,
 )
+from ares_events.core.iterators_async import maybe_await
 from ares_events.errors import ConfigError
 from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call
 
@@ -326,9 +319,9 @@ def _watching_tool(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[...
     that tool never runs, and the calls after it must not wait for it."""
 
     async def before_tool(tool: BaseTool, args: dict[str, Any], tool_context: Any) -> Any:
-        got = _invoke_callback(cb, tool=tool, args=args, tool_context=tool_context)
-        if inspect.isawaitable(got):
-            got = await got
+        got = await maybe_await(
+            _invoke_callback(cb, tool=tool, args=args, tool_context=tool_context)
+        )
         if got is not None and isinstance(tool, JournaledTool):
             order.release(order.claim(tool.name, args))
         return got
@@ -342,9 +335,7 @@ def _watching_model(cb: Callable[..., Any], order: ToolCallOrder) -> Callable[..
     (``llm_request`` or ``llm_response``), which the wrapper hands on as it came."""
 
     async def model_callback(callback_context: Any, **value: Any) -> Any:
-        got = _invoke_callback(cb, callback_context=callback_context, **value)
-        if inspect.isawaitable(got):
-            got = await got
+        got = await maybe_await(_invoke_callback(cb, callback_context=callback_context, **value))
         if isinstance(got, LlmResponse):
             order.expect([got])
         return got

@@ -1,16 +1,11 @@
 """A LangGraph checkpointer on ares-events: :class:`AresSaver` (blocking) and
-:class:`AsyncAresSaver` (asyncio), each a ``BaseCheckpointSaver`` of
-``langgraph-checkpoint`` 4.x (``pip install 'ares-events[langgraph]'``)::
+:class:`AsyncAresSaver` (asyncio) (``pip install 'ares-events[langgraph]'``)::
 
     with AresSaver.from_url("sqlite:///agents.db") as saver:
         graph = builder.compile(checkpointer=saver)
 
-One thread is one hash-chained stream, ``langgraph/<thread_id>``. A second writer from
-the same parent gets :class:`StaleWriteError` instead of forking the thread; channel
-values are stored once per thread, lists as deltas; nothing is decoded before its link
-in the chain verified; :meth:`AresSaver.prune` and :meth:`AresSaver.delete_thread` erase
-what they drop and leave the chain verifiable. docs/guide-langgraph.md says the rest;
-the layout is :mod:`~ares_events.integrations._langgraph_core`.
+One thread is one stream; a second writer from the same parent gets
+:class:`StaleWriteError`. docs/guide-langgraph.md says the rest.
 
 It may import anything in the package, and ``langgraph``.
 """

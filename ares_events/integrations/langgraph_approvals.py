@@ -1,25 +1,6 @@
 """Signed approvals of LangGraph interrupts: :class:`ApprovalGate` lets a node go on only
-after it checked an approver's signed approval itself, against the keys it was given,
-and recorded it as used (docs/guide-langgraph.md shows the flow). The node's check is the
-one that counts: a plain ``Command(resume=...)`` gets
-:class:`~ares_events.errors.ApprovalForged` from it, before the node's work runs.
-
-Everything is recorded on the thread's stream (``langgraph/<thread_id>``), beside the
-saver's checkpoints (which ignore these events), so the thread's exported record carries
-the approvals. Events, module ``langgraph``:
-
-``lg.approval.requested``
-    ``{"reason": "approval required", "step", "ns", "interrupt", "args", "args_hash"}``:
-    the node's task (``ns``, its checkpoint namespace) asks to approve ``args``; ``step``
-    is the version of this event (what an approval names), ``interrupt`` LangGraph's id.
-``lg.approval``
-    ``{"approval": note, "step"}``: presented, right after the head the note names.
-``lg.approval.used``
-    ``{"approved": nonce, "step", "args_hash"}``: the node went on under it (written once).
-
-A node holds at most one gate: its task is the position an approval is bound to
-(LangGraph runs a node again from its start on every resume, and the approval it already
-used lets the same task through again, not another).
+after it checked an approver's signed approval itself and recorded it as used, on the
+thread's stream (docs/guide-langgraph.md shows the flow and the events).
 
 It may import anything in the package, and ``langgraph``.
 """
@@ -72,8 +53,6 @@ _RETRIES: Final = 100
 
 @dataclass(slots=True)
 class _Thread:
-    """The approval events of one thread, read in order."""
-
     ledger: Ledger = field(default_factory=Ledger)
     asked: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Every request by step, answered or not."""

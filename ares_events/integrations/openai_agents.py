@@ -1,14 +1,10 @@
-"""An OpenAI Agents SDK session on ares-events: :class:`AresSession` implements the SDK's
-``Session`` protocol (``pip install 'ares-events[openai-agents]'``)::
+"""An OpenAI Agents SDK session on ares-events (``pip install 'ares-events[openai-agents]'``)::
 
     session = AresSession("user-42", url="sqlite:///agents.db")
     result = await Runner.run(agent, "Hello", session=session)
 
-One session is one hash-chained stream, ``openai-agents/<session_id>``, of ``oai.items``,
-``oai.popped`` and ``oai.cleared`` events (a pop or a clear is an event: history is never
-rewritten). A run's writes are refused with :class:`SessionConflict` when another writer
-came first; direct calls are atomic, as in the SDK's own sessions. docs/guide-openai-agents.md
-says what a user gets; the work itself is :mod:`~ares_events.integrations._openai_session_async`.
+One session is one stream; a run's write after another writer's gets
+:class:`SessionConflict`. docs/guide-openai-agents.md says the rest.
 
 It may import anything in the package, and ``agents``.
 """

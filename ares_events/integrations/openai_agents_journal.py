@@ -1,14 +1,9 @@
-"""Durable OpenAI Agents SDK runs: the agent's model calls and function tools go through
-the run journal (the stream ``run_id``), so a run killed and started again replays what
-was answered and done, and goes on live from the first step that was not::
+"""Durable OpenAI Agents SDK runs: model calls and function tools go through the run
+journal, so a run started again replays what was answered and done::
 
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-A tool's ``needs_approval`` goes to the journal, not to ``RunState.approve()``: the call
-runs only under a signed approval the journal checks, which no client-held ``RunState``
-can alter. A response's tool calls run one at a time so a replay numbers the journal's
-steps the same way. Streaming and agents handed off to are not journaled.
-docs/guide-openai-agents.md says the rest.
+docs/guide-openai-agents.md says the rest (approvals, what is not journaled).
 
 It may import anything in the package, and ``agents``.
 """
@@ -16,7 +11,6 @@ It may import anything in the package, and ``agents``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,6 +26,7 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from ares_events.agents.journal import AsyncJournal, ModelReply
+from ares_events.core.iterators_async import maybe_await
 from ares_events.errors import ConfigError
 from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call
 
@@ -126,8 +121,7 @@ async def _needs_approval(policy: Any, ctx: Any, raw_input: str) -> bool:
         return True
     if not isinstance(params, dict):
         return True
-    got = policy(ctx, params, getattr(ctx, "tool_call_id", ""))
-    return bool(await got if inspect.isawaitable(got) else got)
+    return bool(await maybe_await(policy(ctx, params, getattr(ctx, "tool_call_id", ""))))
 
 
 async def run_durably(

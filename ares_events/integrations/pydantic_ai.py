@@ -7,12 +7,7 @@ history in a store, and durable runs without Temporal or DBOS::
 
     result = await run_durably(agent, "Refund order 42", store=store, run_id="refund-42")
 
-A conversation is one stream, ``pydantic-ai/<conversation_id>``; a second writer gets
-:class:`ConversationConflict`. :func:`run_durably` wraps the model and toolsets with
-Pydantic AI's own ``WrapperModel`` and ``WrapperToolset`` (:class:`JournaledModel`,
-:class:`JournaledToolset`) so a killed run replays what was answered and done; a model
-request is compared without :data:`VOLATILE_KEYS`, and tool calls run one at a time so
-a replay numbers its steps the same way. docs/guide-pydantic-ai.md says the rest.
+docs/guide-pydantic-ai.md says the rest.
 
 It may import anything in the package, and ``pydantic_ai``.
 """
