@@ -142,6 +142,20 @@ static char *put(char *out, const char *s, size_t len) {
 
 #define PUT_LIT(out, lit) put((out), (lit), sizeof(lit) - 1)
 
+/* The decimal text of v (what "%lld" prints; snprintf cost ~50 ns a number). */
+static char *put_int(char *out, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *out++ = '-';
+    while (n) *out++ = tmp[--n];
+    return out;
+}
+
 /* The UTF-8 of a str (a subclass too: the escaper encodes its value), or NULL with no
  * exception set when it is not a str or cannot be UTF-8 (a lone surrogate): in both
  * cases the reference stops at the event. */
@@ -314,7 +328,7 @@ static PyObject *verify_run(PyObject *self, PyObject *args) {
         PyObject *vstr = NULL;
         const char *vchars = vtext;
         if (!big) {
-            vtext_len = snprintf(vtext, sizeof vtext, "%lld", v_ll);
+            vtext_len = put_int(vtext, v_ll) - vtext;
         } else {
             vstr = PyObject_Str(version);
             vchars = vstr ? PyUnicode_AsUTF8AndSize(vstr, &vtext_len) : NULL;
@@ -338,7 +352,7 @@ static PyObject *verify_run(PyObject *self, PyObject *args) {
         uint8_t digest[AB3_OUT_LEN];
         ab3_hash(NULL, (const uint8_t *)payload, (size_t)payload_len, digest);
         char size_text[32];
-        int size_len = snprintf(size_text, sizeof size_text, "%zd", payload_len);
+        int size_len = (int)(put_int(size_text, payload_len) - size_text);
 
         char *o = buf.p;
         o = put(o, prev, (size_t)prev_len);
@@ -455,7 +469,6 @@ static int seal_one(buf_t *buf, const uint8_t *key, uint8_t prev[AB3_OUT_LEN], P
     size_t need = AB3_OUT_LEN + 200 + 6 * ((size_t)at_len + id_len + mo_len + ty_len) +
                   (size_t)PyBytes_GET_SIZE(meta) + stream_js_len;
     if (buf_reserve(buf, need) < 0) return -1;
-    char num[32];
     char *o = buf->p;
     o = put(o, (const char *)prev, AB3_OUT_LEN);
     o = PUT_LIT(o, "{\"at\":");
@@ -473,13 +486,13 @@ static int seal_one(buf_t *buf, const uint8_t *key, uint8_t prev[AB3_OUT_LEN], P
         *o++ = HEX[d[k] & 15];
     }
     o = PUT_LIT(o, "\",\"size\":");
-    o = put(o, num, (size_t)snprintf(num, sizeof num, "%zd", size));
+    o = put_int(o, size);
     o = PUT_LIT(o, ",\"stream\":");
     o = put(o, stream_js, stream_js_len);
     o = PUT_LIT(o, ",\"type\":");
     o = json_str(o, t, ty_len);
     o = PUT_LIT(o, ",\"v\":1,\"version\":");
-    o = put(o, num, (size_t)snprintf(num, sizeof num, "%lld", version));
+    o = put_int(o, version);
     *o++ = '}';
     ab3_hash(key, (const uint8_t *)buf->p, (size_t)(o - buf->p), prev);
     return 0;
@@ -1633,8 +1646,6 @@ static PyObject *verify_page(PyObject *self, PyObject *args) {
         vp_ev *x = &ev[k];
         PyObject *e = PyList_GET_ITEM(events, start + k);
         PyObject *prev_o = PyTuple_GET_ITEM(e, F_PREV);
-        char num[32];
-        int num_len;
         x->hoff = (size_t)(o - buf);
         o = put(o, PyBytes_AS_STRING(prev_o), (size_t)PyBytes_GET_SIZE(prev_o));
         o = PUT_LIT(o, "{\"at\":");
@@ -1651,15 +1662,13 @@ static PyObject *verify_page(PyObject *self, PyObject *args) {
             *o++ = HEX[x->digest[b] & 15];
         }
         o = PUT_LIT(o, "\",\"size\":");
-        num_len = snprintf(num, sizeof num, "%zd", x->payload_len);
-        o = put(o, num, (size_t)num_len);
+        o = put_int(o, x->payload_len);
         o = PUT_LIT(o, ",\"stream\":");
         o = put(o, stream_js, stream_js_len);
         o = PUT_LIT(o, ",\"type\":");
         o = json_str(o, x->ty, x->ty_len);
         o = PUT_LIT(o, ",\"v\":1,\"version\":");
-        num_len = snprintf(num, sizeof num, "%lld", x->version);
-        o = put(o, num, (size_t)num_len);
+        o = put_int(o, x->version);
         *o++ = '}';
         x->hlen = (size_t)(o - buf) - x->hoff;
     }
