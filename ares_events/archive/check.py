@@ -1,7 +1,5 @@
-"""The deep audit's archive pass: every segment in the segment index fetched again and
-checked against the digests the database recorded (findings ``archive_missing``,
-``archive_corrupted``, ``archive_unreadable``, ``archive_order``); each tombstone checked
-against its ``archive.segment.retired`` record (``retention_unrecorded``).
+"""The deep audit's archive pass: every segment fetched again and checked against its
+recorded digests, every tombstone against its record.
 
 It may import the core, the stores (the archive's reader) and this package's findings.
 """

@@ -1,8 +1,5 @@
-"""CLI command ``archive``: move old events to segment objects on a blob store, and show
-what a store archived.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
+"""CLI command ``archive``, registered on the group when imported. It may import
+:mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations

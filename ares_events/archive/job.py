@@ -1,12 +1,5 @@
-"""The archive run: seal old events into immutable segments on a blob store, verify them,
-record them, and only then remove their rows from the database.
-
-``archive(store, to=URL, before=...)`` (CLI ``ares-events archive``) goes segment by segment
-in global order: read and check (chains, Merkle leaves; each stream's last event stays),
-write, read back and verify, record in the segment index (a compare-and-set: another run at
-the same time loses), then delete the rows, checked row by row. Each step survives a
-``kill -9`` before the next; docs/archive.md gives what a crash leaves and how the next run
-finishes it.
+"""The archive run (docs/archive.md): seal old events into segments, verify and record
+them, and only then delete their rows.
 
 It may import the core, stores, integrity and the projections below it.
 """

@@ -1,15 +1,6 @@
-"""Reading through the archive: :class:`AsyncArchiveRecorder` (one face written, the other
-generated), a recorder over a backend that serves the events an archive run removed
-from the database out of the archive, so every read API returns what it returned before.
-
-``open_store`` composes it only for a store whose identity names an archive. Tail reads
-and appends never touch the archive; ``read_all`` reads one small metadata row per page.
-A read trusts no stale view because the run records a segment (``archive/catalog``, then
-``archive/through``) *before* it deletes its rows: a stream read that finds versions
-missing in the database fetches exactly those from the archive, and ``read_all`` takes
-positions below ``archive/through`` from it (docs/archive.md, "Reading"). A gap the
-archive does not fill is returned as stored, so the verifier reports it; a missing or
-altered object raises :class:`~ares_events.errors.ArchiveError`, never an empty answer.
+"""Reading through the archive: :class:`AsyncArchiveRecorder` serves the events an
+archive run removed from the database out of the archive (docs/archive.md, "Reading");
+one face written, the other generated.
 
 It may import the core, :mod:`ares_events.errors`, the blob stores and this package.
 """

@@ -1,12 +1,5 @@
-"""Retention: delete whole archived segments past a legal horizon, leaving a recorded,
-verifiable tombstone.
-
-``retire(store, before=..., reason=..., by=...)`` (CLI ``ares-events archive
---retire-before``) takes the oldest archived segments before the horizon (a retired range
-is always a prefix of the archive) and for each: appends an ``archive.segment.retired``
-record (its event id derived from the segment, so a rerun appends it once), replaces the
-segment's index line by a tombstone from which the streams' chains go on verifying, then
-deletes the segment's objects. docs/archive.md ("Retention") gives the crash cases.
+"""Retention: delete archived segments past a horizon, leaving a verifiable tombstone
+(docs/archive.md, "Retention").
 
 It may import the core, stores, integrity and the projections below it.
 """

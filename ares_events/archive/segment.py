@@ -1,13 +1,5 @@
 """The archive's formats, with no I/O: segments, manifests and the segment index
-(specified in docs/archive.md, "Format").
-
-A **segment** holds the rows of one contiguous range of global positions exactly as the
-database stored them (so every chain hash and Merkle leaf is unchanged), in independently
-compressed blocks, so a reader fetches and checks only the blocks it needs. Its
-**manifest** names the segment object, its blocks and the Merkle log at its end. Both are
-content-addressed blobs. The **segment index** lives in the database (``ares_meta`` row
-``archive/catalog``) with the key, size and digest of each segment's objects, so the
-database vouches for every archived byte; a retired segment stays in it as a tombstone.
+(docs/archive.md, "Format").
 
 It may import the core, :mod:`ares_events.chain` and :mod:`ares_events.errors`.
 """

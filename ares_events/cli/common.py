@@ -1,17 +1,5 @@
 """What every ``ares-events`` command shares: the click group, per-invocation state,
-options, exit codes and display helpers.
-
-The store comes from ``--store``, else ``ARES_STORE_URL``, else ``sqlite:///ares-events.db``
-in the working directory (the environment is read only through
-:meth:`ares_events.Settings.from_env`). Reporting commands never create nor write what
-they report on (:meth:`App.open`). The global options are accepted before the subcommand
-and after it (:func:`install_global_options`).
-
-A command is one function in the module of its command group, decorated like the others
-(``@cli.command()``, ``@json_option``, ``@pass_app``); it raises library errors freely
-(:func:`ares_events.cli.main` maps them to exit codes). Store content is whoever wrote
-it: print it as :func:`text` or :func:`visible`, never as a bare ``str`` (rich would read
-``[...]`` in it as markup), and tables with :meth:`App.table` (ids are never cut).
+options, exit codes and display helpers; print store content with :func:`text`.
 
 It may import anything below the CLI; never a command module.
 """

@@ -1,11 +1,5 @@
 """CLI commands of the verifiable log: ``keygen``, ``checkpoint``, ``prove`` and
-``verify-proof``.
-
-Signing commands take the log's key file from ``--key FILE``, else ``ARES_LOG_KEY_FILE``;
-the key is read here and handed to the library as an object, and never printed, logged or
-put in JSON. ``verify-proof`` needs no store: it checks a proof file offline against the
-verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
-"""
+``verify-proof``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""CLI commands of verifiable records: ``export`` and ``verify-record``.
-
-``export`` signs with ``--key FILE`` (else ``ARES_LOG_KEY_FILE``): the log's key, or a
-separate export key; the key is read here and handed to the library as an object, never
-printed. ``verify-record`` needs no store: it checks a record file offline against the
-verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
-"""
+"""CLI commands of verifiable records: ``export`` and ``verify-record``."""
 
 from __future__ import annotations
 

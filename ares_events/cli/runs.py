@@ -1,11 +1,4 @@
-"""CLI command group ``runs``: look at and operate durable agent runs (journal streams).
-
-``runs list`` and ``runs show`` only read (no gate decision, no snapshot, nothing
-appended). ``runs resolve``, ``runs resume`` and ``runs cancel`` each append exactly one
-event whose metadata says who (``--by``, default the OS user), why (``--reason``) and
-through which command; the event names the version the command read, so an action on a
-run that changed meanwhile fails (exit 1) instead of acting on a stale view.
-"""
+"""CLI command group ``runs``: look at and operate durable agent runs (journal streams)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Erasure: remove an event's payload and keep the log verifiable (docs/proofs.md).
-
-The chain commits to a payload's *digest and size*, not its bytes (format v1), so
-:func:`erase` can drop the bytes (inline, or the spilled blob) and keep every link hash,
-Merkle leaf, checkpoint and proof valid. In order: the backend replaces the payload with an
-erased reference (and drops an unshared blob, and a cache its copy); snapshots and read
-models that folded the event are dropped or rewound; last, the erasure is recorded in
-:data:`ERASURE_STREAM`, so the log never claims an erasure that did not happen (a rerun
-after a crash finds the payload erased and appends the missing record; ``audit`` reports
-``erasure_unrecorded`` until then).
-
-With only the digest left, a low-entropy payload can be found by trying every value:
-:func:`salted` adds a random 128-bit field, erased with the payload.
-"""
+"""Erasure: remove an event's payload and keep the log verifiable (docs/proofs.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""The verifiable log: an RFC 9162 Merkle tree over every event, kept by the catch-up
-runner, and the inclusion and consistency proofs made from it (docs/proofs.md).
-
-Leaves are the events' chain hashes in global position order. :class:`MerkleLogProjection`
-is a batch projection of the :class:`~ares_events.projections.runner.ProjectionRunner`: it
-follows ``read_all`` (so it never skips a late commit) and writes each batch's tiles with
-the cursor in one transaction. Its read-model rows are tiles, as transparency logs keep
-them: ``t<L>/<N>`` holds up to 256 hashes at tree height ``8 * L`` (level 0 also the
-leaves' positions), rewritten until full; ``head`` holds the size and last position. A root
-or a proof reads ``O(log n)`` tiles, never the leaves.
-
-:class:`MerkleLog` is the read side: roots, leaf lookups, proofs, and signed checkpoints
-(stored by the backend; the keys that signed them are remembered in the store's metadata,
-``log_keys``, so an audit can verify a witness's checkpoints without being told the key).
+"""The verifiable log (docs/proofs.md): :class:`MerkleLogProjection` keeps an RFC 9162
+Merkle tree over every event's chain hash in tiles, and :class:`MerkleLog` reads roots,
+proofs and signed checkpoints from it.
 """
 
 from __future__ import annotations

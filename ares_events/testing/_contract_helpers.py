@@ -1,8 +1,4 @@
-"""Helpers of the store conformance suite (:mod:`ares_events.testing.contract`).
-
-Event builders, capability skips, :func:`store_state` and :func:`run_concurrent_appenders`
-(real OS processes appending at once). It may import the public API (``ares_events``).
-"""
+"""Helpers of the store conformance suite. May import the public API."""
 
 from __future__ import annotations
 

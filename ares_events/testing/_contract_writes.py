@@ -1,9 +1,4 @@
-"""The write half of the store conformance suite: versions and positions,
-``expected_version``, atomic batches, idempotency, bad input and concurrency.
-
-Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
-class name does not start with ``Test``). It may import the public API (``ares_events``).
-"""
+"""The conformance suite's write half. May import the public API."""
 
 from __future__ import annotations
 
