@@ -23,7 +23,7 @@ __all__ = ["check_archive"]
 
 def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -> None:
     """Check every segment ``ix`` (``recorder``'s segment index, None: nothing archived)
-    names (see the module docstring)."""
+    names (docs/archive.md)."""
     if ix is None:
         return
     records: dict[Any, Any] | None = None
@@ -73,7 +73,6 @@ def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -
 
 
 def _records(recorder: Any) -> dict[Any, Any]:
-    """The payloads of the retention records, by segment number."""
     out: dict[Any, Any] = {}
     for e in recorder.read(RETENTION_STREAM, 1, None, None):
         if e.type != RETENTION_TYPE or e.payload_erased:

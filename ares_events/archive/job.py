@@ -150,8 +150,8 @@ def archive(
     max_segments: int | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> ArchiveReport:
-    """Archive the events before ``before`` to the blob store at ``to`` (see the module
-    docstring for the order of steps and what a crash leaves).
+    """Archive the events before ``before`` to the blob store at ``to`` (docs/archive.md gives
+    the order of steps and what a crash leaves).
 
     Args:
         store: a SQLite, PostgreSQL or cell store on one clock (blocking face).
@@ -259,7 +259,6 @@ def archive(
 
 
 def _row_size(e: RecordedEvent) -> int:
-    """Bytes of the event's stored columns (what its row holds, without index overhead)."""
     raw = e._payload_bytes
     ref = e.payload_ref
     return (
@@ -341,7 +340,6 @@ def _collect(
 
 
 def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
-    """Every stream's run in ``events`` verifies from the link before it."""
     by_stream: dict[str, list[RecordedEvent]] = {}
     for e in events:
         by_stream.setdefault(e.stream_id, []).append(e)
@@ -370,7 +368,6 @@ def _seal(
     segments: tuple[SegmentEntry, ...],
     block_events: int = BLOCK_EVENTS,
 ) -> tuple[SegmentEntry, Manifest, int]:
-    """Write, read back and verify one segment; its index line and manifest."""
     seq = segments[-1].seq + 1 if segments else 1
     leaves = [merkle.leaf_hash(e.hash) for e in events]
     _check_leaves(mlog, events, leaves)
@@ -423,7 +420,6 @@ def _seal(
 
 
 def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> None:
-    """Each event's chain hash is its leaf in the Merkle log, in order."""
     first = mlog.index_of(events[0].position)
     last = mlog.index_of(events[-1].position)
     if first is None or last is None:

@@ -1,16 +1,7 @@
 # Generated from reader_async.py by tools/async_to_sync.py: do not edit.
-"""Reading through the archive: :class:`ArchiveRecorder` (one face written, the other
-generated), a recorder over a backend that serves the events an archive run removed
-from the database out of the archive, so every read API returns what it returned before.
-
-``open_store`` composes it only for a store whose identity names an archive. Tail reads
-and appends never touch the archive; ``read_all`` reads one small metadata row per page.
-A read trusts no stale view because the run records a segment (``archive/catalog``, then
-``archive/through``) *before* it deletes its rows: a stream read that finds versions
-missing in the database fetches exactly those from the archive, and ``read_all`` takes
-positions below ``archive/through`` from it (docs/archive.md, "Reading"). A gap the
-archive does not fill is returned as stored, so the verifier reports it; a missing or
-altered object raises :class:`~ares_events.errors.ArchiveError`, never an empty answer.
+"""Reading through the archive: :class:`ArchiveRecorder` serves the events an
+archive run removed from the database out of the archive (docs/archive.md, "Reading
+through"); one face written, the other generated.
 
 It may import the core, :mod:`ares_events.errors`, the blob stores and this package.
 """
@@ -59,7 +50,6 @@ def _flatten(pages: Iterator[list[RecordedEvent]]) -> Iterator[RecordedEvent]:
 
 
 def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
-    """The next ``n`` events of ``it`` (fewer at its end)."""
     return list(itertools.islice(it, n))
 
 
@@ -75,7 +65,7 @@ def _advanced(pos: int, upto: int, through: int) -> int:
 
 
 class ArchiveRecorder:
-    """A recorder whose reads go on into the archive (see the module docstring).
+    """A recorder whose reads go on into the archive (docs/archive.md, "Reading through").
 
     Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
     of its own: ``isinstance`` against a runtime-checkable protocol looks methods up on
@@ -311,7 +301,6 @@ class ArchiveRecorder:
                 tolerate = True
 
     def _follows(self, stream_id: str, v: int) -> bool:
-        """True when the database holds an event of the stream at version ``v`` or later."""
         it = self.inner.read(stream_id, v, None, 1)
         try:
             for _ in it:

@@ -1,6 +1,6 @@
 """Reading through the archive: :class:`AsyncArchiveRecorder` serves the events an
-archive run removed from the database out of the archive (docs/archive.md, "Reading");
-one face written, the other generated.
+archive run removed from the database out of the archive (docs/archive.md, "Reading
+through"); one face written, the other generated.
 
 It may import the core, :mod:`ares_events.errors`, the blob stores and this package.
 """
@@ -54,7 +54,6 @@ async def _flatten(pages: AsyncIterator[list[RecordedEvent]]) -> AsyncIterator[R
 
 
 async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]:
-    """The next ``n`` events of ``it`` (fewer at its end)."""
     if ASYNC:
         out: list[RecordedEvent] = []
         if n > 0:
@@ -79,7 +78,7 @@ def _advanced(pos: int, upto: int, through: int) -> int:
 
 
 class AsyncArchiveRecorder:
-    """A recorder whose reads go on into the archive (see the module docstring).
+    """A recorder whose reads go on into the archive (docs/archive.md, "Reading through").
 
     Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
     of its own: ``isinstance`` against a runtime-checkable protocol looks methods up on
@@ -320,7 +319,6 @@ class AsyncArchiveRecorder:
                 tolerate = True
 
     async def _follows(self, stream_id: str, v: int) -> bool:
-        """True when the database holds an event of the stream at version ``v`` or later."""
         it = self.inner.read(stream_id, v, None, 1)
         try:
             async for _ in it:

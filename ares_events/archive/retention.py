@@ -1,5 +1,5 @@
 """Retention: delete archived segments past a horizon, leaving a verifiable tombstone
-(docs/archive.md, "Retention").
+(docs/archive.md, "Erasure and retention").
 
 It may import the core, stores, integrity and the projections below it.
 """
@@ -58,8 +58,8 @@ def record_id(entry: SegmentEntry) -> str:
 def retire(
     store: EventStore, *, before: int | timedelta | datetime, reason: str, by: str
 ) -> RetireReport:
-    """Retire the archived segments whose events all lie before ``before`` (see the
-    module docstring).
+    """Retire the archived segments whose events all lie before ``before`` (docs/archive.md,
+    "Erasure and retention").
 
     Args:
         store: a store with an archive.

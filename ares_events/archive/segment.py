@@ -124,7 +124,7 @@ def _stream_range(r: Sequence[Any]) -> StreamRange:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """What one segment holds (see the module docstring)."""
+    """What one segment holds (docs/archive.md, "Format")."""
 
     seq: int
     first_position: int
@@ -266,7 +266,7 @@ class SegmentEntry:
 
 @dataclass(frozen=True, slots=True)
 class SegmentIndex:
-    """The store's record of its archive (see the module docstring)."""
+    """The store's record of its archive (docs/archive.md, "Format")."""
 
     location: str
     url: str

@@ -225,7 +225,6 @@ class ArchiveSource:
         index: int,
         gen: int,
     ) -> list[RecordedEvent]:
-        """Fetch, check and decode one block, and cache it (on the fetching thread)."""
         b = m.blocks[index]
         try:
             try:

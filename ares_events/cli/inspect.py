@@ -67,7 +67,6 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
 
 
 def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
-    """One row per event; payloads shortened to what is left of the terminal's width."""
     cols = {
         "ver": [str(e.version) for e in events],
         "pos": [str(e.position) for e in events],

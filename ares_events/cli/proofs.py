@@ -142,7 +142,6 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
 
 
 def _catch_up(app: App, log: Any) -> None:
-    """Bring the Merkle log up to date, with a progress bar on a terminal."""
     todo = log.store.last_position() - log.position()
     if todo <= 0:
         return

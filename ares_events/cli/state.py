@@ -30,7 +30,6 @@ from ares_events.errors import AresError
 
 
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
-    """``--projection NAME`` over the built-in projections."""
     from ares_events.projections import BUILTIN
 
     return click.option(

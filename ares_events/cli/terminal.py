@@ -139,7 +139,6 @@ class _Stacked:
 
 
 def _natural(console: Console, renderables: Iterable[Any]) -> int:
-    """The widest of ``renderables`` laid out on one line each (unclamped)."""
     opts = console.options.update(width=WIDE)
     return max((Measurement.get(console, opts, r).maximum for r in renderables), default=1)
 

@@ -93,7 +93,7 @@ def erase(
 ) -> ErasureReport:
     """Erase the payload of ``stream_id`` ``version`` and record who did it and why.
 
-    See the module docstring for every step. Idempotent: erasing an erased event changes
+    docs/proofs.md ("Erasure") gives every step. Idempotent: erasing an erased event changes
     nothing (and appends the record only if an interrupted erasure left none).
 
     Args:
@@ -190,7 +190,6 @@ def _record_of(store: EventStore, event_id: str) -> dict[str, Any] | None:
 
 
 def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:
-    """Delete the stream's snapshots that folded ``version`` (taken at or after it)."""
     if Capability.SNAPSHOTS not in store.capabilities:
         return 0
     snaps = store.snapshots

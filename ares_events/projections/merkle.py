@@ -52,7 +52,6 @@ def tile_key(level: int, index: int) -> str:
 
 
 def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
-    """(hashes, positions) of a stored tile."""
     try:
         raw = bytearray(base64.b64decode(state["h"]))
         pos = state.get("p")
@@ -148,7 +147,6 @@ class MerkleLogProjection:
 
 
 class _Tiles:
-    """Reads tiles of one table, caching them for one operation."""
 
     def __init__(self, tables: Any, table: str) -> None:
         self.tables = tables
@@ -567,7 +565,6 @@ def _index_in(tiles: _Tiles, size: int, position: int) -> int | None:
 
 
 def _read_one(store: EventStore, stream_id: str, version: int) -> RecordedEvent:
-    """The event at ``stream_id`` ``version``."""
     if type(version) is not int or version < 1:
         raise EventNotFound(stream_id, version, "versions start at 1")
     for e in store.read(stream_id, version, version, 1):

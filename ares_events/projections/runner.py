@@ -147,7 +147,6 @@ class DiffReport:
 
 
 def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
-    """The projection's registry row, created (with an empty live table) on first use."""
     meta = tables.meta(projection.name)
     if meta is None:
         live = table_name(projection.name, 1)

@@ -86,7 +86,6 @@ def _require(store: ae.EventStore, cap: Capability) -> None:
 
 
 def _appender_main(argv: Sequence[str]) -> None:
-    """Child process body of :func:`run_concurrent_appenders` (internal)."""
     url, stream, proc_s, n_s, pause_s, go = argv
     proc, n, pause = int(proc_s), int(n_s), float(pause_s)
     Path(f"{go}.ready.{proc}").touch()

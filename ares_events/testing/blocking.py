@@ -124,7 +124,7 @@ class _BlockingRecorder(BlockingProxy):
 
 
 class BlockingStore(BlockingProxy):
-    """The blocking face of an :class:`~ares_events.AsyncEventStore` (module docstring).
+    """The blocking face of an :class:`~ares_events.AsyncEventStore` (for tests).
 
     ``BlockingStore(recorder_face, **kwargs)`` opens another async store over the same
     async recorder (what ``ae.EventStore(store.recorder, chain_key=...)`` does for a

@@ -19,4 +19,4 @@ __all__ = ["StoreContract", "run_concurrent_appenders", "store_state"]
 
 class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContract, PagesContract):
     """Behaviour every event store shares. Subclass it with ``store``/``store_url``
-    fixtures (see the module docstring)."""
+    fixtures (the module docstring)."""
