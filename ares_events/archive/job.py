@@ -27,6 +27,7 @@ from ares_events.archive.segment import (
     SegmentIndex,
     decode_block,
     encode_segment,
+    span,
     stored,
     stream_ranges,
 )
@@ -234,10 +235,7 @@ def archive(
         report.rows_deleted += n
         _step("deleted")
         line = {
-            "seq": entry.seq,
-            "first_position": entry.first_position,
-            "last_position": entry.last_position,
-            "events": entry.events,
+            **span(entry),
             "bytes": entry.segment.size,
             "tree_size": entry.tree_size,
             "root": entry.root.hex(),

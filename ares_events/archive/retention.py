@@ -22,6 +22,7 @@ from ares_events.archive.segment import (
     THROUGH_KEY,
     SegmentEntry,
     SegmentIndex,
+    span,
     streams_digest,
 )
 from ares_events.core.events import NewEvent, utc_now_at
@@ -125,10 +126,7 @@ def _record(
     entry: SegmentEntry, segment_root: str, ends: dict[str, tuple[int, bytes]], reason: str, by: str
 ) -> dict[str, Any]:
     return {
-        "seq": entry.seq,
-        "first_position": entry.first_position,
-        "last_position": entry.last_position,
-        "events": entry.events,
+        **span(entry),
         "tree_size": entry.tree_size,
         "root": entry.root.hex(),
         "segment_root": segment_root,
