@@ -7,7 +7,16 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option, pass_app, text
+from ares_events.cli.common import (
+    EXIT_OK,
+    App,
+    CommandError,
+    cli,
+    json_option,
+    key_option,
+    pass_app,
+    text,
+)
 
 
 @cli.command(name="archive")
@@ -41,12 +50,9 @@ from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option,
     "reads of a few archived events cheaper and compress worse.",
 )
 @click.option("--max-segments", type=click.IntRange(min=1), help="Stop after N segments.")
-@click.option(
-    "--key",
-    "key_file",
-    metavar="FILE",
-    help="Sign a checkpoint of the Merkle log at each segment's end with this log key "
-    "(from keygen); default: ARES_LOG_KEY_FILE when set.",
+@key_option(
+    "Sign a checkpoint of the Merkle log at each segment's end with this log key "
+    "(from keygen); default: ARES_LOG_KEY_FILE when set."
 )
 @click.option("--status", is_flag=True, help="Show the store's archive (segments) and exit.")
 @click.option(

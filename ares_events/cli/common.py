@@ -10,10 +10,10 @@ import contextlib
 import getpass
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 
 import click
@@ -44,15 +44,19 @@ __all__ = [
     "App",
     "cli",
     "json_option",
+    "key_option",
     "load_signing_key",
     "load_vkeys",
     "pass_app",
     "text",
     "verdict",
     "visible",
+    "vkey_option",
 ]
 
 logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
@@ -331,6 +335,16 @@ json_option = click.option(
 )
 """The ``--json`` flag every reporting command takes (also accepted before the
 subcommand: ``ares-events --json audit``)."""
+
+
+def key_option(help_: str, *, required: bool = False) -> Callable[[F], F]:
+    """The ``--key FILE`` option (the command's ``key_file``), with ``help_``."""
+    return click.option("--key", "key_file", required=required, metavar="FILE", help=help_)
+
+
+def vkey_option(help_: str) -> Callable[[F], F]:
+    """The repeatable ``--vkey VKEY`` option (the command's ``vkeys``), with ``help_``."""
+    return click.option("--vkey", "vkeys", multiple=True, metavar="VKEY", help=help_)
 
 
 def _check_store_url(value: str | None) -> str | None:

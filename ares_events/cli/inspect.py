@@ -25,6 +25,7 @@ from ares_events.cli.common import (
     text,
     verdict,
     visible,
+    vkey_option,
 )
 from ares_events.core.events import RecordedEvent
 from ares_events.core.identity import StoreIdentity
@@ -297,13 +298,9 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     help="Also check the store still extends every anchor kept at this location "
     "(file:///folder/ or s3://...; see `anchor`).",
 )
-@click.option(
-    "--vkey",
-    "vkeys",
-    multiple=True,
-    metavar="VKEY",
-    help="--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
-    "ARES_LOG_VKEY, else the log keys the store recorded).",
+@vkey_option(
+    "--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
+    "ARES_LOG_VKEY, else the log keys the store recorded)."
 )
 @json_option
 @pass_app

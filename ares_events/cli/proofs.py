@@ -17,12 +17,14 @@ from ares_events.cli.common import (
     CommandError,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     load_vkeys,
     pass_app,
     read_text,
     text,
     verdict,
+    vkey_option,
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
@@ -87,7 +89,7 @@ def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> 
 
 
 @cli.command(name="checkpoint")
-@click.option("--key", "key_file", metavar="FILE", help=KEY_HELP)
+@key_option(KEY_HELP)
 @click.option("--list", "list_", is_flag=True, help="List the stored checkpoints; sign nothing.")
 @json_option
 @pass_app
@@ -159,9 +161,7 @@ def _catch_up(app: App, log: Any) -> None:
     metavar="OLD_SIZE",
     help="Prove that the log at NEW_SIZE (default: the latest checkpoint) extends OLD_SIZE.",
 )
-@click.option(
-    "--key", "key_file", metavar="FILE", help=KEY_HELP + " With it, sign a fresh checkpoint."
-)
+@key_option(KEY_HELP + " With it, sign a fresh checkpoint.")
 @click.option("--out", "out", metavar="FILE", help="Also write the proof (JSON) to FILE.")
 @json_option
 @pass_app
@@ -252,7 +252,7 @@ def prove_cmd(
 
 @cli.command(name="verify-proof")
 @click.argument("file", metavar="FILE")
-@click.option("--vkey", "vkeys", multiple=True, metavar="VKEY", help=VKEY_HELP)
+@vkey_option(VKEY_HELP)
 @click.option(
     "--old",
     "old_file",

@@ -35,6 +35,7 @@ from ares_events.cli.common import (
     _print_findings,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     os_user,
     pass_app,
@@ -98,12 +99,9 @@ def _signing(fn: Any) -> Any:
         metavar="SECONDS",
         help="With --key: the signed approval expires after this many seconds.",
     )(fn)
-    return click.option(
-        "--key",
-        "key_file",
-        metavar="FILE",
-        help="Sign the approval with this approver key (keygen NAME --approver): it names "
-        "the pending call, the run's head, an expiry and a single-use nonce.",
+    return key_option(
+        "Sign the approval with this approver key (keygen NAME --approver): it names "
+        "the pending call, the run's head, an expiry and a single-use nonce."
     )(fn)
 
 

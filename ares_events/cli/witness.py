@@ -16,6 +16,7 @@ from ares_events.cli.common import (
     CommandError,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     load_vkeys,
     pass_app,
@@ -118,13 +119,7 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
 @click.option(
     "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
 )
-@click.option(
-    "--key",
-    "key_file",
-    required=True,
-    metavar="FILE",
-    help="The witness's cosigning key file (keygen --witness).",
-)
+@key_option(required=True, help_="The witness's cosigning key file (keygen --witness).")
 @json_option
 @pass_app
 def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool) -> int:
