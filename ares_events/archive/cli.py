@@ -179,18 +179,14 @@ def _status(app: App, as_json: bool) -> int:
 
 
 def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: bool) -> int:
-    import getpass
-
     from ares_events.archive.job import parse_before
     from ares_events.archive.retention import retire
+    from ares_events.cli.common import os_user
 
     if not reason:
         raise CommandError("--retire-before needs --reason TEXT (kept in the record)")
     if by is None:
-        try:
-            by = getpass.getuser()
-        except (OSError, KeyError):  # no user name in this environment
-            by = "unknown"
+        by = os_user()
     with app.open(write=True) as store:
         report = retire(store, before=parse_before(before), reason=reason, by=by)
         url = store.url

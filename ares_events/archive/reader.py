@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ares_events.archive.erase import erase_archived
 from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
@@ -89,55 +89,45 @@ class ArchiveRecorder:
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
-        out: AppendOutcome = self.inner.append(batch, expected_version)
-        return out
+        return cast(AppendOutcome, self.inner.append(batch, expected_version))
 
     def append_many(
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """The backend's :meth:`~ares_events.core.recorder.AppendsMany.append_many`."""
-        out: list[AppendOutcome] = self.inner.append_many(batches, tracking)
-        return out
+        return cast(list[AppendOutcome], self.inner.append_many(batches, tracking))
 
     def tracked_position(self, name: str) -> int | None:
         """The backend's tracked position of ``name``."""
-        out: int | None = self.inner.tracked_position(name)
-        return out
+        return cast(int | None, self.inner.tracked_position(name))
 
     def head(self, stream_id: str) -> Head | None:
         """The backend's head row (each stream's last event is never archived)."""
-        out: Head | None = self.inner.head(stream_id)
-        return out
+        return cast(Head | None, self.inner.head(stream_id))
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """The backend's heads."""
-        out: Iterator[tuple[str, Head]] = self.inner.heads()
-        return out
+        return cast(Iterator[tuple[str, Head]], self.inner.heads())
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """A page of the backend's heads."""
-        out: list[tuple[str, Head]] = self.inner.heads_page(after, limit, prefix)
-        return out
+        return cast(list[tuple[str, Head]], self.inner.heads_page(after, limit, prefix))
 
     def last_position(self) -> int:
         """The backend's last position."""
-        out: int = self.inner.last_position()
-        return out
+        return cast(int, self.inner.last_position())
 
     def wait_for(self, position: int, timeout: float) -> bool:
         """The backend's wake-up."""
-        out: bool = self.inner.wait_for(position, timeout)
-        return out
+        return cast(bool, self.inner.wait_for(position, timeout))
 
     def meta_get(self, key: str) -> str | None:
         """The backend's metadata value under ``key``."""
-        out: str | None = self.inner.meta_get(key)
-        return out
+        return cast(str | None, self.inner.meta_get(key))
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
         """The backend's put-if-absent."""
-        out: str = self.inner.meta_put_if_absent(key, value)
-        return out
+        return cast(str, self.inner.meta_put_if_absent(key, value))
 
     def meta_set(self, key: str, value: str) -> None:
         """The backend's metadata write."""
@@ -145,8 +135,7 @@ class ArchiveRecorder:
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """The backend's compare-and-swap of a metadata value."""
-        out: bool = self.inner.meta_swap(key, expected, value)
-        return out
+        return cast(bool, self.inner.meta_swap(key, expected, value))
 
     def delete_archived(
         self,
@@ -155,8 +144,7 @@ class ArchiveRecorder:
         expected: Sequence[tuple[int, bytes, str | None]],
     ) -> int:
         """The backend's delete of archived rows."""
-        out: int = self.inner.delete_archived(first_position, last_position, expected)
-        return out
+        return cast(int, self.inner.delete_archived(first_position, last_position, expected))
 
     def snapshot_rows(self) -> Any:
         """The backend's snapshot table."""
@@ -168,13 +156,11 @@ class ArchiveRecorder:
 
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """The backend's duplicate scan (archived rows were unique when archived)."""
-        out: Iterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
-        return out
+        return cast(Iterator[tuple[str, Any, Any, int, Any]], self.inner.find_duplicates())
 
     def default_blobs_url(self) -> str | None:
         """The backend's default blob location."""
-        out: str | None = self.inner.default_blobs_url()
-        return out
+        return cast(str | None, self.inner.default_blobs_url())
 
     def segment_index(self) -> SegmentIndex | None:
         """The segment index as the database records it now (None: nothing was ever archived).
