@@ -138,11 +138,8 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
         report.blob_deleted = shared == 0 and store.blobs is not None
     report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
     report.read_models_reset = _reset_read_models(store, before.position)
-    if not already or _record_of(store, before.event_id_str) is None:
-        res = store.append(
-            ERASURE_STREAM,
-            [erasure_record(before, reason, by)],
-        )
+    if not already or before.event_id_str not in erasure_records(store):
+        res = store.append(ERASURE_STREAM, [erasure_record(before, reason, by)])
         report.record_position = res.position
     logger.info(
         "erased stream %r version %d (record at position %s)",
@@ -183,10 +180,6 @@ def erasure_records(store: EventStore) -> dict[str, dict[str, Any]]:
         if isinstance(p, dict) and isinstance(p.get("event_id"), str):
             out[p["event_id"]] = {**p, "record_version": e.version, "at": e.at}
     return out
-
-
-def _record_of(store: EventStore, event_id: str) -> dict[str, Any] | None:
-    return erasure_records(store).get(event_id)
 
 
 def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:

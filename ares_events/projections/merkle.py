@@ -147,7 +147,6 @@ class MerkleLogProjection:
 
 
 class _Tiles:
-
     def __init__(self, tables: Any, table: str) -> None:
         self.tables = tables
         self.table = table

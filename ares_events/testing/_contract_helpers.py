@@ -8,9 +8,10 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,28 @@ def _same_cell(store: ae.EventStore, a: str, b: str) -> bool:
 
     cell_index = getattr(backend_of(store.recorder), "cell_index", None)
     return cell_index is None or cell_index(a) == cell_index(b)
+
+
+def _in_threads(
+    n: int, worker: Callable[[int], None], on_error: Callable[[], object] = lambda: None
+) -> None:
+    """Run ``worker(0..n-1)`` on ``n`` threads and fail with what any of them raised
+    (``on_error`` runs in the thread that failed, e.g. to break a barrier)."""
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            worker(t)
+        except BaseException as exc:
+            errors.append(exc)
+            on_error()
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
 
 
 def _require(store: ae.EventStore, cap: Capability) -> None:
