@@ -29,6 +29,9 @@ from ares_events.integrity.checkpoints import b64, unb64_hash
 from ares_events.integrity.witness import LogWitness, parse_request
 
 STATE_HELP = "The witness's state file (SQLite; created when missing)."
+state_option = click.option(
+    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
+)
 
 
 @cli.group(name="witness")
@@ -51,9 +54,7 @@ def witness_group() -> None:
 
 @witness_group.command(name="add-log")
 @click.argument("vkey")
-@click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
+@state_option
 @click.option("--origin", metavar="ORIGIN", help="The log's origin line (default: the key's name).")
 @pass_app
 def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
@@ -71,9 +72,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
 
 
 @witness_group.command(name="list")
-@click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
+@state_option
 @json_option
 @pass_app
 def list_cmd(app: App, state: str, as_json: bool) -> int:
@@ -116,9 +115,7 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
 
 @witness_group.command(name="cosign")
 @click.argument("request", metavar="REQUEST")
-@click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
+@state_option
 @key_option(required=True, help_="The witness's cosigning key file (keygen --witness).")
 @json_option
 @pass_app
