@@ -114,9 +114,8 @@ def archive_cmd(
             store, to, before=when, segment_events=segment_events,
             block_events=block_events, key=key, max_segments=max_segments,
         )  # fmt: skip
-        url = store.url
     if as_json:
-        app.json({"store": url, **report.to_dict()})
+        app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     if not report.segments and not report.resumed:
         app.out.print(text(f"nothing to archive before {before} (archived through position "
@@ -154,18 +153,19 @@ def _status(app: App, as_json: bool) -> int:
     with app.open() as store:
         rec = system_of_record(store.recorder)
         ix = rec.segment_index() if isinstance(rec, ArchiveRecorder) else None
-        url = store.url
     if ix is None:
         if as_json:
-            app.json({"store": url, "archive": None, "segments": []})
+            app.json({"store": app.url, "archive": None, "segments": []})
         else:
-            app.out.print(text(f"{url}: nothing archived"))
+            app.out.print(text(f"{app.url}: nothing archived"))
         return EXIT_OK
     rows = [s.to_doc() for s in ix.segments]
     if as_json:
-        app.json({"store": url, "archive": ix.location, "through": ix.through, "segments": rows})
+        app.json(
+            {"store": app.url, "archive": ix.location, "through": ix.through, "segments": rows}
+        )
         return EXIT_OK
-    table = Table(title=text(f"{url}: archive {ix.location}"), title_justify="left")
+    table = Table(title=text(f"{app.url}: archive {ix.location}"), title_justify="left")
     for col in ("segment", "positions", "events", "bytes", "tree size", "state"):
         table.add_column(col)
     for s in ix.segments:
@@ -189,9 +189,8 @@ def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: 
         by = os_user()
     with app.open(write=True) as store:
         report = retire(store, before=parse_before(before), reason=reason, by=by)
-        url = store.url
     if as_json:
-        app.json({"store": url, **report.to_dict()})
+        app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     app.out.print(text(f"retired {len(report.segments)} segment(s), {report.events} events"))
     for s in report.segments:

@@ -108,6 +108,8 @@ class App:
     out: Console = field(default_factory=_console)
     err: Console = field(default_factory=lambda: _console(stderr=True))
     secrets: set[str] = field(default_factory=set)
+    url: str = ""
+    """The redacted URL of the store :meth:`open` opened last."""
 
     def note(self, message: str) -> None:
         """A status line on stderr (silenced by ``-q``)."""
@@ -218,6 +220,7 @@ class App:
                 raise
             raise StoreUnavailable(f"cannot open store: {exc.strerror or exc}") from exc
         keyed = " (keyed chain)" if settings.chain_key is not None else ""
+        self.url = store.url
         self.note(f"store: {store.url}{keyed}")
         try:
             yield store
