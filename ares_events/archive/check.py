@@ -1,7 +1,5 @@
-"""The deep audit's archive pass: every segment in the segment index fetched again and
-checked against the digests the database recorded (findings ``archive_missing``,
-``archive_corrupted``, ``archive_unreadable``, ``archive_order``); each tombstone checked
-against its ``archive.segment.retired`` record (``retention_unrecorded``).
+"""The deep audit's archive pass: every segment fetched again and checked against its
+recorded digests, every tombstone against its record.
 
 It may import the core, the stores (the archive's reader) and this package's findings.
 """
@@ -25,7 +23,7 @@ __all__ = ["check_archive"]
 
 def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -> None:
     """Check every segment ``ix`` (``recorder``'s segment index, None: nothing archived)
-    names (see the module docstring)."""
+    names (docs/archive.md)."""
     if ix is None:
         return
     records: dict[Any, Any] | None = None
@@ -75,7 +73,6 @@ def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -
 
 
 def _records(recorder: Any) -> dict[Any, Any]:
-    """The payloads of the retention records, by segment number."""
     out: dict[Any, Any] = {}
     for e in recorder.read(RETENTION_STREAM, 1, None, None):
         if e.type != RETENTION_TYPE or e.payload_erased:

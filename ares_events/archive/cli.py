@@ -1,8 +1,5 @@
-"""CLI command ``archive``: move old events to segment objects on a blob store, and show
-what a store archived.
-
-Registered on the group when imported (``ares_events.cli`` imports this module). It may
-import :mod:`ares_events.cli.common` and anything below the CLI.
+"""CLI command ``archive``, registered on the group when imported. It may import
+:mod:`ares_events.cli.common` and anything below the CLI.
 """
 
 from __future__ import annotations
@@ -10,7 +7,16 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option, pass_app, text
+from ares_events.cli.common import (
+    EXIT_OK,
+    App,
+    CommandError,
+    cli,
+    json_option,
+    key_option,
+    pass_app,
+    text,
+)
 
 
 @cli.command(name="archive")
@@ -44,12 +50,9 @@ from ares_events.cli.common import EXIT_OK, App, CommandError, cli, json_option,
     "reads of a few archived events cheaper and compress worse.",
 )
 @click.option("--max-segments", type=click.IntRange(min=1), help="Stop after N segments.")
-@click.option(
-    "--key",
-    "key_file",
-    metavar="FILE",
-    help="Sign a checkpoint of the Merkle log at each segment's end with this log key "
-    "(from keygen); default: ARES_LOG_KEY_FILE when set.",
+@key_option(
+    "Sign a checkpoint of the Merkle log at each segment's end with this log key "
+    "(from keygen); default: ARES_LOG_KEY_FILE when set."
 )
 @click.option("--status", is_flag=True, help="Show the store's archive (segments) and exit.")
 @click.option(
@@ -111,9 +114,8 @@ def archive_cmd(
             store, to, before=when, segment_events=segment_events,
             block_events=block_events, key=key, max_segments=max_segments,
         )  # fmt: skip
-        url = store.url
     if as_json:
-        app.json({"store": url, **report.to_dict()})
+        app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     if not report.segments and not report.resumed:
         app.out.print(text(f"nothing to archive before {before} (archived through position "
@@ -151,18 +153,19 @@ def _status(app: App, as_json: bool) -> int:
     with app.open() as store:
         rec = system_of_record(store.recorder)
         ix = rec.segment_index() if isinstance(rec, ArchiveRecorder) else None
-        url = store.url
     if ix is None:
         if as_json:
-            app.json({"store": url, "archive": None, "segments": []})
+            app.json({"store": app.url, "archive": None, "segments": []})
         else:
-            app.out.print(text(f"{url}: nothing archived"))
+            app.out.print(text(f"{app.url}: nothing archived"))
         return EXIT_OK
     rows = [s.to_doc() for s in ix.segments]
     if as_json:
-        app.json({"store": url, "archive": ix.location, "through": ix.through, "segments": rows})
+        app.json(
+            {"store": app.url, "archive": ix.location, "through": ix.through, "segments": rows}
+        )
         return EXIT_OK
-    table = Table(title=text(f"{url}: archive {ix.location}"), title_justify="left")
+    table = Table(title=text(f"{app.url}: archive {ix.location}"), title_justify="left")
     for col in ("segment", "positions", "events", "bytes", "tree size", "state"):
         table.add_column(col)
     for s in ix.segments:
@@ -176,23 +179,18 @@ def _status(app: App, as_json: bool) -> int:
 
 
 def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: bool) -> int:
-    import getpass
-
     from ares_events.archive.job import parse_before
     from ares_events.archive.retention import retire
+    from ares_events.cli.common import os_user
 
     if not reason:
         raise CommandError("--retire-before needs --reason TEXT (kept in the record)")
     if by is None:
-        try:
-            by = getpass.getuser()
-        except (OSError, KeyError):  # no user name in this environment
-            by = "unknown"
+        by = os_user()
     with app.open(write=True) as store:
         report = retire(store, before=parse_before(before), reason=reason, by=by)
-        url = store.url
     if as_json:
-        app.json({"store": url, **report.to_dict()})
+        app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     app.out.print(text(f"retired {len(report.segments)} segment(s), {report.events} events"))
     for s in report.segments:

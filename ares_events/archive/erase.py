@@ -1,6 +1,4 @@
-"""Erasure of an archived event: the segment is rewritten with that one payload replaced by
-its erased reference (every other byte unchanged, so every hash and proof holds), read
-back, swapped into the segment index, and only then are the old objects deleted.
+"""Erasure of an archived event: its segment rewritten with that payload erased.
 
 Blocking I/O (the asyncio face runs it on a worker thread). It may import the core,
 :mod:`ares_events.errors`, the blob stores and this package.

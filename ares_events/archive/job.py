@@ -1,12 +1,5 @@
-"""The archive run: seal old events into immutable segments on a blob store, verify them,
-record them, and only then remove their rows from the database.
-
-``archive(store, to=URL, before=...)`` (CLI ``ares-events archive``) goes segment by segment
-in global order: read and check (chains, Merkle leaves; each stream's last event stays),
-write, read back and verify, record in the segment index (a compare-and-set: another run at
-the same time loses), then delete the rows, checked row by row. Each step survives a
-``kill -9`` before the next; docs/archive.md gives what a crash leaves and how the next run
-finishes it.
+"""The archive run (docs/archive.md): seal old events into segments, verify and record
+them, and only then delete their rows.
 
 It may import the core, stores, integrity and the projections below it.
 """
@@ -34,6 +27,7 @@ from ares_events.archive.segment import (
     SegmentIndex,
     decode_block,
     encode_segment,
+    span,
     stored,
     stream_ranges,
 )
@@ -157,8 +151,8 @@ def archive(
     max_segments: int | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> ArchiveReport:
-    """Archive the events before ``before`` to the blob store at ``to`` (see the module
-    docstring for the order of steps and what a crash leaves).
+    """Archive the events before ``before`` to the blob store at ``to`` (docs/archive.md gives
+    the order of steps and what a crash leaves).
 
     Args:
         store: a SQLite, PostgreSQL or cell store on one clock (blocking face).
@@ -241,10 +235,7 @@ def archive(
         report.rows_deleted += n
         _step("deleted")
         line = {
-            "seq": entry.seq,
-            "first_position": entry.first_position,
-            "last_position": entry.last_position,
-            "events": entry.events,
+            **span(entry),
             "bytes": entry.segment.size,
             "tree_size": entry.tree_size,
             "root": entry.root.hex(),
@@ -266,7 +257,6 @@ def archive(
 
 
 def _row_size(e: RecordedEvent) -> int:
-    """Bytes of the event's stored columns (what its row holds, without index overhead)."""
     raw = e._payload_bytes
     ref = e.payload_ref
     return (
@@ -348,7 +338,6 @@ def _collect(
 
 
 def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
-    """Every stream's run in ``events`` verifies from the link before it."""
     by_stream: dict[str, list[RecordedEvent]] = {}
     for e in events:
         by_stream.setdefault(e.stream_id, []).append(e)
@@ -377,7 +366,6 @@ def _seal(
     segments: tuple[SegmentEntry, ...],
     block_events: int = BLOCK_EVENTS,
 ) -> tuple[SegmentEntry, Manifest, int]:
-    """Write, read back and verify one segment; its index line and manifest."""
     seq = segments[-1].seq + 1 if segments else 1
     leaves = [merkle.leaf_hash(e.hash) for e in events]
     _check_leaves(mlog, events, leaves)
@@ -430,7 +418,6 @@ def _seal(
 
 
 def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> None:
-    """Each event's chain hash is its leaf in the Merkle log, in order."""
     first = mlog.index_of(events[0].position)
     last = mlog.index_of(events[-1].position)
     if first is None or last is None:

@@ -1,16 +1,7 @@
 # Generated from reader_async.py by tools/async_to_sync.py: do not edit.
-"""Reading through the archive: :class:`ArchiveRecorder` (one face written, the other
-generated), a recorder over a backend that serves the events an archive run removed
-from the database out of the archive, so every read API returns what it returned before.
-
-``open_store`` composes it only for a store whose identity names an archive. Tail reads
-and appends never touch the archive; ``read_all`` reads one small metadata row per page.
-A read trusts no stale view because the run records a segment (``archive/catalog``, then
-``archive/through``) *before* it deletes its rows: a stream read that finds versions
-missing in the database fetches exactly those from the archive, and ``read_all`` takes
-positions below ``archive/through`` from it (docs/archive.md, "Reading"). A gap the
-archive does not fill is returned as stored, so the verifier reports it; a missing or
-altered object raises :class:`~ares_events.errors.ArchiveError`, never an empty answer.
+"""Reading through the archive: :class:`ArchiveRecorder` serves the events an
+archive run removed from the database out of the archive (docs/archive.md, "Reading
+through"); one face written, the other generated.
 
 It may import the core, :mod:`ares_events.errors`, the blob stores and this package.
 """
@@ -21,7 +12,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ares_events.archive.erase import erase_archived
 from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
@@ -59,7 +50,6 @@ def _flatten(pages: Iterator[list[RecordedEvent]]) -> Iterator[RecordedEvent]:
 
 
 def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
-    """The next ``n`` events of ``it`` (fewer at its end)."""
     return list(itertools.islice(it, n))
 
 
@@ -75,7 +65,7 @@ def _advanced(pos: int, upto: int, through: int) -> int:
 
 
 class ArchiveRecorder:
-    """A recorder whose reads go on into the archive (see the module docstring).
+    """A recorder whose reads go on into the archive (docs/archive.md, "Reading through").
 
     Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
     of its own: ``isinstance`` against a runtime-checkable protocol looks methods up on
@@ -99,55 +89,45 @@ class ArchiveRecorder:
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
-        out: AppendOutcome = self.inner.append(batch, expected_version)
-        return out
+        return cast(AppendOutcome, self.inner.append(batch, expected_version))
 
     def append_many(
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """The backend's :meth:`~ares_events.core.recorder.AppendsMany.append_many`."""
-        out: list[AppendOutcome] = self.inner.append_many(batches, tracking)
-        return out
+        return cast(list[AppendOutcome], self.inner.append_many(batches, tracking))
 
     def tracked_position(self, name: str) -> int | None:
         """The backend's tracked position of ``name``."""
-        out: int | None = self.inner.tracked_position(name)
-        return out
+        return cast(int | None, self.inner.tracked_position(name))
 
     def head(self, stream_id: str) -> Head | None:
         """The backend's head row (each stream's last event is never archived)."""
-        out: Head | None = self.inner.head(stream_id)
-        return out
+        return cast(Head | None, self.inner.head(stream_id))
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """The backend's heads."""
-        out: Iterator[tuple[str, Head]] = self.inner.heads()
-        return out
+        return cast(Iterator[tuple[str, Head]], self.inner.heads())
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """A page of the backend's heads."""
-        out: list[tuple[str, Head]] = self.inner.heads_page(after, limit, prefix)
-        return out
+        return cast(list[tuple[str, Head]], self.inner.heads_page(after, limit, prefix))
 
     def last_position(self) -> int:
         """The backend's last position."""
-        out: int = self.inner.last_position()
-        return out
+        return cast(int, self.inner.last_position())
 
     def wait_for(self, position: int, timeout: float) -> bool:
         """The backend's wake-up."""
-        out: bool = self.inner.wait_for(position, timeout)
-        return out
+        return cast(bool, self.inner.wait_for(position, timeout))
 
     def meta_get(self, key: str) -> str | None:
         """The backend's metadata value under ``key``."""
-        out: str | None = self.inner.meta_get(key)
-        return out
+        return cast(str | None, self.inner.meta_get(key))
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
         """The backend's put-if-absent."""
-        out: str = self.inner.meta_put_if_absent(key, value)
-        return out
+        return cast(str, self.inner.meta_put_if_absent(key, value))
 
     def meta_set(self, key: str, value: str) -> None:
         """The backend's metadata write."""
@@ -155,8 +135,7 @@ class ArchiveRecorder:
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """The backend's compare-and-swap of a metadata value."""
-        out: bool = self.inner.meta_swap(key, expected, value)
-        return out
+        return cast(bool, self.inner.meta_swap(key, expected, value))
 
     def delete_archived(
         self,
@@ -165,8 +144,7 @@ class ArchiveRecorder:
         expected: Sequence[tuple[int, bytes, str | None]],
     ) -> int:
         """The backend's delete of archived rows."""
-        out: int = self.inner.delete_archived(first_position, last_position, expected)
-        return out
+        return cast(int, self.inner.delete_archived(first_position, last_position, expected))
 
     def snapshot_rows(self) -> Any:
         """The backend's snapshot table."""
@@ -178,13 +156,11 @@ class ArchiveRecorder:
 
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """The backend's duplicate scan (archived rows were unique when archived)."""
-        out: Iterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
-        return out
+        return cast(Iterator[tuple[str, Any, Any, int, Any]], self.inner.find_duplicates())
 
     def default_blobs_url(self) -> str | None:
         """The backend's default blob location."""
-        out: str | None = self.inner.default_blobs_url()
-        return out
+        return cast(str | None, self.inner.default_blobs_url())
 
     def segment_index(self) -> SegmentIndex | None:
         """The segment index as the database records it now (None: nothing was ever archived).
@@ -311,7 +287,6 @@ class ArchiveRecorder:
                 tolerate = True
 
     def _follows(self, stream_id: str, v: int) -> bool:
-        """True when the database holds an event of the stream at version ``v`` or later."""
         it = self.inner.read(stream_id, v, None, 1)
         try:
             for _ in it:

@@ -1,15 +1,6 @@
-"""Reading through the archive: :class:`AsyncArchiveRecorder` (one face written, the other
-generated), a recorder over a backend that serves the events an archive run removed
-from the database out of the archive, so every read API returns what it returned before.
-
-``open_store`` composes it only for a store whose identity names an archive. Tail reads
-and appends never touch the archive; ``read_all`` reads one small metadata row per page.
-A read trusts no stale view because the run records a segment (``archive/catalog``, then
-``archive/through``) *before* it deletes its rows: a stream read that finds versions
-missing in the database fetches exactly those from the archive, and ``read_all`` takes
-positions below ``archive/through`` from it (docs/archive.md, "Reading"). A gap the
-archive does not fill is returned as stored, so the verifier reports it; a missing or
-altered object raises :class:`~ares_events.errors.ArchiveError`, never an empty answer.
+"""Reading through the archive: :class:`AsyncArchiveRecorder` serves the events an
+archive run removed from the database out of the archive (docs/archive.md, "Reading
+through"); one face written, the other generated.
 
 It may import the core, :mod:`ares_events.errors`, the blob stores and this package.
 """
@@ -20,7 +11,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ares_events.archive.erase import erase_archived
 from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
@@ -63,7 +54,6 @@ async def _flatten(pages: AsyncIterator[list[RecordedEvent]]) -> AsyncIterator[R
 
 
 async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]:
-    """The next ``n`` events of ``it`` (fewer at its end)."""
     if ASYNC:
         out: list[RecordedEvent] = []
         if n > 0:
@@ -88,7 +78,7 @@ def _advanced(pos: int, upto: int, through: int) -> int:
 
 
 class AsyncArchiveRecorder:
-    """A recorder whose reads go on into the archive (see the module docstring).
+    """A recorder whose reads go on into the archive (docs/archive.md, "Reading through").
 
     Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
     of its own: ``isinstance`` against a runtime-checkable protocol looks methods up on
@@ -112,57 +102,47 @@ class AsyncArchiveRecorder:
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """The backend's append (appends never touch the archive)."""
-        out: AppendOutcome = await self.inner.append(batch, expected_version)
-        return out
+        return cast(AppendOutcome, await self.inner.append(batch, expected_version))
 
     async def append_many(
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """The backend's :meth:`~ares_events.core.recorder_async.AsyncAppendsMany.append_many`."""
-        out: list[AppendOutcome] = await self.inner.append_many(batches, tracking)
-        return out
+        return cast(list[AppendOutcome], await self.inner.append_many(batches, tracking))
 
     async def tracked_position(self, name: str) -> int | None:
         """The backend's tracked position of ``name``."""
-        out: int | None = await self.inner.tracked_position(name)
-        return out
+        return cast(int | None, await self.inner.tracked_position(name))
 
     async def head(self, stream_id: str) -> Head | None:
         """The backend's head row (each stream's last event is never archived)."""
-        out: Head | None = await self.inner.head(stream_id)
-        return out
+        return cast(Head | None, await self.inner.head(stream_id))
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """The backend's heads."""
-        out: AsyncIterator[tuple[str, Head]] = self.inner.heads()
-        return out
+        return cast(AsyncIterator[tuple[str, Head]], self.inner.heads())
 
     async def heads_page(
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
         """A page of the backend's heads."""
-        out: list[tuple[str, Head]] = await self.inner.heads_page(after, limit, prefix)
-        return out
+        return cast(list[tuple[str, Head]], await self.inner.heads_page(after, limit, prefix))
 
     async def last_position(self) -> int:
         """The backend's last position."""
-        out: int = await self.inner.last_position()
-        return out
+        return cast(int, await self.inner.last_position())
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """The backend's wake-up."""
-        out: bool = await self.inner.wait_for(position, timeout)
-        return out
+        return cast(bool, await self.inner.wait_for(position, timeout))
 
     async def meta_get(self, key: str) -> str | None:
         """The backend's metadata value under ``key``."""
-        out: str | None = await self.inner.meta_get(key)
-        return out
+        return cast(str | None, await self.inner.meta_get(key))
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """The backend's put-if-absent."""
-        out: str = await self.inner.meta_put_if_absent(key, value)
-        return out
+        return cast(str, await self.inner.meta_put_if_absent(key, value))
 
     async def meta_set(self, key: str, value: str) -> None:
         """The backend's metadata write."""
@@ -170,8 +150,7 @@ class AsyncArchiveRecorder:
 
     async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
         """The backend's compare-and-swap of a metadata value."""
-        out: bool = await self.inner.meta_swap(key, expected, value)
-        return out
+        return cast(bool, await self.inner.meta_swap(key, expected, value))
 
     async def delete_archived(
         self,
@@ -180,8 +159,7 @@ class AsyncArchiveRecorder:
         expected: Sequence[tuple[int, bytes, str | None]],
     ) -> int:
         """The backend's delete of archived rows."""
-        out: int = await self.inner.delete_archived(first_position, last_position, expected)
-        return out
+        return cast(int, await self.inner.delete_archived(first_position, last_position, expected))
 
     def snapshot_rows(self) -> Any:
         """The backend's snapshot table."""
@@ -193,13 +171,11 @@ class AsyncArchiveRecorder:
 
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
         """The backend's duplicate scan (archived rows were unique when archived)."""
-        out: AsyncIterator[tuple[str, Any, Any, int, Any]] = self.inner.find_duplicates()
-        return out
+        return cast(AsyncIterator[tuple[str, Any, Any, int, Any]], self.inner.find_duplicates())
 
     def default_blobs_url(self) -> str | None:
         """The backend's default blob location."""
-        out: str | None = self.inner.default_blobs_url()
-        return out
+        return cast(str | None, self.inner.default_blobs_url())
 
     async def segment_index(self) -> SegmentIndex | None:
         """The segment index as the database records it now (None: nothing was ever archived).
@@ -329,7 +305,6 @@ class AsyncArchiveRecorder:
                 tolerate = True
 
     async def _follows(self, stream_id: str, v: int) -> bool:
-        """True when the database holds an event of the stream at version ``v`` or later."""
         it = self.inner.read(stream_id, v, None, 1)
         try:
             async for _ in it:

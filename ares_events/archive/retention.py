@@ -1,12 +1,5 @@
-"""Retention: delete whole archived segments past a legal horizon, leaving a recorded,
-verifiable tombstone.
-
-``retire(store, before=..., reason=..., by=...)`` (CLI ``ares-events archive
---retire-before``) takes the oldest archived segments before the horizon (a retired range
-is always a prefix of the archive) and for each: appends an ``archive.segment.retired``
-record (its event id derived from the segment, so a rerun appends it once), replaces the
-segment's index line by a tombstone from which the streams' chains go on verifying, then
-deletes the segment's objects. docs/archive.md ("Retention") gives the crash cases.
+"""Retention: delete archived segments past a horizon, leaving a verifiable tombstone
+(docs/archive.md, "Erasure and retention").
 
 It may import the core, stores, integrity and the projections below it.
 """
@@ -29,6 +22,7 @@ from ares_events.archive.segment import (
     THROUGH_KEY,
     SegmentEntry,
     SegmentIndex,
+    span,
     streams_digest,
 )
 from ares_events.core.events import NewEvent, utc_now_at
@@ -65,8 +59,8 @@ def record_id(entry: SegmentEntry) -> str:
 def retire(
     store: EventStore, *, before: int | timedelta | datetime, reason: str, by: str
 ) -> RetireReport:
-    """Retire the archived segments whose events all lie before ``before`` (see the
-    module docstring).
+    """Retire the archived segments whose events all lie before ``before`` (docs/archive.md,
+    "Erasure and retention").
 
     Args:
         store: a store with an archive.
@@ -132,10 +126,7 @@ def _record(
     entry: SegmentEntry, segment_root: str, ends: dict[str, tuple[int, bytes]], reason: str, by: str
 ) -> dict[str, Any]:
     return {
-        "seq": entry.seq,
-        "first_position": entry.first_position,
-        "last_position": entry.last_position,
-        "events": entry.events,
+        **span(entry),
         "tree_size": entry.tree_size,
         "root": entry.root.hex(),
         "segment_root": segment_root,

@@ -1,13 +1,5 @@
 """The archive's formats, with no I/O: segments, manifests and the segment index
-(specified in docs/archive.md, "Format").
-
-A **segment** holds the rows of one contiguous range of global positions exactly as the
-database stored them (so every chain hash and Merkle leaf is unchanged), in independently
-compressed blocks, so a reader fetches and checks only the blocks it needs. Its
-**manifest** names the segment object, its blocks and the Merkle log at its end. Both are
-content-addressed blobs. The **segment index** lives in the database (``ares_meta`` row
-``archive/catalog``) with the key, size and digest of each segment's objects, so the
-database vouches for every archived byte; a retired segment stays in it as a tombstone.
+(docs/archive.md, "Format").
 
 It may import the core, :mod:`ares_events.chain` and :mod:`ares_events.errors`.
 """
@@ -44,6 +36,7 @@ __all__ = [
     "decode_block",
     "encode_segment",
     "row_of",
+    "span",
     "stored",
     "streams_digest",
     "tombstone_problem",
@@ -125,6 +118,21 @@ class StreamRange:
     """The blocks that hold its events (a reader decodes only those)."""
 
 
+def span(x: Manifest | SegmentEntry) -> dict[str, int]:
+    """The ``seq``, positions and ``events`` of a segment, as its documents spell them."""
+    return {
+        "seq": x.seq,
+        "first_position": x.first_position,
+        "last_position": x.last_position,
+        "events": x.events,
+    }
+
+
+def _span_of(d: Any) -> dict[str, Any]:
+    keys = ("seq", "first_position", "last_position", "events")
+    return {k: int(d[k]) for k in keys}
+
+
 def _stream_range(r: Sequence[Any]) -> StreamRange:
     blocks = tuple(int(b) for b in r[5]) if len(r) > 5 else ()
     return StreamRange(int(r[0]), int(r[1]), int(r[2]), int(r[3]), bytes.fromhex(r[4]), blocks)
@@ -132,7 +140,7 @@ def _stream_range(r: Sequence[Any]) -> StreamRange:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """What one segment holds (see the module docstring)."""
+    """What one segment holds (docs/archive.md, "Format")."""
 
     seq: int
     first_position: int
@@ -153,10 +161,7 @@ class Manifest:
         doc = {
             "format": FORMAT,
             "kind": "ares-events/archive-segment",
-            "seq": self.seq,
-            "first_position": self.first_position,
-            "last_position": self.last_position,
-            "events": self.events,
+            **span(self),
             "segment": self.segment.to_doc(),
             "blocks": [
                 [b.offset, b.length, b.first_position, b.last_position, b.count, b.digest.hex()]
@@ -197,10 +202,7 @@ class Manifest:
                 raise ValueError(f"not an archive manifest of format {FORMAT}")
             m = d["merkle"]
             return cls(
-                seq=int(d["seq"]),
-                first_position=int(d["first_position"]),
-                last_position=int(d["last_position"]),
-                events=int(d["events"]),
+                **_span_of(d),
                 segment=ObjectRef.from_doc(d["segment"]),
                 blocks=tuple(
                     Block(int(o), int(n), int(a), int(b), int(c), bytes.fromhex(h))
@@ -239,10 +241,7 @@ class SegmentEntry:
     def to_doc(self) -> dict[str, Any]:
         """The JSON form."""
         doc: dict[str, Any] = {
-            "seq": self.seq,
-            "first_position": self.first_position,
-            "last_position": self.last_position,
-            "events": self.events,
+            **span(self),
             "manifest": self.manifest.to_doc(),
             "segment": self.segment.to_doc(),
             "tree_size": self.tree_size,
@@ -257,10 +256,7 @@ class SegmentEntry:
     def from_doc(cls, d: Any) -> SegmentEntry:
         """Parse the JSON form."""
         return cls(
-            seq=int(d["seq"]),
-            first_position=int(d["first_position"]),
-            last_position=int(d["last_position"]),
-            events=int(d["events"]),
+            **_span_of(d),
             manifest=ObjectRef.from_doc(d["manifest"]),
             segment=ObjectRef.from_doc(d["segment"]),
             tree_size=int(d["tree_size"]),
@@ -274,7 +270,7 @@ class SegmentEntry:
 
 @dataclass(frozen=True, slots=True)
 class SegmentIndex:
-    """The store's record of its archive (see the module docstring)."""
+    """The store's record of its archive (docs/archive.md, "Format")."""
 
     location: str
     url: str
@@ -490,10 +486,7 @@ def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
     if not isinstance(record, dict):
         return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
     want = {
-        "seq": entry.seq,
-        "first_position": entry.first_position,
-        "last_position": entry.last_position,
-        "events": entry.events,
+        **span(entry),
         "tree_size": entry.tree_size,
         "root": entry.root.hex(),
         "manifest_digest": entry.manifest.digest.hex(),

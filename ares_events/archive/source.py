@@ -1,11 +1,5 @@
-"""The archive as a reader sees it: the segment index (parsed from the database's record),
-manifests and blocks (fetched from the archive's blob store, checked, cached).
-
-Blocking I/O; the asyncio face calls it on a worker thread. Every object is checked
-before use; a miss is an :class:`~ares_events.errors.ArchiveError`, never an empty answer.
-Cold reads yield to hot ones: blocks are fetched and decoded on one thread per store at
-niceness 19 on Linux (``ARES_ARCHIVE_READ_NICE``), one block ahead of the caller, so a tail
-read is never queued behind a scan (docs/archive.md).
+"""The archive as a reader sees it: the segment index, manifests and blocks, checked
+and cached (docs/archive.md). Blocking I/O; the asyncio face calls it on a worker thread.
 
 It may import the core, :mod:`ares_events.errors` and the blob stores.
 """
@@ -231,7 +225,6 @@ class ArchiveSource:
         index: int,
         gen: int,
     ) -> list[RecordedEvent]:
-        """Fetch, check and decode one block, and cache it (on the fetching thread)."""
         b = m.blocks[index]
         try:
             try:

@@ -1,16 +1,6 @@
-"""The ``ares-events`` command line: one module per command group.
-
-Exit codes: 0 clean, 1 findings, 2 usage or configuration error, 3 store unavailable
-(or no store at that URL), 4 internal error (a bug: the traceback is printed with ``-v``),
-5 conflict (another writer changed the store first: run the command again).
-
-What lives here: :mod:`~ares_events.cli.common` (the click group ``cli``, ``App``,
-``json_option``, ``pass_app``, the ``EXIT_*`` codes and the shared display helpers),
-:mod:`~ares_events.cli.terminal` (what reaches the terminal: store content made visible,
-tables that never cut an id), one module per command group, each registering its commands
-on the group when imported below (``archive`` lives in :mod:`~ares_events.archive.cli`),
-and here :func:`main`, which maps errors to exit codes (and to one JSON object with
-``--json``).
+"""The ``ares-events`` command line: :mod:`~ares_events.cli.common` (group, ``App``,
+options, exit codes), :mod:`~ares_events.cli.terminal`, one module per command group, and
+:func:`main`, which maps errors to exit codes (docs/cli.md).
 
 It may import anything in the package (the CLI is the top layer). The command modules
 import :mod:`~ares_events.cli.common`, never each other or this package.

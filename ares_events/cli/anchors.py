@@ -14,11 +14,13 @@ from ares_events.cli.common import (
     _print_findings,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     load_vkeys,
     pass_app,
     text,
     verdict,
+    vkey_option,
 )
 from ares_events.core.recorder import backend_of
 from ares_events.integrity.checkpoints import b64
@@ -35,20 +37,11 @@ from ares_events.stores.settings import Settings
     "next to a SQLite store file).",
 )
 @click.option("--witness", "old_location", metavar="URL", hidden=True)  # its first name
-@click.option(
-    "--key",
-    "key_file",
-    metavar="FILE",
-    help="The log's signing key file (default: ARES_LOG_KEY_FILE); needed to anchor.",
-)
+@key_option("The log's signing key file (default: ARES_LOG_KEY_FILE); needed to anchor.")
 @click.option("--check", is_flag=True, help="Verify the store still extends every anchor there.")
-@click.option(
-    "--vkey",
-    "vkeys",
-    multiple=True,
-    metavar="VKEY",
-    help="--check: a trusted verifier key for the signed checkpoints (repeatable; default: "
-    "ARES_LOG_VKEY, else the key of --key, else the keys the store recorded).",
+@vkey_option(
+    "--check: a trusted verifier key for the signed checkpoints (repeatable; default: "
+    "ARES_LOG_VKEY, else the key of --key, else the keys the store recorded)."
 )
 @json_option
 @pass_app

@@ -1,10 +1,4 @@
-"""``ares-events bench``: a quick measurement of the configured store on this machine.
-
-It appends to fresh streams whose names start with ``bench-`` (so it never touches an
-agent's stream), then replays them with chain verification. The side-by-side comparison
-with the ``eventsourcing`` library lives in the repository's ``bench/`` scripts; this
-command answers "how fast is *my* store here?".
-"""
+"""``ares-events bench``: a quick measurement of the configured store on this machine."""
 
 from __future__ import annotations
 

@@ -39,9 +39,8 @@ def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
     with app.open() as store:
         report = gc_blobs(store, grace, dry_run=dry_run)
-        url = store.url
     if as_json:
-        app.json({"store": url, **report.to_dict()})
+        app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     verb = "would delete" if dry_run else "deleted"
     app.out.print(

@@ -49,7 +49,6 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
             from ares_events.stores.cells.citus import cell_placements
 
             where = {p.cell: f"{p.host}:{p.port} ({p.size})" for p in cell_placements(store)}
-        url = store.url
     cmap = rec.cell_map
     rows = [
         {
@@ -63,7 +62,7 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
     if as_json:
         app.json(
             {
-                "store": url,
+                "store": app.url,
                 "partitions": cmap.partitions,
                 "shared_clock": rec.shared_clock,
                 "citus": rec.citus,
@@ -72,7 +71,7 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         )
         return EXIT_OK
     table = Table(
-        title=text(f"{url}: {len(rows)} cell(s), {cmap.partitions} partitions"),
+        title=text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions"),
         title_justify="left",
     )
     for col in ("cell", "partitions", "streams", "location"):
@@ -119,11 +118,10 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
         _cells_of(store)
         move_cell(store, cell, host, int(port), mode=mode)
         now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
-        url = store.url
     if as_json:
-        app.json({"store": url, "cell": cell, "location": now.get(cell), "mode": mode})
+        app.json({"store": app.url, "cell": cell, "location": now.get(cell), "mode": mode})
     else:
-        app.out.print(text(f"moved {cell} of {url} to {now.get(cell)}"))
+        app.out.print(text(f"moved {cell} of {app.url} to {now.get(cell)}"))
     return EXIT_OK
 
 
@@ -144,9 +142,8 @@ def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
         _cells_of(store)
         rebalance(store, mode=mode)
         now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
-        url = store.url
     if as_json:
-        app.json({"store": url, "cells": now})
+        app.json({"store": app.url, "cells": now})
     else:
         for cell, loc in now.items():
             app.out.print(text(f"{cell}: {loc}"))

@@ -1,17 +1,5 @@
 """What every ``ares-events`` command shares: the click group, per-invocation state,
-options, exit codes and display helpers.
-
-The store comes from ``--store``, else ``ARES_STORE_URL``, else ``sqlite:///ares-events.db``
-in the working directory (the environment is read only through
-:meth:`ares_events.Settings.from_env`). Reporting commands never create nor write what
-they report on (:meth:`App.open`). The global options are accepted before the subcommand
-and after it (:func:`install_global_options`).
-
-A command is one function in the module of its command group, decorated like the others
-(``@cli.command()``, ``@json_option``, ``@pass_app``); it raises library errors freely
-(:func:`ares_events.cli.main` maps them to exit codes). Store content is whoever wrote
-it: print it as :func:`text` or :func:`visible`, never as a bare ``str`` (rich would read
-``[...]`` in it as markup), and tables with :meth:`App.table` (ids are never cut).
+options, exit codes and display helpers; print store content with :func:`text`.
 
 It may import anything below the CLI; never a command module.
 """
@@ -22,10 +10,10 @@ import contextlib
 import getpass
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 
 import click
@@ -56,15 +44,19 @@ __all__ = [
     "App",
     "cli",
     "json_option",
+    "key_option",
     "load_signing_key",
     "load_vkeys",
     "pass_app",
     "text",
     "verdict",
     "visible",
+    "vkey_option",
 ]
 
 logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
@@ -116,6 +108,8 @@ class App:
     out: Console = field(default_factory=_console)
     err: Console = field(default_factory=lambda: _console(stderr=True))
     secrets: set[str] = field(default_factory=set)
+    url: str = ""
+    """The redacted URL of the store :meth:`open` opened last."""
 
     def note(self, message: str) -> None:
         """A status line on stderr (silenced by ``-q``)."""
@@ -226,6 +220,7 @@ class App:
                 raise
             raise StoreUnavailable(f"cannot open store: {exc.strerror or exc}") from exc
         keyed = " (keyed chain)" if settings.chain_key is not None else ""
+        self.url = store.url
         self.note(f"store: {store.url}{keyed}")
         try:
             yield store
@@ -343,6 +338,16 @@ json_option = click.option(
 )
 """The ``--json`` flag every reporting command takes (also accepted before the
 subcommand: ``ares-events --json audit``)."""
+
+
+def key_option(help_: str, *, required: bool = False) -> Callable[[F], F]:
+    """The ``--key FILE`` option (the command's ``key_file``), with ``help_``."""
+    return click.option("--key", "key_file", required=required, metavar="FILE", help=help_)
+
+
+def vkey_option(help_: str) -> Callable[[F], F]:
+    """The repeatable ``--vkey VKEY`` option (the command's ``vkeys``), with ``help_``."""
+    return click.option("--vkey", "vkeys", multiple=True, metavar="VKEY", help=help_)
 
 
 def _check_store_url(value: str | None) -> str | None:

@@ -17,6 +17,7 @@ from ares_events.cli.common import (
     App,
     CommandError,
     cli,
+    key_option,
     load_signing_key,
     pass_app,
 )
@@ -87,14 +88,11 @@ def _server_logs(app: App) -> Iterator[None]:
     help="A witness (file:// or s3://) the Integrity page's audit also checks anchors "
     "against, as `ares-events audit --anchors URL`.",
 )
-@click.option(
-    "--key",
-    "key_file",
-    metavar="FILE",
-    help="With --allow-actions: an approver key (keygen NAME --approver) the console signs "
+@key_option(
+    "With --allow-actions: an approver key (keygen NAME --approver) the console signs "
     "each resume and resolve with, as `runs resume|resolve --key`. Read at start; pages "
     "show its name and id only. Without it, a run paused for a signed approval cannot be "
-    "resumed from the console.",
+    "resumed from the console."
 )
 @click.option(
     "--expires-in",

@@ -114,9 +114,8 @@ def demo(
             bar.update(task, completed=done, total=total)
 
         result = run_demo(store, agents=agents, events=events, seed=seed, progress=progress)
-        url = store.url
     if as_json:
-        app.json(dict(result.to_dict(), store=url))
+        app.json(dict(result.to_dict(), store=app.url))
         return EXIT_OK if result.all_ok else EXIT_FINDINGS
     table = Table(
         title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
@@ -154,8 +153,7 @@ def _resurrection_demo(
 ) -> int:
     from ares_events.agents.resurrection import run_demo as run_kill_demo
 
-    with app.open(create=True) as store:
-        url = store.url
+    with app.open(create=True):
         raw_url = app.raw_store_url()
     report = run_kill_demo(
         raw_url,
@@ -170,7 +168,7 @@ def _resurrection_demo(
         progress=None if as_json else app.note,
     )
     data = report.to_dict()
-    data["store"] = url
+    data["store"] = app.url
     ok = (
         report.all_finished
         and data["duplicate_side_effects"] == 0

@@ -39,9 +39,8 @@ def erase_cmd(
 
     with app.open(write=True) as store:
         report = erase(store, stream, version, reason=reason, by=by or os_user())
-        url = store.url
     if as_json:
-        app.json({"store": url, **report.to_dict()})
+        app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     if report.already_erased:
         app.out.print(text(f"{stream} v{version}: the payload was already erased"))

@@ -25,6 +25,7 @@ from ares_events.cli.common import (
     text,
     verdict,
     visible,
+    vkey_option,
 )
 from ares_events.core.events import RecordedEvent
 from ares_events.core.identity import StoreIdentity
@@ -67,7 +68,6 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
 
 
 def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
-    """One row per event; payloads shortened to what is left of the terminal's width."""
     cols = {
         "ver": [str(e.version) for e in events],
         "pos": [str(e.position) for e in events],
@@ -132,13 +132,12 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
         schema = getter() if callable(getter) else None
         ident = store.record_identity(relocate_blobs=relocate_blobs)
         streams = sum(1 for _ in store.streams())
-        url = store.url
     chain = ident.describe_chain() if ident is not None else "not recorded by this backend"
     blobs = _blobs_label(ident)
     if as_json:
         app.json(
             {
-                "store": url,
+                "store": app.url,
                 "schema_version": schema,
                 "streams": streams,
                 "identity": json.loads(ident.to_json()) if ident is not None else None,
@@ -150,7 +149,7 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
             if schema is not None
             else "schema version not reported by this backend"
         )
-        app.out.print(text(f"initialized {url}: {what}, {streams} stream(s)"))
+        app.out.print(text(f"initialized {app.url}: {what}, {streams} stream(s)"))
         app.out.print(text(f"chain: {chain}; blobs: {blobs}"))
     return EXIT_OK
 
@@ -184,7 +183,6 @@ def streams(app: App, as_json: bool) -> int:
 
     with app.open() as store:
         rows = [(sid, h.version, h.hash.hex(), *kind(sid)) for sid, h in store.recorder.heads()]
-        url = store.url
     if as_json:
         streams = []
         for s, v, h, k, t in rows:
@@ -194,10 +192,10 @@ def streams(app: App, as_json: bool) -> int:
             if t is not None:
                 item["thread_id"] = t
             streams.append(item)
-        app.json({"store": url, "count": len(rows), "streams": streams})
+        app.json({"store": app.url, "count": len(rows), "streams": streams})
         return EXIT_OK
     if not rows:
-        app.out.print(text(f"no streams in {url}"))
+        app.out.print(text(f"no streams in {app.url}"))
         return EXIT_OK
     table = Table(title=f"{len(rows)} stream(s)", title_justify="left")
     table.add_column("stream", no_wrap=True)
@@ -298,13 +296,9 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     help="Also check the store still extends every anchor kept at this location "
     "(file:///folder/ or s3://...; see `anchor`).",
 )
-@click.option(
-    "--vkey",
-    "vkeys",
-    multiple=True,
-    metavar="VKEY",
-    help="--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
-    "ARES_LOG_VKEY, else the log keys the store recorded).",
+@vkey_option(
+    "--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
+    "ARES_LOG_VKEY, else the log keys the store recorded)."
 )
 @json_option
 @pass_app
@@ -339,12 +333,11 @@ def audit_cmd(
             # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
             anchor_keys=load_vkeys(vkeys, required=False) or None,
         )
-        url = store.url
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
-        app.json(dict(report.to_dict(), store=url, deep=deep, streams_with_findings=bad))
+        app.json(dict(report.to_dict(), store=app.url, deep=deep, streams_with_findings=bad))
         return EXIT_OK if report.ok else EXIT_FINDINGS
-    table = Table(title=text(f"audit of {url}"), title_justify="left")
+    table = Table(title=text(f"audit of {app.url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]
     cells = [
         str(report.streams_checked),

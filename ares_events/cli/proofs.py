@@ -1,11 +1,5 @@
 """CLI commands of the verifiable log: ``keygen``, ``checkpoint``, ``prove`` and
-``verify-proof``.
-
-Signing commands take the log's key file from ``--key FILE``, else ``ARES_LOG_KEY_FILE``;
-the key is read here and handed to the library as an object, and never printed, logged or
-put in JSON. ``verify-proof`` needs no store: it checks a proof file offline against the
-verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
-"""
+``verify-proof``."""
 
 from __future__ import annotations
 
@@ -23,12 +17,14 @@ from ares_events.cli.common import (
     CommandError,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     load_vkeys,
     pass_app,
     read_text,
     text,
     verdict,
+    vkey_option,
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
@@ -93,7 +89,7 @@ def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> 
 
 
 @cli.command(name="checkpoint")
-@click.option("--key", "key_file", metavar="FILE", help=KEY_HELP)
+@key_option(KEY_HELP)
 @click.option("--list", "list_", is_flag=True, help="List the stored checkpoints; sign nothing.")
 @json_option
 @pass_app
@@ -148,7 +144,6 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
 
 
 def _catch_up(app: App, log: Any) -> None:
-    """Bring the Merkle log up to date, with a progress bar on a terminal."""
     todo = log.store.last_position() - log.position()
     if todo <= 0:
         return
@@ -166,9 +161,7 @@ def _catch_up(app: App, log: Any) -> None:
     metavar="OLD_SIZE",
     help="Prove that the log at NEW_SIZE (default: the latest checkpoint) extends OLD_SIZE.",
 )
-@click.option(
-    "--key", "key_file", metavar="FILE", help=KEY_HELP + " With it, sign a fresh checkpoint."
-)
+@key_option(KEY_HELP + " With it, sign a fresh checkpoint.")
 @click.option("--out", "out", metavar="FILE", help="Also write the proof (JSON) to FILE.")
 @json_option
 @pass_app
@@ -259,7 +252,7 @@ def prove_cmd(
 
 @cli.command(name="verify-proof")
 @click.argument("file", metavar="FILE")
-@click.option("--vkey", "vkeys", multiple=True, metavar="VKEY", help=VKEY_HELP)
+@vkey_option(VKEY_HELP)
 @click.option(
     "--old",
     "old_file",

@@ -1,10 +1,4 @@
-"""CLI commands of verifiable records: ``export`` and ``verify-record``.
-
-``export`` signs with ``--key FILE`` (else ``ARES_LOG_KEY_FILE``): the log's key, or a
-separate export key; the key is read here and handed to the library as an object, never
-printed. ``verify-record`` needs no store: it checks a record file offline against the
-verifier keys given with ``--vkey`` (or ``ARES_LOG_VKEY``).
-"""
+"""CLI commands of verifiable records: ``export`` and ``verify-record``."""
 
 from __future__ import annotations
 
@@ -22,10 +16,12 @@ from ares_events.cli.common import (
     CommandError,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     load_vkeys,
     pass_app,
     verdict,
+    vkey_option,
 )
 from ares_events.stores.settings import Settings
 
@@ -51,12 +47,8 @@ from ares_events.stores.settings import Settings
     help="With --redact: where the redacted values and their salts go (0600); default "
     "FILE.disclosures.json.",
 )
-@click.option(
-    "--key",
-    "key_file",
-    metavar="FILE",
-    help="The signing key file (keygen): the log's key or an export key; default: "
-    "ARES_LOG_KEY_FILE.",
+@key_option(
+    "The signing key file (keygen): the log's key or an export key; default: ARES_LOG_KEY_FILE."
 )
 @json_option
 @pass_app
@@ -127,13 +119,9 @@ def export_cmd(
 
 @cli.command(name="verify-record")
 @click.argument("file", metavar="FILE")
-@click.option(
-    "--vkey",
-    "vkeys",
-    multiple=True,
-    metavar="VKEY",
-    help="A trusted verifier key (text or a file): the record's signer, the log's key, "
-    "approvers; repeat for several; default: ARES_LOG_VKEY.",
+@vkey_option(
+    "A trusted verifier key (text or a file): the record's signer, the log's key, "
+    "approvers; repeat for several; default: ARES_LOG_VKEY."
 )
 @click.option(
     "--disclosures",

@@ -1,11 +1,4 @@
-"""CLI command group ``runs``: look at and operate durable agent runs (journal streams).
-
-``runs list`` and ``runs show`` only read (no gate decision, no snapshot, nothing
-appended). ``runs resolve``, ``runs resume`` and ``runs cancel`` each append exactly one
-event whose metadata says who (``--by``, default the OS user), why (``--reason``) and
-through which command; the event names the version the command read, so an action on a
-run that changed meanwhile fails (exit 1) instead of acting on a stale view.
-"""
+"""CLI command group ``runs``: look at and operate durable agent runs (journal streams)."""
 
 from __future__ import annotations
 
@@ -42,6 +35,7 @@ from ares_events.cli.common import (
     _print_findings,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     os_user,
     pass_app,
@@ -105,12 +99,9 @@ def _signing(fn: Any) -> Any:
         metavar="SECONDS",
         help="With --key: the signed approval expires after this many seconds.",
     )(fn)
-    return click.option(
-        "--key",
-        "key_file",
-        metavar="FILE",
-        help="Sign the approval with this approver key (keygen NAME --approver): it names "
-        "the pending call, the run's head, an expiry and a single-use nonce.",
+    return key_option(
+        "Sign the approval with this approver key (keygen NAME --approver): it names "
+        "the pending call, the run's head, an expiry and a single-use nonce."
     )(fn)
 
 
@@ -160,12 +151,11 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     """
     with app.open() as store:
         runs = list_runs(store, status=status)
-        url = store.url
     bad = [r for r in runs if not r.ok]
     if as_json:
         app.json(
             {
-                "store": url,
+                "store": app.url,
                 "status": status,
                 "count": len(runs),
                 "ok": not bad,
@@ -174,7 +164,7 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         )
         return EXIT_FINDINGS if bad else EXIT_OK
     if not runs:
-        app.out.print(text(f"no runs{f' with status {status}' if status else ''} in {url}"))
+        app.out.print(text(f"no runs{f' with status {status}' if status else ''} in {app.url}"))
         return EXIT_OK
     table = Table(
         title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
@@ -322,9 +312,8 @@ def runs_show(app: App, run: str, as_json: bool) -> int:
     """
     with app.open() as store, _operator_errors(run, "reading it"):
         info = inspect_run(store, run)
-        url = store.url
     if as_json:
-        app.json(dict(info.to_dict(), store=url))
+        app.json(dict(info.to_dict(), store=app.url))
     else:
         _print_run(app, info)
     return EXIT_OK if info.ok else EXIT_FINDINGS
@@ -427,12 +416,11 @@ def runs_resolve(
         info = resolve_step(
             store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
         )
-        url = store.url
     verdict = "did not land (it will run again)" if not_done else "landed; result recorded"
     return _done(
         app,
         as_json,
-        url,
+        app.url,
         info,
         {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason},
         f"step {number} of run {run}: {verdict} (by {who})",
@@ -473,11 +461,10 @@ def runs_resume(
             signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
             signed["approvers"] = [key.verifier]
         info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume", **signed)
-        url = store.url
     return _done(
         app,
         as_json,
-        url,
+        app.url,
         info,
         {"action": "resume", "by": who, "reason": reason},
         f"run {run} resumed by {who}; start its agent again to let it go on",
@@ -500,11 +487,10 @@ def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json:
     who = by or os_user()
     with app.open(write=True) as store, _operator_errors(run, "cancelling it"):
         info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
-        url = store.url
     return _done(
         app,
         as_json,
-        url,
+        app.url,
         info,
         {"action": "cancel", "by": who, "reason": reason},
         f"run {run} cancelled by {who}",

@@ -30,7 +30,6 @@ from ares_events.errors import AresError
 
 
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
-    """``--projection NAME`` over the built-in projections."""
     from ares_events.projections import BUILTIN
 
     return click.option(
@@ -105,10 +104,9 @@ def recover_cmd(
             raise _schema_failure(exc, "use --tolerant to skip and list such events") from None
         if rep.head_version == 0 and rep.version == 0 and not rep.findings:
             raise CommandError(f"no stream {stream!r} in {store.url}")
-        url = store.url
     ok = rep.ok and not rep.truncated
     if as_json:
-        app.json(dict(rep.to_dict(), store=url))
+        app.json(dict(rep.to_dict(), store=app.url))
         return EXIT_OK if ok else EXIT_FINDINGS
     if rep.snapshot_version is not None:
         snap = f"used, at version {rep.snapshot_version}"
@@ -206,11 +204,10 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     """
     with app.open() as store:
         infos = list(store.snapshots.list(stream))
-        url = store.url
     if as_json:
-        app.json({"store": url, "count": len(infos), "snapshots": [i.to_dict() for i in infos]})
+        app.json({"store": app.url, "count": len(infos), "snapshots": [i.to_dict() for i in infos]})
     elif not infos:
-        app.out.print(text(f"no snapshots{f' of {stream}' if stream else ''} in {url}"))
+        app.out.print(text(f"no snapshots{f' of {stream}' if stream else ''} in {app.url}"))
     else:
         rows = [(i, None) for i in infos]
         table = _snapshot_rows_table(f"{len(infos)} snapshot(s)", rows, check=False)
@@ -250,9 +247,8 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
                 raise _schema_failure(exc, "fix or upcast the event first") from None
             if snap is not None:
                 taken.append(snap.info())
-        url = store.url
     if as_json:
-        app.json({"store": url, "stream_id": stream, "snapshots": [i.to_dict() for i in taken]})
+        app.json({"store": app.url, "stream_id": stream, "snapshots": [i.to_dict() for i in taken]})
     else:
         for i in taken:
             app.out.print(
@@ -281,9 +277,8 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
     """
     with app.open(write=True) as store:
         n = store.snapshots.delete(stream, projection)
-        url = store.url
     if as_json:
-        app.json({"store": url, "stream_id": stream, "projection": projection, "deleted": n})
+        app.json({"store": app.url, "stream_id": stream, "projection": projection, "deleted": n})
     else:
         what = f" of {projection}" if projection else ""
         app.out.print(text(f"deleted {n} snapshot(s){what} for {stream}"))
@@ -308,12 +303,11 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
     """
     with app.open() as store:
         rows = list(store.snapshots.verify_all(stream))
-        url = store.url
     bad = [(i, r) for i, r in rows if r is not None]
     if as_json:
         app.json(
             {
-                "store": url,
+                "store": app.url,
                 "ok": not bad,
                 "checked": len(rows),
                 "bad": len(bad),
@@ -423,10 +417,9 @@ def rebuild_cmd(
                 raise _schema_failure(
                     exc, "the rebuild stopped and resumes from here once the event is fixed"
                 ) from None
-        url = store.url
     if verify_only:
         if as_json:
-            app.json(dict(diff.to_dict(), store=url))
+            app.json(dict(diff.to_dict(), store=app.url))
             return EXIT_OK if diff.ok else EXIT_FINDINGS
         if diff.ok:
             line = f"{diff.rows_compared} row(s) equal a fresh rebuild up to position"
@@ -449,7 +442,7 @@ def rebuild_cmd(
         app.table(table)
         return EXIT_FINDINGS
     if as_json:
-        app.json(dict(rep.to_dict(), store=url))
+        app.json(dict(rep.to_dict(), store=app.url))
         return EXIT_OK
     resumed = f", resumed from position {rep.resumed_from}" if rep.resumed_from else ""
     app.out.print(

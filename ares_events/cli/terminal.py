@@ -1,18 +1,5 @@
-"""What the CLI writes to a terminal: store content made visible, tables that fit.
-
-Stream ids, event types, payloads, run names and error texts are whoever wrote them: an
-``ESC`` sequence can retitle or clear the operator's terminal, and a bidi override
-(U+202E) makes ``term-\\u202egnp.exe`` read as ``term-exe.png``. Every character the
-console's pages spell out (``ares_events.ui.markup.visible``: Unicode categories Cc, Cf,
-Co, Cs, Cn, Zl, Zp) is written as ``⟨U+202E⟩`` here too, and so are newlines and tabs
-inside a value (one value, one line). Tables and lines escape their values before rich lays
-them out (so columns stay aligned); :class:`VisibleHook` checks every printed segment
-again, and :func:`dumps` writes ``--json`` with those characters as JSON escapes (the exact
-strings, parsed back).
-
-Tables never cut an id: :func:`fitted` drops the columns a command names as optional
-until the table fits the width, and prints a table that still cannot fit as one block of
-``column: value`` lines per row rather than cutting.
+"""What the CLI writes to a terminal: store content made visible (``⟨U+202E⟩``) and
+tables that never cut an id (docs/cli.md).
 
 It may import the standard library and rich only.
 """
@@ -152,7 +139,6 @@ class _Stacked:
 
 
 def _natural(console: Console, renderables: Iterable[Any]) -> int:
-    """The widest of ``renderables`` laid out on one line each (unclamped)."""
     opts = console.options.update(width=WIDE)
     return max((Measurement.get(console, opts, r).maximum for r in renderables), default=1)
 

@@ -16,6 +16,7 @@ from ares_events.cli.common import (
     CommandError,
     cli,
     json_option,
+    key_option,
     load_signing_key,
     load_vkeys,
     pass_app,
@@ -28,6 +29,9 @@ from ares_events.integrity.checkpoints import b64, unb64_hash
 from ares_events.integrity.witness import LogWitness, parse_request
 
 STATE_HELP = "The witness's state file (SQLite; created when missing)."
+state_option = click.option(
+    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
+)
 
 
 @cli.group(name="witness")
@@ -50,9 +54,7 @@ def witness_group() -> None:
 
 @witness_group.command(name="add-log")
 @click.argument("vkey")
-@click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
+@state_option
 @click.option("--origin", metavar="ORIGIN", help="The log's origin line (default: the key's name).")
 @pass_app
 def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
@@ -70,9 +72,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
 
 
 @witness_group.command(name="list")
-@click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
+@state_option
 @json_option
 @pass_app
 def list_cmd(app: App, state: str, as_json: bool) -> int:
@@ -115,16 +115,8 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
 
 @witness_group.command(name="cosign")
 @click.argument("request", metavar="REQUEST")
-@click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
-@click.option(
-    "--key",
-    "key_file",
-    required=True,
-    metavar="FILE",
-    help="The witness's cosigning key file (keygen --witness).",
-)
+@state_option
+@key_option(required=True, help_="The witness's cosigning key file (keygen --witness).")
 @json_option
 @pass_app
 def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool) -> int:

@@ -1,11 +1,6 @@
-"""Projections: folds of the log and what serves them.
-
-What lives here: :mod:`~ares_events.projections.base` (the ``Projection`` protocol,
-``fold``), :mod:`~ares_events.projections.builtin` (the built-in folds),
-:mod:`~ares_events.projections.runner` and :mod:`~ares_events.projections.tables` (the
-catch-up runner, read-model tables, rebuilds), :mod:`~ares_events.projections.recovery`
-(verified replay, and recovery: snapshot first, then the tail), :mod:`.merkle` (the
-verifiable log) and :mod:`.erasure`.
+"""Projections: folds of the log (:mod:`~ares_events.projections.base`, the built-in
+ones), the catch-up runner and read models, verified replay and recovery, the verifiable
+log (:mod:`.merkle`) and :mod:`.erasure`.
 
 It may import the core, the stores and integrity (replay checks the chain as it folds);
 never the agent runtime, the CLI or an integration.

@@ -1,13 +1,4 @@
-"""The projection protocol and the fold that drives it.
-
-A projection is a named, versioned fold: ``initial()`` gives the starting state and
-``apply(state, event)`` the next one. ``apply`` must be deterministic (never the clock,
-randomness or I/O); it may update the state in place and return it (the fold owns it).
-States are JSON values, so snapshots and read-model rows can store them. Bump ``version``
-whenever ``apply`` changes meaning: snapshots and read models of another version are then
-rebuilt instead of silently reused. A fold skips an event whose payload was erased (listed
-in ``skipped``) unless the projection sets ``accepts_erased = True``.
-"""
+"""The projection protocol and the fold that drives it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Built-in projections: agent state, recovery state, genealogy and run state.
-
-Each state is a plain JSON object so it can be snapshotted and stored as a read-model row.
-Events outside the catalog are ignored; catalog events are validated (strict folds raise
-:class:`~ares_events.core.catalog.EventSchemaError`, tolerant folds skip and list them).
-"""
+"""Built-in projections: agent state, recovery state, genealogy and run state."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Erasure: remove an event's payload and keep the log verifiable (docs/proofs.md).
-
-The chain commits to a payload's *digest and size*, not its bytes (format v1), so
-:func:`erase` can drop the bytes (inline, or the spilled blob) and keep every link hash,
-Merkle leaf, checkpoint and proof valid. In order: the backend replaces the payload with an
-erased reference (and drops an unshared blob, and a cache its copy); snapshots and read
-models that folded the event are dropped or rewound; last, the erasure is recorded in
-:data:`ERASURE_STREAM`, so the log never claims an erasure that did not happen (a rerun
-after a crash finds the payload erased and appends the missing record; ``audit`` reports
-``erasure_unrecorded`` until then).
-
-With only the digest left, a low-entropy payload can be found by trying every value:
-:func:`salted` adds a random 128-bit field, erased with the payload.
-"""
+"""Erasure: remove an event's payload and keep the log verifiable (docs/proofs.md)."""
 
 from __future__ import annotations
 
@@ -106,7 +93,7 @@ def erase(
 ) -> ErasureReport:
     """Erase the payload of ``stream_id`` ``version`` and record who did it and why.
 
-    See the module docstring for every step. Idempotent: erasing an erased event changes
+    docs/proofs.md ("Erasure") gives every step. Idempotent: erasing an erased event changes
     nothing (and appends the record only if an interrupted erasure left none).
 
     Args:
@@ -151,11 +138,8 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
         report.blob_deleted = shared == 0 and store.blobs is not None
     report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
     report.read_models_reset = _reset_read_models(store, before.position)
-    if not already or _record_of(store, before.event_id_str) is None:
-        res = store.append(
-            ERASURE_STREAM,
-            [erasure_record(before, reason, by)],
-        )
+    if not already or before.event_id_str not in erasure_records(store):
+        res = store.append(ERASURE_STREAM, [erasure_record(before, reason, by)])
         report.record_position = res.position
     logger.info(
         "erased stream %r version %d (record at position %s)",
@@ -198,12 +182,7 @@ def erasure_records(store: EventStore) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _record_of(store: EventStore, event_id: str) -> dict[str, Any] | None:
-    return erasure_records(store).get(event_id)
-
-
 def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:
-    """Delete the stream's snapshots that folded ``version`` (taken at or after it)."""
     if Capability.SNAPSHOTS not in store.capabilities:
         return 0
     snaps = store.snapshots

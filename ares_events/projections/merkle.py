@@ -1,17 +1,6 @@
-"""The verifiable log: an RFC 9162 Merkle tree over every event, kept by the catch-up
-runner, and the inclusion and consistency proofs made from it (docs/proofs.md).
-
-Leaves are the events' chain hashes in global position order. :class:`MerkleLogProjection`
-is a batch projection of the :class:`~ares_events.projections.runner.ProjectionRunner`: it
-follows ``read_all`` (so it never skips a late commit) and writes each batch's tiles with
-the cursor in one transaction. Its read-model rows are tiles, as transparency logs keep
-them: ``t<L>/<N>`` holds up to 256 hashes at tree height ``8 * L`` (level 0 also the
-leaves' positions), rewritten until full; ``head`` holds the size and last position. A root
-or a proof reads ``O(log n)`` tiles, never the leaves.
-
-:class:`MerkleLog` is the read side: roots, leaf lookups, proofs, and signed checkpoints
-(stored by the backend; the keys that signed them are remembered in the store's metadata,
-``log_keys``, so an audit can verify a witness's checkpoints without being told the key).
+"""The verifiable log (docs/proofs.md): :class:`MerkleLogProjection` keeps an RFC 9162
+Merkle tree over every event's chain hash in tiles, and :class:`MerkleLog` reads roots,
+proofs and signed checkpoints from it.
 """
 
 from __future__ import annotations
@@ -63,7 +52,6 @@ def tile_key(level: int, index: int) -> str:
 
 
 def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
-    """(hashes, positions) of a stored tile."""
     try:
         raw = bytearray(base64.b64decode(state["h"]))
         pos = state.get("p")
@@ -159,8 +147,6 @@ class MerkleLogProjection:
 
 
 class _Tiles:
-    """Reads tiles of one table, caching them for one operation."""
-
     def __init__(self, tables: Any, table: str) -> None:
         self.tables = tables
         self.table = table
@@ -578,7 +564,6 @@ def _index_in(tiles: _Tiles, size: int, position: int) -> int | None:
 
 
 def _read_one(store: EventStore, stream_id: str, version: int) -> RecordedEvent:
-    """The event at ``stream_id`` ``version``."""
     if type(version) is not int or version < 1:
         raise EventNotFound(stream_id, version, "versions start at 1")
     for e in store.read(stream_id, version, version, 1):

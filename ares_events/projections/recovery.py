@@ -1,13 +1,6 @@
 # Generated from recovery_async.py by tools/async_to_sync.py: do not edit.
-"""Folding a stream, verified: :func:`replay` (a fold with a cap), :func:`recover`
-(snapshot first, then the tail), :func:`snapshot` and the snapshot policy
-(:class:`Snapshotter`), one face written, the other generated.
-
-``max_replay`` (default 10,000) bounds the work of a replay, and reaching it before the
-end is never silent (``capped=True``, or :class:`~ares_events.errors.ReplayCapExceeded`
-in strict mode). Recovery loads the latest snapshot (ignored, with the reason, when its
-version, ``at_hash``, seal or state digest does not hold), then folds and checks the tail
-after it: O(tail), not O(stream).
+"""Folding a stream, verified: replay with a cap, recovery (snapshot first, then the
+tail), snapshots and the snapshot policy; one face written, the other generated.
 
 It may import the core, the stores, integrity and this package's other modules.
 """

@@ -1,16 +1,5 @@
-"""The catch-up projection runner, offline rebuilds and rebuild diffs.
-
-:class:`ProjectionRunner` follows ``read_all`` from each projection's saved cursor,
-applies the events, and saves the changed read-model rows and the cursor in one
-transaction, so every event is applied exactly once even across crashes. When idle it
-waits on the store's wake-ups. :meth:`ProjectionRunner.wait_until` gives
-read-your-writes.
-
-:func:`rebuild` refolds a projection from the start of the log into a fresh generation
-table while the live one keeps serving, resumes after an interruption from its own
-cursor, and swaps the new table in atomically. :func:`verify_rebuild` folds the log up to
-the live table's cursor in memory and reports every key that differs; it writes nothing.
-"""
+"""The catch-up projection runner (:class:`ProjectionRunner`), offline rebuilds and
+rebuild diffs."""
 
 from __future__ import annotations
 
@@ -158,7 +147,6 @@ class DiffReport:
 
 
 def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
-    """The projection's registry row, created (with an empty live table) on first use."""
     meta = tables.meta(projection.name)
     if meta is None:
         live = table_name(projection.name, 1)

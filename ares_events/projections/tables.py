@@ -1,11 +1,5 @@
-"""The read models of a store, as the catch-up runner uses them.
-
-Per projection there is a registry row (version, active table and cursor, a table being
-rebuilt and its cursor) and one table per generation; rows and the cursor are written in
-one transaction, so each event is applied exactly once even across crashes. The backend
-owns the tables (:attr:`~ares_events.core.backend.Capability.READ_MODELS`); this module
-names them and gives reporting tools a look that creates nothing
-(:func:`read_models`, :func:`stored_checkpoints`).
+"""The read models of a store, as the catch-up runner uses them, and a look at them that
+creates nothing (:func:`read_models`, :func:`stored_checkpoints`).
 """
 
 from __future__ import annotations

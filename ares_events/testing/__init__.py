@@ -1,9 +1,5 @@
-"""Public helpers for users and plugin authors: the store conformance suite.
-
-``StoreContract`` and ``SnapshotContract`` need pytest and are imported on first access, so
-importing :mod:`ares_events.testing` itself never needs pytest. To run them on a store's
-asyncio face, give them :func:`ares_events.testing.blocking.open_blocking` as the ``store``
-fixture.
+"""Public helpers for users and plugin authors: the store conformance suites, imported
+on first access (so importing this package never needs pytest).
 
 It is the top layer: it may import anything in the package (and pytest, on first access
 to a suite).

@@ -1,10 +1,4 @@
-"""The erasure part of the store conformance suite (``Capability.ERASE``): a payload is
-removed, its digest and size, the chain and the global order stay, reads say so, and bad
-requests change nothing.
-
-Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
-class name does not start with ``Test``). It may import the public API (``ares_events``).
-"""
+"""The conformance suite's erasure part (``Capability.ERASE``). May import the public API."""
 
 from __future__ import annotations
 

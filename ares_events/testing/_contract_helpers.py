@@ -1,8 +1,4 @@
-"""Helpers of the store conformance suite (:mod:`ares_events.testing.contract`).
-
-Event builders, capability skips, :func:`store_state` and :func:`run_concurrent_appenders`
-(real OS processes appending at once). It may import the public API (``ares_events``).
-"""
+"""Helpers of the store conformance suite. May import the public API."""
 
 from __future__ import annotations
 
@@ -12,9 +8,10 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +81,34 @@ def _same_cell(store: ae.EventStore, a: str, b: str) -> bool:
     return cell_index is None or cell_index(a) == cell_index(b)
 
 
+def _in_threads(
+    n: int, worker: Callable[[int], None], on_error: Callable[[], object] = lambda: None
+) -> None:
+    """Run ``worker(0..n-1)`` on ``n`` threads and fail with what any of them raised
+    (``on_error`` runs in the thread that failed, e.g. to break a barrier)."""
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            worker(t)
+        except BaseException as exc:
+            errors.append(exc)
+            on_error()
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
+
+
 def _require(store: ae.EventStore, cap: Capability) -> None:
     if cap not in store.capabilities:
         pytest.skip(f"store does not declare Capability.{cap.name}")
 
 
 def _appender_main(argv: Sequence[str]) -> None:
-    """Child process body of :func:`run_concurrent_appenders` (internal)."""
     url, stream, proc_s, n_s, pause_s, go = argv
     proc, n, pause = int(proc_s), int(n_s), float(pause_s)
     Path(f"{go}.ready.{proc}").touch()

@@ -1,10 +1,5 @@
-"""The lifecycle part of the store conformance suite: what a store remembers about itself
-(its identity: chain mode, key id, blob location) and how it closes.
-
-Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
-class name does not start with ``Test``). It may import the public API (``ares_events``).
-The close *races* (many threads, many iterations, in a child process) live in the
-project's own tests, not here: they need the backend's connection accounting.
+"""The conformance suite's lifecycle part: a store's identity and how it closes (the
+close races live in the project's own tests). May import the public API.
 """
 
 from __future__ import annotations

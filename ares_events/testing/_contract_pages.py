@@ -1,9 +1,5 @@
-"""Stream pages (:attr:`Capability.STREAM_PAGES` and ``EventStore.streams_page``): a listing
-of millions of streams a page at a time, with an exact prefix.
-
-Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
-class name does not start with ``Test``). It may import the public API (``ares_events``).
-"""
+"""The conformance suite's stream pages (``Capability.STREAM_PAGES``). May import the
+public API."""
 
 from __future__ import annotations
 

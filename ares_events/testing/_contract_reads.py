@@ -1,9 +1,4 @@
-"""The read half of the store conformance suite: ``read`` and ``read_all``, recorded
-events, the chain, round trips of names and values, wake-ups, persistence.
-
-Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
-class name does not start with ``Test``). It may import the public API (``ares_events``).
-"""
+"""The conformance suite's read half. May import the public API."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The write half of the store conformance suite: versions and positions,
-``expected_version``, atomic batches, idempotency, bad input and concurrency.
-
-Mixed into :class:`ares_events.testing.contract.StoreContract`; not collected alone (the
-class name does not start with ``Test``). It may import the public API (``ares_events``).
-"""
+"""The conformance suite's write half. May import the public API."""
 
 from __future__ import annotations
 
@@ -24,6 +19,7 @@ from ares_events.testing._contract_helpers import (
     _MAX_I64,
     _ev,
     _evs,
+    _in_threads,
     _require,
     _same_cell,
     run_concurrent_appenders,
@@ -306,31 +302,21 @@ class WriteContract:
         barrier = threading.Barrier(threads)
         results: list[list[tuple[int, str]]] = [[] for _ in range(rounds)]
         lock = threading.Lock()
-        errors: list[BaseException] = []
 
         def worker(t: int) -> None:
-            try:
-                for r in range(rounds):
-                    barrier.wait()
-                    try:
-                        store.append("race", [_ev(t)], expected_version=r)
-                        outcome = "won"
-                    except ConcurrencyError as exc:
-                        assert exc.actual == r + 1
-                        outcome = "lost"
-                    with lock:
-                        results[r].append((t, outcome))
-                    barrier.wait()  # everyone has tried before the next round starts
-            except BaseException as exc:
-                errors.append(exc)
-                barrier.abort()
+            for r in range(rounds):
+                barrier.wait()
+                try:
+                    store.append("race", [_ev(t)], expected_version=r)
+                    outcome = "won"
+                except ConcurrencyError as exc:
+                    assert exc.actual == r + 1
+                    outcome = "lost"
+                with lock:
+                    results[r].append((t, outcome))
+                barrier.wait()  # everyone has tried before the next round starts
 
-        ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(120)
-        assert not errors, errors
+        _in_threads(threads, worker, barrier.abort)
         for r in range(rounds):
             assert sorted(o for _, o in results[r]) == ["lost"] * (threads - 1) + ["won"]
         evs = list(store.read("race"))
@@ -341,30 +327,19 @@ class WriteContract:
         """Threads appending to one stream, retrying on ConcurrencyError, produce versions
         1..N with every event exactly once and a clean chain."""
         threads, per = 6, 25
-        errors: list[BaseException] = []
 
         def worker(t: int) -> None:
-            try:
-                for k in range(per):
-                    while True:
-                        v = store.stream_version("shared")
-                        try:
-                            store.append(
-                                "shared", [_ev(payload={"t": t, "k": k})], expected_version=v
-                            )
-                            break
-                        except ConcurrencyError:
-                            continue
-                    store.append(f"own-{t}", [_ev(k)])
-            except BaseException as exc:
-                errors.append(exc)
+            for k in range(per):
+                while True:
+                    v = store.stream_version("shared")
+                    try:
+                        store.append("shared", [_ev(payload={"t": t, "k": k})], expected_version=v)
+                        break
+                    except ConcurrencyError:
+                        continue
+                store.append(f"own-{t}", [_ev(k)])
 
-        ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(120)
-        assert not errors, errors
+        _in_threads(threads, worker)
         evs = list(store.read("shared"))
         assert [e.version for e in evs] == list(range(1, threads * per + 1))
         assert sorted((e.payload["t"], e.payload["k"]) for e in evs) == [

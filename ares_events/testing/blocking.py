@@ -1,17 +1,5 @@
-"""Run the blocking conformance suites on an asyncio store: a blocking face over it.
-
-:class:`BlockingStore` drives an :class:`~ares_events.AsyncEventStore` from blocking code
-through a private event loop in a daemon thread (coroutines become calls that wait,
-async iterators lazy iterators, and so do the objects the store hands out), so
-:class:`StoreContract` and :class:`SnapshotContract` run unchanged against the async store,
-their threaded and close-while-in-flight tests included::
-
-    @pytest.fixture
-    def store(store_url):
-        with open_blocking(store_url) as s:      # ae.open_async_store underneath
-            yield s
-
-This is for tests; in an application, use the async store from async code.
+"""A blocking face over an asyncio store (:class:`BlockingStore`, for tests), so the
+blocking conformance suites run unchanged on it.
 
 It is the top layer: it may import anything in the package.
 """
@@ -136,7 +124,7 @@ class _BlockingRecorder(BlockingProxy):
 
 
 class BlockingStore(BlockingProxy):
-    """The blocking face of an :class:`~ares_events.AsyncEventStore` (module docstring).
+    """The blocking face of an :class:`~ares_events.AsyncEventStore` (for tests).
 
     ``BlockingStore(recorder_face, **kwargs)`` opens another async store over the same
     async recorder (what ``ae.EventStore(store.recorder, chain_key=...)`` does for a

@@ -1,11 +1,5 @@
-"""The snapshot store conformance suite: :class:`SnapshotContract`.
-
-Every snapshot store (``store.snapshots``) passes the same tests. Subclass it in a module
-pytest collects, with the ``store`` and ``store_url`` fixtures of the store contract
-(:mod:`ares_events.testing.contract` shows them). The reopen test skips when the store does
-not declare ``Capability.PERSISTENT``; every other test always runs. The tests use only the
-public API: tampering with stored rows is backend-specific and belongs in the backend's
-own tests. The name does not start with ``Test``, so pytest does not collect it here.
+"""The snapshot store conformance suite: :class:`SnapshotContract`, with the fixtures of
+:mod:`ares_events.testing.contract`.
 """
 
 from __future__ import annotations

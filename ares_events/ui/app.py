@@ -1,14 +1,5 @@
-"""The console as an ASGI application (Starlette routing): the pages of :mod:`.views` and
-:mod:`.run_views` over one store, with their rules (CSP on every response, CSRF and
-same-origin ``POST``, form limits), and no session of its own.
-
-:class:`ConsoleApp` is what ``ares-events ui`` serves behind its session (:mod:`.server`)
-and what a user mounts in their own ASGI service behind their own authentication
-(docs/ui.md). Every URL it writes is relative (``./stream?id=...``): all pages sit one
-level under its root, so it works wherever it is mounted without knowing where.
-
-The store is blocking: its calls run on a fixed pool of worker threads (a store keeps one
-connection per thread, so the threads live as long as the app), never on the event loop.
+"""The console as an ASGI application (:class:`ConsoleApp`, Starlette routing), with its
+rules and no session of its own; mountable anywhere (docs/ui.md).
 
 It may import anything below the console and this package's modules.
 """

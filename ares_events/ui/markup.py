@@ -1,11 +1,5 @@
 """Safe HTML by construction: every value is text unless it is :class:`Markup` made here.
 
-Stream ids, payloads, prompts and model answers are attacker-controlled (a model can be
-made to write ``<script>``). Nothing from the store ever becomes markup: :func:`el`
-escapes every child that is not already :class:`Markup` and every attribute value, and
-:func:`visible` shows control and bidirectional-override characters as ``⟨U+202E⟩`` so a
-stream id cannot hide or reorder what is around it. Attribute names come from this code only.
-
 It may import the standard library only.
 """
 

@@ -1,11 +1,5 @@
-"""What the console's views show, read from the store a page at a time.
-
-Nothing here writes: streams are listed with :meth:`EventStore.streams_page`, events are
-read by version range, runs are folded as :func:`~ares_events.agents.runs.inspect_run` does
-(which appends nothing) and cached by ``(run, version)``, so a page of a 10,000-step run
-folds it once per new event, not once per view.
-
-It may import anything below the console.
+"""What the console's views show, read from the store a page at a time; nothing here
+writes. It may import anything below the console.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The console's run pages: the runs list, a run's summary and timeline (with the run
-actions when allowed), and the divergence diff. Same rules as :mod:`.views`: every store
-value escaped, no inline script or style.
-
-It may import anything below the console and this package's modules.
+"""The console's run pages (list, summary and timeline, divergence), by the rules of
+:mod:`.views`. It may import anything below the console and this package's modules.
 """
 
 from __future__ import annotations

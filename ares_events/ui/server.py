@@ -1,24 +1,6 @@
-"""``ares-events ui``'s server: :class:`.ConsoleApp` behind a per-start session, served by
-uvicorn on one socket.
-
-Security, in the order a request meets it:
-
-* uvicorn (h11) parses it: a malformed request, a bad ``Content-Length``, a head over
-  :data:`MAX_HEAD` is a 400 from the server; a connection that has not sent a whole
-  request head within ``head_timeout`` seconds is closed (idle and slow clients cost a
-  socket, never a worker);
-* the ``Host`` header must name this server (no DNS rebinding) and the version be
-  HTTP/1.x, the request target at most :data:`MAX_TARGET`;
-* everything lives under a per-start secret path prefix (``/<prefix>/``): any other path
-  is a 404 that says nothing;
-* every page needs the session cookie, set by the URL printed at start (``?token=``,
-  compared in constant time, then dropped from the address bar). The cookie is scoped
-  to the prefix (``Path=/<prefix>/``): a browser sends it to no other path, so no other
-  server on this host (cookies ignore ports) ever receives it;
-* then the app's own rules (:mod:`.app`): CSRF and same-origin ``POST``, form limits, the
-  strict CSP on every response;
-* the access log (``-v``) shows method, the path inside the console and status: never the
-  prefix or a query, control and bidi characters spelled out (``⟨U+001B⟩``).
+"""``ares-events ui``'s server: :class:`.ConsoleApp` behind a per-start session (secret
+path prefix, session cookie, ``Host`` check), served by uvicorn on one socket; the layers
+are in docs/ui.md.
 
 It may import anything below the console and this package's modules.
 """

@@ -1,12 +1,6 @@
-"""The console's pages, rendered on the server from :mod:`.queries` with :mod:`.markup`
-(every store value escaped; no inline script or style, so the CSP needs no
-``unsafe-inline``).
-
-Each view returns the content of ``<main>``; :func:`page` wraps it in the layout. A view
-marked live is refreshed in place by ``console.js`` when the store's last position moves.
-
-Run pages live in :mod:`.run_views`. It may import anything below the console and this
-package's modules.
+"""The console's pages, rendered on the server from :mod:`.queries` with :mod:`.markup`;
+:func:`page` wraps a view in the layout. It may import anything below the console and
+this package's modules.
 """
 
 from __future__ import annotations
