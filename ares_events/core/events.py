@@ -582,11 +582,11 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
         )
 
 
+_python_getter: property = vars(RecordedEvent)["payload"]
+_payload_reference = _python_getter.fget
 if _native is not None and hasattr(_native, "event_payload"):
     # The getter in C (~0.2 µs less an event a fold reads): the Python one above stays
     # the reference and decides every event but an inline or already decoded payload.
-    _python_getter: property = vars(RecordedEvent)["payload"]
-    _payload_reference = _python_getter.fget
     _native.payload_setup(_MISSING, orjson.loads, _payload_reference)
     setattr(  # noqa: B010 (a property assigned to the class, not an attribute set)
         RecordedEvent, "payload", property(_native.event_payload, doc=_python_getter.__doc__)

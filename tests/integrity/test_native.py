@@ -678,6 +678,7 @@ def test_event_payload_equals_the_python_getter(native: ModuleType, page: Page, 
     from ares_events.core import events as ev_mod
 
     reference = ev_mod._payload_reference
+    native.payload_setup(ev_mod._MISSING, orjson.loads, reference)  # as events.py does
     for e in page.events:
         row = tuple(e[:12])
         fresh, twin = RecordedEvent._from_row(row), RecordedEvent._from_row(row)
