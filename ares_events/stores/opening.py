@@ -1,16 +1,6 @@
 # Generated from opening_async.py by tools/async_to_sync.py: do not edit.
-"""Opening a store by URL: :func:`open_store` (one face written, the other generated).
-
-Composition order, the same on both faces::
-
-    EventStore (core: validate, encode, chain, spill to blobs)
-      └── CachedRecorder (Redis, optional, read-through; never the system of record)
-            └── ArchiveRecorder (when the store's identity names an archive: reads go on
-                into it; :mod:`ares_events.archive`)
-                  └── backend recorder (memory | sqlite | postgresql | a registered one)
-
-The URL is parsed once; the backend class comes from the registry; the blob store is
-chosen from the argument, the identity the store recorded, or the backend's default.
+"""Opening a store by URL: :func:`open_store` (one face written, the other generated;
+the composition order is in docs/architecture.md).
 
 It may import the core, :mod:`ares_events.errors` and this package's registry; the cache,
 the blob stores and the worker-thread adapter are imported when asked for.

@@ -1,13 +1,8 @@
 """What every blob store shares: keys and digests, :class:`BlobInfo`, the
-:class:`BlobStore` protocol, the verifying :class:`BlobReader` and :class:`BaseBlobStore`
-(spill, attach and the digest checks), plus :func:`check_blob_params` for URL parsing.
+:class:`BlobStore` protocol, :class:`BlobReader`, :class:`BaseBlobStore` and
+:func:`check_blob_params`.
 
-The key of a blob is the hex blake3 digest of the payload's canonical bytes, so equal
-payloads are stored once; a write of a key that already exists only refreshes its
-modification time (which keeps it safe from a concurrent garbage collection).
-
-It may import the core's value types (:mod:`ares_events.core.events`,
-:mod:`ares_events.core.recorder`) and :mod:`ares_events.errors`.
+It may import the core's value types and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -148,7 +143,6 @@ class BlobReader(io.RawIOBase):
 
 
 def _check_blob(ref: PayloadRef, size: int, digest: bytes, where: dict[str, Any]) -> None:
-    """Raise :class:`BlobCorrupted` unless ``size`` and ``digest`` are the ref's."""
     if size != ref.size:
         detail = (
             f"blob is larger than the {ref.size} bytes the chain records"

@@ -1,10 +1,5 @@
 """Blobs as files in a local folder (``file:///abs/dir``): :class:`FileBlobStore`.
 
-One file per blob under ``ab/cd/<hex>`` (the first two byte pairs of the key as
-directories), written atomically and durably. Only absolute paths in URLs:
-``file://rel/dir`` names a *host* in URL syntax and is refused. Use
-``FileBlobStore(path)`` for a relative folder from Python.
-
 It may import :mod:`ares_events.stores.blobs.base`, the core's value types and
 :mod:`ares_events.errors`.
 """

@@ -1,11 +1,7 @@
-"""Blob garbage collection: :func:`gc_blobs` deletes blobs no event references.
+"""Blob garbage collection: :func:`gc_blobs` deletes orphan blobs older than a grace period
+(:func:`parse_duration`).
 
-Failed appends can leave a blob without an event (the blob is written before the event
-commits). :func:`gc_blobs` removes those orphans once they are older than a grace period,
-and never a referenced blob; :func:`parse_duration` reads the grace period (``1h``).
-
-It may import the blob stores of this package and :mod:`ares_events.errors`; the core's
-``EventStore`` only for type checking (the store to collect is passed in).
+It may import the blob stores of this package and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Blobs in S3-compatible object storage, through boto3 (``s3://bucket/prefix?...``; the
-parameters are in docs/blobs.md).
-
-Credentials come only from boto3's normal chain: a URL with a user or password is refused,
-so no secret can end up in a URL that gets logged. Objects are ``<prefix>/<64 hex blake3>``;
-uploads and large downloads go through boto3's transfer manager (multipart, threads),
-streaming reads use one ``GetObject`` body read in chunks.
-"""
+"""Blobs in S3-compatible object storage, through boto3 (``s3://bucket/prefix?...``;
+docs/blobs.md)."""
 
 from __future__ import annotations
 
@@ -198,7 +192,6 @@ class S3BlobStore(BaseBlobStore):
         stream_id: str | None = None,
         version: int | None = None,
     ) -> Iterator[None]:
-        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``)."""
         if self._closed:
             raise StoreClosed(self.url, f"{op} of blob {key}" if key else op)
         try:

@@ -1,15 +1,8 @@
-"""Redis read-through cache around any backend: :class:`CachedRecorder`.
+"""Redis read-through cache around any backend: :class:`CachedRecorder` (the rules are in
+docs/architecture.md, "Redis cache"); the URL's parsing is in :mod:`.config`, erasure in
+:mod:`.erase`.
 
-The URL (``redis://`` or ``rediss://``, given apart from the store URL) and its parameters
-are in docs/configuration.md; the rules in docs/architecture.md ("Redis cache"). In short:
-the inner store is the system of record and Redis never decides a write. Appends commit in
-the inner store first; heads, ``read_all`` and integrity checks always read it; a read is
-served from the cached tail only when its stamp (version and hash of its newest event)
-equals the inner head, which the hash chain makes proof that every cached event is the
-stored one. Redis down: one WARNING, then bypassed with backoff (slower, never wrong).
-
-The package holds the recorder (here), the URL's parsing (:mod:`.config`) and erasure
-through the cache (:mod:`.erase`). It may import the core and :mod:`ares_events.errors`.
+It may import the core and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -147,7 +140,7 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
 
 class CachedRecorder(CacheErasure):
     """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
-    around another recorder (the module docstring gives the consistency rules)."""
+    around another recorder (docs/architecture.md, "Redis cache")."""
 
     capabilities: frozenset[Capability]
     scheme: tuple[str, ...]
@@ -289,7 +282,6 @@ class CachedRecorder(CacheErasure):
             logger.info("redis cache %s reachable again", self._url)
 
     def _safe(self, exc: BaseException) -> str:
-        """``exc`` as text, with the password (if any) blanked out."""
         text = f"{type(exc).__name__}: {exc}"
         pw = self._cfg.password
         if pw and len(pw) >= 3:
@@ -344,7 +336,6 @@ class CachedRecorder(CacheErasure):
     def _store_tail(
         self, stream_id: str, events: Sequence[RecordedEvent], *, force: bool, publish: bool
     ) -> None:
-        """Write a contiguous run of events as (part of) the stream's cached tail."""
         if not self._usable():
             self.stats.bypassed += 1
             return

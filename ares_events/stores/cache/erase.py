@@ -1,11 +1,6 @@
 """Erasure through the Redis cache: :class:`CacheErasure`, a mixin of
 :class:`~ares_events.stores.cache.CachedRecorder`.
 
-An erasure changes no hash, so a cached tail would still match the inner head and be
-served with the erased payload: ``erase`` erases in the inner store, then deletes the
-stream's cached tail. With Redis unreachable, this process reads that stream around the
-cache until the key is deleted; other processes keep their copy until its ``ttl`` expires.
-
 It may import the core and :mod:`ares_events.errors`.
 """
 
@@ -46,7 +41,7 @@ class CacheErasure:
         return outcome
 
     def _drop_cached(self, stream_id: str) -> bool:
-        """Delete a stream's cached tail; True when it is gone (or was never there)."""
+        """True when the stream's cached tail is gone (or was never there)."""
         try:
             gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
         except self._redis_errors as exc:

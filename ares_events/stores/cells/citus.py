@@ -1,11 +1,5 @@
-"""Citus administration of a cell store: where each cell lives, moving a cell, rebalancing.
-
-Each cell of a ``citus://`` store is a distributed schema (Citus's schema-based sharding):
-all its tables live together on one worker, every statement on them is routed there, and
-``citus_schema_move`` moves the schema to another worker online (logical replication
-copies it while writes go on; writes pause only for the final switch-over). Positions
-come from the coordinator's transaction ids (:mod:`ares_events.stores.postgres.sql`), so a
-move changes nothing a reader sees. Blocking only (administration, like ``ae.erase``).
+"""Citus administration of a cell store: where each cell lives, moving a cell, rebalancing
+(blocking only).
 
 It may import the core, :mod:`ares_events.errors` and this package.
 """

@@ -1,20 +1,5 @@
-"""The clock of a cell on Citus, given to the PostgreSQL recorder of that cell (a strategy,
-not branches inside the recorder).
-
-A cell of a ``citus://`` store is a distributed schema. Positions and the visibility bound
-come from the **coordinator** (one clock for every cell, unchanged when a cell moves);
-the rows commit on the cell's worker. A reader that trusts the coordinator's bound is safe
-only because of the commit order (docs/scaling.md, "Why a reader never passes over a
-committed event"):
-
-* **One-phase commit.** Rows are written with plain router ``INSERT ... VALUES``
-  statements, which Citus commits on the worker *before* the coordinator's transaction
-  ends. An ``INSERT ... SELECT`` from ``unnest()`` would run as a COPY, committed in two
-  phases, between which a reader passes over rows for good (issue 30).
-* **An unconfirmed commit is not an acknowledgement.** A worker failing during its
-  one-phase COMMIT is only a warning in Citus; the clock raises
-  :class:`~ares_events.errors.StoreUnavailable`, and the caller re-appends the same
-  (idempotent) events to learn the outcome.
+"""The clock of a cell on Citus (docs/scaling.md): positions from the coordinator, rows
+committed in one phase on the worker.
 
 It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
 """
@@ -41,7 +26,7 @@ COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
 SELECT_LAST_BELOW: Final = (
     "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
 )
-# The one-phase writes: router statements of plain VALUES (see the module docstring).
+# The one-phase writes: router statements of plain VALUES (docs/scaling.md).
 INSERT_EVENTS: Final = (
     "INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
     " payload, payload_ref, metadata, recorded_at, prev_hash, hash) VALUES "
@@ -80,7 +65,7 @@ plain server's ``INSERT ... SELECT`` writes, which Citus commits in two phases."
 
 class CitusClock(ServerClock):
     """Positions and visibility from the coordinator, rows committed on the worker in one
-    phase before the coordinator's transaction ends (module docstring).
+    phase before the coordinator's transaction ends (docs/scaling.md).
 
     Args:
         q: the statements of the cell's schema.

@@ -1,13 +1,5 @@
 """The cell layout, without I/O: partitions, the cell map, cursors and cell URLs.
 
-A cell store is a fixed number of logical **partitions** (chosen at ``init``), each held by
-one **cell** (a PostgreSQL store in its own schema); a stream's partition is a stable hash
-of its id (:func:`partition_of`). Cells on one transaction-id clock have positions already
-unique and ordered across cells. Otherwise ``read_all`` gives each event a **cursor**: one
-position per cell packed into one int (:func:`pack`: cell ``i`` in bits ``64*i ..
-64*i+63``), which, passed back as ``after_position``, resumes every cell right after what
-the merge had consumed; :func:`point` makes one from a single cell's position.
-
 It may import the core's events and :mod:`ares_events.errors`.
 """
 

@@ -1,13 +1,5 @@
-""":class:`AsyncCellsRecorder`: a store of many cells (one face written, the other generated).
-
-Every per-stream operation goes to the one cell that holds the stream's partition
-(:mod:`.layout`), with that cell's own guarantees. What spans cells (docs/scaling.md):
-``read_all`` and ``positions`` merge the cells' global orders: on a shared transaction-id
-clock (schemas of one database, or Citus) up to the highest position final in every cell,
-so positions stay plain ints; otherwise each event carries the merge's cursor (one
-position per cell), so a reader resumes exactly after it. ``append_many`` must fall in one
-cell (else :class:`~ares_events.errors.CrossCellError`: it would not be atomic); metadata
-lives in the first cell, the cell map in every cell.
+""":class:`AsyncCellsRecorder`: a store of many cells (one face written, the other
+generated; docs/scaling.md).
 
 It may import the core, :mod:`ares_events.errors`, the PostgreSQL backend and the
 archive's formats.
@@ -71,7 +63,7 @@ _MAX_LOCAL = 1 << 63
 
 
 class AsyncCellsRecorder:
-    """A store of many cells, each an :class:`AsyncPostgresRecorder` (module docstring).
+    """A store of many cells, each an :class:`AsyncPostgresRecorder` (docs/scaling.md).
 
     Args:
         cells: the cells' recorders, in cell order (this recorder closes them).
@@ -312,7 +304,7 @@ class AsyncCellsRecorder:
     async def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> AsyncIterator[RecordedEvent]:
-        """Every cell merged (module docstring): on a shared clock by position, up to the
+        """Every cell merged (docs/scaling.md): on a shared clock by position, up to the
         highest position final in every cell; else each event with the merge's cursor."""
         if self.shared_clock:
             # Every cell is read below the same top: a cell's own fresh bound can come out

@@ -1,13 +1,6 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
 """The memory recorder: :class:`MemoryRecorder` (one face written, the other generated).
 
-The memory store does no I/O, so every operation runs where it is called, under the
-store's lock (held only for a few list operations, never across an ``await``). On the
-asyncio face each operation still yields to the loop once, and a read every
-:data:`FAIR_EVERY` events, so a task looping over appends or reads never starves the
-others. Waiters on the asyncio face register a callback that wakes their loop
-thread-safely, so an append of either face wakes them.
-
 It may import the core, :mod:`ares_events.errors` and :mod:`.data`.
 """
 

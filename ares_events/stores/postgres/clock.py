@@ -1,11 +1,5 @@
-"""The clock of a PostgreSQL store: where an event's position and the readers' visibility
-bound come from, and the statements that write an append's rows under them.
-
-:class:`ServerClock` is the plain server's: positions are this server's transaction ids,
-taken in the statement that writes the rows, and every read statement bounds itself. Cells
-on Citus hand the recorder :class:`ares_events.stores.cells.citus_clock.CitusClock`
-instead, so the recorder holds no branch for any layout. A clock does no I/O (it names
-statements and reads their results), so both faces of the recorder share it.
+"""The clock of a PostgreSQL store: where positions and the visibility bound come from,
+and the statements that write an append's rows under them (:class:`ServerClock`).
 
 It may import the core's value types, psycopg and :mod:`.sql`, :mod:`.arrays`.
 """
@@ -62,7 +56,7 @@ def column_arrays(sealed: Sequence[SealedEvent]) -> tuple[Any, ...]:
 
 
 class ServerClock:
-    """Positions and visibility from the server that holds the rows (module docstring).
+    """Positions and visibility from the server that holds the rows.
 
     Args:
         q: the statements of the recorder's schema.

@@ -1,11 +1,8 @@
-"""Connections of the PostgreSQL backend, per face: the pool with a capped reconnection
-delay and a round-trip-free health check, the direct outage probe, and a clean rollback.
+"""Connections of the PostgreSQL backend, per face: the pool, the outage probe, a clean
+rollback.
 
-The shared driver glue (error translation, scrubbing, the socket test) is in
-:mod:`.driver`.
-
-It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's SQL and
-driver glue.
+It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's driver
+glue.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The PostgreSQL backend's URL parameters and keyword options, parsed once.
-
-``schema``, ``pool_min``, ``pool_max``, ``pool_timeout``, ``statement_timeout``,
-``page_size``, ``migrate`` and ``notify`` are the backend's own (docs/configuration.md);
-every other parameter must be a libpq option and is passed through. libpq options that
-carry a secret are refused in the query string.
+"""The PostgreSQL backend's URL parameters and keyword options, parsed once
+(docs/configuration.md).
 
 It may import the core (``StoreURL``, ``parse_bool``), :mod:`ares_events.errors` and psycopg.
 """

@@ -3,12 +3,6 @@
 connections, the append protocol, reads, metadata, erasure, wake-ups and close of the
 PostgreSQL backend, written once for both faces.
 
-The guarantees and their cost are in docs/architecture.md ("PostgreSQL"). Every statement
-is a named field of :class:`~.sql.Statements` (``self.sql.append_next_one``), next to its
-comment in :mod:`.sql`. The blocking recorder prepares the schema in its constructor; the
-asyncio one in :meth:`PostgresRecorder.open`, on a blocking connection in a worker
-thread (the migration code exists once).
-
 It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the other
 modules of this package.
 """
@@ -103,7 +97,6 @@ _FAR: Final = 2**62
 
 
 def _check_batch_size(n: int, stream_id: str | None = None) -> None:
-    """Refuse a batch whose positions would not fit (before any I/O)."""
     if n > MAX_BATCH:
         raise InvalidEvent(
             "events",
@@ -123,8 +116,7 @@ def _retryable(exc: BaseException, attempt: int) -> bool:
 
 
 def _cursor(conn: Any) -> Any:
-    """The connection's binary cursor, made once and reused by every operation on it (a
-    new cursor per statement costs more client CPU than a short statement's own work)."""
+    """The connection's binary cursor, made once (one per statement costs more CPU)."""
     cur = conn.__dict__.get("_ares_cursor")
     if cur is None or cur.closed:
         cur = conn.__dict__["_ares_cursor"] = conn.cursor(binary=True)
@@ -134,8 +126,6 @@ def _cursor(conn: Any) -> Any:
 def _prepare_on_new_connection(
     conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
 ) -> None:
-    """In a worker thread, at the asyncio face's open: the existence check and the
-    migrations on one blocking connection (so the migration code exists once)."""
     with (
         DriverErrors(
             f"preparing schema {schema!r} of {where}",
@@ -360,7 +350,6 @@ class PostgresRecorder:
         return f"{type(self).__name__}({self._description!r}, schema={self.schema!r})"
 
     def _describe_pool(self) -> str:
-        """A label for a caller's pool or connection (only ever a label)."""
         conninfo, kwargs = self._listen_args
         try:
             info = psycopg.conninfo.conninfo_to_dict(conninfo, **kwargs)
@@ -371,7 +360,6 @@ class PostgresRecorder:
             return "postgresql://(caller-provided pool)"
 
     def _translate_errors(self, what: str) -> DriverErrors:
-        """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
         return DriverErrors(
             what,
             self._description,
@@ -388,17 +376,8 @@ class PostgresRecorder:
 
     @contextlib.contextmanager
     def _conn(self, what: str, *, translate: bool = True) -> Iterator[Any]:
-        """One unit of work on a pooled connection: the operation gate (close waits for
-        it), the outage diagnosis and the error mapping, in one place.
-
-        ``translate=False`` maps only the checkout's errors and leaves the driver errors of
-        the block to the caller (who names its own action), except after ``close()``.
-
-        Raises:
-            StoreClosed: the store is closed, or was closed while this ran.
-            StoreUnavailable: the server is unreachable, or the pool is exhausted.
-            StoreError: any other database error.
-        """
+        """One unit of work on a pooled connection: the gate, the outage diagnosis and the
+        error mapping; ``translate=False`` leaves the block's driver errors to the caller."""
         gate = self._gate
         gate.enter(what)
         try:
@@ -421,14 +400,8 @@ class PostgresRecorder:
             gate.exit()
 
     def _checkout(self, what: str) -> Any:
-        """A pooled connection; after :data:`FIRST_WAIT` seconds without one, the server
-        is asked directly: an unreachable server is reported at once, a reachable one
-        means a busy pool and the rest of ``pool_timeout`` is waited for.
-
-        Raises:
-            StoreUnavailable: the server does not answer.
-            psycopg_pool.PoolTimeout: no connection within ``pool_timeout``.
-        """
+        """A pooled connection; after :data:`FIRST_WAIT` seconds without one, an
+        unreachable server is reported at once, a busy pool is waited for."""
         pool = self.pool
         total = self._pool_timeout
         if total is None:
@@ -485,7 +458,6 @@ class PostgresRecorder:
         heads[stream_id] = head
 
     def _forget(self, batches: Sequence[Batch]) -> None:
-        """A failed append: its predicted heads may be wrong now."""
         for b in batches:
             self._heads.pop(b.stream_id, None)
 
@@ -615,10 +587,8 @@ class PostgresRecorder:
         )
 
     def _pipeline(self, conn: Any, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Several statements in one round trip (libpq pipeline mode, synced once at the
-        end). Each is ``(query, args, fetch)`` with fetch ``None``, ``"one"`` or ``"all"``;
-        the result is each statement's fetch, in order. Unprepared: planned for the table
-        as it is now (see migration step 3)."""
+        """Statements ``(query, args, fetch)`` (fetch ``None``, ``"one"``, ``"all"``) in one
+        round trip, unprepared (see migration step 3); each statement's fetch, in order."""
         with conn.pipeline():
             curs = [conn.execute(q, a, binary=True, prepare=False) for q, a, _ in stmts]
         out: list[Any] = []
@@ -639,7 +609,6 @@ class PostgresRecorder:
     def _append_locked(
         self, conn: Any, batch: Batch, expected_version: ExpectedVersion
     ) -> AppendOutcome:
-        """Two round trips under the stream's advisory lock (docs/architecture.md)."""
         stream_id = batch.stream_id
         ids = batch.event_ids
         q = self.sql
@@ -1069,8 +1038,7 @@ class PostgresRecorder:
         return wait_for(listener, self.last_position, position, timeout)
 
     def _interrupt(self) -> None:
-        """After close()'s grace: cancel the statements still running and, for a pool this
-        store owns, fail the callers still waiting for a connection."""
+        """After close()'s grace: cancel running statements, fail pool waiters."""
         with self._inflight_lock:
             conns = list(self._inflight)
         for conn in conns:

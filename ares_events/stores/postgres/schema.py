@@ -1,9 +1,5 @@
 """Schema of the PostgreSQL backend: create or migrate it on open, or only verify it.
 
-Migrations are the append-only list in :mod:`ares_events.stores._migrations.postgres`;
-the version reached is recorded in ``ares_meta``. Migrating takes an advisory lock, so
-two processes opening a fresh database at once do not race.
-
 It may import :mod:`ares_events.errors`, psycopg, the migration list and this package's SQL.
 """
 

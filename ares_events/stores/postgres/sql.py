@@ -1,8 +1,5 @@
-"""The SQL of the PostgreSQL backend, as module constants, and the row -> event mapping.
-
-Statements are templates: ``{s}`` is the quoted schema (a ``psycopg.sql.Identifier``),
-formatted once per recorder. Events are selected in the column order ``_COLUMNS`` lists,
-which is exactly the layout :func:`row_to_event` takes.
+"""The SQL of the PostgreSQL backend, as module constants (``{s}``: the quoted schema), and
+the row -> event mapping.
 
 It may import the core's value types and psycopg's types only.
 """

@@ -1,6 +1,5 @@
 """Archiving in the SQLite backend: :class:`SQLiteArchiving`, a mixin of
-:class:`~ares_events.stores.sqlite.SQLiteRecorder` (:attr:`Capability.ARCHIVE`: a
-compare-and-set of a metadata value, and the checked delete of rows a segment holds).
+:class:`~ares_events.stores.sqlite.SQLiteRecorder`.
 
 It may import the core, :mod:`ares_events.errors` and the archive's formats.
 """

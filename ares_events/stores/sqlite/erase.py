@@ -1,13 +1,5 @@
 """Erasure in the SQLite backend: :class:`SQLiteErasure`, a mixin of
-:class:`~ares_events.stores.sqlite.SQLiteRecorder` (it uses the recorder's operation gate,
-per-thread connection and write transaction).
-
-An erasure replaces one row's payload by its erased reference in one ``BEGIN IMMEDIATE``
-transaction, matched on stream, version, position *and* hash (a row rewritten since it was
-read is never touched), and counts the other rows whose payload lives in the same blob.
-Everything an erasure does runs inside :meth:`SQLiteErasure.scrubbing`: ``secure_delete``
-on (SQLite zeroes the freed bytes, overflow pages too), then the WAL is checkpointed into
-the database file and truncated, so the old bytes are in neither file.
+:class:`~ares_events.stores.sqlite.SQLiteRecorder`.
 
 It may import the core and :mod:`ares_events.errors`.
 """
@@ -49,7 +41,7 @@ class SQLiteErasure:
 
     def erase(self, stream_id: str, version: int, position: int, event_hash: bytes,
               ref: ErasedPayloadRef, blob_key: str | None = None) -> EraseOutcome:  # fmt: skip
-        """Erase one payload (see the module docstring).
+        """Erase one payload in one ``BEGIN IMMEDIATE`` transaction, scrubbed (docs/proofs.md).
 
         Raises:
             StoreClosed: the store is closed.

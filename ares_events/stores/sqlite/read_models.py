@@ -1,7 +1,5 @@
 """Read models in the SQLite backend: :class:`SQLiteReadModels`, a mixin of
-:class:`~ares_events.stores.sqlite.SQLiteRecorder` (:attr:`Capability.READ_MODELS`: the
-read-model and checkpoint tables of :mod:`ares_events.stores.sql_read_models`, in the
-events' file).
+:class:`~ares_events.stores.sqlite.SQLiteRecorder`.
 
 It may import the core and :mod:`ares_events.stores.sql_read_models`.
 """

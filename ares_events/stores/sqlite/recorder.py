@@ -1,38 +1,7 @@
-"""SQLite backend: the embedded default (``sqlite:///rel.db``, ``sqlite:////abs.db``,
-``sqlite://`` for an in-memory database).
+"""The SQLite recorder: :class:`SQLiteRecorder` (durability, concurrency and reads are in
+docs/architecture.md, its URL parameters in docs/configuration.md).
 
-Durability: WAL journal, ``synchronous=FULL`` by default (every commit is fsynced);
-``?synchronous=normal`` is an opt-in trade of the last commits on power loss for speed.
-
-Concurrency: one connection per thread; every append is a ``BEGIN IMMEDIATE``
-transaction, so the head is read under the database's write lock and two writers (threads
-or processes) can never fork a chain. Lock waits use SQLite's busy timeout, then bounded
-retries with backoff; past ``busy_timeout`` the append raises ``StoreUnavailable``.
-
-Reads are lazy: keyset pages of ``page_size`` rows, each a short statement, so a read of a
-1M-event stream holds one page in memory and no long-lived read transaction. Pages are
-keyed on ``(version, position)`` within a stream and on ``position`` globally (both unique
-per row), so a row is never skipped or returned twice, even in a tampered file where two
-rows share a version: verification then sees both and reports it.
-
-Close: every unit of work (an append, one page of a read, one snapshot transaction) runs
-inside an :class:`~ares_events.core.lifecycle.OperationGate`. ``close()`` refuses new
-work with :class:`~ares_events.errors.StoreClosed`, waits for the work of other threads
-(interrupting statements still running after a short grace), and only then closes the
-connections: a connection is never closed under a running statement, and none outlives
-``close()``.
-
-Opening: ``create=True`` (the library's default) creates the file, its folder and the
-schema; ``create=False`` (what reporting tools use) opens an existing ares-events file
-only and raises :class:`~ares_events.errors.StoreNotFound` otherwise, creating nothing.
-``read_only=True`` (the web console, the CLI's inspection commands): no pragma that
-writes, no migration (an old schema is ``SchemaVersionError``), every write refused with
-:class:`~ares_events.errors.StoreError` before SQLite is asked, and by SQLite itself
-(``PRAGMA query_only``); see :meth:`SQLiteRecorder._file_target` for why ``mode=rw``.
-
-URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
-(seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
-(true|false, default true).
+It may import the core, :mod:`ares_events.errors` and this package.
 """
 
 from __future__ import annotations
@@ -141,8 +110,6 @@ def _insert_sql(rows: int) -> str:
 
 
 def _insert_values(c: sqlite3.Connection, stream_id: str, at: str, values: list[Any]) -> None:
-    """Insert the rows of ``Batch.insert_params`` (ten values a row) in multi-row
-    statements of at most ``_MAX_ROWS`` rows."""
     n, start = len(values) // 10, 0
     while start < n:
         k = min(_MAX_ROWS, n - start)
@@ -156,7 +123,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 
 class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
-    """SQLite backend (see the module docstring for durability and concurrency)."""
+    """SQLite backend (docs/architecture.md gives durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -288,11 +255,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     # -- opening -------------------------------------------------------------------------
 
     def _require_existing(self) -> None:
-        """``create=False``: the file must exist (checked before anything is opened).
-
-        Raises:
-            StoreNotFound: no path (an in-memory database is always new) or no such file.
-        """
         if self.path is None:
             raise StoreNotFound(self.describe(), "an in-memory database is always new")
         if not self.path.is_file():
@@ -300,11 +262,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
             raise StoreNotFound(self.describe(), f"{what} (create a store with `ares-events init`)")
 
     def _require_schema(self) -> None:
-        """``create=False``: the file must already hold an ares-events schema.
-
-        Raises:
-            StoreNotFound: not a SQLite database, or one without ares-events tables.
-        """
         assert self.path is not None
         # Its own query-only connection: a file that is not ours is left untouched (the
         # store's connections would switch it to WAL mode), and no -wal/-shm stays beside it.
@@ -372,7 +329,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         return conn
 
     def _interrupt_all(self) -> None:
-        """Abort the statements still running after ``close()``'s grace (thread-safe)."""
         with self._conns_lock:
             conns = list(self._conns)
         for c in conns:
@@ -385,7 +341,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         return err
 
     def _retry(self, fn: Any) -> Any:
-        """Run ``fn`` retrying SQLITE_BUSY with jittered backoff up to ``busy_timeout``."""
         deadline = time.monotonic() + self._busy
         delay = 0.002
         while True:
@@ -434,11 +389,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate.
-
-        Raises:
-            StoreError: the store is open read-only.
-        """
+        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate."""
         if self.read_only:
             raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
         conn = self._conn()

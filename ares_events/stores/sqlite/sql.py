@@ -1,8 +1,5 @@
 """The SQL of the SQLite backend, as module constants (``?`` placeholders).
 
-Events are selected in the column order ``_COLUMNS`` lists, exactly the layout
-``RecordedEvent._from_row`` takes.
-
 It may import nothing from the package.
 """
 
