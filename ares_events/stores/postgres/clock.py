@@ -114,22 +114,13 @@ class ServerClock:
         """``append_many``'s write: every batch's events (consecutive positions in batch
         order), the heads, the tracking row and the wake-up, one statement."""
         flat = [(sid, s) for sid, _, ss in batches for s in ss]
-        evs = [s.event for _, s in flat]
         lasts = [ss[-1] for _, _, ss in batches]
         name = tracking[0] if tracking is not None else None
         args = (
             xid,
             TextArray([sid for sid, _ in flat]),
             [s.version for _, s in flat],
-            TextArray([e.event_id for e in evs]),
-            TextArray([e.type for e in evs]),
-            TextArray([e.module for e in evs]),
-            ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([ref_text(e.payload_ref) for e in evs]),
-            ByteaArray([e.meta_json for e in evs]),
-            TextArray([e.at for e in evs]),
-            ByteaArray([s.prev_hash for _, s in flat]),
-            ByteaArray([s.hash for _, s in flat]),
+            *column_arrays([s for _, s in flat]),
             [sid for sid, _, _ in batches],
             [s.version for s in lasts],
             [s.hash for s in lasts],

@@ -165,18 +165,13 @@ class DriverErrors:
                 if self.statement_timeout
                 else "statement_timeout"
             )
+            nothing = "; nothing was written" if what.startswith("append") else ""
             raise StoreUnavailable(
                 f"{what} in {description} was cancelled by the server ({limit} "
-                "exceeded, or cancelled by an administrator); nothing was written"
-                if what.startswith("append")
-                else f"{what} in {description} was cancelled by the server ({limit} "
-                "exceeded, or cancelled by an administrator)"
+                f"exceeded, or cancelled by an administrator){nothing}"
             ) from exc
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            raise StoreUnavailable(
-                f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
-            ) from exc
-        raise StoreError(
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        raise (StoreUnavailable if lost else StoreError)(
             f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
         ) from exc
 

@@ -13,8 +13,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["MAX_BATCH", "RETRIES", "PostgresRecorder"]
 
@@ -391,7 +392,7 @@ class PostgresRecorder:
             finally:
                 with self._inflight_lock:
                     self._inflight.discard(conn)
-                self._checkin(conn)
+                self.pool.putconn(conn)
         except (StoreError, psycopg.Error) as exc:
             if gate.closed and not isinstance(exc, StoreClosed):
                 raise StoreClosed(self._description, what) from exc
@@ -426,9 +427,6 @@ class PostgresRecorder:
             ) from problem
         return pool.getconn(max(total - (time.monotonic() - started), 0.001))
 
-    def _checkin(self, conn: Any) -> None:
-        self.pool.putconn(conn)
-
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
         """A pooled autocommit connection for the block (snapshots, projections, admin).
@@ -457,10 +455,6 @@ class PostgresRecorder:
             heads.clear()
         heads[stream_id] = head
 
-    def _forget(self, batches: Sequence[Batch]) -> None:
-        for b in batches:
-            self._heads.pop(b.stream_id, None)
-
     def _check_xid(self, xid: int) -> None:
         if xid >= _MAX_XID:
             raise StoreError(
@@ -482,21 +476,30 @@ class PostgresRecorder:
             StoreError: any other database error.
         """
         _check_batch_size(len(batch.events), batch.stream_id)
-        what = f"append to stream {batch.stream_id!r}"
+
+        def run(conn: Any) -> AppendOutcome:
+            outcome = self._append_fast(conn, batch, expected_version)
+            if outcome is None:
+                with self.clock.writing(conn, self._description):
+                    outcome = self._append_locked(conn, batch, expected_version)
+            return outcome
+
+        return self._appending(f"append to stream {batch.stream_id!r}", [batch], run)
+
+    def _appending(self, what: str, batches: Sequence[Batch], run: Callable[[Any], T]) -> T:
+        """``run`` on a pooled connection, retried after a unique violation (a concurrent
+        append of the same ids: the retry's id check decides)."""
         for attempt in range(RETRIES):
             try:
                 with self._conn(what) as conn:
                     try:
-                        outcome = self._append_fast(conn, batch, expected_version)
-                        if outcome is None:
-                            with self.clock.writing(conn, self._description):
-                                outcome = self._append_locked(conn, batch, expected_version)
-                        return outcome
+                        return run(conn)
                     except BaseException:
                         rollback_quietly(conn)  # no transaction left open
                         raise
-            except BaseException as exc:  # cancelled too: the prediction may be stale
-                self._forget([batch])
+            except BaseException as exc:  # cancelled too: the predictions may be stale
+                for b in batches:
+                    self._heads.pop(b.stream_id, None)
                 if _retryable(exc, attempt):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
@@ -664,22 +667,13 @@ class PostgresRecorder:
             StoreError: any other database error.
         """
         _check_batch_size(sum(len(b.events) for b, _ in batches))
+
+        def run(conn: Any) -> list[AppendOutcome]:
+            with self.clock.writing(conn, self._description):
+                return self._append_many(conn, batches, tracking)
+
         what = f"append to {len(batches)} stream(s)"
-        for attempt in range(RETRIES):
-            try:
-                with self._conn(what) as conn:
-                    try:
-                        with self.clock.writing(conn, self._description):
-                            return self._append_many(conn, batches, tracking)
-                    except BaseException:
-                        rollback_quietly(conn)
-                        raise
-            except BaseException as exc:  # cancelled too: the predictions may be stale
-                self._forget([b for b, _ in batches])
-                if _retryable(exc, attempt):
-                    continue  # a concurrent append of the same ids: the id check decides
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self._appending(what, [b for b, _ in batches], run)
 
     def _append_many(
         self,
@@ -870,26 +864,20 @@ class PostgresRecorder:
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
-        q = self.sql
-        if prefix is None:
-            rows = self._query("listing streams", q.heads, (after, limit))
+        q, what = self.sql, "listing streams"
+        lo, hi = prefix_range(prefix) if prefix is not None else ("", None)
+        if prefix is not None and self._byte_order is None:
+            found = self._query("the database's collation", q.byte_order, ())
+            self._byte_order = bool(found and found[0][0])
+        inside = after >= lo  # one lower bound, as on SQLite: the cursor inside the range, else lo
+        if prefix is not None and not self._byte_order:
+            rows = self._query(what, q.heads_starting, (after, lo, limit))
+        elif hi is None:
+            query = q.heads if inside else q.heads_from_ge
+            rows = self._query(what, query, (max(after, lo), limit))
         else:
-            if self._byte_order is None:
-                found = self._query("the database's collation", q.byte_order, ())
-                self._byte_order = bool(found and found[0][0])
-            lo, hi = prefix_range(prefix)
-            if not self._byte_order:
-                rows = self._query("listing streams", q.heads_starting, (after, lo, limit))
-            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
-                if hi is None:
-                    rows = self._query("listing streams", q.heads, (after, limit))
-                else:
-                    args = (after, hi, limit)
-                    rows = self._query("listing streams", q.heads_range_gt, args)
-            elif hi is None:
-                rows = self._query("listing streams", q.heads_from_ge, (lo, limit))
-            else:
-                rows = self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
+            query = q.heads_range_gt if inside else q.heads_range_ge
+            rows = self._query(what, query, (max(after, lo), hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:

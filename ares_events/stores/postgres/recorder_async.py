@@ -12,8 +12,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["MAX_BATCH", "RETRIES", "AsyncPostgresRecorder"]
 
@@ -417,7 +418,7 @@ class AsyncPostgresRecorder:
             finally:
                 with self._inflight_lock:
                     self._inflight.discard(conn)
-                await self._checkin(conn)
+                await self.pool.putconn(conn)
         except (StoreError, psycopg.Error) as exc:
             if gate.closed and not isinstance(exc, StoreClosed):
                 raise StoreClosed(self._description, what) from exc
@@ -452,9 +453,6 @@ class AsyncPostgresRecorder:
             ) from problem
         return await pool.getconn(max(total - (time.monotonic() - started), 0.001))
 
-    async def _checkin(self, conn: Any) -> None:
-        await self.pool.putconn(conn)
-
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
         """A pooled autocommit connection for the block (snapshots, projections, admin).
@@ -483,10 +481,6 @@ class AsyncPostgresRecorder:
             heads.clear()
         heads[stream_id] = head
 
-    def _forget(self, batches: Sequence[Batch]) -> None:
-        for b in batches:
-            self._heads.pop(b.stream_id, None)
-
     def _check_xid(self, xid: int) -> None:
         if xid >= _MAX_XID:
             raise StoreError(
@@ -508,21 +502,32 @@ class AsyncPostgresRecorder:
             StoreError: any other database error.
         """
         _check_batch_size(len(batch.events), batch.stream_id)
-        what = f"append to stream {batch.stream_id!r}"
+
+        async def run(conn: Any) -> AppendOutcome:
+            outcome = await self._append_fast(conn, batch, expected_version)
+            if outcome is None:
+                with self.clock.writing(conn, self._description):
+                    outcome = await self._append_locked(conn, batch, expected_version)
+            return outcome
+
+        return await self._appending(f"append to stream {batch.stream_id!r}", [batch], run)
+
+    async def _appending(
+        self, what: str, batches: Sequence[Batch], run: Callable[[Any], Awaitable[T]]
+    ) -> T:
+        """``run`` on a pooled connection, retried after a unique violation (a concurrent
+        append of the same ids: the retry's id check decides)."""
         for attempt in range(RETRIES):
             try:
                 async with self._conn(what) as conn:
                     try:
-                        outcome = await self._append_fast(conn, batch, expected_version)
-                        if outcome is None:
-                            with self.clock.writing(conn, self._description):
-                                outcome = await self._append_locked(conn, batch, expected_version)
-                        return outcome
+                        return await run(conn)
                     except BaseException:
                         await rollback_quietly(conn)  # no transaction left open
                         raise
-            except BaseException as exc:  # cancelled too: the prediction may be stale
-                self._forget([batch])
+            except BaseException as exc:  # cancelled too: the predictions may be stale
+                for b in batches:
+                    self._heads.pop(b.stream_id, None)
                 if _retryable(exc, attempt):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
@@ -692,22 +697,13 @@ class AsyncPostgresRecorder:
             StoreError: any other database error.
         """
         _check_batch_size(sum(len(b.events) for b, _ in batches))
+
+        async def run(conn: Any) -> list[AppendOutcome]:
+            with self.clock.writing(conn, self._description):
+                return await self._append_many(conn, batches, tracking)
+
         what = f"append to {len(batches)} stream(s)"
-        for attempt in range(RETRIES):
-            try:
-                async with self._conn(what) as conn:
-                    try:
-                        with self.clock.writing(conn, self._description):
-                            return await self._append_many(conn, batches, tracking)
-                    except BaseException:
-                        await rollback_quietly(conn)
-                        raise
-            except BaseException as exc:  # cancelled too: the predictions may be stale
-                self._forget([b for b, _ in batches])
-                if _retryable(exc, attempt):
-                    continue  # a concurrent append of the same ids: the id check decides
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._appending(what, [b for b, _ in batches], run)
 
     async def _append_many(
         self,
@@ -901,26 +897,20 @@ class AsyncPostgresRecorder:
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
-        q = self.sql
-        if prefix is None:
-            rows = await self._query("listing streams", q.heads, (after, limit))
+        q, what = self.sql, "listing streams"
+        lo, hi = prefix_range(prefix) if prefix is not None else ("", None)
+        if prefix is not None and self._byte_order is None:
+            found = await self._query("the database's collation", q.byte_order, ())
+            self._byte_order = bool(found and found[0][0])
+        inside = after >= lo  # one lower bound, as on SQLite: the cursor inside the range, else lo
+        if prefix is not None and not self._byte_order:
+            rows = await self._query(what, q.heads_starting, (after, lo, limit))
+        elif hi is None:
+            query = q.heads if inside else q.heads_from_ge
+            rows = await self._query(what, query, (max(after, lo), limit))
         else:
-            if self._byte_order is None:
-                found = await self._query("the database's collation", q.byte_order, ())
-                self._byte_order = bool(found and found[0][0])
-            lo, hi = prefix_range(prefix)
-            if not self._byte_order:
-                rows = await self._query("listing streams", q.heads_starting, (after, lo, limit))
-            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
-                if hi is None:
-                    rows = await self._query("listing streams", q.heads, (after, limit))
-                else:
-                    args = (after, hi, limit)
-                    rows = await self._query("listing streams", q.heads_range_gt, args)
-            elif hi is None:
-                rows = await self._query("listing streams", q.heads_from_ge, (lo, limit))
-            else:
-                rows = await self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
+            query = q.heads_range_gt if inside else q.heads_range_ge
+            rows = await self._query(what, query, (max(after, lo), hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     async def last_position(self) -> int:

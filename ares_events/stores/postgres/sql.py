@@ -19,18 +19,8 @@ _COLUMNS: Final = (
     "stream_id, version, position, event_id::text, type, module, payload, metadata, "
     "recorded_at, prev_hash, hash, payload_ref"
 )
-# Rows below this bound are final. The bound is the smallest xid that was in progress in
-# this statement's snapshot, skipping xids that are (checked after the snapshot was taken)
-# still running in *another* database, which can never write here; with none left, the
-# snapshot's xmax. Every transaction below the bound has ended and was seen by the
-# snapshot, and every one that is running, or starts later, has an xid at or above it.
-# An xid whose session is gone, is in this database, or is hidden from this role bounds
-# the read (conservative). A row's position is xid * 65536 + index. Conservative means a
-# later statement's bound can come out lower than an earlier one's (an xid of another
-# database, skipped while it ran, that ends between this statement's snapshot and its
-# activity check); every read therefore also takes the highest bound this recorder has
-# already proved (one past any position a read returned), as ``GREATEST(bound, %s)``: a
-# position once returned is final for good, so reads never go backwards.
+# Rows below this bound are final (docs/architecture.md, "Global order and read_all"); every
+# read takes ``GREATEST(bound, %s)`` with one past the highest position it returned before.
 VISIBLE_BOUND: Final = (
     "(SELECT coalesce(min(x.xid::text::bigint),"
     " pg_snapshot_xmax(pg_current_snapshot())::text::bigint) * 65536"
@@ -66,16 +56,8 @@ INSERT_EVENTS: Final = (
     " head_hash = excluded.head_hash"
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
-# The fast path of an append (its head predicted): ONE plain statement. It takes the
-# stream's advisory lock first (a one-time filter, evaluated before any row is touched,
-# so it orders itself with the locked path and append_many exactly as they order among
-# themselves), then guards the prediction with the head row: the row is updated only if
-# it still holds the predicted version and hash (an UPDATE re-checks its condition on
-# the newest row version), or inserted only if the stream has none (ON CONFLICT DO
-# NOTHING sees every committed row, whatever the statement's snapshot); the events are
-# inserted only when the head was. The result is the last position written, or NULL when
-# the prediction failed and nothing was written (the locked path decides then); a reused
-# event id fails the statement (unique violation) and nothing is written.
+# The fast path of an append (docs/architecture.md, "Fast path"): lock, guarded head row,
+# events only when the head was written; the last position, or NULL when nothing was.
 _LOCK: Final = "lk AS (SELECT pg_advisory_xact_lock(hashtextextended(%b::text, 0)))"
 _HEAD_NEXT: Final = (
     "UPDATE {s}.ares_streams SET version = %b::bigint, head_hash = %b::bytea"
