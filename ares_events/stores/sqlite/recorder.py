@@ -104,9 +104,7 @@ _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
 _MAX_ROWS: Final = 64
 
 
-@functools.cache
-def _insert_sql(rows: int) -> str:
-    return insert_events_values(rows)
+_insert_sql = functools.cache(insert_events_values)
 
 
 def _insert_values(c: sqlite3.Connection, stream_id: str, at: str, values: list[Any]) -> None:
@@ -446,9 +444,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol)."""
         stream_id = batch.stream_id
-        action = f"append to stream {stream_id!r}"
-        self._gate.enter(action)
-        try:
+        with self._appending(f"append to stream {stream_id!r}"):
             try:
                 with self._write() as c:
                     version, head_hash, pos = c.execute(
@@ -481,14 +477,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                 if existing:
                     return AppendOutcome(existing, duplicate=True)
                 raise
-        except sqlite3.Error as exc:
-            if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
-            raise StoreError(f"{action} in {self.describe()} failed: {exc}") from exc
-        finally:
-            self._gate.exit()
 
     def append_many(
         self,
@@ -498,10 +486,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         """Append several batches (and a tracking record) in one ``BEGIN IMMEDIATE``
         transaction: the database's write lock covers every stream (see the base module's
         multi-stream protocol)."""
-        action = f"append to {len(batches)} stream(s)"
-        what = f"{action} in {self.describe()}"
-        self._gate.enter(action)
-        try:
+        with self._appending(f"append to {len(batches)} stream(s)"):
             try:
                 with self._write() as c:
                     if tracking is not None:
@@ -540,12 +525,18 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                 if any(dups):
                     return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                 raise
+
+    @contextlib.contextmanager
+    def _appending(self, action: str) -> Iterator[None]:
+        """An append inside the gate, its sqlite3 errors mapped (locked: unavailable)."""
+        self._gate.enter(action)
+        try:
+            yield
         except sqlite3.Error as exc:
             if self._gate.closed:
                 raise self._closed_error(action, exc) from exc
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(f"{what} failed: {exc}") from exc
-            raise StoreError(f"{what} failed: {exc}") from exc
+            bad = StoreUnavailable if isinstance(exc, sqlite3.OperationalError) else StoreError
+            raise bad(f"{action} in {self.describe()} failed: {exc}") from exc
         finally:
             self._gate.exit()
 
@@ -650,19 +641,14 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol)."""
-        if prefix is None:
-            rows = self._query(SELECT_HEADS, (after, limit))
+        lo, hi = prefix_range(prefix) if prefix is not None else ("", None)
+        inside = after >= lo  # one lower bound: the cursor inside the range (or past it), else lo
+        if hi is None:
+            sql = SELECT_HEADS if inside else SELECT_HEADS_FROM_GE
+            rows = self._query(sql, (max(after, lo), limit))
         else:
-            lo, hi = prefix_range(prefix)
-            if after >= lo:  # the cursor is inside the prefix's range (or past it)
-                if hi is None:
-                    rows = self._query(SELECT_HEADS, (after, limit))
-                else:
-                    rows = self._query(SELECT_HEADS_RANGE_GT, (after, hi, limit))
-            elif hi is None:
-                rows = self._query(SELECT_HEADS_FROM_GE, (lo, limit))
-            else:
-                rows = self._query(SELECT_HEADS_RANGE_GE, (lo, hi, limit))
+            sql = SELECT_HEADS_RANGE_GT if inside else SELECT_HEADS_RANGE_GE
+            rows = self._query(sql, (max(after, lo), hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:
