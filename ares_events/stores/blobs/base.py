@@ -111,21 +111,15 @@ class BlobReader(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         # Ask for one byte more than the ref allows in total, so an oversized blob is
         # caught without reading all of it.
-        want = min(len(view), self._ref.size + 1 - self._seen)
-        if want <= 0:
-            want = 1
+        want = max(1, min(len(view), self._ref.size + 1 - self._seen))
         data = self._raw.read(want)
         n = len(data)
         if n == 0:
             self._finish()
             return 0
         self._seen += n
-        if self._seen > self._ref.size:
-            raise BlobCorrupted(
-                self._ref.key,
-                f"blob is larger than the {self._ref.size} bytes the chain records",
-                **self._where,
-            )
+        if self._seen > self._ref.size:  # the size check raises before the digest is known
+            _check_blob(self._ref, self._seen, b"", self._where)
         self._hasher.update(data)
         view[:n] = data
         return n

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import blake3
 
@@ -197,7 +197,7 @@ class FileBlobStore(BaseBlobStore):
             ) from exc
         return PayloadRef(key, size, digest)
 
-    def _open_path(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
+    def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
         path = self.path_for(key)
         try:
             return open(path, "rb")  # the caller closes it
@@ -210,11 +210,8 @@ class FileBlobStore(BaseBlobStore):
                 f"blob store {self.url}: cannot open blob {key}: {exc.strerror}"
             ) from exc
 
-    def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
-        return self._open_path(key, stream_id, version)
-
     def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
-        with self._open_path(key, stream_id, version) as f:
+        with self._open_raw(key, stream_id, version) as f:
             try:
                 return f.read(size + 1)
             except OSError as exc:
@@ -224,7 +221,7 @@ class FileBlobStore(BaseBlobStore):
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         """``length`` bytes of blob ``key`` from ``offset`` (one seek and one read)."""
-        with self._open_path(check_key(key), None, None) as f:
+        with self._open_raw(check_key(key), None, None) as f:
             try:
                 f.seek(offset)
                 return f.read(length)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -58,20 +58,12 @@ class GcReport:
     temp_files_deleted: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "dry_run": self.dry_run,
-            "older_than_seconds": self.older_than.total_seconds(),
-            "cutoff": self.cutoff.isoformat(),
-            "events_scanned": self.events_scanned,
-            "referenced_keys": self.referenced_keys,
-            "blobs_listed": self.blobs_listed,
-            "kept_referenced": self.kept_referenced,
-            "kept_young": self.kept_young,
-            "deleted": list(self.deleted),
-            "bytes_deleted": self.bytes_deleted,
-            "temp_files_deleted": list(self.temp_files_deleted),
-        }
+        """JSON-ready form (the fields in order, the times as seconds and ISO text)."""
+        rest = asdict(self)
+        del rest["dry_run"], rest["older_than"], rest["cutoff"]
+        seconds = self.older_than.total_seconds()
+        head = {"dry_run": self.dry_run, "older_than_seconds": seconds}
+        return {**head, "cutoff": self.cutoff.isoformat(), **rest}
 
 
 def gc_blobs(

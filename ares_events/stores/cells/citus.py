@@ -42,12 +42,14 @@ class CellPlacement:
     size: str
 
 
-def _cells(store: Any) -> Any:
+def _cells(store: Any, mode: str = "auto") -> Any:
     from ares_events.core.recorder import backend_of
 
     rec = backend_of(store.recorder)
     if not getattr(rec, "citus", False):
         raise ConfigError(f"{store.url} is not a citus:// cell store")
+    if mode not in MODES:
+        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
     return rec
 
 
@@ -80,13 +82,11 @@ def move_cell(store: Any, cell: str, host: str, port: int, *, mode: str = "auto"
         StoreError: Citus refused the move (the message says why).
         StoreUnavailable: the coordinator cannot be reached.
     """
-    rec = _cells(store)
+    rec = _cells(store, mode)
     if cell not in rec.cell_map.cells:
         raise ConfigError(
             f"{store.url} has no cell {cell!r}; cells: {', '.join(rec.cell_map.cells)}"
         )
-    if mode not in MODES:
-        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
     logger.info("moving cell %s of %s to %s:%d (%s)", cell, store.url, host, port, mode)
     with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors(f"moving cell {cell}"):
         conn.execute(MOVE_SQL, (cell, host, port, mode))
@@ -100,9 +100,7 @@ def rebalance(store: Any, *, mode: str = "auto") -> None:
         ConfigError: not a ``citus://`` store or an unknown mode.
         StoreError: Citus refused.
     """
-    rec = _cells(store)
-    if mode not in MODES:
-        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
+    rec = _cells(store, mode)
     with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors("rebalancing"):
         conn.execute(REBALANCE_SQL, (mode,))
         conn.execute(REBALANCE_WAIT_SQL)

@@ -29,7 +29,7 @@ SELECT_LAST_BELOW: Final = (
 # The one-phase writes: router statements of plain VALUES (docs/scaling.md).
 INSERT_EVENTS: Final = (
     "INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
-    " payload, payload_ref, metadata, recorded_at, prev_hash, hash) VALUES "
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash) VALUES {rows}"
 )
 EVENT_ROW: Final = "(%s, %s, %s, %s::uuid, %s, %s, %s, %s, %s, %s, %s, %s)"
 UPSERT_HEADS: Final = (
@@ -164,12 +164,7 @@ class CitusClock(ServerClock):
         first = xid * 65536
         for lo in range(0, len(rows), ROWS_PER_INSERT):
             chunk = rows[lo : lo + ROWS_PER_INSERT]
-            n = len(chunk)
-            query = self._inserts.get(n)
-            if query is None:
-                query = self._render(INSERT_EVENTS + ", ".join([EVENT_ROW] * n))
-                if n < 64:  # the common sizes; a rare large batch is rendered each time
-                    self._inserts[n] = query
+            query = self._rows(self._inserts, INSERT_EVENTS, EVENT_ROW, len(chunk))
             args: list[Any] = []
             for i, (sid, s) in enumerate(chunk, start=lo):
                 e = s.event
@@ -191,13 +186,16 @@ class CitusClock(ServerClock):
         return out
 
     def _upsert(self, heads: list[tuple[str, int, bytes]]) -> Statement:
-        n = len(heads)
-        query = self._heads.get(n)
-        if query is None:
-            query = self._render(UPSERT_HEADS.replace("{rows}", ", ".join([HEAD_ROW] * n)))
-            if n < 64:
-                self._heads[n] = query
+        query = self._rows(self._heads, UPSERT_HEADS, HEAD_ROW, len(heads))
         return (query, [v for h in heads for v in h], None)
+
+    def _rows(self, cache: dict[int, sql.Composed], text: str, row: str, n: int) -> sql.Composed:
+        query = cache.get(n)
+        if query is None:
+            query = self._render(text.replace("{rows}", ", ".join([row] * n)))
+            if n < 64:  # the common sizes; a rare large batch is rendered each time
+                cache[n] = query
+        return query
 
 
 def _wakeup_at(channel: str | None, last_position: int) -> tuple[Statement, ...]:

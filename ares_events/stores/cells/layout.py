@@ -53,11 +53,8 @@ def partition_of(stream_id: str, partitions: int) -> int:
 
 
 def pack(parts: Sequence[int]) -> int:
-    """One cursor from one position per cell."""
-    out = 0
-    for i, p in enumerate(parts):
-        out |= p << (SLOT_BITS * i)
-    return out
+    """One cursor from one position per cell (cell ``i`` in bits ``64*i .. 64*i+63``)."""
+    return sum(p << (SLOT_BITS * i) for i, p in enumerate(parts))
 
 
 def unpack(cursor: int, cells: int, field: str = "after_position") -> list[int]:
@@ -74,7 +71,7 @@ def unpack(cursor: int, cells: int, field: str = "after_position") -> list[int]:
 
 
 def point(cell: int, position: int) -> int:
-    """The position of one event of cell ``cell`` outside a merge (see the module doc)."""
+    """The cursor of one event of cell ``cell`` outside a merge (the other cells' parts 0)."""
     return position << (SLOT_BITS * cell)
 
 
@@ -206,8 +203,8 @@ def parse_cells_url(url: StoreURL) -> CellsConfig:
     for h in hosts:
         if not re.fullmatch(r"[A-Za-z0-9_.\-\[\]:]+", h):
             raise ConfigError(f"bad host {h!r} in {where}")
-    partitions = _count(params, "partitions", None, where, MAX_PARTITIONS)
-    cells = _count(params, "cells", None, where)
+    partitions = _count(params, "partitions", where, MAX_PARTITIONS)
+    cells = _count(params, "cells", where)
     if cells is not None and partitions is not None and cells > partitions:
         raise ConfigError(f"cells ({cells}) must not exceed partitions ({partitions}) in {where}")
     prefix = params.get("prefix", "ares_cell")
@@ -237,12 +234,10 @@ def parse_cells_url(url: StoreURL) -> CellsConfig:
     )
 
 
-def _count(
-    params: dict[str, str], key: str, default: int | None, where: str, top: int = MAX_CELLS
-) -> int | None:
+def _count(params: dict[str, str], key: str, where: str, top: int = MAX_CELLS) -> int | None:
     raw = params.get(key)
     if raw is None:
-        return default
+        return None
     try:
         n = int(raw)
     except ValueError:

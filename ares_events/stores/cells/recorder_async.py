@@ -308,9 +308,7 @@ class AsyncCellsRecorder:
         highest position final in every cell; else each event with the merge's cursor."""
         if self.shared_clock:
             # Every cell is read below the same top: a cell's own fresh bound can come out
-            # lower than the one top was read under (an xid that ended between a
-            # statement's snapshot and its activity check bounds it conservatively), and
-            # the merge would then step over that cell's rows below top for good.
+            # lower (postgres/sql.py), and the merge would step over its rows for good.
             top = await self._final_top(after_position)
             its = [
                 c.read_all(after_position, limit, stream_prefix=stream_prefix, below=top + 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import heapq
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
@@ -228,16 +229,11 @@ class MemoryRecorder:
             log = self._d.log
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
             if stream_prefix:
-                want = len(log) if limit is None else limit
-                chunk: list[RecordedEvent] = []
-                for i in range(start, len(log)):
-                    if len(chunk) >= want:
-                        break
-                    if log[i].stream_id.startswith(stream_prefix):
-                        chunk.append(log[i])
+                rest = map(log.__getitem__, range(start, len(log)))  # no copy, no skip
+                hits = (e for e in rest if e.stream_id.startswith(stream_prefix))
+                chunk = list(itertools.islice(hits, limit))
             else:
-                stop = len(log) if limit is None else min(len(log), start + limit)
-                chunk = log[start:stop]
+                chunk = log[start : None if limit is None else start + limit]
         return _each(map(fresh, chunk))
 
     def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
