@@ -47,13 +47,8 @@ def _mtime(st: os.stat_result) -> datetime:
 
 
 class FileBlobStore(BaseBlobStore):
-    """Blobs as files in a local folder: ``<root>/ab/cd/<64 hex>``.
-
-    Writes are atomic and durable: a temp file in the target directory, ``fsync``,
-    ``rename`` over the final name, ``fsync`` of the directory. A crash leaves either
-    no blob or the whole blob (and perhaps a ``.tmp-*`` file, which :func:`gc_blobs`
-    removes once it is older than the grace period).
-    """
+    """Blobs as files in a local folder: ``<root>/ab/cd/<64 hex>``, written atomically and
+    durably (temp file, ``fsync``, rename, ``fsync`` of the folder)."""
 
     def __init__(
         self, root: str | os.PathLike[str], *, url: str | None = None, create: bool = True
@@ -130,11 +125,8 @@ class FileBlobStore(BaseBlobStore):
         logger.debug("wrote blob %s (%d bytes)", key, len(data))
 
     def _touch_existing(self, path: Path, size: int) -> bool:
-        """Refresh an existing blob of the right size; False when it must be written.
-
-        Refreshing the mtime matters: :func:`gc_blobs` may have listed this blob as an
-        old orphan; a fresh mtime makes it skip the blob (see :meth:`delete`).
-        """
+        """Refresh the mtime of an existing blob of the right size (so a running gc keeps
+        it); False when it must be written."""
         try:
             st = os.stat(path)
             if st.st_size != size:
@@ -265,12 +257,8 @@ class FileBlobStore(BaseBlobStore):
             ) from exc
 
     def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
-        """Delete the blob file ``key``.
-
-        With ``if_older_than``, the file is first renamed to a tombstone, then its mtime
-        is read: an append that refreshed it before the rename is seen (the file is
-        restored), and one after the rename finds no file and writes it again. So a
-        blob that an append reuses is never lost.
+        """Delete the blob file ``key``; with ``if_older_than``, through a tombstone, so a
+        blob an append reuses is never lost (docs/blobs.md).
 
         Raises:
             StoreUnavailable: the file cannot be removed.

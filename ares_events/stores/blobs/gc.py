@@ -73,13 +73,8 @@ def gc_blobs(
     *,
     now: datetime | None = None,
 ) -> GcReport:
-    """Delete blobs no event references and that are older than ``older_than``.
-
-    Order matters for safety while appends go on: the cutoff is fixed first, then every
-    referenced key is collected by reading every stream (payload refs only, no blob is
-    fetched), then the blobs are listed. A blob written by an append still in flight is
-    younger than the cutoff and kept; a blob an append reuses gets a fresh mtime and is
-    kept too (``delete`` re-checks the mtime). A referenced blob is never deleted.
+    """Delete blobs no event references and that are older than ``older_than``; safe while
+    appends go on (docs/blobs.md gives the order that makes it so).
 
     Args:
         store: an event store opened with ``blobs=``.

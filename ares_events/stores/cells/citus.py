@@ -71,11 +71,8 @@ def cell_placements(store: Any) -> list[CellPlacement]:
 
 
 def move_cell(store: Any, cell: str, host: str, port: int, *, mode: str = "auto") -> None:
-    """Move one cell (schema) of a ``citus://`` store to the worker ``host:port``, online.
-
-    ``mode`` is Citus's shard transfer mode: ``auto`` (logical replication when every table
-    has a replica identity, as ares-events' tables do; needs ``wal_level = logical``),
-    ``force_logical``, or ``block_writes`` (appends to that cell wait until the copy ends).
+    """Move one cell (schema) of a ``citus://`` store to the worker ``host:port``, online;
+    ``mode`` is Citus's shard transfer mode (:data:`MODES`, docs/scaling.md).
 
     Raises:
         ConfigError: not a ``citus://`` store, an unknown cell or mode.

@@ -173,14 +173,8 @@ DEFAULT_CELLS: Final = 3
 
 
 def parse_cells_url(url: StoreURL) -> CellsConfig:
-    """Parse ``citus://`` or ``pgcells://`` (docs/scaling.md).
-
-    ``citus://user@coordinator:port/db?partitions=N&cells=K``: K cell schemas
-    ``<prefix>_1 .. <prefix>_K`` made distributed schemas through the coordinator.
-    ``pgcells://user@host:port/db?partitions=N&cells=K``: the same schemas on one plain
-    server; with ``hosts=h1:p1,h2:p2,...`` the cells go round-robin over those servers
-    (cells defaults to the number of hosts). Every other parameter is passed to each cell's
-    ``postgresql://`` URL (``pool_max``, ``notify``, libpq options).
+    """Parse ``citus://`` or ``pgcells://`` (docs/scaling.md gives the parameters); every
+    other parameter goes to each cell's ``postgresql://`` URL.
 
     Raises:
         ConfigError: a bad number of partitions or cells, a bad prefix or host.

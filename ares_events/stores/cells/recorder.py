@@ -171,14 +171,8 @@ class CellsRecorder:
         return rec
 
     def _record_map(self, *, new: bool, create: bool) -> None:
-        """Record the map of a new store in every cell (the first cell decides: concurrent
-        inits of one store agree on its map); for an existing one, check every cell holds
-        it (recording it where an interrupted init left it out, unless ``create=False``).
-
-        Raises:
-            ConfigError: a cell records another map.
-            StoreNotFound: ``create=False`` and a cell holds no map.
-        """
+        """Record the map of a new store in every cell (the first cell decides), or check
+        that every cell of an existing one holds it (filling in what an interrupted init missed)."""
         want = self.cell_map.to_json()
         if new:
             stored = self.cells[0].meta_put_if_absent(CELLS_KEY, want)
@@ -330,10 +324,7 @@ class CellsRecorder:
                         return
 
     def _final_top(self, after_position: int) -> int:
-        """On a shared clock: the highest position below which every cell's rows are final
-        (each cell's last visible position is below the clock's visibility bound at the
-        time it was read, and that bound holds for every cell: one transaction-id space),
-        so a merge up to it never yields an event before one that can still commit."""
+        """On a shared clock: the highest position below which every cell's rows are final."""
         if type(after_position) is not int or after_position < 0:
             raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
         return max([c.last_position() for c in self.cells])
@@ -426,11 +417,8 @@ class CellsRecorder:
     def delete_archived(
         self, first_position: int, last_position: int, expected: Sequence[ArchivedRow]
     ) -> int:
-        """Delete the rows a segment holds, each cell its own (routed by stream id), each
-        cell in its own transaction, checked row by row as a single store checks them.
-        A crash between cells leaves the rest for the next archive run, which finishes
-        the deletes of recorded segments first; a cell whose rows are already gone
-        deletes nothing.
+        """Delete the rows a segment holds, each cell its own in its own transaction (a
+        crash between cells leaves the rest to the next archive run).
 
         Raises:
             StoreError: a cell's rows differ from the segment (that cell deletes nothing).
@@ -525,11 +513,8 @@ def _merge(
     cursor: bool = True,
     order: Callable[[Any], Any] | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """Merge iterators, one per cell, each sorted by ``key``: the cell whose next item has
-    the smallest ``order`` (default: ``key``; ties: the lower cell) goes first; each item
-    comes with the cursor after it (``parts`` with the item's cell part set to its key, a
-    cell position); ``cursor=False``: keys are not positions, and the cursor is 0. Which
-    cell goes first never affects what a cursor resumes: each part is one cell's own."""
+    """Merge per-cell iterators sorted by ``key`` (by ``order`` first; ties: the lower
+    cell), each item with the cursor after it (0 with ``cursor=False``)."""
     by = order or key
     cur = list(parts)
     heap: list[tuple[Any, int, Any]] = []

@@ -44,12 +44,8 @@ async def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseExc
 
 
 async def check_alive(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Pool ``check``: fail a connection the server has closed, without a round trip.
-
-    An idle pooled connection has nothing to read; a terminated backend (restart,
-    ``pg_terminate_backend``) has sent an error and EOF. Only then ping it, which raises
-    on a dead connection (and the pool replaces it).
-    """
+    """Pool ``check``: ping a connection only when it has something to read (a terminated
+    backend's error and EOF), which fails a dead one without a round trip otherwise."""
     if needs_ping(conn):
         await conn.execute("")
 

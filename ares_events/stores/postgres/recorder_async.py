@@ -680,14 +680,8 @@ class AsyncPostgresRecorder:
         batches: Sequence[tuple[Batch, ExpectedVersion]],
         tracking: TrackingRecord | None,
     ) -> list[AppendOutcome]:
-        """Several batches (and a tracking record) in one transaction.
-
-        The stream locks (and the tracking name's) are taken in one sorted order, so
-        concurrent multi-stream appends cannot deadlock; then, in later statements (fresh
-        snapshots), the heads, the ids and the tracked position are read and checked,
-        every batch is sealed against its head, and one statement writes the events
-        (consecutive positions ``xid * 65536 + i`` in batch order), the heads, the
-        tracking row and the wake-up.
+        """Several batches (and a tracking record) in one transaction, the locks taken in
+        one sorted order (LOCK_MANY), positions consecutive in batch order.
 
         Raises:
             InvalidEvent: more than 65,535 events in all.
@@ -1079,9 +1073,7 @@ class AsyncPostgresRecorder:
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
-        ``timeout`` seconds pass. Woken by ``NOTIFY``; never misses a wake-up (the
-        position is rechecked after LISTEN is active and after every notification);
-        polls with backoff when the store was opened with ``notify=false``.
+        ``timeout`` seconds pass (woken by ``NOTIFY``, else polling: :mod:`.listener_async`).
 
         Raises:
             StoreClosed: the store is closed (also while waiting).

@@ -58,8 +58,7 @@ class PostgresSnapshotRows:
 
     @contextlib.contextmanager
     def _txn(self, action: str, *, write: bool = True) -> Iterator[Any]:
-        """One pooled connection (and, to write, a transaction); psycopg errors mapped in
-        one place. A read is one autocommit statement: no BEGIN/COMMIT round trips."""
+        """One pooled connection (to write, in a transaction), its psycopg errors mapped."""
         try:
             with self._recorder.connection() as conn:
                 if write:

@@ -57,8 +57,7 @@ class AsyncPostgresSnapshotRows:
 
     @contextlib.asynccontextmanager
     async def _txn(self, action: str, *, write: bool = True) -> AsyncIterator[Any]:
-        """One pooled connection (and, to write, a transaction); psycopg errors mapped in
-        one place. A read is one autocommit statement: no BEGIN/COMMIT round trips."""
+        """One pooled connection (to write, in a transaction), its psycopg errors mapped."""
         try:
             async with self._recorder.connection() as conn:
                 if write:

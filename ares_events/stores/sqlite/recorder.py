@@ -713,12 +713,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         return SQLiteSnapshotRows(self)
 
     def close(self) -> None:
-        """Close every connection this store opened, once no other thread uses one.
-
-        New calls (from any thread) raise :class:`StoreClosed` from now on; calls in
-        flight in other threads finish, or are interrupted after a short grace and raise
-        :class:`StoreClosed`; then every connection is closed. Idempotent.
-        """
+        """Refuse new calls, let the ones in flight finish (or interrupt them after a
+        grace), then close every connection (docs/architecture.md, "Closing"). Idempotent."""
         if not self._gate.close(interrupt=self._interrupt_all):
             return
         with self._conns_lock:
