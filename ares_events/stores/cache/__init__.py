@@ -165,13 +165,8 @@ class CachedRecorder(CacheErasure):
         self._cfg = cfg
         self._url = redacted
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        kw: dict[str, Any] = {}
-        if cfg.ssl:
-            kw["ssl"] = True
-            if cfg.ssl_cert_reqs is not None:
-                kw["ssl_cert_reqs"] = cfg.ssl_cert_reqs
-            if cfg.ssl_ca_certs is not None:
-                kw["ssl_ca_certs"] = cfg.ssl_ca_certs
+        tls = {"ssl": True, "ssl_cert_reqs": cfg.ssl_cert_reqs, "ssl_ca_certs": cfg.ssl_ca_certs}
+        kw: dict[str, Any] = {k: v for k, v in tls.items() if v is not None} if cfg.ssl else {}
         # No retries inside redis-py (its default retries with backoff for seconds): a
         # failure must cost one short timeout, then the cache is bypassed.
         self._redis: redis.Redis = redis.Redis(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import heapq
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
@@ -102,6 +103,13 @@ class MemoryRecorder:
     def _check(self, action: str | None = None) -> None:
         if self._closed:
             raise StoreClosed(self.describe(), action)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[MemoryData]:
+        _fair()
+        with self._d.lock:
+            self._check()
+            yield self._d
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -199,10 +207,8 @@ class MemoryRecorder:
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.tracking.get(name)
+        with self._locked() as d:
+            return d.tracking.get(name)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -248,10 +254,8 @@ class MemoryRecorder:
 
     def head(self, stream_id: str) -> Head | None:
         """Current head."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.heads.get(stream_id)
+        with self._locked() as d:
+            return d.heads.get(stream_id)
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """All heads, sorted by stream id."""
@@ -262,10 +266,8 @@ class MemoryRecorder:
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """One page of heads in stream id order (a partial sort: O(n log limit))."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            heads = self._d.heads
+        with self._locked() as d:
+            heads = d.heads
             ids = [
                 sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
             ]
@@ -273,10 +275,8 @@ class MemoryRecorder:
 
     def last_position(self) -> int:
         """Number of events in the log."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return len(self._d.log)
+        with self._locked() as d:
+            return len(d.log)
 
     def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event beyond ``position`` exists or ``timeout`` passes; woken by
@@ -297,24 +297,18 @@ class MemoryRecorder:
 
     def meta_get(self, key: str) -> str | None:
         """A value of the store's metadata (its identity lives there)."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.get(key)
+        with self._locked() as d:
+            return d.meta.get(key)
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.setdefault(key, value)
+        with self._locked() as d:
+            return d.meta.setdefault(key, value)
 
     def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            self._d.meta[key] = value
+        with self._locked() as d:
+            d.meta[key] = value
 
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """Uniqueness violations (none: this store cannot hold any); for the audit."""

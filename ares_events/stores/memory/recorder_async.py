@@ -125,6 +125,13 @@ class AsyncMemoryRecorder:
         if self._closed:
             raise StoreClosed(self.describe(), action)
 
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[MemoryData]:
+        await _fair()
+        with self._d.lock:
+            self._check()
+            yield self._d
+
     # -- writes ----------------------------------------------------------------------------
 
     def _insert(self, stream_id: str, sealed: Sequence[Any]) -> list[RecordedEvent]:
@@ -221,10 +228,8 @@ class AsyncMemoryRecorder:
 
     async def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.tracking.get(name)
+        async with self._locked() as d:
+            return d.tracking.get(name)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -270,10 +275,8 @@ class AsyncMemoryRecorder:
 
     async def head(self, stream_id: str) -> Head | None:
         """Current head."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.heads.get(stream_id)
+        async with self._locked() as d:
+            return d.heads.get(stream_id)
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """All heads, sorted by stream id."""
@@ -286,10 +289,8 @@ class AsyncMemoryRecorder:
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
         """One page of heads in stream id order (a partial sort: O(n log limit))."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            heads = self._d.heads
+        async with self._locked() as d:
+            heads = d.heads
             ids = [
                 sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
             ]
@@ -297,10 +298,8 @@ class AsyncMemoryRecorder:
 
     async def last_position(self) -> int:
         """Number of events in the log."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return len(self._d.log)
+        async with self._locked() as d:
+            return len(d.log)
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event beyond ``position`` exists or ``timeout`` passes; woken by
@@ -361,24 +360,18 @@ class AsyncMemoryRecorder:
 
     async def meta_get(self, key: str) -> str | None:
         """A value of the store's metadata (its identity lives there)."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.get(key)
+        async with self._locked() as d:
+            return d.meta.get(key)
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.setdefault(key, value)
+        async with self._locked() as d:
+            return d.meta.setdefault(key, value)
 
     async def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            self._d.meta[key] = value
+        async with self._locked() as d:
+            d.meta[key] = value
 
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
         """Uniqueness violations (none: this store cannot hold any); for the audit."""

@@ -229,8 +229,8 @@ class PostgresRecorder:
         self.sql = Statements.for_schema(schema)
         self._make_clock = clock
         self.clock = clock(self.sql)
-        self._final = 0  # see _below
         """Where positions and the visibility bound come from (:mod:`.clock`)."""
+        self._final = 0  # see _below
         self.predict_heads = self.clock.predict_heads
         self.channel = channel_for(schema)
         self._secret = secret or None
