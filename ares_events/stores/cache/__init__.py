@@ -1,6 +1,5 @@
 """Redis read-through cache around any backend: :class:`CachedRecorder` (the rules are in
-docs/architecture.md, "Redis cache"); the URL's parsing is in :mod:`.config`, erasure in
-:mod:`.erase`.
+docs/architecture.md, "Redis cache"); the URL's parsing is in :mod:`.config`.
 
 It may import the core and :mod:`ares_events.errors`.
 """
@@ -30,7 +29,6 @@ from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed
 from ares_events.stores.cache.config import parse
-from ares_events.stores.cache.erase import CacheErasure
 
 if TYPE_CHECKING:
     import redis
@@ -138,7 +136,7 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
     )
 
 
-class CachedRecorder(CacheErasure):
+class CachedRecorder:
     """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
     around another recorder (docs/architecture.md, "Redis cache")."""
 
@@ -363,6 +361,33 @@ class CachedRecorder(CacheErasure):
             self._failed(exc)
         else:
             self._ok()
+
+    def erase(self, stream_id: str, *args: Any) -> Any:
+        """Erase in the inner store, then drop the stream's cached tail (an erasure changes
+        no hash, so the tail's stamp would still match the head).
+
+        Raises:
+            StoreUnavailable: the inner store cannot be reached.
+        """
+        outcome = self.inner.erase(stream_id, *args)
+        with self._lock:
+            self._dirty.add(stream_id)
+        self._drop_cached(stream_id)
+        return outcome
+
+    def _drop_cached(self, stream_id: str) -> bool:
+        """True when the stream's cached tail is gone (or was never there)."""
+        try:
+            gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
+        except self._redis_errors as exc:
+            self._failed(exc)  # logs the outage; reads of the stream bypass the cache
+            return False
+        if type(gone) is not int:  # Redis bypassed (False), or skipped while closing
+            return False
+        self._ok()
+        with self._lock:
+            self._dirty.discard(stream_id)
+        return True
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None

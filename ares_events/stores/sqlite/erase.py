@@ -36,7 +36,6 @@ class SQLiteErasure:
     _memory: bool
     _conn: Callable[[], sqlite3.Connection]
     _write: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
-    _closed_error: Callable[[str, BaseException], StoreClosed]
     describe: Callable[[], str]
 
     def erase(self, stream_id: str, version: int, position: int, event_hash: bytes,
@@ -60,7 +59,7 @@ class SQLiteErasure:
             return EraseOutcome(True, int(refs))
         except sqlite3.Error as exc:
             if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
+                raise StoreClosed(self.describe(), action) from exc
             raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
 
     @contextlib.contextmanager

@@ -46,9 +46,9 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
 from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
-from ares_events.stores.sqlite.read_models import SQLiteReadModels
 from ares_events.stores.sqlite.sql import (
     CREATE_META,
     HAS_META_TABLE,
@@ -120,7 +120,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
+class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
     """SQLite backend (docs/architecture.md gives durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -333,11 +333,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
             with contextlib.suppress(sqlite3.Error):
                 c.interrupt()
 
-    def _closed_error(self, action: str, exc: BaseException) -> StoreClosed:
-        err = StoreClosed(self.describe(), action)
-        err.__cause__ = exc
-        return err
-
     def _retry(self, fn: Any) -> Any:
         deadline = time.monotonic() + self._busy
         delay = 0.002
@@ -369,6 +364,34 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         with self._gate.op(), self._write() as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction (deferred ``BEGIN``, always rolled back) on this thread's
+        connection: one consistent view of the tables beside the events, also on a
+        read-only store; raw sqlite3 errors propagate.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while the transaction ran.
+        """
+        with self._gate.op():
+            conn = self._conn()
+            with self._serial:
+                self._retry(lambda: conn.execute("BEGIN"))
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+
+    def read_models(self) -> SQLReadModels:
+        """The read-model and checkpoint tables in this file (one object per store, made
+        on first use; a read-only store reads them and creates none)."""
+        with self._conns_lock:
+            found: SQLReadModels | None = getattr(self, "_read_models", None)
+            if found is None:
+                found = self._read_models = SQLReadModels(self.transaction, self.reading, SQLITE)
+            return found
+
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3
         errors propagate.
@@ -382,7 +405,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                     return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
             except sqlite3.Error as exc:
                 if self._gate.closed:
-                    raise self._closed_error("read", exc) from exc
+                    raise StoreClosed(self.describe(), "read") from exc
                 raise
 
     @contextlib.contextmanager
@@ -534,7 +557,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
             yield
         except sqlite3.Error as exc:
             if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
+                raise StoreClosed(self.describe(), action) from exc
             bad = StoreUnavailable if isinstance(exc, sqlite3.OperationalError) else StoreError
             raise bad(f"{action} in {self.describe()} failed: {exc}") from exc
         finally:
