@@ -39,6 +39,7 @@ __all__ = [
     "BlobStore",
     "check_blob_params",
     "check_key",
+    "copy_hashing",
     "digest_of",
 ]
 
@@ -69,6 +70,17 @@ def digest_of(data: bytes) -> bytes:
     if len(data) >= _PARALLEL_HASH_FROM:
         return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
     return blake3.blake3(data).digest()
+
+
+def copy_hashing(src: BinaryIO, dst: Any) -> tuple[int, bytes]:
+    """Copy ``src`` to ``dst`` in chunks; the size and blake3 digest of what was copied."""
+    hasher = blake3.blake3()
+    size = 0
+    while chunk := src.read(CHUNK_SIZE):
+        hasher.update(chunk)
+        size += len(chunk)
+        dst.write(chunk)
+    return size, hasher.digest()
 
 
 class BlobReader(io.RawIOBase):

@@ -15,18 +15,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-import blake3
-
 from ares_events.core.events import PayloadRef
 from ares_events.core.url import StoreURL
 from ares_events.errors import BlobMissing, ConfigError, StoreUnavailable
 from ares_events.stores.blobs.base import (
     _KEY_RE,
-    CHUNK_SIZE,
     BaseBlobStore,
     BlobInfo,
     check_blob_params,
     check_key,
+    copy_hashing,
 )
 
 logger = logging.getLogger(__name__)
@@ -156,21 +154,15 @@ class FileBlobStore(BaseBlobStore):
         Raises:
             StoreUnavailable: the blob could not be written.
         """
-        hasher = blake3.blake3()
-        size = 0
         tmp_dir = self.root / ".tmp"
         try:
             tmp_dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    while chunk := stream.read(CHUNK_SIZE):
-                        hasher.update(chunk)
-                        size += len(chunk)
-                        f.write(chunk)
+                    size, digest = copy_hashing(stream, f)
                     f.flush()
                     os.fsync(f.fileno())
-                digest = hasher.digest()
                 key = digest.hex()
                 path = self.path_for(key)
                 if self._touch_existing(path, size):

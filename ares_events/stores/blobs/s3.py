@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
-import blake3
-
 from ares_events.core.events import PayloadRef
 from ares_events.core.url import StoreURL
 from ares_events.errors import (
@@ -24,11 +22,11 @@ from ares_events.errors import (
 )
 from ares_events.stores.blobs.base import (
     _KEY_RE,
-    CHUNK_SIZE,
     BaseBlobStore,
     BlobInfo,
     check_blob_params,
     check_key,
+    copy_hashing,
 )
 
 try:
@@ -282,14 +280,8 @@ class S3BlobStore(BaseBlobStore):
         Raises:
             StoreUnavailable: the upload failed.
         """
-        hasher = blake3.blake3()
-        size = 0
         with tempfile.TemporaryFile() as spool:
-            while chunk := stream.read(CHUNK_SIZE):
-                hasher.update(chunk)
-                size += len(chunk)
-                spool.write(chunk)
-            digest = hasher.digest()
+            size, digest = copy_hashing(stream, spool)
             key = digest.hex()
             if not self._touch_existing(key, size):
                 spool.seek(0)
