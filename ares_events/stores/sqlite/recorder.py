@@ -525,7 +525,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                         try:
                             check_expected_version(stream_id, expected, head[0] if head else 0)
                         except ConcurrencyError:
-                            dups = self._all_existing(c, batches)
+                            dups = [self._existing(c, b) for b, _ in batches]
                             if any(dups):
                                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                             raise
@@ -544,7 +544,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 return out
             except sqlite3.IntegrityError:
                 with self._write() as c:
-                    dups = self._all_existing(c, batches)
+                    dups = [self._existing(c, b) for b, _ in batches]
                 if any(dups):
                     return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                 raise
@@ -562,11 +562,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             raise bad(f"{action} in {self.describe()} failed: {exc}") from exc
         finally:
             self._gate.exit()
-
-    def _all_existing(
-        self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
-    ) -> list[list[RecordedEvent]]:
-        return [self._existing(c, b) for b, _ in batches]
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
