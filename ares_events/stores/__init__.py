@@ -1,21 +1,8 @@
 """Stores chosen by URL: ``open_store()``, ``open_async_store()``, ``register_store()``,
-``available_schemes()``.
-
-What lives here: the backends, each implementing the core's recorder protocol
-(:mod:`~ares_events.stores.memory`, :mod:`~ares_events.stores.sqlite`,
-:mod:`~ares_events.stores.postgres`, each with its snapshot table's rows and read models,
-whose SQL both SQL backends share: :mod:`~ares_events.stores.sql_read_models`), the Redis
-cache wrapper (:mod:`~ares_events.stores.cache`), the worker-thread adapter that gives a
-blocking backend its asyncio face (:mod:`~ares_events.stores.threaded`), blob stores
-(:mod:`~ares_events.stores.blobs`), opening by URL (:mod:`~ares_events.stores.opening_async`,
-``opening`` generated from it), the scheme registry (``_registry``), SQL migrations
-(``_migrations``), and ``Settings`` (:mod:`~ares_events.stores.settings`). A plugin
-implements the recorder protocols of :mod:`ares_events.core.recorder` over the values of
-:mod:`ares_events.core.backend`.
+``available_schemes()``; the backends, the Redis cache, blob stores and the scheme registry.
 
 It may import the core, :mod:`ares_events.errors` and :mod:`ares_events.chain`; never
-verification, projections, the agent runtime, the CLI or an integration. The core never
-imports a store: it reaches backends through the recorder protocol.
+verification, projections, the agent runtime, the CLI or an integration.
 """
 
 from __future__ import annotations

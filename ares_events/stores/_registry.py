@@ -107,9 +107,8 @@ def resolve_async(cls: type[Any]) -> type[Any] | None:
     Raises:
         MissingDependencyError: the asyncio face's dependency is not installed.
     """
-    target = _BUILTIN_ASYNC.get(f"{cls.__module__}.{cls.__qualname__}")
-    if target is None:
-        target = getattr(cls, "async_recorder", None)
+    builtin = _BUILTIN_ASYNC.get(f"{cls.__module__}.{cls.__qualname__}")
+    target = builtin or getattr(cls, "async_recorder", None)
     if target is None or not isinstance(target, str):
         return target
     mod_name, _, attr = target.partition(":")

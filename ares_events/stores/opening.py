@@ -1,16 +1,6 @@
 # Generated from opening_async.py by tools/async_to_sync.py: do not edit.
-"""Opening a store by URL: :func:`open_store` (one face written, the other generated).
-
-Composition order, the same on both faces::
-
-    EventStore (core: validate, encode, chain, spill to blobs)
-      └── CachedRecorder (Redis, optional, read-through; never the system of record)
-            └── ArchiveRecorder (when the store's identity names an archive: reads go on
-                into it; :mod:`ares_events.archive`)
-                  └── backend recorder (memory | sqlite | postgresql | a registered one)
-
-The URL is parsed once; the backend class comes from the registry; the blob store is
-chosen from the argument, the identity the store recorded, or the backend's default.
+"""Opening a store by URL: :func:`open_store` (one face written, the other generated;
+the composition order is in docs/architecture.md).
 
 It may import the core, :mod:`ares_events.errors` and this package's registry; the cache,
 the blob stores and the worker-thread adapter are imported when asked for.
@@ -47,13 +37,8 @@ def open_store(
     check_identity: bool = True,
     **options: Any,
 ) -> EventStore:
-    """Open an event store chosen by URL.
-
-    The asyncio face uses the backend's native asyncio recorder where it has one
-    (``memory://``, ``postgresql://``); any other backend, and any store behind a Redis
-    ``cache`` (redis-py is blocking), runs its blocking recorder on a few dedicated
-    threads (:class:`~ares_events.stores.threaded.ThreadedRecorder`), so nothing blocks
-    the event loop. Either face opens the same store.
+    """Open an event store chosen by URL (on the asyncio face, a backend without a native
+    asyncio recorder runs on worker threads: docs/guide-async.md).
 
     Args:
         url: ``memory://[NAME]``, ``sqlite:///rel.db``, ``sqlite:////abs.db``,
@@ -124,9 +109,8 @@ def open_store(
 def _open_recorder(
     cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
 ) -> tuple[Any, StoreIdentity | None]:
-    """The backend recorder of this face, behind the archive reader when the store's
-    identity names an archive and behind the Redis cache when ``cache`` is given; and the
-    identity the store recorded (None: none yet)."""
+    """The backend recorder of this face (behind the archive reader and the cache when
+    asked for) and the identity the store recorded."""
     return _open_blocking(cls, url, cache, options)
 
 

@@ -1,22 +1,6 @@
-"""Settings parsed once, at the edge. The only place (with the CLI, and the archive
-reader's niceness, which :mod:`ares_events.archive.source` reads so that opening a
-store need not import this module) that reads the environment.
-
-| setting | argument | env var | default |
-|---|---|---|---|
-| store URL | ``store_url`` | ``ARES_STORE_URL`` | none (CLI: ``sqlite:///ares-events.db``) |
-| blob store | ``blobs_url`` | ``ARES_BLOBS_URL`` | none (CLI: a folder next to a SQLite file) |
-| spill threshold | ``spill_threshold_bytes`` | ``ARES_SPILL_THRESHOLD_BYTES`` | 262144 |
-| cache | ``cache_url`` | ``ARES_CACHE_URL`` | none |
-| chain key | ``chain_key`` | ``ARES_EVENTS_CHAIN_KEY`` (64 hex) | none |
-| anchor witness | ``anchor_url`` | ``ARES_ANCHOR_URL`` | none (CLI: ``anchors/`` by the db) |
-| snapshot policy | ``snapshot_every`` | ``ARES_SNAPSHOT_EVERY`` | 100 |
-| log signing key file | ``log_key_file`` | ``ARES_LOG_KEY_FILE`` | none (signing needs one) |
-| trusted log verifier keys | ``log_vkeys`` | ``ARES_LOG_VKEY`` (space-separated) | none |
-| archive read niceness | (none) | ``ARES_ARCHIVE_READ_NICE`` (0-19) | 19 (see the note above) |
-
-Precedence: explicit argument > URL query parameter > env var > default.
-"""
+"""Settings parsed once, at the edge (docs/configuration.md lists them): with the CLI, the
+only place that reads the environment. Precedence: argument > URL parameter > env var >
+default."""
 
 from __future__ import annotations
 

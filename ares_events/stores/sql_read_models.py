@@ -1,11 +1,5 @@
-"""Read models and signed checkpoints in SQLite or PostgreSQL, next to the events.
-
-One registry row per projection (``ares_projections``: version, active table and cursor, a
-table being rebuilt and its cursor), one table per generation (``ares_rm_<name>_<gen>``:
-key, state as canonical JSON, position of the last event applied), and the Merkle log's
-signed checkpoints (``ares_checkpoints``, one row per ``(origin, tree_size)``). The backend
-hands one :class:`SQLReadModels` its transactions and its :class:`Dialect`. Readers never
-create: the tables are created by their first writer, and read as empty until then.
+"""Read models and signed checkpoints in SQLite or PostgreSQL, next to the events
+(:class:`SQLReadModels`, given its transactions and :class:`Dialect` by the backend).
 
 It may import the core.
 """
@@ -238,20 +232,17 @@ class SQLReadModels:
     def _fetch(
         self, template: str, args: tuple[Any, ...] = (), table: str = "", needs: str = ""
     ) -> list[Any]:
-        """Every row of one read statement, in a read transaction; none when the table
-        ``needs`` names does not exist (readers never create it)."""
+        """Every row of one read statement; none when table ``needs`` does not exist."""
         if needs and not self._has(needs):
             return []
         with self._read() as c:
             return list(c.execute(self._sql(template, table), args).fetchall())
 
     def _run(self, template: str, args: tuple[Any, ...] = (), table: str = "") -> Any:
-        """One write statement in its own transaction; returns its cursor."""
         with self._write() as c:
             return c.execute(self._sql(template, table), args)
 
     def _ensure(self, table: str, create: str) -> None:
-        """Create ``table`` (statement ``create``) unless it is known to exist."""
         if not self._has(table):
             with self._ddl() as c:
                 c.execute(self._sql(create, table))

@@ -1,18 +1,5 @@
-"""A blocking backend as an asyncio one: :class:`ThreadedRecorder`.
-
-``ae.open_async_store`` uses it for every backend without a native asyncio face (SQLite,
-any store behind the Redis cache, third-party recorders). The blocking recorder runs in
-small dedicated thread pools, so the event loop never waits for a file, a lock or a socket
-(docs/guide-async.md): **one writer thread**, because SQLite has one write lock per file
-and writes of one process queue best on one thread with a warm connection; **a few reader
-threads** (WAL lets them read beside the writer), a read pulling ``chunk`` events per trip
-so it stays lazy; **waits** in slices of at most :data:`WAIT_SLICE` seconds, so a
-cancelled waiter frees its thread quickly.
-
-A cancelled write settles before its task sees ``CancelledError`` (it committed or it did
-not, and nothing of it happens later); a cancelled read or wait returns at once. Closing
-runs the backend's ``close()`` in a thread; operations in flight or queued fail with
-:class:`~ares_events.errors.StoreClosed`.
+"""A blocking backend as an asyncio one: :class:`ThreadedRecorder` (one writer thread, a
+few reader threads; docs/guide-async.md).
 
 It may import the core and :mod:`ares_events.errors`.
 """
@@ -48,7 +35,7 @@ WAIT_SLICE: Final = 0.5
 
 class ThreadedRecorder:
     """An :class:`~ares_events.core.recorder_async.AsyncRecorder` over a blocking recorder
-    (see the module docstring).
+    (docs/guide-async.md).
 
     Args:
         sync: the blocking recorder; this object owns it (closing closes it).

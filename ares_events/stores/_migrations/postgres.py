@@ -1,14 +1,5 @@
-"""PostgreSQL schema migrations (append-only).
-
-Each step is a tuple of statements. ``{schema}`` is replaced by the quoted schema name
-(``psycopg.sql.Identifier``), never by string pasting. Steps are applied in order, in one
-transaction, under a transaction-scoped advisory lock, and the resulting version is
-recorded in ``ares_meta`` (see :mod:`ares_events.stores.postgres`). Never edit or reorder a
-released step: add a new one.
-
-``ares_snapshots`` mirrors the SQLite table of the same name (step 2 there), so the
-snapshot stores share one layout.
-"""
+"""PostgreSQL schema migrations (append-only): each step a tuple of statements, ``{schema}``
+replaced by the quoted schema name."""
 
 from __future__ import annotations
 

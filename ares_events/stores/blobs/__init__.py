@@ -1,15 +1,10 @@
-"""Content-addressed blob stores for spilled payloads, and blob garbage collection.
-
-A payload larger than the store's ``spill_threshold`` is written to a blob store *before*
-its event commits; the event keeps a :class:`~ares_events.core.events.PayloadRef` whose
-digest the chain commits to, so verifying a chain never fetches a blob (docs/blobs.md).
-:func:`open_blobs` picks the store by URL: ``file:///abs/dir`` (:mod:`.file`) or
-``s3://bucket/prefix`` (:mod:`.s3`); :mod:`.base` holds what they share and :mod:`.gc`
+"""Content-addressed blob stores for spilled payloads (docs/blobs.md): :func:`open_blobs`
+picks :mod:`.file` or :mod:`.s3` by URL; :mod:`.base` holds what they share, :mod:`.gc`
 the garbage collection.
 
 It may import the core's value types (:mod:`ares_events.core.events`,
 :mod:`ares_events.core.recorder`) and :mod:`ares_events.errors`; never the core's
-``EventStore`` except for type checking (the core hands blob stores what they need).
+``EventStore`` except for type checking.
 """
 
 from __future__ import annotations

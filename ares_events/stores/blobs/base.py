@@ -1,13 +1,8 @@
 """What every blob store shares: keys and digests, :class:`BlobInfo`, the
-:class:`BlobStore` protocol, the verifying :class:`BlobReader` and :class:`BaseBlobStore`
-(spill, attach and the digest checks), plus :func:`check_blob_params` for URL parsing.
+:class:`BlobStore` protocol, :class:`BlobReader`, :class:`BaseBlobStore` and
+:func:`check_blob_params`.
 
-The key of a blob is the hex blake3 digest of the payload's canonical bytes, so equal
-payloads are stored once; a write of a key that already exists only refreshes its
-modification time (which keeps it safe from a concurrent garbage collection).
-
-It may import the core's value types (:mod:`ares_events.core.events`,
-:mod:`ares_events.core.recorder`) and :mod:`ares_events.errors`.
+It may import the core's value types and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -44,6 +39,7 @@ __all__ = [
     "BlobStore",
     "check_blob_params",
     "check_key",
+    "copy_hashing",
     "digest_of",
 ]
 
@@ -74,6 +70,17 @@ def digest_of(data: bytes) -> bytes:
     if len(data) >= _PARALLEL_HASH_FROM:
         return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
     return blake3.blake3(data).digest()
+
+
+def copy_hashing(src: BinaryIO, dst: Any) -> tuple[int, bytes]:
+    """Copy ``src`` to ``dst`` in chunks; the size and blake3 digest of what was copied."""
+    hasher = blake3.blake3()
+    size = 0
+    while chunk := src.read(CHUNK_SIZE):
+        hasher.update(chunk)
+        size += len(chunk)
+        dst.write(chunk)
+    return size, hasher.digest()
 
 
 class BlobReader(io.RawIOBase):
@@ -116,21 +123,15 @@ class BlobReader(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         # Ask for one byte more than the ref allows in total, so an oversized blob is
         # caught without reading all of it.
-        want = min(len(view), self._ref.size + 1 - self._seen)
-        if want <= 0:
-            want = 1
+        want = max(1, min(len(view), self._ref.size + 1 - self._seen))
         data = self._raw.read(want)
         n = len(data)
         if n == 0:
             self._finish()
             return 0
         self._seen += n
-        if self._seen > self._ref.size:
-            raise BlobCorrupted(
-                self._ref.key,
-                f"blob is larger than the {self._ref.size} bytes the chain records",
-                **self._where,
-            )
+        if self._seen > self._ref.size:  # the size check raises before the digest is known
+            _check_blob(self._ref, self._seen, b"", self._where)
         self._hasher.update(data)
         view[:n] = data
         return n
@@ -148,7 +149,6 @@ class BlobReader(io.RawIOBase):
 
 
 def _check_blob(ref: PayloadRef, size: int, digest: bytes, where: dict[str, Any]) -> None:
-    """Raise :class:`BlobCorrupted` unless ``size`` and ``digest`` are the ref's."""
     if size != ref.size:
         detail = (
             f"blob is larger than the {ref.size} bytes the chain records"

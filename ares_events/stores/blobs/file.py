@@ -1,10 +1,5 @@
 """Blobs as files in a local folder (``file:///abs/dir``): :class:`FileBlobStore`.
 
-One file per blob under ``ab/cd/<hex>`` (the first two byte pairs of the key as
-directories), written atomically and durably. Only absolute paths in URLs:
-``file://rel/dir`` names a *host* in URL syntax and is refused. Use
-``FileBlobStore(path)`` for a relative folder from Python.
-
 It may import :mod:`ares_events.stores.blobs.base`, the core's value types and
 :mod:`ares_events.errors`.
 """
@@ -18,20 +13,18 @@ import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import blake3
+from typing import BinaryIO
 
 from ares_events.core.events import PayloadRef
 from ares_events.core.url import StoreURL
 from ares_events.errors import BlobMissing, ConfigError, StoreUnavailable
 from ares_events.stores.blobs.base import (
     _KEY_RE,
-    CHUNK_SIZE,
     BaseBlobStore,
     BlobInfo,
     check_blob_params,
     check_key,
+    copy_hashing,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,13 +45,8 @@ def _mtime(st: os.stat_result) -> datetime:
 
 
 class FileBlobStore(BaseBlobStore):
-    """Blobs as files in a local folder: ``<root>/ab/cd/<64 hex>``.
-
-    Writes are atomic and durable: a temp file in the target directory, ``fsync``,
-    ``rename`` over the final name, ``fsync`` of the directory. A crash leaves either
-    no blob or the whole blob (and perhaps a ``.tmp-*`` file, which :func:`gc_blobs`
-    removes once it is older than the grace period).
-    """
+    """Blobs as files in a local folder: ``<root>/ab/cd/<64 hex>``, written atomically and
+    durably (temp file, ``fsync``, rename, ``fsync`` of the folder)."""
 
     def __init__(
         self, root: str | os.PathLike[str], *, url: str | None = None, create: bool = True
@@ -135,11 +123,8 @@ class FileBlobStore(BaseBlobStore):
         logger.debug("wrote blob %s (%d bytes)", key, len(data))
 
     def _touch_existing(self, path: Path, size: int) -> bool:
-        """Refresh an existing blob of the right size; False when it must be written.
-
-        Refreshing the mtime matters: :func:`gc_blobs` may have listed this blob as an
-        old orphan; a fresh mtime makes it skip the blob (see :meth:`delete`).
-        """
+        """Refresh the mtime of an existing blob of the right size (so a running gc keeps
+        it); False when it must be written."""
         try:
             st = os.stat(path)
             if st.st_size != size:
@@ -169,21 +154,15 @@ class FileBlobStore(BaseBlobStore):
         Raises:
             StoreUnavailable: the blob could not be written.
         """
-        hasher = blake3.blake3()
-        size = 0
         tmp_dir = self.root / ".tmp"
         try:
             tmp_dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    while chunk := stream.read(CHUNK_SIZE):
-                        hasher.update(chunk)
-                        size += len(chunk)
-                        f.write(chunk)
+                    size, digest = copy_hashing(stream, f)
                     f.flush()
                     os.fsync(f.fileno())
-                digest = hasher.digest()
                 key = digest.hex()
                 path = self.path_for(key)
                 if self._touch_existing(path, size):
@@ -202,7 +181,7 @@ class FileBlobStore(BaseBlobStore):
             ) from exc
         return PayloadRef(key, size, digest)
 
-    def _open_path(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
+    def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
         path = self.path_for(key)
         try:
             return open(path, "rb")  # the caller closes it
@@ -215,11 +194,8 @@ class FileBlobStore(BaseBlobStore):
                 f"blob store {self.url}: cannot open blob {key}: {exc.strerror}"
             ) from exc
 
-    def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
-        return self._open_path(key, stream_id, version)
-
     def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
-        with self._open_path(key, stream_id, version) as f:
+        with self._open_raw(key, stream_id, version) as f:
             try:
                 return f.read(size + 1)
             except OSError as exc:
@@ -229,7 +205,7 @@ class FileBlobStore(BaseBlobStore):
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         """``length`` bytes of blob ``key`` from ``offset`` (one seek and one read)."""
-        with self._open_path(check_key(key), None, None) as f:
+        with self._open_raw(check_key(key), None, None) as f:
             try:
                 f.seek(offset)
                 return f.read(length)
@@ -273,12 +249,8 @@ class FileBlobStore(BaseBlobStore):
             ) from exc
 
     def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
-        """Delete the blob file ``key``.
-
-        With ``if_older_than``, the file is first renamed to a tombstone, then its mtime
-        is read: an append that refreshed it before the rename is seen (the file is
-        restored), and one after the rename finds no file and writes it again. So a
-        blob that an append reuses is never lost.
+        """Delete the blob file ``key``; with ``if_older_than``, through a tombstone, so a
+        blob an append reuses is never lost (docs/blobs.md).
 
         Raises:
             StoreUnavailable: the file cannot be removed.

@@ -1,11 +1,7 @@
-"""Blob garbage collection: :func:`gc_blobs` deletes blobs no event references.
+"""Blob garbage collection: :func:`gc_blobs` deletes orphan blobs older than a grace period
+(:func:`parse_duration`).
 
-Failed appends can leave a blob without an event (the blob is written before the event
-commits). :func:`gc_blobs` removes those orphans once they are older than a grace period,
-and never a referenced blob; :func:`parse_duration` reads the grace period (``1h``).
-
-It may import the blob stores of this package and :mod:`ares_events.errors`; the core's
-``EventStore`` only for type checking (the store to collect is passed in).
+It may import the blob stores of this package and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -62,20 +58,12 @@ class GcReport:
     temp_files_deleted: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "dry_run": self.dry_run,
-            "older_than_seconds": self.older_than.total_seconds(),
-            "cutoff": self.cutoff.isoformat(),
-            "events_scanned": self.events_scanned,
-            "referenced_keys": self.referenced_keys,
-            "blobs_listed": self.blobs_listed,
-            "kept_referenced": self.kept_referenced,
-            "kept_young": self.kept_young,
-            "deleted": list(self.deleted),
-            "bytes_deleted": self.bytes_deleted,
-            "temp_files_deleted": list(self.temp_files_deleted),
-        }
+        """JSON-ready form (the fields in order, the times as seconds and ISO text)."""
+        rest = asdict(self)
+        del rest["dry_run"], rest["older_than"], rest["cutoff"]
+        seconds = self.older_than.total_seconds()
+        head = {"dry_run": self.dry_run, "older_than_seconds": seconds}
+        return {**head, "cutoff": self.cutoff.isoformat(), **rest}
 
 
 def gc_blobs(
@@ -85,13 +73,8 @@ def gc_blobs(
     *,
     now: datetime | None = None,
 ) -> GcReport:
-    """Delete blobs no event references and that are older than ``older_than``.
-
-    Order matters for safety while appends go on: the cutoff is fixed first, then every
-    referenced key is collected by reading every stream (payload refs only, no blob is
-    fetched), then the blobs are listed. A blob written by an append still in flight is
-    younger than the cutoff and kept; a blob an append reuses gets a fresh mtime and is
-    kept too (``delete`` re-checks the mtime). A referenced blob is never deleted.
+    """Delete blobs no event references and that are older than ``older_than``; safe while
+    appends go on (docs/blobs.md gives the order that makes it so).
 
     Args:
         store: an event store opened with ``blobs=``.

@@ -1,11 +1,5 @@
-"""Blobs in S3-compatible object storage, through boto3 (``s3://bucket/prefix?...``; the
-parameters are in docs/blobs.md).
-
-Credentials come only from boto3's normal chain: a URL with a user or password is refused,
-so no secret can end up in a URL that gets logged. Objects are ``<prefix>/<64 hex blake3>``;
-uploads and large downloads go through boto3's transfer manager (multipart, threads),
-streaming reads use one ``GetObject`` body read in chunks.
-"""
+"""Blobs in S3-compatible object storage, through boto3 (``s3://bucket/prefix?...``;
+docs/blobs.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +10,6 @@ import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
-
-import blake3
 
 from ares_events.core.events import PayloadRef
 from ares_events.core.url import StoreURL
@@ -30,11 +22,11 @@ from ares_events.errors import (
 )
 from ares_events.stores.blobs.base import (
     _KEY_RE,
-    CHUNK_SIZE,
     BaseBlobStore,
     BlobInfo,
     check_blob_params,
     check_key,
+    copy_hashing,
 )
 
 try:
@@ -198,7 +190,6 @@ class S3BlobStore(BaseBlobStore):
         stream_id: str | None = None,
         version: int | None = None,
     ) -> Iterator[None]:
-        """Map boto3/botocore errors to ares errors (one place, ``raise ... from``)."""
         if self._closed:
             raise StoreClosed(self.url, f"{op} of blob {key}" if key else op)
         try:
@@ -289,14 +280,8 @@ class S3BlobStore(BaseBlobStore):
         Raises:
             StoreUnavailable: the upload failed.
         """
-        hasher = blake3.blake3()
-        size = 0
         with tempfile.TemporaryFile() as spool:
-            while chunk := stream.read(CHUNK_SIZE):
-                hasher.update(chunk)
-                size += len(chunk)
-                spool.write(chunk)
-            digest = hasher.digest()
+            size, digest = copy_hashing(stream, spool)
             key = digest.hex()
             if not self._touch_existing(key, size):
                 spool.seek(0)

@@ -1,15 +1,7 @@
-"""Redis read-through cache around any backend: :class:`CachedRecorder`.
+"""Redis read-through cache around any backend: :class:`CachedRecorder` (the rules are in
+docs/architecture.md, "Redis cache"); the URL's parsing is in :mod:`.config`.
 
-The URL (``redis://`` or ``rediss://``, given apart from the store URL) and its parameters
-are in docs/configuration.md; the rules in docs/architecture.md ("Redis cache"). In short:
-the inner store is the system of record and Redis never decides a write. Appends commit in
-the inner store first; heads, ``read_all`` and integrity checks always read it; a read is
-served from the cached tail only when its stamp (version and hash of its newest event)
-equals the inner head, which the hash chain makes proof that every cached event is the
-stored one. Redis down: one WARNING, then bypassed with backoff (slower, never wrong).
-
-The package holds the recorder (here), the URL's parsing (:mod:`.config`) and erasure
-through the cache (:mod:`.erase`). It may import the core and :mod:`ares_events.errors`.
+It may import the core and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -37,7 +29,6 @@ from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed
 from ares_events.stores.cache.config import parse
-from ares_events.stores.cache.erase import CacheErasure
 
 if TYPE_CHECKING:
     import redis
@@ -145,9 +136,9 @@ def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
     )
 
 
-class CachedRecorder(CacheErasure):
+class CachedRecorder:
     """A :class:`~ares_events.core.recorder.Recorder` that caches stream tails in Redis
-    around another recorder (the module docstring gives the consistency rules)."""
+    around another recorder (docs/architecture.md, "Redis cache")."""
 
     capabilities: frozenset[Capability]
     scheme: tuple[str, ...]
@@ -172,13 +163,8 @@ class CachedRecorder(CacheErasure):
         self._cfg = cfg
         self._url = redacted
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        kw: dict[str, Any] = {}
-        if cfg.ssl:
-            kw["ssl"] = True
-            if cfg.ssl_cert_reqs is not None:
-                kw["ssl_cert_reqs"] = cfg.ssl_cert_reqs
-            if cfg.ssl_ca_certs is not None:
-                kw["ssl_ca_certs"] = cfg.ssl_ca_certs
+        tls = {"ssl": True, "ssl_cert_reqs": cfg.ssl_cert_reqs, "ssl_ca_certs": cfg.ssl_ca_certs}
+        kw: dict[str, Any] = {k: v for k, v in tls.items() if v is not None} if cfg.ssl else {}
         # No retries inside redis-py (its default retries with backoff for seconds): a
         # failure must cost one short timeout, then the cache is bypassed.
         self._redis: redis.Redis = redis.Redis(
@@ -289,7 +275,6 @@ class CachedRecorder(CacheErasure):
             logger.info("redis cache %s reachable again", self._url)
 
     def _safe(self, exc: BaseException) -> str:
-        """``exc`` as text, with the password (if any) blanked out."""
         text = f"{type(exc).__name__}: {exc}"
         pw = self._cfg.password
         if pw and len(pw) >= 3:
@@ -344,7 +329,6 @@ class CachedRecorder(CacheErasure):
     def _store_tail(
         self, stream_id: str, events: Sequence[RecordedEvent], *, force: bool, publish: bool
     ) -> None:
-        """Write a contiguous run of events as (part of) the stream's cached tail."""
         if not self._usable():
             self.stats.bypassed += 1
             return
@@ -377,6 +361,33 @@ class CachedRecorder(CacheErasure):
             self._failed(exc)
         else:
             self._ok()
+
+    def erase(self, stream_id: str, *args: Any) -> Any:
+        """Erase in the inner store, then drop the stream's cached tail (an erasure changes
+        no hash, so the tail's stamp would still match the head).
+
+        Raises:
+            StoreUnavailable: the inner store cannot be reached.
+        """
+        outcome = self.inner.erase(stream_id, *args)
+        with self._lock:
+            self._dirty.add(stream_id)
+        self._drop_cached(stream_id)
+        return outcome
+
+    def _drop_cached(self, stream_id: str) -> bool:
+        """True when the stream's cached tail is gone (or was never there)."""
+        try:
+            gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
+        except self._redis_errors as exc:
+            self._failed(exc)  # logs the outage; reads of the stream bypass the cache
+            return False
+        if type(gone) is not int:  # Redis bypassed (False), or skipped while closing
+            return False
+        self._ok()
+        with self._lock:
+            self._dirty.discard(stream_id)
+        return True
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None

@@ -1,11 +1,6 @@
-"""Cell stores: many PostgreSQL stores (cells) behind one store, distributed by Citus or
-spread over plain servers (``citus://`` and ``pgcells://``; docs/scaling.md).
-
-What lives here: :mod:`.layout` (partitions, the cell map, cursors and cell URLs, no I/O),
-:mod:`.recorder_async` (``AsyncCellsRecorder``, written by hand) and :mod:`.recorder`
-(``CellsRecorder``, generated from it), :mod:`.citus` (Citus administration: where a cell
-lives, moving it), :mod:`.citus_clock` (the clock and the append path a Citus cell's
-PostgreSQL recorder is given: positions from the coordinator, rows committed in one phase).
+"""Cell stores: many PostgreSQL stores (cells) behind one store, on Citus or plain servers
+(``citus://``, ``pgcells://``; docs/scaling.md): layout, recorder, Citus administration
+and clock.
 
 It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
 """

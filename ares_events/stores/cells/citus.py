@@ -1,11 +1,5 @@
-"""Citus administration of a cell store: where each cell lives, moving a cell, rebalancing.
-
-Each cell of a ``citus://`` store is a distributed schema (Citus's schema-based sharding):
-all its tables live together on one worker, every statement on them is routed there, and
-``citus_schema_move`` moves the schema to another worker online (logical replication
-copies it while writes go on; writes pause only for the final switch-over). Positions
-come from the coordinator's transaction ids (:mod:`ares_events.stores.postgres.sql`), so a
-move changes nothing a reader sees. Blocking only (administration, like ``ae.erase``).
+"""Citus administration of a cell store: where each cell lives, moving a cell, rebalancing
+(blocking only).
 
 It may import the core, :mod:`ares_events.errors` and this package.
 """
@@ -48,12 +42,14 @@ class CellPlacement:
     size: str
 
 
-def _cells(store: Any) -> Any:
+def _cells(store: Any, mode: str = "auto") -> Any:
     from ares_events.core.recorder import backend_of
 
     rec = backend_of(store.recorder)
     if not getattr(rec, "citus", False):
         raise ConfigError(f"{store.url} is not a citus:// cell store")
+    if mode not in MODES:
+        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
     return rec
 
 
@@ -75,24 +71,19 @@ def cell_placements(store: Any) -> list[CellPlacement]:
 
 
 def move_cell(store: Any, cell: str, host: str, port: int, *, mode: str = "auto") -> None:
-    """Move one cell (schema) of a ``citus://`` store to the worker ``host:port``, online.
-
-    ``mode`` is Citus's shard transfer mode: ``auto`` (logical replication when every table
-    has a replica identity, as ares-events' tables do; needs ``wal_level = logical``),
-    ``force_logical``, or ``block_writes`` (appends to that cell wait until the copy ends).
+    """Move one cell (schema) of a ``citus://`` store to the worker ``host:port``, online;
+    ``mode`` is Citus's shard transfer mode (:data:`MODES`, docs/scaling.md).
 
     Raises:
         ConfigError: not a ``citus://`` store, an unknown cell or mode.
         StoreError: Citus refused the move (the message says why).
         StoreUnavailable: the coordinator cannot be reached.
     """
-    rec = _cells(store)
+    rec = _cells(store, mode)
     if cell not in rec.cell_map.cells:
         raise ConfigError(
             f"{store.url} has no cell {cell!r}; cells: {', '.join(rec.cell_map.cells)}"
         )
-    if mode not in MODES:
-        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
     logger.info("moving cell %s of %s to %s:%d (%s)", cell, store.url, host, port, mode)
     with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors(f"moving cell {cell}"):
         conn.execute(MOVE_SQL, (cell, host, port, mode))
@@ -106,9 +97,7 @@ def rebalance(store: Any, *, mode: str = "auto") -> None:
         ConfigError: not a ``citus://`` store or an unknown mode.
         StoreError: Citus refused.
     """
-    rec = _cells(store)
-    if mode not in MODES:
-        raise ConfigError(f"shard transfer mode must be one of {', '.join(MODES)}, got {mode!r}")
+    rec = _cells(store, mode)
     with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors("rebalancing"):
         conn.execute(REBALANCE_SQL, (mode,))
         conn.execute(REBALANCE_WAIT_SQL)

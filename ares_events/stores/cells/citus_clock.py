@@ -1,20 +1,5 @@
-"""The clock of a cell on Citus, given to the PostgreSQL recorder of that cell (a strategy,
-not branches inside the recorder).
-
-A cell of a ``citus://`` store is a distributed schema. Positions and the visibility bound
-come from the **coordinator** (one clock for every cell, unchanged when a cell moves);
-the rows commit on the cell's worker. A reader that trusts the coordinator's bound is safe
-only because of the commit order (docs/scaling.md, "Why a reader never passes over a
-committed event"):
-
-* **One-phase commit.** Rows are written with plain router ``INSERT ... VALUES``
-  statements, which Citus commits on the worker *before* the coordinator's transaction
-  ends. An ``INSERT ... SELECT`` from ``unnest()`` would run as a COPY, committed in two
-  phases, between which a reader passes over rows for good (issue 30).
-* **An unconfirmed commit is not an acknowledgement.** A worker failing during its
-  one-phase COMMIT is only a warning in Citus; the clock raises
-  :class:`~ares_events.errors.StoreUnavailable`, and the caller re-appends the same
-  (idempotent) events to learn the outcome.
+"""The clock of a cell on Citus (docs/scaling.md): positions from the coordinator, rows
+committed in one phase on the worker.
 
 It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
 """
@@ -41,10 +26,10 @@ COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
 SELECT_LAST_BELOW: Final = (
     "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
 )
-# The one-phase writes: router statements of plain VALUES (see the module docstring).
+# The one-phase writes: router statements of plain VALUES (docs/scaling.md).
 INSERT_EVENTS: Final = (
     "INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
-    " payload, payload_ref, metadata, recorded_at, prev_hash, hash) VALUES "
+    " payload, payload_ref, metadata, recorded_at, prev_hash, hash) VALUES {rows}"
 )
 EVENT_ROW: Final = "(%s, %s, %s, %s::uuid, %s, %s, %s, %s, %s, %s, %s, %s)"
 UPSERT_HEADS: Final = (
@@ -80,7 +65,7 @@ plain server's ``INSERT ... SELECT`` writes, which Citus commits in two phases."
 
 class CitusClock(ServerClock):
     """Positions and visibility from the coordinator, rows committed on the worker in one
-    phase before the coordinator's transaction ends (module docstring).
+    phase before the coordinator's transaction ends (docs/scaling.md).
 
     Args:
         q: the statements of the cell's schema.
@@ -179,12 +164,7 @@ class CitusClock(ServerClock):
         first = xid * 65536
         for lo in range(0, len(rows), ROWS_PER_INSERT):
             chunk = rows[lo : lo + ROWS_PER_INSERT]
-            n = len(chunk)
-            query = self._inserts.get(n)
-            if query is None:
-                query = self._render(INSERT_EVENTS + ", ".join([EVENT_ROW] * n))
-                if n < 64:  # the common sizes; a rare large batch is rendered each time
-                    self._inserts[n] = query
+            query = self._rows(self._inserts, INSERT_EVENTS, EVENT_ROW, len(chunk))
             args: list[Any] = []
             for i, (sid, s) in enumerate(chunk, start=lo):
                 e = s.event
@@ -206,13 +186,16 @@ class CitusClock(ServerClock):
         return out
 
     def _upsert(self, heads: list[tuple[str, int, bytes]]) -> Statement:
-        n = len(heads)
-        query = self._heads.get(n)
-        if query is None:
-            query = self._render(UPSERT_HEADS.replace("{rows}", ", ".join([HEAD_ROW] * n)))
-            if n < 64:
-                self._heads[n] = query
+        query = self._rows(self._heads, UPSERT_HEADS, HEAD_ROW, len(heads))
         return (query, [v for h in heads for v in h], None)
+
+    def _rows(self, cache: dict[int, sql.Composed], text: str, row: str, n: int) -> sql.Composed:
+        query = cache.get(n)
+        if query is None:
+            query = self._render(text.replace("{rows}", ", ".join([row] * n)))
+            if n < 64:  # the common sizes; a rare large batch is rendered each time
+                cache[n] = query
+        return query
 
 
 def _wakeup_at(channel: str | None, last_position: int) -> tuple[Statement, ...]:

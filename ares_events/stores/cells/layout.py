@@ -1,13 +1,5 @@
 """The cell layout, without I/O: partitions, the cell map, cursors and cell URLs.
 
-A cell store is a fixed number of logical **partitions** (chosen at ``init``), each held by
-one **cell** (a PostgreSQL store in its own schema); a stream's partition is a stable hash
-of its id (:func:`partition_of`). Cells on one transaction-id clock have positions already
-unique and ordered across cells. Otherwise ``read_all`` gives each event a **cursor**: one
-position per cell packed into one int (:func:`pack`: cell ``i`` in bits ``64*i ..
-64*i+63``), which, passed back as ``after_position``, resumes every cell right after what
-the merge had consumed; :func:`point` makes one from a single cell's position.
-
 It may import the core's events and :mod:`ares_events.errors`.
 """
 
@@ -61,11 +53,8 @@ def partition_of(stream_id: str, partitions: int) -> int:
 
 
 def pack(parts: Sequence[int]) -> int:
-    """One cursor from one position per cell."""
-    out = 0
-    for i, p in enumerate(parts):
-        out |= p << (SLOT_BITS * i)
-    return out
+    """One cursor from one position per cell (cell ``i`` in bits ``64*i .. 64*i+63``)."""
+    return sum(p << (SLOT_BITS * i) for i, p in enumerate(parts))
 
 
 def unpack(cursor: int, cells: int, field: str = "after_position") -> list[int]:
@@ -82,7 +71,7 @@ def unpack(cursor: int, cells: int, field: str = "after_position") -> list[int]:
 
 
 def point(cell: int, position: int) -> int:
-    """The position of one event of cell ``cell`` outside a merge (see the module doc)."""
+    """The cursor of one event of cell ``cell`` outside a merge (the other cells' parts 0)."""
     return position << (SLOT_BITS * cell)
 
 
@@ -184,14 +173,8 @@ DEFAULT_CELLS: Final = 3
 
 
 def parse_cells_url(url: StoreURL) -> CellsConfig:
-    """Parse ``citus://`` or ``pgcells://`` (docs/scaling.md).
-
-    ``citus://user@coordinator:port/db?partitions=N&cells=K``: K cell schemas
-    ``<prefix>_1 .. <prefix>_K`` made distributed schemas through the coordinator.
-    ``pgcells://user@host:port/db?partitions=N&cells=K``: the same schemas on one plain
-    server; with ``hosts=h1:p1,h2:p2,...`` the cells go round-robin over those servers
-    (cells defaults to the number of hosts). Every other parameter is passed to each cell's
-    ``postgresql://`` URL (``pool_max``, ``notify``, libpq options).
+    """Parse ``citus://`` or ``pgcells://`` (docs/scaling.md gives the parameters); every
+    other parameter goes to each cell's ``postgresql://`` URL.
 
     Raises:
         ConfigError: a bad number of partitions or cells, a bad prefix or host.
@@ -214,8 +197,8 @@ def parse_cells_url(url: StoreURL) -> CellsConfig:
     for h in hosts:
         if not re.fullmatch(r"[A-Za-z0-9_.\-\[\]:]+", h):
             raise ConfigError(f"bad host {h!r} in {where}")
-    partitions = _count(params, "partitions", None, where, MAX_PARTITIONS)
-    cells = _count(params, "cells", None, where)
+    partitions = _count(params, "partitions", where, MAX_PARTITIONS)
+    cells = _count(params, "cells", where)
     if cells is not None and partitions is not None and cells > partitions:
         raise ConfigError(f"cells ({cells}) must not exceed partitions ({partitions}) in {where}")
     prefix = params.get("prefix", "ares_cell")
@@ -245,12 +228,10 @@ def parse_cells_url(url: StoreURL) -> CellsConfig:
     )
 
 
-def _count(
-    params: dict[str, str], key: str, default: int | None, where: str, top: int = MAX_CELLS
-) -> int | None:
+def _count(params: dict[str, str], key: str, where: str, top: int = MAX_CELLS) -> int | None:
     raw = params.get(key)
     if raw is None:
-        return default
+        return None
     try:
         n = int(raw)
     except ValueError:

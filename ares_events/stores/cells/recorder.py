@@ -1,14 +1,6 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
-""":class:`CellsRecorder`: a store of many cells (one face written, the other generated).
-
-Every per-stream operation goes to the one cell that holds the stream's partition
-(:mod:`.layout`), with that cell's own guarantees. What spans cells (docs/scaling.md):
-``read_all`` and ``positions`` merge the cells' global orders: on a shared transaction-id
-clock (schemas of one database, or Citus) up to the highest position final in every cell,
-so positions stay plain ints; otherwise each event carries the merge's cursor (one
-position per cell), so a reader resumes exactly after it. ``append_many`` must fall in one
-cell (else :class:`~ares_events.errors.CrossCellError`: it would not be atomic); metadata
-lives in the first cell, the cell map in every cell.
+""":class:`CellsRecorder`: a store of many cells (one face written, the other
+generated; docs/scaling.md).
 
 It may import the core, :mod:`ares_events.errors`, the PostgreSQL backend and the
 archive's formats.
@@ -67,7 +59,7 @@ _MAX_LOCAL = 1 << 63
 
 
 class CellsRecorder:
-    """A store of many cells, each an :class:`PostgresRecorder` (module docstring).
+    """A store of many cells, each an :class:`PostgresRecorder` (docs/scaling.md).
 
     Args:
         cells: the cells' recorders, in cell order (this recorder closes them).
@@ -179,14 +171,8 @@ class CellsRecorder:
         return rec
 
     def _record_map(self, *, new: bool, create: bool) -> None:
-        """Record the map of a new store in every cell (the first cell decides: concurrent
-        inits of one store agree on its map); for an existing one, check every cell holds
-        it (recording it where an interrupted init left it out, unless ``create=False``).
-
-        Raises:
-            ConfigError: a cell records another map.
-            StoreNotFound: ``create=False`` and a cell holds no map.
-        """
+        """Record the map of a new store in every cell (the first cell decides), or check
+        that every cell of an existing one holds it (filling in what an interrupted init missed)."""
         want = self.cell_map.to_json()
         if new:
             stored = self.cells[0].meta_put_if_absent(CELLS_KEY, want)
@@ -306,13 +292,11 @@ class CellsRecorder:
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
-        """Every cell merged (module docstring): on a shared clock by position, up to the
+        """Every cell merged (docs/scaling.md): on a shared clock by position, up to the
         highest position final in every cell; else each event with the merge's cursor."""
         if self.shared_clock:
             # Every cell is read below the same top: a cell's own fresh bound can come out
-            # lower than the one top was read under (an xid that ended between a
-            # statement's snapshot and its activity check bounds it conservatively), and
-            # the merge would then step over that cell's rows below top for good.
+            # lower (postgres/sql.py), and the merge would step over its rows for good.
             top = self._final_top(after_position)
             its = [
                 c.read_all(after_position, limit, stream_prefix=stream_prefix, below=top + 1)
@@ -340,10 +324,7 @@ class CellsRecorder:
                         return
 
     def _final_top(self, after_position: int) -> int:
-        """On a shared clock: the highest position below which every cell's rows are final
-        (each cell's last visible position is below the clock's visibility bound at the
-        time it was read, and that bound holds for every cell: one transaction-id space),
-        so a merge up to it never yields an event before one that can still commit."""
+        """On a shared clock: the highest position below which every cell's rows are final."""
         if type(after_position) is not int or after_position < 0:
             raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
         return max([c.last_position() for c in self.cells])
@@ -436,11 +417,8 @@ class CellsRecorder:
     def delete_archived(
         self, first_position: int, last_position: int, expected: Sequence[ArchivedRow]
     ) -> int:
-        """Delete the rows a segment holds, each cell its own (routed by stream id), each
-        cell in its own transaction, checked row by row as a single store checks them.
-        A crash between cells leaves the rest for the next archive run, which finishes
-        the deletes of recorded segments first; a cell whose rows are already gone
-        deletes nothing.
+        """Delete the rows a segment holds, each cell its own in its own transaction (a
+        crash between cells leaves the rest to the next archive run).
 
         Raises:
             StoreError: a cell's rows differ from the segment (that cell deletes nothing).
@@ -535,11 +513,8 @@ def _merge(
     cursor: bool = True,
     order: Callable[[Any], Any] | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """Merge iterators, one per cell, each sorted by ``key``: the cell whose next item has
-    the smallest ``order`` (default: ``key``; ties: the lower cell) goes first; each item
-    comes with the cursor after it (``parts`` with the item's cell part set to its key, a
-    cell position); ``cursor=False``: keys are not positions, and the cursor is 0. Which
-    cell goes first never affects what a cursor resumes: each part is one cell's own."""
+    """Merge per-cell iterators sorted by ``key`` (by ``order`` first; ties: the lower
+    cell), each item with the cursor after it (0 with ``cursor=False``)."""
     by = order or key
     cur = list(parts)
     heap: list[tuple[Any, int, Any]] = []

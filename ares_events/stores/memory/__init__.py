@@ -1,13 +1,5 @@
-"""In-process store: ``memory://`` (private per open) or ``memory://NAME`` (shared by name).
-
-Fast and not durable; for tests, examples and ephemeral agents. ``close()`` ends this
-handle (every later call raises :class:`~ares_events.errors.StoreClosed`, and waiters in
-``wait_for`` wake up with it); the data of ``memory://NAME`` stays for the other handles
-of that name until the process ends, whichever face (blocking or asyncio) opened them.
-
-What lives here: :mod:`.data` (the tables and the registry of named stores, shared by
-both faces), :mod:`.recorder_async` (``AsyncMemoryRecorder``, written by hand) and
-:mod:`.recorder` (``MemoryRecorder``, generated from it).
+"""In-process store: ``memory://`` (private per open) or ``memory://NAME`` (shared by name
+in this process); not durable.
 
 It may import the core and :mod:`ares_events.errors`.
 """

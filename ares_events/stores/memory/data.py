@@ -1,9 +1,5 @@
 """The memory store's tables, shared by both faces and by every handle of one name.
 
-One :class:`MemoryData` per store: ``memory://NAME`` finds its data in a process-wide
-registry (:func:`data_for`), so a blocking and an asyncio handle of one name are the same
-store, and an append by either wakes the waiters of both (``watchers``).
-
 It may import the core and :mod:`ares_events.errors`.
 """
 

@@ -1,6 +1,4 @@
-"""Read models and signed checkpoints of a memory store, in process (one per
-:class:`~ares_events.stores.memory.data.MemoryData`, so every handle of ``memory://NAME``
-sees the same ones). Every operation is atomic under one lock.
+"""Read models and signed checkpoints of a memory store, in process, atomic under one lock.
 
 It may import the core.
 """

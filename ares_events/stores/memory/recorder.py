@@ -1,13 +1,6 @@
 # Generated from recorder_async.py by tools/async_to_sync.py: do not edit.
 """The memory recorder: :class:`MemoryRecorder` (one face written, the other generated).
 
-The memory store does no I/O, so every operation runs where it is called, under the
-store's lock (held only for a few list operations, never across an ``await``). On the
-asyncio face each operation still yields to the loop once, and a read every
-:data:`FAIR_EVERY` events, so a task looping over appends or reads never starves the
-others. Waiters on the asyncio face register a callback that wakes their loop
-thread-safely, so an append of either face wakes them.
-
 It may import the core, :mod:`ares_events.errors` and :mod:`.data`.
 """
 
@@ -15,7 +8,9 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import heapq
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
@@ -108,6 +103,13 @@ class MemoryRecorder:
     def _check(self, action: str | None = None) -> None:
         if self._closed:
             raise StoreClosed(self.describe(), action)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[MemoryData]:
+        _fair()
+        with self._d.lock:
+            self._check()
+            yield self._d
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -205,10 +207,8 @@ class MemoryRecorder:
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.tracking.get(name)
+        with self._locked() as d:
+            return d.tracking.get(name)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -235,16 +235,11 @@ class MemoryRecorder:
             log = self._d.log
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
             if stream_prefix:
-                want = len(log) if limit is None else limit
-                chunk: list[RecordedEvent] = []
-                for i in range(start, len(log)):
-                    if len(chunk) >= want:
-                        break
-                    if log[i].stream_id.startswith(stream_prefix):
-                        chunk.append(log[i])
+                rest = map(log.__getitem__, range(start, len(log)))  # no copy, no skip
+                hits = (e for e in rest if e.stream_id.startswith(stream_prefix))
+                chunk = list(itertools.islice(hits, limit))
             else:
-                stop = len(log) if limit is None else min(len(log), start + limit)
-                chunk = log[start:stop]
+                chunk = log[start : None if limit is None else start + limit]
         return _each(map(fresh, chunk))
 
     def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
@@ -259,10 +254,8 @@ class MemoryRecorder:
 
     def head(self, stream_id: str) -> Head | None:
         """Current head."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.heads.get(stream_id)
+        with self._locked() as d:
+            return d.heads.get(stream_id)
 
     def heads(self) -> Iterator[tuple[str, Head]]:
         """All heads, sorted by stream id."""
@@ -273,10 +266,8 @@ class MemoryRecorder:
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """One page of heads in stream id order (a partial sort: O(n log limit))."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            heads = self._d.heads
+        with self._locked() as d:
+            heads = d.heads
             ids = [
                 sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
             ]
@@ -284,10 +275,8 @@ class MemoryRecorder:
 
     def last_position(self) -> int:
         """Number of events in the log."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return len(self._d.log)
+        with self._locked() as d:
+            return len(d.log)
 
     def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event beyond ``position`` exists or ``timeout`` passes; woken by
@@ -308,24 +297,18 @@ class MemoryRecorder:
 
     def meta_get(self, key: str) -> str | None:
         """A value of the store's metadata (its identity lives there)."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.get(key)
+        with self._locked() as d:
+            return d.meta.get(key)
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.setdefault(key, value)
+        with self._locked() as d:
+            return d.meta.setdefault(key, value)
 
     def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""
-        _fair()
-        with self._d.lock:
-            self._check()
-            self._d.meta[key] = value
+        with self._locked() as d:
+            d.meta[key] = value
 
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
         """Uniqueness violations (none: this store cannot hold any); for the audit."""

@@ -1,12 +1,5 @@
 """The memory recorder: :class:`AsyncMemoryRecorder` (one face written, the other generated).
 
-The memory store does no I/O, so every operation runs where it is called, under the
-store's lock (held only for a few list operations, never across an ``await``). On the
-asyncio face each operation still yields to the loop once, and a read every
-:data:`FAIR_EVERY` events, so a task looping over appends or reads never starves the
-others. Waiters on the asyncio face register a callback that wakes their loop
-thread-safely, so an append of either face wakes them.
-
 It may import the core, :mod:`ares_events.errors` and :mod:`.data`.
 """
 
@@ -16,6 +9,7 @@ import bisect
 import builtins
 import contextlib
 import heapq
+import itertools
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
@@ -45,7 +39,6 @@ if ASYNC:
     import asyncio
 
     async def _fair() -> None:
-        """Let the loop's other tasks run (the memory store never waits otherwise)."""
         await asyncio.sleep(0)
 
 else:
@@ -131,6 +124,13 @@ class AsyncMemoryRecorder:
     def _check(self, action: str | None = None) -> None:
         if self._closed:
             raise StoreClosed(self.describe(), action)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[MemoryData]:
+        await _fair()
+        with self._d.lock:
+            self._check()
+            yield self._d
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -228,10 +228,8 @@ class AsyncMemoryRecorder:
 
     async def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.tracking.get(name)
+        async with self._locked() as d:
+            return d.tracking.get(name)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -258,16 +256,11 @@ class AsyncMemoryRecorder:
             log = self._d.log
             start = bisect.bisect_right(log, after_position, key=lambda e: e.position)
             if stream_prefix:
-                want = len(log) if limit is None else limit
-                chunk: list[RecordedEvent] = []
-                for i in range(start, len(log)):
-                    if len(chunk) >= want:
-                        break
-                    if log[i].stream_id.startswith(stream_prefix):
-                        chunk.append(log[i])
+                rest = map(log.__getitem__, range(start, len(log)))  # no copy, no skip
+                hits = (e for e in rest if e.stream_id.startswith(stream_prefix))
+                chunk = list(itertools.islice(hits, limit))
             else:
-                stop = len(log) if limit is None else min(len(log), start + limit)
-                chunk = log[start:stop]
+                chunk = log[start : None if limit is None else start + limit]
         return _each(map(fresh, chunk))
 
     def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
@@ -282,10 +275,8 @@ class AsyncMemoryRecorder:
 
     async def head(self, stream_id: str) -> Head | None:
         """Current head."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.heads.get(stream_id)
+        async with self._locked() as d:
+            return d.heads.get(stream_id)
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """All heads, sorted by stream id."""
@@ -298,10 +289,8 @@ class AsyncMemoryRecorder:
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
         """One page of heads in stream id order (a partial sort: O(n log limit))."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            heads = self._d.heads
+        async with self._locked() as d:
+            heads = d.heads
             ids = [
                 sid for sid in heads if sid > after and (prefix is None or sid.startswith(prefix))
             ]
@@ -309,10 +298,8 @@ class AsyncMemoryRecorder:
 
     async def last_position(self) -> int:
         """Number of events in the log."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return len(self._d.log)
+        async with self._locked() as d:
+            return len(d.log)
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event beyond ``position`` exists or ``timeout`` passes; woken by
@@ -373,24 +360,18 @@ class AsyncMemoryRecorder:
 
     async def meta_get(self, key: str) -> str | None:
         """A value of the store's metadata (its identity lives there)."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.get(key)
+        async with self._locked() as d:
+            return d.meta.get(key)
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is there; return the stored value."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            return self._d.meta.setdefault(key, value)
+        async with self._locked() as d:
+            return d.meta.setdefault(key, value)
 
     async def meta_set(self, key: str, value: str) -> None:
         """Store ``value`` under ``key``, replacing what is there."""
-        await _fair()
-        with self._d.lock:
-            self._check()
-            self._d.meta[key] = value
+        async with self._locked() as d:
+            d.meta[key] = value
 
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
         """Uniqueness violations (none: this store cannot hold any); for the audit."""

@@ -1,11 +1,5 @@
-"""Binary ``text[]`` and ``bytea[]`` parameters built in one pass.
-
-An append sends its batch as a few one-dimensional arrays (:mod:`.sql`). psycopg's generic
-list dumper works element by element in Python; these write PostgreSQL's binary array
-format directly (``ndim, has_nulls, element oid, length, lower bound`` as 32-bit big-endian
-integers, then per element a 32-bit length, -1 for NULL, and the bytes), in about half the
-time. A connection that does not know the dumpers treats :class:`TextArray` and
-:class:`ByteaArray` as the plain lists they are, so the result is the same either way.
+"""Binary ``text[]`` and ``bytea[]`` parameters built in one pass (psycopg's generic list
+dumper works element by element).
 
 It may import psycopg only.
 """

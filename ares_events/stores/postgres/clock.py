@@ -1,11 +1,5 @@
-"""The clock of a PostgreSQL store: where an event's position and the readers' visibility
-bound come from, and the statements that write an append's rows under them.
-
-:class:`ServerClock` is the plain server's: positions are this server's transaction ids,
-taken in the statement that writes the rows, and every read statement bounds itself. Cells
-on Citus hand the recorder :class:`ares_events.stores.cells.citus_clock.CitusClock`
-instead, so the recorder holds no branch for any layout. A clock does no I/O (it names
-statements and reads their results), so both faces of the recorder share it.
+"""The clock of a PostgreSQL store: where positions and the visibility bound come from,
+and the statements that write an append's rows under them (:class:`ServerClock`).
 
 It may import the core's value types, psycopg and :mod:`.sql`, :mod:`.arrays`.
 """
@@ -62,7 +56,7 @@ def column_arrays(sealed: Sequence[SealedEvent]) -> tuple[Any, ...]:
 
 
 class ServerClock:
-    """Positions and visibility from the server that holds the rows (module docstring).
+    """Positions and visibility from the server that holds the rows.
 
     Args:
         q: the statements of the recorder's schema.
@@ -120,22 +114,13 @@ class ServerClock:
         """``append_many``'s write: every batch's events (consecutive positions in batch
         order), the heads, the tracking row and the wake-up, one statement."""
         flat = [(sid, s) for sid, _, ss in batches for s in ss]
-        evs = [s.event for _, s in flat]
         lasts = [ss[-1] for _, _, ss in batches]
         name = tracking[0] if tracking is not None else None
         args = (
             xid,
             TextArray([sid for sid, _ in flat]),
             [s.version for _, s in flat],
-            TextArray([e.event_id for e in evs]),
-            TextArray([e.type for e in evs]),
-            TextArray([e.module for e in evs]),
-            ByteaArray([e.payload_bytes for e in evs]),
-            TextArray([ref_text(e.payload_ref) for e in evs]),
-            ByteaArray([e.meta_json for e in evs]),
-            TextArray([e.at for e in evs]),
-            ByteaArray([s.prev_hash for _, s in flat]),
-            ByteaArray([s.hash for _, s in flat]),
+            *column_arrays([s for _, s in flat]),
             [sid for sid, _, _ in batches],
             [s.version for s in lasts],
             [s.hash for s in lasts],

@@ -1,12 +1,9 @@
 # Generated from connection_async.py by tools/async_to_sync.py: do not edit.
-"""Connections of the PostgreSQL backend, per face: the pool with a capped reconnection
-delay and a round-trip-free health check, the direct outage probe, and a clean rollback.
+"""Connections of the PostgreSQL backend, per face: the pool, the outage probe, a clean
+rollback.
 
-The shared driver glue (error translation, scrubbing, the socket test) is in
-:mod:`.driver`.
-
-It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's SQL and
-driver glue.
+It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's driver
+glue.
 """
 
 from __future__ import annotations
@@ -47,12 +44,8 @@ def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException
 
 
 def check_alive(conn: psycopg.Connection[Any]) -> None:
-    """Pool ``check``: fail a connection the server has closed, without a round trip.
-
-    An idle pooled connection has nothing to read; a terminated backend (restart,
-    ``pg_terminate_backend``) has sent an error and EOF. Only then ping it, which raises
-    on a dead connection (and the pool replaces it).
-    """
+    """Pool ``check``: ping a connection only when it has something to read (a terminated
+    backend's error and EOF), which fails a dead one without a round trip otherwise."""
     if needs_ping(conn):
         conn.execute("")
 

@@ -1,13 +1,6 @@
-"""Driver glue both PostgreSQL faces share: the one place driver errors become
-ares_events errors (:class:`DriverErrors`), password scrubbing, the pool health
-check's socket test, the outage probe's settings, the direct connection check at open and
-the pool-like wrapper of a caller's single connection.
-
-Outages: the pool retries a lost server at least every :data:`MAX_RECONNECT_DELAY`
-seconds (psycopg_pool's own backoff doubles without a useful cap), and a caller that gets
-no connection within :data:`FIRST_WAIT` seconds asks the server directly: a server that
-does not answer is reported as unreachable at once, instead of as an exhausted pool after
-``pool_timeout``.
+"""Driver glue both PostgreSQL faces share: :class:`DriverErrors`, password scrubbing, the
+health check's socket test, the outage probe's settings, the check at open and
+:class:`SingleConnection`.
 
 It may import :mod:`ares_events.errors`, psycopg and psycopg_pool.
 """
@@ -172,18 +165,13 @@ class DriverErrors:
                 if self.statement_timeout
                 else "statement_timeout"
             )
+            nothing = "; nothing was written" if what.startswith("append") else ""
             raise StoreUnavailable(
                 f"{what} in {description} was cancelled by the server ({limit} "
-                "exceeded, or cancelled by an administrator); nothing was written"
-                if what.startswith("append")
-                else f"{what} in {description} was cancelled by the server ({limit} "
-                "exceeded, or cancelled by an administrator)"
+                f"exceeded, or cancelled by an administrator){nothing}"
             ) from exc
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            raise StoreUnavailable(
-                f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
-            ) from exc
-        raise StoreError(
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        raise (StoreUnavailable if lost else StoreError)(
             f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
         ) from exc
 

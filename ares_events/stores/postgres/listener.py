@@ -1,10 +1,5 @@
 # Generated from listener_async.py by tools/async_to_sync.py: do not edit.
-"""Wake-ups of the PostgreSQL backend: one ``LISTEN`` connection per store, in a task of
-the event loop (asyncio face) or a background thread (blocking face).
-
-Appends send a ``NOTIFY`` on the store's channel (unless ``notify=false``); waiters
-recheck the visible position after LISTEN is active and after every notification, so a
-wake-up is never missed. Without notifications, waiting polls with backoff.
+"""Wake-ups of the PostgreSQL backend: one ``LISTEN`` connection per store, and waiting.
 
 It may import psycopg and this package's SQL and driver glue.
 """
@@ -60,7 +55,6 @@ class Listener:
         self._thread.start()
 
     def _bump(self, listening: bool) -> None:
-        """A notification (or a change of health): wake every waiter."""
         with self._cond:
             self.generation += 1
             self.listening = listening

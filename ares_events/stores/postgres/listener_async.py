@@ -1,9 +1,4 @@
-"""Wake-ups of the PostgreSQL backend: one ``LISTEN`` connection per store, in a task of
-the event loop (asyncio face) or a background thread (blocking face).
-
-Appends send a ``NOTIFY`` on the store's channel (unless ``notify=false``); waiters
-recheck the visible position after LISTEN is active and after every notification, so a
-wake-up is never missed. Without notifications, waiting polls with backoff.
+"""Wake-ups of the PostgreSQL backend: one ``LISTEN`` connection per store, and waiting.
 
 It may import psycopg and this package's SQL and driver glue.
 """
@@ -71,7 +66,6 @@ class AsyncListener:
             self._thread.start()
 
     def _bump(self, listening: bool) -> None:
-        """A notification (or a change of health): wake every waiter."""
         if ASYNC:
             self.generation += 1
             self.listening = listening

@@ -1,9 +1,5 @@
-"""The PostgreSQL backend's URL parameters and keyword options, parsed once.
-
-``schema``, ``pool_min``, ``pool_max``, ``pool_timeout``, ``statement_timeout``,
-``page_size``, ``migrate`` and ``notify`` are the backend's own (docs/configuration.md);
-every other parameter must be a libpq option and is passed through. libpq options that
-carry a secret are refused in the query string.
+"""The PostgreSQL backend's URL parameters and keyword options, parsed once
+(docs/configuration.md).
 
 It may import the core (``StoreURL``, ``parse_bool``), :mod:`ares_events.errors` and psycopg.
 """
@@ -128,8 +124,8 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         else None
     )
     page_size = _int_opt(own, "page_size", 2000, where, minimum=1)
-    migrate = _bool_opt(own, "migrate", where)
-    notify = _bool_opt(own, "notify", where)
+    migrate = parse_bool(own.get("migrate", True), "migrate", where)
+    notify = parse_bool(own.get("notify", True), "notify", where)
     kwargs: dict[str, Any] = {k: v for k, v in params.items() if k in libpq}
     if url.host:
         kwargs.setdefault("host", url.host)
@@ -178,10 +174,6 @@ def _int_opt(opts: dict[str, Any], key: str, default: int, where: str, *, minimu
     if value < minimum:
         raise ConfigError(f"{key} must be >= {minimum}, got {value} in {where}")
     return value
-
-
-def _bool_opt(opts: dict[str, Any], key: str, where: str) -> bool:
-    return parse_bool(opts.get(key, True), key, where)
 
 
 def _float_opt(opts: dict[str, Any], key: str, default: float, where: str) -> float:

@@ -2,12 +2,6 @@
 connections, the append protocol, reads, metadata, erasure, wake-ups and close of the
 PostgreSQL backend, written once for both faces.
 
-The guarantees and their cost are in docs/architecture.md ("PostgreSQL"). Every statement
-is a named field of :class:`~.sql.Statements` (``self.sql.append_next_one``), next to its
-comment in :mod:`.sql`. The blocking recorder prepares the schema in its constructor; the
-asyncio one in :meth:`AsyncPostgresRecorder.open`, on a blocking connection in a worker
-thread (the migration code exists once).
-
 It may import the core, :mod:`ares_events.errors`, psycopg and psycopg_pool, and the other
 modules of this package.
 """
@@ -18,8 +12,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -91,6 +85,7 @@ if TYPE_CHECKING:
     from ares_events.stores.sql_read_models import SQLReadModels
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["MAX_BATCH", "RETRIES", "AsyncPostgresRecorder"]
 
@@ -106,7 +101,6 @@ _FAR: Final = 2**62
 
 
 def _check_batch_size(n: int, stream_id: str | None = None) -> None:
-    """Refuse a batch whose positions would not fit (before any I/O)."""
     if n > MAX_BATCH:
         raise InvalidEvent(
             "events",
@@ -126,8 +120,7 @@ def _retryable(exc: BaseException, attempt: int) -> bool:
 
 
 def _cursor(conn: Any) -> Any:
-    """The connection's binary cursor, made once and reused by every operation on it (a
-    new cursor per statement costs more client CPU than a short statement's own work)."""
+    """The connection's binary cursor, made once (one per statement costs more CPU)."""
     cur = conn.__dict__.get("_ares_cursor")
     if cur is None or cur.closed:
         cur = conn.__dict__["_ares_cursor"] = conn.cursor(binary=True)
@@ -137,8 +130,6 @@ def _cursor(conn: Any) -> Any:
 def _prepare_on_new_connection(
     conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
 ) -> None:
-    """In a worker thread, at the asyncio face's open: the existence check and the
-    migrations on one blocking connection (so the migration code exists once)."""
     with (
         DriverErrors(
             f"preparing schema {schema!r} of {where}",
@@ -241,8 +232,8 @@ class AsyncPostgresRecorder:
         self.sql = Statements.for_schema(schema)
         self._make_clock = clock
         self.clock = clock(self.sql)
-        self._final = 0  # see _below
         """Where positions and the visibility bound come from (:mod:`.clock`)."""
+        self._final = 0  # see _below
         self.predict_heads = self.clock.predict_heads
         self.channel = channel_for(schema)
         self._secret = secret or None
@@ -386,7 +377,6 @@ class AsyncPostgresRecorder:
         return f"{type(self).__name__}({self._description!r}, schema={self.schema!r})"
 
     def _describe_pool(self) -> str:
-        """A label for a caller's pool or connection (only ever a label)."""
         conninfo, kwargs = self._listen_args
         try:
             info = psycopg.conninfo.conninfo_to_dict(conninfo, **kwargs)
@@ -397,7 +387,6 @@ class AsyncPostgresRecorder:
             return "postgresql://(caller-provided pool)"
 
     def _translate_errors(self, what: str) -> DriverErrors:
-        """Map driver and pool errors to ares_events errors (one place; always ``from exc``)."""
         return DriverErrors(
             what,
             self._description,
@@ -414,17 +403,8 @@ class AsyncPostgresRecorder:
 
     @contextlib.asynccontextmanager
     async def _conn(self, what: str, *, translate: bool = True) -> AsyncIterator[Any]:
-        """One unit of work on a pooled connection: the operation gate (close waits for
-        it), the outage diagnosis and the error mapping, in one place.
-
-        ``translate=False`` maps only the checkout's errors and leaves the driver errors of
-        the block to the caller (who names its own action), except after ``close()``.
-
-        Raises:
-            StoreClosed: the store is closed, or was closed while this ran.
-            StoreUnavailable: the server is unreachable, or the pool is exhausted.
-            StoreError: any other database error.
-        """
+        """One unit of work on a pooled connection: the gate, the outage diagnosis and the
+        error mapping; ``translate=False`` leaves the block's driver errors to the caller."""
         gate = self._gate
         gate.enter(what)
         try:
@@ -438,7 +418,7 @@ class AsyncPostgresRecorder:
             finally:
                 with self._inflight_lock:
                     self._inflight.discard(conn)
-                await self._checkin(conn)
+                await self.pool.putconn(conn)
         except (StoreError, psycopg.Error) as exc:
             if gate.closed and not isinstance(exc, StoreClosed):
                 raise StoreClosed(self._description, what) from exc
@@ -447,14 +427,8 @@ class AsyncPostgresRecorder:
             gate.exit()
 
     async def _checkout(self, what: str) -> Any:
-        """A pooled connection; after :data:`FIRST_WAIT` seconds without one, the server
-        is asked directly: an unreachable server is reported at once, a reachable one
-        means a busy pool and the rest of ``pool_timeout`` is waited for.
-
-        Raises:
-            StoreUnavailable: the server does not answer.
-            psycopg_pool.PoolTimeout: no connection within ``pool_timeout``.
-        """
+        """A pooled connection; after :data:`FIRST_WAIT` seconds without one, an
+        unreachable server is reported at once, a busy pool is waited for."""
         pool = self.pool
         total = self._pool_timeout
         if total is None:
@@ -478,9 +452,6 @@ class AsyncPostgresRecorder:
                 f"({scrub(' '.join(str(problem).split()), self._secret)})"
             ) from problem
         return await pool.getconn(max(total - (time.monotonic() - started), 0.001))
-
-    async def _checkin(self, conn: Any) -> None:
-        await self.pool.putconn(conn)
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
@@ -510,11 +481,6 @@ class AsyncPostgresRecorder:
             heads.clear()
         heads[stream_id] = head
 
-    def _forget(self, batches: Sequence[Batch]) -> None:
-        """A failed append: its predicted heads may be wrong now."""
-        for b in batches:
-            self._heads.pop(b.stream_id, None)
-
     def _check_xid(self, xid: int) -> None:
         if xid >= _MAX_XID:
             raise StoreError(
@@ -536,21 +502,32 @@ class AsyncPostgresRecorder:
             StoreError: any other database error.
         """
         _check_batch_size(len(batch.events), batch.stream_id)
-        what = f"append to stream {batch.stream_id!r}"
+
+        async def run(conn: Any) -> AppendOutcome:
+            outcome = await self._append_fast(conn, batch, expected_version)
+            if outcome is None:
+                with self.clock.writing(conn, self._description):
+                    outcome = await self._append_locked(conn, batch, expected_version)
+            return outcome
+
+        return await self._appending(f"append to stream {batch.stream_id!r}", [batch], run)
+
+    async def _appending(
+        self, what: str, batches: Sequence[Batch], run: Callable[[Any], Awaitable[T]]
+    ) -> T:
+        """``run`` on a pooled connection, retried after a unique violation (a concurrent
+        append of the same ids: the retry's id check decides)."""
         for attempt in range(RETRIES):
             try:
                 async with self._conn(what) as conn:
                     try:
-                        outcome = await self._append_fast(conn, batch, expected_version)
-                        if outcome is None:
-                            with self.clock.writing(conn, self._description):
-                                outcome = await self._append_locked(conn, batch, expected_version)
-                        return outcome
+                        return await run(conn)
                     except BaseException:
                         await rollback_quietly(conn)  # no transaction left open
                         raise
-            except BaseException as exc:  # cancelled too: the prediction may be stale
-                self._forget([batch])
+            except BaseException as exc:  # cancelled too: the predictions may be stale
+                for b in batches:
+                    self._heads.pop(b.stream_id, None)
                 if _retryable(exc, attempt):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
@@ -641,10 +618,8 @@ class AsyncPostgresRecorder:
         )
 
     async def _pipeline(self, conn: Any, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Several statements in one round trip (libpq pipeline mode, synced once at the
-        end). Each is ``(query, args, fetch)`` with fetch ``None``, ``"one"`` or ``"all"``;
-        the result is each statement's fetch, in order. Unprepared: planned for the table
-        as it is now (see migration step 3)."""
+        """Statements ``(query, args, fetch)`` (fetch ``None``, ``"one"``, ``"all"``) in one
+        round trip, unprepared (see migration step 3); each statement's fetch, in order."""
         async with conn.pipeline():
             curs = [await conn.execute(q, a, binary=True, prepare=False) for q, a, _ in stmts]
         out: list[Any] = []
@@ -667,7 +642,6 @@ class AsyncPostgresRecorder:
     async def _append_locked(
         self, conn: Any, batch: Batch, expected_version: ExpectedVersion
     ) -> AppendOutcome:
-        """Two round trips under the stream's advisory lock (docs/architecture.md)."""
         stream_id = batch.stream_id
         ids = batch.event_ids
         q = self.sql
@@ -706,14 +680,8 @@ class AsyncPostgresRecorder:
         batches: Sequence[tuple[Batch, ExpectedVersion]],
         tracking: TrackingRecord | None,
     ) -> list[AppendOutcome]:
-        """Several batches (and a tracking record) in one transaction.
-
-        The stream locks (and the tracking name's) are taken in one sorted order, so
-        concurrent multi-stream appends cannot deadlock; then, in later statements (fresh
-        snapshots), the heads, the ids and the tracked position are read and checked,
-        every batch is sealed against its head, and one statement writes the events
-        (consecutive positions ``xid * 65536 + i`` in batch order), the heads, the
-        tracking row and the wake-up.
+        """Several batches (and a tracking record) in one transaction, the locks taken in
+        one sorted order (LOCK_MANY), positions consecutive in batch order.
 
         Raises:
             InvalidEvent: more than 65,535 events in all.
@@ -723,22 +691,13 @@ class AsyncPostgresRecorder:
             StoreError: any other database error.
         """
         _check_batch_size(sum(len(b.events) for b, _ in batches))
+
+        async def run(conn: Any) -> list[AppendOutcome]:
+            with self.clock.writing(conn, self._description):
+                return await self._append_many(conn, batches, tracking)
+
         what = f"append to {len(batches)} stream(s)"
-        for attempt in range(RETRIES):
-            try:
-                async with self._conn(what) as conn:
-                    try:
-                        with self.clock.writing(conn, self._description):
-                            return await self._append_many(conn, batches, tracking)
-                    except BaseException:
-                        await rollback_quietly(conn)
-                        raise
-            except BaseException as exc:  # cancelled too: the predictions may be stale
-                self._forget([b for b, _ in batches])
-                if _retryable(exc, attempt):
-                    continue  # a concurrent append of the same ids: the id check decides
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._appending(what, [b for b, _ in batches], run)
 
     async def _append_many(
         self,
@@ -932,26 +891,20 @@ class AsyncPostgresRecorder:
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
-        q = self.sql
-        if prefix is None:
-            rows = await self._query("listing streams", q.heads, (after, limit))
+        q, what = self.sql, "listing streams"
+        lo, hi = prefix_range(prefix) if prefix is not None else ("", None)
+        if prefix is not None and self._byte_order is None:
+            found = await self._query("the database's collation", q.byte_order, ())
+            self._byte_order = bool(found and found[0][0])
+        inside = after >= lo  # one lower bound, as on SQLite: the cursor inside the range, else lo
+        if prefix is not None and not self._byte_order:
+            rows = await self._query(what, q.heads_starting, (after, lo, limit))
+        elif hi is None:
+            query = q.heads if inside else q.heads_from_ge
+            rows = await self._query(what, query, (max(after, lo), limit))
         else:
-            if self._byte_order is None:
-                found = await self._query("the database's collation", q.byte_order, ())
-                self._byte_order = bool(found and found[0][0])
-            lo, hi = prefix_range(prefix)
-            if not self._byte_order:
-                rows = await self._query("listing streams", q.heads_starting, (after, lo, limit))
-            elif after >= lo:  # one lower bound, as on SQLite: the cursor, inside the range
-                if hi is None:
-                    rows = await self._query("listing streams", q.heads, (after, limit))
-                else:
-                    args = (after, hi, limit)
-                    rows = await self._query("listing streams", q.heads_range_gt, args)
-            elif hi is None:
-                rows = await self._query("listing streams", q.heads_from_ge, (lo, limit))
-            else:
-                rows = await self._query("listing streams", q.heads_range_ge, (lo, hi, limit))
+            query = q.heads_range_gt if inside else q.heads_range_ge
+            rows = await self._query(what, query, (max(after, lo), hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     async def last_position(self) -> int:
@@ -1120,9 +1073,7 @@ class AsyncPostgresRecorder:
 
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
-        ``timeout`` seconds pass. Woken by ``NOTIFY``; never misses a wake-up (the
-        position is rechecked after LISTEN is active and after every notification);
-        polls with backoff when the store was opened with ``notify=false``.
+        ``timeout`` seconds pass (woken by ``NOTIFY``, else polling: :mod:`.listener_async`).
 
         Raises:
             StoreClosed: the store is closed (also while waiting).
@@ -1140,8 +1091,7 @@ class AsyncPostgresRecorder:
         return await wait_for(listener, self.last_position, position, timeout)
 
     async def _interrupt(self) -> None:
-        """After close()'s grace: cancel the statements still running and, for a pool this
-        store owns, fail the callers still waiting for a connection."""
+        """After close()'s grace: cancel running statements, fail pool waiters."""
         with self._inflight_lock:
             conns = list(self._inflight)
         for conn in conns:

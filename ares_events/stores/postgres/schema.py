@@ -1,9 +1,5 @@
 """Schema of the PostgreSQL backend: create or migrate it on open, or only verify it.
 
-Migrations are the append-only list in :mod:`ares_events.stores._migrations.postgres`;
-the version reached is recorded in ``ares_meta``. Migrating takes an advisory lock, so
-two processes opening a fresh database at once do not race.
-
 It may import :mod:`ares_events.errors`, psycopg, the migration list and this package's SQL.
 """
 
@@ -46,7 +42,9 @@ def prepare_schema(conn: psycopg.Connection[Any], schema: str, where: str, migra
     if not migrate:
         # Verify only: never create anything.
         found = 0
-        exists = conn.execute(META_EXISTS, (f"{_quote_ident(schema)}.ares_meta",)).fetchone()
+        exists = conn.execute(
+            META_EXISTS, (sql.Identifier(schema, "ares_meta").as_string(conn),)
+        ).fetchone()
         if exists and exists[0]:
             row = conn.execute(sql.SQL(SELECT_SCHEMA_VERSION).format(s=q)).fetchone()
             found = int(row[0]) if row else 0
@@ -71,16 +69,14 @@ def prepare_schema(conn: psycopg.Connection[Any], schema: str, where: str, migra
             conn.execute(sql.SQL(UPSERT_SCHEMA_VERSION).format(s=q), (str(SCHEMA_VERSION),))
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def schema_exists(conn: psycopg.Connection[Any], schema: str) -> str | None:
     """Why ``schema`` holds no ares-events store, or None when it does (reads only)."""
     row = conn.execute(SCHEMA_EXISTS, (schema,)).fetchone()
     if not row or not row[0]:
         return f"schema {schema!r} does not exist"
-    row = conn.execute(META_EXISTS, (f"{_quote_ident(schema)}.ares_meta",)).fetchone()
+    row = conn.execute(
+        META_EXISTS, (sql.Identifier(schema, "ares_meta").as_string(conn),)
+    ).fetchone()
     if not row or not row[0]:
         return f"schema {schema!r} holds no ares-events tables"
     return None

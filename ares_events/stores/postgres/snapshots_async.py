@@ -1,6 +1,4 @@
-"""Snapshot rows of the PostgreSQL backend: the ``ares_snapshots`` table of the store's
-schema, one pooled connection per operation and writes in a short transaction (the
-checks are the snapshot store's, :mod:`ares_events.core.snapshots`).
+"""Snapshot rows of the PostgreSQL backend: the ``ares_snapshots`` table of the schema.
 
 It may import the core, :mod:`ares_events.errors`, psycopg and this package.
 """
@@ -50,7 +48,7 @@ def _detail(exc: psycopg.Error) -> str:
 
 
 class AsyncPostgresSnapshotRows:
-    """The snapshot table's rows (see the module docstring)."""
+    """The snapshot table's rows."""
 
     def __init__(self, recorder: AsyncRecorderConnections) -> None:
         self._recorder = recorder
@@ -59,8 +57,7 @@ class AsyncPostgresSnapshotRows:
 
     @contextlib.asynccontextmanager
     async def _txn(self, action: str, *, write: bool = True) -> AsyncIterator[Any]:
-        """One pooled connection (and, to write, a transaction); psycopg errors mapped in
-        one place. A read is one autocommit statement: no BEGIN/COMMIT round trips."""
+        """One pooled connection (to write, in a transaction), its psycopg errors mapped."""
         try:
             async with self._recorder.connection() as conn:
                 if write:

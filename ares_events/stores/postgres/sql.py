@@ -1,8 +1,5 @@
-"""The SQL of the PostgreSQL backend, as module constants, and the row -> event mapping.
-
-Statements are templates: ``{s}`` is the quoted schema (a ``psycopg.sql.Identifier``),
-formatted once per recorder. Events are selected in the column order ``_COLUMNS`` lists,
-which is exactly the layout :func:`row_to_event` takes.
+"""The SQL of the PostgreSQL backend, as module constants (``{s}``: the quoted schema), and
+the row -> event mapping.
 
 It may import the core's value types and psycopg's types only.
 """
@@ -11,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from psycopg import sql
@@ -22,18 +19,8 @@ _COLUMNS: Final = (
     "stream_id, version, position, event_id::text, type, module, payload, metadata, "
     "recorded_at, prev_hash, hash, payload_ref"
 )
-# Rows below this bound are final. The bound is the smallest xid that was in progress in
-# this statement's snapshot, skipping xids that are (checked after the snapshot was taken)
-# still running in *another* database, which can never write here; with none left, the
-# snapshot's xmax. Every transaction below the bound has ended and was seen by the
-# snapshot, and every one that is running, or starts later, has an xid at or above it.
-# An xid whose session is gone, is in this database, or is hidden from this role bounds
-# the read (conservative). A row's position is xid * 65536 + index. Conservative means a
-# later statement's bound can come out lower than an earlier one's (an xid of another
-# database, skipped while it ran, that ends between this statement's snapshot and its
-# activity check); every read therefore also takes the highest bound this recorder has
-# already proved (one past any position a read returned), as ``GREATEST(bound, %s)``: a
-# position once returned is final for good, so reads never go backwards.
+# Rows below this bound are final (docs/architecture.md, "Global order and read_all"); every
+# read takes ``GREATEST(bound, %s)`` with one past the highest position it returned before.
 VISIBLE_BOUND: Final = (
     "(SELECT coalesce(min(x.xid::text::bigint),"
     " pg_snapshot_xmax(pg_current_snapshot())::text::bigint) * 65536"
@@ -69,16 +56,8 @@ INSERT_EVENTS: Final = (
     " head_hash = excluded.head_hash"
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
-# The fast path of an append (its head predicted): ONE plain statement. It takes the
-# stream's advisory lock first (a one-time filter, evaluated before any row is touched,
-# so it orders itself with the locked path and append_many exactly as they order among
-# themselves), then guards the prediction with the head row: the row is updated only if
-# it still holds the predicted version and hash (an UPDATE re-checks its condition on
-# the newest row version), or inserted only if the stream has none (ON CONFLICT DO
-# NOTHING sees every committed row, whatever the statement's snapshot); the events are
-# inserted only when the head was. The result is the last position written, or NULL when
-# the prediction failed and nothing was written (the locked path decides then); a reused
-# event id fails the statement (unique violation) and nothing is written.
+# The fast path of an append (docs/architecture.md, "Fast path"): lock, guarded head row,
+# events only when the head was written; the last position, or NULL when nothing was.
 _LOCK: Final = "lk AS (SELECT pg_advisory_xact_lock(hashtextextended(%b::text, 0)))"
 _HEAD_NEXT: Final = (
     "UPDATE {s}.ares_streams SET version = %b::bigint, head_hash = %b::bytea"
@@ -327,110 +306,60 @@ SNAPSHOT_LIST_STREAM: Final = (
 @dataclass(frozen=True, slots=True)
 class Statements:
     """Every statement of one schema's store, rendered once: a recorder names each one
-    (``self.sql.append_next_one``), and each field is the module constant of the same
-    name in capitals, with ``{s}`` bound to the schema."""
+    (``self.sql.append_next_one``); each field's ``sql`` metadata is its module constant."""
 
     schema: str
-    append_next_one: sql.Composed
-    append_next_batch: sql.Composed
-    append_first_one: sql.Composed
-    append_first_batch: sql.Composed
-    head_for_append: sql.Composed
-    ids: sql.Composed
-    insert: sql.Composed
-    stream: sql.Composed
-    stream_version: sql.Composed
-    all: sql.Composed
-    all_range: sql.Composed
-    all_from: sql.Composed
-    positions: sql.Composed
-    last: sql.Composed
-    head: sql.Composed
-    heads: sql.Composed
-    heads_for_append: sql.Composed
-    heads_range_gt: sql.Composed
-    heads_range_ge: sql.Composed
-    heads_from_ge: sql.Composed
-    heads_starting: sql.Composed
-    byte_order: sql.Composed
-    xid_ids_tracking: sql.Composed
-    insert_many: sql.Composed
-    tracking: sql.Composed
-    meta: sql.Composed
-    meta_insert: sql.Composed
-    meta_upsert: sql.Composed
-    dup_versions: sql.Composed
-    dup_positions: sql.Composed
-    dup_ids: sql.Composed
-    schema_version: sql.Composed
-    erase: sql.Composed
-    blob_refs: sql.Composed
-    meta_for_update: sql.Composed
-    meta_update: sql.Composed
-    archived: sql.Composed
-    archived_delete: sql.Composed
-    snapshot_upsert: sql.Composed
-    snapshot_select: sql.Composed
-    snapshot_delete_one: sql.Composed
-    snapshot_delete_stream: sql.Composed
-    snapshot_list_all: sql.Composed
-    snapshot_list_stream: sql.Composed
+    append_next_one: sql.Composed = field(metadata={"sql": APPEND_NEXT_ONE})
+    append_next_batch: sql.Composed = field(metadata={"sql": APPEND_NEXT_BATCH})
+    append_first_one: sql.Composed = field(metadata={"sql": APPEND_FIRST_ONE})
+    append_first_batch: sql.Composed = field(metadata={"sql": APPEND_FIRST_BATCH})
+    head_for_append: sql.Composed = field(metadata={"sql": SELECT_HEAD_FOR_APPEND})
+    ids: sql.Composed = field(metadata={"sql": SELECT_IDS})
+    insert: sql.Composed = field(metadata={"sql": INSERT_EVENTS})
+    stream: sql.Composed = field(metadata={"sql": SELECT_STREAM})
+    stream_version: sql.Composed = field(metadata={"sql": SELECT_STREAM_VERSION})
+    all: sql.Composed = field(metadata={"sql": SELECT_ALL})
+    all_range: sql.Composed = field(metadata={"sql": SELECT_ALL_RANGE})
+    all_from: sql.Composed = field(metadata={"sql": SELECT_ALL_FROM})
+    positions: sql.Composed = field(metadata={"sql": SELECT_POSITIONS})
+    last: sql.Composed = field(metadata={"sql": SELECT_LAST_POSITION})
+    head: sql.Composed = field(metadata={"sql": SELECT_HEAD})
+    heads: sql.Composed = field(metadata={"sql": SELECT_HEADS})
+    heads_for_append: sql.Composed = field(metadata={"sql": SELECT_HEADS_FOR_APPEND})
+    heads_range_gt: sql.Composed = field(metadata={"sql": SELECT_HEADS_RANGE_GT})
+    heads_range_ge: sql.Composed = field(metadata={"sql": SELECT_HEADS_RANGE_GE})
+    heads_from_ge: sql.Composed = field(metadata={"sql": SELECT_HEADS_FROM_GE})
+    heads_starting: sql.Composed = field(metadata={"sql": SELECT_HEADS_STARTING})
+    byte_order: sql.Composed = field(metadata={"sql": SELECT_BYTE_ORDER})
+    xid_ids_tracking: sql.Composed = field(metadata={"sql": SELECT_XID_IDS_TRACKING})
+    insert_many: sql.Composed = field(metadata={"sql": INSERT_MANY})
+    tracking: sql.Composed = field(metadata={"sql": SELECT_TRACKING})
+    meta: sql.Composed = field(metadata={"sql": SELECT_META})
+    meta_insert: sql.Composed = field(metadata={"sql": INSERT_META_IF_ABSENT})
+    meta_upsert: sql.Composed = field(metadata={"sql": UPSERT_META})
+    dup_versions: sql.Composed = field(metadata={"sql": SELECT_DUPLICATE_VERSIONS})
+    dup_positions: sql.Composed = field(metadata={"sql": SELECT_DUPLICATE_POSITIONS})
+    dup_ids: sql.Composed = field(metadata={"sql": SELECT_DUPLICATE_IDS})
+    schema_version: sql.Composed = field(metadata={"sql": SELECT_SCHEMA_VERSION})
+    erase: sql.Composed = field(metadata={"sql": ERASE_PAYLOAD})
+    blob_refs: sql.Composed = field(metadata={"sql": COUNT_BLOB_REFS})
+    meta_for_update: sql.Composed = field(metadata={"sql": SELECT_META_FOR_UPDATE})
+    meta_update: sql.Composed = field(metadata={"sql": UPDATE_META})
+    archived: sql.Composed = field(metadata={"sql": SELECT_ARCHIVED})
+    archived_delete: sql.Composed = field(metadata={"sql": DELETE_ARCHIVED})
+    snapshot_upsert: sql.Composed = field(metadata={"sql": SNAPSHOT_UPSERT})
+    snapshot_select: sql.Composed = field(metadata={"sql": SNAPSHOT_SELECT})
+    snapshot_delete_one: sql.Composed = field(metadata={"sql": SNAPSHOT_DELETE_ONE})
+    snapshot_delete_stream: sql.Composed = field(metadata={"sql": SNAPSHOT_DELETE_STREAM})
+    snapshot_list_all: sql.Composed = field(metadata={"sql": SNAPSHOT_LIST_ALL})
+    snapshot_list_stream: sql.Composed = field(metadata={"sql": SNAPSHOT_LIST_STREAM})
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
         """The statements with ``{s}`` bound to ``schema`` (both faces use these)."""
         q = sql.Identifier(schema)
-
-        def render(text: str) -> sql.Composed:
-            return render_for(q, text)
-
-        return cls(
-            schema=schema,
-            append_next_one=render(APPEND_NEXT_ONE),
-            append_next_batch=render(APPEND_NEXT_BATCH),
-            append_first_one=render(APPEND_FIRST_ONE),
-            append_first_batch=render(APPEND_FIRST_BATCH),
-            head_for_append=render(SELECT_HEAD_FOR_APPEND),
-            ids=render(SELECT_IDS),
-            insert=render(INSERT_EVENTS),
-            stream=render(SELECT_STREAM),
-            stream_version=render(SELECT_STREAM_VERSION),
-            all=render(SELECT_ALL),
-            all_range=render(SELECT_ALL_RANGE),
-            all_from=render(SELECT_ALL_FROM),
-            positions=render(SELECT_POSITIONS),
-            last=render(SELECT_LAST_POSITION),
-            head=render(SELECT_HEAD),
-            heads=render(SELECT_HEADS),
-            heads_for_append=render(SELECT_HEADS_FOR_APPEND),
-            heads_range_gt=render(SELECT_HEADS_RANGE_GT),
-            heads_range_ge=render(SELECT_HEADS_RANGE_GE),
-            heads_from_ge=render(SELECT_HEADS_FROM_GE),
-            heads_starting=render(SELECT_HEADS_STARTING),
-            byte_order=render(SELECT_BYTE_ORDER),
-            xid_ids_tracking=render(SELECT_XID_IDS_TRACKING),
-            insert_many=render(INSERT_MANY),
-            tracking=render(SELECT_TRACKING),
-            meta=render(SELECT_META),
-            meta_insert=render(INSERT_META_IF_ABSENT),
-            meta_upsert=render(UPSERT_META),
-            dup_versions=render(SELECT_DUPLICATE_VERSIONS),
-            dup_positions=render(SELECT_DUPLICATE_POSITIONS),
-            dup_ids=render(SELECT_DUPLICATE_IDS),
-            schema_version=render(SELECT_SCHEMA_VERSION),
-            erase=render(ERASE_PAYLOAD),
-            blob_refs=render(COUNT_BLOB_REFS),
-            meta_for_update=render(SELECT_META_FOR_UPDATE),
-            meta_update=render(UPDATE_META),
-            archived=render(SELECT_ARCHIVED),
-            archived_delete=render(DELETE_ARCHIVED),
-            snapshot_upsert=render(SNAPSHOT_UPSERT),
-            snapshot_select=render(SNAPSHOT_SELECT),
-            snapshot_delete_one=render(SNAPSHOT_DELETE_ONE),
-            snapshot_delete_stream=render(SNAPSHOT_DELETE_STREAM),
-            snapshot_list_all=render(SNAPSHOT_LIST_ALL),
-            snapshot_list_stream=render(SNAPSHOT_LIST_STREAM),
-        )
+        done = {f.name: render_for(q, f.metadata["sql"]) for f in fields(cls) if f.metadata}
+        return cls(schema=schema, **done)
 
 
 def render_for(schema: sql.Identifier, text: str) -> sql.Composed:

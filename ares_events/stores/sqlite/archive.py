@@ -1,6 +1,5 @@
 """Archiving in the SQLite backend: :class:`SQLiteArchiving`, a mixin of
-:class:`~ares_events.stores.sqlite.SQLiteRecorder` (:attr:`Capability.ARCHIVE`: a
-compare-and-set of a metadata value, and the checked delete of rows a segment holds).
+:class:`~ares_events.stores.sqlite.SQLiteRecorder`.
 
 It may import the core, :mod:`ares_events.errors` and the archive's formats.
 """
@@ -13,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ares_events.core.backend import ArchivedRow, rows_differ
-from ares_events.errors import StoreClosed, StoreError, StoreUnavailable
+from ares_events.errors import StoreError, StoreUnavailable
 
 __all__ = ["SQLiteArchiving"]
 
@@ -35,7 +34,6 @@ class SQLiteArchiving:
     transaction: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
     scrubbing: Callable[[], contextlib.AbstractContextManager[None]]
     _gate: Any
-    _closed_error: Callable[[str, BaseException], StoreClosed]
     describe: Callable[[], str]
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:

@@ -1,13 +1,5 @@
 """Erasure in the SQLite backend: :class:`SQLiteErasure`, a mixin of
-:class:`~ares_events.stores.sqlite.SQLiteRecorder` (it uses the recorder's operation gate,
-per-thread connection and write transaction).
-
-An erasure replaces one row's payload by its erased reference in one ``BEGIN IMMEDIATE``
-transaction, matched on stream, version, position *and* hash (a row rewritten since it was
-read is never touched), and counts the other rows whose payload lives in the same blob.
-Everything an erasure does runs inside :meth:`SQLiteErasure.scrubbing`: ``secure_delete``
-on (SQLite zeroes the freed bytes, overflow pages too), then the WAL is checkpointed into
-the database file and truncated, so the old bytes are in neither file.
+:class:`~ares_events.stores.sqlite.SQLiteRecorder`.
 
 It may import the core and :mod:`ares_events.errors`.
 """
@@ -44,12 +36,11 @@ class SQLiteErasure:
     _memory: bool
     _conn: Callable[[], sqlite3.Connection]
     _write: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
-    _closed_error: Callable[[str, BaseException], StoreClosed]
     describe: Callable[[], str]
 
     def erase(self, stream_id: str, version: int, position: int, event_hash: bytes,
               ref: ErasedPayloadRef, blob_key: str | None = None) -> EraseOutcome:  # fmt: skip
-        """Erase one payload (see the module docstring).
+        """Erase one payload in one ``BEGIN IMMEDIATE`` transaction, scrubbed (docs/proofs.md).
 
         Raises:
             StoreClosed: the store is closed.
@@ -68,7 +59,7 @@ class SQLiteErasure:
             return EraseOutcome(True, int(refs))
         except sqlite3.Error as exc:
             if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
+                raise StoreClosed(self.describe(), action) from exc
             raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
 
     @contextlib.contextmanager

@@ -1,38 +1,7 @@
-"""SQLite backend: the embedded default (``sqlite:///rel.db``, ``sqlite:////abs.db``,
-``sqlite://`` for an in-memory database).
+"""The SQLite recorder: :class:`SQLiteRecorder` (durability, concurrency and reads are in
+docs/architecture.md, its URL parameters in docs/configuration.md).
 
-Durability: WAL journal, ``synchronous=FULL`` by default (every commit is fsynced);
-``?synchronous=normal`` is an opt-in trade of the last commits on power loss for speed.
-
-Concurrency: one connection per thread; every append is a ``BEGIN IMMEDIATE``
-transaction, so the head is read under the database's write lock and two writers (threads
-or processes) can never fork a chain. Lock waits use SQLite's busy timeout, then bounded
-retries with backoff; past ``busy_timeout`` the append raises ``StoreUnavailable``.
-
-Reads are lazy: keyset pages of ``page_size`` rows, each a short statement, so a read of a
-1M-event stream holds one page in memory and no long-lived read transaction. Pages are
-keyed on ``(version, position)`` within a stream and on ``position`` globally (both unique
-per row), so a row is never skipped or returned twice, even in a tampered file where two
-rows share a version: verification then sees both and reports it.
-
-Close: every unit of work (an append, one page of a read, one snapshot transaction) runs
-inside an :class:`~ares_events.core.lifecycle.OperationGate`. ``close()`` refuses new
-work with :class:`~ares_events.errors.StoreClosed`, waits for the work of other threads
-(interrupting statements still running after a short grace), and only then closes the
-connections: a connection is never closed under a running statement, and none outlives
-``close()``.
-
-Opening: ``create=True`` (the library's default) creates the file, its folder and the
-schema; ``create=False`` (what reporting tools use) opens an existing ares-events file
-only and raises :class:`~ares_events.errors.StoreNotFound` otherwise, creating nothing.
-``read_only=True`` (the web console, the CLI's inspection commands): no pragma that
-writes, no migration (an old schema is ``SchemaVersionError``), every write refused with
-:class:`~ares_events.errors.StoreError` before SQLite is asked, and by SQLite itself
-(``PRAGMA query_only``); see :meth:`SQLiteRecorder._file_target` for why ``mode=rw``.
-
-URL parameters: ``synchronous`` (full|normal|extra, default full), ``busy_timeout``
-(seconds, default 30), ``page_size`` (rows per read page, default 2000), ``migrate``
-(true|false, default true).
+It may import the core, :mod:`ares_events.errors` and this package.
 """
 
 from __future__ import annotations
@@ -77,9 +46,9 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
+from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
 from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
-from ares_events.stores.sqlite.read_models import SQLiteReadModels
 from ares_events.stores.sqlite.sql import (
     CREATE_META,
     HAS_META_TABLE,
@@ -135,16 +104,12 @@ _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
 _MAX_ROWS: Final = 64
 
 
-@functools.cache
-def _insert_sql(rows: int, shared: bool) -> str:
-    return insert_events_values(rows, shared)
+_insert_sql = functools.cache(insert_events_values)
 
 
 def _insert_values(
     c: sqlite3.Connection, stream_id: str, shared: list[Any], values: list[Any]
 ) -> None:
-    """Insert the rows of ``Batch.insert_params`` in multi-row statements of at most
-    ``_MAX_ROWS`` rows."""
     width = 10 if len(shared) == 1 else 4
     n, start = len(values) // width, 0
     while start < n:
@@ -163,8 +128,8 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
-class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
-    """SQLite backend (see the module docstring for durability and concurrency)."""
+class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
+    """SQLite backend (docs/architecture.md gives durability and concurrency)."""
 
     scheme: ClassVar[tuple[str, ...]] = ("sqlite",)
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -296,11 +261,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     # -- opening -------------------------------------------------------------------------
 
     def _require_existing(self) -> None:
-        """``create=False``: the file must exist (checked before anything is opened).
-
-        Raises:
-            StoreNotFound: no path (an in-memory database is always new) or no such file.
-        """
         if self.path is None:
             raise StoreNotFound(self.describe(), "an in-memory database is always new")
         if not self.path.is_file():
@@ -308,11 +268,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
             raise StoreNotFound(self.describe(), f"{what} (create a store with `ares-events init`)")
 
     def _require_schema(self) -> None:
-        """``create=False``: the file must already hold an ares-events schema.
-
-        Raises:
-            StoreNotFound: not a SQLite database, or one without ares-events tables.
-        """
         assert self.path is not None
         # Its own query-only connection: a file that is not ours is left untouched (the
         # store's connections would switch it to WAL mode), and no -wal/-shm stays beside it.
@@ -380,20 +335,13 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         return conn
 
     def _interrupt_all(self) -> None:
-        """Abort the statements still running after ``close()``'s grace (thread-safe)."""
         with self._conns_lock:
             conns = list(self._conns)
         for c in conns:
             with contextlib.suppress(sqlite3.Error):
                 c.interrupt()
 
-    def _closed_error(self, action: str, exc: BaseException) -> StoreClosed:
-        err = StoreClosed(self.describe(), action)
-        err.__cause__ = exc
-        return err
-
     def _retry(self, fn: Any) -> Any:
-        """Run ``fn`` retrying SQLITE_BUSY with jittered backoff up to ``busy_timeout``."""
         deadline = time.monotonic() + self._busy
         delay = 0.002
         while True:
@@ -424,6 +372,34 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         with self._gate.op(), self._write() as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction (deferred ``BEGIN``, always rolled back) on this thread's
+        connection: one consistent view of the tables beside the events, also on a
+        read-only store; raw sqlite3 errors propagate.
+
+        Raises:
+            StoreClosed: the store is closed, or was closed while the transaction ran.
+        """
+        with self._gate.op():
+            conn = self._conn()
+            with self._serial:
+                self._retry(lambda: conn.execute("BEGIN"))
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+
+    def read_models(self) -> SQLReadModels:
+        """The read-model and checkpoint tables in this file (one object per store, made
+        on first use; a read-only store reads them and creates none)."""
+        with self._conns_lock:
+            found: SQLReadModels | None = getattr(self, "_read_models", None)
+            if found is None:
+                found = self._read_models = SQLReadModels(self.transaction, self.reading, SQLITE)
+            return found
+
     def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """All rows of one read statement, retried while the database is busy; raw sqlite3
         errors propagate.
@@ -437,16 +413,12 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                     return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
             except sqlite3.Error as exc:
                 if self._gate.closed:
-                    raise self._closed_error("read", exc) from exc
+                    raise StoreClosed(self.describe(), "read") from exc
                 raise
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate.
-
-        Raises:
-            StoreError: the store is open read-only.
-        """
+        """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate."""
         if self.read_only:
             raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
         conn = self._conn()
@@ -503,9 +475,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol)."""
         stream_id = batch.stream_id
-        action = f"append to stream {stream_id!r}"
-        self._gate.enter(action)
-        try:
+        with self._appending(f"append to stream {stream_id!r}"):
             try:
                 with self._write() as c:
                     version, head_hash, pos = c.execute(
@@ -538,14 +508,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                 if existing:
                     return AppendOutcome(existing, duplicate=True)
                 raise
-        except sqlite3.Error as exc:
-            if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(f"{action} in {self.describe()} failed: {exc}") from exc
-            raise StoreError(f"{action} in {self.describe()} failed: {exc}") from exc
-        finally:
-            self._gate.exit()
 
     def append_many(
         self,
@@ -555,10 +517,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         """Append several batches (and a tracking record) in one ``BEGIN IMMEDIATE``
         transaction: the database's write lock covers every stream (see the base module's
         multi-stream protocol)."""
-        action = f"append to {len(batches)} stream(s)"
-        what = f"{action} in {self.describe()}"
-        self._gate.enter(action)
-        try:
+        with self._appending(f"append to {len(batches)} stream(s)"):
             try:
                 with self._write() as c:
                     if tracking is not None:
@@ -574,7 +533,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                         try:
                             check_expected_version(stream_id, expected, head[0] if head else 0)
                         except ConcurrencyError:
-                            dups = self._all_existing(c, batches)
+                            dups = [self._existing(c, b) for b, _ in batches]
                             if any(dups):
                                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                             raise
@@ -593,23 +552,24 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
                 return out
             except sqlite3.IntegrityError:
                 with self._write() as c:
-                    dups = self._all_existing(c, batches)
+                    dups = [self._existing(c, b) for b, _ in batches]
                 if any(dups):
                     return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
                 raise
+
+    @contextlib.contextmanager
+    def _appending(self, action: str) -> Iterator[None]:
+        """An append inside the gate, its sqlite3 errors mapped (locked: unavailable)."""
+        self._gate.enter(action)
+        try:
+            yield
         except sqlite3.Error as exc:
             if self._gate.closed:
-                raise self._closed_error(action, exc) from exc
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(f"{what} failed: {exc}") from exc
-            raise StoreError(f"{what} failed: {exc}") from exc
+                raise StoreClosed(self.describe(), action) from exc
+            bad = StoreUnavailable if isinstance(exc, sqlite3.OperationalError) else StoreError
+            raise bad(f"{action} in {self.describe()} failed: {exc}") from exc
         finally:
             self._gate.exit()
-
-    def _all_existing(
-        self, c: sqlite3.Connection, batches: Sequence[tuple[Batch, ExpectedVersion]]
-    ) -> list[list[RecordedEvent]]:
-        return [self._existing(c, b) for b, _ in batches]
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
@@ -707,19 +667,14 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol)."""
-        if prefix is None:
-            rows = self._query(SELECT_HEADS, (after, limit))
+        lo, hi = prefix_range(prefix) if prefix is not None else ("", None)
+        inside = after >= lo  # one lower bound: the cursor inside the range (or past it), else lo
+        if hi is None:
+            sql = SELECT_HEADS if inside else SELECT_HEADS_FROM_GE
+            rows = self._query(sql, (max(after, lo), limit))
         else:
-            lo, hi = prefix_range(prefix)
-            if after >= lo:  # the cursor is inside the prefix's range (or past it)
-                if hi is None:
-                    rows = self._query(SELECT_HEADS, (after, limit))
-                else:
-                    rows = self._query(SELECT_HEADS_RANGE_GT, (after, hi, limit))
-            elif hi is None:
-                rows = self._query(SELECT_HEADS_FROM_GE, (lo, limit))
-            else:
-                rows = self._query(SELECT_HEADS_RANGE_GE, (lo, hi, limit))
+            sql = SELECT_HEADS_RANGE_GT if inside else SELECT_HEADS_RANGE_GE
+            rows = self._query(sql, (max(after, lo), hi, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     def last_position(self) -> int:
@@ -784,12 +739,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving, SQLiteReadModels):
         return SQLiteSnapshotRows(self)
 
     def close(self) -> None:
-        """Close every connection this store opened, once no other thread uses one.
-
-        New calls (from any thread) raise :class:`StoreClosed` from now on; calls in
-        flight in other threads finish, or are interrupted after a short grace and raise
-        :class:`StoreClosed`; then every connection is closed. Idempotent.
-        """
+        """Refuse new calls, let the ones in flight finish (or interrupt them after a
+        grace), then close every connection (docs/architecture.md, "Closing"). Idempotent."""
         if not self._gate.close(interrupt=self._interrupt_all):
             return
         with self._conns_lock:

@@ -1,10 +1,5 @@
 """Snapshot rows of the SQLite backend: the ``ares_snapshots`` table in the events' file.
 
-Writes use the recorder's ``BEGIN IMMEDIATE`` transactions (busy retries up to the
-store's ``busy_timeout``, then :class:`~ares_events.errors.StoreUnavailable`); reads its
-per-thread connection. The checks are the snapshot store's
-(:mod:`ares_events.core.snapshots`).
-
 It may import the core, :mod:`ares_events.errors` and this package.
 """
 
@@ -51,14 +46,13 @@ LIST_PAGE: Final = 500
 
 
 class SQLiteSnapshotRows:
-    """The snapshot table's rows (see the module docstring)."""
+    """The snapshot table's rows."""
 
     def __init__(self, recorder: _Recorder) -> None:
         self._recorder = recorder
 
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
-        """Map sqlite3 errors to the store's error tree (one place)."""
         try:
             yield
         except sqlite3.OperationalError as exc:

@@ -1,8 +1,5 @@
 """The SQL of the SQLite backend, as module constants (``?`` placeholders).
 
-Events are selected in the column order ``_COLUMNS`` lists, exactly the layout
-``RecordedEvent._from_row`` takes.
-
 It may import nothing from the package.
 """
 
@@ -24,13 +21,13 @@ SELECT_STREAM: Final = (
 SELECT_ALL: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? ORDER BY position LIMIT ?"
 )
-# One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
-# byte order = code point order), so no character is a wildcard.
 # The audit's order check: three columns, no event objects.
 SELECT_POSITIONS: Final = (
     "SELECT position, stream_id, version FROM ares_events WHERE position > ? "
     "ORDER BY position LIMIT ?"
 )
+# One application's events (prefix_range): a range on stream_id, BINARY collation (UTF-8
+# byte order = code point order), so no character is a wildcard.
 SELECT_ALL_RANGE: Final = (
     f"SELECT {_COLUMNS} FROM ares_events WHERE position > ? "
     "AND stream_id >= ? AND stream_id < ? ORDER BY position LIMIT ?"
@@ -76,16 +73,16 @@ _INSERT_EVENTS_HEAD: Final = INSERT_EVENT.split("VALUES")[0] + "VALUES "
 
 def insert_events_values(n: int, shared: bool = False) -> str:
     """The INSERT of ``n`` rows of one stream and one ``recorded_at`` (see above)."""
-    rows = []
-    for i in range(n):
-        if shared:
-            b = 8 + 4 * i
-            rows.append(f"(?6+{i},?1,?7+{i},?{b},?3,?4,?{b + 1},NULL,?5,?2,?{b + 2},?{b + 3})")
-            continue
-        b = 3 + 10 * i
-        rows.append(
+    if shared:
+        rows = (
+            f"(?6+{i},?1,?7+{i},?{b},?3,?4,?{b + 1},NULL,?5,?2,?{b + 2},?{b + 3})"
+            for i, b in enumerate(range(8, 8 + 4 * n, 4))
+        )
+    else:
+        rows = (
             f"(?{b},?1,?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5},?{b + 6},?{b + 7},?2,"
             f"?{b + 8},?{b + 9})"
+            for b in range(3, 3 + 10 * n, 10)
         )
     return _INSERT_EVENTS_HEAD + ",".join(rows)
 
