@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import orjson
 
@@ -583,7 +583,7 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
 
 
 _python_getter: property = vars(RecordedEvent)["payload"]
-_payload_reference = _python_getter.fget
+_payload_reference = cast("Callable[[RecordedEvent], Any]", _python_getter.fget)
 if _native is not None and hasattr(_native, "event_payload"):
     # The getter in C (~0.2 µs less an event a fold reads): the Python one above stays
     # the reference and decides every event but an inline or already decoded payload.

@@ -693,7 +693,12 @@ def test_event_payload_equals_the_python_getter(native: ModuleType, page: Page, 
                 native.event_payload(spilled)
     odd = ("s",)
     calls: list[Any] = []
-    native.payload_setup(ev_mod._MISSING, orjson.loads, lambda x: calls.append(x) or "slow")
+
+    def slow(x: Any) -> str:
+        calls.append(x)
+        return "slow"
+
+    native.payload_setup(ev_mod._MISSING, orjson.loads, slow)
     try:
         assert native.event_payload(odd) == "slow" and calls == [odd]
     finally:
