@@ -57,7 +57,7 @@ def insert_rows(
     prepared: Sequence[Any],
     key: bytes | None,
     prepared_event: type[Any],
-    flat: int = 0,
+    flat: bool = False,
     /,
 ) -> tuple[Any, ...] | None: ...
 def install_init(

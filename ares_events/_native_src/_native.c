@@ -895,19 +895,19 @@ fail:
  * payload, payload_ref, metadata, recorded_at, prev_hash, hash) of the PreparedEvents
  * sealed after version (whose hash is prev) at the positions after position, as
  * insert_rows_reference builds them; None when an event is not exactly a PreparedEvent
- * or has a payload_ref (the reference serializes those). flat=1: one list of ten values a
- * row (no stream_id, one recorded_at for the batch); flat=2: the same, or, when the
- * events share type, module and metadata, four a row (event_id, payload, prev_hash, hash),
- * with the width as a third item (params_of_rows is the reference). */
+ * or has a payload_ref (the reference serializes those). flat: (values, last hash, width)
+ * instead, one list without stream_id and the batch's one recorded_at: ten values a row,
+ * or four (event_id, payload, prev_hash, hash) when the events share type, module and
+ * metadata (params_of_rows is the reference). */
 static PyObject *insert_rows(PyObject *self, PyObject *args) {
     PyObject *stream_id, *stream_json, *prev_in, *events, *key_obj, *prep_cls;
     long long version, pos;
     (void)self;
     int flat = 0;
-    if (!PyArg_ParseTuple(args, "USLSLOOO|i:insert_rows", &stream_id, &stream_json, &version,
+    if (!PyArg_ParseTuple(args, "USLSLOOO|p:insert_rows", &stream_id, &stream_json, &version,
                           &prev_in, &pos, &events, &key_obj, &prep_cls, &flat))
         return NULL;
-    int shared = flat == 2; /* until two events differ in type, module or metadata */
+    int shared = flat; /* until two events differ in type, module or metadata */
     if (bind_prepared(prep_cls) < 0) return NULL;
     const uint8_t *key;
     if (key_of(key_obj, &key) < 0) return NULL;
@@ -945,7 +945,9 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
             for (int k = 0; k < 3 && shared; k++) {
                 PyObject *a = SLOT(PySequence_Fast_GET_ITEM(seq, 0), OFF_PREP[same_slots[k]]);
                 PyObject *b = SLOT(e, OFF_PREP[same_slots[k]]);
-                int eq = a == b ? 1 : Py_TYPE(a) != Py_TYPE(b) ? 0 : PyObject_RichCompareBool(a, b, Py_EQ);
+                int eq = a == b                  ? 1
+                         : Py_TYPE(a) != Py_TYPE(b) ? 0
+                                                    : PyObject_RichCompareBool(a, b, Py_EQ);
                 if (eq < 0) {
                     Py_DECREF(seq);
                     return NULL;
@@ -984,7 +986,7 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
                      stream_js_len, SLOT(e, OFF_PREP[P_TYPE]), version) < 0)
             goto fail;
         PyObject *h = PyBytes_FromStringAndSize((const char *)prev, AB3_OUT_LEN);
-        if (flat && h && shared) { /* event_id, payload, prev_hash, hash */
+        if (shared && h) { /* event_id, payload, prev_hash, hash */
             PyObject **out = &PyList_GET_ITEM(rows, 4 * i);
             out[0] = Py_NewRef(SLOT(e, OFF_PREP[P_ID]));
             out[1] = Py_NewRef(SLOT(e, OFF_PREP[P_PAYLOAD]));
@@ -1043,7 +1045,7 @@ static PyObject *insert_rows(PyObject *self, PyObject *args) {
     }
     PyMem_Free(buf.p);
     Py_DECREF(seq);
-    if (flat == 2) return Py_BuildValue("(NNi)", rows, prev_obj, width);
+    if (flat) return Py_BuildValue("(NNi)", rows, prev_obj, width);
     return Py_BuildValue("(NN)", rows, prev_obj);
 fail:
     PyMem_Free(buf.p);

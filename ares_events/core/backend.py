@@ -194,7 +194,7 @@ class Batch:
         payload_ref JSON or None, metadata, recorded_at, prev_hash, hash)``. The C loop
         does it when it can; :func:`insert_rows_reference` is its reference.
         """
-        c = self._c_rows(head, position, flat=0)
+        c = self._c_rows(head, position, flat=False)
         if c is not None:
             (rows, last), version = c
             return rows, version, last, position + len(self.events)
@@ -212,7 +212,7 @@ class Batch:
         prev_hash, hash)``. None when the C pass does not take the batch (then use
         :meth:`insert_rows`); :func:`params_of_rows` is the reference.
         """
-        c = self._c_rows(head, position, flat=2)
+        c = self._c_rows(head, position, flat=True)
         if c is None:
             return None
         (values, last, width), version = c
@@ -224,10 +224,11 @@ class Batch:
         return shared, values, version, last, position + n
 
     def _c_rows(
-        self, head: Head | None, position: int, *, flat: int
+        self, head: Head | None, position: int, *, flat: bool
     ) -> tuple[tuple[Any, ...], int] | None:
-        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: ``((rows or
-        values, last hash), last version)``, or None when it does not take the batch."""
+        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: ``(what
+        ``_native.insert_rows`` returns, last version)``, or None when it does not take
+        the batch."""
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
             return None
         stream_id = self.stream_id

@@ -436,8 +436,9 @@ def test_insert_params_equal_the_reference_rows(
     position: int,
     keyed: bool,
 ) -> None:
-    """The flat values of the multi-row INSERT are the reference rows' values, less the
-    stream id and the one recorded_at, which are bound once."""
+    """The values of the multi-row INSERT are the reference rows' values, less what is
+    bound once (the stream id, the one recorded_at; type, module and metadata when the
+    events share them)."""
     key = ChainKey(b"\x0b" * 32) if keyed else None
     prepared = prepare_reference(stream, [NewEvent(**kw) for kw in specs], AT)
     head = Head(version, prev) if version else None

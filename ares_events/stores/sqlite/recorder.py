@@ -110,17 +110,16 @@ _insert_sql = functools.cache(insert_events_values)
 def _insert_values(
     c: sqlite3.Connection, stream_id: str, shared: list[Any], values: list[Any]
 ) -> None:
-    width = 10 if len(shared) == 1 else 4
-    n, start = len(values) // width, 0
-    while start < n:
+    uniform = len(shared) > 1  # type, module and metadata bound once (Batch.insert_params)
+    width = 4 if uniform else 10
+    n = len(values) // width
+    for start in range(0, n, _MAX_ROWS):
         k = min(_MAX_ROWS, n - start)
-        if width == 10:
-            bound = [stream_id, *shared]
-        else:
-            at, ty, mo, meta, pos, version = shared
-            bound = [stream_id, at, ty, mo, meta, pos + start, version + start]
-        c.execute(_insert_sql(k, width == 4), bound + values[width * start : width * (start + k)])
-        start += k
+        bound = [stream_id, *shared]
+        if uniform:  # this statement's first position and version
+            bound[5] += start
+            bound[6] += start
+        c.execute(_insert_sql(k, uniform), bound + values[width * start : width * (start + k)])
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
