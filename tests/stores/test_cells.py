@@ -347,3 +347,38 @@ def test_a_cell_whose_own_bound_comes_out_lower_never_makes_the_merge_skip(
         assert [e.position for e in store.read_all(0)] == sorted(
             e.position for e in store.read_all(0)
         )
+
+
+def test_a_merged_read_after_an_append_waits_for_it_to_be_final(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cells on one server: a transaction of the database with a lower position is in
+    flight when the append commits; the merged ``read_all`` takes its top from the cells'
+    ``last_position``, and the cell that wrote waits until its append is final, so the
+    read sees it (the wait is lengthened far past the other transaction's end: no timing
+    precondition)."""
+    import threading
+    import time
+
+    import psycopg
+
+    from ares_events.stores.postgres import recorder
+
+    monkeypatch.setattr(recorder, "_CATCH_UP", 60.0)
+    db_url = str(request.getfixturevalue("postgres_db_url"))
+    blocker = psycopg.connect(db_url.split("?", maxsplit=1)[0])
+    blocker.execute("SELECT pg_current_xact_id()")
+
+    def end_later() -> None:
+        time.sleep(0.2)
+        blocker.commit()
+
+    try:
+        with ae.open_store(cells_url("schemas", request)) as store:
+            res = store.append("s", [ae.NewEvent(type="t.x", module="m")])
+            ender = threading.Thread(target=end_later)
+            ender.start()
+            assert [e.position for e in store.read_all()] == [res.position]
+            ender.join()
+    finally:
+        blocker.close()
