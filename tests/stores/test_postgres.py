@@ -766,11 +766,12 @@ def test_a_read_after_an_append_waits_for_it_to_be_final(
         blocker.commit()
         ended.set()
 
+    ender = threading.Thread(target=end_later)
     try:
         if face == "blocking":
             with ae.open_store(postgres_url) as store:
                 res = store.append("s", [ae.NewEvent(type="t.x", module="m")])
-                threading.Thread(target=end_later).start()
+                ender.start()
                 got = [e.position for e in store.read_all()]
                 last = store.last_position()
         else:
@@ -779,7 +780,7 @@ def test_a_read_after_an_append_waits_for_it_to_be_final(
             async def run() -> tuple[int, list[int], int]:
                 async with await ae.open_async_store(postgres_url) as store:
                     res = await store.append("s", [ae.NewEvent(type="t.x", module="m")])
-                    threading.Thread(target=end_later).start()
+                    ender.start()
                     got = [e.position async for e in store.read_all()]
                     return res.position, got, await store.last_position()
 
@@ -789,6 +790,8 @@ def test_a_read_after_an_append_waits_for_it_to_be_final(
         assert got == [res.position]
         assert last == res.position
     finally:
+        if ender.is_alive():
+            ender.join()
         blocker.close()
 
 

@@ -772,37 +772,35 @@ class AsyncPostgresRecorder:
 
     async def _below(self, what: str) -> tuple[int, ...]:
         """The clock's visibility bound for the next read, when it comes from a statement
-        of its own; else the floor the read statements' own bound is raised to (one past
-        the highest position a read of this recorder returned: final for good)."""
-        bound = self.clock.bound
-        if bound is None:
+        of its own (Citus' coordinator); else the floor the read statements' own bound is
+        raised to. Both wait for this recorder's own appends first (_catch_up)."""
+        statement = self.clock.bound
+        if statement is None:
             if self._own > self._final and self._own != self._waited:
-                await self._catch_up(what)
+                await self._catch_up(what, self.sql.bound)
             return (self._final,)
-        return (int((await self._query(what, bound, ()))[0][0]),)
+        return (await self._catch_up(what, statement),)
 
-    async def _catch_up(self, what: str) -> None:
-        """Read your own writes: this recorder committed positions no read returned yet,
-        so wait (up to ``_CATCH_UP`` seconds) until the server's bound passes them. The
-        bound stays below them while a transaction with a lower position is in flight
-        (waiting is right: reading past it could skip its rows), and comes out low for an
-        instant after another database's transaction ends (sql.py). A bound that held is
-        a floor that stays, like a position a read returned. Giving up reads what is
-        final, as before, and the same positions are not waited for again."""
+    async def _catch_up(self, what: str, statement: sql.Composed) -> int:
+        """The bound, raised to ``_final`` (one past the highest position a read of this
+        recorder returned, or a bound seen before: each held, so is final for good), after
+        waiting up to ``_CATCH_UP`` seconds for it to pass this recorder's own appends:
+        read your own writes. The bound stays below them while a transaction with a lower
+        position is in flight (waiting is right: reading past it could skip its rows), and
+        comes out low for an instant after another database's transaction ends (sql.py).
+        Giving up reads what is final, as before, and does not wait for them again."""
         own = self._own
         deadline = time.monotonic() + _CATCH_UP
         delay = 0.001
         while True:
-            bound = int((await self._query(what, self.sql.bound, ()))[0][0])
-            self._final = max(self._final, bound)
-            if self._final >= own:
-                return
+            bound = max(self._final, int((await self._query(what, statement, ()))[0][0]))
+            self._final = bound
+            if bound >= own or own == self._waited:
+                return bound
             if time.monotonic() >= deadline:
                 self._waited = own
-                logger.debug(
-                    "%s: positions below %d still in flight after %gs", what, own, _CATCH_UP
-                )
-                return
+                logger.debug("%s: positions below %d in flight after %gs", what, own, _CATCH_UP)
+                return bound
             await sleep(delay)
             delay = min(delay * 2, 0.05)
 
