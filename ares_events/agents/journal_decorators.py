@@ -68,49 +68,31 @@ def wrap_tool(
         ConfigError: ``fn`` takes ``idempotency_key`` positionally only.
     """
     sig = inspect.signature(fn)
-    params = list(sig.parameters.values())
     key_param = sig.parameters.get(KEY_PARAM)
     if key_param is not None and key_param.kind is inspect.Parameter.POSITIONAL_ONLY:
         raise ConfigError(f"{fn.__qualname__}: {KEY_PARAM} must be a keyword parameter")
-    recorded = [p for p in params if p.name != KEY_PARAM]
+    recorded = [p for p in sig.parameters.values() if p.name != KEY_PARAM]
     drop_first = bool(recorded) and recorded[0].name in ("self", "cls")
     record_sig = sig.replace(parameters=recorded[1:] if drop_first else recorded)
-    tool_name = name or fn.__name__
 
-    def split(args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return args[1:] if drop_first else args
-
-    def key_kwargs(key: str) -> dict[str, Any]:
-        return {KEY_PARAM: key} if key_param is not None else {}
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # An async journal awaits what ``call`` returns: the coroutine of an async ``fn``.
+        return get_journal().tool_call(
+            name or fn.__name__,
+            _recorded_args(record_sig, args[1:] if drop_first else args, kwargs),
+            call=lambda _, key: fn(*args, **kwargs, **({KEY_PARAM: key} if key_param else {})),
+            reconcile=reconcile,
+            idempotent=idempotent,
+        )
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            journal = get_journal()
-            recorded_args = _recorded_args(record_sig, split(args), kwargs)
-
-            async def call(_: Any, key: str) -> Any:
-                return await fn(*args, **kwargs, **key_kwargs(key))
-
-            return await journal.tool_call(
-                tool_name, recorded_args, call=call, reconcile=reconcile, idempotent=idempotent
-            )
+            return await wrapper(*args, **kwargs)
 
         return async_wrapper  # type: ignore[return-value]
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        journal = get_journal()
-        recorded_args = _recorded_args(record_sig, split(args), kwargs)
-        return journal.tool_call(
-            tool_name,
-            recorded_args,
-            call=lambda _, key: fn(*args, **kwargs, **key_kwargs(key)),
-            reconcile=reconcile,
-            idempotent=idempotent,
-        )
-
     return wrapper  # type: ignore[return-value]
 
 
