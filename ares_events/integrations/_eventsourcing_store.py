@@ -47,11 +47,6 @@ class ChainVerificationError(DataError, ChainIntegrityError):
         ChainIntegrityError.__init__(self, stream_id, findings)
 
 
-def default_stream_prefix(app_name: str) -> str:
-    """An application's stream prefix when none is configured."""
-    return (app_name.lower() or "stored") + "/"
-
-
 def _setting_name(env: Environment, key: str) -> str:
     """The variable ``env.get(key)`` reads (``<APP>_KEY`` before ``KEY``), or the
     application's own name for it when neither is set."""
@@ -277,11 +272,10 @@ def open_datastore(env: Environment) -> AresDatastore:
 
     url = env.get("ARES_STORE_URL")
     if not url:
-        msg = (
+        raise OSError(
             "set ARES_STORE_URL (or <APP>_ARES_STORE_URL) to the ares-events store, "
             "e.g. sqlite:///app.db or postgresql://user@host/db"
         )
-        raise OSError(msg)
     keys = (
         "ARES_BLOBS_URL",
         "ARES_CACHE_URL",
@@ -292,8 +286,8 @@ def open_datastore(env: Environment) -> AresDatastore:
     verify = _flag(env, "ARES_VERIFY_READS")
     prefix = env.get("ARES_STREAM_PREFIX")
     derived = prefix is None
-    if prefix is None:
-        prefix = default_stream_prefix(env.name)
+    if prefix is None:  # the application's name, lower case
+        prefix = (env.name.lower() or "stored") + "/"
         _check_prefix(prefix, "the application name")
     elif prefix:
         _check_prefix(prefix, _setting_name(env, "ARES_STREAM_PREFIX"))
