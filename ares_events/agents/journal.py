@@ -546,17 +546,10 @@ class Journal:
                 raise ConfigError(
                     f"version gate returned {decision!r}; expected resume, migrate or refuse"
                 )
-            self._append(
-                "run.gate",
-                {
-                    "decision": decision,
-                    "code_revision": code_revision,
-                    "prompt_hash": prompt_hash,
-                    "recorded_code_revision": recorded[0],
-                    "recorded_prompt_hash": recorded[1],
-                },
-                metadata=self._trace_metadata(),
-            )
+            payload = {"decision": decision, "code_revision": code_revision}
+            payload.update(prompt_hash=prompt_hash, recorded_code_revision=recorded[0])
+            payload["recorded_prompt_hash"] = recorded[1]
+            self._append("run.gate", payload, metadata=self._trace_metadata())
             if decision == "refuse":
                 raise RunRefused(self.run_id, recorded, current)
 
@@ -708,12 +701,8 @@ class Journal:
         return step, False, None
 
     def _model_request(self, step: int, attempt: int, mh: str, msgs: Any, prm: Any) -> None:
-        payload: dict[str, Any] = {
-            "step": step,
-            "attempt": attempt,
-            "messages_hash": mh,
-            "params": prm,
-        }
+        payload: dict[str, Any] = {"step": step, "attempt": attempt, "messages_hash": mh}
+        payload["params"] = prm
         if self.record_prompts:
             payload["messages"] = msgs
         if self.redact is not None:
@@ -750,13 +739,10 @@ class Journal:
             raise kind_divergence(self.run_id, step, rec, f"tool {name!r}")
         key = str(rec.get("key") or key)
         if rec.get("name") != name:
+            was = repr(rec.get("name"))
+            detail = f"tool {name!r} requested where the log recorded {was}"
             raise ReplayDivergence(
-                self.run_id,
-                step,
-                f"tool {name!r} requested where the log recorded {rec.get('name')!r}",
-                path="tool",
-                recorded=repr(rec.get("name")),
-                current=repr(name),
+                self.run_id, step, detail, path="tool", recorded=was, current=repr(name)
             )
         if rec.get("hash") not in (None, ah):
             recorded = self._recorded_request(rec, "args")
@@ -813,14 +799,8 @@ class Journal:
         key: str,
         approved: str | None = None,
     ) -> None:
-        payload = {
-            "name": name,
-            "args": args,
-            "idempotency_key": key,
-            "step": step,
-            "attempt": attempt,
-            "args_hash": ah,
-        }
+        payload = {"name": name, "args": args, "idempotency_key": key, "step": step}
+        payload.update(attempt=attempt, args_hash=ah)
         if approved is not None:
             payload["approved"] = approved  # the approval's nonce, consumed by this call
         self._append("tool.call.requested", payload)
@@ -839,15 +819,8 @@ class Journal:
         found = ledger.answer(step)
         if found is None:
             self._new_step()
-            payload = {
-                "reason": APPROVAL_REASON,
-                "step": step,
-                "key": key,
-                "name": name,
-                "args": args,
-                "args_hash": ah,
-            }
-            self._append("run.interrupted", payload)
+            payload = {"reason": APPROVAL_REASON, "step": step, "key": key, "name": name}
+            self._append("run.interrupted", {**payload, "args": args, "args_hash": ah})
             raise ApprovalRequired(self.run_id, step, name)
         version, head, note = found
         pending = Pending(self.run_id, step, ah, head)
