@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.wrapper import WrapperModel
@@ -180,13 +180,11 @@ class AsyncAresMessageStore:
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`AresMessageStore.load`."""
-        got: list[ModelMessage] = await self._faces.call("load", conversation_id)
-        return got
+        return cast("list[ModelMessage]", await self._faces.call("load", conversation_id))
 
     async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`AresMessageStore.append`."""
-        got: int = await self._faces.call("append", conversation_id, new_messages)
-        return got
+        return cast("int", await self._faces.call("append", conversation_id, new_messages))
 
     async def clear(
         self,
