@@ -55,12 +55,7 @@ from ares_events.agents.journal_rules import (
     strict_gate,
 )
 from ares_events.agents.journal_telemetry import RunTrace, call_span, start_run
-from ares_events.agents.recording import (
-    MISSING,
-    Redactor,
-    hash_of,
-    redact_keys,
-)
+from ares_events.agents.recording import MISSING, Redactor, hash_of, redact_keys
 from ares_events.agents.runs import inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
@@ -514,11 +509,7 @@ class Journal:
     def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
         """Recover the run, then start it or pass the version gate (both append)."""
         rep = recover(
-            self.store,
-            self.run_id,
-            self.projection,
-            snapshots=self._snapshots,
-            max_replay=2**62,
+            self.store, self.run_id, self.projection, snapshots=self._snapshots, max_replay=2**62
         )
         if rep.findings:
             raise ChainIntegrityError(self.run_id, rep.findings)

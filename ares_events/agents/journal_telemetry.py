@@ -102,8 +102,7 @@ def start_run(run_id: str) -> RunTrace | None:
     if tel is None or tel.tracer is None:
         return None
     span = tel.start_span(
-        "invoke_agent",
-        {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": run_id},
+        "invoke_agent", {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": run_id}
     )
     return RunTrace(tel, span, run_id)
 
@@ -176,10 +175,7 @@ class CallSpan:
         return self
 
     def __exit__(
-        self,
-        et: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         tel = self._tel
         failed = exc is not None and not isinstance(exc, GeneratorExit)

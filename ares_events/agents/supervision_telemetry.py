@@ -90,7 +90,5 @@ def supervising(agents: int) -> Any:
     if tel is None or tel.tracer is None:
         return telemetry.NO_OPERATION
     return tel.tracer.start_as_current_span(
-        "ares_events.supervise",
-        attributes={"ares_events.agents": agents},
-        record_exception=False,
+        "ares_events.supervise", attributes={"ares_events.agents": agents}, record_exception=False
     )

@@ -201,10 +201,7 @@ class AsyncAdkSessions:
             if expected is None:
                 expected = v.stream.version  # a session object this service did not read
             ev = NewEvent(type=T_EVENT, module=MODULE, payload=payload)
-            batches = [
-                (sid, [ev], expected),
-                *_scoped(session.app_name, session.user_id, deltas),
-            ]
+            batches = [(sid, [ev], expected), *_scoped(session.app_name, session.user_id, deltas)]
             try:
                 res = await self.store.append_many(batches)
             except ConcurrencyError as exc:

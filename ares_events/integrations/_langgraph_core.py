@@ -55,13 +55,7 @@ class StaleWriteError(ConcurrencyError):
     is_stale_write_owner_error: Final = True
 
     def __init__(
-        self,
-        stream_id: str,
-        ns: str,
-        parent: str | None,
-        winner: str,
-        actual: int,
-        attempted: str,
+        self, stream_id: str, ns: str, parent: str | None, winner: str, actual: int, attempted: str
     ) -> None:
         self.checkpoint_ns = ns
         self.parent_checkpoint_id = parent

@@ -191,9 +191,7 @@ class AresAggregateRecorder(AggregateRecorder):
         return self.store.append_many(batches, tracking=track)
 
     def _insert_snapshots(
-        self,
-        groups: dict[str, list[StoredEvent]],
-        track: TrackingRecord | None,
+        self, groups: dict[str, list[StoredEvent]], track: TrackingRecord | None
     ) -> list[int]:
         for _ in range(10):
             batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []

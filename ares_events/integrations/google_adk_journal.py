@@ -30,10 +30,7 @@ from google.genai import types
 from pydantic import ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
-from ares_events.agents.journal import (
-    AsyncJournal,
-    ModelReply,
-)
+from ares_events.agents.journal import AsyncJournal, ModelReply
 from ares_events.core.iterators_async import maybe_await
 from ares_events.errors import ConfigError
 from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call

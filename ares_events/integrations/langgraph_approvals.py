@@ -17,23 +17,13 @@ from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, interrupt
 
-from ares_events.agents.approvals import (
-    APPROVAL_REASON,
-    Approval,
-    Ledger,
-    Pending,
-    check_approval,
-)
+from ares_events.agents.approvals import APPROVAL_REASON, Approval, Ledger, Pending, check_approval
 from ares_events.agents.journal_errors import RunNotRunnable
 from ares_events.agents.recording import hash_of
 from ares_events.core.catalog import new_event
 from ares_events.core.events import ANY, NO_STREAM
 from ares_events.core.iterators import closing_iter
-from ares_events.errors import (
-    ApprovalForged,
-    ConcurrencyError,
-    ConfigError,
-)
+from ares_events.errors import ApprovalForged, ConcurrencyError, ConfigError
 from ares_events.integrations._langgraph_core import MODULE, stream_of
 
 if TYPE_CHECKING:

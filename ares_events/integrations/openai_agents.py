@@ -23,11 +23,7 @@ from agents.memory.session_settings import (
 from ares_events.errors import ConfigError
 from ares_events.integrations._faces import Faces, stream_name
 from ares_events.integrations._openai_session import SessionLog
-from ares_events.integrations._openai_session_async import (
-    MODULE,
-    AsyncSessionLog,
-    SessionConflict,
-)
+from ares_events.integrations._openai_session_async import MODULE, AsyncSessionLog, SessionConflict
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

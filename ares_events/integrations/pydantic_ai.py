@@ -249,11 +249,7 @@ class JournaledToolset(WrapperToolset[Any]):
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def call_tool(
-        self,
-        name: str,
-        tool_args: dict[str, Any],
-        ctx: RunContext[Any],
-        tool: ToolsetTool[Any],
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         assert self.journal is not None, "JournaledToolset needs a journal"
         async with self._lock:
