@@ -6,6 +6,7 @@ It may import the package below ``integrations`` and ``langgraph``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -145,13 +146,10 @@ async def fetch_values(
                 continue
             events = [e async for e in store.read(index.stream_id, v, v)]
             if not events:
-                raise ChainIntegrityError(
-                    index.stream_id,
-                    [Finding("truncated", index.stream_id, v, "event no longer stored")],
-                )
-            e = events[0]
-            verify_fetched(index, e)
-            out[v] = e.payload
+                gone = Finding("truncated", index.stream_id, v, "event no longer stored")
+                raise ChainIntegrityError(index.stream_id, [gone])
+            verify_fetched(index, events[0])
+            out[v] = events[0].payload
     return out
 
 
@@ -188,14 +186,9 @@ def encode_put(
     parent_vals, parent_versions = _parent_state(index, ns, parent)
     cp: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = cp.pop("channel_values", None) or {}
-    md = get_checkpoint_metadata(config, metadata)
-    payload = {
-        "ns": ns,
-        "id": checkpoint["id"],
-        "parent": parent,
-        "cp": pack(serde, cp),
-        "md": pack(serde, dict(md)),
-    }
+    md = dict(get_checkpoint_metadata(config, metadata))
+    payload = {"ns": ns, "id": checkpoint["id"], "parent": parent, "cp": pack(serde, cp)}
+    payload["md"] = pack(serde, md)
     out: dict[str, EncodedValue | str] = {}
     versions = checkpoint.get("channel_versions") or {}
     for ch, ver in versions.items():
@@ -282,9 +275,7 @@ async def list_checkpoints(
     recs = sorted(index.checkpoints.values(), key=lambda r: r.id, reverse=True)
     out_recs: list[CheckpointRec] = []
     for rec in recs:
-        if ns is not None and rec.ns != ns:
-            continue
-        if cid is not None and rec.id != cid:
+        if (ns is not None and rec.ns != ns) or (cid is not None and rec.id != cid):
             continue
         if before_id is not None and rec.id >= before_id:
             continue
@@ -338,13 +329,8 @@ async def prune(
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
-    return await drop_checkpoints(
-        store,
-        index,
-        lambda: prune_plan(index, keep_last, older_than),
-        f"langgraph prune ({what})",
-        by,
-    )
+    plan = functools.partial(prune_plan, index, keep_last, older_than)
+    return await drop_checkpoints(store, index, plan, f"langgraph prune ({what})", by)
 
 
 async def delete_thread(store: AsyncEventStore, index: ThreadIndex, by: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -84,12 +84,8 @@ def _value_event(
     if enc.items is None:
         assert enc.typed is not None
         t, b = enc.typed
-        return NewEvent(
-            type=T_VALUE,
-            module=MODULE,
-            payload={"d": enc.digest, "t": t, "b": b64(b)},
-            metadata={"d": enc.digest},
-        )
+        whole = {"d": enc.digest, "t": t, "b": b64(b)}
+        return NewEvent(type=T_VALUE, module=MODULE, payload=whole, metadata={"d": enc.digest})
     assert enc.item_digests is not None
     base_items = _base_items(index, ns, ch, prev)
     index.last_list[(ns, ch)] = (enc.digest, enc.item_digests)
@@ -123,9 +119,7 @@ def _base_items(index: ThreadIndex, ns: str, ch: str, prev: str | None) -> list[
     # Not the last list this saver wrote (another process, a restart): rebuild the item
     # digests from the stored items when they are all in memory.
     items = _items_in_memory(index, prev)
-    if items is None:
-        return None
-    return [_item_digest(t, unb64(b)) for t, b in items]
+    return None if items is None else [_item_digest(t, unb64(b)) for t, b in items]
 
 
 def writes_event(
@@ -146,13 +140,8 @@ def writes_event(
             continue
         t, b = serde.dumps_typed(value)
         out.append([idx, ch, t, b64(b)])
-    if not out:
-        return None
-    return NewEvent(
-        type=T_WRITES,
-        module=MODULE,
-        payload={"ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": out},
-    )
+    payload = {"ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": out}
+    return NewEvent(type=T_WRITES, module=MODULE, payload=payload) if out else None
 
 
 def pending_writes(serde: SerializerProtocol, rec: CheckpointRec) -> list[PendingWrite]:
@@ -172,17 +161,8 @@ def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
         try:
             if ref is None:
                 raise ValueError("payload no longer spilled")
-            header = header_bytes(
-                e.stream_id,
-                e.version,
-                e.event_id_str,
-                e.type,
-                e.module,
-                e.metadata_json,
-                e.at,
-                ref.digest.hex(),
-                ref.size,
-            )
+            fields = (e.stream_id, e.version, e.event_id_str, e.type, e.module, e.metadata_json)
+            header = header_bytes(*fields, e.at, ref.digest.hex(), ref.size)
             if e.hash != want or link_hash(e.prev_hash, header, index.key) != want:
                 problem = "event differs from the one verified"
         except (TypeError, ValueError) as exc:
@@ -258,26 +238,21 @@ def materialise(
     while d is not None:
         rec = index.values.get(d)
         if rec is None:
-            raise ChainIntegrityError(
-                index.stream_id,
-                [
-                    Finding(
-                        "value_missing", index.stream_id, None, f"channel value {d} is not stored"
-                    )
-                ],
-            )
+            _missing(index, None, f"channel value {d} is not stored")
         p = rec.payload if rec.payload is not None else fetched[rec.version]
         chain.append(p)
         d = p.get("base")
         if len(chain) > MAX_DELTA_DEPTH + 2:
-            raise ChainIntegrityError(
-                index.stream_id,
-                [Finding("value_missing", index.stream_id, rec.version, "delta chain too long")],
-            )
+            _missing(index, rec.version, "delta chain too long")
     top = chain[0]
     if "list" not in top:
         return serde.loads_typed((top["t"], unb64(top["b"])))
     return [serde.loads_typed((t, unb64(b))) for t, b in _joined(chain)]
+
+
+def _missing(index: ThreadIndex, version: int | None, detail: str) -> NoReturn:
+    finding = Finding("value_missing", index.stream_id, version, detail)
+    raise ChainIntegrityError(index.stream_id, [finding])
 
 
 def prune_plan(
@@ -311,13 +286,9 @@ def prune_plan(
             items = _items_in_memory(index, d)
             if items is not None:
                 done.add(d)
+                payload = {"d": d, "list": items}
                 rebased.append(
-                    NewEvent(
-                        type=T_VALUE,
-                        module=MODULE,
-                        payload={"d": d, "list": items},
-                        metadata={"d": d},
-                    )
+                    NewEvent(type=T_VALUE, module=MODULE, payload=payload, metadata={"d": d})
                 )
     return rebased, index.unneeded(keep, rebased=done)
 
@@ -347,8 +318,5 @@ def _ts(rec: CheckpointRec) -> str:
 
 
 def pruned_event(drop: Sequence[int], *, all_: bool, reason: str) -> NewEvent:
-    return NewEvent(
-        type=T_PRUNED,
-        module=MODULE,
-        payload={"drop": [] if all_ else list(drop), "all": all_, "reason": reason},
-    )
+    payload = {"drop": [] if all_ else list(drop), "all": all_, "reason": reason}
+    return NewEvent(type=T_PRUNED, module=MODULE, payload=payload)

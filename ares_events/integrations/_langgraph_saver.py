@@ -12,7 +12,6 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from threading import Lock
-from types import TracebackType
 from typing import Any, Final, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -153,12 +152,7 @@ class AresSaverBase(BaseCheckpointSaver[str]):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextlib.contextmanager

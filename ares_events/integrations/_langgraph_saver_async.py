@@ -10,7 +10,6 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any, Final, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -157,12 +156,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     @contextlib.asynccontextmanager
