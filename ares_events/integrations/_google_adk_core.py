@@ -84,13 +84,8 @@ class SessionStateProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         p = event.payload
         if event.type == T_CREATED:
-            return {
-                "live": True,
-                "state": dict(p.get("state") or {}),
-                "events": 0,
-                "updated": p.get("time", 0.0),
-                "since": event.version,
-            }
+            state = {"live": True, "state": dict(p.get("state") or {}), "events": 0}
+            return {**state, "updated": p.get("time", 0.0), "since": event.version}
         if event.type == T_EVENT and state["live"]:
             state["state"].update(p.get("delta") or {})
             state["events"] += 1
