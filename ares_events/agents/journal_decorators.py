@@ -48,12 +48,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _recorded_args(sig: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return {k: _jsonable(v) for k, v in bound.arguments.items()}
-
-
 def wrap_tool(
     get_journal: Callable[[], Any],
     fn: F,
@@ -77,10 +71,12 @@ def wrap_tool(
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = record_sig.bind(*(args[1:] if drop_first else args), **kwargs)
+        bound.apply_defaults()
         # An async journal awaits what ``call`` returns: the coroutine of an async ``fn``.
         return get_journal().tool_call(
             name or fn.__name__,
-            _recorded_args(record_sig, args[1:] if drop_first else args, kwargs),
+            {k: _jsonable(v) for k, v in bound.arguments.items()},
             call=lambda _, key: fn(*args, **kwargs, **({KEY_PARAM: key} if key_param else {})),
             reconcile=reconcile,
             idempotent=idempotent,

@@ -79,11 +79,8 @@ class AresSessionService(BaseSessionService):
         erase_on_delete: bool = False,
         by: str = "google-adk",
     ) -> None:
-        opts: dict[str, Any] = {
-            "snapshot_every": snapshot_every,
-            "erase_on_delete": erase_on_delete,
-            "by": by,
-        }
+        opts: dict[str, Any] = {"snapshot_every": snapshot_every, "by": by}
+        opts["erase_on_delete"] = erase_on_delete
         self._faces = Faces(
             url, store, lambda s: AdkSessions(s, **opts), lambda s: AsyncAdkSessions(s, **opts)
         )

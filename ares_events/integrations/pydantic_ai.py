@@ -81,13 +81,6 @@ def stable_request(value: Any) -> Any:
     return value
 
 
-def _usage(response: ModelResponse) -> dict[str, Any]:
-    u = response.usage
-    out = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
-    out["total_tokens"] = out["input_tokens"] + out["output_tokens"]
-    return out
-
-
 class AresMessageStore:
     """Conversations of Pydantic AI messages, one verified stream each (blocking; any
     thread).
@@ -229,7 +222,10 @@ class JournaledModel(WrapperModel):
             response = await self.wrapped.request(
                 messages, model_settings, model_request_parameters
             )
-            return ModelReply(encode_messages([response])[0], _usage(response))
+            u = response.usage
+            usage = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+            usage["total_tokens"] = u.input_tokens + u.output_tokens
+            return ModelReply(encode_messages([response])[0], usage)
 
         completion = await self.journal.model_call(request, params, call=call)
         got = decode_messages([completion])[0]
