@@ -27,6 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations._conversation_async import erase_events
+from ares_events.integrations._faces import MISS
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     CheckpointRec,
@@ -38,7 +39,6 @@ from ares_events.integrations._langgraph_core import (
     unpack,
 )
 from ares_events.integrations._langgraph_plan import (
-    MISS,
     ValueCache,
     materialise,
     pending_writes,
@@ -137,7 +137,7 @@ async def fetch_values(
         if cache is not None:
             # A decoded value held now is pinned for this read (the cache may drop it).
             for d in list(digests):
-                hit = cache.get((index.stream_id, d))
+                hit = cache.get((index.stream_id, d), MISS)
                 if hit is not MISS:
                     out[("pinned", d)] = hit
                     digests.remove(d)

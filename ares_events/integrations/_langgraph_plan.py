@@ -7,10 +7,8 @@ It may import the package below ``integrations``, ``_langgraph_core`` and ``lang
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, NoReturn
+from typing import Any, NoReturn
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -18,6 +16,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ares_events.chain import header_bytes, link_hash
 from ares_events.core.events import NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
+from ares_events.integrations._faces import MISS, Table
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     MAX_DELTA_DEPTH,
@@ -178,32 +177,11 @@ def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
     return [rec.version for d in digests for rec in index.chain(d) if rec.payload is None]
 
 
-class ValueCache:
-    """Decoded channel values by (stream, digest), least recently used dropped: the
-    opt-in ``value_cache`` of the savers. Filled only from verified, decoded storage
-    (never from a caller's objects); a hit hands out a new top-level list or dict whose
-    items are shared with the cache and earlier callers."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._d: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> Any:
-        with self._lock:
-            v = self._d.get(key, MISS)
-            if v is not MISS:
-                self._d.move_to_end(key)
-        return v
-
-    def put(self, key: tuple[str, str], value: Any) -> None:
-        with self._lock:
-            self._d[key] = value
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
-
-
-MISS: Final = object()
+ValueCache = Table[Any]
+"""Decoded channel values by (stream, digest): the opt-in ``value_cache`` of the savers.
+Filled only from verified, decoded storage (never from a caller's objects); a hit hands
+out a new top-level list or dict whose items are shared with the cache and earlier
+callers."""
 
 
 def _handout(value: Any) -> Any:
@@ -227,7 +205,7 @@ def materialise(
     if pinned is not MISS:
         return _handout(pinned)
     if cache is not None:
-        hit = cache.get((index.stream_id, digest))
+        hit = cache.get((index.stream_id, digest), MISS)
         if hit is not MISS:
             return _handout(hit)
         value = materialise(index, serde, digest, fetched)

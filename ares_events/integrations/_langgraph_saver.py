@@ -81,7 +81,7 @@ def _value_cache(size: object) -> ValueCache | None:
     """The opt-in decoded-value cache of ``size`` entries (0: none)."""
     if type(size) is not int or size < 0:
         raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
-    return ValueCache(size) if size > 0 else None
+    return ValueCache(size=size) if size > 0 else None
 
 
 class AresSaverBase(BaseCheckpointSaver[str]):
