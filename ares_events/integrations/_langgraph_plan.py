@@ -7,7 +7,7 @@ It may import the package below ``integrations``, ``_langgraph_core`` and ``lang
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
@@ -22,7 +22,6 @@ from ares_events.integrations._langgraph_core import (
     MAX_DELTA_DEPTH,
     MODULE,
     T_CHECKPOINT,
-    T_PRUNED,
     T_VALUE,
     T_WRITES,
     CheckpointRec,
@@ -172,11 +171,6 @@ def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
         )
 
 
-def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
-    """Versions of spilled value events a materialisation will need to fetch."""
-    return [rec.version for d in digests for rec in index.chain(d) if rec.payload is None]
-
-
 ValueCache = Table[Any]
 """Decoded channel values by (stream, digest): the opt-in ``value_cache`` of the savers.
 Filled only from verified, decoded storage (never from a caller's objects); a hit hands
@@ -293,8 +287,3 @@ def _joined(chain: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 def _ts(rec: CheckpointRec) -> str:
     ts = rec.plain("cp", "ts")
     return ts if isinstance(ts, str) else ""
-
-
-def pruned_event(drop: Sequence[int], *, all_: bool, reason: str) -> NewEvent:
-    payload = {"drop": [] if all_ else list(drop), "all": all_, "reason": reason}
-    return NewEvent(type=T_PRUNED, module=MODULE, payload=payload)
