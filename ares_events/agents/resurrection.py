@@ -411,23 +411,20 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         elif e.type == "model.responded":
             responded[hash_of_step[int(e.payload["step"])]] = parse_at(e.at).timestamp()
     info = inspect_run(store, run_stream, requests=False)
-    calls = c.execute(
-        "SELECT messages_hash, at FROM llm_calls WHERE agent = ?", (agent,)
-    ).fetchall()
+
+    def rows(sql: str) -> list[Any]:  # every query is about this agent
+        return c.execute(sql, (agent,)).fetchall()
+
+    calls = rows("SELECT messages_hash, at FROM llm_calls WHERE agent = ?")
     reissued = sum(1 for mh, at in calls if mh in responded and at > responded[mh])
-    effects = c.execute(
-        "SELECT title, count(*) FROM side_effects WHERE agent = ? GROUP BY title", (agent,)
-    ).fetchall()
-    inc = c.execute(
+    effects = rows("SELECT title, count(*) FROM side_effects WHERE agent = ? GROUP BY title")
+    inc = rows(
         "SELECT ready_s, model_from_log, tokens_from_log, model_made, recovered_from "
-        "FROM incarnations WHERE agent = ?",
-        (agent,),
-    ).fetchall()
+        "FROM incarnations WHERE agent = ?"
+    )
     recovered = [r for r in inc if r[4] != "empty"]
-    rate_limits = c.execute(
-        "SELECT count(*) FROM rate_limits WHERE agent = ?", (agent,)
-    ).fetchone()[0]
-    lost = c.execute("SELECT count(*) FROM lost_answers WHERE agent = ?", (agent,)).fetchone()[0]
+    rate_limits = rows("SELECT count(*) FROM rate_limits WHERE agent = ?")[0][0]
+    lost = rows("SELECT count(*) FROM lost_answers WHERE agent = ?")[0][0]
     chain_ok = verify_stream(store, run_stream).ok and verify_stream(store, agent).ok
     return AgentReport(
         agent=agent,
