@@ -317,11 +317,9 @@ def steps_of(state: Mapping[str, Any], requests: Mapping[int, Any]) -> tuple[Ste
             for i, a in enumerate(rec.get("attempts") or [])
         )
         failed = [a for a in attempts if a.status == "failed"]
-        last_error = (
-            f"{failed[-1].error_type}: {failed[-1].error}"
-            if failed and rec.get("status") in ("failed", "abandoned")
-            else None
-        )
+        last_error = None
+        if failed and rec.get("status") in ("failed", "abandoned"):
+            last_error = f"{failed[-1].error_type}: {failed[-1].error}"
         status = str(rec.get("status"))
         extra: dict[str, Any]
         if kind == "model":

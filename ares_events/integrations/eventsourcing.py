@@ -294,11 +294,7 @@ class AresAggregateRecorder(AggregateRecorder):
             hi = top if hi is None else min(hi, top)
         if limit is not None:
             lo = max(lo, hi - limit + 1)
-        if hi < lo:
-            return []
-        recs = ds.read(sid, lo, hi, None, head)
-        recs.reverse()
-        return recs
+        return ds.read(sid, lo, hi, None, head)[::-1] if lo <= hi else []
 
     def _select_snapshots(
         self,
@@ -458,12 +454,10 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
             OperationalError: the store cannot be reached.
         """
         prefix = self.datastore.stream_prefix
-
-        def mine(e: RecordedEvent) -> bool:
-            return e.module == MODULE and e.stream_id.startswith(prefix)
-
         try:
-            return self.datastore.last_position(mine)
+            return self.datastore.last_position(
+                lambda e: e.module == MODULE and e.stream_id.startswith(prefix)
+            )
         except StoreError as exc:
             raise _translate(exc) from exc
 
