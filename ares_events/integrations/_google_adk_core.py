@@ -34,15 +34,12 @@ class StaleSessionConflict(SessionConflict, StaleSessionError):
     catches it: reload the session (``get_session``) and run again."""
 
     def __init__(self, session_id: str, stream_id: str, expected: int, actual: int) -> None:
-        super().__init__(
-            session_id,
-            stream_id,
-            expected,
-            actual,
+        text = (
             f"session {session_id!r} was modified in storage by another run since this "
             f"session object was read (version {expected}); the event was not stored: "
-            "reload the session and run again",
+            "reload the session and run again"
         )
+        super().__init__(session_id, stream_id, expected, actual, text)
 
 
 def quote_part(part: str) -> str:
