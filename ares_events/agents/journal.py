@@ -128,9 +128,9 @@ class Journal:
         StoreUnavailable: the store cannot be reached.
     """
 
-    _token: Token[Any] | None
-    _run_trace: RunTrace | None
-    _trace_token: Any
+    _token: Token[Any] | None = None
+    _run_trace: RunTrace | None = None
+    _trace_token: Any = None
 
     def __init__(
         self,
@@ -166,9 +166,6 @@ class Journal:
         self.replaying = False
         """True when the last call was answered (or failed) from the log, not made."""
         self._here = 0
-        self._token = None
-        self._run_trace = None
-        self._trace_token = None
         self._snapshotter = (
             Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
             if has_snaps and snapshot_every > 0
@@ -312,9 +309,8 @@ class Journal:
             answer = reply(raw)
             self.stats.model_calls_made += 1
             completion, usage = answer.completion, dict(answer.usage)
-            self._append(
-                "model.responded", {"step": step, "completion": completion, "usage": usage}
-            )
+            responded = {"step": step, "completion": completion, "usage": usage}
+            self._append("model.responded", responded)
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion

@@ -132,9 +132,9 @@ class AsyncJournal:
         StoreUnavailable: the store cannot be reached.
     """
 
-    _token: Token[Any] | None
-    _run_trace: RunTrace | None
-    _trace_token: Any
+    _token: Token[Any] | None = None
+    _run_trace: RunTrace | None = None
+    _trace_token: Any = None
 
     def __init__(
         self,
@@ -172,9 +172,6 @@ class AsyncJournal:
         self.replaying = False
         """True when the last call was answered (or failed) from the log, not made."""
         self._here = 0
-        self._token = None
-        self._run_trace = None
-        self._trace_token = None
         self._snapshotter = (
             AsyncSnapshotter(
                 store, [self.projection], every=snapshot_every, snapshots=self._snapshots
@@ -328,9 +325,8 @@ class AsyncJournal:
             answer = reply(raw)
             self.stats.model_calls_made += 1
             completion, usage = answer.completion, dict(answer.usage)
-            await self._append(
-                "model.responded", {"step": step, "completion": completion, "usage": usage}
-            )
+            responded = {"step": step, "completion": completion, "usage": usage}
+            await self._append("model.responded", responded)
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
