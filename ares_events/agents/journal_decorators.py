@@ -71,10 +71,11 @@ def wrap_tool(
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        journal = get_journal()  # first: no active journal is the error, whatever the args
         bound = record_sig.bind(*(args[1:] if drop_first else args), **kwargs)
         bound.apply_defaults()
         # An async journal awaits what ``call`` returns: the coroutine of an async ``fn``.
-        return get_journal().tool_call(
+        return journal.tool_call(
             name or fn.__name__,
             {k: _jsonable(v) for k, v in bound.arguments.items()},
             call=lambda _, key: fn(*args, **kwargs, **({KEY_PARAM: key} if key_param else {})),
@@ -158,8 +159,5 @@ def journaled_step(fn: Callable[..., Any] | None = None, /, *, name: str | None 
     Raises:
         ConfigError: (at call time) no journal is active.
     """
-
-    def decorate(f: Callable[..., Any]) -> Any:
-        return wrap_tool(_current, f, name=name, idempotent=True, reconcile=None)
-
+    decorate = journaled_tool(name=name, idempotent=True)
     return decorate(fn) if fn is not None else decorate
