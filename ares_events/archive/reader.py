@@ -389,14 +389,10 @@ class ArchiveRecorder:
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         try:
-            return self._events_after(ix, pos, prefix)
+            return self.source.events_after(ix, pos, prefix)
         except ArchiveError as exc:
-            return self._events_after(self._newer(ix, exc), pos, prefix)
-
-    def _events_after(
-        self, ix: SegmentIndex, pos: int, prefix: str | None
-    ) -> tuple[list[RecordedEvent], int]:
-        return self.source.events_after(ix, pos, prefix)
+            ix = self._newer(ix, exc)
+            return self.source.events_after(ix, pos, prefix)
 
     def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
@@ -495,9 +491,8 @@ class ArchiveRecorder:
             text, ix = self._index_text()
             if text is None or ix is None or ix.segment_at(position) is None:
                 return out
-            done = erase_archived(
-                self.source, ix, stream_id, version, position, event_hash, ref, blob_key
-            )
+            args = (self.source, ix, stream_id, version, position, event_hash, ref, blob_key)
+            done = erase_archived(*args)
             if done is None:
                 return out
             new_ix, refs, old_keys = done
