@@ -513,11 +513,7 @@ def _reseal(
             text, ix = settle_pending(inner, source, new_text, new_ix)
     found = ix.segment_at(entry.first_position)
     assert found is not None and found.seq == entry.seq
-    m = source.manifest(ix, found)
-    fresh: list[RecordedEvent] = []
-    for i in range(len(m.blocks)):
-        fresh.extend(source.block(ix, found, i))
-    return text, ix, found, fresh
+    return text, ix, found, source.segment_events(ix, found)
 
 
 def _finish_deletes(
@@ -529,10 +525,7 @@ def _finish_deletes(
     for entry in reversed(ix.segments):
         if entry.retired is not None:
             break
-        m = source.manifest(ix, entry)
-        events: list[RecordedEvent] = []
-        for i in range(len(m.blocks)):
-            events.extend(source.block(ix, entry, i))
+        events = source.segment_events(ix, entry)
         n, text, ix = _delete(inner, source, text, ix, entry, events)
         if n == 0:
             break

@@ -39,6 +39,7 @@ __all__ = [
     "span",
     "stored",
     "streams_digest",
+    "tombstone_fields",
     "tombstone_problem",
 ]
 
@@ -480,20 +481,25 @@ def streams_digest(ends: dict[str, tuple[int, bytes]]) -> str:
     return blake3.blake3(canonical_json(doc, field="streams")).hexdigest()
 
 
-def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
-    """Why a retired segment's tombstone does not match its retention record's payload
-    (``record``, None when there is none), or None."""
-    if not isinstance(record, dict):
-        return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
-    want = {
+def tombstone_fields(entry: SegmentEntry, ends: dict[str, tuple[int, bytes]]) -> dict[str, Any]:
+    """What a retention record (and so the tombstone) commits to about the segment
+    ``entry`` whose streams end at ``ends``."""
+    return {
         **span(entry),
         "tree_size": entry.tree_size,
         "root": entry.root.hex(),
         "manifest_digest": entry.manifest.digest.hex(),
         "segment_digest": entry.segment.digest.hex(),
-        "streams_digest": streams_digest(entry.streams_end),
+        "streams_digest": streams_digest(ends),
     }
-    for k, v in want.items():
+
+
+def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
+    """Why a retired segment's tombstone does not match its retention record's payload
+    (``record``, None when there is none), or None."""
+    if not isinstance(record, dict):
+        return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
+    for k, v in tombstone_fields(entry, entry.streams_end).items():
         if record.get(k) != v:
             return f"retired segment {entry.seq}: its tombstone's {k} differs from its record"
     return None

@@ -343,6 +343,15 @@ class ArchiveSource:
             si, bi = si + 1, -1
         return [], None
 
+    def segment_events(self, ix: SegmentIndex, entry: SegmentEntry) -> list[RecordedEvent]:
+        """Every event of ``entry``, block by block.
+
+        Raises:
+            ArchiveError: the segment or its manifest is missing, altered or unreadable.
+        """
+        m = self.manifest(ix, entry)
+        return [e for i in range(len(m.blocks)) for e in self.block(ix, entry, i)]
+
     def drop_objects(self, ix: SegmentIndex, keys: list[str]) -> None:
         """Delete replaced archive objects (after the segment index no longer names them) and
         forget every cached block."""
