@@ -19,10 +19,10 @@ from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import audited, traced
 from ares_events.errors import ArchiveError, BlobError, BlobMissing
 from ares_events.integrity.anchors import verify_anchors
-from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+from ares_events.integrity.findings import AuditReport, Finding
 from ares_events.integrity.notes import VerifierKey
 from ares_events.integrity.verifier import ChainVerifier, _type_name, malformed_reason
-from ares_events.integrity.verify import check_stream
+from ares_events.integrity.verify import check_stream, stream_report
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -97,11 +97,7 @@ def audit(
         # A stream whose oldest events were retired goes on from the tombstone.
         sv, sh = (seg_index.retired_end(sid) if seg_index is not None else None) or (0, None)
         ver = ChainVerifier(sid, key, start_version=sv, start_hash=sh)
-        n, shead = check_stream(store, sid, ver, head, seen)
-        ver.check_head(shead)
-        head_version = shead.version if shead and type(shead.version) is int else 0
-        r = VerifyReport(sid, ver.findings, n, ver.last, head_version)
-        report.streams[sid] = r
+        r = report.streams[sid] = stream_report(ver, *check_stream(store, sid, ver, head, seen))
         report.findings.extend(r.findings)
     report.events_checked = done
     total = store.last_position()
@@ -141,9 +137,7 @@ def audit(
         n, ohead = check_stream(store, sid, ov, None, seen)
         if ohead is not None:
             continue  # a stream created after the audit started
-        ov.check_head(None)
-        r = VerifyReport(sid, ov.findings, n, ov.last, 0)
-        report.streams[sid] = r
+        r = report.streams[sid] = stream_report(ov, n, None)
         report.findings.extend(r.findings)
         report.events_checked += n
     report.streams_checked = len(report.streams)

@@ -149,9 +149,9 @@ class ChainVerifier:
             return start
         key = None if self.key is None else self.key.key
         native = _native
+        sid, sj = self.stream_id, self._sid
         if native is not None and type(self.last_hash) is bytes and type(self.last) is int:
             j: int
-            sid, sj = self.stream_id, self._sid
             # Several events hashed at once (absent from a module built before it); it
             # may stop short of verify_run (at anything unusual), never past it:
             # verify_run decides from there.
@@ -168,15 +168,7 @@ class ChainVerifier:
             )
             return j
         i, self.last, self.last_hash = verify_run(
-            events,
-            start,
-            self.stream_id,
-            self._sid,
-            self.last,
-            self.last_hash,
-            key,
-            self._payload,
-            self._link,
+            events, start, sid, sj, self.last, self.last_hash, key, self._payload, self._link
         )
         return i
 
@@ -311,17 +303,7 @@ def verify_run(
             # hexlify, not blake3's hexdigest(): the binding's hex costs ~10x more.
             digest_hex = _hexlify(ph.digest())
             ph.reset()
-            header = _HEADER % (
-                at,
-                eid,
-                e[7],
-                mo,
-                digest_hex,
-                len(raw),
-                stream_json,
-                ty,
-                version,
-            )
+            header = _HEADER % (at, eid, e[7], mo, digest_hex, len(raw), stream_json, ty, version)
         except (TypeError, AttributeError, ValueError):
             ph.reset()
             break
