@@ -5,7 +5,7 @@ the anchors and the verifier do not import each other. It imports nothing from t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["AuditReport", "Finding", "VerifyReport"]
@@ -22,12 +22,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "kind": self.kind,
-            "stream_id": self.stream_id,
-            "version": self.version,
-            "detail": self.detail,
-        }
+        return asdict(self)
 
     def __str__(self) -> str:
         where = f"{self.stream_id!r}" if self.stream_id is not None else "store"
