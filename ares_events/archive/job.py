@@ -218,7 +218,7 @@ def archive(
         if not events:
             break
         _check_chains(events, store)
-        entry, manifest, nbytes = _seal(source, ix, events, mlog, key, ix.segments, block_events)
+        entry, manifest, nbytes = _seal(source, ix, events, mlog, key, block_events)
         report.archive_bytes += nbytes
         new_ix = ix.with_segment(entry)
         if not inner.meta_swap(INDEX_KEY, text, new_ix.to_json()):
@@ -344,12 +344,8 @@ def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
     findings: list[Finding] = []
     for sid, run in by_stream.items():
         first = run[0]
-        v = ChainVerifier(
-            sid,
-            store.chain_key,
-            start_version=first.version - 1,
-            start_hash=first.prev_hash if first.version > 1 else None,
-        )
+        start = first.prev_hash if first.version > 1 else None
+        v = ChainVerifier(sid, store.chain_key, start_version=first.version - 1, start_hash=start)
         for i in range(0, len(run), 64):
             v.check_page(run[i : i + 64])
         findings.extend(v.findings)
@@ -363,10 +359,9 @@ def _seal(
     events: list[RecordedEvent],
     mlog: MerkleLog,
     key: SigningKey | None,
-    segments: tuple[SegmentEntry, ...],
-    block_events: int = BLOCK_EVENTS,
+    block_events: int,
 ) -> tuple[SegmentEntry, Manifest, int]:
-    seq = segments[-1].seq + 1 if segments else 1
+    seq = ix.segments[-1].seq + 1 if ix.segments else 1
     leaves = [merkle.leaf_hash(e.hash) for e in events]
     _check_leaves(mlog, events, leaves)
     last_index = mlog.index_of(events[-1].position)

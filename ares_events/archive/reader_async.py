@@ -453,23 +453,10 @@ class AsyncArchiveRecorder:
         while True:
             through, ix = await self._through()
             if ix is not None and through > pos:
-                events, upto = await self._block_after(ix, pos, None)
+                events, upto = await self._merged_block(ix, pos, None)
                 _advanced(pos, upto, through)
-                rows = [(e.position, e.stream_id, e.version) for e in events]
-                have = {r[0] for r in rows}
-                it = self.inner.positions(pos)
-                try:
-                    async for row in it:
-                        p = row[0]
-                        if type(p) is not int or p > upto:
-                            break
-                        if p not in have:
-                            rows.append(row)
-                finally:
-                    await aclose_iter(it)
-                rows.sort(key=lambda r: r[0])
-                for row in rows:
-                    yield row
+                for e in events:
+                    yield e[2], e[0], e[1]
                 pos = upto
                 continue
             it = self.inner.positions(pos)

@@ -389,22 +389,10 @@ def stored(e: RecordedEvent) -> tuple[Any, ...]:
 
 def _event_of(r: Sequence[Any]) -> RecordedEvent:
     payload = r[6]
-    return RecordedEvent._from_row(
-        (
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            r[5],
-            None if payload is None else payload.encode(),
-            r[7].encode(),
-            r[8],
-            bytes.fromhex(r[9]),
-            bytes.fromhex(r[10]),
-            r[11],
-        )
-    )
+    return RecordedEvent._from_row((
+        *r[:6], None if payload is None else payload.encode(), r[7].encode(), r[8],
+        bytes.fromhex(r[9]), bytes.fromhex(r[10]), r[11],
+    ))  # fmt: skip
 
 
 def encode_segment(
@@ -416,16 +404,8 @@ def encode_segment(
     for i in range(0, len(events), block_events):
         chunk = events[i : i + block_events]
         data = zlib.compress(orjson.dumps([row_of(e) for e in chunk]), ZLIB_LEVEL)
-        blocks.append(
-            Block(
-                len(out),
-                len(data),
-                chunk[0].position,
-                chunk[-1].position,
-                len(chunk),
-                _digest(data),
-            )
-        )
+        first, last = chunk[0].position, chunk[-1].position
+        blocks.append(Block(len(out), len(data), first, last, len(chunk), _digest(data)))
         out += data
     return bytes(out), tuple(blocks)
 

@@ -171,7 +171,7 @@ class ArchiveSource:
         with self._lock:
             got = self._cached_or_fetching(ix, entry, m, index)
         if got is None:  # closed: no thread to wait on
-            return self._load((m.segment.key, m.blocks[index].offset), ix, entry, m, index, -1)
+            return self._load(ix, entry, m, index, -1)
         return got if isinstance(got, list) else got.result()
 
     def prefetch(self, ix: SegmentIndex, entry: SegmentEntry, index: int) -> None:
@@ -197,7 +197,7 @@ class ArchiveSource:
             return None
         fut = self._inflight.get(ck)
         if fut is None:
-            fut = self._executor().submit(self._load, ck, ix, entry, m, index, self._gen)
+            fut = self._executor().submit(self._load, ix, entry, m, index, self._gen)
             self._inflight[ck] = fut
         return fut
 
@@ -217,15 +217,10 @@ class ArchiveSource:
         return self._pool
 
     def _load(
-        self,
-        ck: _BlockKey,
-        ix: SegmentIndex,
-        entry: SegmentEntry,
-        m: Manifest,
-        index: int,
-        gen: int,
+        self, ix: SegmentIndex, entry: SegmentEntry, m: Manifest, index: int, gen: int
     ) -> list[RecordedEvent]:
         b = m.blocks[index]
+        ck = (m.segment.key, b.offset)
         try:
             try:
                 data = self.blobs(ix).read_range(m.segment.key, b.offset, b.length)

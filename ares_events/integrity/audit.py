@@ -301,21 +301,16 @@ def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
 def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> None:
     ref = e.payload_ref
     assert ref is not None
-    if store.blobs is None:
-        _add(
-            report,
-            "blob_missing",
-            e.stream_id,
-            e.version,
-            f"blob {ref.key}: no blob store configured",
-        )
-        return
-    try:
-        store.blobs.verify(ref)
-    except BlobMissing as exc:
-        _add(report, "blob_missing", e.stream_id, e.version, exc.detail)
-    except BlobError as exc:
-        _add(report, "blob_corrupted", e.stream_id, e.version, exc.detail)
+    kind, detail = "blob_missing", f"blob {ref.key}: no blob store configured"
+    if store.blobs is not None:
+        try:
+            store.blobs.verify(ref)
+            return
+        except BlobMissing as exc:
+            detail = exc.detail
+        except BlobError as exc:
+            kind, detail = "blob_corrupted", exc.detail
+    _add(report, kind, e.stream_id, e.version, detail)
 
 
 def _add(report: AuditReport, kind: str, stream_id: Any, version: Any, detail: str) -> None:

@@ -98,12 +98,10 @@ class MerkleLogProjection:
         size = int(head["size"])
         wanted = {}
         level, count = 0, size
-        while True:
+        while count:
             if count % TILE_WIDTH:
                 wanted[(level, count // TILE_WIDTH)] = tile_key(level, count // TILE_WIDTH)
             count //= TILE_WIDTH
-            if count == 0:
-                break
             level += 1
         loaded = load(wanted.values()) if wanted else {}
         tiles: dict[tuple[int, int], tuple[bytearray, list[int] | None]] = {}
