@@ -299,12 +299,7 @@ def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | N
 
 
 def _collect(
-    inner: Any,
-    after: int,
-    want: int,
-    cutoff_pos: int,
-    cutoff_at: str | None,
-    heads: dict[str, int],
+    inner: Any, after: int, want: int, cutoff_pos: int, cutoff_at: str | None, heads: dict[str, int]
 ) -> tuple[list[RecordedEvent], int, bool]:
     """The next segment's events after ``after`` (each stream's last event left out),
     how many were left out, and whether the cutoff was reached."""

@@ -15,12 +15,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
-from ares_events.archive.segment import (
-    Manifest,
-    SegmentEntry,
-    SegmentIndex,
-    decode_block,
-)
+from ares_events.archive.segment import Manifest, SegmentEntry, SegmentIndex, decode_block
 from ares_events.core.events import RecordedEvent
 from ares_events.errors import ArchiveError, BlobCorrupted, BlobMissing, ConfigError
 

@@ -27,11 +27,7 @@ from ares_events.chain import (
     payload_digest,
 )
 from ares_events.core.backend import Head
-from ares_events.core.events import (
-    MalformedPayloadRef,
-    PayloadRef,
-    RecordedEvent,
-)
+from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
 from ares_events.core.row_pages import EventPage
 from ares_events.errors import InvalidEvent
 from ares_events.integrity.findings import Finding, VerifyReport

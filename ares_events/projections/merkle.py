@@ -421,12 +421,7 @@ class MerkleLog:
             )
 
     def prove_event(
-        self,
-        stream_id: str,
-        version: int,
-        *,
-        key: SigningKey | None = None,
-        catch_up: bool = True,
+        self, stream_id: str, version: int, *, key: SigningKey | None = None, catch_up: bool = True
     ) -> dict[str, Any]:
         """An inclusion proof of one event, as the JSON object ``prove`` prints.
 

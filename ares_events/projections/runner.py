@@ -15,12 +15,7 @@ from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
 from ares_events.errors import ConfigError, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
-from ares_events.projections.tables import (
-    encode_state,
-    new_meta,
-    table_name,
-    tables_for,
-)
+from ares_events.projections.tables import encode_state, new_meta, table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
 
 if TYPE_CHECKING:
