@@ -129,12 +129,8 @@ class ArchiveSource:
         except BlobCorrupted as exc:
             raise ArchiveError("corrupted", entry.seq, key, f"manifest: {exc.detail}") from exc
         m = Manifest.from_bytes(data, key)
-        if (
-            m.seq != entry.seq
-            or m.first_position != entry.first_position
-            or m.last_position != entry.last_position
-            or m.segment != entry.segment
-        ):
+        said = (m.seq, m.first_position, m.last_position, m.segment)
+        if said != (entry.seq, entry.first_position, entry.last_position, entry.segment):
             raise ArchiveError("corrupted", entry.seq, key, "manifest is not this segment's")
         self._manifests[key] = m
         return m

@@ -103,17 +103,13 @@ class ChainVerifier:
         page is checked in one call (:func:`verify_run`).
         """
         n = len(events)
+        # A page of rows (a SQLite read) is checked straight from the rows, the events
+        # built only if the slow path needs them (a sound page builds none here).
+        i = self._run(events.rows if type(events) is EventPage else events, 0)
+        if i == n:
+            return events
         if type(events) is EventPage:
-            # A page of rows (a SQLite read): checked straight from the rows, the events
-            # built only if the slow path needs them (a sound page builds none here).
-            i = self._run(events.rows, 0)
-            if i == n:
-                return events
             events = list(events)
-        else:
-            i = self._run(events, 0)
-            if i == n:
-                return events
         out = list(events[:i])
         while i < n:
             e = events[i]
