@@ -108,26 +108,16 @@ def audit(
     for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
-            _add(
-                report,
-                "malformed_row",
-                sid if type(sid) is str else repr(sid),
-                None,
-                f"position {pos!r}: {_scan_problem(pos, sid, version)}",
-            )
+            where = sid if type(sid) is str else repr(sid)
+            _add(report, "malformed_row", where, None, _scan_problem(pos, sid, version))
             continue
         if pos > total:
             continue  # appended after the audit started
         if pos <= last_pos:
             _add(report, "position_order", sid, version, f"position {pos} after {last_pos}")
         elif gapless and pos != last_pos + 1 and not _retired(retired, last_pos + 1, pos - 1):
-            _add(
-                report,
-                "position_gap",
-                sid,
-                version,
-                f"positions {last_pos + 1}..{pos - 1} are missing",
-            )
+            missing = f"positions {last_pos + 1}..{pos - 1} are missing"
+            _add(report, "position_gap", sid, version, missing)
         last_pos = max(last_pos, pos)
         if sid not in heads and sid not in orphans:
             orphans[sid] = ChainVerifier(sid, key)
@@ -262,7 +252,7 @@ def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, A
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
     """Why a scanned ``(position, stream_id, version)`` is not a row (as
-    :func:`malformed_reason` says it)."""
+    :func:`malformed_reason` says it), after the position."""
     for name, value, want in (
         ("stream_id", stream_id, "TEXT"),
         ("version", version, "INTEGER"),
@@ -270,8 +260,8 @@ def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
     ):
         got = _type_name(value)
         if got != want:
-            return f"{name} is {got}, expected {want}"
-    return "unreadable row"
+            return f"position {position!r}: {name} is {got}, expected {want}"
+    return f"position {position!r}: unreadable row"
 
 
 def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
