@@ -285,14 +285,11 @@ class MerkleLog:
                 memo[(level, index)] = h
             return h
 
-        out: list[tuple[int, bytes, list[bytes]] | None] = []
-        for position in positions:
-            index = _index_in(tiles, have, position)
-            if index is None or index >= size:
-                out.append(None)
-                continue
-            out.append((index, node(0, index), merkle.inclusion_proof(index, size, node)))
-        return out
+        path = merkle.inclusion_proof
+        return [
+            None if i is None or i >= size else (i, node(0, i), path(i, size, node))
+            for i in (_index_in(tiles, have, p) for p in positions)
+        ]
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 ``PATH(index, D[size])``.
