@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
 from ares_events.core.catalog import (
@@ -134,13 +133,9 @@ class RecoveryStateProjection:
                 "completed": False,
             }
         elif isinstance(p, FailoverCompleted):
-            lf = state["last_failover"] or {
-                "reason": None,
-                "at": event.at,
-                "version": event.version,
-            }
-            lf = dict(lf, completed=True, instance_id=p.instance_id)
-            state["last_failover"] = lf
+            v = event.version
+            lf = state["last_failover"] or {"reason": None, "at": event.at, "version": v}
+            state["last_failover"] = dict(lf, completed=True, instance_id=p.instance_id)
         state["last_version"] = event.version
         return state
 
@@ -174,14 +169,9 @@ class GenealogyProjection:
         p = parse(event)
         if isinstance(p, AgentDead):
             state["deaths"].append({"cause": p.cause, "at": event.at, "version": event.version})
-            now = parse_at(event.at)
-            recent = [
-                d
-                for d in state["deaths"]
-                if (now - datetime.fromisoformat(d["at"].replace("Z", "+00:00"))).total_seconds()
-                <= self.flap_window_s
-            ]
-            n = len(recent)
+            now, window = parse_at(event.at), self.flap_window_s
+            # every death's "at" went through parse_at when it was folded
+            n = sum((now - parse_at(d["at"])).total_seconds() <= window for d in state["deaths"])
             state["max_deaths_in_window"] = max(state["max_deaths_in_window"], n)
             state["flapping"] = n >= self.flap_deaths
         elif isinstance(p, AgentResurrected):
