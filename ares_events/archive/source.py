@@ -298,12 +298,9 @@ class ArchiveSource:
         si, bi = cursor if cursor is not None else (0, -1)
         while si < len(segs):
             entry = segs[si]
-            if entry.retired is not None:
-                si, bi = si + 1, -1
-                continue
-            m = self.manifest(ix, entry)
-            r = m.streams.get(stream_id)
-            if r is None or r.last < version:
+            m = self.manifest(ix, entry) if entry.retired is None else None  # retired: gone
+            r = m.streams.get(stream_id) if m is not None else None
+            if m is None or r is None or r.last < version:
                 si, bi = si + 1, -1
                 continue
             # the stream's own blocks when the manifest lists them, else every block of its range
