@@ -194,9 +194,8 @@ def archive(
             "prefix (gc-blobs would delete segments it sees no event reference)"
         )
     text, ix = rec._index_text()
-    if ix is None:
+    if ix is None:  # (and text is None: nothing was ever archived)
         ix = SegmentIndex(location, url)
-        text = None
     elif ix.location != location:
         raise ConfigError(f"store {store.url} archives to {ix.location}, not to {location}")
     report = ArchiveReport(location)

@@ -190,8 +190,7 @@ class ArchiveRecorder:
             ix = self.segment_index()
             return (ix.through if ix is not None else 0), ix
         try:
-            through_s, rev_s = raw.split()
-            through, rev = int(through_s), int(rev_s)
+            through, rev = map(int, raw.split())
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
         ix = self._parsed[1]
@@ -334,12 +333,10 @@ class ArchiveRecorder:
         """Pages of events (a list at a time, so the blocking face flattens them in C)."""
         pos = after
         left = limit if limit is not None else _BIG
+        kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
         while left > 0:
             want = min(PAGE, left)
-            if prefix:
-                page = list(self.inner.read_all(pos, want, stream_prefix=prefix))
-            else:
-                page = list(self.inner.read_all(pos, want))
+            page = list(self.inner.read_all(pos, want, **kw))
             # Read after the page: rows deleted before it was read are below the archive's
             # position by now (recorded before the delete). One small read per page.
             through, ix = self._through()

@@ -290,15 +290,9 @@ class SegmentIndex:
     def segment_at(self, position: int) -> SegmentEntry | None:
         """The segment holding ``position`` (None: not archived)."""
         segs = self.segments
-        lo, hi = 0, len(segs)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if segs[mid].last_position < position:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(segs) and segs[lo].first_position <= position:
-            return segs[lo]
+        i = bisect.bisect_left(segs, position, key=lambda s: s.last_position)
+        if i < len(segs) and segs[i].first_position <= position:
+            return segs[i]
         # between two segments (a PostgreSQL sequence gap): the next one holds what follows
         return None
 
