@@ -389,9 +389,7 @@ def open_note(
             key signed it.
     """
     note = data if isinstance(data, Note) else Note.parse(data)
-    by_id: dict[tuple[str, bytes], VerifierKey] = {}
-    for k in known:
-        by_id[(k.name, k.key_id)] = k
+    by_id = {(k.name, k.key_id): k for k in known}
     raw = note.text.encode("utf-8")
     verified: list[VerifierKey] = []
     for sig in note.signatures:

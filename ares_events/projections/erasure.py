@@ -191,10 +191,7 @@ def _reset_read_models(store: EventStore, position: int) -> list[str]:
         return []
     done = []
     for name in tables.names():
-        if name in PAYLOAD_FREE:
-            continue
-        meta = tables.meta(name)
-        if meta is None:
+        if name in PAYLOAD_FREE or (meta := tables.meta(name)) is None:
             continue
         folded = meta.position >= position or (
             meta.building_table is not None and meta.building_position >= position
