@@ -92,17 +92,9 @@ class RebuildReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "projection": self.projection,
-            "events": self.events,
-            "rows": self.rows,
-            "seconds": round(self.seconds, 3),
-            "events_per_s": round(self.events_per_s),
-            "resumed_from": self.resumed_from,
-            "position": self.position,
-            "table": self.table,
-            "skipped": [s.to_dict() for s in self.skipped],
-        }
+        d = asdict(self) | {"seconds": round(self.seconds, 3)}
+        first = {k: d.pop(k) for k in ("projection", "events", "rows", "seconds")}
+        return first | {"events_per_s": round(self.events_per_s)} | d  # the rate after seconds
 
 
 @dataclass(slots=True)
