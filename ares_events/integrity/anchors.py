@@ -20,7 +20,7 @@ from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import SignedCheckpoint, open_checkpoint
-from ares_events.integrity.findings import Finding
+from ares_events.integrity.findings import Finding, report_dict
 from ares_events.integrity.notes import VerifierKey, b64
 from ares_events.stores.blobs.file import fsync_dir, write_atomic
 
@@ -267,14 +267,7 @@ class AnchorCheck:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "location": self.location,
-            "anchors_checked": self.anchors_checked,
-            "latest": self.latest,
-            "keys_from": self.keys_from,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        return report_dict(self)
 
 
 def verify_anchors(
