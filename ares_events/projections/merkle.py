@@ -65,13 +65,6 @@ def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
     return raw, (list(pos) if pos is not None else None)
 
 
-def _encode_tile(hashes: bytes | bytearray, positions: list[int] | None) -> dict[str, Any]:
-    doc: dict[str, Any] = {"h": base64.b64encode(bytes(hashes)).decode("ascii")}
-    if positions is not None:
-        doc["p"] = positions
-    return doc
-
-
 class MerkleLogProjection:
     """The Merkle tree over every event's chain hash, as tiles (a batch projection)."""
 
@@ -137,9 +130,11 @@ class MerkleLogProjection:
         for e in events:
             add(0, size, leaf(e.hash), e.position)
             size += 1
-        out: dict[str, Any] = {
-            tile_key(lv, idx): _encode_tile(*tiles[(lv, idx)]) for lv, idx in sorted(touched)
-        }
+        out: dict[str, Any] = {}
+        for lv, idx in sorted(touched):
+            hashes, positions = tiles[(lv, idx)]
+            doc = {"h": base64.b64encode(bytes(hashes)).decode("ascii")}
+            out[tile_key(lv, idx)] = doc if positions is None else {**doc, "p": positions}
         out[HEAD_KEY] = {"size": size, "position": events[-1].position if events else 0}
         return out
 
