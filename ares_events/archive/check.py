@@ -31,17 +31,17 @@ def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -
     source = ArchiveSource(cache_events=0)
     report.segments_checked = 0
     prev = 0
+
+    def add(kind: str, detail: str) -> None:
+        report.findings.append(Finding(kind, None, None, detail))
+
     try:
         for entry in ix.segments:
             if entry.first_position <= prev or entry.last_position < entry.first_position:
-                report.findings.append(
-                    Finding(
-                        "archive_order",
-                        None,
-                        None,
-                        f"segment {entry.seq} covers positions {entry.first_position}.."
-                        f"{entry.last_position}, after a segment ending at {prev}",
-                    )
+                add(
+                    "archive_order",
+                    f"segment {entry.seq} covers positions {entry.first_position}.."
+                    f"{entry.last_position}, after a segment ending at {prev}",
                 )
             prev = max(prev, entry.last_position)
             report.segments_checked += 1
@@ -50,23 +50,19 @@ def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -
                     records = _records(recorder)
                 problem = tombstone_problem(entry, records.get(entry.seq))
                 if problem is not None:
-                    report.findings.append(Finding("retention_unrecorded", None, None, problem))
+                    add("retention_unrecorded", problem)
                 continue
             try:
                 m = source.manifest(ix, entry)
                 n = sum(len(source.block(ix, entry, i)) for i in range(len(m.blocks)))
                 source.check_segment(ix, entry)
             except ArchiveError as exc:
-                report.findings.append(Finding(f"archive_{exc.kind}", None, None, str(exc)))
+                add(f"archive_{exc.kind}", str(exc))
                 continue
             if n != entry.events or m.events != entry.events:
-                report.findings.append(
-                    Finding(
-                        "archive_corrupted",
-                        None,
-                        None,
-                        f"segment {entry.seq} holds {n} events, its index line says {entry.events}",
-                    )
+                add(
+                    "archive_corrupted",
+                    f"segment {entry.seq} holds {n} events, its index line says {entry.events}",
                 )
     finally:
         source.close()

@@ -69,28 +69,21 @@ def erase_archived(
     if entry is None or entry.retired is not None:
         return None
     m = source.manifest(ix, entry)
-    events: list[RecordedEvent] = []
-    block_events = 0  # the segment's block size: the manifest's stream ranges name blocks
-    for i in range(len(m.blocks)):
-        got = source.block(ix, entry, i)
-        block_events = block_events or len(got)
-        events.extend(got)
-    hit = None
-    for i, e in enumerate(events):
-        if e.position == position:
-            if e.stream_id == stream_id and e.version == version and e.hash == event_hash:
-                hit = i
-            break
+    events = source.segment_events(ix, entry)
+    # the segment's block size: the manifest's stream ranges name blocks
+    block_events = next((b.count for b in m.blocks if b.count), 1)
+    hit = next((i for i, e in enumerate(events) if e.position == position), None)
     if hit is None:
         return None
     e = events[hit]
-    erased = RecordedEvent(
+    if (e.stream_id, e.version, e.hash) != (stream_id, version, event_hash):
+        return None
+    events[hit] = RecordedEvent(
         e.stream_id, e.version, e.position, e.event_id_str, e.type, e.module, None,
         e.metadata_json, e.at, e.prev_hash, e.hash, ref,
     )  # fmt: skip
-    events[hit] = erased
     refs = sum(1 for x in events if x.payload_ref is not None and x.payload_ref.key == blob_key)
-    data, blocks = encode_segment(events, block_events=max(block_events, 1))
+    data, blocks = encode_segment(events, block_events=block_events)
     seg_ref = put_checked(source, ix, data, entry.seq)
     # every block of the new object decodes to the rows we meant to write
     for b in blocks:

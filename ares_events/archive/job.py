@@ -194,9 +194,8 @@ def archive(
             "prefix (gc-blobs would delete segments it sees no event reference)"
         )
     text, ix = rec._index_text()
-    if ix is None:
+    if ix is None:  # (and text is None: nothing was ever archived)
         ix = SegmentIndex(location, url)
-        text = None
     elif ix.location != location:
         raise ConfigError(f"store {store.url} archives to {ix.location}, not to {location}")
     report = ArchiveReport(location)
@@ -218,7 +217,7 @@ def archive(
         if not events:
             break
         _check_chains(events, store)
-        entry, manifest, nbytes = _seal(source, ix, events, mlog, key, ix.segments, block_events)
+        entry, manifest, nbytes = _seal(source, ix, events, mlog, key, block_events)
         report.archive_bytes += nbytes
         new_ix = ix.with_segment(entry)
         if not inner.meta_swap(INDEX_KEY, text, new_ix.to_json()):
@@ -299,12 +298,7 @@ def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | N
 
 
 def _collect(
-    inner: Any,
-    after: int,
-    want: int,
-    cutoff_pos: int,
-    cutoff_at: str | None,
-    heads: dict[str, int],
+    inner: Any, after: int, want: int, cutoff_pos: int, cutoff_at: str | None, heads: dict[str, int]
 ) -> tuple[list[RecordedEvent], int, bool]:
     """The next segment's events after ``after`` (each stream's last event left out),
     how many were left out, and whether the cutoff was reached."""
@@ -344,12 +338,8 @@ def _check_chains(events: list[RecordedEvent], store: EventStore) -> None:
     findings: list[Finding] = []
     for sid, run in by_stream.items():
         first = run[0]
-        v = ChainVerifier(
-            sid,
-            store.chain_key,
-            start_version=first.version - 1,
-            start_hash=first.prev_hash if first.version > 1 else None,
-        )
+        start = first.prev_hash if first.version > 1 else None
+        v = ChainVerifier(sid, store.chain_key, start_version=first.version - 1, start_hash=start)
         for i in range(0, len(run), 64):
             v.check_page(run[i : i + 64])
         findings.extend(v.findings)
@@ -363,10 +353,9 @@ def _seal(
     events: list[RecordedEvent],
     mlog: MerkleLog,
     key: SigningKey | None,
-    segments: tuple[SegmentEntry, ...],
-    block_events: int = BLOCK_EVENTS,
+    block_events: int,
 ) -> tuple[SegmentEntry, Manifest, int]:
-    seq = segments[-1].seq + 1 if segments else 1
+    seq = ix.segments[-1].seq + 1 if ix.segments else 1
     leaves = [merkle.leaf_hash(e.hash) for e in events]
     _check_leaves(mlog, events, leaves)
     last_index = mlog.index_of(events[-1].position)
@@ -513,11 +502,7 @@ def _reseal(
             text, ix = settle_pending(inner, source, new_text, new_ix)
     found = ix.segment_at(entry.first_position)
     assert found is not None and found.seq == entry.seq
-    m = source.manifest(ix, found)
-    fresh: list[RecordedEvent] = []
-    for i in range(len(m.blocks)):
-        fresh.extend(source.block(ix, found, i))
-    return text, ix, found, fresh
+    return text, ix, found, source.segment_events(ix, found)
 
 
 def _finish_deletes(
@@ -529,10 +514,7 @@ def _finish_deletes(
     for entry in reversed(ix.segments):
         if entry.retired is not None:
             break
-        m = source.manifest(ix, entry)
-        events: list[RecordedEvent] = []
-        for i in range(len(m.blocks)):
-            events.extend(source.block(ix, entry, i))
+        events = source.segment_events(ix, entry)
         n, text, ix = _delete(inner, source, text, ix, entry, events)
         if n == 0:
             break

@@ -190,8 +190,7 @@ class ArchiveRecorder:
             ix = self.segment_index()
             return (ix.through if ix is not None else 0), ix
         try:
-            through_s, rev_s = raw.split()
-            through, rev = int(through_s), int(rev_s)
+            through, rev = map(int, raw.split())
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
         ix = self._parsed[1]
@@ -334,12 +333,10 @@ class ArchiveRecorder:
         """Pages of events (a list at a time, so the blocking face flattens them in C)."""
         pos = after
         left = limit if limit is not None else _BIG
+        kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
         while left > 0:
             want = min(PAGE, left)
-            if prefix:
-                page = list(self.inner.read_all(pos, want, stream_prefix=prefix))
-            else:
-                page = list(self.inner.read_all(pos, want))
+            page = list(self.inner.read_all(pos, want, **kw))
             # Read after the page: rows deleted before it was read are below the archive's
             # position by now (recorded before the delete). One small read per page.
             through, ix = self._through()
@@ -389,14 +386,10 @@ class ArchiveRecorder:
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         try:
-            return self._events_after(ix, pos, prefix)
+            return self.source.events_after(ix, pos, prefix)
         except ArchiveError as exc:
-            return self._events_after(self._newer(ix, exc), pos, prefix)
-
-    def _events_after(
-        self, ix: SegmentIndex, pos: int, prefix: str | None
-    ) -> tuple[list[RecordedEvent], int]:
-        return self.source.events_after(ix, pos, prefix)
+            ix = self._newer(ix, exc)
+            return self.source.events_after(ix, pos, prefix)
 
     def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
@@ -437,23 +430,10 @@ class ArchiveRecorder:
         while True:
             through, ix = self._through()
             if ix is not None and through > pos:
-                events, upto = self._block_after(ix, pos, None)
+                events, upto = self._merged_block(ix, pos, None)
                 _advanced(pos, upto, through)
-                rows = [(e.position, e.stream_id, e.version) for e in events]
-                have = {r[0] for r in rows}
-                it = self.inner.positions(pos)
-                try:
-                    for row in it:
-                        p = row[0]
-                        if type(p) is not int or p > upto:
-                            break
-                        if p not in have:
-                            rows.append(row)
-                finally:
-                    close_iter(it)
-                rows.sort(key=lambda r: r[0])
-                for row in rows:
-                    yield row
+                for e in events:
+                    yield e[2], e[0], e[1]
                 pos = upto
                 continue
             it = self.inner.positions(pos)
@@ -495,9 +475,8 @@ class ArchiveRecorder:
             text, ix = self._index_text()
             if text is None or ix is None or ix.segment_at(position) is None:
                 return out
-            done = erase_archived(
-                self.source, ix, stream_id, version, position, event_hash, ref, blob_key
-            )
+            args = (self.source, ix, stream_id, version, position, event_hash, ref, blob_key)
+            done = erase_archived(*args)
             if done is None:
                 return out
             new_ix, refs, old_keys = done

@@ -7,6 +7,7 @@ It may import the core, :mod:`ares_events.errors`, the blob stores and this pack
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
@@ -28,9 +29,6 @@ from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedE
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclose_iter
 from ares_events.errors import ArchiveError
-
-if ASYNC:
-    import asyncio
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +203,7 @@ class AsyncArchiveRecorder:
             ix = await self.segment_index()
             return (ix.through if ix is not None else 0), ix
         try:
-            through_s, rev_s = raw.split()
-            through, rev = int(through_s), int(rev_s)
+            through, rev = map(int, raw.split())
         except ValueError as exc:
             raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
         ix = self._parsed[1]
@@ -355,12 +352,10 @@ class AsyncArchiveRecorder:
         """Pages of events (a list at a time, so the blocking face flattens them in C)."""
         pos = after
         left = limit if limit is not None else _BIG
+        kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
         while left > 0:
             want = min(PAGE, left)
-            if prefix:
-                page = [e async for e in self.inner.read_all(pos, want, stream_prefix=prefix)]
-            else:
-                page = [e async for e in self.inner.read_all(pos, want)]
+            page = [e async for e in self.inner.read_all(pos, want, **kw)]
             # Read after the page: rows deleted before it was read are below the archive's
             # position by now (recorded before the delete). One small read per page.
             through, ix = await self._through()
@@ -395,10 +390,7 @@ class AsyncArchiveRecorder:
     async def _chunk(
         self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
     ) -> tuple[list[RecordedEvent], Any]:
-        if ASYNC:
-            return await asyncio.to_thread(self.source.stream_chunk, ix, stream_id, v, cursor)
-        else:
-            return self.source.stream_chunk(ix, stream_id, v, cursor)
+        return await asyncio.to_thread(self.source.stream_chunk, ix, stream_id, v, cursor)
 
     async def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
         """The segment index again when it changed since ``ix`` was read and ``exc`` says an
@@ -414,17 +406,10 @@ class AsyncArchiveRecorder:
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         try:
-            return await self._events_after(ix, pos, prefix)
-        except ArchiveError as exc:
-            return await self._events_after(await self._newer(ix, exc), pos, prefix)
-
-    async def _events_after(
-        self, ix: SegmentIndex, pos: int, prefix: str | None
-    ) -> tuple[list[RecordedEvent], int]:
-        if ASYNC:
             return await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
-        else:
-            return self.source.events_after(ix, pos, prefix)
+        except ArchiveError as exc:
+            ix = await self._newer(ix, exc)
+            return await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
 
     async def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
@@ -465,23 +450,10 @@ class AsyncArchiveRecorder:
         while True:
             through, ix = await self._through()
             if ix is not None and through > pos:
-                events, upto = await self._block_after(ix, pos, None)
+                events, upto = await self._merged_block(ix, pos, None)
                 _advanced(pos, upto, through)
-                rows = [(e.position, e.stream_id, e.version) for e in events]
-                have = {r[0] for r in rows}
-                it = self.inner.positions(pos)
-                try:
-                    async for row in it:
-                        p = row[0]
-                        if type(p) is not int or p > upto:
-                            break
-                        if p not in have:
-                            rows.append(row)
-                finally:
-                    await aclose_iter(it)
-                rows.sort(key=lambda r: r[0])
-                for row in rows:
-                    yield row
+                for e in events:
+                    yield e[2], e[0], e[1]
                 pos = upto
                 continue
             it = self.inner.positions(pos)
@@ -523,15 +495,8 @@ class AsyncArchiveRecorder:
             text, ix = await self._index_text()
             if text is None or ix is None or ix.segment_at(position) is None:
                 return out
-            if ASYNC:
-                done = await asyncio.to_thread(
-                    erase_archived, self.source, ix, stream_id, version, position,
-                    event_hash, ref, blob_key,
-                )  # fmt: skip
-            else:
-                done = erase_archived(
-                    self.source, ix, stream_id, version, position, event_hash, ref, blob_key
-                )
+            args = (self.source, ix, stream_id, version, position, event_hash, ref, blob_key)
+            done = await asyncio.to_thread(erase_archived, *args)
             if done is None:
                 return out
             new_ix, refs, old_keys = done
@@ -540,10 +505,7 @@ class AsyncArchiveRecorder:
                 await self.inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
                 # The old objects hold the payload: delete them now (the segment index names
                 # them as pending until then, so a crash here leaves them to the next run).
-                if ASYNC:
-                    await asyncio.to_thread(self.source.drop_objects, new_ix, old_keys)
-                else:
-                    self.source.drop_objects(new_ix, old_keys)
+                await asyncio.to_thread(self.source.drop_objects, new_ix, old_keys)
                 left = tuple(k for k in new_ix.pending if k not in old_keys)
                 clean = dataclasses.replace(new_ix, pending=left)
                 await self.inner.meta_swap(INDEX_KEY, new_text, clean.to_json())
@@ -553,9 +515,6 @@ class AsyncArchiveRecorder:
     async def close(self) -> None:
         """Close the archive's blob store, then the backend."""
         try:
-            if ASYNC:
-                await asyncio.to_thread(self.source.close)
-            else:
-                self.source.close()
+            await asyncio.to_thread(self.source.close)
         finally:
             await self.inner.close()

@@ -21,9 +21,9 @@ from ares_events.archive.segment import (
     RETENTION_TYPE,
     THROUGH_KEY,
     SegmentEntry,
-    SegmentIndex,
     span,
     streams_digest,
+    tombstone_fields,
 )
 from ares_events.core.events import NewEvent, utc_now_at
 from ares_events.errors import ArchiveError, InvalidEvent
@@ -88,7 +88,8 @@ def retire(
     cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())
     for entry in list(ix.segments):
         if entry.retired is not None:
-            _drop(source, ix, entry)  # objects a crashed run left
+            # objects a crashed run left
+            source.drop_objects(ix, [entry.segment.key, entry.manifest.key])
             continue
         if entry.last_position >= cutoff_pos:
             break
@@ -98,7 +99,13 @@ def retire(
             if max(e.at for e in last) >= cutoff_at:
                 break
         ends = {sid: (r.last, r.last_hash) for sid, r in m.streams.items()}
-        payload = _record(entry, m.segment_root.hex(), ends, reason, by)
+        payload = {
+            **tombstone_fields(entry, ends),
+            "segment_root": m.segment_root.hex(),
+            "streams": len(ends),
+            "reason": reason,
+            "by": by,
+        }
         res = store.append(
             RETENTION_STREAM,
             [NewEvent(type=RETENTION_TYPE, module="ares-events", payload=payload,
@@ -111,36 +118,8 @@ def retire(
             raise ArchiveError("busy", entry.seq, INDEX_KEY, "the segment index changed; run again")
         inner.meta_set(THROUGH_KEY, f"{new.through} {new.rev}")
         text, ix = new_text, new
-        _drop(source, ix, entry)
-        report.segments.append(
-            {"seq": entry.seq, "first_position": entry.first_position,
-             "last_position": entry.last_position, "events": entry.events,
-             "record_position": res.position}
-        )  # fmt: skip
+        source.drop_objects(ix, [entry.segment.key, entry.manifest.key])
+        report.segments.append({**span(entry), "record_position": res.position})
         report.events += entry.events
         logger.info("retired archive segment %d (%d events): %s", entry.seq, entry.events, reason)
     return report
-
-
-def _record(
-    entry: SegmentEntry, segment_root: str, ends: dict[str, tuple[int, bytes]], reason: str, by: str
-) -> dict[str, Any]:
-    return {
-        **span(entry),
-        "tree_size": entry.tree_size,
-        "root": entry.root.hex(),
-        "segment_root": segment_root,
-        "manifest_digest": entry.manifest.digest.hex(),
-        "segment_digest": entry.segment.digest.hex(),
-        "streams": len(ends),
-        "streams_digest": streams_digest(ends),
-        "reason": reason,
-        "by": by,
-    }
-
-
-def _drop(source: Any, ix: SegmentIndex, entry: SegmentEntry) -> None:
-    blobs = source.blobs(ix)
-    for key in (entry.segment.key, entry.manifest.key):
-        blobs.delete(key)
-    source.forget()

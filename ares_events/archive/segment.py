@@ -39,6 +39,7 @@ __all__ = [
     "span",
     "stored",
     "streams_digest",
+    "tombstone_fields",
     "tombstone_problem",
 ]
 
@@ -289,15 +290,9 @@ class SegmentIndex:
     def segment_at(self, position: int) -> SegmentEntry | None:
         """The segment holding ``position`` (None: not archived)."""
         segs = self.segments
-        lo, hi = 0, len(segs)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if segs[mid].last_position < position:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(segs) and segs[lo].first_position <= position:
-            return segs[lo]
+        i = bisect.bisect_left(segs, position, key=lambda s: s.last_position)
+        if i < len(segs) and segs[i].first_position <= position:
+            return segs[i]
         # between two segments (a PostgreSQL sequence gap): the next one holds what follows
         return None
 
@@ -388,22 +383,10 @@ def stored(e: RecordedEvent) -> tuple[Any, ...]:
 
 def _event_of(r: Sequence[Any]) -> RecordedEvent:
     payload = r[6]
-    return RecordedEvent._from_row(
-        (
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            r[5],
-            None if payload is None else payload.encode(),
-            r[7].encode(),
-            r[8],
-            bytes.fromhex(r[9]),
-            bytes.fromhex(r[10]),
-            r[11],
-        )
-    )
+    return RecordedEvent._from_row((
+        *r[:6], None if payload is None else payload.encode(), r[7].encode(), r[8],
+        bytes.fromhex(r[9]), bytes.fromhex(r[10]), r[11],
+    ))  # fmt: skip
 
 
 def encode_segment(
@@ -415,16 +398,8 @@ def encode_segment(
     for i in range(0, len(events), block_events):
         chunk = events[i : i + block_events]
         data = zlib.compress(orjson.dumps([row_of(e) for e in chunk]), ZLIB_LEVEL)
-        blocks.append(
-            Block(
-                len(out),
-                len(data),
-                chunk[0].position,
-                chunk[-1].position,
-                len(chunk),
-                _digest(data),
-            )
-        )
+        first, last = chunk[0].position, chunk[-1].position
+        blocks.append(Block(len(out), len(data), first, last, len(chunk), _digest(data)))
         out += data
     return bytes(out), tuple(blocks)
 
@@ -480,20 +455,25 @@ def streams_digest(ends: dict[str, tuple[int, bytes]]) -> str:
     return blake3.blake3(canonical_json(doc, field="streams")).hexdigest()
 
 
-def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
-    """Why a retired segment's tombstone does not match its retention record's payload
-    (``record``, None when there is none), or None."""
-    if not isinstance(record, dict):
-        return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
-    want = {
+def tombstone_fields(entry: SegmentEntry, ends: dict[str, tuple[int, bytes]]) -> dict[str, Any]:
+    """What a retention record (and so the tombstone) commits to about the segment
+    ``entry`` whose streams end at ``ends``."""
+    return {
         **span(entry),
         "tree_size": entry.tree_size,
         "root": entry.root.hex(),
         "manifest_digest": entry.manifest.digest.hex(),
         "segment_digest": entry.segment.digest.hex(),
-        "streams_digest": streams_digest(entry.streams_end),
+        "streams_digest": streams_digest(ends),
     }
-    for k, v in want.items():
+
+
+def tombstone_problem(entry: SegmentEntry, record: Any) -> str | None:
+    """Why a retired segment's tombstone does not match its retention record's payload
+    (``record``, None when there is none), or None."""
+    if not isinstance(record, dict):
+        return f"retired segment {entry.seq} has no {RETENTION_TYPE} record"
+    for k, v in tombstone_fields(entry, entry.streams_end).items():
         if record.get(k) != v:
             return f"retired segment {entry.seq}: its tombstone's {k} differs from its record"
     return None

@@ -15,12 +15,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
-from ares_events.archive.segment import (
-    Manifest,
-    SegmentEntry,
-    SegmentIndex,
-    decode_block,
-)
+from ares_events.archive.segment import Manifest, SegmentEntry, SegmentIndex, decode_block
 from ares_events.core.events import RecordedEvent
 from ares_events.errors import ArchiveError, BlobCorrupted, BlobMissing, ConfigError
 
@@ -134,12 +129,8 @@ class ArchiveSource:
         except BlobCorrupted as exc:
             raise ArchiveError("corrupted", entry.seq, key, f"manifest: {exc.detail}") from exc
         m = Manifest.from_bytes(data, key)
-        if (
-            m.seq != entry.seq
-            or m.first_position != entry.first_position
-            or m.last_position != entry.last_position
-            or m.segment != entry.segment
-        ):
+        said = (m.seq, m.first_position, m.last_position, m.segment)
+        if said != (entry.seq, entry.first_position, entry.last_position, entry.segment):
             raise ArchiveError("corrupted", entry.seq, key, "manifest is not this segment's")
         self._manifests[key] = m
         return m
@@ -171,7 +162,7 @@ class ArchiveSource:
         with self._lock:
             got = self._cached_or_fetching(ix, entry, m, index)
         if got is None:  # closed: no thread to wait on
-            return self._load((m.segment.key, m.blocks[index].offset), ix, entry, m, index, -1)
+            return self._load(ix, entry, m, index, -1)
         return got if isinstance(got, list) else got.result()
 
     def prefetch(self, ix: SegmentIndex, entry: SegmentEntry, index: int) -> None:
@@ -197,7 +188,7 @@ class ArchiveSource:
             return None
         fut = self._inflight.get(ck)
         if fut is None:
-            fut = self._executor().submit(self._load, ck, ix, entry, m, index, self._gen)
+            fut = self._executor().submit(self._load, ix, entry, m, index, self._gen)
             self._inflight[ck] = fut
         return fut
 
@@ -217,15 +208,10 @@ class ArchiveSource:
         return self._pool
 
     def _load(
-        self,
-        ck: _BlockKey,
-        ix: SegmentIndex,
-        entry: SegmentEntry,
-        m: Manifest,
-        index: int,
-        gen: int,
+        self, ix: SegmentIndex, entry: SegmentEntry, m: Manifest, index: int, gen: int
     ) -> list[RecordedEvent]:
         b = m.blocks[index]
+        ck = (m.segment.key, b.offset)
         try:
             try:
                 data = self.blobs(ix).read_range(m.segment.key, b.offset, b.length)
@@ -312,12 +298,9 @@ class ArchiveSource:
         si, bi = cursor if cursor is not None else (0, -1)
         while si < len(segs):
             entry = segs[si]
-            if entry.retired is not None:
-                si, bi = si + 1, -1
-                continue
-            m = self.manifest(ix, entry)
-            r = m.streams.get(stream_id)
-            if r is None or r.last < version:
+            m = self.manifest(ix, entry) if entry.retired is None else None  # retired: gone
+            r = m.streams.get(stream_id) if m is not None else None
+            if m is None or r is None or r.last < version:
                 si, bi = si + 1, -1
                 continue
             # the stream's own blocks when the manifest lists them, else every block of its range
@@ -342,6 +325,15 @@ class ArchiveSource:
                     return out, (si, i + 1)
             si, bi = si + 1, -1
         return [], None
+
+    def segment_events(self, ix: SegmentIndex, entry: SegmentEntry) -> list[RecordedEvent]:
+        """Every event of ``entry``, block by block.
+
+        Raises:
+            ArchiveError: the segment or its manifest is missing, altered or unreadable.
+        """
+        m = self.manifest(ix, entry)
+        return [e for i in range(len(m.blocks)) for e in self.block(ix, entry, i)]
 
     def drop_objects(self, ix: SegmentIndex, keys: list[str]) -> None:
         """Delete replaced archive objects (after the segment index no longer names them) and

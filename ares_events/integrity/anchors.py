@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +20,9 @@ from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import SignedCheckpoint, open_checkpoint
-from ares_events.integrity.findings import Finding
+from ares_events.integrity.findings import Finding, report_dict
 from ares_events.integrity.notes import VerifierKey, b64
+from ares_events.stores.blobs.file import fsync_dir, write_atomic
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -81,23 +80,9 @@ class FileAnchors:
         """
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=self.folder)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.folder / name)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_atomic(self.folder / name, data, prefix=".checkpoint-")
             with contextlib.suppress(OSError):  # not every platform can fsync a folder
-                dfd = os.open(self.folder, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                fsync_dir(self.folder)
         except OSError as exc:
             raise StoreUnavailable(
                 f"cannot write anchor to {self.describe()}: {exc.strerror or exc}"
@@ -282,14 +267,7 @@ class AnchorCheck:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "location": self.location,
-            "anchors_checked": self.anchors_checked,
-            "latest": self.latest,
-            "keys_from": self.keys_from,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        return report_dict(self)
 
 
 def verify_anchors(

@@ -19,10 +19,10 @@ from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import audited, traced
 from ares_events.errors import ArchiveError, BlobError, BlobMissing
 from ares_events.integrity.anchors import verify_anchors
-from ares_events.integrity.findings import AuditReport, Finding, VerifyReport
+from ares_events.integrity.findings import AuditReport, Finding
 from ares_events.integrity.notes import VerifierKey
 from ares_events.integrity.verifier import ChainVerifier, _type_name, malformed_reason
-from ares_events.integrity.verify import check_stream
+from ares_events.integrity.verify import check_stream, stream_report
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -97,11 +97,7 @@ def audit(
         # A stream whose oldest events were retired goes on from the tombstone.
         sv, sh = (seg_index.retired_end(sid) if seg_index is not None else None) or (0, None)
         ver = ChainVerifier(sid, key, start_version=sv, start_hash=sh)
-        n, shead = check_stream(store, sid, ver, head, seen)
-        ver.check_head(shead)
-        head_version = shead.version if shead and type(shead.version) is int else 0
-        r = VerifyReport(sid, ver.findings, n, ver.last, head_version)
-        report.streams[sid] = r
+        r = report.streams[sid] = stream_report(ver, *check_stream(store, sid, ver, head, seen))
         report.findings.extend(r.findings)
     report.events_checked = done
     total = store.last_position()
@@ -112,26 +108,16 @@ def audit(
     for pos, sid, version in _positions(recorder, report):
         if type(pos) is not int or type(sid) is not str or type(version) is not int:
             # A row no stream pass can see (its stream id or version is not of its type).
-            _add(
-                report,
-                "malformed_row",
-                sid if type(sid) is str else repr(sid),
-                None,
-                f"position {pos!r}: {_scan_problem(pos, sid, version)}",
-            )
+            where = sid if type(sid) is str else repr(sid)
+            _add(report, "malformed_row", where, None, _scan_problem(pos, sid, version))
             continue
         if pos > total:
             continue  # appended after the audit started
         if pos <= last_pos:
             _add(report, "position_order", sid, version, f"position {pos} after {last_pos}")
         elif gapless and pos != last_pos + 1 and not _retired(retired, last_pos + 1, pos - 1):
-            _add(
-                report,
-                "position_gap",
-                sid,
-                version,
-                f"positions {last_pos + 1}..{pos - 1} are missing",
-            )
+            missing = f"positions {last_pos + 1}..{pos - 1} are missing"
+            _add(report, "position_gap", sid, version, missing)
         last_pos = max(last_pos, pos)
         if sid not in heads and sid not in orphans:
             orphans[sid] = ChainVerifier(sid, key)
@@ -141,9 +127,7 @@ def audit(
         n, ohead = check_stream(store, sid, ov, None, seen)
         if ohead is not None:
             continue  # a stream created after the audit started
-        ov.check_head(None)
-        r = VerifyReport(sid, ov.findings, n, ov.last, 0)
-        report.streams[sid] = r
+        r = report.streams[sid] = stream_report(ov, n, None)
         report.findings.extend(r.findings)
         report.events_checked += n
     report.streams_checked = len(report.streams)
@@ -268,7 +252,7 @@ def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, A
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
     """Why a scanned ``(position, stream_id, version)`` is not a row (as
-    :func:`malformed_reason` says it)."""
+    :func:`malformed_reason` says it), after the position."""
     for name, value, want in (
         ("stream_id", stream_id, "TEXT"),
         ("version", version, "INTEGER"),
@@ -276,8 +260,8 @@ def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:
     ):
         got = _type_name(value)
         if got != want:
-            return f"{name} is {got}, expected {want}"
-    return "unreadable row"
+            return f"position {position!r}: {name} is {got}, expected {want}"
+    return f"position {position!r}: unreadable row"
 
 
 def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
@@ -307,21 +291,16 @@ def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
 def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> None:
     ref = e.payload_ref
     assert ref is not None
-    if store.blobs is None:
-        _add(
-            report,
-            "blob_missing",
-            e.stream_id,
-            e.version,
-            f"blob {ref.key}: no blob store configured",
-        )
-        return
-    try:
-        store.blobs.verify(ref)
-    except BlobMissing as exc:
-        _add(report, "blob_missing", e.stream_id, e.version, exc.detail)
-    except BlobError as exc:
-        _add(report, "blob_corrupted", e.stream_id, e.version, exc.detail)
+    kind, detail = "blob_missing", f"blob {ref.key}: no blob store configured"
+    if store.blobs is not None:
+        try:
+            store.blobs.verify(ref)
+            return
+        except BlobMissing as exc:
+            detail = exc.detail
+        except BlobError as exc:
+            kind, detail = "blob_corrupted", exc.detail
+    _add(report, kind, e.stream_id, e.version, detail)
 
 
 def _add(report: AuditReport, kind: str, stream_id: Any, version: Any, detail: str) -> None:

@@ -259,10 +259,7 @@ def _note(doc: Mapping[str, Any], name: str) -> str:
 
 
 def verify_proof(
-    doc: Mapping[str, Any],
-    known: Sequence[VerifierKey],
-    *,
-    old_checkpoint: str | None = None,
+    doc: Mapping[str, Any], known: Sequence[VerifierKey], *, old_checkpoint: str | None = None
 ) -> ProofCheck:
     """Check a proof document offline (no store): the checkpoint's signature, its size,
     and the proof against its root.

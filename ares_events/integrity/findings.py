@@ -5,10 +5,10 @@ the anchors and the verifier do not import each other. It imports nothing from t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["AuditReport", "Finding", "VerifyReport"]
+__all__ = ["AuditReport", "Finding", "VerifyReport", "report_dict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,18 +22,22 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "kind": self.kind,
-            "stream_id": self.stream_id,
-            "version": self.version,
-            "detail": self.detail,
-        }
+        return asdict(self)
 
     def __str__(self) -> str:
         where = f"{self.stream_id!r}" if self.stream_id is not None else "store"
         if self.version is not None:
             where += f" v{self.version}"
         return f"{self.kind} at {where}: {self.detail}"
+
+
+def report_dict(report: Any, *, ok_at: int = 0, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON-ready form of a report dataclass: its fields in order (but ``leave_out``),
+    ``ok`` inserted at index ``ok_at``, and its findings last."""
+    skip = ("findings", *leave_out)
+    items = [(f.name, getattr(report, f.name)) for f in fields(report) if f.name not in skip]
+    items.insert(ok_at, ("ok", report.ok))
+    return dict(items) | {"findings": [f.to_dict() for f in report.findings]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +64,7 @@ class VerifyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "stream_id": self.stream_id,
-            "ok": self.ok,
-            "events_checked": self.events_checked,
-            "version": self.version,
-            "head_version": self.head_version,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        return report_dict(self, ok_at=1)
 
 
 @dataclass(slots=True)
@@ -94,15 +91,5 @@ class AuditReport:
         return not self.findings
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "streams_checked": self.streams_checked,
-            "events_checked": self.events_checked,
-            "blobs_checked": self.blobs_checked,
-            "snapshots_checked": self.snapshots_checked,
-            "anchors_checked": self.anchors_checked,
-            "segments_checked": self.segments_checked,
-            "erased": self.erased,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        """JSON-ready form (without the per-stream reports)."""
+        return report_dict(self, leave_out=("streams",))

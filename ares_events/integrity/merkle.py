@@ -68,12 +68,7 @@ def root(leaf_hashes: Sequence[bytes]) -> bytes:
     n = len(leaf_hashes)
     if n == 0:
         return EMPTY_ROOT
-    return subtree_hash(0, n, lambda level, index: perfect_root(_slice(leaf_hashes, level, index)))
-
-
-def _slice(leaf_hashes: Sequence[bytes], level: int, index: int) -> Sequence[bytes]:
-    width = 1 << level
-    return leaf_hashes[index * width : (index + 1) * width]
+    return subtree_hash(0, n, lambda lv, i: perfect_root(leaf_hashes[i << lv : (i + 1) << lv]))
 
 
 def subtree_hash(lo: int, hi: int, node: NodeSource) -> bytes:

@@ -99,10 +99,6 @@ def key_id(name: str, alg: int, public_key: bytes) -> bytes:
     return hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([alg]) + public_key).digest()[:4]
 
 
-def _public_bytes(key: Ed25519PrivateKey) -> bytes:
-    return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
 @dataclass(frozen=True, slots=True)
 class VerifierKey:
     """A public key that verifies signatures of one name: ``alg`` 0x01 (a log's Ed25519
@@ -197,7 +193,8 @@ class SigningKey:
         self.name = name
         self.alg = alg
         self._key = Ed25519PrivateKey.from_private_bytes(seed)
-        self.verifier = VerifierKey(name, alg, _public_bytes(self._key))
+        public = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.verifier = VerifierKey(name, alg, public)
 
     @classmethod
     def generate(cls, name: str, *, alg: int = ALG_ED25519) -> SigningKey:
@@ -389,9 +386,7 @@ def open_note(
             key signed it.
     """
     note = data if isinstance(data, Note) else Note.parse(data)
-    by_id: dict[tuple[str, bytes], VerifierKey] = {}
-    for k in known:
-        by_id[(k.name, k.key_id)] = k
+    by_id = {(k.name, k.key_id): k for k in known}
     raw = note.text.encode("utf-8")
     verified: list[VerifierKey] = []
     for sig in note.signatures:

@@ -27,11 +27,7 @@ from ares_events.chain import (
     payload_digest,
 )
 from ares_events.core.backend import Head
-from ares_events.core.events import (
-    MalformedPayloadRef,
-    PayloadRef,
-    RecordedEvent,
-)
+from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
 from ares_events.core.row_pages import EventPage
 from ares_events.errors import InvalidEvent
 from ares_events.integrity.findings import Finding, VerifyReport
@@ -107,17 +103,13 @@ class ChainVerifier:
         page is checked in one call (:func:`verify_run`).
         """
         n = len(events)
+        # A page of rows (a SQLite read) is checked straight from the rows, the events
+        # built only if the slow path needs them (a sound page builds none here).
+        i = self._run(events.rows if type(events) is EventPage else events, 0)
+        if i == n:
+            return events
         if type(events) is EventPage:
-            # A page of rows (a SQLite read): checked straight from the rows, the events
-            # built only if the slow path needs them (a sound page builds none here).
-            i = self._run(events.rows, 0)
-            if i == n:
-                return events
             events = list(events)
-        else:
-            i = self._run(events, 0)
-            if i == n:
-                return events
         out = list(events[:i])
         while i < n:
             e = events[i]
@@ -149,9 +141,9 @@ class ChainVerifier:
             return start
         key = None if self.key is None else self.key.key
         native = _native
+        sid, sj = self.stream_id, self._sid
         if native is not None and type(self.last_hash) is bytes and type(self.last) is int:
             j: int
-            sid, sj = self.stream_id, self._sid
             # Several events hashed at once (absent from a module built before it); it
             # may stop short of verify_run (at anything unusual), never past it:
             # verify_run decides from there.
@@ -168,15 +160,7 @@ class ChainVerifier:
             )
             return j
         i, self.last, self.last_hash = verify_run(
-            events,
-            start,
-            self.stream_id,
-            self._sid,
-            self.last,
-            self.last_hash,
-            key,
-            self._payload,
-            self._link,
+            events, start, sid, sj, self.last, self.last_hash, key, self._payload, self._link
         )
         return i
 
@@ -311,17 +295,7 @@ def verify_run(
             # hexlify, not blake3's hexdigest(): the binding's hex costs ~10x more.
             digest_hex = _hexlify(ph.digest())
             ph.reset()
-            header = _HEADER % (
-                at,
-                eid,
-                e[7],
-                mo,
-                digest_hex,
-                len(raw),
-                stream_json,
-                ty,
-                version,
-            )
+            header = _HEADER % (at, eid, e[7], mo, digest_hex, len(raw), stream_json, ty, version)
         except (TypeError, AttributeError, ValueError):
             ph.reset()
             break

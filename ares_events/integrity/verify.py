@@ -23,7 +23,7 @@ from ares_events.integrity.verifier import PAGE, ChainVerifier, head_problem
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore  # as is
 
-__all__ = ["chain_start", "check_stream", "verify_stream"]
+__all__ = ["chain_start", "check_stream", "stream_report", "verify_stream"]
 
 
 def chain_start(store: EventStore, stream_id: str) -> tuple[int, bytes] | None:
@@ -54,9 +54,14 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     sv, sh = chain_start(store, stream_id) or (0, None)
     v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)
     n, head = check_stream(store, stream_id, v, head)
+    return stream_report(v, n, head)
+
+
+def stream_report(v: ChainVerifier, n: int, head: Head | None) -> VerifyReport:
+    """Compare the end of the chain ``v`` checked (``n`` rows) with ``head``; the report."""
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
-    return VerifyReport(stream_id, v.findings, n, v.last, head_version)
+    return VerifyReport(v.stream_id, v.findings, n, v.last, head_version)
 
 
 def check_stream(

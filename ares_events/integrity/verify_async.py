@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ares_events.core.store import EventStore  # as is
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["achain_start", "averify_stream", "check_stream"]
+__all__ = ["achain_start", "averify_stream", "check_stream", "stream_report"]
 
 
 async def achain_start(store: AsyncEventStore, stream_id: str) -> tuple[int, bytes] | None:
@@ -60,9 +60,14 @@ async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) ->
     sv, sh = await achain_start(store, stream_id) or (0, None)
     v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)
     n, head = await check_stream(store, stream_id, v, head)
+    return stream_report(v, n, head)
+
+
+def stream_report(v: ChainVerifier, n: int, head: Head | None) -> VerifyReport:
+    """Compare the end of the chain ``v`` checked (``n`` rows) with ``head``; the report."""
     v.check_head(head)
     head_version = head.version if head is not None and type(head.version) is int else 0
-    return VerifyReport(stream_id, v.findings, n, v.last, head_version)
+    return VerifyReport(v.stream_id, v.findings, n, v.last, head_version)
 
 
 async def check_stream(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Protocol, runtime_checkable
 
 from ares_events.core.catalog import EventSchemaError
@@ -50,13 +50,7 @@ class SkippedEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "stream_id": self.stream_id,
-            "version": self.version,
-            "position": self.position,
-            "type": self.type,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
 
 @dataclass(slots=True)
@@ -104,9 +98,7 @@ def apply_one(
     except EventSchemaError as exc:
         if strict:
             raise
-        skipped.append(
-            SkippedEvent(event.stream_id, event.version, event.position, event.type, exc.problem)
-        )
+        skipped.append(_skip(event, exc.problem))
         return state
 
 

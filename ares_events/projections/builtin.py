@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
 from ares_events.core.catalog import (
@@ -134,13 +133,9 @@ class RecoveryStateProjection:
                 "completed": False,
             }
         elif isinstance(p, FailoverCompleted):
-            lf = state["last_failover"] or {
-                "reason": None,
-                "at": event.at,
-                "version": event.version,
-            }
-            lf = dict(lf, completed=True, instance_id=p.instance_id)
-            state["last_failover"] = lf
+            v = event.version
+            lf = state["last_failover"] or {"reason": None, "at": event.at, "version": v}
+            state["last_failover"] = dict(lf, completed=True, instance_id=p.instance_id)
         state["last_version"] = event.version
         return state
 
@@ -174,14 +169,9 @@ class GenealogyProjection:
         p = parse(event)
         if isinstance(p, AgentDead):
             state["deaths"].append({"cause": p.cause, "at": event.at, "version": event.version})
-            now = parse_at(event.at)
-            recent = [
-                d
-                for d in state["deaths"]
-                if (now - datetime.fromisoformat(d["at"].replace("Z", "+00:00"))).total_seconds()
-                <= self.flap_window_s
-            ]
-            n = len(recent)
+            now, window = parse_at(event.at), self.flap_window_s
+            # every death's "at" went through parse_at when it was folded
+            n = sum((now - parse_at(d["at"])).total_seconds() <= window for d in state["deaths"])
             state["max_deaths_in_window"] = max(state["max_deaths_in_window"], n)
             state["flapping"] = n >= self.flap_deaths
         elif isinstance(p, AgentResurrected):
@@ -372,6 +362,22 @@ def _tool_step(state: dict[str, Any], key: str) -> dict[str, Any] | None:
     return rec if rec is not None and rec.get("kind") == "tool" else None
 
 
+def _settle_tool(state: dict[str, Any], key: str, status: str) -> dict[str, Any] | None:
+    """Give the call ``key``, its step and the step's last attempt ``status``; that attempt."""
+    call = state["tool_calls"].get(key)
+    if call is not None:
+        call["status"] = status
+    _remove(state["dangling"], key)
+    rec = _tool_step(state, key)
+    if rec is None:
+        return None
+    rec["status"] = status
+    last = _last_attempt(rec)
+    if last is not None:
+        last["status"] = status
+    return last
+
+
 def _tool_failed(state: dict[str, Any], p: ToolCallAttemptFailed, event: RecordedEvent) -> None:
     call = state["tool_calls"].get(p.idempotency_key)
     if call is not None:
@@ -383,35 +389,20 @@ def _tool_failed(state: dict[str, Any], p: ToolCallAttemptFailed, event: Recorde
 
 
 def _tool_not_done(state: dict[str, Any], p: ToolCallNotDone, event: RecordedEvent) -> None:
-    call = state["tool_calls"].get(p.idempotency_key)
-    if call is not None:
-        call["status"] = "not_done"
-    _remove(state["dangling"], p.idempotency_key)
-    rec = _tool_step(state, p.idempotency_key)
-    if rec is not None:
-        rec["status"] = "not_done"
-        last = _last_attempt(rec)
-        if last is not None:
-            last.update(status="not_done", by=p.by)
+    last = _settle_tool(state, p.idempotency_key, "not_done")
+    if last is not None:
+        last["by"] = p.by
 
 
 def _tool_returned(state: dict[str, Any], p: ToolReturned, event: RecordedEvent) -> None:
-    key = p.idempotency_key
-    call = state["tool_calls"].setdefault(key, _new_tool_call(event))
-    call["status"] = "error" if p.error is not None else "returned"
-    call["result"] = p.result
-    call["error"] = p.error
-    _remove(state["dangling"], key)
-    rec = _tool_step(state, key)
-    if rec is not None:
-        rec["status"] = call["status"]
-        last = _last_attempt(rec)
-        if last is not None:
-            last["status"] = call["status"]
-            extra = getattr(p, "__pydantic_extra__", None) or {}
-            for flag in ("reconciled", "resolved_by"):
-                if flag in extra:
-                    last[flag] = extra[flag]
+    call = state["tool_calls"].setdefault(p.idempotency_key, _new_tool_call(event))
+    call["result"], call["error"] = p.result, p.error
+    last = _settle_tool(state, p.idempotency_key, "error" if p.error is not None else "returned")
+    if last is not None:
+        extra = getattr(p, "__pydantic_extra__", None) or {}
+        for flag in ("reconciled", "resolved_by"):
+            if flag in extra:
+                last[flag] = extra[flag]
 
 
 def _abandoned(state: dict[str, Any], p: StepAbandoned, event: RecordedEvent) -> None:

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.backend import Capability
@@ -70,22 +70,9 @@ class ErasureReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "stream_id": self.stream_id,
-            "version": self.version,
-            "position": self.position,
-            "event_id": self.event_id,
-            "payload_digest": self.payload_digest.hex(),
-            "payload_size": self.payload_size,
-            "already_erased": self.already_erased,
-            "blob_key": self.blob_key,
-            "blob_deleted": self.blob_deleted,
-            "blob_shared_by": self.blob_shared_by,
-            "snapshots_deleted": self.snapshots_deleted,
-            "read_models_reset": self.read_models_reset,
-            "record_stream": ERASURE_STREAM,
-            "record_position": self.record_position,
-        }
+        d = asdict(self) | {"payload_digest": self.payload_digest.hex()}
+        at = d.pop("record_position")
+        return d | {"record_stream": ERASURE_STREAM, "record_position": at}
 
 
 def erase(
@@ -204,10 +191,7 @@ def _reset_read_models(store: EventStore, position: int) -> list[str]:
         return []
     done = []
     for name in tables.names():
-        if name in PAYLOAD_FREE:
-            continue
-        meta = tables.meta(name)
-        if meta is None:
+        if name in PAYLOAD_FREE or (meta := tables.meta(name)) is None:
             continue
         folded = meta.position >= position or (
             meta.building_table is not None and meta.building_position >= position

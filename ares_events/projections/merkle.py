@@ -65,13 +65,6 @@ def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
     return raw, (list(pos) if pos is not None else None)
 
 
-def _encode_tile(hashes: bytes | bytearray, positions: list[int] | None) -> dict[str, Any]:
-    doc: dict[str, Any] = {"h": base64.b64encode(bytes(hashes)).decode("ascii")}
-    if positions is not None:
-        doc["p"] = positions
-    return doc
-
-
 class MerkleLogProjection:
     """The Merkle tree over every event's chain hash, as tiles (a batch projection)."""
 
@@ -98,12 +91,10 @@ class MerkleLogProjection:
         size = int(head["size"])
         wanted = {}
         level, count = 0, size
-        while True:
+        while count:
             if count % TILE_WIDTH:
                 wanted[(level, count // TILE_WIDTH)] = tile_key(level, count // TILE_WIDTH)
             count //= TILE_WIDTH
-            if count == 0:
-                break
             level += 1
         loaded = load(wanted.values()) if wanted else {}
         tiles: dict[tuple[int, int], tuple[bytearray, list[int] | None]] = {}
@@ -139,9 +130,11 @@ class MerkleLogProjection:
         for e in events:
             add(0, size, leaf(e.hash), e.position)
             size += 1
-        out: dict[str, Any] = {
-            tile_key(lv, idx): _encode_tile(*tiles[(lv, idx)]) for lv, idx in sorted(touched)
-        }
+        out: dict[str, Any] = {}
+        for lv, idx in sorted(touched):
+            hashes, positions = tiles[(lv, idx)]
+            doc = {"h": base64.b64encode(bytes(hashes)).decode("ascii")}
+            out[tile_key(lv, idx)] = doc if positions is None else {**doc, "p": positions}
         out[HEAD_KEY] = {"size": size, "position": events[-1].position if events else 0}
         return out
 
@@ -287,14 +280,11 @@ class MerkleLog:
                 memo[(level, index)] = h
             return h
 
-        out: list[tuple[int, bytes, list[bytes]] | None] = []
-        for position in positions:
-            index = _index_in(tiles, have, position)
-            if index is None or index >= size:
-                out.append(None)
-                continue
-            out.append((index, node(0, index), merkle.inclusion_proof(index, size, node)))
-        return out
+        path = merkle.inclusion_proof
+        return [
+            None if i is None or i >= size else (i, node(0, i), path(i, size, node))
+            for i in (_index_in(tiles, have, p) for p in positions)
+        ]
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 ``PATH(index, D[size])``.
@@ -423,12 +413,7 @@ class MerkleLog:
             )
 
     def prove_event(
-        self,
-        stream_id: str,
-        version: int,
-        *,
-        key: SigningKey | None = None,
-        catch_up: bool = True,
+        self, stream_id: str, version: int, *, key: SigningKey | None = None, catch_up: bool = True
     ) -> dict[str, Any]:
         """An inclusion proof of one event, as the JSON object ``prove`` prints.
 

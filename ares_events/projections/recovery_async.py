@@ -23,7 +23,6 @@ from ares_events.errors import (
     ReplayCapExceeded,
     SnapshotMismatch,
 )
-from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import PAGE, ChainVerifier
 from ares_events.integrity.verify_async import achain_start
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
@@ -167,24 +166,15 @@ async def areplay(
         if head is None or head_version <= version or not progressed:
             break
         start = version + 1
-    findings: list[Finding] = []
-    if verifier is not None:
-        if not capped:
-            verifier.check_head(head)
-        findings = verifier.findings
+    if verifier is not None and not capped:
+        verifier.check_head(head)
+    findings = verifier.findings if verifier is not None else []
     if capped and strict:
         raise ReplayCapExceeded(stream_id, max_replay, version)
     if findings and strict:
         raise ChainIntegrityError(stream_id, findings)
-    return ReplayResult(
-        state,
-        version,
-        n,
-        capped,
-        head_version,
-        last.hash if last is not None else start_hash,
-        findings,
-    )
+    last_hash = last.hash if last is not None else start_hash
+    return ReplayResult(state, version, n, capped, head_version, last_hash, findings)
 
 
 @traced("recover", recovered, activity=True)
@@ -255,20 +245,10 @@ async def arecover(
     else:
         source = RecoverySource.EMPTY
     return RecoveryReport(
-        stream_id,
-        projection.name,
-        res.state,
-        res.version,
-        source,
-        res.replayed,
-        res.head_version,
-        res.truncated,
-        res.capped,
-        list(res.findings),
-        snap.at_version if snap else None,
-        ignored,
-        skipped,
-    )
+        stream_id, projection.name, res.state, res.version, source, res.replayed,
+        res.head_version, res.truncated, res.capped, list(res.findings),
+        snap.at_version if snap else None, ignored, skipped,
+    )  # fmt: skip
 
 
 @traced("snapshot", activity=True)
@@ -295,13 +275,8 @@ async def asnapshot(
         store = async_face(store)
         snapshots = async_snapshots(store, snapshots)
     snaps = snapshots if snapshots is not None else store.snapshots
-    rep = await arecover(
-        store,
-        stream_id,
-        projection,
-        snapshots=snaps,
-        max_replay=max_replay if max_replay is not None else 2**62,
-    )
+    cap = max_replay if max_replay is not None else 2**62
+    rep = await arecover(store, stream_id, projection, snapshots=snaps, max_replay=cap)
     if rep.findings:
         raise ChainIntegrityError(stream_id, rep.findings)
     if rep.version == 0:

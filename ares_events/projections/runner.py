@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
@@ -15,12 +15,7 @@ from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
 from ares_events.errors import ConfigError, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
-from ares_events.projections.tables import (
-    encode_state,
-    new_meta,
-    table_name,
-    tables_for,
-)
+from ares_events.projections.tables import encode_state, new_meta, table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
 
 if TYPE_CHECKING:
@@ -38,13 +33,6 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int], None]
-
-
-def _key_of(projection: Projection) -> Callable[[RecordedEvent], str | None]:
-    key = getattr(projection, "key", None)
-    if callable(key):
-        return key  # type: ignore[no-any-return]
-    return lambda e: e.stream_id
 
 
 def _fold_batch(
@@ -68,8 +56,8 @@ def _fold_batch(
         states = batch_fold(lambda keys: tables.load(table, list(keys)), events)
         last = events[-1].position
         return {k: (encode_state(v), last) for k, v in states.items()}
-    key_of = _key_of(projection)
-    keyed = [(key_of(e), e) for e in events]
+    key_of = getattr(projection, "key", None)  # one row per key, default the stream id
+    keyed = [(key_of(e) if callable(key_of) else e.stream_id, e) for e in events]
     keys = sorted({k for k, _ in keyed if k is not None})
     states = tables.load(table, keys) if keys else {}
     last_pos: dict[str, int] = {}
@@ -104,17 +92,9 @@ class RebuildReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "projection": self.projection,
-            "events": self.events,
-            "rows": self.rows,
-            "seconds": round(self.seconds, 3),
-            "events_per_s": round(self.events_per_s),
-            "resumed_from": self.resumed_from,
-            "position": self.position,
-            "table": self.table,
-            "skipped": [s.to_dict() for s in self.skipped],
-        }
+        d = asdict(self) | {"seconds": round(self.seconds, 3)}
+        first = {k: d.pop(k) for k in ("projection", "events", "rows", "seconds")}
+        return first | {"events_per_s": round(self.events_per_s)} | d  # the rate after seconds
 
 
 @dataclass(slots=True)
@@ -135,15 +115,8 @@ class DiffReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "projection": self.projection,
-            "position": self.position,
-            "ok": self.ok,
-            "rows_compared": self.rows_compared,
-            "only_live": self.only_live,
-            "only_rebuilt": self.only_rebuilt,
-            "different": self.different,
-        }
+        head = {"projection": self.projection, "position": self.position, "ok": self.ok}
+        return head | asdict(self)  # the other fields after "ok", these three in place
 
 
 def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
@@ -165,18 +138,18 @@ def _fill(
     tables: ReadModels,
     table: str,
     after: int,
-    *,
     cursor: Cursor,
     until: int | None,
     batch_size: int,
     strict: bool,
     progress: Progress | None,
-    skipped: list[SkippedEvent],
-) -> tuple[int, int]:
-    """Fold read_all from ``after`` into ``table``, moving the registry's ``cursor``
-    ("building" or "none") with every batch. Returns (events applied, last position)."""
+) -> tuple[int, int, list[SkippedEvent]]:
+    """Fold read_all from ``after`` (up to ``until``) into ``table``, moving the registry's
+    ``cursor`` ("building" or "none") with every batch. Returns (events applied, last
+    position, events skipped)."""
     total = store.last_position() if until is None else until
     n = 0
+    skipped: list[SkippedEvent] = []
     pos = after
     while True:
         limit = batch_size
@@ -198,7 +171,7 @@ def _fill(
             progress(n, max(total - after, n))
         if len(batch) < limit or (until is not None and pos >= until):
             break
-    return n, pos
+    return n, pos, skipped
 
 
 def rebuild(
@@ -236,19 +209,8 @@ def rebuild(
         tables.create(table)
         tables.start_building(projection.name, table, gen)
     resumed_from = after
-    skipped: list[SkippedEvent] = []
-    n, pos = _fill(
-        store,
-        projection,
-        tables,
-        table,
-        after,
-        cursor="building",
-        until=None,
-        batch_size=batch_size,
-        strict=strict,
-        progress=progress,
-        skipped=skipped,
+    n, pos, skipped = _fill(
+        store, projection, tables, table, after, "building", None, batch_size, strict, progress
     )
     old = (tables.meta(projection.name) or meta).active_table
     if not tables.swap(projection.name, table, pos, projection.version):
@@ -289,17 +251,7 @@ def verify_rebuild(
         )
     scratch = MemoryReadModels()
     _fill(
-        store,
-        projection,
-        scratch,
-        "verify",
-        0,
-        cursor="none",
-        until=meta.position,
-        batch_size=batch_size,
-        strict=False,
-        progress=progress,
-        skipped=[],
+        store, projection, scratch, "verify", 0, "none", meta.position, batch_size, False, progress
     )
     live = dict(tables.scan(meta.active_table))
     fresh = dict(scratch.scan("verify"))
@@ -355,16 +307,11 @@ class ProjectionRunner:
 
     def position(self, projection: Projection | str | None = None) -> int:
         """Cursor of one projection (or the minimum over all)."""
-        names = (
-            [projection if isinstance(projection, str) else projection.name]
-            if projection is not None
-            else [p.name for p in self.projections]
-        )
-        positions = []
-        for n in names:
-            m = self.tables.meta(n)
-            positions.append(m.position if m else 0)
-        return min(positions)
+        if projection is None:
+            names = [p.name for p in self.projections]
+        else:
+            names = [projection if isinstance(projection, str) else projection.name]
+        return min(m.position if (m := self.tables.meta(n)) else 0 for n in names)
 
     def run_once(self) -> int:
         """Apply at most one batch per projection. Returns the number of events applied."""
@@ -409,9 +356,7 @@ class ProjectionRunner:
             total += len(batch)
             projection_lag(self.store, p.name, batch[-1].position)
             if self.snapshotter is not None:
-                latest: dict[str, int] = {}
-                for e in batch:
-                    latest[e.stream_id] = e.version
+                latest = {e.stream_id: e.version for e in batch}  # each stream's last
                 for sid, v in latest.items():
                     self.snapshotter.after_append(sid, v)
         if total:

@@ -29,15 +29,40 @@ from ares_events.stores.blobs.base import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FileBlobStore"]
+__all__ = ["FileBlobStore", "fsync_dir", "write_atomic"]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """``fsync`` the folder ``path`` (what makes a rename in it durable).
+
+    Raises:
+        OSError: the folder cannot be opened or synced.
+    """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, prefix: str = ".tmp-") -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file ``prefix*`` in the
+    same folder, ``fsync``, rename over ``path`` (the folder is not synced: :func:`fsync_dir`).
+
+    Raises:
+        OSError: the file cannot be written (the temporary file is removed).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _mtime(st: os.stat_result) -> datetime:
@@ -104,18 +129,8 @@ class FileBlobStore(BaseBlobStore):
             return
         try:
             self._ensure_dir(path.parent)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            _fsync_dir(path.parent)
+            write_atomic(path, data)
+            fsync_dir(path.parent)
         except OSError as exc:
             raise StoreUnavailable(
                 f"blob store {self.url}: cannot write blob {key}: {exc.strerror or exc}"
@@ -144,8 +159,8 @@ class FileBlobStore(BaseBlobStore):
             return
         d.mkdir(parents=True, exist_ok=True)
         # New directory entries are durable only once their parents are synced.
-        _fsync_dir(d.parent)
-        _fsync_dir(self.root)
+        fsync_dir(d.parent)
+        fsync_dir(self.root)
 
     def put_stream(self, stream: BinaryIO) -> PayloadRef:
         """Store everything read from ``stream``; it is hashed while it is written to a
@@ -170,7 +185,7 @@ class FileBlobStore(BaseBlobStore):
                 else:
                     self._ensure_dir(path.parent)
                     os.replace(tmp, path)
-                    _fsync_dir(path.parent)
+                    fsync_dir(path.parent)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
