@@ -18,7 +18,6 @@ from ares_events.cli.common import (
     load_signing_key,
     load_vkeys,
     pass_app,
-    text,
     verdict,
     vkey_option,
 )
@@ -127,5 +126,5 @@ def anchor_cmd(
             }
         )
     else:
-        app.out.print(text(f"anchored {cp.origin} at size {cp.size} to {where}"))
+        app.say(f"anchored {cp.origin} at size {cp.size} to {where}")
     return EXIT_OK

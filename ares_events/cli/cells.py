@@ -121,7 +121,7 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     if as_json:
         app.json({"store": app.url, "cell": cell, "location": now.get(cell), "mode": mode})
     else:
-        app.out.print(text(f"moved {cell} of {app.url} to {now.get(cell)}"))
+        app.say(f"moved {cell} of {app.url} to {now.get(cell)}")
     return EXIT_OK
 
 
@@ -146,5 +146,5 @@ def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
         app.json({"store": app.url, "cells": now})
     else:
         for cell, loc in now.items():
-            app.out.print(text(f"{cell}: {loc}"))
+            app.say(f"{cell}: {loc}")
     return EXIT_OK

@@ -10,7 +10,7 @@ import contextlib
 import getpass
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -115,6 +115,10 @@ class App:
         """A status line on stderr (silenced by ``-q``)."""
         if not self.quiet:
             self.err.print(text(message, style="dim"))
+
+    def say(self, line: str, style: str = "") -> None:
+        """``line`` on stdout, made visible."""
+        self.out.print(text(line, style=style))
 
     def json(self, data: dict[str, Any]) -> None:
         """Write ``data`` as the one JSON object on stdout (hidden characters escaped,
@@ -359,30 +363,21 @@ def _check_store_url(value: str | None) -> str | None:
     return value
 
 
-def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(App).store_opt = _check_store_url(value)
-
-
-def _set_blobs(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(App).blobs_opt = value
-
-
-def _set_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
-    if value:
-        app = ctx.ensure_object(App)
-        app.verbose = max(app.verbose, value)
+def _set_global(ctx: click.Context, param: click.Parameter, value: str | int | None) -> None:
+    if value is None or value == 0:
+        return
+    app = ctx.ensure_object(App)
+    if param.name == "store":
+        app.store_opt = _check_store_url(str(value))
+    elif param.name == "blobs":
+        app.blobs_opt = str(value)
+    elif param.name == "verbose":
+        app.verbose = max(app.verbose, int(value))
         app.quiet = False
         _configure_logging(app.verbose, 0)
-
-
-def _set_quiet(ctx: click.Context, _param: click.Parameter, value: int) -> None:
-    if value:
-        app = ctx.ensure_object(App)
-        if not app.verbose:
-            app.quiet = True
-            _configure_logging(0, value)
+    elif not app.verbose:
+        app.quiet = True
+        _configure_logging(0, int(value))
 
 
 def _global_params() -> list[click.Option]:
@@ -390,15 +385,14 @@ def _global_params() -> list[click.Option]:
     its name); they set the same :class:`App` fields as the group's options."""
     url: dict[str, Any] = {"metavar": "URL"}
     count: dict[str, Any] = {"count": True}
-    store = "Event store URL (also accepted before the subcommand)."
     verbose = "More log output on stderr (-vv: debug); tracebacks of internal errors."
     return [
-        click.Option(decls, expose_value=False, callback=callback, help=help_, **kind)
-        for decls, callback, kind, help_ in (
-            (["--store"], _set_store, url, store),
-            (["--blobs"], _set_blobs, url, "Blob store URL for spilled payloads."),
-            (["-v", "--verbose"], _set_verbose, count, verbose),
-            (["-q", "--quiet"], _set_quiet, count, "Only errors on stderr; no progress bars."),
+        click.Option(decls, expose_value=False, callback=_set_global, help=help_, **kind)
+        for decls, kind, help_ in (
+            (["--store"], url, "Event store URL (also accepted before the subcommand)."),
+            (["--blobs"], url, "Blob store URL for spilled payloads."),
+            (["-v", "--verbose"], count, verbose),
+            (["-q", "--quiet"], count, "Only errors on stderr; no progress bars."),
         )
     ]
 
@@ -416,12 +410,8 @@ def install_global_options(group: click.Group) -> None:
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
-    level = logging.WARNING
-    if verbose >= 2:
-        level = logging.DEBUG
-    elif verbose == 1:
-        level = logging.INFO
-    elif quiet:
+    level = logging.DEBUG if verbose >= 2 else logging.INFO if verbose else logging.WARNING
+    if quiet and not verbose:
         level = logging.ERROR
     root = logging.getLogger("ares_events")
     if not any(h.get_name() == "ares-events-cli" for h in root.handlers):
@@ -476,7 +466,15 @@ def _print_findings(app: App, findings: list[Finding]) -> None:
         table.add_row(text(f.kind), text(stream), where, text(f.detail))
     app.table(table)
     if len(rows) > MAX_FINDINGS_SHOWN:
-        app.out.print(f"… and {len(rows) - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
+        app.say(f"… and {len(rows) - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
+
+
+def add_columns(table: Table, *names: str, right: Iterable[str] = (), **options: Any) -> Table:
+    """``table`` with a column of each name (right-aligned when in ``right``; ``options``
+    such as ``no_wrap`` for all)."""
+    for name in names:
+        table.add_column(name, justify="right" if name in right else "left", **options)
+    return table
 
 
 def _status(ok: bool) -> Text:

@@ -128,19 +128,15 @@ def demo(
     for s in result.streams:
         table.add_row(text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
     app.table(table)
-    app.out.print(
-        text(
-            f"{result.events} events appended in {result.append_seconds:.2f}s "
-            f"({result.append_rate:,.0f} events/s, one transaction per step); "
-            f"verified in {result.verify_seconds:.2f}s ({result.verify_rate:,.0f} events/s)"
-        )
+    app.say(
+        f"{result.events} events appended in {result.append_seconds:.2f}s "
+        f"({result.append_rate:,.0f} events/s, one transaction per step); "
+        f"verified in {result.verify_seconds:.2f}s ({result.verify_rate:,.0f} events/s)"
     )
     if result.all_ok:
-        app.out.print(text("all chains verified", style="bold green"))
+        app.say("all chains verified", style="bold green")
         first = result.streams[0].stream_id
-        app.out.print(
-            text(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
-        )
+        app.say(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
         return EXIT_OK
     for s in result.streams:
         if s.findings:
@@ -221,16 +217,14 @@ def _resurrection_demo(
             _status(a.chain_ok),
         )
     app.table(table, optional=("ms", "lost", "429s"))
-    app.out.print(
-        text(
-            f"all finished: {report.all_finished}; kills: {report.kills}; "
-            f"recoveries: {data['recoveries']}; "
-            f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "
-            f"for answered steps: {data['reissued_model_calls']}; model calls answered from "
-            f"the log: {data['model_calls_saved']} ({data['tokens_saved']} tokens saved); "
-            f"rate limits absorbed: {data['rate_limits_absorbed']}; lost tool answers "
-            f"absorbed: {data['lost_answers_absorbed']}; {report.seconds:.1f}s",
-            style="bold green" if ok else "bold red",
-        )
+    app.say(
+        f"all finished: {report.all_finished}; kills: {report.kills}; "
+        f"recoveries: {data['recoveries']}; "
+        f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "
+        f"for answered steps: {data['reissued_model_calls']}; model calls answered from "
+        f"the log: {data['model_calls_saved']} ({data['tokens_saved']} tokens saved); "
+        f"rate limits absorbed: {data['rate_limits_absorbed']}; lost tool answers "
+        f"absorbed: {data['lost_answers_absorbed']}; {report.seconds:.1f}s",
+        style="bold green" if ok else "bold red",
     )
     return EXIT_OK if ok else EXIT_FINDINGS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass_app, text
+from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass_app
 
 
 @cli.command(name="erase")
@@ -43,7 +43,7 @@ def erase_cmd(
         app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     if report.already_erased:
-        app.out.print(text(f"{stream} v{version}: the payload was already erased"))
+        app.say(f"{stream} v{version}: the payload was already erased")
         return EXIT_OK
     blob = ""
     if report.blob_key is not None:
@@ -58,11 +58,9 @@ def erase_cmd(
         extra.append(f"{report.snapshots_deleted} snapshot(s) deleted")
     if report.read_models_reset:
         extra.append(f"read models rewound: {', '.join(report.read_models_reset)}")
-    app.out.print(
-        text(
-            f"erased the payload of {stream} v{version} ({report.payload_size} bytes; digest "
-            f"{report.payload_digest.hex()[:16]}… kept){blob}; recorded at position "
-            f"{report.record_position}" + (f"; {'; '.join(extra)}" if extra else "")
-        )
+    app.say(
+        f"erased the payload of {stream} v{version} ({report.payload_size} bytes; digest "
+        f"{report.payload_digest.hex()[:16]}… kept){blob}; recorded at position "
+        f"{report.record_position}" + (f"; {'; '.join(extra)}" if extra else "")
     )
     return EXIT_OK

@@ -149,8 +149,8 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
             if schema is not None
             else "schema version not reported by this backend"
         )
-        app.out.print(text(f"initialized {app.url}: {what}, {streams} stream(s)"))
-        app.out.print(text(f"chain: {chain}; blobs: {blobs}"))
+        app.say(f"initialized {app.url}: {what}, {streams} stream(s)")
+        app.say(f"chain: {chain}; blobs: {blobs}")
     return EXIT_OK
 
 
@@ -195,7 +195,7 @@ def streams(app: App, as_json: bool) -> int:
         app.json({"store": app.url, "count": len(rows), "streams": streams})
         return EXIT_OK
     if not rows:
-        app.out.print(text(f"no streams in {app.url}"))
+        app.say(f"no streams in {app.url}")
         return EXIT_OK
     table = Table(title=f"{len(rows)} stream(s)", title_justify="left")
     table.add_column("stream", no_wrap=True)
@@ -353,13 +353,11 @@ def audit_cmd(
     table.add_row(*cells, str(len(report.findings)), _status(report.ok))
     app.table(table)
     if report.erased:
-        app.out.print(
-            Text(
-                f"{len(report.erased)} erased payload(s) (information: their chains and "
-                "proofs stay valid; --json lists them)"
-            )
+        app.say(
+            f"{len(report.erased)} erased payload(s) (information: their chains and "
+            "proofs stay valid; --json lists them)"
         )
     if not report.ok:
-        app.out.print(Text(f"{len(bad)} stream(s) with findings"))
+        app.say(f"{len(bad)} stream(s) with findings")
         _print_findings(app, report.findings)
     return EXIT_OK if report.ok else EXIT_FINDINGS

@@ -232,18 +232,14 @@ def prove_cmd(
         return EXIT_OK
     cp = read_checkpoint(doc["checkpoint"]).checkpoint
     if old_size is None:
-        app.out.print(
-            text(
-                f"{stream_id} v{version} is leaf {doc['leaf_index']} of {cp.origin} at size "
-                f"{cp.size} ({len(doc['inclusion'])} hashes)"
-            )
+        app.say(
+            f"{stream_id} v{version} is leaf {doc['leaf_index']} of {cp.origin} at size "
+            f"{cp.size} ({len(doc['inclusion'])} hashes)"
         )
     else:
-        app.out.print(
-            text(
-                f"{cp.origin} at size {doc['new_size']} extends size {doc['old_size']} "
-                f"({len(doc['consistency'])} hashes)"
-            )
+        app.say(
+            f"{cp.origin} at size {doc['new_size']} extends size {doc['old_size']} "
+            f"({len(doc['consistency'])} hashes)"
         )
     if out is None:
         app.note("add --json (or --out FILE) for the proof itself")

@@ -106,14 +106,12 @@ def export_cmd(
     if as_json:
         app.json(data)
     else:
-        app.out.print(
-            Text(
-                f"wrote {out}: {ex.events} event(s) of {stream}, {len(ex.data)} bytes, "
-                f"proved against checkpoint size {ex.checkpoint_size}"
-            )
+        app.say(
+            f"wrote {out}: {ex.events} event(s) of {stream}, {len(ex.data)} bytes, "
+            f"proved against checkpoint size {ex.checkpoint_size}"
         )
         if wrote_disc:
-            app.out.print(Text(f"redacted values and salts: {wrote_disc} (keep it secret)"))
+            app.say(f"redacted values and salts: {wrote_disc} (keep it secret)")
     return EXIT_OK
 
 
@@ -181,9 +179,9 @@ def verify_record_cmd(
             table.add_column(col)
         for f in rep.findings:
             table.add_row(Text(f.kind, style="red"), str(f.version or ""), Text(f.detail))
-        app.out.print(Text("NOT VERIFIED", style="bold red"))
+        app.say("NOT VERIFIED", style="bold red")
         app.out.print(table)
     for c in checked:
         style = "green" if c["ok"] else "bold red"
-        app.out.print(Text(f"disclosed v{c['version']} {c['path']}: {c['detail']}", style=style))
+        app.say(f"disclosed v{c['version']} {c['path']}: {c['detail']}", style=style)
     return EXIT_FINDINGS if bad else EXIT_OK

@@ -105,8 +105,11 @@ def _signing(fn: Any) -> Any:
     )(fn)
 
 
-def _approver(app: App, key_file: str | None) -> SigningKey | None:
-    return load_signing_key(app, key_file, required=True) if key_file is not None else None
+def _approver(app: App, key_file: str | None, by: str | None) -> tuple[SigningKey | None, str]:
+    """The approver key of ``--key`` (None without one) and who acts: ``--by``, else the
+    key's name, else the OS user."""
+    key = load_signing_key(app, key_file, required=True) if key_file is not None else None
+    return key, by or (key.name if key is not None else os_user())
 
 
 @cli.group(name="runs")
@@ -153,18 +156,11 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         runs = list_runs(store, status=status)
     bad = [r for r in runs if not r.ok]
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "status": status,
-                "count": len(runs),
-                "ok": not bad,
-                "runs": [r.to_dict(steps=False) for r in runs],
-            }
-        )
+        data = {"store": app.url, "status": status, "count": len(runs), "ok": not bad}
+        app.json({**data, "runs": [r.to_dict(steps=False) for r in runs]})
         return EXIT_FINDINGS if bad else EXIT_OK
     if not runs:
-        app.out.print(text(f"no runs{f' with status {status}' if status else ''} in {app.url}"))
+        app.say(f"no runs{f' with status {status}' if status else ''} in {app.url}")
         return EXIT_OK
     table = Table(
         title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
@@ -255,11 +251,11 @@ def _print_run(app: App, info: RunInfo) -> None:
     app.out.print(head)
     app.out.print(text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:
-        app.out.print(text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
+        app.say(f"interrupt: {_json_text(info.interrupt)}", style="yellow")
     if info.error:
-        app.out.print(text(f"error: {info.error}", style="red"))
+        app.say(f"error: {info.error}", style="red")
     if info.cancelled:
-        app.out.print(text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
+        app.say(f"cancelled: {_json_text(info.cancelled)}", style="dim")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("kind", no_wrap=True)
@@ -280,18 +276,16 @@ def _print_run(app: App, info: RunInfo) -> None:
         )
     app.table(table)
     for s in info.in_doubt:
-        app.out.print(
-            text(
-                f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
-                f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
-                "--result JSON` (it landed) or `--not-done` (it did not)",
-                style="bold yellow",
-            )
+        app.say(
+            f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
+            f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
+            "--result JSON` (it landed) or `--not-done` (it did not)",
+            style="bold yellow",
         )
     if info.findings:
         _print_findings(app, info.findings)
     for line in info.skipped:
-        app.out.print(text(f"skipped {line}", style="red"))
+        app.say(f"skipped {line}", style="red")
 
 
 @runs_cmd.command(name="show")
@@ -319,19 +313,12 @@ def runs_show(app: App, run: str, as_json: bool) -> int:
     return EXIT_OK if info.ok else EXIT_FINDINGS
 
 
-def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any], line: str) -> int:
+def _done(app: App, as_json: bool, info: RunInfo, line: str, **data: Any) -> int:
     if as_json:
-        app.json(
-            {
-                "store": url,
-                "run_id": info.run_id,
-                **data,
-                "version": info.version,
-                "status": info.status,
-            }
-        )
+        data = {"store": app.url, "run_id": info.run_id, **data}
+        app.json({**data, "version": info.version, "status": info.status})
     else:
-        app.out.print(text(line))
+        app.say(line)
         app.out.print(Text.assemble("run is now ", _status_text(info.status)))
     return EXIT_OK
 
@@ -400,8 +387,7 @@ def runs_resolve(
             result = json.loads(result_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
-    key = _approver(app, key_file)
-    who = by or (key.name if key is not None else os_user())
+    key, who = _approver(app, key_file, by)
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open(write=True) as store, _operator_errors(run, "resolving it"):
         if key is not None:
@@ -417,14 +403,9 @@ def runs_resolve(
             store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
         )
     verdict = "did not land (it will run again)" if not_done else "landed; result recorded"
-    return _done(
-        app,
-        as_json,
-        app.url,
-        info,
-        {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason},
-        f"step {number} of run {run}: {verdict} (by {who})",
-    )
+    line = f"step {number} of run {run}: {verdict} (by {who})"
+    done = {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason}
+    return _done(app, as_json, info, line, **done)
 
 
 @runs_cmd.command(name="resume")
@@ -453,22 +434,15 @@ def runs_resume(
     With --key the approval is signed (a journal given the approver's verifier key runs
     a call that needs approval only under such an approval, once).
     """
-    key = _approver(app, key_file)
-    who = by or (key.name if key is not None else os_user())
+    key, who = _approver(app, key_file, by)
     signed: dict[str, Any] = {}
     with app.open(write=True) as store, _operator_errors(run, "resuming it"):
         if key is not None:
             signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
             signed["approvers"] = [key.verifier]
         info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume", **signed)
-    return _done(
-        app,
-        as_json,
-        app.url,
-        info,
-        {"action": "resume", "by": who, "reason": reason},
-        f"run {run} resumed by {who}; start its agent again to let it go on",
-    )
+    line = f"run {run} resumed by {who}; start its agent again to let it go on"
+    return _done(app, as_json, info, line, action="resume", by=who, reason=reason)
 
 
 @runs_cmd.command(name="cancel")
@@ -487,11 +461,5 @@ def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json:
     who = by or os_user()
     with app.open(write=True) as store, _operator_errors(run, "cancelling it"):
         info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
-    return _done(
-        app,
-        as_json,
-        app.url,
-        info,
-        {"action": "cancel", "by": who, "reason": reason},
-        f"run {run} cancelled by {who}",
-    )
+    line = f"run {run} cancelled by {who}"
+    return _done(app, as_json, info, line, action="cancel", by=who, reason=reason)

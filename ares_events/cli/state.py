@@ -133,8 +133,8 @@ def recover_cmd(
     if rep.findings:
         _print_findings(app, rep.findings)
     for s in rep.skipped[:MAX_FINDINGS_SHOWN]:
-        app.out.print(text(f"skipped {s.stream_id} version {s.version} ({s.type}): {s.reason}"))
-    app.out.print(text("state:", style="bold"))
+        app.say(f"skipped {s.stream_id} version {s.version} ({s.type}): {s.reason}")
+    app.say("state:", style="bold")
     state = json.dumps(rep.state, indent=2, sort_keys=True, ensure_ascii=False)
     app.out.print(Text(visible(state, keep="\n")))  # the newlines are the indentation's
     return EXIT_OK if ok else EXIT_FINDINGS
@@ -207,7 +207,7 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     if as_json:
         app.json({"store": app.url, "count": len(infos), "snapshots": [i.to_dict() for i in infos]})
     elif not infos:
-        app.out.print(text(f"no snapshots{f' of {stream}' if stream else ''} in {app.url}"))
+        app.say(f"no snapshots{f' of {stream}' if stream else ''} in {app.url}")
     else:
         rows = [(i, None) for i in infos]
         table = _snapshot_rows_table(f"{len(infos)} snapshot(s)", rows, check=False)
@@ -251,11 +251,9 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
         app.json({"store": app.url, "stream_id": stream, "snapshots": [i.to_dict() for i in taken]})
     else:
         for i in taken:
-            app.out.print(
-                text(
-                    f"snapshot of {i.projection} for {stream} at version {i.at_version} "
-                    f"({i.state_size} bytes)"
-                )
+            app.say(
+                f"snapshot of {i.projection} for {stream} at version {i.at_version} "
+                f"({i.state_size} bytes)"
             )
     return EXIT_OK
 
@@ -281,7 +279,7 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
         app.json({"store": app.url, "stream_id": stream, "projection": projection, "deleted": n})
     else:
         what = f" of {projection}" if projection else ""
-        app.out.print(text(f"deleted {n} snapshot(s){what} for {stream}"))
+        app.say(f"deleted {n} snapshot(s){what} for {stream}")
     return EXIT_OK
 
 
@@ -445,11 +443,9 @@ def rebuild_cmd(
         app.json(dict(rep.to_dict(), store=app.url))
         return EXIT_OK
     resumed = f", resumed from position {rep.resumed_from}" if rep.resumed_from else ""
-    app.out.print(
-        text(
-            f"rebuilt {projection}: {rep.events} event(s) into {rep.rows} row(s) in "
-            f"{rep.seconds:.2f}s ({rep.events_per_s:,.0f} events/s){resumed}; "
-            f"live table is now {rep.table} at position {rep.position}"
-        )
+    app.say(
+        f"rebuilt {projection}: {rep.events} event(s) into {rep.rows} row(s) in "
+        f"{rep.seconds:.2f}s ({rep.events_per_s:,.0f} events/s){resumed}; "
+        f"live table is now {rep.table} at position {rep.position}"
     )
     return EXIT_OK

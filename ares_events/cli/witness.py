@@ -67,7 +67,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
     (key,) = load_vkeys((vkey,))
     with LogWitness(state) as w:
         o = w.add_log(key, origin)
-    app.out.print(text(f"trusting {o} (key {key.key_id.hex()}) in {state}"))
+    app.say(f"trusting {o} (key {key.key_id.hex()}) in {state}")
     return EXIT_OK
 
 

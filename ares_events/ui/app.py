@@ -258,6 +258,10 @@ class ConsoleApp:
             raise _Refused(HTTPStatus.SERVICE_UNAVAILABLE, "the console is stopping") from None
         return await asyncio.wrap_future(future)
 
+    def _live_page(self, live: bool, active: str = "") -> dict[str, Any]:
+        """Page options: updated (``live``) as the store's last position moves on from now."""
+        return {"live": live, "position": self.store.last_position(), "active": active}
+
     def _chrome(self) -> views.Chrome:
         return views.Chrome(self.store.url, self.actions, self._csrf, self.signer)
 
@@ -342,15 +346,10 @@ class ConsoleApp:
         return _see("./streams")
 
     def _streams(self, q: dict[str, str]) -> _Page:
-        rows, nxt = queries.stream_rows(
-            self.store, prefix=q.get("prefix") or None, after=q.get("after", "")
-        )
-        body = views.streams_view(rows, q.get("prefix", ""), q.get("after", ""), nxt)
-        return _Page(
-            "Streams",
-            body,
-            {"live": True, "position": self.store.last_position(), "active": "/streams"},
-        )
+        prefix, after = q.get("prefix", ""), q.get("after", "")
+        rows, nxt = queries.stream_rows(self.store, prefix=prefix or None, after=after)
+        body = views.streams_view(rows, prefix, after, nxt)
+        return _Page("Streams", body, self._live_page(True, "/streams"))
 
     def _stream(self, q: dict[str, str]) -> _Page:
         store = self.store
@@ -368,20 +367,18 @@ class ConsoleApp:
             pass  # a store without snapshots: the page says "no snapshots"
         body = views.stream_view(sid, head.version, events, chain, snaps, per)
         at_end = not events or events[-1].version >= head.version
-        return _Page("Stream", body, {"live": at_end, "position": store.last_position()})
+        return _Page("Stream", body, self._live_page(at_end))
 
     def _payload(self, q: dict[str, str]) -> _Page:
         sid, v = _sid(q), _int(q, "v", 1)
         e = queries.event_page(self.store, sid, v, 1)
         if not e or e[0].version != v:
             raise EventNotFound(sid, v)
-        error = (
-            "the payload was erased (its digest and size stay in the chain)"
-            if e[0].payload_erased
-            else None
-        )
+        error = None
         try:
-            if error is None:
+            if e[0].payload_erased:
+                error = "the payload was erased (its digest and size stay in the chain)"
+            else:
                 _ = e[0].payload
         except AresError as exc:
             error = str(exc)
@@ -394,17 +391,12 @@ class ConsoleApp:
         status = q.get("status") or None
         if status is not None and status not in LIST_STATUSES:
             raise ConfigError(f"unknown run status {status!r}")
+        prefix, after = q.get("prefix") or None, q.get("after", "")
         runs, nxt = queries.run_rows(
-            self.store,
-            self._runs,
-            status=status,
-            prefix=q.get("prefix") or None,
-            after=q.get("after", ""),
+            self.store, self._runs, status=status, prefix=prefix, after=after
         )
-        body = run_views.runs_view(runs, status or "", q.get("prefix", ""), q.get("after", ""), nxt)
-        return _Page(
-            "Runs", body, {"live": True, "position": self.store.last_position(), "active": "/runs"}
-        )
+        body = run_views.runs_view(runs, status or "", prefix or "", after, nxt)
+        return _Page("Runs", body, self._live_page(True, "/runs"))
 
     def _run(self, q: dict[str, str]) -> _Page:
         sid = _sid(q)
@@ -418,9 +410,7 @@ class ConsoleApp:
         body = run_views.run_view(
             self._chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages, asked
         )
-        return _Page(
-            "Run", body, {"live": page_no == pages, "position": self.store.last_position()}
-        )
+        return _Page("Run", body, self._live_page(page_no == pages))
 
     def _diff(self, q: dict[str, str]) -> _Page:
         sid, step = _sid(q), _int(q, "step", 1)
@@ -470,9 +460,8 @@ class ConsoleApp:
         last = self.store.last_position()
         lags = {m.name: _lag(self.store, m.position) for m in metas}
         body = views.projections_view(metas, last, lags)
-        return _Page(
-            "Projections", body, {"live": True, "position": last, "active": "/projections"}
-        )
+        options = {"live": True, "position": last, "active": "/projections"}
+        return _Page("Projections", body, options)
 
     # -- live --------------------------------------------------------------------------------
 
@@ -546,13 +535,10 @@ class ConsoleApp:
         reason = form.get("reason", "").strip() or None
         if not by:
             raise ConfigError("say who acts (by)")
-        version = _int(form, "version", 0)
-        if store.stream_version(sid) != version:
+        version, now = _int(form, "version", 0), store.stream_version(sid)
+        if now != version:
             raise ConcurrencyError(
-                sid,
-                version,
-                store.stream_version(sid),
-                "the run changed since the page was shown: reload it",
+                sid, version, now, "the run changed since the page was shown: reload it"
             )
         via = f"{VIA} {action}"
         try:
