@@ -15,6 +15,7 @@ from ares_events.cli.common import (
     App,
     _print_findings,
     _status,
+    add_columns,
     cli,
     json_option,
     pass_app,
@@ -121,10 +122,9 @@ def demo(
         title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
         title_justify="left",
     )
-    table.add_column("stream", no_wrap=True)
-    table.add_column("version", justify="right")
-    table.add_column("events", justify="right")
-    table.add_column("verified", no_wrap=True)
+    add_columns(
+        table, "stream", "version", "events", "verified", right=("version", "events"), no_wrap=True
+    )
     for s in result.streams:
         table.add_row(text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
     app.table(table)
@@ -163,14 +163,9 @@ def _resurrection_demo(
         seed=7 if seed is None else seed,
         progress=None if as_json else app.note,
     )
-    data = report.to_dict()
-    data["store"] = app.url
-    ok = (
-        report.all_finished
-        and data["duplicate_side_effects"] == 0
-        and data["reissued_model_calls"] == 0
-        and data["all_chains_ok"]
-    )
+    data = dict(report.to_dict(), store=app.url)
+    ok = report.all_finished and data["all_chains_ok"]
+    ok = ok and data["duplicate_side_effects"] == data["reissued_model_calls"] == 0
     if as_json:
         app.json(data)
         return EXIT_OK if ok else EXIT_FINDINGS
@@ -201,18 +196,13 @@ def _resurrection_demo(
             min_width=len(col),
         )
     for a in report.agents:
+        counts = [a.counts.steps, a.counts.recoveries, a.model_calls_made]
+        counts += [a.model_calls_answered_from_log, a.tokens_saved, a.tool_side_effects]
+        counts += [a.duplicate_side_effects, a.rate_limits_absorbed, a.lost_answers_absorbed]
         table.add_row(
             text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
             _status(a.finished),
-            str(a.counts.steps),
-            str(a.counts.recoveries),
-            str(a.model_calls_made),
-            str(a.model_calls_answered_from_log),
-            str(a.tokens_saved),
-            str(a.tool_side_effects),
-            str(a.duplicate_side_effects),
-            str(a.rate_limits_absorbed),
-            str(a.lost_answers_absorbed),
+            *map(str, counts),
             "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}",
             _status(a.chain_ok),
         )

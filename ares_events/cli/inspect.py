@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -18,6 +17,7 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     _status,
+    add_columns,
     cli,
     json_option,
     load_vkeys,
@@ -126,30 +126,19 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     if relocate_blobs and not app.blobs_opt:
         raise click.UsageError("--relocate-blobs needs --blobs URL (the new location)")
     with app.open(create=True, check_identity=not relocate_blobs) as store:
-        getter: Callable[[], int] | None = getattr(
-            backend_of(store.recorder), "schema_version", None
-        )
-        schema = getter() if callable(getter) else None
+        getter = getattr(backend_of(store.recorder), "schema_version", None)
+        schema: int | None = getter() if callable(getter) else None
         ident = store.record_identity(relocate_blobs=relocate_blobs)
         streams = sum(1 for _ in store.streams())
     chain = ident.describe_chain() if ident is not None else "not recorded by this backend"
     blobs = _blobs_label(ident)
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "schema_version": schema,
-                "streams": streams,
-                "identity": json.loads(ident.to_json()) if ident is not None else None,
-            }
-        )
+        identity = json.loads(ident.to_json()) if ident is not None else None
+        data = {"store": app.url, "schema_version": schema, "streams": streams}
+        app.json({**data, "identity": identity})
     else:
-        what = (
-            f"schema version {schema}"
-            if schema is not None
-            else "schema version not reported by this backend"
-        )
-        app.say(f"initialized {app.url}: {what}, {streams} stream(s)")
+        what = "not reported by this backend" if schema is None else schema
+        app.say(f"initialized {app.url}: schema version {what}, {streams} stream(s)")
         app.say(f"chain: {chain}; blobs: {blobs}")
     return EXIT_OK
 
@@ -198,9 +187,7 @@ def streams(app: App, as_json: bool) -> int:
         app.say(f"no streams in {app.url}")
         return EXIT_OK
     table = Table(title=f"{len(rows)} stream(s)", title_justify="left")
-    table.add_column("stream", no_wrap=True)
-    table.add_column("version", justify="right", no_wrap=True)
-    table.add_column("head hash", no_wrap=True)
+    add_columns(table, "stream", "version", "head hash", right=("version",), no_wrap=True)
     table.add_column("kind", overflow="fold")
     for sid, version, h, k, t in rows:
         table.add_row(text(sid), str(version), h[:16], text(f"{k} {t}" if t is not None else k))
@@ -241,14 +228,13 @@ def tail(app: App, stream: str, count: int, as_json: bool) -> int:
             events = list(deque(store.read(stream), maxlen=count))
         if not events and head is None:
             raise CommandError(f"no stream {stream!r} in {store.url}")
-        rows = [_event_dict(e) for e in events] if as_json else []
-        if not as_json:
-            table = _tail_table(app, stream, events)
-        version = head.version if head is not None else 0
-    if as_json:
-        app.json({"stream_id": stream, "version": version, "events": rows})
-    else:
-        app.table(table, optional=("module", "pos"))
+        # Inside the open store: a spilled payload is fetched for --json.
+        if as_json:
+            version = head.version if head is not None else 0
+            rows = [_event_dict(e) for e in events]
+            app.json({"stream_id": stream, "version": version, "events": rows})
+        else:
+            app.table(_tail_table(app, stream, events), optional=("module", "pos"))
     return EXIT_OK
 
 
@@ -339,17 +325,12 @@ def audit_cmd(
         return EXIT_OK if report.ok else EXIT_FINDINGS
     table = Table(title=text(f"audit of {app.url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]
-    cells = [
-        str(report.streams_checked),
-        str(report.events_checked),
-        str(report.blobs_checked) if deep else "-",
-        str(report.snapshots_checked) if deep else "-",
-    ]
+    cells = [str(report.streams_checked), str(report.events_checked)]
+    cells += [str(n) if deep else "-" for n in (report.blobs_checked, report.snapshots_checked)]
     if report.anchors_checked is not None:
         columns.append("anchors checked")
         cells.append(str(report.anchors_checked))
-    for name in [*columns, "findings", "result"]:
-        table.add_column(name, justify="right" if name != "result" else "left")
+    add_columns(table, *columns, "findings", "result", right=(*columns, "findings"))
     table.add_row(*cells, str(len(report.findings)), _status(report.ok))
     app.table(table)
     if report.erased:

@@ -15,6 +15,7 @@ from ares_events.cli.common import (
     EXIT_OK,
     App,
     CommandError,
+    add_columns,
     cli,
     json_option,
     key_option,
@@ -113,18 +114,13 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
         with app.open() as store:
             rows = MerkleLog(store).checkpoints.all()
         if as_json:
-            app.json(
-                {
-                    "checkpoints": [
-                        {"origin": o, "tree_size": n, "root": b64(r), "created_at": at}
-                        for o, n, r, _t, at in rows
-                    ]
-                }
-            )
+            keys = ("origin", "tree_size", "root", "created_at")
+            cps = [dict(zip(keys, (o, n, b64(r), at), strict=True)) for o, n, r, _t, at in rows]
+            app.json({"checkpoints": cps})
             return EXIT_OK
         table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
-        for col in ("origin", "tree size", "root", "signed at"):
-            table.add_column(col, no_wrap=True)  # names and roots are copied whole
+        # Names and roots are copied whole.
+        add_columns(table, "origin", "tree size", "root", "signed at", no_wrap=True)
         for o, n, r, _t, at in rows:
             table.add_row(text(o), str(n), b64(r), at)
         app.table(table, optional=("signed at",))
@@ -141,6 +137,13 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
     else:
         click.echo(signed.text, nl=False)
     return EXIT_OK
+
+
+def _number(value: str, what: str, hint: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not {what}", param_hint=hint) from None
 
 
 def _catch_up(app: App, log: Any) -> None:
@@ -196,22 +199,11 @@ def prove_cmd(
             raise click.UsageError(
                 "prove needs STREAM VERSION (or --consistency OLD_SIZE [NEW_SIZE])"
             )
-        stream_id, ver = args
-        try:
-            version = int(ver)
-        except ValueError:
-            raise click.BadParameter(
-                f"{ver!r} is not a version number", param_hint="VERSION"
-            ) from None
+        stream_id, version = args[0], _number(args[1], "a version number", "VERSION")
+    elif len(args) > 1:
+        raise click.UsageError("prove --consistency takes OLD_SIZE and at most one NEW_SIZE")
     else:
-        if len(args) > 1:
-            raise click.UsageError("prove --consistency takes OLD_SIZE and at most one NEW_SIZE")
-        try:
-            new_size = int(args[0]) if args else None
-        except ValueError:
-            raise click.BadParameter(
-                f"{args[0]!r} is not a tree size", param_hint="NEW_SIZE"
-            ) from None
+        new_size = _number(args[0], "a tree size", "NEW_SIZE") if args else None
     # Without a key, a proof only reads: of what the Merkle log holds, against stored
     # checkpoints. With one it signs (and stores) a checkpoint, after catching the log up.
     with app.open(write=key is not None) as store:

@@ -19,6 +19,7 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     _status,
+    add_columns,
     cli,
     json_option,
     pass_app,
@@ -167,11 +168,8 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
         show_edge=False,
     )
     # Names stay whole (they are what people copy): App.table drops other columns first.
-    table.add_column("stream", no_wrap=True)
-    table.add_column("projection", no_wrap=True)
-    for name in ("ver", "at", "at hash", "bytes", "created UTC"):
-        numeric = name in ("ver", "at", "bytes")
-        table.add_column(name, no_wrap=True, justify="right" if numeric else "left")
+    names = ("stream", "projection", "ver", "at", "at hash", "bytes", "created UTC")
+    add_columns(table, *names, right=("ver", "at", "bytes"), no_wrap=True)
     if check:
         table.add_column("check", overflow="fold")
     for info, reason in rows:
@@ -303,15 +301,9 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
         rows = list(store.snapshots.verify_all(stream))
     bad = [(i, r) for i, r in rows if r is not None]
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "ok": not bad,
-                "checked": len(rows),
-                "bad": len(bad),
-                "snapshots": [dict(i.to_dict(), ok=r is None, reason=r) for i, r in rows],
-            }
-        )
+        snaps = [dict(i.to_dict(), ok=r is None, reason=r) for i, r in rows]
+        data = {"store": app.url, "ok": not bad, "checked": len(rows), "bad": len(bad)}
+        app.json({**data, "snapshots": snaps})
     else:
         if rows:
             title = f"{len(rows)} snapshot(s) checked"
@@ -392,12 +384,8 @@ def rebuild_cmd(
 
         def progress(done: int, total: int) -> None:
             rate = done / max(time.perf_counter() - started, 1e-9)
-            bar.update(
-                task,
-                completed=done,
-                total=max(total, done),
-                description=f"{label} {projection} ({rate:,.0f} events/s)",
-            )
+            what = f"{label} {projection} ({rate:,.0f} events/s)"
+            bar.update(task, completed=done, total=max(total, done), description=what)
 
         proj = _rebuildable()[projection]()
         if verify_only:

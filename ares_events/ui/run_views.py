@@ -19,6 +19,7 @@ from ares_events.ui.views import (
     Chrome,
     findings_table,
     join_inputs,
+    row,
     status_text,
     table,
 )
@@ -45,24 +46,19 @@ def runs_view(
         cls="tabs",
     )
     body = [
-        el(
-            "tr",
+        row(
             el("td", link(r.run_id, "/run", {"id": r.run_id}), cls="sid"),
-            el("td", el("span", r.status, cls=f"st st-{r.status}")),
-            el("td", r.counts.steps, cls="num"),
-            el("td", r.counts.tokens, cls="num"),
-            el("td", _cost(r.usage)),
+            el("span", r.status, cls=f"st st-{r.status}"),
+            *(el("td", n, cls="num") for n in (r.counts.steps, r.counts.tokens)),
+            _cost(r.usage),
             el("td", _age(r.started_at, now), title=r.started_at),
-            el("td", r.updated_at),
+            r.updated_at,
             el("td", len(r.in_doubt) or "", cls="num"),
         )
         for r in rows
     ]
-    listing = table(
-        ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt"),
-        body,
-        id="runs",
-    )
+    columns = ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt")
+    listing = table(columns, body, id="runs")
     pager = el(
         "p",
         link(
@@ -129,6 +125,10 @@ def _cost(usage: Mapping[str, Any]) -> str:
     return ""
 
 
+def _details(summary: str, value: Any, cls: str | None = None) -> Markup:
+    return el("details", el("summary", summary), el("pre", json_text(value), cls=cls))
+
+
 def _attempts(s: StepInfo) -> Markup:
     return el(
         "ol",
@@ -161,19 +161,12 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     if s.kind in ("model", "tool"):
         parts.append(_attempts(s))
         if request is not None:
-            parts.append(
-                el(
-                    "details",
-                    el("summary", "request"),
-                    el("pre", json_text(request), cls="request"),
-                )
-            )
+            parts.append(_details("request", request, "request"))
         elif s.request_hash:
             parts.append(el("p", f"request hash {s.request_hash}", cls="dim"))
         if s.outcome is not None:
-            label = "answer" if s.kind == "model" else "result"
             parts.append(
-                el("details", el("summary", label), el("pre", json_text(s.outcome), cls="outcome"))
+                _details("answer" if s.kind == "model" else "result", s.outcome, "outcome")
             )
         if s.tokens:
             parts.append(el("p", f"{s.tokens} tokens ", el("code", json_text(s.usage))))
@@ -354,9 +347,7 @@ def run_view(
         el("p", "interrupt: ", el("code", json_text(info.interrupt))) if info.interrupt else None,
         el("p", "error: ", info.error, cls="bad") if info.error else None,
         el("p", "cancelled: ", el("code", json_text(info.cancelled))) if info.cancelled else None,
-        el("details", el("summary", "result"), el("pre", json_text(info.result)))
-        if info.result is not None
-        else None,
+        _details("result", info.result) if info.result is not None else None,
     ]
     life = el(
         "details",

@@ -26,6 +26,7 @@ __all__ = [
     "page",
     "payload_view",
     "projections_view",
+    "row",
     "status_text",
     "stream_view",
     "streams_view",
@@ -111,13 +112,7 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
     if not findings:
         return Markup("")
     rows = [
-        el(
-            "tr",
-            el("td", f.kind),
-            el("td", f.stream_id if f.stream_id is not None else "store"),
-            el("td", f.version),
-            el("td", f.detail),
-        )
+        row(f.kind, "store" if f.stream_id is None else f.stream_id, f.version, f.detail)
         for f in findings[:limit]
     ]
     more = len(findings) - limit
@@ -132,6 +127,13 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
 def header(*names: str) -> Markup:
     """A table's row of column names."""
     return el("tr", [el("th", h) for h in names])
+
+
+def row(*cells: Any, **attrs: Any) -> Markup:
+    """A table row with a ``<td>`` of each cell (a cell already made with ``el("td", ...)``,
+    for its attributes, stays as it is)."""
+    tds = [c if isinstance(c, Markup) and c.startswith("<td") else el("td", c) for c in cells]
+    return el("tr", tds, **attrs)
 
 
 def table(columns: tuple[str, ...], rows: Any, *more: Any, **attrs: Any) -> Markup:
@@ -164,21 +166,16 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         cls="search",
     )
     body = [
-        el(
-            "tr",
+        row(
             el("td", link(r.stream_id, "/stream", {"id": r.stream_id}), cls="sid"),
-            el("td", el("span", r.kind, cls=f"kind k-{r.kind.split()[0]}")),
+            el("span", r.kind, cls=f"kind k-{r.kind.split()[0]}"),
             el("td", r.version, cls="num"),
             el("td", r.head.hex()[:16], cls="hash", title=r.head.hex()),
-            el("td", r.last_at),
+            r.last_at,
         )
         for r in rows
     ]
-    listing = table(
-        ("stream", "kind", "version", "head", "last write"),
-        body,
-        id="streams",
-    )
+    listing = table(("stream", "kind", "version", "head", "last write"), body, id="streams")
     pager = el(
         "p",
         link("first page", "/streams", {"prefix": prefix}) if after else None,
@@ -227,13 +224,12 @@ def stream_view(
     """One stream: a page of events with payloads, the page's chain status, snapshots."""
     start = events[0].version if events else 1
     rows = [
-        el(
-            "tr",
+        row(
             el("td", e.version, cls="num"),
             el("td", e.position, cls="num"),
-            el("td", e.type),
-            el("td", e.module),
-            el("td", e.at),
+            e.type,
+            e.module,
+            e.at,
             el("td", e.hash.hex()[:12], cls="hash", title=e.hash.hex()),
             el("td", _payload(e), cls="payload"),
             id=f"v{e.version}",
@@ -275,14 +271,13 @@ def stream_view(
             el("caption", "snapshots"),
             header("projection", "version", "at version", "size", "created", "problem"),
             [
-                el(
-                    "tr",
-                    el("td", s.projection),
-                    el("td", s.projection_version),
-                    el("td", s.at_version),
-                    el("td", s.state_size),
-                    el("td", s.created_at.isoformat()),
-                    el("td", s.problem),
+                row(
+                    s.projection,
+                    s.projection_version,
+                    s.at_version,
+                    s.state_size,
+                    s.created_at.isoformat(),
+                    s.problem,
                 )
                 for s in snapshots
             ],
@@ -297,11 +292,7 @@ def stream_view(
         status,
         findings_table(chain.findings),
         nav,
-        table(
-            ("v", "pos", "type", "module", "at", "hash", "payload"),
-            rows,
-            id="events",
-        ),
+        table(("v", "pos", "type", "module", "at", "hash", "payload"), rows, id="events"),
         snaps,
     )
 
@@ -359,112 +350,85 @@ def audit_view(
         action="./audit",
         cls="action",
     )
-    parts: list[Any] = [el("h1", "Integrity"), start]
-    if job is not None:
-        report: AuditReport | None = job.get("report")
-        done, total = job.get("done", 0), job.get("total", 0)
-        if report is None and job.get("error") is None:
-            parts.append(
-                el(
-                    "p",
-                    f"audit running: {done} of {total} events",
-                    el("progress", value=str(done), max=str(max(total, 1))),
-                    id="audit-progress",
-                )
-            )
-        elif job.get("error") is not None:
-            parts.append(el("p", "audit failed: ", job["error"], cls="bad", id="audit-result"))
-        elif report is not None:
-            parts.append(
-                el(
-                    "p",
-                    status_text(
-                        report.ok, "clean" if report.ok else f"{len(report.findings)} finding(s)"
-                    ),
-                    f" {report.streams_checked} streams, {report.events_checked} events, "
-                    f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots"
-                    + (
-                        f", {report.anchors_checked} anchors"
-                        if report.anchors_checked is not None
-                        else ""
-                    )
-                    + " checked"
-                    f" (started {job.get('started')})",
-                    id="audit-result",
-                )
-            )
-            if report.findings:
-                parts.append(el("p", "first finding: ", str(report.findings[0])))
-            parts.append(findings_table(report.findings))
-    parts.append(el("h2", "Signed checkpoints"))
-    if checkpoints:
-        parts.append(
-            el(
-                "table",
-                header("origin", "tree size", "root", "signed at"),
-                [
-                    el(
-                        "tr",
-                        el("td", o),
-                        el("td", n, cls="num"),
-                        el("td", r.hex()[:16], cls="hash", title=r.hex()),
-                        el("td", at),
-                    )
-                    for o, n, r, at in checkpoints
-                ],
-                id="checkpoints",
-            )
-        )
-    else:
-        parts.append(
-            el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
-        )
-    if anchors_note:
-        parts.append(el("p", anchors_note, cls="dim"))
-    parts.append(el("h2", "Inclusion proof of one event"))
-    parts.append(
+    checkpoints_table = (
         el(
-            "form",
-            el("label", "stream ", el("input", name="stream", required=True)),
-            el(
-                "label",
-                "version ",
-                el("input", name="version", type="number", min="1", required=True),
-            ),
-            el("button", "download proof", type="submit"),
-            method="get",
-            action="./proof",
-            cls="action",
+            "table",
+            header("origin", "tree size", "root", "signed at"),
+            [
+                row(
+                    o, el("td", n, cls="num"), el("td", r.hex()[:16], cls="hash", title=r.hex()), at
+                )
+                for o, n, r, at in checkpoints
+            ],
+            id="checkpoints",
         )
+        if checkpoints
+        else el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
     )
-    parts.append(
+    proof = el(
+        "form",
+        el("label", "stream ", el("input", name="stream", required=True)),
+        el("label", "version ", el("input", name="version", type="number", min="1", required=True)),
+        el("button", "download proof", type="submit"),
+        method="get",
+        action="./proof",
+        cls="action",
+    )
+    return el(
+        "section",
+        el("h1", "Integrity"),
+        start,
+        _audit_state(job),
+        el("h2", "Signed checkpoints"),
+        checkpoints_table,
+        el("p", anchors_note, cls="dim") if anchors_note else None,
+        el("h2", "Inclusion proof of one event"),
+        proof,
         el(
             "p",
             "Check it offline: ",
             el("code", "ares-events verify-proof proof.json --vkey VKEY"),
             cls="dim",
-        )
+        ),
     )
-    return el("section", parts)
+
+
+def _audit_state(job: Mapping[str, Any] | None) -> list[Any]:
+    """The audit's progress, failure or result (with its findings)."""
+    if job is None:
+        return []
+    if job.get("error") is not None:
+        return [el("p", "audit failed: ", job["error"], cls="bad", id="audit-result")]
+    report: AuditReport | None = job.get("report")
+    if report is None:
+        done, total = job.get("done", 0), job.get("total", 0)
+        bar = el("progress", value=str(done), max=str(max(total, 1)))
+        return [el("p", f"audit running: {done} of {total} events", bar, id="audit-progress")]
+    anchors = "" if report.anchors_checked is None else f", {report.anchors_checked} anchors"
+    summary = (
+        f" {report.streams_checked} streams, {report.events_checked} events, "
+        f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots{anchors} checked"
+        f" (started {job.get('started')})"
+    )
+    verdict = "clean" if report.ok else f"{len(report.findings)} finding(s)"
+    return [
+        el("p", status_text(report.ok, verdict), summary, id="audit-result"),
+        el("p", "first finding: ", str(report.findings[0])) if report.findings else None,
+        findings_table(report.findings),
+    ]
 
 
 def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, str]) -> Markup:
     """Each read model's position, lag and rebuild state."""
     rows = [
-        el(
-            "tr",
-            el("td", m.name),
-            el("td", m.projection_version, cls="num"),
-            el("td", m.generation, cls="num"),
-            el("td", m.position, cls="num"),
+        row(
+            m.name,
+            *(el("td", n, cls="num") for n in (m.projection_version, m.generation, m.position)),
             el("td", lags.get(m.name, ""), cls="num"),
-            el("td", m.active_table),
-            el(
-                "td",
-                f"rebuilding into {m.building_table} at position {m.building_position}"
-                if m.building_table
-                else "",
-            ),
+            m.active_table,
+            f"rebuilding into {m.building_table} at position {m.building_position}"
+            if m.building_table
+            else "",
         )
         for m in metas
     ]
