@@ -13,11 +13,10 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
-    pass_app,
     verdict,
     vkey_option,
 )
@@ -42,8 +41,7 @@ from ares_events.stores.settings import Settings
     "--check: a trusted verifier key for the signed checkpoints (repeatable; default: "
     "ARES_LOG_VKEY, else the key of --key, else the keys the store recorded)."
 )
-@json_option
-@pass_app
+@json_app
 def anchor_cmd(
     app: App,
     location: str | None,

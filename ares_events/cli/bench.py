@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_option, pass_app, text
+from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_app, text
 from ares_events.core.events import NewEvent
 from ares_events.projections.recovery import replay
 
@@ -118,8 +118,7 @@ def run_bench(
     show_default=True,
     help="Events to append in 100-event batches (single appends: a twentieth of it).",
 )
-@json_option
-@pass_app
+@json_app
 def bench_cmd(app: App, events: int, as_json: bool) -> int:
     """Measure appends and a verified replay on the configured store, here and now.
 

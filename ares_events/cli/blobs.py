@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
+from ares_events.cli.common import EXIT_OK, App, cli, json_app
 
 
 @cli.command(name="gc-blobs")
@@ -17,8 +17,7 @@ from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app
     help="Grace period (30m, 1h, 2d): younger orphans may belong to appends in flight.",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
-@json_option
-@pass_app
+@json_app
 def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int:
     """Delete blobs no event references (orphans of failed appends).
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
+from ares_events.cli.common import EXIT_OK, App, cli, json_app, text
 from ares_events.errors import ConfigError
 
 
@@ -23,8 +23,7 @@ def _cells_of(store: Any) -> Any:
 
 
 @cli.group(name="cells", invoke_without_command=True)
-@json_option
-@pass_app
+@json_app
 @click.pass_context
 def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
     """Show the cells of a cell store: partitions, each cell's streams, where it lives.
@@ -97,8 +96,7 @@ _mode_option = click.option(
 @click.argument("cell")
 @click.argument("target", metavar="HOST:PORT")
 @_mode_option
-@json_option
-@pass_app
+@json_app
 def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     """Move CELL of a citus:// store to the worker HOST:PORT, online.
 
@@ -127,8 +125,7 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
 
 @cells_cmd.command(name="rebalance")
 @_mode_option
-@json_option
-@pass_app
+@json_app
 def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
     """Spread the cells of a citus:// store over its workers (after adding one), online.
 

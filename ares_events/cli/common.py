@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_USAGE",
     "App",
     "cli",
+    "json_app",
     "json_option",
     "key_option",
     "load_signing_key",
@@ -342,6 +343,11 @@ json_option = click.option(
 )
 """The ``--json`` flag every reporting command takes (also accepted before the
 subcommand: ``ares-events --json audit``)."""
+
+
+def json_app(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """:data:`json_option` and :data:`pass_app`, which every reporting command takes."""
+    return json_option(pass_app(fn))
 
 
 def key_option(help_: str, *, required: bool = False) -> Callable[[F], F]:

@@ -17,8 +17,7 @@ from ares_events.cli.common import (
     _status,
     add_columns,
     cli,
-    json_option,
-    pass_app,
+    json_app,
     text,
 )
 from ares_events.stores.settings import Settings
@@ -67,8 +66,7 @@ from ares_events.stores.settings import Settings
     show_default=True,
     help="With --simple: events per agent.",
 )
-@json_option
-@pass_app
+@json_app
 def demo(
     app: App,
     agents: int | None,

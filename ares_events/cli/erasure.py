@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass_app
+from ares_events.cli.common import EXIT_OK, App, cli, json_app, os_user
 
 
 @cli.command(name="erase")
@@ -17,8 +17,7 @@ from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass
     help="Why (kept in the erasure record; no personal data).",
 )
 @click.option("--by", "by", metavar="NAME", help="Who asks for it (default: the OS user).")
-@json_option
-@pass_app
+@json_app
 def erase_cmd(
     app: App, stream: str, version: int, reason: str, by: str | None, as_json: bool
 ) -> int:

@@ -19,9 +19,8 @@ from ares_events.cli.common import (
     _status,
     add_columns,
     cli,
-    json_option,
+    json_app,
     load_vkeys,
-    pass_app,
     text,
     verdict,
     visible,
@@ -107,8 +106,7 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     is_flag=True,
     help="Record --blobs as the store's blob location (after moving its blobs there).",
 )
-@json_option
-@pass_app
+@json_app
 def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     """Create the store, or migrate it to this version, and record its identity.
 
@@ -152,8 +150,7 @@ def _blobs_label(ident: StoreIdentity | None) -> str:
 
 
 @cli.command()
-@json_option
-@pass_app
+@json_app
 def streams(app: App, as_json: bool) -> int:
     """List every stream with its version and head hash.
 
@@ -206,8 +203,7 @@ def streams(app: App, as_json: bool) -> int:
     show_default=True,
     help="How many events, counted from the end.",
 )
-@json_option
-@pass_app
+@json_app
 def tail(app: App, stream: str, count: int, as_json: bool) -> int:
     """Show the last events of STREAM.
 
@@ -240,8 +236,7 @@ def tail(app: App, stream: str, count: int, as_json: bool) -> int:
 
 @cli.command()
 @click.argument("stream")
-@json_option
-@pass_app
+@json_app
 def verify(app: App, stream: str, as_json: bool) -> int:
     """Recompute STREAM's hash chain and check it against its head.
 
@@ -286,8 +281,7 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     "--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
     "ARES_LOG_VKEY, else the log keys the store recorded)."
 )
-@json_option
-@pass_app
+@json_app
 def audit_cmd(
     app: App, deep: bool, anchors_url: str | None, vkeys: tuple[str, ...], as_json: bool
 ) -> int:

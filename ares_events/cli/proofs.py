@@ -17,7 +17,7 @@ from ares_events.cli.common import (
     CommandError,
     add_columns,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
@@ -92,8 +92,7 @@ def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> 
 @cli.command(name="checkpoint")
 @key_option(KEY_HELP)
 @click.option("--list", "list_", is_flag=True, help="List the stored checkpoints; sign nothing.")
-@json_option
-@pass_app
+@json_app
 def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -> int:
     """Sign, store and print a checkpoint of the log (C2SP tlog-checkpoint).
 
@@ -166,8 +165,7 @@ def _catch_up(app: App, log: Any) -> None:
 )
 @key_option(KEY_HELP + " With it, sign a fresh checkpoint.")
 @click.option("--out", "out", metavar="FILE", help="Also write the proof (JSON) to FILE.")
-@json_option
-@pass_app
+@json_app
 def prove_cmd(
     app: App,
     args: tuple[str, ...],
@@ -248,8 +246,7 @@ def prove_cmd(
     help="Consistency proofs: the old signed checkpoint you trust (a note, or a proof JSON "
     "whose checkpoint it is); default: the one in the proof, if signed by a trusted key.",
 )
-@json_option
-@pass_app
+@json_app
 def verify_proof_cmd(
     app: App, file: str, vkeys: tuple[str, ...], old_file: str | None, as_json: bool
 ) -> int:

@@ -15,11 +15,10 @@ from ares_events.cli.common import (
     App,
     CommandError,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
-    pass_app,
     verdict,
     vkey_option,
 )
@@ -50,8 +49,7 @@ from ares_events.stores.settings import Settings
 @key_option(
     "The signing key file (keygen): the log's key or an export key; default: ARES_LOG_KEY_FILE."
 )
-@json_option
-@pass_app
+@json_app
 def export_cmd(
     app: App,
     stream: str,
@@ -127,8 +125,7 @@ def export_cmd(
     metavar="FILE",
     help="Also check these disclosed values against the record's salted digests.",
 )
-@json_option
-@pass_app
+@json_app
 def verify_record_cmd(
     app: App, file: str, vkeys: tuple[str, ...], disclosures: str | None, as_json: bool
 ) -> int:

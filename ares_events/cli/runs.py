@@ -34,11 +34,10 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     os_user,
-    pass_app,
     text,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
@@ -137,8 +136,7 @@ def runs_cmd() -> None:
     help="Only runs with this status (paused includes in_doubt; in_doubt also matches "
     "runs with a tool call that has no outcome).",
 )
-@json_option
-@pass_app
+@json_app
 def runs_list(app: App, status: str | None, as_json: bool) -> int:
     """List every run (streams that begin with run.started), appending nothing.
 
@@ -290,8 +288,7 @@ def _print_run(app: App, info: RunInfo) -> None:
 
 @runs_cmd.command(name="show")
 @click.argument("run")
-@json_option
-@pass_app
+@json_app
 def runs_show(app: App, run: str, as_json: bool) -> int:
     """Show RUN step by step, appending nothing: its numbers (steps, attempts, retries,
     tokens, recoveries, resumes: defined in docs/guide-journal.md), then each step's kind,
@@ -350,8 +347,7 @@ def _step_number(run: str, step: str) -> int:
 )
 @_by_reason
 @_signing
-@json_option
-@pass_app
+@json_app
 def runs_resolve(
     app: App,
     run: str,
@@ -412,8 +408,7 @@ def runs_resolve(
 @click.argument("run")
 @_by_reason
 @_signing
-@json_option
-@pass_app
+@json_app
 def runs_resume(
     app: App,
     run: str,
@@ -448,8 +443,7 @@ def runs_resume(
 @runs_cmd.command(name="cancel")
 @click.argument("run")
 @_by_reason
-@json_option
-@pass_app
+@json_app
 def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json: bool) -> int:
     """Cancel RUN for good: it takes no new step (its recorded steps still replay), and a
     live incarnation is stopped at its next append. Appends one event.

@@ -21,8 +21,7 @@ from ares_events.cli.common import (
     _status,
     add_columns,
     cli,
-    json_option,
-    pass_app,
+    json_app,
     text,
     verdict,
     visible,
@@ -61,8 +60,7 @@ def _schema_failure(exc: AresError, hint: str) -> click.ClickException:
 )
 @click.option("--no-snapshots", is_flag=True, help="Ignore snapshots: replay the whole stream.")
 @click.option("--tolerant", is_flag=True, help="Skip and list events that fail their schema.")
-@json_option
-@pass_app
+@json_app
 def recover_cmd(
     app: App,
     stream: str,
@@ -190,8 +188,7 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
 
 @snapshot_cmd.command(name="list")
 @click.argument("stream", required=False)
-@json_option
-@pass_app
+@json_app
 def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     """List stored snapshots (of STREAM, or of every stream), without their state.
 
@@ -216,8 +213,7 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
 @snapshot_cmd.command(name="take")
 @click.argument("stream")
 @_projection_option(None)
-@json_option
-@pass_app
+@json_app
 def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) -> int:
     """Fold STREAM now (from its latest good snapshot) and save a snapshot.
 
@@ -259,8 +255,7 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
 @snapshot_cmd.command(name="delete")
 @click.argument("stream")
 @_projection_option(None)
-@json_option
-@pass_app
+@json_app
 def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool) -> int:
     """Delete STREAM's snapshot of one projection, or all of STREAM's snapshots.
 
@@ -283,8 +278,7 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
 
 @snapshot_cmd.command(name="verify")
 @click.argument("stream", required=False)
-@json_option
-@pass_app
+@json_app
 def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
     """Check every stored snapshot (of STREAM, or all) against its stream.
 
@@ -344,8 +338,7 @@ def _rebuildable() -> dict[str, Any]:
     show_default=True,
     help="Events per transaction.",
 )
-@json_option
-@pass_app
+@json_app
 def rebuild_cmd(
     app: App,
     projection: str,

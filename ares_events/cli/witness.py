@@ -15,7 +15,7 @@ from ares_events.cli.common import (
     App,
     CommandError,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
@@ -73,8 +73,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
 
 @witness_group.command(name="list")
 @state_option
-@json_option
-@pass_app
+@json_app
 def list_cmd(app: App, state: str, as_json: bool) -> int:
     """The logs this witness trusts and the last size it cosigned for each.
 
@@ -117,8 +116,7 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
 @click.argument("request", metavar="REQUEST")
 @state_option
 @key_option(required=True, help_="The witness's cosigning key file (keygen --witness).")
-@json_option
-@pass_app
+@json_app
 def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool) -> int:
     """Cosign the checkpoint in REQUEST if it extends the last one cosigned for its log.
 
