@@ -99,30 +99,20 @@ def anchor_cmd(
 
             signed = MerkleLog(store).sign(key)
             where = write_checkpoint_note(url, signed.text, signed.checkpoint.size)
-        store_url = store.url
     if check:
         if as_json:
-            app.json({"store": store_url, **report.to_dict()})
+            app.json({"store": app.url, **report.to_dict()})
         else:
             keys_note = " (keys recorded in the store)" if report.keys_from == "store" else ""
-            line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}"
-            app.out.print(
-                verdict(report.ok, f"{line}{keys_note}, {len(report.findings)} finding(s)")
-            )
+            line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}{keys_note}"
+            app.out.print(verdict(report.ok, f"{line}, {len(report.findings)} finding(s)"))
             if not report.ok:
                 _print_findings(app, report.findings)
         return EXIT_OK if report.ok else EXIT_FINDINGS
     cp = signed.checkpoint
     if as_json:
-        app.json(
-            {
-                "store": store_url,
-                "location": where,
-                "checkpoint": signed.text,
-                "tree_size": cp.size,
-                "root": b64(cp.root),
-            }
-        )
+        data = {"store": app.url, "location": where, "checkpoint": signed.text}
+        app.json({**data, "tree_size": cp.size, "root": b64(cp.root)})
     else:
         app.say(f"anchored {cp.origin} at size {cp.size} to {where}")
     return EXIT_OK

@@ -44,15 +44,9 @@ class BenchResult:
 
     def add(self, name: str, events: int, seconds: float, **extra: Any) -> None:
         """Record one workload."""
-        self.rows.append(
-            {
-                "workload": name,
-                "events": events,
-                "seconds": round(seconds, 4),
-                "events_per_s": round(events / seconds) if seconds > 0 else None,
-                **extra,
-            }
-        )
+        rate = round(events / seconds) if seconds > 0 else None
+        row = {"workload": name, "events": events, "seconds": round(seconds, 4)}
+        self.rows.append({**row, "events_per_s": rate, **extra})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -75,12 +69,8 @@ def run_bench(
         s = time.perf_counter()
         store.append(sid, [NewEvent(type="tool.result", module="bench", payload=_payload(i))])
         lat.append(time.perf_counter() - s)
-    res.add(
-        "1-event appends (one transaction each)",
-        singles,
-        time.perf_counter() - t0,
-        p50_ms=round(statistics.median(lat) * 1000, 3),
-    )
+    elapsed, p50_ms = time.perf_counter() - t0, round(statistics.median(lat) * 1000, 3)
+    res.add("1-event appends (one transaction each)", singles, elapsed, p50_ms=p50_ms)
     say(f"{singles} single appends done")
 
     sid = f"bench-{tag}-batch"
@@ -146,12 +136,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
             note = f"p50 {row['p50_ms']} ms"
         elif "ok" in row:
             note = "chain ok" if row["ok"] else "CHAIN FINDINGS"
-        table.add_row(
-            row["workload"],
-            str(row["events"]),
-            f"{row['seconds']:.3f}",
-            f"{row['events_per_s']:,}" if row["events_per_s"] else "-",
-            note,
-        )
+        rate = f"{row['events_per_s']:,}" if row["events_per_s"] else "-"
+        table.add_row(row["workload"], str(row["events"]), f"{row['seconds']:.3f}", rate, note)
     app.table(table)
     return EXIT_OK if chain_ok else EXIT_FINDINGS

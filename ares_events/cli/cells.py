@@ -59,15 +59,8 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         for i, name in enumerate(cmap.cells)
     ]
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "partitions": cmap.partitions,
-                "shared_clock": rec.shared_clock,
-                "citus": rec.citus,
-                "cells": rows,
-            }
-        )
+        data = {"store": app.url, "partitions": cmap.partitions, "shared_clock": rec.shared_clock}
+        app.json({**data, "citus": rec.citus, "cells": rows})
         return EXIT_OK
     table = Table(
         title=text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -86,20 +87,12 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
     with LogWitness(state) as w:
         logs = w.logs()
     if as_json:
-        app.json(
-            {
-                "logs": [
-                    {
-                        "origin": lg.origin,
-                        "vkeys": list(lg.vkeys),
-                        "size": lg.size,
-                        "root": b64(lg.root) if lg.root else None,
-                        "cosigned_at": lg.cosigned_at,
-                    }
-                    for lg in logs
-                ]
-            }
-        )
+        roots = [b64(lg.root) if lg.root else None for lg in logs]
+        rows = [
+            dict(asdict(lg), vkeys=list(lg.vkeys), root=r)
+            for lg, r in zip(logs, roots, strict=True)
+        ]
+        app.json({"logs": rows})
         return EXIT_OK
     table = Table(title=text(f"witness {state}"), title_justify="left")
     for col in ("origin", "cosigned size", "root", "at"):
@@ -146,15 +139,8 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
             app.out.print(verdict(False, f"{exc.status}: {exc.reason}{extra}", bad="REFUSED"))
         return EXIT_FINDINGS
     if as_json:
-        app.json(
-            {
-                "status": 200,
-                "origin": res.origin,
-                "size": res.size,
-                "cosignatures": list(res.lines),
-                "checkpoint": res.note,
-            }
-        )
+        data = {"status": 200, "origin": res.origin, "size": res.size}
+        app.json({**data, "cosignatures": list(res.lines), "checkpoint": res.note})
     else:
         click.echo("".join(res.lines), nl=False)
     return EXIT_OK

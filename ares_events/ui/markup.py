@@ -31,13 +31,12 @@ def visible(text: str, *, keep: Collection[str] = _KEEP) -> str:
     a raw escape sequence would drive the operator's terminal)."""
     if text.isprintable():
         return text
-    out = []
-    for ch in text:
-        if ch not in keep and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
-            out.append(f"⟨U+{ord(ch):04X}⟩")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join(
+        f"⟨U+{ord(c):04X}⟩"
+        if c not in keep and unicodedata.category(c) in _HIDDEN_CATEGORIES
+        else c
+        for c in text
+    )
 
 
 def esc(value: Any) -> Markup:
@@ -75,17 +74,13 @@ def el(tag: str, *children: Any, **attrs: Any) -> Markup:
 
 def join(children: Iterable[Any]) -> Markup:
     """Children concatenated, each escaped unless Markup."""
-    out: list[str] = []
-    for c in children:
-        if c is None:
-            continue
-        if isinstance(c, (str, int, float)):
-            out.append(esc(c))
-        elif isinstance(c, Iterable):
-            out.append(join(c))
-        else:
-            out.append(esc(c))
-    return Markup("".join(out))
+    # A string is iterable too, but it is one child.
+    nested = (
+        join(c) if isinstance(c, Iterable) and not isinstance(c, str) else esc(c)
+        for c in children
+        if c is not None
+    )
+    return Markup("".join(nested))
 
 
 def url(path: str, query: Mapping[str, Any] | None = None) -> str:
