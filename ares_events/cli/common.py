@@ -138,11 +138,9 @@ class App:
             try:
                 parts = urlsplit(url)
                 if parts.password:
-                    self.secrets.add(parts.password)
-                    self.secrets.add(quote(parts.password, safe=""))
+                    # As parsed, percent-encoded, and as written in the URL.
                     raw = parts.netloc.rsplit("@", 1)[0].partition(":")[2]
-                    if raw:
-                        self.secrets.add(raw)
+                    self.secrets |= {parts.password, quote(parts.password, safe=""), raw} - {""}
             except ValueError:
                 pass
         if settings.chain_key is not None:
@@ -164,14 +162,8 @@ class App:
             settings = Settings.from_env()
         except AresError:
             settings = Settings()
-        for url in (
-            self.store_opt,
-            self.blobs_opt,
-            settings.store_url,
-            settings.blobs_url,
-            settings.cache_url,
-            settings.anchor_url,
-        ):
+        urls = (self.store_opt, self.blobs_opt, settings.store_url, settings.blobs_url)
+        for url in (*urls, settings.cache_url, settings.anchor_url):
             self._remember_secrets(url, settings)
 
     def raw_store_url(self) -> str:
@@ -234,14 +226,10 @@ class App:
 
     def progress(self, description: str) -> Progress:
         """A progress bar on stderr (only on a terminal, not with ``-q``; removed when done)."""
+        columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn()]
+        hidden = self.quiet or not self.err.is_terminal
         return Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            console=self.err,
-            transient=True,
-            disable=self.quiet or not self.err.is_terminal,
+            *columns, TimeElapsedColumn(), console=self.err, transient=True, disable=hidden
         )
 
 

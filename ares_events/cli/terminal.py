@@ -121,8 +121,7 @@ class _Stacked:
         pad = max(map(len, heads), default=0)
         wrapping = options.update(no_wrap=False, overflow="fold")
         if self.table.title:
-            title = self.table.title
-            yield from console.render(title if isinstance(title, Text) else Text(title), options)
+            yield from console.render(Text.assemble(self.table.title), options)
             yield Segment.line()
         for i, row in enumerate(zip(*(list(c.cells) for c in cols), strict=True)):
             if i:
@@ -132,10 +131,7 @@ class _Stacked:
                 line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
                 yield from console.render(line, options if col.no_wrap else wrapping)
         if self.table.caption:
-            caption = self.table.caption
-            yield from console.render(
-                caption if isinstance(caption, Text) else Text(caption), wrapping
-            )
+            yield from console.render(Text.assemble(self.table.caption), wrapping)
 
 
 def _natural(console: Console, renderables: Iterable[Any]) -> int:

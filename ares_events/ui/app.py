@@ -77,8 +77,7 @@ VIA: Final = "ares-events ui"
 class _Refused(Exception):
     def __init__(self, status: HTTPStatus, text: str) -> None:
         super().__init__(text)
-        self.status = status
-        self.text = text
+        self.status, self.text = status, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +190,7 @@ class ConsoleApp:
         self.actions = actions
         if approver is not None and not actions:
             raise ConfigError("an approver key signs the console's actions: pass actions=True")
-        self._approver = approver
-        self._expires_in = expires_in
-        self._anchors = anchors
+        self._approver, self._expires_in, self._anchors = approver, expires_in, anchors
         key = (secret or secrets.token_urlsafe(32)).encode()
         self._csrf = hmac.new(key, b"csrf", hashlib.sha256).hexdigest()
         self._runs = queries.RunCache()

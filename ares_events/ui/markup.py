@@ -55,21 +55,12 @@ def _attr(name: str) -> str:
 def el(tag: str, *children: Any, **attrs: Any) -> Markup:
     """``<tag attrs>children</tag>``; children may be nested iterables, None is skipped;
     an attribute set to True is written bare, False or None is left out."""
-    parts = [f"<{tag}"]
-    for k, v in attrs.items():
-        if v is None or v is False:
-            continue
-        name = _attr(k)
-        if v is True:
-            parts.append(f" {name}")
-        else:
-            parts.append(f' {name}="{html.escape(str(v), quote=True)}"')
-    parts.append(">")
-    if tag in _VOID:
-        return Markup("".join(parts))
-    parts.append(join(children))
-    parts.append(f"</{tag}>")
-    return Markup("".join(parts))
+    start = f"<{tag}" + "".join(
+        f" {_attr(k)}" if v is True else f' {_attr(k)}="{html.escape(str(v), quote=True)}"'
+        for k, v in attrs.items()
+        if v is not None and v is not False
+    )
+    return Markup(f"{start}>" if tag in _VOID else f"{start}>{join(children)}</{tag}>")
 
 
 def join(children: Iterable[Any]) -> Markup:

@@ -85,16 +85,10 @@ _LIFE_LABELS: Final = {
 }
 
 
-def _payload_or_note(e: RecordedEvent) -> Any:
-    if e.payload_erased:
-        return "(erased)"
-    if e.payload_ref is not None:
-        return "(spilled)"
-    return e.payload
-
-
-def _compact(value: Any, limit: int = 300) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+def _brief(e: RecordedEvent, limit: int = 300) -> str:
+    """The payload as one line of JSON cut at ``limit``; a note when it is not stored here."""
+    note = "(erased)" if e.payload_erased else "(spilled)" if e.payload_ref is not None else None
+    text = json.dumps(note or e.payload, ensure_ascii=False, sort_keys=True, default=str)
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -365,7 +359,7 @@ def run_view(
                     f" {e.at} ",
                     el("strong", _LIFE_LABELS.get(e.type, e.type)),
                     " ",
-                    el("code", _compact(_payload_or_note(e))),
+                    el("code", _brief(e)),
                     el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
                 )
                 for e in lifecycle

@@ -109,11 +109,8 @@ class _Gate:
     def __init__(
         self, app: ASGIApp, *, prefix: str, token: str, cookie: str, hosts: frozenset[str]
     ) -> None:
-        self.app = app
-        self.prefix = prefix
+        self.app, self.prefix, self.cookie, self.hosts = app, prefix, cookie, hosts
         self._token = token.encode()
-        self.cookie = cookie
-        self.hosts = hosts
 
     def __repr__(self) -> str:  # the prefix and the token are secrets
         return f"_Gate(hosts={sorted(self.hosts)})"
@@ -181,8 +178,7 @@ class _AccessLog:
     the query are secrets), status; every control and bidi character spelled out."""
 
     def __init__(self, app: ASGIApp, prefix: str) -> None:
-        self.app = app
-        self.prefix = prefix
+        self.app, self.prefix = app, prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not logger.isEnabledFor(logging.INFO):
@@ -247,9 +243,8 @@ class ConsoleServer:
             expires_in=expires_in,
         )
         self._sock = _listen(host, port)
-        addr = self._sock.getsockname()
         self.host: str = host
-        self.port = int(addr[1])
+        self.port = int(self._sock.getsockname()[1])
         self.hosts = _host_names(host, self.port)
         gate = _Gate(
             self.app,
