@@ -44,14 +44,9 @@ def erase_cmd(
     if report.already_erased:
         app.say(f"{stream} v{version}: the payload was already erased")
         return EXIT_OK
-    blob = ""
-    if report.blob_key is not None:
-        blob = (
-            "; its blob was deleted"
-            if report.blob_deleted
-            else f"; its blob is kept ({report.blob_shared_by} other event(s) hold the same "
-            "payload)"
-        )
+    blob = "" if report.blob_key is None else "; its blob was deleted"
+    if report.blob_key is not None and not report.blob_deleted:
+        blob = f"; its blob is kept ({report.blob_shared_by} other event(s) hold the same payload)"
     extra = []
     if report.snapshots_deleted:
         extra.append(f"{report.snapshots_deleted} snapshot(s) deleted")

@@ -304,39 +304,14 @@ def run_view(
     status = el("span", info.status, cls=f"st st-{info.status}", id="run-status")
     started = (info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)")
     chain = status_text(info.ok, "verified" if info.ok else "findings")
-    summary = el(
-        "dl",
-        [(el("dt", k), el("dd", v)) for k, v in (("status", status), ("version", info.version))],
-        # The run's numbers, with the words and meanings of `runs show` (run_info.RunCounts).
-        [(el("dt", k), el("dd", v, id=f"count-{k}")) for k, v in info.counts.to_dict().items()],
-        [
-            (el("dt", k), el("dd", v))
-            for k, v in (
-                ("started", started),
-                ("updated", info.updated_at),
-                ("code revision", info.code_revision),
-                ("chain", chain),
-            )
-        ],
-        cls="summary",
-    )
-    doubt = (
-        el(
-            "p",
-            "in doubt: ",
-            [
-                link(
-                    f"step {s.step} ({s.name})",
-                    "/run",
-                    {"id": info.run_id, "page": page_of_step(info, s.step)},
-                )
-                for s in info.in_doubt
-            ],
-            cls="doubt",
-        )
-        if info.in_doubt
-        else None
-    )
+    # The run's numbers, with the words and meanings of `runs show` (run_info.RunCounts).
+    counts = info.counts.to_dict()
+    rows = [("status", status), ("version", info.version), *counts.items(), ("started", started)]
+    rows += [("updated", info.updated_at), ("code revision", info.code_revision), ("chain", chain)]
+    ids = {k: f"count-{k}" for k in counts}
+    summary = el("dl", [(el("dt", k), el("dd", v, id=ids.get(k))) for k, v in rows], cls="summary")
+    doubt = [(f"step {s.step} ({s.name})", page_of_step(info, s.step)) for s in info.in_doubt]
+    links = [link(label, "/run", {"id": info.run_id, "page": page}) for label, page in doubt]
     extra = [
         el("p", "interrupt: ", el("code", json_text(info.interrupt))) if info.interrupt else None,
         el("p", "error: ", info.error, cls="bad") if info.error else None,
@@ -384,7 +359,7 @@ def run_view(
         "section",
         el("h1", "Run ", el("span", info.run_id, cls="sid", id="run-id")),
         summary,
-        doubt,
+        el("p", "in doubt: ", links, cls="doubt") if links else None,
         extra,
         findings_table(info.findings),
         _asked(asked),
