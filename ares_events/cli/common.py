@@ -25,11 +25,7 @@ from rich.text import Text
 from ares_events import __version__
 from ares_events.cli.terminal import VisibleFormatter, VisibleHook, dumps, fitted, text, visible
 from ares_events.core.store import EventStore
-from ares_events.errors import (
-    AresError,
-    ConfigError,
-    StoreUnavailable,
-)
+from ares_events.errors import AresError, ConfigError, StoreUnavailable
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.notes import SigningKey, VerifierKey, read_key_file
 from ares_events.stores import open_store

@@ -29,12 +29,7 @@ from ares_events.cli.common import (
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
-from ares_events.integrity.notes import (
-    ALG_COSIGNATURE_V1,
-    ALG_ED25519,
-    SigningKey,
-    write_key_file,
-)
+from ares_events.integrity.notes import ALG_COSIGNATURE_V1, ALG_ED25519, SigningKey, write_key_file
 
 KEY_HELP = "The log's signing key file (from keygen); default: ARES_LOG_KEY_FILE."
 VKEY_HELP = (

@@ -321,9 +321,7 @@ def _rebuildable() -> dict[str, Any]:
 @cli.command(name="rebuild")
 @click.argument("projection", type=click.Choice(sorted(_rebuildable())))
 @click.option(
-    "--from-scratch",
-    is_flag=True,
-    help="Discard an interrupted rebuild instead of resuming it.",
+    "--from-scratch", is_flag=True, help="Discard an interrupted rebuild instead of resuming it."
 )
 @click.option(
     "--verify",
@@ -340,12 +338,7 @@ def _rebuildable() -> dict[str, Any]:
 )
 @json_app
 def rebuild_cmd(
-    app: App,
-    projection: str,
-    from_scratch: bool,
-    verify_only: bool,
-    batch_size: int,
-    as_json: bool,
+    app: App, projection: str, from_scratch: bool, verify_only: bool, batch_size: int, as_json: bool
 ) -> int:
     """Rebuild PROJECTION's read model from the log and swap it in atomically.
 
@@ -386,11 +379,7 @@ def rebuild_cmd(
         else:
             try:
                 rep = rebuild(
-                    store,
-                    proj,
-                    from_scratch=from_scratch,
-                    batch_size=batch_size,
-                    progress=progress,
+                    store, proj, from_scratch=from_scratch, batch_size=batch_size, progress=progress
                 )
             except EventSchemaError as exc:
                 raise _schema_failure(

@@ -15,14 +15,7 @@ from ares_events.agents.runs import StepInfo
 from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import RunSummary, page_of_step
-from ares_events.ui.views import (
-    Chrome,
-    findings_table,
-    join_inputs,
-    row,
-    status_text,
-    table,
-)
+from ares_events.ui.views import Chrome, findings_table, join_inputs, row, status_text, table
 
 __all__ = ["diff_view", "run_view", "runs_view"]
 
