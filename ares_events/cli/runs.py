@@ -180,15 +180,9 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
             why = f"cancelled by {r.cancelled.get('by')}"
         if not r.ok:
             why = f"FINDINGS {why}".strip()
-        table.add_row(
-            text(r.run_id),
-            _status_text(r.status),
-            str(r.counts.steps),
-            str(r.counts.tokens),
-            str(len(r.in_doubt)),
-            text(why),
-            text((r.updated_at or "")[5:16].replace("T", " ")),
-        )
+        counts = map(str, (r.counts.steps, r.counts.tokens, len(r.in_doubt)))
+        updated = text((r.updated_at or "")[5:16].replace("T", " "))
+        table.add_row(text(r.run_id), _status_text(r.status), *counts, text(why), updated)
     app.table(table, optional=("updated (UTC)", "in doubt", "tokens", "steps"))
     return EXIT_FINDINGS if bad else EXIT_OK
 
@@ -263,15 +257,10 @@ def _print_run(app: App, info: RunInfo) -> None:
     table.add_column("got", overflow="fold")
     table.add_column("tokens", justify="right", no_wrap=True)
     for s in info.steps:
-        table.add_row(
-            str(s.step),
-            text(s.kind),
-            text(s.status, style="bold yellow" if s.in_doubt else ""),
-            text(_attempts_text(s)),
-            text(_asked(s)),
-            text(_got(s)),
-            str(s.tokens) if s.kind == "model" else "",
-        )
+        status = text(s.status, style="bold yellow" if s.in_doubt else "")
+        tokens = str(s.tokens) if s.kind == "model" else ""
+        described = map(text, (_attempts_text(s), _asked(s), _got(s)))
+        table.add_row(str(s.step), text(s.kind), status, *described, tokens)
     app.table(table)
     for s in info.in_doubt:
         app.say(

@@ -89,15 +89,10 @@ def recover_cmd(
     from ares_events.projections.recovery import recover
 
     with app.open() as store:
-        proj = BUILTIN[projection]()
+        proj, snaps = BUILTIN[projection](), None if no_snapshots else store.snapshots
         try:
             rep = recover(
-                store,
-                stream,
-                proj,
-                snapshots=None if no_snapshots else store.snapshots,
-                max_replay=max_replay,
-                tolerant=tolerant,
+                store, stream, proj, snapshots=snaps, max_replay=max_replay, tolerant=tolerant
             )
         except EventSchemaError as exc:
             raise _schema_failure(exc, "use --tolerant to skip and list such events") from None
@@ -171,15 +166,10 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
     if check:
         table.add_column("check", overflow="fold")
     for info, reason in rows:
-        cells = [
-            text(info.stream_id),
-            text(info.projection),
-            str(info.projection_version),
-            str(info.at_version),
-            info.at_hash.hex()[:8],
-            str(info.state_size),
-            info.to_dict()["created_at"][:19].replace("T", " "),
-        ]
+        created = info.to_dict()["created_at"][:19].replace("T", " ")
+        cells: list[Text | str] = [text(info.stream_id), text(info.projection)]
+        cells += [str(info.projection_version), str(info.at_version), info.at_hash.hex()[:8]]
+        cells += [str(info.state_size), created]
         if check:
             cells.append(text("ok", style="green") if reason is None else text(reason, "red"))
         table.add_row(*cells)

@@ -173,16 +173,12 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
         if chrome.actions:
             parts.append(_resolve_form(chrome, info, s))
     if s.kind == "model":
+        current = el("textarea", name="current", rows="3")
         parts.append(
             el(
                 "form",
-                el(
-                    "label",
-                    "compare with the current request (JSON) ",
-                    el("textarea", name="current", rows="3"),
-                ),
-                el("input", type="hidden", name="id", value=info.run_id),
-                el("input", type="hidden", name="step", value=str(s.step)),
+                el("label", "compare with the current request (JSON) ", current),
+                join_inputs({"id": info.run_id, "step": str(s.step)}),
                 el("button", "diff", type="submit"),
                 method="get",
                 action="./diff",
@@ -311,30 +307,20 @@ def run_view(
         el("p", "cancelled: ", el("code", json_text(info.cancelled))) if info.cancelled else None,
         _details("result", info.result) if info.result is not None else None,
     ]
-    life = el(
-        "details",
+    told = f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumes, cancels, ends)"
+    events = [
         el(
-            "summary",
-            f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumes, "
-            "cancels, ends)",
-        ),
-        el(
-            "ol",
-            [
-                el(
-                    "li",
-                    link(f"v{e.version}", "/stream", {"id": info.run_id, "from": e.version}),
-                    f" {e.at} ",
-                    el("strong", _LIFE_LABELS.get(e.type, e.type)),
-                    " ",
-                    el("code", _brief(e)),
-                    el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
-                )
-                for e in lifecycle
-            ],
-        ),
-        id="lifecycle",
-    )
+            "li",
+            link(f"v{e.version}", "/stream", {"id": info.run_id, "from": e.version}),
+            f" {e.at} ",
+            el("strong", _LIFE_LABELS.get(e.type, e.type)),
+            " ",
+            el("code", _brief(e)),
+            el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
+        )
+        for e in lifecycle
+    ]
+    life = el("details", el("summary", told), el("ol", events), id="lifecycle")
     pager = el(
         "p",
         link("← earlier steps", "/run", {"id": info.run_id, "page": page_no - 1})

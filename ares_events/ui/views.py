@@ -66,17 +66,15 @@ def page(
     active: str = "",
 ) -> Markup:
     """The whole HTML document around one view's content."""
-    mode = (
-        el("span", "actions enabled", cls="mode actions")
-        if chrome.actions
-        else el("span", "read-only", cls="mode")
+    mode, mode_cls = (
+        ("actions enabled", "mode actions") if chrome.actions else ("read-only", "mode")
     )
     nav = el(
         "nav",
         el("span", "ares-events", cls="brand"),
         [link(name, href, cls="on" if href == active else None) for name, href in NAV],
         el("span", chrome.store_url, cls="store", title="store (redacted)"),
-        mode,
+        el("span", mode, cls=mode_cls),
         el("span", "signs as ", el("code", chrome.signer), cls="mode actions", id="signer")
         if chrome.signer
         else None,
@@ -432,26 +430,21 @@ def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, 
         )
         for m in metas
     ]
+    columns = (
+        "read model",
+        "version",
+        "generation",
+        "position",
+        "lag (events)",
+        "table",
+        "rebuild",
+    )
+    listing = el("table", header(*columns), rows, id="projections")
     return el(
         "section",
         el("h1", "Projections"),
         el("p", f"store's last position: {last}", id="last-position"),
-        el(
-            "table",
-            header(
-                "read model",
-                "version",
-                "generation",
-                "position",
-                "lag (events)",
-                "table",
-                "rebuild",
-            ),
-            rows,
-            id="projections",
-        )
-        if metas
-        else el("p", "no read model registered in this store", cls="dim"),
+        listing if metas else el("p", "no read model registered in this store", cls="dim"),
     )
 
 
