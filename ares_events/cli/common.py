@@ -428,16 +428,12 @@ def _grouped(findings: list[Finding]) -> list[tuple[Finding, int, int | None]]:
     as (first finding, count, last version): a wrong chain key is one row, not 1,000."""
     rows: list[tuple[Finding, int, int | None]] = []
     for f in findings:
-        if rows:
-            first, n, last = rows[-1]
-            if (
-                (first.kind, first.stream_id, first.detail) == (f.kind, f.stream_id, f.detail)
-                and last is not None
-                and f.version == last + 1
-            ):
-                rows[-1] = (first, n + 1, f.version)
-                continue
-        rows.append((f, 1, f.version))
+        first, n, last = rows[-1] if rows else (f, 0, None)
+        same = (first.kind, first.stream_id, first.detail) == (f.kind, f.stream_id, f.detail)
+        if same and last is not None and f.version == last + 1:
+            rows[-1] = (first, n + 1, f.version)
+        else:
+            rows.append((f, 1, f.version))
     return rows
 
 

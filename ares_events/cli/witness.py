@@ -133,9 +133,7 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
         if as_json:
             app.json({"status": exc.status, "reason": exc.reason, "latest_size": exc.latest_size})
         else:
-            extra = (
-                f" (last cosigned size: {exc.latest_size})" if exc.latest_size is not None else ""
-            )
+            extra = "" if exc.latest_size is None else f" (last cosigned size: {exc.latest_size})"
             app.out.print(verdict(False, f"{exc.status}: {exc.reason}{extra}", bad="REFUSED"))
         return EXIT_FINDINGS
     if as_json:

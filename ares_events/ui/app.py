@@ -319,11 +319,10 @@ class ConsoleApp:
             out = _failed("error", "Internal error", text, HTTPStatus.INTERNAL_SERVER_ERROR)
         if isinstance(out, Response):
             return out
-        if fragment:
-            html = str(out.body)
-        else:
-            html = str(views.page(self._chrome(), out.title, out.body, **out.options))
-        return Response(html, out.status, media_type="text/html; charset=utf-8")
+        html = (
+            out.body if fragment else views.page(self._chrome(), out.title, out.body, **out.options)
+        )
+        return Response(str(html), out.status, media_type="text/html; charset=utf-8")
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":  # none served

@@ -239,6 +239,12 @@ def _asked(asked: Mapping[str, Any] | None) -> Markup | None:
     )
 
 
+_NEEDS_KEY: Final = (
+    "This run waits for a signed approval, and this console holds no approver key: start it "
+    "with --allow-actions --key FILE, or run "
+)
+
+
 def _run_actions(
     chrome: Chrome, info: RunSummary, asked: Mapping[str, Any] | None
 ) -> Markup | None:
@@ -246,16 +252,8 @@ def _run_actions(
         return None
     forms = []
     if asked is not None and not chrome.signer:
-        forms.append(
-            el(
-                "p",
-                "This run waits for a signed approval, and this console holds no approver "
-                "key: start it with --allow-actions --key FILE, or run ",
-                el("code", f"ares-events runs resume {info.run_id} --key FILE"),
-                cls="doubt",
-                id="needs-key",
-            )
-        )
+        resume = el("code", f"ares-events runs resume {info.run_id} --key FILE")
+        forms.append(el("p", _NEEDS_KEY, resume, cls="doubt", id="needs-key"))
     elif info.status in ("paused", "in_doubt") and not info.in_doubt:
         forms.append(
             _action_form(
