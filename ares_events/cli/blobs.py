@@ -10,7 +10,6 @@ from ares_events.cli.common import EXIT_OK, App, cli, json_app
 @cli.command(name="gc-blobs")
 @click.option(
     "--older-than",
-    "older_than",
     default="1h",
     show_default=True,
     metavar="DURATION",

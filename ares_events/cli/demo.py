@@ -27,7 +27,6 @@ from ares_events.stores.settings import Settings
 @click.option(
     "--agents",
     type=click.IntRange(1, 1000),
-    default=None,
     help="Agents to run (default 10; 5 with --simple).",
 )
 @click.option(
@@ -49,7 +48,6 @@ from ares_events.stores.settings import Settings
     "--steps",
     "old_steps",
     type=click.IntRange(1, 10_000),
-    default=None,
     hidden=True,
     help="Old name of --rounds (it never counted steps).",
 )

@@ -33,7 +33,6 @@ from ares_events.stores.settings import Settings
 )
 @click.option(
     "--redact",
-    "redact",
     multiple=True,
     metavar="JSONPATH",
     help="Replace what this JSONPath selects in each event's payload by its salted digest "
@@ -41,7 +40,6 @@ from ares_events.stores.settings import Settings
 )
 @click.option(
     "--disclosures",
-    "disclosures",
     metavar="FILE",
     help="With --redact: where the redacted values and their salts go (0600); default "
     "FILE.disclosures.json.",
@@ -121,7 +119,6 @@ def export_cmd(
 )
 @click.option(
     "--disclosures",
-    "disclosures",
     metavar="FILE",
     help="Also check these disclosed values against the record's salted digests.",
 )

@@ -84,7 +84,6 @@ def _by_reason(fn: Any) -> Any:
     return click.option(
         "--by",
         metavar="WHO",
-        default=None,
         help="Who acts (recorded in the event's metadata). Default: the OS user.",
     )(fn)
 
@@ -132,7 +131,6 @@ def runs_cmd() -> None:
 @click.option(
     "--status",
     type=click.Choice(LIST_STATUSES),
-    default=None,
     help="Only runs with this status (paused includes in_doubt; in_doubt also matches "
     "runs with a tool call that has no outcome).",
 )
@@ -326,7 +324,6 @@ def _step_number(run: str, step: str) -> int:
     "--result",
     "result_json",
     metavar="JSON",
-    default=None,
     help="The call landed: its result (JSON), returned to the loop from now on.",
 )
 @click.option(
