@@ -84,14 +84,6 @@ logger = logging.getLogger(__name__)
 install_global_options(cli)  # --store, --blobs, -v, -q after the subcommand too
 
 
-def _wants_json(app: App, argv: list[str] | None) -> bool:
-    """``--json`` was asked for, also when parsing failed before the option was read."""
-    if app.json_requested or app.json_default:
-        return True
-    args = list(sys.argv[1:] if argv is None else argv)
-    return "--json" in (args[: args.index("--")] if "--" in args else args)
-
-
 def _fail(
     app: App,
     argv: list[str] | None,
@@ -112,7 +104,10 @@ def _fail(
         click.echo(f"{PROG}: error: {visible(line)}", err=True)
     else:
         click.echo(visible(app.scrub(human), keep="\n"), err=True, nl=False)
-    if _wants_json(app, argv) and not app.json_written:
+    # --json was asked for, also when parsing failed before the option was read.
+    args = list(sys.argv[1:] if argv is None else argv)
+    args = args[: args.index("--")] if "--" in args else args
+    if (app.json_requested or app.json_default or "--json" in args) and not app.json_written:
         error = {"kind": kind, "type": type(exc).__name__, "message": line, "exit_code": code}
         app.json({"error": error})
     return code

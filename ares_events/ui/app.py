@@ -499,11 +499,8 @@ class ConsoleApp:
         with self._job_lock:
             if self._job is not None and not ({"report", "error"} & self._job.keys()):
                 return _see("./integrity")  # one audit at a time
-            job: dict[str, Any] = {
-                "started": datetime.now(UTC).isoformat(timespec="seconds"),
-                "done": 0,
-                "total": 0,
-            }
+            started = datetime.now(UTC).isoformat(timespec="seconds")
+            job: dict[str, Any] = {"started": started, "done": 0, "total": 0}
             self._job = job
 
         def progress(done: int, total: int) -> None:

@@ -246,12 +246,9 @@ class ConsoleServer:
         self.host: str = host
         self.port = int(self._sock.getsockname()[1])
         self.hosts = _host_names(host, self.port)
+        cookie = f"{_COOKIE}_{self.port}"
         gate = _Gate(
-            self.app,
-            prefix=self._prefix,
-            token=self._token,
-            cookie=f"{_COOKIE}_{self.port}",
-            hosts=self.hosts,
+            self.app, prefix=self._prefix, token=self._token, cookie=cookie, hosts=self.hosts
         )
         protocol = type("Protocol", (_Protocol,), {"head_timeout": head_timeout})
         config = uvicorn.Config(
