@@ -62,10 +62,8 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         data = {"store": app.url, "partitions": cmap.partitions, "shared_clock": rec.shared_clock}
         app.json({**data, "citus": rec.citus, "cells": rows})
         return EXIT_OK
-    table = Table(
-        title=text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions"),
-        title_justify="left",
-    )
+    title = text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions")
+    table = Table(title=title, title_justify="left")
     for col in ("cell", "partitions", "streams", "location"):
         table.add_column(col, no_wrap=col != "location")
     for r in rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 from rich import box
@@ -114,10 +115,8 @@ def demo(
     if as_json:
         app.json(dict(result.to_dict(), store=app.url))
         return EXIT_OK if result.all_ok else EXIT_FINDINGS
-    table = Table(
-        title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
-        title_justify="left",
-    )
+    title = text(f"demo run {result.run_id}: {agents} agents x {events} events")
+    table = Table(title=title, title_justify="left")
     add_columns(
         table, "stream", "version", "events", "verified", right=("version", "events"), no_wrap=True
     )
@@ -147,14 +146,13 @@ def _resurrection_demo(
 
     with app.open(create=True):
         raw_url = app.raw_store_url()
+    every = Settings.from_env().snapshot_every if os.environ.get("ARES_SNAPSHOT_EVERY") else 20
     report = run_kill_demo(
         raw_url,
         blobs_url=app.blobs_opt,
         agents=agents,
         rounds=rounds,
-        snapshot_every=(
-            Settings.from_env().snapshot_every if os.environ.get("ARES_SNAPSHOT_EVERY") else 20
-        ),
+        snapshot_every=every,
         kills=kills,
         seed=7 if seed is None else seed,
         progress=None if as_json else app.note,
@@ -185,12 +183,8 @@ def _resurrection_demo(
     )
     columns = "agent fin steps recoveries calls logged saved effects dupes 429s lost ms chain"
     for col in columns.split():
-        table.add_column(
-            col,
-            justify="left" if col in ("agent", "fin", "chain") else "right",
-            no_wrap=True,
-            min_width=len(col),
-        )
+        justify: Any = "left" if col in ("agent", "fin", "chain") else "right"
+        table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
     for a in report.agents:
         counts = [a.counts.steps, a.counts.recoveries, a.model_calls_made]
         counts += [a.model_calls_answered_from_log, a.tokens_saved, a.tool_side_effects]
