@@ -192,10 +192,8 @@ class App:
         blobs = self.blobs_opt or settings.blobs_url
         for u in (url, blobs, settings.cache_url):
             self._remember_secrets(u, settings)
-        if blobs is not None:
-            options["blobs"] = blobs
-        if settings.cache_url is not None:
-            options["cache"] = settings.cache_url
+        wrapped = {"blobs": blobs, "cache": settings.cache_url}
+        options.update({k: v for k, v in wrapped.items() if v is not None})
         if not (create or write) and url.partition(":")[0].split("+")[0].lower() in (
             READ_ONLY_SCHEMES
         ):

@@ -53,16 +53,13 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
     ref = e.payload_ref
     if ref is not None and ref.erased:
         d["payload_ref"] = {"erased": True, "size": ref.size, "digest": ref.digest.hex()}
-        d["payload"] = None
-        d["payload_erased"] = True
-        return d
+        return d | {"payload": None, "payload_erased": True}
     if ref is not None:
         d["payload_ref"] = {"key": ref.key, "size": ref.size, "digest": ref.digest.hex()}
     try:
         d["payload"] = e.payload
     except AresError as exc:  # a spilled payload that cannot be fetched
-        d["payload"] = None
-        d["payload_error"] = str(exc)
+        d |= {"payload": None, "payload_error": str(exc)}
     return d
 
 

@@ -25,19 +25,12 @@ def runs_view(
 ) -> Markup:
     """The runs list, by status."""
     now = datetime.now(UTC)
-    tabs = el(
-        "p",
-        [
-            link(
-                s or "all",
-                "/runs",
-                {"status": s, "prefix": prefix},
-                cls="on" if s == status else None,
-            )
-            for s in ("", *LIST_STATUSES)
-        ],
-        cls="tabs",
-    )
+    tabs = [
+        link(
+            s or "all", "/runs", {"status": s, "prefix": prefix}, cls="on" if s == status else None
+        )
+        for s in ("", *LIST_STATUSES)
+    ]
     body = [
         row(
             el("td", link(r.run_id, "/run", {"id": r.run_id}), cls="sid"),
@@ -52,17 +45,16 @@ def runs_view(
     ]
     columns = ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt")
     listing = table(columns, body, id="runs")
+    more = {"status": status, "prefix": prefix, "after": next_after}
     pager = el(
         "p",
-        link(
-            "more →", "/runs", {"status": status, "prefix": prefix, "after": next_after}, id="next"
-        )
+        link("more →", "/runs", more, id="next")
         if next_after is not None
         else el("span", "end of the store", cls="dim"),
         cls="pager",
     )
     empty = el("p", "no run here", cls="dim") if not rows else None
-    return el("section", el("h1", "Runs"), tabs, listing, empty, pager)
+    return el("section", el("h1", "Runs"), el("p", tabs, cls="tabs"), listing, empty, pager)
 
 
 _LIFE_LABELS: Final = {
