@@ -248,8 +248,7 @@ def load_signing_key(app: App, key_file: str | None, *, required: bool) -> Signi
         return None
     key = read_key_file(path)
     text = key.private_text()
-    app.secrets.add(text)
-    app.secrets.add(text.rsplit("+", 1)[-1])
+    app.secrets |= {text, text.rsplit("+", 1)[-1]}
     return key
 
 

@@ -182,10 +182,9 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     )
 
 
-def _hidden(chrome: Chrome, info: RunSummary, action: str) -> Markup:
-    return join_inputs(
-        {"csrf": chrome.csrf, "id": info.run_id, "action": action, "version": str(info.version)}
-    )
+def _hidden(chrome: Chrome, info: RunSummary, action: str, **more: str) -> Markup:
+    values = {"csrf": chrome.csrf, "id": info.run_id, "action": action}
+    return join_inputs({**values, "version": str(info.version), **more})
 
 
 def _who_fields() -> Markup:
@@ -203,8 +202,7 @@ def _signs(chrome: Chrome) -> Markup | None:
 
 def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
     return _action_form(
-        _hidden(chrome, info, "resolve"),
-        el("input", type="hidden", name="step", value=str(s.step)),
+        _hidden(chrome, info, "resolve", step=str(s.step)),
         _signs(chrome),
         el("label", "result (JSON) ", el("textarea", name="result", rows="2")),
         el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),

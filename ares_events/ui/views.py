@@ -79,14 +79,8 @@ def page(
         if chrome.signer
         else None,
     )
-    main = el(
-        "main",
-        body,
-        id="main",
-        data_live="1" if live else None,
-        data_poll="1" if poll else None,
-        data_position=str(position),
-    )
+    flags = {"data_live": "1" if live else None, "data_poll": "1" if poll else None}
+    main = el("main", body, id="main", **flags, data_position=str(position))
     return Markup(
         "<!DOCTYPE html>"
         + el(
