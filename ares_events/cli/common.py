@@ -130,15 +130,12 @@ class App:
         self.out.print(fitted(self.out, table, optional))
 
     def _remember_secrets(self, url: str | None, settings: Settings) -> None:
-        if url:
-            try:
-                parts = urlsplit(url)
-                if parts.password:
-                    # As parsed, percent-encoded, and as written in the URL.
-                    raw = parts.netloc.rsplit("@", 1)[0].partition(":")[2]
-                    self.secrets |= {parts.password, quote(parts.password, safe=""), raw} - {""}
-            except ValueError:
-                pass
+        with contextlib.suppress(ValueError):  # not a URL: it has no password either
+            parts = urlsplit(url or "")
+            if parts.password:
+                # As parsed, percent-encoded, and as written in the URL.
+                raw = parts.netloc.rsplit("@", 1)[0].partition(":")[2]
+                self.secrets |= {parts.password, quote(parts.password, safe=""), raw} - {""}
         if settings.chain_key is not None:
             self.secrets.add(settings.chain_key.key.hex())
 

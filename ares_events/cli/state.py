@@ -383,8 +383,8 @@ def rebuild_cmd(
             line = f"{diff.rows_compared} row(s) equal a fresh rebuild up to position"
             app.out.print(verdict(True, f"{projection}: {line} {diff.position}"))
             return EXIT_OK
-        what = "read model differs from a fresh rebuild"
-        title = f"{projection}: {what} (up to position {diff.position})"
+        differs = "read model differs from a fresh rebuild"
+        title = f"{projection}: {differs} (up to position {diff.position})"
         table = Table(title=title, title_justify="left")
         table.add_column("key", no_wrap=True)
         table.add_column("difference", style="red")

@@ -108,12 +108,8 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
         for f in findings[:limit]
     ]
     more = len(findings) - limit
-    return table(
-        ("finding", "stream", "v", "detail"),
-        rows,
-        el("caption", f"{more} more finding(s) not shown") if more > 0 else None,
-        cls="findings",
-    )
+    caption = el("caption", f"{more} more finding(s) not shown") if more > 0 else None
+    return table(("finding", "stream", "v", "detail"), rows, caption, cls="findings")
 
 
 def header(*names: str) -> Markup:
@@ -304,15 +300,11 @@ def payload_view(e: RecordedEvent, error: str | None) -> Markup:
 
 def verify_view(report: VerifyReport) -> Markup:
     """The whole stream's chain status."""
+    checked = f" {report.events_checked} events checked, head at version {report.head_version}"
     return el(
         "section",
         el("h1", "Chain of ", el("span", report.stream_id, cls="sid")),
-        el(
-            "p",
-            status_text(report.ok),
-            f" {report.events_checked} events checked, head at version {report.head_version}",
-            id="verify",
-        ),
+        el("p", status_text(report.ok), checked, id="verify"),
         el("p", "first finding: ", str(report.findings[0])) if report.findings else None,
         findings_table(report.findings),
         link("back to the stream", "/stream", {"id": report.stream_id}),
