@@ -191,18 +191,13 @@ class App:
             self._remember_secrets(u, settings)
         wrapped = {"blobs": blobs, "cache": settings.cache_url}
         options.update({k: v for k, v in wrapped.items() if v is not None})
+        options["spill_threshold"] = settings.spill_threshold_bytes
         if not (create or write) and url.partition(":")[0].split("+")[0].lower() in (
             READ_ONLY_SCHEMES
         ):
             options["read_only"] = True
         try:
-            store = open_store(
-                url,
-                chain_key=settings.chain_key,
-                spill_threshold=settings.spill_threshold_bytes,
-                create=create,
-                **options,
-            )
+            store = open_store(url, chain_key=settings.chain_key, create=create, **options)
         except OSError as exc:
             if isinstance(exc, AresError):
                 raise

@@ -302,14 +302,9 @@ def audit_cmd(
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=max(total, done))
 
-        report = audit(
-            store,
-            deep=deep,
-            progress=progress,
-            anchors=anchors_url,
-            # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
-            anchor_keys=load_vkeys(vkeys, required=False) or None,
-        )
+        # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
+        keys = load_vkeys(vkeys, required=False) or None
+        report = audit(store, deep=deep, progress=progress, anchors=anchors_url, anchor_keys=keys)
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
         app.json(dict(report.to_dict(), store=app.url, deep=deep, streams_with_findings=bad))

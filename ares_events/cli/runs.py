@@ -230,14 +230,8 @@ def _attempts_text(s: StepInfo) -> str:
 
 
 def _print_run(app: App, info: RunInfo) -> None:
-    head = text(f"run {info.run_id}: ")
-    head.append_text(_status_text(info.status))
-    head.append_text(
-        text(
-            f"  version {info.version}, code {info.code_revision}, "
-            f"prompt {str(info.prompt_hash)[:12]}"
-        )
-    )
+    rest = f"version {info.version}, code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
+    head = Text.assemble(text(f"run {info.run_id}: "), _status_text(info.status), text(f"  {rest}"))
     app.out.print(head)
     app.out.print(text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:

@@ -292,11 +292,10 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
         if rows:
             title = f"{len(rows)} snapshot(s) checked"
             app.table(_snapshot_rows_table(title, rows, check=True), optional=_SNAPSHOT_OPTIONAL)
-        app.out.print(
-            text(f"{len(bad)} bad snapshot(s)", style="bold red")
-            if bad
-            else text(f"{len(rows)} snapshot(s) checked, all match their streams", style="green")
-        )
+        if bad:
+            app.say(f"{len(bad)} bad snapshot(s)", style="bold red")
+        else:
+            app.say(f"{len(rows)} snapshot(s) checked, all match their streams", style="green")
     return EXIT_FINDINGS if bad else EXIT_OK
 
 

@@ -144,9 +144,8 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
         elif s.request_hash:
             parts.append(el("p", f"request hash {s.request_hash}", cls="dim"))
         if s.outcome is not None:
-            parts.append(
-                _details("answer" if s.kind == "model" else "result", s.outcome, "outcome")
-            )
+            label = "answer" if s.kind == "model" else "result"
+            parts.append(_details(label, s.outcome, "outcome"))
         if s.tokens:
             parts.append(el("p", f"{s.tokens} tokens ", el("code", json_text(s.usage))))
         if s.error:
@@ -154,14 +153,7 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     elif s.detail:
         parts.append(el("p", s.detail))
     if s.in_doubt:
-        parts.append(
-            el(
-                "p",
-                "The call was requested and no outcome was recorded: the tool may or may not "
-                "have run. Check the tool's side with the idempotency key, then resolve it.",
-                cls="doubt",
-            )
-        )
+        parts.append(el("p", _IN_DOUBT, cls="doubt"))
         if chrome.actions:
             parts.append(_resolve_form(chrome, info, s))
     if s.kind == "model":
@@ -229,6 +221,10 @@ def _asked(asked: Mapping[str, Any] | None) -> Markup | None:
     )
 
 
+_IN_DOUBT: Final = (
+    "The call was requested and no outcome was recorded: the tool may or may not have run. "
+    "Check the tool's side with the idempotency key, then resolve it."
+)
 _NEEDS_KEY: Final = (
     "This run waits for a signed approval, and this console holds no approver key: start it "
     "with --allow-actions --key FILE, or run "

@@ -190,12 +190,8 @@ class _AccessLog:
 
         async def logged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                logger.info(
-                    "%s %s -> %s",
-                    visible(scope["method"], keep=""),
-                    visible(path, keep=""),
-                    message["status"],
-                )
+                method, where = visible(scope["method"], keep=""), visible(path, keep="")
+                logger.info("%s %s -> %s", method, where, message["status"])
             await send(message)
 
         await self.app(scope, receive, logged)
