@@ -126,15 +126,10 @@ def _attempts(s: StepInfo) -> Markup:
 
 
 def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup:
-    head = el(
-        "h3",
-        f"step {s.step} · {s.kind}",
-        f" · {s.name}" if s.name else None,
-        " · ",
-        el("span", s.status, cls=f"st st-{s.status}"),
-        el("span", "IN DOUBT", cls="badge bad") if s.in_doubt else None,
-    )
-    parts: list[Any] = [head]
+    status = el("span", s.status, cls=f"st st-{s.status}")
+    badge = el("span", "IN DOUBT", cls="badge bad") if s.in_doubt else None
+    name = f" · {s.name}" if s.name else None
+    parts: list[Any] = [el("h3", f"step {s.step} · {s.kind}", name, " · ", status, badge)]
     if s.key:
         parts.append(el("p", "idempotency key ", el("code", s.key)))
     if s.kind in ("model", "tool"):

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 PAYLOAD_PREVIEW: Final = 4000
+_VERIFY_OFFLINE: Final = "ares-events verify-proof proof.json --vkey VKEY"
 NAV: Final = (
     ("Streams", "/streams"),
     ("Runs", "/runs"),
@@ -178,27 +179,18 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
 
 
 def _payload(e: RecordedEvent) -> Markup:
-    ref = e.payload_ref
+    ref, where = e.payload_ref, {"id": e.stream_id, "v": e.version}
     if e.payload_erased:
         return el("span", "erased", cls="erased", title="the payload was erased; its digest stays")
     if ref is not None:
-        return el(
-            "span",
-            f"spilled blob, {ref.size} bytes ",
-            link("fetch", "/payload", {"id": e.stream_id, "v": e.version}, cls="fetch"),
-            cls="spilled",
-        )
+        fetch = link("fetch", "/payload", where, cls="fetch")
+        return el("span", f"spilled blob, {ref.size} bytes ", fetch, cls="spilled")
     text = json_text(e.payload)
     if len(text) <= 120 and "\n" not in text.strip():
         return el("code", text)
-    return el(
-        "details",
-        el("summary", f"{e.payload_size} bytes"),
-        el("pre", json_text(e.payload, limit=PAYLOAD_PREVIEW)),
-        link("whole payload", "/payload", {"id": e.stream_id, "v": e.version})
-        if len(text) > PAYLOAD_PREVIEW
-        else None,
-    )
+    preview = el("pre", json_text(e.payload, limit=PAYLOAD_PREVIEW))
+    whole = link("whole payload", "/payload", where) if len(text) > PAYLOAD_PREVIEW else None
+    return el("details", el("summary", f"{e.payload_size} bytes"), preview, whole)
 
 
 def stream_view(
@@ -368,12 +360,7 @@ def audit_view(
         el("p", anchors_note, cls="dim") if anchors_note else None,
         el("h2", "Inclusion proof of one event"),
         proof,
-        el(
-            "p",
-            "Check it offline: ",
-            el("code", "ares-events verify-proof proof.json --vkey VKEY"),
-            cls="dim",
-        ),
+        el("p", "Check it offline: ", el("code", _VERIFY_OFFLINE), cls="dim"),
     )
 
 
