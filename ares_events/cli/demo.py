@@ -189,13 +189,9 @@ def _resurrection_demo(
         counts = [a.counts.steps, a.counts.recoveries, a.model_calls_made]
         counts += [a.model_calls_answered_from_log, a.tokens_saved, a.tool_side_effects]
         counts += [a.duplicate_side_effects, a.rate_limits_absorbed, a.lost_answers_absorbed]
-        table.add_row(
-            text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
-            _status(a.finished),
-            *map(str, counts),
-            "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}",
-            _status(a.chain_ok),
-        )
+        agent = text(a.agent.removeprefix(report.run + "-").removeprefix("agent-"))
+        ms = "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}"
+        table.add_row(agent, _status(a.finished), *map(str, counts), ms, _status(a.chain_ok))
     app.table(table, optional=("ms", "lost", "429s"))
     app.say(
         f"all finished: {report.all_finished}; kills: {report.kills}; "

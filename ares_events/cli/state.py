@@ -151,15 +151,8 @@ _SNAPSHOT_OPTIONAL = ("created UTC", "at hash", "bytes", "ver", "at")
 
 
 def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        pad_edge=False,
-        collapse_padding=True,
-        show_edge=False,
-    )
+    plain: dict[str, Any] = {"pad_edge": False, "collapse_padding": True, "show_edge": False}
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), **plain)
     # Names stay whole (they are what people copy): App.table drops other columns first.
     names = ("stream", "projection", "ver", "at", "at hash", "bytes", "created UTC")
     add_columns(table, *names, right=("ver", "at", "bytes"), no_wrap=True)

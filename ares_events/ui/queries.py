@@ -98,14 +98,9 @@ def stream_rows(
 def _row(store: EventStore, sid: str, head: Head) -> StreamRow:
     opening = first(store.read(sid, 1, limit=1))
     last = opening if head.version <= 1 else first(store.read(sid, head.version, limit=1))
-    return StreamRow(
-        sid,
-        head.version,
-        head.hash,
-        kind_of(sid, opening),
-        last.at if last is not None else None,
-        opening.type if opening is not None else None,
-    )
+    last_at = last.at if last is not None else None
+    first_type = opening.type if opening is not None else None
+    return StreamRow(sid, head.version, head.hash, kind_of(sid, opening), last_at, first_type)
 
 
 def event_page(
