@@ -77,10 +77,8 @@ def run_bench(
     batches = max(1, events // 100)
     t0 = time.perf_counter()
     for b in range(batches):
-        evs = [
-            NewEvent(type="tool.result", module="bench", payload=_payload(b * 100 + j))
-            for j in range(100)
-        ]
+        payloads = (_payload(b * 100 + j) for j in range(100))
+        evs = [NewEvent(type="tool.result", module="bench", payload=p) for p in payloads]
         store.append(sid, evs)
     res.add("100-event batches", batches * 100, time.perf_counter() - t0)
     say(f"{batches} batches done")

@@ -98,9 +98,8 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
     for col in ("origin", "cosigned size", "root", "at"):
         table.add_column(col, no_wrap=True)  # names and roots are copied whole
     for lg in logs:
-        table.add_row(
-            text(lg.origin), str(lg.size), b64(lg.root) if lg.root else "-", lg.cosigned_at or "-"
-        )
+        root = b64(lg.root) if lg.root else "-"
+        table.add_row(text(lg.origin), str(lg.size), root, lg.cosigned_at or "-")
     app.table(table, optional=("at",))
     return EXIT_OK
 

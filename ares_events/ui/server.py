@@ -150,10 +150,8 @@ class _Gate:
                 f"Path={self.prefix}/"
             )
             here = scope["raw_path"].decode("latin-1")  # as sent: percent-encoded, ASCII
-            return Response(
-                status_code=HTTPStatus.SEE_OTHER,
-                headers={"Location": here + (f"?{rest}" if rest else ""), "Set-Cookie": cookie},
-            )
+            headers = {"Location": here + (f"?{rest}" if rest else ""), "Set-Cookie": cookie}
+            return Response(status_code=HTTPStatus.SEE_OTHER, headers=headers)
         if not self._session_ok(headers.get(b"cookie", b"")):
             return refusal(
                 HTTPStatus.FORBIDDEN,
