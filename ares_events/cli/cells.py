@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import click
@@ -40,9 +41,7 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         return EXIT_OK
     with app.open() as store:
         rec = _cells_of(store)
-        counts = [0] * len(rec.cells)
-        for sid, _ in store.streams():
-            counts[rec.cell_index(sid)] += 1
+        counts = Counter(rec.cell_index(sid) for sid, _ in store.streams())
         where: dict[str, str] = {}
         if rec.citus:
             from ares_events.stores.cells.citus import cell_placements

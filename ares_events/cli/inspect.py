@@ -73,8 +73,7 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     }
     widths = {name: max([len(name), *map(len, vals)]) for name, vals in cols.items()}
     # 3 characters of padding and border per column, plus the closing border.
-    room = app.out.width - sum(widths.values()) - 3 * (len(cols) + 1) - 1
-    width = max(16, room)
+    width = max(16, app.out.width - sum(widths.values()) - 3 * (len(cols) + 1) - 1)
     table = Table(title=text(f"{stream}: last {len(events)} event(s)"), title_justify="left")
     for name in cols:
         justify: Any = "right" if name in ("ver", "pos") else "left"

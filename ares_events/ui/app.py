@@ -202,10 +202,8 @@ class ConsoleApp:
         """Set by :meth:`close` (and from a signal handler: a plain attribute is safe there);
         live streams end at their next tick."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="ares-ui")
-        self._static = {
-            name: resources.files("ares_events.ui").joinpath("static", name).read_bytes()
-            for name in _STATIC
-        }
+        static = resources.files("ares_events.ui").joinpath("static")
+        self._static = {name: static.joinpath(name).read_bytes() for name in _STATIC}
         get: dict[str, Callable[[dict[str, str]], _Page | Response]] = {
             "/": self._root,
             "/streams": self._streams,
@@ -349,8 +347,7 @@ class ConsoleApp:
         return _Page("Streams", body, self._live_page(True, "/streams"))
 
     def _stream(self, q: dict[str, str]) -> _Page:
-        store = self.store
-        sid = _sid(q)
+        store, sid = self.store, _sid(q)
         head = store.head(sid)
         if head is None:
             raise _Refused(HTTPStatus.NOT_FOUND, f"no stream {sid!r}")

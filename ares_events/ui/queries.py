@@ -264,8 +264,7 @@ class RunCache:
         Raises:
             RunNotFound: not a run.
         """
-        version = store.stream_version(run_id)
-        key = (run_id, version)
+        key = (run_id, store.stream_version(run_id))
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
