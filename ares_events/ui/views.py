@@ -245,27 +245,19 @@ def stream_view(
         else None,
         id="chain",
     )
-    snaps = (
-        el(
-            "table",
-            el("caption", "snapshots"),
-            header("projection", "version", "at version", "size", "created", "problem"),
-            [
-                row(
-                    s.projection,
-                    s.projection_version,
-                    s.at_version,
-                    s.state_size,
-                    s.created_at.isoformat(),
-                    s.problem,
-                )
-                for s in snapshots
-            ],
-            id="snapshots",
+    snap_rows = [
+        row(
+            s.projection,
+            s.projection_version,
+            s.at_version,
+            s.state_size,
+            s.created_at.isoformat(),
+            s.problem,
         )
-        if snapshots
-        else el("p", "no snapshots", cls="dim")
-    )
+        for s in snapshots
+    ]
+    columns = ("projection", "version", "at version", "size", "created", "problem")
+    snaps = el("table", el("caption", "snapshots"), header(*columns), snap_rows, id="snapshots")
     return el(
         "section",
         el("h1", "Stream ", el("span", stream_id, cls="sid", id="stream-id")),
@@ -273,7 +265,7 @@ def stream_view(
         findings_table(chain.findings),
         nav,
         table(("v", "pos", "type", "module", "at", "hash", "payload"), rows, id="events"),
-        snaps,
+        snaps if snapshots else el("p", "no snapshots", cls="dim"),
     )
 
 
@@ -326,21 +318,14 @@ def audit_view(
         action="./audit",
         cls="action",
     )
-    checkpoints_table = (
-        el(
-            "table",
-            header("origin", "tree size", "root", "signed at"),
-            [
-                row(
-                    o, el("td", n, cls="num"), el("td", r.hex()[:16], cls="hash", title=r.hex()), at
-                )
-                for o, n, r, at in checkpoints
-            ],
-            id="checkpoints",
-        )
-        if checkpoints
-        else el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
+    signed = [
+        row(o, el("td", n, cls="num"), el("td", r.hex()[:16], cls="hash", title=r.hex()), at)
+        for o, n, r, at in checkpoints
+    ]
+    listing = el(
+        "table", header("origin", "tree size", "root", "signed at"), signed, id="checkpoints"
     )
+    none_yet = el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
     proof = el(
         "form",
         el("label", "stream ", el("input", name="stream", required=True)),
@@ -356,7 +341,7 @@ def audit_view(
         start,
         _audit_state(job),
         el("h2", "Signed checkpoints"),
-        checkpoints_table,
+        listing if checkpoints else none_yet,
         el("p", anchors_note, cls="dim") if anchors_note else None,
         el("h2", "Inclusion proof of one event"),
         proof,
