@@ -59,13 +59,9 @@ class DemoStream:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "stream_id": self.stream_id,
-            "version": self.version,
-            "events": self.events,
-            "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        d = {k: getattr(self, k) for k in self.__slots__}
+        d["findings"] = [f.to_dict() for f in self.findings]
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,30 +137,21 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
     tokens = 0
     while left > 0:
         step += 1
-        call_id = f"c-{step:04d}"
+        call = {"call_id": f"c-{step:04d}", "step": step}
         prompt = rng.randint(200, 4000)
-        yield ev(
-            "model.call.requested",
-            "llm",
-            call_id=call_id,
-            step=step,
-            messages_hash=f"{rng.getrandbits(128):032x}",
-            params={"model": model, "temperature": 0},
-        )
+        mh, params = f"{rng.getrandbits(128):032x}", {"model": model, "temperature": 0}
+        yield ev("model.call.requested", "llm", **call, messages_hash=mh, params=params)
         left -= 1
         if left == 0:
             break
         tool = rng.choice(tuple(_TOOLS)) if left >= 4 and rng.random() < 0.7 else None
         completion = rng.randint(20, 600)
         tokens += prompt + completion
+        finish = {"finish_reason": "tool_calls" if tool else "stop"}
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+        latency = rng.randint(180, 4200)
         yield ev(
-            "model.responded",
-            "llm",
-            call_id=call_id,
-            step=step,
-            completion={"finish_reason": "tool_calls" if tool else "stop"},
-            usage={"prompt_tokens": prompt, "completion_tokens": completion},
-            latency_ms=rng.randint(180, 4200),
+            "model.responded", "llm", **call, completion=finish, usage=usage, latency_ms=latency
         )
         left -= 1
         if tool is not None:
@@ -175,16 +162,11 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
             }
             args = {arg: rng.choice(_ARGS[arg])}
             yield ev("tool.call.requested", "tools", **ids, name=tool, args=args)
+            result = {"result": {"bytes": rng.randint(10, 20_000)}, "ok": rng.random() > 0.08}
+            timing = {"duration_ms": rng.randint(3, 2500), "result_bytes": rng.randint(10, 20_000)}
             # The result and the state change it causes are recorded together.
-            yield ev(
-                "tool.returned",
-                "tools",
-                **ids,
-                result={"bytes": rng.randint(10, 20_000)},
-                ok=rng.random() > 0.08,
-                duration_ms=rng.randint(3, 2500),
-                result_bytes=rng.randint(10, 20_000),
-            ) + ev("state.patched", "runtime", key="step", value=step)
+            returned = ev("tool.returned", "tools", **ids, **result, **timing)
+            yield returned + ev("state.patched", "runtime", key="step", value=step)
             left -= 3
         elif left > 0:
             yield ev("state.patched", "runtime", key="notes", value=f"step {step} done")

@@ -51,12 +51,7 @@ from ares_events.agents.journal_rules import (
     strict_gate,
 )
 from ares_events.agents.journal_telemetry import RunTrace, call_span, start_run
-from ares_events.agents.recording import (
-    MISSING,
-    Redactor,
-    hash_of,
-    redact_keys,
-)
+from ares_events.agents.recording import MISSING, Redactor, hash_of, redact_keys
 from ares_events.agents.runs_async import inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
@@ -137,9 +132,9 @@ class AsyncJournal:
         StoreUnavailable: the store cannot be reached.
     """
 
-    _token: Token[Any] | None
-    _run_trace: RunTrace | None
-    _trace_token: Any
+    _token: Token[Any] | None = None
+    _run_trace: RunTrace | None = None
+    _trace_token: Any = None
 
     def __init__(
         self,
@@ -177,9 +172,6 @@ class AsyncJournal:
         self.replaying = False
         """True when the last call was answered (or failed) from the log, not made."""
         self._here = 0
-        self._token = None
-        self._run_trace = None
-        self._trace_token = None
         self._snapshotter = (
             AsyncSnapshotter(
                 store, [self.projection], every=snapshot_every, snapshots=self._snapshots
@@ -333,9 +325,8 @@ class AsyncJournal:
             answer = reply(raw)
             self.stats.model_calls_made += 1
             completion, usage = answer.completion, dict(answer.usage)
-            await self._append(
-                "model.responded", {"step": step, "completion": completion, "usage": usage}
-            )
+            responded = {"step": step, "completion": completion, "usage": usage}
+            await self._append("model.responded", responded)
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
@@ -530,11 +521,7 @@ class AsyncJournal:
     async def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
         """Recover the run, then start it or pass the version gate (both append)."""
         rep = await arecover(
-            self.store,
-            self.run_id,
-            self.projection,
-            snapshots=self._snapshots,
-            max_replay=2**62,
+            self.store, self.run_id, self.projection, snapshots=self._snapshots, max_replay=2**62
         )
         if rep.findings:
             raise ChainIntegrityError(self.run_id, rep.findings)
@@ -562,17 +549,10 @@ class AsyncJournal:
                 raise ConfigError(
                     f"version gate returned {decision!r}; expected resume, migrate or refuse"
                 )
-            await self._append(
-                "run.gate",
-                {
-                    "decision": decision,
-                    "code_revision": code_revision,
-                    "prompt_hash": prompt_hash,
-                    "recorded_code_revision": recorded[0],
-                    "recorded_prompt_hash": recorded[1],
-                },
-                metadata=self._trace_metadata(),
-            )
+            payload = {"decision": decision, "code_revision": code_revision}
+            payload.update(prompt_hash=prompt_hash, recorded_code_revision=recorded[0])
+            payload["recorded_prompt_hash"] = recorded[1]
+            await self._append("run.gate", payload, metadata=self._trace_metadata())
             if decision == "refuse":
                 raise RunRefused(self.run_id, recorded, current)
 
@@ -724,12 +704,8 @@ class AsyncJournal:
         return step, False, None
 
     async def _model_request(self, step: int, attempt: int, mh: str, msgs: Any, prm: Any) -> None:
-        payload: dict[str, Any] = {
-            "step": step,
-            "attempt": attempt,
-            "messages_hash": mh,
-            "params": prm,
-        }
+        payload: dict[str, Any] = {"step": step, "attempt": attempt, "messages_hash": mh}
+        payload["params"] = prm
         if self.record_prompts:
             payload["messages"] = msgs
         if self.redact is not None:
@@ -766,13 +742,10 @@ class AsyncJournal:
             raise kind_divergence(self.run_id, step, rec, f"tool {name!r}")
         key = str(rec.get("key") or key)
         if rec.get("name") != name:
+            was = repr(rec.get("name"))
+            detail = f"tool {name!r} requested where the log recorded {was}"
             raise ReplayDivergence(
-                self.run_id,
-                step,
-                f"tool {name!r} requested where the log recorded {rec.get('name')!r}",
-                path="tool",
-                recorded=repr(rec.get("name")),
-                current=repr(name),
+                self.run_id, step, detail, path="tool", recorded=was, current=repr(name)
             )
         if rec.get("hash") not in (None, ah):
             recorded = await self._recorded_request(rec, "args")
@@ -831,14 +804,8 @@ class AsyncJournal:
         key: str,
         approved: str | None = None,
     ) -> None:
-        payload = {
-            "name": name,
-            "args": args,
-            "idempotency_key": key,
-            "step": step,
-            "attempt": attempt,
-            "args_hash": ah,
-        }
+        payload = {"name": name, "args": args, "idempotency_key": key, "step": step}
+        payload.update(attempt=attempt, args_hash=ah)
         if approved is not None:
             payload["approved"] = approved  # the approval's nonce, consumed by this call
         await self._append("tool.call.requested", payload)
@@ -857,15 +824,8 @@ class AsyncJournal:
         found = ledger.answer(step)
         if found is None:
             await self._new_step()
-            payload = {
-                "reason": APPROVAL_REASON,
-                "step": step,
-                "key": key,
-                "name": name,
-                "args": args,
-                "args_hash": ah,
-            }
-            await self._append("run.interrupted", payload)
+            payload = {"reason": APPROVAL_REASON, "step": step, "key": key, "name": name}
+            await self._append("run.interrupted", {**payload, "args": args, "args_hash": ah})
             raise ApprovalRequired(self.run_id, step, name)
         version, head, note = found
         pending = Pending(self.run_id, step, ah, head)

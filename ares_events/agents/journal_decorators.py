@@ -48,12 +48,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _recorded_args(sig: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return {k: _jsonable(v) for k, v in bound.arguments.items()}
-
-
 def wrap_tool(
     get_journal: Callable[[], Any],
     fn: F,
@@ -68,49 +62,34 @@ def wrap_tool(
         ConfigError: ``fn`` takes ``idempotency_key`` positionally only.
     """
     sig = inspect.signature(fn)
-    params = list(sig.parameters.values())
     key_param = sig.parameters.get(KEY_PARAM)
     if key_param is not None and key_param.kind is inspect.Parameter.POSITIONAL_ONLY:
         raise ConfigError(f"{fn.__qualname__}: {KEY_PARAM} must be a keyword parameter")
-    recorded = [p for p in params if p.name != KEY_PARAM]
+    recorded = [p for p in sig.parameters.values() if p.name != KEY_PARAM]
     drop_first = bool(recorded) and recorded[0].name in ("self", "cls")
     record_sig = sig.replace(parameters=recorded[1:] if drop_first else recorded)
-    tool_name = name or fn.__name__
 
-    def split(args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return args[1:] if drop_first else args
-
-    def key_kwargs(key: str) -> dict[str, Any]:
-        return {KEY_PARAM: key} if key_param is not None else {}
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        journal = get_journal()  # first: no active journal is the error, whatever the args
+        bound = record_sig.bind(*(args[1:] if drop_first else args), **kwargs)
+        bound.apply_defaults()
+        # An async journal awaits what ``call`` returns: the coroutine of an async ``fn``.
+        return journal.tool_call(
+            name or fn.__name__,
+            {k: _jsonable(v) for k, v in bound.arguments.items()},
+            call=lambda _, key: fn(*args, **kwargs, **({KEY_PARAM: key} if key_param else {})),
+            reconcile=reconcile,
+            idempotent=idempotent,
+        )
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            journal = get_journal()
-            recorded_args = _recorded_args(record_sig, split(args), kwargs)
-
-            async def call(_: Any, key: str) -> Any:
-                return await fn(*args, **kwargs, **key_kwargs(key))
-
-            return await journal.tool_call(
-                tool_name, recorded_args, call=call, reconcile=reconcile, idempotent=idempotent
-            )
+            return await wrapper(*args, **kwargs)
 
         return async_wrapper  # type: ignore[return-value]
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        journal = get_journal()
-        recorded_args = _recorded_args(record_sig, split(args), kwargs)
-        return journal.tool_call(
-            tool_name,
-            recorded_args,
-            call=lambda _, key: fn(*args, **kwargs, **key_kwargs(key)),
-            reconcile=reconcile,
-            idempotent=idempotent,
-        )
-
     return wrapper  # type: ignore[return-value]
 
 
@@ -180,8 +159,5 @@ def journaled_step(fn: Callable[..., Any] | None = None, /, *, name: str | None 
     Raises:
         ConfigError: (at call time) no journal is active.
     """
-
-    def decorate(f: Callable[..., Any]) -> Any:
-        return wrap_tool(_current, f, name=name, idempotent=True, reconcile=None)
-
+    decorate = journaled_tool(name=name, idempotent=True)
     return decorate(fn) if fn is not None else decorate

@@ -179,19 +179,6 @@ class ToolCallFailed(AresError):
         super().__init__(f"tool call {key} of run {run_id!r} failed: {error}")
 
 
-for _cls in (
-    RunRefused,
-    RunNotRunnable,
-    InDoubtToolCall,
-    ApprovalRequired,
-    RunNotFound,
-    ReplayDivergence,
-    ModelCallFailed,
-    ToolCallFailed,
-):
-    _cls.__module__ = "ares_events"
-
-
 def journal_error_in(exc: BaseException) -> BaseException | None:
     """The journal's own error (a run refused, not runnable, in doubt, or a replay that
     diverged) that ``exc`` is or was raised from, following ``__cause__`` and
@@ -205,3 +192,8 @@ def journal_error_in(exc: BaseException) -> BaseException | None:
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+for _name in __all__[:-1]:  # every error (not journal_error_in) is ares_events.<Name>
+    globals()[_name].__module__ = "ares_events"
+del _name

@@ -114,47 +114,30 @@ def diverged(
     rec: dict[str, Any],
     current_hash: str,
 ) -> ReplayDivergence:
+    differ = f"{what} differ from the recorded call at"
     if recorded is MISSING:
         was, now = str(rec.get("hash") or "")[:16], current_hash[:16]
+        detail = (
+            f"{differ} this step; only hashes are recorded, so the difference cannot be "
+            f"shown: recorded blake3 {was}…, now {now}…"
+        )
         return ReplayDivergence(
-            run_id,
-            step,
-            f"{what} differ from the recorded call at this step; only hashes are "
-            f"recorded, so the difference cannot be shown: recorded blake3 {was}…, "
-            f"now {now}…",
-            path=path,
-            recorded=was,
-            current=now,
-            hashes_only=True,
+            run_id, step, detail, path=path, recorded=was, current=now, hashes_only=True
         )
     diff = first_difference(recorded, current, path)
     if diff is None:  # equal after all: e.g. a hash of another canonical form
-        return ReplayDivergence(
-            run_id, step, f"{what} differ from the recorded call at this step", path=path
-        )
+        return ReplayDivergence(run_id, step, f"{differ} this step", path=path)
     where, a, b = diff
     ra, cb = describe(a, b)
-    return ReplayDivergence(
-        run_id,
-        step,
-        f"{what} differ from the recorded call at {where}: recorded {ra}, now {cb}",
-        path=where,
-        recorded=ra,
-        current=cb,
-    )
+    detail = f"{differ} {where}: recorded {ra}, now {cb}"
+    return ReplayDivergence(run_id, step, detail, path=where, recorded=ra, current=cb)
 
 
 def kind_divergence(run_id: str, step: int, rec: dict[str, Any], asked: str) -> ReplayDivergence:
     kind = str(rec.get("kind"))
     recorded = f"{kind} {rec['name']!r}" if rec.get("name") else kind
-    return ReplayDivergence(
-        run_id,
-        step,
-        f"the log recorded a {recorded} step here; the loop asked for {asked}",
-        path="kind",
-        recorded=recorded,
-        current=asked,
-    )
+    detail = f"the log recorded a {recorded} step here; the loop asked for {asked}"
+    return ReplayDivergence(run_id, step, detail, path="kind", recorded=recorded, current=asked)
 
 
 def recorded_failure(run_id: str, step: int, rec: dict[str, Any], here: int) -> BaseException:
@@ -174,11 +157,5 @@ def recorded_failure(run_id: str, step: int, rec: dict[str, Any], here: int) -> 
         return exc
     if rec.get("kind") == "model":
         return ModelCallFailed(run_id, step, a["n"], a["error_type"], a["error"])
-    return ToolCallFailed(
-        run_id,
-        key,
-        f"{a['error_type']}: {a['error']}",
-        step=step,
-        attempt=a["n"],
-        error_type=a["error_type"],
-    )
+    error = f"{a['error_type']}: {a['error']}"
+    return ToolCallFailed(run_id, key, error, step=step, attempt=a["n"], error_type=a["error_type"])

@@ -25,19 +25,6 @@ _MODEL: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 _MAX_CONTENT: Final = 64 * 1024
 
 
-def _model_name(params: Any) -> str | None:
-    model = params.get("model") if isinstance(params, Mapping) else None
-    return model if isinstance(model, str) and _MODEL.match(model) else None
-
-
-def _content(value: Any) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text[:_MAX_CONTENT]
-
-
 class RunTrace:
     """The ``invoke_agent`` span of one journal (see the module docstring)."""
 
@@ -102,8 +89,7 @@ def start_run(run_id: str) -> RunTrace | None:
     if tel is None or tel.tracer is None:
         return None
     span = tel.start_span(
-        "invoke_agent",
-        {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": run_id},
+        "invoke_agent", {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": run_id}
     )
     return RunTrace(tel, span, run_id)
 
@@ -145,7 +131,11 @@ class CallSpan:
     def content(self, key: str, value: Any) -> None:
         """Message content, only when capture is opted into."""
         if self.capturing:
-            self._span.set_attribute(key, _content(value))
+            try:
+                text = json.dumps(value, ensure_ascii=False, default=repr)
+            except (TypeError, ValueError):
+                text = repr(value)
+            self._span.set_attribute(key, text[:_MAX_CONTENT])
 
     def usage(self, usage: Any) -> None:
         """Token usage as the model's reply reported it."""
@@ -176,10 +166,7 @@ class CallSpan:
         return self
 
     def __exit__(
-        self,
-        et: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         tel = self._tel
         failed = exc is not None and not isinstance(exc, GeneratorExit)
@@ -240,7 +227,8 @@ def call_span(
         return NO_CALL
     attrs: dict[str, Any] = {"gen_ai.operation.name": op, "gen_ai.conversation.id": journal.run_id}
     if op == "chat":
-        model = _model_name(params)
+        model = params.get("model") if isinstance(params, Mapping) else None
+        model = model if isinstance(model, str) and _MODEL.match(model) else None
         name = f"chat {model}" if model else "chat"
         if model:
             attrs["gen_ai.request.model"] = model

@@ -97,13 +97,6 @@ def format_path(root: str, *parts: str | int) -> str:
     return path
 
 
-def _same_scalar(a: Any, b: Any) -> bool:
-    try:
-        return canonical_json(a) == canonical_json(b)
-    except InvalidEvent:  # a value that is not JSON compares by equality
-        return bool(a == b)
-
-
 def first_difference(recorded: Any, current: Any, path: str) -> tuple[str, Any, Any] | None:
     """The first place where two JSON values differ, as ``(path, recorded, current)``.
 
@@ -133,9 +126,11 @@ def first_difference(recorded: Any, current: Any, path: str) -> tuple[str, Any, 
             b = current[n] if n < len(current) else MISSING
             return f"{path}[{n}]", a, b
         return None
-    if _same_scalar(recorded, current):
-        return None
-    return path, recorded, current
+    try:
+        same = canonical_json(recorded) == canonical_json(current)
+    except InvalidEvent:  # a value that is not JSON compares by equality
+        same = bool(recorded == current)
+    return None if same else (path, recorded, current)
 
 
 def shorten(text: str, width: int = SHOWN_CHARS) -> str:

@@ -128,13 +128,9 @@ class FakeTicketing:
             row = c.execute("SELECT key FROM tickets WHERE key = ?", (key,)).fetchone()
             if row is None:
                 now = time.time()
-                c.execute(
-                    "INSERT INTO tickets VALUES (?, ?, ?, ?)", (key, self.agent, args["title"], now)
-                )
-                c.execute(
-                    "INSERT INTO side_effects VALUES (?, ?, ?, ?)",
-                    (key, self.agent, args["title"], now),
-                )
+                ticket = (key, self.agent, args["title"], now)
+                c.execute("INSERT INTO tickets VALUES (?, ?, ?, ?)", ticket)
+                c.execute("INSERT INTO side_effects VALUES (?, ?, ?, ?)", ticket)
                 lost = _share(blake3.blake3(key.encode()).hexdigest()) == 0
                 if lost:
                     c.execute("INSERT INTO lost_answers VALUES (?, ?, ?)", (key, self.agent, now))
@@ -192,34 +188,21 @@ def agent_main(args: argparse.Namespace) -> int:
 
     def ledger() -> None:
         s = journal.stats
+        counts = (s.model_calls_from_log, s.tokens_from_log, s.model_calls_made)
+        row = (*counts, s.tool_calls_from_log, s.tool_calls_reconciled, journal.recovered_from)
         with _db(args.services) as c:
-            c.execute(
-                "INSERT OR REPLACE INTO incarnations VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    agent_id,
-                    instance,
-                    ready,
-                    s.model_calls_from_log,
-                    s.tokens_from_log,
-                    s.model_calls_made,
-                    s.tool_calls_from_log,
-                    s.tool_calls_reconciled,
-                    journal.recovered_from,
-                ),
-            )
+            sql = "INSERT OR REPLACE INTO incarnations VALUES (?,?,?,?,?,?,?,?,?)"
+            c.execute(sql, (agent_id, instance, ready, *row))
 
     ledger()
     summary = "nothing yet"
     for i in range(1, args.rounds + 1):
         if hb:
             heartbeat(hb)
+        question = f"{agent_id}: topic part {i}; so far: {summary}"
         msgs = [
             {"role": "system", "content": "You are a careful research agent."},
-            {
-                "role": "user",
-                "step": i,
-                "content": f"{agent_id}: topic part {i}; so far: {summary}",
-            },
+            {"role": "user", "step": i, "content": question},
         ]
         ask = functools.partial(journal.model_call, msgs, {"temperature": 0}, call=llm)
         completion = _retrying(journal, ask, RateLimited)
@@ -252,19 +235,10 @@ def supervise_main(args: argparse.Namespace) -> int:
         backoff_base=0.05,
         backoff_cap=1.0,
     )
+    shared = {k: getattr(args, k) for k in ("services", "rounds", "latency", "snapshot_every")}
     for n in range(args.agents):
         agent_id = f"{args.run}-agent-{n:02d}"
-        sup.register(
-            agent_id,
-            _argv(
-                "agent",
-                services=args.services,
-                agent_id=agent_id,
-                rounds=args.rounds,
-                latency=args.latency,
-                snapshot_every=args.snapshot_every,
-            ),
-        )
+        sup.register(agent_id, _argv("agent", agent_id=agent_id, **shared))
     sup.start()
     ok = sup.run(timeout=args.timeout)
     store.close()
@@ -391,18 +365,9 @@ def run_demo(
     with _db(services) as c:
         for stmt in SERVICES_SCHEMA:
             c.execute(stmt)
-    cmd = _argv(
-        "supervise",
-        services=services,
-        run=run,
-        agents=agents,
-        rounds=rounds,
-        latency=latency,
-        snapshot_every=snapshot_every,
-        timeout=timeout,
-    )
-    per_agent = 2 + rounds * 7  # plus failed attempts: rate limits and lost answers
-    total = agents * per_agent
+    sizes = {"agents": agents, "rounds": rounds, "snapshot_every": snapshot_every}
+    cmd = _argv("supervise", services=services, run=run, latency=latency, timeout=timeout, **sizes)
+    total = agents * (2 + rounds * 7)  # plus failed attempts: rate limits and lost answers
     points = sorted(rng.randrange(total // 10, total * 9 // 10) for _ in range(kills))
     done_kills = 0
     for point in points:
@@ -446,23 +411,20 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         elif e.type == "model.responded":
             responded[hash_of_step[int(e.payload["step"])]] = parse_at(e.at).timestamp()
     info = inspect_run(store, run_stream, requests=False)
-    calls = c.execute(
-        "SELECT messages_hash, at FROM llm_calls WHERE agent = ?", (agent,)
-    ).fetchall()
+
+    def rows(sql: str) -> list[Any]:  # every query is about this agent
+        return c.execute(sql, (agent,)).fetchall()
+
+    calls = rows("SELECT messages_hash, at FROM llm_calls WHERE agent = ?")
     reissued = sum(1 for mh, at in calls if mh in responded and at > responded[mh])
-    effects = c.execute(
-        "SELECT title, count(*) FROM side_effects WHERE agent = ? GROUP BY title", (agent,)
-    ).fetchall()
-    inc = c.execute(
+    effects = rows("SELECT title, count(*) FROM side_effects WHERE agent = ? GROUP BY title")
+    inc = rows(
         "SELECT ready_s, model_from_log, tokens_from_log, model_made, recovered_from "
-        "FROM incarnations WHERE agent = ?",
-        (agent,),
-    ).fetchall()
+        "FROM incarnations WHERE agent = ?"
+    )
     recovered = [r for r in inc if r[4] != "empty"]
-    rate_limits = c.execute(
-        "SELECT count(*) FROM rate_limits WHERE agent = ?", (agent,)
-    ).fetchone()[0]
-    lost = c.execute("SELECT count(*) FROM lost_answers WHERE agent = ?", (agent,)).fetchone()[0]
+    rate_limits = rows("SELECT count(*) FROM rate_limits WHERE agent = ?")[0][0]
+    lost = rows("SELECT count(*) FROM lost_answers WHERE agent = ?")[0][0]
     chain_ok = verify_stream(store, run_stream).ok and verify_stream(store, agent).ok
     return AgentReport(
         agent=agent,

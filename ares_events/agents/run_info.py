@@ -297,35 +297,29 @@ def run_status(state: Mapping[str, Any]) -> str:
     return status
 
 
-def attempts_of(rec: Mapping[str, Any]) -> tuple[AttemptInfo, ...]:
-    return tuple(
-        AttemptInfo(
-            n=int(a.get("n", i + 1)),
-            status=str(a.get("status")),
-            version=a.get("version"),
-            at=a.get("at"),
-            error_type=a.get("error_type"),
-            error=a.get("error"),
-            reconciled=bool(a.get("reconciled", False)),
-            resolved_by=a.get("resolved_by"),
-        )
-        for i, a in enumerate(rec.get("attempts") or [])
-    )
-
-
 def steps_of(state: Mapping[str, Any], requests: Mapping[int, Any]) -> tuple[StepInfo, ...]:
     out = []
     for k in sorted(state["steps"], key=int):
         rec = state["steps"][k]
         n = int(k)
         kind = str(rec.get("kind"))
-        attempts = attempts_of(rec)
-        failed = [a for a in attempts if a.status == "failed"]
-        last_error = (
-            f"{failed[-1].error_type}: {failed[-1].error}"
-            if failed and rec.get("status") in ("failed", "abandoned")
-            else None
+        attempts = tuple(
+            AttemptInfo(
+                n=int(a.get("n", i + 1)),
+                status=str(a.get("status")),
+                version=a.get("version"),
+                at=a.get("at"),
+                error_type=a.get("error_type"),
+                error=a.get("error"),
+                reconciled=bool(a.get("reconciled", False)),
+                resolved_by=a.get("resolved_by"),
+            )
+            for i, a in enumerate(rec.get("attempts") or [])
         )
+        failed = [a for a in attempts if a.status == "failed"]
+        last_error = None
+        if failed and rec.get("status") in ("failed", "abandoned"):
+            last_error = f"{failed[-1].error_type}: {failed[-1].error}"
         status = str(rec.get("status"))
         extra: dict[str, Any]
         if kind == "model":

@@ -177,11 +177,8 @@ def _checked(store: EventStore, run_id: str) -> RunInfo:
 def _append(
     store: EventStore, info: RunInfo, type_: str, payload: dict[str, Any], meta: dict[str, Any]
 ) -> RunInfo:
-    store.append(
-        info.run_id,
-        [new_event(type_, MODULE, payload, metadata=meta)],
-        expected_version=info.version,
-    )
+    ev = new_event(type_, MODULE, payload, metadata=meta)
+    store.append(info.run_id, [ev], expected_version=info.version)
     return inspect_run(store, info.run_id, requests=False)
 
 

@@ -191,11 +191,8 @@ async def _checked(store: AsyncEventStore, run_id: str) -> RunInfo:
 async def _append(
     store: AsyncEventStore, info: RunInfo, type_: str, payload: dict[str, Any], meta: dict[str, Any]
 ) -> RunInfo:
-    await store.append(
-        info.run_id,
-        [new_event(type_, MODULE, payload, metadata=meta)],
-        expected_version=info.version,
-    )
+    ev = new_event(type_, MODULE, payload, metadata=meta)
+    await store.append(info.run_id, [ev], expected_version=info.version)
     return await inspect_run(store, info.run_id, requests=False)
 
 

@@ -59,13 +59,9 @@ def restore(
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
-    return recover(
-        store,
-        agent_id,
-        projection or AgentStateProjection(),
-        snapshots=store.snapshots if Capability.SNAPSHOTS in store.capabilities else None,
-        max_replay=max_replay,
-    )
+    snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
+    proj = projection or AgentStateProjection()
+    return recover(store, agent_id, proj, snapshots=snaps, max_replay=max_replay)
 
 
 def _emit(store: EventStore, agent_id: str, type_: str, payload: dict[str, Any]) -> int:
@@ -86,9 +82,8 @@ def record_death(store: EventStore, agent_id: str, cause: str) -> int:
 
 def record_resurrection(store: EventStore, agent_id: str, instance_id: str, attempt: int) -> int:
     """Append ``agent.resurrected``; returns the stream version."""
-    version = _emit(
-        store, agent_id, "agent.resurrected", {"instance_id": instance_id, "attempt": attempt}
-    )
+    payload = {"instance_id": instance_id, "attempt": attempt}
+    version = _emit(store, agent_id, "agent.resurrected", payload)
     otel.resurrection(agent_id, attempt)
     return version
 
@@ -113,16 +108,9 @@ def flapping(
     store: EventStore, agent_id: str, *, deaths: int = 5, window_s: float = 30.0
 ) -> FlapSignal:
     """``deaths`` deaths within ``window_s`` seconds (event time) means flapping."""
-    g = GenealogyProjection(deaths, window_s)
-    rep = recover(store, agent_id, g, max_replay=2**62)
-    st = rep.state
-    return FlapSignal(
-        agent_id,
-        bool(st["flapping"]),
-        len(st["deaths"]),
-        int(st["max_deaths_in_window"]),
-        (deaths, window_s),
-    )
+    st = recover(store, agent_id, GenealogyProjection(deaths, window_s), max_replay=2**62).state
+    worst = int(st["max_deaths_in_window"])
+    return FlapSignal(agent_id, bool(st["flapping"]), len(st["deaths"]), worst, (deaths, window_s))
 
 
 def backoff_delay(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> float:
@@ -216,9 +204,7 @@ class ProcessSupervisor:
             record_resurrection(self.store, a.agent_id, a.instance_id, a.attempt)
         else:
             record_start(self.store, a.agent_id, a.instance_id)
-        env = dict(os.environ)
-        env.update(a.env)
-        env["ARES_AGENT_ID"] = a.agent_id
+        env = {**os.environ, **a.env, "ARES_AGENT_ID": a.agent_id}
         env["ARES_INSTANCE_ID"] = a.instance_id
         if a.heartbeat_file is not None:
             heartbeat(a.heartbeat_file)
@@ -308,11 +294,9 @@ class ProcessSupervisor:
                     a.finished = True
                     a.attempt = 0
                     continue
-                cause = (
-                    f"killed by signal {signal.Signals(-code).name}"
-                    if code < 0
-                    else f"exit status {code}"
-                )
+                cause = f"exit status {code}"
+                if code < 0:
+                    cause = f"killed by signal {signal.Signals(-code).name}"
                 self._died(a, cause)
             elif a.resurrecting and not a.stopped and now >= a.next_start:
                 a.restarts += 1

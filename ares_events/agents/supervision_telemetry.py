@@ -41,13 +41,9 @@ def _emit(event: str, attrs: dict[str, Any], measure: Callable[[Any], object]) -
 
 def death(agent_id: str, cause: str) -> None:
     """An agent died: a span event (with its id and cause) and a counted death."""
-    kind = cause_kind(cause)
-    attrs = {"ares_events.agent.id": agent_id, "ares_events.death.cause": kind}
-    _emit(
-        "ares_events.agent.death",
-        attrs,
-        lambda m: m.deaths.add(1, {"ares_events.death.cause": kind}),
-    )
+    cause_attr = {"ares_events.death.cause": cause_kind(cause)}
+    attrs = {"ares_events.agent.id": agent_id, **cause_attr}
+    _emit("ares_events.agent.death", attrs, lambda m: m.deaths.add(1, cause_attr))
 
 
 def resurrection(agent_id: str, attempt: int) -> None:
@@ -90,7 +86,5 @@ def supervising(agents: int) -> Any:
     if tel is None or tel.tracer is None:
         return telemetry.NO_OPERATION
     return tel.tracer.start_as_current_span(
-        "ares_events.supervise",
-        attributes={"ares_events.agents": agents},
-        record_exception=False,
+        "ares_events.supervise", attributes={"ares_events.agents": agents}, record_exception=False
     )

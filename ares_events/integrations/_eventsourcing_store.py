@@ -47,30 +47,11 @@ class ChainVerificationError(DataError, ChainIntegrityError):
         ChainIntegrityError.__init__(self, stream_id, findings)
 
 
-def default_stream_prefix(app_name: str) -> str:
-    """An application's stream prefix when none is configured."""
-    return (app_name.lower() or "stored") + "/"
-
-
 def _setting_name(env: Environment, key: str) -> str:
     """The variable ``env.get(key)`` reads (``<APP>_KEY`` before ``KEY``), or the
     application's own name for it when neither is set."""
     keys = env.create_keys(key)
     return next((k for k in keys if dict.get(env, k) is not None), keys[0])
-
-
-def _flag(env: Environment, key: str) -> bool:
-    """A boolean setting, spelt as eventsourcing spells them (y/yes/t/true/on/1, n/...)."""
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return False
-    try:
-        return strtobool(raw)
-    except ValueError:
-        raise ConfigError(
-            f"{_setting_name(env, key)} must be true or false (y/yes/on/1, n/no/off/0), "
-            f"got {raw!r:.40}"
-        ) from None
 
 
 def _check_prefix(prefix: str, source: str) -> None:
@@ -277,35 +258,31 @@ def open_datastore(env: Environment) -> AresDatastore:
 
     url = env.get("ARES_STORE_URL")
     if not url:
-        msg = (
+        raise OSError(
             "set ARES_STORE_URL (or <APP>_ARES_STORE_URL) to the ares-events store, "
             "e.g. sqlite:///app.db or postgresql://user@host/db"
         )
-        raise OSError(msg)
-    keys = (
-        "ARES_BLOBS_URL",
-        "ARES_CACHE_URL",
-        "ARES_SPILL_THRESHOLD_BYTES",
-        "ARES_EVENTS_CHAIN_KEY",
-    )
-    values = {k: v for k in keys if (v := env.get(k)) is not None}
-    verify = _flag(env, "ARES_VERIFY_READS")
+    keys = ("ARES_BLOBS_URL", "ARES_CACHE_URL", "ARES_SPILL_THRESHOLD_BYTES")
+    values = {k: v for k in (*keys, "ARES_EVENTS_CHAIN_KEY") if (v := env.get(k)) is not None}
+    raw = env.get("ARES_VERIFY_READS")
+    try:  # spelt as eventsourcing spells its flags (y/yes/t/true/on/1, n/...); unset: False
+        verify = strtobool(raw) if raw else False
+    except ValueError:
+        raise ConfigError(
+            f"{_setting_name(env, 'ARES_VERIFY_READS')} must be true or false (y/yes/on/1, "
+            f"n/no/off/0), got {raw!r:.40}"
+        ) from None
     prefix = env.get("ARES_STREAM_PREFIX")
-    derived = prefix is None
-    if prefix is None:
-        prefix = default_stream_prefix(env.name)
+    setting = _setting_name(env, "ARES_STREAM_PREFIX")
+    hint = setting if prefix is None else None  # a derived prefix: the old layout is refused
+    if prefix is None:  # the application's name, lower case
+        prefix = (env.name.lower() or "stored") + "/"
         _check_prefix(prefix, "the application name")
     elif prefix:
-        _check_prefix(prefix, _setting_name(env, "ARES_STREAM_PREFIX"))
-    settings = Settings.from_env({"ARES_STORE_URL": url, **values})
-    store = settings.open_store()
+        _check_prefix(prefix, setting)
+    store = Settings.from_env({"ARES_STORE_URL": url, **values}).open_store()
     try:
-        ds = AresDatastore(
-            store,
-            stream_prefix=prefix,
-            verify_reads=verify,
-            legacy_hint=_setting_name(env, "ARES_STREAM_PREFIX") if derived else None,
-        )
+        ds = AresDatastore(store, stream_prefix=prefix, verify_reads=verify, legacy_hint=hint)
         ds.check_layout()
     except BaseException:
         store.close()

@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from ares_events.core.events import validate_name
 from ares_events.core.store import EventStore
@@ -20,11 +20,13 @@ from ares_events.errors import ConfigError, InvalidEvent
 if TYPE_CHECKING:
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["Faces", "Table", "stream_name"]
+__all__ = ["MISS", "Faces", "Table", "stream_name"]
 
 B = TypeVar("B")
 A = TypeVar("A")
 V = TypeVar("V")
+MISS: Final = object()
+"""What :meth:`Table.get` returns for a missing key given ``default=MISS``."""
 
 
 def stream_name(prefix: str, name: object, field: str) -> str:
@@ -37,26 +39,39 @@ def stream_name(prefix: str, name: object, field: str) -> str:
 
 
 class Table(Generic[V]):
-    """What an adapter keeps per stream (a verified view and its lock), made on first
-    use; beyond ``size`` entries the least recently used is dropped. The table's own
-    lock is never held across I/O, so different streams run side by side."""
+    """What an adapter keeps per key (a stream's verified view and its lock, a decoded
+    value), made on first use by ``make`` or :meth:`put`; beyond ``size`` entries the
+    least recently used is dropped. The table's own lock is never held across I/O, so
+    different streams run side by side."""
 
-    def __init__(self, make: Callable[[str], V], size: int | None = None) -> None:
+    def __init__(self, make: Callable[[Any], V] | None = None, size: int | None = None) -> None:
         self._make = make
         self._size = size
-        self._map: OrderedDict[str, V] = OrderedDict()
+        self._map: OrderedDict[Any, V] = OrderedDict()
         self._guard = threading.Lock()
 
-    def get(self, key: str) -> V:
+    def get(self, key: Any, default: Any = MISS) -> V:
+        """The value of ``key``; when there is none, ``default`` if given, else made."""
         with self._guard:
-            got = self._map.get(key)
-            if got is None:
-                got = self._map[key] = self._make(key)
-                while self._size is not None and len(self._map) > self._size:
-                    self._map.popitem(last=False)
-            else:
+            got = self._map.get(key, MISS)
+            if got is not MISS:
                 self._map.move_to_end(key)
-            return got
+            elif default is not MISS or self._make is None:
+                return default  # type: ignore[no-any-return]
+            else:
+                got = self._map[key] = self._make(key)
+                self._trim()
+            return got  # type: ignore[return-value]
+
+    def put(self, key: Any, value: V) -> None:
+        """Set the value of ``key`` (it keeps its place in the LRU order when it had one)."""
+        with self._guard:
+            self._map[key] = value
+            self._trim()
+
+    def _trim(self) -> None:
+        while self._size is not None and len(self._map) > self._size:
+            self._map.popitem(last=False)
 
 
 class Faces(Generic[B, A]):

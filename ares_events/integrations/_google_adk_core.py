@@ -34,15 +34,12 @@ class StaleSessionConflict(SessionConflict, StaleSessionError):
     catches it: reload the session (``get_session``) and run again."""
 
     def __init__(self, session_id: str, stream_id: str, expected: int, actual: int) -> None:
-        super().__init__(
-            session_id,
-            stream_id,
-            expected,
-            actual,
+        text = (
             f"session {session_id!r} was modified in storage by another run since this "
             f"session object was read (version {expected}); the event was not stored: "
-            "reload the session and run again",
+            "reload the session and run again"
         )
+        super().__init__(session_id, stream_id, expected, actual, text)
 
 
 def quote_part(part: str) -> str:
@@ -84,13 +81,8 @@ class SessionStateProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         p = event.payload
         if event.type == T_CREATED:
-            return {
-                "live": True,
-                "state": dict(p.get("state") or {}),
-                "events": 0,
-                "updated": p.get("time", 0.0),
-                "since": event.version,
-            }
+            state = {"live": True, "state": dict(p.get("state") or {}), "events": 0}
+            return {**state, "updated": p.get("time", 0.0), "since": event.version}
         if event.type == T_EVENT and state["live"]:
             state["state"].update(p.get("delta") or {})
             state["events"] += 1

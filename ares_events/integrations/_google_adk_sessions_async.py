@@ -91,17 +91,10 @@ class AsyncAdkSessions:
             await v.stream.refresh()
             if v.fold()["live"]:
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-            created = NewEvent(
-                type=T_CREATED,
-                module=MODULE,
-                payload={
-                    "app_name": app_name,
-                    "user_id": user_id,
-                    "session_id": session_id,
-                    "state": deltas["session"],
-                    "time": now,
-                },
-            )
+            payload: dict[str, Any] = {"app_name": app_name, "user_id": user_id}
+            payload["session_id"] = session_id
+            payload.update(state=deltas["session"], time=now)
+            created = NewEvent(type=T_CREATED, module=MODULE, payload=payload)
             batches = [(sid, [created], v.stream.version), *_scoped(app_name, user_id, deltas)]
             try:
                 res = await self.store.append_many(batches)
@@ -201,10 +194,7 @@ class AsyncAdkSessions:
             if expected is None:
                 expected = v.stream.version  # a session object this service did not read
             ev = NewEvent(type=T_EVENT, module=MODULE, payload=payload)
-            batches = [
-                (sid, [ev], expected),
-                *_scoped(session.app_name, session.user_id, deltas),
-            ]
+            batches = [(sid, [ev], expected), *_scoped(session.app_name, session.user_id, deltas)]
             try:
                 res = await self.store.append_many(batches)
             except ConcurrencyError as exc:
@@ -306,12 +296,9 @@ class _View:
 def _scoped(
     app_name: str, user_id: str, deltas: dict[str, dict[str, Any]]
 ) -> list[tuple[str, list[NewEvent], Any]]:
-    out: list[tuple[str, list[NewEvent], Any]] = []
-    for scope, stream_id in (
-        ("app", app_stream(app_name)),
-        ("user", user_stream(app_name, user_id)),
-    ):
-        if deltas[scope]:
-            ev = NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas[scope]})
-            out.append((stream_id, [ev], ANY))
-    return out
+    streams = {"app": app_stream(app_name), "user": user_stream(app_name, user_id)}
+    return [
+        (sid, [NewEvent(type=T_STATE, module=MODULE, payload={"delta": deltas[k]})], ANY)
+        for k, sid in streams.items()
+        if deltas[k]
+    ]

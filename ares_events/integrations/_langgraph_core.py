@@ -55,13 +55,7 @@ class StaleWriteError(ConcurrencyError):
     is_stale_write_owner_error: Final = True
 
     def __init__(
-        self,
-        stream_id: str,
-        ns: str,
-        parent: str | None,
-        winner: str,
-        actual: int,
-        attempted: str,
+        self, stream_id: str, ns: str, parent: str | None, winner: str, actual: int, attempted: str
     ) -> None:
         self.checkpoint_ns = ns
         self.parent_checkpoint_id = parent
@@ -252,8 +246,7 @@ class ThreadIndex:
         if not self.findings:
             page = events if isinstance(events, Sequence) else list(events)
             sound = self.verifier.sound_prefix(page)
-            for i in range(sound):
-                e = page[i]
+            for e in page[:sound]:
                 if e[1] > self.applied:
                     self._apply(e)
                     self.applied = e[1]
@@ -286,9 +279,8 @@ class ThreadIndex:
         self, v: int, type_: str, p: Any, meta: Any, spilled_hash: bytes | None
     ) -> None:
         if spilled_hash is None and not isinstance(p, dict):
-            self.findings.append(
-                Finding("malformed_row", self.stream_id, v, "payload is not a dict")
-            )
+            bad = Finding("malformed_row", self.stream_id, v, "payload is not a dict")
+            self.findings.append(bad)
             return
         if type_ == T_VALUE:
             # A spilled value's digest is in its metadata (so the index needs no fetch).
@@ -351,13 +343,9 @@ class ThreadIndex:
 
     def _reset(self) -> None:
         self._latest_stale = True
-        self.orphan_writes.clear()
-        self.checkpoints.clear()
-        self.continued.clear()
-        self.values.clear()
-        self.by_version.clear()
-        self.hashes.clear()
-        self.last_list.clear()
+        tables = (self.orphan_writes, self.checkpoints, self.continued, self.values)
+        for table in (*tables, self.by_version, self.hashes, self.last_list):
+            table.clear()
 
     def _drop(self, versions: Iterable[int]) -> None:
         self._latest_stale = True

@@ -6,6 +6,7 @@ It may import the package below ``integrations`` and ``langgraph``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ares_events.core.events import ANY, AppendResult, NewEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEvent
 from ares_events.integrations._conversation_async import erase_events
+from ares_events.integrations._faces import MISS
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
+    MODULE,
+    T_PRUNED,
     CheckpointRec,
     EncodedValue,
     ThreadIndex,
@@ -37,14 +41,11 @@ from ares_events.integrations._langgraph_core import (
     unpack,
 )
 from ares_events.integrations._langgraph_plan import (
-    MISS,
     ValueCache,
     materialise,
     pending_writes,
     plan_put,
     prune_plan,
-    pruned_event,
-    values_needed,
     verify_fetched,
     writes_event,
 )
@@ -136,22 +137,20 @@ async def fetch_values(
         if cache is not None:
             # A decoded value held now is pinned for this read (the cache may drop it).
             for d in list(digests):
-                hit = cache.get((index.stream_id, d))
+                hit = cache.get((index.stream_id, d), MISS)
                 if hit is not MISS:
                     out[("pinned", d)] = hit
                     digests.remove(d)
-        for v in values_needed(index, digests):
+        # The spilled value events the materialisation will need.
+        for v in [r.version for d in digests for r in index.chain(d) if r.payload is None]:
             if v in out:
                 continue
             events = [e async for e in store.read(index.stream_id, v, v)]
             if not events:
-                raise ChainIntegrityError(
-                    index.stream_id,
-                    [Finding("truncated", index.stream_id, v, "event no longer stored")],
-                )
-            e = events[0]
-            verify_fetched(index, e)
-            out[v] = e.payload
+                gone = Finding("truncated", index.stream_id, v, "event no longer stored")
+                raise ChainIntegrityError(index.stream_id, [gone])
+            verify_fetched(index, events[0])
+            out[v] = events[0].payload
     return out
 
 
@@ -174,47 +173,6 @@ def build_tuple(
     return CheckpointTuple(_config(tid, rec.ns, rec.id), cp, md, parent, pending_writes(serde, rec))
 
 
-def encode_put(
-    index: ThreadIndex,
-    serde: SerializerProtocol,
-    config: RunnableConfig,
-    checkpoint: Checkpoint,
-    metadata: CheckpointMetadata,
-    new_versions: ChannelVersions,
-) -> tuple[dict[str, Any], dict[str, EncodedValue | str]]:
-    """The checkpoint event's payload (without ``vals``) and, per channel, its encoded
-    value or the digest of the parent's unchanged value."""
-    _tid, ns, parent = _ids(config)
-    parent_vals, parent_versions = _parent_state(index, ns, parent)
-    cp: dict[str, Any] = dict(checkpoint)
-    values: dict[str, Any] = cp.pop("channel_values", None) or {}
-    md = get_checkpoint_metadata(config, metadata)
-    payload = {
-        "ns": ns,
-        "id": checkpoint["id"],
-        "parent": parent,
-        "cp": pack(serde, cp),
-        "md": pack(serde, dict(md)),
-    }
-    out: dict[str, EncodedValue | str] = {}
-    versions = checkpoint.get("channel_versions") or {}
-    for ch, ver in versions.items():
-        if ch not in new_versions and ch in parent_vals and parent_versions.get(ch) == ver:
-            out[ch] = parent_vals[ch]
-        elif ch in values:
-            out[ch] = encode_value(serde, values[ch])
-    return payload, out
-
-
-def _parent_state(index: ThreadIndex, ns: str, parent: str | None) -> tuple[Any, Any]:
-    """The parent checkpoint's value digests and channel versions (empty without one)."""
-    rec = index.checkpoints.get((ns, parent)) if parent is not None else None
-    if rec is None:
-        return {}, {}
-    versions = rec.plain("cp", "channel_versions")
-    return rec.payload.get("vals") or {}, versions if isinstance(versions, dict) else {}
-
-
 async def put_checkpoint(
     store: AsyncEventStore,
     index: ThreadIndex,
@@ -233,10 +191,25 @@ async def put_checkpoint(
     # namespace: appended only while it is still empty, so two writers that both started
     # a new thread cannot give it two roots (one that saw a root adds another on purpose).
     root = parent is None and source not in BRANCH_SOURCES and index.latest(ns) is None
-    payload, values = encode_put(index, serde, config, checkpoint, metadata, new_versions)
+    cp: dict[str, Any] = dict(checkpoint)
+    values: dict[str, Any] = cp.pop("channel_values", None) or {}
+    md = dict(get_checkpoint_metadata(config, metadata))
+    payload = {"ns": ns, "id": checkpoint["id"], "parent": parent, "cp": pack(serde, cp)}
+    payload["md"] = pack(serde, md)  # and "vals", by plan_put
+    # Per channel: its encoded value, or the digest of the parent's value when unchanged.
+    prev = index.checkpoints.get((ns, parent)) if parent is not None else None
+    prev_vals = (prev.payload.get("vals") or {}) if prev is not None else {}
+    prev_versions = prev.plain("cp", "channel_versions") if prev is not None else None
+    prev_versions = prev_versions if isinstance(prev_versions, dict) else {}
+    encoded: dict[str, EncodedValue | str] = {}
+    for ch, ver in (checkpoint.get("channel_versions") or {}).items():
+        if ch not in new_versions and ch in prev_vals and prev_versions.get(ch) == ver:
+            encoded[ch] = prev_vals[ch]
+        elif ch in values:
+            encoded[ch] = encode_value(serde, values[ch])
 
     def build() -> list[NewEvent]:
-        return plan_put(index, dict(payload), values, ns, checkpoint["id"], parent, source, root)
+        return plan_put(index, dict(payload), encoded, ns, checkpoint["id"], parent, source, root)
 
     await append_checked(store, index, build)
     return _config(tid, ns, checkpoint["id"])
@@ -282,9 +255,7 @@ async def list_checkpoints(
     recs = sorted(index.checkpoints.values(), key=lambda r: r.id, reverse=True)
     out_recs: list[CheckpointRec] = []
     for rec in recs:
-        if ns is not None and rec.ns != ns:
-            continue
-        if cid is not None and rec.id != cid:
+        if (ns is not None and rec.ns != ns) or (cid is not None and rec.id != cid):
             continue
         if before_id is not None and rec.id >= before_id:
             continue
@@ -317,7 +288,8 @@ async def drop_checkpoints(
         chosen[:] = [drop]
         if (drop is None and index.version == 0) or (drop is not None and not drop):
             return []
-        return [*first, pruned_event(drop or [], all_=drop is None, reason=reason)]
+        payload = {"drop": drop or [], "all": drop is None, "reason": reason}
+        return [*first, NewEvent(type=T_PRUNED, module=MODULE, payload=payload)]
 
     res = await append_checked(store, index, build)
     if res is None:
@@ -338,13 +310,8 @@ async def prune(
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
-    return await drop_checkpoints(
-        store,
-        index,
-        lambda: prune_plan(index, keep_last, older_than),
-        f"langgraph prune ({what})",
-        by,
-    )
+    plan = functools.partial(prune_plan, index, keep_last, older_than)
+    return await drop_checkpoints(store, index, plan, f"langgraph prune ({what})", by)
 
 
 async def delete_thread(store: AsyncEventStore, index: ThreadIndex, by: str) -> int:

@@ -7,10 +7,8 @@ It may import the package below ``integrations``, ``_langgraph_core`` and ``lang
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -18,12 +16,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ares_events.chain import header_bytes, link_hash
 from ares_events.core.events import NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
+from ares_events.integrations._faces import MISS, Table
 from ares_events.integrations._langgraph_core import (
     BRANCH_SOURCES,
     MAX_DELTA_DEPTH,
     MODULE,
     T_CHECKPOINT,
-    T_PRUNED,
     T_VALUE,
     T_WRITES,
     CheckpointRec,
@@ -84,12 +82,8 @@ def _value_event(
     if enc.items is None:
         assert enc.typed is not None
         t, b = enc.typed
-        return NewEvent(
-            type=T_VALUE,
-            module=MODULE,
-            payload={"d": enc.digest, "t": t, "b": b64(b)},
-            metadata={"d": enc.digest},
-        )
+        whole = {"d": enc.digest, "t": t, "b": b64(b)}
+        return NewEvent(type=T_VALUE, module=MODULE, payload=whole, metadata={"d": enc.digest})
     assert enc.item_digests is not None
     base_items = _base_items(index, ns, ch, prev)
     index.last_list[(ns, ch)] = (enc.digest, enc.item_digests)
@@ -123,9 +117,7 @@ def _base_items(index: ThreadIndex, ns: str, ch: str, prev: str | None) -> list[
     # Not the last list this saver wrote (another process, a restart): rebuild the item
     # digests from the stored items when they are all in memory.
     items = _items_in_memory(index, prev)
-    if items is None:
-        return None
-    return [_item_digest(t, unb64(b)) for t, b in items]
+    return None if items is None else [_item_digest(t, unb64(b)) for t, b in items]
 
 
 def writes_event(
@@ -146,13 +138,8 @@ def writes_event(
             continue
         t, b = serde.dumps_typed(value)
         out.append([idx, ch, t, b64(b)])
-    if not out:
-        return None
-    return NewEvent(
-        type=T_WRITES,
-        module=MODULE,
-        payload={"ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": out},
-    )
+    payload = {"ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": out}
+    return NewEvent(type=T_WRITES, module=MODULE, payload=payload) if out else None
 
 
 def pending_writes(serde: SerializerProtocol, rec: CheckpointRec) -> list[PendingWrite]:
@@ -172,17 +159,8 @@ def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
         try:
             if ref is None:
                 raise ValueError("payload no longer spilled")
-            header = header_bytes(
-                e.stream_id,
-                e.version,
-                e.event_id_str,
-                e.type,
-                e.module,
-                e.metadata_json,
-                e.at,
-                ref.digest.hex(),
-                ref.size,
-            )
+            fields = (e.stream_id, e.version, e.event_id_str, e.type, e.module, e.metadata_json)
+            header = header_bytes(*fields, e.at, ref.digest.hex(), ref.size)
             if e.hash != want or link_hash(e.prev_hash, header, index.key) != want:
                 problem = "event differs from the one verified"
         except (TypeError, ValueError) as exc:
@@ -193,37 +171,11 @@ def verify_fetched(index: ThreadIndex, e: RecordedEvent) -> None:
         )
 
 
-def values_needed(index: ThreadIndex, digests: Iterable[str]) -> list[int]:
-    """Versions of spilled value events a materialisation will need to fetch."""
-    return [rec.version for d in digests for rec in index.chain(d) if rec.payload is None]
-
-
-class ValueCache:
-    """Decoded channel values by (stream, digest), least recently used dropped: the
-    opt-in ``value_cache`` of the savers. Filled only from verified, decoded storage
-    (never from a caller's objects); a hit hands out a new top-level list or dict whose
-    items are shared with the cache and earlier callers."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._d: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> Any:
-        with self._lock:
-            v = self._d.get(key, MISS)
-            if v is not MISS:
-                self._d.move_to_end(key)
-        return v
-
-    def put(self, key: tuple[str, str], value: Any) -> None:
-        with self._lock:
-            self._d[key] = value
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
-
-
-MISS: Final = object()
+ValueCache = Table[Any]
+"""Decoded channel values by (stream, digest): the opt-in ``value_cache`` of the savers.
+Filled only from verified, decoded storage (never from a caller's objects); a hit hands
+out a new top-level list or dict whose items are shared with the cache and earlier
+callers."""
 
 
 def _handout(value: Any) -> Any:
@@ -247,7 +199,7 @@ def materialise(
     if pinned is not MISS:
         return _handout(pinned)
     if cache is not None:
-        hit = cache.get((index.stream_id, digest))
+        hit = cache.get((index.stream_id, digest), MISS)
         if hit is not MISS:
             return _handout(hit)
         value = materialise(index, serde, digest, fetched)
@@ -258,26 +210,21 @@ def materialise(
     while d is not None:
         rec = index.values.get(d)
         if rec is None:
-            raise ChainIntegrityError(
-                index.stream_id,
-                [
-                    Finding(
-                        "value_missing", index.stream_id, None, f"channel value {d} is not stored"
-                    )
-                ],
-            )
+            _missing(index, None, f"channel value {d} is not stored")
         p = rec.payload if rec.payload is not None else fetched[rec.version]
         chain.append(p)
         d = p.get("base")
         if len(chain) > MAX_DELTA_DEPTH + 2:
-            raise ChainIntegrityError(
-                index.stream_id,
-                [Finding("value_missing", index.stream_id, rec.version, "delta chain too long")],
-            )
+            _missing(index, rec.version, "delta chain too long")
     top = chain[0]
     if "list" not in top:
         return serde.loads_typed((top["t"], unb64(top["b"])))
     return [serde.loads_typed((t, unb64(b))) for t, b in _joined(chain)]
+
+
+def _missing(index: ThreadIndex, version: int | None, detail: str) -> NoReturn:
+    finding = Finding("value_missing", index.stream_id, version, detail)
+    raise ChainIntegrityError(index.stream_id, [finding])
 
 
 def prune_plan(
@@ -311,13 +258,9 @@ def prune_plan(
             items = _items_in_memory(index, d)
             if items is not None:
                 done.add(d)
+                payload = {"d": d, "list": items}
                 rebased.append(
-                    NewEvent(
-                        type=T_VALUE,
-                        module=MODULE,
-                        payload={"d": d, "list": items},
-                        metadata={"d": d},
-                    )
+                    NewEvent(type=T_VALUE, module=MODULE, payload=payload, metadata={"d": d})
                 )
     return rebased, index.unneeded(keep, rebased=done)
 
@@ -344,11 +287,3 @@ def _joined(chain: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 def _ts(rec: CheckpointRec) -> str:
     ts = rec.plain("cp", "ts")
     return ts if isinstance(ts, str) else ""
-
-
-def pruned_event(drop: Sequence[int], *, all_: bool, reason: str) -> NewEvent:
-    return NewEvent(
-        type=T_PRUNED,
-        module=MODULE,
-        payload={"drop": [] if all_ else list(drop), "all": all_, "reason": reason},
-    )

@@ -12,7 +12,6 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from threading import Lock
-from types import TracebackType
 from typing import Any, Final, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -82,7 +81,7 @@ def _value_cache(size: object) -> ValueCache | None:
     """The opt-in decoded-value cache of ``size`` entries (0: none)."""
     if type(size) is not int or size < 0:
         raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
-    return ValueCache(size) if size > 0 else None
+    return ValueCache(size=size) if size > 0 else None
 
 
 class AresSaverBase(BaseCheckpointSaver[str]):
@@ -153,12 +152,7 @@ class AresSaverBase(BaseCheckpointSaver[str]):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextlib.contextmanager

@@ -10,7 +10,6 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any, Final, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -86,7 +85,7 @@ def _value_cache(size: object) -> ValueCache | None:
     """The opt-in decoded-value cache of ``size`` entries (0: none)."""
     if type(size) is not int or size < 0:
         raise InvalidEvent("value_cache", f"must be an int >= 0, got {size!r}")
-    return ValueCache(size) if size > 0 else None
+    return ValueCache(size=size) if size > 0 else None
 
 
 class AsyncAresSaver(BaseCheckpointSaver[str]):
@@ -157,12 +156,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     @contextlib.asynccontextmanager

@@ -119,12 +119,12 @@ class MessageLog:
         self, conversation_id: str, c: _Conversation, expected: int, type_: str, payload: Any
     ) -> int:
         """Append one event at ``expected`` (``c``'s lock held), else ConversationConflict."""
+        ev = NewEvent(type=type_, module=MODULE, payload=payload)
         try:
-            res = c.view.append([NewEvent(type=type_, module=MODULE, payload=payload)], expected)
+            res = c.view.append([ev], expected)
         except ConcurrencyError as exc:
-            raise ConversationConflict(
-                conversation_id, c.view.stream_id, expected, exc.actual
-            ) from None
+            stream = c.view.stream_id
+            raise ConversationConflict(conversation_id, stream, expected, exc.actual) from None
         c.seen = res.version
         return res.version
 

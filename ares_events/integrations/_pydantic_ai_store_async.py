@@ -49,15 +49,12 @@ if ASYNC:
         again. Also Pydantic AI's own ``ConversationConflict`` (a ``UserError``)."""
 
         def __init__(self, conversation_id: str, stream_id: str, expected: int, actual: int):
-            ConcurrencyError.__init__(
-                self,
-                stream_id,
-                expected,
-                actual,
+            text = (
                 f"conversation {conversation_id!r} was appended to by another writer since "
                 f"it was loaded (version {expected}); nothing was stored: load it again "
-                "and run the turn again",
+                "and run the turn again"
             )
+            ConcurrencyError.__init__(self, stream_id, expected, actual, text)
             self.conversation_id = conversation_id  # after: the base sets it to the text
 
 
@@ -146,14 +143,12 @@ class AsyncMessageLog:
         self, conversation_id: str, c: _Conversation, expected: int, type_: str, payload: Any
     ) -> int:
         """Append one event at ``expected`` (``c``'s lock held), else ConversationConflict."""
+        ev = NewEvent(type=type_, module=MODULE, payload=payload)
         try:
-            res = await c.view.append(
-                [NewEvent(type=type_, module=MODULE, payload=payload)], expected
-            )
+            res = await c.view.append([ev], expected)
         except ConcurrencyError as exc:
-            raise ConversationConflict(
-                conversation_id, c.view.stream_id, expected, exc.actual
-            ) from None
+            stream = c.view.stream_id
+            raise ConversationConflict(conversation_id, stream, expected, exc.actual) from None
         c.seen = res.version
         return res.version
 

@@ -58,20 +58,6 @@ _MAX_TYPE: Final = 256
 _SNAPSHOT_IDS: Final = uuid.UUID("6f0d2c1e-5b8a-4f55-9a57-0e4b2f8c7a31")
 
 
-def _encode_state(state: bytes) -> dict[str, str]:
-    try:
-        return {"state": state.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"state_b64": base64.b64encode(state).decode("ascii")}
-
-
-def _decode_state(payload: dict[str, str]) -> bytes:
-    s = payload.get("state")
-    if s is not None:
-        return s.encode("utf-8")
-    return base64.b64decode(payload["state_b64"])
-
-
 def _to_new_event(
     ev: StoredEvent, module: str, extra: dict[str, Any] | None = None, event_id: Any = None
 ) -> NewEvent:
@@ -84,23 +70,19 @@ def _to_new_event(
     if extra:
         meta.update(extra)
     ids = {"event_id": event_id} if event_id is not None else {}
-    payload = _encode_state(ev.state)
+    try:
+        payload = {"state": ev.state.decode("utf-8")}
+    except UnicodeDecodeError:
+        payload = {"state_b64": base64.b64encode(ev.state).decode("ascii")}
     return NewEvent(type=topic[:_MAX_TYPE], module=module, payload=payload, metadata=meta, **ids)
 
 
 def _to_stored(e: RecordedEvent, originator_id: UUID | str, cls: type[Any] = StoredEvent) -> Any:
-    meta = e.metadata
-    topic = meta.get("topic", e.type)
-    state = _decode_state(e.payload)
-    if cls is Notification:
-        return Notification(
-            originator_id=originator_id,
-            originator_version=meta["originator_version"],
-            topic=topic,
-            state=state,
-            id=e.position,
-        )
-    return StoredEvent(originator_id, meta["originator_version"], topic, state)
+    s = e.payload.get("state")
+    state = s.encode("utf-8") if s is not None else base64.b64decode(e.payload["state_b64"])
+    ids = {"id": e.position} if cls is Notification else {}
+    version = e.metadata["originator_version"]
+    return cls(originator_id, version, e.metadata.get("topic", e.type), state, **ids)
 
 
 _ERRORS: Final = (ConcurrencyError, InvalidEvent, StoreError)
@@ -209,9 +191,7 @@ class AresAggregateRecorder(AggregateRecorder):
         return self.store.append_many(batches, tracking=track)
 
     def _insert_snapshots(
-        self,
-        groups: dict[str, list[StoredEvent]],
-        track: TrackingRecord | None,
+        self, groups: dict[str, list[StoredEvent]], track: TrackingRecord | None
     ) -> list[int]:
         for _ in range(10):
             batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
@@ -314,11 +294,7 @@ class AresAggregateRecorder(AggregateRecorder):
             hi = top if hi is None else min(hi, top)
         if limit is not None:
             lo = max(lo, hi - limit + 1)
-        if hi < lo:
-            return []
-        recs = ds.read(sid, lo, hi, None, head)
-        recs.reverse()
-        return recs
+        return ds.read(sid, lo, hi, None, head)[::-1] if lo <= hi else []
 
     def _select_snapshots(
         self,
@@ -478,12 +454,10 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
             OperationalError: the store cannot be reached.
         """
         prefix = self.datastore.stream_prefix
-
-        def mine(e: RecordedEvent) -> bool:
-            return e.module == MODULE and e.stream_id.startswith(prefix)
-
         try:
-            return self.datastore.last_position(mine)
+            return self.datastore.last_position(
+                lambda e: e.module == MODULE and e.stream_id.startswith(prefix)
+            )
         except StoreError as exc:
             raise _translate(exc) from exc
 

@@ -12,7 +12,7 @@ It may import anything in the package, and ``google.adk``.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import (
@@ -79,11 +79,8 @@ class AresSessionService(BaseSessionService):
         erase_on_delete: bool = False,
         by: str = "google-adk",
     ) -> None:
-        opts: dict[str, Any] = {
-            "snapshot_every": snapshot_every,
-            "erase_on_delete": erase_on_delete,
-            "by": by,
-        }
+        opts: dict[str, Any] = {"snapshot_every": snapshot_every, "by": by}
+        opts["erase_on_delete"] = erase_on_delete
         self._faces = Faces(
             url, store, lambda s: AdkSessions(s, **opts), lambda s: AsyncAdkSessions(s, **opts)
         )
@@ -100,10 +97,8 @@ class AresSessionService(BaseSessionService):
         session_id: str | None = None,
     ) -> Session:
         """Create a session (``AlreadyExistsError`` when a live one has this id)."""
-        got: Session = await self._faces.call(
-            "create_session", app_name, user_id, state, session_id
-        )
-        return got
+        args = (app_name, user_id, state, session_id)
+        return cast("Session", await self._faces.call("create_session", *args))
 
     async def get_session(
         self,
@@ -119,10 +114,8 @@ class AresSessionService(BaseSessionService):
         Raises:
             ChainIntegrityError: the session's stream does not verify.
         """
-        got: Session | None = await self._faces.call(
-            "get_session", app_name, user_id, session_id, config
-        )
-        return got
+        args = (app_name, user_id, session_id, config)
+        return cast("Session | None", await self._faces.call("get_session", *args))
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -139,8 +132,7 @@ class AresSessionService(BaseSessionService):
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user-scoped state (keys without the ``user:`` prefix)."""
-        got: dict[str, Any] = await self._faces.call("get_user_state", app_name, user_id)
-        return got
+        return cast("dict[str, Any]", await self._faces.call("get_user_state", app_name, user_id))
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Append ``event`` at the version ``session`` was read at; apply its state

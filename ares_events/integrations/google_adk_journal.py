@@ -30,10 +30,7 @@ from google.genai import types
 from pydantic import ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
-from ares_events.agents.journal import (
-    AsyncJournal,
-    ModelReply,
-)
+from ares_events.agents.journal import AsyncJournal, ModelReply
 from ares_events.core.iterators_async import maybe_await
 from ares_events.errors import ConfigError
 from ares_events.integrations._journaled import idempotency_key, journal_errors, tool_call
@@ -174,13 +171,10 @@ class JournaledLlm(BaseLlm):
         async def call(_messages: Any, _params: Any) -> ModelReply:
             got = [r async for r in self.wrapped.generate_content_async(llm_request, stream)]
             usage: dict[str, Any] = {}
-            meta = got[-1].usage_metadata if got else None
-            if meta is not None:
-                usage = {
-                    "input_tokens": meta.prompt_token_count or 0,
-                    "output_tokens": meta.candidates_token_count or 0,
-                    "total_tokens": meta.total_token_count or 0,
-                }
+            if (meta := got[-1].usage_metadata if got else None) is not None:
+                usage["input_tokens"] = meta.prompt_token_count or 0
+                usage["output_tokens"] = meta.candidates_token_count or 0
+                usage["total_tokens"] = meta.total_token_count or 0
             dumped = [r.model_dump(mode="json", exclude_none=True) for r in got]
             return ModelReply({"responses": dumped}, usage)
 
@@ -208,17 +202,10 @@ class JournaledTool(BaseTool):
         idempotent: bool = False,
         reconcile: Callable[[str, str], Any] | None = None,
     ) -> None:
-        super().__init__(
-            name=wrapped.name,
-            description=wrapped.description,
-            is_long_running=wrapped.is_long_running,
-            custom_metadata=wrapped.custom_metadata,
-        )
-        self.wrapped = wrapped
-        self.journal = journal
-        self.order = order
-        self.idempotent = idempotent
-        self.reconcile = reconcile
+        declared = ("name", "description", "is_long_running", "custom_metadata")
+        super().__init__(**{k: getattr(wrapped, k) for k in declared})
+        self.wrapped, self.journal, self.order = wrapped, journal, order
+        self.idempotent, self.reconcile = idempotent, reconcile
 
     def _get_declaration(self) -> types.FunctionDeclaration | None:
         return self.wrapped._get_declaration()
@@ -295,12 +282,8 @@ def _durable_agent(
         else orig
         for t, orig in zip(resolved, agent.tools, strict=True)
     ]
-    model = JournaledLlm(
-        model=agent.canonical_model.model,
-        wrapped=agent.canonical_model,
-        journal=journal,
-        order=order,
-    )
+    llm = agent.canonical_model
+    model = JournaledLlm(model=llm.model, wrapped=llm, journal=journal, order=order)
     update: dict[str, Any] = {"model": model, "tools": tools}
     # The agent's own callbacks may answer a tool call (it never reaches the journal) or
     # put another response in the model's place: the order must follow what ADK runs.
@@ -392,11 +375,9 @@ async def run_durably(
     else:
         await local.create_session(app_name=app_name, user_id=user_id, session_id=sid)
     base = len((await local_session()).events)
-    message = (
-        new_message
-        if isinstance(new_message, types.Content)
-        else types.Content(role="user", parts=[types.Part(text=new_message)])
-    )
+    message = new_message
+    if not isinstance(message, types.Content):
+        message = types.Content(role="user", parts=[types.Part(text=message)])
     runner = Runner(agent=durable, app_name=app_name, session_service=local)
     final: Event | None = None
     with journal_errors():  # ADK re-raises what a tool raised, perhaps wrapped

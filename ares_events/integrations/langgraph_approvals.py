@@ -17,23 +17,13 @@ from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, interrupt
 
-from ares_events.agents.approvals import (
-    APPROVAL_REASON,
-    Approval,
-    Ledger,
-    Pending,
-    check_approval,
-)
+from ares_events.agents.approvals import APPROVAL_REASON, Approval, Ledger, Pending, check_approval
 from ares_events.agents.journal_errors import RunNotRunnable
 from ares_events.agents.recording import hash_of
 from ares_events.core.catalog import new_event
 from ares_events.core.events import ANY, NO_STREAM
 from ares_events.core.iterators import closing_iter
-from ares_events.errors import (
-    ApprovalForged,
-    ConcurrencyError,
-    ConfigError,
-)
+from ares_events.errors import ApprovalForged, ConcurrencyError, ConfigError
 from ares_events.integrations._langgraph_core import MODULE, stream_of
 
 if TYPE_CHECKING:
@@ -116,20 +106,10 @@ class ApprovalGate:
                     f"a second approval gate in node task {ns!r}: one gate per node (put "
                     "each approved action in its own node)"
                 )
-            payload = {
-                "reason": APPROVAL_REASON,
-                "step": t.version + 1,
-                "ns": ns,
-                "interrupt": iid,
-                "args": value,
-                "args_hash": ah,
-            }
+            payload = {"reason": APPROVAL_REASON, "step": t.version + 1, "ns": ns, "interrupt": iid}
+            ev = new_event(REQUESTED, MODULE, {**payload, "args": value, "args_hash": ah})
             try:
-                self.store.append(
-                    stream,
-                    [new_event(REQUESTED, MODULE, payload)],
-                    expected_version=t.version or NO_STREAM,
-                )
+                self.store.append(stream, [ev], expected_version=t.version or NO_STREAM)
                 return
             except ConcurrencyError:
                 continue  # the saver wrote meanwhile: read again
@@ -166,18 +146,9 @@ class ApprovalGate:
             return nonce
         # One used-event per nonce whatever the races: its id is the nonce's.
         used_id = uuid.uuid5(uuid.NAMESPACE_URL, f"ares-events:{stream}:{nonce}")
-        self.store.append(
-            stream,
-            [
-                new_event(
-                    USED,
-                    MODULE,
-                    {"approved": nonce, "step": step, "args_hash": ah},
-                    event_id=used_id,
-                )
-            ],
-            expected_version=ANY,
-        )
+        payload = {"approved": nonce, "step": step, "args_hash": ah}
+        ev = new_event(USED, MODULE, payload, event_id=used_id)
+        self.store.append(stream, [ev], expected_version=ANY)
         return nonce
 
     def pending(self, config: RunnableConfig, step: int | None = None) -> Pending:
@@ -217,11 +188,8 @@ class ApprovalGate:
         pending = Pending(stream, step, str(req[1].get("args_hash")), t.head)
         used = t.ledger.used_before(2**62)
         nonce = check_approval(approval, pending, trusted=self.approvers, used=used).nonce
-        self.store.append(
-            stream,
-            [new_event(PRESENTED, MODULE, {"approval": approval, "step": step})],
-            expected_version=t.version,
-        )
+        presented = new_event(PRESENTED, MODULE, {"approval": approval, "step": step})
+        self.store.append(stream, [presented], expected_version=t.version)
         iid = req[1].get("interrupt")
         return Command(resume={iid: nonce} if iid else nonce)
 

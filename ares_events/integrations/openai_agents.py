@@ -23,11 +23,7 @@ from agents.memory.session_settings import (
 from ares_events.errors import ConfigError
 from ares_events.integrations._faces import Faces, stream_name
 from ares_events.integrations._openai_session import SessionLog
-from ares_events.integrations._openai_session_async import (
-    MODULE,
-    AsyncSessionLog,
-    SessionConflict,
-)
+from ares_events.integrations._openai_session_async import MODULE, AsyncSessionLog, SessionConflict
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -64,16 +60,6 @@ def stream_of(session_id: str) -> str:
     return stream_name(STREAM_PREFIX, session_id, "session_id")
 
 
-def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
-    """The SDK's own normalisation (None: the defaults; a dict is checked)."""
-    if value is None:
-        return SessionSettings()
-    try:
-        return coerce_session_settings(value)
-    except TypeError as exc:
-        raise SessionSettingsError(str(exc)) from None
-
-
 class AresSession:
     """The SDK's ``Session`` protocol on the stream ``openai-agents/<session_id>``.
 
@@ -106,8 +92,14 @@ class AresSession:
             lambda s: SessionLog(s, session_id, self.stream_id),
             lambda s: AsyncSessionLog(s, session_id, self.stream_id),
         )
-        # Typed as the SDK types it (its protocol lets a session have none).
-        self.session_settings: SessionSettings | None = _settings(session_settings)
+        # The SDK's own normalisation (None: the defaults; a dict is checked), typed as the
+        # SDK types it (its protocol lets a session have none).
+        self.session_settings: SessionSettings | None = SessionSettings()
+        if session_settings is not None:
+            try:
+                self.session_settings = coerce_session_settings(session_settings)
+            except TypeError as exc:
+                raise SessionSettingsError(str(exc)) from None
 
     def __repr__(self) -> str:
         return f"AresSession({self.session_id!r})"

@@ -61,11 +61,8 @@ class JournaledModel(Model):
         async def call(_messages: Any, _params: Any) -> ModelReply:
             resp = await self.wrapped.get_response(system_instructions, input, *args, **kwargs)
             usage = {k: getattr(resp.usage, k) for k in _USAGE}
-            completion = {
-                "output": [o.model_dump(mode="json") for o in resp.output],
-                "usage": usage,
-                "response_id": resp.response_id,
-            }
+            output = [o.model_dump(mode="json") for o in resp.output]
+            completion = {"output": output, "usage": usage, "response_id": resp.response_id}
             return ModelReply(completion, usage)
 
         got = await self.journal.model_call(request, {}, call=call)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.wrapper import WrapperModel
@@ -79,13 +79,6 @@ def stable_request(value: Any) -> Any:
     if isinstance(value, list):
         return [stable_request(v) for v in value]
     return value
-
-
-def _usage(response: ModelResponse) -> dict[str, Any]:
-    u = response.usage
-    out = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
-    out["total_tokens"] = out["input_tokens"] + out["output_tokens"]
-    return out
 
 
 class AresMessageStore:
@@ -180,13 +173,11 @@ class AsyncAresMessageStore:
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`AresMessageStore.load`."""
-        got: list[ModelMessage] = await self._faces.call("load", conversation_id)
-        return got
+        return cast("list[ModelMessage]", await self._faces.call("load", conversation_id))
 
     async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`AresMessageStore.append`."""
-        got: int = await self._faces.call("append", conversation_id, new_messages)
-        return got
+        return cast("int", await self._faces.call("append", conversation_id, new_messages))
 
     async def clear(
         self,
@@ -231,7 +222,10 @@ class JournaledModel(WrapperModel):
             response = await self.wrapped.request(
                 messages, model_settings, model_request_parameters
             )
-            return ModelReply(encode_messages([response])[0], _usage(response))
+            u = response.usage
+            usage = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+            usage["total_tokens"] = u.input_tokens + u.output_tokens
+            return ModelReply(encode_messages([response])[0], usage)
 
         completion = await self.journal.model_call(request, params, call=call)
         got = decode_messages([completion])[0]
@@ -251,11 +245,7 @@ class JournaledToolset(WrapperToolset[Any]):
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def call_tool(
-        self,
-        name: str,
-        tool_args: dict[str, Any],
-        ctx: RunContext[Any],
-        tool: ToolsetTool[Any],
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         assert self.journal is not None, "JournaledToolset needs a journal"
         async with self._lock:

@@ -347,3 +347,41 @@ def test_a_cell_whose_own_bound_comes_out_lower_never_makes_the_merge_skip(
         assert [e.position for e in store.read_all(0)] == sorted(
             e.position for e in store.read_all(0)
         )
+
+
+@pytest.mark.parametrize("kind", ["schemas", "citus"])
+def test_a_merged_read_after_an_append_waits_for_it_to_be_final(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cells on one clock: a transaction of the clock's database with a lower position is
+    in flight when the append commits; the merged ``read_all`` takes its top from the
+    cells' ``last_position``, and the cell that wrote waits until its append is final,
+    so the read sees it (the wait is lengthened far past the other transaction's end: no
+    timing precondition)."""
+    import threading
+    import time
+
+    import psycopg
+
+    from ares_events.stores.postgres import recorder
+
+    monkeypatch.setattr(recorder, "_CATCH_UP", 60.0)
+    url = cells_url(kind, request)
+    clock_db = "postgresql://" + url.split("://", 1)[1].split("?", 1)[0]
+    blocker = psycopg.connect(clock_db)
+    blocker.execute("SELECT pg_current_xact_id()")
+
+    def end_later() -> None:
+        time.sleep(0.2)
+        blocker.commit()
+
+    ender = threading.Thread(target=end_later)
+    try:
+        with ae.open_store(url) as store:
+            res = store.append("s", [ae.NewEvent(type="t.x", module="m")])
+            ender.start()
+            assert [e.position for e in store.read_all()] == [res.position]
+    finally:
+        if ender.is_alive():
+            ender.join()
+        blocker.close()

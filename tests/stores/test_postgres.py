@@ -733,5 +733,84 @@ def test_reads_never_go_back_below_a_position_already_returned(postgres_url: str
         )
         assert [e.position for e in store.read_all()] == first
         assert store.last_position() == first[-1]
-        rec._final = 0  # a recorder that never read: the low bound is all it has
+        rec._final = rec._own = 0  # a recorder that never read nor wrote: the low bound is all
         assert list(store.read_all()) == []
+
+
+def _hold_an_xid(postgres_url: str) -> psycopg.Connection[Any]:
+    """A transaction of the store's database holding an xid (so a lower position than any
+    later append's) while it stays open."""
+    blocker = psycopg.connect(postgres_url.split("?", maxsplit=1)[0])
+    blocker.execute("SELECT pg_current_xact_id()")
+    return blocker
+
+
+@pytest.mark.parametrize("face", ["blocking", "asyncio"])
+def test_a_read_after_an_append_waits_for_it_to_be_final(
+    postgres_url: str, face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read your own writes in global order: a transaction with a lower position is in
+    flight when the append commits, so the server's bound is below the append's position;
+    ``read_all`` and ``last_position`` wait until it is final instead of stopping short,
+    and then see the append (the old code returned nothing here). The wait has no timing
+    precondition: it is lengthened far past the moment the other transaction ends."""
+    from ares_events.stores.postgres import recorder, recorder_async
+
+    monkeypatch.setattr(recorder, "_CATCH_UP", 60.0)
+    monkeypatch.setattr(recorder_async, "_CATCH_UP", 60.0)
+    blocker = _hold_an_xid(postgres_url)
+    ended = threading.Event()
+
+    def end_later() -> None:
+        time.sleep(0.2)
+        blocker.commit()
+        ended.set()
+
+    ender = threading.Thread(target=end_later)
+    try:
+        if face == "blocking":
+            with ae.open_store(postgres_url) as store:
+                res = store.append("s", [ae.NewEvent(type="t.x", module="m")])
+                ender.start()
+                got = [e.position for e in store.read_all()]
+                last = store.last_position()
+        else:
+            import asyncio
+
+            async def run() -> tuple[int, list[int], int]:
+                async with await ae.open_async_store(postgres_url) as store:
+                    res = await store.append("s", [ae.NewEvent(type="t.x", module="m")])
+                    ender.start()
+                    got = [e.position async for e in store.read_all()]
+                    return res.position, got, await store.last_position()
+
+            pos, got, last = asyncio.run(run())
+            res = ae.AppendResult("s", 1, pos, ())
+        assert ended.is_set()  # the read could not have returned before the commit
+        assert got == [res.position]
+        assert last == res.position
+    finally:
+        if ender.is_alive():
+            ender.join()
+        blocker.close()
+
+
+def test_a_read_gives_up_waiting_and_never_skips(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction with a lower position stays open past the wait: the read returns
+    what is final (not the append, which could be followed by the open transaction's
+    rows at lower positions), and once the transaction ends the append is read."""
+    from ares_events.stores.postgres import recorder
+
+    monkeypatch.setattr(recorder, "_CATCH_UP", 0.05)
+    blocker = _hold_an_xid(postgres_url)
+    try:
+        with ae.open_store(postgres_url) as store:
+            res = store.append("s", [ae.NewEvent(type="t.x", module="m")])
+            assert list(store.read_all()) == []
+            assert list(store.read_all()) == []  # gave up once: no second wait
+            blocker.commit()
+            assert [e.position for e in store.read_all()] == [res.position]
+    finally:
+        blocker.close()

@@ -79,6 +79,9 @@ from ares_events.stores.sql_read_models import postgres_read_models
 
 if ASYNC:
     import asyncio
+    from asyncio import sleep
+else:
+    from time import sleep
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.snapshots_async import AsyncPostgresSnapshotRows
@@ -98,6 +101,7 @@ _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
 _MAX_KEY: Final = 2**63 - 1
 _FAR: Final = 2**62
+_CATCH_UP: Final = 1.0  # seconds a read waits for this recorder's own appends (_catch_up)
 
 
 def _check_batch_size(n: int, stream_id: str | None = None) -> None:
@@ -234,6 +238,8 @@ class AsyncPostgresRecorder:
         self.clock = clock(self.sql)
         """Where positions and the visibility bound come from (:mod:`.clock`)."""
         self._final = 0  # see _below
+        self._own = 0  # one past the highest position this recorder committed
+        self._waited = 0  # the last _own a read gave up waiting for
         self.predict_heads = self.clock.predict_heads
         self.channel = channel_for(schema)
         self._secret = secret or None
@@ -508,6 +514,7 @@ class AsyncPostgresRecorder:
             if outcome is None:
                 with self.clock.writing(conn, self._description):
                     outcome = await self._append_locked(conn, batch, expected_version)
+            self._wrote(outcome)
             return outcome
 
         return await self._appending(f"append to stream {batch.stream_id!r}", [batch], run)
@@ -694,7 +701,10 @@ class AsyncPostgresRecorder:
 
         async def run(conn: Any) -> list[AppendOutcome]:
             with self.clock.writing(conn, self._description):
-                return await self._append_many(conn, batches, tracking)
+                outcomes = await self._append_many(conn, batches, tracking)
+            for o in outcomes:
+                self._wrote(o)
+            return outcomes
 
         what = f"append to {len(batches)} stream(s)"
         return await self._appending(what, [b for b, _ in batches], run)
@@ -762,12 +772,46 @@ class AsyncPostgresRecorder:
 
     async def _below(self, what: str) -> tuple[int, ...]:
         """The clock's visibility bound for the next read, when it comes from a statement
-        of its own; else the floor the read statements' own bound is raised to (one past
-        the highest position a read of this recorder returned: final for good)."""
-        bound = self.clock.bound
-        if bound is None:
+        of its own (Citus' coordinator); else the floor the read statements' own bound is
+        raised to. Both wait for this recorder's own appends first (_catch_up)."""
+        statement = self.clock.bound
+        if statement is None:
+            if self._own > self._final and self._own != self._waited:
+                await self._catch_up(what, self.sql.bound)
             return (self._final,)
-        return (int((await self._query(what, bound, ()))[0][0]),)
+        return (await self._catch_up(what, statement),)
+
+    async def _catch_up(self, what: str, statement: sql.Composed) -> int:
+        """The bound, raised to ``_final`` (one past the highest position a read of this
+        recorder returned, or a bound seen before: each held, so is final for good), after
+        waiting up to ``_CATCH_UP`` seconds for it to pass this recorder's own appends:
+        read your own writes. The bound stays below them while a transaction with a lower
+        position is in flight (waiting is right: reading past it could skip its rows), and
+        comes out low for an instant after another database's transaction ends (sql.py).
+        Giving up reads what is final, as before, and does not wait for them again."""
+        own = self._own
+        deadline = time.monotonic() + _CATCH_UP
+        delay = 0.001
+        while True:
+            bound = max(self._final, int((await self._query(what, statement, ()))[0][0]))
+            self._final = bound
+            if bound >= own or own == self._waited:
+                return bound
+            if time.monotonic() >= deadline:
+                self._waited = own
+                logger.debug("%s: positions below %d in flight after %gs", what, own, _CATCH_UP)
+                return bound
+            await sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def _wrote(self, outcome: AppendOutcome) -> None:
+        """An append committed (or found its events stored): reads of this recorder wait
+        until they are final (_catch_up)."""
+        pos = outcome.position
+        if pos is None:
+            pos = max((e.position for e in outcome.events), default=0)
+        if type(pos) is int and pos >= self._own:
+            self._own = pos + 1
 
     def _seen(self, position: Any) -> None:
         """A read returned ``position``: every position up to it is final for good."""

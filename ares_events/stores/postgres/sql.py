@@ -205,6 +205,8 @@ SELECT_POSITIONS_BELOW: Final = (
     "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
     "AND position < %s" + ORDER_BY_POSITION
 )
+# The bound alone: a read after this recorder's own append waits for it to pass (_catch_up).
+SELECT_BOUND: Final = f"SELECT {VISIBLE_BOUND}"
 SELECT_LAST_POSITION: Final = (
     "SELECT coalesce(max(position), 0) FROM {s}.ares_events "
     f"WHERE position < GREATEST({VISIBLE_BOUND}, %s)"
@@ -323,6 +325,7 @@ class Statements:
     all_from: sql.Composed = field(metadata={"sql": SELECT_ALL_FROM})
     positions: sql.Composed = field(metadata={"sql": SELECT_POSITIONS})
     last: sql.Composed = field(metadata={"sql": SELECT_LAST_POSITION})
+    bound: sql.Composed = field(metadata={"sql": SELECT_BOUND})
     head: sql.Composed = field(metadata={"sql": SELECT_HEAD})
     heads: sql.Composed = field(metadata={"sql": SELECT_HEADS})
     heads_for_append: sql.Composed = field(metadata={"sql": SELECT_HEADS_FOR_APPEND})

@@ -418,27 +418,45 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction; the caller holds the gate."""
-        if self.read_only:
-            raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
-        conn = self._conn()
         with self._serial:
-            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            conn = self._begin()
             try:
                 yield conn
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
-            else:
-                try:
-                    self._retry(lambda: conn.execute("COMMIT"))
-                except BaseException:
-                    # A COMMIT that failed (interrupted by close, disk full) leaves the
-                    # transaction open: end it so the connection is clean.
-                    with contextlib.suppress(sqlite3.Error):
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
+            self._commit(conn)
+
+    def _begin(self) -> sqlite3.Connection:
+        """``BEGIN IMMEDIATE`` on this thread's connection (under ``_serial``): tried once,
+        then retried while busy (a lambda and a retry loop cost more than the statement)."""
+        if self.read_only:
+            raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+        return conn
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        try:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
                     raise
+                self._retry(lambda: conn.execute("COMMIT"))
+        except BaseException:
+            # A COMMIT that failed (interrupted by close, disk full) leaves the
+            # transaction open: end it so the connection is clean.
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            raise
 
     def _prepare_schema(self, migrate: bool) -> None:
         if self.read_only:
@@ -472,41 +490,63 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
     # -- writes --------------------------------------------------------------------------
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
-        """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol)."""
+        """Append in one ``BEGIN IMMEDIATE`` transaction (see the base module's protocol).
+        Written out flat, without context managers: this is the hot path."""
         stream_id = batch.stream_id
-        with self._appending(f"append to stream {stream_id!r}"):
+        gate = self._gate
+        gate.enter(f"append to stream {stream_id!r}")
+        try:
             try:
-                with self._write() as c:
-                    version, head_hash, pos = c.execute(
-                        SELECT_HEAD_AND_POSITION, (stream_id, stream_id)
-                    ).fetchone()
+                with self._serial:
+                    c = self._begin()
                     try:
-                        check_expected_version(stream_id, expected_version, version or 0)
-                    except ConcurrencyError:
-                        # A retried append whose first attempt committed: idempotent.
-                        existing = self._existing(c, batch)
-                        if existing:
-                            return AppendOutcome(existing, duplicate=True)
+                        done = self._append_rows(c, batch, expected_version)
+                    except BaseException:
+                        with contextlib.suppress(sqlite3.Error):
+                            c.execute("ROLLBACK")
                         raise
-                    # The rows straight from the prepared events, sealed on the way.
-                    # A reused event id violates the unique index: the transaction rolls
-                    # back and the ids are looked up below. No lookup on the normal path.
-                    head = Head(version, head_hash) if version else None
-                    flat = batch.insert_params(head, pos)
-                    if flat is not None:
-                        shared, values, last_version, last_hash, pos = flat
-                        _insert_values(c, stream_id, shared, values)
-                    else:
-                        rows, last_version, last_hash, pos = batch.insert_rows(head, pos)
-                        c.executemany(INSERT_EVENT, rows)
-                    c.execute(UPSERT_HEAD, (stream_id, last_version, last_hash))
-                return AppendOutcome([], version=last_version, position=pos)
+                    self._commit(c)
+                return done
             except sqlite3.IntegrityError:
+                # A reused event id violated the unique index: look the ids up.
                 with self._write() as c:
                     existing = self._existing(c, batch)
                 if existing:
                     return AppendOutcome(existing, duplicate=True)
                 raise
+        except sqlite3.Error as exc:
+            raise self._failed(exc, f"append to stream {stream_id!r}") from exc
+        finally:
+            gate.exit()
+
+    def _append_rows(
+        self, c: sqlite3.Connection, batch: Batch, expected_version: ExpectedVersion
+    ) -> AppendOutcome:
+        stream_id = batch.stream_id
+        version, head_hash, pos = c.execute(
+            SELECT_HEAD_AND_POSITION, (stream_id, stream_id)
+        ).fetchone()
+        try:
+            check_expected_version(stream_id, expected_version, version or 0)
+        except ConcurrencyError:
+            # A retried append whose first attempt committed: idempotent.
+            existing = self._existing(c, batch)
+            if existing:
+                return AppendOutcome(existing, duplicate=True)
+            raise
+        # The rows straight from the prepared events, sealed on the way. A reused event
+        # id violates the unique index: the transaction rolls back and the ids are looked
+        # up by the caller. No lookup on the normal path.
+        head = Head(version, head_hash) if version else None
+        flat = batch.insert_params(head, pos)
+        if flat is not None:
+            shared, values, last_version, last_hash, pos = flat
+            _insert_values(c, stream_id, shared, values)
+        else:
+            rows, last_version, last_hash, pos = batch.insert_rows(head, pos)
+            c.executemany(INSERT_EVENT, rows)
+        c.execute(UPSERT_HEAD, (stream_id, last_version, last_hash))
+        return AppendOutcome([], version=last_version, position=pos)
 
     def append_many(
         self,
@@ -563,12 +603,15 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         try:
             yield
         except sqlite3.Error as exc:
-            if self._gate.closed:
-                raise StoreClosed(self.describe(), action) from exc
-            bad = StoreUnavailable if isinstance(exc, sqlite3.OperationalError) else StoreError
-            raise bad(f"{action} in {self.describe()} failed: {exc}") from exc
+            raise self._failed(exc, action) from exc
         finally:
             self._gate.exit()
+
+    def _failed(self, exc: sqlite3.Error, action: str) -> StoreError:
+        if self._gate.closed:
+            return StoreClosed(self.describe(), action)
+        bad = StoreUnavailable if isinstance(exc, sqlite3.OperationalError) else StoreError
+        return bad(f"{action} in {self.describe()} failed: {exc}")
 
     def tracked_position(self, name: str) -> int | None:
         """The tracked position of ``name``, or None."""
