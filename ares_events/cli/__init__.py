@@ -84,14 +84,6 @@ logger = logging.getLogger(__name__)
 install_global_options(cli)  # --store, --blobs, -v, -q after the subcommand too
 
 
-def _wants_json(app: App, argv: list[str] | None) -> bool:
-    """``--json`` was asked for, also when parsing failed before the option was read."""
-    if app.json_requested or app.json_default:
-        return True
-    args = list(sys.argv[1:] if argv is None else argv)
-    return "--json" in (args[: args.index("--")] if "--" in args else args)
-
-
 def _fail(
     app: App,
     argv: list[str] | None,
@@ -112,38 +104,26 @@ def _fail(
         click.echo(f"{PROG}: error: {visible(line)}", err=True)
     else:
         click.echo(visible(app.scrub(human), keep="\n"), err=True, nl=False)
-    if _wants_json(app, argv) and not app.json_written:
+    # --json was asked for, also when parsing failed before the option was read.
+    args = list(sys.argv[1:] if argv is None else argv)
+    args = args[: args.index("--")] if "--" in args else args
+    if (app.json_requested or app.json_default or "--json" in args) and not app.json_written:
         error = {"kind": kind, "type": type(exc).__name__, "message": line, "exit_code": code}
         app.json({"error": error})
     return code
 
 
+_FINDINGS: tuple[type[AresError], ...] = (ChainIntegrityError, SnapshotMismatch, BlobError)
+_FINDINGS += (ReplayCapExceeded, ProofError, PayloadErased)
 _EXIT_BY_ERROR: tuple[tuple[type[AresError] | tuple[type[AresError], ...], str, int], ...] = (
     ((ConfigError, MissingDependencyError), "config", EXIT_USAGE),
     ((InvalidEvent, EventNotFound), "usage", EXIT_USAGE),
     (StoreError, "unavailable", EXIT_UNAVAILABLE),
-    (
-        (
-            ChainIntegrityError,
-            SnapshotMismatch,
-            BlobError,
-            ReplayCapExceeded,
-            ProofError,
-            PayloadErased,
-        ),
-        "findings",
-        EXIT_FINDINGS,
-    ),
+    (_FINDINGS, "findings", EXIT_FINDINGS),
     (ConcurrencyError, "conflict", EXIT_CONFLICT),  # another writer got there first: run it again
     (AresError, "error", EXIT_USAGE),  # reported as usage, named by its class
 )
 """(classes, JSON ``kind``, exit code) of library errors, the first match wins."""
-
-
-def _usage_text(exc: click.UsageError) -> str:
-    buf = io.StringIO()
-    exc.show(file=buf)
-    return buf.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,13 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     install_global_options(cli)  # commands registered since import get them too
     try:
         rv = cli.main(args=argv, prog_name=PROG, standalone_mode=False, obj=app)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        return _fail(
-            app, argv, exc, "usage", EXIT_USAGE, "a command is needed", human=_usage_text(exc)
-        )
     except click.UsageError as exc:
+        usage = io.StringIO()
+        exc.show(file=usage)
         msg = exc.format_message()
-        return _fail(app, argv, exc, "usage", EXIT_USAGE, msg, human=_usage_text(exc))
+        if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+            msg = "a command is needed"
+        return _fail(app, argv, exc, "usage", EXIT_USAGE, msg, human=usage.getvalue())
     except click.ClickException as exc:
         kind = "findings" if exc.exit_code == EXIT_FINDINGS else "usage"
         return _fail(app, argv, exc, kind, exc.exit_code, exc.format_message())
@@ -193,15 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             app.remember_configured_secrets()
             tb = visible(app.scrub(traceback.format_exc()), keep="\n")
             click.echo(tb, err=True, nl=False)
-        return _fail(
-            app,
-            argv,
-            exc,
-            "internal",
-            EXIT_INTERNAL,
-            f"internal error: {type(exc).__name__}: {exc}"
-            + ("" if app.verbose else " (run with -v for the traceback)"),
-        )
+        hint = "" if app.verbose else " (run with -v for the traceback)"
+        message = f"internal error: {type(exc).__name__}: {exc}{hint}"
+        return _fail(app, argv, exc, "internal", EXIT_INTERNAL, message)
     finally:
         _reset_logging(saved_level)
     return int(rv) if isinstance(rv, int) else EXIT_OK

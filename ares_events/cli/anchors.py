@@ -13,12 +13,10 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
-    pass_app,
-    text,
     verdict,
     vkey_option,
 )
@@ -43,8 +41,7 @@ from ares_events.stores.settings import Settings
     "--check: a trusted verifier key for the signed checkpoints (repeatable; default: "
     "ARES_LOG_VKEY, else the key of --key, else the keys the store recorded)."
 )
-@json_option
-@pass_app
+@json_app
 def anchor_cmd(
     app: App,
     location: str | None,
@@ -102,30 +99,20 @@ def anchor_cmd(
 
             signed = MerkleLog(store).sign(key)
             where = write_checkpoint_note(url, signed.text, signed.checkpoint.size)
-        store_url = store.url
     if check:
         if as_json:
-            app.json({"store": store_url, **report.to_dict()})
+            app.json({"store": app.url, **report.to_dict()})
         else:
             keys_note = " (keys recorded in the store)" if report.keys_from == "store" else ""
-            line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}"
-            app.out.print(
-                verdict(report.ok, f"{line}{keys_note}, {len(report.findings)} finding(s)")
-            )
+            line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}{keys_note}"
+            app.out.print(verdict(report.ok, f"{line}, {len(report.findings)} finding(s)"))
             if not report.ok:
                 _print_findings(app, report.findings)
         return EXIT_OK if report.ok else EXIT_FINDINGS
     cp = signed.checkpoint
     if as_json:
-        app.json(
-            {
-                "store": store_url,
-                "location": where,
-                "checkpoint": signed.text,
-                "tree_size": cp.size,
-                "root": b64(cp.root),
-            }
-        )
+        data = {"store": app.url, "location": where, "checkpoint": signed.text}
+        app.json({**data, "tree_size": cp.size, "root": b64(cp.root)})
     else:
-        app.out.print(text(f"anchored {cp.origin} at size {cp.size} to {where}"))
+        app.say(f"anchored {cp.origin} at size {cp.size} to {where}")
     return EXIT_OK

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_option, pass_app, text
+from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_app, text
 from ares_events.core.events import NewEvent
 from ares_events.projections.recovery import replay
 
@@ -44,15 +44,9 @@ class BenchResult:
 
     def add(self, name: str, events: int, seconds: float, **extra: Any) -> None:
         """Record one workload."""
-        self.rows.append(
-            {
-                "workload": name,
-                "events": events,
-                "seconds": round(seconds, 4),
-                "events_per_s": round(events / seconds) if seconds > 0 else None,
-                **extra,
-            }
-        )
+        rate = round(events / seconds) if seconds > 0 else None
+        row = {"workload": name, "events": events, "seconds": round(seconds, 4)}
+        self.rows.append({**row, "events_per_s": rate, **extra})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -75,22 +69,16 @@ def run_bench(
         s = time.perf_counter()
         store.append(sid, [NewEvent(type="tool.result", module="bench", payload=_payload(i))])
         lat.append(time.perf_counter() - s)
-    res.add(
-        "1-event appends (one transaction each)",
-        singles,
-        time.perf_counter() - t0,
-        p50_ms=round(statistics.median(lat) * 1000, 3),
-    )
+    elapsed, p50_ms = time.perf_counter() - t0, round(statistics.median(lat) * 1000, 3)
+    res.add("1-event appends (one transaction each)", singles, elapsed, p50_ms=p50_ms)
     say(f"{singles} single appends done")
 
     sid = f"bench-{tag}-batch"
     batches = max(1, events // 100)
     t0 = time.perf_counter()
     for b in range(batches):
-        evs = [
-            NewEvent(type="tool.result", module="bench", payload=_payload(b * 100 + j))
-            for j in range(100)
-        ]
+        payloads = (_payload(b * 100 + j) for j in range(100))
+        evs = [NewEvent(type="tool.result", module="bench", payload=p) for p in payloads]
         store.append(sid, evs)
     res.add("100-event batches", batches * 100, time.perf_counter() - t0)
     say(f"{batches} batches done")
@@ -118,8 +106,7 @@ def run_bench(
     show_default=True,
     help="Events to append in 100-event batches (single appends: a twentieth of it).",
 )
-@json_option
-@pass_app
+@json_app
 def bench_cmd(app: App, events: int, as_json: bool) -> int:
     """Measure appends and a verified replay on the configured store, here and now.
 
@@ -147,12 +134,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
             note = f"p50 {row['p50_ms']} ms"
         elif "ok" in row:
             note = "chain ok" if row["ok"] else "CHAIN FINDINGS"
-        table.add_row(
-            row["workload"],
-            str(row["events"]),
-            f"{row['seconds']:.3f}",
-            f"{row['events_per_s']:,}" if row["events_per_s"] else "-",
-            note,
-        )
+        rate = f"{row['events_per_s']:,}" if row["events_per_s"] else "-"
+        table.add_row(row["workload"], str(row["events"]), f"{row['seconds']:.3f}", rate, note)
     app.table(table)
     return EXIT_OK if chain_ok else EXIT_FINDINGS

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
+from ares_events.cli.common import EXIT_OK, App, cli, json_app
 
 
 @cli.command(name="gc-blobs")
 @click.option(
     "--older-than",
-    "older_than",
     default="1h",
     show_default=True,
     metavar="DURATION",
     help="Grace period (30m, 1h, 2d): younger orphans may belong to appends in flight.",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
-@json_option
-@pass_app
+@json_app
 def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int:
     """Delete blobs no event references (orphans of failed appends).
 
@@ -43,12 +41,10 @@ def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int
         app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     verb = "would delete" if dry_run else "deleted"
-    app.out.print(
-        text(
-            f"{report.events_scanned} events scanned, {report.referenced_keys} referenced "
-            f"blob(s), {report.blobs_listed} listed: kept {report.kept_referenced} referenced "
-            f"and {report.kept_young} younger than {older_than}; {verb} "
-            f"{len(report.deleted)} orphan(s) ({report.bytes_deleted:,} bytes)"
-        )
+    app.say(
+        f"{report.events_scanned} events scanned, {report.referenced_keys} referenced "
+        f"blob(s), {report.blobs_listed} listed: kept {report.kept_referenced} referenced "
+        f"and {report.kept_young} younger than {older_than}; {verb} "
+        f"{len(report.deleted)} orphan(s) ({report.bytes_deleted:,} bytes)"
     )
     return EXIT_OK

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, pass_app, text
+from ares_events.cli.common import EXIT_OK, App, cli, json_app, text
 from ares_events.errors import ConfigError
 
 
@@ -23,8 +24,7 @@ def _cells_of(store: Any) -> Any:
 
 
 @cli.group(name="cells", invoke_without_command=True)
-@json_option
-@pass_app
+@json_app
 @click.pass_context
 def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
     """Show the cells of a cell store: partitions, each cell's streams, where it lives.
@@ -41,9 +41,7 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         return EXIT_OK
     with app.open() as store:
         rec = _cells_of(store)
-        counts = [0] * len(rec.cells)
-        for sid, _ in store.streams():
-            counts[rec.cell_index(sid)] += 1
+        counts = Counter(rec.cell_index(sid) for sid, _ in store.streams())
         where: dict[str, str] = {}
         if rec.citus:
             from ares_events.stores.cells.citus import cell_placements
@@ -60,20 +58,11 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
         for i, name in enumerate(cmap.cells)
     ]
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "partitions": cmap.partitions,
-                "shared_clock": rec.shared_clock,
-                "citus": rec.citus,
-                "cells": rows,
-            }
-        )
+        data = {"store": app.url, "partitions": cmap.partitions, "shared_clock": rec.shared_clock}
+        app.json({**data, "citus": rec.citus, "cells": rows})
         return EXIT_OK
-    table = Table(
-        title=text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions"),
-        title_justify="left",
-    )
+    title = text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions")
+    table = Table(title=title, title_justify="left")
     for col in ("cell", "partitions", "streams", "location"):
         table.add_column(col, no_wrap=col != "location")
     for r in rows:
@@ -97,8 +86,7 @@ _mode_option = click.option(
 @click.argument("cell")
 @click.argument("target", metavar="HOST:PORT")
 @_mode_option
-@json_option
-@pass_app
+@json_app
 def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     """Move CELL of a citus:// store to the worker HOST:PORT, online.
 
@@ -121,14 +109,13 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     if as_json:
         app.json({"store": app.url, "cell": cell, "location": now.get(cell), "mode": mode})
     else:
-        app.out.print(text(f"moved {cell} of {app.url} to {now.get(cell)}"))
+        app.say(f"moved {cell} of {app.url} to {now.get(cell)}")
     return EXIT_OK
 
 
 @cells_cmd.command(name="rebalance")
 @_mode_option
-@json_option
-@pass_app
+@json_app
 def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
     """Spread the cells of a citus:// store over its workers (after adding one), online.
 
@@ -146,5 +133,5 @@ def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
         app.json({"store": app.url, "cells": now})
     else:
         for cell, loc in now.items():
-            app.out.print(text(f"{cell}: {loc}"))
+            app.say(f"{cell}: {loc}")
     return EXIT_OK

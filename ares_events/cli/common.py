@@ -10,7 +10,7 @@ import contextlib
 import getpass
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -25,11 +25,7 @@ from rich.text import Text
 from ares_events import __version__
 from ares_events.cli.terminal import VisibleFormatter, VisibleHook, dumps, fitted, text, visible
 from ares_events.core.store import EventStore
-from ares_events.errors import (
-    AresError,
-    ConfigError,
-    StoreUnavailable,
-)
+from ares_events.errors import AresError, ConfigError, StoreUnavailable
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.notes import SigningKey, VerifierKey, read_key_file
 from ares_events.stores import open_store
@@ -43,6 +39,7 @@ __all__ = [
     "EXIT_USAGE",
     "App",
     "cli",
+    "json_app",
     "json_option",
     "key_option",
     "load_signing_key",
@@ -116,6 +113,10 @@ class App:
         if not self.quiet:
             self.err.print(text(message, style="dim"))
 
+    def say(self, line: str, style: str = "") -> None:
+        """``line`` on stdout, made visible."""
+        self.out.print(text(line, style=style))
+
     def json(self, data: dict[str, Any]) -> None:
         """Write ``data`` as the one JSON object on stdout (hidden characters escaped,
         strings exact: :func:`~ares_events.cli.terminal.dumps`)."""
@@ -129,17 +130,12 @@ class App:
         self.out.print(fitted(self.out, table, optional))
 
     def _remember_secrets(self, url: str | None, settings: Settings) -> None:
-        if url:
-            try:
-                parts = urlsplit(url)
-                if parts.password:
-                    self.secrets.add(parts.password)
-                    self.secrets.add(quote(parts.password, safe=""))
-                    raw = parts.netloc.rsplit("@", 1)[0].partition(":")[2]
-                    if raw:
-                        self.secrets.add(raw)
-            except ValueError:
-                pass
+        with contextlib.suppress(ValueError):  # not a URL: it has no password either
+            parts = urlsplit(url or "")
+            if parts.password:
+                # As parsed, percent-encoded, and as written in the URL.
+                raw = parts.netloc.rsplit("@", 1)[0].partition(":")[2]
+                self.secrets |= {parts.password, quote(parts.password, safe=""), raw} - {""}
         if settings.chain_key is not None:
             self.secrets.add(settings.chain_key.key.hex())
 
@@ -159,14 +155,8 @@ class App:
             settings = Settings.from_env()
         except AresError:
             settings = Settings()
-        for url in (
-            self.store_opt,
-            self.blobs_opt,
-            settings.store_url,
-            settings.blobs_url,
-            settings.cache_url,
-            settings.anchor_url,
-        ):
+        urls = (self.store_opt, self.blobs_opt, settings.store_url, settings.blobs_url)
+        for url in (*urls, settings.cache_url, settings.anchor_url):
             self._remember_secrets(url, settings)
 
     def raw_store_url(self) -> str:
@@ -199,22 +189,15 @@ class App:
         blobs = self.blobs_opt or settings.blobs_url
         for u in (url, blobs, settings.cache_url):
             self._remember_secrets(u, settings)
-        if blobs is not None:
-            options["blobs"] = blobs
-        if settings.cache_url is not None:
-            options["cache"] = settings.cache_url
+        wrapped = {"blobs": blobs, "cache": settings.cache_url}
+        options.update({k: v for k, v in wrapped.items() if v is not None})
+        options["spill_threshold"] = settings.spill_threshold_bytes
         if not (create or write) and url.partition(":")[0].split("+")[0].lower() in (
             READ_ONLY_SCHEMES
         ):
             options["read_only"] = True
         try:
-            store = open_store(
-                url,
-                chain_key=settings.chain_key,
-                spill_threshold=settings.spill_threshold_bytes,
-                create=create,
-                **options,
-            )
+            store = open_store(url, chain_key=settings.chain_key, create=create, **options)
         except OSError as exc:
             if isinstance(exc, AresError):
                 raise
@@ -229,14 +212,10 @@ class App:
 
     def progress(self, description: str) -> Progress:
         """A progress bar on stderr (only on a terminal, not with ``-q``; removed when done)."""
+        columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn()]
+        hidden = self.quiet or not self.err.is_terminal
         return Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            console=self.err,
-            transient=True,
-            disable=self.quiet or not self.err.is_terminal,
+            *columns, TimeElapsedColumn(), console=self.err, transient=True, disable=hidden
         )
 
 
@@ -261,8 +240,7 @@ def load_signing_key(app: App, key_file: str | None, *, required: bool) -> Signi
         return None
     key = read_key_file(path)
     text = key.private_text()
-    app.secrets.add(text)
-    app.secrets.add(text.rsplit("+", 1)[-1])
+    app.secrets |= {text, text.rsplit("+", 1)[-1]}
     return key
 
 
@@ -340,6 +318,11 @@ json_option = click.option(
 subcommand: ``ares-events --json audit``)."""
 
 
+def json_app(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """:data:`json_option` and :data:`pass_app`, which every reporting command takes."""
+    return json_option(pass_app(fn))
+
+
 def key_option(help_: str, *, required: bool = False) -> Callable[[F], F]:
     """The ``--key FILE`` option (the command's ``key_file``), with ``help_``."""
     return click.option("--key", "key_file", required=required, metavar="FILE", help=help_)
@@ -359,30 +342,21 @@ def _check_store_url(value: str | None) -> str | None:
     return value
 
 
-def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(App).store_opt = _check_store_url(value)
-
-
-def _set_blobs(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(App).blobs_opt = value
-
-
-def _set_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
-    if value:
-        app = ctx.ensure_object(App)
-        app.verbose = max(app.verbose, value)
+def _set_global(ctx: click.Context, param: click.Parameter, value: str | int | None) -> None:
+    if value is None or value == 0:
+        return
+    app = ctx.ensure_object(App)
+    if param.name == "store":
+        app.store_opt = _check_store_url(str(value))
+    elif param.name == "blobs":
+        app.blobs_opt = str(value)
+    elif param.name == "verbose":
+        app.verbose = max(app.verbose, int(value))
         app.quiet = False
         _configure_logging(app.verbose, 0)
-
-
-def _set_quiet(ctx: click.Context, _param: click.Parameter, value: int) -> None:
-    if value:
-        app = ctx.ensure_object(App)
-        if not app.verbose:
-            app.quiet = True
-            _configure_logging(0, value)
+    elif not app.verbose:
+        app.quiet = True
+        _configure_logging(0, int(value))
 
 
 def _global_params() -> list[click.Option]:
@@ -390,15 +364,14 @@ def _global_params() -> list[click.Option]:
     its name); they set the same :class:`App` fields as the group's options."""
     url: dict[str, Any] = {"metavar": "URL"}
     count: dict[str, Any] = {"count": True}
-    store = "Event store URL (also accepted before the subcommand)."
     verbose = "More log output on stderr (-vv: debug); tracebacks of internal errors."
     return [
-        click.Option(decls, expose_value=False, callback=callback, help=help_, **kind)
-        for decls, callback, kind, help_ in (
-            (["--store"], _set_store, url, store),
-            (["--blobs"], _set_blobs, url, "Blob store URL for spilled payloads."),
-            (["-v", "--verbose"], _set_verbose, count, verbose),
-            (["-q", "--quiet"], _set_quiet, count, "Only errors on stderr; no progress bars."),
+        click.Option(decls, expose_value=False, callback=_set_global, help=help_, **kind)
+        for decls, kind, help_ in (
+            (["--store"], url, "Event store URL (also accepted before the subcommand)."),
+            (["--blobs"], url, "Blob store URL for spilled payloads."),
+            (["-v", "--verbose"], count, verbose),
+            (["-q", "--quiet"], count, "Only errors on stderr; no progress bars."),
         )
     ]
 
@@ -416,12 +389,8 @@ def install_global_options(group: click.Group) -> None:
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
-    level = logging.WARNING
-    if verbose >= 2:
-        level = logging.DEBUG
-    elif verbose == 1:
-        level = logging.INFO
-    elif quiet:
+    level = logging.DEBUG if verbose >= 2 else logging.INFO if verbose else logging.WARNING
+    if quiet and not verbose:
         level = logging.ERROR
     root = logging.getLogger("ares_events")
     if not any(h.get_name() == "ares-events-cli" for h in root.handlers):
@@ -448,16 +417,12 @@ def _grouped(findings: list[Finding]) -> list[tuple[Finding, int, int | None]]:
     as (first finding, count, last version): a wrong chain key is one row, not 1,000."""
     rows: list[tuple[Finding, int, int | None]] = []
     for f in findings:
-        if rows:
-            first, n, last = rows[-1]
-            if (
-                (first.kind, first.stream_id, first.detail) == (f.kind, f.stream_id, f.detail)
-                and last is not None
-                and f.version == last + 1
-            ):
-                rows[-1] = (first, n + 1, f.version)
-                continue
-        rows.append((f, 1, f.version))
+        first, n, last = rows[-1] if rows else (f, 0, None)
+        same = (first.kind, first.stream_id, first.detail) == (f.kind, f.stream_id, f.detail)
+        if same and last is not None and f.version == last + 1:
+            rows[-1] = (first, n + 1, f.version)
+        else:
+            rows.append((f, 1, f.version))
     return rows
 
 
@@ -476,7 +441,15 @@ def _print_findings(app: App, findings: list[Finding]) -> None:
         table.add_row(text(f.kind), text(stream), where, text(f.detail))
     app.table(table)
     if len(rows) > MAX_FINDINGS_SHOWN:
-        app.out.print(f"… and {len(rows) - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
+        app.say(f"… and {len(rows) - MAX_FINDINGS_SHOWN} more rows (use --json for all)")
+
+
+def add_columns(table: Table, *names: str, right: Iterable[str] = (), **options: Any) -> Table:
+    """``table`` with a column of each name (right-aligned when in ``right``; ``options``
+    such as ``no_wrap`` for all)."""
+    for name in names:
+        table.add_column(name, justify="right" if name in right else "left", **options)
+    return table
 
 
 def _status(ok: bool) -> Text:

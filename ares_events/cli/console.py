@@ -23,7 +23,6 @@ from ares_events.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from ares_events.integrity.notes import SigningKey
     from ares_events.ui import ConsoleServer
 
 
@@ -51,14 +50,12 @@ def _server_logs(app: App) -> Iterator[None]:
     uv = logging.getLogger("uvicorn")
     saved = (uv.level, uv.propagate, list(uv.handlers))
     uv.setLevel(logging.WARNING if app.verbose else logging.ERROR)
-    uv.handlers = handlers
-    uv.propagate = False
+    uv.handlers, uv.propagate = handlers, False
     try:
         yield
     finally:
         uv.setLevel(saved[0])
-        uv.propagate = saved[1]
-        uv.handlers = saved[2]
+        uv.propagate, uv.handlers = saved[1:]
 
 
 @cli.command(name="ui")
@@ -135,52 +132,38 @@ def ui_cmd(
     stop = _Stop()
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _serve(app, stop, port, host, allow_actions, anchors_url, (key, expires_in))
+        options = {"port": port, "anchors": anchors_url, "approver": key, "expires_in": expires_in}
+        _serve(app, stop, host, allow_actions, **options)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return EXIT_OK
 
 
-def _serve(
-    app: App,
-    stop: _Stop,
-    port: int,
-    host: str,
-    allow_actions: bool,
-    anchors_url: str | None,
-    signing: tuple[SigningKey | None, int],
-) -> None:
+def _serve(app: App, stop: _Stop, host: str, actions: bool, **options: Any) -> None:
     from ares_events.ui import ConsoleServer
 
     scheme = app.raw_store_url().partition(":")[0].split("+")[0].lower()
-    if not allow_actions and scheme not in READ_ONLY_SCHEMES:
+    if not actions and scheme not in READ_ONLY_SCHEMES:
         app.note(f"{scheme}:// has no read-only mode; the console appends nothing anyway")
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    with app.open(write=allow_actions) as store:
+    with app.open(write=actions) as store:
         if stop.requested:
             return
         try:
-            server = ConsoleServer(
-                store,
-                host=host,
-                port=port,
-                actions=allow_actions,
-                anchors=anchors_url,
-                approver=signing[0],
-                expires_in=signing[1],
-            )
+            server = ConsoleServer(store, host=host, actions=actions, **options)
         except OSError as exc:
-            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            where = f"{host}:{options['port']}"
+            raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         stop.server = server
         try:
             if stop.requested:  # landed before the server could be told
                 return
-            mode = "actions allowed" if allow_actions else "read-only"
-            if signing[0] is not None:
+            mode = "actions allowed" if actions else "read-only"
+            if options["approver"] is not None:
                 mode += f", approvals signed by {server.app.signer}"
             if not loopback:
                 app.err.print(f"warning: listening on {host}, reachable from other machines")

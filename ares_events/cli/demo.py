@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 from rich import box
@@ -15,9 +16,9 @@ from ares_events.cli.common import (
     App,
     _print_findings,
     _status,
+    add_columns,
     cli,
-    json_option,
-    pass_app,
+    json_app,
     text,
 )
 from ares_events.stores.settings import Settings
@@ -27,7 +28,6 @@ from ares_events.stores.settings import Settings
 @click.option(
     "--agents",
     type=click.IntRange(1, 1000),
-    default=None,
     help="Agents to run (default 10; 5 with --simple).",
 )
 @click.option(
@@ -49,7 +49,6 @@ from ares_events.stores.settings import Settings
     "--steps",
     "old_steps",
     type=click.IntRange(1, 10_000),
-    default=None,
     hidden=True,
     help="Old name of --rounds (it never counted steps).",
 )
@@ -66,8 +65,7 @@ from ares_events.stores.settings import Settings
     show_default=True,
     help="With --simple: events per agent.",
 )
-@json_option
-@pass_app
+@json_app
 def demo(
     app: App,
     agents: int | None,
@@ -117,30 +115,23 @@ def demo(
     if as_json:
         app.json(dict(result.to_dict(), store=app.url))
         return EXIT_OK if result.all_ok else EXIT_FINDINGS
-    table = Table(
-        title=text(f"demo run {result.run_id}: {agents} agents x {events} events"),
-        title_justify="left",
+    title = text(f"demo run {result.run_id}: {agents} agents x {events} events")
+    table = Table(title=title, title_justify="left")
+    add_columns(
+        table, "stream", "version", "events", "verified", right=("version", "events"), no_wrap=True
     )
-    table.add_column("stream", no_wrap=True)
-    table.add_column("version", justify="right")
-    table.add_column("events", justify="right")
-    table.add_column("verified", no_wrap=True)
     for s in result.streams:
         table.add_row(text(s.stream_id), str(s.version), str(s.events), _status(s.ok))
     app.table(table)
-    app.out.print(
-        text(
-            f"{result.events} events appended in {result.append_seconds:.2f}s "
-            f"({result.append_rate:,.0f} events/s, one transaction per step); "
-            f"verified in {result.verify_seconds:.2f}s ({result.verify_rate:,.0f} events/s)"
-        )
+    app.say(
+        f"{result.events} events appended in {result.append_seconds:.2f}s "
+        f"({result.append_rate:,.0f} events/s, one transaction per step); "
+        f"verified in {result.verify_seconds:.2f}s ({result.verify_rate:,.0f} events/s)"
     )
     if result.all_ok:
-        app.out.print(text("all chains verified", style="bold green"))
+        app.say("all chains verified", style="bold green")
         first = result.streams[0].stream_id
-        app.out.print(
-            text(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
-        )
+        app.say(f"next: {PROG} streams | {PROG} tail {first} -n 5 | {PROG} audit", style="dim")
         return EXIT_OK
     for s in result.streams:
         if s.findings:
@@ -155,26 +146,20 @@ def _resurrection_demo(
 
     with app.open(create=True):
         raw_url = app.raw_store_url()
+    every = Settings.from_env().snapshot_every if os.environ.get("ARES_SNAPSHOT_EVERY") else 20
     report = run_kill_demo(
         raw_url,
         blobs_url=app.blobs_opt,
         agents=agents,
         rounds=rounds,
-        snapshot_every=(
-            Settings.from_env().snapshot_every if os.environ.get("ARES_SNAPSHOT_EVERY") else 20
-        ),
+        snapshot_every=every,
         kills=kills,
         seed=7 if seed is None else seed,
         progress=None if as_json else app.note,
     )
-    data = report.to_dict()
-    data["store"] = app.url
-    ok = (
-        report.all_finished
-        and data["duplicate_side_effects"] == 0
-        and data["reissued_model_calls"] == 0
-        and data["all_chains_ok"]
-    )
+    data = dict(report.to_dict(), store=app.url)
+    ok = report.all_finished and data["all_chains_ok"]
+    ok = ok and data["duplicate_side_effects"] == data["reissued_model_calls"] == 0
     if as_json:
         app.json(data)
         return EXIT_OK if ok else EXIT_FINDINGS
@@ -198,39 +183,24 @@ def _resurrection_demo(
     )
     columns = "agent fin steps recoveries calls logged saved effects dupes 429s lost ms chain"
     for col in columns.split():
-        table.add_column(
-            col,
-            justify="left" if col in ("agent", "fin", "chain") else "right",
-            no_wrap=True,
-            min_width=len(col),
-        )
+        justify: Any = "left" if col in ("agent", "fin", "chain") else "right"
+        table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
     for a in report.agents:
-        table.add_row(
-            text(a.agent.removeprefix(report.run + "-").removeprefix("agent-")),
-            _status(a.finished),
-            str(a.counts.steps),
-            str(a.counts.recoveries),
-            str(a.model_calls_made),
-            str(a.model_calls_answered_from_log),
-            str(a.tokens_saved),
-            str(a.tool_side_effects),
-            str(a.duplicate_side_effects),
-            str(a.rate_limits_absorbed),
-            str(a.lost_answers_absorbed),
-            "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}",
-            _status(a.chain_ok),
-        )
+        counts = [a.counts.steps, a.counts.recoveries, a.model_calls_made]
+        counts += [a.model_calls_answered_from_log, a.tokens_saved, a.tool_side_effects]
+        counts += [a.duplicate_side_effects, a.rate_limits_absorbed, a.lost_answers_absorbed]
+        agent = text(a.agent.removeprefix(report.run + "-").removeprefix("agent-"))
+        ms = "-" if a.recovery_ms is None else f"{a.recovery_ms:.0f}"
+        table.add_row(agent, _status(a.finished), *map(str, counts), ms, _status(a.chain_ok))
     app.table(table, optional=("ms", "lost", "429s"))
-    app.out.print(
-        text(
-            f"all finished: {report.all_finished}; kills: {report.kills}; "
-            f"recoveries: {data['recoveries']}; "
-            f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "
-            f"for answered steps: {data['reissued_model_calls']}; model calls answered from "
-            f"the log: {data['model_calls_saved']} ({data['tokens_saved']} tokens saved); "
-            f"rate limits absorbed: {data['rate_limits_absorbed']}; lost tool answers "
-            f"absorbed: {data['lost_answers_absorbed']}; {report.seconds:.1f}s",
-            style="bold green" if ok else "bold red",
-        )
+    app.say(
+        f"all finished: {report.all_finished}; kills: {report.kills}; "
+        f"recoveries: {data['recoveries']}; "
+        f"duplicate side effects: {data['duplicate_side_effects']}; re-issued model calls "
+        f"for answered steps: {data['reissued_model_calls']}; model calls answered from "
+        f"the log: {data['model_calls_saved']} ({data['tokens_saved']} tokens saved); "
+        f"rate limits absorbed: {data['rate_limits_absorbed']}; lost tool answers "
+        f"absorbed: {data['lost_answers_absorbed']}; {report.seconds:.1f}s",
+        style="bold green" if ok else "bold red",
     )
     return EXIT_OK if ok else EXIT_FINDINGS

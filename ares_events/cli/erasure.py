@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass_app, text
+from ares_events.cli.common import EXIT_OK, App, cli, json_app, os_user
 
 
 @cli.command(name="erase")
@@ -17,8 +17,7 @@ from ares_events.cli.common import EXIT_OK, App, cli, json_option, os_user, pass
     help="Why (kept in the erasure record; no personal data).",
 )
 @click.option("--by", "by", metavar="NAME", help="Who asks for it (default: the OS user).")
-@json_option
-@pass_app
+@json_app
 def erase_cmd(
     app: App, stream: str, version: int, reason: str, by: str | None, as_json: bool
 ) -> int:
@@ -43,26 +42,19 @@ def erase_cmd(
         app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK
     if report.already_erased:
-        app.out.print(text(f"{stream} v{version}: the payload was already erased"))
+        app.say(f"{stream} v{version}: the payload was already erased")
         return EXIT_OK
-    blob = ""
-    if report.blob_key is not None:
-        blob = (
-            "; its blob was deleted"
-            if report.blob_deleted
-            else f"; its blob is kept ({report.blob_shared_by} other event(s) hold the same "
-            "payload)"
-        )
+    blob = "" if report.blob_key is None else "; its blob was deleted"
+    if report.blob_key is not None and not report.blob_deleted:
+        blob = f"; its blob is kept ({report.blob_shared_by} other event(s) hold the same payload)"
     extra = []
     if report.snapshots_deleted:
         extra.append(f"{report.snapshots_deleted} snapshot(s) deleted")
     if report.read_models_reset:
         extra.append(f"read models rewound: {', '.join(report.read_models_reset)}")
-    app.out.print(
-        text(
-            f"erased the payload of {stream} v{version} ({report.payload_size} bytes; digest "
-            f"{report.payload_digest.hex()[:16]}… kept){blob}; recorded at position "
-            f"{report.record_position}" + (f"; {'; '.join(extra)}" if extra else "")
-        )
+    app.say(
+        f"erased the payload of {stream} v{version} ({report.payload_size} bytes; digest "
+        f"{report.payload_digest.hex()[:16]}… kept){blob}; recorded at position "
+        f"{report.record_position}" + (f"; {'; '.join(extra)}" if extra else "")
     )
     return EXIT_OK

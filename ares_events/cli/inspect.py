@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -18,10 +17,10 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     _status,
+    add_columns,
     cli,
-    json_option,
+    json_app,
     load_vkeys,
-    pass_app,
     text,
     verdict,
     visible,
@@ -54,16 +53,13 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
     ref = e.payload_ref
     if ref is not None and ref.erased:
         d["payload_ref"] = {"erased": True, "size": ref.size, "digest": ref.digest.hex()}
-        d["payload"] = None
-        d["payload_erased"] = True
-        return d
+        return d | {"payload": None, "payload_erased": True}
     if ref is not None:
         d["payload_ref"] = {"key": ref.key, "size": ref.size, "digest": ref.digest.hex()}
     try:
         d["payload"] = e.payload
     except AresError as exc:  # a spilled payload that cannot be fetched
-        d["payload"] = None
-        d["payload_error"] = str(exc)
+        d |= {"payload": None, "payload_error": str(exc)}
     return d
 
 
@@ -77,8 +73,7 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     }
     widths = {name: max([len(name), *map(len, vals)]) for name, vals in cols.items()}
     # 3 characters of padding and border per column, plus the closing border.
-    room = app.out.width - sum(widths.values()) - 3 * (len(cols) + 1) - 1
-    width = max(16, room)
+    width = max(16, app.out.width - sum(widths.values()) - 3 * (len(cols) + 1) - 1)
     table = Table(title=text(f"{stream}: last {len(events)} event(s)"), title_justify="left")
     for name in cols:
         justify: Any = "right" if name in ("ver", "pos") else "left"
@@ -107,8 +102,7 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     is_flag=True,
     help="Record --blobs as the store's blob location (after moving its blobs there).",
 )
-@json_option
-@pass_app
+@json_app
 def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     """Create the store, or migrate it to this version, and record its identity.
 
@@ -126,31 +120,20 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     if relocate_blobs and not app.blobs_opt:
         raise click.UsageError("--relocate-blobs needs --blobs URL (the new location)")
     with app.open(create=True, check_identity=not relocate_blobs) as store:
-        getter: Callable[[], int] | None = getattr(
-            backend_of(store.recorder), "schema_version", None
-        )
-        schema = getter() if callable(getter) else None
+        getter = getattr(backend_of(store.recorder), "schema_version", None)
+        schema: int | None = getter() if callable(getter) else None
         ident = store.record_identity(relocate_blobs=relocate_blobs)
         streams = sum(1 for _ in store.streams())
     chain = ident.describe_chain() if ident is not None else "not recorded by this backend"
     blobs = _blobs_label(ident)
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "schema_version": schema,
-                "streams": streams,
-                "identity": json.loads(ident.to_json()) if ident is not None else None,
-            }
-        )
+        identity = json.loads(ident.to_json()) if ident is not None else None
+        data = {"store": app.url, "schema_version": schema, "streams": streams}
+        app.json({**data, "identity": identity})
     else:
-        what = (
-            f"schema version {schema}"
-            if schema is not None
-            else "schema version not reported by this backend"
-        )
-        app.out.print(text(f"initialized {app.url}: {what}, {streams} stream(s)"))
-        app.out.print(text(f"chain: {chain}; blobs: {blobs}"))
+        what = "not reported by this backend" if schema is None else schema
+        app.say(f"initialized {app.url}: schema version {what}, {streams} stream(s)")
+        app.say(f"chain: {chain}; blobs: {blobs}")
     return EXIT_OK
 
 
@@ -163,8 +146,7 @@ def _blobs_label(ident: StoreIdentity | None) -> str:
 
 
 @cli.command()
-@json_option
-@pass_app
+@json_app
 def streams(app: App, as_json: bool) -> int:
     """List every stream with its version and head hash.
 
@@ -195,12 +177,10 @@ def streams(app: App, as_json: bool) -> int:
         app.json({"store": app.url, "count": len(rows), "streams": streams})
         return EXIT_OK
     if not rows:
-        app.out.print(text(f"no streams in {app.url}"))
+        app.say(f"no streams in {app.url}")
         return EXIT_OK
     table = Table(title=f"{len(rows)} stream(s)", title_justify="left")
-    table.add_column("stream", no_wrap=True)
-    table.add_column("version", justify="right", no_wrap=True)
-    table.add_column("head hash", no_wrap=True)
+    add_columns(table, "stream", "version", "head hash", right=("version",), no_wrap=True)
     table.add_column("kind", overflow="fold")
     for sid, version, h, k, t in rows:
         table.add_row(text(sid), str(version), h[:16], text(f"{k} {t}" if t is not None else k))
@@ -219,8 +199,7 @@ def streams(app: App, as_json: bool) -> int:
     show_default=True,
     help="How many events, counted from the end.",
 )
-@json_option
-@pass_app
+@json_app
 def tail(app: App, stream: str, count: int, as_json: bool) -> int:
     """Show the last events of STREAM.
 
@@ -241,21 +220,19 @@ def tail(app: App, stream: str, count: int, as_json: bool) -> int:
             events = list(deque(store.read(stream), maxlen=count))
         if not events and head is None:
             raise CommandError(f"no stream {stream!r} in {store.url}")
-        rows = [_event_dict(e) for e in events] if as_json else []
-        if not as_json:
-            table = _tail_table(app, stream, events)
-        version = head.version if head is not None else 0
-    if as_json:
-        app.json({"stream_id": stream, "version": version, "events": rows})
-    else:
-        app.table(table, optional=("module", "pos"))
+        # Inside the open store: a spilled payload is fetched for --json.
+        if as_json:
+            version = head.version if head is not None else 0
+            rows = [_event_dict(e) for e in events]
+            app.json({"stream_id": stream, "version": version, "events": rows})
+        else:
+            app.table(_tail_table(app, stream, events), optional=("module", "pos"))
     return EXIT_OK
 
 
 @cli.command()
 @click.argument("stream")
-@json_option
-@pass_app
+@json_app
 def verify(app: App, stream: str, as_json: bool) -> int:
     """Recompute STREAM's hash chain and check it against its head.
 
@@ -300,8 +277,7 @@ def verify(app: App, stream: str, as_json: bool) -> int:
     "--anchors: a trusted verifier key for signed checkpoints (repeatable; default: "
     "ARES_LOG_VKEY, else the log keys the store recorded)."
 )
-@json_option
-@pass_app
+@json_app
 def audit_cmd(
     app: App, deep: bool, anchors_url: str | None, vkeys: tuple[str, ...], as_json: bool
 ) -> int:
@@ -325,41 +301,29 @@ def audit_cmd(
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=max(total, done))
 
-        report = audit(
-            store,
-            deep=deep,
-            progress=progress,
-            anchors=anchors_url,
-            # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
-            anchor_keys=load_vkeys(vkeys, required=False) or None,
-        )
+        # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
+        keys = load_vkeys(vkeys, required=False) or None
+        report = audit(store, deep=deep, progress=progress, anchors=anchors_url, anchor_keys=keys)
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
         app.json(dict(report.to_dict(), store=app.url, deep=deep, streams_with_findings=bad))
         return EXIT_OK if report.ok else EXIT_FINDINGS
     table = Table(title=text(f"audit of {app.url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]
-    cells = [
-        str(report.streams_checked),
-        str(report.events_checked),
-        str(report.blobs_checked) if deep else "-",
-        str(report.snapshots_checked) if deep else "-",
-    ]
+    cells = [str(report.streams_checked), str(report.events_checked)]
+    cells += [str(n) if deep else "-" for n in (report.blobs_checked, report.snapshots_checked)]
     if report.anchors_checked is not None:
         columns.append("anchors checked")
         cells.append(str(report.anchors_checked))
-    for name in [*columns, "findings", "result"]:
-        table.add_column(name, justify="right" if name != "result" else "left")
+    add_columns(table, *columns, "findings", "result", right=(*columns, "findings"))
     table.add_row(*cells, str(len(report.findings)), _status(report.ok))
     app.table(table)
     if report.erased:
-        app.out.print(
-            Text(
-                f"{len(report.erased)} erased payload(s) (information: their chains and "
-                "proofs stay valid; --json lists them)"
-            )
+        app.say(
+            f"{len(report.erased)} erased payload(s) (information: their chains and "
+            "proofs stay valid; --json lists them)"
         )
     if not report.ok:
-        app.out.print(Text(f"{len(bad)} stream(s) with findings"))
+        app.say(f"{len(bad)} stream(s) with findings")
         _print_findings(app, report.findings)
     return EXIT_OK if report.ok else EXIT_FINDINGS

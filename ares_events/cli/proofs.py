@@ -15,8 +15,9 @@ from ares_events.cli.common import (
     EXIT_OK,
     App,
     CommandError,
+    add_columns,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
@@ -28,12 +29,7 @@ from ares_events.cli.common import (
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
-from ares_events.integrity.notes import (
-    ALG_COSIGNATURE_V1,
-    ALG_ED25519,
-    SigningKey,
-    write_key_file,
-)
+from ares_events.integrity.notes import ALG_COSIGNATURE_V1, ALG_ED25519, SigningKey, write_key_file
 
 KEY_HELP = "The log's signing key file (from keygen); default: ARES_LOG_KEY_FILE."
 VKEY_HELP = (
@@ -91,8 +87,7 @@ def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> 
 @cli.command(name="checkpoint")
 @key_option(KEY_HELP)
 @click.option("--list", "list_", is_flag=True, help="List the stored checkpoints; sign nothing.")
-@json_option
-@pass_app
+@json_app
 def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -> int:
     """Sign, store and print a checkpoint of the log (C2SP tlog-checkpoint).
 
@@ -113,18 +108,13 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
         with app.open() as store:
             rows = MerkleLog(store).checkpoints.all()
         if as_json:
-            app.json(
-                {
-                    "checkpoints": [
-                        {"origin": o, "tree_size": n, "root": b64(r), "created_at": at}
-                        for o, n, r, _t, at in rows
-                    ]
-                }
-            )
+            keys = ("origin", "tree_size", "root", "created_at")
+            cps = [dict(zip(keys, (o, n, b64(r), at), strict=True)) for o, n, r, _t, at in rows]
+            app.json({"checkpoints": cps})
             return EXIT_OK
         table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
-        for col in ("origin", "tree size", "root", "signed at"):
-            table.add_column(col, no_wrap=True)  # names and roots are copied whole
+        # Names and roots are copied whole.
+        add_columns(table, "origin", "tree size", "root", "signed at", no_wrap=True)
         for o, n, r, _t, at in rows:
             table.add_row(text(o), str(n), b64(r), at)
         app.table(table, optional=("signed at",))
@@ -141,6 +131,13 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
     else:
         click.echo(signed.text, nl=False)
     return EXIT_OK
+
+
+def _number(value: str, what: str, hint: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not {what}", param_hint=hint) from None
 
 
 def _catch_up(app: App, log: Any) -> None:
@@ -163,8 +160,7 @@ def _catch_up(app: App, log: Any) -> None:
 )
 @key_option(KEY_HELP + " With it, sign a fresh checkpoint.")
 @click.option("--out", "out", metavar="FILE", help="Also write the proof (JSON) to FILE.")
-@json_option
-@pass_app
+@json_app
 def prove_cmd(
     app: App,
     args: tuple[str, ...],
@@ -196,22 +192,11 @@ def prove_cmd(
             raise click.UsageError(
                 "prove needs STREAM VERSION (or --consistency OLD_SIZE [NEW_SIZE])"
             )
-        stream_id, ver = args
-        try:
-            version = int(ver)
-        except ValueError:
-            raise click.BadParameter(
-                f"{ver!r} is not a version number", param_hint="VERSION"
-            ) from None
+        stream_id, version = args[0], _number(args[1], "a version number", "VERSION")
+    elif len(args) > 1:
+        raise click.UsageError("prove --consistency takes OLD_SIZE and at most one NEW_SIZE")
     else:
-        if len(args) > 1:
-            raise click.UsageError("prove --consistency takes OLD_SIZE and at most one NEW_SIZE")
-        try:
-            new_size = int(args[0]) if args else None
-        except ValueError:
-            raise click.BadParameter(
-                f"{args[0]!r} is not a tree size", param_hint="NEW_SIZE"
-            ) from None
+        new_size = _number(args[0], "a tree size", "NEW_SIZE") if args else None
     # Without a key, a proof only reads: of what the Merkle log holds, against stored
     # checkpoints. With one it signs (and stores) a checkpoint, after catching the log up.
     with app.open(write=key is not None) as store:
@@ -232,18 +217,14 @@ def prove_cmd(
         return EXIT_OK
     cp = read_checkpoint(doc["checkpoint"]).checkpoint
     if old_size is None:
-        app.out.print(
-            text(
-                f"{stream_id} v{version} is leaf {doc['leaf_index']} of {cp.origin} at size "
-                f"{cp.size} ({len(doc['inclusion'])} hashes)"
-            )
+        app.say(
+            f"{stream_id} v{version} is leaf {doc['leaf_index']} of {cp.origin} at size "
+            f"{cp.size} ({len(doc['inclusion'])} hashes)"
         )
     else:
-        app.out.print(
-            text(
-                f"{cp.origin} at size {doc['new_size']} extends size {doc['old_size']} "
-                f"({len(doc['consistency'])} hashes)"
-            )
+        app.say(
+            f"{cp.origin} at size {doc['new_size']} extends size {doc['old_size']} "
+            f"({len(doc['consistency'])} hashes)"
         )
     if out is None:
         app.note("add --json (or --out FILE) for the proof itself")
@@ -260,8 +241,7 @@ def prove_cmd(
     help="Consistency proofs: the old signed checkpoint you trust (a note, or a proof JSON "
     "whose checkpoint it is); default: the one in the proof, if signed by a trusted key.",
 )
-@json_option
-@pass_app
+@json_app
 def verify_proof_cmd(
     app: App, file: str, vkeys: tuple[str, ...], old_file: str | None, as_json: bool
 ) -> int:

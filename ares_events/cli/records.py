@@ -15,11 +15,10 @@ from ares_events.cli.common import (
     App,
     CommandError,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
-    pass_app,
     verdict,
     vkey_option,
 )
@@ -34,7 +33,6 @@ from ares_events.stores.settings import Settings
 )
 @click.option(
     "--redact",
-    "redact",
     multiple=True,
     metavar="JSONPATH",
     help="Replace what this JSONPath selects in each event's payload by its salted digest "
@@ -42,7 +40,6 @@ from ares_events.stores.settings import Settings
 )
 @click.option(
     "--disclosures",
-    "disclosures",
     metavar="FILE",
     help="With --redact: where the redacted values and their salts go (0600); default "
     "FILE.disclosures.json.",
@@ -50,8 +47,7 @@ from ares_events.stores.settings import Settings
 @key_option(
     "The signing key file (keygen): the log's key or an export key; default: ARES_LOG_KEY_FILE."
 )
-@json_option
-@pass_app
+@json_app
 def export_cmd(
     app: App,
     stream: str,
@@ -106,14 +102,12 @@ def export_cmd(
     if as_json:
         app.json(data)
     else:
-        app.out.print(
-            Text(
-                f"wrote {out}: {ex.events} event(s) of {stream}, {len(ex.data)} bytes, "
-                f"proved against checkpoint size {ex.checkpoint_size}"
-            )
+        app.say(
+            f"wrote {out}: {ex.events} event(s) of {stream}, {len(ex.data)} bytes, "
+            f"proved against checkpoint size {ex.checkpoint_size}"
         )
         if wrote_disc:
-            app.out.print(Text(f"redacted values and salts: {wrote_disc} (keep it secret)"))
+            app.say(f"redacted values and salts: {wrote_disc} (keep it secret)")
     return EXIT_OK
 
 
@@ -125,12 +119,10 @@ def export_cmd(
 )
 @click.option(
     "--disclosures",
-    "disclosures",
     metavar="FILE",
     help="Also check these disclosed values against the record's salted digests.",
 )
-@json_option
-@pass_app
+@json_app
 def verify_record_cmd(
     app: App, file: str, vkeys: tuple[str, ...], disclosures: str | None, as_json: bool
 ) -> int:
@@ -181,9 +173,9 @@ def verify_record_cmd(
             table.add_column(col)
         for f in rep.findings:
             table.add_row(Text(f.kind, style="red"), str(f.version or ""), Text(f.detail))
-        app.out.print(Text("NOT VERIFIED", style="bold red"))
+        app.say("NOT VERIFIED", style="bold red")
         app.out.print(table)
     for c in checked:
         style = "green" if c["ok"] else "bold red"
-        app.out.print(Text(f"disclosed v{c['version']} {c['path']}: {c['detail']}", style=style))
+        app.say(f"disclosed v{c['version']} {c['path']}: {c['detail']}", style=style)
     return EXIT_FINDINGS if bad else EXIT_OK

@@ -34,11 +34,10 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     os_user,
-    pass_app,
     text,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
@@ -85,7 +84,6 @@ def _by_reason(fn: Any) -> Any:
     return click.option(
         "--by",
         metavar="WHO",
-        default=None,
         help="Who acts (recorded in the event's metadata). Default: the OS user.",
     )(fn)
 
@@ -105,8 +103,11 @@ def _signing(fn: Any) -> Any:
     )(fn)
 
 
-def _approver(app: App, key_file: str | None) -> SigningKey | None:
-    return load_signing_key(app, key_file, required=True) if key_file is not None else None
+def _approver(app: App, key_file: str | None, by: str | None) -> tuple[SigningKey | None, str]:
+    """The approver key of ``--key`` (None without one) and who acts: ``--by``, else the
+    key's name, else the OS user."""
+    key = load_signing_key(app, key_file, required=True) if key_file is not None else None
+    return key, by or (key.name if key is not None else os_user())
 
 
 @cli.group(name="runs")
@@ -130,12 +131,10 @@ def runs_cmd() -> None:
 @click.option(
     "--status",
     type=click.Choice(LIST_STATUSES),
-    default=None,
     help="Only runs with this status (paused includes in_doubt; in_doubt also matches "
     "runs with a tool call that has no outcome).",
 )
-@json_option
-@pass_app
+@json_app
 def runs_list(app: App, status: str | None, as_json: bool) -> int:
     """List every run (streams that begin with run.started), appending nothing.
 
@@ -153,18 +152,11 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         runs = list_runs(store, status=status)
     bad = [r for r in runs if not r.ok]
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "status": status,
-                "count": len(runs),
-                "ok": not bad,
-                "runs": [r.to_dict(steps=False) for r in runs],
-            }
-        )
+        data = {"store": app.url, "status": status, "count": len(runs), "ok": not bad}
+        app.json({**data, "runs": [r.to_dict(steps=False) for r in runs]})
         return EXIT_FINDINGS if bad else EXIT_OK
     if not runs:
-        app.out.print(text(f"no runs{f' with status {status}' if status else ''} in {app.url}"))
+        app.say(f"no runs{f' with status {status}' if status else ''} in {app.url}")
         return EXIT_OK
     table = Table(
         title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
@@ -186,15 +178,9 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
             why = f"cancelled by {r.cancelled.get('by')}"
         if not r.ok:
             why = f"FINDINGS {why}".strip()
-        table.add_row(
-            text(r.run_id),
-            _status_text(r.status),
-            str(r.counts.steps),
-            str(r.counts.tokens),
-            str(len(r.in_doubt)),
-            text(why),
-            text((r.updated_at or "")[5:16].replace("T", " ")),
-        )
+        counts = map(str, (r.counts.steps, r.counts.tokens, len(r.in_doubt)))
+        updated = text((r.updated_at or "")[5:16].replace("T", " "))
+        table.add_row(text(r.run_id), _status_text(r.status), *counts, text(why), updated)
     app.table(table, optional=("updated (UTC)", "in doubt", "tokens", "steps"))
     return EXIT_FINDINGS if bad else EXIT_OK
 
@@ -244,22 +230,16 @@ def _attempts_text(s: StepInfo) -> str:
 
 
 def _print_run(app: App, info: RunInfo) -> None:
-    head = text(f"run {info.run_id}: ")
-    head.append_text(_status_text(info.status))
-    head.append_text(
-        text(
-            f"  version {info.version}, code {info.code_revision}, "
-            f"prompt {str(info.prompt_hash)[:12]}"
-        )
-    )
+    rest = f"version {info.version}, code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
+    head = Text.assemble(text(f"run {info.run_id}: "), _status_text(info.status), text(f"  {rest}"))
     app.out.print(head)
     app.out.print(text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:
-        app.out.print(text(f"interrupt: {_json_text(info.interrupt)}", style="yellow"))
+        app.say(f"interrupt: {_json_text(info.interrupt)}", style="yellow")
     if info.error:
-        app.out.print(text(f"error: {info.error}", style="red"))
+        app.say(f"error: {info.error}", style="red")
     if info.cancelled:
-        app.out.print(text(f"cancelled: {_json_text(info.cancelled)}", style="dim"))
+        app.say(f"cancelled: {_json_text(info.cancelled)}", style="dim")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("kind", no_wrap=True)
@@ -269,35 +249,27 @@ def _print_run(app: App, info: RunInfo) -> None:
     table.add_column("got", overflow="fold")
     table.add_column("tokens", justify="right", no_wrap=True)
     for s in info.steps:
-        table.add_row(
-            str(s.step),
-            text(s.kind),
-            text(s.status, style="bold yellow" if s.in_doubt else ""),
-            text(_attempts_text(s)),
-            text(_asked(s)),
-            text(_got(s)),
-            str(s.tokens) if s.kind == "model" else "",
-        )
+        status = text(s.status, style="bold yellow" if s.in_doubt else "")
+        tokens = str(s.tokens) if s.kind == "model" else ""
+        described = map(text, (_attempts_text(s), _asked(s), _got(s)))
+        table.add_row(str(s.step), text(s.kind), status, *described, tokens)
     app.table(table)
     for s in info.in_doubt:
-        app.out.print(
-            text(
-                f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
-                f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
-                "--result JSON` (it landed) or `--not-done` (it did not)",
-                style="bold yellow",
-            )
+        app.say(
+            f"in doubt: step {s.step}, tool {s.name}, key {s.key}: check the downstream "
+            f"system for that key, then `{PROG} runs resolve {info.run_id} {s.step} "
+            "--result JSON` (it landed) or `--not-done` (it did not)",
+            style="bold yellow",
         )
     if info.findings:
         _print_findings(app, info.findings)
     for line in info.skipped:
-        app.out.print(text(f"skipped {line}", style="red"))
+        app.say(f"skipped {line}", style="red")
 
 
 @runs_cmd.command(name="show")
 @click.argument("run")
-@json_option
-@pass_app
+@json_app
 def runs_show(app: App, run: str, as_json: bool) -> int:
     """Show RUN step by step, appending nothing: its numbers (steps, attempts, retries,
     tokens, recoveries, resumes: defined in docs/guide-journal.md), then each step's kind,
@@ -319,19 +291,12 @@ def runs_show(app: App, run: str, as_json: bool) -> int:
     return EXIT_OK if info.ok else EXIT_FINDINGS
 
 
-def _done(app: App, as_json: bool, url: str, info: RunInfo, data: dict[str, Any], line: str) -> int:
+def _done(app: App, as_json: bool, info: RunInfo, line: str, **data: Any) -> int:
     if as_json:
-        app.json(
-            {
-                "store": url,
-                "run_id": info.run_id,
-                **data,
-                "version": info.version,
-                "status": info.status,
-            }
-        )
+        data = {"store": app.url, "run_id": info.run_id, **data}
+        app.json({**data, "version": info.version, "status": info.status})
     else:
-        app.out.print(text(line))
+        app.say(line)
         app.out.print(Text.assemble("run is now ", _status_text(info.status)))
     return EXIT_OK
 
@@ -353,7 +318,6 @@ def _step_number(run: str, step: str) -> int:
     "--result",
     "result_json",
     metavar="JSON",
-    default=None,
     help="The call landed: its result (JSON), returned to the loop from now on.",
 )
 @click.option(
@@ -363,8 +327,7 @@ def _step_number(run: str, step: str) -> int:
 )
 @_by_reason
 @_signing
-@json_option
-@pass_app
+@json_app
 def runs_resolve(
     app: App,
     run: str,
@@ -400,8 +363,7 @@ def runs_resolve(
             result = json.loads(result_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
-    key = _approver(app, key_file)
-    who = by or (key.name if key is not None else os_user())
+    key, who = _approver(app, key_file, by)
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open(write=True) as store, _operator_errors(run, "resolving it"):
         if key is not None:
@@ -417,22 +379,16 @@ def runs_resolve(
             store, run, number, by=who, reason=reason, via=f"{PROG} runs resolve", **kwargs
         )
     verdict = "did not land (it will run again)" if not_done else "landed; result recorded"
-    return _done(
-        app,
-        as_json,
-        app.url,
-        info,
-        {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason},
-        f"step {number} of run {run}: {verdict} (by {who})",
-    )
+    line = f"step {number} of run {run}: {verdict} (by {who})"
+    done = {"action": "resolve", "step": number, "not_done": not_done, "by": who, "reason": reason}
+    return _done(app, as_json, info, line, **done)
 
 
 @runs_cmd.command(name="resume")
 @click.argument("run")
 @_by_reason
 @_signing
-@json_option
-@pass_app
+@json_app
 def runs_resume(
     app: App,
     run: str,
@@ -453,29 +409,21 @@ def runs_resume(
     With --key the approval is signed (a journal given the approver's verifier key runs
     a call that needs approval only under such an approval, once).
     """
-    key = _approver(app, key_file)
-    who = by or (key.name if key is not None else os_user())
+    key, who = _approver(app, key_file, by)
     signed: dict[str, Any] = {}
     with app.open(write=True) as store, _operator_errors(run, "resuming it"):
         if key is not None:
             signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
             signed["approvers"] = [key.verifier]
         info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume", **signed)
-    return _done(
-        app,
-        as_json,
-        app.url,
-        info,
-        {"action": "resume", "by": who, "reason": reason},
-        f"run {run} resumed by {who}; start its agent again to let it go on",
-    )
+    line = f"run {run} resumed by {who}; start its agent again to let it go on"
+    return _done(app, as_json, info, line, action="resume", by=who, reason=reason)
 
 
 @runs_cmd.command(name="cancel")
 @click.argument("run")
 @_by_reason
-@json_option
-@pass_app
+@json_app
 def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json: bool) -> int:
     """Cancel RUN for good: it takes no new step (its recorded steps still replay), and a
     live incarnation is stopped at its next append. Appends one event.
@@ -487,11 +435,5 @@ def runs_cancel(app: App, run: str, by: str | None, reason: str | None, as_json:
     who = by or os_user()
     with app.open(write=True) as store, _operator_errors(run, "cancelling it"):
         info = cancel_run(store, run, by=who, reason=reason, via=f"{PROG} runs cancel")
-    return _done(
-        app,
-        as_json,
-        app.url,
-        info,
-        {"action": "cancel", "by": who, "reason": reason},
-        f"run {run} cancelled by {who}",
-    )
+    line = f"run {run} cancelled by {who}"
+    return _done(app, as_json, info, line, action="cancel", by=who, reason=reason)

@@ -19,9 +19,9 @@ from ares_events.cli.common import (
     CommandError,
     _print_findings,
     _status,
+    add_columns,
     cli,
-    json_option,
-    pass_app,
+    json_app,
     text,
     verdict,
     visible,
@@ -60,8 +60,7 @@ def _schema_failure(exc: AresError, hint: str) -> click.ClickException:
 )
 @click.option("--no-snapshots", is_flag=True, help="Ignore snapshots: replay the whole stream.")
 @click.option("--tolerant", is_flag=True, help="Skip and list events that fail their schema.")
-@json_option
-@pass_app
+@json_app
 def recover_cmd(
     app: App,
     stream: str,
@@ -90,15 +89,10 @@ def recover_cmd(
     from ares_events.projections.recovery import recover
 
     with app.open() as store:
-        proj = BUILTIN[projection]()
+        proj, snaps = BUILTIN[projection](), None if no_snapshots else store.snapshots
         try:
             rep = recover(
-                store,
-                stream,
-                proj,
-                snapshots=None if no_snapshots else store.snapshots,
-                max_replay=max_replay,
-                tolerant=tolerant,
+                store, stream, proj, snapshots=snaps, max_replay=max_replay, tolerant=tolerant
             )
         except EventSchemaError as exc:
             raise _schema_failure(exc, "use --tolerant to skip and list such events") from None
@@ -133,8 +127,8 @@ def recover_cmd(
     if rep.findings:
         _print_findings(app, rep.findings)
     for s in rep.skipped[:MAX_FINDINGS_SHOWN]:
-        app.out.print(text(f"skipped {s.stream_id} version {s.version} ({s.type}): {s.reason}"))
-    app.out.print(text("state:", style="bold"))
+        app.say(f"skipped {s.stream_id} version {s.version} ({s.type}): {s.reason}")
+    app.say("state:", style="bold")
     state = json.dumps(rep.state, indent=2, sort_keys=True, ensure_ascii=False)
     app.out.print(Text(visible(state, keep="\n")))  # the newlines are the indentation's
     return EXIT_OK if ok else EXIT_FINDINGS
@@ -157,33 +151,18 @@ _SNAPSHOT_OPTIONAL = ("created UTC", "at hash", "bytes", "ver", "at")
 
 
 def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        pad_edge=False,
-        collapse_padding=True,
-        show_edge=False,
-    )
+    plain: dict[str, Any] = {"pad_edge": False, "collapse_padding": True, "show_edge": False}
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), **plain)
     # Names stay whole (they are what people copy): App.table drops other columns first.
-    table.add_column("stream", no_wrap=True)
-    table.add_column("projection", no_wrap=True)
-    for name in ("ver", "at", "at hash", "bytes", "created UTC"):
-        numeric = name in ("ver", "at", "bytes")
-        table.add_column(name, no_wrap=True, justify="right" if numeric else "left")
+    names = ("stream", "projection", "ver", "at", "at hash", "bytes", "created UTC")
+    add_columns(table, *names, right=("ver", "at", "bytes"), no_wrap=True)
     if check:
         table.add_column("check", overflow="fold")
     for info, reason in rows:
-        cells = [
-            text(info.stream_id),
-            text(info.projection),
-            str(info.projection_version),
-            str(info.at_version),
-            info.at_hash.hex()[:8],
-            str(info.state_size),
-            info.to_dict()["created_at"][:19].replace("T", " "),
-        ]
+        created = info.to_dict()["created_at"][:19].replace("T", " ")
+        cells: list[Text | str] = [text(info.stream_id), text(info.projection)]
+        cells += [str(info.projection_version), str(info.at_version), info.at_hash.hex()[:8]]
+        cells += [str(info.state_size), created]
         if check:
             cells.append(text("ok", style="green") if reason is None else text(reason, "red"))
         table.add_row(*cells)
@@ -192,8 +171,7 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
 
 @snapshot_cmd.command(name="list")
 @click.argument("stream", required=False)
-@json_option
-@pass_app
+@json_app
 def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     """List stored snapshots (of STREAM, or of every stream), without their state.
 
@@ -207,7 +185,7 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     if as_json:
         app.json({"store": app.url, "count": len(infos), "snapshots": [i.to_dict() for i in infos]})
     elif not infos:
-        app.out.print(text(f"no snapshots{f' of {stream}' if stream else ''} in {app.url}"))
+        app.say(f"no snapshots{f' of {stream}' if stream else ''} in {app.url}")
     else:
         rows = [(i, None) for i in infos]
         table = _snapshot_rows_table(f"{len(infos)} snapshot(s)", rows, check=False)
@@ -218,8 +196,7 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
 @snapshot_cmd.command(name="take")
 @click.argument("stream")
 @_projection_option(None)
-@json_option
-@pass_app
+@json_app
 def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) -> int:
     """Fold STREAM now (from its latest good snapshot) and save a snapshot.
 
@@ -251,11 +228,9 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
         app.json({"store": app.url, "stream_id": stream, "snapshots": [i.to_dict() for i in taken]})
     else:
         for i in taken:
-            app.out.print(
-                text(
-                    f"snapshot of {i.projection} for {stream} at version {i.at_version} "
-                    f"({i.state_size} bytes)"
-                )
+            app.say(
+                f"snapshot of {i.projection} for {stream} at version {i.at_version} "
+                f"({i.state_size} bytes)"
             )
     return EXIT_OK
 
@@ -263,8 +238,7 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
 @snapshot_cmd.command(name="delete")
 @click.argument("stream")
 @_projection_option(None)
-@json_option
-@pass_app
+@json_app
 def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool) -> int:
     """Delete STREAM's snapshot of one projection, or all of STREAM's snapshots.
 
@@ -281,14 +255,13 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
         app.json({"store": app.url, "stream_id": stream, "projection": projection, "deleted": n})
     else:
         what = f" of {projection}" if projection else ""
-        app.out.print(text(f"deleted {n} snapshot(s){what} for {stream}"))
+        app.say(f"deleted {n} snapshot(s){what} for {stream}")
     return EXIT_OK
 
 
 @snapshot_cmd.command(name="verify")
 @click.argument("stream", required=False)
-@json_option
-@pass_app
+@json_app
 def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
     """Check every stored snapshot (of STREAM, or all) against its stream.
 
@@ -305,24 +278,17 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
         rows = list(store.snapshots.verify_all(stream))
     bad = [(i, r) for i, r in rows if r is not None]
     if as_json:
-        app.json(
-            {
-                "store": app.url,
-                "ok": not bad,
-                "checked": len(rows),
-                "bad": len(bad),
-                "snapshots": [dict(i.to_dict(), ok=r is None, reason=r) for i, r in rows],
-            }
-        )
+        snaps = [dict(i.to_dict(), ok=r is None, reason=r) for i, r in rows]
+        data = {"store": app.url, "ok": not bad, "checked": len(rows), "bad": len(bad)}
+        app.json({**data, "snapshots": snaps})
     else:
         if rows:
             title = f"{len(rows)} snapshot(s) checked"
             app.table(_snapshot_rows_table(title, rows, check=True), optional=_SNAPSHOT_OPTIONAL)
-        app.out.print(
-            text(f"{len(bad)} bad snapshot(s)", style="bold red")
-            if bad
-            else text(f"{len(rows)} snapshot(s) checked, all match their streams", style="green")
-        )
+        if bad:
+            app.say(f"{len(bad)} bad snapshot(s)", style="bold red")
+        else:
+            app.say(f"{len(rows)} snapshot(s) checked, all match their streams", style="green")
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
@@ -337,9 +303,7 @@ def _rebuildable() -> dict[str, Any]:
 @cli.command(name="rebuild")
 @click.argument("projection", type=click.Choice(sorted(_rebuildable())))
 @click.option(
-    "--from-scratch",
-    is_flag=True,
-    help="Discard an interrupted rebuild instead of resuming it.",
+    "--from-scratch", is_flag=True, help="Discard an interrupted rebuild instead of resuming it."
 )
 @click.option(
     "--verify",
@@ -354,15 +318,9 @@ def _rebuildable() -> dict[str, Any]:
     show_default=True,
     help="Events per transaction.",
 )
-@json_option
-@pass_app
+@json_app
 def rebuild_cmd(
-    app: App,
-    projection: str,
-    from_scratch: bool,
-    verify_only: bool,
-    batch_size: int,
-    as_json: bool,
+    app: App, projection: str, from_scratch: bool, verify_only: bool, batch_size: int, as_json: bool
 ) -> int:
     """Rebuild PROJECTION's read model from the log and swap it in atomically.
 
@@ -394,12 +352,8 @@ def rebuild_cmd(
 
         def progress(done: int, total: int) -> None:
             rate = done / max(time.perf_counter() - started, 1e-9)
-            bar.update(
-                task,
-                completed=done,
-                total=max(total, done),
-                description=f"{label} {projection} ({rate:,.0f} events/s)",
-            )
+            what = f"{label} {projection} ({rate:,.0f} events/s)"
+            bar.update(task, completed=done, total=max(total, done), description=what)
 
         proj = _rebuildable()[projection]()
         if verify_only:
@@ -407,11 +361,7 @@ def rebuild_cmd(
         else:
             try:
                 rep = rebuild(
-                    store,
-                    proj,
-                    from_scratch=from_scratch,
-                    batch_size=batch_size,
-                    progress=progress,
+                    store, proj, from_scratch=from_scratch, batch_size=batch_size, progress=progress
                 )
             except EventSchemaError as exc:
                 raise _schema_failure(
@@ -425,11 +375,9 @@ def rebuild_cmd(
             line = f"{diff.rows_compared} row(s) equal a fresh rebuild up to position"
             app.out.print(verdict(True, f"{projection}: {line} {diff.position}"))
             return EXIT_OK
-        table = Table(
-            title=f"{projection}: read model differs from a fresh rebuild "
-            f"(up to position {diff.position})",
-            title_justify="left",
-        )
+        differs = "read model differs from a fresh rebuild"
+        title = f"{projection}: {differs} (up to position {diff.position})"
+        table = Table(title=title, title_justify="left")
         table.add_column("key", no_wrap=True)
         table.add_column("difference", style="red")
         for keys, what in (
@@ -445,11 +393,9 @@ def rebuild_cmd(
         app.json(dict(rep.to_dict(), store=app.url))
         return EXIT_OK
     resumed = f", resumed from position {rep.resumed_from}" if rep.resumed_from else ""
-    app.out.print(
-        text(
-            f"rebuilt {projection}: {rep.events} event(s) into {rep.rows} row(s) in "
-            f"{rep.seconds:.2f}s ({rep.events_per_s:,.0f} events/s){resumed}; "
-            f"live table is now {rep.table} at position {rep.position}"
-        )
+    app.say(
+        f"rebuilt {projection}: {rep.events} event(s) into {rep.rows} row(s) in "
+        f"{rep.seconds:.2f}s ({rep.events_per_s:,.0f} events/s){resumed}; "
+        f"live table is now {rep.table} at position {rep.position}"
     )
     return EXIT_OK

@@ -45,14 +45,6 @@ def text(value: object, style: str = "") -> Text:
     return Text(visible(value), style=style)
 
 
-def _json_escape(ch: str) -> str:
-    n = ord(ch)
-    if n < 0x10000:
-        return f"\\u{n:04x}"
-    n -= 0x10000
-    return f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}"
-
-
 def dumps(data: Any) -> str:
     """``data`` as one line of JSON whose strings parse back exactly, with no hidden
     character written raw (``json.dumps`` leaves DEL, C1 controls and bidi overrides raw
@@ -61,7 +53,8 @@ def dumps(data: Any) -> str:
     s = json.dumps(data, ensure_ascii=False, default=str)
     if s.isprintable():
         return s
-    return "".join(_json_escape(c) if _hidden(c, "") else c for c in s)
+    # json.dumps escapes one such character as JSON does (a surrogate pair beyond the BMP).
+    return "".join(json.dumps(c)[1:-1] if _hidden(c, "") else c for c in s)
 
 
 class _Visible:
@@ -121,8 +114,7 @@ class _Stacked:
         pad = max(map(len, heads), default=0)
         wrapping = options.update(no_wrap=False, overflow="fold")
         if self.table.title:
-            title = self.table.title
-            yield from console.render(title if isinstance(title, Text) else Text(title), options)
+            yield from console.render(Text.assemble(self.table.title), options)
             yield Segment.line()
         for i, row in enumerate(zip(*(list(c.cells) for c in cols), strict=True)):
             if i:
@@ -132,10 +124,7 @@ class _Stacked:
                 line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
                 yield from console.render(line, options if col.no_wrap else wrapping)
         if self.table.caption:
-            caption = self.table.caption
-            yield from console.render(
-                caption if isinstance(caption, Text) else Text(caption), wrapping
-            )
+            yield from console.render(Text.assemble(self.table.caption), wrapping)
 
 
 def _natural(console: Console, renderables: Iterable[Any]) -> int:

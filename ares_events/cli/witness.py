@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from ares_events.cli.common import (
     App,
     CommandError,
     cli,
-    json_option,
+    json_app,
     key_option,
     load_signing_key,
     load_vkeys,
@@ -67,14 +68,13 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
     (key,) = load_vkeys((vkey,))
     with LogWitness(state) as w:
         o = w.add_log(key, origin)
-    app.out.print(text(f"trusting {o} (key {key.key_id.hex()}) in {state}"))
+    app.say(f"trusting {o} (key {key.key_id.hex()}) in {state}")
     return EXIT_OK
 
 
 @witness_group.command(name="list")
 @state_option
-@json_option
-@pass_app
+@json_app
 def list_cmd(app: App, state: str, as_json: bool) -> int:
     """The logs this witness trusts and the last size it cosigned for each.
 
@@ -87,28 +87,19 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
     with LogWitness(state) as w:
         logs = w.logs()
     if as_json:
-        app.json(
-            {
-                "logs": [
-                    {
-                        "origin": lg.origin,
-                        "vkeys": list(lg.vkeys),
-                        "size": lg.size,
-                        "root": b64(lg.root) if lg.root else None,
-                        "cosigned_at": lg.cosigned_at,
-                    }
-                    for lg in logs
-                ]
-            }
-        )
+        roots = [b64(lg.root) if lg.root else None for lg in logs]
+        rows = [
+            dict(asdict(lg), vkeys=list(lg.vkeys), root=r)
+            for lg, r in zip(logs, roots, strict=True)
+        ]
+        app.json({"logs": rows})
         return EXIT_OK
     table = Table(title=text(f"witness {state}"), title_justify="left")
     for col in ("origin", "cosigned size", "root", "at"):
         table.add_column(col, no_wrap=True)  # names and roots are copied whole
     for lg in logs:
-        table.add_row(
-            text(lg.origin), str(lg.size), b64(lg.root) if lg.root else "-", lg.cosigned_at or "-"
-        )
+        root = b64(lg.root) if lg.root else "-"
+        table.add_row(text(lg.origin), str(lg.size), root, lg.cosigned_at or "-")
     app.table(table, optional=("at",))
     return EXIT_OK
 
@@ -117,8 +108,7 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
 @click.argument("request", metavar="REQUEST")
 @state_option
 @key_option(required=True, help_="The witness's cosigning key file (keygen --witness).")
-@json_option
-@pass_app
+@json_app
 def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool) -> int:
     """Cosign the checkpoint in REQUEST if it extends the last one cosigned for its log.
 
@@ -142,21 +132,12 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
         if as_json:
             app.json({"status": exc.status, "reason": exc.reason, "latest_size": exc.latest_size})
         else:
-            extra = (
-                f" (last cosigned size: {exc.latest_size})" if exc.latest_size is not None else ""
-            )
+            extra = "" if exc.latest_size is None else f" (last cosigned size: {exc.latest_size})"
             app.out.print(verdict(False, f"{exc.status}: {exc.reason}{extra}", bad="REFUSED"))
         return EXIT_FINDINGS
     if as_json:
-        app.json(
-            {
-                "status": 200,
-                "origin": res.origin,
-                "size": res.size,
-                "cosignatures": list(res.lines),
-                "checkpoint": res.note,
-            }
-        )
+        data = {"status": 200, "origin": res.origin, "size": res.size}
+        app.json({**data, "cosignatures": list(res.lines), "checkpoint": res.note})
     else:
         click.echo("".join(res.lines), nl=False)
     return EXIT_OK

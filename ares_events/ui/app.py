@@ -7,6 +7,7 @@ It may import anything below the console and this package's modules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -77,8 +78,7 @@ VIA: Final = "ares-events ui"
 class _Refused(Exception):
     def __init__(self, status: HTTPStatus, text: str) -> None:
         super().__init__(text)
-        self.status = status
-        self.text = text
+        self.status, self.text = status, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +191,7 @@ class ConsoleApp:
         self.actions = actions
         if approver is not None and not actions:
             raise ConfigError("an approver key signs the console's actions: pass actions=True")
-        self._approver = approver
-        self._expires_in = expires_in
-        self._anchors = anchors
+        self._approver, self._expires_in, self._anchors = approver, expires_in, anchors
         key = (secret or secrets.token_urlsafe(32)).encode()
         self._csrf = hmac.new(key, b"csrf", hashlib.sha256).hexdigest()
         self._runs = queries.RunCache()
@@ -204,10 +202,8 @@ class ConsoleApp:
         """Set by :meth:`close` (and from a signal handler: a plain attribute is safe there);
         live streams end at their next tick."""
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="ares-ui")
-        self._static = {
-            name: resources.files("ares_events.ui").joinpath("static", name).read_bytes()
-            for name in _STATIC
-        }
+        static = resources.files("ares_events.ui").joinpath("static")
+        self._static = {name: static.joinpath(name).read_bytes() for name in _STATIC}
         get: dict[str, Callable[[dict[str, str]], _Page | Response]] = {
             "/": self._root,
             "/streams": self._streams,
@@ -257,6 +253,10 @@ class ConsoleApp:
         except RuntimeError:  # closed: a request that came in while the server stopped
             raise _Refused(HTTPStatus.SERVICE_UNAVAILABLE, "the console is stopping") from None
         return await asyncio.wrap_future(future)
+
+    def _live_page(self, live: bool, active: str = "") -> dict[str, Any]:
+        """Page options: updated (``live``) as the store's last position moves on from now."""
+        return {"live": live, "position": self.store.last_position(), "active": active}
 
     def _chrome(self) -> views.Chrome:
         return views.Chrome(self.store.url, self.actions, self._csrf, self.signer)
@@ -318,11 +318,10 @@ class ConsoleApp:
             out = _failed("error", "Internal error", text, HTTPStatus.INTERNAL_SERVER_ERROR)
         if isinstance(out, Response):
             return out
-        if fragment:
-            html = str(out.body)
-        else:
-            html = str(views.page(self._chrome(), out.title, out.body, **out.options))
-        return Response(html, out.status, media_type="text/html; charset=utf-8")
+        html = (
+            out.body if fragment else views.page(self._chrome(), out.title, out.body, **out.options)
+        )
+        return Response(str(html), out.status, media_type="text/html; charset=utf-8")
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":  # none served
@@ -342,19 +341,13 @@ class ConsoleApp:
         return _see("./streams")
 
     def _streams(self, q: dict[str, str]) -> _Page:
-        rows, nxt = queries.stream_rows(
-            self.store, prefix=q.get("prefix") or None, after=q.get("after", "")
-        )
-        body = views.streams_view(rows, q.get("prefix", ""), q.get("after", ""), nxt)
-        return _Page(
-            "Streams",
-            body,
-            {"live": True, "position": self.store.last_position(), "active": "/streams"},
-        )
+        prefix, after = q.get("prefix", ""), q.get("after", "")
+        rows, nxt = queries.stream_rows(self.store, prefix=prefix or None, after=after)
+        body = views.streams_view(rows, prefix, after, nxt)
+        return _Page("Streams", body, self._live_page(True, "/streams"))
 
     def _stream(self, q: dict[str, str]) -> _Page:
-        store = self.store
-        sid = _sid(q)
+        store, sid = self.store, _sid(q)
         head = store.head(sid)
         if head is None:
             raise _Refused(HTTPStatus.NOT_FOUND, f"no stream {sid!r}")
@@ -362,26 +355,22 @@ class ConsoleApp:
         events = queries.event_page(store, sid, _int(q, "from", 1), per)
         chain = queries.page_chain(store, sid, events, head)
         snaps: list[Any] = []
-        try:
+        with contextlib.suppress(AresError):  # none in this store: the page says "no snapshots"
             snaps = list(store.snapshots.list(sid))
-        except AresError:
-            pass  # a store without snapshots: the page says "no snapshots"
         body = views.stream_view(sid, head.version, events, chain, snaps, per)
         at_end = not events or events[-1].version >= head.version
-        return _Page("Stream", body, {"live": at_end, "position": store.last_position()})
+        return _Page("Stream", body, self._live_page(at_end))
 
     def _payload(self, q: dict[str, str]) -> _Page:
         sid, v = _sid(q), _int(q, "v", 1)
         e = queries.event_page(self.store, sid, v, 1)
         if not e or e[0].version != v:
             raise EventNotFound(sid, v)
-        error = (
-            "the payload was erased (its digest and size stay in the chain)"
-            if e[0].payload_erased
-            else None
-        )
+        error = None
         try:
-            if error is None:
+            if e[0].payload_erased:
+                error = "the payload was erased (its digest and size stay in the chain)"
+            else:
                 _ = e[0].payload
         except AresError as exc:
             error = str(exc)
@@ -394,17 +383,12 @@ class ConsoleApp:
         status = q.get("status") or None
         if status is not None and status not in LIST_STATUSES:
             raise ConfigError(f"unknown run status {status!r}")
+        prefix, after = q.get("prefix") or None, q.get("after", "")
         runs, nxt = queries.run_rows(
-            self.store,
-            self._runs,
-            status=status,
-            prefix=q.get("prefix") or None,
-            after=q.get("after", ""),
+            self.store, self._runs, status=status, prefix=prefix, after=after
         )
-        body = run_views.runs_view(runs, status or "", q.get("prefix", ""), q.get("after", ""), nxt)
-        return _Page(
-            "Runs", body, {"live": True, "position": self.store.last_position(), "active": "/runs"}
-        )
+        body = run_views.runs_view(runs, status or "", prefix or "", after, nxt)
+        return _Page("Runs", body, self._live_page(True, "/runs"))
 
     def _run(self, q: dict[str, str]) -> _Page:
         sid = _sid(q)
@@ -418,9 +402,7 @@ class ConsoleApp:
         body = run_views.run_view(
             self._chrome(), got.run, got.lifecycle, chunk, reqs, page_no, pages, asked
         )
-        return _Page(
-            "Run", body, {"live": page_no == pages, "position": self.store.last_position()}
-        )
+        return _Page("Run", body, self._live_page(page_no == pages))
 
     def _diff(self, q: dict[str, str]) -> _Page:
         sid, step = _sid(q), _int(q, "step", 1)
@@ -470,9 +452,8 @@ class ConsoleApp:
         last = self.store.last_position()
         lags = {m.name: _lag(self.store, m.position) for m in metas}
         body = views.projections_view(metas, last, lags)
-        return _Page(
-            "Projections", body, {"live": True, "position": last, "active": "/projections"}
-        )
+        options = {"live": True, "position": last, "active": "/projections"}
+        return _Page("Projections", body, options)
 
     # -- live --------------------------------------------------------------------------------
 
@@ -514,11 +495,8 @@ class ConsoleApp:
         with self._job_lock:
             if self._job is not None and not ({"report", "error"} & self._job.keys()):
                 return _see("./integrity")  # one audit at a time
-            job: dict[str, Any] = {
-                "started": datetime.now(UTC).isoformat(timespec="seconds"),
-                "done": 0,
-                "total": 0,
-            }
+            started = datetime.now(UTC).isoformat(timespec="seconds")
+            job: dict[str, Any] = {"started": started, "done": 0, "total": 0}
             self._job = job
 
         def progress(done: int, total: int) -> None:
@@ -546,13 +524,10 @@ class ConsoleApp:
         reason = form.get("reason", "").strip() or None
         if not by:
             raise ConfigError("say who acts (by)")
-        version = _int(form, "version", 0)
-        if store.stream_version(sid) != version:
+        version, now = _int(form, "version", 0), store.stream_version(sid)
+        if now != version:
             raise ConcurrencyError(
-                sid,
-                version,
-                store.stream_version(sid),
-                "the run changed since the page was shown: reload it",
+                sid, version, now, "the run changed since the page was shown: reload it"
             )
         via = f"{VIA} {action}"
         try:

@@ -31,13 +31,12 @@ def visible(text: str, *, keep: Collection[str] = _KEEP) -> str:
     a raw escape sequence would drive the operator's terminal)."""
     if text.isprintable():
         return text
-    out = []
-    for ch in text:
-        if ch not in keep and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
-            out.append(f"⟨U+{ord(ch):04X}⟩")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join(
+        f"⟨U+{ord(c):04X}⟩"
+        if c not in keep and unicodedata.category(c) in _HIDDEN_CATEGORIES
+        else c
+        for c in text
+    )
 
 
 def esc(value: Any) -> Markup:
@@ -56,36 +55,23 @@ def _attr(name: str) -> str:
 def el(tag: str, *children: Any, **attrs: Any) -> Markup:
     """``<tag attrs>children</tag>``; children may be nested iterables, None is skipped;
     an attribute set to True is written bare, False or None is left out."""
-    parts = [f"<{tag}"]
-    for k, v in attrs.items():
-        if v is None or v is False:
-            continue
-        name = _attr(k)
-        if v is True:
-            parts.append(f" {name}")
-        else:
-            parts.append(f' {name}="{html.escape(str(v), quote=True)}"')
-    parts.append(">")
-    if tag in _VOID:
-        return Markup("".join(parts))
-    parts.append(join(children))
-    parts.append(f"</{tag}>")
-    return Markup("".join(parts))
+    start = f"<{tag}" + "".join(
+        f" {_attr(k)}" if v is True else f' {_attr(k)}="{html.escape(str(v), quote=True)}"'
+        for k, v in attrs.items()
+        if v is not None and v is not False
+    )
+    return Markup(f"{start}>" if tag in _VOID else f"{start}>{join(children)}</{tag}>")
 
 
 def join(children: Iterable[Any]) -> Markup:
     """Children concatenated, each escaped unless Markup."""
-    out: list[str] = []
-    for c in children:
-        if c is None:
-            continue
-        if isinstance(c, (str, int, float)):
-            out.append(esc(c))
-        elif isinstance(c, Iterable):
-            out.append(join(c))
-        else:
-            out.append(esc(c))
-    return Markup("".join(out))
+    # A string is iterable too, but it is one child.
+    nested = (
+        join(c) if isinstance(c, Iterable) and not isinstance(c, str) else esc(c)
+        for c in children
+        if c is not None
+    )
+    return Markup("".join(nested))
 
 
 def url(path: str, query: Mapping[str, Any] | None = None) -> str:

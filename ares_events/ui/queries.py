@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Final
 
 from ares_events.agents.approvals import APPROVAL_REASON
@@ -90,23 +91,16 @@ def stream_rows(
 ) -> tuple[list[StreamRow], str | None]:
     """One page of streams and the cursor of the next page (None: this is the last)."""
     page = store.streams_page(after=after, prefix=prefix, limit=limit + 1)
-    more = len(page) > limit
-    page = page[:limit]
-    rows = [_row(store, sid, head) for sid, head in page]
-    return rows, (page[-1][0] if more and page else None)
+    rows = [_row(store, sid, head) for sid, head in page[:limit]]
+    return rows, (rows[-1].stream_id if len(page) > limit and rows else None)
 
 
 def _row(store: EventStore, sid: str, head: Head) -> StreamRow:
     opening = first(store.read(sid, 1, limit=1))
     last = opening if head.version <= 1 else first(store.read(sid, head.version, limit=1))
-    return StreamRow(
-        sid,
-        head.version,
-        head.hash,
-        kind_of(sid, opening),
-        last.at if last is not None else None,
-        opening.type if opening is not None else None,
-    )
+    last_at = last.at if last is not None else None
+    first_type = opening.type if opening is not None else None
+    return StreamRow(sid, head.version, head.hash, kind_of(sid, opening), last_at, first_type)
 
 
 def event_page(
@@ -136,14 +130,10 @@ def page_chain(
     if not events:
         return PageChain(True, 0, [], False)
     start = events[0].version
-    if start > 1:
-        before = first(store.read(stream_id, start - 1, limit=1))
-        start_hash = before.hash if before is not None else b""
-        v = ChainVerifier(
-            stream_id, store.chain_key, start_version=start - 1, start_hash=start_hash
-        )
-    else:
-        v = ChainVerifier(stream_id, store.chain_key)
+    # From version 1 the verifier starts at the genesis link and ignores start_hash.
+    before = first(store.read(stream_id, start - 1, limit=1)) if start > 1 else None
+    start_hash = before.hash if before is not None else b""
+    v = ChainVerifier(stream_id, store.chain_key, start_version=start - 1, start_hash=start_hash)
     v.check_page(events)
     at_head = head is not None and events[-1].version >= head.version
     if at_head:
@@ -274,8 +264,7 @@ class RunCache:
         Raises:
             RunNotFound: not a run.
         """
-        version = store.stream_version(run_id)
-        key = (run_id, version)
+        key = (run_id, store.stream_version(run_id))
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
@@ -303,16 +292,10 @@ _LIFE_CAP: Final = 500
 def _lifecycle(store: EventStore, run_id: str, lo: int, hi: int, cap: int) -> list[RecordedEvent]:
     """The run's lifecycle events between versions ``lo`` and ``hi`` (start, gates,
     interrupts, resumes, cancels, ends), at most ``cap``."""
-    out: list[RecordedEvent] = []
     if cap <= 0 or lo > hi:
-        return out
+        return []
     with closing_iter(store.read(run_id, lo, hi)) as events:
-        for e in events:
-            if e.type.startswith(_LIFECYCLE):
-                out.append(e)
-                if len(out) >= cap:
-                    break
-    return out
+        return list(islice((e for e in events if e.type.startswith(_LIFECYCLE)), cap))
 
 
 def run_rows(
@@ -365,12 +348,8 @@ def load_requests(store: EventStore, run_id: str, steps: list[StepInfo]) -> dict
         for s in steps
         if s.kind in ("model", "tool") and s.attempts and isinstance(s.attempts[0].version, int)
     }
-    found: dict[int, Any] = {}
     if not versions:
-        return found
+        return {}
     with closing_iter(store.read(run_id, min(versions), max(versions))) as events:
-        for e in events:
-            req = request_of(e) if e.version in versions else None
-            if req is not None:
-                found[versions[e.version]] = req
-    return found
+        found = ((versions[e.version], request_of(e)) for e in events if e.version in versions)
+        return {step: req for step, req in found if req is not None}

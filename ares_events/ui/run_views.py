@@ -15,13 +15,7 @@ from ares_events.agents.runs import StepInfo
 from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import RunSummary, page_of_step
-from ares_events.ui.views import (
-    Chrome,
-    findings_table,
-    join_inputs,
-    status_text,
-    table,
-)
+from ares_events.ui.views import Chrome, findings_table, join_inputs, row, status_text, table
 
 __all__ = ["diff_view", "run_view", "runs_view"]
 
@@ -31,49 +25,36 @@ def runs_view(
 ) -> Markup:
     """The runs list, by status."""
     now = datetime.now(UTC)
-    tabs = el(
-        "p",
-        [
-            link(
-                s or "all",
-                "/runs",
-                {"status": s, "prefix": prefix},
-                cls="on" if s == status else None,
-            )
-            for s in ("", *LIST_STATUSES)
-        ],
-        cls="tabs",
-    )
+    tabs = [
+        link(
+            s or "all", "/runs", {"status": s, "prefix": prefix}, cls="on" if s == status else None
+        )
+        for s in ("", *LIST_STATUSES)
+    ]
     body = [
-        el(
-            "tr",
+        row(
             el("td", link(r.run_id, "/run", {"id": r.run_id}), cls="sid"),
-            el("td", el("span", r.status, cls=f"st st-{r.status}")),
-            el("td", r.counts.steps, cls="num"),
-            el("td", r.counts.tokens, cls="num"),
-            el("td", _cost(r.usage)),
+            el("span", r.status, cls=f"st st-{r.status}"),
+            *(el("td", n, cls="num") for n in (r.counts.steps, r.counts.tokens)),
+            _cost(r.usage),
             el("td", _age(r.started_at, now), title=r.started_at),
-            el("td", r.updated_at),
+            r.updated_at,
             el("td", len(r.in_doubt) or "", cls="num"),
         )
         for r in rows
     ]
-    listing = table(
-        ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt"),
-        body,
-        id="runs",
-    )
+    columns = ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt")
+    listing = table(columns, body, id="runs")
+    more = {"status": status, "prefix": prefix, "after": next_after}
     pager = el(
         "p",
-        link(
-            "more →", "/runs", {"status": status, "prefix": prefix, "after": next_after}, id="next"
-        )
+        link("more →", "/runs", more, id="next")
         if next_after is not None
         else el("span", "end of the store", cls="dim"),
         cls="pager",
     )
     empty = el("p", "no run here", cls="dim") if not rows else None
-    return el("section", el("h1", "Runs"), tabs, listing, empty, pager)
+    return el("section", el("h1", "Runs"), el("p", tabs, cls="tabs"), listing, empty, pager)
 
 
 _LIFE_LABELS: Final = {
@@ -89,16 +70,10 @@ _LIFE_LABELS: Final = {
 }
 
 
-def _payload_or_note(e: RecordedEvent) -> Any:
-    if e.payload_erased:
-        return "(erased)"
-    if e.payload_ref is not None:
-        return "(spilled)"
-    return e.payload
-
-
-def _compact(value: Any, limit: int = 300) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+def _brief(e: RecordedEvent, limit: int = 300) -> str:
+    """The payload as one line of JSON cut at ``limit``; a note when it is not stored here."""
+    note = "(erased)" if e.payload_erased else "(spilled)" if e.payload_ref is not None else None
+    text = json.dumps(note or e.payload, ensure_ascii=False, sort_keys=True, default=str)
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -129,6 +104,10 @@ def _cost(usage: Mapping[str, Any]) -> str:
     return ""
 
 
+def _details(summary: str, value: Any, cls: str | None = None) -> Markup:
+    return el("details", el("summary", summary), el("pre", json_text(value), cls=cls))
+
+
 def _attempts(s: StepInfo) -> Markup:
     return el(
         "ol",
@@ -147,34 +126,21 @@ def _attempts(s: StepInfo) -> Markup:
 
 
 def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup:
-    head = el(
-        "h3",
-        f"step {s.step} · {s.kind}",
-        f" · {s.name}" if s.name else None,
-        " · ",
-        el("span", s.status, cls=f"st st-{s.status}"),
-        el("span", "IN DOUBT", cls="badge bad") if s.in_doubt else None,
-    )
-    parts: list[Any] = [head]
+    status = el("span", s.status, cls=f"st st-{s.status}")
+    badge = el("span", "IN DOUBT", cls="badge bad") if s.in_doubt else None
+    name = f" · {s.name}" if s.name else None
+    parts: list[Any] = [el("h3", f"step {s.step} · {s.kind}", name, " · ", status, badge)]
     if s.key:
         parts.append(el("p", "idempotency key ", el("code", s.key)))
     if s.kind in ("model", "tool"):
         parts.append(_attempts(s))
         if request is not None:
-            parts.append(
-                el(
-                    "details",
-                    el("summary", "request"),
-                    el("pre", json_text(request), cls="request"),
-                )
-            )
+            parts.append(_details("request", request, "request"))
         elif s.request_hash:
             parts.append(el("p", f"request hash {s.request_hash}", cls="dim"))
         if s.outcome is not None:
             label = "answer" if s.kind == "model" else "result"
-            parts.append(
-                el("details", el("summary", label), el("pre", json_text(s.outcome), cls="outcome"))
-            )
+            parts.append(_details(label, s.outcome, "outcome"))
         if s.tokens:
             parts.append(el("p", f"{s.tokens} tokens ", el("code", json_text(s.usage))))
         if s.error:
@@ -182,27 +148,16 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     elif s.detail:
         parts.append(el("p", s.detail))
     if s.in_doubt:
-        parts.append(
-            el(
-                "p",
-                "The call was requested and no outcome was recorded: the tool may or may not "
-                "have run. Check the tool's side with the idempotency key, then resolve it.",
-                cls="doubt",
-            )
-        )
+        parts.append(el("p", _IN_DOUBT, cls="doubt"))
         if chrome.actions:
             parts.append(_resolve_form(chrome, info, s))
     if s.kind == "model":
+        current = el("textarea", name="current", rows="3")
         parts.append(
             el(
                 "form",
-                el(
-                    "label",
-                    "compare with the current request (JSON) ",
-                    el("textarea", name="current", rows="3"),
-                ),
-                el("input", type="hidden", name="id", value=info.run_id),
-                el("input", type="hidden", name="step", value=str(s.step)),
+                el("label", "compare with the current request (JSON) ", current),
+                join_inputs({"id": info.run_id, "step": str(s.step)}),
                 el("button", "diff", type="submit"),
                 method="get",
                 action="./diff",
@@ -214,10 +169,9 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     )
 
 
-def _hidden(chrome: Chrome, info: RunSummary, action: str) -> Markup:
-    return join_inputs(
-        {"csrf": chrome.csrf, "id": info.run_id, "action": action, "version": str(info.version)}
-    )
+def _hidden(chrome: Chrome, info: RunSummary, action: str, **more: str) -> Markup:
+    values = {"csrf": chrome.csrf, "id": info.run_id, "action": action}
+    return join_inputs({**values, "version": str(info.version), **more})
 
 
 def _who_fields() -> Markup:
@@ -235,8 +189,7 @@ def _signs(chrome: Chrome) -> Markup | None:
 
 def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
     return _action_form(
-        _hidden(chrome, info, "resolve"),
-        el("input", type="hidden", name="step", value=str(s.step)),
+        _hidden(chrome, info, "resolve", step=str(s.step)),
         _signs(chrome),
         el("label", "result (JSON) ", el("textarea", name="result", rows="2")),
         el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),
@@ -263,6 +216,16 @@ def _asked(asked: Mapping[str, Any] | None) -> Markup | None:
     )
 
 
+_IN_DOUBT: Final = (
+    "The call was requested and no outcome was recorded: the tool may or may not have run. "
+    "Check the tool's side with the idempotency key, then resolve it."
+)
+_NEEDS_KEY: Final = (
+    "This run waits for a signed approval, and this console holds no approver key: start it "
+    "with --allow-actions --key FILE, or run "
+)
+
+
 def _run_actions(
     chrome: Chrome, info: RunSummary, asked: Mapping[str, Any] | None
 ) -> Markup | None:
@@ -270,16 +233,8 @@ def _run_actions(
         return None
     forms = []
     if asked is not None and not chrome.signer:
-        forms.append(
-            el(
-                "p",
-                "This run waits for a signed approval, and this console holds no approver "
-                "key: start it with --allow-actions --key FILE, or run ",
-                el("code", f"ares-events runs resume {info.run_id} --key FILE"),
-                cls="doubt",
-                id="needs-key",
-            )
-        )
+        resume = el("code", f"ares-events runs resume {info.run_id} --key FILE")
+        forms.append(el("p", _NEEDS_KEY, resume, cls="doubt", id="needs-key"))
     elif info.status in ("paused", "in_doubt") and not info.in_doubt:
         forms.append(
             _action_form(
@@ -317,71 +272,34 @@ def run_view(
     status = el("span", info.status, cls=f"st st-{info.status}", id="run-status")
     started = (info.started_at, " (", _age(info.started_at, datetime.now(UTC)), " ago)")
     chain = status_text(info.ok, "verified" if info.ok else "findings")
-    summary = el(
-        "dl",
-        [(el("dt", k), el("dd", v)) for k, v in (("status", status), ("version", info.version))],
-        # The run's numbers, with the words and meanings of `runs show` (run_info.RunCounts).
-        [(el("dt", k), el("dd", v, id=f"count-{k}")) for k, v in info.counts.to_dict().items()],
-        [
-            (el("dt", k), el("dd", v))
-            for k, v in (
-                ("started", started),
-                ("updated", info.updated_at),
-                ("code revision", info.code_revision),
-                ("chain", chain),
-            )
-        ],
-        cls="summary",
-    )
-    doubt = (
-        el(
-            "p",
-            "in doubt: ",
-            [
-                link(
-                    f"step {s.step} ({s.name})",
-                    "/run",
-                    {"id": info.run_id, "page": page_of_step(info, s.step)},
-                )
-                for s in info.in_doubt
-            ],
-            cls="doubt",
-        )
-        if info.in_doubt
-        else None
-    )
+    # The run's numbers, with the words and meanings of `runs show` (run_info.RunCounts).
+    counts = info.counts.to_dict()
+    rows = [("status", status), ("version", info.version), *counts.items(), ("started", started)]
+    rows += [("updated", info.updated_at), ("code revision", info.code_revision), ("chain", chain)]
+    ids = {k: f"count-{k}" for k in counts}
+    summary = el("dl", [(el("dt", k), el("dd", v, id=ids.get(k))) for k, v in rows], cls="summary")
+    doubt = [(f"step {s.step} ({s.name})", page_of_step(info, s.step)) for s in info.in_doubt]
+    links = [link(label, "/run", {"id": info.run_id, "page": page}) for label, page in doubt]
     extra = [
         el("p", "interrupt: ", el("code", json_text(info.interrupt))) if info.interrupt else None,
         el("p", "error: ", info.error, cls="bad") if info.error else None,
         el("p", "cancelled: ", el("code", json_text(info.cancelled))) if info.cancelled else None,
-        el("details", el("summary", "result"), el("pre", json_text(info.result)))
-        if info.result is not None
-        else None,
+        _details("result", info.result) if info.result is not None else None,
     ]
-    life = el(
-        "details",
+    told = f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumes, cancels, ends)"
+    events = [
         el(
-            "summary",
-            f"lifecycle ({len(lifecycle)} events: starts, gates, interrupts, resumes, "
-            "cancels, ends)",
-        ),
-        el(
-            "ol",
-            [
-                el(
-                    "li",
-                    link(f"v{e.version}", "/stream", {"id": info.run_id, "from": e.version}),
-                    f" {e.at} ",
-                    el("strong", _LIFE_LABELS.get(e.type, e.type)),
-                    " ",
-                    el("code", _compact(_payload_or_note(e))),
-                    el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
-                )
-                for e in lifecycle
-            ],
-        ),
-        id="lifecycle",
-    )
+            "li",
+            link(f"v{e.version}", "/stream", {"id": info.run_id, "from": e.version}),
+            f" {e.at} ",
+            el("strong", _LIFE_LABELS.get(e.type, e.type)),
+            " ",
+            el("code", _brief(e)),
+            el("code", json_text(e.metadata), cls="meta") if e.metadata else None,
+        )
+        for e in lifecycle
+    ]
+    life = el("details", el("summary", told), el("ol", events), id="lifecycle")
     pager = el(
         "p",
         link("← earlier steps", "/run", {"id": info.run_id, "page": page_no - 1})
@@ -399,7 +317,7 @@ def run_view(
         "section",
         el("h1", "Run ", el("span", info.run_id, cls="sid", id="run-id")),
         summary,
-        doubt,
+        el("p", "in doubt: ", links, cls="doubt") if links else None,
         extra,
         findings_table(info.findings),
         _asked(asked),

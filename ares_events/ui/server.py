@@ -109,11 +109,8 @@ class _Gate:
     def __init__(
         self, app: ASGIApp, *, prefix: str, token: str, cookie: str, hosts: frozenset[str]
     ) -> None:
-        self.app = app
-        self.prefix = prefix
+        self.app, self.prefix, self.cookie, self.hosts = app, prefix, cookie, hosts
         self._token = token.encode()
-        self.cookie = cookie
-        self.hosts = hosts
 
     def __repr__(self) -> str:  # the prefix and the token are secrets
         return f"_Gate(hosts={sorted(self.hosts)})"
@@ -153,10 +150,8 @@ class _Gate:
                 f"Path={self.prefix}/"
             )
             here = scope["raw_path"].decode("latin-1")  # as sent: percent-encoded, ASCII
-            return Response(
-                status_code=HTTPStatus.SEE_OTHER,
-                headers={"Location": here + (f"?{rest}" if rest else ""), "Set-Cookie": cookie},
-            )
+            headers = {"Location": here + (f"?{rest}" if rest else ""), "Set-Cookie": cookie}
+            return Response(status_code=HTTPStatus.SEE_OTHER, headers=headers)
         if not self._session_ok(headers.get(b"cookie", b"")):
             return refusal(
                 HTTPStatus.FORBIDDEN,
@@ -181,8 +176,7 @@ class _AccessLog:
     the query are secrets), status; every control and bidi character spelled out."""
 
     def __init__(self, app: ASGIApp, prefix: str) -> None:
-        self.app = app
-        self.prefix = prefix
+        self.app, self.prefix = app, prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not logger.isEnabledFor(logging.INFO):
@@ -194,12 +188,8 @@ class _AccessLog:
 
         async def logged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                logger.info(
-                    "%s %s -> %s",
-                    visible(scope["method"], keep=""),
-                    visible(path, keep=""),
-                    message["status"],
-                )
+                method, where = visible(scope["method"], keep=""), visible(path, keep="")
+                logger.info("%s %s -> %s", method, where, message["status"])
             await send(message)
 
         await self.app(scope, receive, logged)
@@ -247,16 +237,12 @@ class ConsoleServer:
             expires_in=expires_in,
         )
         self._sock = _listen(host, port)
-        addr = self._sock.getsockname()
         self.host: str = host
-        self.port = int(addr[1])
+        self.port = int(self._sock.getsockname()[1])
         self.hosts = _host_names(host, self.port)
+        cookie = f"{_COOKIE}_{self.port}"
         gate = _Gate(
-            self.app,
-            prefix=self._prefix,
-            token=self._token,
-            cookie=f"{_COOKIE}_{self.port}",
-            hosts=self.hosts,
+            self.app, prefix=self._prefix, token=self._token, cookie=cookie, hosts=self.hosts
         )
         protocol = type("Protocol", (_Protocol,), {"head_timeout": head_timeout})
         config = uvicorn.Config(

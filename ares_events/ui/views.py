@@ -26,6 +26,7 @@ __all__ = [
     "page",
     "payload_view",
     "projections_view",
+    "row",
     "status_text",
     "stream_view",
     "streams_view",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 PAYLOAD_PREVIEW: Final = 4000
+_VERIFY_OFFLINE: Final = "ares-events verify-proof proof.json --vkey VKEY"
 NAV: Final = (
     ("Streams", "/streams"),
     ("Runs", "/runs"),
@@ -65,29 +67,21 @@ def page(
     active: str = "",
 ) -> Markup:
     """The whole HTML document around one view's content."""
-    mode = (
-        el("span", "actions enabled", cls="mode actions")
-        if chrome.actions
-        else el("span", "read-only", cls="mode")
+    mode, mode_cls = (
+        ("actions enabled", "mode actions") if chrome.actions else ("read-only", "mode")
     )
     nav = el(
         "nav",
         el("span", "ares-events", cls="brand"),
         [link(name, href, cls="on" if href == active else None) for name, href in NAV],
         el("span", chrome.store_url, cls="store", title="store (redacted)"),
-        mode,
+        el("span", mode, cls=mode_cls),
         el("span", "signs as ", el("code", chrome.signer), cls="mode actions", id="signer")
         if chrome.signer
         else None,
     )
-    main = el(
-        "main",
-        body,
-        id="main",
-        data_live="1" if live else None,
-        data_poll="1" if poll else None,
-        data_position=str(position),
-    )
+    flags = {"data_live": "1" if live else None, "data_poll": "1" if poll else None}
+    main = el("main", body, id="main", **flags, data_position=str(position))
     return Markup(
         "<!DOCTYPE html>"
         + el(
@@ -111,27 +105,24 @@ def findings_table(findings: list[Finding], limit: int = 50) -> Markup:
     if not findings:
         return Markup("")
     rows = [
-        el(
-            "tr",
-            el("td", f.kind),
-            el("td", f.stream_id if f.stream_id is not None else "store"),
-            el("td", f.version),
-            el("td", f.detail),
-        )
+        row(f.kind, "store" if f.stream_id is None else f.stream_id, f.version, f.detail)
         for f in findings[:limit]
     ]
     more = len(findings) - limit
-    return table(
-        ("finding", "stream", "v", "detail"),
-        rows,
-        el("caption", f"{more} more finding(s) not shown") if more > 0 else None,
-        cls="findings",
-    )
+    caption = el("caption", f"{more} more finding(s) not shown") if more > 0 else None
+    return table(("finding", "stream", "v", "detail"), rows, caption, cls="findings")
 
 
 def header(*names: str) -> Markup:
     """A table's row of column names."""
     return el("tr", [el("th", h) for h in names])
+
+
+def row(*cells: Any, **attrs: Any) -> Markup:
+    """A table row with a ``<td>`` of each cell (a cell already made with ``el("td", ...)``,
+    for its attributes, stays as it is)."""
+    tds = [c if isinstance(c, Markup) and c.startswith("<td") else el("td", c) for c in cells]
+    return el("tr", tds, **attrs)
 
 
 def table(columns: tuple[str, ...], rows: Any, *more: Any, **attrs: Any) -> Markup:
@@ -164,21 +155,16 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         cls="search",
     )
     body = [
-        el(
-            "tr",
+        row(
             el("td", link(r.stream_id, "/stream", {"id": r.stream_id}), cls="sid"),
-            el("td", el("span", r.kind, cls=f"kind k-{r.kind.split()[0]}")),
+            el("span", r.kind, cls=f"kind k-{r.kind.split()[0]}"),
             el("td", r.version, cls="num"),
             el("td", r.head.hex()[:16], cls="hash", title=r.head.hex()),
-            el("td", r.last_at),
+            r.last_at,
         )
         for r in rows
     ]
-    listing = table(
-        ("stream", "kind", "version", "head", "last write"),
-        body,
-        id="streams",
-    )
+    listing = table(("stream", "kind", "version", "head", "last write"), body, id="streams")
     pager = el(
         "p",
         link("first page", "/streams", {"prefix": prefix}) if after else None,
@@ -193,27 +179,18 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
 
 
 def _payload(e: RecordedEvent) -> Markup:
-    ref = e.payload_ref
+    ref, where = e.payload_ref, {"id": e.stream_id, "v": e.version}
     if e.payload_erased:
         return el("span", "erased", cls="erased", title="the payload was erased; its digest stays")
     if ref is not None:
-        return el(
-            "span",
-            f"spilled blob, {ref.size} bytes ",
-            link("fetch", "/payload", {"id": e.stream_id, "v": e.version}, cls="fetch"),
-            cls="spilled",
-        )
+        fetch = link("fetch", "/payload", where, cls="fetch")
+        return el("span", f"spilled blob, {ref.size} bytes ", fetch, cls="spilled")
     text = json_text(e.payload)
     if len(text) <= 120 and "\n" not in text.strip():
         return el("code", text)
-    return el(
-        "details",
-        el("summary", f"{e.payload_size} bytes"),
-        el("pre", json_text(e.payload, limit=PAYLOAD_PREVIEW)),
-        link("whole payload", "/payload", {"id": e.stream_id, "v": e.version})
-        if len(text) > PAYLOAD_PREVIEW
-        else None,
-    )
+    preview = el("pre", json_text(e.payload, limit=PAYLOAD_PREVIEW))
+    whole = link("whole payload", "/payload", where) if len(text) > PAYLOAD_PREVIEW else None
+    return el("details", el("summary", f"{e.payload_size} bytes"), preview, whole)
 
 
 def stream_view(
@@ -227,13 +204,12 @@ def stream_view(
     """One stream: a page of events with payloads, the page's chain status, snapshots."""
     start = events[0].version if events else 1
     rows = [
-        el(
-            "tr",
+        row(
             el("td", e.version, cls="num"),
             el("td", e.position, cls="num"),
-            el("td", e.type),
-            el("td", e.module),
-            el("td", e.at),
+            e.type,
+            e.module,
+            e.at,
             el("td", e.hash.hex()[:12], cls="hash", title=e.hash.hex()),
             el("td", _payload(e), cls="payload"),
             id=f"v{e.version}",
@@ -269,40 +245,27 @@ def stream_view(
         else None,
         id="chain",
     )
-    snaps = (
-        el(
-            "table",
-            el("caption", "snapshots"),
-            header("projection", "version", "at version", "size", "created", "problem"),
-            [
-                el(
-                    "tr",
-                    el("td", s.projection),
-                    el("td", s.projection_version),
-                    el("td", s.at_version),
-                    el("td", s.state_size),
-                    el("td", s.created_at.isoformat()),
-                    el("td", s.problem),
-                )
-                for s in snapshots
-            ],
-            id="snapshots",
+    snap_rows = [
+        row(
+            s.projection,
+            s.projection_version,
+            s.at_version,
+            s.state_size,
+            s.created_at.isoformat(),
+            s.problem,
         )
-        if snapshots
-        else el("p", "no snapshots", cls="dim")
-    )
+        for s in snapshots
+    ]
+    columns = ("projection", "version", "at version", "size", "created", "problem")
+    snaps = el("table", el("caption", "snapshots"), header(*columns), snap_rows, id="snapshots")
     return el(
         "section",
         el("h1", "Stream ", el("span", stream_id, cls="sid", id="stream-id")),
         status,
         findings_table(chain.findings),
         nav,
-        table(
-            ("v", "pos", "type", "module", "at", "hash", "payload"),
-            rows,
-            id="events",
-        ),
-        snaps,
+        table(("v", "pos", "type", "module", "at", "hash", "payload"), rows, id="events"),
+        snaps if snapshots else el("p", "no snapshots", cls="dim"),
     )
 
 
@@ -321,15 +284,11 @@ def payload_view(e: RecordedEvent, error: str | None) -> Markup:
 
 def verify_view(report: VerifyReport) -> Markup:
     """The whole stream's chain status."""
+    checked = f" {report.events_checked} events checked, head at version {report.head_version}"
     return el(
         "section",
         el("h1", "Chain of ", el("span", report.stream_id, cls="sid")),
-        el(
-            "p",
-            status_text(report.ok),
-            f" {report.events_checked} events checked, head at version {report.head_version}",
-            id="verify",
-        ),
+        el("p", status_text(report.ok), checked, id="verify"),
         el("p", "first finding: ", str(report.findings[0])) if report.findings else None,
         findings_table(report.findings),
         link("back to the stream", "/stream", {"id": report.stream_id}),
@@ -359,135 +318,91 @@ def audit_view(
         action="./audit",
         cls="action",
     )
-    parts: list[Any] = [el("h1", "Integrity"), start]
-    if job is not None:
-        report: AuditReport | None = job.get("report")
+    signed = [
+        row(o, el("td", n, cls="num"), el("td", r.hex()[:16], cls="hash", title=r.hex()), at)
+        for o, n, r, at in checkpoints
+    ]
+    listing = el(
+        "table", header("origin", "tree size", "root", "signed at"), signed, id="checkpoints"
+    )
+    none_yet = el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
+    proof = el(
+        "form",
+        el("label", "stream ", el("input", name="stream", required=True)),
+        el("label", "version ", el("input", name="version", type="number", min="1", required=True)),
+        el("button", "download proof", type="submit"),
+        method="get",
+        action="./proof",
+        cls="action",
+    )
+    return el(
+        "section",
+        el("h1", "Integrity"),
+        start,
+        _audit_state(job),
+        el("h2", "Signed checkpoints"),
+        listing if checkpoints else none_yet,
+        el("p", anchors_note, cls="dim") if anchors_note else None,
+        el("h2", "Inclusion proof of one event"),
+        proof,
+        el("p", "Check it offline: ", el("code", _VERIFY_OFFLINE), cls="dim"),
+    )
+
+
+def _audit_state(job: Mapping[str, Any] | None) -> list[Any]:
+    """The audit's progress, failure or result (with its findings)."""
+    if job is None:
+        return []
+    if job.get("error") is not None:
+        return [el("p", "audit failed: ", job["error"], cls="bad", id="audit-result")]
+    report: AuditReport | None = job.get("report")
+    if report is None:
         done, total = job.get("done", 0), job.get("total", 0)
-        if report is None and job.get("error") is None:
-            parts.append(
-                el(
-                    "p",
-                    f"audit running: {done} of {total} events",
-                    el("progress", value=str(done), max=str(max(total, 1))),
-                    id="audit-progress",
-                )
-            )
-        elif job.get("error") is not None:
-            parts.append(el("p", "audit failed: ", job["error"], cls="bad", id="audit-result"))
-        elif report is not None:
-            parts.append(
-                el(
-                    "p",
-                    status_text(
-                        report.ok, "clean" if report.ok else f"{len(report.findings)} finding(s)"
-                    ),
-                    f" {report.streams_checked} streams, {report.events_checked} events, "
-                    f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots"
-                    + (
-                        f", {report.anchors_checked} anchors"
-                        if report.anchors_checked is not None
-                        else ""
-                    )
-                    + " checked"
-                    f" (started {job.get('started')})",
-                    id="audit-result",
-                )
-            )
-            if report.findings:
-                parts.append(el("p", "first finding: ", str(report.findings[0])))
-            parts.append(findings_table(report.findings))
-    parts.append(el("h2", "Signed checkpoints"))
-    if checkpoints:
-        parts.append(
-            el(
-                "table",
-                header("origin", "tree size", "root", "signed at"),
-                [
-                    el(
-                        "tr",
-                        el("td", o),
-                        el("td", n, cls="num"),
-                        el("td", r.hex()[:16], cls="hash", title=r.hex()),
-                        el("td", at),
-                    )
-                    for o, n, r, at in checkpoints
-                ],
-                id="checkpoints",
-            )
-        )
-    else:
-        parts.append(
-            el("p", "no signed checkpoint yet (ares-events checkpoint --key FILE)", cls="dim")
-        )
-    if anchors_note:
-        parts.append(el("p", anchors_note, cls="dim"))
-    parts.append(el("h2", "Inclusion proof of one event"))
-    parts.append(
-        el(
-            "form",
-            el("label", "stream ", el("input", name="stream", required=True)),
-            el(
-                "label",
-                "version ",
-                el("input", name="version", type="number", min="1", required=True),
-            ),
-            el("button", "download proof", type="submit"),
-            method="get",
-            action="./proof",
-            cls="action",
-        )
+        bar = el("progress", value=str(done), max=str(max(total, 1)))
+        return [el("p", f"audit running: {done} of {total} events", bar, id="audit-progress")]
+    anchors = "" if report.anchors_checked is None else f", {report.anchors_checked} anchors"
+    summary = (
+        f" {report.streams_checked} streams, {report.events_checked} events, "
+        f"{report.blobs_checked} blobs, {report.snapshots_checked} snapshots{anchors} checked"
+        f" (started {job.get('started')})"
     )
-    parts.append(
-        el(
-            "p",
-            "Check it offline: ",
-            el("code", "ares-events verify-proof proof.json --vkey VKEY"),
-            cls="dim",
-        )
-    )
-    return el("section", parts)
+    verdict = "clean" if report.ok else f"{len(report.findings)} finding(s)"
+    return [
+        el("p", status_text(report.ok, verdict), summary, id="audit-result"),
+        el("p", "first finding: ", str(report.findings[0])) if report.findings else None,
+        findings_table(report.findings),
+    ]
 
 
 def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, str]) -> Markup:
     """Each read model's position, lag and rebuild state."""
     rows = [
-        el(
-            "tr",
-            el("td", m.name),
-            el("td", m.projection_version, cls="num"),
-            el("td", m.generation, cls="num"),
-            el("td", m.position, cls="num"),
+        row(
+            m.name,
+            *(el("td", n, cls="num") for n in (m.projection_version, m.generation, m.position)),
             el("td", lags.get(m.name, ""), cls="num"),
-            el("td", m.active_table),
-            el(
-                "td",
-                f"rebuilding into {m.building_table} at position {m.building_position}"
-                if m.building_table
-                else "",
-            ),
+            m.active_table,
+            f"rebuilding into {m.building_table} at position {m.building_position}"
+            if m.building_table
+            else "",
         )
         for m in metas
     ]
+    columns = (
+        "read model",
+        "version",
+        "generation",
+        "position",
+        "lag (events)",
+        "table",
+        "rebuild",
+    )
+    listing = el("table", header(*columns), rows, id="projections")
     return el(
         "section",
         el("h1", "Projections"),
         el("p", f"store's last position: {last}", id="last-position"),
-        el(
-            "table",
-            header(
-                "read model",
-                "version",
-                "generation",
-                "position",
-                "lag (events)",
-                "table",
-                "rebuild",
-            ),
-            rows,
-            id="projections",
-        )
-        if metas
-        else el("p", "no read model registered in this store", cls="dim"),
+        listing if metas else el("p", "no read model registered in this store", cls="dim"),
     )
 
 
