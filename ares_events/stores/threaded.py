@@ -162,12 +162,9 @@ class ThreadedRecorder:
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> AsyncIterator[RecordedEvent]:
         """The blocking ``read_all``, pulled in chunks on reader threads."""
-        if stream_prefix:  # passed only when asked for, as the core does
-            prefix = stream_prefix
-            return self._pull(
-                lambda: self.sync.read_all(after_position, limit, stream_prefix=prefix)
-            )
-        return self._pull(lambda: self.sync.read_all(after_position, limit))
+        # stream_prefix is passed only when asked for, as the core does.
+        kw = {"stream_prefix": stream_prefix} if stream_prefix else {}
+        return self._pull(lambda: self.sync.read_all(after_position, limit, **kw))
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """The blocking ``heads``, pulled in chunks on reader threads."""

@@ -488,11 +488,8 @@ class CachedRecorder:
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
         """Global order, always from the inner store (which filters by ``stream_prefix``)."""
-        if stream_prefix:
-            return self.inner.read_all(  # type: ignore[no-any-return]
-                after_position, limit, stream_prefix=stream_prefix
-            )
-        return self.inner.read_all(after_position, limit)  # type: ignore[no-any-return]
+        kw = {"stream_prefix": stream_prefix} if stream_prefix else {}
+        return self.inner.read_all(after_position, limit, **kw)  # type: ignore[no-any-return]
 
     def head(self, stream_id: str) -> Head | None:
         """The inner store's head (never cached: it decides ``expected_version``)."""
