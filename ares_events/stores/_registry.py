@@ -62,16 +62,6 @@ def view() -> Mapping[str, str | type[Any]]:
     return MappingProxyType(_targets)
 
 
-def _discover() -> None:
-    global _discovered
-    with _lock:
-        if _discovered:
-            return
-        _discovered = True
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            _targets.setdefault(ep.name.lower(), ep.value)
-
-
 def resolve(scheme: str) -> type[Any]:
     """The backend class for ``scheme``, importing it on first use.
 
@@ -79,24 +69,23 @@ def resolve(scheme: str) -> type[Any]:
         UnknownSchemeError: no backend for the scheme.
         MissingDependencyError: the backend's optional dependency is not installed.
     """
+    global _discovered
     scheme = scheme.lower()
-    if scheme not in _targets:
-        _discover()
+    with _lock:
+        if scheme not in _targets and not _discovered:
+            _discovered = True
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                _targets.setdefault(ep.name.lower(), ep.value)
     target = _targets.get(scheme)
     if target is None:
         raise UnknownSchemeError(scheme, sorted(_targets))
     if not isinstance(target, str):
         return target
-    mod_name, _, attr = target.partition(":")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as exc:
-        extra = _BUILTIN.get(scheme, ("", scheme))[1] or scheme
-        raise MissingDependencyError(f"the {scheme}:// store", extra) from exc
-    cls = getattr(mod, attr)
+    extra = _BUILTIN.get(scheme, ("", scheme))[1] or scheme
+    cls = _load(target, f"the {scheme}:// store", extra)
     with _lock:
         _targets[scheme] = cls
-    return cls  # type: ignore[no-any-return]
+    return cls
 
 
 def resolve_async(cls: type[Any]) -> type[Any] | None:
@@ -111,9 +100,14 @@ def resolve_async(cls: type[Any]) -> type[Any] | None:
     target = builtin or getattr(cls, "async_recorder", None)
     if target is None or not isinstance(target, str):
         return target
+    return _load(target, f"the asyncio face of {cls.__name__}", "postgres")
+
+
+def _load(target: str, what: str, extra: str) -> type[Any]:
+    """The class ``"module:Class"`` names (MissingDependencyError when not importable)."""
     mod_name, _, attr = target.partition(":")
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as exc:
-        raise MissingDependencyError(f"the asyncio face of {cls.__name__}", "postgres") from exc
+        raise MissingDependencyError(what, extra) from exc
     return getattr(mod, attr)  # type: ignore[no-any-return]

@@ -87,7 +87,9 @@ def open_store(
         blobs_url, default_blobs = _blob_choice(blobs, identity, recorder)
         blob_store = None
         if blobs_url:
-            blob_store = _open_blob_store(blobs_url, create)
+            from ares_events.stores.blobs import open_blobs
+
+            blob_store = open_blobs(blobs_url, create=create)
         store = EventStore.open(
             recorder,
             chain_key=key,
@@ -155,9 +157,3 @@ def _blob_choice(
     if Capability.DEFAULT_BLOBS in recorder.capabilities:
         url = recorder.default_blobs_url()
     return url, bool(url) and (recorded in (None, DEFAULT_BLOBS))
-
-
-def _open_blob_store(blobs_url: str, create: bool) -> Any:
-    from ares_events.stores.blobs import open_blobs
-
-    return open_blobs(blobs_url, create=create)

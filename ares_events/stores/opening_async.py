@@ -90,7 +90,9 @@ async def open_async_store(
         blobs_url, default_blobs = _blob_choice(blobs, identity, recorder)
         blob_store = None
         if blobs_url:
-            blob_store = await asyncio.to_thread(_open_blob_store, blobs_url, create)
+            from ares_events.stores.blobs import open_blobs
+
+            blob_store = await asyncio.to_thread(open_blobs, blobs_url, create=create)
         store = await AsyncEventStore.open(
             recorder,
             chain_key=key,
@@ -179,9 +181,3 @@ def _blob_choice(
     if Capability.DEFAULT_BLOBS in recorder.capabilities:
         url = recorder.default_blobs_url()
     return url, bool(url) and (recorded in (None, DEFAULT_BLOBS))
-
-
-def _open_blob_store(blobs_url: str, create: bool) -> Any:
-    from ares_events.stores.blobs import open_blobs
-
-    return open_blobs(blobs_url, create=create)

@@ -24,7 +24,7 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a positive integer, got {raw!r}") from None
+        value = 0
     if value <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
     return value

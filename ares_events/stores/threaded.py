@@ -162,12 +162,9 @@ class ThreadedRecorder:
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> AsyncIterator[RecordedEvent]:
         """The blocking ``read_all``, pulled in chunks on reader threads."""
-        if stream_prefix:  # passed only when asked for, as the core does
-            prefix = stream_prefix
-            return self._pull(
-                lambda: self.sync.read_all(after_position, limit, stream_prefix=prefix)
-            )
-        return self._pull(lambda: self.sync.read_all(after_position, limit))
+        # stream_prefix is passed only when asked for, as the core does.
+        kw = {"stream_prefix": stream_prefix} if stream_prefix else {}
+        return self._pull(lambda: self.sync.read_all(after_position, limit, **kw))
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """The blocking ``heads``, pulled in chunks on reader threads."""
@@ -257,27 +254,23 @@ class ThreadedSnapshotRows:
 
     def __init__(self, sync: Any, threads: ThreadedRecorder) -> None:
         self._sync = sync
-        self._threads = threads
+        self._t = threads
 
     async def put(self, snap: Snapshot) -> None:
         """Insert or replace the row of the snapshot's stream and projection."""
-        t = self._threads
-        await t._call(t._writer, self._sync.put, snap)
+        await self._t._call(self._t._writer, self._sync.put, snap)
 
     async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
         """The row of ``(stream_id, projection)``, or None."""
-        t = self._threads
-        row: SnapshotRow | None = await t._call(t._readers, self._sync.get, stream_id, projection)
-        return row
+        return await self._t._call(self._t._readers, self._sync.get, stream_id, projection)
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
         """Delete one row, or every row of the stream; return how many."""
-        t = self._threads
-        return int(await t._call(t._writer, self._sync.remove, stream_id, projection))
+        return int(await self._t._call(self._t._writer, self._sync.remove, stream_id, projection))
 
     def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
         """Every row's description, pulled in chunks on reader threads."""
-        return self._threads._pull(lambda: self._sync.infos(stream_id))
+        return self._t._pull(lambda: self._sync.infos(stream_id))
 
 
 def async_face(store: Any) -> AsyncEventStore:

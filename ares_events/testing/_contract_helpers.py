@@ -167,17 +167,8 @@ def run_concurrent_appenders(
     )
     procs = [
         subprocess.Popen(  # noqa: S603 - runs this Python with this module's own code
-            [
-                sys.executable,
-                "-c",
-                code,
-                url,
-                streams[i % len(streams)],
-                str(i),
-                str(appends),
-                str(pause),
-                str(go),
-            ],
+            [sys.executable, "-c", code, url, streams[i % len(streams)]]
+            + [str(arg) for arg in (i, appends, pause, go)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -4,6 +4,7 @@ close races live in the project's own tests). May import the public API.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -16,12 +17,6 @@ from ares_events.testing._contract_helpers import _evs, _require, store_state
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
-
-
-def _is_async(recorder: object) -> bool:
-    import inspect
-
-    return inspect.iscoroutinefunction(getattr(recorder, "head", None))
 
 
 def _fp(key: bytes) -> str:
@@ -45,7 +40,8 @@ class LifecycleContract:
 
         rec = store.recorder
         target = getattr(rec, "target", rec)  # the asyncio face's recorder, under a proxy
-        face = recorder_async if _is_async(target) else recorder
+        is_async = inspect.iscoroutinefunction(getattr(target, "head", None))
+        face = recorder_async if is_async else recorder
         for cap in store.capabilities:
             proto = face.REQUIRES.get(cap)
             if proto is not None:

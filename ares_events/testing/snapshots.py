@@ -42,6 +42,14 @@ def append_events(store: ae.EventStore, stream_id: str, count: int) -> list[ae.R
     return list(store.read(stream_id))
 
 
+def _save_three(store: ae.EventStore) -> None:
+    """One event in streams a and b; snapshots a/p1, a/p2 and b/p1 at version 1."""
+    append_events(store, "a", 1)
+    append_events(store, "b", 1)
+    for sid, proj in [("a", "p1"), ("a", "p2"), ("b", "p1")]:
+        store.snapshots.save(make_snapshot(store, sid, proj, 1, {}, 1))
+
+
 class SnapshotContract:
     """Conformance tests for ``store.snapshots``; needs ``store`` and ``store_url`` fixtures."""
 
@@ -162,10 +170,7 @@ class SnapshotContract:
 
     def test_delete_one_projection(self, store: ae.EventStore) -> None:
         """delete(stream, projection) removes that snapshot only and returns 1, then 0."""
-        append_events(store, "a", 1)
-        append_events(store, "b", 1)
-        for sid, proj in [("a", "p1"), ("a", "p2"), ("b", "p1")]:
-            store.snapshots.save(make_snapshot(store, sid, proj, 1, {}, 1))
+        _save_three(store)
         assert store.snapshots.delete("a", "p1") == 1
         assert store.snapshots.delete("a", "p1") == 0
         assert store.snapshots.load("a", "p1") is None
@@ -174,10 +179,7 @@ class SnapshotContract:
 
     def test_delete_whole_stream(self, store: ae.EventStore) -> None:
         """delete(stream) removes every projection's snapshot of that stream only."""
-        append_events(store, "a", 1)
-        append_events(store, "b", 1)
-        for sid, proj in [("a", "p1"), ("a", "p2"), ("b", "p1")]:
-            store.snapshots.save(make_snapshot(store, sid, proj, 1, {}, 1))
+        _save_three(store)
         assert store.snapshots.delete("a") == 2
         assert store.snapshots.delete("a") == 0
         assert store.snapshots.delete("never-existed") == 0

@@ -117,6 +117,9 @@ class FileBlobStore(BaseBlobStore):
             raise ConfigError(f"blob URL {url.redacted()} needs an absolute folder path")
         return cls(url.path, url=url.redacted(), create=create)
 
+    def _unavailable(self, what: str, exc: OSError) -> StoreUnavailable:
+        return StoreUnavailable(f"blob store {self.url}: {what}: {exc.strerror or exc}")
+
     def path_for(self, key: str) -> Path:
         """Where the blob ``key`` lives."""
         key = check_key(key)
@@ -132,9 +135,7 @@ class FileBlobStore(BaseBlobStore):
             write_atomic(path, data)
             fsync_dir(path.parent)
         except OSError as exc:
-            raise StoreUnavailable(
-                f"blob store {self.url}: cannot write blob {key}: {exc.strerror or exc}"
-            ) from exc
+            raise self._unavailable(f"cannot write blob {key}", exc) from exc
         logger.debug("wrote blob %s (%d bytes)", key, len(data))
 
     def _touch_existing(self, path: Path, size: int) -> bool:
@@ -149,9 +150,7 @@ class FileBlobStore(BaseBlobStore):
         except (FileNotFoundError, NotADirectoryError):
             return False  # not there (the write reports any problem with the folder)
         except OSError as exc:
-            raise StoreUnavailable(
-                f"blob store {self.url}: cannot stat blob {path.name}: {exc.strerror}"
-            ) from exc
+            raise self._unavailable(f"cannot stat blob {path.name}", exc) from exc
         return True
 
     def _ensure_dir(self, d: Path) -> None:
@@ -191,9 +190,7 @@ class FileBlobStore(BaseBlobStore):
                     os.unlink(tmp)
                 raise
         except OSError as exc:
-            raise StoreUnavailable(
-                f"blob store {self.url}: cannot write a blob: {exc.strerror or exc}"
-            ) from exc
+            raise self._unavailable("cannot write a blob", exc) from exc
         return PayloadRef(key, size, digest)
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
@@ -205,18 +202,14 @@ class FileBlobStore(BaseBlobStore):
                 key, f"no file {path}", stream_id=stream_id, version=version
             ) from None
         except OSError as exc:
-            raise StoreUnavailable(
-                f"blob store {self.url}: cannot open blob {key}: {exc.strerror}"
-            ) from exc
+            raise self._unavailable(f"cannot open blob {key}", exc) from exc
 
     def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
         with self._open_raw(key, stream_id, version) as f:
             try:
                 return f.read(size + 1)
             except OSError as exc:
-                raise StoreUnavailable(
-                    f"blob store {self.url}: cannot read blob {key}: {exc.strerror}"
-                ) from exc
+                raise self._unavailable(f"cannot read blob {key}", exc) from exc
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         """``length`` bytes of blob ``key`` from ``offset`` (one seek and one read)."""
@@ -225,9 +218,7 @@ class FileBlobStore(BaseBlobStore):
                 f.seek(offset)
                 return f.read(length)
             except OSError as exc:
-                raise StoreUnavailable(
-                    f"blob store {self.url}: cannot read blob {key}: {exc.strerror}"
-                ) from exc
+                raise self._unavailable(f"cannot read blob {key}", exc) from exc
 
     def exists(self, key: str) -> bool:
         """True when the file of ``key`` exists."""
@@ -259,9 +250,7 @@ class FileBlobStore(BaseBlobStore):
                             continue  # deleted while listing
                         yield BlobInfo(name, st.st_size, _mtime(st))
         except OSError as exc:
-            raise StoreUnavailable(
-                f"blob store {self.url}: cannot list blobs: {exc.strerror}"
-            ) from exc
+            raise self._unavailable("cannot list blobs", exc) from exc
 
     def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
         """Delete the blob file ``key``; with ``if_older_than``, through a tombstone, so a
@@ -285,9 +274,7 @@ class FileBlobStore(BaseBlobStore):
         except FileNotFoundError:
             return False
         except OSError as exc:
-            raise StoreUnavailable(
-                f"blob store {self.url}: cannot delete blob {key}: {exc.strerror}"
-            ) from exc
+            raise self._unavailable(f"cannot delete blob {key}", exc) from exc
 
     def restore_tombstone(self, tomb: Path, key: str) -> None:
         """Put back a blob a crashed :func:`gc_blobs` had renamed to ``.gc-<key>``."""

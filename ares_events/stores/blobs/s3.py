@@ -182,14 +182,7 @@ class S3BlobStore(BaseBlobStore):
         return self._key_prefix + check_key(key)
 
     @contextlib.contextmanager
-    def _errors(
-        self,
-        op: str,
-        key: str | None = None,
-        *,
-        stream_id: str | None = None,
-        version: int | None = None,
-    ) -> Iterator[None]:
+    def _errors(self, op: str, key: str | None = None, **where: Any) -> Iterator[None]:
         if self._closed:
             raise StoreClosed(self.url, f"{op} of blob {key}" if key else op)
         try:
@@ -200,10 +193,7 @@ class S3BlobStore(BaseBlobStore):
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in _NOT_FOUND and key is not None:
                 raise BlobMissing(
-                    key,
-                    f"no object s3://{self.bucket}/{self.object_key(key)}",
-                    stream_id=stream_id,
-                    version=version,
+                    key, f"no object s3://{self.bucket}/{self.object_key(key)}", **where
                 ) from exc
             if code == "NoSuchBucket":
                 raise StoreUnavailable(
@@ -213,10 +203,7 @@ class S3BlobStore(BaseBlobStore):
                 f"blob store {self.url}: {op} failed: {code or 'HTTP ' + str(status)}"
                 f" {err.get('Message', '')}".rstrip()
             ) from exc
-        except (
-            botocore.exceptions.BotoCoreError,
-            boto3.exceptions.Boto3Error,
-        ) as exc:
+        except (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error) as exc:
             raise StoreUnavailable(
                 f"blob store {self.url}: {op} failed: {type(exc).__name__}: {exc}"
             ) from exc
@@ -289,9 +276,10 @@ class S3BlobStore(BaseBlobStore):
         return PayloadRef(key, size, digest)
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> Any:
-        with self._errors("GetObject", key, stream_id=stream_id, version=version):
+        where = {"stream_id": stream_id, "version": version}
+        with self._errors("GetObject", key, **where):
             resp = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))
-        return _TranslatingBody(self, resp["Body"], key, stream_id, version)
+        return _TranslatingBody(self, resp["Body"], key, where)
 
     def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
         where: dict[str, Any] = {"stream_id": stream_id, "version": version}
@@ -379,18 +367,11 @@ class S3BlobStore(BaseBlobStore):
 class _TranslatingBody:
     """A ``GetObject`` body whose read errors become ares errors."""
 
-    def __init__(
-        self,
-        store: S3BlobStore,
-        body: Any,
-        key: str,
-        stream_id: str | None,
-        version: int | None,
-    ) -> None:
+    def __init__(self, store: S3BlobStore, body: Any, key: str, where: dict[str, Any]) -> None:
         self._store = store
         self._body = body
         self._key = key
-        self._where: dict[str, Any] = {"stream_id": stream_id, "version": version}
+        self._where = where
 
     def read(self, n: int = -1) -> bytes:
         with self._store._errors("GetObject body", self._key, **self._where):

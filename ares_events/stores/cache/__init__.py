@@ -195,15 +195,21 @@ class CachedRecorder:
         self._gate = OperationGate(self._url)
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run one Redis call unless the cache is closing (then :data:`_SKIPPED`)."""
+        """Run one Redis call: its result, :data:`_SKIPPED` when the cache is closing, or
+        :data:`_FAILED` when it failed (which starts or extends an outage)."""
         try:
             self._gate.enter()
         except StoreClosed:
             return _SKIPPED
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        except self._redis_errors as exc:
+            self._failed(exc)
+            return _FAILED
         finally:
             self._gate.exit()
+        self._ok()
+        return result
 
     @classmethod
     def wrap(cls, inner: Any, url: str) -> CachedRecorder:
@@ -214,11 +220,7 @@ class CachedRecorder:
             MissingDependencyError: redis-py is not installed.
         """
         rec = cls(inner, url)
-        try:
-            rec._redis.ping()
-        except rec._redis_errors as exc:
-            rec._failed(exc)
-        else:
+        if rec._call(rec._redis.ping) is not _FAILED:
             logger.info("redis cache %s in front of %s", rec._url, rec.describe())
         return rec
 
@@ -255,11 +257,13 @@ class CachedRecorder:
             first = not self._outage
             self._outage = True
         if first:
+            text = f"{type(exc).__name__}: {exc}"
+            pw = self._cfg.password
             logger.warning(
                 "redis cache %s unavailable (%s); bypassing it, reads and appends go to %s "
                 "only; retrying in %gs",
                 self._url,
-                self._safe(exc),
+                text.replace(pw, "***") if pw and len(pw) >= 3 else text,
                 self.describe(),
                 delay,
             )
@@ -273,13 +277,6 @@ class CachedRecorder:
             was, self._outage, self._failures = self._outage, False, 0
         if was:
             logger.info("redis cache %s reachable again", self._url)
-
-    def _safe(self, exc: BaseException) -> str:
-        text = f"{type(exc).__name__}: {exc}"
-        pw = self._cfg.password
-        if pw and len(pw) >= 3:
-            text = text.replace(pw, "***")
-        return text
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append to the inner store, then (after it committed) update the cached tail and
@@ -319,12 +316,7 @@ class CachedRecorder:
         if not self._usable():
             self.stats.bypassed += 1
             return
-        try:
-            self._call(self._redis.publish, self._channel, position)
-        except self._redis_errors as exc:
-            self._failed(exc)
-        else:
-            self._ok()
+        self._call(self._redis.publish, self._channel, position)
 
     def _store_tail(
         self, stream_id: str, events: Sequence[RecordedEvent], *, force: bool, publish: bool
@@ -339,28 +331,23 @@ class CachedRecorder:
             logger.debug("stream %r: events not cacheable; tail not updated", stream_id)
             entries = []
         channel = self._channel if publish else b""
-        try:
-            if entries:
-                first, last = run[0], run[-1]
-                args: list[Any] = [
-                    first.version,
-                    last.version,
-                    first.prev_hash,
-                    last.hash,
-                    self._cfg.tail,
-                    self._cfg.ttl,
-                    "1" if force else "0",
-                    channel,
-                    last.position,
-                    *entries,
-                ]
-                self._call(self._script, keys=[self.key(stream_id)], args=args)
-            elif publish:
-                self._call(self._redis.publish, channel, events[-1].position)
-        except self._redis_errors as exc:
-            self._failed(exc)
-        else:
-            self._ok()
+        if entries:
+            first, last = run[0], run[-1]
+            args: list[Any] = [
+                first.version,
+                last.version,
+                first.prev_hash,
+                last.hash,
+                self._cfg.tail,
+                self._cfg.ttl,
+                "1" if force else "0",
+                channel,
+                last.position,
+                *entries,
+            ]
+            self._call(self._script, keys=[self.key(stream_id)], args=args)
+        elif publish:
+            self._call(self._redis.publish, channel, events[-1].position)
 
     def erase(self, stream_id: str, *args: Any) -> Any:
         """Erase in the inner store, then drop the stream's cached tail (an erasure changes
@@ -377,14 +364,9 @@ class CachedRecorder:
 
     def _drop_cached(self, stream_id: str) -> bool:
         """True when the stream's cached tail is gone (or was never there)."""
-        try:
-            gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
-        except self._redis_errors as exc:
-            self._failed(exc)  # logs the outage; reads of the stream bypass the cache
+        gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
+        if type(gone) is not int:  # Redis bypassed (False), failed, or skipped while closing
             return False
-        if type(gone) is not int:  # Redis bypassed (False), or skipped while closing
-            return False
-        self._ok()
         with self._lock:
             self._dirty.discard(stream_id)
         return True
@@ -448,15 +430,12 @@ class CachedRecorder:
         """Events ``lo..hi`` from the cache, or None and how to refill it (True: replace
         it, False: extend it, None: leave it)."""
         fields: list[bytes] = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, hi + 1))]
-        try:
-            got = self._call(self._redis.hmget, self.key(stream_id), fields)
-        except self._redis_errors as exc:
-            self._failed(exc)
-            return None, False
+        got = self._call(self._redis.hmget, self.key(stream_id), fields)
         if got is _SKIPPED:
             return None, None
+        if got is _FAILED:
+            return None, False
         vals = cast("list[bytes | None]", got)
-        self._ok()
         if vals[0] is None or vals[1] is None:
             return None, False  # nothing cached for this stream
         try:
@@ -509,11 +488,8 @@ class CachedRecorder:
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
         """Global order, always from the inner store (which filters by ``stream_prefix``)."""
-        if stream_prefix:
-            return self.inner.read_all(  # type: ignore[no-any-return]
-                after_position, limit, stream_prefix=stream_prefix
-            )
-        return self.inner.read_all(after_position, limit)  # type: ignore[no-any-return]
+        kw = {"stream_prefix": stream_prefix} if stream_prefix else {}
+        return self.inner.read_all(after_position, limit, **kw)  # type: ignore[no-any-return]
 
     def head(self, stream_id: str) -> Head | None:
         """The inner store's head (never cached: it decides ``expected_version``)."""
@@ -551,10 +527,7 @@ class CachedRecorder:
                 if left <= 0:
                     return False
                 if pubsub is not None:
-                    try:
-                        self._call(pubsub.get_message, timeout=min(left, _POLL_CAP))
-                    except self._redis_errors as exc:
-                        self._failed(exc)
+                    if self._call(pubsub.get_message, timeout=min(left, _POLL_CAP)) is _FAILED:
                         _close_quietly(pubsub)
                         pubsub = None
                 else:
@@ -569,15 +542,9 @@ class CachedRecorder:
             self.stats.bypassed += 1
             return None
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        try:
-            if self._call(pubsub.subscribe, self._channel) is _SKIPPED:
-                _close_quietly(pubsub)
-                return None
-        except self._redis_errors as exc:
-            self._failed(exc)
+        if self._call(pubsub.subscribe, self._channel) in (_SKIPPED, _FAILED):
             _close_quietly(pubsub)
             return None
-        self._ok()
         return pubsub
 
     # Each is a method of its own: ``isinstance`` against a runtime-checkable protocol
@@ -672,6 +639,8 @@ def _contiguous_suffix(events: Sequence[RecordedEvent]) -> list[RecordedEvent]:
 
 _SKIPPED: Final = object()
 """What :meth:`CachedRecorder._call` returns for a Redis call skipped because of close()."""
+_FAILED: Final = object()
+"""What :meth:`CachedRecorder._call` returns for a Redis call that failed."""
 
 
 def _close_quietly(pubsub: Any) -> None:

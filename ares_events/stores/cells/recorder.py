@@ -375,10 +375,7 @@ class CellsRecorder:
     def wait_for(self, position: int, timeout: float) -> bool:
         """True once any cell has an event past its part of ``position``, False after
         ``timeout`` seconds (every cell's own wake-ups, waited for at once)."""
-        if self.shared_clock:
-            parts = [position] * self._n
-        else:
-            parts = unpack(position, self._n, "position")
+        parts = [position] * self._n if self.shared_clock else unpack(position, self._n, "position")
         for i, c in enumerate(self.cells):
             if c.last_position() > parts[i]:
                 return True
@@ -485,8 +482,7 @@ class CellsSnapshotRows:
 
     def remove(self, stream_id: str, projection: str | None) -> int:
         """Delete the rows of a stream; return how many."""
-        rows = self._rec.cell_for(stream_id).snapshot_rows()
-        return rows.remove(stream_id, projection)
+        return self._rec.cell_for(stream_id).snapshot_rows().remove(stream_id, projection)
 
     def infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
         """Every row's description, ordered by stream and projection."""

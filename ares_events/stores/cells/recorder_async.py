@@ -381,10 +381,7 @@ class AsyncCellsRecorder:
     async def wait_for(self, position: int, timeout: float) -> bool:
         """True once any cell has an event past its part of ``position``, False after
         ``timeout`` seconds (every cell's own wake-ups, waited for at once)."""
-        if self.shared_clock:
-            parts = [position] * self._n
-        else:
-            parts = unpack(position, self._n, "position")
+        parts = [position] * self._n if self.shared_clock else unpack(position, self._n, "position")
         if ASYNC:
             tasks = [
                 asyncio.ensure_future(c.wait_for(parts[i], timeout))
@@ -511,8 +508,7 @@ class AsyncCellsSnapshotRows:
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
         """Delete the rows of a stream; return how many."""
-        rows = self._rec.cell_for(stream_id).snapshot_rows()
-        return await rows.remove(stream_id, projection)
+        return await self._rec.cell_for(stream_id).snapshot_rows().remove(stream_id, projection)
 
     async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
         """Every row's description, ordered by stream and projection."""

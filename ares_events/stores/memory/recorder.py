@@ -126,19 +126,9 @@ class MemoryRecorder:
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
         """Append under the store's lock."""
-        _fair()
-        d = self._d
-        stream_id = batch.stream_id
-        with d.lock:
-            self._check(f"append to stream {stream_id!r}")
-            existing = [d.ids[i] for i in batch.event_ids if i in d.ids]
-            if existing:
-                return AppendOutcome([fresh(e) for e in existing], duplicate=True)
-            head = d.heads.get(stream_id)
-            check_expected_version(stream_id, expected_version, head.version if head else 0)
-            recs = self._insert(stream_id, batch.seal(head))
-            d.notify()
-            return AppendOutcome(recs)
+        action = f"append to stream {batch.stream_id!r}"
+        (out,) = self._append([(batch, expected_version)], None, action)
+        return out
 
     def append_many(
         self,
@@ -146,10 +136,18 @@ class MemoryRecorder:
         tracking: TrackingRecord | None,
     ) -> list[AppendOutcome]:
         """Append several batches (and a tracking record) atomically under the lock."""
+        return self._append(batches, tracking, "append_many")
+
+    def _append(
+        self,
+        batches: Sequence[tuple[Batch, ExpectedVersion]],
+        tracking: TrackingRecord | None,
+        action: str,
+    ) -> list[AppendOutcome]:
         _fair()
         d = self._d
         with d.lock:
-            self._check("append_many")
+            self._check(action)
             dups = [[fresh(d.ids[i]) for i in b.event_ids if i in d.ids] for b, _ in batches]
             if any(dups):
                 return [AppendOutcome(x, duplicate=bool(x)) for x in dups]
