@@ -6,6 +6,7 @@ import importlib
 import importlib.resources
 import inspect
 import types
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +208,38 @@ def test_errors_pickle_with_their_attributes_and_live_in_the_package(error: Exce
     assert type(back) is type(error)
     assert str(back) == str(error)
     assert back.__dict__ == error.__dict__
+
+
+def test_every_module_of_the_conformance_suite_gets_pytests_assert_messages(
+    tmp_path: Path,
+) -> None:
+    """The suite is assembled from several modules; each is registered for pytest's
+    assertion rewriting before its first import, so a user's failing contract test shows
+    the compared values, not a bare AssertionError (run in a fresh pytest process: this
+    one may have imported the suite otherwise)."""
+    import subprocess
+    import sys
+
+    import ares_events.testing as suite_package
+
+    homes = {m for ms in suite_package._REWRITE.values() for m in ms}
+    found = {p.stem for p in Path(suite_package.__file__).parent.glob("*.py")}
+    assert found - {"__init__", "blocking"} == homes
+    test = tmp_path / "test_rewritten.py"
+    test.write_text(
+        "import sys\n"
+        "def test_rewritten():\n"
+        "    from ares_events import testing\n"
+        "    testing.StoreContract, testing.SnapshotContract\n"
+        f"    for m in {sorted(homes)!r}:\n"
+        "        loader = sys.modules[f'ares_events.testing.{m}'].__loader__\n"
+        "        assert type(loader).__name__ == 'AssertionRewritingHook', m\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]

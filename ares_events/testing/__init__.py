@@ -22,7 +22,15 @@ _HOME = {"SnapshotContract": "snapshots"}
 # Modules whose plain asserts pytest should rewrite, per home module: the suite's own
 # module and the modules it is assembled from.
 _REWRITE = {
-    "contract": ("_contract_helpers", "_contract_writes", "_contract_reads", "contract"),
+    "contract": (
+        "_contract_helpers",
+        "_contract_writes",
+        "_contract_reads",
+        "_contract_lifecycle",
+        "_contract_erase",
+        "_contract_pages",
+        "contract",
+    ),
     "snapshots": ("snapshots",),
 }
 
