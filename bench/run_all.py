@@ -561,19 +561,18 @@ REASONS = {
         "turning 100 rows into RecordedEvent objects, the unit of work and the argument checks"
     ),
     "sqlite_single": (
-        "an fsync'd commit on both sides (runs swing about 5% either way around 1.0x); ours "
-        "runs five statements (BEGIN IMMEDIATE, the head read, the insert, the head upsert, "
-        "COMMIT) and writes four B-trees where eventsourcing writes two; without fsync (tmpfs) "
-        "an append is ~33 µs of SQLite (the same statements through the bare driver) and "
-        "~20 µs of the library: the store's checks and telemetry hook ~8, the recorder's "
-        "transaction and row values ~9, validation, encoding and sealing ~3"
+        "an fsync'd commit on both sides decides it (runs swing about 5% either way around "
+        "1.0x); without fsync (tmpfs, CPU) our five statements alone (BEGIN IMMEDIATE, the "
+        "head read, the insert into four B-trees, the head upsert, COMMIT) cost ~44 µs, "
+        "more than eventsourcing's whole append (~40 µs), and the library adds ~17 µs "
+        "(sealing ~5, validation and encoding ~3, the store's and recorder's glue ~9)"
     ),
     "sqlite_streams": (
-        "the library's per-append CPU, not SQLite: the same five statements with our rows "
-        "through the bare driver cost ~17 CPU µs an event, less than eventsourcing's whole "
-        "append (~21); over that a 10-event append costs ~80 µs of the library: the recorder "
-        "(transaction, retries, sealing into row values) ~37, the store (validation, canonical "
-        "JSON and digests ~10; checks, telemetry hook, result ~17), the NewEvent objects ~6"
+        "the library's CPU over SQLite's: without fsync (tmpfs) a 10-event append costs "
+        "eventsourcing ~101 µs of CPU and us ~132: SQLite running our five statements with "
+        "our rows ~77, the NewEvent objects ~7, validation, canonical JSON and digests ~10, "
+        "sealing into row values ~9, and the store's and recorder's glue ~29 (the recorder's "
+        "transaction ~9 and the store's checks ~14 measured apart): the glue is the gap"
     ),
     "sqlite_replay": (
         "per event: reading the 12 columns a verifiable event needs instead of one ~0.9 µs "
