@@ -434,22 +434,20 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         if self.read_only:
             raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
         conn = self._conn()
+        self._busy_execute(conn, "BEGIN IMMEDIATE")
+        return conn
+
+    def _busy_execute(self, conn: sqlite3.Connection, statement: str) -> None:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(statement)
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
                 raise
-            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-        return conn
+            self._retry(lambda: conn.execute(statement))
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         try:
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
-                    raise
-                self._retry(lambda: conn.execute("COMMIT"))
+            self._busy_execute(conn, "COMMIT")
         except BaseException:
             # A COMMIT that failed (interrupted by close, disk full) leaves the
             # transaction open: end it so the connection is clean.
