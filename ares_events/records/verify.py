@@ -523,23 +523,23 @@ def _check_event(
     tree: tuple[int, bytes] | None,
     last_leaf: int,
     rep: RecordReport,
-) -> tuple[bytes, int, dict[str, Any] | None]:
-    """Check one event's evidence; return its hash, its leaf index and its payload as
-    recorded (None: erased or not parseable)."""
+) -> tuple[bytes, int, dict[str, Any], dict[str, Any] | None]:
+    """Check one event's evidence; return its hash, its leaf index, its header (``{}``:
+    not parseable) and its payload as recorded (None: erased or not parseable)."""
     version = i + 1
     if not isinstance(ev, dict) or not isinstance(ev.get("header"), str):
         rep.add("sequence", f"event #{version} has no header", version)
-        return prev, last_leaf, None
+        return prev, last_leaf, {}, None
     header = ev["header"].encode("utf-8")
     try:
         h = json.loads(header)
         claimed = bytes.fromhex(ev.get("hash", ""))
     except (ValueError, TypeError):
         rep.add("sequence", f"event #{version}: its header or hash does not parse", version)
-        return prev, last_leaf, None
+        return prev, last_leaf, {}, None
     if not isinstance(h, dict) or h.get("v") != 1:
         rep.add("sequence", f"event #{version}: not a format v1 header", version)
-        return claimed, last_leaf, None
+        return claimed, last_leaf, {}, None
     if h.get("stream") != stream:
         rep.add("sequence", f"event #{version} is of stream {h.get('stream')!r}", version)
     if h.get("version") != version:
@@ -596,7 +596,7 @@ def _check_event(
                 f"root of the checkpoint (size {tree[0]})",
                 version,
             )
-    return claimed, leaf, payload
+    return claimed, leaf, h, payload
 
 
 def _check_redacted(version: int, red: Mapping[str, Any], rep: RecordReport) -> None:
@@ -613,7 +613,7 @@ def _check_redacted(version: int, red: Mapping[str, Any], rep: RecordReport) -> 
             rep.add("redaction", f"version {version}: {p} is not a redacted value", version)
 
 
-def _approval_body(note: str) -> tuple[str, dict[str, Any]]:
+def _approval_body(note: str) -> dict[str, Any]:
     text = note[: note.rfind("\n\n") + 1] if "\n\n" in note else ""
     lines = text.split("\n")
     if len(lines) != 3 or lines[0] != APPROVAL_PREFIX:
@@ -621,17 +621,16 @@ def _approval_body(note: str) -> tuple[str, dict[str, Any]]:
     body = json.loads(lines[1])
     if not isinstance(body, dict):
         raise ValueError("not an approval note")
-    return text, body
+    return body
 
 
 def _parse_time(text: Any) -> datetime | None:
-    try:
-        return datetime.strptime(str(text).replace("Z", "+00:00"), "%Y-%m-%dT%H:%M:%S.%f%z")
-    except ValueError:
+    for layout in ("%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%dT%H:%M:%S%z"):
         try:
-            return datetime.strptime(str(text).replace("Z", "+00:00"), "%Y-%m-%dT%H:%M:%S%z")
+            return datetime.strptime(str(text).replace("Z", "+00:00"), layout)
         except ValueError:
-            return None
+            continue
+    return None
 
 
 def _check_approvals(
@@ -676,7 +675,7 @@ def _check_approvals(
         seen: dict[str, Any] = {"version": version}
         rep.approvals.append(seen)
         try:
-            _, body = _approval_body(note)
+            body = _approval_body(note)
             if isinstance(body.get("nonce"), str):
                 nonces.setdefault(body["nonce"], version)  # granted or not: named once
                 bodies.setdefault(body["nonce"], body)
@@ -748,14 +747,10 @@ def verify_record(
     for i, ev in enumerate(events):
         before = prev
         # A keyed chain without its key: one finding above, not one per event.
-        prev, last_leaf, payload = _check_event(
+        prev, last_leaf, header, payload = _check_event(
             i, ev, stream, prev, chain_key, not keyed or chain_key is not None, tree, last_leaf, rep
         )
-        try:
-            header = json.loads(ev["header"]) if isinstance(ev, dict) else {}
-        except (ValueError, TypeError, KeyError):
-            header = {}
-        seen.append((i + 1, header if isinstance(header, dict) else {}, before, payload))
+        seen.append((i + 1, header, before, payload))
     rep.events = len(events)
     head = ext.get("head")
     if not isinstance(head, dict) or head.get("version") != len(events):
@@ -805,10 +800,7 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
     Raises:
         ValueError: the record or the disclosures are malformed.
     """
-    try:
-        record = _load(data).record
-    except _Malformed as exc:
-        raise ValueError(str(exc)) from None
+    record = load_record(data).record
     events = record.get("ares-events", {}).get("events", [])
     items = disclosures.get("disclosures")
     if not isinstance(items, list):
