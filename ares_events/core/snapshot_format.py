@@ -7,7 +7,6 @@ It may import the core's events, :mod:`ares_events.errors` and the chain format.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
@@ -18,18 +17,14 @@ from ares_events.chain import ChainKey, canonical_json
 from ares_events.core.events import format_at, parse_at, validate_name
 from ares_events.errors import InvalidEvent
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
     "HASH_SIZE",
     "Snapshot",
     "SnapshotCheck",
     "SnapshotInfo",
     "SnapshotRow",
-    "check_delete",
     "check_hash",
     "check_int",
-    "checked",
     "info_of",
     "normalize_time",
     "row_of",
@@ -123,15 +118,8 @@ class Snapshot:
             InvalidEvent: a bad name, version or hash, or a state that is not canonical
                 JSON (names the path inside the state).
         """
-        validate_name(stream_id, "stream_id")
-        validate_name(projection, "projection", stream_id=stream_id)
-        check_int(projection_version, "projection_version", 0, stream_id)
-        check_int(at_version, "at_version", 1, stream_id)
-        check_hash(at_hash, "at_hash", stream_id)
-        try:
-            state_json = canonical_json(state, field="state")
-        except InvalidEvent as exc:
-            raise InvalidEvent(exc.field, exc.problem, stream_id=stream_id) from None
+        _check_fields(stream_id, projection, projection_version, at_version, at_hash)
+        state_json = _encode_state(state, stream_id)
         return cls(
             stream_id=stream_id,
             projection=projection,
@@ -309,21 +297,6 @@ def snapshot_of_row(stream_id: str, projection: str, row: SnapshotRow) -> Snapsh
     )
 
 
-def checked(
-    stream_id: str, projection: str, snap: Snapshot | None, reason: str | None
-) -> SnapshotCheck:
-    if reason is not None:
-        logger.debug("snapshot of %r for stream %r ignored: %s", projection, stream_id, reason)
-        return SnapshotCheck(None, reason)
-    return SnapshotCheck(snap, None)
-
-
-def check_delete(stream_id: str, projection: str | None) -> None:
-    validate_name(stream_id, "stream_id")
-    if projection is not None:
-        validate_name(projection, "projection", stream_id=stream_id)
-
-
 def row_problem(row: SnapshotRow) -> str | None:
     """What is wrong with the column types of a stored snapshot row, or None."""
     pv, at_version, at_hash, state_json, digest, created, seal = row
@@ -355,6 +328,23 @@ def check_hash(value: object, name: str, stream_id: str | None) -> None:
         raise InvalidEvent(name, f"must be {HASH_SIZE} bytes", stream_id=stream_id)
 
 
+def _check_fields(
+    stream_id: str, projection: str, projection_version: int, at_version: int, at_hash: bytes
+) -> None:
+    validate_name(stream_id, "stream_id")
+    validate_name(projection, "projection", stream_id=stream_id)
+    check_int(projection_version, "projection_version", 0, stream_id)
+    check_int(at_version, "at_version", 1, stream_id)
+    check_hash(at_hash, "at_hash", stream_id)
+
+
+def _encode_state(state: Any, stream_id: str) -> bytes:
+    try:
+        return canonical_json(state, field="state")
+    except InvalidEvent as exc:
+        raise InvalidEvent(exc.field, exc.problem, stream_id=stream_id) from None
+
+
 def normalize_time(value: datetime | None, stream_id: str) -> datetime:
     if value is None:
         value = datetime.now(UTC)
@@ -369,18 +359,11 @@ def validate_snapshot(snap: object) -> None:
     if not isinstance(snap, Snapshot):
         raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snap).__name__}")
     sid = snap.stream_id
-    validate_name(sid, "stream_id")
-    validate_name(snap.projection, "projection", stream_id=sid)
-    check_int(snap.projection_version, "projection_version", 0, sid)
-    check_int(snap.at_version, "at_version", 1, sid)
-    check_hash(snap.at_hash, "at_hash", sid)
+    _check_fields(sid, snap.projection, snap.projection_version, snap.at_version, snap.at_hash)
     check_hash(snap.state_digest, "state_digest", sid)
     if not isinstance(snap.created_at, datetime) or snap.created_at.tzinfo is None:
         raise InvalidEvent("created_at", "must be a timezone-aware datetime", stream_id=sid)
-    try:
-        encoded = canonical_json(snap.state, field="state")
-    except InvalidEvent as exc:
-        raise InvalidEvent(exc.field, exc.problem, stream_id=sid) from None
+    encoded = _encode_state(snap.state, sid)
     if encoded != snap.state_json:
         raise InvalidEvent(
             "state_json", "is not canonical_json(state); build with Snapshot.of()", stream_id=sid

@@ -20,9 +20,7 @@ from ares_events.core.snapshot_format import (
     Snapshot,
     SnapshotCheck,
     SnapshotInfo,
-    check_delete,
     check_int,
-    checked,
     row_problem,
     seal_reason,
     snapshot_of_row,
@@ -162,7 +160,10 @@ class AsyncSnapshotStore:
             StoreError: the database failed.
         """
         snap, reason = await self._load(stream_id, projection, version, verify=True)
-        return checked(stream_id, projection, snap, reason)
+        if reason is not None:
+            logger.debug("snapshot of %r for stream %r ignored: %s", projection, stream_id, reason)
+            return SnapshotCheck(None, reason)
+        return SnapshotCheck(snap, None)
 
     async def check(self, snapshot: Snapshot, version: int | None = None) -> str | None:
         """Why ``snapshot`` must not be used, or None when it matches the stream.
@@ -216,7 +217,9 @@ class AsyncSnapshotStore:
             StoreUnavailable: the database cannot be reached.
             StoreError: the database failed.
         """
-        check_delete(stream_id, projection)
+        validate_name(stream_id, "stream_id")
+        if projection is not None:
+            validate_name(projection, "projection", stream_id=stream_id)
         n = await self._rows.remove(stream_id, projection)
         logger.debug("deleted %d snapshot(s) of stream %r", n, stream_id)
         return n
