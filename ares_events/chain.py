@@ -281,19 +281,16 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
     Raises:
         InvalidEvent: the value is not canonical-JSON encodable; names the path.
     """
-    if _native_scan is not None:
-        has_float = _native_scan(x)  # the walk of _scan in C: None where it refuses
-        if has_float is None:
-            _check(x, field, 0)  # raises InvalidEvent naming the path
-            raise InvalidEvent(field, "is not canonical-JSON encodable")
-    else:
-        try:
-            has_float = _scan(x, 0)
-        except _Reject:
-            _check(x, field, 0)  # raises InvalidEvent naming the path
-            raise InvalidEvent(field, "is not canonical-JSON encodable") from None
-        except RecursionError:
-            raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
+    try:
+        # The walk of _scan in C where it is built: None where it refuses.
+        has_float = _scan(x, 0) if _native_scan is None else _native_scan(x)
+    except _Reject:
+        has_float = None
+    except RecursionError:
+        raise InvalidEvent(field, f"nested deeper than {_MAX_DEPTH} levels") from None
+    if has_float is None:
+        _check(x, field, 0)  # raises InvalidEvent naming the path
+        raise InvalidEvent(field, "is not canonical-JSON encodable")
     try:
         return canonical_json_reference(x) if has_float else orjson.dumps(x, option=_ORJSON_OPTS)
     except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
