@@ -23,7 +23,7 @@ from ares_events.chain import (
     payload_digest,
     payload_digester,
 )
-from ares_events.errors import ConcurrencyError, InvalidEvent, PayloadErased
+from ares_events.errors import BlobMissing, ConcurrencyError, InvalidEvent, PayloadErased
 
 __all__ = [
     "ANY",
@@ -487,8 +487,6 @@ class RecordedEvent(tuple):  # type: ignore[type-arg]
             raise PayloadErased(self[0], self[1])
         loader = self[12][2]
         if ref is None or loader is None:
-            from ares_events.errors import BlobMissing
-
             raise BlobMissing(
                 ref.key if ref else "?",
                 "no blob store configured to load it",
