@@ -168,7 +168,6 @@ class EventStore:
         self._identity_pending = self._keeps_identity
         self._identity_lock = Lock()
         self._loaded = not (check_identity and self._keeps_identity)
-        self._given_identity = identity
         self._ready()
 
     @classmethod
@@ -223,7 +222,7 @@ class EventStore:
         with self._identity_lock:
             if self._loaded:
                 return
-            known = self._given_identity
+            known = self._identity  # as given to the constructor: nothing set it since
             if known is None:
                 raw = self.recorder.meta_get(IDENTITY_KEY)  # type: ignore[attr-defined]
                 if raw is not None:

@@ -173,7 +173,6 @@ class AsyncEventStore:
         self._identity_pending = self._keeps_identity
         self._identity_lock = Lock()
         self._loaded = not (check_identity and self._keeps_identity)
-        self._given_identity = identity
         if ASYNC:
             pass  # no I/O in a constructor: open() or the first operation checks
         else:
@@ -231,7 +230,7 @@ class AsyncEventStore:
         async with self._identity_lock:
             if self._loaded:
                 return
-            known = self._given_identity
+            known = self._identity  # as given to the constructor: nothing set it since
             if known is None:
                 raw = await self.recorder.meta_get(IDENTITY_KEY)  # type: ignore[attr-defined]
                 if raw is not None:
