@@ -191,11 +191,16 @@ class Telemetry:
         )
 
     def end_span(self, span: Any, exc: BaseException | None = None) -> None:
-        """End ``span``, marking it failed by ``exc``'s type (never its message)."""
+        """End ``span``, marking it failed by ``exc``'s type: ``error.type``, an ERROR
+        status and an ``exception`` event with the type only (never its message, which
+        may quote a payload)."""
         if span is None:
             return
         if exc is not None:
-            mark_error(self.otel, span, exc)
+            et = error_type(exc)
+            span.set_attribute("error.type", et)
+            span.set_status(self.otel.trace.Status(self.otel.trace.StatusCode.ERROR, et))
+            span.add_event("exception", {"exception.type": et})
         span.end()
 
     def add_event(self, name: str, attributes: Mapping[str, Any]) -> None:
@@ -233,15 +238,6 @@ def error_type(exc: BaseException) -> str:
     cls = type(exc)
     mod = cls.__module__
     return cls.__qualname__ if mod == "builtins" else f"{mod}.{cls.__qualname__}"
-
-
-def mark_error(otel: Any, span: Any, exc: BaseException) -> None:
-    """Mark ``span`` failed: ``error.type``, an ERROR status and an ``exception`` event
-    with the type only (an exception message may quote a payload)."""
-    et = error_type(exc)
-    span.set_attribute("error.type", et)
-    span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, et))
-    span.add_event("exception", {"exception.type": et})
 
 
 # -- which providers ----------------------------------------------------------------------
@@ -302,17 +298,8 @@ def _real(provider: Any, otel: _Otel, kind: str) -> bool:
     return not isinstance(provider, m._ProxyMeterProvider | otel.metrics.NoOpMeterProvider)
 
 
-def _capture_from_env() -> bool:
-    # OpenTelemetry's own opt-in variable, read once, the way every OpenTelemetry
-    # instrumentation reads it (the one environment read below the CLI and Settings).
-    global _env_capture
-    if _env_capture is None:
-        _env_capture = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
-    return _env_capture
-
-
 def _probe() -> Telemetry | None:
-    global _otel, _missing, _active
+    global _otel, _missing, _active, _env_capture
     if _missing:
         return None
     if _otel is None:
@@ -337,8 +324,14 @@ def _probe() -> Telemetry | None:
     version = _version()
     tracer = tp.get_tracer(_SCOPE, version) if tracing else None
     meter = mp.get_meter(_SCOPE, version) if metering else None
+    if capture is None:
+        # OpenTelemetry's own opt-in variable, read once, the way every OpenTelemetry
+        # instrumentation reads it (the one environment read below the CLI and Settings).
+        if _env_capture is None:
+            _env_capture = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+        capture = _env_capture
     # Global providers are set once per process, so the result is kept.
-    _active = Telemetry(otel, tracer, meter, _capture_from_env() if capture is None else capture)
+    _active = Telemetry(otel, tracer, meter, capture)
     return _active
 
 
