@@ -375,8 +375,7 @@ class AsyncEventStore:
         events = events_arg(stream_id, events)
         if self._identity_pending or not self._loaded or not self._check_identity:
             await self._before_write()
-        prepared = await self._spill(prepare(stream_id, events, utc_now_at()))
-        self._check_inline(stream_id, prepared)
+        prepared = await self._spill(stream_id, prepare(stream_id, events, utc_now_at()))
         outcome = await self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
         if outcome.duplicate:
             res = duplicate_result(stream_id, prepared, outcome.events)
@@ -433,9 +432,7 @@ class AsyncEventStore:
         await self._before_write()
         plan = plan_many(batches, utc_now_at())
         for b in plan:
-            b.prepared = await self._spill(b.prepared)
-        for b in plan:
-            self._check_inline(b.stream_id, b.prepared)
+            b.prepared = await self._spill(b.stream_id, b.prepared)
         work = [(Batch(b.stream_id, b.prepared, self.chain_key), b.expected) for b in plan]
         rec: Any = self.recorder
         outcomes = await rec.append_many(work, track)
@@ -511,10 +508,17 @@ class AsyncEventStore:
         position: int | None = await rec.tracked_position(name)
         return position
 
-    def _check_inline(self, stream_id: str, prepared: Sequence[PreparedEvent]) -> None:
-        """After spilling: refuse a payload still inline and over ``max_inline_bytes``."""
-        if max(map(_size, prepared)) <= self.max_inline_bytes:  # one C loop, the usual case
-            return
+    async def _spill(self, stream_id: str, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
+        """Write payloads over the threshold to the blob store, before the append commits
+        (on a worker thread on the asyncio face: blob stores are blocking); then refuse a
+        payload still inline and over ``max_inline_bytes``."""
+        biggest = max(map(_size, prepared))  # one C loop; spilling keeps each size
+        blobs, limit = self.blobs, self.spill_threshold
+        # Only a blob store decides what spills; this spares a call when nothing can.
+        if blobs is not None and biggest > limit:
+            prepared = await asyncio.to_thread(lambda: [blobs.spill(p, limit) for p in prepared])
+        if biggest <= self.max_inline_bytes:  # the usual case
+            return prepared
         for i, p in enumerate(prepared):
             if p.payload_bytes is not None and p.size > self.max_inline_bytes:
                 raise InvalidEvent(
@@ -525,15 +529,7 @@ class AsyncEventStore:
                     stream_id=stream_id,
                     index=i,
                 )
-
-    async def _spill(self, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
-        """Write payloads over the threshold to the blob store, before the append commits
-        (on a worker thread on the asyncio face: blob stores are blocking)."""
-        blobs, limit = self.blobs, self.spill_threshold
-        # Only a blob store decides what spills; this spares a call when nothing can.
-        if blobs is None or max(map(_size, prepared)) <= limit:
-            return prepared
-        return await asyncio.to_thread(lambda: [blobs.spill(p, limit) for p in prepared])
+        return prepared
 
     async def _conflict(self, c: Conflict) -> ConcurrencyError:
         version = await self.stream_version(c.stream_id)
@@ -562,17 +558,17 @@ class AsyncEventStore:
             raise StoreClosed(self._url, f"read of stream {stream_id!r}")
         validate_name(stream_id, "stream_id")
         check_range(from_version, to_version, limit)
-        events = self.recorder.read(stream_id, from_version, to_version, limit)
-        if not self._loaded or self.blobs is not None:
-            paged: Any = events
-            if self._loaded and type(paged) is PagedRead:
+        events: Any = self.recorder.read(stream_id, from_version, to_version, limit)
+        if self._loaded:
+            if self.blobs is None:
+                # Nothing to add to the backend's events: hand its iterator out as it is.
+                return events  # type: ignore[no-any-return]
+            if type(events) is PagedRead:
                 # Rows become events as they are taken; the blob store is attached to
                 # those with a payload reference only (no generator around the read).
-                fast: Any = paged.with_slow(self._attaching)
+                fast: Any = events.with_slow(self._attaching)
                 return fast  # type: ignore[no-any-return]
-            return self._events(events)
-        # Nothing to add to the backend's events: hand its iterator out as it is.
-        return events
+        return self._events(events)
 
     @traced_reads("read_all")
     def read_all(
@@ -610,11 +606,8 @@ class AsyncEventStore:
         self, slow: Callable[[tuple[Any, ...]], RecordedEvent]
     ) -> Callable[[tuple[Any, ...]], RecordedEvent]:
         """``slow`` (a row with a payload reference to its event), the event then given
-        the blob store (see :meth:`read`)."""
-        blobs = self.blobs
-        if blobs is None:
-            return slow
-        attach = blobs.attach
+        the blob store (see :meth:`read`, which has one)."""
+        attach = self.blobs.attach  # type: ignore[union-attr]
         return lambda row: attach(slow(row))
 
     async def _events(self, source: AsyncIterator[RecordedEvent]) -> AsyncIterator[RecordedEvent]:
