@@ -97,21 +97,14 @@ class OperationGate(_Gate):
         finally:
             self.exit()
 
-    def close(
-        self,
-        *,
-        grace: float = DEFAULT_CLOSE_GRACE,
-        interrupt: Callable[[], None] | None = None,
-        timeout: float | None = None,
-    ) -> bool:
-        """Refuse new operations and wait for the ones in flight in other threads.
+    def close(self, *, interrupt: Callable[[], None] | None = None) -> bool:
+        """Refuse new operations and wait for the ones in flight in other threads, until
+        they are done (which an ``interrupt`` makes prompt).
 
         Args:
-            grace: seconds to let in-flight operations finish on their own.
-            interrupt: called once after ``grace`` if some are still running (e.g. cancel
-                their statements); they then fail with :class:`StoreClosed`.
-            timeout: give up waiting after this many seconds in all (None: wait until
-                they are done, which an ``interrupt`` makes prompt).
+            interrupt: called once after :data:`DEFAULT_CLOSE_GRACE` if some are still
+                running (e.g. cancel their statements); they then fail with
+                :class:`StoreClosed`.
 
         Returns:
             True for the first call (the caller releases its resources), False when the
@@ -126,9 +119,7 @@ class OperationGate(_Gate):
         with self._cond:
             while self._active > mine:
                 waited = time.monotonic() - start
-                if timeout is not None and waited >= timeout:
-                    break
-                if not interrupted and waited >= grace:
+                if not interrupted and waited >= DEFAULT_CLOSE_GRACE:
                     interrupted = True
                     self._cond.release()
                     try:
@@ -137,10 +128,8 @@ class OperationGate(_Gate):
                     finally:
                         self._cond.acquire()
                     continue
-                limit = grace - waited if not interrupted else 0.05
-                if timeout is not None:
-                    limit = min(limit, timeout - waited)
-                self._cond.wait(max(limit, 0.001))
+                wait = 0.05 if interrupted else DEFAULT_CLOSE_GRACE - waited
+                self._cond.wait(max(wait, 0.001))
         return first
 
 
@@ -174,21 +163,14 @@ class AsyncOperationGate(_Gate):
         if self._active == 0 and self._idle is not None:
             self._idle.set()
 
-    async def close(
-        self,
-        *,
-        grace: float = DEFAULT_CLOSE_GRACE,
-        interrupt: Callable[[], Awaitable[None]] | None = None,
-        limit: float = 4 * DEFAULT_CLOSE_GRACE,
-    ) -> bool:
-        """Refuse new operations and await the ones in flight.
+    async def close(self, *, interrupt: Callable[[], Awaitable[None]] | None = None) -> bool:
+        """Refuse new operations and await the ones in flight, for at most four times
+        :data:`DEFAULT_CLOSE_GRACE` (an operation that ignores its interruption must not
+        hang ``close()``).
 
         Args:
-            grace: seconds to let in-flight operations finish on their own.
-            interrupt: awaited once after ``grace`` if some still run (cancel their
-                statements); they then fail with :class:`StoreClosed`.
-            limit: stop waiting after this many seconds in all (an operation that
-                ignores its interruption must not hang ``close()``).
+            interrupt: awaited once after :data:`DEFAULT_CLOSE_GRACE` if some still run
+                (cancel their statements); they then fail with :class:`StoreClosed`.
 
         Returns:
             True for the first call (the caller releases its resources), False when the
@@ -203,14 +185,15 @@ class AsyncOperationGate(_Gate):
         idle = self._idle
         start = time.monotonic()
         try:
-            async with asyncio.timeout(grace):
+            async with asyncio.timeout(DEFAULT_CLOSE_GRACE):
                 await idle.wait()
             return first
         except TimeoutError:
             pass
         if interrupt is not None:
             await interrupt()
+        left = 4 * DEFAULT_CLOSE_GRACE - (time.monotonic() - start)
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(limit - (time.monotonic() - start), 0.01)):
+            async with asyncio.timeout(max(left, 0.01)):
                 await idle.wait()
         return first

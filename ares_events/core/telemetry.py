@@ -175,7 +175,6 @@ class Telemetry:
         attributes: Mapping[str, Any],
         *,
         kind: str = "INTERNAL",
-        links: Iterable[Any] = (),
         parent: Any = None,
     ) -> Any:
         """A started span (not made current), or None without a tracer."""
@@ -187,7 +186,6 @@ class Telemetry:
             context=parent,
             kind=getattr(trace.SpanKind, kind),
             attributes=dict(attributes),
-            links=list(links),
         )
 
     def end_span(self, span: Any, exc: BaseException | None = None) -> None:
