@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib.metadata
 import json
 import logging
@@ -32,7 +31,7 @@ from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records.entries import agent_meta, entries_of
 from ares_events.records.redact import compile_paths, redact
-from ares_events.records.verify import COSE_ALG_EDDSA, RECORD_FORMAT
+from ares_events.records.verify import COSE_ALG_EDDSA, RECORD_FORMAT, trace_metadata
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -45,7 +44,6 @@ __all__ = ["DRAFT_VERSION", "Export", "export_record", "write_private"]
 
 DRAFT_VERSION: Final = "3.0.0-draft"
 """``version`` of the record: the draft -00 schema's own version string."""
-TRACE_FORMAT: Final = "ietf-vac-v3.0"
 DISCLOSURES_FORMAT: Final = "ares-events-disclosures/1"
 _TRACE_METADATA: Final = 100  # the draft's placeholder COSE header label
 _CWT_CLAIMS: Final = 15
@@ -244,15 +242,6 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
         if form == "cbor"
         else canonical_json(record, field="record")
     )
-    meta = {
-        "session-id": session["session-id"],
-        "agent-vendor": session["agent-meta"]["model-provider"],
-        "trace-format": TRACE_FORMAT,
-        "timestamp-start": session["session-start"],
-        "timestamp-end": session["session-end"],
-        "content-hash": hashlib.sha256(payload).hexdigest(),
-        "content-hash-alg": "sha-256",
-    }
     # The seed, read from the key's own text form: it goes to pycose and nowhere else.
     # (PRIVATE+KEY+<name>+<id>+<base64>: names hold no "+", base64 may)
     seed = base64.b64decode(key.private_text().split("+", 4)[4])[1:]
@@ -263,7 +252,7 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
             4: f"{key.name}+{key.verifier.key_id.hex()}".encode(),
             _CWT_CLAIMS: {1: key.name, 2: session["session-id"]},
         },
-        uhdr={_TRACE_METADATA: meta},
+        uhdr={_TRACE_METADATA: trace_metadata(record, payload)},
         payload=payload,
     )
     msg.key = OKPKey(crv=Ed25519, d=seed)

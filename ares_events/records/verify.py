@@ -32,6 +32,7 @@ __all__ = [
     "load_record",
     "parse_path",
     "redaction_digest",
+    "trace_metadata",
     "verify_record",
 ]
 
@@ -42,6 +43,7 @@ REDACTED: Final = "_ares_redacted"
 APPROVAL_PREFIX: Final = "ares-events/approval/v1"
 """First line of a signed approval note."""
 COSE_ALG_EDDSA: Final = -8
+TRACE_FORMAT: Final = "ietf-vac-v3.0"
 _GENESIS: Final = b"ares-events/v1\x00"
 _EM_DASH: Final = "\u2014"
 _KEY_ED25519: Final = 0x01
@@ -454,21 +456,26 @@ def _check_signature(loaded: _Loaded, keys: Sequence[_Key], rep: RecordReport) -
         return
     rep.signed_by = key.label
     # The unprotected header is not signed: it must say exactly what the record says.
-    found = loaded.record.get("session")
+    if dict(loaded.unprotected) != {100: trace_metadata(loaded.record, loaded.signed)}:
+        rep.add("signature", "the unprotected trace-metadata is not the record's")
+
+
+def trace_metadata(record: Mapping[str, Any], signed: bytes) -> dict[str, Any]:
+    """The draft's trace-metadata (COSE unprotected header 100) of ``record``, whose
+    signed bytes are ``signed``: what the exporter writes and the verifier expects."""
+    found = record.get("session")
     session: dict[str, Any] = found if isinstance(found, dict) else {}
     agent = session.get("agent-meta")
     meta: dict[str, Any] = agent if isinstance(agent, dict) else {}
-    expected = {
+    return {
         "session-id": session.get("session-id"),
         "agent-vendor": meta.get("model-provider"),
-        "trace-format": "ietf-vac-v3.0",
+        "trace-format": TRACE_FORMAT,
         "timestamp-start": session.get("session-start"),
         "timestamp-end": session.get("session-end"),
-        "content-hash": hashlib.sha256(loaded.signed).hexdigest(),
+        "content-hash": hashlib.sha256(signed).hexdigest(),
         "content-hash-alg": "sha-256",
     }
-    if dict(loaded.unprotected) != {100: expected}:
-        rep.add("signature", "the unprotected trace-metadata is not the record's")
 
 
 def _hashes(items: Any, what: str) -> list[bytes]:
