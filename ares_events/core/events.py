@@ -163,13 +163,13 @@ class _UUID7(uuid.UUID):
 
 
 _set = object.__setattr__
+# Bound to the module's generator, which random reseeds in every forked child (an
+# at-fork hook), so processes forked from one parent do not repeat ids.
 _getrandbits = random.getrandbits
 _UNKNOWN = uuid.SafeUUID.unknown
 _make_uuid7: Any = None if _native is None else _native.make_uuid7
 _native_uuid7: Any = None
 if _native is not None:
-    # random.getrandbits is bound to the module's generator, which random reseeds in a
-    # forked child, so processes forked from one parent do not repeat ids.
     _native.uuid7_setup(_UUID7, _UNKNOWN, _getrandbits, time.time_ns)
     _native_uuid7 = _native.uuid7
 _last_ms = 0
@@ -197,8 +197,6 @@ def uuid7_python() -> uuid.UUID:
         _seq = (_seq + 1) & 0xFFF
     else:
         _last_ms, _seq = ms, _getrandbits(10)
-    # The module-level generator is reseeded in every forked child (random registers
-    # an at-fork hook), so processes forked from one parent do not repeat ids.
     rand_b = _getrandbits(62)
     if _make_uuid7 is not None:  # the same object, built in C (~1 µs less an event)
         return _make_uuid7(_UUID7, ms, _seq, rand_b, _UNKNOWN)  # type: ignore[no-any-return]
