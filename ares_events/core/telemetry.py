@@ -206,23 +206,20 @@ class Telemetry:
         if self.tracer is not None:
             self.otel.trace.get_current_span().add_event(name, dict(attributes))
 
-    def record_findings(self, findings: Iterable[Any], operation: str, system: str) -> int:
-        """Count findings by kind; returns how many."""
-        n = 0
+    def record_findings(self, findings: Iterable[Any], operation: str, system: str) -> None:
+        """Count findings by kind (in ``ares_events.verification.findings``)."""
         m = self.metrics
+        if m is None:
+            return
         for f in findings:
-            n += 1
-            if m is not None:
-                kind = getattr(f, "kind", "")
-                m.findings.add(
-                    1,
-                    {
-                        "ares_events.finding.kind": bounded(kind),
-                        "db.operation.name": operation,
-                        "db.system.name": system,
-                    },
-                )
-        return n
+            m.findings.add(
+                1,
+                {
+                    "ares_events.finding.kind": bounded(getattr(f, "kind", "")),
+                    "db.operation.name": operation,
+                    "db.system.name": system,
+                },
+            )
 
 
 def bounded(value: Any) -> str:
