@@ -294,10 +294,8 @@ def canonical_json(x: Any, *, field: str = "payload") -> bytes:
     try:
         return canonical_json_reference(x) if has_float else orjson.dumps(x, option=_ORJSON_OPTS)
     except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
-        # lone surrogates (not UTF-8 encodable) and similar.
+        # lone surrogates (not UTF-8 encodable: UnicodeEncodeError is a ValueError) and similar.
         raise InvalidEvent(field, f"cannot be encoded as UTF-8 JSON: {exc}") from None
-    except UnicodeEncodeError:
-        raise InvalidEvent(field, "contains a string that is not valid Unicode") from None
 
 
 def payload_digest(payload_bytes: bytes) -> bytes:
