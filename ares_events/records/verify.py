@@ -736,7 +736,7 @@ def verify_record(
     record = loaded.record
     ext = record.get("ares-events")
     if not isinstance(ext, dict) or ext.get("format") != RECORD_FORMAT:
-        rep.add("malformed", f"the record has no '{'ares-events'}' member of {RECORD_FORMAT}")
+        rep.add("malformed", f"the record has no 'ares-events' member of {RECORD_FORMAT}")
         return rep
     stream = ext.get("stream")
     events = ext.get("events")
