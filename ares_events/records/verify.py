@@ -194,15 +194,16 @@ def _open_note(note: str, keys: Sequence[_Key]) -> tuple[str, list[str]]:
     return text, signed
 
 
-def _checkpoint(text: str) -> tuple[str, int, bytes]:
-    """(origin, size, root) of a checkpoint note text."""
+def _checkpoint(note: str, keys: Sequence[_Key]) -> tuple[str, int, bytes, list[str]]:
+    """(origin, size, root, trusted signers) of a signed checkpoint note."""
+    text, signers = _open_note(note, keys)
     lines = text[:-1].split("\n")
     if len(lines) < 3 or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]):
         raise ValueError("not a checkpoint")
     root = _b64(lines[2])
     if len(root) != 32:
         raise ValueError("a checkpoint root is 32 bytes")
-    return lines[0], int(lines[1]), root
+    return lines[0], int(lines[1]), root, signers
 
 
 # -- RFC 9162 Merkle proofs (SHA-256) -------------------------------------------------------
@@ -493,8 +494,7 @@ def _check_checkpoints(
     """Verify the checkpoint (and the newest one with the consistency proof); return the
     (size, root) the inclusion proofs are checked against (None: no usable checkpoint)."""
     try:
-        text, signers = _open_note(str(ext.get("checkpoint", "")), keys)
-        origin, size, root = _checkpoint(text)
+        origin, size, root, signers = _checkpoint(str(ext.get("checkpoint", "")), keys)
     except ValueError as exc:
         rep.add("checkpoint", f"the checkpoint does not verify: {exc}")
         return None
@@ -502,8 +502,7 @@ def _check_checkpoints(
     latest = ext.get("latest-checkpoint")
     if latest is not None:
         try:
-            ltext, _ = _open_note(str(latest), keys)
-            lorigin, lsize, lroot = _checkpoint(ltext)
+            lorigin, lsize, lroot, _ = _checkpoint(str(latest), keys)
             proof = _hashes(ext.get("consistency"), "the consistency proof")
         except ValueError as exc:
             rep.add("consistency", f"the newest checkpoint does not verify: {exc}")
@@ -686,7 +685,7 @@ def _check_approvals(
             if isinstance(body.get("nonce"), str):
                 nonces.setdefault(body["nonce"], version)  # granted or not: named once
                 bodies.setdefault(body["nonce"], body)
-            _text, signers = _open_note(note, keys)
+            _, signers = _open_note(note, keys)
         except ValueError as exc:
             rep.add("approval", f"version {version}: the approval does not verify: {exc}", version)
             continue
