@@ -7,10 +7,9 @@ It may import :mod:`ares_events.errors`, psycopg and psycopg_pool.
 
 from __future__ import annotations
 
-import contextlib
 import select
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
@@ -94,15 +93,6 @@ class SingleConnection:
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
         """Give the connection back (the next caller may take it)."""
         self._lock.release()
-
-    @contextlib.contextmanager
-    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """The wrapped connection, held exclusively for the duration of the block."""
-        conn = self.getconn(timeout)
-        try:
-            yield conn
-        finally:
-            self.putconn(conn)
 
     def close(self, timeout: float | None = None) -> None:
         """The caller owns the connection: nothing to release."""
