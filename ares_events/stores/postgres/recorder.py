@@ -239,7 +239,6 @@ class PostgresRecorder:
         self.channel = channel_for(schema)
         self._secret = secret or None
         self._owns_pool = owns_pool
-        self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
         self._byte_order: bool | None = None  # the database sorts text by code point
@@ -268,6 +267,10 @@ class PostgresRecorder:
                 f"got {type(source).__name__}"
             )
         self._description = description or self._describe_pool()
+        # Seconds to wait for a free connection (None: as long as it takes).
+        self._pool_timeout: float | None = (
+            pool_timeout if pool_timeout is not None else getattr(self.pool, "timeout", None)
+        )
         self._gate = OperationGate(self._description)
         with self._conn(f"preparing schema {schema!r}") as conn:
             _prepare_on(conn, schema, self._description, create, migrate)
@@ -375,8 +378,6 @@ class PostgresRecorder:
 
     def _timeout_label(self) -> str:
         t = self._pool_timeout
-        if t is None:
-            t = getattr(self.pool, "timeout", None)
         return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
 
     @contextlib.contextmanager
@@ -407,10 +408,7 @@ class PostgresRecorder:
     def _checkout(self, what: str) -> Any:
         """A pooled connection; after :data:`FIRST_WAIT` seconds without one, an
         unreachable server is reported at once, a busy pool is waited for."""
-        pool = self.pool
-        total = self._pool_timeout
-        if total is None:
-            total = getattr(pool, "timeout", None)
+        pool, total = self.pool, self._pool_timeout
         # getconn/putconn, not pool.connection(): that also enters the connection's own
         # context (a commit or rollback call), which an autocommit connection left idle by
         # every operation here does not need; putconn resets anything else.

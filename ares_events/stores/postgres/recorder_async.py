@@ -244,7 +244,6 @@ class AsyncPostgresRecorder:
         self.channel = channel_for(schema)
         self._secret = secret or None
         self._owns_pool = owns_pool
-        self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
         self._byte_order: bool | None = None  # the database sorts text by code point
@@ -278,6 +277,10 @@ class AsyncPostgresRecorder:
                 f"got {type(source).__name__}"
             )
         self._description = description or self._describe_pool()
+        # Seconds to wait for a free connection (None: as long as it takes).
+        self._pool_timeout: float | None = (
+            pool_timeout if pool_timeout is not None else getattr(self.pool, "timeout", None)
+        )
         self._gate = AsyncOperationGate(self._description)
         if ASYNC:
             self._create, self._migrate = create, migrate  # open() prepares the schema
@@ -403,8 +406,6 @@ class AsyncPostgresRecorder:
 
     def _timeout_label(self) -> str:
         t = self._pool_timeout
-        if t is None:
-            t = getattr(self.pool, "timeout", None)
         return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
 
     @contextlib.asynccontextmanager
@@ -435,10 +436,7 @@ class AsyncPostgresRecorder:
     async def _checkout(self, what: str) -> Any:
         """A pooled connection; after :data:`FIRST_WAIT` seconds without one, an
         unreachable server is reported at once, a busy pool is waited for."""
-        pool = self.pool
-        total = self._pool_timeout
-        if total is None:
-            total = getattr(pool, "timeout", None)
+        pool, total = self.pool, self._pool_timeout
         # getconn/putconn, not pool.connection(): that also enters the connection's own
         # context (a commit or rollback call), which an autocommit connection left idle by
         # every operation here does not need; putconn resets anything else.
