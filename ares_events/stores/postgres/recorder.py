@@ -108,16 +108,6 @@ def _check_batch_size(n: int, stream_id: str | None = None) -> None:
         )
 
 
-def _retryable(exc: BaseException, attempt: int) -> bool:
-    """An append to retry: a concurrent append of the same event id to another stream
-    committed first (a unique violation); the retry's id check then reports it."""
-    return (
-        attempt + 1 < RETRIES
-        and isinstance(exc, StoreError)
-        and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
-    )
-
-
 def _cursor(conn: Any) -> Any:
     """The connection's binary cursor, made once (one per statement costs more CPU)."""
     cur = conn.__dict__.get("_ares_cursor")
@@ -258,7 +248,14 @@ class PostgresRecorder:
                 )
             self._listen_args: tuple[str, dict[str, Any]] = (conninfo, dict(kw or {}))
         elif isinstance(source, psycopg.Connection):
-            self.pool = SingleConnection(self._autocommit(source))
+            if not source.autocommit:
+                if source.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise ConfigError(
+                        "the psycopg connection given to PostgresRecorder is inside a "
+                        "transaction; pass an idle connection (it is switched to autocommit)"
+                    )
+                source.autocommit = True
+            self.pool = SingleConnection(source)
             pw = source.pgconn.password
             self._listen_args = (source.info.dsn, {"password": pw.decode()} if pw else {})
         else:
@@ -276,17 +273,6 @@ class PostgresRecorder:
             _prepare_on(conn, schema, self._description, create, migrate)
         logger.info("opened postgresql store %s (schema %s)", self._description, schema)
         self._read_models = postgres_read_models(self)
-
-    @staticmethod
-    def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        if not conn.autocommit:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ConfigError(
-                    "the psycopg connection given to PostgresRecorder is inside a "
-                    "transaction; pass an idle connection (it is switched to autocommit)"
-                )
-            conn.autocommit = True
-        return conn
 
     @classmethod
     def open(cls, source: Any, **options: Any) -> PostgresRecorder:
@@ -503,7 +489,13 @@ class PostgresRecorder:
             except BaseException as exc:  # cancelled too: the predictions may be stale
                 for b in batches:
                     self._heads.pop(b.stream_id, None)
-                if _retryable(exc, attempt):
+                # A concurrent append of the same event id to another stream committed
+                # first (a unique violation): the retry's id check reports it.
+                if (
+                    attempt + 1 < RETRIES
+                    and isinstance(exc, StoreError)
+                    and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+                ):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
                 raise
@@ -1034,10 +1026,6 @@ class PostgresRecorder:
 
         return PostgresSnapshotRows(self)
 
-    def _connect_listener(self) -> Any:
-        conninfo, kwargs = self._listen_args
-        return psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True})
-
     def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
         ``timeout`` seconds pass (woken by ``NOTIFY``, else polling: :mod:`.listener`).
@@ -1051,8 +1039,12 @@ class PostgresRecorder:
         with self._listener_lock:
             self._gate.check("waiting for events")
             if self._listener is None:
+                conninfo, kwargs = self._listen_args
                 self._listener = Listener(
-                    self._connect_listener, self.channel, self._description, self._secret
+                    lambda: psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True}),
+                    self.channel,
+                    self._description,
+                    self._secret,
                 )
             listener = self._listener
         return wait_for(listener, self.last_position, position, timeout)

@@ -113,16 +113,6 @@ def _check_batch_size(n: int, stream_id: str | None = None) -> None:
         )
 
 
-def _retryable(exc: BaseException, attempt: int) -> bool:
-    """An append to retry: a concurrent append of the same event id to another stream
-    committed first (a unique violation); the retry's id check then reports it."""
-    return (
-        attempt + 1 < RETRIES
-        and isinstance(exc, StoreError)
-        and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
-    )
-
-
 def _cursor(conn: Any) -> Any:
     """The connection's binary cursor, made once (one per statement costs more CPU)."""
     cur = conn.__dict__.get("_ares_cursor")
@@ -268,7 +258,14 @@ class AsyncPostgresRecorder:
                 f"got {type(source).__name__}"
             )
         elif isinstance(source, psycopg.Connection):
-            self.pool = SingleConnection(self._autocommit(source))
+            if not source.autocommit:
+                if source.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise ConfigError(
+                        "the psycopg connection given to PostgresRecorder is inside a "
+                        "transaction; pass an idle connection (it is switched to autocommit)"
+                    )
+                source.autocommit = True
+            self.pool = SingleConnection(source)
             pw = source.pgconn.password
             self._listen_args = (source.info.dsn, {"password": pw.decode()} if pw else {})
         else:
@@ -290,17 +287,6 @@ class AsyncPostgresRecorder:
                 _prepare_on(conn, schema, self._description, create, migrate)
             logger.info("opened postgresql store %s (schema %s)", self._description, schema)
             self._read_models = postgres_read_models(self)
-
-    @staticmethod
-    def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        if not conn.autocommit:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ConfigError(
-                    "the psycopg connection given to PostgresRecorder is inside a "
-                    "transaction; pass an idle connection (it is switched to autocommit)"
-                )
-            conn.autocommit = True
-        return conn
 
     @classmethod
     async def open(cls, source: Any, **options: Any) -> AsyncPostgresRecorder:
@@ -533,7 +519,13 @@ class AsyncPostgresRecorder:
             except BaseException as exc:  # cancelled too: the predictions may be stale
                 for b in batches:
                     self._heads.pop(b.stream_id, None)
-                if _retryable(exc, attempt):
+                # A concurrent append of the same event id to another stream committed
+                # first (a unique violation): the retry's id check reports it.
+                if (
+                    attempt + 1 < RETRIES
+                    and isinstance(exc, StoreError)
+                    and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+                ):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
                 raise
@@ -1109,10 +1101,6 @@ class AsyncPostgresRecorder:
 
         return AsyncPostgresSnapshotRows(self)
 
-    async def _connect_listener(self) -> Any:
-        conninfo, kwargs = self._listen_args
-        return await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
-
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
         ``timeout`` seconds pass (woken by ``NOTIFY``, else polling: :mod:`.listener_async`).
@@ -1126,8 +1114,14 @@ class AsyncPostgresRecorder:
         with self._listener_lock:
             self._gate.check("waiting for events")
             if self._listener is None:
+                conninfo, kwargs = self._listen_args
                 self._listener = AsyncListener(
-                    self._connect_listener, self.channel, self._description, self._secret
+                    lambda: psycopg.AsyncConnection.connect(
+                        conninfo, **{**kwargs, "autocommit": True}
+                    ),
+                    self.channel,
+                    self._description,
+                    self._secret,
                 )
             listener = self._listener
         return await wait_for(listener, self.last_position, position, timeout)
