@@ -104,12 +104,9 @@ class CellsRecorder:
         self.cell_map = cell_map
         self.citus = citus
         self.shared_clock = shared_clock
-        caps = set(self.BASE_CAPABILITIES)
-        if not shared_clock:
-            caps.add(Capability.CELL_CURSORS)
-        else:  # one position space: the archive's position ranges hold across cells
-            caps.add(Capability.ARCHIVE)
-        self.capabilities: frozenset[Capability] = frozenset(caps)
+        # One position space: the archive's position ranges hold across cells.
+        extra = Capability.ARCHIVE if shared_clock else Capability.CELL_CURSORS
+        self.capabilities: frozenset[Capability] = self.BASE_CAPABILITIES | {extra}
         self._description = description
         self._n = len(cells)
 

@@ -186,7 +186,9 @@ class AsyncMemoryRecorder:
             ]
             if tracking is not None:
                 d.tracking[tracking.name] = tracking.position
-            d.notify()
+            d.cond.notify_all()  # blocking waiters
+            for wake in list(d.watchers):  # asyncio waiters
+                wake()
             return out
 
     async def erase(
