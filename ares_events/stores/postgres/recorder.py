@@ -116,22 +116,6 @@ def _cursor(conn: Any) -> Any:
     return cur
 
 
-def _prepare_on_new_connection(
-    conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
-) -> None:
-    with (
-        DriverErrors(
-            f"preparing schema {schema!r} of {where}",
-            where,
-            statement_timeout=None,
-            timeout_label=lambda: "",
-            secret=kwargs.get("password"),
-        ),
-        psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
-    ):
-        _prepare_on(conn, schema, where, create, migrate)
-
-
 def _prepare_on(
     conn: psycopg.Connection[Any], schema: str, where: str, create: bool, migrate: bool
 ) -> None:

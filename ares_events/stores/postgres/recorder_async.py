@@ -121,20 +121,23 @@ def _cursor(conn: Any) -> Any:
     return cur
 
 
-def _prepare_on_new_connection(
-    conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
-) -> None:
-    with (
-        DriverErrors(
-            f"preparing schema {schema!r} of {where}",
-            where,
-            statement_timeout=None,
-            timeout_label=lambda: "",
-            secret=kwargs.get("password"),
-        ),
-        psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
-    ):
-        _prepare_on(conn, schema, where, create, migrate)
+if ASYNC:
+
+    def _prepare_on_new_connection(rec: AsyncPostgresRecorder) -> None:
+        """Prepare ``rec``'s schema on a blocking connection of its own (run in a thread)."""
+        conninfo, kwargs = rec._listen_args
+        schema, where = rec.schema, rec._description
+        with (
+            DriverErrors(
+                f"preparing schema {schema!r} of {where}",
+                where,
+                statement_timeout=None,
+                timeout_label=lambda: "",
+                secret=kwargs.get("password"),
+            ),
+            psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
+        ):
+            _prepare_on(conn, schema, where, rec._create, rec._migrate)
 
 
 def _prepare_on(
@@ -301,16 +304,7 @@ class AsyncPostgresRecorder:
         """
         rec = cls(source, **options)
         if ASYNC:
-            conninfo, kwargs = rec._listen_args
-            await asyncio.to_thread(
-                _prepare_on_new_connection,
-                conninfo,
-                kwargs,
-                rec.schema,
-                rec._description,
-                rec._create,
-                rec._migrate,
-            )
+            await asyncio.to_thread(_prepare_on_new_connection, rec)
         return rec
 
     @classmethod
