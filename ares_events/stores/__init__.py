@@ -7,15 +7,12 @@ verification, projections, the agent runtime, the CLI or an integration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from ares_events.core.backend import Capability
 from ares_events.core.recorder import Recorder
 from ares_events.core.store import EventStore
 from ares_events.core.store_async import AsyncEventStore
 from ares_events.core.url import StoreURL
-from ares_events.stores import _registry
+from ares_events.stores._registry import available_schemes, register_store, registered_stores
 from ares_events.stores.opening import open_store
 from ares_events.stores.opening_async import open_async_store
 
@@ -31,22 +28,3 @@ __all__ = [
     "register_store",
     "registered_stores",
 ]
-
-
-def register_store(scheme: str, target: str | type[Any], *, replace: bool = False) -> None:
-    """Register a backend class (or ``"module:Class"``) for a URL scheme.
-
-    Raises:
-        ConfigError: already registered and ``replace`` is False.
-    """
-    _registry.register(scheme, target, replace=replace)
-
-
-def registered_stores() -> Mapping[str, str | type[Any]]:
-    """Read-only view of scheme -> backend."""
-    return _registry.view()
-
-
-def available_schemes() -> list[str]:
-    """Every registered scheme, sorted."""
-    return sorted(_registry.view())

@@ -42,8 +42,9 @@ _targets: dict[str, str | type[Any]] = {k: v[0] for k, v in _BUILTIN.items()}
 _discovered = False
 
 
-def register(scheme: str, target: str | type[Any], *, replace: bool = False) -> None:
-    """Register a backend for ``scheme``; refuses to overwrite unless ``replace=True``.
+def register_store(scheme: str, target: str | type[Any], *, replace: bool = False) -> None:
+    """Register a backend class (or ``"module:Class"``) for a URL scheme; refuses to
+    overwrite unless ``replace=True``.
 
     Raises:
         ConfigError: the scheme is already registered and ``replace`` is False.
@@ -57,9 +58,14 @@ def register(scheme: str, target: str | type[Any], *, replace: bool = False) -> 
         _targets[scheme] = target
 
 
-def view() -> Mapping[str, str | type[Any]]:
-    """Read-only view of the registry."""
+def registered_stores() -> Mapping[str, str | type[Any]]:
+    """Read-only view of scheme -> backend."""
     return MappingProxyType(_targets)
+
+
+def available_schemes() -> list[str]:
+    """Every registered scheme, sorted."""
+    return sorted(_targets)
 
 
 def resolve(scheme: str) -> type[Any]:

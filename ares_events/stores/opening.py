@@ -113,24 +113,19 @@ def _open_recorder(
 ) -> tuple[Any, StoreIdentity | None]:
     """The backend recorder of this face (behind the archive reader and the cache when
     asked for) and the identity the store recorded."""
-    return _open_blocking(cls, url, cache, options)
-
-
-def _open_blocking(
-    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
-) -> tuple[Any, StoreIdentity | None]:
     rec = cls.from_url(url, **options)
     try:
         identity = None
         if Capability.METADATA in rec.capabilities:
-            identity = _identity(rec.meta_get(IDENTITY_KEY), url)
+            raw = rec.meta_get(IDENTITY_KEY)
+            identity = None if raw is None else StoreIdentity.from_json(raw, url.redacted())
         if identity is not None and identity.archive is not None:
             # Under the cache: what the cache wraps (and integrity checks read) reads
             # through. A store without an archive never constructs the reader.
-            from ares_events.archive.reader import ArchiveRecorder  # as is
+            from ares_events.archive.reader import ArchiveRecorder
 
             rec = ArchiveRecorder(rec)
-        if cache is not None:
+        if cache is not None:  # a blocking recorder (asyncio with a cache runs on threads)
             from ares_events.stores.cache import CachedRecorder
 
             rec = CachedRecorder.wrap(rec, cache)
@@ -138,10 +133,6 @@ def _open_blocking(
         rec.close()
         raise
     return rec, identity
-
-
-def _identity(raw: str | None, url: StoreURL) -> StoreIdentity | None:
-    return None if raw is None else StoreIdentity.from_json(raw, url.redacted())
 
 
 def _blob_choice(

@@ -118,54 +118,34 @@ async def _open_recorder(
     asked for) and the identity the store recorded."""
     if ASYNC:
         native = None if cache is not None else _registry.resolve_async(cls)
-        if native is not None:
-            rec = await native.open_url(url, **options)
-            try:
-                identity = None
-                if Capability.METADATA in rec.capabilities:
-                    identity = _identity(await rec.meta_get(IDENTITY_KEY), url)
-                if identity is not None and identity.archive is not None:
-                    from ares_events.archive.reader_async import AsyncArchiveRecorder
+        if native is None:  # the blocking face's recorder, on worker threads
+            from ares_events.stores.opening import _open_recorder as _open_blocking
+            from ares_events.stores.threaded import ThreadedRecorder
 
-                    rec = AsyncArchiveRecorder(rec)
-            except BaseException:
-                await rec.close()
-                raise
-            return rec, identity
-        from ares_events.stores.threaded import ThreadedRecorder
-
-        sync, identity = await asyncio.to_thread(_open_blocking, cls, url, cache, options)
-        return ThreadedRecorder(sync), identity
+            sync, identity = await asyncio.to_thread(_open_blocking, cls, url, cache, options)
+            return ThreadedRecorder(sync), identity
+        rec = await native.open_url(url, **options)
     else:
-        return _open_blocking(cls, url, cache, options)
-
-
-def _open_blocking(
-    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
-) -> tuple[Any, StoreIdentity | None]:
-    rec = cls.from_url(url, **options)
+        rec = cls.from_url(url, **options)
     try:
         identity = None
         if Capability.METADATA in rec.capabilities:
-            identity = _identity(rec.meta_get(IDENTITY_KEY), url)
+            raw = await rec.meta_get(IDENTITY_KEY)
+            identity = None if raw is None else StoreIdentity.from_json(raw, url.redacted())
         if identity is not None and identity.archive is not None:
             # Under the cache: what the cache wraps (and integrity checks read) reads
             # through. A store without an archive never constructs the reader.
-            from ares_events.archive.reader import ArchiveRecorder  # as is
+            from ares_events.archive.reader_async import AsyncArchiveRecorder
 
-            rec = ArchiveRecorder(rec)
-        if cache is not None:
+            rec = AsyncArchiveRecorder(rec)
+        if cache is not None:  # a blocking recorder (asyncio with a cache runs on threads)
             from ares_events.stores.cache import CachedRecorder
 
             rec = CachedRecorder.wrap(rec, cache)
     except BaseException:
-        rec.close()
+        await rec.close()
         raise
     return rec, identity
-
-
-def _identity(raw: str | None, url: StoreURL) -> StoreIdentity | None:
-    return None if raw is None else StoreIdentity.from_json(raw, url.redacted())
 
 
 def _blob_choice(

@@ -39,30 +39,18 @@ class ThreadedRecorder:
 
     Args:
         sync: the blocking recorder; this object owns it (closing closes it).
-        readers: reader threads.
-        waiters: threads for native waits.
-        chunk: events per trip to a reader thread.
         owns: close ``sync`` in :meth:`close` (False: a view of a store someone else
             closes).
     """
 
-    def __init__(
-        self,
-        sync: Any,
-        *,
-        readers: int = 4,
-        waiters: int = 8,
-        chunk: int = CHUNK,
-        owns: bool = True,
-    ) -> None:
+    def __init__(self, sync: Any, *, owns: bool = True) -> None:
         self.sync = sync
         self._owns = owns
         self.capabilities: frozenset[Capability] = frozenset(sync.capabilities)
-        self._chunk = chunk
         self._closed = False
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ares-events-write")
-        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="ares-events-read")
-        self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="ares-events-wait")
+        self._readers = ThreadPoolExecutor(4, thread_name_prefix="ares-events-read")
+        self._waiters = ThreadPoolExecutor(8, thread_name_prefix="ares-events-wait")
         # The methods of every capability exist here; the store calls only those the
         # backend declares (self.capabilities), checked against the backend at open.
         check_capabilities(sync, self.describe())
@@ -186,20 +174,19 @@ class ThreadedRecorder:
 
     async def _pull(self, make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
         it: Iterator[T] | None = None
-        size = self._chunk
 
         def chunk() -> list[T]:
             nonlocal it
             if it is None:
                 it = iter(make())
-            return list(itertools.islice(it, size))
+            return list(itertools.islice(it, CHUNK))
 
         try:
             while True:
                 got = await self._call(self._readers, chunk)
                 for x in got:
                     yield x
-                if len(got) < size:
+                if len(got) < CHUNK:
                     return
         finally:
             close = getattr(it, "close", None)

@@ -188,7 +188,6 @@ class CachedRecorder:
         self._dirty: set[str] = set()  # streams erased whose cached tail is not yet dropped
         self._failures = 0
         self._down_until = 0.0
-        self._closed = False
         # Each Redis call runs inside this gate: close() waits for the calls in flight
         # before it closes the client, and a call attempted after that is skipped (the
         # cache is bypassed), so no thread uses a closed Redis connection.
@@ -593,10 +592,9 @@ class CachedRecorder:
     def close(self) -> None:
         """Wait for the Redis calls in flight (later ones are skipped), close the inner
         store (which waits for its own calls), then the Redis connections. Idempotent."""
-        self._gate.close()
+        first = self._gate.close()
         self.inner.close()
-        if not self._closed:
-            self._closed = True
+        if first:
             with contextlib.suppress(*self._redis_errors):
                 self._redis.close()
 

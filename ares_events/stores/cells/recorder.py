@@ -104,12 +104,9 @@ class CellsRecorder:
         self.cell_map = cell_map
         self.citus = citus
         self.shared_clock = shared_clock
-        caps = set(self.BASE_CAPABILITIES)
-        if not shared_clock:
-            caps.add(Capability.CELL_CURSORS)
-        else:  # one position space: the archive's position ranges hold across cells
-            caps.add(Capability.ARCHIVE)
-        self.capabilities: frozenset[Capability] = frozenset(caps)
+        # One position space: the archive's position ranges hold across cells.
+        extra = Capability.ARCHIVE if shared_clock else Capability.CELL_CURSORS
+        self.capabilities: frozenset[Capability] = self.BASE_CAPABILITIES | {extra}
         self._description = description
         self._n = len(cells)
 
@@ -297,19 +294,19 @@ class CellsRecorder:
         if self.shared_clock:
             # Every cell is read below the same top: a cell's own fresh bound can come out
             # lower (postgres/sql.py), and the merge would step over its rows for good.
-            top = self._final_top(after_position)
+            top = self.last_position()
             its = [
                 c.read_all(after_position, limit, stream_prefix=stream_prefix, below=top + 1)
                 for c in self.cells
             ]
-            merged = _merge(its, [0] * self._n, _position, cursor=False)
+            merged = _merge(its, _position)
         else:
             parts = unpack(after_position, self._n)
             its = [
                 c.read_all(parts[i], limit, stream_prefix=stream_prefix)
                 for i, c in enumerate(self.cells)
             ]
-            merged = _merge(its, parts, _position, order=_at)
+            merged = _merge(its, _position, parts=parts, order=_at)
         with closing_iter(merged) as items:
             for cursor, e in items:
                 if self.shared_clock:
@@ -323,29 +320,17 @@ class CellsRecorder:
                     if limit == 0:
                         return
 
-    def _final_top(self, after_position: int) -> int:
-        """On a shared clock: the highest position below which every cell's rows are final."""
-        if type(after_position) is not int or after_position < 0:
-            raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
-        return max([c.last_position() for c in self.cells])
-
     def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` in the order and with the positions of
         :meth:`read_all`."""
-        if self.shared_clock:
-            top = self._final_top(after_position)
-            merged = _merge(
-                [c.positions(after_position, below=top + 1) for c in self.cells],
-                [0] * self._n,
-                _first,
-                cursor=False,
-            )
-        else:
+        if not self.shared_clock:
             # The merge's order needs each event's time, so this is read_all's scan.
             with closing_iter(self.read_all(after_position, None)) as events:
                 for e in events:
                     yield e.position, e.stream_id, e.version
             return
+        top = self.last_position()
+        merged = _merge([c.positions(after_position, below=top + 1) for c in self.cells], _first)
         with closing_iter(merged) as items:
             for _, row in items:
                 if type(row[0]) is int and row[0] > top:
@@ -359,7 +344,7 @@ class CellsRecorder:
     def heads(self) -> Iterator[tuple[str, Head]]:
         """Every head of every cell, merged by stream id."""
         its = [c.heads() for c in self.cells]
-        for _, item in _merge(its, [0] * self._n, _first, cursor=False):
+        for _, item in _merge(its, _first):
             yield item
 
     def last_position(self) -> int:
@@ -491,7 +476,7 @@ class CellsSnapshotRows:
                 yield info
             return
         its = [c.snapshot_rows().infos(None) for c in self._rec.cells]
-        for _, info in _merge(its, [0] * len(its), _info_key, cursor=False):
+        for _, info in _merge(its, _info_key):
             yield info
 
 
@@ -503,16 +488,15 @@ _info_key = attrgetter("stream_id", "projection")
 
 def _merge(
     its: list[Iterator[Any]],
-    parts: list[int],
     key: Callable[[Any], Any],
     *,
-    cursor: bool = True,
+    parts: list[int] | None = None,
     order: Callable[[Any], Any] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Merge per-cell iterators sorted by ``key`` (by ``order`` first; ties: the lower
-    cell), each item with the cursor after it (0 with ``cursor=False``)."""
+    cell), each item with the cursor after it when given the cells' ``parts`` (else 0)."""
     by = order or key
-    cur = list(parts)
+    cur = parts
     heap: list[tuple[Any, int, Any]] = []
     try:
         for i, it in enumerate(its):
@@ -522,9 +506,9 @@ def _merge(
         heapq.heapify(heap)
         while heap:
             _, i, item = heapq.heappop(heap)
-            if cursor:
+            if cur is not None:
                 cur[i] = key(item)
-            yield (pack(cur) if cursor else 0), item
+            yield (0 if cur is None else pack(cur)), item
             nxt = next(its[i], None)
             if nxt is not None:
                 heapq.heappush(heap, (by(nxt), i, nxt))

@@ -108,12 +108,9 @@ class AsyncCellsRecorder:
         self.cell_map = cell_map
         self.citus = citus
         self.shared_clock = shared_clock
-        caps = set(self.BASE_CAPABILITIES)
-        if not shared_clock:
-            caps.add(Capability.CELL_CURSORS)
-        else:  # one position space: the archive's position ranges hold across cells
-            caps.add(Capability.ARCHIVE)
-        self.capabilities: frozenset[Capability] = frozenset(caps)
+        # One position space: the archive's position ranges hold across cells.
+        extra = Capability.ARCHIVE if shared_clock else Capability.CELL_CURSORS
+        self.capabilities: frozenset[Capability] = self.BASE_CAPABILITIES | {extra}
         self._description = description
         self._n = len(cells)
 
@@ -303,19 +300,19 @@ class AsyncCellsRecorder:
         if self.shared_clock:
             # Every cell is read below the same top: a cell's own fresh bound can come out
             # lower (postgres/sql.py), and the merge would step over its rows for good.
-            top = await self._final_top(after_position)
+            top = await self.last_position()
             its = [
                 c.read_all(after_position, limit, stream_prefix=stream_prefix, below=top + 1)
                 for c in self.cells
             ]
-            merged = _merge(its, [0] * self._n, _position, cursor=False)
+            merged = _merge(its, _position)
         else:
             parts = unpack(after_position, self._n)
             its = [
                 c.read_all(parts[i], limit, stream_prefix=stream_prefix)
                 for i, c in enumerate(self.cells)
             ]
-            merged = _merge(its, parts, _position, order=_at)
+            merged = _merge(its, _position, parts=parts, order=_at)
         async with aclosing_iter(merged) as items:
             async for cursor, e in items:
                 if self.shared_clock:
@@ -329,29 +326,17 @@ class AsyncCellsRecorder:
                     if limit == 0:
                         return
 
-    async def _final_top(self, after_position: int) -> int:
-        """On a shared clock: the highest position below which every cell's rows are final."""
-        if type(after_position) is not int or after_position < 0:
-            raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
-        return max([await c.last_position() for c in self.cells])
-
     async def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` in the order and with the positions of
         :meth:`read_all`."""
-        if self.shared_clock:
-            top = await self._final_top(after_position)
-            merged = _merge(
-                [c.positions(after_position, below=top + 1) for c in self.cells],
-                [0] * self._n,
-                _first,
-                cursor=False,
-            )
-        else:
+        if not self.shared_clock:
             # The merge's order needs each event's time, so this is read_all's scan.
             async with aclosing_iter(self.read_all(after_position, None)) as events:
                 async for e in events:
                     yield e.position, e.stream_id, e.version
             return
+        top = await self.last_position()
+        merged = _merge([c.positions(after_position, below=top + 1) for c in self.cells], _first)
         async with aclosing_iter(merged) as items:
             async for _, row in items:
                 if type(row[0]) is int and row[0] > top:
@@ -365,7 +350,7 @@ class AsyncCellsRecorder:
     async def heads(self) -> AsyncIterator[tuple[str, Head]]:
         """Every head of every cell, merged by stream id."""
         its = [c.heads() for c in self.cells]
-        async for _, item in _merge(its, [0] * self._n, _first, cursor=False):
+        async for _, item in _merge(its, _first):
             yield item
 
     async def last_position(self) -> int:
@@ -517,7 +502,7 @@ class AsyncCellsSnapshotRows:
                 yield info
             return
         its = [c.snapshot_rows().infos(None) for c in self._rec.cells]
-        async for _, info in _merge(its, [0] * len(its), _info_key, cursor=False):
+        async for _, info in _merge(its, _info_key):
             yield info
 
 
@@ -529,16 +514,15 @@ _info_key = attrgetter("stream_id", "projection")
 
 async def _merge(
     its: list[AsyncIterator[Any]],
-    parts: list[int],
     key: Callable[[Any], Any],
     *,
-    cursor: bool = True,
+    parts: list[int] | None = None,
     order: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[tuple[int, Any]]:
     """Merge per-cell iterators sorted by ``key`` (by ``order`` first; ties: the lower
-    cell), each item with the cursor after it (0 with ``cursor=False``)."""
+    cell), each item with the cursor after it when given the cells' ``parts`` (else 0)."""
     by = order or key
-    cur = list(parts)
+    cur = parts
     heap: list[tuple[Any, int, Any]] = []
     try:
         for i, it in enumerate(its):
@@ -548,9 +532,9 @@ async def _merge(
         heapq.heapify(heap)
         while heap:
             _, i, item = heapq.heappop(heap)
-            if cursor:
+            if cur is not None:
                 cur[i] = key(item)
-            yield (pack(cur) if cursor else 0), item
+            yield (0 if cur is None else pack(cur)), item
             nxt = await anext(its[i], None)
             if nxt is not None:
                 heapq.heappush(heap, (by(nxt), i, nxt))

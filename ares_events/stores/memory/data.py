@@ -39,12 +39,6 @@ class MemoryData:
     def __post_init__(self) -> None:
         self.cond = threading.Condition(self.lock)
 
-    def notify(self) -> None:
-        """Wake every waiter, blocking or asyncio (the caller holds the lock)."""
-        self.cond.notify_all()
-        for wake in list(self.watchers):
-            wake()
-
 
 _NAMED: dict[str, MemoryData] = {}
 _NAMED_LOCK = threading.Lock()

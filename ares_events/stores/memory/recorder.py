@@ -105,10 +105,10 @@ class MemoryRecorder:
             raise StoreClosed(self.describe(), action)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[MemoryData]:
+    def _locked(self, action: str | None = None) -> Iterator[MemoryData]:
         _fair()
         with self._d.lock:
-            self._check()
+            self._check(action)
             yield self._d
 
     # -- writes ----------------------------------------------------------------------------
@@ -165,7 +165,9 @@ class MemoryRecorder:
             ]
             if tracking is not None:
                 d.tracking[tracking.name] = tracking.position
-            d.notify()
+            d.cond.notify_all()  # blocking waiters
+            for wake in list(d.watchers):  # asyncio waiters
+                wake()
             return out
 
     def erase(
@@ -178,10 +180,7 @@ class MemoryRecorder:
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """Replace the event's payload with ``ref`` in every index, under the lock."""
-        _fair()
-        d = self._d
-        with d.lock:
-            self._check(f"erase of stream {stream_id!r} version {version}")
+        with self._locked(f"erase of stream {stream_id!r} version {version}") as d:
             evs = d.streams.get(stream_id, [])
             old = evs[version - 1] if 0 < version <= len(evs) else None
             if old is None or old.position != position or old.hash != event_hash:

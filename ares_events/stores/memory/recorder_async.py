@@ -126,10 +126,10 @@ class AsyncMemoryRecorder:
             raise StoreClosed(self.describe(), action)
 
     @contextlib.asynccontextmanager
-    async def _locked(self) -> AsyncIterator[MemoryData]:
+    async def _locked(self, action: str | None = None) -> AsyncIterator[MemoryData]:
         await _fair()
         with self._d.lock:
-            self._check()
+            self._check(action)
             yield self._d
 
     # -- writes ----------------------------------------------------------------------------
@@ -186,7 +186,9 @@ class AsyncMemoryRecorder:
             ]
             if tracking is not None:
                 d.tracking[tracking.name] = tracking.position
-            d.notify()
+            d.cond.notify_all()  # blocking waiters
+            for wake in list(d.watchers):  # asyncio waiters
+                wake()
             return out
 
     async def erase(
@@ -199,10 +201,7 @@ class AsyncMemoryRecorder:
         blob_key: str | None = None,
     ) -> EraseOutcome:
         """Replace the event's payload with ``ref`` in every index, under the lock."""
-        await _fair()
-        d = self._d
-        with d.lock:
-            self._check(f"erase of stream {stream_id!r} version {version}")
+        async with self._locked(f"erase of stream {stream_id!r} version {version}") as d:
             evs = d.streams.get(stream_id, [])
             old = evs[version - 1] if 0 < version <= len(evs) else None
             if old is None or old.position != position or old.hash != event_hash:
@@ -307,19 +306,6 @@ class AsyncMemoryRecorder:
             StoreClosed: this handle is closed (also while waiting).
         """
         if ASYNC:
-            return await self._await_for(position, timeout)
-        else:
-            with self._d.cond:
-                self._check()
-                found = self._d.cond.wait_for(
-                    lambda: self._closed or len(self._d.log) > position, timeout
-                )
-                self._check()
-                return found
-
-    if ASYNC:
-
-        async def _await_for(self, position: int, timeout: float) -> bool:
             await _fair()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + max(timeout, 0.0)
@@ -353,6 +339,14 @@ class AsyncMemoryRecorder:
                     self._waiters.discard(fut)
                     with data.lock:
                         data.watchers.discard(wake)
+        else:
+            with self._d.cond:
+                self._check()
+                found = self._d.cond.wait_for(
+                    lambda: self._closed or len(self._d.log) > position, timeout
+                )
+                self._check()
+                return found
 
     # -- metadata, snapshots, scans --------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""Connections of the PostgreSQL backend, per face: the pool, the outage probe, a clean
-rollback.
+"""Connections of the PostgreSQL backend, per face: the pool (its reconnect cap and
+health check), the outage probe, a clean rollback.
 
 It may import :mod:`ares_events.errors`, psycopg, psycopg_pool and this package's driver
 glue.
@@ -8,27 +8,42 @@ glue.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+import select
+from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
 
 from ares_events.core.faces import ASYNC
-from ares_events.stores.postgres.driver import capped_delay, needs_ping, probe_kwargs
 from ares_events.stores.postgres.sql import ROLLBACK, SET_STATEMENT_TIMEOUT
 
 if TYPE_CHECKING:
     from ares_events.stores.postgres.options import PostgresOptions
 
-__all__ = ["AsyncAresPool", "check_alive", "open_pool", "probe_server", "rollback_quietly"]
+__all__ = [
+    "MAX_RECONNECT_DELAY",
+    "PROBE_TIMEOUT",
+    "AsyncAresPool",
+    "check_alive",
+    "open_pool",
+    "probe_server",
+    "rollback_quietly",
+]
+
+PROBE_TIMEOUT: Final = 3
+"""Seconds (libpq ``connect_timeout``) the direct question to the server may take."""
+MAX_RECONNECT_DELAY: Final = 1.0
+"""The pool retries a lost server at least this often (seconds)."""
 
 
 class AsyncAresPool(psycopg_pool.AsyncConnectionPool):
-    """A psycopg_pool pool whose reconnection delay is capped (:func:`.driver.capped_delay`)."""
+    """A psycopg_pool pool whose reconnection delay is capped, so a server that comes back
+    is used within about :data:`MAX_RECONNECT_DELAY` seconds."""
 
     async def _add_connection(self, attempt: Any, growing: bool = False) -> None:
-        capped_delay(attempt)
+        if attempt is not None and getattr(attempt, "delay", 0.0) > MAX_RECONNECT_DELAY / 2:
+            attempt.delay = MAX_RECONNECT_DELAY / 2  # doubled (after a failure) to the cap
         await super()._add_connection(attempt, growing)
 
 
@@ -36,7 +51,13 @@ async def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseExc
     """Connect once, directly, with a short timeout: None when the server answers, else
     the error (to report a dead server as such, not as an exhausted pool)."""
     try:
-        conn = await psycopg.AsyncConnection.connect(conninfo, **probe_kwargs(connect_kwargs))
+        timeout = int(connect_kwargs.get("connect_timeout") or PROBE_TIMEOUT)
+    except (TypeError, ValueError):
+        timeout = PROBE_TIMEOUT
+    timeout = max(1, min(timeout, PROBE_TIMEOUT))
+    kwargs = {**connect_kwargs, "connect_timeout": str(timeout), "autocommit": True}
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
         await conn.close()
     except psycopg.Error as exc:
         return exc
@@ -45,8 +66,19 @@ async def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseExc
 
 async def check_alive(conn: psycopg.AsyncConnection[Any]) -> None:
     """Pool ``check``: ping a connection only when it has something to read (a terminated
-    backend's error and EOF), which fails a dead one without a round trip otherwise."""
-    if needs_ping(conn):
+    backend's error and EOF after a restart or ``pg_terminate_backend``), which fails a
+    dead one without a round trip otherwise.
+
+    Raises:
+        psycopg.OperationalError: the connection is closed or its socket unusable.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError) as exc:
+        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
+    if readable:
         await conn.execute("")
 
 

@@ -1,16 +1,13 @@
 """Driver glue both PostgreSQL faces share: :class:`DriverErrors`, password scrubbing, the
-health check's socket test, the outage probe's settings, the check at open and
-:class:`SingleConnection`.
+check at open and :class:`SingleConnection`.
 
 It may import :mod:`ares_events.errors`, psycopg and psycopg_pool.
 """
 
 from __future__ import annotations
 
-import contextlib
-import select
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
@@ -24,58 +21,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIRST_WAIT",
-    "MAX_RECONNECT_DELAY",
-    "PROBE_TIMEOUT",
     "DriverErrors",
     "SingleConnection",
-    "capped_delay",
     "check_server",
-    "needs_ping",
-    "probe_kwargs",
     "scrub",
 ]
 
 
 FIRST_WAIT: Final = 1.0
 """Seconds a call waits for a pooled connection before it asks the server directly."""
-PROBE_TIMEOUT: Final = 3
-"""Seconds (libpq ``connect_timeout``) the direct question to the server may take."""
-MAX_RECONNECT_DELAY: Final = 1.0
-"""The pool retries a lost server at least this often (seconds)."""
-
-
-def capped_delay(attempt: Any) -> None:
-    """Cap a pool's reconnection delay (doubled after every failed attempt) so a server
-    that comes back is used within about :data:`MAX_RECONNECT_DELAY` seconds."""
-    if attempt is not None and getattr(attempt, "delay", 0.0) > MAX_RECONNECT_DELAY / 2:
-        attempt.delay = MAX_RECONNECT_DELAY / 2  # doubled to at most the cap next
-
-
-def probe_kwargs(connect_kwargs: dict[str, Any]) -> dict[str, Any]:
-    kwargs = dict(connect_kwargs)
-    try:
-        timeout = int(kwargs.get("connect_timeout") or PROBE_TIMEOUT)
-    except (TypeError, ValueError):
-        timeout = PROBE_TIMEOUT
-    kwargs["connect_timeout"] = str(max(1, min(timeout, PROBE_TIMEOUT)))
-    kwargs["autocommit"] = True
-    return kwargs
-
-
-def needs_ping(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """False for a healthy idle connection (nothing to read); True when the server sent
-    something (an error and EOF after a restart or ``pg_terminate_backend``).
-
-    Raises:
-        psycopg.OperationalError: the connection is closed or its socket unusable.
-    """
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError) as exc:
-        raise psycopg.OperationalError(f"the connection's socket is unusable: {exc}") from exc
-    return bool(readable)
 
 
 class SingleConnection:
@@ -94,15 +48,6 @@ class SingleConnection:
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
         """Give the connection back (the next caller may take it)."""
         self._lock.release()
-
-    @contextlib.contextmanager
-    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """The wrapped connection, held exclusively for the duration of the block."""
-        conn = self.getconn(timeout)
-        try:
-            yield conn
-        finally:
-            self.putconn(conn)
 
     def close(self, timeout: float | None = None) -> None:
         """The caller owns the connection: nothing to release."""

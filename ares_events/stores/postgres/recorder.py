@@ -108,38 +108,12 @@ def _check_batch_size(n: int, stream_id: str | None = None) -> None:
         )
 
 
-def _retryable(exc: BaseException, attempt: int) -> bool:
-    """An append to retry: a concurrent append of the same event id to another stream
-    committed first (a unique violation); the retry's id check then reports it."""
-    return (
-        attempt + 1 < RETRIES
-        and isinstance(exc, StoreError)
-        and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
-    )
-
-
 def _cursor(conn: Any) -> Any:
     """The connection's binary cursor, made once (one per statement costs more CPU)."""
     cur = conn.__dict__.get("_ares_cursor")
     if cur is None or cur.closed:
         cur = conn.__dict__["_ares_cursor"] = conn.cursor(binary=True)
     return cur
-
-
-def _prepare_on_new_connection(
-    conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
-) -> None:
-    with (
-        DriverErrors(
-            f"preparing schema {schema!r} of {where}",
-            where,
-            statement_timeout=None,
-            timeout_label=lambda: "",
-            secret=kwargs.get("password"),
-        ),
-        psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
-    ):
-        _prepare_on(conn, schema, where, create, migrate)
 
 
 def _prepare_on(
@@ -239,7 +213,6 @@ class PostgresRecorder:
         self.channel = channel_for(schema)
         self._secret = secret or None
         self._owns_pool = owns_pool
-        self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
         self._byte_order: bool | None = None  # the database sorts text by code point
@@ -259,7 +232,14 @@ class PostgresRecorder:
                 )
             self._listen_args: tuple[str, dict[str, Any]] = (conninfo, dict(kw or {}))
         elif isinstance(source, psycopg.Connection):
-            self.pool = SingleConnection(self._autocommit(source))
+            if not source.autocommit:
+                if source.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise ConfigError(
+                        "the psycopg connection given to PostgresRecorder is inside a "
+                        "transaction; pass an idle connection (it is switched to autocommit)"
+                    )
+                source.autocommit = True
+            self.pool = SingleConnection(source)
             pw = source.pgconn.password
             self._listen_args = (source.info.dsn, {"password": pw.decode()} if pw else {})
         else:
@@ -268,22 +248,15 @@ class PostgresRecorder:
                 f"got {type(source).__name__}"
             )
         self._description = description or self._describe_pool()
+        # Seconds to wait for a free connection (None: as long as it takes).
+        self._pool_timeout: float | None = (
+            pool_timeout if pool_timeout is not None else getattr(self.pool, "timeout", None)
+        )
         self._gate = OperationGate(self._description)
         with self._conn(f"preparing schema {schema!r}") as conn:
             _prepare_on(conn, schema, self._description, create, migrate)
         logger.info("opened postgresql store %s (schema %s)", self._description, schema)
         self._read_models = postgres_read_models(self)
-
-    @staticmethod
-    def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        if not conn.autocommit:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ConfigError(
-                    "the psycopg connection given to PostgresRecorder is inside a "
-                    "transaction; pass an idle connection (it is switched to autocommit)"
-                )
-            conn.autocommit = True
-        return conn
 
     @classmethod
     def open(cls, source: Any, **options: Any) -> PostgresRecorder:
@@ -375,8 +348,6 @@ class PostgresRecorder:
 
     def _timeout_label(self) -> str:
         t = self._pool_timeout
-        if t is None:
-            t = getattr(self.pool, "timeout", None)
         return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
 
     @contextlib.contextmanager
@@ -407,10 +378,7 @@ class PostgresRecorder:
     def _checkout(self, what: str) -> Any:
         """A pooled connection; after :data:`FIRST_WAIT` seconds without one, an
         unreachable server is reported at once, a busy pool is waited for."""
-        pool = self.pool
-        total = self._pool_timeout
-        if total is None:
-            total = getattr(pool, "timeout", None)
+        pool, total = self.pool, self._pool_timeout
         # getconn/putconn, not pool.connection(): that also enters the connection's own
         # context (a commit or rollback call), which an autocommit connection left idle by
         # every operation here does not need; putconn resets anything else.
@@ -505,7 +473,13 @@ class PostgresRecorder:
             except BaseException as exc:  # cancelled too: the predictions may be stale
                 for b in batches:
                     self._heads.pop(b.stream_id, None)
-                if _retryable(exc, attempt):
+                # A concurrent append of the same event id to another stream committed
+                # first (a unique violation): the retry's id check reports it.
+                if (
+                    attempt + 1 < RETRIES
+                    and isinstance(exc, StoreError)
+                    and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+                ):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
                 raise
@@ -1036,10 +1010,6 @@ class PostgresRecorder:
 
         return PostgresSnapshotRows(self)
 
-    def _connect_listener(self) -> Any:
-        conninfo, kwargs = self._listen_args
-        return psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True})
-
     def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
         ``timeout`` seconds pass (woken by ``NOTIFY``, else polling: :mod:`.listener`).
@@ -1053,8 +1023,12 @@ class PostgresRecorder:
         with self._listener_lock:
             self._gate.check("waiting for events")
             if self._listener is None:
+                conninfo, kwargs = self._listen_args
                 self._listener = Listener(
-                    self._connect_listener, self.channel, self._description, self._secret
+                    lambda: psycopg.Connection.connect(conninfo, **{**kwargs, "autocommit": True}),
+                    self.channel,
+                    self._description,
+                    self._secret,
                 )
             listener = self._listener
         return wait_for(listener, self.last_position, position, timeout)

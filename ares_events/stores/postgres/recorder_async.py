@@ -113,16 +113,6 @@ def _check_batch_size(n: int, stream_id: str | None = None) -> None:
         )
 
 
-def _retryable(exc: BaseException, attempt: int) -> bool:
-    """An append to retry: a concurrent append of the same event id to another stream
-    committed first (a unique violation); the retry's id check then reports it."""
-    return (
-        attempt + 1 < RETRIES
-        and isinstance(exc, StoreError)
-        and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
-    )
-
-
 def _cursor(conn: Any) -> Any:
     """The connection's binary cursor, made once (one per statement costs more CPU)."""
     cur = conn.__dict__.get("_ares_cursor")
@@ -131,20 +121,23 @@ def _cursor(conn: Any) -> Any:
     return cur
 
 
-def _prepare_on_new_connection(
-    conninfo: str, kwargs: dict[str, Any], schema: str, where: str, create: bool, migrate: bool
-) -> None:
-    with (
-        DriverErrors(
-            f"preparing schema {schema!r} of {where}",
-            where,
-            statement_timeout=None,
-            timeout_label=lambda: "",
-            secret=kwargs.get("password"),
-        ),
-        psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
-    ):
-        _prepare_on(conn, schema, where, create, migrate)
+if ASYNC:
+
+    def _prepare_on_new_connection(rec: AsyncPostgresRecorder) -> None:
+        """Prepare ``rec``'s schema on a blocking connection of its own (run in a thread)."""
+        conninfo, kwargs = rec._listen_args
+        schema, where = rec.schema, rec._description
+        with (
+            DriverErrors(
+                f"preparing schema {schema!r} of {where}",
+                where,
+                statement_timeout=None,
+                timeout_label=lambda: "",
+                secret=kwargs.get("password"),
+            ),
+            psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
+        ):
+            _prepare_on(conn, schema, where, rec._create, rec._migrate)
 
 
 def _prepare_on(
@@ -244,7 +237,6 @@ class AsyncPostgresRecorder:
         self.channel = channel_for(schema)
         self._secret = secret or None
         self._owns_pool = owns_pool
-        self._pool_timeout = pool_timeout
         self._statement_timeout = statement_timeout
         self._heads: dict[str, Head] = {}
         self._byte_order: bool | None = None  # the database sorts text by code point
@@ -269,7 +261,14 @@ class AsyncPostgresRecorder:
                 f"got {type(source).__name__}"
             )
         elif isinstance(source, psycopg.Connection):
-            self.pool = SingleConnection(self._autocommit(source))
+            if not source.autocommit:
+                if source.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise ConfigError(
+                        "the psycopg connection given to PostgresRecorder is inside a "
+                        "transaction; pass an idle connection (it is switched to autocommit)"
+                    )
+                source.autocommit = True
+            self.pool = SingleConnection(source)
             pw = source.pgconn.password
             self._listen_args = (source.info.dsn, {"password": pw.decode()} if pw else {})
         else:
@@ -278,6 +277,10 @@ class AsyncPostgresRecorder:
                 f"got {type(source).__name__}"
             )
         self._description = description or self._describe_pool()
+        # Seconds to wait for a free connection (None: as long as it takes).
+        self._pool_timeout: float | None = (
+            pool_timeout if pool_timeout is not None else getattr(self.pool, "timeout", None)
+        )
         self._gate = AsyncOperationGate(self._description)
         if ASYNC:
             self._create, self._migrate = create, migrate  # open() prepares the schema
@@ -287,17 +290,6 @@ class AsyncPostgresRecorder:
                 _prepare_on(conn, schema, self._description, create, migrate)
             logger.info("opened postgresql store %s (schema %s)", self._description, schema)
             self._read_models = postgres_read_models(self)
-
-    @staticmethod
-    def _autocommit(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        if not conn.autocommit:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ConfigError(
-                    "the psycopg connection given to PostgresRecorder is inside a "
-                    "transaction; pass an idle connection (it is switched to autocommit)"
-                )
-            conn.autocommit = True
-        return conn
 
     @classmethod
     async def open(cls, source: Any, **options: Any) -> AsyncPostgresRecorder:
@@ -312,16 +304,7 @@ class AsyncPostgresRecorder:
         """
         rec = cls(source, **options)
         if ASYNC:
-            conninfo, kwargs = rec._listen_args
-            await asyncio.to_thread(
-                _prepare_on_new_connection,
-                conninfo,
-                kwargs,
-                rec.schema,
-                rec._description,
-                rec._create,
-                rec._migrate,
-            )
+            await asyncio.to_thread(_prepare_on_new_connection, rec)
         return rec
 
     @classmethod
@@ -403,8 +386,6 @@ class AsyncPostgresRecorder:
 
     def _timeout_label(self) -> str:
         t = self._pool_timeout
-        if t is None:
-            t = getattr(self.pool, "timeout", None)
         return f"{t:g}s" if isinstance(t, int | float) else "the pool timeout"
 
     @contextlib.asynccontextmanager
@@ -435,10 +416,7 @@ class AsyncPostgresRecorder:
     async def _checkout(self, what: str) -> Any:
         """A pooled connection; after :data:`FIRST_WAIT` seconds without one, an
         unreachable server is reported at once, a busy pool is waited for."""
-        pool = self.pool
-        total = self._pool_timeout
-        if total is None:
-            total = getattr(pool, "timeout", None)
+        pool, total = self.pool, self._pool_timeout
         # getconn/putconn, not pool.connection(): that also enters the connection's own
         # context (a commit or rollback call), which an autocommit connection left idle by
         # every operation here does not need; putconn resets anything else.
@@ -535,7 +513,13 @@ class AsyncPostgresRecorder:
             except BaseException as exc:  # cancelled too: the predictions may be stale
                 for b in batches:
                     self._heads.pop(b.stream_id, None)
-                if _retryable(exc, attempt):
+                # A concurrent append of the same event id to another stream committed
+                # first (a unique violation): the retry's id check reports it.
+                if (
+                    attempt + 1 < RETRIES
+                    and isinstance(exc, StoreError)
+                    and isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+                ):
                     logger.debug("%s: unique violation, retrying", what)
                     continue
                 raise
@@ -1111,10 +1095,6 @@ class AsyncPostgresRecorder:
 
         return AsyncPostgresSnapshotRows(self)
 
-    async def _connect_listener(self) -> Any:
-        conninfo, kwargs = self._listen_args
-        return await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
-
     async def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until an event after ``position`` is visible to ``read_all``, or
         ``timeout`` seconds pass (woken by ``NOTIFY``, else polling: :mod:`.listener_async`).
@@ -1128,8 +1108,14 @@ class AsyncPostgresRecorder:
         with self._listener_lock:
             self._gate.check("waiting for events")
             if self._listener is None:
+                conninfo, kwargs = self._listen_args
                 self._listener = AsyncListener(
-                    self._connect_listener, self.channel, self._description, self._secret
+                    lambda: psycopg.AsyncConnection.connect(
+                        conninfo, **{**kwargs, "autocommit": True}
+                    ),
+                    self.channel,
+                    self._description,
+                    self._secret,
                 )
             listener = self._listener
         return await wait_for(listener, self.last_position, position, timeout)

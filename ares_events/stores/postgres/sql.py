@@ -170,41 +170,26 @@ SELECT_STREAM_VERSION: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE stream_id = %s AND version = %s "
     "ORDER BY position"
 )
-SELECT_ALL: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < GREATEST({VISIBLE_BOUND}, %s) ORDER BY position LIMIT %s"
-)
-# The audit's order check: three columns, no event objects.
-SELECT_POSITIONS: Final = (
-    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
-    f"AND position < GREATEST({VISIBLE_BOUND}, %s) ORDER BY position LIMIT %s"
-)
+# Reads in global order after a position: below the visibility bound raised to a floor
+# (SELECT_ALL, SELECT_POSITIONS), or below a bound given as a parameter (*_BELOW): a bound
+# read in a statement of its own (Citus' coordinator), or a merge's top, below which every
+# cell's rows are final (a cell store on one clock): a read must not apply a fresh bound of
+# its own there, which can come out lower. The audit's order check reads three columns.
+_AFTER: Final = "FROM {s}.ares_events WHERE position > %s AND position < "
+_VISIBLE: Final = f"GREATEST({VISIBLE_BOUND}, %s)"
+ORDER_BY_POSITION: Final = " ORDER BY position LIMIT %s"
 # One application's events (prefix_range): a range on stream_id in byte order whatever
 # the database's collation (COLLATE "C"), so no character is a wildcard.
-SELECT_ALL_RANGE: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < GREATEST({VISIBLE_BOUND}, %s) "
-    'AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s '
-    "ORDER BY position LIMIT %s"
-)
-SELECT_ALL_FROM: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s "
-    f"AND position < GREATEST({VISIBLE_BOUND}, %s) "
-    'AND stream_id COLLATE "C" >= %s ORDER BY position LIMIT %s'
-)
-# Reads below a bound given as a parameter: a bound read in a statement of its own (Citus'
-# coordinator), or a merge's top, below which every cell's rows are final (a cell store on
-# one clock): a read must not apply a fresh bound of its own there, which can come out lower.
-SELECT_ALL_BELOW: Final = (
-    f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE position > %s AND position < %s"
-)
-ORDER_BY_POSITION: Final = " ORDER BY position LIMIT %s"
 RANGE: Final = ' AND stream_id COLLATE "C" >= %s AND stream_id COLLATE "C" < %s'
 FROM: Final = ' AND stream_id COLLATE "C" >= %s'
-SELECT_POSITIONS_BELOW: Final = (
-    "SELECT position, stream_id, version FROM {s}.ares_events WHERE position > %s "
-    "AND position < %s" + ORDER_BY_POSITION
+SELECT_ALL_BELOW: Final = f"SELECT {_COLUMNS} {_AFTER}%s"
+SELECT_ALL: Final = f"SELECT {_COLUMNS} {_AFTER}{_VISIBLE}{ORDER_BY_POSITION}"
+SELECT_ALL_RANGE: Final = f"SELECT {_COLUMNS} {_AFTER}{_VISIBLE}{RANGE}{ORDER_BY_POSITION}"
+SELECT_ALL_FROM: Final = f"SELECT {_COLUMNS} {_AFTER}{_VISIBLE}{FROM}{ORDER_BY_POSITION}"
+SELECT_POSITIONS: Final = (
+    f"SELECT position, stream_id, version {_AFTER}{_VISIBLE}{ORDER_BY_POSITION}"
 )
+SELECT_POSITIONS_BELOW: Final = f"SELECT position, stream_id, version {_AFTER}%s{ORDER_BY_POSITION}"
 # The bound alone: a read after this recorder's own append waits for it to pass (_catch_up).
 SELECT_BOUND: Final = f"SELECT {VISIBLE_BOUND}"
 SELECT_LAST_POSITION: Final = (
