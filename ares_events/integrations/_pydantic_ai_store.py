@@ -96,14 +96,7 @@ class MessageLog:
                 return c.seen
             return self._write(conversation_id, c, c.seen, T_MESSAGES, payload)
 
-    def clear(
-        self,
-        conversation_id: str,
-        *,
-        erase: bool = False,
-        reason: str = "clear",
-        by: str = "pydantic-ai",
-    ) -> None:
+    def clear(self, conversation_id: str, *, erase: bool, reason: str, by: str) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
         c = self._views.get(conversation_id)
         with c.lock:

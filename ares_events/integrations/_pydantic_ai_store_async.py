@@ -120,14 +120,7 @@ class AsyncMessageLog:
                 return c.seen
             return await self._write(conversation_id, c, c.seen, T_MESSAGES, payload)
 
-    async def clear(
-        self,
-        conversation_id: str,
-        *,
-        erase: bool = False,
-        reason: str = "clear",
-        by: str = "pydantic-ai",
-    ) -> None:
+    async def clear(self, conversation_id: str, *, erase: bool, reason: str, by: str) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
         c = self._views.get(conversation_id)
         async with c.lock:
