@@ -67,7 +67,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextvars import Token
 
-    from ares_events.agents.run_info import RunInfo
     from ares_events.core.store import EventStore  # as is
     from ares_events.core.store_async import AsyncEventStore
     from ares_events.integrity.notes import VerifierKey
@@ -245,18 +244,9 @@ class AsyncJournal:
 
     # -- looking without writing ------------------------------------------------------------
 
-    @staticmethod
-    async def inspect(
-        store: AsyncEventStore | EventStore, run_id: str, *, requests: bool = True
-    ) -> RunInfo:
-        """The run's state, steps (with attempts, requests and outcomes), tokens, in-doubt
-        calls and interrupt, read without appending anything (no gate, no snapshot).
-
-        Raises:
-            RunNotFound: no run ``run_id`` in the store.
-            StoreUnavailable: the store cannot be reached.
-        """
-        return await inspect_run(store, run_id, requests=requests)
+    # The run's state, steps, tokens, in-doubt calls and interrupt, read without appending
+    # anything (no gate, no snapshot): ``Journal.inspect(store, run_id)``.
+    inspect = staticmethod(inspect_run)
 
     # -- plumbing ------------------------------------------------------------------------
 
