@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import time
 import uuid
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
@@ -264,13 +265,11 @@ class AdkSessions:
         raise ChainIntegrityError(stream_id, [])  # pragma: no cover - a hundred writers
 
 
+@dataclass(slots=True)
 class _View:
-    __slots__ = ("folded", "lock", "stream")
-
-    def __init__(self, stream: ConversationStream) -> None:
-        self.stream = stream
-        self.lock = Lock()
-        self.folded = Fold()
+    stream: ConversationStream
+    lock: Lock = field(default_factory=Lock)
+    folded: Fold = field(default_factory=Fold)
 
     def fold(self) -> dict[str, Any]:
         """The fold of every event read so far."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import TYPE_CHECKING, Any, Final
 
@@ -122,12 +123,10 @@ class MessageLog:
         return res.version
 
 
+@dataclass(slots=True)
 class _Conversation:
     """One conversation's verified view, its lock, and the version its log last saw."""
 
-    __slots__ = ("lock", "seen", "view")
-
-    def __init__(self, view: ConversationStream) -> None:
-        self.view = view
-        self.lock = Lock()
-        self.seen: int | None = None
+    view: ConversationStream
+    lock: Lock = field(default_factory=Lock)
+    seen: int | None = None
