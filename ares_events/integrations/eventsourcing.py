@@ -443,11 +443,8 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         Raises:
             OperationalError: the store cannot be reached.
         """
-        prefix = self.datastore.stream_prefix
         try:
-            return self.datastore.last_position(
-                lambda e: e.module == MODULE and e.stream_id.startswith(prefix)
-            )
+            return self.datastore.last_position()
         except StoreError as exc:
             raise _translate(exc) from exc
 
