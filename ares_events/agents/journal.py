@@ -21,13 +21,7 @@ from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approva
 
 # One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
 from ares_events.agents.journal_async import AsyncJournal  # as is
-from ares_events.agents.journal_decorators import (
-    journaled_step,
-    journaled_tool,
-    reset_active,
-    set_active,
-    wrap_tool,
-)
+from ares_events.agents.journal_decorators import ACTIVE, journaled_step, journaled_tool, wrap_tool
 from ares_events.agents.journal_errors import (
     ApprovalRequired,
     InDoubtToolCall,
@@ -70,7 +64,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextvars import Token
 
-    from ares_events.agents.run_info import RunInfo
     from ares_events.core.store import EventStore  # as is
     from ares_events.integrity.notes import VerifierKey
 
@@ -153,8 +146,7 @@ class Journal:
         self.record_prompts = record_prompts
         self.projection = RunStateProjection()
         self.stats = JournalStats()
-        has_snaps = Capability.SNAPSHOTS in store.capabilities
-        self._snapshots = store.snapshots if has_snaps else None
+        self._snapshots = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
         self.state: dict[str, Any] = self.projection.initial()
         self.version = 0
         self.recovered_from = "empty"
@@ -168,7 +160,7 @@ class Journal:
         self._here = 0
         self._snapshotter = (
             Snapshotter(store, [self.projection], every=snapshot_every, snapshots=self._snapshots)
-            if has_snaps and snapshot_every > 0
+            if self._snapshots is not None and snapshot_every > 0
             else None
         )
         self.approvers = tuple(approvers)
@@ -238,28 +230,21 @@ class Journal:
 
     # -- looking without writing ------------------------------------------------------------
 
-    @staticmethod
-    def inspect(store: EventStore, run_id: str, *, requests: bool = True) -> RunInfo:
-        """The run's state, steps (with attempts, requests and outcomes), tokens, in-doubt
-        calls and interrupt, read without appending anything (no gate, no snapshot).
-
-        Raises:
-            RunNotFound: no run ``run_id`` in the store.
-            StoreUnavailable: the store cannot be reached.
-        """
-        return inspect_run(store, run_id, requests=requests)
+    # The run's state, steps, tokens, in-doubt calls and interrupt, read without appending
+    # anything (no gate, no snapshot): ``Journal.inspect(store, run_id)``.
+    inspect = staticmethod(inspect_run)
 
     # -- plumbing ------------------------------------------------------------------------
 
     def __enter__(self) -> Journal:
-        self._token = set_active(self)
+        self._token = ACTIVE.set(self)
         if self._run_trace is not None:  # the run's span is the parent of what runs inside
             self._trace_token = self._run_trace.attach()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
-            reset_active(self._token)
+            ACTIVE.reset(self._token)
             self._token = None
         run = self._run_trace
         if run is not None:

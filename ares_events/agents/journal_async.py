@@ -17,13 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ares_events.agents import run_info as runs
 from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
-from ares_events.agents.journal_decorators import (
-    journaled_step,
-    journaled_tool,
-    reset_active,
-    set_active,
-    wrap_tool,
-)
+from ares_events.agents.journal_decorators import ACTIVE, journaled_step, journaled_tool, wrap_tool
 from ares_events.agents.journal_errors import (
     ApprovalRequired,
     InDoubtToolCall,
@@ -73,7 +67,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextvars import Token
 
-    from ares_events.agents.run_info import RunInfo
     from ares_events.core.store import EventStore  # as is
     from ares_events.core.store_async import AsyncEventStore
     from ares_events.integrity.notes import VerifierKey
@@ -159,8 +152,7 @@ class AsyncJournal:
         self.record_prompts = record_prompts
         self.projection = RunStateProjection()
         self.stats = JournalStats()
-        has_snaps = Capability.SNAPSHOTS in store.capabilities
-        self._snapshots = store.snapshots if has_snaps else None
+        self._snapshots = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
         self.state: dict[str, Any] = self.projection.initial()
         self.version = 0
         self.recovered_from = "empty"
@@ -176,7 +168,7 @@ class AsyncJournal:
             AsyncSnapshotter(
                 store, [self.projection], every=snapshot_every, snapshots=self._snapshots
             )
-            if has_snaps and snapshot_every > 0
+            if self._snapshots is not None and snapshot_every > 0
             else None
         )
         self.approvers = tuple(approvers)
@@ -252,30 +244,21 @@ class AsyncJournal:
 
     # -- looking without writing ------------------------------------------------------------
 
-    @staticmethod
-    async def inspect(
-        store: AsyncEventStore | EventStore, run_id: str, *, requests: bool = True
-    ) -> RunInfo:
-        """The run's state, steps (with attempts, requests and outcomes), tokens, in-doubt
-        calls and interrupt, read without appending anything (no gate, no snapshot).
-
-        Raises:
-            RunNotFound: no run ``run_id`` in the store.
-            StoreUnavailable: the store cannot be reached.
-        """
-        return await inspect_run(store, run_id, requests=requests)
+    # The run's state, steps, tokens, in-doubt calls and interrupt, read without appending
+    # anything (no gate, no snapshot): ``Journal.inspect(store, run_id)``.
+    inspect = staticmethod(inspect_run)
 
     # -- plumbing ------------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncJournal:
-        self._token = set_active(self)
+        self._token = ACTIVE.set(self)
         if self._run_trace is not None:  # the run's span is the parent of what runs inside
             self._trace_token = self._run_trace.attach()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._token is not None:
-            reset_active(self._token)
+            ACTIVE.reset(self._token)
             self._token = None
         run = self._run_trace
         if run is not None:

@@ -15,29 +15,14 @@ from typing import Any, TypeVar, overload
 
 from ares_events.errors import ConfigError
 
-__all__ = ["active_journal", "journaled_step", "journaled_tool", "wrap_tool"]
+__all__ = ["ACTIVE", "journaled_step", "journaled_tool", "wrap_tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
 KEY_PARAM = "idempotency_key"
 
-
-_ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("ares_events_journal", default=None)
-
-
-def active_journal() -> Any:
-    """The journal made current by ``with journal:`` / ``async with journal:``, or None."""
-    return _ACTIVE.get()
-
-
-def set_active(journal: Any) -> contextvars.Token[Any]:
-    """Make ``journal`` current (returns the token to reset)."""
-    return _ACTIVE.set(journal)
-
-
-def reset_active(token: contextvars.Token[Any]) -> None:
-    """Undo :func:`set_active`."""
-    _ACTIVE.reset(token)
+ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("ares_events_journal", default=None)
+"""The journal made current by ``with journal:`` / ``async with journal:`` (None outside)."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -94,7 +79,7 @@ def wrap_tool(
 
 
 def _current() -> Any:
-    journal = _ACTIVE.get()
+    journal = ACTIVE.get()
     if journal is None:
         raise ConfigError(
             "no journal is active: call journaled functions inside `with journal:` "

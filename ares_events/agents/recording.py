@@ -24,7 +24,6 @@ __all__ = [
     "class_path",
     "describe",
     "first_difference",
-    "format_path",
     "hash_of",
     "rebuild_failure",
     "redact_keys",
@@ -87,14 +86,6 @@ def _key_path(path: str, key: str) -> str:
     if key.isidentifier():
         return f"{path}.{key}"
     return f"{path}[{canonical_json(key).decode()}]"
-
-
-def format_path(root: str, *parts: str | int) -> str:
-    """``root`` followed by ``.key`` / ``["odd key"]`` / ``[index]`` parts."""
-    path = root
-    for p in parts:
-        path = f"{path}[{p}]" if isinstance(p, int) else _key_path(path, p)
-    return path
 
 
 def first_difference(recorded: Any, current: Any, path: str) -> tuple[str, Any, Any] | None:

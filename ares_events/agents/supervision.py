@@ -201,6 +201,8 @@ class ProcessSupervisor:
     def _spawn(self, a: ManagedAgent, *, resurrection: bool) -> None:
         a.instance_id = f"i-{uuid.uuid4().hex[:8]}"
         if resurrection:
+            a.restarts += 1
+            self.total_restarts += 1
             record_resurrection(self.store, a.agent_id, a.instance_id, a.attempt)
         else:
             record_start(self.store, a.agent_id, a.instance_id)
@@ -231,8 +233,6 @@ class ProcessSupervisor:
                 if st["status"] == "running":
                     record_death(self.store, a.agent_id, "lost: its supervisor died")
                 a.attempt = a.restarts + 1
-                a.restarts += 1
-                self.total_restarts += 1
                 self._spawn(a, resurrection=True)
             else:
                 self._spawn(a, resurrection=False)
@@ -299,8 +299,6 @@ class ProcessSupervisor:
                     cause = f"killed by signal {signal.Signals(-code).name}"
                 self._died(a, cause)
             elif a.resurrecting and not a.stopped and now >= a.next_start:
-                a.restarts += 1
-                self.total_restarts += 1
                 self._spawn(a, resurrection=True)
 
     def _heartbeat_missed(self, a: ManagedAgent, now: float) -> bool:

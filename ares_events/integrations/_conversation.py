@@ -55,8 +55,8 @@ class ConversationStream:
         """The last version read and verified (0 before anything was read)."""
         return self._verifier.last
 
-    def refresh(self) -> list[RecordedEvent]:
-        """Read and verify the events appended since the last refresh; return them. On a
+    def refresh(self) -> None:
+        """Read and verify the events appended since the last refresh. On a
         ChainIntegrityError the view is dropped (the next refresh reads it all again)."""
         head = self.store.head(self.stream_id)
         last = self._verifier.last
@@ -64,7 +64,7 @@ class ConversationStream:
             if head is not None or last:
                 self._verifier.check_head(head)
                 self._raise_findings()
-            return []
+            return
         new = list(self.store.read(self.stream_id, last + 1, head.version))
         for e in new:
             if not self._verifier.check(e):
@@ -72,7 +72,6 @@ class ConversationStream:
         self._verifier.check_head(head)
         self._raise_findings()
         self.events.extend(new)
-        return new
 
     def tail(self, count: int) -> list[RecordedEvent]:
         """The stream's last ``count`` events, verified from the first one's recorded link
@@ -103,13 +102,12 @@ class ConversationStream:
         """Append ``events`` at ``expected`` (another writer in between: ConcurrencyError)."""
         return self.store.append(self.stream_id, list(events), expected_version=expected)
 
-    def erase(self, versions: Sequence[int], *, reason: str, by: str) -> int:
+    def erase(self, versions: Sequence[int], *, reason: str, by: str) -> None:
         """:func:`erase_events` of this stream."""
-        n = erase_events(self.store, self.stream_id, versions, reason, by)
+        erase_events(self.store, self.stream_id, versions, reason, by)
         # What this view read of those events still holds the payloads: read again.
         erased = set(versions)
         self.events = [e if e.version not in erased else self._reread(e) for e in self.events]
-        return n
 
     def _reread(self, e: RecordedEvent) -> RecordedEvent:
         got = list(self.store.read(self.stream_id, e.version, e.version))

@@ -54,8 +54,8 @@ class AsyncConversationStream:
         """The last version read and verified (0 before anything was read)."""
         return self._verifier.last
 
-    async def refresh(self) -> list[RecordedEvent]:
-        """Read and verify the events appended since the last refresh; return them. On a
+    async def refresh(self) -> None:
+        """Read and verify the events appended since the last refresh. On a
         ChainIntegrityError the view is dropped (the next refresh reads it all again)."""
         head = await self.store.head(self.stream_id)
         last = self._verifier.last
@@ -63,7 +63,7 @@ class AsyncConversationStream:
             if head is not None or last:
                 self._verifier.check_head(head)
                 self._raise_findings()
-            return []
+            return
         new = [e async for e in self.store.read(self.stream_id, last + 1, head.version)]
         for e in new:
             if not self._verifier.check(e):
@@ -71,7 +71,6 @@ class AsyncConversationStream:
         self._verifier.check_head(head)
         self._raise_findings()
         self.events.extend(new)
-        return new
 
     async def tail(self, count: int) -> list[RecordedEvent]:
         """The stream's last ``count`` events, verified from the first one's recorded link
@@ -102,13 +101,12 @@ class AsyncConversationStream:
         """Append ``events`` at ``expected`` (another writer in between: ConcurrencyError)."""
         return await self.store.append(self.stream_id, list(events), expected_version=expected)
 
-    async def erase(self, versions: Sequence[int], *, reason: str, by: str) -> int:
+    async def erase(self, versions: Sequence[int], *, reason: str, by: str) -> None:
         """:func:`erase_events` of this stream."""
-        n = await erase_events(self.store, self.stream_id, versions, reason, by)
+        await erase_events(self.store, self.stream_id, versions, reason, by)
         # What this view read of those events still holds the payloads: read again.
         erased = set(versions)
         self.events = [e if e.version not in erased else await self._reread(e) for e in self.events]
-        return n
 
     async def _reread(self, e: RecordedEvent) -> RecordedEvent:
         got = [x async for x in self.store.read(self.stream_id, e.version, e.version)]

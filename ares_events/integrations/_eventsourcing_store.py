@@ -190,10 +190,10 @@ class AresDatastore:
         start = prev_hash if ok else _NO_HASH
         return ChainVerifier(sid, self.store.chain_key, start_version=first - 1, start_hash=start)
 
-    def last_position(self, accept: Any) -> int | None:
-        """The highest position of this application's events that ``accept(event)``
-        takes, or None: looks back from the store's end in growing windows, so a recent
-        event costs one small read (the backend filters out other applications')."""
+    def last_position(self) -> int | None:
+        """The highest position of this application's events, or None: looks back from
+        the store's end in growing windows, so a recent event costs one small read (the
+        backend filters out other applications')."""
         store = self.store
         prefix = self.stream_prefix or None
         hi = store.last_position()
@@ -204,7 +204,7 @@ class AresDatastore:
             for e in store.read_all(lo, None, stream_prefix=prefix):
                 if e.position > hi:
                     break  # checked already (or appended since the end was read)
-                if accept(e):
+                if e.module == MODULE:
                     found = e.position
             if found is not None:
                 return found

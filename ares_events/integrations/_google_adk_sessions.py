@@ -9,9 +9,9 @@ It may import anything in the package (an integration is top layer), and ``googl
 from __future__ import annotations
 
 import copy
-import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
@@ -67,13 +67,15 @@ class AdkSessions:
         self, store: EventStore, *, snapshot_every: int, erase_on_delete: bool, by: str
     ) -> None:
         self.store = store
-        self._snapshot_every = snapshot_every
         self._erase = erase_on_delete
         self._by = by
         self._views = Table(lambda sid: _View(ConversationStream(store, sid)), MAX_VIEWS)
-        self._guard = threading.Lock()  # the snapshotter, made once
         self._projection = SessionStateProjection()
-        self._snapshotter: Snapshotter | None = None
+        self._snapshotter = (
+            Snapshotter(store, [self._projection], every=snapshot_every)
+            if snapshot_every > 0 and Capability.SNAPSHOTS in store.capabilities
+            else None
+        )
 
     def create_session(
         self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
@@ -107,7 +109,7 @@ class AdkSessions:
         sid = session_stream(app_name, user_id, session_id)
         recent = config.num_recent_events if config is not None else None
         if recent is not None:
-            fold, version, events = self._tail_session(sid, recent)
+            fold, version, events = self._tail_session(sid, recent)  # at most recent
         else:
             v = self._views.get(sid)
             with v.lock:
@@ -117,8 +119,6 @@ class AdkSessions:
         if not fold["live"]:
             return None
         adk_events = [decode(e) for e in events if e.type == T_EVENT]
-        if recent is not None:
-            adk_events = adk_events[-recent:] if recent else []
         if config is not None and config.after_timestamp is not None:
             adk_events = [ev for ev in adk_events if ev.timestamp >= config.after_timestamp]
         return self._session(
@@ -230,15 +230,8 @@ class AdkSessions:
         return s
 
     def _after_append(self, stream_id: str, version: int) -> None:
-        if self._snapshot_every <= 0 or Capability.SNAPSHOTS not in self.store.capabilities:
-            return
-        with self._guard:
-            if self._snapshotter is None:
-                self._snapshotter = Snapshotter(
-                    self.store, [self._projection], every=self._snapshot_every
-                )
-            snapshotter = self._snapshotter
-        snapshotter.after_append(stream_id, version)
+        if self._snapshotter is not None:
+            self._snapshotter.after_append(stream_id, version)
 
     def _state_of(self, stream_id: str) -> tuple[dict[str, Any], int]:
         """The session's fold from its latest snapshot and the events after it."""
@@ -272,13 +265,11 @@ class AdkSessions:
         raise ChainIntegrityError(stream_id, [])  # pragma: no cover - a hundred writers
 
 
+@dataclass(slots=True)
 class _View:
-    __slots__ = ("folded", "lock", "stream")
-
-    def __init__(self, stream: ConversationStream) -> None:
-        self.stream = stream
-        self.lock = Lock()
-        self.folded = Fold()
+    stream: ConversationStream
+    lock: Lock = field(default_factory=Lock)
+    folded: Fold = field(default_factory=Fold)
 
     def fold(self) -> dict[str, Any]:
         """The fold of every event read so far."""

@@ -8,9 +8,9 @@ It may import anything in the package (an integration is top layer), and ``googl
 from __future__ import annotations
 
 import copy
-import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
@@ -71,13 +71,15 @@ class AsyncAdkSessions:
         self, store: AsyncEventStore, *, snapshot_every: int, erase_on_delete: bool, by: str
     ) -> None:
         self.store = store
-        self._snapshot_every = snapshot_every
         self._erase = erase_on_delete
         self._by = by
         self._views = Table(lambda sid: _View(AsyncConversationStream(store, sid)), MAX_VIEWS)
-        self._guard = threading.Lock()  # the snapshotter, made once
         self._projection = SessionStateProjection()
-        self._snapshotter: AsyncSnapshotter | None = None
+        self._snapshotter = (
+            AsyncSnapshotter(store, [self._projection], every=snapshot_every)
+            if snapshot_every > 0 and Capability.SNAPSHOTS in store.capabilities
+            else None
+        )
 
     async def create_session(
         self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
@@ -113,7 +115,7 @@ class AsyncAdkSessions:
         sid = session_stream(app_name, user_id, session_id)
         recent = config.num_recent_events if config is not None else None
         if recent is not None:
-            fold, version, events = await self._tail_session(sid, recent)
+            fold, version, events = await self._tail_session(sid, recent)  # at most recent
         else:
             v = self._views.get(sid)
             async with v.lock:
@@ -123,8 +125,6 @@ class AsyncAdkSessions:
         if not fold["live"]:
             return None
         adk_events = [decode(e) for e in events if e.type == T_EVENT]
-        if recent is not None:
-            adk_events = adk_events[-recent:] if recent else []
         if config is not None and config.after_timestamp is not None:
             adk_events = [ev for ev in adk_events if ev.timestamp >= config.after_timestamp]
         return await self._session(
@@ -238,15 +238,8 @@ class AsyncAdkSessions:
         return s
 
     async def _after_append(self, stream_id: str, version: int) -> None:
-        if self._snapshot_every <= 0 or Capability.SNAPSHOTS not in self.store.capabilities:
-            return
-        with self._guard:
-            if self._snapshotter is None:
-                self._snapshotter = AsyncSnapshotter(
-                    self.store, [self._projection], every=self._snapshot_every
-                )
-            snapshotter = self._snapshotter
-        await snapshotter.after_append(stream_id, version)
+        if self._snapshotter is not None:
+            await self._snapshotter.after_append(stream_id, version)
 
     async def _state_of(self, stream_id: str) -> tuple[dict[str, Any], int]:
         """The session's fold from its latest snapshot and the events after it."""
@@ -280,13 +273,11 @@ class AsyncAdkSessions:
         raise ChainIntegrityError(stream_id, [])  # pragma: no cover - a hundred writers
 
 
+@dataclass(slots=True)
 class _View:
-    __slots__ = ("folded", "lock", "stream")
-
-    def __init__(self, stream: AsyncConversationStream) -> None:
-        self.stream = stream
-        self.lock = Lock()
-        self.folded = Fold()
+    stream: AsyncConversationStream
+    lock: Lock = field(default_factory=Lock)
+    folded: Fold = field(default_factory=Fold)
 
     def fold(self) -> dict[str, Any]:
         """The fold of every event read so far."""

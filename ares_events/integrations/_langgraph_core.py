@@ -238,13 +238,12 @@ class ThreadIndex:
         if self.findings:
             raise ChainIntegrityError(self.stream_id, self.findings)
 
-    def apply_all(self, events: Iterable[RecordedEvent], head: Head | None = None) -> None:
+    def apply_all(self, page: Sequence[RecordedEvent], head: Head | None = None) -> None:
         """Verify events read after the verifier's last version and apply the ones not
         applied yet (the saver's own appends are applied when written, and verified
         here when read back); ``head`` (given on the first read) is compared with the
         last one."""
         if not self.findings:
-            page = events if isinstance(events, Sequence) else list(events)
             sound = self.verifier.sound_prefix(page)
             for e in page[:sound]:
                 if e[1] > self.applied:

@@ -87,7 +87,9 @@ class AsyncSessionLog:
                     # Directly: at the version the newest item was read at, so a writer
                     # that lands first makes this pop read the newest item again.
                     await self._write(wrapper, ev, self.view.version)
-                except _Moved:
+                except ConcurrencyError:
+                    if wrapper is not None:
+                        raise  # the run's SessionConflict
                     continue
                 return copy.deepcopy(item)  # the fold's item is the stored event's payload
             v = self.view.version
@@ -114,13 +116,13 @@ class AsyncSessionLog:
 
     async def _write(self, wrapper: Any, ev: NewEvent, direct: ExpectedVersion) -> int:
         """Append ``ev`` (under a run: at its version, else a SessionConflict; directly:
-        at ``direct``, else _Moved) and return its version."""
+        at ``direct``, else ConcurrencyError) and return its version."""
         expected = self._runs[wrapper] if wrapper is not None else direct
         try:
             res = await self.view.append([ev], expected)
         except ConcurrencyError as exc:
             if wrapper is None:
-                raise _Moved from None
+                raise
             raise SessionConflict(
                 self.session_id, self.view.stream_id, self._runs[wrapper], exc.actual
             ) from None
@@ -150,7 +152,3 @@ class AsyncSessionLog:
                 items.clear()
         self._folded = len(events)
         return items
-
-
-class _Moved(Exception):
-    """A direct pop's stream moved under it: read the newest item again."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import TYPE_CHECKING, Any, Final
 
@@ -96,14 +97,7 @@ class MessageLog:
                 return c.seen
             return self._write(conversation_id, c, c.seen, T_MESSAGES, payload)
 
-    def clear(
-        self,
-        conversation_id: str,
-        *,
-        erase: bool = False,
-        reason: str = "clear",
-        by: str = "pydantic-ai",
-    ) -> None:
+    def clear(self, conversation_id: str, *, erase: bool, reason: str, by: str) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
         c = self._views.get(conversation_id)
         with c.lock:
@@ -129,12 +123,10 @@ class MessageLog:
         return res.version
 
 
+@dataclass(slots=True)
 class _Conversation:
     """One conversation's verified view, its lock, and the version its log last saw."""
 
-    __slots__ = ("lock", "seen", "view")
-
-    def __init__(self, view: ConversationStream) -> None:
-        self.view = view
-        self.lock = Lock()
-        self.seen: int | None = None
+    view: ConversationStream
+    lock: Lock = field(default_factory=Lock)
+    seen: int | None = None

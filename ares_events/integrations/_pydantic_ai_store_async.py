@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -120,14 +121,7 @@ class AsyncMessageLog:
                 return c.seen
             return await self._write(conversation_id, c, c.seen, T_MESSAGES, payload)
 
-    async def clear(
-        self,
-        conversation_id: str,
-        *,
-        erase: bool = False,
-        reason: str = "clear",
-        by: str = "pydantic-ai",
-    ) -> None:
+    async def clear(self, conversation_id: str, *, erase: bool, reason: str, by: str) -> None:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
         c = self._views.get(conversation_id)
         async with c.lock:
@@ -153,12 +147,10 @@ class AsyncMessageLog:
         return res.version
 
 
+@dataclass(slots=True)
 class _Conversation:
     """One conversation's verified view, its lock, and the version its log last saw."""
 
-    __slots__ = ("lock", "seen", "view")
-
-    def __init__(self, view: AsyncConversationStream) -> None:
-        self.view = view
-        self.lock = Lock()
-        self.seen: int | None = None
+    view: AsyncConversationStream
+    lock: Lock = field(default_factory=Lock)
+    seen: int | None = None

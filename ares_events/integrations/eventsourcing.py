@@ -117,14 +117,15 @@ class AresAggregateRecorder(AggregateRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        """Write stored events atomically (all aggregates in one transaction).
+        """Write stored events atomically (all aggregates in one transaction); an
+        application recorder returns their notification ids.
 
         Raises:
             IntegrityError: a version conflict (or a reused tracking record).
             OperationalError: the store cannot be reached.
         """
-        self._insert(stored_events, kwargs.get("tracking"))
-        return None
+        ids = self._insert(stored_events, kwargs.get("tracking"))
+        return ids if isinstance(self, ApplicationRecorder) else None
 
     def _insert(self, stored_events: Sequence[StoredEvent], tracking: Tracking | None) -> list[int]:
         if not stored_events and tracking is None:
@@ -386,17 +387,6 @@ def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
 class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
     """Application recorder: notification ids are ares-events global positions."""
 
-    def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        """Write stored events atomically and return their notification ids.
-
-        Raises:
-            IntegrityError: a version conflict (or a reused tracking record).
-            OperationalError: the store cannot be reached.
-        """
-        return self._insert(stored_events, kwargs.get("tracking"))
-
     def select_notifications(
         self,
         start: int | None,
@@ -453,11 +443,8 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         Raises:
             OperationalError: the store cannot be reached.
         """
-        prefix = self.datastore.stream_prefix
         try:
-            return self.datastore.last_position(
-                lambda e: e.module == MODULE and e.stream_id.startswith(prefix)
-            )
+            return self.datastore.last_position()
         except StoreError as exc:
             raise _translate(exc) from exc
 

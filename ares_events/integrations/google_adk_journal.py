@@ -104,8 +104,7 @@ class ToolCallOrder:
     def __init__(self, names: Collection[str]) -> None:
         self.names = frozenset(names)
         self.lock = asyncio.Lock()
-        self._slots: list[str] = []
-        self._claimed: list[bool] = []
+        self._slots: list[str | None] = []  # a claimed slot is None
         self._done: list[asyncio.Event] = []
 
     def expect(self, responses: list[LlmResponse]) -> None:
@@ -119,19 +118,17 @@ class ToolCallOrder:
                 for p in r.content.parts or []
                 if p.function_call is not None and p.function_call.name in self.names
             ]
-        self._slots = calls
-        self._claimed = [False] * len(calls)
+        self._slots = list(calls)
         self._done = [asyncio.Event() for _ in calls]
 
     def claim(self, name: str, args: Any) -> int | None:
         """The first unclaimed slot with this name and these arguments, or None (two
         identical calls are interchangeable: the journal compares name and arguments)."""
         h = _args_hash(name, args)
-        for i, s in enumerate(self._slots):
-            if s == h and not self._claimed[i]:
-                self._claimed[i] = True
-                return i
-        return None
+        i = next((i for i, s in enumerate(self._slots) if s == h), None)
+        if i is not None:
+            self._slots[i] = None
+        return i
 
     async def turn(self, slot: int | None) -> None:
         """Wait until every slot before ``slot`` is released."""

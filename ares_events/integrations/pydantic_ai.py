@@ -107,7 +107,7 @@ class AresMessageStore:
             ChainIntegrityError: the stream does not verify (nothing is decoded).
             StoreUnavailable: the store cannot be reached.
         """
-        return self._open().load(conversation_id)
+        return self._faces.blocking().load(conversation_id)
 
     def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """Append ``new_messages`` (e.g. ``result.new_messages()``) as one event, at the
@@ -118,7 +118,7 @@ class AresMessageStore:
             ConversationConflict: another writer appended since (nothing was stored).
             StoreUnavailable: the store cannot be reached.
         """
-        return self._open().append(conversation_id, new_messages)
+        return self._faces.blocking().append(conversation_id, new_messages)
 
     def clear(
         self,
@@ -135,7 +135,7 @@ class AresMessageStore:
         Raises:
             ConversationConflict: another writer appended since this store loaded it.
         """
-        self._open().clear(conversation_id, erase=erase, reason=reason, by=by)
+        self._faces.blocking().clear(conversation_id, erase=erase, reason=reason, by=by)
 
     def close(self) -> None:
         """Close the store when this object opened it (from ``url=``)."""
@@ -146,9 +146,6 @@ class AresMessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _open(self) -> MessageLog:
-        return self._faces.blocking()
 
 
 class AsyncAresMessageStore:

@@ -161,7 +161,7 @@ def test_a_history_loads_back_as_pydantic_ai_round_trips_it(
             stored += new
     want: list[Any] = reference(stored)
     assert history.load(cid) == want
-    assert AresMessageStore(store=history._open().store).load(cid) == want  # a new reader
+    assert AresMessageStore(store=history._faces.blocking().store).load(cid) == want  # a new reader
 
 
 def test_an_integer_beyond_64_bits_is_refused_not_rounded(history: AresMessageStore) -> None:
