@@ -36,6 +36,9 @@ _NEEDS = {
 }
 
 
+_LONG = ("slow", "citus", "browser")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -50,3 +53,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if item.get_closest_marker(group) is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+    # Longest first: pytest-xdist hands tests out in this order, so the minute-long ones
+    # (and the Citus and browser groups, each a queue on one process) start at once and
+    # overlap with the rest instead of running alone at the end of the run.
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in _LONG))
