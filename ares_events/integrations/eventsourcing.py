@@ -117,15 +117,14 @@ class AresAggregateRecorder(AggregateRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        """Write stored events atomically (all aggregates in one transaction); an
-        application recorder returns their notification ids.
+        """Write stored events atomically (all aggregates in one transaction).
 
         Raises:
             IntegrityError: a version conflict (or a reused tracking record).
             OperationalError: the store cannot be reached.
         """
-        ids = self._insert(stored_events, kwargs.get("tracking"))
-        return ids if isinstance(self, ApplicationRecorder) else None
+        self._insert(stored_events, kwargs.get("tracking"))
+        return None
 
     def _insert(self, stored_events: Sequence[StoredEvent], tracking: Tracking | None) -> list[int]:
         if not stored_events and tracking is None:
@@ -386,6 +385,17 @@ def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
 
 class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
     """Application recorder: notification ids are ares-events global positions."""
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Write stored events atomically and return their notification ids.
+
+        Raises:
+            IntegrityError: a version conflict (or a reused tracking record).
+            OperationalError: the store cannot be reached.
+        """
+        return self._insert(stored_events, kwargs.get("tracking"))
 
     def select_notifications(
         self,

@@ -496,7 +496,7 @@ def _merge(
     """Merge per-cell iterators sorted by ``key`` (by ``order`` first; ties: the lower
     cell), each item with the cursor after it when given the cells' ``parts`` (else 0)."""
     by = order or key
-    cur = parts
+    cur = None if parts is None else list(parts)  # the caller's list stays as given
     heap: list[tuple[Any, int, Any]] = []
     try:
         for i, it in enumerate(its):
