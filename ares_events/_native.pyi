@@ -70,3 +70,31 @@ def install_init(
 ) -> None: ...
 def payload_setup(missing: Any, loads: Any, slow: Any, /) -> None: ...
 def event_payload(event: Any, /) -> Any: ...
+def sqlite_setup(path: str, version_number: int, /) -> bool: ...
+
+class SQLiteWriter:
+    def __init__(
+        self,
+        conn: Any,
+        begin: str,
+        head: str,
+        upsert: str,
+        commit: str,
+        rollback: str,
+        insert_sql: Any,
+        genesis: Any,
+        prepared_event: type[Any],
+        operational_error: type[BaseException],
+        database_error: type[BaseException],
+        /,
+    ) -> None: ...
+    def append(
+        self,
+        stream_id: str,
+        stream_json: bytes,
+        expected: int,
+        events: Sequence[Any],
+        key: bytes | None,
+        /,
+    ) -> tuple[int, int] | bool | None: ...
+    def close(self) -> None: ...

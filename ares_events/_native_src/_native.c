@@ -1293,6 +1293,7 @@ static struct PyModuleDef module = {
 };
 
 static int add_page_methods(PyObject *mod);
+static int add_writer(PyObject *mod);
 
 PyMODINIT_FUNC PyInit__native(void) {
     if (!S_AT) {
@@ -1316,7 +1317,7 @@ PyMODINIT_FUNC PyInit__native(void) {
             return NULL;
     }
     PyObject *mod = PyModule_Create(&module);
-    if (mod && add_page_methods(mod) < 0) Py_CLEAR(mod);
+    if (mod && (add_page_methods(mod) < 0 || add_writer(mod) < 0)) Py_CLEAR(mod);
     return mod;
 }
 
@@ -1856,4 +1857,434 @@ static PyMethodDef page_methods[] = {
 
 static int add_page_methods(PyObject *mod) {
     return PyModule_AddFunctions(mod, page_methods);
+}
+
+/* ==== Issue 33's write path: an SQLite append in one call =================================
+ *
+ * SQLiteWriter runs SQLiteRecorder._append_rows' statements (BEGIN IMMEDIATE, the head and
+ * last position, the multi-row INSERTs, the head's UPSERT, COMMIT) on the sqlite3 handle of
+ * one Python sqlite3.Connection, with insert_rows() sealing the rows in between: the same
+ * SQL, the same values, the same transaction, without a Python call per statement and with
+ * no copy of a bound value (Python's sqlite3 copies each one). The rows are byte for byte
+ * the Python path's (tests/stores/test_sqlite_native_writes.py).
+ *
+ * The SQLite functions are those of the library Python's own _sqlite3 module runs on,
+ * looked up in it at run time (sqlite_setup): never a second copy of SQLite in the process
+ * (two copies would not share their POSIX lock bookkeeping) and no build dependency on its
+ * headers. Anything unusual is handed back: append() returns None before anything is
+ * written (a version that does not match, a reused event id, an event insert_rows does not
+ * take, a connection that was closed) and the recorder runs its Python path, which decides;
+ * False when the database stayed busy for the busy timeout. Other SQLite errors are raised
+ * as sqlite3's own exception classes, after a ROLLBACK. */
+
+#if defined(_WIN32)
+static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    Py_RETURN_FALSE; /* no dlsym: the Python path */
+}
+#else
+#include <dlfcn.h>
+
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+#define SQ_OK 0
+#define SQ_BUSY 5
+#define SQ_LOCKED 6
+#define SQ_CONSTRAINT 19
+#define SQ_ROW 100
+#define SQ_DONE 101
+#define SQ_BLOB 4
+#define SQ_NULL 5
+#define SQ_PREPARE_PERSISTENT 0x01
+
+static struct {
+    int (*prepare_v3)(sqlite3 *, const char *, int, unsigned int, sqlite3_stmt **,
+                      const char **);
+    int (*step)(sqlite3_stmt *);
+    int (*reset)(sqlite3_stmt *);
+    int (*finalize)(sqlite3_stmt *);
+    int (*bind_int64)(sqlite3_stmt *, int, long long);
+    int (*bind_text)(sqlite3_stmt *, int, const char *, int, void (*)(void *));
+    int (*bind_blob)(sqlite3_stmt *, int, const void *, int, void (*)(void *));
+    int (*bind_null)(sqlite3_stmt *, int);
+    int (*column_type)(sqlite3_stmt *, int);
+    long long (*column_int64)(sqlite3_stmt *, int);
+    const void *(*column_blob)(sqlite3_stmt *, int);
+    int (*column_bytes)(sqlite3_stmt *, int);
+    const char *(*errmsg)(sqlite3 *);
+    int (*extended_errcode)(sqlite3 *);
+    int (*get_autocommit)(sqlite3 *);
+    int (*libversion_number)(void);
+} SQ;
+static int SQ_READY;
+
+/* sqlite_setup(path of _sqlite3, version number): look the functions up in the library
+ * _sqlite3 is linked to; True when every one is found, none is shadowed by another copy
+ * in the global scope, and the library is the version Python's sqlite3 reports. */
+static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *path;
+    int want;
+    if (!PyArg_ParseTuple(args, "si:sqlite_setup", &path, &want)) return NULL;
+    if (SQ_READY) return PyBool_FromLong(SQ_READY > 0);
+    SQ_READY = -1;
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) Py_RETURN_FALSE;
+    static const char *names[] = {
+        "sqlite3_prepare_v3",   "sqlite3_step",         "sqlite3_reset",
+        "sqlite3_finalize",     "sqlite3_bind_int64",   "sqlite3_bind_text",
+        "sqlite3_bind_blob",    "sqlite3_bind_null",    "sqlite3_column_type",
+        "sqlite3_column_int64", "sqlite3_column_blob",  "sqlite3_column_bytes",
+        "sqlite3_errmsg",       "sqlite3_extended_errcode", "sqlite3_get_autocommit",
+        "sqlite3_libversion_number",
+    };
+    void **slots = (void **)&SQ;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *f = dlsym(h, names[i]);
+        void *global = dlsym(RTLD_DEFAULT, names[i]);
+        if (!f || (global && global != f)) {
+            dlclose(h);
+            Py_RETURN_FALSE;
+        }
+        slots[i] = f;
+    }
+    dlclose(h); /* RTLD_NOLOAD: _sqlite3 keeps the library loaded */
+    if (SQ.libversion_number() != want) Py_RETURN_FALSE;
+    SQ_READY = 1;
+    Py_RETURN_TRUE;
+}
+
+/* CPython's pysqlite_Connection starts with its sqlite3 handle (NULL once closed). */
+typedef struct {
+    PyObject_HEAD
+    sqlite3 *db;
+} conn_head;
+
+#define W_MAX_ROWS 64 /* SQLiteRecorder's _MAX_ROWS */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *conn, *insert_sql, *genesis, *op_error, *db_error, *prep_cls;
+    sqlite3 *db;
+    sqlite3_stmt *begin, *head, *upsert, *commit, *rollback;
+    sqlite3_stmt *ins[2][W_MAX_ROWS + 1];
+} Writer;
+
+static void w_finalize_all(Writer *w) {
+    sqlite3_stmt **fixed[] = {&w->begin, &w->head, &w->upsert, &w->commit, &w->rollback};
+    for (size_t i = 0; i < 5; i++) {
+        if (*fixed[i]) SQ.finalize(*fixed[i]);
+        *fixed[i] = NULL;
+    }
+    for (int u = 0; u < 2; u++)
+        for (int k = 0; k <= W_MAX_ROWS; k++) {
+            if (w->ins[u][k]) SQ.finalize(w->ins[u][k]);
+            w->ins[u][k] = NULL;
+        }
+}
+
+static void w_dealloc(Writer *w) {
+    w_finalize_all(w);
+    Py_XDECREF(w->conn);
+    Py_XDECREF(w->insert_sql);
+    Py_XDECREF(w->genesis);
+    Py_XDECREF(w->op_error);
+    Py_XDECREF(w->db_error);
+    Py_XDECREF(w->prep_cls);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* The error of rc as sqlite3 raises it (OperationalError for the codes it maps there,
+ * DatabaseError otherwise), with its sqlite_errorcode. */
+static PyObject *w_raise(Writer *w, int rc) {
+    int base = rc & 0xff;
+    int op = base == 1 || base == 3 || base == 4 || base == SQ_BUSY || base == SQ_LOCKED ||
+             base == 8 || base == 9 || base == 10 || base == 13 || base == 14 || base == 15 ||
+             base == 16 || base == 17;
+    PyObject *msg = PyUnicode_DecodeUTF8(SQ.errmsg(w->db), (Py_ssize_t)strlen(SQ.errmsg(w->db)),
+                                         "replace");
+    if (!msg) return NULL;
+    PyObject *exc = PyObject_CallOneArg(op ? w->op_error : w->db_error, msg);
+    Py_DECREF(msg);
+    if (!exc) return NULL;
+    PyObject *code = PyLong_FromLong(SQ.extended_errcode(w->db));
+    if (code) {
+        PyObject_SetAttrString(exc, "sqlite_errorcode", code);
+        Py_DECREF(code);
+    }
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static int w_step(sqlite3_stmt *st) {
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = SQ.step(st);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* Step a statement that returns no row; its reset's code is the error's when it fails. */
+static int w_run(sqlite3_stmt *st) {
+    int rc = w_step(st);
+    int rc2 = SQ.reset(st);
+    return rc == SQ_DONE ? SQ_OK : (rc2 != SQ_OK ? rc2 : rc);
+}
+
+static int w_prepare(Writer *w, sqlite3_stmt **st, PyObject *sql) {
+    if (*st) return SQ_OK;
+    const char *text = PyUnicode_AsUTF8(sql);
+    if (!text) return -1;
+    return SQ.prepare_v3(w->db, text, -1, SQ_PREPARE_PERSISTENT, st, NULL);
+}
+
+/* Bind a value as sqlite3 binds it (str as UTF-8 text, bytes as a blob, int, None);
+ * without a copy: the caller keeps the value alive until the statement is reset. */
+static int w_bind(sqlite3_stmt *st, int i, PyObject *v) {
+    if (v == Py_None) return SQ.bind_null(st, i);
+    if (PyLong_CheckExact(v)) {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        return SQ.bind_int64(st, i, x);
+    }
+    if (PyBytes_CheckExact(v))
+        return SQ.bind_blob(st, i, PyBytes_AS_STRING(v), (int)PyBytes_GET_SIZE(v), NULL);
+    if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(v, &n);
+        if (!u) return -1;
+        return SQ.bind_text(st, i, u, (int)n, NULL);
+    }
+    PyErr_Format(PyExc_TypeError, "cannot bind a %.100s", Py_TYPE(v)->tp_name);
+    return -1;
+}
+
+static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+/* append(stream_id, stream_json, expected, events, key): see above. expected is the
+ * version the stream must be at, or -1 (any), -2 (no stream), -3 (stream exists). */
+static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyUnicode_CheckExact(args[0]) || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "append(stream_id, stream_json, expected, events, key)");
+        return NULL;
+    }
+    PyObject *sid = args[0], *events = args[3];
+    long long expected = PyLong_AsLongLong(args[2]);
+    if (expected == -1 && PyErr_Occurred()) return NULL;
+    if (!SQ_READY || ((conn_head *)w->conn)->db != w->db || !w->db) Py_RETURN_NONE;
+    int rc = w_run(w->begin);
+    if (rc != SQ_OK) {
+        if ((rc & 0xff) == SQ_BUSY || (rc & 0xff) == SQ_LOCKED) Py_RETURN_FALSE;
+        return w_raise(w, rc);
+    }
+    PyObject *prev = NULL, *rows = NULL, *ret = NULL;
+    int handback = 0;
+    if (w_bind(w->head, 1, sid) || w_bind(w->head, 2, sid)) goto rollback;
+    rc = w_step(w->head);
+    if (rc != SQ_ROW) {
+        SQ.reset(w->head);
+        goto sqlite_error;
+    }
+    long long version = SQ.column_int64(w->head, 0); /* NULL reads as 0: no stream */
+    long long pos = SQ.column_int64(w->head, 2);
+    if (version && SQ.column_type(w->head, 1) == SQ_BLOB &&
+        SQ.column_bytes(w->head, 1) == AB3_OUT_LEN)
+        prev = PyBytes_FromStringAndSize(SQ.column_blob(w->head, 1),
+                                         SQ.column_bytes(w->head, 1));
+    else if (!version)
+        prev = PyObject_CallOneArg(w->genesis, sid);
+    rc = SQ.reset(w->head);
+    if (rc != SQ_OK) goto sqlite_error;
+    if (!prev) { /* a head without a 32-byte hash: the Python path decides */
+        handback = !PyErr_Occurred();
+        goto rollback;
+    }
+    if (expected == -2 ? version != 0 : expected == -3 ? version == 0
+                                                       : expected >= 0 && version != expected) {
+        handback = 1;
+        goto rollback;
+    }
+    if (!PyBytes_Check(prev) || PyBytes_GET_SIZE(prev) != AB3_OUT_LEN) {
+        handback = 1;
+        goto rollback;
+    }
+    PyObject *call = Py_BuildValue("(OOLOLOOOi)", sid, args[1], version, prev, pos, events,
+                                   args[4], w->prep_cls, 1);
+    if (!call) goto rollback;
+    rows = insert_rows(NULL, call);
+    Py_DECREF(call);
+    if (!rows) goto rollback;
+    if (rows == Py_None) {
+        handback = 1;
+        goto rollback;
+    }
+    PyObject *values = PyTuple_GET_ITEM(rows, 0), *last = PyTuple_GET_ITEM(rows, 1);
+    int width = (int)PyLong_AsLong(PyTuple_GET_ITEM(rows, 2));
+    int uniform = width == 4;
+    Py_ssize_t n = PyList_GET_SIZE(values) / width;
+    PyObject *e0 = PySequence_GetItem(events, 0);
+    if (!e0) goto rollback;
+    /* shared: ?1 stream_id, ?2 recorded_at; uniform also ?3 type, ?4 module, ?5 metadata,
+     * ?6 and ?7 the statement's first position and version (SQL in stores/sqlite/sql.py) */
+    PyObject *shared[3] = {SLOT(e0, OFF_PREP[P_TYPE]), SLOT(e0, OFF_PREP[P_MODULE]),
+                           SLOT(e0, OFF_PREP[P_META])};
+    PyObject *at = SLOT(e0, OFF_PREP[P_AT]);
+    for (Py_ssize_t start = 0; start < n; start += W_MAX_ROWS) {
+        int k = (int)(n - start < W_MAX_ROWS ? n - start : W_MAX_ROWS);
+        sqlite3_stmt **st = &w->ins[uniform][k];
+        if (!*st) {
+            PyObject *sql = PyObject_CallFunction(w->insert_sql, "iO", k,
+                                                  uniform ? Py_True : Py_False);
+            rc = sql ? w_prepare(w, st, sql) : -1;
+            Py_XDECREF(sql);
+            if (rc < 0) {
+                Py_DECREF(e0);
+                goto rollback;
+            }
+            if (rc != SQ_OK) {
+                Py_DECREF(e0);
+                goto sqlite_error;
+            }
+        }
+        int b = w_bind(*st, 1, sid) || w_bind(*st, 2, at);
+        int first = 3;
+        if (uniform && !b) {
+            b = w_bind(*st, 3, shared[0]) || w_bind(*st, 4, shared[1]) ||
+                w_bind(*st, 5, shared[2]) || SQ.bind_int64(*st, 6, pos + 1 + start) ||
+                SQ.bind_int64(*st, 7, version + 1 + start);
+            first = 8;
+        }
+        for (Py_ssize_t j = 0; !b && j < (Py_ssize_t)k * width; j++)
+            b = w_bind(*st, first + (int)j, PyList_GET_ITEM(values, start * width + j));
+        if (b) {
+            Py_DECREF(e0);
+            if (PyErr_Occurred()) goto rollback;
+            rc = b;
+            goto sqlite_error;
+        }
+        rc = w_run(*st);
+        if (rc != SQ_OK) {
+            Py_DECREF(e0);
+            if ((rc & 0xff) == SQ_CONSTRAINT) { /* a reused event id: the Python path */
+                handback = 1;
+                goto rollback;
+            }
+            goto sqlite_error;
+        }
+    }
+    Py_DECREF(e0);
+    if (w_bind(w->upsert, 1, sid) || SQ.bind_int64(w->upsert, 2, version + n) ||
+        w_bind(w->upsert, 3, last))
+        goto rollback;
+    rc = w_run(w->upsert);
+    if (rc != SQ_OK) goto sqlite_error;
+    rc = w_run(w->commit);
+    if (rc != SQ_OK) goto sqlite_error;
+    ret = Py_BuildValue("(LL)", version + n, pos + n);
+    Py_DECREF(rows);
+    Py_DECREF(prev);
+    return ret;
+sqlite_error:
+    if ((rc & 0xff) == SQ_BUSY || (rc & 0xff) == SQ_LOCKED) {
+        handback = 1;
+    } else {
+        w_raise(w, rc); /* before the ROLLBACK replaces the message */
+    }
+rollback:
+    if (!SQ.get_autocommit(w->db)) w_run(w->rollback);
+    Py_XDECREF(rows);
+    Py_XDECREF(prev);
+    if (handback && !PyErr_Occurred()) Py_RETURN_NONE;
+    return NULL;
+}
+
+static PyObject *w_close(Writer *w, PyObject *unused) {
+    (void)unused;
+    w_finalize_all(w);
+    w->db = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef w_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))w_append, METH_FASTCALL,
+     "append(stream_id, stream_json, expected, events, key, /)\n--\n\n"
+     "(last version, last position) of the committed append; None: nothing was written,\n"
+     "take the Python path; False: the database stayed busy for the busy timeout."},
+    {"close", (PyCFunction)w_close, METH_NOARGS,
+     "close()\n--\n\nFinalize the statements (before the connection closes)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ares_events._native.SQLiteWriter",
+    .tp_basicsize = sizeof(Writer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SQLiteWriter(conn, begin, head, upsert, commit, rollback, insert_sql,\n"
+              "             genesis, PreparedEvent, OperationalError, DatabaseError)\n--\n\n"
+              "One connection's appends in one call each (sqlite_setup() first).",
+    .tp_new = w_new,
+    .tp_dealloc = (destructor)w_dealloc,
+    .tp_methods = w_methods,
+};
+
+static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *conn, *sql[5], *insert_sql, *genesis, *prep_cls, *op_error, *db_error;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "SQLiteWriter takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OUUUUUOOOOO:SQLiteWriter", &conn, &sql[0], &sql[1], &sql[2],
+                          &sql[3], &sql[4], &insert_sql, &genesis, &prep_cls, &op_error,
+                          &db_error))
+        return NULL;
+    if (SQ_READY <= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "sqlite_setup() did not succeed");
+        return NULL;
+    }
+    if (bind_prepared(prep_cls) < 0) return NULL;
+    Writer *w = (Writer *)type->tp_alloc(type, 0);
+    if (!w) return NULL;
+    w->conn = Py_NewRef(conn);
+    w->insert_sql = Py_NewRef(insert_sql);
+    w->genesis = Py_NewRef(genesis);
+    w->prep_cls = Py_NewRef(prep_cls);
+    w->op_error = Py_NewRef(op_error);
+    w->db_error = Py_NewRef(db_error);
+    w->db = ((conn_head *)conn)->db;
+    sqlite3_stmt **fixed[] = {&w->begin, &w->head, &w->upsert, &w->commit, &w->rollback};
+    for (int i = 0; i < 5; i++) {
+        int rc = w->db ? w_prepare(w, fixed[i], sql[i]) : -1;
+        if (rc != SQ_OK) {
+            if (rc > 0) w_raise(w, rc);
+            else if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "the connection is closed");
+            Py_DECREF(w);
+            return NULL;
+        }
+    }
+    return (PyObject *)w;
+}
+#endif
+
+static PyMethodDef writer_methods[] = {
+    {"sqlite_setup", sqlite_setup, METH_VARARGS,
+     "sqlite_setup(path, version_number, /)\n--\n\n"
+     "Find the SQLite functions in the library the module at path (_sqlite3) runs on;\n"
+     "True when SQLiteWriter can be used."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_writer(PyObject *mod) {
+    if (PyModule_AddFunctions(mod, writer_methods) < 0) return -1;
+#if !defined(_WIN32)
+    if (PyType_Ready(&WriterType) < 0) return -1;
+    Py_INCREF(&WriterType);
+    if (PyModule_AddObject(mod, "SQLiteWriter", (PyObject *)&WriterType) < 0) {
+        Py_DECREF(&WriterType);
+        return -1;
+    }
+#endif
+    return 0;
 }

@@ -223,6 +223,15 @@ class Batch:
             shared += (e.type, e.module, e.meta_json, position + 1, version - n + 1)
         return shared, values, version, last, position + n
 
+    def writer_args(self) -> tuple[bytes, bytes | None] | None:
+        """What a native writer seals this batch with (``_native.SQLiteWriter.append``):
+        ``(the stream id as JSON, the chain key's bytes or None)``; None when the C pass
+        does not take it."""
+        if _native_insert_rows is None or type(self).seal is not Batch.seal:
+            return None
+        st = _NAME_CACHE.get(self.stream_id) or _cache_name(self.stream_id)
+        return st, None if self._key is None else self._key.key
+
     def _c_rows(
         self, head: Head | None, position: int, *, flat: bool
     ) -> tuple[tuple[Any, ...], int] | None:
@@ -336,7 +345,7 @@ def fresh_result(
         stream_id,
         version,
         position,
-        tuple(p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared),
+        tuple([p.uid if p.uid is not None else uuid.UUID(p.event_id) for p in prepared]),
     )
 
 

@@ -55,11 +55,14 @@ class OperationGate(_Gate):
         where: the store's redacted URL, for :class:`StoreClosed` messages.
     """
 
-    __slots__ = ("_cond", "_local")
+    __slots__ = ("_cond", "_local", "_lock")
 
     def __init__(self, where: str) -> None:
         super().__init__(where)
-        self._cond = threading.Condition(threading.Lock())
+        # enter() and exit() take the condition's lock itself: its C methods, not the
+        # Condition's Python ones, on every operation.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._local = threading.local()
 
     def enter(self, action: str | None = None) -> None:
@@ -68,7 +71,7 @@ class OperationGate(_Gate):
         Raises:
             StoreClosed: the store is closed or closing.
         """
-        with self._cond:
+        with self._lock:
             self.check(action)
             self._active += 1
         local = self._local
@@ -78,7 +81,7 @@ class OperationGate(_Gate):
         """End an operation started with :meth:`enter`."""
         local = self._local
         local.n -= 1
-        with self._cond:
+        with self._lock:
             self._active -= 1
             if self._closed:  # close() is the only waiter, and it waits once closed
                 self._cond.notify_all()

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
+from ares_events.chain import _native, genesis
 from ares_events.core.backend import (
     AppendOutcome,
     Batch,
@@ -28,7 +30,11 @@ from ares_events.core.backend import (
     check_tracking,
 )
 from ares_events.core.events import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
     ExpectedVersion,
+    PreparedEvent,
     RecordedEvent,
     check_expected_version,
     prefix_range,
@@ -122,6 +128,25 @@ def _insert_values(
         c.execute(_insert_sql(k, uniform), bound + values[width * start : width * (start + k)])
 
 
+def _native_writes() -> bool:
+    """Whether appends to SQLite files run in one native call (``_native.SQLiteWriter``):
+    the C extension is built and on, this is CPython (the writer reads the handle at the
+    start of its ``sqlite3.Connection``), and the SQLite functions were found in the very
+    library Python's ``_sqlite3`` runs on."""
+    path = getattr(sys.modules.get("_sqlite3"), "__file__", None)
+    if _native is None or sys.implementation.name != "cpython" or not path:
+        return False
+    major, minor, patch = sqlite3.sqlite_version_info
+    return bool(_native.sqlite_setup(path, major * 1_000_000 + minor * 1000 + patch))
+
+
+NATIVE_WRITES: bool = _native_writes()
+"""Read at each connection's first append: tests switch it off to run the Python path."""
+
+# The C writer's code for an expected version (an int is itself).
+_EXPECT_CODE: Final = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
@@ -190,6 +215,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             threading.RLock() if path is None else contextlib.nullcontext()
         )
         self._conns: list[sqlite3.Connection] = []
+        self._writers: list[Any] = []  # finalized before their connections close
         self._conns_lock = threading.Lock()
         self._gate = OperationGate(self.describe())
         if self.path is not None and create:
@@ -428,14 +454,48 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 raise
             self._commit(conn)
 
-    def _begin(self) -> sqlite3.Connection:
+    def _begin(self, busy: bool = False) -> sqlite3.Connection:
         """``BEGIN IMMEDIATE`` on this thread's connection (under ``_serial``): tried once,
-        then retried while busy (a lambda and a retry loop cost more than the statement)."""
+        then retried while busy (a lambda and a retry loop cost more than the statement);
+        ``busy``: the first try was the native writer's."""
         if self.read_only:
             raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
         conn = self._conn()
-        self._busy_execute(conn, "BEGIN IMMEDIATE")
+        if busy:
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+        else:
+            self._busy_execute(conn, "BEGIN IMMEDIATE")
         return conn
+
+    def _writer(self) -> Any:
+        """This thread's native writer, made at its first append: None for the Python
+        path (see :data:`NATIVE_WRITES`; an in-memory database is shared between threads
+        under ``_serial``, and a read-only store never writes)."""
+        local = self._local
+        try:
+            return local.writer
+        except AttributeError:
+            pass
+        conn = self._conn()
+        writer = None
+        if NATIVE_WRITES and not self._memory and not self.read_only:
+            writer = _native.SQLiteWriter(
+                conn,
+                "BEGIN IMMEDIATE",
+                SELECT_HEAD_AND_POSITION,
+                UPSERT_HEAD,
+                "COMMIT",
+                "ROLLBACK",
+                _insert_sql,
+                genesis,
+                PreparedEvent,
+                sqlite3.OperationalError,
+                sqlite3.DatabaseError,
+            )
+            with self._conns_lock:
+                self._writers.append(writer)
+        local.writer = writer
+        return writer
 
     def _busy_execute(self, conn: sqlite3.Connection, statement: str) -> None:
         try:
@@ -495,8 +555,21 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         gate.enter(f"append to stream {stream_id!r}")
         try:
             try:
+                busy = False
+                writer = self._writer()
+                args = None if writer is None else batch.writer_args()
+                if args is not None:  # the whole append in one native call
+                    code = (
+                        expected_version
+                        if isinstance(expected_version, int)
+                        else _EXPECT_CODE[expected_version]
+                    )
+                    fast = writer.append(stream_id, args[0], code, batch.events, args[1])
+                    if fast:
+                        return AppendOutcome([], version=fast[0], position=fast[1])
+                    busy = fast is False  # it waited the busy timeout once already
                 with self._serial:
-                    c = self._begin()
+                    c = self._begin(busy)
                     try:
                         done = self._append_rows(c, batch, expected_version)
                     except BaseException:
@@ -785,6 +858,9 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             return
         with self._conns_lock:
             conns, self._conns = self._conns, []
+            writers, self._writers = self._writers, []
+        for w in writers:
+            w.close()
         for c in conns:
             with contextlib.suppress(sqlite3.Error):
                 c.close()
