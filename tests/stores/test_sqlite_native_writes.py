@@ -4,6 +4,7 @@ back to that path, and it maps SQLite's errors the same way."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -37,7 +38,7 @@ def _ev(n: int, **kw: Any) -> ae.NewEvent:
 
 
 def _dump(path: Path) -> tuple[list[Any], list[Any]]:
-    with sqlite3.connect(path) as c:
+    with contextlib.closing(sqlite3.connect(path)) as c:
         return (
             c.execute("SELECT * FROM ares_events ORDER BY position").fetchall(),
             c.execute("SELECT * FROM ares_streams ORDER BY stream_id").fetchall(),
@@ -246,7 +247,7 @@ def test_a_tampered_head_is_handed_to_the_python_path(tmp_path: Path, head_hash:
             rec._local.writer = None
         try:
             rec.append(first, ae.NO_STREAM)
-            with sqlite3.connect(path) as c:
+            with contextlib.closing(sqlite3.connect(path)) as c, c:
                 c.execute("UPDATE ares_streams SET head_hash = ?", (head_hash,))
             try:
                 out = rec.append(second, 1)
@@ -256,6 +257,4 @@ def test_a_tampered_head_is_handed_to_the_python_path(tmp_path: Path, head_hash:
         finally:
             rec.close()
     assert results[0] == results[1]
-    with sqlite3.connect(tmp_path / "fast.db") as a, sqlite3.connect(tmp_path / "slow.db") as b:
-        q = "SELECT * FROM ares_events ORDER BY position"
-        assert a.execute(q).fetchall() == b.execute(q).fetchall()
+    assert _dump(tmp_path / "fast.db") == _dump(tmp_path / "slow.db")
