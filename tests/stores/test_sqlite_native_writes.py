@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import ares_events as ae
 from ares_events.chain import ChainKey, _native
 from ares_events.core.backend import Batch
-from ares_events.core.events import prepare, utc_now_at
+from ares_events.core.events import ExpectedVersion, prepare, utc_now_at
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, StoreClosed, StoreUnavailable
 from ares_events.stores.sqlite import SQLiteRecorder
@@ -113,7 +113,7 @@ def test_rows_outcomes_and_errors_match_the_python_path(
             sid = f"stream-{sidx}"
             version = fast.head(sid)
             current = 0 if version is None else version.version
-            expected: ae.ExpectedVersion = {
+            expected: ExpectedVersion = {
                 "right": current,
                 "wrong": current + 1,
                 "any": ae.ANY,
@@ -125,7 +125,7 @@ def test_rows_outcomes_and_errors_match_the_python_path(
             ]
             batch = Batch(sid, prepare(sid, events, utc_now_at()), key)
             for _ in range(2 if again else 1):
-                outcomes = []
+                outcomes: list[Any] = []
                 for rec in (fast, slow):
                     try:
                         out = rec.append(batch, expected)
@@ -237,7 +237,7 @@ def test_closed_store_refuses_appends(tmp_path: Path) -> None:
 def test_a_tampered_head_is_handed_to_the_python_path(tmp_path: Path, head_hash: Any) -> None:
     """A stream head whose hash is not 32 bytes (a tampered file) is left to the Python
     path: both paths write the same rows, or fail the same way."""
-    results = []
+    results: list[Any] = []
     first = Batch("s", prepare("s", [_ev(0)], "2026-12-06T05:00:00.000000Z"), None)
     second = Batch("s", prepare("s", [_ev(1)], "2026-12-06T05:00:01.000000Z"), None)
     for name, native in (("fast", True), ("slow", False)):
