@@ -113,13 +113,14 @@ def test_rows_outcomes_and_errors_match_the_python_path(
             sid = f"stream-{sidx}"
             version = fast.head(sid)
             current = 0 if version is None else version.version
-            expected: ExpectedVersion = {
+            choices: dict[str, ExpectedVersion] = {
                 "right": current,
                 "wrong": current + 1,
                 "any": ae.ANY,
                 "no_stream": ae.NO_STREAM,
                 "exists": ae.STREAM_EXISTS,
-            }[how]
+            }
+            expected = choices[how]
             events = [
                 ae.NewEvent(type=t, module="m", payload={"n": p}, metadata=m) for t, m, p in shapes
             ]
