@@ -1961,7 +1961,7 @@ typedef struct {
     sqlite3 *db;
 } conn_head;
 
-#define W_MAX_ROWS 64 /* SQLiteRecorder's _MAX_ROWS */
+#define W_MAX_ROWS 64 /* stores/sqlite/writes.py's _MAX_ROWS */
 
 typedef struct {
     PyObject_HEAD

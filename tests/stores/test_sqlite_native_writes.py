@@ -25,10 +25,10 @@ from ares_events.core.events import ExpectedVersion, prepare, utc_now_at
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, StoreClosed, StoreUnavailable
 from ares_events.stores.sqlite import SQLiteRecorder
-from ares_events.stores.sqlite import recorder as sqlite_recorder
+from ares_events.stores.sqlite import writes as sqlite_writes
 
 pytestmark = pytest.mark.skipif(
-    not sqlite_recorder.NATIVE_WRITES,
+    not sqlite_writes.NATIVE_WRITES,
     reason="needs the C extension (pip install -e . builds it) on CPython",
 )
 
@@ -67,11 +67,11 @@ def test_file_stores_write_natively_and_the_switches_turn_it_off(
     with ae.open_store("sqlite://") as mem:  # shared between threads under one lock
         mem.append("s", [_ev(0)])
         assert _rec(mem)._writer() is None
-    monkeypatch.setattr(sqlite_recorder, "NATIVE_WRITES", False)
+    monkeypatch.setattr(sqlite_writes, "NATIVE_WRITES", False)
     with ae.open_store(f"sqlite:///{tmp_path / 'off.db'}") as off:
         off.append("s", [_ev(0)])
         assert _rec(off)._writer() is None
-    code = "import ares_events.stores.sqlite.recorder as r; print(r.NATIVE_WRITES)"
+    code = "import ares_events.stores.sqlite.writes as w; print(w.NATIVE_WRITES)"
     env = {**os.environ, "ARES_EVENTS_NO_NATIVE": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

@@ -7,12 +7,10 @@ It may import the core, :mod:`ares_events.errors` and this package.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import random
 import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import quote
 
-from ares_events.chain import _native, genesis
 from ares_events.core.backend import (
     AppendOutcome,
     Batch,
@@ -30,11 +27,7 @@ from ares_events.core.backend import (
     check_tracking,
 )
 from ares_events.core.events import (
-    ANY,
-    NO_STREAM,
-    STREAM_EXISTS,
     ExpectedVersion,
-    PreparedEvent,
     RecordedEvent,
     check_expected_version,
     prefix_range,
@@ -53,6 +46,7 @@ from ares_events.errors import (
 )
 from ares_events.stores._migrations.sqlite import MIGRATIONS
 from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
+from ares_events.stores.sqlite import writes
 from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
 from ares_events.stores.sqlite.sql import (
@@ -82,7 +76,6 @@ from ares_events.stores.sqlite.sql import (
     UPSERT_META,
     UPSERT_SCHEMA_VERSION,
     UPSERT_TRACKING,
-    insert_events_values,
 )
 
 if TYPE_CHECKING:
@@ -101,50 +94,6 @@ _MAX_KEY: Final = 2**63 - 1
 
 
 _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
-
-
-# Rows per multi-row INSERT: a batch of up to 64 rows is one statement of exactly its
-# size (built once per size, then in sqlite3's statement cache); a larger one is cut into
-# 64-row statements and its rest. 64 rows bind 642 values, under SQLite's oldest default
-# limit (999).
-_MAX_ROWS: Final = 64
-
-
-_insert_sql = functools.cache(insert_events_values)
-
-
-def _insert_values(
-    c: sqlite3.Connection, stream_id: str, shared: list[Any], values: list[Any]
-) -> None:
-    uniform = len(shared) > 1  # type, module and metadata bound once (Batch.insert_params)
-    width = 4 if uniform else 10
-    n = len(values) // width
-    for start in range(0, n, _MAX_ROWS):
-        k = min(_MAX_ROWS, n - start)
-        bound = [stream_id, *shared]
-        if uniform:  # this statement's first position and version
-            bound[5] += start
-            bound[6] += start
-        c.execute(_insert_sql(k, uniform), bound + values[width * start : width * (start + k)])
-
-
-def _native_writes() -> bool:
-    """Whether appends to SQLite files run in one native call (``_native.SQLiteWriter``):
-    the C extension is built and on, this is CPython (the writer reads the handle at the
-    start of its ``sqlite3.Connection``), and the SQLite functions were found in the very
-    library Python's ``_sqlite3`` runs on."""
-    path = getattr(sys.modules.get("_sqlite3"), "__file__", None)
-    if _native is None or sys.implementation.name != "cpython" or not path:
-        return False
-    major, minor, patch = sqlite3.sqlite_version_info
-    return bool(_native.sqlite_setup(path, major * 1_000_000 + minor * 1000 + patch))
-
-
-NATIVE_WRITES: bool = _native_writes()
-"""Read at each connection's first append: tests switch it off to run the Python path."""
-
-# The C writer's code for an expected version (an int is itself).
-_EXPECT_CODE: Final = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -468,30 +417,16 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         return conn
 
     def _writer(self) -> Any:
-        """This thread's native writer, made at its first append: None for the Python
-        path (see :data:`NATIVE_WRITES`; an in-memory database is shared between threads
-        under ``_serial``, and a read-only store never writes)."""
+        """This thread's native writer, made at its first append; None: the Python path
+        (an in-memory database is shared between threads under ``_serial``)."""
         local = self._local
         try:
             return local.writer
         except AttributeError:
             pass
-        conn = self._conn()
         writer = None
-        if NATIVE_WRITES and not self._memory and not self.read_only:
-            writer = _native.SQLiteWriter(
-                conn,
-                "BEGIN IMMEDIATE",
-                SELECT_HEAD_AND_POSITION,
-                UPSERT_HEAD,
-                "COMMIT",
-                "ROLLBACK",
-                _insert_sql,
-                genesis,
-                PreparedEvent,
-                sqlite3.OperationalError,
-                sqlite3.DatabaseError,
-            )
+        if writes.NATIVE_WRITES and not self._memory and not self.read_only:
+            writer = writes.new_writer(self._conn())
             with self._conns_lock:
                 self._writers.append(writer)
         local.writer = writer
@@ -559,11 +494,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 writer = self._writer()
                 args = None if writer is None else batch.writer_args()
                 if args is not None:  # the whole append in one native call
-                    code = (
-                        expected_version
-                        if isinstance(expected_version, int)
-                        else _EXPECT_CODE[expected_version]
-                    )
+                    code = writes.expected_code(expected_version)
                     fast = writer.append(stream_id, args[0], code, batch.events, args[1])
                     if fast:
                         return AppendOutcome([], version=fast[0], position=fast[1])
@@ -612,7 +543,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         flat = batch.insert_params(head, pos)
         if flat is not None:
             shared, values, last_version, last_hash, pos = flat
-            _insert_values(c, stream_id, shared, values)
+            writes.insert_values(c, stream_id, shared, values)
         else:
             rows, last_version, last_hash, pos = batch.insert_rows(head, pos)
             c.executemany(INSERT_EVENT, rows)
