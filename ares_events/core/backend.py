@@ -156,15 +156,19 @@ class SealedEvent:
 class Batch:
     """Events to append to one stream, validated and encoded by the core."""
 
-    __slots__ = ("_key", "event_ids", "events", "stream_id")
+    __slots__ = ("_key", "events", "stream_id")
 
     def __init__(
         self, stream_id: str, events: Sequence[PreparedEvent], key: ChainKey | None
     ) -> None:
         self.stream_id = stream_id
         self.events = list(events)
-        self.event_ids = [e.event_id for e in self.events]
         self._key = key
+
+    @property
+    def event_ids(self) -> list[str]:
+        """The events' ids, in order (a SQLite append reads them only for a reused id)."""
+        return [e.event_id for e in self.events]
 
     def _after(self, head: Head | None) -> tuple[int, bytes]:
         if head is None or head.version == 0:

@@ -94,6 +94,8 @@ def events_arg(stream_id: str, events: Any) -> Sequence[NewEvent]:
     Raises:
         InvalidEvent: not a sequence, or empty.
     """
+    if type(events) is list and events:  # the usual call, before the ABC check
+        return events
     if isinstance(events, NewEvent):
         return [events]
     if not isinstance(events, Sequence) or isinstance(events, str | bytes):
