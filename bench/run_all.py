@@ -562,17 +562,16 @@ REASONS = {
     ),
     "sqlite_single": (
         "an fsync'd commit on both sides decides it (runs swing about 5% either way around "
-        "1.0x); without fsync (tmpfs, CPU) our five statements alone (BEGIN IMMEDIATE, the "
-        "head read, the insert into four B-trees, the head upsert, COMMIT) cost ~44 µs, "
-        "more than eventsourcing's whole append (~40 µs), and the library adds ~17 µs "
-        "(sealing ~5, validation and encoding ~3, the store's and recorder's glue ~9)"
+        "1.0x); the append's five statements (BEGIN IMMEDIATE, the head read, the insert "
+        "into four B-trees, the head upsert, COMMIT) run in one native call, and their "
+        "SQLite work is the format's"
     ),
     "sqlite_streams": (
-        "the library's CPU over SQLite's: without fsync (tmpfs) a 10-event append costs "
-        "eventsourcing ~101 µs of CPU and us ~132: SQLite running our five statements with "
-        "our rows ~77, the NewEvent objects ~7, validation, canonical JSON and digests ~10, "
-        "sealing into row values ~9, and the store's and recorder's glue ~29 (the recorder's "
-        "transaction ~9 and the store's checks ~14 measured apart): the glue is the gap"
+        "the run's noise (spreads of about 20% within a run): measured apart (2 x 1,000 "
+        "10-event appends, process CPU with the kernel's), an append costs us ~315 µs of "
+        "CPU and eventsourcing ~340-380, and ~465 µs of wall time against ~480-530; with the "
+        "append's statements in one native call, SQLite's work and the fsync'd commit are "
+        "what is left on both sides"
     ),
     "sqlite_replay": (
         "per event: reading the 12 columns a verifiable event needs instead of one ~0.9 µs "
