@@ -1961,7 +1961,7 @@ typedef struct {
     sqlite3 *db;
 } conn_head;
 
-#define W_MAX_ROWS 64 /* stores/sqlite/writes.py's _MAX_ROWS */
+#define W_MAX_ROWS 64 /* rows per INSERT (stores/sqlite/sql.py: 642 values, under 999) */
 
 typedef struct {
     PyObject_HEAD

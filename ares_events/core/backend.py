@@ -204,29 +204,6 @@ class Batch:
             return rows, version, last, position + len(self.events)
         return insert_rows_reference(self.stream_id, self.seal(head), position)
 
-    def insert_params(
-        self, head: Head | None, position: int
-    ) -> tuple[list[Any], list[Any], int, bytes, int] | None:
-        """:meth:`insert_rows` as values for a multi-row INSERT: ``(shared, values, last
-        version, last hash, last position)``. ``shared`` is ``[recorded_at]`` and
-        ``values`` ten a row ``(position, version, event_id, type, module, payload,
-        payload_ref, metadata, prev_hash, hash)``; or, when the events share type, module
-        and metadata, ``shared`` is ``[recorded_at, type, module, metadata, first
-        position, first version]`` and ``values`` four a row ``(event_id, payload,
-        prev_hash, hash)``. None when the C pass does not take the batch (then use
-        :meth:`insert_rows`); :func:`params_of_rows` is the reference.
-        """
-        c = self._c_rows(head, position, flat=True)
-        if c is None:
-            return None
-        (values, last, width), version = c
-        e = self.events[0]
-        n = len(self.events)
-        shared: list[Any] = [e.at]
-        if width == 4:
-            shared += (e.type, e.module, e.meta_json, position + 1, version - n + 1)
-        return shared, values, version, last, position + n
-
     def writer_args(self) -> tuple[bytes, bytes | None] | None:
         """What a native writer seals this batch with (``_native.SQLiteWriter.append``):
         ``(the stream id as JSON, the chain key's bytes or None)``; None when the C pass
@@ -239,7 +216,8 @@ class Batch:
     def _c_rows(
         self, head: Head | None, position: int, *, flat: bool
     ) -> tuple[tuple[Any, ...], int] | None:
-        """The C pass behind :meth:`insert_rows` and :meth:`insert_params`: ``(what
+        """The C pass behind :meth:`insert_rows` (``flat``: the values the native SQLite
+        writer binds, :func:`params_of_rows` their reference): ``(what
         ``_native.insert_rows`` returns, last version)``, or None when it does not take
         the batch."""
         if _native_insert_rows is None or type(self).seal is not Batch.seal:
@@ -266,8 +244,13 @@ class Batch:
 
 
 def params_of_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[Any], list[Any]]:
-    """The reference of :meth:`Batch.insert_params`' ``(shared, values)`` for ``rows``
-    (of :meth:`Batch.insert_rows`, which share one ``recorded_at``)."""
+    """The reference of the values a multi-row INSERT binds for ``rows`` (of
+    :meth:`Batch.insert_rows`, which share one ``recorded_at``): ``(shared, values)``.
+    ``shared`` is ``[recorded_at]`` and ``values`` ten a row ``(position, version,
+    event_id, type, module, payload, payload_ref, metadata, prev_hash, hash)``; or, when the
+    events share type, module and metadata, ``shared`` is ``[recorded_at, type, module,
+    metadata, first position, first version]`` and ``values`` four a row ``(event_id,
+    payload, prev_hash, hash)``. ``Batch._c_rows(..., flat=True)`` gives the values."""
     ats = {r[9] for r in rows}
     assert len(ats) == 1, "the rows do not share one recorded_at"
     r0 = rows[0]

@@ -427,7 +427,7 @@ def test_a_second_class_takes_the_c_init_over(native: ModuleType) -> None:
 @uses_c_pass
 @SETTINGS
 @BATCHES
-def test_insert_params_equal_the_reference_rows(
+def test_flat_values_equal_the_reference_rows(
     native: ModuleType,
     specs: list[dict[str, Any]],
     stream: str,
@@ -446,13 +446,16 @@ def test_insert_params_equal_the_reference_rows(
     rows, last_version, last_hash, last_pos = insert_rows_reference(
         stream, batch.seal(head), position
     )
-    got = batch.insert_params(head, position)
+    got = batch._c_rows(head, position, flat=True)  # what the native SQLite writer binds
     assert got is not None
-    assert got == (*params_of_rows(rows), last_version, last_hash, last_pos)
+    (values, last, width), version_after = got
+    shared, want = params_of_rows(rows)
+    assert (values, width) == (want, 4 if len(shared) > 1 else 10)
+    assert (version_after, last, position + len(rows)) == (last_version, last_hash, last_pos)
 
 
 @uses_c_pass
-def test_insert_params_decline_what_the_rows_path_takes() -> None:
+def test_flat_values_decline_what_the_rows_path_takes() -> None:
     """Two recorded_at values, a spilled payload or a watched seal: no flat values."""
     from ares_events.core.events import PayloadRef
 
@@ -472,10 +475,11 @@ def test_insert_params_decline_what_the_rows_path_takes() -> None:
         def seal(self, head: Head | None) -> list[SealedEvent]:
             return super().seal(head)
 
-    assert Batch("s", p, None).insert_params(None, 0) is not None
-    assert Batch("s", [p[0], other_at], None).insert_params(None, 0) is None
-    assert Batch("s", [p[0], spilled], None).insert_params(None, 0) is None
-    assert Watching("s", p, None).insert_params(None, 0) is None
+    assert Batch("s", p, None)._c_rows(None, 0, flat=True) is not None
+    assert Batch("s", [p[0], other_at], None)._c_rows(None, 0, flat=True) is None
+    assert Batch("s", [p[0], spilled], None)._c_rows(None, 0, flat=True) is None
+    assert Watching("s", p, None)._c_rows(None, 0, flat=True) is None
+    assert Watching("s", p, None).writer_args() is None  # nor the native SQLite writer
 
 
 @pytest.mark.parametrize("mixed", [False, True], ids=["shared", "mixed"])

@@ -1,8 +1,8 @@
-"""An append's statements, both ways: :func:`insert_values` runs the multi-row INSERT for
-``SQLiteRecorder._append_rows`` (the reference, and the path of anything unusual), and
-:func:`new_writer` gives a connection its ``_native.SQLiteWriter``, which runs the whole
-append in one native call on the connection's own sqlite3 handle (issue 33;
-docs/architecture.md, "Following a call down to its SQL").
+"""The SQLite append in one native call (issue 33): :func:`new_writer` gives a connection
+its ``_native.SQLiteWriter``, which runs ``SQLiteRecorder._append_rows``' statements on
+the connection's own sqlite3 handle, its rows in multi-row INSERTs of up to 64 rows
+(docs/architecture.md, "Following a call down to its SQL"). ``_append_rows`` stays the
+reference and the path of anything unusual.
 
 It may import the core, :mod:`ares_events.chain` and this package.
 """
@@ -22,34 +22,9 @@ from ares_events.stores.sqlite.sql import (
     insert_events_values,
 )
 
-__all__ = ["NATIVE_WRITES", "expected_code", "insert_sql", "insert_values", "new_writer"]
+__all__ = ["NATIVE_WRITES", "expected_code", "new_writer"]
 
-insert_sql = functools.cache(insert_events_values)
-"""The INSERT of ``k`` rows (built once per size; both paths use it)."""
-
-# Rows per multi-row INSERT: a batch of up to 64 rows is one statement of exactly its
-# size (built once per size, then in sqlite3's statement cache); a larger one is cut into
-# 64-row statements and its rest. 64 rows bind 642 values, under SQLite's oldest default
-# limit (999).
-_MAX_ROWS: Final = 64
-
-
-def insert_values(
-    c: sqlite3.Connection, stream_id: str, shared: list[Any], values: list[Any]
-) -> None:
-    """The rows of one stream (``Batch.insert_params``' ``shared`` and ``values``) in
-    statements of up to :data:`_MAX_ROWS` rows."""
-    uniform = len(shared) > 1  # type, module and metadata bound once (Batch.insert_params)
-    width = 4 if uniform else 10
-    n = len(values) // width
-    for start in range(0, n, _MAX_ROWS):
-        k = min(_MAX_ROWS, n - start)
-        bound = [stream_id, *shared]
-        if uniform:  # this statement's first position and version
-            bound[5] += start
-            bound[6] += start
-        rows = values[width * start : width * (start + k)]
-        c.execute(insert_sql(k, uniform), bound + rows)
+_insert_sql = functools.cache(insert_events_values)  # the INSERT of k rows, once a size
 
 
 def _native_writes() -> bool:
@@ -88,7 +63,7 @@ def new_writer(conn: sqlite3.Connection) -> Any:
         UPSERT_HEAD,
         "COMMIT",
         "ROLLBACK",
-        insert_sql,
+        _insert_sql,
         genesis,
         PreparedEvent,
         sqlite3.OperationalError,
