@@ -2079,8 +2079,10 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
         if ((rc & 0xff) == SQ_BUSY || (rc & 0xff) == SQ_LOCKED) Py_RETURN_FALSE;
         return w_raise(w, rc);
     }
+    /* From here every way out ends the transaction; a failure with no Python error set
+     * (a version that does not match, a reused id, a busy database, anything insert_rows
+     * does not take) hands the append back: None. */
     PyObject *prev = NULL, *rows = NULL, *ret = NULL;
-    int handback = 0;
     if (w_bind(w->head, 1, sid) || w_bind(w->head, 2, sid)) goto rollback;
     rc = w_step(w->head);
     if (rc != SQ_ROW) {
@@ -2097,29 +2099,17 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
         prev = PyObject_CallOneArg(w->genesis, sid);
     rc = SQ.reset(w->head);
     if (rc != SQ_OK) goto sqlite_error;
-    if (!prev) { /* a head without a 32-byte hash: the Python path decides */
-        handback = !PyErr_Occurred();
-        goto rollback;
-    }
+    if (!prev) goto rollback; /* a head without a 32-byte hash: the Python path decides */
     if (expected == -2 ? version != 0 : expected == -3 ? version == 0
-                                                       : expected >= 0 && version != expected) {
-        handback = 1;
+                                                       : expected >= 0 && version != expected)
         goto rollback;
-    }
-    if (!PyBytes_Check(prev) || PyBytes_GET_SIZE(prev) != AB3_OUT_LEN) {
-        handback = 1;
-        goto rollback;
-    }
+    if (!PyBytes_Check(prev) || PyBytes_GET_SIZE(prev) != AB3_OUT_LEN) goto rollback;
     PyObject *call = Py_BuildValue("(OOLOLOOOi)", sid, args[1], version, prev, pos, events,
                                    args[4], w->prep_cls, 1);
     if (!call) goto rollback;
     rows = insert_rows(NULL, call);
     Py_DECREF(call);
-    if (!rows) goto rollback;
-    if (rows == Py_None) {
-        handback = 1;
-        goto rollback;
-    }
+    if (!rows || rows == Py_None) goto rollback;
     PyObject *values = PyTuple_GET_ITEM(rows, 0), *last = PyTuple_GET_ITEM(rows, 1);
     int width = (int)PyLong_AsLong(PyTuple_GET_ITEM(rows, 2));
     int uniform = width == 4;
@@ -2167,10 +2157,7 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
         rc = w_run(*st);
         if (rc != SQ_OK) {
             Py_DECREF(e0);
-            if ((rc & 0xff) == SQ_CONSTRAINT) { /* a reused event id: the Python path */
-                handback = 1;
-                goto rollback;
-            }
+            if ((rc & 0xff) == SQ_CONSTRAINT) goto rollback; /* a reused event id */
             goto sqlite_error;
         }
     }
@@ -2187,17 +2174,14 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
     Py_DECREF(prev);
     return ret;
 sqlite_error:
-    if ((rc & 0xff) == SQ_BUSY || (rc & 0xff) == SQ_LOCKED) {
-        handback = 1;
-    } else {
+    if ((rc & 0xff) != SQ_BUSY && (rc & 0xff) != SQ_LOCKED)
         w_raise(w, rc); /* before the ROLLBACK replaces the message */
-    }
 rollback:
     if (!SQ.get_autocommit(w->db)) w_run(w->rollback);
     Py_XDECREF(rows);
     Py_XDECREF(prev);
-    if (handback && !PyErr_Occurred()) Py_RETURN_NONE;
-    return NULL;
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *w_close(Writer *w, PyObject *unused) {
