@@ -494,7 +494,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 writer = self._writer()
                 args = None if writer is None else batch.writer_args()
                 if args is not None:  # the whole append in one native call
-                    code = writes.expected_code(expected_version)
+                    exp = expected_version
+                    code = exp if isinstance(exp, int) else writes.EXPECT_CODE[exp]
                     fast = writer.append(stream_id, args[0], code, batch.events, args[1])
                     if fast:
                         return AppendOutcome([], version=fast[0], position=fast[1])

@@ -15,14 +15,14 @@ import sys
 from typing import Any, Final
 
 from ares_events.chain import _native, genesis
-from ares_events.core.events import ANY, NO_STREAM, STREAM_EXISTS, ExpectedVersion, PreparedEvent
+from ares_events.core.events import ANY, NO_STREAM, STREAM_EXISTS, PreparedEvent
 from ares_events.stores.sqlite.sql import (
     SELECT_HEAD_AND_POSITION,
     UPSERT_HEAD,
     insert_events_values,
 )
 
-__all__ = ["NATIVE_WRITES", "expected_code", "new_writer"]
+__all__ = ["EXPECT_CODE", "NATIVE_WRITES", "new_writer"]
 
 _insert_sql = functools.cache(insert_events_values)  # the INSERT of k rows, once a size
 
@@ -41,13 +41,8 @@ def _native_writes() -> bool:
 NATIVE_WRITES: bool = _native_writes()
 """Read at each connection's first append: tests switch it off to run the Python path."""
 
-_EXPECT_CODE: Final = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
-
-
-def expected_code(expected: ExpectedVersion) -> int:
-    """The writer's code for an expected version: the version itself, or -1 (any), -2 (no
-    stream), -3 (the stream exists)."""
-    return expected if isinstance(expected, int) else _EXPECT_CODE[expected]
+EXPECT_CODE: Final = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
+"""The writer's code for a symbolic expected version (an int is itself)."""
 
 
 def new_writer(conn: sqlite3.Connection) -> Any:
