@@ -32,10 +32,12 @@ def _native_writes() -> bool:
     (the writer reads the handle at the start of its ``sqlite3.Connection``), and the
     SQLite functions were found in the very library Python's ``_sqlite3`` runs on."""
     path = getattr(sys.modules.get("_sqlite3"), "__file__", None)
-    if _native is None or sys.implementation.name != "cpython" or not path:
+    # getattr: a module built before it had the writer has no sqlite_setup
+    setup = getattr(_native, "sqlite_setup", None)
+    if setup is None or sys.implementation.name != "cpython" or not path:
         return False
     major, minor, patch = sqlite3.sqlite_version_info
-    return bool(_native.sqlite_setup(path, major * 1_000_000 + minor * 1000 + patch))
+    return bool(setup(path, major * 1_000_000 + minor * 1000 + patch))
 
 
 NATIVE_WRITES: bool = _native_writes()
