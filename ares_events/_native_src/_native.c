@@ -1239,6 +1239,8 @@ static PyObject *scan(PyObject *self, PyObject *x) {
     return PyBool_FromLong(r);
 }
 
+static PyObject *sqlite_setup(PyObject *self, PyObject *args); /* below, with the writer */
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O,
      "scan(value, /)\n--\n\n"
@@ -1280,6 +1282,10 @@ static PyMethodDef methods[] = {
      "install_init(cls, names, defaults, factories, missing, /)\n--\n\n"
      "Give a frozen, slotted, keyword-only dataclass (NewEvent) a C __init__ with the\n"
      "same fields, defaults and errors as its generated one."},
+    {"sqlite_setup", sqlite_setup, METH_VARARGS,
+     "sqlite_setup(path, version_number, /)\n--\n\n"
+     "Find the SQLite functions in the library the module at path (_sqlite3) runs on;\n"
+     "True when SQLiteWriter can be used."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
@@ -1961,21 +1967,22 @@ typedef struct {
     sqlite3 *db;
 } conn_head;
 
+enum { W_BEGIN, W_HEAD, W_UPSERT, W_COMMIT, W_ROLLBACK, W_FIXED };
+
 #define W_MAX_ROWS 64 /* rows per INSERT (stores/sqlite/sql.py: 642 values, under 999) */
 
 typedef struct {
     PyObject_HEAD
     PyObject *conn, *insert_sql, *genesis, *op_error, *db_error, *prep_cls;
     sqlite3 *db;
-    sqlite3_stmt *begin, *head, *upsert, *commit, *rollback;
+    sqlite3_stmt *st[W_FIXED]; /* prepared once, in this order (SQLiteWriter's arguments) */
     sqlite3_stmt *ins[2][W_MAX_ROWS + 1];
 } Writer;
 
 static void w_finalize_all(Writer *w) {
-    sqlite3_stmt **fixed[] = {&w->begin, &w->head, &w->upsert, &w->commit, &w->rollback};
-    for (size_t i = 0; i < 5; i++) {
-        if (*fixed[i]) SQ.finalize(*fixed[i]);
-        *fixed[i] = NULL;
+    for (int i = 0; i < W_FIXED; i++) {
+        if (w->st[i]) SQ.finalize(w->st[i]);
+        w->st[i] = NULL;
     }
     for (int u = 0; u < 2; u++)
         for (int k = 0; k <= W_MAX_ROWS; k++) {
@@ -2074,7 +2081,7 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
     long long expected = PyLong_AsLongLong(args[2]);
     if (expected == -1 && PyErr_Occurred()) return NULL;
     if (!SQ_READY || ((conn_head *)w->conn)->db != w->db || !w->db) Py_RETURN_NONE;
-    int rc = w_run(w->begin);
+    int rc = w_run(w->st[W_BEGIN]);
     if (rc != SQ_OK) {
         if ((rc & 0xff) == SQ_BUSY || (rc & 0xff) == SQ_LOCKED) Py_RETURN_FALSE;
         return w_raise(w, rc);
@@ -2083,21 +2090,21 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
      * (a version that does not match, a reused id, a busy database, anything insert_rows
      * does not take) hands the append back: None. */
     PyObject *prev = NULL, *rows = NULL, *ret = NULL;
-    if (w_bind(w->head, 1, sid) || w_bind(w->head, 2, sid)) goto rollback;
-    rc = w_step(w->head);
+    if (w_bind(w->st[W_HEAD], 1, sid) || w_bind(w->st[W_HEAD], 2, sid)) goto rollback;
+    rc = w_step(w->st[W_HEAD]);
     if (rc != SQ_ROW) {
-        SQ.reset(w->head);
+        SQ.reset(w->st[W_HEAD]);
         goto sqlite_error;
     }
-    long long version = SQ.column_int64(w->head, 0); /* NULL reads as 0: no stream */
-    long long pos = SQ.column_int64(w->head, 2);
-    if (version && SQ.column_type(w->head, 1) == SQ_BLOB &&
-        SQ.column_bytes(w->head, 1) == AB3_OUT_LEN)
-        prev = PyBytes_FromStringAndSize(SQ.column_blob(w->head, 1),
-                                         SQ.column_bytes(w->head, 1));
+    long long version = SQ.column_int64(w->st[W_HEAD], 0); /* NULL reads as 0: no stream */
+    long long pos = SQ.column_int64(w->st[W_HEAD], 2);
+    if (version && SQ.column_type(w->st[W_HEAD], 1) == SQ_BLOB &&
+        SQ.column_bytes(w->st[W_HEAD], 1) == AB3_OUT_LEN)
+        prev = PyBytes_FromStringAndSize(SQ.column_blob(w->st[W_HEAD], 1),
+                                         SQ.column_bytes(w->st[W_HEAD], 1));
     else if (!version)
         prev = PyObject_CallOneArg(w->genesis, sid);
-    rc = SQ.reset(w->head);
+    rc = SQ.reset(w->st[W_HEAD]);
     if (rc != SQ_OK) goto sqlite_error;
     if (!prev) goto rollback; /* a head without a 32-byte hash: the Python path decides */
     if (expected == -2 ? version != 0 : expected == -3 ? version == 0
@@ -2162,12 +2169,12 @@ static PyObject *w_append(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
     Py_DECREF(e0);
-    if (w_bind(w->upsert, 1, sid) || SQ.bind_int64(w->upsert, 2, version + n) ||
-        w_bind(w->upsert, 3, last))
+    if (w_bind(w->st[W_UPSERT], 1, sid) || SQ.bind_int64(w->st[W_UPSERT], 2, version + n) ||
+        w_bind(w->st[W_UPSERT], 3, last))
         goto rollback;
-    rc = w_run(w->upsert);
+    rc = w_run(w->st[W_UPSERT]);
     if (rc != SQ_OK) goto sqlite_error;
-    rc = w_run(w->commit);
+    rc = w_run(w->st[W_COMMIT]);
     if (rc != SQ_OK) goto sqlite_error;
     ret = Py_BuildValue("(LL)", version + n, pos + n);
     Py_DECREF(rows);
@@ -2177,7 +2184,7 @@ sqlite_error:
     if ((rc & 0xff) != SQ_BUSY && (rc & 0xff) != SQ_LOCKED)
         w_raise(w, rc); /* before the ROLLBACK replaces the message */
 rollback:
-    if (!SQ.get_autocommit(w->db)) w_run(w->rollback);
+    if (!SQ.get_autocommit(w->db)) w_run(w->st[W_ROLLBACK]);
     Py_XDECREF(rows);
     Py_XDECREF(prev);
     if (PyErr_Occurred()) return NULL;
@@ -2214,7 +2221,7 @@ static PyTypeObject WriterType = {
 };
 
 static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *conn, *sql[5], *insert_sql, *genesis, *prep_cls, *op_error, *db_error;
+    PyObject *conn, *sql[W_FIXED], *insert_sql, *genesis, *prep_cls, *op_error, *db_error;
     if (kwds && PyDict_GET_SIZE(kwds)) {
         PyErr_SetString(PyExc_TypeError, "SQLiteWriter takes no keyword arguments");
         return NULL;
@@ -2237,9 +2244,8 @@ static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     w->op_error = Py_NewRef(op_error);
     w->db_error = Py_NewRef(db_error);
     w->db = ((conn_head *)conn)->db;
-    sqlite3_stmt **fixed[] = {&w->begin, &w->head, &w->upsert, &w->commit, &w->rollback};
-    for (int i = 0; i < 5; i++) {
-        int rc = w->db ? w_prepare(w, fixed[i], sql[i]) : -1;
+    for (int i = 0; i < W_FIXED; i++) {
+        int rc = w->db ? w_prepare(w, &w->st[i], sql[i]) : -1;
         if (rc != SQ_OK) {
             if (rc > 0) w_raise(w, rc);
             else if (!PyErr_Occurred())
@@ -2252,16 +2258,7 @@ static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 #endif
 
-static PyMethodDef writer_methods[] = {
-    {"sqlite_setup", sqlite_setup, METH_VARARGS,
-     "sqlite_setup(path, version_number, /)\n--\n\n"
-     "Find the SQLite functions in the library the module at path (_sqlite3) runs on;\n"
-     "True when SQLiteWriter can be used."},
-    {NULL, NULL, 0, NULL},
-};
-
 static int add_writer(PyObject *mod) {
-    if (PyModule_AddFunctions(mod, writer_methods) < 0) return -1;
 #if !defined(_WIN32)
     if (PyType_Ready(&WriterType) < 0) return -1;
     Py_INCREF(&WriterType);

@@ -220,7 +220,8 @@ class Batch:
         writer binds, :func:`params_of_rows` their reference): ``(what
         ``_native.insert_rows`` returns, last version)``, or None when it does not take
         the batch."""
-        if _native_insert_rows is None or type(self).seal is not Batch.seal:
+        args = self.writer_args()
+        if args is None:
             return None
         stream_id = self.stream_id
         version, prev = self._after(head)
@@ -235,8 +236,7 @@ class Batch:
             and len(prev) == 32
         ):
             return None
-        st = _NAME_CACHE.get(stream_id) or _cache_name(stream_id)
-        k = None if self._key is None else self._key.key
+        st, k = args
         done = _native_insert_rows(
             stream_id, st, version, prev, position, self.events, k, PreparedEvent, flat
         )
