@@ -1240,6 +1240,7 @@ static PyObject *scan(PyObject *self, PyObject *x) {
 }
 
 static PyObject *sqlite_setup(PyObject *self, PyObject *args); /* below, with the writer */
+static PyObject *sqlite_handle_check(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O,
@@ -1286,6 +1287,10 @@ static PyMethodDef methods[] = {
      "sqlite_setup(path, version_number, /)\n--\n\n"
      "Find the SQLite functions in the library the module at path (_sqlite3) runs on;\n"
      "True when SQLiteWriter can be used."},
+    {"sqlite_handle_check", sqlite_handle_check, METH_VARARGS,
+     "sqlite_handle_check(connect, connection_type, /)\n--\n\n"
+     "True when a connection_type made by connect(':memory:') starts with the sqlite3\n"
+     "handle SQLite opened for it (checked, never assumed); SQLiteWriter needs it."},
     {"blake3_hash", (PyCFunction)(void (*)(void))blake3_hash, METH_VARARGS | METH_KEYWORDS,
      "blake3_hash(data, key=None)\n--\n\n"
      "The 32-byte BLAKE3 hash of data (keyed_hash mode with a 32-byte key)."},
@@ -1889,6 +1894,11 @@ static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
     (void)args;
     Py_RETURN_FALSE; /* no dlsym: the Python path */
 }
+static PyObject *sqlite_handle_check(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    Py_RETURN_FALSE;
+}
 #else
 #include <dlfcn.h>
 
@@ -1922,6 +1932,8 @@ static struct {
     int (*extended_errcode)(sqlite3 *);
     int (*get_autocommit)(sqlite3 *);
     int (*libversion_number)(void);
+    int (*auto_extension)(void (*)(void));
+    int (*cancel_auto_extension)(void (*)(void));
 } SQ;
 static int SQ_READY;
 
@@ -1943,7 +1955,7 @@ static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
         "sqlite3_bind_blob",    "sqlite3_bind_null",    "sqlite3_column_type",
         "sqlite3_column_int64", "sqlite3_column_blob",  "sqlite3_column_bytes",
         "sqlite3_errmsg",       "sqlite3_extended_errcode", "sqlite3_get_autocommit",
-        "sqlite3_libversion_number",
+        "sqlite3_libversion_number", "sqlite3_auto_extension", "sqlite3_cancel_auto_extension",
     };
     void **slots = (void **)&SQ;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -1961,11 +1973,64 @@ static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-/* CPython's pysqlite_Connection starts with its sqlite3 handle (NULL once closed). */
+/* CPython's pysqlite_Connection starts with its sqlite3 handle (NULL once closed): true of
+ * every CPython this was written against, and checked on the running one before a writer
+ * is made (sqlite_handle_check), since the struct is private to _sqlite3. */
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
 } conn_head;
+
+static PyObject *CONN_TYPE; /* the Connection type whose layout was checked, or NULL */
+
+/* Handles SQLite opens while sqlite_handle_check's probe is opened (another thread may open
+ * one at the same moment: it lands here too, which does no harm). */
+#define AX_MAX 16
+static sqlite3 *AX_SEEN[AX_MAX];
+static int AX_N;
+
+static int ax_entry(sqlite3 *db, char **err, const void *api) {
+    (void)err;
+    (void)api;
+    int i = __atomic_fetch_add(&AX_N, 1, __ATOMIC_SEQ_CST);
+    if (i < AX_MAX) __atomic_store_n(&AX_SEEN[i], db, __ATOMIC_SEQ_CST);
+    return SQ_OK;
+}
+
+/* sqlite_handle_check(connect, connection_type): open a probe with connect(":memory:") while
+ * an auto-extension notes every handle SQLite opens; True when the probe is a
+ * connection_type and what sits where conn_head puts the handle is one of those. So the
+ * writer never reads a handle from a layout it has not seen hold one. */
+static PyObject *sqlite_handle_check(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *connect, *type;
+    if (!PyArg_ParseTuple(args, "OO!:sqlite_handle_check", &connect, &PyType_Type, &type))
+        return NULL;
+    if (SQ_READY <= 0) Py_RETURN_FALSE;
+    __atomic_store_n(&AX_N, 0, __ATOMIC_SEQ_CST);
+    if (SQ.auto_extension((void (*)(void))ax_entry) != SQ_OK) Py_RETURN_FALSE;
+    PyObject *probe = PyObject_CallFunction(connect, "s", ":memory:");
+    SQ.cancel_auto_extension((void (*)(void))ax_entry);
+    if (!probe) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    int ok = PyObject_TypeCheck(probe, (PyTypeObject *)type) &&
+             Py_TYPE(probe)->tp_basicsize >= (Py_ssize_t)sizeof(conn_head);
+    if (ok) {
+        sqlite3 *db = ((conn_head *)probe)->db;
+        int n = __atomic_load_n(&AX_N, __ATOMIC_SEQ_CST);
+        ok = 0;
+        for (int i = 0; i < n && i < AX_MAX && db; i++)
+            if (__atomic_load_n(&AX_SEEN[i], __ATOMIC_SEQ_CST) == db) ok = 1;
+    }
+    PyObject *r = PyObject_CallMethod(probe, "close", NULL);
+    if (r) Py_DECREF(r);
+    else PyErr_Clear();
+    Py_DECREF(probe);
+    if (ok && !CONN_TYPE) CONN_TYPE = Py_NewRef(type);
+    return PyBool_FromLong(ok && CONN_TYPE == type);
+}
 
 enum { W_BEGIN, W_HEAD, W_UPSERT, W_COMMIT, W_ROLLBACK, W_FIXED };
 
@@ -2230,8 +2295,14 @@ static PyObject *w_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                           &sql[3], &sql[4], &insert_sql, &genesis, &prep_cls, &op_error,
                           &db_error))
         return NULL;
-    if (SQ_READY <= 0) {
-        PyErr_SetString(PyExc_RuntimeError, "sqlite_setup() did not succeed");
+    if (SQ_READY <= 0 || !CONN_TYPE) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "sqlite_setup() and sqlite_handle_check() did not succeed");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(conn, (PyTypeObject *)CONN_TYPE)) {
+        PyErr_Format(PyExc_TypeError, "SQLiteWriter needs a %.100s, not a %.100s",
+                     ((PyTypeObject *)CONN_TYPE)->tp_name, Py_TYPE(conn)->tp_name);
         return NULL;
     }
     if (bind_prepared(prep_cls) < 0) return NULL;

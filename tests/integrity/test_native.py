@@ -96,6 +96,47 @@ def test_the_native_verifier_is_built_and_in_use() -> None:
     assert verifier._native is not None
 
 
+def test_the_sqlite_writer_is_in_use_on_cpython() -> None:
+    """SQLite appends take the native writer on CPython with the extension (its own tests
+    skip without it, so this one says when it is missing)."""
+    from ares_events.stores.sqlite import writes
+
+    if NO_NATIVE or sys.implementation.name != "cpython":
+        assert not writes.NATIVE_WRITES
+        return
+    assert _import_native() is not None, BUILD_HINT
+    assert writes.NATIVE_WRITES
+
+
+def test_the_writer_reads_a_handle_only_where_it_saw_one(native: ModuleType) -> None:
+    """The writer takes a connection's sqlite3 handle from a private struct, so the check
+    opens a probe and compares: a connection opened before the check, a probe that is not
+    a Connection and a factory that fails are refused; a writer refuses anything but a
+    Connection."""
+    import sqlite3
+
+    check = native.sqlite_handle_check
+    before = sqlite3.connect(":memory:")
+
+    def fails(_: str) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("no")
+
+    class Sub(sqlite3.Connection):
+        pass
+
+    try:
+        assert check(lambda _: before, sqlite3.Connection) is False
+        assert check(lambda _: object(), sqlite3.Connection) is False
+        assert check(fails, sqlite3.Connection) is False
+        assert check(sqlite3.connect, sqlite3.Connection) is True
+        assert check(Sub, sqlite3.Connection) is True
+        assert check(sqlite3.connect, Sub) is False  # not the type checked first
+    finally:
+        before.close()
+    with pytest.raises(TypeError, match=r"needs a sqlite3\.Connection"):
+        native.SQLiteWriter(object(), *["SELECT 1"] * 5, *[None] * 5)
+
+
 @pytest.mark.parametrize(("value", "off"), [("1", True), ("0", False), ("", False)])
 def test_the_environment_switch(value: str, off: bool) -> None:
     env = {**os.environ, chain.NO_NATIVE_ENV: value}

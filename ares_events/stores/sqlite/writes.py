@@ -28,16 +28,21 @@ _insert_sql = functools.cache(insert_events_values)  # the INSERT of k rows, onc
 
 
 def _native_writes() -> bool:
-    """Whether the writer can run here: the C extension is built and on, this is CPython
-    (the writer reads the handle at the start of its ``sqlite3.Connection``), and the
-    SQLite functions were found in the very library Python's ``_sqlite3`` runs on."""
+    """Whether the writer can run here: the C extension is built and on, this is CPython,
+    the SQLite functions were found in the very library Python's ``_sqlite3`` runs on, and
+    a ``sqlite3.Connection`` of this interpreter was seen to start with the handle SQLite
+    opened for it (the writer reads it there; the struct is private to CPython, so a
+    release that moves it leaves appends on the Python path instead of misreading it)."""
     path = getattr(sys.modules.get("_sqlite3"), "__file__", None)
-    # getattr: a module built before it had the writer has no sqlite_setup
+    # getattr: a module built before it had the writer has neither function
     setup = getattr(_native, "sqlite_setup", None)
-    if setup is None or sys.implementation.name != "cpython" or not path:
+    check = getattr(_native, "sqlite_handle_check", None)
+    if setup is None or check is None or sys.implementation.name != "cpython" or not path:
         return False
     major, minor, patch = sqlite3.sqlite_version_info
-    return bool(setup(path, major * 1_000_000 + minor * 1000 + patch))
+    if not setup(path, major * 1_000_000 + minor * 1000 + patch):
+        return False
+    return bool(check(sqlite3.connect, sqlite3.Connection))
 
 
 NATIVE_WRITES: bool = _native_writes()
