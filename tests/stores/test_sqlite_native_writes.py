@@ -79,6 +79,39 @@ def test_file_stores_write_natively_and_the_switches_turn_it_off(
     assert out.stdout.strip() == "False"
 
 
+class _Proxy:
+    """What an instrumented ``sqlite3.connect`` (OpenTelemetry's, wrapt's ObjectProxy)
+    returns: it forwards every call and claims the Connection class."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        object.__setattr__(self, "_conn", conn)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return sqlite3.Connection
+
+
+def test_an_instrumented_connection_takes_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy from a patched ``sqlite3.connect`` passes ``isinstance`` but holds no
+    handle: appends go through it on the Python path and are read back whole."""
+    real = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **kw: _Proxy(real(*a, **kw)))
+    with ae.open_store(f"sqlite:///{tmp_path / 'events.db'}") as s:
+        assert isinstance(_rec(s)._conn(), sqlite3.Connection)
+        s.append("s", [_ev(0), _ev(1)])
+        s.append("s", [_ev(2)], expected_version=2)
+        assert _rec(s)._writer() is None
+        assert [e.payload["n"] for e in s.read("s")] == [0, 1, 2]
+        assert ae.integrity.verify_stream(s, "s").ok
+    with contextlib.closing(real(":memory:")) as conn, pytest.raises(TypeError, match="needs a"):
+        sqlite_writes.new_writer(_Proxy(conn))  # type: ignore[arg-type]
+
+
 # One step of a history: (stream index, expected version code, events' shapes).
 _event = st.tuples(
     st.sampled_from(["t", "u"]),  # type: equal types share their values in one statement
