@@ -129,7 +129,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         *,
         synchronous: str = "full",
         busy_timeout: float = 30.0,
-        page_size: int = 2000,
+        page_size: int = 256,
         migrate: bool = True,
         create: bool = True,
         read_only: bool = False,
