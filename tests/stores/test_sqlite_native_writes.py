@@ -110,6 +110,14 @@ def test_an_instrumented_connection_takes_the_python_path(
         assert ae.integrity.verify_stream(s, "s").ok
     with contextlib.closing(real(":memory:")) as conn, pytest.raises(TypeError, match="needs a"):
         sqlite_writes.new_writer(_Proxy(conn))  # type: ignore[arg-type]
+    # Instrumented before the import: the check opens its probe from the class itself.
+    code = (
+        "import sqlite3; real = sqlite3.connect\n"
+        "sqlite3.connect = lambda *a, **kw: (_ for _ in ()).throw(AssertionError('used'))\n"
+        "import ares_events.stores.sqlite.writes as w; print(w.NATIVE_WRITES)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
 
 
 # One step of a history: (stream index, expected version code, events' shapes).

@@ -42,7 +42,8 @@ def _native_writes() -> bool:
     major, minor, patch = sqlite3.sqlite_version_info
     if not setup(path, major * 1_000_000 + minor * 1000 + patch):
         return False
-    return bool(check(sqlite3.connect, sqlite3.Connection))
+    # The class, not sqlite3.connect, which instrumentation may have wrapped by now.
+    return bool(check(sqlite3.Connection, sqlite3.Connection))
 
 
 NATIVE_WRITES: bool = _native_writes()
