@@ -112,7 +112,7 @@ def test_an_instrumented_connection_takes_the_python_path(
         sqlite_writes.new_writer(_Proxy(conn))  # type: ignore[arg-type]
     # Instrumented before the import: the check opens its probe from the class itself.
     code = (
-        "import sqlite3; real = sqlite3.connect\n"
+        "import sqlite3\n"
         "sqlite3.connect = lambda *a, **kw: (_ for _ in ()).throw(AssertionError('used'))\n"
         "import ares_events.stores.sqlite.writes as w; print(w.NATIVE_WRITES)"
     )
