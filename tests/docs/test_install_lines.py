@@ -165,7 +165,9 @@ def venvs(
         ]
         cmd = [sys.executable, "-m", "pip", "--python", path / "bin" / "python", "install"]
         proc = subprocess.Popen(
-            [*map(str, cmd), "-q", "--disable-pip-version-check", *specs],
+            # --no-compile: bytecode for every installed module is most of an install's
+            # CPU; the example compiles only what it imports.
+            [*map(str, cmd), "-q", "--disable-pip-version-check", "--no-compile", *specs],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
