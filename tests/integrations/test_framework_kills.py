@@ -7,38 +7,41 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import ares_events as ae
 from ares_events.agents.journal import Journal
+from tests.fixtures.zygote import Zygote
 
-ROOT = Path(__file__).resolve().parents[2]
 POINTS = ["model1-paid", "tool1-before", "tool1-after", "tool2-after", "model2-before"]
+PRELOAD = [  # what the child imports, so that each forked child starts with it imported
+    "ares_events.integrations.pydantic_ai",
+    "pydantic_ai.models.function",
+    "ares_events.integrations.google_adk_journal",
+    "google.adk.agents",
+    "google.adk.models.llm_response",
+    "ares_events.integrations.openai_agents_journal",
+    "agents.testing",
+]
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def _child(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> int:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.children.framework_kill_child",
-            adapter,
-            url,
-            run_id,
-            str(ledger),
-            kill_at,
-        ],
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        capture_output=True,
-        text=True,
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """The children fork from a process that imported the three frameworks once."""
+    z = Zygote(PRELOAD, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    yield z
+    z.close()
+
+
+def _child(zygote: Zygote, adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> int:
+    proc = zygote.run(
+        "tests.children.framework_kill_child",
+        [adapter, url, run_id, str(ledger), kill_at],
         timeout=240,
     )
     if proc.returncode not in (0, -signal.SIGKILL):
@@ -51,7 +54,7 @@ def _child(adapter: str, url: str, run_id: str, ledger: Path, kill_at: str) -> i
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents", "google-adk"])
 def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
-    adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest, zygote: Zygote
 ) -> None:
     url = (
         f"sqlite:///{tmp_path}/kill.db"
@@ -61,8 +64,8 @@ def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
     for point in POINTS:
         run_id = f"ship-{point}-{uuid.uuid4().hex[:6]}"
         ledger = tmp_path / f"{run_id}.ledger"
-        assert _child(adapter, url, run_id, ledger, point) == -signal.SIGKILL, point
-        assert _child(adapter, url, run_id, ledger, "none") == 0, point
+        assert _child(zygote, adapter, url, run_id, ledger, point) == -signal.SIGKILL, point
+        assert _child(zygote, adapter, url, run_id, ledger, "none") == 0, point
         lines = ledger.read_text().splitlines()
         paid = [ln for ln in lines if ln.startswith("paid")]
         effects = [ln for ln in lines if ln.startswith("effect")]
@@ -77,6 +80,18 @@ def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
             assert info.status == "completed", point
             assert ae.integrity.verify_stream(store, run_id).ok
         # A third process replays the whole run from the log: nothing paid, nothing shipped.
-        assert _child(adapter, url, run_id, ledger, "none") == 0
+        assert _child(zygote, adapter, url, run_id, ledger, "none") == 0
         again = ledger.read_text().splitlines()
         assert again[len(lines) :] == ["output shipped both"], (point, again)
+
+
+@pytest.mark.slow
+def test_the_zygote_reports_what_subprocess_would(zygote: Zygote, tmp_path: Path) -> None:
+    """A child that fails exits 1 with its traceback on stderr; one killed reports -9: the
+    matrix above cannot pass on a helper that loses a child's outcome."""
+    failed = zygote.run("tests.children.framework_kill_child", [], timeout=60)
+    assert failed.returncode == 1 and "IndexError" in failed.stderr
+    ledger = tmp_path / "ledger"
+    url = f"sqlite:///{tmp_path}/z.db"
+    assert _child(zygote, "pydantic-ai", url, "z-run", ledger, "model1-paid") == -signal.SIGKILL
+    assert ledger.read_text() == "paid 1\n"
