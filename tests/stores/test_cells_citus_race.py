@@ -212,11 +212,12 @@ def _check_projection(tail: Tail) -> None:
         assert read_model(tail.store, proj, sid) == state, sid
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def citus_durable() -> Iterator[str]:
-    """A Citus cluster of this module's own (coordinator + 2 workers) with ``fsync = on``,
+    """A Citus cluster of this test's own (coordinator + 2 workers) with ``fsync = on``,
     as in production: a commit then takes a real flush, which widens every window between
-    the coordinator's commit and a worker's (the session cluster runs without fsync)."""
+    the coordinator's commit and a worker's (the session cluster runs without fsync). One
+    per test: a worker restarted or a cell moved by one test is not the next one's start."""
     with cell_servers.citus_cluster(2) as (_url, ports):
         for p in ports:
             with psycopg.connect(
