@@ -27,8 +27,10 @@ def test_a_group_runs_in_one_process(tmp_path: Path) -> None:
         "        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"]
-        + ["--dist", "loadgroup", "--rootdir", str(tmp_path), "test_grouped.py"],
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"),
+            *("--dist", "loadgroup", "--rootdir", str(tmp_path), "test_grouped.py"),
+        ],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
