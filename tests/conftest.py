@@ -23,7 +23,11 @@ settings.register_profile("quick", max_examples=examples(100))
 if QUICK:
     settings.load_profile("quick")
 
-pytest_plugins = ["tests.fixtures.fix_backends", "tests.fixtures.fix_cells"]
+pytest_plugins = [
+    "tests.fixtures.fix_backends",
+    "tests.fixtures.fix_cells",
+    "tests.fixtures.xdist_groups",
+]
 
 _NEEDS = {
     "citus_ports": "citus",
@@ -39,8 +43,7 @@ _NEEDS = {
 _LONG = ("slow", "citus", "browser")
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, see _group_suffixes
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         for fixture, mark in _NEEDS.items():
@@ -58,32 +61,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # (and the Citus and browser groups, each a queue on one process) start at once and
     # overlap with the rest instead of running alone at the end of the run.
     items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in _LONG))
-    _group_suffixes(config, items)
-
-
-def _group_suffixes(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give each grouped test the ``@group`` node-id suffix ``--dist loadgroup`` groups by.
-
-    pytest-xdist 3.8 writes it to ``item._nodeid``, which pytest 9.2 no longer reads (its
-    node ids are structured; pytest-xdist issue 1386): the groups were silently off and each
-    process started its own Citus cluster, browser and six install-line venvs. Written here
-    through the structured id where there is one; a suffix already there is kept.
-    """
-    if getattr(config.option, "loadgroup", False) is not True:  # set in xdist's processes
-        return
-    for item in items:
-        names = sorted(
-            {
-                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                for m in item.iter_markers("xdist_group")
-            }
-        )
-        suffix = f"@{'_'.join(names)}"
-        if not names or item.nodeid.endswith(suffix):
-            continue
-        try:
-            from _pytest.nodeid import NodeId
-        except ImportError:  # pytest before 9.2: the string is the id
-            item._nodeid = item.nodeid + suffix  # type: ignore[attr-defined]
-        else:
-            item._id = NodeId.parse(item.nodeid + suffix)

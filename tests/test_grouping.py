@@ -1,5 +1,5 @@
 """The suite's ``xdist_group`` marks hold under ``scripts/test``'s ``--dist loadgroup``:
-every test of a group runs in one process (see ``tests/conftest.py``, _group_suffixes)."""
+every test of a group runs in one process (``tests/fixtures/xdist_groups.py``)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_group_runs_in_one_process(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(
-        "import pytest\n"
-        "from tests.conftest import _group_suffixes\n\n"
-        "@pytest.hookimpl(trylast=True)\n"
-        "def pytest_collection_modifyitems(config, items):\n"
-        "    _group_suffixes(config, items)\n"
-    )
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.fixtures.xdist_groups"]\n')
     (tmp_path / "test_grouped.py").write_text(
         "import os, pytest\n\n"
         "@pytest.mark.xdist_group('one')\n"
