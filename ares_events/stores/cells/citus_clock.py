@@ -78,6 +78,8 @@ class CitusClock(ServerClock):
         (sql.Composed([sql.SQL(COORDINATOR_XID)]), None, "one"),
     )
     bound: ClassVar[sql.Composed | None] = sql.Composed([sql.SQL(COORDINATOR_BOUND)])
+    lost: ClassVar[tuple[str, ...]] = WORKER_LOST
+    """A read-model transaction or a read that loses a worker fails as an append does."""
 
     def __init__(self, q: Statements) -> None:
         super().__init__(q)

@@ -68,6 +68,9 @@ class ServerClock:
     """Added to the locked path's first round trip; :meth:`xid` reads their results."""
     bound: ClassVar[sql.Composed | None] = None
     """A statement whose one value bounds the next read (None: reads bound themselves)."""
+    lost: ClassVar[tuple[str, ...]] = ()
+    """Messages that mean a node of the store was lost, whatever the error's class: every
+    operation's error, not only an append's, is then StoreUnavailable."""
 
     def __init__(self, q: Statements) -> None:
         self.q = q

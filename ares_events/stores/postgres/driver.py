@@ -65,14 +65,17 @@ class DriverErrors:
     """Map driver and pool errors to ares_events errors (always ``from exc``), as a
     context manager (a class: every operation enters two, and a generator-based one
     costs several times more). ``timeout_label`` is called only on a pool timeout;
-    ``secret`` is scrubbed from driver messages.
+    ``secret`` is scrubbed from driver messages; an error whose text holds one of ``lost``
+    is a lost node however the server classed it (Citus relays a worker's loss as an
+    internal error).
 
     Raises:
-        StoreUnavailable: pool exhausted, statement cancelled, connection or server lost.
+        StoreUnavailable: pool exhausted, statement cancelled, connection, server or
+            node lost.
         StoreError: the pool is closed, or any other database error.
     """
 
-    __slots__ = ("description", "secret", "statement_timeout", "timeout_label", "what")
+    __slots__ = ("description", "lost", "secret", "statement_timeout", "timeout_label", "what")
 
     def __init__(
         self,
@@ -82,8 +85,10 @@ class DriverErrors:
         statement_timeout: int | None,
         timeout_label: Callable[[], str],
         secret: str | None,
+        lost: tuple[str, ...] = (),
     ) -> None:
         self.what = what
+        self.lost = lost
         self.description = description
         self.statement_timeout = statement_timeout
         self.timeout_label = timeout_label
@@ -115,9 +120,12 @@ class DriverErrors:
                 f"{what} in {description} was cancelled by the server ({limit} "
                 f"exceeded, or cancelled by an administrator){nothing}"
             ) from exc
-        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        text = str(exc).strip()
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or any(
+            m in text for m in self.lost
+        )
         raise (StoreUnavailable if lost else StoreError)(
-            f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
+            f"{what} in {description} failed: {scrub(text, self.secret)}"
         ) from exc
 
 

@@ -344,6 +344,7 @@ class PostgresRecorder:
             statement_timeout=self._statement_timeout,
             timeout_label=self._timeout_label,
             secret=self._secret,
+            lost=self.clock.lost,
         )
 
     def _timeout_label(self) -> str:

@@ -382,6 +382,7 @@ class AsyncPostgresRecorder:
             statement_timeout=self._statement_timeout,
             timeout_label=self._timeout_label,
             secret=self._secret,
+            lost=self.clock.lost,
         )
 
     def _timeout_label(self) -> str:
