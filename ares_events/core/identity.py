@@ -96,17 +96,14 @@ class StoreIdentity:
                 KeyRange(str(k["id"]), int(k["from_position"])) for k in doc.get("keys") or ()
             )
             raw = doc.get("blobs")
-            blobs: BlobsIdentity | str | None
-            if raw is None or raw == DEFAULT_BLOBS:
-                blobs = raw
-            else:
+            blobs: BlobsIdentity | str | None = raw
+            if raw is not None and raw != DEFAULT_BLOBS:
                 blobs = BlobsIdentity(str(raw["location"]), str(raw["url"]))
             chain = doc.get("chain")
             if chain not in ("keyed", "unkeyed") or (chain == "keyed") != bool(keys):
                 raise ValueError(f"chain {chain!r} does not match its keys")
-            arch = doc.get("archive")
             archive = None
-            if arch is not None:
+            if (arch := doc.get("archive")) is not None:
                 archive = BlobsIdentity(str(arch["location"]), str(arch["url"]))
             return cls(int(doc["format"]), keys, blobs, str(doc.get("created_at", "")), archive)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:

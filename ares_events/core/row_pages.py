@@ -91,20 +91,15 @@ class PagedRead(itertools.chain):  # type: ignore[type-arg]
     def with_slow(self, wrap: Callable[[Make], Make]) -> PagedRead:
         """The same read (which must not have started) whose rows with a payload reference
         are built by ``wrap(slow)`` (a store attaching its blob store to them)."""
-        self._take()
+        _start(self._started)
         return PagedRead.over(self._source, wrap(self._slow))
 
     def event_pages(self) -> Iterator[EventPage]:
         """The read's pages, as :class:`EventPage`\\ s (before any event was taken)."""
-        self._take()
+        _start(self._started)
         make = self._make
         for rows in self._source:
             yield EventPage(rows, make)
-
-    def _take(self) -> None:
-        if self._started[0]:
-            raise RuntimeError("this read has started: iterate it, or take its pages")
-        self._started[0] = True
 
     def close(self) -> None:
         """Close the source of pages (a read stopped early gives its page back)."""
@@ -117,8 +112,12 @@ def _page_maps(
     started: list[bool], row_pages: Iterator[list[Row]], make: Make
 ) -> Iterator[Iterator[RecordedEvent]]:
     """The chain's source: a ``map`` building the events of each page of rows."""
+    _start(started)
+    for rows in row_pages:
+        yield map(make, rows)
+
+
+def _start(started: list[bool]) -> None:
     if started[0]:
         raise RuntimeError("this read has started: iterate it, or take its pages")
     started[0] = True
-    for rows in row_pages:
-        yield map(make, rows)

@@ -199,12 +199,10 @@ class SnapshotCheck(NamedTuple):
     reason: str | None
 
 
-# A stored row: projection_version, at_version, at_hash, state, state_digest, created_at,
-# seal (None in rows written before seals existed). Backends return column values as the
-# database holds them; the store checks their types (a tampered row is a reason, not a
-# crash).
 SnapshotRow = tuple[Any, Any, Any, Any, Any, Any, Any]
-"""One stored snapshot as its backend returns it (see the comment above)."""
+"""One stored snapshot as its backend returns it: projection_version, at_version, at_hash,
+state, state_digest, created_at, seal (None in rows written before seals existed), as the
+database holds them; the store checks their types (a tampered row is a reason, not a crash)."""
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)

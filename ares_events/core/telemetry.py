@@ -77,29 +77,48 @@ _SYSTEMS: Final = {
 _BOUNDED: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
 
 
+_COUNTERS: Final = {  # attribute: (name, unit, description)
+    "appended": ("ares_events.events.appended", "{event}", "Events appended."),
+    "replayed": ("ares_events.events.replayed", "{event}", "Events folded by replay and recovery."),
+    "capped": ("ares_events.replay.capped", "{replay}", "Replays that stopped at max_replay."),
+    "findings": (
+        "ares_events.verification.findings",
+        "{finding}",
+        "Integrity findings of verification, audits, replays and recoveries.",
+    ),
+    "journal_calls": (
+        "ares_events.journal.calls",
+        "{call}",
+        "Model and tool calls of journaled runs (from_log: answered from the log).",
+    ),
+    "journal_retries": (
+        "ares_events.journal.retries",
+        "{attempt}",
+        "Attempts of a journaled call after its first one.",
+    ),
+    "deaths": ("ares_events.agent.deaths", "{death}", "Agent deaths recorded."),
+    "resurrections": (
+        "ares_events.agent.resurrections",
+        "{resurrection}",
+        "Agent resurrections recorded.",
+    ),
+    "flapping": ("ares_events.agent.flapping", "{death}", "Deaths of agents that were flapping."),
+    "gave_up": ("ares_events.agent.gave_up", "{agent}", "Agents left dead at the restart cap."),
+}
+
+
 def _instruments(meter: Any) -> SimpleNamespace:
     # All created at once: a meter caches them anyway.
-    def counter(name: str, unit: str, description: str) -> Any:
-        return meter.create_counter(name, unit=unit, description=description)
-
     return SimpleNamespace(
+        **{
+            attr: meter.create_counter(name, unit=unit, description=description)
+            for attr, (name, unit, description) in _COUNTERS.items()
+        },
         db_duration=meter.create_histogram(
             "db.client.operation.duration",
             unit="s",
             description="Duration of ares-events store operations.",
             explicit_bucket_boundaries_advisory=list(DB_DURATION_BUCKETS),
-        ),
-        appended=counter("ares_events.events.appended", "{event}", "Events appended."),
-        replayed=counter(
-            "ares_events.events.replayed", "{event}", "Events folded by replay and recovery."
-        ),
-        capped=counter(
-            "ares_events.replay.capped", "{replay}", "Replays that stopped at max_replay."
-        ),
-        findings=counter(
-            "ares_events.verification.findings",
-            "{finding}",
-            "Integrity findings of verification, audits, replays and recoveries.",
         ),
         op_duration=meter.create_histogram(
             "ares_events.operation.duration",
@@ -112,16 +131,6 @@ def _instruments(meter: Any) -> SimpleNamespace:
             unit="{event}",
             description="Events in the log that a projection has not applied yet.",
         ),
-        journal_calls=counter(
-            "ares_events.journal.calls",
-            "{call}",
-            "Model and tool calls of journaled runs (from_log: answered from the log).",
-        ),
-        journal_retries=counter(
-            "ares_events.journal.retries",
-            "{attempt}",
-            "Attempts of a journaled call after its first one.",
-        ),
         genai_duration=meter.create_histogram(
             "gen_ai.client.operation.duration",
             unit="s",
@@ -133,20 +142,10 @@ def _instruments(meter: Any) -> SimpleNamespace:
             unit="{token}",
             description="Tokens a model call used, as its reply reported them.",
         ),
-        deaths=counter("ares_events.agent.deaths", "{death}", "Agent deaths recorded."),
-        resurrections=counter(
-            "ares_events.agent.resurrections", "{resurrection}", "Agent resurrections recorded."
-        ),
         backoff=meter.create_histogram(
             "ares_events.supervisor.backoff",
             unit="s",
             description="Delays a supervisor waits before resurrecting an agent.",
-        ),
-        flapping=counter(
-            "ares_events.agent.flapping", "{death}", "Deaths of agents that were flapping."
-        ),
-        gave_up=counter(
-            "ares_events.agent.gave_up", "{agent}", "Agents left dead at the restart cap."
         ),
     )
 
@@ -211,15 +210,10 @@ class Telemetry:
         m = self.metrics
         if m is None:
             return
+        attrs = {"db.operation.name": operation, "db.system.name": system}
         for f in findings:
-            m.findings.add(
-                1,
-                {
-                    "ares_events.finding.kind": bounded(getattr(f, "kind", "")),
-                    "db.operation.name": operation,
-                    "db.system.name": system,
-                },
-            )
+            kind = bounded(getattr(f, "kind", ""))
+            m.findings.add(1, {**attrs, "ares_events.finding.kind": kind})
 
 
 def bounded(value: Any) -> str:
@@ -492,19 +486,18 @@ class Operation:
     ) -> None:
         elapsed = time.perf_counter() - self._t0
         tel = self._tel
-        failed = exc is not None and not isinstance(exc, GeneratorExit)
+        failed = None if exc is None or isinstance(exc, GeneratorExit) else exc
         span = self._span
         if span is not None:
             if self._token is not None:
                 tel.otel.context.detach(self._token)
             if self._extra:
                 span.set_attributes(self._extra)
-            tel.end_span(span, exc if failed else None)
+            tel.end_span(span, failed)
         if tel.metrics is not None:
             attrs = dict(self._metric)
-            if failed:
-                assert exc is not None
-                attrs["error.type"] = error_type(exc)
+            if failed is not None:
+                attrs["error.type"] = error_type(failed)
             hist = tel.metrics.op_duration if self._activity else tel.metrics.db_duration
             hist.record(elapsed, attrs)
 
@@ -540,9 +533,7 @@ def operation(
         return NO_OPERATION
     span_attrs, metric_attrs = store_attributes(url)
     key = "ares_events.operation.name" if activity else "db.operation.name"
-    base = {**span_attrs, key: name}
-    if attributes:
-        base.update(attributes)
+    base = {**span_attrs, key: name, **(attributes or {})}
     if activity:
         metric = {"db.system.name": metric_attrs["db.system.name"], key: name}
     else:

@@ -149,10 +149,8 @@ def appended_many(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any], 
     """``done`` of ``append_many``: batches and events written."""
     results = res if isinstance(res, list) else []
     batches = args[0] if args else kwargs.get("batches", ())
-    n = 0
-    for batch, r in zip(batches, results, strict=False):
-        if not getattr(r, "duplicate", False):
-            n += len(batch[1])
+    pairs = zip(batches, results, strict=False)
+    n = sum(len(batch[1]) for batch, r in pairs if not getattr(r, "duplicate", False))
     op.set("db.operation.batch.size", len(results))
     op.set("ares_events.event.count", n)
     m = op.telemetry.metrics
