@@ -91,8 +91,7 @@ class ConversationStream:
             start_version=first.version - 1,
             start_hash=first.prev_hash,
         )
-        for e in events:
-            check.check(e)
+        check.check_page(events)
         check.check_head(head)
         if check.findings:
             raise ChainIntegrityError(self.stream_id, check.findings)

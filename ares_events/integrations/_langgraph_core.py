@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -110,25 +111,11 @@ def unb64(text: str) -> bytes:
 def pack(serde: SerializerProtocol, obj: Any) -> dict[str, Any]:
     """``{"j": obj}`` when ``obj`` is plain JSON that survives a round trip unchanged,
     else the serializer's typed bytes ``{"t", "b"}``."""
-    try:
-        raw = canonical_json(obj)
-    except InvalidEvent:
-        pass
-    else:
-        if orjson.loads(raw) == obj and _no_tuples(obj):
+    with contextlib.suppress(InvalidEvent):  # canonical JSON refuses tuples too
+        if orjson.loads(canonical_json(obj)) == obj:
             return {"j": obj}
     t, b = serde.dumps_typed(obj)
     return {"t": t, "b": b64(b)}
-
-
-def _no_tuples(x: Any) -> bool:
-    if isinstance(x, tuple):
-        return False
-    if isinstance(x, dict):
-        return all(_no_tuples(v) for v in x.values())
-    if isinstance(x, list):
-        return all(_no_tuples(v) for v in x)
-    return True
 
 
 def unpack(serde: SerializerProtocol, packed: Mapping[str, Any]) -> Any:
@@ -375,11 +362,8 @@ class ThreadIndex:
     def latest(self, ns: str) -> CheckpointRec | None:
         """The newest checkpoint of a namespace (ids sort by time)."""
         if self._latest_stale:
-            self._latest = {}
-            for (n, cid), rec in self.checkpoints.items():
-                cur = self._latest.get(n)
-                if cur is None or cid > cur.id:
-                    self._latest[n] = rec
+            by_id = sorted(self.checkpoints.values(), key=lambda r: r.id)
+            self._latest = {rec.ns: rec for rec in by_id}  # the newest of each comes last
             self._latest_stale = False
         return self._latest.get(ns)
 

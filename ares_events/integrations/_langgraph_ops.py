@@ -282,6 +282,7 @@ def drop_checkpoints(
     the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
     (planned again after a concurrent write), then erase those events' payloads (blobs
     too) and record each erasure. Returns how many payloads were erased."""
+    refresh(store, index)
     chosen: list[list[int] | None] = []
 
     def build() -> list[NewEvent]:
@@ -307,7 +308,6 @@ def prune(
     older_than: str | None,
     by: str,
 ) -> int:
-    refresh(store, index)
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
@@ -316,7 +316,6 @@ def prune(
 
 
 def delete_thread(store: EventStore, index: ThreadIndex, by: str) -> int:
-    refresh(store, index)
     return drop_checkpoints(store, index, lambda: ((), None), "langgraph delete_thread", by)
 
 
@@ -327,8 +326,6 @@ def delete_runs(
     run_ids: set[str],
     by: str,
 ) -> int:
-    refresh(store, index)
-
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
         recs = index.checkpoints.values()
         keep = [r for r in recs if unpack(serde, r.payload["md"]).get("run_id") not in run_ids]

@@ -281,6 +281,7 @@ async def drop_checkpoints(
     the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
     (planned again after a concurrent write), then erase those events' payloads (blobs
     too) and record each erasure. Returns how many payloads were erased."""
+    await refresh(store, index)
     chosen: list[list[int] | None] = []
 
     def build() -> list[NewEvent]:
@@ -306,7 +307,6 @@ async def prune(
     older_than: str | None,
     by: str,
 ) -> int:
-    await refresh(store, index)
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
@@ -315,7 +315,6 @@ async def prune(
 
 
 async def delete_thread(store: AsyncEventStore, index: ThreadIndex, by: str) -> int:
-    await refresh(store, index)
     return await drop_checkpoints(store, index, lambda: ((), None), "langgraph delete_thread", by)
 
 
@@ -326,8 +325,6 @@ async def delete_runs(
     run_ids: set[str],
     by: str,
 ) -> int:
-    await refresh(store, index)
-
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
         recs = index.checkpoints.values()
         keep = [r for r in recs if unpack(serde, r.payload["md"]).get("run_id") not in run_ids]

@@ -129,9 +129,10 @@ class AresAggregateRecorder(AggregateRecorder):
     def _insert(self, stored_events: Sequence[StoredEvent], tracking: Tracking | None) -> list[int]:
         if not stored_events and tracking is None:
             return []
+        ds = self.datastore
         groups: dict[str, list[StoredEvent]] = {}
         for ev in stored_events:
-            groups.setdefault(self.datastore.stream_id(ev.originator_id), []).append(ev)
+            groups.setdefault(ds.stream_id(ev.originator_id), []).append(ev)
         if self.snapshots:
             return self._insert_snapshots(groups, _tracking(tracking))
         for evs in groups.values():
@@ -149,9 +150,7 @@ class AresAggregateRecorder(AggregateRecorder):
             batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
             for sid, evs in groups.items():
                 first = evs[0].originator_version
-                off = (
-                    self.datastore._offsets.get(sid) if attempt == 0 else self.datastore.offset(sid)
-                )
+                off = ds._offsets.get(sid) if attempt == 0 else ds.offset(sid)
                 if off is None:
                     guessed.add(sid)
                     expected: ExpectedVersion = NO_STREAM
@@ -174,7 +173,7 @@ class AresAggregateRecorder(AggregateRecorder):
                 if r.duplicate:
                     raise IntegrityError(f"stream {sid!r}: these events are already stored")
                 n = len(news)
-                self.datastore.remember(sid, groups[sid][-1].originator_version - r.version + 1)
+                ds.remember(sid, groups[sid][-1].originator_version - r.version + 1)
                 ids.extend(range(r.position - n + 1, r.position + 1))
             return ids
         raise AssertionError("unreachable")  # pragma: no cover
