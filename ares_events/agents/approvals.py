@@ -199,11 +199,9 @@ class Ledger:
 
     def fold(self, event: RecordedEvent, prev: bytes) -> None:
         """Take one event of the run (``prev``: the hash of the event before it)."""
-        if event.payload_erased:
+        if event.payload_erased or not isinstance(event.payload, dict):
             return
         p = event.payload
-        if not isinstance(p, dict):
-            return
         step = p.get("step") if type(p.get("step")) is int else None
         if p.get("reason") == APPROVAL_REASON and step is not None and "args_hash" in p:
             self.requests[step] = (event.version, p)

@@ -233,9 +233,7 @@ def run_demo(
                 progress(done, total)
     append_seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
-    streams = []
-    for name in names:
-        rep = verify_stream(store, name)
-        streams.append(DemoStream(name, rep.version, versions[name], rep.ok, rep.findings))
+    reports = {name: verify_stream(store, name) for name in names}
+    streams = [DemoStream(n, r.version, versions[n], r.ok, r.findings) for n, r in reports.items()]
     verify_seconds = time.perf_counter() - t1
     return DemoResult(run_id, agents, done, streams, append_seconds, verify_seconds)

@@ -188,9 +188,7 @@ def _resolve(path: str) -> type[BaseException] | None:
         obj = getattr(obj, part, None)
         if obj is None:
             return None
-    if isinstance(obj, type) and issubclass(obj, Exception):
-        return obj
-    return None
+    return obj if isinstance(obj, type) and issubclass(obj, Exception) else None
 
 
 class Replayed:

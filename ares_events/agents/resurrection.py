@@ -389,11 +389,9 @@ def run_demo(
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    report = DemoReport(run, store.url, done_kills, points, 0.0)
     with _db(services) as c:
-        for n in range(agents):
-            report.agents.append(_agent_report(store, c, f"{run}-agent-{n:02d}"))
-    report.seconds = time.perf_counter() - started
+        reports = [_agent_report(store, c, f"{run}-agent-{n:02d}") for n in range(agents)]
+    report = DemoReport(run, store.url, done_kills, points, time.perf_counter() - started, reports)
     store.close()
     return report
 

@@ -305,14 +305,10 @@ def steps_of(state: Mapping[str, Any], requests: Mapping[int, Any]) -> tuple[Ste
         kind = str(rec.get("kind"))
         attempts = tuple(
             AttemptInfo(
-                n=int(a.get("n", i + 1)),
-                status=str(a.get("status")),
-                version=a.get("version"),
-                at=a.get("at"),
-                error_type=a.get("error_type"),
-                error=a.get("error"),
+                int(a.get("n", i + 1)),
+                str(a.get("status")),
                 reconciled=bool(a.get("reconciled", False)),
-                resolved_by=a.get("resolved_by"),
+                **{k: a.get(k) for k in ("version", "at", "error_type", "error", "resolved_by")},
             )
             for i, a in enumerate(rec.get("attempts") or [])
         )

@@ -11,6 +11,8 @@ from typing import Any, Final
 __all__ = ["agent_meta", "entries_of"]
 
 Entry = dict[str, Any]
+_ADAPTERS: Final = ("openai-agents", "pydantic-ai", "google-adk", "langgraph")
+"""Adapters whose streams are named ``<adapter>/...``."""
 _USAGE: Final = {
     "input_tokens": "input",
     "prompt_tokens": "input",
@@ -194,14 +196,10 @@ _MAPPERS: Final[tuple[Callable[[str, Any], list[Entry] | None], ...]] = (
 
 def entries_of(version: int, type_: str, at: str, payload: Any, *, erased: bool) -> list[Entry]:
     """The draft entries of one event (``payload`` as exported: maybe redacted)."""
-    found: list[Entry] | None = None
     if erased:
         found = [_event("payload-erased", {"type": type_})]
     else:
-        for mapper in _MAPPERS:
-            found = mapper(type_, payload)
-            if found is not None:
-                break
+        found = next((f for m in _MAPPERS if (f := m(type_, payload)) is not None), [])
     if not found:
         found = [_event(type_, payload)]
     many = len(found) > 1
@@ -217,20 +215,11 @@ def agent_meta(
     stream: str, first_type: str | None, entries: list[Entry], models: list[str]
 ) -> dict[str, Any]:
     """The draft's ``agent-meta``: models seen in the entries, the adapter by stream."""
-    seen = list(
-        dict.fromkeys(
-            [*models, *(e["model-id"] for e in entries if isinstance(e.get("model-id"), str))]
-        )
-    )
-    for prefix, name in (
-        ("openai-agents/", "openai-agents"),
-        ("pydantic-ai/", "pydantic-ai"),
-        ("google-adk/", "google-adk"),
-        ("langgraph/", "langgraph"),
-    ):
-        if stream.startswith(prefix):
-            cli = name
-            break
+    named = [e["model-id"] for e in entries if isinstance(e.get("model-id"), str)]
+    seen = list(dict.fromkeys([*models, *named]))
+    adapter, slash, _ = stream.partition("/")
+    if slash and adapter in _ADAPTERS:
+        cli = adapter
     else:
         cli = "ares-events journal" if first_type == "run.started" else "ares-events"
     meta: dict[str, Any] = {

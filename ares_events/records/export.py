@@ -215,14 +215,8 @@ def export_record(
     }
     data = _sign(record, key, form)
     logger.info("exported stream %r: %d event(s), checkpoint size %d", stream_id, len(events), size)
-    disc = None
-    if disclosures:
-        disc = {
-            "format": DISCLOSURES_FORMAT,
-            "record": record_id,
-            "stream": stream_id,
-            "disclosures": disclosures,
-        }
+    about = {"format": DISCLOSURES_FORMAT, "record": record_id, "stream": stream_id}
+    disc = {**about, "disclosures": disclosures} if disclosures else None
     return Export(data, record_id, stream_id, len(events), size, disc)
 
 

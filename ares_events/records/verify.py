@@ -103,22 +103,12 @@ class RecordReport:
         self.findings.append(RecordFinding(kind, detail, version))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "stream": self.stream,
-            "form": self.form,
-            "events": self.events,
-            "redacted": self.redacted,
-            "erased": self.erased,
-            "signed_by": self.signed_by,
-            "checkpoint": self.checkpoint,
-            "approvals": self.approvals,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        """JSON-ready form: ``ok``, then the fields, ``findings`` last."""
+        fields = {k: getattr(self, k) for k in self.__slots__ if k != "findings"}
+        return {"ok": self.ok, **fields, "findings": [f.to_dict() for f in self.findings]}
 
 
-class _Malformed(Exception):
+class _Malformed(ValueError):
     """The input is not a record at all (reported as one ``malformed`` finding)."""
 
 
@@ -228,10 +218,9 @@ def inclusion_root(index: int, size: int, leaf: bytes, path: Sequence[bytes]) ->
             return None
         if fn & 1 or fn == sn:
             r = _node(p, r)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
+            while fn and not fn & 1:
+                fn >>= 1
+                sn >>= 1
         else:
             r = _node(r, p)
         fn >>= 1
@@ -263,10 +252,9 @@ def consistency_ok(
             return False
         if fn & 1 or fn == sn:
             fr, sr = _node(c, fr), _node(c, sr)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
+            while fn and not fn & 1:
+                fn >>= 1
+                sn >>= 1
         else:
             sr = _node(sr, c)
         fn >>= 1
@@ -384,13 +372,6 @@ def load_record(data: bytes) -> _Loaded:
     Raises:
         ValueError: not a record file.
     """
-    try:
-        return _load(data)
-    except _Malformed as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _load(data: bytes) -> _Loaded:
     if data[:1] in (b"{", b" ", b"\n", b"\t", b"\r"):
         try:
             doc = json.loads(data)
@@ -726,7 +707,7 @@ def verify_record(
     trusted = [_parse_key(k) for k in keys]
     rep = RecordReport()
     try:
-        loaded = _load(data)
+        loaded = load_record(data)
     except _Malformed as exc:
         rep.add("malformed", str(exc))
         return rep
@@ -827,14 +808,8 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
             ok = digest == redaction_digest(bytes.fromhex(d["salt"]), d["value"])
         except (KeyError, ValueError, TypeError):
             ok = False
-        out.append(
-            {
-                "version": v,
-                "path": path,
-                "ok": ok,
-                "detail": "matches its salted digest" if ok else "does not match its digest",
-            }
-        )
+        detail = "matches its salted digest" if ok else "does not match its digest"
+        out.append({"version": v, "path": path, "ok": ok, "detail": detail})
         if ok:
             base = rebuilt.setdefault(v, json.loads(canonical(red["payload"])))
             if steps:
@@ -848,9 +823,8 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
             continue
         header = json.loads(events[v - 1]["header"])
         full = canonical(rebuilt[v])
-        ok = blake3.blake3(full).hexdigest() == header.get("payload") and len(full) == header.get(
-            "size"
-        )
+        digest = blake3.blake3(full).hexdigest()
+        ok = digest == header.get("payload") and len(full) == header.get("size")
         detail = "the whole payload matches its chained digest" if ok else "it does not"
         out.append({"version": v, "path": "$", "ok": ok, "detail": detail})
     return out
