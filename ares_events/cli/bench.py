@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, cli, json_app, text
+from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, add_columns, cli, json_app, text
 from ares_events.core.events import NewEvent
 from ares_events.projections.recovery import replay
 
@@ -43,13 +43,11 @@ class BenchResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, name: str, events: int, seconds: float, **extra: Any) -> None:
-        """Record one workload."""
         rate = round(events / seconds) if seconds > 0 else None
         row = {"workload": name, "events": events, "seconds": round(seconds, 4)}
         self.rows.append({**row, "events_per_s": rate, **extra})
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
         return {"store": self.store, "workloads": self.rows}
 
 
@@ -126,8 +124,8 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
         app.json(result.to_dict())
         return EXIT_OK if chain_ok else EXIT_FINDINGS
     table = Table(title=text(f"bench on {result.store}"), title_justify="left")
-    for col in ("workload", "events", "seconds", "events/s", "note"):
-        table.add_column(col, justify="left" if col in ("workload", "note") else "right")
+    numbers = ("events", "seconds", "events/s")
+    add_columns(table, "workload", *numbers, "note", right=numbers)
     for row in result.rows:
         note = ""
         if "p50_ms" in row:

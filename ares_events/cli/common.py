@@ -192,9 +192,8 @@ class App:
         wrapped = {"blobs": blobs, "cache": settings.cache_url}
         options.update({k: v for k, v in wrapped.items() if v is not None})
         options["spill_threshold"] = settings.spill_threshold_bytes
-        if not (create or write) and url.partition(":")[0].split("+")[0].lower() in (
-            READ_ONLY_SCHEMES
-        ):
+        scheme = url.partition(":")[0].split("+")[0].lower()
+        if not (create or write) and scheme in READ_ONLY_SCHEMES:
             options["read_only"] = True
         try:
             store = open_store(url, chain_key=settings.chain_key, create=create, **options)

@@ -166,14 +166,12 @@ def streams(app: App, as_json: bool) -> int:
     with app.open() as store:
         rows = [(sid, h.version, h.hash.hex(), *kind(sid)) for sid, h in store.recorder.heads()]
     if as_json:
-        streams = []
-        for s, v, h, k, t in rows:
-            item: dict[str, object] = {"stream_id": s, "version": v, "head_hash": h}
-            if k:
-                item["kind"] = k
-            if t is not None:
-                item["thread_id"] = t
-            streams.append(item)
+        streams = [
+            {"stream_id": s, "version": v, "head_hash": h}
+            | ({"kind": k} if k else {})
+            | ({"thread_id": t} if t is not None else {})
+            for s, v, h, k, t in rows
+        ]
         app.json({"store": app.url, "count": len(rows), "streams": streams})
         return EXIT_OK
     if not rows:

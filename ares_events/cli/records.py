@@ -14,6 +14,7 @@ from ares_events.cli.common import (
     EXIT_OK,
     App,
     CommandError,
+    add_columns,
     cli,
     json_app,
     key_option,
@@ -169,8 +170,7 @@ def verify_record_cmd(
         app.out.print(verdict(True, line, good="verified"))
     else:
         table = Table(title="findings", title_justify="left")
-        for col in ("kind", "version", "detail"):
-            table.add_column(col)
+        add_columns(table, "kind", "version", "detail")
         for f in rep.findings:
             table.add_row(Text(f.kind, style="red"), str(f.version or ""), Text(f.detail))
         app.say("NOT VERIFIED", style="bold red")

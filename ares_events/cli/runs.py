@@ -33,6 +33,7 @@ from ares_events.cli.common import (
     App,
     CommandError,
     _print_findings,
+    add_columns,
     cli,
     json_app,
     key_option,
@@ -78,14 +79,10 @@ def _operator_errors(run: str, action: str) -> Iterator[None]:
 
 
 def _by_reason(fn: Any) -> Any:
-    fn = click.option("--reason", metavar="TEXT", help="Why (recorded in the event's metadata).")(
-        fn
-    )
-    return click.option(
-        "--by",
-        metavar="WHO",
-        help="Who acts (recorded in the event's metadata). Default: the OS user.",
-    )(fn)
+    reason = "Why (recorded in the event's metadata)."
+    by = "Who acts (recorded in the event's metadata). Default: the OS user."
+    fn = click.option("--reason", metavar="TEXT", help=reason)(fn)
+    return click.option("--by", metavar="WHO", help=by)(fn)
 
 
 def _signing(fn: Any) -> Any:
@@ -162,10 +159,8 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
         title=f"{len(runs)} run(s)", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
     )
     # Run ids stay whole: they are what people copy into the next command.
-    table.add_column("run", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    for name in ("steps", "tokens", "in doubt"):
-        table.add_column(name, justify="right", no_wrap=True)
+    numbers = ("steps", "tokens", "in doubt")
+    add_columns(table, "run", "status", *numbers, right=numbers, no_wrap=True)
     table.add_column("why", overflow="fold", min_width=10)
     table.add_column("updated (UTC)", no_wrap=True)
     for r in runs:
@@ -241,12 +236,8 @@ def _print_run(app: App, info: RunInfo) -> None:
     if info.cancelled:
         app.say(f"cancelled: {_json_text(info.cancelled)}", style="dim")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("attempts", overflow="fold")
-    table.add_column("asked", overflow="fold")
-    table.add_column("got", overflow="fold")
+    add_columns(table, "step", "kind", "status", right=("step",), no_wrap=True)
+    add_columns(table, "attempts", "asked", "got", overflow="fold")
     table.add_column("tokens", justify="right", no_wrap=True)
     for s in info.steps:
         status = text(s.status, style="bold yellow" if s.in_doubt else "")

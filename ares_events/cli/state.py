@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -26,7 +27,6 @@ from ares_events.cli.common import (
     verdict,
     visible,
 )
-from ares_events.errors import AresError
 
 
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
@@ -43,9 +43,15 @@ def _projection_option(default: str | None) -> Callable[[Any], Any]:
     )
 
 
-def _schema_failure(exc: AresError, hint: str) -> click.ClickException:
+@contextlib.contextmanager
+def _schema_failures(hint: str) -> Iterator[None]:
     """A schema failure of a stored event: exit 1 (a finding about the data), one line."""
-    return click.ClickException(f"{exc} ({hint})")
+    from ares_events.core.catalog import EventSchemaError
+
+    try:
+        yield
+    except EventSchemaError as exc:
+        raise click.ClickException(f"{exc} ({hint})") from None
 
 
 @cli.command(name="recover")
@@ -84,18 +90,15 @@ def recover_cmd(
       ares-events recover run-42 --projection run_state --json
       ares-events recover agent-7 --no-snapshots --max-replay 100000
     """
-    from ares_events.core.catalog import EventSchemaError
     from ares_events.projections import BUILTIN
     from ares_events.projections.recovery import recover
 
     with app.open() as store:
         proj, snaps = BUILTIN[projection](), None if no_snapshots else store.snapshots
-        try:
+        with _schema_failures("use --tolerant to skip and list such events"):
             rep = recover(
                 store, stream, proj, snapshots=snaps, max_replay=max_replay, tolerant=tolerant
             )
-        except EventSchemaError as exc:
-            raise _schema_failure(exc, "use --tolerant to skip and list such events") from None
         if rep.head_version == 0 and rep.version == 0 and not rep.findings:
             raise CommandError(f"no stream {stream!r} in {store.url}")
     ok = rep.ok and not rep.truncated
@@ -208,7 +211,6 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
       ares-events snapshot take agent-7
       ares-events snapshot take run-42 --projection run_state --json
     """
-    from ares_events.core.catalog import EventSchemaError
     from ares_events.projections import BUILTIN
     from ares_events.projections.recovery import snapshot
 
@@ -218,10 +220,8 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
             raise CommandError(f"no stream {stream!r} in {store.url}")
         taken = []
         for name in names:
-            try:
+            with _schema_failures("fix or upcast the event first"):
                 snap = snapshot(store, stream, BUILTIN[name]())
-            except EventSchemaError as exc:
-                raise _schema_failure(exc, "fix or upcast the event first") from None
             if snap is not None:
                 taken.append(snap.info())
     if as_json:
@@ -340,7 +340,6 @@ def rebuild_cmd(
     """
     import time
 
-    from ares_events.core.catalog import EventSchemaError
     from ares_events.projections import rebuild, verify_rebuild
 
     if verify_only and from_scratch:
@@ -359,14 +358,12 @@ def rebuild_cmd(
         if verify_only:
             diff = verify_rebuild(store, proj, batch_size=batch_size, progress=progress)
         else:
-            try:
+            with _schema_failures(
+                "the rebuild stopped and resumes from here once the event is fixed"
+            ):
                 rep = rebuild(
                     store, proj, from_scratch=from_scratch, batch_size=batch_size, progress=progress
                 )
-            except EventSchemaError as exc:
-                raise _schema_failure(
-                    exc, "the rebuild stopped and resumes from here once the event is fixed"
-                ) from None
     if verify_only:
         if as_json:
             app.json(dict(diff.to_dict(), store=app.url))

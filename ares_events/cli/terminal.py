@@ -80,7 +80,6 @@ class VisibleHook(RenderHook):
     reaches the terminal (the last line of defence; values are escaped before layout)."""
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
-        """Wrap each renderable."""
         return [_Visible(r) for r in renderables]
 
 
@@ -89,15 +88,12 @@ class VisibleFormatter(logging.Formatter):
     keeps its own newlines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        """The line, visible."""
         return visible(super().formatMessage(record))
 
     def formatException(self, ei: Any) -> str:
-        """The traceback, visible (newlines kept)."""
         return visible(super().formatException(ei), keep="\n")
 
     def formatStack(self, stack_info: str) -> str:
-        """The stack, visible (newlines kept)."""
         return visible(super().formatStack(stack_info), keep="\n")
 
 

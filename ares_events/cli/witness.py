@@ -15,6 +15,7 @@ from ares_events.cli.common import (
     EXIT_OK,
     App,
     CommandError,
+    add_columns,
     cli,
     json_app,
     key_option,
@@ -87,16 +88,15 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
     with LogWitness(state) as w:
         logs = w.logs()
     if as_json:
-        roots = [b64(lg.root) if lg.root else None for lg in logs]
         rows = [
-            dict(asdict(lg), vkeys=list(lg.vkeys), root=r)
-            for lg, r in zip(logs, roots, strict=True)
+            dict(asdict(lg), vkeys=list(lg.vkeys), root=b64(lg.root) if lg.root else None)
+            for lg in logs
         ]
         app.json({"logs": rows})
         return EXIT_OK
     table = Table(title=text(f"witness {state}"), title_justify="left")
-    for col in ("origin", "cosigned size", "root", "at"):
-        table.add_column(col, no_wrap=True)  # names and roots are copied whole
+    # Names and roots are copied whole.
+    add_columns(table, "origin", "cosigned size", "root", "at", no_wrap=True)
     for lg in logs:
         root = b64(lg.root) if lg.root else "-"
         table.add_row(text(lg.origin), str(lg.size), root, lg.cosigned_at or "-")

@@ -394,7 +394,7 @@ class ConsoleApp:
         sid = _sid(q)
         got = self._runs.get(self.store, sid)
         per = queries.STEPS_PER_PAGE
-        pages = max(1, -(-got.run.step_count // per))
+        pages = max(1, -(-got.run.counts.steps // per))
         page_no = min(max(1, _int(q, "page", pages)), pages)  # default: the latest steps
         chunk = queries.steps_page(got.run, page_no, per)
         reqs = queries.load_requests(self.store, sid, chunk)

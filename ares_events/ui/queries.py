@@ -83,7 +83,6 @@ class StreamRow:
     head: bytes
     kind: str
     last_at: str | None
-    first_type: str | None
 
 
 def stream_rows(
@@ -99,8 +98,7 @@ def _row(store: EventStore, sid: str, head: Head) -> StreamRow:
     opening = first(store.read(sid, 1, limit=1))
     last = opening if head.version <= 1 else first(store.read(sid, head.version, limit=1))
     last_at = last.at if last is not None else None
-    first_type = opening.type if opening is not None else None
-    return StreamRow(sid, head.version, head.hash, kind_of(sid, opening), last_at, first_type)
+    return StreamRow(sid, head.version, head.hash, kind_of(sid, opening), last_at)
 
 
 def event_page(
@@ -174,11 +172,6 @@ class RunSummary:
     def ok(self) -> bool:
         """The chain checked clean and every event matched its schema."""
         return not self.findings and not self.skipped
-
-    @property
-    def step_count(self) -> int:
-        """How many steps (``counts.steps``)."""
-        return self.counts.steps
 
     def matches(self, status: str | None) -> bool:
         """Whether this run is listed under ``status`` (as ``RunInfo.matches``)."""

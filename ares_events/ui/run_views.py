@@ -82,10 +82,9 @@ def _age(at: str | None, now: datetime) -> str:
     if not at:
         return ""
     try:
-        secs = int((now - parse_at(at)).total_seconds())
+        secs = max(int((now - parse_at(at)).total_seconds()), 0)
     except (ValueError, TypeError):
         return ""
-    secs = max(secs, 0)
     days, rest = divmod(secs, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, seconds = divmod(rest, 60)
