@@ -8,6 +8,7 @@ It may import the core, :mod:`ares_events.errors` and this package's other modul
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from ares_events.core.url import StoreURL
 from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import SignedCheckpoint, open_checkpoint
-from ares_events.integrity.findings import Finding, report_dict
+from ares_events.integrity.findings import Finding, FindingsReport, report_dict
 from ares_events.integrity.notes import VerifierKey, b64
 from ares_events.stores.blobs.file import fsync_dir, write_atomic
 
@@ -238,17 +239,14 @@ def write_checkpoint_note(location_url: str, note: str, size: int) -> str:
     """
     stamp = utc_now_at().replace("-", "").replace(":", "")
     name = f"{NOTE_PREFIX}{size:020d}-{stamp}{NOTE_SUFFIX}"
-    location = open_location(location_url)
-    try:
+    with contextlib.closing(open_location(location_url)) as location:
         where = location.put(name, note.encode("utf-8"))
-    finally:
-        location.close()
     logger.info("anchored a checkpoint of size %d to %s", size, where)
     return where
 
 
 @dataclass(slots=True)
-class AnchorCheck:
+class AnchorCheck(FindingsReport):
     """Result of checking a store against every signed checkpoint of a location."""
 
     location: str
@@ -259,11 +257,6 @@ class AnchorCheck:
     """Name of the newest checkpoint checked."""
     keys_from: str | None = None
     """Where the trusted keys came from: ``given`` (``--vkey``) or ``store`` (recorded)."""
-
-    @property
-    def ok(self) -> bool:
-        """True when there are no findings."""
-        return not self.findings
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -285,12 +278,9 @@ def verify_anchors(
         StoreUnavailable: the store or the location cannot be reached.
     """
     rec = system_of_record(store.recorder)
-    location = open_location(location_url)
-    report = AnchorCheck(location=location.describe())
-    try:
+    with contextlib.closing(open_location(location_url)) as location:
+        report = AnchorCheck(location=location.describe())
         notes = list(location.items())  # one listing and one read per object
-    finally:
-        location.close()
     if not notes:
         # Asked to prove the store against its anchors, with none to prove it against:
         # never an "ok" (a wrong URL, or anchors that were deleted).
@@ -359,28 +349,23 @@ class RootAccumulator:
 def recorded_log_keys(recorder: Any) -> list[VerifierKey]:
     """The verifier keys the store recorded as having signed its checkpoints (a weaker
     source than keys given from outside: whoever can write the store can change them)."""
-    import json
-
     get = getattr(recorder, "meta_get", None)
     raw = get("log_keys") if callable(get) else None
-    out: list[VerifierKey] = []
     try:
-        for text in json.loads(raw) if raw else []:
-            try:
-                out.append(VerifierKey.parse(str(text)))
-            except ValueError:
-                continue
+        texts = json.loads(raw) if raw else []
     except ValueError:
         return []
+    out: list[VerifierKey] = []
+    for text in texts:
+        with contextlib.suppress(ValueError):
+            out.append(VerifierKey.parse(str(text)))
     return out
 
 
 def _roots_at(recorder: Any, sizes: set[int]) -> tuple[int, dict[int, bytes]]:
     """(number of events visible to ``read_all``, root at each wanted size)."""
     acc = RootAccumulator()
-    roots: dict[int, bytes] = {}
-    if 0 in sizes:
-        roots[0] = merkle.EMPTY_ROOT
+    roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT} if 0 in sizes else {}
     for e in recorder.read_all(0, None):
         h = e.hash
         acc.add(h if isinstance(h, bytes) else repr(h).encode())

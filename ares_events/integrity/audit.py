@@ -50,10 +50,9 @@ def audit(
         deep: also fetch every spilled payload and check its digest, and check every
             snapshot against its stream (``snapshot_mismatch`` findings).
         progress: called as ``progress(events_done, events_total)`` now and then.
-        anchors: an anchor location URL; also check the store still extends every signed
-            checkpoint there
-            (see :mod:`ares_events.integrity.anchors`); a location with no anchor at all is
-            a ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
+        anchors: an anchor location URL; also check the store still extends every signed checkpoint
+            there (see :mod:`ares_events.integrity.anchors`); a location with no anchor at all is a
+            ``no_anchor`` finding, and ``anchors_checked`` says how many were checked.
         anchor_keys: verifier keys trusted for the location's signed checkpoints (default:
             the log keys the store recorded).
 
@@ -141,13 +140,8 @@ def audit(
         for info, reason in store.snapshots.verify_all():
             report.snapshots_checked += 1
             if reason is not None:
-                _add(
-                    report,
-                    "snapshot_mismatch",
-                    info.stream_id,
-                    info.at_version,
-                    f"snapshot of {info.projection!r}: {reason}",
-                )
+                detail = f"snapshot of {info.projection!r}: {reason}"
+                _add(report, "snapshot_mismatch", info.stream_id, info.at_version, detail)
     if anchors is not None:
         check = verify_anchors(store, anchors, keys=anchor_keys)
         report.anchors_checked = check.anchors_checked
@@ -175,9 +169,8 @@ def _check_erasures(
             continue
         if isinstance(p, dict) and isinstance(p.get("event_id"), str):
             records[p["event_id"]] = (p, r.version)
-    erased_ids = set()
+    erased_ids = {e.event_id_str for e in erased}
     for e in erased:
-        erased_ids.add(e.event_id_str)
         rec, rv = records.get(e.event_id_str, ({}, None))
         report.erased.append(
             {
@@ -191,28 +184,22 @@ def _check_erasures(
             }
         )
         if rv is None:
-            _add(
-                report,
-                "erasure_unrecorded",
-                e.stream_id,
-                e.version,
+            detail = (
                 f"the payload was erased but no {ERASURE_TYPE} record in "
-                f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)",
+                f"{ERASURE_STREAM!r} names it (an interrupted erasure: run it again)"
             )
+            _add(report, "erasure_unrecorded", e.stream_id, e.version, detail)
     for eid, (p, rv) in records.items():
         sid, ver = p.get("stream_id"), p.get("version")
         if eid in erased_ids or not isinstance(sid, str) or type(ver) is not int:
             continue
         now = next(iter(recorder.read(sid, ver, ver, 1)), None)
         if now is not None and now.event_id_str == eid and not now.payload_erased:
-            _add(
-                report,
-                "erasure_undone",
-                sid,
-                ver,
+            detail = (
                 f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
-                "it is stored again",
+                "it is stored again"
             )
+            _add(report, "erasure_undone", sid, ver, detail)
 
 
 def _segment_index(recorder: Any, report: AuditReport) -> SegmentIndex | None:
@@ -279,13 +266,9 @@ def _check_uniqueness(recorder: Any, report: AuditReport) -> None:
             "duplicate_position": f"{n} rows hold position {pos!r}",
             "duplicate_event_id": f"{n} rows hold event id {who!r}",
         }[kind]
-        _add(
-            report,
-            kind,
-            sid if sid is None or type(sid) is str else repr(sid),
-            version if type(version) is int else None,
-            f"{what} (first at position {pos!r}); the unique index was bypassed",
-        )
+        where = sid if sid is None or type(sid) is str else repr(sid)
+        detail = f"{what} (first at position {pos!r}); the unique index was bypassed"
+        _add(report, kind, where, version if type(version) is int else None, detail)
 
 
 def _check_blob(store: EventStore, e: RecordedEvent, report: AuditReport) -> None:

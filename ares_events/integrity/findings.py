@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["AuditReport", "Finding", "VerifyReport", "report_dict"]
+__all__ = ["AuditReport", "Finding", "FindingsReport", "VerifyReport", "report_dict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,18 @@ class Finding:
         return f"{self.kind} at {where}: {self.detail}"
 
 
+class FindingsReport:
+    """Base of the reports that carry ``findings``: their ``ok``."""
+
+    __slots__ = ()
+    findings: list[Finding]
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no findings."""
+        return not self.findings
+
+
 def report_dict(report: Any, *, ok_at: int = 0, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
     """The JSON-ready form of a report dataclass: its fields in order (but ``leave_out``),
     ``ok`` inserted at index ``ok_at``, and its findings last."""
@@ -41,7 +53,7 @@ def report_dict(report: Any, *, ok_at: int = 0, leave_out: tuple[str, ...] = ())
 
 
 @dataclass(frozen=True, slots=True)
-class VerifyReport:
+class VerifyReport(FindingsReport):
     """Result of verifying one stream."""
 
     stream_id: str
@@ -51,11 +63,6 @@ class VerifyReport:
     """Last version read from the events."""
     head_version: int
     """Version the head row claims (0 when there is no head)."""
-
-    @property
-    def ok(self) -> bool:
-        """True when there are no findings."""
-        return not self.findings
 
     @property
     def truncated(self) -> bool:
@@ -68,7 +75,7 @@ class VerifyReport:
 
 
 @dataclass(slots=True)
-class AuditReport:
+class AuditReport(FindingsReport):
     """Result of auditing a whole store."""
 
     streams_checked: int = 0
@@ -84,11 +91,6 @@ class AuditReport:
     erased: list[dict[str, Any]] = field(default_factory=list)
     """Events whose payload was erased (information, not findings): stream_id, version,
     position, event_id, and by / reason / record_version from the erasure record."""
-
-    @property
-    def ok(self) -> bool:
-        """True when there are no findings."""
-        return not self.findings
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without the per-stream reports)."""

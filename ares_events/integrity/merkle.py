@@ -168,10 +168,9 @@ def root_from_inclusion(index: int, size: int, leaf: bytes, path: Sequence[bytes
             raise ValueError("the inclusion proof is too long")
         if fn & 1 or fn == sn:
             r = node_hash(p, r)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
+            while fn and not fn & 1:
+                fn >>= 1
+                sn >>= 1
         else:
             r = node_hash(r, p)
         fn >>= 1
@@ -230,10 +229,9 @@ def root_from_consistency(
         if fn & 1 or fn == sn:
             fr = node_hash(c, fr)
             sr = node_hash(c, sr)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
+            while fn and not fn & 1:
+                fn >>= 1
+                sn >>= 1
         else:
             sr = node_hash(sr, c)
         fn >>= 1

@@ -296,11 +296,8 @@ class Note:
 
     def with_signatures(self, extra: Iterable[NoteSignature]) -> Note:
         """This note with more signature lines (a line already present is not repeated)."""
-        sigs = list(self.signatures)
-        for s in extra:
-            if s not in sigs:
-                sigs.append(s)
-        return Note(self.text, tuple(sigs))
+        new = [s for s in dict.fromkeys(extra) if s not in self.signatures]
+        return Note(self.text, (*self.signatures, *new))
 
     @classmethod
     def parse(cls, data: str | bytes) -> Note:

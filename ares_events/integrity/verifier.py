@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import binascii
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import blake3
@@ -30,7 +30,7 @@ from ares_events.core.backend import Head
 from ares_events.core.events import MalformedPayloadRef, PayloadRef, RecordedEvent
 from ares_events.core.row_pages import EventPage
 from ares_events.errors import InvalidEvent
-from ares_events.integrity.findings import Finding, VerifyReport
+from ares_events.integrity.findings import Finding
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ PAGE = 64
 call's cost, few enough that a page's events die young (256 cost a garbage collection
 every page)."""
 
-__all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason", "verify_events"]
+__all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason"]
 
 
 class ChainVerifier:
@@ -168,7 +168,7 @@ class ChainVerifier:
         self.findings.append(Finding(kind, self.stream_id, version, detail))
 
     def _check_slow(self, e: RecordedEvent) -> bool:
-        ok = True
+        before = len(self.findings)
         sid = self.stream_id
         v = e.version
         add = self._add
@@ -185,19 +185,15 @@ class ChainVerifier:
             return False
         if v == self.last and v > self.start_version:
             add("duplicate_version", v, "version appears more than once")
-            ok = False
         elif v <= self.last:
             add(
                 "duplicate_version" if v > 0 else "gap", v, f"version {v} after version {self.last}"
             )
-            ok = False
         elif v != self.last + 1:
             add("gap", v, f"versions {self.last + 1}..{v - 1} are missing")
-            ok = False
         elif e.prev_hash != self.last_hash:
             what = f"the hash of version {self.last}" if self.last else "the genesis hash"
             add("broken_link", v, f"prev_hash is not {what}")
-            ok = False
         ref = e.payload_ref
         try:
             if ref is None:
@@ -216,13 +212,12 @@ class ChainVerifier:
             computed = None
         if computed is None or computed != e.hash:
             add("hash_mismatch", v, _EDITED)
-            ok = False
         if v >= self.last:
             # A stale version arriving late (a duplicate met in position order by the
             # audit) must not replace the tail hash the head is compared with.
             self.last = v
             self.last_hash = e.hash
-        return ok
+        return len(self.findings) == before
 
     def check_head(self, head: Head | None) -> None:
         """Compare the last event checked with the stream's head row."""
@@ -367,16 +362,3 @@ def head_problem(head: Head) -> str | None:
     if type(head.hash) is not bytes or len(head.hash) != _HASH_LEN:
         return f"head_hash is not {_HASH_LEN} bytes"
     return None
-
-
-def verify_events(
-    stream_id: str, events: Iterable[RecordedEvent], head: Head | None, key: ChainKey | None = None
-) -> VerifyReport:
-    """Verify an iterable of one stream's events against its head."""
-    v = ChainVerifier(stream_id, key)
-    n = 0
-    for e in events:
-        v.check(e)
-        n += 1
-    v.check_head(head)
-    return VerifyReport(stream_id, v.findings, n, v.last, head.version if head else 0)

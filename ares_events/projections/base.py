@@ -22,20 +22,16 @@ class Projection(Protocol):
     @property
     def name(self) -> str:
         """Stable name (read-model tables and snapshots are keyed by it)."""
-        ...
 
     @property
     def version(self) -> int:
         """Bump when ``apply`` changes meaning."""
-        ...
 
     def initial(self) -> Any:
         """The state before any event."""
-        ...
 
     def apply(self, state: Any, event: RecordedEvent) -> Any:
         """The state after ``event``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,32 +73,31 @@ class AgentStateProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         """Fold one event."""
         p = parse(event)
-        if p is not None:
-            if isinstance(p, SessionCreated):
-                state["session_id"] = p.session_id
-            elif isinstance(p, TaskCreated):
-                if p.task_id not in state["pending_tasks"]:
-                    state["pending_tasks"].append(p.task_id)
-            elif isinstance(p, TaskCompleted):
-                _remove(state["pending_tasks"], p.task_id)
-                state["done_tasks"].append(p.task_id)
-            elif isinstance(p, TaskFailed):
-                _remove(state["pending_tasks"], p.task_id)
-                state["failed_tasks"].append(p.task_id)
-            elif isinstance(p, AgentStarted):
-                state["status"] = "running"
-                state["instance_id"] = p.instance_id
-            elif isinstance(p, AgentStopped):
-                state["status"] = "stopped"
-            elif isinstance(p, AgentDead):
-                state["status"] = "dead"
-                state["deaths"] += 1
-            elif isinstance(p, AgentResurrected):
-                state["status"] = "running"
-                state["instance_id"] = p.instance_id
-                state["restarts"] += 1
-            elif isinstance(p, FailoverCompleted):
-                state["instance_id"] = p.instance_id
+        if isinstance(p, SessionCreated):
+            state["session_id"] = p.session_id
+        elif isinstance(p, TaskCreated):
+            if p.task_id not in state["pending_tasks"]:
+                state["pending_tasks"].append(p.task_id)
+        elif isinstance(p, TaskCompleted):
+            _remove(state["pending_tasks"], p.task_id)
+            state["done_tasks"].append(p.task_id)
+        elif isinstance(p, TaskFailed):
+            _remove(state["pending_tasks"], p.task_id)
+            state["failed_tasks"].append(p.task_id)
+        elif isinstance(p, AgentStarted):
+            state["status"] = "running"
+            state["instance_id"] = p.instance_id
+        elif isinstance(p, AgentStopped):
+            state["status"] = "stopped"
+        elif isinstance(p, AgentDead):
+            state["status"] = "dead"
+            state["deaths"] += 1
+        elif isinstance(p, AgentResurrected):
+            state["status"] = "running"
+            state["instance_id"] = p.instance_id
+            state["restarts"] += 1
+        elif isinstance(p, FailoverCompleted):
+            state["instance_id"] = p.instance_id
         state["last_event"] = {"type": event.type, "version": event.version, "at": event.at}
         state["version"] = event.version
         return state
@@ -239,9 +238,7 @@ class RunStateProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         """Fold one event."""
         p = parse(event)
-        if p is None:
-            return state
-        fold = _RUN_FOLDS.get(type(p))
+        fold = _RUN_FOLDS.get(type(p))  # None for an event of another kind
         if fold is not None:
             fold(state, p, event)
         return state
@@ -261,19 +258,24 @@ def _call_step(
 ) -> dict[str, Any]:
     rec: dict[str, Any] | None = state["steps"].get(str(step))
     if rec is None or rec.get("kind") != kind:
-        rec = {
+        rec = state["steps"][str(step)] = {
             "kind": kind,
             "status": "requested",
             "attempts": [],
             "hash": ident,
             "version": event.version,
         }
-        state["steps"][str(step)] = rec
     return rec
 
 
-def _last_attempt(rec: dict[str, Any]) -> dict[str, Any] | None:
+def _settle(rec: dict[str, Any] | None, status: str) -> dict[str, Any] | None:
+    """Give the step ``rec`` (if any) and its last attempt ``status``; that attempt."""
+    if rec is None:
+        return None
+    rec["status"] = status
     attempts = rec.get("attempts") or []
+    if attempts:
+        attempts[-1]["status"] = status
     return attempts[-1] if attempts else None
 
 
@@ -296,9 +298,8 @@ def _model_requested(state: dict[str, Any], p: ModelCallRequested, event: Record
     state["requested"][str(p.step)] = p.messages_hash
     _bump(state, p.step)
     rec = _call_step(state, p.step, "model", p.messages_hash, event)
-    rec["hash"] = p.messages_hash
+    rec.update(hash=p.messages_hash, status="requested")
     rec["attempts"].append(_attempt(event, p.attempt))
-    rec["status"] = "requested"
 
 
 def _model_failed(state: dict[str, Any], p: ModelCallAttemptFailed, event: RecordedEvent) -> None:
@@ -318,10 +319,7 @@ def _model_responded(state: dict[str, Any], p: ModelResponded, event: RecordedEv
             usage[k] = usage.get(k, 0) + v
     rec = state["steps"].get(key)
     if rec is not None and rec.get("kind") == "model":
-        rec["status"] = "answered"
-        last = _last_attempt(rec)
-        if last is not None:
-            last["status"] = "answered"
+        _settle(rec, "answered")
 
 
 def _new_tool_call(event: RecordedEvent) -> dict[str, Any]:
@@ -368,14 +366,7 @@ def _settle_tool(state: dict[str, Any], key: str, status: str) -> dict[str, Any]
     if call is not None:
         call["status"] = status
     _remove(state["dangling"], key)
-    rec = _tool_step(state, key)
-    if rec is None:
-        return None
-    rec["status"] = status
-    last = _last_attempt(rec)
-    if last is not None:
-        last["status"] = status
-    return last
+    return _settle(_tool_step(state, key), status)
 
 
 def _tool_failed(state: dict[str, Any], p: ToolCallAttemptFailed, event: RecordedEvent) -> None:
@@ -400,9 +391,7 @@ def _tool_returned(state: dict[str, Any], p: ToolReturned, event: RecordedEvent)
     last = _settle_tool(state, p.idempotency_key, "error" if p.error is not None else "returned")
     if last is not None:
         extra = getattr(p, "__pydantic_extra__", None) or {}
-        for flag in ("reconciled", "resolved_by"):
-            if flag in extra:
-                last[flag] = extra[flag]
+        last.update({f: extra[f] for f in ("reconciled", "resolved_by") if f in extra})
 
 
 def _abandoned(state: dict[str, Any], p: StepAbandoned, event: RecordedEvent) -> None:
@@ -427,9 +416,7 @@ def _interrupted(state: dict[str, Any], p: RunInterrupted, event: RecordedEvent)
     state["status"] = "paused"
     interrupt: dict[str, Any] = {"reason": p.reason, "at": event.at, "version": event.version}
     payload = event.payload if isinstance(event.payload, dict) else {}
-    for extra in ("step", "key"):
-        if extra in payload:
-            interrupt[extra] = payload[extra]
+    interrupt.update({k: payload[k] for k in ("step", "key") if k in payload})
     state["interrupt"] = interrupt
     step = payload.get("step")
     # An in-doubt interrupt names the tool call's key and step; it is not a step itself.
@@ -462,14 +449,14 @@ def _gate(state: dict[str, Any], p: RunGate, event: RecordedEvent) -> None:
         "prompt_hash": p.prompt_hash,
         "version": event.version,
     }
-    if p.decision != "refuse":
-        state["recoveries"] += 1
+    if p.decision == "refuse":
+        state["status"] = "refused"
+        return
+    state["recoveries"] += 1
     if p.decision == "migrate":
         state["code_revision"] = p.code_revision
         state["prompt_hash"] = p.prompt_hash
-    elif p.decision == "refuse":
-        state["status"] = "refused"
-    if p.decision != "refuse" and state["status"] == "refused":
+    if state["status"] == "refused":
         # A later gate let the run go on (e.g. the old code was redeployed).
         state["status"] = "paused" if state["interrupt"] else "running"
 

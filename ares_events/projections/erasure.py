@@ -14,6 +14,7 @@ from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, Reco
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
+from ares_events.projections.tables import tables_for
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -173,18 +174,13 @@ def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:
     if Capability.SNAPSHOTS not in store.capabilities:
         return 0
     snaps = store.snapshots
-    n = 0
-    for info in list(snaps.list(stream_id)):
-        if info.at_version >= version:
-            n += int(snaps.delete(stream_id, info.projection))
-    return n
+    stale = [i.projection for i in snaps.list(stream_id) if i.at_version >= version]
+    return sum(int(snaps.delete(stream_id, name)) for name in stale)
 
 
 def _reset_read_models(store: EventStore, position: int) -> list[str]:
     """Empty and rewind every read model (but the payload-free ones) that folded the
     event at ``position``."""
-    from ares_events.projections.tables import tables_for
-
     try:
         tables = tables_for(store)
     except ConfigError:

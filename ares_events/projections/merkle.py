@@ -44,6 +44,7 @@ LOG_KEYS: Final = "log_keys"
 """Metadata key: JSON list of the verifier keys that signed this log's checkpoints."""
 _KEYS_LOCK = threading.Lock()
 _H: Final = merkle.HASH_SIZE
+_REBUILD: Final = f"(rebuild it: ares-events rebuild {MERKLE_PROJECTION})"
 
 
 def tile_key(level: int, index: int) -> str:
@@ -58,10 +59,7 @@ def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
         if len(raw) % _H or (pos is not None and len(pos) * _H != len(raw)):
             raise ValueError("length")
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise StoreError(
-            f"Merkle log row {key!r} is not a tile (rebuild it: ares-events rebuild "
-            f"{MERKLE_PROJECTION})"
-        ) from None
+        raise StoreError(f"Merkle log row {key!r} is not a tile {_REBUILD}") from None
     return raw, (list(pos) if pos is not None else None)
 
 
@@ -100,10 +98,7 @@ class MerkleLogProjection:
         tiles: dict[tuple[int, int], tuple[bytearray, list[int] | None]] = {}
         for (lv, idx), key in wanted.items():
             if key not in loaded:
-                raise StoreError(
-                    f"Merkle log tile {key!r} is missing at size {size} (rebuild it: "
-                    f"ares-events rebuild {MERKLE_PROJECTION})"
-                )
+                raise StoreError(f"Merkle log tile {key!r} is missing at size {size} {_REBUILD}")
             tiles[(lv, idx)] = _decode_tile(loaded[key], key)
         touched: set[tuple[int, int]] = set()
 
@@ -116,7 +111,7 @@ class MerkleLogProjection:
             if len(hashes) != off * _H:
                 raise StoreError(
                     f"Merkle log tile {tile_key(lv, idx)!r} holds {len(hashes) // _H} hashes, "
-                    f"expected {off} (rebuild it: ares-events rebuild {MERKLE_PROJECTION})"
+                    f"expected {off} {_REBUILD}"
                 )
             hashes += h
             if positions is not None and position is not None:

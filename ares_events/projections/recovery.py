@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from functools import reduce
+from functools import partial, reduce
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ares_events.core.events import RecordedEvent
@@ -210,11 +210,7 @@ def recover(
             )
             ignored = exc.reason
     skipped: list[SkippedEvent] = []
-    strict_schema = not tolerant
-
-    def step(state: Any, event: RecordedEvent) -> Any:
-        return apply_one(projection, state, event, strict=strict_schema, skipped=skipped)
-
+    step = partial(apply_one, projection, strict=not tolerant, skipped=skipped)
     if snap is not None:
         initial, from_version, start_hash = snap.state, snap.at_version + 1, snap.at_hash
     else:
@@ -229,12 +225,9 @@ def recover(
         max_replay=max_replay,
         strict=strict,
     )
+    source = RecoverySource.EVENTS if res.replayed else RecoverySource.EMPTY
     if snap is not None:
         source = RecoverySource.SNAPSHOT
-    elif res.replayed:
-        source = RecoverySource.EVENTS
-    else:
-        source = RecoverySource.EMPTY
     return RecoveryReport(
         stream_id, projection.name, res.state, res.version, source, res.replayed,
         res.head_version, res.truncated, res.capped, list(res.findings),

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from ares_events.integrity.findings import Finding
+from ares_events.integrity.findings import Finding, FindingsReport, report_dict
 from ares_events.projections.base import SkippedEvent
 
 __all__ = ["DEFAULT_MAX_REPLAY", "RecoveryReport", "RecoverySource", "ReplayResult"]
@@ -20,7 +20,7 @@ S = TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayResult(Generic[S]):
+class ReplayResult(FindingsReport, Generic[S]):
     """Outcome of :func:`replay`."""
 
     state: S
@@ -37,11 +37,6 @@ class ReplayResult(Generic[S]):
     def truncated(self) -> bool:
         """True when the head says there are more events than the stream holds."""
         return any(f.kind == "truncated" for f in self.findings)
-
-    @property
-    def ok(self) -> bool:
-        """True when the chain checked clean."""
-        return not self.findings
 
 
 class RecoverySource(enum.StrEnum):
@@ -81,19 +76,5 @@ class RecoveryReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the state included)."""
-        return {
-            "stream_id": self.stream_id,
-            "projection": self.projection,
-            "state": self.state,
-            "version": self.version,
-            "source": str(self.source),
-            "replayed": self.replayed,
-            "head_version": self.head_version,
-            "truncated": self.truncated,
-            "capped": self.capped,
-            "ok": self.ok,
-            "snapshot_version": self.snapshot_version,
-            "snapshot_ignored": self.snapshot_ignored,
-            "findings": [f.to_dict() for f in self.findings],
-            "skipped": [s.to_dict() for s in self.skipped],
-        }
+        d = report_dict(self, ok_at=9, leave_out=("skipped",))  # "ok" after "capped"
+        return d | {"source": str(self.source), "skipped": [s.to_dict() for s in self.skipped]}

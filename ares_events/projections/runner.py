@@ -152,8 +152,7 @@ def _fill(
     skipped: list[SkippedEvent] = []
     pos = after
     while True:
-        limit = batch_size
-        batch = list(store.read_all(after_position=pos, limit=limit))
+        batch = list(store.read_all(after_position=pos, limit=batch_size))
         if until is not None:
             batch = [e for e in batch if e.position <= until]
         if not batch:
@@ -169,7 +168,7 @@ def _fill(
         n += len(batch)
         if progress is not None:
             progress(n, max(total - after, n))
-        if len(batch) < limit or (until is not None and pos >= until):
+        if len(batch) < batch_size or (until is not None and pos >= until):
             break
     return n, pos, skipped
 
