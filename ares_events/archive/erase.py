@@ -12,6 +12,7 @@ from typing import Any
 
 from ares_events.archive.segment import (
     INDEX_KEY,
+    THROUGH_KEY,
     Manifest,
     ObjectRef,
     SegmentEntry,
@@ -25,7 +26,7 @@ from ares_events.errors import ArchiveError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["erase_archived", "put_checked", "settle_pending"]
+__all__ = ["erase_archived", "put_checked", "settle_pending", "swap_index"]
 
 
 def put_checked(source: ArchiveSource, ix: SegmentIndex, data: bytes, seq: int) -> ObjectRef:
@@ -78,10 +79,7 @@ def erase_archived(
     e = events[hit]
     if (e.stream_id, e.version, e.hash) != (stream_id, version, event_hash):
         return None
-    events[hit] = RecordedEvent(
-        e.stream_id, e.version, e.position, e.event_id_str, e.type, e.module, None,
-        e.metadata_json, e.at, e.prev_hash, e.hash, ref,
-    )  # fmt: skip
+    events[hit] = RecordedEvent(*e[:6], None, *e[7:11], ref)  # type: ignore[call-arg]
     refs = sum(1 for x in events if x.payload_ref is not None and x.payload_ref.key == blob_key)
     data, blocks = encode_segment(events, block_events=block_events)
     seg_ref = put_checked(source, ix, data, entry.seq)
@@ -111,3 +109,17 @@ def settle_pending(
     if inner.meta_swap(INDEX_KEY, text, clean_text):
         return clean_text, clean
     return text, ix
+
+
+def swap_index(inner: Any, text: str | None, ix: SegmentIndex, seq: int, why: str) -> str:
+    """Record ``ix`` in place of the segment index ``text`` (a compare-and-set), then its
+    end row; returns the text recorded.
+
+    Raises:
+        ArchiveError: the segment index changed meanwhile (kind ``busy``).
+    """
+    new_text = ix.to_json()
+    if not inner.meta_swap(INDEX_KEY, text, new_text):
+        raise ArchiveError("busy", seq, INDEX_KEY, f"{why}; run again")
+    inner.meta_set(THROUGH_KEY, f"{ix.through} {ix.rev}")
+    return new_text

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from ares_events.archive.erase import put_checked, settle_pending
+from ares_events.archive.erase import put_checked, settle_pending, swap_index
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import (
     BLOCK_EVENTS,
-    INDEX_KEY,
     SEGMENT_EVENTS,
     THROUGH_KEY,
     Manifest,
@@ -185,9 +184,8 @@ def archive(
     source: ArchiveSource = rec.source
     from ares_events.stores.blobs import open_blobs
 
-    target = open_blobs(to, create=True)
-    location, url = target.location, str(getattr(target, "url", to))
-    target.close()
+    with open_blobs(to, create=True) as target:
+        location, url = target.location, str(getattr(target, "url", to))
     if getattr(store.blobs, "location", None) == location:
         raise ConfigError(
             f"the archive {location} is the store's blob location: give it its own folder or "
@@ -219,16 +217,10 @@ def archive(
         _check_chains(events, store)
         entry, manifest, nbytes = _seal(source, ix, events, mlog, key, block_events)
         report.archive_bytes += nbytes
-        new_ix = ix.with_segment(entry)
-        if not inner.meta_swap(INDEX_KEY, text, new_ix.to_json()):
-            raise ArchiveError(
-                "busy",
-                entry.seq,
-                INDEX_KEY,
-                "another archive run changed the segment index; run again",
-            )
-        text, ix = new_ix.to_json(), new_ix
-        inner.meta_set(THROUGH_KEY, f"{ix.through} {ix.rev}")
+        ix = ix.with_segment(entry)
+        text = swap_index(
+            inner, text, ix, entry.seq, "another archive run changed the segment index"
+        )
         _step("recorded")
         n, text, ix = _delete(inner, source, text, ix, entry, events)
         report.rows_deleted += n
@@ -362,9 +354,7 @@ def _seal(
     assert last_index is not None  # _check_leaves found every leaf
     size = last_index + 1
     root = mlog.root(size)
-    checkpoint = None
-    if key is not None:
-        checkpoint = sign_checkpoint(Checkpoint(key.name, size, root), key)
+    checkpoint = None if key is None else sign_checkpoint(Checkpoint(key.name, size, root), key)
     data, blocks = encode_segment(events, block_events=block_events)
     seg_ref = put_checked(source, ix, data, seq)
     manifest = Manifest(
@@ -413,11 +403,10 @@ def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[byt
         raise StoreError("the Merkle log does not hold the events to archive (catch it up)")
     tiles = mlog._tiles()
     j = 0
-    width = TILE_WIDTH
     for i in range(first, last + 1):
         # the stored leaf hashes, straight from the bottom tiles (32 bytes each)
-        hashes, _ = tiles.get(0, i // width)
-        off = (i % width) * 32
+        hashes, _ = tiles.get(0, i // TILE_WIDTH)
+        off = (i % TILE_WIDTH) * 32
         if j < len(leaves) and hashes[off : off + 32] == leaves[j]:
             j += 1
     if j != len(leaves):
@@ -492,13 +481,8 @@ def _reseal(
             done = erase_archived(source, ix, e.stream_id, e.version, e.position, e.hash, ref, None)
             if done is None:
                 continue
-            new_ix, _, _old = done
-            new_text = new_ix.to_json()
-            if not inner.meta_swap(INDEX_KEY, text, new_text):
-                raise ArchiveError(
-                    "busy", entry.seq, INDEX_KEY, "the segment index changed; run again"
-                )
-            inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
+            new_ix = done[0]
+            new_text = swap_index(inner, text, new_ix, entry.seq, "the segment index changed")
             text, ix = settle_pending(inner, source, new_text, new_ix)
     found = ix.segment_at(entry.first_position)
     assert found is not None and found.seq == entry.seq

@@ -19,6 +19,7 @@ from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
 from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -41,12 +42,7 @@ garbage collector tracks each) stay under its threshold of 700: a page of 1000 c
 the CPU of a bare read in collections, one of 256 about 5%, metadata reads included."""
 
 
-def _flatten(pages: Iterator[list[RecordedEvent]]) -> Iterator[RecordedEvent]:
-    try:
-        for page in pages:
-            yield from page
-    finally:
-        close_iter(pages)  # a reader that stops early closes the database read
+_flatten = itertools.chain.from_iterable  # pages handed on at C speed
 
 
 def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
@@ -94,11 +90,9 @@ class ArchiveRecorder:
     def append_many(
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
-        """The backend's :meth:`~ares_events.core.recorder.AppendsMany.append_many`."""
         return cast(list[AppendOutcome], self.inner.append_many(batches, tracking))
 
     def tracked_position(self, name: str) -> int | None:
-        """The backend's tracked position of ``name``."""
         return cast(int | None, self.inner.tracked_position(name))
 
     def head(self, stream_id: str) -> Head | None:
@@ -106,52 +100,38 @@ class ArchiveRecorder:
         return cast(Head | None, self.inner.head(stream_id))
 
     def heads(self) -> Iterator[tuple[str, Head]]:
-        """The backend's heads."""
         return cast(Iterator[tuple[str, Head]], self.inner.heads())
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
-        """A page of the backend's heads."""
         return cast(list[tuple[str, Head]], self.inner.heads_page(after, limit, prefix))
 
     def last_position(self) -> int:
-        """The backend's last position."""
         return cast(int, self.inner.last_position())
 
     def wait_for(self, position: int, timeout: float) -> bool:
-        """The backend's wake-up."""
         return cast(bool, self.inner.wait_for(position, timeout))
 
     def meta_get(self, key: str) -> str | None:
-        """The backend's metadata value under ``key``."""
         return cast(str | None, self.inner.meta_get(key))
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
-        """The backend's put-if-absent."""
         return cast(str, self.inner.meta_put_if_absent(key, value))
 
     def meta_set(self, key: str, value: str) -> None:
-        """The backend's metadata write."""
         self.inner.meta_set(key, value)
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
-        """The backend's compare-and-swap of a metadata value."""
         return cast(bool, self.inner.meta_swap(key, expected, value))
 
     def delete_archived(
-        self,
-        first_position: int,
-        last_position: int,
-        expected: Sequence[tuple[int, bytes, str | None]],
+        self, first_position: int, last_position: int, expected: Sequence[ArchivedRow]
     ) -> int:
-        """The backend's delete of archived rows."""
         return cast(int, self.inner.delete_archived(first_position, last_position, expected))
 
     def snapshot_rows(self) -> Any:
-        """The backend's snapshot table."""
         return self.inner.snapshot_rows()
 
     def read_models(self) -> Any:
-        """The backend's read models."""
         return self.inner.read_models()
 
     def find_duplicates(self) -> Iterator[tuple[str, Any, Any, int, Any]]:
@@ -159,7 +139,6 @@ class ArchiveRecorder:
         return cast(Iterator[tuple[str, Any, Any, int, Any]], self.inner.find_duplicates())
 
     def default_blobs_url(self) -> str | None:
-        """The backend's default blob location."""
         return cast(str | None, self.inner.default_blobs_url())
 
     def segment_index(self) -> SegmentIndex | None:
@@ -208,8 +187,7 @@ class ArchiveRecorder:
     ) -> Iterator[RecordedEvent]:
         """The stream's events from the database and, for versions no longer there, from
         the archive."""
-        pages = self._read_pages(stream_id, from_version, to_version, limit)
-        return itertools.chain.from_iterable(pages)  # pages handed on at C speed
+        return _flatten(self._read_pages(stream_id, from_version, to_version, limit))
 
     def _read_pages(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -288,11 +266,9 @@ class ArchiveRecorder:
     def _follows(self, stream_id: str, v: int) -> bool:
         it = self.inner.read(stream_id, v, None, 1)
         try:
-            for _ in it:
-                return True
+            return bool(_take(it, 1))
         finally:
             close_iter(it)
-        return False
 
     def _archived(
         self, stream_id: str, v: int, hi: int, left: int
@@ -324,8 +300,7 @@ class ArchiveRecorder:
     ) -> Iterator[RecordedEvent]:
         """Events in global order: from the archive below its last position, then from
         the database."""
-        pages = self._read_all(after_position, limit, stream_prefix)
-        return itertools.chain.from_iterable(pages)  # pages handed on at C speed
+        return _flatten(self._read_all(after_position, limit, stream_prefix))
 
     def _read_all(
         self, after: int, limit: int | None, prefix: str | None
@@ -356,16 +331,10 @@ class ArchiveRecorder:
             last = page[-1].position
             if type(last) is not int or last <= pos:
                 # A tampered position: go on without the archive, exactly as stored.
-                yield list(self._rest(page, left, prefix))
+                good = [e.position for e in page if type(e.position) is int]
+                yield list(self.inner.read_all(max(good, default=0), left, **kw))
                 return
             pos = last
-
-    def _rest(
-        self, page: list[RecordedEvent], left: int, prefix: str | None
-    ) -> Iterator[RecordedEvent]:
-        good = [e.position for e in page if type(e.position) is int]
-        kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
-        yield from self.inner.read_all(max(good) if good else 0, left, **kw)
 
     def _chunk(
         self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
@@ -382,22 +351,17 @@ class ArchiveRecorder:
             raise exc
         return fresh
 
-    def _block_after(
-        self, ix: SegmentIndex, pos: int, prefix: str | None
-    ) -> tuple[list[RecordedEvent], int]:
-        try:
-            return self.source.events_after(ix, pos, prefix)
-        except ArchiveError as exc:
-            ix = self._newer(ix, exc)
-            return self.source.events_after(ix, pos, prefix)
-
     def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """The archive's next block after ``pos`` merged with the rows the database
         keeps in its range (each stream's last event at archive time, and rows an
         interrupted run has not deleted yet: those are the archive's, once)."""
-        events, upto = self._block_after(ix, pos, prefix)
+        try:
+            events, upto = self.source.events_after(ix, pos, prefix)
+        except ArchiveError as exc:
+            ix = self._newer(ix, exc)
+            events, upto = self.source.events_after(ix, pos, prefix)
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}

@@ -19,6 +19,7 @@ from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
 from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import (
     AppendOutcome,
+    ArchivedRow,
     Batch,
     Capability,
     EraseOutcome,
@@ -42,13 +43,18 @@ garbage collector tracks each) stay under its threshold of 700: a page of 1000 c
 the CPU of a bare read in collections, one of 256 about 5%, metadata reads included."""
 
 
-async def _flatten(pages: AsyncIterator[list[RecordedEvent]]) -> AsyncIterator[RecordedEvent]:
-    try:
-        async for page in pages:
-            for e in page:
-                yield e
-    finally:
-        await aclose_iter(pages)  # a reader that stops early closes the database read
+if ASYNC:
+
+    async def _flatten(pages: AsyncIterator[list[RecordedEvent]]) -> AsyncIterator[RecordedEvent]:
+        try:
+            async for page in pages:
+                for e in page:
+                    yield e
+        finally:
+            await aclose_iter(pages)  # a reader that stops early closes the database read
+
+else:
+    _flatten = itertools.chain.from_iterable  # pages handed on at C speed
 
 
 async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]:
@@ -105,11 +111,9 @@ class AsyncArchiveRecorder:
     async def append_many(
         self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
-        """The backend's :meth:`~ares_events.core.recorder_async.AsyncAppendsMany.append_many`."""
         return cast(list[AppendOutcome], await self.inner.append_many(batches, tracking))
 
     async def tracked_position(self, name: str) -> int | None:
-        """The backend's tracked position of ``name``."""
         return cast(int | None, await self.inner.tracked_position(name))
 
     async def head(self, stream_id: str) -> Head | None:
@@ -117,54 +121,40 @@ class AsyncArchiveRecorder:
         return cast(Head | None, await self.inner.head(stream_id))
 
     def heads(self) -> AsyncIterator[tuple[str, Head]]:
-        """The backend's heads."""
         return cast(AsyncIterator[tuple[str, Head]], self.inner.heads())
 
     async def heads_page(
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
-        """A page of the backend's heads."""
         return cast(list[tuple[str, Head]], await self.inner.heads_page(after, limit, prefix))
 
     async def last_position(self) -> int:
-        """The backend's last position."""
         return cast(int, await self.inner.last_position())
 
     async def wait_for(self, position: int, timeout: float) -> bool:
-        """The backend's wake-up."""
         return cast(bool, await self.inner.wait_for(position, timeout))
 
     async def meta_get(self, key: str) -> str | None:
-        """The backend's metadata value under ``key``."""
         return cast(str | None, await self.inner.meta_get(key))
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
-        """The backend's put-if-absent."""
         return cast(str, await self.inner.meta_put_if_absent(key, value))
 
     async def meta_set(self, key: str, value: str) -> None:
-        """The backend's metadata write."""
         await self.inner.meta_set(key, value)
 
     async def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
-        """The backend's compare-and-swap of a metadata value."""
         return cast(bool, await self.inner.meta_swap(key, expected, value))
 
     async def delete_archived(
-        self,
-        first_position: int,
-        last_position: int,
-        expected: Sequence[tuple[int, bytes, str | None]],
+        self, first_position: int, last_position: int, expected: Sequence[ArchivedRow]
     ) -> int:
-        """The backend's delete of archived rows."""
         return cast(int, await self.inner.delete_archived(first_position, last_position, expected))
 
     def snapshot_rows(self) -> Any:
-        """The backend's snapshot table."""
         return self.inner.snapshot_rows()
 
     def read_models(self) -> Any:
-        """The backend's read models."""
         return self.inner.read_models()
 
     def find_duplicates(self) -> AsyncIterator[tuple[str, Any, Any, int, Any]]:
@@ -172,7 +162,6 @@ class AsyncArchiveRecorder:
         return cast(AsyncIterator[tuple[str, Any, Any, int, Any]], self.inner.find_duplicates())
 
     def default_blobs_url(self) -> str | None:
-        """The backend's default blob location."""
         return cast(str | None, self.inner.default_blobs_url())
 
     async def segment_index(self) -> SegmentIndex | None:
@@ -221,11 +210,7 @@ class AsyncArchiveRecorder:
     ) -> AsyncIterator[RecordedEvent]:
         """The stream's events from the database and, for versions no longer there, from
         the archive."""
-        pages = self._read_pages(stream_id, from_version, to_version, limit)
-        if ASYNC:
-            return _flatten(pages)
-        else:
-            return itertools.chain.from_iterable(pages)  # pages handed on at C speed
+        return _flatten(self._read_pages(stream_id, from_version, to_version, limit))
 
     async def _read_pages(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -304,11 +289,9 @@ class AsyncArchiveRecorder:
     async def _follows(self, stream_id: str, v: int) -> bool:
         it = self.inner.read(stream_id, v, None, 1)
         try:
-            async for _ in it:
-                return True
+            return bool(await _take(it, 1))
         finally:
             await aclose_iter(it)
-        return False
 
     async def _archived(
         self, stream_id: str, v: int, hi: int, left: int
@@ -340,11 +323,7 @@ class AsyncArchiveRecorder:
     ) -> AsyncIterator[RecordedEvent]:
         """Events in global order: from the archive below its last position, then from
         the database."""
-        pages = self._read_all(after_position, limit, stream_prefix)
-        if ASYNC:
-            return _flatten(pages)
-        else:
-            return itertools.chain.from_iterable(pages)  # pages handed on at C speed
+        return _flatten(self._read_all(after_position, limit, stream_prefix))
 
     async def _read_all(
         self, after: int, limit: int | None, prefix: str | None
@@ -375,17 +354,10 @@ class AsyncArchiveRecorder:
             last = page[-1].position
             if type(last) is not int or last <= pos:
                 # A tampered position: go on without the archive, exactly as stored.
-                yield [e async for e in self._rest(page, left, prefix)]
+                good = [e.position for e in page if type(e.position) is int]
+                yield [e async for e in self.inner.read_all(max(good, default=0), left, **kw)]
                 return
             pos = last
-
-    async def _rest(
-        self, page: list[RecordedEvent], left: int, prefix: str | None
-    ) -> AsyncIterator[RecordedEvent]:
-        good = [e.position for e in page if type(e.position) is int]
-        kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
-        async for e in self.inner.read_all(max(good) if good else 0, left, **kw):
-            yield e
 
     async def _chunk(
         self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
@@ -402,22 +374,17 @@ class AsyncArchiveRecorder:
             raise exc
         return fresh
 
-    async def _block_after(
-        self, ix: SegmentIndex, pos: int, prefix: str | None
-    ) -> tuple[list[RecordedEvent], int]:
-        try:
-            return await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
-        except ArchiveError as exc:
-            ix = await self._newer(ix, exc)
-            return await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
-
     async def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """The archive's next block after ``pos`` merged with the rows the database
         keeps in its range (each stream's last event at archive time, and rows an
         interrupted run has not deleted yet: those are the archive's, once)."""
-        events, upto = await self._block_after(ix, pos, prefix)
+        try:
+            events, upto = await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
+        except ArchiveError as exc:
+            ix = await self._newer(ix, exc)
+            events, upto = await asyncio.to_thread(self.source.events_after, ix, pos, prefix)
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}

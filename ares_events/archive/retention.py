@@ -13,20 +13,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from ares_events.archive.erase import settle_pending
+from ares_events.archive.erase import settle_pending, swap_index
 from ares_events.archive.job import _archive_reader, _cutoff
 from ares_events.archive.segment import (
-    INDEX_KEY,
     RETENTION_STREAM,
     RETENTION_TYPE,
-    THROUGH_KEY,
     SegmentEntry,
     span,
     streams_digest,
     tombstone_fields,
 )
 from ares_events.core.events import NewEvent, utc_now_at
-from ares_events.errors import ArchiveError, InvalidEvent
+from ares_events.errors import InvalidEvent
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -112,12 +110,8 @@ def retire(
                       event_id=record_id(entry))],
         )  # fmt: skip
         tomb = {**payload, "record_position": res.position, "retired_at": utc_now_at()}
-        new = ix.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
-        new_text = new.to_json()
-        if not inner.meta_swap(INDEX_KEY, text, new_text):
-            raise ArchiveError("busy", entry.seq, INDEX_KEY, "the segment index changed; run again")
-        inner.meta_set(THROUGH_KEY, f"{new.through} {new.rev}")
-        text, ix = new_text, new
+        ix = ix.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
+        text = swap_index(inner, text, ix, entry.seq, "the segment index changed")
         source.drop_objects(ix, [entry.segment.key, entry.manifest.key])
         report.segments.append({**span(entry), "record_position": res.position})
         report.events += entry.events

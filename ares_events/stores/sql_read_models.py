@@ -152,7 +152,8 @@ class _Conflict(Exception):
 
 
 class SQLCheckpoints:
-    """The signed checkpoints of the Merkle log (``ares_checkpoints``)."""
+    """The signed checkpoints of the Merkle log in ``ares_checkpoints``
+    (:class:`~ares_events.core.read_models.CheckpointStore`)."""
 
     def __init__(self, models: SQLReadModels) -> None:
         self._m = models
@@ -161,22 +162,18 @@ class SQLCheckpoints:
         return self._m._fetch(template, args, CHECKPOINTS, needs=CHECKPOINTS)
 
     def put(self, origin: str, size: int, root: bytes, note: str) -> None:
-        """Keep a signed checkpoint (the first one of a size stays)."""
         self._m._ensure(CHECKPOINTS, CREATE_CHECKPOINTS)
         self._m._run(INSERT_CHECKPOINT, (origin, size, root, note, utc_now_at()), CHECKPOINTS)
 
     def at_size(self, size: int) -> str | None:
-        """The note of ``size``."""
         rows = self._rows(SELECT_AT, (size,))
         return str(rows[0][0]) if rows else None
 
     def origin(self) -> str | None:
-        """The first origin."""
         rows = self._rows(SELECT_ORIGIN, ())
         return str(rows[0][0]) if rows else None
 
     def newest(self, limit: int) -> list[tuple[str, int, bytes, str, str]]:
-        """The rows of the ``limit`` largest sizes, largest first."""
         rows = self._rows(SELECT_NEWEST, (limit,))
         return [(str(o), int(n), bytes(r), str(t), str(at)) for o, n, r, t, at in rows]
 
@@ -249,7 +246,6 @@ class SQLReadModels:
             self._exists.add(table)
 
     def meta(self, name: str) -> ProjectionMeta | None:
-        """The registry row, or None (also when nothing was ever registered)."""
         rows = self._fetch(SELECT_META, (name,), needs=REGISTRY)
         return ProjectionMeta(*rows[0]) if rows else None
 
@@ -259,20 +255,16 @@ class SQLReadModels:
         self._run(INSERT_META, astuple(meta))
 
     def start_building(self, name: str, table: str, generation: int) -> None:
-        """Point the building slot at ``table``."""
         self._run(START_BUILDING, (table, generation, name))
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
-        """Make the building table live (compare-and-set)."""
         return bool(self._run(SWAP, (projection_version, name, table, position)).rowcount == 1)
 
     def create(self, table: str) -> None:
-        """Create a generation table."""
         with self._ddl() as c:
             c.execute(self._sql(CREATE_ROWS, table))
 
     def drop(self, table: str) -> None:
-        """Drop a generation table."""
         with self._ddl() as c:
             c.execute(self._sql(DROP_ROWS, table))
 
@@ -323,7 +315,6 @@ class SQLReadModels:
             after = rows[-1][0]
 
     def names(self) -> list[str]:
-        """Every registered projection."""
         rows = self._fetch(SELECT_NAMES, needs=REGISTRY)
         return [str(r[0]) for r in rows]
 

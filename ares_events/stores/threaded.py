@@ -97,9 +97,7 @@ class ThreadedRecorder:
         return await self._call(self._writer, self.sync.append, batch, expected_version)
 
     async def append_many(
-        self,
-        batches: Sequence[tuple[Batch, ExpectedVersion]],
-        tracking: TrackingRecord | None,
+        self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """Append several batches on the writer thread."""
         return await self._call(self._writer, self.sync.append_many, batches, tracking)
@@ -244,15 +242,12 @@ class ThreadedSnapshotRows:
         self._t = threads
 
     async def put(self, snap: Snapshot) -> None:
-        """Insert or replace the row of the snapshot's stream and projection."""
         await self._t._call(self._t._writer, self._sync.put, snap)
 
     async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
-        """The row of ``(stream_id, projection)``, or None."""
         return await self._t._call(self._t._readers, self._sync.get, stream_id, projection)
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
-        """Delete one row, or every row of the stream; return how many."""
         return int(await self._t._call(self._t._writer, self._sync.remove, stream_id, projection))
 
     def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:

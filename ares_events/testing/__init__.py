@@ -10,11 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ares_events.testing.contract import (
-        StoreContract,
-        run_concurrent_appenders,
-        store_state,
-    )
+    from ares_events.testing.contract import StoreContract, run_concurrent_appenders, store_state
     from ares_events.testing.snapshots import SnapshotContract
 
 __all__ = ["SnapshotContract", "StoreContract", "run_concurrent_appenders", "store_state"]

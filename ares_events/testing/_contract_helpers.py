@@ -29,10 +29,7 @@ _MAX_I64 = 2**63 - 1
 
 
 def _ev(n: int = 0, **kw: Any) -> ae.NewEvent:
-    kw.setdefault("type", "test.happened")
-    kw.setdefault("module", "contract")
-    kw.setdefault("payload", {"n": n})
-    return ae.NewEvent(**kw)
+    return ae.NewEvent(**{"type": "test.happened", "module": "contract", "payload": {"n": n}, **kw})
 
 
 def _evs(count: int, start: int = 0) -> list[ae.NewEvent]:

@@ -15,7 +15,6 @@ import logging
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from types import TracebackType
 from typing import Any, BinaryIO, Self
 
 import blake3
@@ -23,10 +22,7 @@ import blake3
 from ares_events.core.blobs import BlobInfo, BlobStore
 from ares_events.core.events import PayloadRef, PreparedEvent, RecordedEvent
 from ares_events.core.url import StoreURL
-from ares_events.errors import (
-    BlobCorrupted,
-    ConfigError,
-)
+from ares_events.errors import BlobCorrupted, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +88,7 @@ class BlobReader(io.RawIOBase):
     """
 
     def __init__(
-        self,
-        raw: Any,
-        ref: PayloadRef,
-        *,
-        stream_id: str | None = None,
-        version: int | None = None,
+        self, raw: Any, ref: PayloadRef, *, stream_id: str | None = None, version: int | None = None
     ) -> None:
         super().__init__()
         self._raw = raw
@@ -291,12 +282,7 @@ class BaseBlobStore:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -67,11 +67,7 @@ class GcReport:
 
 
 def gc_blobs(
-    store: EventStore,
-    older_than: timedelta,
-    dry_run: bool = False,
-    *,
-    now: datetime | None = None,
+    store: EventStore, older_than: timedelta, dry_run: bool = False, *, now: datetime | None = None
 ) -> GcReport:
     """Delete blobs no event references and that are older than ``older_than``; safe while
     appends go on (docs/blobs.md gives the order that makes it so).

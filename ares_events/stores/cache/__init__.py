@@ -18,13 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
-from ares_events.core.backend import (
-    AppendOutcome,
-    Batch,
-    Capability,
-    Head,
-    SealedEvent,
-)
+from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, SealedEvent
 from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed

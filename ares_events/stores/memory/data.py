@@ -66,17 +66,4 @@ def data_for(name: str | None, *, create: bool, where: str) -> MemoryData:
 def fresh(e: RecordedEvent) -> RecordedEvent:
     """A new event sharing only immutable parts with the stored one, so a reader that
     mutates its decoded payload or metadata cannot change what later reads return."""
-    return RecordedEvent(
-        e.stream_id,
-        e.version,
-        e.position,
-        e.event_id_str,
-        e.type,
-        e.module,
-        e._payload_bytes,
-        e.metadata_json,
-        e.at,
-        e.prev_hash,
-        e.hash,
-        e.payload_ref,
-    )
+    return RecordedEvent(*e[:12])

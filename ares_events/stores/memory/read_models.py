@@ -19,33 +19,29 @@ __all__ = ["MemoryCheckpoints", "MemoryReadModels"]
 
 
 class MemoryCheckpoints:
-    """The signed checkpoints of the Merkle log, by ``(origin, size)``."""
+    """The signed checkpoints of the Merkle log, by ``(origin, size)``
+    (:class:`~ares_events.core.read_models.CheckpointStore`)."""
 
     def __init__(self) -> None:
         self._rows: dict[tuple[str, int], tuple[bytes, str, str]] = {}
         self._lock = threading.Lock()
 
     def put(self, origin: str, size: int, root: bytes, note: str) -> None:
-        """Keep a signed checkpoint (the first one of a size stays)."""
         with self._lock:
             self._rows.setdefault((origin, size), (root, note, utc_now_at()))
 
     def all(self) -> list[tuple[str, int, bytes, str, str]]:
-        """Every row by size."""
         with self._lock:
             items = sorted(self._rows.items(), key=lambda kv: (kv[0][1], kv[0][0]))
         return [(o, n, r, t, at) for (o, n), (r, t, at) in items]
 
     def newest(self, limit: int) -> list[tuple[str, int, bytes, str, str]]:
-        """The rows of the ``limit`` largest sizes, largest first."""
         return sorted(self.all(), key=lambda r: (-r[1], r[0]))[:limit]
 
     def at_size(self, size: int) -> str | None:
-        """The note of ``size``."""
         return next((r[3] for r in self.all() if r[1] == size), None)
 
     def origin(self) -> str | None:
-        """The first origin."""
         rows = self.all()
         return rows[0][0] if rows else None
 
@@ -62,17 +58,14 @@ class MemoryReadModels:
         self.checkpoints = MemoryCheckpoints()
 
     def meta(self, name: str) -> ProjectionMeta | None:
-        """The registry row, or None."""
         with self._lock:
             return self._meta.get(name)
 
     def put_meta(self, meta: ProjectionMeta) -> None:
-        """Create the registry row unless one exists."""
         with self._lock:
             self._meta.setdefault(meta.name, meta)
 
     def start_building(self, name: str, table: str, generation: int) -> None:
-        """Point the building slot at ``table``."""
         with self._lock:
             m = self._meta[name]
             self._meta[name] = replace(
@@ -80,7 +73,6 @@ class MemoryReadModels:
             )
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
-        """Make the building table live (compare-and-set)."""
         with self._lock:
             m = self._meta[name]
             if m.building_table != table or m.building_position != position:
@@ -96,17 +88,14 @@ class MemoryReadModels:
             return True
 
     def create(self, table: str) -> None:
-        """Create an empty table."""
         with self._lock:
             self.tables.setdefault(table, {})
 
     def drop(self, table: str) -> None:
-        """Drop a table."""
         with self._lock:
             self.tables.pop(table, None)
 
     def load(self, table: str, keys: list[str]) -> dict[str, Any]:
-        """States of ``keys``."""
         with self._lock:
             t = self.tables.get(table, {})
             return {k: orjson.loads(t[k][0]) for k in keys if k in t}
@@ -135,14 +124,12 @@ class MemoryReadModels:
             return True
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
-        """Every row by key."""
         with self._lock:
             items = sorted(self.tables.get(table, {}).items())
         for k, (s, _) in items:
             yield k, orjson.loads(s)
 
     def names(self) -> list[str]:
-        """Every registered projection."""
         with self._lock:
             return sorted(self._meta)
 

@@ -131,9 +131,7 @@ class MemoryRecorder:
         return out
 
     def append_many(
-        self,
-        batches: Sequence[tuple[Batch, ExpectedVersion]],
-        tracking: TrackingRecord | None,
+        self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """Append several batches (and a tracking record) atomically under the lock."""
         return self._append(batches, tracking, "append_many")
@@ -191,19 +189,10 @@ class MemoryRecorder:
             if i < len(d.log) and d.log[i].position == position:
                 d.log[i] = new
             d.ids[old.event_id_str] = new
-            refs = 0
-            if blob_key:
-                refs = sum(
-                    1
-                    for e in d.log
-                    if e.payload_ref is not None
-                    and not e.payload_ref.erased
-                    and e.payload_ref.key == blob_key
-                )
-            return EraseOutcome(True, refs)
+            refs = (r for e in d.log if (r := e.payload_ref) is not None and r.key == blob_key)
+            return EraseOutcome(True, sum(not r.erased for r in refs) if blob_key else 0)
 
     def tracked_position(self, name: str) -> int | None:
-        """The tracked position of ``name``, or None."""
         with self._locked() as d:
             return d.tracking.get(name)
 
@@ -250,7 +239,6 @@ class MemoryRecorder:
         return _each(rows)
 
     def head(self, stream_id: str) -> Head | None:
-        """Current head."""
         with self._locked() as d:
             return d.heads.get(stream_id)
 
@@ -298,12 +286,10 @@ class MemoryRecorder:
             return d.meta.get(key)
 
     def meta_put_if_absent(self, key: str, value: str) -> str:
-        """Store ``value`` under ``key`` unless one is there; return the stored value."""
         with self._locked() as d:
             return d.meta.setdefault(key, value)
 
     def meta_set(self, key: str, value: str) -> None:
-        """Store ``value`` under ``key``, replacing what is there."""
         with self._locked() as d:
             d.meta[key] = value
 
@@ -333,26 +319,24 @@ class MemoryRecorder:
 
 
 class MemorySnapshotRows:
-    """Snapshot rows in a dict (the same row the SQL backends store)."""
+    """Snapshot rows in a dict (the same row the SQL backends store):
+    :class:`~ares_events.core.recorder.SnapshotRows`."""
 
     def __init__(self, table: dict[tuple[str, str], SnapshotRow], check: Any) -> None:
         self._table = table
         self._check = check
 
     def put(self, snap: Snapshot) -> None:
-        """Insert or replace the row of the snapshot's stream and projection."""
         _fair()
         self._check()
         self._table[(snap.stream_id, snap.projection)] = row_of(snap)
 
     def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
-        """The row of ``(stream_id, projection)``, or None."""
         _fair()
         self._check()
         return self._table.get((stream_id, projection))
 
     def remove(self, stream_id: str, projection: str | None) -> int:
-        """Delete one row, or every row of the stream; return how many."""
         _fair()
         self._check()
         if projection is not None:
@@ -361,7 +345,6 @@ class MemorySnapshotRows:
         return sum(1 for k in keys if self._table.pop(k, None) is not None)
 
     def infos(self, stream_id: str | None) -> Iterator[SnapshotInfo]:
-        """Every row's description, ordered by stream and projection."""
         self._check()
         items = sorted(
             (k, v)

@@ -152,9 +152,7 @@ class AsyncMemoryRecorder:
         return out
 
     async def append_many(
-        self,
-        batches: Sequence[tuple[Batch, ExpectedVersion]],
-        tracking: TrackingRecord | None,
+        self, batches: Sequence[tuple[Batch, ExpectedVersion]], tracking: TrackingRecord | None
     ) -> list[AppendOutcome]:
         """Append several batches (and a tracking record) atomically under the lock."""
         return await self._append(batches, tracking, "append_many")
@@ -212,19 +210,10 @@ class AsyncMemoryRecorder:
             if i < len(d.log) and d.log[i].position == position:
                 d.log[i] = new
             d.ids[old.event_id_str] = new
-            refs = 0
-            if blob_key:
-                refs = sum(
-                    1
-                    for e in d.log
-                    if e.payload_ref is not None
-                    and not e.payload_ref.erased
-                    and e.payload_ref.key == blob_key
-                )
-            return EraseOutcome(True, refs)
+            refs = (r for e in d.log if (r := e.payload_ref) is not None and r.key == blob_key)
+            return EraseOutcome(True, sum(not r.erased for r in refs) if blob_key else 0)
 
     async def tracked_position(self, name: str) -> int | None:
-        """The tracked position of ``name``, or None."""
         async with self._locked() as d:
             return d.tracking.get(name)
 
@@ -271,7 +260,6 @@ class AsyncMemoryRecorder:
         return _each(rows)
 
     async def head(self, stream_id: str) -> Head | None:
-        """Current head."""
         async with self._locked() as d:
             return d.heads.get(stream_id)
 
@@ -356,12 +344,10 @@ class AsyncMemoryRecorder:
             return d.meta.get(key)
 
     async def meta_put_if_absent(self, key: str, value: str) -> str:
-        """Store ``value`` under ``key`` unless one is there; return the stored value."""
         async with self._locked() as d:
             return d.meta.setdefault(key, value)
 
     async def meta_set(self, key: str, value: str) -> None:
-        """Store ``value`` under ``key``, replacing what is there."""
         async with self._locked() as d:
             d.meta[key] = value
 
@@ -401,26 +387,24 @@ if ASYNC:
 
 
 class AsyncMemorySnapshotRows:
-    """Snapshot rows in a dict (the same row the SQL backends store)."""
+    """Snapshot rows in a dict (the same row the SQL backends store):
+    :class:`~ares_events.core.recorder_async.AsyncSnapshotRows`."""
 
     def __init__(self, table: dict[tuple[str, str], SnapshotRow], check: Any) -> None:
         self._table = table
         self._check = check
 
     async def put(self, snap: Snapshot) -> None:
-        """Insert or replace the row of the snapshot's stream and projection."""
         await _fair()
         self._check()
         self._table[(snap.stream_id, snap.projection)] = row_of(snap)
 
     async def get(self, stream_id: str, projection: str) -> SnapshotRow | None:
-        """The row of ``(stream_id, projection)``, or None."""
         await _fair()
         self._check()
         return self._table.get((stream_id, projection))
 
     async def remove(self, stream_id: str, projection: str | None) -> int:
-        """Delete one row, or every row of the stream; return how many."""
         await _fair()
         self._check()
         if projection is not None:
@@ -429,7 +413,6 @@ class AsyncMemorySnapshotRows:
         return sum(1 for k in keys if self._table.pop(k, None) is not None)
 
     def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
-        """Every row's description, ordered by stream and projection."""
         self._check()
         items = sorted(
             (k, v)
