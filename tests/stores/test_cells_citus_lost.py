@@ -13,8 +13,9 @@ import pytest
 import ares_events as ae
 from ares_events.core.recorder import backend_of
 from ares_events.errors import StoreError, StoreUnavailable
-from ares_events.stores.cells.citus_clock import WORKER_LOST
+from ares_events.stores.cells.citus_clock import WORKER_LOST, CitusClock
 from ares_events.stores.postgres.driver import DriverErrors
+from ares_events.stores.postgres.sql import Statements
 
 
 def _admin(port: int | str) -> psycopg.Connection[tuple[object, ...]]:
@@ -84,3 +85,29 @@ def test_a_relayed_worker_loss_is_unavailable_only_where_the_store_says_so(messa
 
     assert type(mapped(WORKER_LOST)) is StoreUnavailable
     assert type(mapped(())) is StoreError
+
+
+@pytest.mark.postgres
+def test_a_stored_value_that_reads_like_a_lost_node_is_not_one(postgres_db_url: str) -> None:
+    """The server quotes a duplicate key in the error's DETAIL: a key that holds a lost-node
+    message leaves a unique violation a StoreError, under the Citus mapping too (only the
+    error's own message is matched), in the read path's mapping and an append's."""
+    key = WORKER_LOST[-1]
+    with psycopg.connect(postgres_db_url, autocommit=True) as c:
+        c.execute("CREATE TEMP TABLE k (v text UNIQUE)")
+        c.execute("INSERT INTO k VALUES (%s)", (key,))
+        errors = DriverErrors(
+            "a write",
+            "db",
+            statement_timeout=None,
+            timeout_label=str,
+            secret=None,
+            lost=WORKER_LOST,
+        )
+        with pytest.raises(StoreError) as info, errors:
+            c.execute("INSERT INTO k VALUES (%s)", (key,))
+        assert type(info.value) is StoreError
+        assert key in str(info.value.__cause__)  # the DETAIL did hold it
+        clock = CitusClock(Statements.for_schema("s"))
+        with pytest.raises(psycopg.errors.UniqueViolation), clock.writing(c, "db"):
+            c.execute("INSERT INTO k VALUES (%s)", (key,))

@@ -16,6 +16,7 @@ from psycopg import sql
 from ares_events.core.backend import SealedEvent
 from ares_events.errors import StoreUnavailable
 from ares_events.stores.postgres.clock import Batches, ServerClock, Statement, ref_text
+from ares_events.stores.postgres.driver import relays_loss
 from ares_events.stores.postgres.sql import VISIBLE_BOUND, Statements, render_for
 
 __all__ = ["CitusClock"]
@@ -120,12 +121,9 @@ class CitusClock(ServerClock):
         try:
             yield
         except psycopg.Error as exc:
-            text = str(exc)
-            if (exc.sqlstate or "")[:2] not in ("08", "57") and not any(
-                m in text for m in WORKER_LOST
-            ):
+            if (exc.sqlstate or "")[:2] not in ("08", "57") and not relays_loss(exc, WORKER_LOST):
                 raise
-            failed.append(" ".join(text.split()))
+            failed.append(" ".join(str(exc).split()))
         finally:
             conn.remove_notice_handler(on_notice)
         if failed:

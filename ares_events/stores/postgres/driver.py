@@ -24,6 +24,7 @@ __all__ = [
     "DriverErrors",
     "SingleConnection",
     "check_server",
+    "relays_loss",
     "scrub",
 ]
 
@@ -59,6 +60,14 @@ def scrub(text: str, secret: str | None) -> str:
         for form in {secret, quote(secret, safe=""), quote(secret)}:
             text = text.replace(form, "***")
     return text
+
+
+def relays_loss(exc: psycopg.Error, messages: tuple[str, ...]) -> bool:
+    """Whether the error's own message holds one of ``messages`` (a lost node relayed as
+    another kind of error). Not its DETAIL, which may quote stored values: a unique
+    violation on a key that reads like a lost node is still a unique violation."""
+    text = exc.diag.message_primary or str(exc)
+    return any(m in text for m in messages)
 
 
 class DriverErrors:
@@ -120,12 +129,9 @@ class DriverErrors:
                 f"{what} in {description} was cancelled by the server ({limit} "
                 f"exceeded, or cancelled by an administrator){nothing}"
             ) from exc
-        text = str(exc).strip()
-        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or any(
-            m in text for m in self.lost
-        )
-        raise (StoreUnavailable if lost else StoreError)(
-            f"{what} in {description} failed: {scrub(text, self.secret)}"
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        raise (StoreUnavailable if lost or relays_loss(exc, self.lost) else StoreError)(
+            f"{what} in {description} failed: {scrub(str(exc).strip(), self.secret)}"
         ) from exc
 
 
