@@ -73,16 +73,16 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def __repr__(self) -> str:
-        from ares_events.core.url import _redact_text
+        from ares_events.core.url import redact_url
 
         parts = [
-            f"store_url={_redact_text(self.store_url) if self.store_url else None!r}",
-            f"blobs_url={_redact_text(self.blobs_url) if self.blobs_url else None!r}",
-            f"cache_url={_redact_text(self.cache_url) if self.cache_url else None!r}",
+            f"store_url={redact_url(self.store_url) if self.store_url else None!r}",
+            f"blobs_url={redact_url(self.blobs_url) if self.blobs_url else None!r}",
+            f"cache_url={redact_url(self.cache_url) if self.cache_url else None!r}",
             f"spill_threshold_bytes={self.spill_threshold_bytes}",
             f"snapshot_every={self.snapshot_every}",
             f"chain_key={'set' if self.chain_key else None}",
-            f"anchor_url={_redact_text(self.anchor_url) if self.anchor_url else None!r}",
+            f"anchor_url={redact_url(self.anchor_url) if self.anchor_url else None!r}",
             f"log_key_file={self.log_key_file!r}",
             f"log_vkeys={len(self.log_vkeys)}",
         ]
