@@ -156,8 +156,12 @@ def list_runs(store: EventStore, *, status: str | None = None) -> list[RunInfo]:
     """
     if status is not None and status not in LIST_STATUSES:
         raise ConfigError(f"unknown run status {status!r}; expected one of {LIST_STATUSES}")
-    infos = [inspect_run(store, r, requests=False) for r in iter_run_ids(store)]
-    return [info for info in infos if info.matches(status)]
+    out = []
+    for run_id in iter_run_ids(store):
+        info = inspect_run(store, run_id, requests=False)
+        if info.matches(status):
+            out.append(info)
+    return out
 
 
 # -- operating ------------------------------------------------------------------------------

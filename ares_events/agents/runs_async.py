@@ -170,8 +170,12 @@ async def list_runs(
     """
     if status is not None and status not in LIST_STATUSES:
         raise ConfigError(f"unknown run status {status!r}; expected one of {LIST_STATUSES}")
-    infos = [await inspect_run(store, r, requests=False) async for r in iter_run_ids(store)]
-    return [info for info in infos if info.matches(status)]
+    out = []
+    async for run_id in iter_run_ids(store):
+        info = await inspect_run(store, run_id, requests=False)
+        if info.matches(status):
+            out.append(info)
+    return out
 
 
 # -- operating ------------------------------------------------------------------------------

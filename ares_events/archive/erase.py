@@ -79,7 +79,10 @@ def erase_archived(
     e = events[hit]
     if (e.stream_id, e.version, e.hash) != (stream_id, version, event_hash):
         return None
-    events[hit] = RecordedEvent(*e[:6], None, *e[7:11], ref)  # type: ignore[call-arg]
+    events[hit] = RecordedEvent(
+        e.stream_id, e.version, e.position, e.event_id_str, e.type, e.module, None,
+        e.metadata_json, e.at, e.prev_hash, e.hash, ref,
+    )  # fmt: skip
     refs = sum(1 for x in events if x.payload_ref is not None and x.payload_ref.key == blob_key)
     data, blocks = encode_segment(events, block_events=block_events)
     seg_ref = put_checked(source, ix, data, entry.seq)

@@ -8,7 +8,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ares_events.errors import ProofError
@@ -222,10 +222,17 @@ class ProofCheck:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: ``ok`` first, the fields in order, then the ``details``."""
-        d = {"ok": self.ok} | {f.name: getattr(self, f.name) for f in fields(self)}
-        root = b64(self.root) if self.root is not None else None
-        return {k: v for k, v in d.items() if k != "details"} | {"root": root, **self.details}
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "kind": self.kind,
+            "reason": self.reason,
+            "origin": self.origin,
+            "tree_size": self.tree_size,
+            "root": b64(self.root) if self.root is not None else None,
+            "signed_by": self.signed_by,
+            **self.details,
+        }
 
 
 def _int(doc: Mapping[str, Any], name: str) -> int:

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from ares_events.integrity.findings import Finding, FindingsReport, report_dict
+from ares_events.integrity.findings import Finding, FindingsReport
 from ares_events.projections.base import SkippedEvent
 
 __all__ = ["DEFAULT_MAX_REPLAY", "RecoveryReport", "RecoverySource", "ReplayResult"]
@@ -76,5 +76,19 @@ class RecoveryReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the state included)."""
-        d = report_dict(self, ok_at=9, leave_out=("skipped",))  # "ok" after "capped"
-        return d | {"source": str(self.source), "skipped": [s.to_dict() for s in self.skipped]}
+        return {
+            "stream_id": self.stream_id,
+            "projection": self.projection,
+            "state": self.state,
+            "version": self.version,
+            "source": str(self.source),
+            "replayed": self.replayed,
+            "head_version": self.head_version,
+            "truncated": self.truncated,
+            "capped": self.capped,
+            "ok": self.ok,
+            "snapshot_version": self.snapshot_version,
+            "snapshot_ignored": self.snapshot_ignored,
+            "findings": [f.to_dict() for f in self.findings],
+            "skipped": [s.to_dict() for s in self.skipped],
+        }

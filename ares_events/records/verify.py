@@ -103,9 +103,19 @@ class RecordReport:
         self.findings.append(RecordFinding(kind, detail, version))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: ``ok``, then the fields, ``findings`` last."""
-        fields = {k: getattr(self, k) for k in self.__slots__ if k != "findings"}
-        return {"ok": self.ok, **fields, "findings": [f.to_dict() for f in self.findings]}
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "stream": self.stream,
+            "form": self.form,
+            "events": self.events,
+            "redacted": self.redacted,
+            "erased": self.erased,
+            "signed_by": self.signed_by,
+            "checkpoint": self.checkpoint,
+            "approvals": self.approvals,
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
 
 class _Malformed(ValueError):

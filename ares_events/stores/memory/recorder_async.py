@@ -210,8 +210,16 @@ class AsyncMemoryRecorder:
             if i < len(d.log) and d.log[i].position == position:
                 d.log[i] = new
             d.ids[old.event_id_str] = new
-            refs = (r for e in d.log if (r := e.payload_ref) is not None and r.key == blob_key)
-            return EraseOutcome(True, sum(not r.erased for r in refs) if blob_key else 0)
+            refs = 0
+            if blob_key:
+                refs = sum(
+                    1
+                    for e in d.log
+                    if e.payload_ref is not None
+                    and not e.payload_ref.erased
+                    and e.payload_ref.key == blob_key
+                )
+            return EraseOutcome(True, refs)
 
     async def tracked_position(self, name: str) -> int | None:
         async with self._locked() as d:

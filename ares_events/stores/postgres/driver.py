@@ -74,9 +74,9 @@ class DriverErrors:
     """Map driver and pool errors to ares_events errors (always ``from exc``), as a
     context manager (a class: every operation enters two, and a generator-based one
     costs several times more). ``timeout_label`` is called only on a pool timeout;
-    ``secret`` is scrubbed from driver messages; an error whose text holds one of ``lost``
-    is a lost node however the server classed it (Citus relays a worker's loss as an
-    internal error).
+    ``secret`` is scrubbed from driver messages; an error whose own message holds one of
+    ``lost`` (:func:`relays_loss`) is a lost node however the server classed it (Citus
+    relays a worker's loss as an internal error).
 
     Raises:
         StoreUnavailable: pool exhausted, statement cancelled, connection, server or
