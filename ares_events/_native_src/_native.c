@@ -52,8 +52,8 @@ enum {
 
 static const char HEX[] = "0123456789abcdef";
 
-/* A hash to compute: in[0:len] into out (mh_hash below, lanes-wide; a longer input than a
- * chunk is hashed alone). */
+/* A hash to compute: in[0:len] into out (mh_hash below, lanes-wide; an input longer than a
+ * chunk is cut into its chunks, hashed lanes-wide beside the others, then joined). */
 typedef struct {
     const uint8_t *in;
     size_t len;
@@ -866,8 +866,9 @@ static PyObject *prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         SLOT(p, OFF_PREP[P_UID]) = Py_NewRef(eid);
         PyList_SET_ITEM(out, i, p);
     }
-    /* One event gains nothing from lanes; its digest is hashed alone. */
-    mh_hash(jobs, (size_t)n, NULL, n > 1 ? mh_width(0) : 1);
+    /* One event of one chunk gains nothing from lanes; its digest is hashed alone. */
+    mh_hash(jobs, (size_t)n, NULL,
+            n > 1 || (n == 1 && jobs[0].len > AB3_CHUNK_LEN) ? mh_width(0) : 1);
     PyMem_Free(jobs);
     Py_XDECREF(empty_meta);
     Py_DECREF(seen);
@@ -1343,6 +1344,17 @@ PyMODINIT_FUNC PyInit__native(void) {
  * the caller goes on with verify_run() from there, which decides those. So it never
  * vouches for an event verify_run refuses, and verify_run settles the rest. */
 
+/* One chunk to compress lanes-wide: a whole input of one chunk at most (root = AB3_ROOT,
+ * counter 0, out its hash), or one chunk of a longer input (root = 0, counter the chunk's
+ * index, out its chaining value, joined by mh_join). */
+typedef struct {
+    const uint8_t *in;
+    size_t len;
+    uint8_t *out;
+    uint64_t counter;
+    uint8_t root;
+} mh_part;
+
 /* The hashes of jobs[0:njobs] (each one chunk at most), lanes-wide: each lane takes the
  * next job when its own is done, so inputs of different lengths share the steps. The
  * message words and the per-lane values are built as vectors from scalars (not stored
@@ -1354,14 +1366,14 @@ PyMODINIT_FUNC PyInit__native(void) {
     {f(0), f(1), f(2),  f(3),  f(4),  f(5),  f(6),  f(7),                              \
      f(8), f(9), f(10), f(11), f(12), f(13), f(14), f(15)}
 #define MH_DEFINE(NAME, W, LANES, ATTR)                                                       \
-    ATTR static void NAME(const mh_job *jobs, size_t njobs, const uint32_t key[8],            \
+    ATTR static void NAME(const mh_part *jobs, size_t njobs, const uint32_t key[8],           \
                           uint8_t base) {                                                     \
         typedef uint32_t vec __attribute__((vector_size(4 * (W))));                           \
         size_t job[W], off[W];                                                                \
         int active[W];                                                                        \
         const uint8_t *src[W];                                                                \
         uint8_t pad[W][AB3_BLOCK_LEN];                                                        \
-        uint32_t bl[W], fl[W], fresh[W];                                                      \
+        uint32_t bl[W], fl[W], fresh[W], clo[W], chi[W];                                      \
         vec cv[8];                                                                            \
         size_t next = 0;                                                                      \
         for (int k = 0; k < 8; k++) cv[k] = (vec){0} + key[k];                                \
@@ -1379,18 +1391,21 @@ PyMODINIT_FUNC PyInit__native(void) {
                 if (!active[l]) {                                                             \
                     bl[l] = 0;                                                                \
                     fl[l] = 0;                                                                \
+                    clo[l] = chi[l] = 0;                                                      \
                     src[l] = pad[l];                                                          \
                     continue;                                                                 \
                 }                                                                             \
                 any = 1;                                                                      \
-                const mh_job *jb = &jobs[job[l]];                                             \
+                const mh_part *jb = &jobs[job[l]];                                            \
                 size_t rem = jb->len - off[l];                                                \
                 uint32_t flags = base | (off[l] == 0 ? AB3_CHUNK_START : 0);                  \
                 size_t take = AB3_BLOCK_LEN;                                                  \
                 if (rem <= AB3_BLOCK_LEN) {                                                   \
                     take = rem;                                                               \
-                    flags |= AB3_CHUNK_END | AB3_ROOT;                                        \
+                    flags |= AB3_CHUNK_END | jb->root;                                        \
                 }                                                                             \
+                clo[l] = (uint32_t)jb->counter;                                               \
+                chi[l] = (uint32_t)(jb->counter >> 32);                                       \
                 src[l] = jb->in + off[l];                                                     \
                 if (take < AB3_BLOCK_LEN) {                                                   \
                     memset(pad[l], 0, AB3_BLOCK_LEN);                                         \
@@ -1409,8 +1424,8 @@ PyMODINIT_FUNC PyInit__native(void) {
             for (int w = 0; w < 16; w++) m[w] = (vec)LANES(MH_WORD);                          \
             for (int k = 0; k < 8; k++) s[k] = cv[k];                                         \
             for (int k = 0; k < 4; k++) s[8 + k] = (vec){0} + AB3_IV[k];                      \
-            s[12] = (vec){0};                                                                 \
-            s[13] = (vec){0};                                                                 \
+            s[12] = (vec)LANES(MH_CLO);                                                       \
+            s[13] = (vec)LANES(MH_CHI);                                                       \
             s[14] = (vec)LANES(MH_BL);                                                        \
             s[15] = (vec)LANES(MH_FL);                                                        \
             for (int r = 0; r < 7; r++) {                                                     \
@@ -1427,7 +1442,7 @@ PyMODINIT_FUNC PyInit__native(void) {
             for (int k = 0; k < 8; k++) cv[k] = s[k] ^ s[k + 8];                              \
             for (int l = 0; l < (W); l++) {                                                   \
                 if (!active[l]) continue;                                                     \
-                if (fl[l] & AB3_ROOT) {                                                       \
+                if (fl[l] & AB3_CHUNK_END) {                                                  \
                     uint8_t *o = jobs[job[l]].out;                                            \
                     for (int k = 0; k < 8; k++) ab3_store32(o + 4 * k, cv[k][l]);             \
                     active[l] = 0;                                                            \
@@ -1441,6 +1456,8 @@ PyMODINIT_FUNC PyInit__native(void) {
 #define MH_WORD(l) ab3_load32(src[l] + 4 * w)
 #define MH_BL(l) bl[l]
 #define MH_FL(l) fl[l]
+#define MH_CLO(l) clo[l]
+#define MH_CHI(l) chi[l]
 
 #define MH_ROT(x, c) (((x) >> (c)) | ((x) << (32 - (c))))
 #define MH_G(a, b, c, d, x, y)               \
@@ -1487,6 +1504,32 @@ static int mh_width(int want) {
     return want;
 }
 
+/* The hash of an input of n > 1 chunks from its chunks' chaining values (cvs, 32 bytes
+ * each, in order): ab3_hash's stack of completed subtrees, the final parent as root. */
+static void mh_join(const uint32_t key[8], uint8_t base, const uint8_t *cvs, size_t n,
+                    uint8_t out[AB3_OUT_LEN]) {
+    uint32_t stack[54][8], cv[8];
+    size_t depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 8; k++) cv[k] = ab3_load32(cvs + AB3_OUT_LEN * i + 4 * k);
+        if (i == n - 1) break;
+        for (uint64_t total = i + 1; (total & 1) == 0; total >>= 1) {
+            depth--;
+            ab3_parent(key, stack[depth], cv, base, 0, cv);
+        }
+        memcpy(stack[depth++], cv, sizeof cv);
+    }
+    while (depth > 0) {
+        depth--;
+        ab3_parent(key, stack[depth], cv, base, depth == 0, cv);
+    }
+    for (int k = 0; k < 8; k++) ab3_store32(out + 4 * k, cv[k]);
+}
+
+static size_t mh_chunks(size_t len) {
+    return len <= AB3_CHUNK_LEN ? 1 : (len + AB3_CHUNK_LEN - 1) / AB3_CHUNK_LEN;
+}
+
 static void mh_hash(mh_job *jobs, size_t njobs, const uint8_t *key32, int width) {
     uint32_t key[8];
     uint8_t base = 0;
@@ -1496,32 +1539,55 @@ static void mh_hash(mh_job *jobs, size_t njobs, const uint8_t *key32, int width)
     } else {
         memcpy(key, AB3_IV, sizeof key);
     }
-    /* Inputs longer than a chunk are hashed alone (rare: a big inline payload); the rest
-     * are packed to the front. */
-    size_t k = 0;
-    for (size_t i = 0; i < njobs; i++) {
-        if (jobs[i].len > AB3_CHUNK_LEN || width == 1) {
-            ab3_hash(key32, jobs[i].in, jobs[i].len, jobs[i].out);
-        } else {
-            jobs[k++] = jobs[i];
-        }
-    }
-    if (k == 0) return;
-#ifdef MH_X86
-    if (width == 16) {
-        mh_run16(jobs, k, key, base);
-        return;
-    }
-    if (width == 8) {
-        mh_run8(jobs, k, key, base);
-        return;
-    }
-#endif
+    if (njobs == 0) return;
 #ifdef MH_VECTORS
-    mh_run4(jobs, k, key, base);
-#else
-    for (size_t i = 0; i < k; i++) ab3_hash(key32, jobs[i].in, jobs[i].len, jobs[i].out);
+    /* Every chunk of every input is a part; a longer input's chaining values go to cvs. */
+    size_t nparts = 0, ncvs = 0;
+    for (size_t i = 0; i < njobs; i++) {
+        size_t c = mh_chunks(jobs[i].len);
+        nparts += c;
+        if (c > 1) ncvs += c;
+    }
+    mh_part *parts = width == 1 ? NULL : (mh_part *)PyMem_RawMalloc(sizeof(mh_part) * nparts);
+    uint8_t *cvs = ncvs ? (uint8_t *)PyMem_RawMalloc((size_t)AB3_OUT_LEN * ncvs) : NULL;
+    if (parts && (cvs || !ncvs)) {
+        size_t k = 0, c = 0;
+        for (size_t i = 0; i < njobs; i++) {
+            size_t n = mh_chunks(jobs[i].len);
+            for (size_t j = 0; j < n; j++, k++) {
+                size_t off = j * AB3_CHUNK_LEN, rem = jobs[i].len - off;
+                parts[k].in = jobs[i].in + off;
+                parts[k].len = rem < AB3_CHUNK_LEN ? rem : AB3_CHUNK_LEN;
+                parts[k].out = n == 1 ? jobs[i].out : cvs + (size_t)AB3_OUT_LEN * (c + j);
+                parts[k].counter = j;
+                parts[k].root = n == 1 ? AB3_ROOT : 0;
+            }
+            if (n > 1) c += n;
+        }
+#ifdef MH_X86
+        if (width == 16)
+            mh_run16(parts, nparts, key, base);
+        else if (width == 8)
+            mh_run8(parts, nparts, key, base);
+        else
 #endif
+            mh_run4(parts, nparts, key, base);
+        c = 0;
+        for (size_t i = 0; i < njobs; i++) {
+            size_t n = mh_chunks(jobs[i].len);
+            if (n == 1) continue;
+            mh_join(key, base, cvs + (size_t)AB3_OUT_LEN * c, n, jobs[i].out);
+            c += n;
+        }
+        PyMem_RawFree(parts);
+        PyMem_RawFree(cvs);
+        return;
+    }
+    /* No memory for the parts (or one at a time asked for): each input alone. */
+    PyMem_RawFree(parts);
+    PyMem_RawFree(cvs);
+#endif
+    for (size_t i = 0; i < njobs; i++) ab3_hash(key32, jobs[i].in, jobs[i].len, jobs[i].out);
 }
 
 static int vp_str(PyObject *o, const char **s, Py_ssize_t *len) {

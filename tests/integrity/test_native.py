@@ -213,14 +213,18 @@ OFFICIAL = {
 
 @SETTINGS
 @given(
-    items=st.lists(st.binary(max_size=2100), max_size=12),
+    items=st.lists(
+        st.one_of(st.binary(max_size=1100), st.binary(min_size=1020, max_size=9000)),
+        max_size=12,
+    ),
     key=st.one_of(st.none(), st.binary(min_size=32, max_size=32)),
 )
 def test_blake3_many_equals_the_package(
     native: ModuleType, items: list[bytes], key: bytes | None
 ) -> None:
     """The lanes-wide hashing verify_page uses, at every width, on inputs of mixed lengths
-    (a lane takes the next input when its own is done)."""
+    (a lane takes the next input when its own is done; an input of several chunks is
+    hashed chunk by chunk beside the others, then joined)."""
     want = [
         (blake3.blake3(x) if key is None else blake3.blake3(x, key=key)).digest() for x in items
     ]
@@ -249,6 +253,10 @@ def test_blake3_official_vectors(native: ModuleType, length: int) -> None:
             assert want.hex() == OFFICIAL[length, keyed]
         got = native.blake3_hash(data, OFFICIAL_KEY) if keyed else native.blake3_hash(data)
         assert got == want, f"length {length}, keyed={keyed}"
+        for width in WIDTHS:  # lanes-wide, beside a short input and the same one again
+            key = OFFICIAL_KEY if keyed else None
+            many = native.blake3_many([b"x", data, data], key, width)
+            assert many[1:] == [want, want], f"length {length}, keyed={keyed}, width {width}"
 
 
 def test_blake3_refuses_a_bad_key_without_echoing_it(native: ModuleType) -> None:
