@@ -208,8 +208,10 @@ class Payloads:
         return cls(dicts, [canonical_bytes(p) for p in dicts])
 
 
-def single_ours(root: Path, pl: Payloads, n: int, lat: list[float]) -> tuple[float, float]:
-    with opened(Ours, root) as o:
+def single_ours(
+    root: Path, pl: Payloads, n: int, lat: list[float], system: type[Ours] = Ours
+) -> tuple[float, float]:
+    with opened(system, root) as o:
         store, dicts = o.store, pl.dicts
 
         def run() -> None:
@@ -240,8 +242,10 @@ def single_theirs(root: Path, pl: Payloads, n: int, lat: list[float]) -> tuple[f
         return timed(run)[:2]
 
 
-def batches_ours(root: Path, pl: Payloads, count: int, size: int) -> tuple[float, float]:
-    with opened(Ours, root) as o:
+def batches_ours(
+    root: Path, pl: Payloads, count: int, size: int, system: type[Ours] = Ours
+) -> tuple[float, float]:
+    with opened(system, root) as o:
         store, dicts = o.store, pl.dicts
 
         def run() -> None:
@@ -271,9 +275,14 @@ def batches_theirs(root: Path, pl: Payloads, count: int, size: int) -> tuple[flo
 
 
 def streams_ours(
-    root: Path, pl: Payloads, streams: int, size: int, rounds: int
+    root: Path,
+    pl: Payloads,
+    streams: int,
+    size: int,
+    rounds: int,
+    system: type[Ours] = Ours,
 ) -> tuple[float, float]:
-    with opened(Ours, root) as o:
+    with opened(system, root) as o:
         store, dicts = o.store, pl.dicts
         sids = [f"agent-{i:05d}" for i in range(streams)]
 
@@ -372,11 +381,11 @@ def writers_theirs(
 class ReadFixtures:
     """One 100k-event stream per system, built once (untimed) and read repeatedly."""
 
-    def __init__(self, root: Path, pl: Payloads, n: int) -> None:
+    def __init__(self, root: Path, pl: Payloads, n: int, system: type[Ours] = Ours) -> None:
         self.n = n
         for sub in ("read-ours", "read-theirs"):
             (root / sub).mkdir()
-        self.ours = Ours(root / "read-ours" / "events.db")
+        self.ours = system(root / "read-ours" / "events.db")
         self.theirs = Theirs(root / "read-theirs" / "events.db")
         self.sid = "agent-long"
         self.oid = uuid.uuid4()

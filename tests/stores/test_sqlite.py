@@ -20,6 +20,7 @@ from ares_events.errors import (
     SchemaVersionError,
     StoreUnavailable,
 )
+from ares_events.integrity.verify import verify_stream
 from ares_events.stores.sqlite import SCHEMA_VERSION, SQLiteRecorder
 from ares_events.testing import run_concurrent_appenders, store_state
 
@@ -79,6 +80,32 @@ def test_synchronous_opt_in(db: Path, mode: str, value: int) -> None:
     with ae.open_store(_url(db, f"synchronous={mode}")) as s:
         s.append("s", [_ev()])
         assert _recorder(s).connection().execute("PRAGMA synchronous").fetchone()[0] == value
+
+
+def _file_page_size(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as other:
+        return int(other.execute("PRAGMA page_size").fetchone()[0])
+
+
+def test_new_file_gets_2k_pages_and_a_file_keeps_its_own(db: Path, tmp_path: Path) -> None:
+    """A new file is made with 2 KiB pages; a file whose page size is already set (another
+    build's store, or one a user made) keeps it, and reads, verifies and appends as before."""
+    with ae.open_store(_url(db)) as s:
+        s.append("s", [_ev()])
+    assert _file_page_size(db) == 2048
+
+    old = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(old)) as pre:
+        pre.execute("PRAGMA page_size = 4096")
+        pre.execute("PRAGMA journal_mode = WAL")
+    with ae.open_store(_url(old)) as s:
+        s.append("s", [_ev(n) for n in range(300)])  # more than one page of rows
+    assert _file_page_size(old) == 4096
+    with ae.open_store(_url(old)) as s:
+        s.append("s", [_ev(300)], expected_version=300)
+        assert [e.payload["n"] for e in s.read("s")] == list(range(301))
+        assert verify_stream(s, "s").ok
+    assert _file_page_size(old) == 4096
 
 
 def test_unknown_parameter_lists_valid_ones(db: Path) -> None:

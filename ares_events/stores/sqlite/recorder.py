@@ -201,9 +201,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         raw_path = url.path[1:] if url.path.startswith("/") else url.path
         kw: dict[str, Any] = {}
         where = url.redacted()
-        if "synchronous" in p:
-            kw["synchronous"] = p["synchronous"]
-        for name, convert in (("busy_timeout", float), ("page_size", int)):
+        for name, convert in (("synchronous", str), ("busy_timeout", float), ("page_size", int)):
             if name in p:
                 try:
                     kw[name] = convert(p[name])
@@ -297,6 +295,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             if self.read_only:
                 conn.execute("PRAGMA query_only = ON")  # SQLite refuses any write
             elif not self._memory:
+                conn.execute("PRAGMA page_size = 2048")  # new files (docs/configuration.md)
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {self._sync}")
             # Zero deleted and overwritten content where it costs no extra I/O: a read
