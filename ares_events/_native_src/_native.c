@@ -1974,6 +1974,8 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 #define SQ_BUSY 5
 #define SQ_LOCKED 6
 #define SQ_CONSTRAINT 19
+#define SQ_INTEGER 1
+#define SQ_FLOAT 2
 #define SQ_ROW 100
 #define SQ_DONE 101
 #define SQ_BLOB 4
@@ -2000,6 +2002,12 @@ static struct {
     int (*libversion_number)(void);
     int (*auto_extension)(void (*)(void));
     int (*cancel_auto_extension)(void (*)(void));
+    void *(*db_mutex)(sqlite3 *);
+    void (*mutex_enter)(void *);
+    void (*mutex_leave)(void *);
+    int (*column_count)(sqlite3_stmt *);
+    double (*column_double)(sqlite3_stmt *, int);
+    int (*bind_parameter_count)(sqlite3_stmt *);
 } SQ;
 static int SQ_READY;
 
@@ -2022,6 +2030,8 @@ static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
         "sqlite3_column_int64", "sqlite3_column_blob",  "sqlite3_column_bytes",
         "sqlite3_errmsg",       "sqlite3_extended_errcode", "sqlite3_get_autocommit",
         "sqlite3_libversion_number", "sqlite3_auto_extension", "sqlite3_cancel_auto_extension",
+        "sqlite3_db_mutex",     "sqlite3_mutex_enter",  "sqlite3_mutex_leave",
+        "sqlite3_column_count", "sqlite3_column_double", "sqlite3_bind_parameter_count",
     };
     void **slots = (void **)&SQ;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -2100,6 +2110,7 @@ static PyObject *sqlite_handle_check(PyObject *self, PyObject *args) {
 
 enum { W_BEGIN, W_HEAD, W_UPSERT, W_COMMIT, W_ROLLBACK, W_FIXED };
 
+#define W_READS 16 /* read statements a writer keeps prepared (the recorder has ~10) */
 #define W_MAX_ROWS 64 /* rows per INSERT (stores/sqlite/sql.py: 642 values, under 999) */
 
 typedef struct {
@@ -2108,6 +2119,9 @@ typedef struct {
     sqlite3 *db;
     sqlite3_stmt *st[W_FIXED]; /* prepared once, in this order (SQLiteWriter's arguments) */
     sqlite3_stmt *ins[2][W_MAX_ROWS + 1];
+    PyObject *rd_sql[W_READS]; /* rows(): the reads prepared so far, a slot each */
+    sqlite3_stmt *rd[W_READS];
+    int rd_next, reading;
 } Writer;
 
 static void w_finalize_all(Writer *w) {
@@ -2120,6 +2134,11 @@ static void w_finalize_all(Writer *w) {
             if (w->ins[u][k]) SQ.finalize(w->ins[u][k]);
             w->ins[u][k] = NULL;
         }
+    for (int i = 0; i < W_READS; i++) {
+        if (w->rd[i]) SQ.finalize(w->rd[i]);
+        w->rd[i] = NULL;
+        Py_CLEAR(w->rd_sql[i]);
+    }
 }
 
 static void w_dealloc(Writer *w) {
@@ -2322,6 +2341,119 @@ rollback:
     Py_RETURN_NONE;
 }
 
+/* The prepared statement of a read (kept in one of W_READS slots, the oldest replaced). */
+static sqlite3_stmt *w_read_stmt(Writer *w, PyObject *sql, int *rc) {
+    for (int i = 0; i < W_READS; i++) {
+        if (w->rd_sql[i] == sql) return w->rd[i];
+    }
+    for (int i = 0; i < W_READS; i++) {
+        if (w->rd_sql[i] && PyUnicode_Compare(w->rd_sql[i], sql) == 0) return w->rd[i];
+    }
+    int k = w->rd_next;
+    w->rd_next = (k + 1) % W_READS;
+    if (w->rd[k]) SQ.finalize(w->rd[k]);
+    w->rd[k] = NULL;
+    Py_CLEAR(w->rd_sql[k]);
+    *rc = w_prepare(w, &w->rd[k], sql);
+    if (*rc != SQ_OK) return NULL;
+    w->rd_sql[k] = Py_NewRef(sql);
+    return w->rd[k];
+}
+
+/* One column of the current row as Python's sqlite3 gives it (no converters, str text). */
+static PyObject *w_column(sqlite3_stmt *st, int i) {
+    switch (SQ.column_type(st, i)) {
+    case SQ_INTEGER:
+        return PyLong_FromLongLong(SQ.column_int64(st, i));
+    case SQ_FLOAT:
+        return PyFloat_FromDouble(SQ.column_double(st, i));
+    case SQ_NULL:
+        Py_RETURN_NONE;
+    case SQ_BLOB: {
+        const char *b = SQ.column_blob(st, i);
+        return PyBytes_FromStringAndSize(b ? b : "", SQ.column_bytes(st, i));
+    }
+    default: { /* text: its UTF-8 bytes */
+        const char *t = SQ.column_blob(st, i);
+        return PyUnicode_DecodeUTF8(t ? t : "", SQ.column_bytes(st, i), NULL);
+    }
+    }
+}
+
+/* rows(sql, args): every row of a read as a list of tuples, what
+ * conn.execute(sql, args).fetchall() returns; None: take that Python path instead. The
+ * first step waits for the database without the GIL (it takes the read snapshot); the rest
+ * run with it, under the connection's mutex taken once, so SQLite's own entries to that
+ * (recursive) mutex cost no atomic operation and no row hands the GIL back and forth: in
+ * a process that ever started a thread, Python's sqlite3 pays both on every column. */
+static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyUnicode_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "rows(sql, args)");
+        return NULL;
+    }
+    /* reading: a finalizer run by an allocation below reads on this thread's store */
+    if (!SQ_READY || !w->db || ((conn_head *)w->conn)->db != w->db || w->reading)
+        Py_RETURN_NONE;
+    int rc = SQ_OK;
+    sqlite3_stmt *st = w_read_stmt(w, args[0], &rc);
+    if (!st) {
+        if (PyErr_Occurred()) return NULL;
+        return w_raise(w, rc);
+    }
+    PyObject *params = args[1];
+    Py_ssize_t np = PyTuple_GET_SIZE(params);
+    if (np != SQ.bind_parameter_count(st)) Py_RETURN_NONE; /* sqlite3 says what is wrong */
+    for (Py_ssize_t i = 0; i < np; i++) {
+        if (w_bind(st, (int)i + 1, PyTuple_GET_ITEM(params, i)) != SQ_OK) {
+            SQ.reset(st);
+            PyErr_Clear(); /* a value it does not bind as sqlite3 would: sqlite3 decides */
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(0);
+    if (!out) {
+        SQ.reset(st);
+        return NULL;
+    }
+    w->reading = 1;
+    void *m = SQ.db_mutex(w->db);
+    if (m) SQ.mutex_enter(m);
+    rc = w_step(st);
+    int ncol = SQ.column_count(st);
+    while (rc == SQ_ROW) {
+        PyObject *row = PyTuple_New(ncol);
+        if (!row) break;
+        for (int i = 0; i < ncol; i++) {
+            PyObject *v = w_column(st, i);
+            if (!v) {
+                Py_CLEAR(row);
+                break;
+            }
+            PyTuple_SET_ITEM(row, i, v);
+        }
+        if (!row || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            break;
+        }
+        Py_DECREF(row);
+        rc = w_step(st);
+    }
+    int rc2 = SQ.reset(st);
+    if (m) SQ.mutex_leave(m);
+    w->reading = 0;
+    if (PyErr_Occurred()) {
+        Py_DECREF(out);
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear(); /* text that is not UTF-8: sqlite3 says so its own way */
+        Py_RETURN_NONE;
+    }
+    if (rc != SQ_DONE) {
+        Py_DECREF(out);
+        return w_raise(w, rc2 != SQ_OK ? rc2 : rc);
+    }
+    return out;
+}
+
 static PyObject *w_close(Writer *w, PyObject *unused) {
     (void)unused;
     w_finalize_all(w);
@@ -2334,6 +2466,9 @@ static PyMethodDef w_methods[] = {
      "append(stream_id, stream_json, expected, events, key, /)\n--\n\n"
      "(last version, last position) of the committed append; None: nothing was written,\n"
      "take the Python path; False: the database stayed busy for the busy timeout."},
+    {"rows", (PyCFunction)(void (*)(void))w_rows, METH_FASTCALL,
+     "rows(sql, args, /)\n--\n\n"
+     "conn.execute(sql, args).fetchall() in one call; None: take that path instead."},
     {"close", (PyCFunction)w_close, METH_NOARGS,
      "close()\n--\n\nFinalize the statements (before the connection closes)."},
     {NULL, NULL, 0, NULL},

@@ -383,7 +383,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         with self._gate.op():
             try:
                 with self._serial:
-                    return self._retry(lambda: self._conn().execute(sql, args).fetchall())  # type: ignore[no-any-return]
+                    w = self._writer()
+                    return self._retry(lambda: writes.rows(w, self._conn(), sql, args))  # type: ignore[no-any-return]
             except sqlite3.Error as exc:
                 if self._gate.closed:
                     raise StoreClosed(self.describe(), "read") from exc
@@ -416,8 +417,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         return conn
 
     def _writer(self) -> Any:
-        """This thread's native writer, made at its first append; None: the Python path
-        (an in-memory database is shared between threads under ``_serial``)."""
+        """This thread's native writer, made at its first append or read; None: the Python
+        path (an in-memory database is shared between threads under ``_serial``)."""
         local = self._local
         try:
             return local.writer
@@ -427,7 +428,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         # type(), not isinstance(): an instrumented sqlite3.connect (OpenTelemetry's) hands
         # back a proxy that passes isinstance but holds no handle the writer can read.
         native = writes.NATIVE_WRITES and issubclass(type(conn), sqlite3.Connection)
-        if native and not self._memory and not self.read_only:
+        if native and not self._memory:
             writer = writes.new_writer(conn)
             with self._conns_lock:
                 self._writers.append(writer)
@@ -493,7 +494,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         try:
             try:
                 busy = False
-                writer = self._writer()
+                writer: Any = None if self.read_only else self._writer()
                 args = None if writer is None else batch.writer_args()
                 if args is not None:  # the whole append in one native call
                     exp = expected_version

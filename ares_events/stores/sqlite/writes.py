@@ -1,8 +1,9 @@
-"""The SQLite append in one native call (issue 33): :func:`new_writer` gives a connection
-its ``_native.SQLiteWriter``, which runs ``SQLiteRecorder._append_rows``' statements on
-the connection's own sqlite3 handle, its rows in multi-row INSERTs of up to 64 rows
-(docs/architecture.md, "Following a call down to its SQL"). ``_append_rows`` stays the
-reference and the path of anything unusual.
+"""The SQLite append and read in one native call each (issue 33): :func:`new_writer`
+gives a connection its ``_native.SQLiteWriter``, which runs ``SQLiteRecorder._append_rows``'
+statements on the connection's own sqlite3 handle, its rows in multi-row INSERTs of up to
+64 rows (docs/architecture.md, "Following a call down to its SQL"), and :func:`rows` a read's
+statement. ``_append_rows`` and ``fetchall`` stay the reference and the path of anything
+unusual.
 
 It may import the core, :mod:`ares_events.chain` and this package.
 """
@@ -22,7 +23,7 @@ from ares_events.stores.sqlite.sql import (
     insert_events_values,
 )
 
-__all__ = ["EXPECT_CODE", "NATIVE_WRITES", "new_writer"]
+__all__ = ["EXPECT_CODE", "NATIVE_WRITES", "new_writer", "rows"]
 
 _insert_sql = functools.cache(insert_events_values)  # the INSERT of k rows, once a size
 
@@ -72,3 +73,11 @@ def new_writer(conn: sqlite3.Connection) -> Any:
         sqlite3.OperationalError,
         sqlite3.DatabaseError,
     )
+
+
+def rows(writer: Any, conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
+    """``conn.execute(sql, args).fetchall()``, by the connection's writer when there is one
+    and it takes the read (a read in a process that ever started a thread costs Python's
+    sqlite3 an atomic operation on every column, which the writer's does not pay)."""
+    found = None if writer is None else writer.rows(sql, args)
+    return conn.execute(sql, args).fetchall() if found is None else found
