@@ -2382,10 +2382,12 @@ static PyObject *w_column(sqlite3_stmt *st, int i) {
 
 /* rows(sql, args): every row of a read as a list of tuples, what
  * conn.execute(sql, args).fetchall() returns; None: take that Python path instead. The
- * first step waits for the database without the GIL (it takes the read snapshot); the rest
- * run with it, under the connection's mutex taken once, so SQLite's own entries to that
- * (recursive) mutex cost no atomic operation and no row hands the GIL back and forth: in
- * a process that ever started a thread, Python's sqlite3 pays both on every column. */
+ * whole read holds the connection's mutex, taken once, so SQLite's own entries to it (a
+ * recursive mutex this thread holds) cost no atomic operation: in a process that ever
+ * started a thread, Python's sqlite3 pays one for each of its three calls a column. Each
+ * step lets the GIL go, as sqlite3's do. Holding the mutex then is safe because nothing
+ * else enters it: the connection is this thread's, close() waits for the reads in flight,
+ * and sqlite3_interrupt() takes no mutex. */
 static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyUnicode_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "rows(sql, args)");
