@@ -4,6 +4,7 @@ hands back (None) what it does not take, so the Python path decides."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 import threading
@@ -230,3 +231,20 @@ def test_threads_read_while_one_appends(store: ae.EventStore) -> None:
         t.join()
     assert failures == []
     assert [e.payload["n"] for e in store.read("s")] == list(range(150))
+
+
+def test_a_damaged_schema_reads_what_it_can(tmp_path: Path) -> None:
+    """A file whose head table was dropped (tampering, a bad restore): the writer's
+    statements do not prepare, so the thread takes the Python path, whose reads of the
+    events work and whose head reads fail as before."""
+    path = tmp_path / "events.db"
+    with ae.open_store(f"sqlite:///{path}") as s:
+        _history(s)
+        want = [_fields(e) for e in s.read_all()]
+    with contextlib.closing(sqlite3.connect(path)) as c, c:
+        c.execute("DROP TABLE ares_streams")
+    with ae.open_store(f"sqlite:///{path}", read_only=True) as ro:
+        assert [_fields(e) for e in ro.read_all()] == want
+        assert _rec(ro)._writer() is None
+        with pytest.raises(StoreError, match="ares_streams"):
+            ro.stream_version("agent-1")

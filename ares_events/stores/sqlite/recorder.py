@@ -424,12 +424,12 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             return local.writer
         except AttributeError:
             pass
-        writer, conn = None, self._conn()
+        conn = self._conn()
         # type(), not isinstance(): an instrumented sqlite3.connect (OpenTelemetry's) hands
         # back a proxy that passes isinstance but holds no handle the writer can read.
         native = writes.NATIVE_WRITES and issubclass(type(conn), sqlite3.Connection)
-        if native and not self._memory:
-            writer = writes.new_writer(conn)
+        writer = writes.new_writer(conn) if native and not self._memory else None
+        if writer is not None:
             with self._conns_lock:
                 self._writers.append(writer)
         local.writer = writer

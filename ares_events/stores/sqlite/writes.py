@@ -55,24 +55,29 @@ EXPECT_CODE: Final = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
 
 def new_writer(conn: sqlite3.Connection) -> Any:
-    """A writer for ``conn`` (its statements prepared; ``close()`` it before ``conn``).
+    """A writer for ``conn`` (its statements prepared; ``close()`` it before ``conn``), or
+    None when one does not prepare (a damaged schema: the Python path's own statements say
+    what is wrong, and a read that needs no missing table still works).
 
     Raises:
-        sqlite3.Error: a statement does not prepare.
+        TypeError: ``conn`` is not the checked ``sqlite3.Connection`` class.
     """
-    return _native.SQLiteWriter(
-        conn,
-        "BEGIN IMMEDIATE",
-        SELECT_HEAD_AND_POSITION,
-        UPSERT_HEAD,
-        "COMMIT",
-        "ROLLBACK",
-        _insert_sql,
-        genesis,
-        PreparedEvent,
-        sqlite3.OperationalError,
-        sqlite3.DatabaseError,
-    )
+    try:
+        return _native.SQLiteWriter(
+            conn,
+            "BEGIN IMMEDIATE",
+            SELECT_HEAD_AND_POSITION,
+            UPSERT_HEAD,
+            "COMMIT",
+            "ROLLBACK",
+            _insert_sql,
+            genesis,
+            PreparedEvent,
+            sqlite3.OperationalError,
+            sqlite3.DatabaseError,
+        )
+    except sqlite3.Error:
+        return None
 
 
 def rows(writer: Any, conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
