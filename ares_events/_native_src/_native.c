@@ -2008,6 +2008,7 @@ static struct {
     int (*column_count)(sqlite3_stmt *);
     double (*column_double)(sqlite3_stmt *, int);
     int (*bind_parameter_count)(sqlite3_stmt *);
+    const unsigned char *(*column_text)(sqlite3_stmt *, int);
 } SQ;
 static int SQ_READY;
 
@@ -2032,6 +2033,7 @@ static PyObject *sqlite_setup(PyObject *self, PyObject *args) {
         "sqlite3_libversion_number", "sqlite3_auto_extension", "sqlite3_cancel_auto_extension",
         "sqlite3_db_mutex",     "sqlite3_mutex_enter",  "sqlite3_mutex_leave",
         "sqlite3_column_count", "sqlite3_column_double", "sqlite3_bind_parameter_count",
+        "sqlite3_column_text",
     };
     void **slots = (void **)&SQ;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -2373,8 +2375,8 @@ static PyObject *w_column(sqlite3_stmt *st, int i) {
         const char *b = SQ.column_blob(st, i);
         return PyBytes_FromStringAndSize(b ? b : "", SQ.column_bytes(st, i));
     }
-    default: { /* text: its UTF-8 bytes */
-        const char *t = SQ.column_blob(st, i);
+    default: { /* text, as UTF-8 whatever the file's encoding (then its size) */
+        const char *t = (const char *)SQ.column_text(st, i);
         return PyUnicode_DecodeUTF8(t ? t : "", SQ.column_bytes(st, i), NULL);
     }
     }

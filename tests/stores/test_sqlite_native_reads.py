@@ -248,3 +248,25 @@ def test_a_damaged_schema_reads_what_it_can(tmp_path: Path) -> None:
         assert _rec(ro)._writer() is None
         with pytest.raises(StoreError, match="ares_streams"):
             ro.stream_version("agent-1")
+
+
+def test_a_utf16_file_reads_the_same(tmp_path: Path) -> None:
+    """A file made with UTF-16 text (a user who made it first, as configuration.md says
+    for the page size): text comes back converted, not as the file's bytes."""
+    path = tmp_path / "events.db"
+    with contextlib.closing(sqlite3.connect(path)) as pre:
+        pre.execute("PRAGMA encoding = 'UTF-16le'")
+        pre.execute("CREATE TABLE notes (x)")  # the encoding is fixed by the first table
+    with ae.open_store(f"sqlite:///{path}") as s:
+        s.append("ünïcode-stream", [ae.NewEvent(type="t.é", module="m", payload={"x": "ü"})])
+        rec = _rec(s)
+        conn, w = rec._conn(), rec._writer()
+        assert conn.execute("PRAGMA encoding").fetchone()[0] == "UTF-16le"
+        assert w is not None
+        assert (
+            w.rows(sqlite_sql.SELECT_ALL, (0, 10))
+            == conn.execute(sqlite_sql.SELECT_ALL, (0, 10)).fetchall()
+        )
+        [e] = list(s.read("ünïcode-stream"))
+        assert (e.stream_id, e.type, e.payload) == ("ünïcode-stream", "t.é", {"x": "ü"})
+        assert ae.integrity.verify_stream(s, "ünïcode-stream").ok
