@@ -2390,14 +2390,12 @@ static PyObject *w_column(sqlite3_stmt *st, int i) {
  * step lets the GIL go, as sqlite3's do. Holding the mutex then is safe because nothing
  * else enters it: the connection is this thread's, close() waits for the reads in flight,
  * and sqlite3_interrupt() takes no mutex. */
-static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *w_rows_once(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyUnicode_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "rows(sql, args)");
         return NULL;
     }
-    /* reading: a finalizer run by an allocation below reads on this thread's store */
-    if (!SQ_READY || !w->db || ((conn_head *)w->conn)->db != w->db || w->reading)
-        Py_RETURN_NONE;
+    if (!SQ_READY || !w->db || ((conn_head *)w->conn)->db != w->db) Py_RETURN_NONE;
     int rc = SQ_OK;
     sqlite3_stmt *st = w_read_stmt(w, args[0], &rc);
     if (!st) {
@@ -2419,7 +2417,6 @@ static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
         SQ.reset(st);
         return NULL;
     }
-    w->reading = 1;
     void *m = SQ.db_mutex(w->db);
     if (m) SQ.mutex_enter(m);
     rc = w_step(st);
@@ -2444,7 +2441,6 @@ static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
     }
     int rc2 = SQ.reset(st);
     if (m) SQ.mutex_leave(m);
-    w->reading = 0;
     if (PyErr_Occurred()) {
         Py_DECREF(out);
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
@@ -2456,6 +2452,17 @@ static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
         return w_raise(w, rc2 != SQ_OK ? rc2 : rc);
     }
     return out;
+}
+
+/* A read inside a read on this writer (a finalizer that an allocation ran reads this
+ * thread's store) goes to fetchall(): it would rebind or finalize the outer one's
+ * statement under it. */
+static PyObject *w_rows(Writer *w, PyObject *const *args, Py_ssize_t nargs) {
+    if (w->reading) Py_RETURN_NONE;
+    w->reading = 1;
+    PyObject *r = w_rows_once(w, args, nargs);
+    w->reading = 0;
+    return r;
 }
 
 static PyObject *w_close(Writer *w, PyObject *unused) {

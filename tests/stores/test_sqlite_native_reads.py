@@ -5,6 +5,7 @@ hands back (None) what it does not take, so the Python path decides."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import sqlite3
 import threading
@@ -270,3 +271,41 @@ def test_a_utf16_file_reads_the_same(tmp_path: Path) -> None:
         [e] = list(s.read("ünïcode-stream"))
         assert (e.stream_id, e.type, e.payload) == ("ünïcode-stream", "t.é", {"x": "ü"})
         assert ae.integrity.verify_stream(s, "ünïcode-stream").ok
+
+
+def test_a_read_inside_a_read_goes_to_fetchall(store: ae.EventStore) -> None:
+    """A finalizer that the collector runs inside a read and that reads this thread's
+    store: the inner read takes the Python path, and neither read sees the other's rows.
+    (On 3.11 the collector runs at the read's first allocation, inside the native call;
+    3.12 and later run it between bytecodes, here right after the call returns.)"""
+    _history(store)
+    rec = _rec(store)
+    w = rec._writer()
+    assert w is not None
+    outer_args = (0, 7)
+    want = rec._conn().execute(sqlite_sql.SELECT_ALL, outer_args).fetchall()
+    inner_want = [_fields(e) for e in store.read_all()]
+    inner: list[Any] = []
+    state = {"in rows": False}
+
+    class Reader:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+        def __del__(self) -> None:
+            inner.append((state["in rows"], [_fields(e) for e in store.read_all()]))
+
+    old = gc.get_threshold()
+    try:
+        gc.collect()
+        reader = Reader()
+        gc.set_threshold(1)
+        del reader  # garbage now; the next allocation collects it
+        state["in rows"] = True
+        got = w.rows(sqlite_sql.SELECT_ALL, outer_args)
+        state["in rows"] = False
+    finally:
+        gc.set_threshold(*old)
+        gc.collect()
+    assert inner == [(True, inner_want)]  # it ran inside the read and read everything
+    assert got == want
