@@ -60,6 +60,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 import ares_events as ae
 from bench.common import (
+    PAYLOAD_TARGET_BYTES,
     Stats,
     Timing,
     canonical_bytes,
@@ -203,8 +204,8 @@ class Payloads:
     states: list[bytes]
 
     @classmethod
-    def make(cls, n: int) -> Payloads:
-        dicts = make_payloads(n)
+    def make(cls, n: int, target: int = PAYLOAD_TARGET_BYTES) -> Payloads:
+        dicts = make_payloads(n, target=target)
         return cls(dicts, [canonical_bytes(p) for p in dicts])
 
 

@@ -31,13 +31,11 @@ from pathlib import Path
 
 from bench import bench_sqlite as bs
 from bench.common import (
-    canonical_bytes,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
     interleave,
     machine_description,
-    make_payloads,
     markdown_table,
     timed,
     write_section,
@@ -61,11 +59,6 @@ class Ours4k(bs.Ours):
 
 SYSTEMS: dict[str, type[bs.Ours]] = {"2 KiB pages": bs.Ours, "4 KiB pages": Ours4k}
 Run = Callable[[], tuple[float, float]]
-
-
-def _payloads(n: int, target: int) -> bs.Payloads:
-    dicts = make_payloads(n, target=target)
-    return bs.Payloads(dicts, [canonical_bytes(p) for p in dicts])
 
 
 def _rate_rows(label: str, runs: dict[str, Run], events: int, reps: int) -> list[list[str]]:
@@ -104,8 +97,8 @@ def run(root: Path, quick: bool) -> list[list[str]]:
         (50, 100, 10, 5_000, 3) if quick else (300, 1_000, 100, 100_000, 9)
     )
     small, big = (
-        _payloads(max(replay, streams * 10 + 10), 300),
-        _payloads(max(single, 10_000), 4_000),
+        bs.Payloads.make(max(replay, streams * 10 + 10)),
+        bs.Payloads.make(max(single, 10_000), 4_000),
     )
     rows: list[list[str]] = []
 
