@@ -196,10 +196,14 @@ _MAPPERS: Final[tuple[Callable[[str, Any], list[Entry] | None], ...]] = (
 
 def entries_of(version: int, type_: str, at: str, payload: Any, *, erased: bool) -> list[Entry]:
     """The draft entries of one event (``payload`` as exported: maybe redacted)."""
+    found: list[Entry] | None = None
     if erased:
         found = [_event("payload-erased", {"type": type_})]
     else:
-        found = next((f for m in _MAPPERS if (f := m(type_, payload)) is not None), [])
+        for mapper in _MAPPERS:
+            found = mapper(type_, payload)
+            if found is not None:
+                break
     if not found:
         found = [_event(type_, payload)]
     many = len(found) > 1
