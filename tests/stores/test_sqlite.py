@@ -195,6 +195,23 @@ def test_in_memory_database(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_memory_name_is_the_in_memory_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sqlite:///:memory:`` (sqlite3's and SQLAlchemy's spelling) is the private in-memory
+    database, as ``sqlite://``: no file of that name appears in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    for store in (ae.open_store("sqlite:///:memory:"), ae.open_store("sqlite:///:memory:")):
+        with store:
+            store.append("s", [_ev()])
+            assert _recorder(store).path is None
+            assert store.stream_version("s") == 1  # each open is a database of its own
+    rec = SQLiteRecorder(":memory:")
+    assert rec.path is None
+    rec.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_small_pages_read_correctly(db: Path) -> None:
     """Reads that cross page boundaries return exactly the requested range."""
     with ae.open_store(_url(db, "page_size=3")) as s:

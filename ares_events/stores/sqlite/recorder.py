@@ -142,8 +142,9 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             )
         if busy_timeout <= 0 or page_size <= 0:
             raise ConfigError("sqlite busy_timeout and page_size must be positive")
-        self._memory = path is None
-        self.path = None if path is None else Path(path)
+        # ":memory:" is sqlite3's (and SQLAlchemy's) name for it, never a file of that name
+        self.path = None if path is None or os.fspath(path) == ":memory:" else Path(path)
+        self._memory = self.path is None
         if not create:
             self._require_existing()
         # Always a URI: a private shared-cache in-memory database (every thread of this
@@ -161,7 +162,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         # shared cache, whose table locks fail at once (SQLITE_LOCKED) instead of waiting:
         # serialize its statements in-process. File databases wait on the busy timeout.
         self._serial: contextlib.AbstractContextManager[Any] = (
-            threading.RLock() if path is None else contextlib.nullcontext()
+            threading.RLock() if self._memory else contextlib.nullcontext()
         )
         self._conns: list[sqlite3.Connection] = []
         self._writers: list[Any] = []  # finalized before their connections close
@@ -226,9 +227,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
 
     def default_blobs_url(self) -> str | None:
         """The embedded default blob store: a folder ``<file>.blobs`` next to the file."""
-        if self.path is None:
-            return None
-        return Path(f"{self.path.resolve()}.blobs").as_uri()
+        return None if self.path is None else Path(f"{self.path.resolve()}.blobs").as_uri()
 
     # -- opening -------------------------------------------------------------------------
 
