@@ -96,10 +96,11 @@ def check_expected_version(stream_id: str, expected: ExpectedVersion, actual: in
 def _normalize_expected(expected: object) -> ExpectedVersion:
     if isinstance(expected, Expect):
         return expected
-    if type(expected) is int and expected >= 0:
+    if type(expected) is int and 0 <= expected < 2**63:  # a version is a signed 64-bit column
         return expected
     raise InvalidEvent(
-        "expected_version", f"{expected!r} is not a version >= 0, ANY, NO_STREAM or STREAM_EXISTS"
+        "expected_version",
+        f"{expected!r} is not a version (0 to 2**63-1), ANY, NO_STREAM or STREAM_EXISTS",
     )
 
 
@@ -131,7 +132,8 @@ def validate_name(
             or ch in "\u2028\u2029"
             or 0xD800 <= ord(ch) < 0xE000
         ):
-            raise bad(f"contains control character U+{ord(ch):04X} at offset {i}")
+            kind = "a lone surrogate" if 0xD800 <= ord(ch) < 0xE000 else "control character"
+            raise bad(f"contains {kind} U+{ord(ch):04X} at offset {i}")
     return value
 
 

@@ -59,28 +59,48 @@ class PlannedBatch:
     expected: ExpectedVersion
 
 
+def _count(value: object, least: int, none: bool = False) -> bool:
+    """``value`` is an int from ``least`` to the largest signed 64-bit one (a column's range:
+    nothing stored lies past it), or None where ``none``."""
+    return (none and value is None) or (type(value) is int and least <= value < 2**63)
+
+
 def check_range(from_version: int, to_version: int | None, limit: int | None) -> None:
     """Check the arguments of a stream read.
 
     Raises:
         InvalidEvent: a bad bound or limit.
     """
-    if type(from_version) is not int or from_version < 1:
-        raise InvalidEvent("from_version", f"must be an int >= 1, got {from_version!r}")
-    if to_version is not None and (type(to_version) is not int or to_version < 0):
-        raise InvalidEvent("to_version", f"must be an int >= 0 or None, got {to_version!r}")
-    if limit is not None and (type(limit) is not int or limit < 0):
-        raise InvalidEvent("limit", f"must be an int >= 0 or None, got {limit!r}")
+    if not _count(from_version, 1):
+        raise InvalidEvent(
+            "from_version", f"must be an int from 1 to 2**63-1, got {from_version!r}"
+        )
+    if not _count(to_version, 0, none=True):
+        raise InvalidEvent(
+            "to_version", f"must be an int from 0 to 2**63-1 or None, got {to_version!r}"
+        )
+    if not _count(limit, 0, none=True):
+        raise InvalidEvent("limit", f"must be an int from 0 to 2**63-1 or None, got {limit!r}")
 
 
-def check_after(after_position: int, limit: int | None, stream_prefix: str | None = None) -> None:
-    """Check the arguments of ``read_all``.
+def check_after(
+    after_position: int,
+    limit: int | None,
+    stream_prefix: str | None = None,
+    *,
+    cursors: bool = False,
+) -> None:
+    """Check the arguments of ``read_all`` (``cursors``: a cell store's merged cursor,
+    which its cell map checks, may pass 2**63-1).
 
     Raises:
         InvalidEvent: a bad position, limit or prefix.
     """
-    if type(after_position) is not int or after_position < 0:
-        raise InvalidEvent("after_position", f"must be an int >= 0, got {after_position!r}")
+    past = cursors and type(after_position) is int and after_position >= 2**63
+    if not (_count(after_position, 0) or past):
+        raise InvalidEvent(
+            "after_position", f"must be an int from 0 to 2**63-1, got {after_position!r}"
+        )
     check_range(1, None, limit)
     if stream_prefix is not None and type(stream_prefix) is not str:
         raise InvalidEvent(

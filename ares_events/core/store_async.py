@@ -153,6 +153,7 @@ class AsyncEventStore:
         self.recorder: AsyncRecorder = recorder
         self._url = url or recorder.describe()
         self._caps = check_capabilities(recorder, self._url)
+        self._cursors = Capability.CELL_CURSORS in self._caps  # read_all takes merged cursors
         self.max_inline_bytes = max_inline_bytes
         self.chain_key = ChainKey.coerce(chain_key)
         self.blobs = blobs
@@ -594,7 +595,7 @@ class AsyncEventStore:
             StoreUnavailable: the backend cannot be reached.
         """
         self._check_open("read_all")
-        check_after(after_position, limit, stream_prefix)
+        check_after(after_position, limit, stream_prefix, cursors=self._cursors)
         if stream_prefix:
             # Passed only when asked for: recorders written before the keyword still work.
             events = self.recorder.read_all(after_position, limit, stream_prefix=stream_prefix)
@@ -756,7 +757,7 @@ class AsyncEventStore:
             StoreUnavailable: the backend cannot be reached.
         """
         self._check_open("subscribe")
-        check_after(after_position, None)
+        check_after(after_position, None, cursors=self._cursors)
         if type(page) is not int or page < 1:
             raise InvalidEvent("page", f"must be an int >= 1, got {page!r}")
         return self._subscription(after_position, page)

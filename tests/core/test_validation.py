@@ -200,7 +200,7 @@ def test_duplicate_event_id_in_one_batch(store: ae.EventStore) -> None:
     assert_nothing_written(store)
 
 
-@pytest.mark.parametrize("expected", [-1, "1", 1.0, None, True], ids=repr)
+@pytest.mark.parametrize("expected", [-1, "1", 1.0, None, True, 2**63], ids=repr)
 def test_bad_expected_version(store: ae.EventStore, expected: Any) -> None:
     """An expected_version that is not an int >= 0 or a marker is InvalidEvent."""
     with pytest.raises(InvalidEvent) as info:
