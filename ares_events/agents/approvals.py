@@ -155,10 +155,14 @@ def check_approval(
     run, step = pending.run_id, pending.step
     approval = Approval.parse(note, run, step)
     try:
-        open_note(note, trusted)
+        _note, signers = open_note(note, trusted)
     except ProofError as exc:
         raise ApprovalForged(run, step, exc.reason) from None
     body = approval.body
+    if body.get("key") not in {f"{k.name}+{k.key_id.hex()}" for k in signers}:
+        raise ApprovalForged(
+            run, step, f"no trusted signature of the key it names, {body.get('key')!r}"
+        )
     if approval.nonce in set(used):
         raise ApprovalReplayed(run, step, f"nonce {approval.nonce[:12]} was used before")
     if body.get("run") != run:

@@ -55,7 +55,7 @@ from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.iterators import first
-from ares_events.errors import ChainIntegrityError, ConfigError, PayloadErased
+from ares_events.errors import ApprovalWrongCall, ChainIntegrityError, ConfigError, PayloadErased
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
 from ares_events.projections.recovery import Snapshotter, recover
@@ -795,6 +795,11 @@ class Journal:
             self._append("run.interrupted", {**payload, "args": args, "args_hash": ah})
             raise ApprovalRequired(self.run_id, step, name)
         version, head, note = found
+        asked = ledger.requests[step][1].get("name")
+        if asked != name:  # the approver was shown that tool; the approval is of its call only
+            raise ApprovalWrongCall(
+                self.run_id, step, f"it approves a call of {asked!r}, not of {name!r}"
+            )
         pending = Pending(self.run_id, step, ah, head)
         used = ledger.used_before(version)
         return check_approval(note, pending, trusted=self.approvers, used=used).nonce

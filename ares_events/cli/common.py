@@ -285,10 +285,10 @@ def load_vkeys(values: tuple[str, ...], *, required: bool = True) -> list[Verifi
             try:
                 text = p.read_text(encoding="utf-8").strip()
                 source = f"verifier key file {p}"
-            except OSError as exc:
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
                 raise ConfigError(
-                    f"--vkey {v!r} is neither a verifier key nor a readable file "
-                    f"({exc.strerror or exc})"
+                    f"--vkey {v!r} is neither a verifier key nor a readable file ({why or exc})"
                 ) from None
         keys.append(VerifierKey.parse(text, source=source))
     return keys

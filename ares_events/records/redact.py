@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ares_events.errors import ConfigError
-from ares_events.records.verify import REDACTED, redaction_digest
+from ares_events.records.verify import REDACTED, parse_path, redaction_digest
 
 __all__ = ["Redaction", "compile_paths", "normalized", "redact"]
 
@@ -55,6 +55,21 @@ def _compile(expr: str) -> list[_Sel]:
                 raise ConfigError(f"--redact {expr!r}: expected a member name at {i}")
             sels.append(_Sel(m.group(), deep))
             i = m.end()
+        elif expr.startswith(("['", '["'), i):
+            # A quoted name, escapes and all (a name may hold ' or ]): read up to its
+            # closing quote, then unescape as the normalized paths the tool prints.
+            q, j = expr[i + 1], i + 2
+            while j < n and expr[j] != q:
+                j += 2 if expr[j] == "\\" else 1
+            body = expr[i + 2 : j]
+            try:
+                if not expr.startswith(q + "]", j):
+                    raise ValueError("unterminated")
+                name = json.loads(f'"{body}"') if q == '"' else parse_path(f"$['{body}']")[0]
+            except ValueError:
+                raise ConfigError(f"--redact {expr!r}: bad quoted name at {i}") from None
+            sels.append(_Sel(name))
+            i = j + 2
         elif expr[i] == "[":
             j = expr.find("]", i)
             inner = expr[i + 1 : j] if j > 0 else ""
@@ -62,8 +77,6 @@ def _compile(expr: str) -> list[_Sel]:
                 sels.append(_Sel(_STAR))
             elif re.fullmatch(r"0|[1-9][0-9]*", inner):
                 sels.append(_Sel(int(inner)))
-            elif len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "'\"":
-                sels.append(_Sel(inner[1:-1]))
             else:
                 raise ConfigError(f"--redact {expr!r}: unsupported selector [{inner}]")
             i = j + 1

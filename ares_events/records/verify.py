@@ -376,6 +376,27 @@ def _cose(raw: Any) -> tuple[bytes, Mapping[Any, Any], Any, bytes]:
     return protected, unprotected, payload, signature
 
 
+def _no_constant(name: str) -> Any:
+    raise _Malformed(f"not JSON: {name} is not a JSON number")
+
+
+def _cbor_file(data: bytes, what: str, *, canonical: bool = True) -> Any:
+    """The CBOR item ``data`` holds, which must be exactly the encoding the exporter
+    writes (``canonical``: RFC 8949's deterministic one; else the shortest forms in the
+    order given, as pycose writes a COSE_Sign1): trailing bytes, a repeated map key or a
+    longer encoding could otherwise carry content no signature covers."""
+    import cbor2
+
+    try:
+        raw = cbor2.loads(data)
+        again = cbor2.dumps(raw, canonical=canonical)
+    except Exception as exc:  # any decoding failure: malformed
+        raise _Malformed(f"{what}: {exc}") from None
+    if again != data:
+        raise _Malformed(f"{what}: not one item in the encoding export writes")
+    return raw
+
+
 def load_record(data: bytes) -> _Loaded:
     """Parse a record file, JSON or CBOR form (nothing is verified yet).
 
@@ -384,38 +405,37 @@ def load_record(data: bytes) -> _Loaded:
     """
     if data[:1] in (b"{", b" ", b"\n", b"\t", b"\r"):
         try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            raise _Malformed(f"not JSON: {exc}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("record"), dict):
-            raise _Malformed("a JSON record file is an object with 'record' and 'cose_sign1'")
+            doc = json.loads(data, parse_constant=_no_constant)
+            record = doc.get("record") if isinstance(doc, dict) else None
+            if not isinstance(record, dict) or not isinstance(doc.get("cose_sign1"), str):
+                raise _Malformed("a JSON record file is an object with 'record' and 'cose_sign1'")
+            signed = canonical(record)
+        except (ValueError, RecursionError) as exc:  # _Malformed included
+            detail = str(exc) if isinstance(exc, _Malformed) else f"not JSON: {exc}"
+            raise _Malformed(detail) from None
+        # The signed bytes are the record's canonical JSON as it stands in the file, which
+        # is exactly the layout export writes: no other bytes (a repeated key, an escape,
+        # a space) can show a reader content that differs from what was signed.
+        layout = b'{"cose_sign1":"' + doc["cose_sign1"].encode() + b'","record":' + signed + b"}"
+        if data not in (layout, layout + b"\n"):
+            raise _Malformed("the JSON form is not the canonical layout export writes")
         try:
-            import cbor2
-
-            raw = cbor2.loads(_b64(doc.get("cose_sign1", "")))
-        except Exception as exc:  # any decoding failure: malformed
-            raise _Malformed(f"'cose_sign1' is not base64 CBOR: {exc}") from None
+            cose = _b64(doc["cose_sign1"])
+        except ValueError:
+            raise _Malformed("'cose_sign1' is not base64") from None
+        raw = _cbor_file(cose, "'cose_sign1' is not CBOR")
         protected, unprotected, payload, signature = _cose(raw)
         if payload is not None:
             raise _Malformed("the JSON form's COSE_Sign1 has a detached (null) payload")
-        # The signed bytes are the record's canonical JSON: exactly the file's bytes
-        # between '"record":' and the final '}' when the file was written by export.
-        return _Loaded(
-            doc["record"], "json", canonical(doc["record"]), protected, unprotected, signature
-        )
-    try:
-        import cbor2
-
-        raw = cbor2.loads(data)
-    except Exception as exc:  # any decoding failure: malformed
-        raise _Malformed(f"neither JSON nor CBOR: {exc}") from None
+        return _Loaded(record, "json", signed, protected, _plain(unprotected), signature)
+    raw = _cbor_file(data, "neither JSON nor CBOR", canonical=False)
     protected, unprotected, payload, signature = _cose(raw)
     if not isinstance(payload, bytes):
         raise _Malformed("the CBOR form's COSE_Sign1 carries the record as its payload")
     try:
-        record = _plain(cbor2.loads(payload))
-    except Exception as exc:  # any decoding failure: malformed
-        raise _Malformed(f"the COSE payload is not CBOR: {exc}") from None
+        record = _plain(_cbor_file(payload, "the COSE payload is not CBOR"))
+    except RecursionError:
+        raise _Malformed("the COSE payload is nested too deeply") from None
     if not isinstance(record, dict):
         raise _Malformed("the COSE payload is not a record (a map)")
     return _Loaded(record, "cbor", payload, protected, _plain(unprotected), signature)
@@ -447,8 +467,10 @@ def _check_signature(loaded: _Loaded, keys: Sequence[_Key], rep: RecordReport) -
         rep.add("signature", f"the COSE_Sign1 signature of {key.label} does not verify")
         return
     rep.signed_by = key.label
-    # The unprotected header is not signed: it must say exactly what the record says.
-    if dict(loaded.unprotected) != {100: trace_metadata(loaded.record, loaded.signed)}:
+    # The unprotected header is not signed: it must say exactly what the record says,
+    # compared as encoded (Python's == takes 100.0 and True for 100 and 1).
+    want = {100: trace_metadata(loaded.record, loaded.signed)}
+    if cbor2.dumps(dict(loaded.unprotected), canonical=True) != cbor2.dumps(want, canonical=True):
         rep.add("signature", "the unprotected trace-metadata is not the record's")
 
 
@@ -531,7 +553,7 @@ def _check_event(
     try:
         h = json.loads(header)
         claimed = bytes.fromhex(ev.get("hash", ""))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         rep.add("sequence", f"event #{version}: its header or hash does not parse", version)
         return prev, last_leaf, {}, None
     if not isinstance(h, dict) or h.get("v") != 1:
@@ -566,7 +588,7 @@ def _check_event(
         else:
             try:
                 payload = {"value": json.loads(data)}
-            except ValueError:
+            except (ValueError, RecursionError):
                 rep.add("payload", f"version {version}: the payload is not JSON", version)
     elif ev.get("erased") is True:
         rep.erased += 1
@@ -638,16 +660,33 @@ def _check_approvals(
 ) -> None:
     """Every signed approval an event carries (``payload.approval``); a consumed nonce
     (``payload.approved``) names an approval made before it in this run, of this very
-    call (its ``step`` and ``args_hash``, where the event names them)."""
+    call (its ``step`` and ``args_hash``, where the event names them), whose arguments
+    hash to that ``args_hash`` and whose tool is the one the approval request named."""
     nonces: dict[str, int] = {}
     bodies: dict[str, dict[str, Any]] = {}
     consumed: set[str] = set()
+    asked: dict[Any, Any] = {}  # step -> the tool name its approval request showed
     for version, header, prev, payload in events:
         value = payload.get("value") if payload else None
         if not isinstance(value, dict):
             continue
+        if value.get("reason") == "approval required":
+            asked[value.get("step")] = value.get("name")
         used = value.get("approved")
         if isinstance(used, str):
+            problems = []
+            ah = value.get("args_hash")
+            if "args" in value and payload and not payload.get("redacted"):
+                try:
+                    if blake3.blake3(canonical(value["args"])).hexdigest() != ah:
+                        problems.append("its arguments do not hash to the args_hash approved")
+                except (ValueError, TypeError):
+                    problems.append("its arguments are not canonical JSON")
+            name, want = value.get("name"), asked.get(value.get("step"))
+            if name is not None and want is not None and name != want:
+                problems.append(f"it calls {name!r} where the approval request named {want!r}")
+            for p in problems:
+                rep.add("approval", f"version {version} runs a call under approval: {p}", version)
             if used not in nonces or used in consumed:
                 rep.add(
                     "approval",
@@ -682,6 +721,8 @@ def _check_approvals(
             continue
         seen.update(signed_by=signers, step=body.get("step"), action=body.get("action"))
         problems = []
+        if body.get("key") not in signers:
+            problems.append(f"no trusted signature of the key it names, {body.get('key')!r}")
         if body.get("run") != stream:
             problems.append(f"it approves run {body.get('run')!r}")
         if body.get("head") != prev.hex():
@@ -735,6 +776,7 @@ def verify_record(
         return rep
     rep.stream = stream
     keyed = ext.get("chain") == "keyed"
+    key = chain_key if keyed else None  # a plain chain's links are plain whatever is passed
     if keyed and chain_key is None:
         rep.add("link", "the chain is keyed: its links cannot be checked without the chain key")
     tree = _check_checkpoints(ext, trusted, rep)
@@ -745,7 +787,7 @@ def verify_record(
         before = prev
         # A keyed chain without its key: one finding above, not one per event.
         prev, last_leaf, header, payload = _check_event(
-            i, ev, stream, prev, chain_key, not keyed or chain_key is not None, tree, last_leaf, rep
+            i, ev, stream, prev, key, not keyed or key is not None, tree, last_leaf, rep
         )
         seen.append((i + 1, header, before, payload))
     rep.events = len(events)
@@ -812,8 +854,12 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
         if not isinstance(red, dict) or path not in red.get("paths", []):
             out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
             continue
-        steps = parse_path(path)
-        digest = _placeholder(_at(red["payload"], steps))
+        try:
+            steps = parse_path(path)
+            digest = _placeholder(_at(red["payload"], steps))
+        except (ValueError, KeyError):  # a path the redacted payload does not hold
+            out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
+            continue
         try:
             ok = digest == redaction_digest(bytes.fromhex(d["salt"]), d["value"])
         except (KeyError, ValueError, TypeError):

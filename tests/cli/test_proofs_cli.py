@@ -97,6 +97,9 @@ def test_checkpoint_prove_and_verify(
     assert run(capsys, "verify-proof", str(d / "nonsense.json"), "--vkey", vkey)[0] == 2
     assert run(capsys, "verify-proof", str(d / "missing.json"), "--vkey", vkey)[0] == 2
     assert run(capsys, "verify-proof", str(good), "--vkey", "not-a-key")[0] == 2
+    (d / "binary.vkey").write_bytes(b"\xff\xfe")  # not a key file: one line, exit 2
+    code, _, err = run(capsys, "verify-proof", str(good), "--vkey", str(d / "binary.vkey"))
+    assert code == 2 and "not UTF-8 text" in err and "Traceback" not in err
 
 
 def test_consistency_from_the_cli(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:

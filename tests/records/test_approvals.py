@@ -175,7 +175,82 @@ def test_verify_record_checks_the_call_that_used_an_approval(url: str) -> None:
         )
         data = export_record(store, "r", key=LOG).data
     rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
-    assert [(f.kind, "args differ" in f.detail) for f in rep.findings] == [("approval", True)]
+    assert {f.kind for f in rep.findings} == {"approval"}
+    assert any("args differ" in f.detail for f in rep.findings)
+
+
+def _behind_the_back(store: Any, name: str, args: Any) -> bytes:
+    """Run `r` paused and approved, then a call appended under that approval's nonce with
+    the approved args_hash: of tool ``name`` with ``args``. The exported record."""
+    paused(store, "r")
+    p = pending_call(store, "r")
+    note = sign_approval(ALICE, p)
+    resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+    nonce = note.split('"nonce":"')[1].split('"')[0]
+    payload = {"name": name, "args": args, "idempotency_key": "r:1", "step": p.step}
+    payload.update(attempt=1, args_hash=p.args, approved=nonce)
+    v = store.stream_version("r")
+    store.append("r", [new_event("tool.call.requested", "journal", payload)], expected_version=v)
+    return export_record(store, "r", key=LOG).data
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "finding"),
+    [
+        ("pay", {"amount": 5000}, "do not hash to the args_hash approved"),
+        ("wire_all_funds", {"amount": 5}, "calls 'wire_all_funds' where the approval request"),
+    ],
+    ids=["other_args", "other_tool"],
+)
+def test_verify_record_checks_what_ran_is_what_was_approved(
+    url: str, name: str, args: Any, finding: str
+) -> None:
+    """A call appended under an approval's nonce and its very args_hash, but whose own
+    arguments are others, or whose tool is not the one the approver was shown: the
+    signatures and the chain verify; verify-record names the mismatch."""
+    with ae.open_store(url) as store:
+        data = _behind_the_back(store, name, args)
+    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    assert [f.kind for f in rep.findings] == ["approval"]
+    assert finding in rep.findings[0].detail
+
+
+def test_an_approval_does_not_run_another_tool(url: str) -> None:
+    """The approver approved `pay`; the agent, resumed, calls another tool with the same
+    arguments at that step: the journal refuses (wrong call), runs nothing, writes nothing."""
+    with ae.open_store(url) as store:
+        paused(store, "r")
+        note = sign_approval(ALICE, pending_call(store, "r"))
+        resume_run(store, "r", by="alice", approval=note, approvers=[ALICE.verifier])
+        j = Journal(store, "r", approvers=[ALICE.verifier])  # appends its gate decision
+        before, ran = state(store), []
+        with pytest.raises(ae.ApprovalWrongCall, match="'pay', not of 'wire_all_funds'"):
+            j.tool_call(
+                "wire_all_funds",
+                {"amount": 5},
+                call=lambda a, k: ran.append(k),
+                needs_approval=True,
+            )
+        assert ran == [] and state(store) == before
+
+
+def test_an_approval_signed_by_another_trusted_key_than_it_names_is_forged(url: str) -> None:
+    """An approval whose body names ALICE's key but which only another trusted key (here
+    the log's) signed: the journal and verify-record both refuse it."""
+    from ares_events.agents.approvals import APPROVAL_PREFIX, check_approval
+
+    with ae.open_store(url) as store:
+        paused(store, "r")
+        p = pending_call(store, "r")
+        text = sign_approval(ALICE, p).split("\n\n")[0] + "\n"
+        assert text.startswith(APPROVAL_PREFIX)
+        note = text + "\n" + LOG.signature_line(text.encode())
+        with pytest.raises(ae.ApprovalForged, match="the key it names"):
+            check_approval(note, p, trusted=[ALICE.verifier, LOG.verifier])
+        present(store, "r", note)
+        data = export_record(store, "r", key=LOG).data
+    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    assert any("the key it names" in f.detail for f in rep.findings)
 
 
 def _child(url: str, effects: Path, kill_at: str) -> int:

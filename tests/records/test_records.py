@@ -11,6 +11,8 @@ from pathlib import Path
 
 import cbor2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ares_events as ae
 from ares_events.chain import ChainKey
@@ -19,7 +21,9 @@ from ares_events.integrity.notes import SigningKey
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records import check_disclosures, export_record, verify_record
 from ares_events.records import verify as verify_module
+from ares_events.records.export import _sign
 from ares_events.records.redact import compile_paths, normalized, redact
+from tests.fixtures.tier import examples
 from tests.records.helpers import LOG, OTHER, small_run
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -124,6 +128,37 @@ def test_redaction_paths_select_what_they_say() -> None:
     assert verify_module.parse_path(normalized(["it's", 3, '\\"q\n'])) == ["it's", 3, '\\"q\n']
 
 
+@given(name=st.text(max_size=12))
+@settings(max_examples=examples(200), deadline=None)
+def test_a_quoted_name_selects_the_key_it_spells(name: str) -> None:
+    """``--redact`` takes the normalized paths the tool prints (escapes and all), and a
+    double-quoted name in JSON's escapes: each selects exactly the key it spells, so a
+    key holding ', \\ or ] is redacted, never left in clear."""
+    payload = {name: "SECRET", "other": 1}
+    for path in (normalized([name]), "$[" + json.dumps(name) + "]"):
+        out, made = redact(payload, compile_paths([path]))
+        assert [r.path for r in made] == [normalized([name])]
+        assert out["other"] == 1 and out[name] != "SECRET"
+
+
+def test_a_disclosure_of_a_path_the_payload_lacks_does_not_check() -> None:
+    """A disclosure naming a path the record lists as redacted but whose redacted payload
+    does not hold it: not checked (ok False), never an exception."""
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        ex = export_record(store, "run-1", key=LOG, redact_paths=["$.args.card"])
+    assert ex.disclosures is not None
+    loaded = verify_module.load_record(ex.data)
+    record = json.loads(json.dumps(loaded.record))
+    v = next(i for i, e in enumerate(record["ares-events"]["events"], 1) if "redacted" in e)
+    record["ares-events"]["events"][v - 1]["redacted"]["paths"].append("$['args']['nope']")
+    data = _sign(record, LOG, "json")
+    lie = {"disclosures": [{"version": v, "path": "$['args']['nope']", "salt": "00", "value": 1}]}
+    assert check_disclosures(data, lie) == [
+        {"version": v, "path": "$['args']['nope']", "ok": False, "detail": "not redacted there"}
+    ]
+
+
 def test_a_keyed_chain_verifies_with_its_key_only() -> None:
     """A keyed chain's links are MACs: verified with the key, a finding without it."""
     key = ChainKey(b"k" * 32)
@@ -135,6 +170,12 @@ def test_a_keyed_chain_verifies_with_its_key_only() -> None:
     assert [f.kind for f in rep.findings] == ["link"]
     rep = verify_record(data, [LOG.verifier.text], chain_key=b"x" * 32)
     assert {f.kind for f in rep.findings} == {"link"} and len(rep.findings) == rep.events
+    # A plain chain's record verifies whatever key is passed (a verifier run with
+    # ARES_EVENTS_CHAIN_KEY set for other stores).
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        plain = export_record(store, "run-1", key=LOG).data
+    assert verify_record(plain, [LOG.verifier.text], chain_key=key.key).ok
 
 
 def test_a_later_checkpoint_comes_with_a_consistency_proof() -> None:

@@ -176,7 +176,73 @@ def test_cbor_payload_outside_the_signature_is_a_finding() -> None:
     record = cbor2.loads(payload)
     record["id"] = "another"
     forged = cbor2.dumps(
-        cbor2.CBORTag(18, [protected, dict(unprotected), cbor2.dumps(record), sig])
+        cbor2.CBORTag(18, [protected, dict(unprotected), cbor2.dumps(record, canonical=True), sig])
     )
     assert other.tag == 18
     assert _kinds(forged) == {"signature"}
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+@given(extra=st.binary(min_size=1, max_size=64))
+@FAST
+def test_bytes_after_the_record_are_a_finding(form: str, extra: bytes) -> None:
+    """Anything after the record (garbage, a second record) is no part of what was signed:
+    the file is malformed, never verified."""
+    data = EXPORTS[form]
+    for tail in (extra, data):
+        assert verify_record(data + tail, VK).ok is (form == "json" and data + tail == data)
+
+
+def _cose_with(unprotected: bytes) -> bytes:
+    """The CBOR record with its unprotected header replaced by the raw bytes given."""
+    protected, _unprotected, payload, sig = cbor2.loads(EXPORTS["cbor"]).value
+    parts = b"".join(cbor2.dumps(x) for x in (protected,)) + unprotected
+    return b"\xd2\x84" + parts + cbor2.dumps(payload) + cbor2.dumps(sig)
+
+
+def test_an_unprotected_header_that_only_compares_equal_is_a_finding() -> None:
+    """The unprotected trace-metadata (unsigned) said twice, with a forged first copy, or
+    under the float label 100.0: Python's dict equality would take either for the real
+    one; the verifier compares encodings and refuses both."""
+    _p, unprotected, _payload, _sig = cbor2.loads(EXPORTS["cbor"]).value
+    real = cbor2.dumps(dict(unprotected))
+    assert verify_record(_cose_with(real), VK).ok  # the rebuilt file is the genuine one
+    forged = cbor2.dumps({"session-id": "EVIL"})
+    assert not verify_record(_cose_with(b"\xa2\x18\x64" + forged + real[1:]), VK).ok
+    assert not verify_record(_cose_with(b"\xa1\xf9\x56\x40" + real[3:]), VK).ok
+
+
+def test_json_bytes_other_than_the_signed_ones_are_a_finding() -> None:
+    """The JSON form's signed bytes are the record as it stands in the file: a repeated
+    key carrying forged content (a parser keeping the first copy shows it), an escape or
+    a space the signature does not cover make the file malformed."""
+    data = EXPORTS["json"]
+    assert verify_record(data, VK).ok and verify_record(data.rstrip(b"\n"), VK).ok
+    i = data.index(b'"record":') + len(b'"record":')
+    forged = b'{"ares-events":{"stream":"FORGED"},' + data[i + 1 :]
+    for bad in (
+        data[:i] + forged,
+        data[:i] + b" " + data[i:],
+        data.replace(b'"run-1"', b'"\\u0072un-1"', 1),
+    ):
+        assert _kinds(bad) == {"malformed"}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [b'{"x": NaN}', b'{"x": Infinity}', b'{"x": "\\ud800"}', b'{"x": ' + b"[" * 100_000],
+    ids=["nan", "infinity", "surrogate", "deep"],
+)
+def test_input_no_json_encoder_takes_is_a_finding(record: bytes) -> None:
+    """A record value the canonical encoder refuses, or nesting past the parser's limit,
+    is a malformed file (a finding), never an exception."""
+    data = b'{"cose_sign1":"","record":' + record + b"}"
+    assert _kinds(data) == {"malformed"}
+
+
+def test_a_deeply_nested_cbor_payload_is_a_finding() -> None:
+    """A CBOR record nested past the decoder's depth: malformed, not a crash."""
+    protected, unprotected, _payload, sig = cbor2.loads(EXPORTS["cbor"]).value
+    deep = b"\x81" * 100_000 + b"\x00"
+    forged = cbor2.dumps(cbor2.CBORTag(18, [protected, dict(unprotected), deep, sig]))
+    assert _kinds(forged) == {"malformed"}
