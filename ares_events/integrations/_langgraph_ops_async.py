@@ -98,12 +98,14 @@ async def append_checked(
     )
 
 
-def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
+def _ids(config: RunnableConfig) -> tuple[Any, str, str | None]:
+    """The thread id as the caller gave it (an ``int`` stays one in the configs returned,
+    as LangGraph's own savers return it), the namespace and the checkpoint id."""
     conf = config["configurable"]
-    return str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
+    return conf["thread_id"], conf.get("checkpoint_ns", "") or "", get_checkpoint_id(config)
 
 
-def _config(tid: str, ns: str, cid: str) -> RunnableConfig:
+def _config(tid: Any, ns: str, cid: str) -> RunnableConfig:
     return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
 
@@ -157,7 +159,7 @@ async def fetch_values(
 def build_tuple(
     index: ThreadIndex,
     serde: SerializerProtocol,
-    tid: str,
+    tid: Any,
     rec: CheckpointRec,
     fetched: Mapping[int, Any],
     cache: ValueCache | None = None,
@@ -247,7 +249,7 @@ async def list_checkpoints(
 ) -> list[CheckpointTuple]:
     """Matching checkpoints of one thread, newest first (decoded)."""
     conf = config.get("configurable", {})
-    tid = str(conf["thread_id"])
+    tid = conf["thread_id"]
     await refresh(store, index)
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")

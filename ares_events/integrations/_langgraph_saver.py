@@ -86,7 +86,8 @@ def _value_cache(size: object) -> ValueCache | None:
 
 class AresSaverBase(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over an ares-events store (left open unless the saver was
-    built by :meth:`from_url`). The ``asyncio`` saver has no blocking methods.
+    built by :meth:`from_url`). The ``asyncio`` saver's blocking methods run its
+    ``a``-methods on its event loop, for code in another thread (as ``AsyncSqliteSaver``).
 
     Args:
         max_threads: how many threads' verified indexes to keep in memory (an index holds
@@ -186,6 +187,8 @@ class AresSaverBase(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of one thread (and namespace, when the config names
         one), or of every LangGraph thread when ``config`` is None."""
+        if limit is not None and limit <= 0:
+            return  # none, as InMemorySaver (and no thread read for it)
         configs: list[RunnableConfig] = (
             [config]
             if config is not None

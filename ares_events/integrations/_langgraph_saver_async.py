@@ -34,7 +34,16 @@ from ares_events.integrations._langgraph_core import ThreadIndex, stream_of
 from ares_events.integrations._langgraph_plan import ValueCache
 
 if ASYNC:
+    import asyncio
     from asyncio import Lock
+    from collections.abc import Callable, Coroutine, Iterator
+    from typing import ParamSpec, TypeVar
+
+    P = ParamSpec("P")
+    T = TypeVar("T")
+
+    async def _step(items: AsyncIterator[T]) -> T:
+        return await anext(items)
 else:
     from threading import Lock
 
@@ -90,7 +99,8 @@ def _value_cache(size: object) -> ValueCache | None:
 
 class AsyncAresSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over an ares-events store (left open unless the saver was
-    built by :meth:`from_url`). The ``asyncio`` saver has no blocking methods.
+    built by :meth:`from_url`). The ``asyncio`` saver's blocking methods run its
+    ``a``-methods on its event loop, for code in another thread (as ``AsyncSqliteSaver``).
 
     Args:
         max_threads: how many threads' verified indexes to keep in memory (an index holds
@@ -125,6 +135,14 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         # Per thread, its verified index and its lock (no saver-wide lock).
         self._indexes = Table(lambda sid: (Lock(), ThreadIndex(sid, store.chain_key)), max_threads)
         self._owns_store = False
+        if ASYNC:
+            # The loop the blocking methods run on: the last one that used the saver (see
+            # _thread; a saver may be built outside asyncio, or move to a new loop), and
+            # before any use the one it was built on.
+            try:
+                self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                self._loop = None
 
     @classmethod
     async def from_url(
@@ -163,6 +181,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
     async def _thread(self, thread_id: object) -> AsyncIterator[ThreadIndex]:
         """The thread's verified index, its lock held for the block."""
         lock, index = self._indexes.get(stream_of(thread_id))
+        if ASYNC:
+            self._loop = asyncio.get_running_loop()  # where the blocking methods run
         async with lock:
             yield index
 
@@ -190,6 +210,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """Checkpoints newest first: of one thread (and namespace, when the config names
         one), or of every LangGraph thread when ``config`` is None."""
+        if limit is not None and limit <= 0:
+            return  # none, as InMemorySaver (and no thread read for it)
         configs: list[RunnableConfig] = (
             [config]
             if config is not None
@@ -293,3 +315,112 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
             else:
                 async with self._thread(tid) as ix:
                     await ops.prune(self.store, ix, keep, cutoff, self.by)
+
+    if ASYNC:
+        # The blocking methods, as AsyncSqliteSaver has them: each runs its a-method on the
+        # saver's loop and waits, so they serve code in another thread (a graph's
+        # get_state from a worker); on the loop's own thread the wait would never end.
+
+        def _on_loop(
+            self, method: Callable[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+        ) -> T:
+            """``method(*args, **kwargs)`` run on the saver's loop, waited for.
+
+            Raises:
+                asyncio.InvalidStateError: called from the loop's own thread, or the saver
+                    has no running loop (not used from asyncio yet, or its loop ended).
+            """
+            name = method.__name__
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            loop = self._loop
+            if running is not None and running is loop:
+                raise asyncio.InvalidStateError(
+                    f"Synchronous calls to {type(self).__name__} are only allowed from a "
+                    "different thread. From the event loop's thread, use the async "
+                    f"interface: `await checkpointer.{name}(...)` or `await graph.ainvoke(...)`."
+                )
+            if loop is None or not loop.is_running():
+                raise asyncio.InvalidStateError(
+                    f"{type(self).__name__}.{name[1:]} runs on the saver's event loop, and "
+                    "none is running (the saver was not used from asyncio yet, or its loop "
+                    "ended): in blocking code use AresSaver."
+                )
+            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), loop).result()
+
+        def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+            """:meth:`aget_tuple` on the saver's loop (from another thread)."""
+            return self._on_loop(self.aget_tuple, config)
+
+        def list(
+            self,
+            config: RunnableConfig | None,
+            *,
+            filter: dict[str, Any] | None = None,
+            before: RunnableConfig | None = None,
+            limit: int | None = None,
+        ) -> Iterator[CheckpointTuple]:
+            """:meth:`alist` on the saver's loop (from another thread), one item a call."""
+            items = self.alist(config, filter=filter, before=before, limit=limit)
+            while True:
+                try:
+                    yield self._on_loop(_step, items)
+                except StopAsyncIteration:
+                    return
+
+        def get_delta_channel_history(
+            self, *, config: RunnableConfig, channels: Sequence[str]
+        ) -> Mapping[str, DeltaChannelHistory]:
+            """:meth:`aget_delta_channel_history` on the saver's loop (from another thread)."""
+            return self._on_loop(self.aget_delta_channel_history, config=config, channels=channels)
+
+        def put(
+            self,
+            config: RunnableConfig,
+            checkpoint: Checkpoint,
+            metadata: CheckpointMetadata,
+            new_versions: ChannelVersions,
+        ) -> RunnableConfig:
+            """:meth:`aput` on the saver's loop (from another thread)."""
+            return self._on_loop(self.aput, config, checkpoint, metadata, new_versions)
+
+        def put_writes(
+            self,
+            config: RunnableConfig,
+            writes: Sequence[tuple[str, Any]],
+            task_id: str,
+            task_path: str = "",
+        ) -> None:
+            """:meth:`aput_writes` on the saver's loop (from another thread)."""
+            self._on_loop(self.aput_writes, config, writes, task_id, task_path)
+
+        def delete_thread(self, thread_id: str) -> None:
+            """:meth:`adelete_thread` on the saver's loop (from another thread)."""
+            self._on_loop(self.adelete_thread, thread_id)
+
+        def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+            """:meth:`adelete_for_runs` on the saver's loop (from another thread)."""
+            self._on_loop(self.adelete_for_runs, run_ids)
+
+        def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+            """:meth:`acopy_thread` on the saver's loop (from another thread)."""
+            self._on_loop(self.acopy_thread, source_thread_id, target_thread_id)
+
+        def prune(
+            self,
+            thread_ids: Sequence[str],
+            *,
+            strategy: str = "keep_latest",
+            keep_last: int | None = None,
+            older_than: timedelta | None = None,
+        ) -> None:
+            """:meth:`aprune` on the saver's loop (from another thread)."""
+            self._on_loop(
+                self.aprune,
+                thread_ids,
+                strategy=strategy,
+                keep_last=keep_last,
+                older_than=older_than,
+            )
