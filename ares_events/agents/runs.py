@@ -30,7 +30,6 @@ from ares_events.agents.run_info import (
     steps_of,
     tokens_of,
 )
-from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.iterators import closing_iter, first
 from ares_events.errors import ChainIntegrityError, ConfigError
@@ -111,10 +110,9 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
     why = _why_not_a_run(store, run_id)
     if why is not None:
         raise RunNotFound(run_id, why)
-    snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-    rep = recover(
-        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
-    )
+    # The whole chain, not a snapshot and its tail: what it shows and the exit code it
+    # gives must hold for every event (a snapshot vouches only for the fold it saved).
+    rep = recover(store, run_id, RunStateProjection(), max_replay=2**62, tolerant=True)
     state = rep.state
     last = first(store.read(run_id, rep.version, limit=1))
     loaded = _requests(store, run_id, state) if requests else {}

@@ -29,7 +29,6 @@ from ares_events.agents.run_info import (
     steps_of,
     tokens_of,
 )
-from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.faces import ASYNC
 from ares_events.core.iterators_async import aclosing_iter, afirst
@@ -121,10 +120,9 @@ async def inspect_run(
     why = await _why_not_a_run(store, run_id)
     if why is not None:
         raise RunNotFound(run_id, why)
-    snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-    rep = await arecover(
-        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
-    )
+    # The whole chain, not a snapshot and its tail: what it shows and the exit code it
+    # gives must hold for every event (a snapshot vouches only for the fold it saved).
+    rep = await arecover(store, run_id, RunStateProjection(), max_replay=2**62, tolerant=True)
     state = rep.state
     last = await afirst(store.read(run_id, rep.version, limit=1))
     loaded = await _requests(store, run_id, state) if requests else {}

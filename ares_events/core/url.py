@@ -35,13 +35,18 @@ class StoreURL:
         """Parse ``url``.
 
         Raises:
-            ConfigError: the URL has no scheme or an invalid port.
+            ConfigError: the URL has no scheme, does not parse or has an invalid port.
         """
         if not isinstance(url, str) or "://" not in url:
             raise ConfigError(
                 f"{source} must look like scheme://..., got {_redact_text(str(url))!r}"
             )
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # the reason may quote the netloc, password and all: not shown
+            raise ConfigError(
+                f"{source} does not parse as a URL (a bracket, a character?)"
+            ) from None
         try:
             port = parts.port
         except ValueError:

@@ -102,6 +102,7 @@ def audit(
     total = store.last_position()
     gapless = Capability.GAPLESS_POSITIONS in store.capabilities
     orphans: dict[str, ChainVerifier] = {}
+    versions: dict[str, int] = {}  # stream -> the highest version met in position order
     last_pos = 0
     retired = seg_index.retired_ranges() if seg_index is not None else []
     for pos, sid, version in _positions(recorder, report):
@@ -118,6 +119,10 @@ def audit(
             missing = f"positions {last_pos + 1}..{pos - 1} are missing"
             _add(report, "position_gap", sid, version, missing)
         last_pos = max(last_pos, pos)
+        if version <= versions.get(sid, 0):  # read_all would give a stream out of order
+            before = f"version {version} at position {pos} after version {versions[sid]}"
+            _add(report, "position_order", sid, version, before)
+        versions[sid] = max(version, versions.get(sid, 0))
         if sid not in heads and sid not in orphans:
             orphans[sid] = ChainVerifier(sid, key)
     for sid, ov in sorted(orphans.items()):

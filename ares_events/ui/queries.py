@@ -21,7 +21,7 @@ from ares_events.agents.run_info import (
     run_status,
     steps_of,
 )
-from ares_events.core.backend import Capability, Head
+from ares_events.core.backend import Head
 from ares_events.core.events import ERASURE_STREAM, RecordedEvent
 from ares_events.core.iterators import closing_iter, first
 from ares_events.core.store import EventStore
@@ -179,8 +179,8 @@ class RunSummary:
 
 
 def summarize(store: EventStore, run_id: str) -> RunSummary:
-    """Fold the run (snapshot first, chain checked, schema problems listed), appending
-    nothing.
+    """Fold the run from its first event (the whole chain checked, schema problems
+    listed), appending nothing.
 
     Raises:
         RunNotFound: not a run.
@@ -188,10 +188,8 @@ def summarize(store: EventStore, run_id: str) -> RunSummary:
     opening = first(store.read(run_id, 1, limit=1))
     if opening is None or opening.type != "run.started":
         raise RunNotFound(run_id, "no such run" if opening is None else "not a run")
-    snaps = store.snapshots if Capability.SNAPSHOTS in store.capabilities else None
-    rep = recover(
-        store, run_id, RunStateProjection(), snapshots=snaps, max_replay=2**62, tolerant=True
-    )
+    # The whole chain, as `runs show`: a snapshot vouches only for the fold it saved.
+    rep = recover(store, run_id, RunStateProjection(), max_replay=2**62, tolerant=True)
     state = rep.state
     last = first(store.read(run_id, rep.version, limit=1))
     keys = tuple(sorted(state["steps"], key=int))

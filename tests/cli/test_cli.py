@@ -236,6 +236,8 @@ def test_chain_key_from_env_is_used_and_never_shown(
         ("not-a-url", "scheme://"),
         (f"nosuch://user:{PASSWORD}@host/db", "unknown store scheme 'nosuch'"),
         ("sqlite:///x.db?bogus=1", "unknown parameter(s) bogus"),
+        (f"postgresql://root:{PASSWORD}@[::1/x", "does not parse as a URL"),
+        (f"postgresql://root:{PASSWORD}\uff03@h/x", "does not parse as a URL"),
     ],
 )
 def test_bad_store_url_exits_2(

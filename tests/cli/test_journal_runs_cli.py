@@ -5,6 +5,7 @@ one event with who, why and which command in its metadata."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -418,3 +419,39 @@ def test_looking_at_a_run_while_it_is_written_never_reports_findings(
     assert reads > 0
     kinds = {e.type for e in events(url, "busy")}
     assert kinds == {"run.started", "state.patched", "run.completed"}
+
+
+def test_a_run_edited_before_its_snapshot_is_shown_with_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An event edited in the file before the run's latest snapshot: `runs show`, `runs
+    list` and the console's summary check the whole chain (a snapshot vouches only for the
+    fold it saved), so they report the findings and exit 1, and `runs resume` refuses;
+    nothing is appended."""
+    import sqlite3
+
+    from ares_events.agents.journal import ModelReply
+    from ares_events.ui.queries import summarize
+
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    with ae.open_store(url) as store:
+        j = Journal(store, "run-1")
+        ask = [{"role": "user", "content": "Summarise A."}]
+        j.model_call(ask, {}, call=lambda m, p: ModelReply({"text": "ok"}, {"total_tokens": 1}))
+        j.interrupt("waiting")
+        ae.snapshot(store, "run-1", ae.projections.RunStateProjection())
+    with contextlib.closing(sqlite3.connect(db)) as c, c:
+        sql = "SELECT payload FROM ares_events WHERE stream_id = 'run-1' AND version = 2"
+        payload = c.execute(sql).fetchone()[0].replace(b"Summarise A.", b"Wire 1M USD")
+        c.execute("UPDATE ares_events SET payload = ? WHERE version = 2", (payload,))
+    before = fingerprint(url)
+    code, data = run_json(capsys, "--store", url, "runs", "show", "run-1")
+    assert code == 1 and [f["kind"] for f in data["findings"]] == ["hash_mismatch"]
+    code, data = run_json(capsys, "--store", url, "runs", "list")
+    assert code == 1
+    code, _, err = run(capsys, "--store", url, "runs", "resume", "run-1")
+    assert code == 1 and "Traceback" not in err
+    with ae.open_store(url, read_only=True) as store:
+        assert not summarize(store, "run-1").ok
+    assert fingerprint(url) == before
