@@ -124,8 +124,13 @@ class _Gate:
         headers = dict(scope["headers"])  # h11 has lower-cased the names
         if scope["http_version"] not in ("1.0", "1.1"):
             return refusal(HTTPStatus.BAD_REQUEST, "HTTP/1.0 and HTTP/1.1 only")
-        if len(scope["raw_path"]) + len(scope["query_string"]) > MAX_TARGET:
+        target = len(scope["raw_path"]) + len(scope["query_string"])
+        if target > MAX_TARGET:
             return refusal(HTTPStatus.REQUEST_URI_TOO_LONG, "address too long")
+        # h11 bounds only a head still incomplete: one that completes in the read crossing
+        # MAX_HEAD is parsed whole. Its size (each header line with ": " and CRLF) decides.
+        if target + sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > MAX_HEAD:
+            return refusal(HTTPStatus.BAD_REQUEST, "request head too large")
         if headers.get(b"host", b"").decode("latin-1").lower() not in self.hosts:
             return refusal(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host")
         path: str = scope["path"]

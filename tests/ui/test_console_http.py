@@ -223,6 +223,20 @@ def test_malformed_requests_get_a_4xx_and_no_traceback(sqlite_url: str) -> None:
     assert "Traceback" not in c.output() and "Error" not in c.output()
 
 
+def test_a_head_over_96_kib_is_refused_even_when_sent_whole(sqlite_url: str) -> None:
+    """A request head over MAX_HEAD that reaches the server in one piece (h11 bounds only
+    a head still incomplete) is a 400, not served; one just under it is served."""
+    from ares_events.ui.server import MAX_HEAD
+
+    with console(sqlite_url) as c:
+        host, prefix = _host(c), _prefix(c)
+        cookie = "; ".join(f"{k}: {v}" for k, v in _session(c).items()).encode()
+        line = b"GET " + prefix + b"/streams HTTP/1.1\r\nHost: " + host + b"\r\n" + cookie
+        for size, status in ((MAX_HEAD - 4096, 200), (MAX_HEAD + 1024, 400), (120_000, 400)):
+            reply = exchange(c, line + b"\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+            assert reply.status == status, (size, reply.status, reply.body[:200])
+
+
 def test_oversized_bodies_are_refused_unread(sqlite_url: str) -> None:
     """A body declared over the 1 MiB form limit is answered 413 before a byte of it is
     sent, and the connection closed (nothing waits for it or reads it), with or without
