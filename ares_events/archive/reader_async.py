@@ -70,6 +70,23 @@ async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]
         return list(itertools.islice(it, n))
 
 
+def _parse_through(raw: str) -> tuple[int, int]:
+    """``archive/through``'s ``"<last archived position> <revision>"``."""
+    try:
+        through, rev = map(int, raw.split())
+    except ValueError as exc:
+        raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
+    return through, rev
+
+
+def _lost(through: int) -> ArchiveError:
+    """The error of a segment index gone while ``archive/through`` says ``through``."""
+    return ArchiveError(
+        "missing", None, INDEX_KEY,
+        f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
+    )  # fmt: skip
+
+
 def _advanced(pos: int, upto: int, through: int) -> int:
     """``upto``, once it is past ``pos`` (a segment index whose last position is past every
     segment it lists would otherwise loop forever)."""
@@ -168,12 +185,25 @@ class AsyncArchiveRecorder:
         """The segment index as the database records it now (None: nothing was ever archived).
 
         Raises:
-            ArchiveError: the record does not parse.
+            ArchiveError: the record does not parse, or it is gone while
+                ``archive/through`` says positions are archived (kind ``missing``).
         """
         return (await self._index_text())[1]
 
     async def _index_text(self) -> tuple[str | None, SegmentIndex | None]:
         text = await self.inner.meta_get(INDEX_KEY)
+        if text is None:
+            # Nothing archived yet, or the record is lost: the end row tells which. Taking
+            # a lost index for none would make a stream read skip the archived versions
+            # and a run start the archive over.
+            raw = await self.inner.meta_get(THROUGH_KEY)
+            through = 0 if raw is None else _parse_through(raw)[0]
+            if through > 0:
+                # The index is recorded before its end row: a first run may have written
+                # both since the read above.
+                text = await self.inner.meta_get(INDEX_KEY)
+                if text is None:
+                    raise _lost(through)
         seen = self._parsed  # one read of the attribute: another thread may replace it
         if text is None or text == seen[0]:
             ix = None if text is None else seen[1]
@@ -191,18 +221,12 @@ class AsyncArchiveRecorder:
             # the index says how far the archive goes.
             ix = await self.segment_index()
             return (ix.through if ix is not None else 0), ix
-        try:
-            through, rev = map(int, raw.split())
-        except ValueError as exc:
-            raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
+        through, rev = _parse_through(raw)
         ix = self._parsed[1]
         if ix is None or ix.rev != rev:
             ix = await self.segment_index()
         if ix is None and through > 0:  # the rows below it are gone: never skip them
-            raise ArchiveError(
-                "missing", None, INDEX_KEY,
-                f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
-            )  # fmt: skip
+            raise _lost(through)
         return through, ix
 
     def read(
@@ -298,9 +322,9 @@ class AsyncArchiveRecorder:
     ) -> AsyncIterator[list[RecordedEvent]]:
         """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
         a chunk at a time."""
-        ix = await self.segment_index()
+        ix = await self.segment_index()  # raises when the record is lost: never a skip
         if ix is None:
-            return
+            return  # nothing was ever archived
         cursor = None
         while left > 0 and v <= hi:
             try:

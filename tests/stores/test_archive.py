@@ -10,7 +10,7 @@ import dataclasses
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -707,6 +707,89 @@ def test_audit_reports_a_deleted_index_row(setup_url: tuple[ae.EventStore, str, 
     with pytest.raises(ArchiveError) as info:
         list(store.read_all())
     assert info.value.kind == "missing"
+
+
+def test_stream_reads_that_need_a_lost_index_raise(
+    setup_url: tuple[ae.EventStore, str, str],
+) -> None:
+    """With the archive's index row deleted, a stream read that needs the archive (from
+    the start, a mid range, replay; both faces) raises ArchiveError ``missing`` instead of
+    returning the stream from its first version still in the database; verify_stream
+    reports archive_missing, not a gap; archive --status and a new run refuse rather
+    than take the archive for none; a tail read still works."""
+    store, to, url = setup_url
+    archive(store, to, before=_at(store, 200), segment_events=64)
+    _delete_meta(store, "archive/catalog")
+    n = STREAMS["agent-a"]
+    tail = [e.version for e in store.read("agent-a", from_version=n - 2)]
+    assert tail == [n - 2, n - 1, n]  # in the database: no archive needed
+    reads: list[Callable[[], object]] = [
+        lambda: list(store.read("agent-a")),
+        lambda: list(store.read("agent-a", from_version=2, to_version=30, limit=7)),
+        lambda: ae.replay(store, "agent-a", lambda s, e: s, None),
+    ]
+    with open_blocking(url) as astore:
+        reads.append(lambda: list(astore.read("agent-a")))
+        reads.append(lambda: list(astore.read("agent-b", from_version=3, limit=5)))
+        for read in reads:
+            with pytest.raises(ArchiveError) as info:
+                read()
+            assert info.value.kind == "missing"
+    kinds = _kinds(ae.integrity.verify_stream(store, "agent-a").findings)
+    assert "archive_missing" in kinds and "gap" not in kinds, kinds
+    code, out = _cli(url, "archive", "--status")
+    assert code == 1 and out["error"]["type"] == "ArchiveError", out
+    with pytest.raises(ArchiveError) as info:
+        archive(store, to, before=10**9)
+    assert info.value.kind == "missing"
+
+
+def _within(call: Callable[[], object], fifo: Path, seconds: float = 30) -> BaseException:
+    """What ``call`` raises, run in a thread: still blocked after ``seconds`` fails the
+    test (the thread is let go by opening ``fifo`` for writing, so it ends at EOF)."""
+    got: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the test
+            got.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+        pytest.fail(f"still blocked on the FIFO after {seconds} s")
+    assert got, "returned instead of raising"
+    return got[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-to-fifo"])
+def test_a_fifo_in_place_of_a_segment_is_missing_not_a_hang(tmp_path: Path, kind: str) -> None:
+    """A FIFO (or a symlink to one) where a segment object belongs: audit, audit --deep
+    and verify end at once with archive_missing and exit 1, and a stream read raises
+    ArchiveError ``missing`` (each used to wait for a writer forever)."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(url) as store:
+        _fill(store)
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50)
+        rec = _archive_recorder(store)
+        ix = _segment_index(rec)
+        path = rec.source.blobs(ix).path_for(ix.segments[0].segment.key)
+        path.unlink()
+        fifo = path if kind == "fifo" else tmp_path / "fifo"
+        os.mkfifo(fifo)
+        if fifo != path:
+            path.symlink_to(fifo)
+        rec.source.forget()
+        for args in (("audit",), ("audit", "--deep"), ("verify", "agent-a")):
+            code, out = _cli(url, *args)  # a child process, bounded
+            assert code == 1 and "archive_missing" in _kinds(out["findings"]), out
+        err = _within(lambda: list(store.read("agent-a")), fifo)
+        assert isinstance(err, ArchiveError) and err.kind == "missing", err
 
 
 @pytest.mark.parametrize(

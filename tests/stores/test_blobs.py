@@ -3,12 +3,14 @@ audit, failure ordering and garbage collection, with SQLite and PostgreSQL store
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -410,6 +412,68 @@ def test_missing_blob_raises_blob_missing(blob_dir: Path) -> None:
             blobs.get(ref)
         with pytest.raises(BlobMissing):
             blobs.verify(ref)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-to-fifo", "folder"])
+def test_a_blob_that_is_not_a_regular_file_is_missing_at_once(
+    blob_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    """A FIFO, a symlink to one or a folder in a blob's place: get, open, verify and
+    read_range raise BlobMissing at once (opening a FIFO used to wait for a writer
+    forever); a symlink to an identical copy of the blob reads as the blob."""
+    with FileBlobStore(blob_dir) as blobs:
+        data = b'{"a":1}'
+        ref = blobs.put(data)
+        path = blobs.path_for(ref.key)
+        copy = tmp_path / "copy"
+        copy.write_bytes(data)
+        path.unlink()
+        fifo = path if kind == "fifo" else tmp_path / "fifo"
+        if kind == "folder":
+            path.mkdir()
+        else:
+            os.mkfifo(fifo)
+            if fifo != path:
+                path.symlink_to(fifo)
+        calls: list[Callable[[], object]] = [
+            lambda: blobs.get(ref),
+            lambda: blobs.open(ref).close(),
+            lambda: blobs.verify(ref),
+            lambda: blobs.read_range(ref.key, 0, 3),
+        ]
+        for call in calls:
+            err = _raised_within(call, fifo)
+            assert isinstance(err, BlobMissing) and "not a regular file" in str(err), err
+        if kind == "folder":
+            path.rmdir()
+        else:
+            path.unlink()
+        path.symlink_to(copy)
+        assert blobs.get(ref) == data and blobs.read_range(ref.key, 1, 3) == data[1:4]
+        blobs.verify(ref)
+
+
+def _raised_within(call: Callable[[], object], fifo: Path, seconds: float = 20) -> BaseException:
+    """What ``call`` raises, run in a thread: still blocked after ``seconds`` fails the
+    test (the thread is let go by opening ``fifo`` for writing, so it ends at EOF)."""
+    got: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the test
+            got.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+        pytest.fail(f"still blocked on the FIFO after {seconds} s")
+    assert got, "returned instead of raising"
+    return got[0]
 
 
 def test_file_url_rules(tmp_path: Path) -> None:

@@ -7,13 +7,15 @@ It may import :mod:`ares_events.stores.blobs.base`, the core's value types and
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from ares_events.core.events import PayloadRef
 from ares_events.core.url import StoreURL
@@ -30,6 +32,11 @@ from ares_events.stores.blobs.base import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["FileBlobStore", "fsync_dir", "write_atomic"]
+
+
+_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_OPEN_FLAGS: Final = os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+"""How a blob's file is opened for reading (``O_NONBLOCK``: see ``_open_raw``)."""
 
 
 def fsync_dir(path: Path) -> None:
@@ -194,15 +201,39 @@ class FileBlobStore(BaseBlobStore):
         return PayloadRef(key, size, digest)
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
+        """The blob's file, open for reading (the caller closes it): a regular file only.
+
+        Raises:
+            BlobMissing: no file, or something else than a regular file in its place.
+            StoreUnavailable: the file cannot be opened.
+        """
         path = self.path_for(key)
         try:
-            return open(path, "rb")  # the caller closes it
+            # Non-blocking: a FIFO in the blob's place would make a plain open wait for a
+            # writer forever. Symlinks are followed (one to a copy of the blob reads fine).
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             raise BlobMissing(
                 key, f"no file {path}", stream_id=stream_id, version=version
             ) from None
         except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a socket or a device without its driver
+                raise BlobMissing(
+                    key, f"{path} is not a regular file", stream_id=stream_id, version=version
+                ) from None
             raise self._unavailable(f"cannot open blob {key}", exc) from exc
+        try:
+            mode = os.fstat(fd).st_mode  # of what was opened: no swap after a check
+            if not stat.S_ISREG(mode):
+                raise BlobMissing(
+                    key, f"{path} is not a regular file", stream_id=stream_id, version=version
+                )
+            if _NONBLOCK:
+                os.set_blocking(fd, True)  # reads of the regular file as usual
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
 
     def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
         with self._open_raw(key, stream_id, version) as f:
