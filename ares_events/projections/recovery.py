@@ -20,12 +20,13 @@ from ares_events.errors import (
     ChainIntegrityError,
     ConfigError,
     InvalidEvent,
+    PayloadErased,
     ReplayCapExceeded,
     SnapshotMismatch,
 )
 from ares_events.integrity.verifier import PAGE, ChainVerifier
 from ares_events.integrity.verify import chain_start
-from ares_events.projections.base import Projection, SkippedEvent, apply_one
+from ares_events.projections.base import ERASED_REASON, Projection, SkippedEvent, apply_one
 from ares_events.projections.results import (
     DEFAULT_MAX_REPLAY,
     RecoveryReport,
@@ -252,6 +253,8 @@ def snapshot(
     Raises:
         ChainIntegrityError: the chain has findings (a snapshot of a broken chain would
             launder it).
+        PayloadErased: the fold skipped an erased payload (unless the projection
+            ``accepts_erased``): nothing is saved.
         EventSchemaError: an event fails its schema.
         StoreUnavailable: the store cannot be reached.
     """
@@ -260,6 +263,11 @@ def snapshot(
     rep = recover(store, stream_id, projection, snapshots=snaps, max_replay=cap)
     if rep.findings:
         raise ChainIntegrityError(stream_id, rep.findings)
+    erased = [s for s in rep.skipped if s.reason == ERASED_REASON]
+    if erased:
+        # A fold that stepped over an erased payload is not the stream's state: saved, it
+        # would let recovery (a journal's, which refuses such a run) start past the hole.
+        raise PayloadErased(stream_id, erased[0].version)
     if rep.version == 0:
         return None
     if rep.source is RecoverySource.SNAPSHOT and rep.replayed == 0:
@@ -318,7 +326,11 @@ class Snapshotter:
         n = 0
         for p in self.projections:
             if self.due(stream_id, version, p):
-                snap = snapshot(self.store, stream_id, p, snapshots=self.snapshots)
+                try:
+                    snap = snapshot(self.store, stream_id, p, snapshots=self.snapshots)
+                except PayloadErased:  # that stream is replayed whole from now on
+                    self._last[(stream_id, p.name)] = version
+                    continue
                 if snap is not None:
                     self._last[(stream_id, p.name)] = snap.at_version
                     n += 1

@@ -218,6 +218,31 @@ def test_journal_refuses_to_replay_an_erased_run(tmp_path: Path) -> None:
         assert ae.Journal.inspect(store, "run-1").run_id == "run-1"
 
 
+def test_no_snapshot_steps_over_an_erased_payload(tmp_path: Path) -> None:
+    """After an erasure no snapshot of a fold that skipped it is saved: ``snapshot``
+    raises PayloadErased and saves nothing, and a journal still running (its own
+    snapshots every 2 events) goes on without one, so the next incarnation refuses the run
+    instead of opening from a snapshot past the hole and paying the model again."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    paid: list[int] = []
+    with ae.open_store(url) as store:
+        live = ae.Journal(store, "run-1", snapshot_every=2)
+        ask = [{"role": "user", "content": SECRET}]
+        live.model_call(ask, call=lambda m, p: paid.append(1) or {"text": "ok"})
+        answered = [e.version for e in store.read("run-1") if e.type == "model.responded"]
+        ae.erase(store, "run-1", answered[0], reason="r", by="b")
+        proj = ae.projections.RunStateProjection()
+        with pytest.raises(ae.PayloadErased):
+            ae.snapshot(store, "run-1", proj)
+        live.patch("k", 1)  # the live journal appends on (its snapshots come due)
+        live.patch("k", 2)
+        snap = store.snapshots.load("run-1", proj.name, proj.version)
+        assert snap is None or snap.at_version < answered[0]  # none folded the hole
+        with pytest.raises(ae.PayloadErased):
+            ae.Journal(store, "run-1").model_call(ask, call=lambda m, p: paid.append(1))
+        assert paid == [1]
+
+
 def test_salted_payloads_leave_a_digest_that_reveals_nothing() -> None:
     """ae.salted adds a fresh 128-bit salt: equal payloads get different digests, and after
     erasure the stored digest is not the digest of any unsalted guess."""
