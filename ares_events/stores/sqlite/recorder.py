@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
-from urllib.parse import quote
 
 from ares_events.core.backend import (
     AppendOutcome,
@@ -49,9 +48,14 @@ from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
 from ares_events.stores.sqlite import writes
 from ares_events.stores.sqlite.archive import SQLiteArchiving
 from ares_events.stores.sqlite.erase import SQLiteErasure
+from ares_events.stores.sqlite.read_only import (
+    UnlockedRead,
+    file_uri,
+    reader_uri,
+    require_schema,
+)
 from ares_events.stores.sqlite.sql import (
     CREATE_META,
-    HAS_META_TABLE,
     INSERT_EVENT,
     INSERT_META_IF_ABSENT,
     SELECT_ALL,
@@ -148,12 +152,17 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         if not create:
             self._require_existing()
         # Always a URI: a private shared-cache in-memory database (every thread of this
-        # store sees the same data), or the file, which mode=rw never creates.
+        # store sees the same data), or the file, which mode=rw never creates; a reader's
+        # creates nothing it cannot remove (read_only.py), and one without locks is
+        # checked after each read (self._unlocked).
+        self._unlocked: UnlockedRead | None = None
         if self.path is None:
             mem_name = f"ares-mem-{id(self)}-{random.getrandbits(32)}"
             self._target = f"file:{mem_name}?mode=memory&cache=shared"
+        elif read_only:
+            self._target, self._unlocked = reader_uri(self.path, self.describe())
         else:
-            self._target = self._file_target("rwc" if create else "rw")
+            self._target = file_uri(self.path, "rwc" if create else "rw")
         self._sync = _SYNC_MODES[synchronous.lower()]
         self._busy = busy_timeout
         self.page_size = page_size
@@ -176,8 +185,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                     f"cannot create the folder of sqlite store {self.describe()}: "
                     f"{exc.strerror or exc}"
                 ) from exc
-        if not create:
-            self._require_schema()
+        if self.path is not None and not create:
+            require_schema(self.path, self.describe(), self._busy)
         try:
             self._keepalive = self._conn()  # holds an in-memory database open
             self._prepare_schema(migrate)
@@ -237,34 +246,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         if not self.path.is_file():
             what = "is not a file" if self.path.exists() else "no such file"
             raise StoreNotFound(self.describe(), f"{what} (create a store with `ares-events init`)")
-
-    def _require_schema(self) -> None:
-        assert self.path is not None
-        # Its own query-only connection: a file that is not ours is left untouched (the
-        # store's connections would switch it to WAL mode), and no -wal/-shm stays beside it.
-        try:
-            probe = sqlite3.connect(self._file_target(None), uri=True, timeout=self._busy)
-            try:
-                probe.execute("PRAGMA query_only = ON")
-                found = probe.execute(HAS_META_TABLE).fetchone()[0]
-            finally:
-                probe.close()
-        except sqlite3.DatabaseError as exc:
-            raise StoreNotFound(self.describe(), f"not a SQLite database ({exc})") from exc
-        if not found:
-            raise StoreNotFound(
-                self.describe(), "the file holds no ares-events tables (run `ares-events init`)"
-            )
-
-    def _file_target(self, mode: str | None) -> str:
-        """The file's URI: ``mode`` for a writer; ``rw`` (run ``query_only``) for a reader
-        (None, or a read-only store): a ``mode=ro`` connection to a WAL database creates
-        its ``-wal``/``-shm`` and cannot remove them on close (the last ``rw`` one does)."""
-        assert self.path is not None
-        path = self.path.absolute()
-        if mode is None or self.read_only:
-            mode = "rw" if os.access(path, os.W_OK) else "ro"
-        return f"file:{quote(str(path))}?mode={mode}"
 
     # -- connections ---------------------------------------------------------------------
 
@@ -352,6 +333,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
 
         Raises:
             StoreClosed: the store is closed, or was closed while the transaction ran.
+            StoreUnavailable: a writer wrote a file read without locks (read_only.py).
         """
         with self._gate.op():
             conn = self._conn()
@@ -362,6 +344,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 finally:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
+                    if self._unlocked is not None:
+                        self._unlocked.check()
 
     def read_models(self) -> SQLReadModels:
         """The read-model and checkpoint tables in this file (one object per store, made
@@ -378,6 +362,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
 
         Raises:
             StoreClosed: the store is closed, or was closed while the statement ran.
+            StoreUnavailable: a writer wrote a file read without locks (read_only.py).
         """
         with self._gate.op():
             try:
@@ -388,6 +373,9 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 if self._gate.closed:
                     raise StoreClosed(self.describe(), "read") from exc
                 raise
+            finally:  # no rows (nor a torn page's error) from a file written meanwhile
+                if self._unlocked is not None:
+                    self._unlocked.check()
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -456,10 +444,10 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
     def _prepare_schema(self, migrate: bool) -> None:
         if self.read_only:
             try:
-                row = self._conn().execute(SELECT_SCHEMA_VERSION).fetchone()
+                rows = self.fetch(SELECT_SCHEMA_VERSION)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read schema of {self.describe()}: {exc}") from exc
-            found = int(row[0]) if row else 0
+            found = int(rows[0][0]) if rows else 0
             if found != SCHEMA_VERSION:
                 raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
             return
