@@ -225,10 +225,15 @@ def test_no_snapshot_steps_over_an_erased_payload(tmp_path: Path) -> None:
     instead of opening from a snapshot past the hole and paying the model again."""
     url = f"sqlite:///{tmp_path / 'e.db'}"
     paid: list[int] = []
+
+    def model(messages: Any, params: Any) -> dict[str, str]:
+        paid.append(1)
+        return {"text": "ok"}
+
     with ae.open_store(url) as store:
         live = ae.Journal(store, "run-1", snapshot_every=2)
         ask = [{"role": "user", "content": SECRET}]
-        live.model_call(ask, call=lambda m, p: paid.append(1) or {"text": "ok"})
+        live.model_call(ask, call=model)
         answered = [e.version for e in store.read("run-1") if e.type == "model.responded"]
         ae.erase(store, "run-1", answered[0], reason="r", by="b")
         proj = ae.projections.RunStateProjection()
@@ -239,7 +244,7 @@ def test_no_snapshot_steps_over_an_erased_payload(tmp_path: Path) -> None:
         snap = store.snapshots.load("run-1", proj.name, proj.version)
         assert snap is None or snap.at_version < answered[0]  # none folded the hole
         with pytest.raises(ae.PayloadErased):
-            ae.Journal(store, "run-1").model_call(ask, call=lambda m, p: paid.append(1))
+            ae.Journal(store, "run-1").model_call(ask, call=model)
         assert paid == [1]
 
 
