@@ -88,8 +88,13 @@ class ThreadedRecorder:
         except asyncio.CancelledError:
             # A thread cannot be stopped: a cancelled write settles (commits or rolls back)
             # before the cancellation goes on, so nothing of it happens after the caller
-            # saw CancelledError (as with PostgreSQL, where psycopg cancels the statement).
-            await asyncio.wait({fut})
+            # saw CancelledError (as with PostgreSQL, where psycopg cancels the statement),
+            # however many more cancels come meanwhile (an outer timeout, a task group).
+            while not fut.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({fut})
+            if not fut.cancelled():
+                fut.exception()  # its outcome is the cancel's now: retrieved, not logged
             raise
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:

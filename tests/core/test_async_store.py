@@ -373,6 +373,36 @@ def test_cancelled_tasks_leave_the_store_usable(aurl: str) -> None:
     go(scenario())
 
 
+def test_a_cancelled_append_settles_however_many_cancels_come(aurl: str) -> None:
+    """An append cancelled twice or three times (an outer timeout and a task group): once
+    its task has CancelledError, the append has committed or not, and nothing of it
+    happens later (the stream is the same half a second on); re-appending the same events
+    lands them exactly once."""
+
+    async def scenario() -> None:
+        async with await ae.open_async_store(aurl) as store:
+            late = []
+            for i in range(24):
+                sid, evs = f"c{i}", [_ev(k) for k in range((1, 40, 400)[i % 3])]
+                task = asyncio.create_task(store.append(sid, evs))
+                await asyncio.sleep((0, 0.0005, 0.002, 0.005)[i % 4])
+                for _ in range(2 + i % 2):
+                    task.cancel()
+                    await asyncio.sleep(0)
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                seen = await store.stream_version(sid)
+                await asyncio.sleep(0.5 if i % 6 == 0 else 0.05)
+                late += [sid] if await store.stream_version(sid) != seen else []
+                await store.append(sid, evs)  # lands now, or is the duplicate it was
+                assert await store.stream_version(sid) == len(evs)
+            assert late == []
+
+    go(scenario())
+
+
 def test_close_with_tasks_in_flight_gives_them_store_closed(aurl: str) -> None:
     """close() while tasks append, read, wait and subscribe: each task ends with success
     or StoreClosed (never a hang, never another error), and every later call raises

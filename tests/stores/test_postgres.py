@@ -4,6 +4,7 @@ pool, restarted server, statement timeout, secrets never shown)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
@@ -542,6 +543,54 @@ def test_wait_for_wakes_when_another_connection_appends(postgres_url: str) -> No
         t.join(DEADLINE)
         assert not t.is_alive(), "wait_for was not woken by the append"
         assert got == [True]
+
+
+def test_wait_for_sees_a_commit_that_became_visible_without_a_notification(
+    postgres_url: str, postgres_db_url: str
+) -> None:
+    """Another writer's commit (its NOTIFY taken well before the wait) hidden behind an
+    older transaction that sends no notification: it becomes visible when that one ends,
+    which nothing announces. The waiter still returns True long before its timeout (it
+    looks at least every IDLE_POLL seconds), on the blocking and the asyncio face."""
+    def hide_then_show(raw: psycopg.Connection[Any], other: EventStore) -> threading.Timer:
+        raw.execute("INSERT INTO hold VALUES (1)")  # holds an xid, notifies nothing
+        other.append("s", [_ev(1)])  # commits and notifies, hidden behind it
+        time.sleep(1.5)  # older than IDLE_POLL (1 s) when the wait begins: old news
+        timer = threading.Timer(0.2, raw.commit)
+        timer.start()
+        return timer
+
+    async def wait_async(start: int, raw: psycopg.Connection[Any], other: EventStore) -> bool:
+        async with await ae.open_async_store(postgres_url) as astore:
+            await astore.wait_for(start, 0.01)  # its listener starts
+            listener = _rec(astore)._listener
+            while listener is None or not listener.listening:
+                await asyncio.sleep(0.01)
+                listener = _rec(astore)._listener
+            timer = hide_then_show(raw, other)
+            try:
+                return await astore.wait_for(start, DEADLINE)
+            finally:
+                timer.join()
+
+    with ae.open_store(postgres_url) as waiter, ae.open_store(postgres_url) as other:
+        other.append("s", [_ev(0)])
+        waiter.wait_for(waiter.last_position(), 0.01)  # its listener starts
+        _wait_until(lambda: _listening(waiter), "the listener")
+        with psycopg.connect(postgres_db_url) as raw:
+            raw.execute("CREATE TEMP TABLE hold (x int)")
+            raw.commit()
+            for face in ("blocking", "asyncio"):
+                start = waiter.last_position()
+                began = time.monotonic()
+                if face == "blocking":
+                    timer = hide_then_show(raw, other)
+                    assert waiter.wait_for(start, DEADLINE) is True
+                    timer.join()
+                else:
+                    assert asyncio.run(wait_async(start, raw, other)) is True
+                # Liveness, not speed: with no fallback it returned only at its timeout.
+                assert time.monotonic() - began < DEADLINE / 2, face
 
 
 def test_wait_for_times_out_without_appends(pg_store: EventStore) -> None:

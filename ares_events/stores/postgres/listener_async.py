@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
@@ -53,6 +53,8 @@ class AsyncListener:
         self._where = where
         self._secret = secret
         self.generation = 0
+        self.bumped = float("-inf")
+        """When :attr:`generation` last moved (``time.monotonic()``)."""
         self.listening = False
         self._stopped = False
         if ASYNC:
@@ -66,6 +68,7 @@ class AsyncListener:
             self._thread.start()
 
     def _bump(self, listening: bool) -> None:
+        self.bumped = time.monotonic()
         if ASYNC:
             self.generation += 1
             self.listening = listening
@@ -141,6 +144,10 @@ class AsyncListener:
         self._bump(False)
 
 
+IDLE_POLL: Final = 1.0
+"""The longest a waiter goes without looking at the position (see :func:`wait_for`)."""
+
+
 async def wait_for(
     listener: AsyncListener,
     last_position: Callable[[], Awaitable[int]],
@@ -149,11 +156,16 @@ async def wait_for(
 ) -> bool:
     """Wait until ``last_position()`` is beyond ``position``, or ``timeout`` seconds.
 
-    The position is rechecked after LISTEN is active and after every notification.
+    The position is rechecked after LISTEN is active, after every notification and at
+    least every :data:`IDLE_POLL` seconds: a commit hidden behind a transaction that sends
+    no notification (another writer's, a store's with ``notify=false``) becomes visible
+    when that transaction ends, and nothing announces that.
     """
     deadline = time.monotonic() + max(timeout, 0.0)
     await listener.wait_until_ready(min(max(timeout, 0.0), 5.0))
-    poll = 0.0  # 0: rely on notifications alone
+    # 0: rely on notifications (and the idle poll); a notification taken just before this
+    # wait may announce a commit not visible yet: poll with backoff from the start then.
+    poll = 0.01 if time.monotonic() - listener.bumped < IDLE_POLL else 0.0
     while True:
         gen, healthy = listener.generation, listener.listening
         if await last_position() > position:
@@ -164,7 +176,7 @@ async def wait_for(
         if not healthy:
             # Listener reconnecting: poll gently meanwhile.
             poll = min(max(poll * 2, 0.05), 1.0)
-        woke = await listener.changed(gen, left if poll == 0.0 else min(left, poll))
+        woke = await listener.changed(gen, min(left, poll or IDLE_POLL))
         if woke and healthy:
             # A commit was announced but may not be visible yet (an older transaction
             # still runs, maybe one that will not notify): poll with backoff until then.

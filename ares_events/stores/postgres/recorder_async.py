@@ -123,6 +123,24 @@ def _cursor(conn: Any) -> Any:
 
 if ASYNC:
 
+    async def _settled(step: Awaitable[T]) -> T:
+        """``step`` (an append on its connection) to its end. A cancel reaches it once, so
+        psycopg cancels the statement on the server and waits for the answer; a second
+        one during that wait would make psycopg drop the connection while the server may
+        still commit. The caller's CancelledError comes once it settled, however many
+        cancels arrive meanwhile: nothing of the append happens after it."""
+        task = asyncio.ensure_future(step)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            while not task.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # its outcome is the cancel's now: retrieved, not logged
+            raise
+
     def _prepare_on_new_connection(rec: AsyncPostgresRecorder) -> None:
         """Prepare ``rec``'s schema on a blocking connection of its own (run in a thread)."""
         conninfo, kwargs = rec._listen_args
@@ -507,6 +525,8 @@ class AsyncPostgresRecorder:
             try:
                 async with self._conn(what) as conn:
                     try:
+                        if ASYNC:
+                            return await _settled(run(conn))
                         return await run(conn)
                     except BaseException:
                         await rollback_quietly(conn)  # no transaction left open
