@@ -552,6 +552,7 @@ def test_wait_for_sees_a_commit_that_became_visible_without_a_notification(
     older transaction that sends no notification: it becomes visible when that one ends,
     which nothing announces. The waiter still returns True long before its timeout (it
     looks at least every IDLE_POLL seconds), on the blocking and the asyncio face."""
+
     def hide_then_show(raw: psycopg.Connection[Any], other: EventStore) -> threading.Timer:
         raw.execute("INSERT INTO hold VALUES (1)")  # holds an xid, notifies nothing
         other.append("s", [_ev(1)])  # commits and notifies, hidden behind it
@@ -563,10 +564,9 @@ def test_wait_for_sees_a_commit_that_became_visible_without_a_notification(
     async def wait_async(start: int, raw: psycopg.Connection[Any], other: EventStore) -> bool:
         async with await ae.open_async_store(postgres_url) as astore:
             await astore.wait_for(start, 0.01)  # its listener starts
-            listener = _rec(astore)._listener
-            while listener is None or not listener.listening:
+            rec: Any = backend_of(astore.recorder)
+            while rec._listener is None or not rec._listener.listening:
                 await asyncio.sleep(0.01)
-                listener = _rec(astore)._listener
             timer = hide_then_show(raw, other)
             try:
                 return await astore.wait_for(start, DEADLINE)
