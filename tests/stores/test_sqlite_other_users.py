@@ -9,6 +9,7 @@ under ``setpriv`` (util-linux), the owner ``OWNER`` and the reader ``READER`` (n
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -62,8 +63,25 @@ with ae.open_store(sys.argv[1], create=False, read_only=True) as s:
 """
 
 
+def _runs_as_others(python: str) -> bool:
+    probe = [SETPRIV, f"--reuid={READER}", f"--regid={READER}", "--clear-groups", python]
+    done = subprocess.run([*probe, "-c", "import sqlite3"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+@functools.cache
+def _python() -> str:
+    """An interpreter other users can start: this one, else the repository's 3.11 venv (a
+    Python whose shared library lies where only root may read, as pyenv's 3.13 under a
+    0700 /root, loads for no one else; the children only need the package, any version)."""
+    for python in (sys.executable, str(REPO / ".venv" / "bin" / "python")):
+        if Path(python).exists() and _runs_as_others(python):
+            return python
+    pytest.fail(f"no Python here runs as another user (tried {sys.executable})", pytrace=False)
+
+
 def _command(uid: int, *args: str) -> list[str]:
-    return [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, *args]
+    return [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", _python(), *args]
 
 
 def _env(home: Path) -> dict[str, str]:
