@@ -24,7 +24,8 @@ def erase_cmd(
     """Erase the payload of STREAM VERSION; every chain, proof and checkpoint stays valid.
 
     The payload's bytes (inline, or its blob when no other event shares it) are removed;
-    its digest and size stay, because the hash chain commits to them. Snapshots and read
+    its digest and size stay, because the hash chain commits to them. A blob an append of
+    the same payload refreshed meanwhile is left to gc-blobs. Snapshots and read
     models that folded it are deleted or rewound, a Redis cache drops its copy, and the
     erasure is recorded as a payload.erased event in the stream ares-events/erasures (who,
     why, which event). Reads of the event then say payload_erased; audit lists it as
@@ -47,6 +48,8 @@ def erase_cmd(
     blob = "" if report.blob_key is None else "; its blob was deleted"
     if report.blob_key is not None and not report.blob_deleted:
         blob = f"; its blob is kept ({report.blob_shared_by} other event(s) hold the same payload)"
+    if report.blob_left_for_gc:
+        blob = "; its blob, refreshed meanwhile by an append, is kept: gc-blobs deletes it later"
     extra = []
     if report.snapshots_deleted:
         extra.append(f"{report.snapshots_deleted} snapshot(s) deleted")

@@ -446,21 +446,24 @@ class AsyncEventStore:
     async def erase_payload(self, stream_id: str, version: int) -> tuple[RecordedEvent, int | None]:
         """Remove one event's payload from the backend, keeping its digest and size (the
         chain commits to them, so every link hash, Merkle leaf and checkpoint stays valid),
-        and delete its blob when no other event's payload lives in it.
+        and delete its blob when no other event's payload lives in it and no append
+        refreshed it since the erasure began (``gc-blobs`` deletes such a one later).
 
         This is the storage half of an erasure; :func:`ares_events.erase` is the whole of
         it (the erasure record, snapshots, read models). Idempotent: an erased event is
-        returned as it is.
+        returned as it is, and of concurrent erasures of one event only one erases it (the
+        others get the erased event).
 
         Returns:
             The event as it was before (its payload still readable in this object only
             when it was inline), and the number of other events sharing its blob (None
-            when it had no blob or was already erased).
+            when it had no blob or was already erased). A blob none shares may still
+            exist: refreshed meanwhile, it is left to ``gc-blobs``.
 
         Raises:
             EventNotFound: no event at ``stream_id`` ``version``.
-            StoreError: the backend does not declare ``ERASE``, or the row changed while
-                it was erased (retry).
+            StoreError: the backend does not declare ``ERASE``, or the row was rewritten
+                while it was erased (retry).
             StoreUnavailable: the backend or the blob store cannot be reached.
         """
         self._check_open(f"erase of stream {stream_id!r} version {version}")
@@ -482,9 +485,12 @@ class AsyncEventStore:
         rec: Any = self.recorder
         outcome = await rec.erase(stream_id, version, found.position, found.hash, erased, blob_key)
         if not outcome.erased:
+            now = await afirst(self.recorder.read(stream_id, version, version, 1))
+            if now is not None and now.hash == found.hash and now.payload_erased:
+                return now, None  # a concurrent erasure of the same event won
             raise StoreError(
                 f"stream {stream_id!r} version {version} changed while it was being erased "
-                "(erased by someone else, or rewritten): read it again"
+                "(rewritten): read it again"
             )
         blobs = self.blobs
         if blob_key is not None and outcome.blob_refs == 0 and blobs is not None:

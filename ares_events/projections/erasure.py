@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ares_events.core.backend import Capability
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, RecordedEvent
 from ares_events.core.recorder import backend_of
-from ares_events.errors import ConfigError, InvalidEvent
+from ares_events.errors import ConcurrencyError, ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
 from ares_events.projections.tables import tables_for
 
@@ -28,6 +29,8 @@ SALT_FIELD: Final = "_ares_salt"
 """The field :func:`salted` adds (32 random hex digits)."""
 PAYLOAD_FREE: Final = frozenset({MERKLE_PROJECTION})
 """Read models that never read payloads: an erasure leaves them alone."""
+_RECORD_IDS: Final = uuid.UUID("5a0e4f3c-8a1d-5b7e-9c2f-6d4b3a2e1f00")
+"""Namespace of the erasure records' event ids (:func:`erasure_record`)."""
 
 
 def salted(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,6 +67,10 @@ class ErasureReport:
     blob_deleted: bool = False
     blob_shared_by: int = 0
     """Other events whose (equal) payload lives in the same blob: it was kept for them."""
+    blob_left_for_gc: bool = False
+    """No other event uses the blob, but it was younger than the append grace (an append
+    of the same payload may still be in flight): it was kept, and ``gc-blobs`` deletes it
+    once it is older than that and still unreferenced."""
     snapshots_deleted: int = 0
     read_models_reset: list[str] = field(default_factory=list)
     record_position: int | None = None
@@ -123,12 +130,19 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
     )
     if report.blob_key is not None:
         report.blob_shared_by = shared or 0
-        report.blob_deleted = shared == 0 and store.blobs is not None
+        if shared == 0 and store.blobs is not None:  # kept only when younger than the grace
+            report.blob_left_for_gc = store.blobs.exists(report.blob_key)
+            report.blob_deleted = not report.blob_left_for_gc
     report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
     report.read_models_reset = _reset_read_models(store, before.position)
     if not already or before.event_id_str not in erasure_records(store):
-        res = store.append(ERASURE_STREAM, [erasure_record(before, reason, by)])
-        report.record_position = res.position
+        # The record's id is derived from the erased event: of concurrent erasers, one
+        # record lands (the same record again is a duplicate; another reason or name
+        # under that id is a ConcurrencyError: recorded already).
+        with contextlib.suppress(ConcurrencyError):
+            res = store.append(ERASURE_STREAM, [erasure_record(before, reason, by)])
+            if not res.duplicate:
+                report.record_position = res.position
     logger.info(
         "erased stream %r version %d (record at position %s)",
         stream_id,
@@ -140,8 +154,13 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
 
 def erasure_record(e: RecordedEvent, reason: str, by: str) -> NewEvent:
     """The ``payload.erased`` record of erasing ``e`` (what :func:`erase` appends to
-    :data:`ERASURE_STREAM`, and the adapters that erase do too)."""
+    :data:`ERASURE_STREAM`, and the adapters that erase do too). Its event id is derived
+    from the erased event (its stream, version and hash), so that concurrent erasers append
+    one record; records written before had random ids and are found by their payload's
+    ``event_id``, as every record is."""
+    name = f"{e.stream_id}\n{e.version}\n{e.hash.hex()}"
     return NewEvent(
+        event_id=uuid.uuid5(_RECORD_IDS, name),
         type=ERASURE_TYPE,
         module=ERASURE_MODULE,
         payload={

@@ -10,9 +10,13 @@ backend and at what sits above the store.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ from ares_events.integrity.notes import SigningKey
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.erasure import SALT_FIELD
 from ares_events.projections.runner import ProjectionRunner, read_model
+from ares_events.stores.blobs import gc_blobs
 from tests.fixtures.fix_backends import open_backend
 
 SECRET = "SSN-078-05-1120-MARKER"
@@ -372,3 +377,121 @@ def test_tail_and_runs_show_an_erased_event(
     assert main(["--store", url, "runs", "show", "run-1"]) == 1  # a skipped event is reported
     out = capsys.readouterr().out
     assert "payload erased" in out and SECRET not in out
+
+
+def _set_mtimes(folder: Path, seconds_from_now: float) -> None:
+    """Every blob file's mtime ``seconds_from_now`` away (later: as an append refreshing
+    it after the erasure began would leave it; earlier: aged)."""
+    at = time.time() + seconds_from_now
+    for p in folder.rglob("*"):
+        if p.is_file():
+            os.utime(p, (at, at))
+
+
+def test_a_blob_refreshed_after_the_erasure_began_is_left_for_gc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A blob no other event uses yet, but refreshed after the erasure began (an append of
+    the same payload, not committed yet), is kept: the report and the CLI say gc-blobs
+    deletes it later (never that it was deleted), and gc-blobs does once it is old and
+    unreferenced."""
+    db = tmp_path / "e.db"
+    url = f"sqlite:///{db}"
+    with ae.open_store(url, spill_threshold=256) as store:
+        store.append("a", [_ev({"doc": BIG})])
+        store.append("c", [_ev({"doc": BIG + "c"})])
+        _set_mtimes(tmp_path / "e.db.blobs", 60)
+        rep = ae.erase(store, "a", 1, reason="r", by="b")
+        assert rep.blob_key is not None and not rep.blob_deleted and rep.blob_left_for_gc
+        assert store.blobs is not None and store.blobs.exists(rep.blob_key)
+        assert rep.to_dict()["blob_left_for_gc"] is True
+        assert ae.integrity.audit(store).ok
+        _set_mtimes(tmp_path / "e.db.blobs", -7200)  # two hours on
+        gc = gc_blobs(store, timedelta(hours=1))
+        assert gc.deleted == [rep.blob_key]
+    _set_mtimes(tmp_path / "e.db.blobs", 60)
+    capsys.readouterr()
+    assert main(["--store", url, "erase", "c", "1", "--reason", "r"]) == 0
+    out = capsys.readouterr().out
+    assert "gc-blobs deletes it later" in out and "was deleted" not in out
+
+
+def _run_all(fns: list[Any]) -> None:
+    """Run ``fns`` on threads at once; re-raise the first error."""
+    errors: list[BaseException] = []
+
+    def run(fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    ts = [threading.Thread(target=run, args=(fn,)) for fn in fns]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
+)
+def test_concurrent_erasures_of_one_event_record_it_once(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Four erasers race on one event, many times (separate stores on one SQLite file,
+    one shared store elsewhere): one erases it, the others see it erased, and one
+    erasure record names it."""
+    with open_backend(backend, tmp_path, request) as store:
+        url = f"sqlite:///{tmp_path / 'sq.db'}"
+        others = [ae.open_store(url) for _ in range(4)] if backend == "sqlite" else []
+        erasers = others or [store] * 4
+        main_store = others[0] if others else store
+        try:
+            for i in range(25):
+                main_store.append(f"s{i}", [_ev({"ssn": SECRET})])
+                go = threading.Barrier(4)
+                reports: list[ae.ErasureReport] = []
+
+                def run(
+                    s: ae.EventStore,
+                    n: int,
+                    i: int = i,
+                    go: threading.Barrier = go,
+                    reports: list[ae.ErasureReport] = reports,
+                ) -> None:
+                    go.wait()
+                    reports.append(ae.erase(s, f"s{i}", 1, reason=f"request {n}", by="dpo"))
+
+                _run_all([lambda s=s, n=n: run(s, n) for n, s in enumerate(erasers)])
+                assert sorted(r.already_erased for r in reports) == [False, True, True, True]
+                recs = [
+                    e
+                    for e in main_store.read(ae.ERASURE_STREAM)
+                    if e.payload["stream_id"] == f"s{i}"
+                ]
+                assert len(recs) == 1, f"iteration {i}"
+            assert ae.integrity.audit(main_store).ok
+        finally:
+            for o in others:
+                o.close()
+
+
+def test_erasure_records_with_random_ids_are_still_recognised(tmp_path: Path) -> None:
+    """A record written before ids were derived (a random id) still counts: erasing again
+    appends nothing, and the audit finds the erasure recorded."""
+    from ares_events.projections.erasure import erasure_record
+
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        store.append("p", [_ev({"n": 1})])
+        before, _refs = store.erase_payload("p", 1)
+        old = erasure_record(before, "r", "b")
+        legacy = ae.NewEvent(type=old.type, module=old.module, payload=old.payload)
+        store.append(ae.ERASURE_STREAM, [legacy])
+        rep = ae.erase(store, "p", 1, reason="again", by="b")
+        assert rep.already_erased and rep.record_position is None
+        assert len(list(store.read(ae.ERASURE_STREAM))) == 1
+        assert ae.integrity.audit(store).ok
+        assert erasure_record(before, "x", "y").event_id == old.event_id  # derived id

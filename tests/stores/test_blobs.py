@@ -556,3 +556,24 @@ def test_sqlite_file_defaults_to_a_blob_folder_next_to_it(tmp_path: Path) -> Non
     with ae.open_store("sqlite://", spill_threshold=100) as mem:
         mem.append("s", [ae.NewEvent(type="t", module="m", payload={"x": "b" * 400})])
         assert mem.blobs is None and next(mem.read("s")).payload_ref is None
+
+
+def test_blob_mtimes_come_from_the_precise_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blob written or refreshed gets its mtime from Python's clock, the one a cutoff is
+    taken from (the kernel's own can be a tick behind it: a refresh just after an erasure
+    began could read as before it, and the blob of an append in flight go). So a blob
+    refreshed after a cutoff is never older than it."""
+    blobs = FileBlobStore(tmp_path / "b")
+    data = b'{"a":1}'
+    for when in (2_000_000_000_123_456_789, 2_000_000_100_987_654_321):  # write, refresh
+        monkeypatch.setattr("ares_events.stores.blobs.file.time.time_ns", lambda w=when: w)
+        ref = blobs.put(data)
+        assert os.stat(blobs.path_for(ref.key)).st_mtime_ns == when
+    monkeypatch.undo()
+    for i in range(200):
+        cutoff = datetime.now(UTC)
+        ref = blobs.put(data)
+        assert blobs.delete(ref.key, if_older_than=cutoff) is False, i
+    assert blobs.delete(ref.key, if_older_than=datetime.now(UTC)) is True

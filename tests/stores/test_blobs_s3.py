@@ -366,3 +366,64 @@ def test_bad_s3_urls_are_config_errors_without_secrets(url: str, match: str) -> 
     with pytest.raises(ConfigError, match=match) as info:
         open_blobs(url)
     assert "hunter2" not in str(info.value)
+
+
+# -- LastModified resolution and a blob deleted mid-refresh ------------------------------
+
+
+def test_delete_if_older_than_uses_the_precise_time_or_a_truncated_last_modified(
+    blobs_url: str, s3_client: Any, bucket: str
+) -> None:
+    """A blob this store wrote or refreshed after the cutoff is kept (it records the
+    precise time in the object's metadata). One without that metadata (written before,
+    or by another tool) has only LastModified, kept to the second: a cutoff within its
+    second, or less than a second after it, does not prove it older."""
+    s = open_blobs(blobs_url)
+    try:
+        data = canonical_json(payload_of_size(2000))
+        for i in range(20):
+            cutoff = datetime.now(UTC)
+            ref = s.put(data)  # written the first time, refreshed after
+            assert s.delete(ref.key, if_older_than=cutoff) is False, i
+        obj = f"{PREFIX}/{ref.key}"
+        s3_client.put_object(Bucket=bucket, Key=obj, Body=data)  # no metadata
+        modified = s3_client.head_object(Bucket=bucket, Key=obj)["LastModified"]
+        assert modified.microsecond == 0  # the server truncates, as S3 does
+        for later in (0.0, 0.5, 0.999):
+            assert s.delete(ref.key, if_older_than=modified + timedelta(seconds=later)) is False
+        assert s.exists(ref.key)
+        assert s.delete(ref.key, if_older_than=modified + timedelta(seconds=1)) is True
+        assert not s.exists(ref.key)
+    finally:
+        s.close()
+
+
+def test_append_uploads_again_a_blob_deleted_between_head_and_copy(
+    spill_store: ae.EventStore, s3_client: Any, bucket: str
+) -> None:
+    """A gc or an erasure deletes the blob right after the append's HEAD found it: the
+    CopyObject that refreshes it gets NoSuchKey, and the append uploads it again instead
+    of failing; the event reads."""
+    blobs = s3_blobs(spill_store)
+    payload = payload_of_size(3000)
+    ae.emit(spill_store, "warm", "t", "m", payload)
+    head = blobs._head
+    deletions = 0
+
+    def head_then_delete(key: str) -> dict[str, Any] | None:
+        nonlocal deletions
+        found = head(key)
+        if found is not None:
+            s3_client.delete_object(Bucket=bucket, Key=f"{PREFIX}/{key}")
+            deletions += 1
+        return found
+
+    blobs._head = head_then_delete  # type: ignore[method-assign]
+    try:
+        ae.emit(spill_store, "s", "t", "m", payload)
+    finally:
+        del blobs._head
+    assert deletions == 1
+    (e,) = spill_store.read("s")
+    assert e.payload == payload
+    assert ae.integrity.audit(spill_store, deep=True).ok

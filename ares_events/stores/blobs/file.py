@@ -12,6 +12,7 @@ import logging
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +53,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _stamp(file: int | Path) -> None:
+    """Set the mtime from the precise clock: the kernel's own is a tick behind it, so a
+    refresh just after an erasure began could read as before it (and its blob go)."""
+    now = time.time_ns()
+    os.utime(file, ns=(now, now))
+
+
 def write_atomic(path: Path, data: bytes, *, prefix: str = ".tmp-") -> None:
     """Write ``data`` to ``path`` whole or not at all: a temporary file ``prefix*`` in the
     same folder, ``fsync``, rename over ``path`` (the folder is not synced: :func:`fsync_dir`).
@@ -64,6 +72,7 @@ def write_atomic(path: Path, data: bytes, *, prefix: str = ".tmp-") -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            _stamp(f.fileno())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -153,7 +162,7 @@ class FileBlobStore(BaseBlobStore):
             if st.st_size != size:
                 logger.warning("blob %s has the wrong size %d; rewriting it", path.name, size)
                 return False
-            os.utime(path)
+            _stamp(path)
         except (FileNotFoundError, NotADirectoryError):
             return False  # not there (the write reports any problem with the folder)
         except OSError as exc:

@@ -8,7 +8,7 @@ import io
 import logging
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
 from ares_events.core.events import PayloadRef
@@ -55,6 +55,21 @@ PARAMS = (
 MULTIPART_SIZE = 8 * 1024 * 1024
 """Multipart threshold and part size; blobs at least this big download in parallel."""
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+_LAST_MODIFIED_RESOLUTION = timedelta(seconds=1)
+"""S3 keeps LastModified to the second (truncated)."""
+_TOUCHED = "ares-touched"
+_TOUCHED_AT = "%Y%m%dT%H%M%S.%fZ"
+
+
+def _modified(head: dict[str, Any]) -> datetime:
+    """When the object was last written or refreshed: the precise time this store put in
+    its metadata, else the latest LastModified may stand for (it is truncated)."""
+    touched = (head.get("Metadata") or {}).get(_TOUCHED)
+    if touched:
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(touched, _TOUCHED_AT).replace(tzinfo=UTC)
+    last: datetime = head["LastModified"]
+    return last + _LAST_MODIFIED_RESOLUTION - timedelta(microseconds=1)
 
 
 def _positive(params: dict[str, str], name: str, default: float, url: StoreURL) -> float:
@@ -234,7 +249,10 @@ class S3BlobStore(BaseBlobStore):
                 fileobj,
                 self.bucket,
                 self.object_key(key),
-                ExtraArgs={"ContentType": "application/json"},
+                ExtraArgs={
+                    "ContentType": "application/json",
+                    "Metadata": {_TOUCHED: datetime.now(UTC).strftime(_TOUCHED_AT)},
+                },
                 Config=self.transfer_config,
             )
 
@@ -249,14 +267,21 @@ class S3BlobStore(BaseBlobStore):
             return False
         obj = self.object_key(key)
         with self._errors("CopyObject", key):
-            self.client.copy_object(
-                Bucket=self.bucket,
-                Key=obj,
-                CopySource={"Bucket": self.bucket, "Key": obj},
-                MetadataDirective="REPLACE",
-                ContentType=head.get("ContentType") or "application/json",
-                Metadata={"ares-touched": datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")},
-            )
+            try:
+                self.client.copy_object(
+                    Bucket=self.bucket,
+                    Key=obj,
+                    CopySource={"Bucket": self.bucket, "Key": obj},
+                    MetadataDirective="REPLACE",
+                    ContentType=head.get("ContentType") or "application/json",
+                    Metadata={_TOUCHED: datetime.now(UTC).strftime(_TOUCHED_AT)},
+                )
+            except botocore.exceptions.ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND:
+                    # Deleted (by gc-blobs or an erasure) since the HEAD: upload it again.
+                    logger.debug("blob %s vanished while being refreshed; uploading it", key)
+                    return False
+                raise
         logger.debug("blob %s already stored; refreshed it", key)
         return True
 
@@ -351,7 +376,7 @@ class S3BlobStore(BaseBlobStore):
         """
         if if_older_than is not None:
             head = self._head(key)
-            if head is None or head["LastModified"] >= if_older_than:
+            if head is None or _modified(head) >= if_older_than:
                 return False
         with self._errors("DeleteObject", key):
             self.client.delete_object(Bucket=self.bucket, Key=self.object_key(key))

@@ -183,6 +183,8 @@ class MemoryRecorder:
             old = evs[version - 1] if 0 < version <= len(evs) else None
             if old is None or old.position != position or old.hash != event_hash:
                 return EraseOutcome(False)
+            if old.payload_ref is not None and old.payload_ref.erased:
+                return EraseOutcome(False)  # erased already (a concurrent erasure won)
             new = RecordedEvent(*old[:6], None, *old[7:11], ref)  # type: ignore[call-arg]
             evs[version - 1] = new
             i = bisect.bisect_left(d.log, position, key=lambda e: e.position)

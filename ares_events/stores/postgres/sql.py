@@ -139,11 +139,13 @@ INSERT_MANY: Final = (
     " ON CONFLICT (name) DO UPDATE SET position = excluded.position"
     ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
 )
-# Erasure (see the recorder's erase): matched on the hash too; the blob's other users are
-# counted in the same transaction (an erased reference holds no "key").
+# Erasure (see the recorder's erase): matched on the hash too, and only while not erased
+# (a second, concurrent erasure matches nothing); the blob's other users are counted in the
+# same transaction (an erased reference holds no "key").
 ERASE_PAYLOAD: Final = (
     "UPDATE {s}.ares_events SET payload = NULL, payload_ref = %s "
-    "WHERE stream_id = %s AND version = %s AND position = %s AND hash = %s"
+    "WHERE stream_id = %s AND version = %s AND position = %s AND hash = %s "
+    "AND (payload_ref IS NULL OR strpos(payload_ref, '\"erased\":true') = 0)"
 )
 COUNT_BLOB_REFS: Final = "SELECT count(*) FROM {s}.ares_events WHERE payload_ref LIKE %s"
 # Archiving (Capability.ARCHIVE): a compare-and-set of a metadata value (the row locked, or

@@ -21,7 +21,9 @@ __all__ = ["SQLiteErasure"]
 
 ERASE_PAYLOAD: Final = (
     "UPDATE ares_events SET payload = NULL, payload_ref = ? "
-    "WHERE stream_id = ? AND version = ? AND position = ? AND hash = ?"
+    "WHERE stream_id = ? AND version = ? AND position = ? AND hash = ? "
+    # Only a row not erased yet: a second (concurrent) erasure matches nothing.
+    "AND (payload_ref IS NULL OR instr(payload_ref, '\"erased\":true') = 0)"
 )
 # An erased reference holds no "key": it never counts as a user of the blob.
 COUNT_BLOB_REFS: Final = "SELECT count(*) FROM ares_events WHERE payload_ref LIKE ?"
