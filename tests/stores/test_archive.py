@@ -27,6 +27,7 @@ from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections.runner import rebuild
 from ares_events.testing.blocking import open_blocking
+from tests.fixtures.fifo import raised_within
 from tests.fixtures.fix_backends import store_url_for
 
 SPILL = 2000
@@ -744,29 +745,6 @@ def test_stream_reads_that_need_a_lost_index_raise(
     assert info.value.kind == "missing"
 
 
-def _within(call: Callable[[], object], fifo: Path, seconds: float = 30) -> BaseException:
-    """What ``call`` raises, run in a thread: still blocked after ``seconds`` fails the
-    test (the thread is let go by opening ``fifo`` for writing, so it ends at EOF)."""
-    got: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # handed to the test
-            got.append(exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        with contextlib.suppress(OSError):
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        t.join(5)
-        pytest.fail(f"still blocked on the FIFO after {seconds} s")
-    assert got, "returned instead of raising"
-    return got[0]
-
-
 @pytest.mark.parametrize("kind", ["fifo", "symlink-to-fifo"])
 def test_a_fifo_in_place_of_a_segment_is_missing_not_a_hang(tmp_path: Path, kind: str) -> None:
     """A FIFO (or a symlink to one) where a segment object belongs: audit, audit --deep
@@ -788,7 +766,7 @@ def test_a_fifo_in_place_of_a_segment_is_missing_not_a_hang(tmp_path: Path, kind
         for args in (("audit",), ("audit", "--deep"), ("verify", "agent-a")):
             code, out = _cli(url, *args)  # a child process, bounded
             assert code == 1 and "archive_missing" in _kinds(out["findings"]), out
-        err = _within(lambda: list(store.read("agent-a")), fifo)
+        err = raised_within(lambda: list(store.read("agent-a")), fifo)
         assert isinstance(err, ArchiveError) and err.kind == "missing", err
 
 

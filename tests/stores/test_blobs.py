@@ -3,12 +3,10 @@ audit, failure ordering and garbage collection, with SQLite and PostgreSQL store
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +19,7 @@ import ares_events as ae
 from ares_events.core.events import PayloadRef
 from ares_events.errors import BlobCorrupted, BlobMissing, ConfigError, StoreUnavailable
 from ares_events.stores.blobs import FileBlobStore, gc_blobs, open_blobs, parse_duration
+from tests.fixtures.fifo import raised_within
 from tests.fixtures.fix_backends import open_backend
 
 THRESHOLD = 1000
@@ -442,7 +441,7 @@ def test_a_blob_that_is_not_a_regular_file_is_missing_at_once(
             lambda: blobs.read_range(ref.key, 0, 3),
         ]
         for call in calls:
-            err = _raised_within(call, fifo)
+            err = raised_within(call, fifo)
             assert isinstance(err, BlobMissing) and "not a regular file" in str(err), err
         if kind == "folder":
             path.rmdir()
@@ -451,29 +450,6 @@ def test_a_blob_that_is_not_a_regular_file_is_missing_at_once(
         path.symlink_to(copy)
         assert blobs.get(ref) == data and blobs.read_range(ref.key, 1, 3) == data[1:4]
         blobs.verify(ref)
-
-
-def _raised_within(call: Callable[[], object], fifo: Path, seconds: float = 20) -> BaseException:
-    """What ``call`` raises, run in a thread: still blocked after ``seconds`` fails the
-    test (the thread is let go by opening ``fifo`` for writing, so it ends at EOF)."""
-    got: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # handed to the test
-            got.append(exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        with contextlib.suppress(OSError):
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        t.join(5)
-        pytest.fail(f"still blocked on the FIFO after {seconds} s")
-    assert got, "returned instead of raising"
-    return got[0]
 
 
 def test_file_url_rules(tmp_path: Path) -> None:
