@@ -68,9 +68,9 @@ class ErasureReport:
     blob_shared_by: int = 0
     """Other events whose (equal) payload lives in the same blob: it was kept for them."""
     blob_left_for_gc: bool = False
-    """No other event uses the blob, but it was younger than the append grace (an append
-    of the same payload may still be in flight): it was kept, and ``gc-blobs`` deletes it
-    once it is older than that and still unreferenced."""
+    """No other event uses the blob, but an append of the same payload refreshed it after
+    the erasure began (it may not have committed yet): it was kept, and ``gc-blobs``
+    deletes it once it is old and still unreferenced."""
     snapshots_deleted: int = 0
     read_models_reset: list[str] = field(default_factory=list)
     record_position: int | None = None
@@ -130,7 +130,7 @@ def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str
     )
     if report.blob_key is not None:
         report.blob_shared_by = shared or 0
-        if shared == 0 and store.blobs is not None:  # kept only when younger than the grace
+        if shared == 0 and store.blobs is not None:  # kept only when refreshed meanwhile
             report.blob_left_for_gc = store.blobs.exists(report.blob_key)
             report.blob_deleted = not report.blob_left_for_gc
     report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
