@@ -796,7 +796,7 @@ class Journal:
             raise ApprovalRequired(self.run_id, step, name)
         version, head, note = found
         asked = ledger.requests[step][1].get("name")
-        if asked != name:  # the approver was shown that tool; the approval is of its call only
+        if asked is not None and asked != name:  # the approver was shown that tool, no other
             raise ApprovalWrongCall(
                 self.run_id, step, f"it approves a call of {asked!r}, not of {name!r}"
             )
