@@ -373,6 +373,7 @@ def test_cancelled_tasks_leave_the_store_usable(aurl: str) -> None:
     go(scenario())
 
 
+@pytest.mark.slow  # a race, many rounds
 def test_a_cancelled_append_settles_however_many_cancels_come(aurl: str) -> None:
     """An append cancelled twice or three times (an outer timeout and a task group): once
     its task has CancelledError, the append has committed or not, and nothing of it

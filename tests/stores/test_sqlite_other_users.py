@@ -25,6 +25,10 @@ import pytest
 
 import ares_events as ae
 
+# Each test starts Pythons as other users (child processes): the whole suite's, not the
+# quick tier's.
+pytestmark = pytest.mark.slow
+
 OWNER = 4242
 READER = 65534
 REPO = Path(ae.__file__).resolve().parents[1]
