@@ -2,7 +2,8 @@
 
 Every backend runs each unit of work inside :meth:`OperationGate.op`, and its ``close()``
 calls :meth:`OperationGate.close` before releasing connections; lazy reads hold the gate
-one page at a time. :class:`AsyncOperationGate` is the same gate for asyncio backends.
+one page at a time. :class:`AsyncOperationGate` is the same gate for asyncio backends;
+:func:`settle` is how a cancelled asyncio write waits for its outcome.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Final
+from typing import Any, Final
 
 from ares_events.errors import StoreClosed
 
-__all__ = ["DEFAULT_CLOSE_GRACE", "AsyncOperationGate", "OperationGate"]
+__all__ = ["DEFAULT_CLOSE_GRACE", "AsyncOperationGate", "OperationGate", "settle"]
 
 DEFAULT_CLOSE_GRACE: Final = 2.0
 """Seconds ``close()`` lets in-flight operations finish before it interrupts them."""
@@ -200,3 +201,15 @@ class AsyncOperationGate(_Gate):
             async with asyncio.timeout(max(left, 0.01)):
                 await idle.wait()
         return first
+
+
+async def settle(fut: asyncio.Future[Any]) -> None:
+    """Wait until ``fut`` is done, however many cancels the caller gets meanwhile (an outer
+    timeout, a task group), and retrieve its outcome (the caller's cancel is its answer
+    now: not logged as never retrieved). A cancelled write calls it before re-raising, so
+    nothing of the write happens after the caller saw CancelledError."""
+    while not fut.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({fut})
+    if not fut.cancelled():
+        fut.exception()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, TrackingRecord
 from ares_events.core.events import ExpectedVersion, RecordedEvent
+from ares_events.core.lifecycle import settle
 from ares_events.core.recorder import check_capabilities, system_of_record
 from ares_events.errors import StoreClosed
 
@@ -90,11 +91,7 @@ class ThreadedRecorder:
             # before the cancellation goes on, so nothing of it happens after the caller
             # saw CancelledError (as with PostgreSQL, where psycopg cancels the statement),
             # however many more cancels come meanwhile (an outer timeout, a task group).
-            while not fut.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait({fut})
-            if not fut.cancelled():
-                fut.exception()  # its outcome is the cancel's now: retrieved, not logged
+            await settle(fut)
             raise
 
     async def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:

@@ -42,7 +42,7 @@ from ares_events.core.events import (
     prefix_range,
 )
 from ares_events.core.faces import ASYNC
-from ares_events.core.lifecycle import AsyncOperationGate
+from ares_events.core.lifecycle import AsyncOperationGate, settle
 from ares_events.core.url import StoreURL
 from ares_events.errors import (
     ConcurrencyError,
@@ -134,11 +134,7 @@ if ASYNC:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             task.cancel()
-            while not task.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # its outcome is the cancel's now: retrieved, not logged
+            await settle(task)
             raise
 
     def _prepare_on_new_connection(rec: AsyncPostgresRecorder) -> None:
