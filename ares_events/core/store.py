@@ -65,6 +65,7 @@ from ares_events.errors import (
     InvalidEvent,
     StoreClosed,
     StoreError,
+    StoreUnavailable,
 )
 
 if TYPE_CHECKING:
@@ -368,8 +369,11 @@ class EventStore:
         events = events_arg(stream_id, events)
         if self._identity_pending or not self._loaded or not self._check_identity:
             self._before_write()
-        prepared = self._spill(stream_id, prepare(stream_id, events, utc_now_at()))
+        fresh = prepare(stream_id, events, utc_now_at())
+        prepared = self._spill(stream_id, fresh)
         outcome = self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
+        if prepared is not fresh:  # some payload spilled (_spill returns the list it was given)
+            self._keep_spilled(fresh, prepared)
         if outcome.duplicate:
             res = duplicate_result(stream_id, prepared, outcome.events)
             if isinstance(res, Conflict):
@@ -424,11 +428,15 @@ class EventStore:
             )
         self._before_write()
         plan = plan_many(batches, utc_now_at())
+        fresh = [b.prepared for b in plan]
         for b in plan:
             b.prepared = self._spill(b.stream_id, b.prepared)
         work = [(Batch(b.stream_id, b.prepared, self.chain_key), b.expected) for b in plan]
         rec: Any = self.recorder
         outcomes = rec.append_many(work, track)
+        for f, b in zip(fresh, plan, strict=True):
+            if b.prepared is not f:
+                self._keep_spilled(f, b.prepared)
         res = many_results(plan, outcomes)
         if isinstance(res, Conflict):
             raise self._conflict(res)
@@ -507,10 +515,34 @@ class EventStore:
         position: int | None = rec.tracked_position(name)
         return position
 
+    def _keep_spilled(self, fresh: list[PreparedEvent], spilled: list[PreparedEvent]) -> None:
+        """Once an append has committed, write each blob it spilled again (a refresh when it
+        is there). An erasure or a ``gc-blobs`` that counted the blob's users before the
+        commit and deletes it after then finds it refreshed and keeps it, or has deleted it
+        already and it is back: the blob of a committed event is never lost for good."""
+        again = [
+            (f.payload_bytes, f.digest)
+            for f, s in zip(fresh, spilled, strict=True)
+            if s is not f and f.payload_bytes is not None
+        ]
+        blobs = self.blobs
+        if not again or blobs is None:
+            return
+        try:
+            [blobs.put(data, digest=d) for data, d in again]
+        except StoreUnavailable as exc:  # the events are in: say so, do not fail the append
+            logger.warning(
+                "appended, but could not refresh %d spilled blob(s) after the commit "
+                "(a concurrent erasure or gc may delete one): %s",
+                len(again),
+                exc,
+            )
+
     def _spill(self, stream_id: str, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
         """Write payloads over the threshold to the blob store, before the append commits
         (on a worker thread on the asyncio face: blob stores are blocking); then refuse a
-        payload still inline and over ``max_inline_bytes``."""
+        payload still inline and over ``max_inline_bytes``. The list it was given comes
+        back when nothing can spill."""
         biggest = max(map(_size, prepared))  # one C loop; spilling keeps each size
         blobs, limit = self.blobs, self.spill_threshold
         # Only a blob store decides what spills; this spares a call when nothing can.

@@ -63,6 +63,7 @@ from ares_events.errors import (
     InvalidEvent,
     StoreClosed,
     StoreError,
+    StoreUnavailable,
 )
 
 if ASYNC:
@@ -376,8 +377,11 @@ class AsyncEventStore:
         events = events_arg(stream_id, events)
         if self._identity_pending or not self._loaded or not self._check_identity:
             await self._before_write()
-        prepared = await self._spill(stream_id, prepare(stream_id, events, utc_now_at()))
+        fresh = prepare(stream_id, events, utc_now_at())
+        prepared = await self._spill(stream_id, fresh)
         outcome = await self.recorder.append(Batch(stream_id, prepared, self.chain_key), expected)
+        if prepared is not fresh:  # some payload spilled (_spill returns the list it was given)
+            await self._keep_spilled(fresh, prepared)
         if outcome.duplicate:
             res = duplicate_result(stream_id, prepared, outcome.events)
             if isinstance(res, Conflict):
@@ -432,11 +436,15 @@ class AsyncEventStore:
             )
         await self._before_write()
         plan = plan_many(batches, utc_now_at())
+        fresh = [b.prepared for b in plan]
         for b in plan:
             b.prepared = await self._spill(b.stream_id, b.prepared)
         work = [(Batch(b.stream_id, b.prepared, self.chain_key), b.expected) for b in plan]
         rec: Any = self.recorder
         outcomes = await rec.append_many(work, track)
+        for f, b in zip(fresh, plan, strict=True):
+            if b.prepared is not f:
+                await self._keep_spilled(f, b.prepared)
         res = many_results(plan, outcomes)
         if isinstance(res, Conflict):
             raise await self._conflict(res)
@@ -515,10 +523,34 @@ class AsyncEventStore:
         position: int | None = await rec.tracked_position(name)
         return position
 
+    async def _keep_spilled(self, fresh: list[PreparedEvent], spilled: list[PreparedEvent]) -> None:
+        """Once an append has committed, write each blob it spilled again (a refresh when it
+        is there). An erasure or a ``gc-blobs`` that counted the blob's users before the
+        commit and deletes it after then finds it refreshed and keeps it, or has deleted it
+        already and it is back: the blob of a committed event is never lost for good."""
+        again = [
+            (f.payload_bytes, f.digest)
+            for f, s in zip(fresh, spilled, strict=True)
+            if s is not f and f.payload_bytes is not None
+        ]
+        blobs = self.blobs
+        if not again or blobs is None:
+            return
+        try:
+            await asyncio.to_thread(lambda: [blobs.put(data, digest=d) for data, d in again])
+        except StoreUnavailable as exc:  # the events are in: say so, do not fail the append
+            logger.warning(
+                "appended, but could not refresh %d spilled blob(s) after the commit "
+                "(a concurrent erasure or gc may delete one): %s",
+                len(again),
+                exc,
+            )
+
     async def _spill(self, stream_id: str, prepared: list[PreparedEvent]) -> list[PreparedEvent]:
         """Write payloads over the threshold to the blob store, before the append commits
         (on a worker thread on the asyncio face: blob stores are blocking); then refuse a
-        payload still inline and over ``max_inline_bytes``."""
+        payload still inline and over ``max_inline_bytes``. The list it was given comes
+        back when nothing can spill."""
         biggest = max(map(_size, prepared))  # one C loop; spilling keeps each size
         blobs, limit = self.blobs, self.spill_threshold
         # Only a blob store decides what spills; this spares a call when nothing can.

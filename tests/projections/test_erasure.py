@@ -9,6 +9,7 @@ backend and at what sits above the store.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -414,6 +416,152 @@ def test_a_blob_refreshed_after_the_erasure_began_is_left_for_gc(
     assert main(["--store", url, "erase", "c", "1", "--reason", "r"]) == 0
     out = capsys.readouterr().out
     assert "gc-blobs deletes it later" in out and "was deleted" not in out
+
+
+class _Paused:
+    """Wraps ``obj.<name>``: its first call waits until released, after its work (or
+    before it, ``before=True``); later calls pass. A fixed interleaving of an append with
+    an erasure or a gc, in which no step depends on timing."""
+
+    def __init__(self, obj: Any, name: str, *, before: bool = False) -> None:
+        self.real, self.before, self.first = getattr(obj, name), before, True
+        self.reached, self.go = threading.Event(), threading.Event()
+        setattr(obj, name, self)
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        first, self.first = self.first, False
+        if first and self.before:
+            self._wait()
+        out = self.real(*args, **kw)
+        if first and not self.before:
+            self._wait()
+        return out
+
+    def _wait(self) -> None:
+        self.reached.set()
+        assert self.go.wait(60)
+
+
+@contextlib.contextmanager
+def _paused_append(
+    tmp_path: Path, first: bool = True
+) -> Iterator[tuple[ae.EventStore, Any, _Paused]]:
+    """A store whose stream "a" holds BIG in a blob (unless not ``first``), and an append
+    of BIG to "b" on a thread, paused after it wrote or refreshed that blob and before its
+    commit; the write is then aged a minute (as if long before what comes next)."""
+    with (
+        ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", spill_threshold=256) as store,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        if first:
+            store.append("a", [_ev({"doc": BIG})])
+        spill = _Paused(store.blobs, "spill")
+        appended = pool.submit(store.append, "b", [_ev({"doc": BIG})])
+        try:
+            assert spill.reached.wait(60)
+            _set_mtimes(tmp_path / "e.db.blobs", -60)
+            yield store, appended, spill
+        finally:
+            spill.go.set()
+
+
+def _reads_b(store: ae.EventStore) -> None:
+    (b,) = store.read("b")
+    assert b.payload == {"doc": BIG}
+    assert ae.integrity.audit(store, deep=True).ok
+
+
+def test_an_append_committed_after_the_erasure_deleted_its_blob_writes_it_again(
+    tmp_path: Path,
+) -> None:
+    """An append of the same payload refreshed the blob before the erasure began and
+    commits after the erasure counted its users (none yet) and deleted it: once
+    committed, the append writes the blob again, and its event reads."""
+    with _paused_append(tmp_path) as (store, appended, spill):
+        rep = ae.erase(store, "a", 1, reason="r", by="b")
+        assert rep.blob_deleted  # the precondition: no user was committed yet
+        spill.go.set()
+        appended.result()
+        _reads_b(store)
+
+
+def test_an_append_committed_before_the_erasure_deletes_makes_it_keep_the_blob(
+    tmp_path: Path,
+) -> None:
+    """The erasure counted no user, then the append committed, then the erasure came to
+    delete: the append refreshed the blob after its commit, so the erasure keeps it."""
+    with _paused_append(tmp_path) as (store, appended, spill), ThreadPoolExecutor(1) as pool:
+        assert store.blobs is not None
+        delete = _Paused(store.blobs, "delete", before=True)
+        erased = pool.submit(ae.erase, store, "a", 1, reason="r", by="b")
+        try:
+            assert delete.reached.wait(60)  # erased and counted: none, "b" is not in yet
+            spill.go.set()
+            appended.result()
+        finally:
+            delete.go.set()
+        rep = erased.result()
+        assert rep.blob_key is not None and not rep.blob_deleted and rep.blob_left_for_gc
+        _reads_b(store)
+
+
+def test_gc_that_deleted_the_blob_of_a_slow_append_gets_it_written_again(
+    tmp_path: Path,
+) -> None:
+    """An append slower than gc-blobs' grace period: gc found its blob unreferenced and
+    old and deleted it before the commit; the append writes it again once committed."""
+    with _paused_append(tmp_path, first=False) as (store, appended, spill):
+        _set_mtimes(tmp_path / "e.db.blobs", -7200)
+        gc = gc_blobs(store, timedelta(hours=1))
+        assert len(gc.deleted) == 1  # the precondition: gc took it
+        spill.go.set()
+        appended.result()
+        _reads_b(store)
+
+
+def test_the_asyncio_face_writes_the_blob_again_after_its_commit(tmp_path: Path) -> None:
+    """The same on the asyncio face: a blob deleted (as by a gc or an erasure that counted
+    no user) between an append's spill and its commit is written again."""
+
+    async def run() -> None:
+        url = f"sqlite:///{tmp_path / 'e.db'}"
+        async with await ae.open_async_store(url, spill_threshold=256) as store:
+            blobs = store.blobs
+            assert blobs is not None
+            spill = _Paused(blobs, "spill")
+            task = asyncio.create_task(store.append("b", [_ev({"doc": BIG})]))
+            assert await asyncio.to_thread(spill.reached.wait, 60)
+            (key,) = (b.key for b in blobs.list_blobs())
+            assert blobs.delete(key)
+            spill.go.set()
+            await task
+            assert [e.payload async for e in store.read("b")] == [{"doc": BIG}]
+
+    asyncio.run(run())
+
+
+def test_a_refresh_that_fails_after_the_commit_does_not_fail_the_append(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The blob store failing on the refresh after the commit: the events are in, so the
+    append returns its result, and a warning says what was not done."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", spill_threshold=256) as store:
+        blobs: Any = store.blobs
+        real, calls = blobs.put, []
+
+        def put(data: bytes, **kw: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:
+                raise ae.StoreUnavailable("blob store down")
+            return real(data, **kw)
+
+        blobs.put = put
+        with caplog.at_level("WARNING", logger="ares_events"):
+            res = store.append("b", [_ev({"doc": BIG})])
+        assert res.version == 1 and len(calls) == 2
+        assert "could not refresh 1 spilled blob" in caplog.text
+        (b,) = store.read("b")
+        assert b.payload == {"doc": BIG}
 
 
 def _run_all(fns: list[Any]) -> None:
