@@ -400,6 +400,40 @@ def test_a_read_only_sqlite_store_refuses_writes_and_leaves_no_file(tmp_path: Pa
     assert files(tmp_path) == before
 
 
+_DIES_HOLDING_IT = """
+import os, sys, ares_events as ae
+store = ae.open_store(sys.argv[1])
+for i in range(5):
+    ae.emit(store, "agent-9", "note.added", "runtime", {"i": i})
+os._exit(0)  # as a kill -9: SQLite closes nothing, its WAL is left to the next opener
+"""
+
+
+@pytest.mark.parametrize(
+    "args", [("streams",), ("verify", "agent-9"), ("audit",), ("tail", "agent-9")]
+)
+def test_a_read_only_command_after_a_writer_died_leaves_its_wal_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    """A writer died holding the store (its -wal and -shm left, events in the -wal only):
+    a read-only command sees those events and leaves the file and its -wal byte for byte
+    as they were (the last connection to close would checkpoint the WAL into the file and
+    remove it). The -shm stays; as SQLite's shared-memory index it takes any reader's
+    marks."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    subprocess.run([sys.executable, "-c", _DIES_HOLDING_IT, url], check=True, timeout=120)
+    assert (tmp_path / "events.db-wal").stat().st_size > 0  # the precondition
+    before = files(tmp_path, skip=("-shm",))
+    code, out, err = run(capsys, "--store", url, *args)
+    assert code == 0, (out, err)
+    assert "agent-9" in out or "ok" in out.lower(), out
+    assert files(tmp_path, skip=("-shm",)) == before
+    with ae.open_store(url, create=False, read_only=True) as store:
+        assert [e.version for e in store.read("agent-9")] == [1, 2, 3, 4, 5]
+    assert files(tmp_path, skip=("-shm",)) == before
+    assert (tmp_path / "events.db-shm").exists()
+
+
 # -- the console --------------------------------------------------------------------------------
 
 

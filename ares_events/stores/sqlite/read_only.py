@@ -91,10 +91,12 @@ def reader_uri(path: Path, where: str) -> tuple[str, UnlockedRead | None]:
         except OSError as exc:
             raise StoreUnavailable(f"cannot read sqlite store {where}: {exc.strerror}") from exc
         wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
-        if os.access(path, os.W_OK) and ((wal and shm) or os.access(path.parent, os.W_OK)):
-            return file_uri(path, "rw"), None  # what it creates, the last one removes
+        # Through a writer's files, with locks. Never mode=rw here: closing last (the
+        # writer died), it would checkpoint the WAL into the file and remove both.
         if (wal and shm) or _beside(path, "-journal"):
-            return file_uri(path, "ro"), None  # reads through a writer's files, with locks
+            return file_uri(path, "ro"), None
+        if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            return file_uri(path, "rw"), None  # what it creates, the last one removes
         # No -wal: the last writer checkpointed and closed, all is in the file. Read it
         # once its timestamps are a tick old, so that any write after the stamp shows.
         if not wal and abs(time.time_ns() - max(stamp[3:])) >= _SETTLE_NS:
