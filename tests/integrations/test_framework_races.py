@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import queue
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +55,20 @@ def _prepare(adapter: str, url: str, sid: str) -> str:
     return asyncio.run(main())
 
 
+def _results(out: Any, procs: list[Any], within: float = 850) -> list[Any]:
+    """One result a child, failing at once (not at the timeout) when a child died first."""
+    got: list[Any] = []
+    deadline = time.monotonic() + within
+    while len(got) < len(procs):
+        try:
+            got.append(out.get(timeout=1))
+        except queue.Empty:
+            died = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not died, f"a writer died (exit codes {died})"
+            assert time.monotonic() < deadline, "the writers did not finish"
+    return got
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -71,7 +88,7 @@ def test_two_processes_on_one_session_never_interleave(
     ]
     for p in procs:
         p.start()
-    got = {name: (res, probs) for name, res, probs in (out.get(timeout=850) for _ in procs)}
+    got = {name: (res, probs) for name, res, probs in _results(out, procs)}
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
