@@ -272,24 +272,32 @@ def load_vkeys(values: tuple[str, ...], *, required: bool = True) -> list[Verifi
 
     Raises:
         CommandError: ``required`` and none is given.
-        ConfigError: a malformed key.
+        ConfigError: a malformed key; the message says where it came from (the option,
+            the variable or the file), never what it holds.
     """
-    raw = list(values) or list(Settings.from_env().log_vkeys)
+    origin = "--vkey"
+    raw = list(values)
+    if not raw:
+        origin, raw = "ARES_LOG_VKEY", list(Settings.from_env().log_vkeys)
     if not raw and required:
         raise CommandError("pass --vkey VKEY (the log's verifier key, as keygen printed it)")
     keys: list[VerifierKey] = []
-    for v in raw:
-        text, source = v, "--vkey"
+    for i, v in enumerate(raw, 1):
+        # The value is not repeated in errors: a secret given in a verifier key's place
+        # (a chain key, a private key, in the environment or a file) must not be printed.
+        source = origin if len(raw) == 1 else f"{origin} (value {i} of {len(raw)})"
+        text = v
         if "+" not in v:
             p = Path(v)
             try:
                 text = p.read_text(encoding="utf-8").strip()
-                source = f"verifier key file {p}"
             except (OSError, UnicodeDecodeError) as exc:
                 why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
                 raise ConfigError(
-                    f"--vkey {v!r} is neither a verifier key nor a readable file ({why or exc})"
+                    f"{source} is neither a verifier key nor a readable file "
+                    f"({why or 'cannot be read'})"
                 ) from None
+            source = f"verifier key file {p}"
         keys.append(VerifierKey.parse(text, source=source))
     return keys
 

@@ -283,9 +283,9 @@ def _read_json(file: str) -> dict[str, Any]:
     text = read_text(file)
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can go
         raise CommandError(
-            f"{file} is not JSON (a proof is the JSON `prove --json` prints)"
+            f"{file} is not JSON, or nested too deeply (a proof is the JSON `prove --json` prints)"
         ) from None
     if not isinstance(doc, dict):
         raise CommandError(f"{file} is not a JSON object")
@@ -297,7 +297,7 @@ def _read_old(file: str) -> str:
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply
             raise CommandError(f"{file} is not JSON nor a signed checkpoint") from None
         cp = doc.get("checkpoint") if isinstance(doc, dict) else None
         if not isinstance(cp, str):

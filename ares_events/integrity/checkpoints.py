@@ -14,6 +14,7 @@ from typing import Any, Final
 from ares_events.errors import ProofError
 from ares_events.integrity import merkle
 from ares_events.integrity.notes import (
+    ALG_ED25519,
     Note,
     NoteSignature,
     SigningKey,
@@ -130,13 +131,21 @@ def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
 
 
 def open_checkpoint(data: str | bytes, known: Iterable[VerifierKey]) -> SignedCheckpoint:
-    """Parse a signed checkpoint and verify it against ``known`` keys.
+    """Parse a signed checkpoint and verify it against ``known`` keys: a known log key
+    (type 0x01) named as its origin must have signed it; other known keys (witnesses'
+    cosignatures) are verified and listed too.
 
     Raises:
-        ProofError: malformed, a bad signature from a known key, or none from a known key.
+        ProofError: malformed, a bad signature from a known key, or no signature of a
+            known log key of its origin.
     """
     note, verified = open_note(data, known)
-    return SignedCheckpoint(parse_checkpoint(note.text), note, tuple(verified))
+    cp = parse_checkpoint(note.text)
+    # Only the log's own key vouches for its tree: another trusted log's key, or a
+    # witness's cosignature alone, would let whoever holds it forge this log's checkpoints.
+    if not any(k.name == cp.origin and k.alg == ALG_ED25519 for k in verified):
+        raise ProofError(f"no trusted log key of its origin {cp.origin!r} signed it")
+    return SignedCheckpoint(cp, note, tuple(verified))
 
 
 def read_checkpoint(data: str | bytes) -> SignedCheckpoint:
@@ -266,7 +275,8 @@ def verify_proof(
 
     Args:
         doc: the JSON object ``prove --json`` printed.
-        known: trusted verifier keys (at least one must have signed the checkpoint).
+        known: trusted verifier keys (a log key named as the checkpoint's origin must
+            have signed it).
         old_checkpoint: for a consistency proof, the signed old checkpoint the caller
             trusts (it replaces the document's ``old_checkpoint``).
 

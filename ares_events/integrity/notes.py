@@ -79,13 +79,19 @@ def _key_bytes(b64: str, source: str, what: str) -> bytes:
 
 
 def check_key_name(name: object, where: str = "key name") -> str:
-    """A key name: non-empty, no Unicode space, no ``+``, no control character.
+    """A key name: non-empty well-formed UTF-8, no Unicode space, no ``+``, no control
+    character.
 
     Raises:
         ConfigError: anything else.
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where} must be a non-empty string")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate: what Python makes of command-line bytes that are not UTF-8.
+        raise ConfigError(f"{where} {name!r} is not well-formed UTF-8") from None
     for ch in name:
         if ch.isspace() or ch == "+" or ord(ch) < 0x20 or ord(ch) == 0x7F:
             raise ConfigError(
@@ -126,22 +132,34 @@ class VerifierKey:
         """Parse ``<name>+<8 hex>+<base64(alg || public key)>``.
 
         Raises:
-            ConfigError: malformed, an unknown type, or a key ID that does not match.
+            ConfigError: malformed, an unknown type, or a key ID that does not match. The
+                message names ``source`` and never repeats the text: what is given in a
+                verifier key's place may be a secret (a private key, a chain key).
         """
         if not isinstance(text, str):
             raise ConfigError(f"{source} must be a string")
         text = text.strip()
+        if text.startswith(_PRIVATE_PREFIX):
+            raise ConfigError(
+                f"{source} is a private signing key, not a verifier key (give the verifier "
+                "key keygen printed, and keep the signing key secret)"
+            )
+        shape = "<name>+<8 hex digits>+<base64 key>"
         parts = text.split("+", 2)  # the base64 key may itself hold '+'
         if len(parts) != 3:
-            raise ConfigError(
-                f"{source} must look like <name>+<8 hex digits>+<base64 key>, got {text[:80]!r}"
-            )
+            raise ConfigError(f"{source} is not a verifier key ({shape})")
         name, hex_id, b64 = parts
-        check_key_name(name, f"{source} name")
+        try:
+            check_key_name(name)
+        except ConfigError:
+            raise ConfigError(
+                f"{source} is not a verifier key ({shape}): its name is empty or holds "
+                "spaces, control characters or malformed UTF-8"
+            ) from None
         raw = _key_bytes(b64, source, "(Ed25519) or 0x04 (cosignature) key")
         key = cls(name, raw[0], raw[1:])
         if len(hex_id) != 8 or hex_id.lower() != key.key_id.hex():
-            raise ConfigError(f"{source}: key ID {hex_id!r} does not match the key")
+            raise ConfigError(f"{source}: its key ID does not match the key")
         try:
             Ed25519PublicKey.from_public_bytes(key.public_key)
         except ValueError:
@@ -409,7 +427,7 @@ def write_key_file(path: str | os.PathLike[str], key: SigningKey) -> Path:
     Raises:
         ConfigError: the file exists (it is never overwritten) or cannot be created.
     """
-    return write_new_private(path, (key.private_text() + "\n").encode("ascii"), "key file ")
+    return write_new_private(path, (key.private_text() + "\n").encode("utf-8"), "key file ")
 
 
 def write_new_private(path: str | os.PathLike[str], data: bytes, label: str = "") -> Path:
@@ -450,10 +468,10 @@ def read_key_file(path: str | os.PathLike[str], *, source: str | None = None) ->
     p = Path(path)
     where = source or f"key file {p}"
     try:
-        text = p.read_text(encoding="ascii")
+        text = p.read_text(encoding="utf-8")  # key names are UTF-8 (C2SP signed-note)
     except FileNotFoundError:
         raise ConfigError(f"{where}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not ASCII text"
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ConfigError(f"{where}: cannot read it ({reason})") from None
     return SigningKey.from_text(text, source=where)

@@ -63,6 +63,22 @@ def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
     return raw, (list(pos) if pos is not None else None)
 
 
+def _read_head(state: Any) -> tuple[int, int]:
+    """(size, position) of the stored head row (None: an empty tree).
+
+    Raises:
+        StoreError: the row is not a head (a damaged store).
+    """
+    if state is None:
+        return 0, 0
+    size = state.get("size") if isinstance(state, dict) else None
+    position = state.get("position") if isinstance(state, dict) else None
+    # type() rather than isinstance(): a bool is an int, and no head stores one.
+    if type(size) is not int or type(position) is not int or size < 0 or position < 0:
+        raise StoreError(f"Merkle log row {HEAD_KEY!r} is not a head {_REBUILD}")
+    return size, position
+
+
 class MerkleLogProjection:
     """The Merkle tree over every event's chain hash, as tiles (a batch projection)."""
 
@@ -83,10 +99,9 @@ class MerkleLogProjection:
         """Append ``events`` as leaves; return the changed tiles and the head.
 
         Raises:
-            StoreError: the stored tiles do not match the stored size (rebuild).
+            StoreError: the stored head or tiles are damaged, or do not match (rebuild).
         """
-        head = load([HEAD_KEY]).get(HEAD_KEY) or {"size": 0, "position": 0}
-        size = int(head["size"])
+        size, _ = _read_head(load([HEAD_KEY]).get(HEAD_KEY))
         wanted = {}
         level, count = 0, size
         while count:
@@ -167,6 +182,9 @@ class _Tiles:
 class MerkleLog:
     """The Merkle log of one store: catch up, roots, proofs, signed checkpoints.
 
+    Every method that reads the tree raises :class:`StoreError` when its stored rows are
+    damaged (the message says to rebuild it).
+
     Args:
         store: the event store (its database holds the tree and the checkpoints).
         batch_size: events per transaction when catching up.
@@ -203,19 +221,19 @@ class MerkleLog:
     def _tiles(self) -> _Tiles:
         return _Tiles(self.tables, self._table() or "")
 
-    def _head(self, tiles: _Tiles) -> dict[str, Any]:
+    def _head(self, tiles: _Tiles) -> tuple[int, int]:
+        """(size, position) of the tree as stored (StoreError: a damaged head row)."""
         if not tiles.table:
-            return {"size": 0, "position": 0}
-        head = self.tables.load(tiles.table, [HEAD_KEY]).get(HEAD_KEY)
-        return head if isinstance(head, dict) else {"size": 0, "position": 0}
+            return 0, 0
+        return _read_head(self.tables.load(tiles.table, [HEAD_KEY]).get(HEAD_KEY))
 
     def size(self) -> int:
         """Leaves in the tree as stored (call :meth:`catch_up` first for the latest)."""
-        return int(self._head(self._tiles())["size"])
+        return self._head(self._tiles())[0]
 
     def position(self) -> int:
         """Position of the last event in the tree (0 when empty)."""
-        return int(self._head(self._tiles())["position"])
+        return self._head(self._tiles())[1]
 
     def root(self, size: int | None = None) -> bytes:
         """The RFC 9162 root of the first ``size`` leaves (default: all).
@@ -224,7 +242,7 @@ class MerkleLog:
             ProofError: ``size`` is beyond the tree.
         """
         tiles = self._tiles()
-        have = int(self._head(tiles)["size"])
+        have = self._head(tiles)[0]
         n = have if size is None else size
         if not 0 <= n <= have:
             raise ProofError(f"the tree has {have} leaves; no root at size {n}")
@@ -237,14 +255,14 @@ class MerkleLog:
             ProofError: ``index`` is beyond the tree.
         """
         tiles = self._tiles()
-        if not 0 <= index < int(self._head(tiles)["size"]):
+        if not 0 <= index < self._head(tiles)[0]:
             raise ProofError(f"no leaf {index} in the tree")
         return tiles.node(0, index)
 
     def index_of(self, position: int) -> int | None:
         """The leaf index of the event at global ``position`` (None: not in the tree)."""
         tiles = self._tiles()
-        return _index_in(tiles, int(self._head(tiles)["size"]), position)
+        return _index_in(tiles, self._head(tiles)[0], position)
 
     def inclusion_proofs(
         self, positions: Sequence[int], size: int
@@ -260,7 +278,7 @@ class MerkleLog:
             ProofError: ``size`` is beyond the tree.
         """
         tiles = self._tiles()
-        have = int(self._head(tiles)["size"])
+        have = self._head(tiles)[0]
         if not 0 < size <= have:
             raise ProofError(f"no inclusion proofs at size {size} (tree: {have})")
         memo: dict[tuple[int, int], bytes] = {}
@@ -288,7 +306,7 @@ class MerkleLog:
             ProofError: ``index`` or ``size`` is out of range.
         """
         tiles = self._tiles()
-        have = int(self._head(tiles)["size"])
+        have = self._head(tiles)[0]
         if not 0 <= index < size <= have:
             raise ProofError(f"no inclusion proof of leaf {index} at size {size} (tree: {have})")
         return merkle.inclusion_proof(index, size, tiles.node)
@@ -300,7 +318,7 @@ class MerkleLog:
             ProofError: the sizes are out of range.
         """
         tiles = self._tiles()
-        have = int(self._head(tiles)["size"])
+        have = self._head(tiles)[0]
         if not 0 <= old_size <= new_size <= have:
             raise ProofError(
                 f"no consistency proof from size {old_size} to {new_size} (tree: {have})"

@@ -150,7 +150,8 @@ def _parse_key(text: str) -> _Key:
     """``<name>+<8 hex key id>+<base64(0x01 || 32-byte Ed25519 public key)>``."""
     parts = text.strip().split("+", 2)
     if len(parts) != 3:
-        raise ValueError(f"not a verifier key: {text[:60]!r}")
+        # Never the text itself: a secret given by mistake would end up in the report.
+        raise ValueError("not a verifier key (<name>+<8 hex digits>+<base64 key>)")
     name, hex_id, b64 = parts
     raw = _b64(b64)
     if len(raw) != 33 or raw[0] != _KEY_ED25519:
@@ -195,11 +196,16 @@ def _open_note(note: str, keys: Sequence[_Key]) -> tuple[str, list[str]]:
 
 
 def _checkpoint(note: str, keys: Sequence[_Key]) -> tuple[str, int, bytes, list[str]]:
-    """(origin, size, root, trusted signers) of a signed checkpoint note."""
+    """(origin, size, root, trusted signers) of a signed checkpoint note; a trusted key
+    named as its origin must be among the signers."""
     text, signers = _open_note(note, keys)
     lines = text[:-1].split("\n")
     if len(lines) < 3 or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]):
         raise ValueError("not a checkpoint")
+    # Only the log's own key vouches for its tree: the record's signer, or any other
+    # trusted key, must not be able to sign a checkpoint in the log's name.
+    if not any(k.name == lines[0] and k.label in signers for k in keys):
+        raise ValueError(f"no trusted key of its origin {lines[0]!r} signed it")
     root = _b64(lines[2])
     if len(root) != 32:
         raise ValueError("a checkpoint root is 32 bytes")

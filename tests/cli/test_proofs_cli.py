@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import pickle
+import secrets
 import stat
 from pathlib import Path
 
@@ -16,7 +17,13 @@ import pytest
 import ares_events as ae
 from ares_events.cli import main
 from ares_events.errors import ConfigError
-from ares_events.integrity.notes import SigningKey, read_key_file
+from ares_events.integrity.notes import (
+    ALG_COSIGNATURE_V1,
+    Note,
+    NoteSignature,
+    SigningKey,
+    read_key_file,
+)
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -260,3 +267,217 @@ def test_every_subcommand_is_documented_with_help(capsys: pytest.CaptureFixture[
             assert f"ares-events {name} {sub}" in doc, (name, sub)
             found += 1
     assert found >= 3
+
+
+def _resigned(note: str, *lines: NoteSignature) -> str:
+    """``note``'s checkpoint text carrying only the signature lines ``lines``."""
+    return Note(Note.parse(note).text, lines).format()
+
+
+def test_verify_proof_needs_the_origins_own_signature(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint of the log signed only by another trusted log's key, or carrying only a
+    trusted witness's cosignature, is invalid (exit 1, new and old checkpoint alike); the
+    log's signature plus a witness's cosignature is valid and lists both."""
+    url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
+    other = SigningKey.generate("other.example/log")
+    witness = SigningKey.generate("w.example/w1", alg=ALG_COSIGNATURE_V1)
+    assert run(capsys, "--store", url, "checkpoint", "--key", key)[0] == 0
+    code, out, _ = run(capsys, "--store", url, "prove", "a1", "2", "--json")
+    assert code == 0
+    proof = json.loads(out)
+    text = Note.parse(proof["checkpoint"]).text.encode()
+    by_other = NoteSignature(other.name, other.signature(text))
+    by_witness = NoteSignature(witness.name, witness.signature(text))
+    cases = {
+        "other": (_resigned(proof["checkpoint"], by_other), other),
+        "witness": (_resigned(proof["checkpoint"], by_witness), witness),
+    }
+    for name, (note, signer) in cases.items():
+        (d / f"{name}.json").write_text(json.dumps(dict(proof, checkpoint=note)))
+        args = ["verify-proof", str(d / f"{name}.json"), "--vkey", vkey]
+        code, out, _ = run(capsys, *args, "--vkey", signer.verifier.text, "--json")
+        assert code == 1, name
+        check = json.loads(out)
+        assert check["ok"] is False
+        assert "example.com/cli-log" in check["reason"] and "signed it" in check["reason"]
+    both = Note.parse(proof["checkpoint"]).with_signatures([by_witness]).format()
+    (d / "both.json").write_text(json.dumps(dict(proof, checkpoint=both)))
+    args = ["verify-proof", str(d / "both.json"), "--vkey", vkey]
+    code, out, _ = run(capsys, *args, "--vkey", witness.verifier.text, "--json")
+    assert code == 0, out
+    assert json.loads(out)["signed_by"] == ["example.com/cli-log", "w.example/w1"]
+    # A consistency proof whose old checkpoint only another trusted log's key signed.
+    with ae.open_store(url) as store:
+        ae.emit(store, "b", "x.happened", "test", {})
+    assert run(capsys, "--store", url, "checkpoint", "--key", key)[0] == 0
+    code, out, _ = run(capsys, "--store", url, "prove", "--consistency", "10", "--json")
+    assert code == 0
+    growth = json.loads(out)
+    old = growth["old_checkpoint"]
+    forged_old = _resigned(
+        old, NoteSignature(other.name, other.signature(Note.parse(old).text.encode()))
+    )
+    (d / "growth.json").write_text(json.dumps(dict(growth, old_checkpoint=forged_old)))
+    args = ["verify-proof", str(d / "growth.json"), "--vkey", vkey]
+    assert run(capsys, *args)[0] == 1  # the log's own old checkpoint is needed...
+    assert run(capsys, *args, "--vkey", other.verifier.text)[0] == 1  # ...not another's
+    (d / "growth_ok.json").write_text(json.dumps(growth))
+    assert run(capsys, "verify-proof", str(d / "growth_ok.json"), "--vkey", vkey)[0] == 0
+
+
+def _secrets(tmp_path: Path) -> dict[str, tuple[str, list[str]]]:
+    """Files that hold a secret where a verifier key belongs: name -> (file content, the
+    secret parts that must never be printed)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    chain = secrets.token_hex(32)
+    pem = (
+        Ed25519PrivateKey.generate()
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        .decode()
+    )
+    body = pem.splitlines()[1]
+    # A PEM body with '+' in it: the text splits into a would-be name, key ID and key.
+    plus = pem.replace(body, body[:10] + "+" + body[11:20] + "+" + body[21:])
+    signing = SigningKey.generate("example.com/secret").private_text()
+    return {
+        "chain": (chain + "\n", [chain]),
+        "pem": (pem, [body]),
+        "pem_plus": (plus, [body[:10], body[11:20], body[21:]]),
+        "signing": (signing + "\n", [signing.split("+", 4)[4]]),
+    }
+
+
+def _leaked(parts: list[str], text: str) -> list[str]:
+    """The 8-character pieces of ``parts`` found in ``text``."""
+    return [p[i : i + 8] for p in parts for i in range(len(p) - 7) if p[i : i + 8] in text]
+
+
+def test_a_secret_given_as_a_verifier_key_is_never_printed(
+    env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A chain key, a PEM private key or a signing key in a --vkey file or in ARES_LOG_VKEY:
+    exit 2 with an error naming the file or the variable, and none of the secret on stdout,
+    stderr or in --json."""
+    url, key = env["url"], env["key"]
+    assert run(capsys, "--store", url, "checkpoint", "--key", key)[0] == 0
+    proof = tmp_path / "p.json"
+    assert run(capsys, "--store", url, "prove", "a1", "2", "--out", str(proof))[0] == 0
+    for name, (content, parts) in _secrets(tmp_path).items():
+        f = tmp_path / f"{name}.key"
+        f.write_text(content)
+        for json_flag in ([], ["--json"]):
+            code, out, err = run(capsys, "verify-proof", str(proof), "--vkey", str(f), *json_flag)
+            assert code == 2, (name, out, err)
+            assert f"verifier key file {f}" in out + err
+            assert not _leaked(parts, out + err), (name, out, err)
+            for value in content.split():  # ARES_LOG_VKEY: one or more keys
+                monkeypatch.setenv("ARES_LOG_VKEY", value)
+                code, out, err = run(capsys, "verify-proof", str(proof), *json_flag)
+                monkeypatch.delenv("ARES_LOG_VKEY")
+                assert code == 2, (name, out, err)
+                assert "ARES_LOG_VKEY" in out + err
+                assert not _leaked(parts, out + err), (name, out, err)
+            monkeypatch.setenv("ARES_LOG_VKEY", content)
+            code, out, err = run(capsys, "verify-proof", str(proof), *json_flag)
+            monkeypatch.delenv("ARES_LOG_VKEY")
+            assert code == 2 and "ARES_LOG_VKEY" in out + err, (name, out, err)
+            assert not _leaked(parts, out + err), (name, out, err)
+            if json_flag:
+                assert json.loads(out)["error"]["exit_code"] == 2
+
+
+def test_a_unicode_key_name_signs_and_verifies(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """keygen takes a UTF-8 key name (C2SP signed-note allows it): checkpoint, prove and
+    verify-proof round-trip with it; a name that is not well-formed UTF-8 exits 2."""
+    url, name = env["url"], "log.例え.jp/é"
+    other = f"sqlite:///{tmp_path / 'u.db'}"
+    with ae.open_store(other) as store:
+        for i in range(3):
+            ae.emit(store, "u", "x.happened", "test", {"i": i})
+    key = tmp_path / "u.key"
+    code, vkey, err = run(capsys, "keygen", name, "--out", str(key))
+    assert code == 0, err
+    assert vkey.startswith(name + "+") and read_key_file(key).name == name
+    code, out, _ = run(capsys, "--store", other, "checkpoint", "--key", str(key), "--json")
+    assert code == 0 and json.loads(out)["checkpoint"].startswith(name + "\n3\n")
+    proof = tmp_path / "u.json"
+    assert run(capsys, "--store", other, "prove", "u", "2", "--out", str(proof))[0] == 0
+    code, out, _ = run(capsys, "verify-proof", str(proof), "--vkey", vkey.strip(), "--json")
+    assert code == 0, out
+    check = json.loads(out)
+    assert check["origin"] == name and check["signed_by"] == [name]
+    (tmp_path / "u.vkey").write_text(vkey)
+    assert run(capsys, "verify-proof", str(proof), "--vkey", str(tmp_path / "u.vkey"))[0] == 0
+    # What Python makes of command-line bytes that are not UTF-8: a lone surrogate.
+    code, _, err = run(capsys, "keygen", "log\udcff", "--out", str(tmp_path / "bad.key"))
+    assert code == 2 and "UTF-8" in err and not (tmp_path / "bad.key").exists()
+    assert run(capsys, "--store", url, "checkpoint", "--key", env["key"])[0] == 0
+
+
+def test_a_deeply_nested_proof_file_is_a_usage_error(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """verify-proof on JSON nested deeper than the parser goes (as the proof, or as --old)
+    exits 2 with a one-line reason, not an internal error."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    code, _, err = run(capsys, "verify-proof", str(deep), "--vkey", env["vkey"])
+    assert code == 2 and "nested too deeply" in err and "internal error" not in err
+    url = env["url"]
+    assert run(capsys, "--store", url, "checkpoint", "--key", env["key"])[0] == 0
+    proof = tmp_path / "p.json"
+    assert run(capsys, "--store", url, "prove", "--consistency", "0", "--out", str(proof))[0] == 0
+    code, _, err = run(
+        capsys, "verify-proof", str(proof), "--vkey", env["vkey"], "--old", str(deep)
+    )
+    assert code == 2 and "internal error" not in err
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '{"position": 10, "size": "x"}',
+        '{"position": 10, "size": -1}',
+        '{"position": 10, "size": true}',
+        '{"position": "10", "size": 10}',
+        '{"size": 10}',
+        "[10, 10]",
+    ],
+)
+def test_a_damaged_merkle_head_is_a_damaged_store(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], head: str
+) -> None:
+    """prove on a store whose Merkle log head row is not a head: exit 3 naming the row and
+    the rebuild that repairs it (--json too); after that rebuild prove works again."""
+    import sqlite3
+
+    url, d = env["url"], Path(env["dir"])
+    assert run(capsys, "--store", url, "checkpoint", "--key", env["key"])[0] == 0
+    with contextlib.closing(sqlite3.connect(d / "ev.db")) as conn, conn:
+        (table,) = conn.execute(
+            "SELECT active_table FROM ares_projections WHERE name = 'merkle_log'"
+        ).fetchone()
+        n = conn.execute(
+            f"UPDATE {table} SET state = CAST(? AS BLOB) WHERE key = 'head'", (head,)
+        ).rowcount
+    assert n == 1
+    code, _, err = run(capsys, "--store", url, "prove", "a1", "2")
+    assert code == 3, err
+    assert "'head'" in err and "rebuild merkle_log" in err and "internal error" not in err
+    code, out, _ = run(capsys, "--store", url, "prove", "a1", "2", "--json")
+    assert code == 3 and json.loads(out)["error"]["kind"] == "unavailable"
+    assert run(capsys, "--store", url, "rebuild", "merkle_log")[0] == 0
+    assert run(capsys, "--store", url, "prove", "a1", "2", "--json")[0] == 0

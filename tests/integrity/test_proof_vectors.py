@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ares_events.core.events import RecordedEvent
-from ares_events.errors import ProofError
+from ares_events.errors import ConfigError, ProofError
 from ares_events.integrity import merkle
 from ares_events.integrity.anchors import RootAccumulator
 from ares_events.integrity.checkpoints import (
@@ -27,7 +27,16 @@ from ares_events.integrity.checkpoints import (
     parse_checkpoint,
     sign_checkpoint,
 )
-from ares_events.integrity.notes import Note, SigningKey, VerifierKey, open_note, sign_note
+from ares_events.integrity.notes import (
+    ALG_COSIGNATURE_V1,
+    Note,
+    SigningKey,
+    VerifierKey,
+    open_note,
+    read_key_file,
+    sign_note,
+    write_key_file,
+)
 from ares_events.projections.merkle import MerkleLogProjection, _Tiles
 from tests.integrity import tlog_reference as ref
 
@@ -219,11 +228,73 @@ def test_package_signs_and_opens_the_vector_checkpoint() -> None:
         log["name"],
         wit["name"],
     ]
-    # only the witness trusted: still opens; an unknown signer alone: refused
-    assert open_checkpoint(both, vkeys[1:]).verified_by == (vkeys[1],)
+    # only the witness trusted: refused (a cosignature does not stand for the log's own
+    # signature); an unknown signer alone: refused
+    with pytest.raises(ProofError, match="no trusted log key of its origin"):
+        open_checkpoint(both, vkeys[1:])
     other = SigningKey.generate("example.org/other")
     with pytest.raises(ProofError, match="no signature from a trusted key"):
         open_checkpoint(both, [other.verifier])
+
+
+def test_a_checkpoint_opens_only_with_its_origins_log_signature() -> None:
+    """Signed only by another trusted log's key, or only cosigned by a trusted witness (even
+    one whose key bears the origin's name), a checkpoint does not open; signed by the
+    origin's log key it opens, with the witnesses' cosignatures listed after it."""
+    log = SigningKey.generate("example.com/log")
+    other = SigningKey.generate("other.com/log")
+    witness = SigningKey.generate("w.example/w1", alg=ALG_COSIGNATURE_V1)
+    namesake = SigningKey.generate("example.com/log", alg=ALG_COSIGNATURE_V1)
+    cp = Checkpoint("example.com/log", 1, merkle.leaf_hash(b"forged event"))
+    body = cp.body()
+    trusted = [log.verifier, other.verifier, witness.verifier, namesake.verifier]
+    for signer in (other, witness, namesake):
+        with pytest.raises(ProofError, match=re.escape("of its origin 'example.com/log'")):
+            open_checkpoint(sign_note(body, [signer]), trusted)
+    note = Note.parse(sign_checkpoint(cp, log))
+    both = note.with_signatures([cosign_checkpoint(note, witness)]).format()
+    opened = open_checkpoint(both, trusted)
+    assert opened.checkpoint == cp
+    assert opened.verified_by == (log.verifier, witness.verifier)
+
+
+def test_a_utf8_key_name_signs_and_opens() -> None:
+    """A non-ASCII key name (UTF-8, as C2SP signed-note allows) survives its key file, its
+    verifier key text and a signed checkpoint; a name that is not well-formed UTF-8 (a
+    lone surrogate) is refused."""
+    import tempfile
+
+    name = "log.例え.jp/é"
+    key = SigningKey.generate(name)
+    with tempfile.TemporaryDirectory() as d:
+        path = write_key_file(Path(d) / "k.key", key)
+        assert read_key_file(path).private_text() == key.private_text()
+    vkey = VerifierKey.parse(key.verifier.text)
+    cp = Checkpoint(name, 3, merkle.EMPTY_ROOT)
+    assert open_checkpoint(sign_checkpoint(cp, key), [vkey]).checkpoint == cp
+    with pytest.raises(ConfigError, match="UTF-8"):
+        SigningKey.generate("log\udcff")
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "9f" * 32,  # a chain key
+        "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIKx+secretsecret+secretsecret\n",
+        "PRIVATE+KEY+example.com/log+01234567+AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
+        "secret name+12345678+AS6gYjlyNICN04BZxxfSNHsIFuBGfF3O8RUL0eeuHnxZ",
+        "example.com/log+deadbeef+AS6gYjlyNICN04BZxxfSNHsIFuBGfF3O8RUL0eeuHnxZ",
+    ],
+)
+def test_a_verifier_key_error_never_repeats_the_text(secret: str) -> None:
+    """Whatever is parsed in a verifier key's place, the error names its source and says
+    what is wrong, never the text: it may be a secret given by mistake."""
+    with pytest.raises(ConfigError) as info:
+        VerifierKey.parse(secret, source="ARES_LOG_VKEY")
+    message = str(info.value)
+    assert message.startswith("ARES_LOG_VKEY")
+    pieces = [p for p in re.split(r"[\n+]", secret) if len(p) >= 6]
+    assert not [p for p in pieces if p in message]
 
 
 def test_a_tampered_vector_note_is_rejected() -> None:

@@ -184,7 +184,8 @@ def test_witness_cli(
 ) -> None:
     """witness add-log / cosign / list from the CLI: a proof JSON is cosigned (exit 0, a
     cosignature line that verifies with the witness key), a replay is refused (exit 1,
-    status 409), and verify-proof accepts the cosigned checkpoint with both keys."""
+    status 409), and verify-proof accepts the cosigned checkpoint with both keys (not with
+    the witness's alone)."""
     lk, wk = keys
     (tmp_path / "w.key").write_text(wk.private_text() + "\n")
     (tmp_path / "log.key").write_text(lk.private_text() + "\n")
@@ -234,8 +235,12 @@ def test_witness_cli(
     doc = json.loads((tmp_path / "r.json").read_text())
     doc["checkpoint"] = res["checkpoint"]
     (tmp_path / "cosigned.json").write_text(json.dumps(doc))
-    assert main(["verify-proof", str(tmp_path / "cosigned.json"), "--vkey", wk.verifier.text]) == 0
-    assert "signed by witness.example/w1" in capsys.readouterr().out
+    cosigned = ["verify-proof", str(tmp_path / "cosigned.json"), "--vkey", wk.verifier.text]
+    # The witness's cosignature alone does not vouch for the log: its own key must sign.
+    assert main(cosigned) == 1
+    assert "no trusted log key of its origin" in capsys.readouterr().out
+    assert main([*cosigned, "--vkey", lk.verifier.text]) == 0
+    assert "signed by example.com/wlog, witness.example/w1" in capsys.readouterr().out
     code = main(
         [
             "witness",

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import ares_events as ae
 from ares_events.chain import ChainKey
 from ares_events.errors import ChainIntegrityError, ConfigError, EventNotFound, ProofError
-from ares_events.integrity.notes import SigningKey
+from ares_events.integrity.notes import Note, NoteSignature, SigningKey
 from ares_events.projections.merkle import MerkleLog
 from ares_events.records import check_disclosures, export_record, verify_record
 from ares_events.records import verify as verify_module
@@ -229,6 +229,37 @@ def test_the_wrong_key_or_a_rotated_log_key_is_a_finding() -> None:
     rep = verify_record(data, [OTHER.verifier.text])
     assert {f.kind for f in rep.findings} == {"signature", "checkpoint"}
     assert not rep.ok
+
+
+@pytest.mark.parametrize("form", ["json", "cbor"])
+def test_a_checkpoint_not_signed_by_its_origin_is_a_finding(tmp_path: Path, form: str) -> None:
+    """A record whose checkpoint carries only the signature of another trusted key (here
+    the exporter's own, re-signing the record) does not verify: only the log's key, named
+    as the checkpoint's origin, vouches for its tree."""
+    exporter = SigningKey.generate("exporter.example/records")
+    with ae.open_store(f"sqlite:///{tmp_path}/r.db") as store:
+        small_run(store)
+        MerkleLog(store).sign(LOG)
+        data = export_record(store, "run-1", key=exporter, form=form).data
+    keys = [LOG.verifier.text, exporter.verifier.text]
+    assert verify_record(data, keys).ok
+    loaded = verify_module.load_record(data)
+    record = json.loads(json.dumps(loaded.record))
+    text = Note.parse(record["ares-events"]["checkpoint"]).text
+    line = NoteSignature(exporter.name, exporter.signature(text.encode()))
+    record["ares-events"]["checkpoint"] = Note(text, (line,)).format()
+    rep = verify_record(_sign(record, exporter, form), keys)
+    assert not rep.ok
+    found = [f.detail for f in rep.findings if f.kind == "checkpoint"]
+    assert found and "origin 'example.com/log'" in found[0]
+
+
+def test_a_malformed_verifier_key_is_not_repeated() -> None:
+    """A secret passed where a verifier key belongs is refused without being repeated."""
+    secret = "9f" * 32
+    with pytest.raises(ValueError, match="not a verifier key") as info:
+        verify_record(b"{}", [secret])
+    assert secret[:8] not in str(info.value)
 
 
 def test_the_verifier_imports_nothing_of_ares_events() -> None:
