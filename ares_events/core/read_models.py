@@ -7,14 +7,23 @@ It may import :mod:`ares_events.errors` only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final, Literal, Protocol
 
-__all__ = ["CheckpointStore", "Cursor", "ProjectionMeta", "ReadModels"]
+from ares_events.errors import StoreError
+
+__all__ = ["READ_MODEL_TABLE", "CheckpointStore", "Cursor", "ProjectionMeta", "ReadModels"]
 
 Cursor = Literal["live", "building", "none"]
 """Which registry cursor a commit moves (``none``: a scratch table, no cursor)."""
+
+READ_MODEL_TABLE: Final = re.compile(r"ares_rm_[a-z0-9_]+")
+"""Every name :func:`~ares_events.projections.tables.table_name` makes (and made before it
+added a hash): a registry row naming anything else is damaged. A backend puts these names
+into SQL as they are, so this is also what keeps a tampered row from naming the events'
+table (an erasure empties the tables its registry row names)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +38,38 @@ class ProjectionMeta:
     building_table: str | None
     building_position: int
     generation: int
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ProjectionMeta:
+        """The registry row a backend read, checked field by field: what this library
+        writes and nothing else, before any of it reaches SQL or arithmetic.
+
+        Raises:
+            StoreError: the row is damaged (a table that is no read-model table, a cursor
+                or version that is no integer); no table it names was touched.
+        """
+        meta = cls(*row)
+        for f in fields(cls):
+            value = getattr(meta, f.name)
+            if f.name.endswith("_table"):
+                ok = value is None or (
+                    isinstance(value, str) and READ_MODEL_TABLE.fullmatch(value) is not None
+                )
+            elif f.name == "name":
+                ok = isinstance(value, str)
+            elif f.name == "projection_version":  # type(), not isinstance(): True is no int here
+                ok = type(value) is int
+            else:  # the two cursors and the generation
+                ok = type(value) is int and value >= 0
+            if not ok:
+                raise StoreError(
+                    f"the registry row of read model {meta.name!r:.80} is damaged: {f.name} "
+                    f"is {value!r:.80}, which this library never writes (tables are named "
+                    "ares_rm_[a-z0-9_]+, cursors and versions are integers); no table it names "
+                    "was touched: restore the row from a backup, or delete it and the read "
+                    "model's ares_rm_ tables to rebuild it from the log"
+                )
+        return meta
 
 
 class CheckpointStore(Protocol):
@@ -62,7 +103,11 @@ class ReadModels(Protocol):
         """The signed checkpoints of the Merkle log, beside the read models."""
 
     def meta(self, name: str) -> ProjectionMeta | None:
-        """The registry row, or None (also when nothing was ever registered)."""
+        """The registry row, or None (also when nothing was ever registered).
+
+        Raises:
+            StoreError: the stored row is damaged (:meth:`ProjectionMeta.from_row`).
+        """
 
     def put_meta(self, meta: ProjectionMeta) -> None:
         """Create the registry row unless one exists (its own transaction)."""

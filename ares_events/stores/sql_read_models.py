@@ -7,6 +7,7 @@ It may import the core.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import astuple, dataclass, replace
 from typing import Any, Final
@@ -15,6 +16,7 @@ import orjson
 
 from ares_events.core.events import utc_now_at
 from ares_events.core.read_models import Cursor, ProjectionMeta
+from ares_events.errors import StoreError, StoreUnavailable
 
 __all__ = [
     "POSTGRES",
@@ -151,6 +153,36 @@ class _Conflict(Exception):
     """Internal: the registry moved under a writer; roll its transaction back."""
 
 
+def _mapped(tx: Tx, what: str) -> Tx:
+    """``tx`` with SQLite's driver errors made the store's (PostgreSQL's transactions map
+    theirs already, so only SQLite's arrive here)."""
+
+    @contextlib.contextmanager
+    def mapped() -> Iterator[Any]:
+        try:
+            with tx() as c:
+                yield c
+        except sqlite3.Error as exc:
+            # SQLITE_ERROR is the file's content (a table the registry names is missing):
+            # retrying cannot help. Busy, locked, I/O, full or interrupted may pass.
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # an extended code's primary
+            lost = isinstance(exc, sqlite3.OperationalError) and code != sqlite3.SQLITE_ERROR
+            raise (StoreUnavailable if lost else StoreError)(f"{what} failed: {exc}") from exc
+
+    return mapped
+
+
+def _state(table: str, key: Any, raw: Any) -> Any:
+    """A row's state, which the runner wrote as canonical JSON."""
+    try:
+        return orjson.loads(bytes(raw))
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        raise StoreError(
+            f"read-model row {key!r:.80} of table {table} is damaged (its state is not "
+            f"JSON: {exc}); rebuild the read model it belongs to (`ares-events rebuild`)"
+        ) from exc
+
+
 class SQLCheckpoints:
     """The signed checkpoints of the Merkle log in ``ares_checkpoints``
     (:class:`~ares_events.core.read_models.CheckpointStore`)."""
@@ -197,8 +229,8 @@ class SQLReadModels:
     """
 
     def __init__(self, write: Tx, read: Tx, dialect: Dialect) -> None:
-        self._write = write
-        self._read = read
+        self._write = _mapped(write, "a read-model transaction")
+        self._read = _mapped(read, "a read-model read")
         self.dialect = dialect
         self._exists: set[str] = set()  # tables seen to exist (the registry is never dropped)
         self.checkpoints = SQLCheckpoints(self)
@@ -247,7 +279,7 @@ class SQLReadModels:
 
     def meta(self, name: str) -> ProjectionMeta | None:
         rows = self._fetch(SELECT_META, (name,), needs=REGISTRY)
-        return ProjectionMeta(*rows[0]) if rows else None
+        return ProjectionMeta.from_row(rows[0]) if rows else None
 
     def put_meta(self, meta: ProjectionMeta) -> None:
         """Create the registry row unless one exists (and the registry on first use)."""
@@ -276,7 +308,7 @@ class SQLReadModels:
                 chunk = tuple(keys[i : i + 500])
                 sql = self._sql(SELECT_ROWS, table, marks=",".join("?" * len(chunk)))
                 for k, s in c.execute(sql, chunk).fetchall():
-                    out[k] = orjson.loads(bytes(s))
+                    out[k] = _state(table, k, s)
         return out
 
     def commit(
@@ -309,7 +341,7 @@ class SQLReadModels:
         while True:
             rows = self._fetch(SELECT_ALL_ROWS, (after, PAGE), table)
             for k, s in rows:
-                yield k, orjson.loads(bytes(s))
+                yield k, _state(table, k, s)
             if len(rows) < PAGE:
                 return
             after = rows[-1][0]
@@ -330,7 +362,7 @@ class SQLReadModels:
             row = c.execute(lock, (name,)).fetchone()
             if row is None:
                 return False
-            meta = ProjectionMeta(*row)
+            meta = ProjectionMeta.from_row(row)  # never DELETE FROM a table it should not name
             for t in (meta.active_table, meta.building_table):
                 if t is not None:
                     c.execute(self._sql(DELETE_ROWS, t))

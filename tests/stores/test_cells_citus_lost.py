@@ -5,17 +5,23 @@ PostgreSQL mapping alone would call a StoreError."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
 
 import ares_events as ae
+from ares_events.core.events import RecordedEvent
 from ares_events.core.recorder import backend_of
 from ares_events.errors import StoreError, StoreUnavailable
+from ares_events.projections import ProjectionRunner, read_model
+from ares_events.stores.cells.citus import cell_placements
 from ares_events.stores.cells.citus_clock import WORKER_LOST, CitusClock
 from ares_events.stores.postgres.driver import DriverErrors
 from ares_events.stores.postgres.sql import Statements
+from tests.fixtures import cell_servers
 
 
 def _admin(port: int | str) -> psycopg.Connection[tuple[object, ...]]:
@@ -64,6 +70,68 @@ def test_a_read_model_commit_that_loses_its_worker_is_unavailable(citus_coordina
         with models._write() as c:  # the store is usable again: the retry commits
             c.execute(insert, (name,))
         assert store.tracked_position(name) == 1
+
+
+class _Count:
+    """A projection whose first pass creates its read-model table (DDL, which Citus sends
+    to every worker)."""
+
+    version: ClassVar[int] = 1
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def initial(self) -> int:
+        """Nothing counted."""
+        return 0
+
+    def apply(self, state: Any, event: RecordedEvent) -> int:
+        """Count one event."""
+        return int(state) + 1
+
+
+def _restart(port: int) -> None:
+    """``pg_ctl restart -m fast`` of the server on ``port``, back up when it returns."""
+    with _admin(port) as c:
+        data = str(c.execute("SHOW data_directory").fetchone()[0])  # type: ignore[index]
+    pg_ctl = [*cell_servers._run_as(), str(cell_servers.PG_BIN / "pg_ctl"), "-D", data]
+    restart = [*pg_ctl, "-l", f"{data}.log", "-m", "fast", "-w", "restart"]
+    subprocess.run(restart, check=True, capture_output=True)
+
+
+@pytest.mark.postgres
+def test_a_read_model_table_made_after_a_worker_restarted_is_unavailable(
+    citus_coordinator: str, citus_ports: list[int]
+) -> None:
+    """The coordinator's session holds a cached connection to every worker (DDL reaches
+    them all); one worker restarts and is up again; the first pass of a new projection
+    creates its table over the stale connection: StoreUnavailable (Citus: "failure on
+    connection marked as essential"), never a plain StoreError, and the next pass makes
+    the table."""
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    # One coordinator connection, so the pass after the restart runs on the session that
+    # cached the connection the restart left stale.
+    query = f"cells=1&partitions=1&pool_min=1&pool_max=1&prefix={prefix}"
+    with ae.open_store(f"citus://root@{citus_coordinator}/postgres?{query}") as store:
+        store.append("s", [ae.NewEvent(type="t", module="m", payload={})])
+        # The other worker: the pass's first statement reads the cell and so replaces a
+        # stale connection to the cell's own worker; only the DDL reaches the other one.
+        cell_worker = cell_placements(store)[0].port
+        other = next(p for p in citus_ports[1:] if p != cell_worker)
+        hit = None
+        for attempt in range(3):
+            ProjectionRunner(store, [_Count(f"warm{attempt}")]).run_once()  # caches them
+            _restart(other)
+            runner = ProjectionRunner(store, [_Count(f"p{attempt}")])
+            try:
+                runner.run_once()
+            except StoreUnavailable as exc:
+                hit = exc
+                runner.run_once()  # transient: the next pass makes the table and folds
+                break
+        assert hit is not None, "no pass met the stale connection"
+        assert "marked as essential" in str(hit)
+        assert read_model(store, f"p{attempt}", "s") == 1
 
 
 @pytest.mark.parametrize("message", WORKER_LOST)

@@ -53,6 +53,9 @@ WORKER_LOST: Final = (
     "the database system is starting up",
     "server closed the connection unexpectedly",
     "connection to the remote node",
+    # DDL (a read-model table), which Citus sends to every worker, over a connection it
+    # cached to a worker that has restarted since: the next attempt opens a new one.
+    "failure on connection marked as essential",
     # The one-phase commit on the worker failed as the worker went away: the outcome there
     # is unknown, so the append is not acknowledged.
     "could not commit transaction for shard",
