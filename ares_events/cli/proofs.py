@@ -107,18 +107,21 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
     if list_:
         with app.open() as store:
             rows = MerkleLog(store).checkpoints.all()
+        listed = [(o, n, b64(r), at, _row_problem(o, n, r, note)) for o, n, r, note, at in rows]
+        code = EXIT_FINDINGS if any(p for *_, p in listed) else EXIT_OK
         if as_json:
-            keys = ("origin", "tree_size", "root", "created_at")
-            cps = [dict(zip(keys, (o, n, b64(r), at), strict=True)) for o, n, r, _t, at in rows]
-            app.json({"checkpoints": cps})
-            return EXIT_OK
+            keys = ("origin", "tree_size", "root", "created_at", "problem")
+            app.json({"checkpoints": [dict(zip(keys, row, strict=True)) for row in listed]})
+            return code
         table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
         # Names and roots are copied whole.
         add_columns(table, "origin", "tree size", "root", "signed at", no_wrap=True)
-        for o, n, r, _t, at in rows:
-            table.add_row(text(o), str(n), b64(r), at)
+        if code != EXIT_OK:
+            add_columns(table, "problem", style="red")
+        for o, n, r, at, problem in listed:
+            table.add_row(text(o), str(n), r, at, *([problem or ""] if code else []))
         app.table(table, optional=("signed at",))
-        return EXIT_OK
+        return code
     key = load_signing_key(app, key_file, required=True)
     assert key is not None
     with app.open(write=True) as store:
@@ -131,6 +134,19 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
     else:
         click.echo(signed.text, nl=False)
     return EXIT_OK
+
+
+def _row_problem(origin: str, size: int, root: bytes, note: str) -> str | None:
+    """What is wrong with a stored checkpoint row: its columns are what the list shows,
+    and they must be what its note says (no signature is checked here: verify-proof and
+    anchor --check do that)."""
+    try:
+        cp = read_checkpoint(note).checkpoint
+    except ProofError as exc:
+        return f"its note is not a checkpoint ({exc.reason})"
+    if (cp.origin, cp.size, cp.root) != (origin, size, root):
+        return "the row differs from its signed note"
+    return None
 
 
 def _number(value: str, what: str, hint: str) -> int:

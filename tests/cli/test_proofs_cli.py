@@ -481,3 +481,32 @@ def test_a_damaged_merkle_head_is_a_damaged_store(
     assert code == 3 and json.loads(out)["error"]["kind"] == "unavailable"
     assert run(capsys, "--store", url, "rebuild", "merkle_log")[0] == 0
     assert run(capsys, "--store", url, "prove", "a1", "2", "--json")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [
+        ("tree_size", 112, "differs from its signed note"),
+        ("origin", "example.com/other", "differs from its signed note"),
+        ("note", "not a note", "note is not a checkpoint"),
+    ],
+)
+def test_checkpoint_list_shows_no_row_its_note_does_not_say(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], column: str, value: object, says: str
+) -> None:
+    """`checkpoint --list` lists each stored checkpoint's columns; one edited so that they
+    are no longer what its signed note says (or whose note is no checkpoint) is named as
+    such with exit 1, never listed as a checkpoint that was signed."""
+    import sqlite3
+
+    url, d = env["url"], Path(env["dir"])
+    assert run(capsys, "--store", url, "checkpoint", "--key", env["key"])[0] == 0
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--list", "--json")
+    assert code == 0 and [c["problem"] for c in json.loads(out)["checkpoints"]] == [None]
+    with contextlib.closing(sqlite3.connect(d / "ev.db")) as conn, conn:
+        conn.execute(f"UPDATE ares_checkpoints SET {column} = ?", (value,))
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--list", "--json")
+    (row,) = json.loads(out)["checkpoints"]
+    assert code == 1 and says in row["problem"]
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--list")
+    assert code == 1 and says in out
