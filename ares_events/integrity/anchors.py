@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,9 @@ class FileAnchors:
         try:
             names = sorted(p.name for p in self.folder.glob(f"{NOTE_PREFIX}*{NOTE_SUFFIX}"))
             for n in names:
-                yield n, (self.folder / n).read_bytes()
+                p = self.folder / n
+                # A folder or a FIFO (whose read would block forever) is no note: empty.
+                yield n, p.read_bytes() if stat.S_ISREG(p.stat().st_mode) else b""
         except OSError as exc:
             raise StoreUnavailable(
                 f"cannot read anchors from {self.describe()}: {exc.strerror or exc}"
@@ -388,6 +391,10 @@ def check_checkpoint_notes(
     findings: list[Finding] = []
     good: list[tuple[str, SignedCheckpoint]] = []
     for name, raw in notes:
+        if not raw:
+            detail = f"checkpoint {name}: empty, or not a regular file"
+            findings.append(Finding("anchor_corrupt", None, None, detail))
+            continue
         if not keys:
             detail = (
                 f"checkpoint {name}: no trusted verifier key to check its signature "

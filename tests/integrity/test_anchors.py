@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,6 +181,29 @@ def test_corrupt_and_unsigned_anchors_are_found(db: Path, tmp_path: Path) -> Non
         assert _kinds(findings) == ["anchor_corrupt"] * 3
         unverified = check_anchors(store, url, keys=[])
         assert set(_kinds(unverified)) == {"anchor_unverified"}
+
+
+def test_a_folder_or_fifo_among_the_anchors_is_a_finding(db: Path, tmp_path: Path) -> None:
+    """A folder or a FIFO named as a checkpoint at the location is an anchor_corrupt
+    finding of its own: the good anchor is still checked, and nothing blocks on the FIFO
+    (a read of it would wait forever for a writer)."""
+    url = _location(tmp_path)
+    with opened(db) as store:
+        folder = Path(anchor(store, url)).parent
+        (folder / "checkpoint-0-dir.note").mkdir()
+        fifo = folder / "checkpoint-0-fifo.note"
+        os.mkfifo(fifo)
+        got: list[list[ae.integrity.Finding]] = []
+        t = threading.Thread(
+            target=lambda: got.append(check_anchors(store, url, keys=[KEY.verifier])), daemon=True
+        )
+        t.start()
+        t.join(30)
+        if t.is_alive():
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let it go, then fail
+            pytest.fail("check_anchors blocked on a FIFO")
+        assert _kinds(got[0]) == ["anchor_corrupt", "anchor_corrupt"]
+        assert all("not a regular file" in f.detail for f in got[0])
 
 
 def test_bad_location_urls_are_config_errors(db: Path) -> None:
