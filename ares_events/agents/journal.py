@@ -26,6 +26,7 @@ from ares_events.agents.journal_errors import (
     ApprovalRequired,
     InDoubtToolCall,
     ModelCallFailed,
+    ReentrantCall,
     ReplayDivergence,
     RunNotFound,
     RunNotRunnable,
@@ -50,12 +51,19 @@ from ares_events.agents.journal_rules import (
 )
 from ares_events.agents.journal_telemetry import RunTrace, call_span, start_run
 from ares_events.agents.recording import MISSING, Redactor, hash_of, redact_keys
-from ares_events.agents.runs import inspect_run, ledger_of
+from ares_events.agents.runs import _why_not_a_run, inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
 from ares_events.core.iterators import first
-from ares_events.errors import ApprovalWrongCall, ChainIntegrityError, ConfigError, PayloadErased
+from ares_events.errors import (
+    ApprovalWrongCall,
+    ChainIntegrityError,
+    ConfigError,
+    InvalidEvent,
+    PayloadErased,
+    StoreError,
+)
 from ares_events.projections.base import ERASED_REASON
 from ares_events.projections.builtin import RunStateProjection
 from ares_events.projections.recovery import Snapshotter, recover
@@ -77,6 +85,7 @@ __all__ = [
     "JournalStats",
     "ModelCallFailed",
     "ModelReply",
+    "ReentrantCall",
     "ReplayDivergence",
     "RunNotFound",
     "RunNotRunnable",
@@ -113,8 +122,13 @@ class Journal:
             tool call runs only under an approval signed by one of them
             (:mod:`~ares_events.agents.approvals`). Configuration, never read from the store.
 
+    A journal is not re-entrant: a tool, model or reconcile callable must not use the
+    journal that called it (:class:`ReentrantCall`).
+
     Raises:
         RunRefused: the gate refused to resume.
+        RunNotFound: the stream ``run_id`` exists but is not a run (its first event is
+            not ``run.started``); nothing was written to it.
         ChainIntegrityError: the run's log has integrity findings; never act on it.
         PayloadErased: an event of the run was erased: it cannot be replayed (inspect it
             with :meth:`inspect`).
@@ -124,6 +138,10 @@ class Journal:
     _token: Token[Any] | None = None
     _run_trace: RunTrace | None = None
     _trace_token: Any = None
+    _inside: tuple[str, int] | None = None
+    """The callable of this journal running now (what, step), else None."""
+    _snapshot_skipped = -1
+    """The version whose snapshot could not be taken (-1: none)."""
 
     def __init__(
         self,
@@ -163,6 +181,7 @@ class Journal:
             if self._snapshots is not None and snapshot_every > 0
             else None
         )
+        self._snapshot_every = snapshot_every
         self.approvers = tuple(approvers)
         self._opening = (code_revision, prompt_hash, gate)
         self._open_run()
@@ -186,6 +205,7 @@ class Journal:
 
         Raises:
             RunRefused: the gate refused to resume.
+            RunNotFound: the stream exists but is not a run; nothing was written to it.
             ChainIntegrityError: the run's log has integrity findings.
             StoreUnavailable: the store cannot be reached.
         """
@@ -267,15 +287,25 @@ class Journal:
 
         ``call(messages, params)`` returns a :class:`ModelReply`, a ``(completion,
         usage)`` tuple, a ``{"completion", "usage"}`` dict or a bare completion. When it
-        raises, the failed attempt is recorded and the original exception propagates;
-        calling again with the same messages retries the same step.
+        raises, or returns a reply that cannot be recorded (:class:`InvalidEvent`), the
+        failed attempt is recorded and the exception propagates; calling again with the
+        same messages retries the same step.
 
         Raises:
+            InvalidEvent: the messages or params are not JSON (nothing was written), or
+                the reply cannot be recorded (not JSON, a usage that is not a mapping);
+                then the attempt is recorded as failed.
+            ReentrantCall: called from inside a callable of this journal.
             ReplayDivergence: the messages differ from those recorded at this step.
             RunNotRunnable: the run is paused/completed/failed and the step is new.
             ModelCallFailed: replaying an abandoned step whose exception class is not
                 loaded in this process (else an instance of that class is raised).
         """
+        self._not_reentrant("model_call")
+        if params is not None and not isinstance(params, Mapping):
+            # Checked before anything is appended (nor a step taken).
+            got = type(params).__name__
+            raise InvalidEvent("params", f"of a model call must be a mapping, got {got}")
         with call_span(self, "chat", params=params) as span:
             step, done, value = self._model_begin(messages, params)
             span.begun(self, done)
@@ -285,17 +315,21 @@ class Journal:
                 span.content("gen_ai.output.messages", value)
                 return value
             try:
-                raw = call(messages, dict(params or {}))
+                raw = self._calling("model call", step, call, messages, dict(params or {}))
+                answer = reply(raw)
             except Exception as exc:
-                self.stats.model_attempts_failed += 1
-                failed = {"step": step, "attempt": self.attempt, **failure(exc)}
-                self._append("model.call.failed", failed)
+                self._model_failed(step, exc)
                 raise
-            answer = reply(raw)
-            self.stats.model_calls_made += 1
             completion, usage = answer.completion, dict(answer.usage)
             responded = {"step": step, "completion": completion, "usage": usage}
-            self._append("model.responded", responded)
+            try:
+                self._append("model.responded", responded)
+            except InvalidEvent as exc:
+                # The reply cannot be stored (not JSON, too large) and nothing was written:
+                # a failed attempt, so a re-run does not take it for a call in flight.
+                self._model_failed(step, exc)
+                raise
+            self.stats.model_calls_made += 1
             span.usage(self.state["usage_by_step"].get(str(step)))
             span.content("gen_ai.output.messages", completion)
             return completion
@@ -328,6 +362,7 @@ class Journal:
         recorded as consumed with the request. Retries of the step are the same call.
 
         Raises:
+            ReentrantCall: called from inside a callable of this journal.
             ApprovalRequired: the call needs a signed approval; the run is now paused.
             ApprovalRefused: the presented approval is forged, expired, replayed, reused
                 or for another call (a subclass says which); nothing ran or was written.
@@ -337,6 +372,7 @@ class Journal:
             ToolCallFailed: the step's recorded outcome is an error, or an abandoned
                 step's failure is replayed and its exception class is not loaded here.
         """
+        self._not_reentrant(f"tool_call {name!r}")
         with call_span(self, "execute_tool", tool=name) as span:
             try:
                 key, done, value = self._tool_begin(
@@ -347,6 +383,7 @@ class Journal:
                     self._run_trace.event("ares_events.tool.in_doubt", {"gen_ai.tool.name": name})
                     self._run_trace.end(self.status, exc)
                 raise
+            step = self.position
             span.begun(self, done)
             span.set("gen_ai.tool.call.id", key)
             if span.capturing:
@@ -355,10 +392,10 @@ class Journal:
                 span.content("gen_ai.tool.call.result", value)
                 return value
             try:
-                result = call(args, key)
+                result = self._calling(f"tool {name!r}", step, call, args, key)
             except Exception as exc:
                 self.stats.tool_attempts_failed += 1
-                failed = {"step": self.position, "attempt": self.attempt, **failure(exc)}
+                failed = {"step": step, "attempt": self.attempt, **failure(exc)}
                 self._append("tool.call.failed", {"idempotency_key": key, **failed})
                 raise
             span.content("gen_ai.tool.call.result", result)
@@ -400,7 +437,9 @@ class Journal:
 
         Raises:
             ConfigError: the call is not in doubt.
+            ReentrantCall: called from inside a callable of this journal.
         """
+        self._not_reentrant("resolve_tool_call")
         tc = self.state["tool_calls"].get(key)
         if tc is None or tc["status"] != "requested":
             raise ConfigError(f"tool call {key} is not in doubt")
@@ -416,7 +455,9 @@ class Journal:
         Raises:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
+            ReentrantCall: called from inside a callable of this journal.
         """
+        self._not_reentrant("patch")
         step = self._position("patch", lambda rec: False)
         rec = self._rec(step)
         if rec is not None:
@@ -434,7 +475,9 @@ class Journal:
         Raises:
             ReplayDivergence: the log recorded another kind of step here.
             RunNotRunnable: the run cannot take new steps.
+            ReentrantCall: called from inside a callable of this journal.
         """
+        self._not_reentrant("interrupt")
         step = self._position("interrupt", lambda rec: False)
         rec = self._rec(step)
         if rec is not None:
@@ -458,7 +501,9 @@ class Journal:
 
         Raises:
             RunNotRunnable: the run is not paused.
+            ReentrantCall: called from inside a callable of this journal.
         """
+        self._not_reentrant("resume")
         if self.state["status"] != "paused":
             raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
         self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
@@ -468,7 +513,9 @@ class Journal:
 
         Raises:
             RunNotRunnable: the run is paused, failed, cancelled or refused.
+            ReentrantCall: called from inside a callable of this journal.
         """
+        self._not_reentrant("complete")
         if self.state["status"] != "completed":
             self._require_runnable()
             self._abandon_open(self.position)
@@ -477,7 +524,12 @@ class Journal:
             self._run_trace.end(self.status)
 
     def fail(self, error: str) -> None:
-        """Mark the run failed (idempotent)."""
+        """Mark the run failed (idempotent).
+
+        Raises:
+            ReentrantCall: called from inside a callable of this journal.
+        """
+        self._not_reentrant("fail")
         if self.state["status"] == "running":
             self._abandon_open(self.position)
         if self.state["status"] != "failed":
@@ -489,6 +541,11 @@ class Journal:
 
     def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
         """Recover the run, then start it or pass the version gate (both append)."""
+        # Before anything is folded or written: a stream that is not a run (a
+        # supervisor's, an aggregate's) must not get a run.gate nor be taken for one.
+        why = _why_not_a_run(self.store, self.run_id)
+        if why is not None and why != "no such run":
+            raise RunNotFound(self.run_id, why)
         rep = recover(
             self.store, self.run_id, self.projection, snapshots=self._snapshots, max_replay=2**62
         )
@@ -559,8 +616,22 @@ class Journal:
         if e is not None:
             self.state = self.projection.apply(self.state, e)
         self.version = res.version
-        if self._snapshotter is not None:
-            self._snapshotter.after_append(self.run_id, res.version)
+        every = self._snapshot_every
+        if self._snapshotter is not None and res.version // every > self._snapshot_skipped // every:
+            try:
+                self._snapshotter.after_append(self.run_id, res.version)
+            except (InvalidEvent, StoreError) as exc:
+                # The event is committed: its append must not surface as a failure. A
+                # snapshot is only an optimisation (recovery folds from the log); skip
+                # it, and do not try again before the next one is due.
+                self._snapshot_skipped = res.version
+                logger.warning(
+                    "run %r: snapshot at version %d skipped: %s: %s",
+                    self.run_id,
+                    res.version,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def _trace_metadata(self) -> dict[str, Any] | None:
         """The run span's trace context, stored with the events that open an
@@ -629,6 +700,27 @@ class Journal:
 
     def _record(self, value: Any) -> Any:
         return self.redact(value) if self.redact is not None else value
+
+    def _not_reentrant(self, what: str) -> None:
+        """Refuse a call made while a callable of this journal runs, before it writes or
+        moves anything: nested steps would interleave with the running one in the log,
+        and the loop could not replay it."""
+        if self._inside is not None:
+            inside, step = self._inside
+            raise ReentrantCall(self.run_id, what, inside, step)
+
+    def _calling(self, inside: str, step: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` (awaited when it returns an awaitable), marked as running."""
+        self._inside = (inside, step)
+        try:
+            return fn(*args)
+        finally:
+            self._inside = None
+
+    def _model_failed(self, step: int, exc: BaseException) -> None:
+        self.stats.model_attempts_failed += 1
+        failed = {"step": step, "attempt": self.attempt, **failure(exc)}
+        self._append("model.call.failed", failed)
 
     # -- model calls ---------------------------------------------------------------------
 
@@ -742,14 +834,14 @@ class Journal:
                 # The failed attempt may have landed before its answer was lost (a
                 # timeout): the reconciler, asked under the new attempt's write-ahead
                 # request, decides whether the tool is called again.
-                landed, result = reconcile(key)
+                landed, result = self._calling("reconciler", step, reconcile, key)
                 if landed:
                     return key, True, self._reconciled(key, result)
             return key, False, None
         # In doubt: requested, no outcome.
         self.attempt = last or 1
         if reconcile is not None:
-            landed, result = reconcile(key)
+            landed, result = self._calling("reconciler", step, reconcile, key)
             if landed:
                 self._require_runnable()
                 return key, True, self._reconciled(key, result)

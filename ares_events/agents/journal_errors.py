@@ -14,6 +14,7 @@ __all__ = [
     "ApprovalRequired",
     "InDoubtToolCall",
     "ModelCallFailed",
+    "ReentrantCall",
     "ReplayDivergence",
     "RunNotFound",
     "RunNotRunnable",
@@ -88,6 +89,30 @@ class RunNotFound(AresError, LookupError):
 
     def __str__(self) -> str:  # LookupError's KeyError-like quoting does not apply
         return str(self.args[0]) if self.args else ""
+
+
+class ReentrantCall(AresError, RuntimeError):
+    """A journal was used from inside one of its own calls: a tool, model or reconcile
+    callable (or another caller sharing the journal meanwhile) asked it for a step while
+    that callable ran. A journal is not re-entrant; nothing was written for that call.
+
+    Attributes:
+        run_id: the run.
+        what: the nested call (``model_call``, ``tool_call 'search'``, ``patch``...).
+        inside: the callable that was running (``tool 'create'``, ``model call``...).
+        step: the step of that running callable.
+    """
+
+    def __init__(self, run_id: str, what: str, inside: str, step: int) -> None:
+        self.run_id = run_id
+        self.what = what
+        self.inside = inside
+        self.step = step
+        super().__init__(
+            f"run {run_id!r}: {what} was called while the {inside} of step {step} runs; "
+            "a journal is not re-entrant (a callable must not use its own journal); "
+            "nothing was written for it"
+        )
 
 
 class ReplayDivergence(AresError):
@@ -180,14 +205,16 @@ class ToolCallFailed(AresError):
 
 
 def journal_error_in(exc: BaseException) -> BaseException | None:
-    """The journal's own error (a run refused, not runnable, in doubt, or a replay that
-    diverged) that ``exc`` is or was raised from, following ``__cause__`` and
+    """The journal's own error (a run refused, not runnable, in doubt, a replay that
+    diverged, or a re-entrant call) that ``exc`` is or was raised from, following ``__cause__`` and
     ``__context__``; None when there is none. A framework that wraps a tool's or a
     model's exception in its own type hides it there; an adapter re-raises this one."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
-        if isinstance(cur, RunNotRunnable | ReplayDivergence | RunRefused | ApprovalRefused):
+        if isinstance(
+            cur, RunNotRunnable | ReplayDivergence | RunRefused | ReentrantCall | ApprovalRefused
+        ):
             return cur
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__

@@ -20,6 +20,7 @@ from ares_events.agents.recording import (
     rebuild_failure,
 )
 from ares_events.agents.run_info import FINISHED, IN_DOUBT
+from ares_events.errors import InvalidEvent
 
 __all__ = [
     "FINISHED",
@@ -85,13 +86,30 @@ class JournalStats:
 
 
 def reply(value: Any) -> ModelReply:
+    """What a model ``call`` returned, as a :class:`ModelReply` (its usage a new dict).
+
+    Raises:
+        InvalidEvent: the reply's usage is not a mapping (a ``ModelReply`` or a
+            ``(completion, usage)`` tuple whose second item is not one, a
+            ``{"completion", "usage"}`` dict whose usage is neither a mapping nor null).
+    """
+    usage: Any
     if isinstance(value, ModelReply):
-        return value
-    if isinstance(value, tuple) and len(value) == 2:
-        return ModelReply(value[0], dict(value[1]))
-    if isinstance(value, Mapping) and "completion" in value:
-        return ModelReply(value["completion"], dict(value.get("usage") or {}))
-    return ModelReply(value, {})
+        completion, usage, form = value.completion, value.usage, "ModelReply"
+    elif isinstance(value, tuple) and len(value) == 2:
+        completion, usage, form = value[0], value[1], "(completion, usage) tuple"
+    elif isinstance(value, Mapping) and "completion" in value:
+        # A null usage in the dict form is "not reported" (some clients send it).
+        completion, usage = value["completion"], value.get("usage")
+        usage, form = ({} if usage is None else usage), '{"completion", "usage"} dict'
+    else:
+        return ModelReply(value, {})
+    if not isinstance(usage, Mapping):
+        got = type(usage).__name__
+        raise InvalidEvent(
+            "usage", f"of the model's reply (a {form}) must be a mapping of counts, got {got}"
+        )
+    return ModelReply(completion, dict(usage))
 
 
 def failure(exc: BaseException) -> dict[str, Any]:
