@@ -38,7 +38,7 @@ module they live in) the ones defined beside the code that raises them.
     │   └── ApprovalRequired                 agents.journal_errors: needs a signed approval
     ├── RunNotFound (LookupError)            agents.journal_errors: no run has this id
     ├── ReplayDivergence                     agents.journal_errors: replay asked for another step
-    ├── ReentrantCall (RuntimeError)         agents.journal_errors: a journal used from its own callable
+    ├── ReentrantCall (RuntimeError)         agents.journal_errors: re-entrant use
     ├── ModelCallFailed                      agents.journal_errors: a recorded model failure
     ├── ToolCallFailed                       agents.journal_errors: a recorded tool failure
     ├── ApprovalRefused                      a signed approval refused; nothing ran (.run_id, .step)

@@ -125,6 +125,22 @@ def heartbeat(path: str | os.PathLike[str]) -> None:
     Path(path).touch()  # an existing file's mtime is set to now
 
 
+def _exit_cause(code: int) -> str:
+    """The death cause of a process that exited with ``code`` (``Popen.returncode``)."""
+    if code >= 0:
+        return f"exit status {code}"
+    number = -code
+    try:
+        return f"killed by signal {signal.Signals(number).name}"
+    except ValueError:
+        pass
+    # Real-time signals between SIGRTMIN and SIGRTMAX have no name of their own in Python.
+    low, high = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
+    if low is not None and high is not None and low < number < high:
+        return f"killed by signal SIGRTMIN+{number - low}"
+    return f"killed by signal {number}"
+
+
 @dataclass(slots=True)
 class ManagedAgent:
     """Bookkeeping of one supervised agent."""
@@ -203,18 +219,34 @@ class ProcessSupervisor:
         if resurrection:
             a.restarts += 1
             self.total_restarts += 1
-            record_resurrection(self.store, a.agent_id, a.instance_id, a.attempt)
-        else:
-            record_start(self.store, a.agent_id, a.instance_id)
         env = {**os.environ, **a.env, "ARES_AGENT_ID": a.agent_id}
         env["ARES_INSTANCE_ID"] = a.instance_id
         if a.heartbeat_file is not None:
             heartbeat(a.heartbeat_file)
             env["ARES_HEARTBEAT_FILE"] = str(a.heartbeat_file)
-        a.proc = subprocess.Popen(list(a.argv), env=env)  # noqa: S603 - argv from the caller
-        a.started_at = self.clock()
         a.resurrecting = False
-        logger.info("started %s as %s (pid %d)", a.agent_id, a.instance_id, a.proc.pid)
+        # The process first, then its start in the log: a command that cannot run (missing,
+        # not executable) must not leave an `agent.started` behind for a process that never
+        # was. Its failure is a death like any other (backoff, cap, flapping).
+        try:
+            proc = subprocess.Popen(list(a.argv), env=env)  # noqa: S603 - argv from the caller
+        except OSError as exc:
+            logger.warning("cannot start %s: %s", a.agent_id, exc)
+            self._died(a, f"failed to start: {exc.strerror or exc}")
+            return
+        try:
+            if resurrection:
+                record_resurrection(self.store, a.agent_id, a.instance_id, a.attempt)
+            else:
+                record_start(self.store, a.agent_id, a.instance_id)
+        except BaseException:
+            # Not in the log, so not to be left running: no supervisor would know of it.
+            proc.kill()
+            proc.wait()
+            raise
+        a.proc = proc
+        a.started_at = self.clock()
+        logger.info("started %s as %s (pid %d)", a.agent_id, a.instance_id, proc.pid)
 
     def start(self) -> None:
         """Start every registered agent, resurrecting those a previous supervisor lost.
@@ -294,10 +326,7 @@ class ProcessSupervisor:
                     a.finished = True
                     a.attempt = 0
                     continue
-                cause = f"exit status {code}"
-                if code < 0:
-                    cause = f"killed by signal {signal.Signals(-code).name}"
-                self._died(a, cause)
+                self._died(a, _exit_cause(code))
             elif a.resurrecting and not a.stopped and now >= a.next_start:
                 self._spawn(a, resurrection=True)
 

@@ -295,7 +295,8 @@ def _done(app: App, as_json: bool, info: RunInfo, line: str, **data: Any) -> int
 def _step_number(run: str, step: str) -> int:
     """STEP as a number, also given as the call's idempotency key ``RUN:STEP``."""
     text = step.removeprefix(f"{run}:")
-    if not text.isdigit() or int(text) < 1:
+    # isdigit() alone accepts superscripts and other Unicode digits that int() refuses.
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise click.BadParameter(
             f"{step!r} is not a step number (or the key {run}:N)", param_hint="STEP"
         )
@@ -354,6 +355,8 @@ def runs_resolve(
             result = json.loads(result_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise click.BadParameter("not JSON: nested too deep", param_hint="--result") from None
     key, who = _approver(app, key_file, by)
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open(write=True) as store, _operator_errors(run, "resolving it"):

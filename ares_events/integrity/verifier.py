@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import blake3
+import orjson
 
 from ares_events import chain
 from ares_events.chain import (
@@ -46,6 +47,18 @@ call's cost, few enough that a page's events die young (256 cost a garbage colle
 every page)."""
 
 __all__ = ["PAGE", "ChainVerifier", "head_problem", "malformed_reason"]
+
+
+def _decodes(e: RecordedEvent) -> bool:
+    """Whether an unsound row's inline payload and its metadata are JSON (an edited
+    row's bytes need not be)."""
+    try:
+        if e.payload_ref is None:
+            orjson.loads(e.payload_bytes)
+        orjson.loads(e.metadata_json)
+    except (orjson.JSONDecodeError, TypeError):
+        return False
+    return True
 
 
 class ChainVerifier:
@@ -99,8 +112,10 @@ class ChainVerifier:
 
         Returns the events to use: ``events`` itself when every row is a well-formed event
         (sound or not: a hash mismatch is a finding, the event still comes back, as with
-        :meth:`check`), otherwise a list without the malformed rows. The healthy run of a
-        page is checked in one call (:func:`verify_run`).
+        :meth:`check`), otherwise a list without the malformed rows and without the
+        unsound rows whose payload or metadata is not even JSON (folding them would crash
+        on bytes the chain never vouched for). The healthy run of a page is checked in one
+        call (:func:`verify_run`).
         """
         n = len(events)
         # A page of rows (a SQLite read) is checked straight from the rows, the events
@@ -114,8 +129,9 @@ class ChainVerifier:
         while i < n:
             e = events[i]
             before = len(self.findings)
-            self._check_slow(e)
-            if not any(f.kind == "malformed_row" for f in self.findings[before:]):
+            if self._check_slow(e) or (
+                not any(f.kind == "malformed_row" for f in self.findings[before:]) and _decodes(e)
+            ):
                 out.append(e)
             j = self._run(events, i + 1)
             out.extend(events[i + 1 : j])

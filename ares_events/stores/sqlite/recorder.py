@@ -441,13 +441,26 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                     conn.execute("ROLLBACK")
             raise
 
+    def _schema_version(self, value: object) -> int:
+        """The ``schema_version`` row of ``ares_meta`` as a number; a value that is not
+        one (edited, damaged) is a damaged store, never migrated from or past."""
+        # Not "-1" (it would index MIGRATIONS from the end), "4.0" nor superscript digits.
+        if (type(value) is int and value >= 0) or (
+            type(value) is str and value.isascii() and value.isdigit()
+        ):
+            return int(value)
+        raise StoreError(
+            f"cannot read schema of {self.describe()}: its schema_version in ares_meta is "
+            f"{str(value)[:40]!r}, not a version number (the database is damaged)"
+        )
+
     def _prepare_schema(self, migrate: bool) -> None:
         if self.read_only:
             try:
                 rows = self.fetch(SELECT_SCHEMA_VERSION)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read schema of {self.describe()}: {exc}") from exc
-            found = int(rows[0][0]) if rows else 0
+            found = self._schema_version(rows[0][0]) if rows else 0
             if found != SCHEMA_VERSION:
                 raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
             return
@@ -455,7 +468,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             with self._write() as c:
                 c.execute(CREATE_META)
                 row = c.execute(SELECT_SCHEMA_VERSION).fetchone()
-                found = int(row[0]) if row else 0
+                found = self._schema_version(row[0]) if row else 0
                 if found > SCHEMA_VERSION or (found < SCHEMA_VERSION and not migrate):
                     raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
                 for step in range(found, SCHEMA_VERSION):
