@@ -1,7 +1,12 @@
 """Two processes run the same session or conversation of each framework adapter, 1,000
 rounds: each round both read, then both write two items at once. Exactly one write wins
 each round, the other gets the adapter's documented conflict, and the stored history is
-the winners' pairs in round order: never interleaved, nothing lost, nothing of a loser."""
+the winners' pairs in round order: never interleaved, nothing lost, nothing of a loser.
+
+The 1,000 rounds are shared by pairs running at once on sessions of one store, each pair
+its own session: the same number of contested rounds, with other sessions' writers on the
+same file or database beside them, and every read a quarter of a 1,000-round history.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,13 @@ import ares_events as ae
 from tests.children.framework_race_child import history, writer
 
 ROUNDS = 1000
+PAIRS = 4  # writer pairs at once, a session each, ROUNDS // PAIRS rounds each
 ADAPTERS = ["openai-agents", "pydantic-ai", "google-adk"]
+FRAMEWORKS = [
+    "ares_events.integrations.openai_agents",
+    "ares_events.integrations.pydantic_ai",
+    "ares_events.integrations.google_adk",
+]
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
@@ -77,14 +88,21 @@ def test_two_processes_on_one_session_never_interleave(
     adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = _url(backend, tmp_path, request)
-    sid = f"race-{uuid.uuid4().hex[:8]}"
-    stream = _prepare(adapter, url, sid)
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2)
+    sids = [f"race-{uuid.uuid4().hex[:8]}" for _ in range(PAIRS)]
+    streams = [_prepare(adapter, url, sid) for sid in sids]
+    # A fork server imports the frameworks once and forks each writer from its clean,
+    # thread-free process: a spawned writer would spend seconds importing them.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["tests.children.framework_race_child", *FRAMEWORKS])
     out = ctx.Queue()
+    # Held until the writers have started: a barrier's semaphore goes with its last owner.
+    barriers = [ctx.Barrier(2) for _ in sids]
     procs = [
-        ctx.Process(target=writer, args=(adapter, url, sid, ROUNDS, name, barrier, out))
-        for name in ("a", "b")
+        ctx.Process(
+            target=writer, args=(adapter, url, sid, ROUNDS // PAIRS, f"{k}{w}", barriers[k], out)
+        )
+        for k, sid in enumerate(sids)
+        for w in ("a", "b")
     ]
     for p in procs:
         p.start()
@@ -92,15 +110,17 @@ def test_two_processes_on_one_session_never_interleave(
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    assert got["a"][1] == [] and got["b"][1] == [], (got["a"][1][:3], got["b"][1][:3])
-    a, b = got["a"][0], got["b"][0]
-    assert len(a) == len(b) == ROUNDS
-    expected: list[str] = []
-    for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
-        assert sorted((ra, rb)) == ["lose", "win"], f"round {i}: {ra}, {rb}"
-        w = "a" if ra == "win" else "b"
-        expected += [f"{w}-{i}-a", f"{w}-{i}-b"]
-    assert history(adapter, url, sid) == expected
+    for k, sid in enumerate(sids):
+        a, b = got[f"{k}a"], got[f"{k}b"]
+        assert a[1] == [] and b[1] == [], (a[1][:3], b[1][:3])
+        assert len(a[0]) == len(b[0]) == ROUNDS // PAIRS
+        expected: list[str] = []
+        for i, (ra, rb) in enumerate(zip(a[0], b[0], strict=True)):
+            assert sorted((ra, rb)) == ["lose", "win"], f"pair {k}, round {i}: {ra}, {rb}"
+            w = f"{k}a" if ra == "win" else f"{k}b"
+            expected += [f"{w}-{i}-a", f"{w}-{i}-b"]
+        assert history(adapter, url, sid) == expected
     with ae.open_store(url) as store:
-        report = ae.integrity.verify_stream(store, stream)
-        assert report.ok, report.findings
+        for stream in streams:
+            report = ae.integrity.verify_stream(store, stream)
+            assert report.ok, report.findings
