@@ -1,0 +1,48 @@
+"""The throwaway cluster fixture cleans up after a test run that was killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import servers
+from tests.fixtures.cell_servers import pg_nodes
+
+CHILD = """
+import sys, time
+from tests.fixtures.cell_servers import pg_nodes
+with pg_nodes(1) as ports:
+    print(ports[0], flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_runs_servers_are_stopped_by_the_next_cluster() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert child.stdout is not None
+    with child.stdout:
+        port = int(child.stdout.readline())
+    os.kill(child.pid, signal.SIGKILL)  # no teardown runs: its server is an orphan
+    child.wait()
+    owned = [
+        p.parent
+        for p in Path("/tmp").glob("ares-cells-*/owner")
+        if p.read_text().split()[0] == str(child.pid)
+    ]
+    assert len(owned) == 1 and servers.port_open("127.0.0.1", port), "the orphan should run"
+    postmaster = int((owned[0] / f"n{port}" / "postmaster.pid").read_text().split()[0])
+    with pg_nodes(1):
+        assert not owned[0].exists()
+        # The server is gone (its port may be the new cluster's by now: not a test of it).
+        assert not Path(f"/proc/{postmaster}").exists()
