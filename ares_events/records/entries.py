@@ -5,7 +5,6 @@ draft-birkholz-verifiable-agent-conversations-00 (mapping rules: docs/records.md
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any, Final
 
 __all__ = ["agent_meta", "entries_of"]
@@ -24,10 +23,6 @@ _USAGE: Final = {
 }
 
 
-def _uint(v: Any) -> bool:
-    return type(v) is int and v >= 0
-
-
 def token_usage(usage: Any) -> dict[str, Any] | None:
     """The draft's ``token-usage`` from a usage mapping (unknown keys kept as they are)."""
     if not isinstance(usage, dict) or not usage:
@@ -35,7 +30,8 @@ def token_usage(usage: Any) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for k, v in usage.items():
         name = _USAGE.get(k, str(k))
-        if name in ("input", "output", "cached", "reasoning", "total") and not _uint(v):
+        counter = name in ("input", "output", "cached", "reasoning", "total")
+        if counter and not (type(v) is int and v >= 0):
             continue  # the draft's counters are uints
         out.setdefault(name, v)
     return out or None
@@ -59,12 +55,10 @@ def _result(output: Any, call_id: Any, **more: Any) -> Entry:
 
 
 def _args(text: Any) -> Any:
-    if isinstance(text, str):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
 
 
 def _journal(type_: str, p: Any) -> list[Entry] | None:
@@ -186,12 +180,7 @@ def _adk(type_: str, p: Any) -> list[Entry] | None:
     return out
 
 
-_MAPPERS: Final[tuple[Callable[[str, Any], list[Entry] | None], ...]] = (
-    _journal,
-    _openai,
-    _pydantic,
-    _adk,
-)
+_MAPPERS: Final = (_journal, _openai, _pydantic, _adk)
 
 
 def entries_of(version: int, type_: str, at: str, payload: Any, *, erased: bool) -> list[Entry]:

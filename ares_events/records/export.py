@@ -8,11 +8,9 @@ import base64
 import importlib.metadata
 import json
 import logging
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.chain import canonical_json
@@ -47,6 +45,9 @@ DRAFT_VERSION: Final = "3.0.0-draft"
 DISCLOSURES_FORMAT: Final = "ares-events-disclosures/1"
 _TRACE_METADATA: Final = 100  # the draft's placeholder COSE header label
 _CWT_CLAIMS: Final = 15
+write_private: Final = write_new_private
+"""``write_private(path, data)``: a record file or the disclosures of a redacted export,
+written to a new file readable by its owner only (0600), never over another (ConfigError)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,16 +261,6 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
     # Sorted keys: the file is the canonical JSON of {"cose_sign1", "record"}, so the
     # record's signed bytes stand in the file as they are.
     return b'{"cose_sign1":"' + b64(detached).encode() + b'","record":' + payload + b"}\n"
-
-
-def write_private(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to a new file readable by its owner only (0600): a record file or
-    the disclosures of a redacted export. Never overwrites.
-
-    Raises:
-        ConfigError: the file exists or cannot be created.
-    """
-    return write_new_private(path, data)
 
 
 def disclosures_bytes(disclosures: dict[str, Any]) -> bytes:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
 
@@ -62,9 +62,6 @@ def redaction_digest(salt: bytes, value: Any) -> str:
     return blake3.blake3(salt + canonical(value)).hexdigest()
 
 
-# -- findings -------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class RecordFinding:
     """One failed check: what (``kind``), where (``version`` of the event, if any), why."""
@@ -104,27 +101,15 @@ class RecordReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "stream": self.stream,
-            "form": self.form,
-            "events": self.events,
-            "redacted": self.redacted,
-            "erased": self.erased,
-            "signed_by": self.signed_by,
-            "checkpoint": self.checkpoint,
-            "approvals": self.approvals,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "findings"}
+        return {"ok": self.ok, **rest, "findings": [f.to_dict() for f in self.findings]}
 
 
 class _Malformed(ValueError):
     """The input is not a record at all (reported as one ``malformed`` finding)."""
 
 
-# -- keys and signed notes (C2SP signed-note, Ed25519) ----------------------------------------
-
-
+# Keys and signed notes: C2SP signed-note, Ed25519.
 @dataclass(frozen=True, slots=True)
 class _Key:
     name: str
@@ -212,9 +197,7 @@ def _checkpoint(note: str, keys: Sequence[_Key]) -> tuple[str, int, bytes, list[
     return lines[0], int(lines[1]), root, signers
 
 
-# -- RFC 9162 Merkle proofs (SHA-256) -------------------------------------------------------
-
-
+# RFC 9162 Merkle proofs (SHA-256).
 def _leaf(data: bytes) -> bytes:
     return hashlib.sha256(b"\x00" + data).digest()
 
@@ -278,8 +261,7 @@ def consistency_ok(
     return sn == 0 and fr == old_root and sr == new_root
 
 
-# -- JSONPath normalized paths (RFC 9535 section 2.7) ---------------------------------------
-
+# JSONPath normalized paths: RFC 9535 section 2.7.
 _ESCAPES: Final = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'", "\\": "\\"}
 
 
@@ -346,9 +328,6 @@ def _placeholder(value: Any) -> str | None:
         if re.fullmatch(r"[0-9a-f]{64}", d):
             return d
     return None
-
-
-# -- loading --------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -445,9 +424,6 @@ def load_record(data: bytes) -> _Loaded:
     if not isinstance(record, dict):
         raise _Malformed("the COSE payload is not a record (a map)")
     return _Loaded(record, "cbor", payload, protected, _plain(unprotected), signature)
-
-
-# -- the checks -----------------------------------------------------------------------------
 
 
 def _check_signature(loaded: _Loaded, keys: Sequence[_Key], rep: RecordReport) -> None:
@@ -574,11 +550,9 @@ def _check_event(
             "duplicated or out of order",
             version,
         )
-    if chain_key is None:
-        link = blake3.blake3(prev + header).digest()
-    else:
-        link = blake3.blake3(prev + header, key=chain_key).digest()
-    if check_links and link != claimed:
+    link = blake3.blake3() if chain_key is None else blake3.blake3(key=chain_key)
+    link.update(prev + header)
+    if check_links and link.digest() != claimed:
         rep.add(
             "link",
             f"version {h.get('version')}: the header does not hash to the recorded "
@@ -680,36 +654,32 @@ def _check_approvals(
             asked[value.get("step")] = value.get("name")
         used = value.get("approved")
         if isinstance(used, str):
-            problems = []
+            runs = f"version {version} runs a call under approval"
+            problems = []  # each completes the sentence `runs` begins
             ah = value.get("args_hash")
             if "args" in value and payload and not payload.get("redacted"):
                 try:
                     if blake3.blake3(canonical(value["args"])).hexdigest() != ah:
-                        problems.append("its arguments do not hash to the args_hash approved")
+                        problems.append(": its arguments do not hash to the args_hash approved")
                 except (ValueError, TypeError):
-                    problems.append("its arguments are not canonical JSON")
+                    problems.append(": its arguments are not canonical JSON")
             name, want = value.get("name"), asked.get(value.get("step"))
             if name is not None and want is not None and name != want:
-                problems.append(f"it calls {name!r} where the approval request named {want!r}")
-            for p in problems:
-                rep.add("approval", f"version {version} runs a call under approval: {p}", version)
+                problems.append(f": it calls {name!r} where the approval request named {want!r}")
             if used not in nonces or used in consumed:
-                rep.add(
-                    "approval",
-                    f"version {version} runs a call under approval nonce {used[:12]}, which "
-                    "no earlier event grants or an earlier call already used",
-                    version,
+                problems.append(
+                    f" nonce {used[:12]}, which no earlier event grants or an earlier call "
+                    "already used"
                 )
             body = bodies.get(used, {})
-            call = {"action": "approve", "step": value.get("step"), "args": value.get("args_hash")}
+            call = {"action": "approve", "step": value.get("step"), "args": ah}
             wrong = [k for k, v in call.items() if body and v is not None and body.get(k) != v]
             if wrong:
-                rep.add(
-                    "approval",
-                    f"version {version} runs a call under approval nonce {used[:12]}, whose "
-                    f"{', '.join(wrong)} differ from that call's",
-                    version,
+                problems.append(
+                    f" nonce {used[:12]}, whose {', '.join(wrong)} differ from that call's"
                 )
+            for p in problems:
+                rep.add("approval", runs + p, version)
             consumed.add(used)
         note = value.get("approval")
         if not isinstance(note, str):
@@ -826,9 +796,6 @@ def _check_entries(record: Mapping[str, Any], n: int, rep: RecordReport) -> None
         last = v
 
 
-# -- disclosures ------------------------------------------------------------------------------
-
-
 def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Check disclosed values of a redacted record (the disclosures file ``export``
     wrote, or any subset of its entries).
@@ -857,13 +824,12 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
         v, path = d.get("version"), d.get("path")
         ev = events[v - 1] if type(v) is int and 0 < v <= len(events) else None
         red = ev.get("redacted") if isinstance(ev, dict) else None
-        if not isinstance(red, dict) or path not in red.get("paths", []):
-            out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
-            continue
         try:
+            if not isinstance(red, dict) or path not in red.get("paths", []):
+                raise KeyError(path)
             steps = parse_path(path)
             digest = _placeholder(_at(red["payload"], steps))
-        except (ValueError, KeyError):  # a path the redacted payload does not hold
+        except (ValueError, KeyError):  # not a path the redacted payload holds
             out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
             continue
         try:

@@ -24,7 +24,6 @@ _REWRITE = {
         "_contract_reads",
         "_contract_lifecycle",
         "_contract_erase",
-        "_contract_pages",
         "contract",
     ),
     "snapshots": ("snapshots",),

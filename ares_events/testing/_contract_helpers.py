@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import subprocess
@@ -18,10 +17,8 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from ares_events.errors import ConcurrencyError
+from ares_events.errors import ConcurrencyError, InvalidEvent
 from ares_events.stores import Capability
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["run_concurrent_appenders", "store_state"]
 
@@ -79,10 +76,14 @@ def _same_cell(store: ae.EventStore, a: str, b: str) -> bool:
 
 
 def _in_threads(
-    n: int, worker: Callable[[int], None], on_error: Callable[[], object] = lambda: None
+    n: int,
+    worker: Callable[[int], None],
+    on_error: Callable[[], object] = lambda: None,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> None:
-    """Run ``worker(0..n-1)`` on ``n`` threads and fail with what any of them raised
-    (``on_error`` runs in the thread that failed, e.g. to break a barrier)."""
+    """Run ``worker(0..n-1)`` on ``n`` threads, and ``meanwhile()`` on this one; fail with
+    what any of them raised (``on_error`` runs in the thread that failed, e.g. to break a
+    barrier) or when one of them hangs."""
     errors: list[BaseException] = []
 
     def run(t: int) -> None:
@@ -95,9 +96,19 @@ def _in_threads(
     threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
     for th in threads:
         th.start()
+    meanwhile()
     for th in threads:
         th.join(120)
+    assert not any(th.is_alive() for th in threads), "a thread hung"
     assert not errors, errors
+
+
+def _invalid(field: str, call: Callable[..., object], /, *args: Any, **kwargs: Any) -> InvalidEvent:
+    """The InvalidEvent ``call(*args, **kwargs)`` must raise, naming ``field``."""
+    with pytest.raises(InvalidEvent) as info:
+        call(*args, **kwargs)
+    assert info.value.field == field
+    return info.value
 
 
 def _require(store: ae.EventStore, cap: Capability) -> None:

@@ -4,6 +4,7 @@ close races live in the project's own tests). May import the public API.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.stores import Capability
-from ares_events.testing._contract_helpers import _evs, _require, store_state
+from ares_events.testing._contract_helpers import _evs, _in_threads, _require, store_state
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
@@ -173,30 +174,21 @@ class LifecycleContract:
         succeeds or raises StoreClosed, nothing is written after close() returns, and
         the threads end."""
         store.append("s", _evs(1))
-        errors: list[BaseException] = []
         go = threading.Event()
 
-        def work(kind: str) -> None:
+        def work(t: int) -> None:
             go.wait()
-            try:
+            with contextlib.suppress(ae.StoreClosed):  # anything else is a failure of close
                 while True:
-                    if kind == "append":
-                        store.append("s", _evs(1))
-                    else:
+                    if t % 2:
                         list(store.read("s"))
                         store.head("s")
-            except ae.StoreClosed:
-                return
-            except BaseException as exc:  # anything else is a failure of close
-                errors.append(exc)
+                    else:
+                        store.append("s", _evs(1))
 
-        threads = [threading.Thread(target=work, args=(k,)) for k in ("append", "read") * 2]
-        for t in threads:
-            t.start()
-        go.set()
-        time.sleep(0.05)
-        store.close()
-        for t in threads:
-            t.join(30)
-        assert not any(t.is_alive() for t in threads), "a thread hung after close()"
-        assert errors == [], [repr(e) for e in errors]
+        def close() -> None:
+            go.set()
+            time.sleep(0.05)
+            store.close()
+
+        _in_threads(4, work, meanwhile=close)

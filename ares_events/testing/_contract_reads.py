@@ -8,6 +8,7 @@ import threading
 import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 import pytest
@@ -22,13 +23,17 @@ from ares_events.testing._contract_helpers import (
     _cursors,
     _ev,
     _evs,
+    _in_threads,
+    _invalid,
     _require,
     store_state,
 )
 
+_IDS = ("a", "a%b", "a_b", "ab", "abc", "b", "b/1", "b/2", "é/x", "\u202e-rtl")  # for streams_page
+
 
 class ReadContract:
-    """Reads: what every store must give back, and when."""
+    """Reads, and paged listings of streams: what every store must give back, and when."""
 
     def test_read_all_global_order(self, store: ae.EventStore) -> None:
         """read_all returns every stream's events interleaved in append order."""
@@ -147,7 +152,7 @@ class ReadContract:
         assert versions(from_version=11) == []
         assert versions(from_version=1000) == []
         assert versions(to_version=1000) == list(range(1, 11))
-        top = 2**63 - 1  # the largest a column holds: every backend takes it
+        top = _MAX_I64  # the largest a column holds: every backend takes it
         assert versions(from_version=top) == []
         assert versions(to_version=top, limit=top) == list(range(1, 11))
         if not _cursors(store):  # past every position; a cell cursor may pass it
@@ -179,14 +184,9 @@ class ReadContract:
             ({"to_version": 2**63}, "to_version"),
             ({"limit": 2**63}, "limit"),
         ):
-            with pytest.raises(InvalidEvent) as ei:
-                store.read("s", **kw)
-            assert ei.value.field == field
-            assert field in str(ei.value)
+            assert field in str(_invalid(field, store.read, "s", **kw))
         for after in (-1,) if _cursors(store) else (-1, 2**63):
-            with pytest.raises(InvalidEvent) as ei:
-                store.read_all(after_position=after)
-            assert ei.value.field == "after_position"
+            _invalid("after_position", store.read_all, after_position=after)
 
     def test_read_is_lazy(self, store: ae.EventStore) -> None:
         """read/read_all return iterators; a partly consumed one blocks neither appends,
@@ -208,9 +208,8 @@ class ReadContract:
         res = store.append("big", _evs(10, n))
         assert res.version == n + 10
         assert store.append("other", [_ev()]).version == 1
-        assert [e.version for e in store.read("big", from_version=n - 1)] == list(
-            range(n - 1, n + 11)
-        )
+        tail = [e.version for e in store.read("big", from_version=n - 1)]
+        assert tail == list(range(n - 1, n + 11))
         rest = [e.version for e in it]
         # The resumed iterator continues without repeats or gaps; it may or may not see
         # the events appended after it started.
@@ -252,12 +251,8 @@ class ReadContract:
         assert isinstance(res, ae.AppendResult)
         assert res.version == 1
         e = next(store.read("agent"))
-        assert (e.type, e.module, e.payload, e.metadata) == (
-            "agent.started",
-            "runtime",
-            {"i": 1},
-            {"c": "x"},
-        )
+        assert (e.type, e.module) == ("agent.started", "runtime")
+        assert (e.payload, e.metadata) == ({"i": 1}, {"c": "x"})
         assert ae.emit(store, "agent", "agent.stopped", "runtime").version == 2
         assert list(store.read("agent"))[1].payload == {}
         with pytest.raises(ConcurrencyError):
@@ -266,44 +261,30 @@ class ReadContract:
     def test_emit_requires_module(self, store: ae.EventStore) -> None:
         """emit without a module (None or empty) raises InvalidEvent naming module."""
         for module in (None, ""):
-            with pytest.raises(InvalidEvent) as ei:
-                ae.emit(store, "agent", "agent.started", module, {})  # type: ignore[arg-type]
-            assert ei.value.field == "module"
+            _invalid("module", ae.emit, store, "agent", "agent.started", module, {})
         assert store_state(store) == ([], [])
 
     def test_recorded_event_fields(self, store: ae.EventStore) -> None:
         """Every RecordedEvent field round-trips what was appended."""
         eid = uuid.uuid4()
-        before = datetime.now(UTC)
-        res = store.append(
-            "s",
-            [
-                ae.NewEvent(
-                    type="task.created",
-                    module="runtime",
-                    payload={"task": "t1", "n": [1, 2.5, None, True], "deep": {"x": {}}},
-                    metadata={"corr": "c-1", "nested": {"a": [1]}},
-                    event_id=eid,
-                )
-            ],
+        payload = {"task": "t1", "n": [1, 2.5, None, True], "deep": {"x": {}}}
+        meta = {"corr": "c-1", "nested": {"a": [1]}}
+        new = ae.NewEvent(
+            type="task.created", module="runtime", payload=payload, metadata=meta, event_id=eid
         )
+        before = datetime.now(UTC)
+        res = store.append("s", [new])
         after = datetime.now(UTC)
         (e,) = list(store.read("s"))
         assert isinstance(e, ae.RecordedEvent)
-        assert e.stream_id == "s"
-        assert e.version == 1
-        assert e.position == res.position
-        assert e.event_id == eid
+        assert (e.stream_id, e.version, e.position, e.event_id) == ("s", 1, res.position, eid)
         assert isinstance(e.event_id, uuid.UUID)
-        assert e.type == "task.created"
-        assert e.module == "runtime"
+        assert (e.type, e.module, e.payload_ref) == ("task.created", "runtime", None)
         assert e.payload == {"task": "t1", "n": [1, 2.5, None, True], "deep": {"x": {}}}
         assert e.metadata == {"corr": "c-1", "nested": {"a": [1]}}
-        assert e.payload_ref is None
-        assert isinstance(e.prev_hash, bytes)
-        assert len(e.prev_hash) == 32
-        assert isinstance(e.hash, bytes)
-        assert len(e.hash) == 32
+        for h in (e.prev_hash, e.hash):
+            assert isinstance(h, bytes)
+            assert len(h) == 32
         ts = e.recorded_at
         assert ts.tzinfo is not None
         assert ts.utcoffset() == timedelta(0)
@@ -388,15 +369,11 @@ class ReadContract:
         store.append("s", _evs(4))
         store.append("s", [_ev()])
         rep = ae.integrity.verify_stream(store, "s")
-        assert rep.ok
-        assert rep.findings == []
-        assert rep.events_checked == 5
+        assert (rep.ok, rep.findings, rep.events_checked) == (True, [], 5)
         empty = ae.integrity.verify_stream(store, "nothing")
-        assert empty.ok
-        assert empty.events_checked == 0
+        assert (empty.ok, empty.events_checked) == (True, 0)
         audit = ae.integrity.audit(store)
-        assert audit.ok
-        assert audit.events_checked == 5
+        assert (audit.ok, audit.events_checked) == (True, 5)
 
     def test_unicode_round_trip(self, store: ae.EventStore) -> None:
         """Non-ASCII stream ids, types, modules, payloads and metadata round-trip."""
@@ -408,14 +385,8 @@ class ReadContract:
             "esc": '"\\/\n\t',
             "z": "\u00e9",
         }
-        store.append(
-            sid,
-            [
-                ae.NewEvent(
-                    type="задача.создана", module="モジュール", payload=payload, metadata={"ü": "ß"}
-                )
-            ],
-        )
+        ev = _ev(type="задача.создана", module="モジュール", payload=payload, metadata={"ü": "ß"})
+        store.append(sid, [ev])
         e = next(store.read(sid))
         assert (e.stream_id, e.type, e.module) == (sid, "задача.создана", "モジュール")
         assert e.payload == payload
@@ -434,9 +405,7 @@ class ReadContract:
         for i, sid in enumerate(ids):
             assert store.stream_version(sid) == i + 1
             assert [e.stream_id for e in store.read(sid)] == [sid] * (i + 1)
-        assert sorted(dict(store.streams()).items()) == sorted(
-            (sid, i + 1) for i, sid in enumerate(ids)
-        )
+        assert dict(store.streams()) == {sid: i + 1 for i, sid in enumerate(ids)}
 
     def test_longest_stream_id(self, store: ae.EventStore) -> None:
         """A 256-character stream id (even of 4-byte characters) is accepted."""
@@ -452,19 +421,9 @@ class ReadContract:
         nested: Any = "leaf"
         for _ in range(50):
             nested = {"d": [nested]}
-        payload = {
-            "max": _MAX_I64,
-            "min": -(2**63),
-            "f": 0.1,
-            "tiny": 5e-324,
-            "neg0": -0.0,
-            "big": 1e308,
-            "s": "x" * 100_000,
-            "nested": nested,
-            "list": [],
-            "none": None,
-            "b": False,
-        }
+        payload: dict[str, Any] = {"max": _MAX_I64, "min": -(2**63), "f": 0.1, "tiny": 5e-324}
+        payload |= {"neg0": -0.0, "big": 1e308, "s": "x" * 100_000, "nested": nested}
+        payload |= {"list": [], "none": None, "b": False}
         store.append("s", [_ev(payload=payload)])
         got = next(store.read("s")).payload
         assert got == payload
@@ -490,15 +449,15 @@ class ReadContract:
         got: list[bool] = []
         started = threading.Event()
 
-        def waiter() -> None:
+        def waiter(_: int) -> None:
             started.set()
             got.append(store.wait_for(res.position, timeout=60))
 
-        t = threading.Thread(target=waiter)
-        t.start()
-        started.wait()
-        store.append("t", [_ev()])
-        t.join(60)
+        def append() -> None:
+            started.wait()
+            store.append("t", [_ev()])
+
+        _in_threads(1, waiter, meanwhile=append)
         assert got == [True]
 
     def test_wakeups_are_native(self, store: ae.EventStore) -> None:
@@ -516,18 +475,12 @@ class ReadContract:
         _require(store, Capability.PERSISTENT)
         store.append("s", _evs(3))
         store.append("t", [_ev(payload={"ü": 1.5})])
-        before = [
-            (e.stream_id, e.version, e.position, e.event_id, e.at, e.payload, e.hash)
-            for e in store.read_all()
-        ]
+        row = attrgetter("stream_id", "version", "position", "event_id", "at", "payload", "hash")
+        before = [row(e) for e in store.read_all()]
         store.close()
         store.close()  # idempotent
         with ae.open_store(store_url) as again:
-            after = [
-                (e.stream_id, e.version, e.position, e.event_id, e.at, e.payload, e.hash)
-                for e in again.read_all()
-            ]
-            assert after == before
+            assert [row(e) for e in again.read_all()] == before
             assert list(again.streams()) == [("s", 3), ("t", 1)]
             assert again.append("s", [_ev()], expected_version=3).version == 4
             assert ae.integrity.audit(again).ok
@@ -555,3 +508,55 @@ class ReadContract:
         assert isinstance(store.url, str)
         assert "EventStore" in repr(store)
         assert ":***@" in store.url or "@" not in store.url
+
+    def test_streams_page_walks_every_stream_once(self, store: ae.EventStore) -> None:
+        """Pages of any size, chained by the last id, list every stream once, in the
+        order of streams(), with the versions of its heads."""
+        for i, sid in enumerate(_IDS):
+            store.append(sid, [_ev(n) for n in range(i % 3 + 1)])
+        expected = list(store.streams())
+        for size in (1, 3, len(_IDS), 100):
+            seen: list[tuple[str, int]] = []
+            after = ""
+            while True:
+                page = store.streams_page(after=after, limit=size)
+                assert len(page) <= size
+                seen.extend((sid, h.version) for sid, h in page)
+                if len(page) < size:
+                    break
+                after = page[-1][0]
+            assert seen == expected
+
+    def test_streams_page_prefix_is_exact(self, store: ae.EventStore) -> None:
+        """A prefix matches ids that start with it, character for character: ``%`` and
+        ``_`` are not wildcards, and paging within a prefix stops at its end."""
+        for sid in _IDS:
+            store.append(sid, [_ev(0)])
+        for prefix in ("a", "a_", "a%", "b/", "é", "\u202e", "zz"):
+            want = [sid for sid, _ in store.streams() if sid.startswith(prefix)]
+            got = [sid for sid, _ in store.streams_page(prefix=prefix, limit=100)]
+            assert got == want, prefix
+            paged: list[str] = []
+            after = ""
+            while True:
+                page = store.streams_page(prefix=prefix, after=after, limit=1)
+                if not page:
+                    break
+                paged.append(page[0][0])
+                after = page[0][0]
+            assert paged == want, prefix
+
+    def test_streams_page_heads_match(self, store: ae.EventStore) -> None:
+        """Each listed head is the stream's head (version and hash)."""
+        store.append("h1", [_ev(0), _ev(1)])
+        store.append("h2", [_ev(2)])
+        for sid, head in store.streams_page(limit=10):
+            assert head == store.head(sid)
+
+    def test_streams_page_refuses_bad_arguments(self, store: ae.EventStore) -> None:
+        """A limit below 1 or a non-string cursor is InvalidEvent, not an empty page."""
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(InvalidEvent):
+                store.streams_page(limit=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidEvent):
+            store.streams_page(after=None)  # type: ignore[arg-type]

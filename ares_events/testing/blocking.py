@@ -108,7 +108,7 @@ class BlockingProxy:
         return call
 
     def __repr__(self) -> str:
-        return f"BlockingProxy({self._target!r})"
+        return f"{type(self).__name__}({self._target!r})"
 
 
 class _BlockingRecorder(BlockingProxy):
@@ -160,19 +160,11 @@ class BlockingStore(BlockingProxy):
             object.__setattr__(self, "_snapshots", face)
         return face
 
-    @property
-    def closed(self) -> bool:
-        """See :attr:`AsyncEventStore.closed`."""
-        return bool(self._target.closed)
-
     def __enter__(self) -> BlockingStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"BlockingStore({self._target!r})"
 
 
 @contextlib.contextmanager

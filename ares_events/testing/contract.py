@@ -10,13 +10,12 @@ from __future__ import annotations
 from ares_events.testing._contract_erase import EraseContract
 from ares_events.testing._contract_helpers import run_concurrent_appenders, store_state
 from ares_events.testing._contract_lifecycle import LifecycleContract
-from ares_events.testing._contract_pages import PagesContract
 from ares_events.testing._contract_reads import ReadContract
 from ares_events.testing._contract_writes import WriteContract
 
 __all__ = ["StoreContract", "run_concurrent_appenders", "store_state"]
 
 
-class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContract, PagesContract):
+class StoreContract(WriteContract, ReadContract, LifecycleContract, EraseContract):
     """Behaviour every event store shares. Subclass it with ``store``/``store_url``
     fixtures (the module docstring)."""

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,8 +16,6 @@ from ares_events.core.snapshot_format import Snapshot, SnapshotCheck, SnapshotIn
 from ares_events.core.snapshots import make_snapshot
 from ares_events.errors import InvalidEvent, SnapshotMismatch
 from ares_events.stores import Capability
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["SnapshotContract", "append_events"]
 
@@ -40,6 +37,13 @@ def append_events(store: ae.EventStore, stream_id: str, count: int) -> list[ae.R
         ],
     )
     return list(store.read(stream_id))
+
+
+def _loaded(store: ae.EventStore, *args: Any, **kwargs: Any) -> Snapshot:
+    """``store.snapshots.load(*args, **kwargs)``, which must find a snapshot."""
+    snap = store.snapshots.load(*args, **kwargs)
+    assert snap is not None
+    return snap
 
 
 def _save_three(store: ae.EventStore) -> None:
@@ -65,17 +69,14 @@ class SnapshotContract:
         events = append_events(store, "agent-1", 3)
         snap = make_snapshot(store, "agent-1", "recovery_state", 2, STATE, 2)
         saved = store.snapshots.save(snap)
-        loaded = store.snapshots.load("agent-1", "recovery_state")
-        assert loaded is not None
+        loaded = _loaded(store, "agent-1", "recovery_state")
         assert loaded == saved == snap
         assert loaded.state == STATE
         assert loaded.state_json == canonical_json(STATE)
         assert loaded.state_digest == state_digest(canonical_json(STATE))
         assert len(loaded.state_digest) == 32
-        assert loaded.at_version == 2
-        assert loaded.at_hash == events[1].hash
-        assert loaded.projection == "recovery_state"
-        assert loaded.projection_version == 2
+        assert (loaded.at_version, loaded.at_hash) == (2, events[1].hash)
+        assert (loaded.projection, loaded.projection_version) == ("recovery_state", 2)
         assert loaded.created_at.tzinfo is not None
         assert loaded.created_at.utcoffset() == timedelta(0)
         assert loaded.created_at == snap.created_at
@@ -85,9 +86,7 @@ class SnapshotContract:
         """Loading with the snapshot's own projection version returns it."""
         append_events(store, "s", 2)
         store.snapshots.save(make_snapshot(store, "s", "p", 3, {"x": 1}, 2))
-        loaded = store.snapshots.load("s", "p", 3)
-        assert loaded is not None
-        assert loaded.state == {"x": 1}
+        assert _loaded(store, "s", "p", 3).state == {"x": 1}
 
     def test_scalar_and_empty_states_round_trip(self, store: ae.EventStore) -> None:
         """Any JSON value is a valid state: null, a number, a list, an empty object."""
@@ -95,9 +94,7 @@ class SnapshotContract:
         states: list[Any] = [None, 7, [1, "a"], {}, "text", 1.5]
         for i, state in enumerate(states):
             store.snapshots.save(make_snapshot(store, "s", f"p{i}", 1, state, 1))
-            loaded = store.snapshots.load("s", f"p{i}")
-            assert loaded is not None
-            assert loaded.state == state
+            assert _loaded(store, "s", f"p{i}").state == state
 
     def test_load_of_missing_snapshot_is_none(self, store: ae.EventStore) -> None:
         """No snapshot stored: load returns None and load_checked returns (None, None)."""
@@ -130,8 +127,7 @@ class SnapshotContract:
         events = append_events(store, "s", 5)
         store.snapshots.save(make_snapshot(store, "s", "p", 1, {"n": 2}, 2))
         store.snapshots.save(make_snapshot(store, "s", "p", 1, {"n": 5}, 5))
-        loaded = store.snapshots.load("s", "p")
-        assert loaded is not None
+        loaded = _loaded(store, "s", "p")
         assert (loaded.at_version, loaded.state, loaded.at_hash) == (5, {"n": 5}, events[4].hash)
         assert [(i.stream_id, i.projection) for i in store.snapshots.list("s")] == [("s", "p")]
 
@@ -140,9 +136,7 @@ class SnapshotContract:
         append_events(store, "s", 3)
         store.snapshots.save(make_snapshot(store, "s", "p", 1, {"v": 1}, 3))
         store.snapshots.save(make_snapshot(store, "s", "p", 2, {"v": 2}, 3))
-        loaded = store.snapshots.load("s", "p", 2)
-        assert loaded is not None
-        assert loaded.state == {"v": 2}
+        assert _loaded(store, "s", "p", 2).state == {"v": 2}
         with pytest.raises(SnapshotMismatch, match="projection version 2 != 1"):
             store.snapshots.load("s", "p", 1)
 
@@ -163,9 +157,7 @@ class SnapshotContract:
         store.snapshots.save(make_snapshot(store, "a", "p2", 1, {"who": "a/p2"}, 2))
         store.snapshots.save(make_snapshot(store, "b", "p1", 1, {"who": "b/p1"}, 2))
         for sid, proj in [("a", "p1"), ("a", "p2"), ("b", "p1")]:
-            loaded = store.snapshots.load(sid, proj)
-            assert loaded is not None
-            assert loaded.state == {"who": f"{sid}/{proj}"}
+            assert _loaded(store, sid, proj).state == {"who": f"{sid}/{proj}"}
         assert store.snapshots.load("b", "p2") is None
 
     def test_delete_one_projection(self, store: ae.EventStore) -> None:
@@ -323,9 +315,7 @@ class SnapshotContract:
         assert store.snapshots.load_checked("s", "p", 3) == SnapshotCheck(
             None, "projection version 2 != 3"
         )
-        unchecked = store.snapshots.load("s", "p", 3, verify=False)
-        assert unchecked is not None
-        assert unchecked.projection_version == 2
+        assert _loaded(store, "s", "p", 3, verify=False).projection_version == 2
 
     def test_check_reports_forged_snapshots(self, store: ae.EventStore) -> None:
         """check() names each way a snapshot can disagree with its stream."""
