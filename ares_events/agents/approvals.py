@@ -58,7 +58,7 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Approval:
-    """A parsed approval note (nothing verified yet)."""
+    """A parsed approval note."""
 
     note: str
     body: dict[str, Any]
@@ -72,7 +72,7 @@ class Approval:
 
     @classmethod
     def parse(cls, note: str, run_id: str, step: int | None) -> Approval:
-        """Parse an approval note.
+        """Parse an approval note (nothing verified).
 
         Raises:
             ApprovalForged: not an approval note.
@@ -103,13 +103,10 @@ def sign_approval(
     """An approval of ``pending``, signed with the approver's ``key``.
 
     Args:
-        key: the approver's signing key.
         pending: the call it approves and the head the approver sees now.
-        action: ``approve``, ``result`` (with ``outcome``, the result's digest) or
+        action: ``approve``, ``result`` (with ``outcome``: the result's ``hash_of``) or
             ``not_done``.
-        outcome: for ``result``: the digest of the result (the journal's ``hash_of``).
-        expires_in: seconds until it expires.
-        now: the signing time (default: now, UTC).
+        expires_in: seconds until it expires; ``now``: the signing time (default: UTC now).
 
     Raises:
         ApprovalWrongCall: an unknown ``action``, or ``outcome`` missing for ``result``.
@@ -185,17 +182,13 @@ def check_approval(
 @dataclass(slots=True)
 class Ledger:
     """A run's approval requests, the approvals presented after each and the nonces
-    consumed, read from its events in order.
-
-    An approval request is any event whose payload has ``reason`` = :data:`APPROVAL_REASON`,
-    an integer ``step`` and an ``args_hash`` (the journal's ``run.interrupted``, the
-    LangGraph gate's ``lg.interrupted``); an approval is presented by a payload's
-    ``approval`` (the note) and consumed by a payload's ``approved`` (its nonce) and
-    ``step``."""
+    consumed, read from its events in order: a request is a payload with ``reason`` =
+    :data:`APPROVAL_REASON`, an integer ``step`` and an ``args_hash`` (the journal's
+    ``run.interrupted``, the LangGraph gate's ``lg.interrupted``); a payload's ``approval``
+    presents a note, its ``approved`` (with ``step``) consumes a nonce."""
 
     requests: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    """step -> (version, payload) of the latest approval request at that step that no
-    call consumed yet (an approval must match one of these)."""
+    """step -> (version, payload) of the latest request at that step no call consumed yet."""
     presented: list[tuple[int, bytes, str]] = field(default_factory=list)
     """(version, hash of the event before it, note) of every approval, in order."""
     used: dict[str, int | None] = field(default_factory=dict)

@@ -184,18 +184,10 @@ def run_demo(
     run_id: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> DemoResult:
-    """Simulate ``agents`` agents appending about ``events`` events each, then verify.
-
-    Args:
-        store: where the agents write (any store; the CLI uses the embedded SQLite).
-        agents: number of simulated agents (one stream each).
-        events: events per agent (at least :data:`MIN_EVENTS`).
-        seed: makes the event content reproducible.
-        run_id: stream name component; a fresh unused one by default.
-        progress: called as ``progress(events_done, events_total)`` after each append.
-
-    Returns:
-        The streams written, their verification status and timings.
+    """Simulate ``agents`` agents (one stream each) appending about ``events`` events each
+    (at least :data:`MIN_EVENTS`), then verify every stream. ``seed`` makes the content
+    reproducible; ``run_id`` names the streams (default: a fresh unused one);
+    ``progress(events_done, events_total)`` is called after each append.
 
     Raises:
         ValueError: ``agents`` < 1 or ``events`` < :data:`MIN_EVENTS`.

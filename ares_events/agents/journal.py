@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ares_events.agents import run_info as runs
 from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
 
 # One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
@@ -34,8 +33,6 @@ from ares_events.agents.journal_errors import (
     ToolCallFailed,
 )
 from ares_events.agents.journal_rules import (
-    FINISHED,
-    IN_DOUBT,
     OPEN,
     SAME_STEP,
     GatePolicy,
@@ -51,6 +48,7 @@ from ares_events.agents.journal_rules import (
 )
 from ares_events.agents.journal_telemetry import RunTrace, call_span, start_run
 from ares_events.agents.recording import MISSING, Redactor, hash_of, redact_keys
+from ares_events.agents.run_info import FINISHED, IN_DOUBT, RunCounts, audit, run_counts, tokens_of
 from ares_events.agents.runs import _why_not_a_run, inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
@@ -100,7 +98,7 @@ __all__ = [
 
 
 class Journal:
-    """Write-ahead journal of one run (see the module docstring).
+    """Write-ahead journal of one run.
 
     Open the asyncio face with ``await AsyncJournal.open(store, run_id, ...)``; the
     blocking face's constructor opens the run itself.
@@ -115,12 +113,11 @@ class Journal:
         module: ``module`` of the events the journal writes.
         redact: ``redact(value) -> value`` applied to a model call's messages and params
             and a tool call's args before they are recorded, hashed and compared (e.g.
-            :func:`redact_keys`). Outcomes are recorded as returned (a replay returns them).
+            :func:`redact_keys`); outcomes are recorded as returned.
         record_prompts: False records only the hash of a model call's messages (params and
             tool args are still recorded, after ``redact``).
-        approvers: the approvers' verifier keys this journal trusts: a ``needs_approval``
-            tool call runs only under an approval signed by one of them
-            (:mod:`~ares_events.agents.approvals`). Configuration, never read from the store.
+        approvers: the verifier keys whose signed approval lets a ``needs_approval`` tool
+            call run (:mod:`~ares_events.agents.approvals`); never read from the store.
 
     A journal is not re-entrant: a tool, model or reconcile callable must not use the
     journal that called it (:class:`ReentrantCall`).
@@ -130,8 +127,7 @@ class Journal:
         RunNotFound: the stream ``run_id`` exists but is not a run (its first event is
             not ``run.started``); nothing was written to it.
         ChainIntegrityError: the run's log has integrity findings; never act on it.
-        PayloadErased: an event of the run was erased: it cannot be replayed (inspect it
-            with :meth:`inspect`).
+        PayloadErased: an event of the run was erased: it cannot be replayed.
         StoreUnavailable: the store cannot be reached.
     """
 
@@ -233,12 +229,7 @@ class Journal:
                 if self.resumed:  # the trace of the run's first incarnation, to link to
                     opening = first(self.store.read(self.run_id, 1, 1, 1))
                     origin = opening.metadata if opening is not None else None
-                run.opened(
-                    resumed=self.resumed,
-                    recovered_from=self.recovered_from,
-                    version=self.version,
-                    origin=origin,
-                )
+                run.opened(self, origin)
         except BaseException as exc:
             if run is not None:
                 run.end(self.status, exc)
@@ -248,13 +239,8 @@ class Journal:
                 run.detach(token)
         self.stats.resume_seconds = time.perf_counter() - started
 
-    # -- looking without writing ------------------------------------------------------------
-
-    # The run's state, steps, tokens, in-doubt calls and interrupt, read without appending
-    # anything (no gate, no snapshot): ``Journal.inspect(store, run_id)``.
+    # ``Journal.inspect(store, run_id)``: the run read without appending anything.
     inspect = staticmethod(inspect_run)
-
-    # -- plumbing ------------------------------------------------------------------------
 
     def __enter__(self) -> Journal:
         self._token = ACTIVE.set(self)
@@ -273,8 +259,6 @@ class Journal:
                 self._trace_token = None
             err = exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None
             run.end(self.status, err)
-
-    # -- model calls ---------------------------------------------------------------------
 
     def model_call(
         self,
@@ -334,8 +318,6 @@ class Journal:
             span.content("gen_ai.output.messages", completion)
             return completion
 
-    # -- tool calls ----------------------------------------------------------------------
-
     def tool_call(
         self,
         name: str,
@@ -352,14 +334,12 @@ class Journal:
         raises, the failed attempt is recorded and the original exception propagates;
         calling again with the same name and args retries the step with the same key.
         ``reconcile(key) -> (landed, result)`` asks the downstream system whether an
-        in-doubt call landed, and whether a failed attempt did before its answer was lost
-        (a retry after a failure asks it first and calls the tool only when it did not).
+        in-doubt call, or a failed attempt whose answer was lost, landed; the tool is
+        called again only when it did not.
 
-        ``needs_approval``: the first time the step is reached the run pauses for a signed
-        approval (:class:`ApprovalRequired`); once an approver's signed approval is
-        presented (``runs resume RUN --key FILE``), the call runs when the approval is
-        valid for this very call, now, by a key in ``approvers``, and its nonce is
-        recorded as consumed with the request. Retries of the step are the same call.
+        ``needs_approval``: the run pauses (:class:`ApprovalRequired`) until an approval
+        of this very call, signed by a key in ``approvers``, is presented (``runs resume
+        RUN --key FILE``); its nonce is consumed with the request.
 
         Raises:
             ReentrantCall: called from inside a callable of this journal.
@@ -384,8 +364,7 @@ class Journal:
                     self._run_trace.end(self.status, exc)
                 raise
             step = self.position
-            span.begun(self, done)
-            span.set("gen_ai.tool.call.id", key)
+            span.begun(self, done, key)
             if span.capturing:
                 span.content("gen_ai.tool.call.arguments", self._record(args))
             if done:
@@ -413,11 +392,7 @@ class Journal:
     ) -> Any:
         """Decorator: each call of ``fn`` is a :meth:`tool_call` of this journal (its bound
         arguments are the args; a parameter ``idempotency_key`` receives the key)."""
-
-        def decorate(f: Callable[..., Any]) -> Any:
-            return wrap_tool(lambda: self, f, name=name, idempotent=idempotent, reconcile=reconcile)
-
-        return decorate(fn) if fn is not None else decorate
+        return wrap_tool(lambda: self, fn, name=name, idempotent=idempotent, reconcile=reconcile)
 
     def step(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
         """Decorator: ``fn``'s result is recorded once and replayed after (a tool that is
@@ -445,9 +420,7 @@ class Journal:
             raise ConfigError(f"tool call {key} is not in doubt")
         payload: dict[str, Any] = {"idempotency_key": key, "resolved_by": by}
         payload["error" if error is not None else "result"] = error if error is not None else result
-        self._append("tool.returned", payload, metadata=runs.audit(by, reason, "library"))
-
-    # -- state, interrupts, end ----------------------------------------------------------
+        self._append("tool.returned", payload, metadata=audit(by, reason, "library"))
 
     def patch(self, key: str, value: Any) -> None:
         """Record a state patch (skipped when replaying a recorded step).
@@ -458,11 +431,8 @@ class Journal:
             ReentrantCall: called from inside a callable of this journal.
         """
         self._not_reentrant("patch")
-        step = self._position("patch", lambda rec: False)
-        rec = self._rec(step)
+        step, rec = self._position("patch", lambda rec: False, "a state patch")
         if rec is not None:
-            if rec.get("kind") != "patch":
-                raise kind_divergence(self.run_id, step, rec, "a state patch")
             self.replaying = True
             return
         self._new_step()
@@ -478,11 +448,8 @@ class Journal:
             ReentrantCall: called from inside a callable of this journal.
         """
         self._not_reentrant("interrupt")
-        step = self._position("interrupt", lambda rec: False)
-        rec = self._rec(step)
+        step, rec = self._position("interrupt", lambda rec: False, f"an interrupt ({reason})")
         if rec is not None:
-            if rec.get("kind") != "interrupt":
-                raise kind_divergence(self.run_id, step, rec, f"an interrupt ({reason})")
             self.replaying = True
             paused = not rec.get("resumed", False)
         else:
@@ -506,7 +473,7 @@ class Journal:
         self._not_reentrant("resume")
         if self.state["status"] != "paused":
             raise RunNotRunnable(self.run_id, self.state["status"], "only a paused run resumes")
-        self._append("run.resumed", {"by": by}, metadata=runs.audit(by, reason, "library"))
+        self._append("run.resumed", {"by": by}, metadata=audit(by, reason, "library"))
 
     def complete(self, result: Any = None) -> None:
         """Mark the run completed (idempotent).
@@ -537,8 +504,6 @@ class Journal:
         if self._run_trace is not None:
             self._run_trace.end(self.status)
 
-    # -- the decisions -----------------------------------------------------------------
-
     def _open(self, code_revision: str, prompt_hash: str, gate: GatePolicy) -> None:
         """Recover the run, then start it or pass the version gate (both append)."""
         # Before anything is folded or written: a stream that is not a run (a
@@ -560,29 +525,21 @@ class Journal:
         self.version = rep.version
         self.recovered_from = str(rep.source)
         self.resumed = rep.version > 0
-        current = (code_revision, prompt_hash)
+        opening = {"code_revision": code_revision, "prompt_hash": prompt_hash}
         if not self.resumed:
-            self._append(
-                "run.started",
-                {"code_revision": code_revision, "prompt_hash": prompt_hash},
-                NO_STREAM,
-                self._trace_metadata(),
-            )
+            self._append("run.started", opening, NO_STREAM, self._trace_metadata())
         elif self.state["status"] not in FINISHED:
             recorded = (self.state["code_revision"] or "", self.state["prompt_hash"] or "")
-            decision = gate(recorded, current)
+            decision = gate(recorded, (code_revision, prompt_hash))
             if decision not in ("resume", "migrate", "refuse"):
                 raise ConfigError(
                     f"version gate returned {decision!r}; expected resume, migrate or refuse"
                 )
-            payload = {"decision": decision, "code_revision": code_revision}
-            payload.update(prompt_hash=prompt_hash, recorded_code_revision=recorded[0])
+            payload = {"decision": decision, **opening, "recorded_code_revision": recorded[0]}
             payload["recorded_prompt_hash"] = recorded[1]
             self._append("run.gate", payload, metadata=self._trace_metadata())
             if decision == "refuse":
-                raise RunRefused(self.run_id, recorded, current)
-
-    # -- plumbing ------------------------------------------------------------------------
+                raise RunRefused(self.run_id, recorded, (code_revision, prompt_hash))
 
     @property
     def status(self) -> str:
@@ -590,10 +547,10 @@ class Journal:
         return str(self.state["status"])
 
     @property
-    def counts(self) -> runs.RunCounts:
+    def counts(self) -> RunCounts:
         """The run's numbers as its log tells them so far (the same as
         ``Journal.inspect(...).counts``, ``runs show`` and the console)."""
-        return runs.run_counts(self.state)
+        return run_counts(self.state)
 
     @property
     def patched(self) -> dict[str, Any]:
@@ -634,8 +591,7 @@ class Journal:
                 )
 
     def _trace_metadata(self) -> dict[str, Any] | None:
-        """The run span's trace context, stored with the events that open an
-        incarnation (so a resumed run can link to it)."""
+        """The run span's trace context, stored with the events that open an incarnation."""
         return self._run_trace.metadata() if self._run_trace is not None else None
 
     def _require_runnable(self) -> None:
@@ -650,21 +606,25 @@ class Journal:
         rec = self.state["steps"].get(str(step))
         return rec if isinstance(rec, dict) else None
 
-    def _position(self, kind: str, same: Callable[[dict[str, Any]], bool]) -> int:
-        """The step this call belongs to: the current one again when it is another attempt
-        of it, else the next one."""
+    def _position(
+        self, kind: str, same: Callable[[dict[str, Any]], bool], asked: str
+    ) -> tuple[int, dict[str, Any] | None]:
+        """The step this call belongs to (the current one again when it is another attempt
+        of it, else the next one) and its record (None: a new step).
+
+        Raises:
+            ReplayDivergence: the log recorded another kind of step there.
+        """
         rec = self._rec(self.position) if self.position else None
-        if (
-            rec is not None
-            and rec.get("kind") == kind
-            and rec.get("status") in SAME_STEP
-            and same(rec)
-        ):
+        if rec and rec.get("kind") == kind and rec.get("status") in SAME_STEP and same(rec):
             self._here += 1
-            return self.position
+            return self.position, rec
         self.position += 1
         self._here = 1
-        return self.position
+        rec = self._rec(self.position)
+        if rec is not None and rec.get("kind") != kind:
+            raise kind_divergence(self.run_id, self.position, rec, asked)
+        return self.position, rec
 
     def _abandon_open(self, step: int) -> None:
         rec = self._rec(step) if step > 0 else None
@@ -702,9 +662,8 @@ class Journal:
         return self.redact(value) if self.redact is not None else value
 
     def _not_reentrant(self, what: str) -> None:
-        """Refuse a call made while a callable of this journal runs, before it writes or
-        moves anything: nested steps would interleave with the running one in the log,
-        and the loop could not replay it."""
+        """Refuse, before anything moves, a call made while a callable of this journal runs:
+        its steps would interleave with the running one in the log and could not replay."""
         if self._inside is not None:
             inside, step = self._inside
             raise ReentrantCall(self.run_id, what, inside, step)
@@ -722,8 +681,6 @@ class Journal:
         failed = {"step": step, "attempt": self.attempt, **failure(exc)}
         self._append("model.call.failed", failed)
 
-    # -- model calls ---------------------------------------------------------------------
-
     def _model_begin(
         self, messages: Any, params: Mapping[str, Any] | None
     ) -> tuple[int, bool, Any]:
@@ -731,14 +688,16 @@ class Journal:
         prm = self._record(dict(params or {}))
         mh = hash_of(msgs, "messages")
         hash_of(prm, "params")  # not JSON: fail before anything is appended
-        step = self._position("model", lambda rec: rec.get("hash") == mh)
-        rec = self._rec(step)
+        req: dict[str, Any] = {"messages_hash": mh, "params": prm}
+        if self.record_prompts:
+            req["messages"] = msgs
+        if self.redact is not None:
+            req["redacted"] = True
+        step, rec = self._position("model", lambda rec: rec.get("hash") == mh, "a model call")
         if rec is None:
             self._new_step()
-            self._model_request(step, 1, mh, msgs, prm)
+            self._request("model", step, 1, req)
             return step, False, None
-        if rec.get("kind") != "model":
-            raise kind_divergence(self.run_id, step, rec, "a model call")
         if rec.get("hash") != mh:
             recorded = self._recorded_request(rec, "messages")
             raise diverged(self.run_id, step, "messages", recorded, msgs, "messages", rec, mh)
@@ -747,7 +706,7 @@ class Journal:
             self.replaying = True
             self.attempt = len(rec.get("attempts", [])) or 1
             self.stats.model_calls_from_log += 1
-            self.stats.tokens_from_log += runs.tokens_of(self.state["usage_by_step"].get(str(step)))
+            self.stats.tokens_from_log += tokens_of(self.state["usage_by_step"].get(str(step)))
             return step, True, self.state["completions"].get(str(step))
         if status == "abandoned":
             self._raise_recorded(step, rec)
@@ -760,20 +719,13 @@ class Journal:
             # under the same request; only an unanswered call can be paid twice.
             self.attempt = last or 1
             return step, False, None
-        self.attempt = last + 1
-        self._model_request(step, last + 1, mh, msgs, prm)
+        self._request("model", step, last + 1, req)
         return step, False, None
 
-    def _model_request(self, step: int, attempt: int, mh: str, msgs: Any, prm: Any) -> None:
-        payload: dict[str, Any] = {"step": step, "attempt": attempt, "messages_hash": mh}
-        payload["params"] = prm
-        if self.record_prompts:
-            payload["messages"] = msgs
-        if self.redact is not None:
-            payload["redacted"] = True
-        self._append("model.call.requested", payload)
-
-    # -- tool calls ----------------------------------------------------------------------
+    def _request(self, kind: str, step: int, attempt: int, req: dict[str, Any]) -> None:
+        """Write attempt ``attempt`` of the call at ``step`` ahead of the call."""
+        self.attempt = attempt
+        self._append(f"{kind}.call.requested", {**req, "step": step, "attempt": attempt})
 
     def _tool_begin(
         self,
@@ -789,19 +741,15 @@ class Journal:
         def same(rec: dict[str, Any]) -> bool:
             return rec.get("name") == name and rec.get("hash") in (None, ah)
 
-        step = self._position("tool", same)
-        rec = self._rec(step)
-        key = f"{self.run_id}:{step}"
+        step, rec = self._position("tool", same, f"tool {name!r}")
+        key = str((rec or {}).get("key") or f"{self.run_id}:{step}")
+        req = {"name": name, "args": recorded_args, "idempotency_key": key, "args_hash": ah}
         if rec is None:
-            approved = (
-                self._approval(step, name, recorded_args, ah, key) if needs_approval else None
-            )
+            if needs_approval:  # the approval's nonce, consumed by this call
+                req["approved"] = self._approval(step, name, recorded_args, ah, key)
             self._new_step()
-            self._tool_request(step, 1, name, recorded_args, ah, key, approved)
+            self._request("tool", step, 1, req)
             return key, False, None
-        if rec.get("kind") != "tool":
-            raise kind_divergence(self.run_id, step, rec, f"tool {name!r}")
-        key = str(rec.get("key") or key)
         if rec.get("name") != name:
             was = repr(rec.get("name"))
             detail = f"tool {name!r} requested where the log recorded {was}"
@@ -828,8 +776,7 @@ class Journal:
         if status in OPEN:
             self._require_runnable()
             self.replaying = False
-            self.attempt = last + 1
-            self._tool_request(step, last + 1, name, recorded_args, ah, key)
+            self._request("tool", step, last + 1, req)
             if status == "failed" and reconcile is not None:
                 # The failed attempt may have landed before its answer was lost (a
                 # timeout): the reconciler, asked under the new attempt's write-ahead
@@ -853,26 +800,9 @@ class Journal:
         self.replaying = False
         return key, False, None
 
-    def _tool_request(
-        self,
-        step: int,
-        attempt: int,
-        name: str,
-        args: Any,
-        ah: str,
-        key: str,
-        approved: str | None = None,
-    ) -> None:
-        payload = {"name": name, "args": args, "idempotency_key": key, "step": step}
-        payload.update(attempt=attempt, args_hash=ah)
-        if approved is not None:
-            payload["approved"] = approved  # the approval's nonce, consumed by this call
-        self._append("tool.call.requested", payload)
-
     def _approval(self, step: int, name: str, args: Any, ah: str, key: str) -> str:
-        """The nonce of the valid approval of the call at ``step``, checked before it runs
-        (nothing is written when it is refused); else pause the run for one, naming the
-        call and its (recorded) arguments: what the approver is asked to approve."""
+        """The nonce of the valid approval of the call at ``step`` (nothing is written when
+        it is refused); else pause the run for one, naming the call and its arguments."""
         self._require_runnable()
         if not self.approvers:
             raise ConfigError(

@@ -17,7 +17,6 @@ from ares_events.errors import ConfigError
 
 __all__ = ["ACTIVE", "journaled_step", "journaled_tool", "wrap_tool"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
 KEY_PARAM = "idempotency_key"
 
@@ -35,17 +34,22 @@ def _jsonable(value: Any) -> Any:
 
 def wrap_tool(
     get_journal: Callable[[], Any],
-    fn: F,
+    fn: Callable[..., Any] | None,
     *,
     name: str | None,
     idempotent: bool,
     reconcile: Callable[[str], Any] | None,
-) -> F:
-    """``fn`` wrapped so that each call is a journaled tool call of ``get_journal()``.
+) -> Any:
+    """``fn`` wrapped so that each call is a journaled tool call of ``get_journal()``; with
+    ``fn`` None, the decorator that wraps a function so.
 
     Raises:
         ConfigError: ``fn`` takes ``idempotency_key`` positionally only.
     """
+    if fn is None:
+        return functools.partial(
+            wrap_tool, get_journal, name=name, idempotent=idempotent, reconcile=reconcile
+        )
     sig = inspect.signature(fn)
     key_param = sig.parameters.get(KEY_PARAM)
     if key_param is not None and key_param.kind is inspect.Parameter.POSITIONAL_ONLY:
@@ -74,8 +78,8 @@ def wrap_tool(
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             return await wrapper(*args, **kwargs)
 
-        return async_wrapper  # type: ignore[return-value]
-    return wrapper  # type: ignore[return-value]
+        return async_wrapper
+    return wrapper
 
 
 def _current() -> Any:
@@ -121,10 +125,7 @@ def journaled_tool(
         ConfigError: (at call time) no journal is active.
     """
 
-    def decorate(f: Callable[..., Any]) -> Any:
-        return wrap_tool(_current, f, name=name, idempotent=idempotent, reconcile=reconcile)
-
-    return decorate(fn) if fn is not None else decorate
+    return wrap_tool(_current, fn, name=name, idempotent=idempotent, reconcile=reconcile)
 
 
 @overload
@@ -144,5 +145,4 @@ def journaled_step(fn: Callable[..., Any] | None = None, /, *, name: str | None 
     Raises:
         ConfigError: (at call time) no journal is active.
     """
-    decorate = journaled_tool(name=name, idempotent=True)
-    return decorate(fn) if fn is not None else decorate
+    return wrap_tool(_current, fn, name=name, idempotent=True, reconcile=None)

@@ -92,15 +92,13 @@ class RunNotFound(AresError, LookupError):
 
 
 class ReentrantCall(AresError, RuntimeError):
-    """A journal was used from inside one of its own calls: a tool, model or reconcile
-    callable (or another caller sharing the journal meanwhile) asked it for a step while
-    that callable ran. A journal is not re-entrant; nothing was written for that call.
+    """A journal was asked for a step while one of its own tool, model or reconcile
+    callables ran (a journal is not re-entrant); nothing was written for that call.
 
     Attributes:
         run_id: the run.
         what: the nested call (``model_call``, ``tool_call 'search'``, ``patch``...).
-        inside: the callable that was running (``tool 'create'``, ``model call``...).
-        step: the step of that running callable.
+        inside, step: the callable that was running (``tool 'create'``...) and its step.
     """
 
     def __init__(self, run_id: str, what: str, inside: str, step: int) -> None:
@@ -150,7 +148,7 @@ class ReplayDivergence(AresError):
 
 class ModelCallFailed(AresError):
     """A model call's recorded failure, replayed when the exception's own class is not
-    loaded in this process (live, the journal re-raises the original exception).
+    loaded in this process (live, the original is re-raised).
 
     Attributes:
         run_id, step, attempt: where.
@@ -173,10 +171,9 @@ class ModelCallFailed(AresError):
 
 
 class ToolCallFailed(AresError):
-    """A tool call's recorded failure replayed as a library error: the outcome a human
-    recorded (``resolve_tool_call(key, error=...)``), an error outcome of an older log, or a
-    failed attempt whose exception class is not loaded in this process (live, the journal
-    re-raises the original exception).
+    """A tool call's recorded failure replayed: an error outcome (a human's
+    ``resolve_tool_call(key, error=...)``, or an older log's), or a failed attempt whose
+    exception class is not loaded in this process (live, the original is re-raised).
 
     Attributes:
         run_id, key: the run and the call's idempotency key.
@@ -206,9 +203,8 @@ class ToolCallFailed(AresError):
 
 def journal_error_in(exc: BaseException) -> BaseException | None:
     """The journal's own error (a run refused, not runnable, in doubt, a replay that
-    diverged, or a re-entrant call) that ``exc`` is or was raised from, following ``__cause__`` and
-    ``__context__``; None when there is none. A framework that wraps a tool's or a
-    model's exception in its own type hides it there; an adapter re-raises this one."""
+    diverged, a re-entrant call) that ``exc`` is or was raised from (through ``__cause__``
+    and ``__context__``), else None: what an adapter re-raises when a framework wrapped it."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:

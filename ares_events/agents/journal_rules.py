@@ -19,12 +19,9 @@ from ares_events.agents.recording import (
     first_difference,
     rebuild_failure,
 )
-from ares_events.agents.run_info import FINISHED, IN_DOUBT
 from ares_events.errors import InvalidEvent
 
 __all__ = [
-    "FINISHED",
-    "IN_DOUBT",
     "OPEN",
     "SAME_STEP",
     "GatePolicy",
@@ -89,9 +86,7 @@ def reply(value: Any) -> ModelReply:
     """What a model ``call`` returned, as a :class:`ModelReply` (its usage a new dict).
 
     Raises:
-        InvalidEvent: the reply's usage is not a mapping (a ``ModelReply`` or a
-            ``(completion, usage)`` tuple whose second item is not one, a
-            ``{"completion", "usage"}`` dict whose usage is neither a mapping nor null).
+        InvalidEvent: the reply's usage is not a mapping (nor null, in the dict form).
     """
     usage: Any
     if isinstance(value, ModelReply):

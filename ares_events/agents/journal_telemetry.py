@@ -57,13 +57,13 @@ class RunTrace:
             self.detach(token)
         return {TRACE_KEY: ctx} if ctx else None
 
-    def opened(self, *, resumed: bool, recovered_from: str, version: int, origin: Any) -> None:
-        """After the run is open: what recovery found, and a link to the trace of the
-        run's first incarnation (``origin``: the metadata of its ``run.started``)."""
+    def opened(self, journal: Any, origin: Any) -> None:
+        """After ``journal`` opened the run: what recovery found, and a link to the trace of
+        the run's first incarnation (``origin``: the metadata of its ``run.started``)."""
         span = self._span
-        span.set_attribute("ares_events.journal.resumed", resumed)
-        span.set_attribute("ares_events.recovery.source", recovered_from)
-        span.set_attribute("ares_events.stream.version", version)
+        span.set_attribute("ares_events.journal.resumed", journal.resumed)
+        span.set_attribute("ares_events.recovery.source", journal.recovered_from)
+        span.set_attribute("ares_events.stream.version", journal.version)
         if isinstance(origin, Mapping):
             link = telemetry.link_to(origin.get(TRACE_KEY), {"ares_events.link": "resumes"})
             if link is not None and link.context.span_id != span.get_span_context().span_id:
@@ -113,8 +113,9 @@ class CallSpan:
             otel = tel.otel
             self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
 
-    def begun(self, journal: Any, from_log: bool) -> None:
-        """After the log was consulted: step, attempt and whether the log answers."""
+    def begun(self, journal: Any, from_log: bool, call_id: str | None = None) -> None:
+        """After the log was consulted: step, attempt, whether the log answers (and the
+        tool call's id)."""
         self._from_log = from_log or bool(journal.replaying)
         self._attempt = int(journal.attempt)
         span = self._span
@@ -122,6 +123,8 @@ class CallSpan:
             span.set_attribute("ares_events.journal.step", int(journal.position))
             span.set_attribute("ares_events.journal.attempt", int(journal.attempt))
             span.set_attribute("ares_events.journal.from_log", self._from_log)
+            if call_id is not None:
+                span.set_attribute("gen_ai.tool.call.id", call_id)
 
     @property
     def capturing(self) -> bool:
@@ -156,11 +159,6 @@ class CallSpan:
                 if self.model:
                     attrs["gen_ai.request.model"] = self.model
                 m.genai_tokens.record(n, attrs)
-
-    def set(self, key: str, value: Any) -> None:
-        """A span attribute (an identifier, count or flag)."""
-        if self._span is not None:
-            self._span.set_attribute(key, value)
 
     def __enter__(self) -> CallSpan:
         return self
@@ -205,7 +203,7 @@ class _NoCall:
     def _nothing(self, *args: Any) -> None:
         """Nothing recorded."""
 
-    begun = content = usage = set = _nothing
+    begun = content = usage = _nothing
 
     def __enter__(self) -> _NoCall:
         return self

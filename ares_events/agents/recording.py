@@ -71,9 +71,6 @@ def redact_keys(*names: str, replacement: str = "[redacted]") -> Redactor:
     return redact
 
 
-# -- the first difference ---------------------------------------------------------------
-
-
 class _Absent:
     def __repr__(self) -> str:
         return ABSENT
@@ -89,11 +86,9 @@ def _key_path(path: str, key: str) -> str:
 
 
 def first_difference(recorded: Any, current: Any, path: str) -> tuple[str, Any, Any] | None:
-    """The first place where two JSON values differ, as ``(path, recorded, current)``.
-
-    Objects are walked in sorted key order and lists in index order; a key or item present
-    on one side only is reported with :data:`MISSING` on the other. Scalars compare by their
-    canonical JSON (so ``1`` and ``1.0`` differ, as their hashes do).
+    """The first place where two JSON values differ, as ``(path, recorded, current)``
+    (objects in sorted key order; :data:`MISSING` for a side without that key or item).
+    Scalars compare by their canonical JSON (``1`` and ``1.0`` differ, as their hashes do).
     """
     if isinstance(recorded, dict) and isinstance(current, dict):
         for key in sorted(set(recorded) | set(current), key=str):
@@ -157,9 +152,6 @@ def describe(recorded: Any, current: Any, width: int = SHOWN_CHARS) -> tuple[str
     return shorten(_json_text(recorded), width), shorten(_json_text(current), width)
 
 
-# -- failures ------------------------------------------------------------------------------
-
-
 _SEEN: weakref.WeakValueDictionary[str, type[BaseException]] = weakref.WeakValueDictionary()
 _REPLAY_CLASSES: weakref.WeakKeyDictionary[type[BaseException], type[BaseException]] = (
     weakref.WeakKeyDictionary()
@@ -217,10 +209,8 @@ def _replay_class(cls: type[BaseException]) -> type[BaseException]:
 
 def rebuild_failure(path: str | None, message: str, note: str) -> BaseException | None:
     """An exception of the recorded class ``path`` whose ``str()`` is the recorded
-    ``message``, or None when that class is not loaded in this process (or cannot be
-    subclassed). Its constructor is not called: attributes the original set in
-    ``__init__`` are absent; ``args`` is ``(message,)``.
-    """
+    ``message`` (its ``__init__`` not called: ``args`` is ``(message,)``), or None when
+    that class is not loaded in this process (or cannot be subclassed)."""
     if not path:
         return None
     cls = _resolve(path)

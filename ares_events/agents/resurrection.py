@@ -148,8 +148,7 @@ class FakeTicketing:
 
 
 def _open_from_env() -> EventStore:
-    """Open the store the driver configured (URL, blobs, cache, chain key: all from the
-    environment, the way every ares-events process is configured)."""
+    """Open the store the driver configured in the environment (as any ares-events process)."""
     settings = Settings.from_env()
     if not settings.store_url:
         raise SystemExit("ARES_STORE_URL is not set (the demo driver sets it)")

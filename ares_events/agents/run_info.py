@@ -68,15 +68,10 @@ def audit(by: str, reason: str | None, via: str) -> dict[str, Any]:
     return meta
 
 
-# -- the run's numbers -----------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class RunCounts:
-    """A run's numbers, each defined once, here, from its fold. ``runs list/show``, the
-    console's run pages, ``Journal.inspect`` and the demo's report all show these (the same
-    word means the same number everywhere; docs/guide-journal.md, "A run's numbers").
-    """
+    """A run's numbers, each defined once, here, from its fold: ``runs list/show``, the
+    console, ``Journal.inspect`` and the demo all show these (docs/guide-journal.md)."""
 
     steps: int
     """Numbered steps the run recorded: each model call, tool call, state patch and
@@ -87,15 +82,12 @@ class RunCounts:
     retries: int
     """Attempts after the first of their step (``attempts`` minus the call steps)."""
     tokens: int
-    """Tokens of its recorded model answers, each answered step once: ``total_tokens`` of
-    the usage, else the sum of its integer values (:func:`tokens_of`)."""
+    """Tokens of its recorded model answers, each answered step once (:func:`tokens_of`)."""
     recoveries: int
-    """Times a new incarnation (a restarted or resurrected process) picked the run up from
-    its log to go on: its ``run.gate`` events that did not refuse. Opening a finished run
-    appends nothing and is not one."""
+    """Times a new incarnation picked the run up from its log to go on: its ``run.gate``
+    events that did not refuse (opening a finished run is not one)."""
     resumes: int
-    """Interrupts answered: its ``run.resumed`` events (``ares-events runs resume``,
-    ``Journal.resume``, the console's resume)."""
+    """Interrupts answered: its ``run.resumed`` events."""
 
     def to_dict(self) -> dict[str, int]:
         """JSON-ready form (the keys are the field names)."""
@@ -114,9 +106,6 @@ def run_counts(state: Mapping[str, Any]) -> RunCounts:
         recoveries=int(state["recoveries"]),
         resumes=int(state["resumes"]),
     )
-
-
-# -- views ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

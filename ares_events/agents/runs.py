@@ -95,13 +95,8 @@ def _why_not_a_run(store: EventStore, run_id: str) -> str | None:
 
 
 def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> RunInfo:
-    """The run ``run_id`` as its log tells it, appending nothing.
-
-    Args:
-        store: the event store.
-        run_id: the run (its stream id).
-        requests: also load what each model and tool step asked (one more read of the
-            stream; payloads spilled to blobs are fetched).
+    """The run ``run_id`` as its log tells it, appending nothing. ``requests``: also load
+    what each model and tool step asked (one more read of the stream).
 
     Raises:
         RunNotFound: no stream ``run_id``, or a stream that is not a run.
@@ -162,9 +157,6 @@ def list_runs(store: EventStore, *, status: str | None = None) -> list[RunInfo]:
     return out
 
 
-# -- operating ------------------------------------------------------------------------------
-
-
 def _checked(store: EventStore, run_id: str) -> RunInfo:
     info = inspect_run(store, run_id, requests=False)
     if info.findings:
@@ -218,11 +210,7 @@ def pending_call(store: EventStore, run_id: str, step: int | None = None) -> Pen
         args = str(req[1].get("args_hash"))
     else:
         s = info.step(step)
-        args = (
-            s.request_hash
-            if s is not None and s.request_hash
-            else hash_of(interrupt.get("reason"), "reason")
-        )
+        args = (s.request_hash if s else None) or hash_of(interrupt.get("reason"), "reason")
     return Pending(run_id, step, args, head)
 
 
@@ -234,13 +222,15 @@ def _approved(
     pending: Pending,
     action: str,
     outcome: str | None = None,
-) -> None:
-    """Refuse (typed, before anything is appended) an approval that is not valid now."""
+) -> dict[str, Any]:
+    """``{"approval": approval}`` once checked valid now (else a typed refusal, before
+    anything is appended)."""
     if not approvers:
         raise ConfigError("checking a signed approval needs the trusted approver keys")
     ledger, _head = ledger_of(store, run_id)
     used = ledger.used_before(2**62)
     check_approval(approval, pending, trusted=approvers, used=used, action=action, outcome=outcome)
+    return {"approval": approval}
 
 
 def resolve_step(
@@ -256,13 +246,12 @@ def resolve_step(
     approval: str | None = None,
     approvers: Sequence[VerifierKey] | None = None,
 ) -> RunInfo:
-    """Settle the in-doubt tool call at ``step``: it landed with ``result`` (recorded as
-    its outcome, returned to the loop on replay), or it did ``not_done`` (the next attempt
-    runs it again with the same idempotency key). Appends one event.
+    """Settle the in-doubt tool call at ``step``: it landed with ``result`` (its outcome,
+    returned to the loop on replay), or it did ``not_done`` (the next attempt runs it
+    again with the same idempotency key). Appends one event.
 
-    ``approval``: the verdict signed by an approver (action ``result`` naming the digest
-    of ``result``, or ``not_done``: :func:`~ares_events.agents.approvals.sign_approval`),
-    checked against ``approvers`` before anything is appended and kept in the event.
+    ``approval``: the verdict an approver signed (action ``result`` or ``not_done``,
+    :func:`~ares_events.agents.approvals.sign_approval`), checked against ``approvers`` first.
 
     Raises:
         RunNotFound: no such run.
@@ -296,8 +285,7 @@ def resolve_step(
         pending = Pending(run_id, step, s.request_hash or "", head.hash if head else b"")
         outcome = None if not_done else hash_of(result, "result")
         action = "not_done" if not_done else "result"
-        _approved(store, run_id, approval, approvers, pending, action, outcome)
-        signed["approval"] = approval
+        signed = _approved(store, run_id, approval, approvers, pending, action, outcome)
     if not_done:
         payload = {"idempotency_key": s.key, "by": by, **signed}
         return _append(store, info, "tool.call.not_done", payload, meta)
@@ -318,11 +306,9 @@ def resume_run(
     """Answer the run's interrupt: append ``run.resumed``; the next incarnation of the
     loop goes on past it.
 
-    ``approval``: an approver's signed approval of the pending call
-    (:func:`pending_call`, :func:`~ares_events.agents.approvals.sign_approval`), checked
-    against ``approvers`` before anything is appended and kept in the event; a journal
-    that trusts the key lets a ``needs_approval`` call run under it (once). A run whose
-    journal refused an approval is still running: it takes a new approval the same way.
+    ``approval``: an approver's signed approval of the :func:`pending_call`, checked
+    against ``approvers`` first; a journal that trusts the key lets a ``needs_approval``
+    call run under it, once. A running run whose journal refused one takes a new one.
 
     Raises:
         RunNotFound: no such run.
@@ -338,8 +324,7 @@ def resume_run(
     signed: dict[str, Any] = {}
     if approval is not None:
         pending = pending_call(store, run_id)
-        _approved(store, run_id, approval, approvers, pending, "approve")
-        signed["approval"] = approval
+        signed = _approved(store, run_id, approval, approvers, pending, "approve")
     if info.status not in ("paused", "in_doubt") and not signed:
         raise RunNotRunnable(run_id, info.status, "only a paused run resumes")
     if info.status == "in_doubt" and info.in_doubt:

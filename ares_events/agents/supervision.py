@@ -1,5 +1,4 @@
-"""Supervisor hooks over a store (:func:`restore`, :func:`record_start`,
-:func:`record_death`, :func:`record_resurrection`, :func:`record_stop`,
+"""Supervisor hooks over a store (:func:`restore`, the ``record_*`` functions,
 :func:`flapping`) and :class:`ProcessSupervisor`, a small reference supervisor of OS
 processes (docs/guide-journal.md).
 """
@@ -173,8 +172,7 @@ class ProcessSupervisor:
         max_restarts: restart cap per agent (resurrections after deaths); 0 means no cap.
         backoff_base, backoff_cap: the backoff schedule (1 s to 30 s by default).
         on_flap: called with a :class:`FlapSignal` after every death while the agent is
-            flapping (``flap_deaths`` deaths within ``flap_window_s``), so an alert
-            repeats until the agent calms down.
+            flapping (``flap_deaths`` deaths within ``flap_window_s``).
     """
 
     def __init__(
@@ -249,25 +247,20 @@ class ProcessSupervisor:
         logger.info("started %s as %s (pid %d)", a.agent_id, a.instance_id, proc.pid)
 
     def start(self) -> None:
-        """Start every registered agent, resurrecting those a previous supervisor lost.
-
-        An agent whose recovered status is ``running`` or ``dead`` (its previous
-        incarnation died with the previous supervisor) is recorded dead and resurrected;
-        a ``stopped`` agent is left alone.
-        """
+        """Start every registered agent; one a previous supervisor lost (recovered status
+        ``running``, then recorded dead, or ``dead``) is resurrected, a ``stopped`` one not."""
         for a in self.agents.values():
             st = restore(self.store, a.agent_id).state
             a.restarts = int(st["restarts"])
             if st["status"] == "stopped":
                 a.stopped = True
                 continue
-            if st["status"] in ("running", "dead"):
-                if st["status"] == "running":
-                    record_death(self.store, a.agent_id, "lost: its supervisor died")
+            if st["status"] == "running":
+                record_death(self.store, a.agent_id, "lost: its supervisor died")
+            lost = st["status"] in ("running", "dead")
+            if lost:
                 a.attempt = a.restarts + 1
-                self._spawn(a, resurrection=True)
-            else:
-                self._spawn(a, resurrection=False)
+            self._spawn(a, resurrection=lost)
 
     def stop(self, agent_id: str, reason: str = "requested", *, timeout: float = 10.0) -> None:
         """Voluntary stop: mark stopped (in memory and in the log) *then* signal."""
@@ -309,12 +302,11 @@ class ProcessSupervisor:
         for a in self.agents.values():
             if a.proc is not None:
                 code = a.proc.poll()
-                if code is None and self._heartbeat_missed(a, now):
-                    a.proc.kill()
-                    a.proc.wait()
-                    self._died(a, f"missed heartbeat ({self.heartbeat_timeout:g}s)")
-                    continue
                 if code is None:
+                    if self._heartbeat_missed(a, now):
+                        a.proc.kill()
+                        a.proc.wait()
+                        self._died(a, f"missed heartbeat ({self.heartbeat_timeout:g}s)")
                     continue
                 a.proc = None
                 if a.stopped:

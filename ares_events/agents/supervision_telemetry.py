@@ -29,54 +29,51 @@ def cause_kind(cause: str) -> str:
     return "other"
 
 
-def _emit(event: str, attrs: dict[str, Any], measure: Callable[[Any], object]) -> None:
-    """``event`` on the current span and ``measure(instruments)`` when metrics are on."""
+def _emit(
+    event: str, agent_id: str, attrs: dict[str, Any], measure: Callable[[Any], object]
+) -> None:
+    """``event`` about ``agent_id`` on the current span, and ``measure(instruments)`` when
+    metrics are on."""
     tel = telemetry.current()
     if tel is None:
         return
-    tel.add_event(event, attrs)
+    tel.add_event(event, {"ares_events.agent.id": agent_id, **attrs})
     if tel.metrics is not None:
         measure(tel.metrics)
 
 
 def death(agent_id: str, cause: str) -> None:
     """An agent died: a span event (with its id and cause) and a counted death."""
-    cause_attr = {"ares_events.death.cause": cause_kind(cause)}
-    attrs = {"ares_events.agent.id": agent_id, **cause_attr}
-    _emit("ares_events.agent.death", attrs, lambda m: m.deaths.add(1, cause_attr))
+    kind = {"ares_events.death.cause": cause_kind(cause)}
+    _emit("ares_events.agent.death", agent_id, kind, lambda m: m.deaths.add(1, kind))
 
 
 def resurrection(agent_id: str, attempt: int) -> None:
     """An agent was resurrected."""
-    attrs = {"ares_events.agent.id": agent_id, "ares_events.attempt": attempt}
-    _emit("ares_events.agent.resurrection", attrs, lambda m: m.resurrections.add(1))
+    attrs = {"ares_events.attempt": attempt}
+    _emit("ares_events.agent.resurrection", agent_id, attrs, lambda m: m.resurrections.add(1))
 
 
 def backoff(agent_id: str, attempt: int, delay: float) -> None:
     """A supervisor waits ``delay`` seconds before resurrecting an agent."""
-    attrs = {
-        "ares_events.agent.id": agent_id,
-        "ares_events.attempt": attempt,
-        "ares_events.backoff.seconds": delay,
-    }
-    _emit("ares_events.supervisor.backoff", attrs, lambda m: m.backoff.record(delay))
+    attrs = {"ares_events.attempt": attempt, "ares_events.backoff.seconds": delay}
+    _emit("ares_events.supervisor.backoff", agent_id, attrs, lambda m: m.backoff.record(delay))
 
 
 def flapping(agent_id: str, deaths: int, rule: tuple[int, float]) -> None:
     """An agent is flapping (``deaths`` deaths within the rule's window)."""
     attrs = {
-        "ares_events.agent.id": agent_id,
         "ares_events.deaths": deaths,
         "ares_events.flap.deaths": rule[0],
         "ares_events.flap.window_s": float(rule[1]),
     }
-    _emit("ares_events.agent.flapping", attrs, lambda m: m.flapping.add(1))
+    _emit("ares_events.agent.flapping", agent_id, attrs, lambda m: m.flapping.add(1))
 
 
 def gave_up(agent_id: str, restarts: int) -> None:
     """An agent reached the restart cap and is left dead."""
-    attrs = {"ares_events.agent.id": agent_id, "ares_events.restarts": restarts}
-    _emit("ares_events.agent.gave_up", attrs, lambda m: m.gave_up.add(1))
+    attrs = {"ares_events.restarts": restarts}
+    _emit("ares_events.agent.gave_up", agent_id, attrs, lambda m: m.gave_up.add(1))
 
 
 def supervising(agents: int) -> Any:
