@@ -79,8 +79,6 @@ __all__ = [
     "pass_app",
 ]
 
-logger = logging.getLogger(__name__)
-
 install_global_options(cli)  # --store, --blobs, -v, -q after the subcommand too
 
 
@@ -127,19 +125,16 @@ _EXIT_BY_ERROR: tuple[tuple[type[AresError] | tuple[type[AresError], ...], str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; return the exit code (console script ``ares-events``).
+    """Run the CLI; return the exit code (console script ``ares-events``): 0 clean,
+    1 findings, 2 usage or config error, 3 store unavailable, 4 internal error, 5 conflict
+    (another writer changed the store first; run it again), 130 aborted.
 
     An error is one line on stderr; with ``--json`` also one JSON object on stdout,
     ``{"error": {"kind", "type", "message", "exit_code"}}``, ``kind`` being ``usage``,
-    ``config`` (both exit 2), ``findings`` (1), ``unavailable`` (3), ``internal`` (4) or
-    ``aborted`` (130).
+    ``config``, ``findings``, ``unavailable``, ``conflict``, ``internal`` or ``aborted``.
 
     Args:
         argv: arguments without the program name; ``sys.argv[1:]`` when None.
-
-    Returns:
-        0 clean, 1 findings, 2 usage or config error, 3 store unavailable, 4 internal
-        error, 5 conflict (another writer changed the store first; run it again).
     """
     app = App()
     saved_level = logging.getLogger("ares_events").level

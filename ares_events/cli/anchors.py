@@ -1,8 +1,9 @@
 """CLI command ``anchor``: a signed checkpoint to a location outside the store, or check
-the anchors there.
-"""
+the anchors there."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -21,6 +22,7 @@ from ares_events.cli.common import (
     vkey_option,
 )
 from ares_events.core.recorder import backend_of
+from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
 from ares_events.integrity.checkpoints import b64
 from ares_events.stores.settings import Settings
 
@@ -67,10 +69,6 @@ def anchor_cmd(
       ares-events anchor --key log.key
       ares-events anchor --to s3://audit-bucket/ares --check --vkey log.vkey --json
     """
-    from pathlib import Path
-
-    from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
-
     settings = Settings.from_env()
     key = load_signing_key(app, key_file, required=False)
     if key is None and not check:
@@ -99,20 +97,18 @@ def anchor_cmd(
 
             signed = MerkleLog(store).sign(key)
             where = write_checkpoint_note(url, signed.text, signed.checkpoint.size)
+    if check and as_json:
+        return app.json({"store": app.url, **report.to_dict()}, report.ok)
     if check:
-        if as_json:
-            app.json({"store": app.url, **report.to_dict()})
-        else:
-            keys_note = " (keys recorded in the store)" if report.keys_from == "store" else ""
-            line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}{keys_note}"
-            app.out.print(verdict(report.ok, f"{line}, {len(report.findings)} finding(s)"))
-            if not report.ok:
-                _print_findings(app, report.findings)
+        keys_note = " (keys recorded in the store)" if report.keys_from == "store" else ""
+        line = f"{report.anchors_checked} signed checkpoint(s) in {report.location}{keys_note}"
+        app.out.print(verdict(report.ok, f"{line}, {len(report.findings)} finding(s)"))
+        if not report.ok:
+            _print_findings(app, report.findings)
         return EXIT_OK if report.ok else EXIT_FINDINGS
     cp = signed.checkpoint
     if as_json:
         data = {"store": app.url, "location": where, "checkpoint": signed.text}
-        app.json({**data, "tree_size": cp.size, "root": b64(cp.root)})
-    else:
-        app.say(f"anchored {cp.origin} at size {cp.size} to {where}")
+        return app.json({**data, "tree_size": cp.size, "root": b64(cp.root)})
+    app.say(f"anchored {cp.origin} at size {cp.size} to {where}")
     return EXIT_OK

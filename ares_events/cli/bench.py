@@ -7,17 +7,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.table import Table
 
 from ares_events.cli.common import EXIT_FINDINGS, EXIT_OK, App, add_columns, cli, json_app, text
 from ares_events.core.events import NewEvent
+from ares_events.core.store import EventStore
 from ares_events.projections.recovery import replay
-
-if TYPE_CHECKING:
-    from ares_events.core.store import EventStore
 
 __all__ = ["BenchResult", "run_bench"]
 
@@ -93,9 +91,6 @@ def run_bench(
     return res
 
 
-# -- the command ------------------------------------------------------------------------------
-
-
 @cli.command(name="bench")
 @click.option(
     "--events",
@@ -121,8 +116,7 @@ def bench_cmd(app: App, events: int, as_json: bool) -> int:
         result = run_bench(store, events=events, progress=None if as_json else app.note)
     chain_ok = all(row.get("ok", True) for row in result.rows)
     if as_json:
-        app.json(result.to_dict())
-        return EXIT_OK if chain_ok else EXIT_FINDINGS
+        return app.json(result.to_dict(), chain_ok)
     table = Table(title=text(f"bench on {result.store}"), title_justify="left")
     numbers = ("events", "seconds", "events/s")
     add_columns(table, "workload", *numbers, "note", right=numbers)

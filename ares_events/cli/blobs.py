@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ares_events.cli.common import EXIT_OK, App, cli, json_app
+from ares_events.stores.blobs import gc_blobs, parse_duration
 
 
 @cli.command(name="gc-blobs")
@@ -29,8 +30,6 @@ def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int
       ares-events gc-blobs --dry-run
       ares-events --blobs s3://bucket/ares gc-blobs --older-than 2d --json
     """
-    from ares_events.stores.blobs import gc_blobs, parse_duration
-
     try:
         grace = parse_duration(older_than)
     except ValueError as exc:
@@ -38,8 +37,7 @@ def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int
     with app.open() as store:
         report = gc_blobs(store, grace, dry_run=dry_run)
     if as_json:
-        app.json({"store": app.url, **report.to_dict()})
-        return EXIT_OK
+        return app.json({"store": app.url, **report.to_dict()})
     verb = "would delete" if dry_run else "deleted"
     app.say(
         f"{report.events_scanned} events scanned, {report.referenced_keys} referenced "

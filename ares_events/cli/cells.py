@@ -9,12 +9,11 @@ import click
 from rich.table import Table
 
 from ares_events.cli.common import EXIT_OK, App, cli, json_app, text
+from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError
 
 
 def _cells_of(store: Any) -> Any:
-    from ares_events.core.recorder import backend_of
-
     rec = backend_of(store.recorder)
     if getattr(rec, "cell_map", None) is None:
         raise ConfigError(
@@ -59,16 +58,13 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
     ]
     if as_json:
         data = {"store": app.url, "partitions": cmap.partitions, "shared_clock": rec.shared_clock}
-        app.json({**data, "citus": rec.citus, "cells": rows})
-        return EXIT_OK
+        return app.json({**data, "citus": rec.citus, "cells": rows})
     title = text(f"{app.url}: {len(rows)} cell(s), {cmap.partitions} partitions")
     table = Table(title=title, title_justify="left")
     for col in ("cell", "partitions", "streams", "location"):
         table.add_column(col, no_wrap=col != "location")
     for r in rows:
-        table.add_row(
-            text(r["cell"]), str(r["partitions"]), str(r["streams"]), text(r["location"] or "-")
-        )
+        table.add_row(*(text("-" if v is None else v) for v in r.values()))
     app.table(table)
     return EXIT_OK
 
@@ -107,9 +103,8 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
         move_cell(store, cell, host, int(port), mode=mode)
         now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
     if as_json:
-        app.json({"store": app.url, "cell": cell, "location": now.get(cell), "mode": mode})
-    else:
-        app.say(f"moved {cell} of {app.url} to {now.get(cell)}")
+        return app.json({"store": app.url, "cell": cell, "location": now.get(cell), "mode": mode})
+    app.say(f"moved {cell} of {app.url} to {now.get(cell)}")
     return EXIT_OK
 
 
@@ -130,8 +125,7 @@ def rebalance_cmd(app: App, mode: str, as_json: bool) -> int:
         rebalance(store, mode=mode)
         now = {p.cell: f"{p.host}:{p.port}" for p in cell_placements(store)}
     if as_json:
-        app.json({"store": app.url, "cells": now})
-    else:
-        for cell, loc in now.items():
-            app.say(f"{cell}: {loc}")
+        return app.json({"store": app.url, "cells": now})
+    for cell, loc in now.items():
+        app.say(f"{cell}: {loc}")
     return EXIT_OK

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -50,8 +51,6 @@ __all__ = [
     "visible",
     "vkey_option",
 ]
-
-logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,16 +116,17 @@ class App:
         """``line`` on stdout, made visible."""
         self.out.print(text(line, style=style))
 
-    def json(self, data: dict[str, Any]) -> None:
+    def json(self, data: dict[str, Any], ok: bool = True) -> int:
         """Write ``data`` as the one JSON object on stdout (hidden characters escaped,
-        strings exact: :func:`~ares_events.cli.terminal.dumps`)."""
+        strings exact: :func:`~ares_events.cli.terminal.dumps`); return the command's exit
+        code, :data:`EXIT_FINDINGS` when not ``ok``."""
         click.echo(dumps(data))
         self.json_written = True
+        return EXIT_OK if ok else EXIT_FINDINGS
 
     def table(self, table: Table, *, optional: tuple[str, ...] = ()) -> None:
         """Print ``table`` on stdout at the terminal's width (80 in a pipe) without cutting
-        an id: the ``optional`` columns (least useful first) go while it is too wide, and
-        a table still too wide is printed wider than the terminal."""
+        an id (:func:`~ares_events.cli.terminal.fitted`: ``optional`` columns go first)."""
         self.out.print(fitted(self.out, table, optional))
 
     def _remember_secrets(self, url: str | None, settings: Settings) -> None:
@@ -185,11 +185,9 @@ class App:
             StoreUnavailable: the store cannot be reached.
         """
         settings = Settings.from_env()
-        url = self.store_opt or settings.store_url or DEFAULT_CLI_STORE
-        blobs = self.blobs_opt or settings.blobs_url
-        for u in (url, blobs, settings.cache_url):
-            self._remember_secrets(u, settings)
-        wrapped = {"blobs": blobs, "cache": settings.cache_url}
+        self.remember_configured_secrets()
+        url = self.raw_store_url()
+        wrapped = {"blobs": self.blobs_opt or settings.blobs_url, "cache": settings.cache_url}
         options.update({k: v for k, v in wrapped.items() if v is not None})
         options["spill_threshold"] = settings.spill_threshold_bytes
         scheme = url.partition(":")[0].split("+")[0].lower()
@@ -209,13 +207,23 @@ class App:
         finally:
             store.close()
 
-    def progress(self, description: str) -> Progress:
-        """A progress bar on stderr (only on a terminal, not with ``-q``; removed when done)."""
+    @contextlib.contextmanager
+    def progress(self, description: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+        """A progress bar on stderr (only on a terminal, not with ``-q``; removed when
+        done). Yields ``update(done, total=None, **fields)``: a library's progress
+        callback; ``fields`` such as a new ``description``."""
         columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn()]
         hidden = self.quiet or not self.err.is_terminal
-        return Progress(
+        with Progress(
             *columns, TimeElapsedColumn(), console=self.err, transient=True, disable=hidden
-        )
+        ) as bar:
+            task = bar.add_task(description, total=total)
+
+            def update(done: int, total: int | None = None, **fields: Any) -> None:
+                total = None if total is None else max(total, done)
+                bar.update(task, completed=done, total=total, **fields)
+
+            yield update
 
 
 # -- keys of the verifiable log -------------------------------------------------------------
@@ -264,6 +272,15 @@ def read_text(file: str) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise CommandError(f"cannot read {file}: {reason}") from None
+
+
+def user_json(raw: str) -> Any:
+    """``raw``, JSON the user gave, parsed; ValueError when it is not JSON, also when it
+    nests deeper than ``json``'s decoder recurses (a RecursionError, else a crash)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def load_vkeys(values: tuple[str, ...], *, required: bool = True) -> list[VerifierKey]:
@@ -340,21 +357,17 @@ def vkey_option(help_: str) -> Callable[[F], F]:
     return click.option("--vkey", "vkeys", multiple=True, metavar="VKEY", help=help_)
 
 
-def _check_store_url(value: str | None) -> str | None:
-    if value is not None and not value.strip():
-        raise click.BadParameter(
-            "needs a store URL (sqlite:///path.db, postgresql://...), got an empty string",
-            param_hint="'--store'",
-        )
-    return value
-
-
 def _set_global(ctx: click.Context, param: click.Parameter, value: str | int | None) -> None:
     if value is None or value == 0:
         return
     app = ctx.ensure_object(App)
     if param.name == "store":
-        app.store_opt = _check_store_url(str(value))
+        if not str(value).strip():
+            raise click.BadParameter(
+                "needs a store URL (sqlite:///path.db, postgresql://...), got an empty string",
+                param_hint="'--store'",
+            )
+        app.store_opt = str(value)
     elif param.name == "blobs":
         app.blobs_opt = str(value)
     elif param.name == "verbose":
@@ -366,18 +379,19 @@ def _set_global(ctx: click.Context, param: click.Parameter, value: str | int | N
         _configure_logging(0, int(value))
 
 
-def _global_params() -> list[click.Option]:
-    """``--store``, ``--blobs``, ``-v`` and ``-q`` as a subcommand accepts them (after
-    its name); they set the same :class:`App` fields as the group's options."""
+def _global_params(**helps: str) -> list[click.Option]:
+    """``--store``, ``--blobs``, ``-v`` and ``-q``, setting :class:`App` fields: the
+    group's (given its ``helps`` by name), or as a subcommand accepts them (after its name)."""
     url: dict[str, Any] = {"metavar": "URL"}
     count: dict[str, Any] = {"count": True}
+    store = helps.get("store", "Event store URL (also accepted before the subcommand).")
     verbose = "More log output on stderr (-vv: debug); tracebacks of internal errors."
     return [
         click.Option(decls, expose_value=False, callback=_set_global, help=help_, **kind)
         for decls, kind, help_ in (
-            (["--store"], url, "Event store URL (also accepted before the subcommand)."),
+            (["--store"], url, store),
             (["--blobs"], url, "Blob store URL for spilled payloads."),
-            (["-v", "--verbose"], count, verbose),
+            (["-v", "--verbose"], count, helps.get("verbose", verbose)),
             (["-q", "--quiet"], count, "Only errors on stderr; no progress bars."),
         )
     ]
@@ -495,35 +509,21 @@ Examples:
 )
 @click.version_option(__version__, "--version", prog_name=PROG)
 @click.option(
-    "--store",
-    "store_url",
-    metavar="URL",
-    help="Event store URL (sqlite:///rel.db, sqlite:////abs.db, memory://, postgresql://...).",
-)
-@click.option("--blobs", "blobs_url", metavar="URL", help="Blob store URL for spilled payloads.")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv: debug).")
-@click.option("-q", "--quiet", count=True, help="Only errors on stderr; no progress bars.")
-@click.option(
     "--json", "as_json", is_flag=True, help="Every reporting command prints one JSON object."
 )
 @click.pass_context
-def cli(
-    ctx: click.Context,
-    store_url: str | None,
-    blobs_url: str | None,
-    verbose: int,
-    quiet: int,
-    as_json: bool,
-) -> None:
+def cli(ctx: click.Context, as_json: bool) -> None:
     """ares-events: hash-chained, append-only event logs for LLM agents.
 
     Agents are disposable; their history is not. Inspect, verify and audit a store, or run
     the demo to see it work.
     """
     app = ctx.ensure_object(App)
-    app.store_opt = _check_store_url(store_url)
-    app.blobs_opt = blobs_url
-    app.quiet = bool(quiet) and not verbose
-    app.verbose = verbose
     app.json_default = as_json
-    _configure_logging(verbose, quiet)
+    _configure_logging(app.verbose, int(app.quiet))
+
+
+cli.params[1:1] = _global_params(
+    store="Event store URL (sqlite:///rel.db, sqlite:////abs.db, memory://, postgresql://...).",
+    verbose="More log output on stderr (-vv: debug).",
+)

@@ -105,16 +105,10 @@ def demo(
     agents = agents or 5
     from ares_events.agents.demo import run_demo
 
-    with app.open(create=True) as store, app.progress("appending") as bar:
-        task = bar.add_task("appending", total=agents * events)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with app.open(create=True) as store, app.progress("appending", agents * events) as progress:
         result = run_demo(store, agents=agents, events=events, seed=seed, progress=progress)
     if as_json:
-        app.json(dict(result.to_dict(), store=app.url))
-        return EXIT_OK if result.all_ok else EXIT_FINDINGS
+        return app.json(dict(result.to_dict(), store=app.url), result.all_ok)
     title = text(f"demo run {result.run_id}: {agents} agents x {events} events")
     table = Table(title=title, title_justify="left")
     add_columns(
@@ -161,8 +155,7 @@ def _resurrection_demo(
     ok = report.all_finished and data["all_chains_ok"]
     ok = ok and data["duplicate_side_effects"] == data["reissued_model_calls"] == 0
     if as_json:
-        app.json(data)
-        return EXIT_OK if ok else EXIT_FINDINGS
+        return app.json(data, ok)
     table = Table(
         title=text(f"kill -9 demo {report.run}: {agents} agents, {report.kills} kills"),
         title_justify="left",

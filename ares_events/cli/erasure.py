@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ares_events.cli.common import EXIT_OK, App, cli, json_app, os_user
+from ares_events.projections.erasure import erase
 
 
 @cli.command(name="erase")
@@ -35,13 +36,10 @@ def erase_cmd(
     Example:
       ares-events erase agent-7 12 --reason "GDPR request #4411" --by dpo@example.com
     """
-    from ares_events.projections.erasure import erase
-
     with app.open(write=True) as store:
         report = erase(store, stream, version, reason=reason, by=by or os_user())
     if as_json:
-        app.json({"store": app.url, **report.to_dict()})
-        return EXIT_OK
+        return app.json({"store": app.url, **report.to_dict()})
     if report.already_erased:
         app.say(f"{stream} v{version}: the payload was already erased")
         return EXIT_OK

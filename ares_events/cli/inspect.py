@@ -26,14 +26,12 @@ from ares_events.cli.common import (
     visible,
     vkey_option,
 )
-from ares_events.core.events import RecordedEvent
+from ares_events.core.events import ERASURE_STREAM, RecordedEvent
 from ares_events.core.identity import StoreIdentity
 from ares_events.core.recorder import backend_of
 from ares_events.errors import AresError
 from ares_events.integrity.audit import audit
 from ares_events.integrity.verify import verify_stream
-
-# -- display helpers (tail) ------------------------------------------------------------------
 
 
 def _event_dict(e: RecordedEvent) -> dict[str, Any]:
@@ -93,9 +91,6 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     return table
 
 
-# -- commands --------------------------------------------------------------------------------
-
-
 @cli.command()
 @click.option(
     "--relocate-blobs",
@@ -129,11 +124,10 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     if as_json:
         identity = json.loads(ident.to_json()) if ident is not None else None
         data = {"store": app.url, "schema_version": schema, "streams": streams}
-        app.json({**data, "identity": identity})
-    else:
-        what = "not reported by this backend" if schema is None else schema
-        app.say(f"initialized {app.url}: schema version {what}, {streams} stream(s)")
-        app.say(f"chain: {chain}; blobs: {blobs}")
+        return app.json({**data, "identity": identity})
+    what = "not reported by this backend" if schema is None else schema
+    app.say(f"initialized {app.url}: schema version {what}, {streams} stream(s)")
+    app.say(f"chain: {chain}; blobs: {blobs}")
     return EXIT_OK
 
 
@@ -155,7 +149,6 @@ def streams(app: App, as_json: bool) -> int:
       ares-events streams
       ares-events streams --json
     """
-    from ares_events.core.events import ERASURE_STREAM
     from ares_events.integrations import stream_kind
 
     def kind(sid: str) -> tuple[str, str | None]:
@@ -172,8 +165,7 @@ def streams(app: App, as_json: bool) -> int:
             | ({"thread_id": t} if t is not None else {})
             for s, v, h, k, t in rows
         ]
-        app.json({"store": app.url, "count": len(rows), "streams": streams})
-        return EXIT_OK
+        return app.json({"store": app.url, "count": len(rows), "streams": streams})
     if not rows:
         app.say(f"no streams in {app.url}")
         return EXIT_OK
@@ -293,19 +285,14 @@ def audit_cmd(
       ares-events audit --deep --json
       ares-events audit --anchors file:///var/lib/ares-anchors/ --vkey log.vkey
     """
-    with app.open() as store, app.progress("auditing") as bar:
-        task = bar.add_task("auditing", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=max(total, done))
-
+    with app.open() as store, app.progress("auditing") as progress:
         # --vkey, else ARES_LOG_VKEY, else None: the keys the store recorded
         keys = load_vkeys(vkeys, required=False) or None
         report = audit(store, deep=deep, progress=progress, anchors=anchors_url, anchor_keys=keys)
     bad = sorted({f.stream_id for f in report.findings if f.stream_id is not None})
     if as_json:
-        app.json(dict(report.to_dict(), store=app.url, deep=deep, streams_with_findings=bad))
-        return EXIT_OK if report.ok else EXIT_FINDINGS
+        data = dict(report.to_dict(), store=app.url, deep=deep, streams_with_findings=bad)
+        return app.json(data, report.ok)
     table = Table(title=text(f"audit of {app.url}"), title_justify="left")
     columns = ["streams", "events", "blobs checked", "snapshots checked"]
     cells = [str(report.streams_checked), str(report.events_checked)]

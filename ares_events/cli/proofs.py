@@ -24,12 +24,14 @@ from ares_events.cli.common import (
     pass_app,
     read_text,
     text,
+    user_json,
     verdict,
     vkey_option,
 )
 from ares_events.errors import ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
 from ares_events.integrity.notes import ALG_COSIGNATURE_V1, ALG_ED25519, SigningKey, write_key_file
+from ares_events.projections.merkle import MerkleLog
 
 KEY_HELP = "The log's signing key file (from keygen); default: ARES_LOG_KEY_FILE."
 VKEY_HELP = (
@@ -102,26 +104,23 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
       ARES_LOG_KEY_FILE=log.key ares-events checkpoint --json
       ares-events checkpoint --list
     """
-    from ares_events.projections.merkle import MerkleLog
-
     if list_:
         with app.open() as store:
             rows = MerkleLog(store).checkpoints.all()
         listed = [(o, n, b64(r), at, _row_problem(o, n, r, note)) for o, n, r, note, at in rows]
-        code = EXIT_FINDINGS if any(p for *_, p in listed) else EXIT_OK
+        ok = not any(p for *_, p in listed)
         if as_json:
             keys = ("origin", "tree_size", "root", "created_at", "problem")
-            app.json({"checkpoints": [dict(zip(keys, row, strict=True)) for row in listed]})
-            return code
+            return app.json({"checkpoints": [dict(zip(keys, r, strict=True)) for r in listed]}, ok)
         table = Table(title=f"{len(rows)} checkpoint(s)", title_justify="left")
         # Names and roots are copied whole.
         add_columns(table, "origin", "tree size", "root", "signed at", no_wrap=True)
-        if code != EXIT_OK:
+        if not ok:
             add_columns(table, "problem", style="red")
         for o, n, r, at, problem in listed:
-            table.add_row(text(o), str(n), r, at, *([problem or ""] if code else []))
+            table.add_row(text(o), str(n), r, at, *([] if ok else [problem or ""]))
         app.table(table, optional=("signed at",))
-        return code
+        return EXIT_OK if ok else EXIT_FINDINGS
     key = load_signing_key(app, key_file, required=True)
     assert key is not None
     with app.open(write=True) as store:
@@ -130,9 +129,8 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
         signed = log.sign(key)
     cp = signed.checkpoint
     if as_json:
-        app.json({"checkpoint": signed.text, "tree_size": cp.size, "root": b64(cp.root)})
-    else:
-        click.echo(signed.text, nl=False)
+        return app.json({"checkpoint": signed.text, "tree_size": cp.size, "root": b64(cp.root)})
+    click.echo(signed.text, nl=False)
     return EXIT_OK
 
 
@@ -156,13 +154,12 @@ def _number(value: str, what: str, hint: str) -> int:
         raise click.BadParameter(f"{value!r} is not {what}", param_hint=hint) from None
 
 
-def _catch_up(app: App, log: Any) -> None:
+def _catch_up(app: App, log: MerkleLog) -> None:
     todo = log.store.last_position() - log.position()
     if todo <= 0:
         return
-    with app.progress("Merkle log") as bar:
-        task = bar.add_task("Merkle log", total=None)
-        log.catch_up(progress=lambda done: bar.update(task, completed=done))
+    with app.progress("Merkle log") as progress:
+        log.catch_up(progress=progress)
 
 
 @cli.command(name="prove")
@@ -200,8 +197,6 @@ def prove_cmd(
       ares-events prove --consistency 1000 --json > growth.json
       ares-events prove agent-7 42 --key log.key --out proof.json
     """
-    from ares_events.projections.merkle import MerkleLog
-
     key = load_signing_key(app, key_file, required=False)
     if old_size is None:
         if len(args) != 2:
@@ -229,8 +224,7 @@ def prove_cmd(
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
     if as_json:
-        app.json(doc)
-        return EXIT_OK
+        return app.json(doc)
     cp = read_checkpoint(doc["checkpoint"]).checkpoint
     if old_size is None:
         app.say(
@@ -296,10 +290,9 @@ def verify_proof_cmd(
 
 
 def _read_json(file: str) -> dict[str, Any]:
-    text = read_text(file)
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can go
+        doc = user_json(read_text(file))
+    except ValueError:
         raise CommandError(
             f"{file} is not JSON, or nested too deeply (a proof is the JSON `prove --json` prints)"
         ) from None
@@ -312,8 +305,8 @@ def _read_old(file: str) -> str:
     text = read_text(file)
     if text.lstrip().startswith("{"):
         try:
-            doc = json.loads(text)
-        except (ValueError, RecursionError):  # RecursionError: nested too deeply
+            doc = user_json(text)
+        except ValueError:
             raise CommandError(f"{file} is not JSON nor a signed checkpoint") from None
         cp = doc.get("checkpoint") if isinstance(doc, dict) else None
         if not isinstance(cp, str):

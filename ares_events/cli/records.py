@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -20,6 +19,7 @@ from ares_events.cli.common import (
     key_option,
     load_signing_key,
     load_vkeys,
+    user_json,
     verdict,
     vkey_option,
 )
@@ -101,14 +101,13 @@ def export_cmd(
         "disclosures": wrote_disc,
     }
     if as_json:
-        app.json(data)
-    else:
-        app.say(
-            f"wrote {out}: {ex.events} event(s) of {stream}, {len(ex.data)} bytes, "
-            f"proved against checkpoint size {ex.checkpoint_size}"
-        )
-        if wrote_disc:
-            app.say(f"redacted values and salts: {wrote_disc} (keep it secret)")
+        return app.json(data)
+    app.say(
+        f"wrote {out}: {ex.events} event(s) of {stream}, {len(ex.data)} bytes, "
+        f"proved against checkpoint size {ex.checkpoint_size}"
+    )
+    if wrote_disc:
+        app.say(f"redacted values and salts: {wrote_disc} (keep it secret)")
     return EXIT_OK
 
 
@@ -151,14 +150,13 @@ def verify_record_cmd(
     checked = []
     if disclosures is not None:
         try:
-            doc = json.loads(Path(disclosures).read_text(encoding="utf-8"))
+            doc = user_json(Path(disclosures).read_text(encoding="utf-8"))
             checked = check_disclosures(data, doc)
         except (OSError, ValueError, AttributeError) as exc:
             raise CommandError(f"cannot check {disclosures}: {exc}") from None
     bad = not rep.ok or any(not c["ok"] for c in checked)
     if as_json:
-        app.json({**rep.to_dict(), "ok": not bad, "disclosures": checked})
-        return EXIT_FINDINGS if bad else EXIT_OK
+        return app.json({**rep.to_dict(), "ok": not bad, "disclosures": checked}, not bad)
     if rep.ok:
         cp = rep.checkpoint or {}
         line = (

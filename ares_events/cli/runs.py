@@ -40,6 +40,7 @@ from ares_events.cli.common import (
     load_signing_key,
     os_user,
     text,
+    user_json,
 )
 from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.integrity.notes import SigningKey
@@ -150,8 +151,7 @@ def runs_list(app: App, status: str | None, as_json: bool) -> int:
     bad = [r for r in runs if not r.ok]
     if as_json:
         data = {"store": app.url, "status": status, "count": len(runs), "ok": not bad}
-        app.json({**data, "runs": [r.to_dict(steps=False) for r in runs]})
-        return EXIT_FINDINGS if bad else EXIT_OK
+        return app.json({**data, "runs": [r.to_dict(steps=False) for r in runs]}, not bad)
     if not runs:
         app.say(f"no runs{f' with status {status}' if status else ''} in {app.url}")
         return EXIT_OK
@@ -285,10 +285,9 @@ def runs_show(app: App, run: str, as_json: bool) -> int:
 def _done(app: App, as_json: bool, info: RunInfo, line: str, **data: Any) -> int:
     if as_json:
         data = {"store": app.url, "run_id": info.run_id, **data}
-        app.json({**data, "version": info.version, "status": info.status})
-    else:
-        app.say(line)
-        app.out.print(Text.assemble("run is now ", _status_text(info.status)))
+        return app.json({**data, "version": info.version, "status": info.status})
+    app.say(line)
+    app.out.print(Text.assemble("run is now ", _status_text(info.status)))
     return EXIT_OK
 
 
@@ -352,11 +351,9 @@ def runs_resolve(
     result: Any = None
     if result_json is not None:
         try:
-            result = json.loads(result_json)
+            result = user_json(result_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
-        except RecursionError:  # json's decoder recurses once per level of nesting
-            raise click.BadParameter("not JSON: nested too deep", param_hint="--result") from None
     key, who = _approver(app, key_file, by)
     kwargs: dict[str, Any] = {"not_done": True} if not_done else {"result": result}
     with app.open(write=True) as store, _operator_errors(run, "resolving it"):

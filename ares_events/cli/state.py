@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,11 +28,13 @@ from ares_events.cli.common import (
     verdict,
     visible,
 )
+from ares_events.core.catalog import EventSchemaError
+from ares_events.projections import BUILTIN, rebuild, verify_rebuild
+from ares_events.projections.merkle import MERKLE_PROJECTION, MerkleLogProjection
+from ares_events.projections.recovery import recover, snapshot
 
 
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
-    from ares_events.projections import BUILTIN
-
     return click.option(
         "--projection",
         "projection",
@@ -46,8 +49,6 @@ def _projection_option(default: str | None) -> Callable[[Any], Any]:
 @contextlib.contextmanager
 def _schema_failures(hint: str) -> Iterator[None]:
     """A schema failure of a stored event: exit 1 (a finding about the data), one line."""
-    from ares_events.core.catalog import EventSchemaError
-
     try:
         yield
     except EventSchemaError as exc:
@@ -90,9 +91,6 @@ def recover_cmd(
       ares-events recover run-42 --projection run_state --json
       ares-events recover agent-7 --no-snapshots --max-replay 100000
     """
-    from ares_events.projections import BUILTIN
-    from ares_events.projections.recovery import recover
-
     with app.open() as store:
         proj, snaps = BUILTIN[projection](), None if no_snapshots else store.snapshots
         with _schema_failures("use --tolerant to skip and list such events"):
@@ -103,8 +101,7 @@ def recover_cmd(
             raise CommandError(f"no stream {stream!r} in {store.url}")
     ok = rep.ok and not rep.truncated
     if as_json:
-        app.json(dict(rep.to_dict(), store=app.url))
-        return EXIT_OK if ok else EXIT_FINDINGS
+        return app.json(dict(rep.to_dict(), store=app.url), ok)
     if rep.snapshot_version is not None:
         snap = f"used, at version {rep.snapshot_version}"
     elif rep.snapshot_ignored is not None:
@@ -150,10 +147,7 @@ def snapshot_cmd() -> None:
     """
 
 
-_SNAPSHOT_OPTIONAL = ("created UTC", "at hash", "bytes", "ver", "at")
-
-
-def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -> Table:
+def _print_snapshots(app: App, title: str, rows: list[tuple[Any, Any]], check: bool) -> None:
     plain: dict[str, Any] = {"pad_edge": False, "collapse_padding": True, "show_edge": False}
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), **plain)
     # Names stay whole (they are what people copy): App.table drops other columns first.
@@ -169,7 +163,7 @@ def _snapshot_rows_table(title: str, rows: list[tuple[Any, Any]], check: bool) -
         if check:
             cells.append(text("ok", style="green") if reason is None else text(reason, "red"))
         table.add_row(*cells)
-    return table
+    app.table(table, optional=("created UTC", "at hash", "bytes", "ver", "at"))
 
 
 @snapshot_cmd.command(name="list")
@@ -190,9 +184,7 @@ def snapshot_list(app: App, stream: str | None, as_json: bool) -> int:
     elif not infos:
         app.say(f"no snapshots{f' of {stream}' if stream else ''} in {app.url}")
     else:
-        rows = [(i, None) for i in infos]
-        table = _snapshot_rows_table(f"{len(infos)} snapshot(s)", rows, check=False)
-        app.table(table, optional=_SNAPSHOT_OPTIONAL)
+        _print_snapshots(app, f"{len(infos)} snapshot(s)", [(i, None) for i in infos], False)
     return EXIT_OK
 
 
@@ -211,9 +203,6 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
       ares-events snapshot take agent-7
       ares-events snapshot take run-42 --projection run_state --json
     """
-    from ares_events.projections import BUILTIN
-    from ares_events.projections.recovery import snapshot
-
     names = [projection] if projection is not None else sorted(BUILTIN)
     with app.open(write=True) as store:
         if store.stream_version(stream) == 0:
@@ -225,13 +214,13 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
             if snap is not None:
                 taken.append(snap.info())
     if as_json:
-        app.json({"store": app.url, "stream_id": stream, "snapshots": [i.to_dict() for i in taken]})
-    else:
-        for i in taken:
-            app.say(
-                f"snapshot of {i.projection} for {stream} at version {i.at_version} "
-                f"({i.state_size} bytes)"
-            )
+        snaps = [i.to_dict() for i in taken]
+        return app.json({"store": app.url, "stream_id": stream, "snapshots": snaps})
+    for i in taken:
+        app.say(
+            f"snapshot of {i.projection} for {stream} at version {i.at_version} "
+            f"({i.state_size} bytes)"
+        )
     return EXIT_OK
 
 
@@ -252,10 +241,10 @@ def snapshot_delete(app: App, stream: str, projection: str | None, as_json: bool
     with app.open(write=True) as store:
         n = store.snapshots.delete(stream, projection)
     if as_json:
-        app.json({"store": app.url, "stream_id": stream, "projection": projection, "deleted": n})
-    else:
-        what = f" of {projection}" if projection else ""
-        app.say(f"deleted {n} snapshot(s){what} for {stream}")
+        data = {"store": app.url, "stream_id": stream, "projection": projection}
+        return app.json({**data, "deleted": n})
+    what = f" of {projection}" if projection else ""
+    app.say(f"deleted {n} snapshot(s){what} for {stream}")
     return EXIT_OK
 
 
@@ -283,8 +272,7 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
         app.json({**data, "snapshots": snaps})
     else:
         if rows:
-            title = f"{len(rows)} snapshot(s) checked"
-            app.table(_snapshot_rows_table(title, rows, check=True), optional=_SNAPSHOT_OPTIONAL)
+            _print_snapshots(app, f"{len(rows)} snapshot(s) checked", rows, check=True)
         if bad:
             app.say(f"{len(bad)} bad snapshot(s)", style="bold red")
         else:
@@ -292,16 +280,12 @@ def snapshot_verify(app: App, stream: str | None, as_json: bool) -> int:
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
-def _rebuildable() -> dict[str, Any]:
-    """The built-in projections and the Merkle log (whose tiles rebuild like a read model)."""
-    from ares_events.projections import BUILTIN
-    from ares_events.projections.merkle import MERKLE_PROJECTION, MerkleLogProjection
-
-    return {**BUILTIN, MERKLE_PROJECTION: MerkleLogProjection}
+_REBUILDABLE: dict[str, Any] = {**BUILTIN, MERKLE_PROJECTION: MerkleLogProjection}
+"""The built-in projections and the Merkle log (whose tiles rebuild like a read model)."""
 
 
 @cli.command(name="rebuild")
-@click.argument("projection", type=click.Choice(sorted(_rebuildable())))
+@click.argument("projection", type=click.Choice(sorted(_REBUILDABLE)))
 @click.option(
     "--from-scratch", is_flag=True, help="Discard an interrupted rebuild instead of resuming it."
 )
@@ -338,23 +322,17 @@ def rebuild_cmd(
       ares-events rebuild agent_state --verify --json
       ares-events rebuild merkle_log --verify
     """
-    import time
-
-    from ares_events.projections import rebuild, verify_rebuild
-
     if verify_only and from_scratch:
         raise click.UsageError("--verify builds beside the live table; drop --from-scratch")
-    label = "verifying" if verify_only else "rebuilding"
-    with app.open(write=not verify_only) as store, app.progress(label) as bar:
-        task = bar.add_task(f"{label} {projection}", total=None)
+    what = f"{'verifying' if verify_only else 'rebuilding'} {projection}"
+    with app.open(write=not verify_only) as store, app.progress(what) as bar:
         started = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
             rate = done / max(time.perf_counter() - started, 1e-9)
-            what = f"{label} {projection} ({rate:,.0f} events/s)"
-            bar.update(task, completed=done, total=max(total, done), description=what)
+            bar(done, total, description=f"{what} ({rate:,.0f} events/s)")
 
-        proj = _rebuildable()[projection]()
+        proj = _REBUILDABLE[projection]()
         if verify_only:
             diff = verify_rebuild(store, proj, batch_size=batch_size, progress=progress)
         else:
@@ -366,8 +344,7 @@ def rebuild_cmd(
                 )
     if verify_only:
         if as_json:
-            app.json(dict(diff.to_dict(), store=app.url))
-            return EXIT_OK if diff.ok else EXIT_FINDINGS
+            return app.json(dict(diff.to_dict(), store=app.url), diff.ok)
         if diff.ok:
             line = f"{diff.rows_compared} row(s) equal a fresh rebuild up to position"
             app.out.print(verdict(True, f"{projection}: {line} {diff.position}"))
@@ -387,8 +364,7 @@ def rebuild_cmd(
         app.table(table)
         return EXIT_FINDINGS
     if as_json:
-        app.json(dict(rep.to_dict(), store=app.url))
-        return EXIT_OK
+        return app.json(dict(rep.to_dict(), store=app.url))
     resumed = f", resumed from position {rep.resumed_from}" if rep.resumed_from else ""
     app.say(
         f"rebuilt {projection}: {rep.events} event(s) into {rep.rows} row(s) in "

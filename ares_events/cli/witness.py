@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from ares_events.cli.common import (
     pass_app,
     read_text,
     text,
+    user_json,
     verdict,
 )
 from ares_events.errors import WitnessRefused
@@ -92,8 +92,7 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
             dict(asdict(lg), vkeys=list(lg.vkeys), root=b64(lg.root) if lg.root else None)
             for lg in logs
         ]
-        app.json({"logs": rows})
-        return EXIT_OK
+        return app.json({"logs": rows})
     table = Table(title=text(f"witness {state}"), title_justify="left")
     # Names and roots are copied whole.
     add_columns(table, "origin", "cosigned size", "root", "at", no_wrap=True)
@@ -137,9 +136,8 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
         return EXIT_FINDINGS
     if as_json:
         data = {"status": 200, "origin": res.origin, "size": res.size}
-        app.json({**data, "cosignatures": list(res.lines), "checkpoint": res.note})
-    else:
-        click.echo("".join(res.lines), nl=False)
+        return app.json({**data, "cosignatures": list(res.lines), "checkpoint": res.note})
+    click.echo("".join(res.lines), nl=False)
     return EXIT_OK
 
 
@@ -147,7 +145,7 @@ def _request(source: str) -> tuple[int, list[bytes], str]:
     text = read_text(source)
     if text.lstrip().startswith("{"):
         try:
-            doc: Any = json.loads(text)
+            doc: Any = user_json(text)
             old = doc["old_size"]
             proof = [unb64_hash(h, "consistency") for h in doc["consistency"]]
             note = doc["checkpoint"]

@@ -260,3 +260,18 @@ def test_witness_cli(
     assert entry["origin"] == lk.name and entry["size"] == 6
     assert verify_proof(doc, [lk.verifier, wk.verifier]).signed_by == [lk.name, wk.name]
     assert wk.private_text() not in capsys.readouterr().out
+
+
+def test_a_deeply_nested_request_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """witness cosign on a JSON request nested deeper than the parser goes: exit 2 (it was
+    an internal error, exit 4), nothing cosigned."""
+    deep = tmp_path / "req.json"
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    key = tmp_path / "w.key"
+    state = tmp_path / "w.db"
+    assert main(["keygen", "example.com/w", "--witness", "--out", str(key)]) == 0
+    capsys.readouterr()
+    assert main(["witness", "cosign", str(deep), "--state", str(state), "--key", str(key)]) == 2
+    assert "internal error" not in capsys.readouterr().err

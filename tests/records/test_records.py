@@ -292,3 +292,22 @@ def test_the_cose_envelope_is_what_pycose_reads() -> None:
     assert hdr[1] == -8 and hdr[4] == f"{LOG.name}+{LOG.verifier.key_id.hex()}".encode()
     assert hdr[15] == {1: LOG.name, 2: "run-1"}
     assert unprotected[100]["content-hash"] == hashlib.sha256(payload).hexdigest()
+
+
+def test_a_deeply_nested_disclosures_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """verify-record --disclosures on JSON nested deeper than the parser goes: exit 2
+    naming the file (it was an internal error, exit 4)."""
+    from ares_events.cli import main
+
+    with ae.open_store("memory://") as store:
+        small_run(store)
+        ex = export_record(store, "run-1", key=LOG, redact_paths=["$.args.card"])
+    record, deep = tmp_path / "run.record", tmp_path / "deep.json"
+    record.write_bytes(ex.data)
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    argv = ["verify-record", str(record), "--vkey", LOG.verifier.text]
+    assert main([*argv, "--disclosures", str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert "deep.json" in err and "internal error" not in err
