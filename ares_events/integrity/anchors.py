@@ -45,23 +45,19 @@ __all__ = [
 _S3_PARAMS: Final = ("endpoint_url", "region")
 
 
-# -- where anchors are kept ----------------------------------------------------------------
-
-
 class AnchorLocation(Protocol):
-    """Where signed checkpoints are kept, outside the store."""
+    """Where signed checkpoints are kept, outside the store: :meth:`put` stores one note
+    and returns where (for display), :meth:`items` yields every note as ``(name, bytes)``
+    by name, :meth:`describe` says where the location is (no secrets). ``put`` and
+    ``items`` raise :exc:`~ares_events.errors.StoreUnavailable` when it cannot be reached."""
 
-    def put(self, name: str, data: bytes) -> str:
-        """Store one note; return where (for display)."""
+    def put(self, name: str, data: bytes) -> str: ...
 
-    def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every stored note as ``(name, bytes)``, by name."""
+    def items(self) -> Iterator[tuple[str, bytes]]: ...
 
-    def describe(self) -> str:
-        """Where this location is (no secrets)."""
+    def describe(self) -> str: ...
 
-    def close(self) -> None:
-        """Release resources."""
+    def close(self) -> None: ...
 
 
 class FileAnchors:
@@ -71,15 +67,10 @@ class FileAnchors:
         self.folder = folder
 
     def describe(self) -> str:
-        """``file://`` URL of the folder."""
         return self.folder.absolute().as_uri()
 
     def put(self, name: str, data: bytes) -> str:
-        """Write ``name`` atomically: temporary file, fsync, rename, fsync the folder.
-
-        Raises:
-            StoreUnavailable: the folder cannot be written.
-        """
+        """Write ``name`` atomically: temporary file, fsync, rename, fsync the folder."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             write_atomic(self.folder / name, data, prefix=".checkpoint-")
@@ -92,12 +83,7 @@ class FileAnchors:
         return str(self.folder / name)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every ``checkpoint-*.note`` in the folder, by name (names sort by size, then
-        time).
-
-        Raises:
-            StoreUnavailable: the folder cannot be read.
-        """
+        """Every ``checkpoint-*.note`` in the folder, by name (by size, then time)."""
         if not self.folder.exists():
             return
         try:
@@ -112,7 +98,7 @@ class FileAnchors:
             ) from exc
 
     def close(self) -> None:
-        """Nothing to release."""
+        pass
 
 
 class S3Anchors:
@@ -153,18 +139,13 @@ class S3Anchors:
         )
 
     def describe(self) -> str:
-        """The location's URL (redacted)."""
         return self._url
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def put(self, name: str, data: bytes) -> str:
-        """Upload one anchor (a single PUT: S3 objects appear whole or not at all).
-
-        Raises:
-            StoreUnavailable: the bucket cannot be written.
-        """
+        """Upload one anchor (a single PUT: S3 objects appear whole or not at all)."""
         key = self._key(name)
         try:
             self._client.put_object(
@@ -177,11 +158,6 @@ class S3Anchors:
         return f"s3://{self.bucket}/{key}"
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every ``checkpoint-*.note`` object under the prefix, by name.
-
-        Raises:
-            StoreUnavailable: the bucket cannot be listed or read.
-        """
         try:
             keys: list[str] = []
             for page in self._client.get_paginator("list_objects_v2").paginate(
@@ -202,7 +178,6 @@ class S3Anchors:
             ) from exc
 
     def close(self) -> None:
-        """Close the boto3 client's connections."""
         with contextlib.suppress(Exception):
             self._client.close()
 
@@ -227,9 +202,6 @@ def open_location(url: str) -> AnchorLocation:
     raise ConfigError(
         f"an anchor location must be file:///folder or s3://bucket/prefix, got {parsed.redacted()}"
     )
-
-
-# -- writing and checking -----------------------------------------------------------------
 
 
 def write_checkpoint_note(location_url: str, note: str, size: int) -> str:
@@ -293,12 +265,9 @@ def verify_anchors(
         )
         report.findings.append(Finding("no_anchor", None, None, detail))
         return report
-    if keys is None:
-        keys, report.keys_from = recorded_log_keys(rec), "store"
-    else:
-        report.keys_from = "given"
-    report.anchors_checked, found = check_checkpoint_notes(rec, notes, keys)
-    report.findings.extend(found)
+    report.keys_from = "store" if keys is None else "given"
+    keys = recorded_log_keys(rec) if keys is None else keys
+    report.anchors_checked, report.findings = check_checkpoint_notes(rec, notes, keys)
     report.latest = notes[-1][0]
     return report
 
@@ -391,37 +360,28 @@ def check_checkpoint_notes(
     findings: list[Finding] = []
     good: list[tuple[str, SignedCheckpoint]] = []
     for name, raw in notes:
-        if not raw:
-            detail = f"checkpoint {name}: empty, or not a regular file"
-            findings.append(Finding("anchor_corrupt", None, None, detail))
-            continue
-        if not keys:
-            detail = (
-                f"checkpoint {name}: no trusted verifier key to check its signature "
-                "(pass --vkey, or sign checkpoints in this store first)"
-            )
-            findings.append(Finding("anchor_unverified", None, None, detail))
-            continue
-        try:
-            signed = open_checkpoint(raw, keys)  # its origin's own log key signed it
-        except ProofError as exc:
-            detail = f"checkpoint {name}: {exc.reason}"
-            findings.append(Finding("anchor_corrupt", None, None, detail))
-            continue
-        good.append((name, signed))
+        kind, why = "anchor_corrupt", "empty, or not a regular file"
+        if raw and not keys:
+            kind, why = "anchor_unverified", "no trusted verifier key to check its signature"
+            why += " (pass --vkey, or sign checkpoints in this store first)"
+        elif raw:
+            try:
+                good.append((name, open_checkpoint(raw, keys)))  # its origin's log key signed it
+                continue
+            except ProofError as exc:
+                why = exc.reason
+        findings.append(Finding(kind, None, None, f"checkpoint {name}: {why}"))
     if not good:
         return 0, findings
     total, roots = _roots_at(recorder, {s.checkpoint.size for _, s in good})
     failed: dict[str, list[tuple[str, SignedCheckpoint]]] = {}
     for name, signed in sorted(good, key=lambda g: g[1].checkpoint.size):
         cp = signed.checkpoint
-        if total < cp.size:
-            failed.setdefault("anchor_truncated", []).append((name, signed))
-        elif roots.get(cp.size) != cp.root:
-            failed.setdefault("anchor_rewritten", []).append((name, signed))
+        if total < cp.size or roots.get(cp.size) != cp.root:
+            kind = "anchor_truncated" if total < cp.size else "anchor_rewritten"
+            failed.setdefault(kind, []).append((name, signed))
     for kind, items in failed.items():
-        name, first = items[0]
-        cp = first.checkpoint
+        name, cp = items[0][0], items[0][1].checkpoint
         more = f" (and {len(items) - 1} later checkpoint(s) likewise)" if len(items) > 1 else ""
         if kind == "anchor_truncated":
             detail = (

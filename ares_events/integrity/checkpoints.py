@@ -8,7 +8,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from ares_events.errors import ProofError
@@ -171,9 +171,6 @@ def cosign_checkpoint(
     return NoteSignature(key.name, key.signature(note.text.encode("utf-8"), timestamp=timestamp))
 
 
-# -- proof documents ----------------------------------------------------------------------
-
-
 def inclusion_document(
     leaf_index: int, tree_size: int, leaf_data: bytes, path: Sequence[bytes], checkpoint: str
 ) -> dict[str, Any]:
@@ -210,10 +207,9 @@ def proof_kind(doc: Mapping[str, Any]) -> str:
     Raises:
         ProofError: neither (the object lacks both ``inclusion`` and ``consistency``).
     """
-    if "inclusion" in doc:
-        return "inclusion"
-    if "consistency" in doc:
-        return "consistency"
+    for kind in ("inclusion", "consistency"):
+        if kind in doc:
+            return kind
     raise ProofError("not a proof: the object has neither 'inclusion' nor 'consistency'")
 
 
@@ -231,40 +227,25 @@ class ProofCheck:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "kind": self.kind,
-            "reason": self.reason,
-            "origin": self.origin,
-            "tree_size": self.tree_size,
-            "root": b64(self.root) if self.root is not None else None,
-            "signed_by": self.signed_by,
-            **self.details,
-        }
+        """JSON-ready form: ``ok`` first, the fields, then the details."""
+        d: dict[str, Any] = {"ok": self.ok} | asdict(self)
+        d["root"] = b64(self.root) if self.root is not None else None
+        d.update(d.pop("details"))  # last, after the fields
+        return d
 
 
 def _int(doc: Mapping[str, Any], name: str) -> int:
-    v = doc.get(name)
-    if type(v) is not int or v < 0:
+    if type(v := doc.get(name)) is not int or v < 0:
         raise ProofError(f"{name!r} must be an integer >= 0")
     return v
 
 
 def _hashes(doc: Mapping[str, Any], name: str) -> list[bytes]:
-    v = doc.get(name)
-    if not isinstance(v, list):
+    if not isinstance(v := doc.get(name), list):
         raise ProofError(f"{name!r} must be a list of base64 hashes")
     if len(v) > MAX_PROOF_HASHES:
         raise ProofError(f"{name!r} holds more than {MAX_PROOF_HASHES} hashes")
     return [unb64_hash(h, f"{name}[{i}]") for i, h in enumerate(v)]
-
-
-def _note(doc: Mapping[str, Any], name: str) -> str:
-    v = doc.get(name)
-    if not isinstance(v, str):
-        raise ProofError(f"{name!r} must be the text of a signed checkpoint")
-    return v
 
 
 def verify_proof(
@@ -289,7 +270,9 @@ def verify_proof(
     kind = proof_kind(doc)
     check = ProofCheck(kind, False)
     try:
-        signed = open_checkpoint(_note(doc, "checkpoint"), known)
+        if not isinstance(text := doc.get("checkpoint"), str):
+            raise ProofError("'checkpoint' must be the text of a signed checkpoint")
+        signed = open_checkpoint(text, known)
         cp = signed.checkpoint
         check.origin, check.tree_size, check.root = cp.origin, cp.size, cp.root
         check.signed_by = [k.name for k in signed.verified_by]
@@ -298,9 +281,9 @@ def verify_proof(
         else:
             _verify_consistency(doc, cp, known, old_checkpoint, check)
     except ProofError as exc:
-        check.ok, check.reason = False, exc.reason
-        return check
-    check.ok = True
+        check.reason = exc.reason
+    else:
+        check.ok = True
     return check
 
 
@@ -308,8 +291,7 @@ def _verify_inclusion(doc: Mapping[str, Any], cp: Checkpoint, check: ProofCheck)
     index, size = _int(doc, "leaf_index"), _int(doc, "tree_size")
     if size != cp.size:
         raise ProofError(f"the proof is for tree size {size}, the checkpoint for {cp.size}")
-    data = doc.get("leaf_data")
-    if not isinstance(data, str):
+    if not isinstance(data := doc.get("leaf_data"), str):
         raise ProofError("'leaf_data' must be hex")
     try:
         leaf = bytes.fromhex(data)

@@ -146,13 +146,9 @@ def consistency_proof(old_size: int, new_size: int, node: NodeSource) -> list[by
 
 
 def root_from_inclusion(index: int, size: int, leaf: bytes, path: Sequence[bytes]) -> bytes:
-    """The root an inclusion proof leads to (RFC 9162 section 2.1.3.2).
-
-    Args:
-        index: the leaf's index.
-        size: the tree size.
-        leaf: the leaf *hash* (``leaf_hash(data)``).
-        path: the proof.
+    """The root the inclusion proof ``path`` of the leaf *hash* ``leaf``
+    (``leaf_hash(data)``) at ``index`` in a tree of ``size`` leads to (RFC 9162 section
+    2.1.3.2).
 
     Raises:
         ValueError: the proof cannot be right for this index and size (wrong length,
@@ -160,24 +156,30 @@ def root_from_inclusion(index: int, size: int, leaf: bytes, path: Sequence[bytes
     """
     if not 0 <= index < size:
         raise ValueError(f"leaf index {index} is not in a tree of size {size}")
-    fn, sn, r = index, size - 1, leaf
-    for p in path:
-        if len(p) != HASH_SIZE:
+    return _walk(index, size - 1, leaf, path, "inclusion")[1]
+
+
+def _walk(fn: int, sn: int, start: bytes, path: Sequence[bytes], what: str) -> tuple[bytes, bytes]:
+    """The walk both RFC 9162 verifications share: ``(fr, sr)`` from ``start`` along
+    ``path`` (``fr`` takes only the left siblings)."""
+    fr = sr = start
+    for c in path:
+        if len(c) != HASH_SIZE:
             raise ValueError("a proof hash is not 32 bytes")
         if sn == 0:
-            raise ValueError("the inclusion proof is too long")
+            raise ValueError(f"the {what} proof is too long")
         if fn & 1 or fn == sn:
-            r = node_hash(p, r)
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
             while fn and not fn & 1:
                 fn >>= 1
                 sn >>= 1
         else:
-            r = node_hash(r, p)
+            sr = node_hash(sr, c)
         fn >>= 1
         sn >>= 1
     if sn != 0:
-        raise ValueError("the inclusion proof is too short")
-    return r
+        raise ValueError(f"the {what} proof is too short")
+    return fr, sr
 
 
 def verify_inclusion(
@@ -222,22 +224,7 @@ def root_from_consistency(
     while fn & 1:
         fn >>= 1
         sn >>= 1
-    fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            raise ValueError("the consistency proof is too long")
-        if fn & 1 or fn == sn:
-            fr = node_hash(c, fr)
-            sr = node_hash(c, sr)
-            while fn and not fn & 1:
-                fn >>= 1
-                sn >>= 1
-        else:
-            sr = node_hash(sr, c)
-        fn >>= 1
-        sn >>= 1
-    if sn != 0:
-        raise ValueError("the consistency proof is too short")
+    fr, sr = _walk(fn, sn, path[0], path[1:], "consistency")
     if fr != old_root:
         raise ValueError("the consistency proof does not lead to the old root")
     return sr

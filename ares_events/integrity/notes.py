@@ -169,22 +169,14 @@ class VerifierKey:
     def verify(self, text: bytes, signature: bytes) -> bool:
         """True when ``signature`` (the decoded bytes of a signature line, key ID first)
         is this key's valid signature over the note text ``text``."""
-        if signature[:4] != self.key_id:
+        cosig = self.alg == ALG_COSIGNATURE_V1
+        start = 4 + 8 if cosig else 4  # key ID, then a cosignature's timestamp
+        ts = int.from_bytes(signature[4:12], "big")  # a cosignature's
+        if signature[:4] != self.key_id or len(signature) != start + 64 or (cosig and ts >= 2**63):
             return False
-        if self.alg == ALG_COSIGNATURE_V1:
-            if len(signature) != 4 + 8 + 64:
-                return False
-            ts = int.from_bytes(signature[4:12], "big")
-            if ts > 2**63 - 1:
-                return False
-            message = _cosigned_message(text, ts)
-            sig = signature[12:]
-        else:
-            if len(signature) != 4 + 64:
-                return False
-            message, sig = text, signature[4:]
+        message = _cosigned_message(text, ts) if cosig else text
         try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(sig, message)
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature[start:], message)
         except (InvalidSignature, ValueError):
             return False
         return True
@@ -245,10 +237,8 @@ class SigningKey:
 
     def private_text(self) -> str:
         """The key file's content. Contains the secret: write it to a 0600 file only."""
-        seed = self._key.private_bytes_raw()
-        return f"{_PRIVATE_PREFIX}{self.name}+{self.verifier.key_id.hex()}+" + b64(
-            bytes([self.alg]) + seed
-        )
+        secret = b64(bytes([self.alg]) + self._key.private_bytes_raw())
+        return f"{_PRIVATE_PREFIX}{self.name}+{self.verifier.key_id.hex()}+{secret}"
 
     def signature(self, text: bytes, *, timestamp: int | None = None) -> bytes:
         """The signature bytes of a signature line over the note text ``text`` (key ID
@@ -273,7 +263,7 @@ class SigningKey:
         Raises:
             ProofError: ``text`` is not a valid note text.
         """
-        return f"{EM_DASH} {self.name} {b64(self.signature(text, timestamp=timestamp))}\n"
+        return NoteSignature(self.name, self.signature(text, timestamp=timestamp)).line()
 
     def __repr__(self) -> str:
         return f"SigningKey(name={self.name!r}, key_id={self.verifier.key_id.hex()})"
@@ -331,11 +321,9 @@ class Note:
                 raise ProofError("a signed note must be UTF-8") from None
         if not isinstance(data, str):
             raise ProofError("a signed note must be text")
-        for ch in data:
-            if ord(ch) < 0x20 and ch != "\n":
-                raise ProofError(
-                    f"a signed note must not contain control character U+{ord(ch):04X}"
-                )
+        bad = next((ch for ch in data if ord(ch) < 0x20 and ch != "\n"), None)
+        if bad is not None:
+            raise ProofError(f"a signed note must not contain control character U+{ord(bad):04X}")
         cut = data.rfind("\n\n")
         if cut < 0:
             raise ProofError("not a signed note: no empty line before the signatures")
@@ -357,8 +345,6 @@ class Note:
             if len(raw) < 5:
                 raise ProofError("a signature line holds fewer than 5 bytes")
             sigs.append(NoteSignature(name, raw))
-        if not sigs:
-            raise ProofError("a signed note needs at least one signature line")
         if len(sigs) > MAX_SIGNATURES:
             raise ProofError(f"a signed note with more than {MAX_SIGNATURES} signatures")
         return cls(text, tuple(sigs))

@@ -58,10 +58,9 @@ def parse_request(body: str) -> tuple[int, list[bytes], str]:
     if not sep:
         raise WitnessRefused(400, "no empty line between the proof and the checkpoint")
     lines = head.split("\n")
-    first = lines[0]
-    if not first.startswith("old "):
+    if not lines[0].startswith("old "):
         raise WitnessRefused(400, "the request must start with 'old <size>'")
-    size = first[4:]
+    size = lines[0][4:]
     if not size.isdigit() or (len(size) > 1 and size[0] == "0") or len(size) > 19:
         raise WitnessRefused(400, f"bad old size {size[:30]!r}")
     if len(lines) - 1 > MAX_PROOF_HASHES - 1:
@@ -117,9 +116,7 @@ class LogWitness:
         self.key = key
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = FULL")
-            for stmt in SCHEMA:
+            for stmt in ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", *SCHEMA):
                 self._conn.execute(stmt)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open witness state {self.path}: {exc}") from exc
@@ -172,9 +169,6 @@ class LogWitness:
             out.append(WitnessedLog(origin, keys, int(size), root, at))
         return out
 
-    def _keys(self, c: sqlite3.Connection, origin: str) -> list[VerifierKey]:
-        return [VerifierKey.parse(r[0]) for r in c.execute(SELECT_KEYS, (origin,)).fetchall()]
-
     def add_checkpoint(
         self,
         old_size: int,
@@ -198,7 +192,7 @@ class LogWitness:
         except ProofError as exc:
             raise WitnessRefused(400, f"not a signed checkpoint: {exc.reason}") from None
         with self._tx() as c:
-            keys = self._keys(c, cp.origin)
+            keys = [VerifierKey.parse(r[0]) for r in c.execute(SELECT_KEYS, (cp.origin,))]
             if not keys:
                 raise WitnessRefused(404, f"unknown log {cp.origin!r}")
             try:

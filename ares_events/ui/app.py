@@ -89,16 +89,14 @@ class _Page:
     status: HTTPStatus = HTTPStatus.OK
 
 
-_NO_SESSION: Final = views.Chrome("", False, "")
-
-
 def _failed(title: str, heading: str, text: str, status: HTTPStatus) -> _Page:
     return _Page(title, views.message_view(heading, text), status=status)
 
 
 def refusal(status: HTTPStatus, text: str) -> Response:
     """A page that refuses, for someone who may have no session (it names no store)."""
-    body = str(views.page(_NO_SESSION, "refused", views.message_view(status.phrase, text)))
+    no_session = views.Chrome("", False, "")
+    body = str(views.page(no_session, "refused", views.message_view(status.phrase, text)))
     return Response(body, status, media_type="text/html; charset=utf-8")
 
 
@@ -205,7 +203,7 @@ class ConsoleApp:
         static = resources.files("ares_events.ui").joinpath("static")
         self._static = {name: static.joinpath(name).read_bytes() for name in _STATIC}
         get: dict[str, Callable[[dict[str, str]], _Page | Response]] = {
-            "/": self._root,
+            "/": lambda q: _see("./streams"),
             "/streams": self._streams,
             "/stream": self._stream,
             "/payload": self._payload,
@@ -244,8 +242,6 @@ class ConsoleApp:
         long), it ends at its next store call once the store is closed."""
         self.closing = True
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-    # -- plumbing ----------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -302,8 +298,7 @@ class ConsoleApp:
     def _render(
         self, fn: Callable[[dict[str, str]], _Page | Response], q: dict[str, str], fragment: bool
     ) -> Response:
-        """Run a view on a worker thread; its errors become pages (the console keeps
-        serving)."""
+        """Run a view on a worker thread; its errors become pages."""
         try:
             out = fn(q)
         except _Refused as r:
@@ -334,11 +329,6 @@ class ConsoleApp:
         if name not in _STATIC:
             return refusal(HTTPStatus.NOT_FOUND, "no such file")
         return Response(self._static[name], media_type=_STATIC[name])
-
-    # -- GET views (on a worker thread) ------------------------------------------------------
-
-    def _root(self, q: dict[str, str]) -> Response:
-        return _see("./streams")
 
     def _streams(self, q: dict[str, str]) -> _Page:
         prefix, after = q.get("prefix", ""), q.get("after", "")
@@ -455,8 +445,6 @@ class ConsoleApp:
         options = {"live": True, "position": last, "active": "/projections"}
         return _Page("Projections", body, options)
 
-    # -- live --------------------------------------------------------------------------------
-
     async def _live_stream(self, request: Request) -> Response:
         """Server-sent events: the store's last position, whenever it moves (for
         :data:`_LIVE_SECONDS`, then the browser reconnects)."""
@@ -487,8 +475,6 @@ class ConsoleApp:
                 await self._call(self.store.wait_for, pos, 1.0)
         except _Refused:
             return  # closed: the browser reconnects to whatever serves next
-
-    # -- POST (form checked; on a worker thread) ---------------------------------------------
 
     def _audit(self, form: dict[str, str]) -> Response:
         deep = form.get("deep") == "1"

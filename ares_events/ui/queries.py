@@ -116,8 +116,7 @@ class PageChain:
     ok: bool
     checked: int
     findings: list[Finding]
-    at_head: bool
-    """The page ends at the head, and the head was compared too."""
+    at_head: bool  # the page ends at the head, and the head was compared too
 
 
 def page_chain(
@@ -180,18 +179,13 @@ class RunSummary:
 
 def summarize(store: EventStore, run_id: str) -> RunSummary:
     """Fold the run from its first event (the whole chain checked, schema problems
-    listed), appending nothing.
-
-    Raises:
-        RunNotFound: not a run.
-    """
+    listed), appending nothing. Raises RunNotFound when it is not a run."""
     opening = first(store.read(run_id, 1, limit=1))
     if opening is None or opening.type != "run.started":
         raise RunNotFound(run_id, "no such run" if opening is None else "not a run")
     # The whole chain, as `runs show`: a snapshot vouches only for the fold it saved.
     rep = recover(store, run_id, RunStateProjection(), max_replay=2**62, tolerant=True)
-    state = rep.state
-    last = first(store.read(run_id, rep.version, limit=1))
+    state, last = rep.state, first(store.read(run_id, rep.version, limit=1))
     keys = tuple(sorted(state["steps"], key=int))
     doubt = {k: state["steps"][k] for k in keys if _in_doubt(state["steps"][k])}
     return RunSummary(
@@ -227,10 +221,8 @@ def steps_page(run: RunSummary, page: int, per_page: int = STEPS_PER_PAGE) -> li
 
 def page_of_step(run: RunSummary, step: int, per_page: int = STEPS_PER_PAGE) -> int:
     """The page that shows ``step``."""
-    try:
-        return run.step_keys.index(str(step)) // per_page + 1
-    except ValueError:
-        return 1
+    keys = run.step_keys
+    return keys.index(str(step)) // per_page + 1 if str(step) in keys else 1
 
 
 @dataclass
@@ -250,11 +242,7 @@ class RunCache:
         self._life: dict[str, tuple[int, list[RecordedEvent]]] = {}
 
     def get(self, store: EventStore, run_id: str) -> _Cached:
-        """The run as its log tells it now (folded once per version).
-
-        Raises:
-            RunNotFound: not a run.
-        """
+        """The run as its log tells it now, folded once per version (RunNotFound: not a run)."""
         key = (run_id, store.stream_version(run_id))
         with self._lock:
             hit = self._items.get(key)

@@ -15,7 +15,7 @@ from ares_events.agents.runs import StepInfo
 from ares_events.core.events import RecordedEvent, parse_at
 from ares_events.ui.markup import Markup, el, json_text, link
 from ares_events.ui.queries import RunSummary, page_of_step
-from ares_events.ui.views import Chrome, findings_table, join_inputs, row, status_text, table
+from ares_events.ui.views import Chrome, findings_table, join_inputs, pager, row, status_text, table
 
 __all__ = ["diff_view", "run_view", "runs_view"]
 
@@ -46,15 +46,10 @@ def runs_view(
     columns = ("run", "status", "steps", "tokens", "cost", "age", "updated", "in doubt")
     listing = table(columns, body, id="runs")
     more = {"status": status, "prefix": prefix, "after": next_after}
-    pager = el(
-        "p",
-        link("more →", "/runs", more, id="next")
-        if next_after is not None
-        else el("span", "end of the store", cls="dim"),
-        cls="pager",
-    )
+    end = el("span", "end of the store", cls="dim")
+    pages = pager(link("more →", "/runs", more, id="next") if next_after is not None else end)
     empty = el("p", "no run here", cls="dim") if not rows else None
-    return el("section", el("h1", "Runs"), el("p", tabs, cls="tabs"), listing, empty, pager)
+    return el("section", el("h1", "Runs"), el("p", tabs, cls="tabs"), listing, empty, pages)
 
 
 _LIFE_LABELS: Final = {
@@ -107,23 +102,6 @@ def _details(summary: str, value: Any, cls: str | None = None) -> Markup:
     return el("details", el("summary", summary), el("pre", json_text(value), cls=cls))
 
 
-def _attempts(s: StepInfo) -> Markup:
-    return el(
-        "ol",
-        [
-            el(
-                "li",
-                f"attempt {a.n}: {a.status}",
-                f" at {a.at}" if a.at else None,
-                f" — {a.error_type}: {a.error}" if a.error_type else None,
-                f" (resolved by {a.resolved_by})" if a.resolved_by else None,
-            )
-            for a in s.attempts
-        ],
-        cls="attempts",
-    )
-
-
 def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup:
     status = el("span", s.status, cls=f"st st-{s.status}")
     badge = el("span", "IN DOUBT", cls="badge bad") if s.in_doubt else None
@@ -132,7 +110,17 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     if s.key:
         parts.append(el("p", "idempotency key ", el("code", s.key)))
     if s.kind in ("model", "tool"):
-        parts.append(_attempts(s))
+        attempts = [
+            el(
+                "li",
+                f"attempt {a.n}: {a.status}",
+                f" at {a.at}" if a.at else None,
+                f" — {a.error_type}: {a.error}" if a.error_type else None,
+                f" (resolved by {a.resolved_by})" if a.resolved_by else None,
+            )
+            for a in s.attempts
+        ]
+        parts.append(el("ol", attempts, cls="attempts"))
         if request is not None:
             parts.append(_details("request", request, "request"))
         elif s.request_hash:
@@ -149,7 +137,11 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     if s.in_doubt:
         parts.append(el("p", _IN_DOUBT, cls="doubt"))
         if chrome.actions:
-            parts.append(_resolve_form(chrome, info, s))
+            result = el("label", "result (JSON) ", el("textarea", name="result", rows="2"))
+            not_done = el("input", type="checkbox", name="not_done", value="1")
+            fields = (result, el("label", not_done, " it did not run"))
+            button = el("button", "resolve", type="submit", cls="act")
+            parts.append(_action_form(chrome, info, "resolve", fields, button, step=s.step))
     if s.kind == "model":
         current = el("textarea", name="current", rows="3")
         parts.append(
@@ -168,37 +160,29 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
     )
 
 
-def _hidden(chrome: Chrome, info: RunSummary, action: str, **more: str) -> Markup:
-    values = {"csrf": chrome.csrf, "id": info.run_id, "action": action}
-    return join_inputs({**values, "version": str(info.version), **more})
-
-
-def _who_fields() -> Markup:
-    return Markup(
-        el("label", "by ", el("input", name="by", required=True, maxlength="200"))
-        + el("label", "reason ", el("input", name="reason", maxlength="2000"))
+def _action_form(
+    chrome: Chrome,
+    info: RunSummary,
+    action: str,
+    fields: Any,
+    button: Markup,
+    step: int | None = None,
+    **attrs: str,
+) -> Markup:
+    """A run action's form: hidden values, the key the console signs with (none for a
+    cancel), ``fields``, who acts and why, ``button``."""
+    hidden = {"csrf": chrome.csrf, "id": info.run_id, "action": action}
+    hidden["version"] = str(info.version)
+    if step is not None:
+        hidden["step"] = str(step)
+    signer = chrome.signer if action != "cancel" else None
+    signs = el("p", "the console signs this with the approver key ", el("code", signer))
+    who = (
+        el("label", "by ", el("input", name="by", required=True, maxlength="200")),
+        el("label", "reason ", el("input", name="reason", maxlength="2000")),
     )
-
-
-def _signs(chrome: Chrome) -> Markup | None:
-    if not chrome.signer:
-        return None
-    return el("p", "the console signs this with the approver key ", el("code", chrome.signer))
-
-
-def _resolve_form(chrome: Chrome, info: RunSummary, s: StepInfo) -> Markup:
-    return _action_form(
-        _hidden(chrome, info, "resolve", step=str(s.step)),
-        _signs(chrome),
-        el("label", "result (JSON) ", el("textarea", name="result", rows="2")),
-        el("label", el("input", type="checkbox", name="not_done", value="1"), " it did not run"),
-        _who_fields(),
-        el("button", "resolve", type="submit", cls="act"),
-    )
-
-
-def _action_form(*children: Any, **attrs: Any) -> Markup:
-    return el("form", *children, method="post", action="./action", cls="action", **attrs)
+    form = (join_inputs(hidden), signs if signer else None, fields, who, button)
+    return el("form", form, method="post", action="./action", cls="action", **attrs)
 
 
 def _asked(asked: Mapping[str, Any] | None) -> Markup | None:
@@ -235,24 +219,11 @@ def _run_actions(
         resume = el("code", f"ares-events runs resume {info.run_id} --key FILE")
         forms.append(el("p", _NEEDS_KEY, resume, cls="doubt", id="needs-key"))
     elif info.status in ("paused", "in_doubt") and not info.in_doubt:
-        forms.append(
-            _action_form(
-                _hidden(chrome, info, "resume"),
-                _signs(chrome),
-                _who_fields(),
-                el("button", "approve and resume" if asked else "resume", type="submit", cls="act"),
-                id="resume-form",
-            )
-        )
+        button = el("button", "approve and resume" if asked else "resume", type="submit", cls="act")
+        forms.append(_action_form(chrome, info, "resume", None, button, id="resume-form"))
     if info.status not in ("completed", "failed", "cancelled"):
-        forms.append(
-            _action_form(
-                _hidden(chrome, info, "cancel"),
-                _who_fields(),
-                el("button", "cancel run", type="submit", cls="act danger"),
-                id="cancel-form",
-            )
-        )
+        button = el("button", "cancel run", type="submit", cls="act danger")
+        forms.append(_action_form(chrome, info, "cancel", None, button, id="cancel-form"))
     return el("div", forms, cls="actions") if forms else None
 
 
@@ -299,18 +270,13 @@ def run_view(
         for e in lifecycle
     ]
     life = el("details", el("summary", told), el("ol", events), id="lifecycle")
-    pager = el(
-        "p",
-        link("← earlier steps", "/run", {"id": info.run_id, "page": page_no - 1})
-        if page_no > 1
-        else None,
-        " ",
+    at = {"id": info.run_id}
+    paging = pager(
+        link("← earlier steps", "/run", {**at, "page": page_no - 1}) if page_no > 1 else None,
         el("span", f"page {page_no} of {max(pages, 1)}", cls="dim"),
-        " ",
-        link("later steps →", "/run", {"id": info.run_id, "page": page_no + 1}, id="next")
+        link("later steps →", "/run", {**at, "page": page_no + 1}, id="next")
         if page_no < pages
         else None,
-        cls="pager",
     )
     return el(
         "section",
@@ -324,9 +290,9 @@ def run_view(
         life,
         el("p", link("events of this run", "/stream", {"id": info.run_id})),
         el("h2", "Timeline"),
-        pager,
+        paging,
         el("div", [_step(chrome, info, s, requests.get(s.step)) for s in steps], id="timeline"),
-        pager,
+        paging,
     )
 
 

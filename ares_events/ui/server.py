@@ -14,7 +14,6 @@ import logging
 import secrets
 import socket
 import threading
-from collections.abc import Iterable
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
@@ -33,9 +32,9 @@ __all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "MAX_TARGET", "ConsoleServer"]
 
 logger = logging.getLogger(__name__)
 
+# The session cookie's name is this plus "_<port>" (its path already differs per start;
+# the port in the name tells a user which console a cookie is for).
 _COOKIE: Final = "ares_console"
-"""The session cookie's name is this plus ``_<port>`` (its path already differs per start;
-the port in the name tells a user which console a cookie is for)."""
 HEAD_TIMEOUT: Final = 10.0
 """Seconds a connection has to send a whole request head (first, or after a response)."""
 MAX_TARGET: Final = 64 * 1024
@@ -43,10 +42,8 @@ MAX_TARGET: Final = 64 * 1024
 MAX_HEAD: Final = MAX_TARGET + 32 * 1024
 """The largest request head the server buffers before answering 400 (a target of
 :data:`MAX_TARGET` and some headers)."""
-_MAX_CONNECTIONS: Final = 1000
-"""Beyond this many open connections a request is answered 503 at once."""
-_STOP_SECONDS: Final = 2
-"""How long a stop waits for responses in flight before cancelling them."""
+_MAX_CONNECTIONS: Final = 1000  # beyond this many open connections: a 503 at once
+_STOP_SECONDS: Final = 2  # a stop waits this long for responses in flight, then cancels them
 
 
 class _Protocol(H11Protocol):
@@ -319,7 +316,5 @@ class ConsoleServer:
 
 
 def _host_names(host: str, port: int) -> frozenset[str]:
-    names: Iterable[str] = {host, "localhost", "127.0.0.1", "[::1]"}
-    if ":" in host:
-        names = {*names, f"[{host}]"} - {host}
-    return frozenset(f"{n}:{port}".lower() for n in names)
+    own = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in Host
+    return frozenset(f"{n}:{port}".lower() for n in (own, "localhost", "127.0.0.1", "[::1]"))

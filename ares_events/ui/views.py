@@ -24,6 +24,7 @@ __all__ = [
     "join_inputs",
     "message_view",
     "page",
+    "pager",
     "payload_view",
     "projections_view",
     "row",
@@ -130,6 +131,11 @@ def table(columns: tuple[str, ...], rows: Any, *more: Any, **attrs: Any) -> Mark
     return el("table", el("thead", header(*columns)), el("tbody", rows), *more, **attrs)
 
 
+def pager(*parts: Any) -> Markup:
+    """The paging line: ``parts`` (a part may be None) apart by spaces."""
+    return el("p", [x for p in parts for x in (" ", p)][1:], cls="pager")
+
+
 def status_text(ok: bool, text: str | None = None) -> Markup:
     return el("span", text or ("verified" if ok else "FINDINGS"), cls="ok" if ok else "bad")
 
@@ -137,9 +143,6 @@ def status_text(ok: bool, text: str | None = None) -> Markup:
 def message_view(title: str, text: str) -> Markup:
     """A page that only says something (not found, refused, done)."""
     return el("section", el("h1", title), el("p", text, cls="message"))
-
-
-# -- streams ---------------------------------------------------------------------------------
 
 
 def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str | None) -> Markup:
@@ -165,17 +168,14 @@ def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str
         for r in rows
     ]
     listing = table(("stream", "kind", "version", "head", "last write"), body, id="streams")
-    pager = el(
-        "p",
+    nxt = {"prefix": prefix, "after": next_after}
+    more = link("next page →", "/streams", nxt, id="next") if next_after is not None else None
+    pages = pager(
         link("first page", "/streams", {"prefix": prefix}) if after else None,
-        " ",
-        link("next page →", "/streams", {"prefix": prefix, "after": next_after}, id="next")
-        if next_after is not None
-        else el("span", "end of the list", cls="dim"),
-        cls="pager",
+        more or el("span", "end of the list", cls="dim"),
     )
     empty = el("p", "no stream matches", cls="dim") if not rows else None
-    return el("section", el("h1", "Streams"), form, listing, empty, pager)
+    return el("section", el("h1", "Streams"), form, listing, empty, pages)
 
 
 def _payload(e: RecordedEvent) -> Markup:
@@ -216,20 +216,15 @@ def stream_view(
         )
         for e in events
     ]
-    nav = el(
-        "p",
-        link("← previous", "/stream", {"id": stream_id, "from": max(1, start - per_page)})
+    end = start + len(events)
+    at = {"id": stream_id}
+    nav = pager(
+        link("← previous", "/stream", {**at, "from": max(1, start - per_page)})
         if start > 1
         else None,
-        " ",
-        el("span", f"versions {start}–{start + len(events) - 1} of {version}", cls="dim"),
-        " ",
-        link("next →", "/stream", {"id": stream_id, "from": start + len(events)}, id="next")
-        if start + len(events) <= version
-        else None,
-        " ",
-        link("last page", "/stream", {"id": stream_id, "from": max(1, version - per_page + 1)}),
-        cls="pager",
+        el("span", f"versions {start}–{end - 1} of {version}", cls="dim"),
+        link("next →", "/stream", {**at, "from": end}, id="next") if end <= version else None,
+        link("last page", "/stream", {**at, "from": max(1, version - per_page + 1)}),
     )
     status = el(
         "p",
@@ -293,9 +288,6 @@ def verify_view(report: VerifyReport) -> Markup:
         findings_table(report.findings),
         link("back to the stream", "/stream", {"id": report.stream_id}),
     )
-
-
-# -- integrity and projections ---------------------------------------------------------------
 
 
 def audit_view(
