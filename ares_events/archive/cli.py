@@ -136,13 +136,9 @@ def archive_cmd(
     resumed = ""
     if report.resumed:
         resumed = f" (finishing {report.resumed} segment(s) of an interrupted run)"
-    app.out.print(
-        text(
-            f"{report.events_archived} events archived ({per:.1f} bytes each in the archive), "
-            f"{report.rows_deleted} rows deleted{resumed}; archived through position "
-            f"{report.through}"
-        )
-    )
+    app.out.print(text(f"{report.events_archived} events archived ({per:.1f} bytes each in the "
+                       f"archive), {report.rows_deleted} rows deleted{resumed}; archived through "
+                       f"position {report.through}"))  # fmt: skip
     return EXIT_OK
 
 
@@ -185,8 +181,7 @@ def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: 
 
     if not reason:
         raise CommandError("--retire-before needs --reason TEXT (kept in the record)")
-    if by is None:
-        by = os_user()
+    by = os_user() if by is None else by
     with app.open(write=True) as store:
         report = retire(store, before=parse_before(before), reason=reason, by=by)
     if as_json:
@@ -194,10 +189,7 @@ def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: 
         return EXIT_OK
     app.out.print(text(f"retired {len(report.segments)} segment(s), {report.events} events"))
     for s in report.segments:
-        app.out.print(
-            text(
-                f"  segment {s['seq']}: positions {s['first_position']}..{s['last_position']}"
-                f" (record at position {s['record_position']})"
-            )
-        )
+        app.out.print(text(f"  segment {s['seq']}: positions {s['first_position']}.."
+                           f"{s['last_position']} (record at position "
+                           f"{s['record_position']})"))  # fmt: skip
     return EXIT_OK

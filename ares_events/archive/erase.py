@@ -56,12 +56,11 @@ def erase_archived(
     blob_key: str | None,
 ) -> tuple[SegmentIndex, int, list[str]] | None:
     """Rewrite the segment holding the event (matched on stream, version, position and
-    hash); return the new segment index, how many users of its blob to assume, and the keys of
-    the replaced objects; None when no archived row matches.
+    hash); return the new segment index, how many users of its blob to assume, and the keys
+    of the replaced objects; None when no archived row matches.
 
-    The blob of a spilled payload is never deleted here (it may be shared with events
-    in the database, which this cannot count): it is reported as shared, and
-    ``gc-blobs`` removes it once nothing references it.
+    A spilled payload's blob is never deleted here (events in the database may share it,
+    which this cannot count): it is reported as shared, and ``gc-blobs`` removes it later.
 
     Raises:
         ArchiveError: the segment is missing or altered.

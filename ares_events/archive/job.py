@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -54,13 +52,9 @@ __all__ = ["ArchiveReport", "archive", "parse_before"]
 STEPS: Final = ("written", "verified", "recorded", "deleted")
 """The steps of one segment, in order (what the crash tests stop after)."""
 
-_crash_after: str | None = None
-"""Tests only: ``kill -9`` this process right after that step (see tests/projections)."""
-
 
 def _step(name: str) -> None:
-    if _crash_after == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Called after each of :data:`STEPS` (the crash tests replace it to ``kill -9``)."""
 
 
 @dataclass
@@ -70,13 +64,11 @@ class ArchiveReport:
     Attributes:
         archive: the archive's location (no credentials).
         through: the last archived position after the run.
-        segments: one dict per segment sealed (seq, positions, events, bytes, tree size,
-            root).
+        segments: one dict per sealed segment (seq, positions, events, bytes, tree size, root).
         events_archived: events sealed by this run.
         rows_deleted: database rows removed (this run's and any a crashed run left).
         resumed: segments of an earlier, interrupted run whose rows this run deleted.
-        kept: events left in the database inside archived ranges (each stream's last
-            event).
+        kept: events left in the database inside archived ranges (each stream's last one).
         archive_bytes: bytes written to the archive (segments and manifests).
         row_bytes: the stored size of the archived events' columns in the database.
     """
@@ -175,13 +167,11 @@ def archive(
             changed the segment index meanwhile.
         StoreUnavailable: the store or the archive cannot be reached.
     """
-    if segment_events < 1:
-        raise ConfigError(f"segment_events must be at least 1, got {segment_events!r}")
-    if block_events < 1:
-        raise ConfigError(f"block_events must be at least 1, got {block_events!r}")
+    for name, n in (("segment_events", segment_events), ("block_events", block_events)):
+        if n < 1:
+            raise ConfigError(f"{name} must be at least 1, got {n!r}")
     rec = _archive_reader(store)
-    inner = rec.inner
-    source: ArchiveSource = rec.source
+    inner, source = rec.inner, rec.source
     from ares_events.stores.blobs import open_blobs
 
     with open_blobs(to, create=True) as target:
@@ -349,28 +339,16 @@ def _seal(
 ) -> tuple[SegmentEntry, Manifest, int]:
     seq = ix.segments[-1].seq + 1 if ix.segments else 1
     leaves = [merkle.leaf_hash(e.hash) for e in events]
-    _check_leaves(mlog, events, leaves)
-    last_index = mlog.index_of(events[-1].position)
-    assert last_index is not None  # _check_leaves found every leaf
-    size = last_index + 1
+    size = _check_leaves(mlog, events, leaves)
     root = mlog.root(size)
     checkpoint = None if key is None else sign_checkpoint(Checkpoint(key.name, size, root), key)
     data, blocks = encode_segment(events, block_events=block_events)
     seg_ref = put_checked(source, ix, data, seq)
     manifest = Manifest(
-        seq=seq,
-        first_position=events[0].position,
-        last_position=events[-1].position,
-        events=len(events),
-        segment=seg_ref,
-        blocks=blocks,
-        streams=stream_ranges(events, block_events=block_events),
-        tree_size=size,
-        root=root,
-        segment_root=merkle.root(leaves),
-        checkpoint=checkpoint,
-        created_at=utc_now_at(),
-    )
+        seq, events[0].position, events[-1].position, len(events), seg_ref, blocks,
+        stream_ranges(events, block_events=block_events), size, root, merkle.root(leaves),
+        checkpoint, utc_now_at(),
+    )  # fmt: skip
     mbytes = manifest.to_bytes()
     man_ref = put_checked(source, ix, mbytes, seq)
     _step("written")
@@ -396,7 +374,8 @@ def _seal(
     return entry, manifest, len(data) + len(mbytes)
 
 
-def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> None:
+def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> int:
+    """Check ``leaves`` against the Merkle log; return the tree's size at the last one."""
     first = mlog.index_of(events[0].position)
     last = mlog.index_of(events[-1].position)
     if first is None or last is None:
@@ -415,18 +394,12 @@ def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[byt
             f"stream {e.stream_id!r} version {e.version}: its hash is not its Merkle leaf "
             "(rebuild the Merkle log, then archive)"
         )
+    return last + 1
 
 
 def _expected(events: list[RecordedEvent]) -> list[ArchivedRow]:
-    return [
-        (
-            e.position,
-            e.hash,
-            None if e.payload_ref is None else e.payload_ref.to_json().decode(),
-            e.stream_id,
-        )
-        for e in events
-    ]
+    refs = [None if e.payload_ref is None else e.payload_ref.to_json().decode() for e in events]
+    return [(e.position, e.hash, ref, e.stream_id) for e, ref in zip(events, refs, strict=True)]
 
 
 def _delete(
@@ -465,7 +438,7 @@ def _reseal(
         for e in page:
             if type(e.position) is int and e.position <= entry.last_position:
                 db[e.position] = e
-        if len(page) < 4096 or not page or page[-1].position > entry.last_position:
+        if len(page) < 4096 or page[-1].position > entry.last_position:
             break
         pos = page[-1].position
     for e in events:

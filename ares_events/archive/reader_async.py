@@ -28,7 +28,7 @@ from ares_events.core.backend import (
 )
 from ares_events.core.events import ErasedPayloadRef, ExpectedVersion, RecordedEvent
 from ares_events.core.faces import ASYNC
-from ares_events.core.iterators_async import aclose_iter
+from ares_events.core.iterators_async import aclose_iter, afirst
 from ares_events.errors import ArchiveError
 
 logger = logging.getLogger(__name__)
@@ -37,10 +37,10 @@ __all__ = ["AsyncArchiveRecorder"]
 
 _BIG: Final = 2**62
 PAGE: Final = 256
-"""Events per database page of ``read_all`` (the archive's position is read after each, so
-a page is held as a list first). Small enough that a page's events (two objects the
-garbage collector tracks each) stay under its threshold of 700: a page of 1000 cost 12% of
-the CPU of a bare read in collections, one of 256 about 5%, metadata reads included."""
+"""Events per database page of ``read_all`` (held as a list: the archive's position is read
+after each). Small enough that a page's events (two objects the garbage collector tracks
+each) stay under its threshold of 700: pages of 1000 spent 12% of a bare read's CPU in
+collections, pages of 256 about 5%."""
 
 
 if ASYNC:
@@ -216,9 +216,7 @@ class AsyncArchiveRecorder:
         """The last archived position and, when it is not 0, the segment index (fetched again
         only when its revision moved)."""
         raw = await self.inner.meta_get(THROUGH_KEY)
-        if raw is None:
-            # Not written yet (a run stopped between the index and this row) or deleted:
-            # the index says how far the archive goes.
+        if raw is None:  # a run stopped between the index and this row, or it was deleted
             ix = await self.segment_index()
             return (ix.through if ix is not None else 0), ix
         through, rev = _parse_through(raw)
@@ -311,11 +309,7 @@ class AsyncArchiveRecorder:
                 tolerate = True
 
     async def _follows(self, stream_id: str, v: int) -> bool:
-        it = self.inner.read(stream_id, v, None, 1)
-        try:
-            return bool(await _take(it, 1))
-        finally:
-            await aclose_iter(it)
+        return await afirst(self.inner.read(stream_id, v, None, 1)) is not None
 
     async def _archived(
         self, stream_id: str, v: int, hi: int, left: int
@@ -431,13 +425,10 @@ class AsyncArchiveRecorder:
             events = sorted([*events, *extra], key=lambda e: e.position)
         return events, upto
 
-    def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+    async def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` in global order, archived rows included
         (the audit's order check)."""
-        return self._positions(after_position)
-
-    async def _positions(self, after: int) -> AsyncIterator[tuple[Any, Any, Any]]:
-        pos = after
+        pos = after_position
         while True:
             through, ix = await self._through()
             if ix is not None and through > pos:

@@ -18,7 +18,6 @@ from ares_events.archive.job import _archive_reader, _cutoff
 from ares_events.archive.segment import (
     RETENTION_STREAM,
     RETENTION_TYPE,
-    SegmentEntry,
     span,
     streams_digest,
     tombstone_fields,
@@ -47,11 +46,6 @@ class RetireReport:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return dataclasses.asdict(self)
-
-
-def record_id(entry: SegmentEntry) -> str:
-    """The event id of a segment's retention record (the same on every run)."""
-    return str(uuid.uuid5(_NS, f"{entry.seq}:{entry.manifest.key}"))
 
 
 def retire(
@@ -104,11 +98,11 @@ def retire(
             "reason": reason,
             "by": by,
         }
+        rid = str(uuid.uuid5(_NS, f"{entry.seq}:{entry.manifest.key}"))  # the same on every run
         res = store.append(
             RETENTION_STREAM,
-            [NewEvent(type=RETENTION_TYPE, module="ares-events", payload=payload,
-                      event_id=record_id(entry))],
-        )  # fmt: skip
+            [NewEvent(type=RETENTION_TYPE, module="ares-events", payload=payload, event_id=rid)],
+        )
         tomb = {**payload, "record_position": res.position, "retired_at": utc_now_at()}
         ix = ix.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
         text = swap_index(inner, text, ix, entry.seq, "the segment index changed")

@@ -119,19 +119,20 @@ class StreamRange:
     """The blocks that hold its events (a reader decodes only those)."""
 
 
+_SPAN: Final = ("seq", "first_position", "last_position", "events")
+
+
 def span(x: Manifest | SegmentEntry) -> dict[str, int]:
     """The ``seq``, positions and ``events`` of a segment, as its documents spell them."""
-    return {
-        "seq": x.seq,
-        "first_position": x.first_position,
-        "last_position": x.last_position,
-        "events": x.events,
-    }
+    return {k: getattr(x, k) for k in _SPAN}
 
 
 def _span_of(d: Any) -> dict[str, Any]:
-    keys = ("seq", "first_position", "last_position", "events")
-    return {k: int(d[k]) for k in keys}
+    return {k: int(d[k]) for k in _SPAN}
+
+
+def _range_doc(r: StreamRange) -> list[Any]:
+    return [r.first, r.last, r.first_position, r.last_position, r.last_hash.hex(), list(r.blocks)]
 
 
 def _stream_range(r: Sequence[Any]) -> StreamRange:
@@ -168,17 +169,7 @@ class Manifest:
                 [b.offset, b.length, b.first_position, b.last_position, b.count, b.digest.hex()]
                 for b in self.blocks
             ],
-            "streams": {
-                sid: [
-                    r.first,
-                    r.last,
-                    r.first_position,
-                    r.last_position,
-                    r.last_hash.hex(),
-                    list(r.blocks),
-                ]
-                for sid, r in self.streams.items()
-            },
+            "streams": {sid: _range_doc(r) for sid, r in self.streams.items()},
             "merkle": {
                 "tree_size": self.tree_size,
                 "root": self.root.hex(),
@@ -308,9 +299,7 @@ class SegmentIndex:
         for entry in self.segments:
             if entry.retired is None:
                 break  # retention removes the oldest segments only
-            got = entry.streams_end.get(stream_id)
-            if got is not None:
-                end = got
+            end = entry.streams_end.get(stream_id, end)
         return end
 
     def retired_ranges(self) -> list[tuple[int, int]]:

@@ -6,6 +6,7 @@ It may import the core, :mod:`ares_events.errors` and the blob stores.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -50,15 +51,12 @@ def archive_read_nice(env: Mapping[str, str] = os.environ) -> int:
         ConfigError: not an integer from 0 to 19.
     """
     raw = env.get("ARES_ARCHIVE_READ_NICE")
-    if raw is None or raw == "":
+    if not raw:
         return ARCHIVE_READ_NICE
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 19:
-        raise ConfigError(f"ARES_ARCHIVE_READ_NICE must be an integer from 0 to 19, got {raw!r}")
-    return value
+    with contextlib.suppress(ValueError):
+        if 0 <= (value := int(raw)) <= 19:
+            return value
+    raise ConfigError(f"ARES_ARCHIVE_READ_NICE must be an integer from 0 to 19, got {raw!r}")
 
 
 def _lower_priority(nice: int) -> None:
@@ -136,9 +134,8 @@ class ArchiveSource:
         return m
 
     def check_segment(self, ix: SegmentIndex, entry: SegmentEntry) -> None:
-        """Check the whole segment object against the size and blake3 the database
-        records: the bytes no block read covers too (its header, anything after the last
-        block).
+        """Check the whole segment object against the size and blake3 the database records,
+        the bytes no block read covers included (its header, anything after the last block).
 
         Raises:
             ArchiveError: the segment is missing or altered.
@@ -199,10 +196,7 @@ class ArchiveSource:
             if self._pool_pid != pid:
                 self._inflight.clear()  # the parent's fetches do not run here
             self._pool = ThreadPoolExecutor(
-                max_workers=1,
-                thread_name_prefix="ares-archive",
-                initializer=_lower_priority,
-                initargs=(self._nice,),
+                1, "ares-archive", initializer=_lower_priority, initargs=(self._nice,)
             )
             self._pool_pid = pid
         return self._pool

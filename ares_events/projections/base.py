@@ -110,8 +110,7 @@ def fold(
     Raises:
         EventSchemaError: strict mode and an event does not match its schema.
     """
-    st = projection.initial() if state is None else state
-    res = FoldResult(st)
+    res = FoldResult(projection.initial() if state is None else state)
     for e in events:
         res.state = apply_one(projection, res.state, e, strict=strict, skipped=res.skipped)
         res.applied += 1

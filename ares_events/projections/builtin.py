@@ -49,6 +49,16 @@ def _remove(items: list[str], value: str) -> None:
         items.remove(value)
 
 
+def _session_and_tasks(state: dict[str, Any], p: Any) -> None:
+    """Fold what both agent projections keep alike: the session and the pending tasks."""
+    if isinstance(p, SessionCreated):
+        state["session_id"] = p.session_id
+    elif isinstance(p, TaskCreated) and p.task_id not in state["pending_tasks"]:
+        state["pending_tasks"].append(p.task_id)
+    elif isinstance(p, TaskCompleted | TaskFailed):
+        _remove(state["pending_tasks"], p.task_id)
+
+
 class AgentStateProjection:
     """Session, status, pending/done/failed tasks, instance, restarts, last event."""
 
@@ -73,28 +83,20 @@ class AgentStateProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         """Fold one event."""
         p = parse(event)
-        if isinstance(p, SessionCreated):
-            state["session_id"] = p.session_id
-        elif isinstance(p, TaskCreated):
-            if p.task_id not in state["pending_tasks"]:
-                state["pending_tasks"].append(p.task_id)
-        elif isinstance(p, TaskCompleted):
-            _remove(state["pending_tasks"], p.task_id)
+        _session_and_tasks(state, p)
+        if isinstance(p, TaskCompleted):
             state["done_tasks"].append(p.task_id)
         elif isinstance(p, TaskFailed):
-            _remove(state["pending_tasks"], p.task_id)
             state["failed_tasks"].append(p.task_id)
         elif isinstance(p, AgentStarted):
-            state["status"] = "running"
-            state["instance_id"] = p.instance_id
+            state.update(status="running", instance_id=p.instance_id)
         elif isinstance(p, AgentStopped):
             state["status"] = "stopped"
         elif isinstance(p, AgentDead):
             state["status"] = "dead"
             state["deaths"] += 1
         elif isinstance(p, AgentResurrected):
-            state["status"] = "running"
-            state["instance_id"] = p.instance_id
+            state.update(status="running", instance_id=p.instance_id)
             state["restarts"] += 1
         elif isinstance(p, FailoverCompleted):
             state["instance_id"] = p.instance_id
@@ -117,20 +119,10 @@ class RecoveryStateProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         """Fold one event."""
         p = parse(event)
-        if isinstance(p, SessionCreated):
-            state["session_id"] = p.session_id
-        elif isinstance(p, TaskCreated):
-            if p.task_id not in state["pending_tasks"]:
-                state["pending_tasks"].append(p.task_id)
-        elif isinstance(p, TaskCompleted | TaskFailed):
-            _remove(state["pending_tasks"], p.task_id)
-        elif isinstance(p, FailoverTriggered):
-            state["last_failover"] = {
-                "reason": p.reason,
-                "at": event.at,
-                "version": event.version,
-                "completed": False,
-            }
+        _session_and_tasks(state, p)
+        if isinstance(p, FailoverTriggered):
+            fo = {"reason": p.reason, "at": event.at, "version": event.version, "completed": False}
+            state["last_failover"] = fo
         elif isinstance(p, FailoverCompleted):
             v = event.version
             lf = state["last_failover"] or {"reason": None, "at": event.at, "version": v}
@@ -166,24 +158,20 @@ class GenealogyProjection:
     def apply(self, state: dict[str, Any], event: RecordedEvent) -> dict[str, Any]:
         """Fold one event."""
         p = parse(event)
+        at, v = event.at, event.version
         if isinstance(p, AgentDead):
-            state["deaths"].append({"cause": p.cause, "at": event.at, "version": event.version})
-            now, window = parse_at(event.at), self.flap_window_s
+            state["deaths"].append({"cause": p.cause, "at": at, "version": v})
+            now, window = parse_at(at), self.flap_window_s
             # every death's "at" went through parse_at when it was folded
             n = sum((now - parse_at(d["at"])).total_seconds() <= window for d in state["deaths"])
             state["max_deaths_in_window"] = max(state["max_deaths_in_window"], n)
             state["flapping"] = n >= self.flap_deaths
         elif isinstance(p, AgentResurrected):
             state["resurrections"].append(
-                {
-                    "instance_id": p.instance_id,
-                    "attempt": p.attempt,
-                    "at": event.at,
-                    "version": event.version,
-                }
+                {"instance_id": p.instance_id, "attempt": p.attempt, "at": at, "version": v}
             )
         elif isinstance(p, AgentStopped):
-            state["stops"].append({"reason": p.reason, "at": event.at, "version": event.version})
+            state["stops"].append({"reason": p.reason, "at": at, "version": v})
         elif isinstance(p, AgentStarted):
             state["flapping"] = False if not state["deaths"] else state["flapping"]
         return state
@@ -289,9 +277,7 @@ def _fail_attempt(rec: dict[str, Any], attempt: int, p: Any) -> None:
 
 
 def _run_started(state: dict[str, Any], p: RunStarted, event: RecordedEvent) -> None:
-    state["status"] = "running"
-    state["code_revision"] = p.code_revision
-    state["prompt_hash"] = p.prompt_hash
+    state.update(status="running", code_revision=p.code_revision, prompt_hash=p.prompt_hash)
 
 
 def _model_requested(state: dict[str, Any], p: ModelCallRequested, event: RecordedEvent) -> None:
@@ -421,12 +407,8 @@ def _interrupted(state: dict[str, Any], p: RunInterrupted, event: RecordedEvent)
     step = payload.get("step")
     # An in-doubt interrupt names the tool call's key and step; it is not a step itself.
     if type(step) is int and "key" not in payload:
-        state["steps"][str(step)] = {
-            "kind": "interrupt",
-            "status": "paused",
-            "reason": p.reason,
-            "resumed": False,
-        }
+        rec = {"kind": "interrupt", "status": "paused", "reason": p.reason, "resumed": False}
+        state["steps"][str(step)] = rec
         _bump(state, step)
 
 
@@ -454,8 +436,7 @@ def _gate(state: dict[str, Any], p: RunGate, event: RecordedEvent) -> None:
         return
     state["recoveries"] += 1
     if p.decision == "migrate":
-        state["code_revision"] = p.code_revision
-        state["prompt_hash"] = p.prompt_hash
+        state.update(code_revision=p.code_revision, prompt_hash=p.prompt_hash)
     if state["status"] == "refused":
         # A later gate let the run go on (e.g. the old code was redeployed).
         state["status"] = "paused" if state["interrupt"] else "running"
@@ -467,8 +448,7 @@ def _completed(state: dict[str, Any], p: RunCompleted, event: RecordedEvent) -> 
 
 
 def _failed(state: dict[str, Any], p: RunFailed, event: RecordedEvent) -> None:
-    state["status"] = "failed"
-    state["error"] = p.error
+    state.update(status="failed", error=p.error)
 
 
 def _cancelled(state: dict[str, Any], p: RunCancelled, event: RecordedEvent) -> None:

@@ -93,8 +93,6 @@ def erase(
 
     Args:
         store: the store (its backend must declare ``Capability.ERASE``).
-        stream_id: the event's stream.
-        version: the event's version.
         reason: why (kept in the erasure record: do not put the erased data here).
         by: who asked (a user or service name).
 
@@ -111,53 +109,41 @@ def erase(
     # log is truncated at the end: none of them leaves a copy behind.
     scrubbing = getattr(backend_of(store.recorder), "scrubbing", None)
     with scrubbing() if callable(scrubbing) else contextlib.nullcontext():
-        return _erase(store, stream_id, version, reason, by)
-
-
-def _erase(store: EventStore, stream_id: str, version: int, reason: str, by: str) -> ErasureReport:
-    before, shared = store.erase_payload(stream_id, version)
-    ref = before.payload_ref
-    already = ref is not None and ref.erased
-    report = ErasureReport(
-        stream_id,
-        version,
-        before.position,
-        before.event_id_str,
-        before.payload_digest,
-        before.payload_size,
-        already_erased=already,
-        blob_key=ref.key if ref is not None and not already else None,
-    )
-    if report.blob_key is not None:
-        report.blob_shared_by = shared or 0
-        if shared == 0 and store.blobs is not None:  # kept only when refreshed meanwhile
-            report.blob_left_for_gc = store.blobs.exists(report.blob_key)
-            report.blob_deleted = not report.blob_left_for_gc
-    report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
-    report.read_models_reset = _reset_read_models(store, before.position)
-    if not already or before.event_id_str not in erasure_records(store):
-        # The record's id is derived from the erased event: of concurrent erasers, one
-        # record lands (the same record again is a duplicate; another reason or name
-        # under that id is a ConcurrencyError: recorded already).
-        with contextlib.suppress(ConcurrencyError):
-            res = store.append(ERASURE_STREAM, [erasure_record(before, reason, by)])
-            if not res.duplicate:
-                report.record_position = res.position
-    logger.info(
-        "erased stream %r version %d (record at position %s)",
-        stream_id,
-        version,
-        report.record_position,
-    )
-    return report
+        before, shared = store.erase_payload(stream_id, version)
+        ref = before.payload_ref
+        already = ref is not None and ref.erased
+        report = ErasureReport(
+            stream_id, version, before.position, before.event_id_str, before.payload_digest,
+            before.payload_size, already_erased=already,
+            blob_key=ref.key if ref is not None and not already else None,
+        )  # fmt: skip
+        if report.blob_key is not None:
+            report.blob_shared_by = shared or 0
+            if shared == 0 and store.blobs is not None:  # kept only when refreshed meanwhile
+                report.blob_left_for_gc = store.blobs.exists(report.blob_key)
+                report.blob_deleted = not report.blob_left_for_gc
+        report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
+        report.read_models_reset = _reset_read_models(store, before.position)
+        if not already or before.event_id_str not in erasure_records(store):
+            # The record's id is derived from the erased event: of concurrent erasers, one
+            # record lands (the same record again is a duplicate; another reason or name
+            # under that id is a ConcurrencyError: recorded already).
+            with contextlib.suppress(ConcurrencyError):
+                res = store.append(ERASURE_STREAM, [erasure_record(before, reason, by)])
+                if not res.duplicate:
+                    report.record_position = res.position
+        logger.info(
+            "erased stream %r version %d (record at position %s)", stream_id, version,
+            report.record_position,
+        )  # fmt: skip
+        return report
 
 
 def erasure_record(e: RecordedEvent, reason: str, by: str) -> NewEvent:
     """The ``payload.erased`` record of erasing ``e`` (what :func:`erase` appends to
     :data:`ERASURE_STREAM`, and the adapters that erase do too). Its event id is derived
     from the erased event (its stream, version and hash), so that concurrent erasers append
-    one record; records written before had random ids and are found by their payload's
-    ``event_id``, as every record is."""
+    one record; records are matched by their payload's ``event_id``."""
     name = f"{e.stream_id}\n{e.version}\n{e.hash.hex()}"
     return NewEvent(
         event_id=uuid.uuid5(_RECORD_IDS, name),

@@ -64,11 +64,8 @@ def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
 
 
 def _read_head(state: Any) -> tuple[int, int]:
-    """(size, position) of the stored head row (None: an empty tree).
-
-    Raises:
-        StoreError: the row is not a head (a damaged store).
-    """
+    """(size, position) of the stored head row (None: an empty tree); StoreError when
+    the row is not a head (a damaged store)."""
     if state is None:
         return 0, 0
     size = state.get("size") if isinstance(state, dict) else None
@@ -150,10 +147,15 @@ class MerkleLogProjection:
 
 
 class _Tiles:
-    def __init__(self, tables: Any, table: str) -> None:
+    """The tree as stored: its head (``size``, ``position``; StoreError when damaged) and
+    its tiles, each read once."""
+
+    def __init__(self, tables: Any, table: str | None) -> None:
         self.tables = tables
-        self.table = table
+        self.table = table or ""
         self.cache: dict[str, tuple[bytearray, list[int] | None]] = {}
+        head = tables.load(table, [HEAD_KEY]).get(HEAD_KEY) if table else None
+        self.size, self.position = _read_head(head)
 
     def get(self, level: int, index: int) -> tuple[bytearray, list[int] | None]:
         key = tile_key(level, index)
@@ -214,26 +216,17 @@ class MerkleLog:
         """
         return self.runner().run_until_idle(progress=progress)
 
-    def _table(self) -> str | None:
-        meta = self.tables.meta(MERKLE_PROJECTION)
-        return meta.active_table if meta is not None else None
-
     def _tiles(self) -> _Tiles:
-        return _Tiles(self.tables, self._table() or "")
-
-    def _head(self, tiles: _Tiles) -> tuple[int, int]:
-        """(size, position) of the tree as stored (StoreError: a damaged head row)."""
-        if not tiles.table:
-            return 0, 0
-        return _read_head(self.tables.load(tiles.table, [HEAD_KEY]).get(HEAD_KEY))
+        meta = self.tables.meta(MERKLE_PROJECTION)
+        return _Tiles(self.tables, meta.active_table if meta is not None else None)
 
     def size(self) -> int:
         """Leaves in the tree as stored (call :meth:`catch_up` first for the latest)."""
-        return self._head(self._tiles())[0]
+        return self._tiles().size
 
     def position(self) -> int:
         """Position of the last event in the tree (0 when empty)."""
-        return self._head(self._tiles())[1]
+        return self._tiles().position
 
     def root(self, size: int | None = None) -> bytes:
         """The RFC 9162 root of the first ``size`` leaves (default: all).
@@ -242,10 +235,9 @@ class MerkleLog:
             ProofError: ``size`` is beyond the tree.
         """
         tiles = self._tiles()
-        have = self._head(tiles)[0]
-        n = have if size is None else size
-        if not 0 <= n <= have:
-            raise ProofError(f"the tree has {have} leaves; no root at size {n}")
+        n = tiles.size if size is None else size
+        if not 0 <= n <= tiles.size:
+            raise ProofError(f"the tree has {tiles.size} leaves; no root at size {n}")
         return merkle.EMPTY_ROOT if n == 0 else merkle.subtree_hash(0, n, tiles.node)
 
     def leaf_hash(self, index: int) -> bytes:
@@ -255,14 +247,13 @@ class MerkleLog:
             ProofError: ``index`` is beyond the tree.
         """
         tiles = self._tiles()
-        if not 0 <= index < self._head(tiles)[0]:
+        if not 0 <= index < tiles.size:
             raise ProofError(f"no leaf {index} in the tree")
         return tiles.node(0, index)
 
     def index_of(self, position: int) -> int | None:
         """The leaf index of the event at global ``position`` (None: not in the tree)."""
-        tiles = self._tiles()
-        return _index_in(tiles, self._head(tiles)[0], position)
+        return _index_in(self._tiles(), position)
 
     def inclusion_proofs(
         self, positions: Sequence[int], size: int
@@ -278,7 +269,7 @@ class MerkleLog:
             ProofError: ``size`` is beyond the tree.
         """
         tiles = self._tiles()
-        have = self._head(tiles)[0]
+        have = tiles.size
         if not 0 < size <= have:
             raise ProofError(f"no inclusion proofs at size {size} (tree: {have})")
         memo: dict[tuple[int, int], bytes] = {}
@@ -296,7 +287,7 @@ class MerkleLog:
         path = merkle.inclusion_proof
         return [
             None if i is None or i >= size else (i, node(0, i), path(i, size, node))
-            for i in (_index_in(tiles, have, p) for p in positions)
+            for i in (_index_in(tiles, p) for p in positions)
         ]
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
@@ -306,7 +297,7 @@ class MerkleLog:
             ProofError: ``index`` or ``size`` is out of range.
         """
         tiles = self._tiles()
-        have = self._head(tiles)[0]
+        have = tiles.size
         if not 0 <= index < size <= have:
             raise ProofError(f"no inclusion proof of leaf {index} at size {size} (tree: {have})")
         return merkle.inclusion_proof(index, size, tiles.node)
@@ -318,10 +309,9 @@ class MerkleLog:
             ProofError: the sizes are out of range.
         """
         tiles = self._tiles()
-        have = self._head(tiles)[0]
-        if not 0 <= old_size <= new_size <= have:
+        if not 0 <= old_size <= new_size <= tiles.size:
             raise ProofError(
-                f"no consistency proof from size {old_size} to {new_size} (tree: {have})"
+                f"no consistency proof from size {old_size} to {new_size} (tree: {tiles.size})"
             )
         return merkle.consistency_proof(old_size, new_size, tiles.node)
 
@@ -387,12 +377,13 @@ class MerkleLog:
         """The error to raise when a proof lacks ``what`` because the tree has not folded
         every committed event yet (None when it has: the lack is then a finding). Catching
         up writes to the store, which a read-only proof must not do."""
-        logged, last = self.position(), self.store.last_position()
+        tiles = self._tiles()
+        logged, last = tiles.position, self.store.last_position()
         if logged >= last:
             return None
         state = (
             "this store's Merkle log is not built yet"
-            if self._table() is None
+            if not tiles.table
             else f"the Merkle log holds the events up to position {logged} of {last}"
         )
         return ConfigError(
@@ -402,13 +393,9 @@ class MerkleLog:
         )
 
     def _check_against(self, signed: SignedCheckpoint, *, caught_up: bool = True) -> None:
-        """Refuse to prove against a checkpoint the tree no longer matches.
-
-        Raises:
-            ProofError: the tree is shorter, or its root at that size differs.
-            ConfigError: ``caught_up`` is False and the tree is shorter because it has
-                not folded every committed event yet (catching up would write).
-        """
+        """Refuse to prove against a checkpoint the tree no longer matches: ProofError
+        when it is shorter or its root at that size differs (ConfigError when it is shorter
+        only because it is not ``caught_up`` yet: catching up would write)."""
         cp = signed.checkpoint
         have = self.size()
         if have < cp.size:
@@ -514,12 +501,9 @@ class MerkleLog:
         self._check_against(new, caught_up=catch_up)
         if old is not None:
             self._check_against(old, caught_up=catch_up)
+        proof = self.consistency_proof(old_size, new_size)
         return consistency_document(
-            old_size,
-            new_size,
-            self.consistency_proof(old_size, new_size),
-            new.text,
-            old.text if old is not None else None,
+            old_size, new_size, proof, new.text, old.text if old is not None else None
         )
 
     def _checkpoint_of(self, size: int, key: SigningKey | None) -> SignedCheckpoint:
@@ -536,10 +520,10 @@ class MerkleLog:
         )
 
 
-def _index_in(tiles: _Tiles, size: int, position: int) -> int | None:
-    """The leaf index of global ``position`` in a tree of ``size`` leaves (None: not a
-    leaf), by the positions level-0 tiles list."""
-    n_tiles = (size + TILE_WIDTH - 1) // TILE_WIDTH
+def _index_in(tiles: _Tiles, position: int) -> int | None:
+    """The leaf index of global ``position`` in the stored tree (None: not a leaf), by the
+    positions level-0 tiles list."""
+    n_tiles = (tiles.size + TILE_WIDTH - 1) // TILE_WIDTH
     lo, hi = 0, n_tiles - 1
     # Positions are 1, 2, 3, ... on gapless stores: try the tile that would hold it.
     guess = (position - 1) // TILE_WIDTH

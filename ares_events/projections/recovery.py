@@ -217,15 +217,9 @@ def recover(
     else:
         initial, from_version, start_hash = projection.initial(), 1, None
     res = replay(
-        store,
-        stream_id,
-        step,
-        initial,
-        from_version=from_version,
-        start_hash=start_hash,
-        max_replay=max_replay,
-        strict=strict,
-    )
+        store, stream_id, step, initial, from_version=from_version, start_hash=start_hash,
+        max_replay=max_replay, strict=strict,
+    )  # fmt: skip
     source = RecoverySource.EVENTS if res.replayed else RecoverySource.EMPTY
     if snap is not None:
         source = RecoverySource.SNAPSHOT

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ares_events.core.events import RecordedEvent
@@ -15,7 +15,7 @@ from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
 from ares_events.errors import ConfigError, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
-from ares_events.projections.tables import encode_state, new_meta, table_name, tables_for
+from ares_events.projections.tables import encode_state, table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
 
 if TYPE_CHECKING:
@@ -124,9 +124,7 @@ def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
     if meta is None:
         live = table_name(projection.name, 1)
         tables.create(live)
-        tables.put_meta(
-            replace(new_meta(projection.name, projection.version), active_table=live, generation=1)
-        )
+        tables.put_meta(ProjectionMeta(projection.name, projection.version, live, 0, None, 0, 1))
         meta = tables.meta(projection.name)  # whoever created it first wins
         assert meta is not None
     return meta
@@ -320,10 +318,8 @@ class ProjectionRunner:
             if meta.projection_version != p.version:
                 logger.warning(
                     "read model of %s was built by version %d, code is %d: rebuilding",
-                    p.name,
-                    meta.projection_version,
-                    p.version,
-                )
+                    p.name, meta.projection_version, p.version,
+                )  # fmt: skip
                 rebuild(self.store, p, from_scratch=True, strict=self.strict)
                 meta = self.tables.meta(p.name) or meta
             batch = list(self.store.read_all(after_position=meta.position, limit=self.batch_size))
@@ -355,8 +351,7 @@ class ProjectionRunner:
             total += len(batch)
             projection_lag(self.store, p.name, batch[-1].position)
             if self.snapshotter is not None:
-                latest = {e.stream_id: e.version for e in batch}  # each stream's last
-                for sid, v in latest.items():
+                for sid, v in {e.stream_id: e.version for e in batch}.items():  # each one's last
                     self.snapshotter.after_append(sid, v)
         if total:
             with self._changed:

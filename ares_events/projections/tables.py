@@ -14,23 +14,15 @@ from ares_events.core.backend import Capability
 from ares_events.core.read_models import ProjectionMeta, ReadModels
 from ares_events.errors import ConfigError
 
-__all__ = [
-    "encode_state",
-    "new_meta",
-    "read_models",
-    "stored_checkpoints",
-    "table_name",
-    "tables_for",
-]
+__all__ = ["encode_state", "read_models", "stored_checkpoints", "table_name", "tables_for"]
 
 _SAFE = re.compile(r"[^a-z0-9_]")
 
 
 def table_name(name: str, generation: int) -> str:
-    """A safe SQL identifier for a projection's generation table, distinct for every
-    distinct name: a readable part (lowercase, ``[a-z0-9_]``) plus the first 8 hex digits
-    of blake3 of the exact name, so ``inj-x`` / ``inj_x`` or ``Agent`` / ``agent`` never
-    share a table. (Tables made before this rule keep their recorded names.)"""
+    """A safe SQL identifier for a projection's generation table, one per distinct name:
+    a readable part (lowercase, ``[a-z0-9_]``) and 8 hex digits of blake3 of the exact
+    name, so ``inj-x`` / ``inj_x`` or ``Agent`` / ``agent`` never share a table."""
     safe = _SAFE.sub("_", name.lower())[:32]
     tag = blake3.blake3(name.encode("utf-8")).hexdigest()[:8]
     return f"ares_rm_{safe}_{tag}_{generation}"
@@ -50,11 +42,6 @@ def tables_for(store: Any) -> ReadModels:
     if Capability.READ_MODELS not in store.capabilities:
         raise ConfigError(f"store {store.url} has no read-model tables")
     return store.recorder.read_models()  # type: ignore[no-any-return]
-
-
-def new_meta(name: str, projection_version: int) -> ProjectionMeta:
-    """Registry row of a projection never run before."""
-    return ProjectionMeta(name, projection_version, None, 0, None, 0, 0)
 
 
 def _tables(store: Any) -> ReadModels | None:
