@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
 from ares_events.core.events import validate_name
 from ares_events.core.store import EventStore
@@ -20,7 +20,7 @@ from ares_events.errors import ConfigError, InvalidEvent
 if TYPE_CHECKING:
     from ares_events.core.store_async import AsyncEventStore
 
-__all__ = ["MISS", "Faces", "Table", "stream_name"]
+__all__ = ["MISS", "Adapter", "AsyncAdapter", "Faces", "Table", "stream_name"]
 
 B = TypeVar("B")
 A = TypeVar("A")
@@ -132,3 +132,27 @@ class Faces(Generic[B, A]):
             got: Any
             got, self.sync = self.sync, None
             got.store.close()
+
+
+class Adapter:
+    """A framework adapter over :class:`Faces` (``_faces``), shown as its store."""
+
+    _faces: Faces[Any, Any]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._faces})"
+
+
+class AsyncAdapter(Adapter):
+    """An adapter with asyncio methods, closed by ``await close()`` or ``async with``."""
+
+    async def close(self) -> None:
+        """Close the store when this object opened it (from ``url=``); a later call opens
+        it again."""
+        await asyncio.to_thread(self._faces.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

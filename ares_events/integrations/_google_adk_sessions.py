@@ -195,8 +195,6 @@ class AdkSessions:
         self._after_append(sid, res[0].version)
         return res[0].version
 
-    # -- plumbing ----------------------------------------------------------------------
-
     def _scoped_state(self, stream_id: str) -> dict[str, Any]:
         v = self._views.get(stream_id)
         with v.lock:

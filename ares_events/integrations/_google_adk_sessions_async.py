@@ -203,8 +203,6 @@ class AsyncAdkSessions:
         await self._after_append(sid, res[0].version)
         return res[0].version
 
-    # -- plumbing ----------------------------------------------------------------------
-
     async def _scoped_state(self, stream_id: str) -> dict[str, Any]:
         v = self._views.get(stream_id)
         async with v.lock:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -28,8 +27,6 @@ from ares_events.errors import ChainIntegrityError, ConcurrencyError, InvalidEve
 from ares_events.integrations import LANGGRAPH_STREAM_PREFIX
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
-
-logger = logging.getLogger(__name__)
 
 STREAM_PREFIX: Final = LANGGRAPH_STREAM_PREFIX
 MODULE: Final = "langgraph"
@@ -97,9 +94,6 @@ def stream_of(thread_id: object) -> str:
     return STREAM_PREFIX + validate_name(thread_id, "thread_id")
 
 
-# -- encoding -------------------------------------------------------------------------------
-
-
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -151,9 +145,6 @@ def encode_value(serde: SerializerProtocol, value: Any) -> EncodedValue:
         return EncodedValue(h.hexdigest(length=16), items=items, item_digests=digests)
     t, b = serde.dumps_typed(value)
     return EncodedValue(blake3.blake3(_item_digest(t, b)).hexdigest(length=16), typed=(t, b))
-
-
-# -- the index of one thread ---------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -356,8 +347,6 @@ class ThreadIndex:
                 else:
                     self.orphan_writes.pop(key, None)
         self.last_list.clear()
-
-    # -- queries -----------------------------------------------------------------------------
 
     def latest(self, ns: str) -> CheckpointRec | None:
         """The newest checkpoint of a namespace (ids sort by time)."""

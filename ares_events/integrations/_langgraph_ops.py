@@ -1,6 +1,6 @@
 # Generated from _langgraph_ops_async.py by tools/async_to_sync.py: do not edit.
 """The LangGraph checkpointer's operations, one face written, the other generated: each
-takes the store and the thread's verified index, held under the thread's lock.
+takes a :class:`Job`, one thread's verified index held under the thread's lock.
 
 It may import the package below ``integrations`` and ``langgraph``.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -58,9 +59,22 @@ if TYPE_CHECKING:
 MAX_RETRIES = 1000
 
 
-def refresh(store: EventStore, index: ThreadIndex, *, check: bool = True) -> None:
+@dataclass(slots=True)
+class Job:
+    """One thread's verified index, with the saver's store, serializer, value cache and
+    name in erasure records."""
+
+    store: EventStore
+    index: ThreadIndex
+    serde: SerializerProtocol
+    cache: ValueCache | None
+    by: str
+
+
+def refresh(job: Job, *, check: bool = True) -> None:
     """Bring the index up to the stream's end, verifying every new event (with ``check``,
     ChainIntegrityError when the thread does not verify)."""
+    store, index = job.store, job.index
     if not index.started:
         head = store.head(index.stream_id)
         if head is None:
@@ -75,13 +89,12 @@ def refresh(store: EventStore, index: ThreadIndex, *, check: bool = True) -> Non
         index.check()
 
 
-def append_checked(
-    store: EventStore, index: ThreadIndex, build: Callable[[], Sequence[NewEvent]]
-) -> AppendResult | None:
+def append_checked(job: Job, build: Callable[[], Sequence[NewEvent]]) -> AppendResult | None:
     """Append what ``build`` plans at the version the index is at, and apply it; after a
     concurrent write, read it (verified) and plan again. Nothing to append: None."""
+    store, index = job.store, job.index
     if not index.started:
-        refresh(store, index, check=False)
+        refresh(job, check=False)
     index.check()
     for _ in range(MAX_RETRIES):
         events = list(build())
@@ -90,7 +103,7 @@ def append_checked(
         try:
             res = store.append(index.stream_id, events, expected_version=index.version)
         except ConcurrencyError:
-            refresh(store, index)
+            refresh(job)
             continue
         index.apply_own(res.version, events)
         return res
@@ -110,30 +123,21 @@ def _config(tid: Any, ns: str, cid: str) -> RunnableConfig:
     return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
 
-def get_checkpoint(
-    store: EventStore,
-    index: ThreadIndex,
-    serde: SerializerProtocol,
-    config: RunnableConfig,
-    cache: ValueCache | None = None,
-) -> CheckpointTuple | None:
+def get_checkpoint(job: Job, config: RunnableConfig) -> CheckpointTuple | None:
     tid, ns, cid = _ids(config)
-    refresh(store, index)
-    rec = index.get(ns, cid)
+    refresh(job)
+    rec = job.index.get(ns, cid)
     if rec is None:
         return None
-    fetched = fetch_values(store, index, [rec], cache)
-    return build_tuple(index, serde, tid, rec, fetched, cache)
+    return build_tuple(job, tid, rec, fetch_values(job, [rec], job.cache))
 
 
 def fetch_values(
-    store: EventStore,
-    index: ThreadIndex,
-    recs: Sequence[CheckpointRec],
-    cache: ValueCache | None = None,
+    job: Job, recs: Sequence[CheckpointRec], cache: ValueCache | None
 ) -> dict[int, Any]:
     """Payloads of the spilled values these checkpoints need (and ``cache`` does not
     hold decoded), each checked again."""
+    index = job.index
     out: dict[Any, Any] = {}
     for rec in recs:
         digests = list((rec.payload.get("vals") or {}).values())
@@ -148,7 +152,7 @@ def fetch_values(
         for v in [r.version for d in digests for r in index.chain(d) if r.payload is None]:
             if v in out:
                 continue
-            events = list(store.read(index.stream_id, v, v))
+            events = list(job.store.read(index.stream_id, v, v))
             if not events:
                 gone = Finding("truncated", index.stream_id, v, "event no longer stored")
                 raise ChainIntegrityError(index.stream_id, [gone])
@@ -158,18 +162,14 @@ def fetch_values(
 
 
 def build_tuple(
-    index: ThreadIndex,
-    serde: SerializerProtocol,
-    tid: Any,
-    rec: CheckpointRec,
-    fetched: Mapping[int, Any],
-    cache: ValueCache | None = None,
+    job: Job, tid: Any, rec: CheckpointRec, fetched: Mapping[int, Any]
 ) -> CheckpointTuple:
     """Decode a checkpoint (run under the thread's lock: the index does not change)."""
-    p = rec.payload
+    p, serde = rec.payload, job.serde
     cp: Checkpoint = unpack(serde, p["cp"])
     cp["channel_values"] = {
-        ch: materialise(index, serde, d, fetched, cache) for ch, d in (p.get("vals") or {}).items()
+        ch: materialise(job.index, serde, d, fetched, job.cache)
+        for ch, d in (p.get("vals") or {}).items()
     }
     md: CheckpointMetadata = unpack(serde, p["md"])
     parent = _config(tid, rec.ns, rec.parent) if rec.parent is not None else None
@@ -177,9 +177,7 @@ def build_tuple(
 
 
 def put_checkpoint(
-    store: EventStore,
-    index: ThreadIndex,
-    serde: SerializerProtocol,
+    job: Job,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
@@ -187,8 +185,9 @@ def put_checkpoint(
 ) -> RunnableConfig:
     tid, ns, parent = _ids(config)
     source = metadata.get("source")
+    index, serde = job.index, job.serde
     if not index.started:
-        refresh(store, index, check=False)
+        refresh(job, check=False)
     index.check()
     # A parentless checkpoint from a writer that sees its namespace empty starts the
     # namespace: appended only while it is still empty, so two writers that both started
@@ -214,48 +213,39 @@ def put_checkpoint(
     def build() -> list[NewEvent]:
         return plan_put(index, dict(payload), encoded, ns, checkpoint["id"], parent, source, root)
 
-    append_checked(store, index, build)
+    append_checked(job, build)
     return _config(tid, ns, checkpoint["id"])
 
 
 def put_writes(
-    store: EventStore,
-    index: ThreadIndex,
-    serde: SerializerProtocol,
-    config: RunnableConfig,
-    writes: Sequence[tuple[str, Any]],
-    task_id: str,
-    task_path: str,
+    job: Job, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
 ) -> None:
     _tid, ns, cid = _ids(config)
     if cid is None:
         raise InvalidEvent("config", "put_writes needs a checkpoint_id in the config")
 
     def build() -> list[NewEvent]:
-        ev = writes_event(index, serde, ns, cid, writes, task_id, task_path)
+        ev = writes_event(job.index, job.serde, ns, cid, writes, task_id, path)
         return [] if ev is None else [ev]
 
-    append_checked(store, index, build)
+    append_checked(job, build)
 
 
 def list_checkpoints(
-    store: EventStore,
-    index: ThreadIndex,
-    serde: SerializerProtocol,
+    job: Job,
     config: RunnableConfig,
     filter: Mapping[str, Any] | None,
     before: RunnableConfig | None,
     limit: int | None,
-    cache: ValueCache | None = None,
 ) -> list[CheckpointTuple]:
     """Matching checkpoints of one thread, newest first (decoded)."""
     conf = config.get("configurable", {})
     tid = conf["thread_id"]
-    refresh(store, index)
+    refresh(job)
     ns = conf.get("checkpoint_ns")
     cid = conf.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
-    recs = sorted(index.checkpoints.values(), key=lambda r: r.id, reverse=True)
+    recs = sorted(job.index.checkpoints.values(), key=lambda r: r.id, reverse=True)
     out_recs: list[CheckpointRec] = []
     for rec in recs:
         if (ns is not None and rec.ns != ns) or (cid is not None and rec.id != cid):
@@ -263,84 +253,71 @@ def list_checkpoints(
         if before_id is not None and rec.id >= before_id:
             continue
         if filter:
-            md = unpack(serde, rec.payload["md"])
+            md = unpack(job.serde, rec.payload["md"])
             if not all(md.get(k) == v for k, v in filter.items()):
                 continue
         out_recs.append(rec)
         if limit is not None and len(out_recs) >= limit:
             break
-    fetched = fetch_values(store, index, out_recs, cache)
-    return [build_tuple(index, serde, tid, r, fetched, cache) for r in out_recs]
+    fetched = fetch_values(job, out_recs, job.cache)
+    return [build_tuple(job, tid, r, fetched) for r in out_recs]
 
 
 def drop_checkpoints(
-    store: EventStore,
-    index: ThreadIndex,
-    plan: Callable[[], tuple[Sequence[NewEvent], list[int] | None]],
-    reason: str,
-    by: str,
+    job: Job, plan: Callable[[], tuple[Sequence[NewEvent], list[int] | None]], reason: str
 ) -> int:
     """Append what ``plan`` says (events to write first, and the versions to drop; None:
     the whole thread) with a ``lg.pruned`` record, at the version the plan was made on
     (planned again after a concurrent write), then erase those events' payloads (blobs
     too) and record each erasure. Returns how many payloads were erased."""
-    refresh(store, index)
+    refresh(job)
     chosen: list[list[int] | None] = []
 
     def build() -> list[NewEvent]:
         first, drop = plan()
         chosen[:] = [drop]
-        if (drop is None and index.version == 0) or (drop is not None and not drop):
+        if (drop is None and job.index.version == 0) or (drop is not None and not drop):
             return []
         payload = {"drop": drop or [], "all": drop is None, "reason": reason}
         return [*first, NewEvent(type=T_PRUNED, module=MODULE, payload=payload)]
 
-    res = append_checked(store, index, build)
+    res = append_checked(job, build)
     if res is None:
         return 0
     drop = chosen[0]
     targets = list(range(1, res.version)) if drop is None else drop
-    return erase_events(store, index.stream_id, targets, reason, by)
+    return erase_events(job.store, job.index.stream_id, targets, reason, job.by)
 
 
-def prune(
-    store: EventStore,
-    index: ThreadIndex,
-    keep_last: int | None,
-    older_than: str | None,
-    by: str,
-) -> int:
+def prune(job: Job, keep_last: int | None, older_than: str | None) -> int:
     what = f"keep the last {keep_last}" if keep_last is not None else "all"
     if older_than is not None:
         what += f" not older than {older_than}"
-    plan = functools.partial(prune_plan, index, keep_last, older_than)
-    return drop_checkpoints(store, index, plan, f"langgraph prune ({what})", by)
+    plan = functools.partial(prune_plan, job.index, keep_last, older_than)
+    return drop_checkpoints(job, plan, f"langgraph prune ({what})")
 
 
-def delete_thread(store: EventStore, index: ThreadIndex, by: str) -> int:
-    return drop_checkpoints(store, index, lambda: ((), None), "langgraph delete_thread", by)
+def delete_thread(job: Job) -> int:
+    return drop_checkpoints(job, lambda: ((), None), "langgraph delete_thread")
 
 
-def delete_runs(
-    store: EventStore,
-    index: ThreadIndex,
-    serde: SerializerProtocol,
-    run_ids: set[str],
-    by: str,
-) -> int:
+def delete_runs(job: Job, run_ids: set[str]) -> int:
+    index = job.index
+
     def plan() -> tuple[Sequence[NewEvent], list[int] | None]:
         recs = index.checkpoints.values()
-        keep = [r for r in recs if unpack(serde, r.payload["md"]).get("run_id") not in run_ids]
+        keep = [r for r in recs if unpack(job.serde, r.payload["md"]).get("run_id") not in run_ids]
         return (), [] if len(keep) == len(recs) else index.unneeded(keep)
 
-    return drop_checkpoints(store, index, plan, "langgraph delete_for_runs", by)
+    return drop_checkpoints(job, plan, "langgraph delete_for_runs")
 
 
-def copy_thread(store: EventStore, src: ThreadIndex, dst_stream: str) -> int:
-    """Append the live events of ``src`` to ``dst_stream`` (read again, verified)."""
+def copy_thread(job: Job, dst_stream: str) -> int:
+    """Append the live events of the thread to ``dst_stream`` (read again, verified)."""
     from ares_events.integrity.verifier import ChainVerifier
 
-    refresh(store, src)
+    store, src = job.store, job.index
+    refresh(job)
     live = {v for v, (k, _) in src.by_version.items() if k != "pruned"}
     if not live:
         return 0
@@ -361,18 +338,14 @@ def copy_thread(store: EventStore, src: ThreadIndex, dst_stream: str) -> int:
 
 
 def delta_history(
-    store: EventStore,
-    index: ThreadIndex,
-    serde: SerializerProtocol,
-    config: RunnableConfig,
-    channels: Sequence[str],
-    cache: ValueCache | None = None,
+    job: Job, config: RunnableConfig, channels: Sequence[str]
 ) -> dict[str, DeltaChannelHistory]:
     """``get_delta_channel_history`` from the index: the same walk as the base class's
     (parent chain, each checkpoint's pending writes in ``writes_sort_key`` order, the
     nearest stored value as the seed), decoding only the writes and seeds it returns."""
     _tid, ns, cid = _ids(config)
-    refresh(store, index)
+    refresh(job)
+    index, serde = job.index, job.serde
     if not channels:
         return {}
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
@@ -400,11 +373,11 @@ def delta_history(
                 seeds[ch] = vals[ch]
                 remaining.discard(ch)
         cursor = rec.parent
-    fetched = fetch_values(store, index, path)
+    fetched = fetch_values(job, path, None)
     out: dict[str, DeltaChannelHistory] = {}
     for ch in channels:
         entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
         if ch in seeds:
-            entry["seed"] = materialise(index, serde, seeds[ch], fetched, cache)
+            entry["seed"] = materialise(index, serde, seeds[ch], fetched, job.cache)
         out[ch] = entry
     return out

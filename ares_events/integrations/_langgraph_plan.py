@@ -34,8 +34,6 @@ from ares_events.integrations._langgraph_core import (
 )
 from ares_events.integrity.findings import Finding
 
-# -- planning a put --------------------------------------------------------------------------
-
 
 def plan_put(
     index: ThreadIndex,

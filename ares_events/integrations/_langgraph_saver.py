@@ -157,11 +157,11 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         self.close()
 
     @contextlib.contextmanager
-    def _thread(self, thread_id: object) -> Iterator[ThreadIndex]:
+    def _thread(self, thread_id: object) -> Iterator[ops.Job]:
         """The thread's verified index, its lock held for the block."""
         lock, index = self._indexes.get(stream_of(thread_id))
         with lock:
-            yield index
+            yield ops.Job(self.store, index, self.serde, self._cache, self.by)
 
     def _thread_ids(self) -> list[str]:
         """Every LangGraph thread of the store (listed before any is locked)."""
@@ -174,8 +174,8 @@ class AresSaverBase(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (the newest of its namespace without a
         ``checkpoint_id``), verified, then decoded; None when there is none."""
-        with self._thread(config["configurable"]["thread_id"]) as ix:
-            return ops.get_checkpoint(self.store, ix, self.serde, config, self._cache)
+        with self._thread(config["configurable"]["thread_id"]) as job:
+            return ops.get_checkpoint(job, config)
 
     def list(
         self,
@@ -196,10 +196,8 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         )
         left = limit
         for cfg in configs:
-            with self._thread(cfg["configurable"]["thread_id"]) as ix:
-                got = ops.list_checkpoints(
-                    self.store, ix, self.serde, cfg, filter, before, left, self._cache
-                )
+            with self._thread(cfg["configurable"]["thread_id"]) as job:
+                got = ops.list_checkpoints(job, cfg, filter, before, left)
             yield from got
             if left is not None:
                 left -= len(got)
@@ -212,8 +210,8 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         """The writes of ``channels`` along the parent chain of a checkpoint, and the
         nearest stored value of each (the base class's contract, read from the verified
         index in one pass)."""
-        with self._thread(config["configurable"]["thread_id"]) as ix:
-            return ops.delta_history(self.store, ix, self.serde, config, channels, self._cache)
+        with self._thread(config["configurable"]["thread_id"]) as job:
+            return ops.delta_history(job, config, channels)
 
     def put(
         self,
@@ -227,10 +225,8 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         Raises:
             StaleWriteError: its parent was already continued by another checkpoint.
         """
-        with self._thread(config["configurable"]["thread_id"]) as ix:
-            return ops.put_checkpoint(
-                self.store, ix, self.serde, config, checkpoint, metadata, new_versions
-            )
+        with self._thread(config["configurable"]["thread_id"]) as job:
+            return ops.put_checkpoint(job, config, checkpoint, metadata, new_versions)
 
     def put_writes(
         self,
@@ -240,14 +236,14 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Append a task's pending writes for the checkpoint ``config`` names."""
-        with self._thread(config["configurable"]["thread_id"]) as ix:
-            ops.put_writes(self.store, ix, self.serde, config, writes, task_id, task_path)
+        with self._thread(config["configurable"]["thread_id"]) as job:
+            ops.put_writes(job, config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread: a ``lg.pruned`` record, then every payload and blob erased
         (each erasure recorded)."""
-        with self._thread(thread_id) as ix:
-            ops.delete_thread(self.store, ix, self.by)
+        with self._thread(thread_id) as job:
+            ops.delete_thread(job)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes, and values nothing else needs) that
@@ -256,14 +252,14 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         if not ids:
             return
         for tid in self._thread_ids():
-            with self._thread(tid) as ix:
-                ops.delete_runs(self.store, ix, self.serde, ids, self.by)
+            with self._thread(tid) as job:
+                ops.delete_runs(job, ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append every live event of one thread to another (read again and verified)."""
         dst = stream_of(target_thread_id)
-        with self._thread(source_thread_id) as ix:
-            ops.copy_thread(self.store, ix, dst)
+        with self._thread(source_thread_id) as job:
+            ops.copy_thread(job, dst)
 
     def prune(
         self,
@@ -287,5 +283,19 @@ class AresSaverBase(BaseCheckpointSaver[str]):
             if keep == 0:
                 self.delete_thread(tid)
             else:
-                with self._thread(tid) as ix:
-                    ops.prune(self.store, ix, keep, cutoff, self.by)
+                with self._thread(tid) as job:
+                    ops.prune(job, keep, cutoff)
+
+
+BLOCKING_METHODS: Final = (
+    "get_tuple",
+    "get_delta_channel_history",
+    "put",
+    "put_writes",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
+)
+"""The methods of ``BaseCheckpointSaver`` (``list`` aside) each face also has as the other
+face's: the asyncio saver's blocking ones, the blocking saver's ``a``-methods."""

@@ -178,13 +178,13 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         await self.aclose()
 
     @contextlib.asynccontextmanager
-    async def _thread(self, thread_id: object) -> AsyncIterator[ThreadIndex]:
+    async def _thread(self, thread_id: object) -> AsyncIterator[ops.Job]:
         """The thread's verified index, its lock held for the block."""
         lock, index = self._indexes.get(stream_of(thread_id))
         if ASYNC:
             self._loop = asyncio.get_running_loop()  # where the blocking methods run
         async with lock:
-            yield index
+            yield ops.Job(self.store, index, self.serde, self._cache, self.by)
 
     async def _thread_ids(self) -> list[str]:
         """Every LangGraph thread of the store (listed before any is locked)."""
@@ -197,8 +197,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (the newest of its namespace without a
         ``checkpoint_id``), verified, then decoded; None when there is none."""
-        async with self._thread(config["configurable"]["thread_id"]) as ix:
-            return await ops.get_checkpoint(self.store, ix, self.serde, config, self._cache)
+        async with self._thread(config["configurable"]["thread_id"]) as job:
+            return await ops.get_checkpoint(job, config)
 
     async def alist(
         self,
@@ -219,10 +219,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         )
         left = limit
         for cfg in configs:
-            async with self._thread(cfg["configurable"]["thread_id"]) as ix:
-                got = await ops.list_checkpoints(
-                    self.store, ix, self.serde, cfg, filter, before, left, self._cache
-                )
+            async with self._thread(cfg["configurable"]["thread_id"]) as job:
+                got = await ops.list_checkpoints(job, cfg, filter, before, left)
             for t in got:
                 yield t
             if left is not None:
@@ -236,10 +234,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         """The writes of ``channels`` along the parent chain of a checkpoint, and the
         nearest stored value of each (the base class's contract, read from the verified
         index in one pass)."""
-        async with self._thread(config["configurable"]["thread_id"]) as ix:
-            return await ops.delta_history(
-                self.store, ix, self.serde, config, channels, self._cache
-            )
+        async with self._thread(config["configurable"]["thread_id"]) as job:
+            return await ops.delta_history(job, config, channels)
 
     async def aput(
         self,
@@ -253,10 +249,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         Raises:
             StaleWriteError: its parent was already continued by another checkpoint.
         """
-        async with self._thread(config["configurable"]["thread_id"]) as ix:
-            return await ops.put_checkpoint(
-                self.store, ix, self.serde, config, checkpoint, metadata, new_versions
-            )
+        async with self._thread(config["configurable"]["thread_id"]) as job:
+            return await ops.put_checkpoint(job, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -266,14 +260,14 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Append a task's pending writes for the checkpoint ``config`` names."""
-        async with self._thread(config["configurable"]["thread_id"]) as ix:
-            await ops.put_writes(self.store, ix, self.serde, config, writes, task_id, task_path)
+        async with self._thread(config["configurable"]["thread_id"]) as job:
+            await ops.put_writes(job, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread: a ``lg.pruned`` record, then every payload and blob erased
         (each erasure recorded)."""
-        async with self._thread(thread_id) as ix:
-            await ops.delete_thread(self.store, ix, self.by)
+        async with self._thread(thread_id) as job:
+            await ops.delete_thread(job)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes, and values nothing else needs) that
@@ -282,14 +276,14 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         if not ids:
             return
         for tid in await self._thread_ids():
-            async with self._thread(tid) as ix:
-                await ops.delete_runs(self.store, ix, self.serde, ids, self.by)
+            async with self._thread(tid) as job:
+                await ops.delete_runs(job, ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append every live event of one thread to another (read again and verified)."""
         dst = stream_of(target_thread_id)
-        async with self._thread(source_thread_id) as ix:
-            await ops.copy_thread(self.store, ix, dst)
+        async with self._thread(source_thread_id) as job:
+            await ops.copy_thread(job, dst)
 
     async def aprune(
         self,
@@ -313,8 +307,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
             if keep == 0:
                 await self.adelete_thread(tid)
             else:
-                async with self._thread(tid) as ix:
-                    await ops.prune(self.store, ix, keep, cutoff, self.by)
+                async with self._thread(tid) as job:
+                    await ops.prune(job, keep, cutoff)
 
     if ASYNC:
         # The blocking methods, as AsyncSqliteSaver has them: each runs its a-method on the
@@ -350,10 +344,6 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 )
             return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), loop).result()
 
-        def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-            """:meth:`aget_tuple` on the saver's loop (from another thread)."""
-            return self._on_loop(self.aget_tuple, config)
-
         def list(
             self,
             config: RunnableConfig | None,
@@ -370,57 +360,31 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 except StopAsyncIteration:
                     return
 
-        def get_delta_channel_history(
-            self, *, config: RunnableConfig, channels: Sequence[str]
-        ) -> Mapping[str, DeltaChannelHistory]:
-            """:meth:`aget_delta_channel_history` on the saver's loop (from another thread)."""
-            return self._on_loop(self.aget_delta_channel_history, config=config, channels=channels)
 
-        def put(
-            self,
-            config: RunnableConfig,
-            checkpoint: Checkpoint,
-            metadata: CheckpointMetadata,
-            new_versions: ChannelVersions,
-        ) -> RunnableConfig:
-            """:meth:`aput` on the saver's loop (from another thread)."""
-            return self._on_loop(self.aput, config, checkpoint, metadata, new_versions)
+BLOCKING_METHODS: Final = (
+    "get_tuple",
+    "get_delta_channel_history",
+    "put",
+    "put_writes",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
+)
+"""The methods of ``BaseCheckpointSaver`` (``list`` aside) each face also has as the other
+face's: the asyncio saver's blocking ones, the blocking saver's ``a``-methods."""
 
-        def put_writes(
-            self,
-            config: RunnableConfig,
-            writes: Sequence[tuple[str, Any]],
-            task_id: str,
-            task_path: str = "",
-        ) -> None:
-            """:meth:`aput_writes` on the saver's loop (from another thread)."""
-            self._on_loop(self.aput_writes, config, writes, task_id, task_path)
+if ASYNC:
 
-        def delete_thread(self, thread_id: str) -> None:
-            """:meth:`adelete_thread` on the saver's loop (from another thread)."""
-            self._on_loop(self.adelete_thread, thread_id)
+    def _blocking(name: str) -> Callable[..., Any]:
+        def run(self: AsyncAresSaver, *args: Any, **kwargs: Any) -> Any:
+            return self._on_loop(getattr(self, f"a{name}"), *args, **kwargs)
 
-        def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-            """:meth:`adelete_for_runs` on the saver's loop (from another thread)."""
-            self._on_loop(self.adelete_for_runs, run_ids)
+        run.__name__, run.__qualname__ = name, f"AsyncAresSaver.{name}"
+        run.__doc__ = f":meth:`a{name}` on the saver's loop (from another thread)."
+        return run
 
-        def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-            """:meth:`acopy_thread` on the saver's loop (from another thread)."""
-            self._on_loop(self.acopy_thread, source_thread_id, target_thread_id)
-
-        def prune(
-            self,
-            thread_ids: Sequence[str],
-            *,
-            strategy: str = "keep_latest",
-            keep_last: int | None = None,
-            older_than: timedelta | None = None,
-        ) -> None:
-            """:meth:`aprune` on the saver's loop (from another thread)."""
-            self._on_loop(
-                self.aprune,
-                thread_ids,
-                strategy=strategy,
-                keep_last=keep_last,
-                older_than=older_than,
-            )
+    # The base class declares their signatures: restating them would be a hand-kept twin.
+    for _name in BLOCKING_METHODS:
+        setattr(AsyncAresSaver, _name, _blocking(_name))
+    del _name

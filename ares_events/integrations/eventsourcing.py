@@ -6,10 +6,10 @@ per aggregate; docs/integrations.md has the settings and the mapping.
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
-import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
@@ -39,8 +39,6 @@ from ares_events.integrations._eventsourcing_store import (
     open_datastore,
 )
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
     "AresAggregateRecorder",
     "AresApplicationRecorder",
@@ -56,6 +54,7 @@ __all__ = [
 R = TypeVar("R")
 _MAX_TYPE: Final = 256
 _SNAPSHOT_IDS: Final = uuid.UUID("6f0d2c1e-5b8a-4f55-9a57-0e4b2f8c7a31")
+_Batch = tuple[str, list[NewEvent], ExpectedVersion]
 
 
 def _to_new_event(
@@ -101,6 +100,15 @@ def _translate(exc: Exception) -> Exception:
     return PersistenceError(str(exc))
 
 
+@contextlib.contextmanager
+def _translated(errors: tuple[type[Exception], ...] = (StoreError,)) -> Iterator[None]:
+    """:func:`_translate` of the ``errors`` the block raises."""
+    try:
+        yield
+    except errors as exc:
+        raise _translate(exc) from exc
+
+
 class AresAggregateRecorder(AggregateRecorder):
     """Aggregate recorder: one ares-events stream per aggregate, whose original versions
     must be consecutive (they become the stream's versions); for another ``purpose``
@@ -117,14 +125,15 @@ class AresAggregateRecorder(AggregateRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        """Write stored events atomically (all aggregates in one transaction).
+        """Write stored events atomically (all aggregates in one transaction); an
+        application recorder returns their notification ids.
 
         Raises:
             IntegrityError: a version conflict (or a reused tracking record).
             OperationalError: the store cannot be reached.
         """
-        self._insert(stored_events, kwargs.get("tracking"))
-        return None
+        ids = self._insert(stored_events, kwargs.get("tracking"))
+        return ids if isinstance(self, ApplicationRecorder) else None
 
     def _insert(self, stored_events: Sequence[StoredEvent], tracking: Tracking | None) -> list[int]:
         if not stored_events and tracking is None:
@@ -147,7 +156,7 @@ class AresAggregateRecorder(AggregateRecorder):
         # a wrong guess (the stream exists) is corrected once after reading its offset.
         guessed: set[str] = set()
         for attempt in range(2):
-            batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
+            batches: list[_Batch] = []
             for sid, evs in groups.items():
                 first = evs[0].originator_version
                 off = ds._offsets.get(sid) if attempt == 0 else ds.offset(sid)
@@ -168,21 +177,14 @@ class AresAggregateRecorder(AggregateRecorder):
                 if isinstance(exc, ConcurrencyError) and attempt == 0 and exc.stream_id in guessed:
                     continue
                 raise _translate(exc) from exc
-            ids: list[int] = []
-            for (sid, news, _), r in zip(batches, results, strict=True):
+            for (sid, _, _), r in zip(batches, results, strict=True):
                 if r.duplicate:
                     raise IntegrityError(f"stream {sid!r}: these events are already stored")
-                n = len(news)
                 ds.remember(sid, groups[sid][-1].originator_version - r.version + 1)
-                ids.extend(range(r.position - n + 1, r.position + 1))
-            return ids
+            return _positions(batches, results)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _append(
-        self,
-        batches: list[tuple[str, list[NewEvent], ExpectedVersion]],
-        track: TrackingRecord | None,
-    ) -> list[Any]:
+    def _append(self, batches: list[_Batch], track: TrackingRecord | None) -> list[Any]:
         if len(batches) == 1 and track is None:
             sid, evs, exp = batches[0]
             # The single-stream append is the backend's fastest path.
@@ -193,7 +195,7 @@ class AresAggregateRecorder(AggregateRecorder):
         self, groups: dict[str, list[StoredEvent]], track: TrackingRecord | None
     ) -> list[int]:
         for _ in range(10):
-            batches: list[tuple[str, list[NewEvent], ExpectedVersion]] = []
+            batches: list[_Batch] = []
             for sid, evs in groups.items():
                 ssid = f"{self.purpose}/{sid}"
                 head = self.store.head(ssid)
@@ -223,10 +225,7 @@ class AresAggregateRecorder(AggregateRecorder):
                 raise _translate(exc) from exc
             if any(r.duplicate for r in results):
                 raise IntegrityError("snapshot already recorded at this version")
-            ids: list[int] = []
-            for (_, news, _), r in zip(batches, results, strict=True):
-                ids.extend(range(r.position - len(news) + 1, r.position + 1))
-            return ids
+            return _positions(batches, results)
         raise IntegrityError("snapshot stream kept changing while writing")
 
     def select_events(
@@ -246,10 +245,8 @@ class AresAggregateRecorder(AggregateRecorder):
         if limit is not None and limit <= 0:
             return []
         select = self._select_snapshots if self.snapshots else self._select
-        try:
+        with _translated():
             recs = select(originator_id, gt, lte, desc, limit)
-        except StoreError as exc:
-            raise _translate(exc) from exc
         return [_to_stored(e, originator_id) for e in recs]
 
     def _select(
@@ -366,6 +363,15 @@ class AresAggregateRecorder(AggregateRecorder):
         return recs[:limit] if limit is not None else recs
 
 
+def _positions(batches: list[_Batch], results: Any) -> list[int]:
+    """The positions of the events appended in ``batches``, in order."""
+    return [
+        p
+        for (_, news, _), r in zip(batches, results, strict=True)
+        for p in range(r.position - len(news) + 1, r.position + 1)
+    ]
+
+
 def _tracking(tracking: Tracking | None) -> TrackingRecord | None:
     if tracking is None:
         return None
@@ -384,17 +390,6 @@ def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
 
 class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
     """Application recorder: notification ids are ares-events global positions."""
-
-    def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
-        """Write stored events atomically and return their notification ids.
-
-        Raises:
-            IntegrityError: a version conflict (or a reused tracking record).
-            OperationalError: the store cannot be reached.
-        """
-        return self._insert(stored_events, kwargs.get("tracking"))
 
     def select_notifications(
         self,
@@ -417,7 +412,7 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         prefix = ds.stream_prefix
         out: list[Notification] = []
         page = max(limit, 100)
-        try:
+        with _translated():
             while len(out) < limit:
                 # The backend filters by prefix: other applications' events are not read.
                 chunk = list(self.store.read_all(after, page, stream_prefix=prefix or None))
@@ -442,8 +437,6 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
                 if done:
                     return out
                 after = chunk[-1].position
-        except StoreError as exc:
-            raise _translate(exc) from exc
         return out
 
     def max_notification_id(self) -> int | None:
@@ -452,10 +445,8 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         Raises:
             OperationalError: the store cannot be reached.
         """
-        try:
+        with _translated():
             return self.datastore.last_position()
-        except StoreError as exc:
-            raise _translate(exc) from exc
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()
@@ -531,17 +522,13 @@ class AresTrackingRecorder(TrackingRecorder):
         Raises:
             IntegrityError: the id is not above the application's tracked id.
         """
-        try:
+        with _translated(_ERRORS):
             self.store.append_many([], tracking=_tracking(tracking))
-        except _ERRORS as exc:
-            raise _translate(exc) from exc
 
     def max_tracking_id(self, application_name: str) -> int | None:
         """The highest notification id tracked for ``application_name``, or None."""
-        try:
+        with _translated():
             return self.store.tracked_position(f"eventsourcing:{application_name}")
-        except StoreError as exc:
-            raise _translate(exc) from exc
 
 
 class AresProcessRecorder(AresTrackingRecorder, AresApplicationRecorder, ProcessRecorder):

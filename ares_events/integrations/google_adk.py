@@ -11,7 +11,6 @@ It may import anything in the package, and ``google.adk``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 from google.adk.events.event import Event
@@ -23,7 +22,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 
 from ares_events.errors import SessionConflict
-from ares_events.integrations._faces import Faces
+from ares_events.integrations._faces import AsyncAdapter, Faces
 from ares_events.integrations._google_adk_core import (
     APP_PREFIX,
     MARKER,
@@ -54,7 +53,7 @@ __all__ = [
 ]
 
 
-class AresSessionService(BaseSessionService):
+class AresSessionService(BaseSessionService, AsyncAdapter):
     """ADK's ``BaseSessionService`` on ares-events (see the module docstring).
 
     Args:
@@ -84,9 +83,6 @@ class AresSessionService(BaseSessionService):
         self._faces = Faces(
             url, store, lambda s: AdkSessions(s, **opts), lambda s: AsyncAdkSessions(s, **opts)
         )
-
-    def __repr__(self) -> str:
-        return f"AresSessionService({self._faces})"
 
     async def create_session(
         self,
@@ -154,8 +150,3 @@ class AresSessionService(BaseSessionService):
         session.last_update_time = event.timestamp
         session._storage_update_marker = f"{MARKER}{version}"
         return self._commit_event_to_session(session, event)
-
-    async def close(self) -> None:
-        """Close the store when the service opened it (from ``url=``); a later call opens
-        it again."""
-        await asyncio.to_thread(self._faces.close)

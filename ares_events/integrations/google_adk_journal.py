@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncGenerator, Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,8 +44,6 @@ if TYPE_CHECKING:
 
     from ares_events.core.store import EventStore
     from ares_events.core.store_async import AsyncEventStore
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "SESSION_APPEND",
@@ -142,10 +139,8 @@ class ToolCallOrder:
 
 
 class JournaledLlm(BaseLlm):
-    """A ``BaseLlm`` whose calls go through the run journal (see the module docstring):
-    answered from the log on replay, else requested (write-ahead), made, and recorded.
-    Every response the wrapped model yields (partial ones too, when streaming) is
-    recorded, and replayed in order."""
+    """A ``BaseLlm`` whose calls go through the run journal: every response the wrapped
+    model yields (partial ones too) is recorded, and replayed in order."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -163,7 +158,6 @@ class JournaledLlm(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         """The wrapped model's responses, from the log when this call was answered."""
         journal: AsyncJournal = self.journal
-        request = stable_request(llm_request)
 
         async def call(_messages: Any, _params: Any) -> ModelReply:
             got = [r async for r in self.wrapped.generate_content_async(llm_request, stream)]
@@ -175,9 +169,8 @@ class JournaledLlm(BaseLlm):
             dumped = [r.model_dump(mode="json", exclude_none=True) for r in got]
             return ModelReply({"responses": dumped}, usage)
 
-        completion = await journal.model_call(
-            request, {"model": self.wrapped.model, "stream": stream}, call=call
-        )
+        params = {"model": self.wrapped.model, "stream": stream}
+        completion = await journal.model_call(stable_request(llm_request), params, call=call)
         responses = [LlmResponse.model_validate(r) for r in completion["responses"]]
         if self.order is not None:
             self.order.expect(responses)
@@ -187,8 +180,7 @@ class JournaledLlm(BaseLlm):
 
 class JournaledTool(BaseTool):
     """A ``FunctionTool`` whose calls go through the run journal, numbered by the run's
-    ``order`` (shared with its :class:`JournaledLlm`); it declares itself to the model as
-    the wrapped tool does."""
+    ``order`` (shared with its :class:`JournaledLlm`)."""
 
     def __init__(
         self,
@@ -209,18 +201,16 @@ class JournaledTool(BaseTool):
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """The tool's result: from the log when this call returned before, else run."""
-        name = self.name
         # The slot is found by name and arguments, not by arrival: the tasks of one
         # response reach this line in whatever order their callbacks let them.
-        slot = self.order.claim(name, args)
-
+        slot = self.order.claim(self.name, args)
         try:
             await self.order.turn(slot)
             # The lock orders the calls no slot names; the journal takes one step at a time.
             async with self.order.lock:
                 return await tool_call(
                     self.journal,
-                    name,
+                    self.name,
                     to_jsonable_python(args),
                     lambda: self.wrapped.run_async(args=args, tool_context=tool_context),
                     idempotent=self.idempotent,
@@ -343,11 +333,10 @@ async def run_durably(
 
     The run works in an in-memory ADK session (``session_id``, default ``run_id``) that
     each call rebuilds by replay. With ``session_service`` it starts as a copy of that
-    service's session (``app_name``, ``user_id``) as it was when the run began (the
-    journal's first step, :data:`SESSION_BASE`), and the run's events are appended to it
-    once, when the run completes (:data:`SESSION_APPEND`): a cut-off attempt leaves
-    nothing half-written there. ``idempotent``, ``reconcile`` and ``code_revision`` are
-    the journal's (docs/guide-journal.md).
+    service's session (``app_name``, ``user_id``) as it was when the run began
+    (:data:`SESSION_BASE`), and gets the run's events once, when the run completes
+    (:data:`SESSION_APPEND`). ``idempotent``, ``reconcile`` and ``code_revision`` are the
+    journal's (docs/guide-journal.md).
 
     Raises:
         ConfigError: ``agent`` is not an ``LlmAgent``, or a tool requires confirmation (a

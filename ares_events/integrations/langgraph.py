@@ -27,7 +27,7 @@ from ares_events.integrations._langgraph_core import (
     StaleWriteError,
     stream_of,
 )
-from ares_events.integrations._langgraph_saver import AresSaverBase
+from ares_events.integrations._langgraph_saver import BLOCKING_METHODS, AresSaverBase
 from ares_events.integrations._langgraph_saver_async import (
     DEFAULT_MAX_THREADS,
     AsyncAresSaver,
@@ -86,17 +86,7 @@ class AresSaver(AresSaverBase):
             yield t
 
 
-# The other a-methods of BaseCheckpointSaver, each the blocking method in a thread (the
-# base class declares their signatures; restating them here would be a hand-kept twin).
-for _name in (
-    "get_tuple",
-    "get_delta_channel_history",
-    "put",
-    "put_writes",
-    "delete_thread",
-    "delete_for_runs",
-    "copy_thread",
-    "prune",
-):
+# The other a-methods of BaseCheckpointSaver, each the blocking method in a thread.
+for _name in BLOCKING_METHODS:
     setattr(AresSaver, f"a{_name}", _in_thread(getattr(AresSaverBase, _name)))
 del _name

@@ -11,7 +11,6 @@ It may import anything in the package, and ``agents``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from agents.memory.session_settings import (
@@ -21,7 +20,7 @@ from agents.memory.session_settings import (
 )
 
 from ares_events.errors import ConfigError
-from ares_events.integrations._faces import Faces, stream_name
+from ares_events.integrations._faces import AsyncAdapter, Faces, stream_name
 from ares_events.integrations._openai_session import SessionLog
 from ares_events.integrations._openai_session_async import MODULE, AsyncSessionLog, SessionConflict
 
@@ -60,7 +59,7 @@ def stream_of(session_id: str) -> str:
     return stream_name(STREAM_PREFIX, session_id, "session_id")
 
 
-class AresSession:
+class AresSession(AsyncAdapter):
     """The SDK's ``Session`` protocol on the stream ``openai-agents/<session_id>``.
 
     Args:
@@ -156,14 +155,3 @@ class AresSession:
                 the session.
         """
         await self._faces.call("clear", wrapper, erase, reason, by)
-
-    async def close(self) -> None:
-        """Close the store when the session opened it (from ``url=``); a later call opens
-        it again."""
-        await asyncio.to_thread(self._faces.close)
-
-    async def __aenter__(self) -> AresSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

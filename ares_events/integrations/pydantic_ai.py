@@ -28,7 +28,7 @@ from pydantic_core import to_jsonable_python
 from ares_events.agents.journal import AsyncJournal, ModelReply
 from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
-from ares_events.integrations._faces import Faces
+from ares_events.integrations._faces import Adapter, AsyncAdapter, Faces
 from ares_events.integrations._journaled import idempotency_key, tool_call
 from ares_events.integrations._pydantic_ai_store import MessageLog
 from ares_events.integrations._pydantic_ai_store_async import (
@@ -81,7 +81,7 @@ def stable_request(value: Any) -> Any:
     return value
 
 
-class AresMessageStore:
+class AresMessageStore(Adapter):
     """Conversations of Pydantic AI messages, one verified stream each (blocking; any
     thread).
 
@@ -95,9 +95,6 @@ class AresMessageStore:
 
     def __init__(self, *, url: str | None = None, store: EventStore | None = None) -> None:
         self._faces: Faces[MessageLog, Any] = Faces(url, store, MessageLog)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._faces})"
 
     def load(self, conversation_id: str) -> list[ModelMessage]:
         """The conversation's messages, oldest first; later appends of this store are
@@ -148,7 +145,7 @@ class AresMessageStore:
         self.close()
 
 
-class AsyncAresMessageStore:
+class AsyncAresMessageStore(AsyncAdapter):
     """:class:`AresMessageStore` for asyncio code: the same conversations, awaited.
 
     Args:
@@ -164,9 +161,6 @@ class AsyncAresMessageStore:
         self, *, url: str | None = None, store: AsyncEventStore | EventStore | None = None
     ) -> None:
         self._faces = Faces(url, store, MessageLog, AsyncMessageLog)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._faces})"
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`AresMessageStore.load`."""
@@ -186,16 +180,6 @@ class AsyncAresMessageStore:
     ) -> None:
         """:meth:`AresMessageStore.clear`."""
         await self._faces.call("clear", conversation_id, erase=erase, reason=reason, by=by)
-
-    async def close(self) -> None:
-        """Close the store when this object opened it (from ``url=``)."""
-        await asyncio.to_thread(self._faces.close)
-
-    async def __aenter__(self) -> AsyncAresMessageStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 class JournaledModel(WrapperModel):
