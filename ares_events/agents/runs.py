@@ -33,12 +33,15 @@ from ares_events.agents.run_info import (
 from ares_events.core.catalog import new_event
 from ares_events.core.iterators import closing_iter, first
 from ares_events.errors import ChainIntegrityError, ConfigError
+from ares_events.integrity.verifier import ChainVerifier
+from ares_events.integrity.verify import chain_start
 from ares_events.projections.builtin import RunStateProjection
 from ares_events.projections.recovery import recover
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ares_events.core.events import RecordedEvent
     from ares_events.core.store import EventStore  # as is
     from ares_events.integrity.notes import VerifierKey
 
@@ -85,13 +88,23 @@ def _requests(store: EventStore, run_id: str, state: Mapping[str, Any]) -> dict[
 
 
 def _why_not_a_run(store: EventStore, run_id: str) -> str | None:
-    """None when ``run_id`` is a run, else why not."""
+    """None when ``run_id`` is a run, or may be one, else why not."""
     opening = first(store.read(run_id, 1, limit=1))
     if opening is None:
         return "no such run"
-    if opening.type != "run.started":
+    if opening.type != "run.started" and _sound(store, opening):
         return f"stream is not a run (its first event is {opening.type!r}, not 'run.started')"
+    # An opening that fails its chain check may be a run's, edited: it is inspected as a
+    # run, so its findings are shown (never a run hidden by editing one field).
     return None
+
+
+def _sound(store: EventStore, opening: RecordedEvent) -> bool:
+    """Whether ``opening``, a stream's first readable event, passes its chain check."""
+    sv, sh = chain_start(store, opening.stream_id) or (0, None)
+    v = ChainVerifier(opening.stream_id, store.chain_key, start_version=sv, start_hash=sh)
+    v.check_page([opening])
+    return not v.findings
 
 
 def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> RunInfo:

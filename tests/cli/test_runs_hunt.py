@@ -133,3 +133,35 @@ def test_journal_on_a_row_that_is_not_json_raises_chain_integrity_error(
         start: list[int] = []
         folded = ae.replay(store, "run-doubt", lambda s, e: [*s, e.version], start)
         assert folded.state and bad.isdisjoint(folded.state)  # reported, never folded
+
+
+def test_a_run_whose_opening_type_was_edited_is_listed_with_its_findings(tmp_path: Path) -> None:
+    """A run's run.started edited into another type (one column, behind the library's
+    back) is not hidden: runs list shows it with findings (exit 1, was 'no runs', exit 0),
+    show names the mismatch, and a Journal refuses it without writing."""
+    db = tmp_path / "s.db"
+    url = make_store(db)
+    damage(db, "UPDATE ares_events SET type = 'note.added' WHERE version = 1")
+    p = cli(url, "runs", "list", "--json")
+    assert p.returncode == 1, p.stderr
+    listed = json.loads(p.stdout)
+    assert [r["run_id"] for r in listed["runs"]] == ["run-doubt"] and listed["ok"] is False
+    p = cli(url, "runs", "show", "run-doubt", "--json")
+    assert p.returncode == 1, p.stderr
+    assert any(f["kind"] == "hash_mismatch" for f in json.loads(p.stdout)["findings"])
+    with ae.open_store(url) as store:
+        before = store.head("run-doubt")
+        with pytest.raises(ChainIntegrityError):
+            Journal(store, "run-doubt")
+        assert store.head("run-doubt") == before
+
+
+def test_a_sound_stream_that_is_not_a_run_stays_out_of_the_list(tmp_path: Path) -> None:
+    """Only an opening that fails its chain check is inspected as a possible run: another
+    kind of stream, intact, is neither listed nor a finding."""
+    url = make_store(tmp_path / "s.db")
+    with ae.open_store(url) as store:
+        store.append("agent-7", [ae.NewEvent(type="agent.started", module="sup", payload={})])
+    p = cli(url, "runs", "list", "--json")
+    assert p.returncode == 0, p.stderr
+    assert [r["run_id"] for r in json.loads(p.stdout)["runs"]] == ["run-doubt"]
