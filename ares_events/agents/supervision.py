@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ares_events.agents import supervision_telemetry as otel
 from ares_events.core.backend import Capability
@@ -165,8 +166,9 @@ class ProcessSupervisor:
 
     Args:
         store: where lifecycle events go (one stream per agent id).
-        heartbeat_dir: folder of heartbeat files (``<agent_id>.hb``); agents get its path
-            in ``ARES_HEARTBEAT_FILE`` and call :func:`heartbeat`.
+        heartbeat_dir: folder of heartbeat files (``<agent_id>.hb``, the id
+            percent-encoded); agents get its path in ``ARES_HEARTBEAT_FILE`` and call
+            :func:`heartbeat`.
         heartbeat_timeout: a live process silent for longer is killed and counted dead
             (None disables heartbeat checks).
         max_restarts: restart cap per agent (resurrections after deaths); 0 means no cap.
@@ -208,7 +210,8 @@ class ProcessSupervisor:
         a = ManagedAgent(agent_id, list(argv), dict(env or {}))
         if self.heartbeat_dir is not None:
             self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
-            a.heartbeat_file = self.heartbeat_dir / f"{agent_id.replace('/', '_')}.hb"
+            # Percent-encoded: one file per agent id ('a/b' and 'a_b' are two agents).
+            a.heartbeat_file = self.heartbeat_dir / f"{quote(agent_id, safe='')}.hb"
         self.agents[agent_id] = a
         return a
 

@@ -317,6 +317,18 @@ def test_missed_heartbeat_is_killed_and_counted_dead(
     assert sup.agents["agent-h"].gave_up
 
 
+def test_each_agent_id_has_a_heartbeat_file_of_its_own(
+    sqlite_store: ae.EventStore, tmp_path: Path
+) -> None:
+    """Ids that differ only in '/' against '_' (or an escape) get different files: one
+    agent's beat never keeps another alive."""
+    sup = ProcessSupervisor(sqlite_store, heartbeat_dir=tmp_path / "hb", heartbeat_timeout=5)
+    ids = ["a/b", "a_b", "a%2Fb", "../x", "é"]
+    files = [sup.register(i, SLEEPER).heartbeat_file for i in ids]
+    assert len(set(files)) == len(ids)
+    assert all(f is not None and f.parent == tmp_path / "hb" for f in files)
+
+
 def test_a_beating_agent_is_left_alone(
     sqlite_store: ae.EventStore, tmp_path: Path, supervisors: list[ProcessSupervisor]
 ) -> None:
