@@ -22,6 +22,7 @@ from ares_events.agents.journal import (
     journaled_tool,
     redact_keys,
 )
+from ares_events.agents.recording import hash_of
 from ares_events.agents.runs import inspect_run, list_runs
 from ares_events.errors import ConfigError
 
@@ -67,7 +68,7 @@ def test_a_model_request_records_its_messages_params_and_hash(store: ae.EventSto
     Journal(store, "rec-1").model_call(msgs, {"temperature": 0, "model": "m1"}, call=answer)
     req = requested(store, "rec-1")[0]
     assert req["messages"] == msgs and req["params"] == {"temperature": 0, "model": "m1"}
-    assert req["messages_hash"] == ae.agents.recording.hash_of(msgs, "messages")
+    assert req["messages_hash"] == hash_of(msgs, "messages")
     info = Journal.inspect(store, "rec-1")
     step = info.steps[0]
     assert step.request == {"messages": msgs, "params": {"temperature": 0, "model": "m1"}}
