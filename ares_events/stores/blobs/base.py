@@ -118,7 +118,8 @@ class BlobReader(io.RawIOBase):
         data = self._raw.read(want)
         n = len(data)
         if n == 0:
-            self._finish()
+            self._done = True
+            _check_blob(self._ref, self._seen, self._hasher.digest(), self._where)
             return 0
         self._seen += n
         if self._seen > self._ref.size:  # the size check raises before the digest is known
@@ -126,10 +127,6 @@ class BlobReader(io.RawIOBase):
         self._hasher.update(data)
         view[:n] = data
         return n
-
-    def _finish(self) -> None:
-        self._done = True
-        _check_blob(self._ref, self._seen, self._hasher.digest(), self._where)
 
     def close(self) -> None:
         """Close the underlying stream."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 from ares_events.core.events import PayloadRef
 from ares_events.core.url import StoreURL
@@ -217,26 +217,21 @@ class FileBlobStore(BaseBlobStore):
             StoreUnavailable: the file cannot be opened.
         """
         path = self.path_for(key)
+        where: dict[str, Any] = {"stream_id": stream_id, "version": version}
         try:
             # Non-blocking: a FIFO in the blob's place would make a plain open wait for a
             # writer forever. Symlinks are followed (one to a copy of the blob reads fine).
             fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
-            raise BlobMissing(
-                key, f"no file {path}", stream_id=stream_id, version=version
-            ) from None
+            raise BlobMissing(key, f"no file {path}", **where) from None
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # a socket or a device without its driver
-                raise BlobMissing(
-                    key, f"{path} is not a regular file", stream_id=stream_id, version=version
-                ) from None
+                raise BlobMissing(key, f"{path} is not a regular file", **where) from None
             raise self._unavailable(f"cannot open blob {key}", exc) from exc
         try:
             mode = os.fstat(fd).st_mode  # of what was opened: no swap after a check
             if not stat.S_ISREG(mode):
-                raise BlobMissing(
-                    key, f"{path} is not a regular file", stream_id=stream_id, version=version
-                )
+                raise BlobMissing(key, f"{path} is not a regular file", **where)
             if _NONBLOCK:
                 os.set_blocking(fd, True)  # reads of the regular file as usual
             return os.fdopen(fd, "rb")

@@ -394,20 +394,9 @@ class CachedRecorder:
                 yield from served
                 return
         self.stats.misses += 1
-        # Read to the end requested, not to the head: a longer answer is just as true.
-        yield from self._read_through(stream_id, lo, to_version, limit, head, force)
-
-    def _read_through(
-        self,
-        stream_id: str,
-        lo: int,
-        to_version: int | None,
-        limit: int | None,
-        head: Head,
-        force: bool | None,
-    ) -> Iterator[RecordedEvent]:
-        """Read the inner store; when the read reaches the head, refill the cached tail
-        (``force``: replace what is cached; None: the cache is current, leave it)."""
+        # Read to the end requested, not to the head: a longer answer is just as true. When
+        # the read reaches the head, refill the cached tail (``force``: replace what is
+        # cached; None: the cache is current, leave it).
         recent: deque[RecordedEvent] = deque(maxlen=self._cfg.tail)
         for e in self.inner.read(stream_id, lo, to_version, limit):
             recent.append(e)
@@ -629,10 +618,8 @@ def _contiguous_suffix(events: Sequence[RecordedEvent]) -> list[RecordedEvent]:
     return out
 
 
-_SKIPPED: Final = object()
-"""What :meth:`CachedRecorder._call` returns for a Redis call skipped because of close()."""
-_FAILED: Final = object()
-"""What :meth:`CachedRecorder._call` returns for a Redis call that failed."""
+_SKIPPED: Final = object()  # a Redis call skipped because of close() (see ``_call``)
+_FAILED: Final = object()  # a Redis call that failed
 
 
 def _close_quietly(pubsub: Any) -> None:

@@ -63,8 +63,8 @@ WORKER_LOST: Final = (
 """What a worker's loss looks like when Citus relays it as another kind of error."""
 
 _ONE_PHASE = True
-"""False only to show the race of issue 30 (tests/stores/test_cells_citus_race.py): the
-plain server's ``INSERT ... SELECT`` writes, which Citus commits in two phases."""
+"""False only to show the race (tests/stores/test_cells_citus_race.py) of the plain
+server's ``INSERT ... SELECT`` writes, which Citus commits in two phases."""
 
 
 class CitusClock(ServerClock):

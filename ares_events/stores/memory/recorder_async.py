@@ -212,16 +212,8 @@ class AsyncMemoryRecorder:
             if i < len(d.log) and d.log[i].position == position:
                 d.log[i] = new
             d.ids[old.event_id_str] = new
-            refs = 0
-            if blob_key:
-                refs = sum(
-                    1
-                    for e in d.log
-                    if e.payload_ref is not None
-                    and not e.payload_ref.erased
-                    and e.payload_ref.key == blob_key
-                )
-            return EraseOutcome(True, refs)
+            live = (e.payload_ref for e in d.log if e.payload_ref and not e.payload_ref.erased)
+            return EraseOutcome(True, sum(r.key == blob_key for r in live) if blob_key else 0)
 
     async def tracked_position(self, name: str) -> int | None:
         async with self._locked() as d:
