@@ -41,91 +41,85 @@ class EventSchemaError(InvalidEvent):
 EventSchemaError.__module__ = "ares_events"
 
 
+CATALOG: Final[dict[str, type[Payload]]] = {}
+"""Every event type of the catalog and its payload model."""
+
+
 class Payload(BaseModel):
-    """Base of every catalog payload: unknown fields are kept, not rejected."""
+    """Base of every catalog payload: unknown fields are kept, not rejected.
+
+    ``class TaskCreated(Payload, event="task.created")`` enters a model in :data:`CATALOG`.
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
+
+    def __init_subclass__(cls, event: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if event is not None:
+            CATALOG[event] = cls
 
 
 # -- lifecycle ---------------------------------------------------------------------------
 
 
-class SessionCreated(Payload):
-    """``session.created``."""
-
+class SessionCreated(Payload, event="session.created"):
     session_id: str
     entry_id: str | None = None
     root_msg_id: str | None = None
 
 
-class TaskCreated(Payload):
-    """``task.created``."""
-
+class TaskCreated(Payload, event="task.created"):
     task_id: str
 
 
-class TaskCompleted(Payload):
-    """``task.completed``."""
-
+class TaskCompleted(Payload, event="task.completed"):
     task_id: str
 
 
-class TaskFailed(Payload):
-    """``task.failed``."""
-
+class TaskFailed(Payload, event="task.failed"):
     task_id: str
     error: str
 
 
-class AgentStarted(Payload):
-    """``agent.started``."""
-
+class AgentStarted(Payload, event="agent.started"):
     instance_id: str
 
 
-class AgentStopped(Payload):
-    """``agent.stopped``: a voluntary stop, never taken for a crash."""
+class AgentStopped(Payload, event="agent.stopped"):
+    """A voluntary stop, never taken for a crash."""
 
     reason: str
 
 
-class AgentDead(Payload):
-    """``agent.dead``."""
-
+class AgentDead(Payload, event="agent.dead"):
     cause: str
 
 
-class AgentResurrected(Payload):
-    """``agent.resurrected``."""
-
+class AgentResurrected(Payload, event="agent.resurrected"):
     instance_id: str
     attempt: int
 
 
-class FailoverTriggered(Payload):
-    """``failover.triggered``."""
-
+class FailoverTriggered(Payload, event="failover.triggered"):
     reason: str
 
 
-class FailoverCompleted(Payload):
-    """``failover.completed``."""
-
+class FailoverCompleted(Payload, event="failover.completed"):
     instance_id: str
 
 
 # -- durable runs ------------------------------------------------------------------------
 
 
-class RunStarted(Payload):
-    """``run.started``: the version gate's inputs."""
+class RunStarted(Payload, event="run.started"):
+    """The version gate's inputs."""
 
     code_revision: str
     prompt_hash: str
 
 
-class ModelCallRequested(Payload):
-    """``model.call.requested``: intention, appended before each attempt of the call.
+class ModelCallRequested(Payload, event="model.call.requested"):
+    """Intention, appended before each attempt of the call.
 
     ``messages`` (absent when prompts are not recorded) and ``params`` are the redacted
     request; ``messages_hash`` is the blake3 of the recorded messages' canonical JSON.
@@ -137,8 +131,8 @@ class ModelCallRequested(Payload):
     attempt: int = 1
 
 
-class ModelCallAttemptFailed(Payload):
-    """``model.call.failed``: one attempt of a model step raised (the step stays open)."""
+class ModelCallAttemptFailed(Payload, event="model.call.failed"):
+    """One attempt of a model step raised (the step stays open)."""
 
     step: int
     attempt: int
@@ -147,17 +141,17 @@ class ModelCallAttemptFailed(Payload):
     error_class: str | None = None
 
 
-class ModelResponded(Payload):
-    """``model.responded``: outcome, appended before the agent reads it."""
+class ModelResponded(Payload, event="model.responded"):
+    """Outcome, appended before the agent reads it."""
 
     step: int
     completion: Any
     usage: dict[str, Any]
 
 
-class ToolCallRequested(Payload):
-    """``tool.call.requested``: intention, with the idempotency key ``run_id:step_n``,
-    appended before each attempt (every attempt of a step has the same key)."""
+class ToolCallRequested(Payload, event="tool.call.requested"):
+    """Intention, with the idempotency key ``run_id:step_n``, appended before each attempt
+    (every attempt of a step has the same key)."""
 
     name: str
     args: Any
@@ -167,8 +161,8 @@ class ToolCallRequested(Payload):
     args_hash: str | None = None
 
 
-class ToolCallAttemptFailed(Payload):
-    """``tool.call.failed``: one attempt of a tool step raised (the step stays open)."""
+class ToolCallAttemptFailed(Payload, event="tool.call.failed"):
+    """One attempt of a tool step raised (the step stays open)."""
 
     idempotency_key: str
     step: int
@@ -178,23 +172,22 @@ class ToolCallAttemptFailed(Payload):
     error_class: str | None = None
 
 
-class ToolCallNotDone(Payload):
-    """``tool.call.not_done``: a human found that an in-doubt call did not land; the next
-    attempt runs it again with the same key."""
+class ToolCallNotDone(Payload, event="tool.call.not_done"):
+    """A human found that an in-doubt call did not land; the next attempt runs it again
+    with the same key."""
 
     idempotency_key: str
     by: str
 
 
-class StepAbandoned(Payload):
-    """``step.abandoned``: the loop made another call after a failed attempt, giving up on
-    the step."""
+class StepAbandoned(Payload, event="step.abandoned"):
+    """The loop made another call after a failed attempt, giving up on the step."""
 
     step: int
 
 
-class ToolReturned(Payload):
-    """``tool.returned``: a result or an error (exactly one is meaningful)."""
+class ToolReturned(Payload, event="tool.returned"):
+    """A result or an error (exactly one is meaningful)."""
 
     idempotency_key: str
     result: Any = None
@@ -208,77 +201,42 @@ class ToolReturned(Payload):
         return data
 
 
-class StatePatched(Payload):
-    """``state.patched``."""
-
+class StatePatched(Payload, event="state.patched"):
     key: str
     value: Any
 
 
-class RunInterrupted(Payload):
-    """``run.interrupted``: the run is paused; the process may exit."""
+class RunInterrupted(Payload, event="run.interrupted"):
+    """The run is paused; the process may exit."""
 
     reason: str
 
 
-class RunResumed(Payload):
-    """``run.resumed``."""
-
+class RunResumed(Payload, event="run.resumed"):
     by: str
 
 
-class RunCompleted(Payload):
-    """``run.completed``."""
+class RunCompleted(Payload, event="run.completed"):
+    """The run finished (no fields)."""
 
 
-class RunFailed(Payload):
-    """``run.failed``."""
-
+class RunFailed(Payload, event="run.failed"):
     error: str
 
 
-class RunCancelled(Payload):
-    """``run.cancelled``: an operator stopped the run for good."""
+class RunCancelled(Payload, event="run.cancelled"):
+    """An operator stopped the run for good."""
 
     by: str
 
 
-class RunGate(Payload):
-    """``run.gate``: the version gate's decision on resume."""
+class RunGate(Payload, event="run.gate"):
+    """The version gate's decision on resume."""
 
     decision: str
     code_revision: str
     prompt_hash: str
 
-
-CATALOG: Final[dict[str, type[Payload]]] = {
-    "session.created": SessionCreated,
-    "task.created": TaskCreated,
-    "task.completed": TaskCompleted,
-    "task.failed": TaskFailed,
-    "agent.started": AgentStarted,
-    "agent.stopped": AgentStopped,
-    "agent.dead": AgentDead,
-    "agent.resurrected": AgentResurrected,
-    "failover.triggered": FailoverTriggered,
-    "failover.completed": FailoverCompleted,
-    "run.started": RunStarted,
-    "model.call.requested": ModelCallRequested,
-    "model.responded": ModelResponded,
-    "model.call.failed": ModelCallAttemptFailed,
-    "tool.call.requested": ToolCallRequested,
-    "tool.returned": ToolReturned,
-    "tool.call.failed": ToolCallAttemptFailed,
-    "tool.call.not_done": ToolCallNotDone,
-    "step.abandoned": StepAbandoned,
-    "state.patched": StatePatched,
-    "run.interrupted": RunInterrupted,
-    "run.resumed": RunResumed,
-    "run.completed": RunCompleted,
-    "run.failed": RunFailed,
-    "run.cancelled": RunCancelled,
-    "run.gate": RunGate,
-}
 
 CURRENT_VERSIONS: dict[str, int] = dict.fromkeys(CATALOG, 1)
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]

@@ -7,7 +7,7 @@ A difference is a :class:`~ares_events.errors.ConfigError` naming what differs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 import orjson
@@ -69,10 +69,8 @@ class StoreIdentity:
 
     def to_json(self) -> str:
         """The stored form (canonical JSON)."""
-        blobs: Any = self.blobs
-        if isinstance(blobs, BlobsIdentity):
-            blobs = {"location": blobs.location, "url": blobs.url}
-        doc = {
+        blobs = asdict(self.blobs) if isinstance(self.blobs, BlobsIdentity) else self.blobs
+        doc: dict[str, Any] = {
             "format": self.format,
             "chain": "keyed" if self.keys else "unkeyed",
             "keys": [{"id": k.id, "from_position": k.from_position} for k in self.keys],
@@ -80,7 +78,7 @@ class StoreIdentity:
             "created_at": self.created_at,
         }
         if self.archive is not None:  # absent until the first archive run: older readers agree
-            doc["archive"] = {"location": self.archive.location, "url": self.archive.url}
+            doc["archive"] = asdict(self.archive)
         return canonical_json(doc, field="identity").decode()
 
     @classmethod
@@ -95,16 +93,13 @@ class StoreIdentity:
             keys = tuple(
                 KeyRange(str(k["id"]), int(k["from_position"])) for k in doc.get("keys") or ()
             )
-            raw = doc.get("blobs")
-            blobs: BlobsIdentity | str | None = raw
-            if raw is not None and raw != DEFAULT_BLOBS:
-                blobs = BlobsIdentity(str(raw["location"]), str(raw["url"]))
+            blobs = doc.get("blobs")
+            if blobs is not None and blobs != DEFAULT_BLOBS:
+                blobs = _blobs_of(blobs)
             chain = doc.get("chain")
             if chain not in ("keyed", "unkeyed") or (chain == "keyed") != bool(keys):
                 raise ValueError(f"chain {chain!r} does not match its keys")
-            archive = None
-            if (arch := doc.get("archive")) is not None:
-                archive = BlobsIdentity(str(arch["location"]), str(arch["url"]))
+            archive = None if doc.get("archive") is None else _blobs_of(doc["archive"])
             return cls(int(doc["format"]), keys, blobs, str(doc.get("created_at", "")), archive)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(
@@ -159,6 +154,10 @@ class StoreIdentity:
             f"{_show(blobs)} (omit blobs= to use the recorded location, or record a new one "
             "with `ares-events init --relocate-blobs` after moving them)"
         )
+
+
+def _blobs_of(doc: Any) -> BlobsIdentity:
+    return BlobsIdentity(str(doc["location"]), str(doc["url"]))
 
 
 def _show(blobs: BlobsIdentity | str) -> str:

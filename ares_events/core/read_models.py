@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
 from ares_events.errors import StoreError
@@ -49,27 +49,33 @@ class ProjectionMeta:
                 or version that is no integer); no table it names was touched.
         """
         meta = cls(*row)
-        for f in fields(cls):
-            value = getattr(meta, f.name)
-            if f.name.endswith("_table"):
-                ok = value is None or (
-                    isinstance(value, str) and READ_MODEL_TABLE.fullmatch(value) is not None
-                )
-            elif f.name == "name":
-                ok = isinstance(value, str)
-            elif f.name == "projection_version":  # type(), not isinstance(): True is no int here
-                ok = type(value) is int
-            else:  # the two cursors and the generation
-                ok = type(value) is int and value >= 0
+        checks = (
+            ("name", isinstance(meta.name, str)),
+            ("projection_version", type(meta.projection_version) is int),  # True is no int
+            ("active_table", _is_table(meta.active_table)),
+            ("position", _is_count(meta.position)),
+            ("building_table", _is_table(meta.building_table)),
+            ("building_position", _is_count(meta.building_position)),
+            ("generation", _is_count(meta.generation)),
+        )
+        for name, ok in checks:
             if not ok:
                 raise StoreError(
-                    f"the registry row of read model {meta.name!r:.80} is damaged: {f.name} "
-                    f"is {value!r:.80}, which this library never writes (tables are named "
-                    "ares_rm_[a-z0-9_]+, cursors and versions are integers); no table it names "
-                    "was touched: restore the row from a backup, or delete it and the read "
-                    "model's ares_rm_ tables to rebuild it from the log"
+                    f"the registry row of read model {meta.name!r:.80} is damaged: {name} "
+                    f"is {getattr(meta, name)!r:.80}, which this library never writes (tables "
+                    "are named ares_rm_[a-z0-9_]+, cursors and versions are integers); no table "
+                    "it names was touched: restore the row from a backup, or delete it and the "
+                    "read model's ares_rm_ tables to rebuild it from the log"
                 )
         return meta
+
+
+def _is_table(value: object) -> bool:
+    return value is None or (isinstance(value, str) and bool(READ_MODEL_TABLE.fullmatch(value)))
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and value >= 0
 
 
 class CheckpointStore(Protocol):

@@ -1,5 +1,5 @@
-"""Reads that come a page of rows at a time, with events built only when taken (issue 33;
-docs/performance.md). The blocking face only.
+"""Reads that come a page of rows at a time, with events built only when taken
+(docs/performance.md). The blocking face only.
 
 It may import only :mod:`ares_events.chain` and the core's :mod:`.events`.
 """

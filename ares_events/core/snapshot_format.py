@@ -7,7 +7,7 @@ It may import the core's events, :mod:`ares_events.errors` and the chain format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
@@ -139,16 +139,7 @@ class Snapshot:
 
     def info(self) -> SnapshotInfo:
         """The snapshot's description without its state."""
-        return SnapshotInfo(
-            stream_id=self.stream_id,
-            projection=self.projection,
-            projection_version=self.projection_version,
-            at_version=self.at_version,
-            at_hash=self.at_hash,
-            state_digest=self.state_digest,
-            state_size=len(self.state_json),
-            created_at=self.created_at,
-        )
+        return SnapshotInfo(**{name: getattr(self, name) for name in _INFO_FIELDS})
 
     def __repr__(self) -> str:
         return (
@@ -186,6 +177,9 @@ class SnapshotInfo:
             "created_at": format_at(self.created_at),
             **({"problem": self.problem} if self.problem else {}),
         }
+
+
+_INFO_FIELDS: Final = tuple(f.name for f in fields(SnapshotInfo) if f.name != "problem")
 
 
 class SnapshotCheck(NamedTuple):

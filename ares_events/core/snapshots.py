@@ -71,6 +71,8 @@ def _event_at(store: Events, stream_id: str, version: int) -> RecordedEvent | No
 
 class SnapshotStore:
     """Latest snapshot per (stream, projection), in the same database as the events.
+    Besides what each method lists, any may raise ``StoreUnavailable`` (the database cannot
+    be reached) or ``StoreError`` (the database failed).
 
     Args:
         store: the event store whose streams the snapshots fold.
@@ -97,8 +99,6 @@ class SnapshotStore:
                 Nothing is written.
             SnapshotMismatch: ``at_version`` is beyond the stream or ``at_hash`` is not the
                 hash of the event at ``at_version``. Nothing is written.
-            StoreUnavailable: the database cannot be reached.
-            StoreError: the database failed.
         """
         validate_snapshot(snapshot)
         reason = self._stream_reason(snapshot)
@@ -138,8 +138,6 @@ class SnapshotStore:
             SnapshotMismatch: the stored snapshot does not match (``reason`` says how:
                 projection version, state digest, seal, ``at_hash``, or a stream shorter
                 than ``at_version``).
-            StoreUnavailable: the database cannot be reached.
-            StoreError: the database failed.
         """
         snap, reason = self._load(stream_id, projection, version, verify=verify)
         if reason is not None:
@@ -157,14 +155,11 @@ class SnapshotStore:
 
         Raises:
             InvalidEvent: a bad stream id, projection name or version.
-            StoreUnavailable: the database cannot be reached.
-            StoreError: the database failed.
         """
         snap, reason = self._load(stream_id, projection, version, verify=True)
         if reason is not None:
             logger.debug("snapshot of %r for stream %r ignored: %s", projection, stream_id, reason)
-            return SnapshotCheck(None, reason)
-        return SnapshotCheck(snap, None)
+        return SnapshotCheck(snap, reason)  # _load gives no snapshot with a reason
 
     def check(self, snapshot: Snapshot, version: int | None = None) -> str | None:
         """Why ``snapshot`` must not be used, or None when it matches the stream.
@@ -175,7 +170,6 @@ class SnapshotStore:
 
         Raises:
             InvalidEvent: ``snapshot`` is not a :class:`Snapshot` or ``version`` is bad.
-            StoreUnavailable: the database cannot be reached.
         """
         if not isinstance(snapshot, Snapshot):
             raise InvalidEvent("snapshot", f"expected a Snapshot, got {type(snapshot).__name__}")
@@ -189,12 +183,7 @@ class SnapshotStore:
         return reason or seal_reason(snapshot, self._store.chain_key)
 
     def verify_all(self, stream_id: str | None = None) -> Iterator[tuple[SnapshotInfo, str | None]]:
-        """Check every stored snapshot (for audits): ``(info, reason or None)``.
-
-        Raises:
-            StoreUnavailable: the database cannot be reached.
-            StoreError: the database failed.
-        """
+        """Check every stored snapshot (for audits): ``(info, reason or None)``."""
         # Listed first: checking reads the stream, which a backend may not do while a
         # listing of its snapshot table is open.
         infos = list(self.list(stream_id))
@@ -213,8 +202,6 @@ class SnapshotStore:
 
         Raises:
             InvalidEvent: a bad stream id or projection name.
-            StoreUnavailable: the database cannot be reached.
-            StoreError: the database failed.
         """
         validate_name(stream_id, "stream_id")
         if projection is not None:
@@ -228,8 +215,6 @@ class SnapshotStore:
 
         Raises:
             InvalidEvent: a bad stream id.
-            StoreUnavailable: the database cannot be reached.
-            StoreError: the database failed.
         """
         if stream_id is not None:
             validate_name(stream_id, "stream_id")

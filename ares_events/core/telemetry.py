@@ -179,13 +179,8 @@ class Telemetry:
         """A started span (not made current), or None without a tracer."""
         if self.tracer is None:
             return None
-        trace = self.otel.trace
-        return self.tracer.start_span(
-            name,
-            context=parent,
-            kind=getattr(trace.SpanKind, kind),
-            attributes=dict(attributes),
-        )
+        kind_ = getattr(self.otel.trace.SpanKind, kind)
+        return self.tracer.start_span(name, context=parent, kind=kind_, attributes=dict(attributes))
 
     def end_span(self, span: Any, exc: BaseException | None = None) -> None:
         """End ``span``, marking it failed by ``exc``'s type: ``error.type``, an ERROR
@@ -278,15 +273,6 @@ def _version() -> str:
         return ""
 
 
-def _real(provider: Any, otel: _Otel, kind: str) -> bool:
-    """True unless ``provider`` is the API's proxy or no-op (no SDK configured)."""
-    if kind == "trace":
-        t = otel.trace
-        return not isinstance(provider, t.ProxyTracerProvider | t.NoOpTracerProvider)
-    m = otel.metrics_state
-    return not isinstance(provider, m._ProxyMeterProvider | otel.metrics.NoOpMeterProvider)
-
-
 def _probe() -> Telemetry | None:
     global _otel, _missing, _active, _env_capture
     if _missing:
@@ -306,8 +292,11 @@ def _probe() -> Telemetry | None:
         return None  # probed again next time: an SDK may be configured later
     else:
         tp, mp, capture = otel.trace.get_tracer_provider(), otel.metrics.get_meter_provider(), None
-    tracing = tp is not None and _real(tp, otel, "trace")
-    metering = mp is not None and _real(mp, otel, "metrics")
+    # The API's proxy and no-op providers mean no SDK is configured.
+    t, m = otel.trace, otel.metrics_state
+    tracing = tp is not None and not isinstance(tp, t.ProxyTracerProvider | t.NoOpTracerProvider)
+    no_meter = m._ProxyMeterProvider | otel.metrics.NoOpMeterProvider
+    metering = mp is not None and not isinstance(mp, no_meter)
     if not (tracing or metering):
         return None  # probed again next time: an SDK may be configured later
     version = _version()
@@ -479,10 +468,7 @@ class Operation:
         return self
 
     def __exit__(
-        self,
-        et: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         elapsed = time.perf_counter() - self._t0
         tel = self._tel

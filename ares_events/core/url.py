@@ -38,9 +38,7 @@ class StoreURL:
             ConfigError: the URL has no scheme, does not parse or has an invalid port.
         """
         if not isinstance(url, str) or "://" not in url:
-            raise ConfigError(
-                f"{source} must look like scheme://..., got {_redact_text(str(url))!r}"
-            )
+            raise ConfigError(f"{source} must look like scheme://..., got {redact_url(str(url))!r}")
         try:
             parts = urlsplit(url)
         except ValueError:  # the reason may quote the netloc, password and all: not shown
@@ -84,7 +82,7 @@ class StoreURL:
 
     def redacted(self) -> str:
         """The URL with any password replaced by ``***``."""
-        return _redact_text(self.raw)
+        return redact_url(self.raw)
 
     def __repr__(self) -> str:
         return f"StoreURL({self.redacted()!r})"
@@ -114,7 +112,8 @@ def parse_bool(value: object, name: str, where: str) -> bool:
     raise ConfigError(f"{name} must be true or false, got {value!r} in {where}")
 
 
-def _redact_text(url: str) -> str:
+def redact_url(url: str) -> str:
+    """``url`` with its password and credential-like query parameters replaced by ``***``."""
     return _SECRET_PARAM.sub(r"\1***", _redact_userinfo(url))
 
 
@@ -137,6 +136,3 @@ def _redact_userinfo(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = quote(unquote(parts.username or ""), safe="")
     return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
-
-
-redact_url = _redact_text
