@@ -101,7 +101,10 @@ def _why_not_a_run(store: EventStore, run_id: str) -> str | None:
 
 def _sound(store: EventStore, opening: RecordedEvent) -> bool:
     """Whether ``opening``, a stream's first readable event, passes its chain check."""
-    sv, sh = chain_start(store, opening.stream_id) or (0, None)
+    # Version 1 links to genesis; only a later one (events retired) needs the archive's
+    # index, so listing runs reads no index for each stream that is not one.
+    start = None if opening.version == 1 else chain_start(store, opening.stream_id)
+    sv, sh = start or (0, None)
     v = ChainVerifier(opening.stream_id, store.chain_key, start_version=sv, start_hash=sh)
     v.check_page([opening])
     return not v.findings
