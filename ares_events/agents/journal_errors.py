@@ -108,8 +108,9 @@ class ReentrantCall(AresError, RuntimeError):
         self.step = step
         super().__init__(
             f"run {run_id!r}: {what} was called while the {inside} of step {step} runs; "
-            "a journal is not re-entrant (a callable must not use its own journal); "
-            "nothing was written for it"
+            "a journal is not re-entrant and its steps are one sequence (a callable must "
+            "not use its own journal, and threads or tasks must not share one: make "
+            "parallel tool calls one step after another); nothing was written for it"
         )
 
 

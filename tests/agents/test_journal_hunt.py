@@ -279,3 +279,45 @@ def test_async_reentrant_tool_call_is_refused(store: EventStore) -> None:
         "step.abandoned",
         "run.completed",
     ]
+
+
+def test_tasks_sharing_a_journal_take_steps_one_at_a_time(store: EventStore) -> None:
+    """Two tasks gathering tool calls on one journal (a model's parallel tool calls): the
+    second is refused while the first's tool runs, with a message that names sharing, and
+    nothing of it is written; the first's step is whole. Taken one after another, both
+    are journaled in order."""
+
+    async def main() -> list[Any]:
+        j = await AsyncJournal.open(store, "run-p")
+        running, release = asyncio.Event(), asyncio.Event()
+
+        async def slow(args: Any, key: str) -> Any:
+            running.set()
+            await release.wait()  # held until the other task has been refused
+            return {"n": args["n"]}
+
+        async def second() -> Any:
+            await running.wait()
+            try:
+                return await j.tool_call("search", {"n": 2}, call=slow)
+            finally:
+                release.set()
+
+        results: list[Any] = list(
+            await asyncio.gather(
+                j.tool_call("search", {"n": 1}, call=slow), second(), return_exceptions=True
+            )
+        )
+        for n in (3, 4):  # the way to journal parallel calls: one step after another
+            release.set()
+            results.append(await j.tool_call("search", {"n": n}, call=slow))
+        await j.complete()
+        return results
+
+    first, refused, third, fourth = asyncio.run(main())
+    assert first == {"n": 1} and third == {"n": 3} and fourth == {"n": 4}
+    assert isinstance(refused, ReentrantCall)
+    assert "tasks must not share one" in str(refused) and refused.step == 1
+    requested = [e for e in store.read("run-p") if e.type == "tool.call.requested"]
+    assert [e.payload["args"]["n"] for e in requested] == [1, 3, 4]
+    assert _types(store, "run-p")[-1] == "run.completed"
