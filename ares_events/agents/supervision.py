@@ -125,6 +125,14 @@ def heartbeat(path: str | os.PathLike[str]) -> None:
     Path(path).touch()  # an existing file's mtime is set to now
 
 
+def _mtime(path: Path | None) -> int | None:
+    """The heartbeat file's mtime in nanoseconds, None when there is no file."""
+    try:
+        return None if path is None else path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
 def _exit_cause(code: int) -> str:
     """The death cause of a process that exited with ``code`` (``Popen.returncode``)."""
     if code >= 0:
@@ -159,6 +167,7 @@ class ManagedAgent:
     next_start: float = 0.0
     heartbeat_file: Path | None = None
     started_at: float = 0.0
+    beat: tuple[int | None, float] = (None, 0.0)  # last mtime seen, and when (supervisor's clock)
 
 
 class ProcessSupervisor:
@@ -247,6 +256,7 @@ class ProcessSupervisor:
             raise
         a.proc = proc
         a.started_at = self.clock()
+        a.beat = (_mtime(a.heartbeat_file), a.started_at)
         logger.info("started %s as %s (pid %d)", a.agent_id, a.instance_id, proc.pid)
 
     def start(self) -> None:
@@ -326,15 +336,15 @@ class ProcessSupervisor:
                 self._spawn(a, resurrection=True)
 
     def _heartbeat_missed(self, a: ManagedAgent, now: float) -> bool:
+        # A beat is a change of the file's mtime, timed when this supervisor sees it, on its
+        # own clock: the mtime's value is never compared with the time, so a wall clock that
+        # jumps (NTP, a resumed VM) or a file server whose clock differs kills no agent.
         if self.heartbeat_timeout is None or a.heartbeat_file is None:
             return False
-        if now - a.started_at < self.heartbeat_timeout:
-            return False
-        try:
-            age = time.time() - a.heartbeat_file.stat().st_mtime
-        except FileNotFoundError:
-            return True
-        return age > self.heartbeat_timeout
+        stamp = _mtime(a.heartbeat_file)
+        if stamp is not None and stamp != a.beat[0]:
+            a.beat = (stamp, now)
+        return now - a.beat[1] > self.heartbeat_timeout
 
     @property
     def settled(self) -> bool:

@@ -353,6 +353,38 @@ def test_a_beating_agent_is_left_alone(
     assert types(sqlite_store, "agent-ok") == ["agent.started", "agent.stopped"]
 
 
+def test_a_beat_is_a_change_seen_on_the_supervisors_clock(
+    sqlite_store: ae.EventStore, tmp_path: Path, supervisors: list[ProcessSupervisor]
+) -> None:
+    """Heartbeats are timed by the supervisor's own (injected) clock, when it sees the
+    file's mtime change: a file stamped an hour in the past (a file server whose clock lags,
+    a wall clock stepped forward) is a beat, not an hour of silence; a file that stops
+    changing is a death once the timeout passes on that clock, not before."""
+    now = [0.0]
+    sup = ProcessSupervisor(
+        sqlite_store, heartbeat_dir=tmp_path / "hb", heartbeat_timeout=4.0, clock=lambda: now[0]
+    )
+    supervisors.append(sup)
+    a = sup.register("agent-skew", SLEEPER)
+    sup.start()
+    assert a.heartbeat_file is not None and a.proc is not None
+    stamp = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000  # an hour ago
+    for beat in range(1, 11):  # 30 s on the supervisor's clock, a beat every 3 s
+        now[0] += 3.0
+        os.utime(a.heartbeat_file, ns=(stamp + beat, stamp + beat))
+        sup.poll()
+        assert a.proc is not None and a.proc.poll() is None, beat
+    now[0] += 4.0  # silent for exactly the timeout: still alive
+    sup.poll()
+    assert a.proc is not None
+    now[0] += 0.5
+    sup.poll()
+    assert a.proc is None
+    assert types(sqlite_store, "agent-skew") == ["agent.started", "agent.dead"]
+    (died,) = [e for e in sqlite_store.read("agent-skew") if e.type == "agent.dead"]
+    assert "missed heartbeat (4s)" in died.payload["cause"]
+
+
 def test_new_supervisor_resurrects_agents_its_predecessor_lost(
     sqlite_store: ae.EventStore, supervisors: list[ProcessSupervisor]
 ) -> None:
