@@ -340,21 +340,21 @@ def sqlite_bare_replay_all(fx: bs.ReadFixtures) -> tuple[int, int]:
 
 def native_verifier() -> bool:
     """True when the optional native verifier (``ares_events._native``) loaded."""
-    from ares_events.integrity import verifier
+    from ares_events import chain
 
-    return verifier._native is not None
+    return chain._native is not None
 
 
 def pure_python(fn: Callable[[], tuple[float, float]]) -> Callable[[], tuple[float, float]]:
     """``fn`` run with the native verifier switched off (the pure-Python reference)."""
-    from ares_events.integrity import verifier
+    from ares_events import chain
 
     def run() -> tuple[float, float]:
-        saved, verifier._native = verifier._native, None
+        saved, chain._native = chain._native, None
         try:
             return fn()
         finally:
-            verifier._native = saved
+            chain._native = saved
 
     return run
 

@@ -7,7 +7,6 @@ It may import the core and :mod:`.findings`.
 
 from __future__ import annotations
 
-import binascii
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -17,11 +16,8 @@ import orjson
 
 from ares_events import chain
 from ares_events.chain import (
-    _HEADER,
-    _NAME_CACHE,
     ChainKey,
     _cache_name,
-    _encode_str,
     genesis,
     header_bytes,
     link_hash,
@@ -36,10 +32,7 @@ from ares_events.integrity.findings import Finding
 logger = logging.getLogger(__name__)
 
 _blake3 = blake3.blake3
-_hexlify = binascii.hexlify
 
-
-_native: Any = chain._native  # the C verify_run, or None (see chain._load_native)
 
 PAGE = 64
 """Events a reader hands :meth:`ChainVerifier.check_page` at a time: enough to spread a
@@ -115,7 +108,7 @@ class ChainVerifier:
         :meth:`check`), otherwise a list without the malformed rows and without the
         unsound rows whose payload or metadata is not even JSON (folding them would crash
         on bytes the chain never vouched for). The healthy run of a page is checked in one
-        call (:func:`verify_run`).
+        call (:func:`~ares_events.chain.vouch`).
         """
         n = len(events)
         # A page of rows (a SQLite read) is checked straight from the rows, the events
@@ -156,27 +149,16 @@ class ChainVerifier:
         if self._sid is None:
             return start
         key = None if self.key is None else self.key.key
-        native = _native
-        sid, sj = self.stream_id, self._sid
-        if native is not None and type(self.last_hash) is bytes and type(self.last) is int:
-            j: int
-            # Several events hashed at once (absent from a module built before it); it
-            # may stop short of verify_run (at anything unusual), never past it:
-            # verify_run decides from there.
-            page = getattr(native, "verify_page", None)
-            if page is not None and type(events) is list and len(events) - start > 1:
-                j, self.last, self.last_hash = page(
-                    events, start, sid, sj, self.last, self.last_hash, key
-                )
-                if j == len(events):
-                    return j
-                start = j
-            j, self.last, self.last_hash = native.verify_run(
-                events, start, sid, sj, self.last, self.last_hash, key
-            )
-            return j
-        i, self.last, self.last_hash = verify_run(
-            events, start, sid, sj, self.last, self.last_hash, key, self._payload, self._link
+        i, self.last, self.last_hash = chain.vouch(
+            events,
+            start,
+            self.stream_id,
+            self._sid,
+            self.last,
+            self.last_hash,
+            key,
+            self._payload,
+            self._link,
         )
         return i
 
@@ -252,74 +234,6 @@ class ChainVerifier:
             self._add("head_mismatch", head.version, said)
         elif head.hash != self.last_hash:
             self._add("head_mismatch", head.version, "head hash differs from the last event's hash")
-
-
-def verify_run(
-    events: Sequence[RecordedEvent],
-    start: int,
-    stream_id: str,
-    stream_json: bytes,
-    last_version: int,
-    last_hash: bytes,
-    key: bytes | None = None,
-    payload_hasher: Any = None,
-    link_hasher: Any = None,
-) -> tuple[int, int, bytes]:
-    """The verifier's fast path over ``events[start:]``: vouches for each event in turn
-    that is the next version, links to the last hash, has an inline payload and hashes to
-    its stored hash; stops at the first it cannot vouch for (the slow path names the
-    problem). Returns ``(index of that event or len(events), last version, last hash)``.
-
-    The reference of ``ares_events._native.verify_run`` (``tests/integrity/test_native.py``).
-    ``stream_json`` is the stream id as JSON; ``key`` the chain key's bytes; the hashers are
-    reusable blake3 objects (the link one made with ``key``).
-    """
-    ph = _blake3() if payload_hasher is None else payload_hasher
-    lh = (_blake3() if key is None else _blake3(key=key)) if link_hasher is None else link_hasher
-    cache = _NAME_CACHE
-    enc = _encode_str
-    n = len(events)
-    i = start
-    while i < n:
-        e = events[i]
-        version = e[1]
-        raw = e[6]
-        if (
-            type(version) is not int
-            or version != last_version + 1
-            or e[9] != last_hash
-            or e[11] is not None
-            or type(raw) is not bytes
-            or e[0] != stream_id
-        ):
-            break
-        try:
-            ty = e[4]
-            ty = cache.get(ty) or _cache_name(ty)
-            mo = e[5]
-            mo = cache.get(mo) or _cache_name(mo)
-            # The same escaper as header_bytes: the bytes hashed are always the canonical
-            # ones, whatever characters a tampered row holds.
-            at = enc(e[8]).encode()
-            eid = enc(e[3]).encode()
-            ph.update(raw)
-            # hexlify, not blake3's hexdigest(): the binding's hex costs ~10x more.
-            digest_hex = _hexlify(ph.digest())
-            ph.reset()
-            header = _HEADER % (at, eid, e[7], mo, digest_hex, len(raw), stream_json, ty, version)
-        except (TypeError, AttributeError, ValueError):
-            ph.reset()
-            break
-        # One update per hash: each blake3 call costs about as much as hashing 300 bytes.
-        lh.update(last_hash + header)
-        h = lh.digest()
-        lh.reset()
-        if h != e[10]:
-            break
-        last_version = version
-        last_hash = h
-        i += 1
-    return i, last_version, last_hash
 
 
 _HASH_LEN = 32

@@ -1,7 +1,7 @@
 """The optional native verifier (``ares_events._native``) against the pure-Python
 reference: its BLAKE3 equals the ``blake3`` package's on any input and key, and its
 ``verify_run`` gives the same answer (index, last version, last hash) as
-:func:`ares_events.integrity.verifier.verify_run` on valid pages and on every kind of
+:func:`ares_events.chain.verify_run` on valid pages and on every kind of
 tamper; a :class:`ChainVerifier` records the same findings with it on and off.
 
 The extension is built by ``pip install`` (``scripts/test``); a test environment where it
@@ -91,10 +91,10 @@ def native() -> ModuleType:
 def test_the_native_verifier_is_built_and_in_use() -> None:
     """Fails (never skips) when the extension is missing from the test environment."""
     if NO_NATIVE:
-        assert verifier._native is None
+        assert chain._native is None
         return
     assert _import_native() is not None, BUILD_HINT
-    assert verifier._native is not None
+    assert chain._native is not None
 
 
 def test_the_sqlite_writer_is_in_use_on_cpython() -> None:
@@ -154,8 +154,7 @@ def test_the_writer_reads_a_handle_only_where_it_saw_one(native: ModuleType) -> 
 def test_the_environment_switch(value: str, off: bool) -> None:
     env = {**os.environ, chain.NO_NATIVE_ENV: value}
     out = subprocess.run(
-        [sys.executable, "-c", "from ares_events.integrity import verifier as v; "
-         "print(v._native is None)"],
+        [sys.executable, "-c", "from ares_events import chain; print(chain._native is None)"],
         env=env, capture_output=True, text=True, check=True, timeout=120,
     ).stdout.strip()  # fmt: skip
     if off:
@@ -337,7 +336,7 @@ def both(native: ModuleType, page: Page, events: list[RecordedEvent], start: int
     key = None if page.key is None else page.key.key
     args = (events, start, page.stream, sid_json, page.start_version, page.start_hash, key)
     ours = native.verify_run(*args)
-    ref = verifier.verify_run(*args)
+    ref = chain.verify_run(*args)
     assert ours == ref
     assert type(ours[1]) is int
     assert type(ours[2]) is bytes
@@ -346,7 +345,7 @@ def both(native: ModuleType, page: Page, events: list[RecordedEvent], start: int
         # never past it; verify_run from where it stopped gives the reference's answer.
         j, last, last_hash = native.verify_page(list(events), *args[1:], width)
         assert j <= ref[0]
-        assert (j, last, last_hash) == verifier.verify_run(events[:j], start, *args[2:])
+        assert (j, last, last_hash) == chain.verify_run(events[:j], start, *args[2:])
         assert native.verify_run(events, j, *args[2:4], last, last_hash, key) == ref
     return ours
 
@@ -476,8 +475,8 @@ def test_tampered_pages_agree(native: ModuleType, page: Page, tamper: str, data:
 def _findings(page: Page, events: list[RecordedEvent], use_native: bool, rows: bool = False) -> Any:
     """What the verifier finds on ``events``: given as a list, or (``rows``) as an
     EventPage of their rows, the way a SQLite read hands them over."""
-    saved = verifier._native
-    verifier._native = _import_native() if use_native else None
+    saved = chain._native
+    chain._native = _import_native() if use_native else None
     given: Any = events
     if rows:
         given = EventPage([tuple(e[:12]) for e in events], lambda r: RecordedEvent(*r))
@@ -499,7 +498,7 @@ def _findings(page: Page, events: list[RecordedEvent], use_native: bool, rows: b
             [(f.kind, f.version) for f in s.findings],
         )
     finally:
-        verifier._native = saved
+        chain._native = saved
 
 
 @settings(SETTINGS, max_examples=examples(100))
