@@ -82,7 +82,7 @@ def open_store(
         )
     if not create:
         options["create"] = False
-    recorder, identity = _open_recorder(cls, parsed, cache, options)
+    recorder, identity = _open_recorder(cls, parsed, cache, options, key)
     try:
         blobs_url, default_blobs = _blob_choice(blobs, identity, recorder)
         blob_store = None
@@ -109,7 +109,11 @@ def open_store(
 
 
 def _open_recorder(
-    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
+    cls: type[Any],
+    url: StoreURL,
+    cache: str | None,
+    options: dict[str, Any],
+    key: ChainKey | None = None,
 ) -> tuple[Any, StoreIdentity | None]:
     """The backend recorder of this face (behind the archive reader and the cache when
     asked for) and the identity the store recorded."""
@@ -128,7 +132,7 @@ def _open_recorder(
         if cache is not None:  # a blocking recorder (asyncio with a cache runs on threads)
             from ares_events.stores.cache import CachedRecorder
 
-            rec = CachedRecorder.wrap(rec, cache)
+            rec = CachedRecorder.wrap(rec, cache, key)
     except BaseException:
         rec.close()
         raise

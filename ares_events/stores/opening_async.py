@@ -85,7 +85,7 @@ async def open_async_store(
         )
     if not create:
         options["create"] = False
-    recorder, identity = await _open_recorder(cls, parsed, cache, options)
+    recorder, identity = await _open_recorder(cls, parsed, cache, options, key)
     try:
         blobs_url, default_blobs = _blob_choice(blobs, identity, recorder)
         blob_store = None
@@ -112,7 +112,11 @@ async def open_async_store(
 
 
 async def _open_recorder(
-    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any]
+    cls: type[Any],
+    url: StoreURL,
+    cache: str | None,
+    options: dict[str, Any],
+    key: ChainKey | None = None,
 ) -> tuple[Any, StoreIdentity | None]:
     """The backend recorder of this face (behind the archive reader and the cache when
     asked for) and the identity the store recorded."""
@@ -122,7 +126,7 @@ async def _open_recorder(
             from ares_events.stores.opening import _open_recorder as _open_blocking
             from ares_events.stores.threaded import ThreadedRecorder
 
-            sync, identity = await asyncio.to_thread(_open_blocking, cls, url, cache, options)
+            sync, identity = await asyncio.to_thread(_open_blocking, cls, url, cache, options, key)
             return ThreadedRecorder(sync), identity
         rec = await native.open_url(url, **options)
     else:
@@ -141,7 +145,7 @@ async def _open_recorder(
         if cache is not None:  # a blocking recorder (asyncio with a cache runs on threads)
             from ares_events.stores.cache import CachedRecorder
 
-            rec = CachedRecorder.wrap(rec, cache)
+            rec = CachedRecorder.wrap(rec, cache, key)
     except BaseException:
         await rec.close()
         raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -244,6 +246,97 @@ def test_verification_reads_the_system_of_record(
         rep = ae.integrity.verify_stream(store, "s")
         assert [f.kind for f in rep.findings] == ["hash_mismatch"]
         assert not ae.integrity.audit(store).ok
+
+
+# -- entries edited in Redis -----------------------------------------------------------------
+
+
+def _edit_entry(store: ae.EventStore, stream: str, version: int, payload: dict[str, Any]) -> None:
+    """Rewrite one cached entry's payload in Redis, stamp untouched; with an unkeyed chain
+    also its hash, recomputed as a forger would (so only the link to the store's head can
+    tell)."""
+    from ares_events.chain import link_hash
+    from ares_events.stores.cache import _decode
+
+    cache = _cache(store)
+    client = cache._redis
+    field = b"e:%d" % version
+    raw = client.hget(cache.key(stream), field)
+    assert raw is not None
+    entry = orjson.loads(raw)
+    entry[4] = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode()
+    if store.chain_key is None:
+        forged = _decode(stream, version, orjson.dumps(entry))
+        entry[8] = link_hash(forged.prev_hash, forged.header()).hex()
+    client.hset(cache.key(stream), field, orjson.dumps(entry))
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_an_event_edited_in_redis_is_never_served(
+    tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture,
+    version: int, keyed: bool,
+) -> None:  # fmt: skip
+    """A cached entry edited in Redis (the stamp left as it was; an unkeyed one with its
+    hash recomputed) is not served: its hashes are recomputed up to the store's head, the
+    read goes to the store, the tail is replaced (one WARNING), and the next read is a hit
+    again, of the stored events."""
+    key = os.urandom(32) if keyed else None
+    db = tmp_path / "e.db"
+    with (
+        redis_cache_url(request) as url,
+        ae.open_store(f"sqlite:///{db}", cache=url, chain_key=key) as store,
+    ):
+        store.append("s", _evs(3))
+        stored = _fields(store.read("s"))
+        stats = _cache(store).stats
+        assert (stats.hits, stats.forged) == (1, 0)  # a keyed tail checks out too
+        _edit_entry(store, "s", version, {"n": 99})
+        with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+            for lo in (1, version):
+                assert _fields(store.read("s", from_version=lo)) == stored[lo - 1 :]
+        assert stats.forged == 1
+        assert [r.levelname for r in caplog.records if r.name == CACHE_LOGGER] == ["WARNING"]
+        assert _fields(store.read("s", from_version=version, limit=1)) == [stored[version - 1]]
+        assert (stats.hits, stats.forged) == (3, 1)
+
+
+def test_an_edited_entry_behind_newer_appends_is_not_served(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The cache behind the head (events appended by a writer without the cache): the
+    cached part is checked up to the first newer event's link before it is served."""
+    db = tmp_path / "e.db"
+    with (
+        redis_cache_url(request) as url,
+        ae.open_store(f"sqlite:///{db}", cache=url) as store,
+        ae.open_store(f"sqlite:///{db}") as plain,
+    ):
+        store.append("s", _evs(3))
+        plain.append("s", _evs(2, 3))
+        _edit_entry(store, "s", 2, {"n": 99})
+        want = _fields(plain.read("s"))
+        assert _fields(store.read("s")) == want
+        assert _cache(store).stats.forged == 1
+        assert _fields(store.read("s", from_version=2)) == want[1:]
+
+
+def test_spilled_payloads_are_checked_and_served_from_the_cache(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A cached event whose payload went to the blob store is checked by its reference's
+    digest (the chain commits to it) and served: no false alarm, no miss."""
+    db = tmp_path / "e.db"
+    with (
+        redis_cache_url(request) as url,
+        ae.open_store(f"sqlite:///{db}", cache=url, spill_threshold=64) as store,
+    ):
+        store.append("s", [*_evs(1), ae.NewEvent(type="t.big", module="test", payload="x" * 500)])
+        store.append("s", _evs(1, 1))
+        stats = _cache(store).stats
+        assert store.read("s", from_version=2).__next__().payload == "x" * 500
+        assert [e.version for e in store.read("s")] == [1, 2, 3]
+        assert (stats.hits, stats.forged, stats.misses) == (2, 0, 0)
 
 
 # -- wake-ups ---------------------------------------------------------------------------------

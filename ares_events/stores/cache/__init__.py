@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
+from ares_events.chain import ChainKey, _cache_name, genesis, link_hash, vouch
 from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, SealedEvent
 from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
@@ -89,6 +90,9 @@ class CacheStats:
     """Operations that skipped Redis because it was down."""
     errors: int = 0
     """Redis failures (each starts or extends an outage)."""
+    forged: int = 0
+    """Cached tails that did not hash to the store's head (edited in Redis): each read
+    went to the inner store and replaced the tail."""
 
 
 def _encode(e: RecordedEvent) -> bytes:
@@ -137,8 +141,11 @@ class CachedRecorder:
     capabilities: frozenset[Capability]
     scheme: tuple[str, ...]
 
-    def __init__(self, inner: Any, url: str) -> None:
-        """Wrap ``inner``; no request is made to Redis here.
+    def __init__(self, inner: Any, url: str, chain_key: ChainKey | None = None) -> None:
+        """Wrap ``inner``; no request is made to Redis here. ``chain_key`` is the store's
+        (``open_store`` passes it): cached events are served only after their hashes are
+        recomputed with it (without the key a keyed chain's tail never checks out, and
+        every read goes to ``inner``).
 
         Raises:
             ConfigError: a bad cache URL (the message never shows its password).
@@ -152,6 +159,7 @@ class CachedRecorder:
         except ImportError as exc:  # pragma: no cover - only without the extra
             raise MissingDependencyError("the Redis cache", "redis") from exc
         self.inner = inner
+        self._chain_key = chain_key
         self.capabilities = frozenset(inner.capabilities)
         self.stats = CacheStats()
         self._cfg = cfg
@@ -205,14 +213,14 @@ class CachedRecorder:
         return result
 
     @classmethod
-    def wrap(cls, inner: Any, url: str) -> CachedRecorder:
+    def wrap(cls, inner: Any, url: str, chain_key: ChainKey | None = None) -> CachedRecorder:
         """Wrap ``inner`` and ping Redis once (a failure only logs a WARNING).
 
         Raises:
             ConfigError: a bad cache URL.
             MissingDependencyError: redis-py is not installed.
         """
-        rec = cls(inner, url)
+        rec = cls(inner, url, chain_key)
         if rec._call(rec._redis.ping) is not _FAILED:
             logger.info("redis cache %s in front of %s", rec._url, rec.describe())
         return rec
@@ -388,7 +396,7 @@ class CachedRecorder:
         if hi < lo:
             return  # nothing in range as of the head just read
         force: bool | None = False
-        if hi - lo < self._cfg.tail:
+        if head.version - lo < self._cfg.tail:  # else older than any cached tail
             served, force = self._from_cache(stream_id, lo, hi, head)
             if served is not None:
                 yield from served
@@ -410,8 +418,9 @@ class CachedRecorder:
         self, stream_id: str, lo: int, hi: int, head: Head
     ) -> tuple[list[RecordedEvent] | None, bool | None]:
         """Events ``lo..hi`` from the cache, or None and how to refill it (True: replace
-        it, False: extend it, None: leave it)."""
-        fields: list[bytes] = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, hi + 1))]
+        it, False: extend it, None: leave it). Every cached event from ``lo`` to the newest
+        is fetched, so that their hashes can be checked up to one the store holds."""
+        fields = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, head.version + 1))]
         got = self._call(self._redis.hmget, self.key(stream_id), fields)
         if got is _SKIPPED:
             return None, None
@@ -430,8 +439,10 @@ class CachedRecorder:
                 if any(r is None for r in raws):
                     return None, None  # older than the (current) cached tail
                 out = [_decode(stream_id, lo + i, cast(bytes, r)) for i, r in enumerate(raws)]
+                if not self._vouched(stream_id, lo, out, head.hash):
+                    return None, True
                 self.stats.hits += 1
-                return out, False
+                return out[: hi - lo + 1], False
             if cached_v > head.version:
                 return None, True  # cache ahead of the store (restored, or another store)
             return self._catch_up(stream_id, lo, hi, head, cached_v, cached_h, vals[3:])
@@ -454,17 +465,53 @@ class CachedRecorder:
         missing = head.version - cached_v
         if missing > self._cfg.tail:
             return None, False
-        cached_part = raws[: max(0, min(hi, cached_v) - lo + 1)]
+        cached_part = raws[: max(0, cached_v - lo + 1)]
         if any(r is None for r in cached_part):
             return None, False
         newer = list(self.inner.read(stream_id, cached_v + 1, head.version, None))
         if len(newer) != missing or newer[0].prev_hash != cached_h or newer[-1].hash != head.hash:
             return None, True  # the cached tail is not this stream's history
         out = [_decode(stream_id, lo + i, cast(bytes, r)) for i, r in enumerate(cached_part)]
+        if out and not self._vouched(stream_id, lo, out, newer[0].prev_hash):
+            return None, True
+        out = [e for e in out if e.version <= hi]
         out.extend(e for e in newer if lo <= e.version <= hi)
         self.stats.partial_hits += 1
         self._store_tail(stream_id, newer, force=False, publish=False)
         return out, False
+
+    def _vouched(
+        self, stream_id: str, lo: int, events: list[RecordedEvent], end_hash: bytes
+    ) -> bool:
+        """Whether ``events`` (versions ``lo``.., read from Redis) each hash to their stored
+        hash and link one to the next, ending at ``end_hash``, a hash read from the store:
+        each hash commits to everything before it, so they are then the stored events,
+        whatever was written to Redis (docs/architecture.md, "Redis cache")."""
+        key = None if self._chain_key is None else self._chain_key.key
+        sj = _cache_name(stream_id)
+        last_v, last_h = (0, genesis(stream_id)) if lo == 1 else (lo - 1, events[0].prev_hash)
+        i = 0
+        while True:
+            i, last_v, last_h = vouch(events, i, stream_id, sj, last_v, last_h, key)
+            if i == len(events):
+                if last_h == end_hash:
+                    return True
+                break
+            # The fast path takes inline payloads only; a spilled payload's hash commits to
+            # the digest its reference carries.
+            e = events[i]
+            if e.payload_ref is None or e.version != last_v + 1 or e.prev_hash != last_h:
+                break
+            if link_hash(last_h, e.header(), self._chain_key) != e.hash:
+                break
+            i, last_v, last_h = i + 1, e.version, e.hash
+        self.stats.forged += 1
+        logger.warning(
+            "stream %r: the cached tail does not hash to the store's head; read from the "
+            "store and replaced",
+            stream_id,
+        )
+        return False
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
