@@ -283,18 +283,20 @@ def user_json(raw: str) -> Any:
         raise ValueError("nested too deep") from None
 
 
-def load_vkeys(values: tuple[str, ...], *, required: bool = True) -> list[VerifierKey]:
+def load_vkeys(
+    values: tuple[str, ...], *, required: bool = True, option: str = "--vkey"
+) -> list[VerifierKey]:
     """Verifier keys from ``--vkey`` values (text or a file holding the text), else
-    ``ARES_LOG_VKEY``.
+    ``ARES_LOG_VKEY`` (another ``option``'s values: that option's, no default).
 
     Raises:
         CommandError: ``required`` and none is given.
         ConfigError: a malformed key; the message says where it came from (the option,
             the variable or the file), never what it holds.
     """
-    origin = "--vkey"
+    origin = option
     raw = list(values)
-    if not raw:
+    if not raw and option == "--vkey":
         origin, raw = "ARES_LOG_VKEY", list(Settings.from_env().log_vkeys)
     if not raw and required:
         raise CommandError("pass --vkey VKEY (the log's verifier key, as keygen printed it)")

@@ -114,8 +114,16 @@ def export_cmd(
 @cli.command(name="verify-record")
 @click.argument("file", metavar="FILE")
 @vkey_option(
-    "A trusted verifier key (text or a file): the record's signer, the log's key, "
-    "approvers; repeat for several; default: ARES_LOG_VKEY."
+    "A verifier key (text or a file) trusted as the log (its checkpoints) and as the "
+    "record's signer; repeat for several; default: ARES_LOG_VKEY."
+)
+@click.option(
+    "--approver",
+    "approver_vkeys",
+    multiple=True,
+    metavar="VKEY",
+    help="An approver's verifier key (text or a file): trusted for the record's signed "
+    "approvals only, never as the log or the signer; repeat for several.",
 )
 @click.option(
     "--disclosures",
@@ -124,11 +132,17 @@ def export_cmd(
 )
 @json_app
 def verify_record_cmd(
-    app: App, file: str, vkeys: tuple[str, ...], disclosures: str | None, as_json: bool
+    app: App,
+    file: str,
+    vkeys: tuple[str, ...],
+    approver_vkeys: tuple[str, ...],
+    disclosures: str | None,
+    as_json: bool,
 ) -> int:
     """Check a record file offline: the COSE signature, every chain link and payload,
-    every inclusion proof, the checkpoints and the consistency proof, and the signed
-    approvals it carries. No store is opened.
+    every inclusion proof, the checkpoints and the consistency proof, the entries, and the
+    signed approvals it carries. No store is opened. Each key is trusted for its role
+    only: --vkey for the log and the signer, --approver for approvals.
 
     Exit 0 when every check passed, 1 on any finding (each names what failed), 2 on usage
     errors. A record of a keyed chain is checked with ARES_EVENTS_CHAIN_KEY.
@@ -136,17 +150,21 @@ def verify_record_cmd(
     \b
     Example:
       ares-events verify-record run-42.acr.json --vkey log.vkey
-      ares-events verify-record run-42.acr --vkey export.vkey --vkey log.vkey --json
+      ares-events verify-record run-42.acr --vkey export.vkey --vkey log.vkey \\
+          --approver alice.vkey --json
     """
-    from ares_events.records.verify import check_disclosures, verify_record
+    from ares_events.records import check_disclosures, verify_record
 
     keys = [k.text for k in load_vkeys(vkeys)]
+    approvers = [k.text for k in load_vkeys(approver_vkeys, required=False, option="--approver")]
     try:
         data = Path(file).read_bytes()
     except OSError as exc:
         raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from None
     chain_key = Settings.from_env().chain_key
-    rep = verify_record(data, keys, chain_key=chain_key.key if chain_key else None)
+    rep = verify_record(
+        data, keys, chain_key=chain_key.key if chain_key else None, approvers=approvers
+    )
     checked = []
     if disclosures is not None:
         try:

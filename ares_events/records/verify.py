@@ -13,7 +13,7 @@ import binascii
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
@@ -650,8 +650,10 @@ def _check_approvals(
         value = payload.get("value") if payload else None
         if not isinstance(value, dict):
             continue
-        if value.get("reason") == "approval required":
-            asked[value.get("step")] = value.get("name")
+        step = value.get("step")
+        step = step if type(step) is int else None  # a forged step of any other type
+        if value.get("reason") == "approval required" and step is not None:
+            asked[step] = value.get("name")
         used = value.get("approved")
         if isinstance(used, str):
             runs = f"version {version} runs a call under approval"
@@ -663,7 +665,7 @@ def _check_approvals(
                         problems.append(": its arguments do not hash to the args_hash approved")
                 except (ValueError, TypeError):
                     problems.append(": its arguments are not canonical JSON")
-            name, want = value.get("name"), asked.get(value.get("step"))
+            name, want = value.get("name"), asked.get(step)
             if name is not None and want is not None and name != want:
                 problems.append(f": it calls {name!r} where the approval request named {want!r}")
             if used not in nonces or used in consumed:
@@ -714,16 +716,29 @@ def _check_approvals(
 
 
 def verify_record(
-    data: bytes, keys: Sequence[str], *, chain_key: bytes | None = None
+    data: bytes,
+    keys: Sequence[str],
+    *,
+    chain_key: bytes | None = None,
+    approvers: Sequence[str] = (),
+    derive_entries: Callable[..., list[Any]] | None = None,
 ) -> RecordReport:
-    """Check a record file (JSON or CBOR form) against trusted verifier keys.
+    """Check a record file (JSON or CBOR form) against trusted verifier keys, each trusted
+    for its role only (a key that may sign approvals must not be able to sign the log's
+    checkpoints: with both roles, an approver could forge a whole record).
 
     Args:
         data: the file's bytes.
-        keys: trusted verifier keys as text (``<name>+<hex id>+<base64 key>``): the key
-            that signed the record, the log's key (checkpoints) and the approvers' keys.
+        keys: verifier keys as text (``<name>+<hex id>+<base64 key>``) trusted as the log
+            (its checkpoints) and as the record's signer.
         chain_key: the store's 32-byte chain key, for a record of a keyed chain (its links
             are MACs that only the key checks).
+        approvers: verifier keys trusted for the record's signed approvals only.
+        derive_entries: ``entries_of(version, type, at, payload, erased=...)``, the
+            function export maps an event to the draft's entries with
+            (``ares_events.records.entries.entries_of``; ``ares_events.records.verify_record``
+            passes it): the session's entries must then be exactly those of the checked
+            events. Without it (this file vendored alone) only their order is checked.
 
     Returns:
         A :class:`RecordReport`; ``ok`` is True only when no check failed.
@@ -732,6 +747,7 @@ def verify_record(
         ValueError: a malformed verifier key.
     """
     trusted = [_parse_key(k) for k in keys]
+    approver_keys = [_parse_key(k) for k in approvers]
     rep = RecordReport()
     try:
         loaded = load_record(data)
@@ -776,24 +792,60 @@ def verify_record(
         )
     elif head.get("hash") != prev.hex():
         rep.add("head", "the last event is not the head the record claims")
-    _check_entries(record, len(events), rep)
-    _check_approvals(stream, seen, trusted, rep)
+    _check_entries(record, events, seen, rep, derive_entries)
+    _check_approvals(stream, seen, approver_keys, rep)
     return rep
 
 
-def _check_entries(record: Mapping[str, Any], n: int, rep: RecordReport) -> None:
+def _check_entries(
+    record: Mapping[str, Any],
+    events: list[Any],
+    seen: list[tuple[int, dict[str, Any], bytes, dict[str, Any] | None]],
+    rep: RecordReport,
+    derive: Callable[..., list[Any]] | None,
+) -> None:
+    """``session.entries``, the draft's view, must be the one export derives from the
+    checked events (``derive``): an entry edited, added or dropped under a valid
+    signature would otherwise read as verified. Without ``derive``, their order only."""
     session = record.get("session")
     entries = session.get("entries") if isinstance(session, dict) else None
     if not isinstance(entries, list):
         rep.add("entries", "the record's session has no entries")
         return
-    last = 0
-    for e in entries:
-        v = e.get("ares-version") if isinstance(e, dict) else None
-        if type(v) is not int or not last <= v <= n:
-            rep.add("entries", f"an entry names event {v!r}, not one of the record in order")
+    if derive is None:
+        last = 0
+        for e in entries:
+            v = e.get("ares-version") if isinstance(e, dict) else None
+            if type(v) is not int or not last <= v <= len(events):
+                rep.add("entries", f"an entry names event {v!r}, not one of the record in order")
+                return
+            last = v
+        return
+    want: list[Any] = []
+    for (version, header, _, payload), ev in zip(seen, events, strict=True):
+        erased = isinstance(ev, dict) and ev.get("erased") is True
+        if not header or (payload is None and not erased):
+            return  # that event's own finding says what is wrong
+        shown = None if payload is None else payload.get("value")
+        try:
+            want += derive(version, header.get("type"), header.get("at"), shown, erased=erased)
+        except (TypeError, ValueError, AttributeError, KeyError):
+            rep.add("entries", f"version {version}: its entries cannot be derived", version)
             return
-        last = v
+    if _plain(entries) != _plain(want):
+        at = next(
+            (
+                i
+                for i, (a, b) in enumerate(zip(entries, want, strict=False))
+                if _plain(a) != _plain(b)
+            ),
+            min(len(entries), len(want)),
+        )
+        rep.add(
+            "entries",
+            f"the session's entries are not those of the record's events (from entry {at + 1} "
+            f"of {len(entries)}; {len(want)} expected)",
+        )
 
 
 def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -95,7 +95,7 @@ def test_a_signed_approval_lets_exactly_the_approved_call_run_once(url: str) -> 
         assert bank.run(store, "pay-1").final_output == "paid"
         assert bank.paid == [5] and bank.model_calls == 2
         data = export_record(store, "pay-1", key=LOG).data
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert rep.ok, rep.findings
     assert [a["action"] for a in rep.approvals] == ["approve"]
 

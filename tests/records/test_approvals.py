@@ -56,7 +56,7 @@ def test_a_valid_approval_runs_the_call_exactly_once(url: str) -> None:
         assert loop.ran == ["r:1"]
         assert Journal.inspect(store, "r").status == "completed"
         data = export_record(store, "r", key=LOG).data
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert rep.ok and [a["action"] for a in rep.approvals] == ["approve"]
     assert {f.kind for f in verify_record(data, [LOG.verifier.text]).findings} == {"approval"}
 
@@ -174,7 +174,7 @@ def test_verify_record_checks_the_call_that_used_an_approval(url: str) -> None:
             expected_version=store.stream_version("r"),
         )
         data = export_record(store, "r", key=LOG).data
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert {f.kind for f in rep.findings} == {"approval"}
     assert any("args differ" in f.detail for f in rep.findings)
 
@@ -210,7 +210,7 @@ def test_verify_record_checks_what_ran_is_what_was_approved(
     signatures and the chain verify; verify-record names the mismatch."""
     with ae.open_store(url) as store:
         data = _behind_the_back(store, name, args)
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert [f.kind for f in rep.findings] == ["approval"]
     assert finding in rep.findings[0].detail
 
@@ -249,7 +249,8 @@ def test_an_approval_signed_by_another_trusted_key_than_it_names_is_forged(url: 
             check_approval(note, p, trusted=[ALICE.verifier, LOG.verifier])
         present(store, "r", note)
         data = export_record(store, "r", key=LOG).data
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    trusted = [ALICE.verifier.text, LOG.verifier.text]  # both trusted as approvers
+    rep = verify_record(data, [LOG.verifier.text], approvers=trusted)
     assert any("the key it names" in f.detail for f in rep.findings)
 
 

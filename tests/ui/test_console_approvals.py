@@ -92,7 +92,7 @@ def test_a_signed_resume_from_the_console_runs_exactly_the_approved_call(
         assert loop.ran == ["pay-1:1"]
         assert Journal.inspect(store, "pay-1").status == "completed"
         data = export_record(store, "pay-1", key=LOG).data
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert rep.ok, rep.findings
     assert [(a["action"], a["signed_by"]) for a in rep.approvals] == [("approve", [signer])]
 
