@@ -69,12 +69,13 @@ class MessageLog:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
 
-    def load(self, conversation_id: str) -> list[ModelMessage]:
-        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`."""
+    def load(self, conversation_id: str) -> tuple[list[ModelMessage], int]:
+        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`, and the
+        version read."""
         c = self._views.get(conversation_id)
         with c.lock:
             c.view.refresh()
-            c.seen = c.view.version
+            version = c.view.version
             out: list[Any] = []
             for e in c.view.events:
                 if e.payload_erased:
@@ -83,31 +84,38 @@ class MessageLog:
                     out.extend(e.payload.get("messages") or [])
                 elif e.type == T_CLEARED:
                     out = []
-        return decode_messages(out)
+        return decode_messages(out), version
 
-    def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
-        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append`."""
+    def append(
+        self, conversation_id: str, new_messages: Sequence[ModelMessage], expected: int | None
+    ) -> int:
+        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append` at
+        ``expected`` (None: the current version)."""
         c = self._views.get(conversation_id)
         payload = {"messages": encode_messages(new_messages)} if new_messages else None
         with c.lock:
-            if c.seen is None:
+            if expected is None:
                 c.view.refresh()
-                c.seen = c.view.version
+                expected = c.view.version
             if payload is None:
-                return c.seen
-            return self._write(conversation_id, c, c.seen, T_MESSAGES, payload)
+                return expected
+            return self._write(conversation_id, c, expected, T_MESSAGES, payload)
 
-    def clear(self, conversation_id: str, *, erase: bool, reason: str, by: str) -> None:
-        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
+    def clear(
+        self, conversation_id: str, *, expected: int | None, erase: bool, reason: str, by: str
+    ) -> int:
+        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear` at
+        ``expected`` (None: the current version); the version after it."""
         c = self._views.get(conversation_id)
         with c.lock:
             c.view.refresh()
-            expected = c.seen if c.seen is not None else c.view.version
+            at = c.view.version if expected is None else expected
             doomed = [e.version for e in c.view.events if e.type == T_MESSAGES]
-            self._write(conversation_id, c, expected, T_CLEARED, {})
+            version = self._write(conversation_id, c, at, T_CLEARED, {})
             c.view.refresh()
             if erase:
                 c.view.erase(doomed, reason=reason, by=by)
+            return version
 
     def _write(
         self, conversation_id: str, c: _Conversation, expected: int, type_: str, payload: Any
@@ -119,14 +127,12 @@ class MessageLog:
         except ConcurrencyError as exc:
             stream = c.view.stream_id
             raise ConversationConflict(conversation_id, stream, expected, exc.actual) from None
-        c.seen = res.version
         return res.version
 
 
 @dataclass(slots=True)
 class _Conversation:
-    """One conversation's verified view, its lock, and the version its log last saw."""
+    """One conversation's verified view and its lock."""
 
     view: ConversationStream
     lock: Lock = field(default_factory=Lock)
-    seen: int | None = None

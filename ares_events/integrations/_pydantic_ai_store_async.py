@@ -93,12 +93,13 @@ class AsyncMessageLog:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
 
-    async def load(self, conversation_id: str) -> list[ModelMessage]:
-        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`."""
+    async def load(self, conversation_id: str) -> tuple[list[ModelMessage], int]:
+        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`, and the
+        version read."""
         c = self._views.get(conversation_id)
         async with c.lock:
             await c.view.refresh()
-            c.seen = c.view.version
+            version = c.view.version
             out: list[Any] = []
             for e in c.view.events:
                 if e.payload_erased:
@@ -107,31 +108,38 @@ class AsyncMessageLog:
                     out.extend(e.payload.get("messages") or [])
                 elif e.type == T_CLEARED:
                     out = []
-        return decode_messages(out)
+        return decode_messages(out), version
 
-    async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
-        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append`."""
+    async def append(
+        self, conversation_id: str, new_messages: Sequence[ModelMessage], expected: int | None
+    ) -> int:
+        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.append` at
+        ``expected`` (None: the current version)."""
         c = self._views.get(conversation_id)
         payload = {"messages": encode_messages(new_messages)} if new_messages else None
         async with c.lock:
-            if c.seen is None:
+            if expected is None:
                 await c.view.refresh()
-                c.seen = c.view.version
+                expected = c.view.version
             if payload is None:
-                return c.seen
-            return await self._write(conversation_id, c, c.seen, T_MESSAGES, payload)
+                return expected
+            return await self._write(conversation_id, c, expected, T_MESSAGES, payload)
 
-    async def clear(self, conversation_id: str, *, erase: bool, reason: str, by: str) -> None:
-        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear`."""
+    async def clear(
+        self, conversation_id: str, *, expected: int | None, erase: bool, reason: str, by: str
+    ) -> int:
+        """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.clear` at
+        ``expected`` (None: the current version); the version after it."""
         c = self._views.get(conversation_id)
         async with c.lock:
             await c.view.refresh()
-            expected = c.seen if c.seen is not None else c.view.version
+            at = c.view.version if expected is None else expected
             doomed = [e.version for e in c.view.events if e.type == T_MESSAGES]
-            await self._write(conversation_id, c, expected, T_CLEARED, {})
+            version = await self._write(conversation_id, c, at, T_CLEARED, {})
             await c.view.refresh()
             if erase:
                 await c.view.erase(doomed, reason=reason, by=by)
+            return version
 
     async def _write(
         self, conversation_id: str, c: _Conversation, expected: int, type_: str, payload: Any
@@ -143,14 +151,12 @@ class AsyncMessageLog:
         except ConcurrencyError as exc:
             stream = c.view.stream_id
             raise ConversationConflict(conversation_id, stream, expected, exc.actual) from None
-        c.seen = res.version
         return res.version
 
 
 @dataclass(slots=True)
 class _Conversation:
-    """One conversation's verified view, its lock, and the version its log last saw."""
+    """One conversation's verified view and its lock."""
 
     view: AsyncConversationStream
     lock: Lock = field(default_factory=Lock)
-    seen: int | None = None

@@ -15,7 +15,9 @@ It may import anything in the package, and ``pydantic_ai``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Collection, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -95,27 +97,33 @@ class AresMessageStore(Adapter):
 
     def __init__(self, *, url: str | None = None, store: EventStore | None = None) -> None:
         self._faces: Faces[MessageLog, Any] = Faces(url, store, MessageLog)
+        self._versions = _Versions()
 
     def load(self, conversation_id: str) -> list[ModelMessage]:
-        """The conversation's messages, oldest first; later appends of this store are
-        written at the version read now.
+        """The conversation's messages, oldest first; this caller's later appends (this
+        thread's, or this asyncio task's) are written at the version read now.
 
         Raises:
             ChainIntegrityError: the stream does not verify (nothing is decoded).
             StoreUnavailable: the store cannot be reached.
         """
-        return self._faces.blocking().load(conversation_id)
+        messages, version = self._faces.blocking().load(conversation_id)
+        self._versions.set(conversation_id, version)
+        return messages
 
     def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """Append ``new_messages`` (e.g. ``result.new_messages()``) as one event, at the
-        version this store last loaded (or wrote) the conversation at; return the
-        conversation's version after it.
+        version this caller last loaded (or wrote) the conversation at through this store
+        (the current version when it never did); return the conversation's version after it.
 
         Raises:
             ConversationConflict: another writer appended since (nothing was stored).
             StoreUnavailable: the store cannot be reached.
         """
-        return self._faces.blocking().append(conversation_id, new_messages)
+        expected = self._versions.get(conversation_id)
+        version = self._faces.blocking().append(conversation_id, new_messages, expected)
+        self._versions.set(conversation_id, version)
+        return version
 
     def clear(
         self,
@@ -132,7 +140,11 @@ class AresMessageStore(Adapter):
         Raises:
             ConversationConflict: another writer appended since this store loaded it.
         """
-        self._faces.blocking().clear(conversation_id, erase=erase, reason=reason, by=by)
+        expected = self._versions.get(conversation_id)
+        version = self._faces.blocking().clear(
+            conversation_id, expected=expected, erase=erase, reason=reason, by=by
+        )
+        self._versions.set(conversation_id, version)
 
     def close(self) -> None:
         """Close the store when this object opened it (from ``url=``)."""
@@ -143,6 +155,30 @@ class AresMessageStore(Adapter):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SEEN: ContextVar[dict[tuple[int, str], int]] = ContextVar("ares_events_pai_seen")
+"""Per caller (a thread, or an asyncio task and the tasks it starts): the version each
+store object last loaded or wrote each conversation at. A store object shared by
+concurrent requests thus writes each request's append at the version that request read,
+and the later of two is refused, as with two store objects."""
+_tokens = itertools.count()
+
+
+class _Versions:
+    """The caller's versions of one store object's conversations (:data:`_SEEN`)."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token = next(_tokens)
+
+    def get(self, conversation_id: str) -> int | None:
+        return _SEEN.get({}).get((self._token, conversation_id))
+
+    def set(self, conversation_id: str, version: int) -> None:
+        # A new dict each time: a task's copy of the context must not see another's writes.
+        _SEEN.set({**_SEEN.get({}), (self._token, conversation_id): version})
 
 
 class AsyncAresMessageStore(AsyncAdapter):
@@ -161,14 +197,22 @@ class AsyncAresMessageStore(AsyncAdapter):
         self, *, url: str | None = None, store: AsyncEventStore | EventStore | None = None
     ) -> None:
         self._faces = Faces(url, store, MessageLog, AsyncMessageLog)
+        self._versions = _Versions()
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """:meth:`AresMessageStore.load`."""
-        return cast("list[ModelMessage]", await self._faces.call("load", conversation_id))
+        messages, version = await self._faces.call("load", conversation_id)
+        self._versions.set(conversation_id, version)
+        return cast("list[ModelMessage]", messages)
 
     async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`AresMessageStore.append`."""
-        return cast("int", await self._faces.call("append", conversation_id, new_messages))
+        expected = self._versions.get(conversation_id)
+        version = cast(
+            "int", await self._faces.call("append", conversation_id, new_messages, expected)
+        )
+        self._versions.set(conversation_id, version)
+        return version
 
     async def clear(
         self,
@@ -179,7 +223,11 @@ class AsyncAresMessageStore(AsyncAdapter):
         by: str = "pydantic-ai",
     ) -> None:
         """:meth:`AresMessageStore.clear`."""
-        await self._faces.call("clear", conversation_id, erase=erase, reason=reason, by=by)
+        expected = self._versions.get(conversation_id)
+        version = await self._faces.call(
+            "clear", conversation_id, expected=expected, erase=erase, reason=reason, by=by
+        )
+        self._versions.set(conversation_id, version)
 
 
 class JournaledModel(WrapperModel):

@@ -135,6 +135,91 @@ def test_a_second_writer_gets_a_conflict_and_stores_nothing(url: str) -> None:
         assert len(a.load("c")) == 4
 
 
+def _turn(text: str) -> list[ModelMessage]:
+    return [
+        ModelRequest(parts=[UserPromptPart(text)]),
+        ModelResponse(parts=[TextPart(f"re: {text}")]),
+    ]
+
+
+def _two_requests(blocking: AresMessageStore, shared: AsyncAresMessageStore, face: str) -> Any:
+    """Two threads, one request each on the shared store object (``face``: blocking, or
+    asyncio in the thread's own asyncio.run): both load, then the first appends, then the
+    second; what each append returned or raised."""
+    import threading
+
+    loaded, first_done = threading.Barrier(2), threading.Event()
+    out: dict[str, Any] = {}
+
+    def request(name: str) -> None:
+        async def handle() -> int:
+            await shared.load(face)
+            loaded.wait(60)
+            if name == "second":
+                first_done.wait(60)
+            return await shared.append(face, _turn(name))
+
+        try:
+            if face == "blocking":
+                blocking.load(face)
+                loaded.wait(60)
+                if name == "second":
+                    first_done.wait(60)
+                out[name] = blocking.append(face, _turn(name))
+            else:
+                out[name] = asyncio.run(handle())
+        except ConversationConflict as exc:
+            out[name] = exc
+        finally:
+            if name == "first":
+                first_done.set()
+
+    threads = [threading.Thread(target=request, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return out["first"], out["second"]
+
+
+def test_requests_sharing_one_store_object_conflict_like_two_objects(url: str) -> None:
+    """One store object shared by two threads (each running its request in its own
+    asyncio.run, or blocking) and by two asyncio tasks: both requests load the same
+    history, the first append wins and the second is refused, as with two objects (each
+    caller's append is written at the version that caller loaded)."""
+    blocking = AresMessageStore(url=url)
+    shared = AsyncAresMessageStore(url=url)
+    try:
+        for face in ("blocking", "asyncio"):
+            first, second = _two_requests(blocking, shared, face)
+            assert first == 1 and isinstance(second, ConversationConflict), (face, second)
+            assert (second.expected, second.actual) == (0, 1)
+            assert len(blocking.load(face)) == 2  # the loser stored nothing
+
+        async def tasks() -> tuple[Any, ...]:
+            first_done, both_loaded = asyncio.Event(), asyncio.Barrier(2)
+
+            async def request(name: str) -> Any:
+                await shared.load("tasks")
+                await both_loaded.wait()
+                if name == "second":
+                    await first_done.wait()
+                try:
+                    return await shared.append("tasks", _turn(name))
+                finally:
+                    first_done.set()
+
+            return await asyncio.gather(request("first"), request("second"), return_exceptions=True)
+
+        first, second = asyncio.run(tasks())
+        assert first == 1 and isinstance(second, ConversationConflict)
+        # A caller that loads again appends on the new history.
+        assert blocking.load("tasks") and blocking.append("tasks", _turn("again")) == 2
+    finally:
+        blocking.close()
+        asyncio.run(shared.close())
+
+
 def test_clear_and_erase(url: str) -> None:
     msgs: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("my card is 4111")])]
     with ae.open_store(url) as store:
