@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ares_events.errors import ConfigError
 
-__all__ = ["StoreURL", "parse_bool", "redact_url"]
+__all__ = ["StoreURL", "parse_bool", "parse_int", "parse_seconds", "redact_url"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,39 @@ def parse_bool(value: object, name: str, where: str) -> bool:
     if isinstance(value, str) and value.lower() in _BOOLS:
         return _BOOLS[value.lower()]
     raise ConfigError(f"{name} must be true or false, got {value!r} in {where}")
+
+
+def parse_int(value: object, name: str, where: str, *, minimum: int = 1) -> int:
+    """An integer URL parameter or option: an int, or its digits (never a bool or a float,
+    which ``int()`` would truncate), at least ``minimum`` and at most 2**63-1.
+
+    Raises:
+        ConfigError: anything else (names the parameter and the redacted URL).
+    """
+    if type(value) is str and value.strip().lstrip("+-").isdigit():
+        value = int(value)
+    if type(value) is not int:
+        raise ConfigError(f"{name} must be an integer, got {value!r:.40} in {where}")
+    if not minimum <= value <= 2**63 - 1:
+        raise ConfigError(f"{name} must be >= {minimum} (and < 2**63), got {value} in {where}")
+    return value
+
+
+def parse_seconds(value: object, name: str, where: str) -> float:
+    """A duration in seconds: an int, a float or their text, finite and > 0 (never a bool).
+
+    Raises:
+        ConfigError: anything else (names the parameter and the redacted URL).
+    """
+    seconds = None
+    if type(value) in (int, float) or type(value) is str:
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except ValueError:
+            seconds = None
+    if seconds is None or not 0 < seconds < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r:.40} in {where}")
+    return seconds
 
 
 def redact_url(url: str) -> str:

@@ -16,8 +16,7 @@ from ares_events.core.backend import Capability
 from ares_events.core.identity import DEFAULT_BLOBS, IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.rules import DEFAULT_MAX_INLINE_BYTES
 from ares_events.core.store import EventStore
-from ares_events.core.url import StoreURL
-from ares_events.errors import ConfigError
+from ares_events.core.url import StoreURL, parse_int
 from ares_events.stores import _registry
 
 logger = logging.getLogger(__name__)
@@ -76,10 +75,8 @@ def open_store(
     parsed = StoreURL.parse(url)
     cls = _registry.resolve(parsed.scheme)
     key = ChainKey.coerce(chain_key)
-    if spill_threshold <= 0:
-        raise ConfigError(
-            f"spill_threshold must be a positive number of bytes, got {spill_threshold!r}"
-        )
+    spill_threshold = parse_int(spill_threshold, "spill_threshold", "open_store")
+    max_inline_bytes = parse_int(max_inline_bytes, "max_inline_bytes", "open_store")
     if not create:
         options["create"] = False
     recorder, identity = _open_recorder(cls, parsed, cache, options, key)

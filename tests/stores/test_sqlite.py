@@ -9,6 +9,7 @@ import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,6 +137,45 @@ def test_bad_parameter_values(db: Path, query: str) -> None:
     with pytest.raises(ConfigError) as ei:
         ae.open_store(_url(db, query))
     assert "sqlite" in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"migrate": "maybe"},
+        {"migrate": 2},
+        {"page_size": 2.5},
+        {"page_size": True},
+        {"page_size": 10**30},
+        {"page_size": "0"},
+        {"busy_timeout": float("nan")},
+        {"busy_timeout": "abc"},
+        {"busy_timeout": False},
+        {"synchronous": 1},
+        {"spill_threshold": "ten"},
+        {"spill_threshold": 0},
+    ],
+)
+def test_keyword_options_are_held_to_the_urls_rules(db: Path, options: dict[str, Any]) -> None:
+    """open_store's keyword options are checked like the URL's parameters: a ConfigError
+    naming the option, and no file made (they used to pass unchecked: a raw TypeError, or
+    a store that opened and failed on every read)."""
+    with pytest.raises(ConfigError, match=next(iter(options))):
+        ae.open_store(_url(db), **options)
+    assert not db.exists()
+
+
+def test_migrate_false_as_text_checks_instead_of_migrating(db: Path) -> None:
+    """migrate="false" (a string, as from a config file) means what ?migrate=false means:
+    the schema is only checked; it used to migrate (a non-empty string is truthy)."""
+    for value in ("false", "0", "no", False):
+        with pytest.raises(ae.SchemaVersionError):
+            ae.open_store(_url(db), migrate=value)
+    with ae.open_store(_url(db), migrate="true", page_size="64", busy_timeout="5") as s:
+        s.append("s", [_ev()])
+        assert _recorder(s).page_size == 64
+    with ae.open_store(_url(db), migrate="false") as s:
+        assert [e.version for e in s.read("s")] == [1]
 
 
 def test_host_is_refused(tmp_path: Path) -> None:

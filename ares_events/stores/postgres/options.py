@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import psycopg
 
-from ares_events.core.url import StoreURL, parse_bool
+from ares_events.core.url import StoreURL, parse_bool, parse_int, parse_seconds
 from ares_events.errors import ConfigError
 
 __all__ = [
@@ -113,17 +113,17 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     own: dict[str, Any] = {k: v for k, v in params.items() if k in OWN_PARAMS}
     own.update(options)
     schema = check_schema_name(own.get("schema", "public"), where)
-    pool_min = _int_opt(own, "pool_min", 1, where, minimum=0)
-    pool_max = _int_opt(own, "pool_max", max(10, pool_min), where, minimum=1)
+    pool_min = parse_int(own.get("pool_min", 1), "pool_min", where, minimum=0)
+    pool_max = parse_int(own.get("pool_max", max(10, pool_min)), "pool_max", where)
     if pool_min > pool_max:
         raise ConfigError(f"pool_min ({pool_min}) must not exceed pool_max ({pool_max}) in {where}")
-    pool_timeout = _float_opt(own, "pool_timeout", 30.0, where)
+    pool_timeout = parse_seconds(own.get("pool_timeout", 30.0), "pool_timeout", where)
     stmt_timeout = (
-        _int_opt(own, "statement_timeout", 0, where, minimum=1)
+        parse_int(own["statement_timeout"], "statement_timeout", where)
         if "statement_timeout" in own
         else None
     )
-    page_size = _int_opt(own, "page_size", 2000, where, minimum=1)
+    page_size = parse_int(own.get("page_size", 2000), "page_size", where)
     migrate = parse_bool(own.get("migrate", True), "migrate", where)
     notify = parse_bool(own.get("notify", True), "notify", where)
     kwargs: dict[str, Any] = {k: v for k, v in params.items() if k in libpq}
@@ -163,25 +163,3 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
         read_only=read_only,
         connect_kwargs=kwargs,
     )
-
-
-def _int_opt(opts: dict[str, Any], key: str, default: int, where: str, *, minimum: int) -> int:
-    raw = opts.get(key, default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be an integer, got {raw!r} in {where}") from None
-    if value < minimum:
-        raise ConfigError(f"{key} must be >= {minimum}, got {value} in {where}")
-    return value
-
-
-def _float_opt(opts: dict[str, Any], key: str, default: float, where: str) -> float:
-    raw = opts.get(key, default)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be a number of seconds, got {raw!r} in {where}") from None
-    if not value > 0:
-        raise ConfigError(f"{key} must be > 0 seconds, got {value:g} in {where}")
-    return value

@@ -33,7 +33,7 @@ from ares_events.core.events import (
 )
 from ares_events.core.lifecycle import OperationGate
 from ares_events.core.row_pages import PagedRead, event_maker
-from ares_events.core.url import StoreURL, parse_bool
+from ares_events.core.url import StoreURL, parse_bool, parse_int, parse_seconds
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
@@ -209,25 +209,23 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 f"sqlite:////absolute.db, got {url.redacted()}"
             )
         raw_path = url.path[1:] if url.path.startswith("/") else url.path
-        kw: dict[str, Any] = {}
         where = url.redacted()
-        for name, convert in (("synchronous", str), ("busy_timeout", float), ("page_size", int)):
-            if name in p:
-                try:
-                    kw[name] = convert(p[name])
-                except ValueError:
-                    raise ConfigError(
-                        f"{name} must be a number, got {p[name]!r} in {where}"
-                    ) from None
-        if "migrate" in p:
-            kw["migrate"] = parse_bool(p["migrate"], "migrate", where)
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
             raise ConfigError(
-                f"unknown option(s) {', '.join(unknown)} for {url.redacted()}; "
-                f"valid: {', '.join(_OPTIONS)}"
+                f"unknown option(s) {', '.join(unknown)} for {where}; valid: {', '.join(_OPTIONS)}"
             )
-        kw.update(options)
+        # Keyword options win over the URL's parameters, and are held to the same rules.
+        kw: dict[str, Any] = {**p, **options}
+        if "synchronous" in kw and type(kw["synchronous"]) is not str:
+            raise ConfigError(f"synchronous must be a string, got {kw['synchronous']!r:.40}")
+        if "busy_timeout" in kw:
+            kw["busy_timeout"] = parse_seconds(kw["busy_timeout"], "busy_timeout", where)
+        if "page_size" in kw:
+            kw["page_size"] = parse_int(kw["page_size"], "page_size", where)
+        for flag in ("migrate", "create", "read_only"):
+            if flag in kw:
+                kw[flag] = parse_bool(kw[flag], flag, where)
         return cls(raw_path or None, **kw)
 
     def describe(self) -> str:
