@@ -83,24 +83,37 @@ def check_range(from_version: int, to_version: int | None, limit: int | None) ->
         raise InvalidEvent("limit", f"must be an int from 0 to 2**63-1 or None, got {limit!r}")
 
 
+def check_timeout(timeout: object) -> float:
+    """A wait's ``timeout``: a number of seconds, finite and >= 0 (never a bool, NaN,
+    which no clock ever passes, or text).
+
+    Raises:
+        InvalidEvent: anything else.
+    """
+    if type(timeout) not in (int, float) or not 0 <= timeout < float("inf"):  # type: ignore[operator]
+        raise InvalidEvent(
+            "timeout", f"must be a finite number of seconds >= 0, got {timeout!r:.40}"
+        )
+    return float(timeout)  # type: ignore[arg-type]
+
+
 def check_after(
     after_position: int,
     limit: int | None,
     stream_prefix: str | None = None,
     *,
     cursors: bool = False,
+    name: str = "after_position",
 ) -> None:
     """Check the arguments of ``read_all`` (``cursors``: a cell store's merged cursor,
-    which its cell map checks, may pass 2**63-1).
+    which its cell map checks, may pass 2**63-1; ``name``: the position's in the call).
 
     Raises:
         InvalidEvent: a bad position, limit or prefix.
     """
     past = cursors and type(after_position) is int and after_position >= 2**63
     if not (_count(after_position, 0) or past):
-        raise InvalidEvent(
-            "after_position", f"must be an int from 0 to 2**63-1, got {after_position!r}"
-        )
+        raise InvalidEvent(name, f"must be an int from 0 to 2**63-1, got {after_position!r:.40}")
     check_range(1, None, limit)
     if stream_prefix is not None and type(stream_prefix) is not str:
         raise InvalidEvent(

@@ -51,6 +51,7 @@ from ares_events.core.rules import (
     Conflict,
     check_after,
     check_range,
+    check_timeout,
     duplicate_result,
     events_arg,
     many_results,
@@ -746,9 +747,13 @@ class EventStore:
             True when an event after ``position`` exists.
 
         Raises:
+            InvalidEvent: ``position`` is not an int from 0, or ``timeout`` is not a finite
+                number of seconds >= 0.
             StoreClosed: the store is closed (also while waiting).
             StoreUnavailable: the backend cannot be reached.
         """
+        check_after(position, None, cursors=self._cursors, name="position")
+        timeout = check_timeout(timeout)
         self._check_open()
         self._ready()
         if Capability.WAKEUPS in self._caps:

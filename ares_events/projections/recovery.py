@@ -119,8 +119,9 @@ def replay(
     start = from_version
     while True:
         progressed = False
-        # Read one past the cap to learn whether the cap cut the stream short.
-        events = store.read(stream_id, start, None, max_replay - n + 1)
+        # Read one past the cap to learn whether the cap cut the stream short (no limit
+        # past 2**63-1: no stream holds that many).
+        events = store.read(stream_id, start, None, min(max_replay - n + 1, 2**63 - 1))
         with closing_iter(pages(events, PAGE)) as each_page:
             for page in each_page:
                 rest: Sequence[RecordedEvent] = page

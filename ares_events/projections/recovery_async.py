@@ -125,8 +125,9 @@ async def areplay(
     start = from_version
     while True:
         progressed = False
-        # Read one past the cap to learn whether the cap cut the stream short.
-        events = store.read(stream_id, start, None, max_replay - n + 1)
+        # Read one past the cap to learn whether the cap cut the stream short (no limit
+        # past 2**63-1: no stream holds that many).
+        events = store.read(stream_id, start, None, min(max_replay - n + 1, 2**63 - 1))
         async with aclosing_iter(apages(events, PAGE)) as each_page:
             async for page in each_page:
                 rest: Sequence[RecordedEvent] = page

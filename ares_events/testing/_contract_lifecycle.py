@@ -169,6 +169,22 @@ class LifecycleContract:
             raise ae.StoreClosed(store.url)  # held everything already: same outcome
         assert [e.version for e in got] == list(range(1, len(got) + 1))
 
+    def test_a_long_read_stops_at_its_next_page_after_close(self, store: ae.EventStore) -> None:
+        """A read of more events than any backend's page, taken before close(), raises
+        StoreClosed before its end: the page after close() is never read (the memory
+        store's reads ran on to their end)."""
+        store.append("s", _evs(3000))
+        reads = [store.read("s"), store.read_all()]
+        for it in reads:
+            next(it)
+        store.close()
+        for it in reads:
+            n = 1
+            with pytest.raises(ae.StoreClosed):
+                for _ in it:
+                    n += 1
+            assert n < 3000
+
     def test_close_while_other_threads_work(self, store: ae.EventStore) -> None:
         """close() from one thread while others append and read: every call either
         succeeds or raises StoreClosed, nothing is written after close() returns, and

@@ -443,6 +443,17 @@ class ReadContract:
         last = store.last_position() if _cursors(store) else res.position
         assert store.wait_for(last, timeout=0.05) is False
 
+    def test_wait_for_refuses_bad_arguments(self, store: ae.EventStore) -> None:
+        """A negative or non-int position and a timeout that is negative, NaN, infinite
+        or not a number are InvalidEvent at the call (NaN used to wait forever, -1 to
+        answer True on an empty store), as for read_all."""
+        for position in (-1, 1.5, "0", True):
+            with pytest.raises(ae.InvalidEvent, match="position"):
+                store.wait_for(position, timeout=0.01)  # type: ignore[arg-type]
+        for timeout in (-1, math.nan, math.inf, "1", None, True):
+            with pytest.raises(ae.InvalidEvent, match="timeout"):
+                store.wait_for(0, timeout=timeout)  # type: ignore[arg-type]
+
     def test_wait_for_wakes_on_append(self, store: ae.EventStore) -> None:
         """A thread blocked in wait_for returns True once another thread appends."""
         res = store.append("s", [_ev()])

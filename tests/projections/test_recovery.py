@@ -271,6 +271,9 @@ def test_replay_cap_is_reported_or_raised(store: ae.EventStore) -> None:
     assert info.value.stream_id == "a"
     exact = ae.recover(store, "a", p, max_replay=50)
     assert not exact.capped and exact.version == 50
+    for huge in (2**63 - 2, 2**63 - 1, 2**70):  # no cap at all (a limit error at 2**63-1)
+        assert ae.recover(store, "a", p, max_replay=huge).version == 50
+        assert ae.replay(store, "a", lambda n, e: n + 1, 0, max_replay=huge).state == 50
 
 
 def test_snapshot_keeps_replay_under_the_cap(store: ae.EventStore) -> None:

@@ -47,8 +47,17 @@ FAIR_EVERY: Final = 256
 _OPTIONS: Final = ("create",)
 
 
-def _each(items: Iterable[Any]) -> Iterator[Any]:
-    return iter(items)
+def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
+    if rec is None:
+        return iter(items)
+    return _gated(items, rec)
+
+
+def _gated(items: Iterable[Any], rec: Any) -> Iterator[Any]:
+    for x in items:
+        if rec._closed:  # a forgotten read, closed under it
+            rec._check("read")
+        yield x
 
 
 class MemoryRecorder:
@@ -212,7 +221,7 @@ class MemoryRecorder:
             if limit is not None:
                 stop = min(stop, start + limit)
             chunk = evs[start:stop]
-        return _each(map(fresh, chunk))
+        return _each(map(fresh, chunk), self)
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
@@ -228,7 +237,7 @@ class MemoryRecorder:
                 chunk = list(itertools.islice(hits, limit))
             else:
                 chunk = log[start : None if limit is None else start + limit]
-        return _each(map(fresh, chunk))
+        return _each(map(fresh, chunk), self)
 
     def positions(self, after_position: int) -> Iterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` of the global log after ``after_position``,

@@ -56,18 +56,28 @@ _OPTIONS: Final = ("create",)
 
 if ASYNC:
 
-    async def _each(items: Iterable[Any]) -> AsyncIterator[Any]:
+    async def _each(items: Iterable[Any], rec: Any = None) -> AsyncIterator[Any]:
         # Once before anything: a task that loops over short reads still lets others run.
         await _fair()
         for i, x in enumerate(items, 1):
+            if rec is not None and rec._closed:  # a forgotten read, closed under it
+                rec._check("read")
             yield x
             if i % FAIR_EVERY == 0:
                 await _fair()
 
 else:
 
-    def _each(items: Iterable[Any]) -> Iterator[Any]:
-        return iter(items)
+    def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
+        if rec is None:
+            return iter(items)
+        return _gated(items, rec)
+
+    def _gated(items: Iterable[Any], rec: Any) -> Iterator[Any]:
+        for x in items:
+            if rec._closed:  # a forgotten read, closed under it
+                rec._check("read")
+            yield x
 
 
 class AsyncMemoryRecorder:
@@ -233,7 +243,7 @@ class AsyncMemoryRecorder:
             if limit is not None:
                 stop = min(stop, start + limit)
             chunk = evs[start:stop]
-        return _each(map(fresh, chunk))
+        return _each(map(fresh, chunk), self)
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
@@ -249,7 +259,7 @@ class AsyncMemoryRecorder:
                 chunk = list(itertools.islice(hits, limit))
             else:
                 chunk = log[start : None if limit is None else start + limit]
-        return _each(map(fresh, chunk))
+        return _each(map(fresh, chunk), self)
 
     def positions(self, after_position: int) -> AsyncIterator[tuple[Any, Any, Any]]:
         """``(position, stream_id, version)`` of the global log after ``after_position``,
