@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -31,10 +32,18 @@ from ares_events.core.identity import StoreIdentity
 from ares_events.core.recorder import backend_of
 from ares_events.errors import AresError
 from ares_events.integrity.audit import audit
+from ares_events.integrity.verifier import head_problem, malformed_reason
 from ares_events.integrity.verify import verify_stream
 
 
 def _event_dict(e: RecordedEvent) -> dict[str, Any]:
+    problem = malformed_reason(e)
+    if problem is not None:  # a damaged row: shown as stored, never decoded (verify says more)
+        fields = ("stream_id", "version", "position", "event_id", "type", "module", "payload")
+        names = (*fields, "metadata", "recorded_at", "prev_hash", "hash")
+        raw = dict(zip(names, e[:11], strict=True))
+        shown = {k: v.hex() if isinstance(v, bytes) else v for k, v in raw.items()}
+        return {**shown, "malformed": problem}
     d: dict[str, Any] = {
         "stream_id": e.stream_id,
         "version": e.version,
@@ -43,7 +52,7 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
         "type": e.type,
         "module": e.module,
         "recorded_at": e.at,
-        "metadata": e.metadata,
+        "metadata": _decoded(lambda: e.metadata, e.metadata_json),
         "prev_hash": e.prev_hash.hex(),
         "hash": e.hash.hex(),
         "payload_ref": None,
@@ -55,19 +64,28 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
     if ref is not None:
         d["payload_ref"] = {"key": ref.key, "size": ref.size, "digest": ref.digest.hex()}
     try:
-        d["payload"] = e.payload
+        d["payload"] = _decoded(lambda: e.payload, e.payload_bytes)
     except AresError as exc:  # a spilled payload that cannot be fetched
         d |= {"payload": None, "payload_error": str(exc)}
     return d
 
 
+def _decoded(value: Callable[[], Any], raw: bytes | None) -> Any:
+    """A payload or metadata decoded, or, when its stored bytes are not JSON (an edited
+    row: verify reports it), ``{"not_json": <the bytes as text>}``."""
+    try:
+        return value()
+    except ValueError:
+        return {"not_json": (raw or b"").decode("utf-8", "replace")}
+
+
 def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     cols = {
-        "ver": [str(e.version) for e in events],
-        "pos": [str(e.position) for e in events],
-        "time (UTC)": [e.at[11:23] for e in events],
-        "type": [visible(e.type) for e in events],
-        "module": [visible(e.module) for e in events],
+        "ver": [visible(str(e.version)) for e in events],
+        "pos": [visible(str(e.position)) for e in events],
+        "time (UTC)": [visible(str(e.at))[11:23] for e in events],
+        "type": [visible(str(e.type)) for e in events],
+        "module": [visible(str(e.module)) for e in events],
     }
     widths = {name: max([len(name), *map(len, vals)]) for name, vals in cols.items()}
     # 3 characters of padding and border per column, plus the closing border.
@@ -79,7 +97,10 @@ def _tail_table(app: App, stream: str, events: list[RecordedEvent]) -> Table:
     table.add_column("payload", no_wrap=True, overflow="ellipsis")
     for i, e in enumerate(events):
         ref = e.payload_ref
-        if ref is not None and ref.erased:
+        problem = malformed_reason(e)
+        if problem is not None:
+            payload = visible(f"<malformed row: {problem}>")
+        elif ref is not None and ref.erased:
             payload = f"<erased: {ref.size} bytes>"
         elif ref is not None and not e.payload_loaded:
             payload = f"<spilled: {ref.size} bytes>"
@@ -203,6 +224,8 @@ def tail(app: App, stream: str, count: int, as_json: bool) -> int:
     """
     with app.open() as store:
         head = store.head(stream)
+        if head is not None and head_problem(head) is not None:
+            head = None  # a damaged head row: shown as no head (verify reports it)
         if head is not None:
             first = max(1, head.version - count + 1)
             events = list(store.read(stream, from_version=first))[-count:]

@@ -119,10 +119,11 @@ def audit(
             missing = f"positions {last_pos + 1}..{pos - 1} are missing"
             _add(report, "position_gap", sid, version, missing)
         last_pos = max(last_pos, pos)
-        if version <= versions.get(sid, 0):  # read_all would give a stream out of order
-            before = f"version {version} at position {pos} after version {versions[sid]}"
+        prior = versions.get(sid)  # a version 0 or below is the stream pass's to report
+        if prior is not None and version <= prior:  # read_all would give it out of order
+            before = f"version {version} at position {pos} after version {prior}"
             _add(report, "position_order", sid, version, before)
-        versions[sid] = max(version, versions.get(sid, 0))
+        versions[sid] = version if prior is None else max(version, prior)
         if sid not in heads and sid not in orphans:
             orphans[sid] = ChainVerifier(sid, key)
     for sid, ov in sorted(orphans.items()):

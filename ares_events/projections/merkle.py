@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from ares_events.core.backend import Capability
 from ares_events.core.events import RecordedEvent
 from ares_events.core.read_models import CheckpointStore
-from ares_events.errors import ConfigError, EventNotFound, ProofError, StoreError
+from ares_events.errors import (
+    ChainIntegrityError,
+    ConfigError,
+    EventNotFound,
+    ProofError,
+    StoreError,
+)
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import (
     Checkpoint,
@@ -25,6 +31,7 @@ from ares_events.integrity.checkpoints import (
     read_checkpoint,
     sign_checkpoint,
 )
+from ares_events.integrity.findings import Finding
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections.runner import ProjectionRunner
 from ares_events.projections.tables import tables_for
@@ -45,6 +52,18 @@ LOG_KEYS: Final = "log_keys"
 _KEYS_LOCK = threading.Lock()
 _H: Final = merkle.HASH_SIZE
 _REBUILD: Final = f"(rebuild it: ares-events rebuild {MERKLE_PROJECTION})"
+
+
+def _leaf(e: RecordedEvent) -> bytes:
+    """The Merkle leaf of ``e``'s chain hash; a damaged row whose hash is not 32 bytes (of
+    another type, or cut) is a ``malformed_row`` finding, not a crash."""
+    h = e.hash
+    if type(h) is not bytes or len(h) != 32:
+        detail = f"position {e.position!r}: its hash is not 32 bytes, the Merkle log cannot take it"
+        raise ChainIntegrityError(
+            e.stream_id, [Finding("malformed_row", e.stream_id, e.version, detail)]
+        )
+    return merkle.leaf_hash(h)
 
 
 def tile_key(level: int, index: int) -> str:
@@ -133,9 +152,8 @@ class MerkleLogProjection:
                 full = [bytes(hashes[i : i + _H]) for i in range(0, len(hashes), _H)]
                 add(lv + 1, idx, merkle.perfect_root(full), None)
 
-        leaf = merkle.leaf_hash
         for e in events:
-            add(0, size, leaf(e.hash), e.position)
+            add(0, size, _leaf(e), e.position)
             size += 1
         out: dict[str, Any] = {}
         for lv, idx in sorted(touched):
@@ -442,7 +460,7 @@ class MerkleLog:
                 f"stream {stream_id!r} version {version} (position {event.position}) is not in "
                 "the Merkle log: its position is not among the logged leaves"
             )
-        if self.leaf_hash(index) != merkle.leaf_hash(event.hash):
+        if self.leaf_hash(index) != _leaf(event):
             raise ProofError(
                 f"stream {stream_id!r} version {version} does not have the chain hash that was "
                 f"logged at leaf {index}: it was rewritten after it was logged"

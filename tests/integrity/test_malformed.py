@@ -109,6 +109,54 @@ def test_a_version_stored_as_blob_is_a_finding(db: Path) -> None:
     assert len(bad) == 1 and bad[0].stream_id == "a" and "version is BLOB" in bad[0].detail
 
 
+@pytest.mark.parametrize("version", [0, -1, -(2**63)])
+def test_a_version_below_one_is_a_finding_not_a_crash(
+    db: Path, version: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A first event whose version was rewritten to 0 or below: the audit reports the gap
+    it leaves (it raised KeyError, exit 4), from the API and the CLI."""
+    sql(db, "UPDATE ares_events SET version = ? WHERE position = ?", version, position(db, "a", 1))
+    assert ("gap", "a") in {(f.kind, f.stream_id) for f in audit_of(db).findings}
+    code, data = run_json(capsys, "--store", f"sqlite:///{db}", "audit")
+    assert code == 1 and ("gap", "a") in {(f["kind"], f["stream_id"]) for f in data["findings"]}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE ares_events SET payload = CAST('{not json' AS BLOB) WHERE position = {pos}",
+        "UPDATE ares_events SET metadata = CAST('[' AS BLOB) WHERE position = {pos}",
+        "UPDATE ares_events SET payload = CAST(x'ff00' AS BLOB) WHERE position = {pos}",
+        "UPDATE ares_events SET hash = 'abc' WHERE position = {pos}",
+        "UPDATE ares_events SET payload = 7 WHERE position = {pos}",
+        "UPDATE ares_streams SET version = 'x' WHERE stream_id = 'a'",
+    ],
+)
+def test_tail_shows_a_damaged_stream_and_proofs_report_it(
+    db: Path, damage: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`tail` (both outputs) shows a stream with a damaged row or head as stored, never
+    decoding what is not JSON; `prove` and `rebuild merkle_log --verify` over a hash
+    that is not 32 bytes report a malformed_row (exit 1). All used to exit 4."""
+    from tests.fixtures.cli_helpers import run
+
+    url = f"sqlite:///{db}"
+    key = tmp_path / "log.key"
+    assert run(capsys, "keygen", "example.com/log", "--out", str(key))[0] == 0
+    assert run(capsys, "--store", url, "checkpoint", "--key", str(key))[0] == 0
+    sql(db, damage.replace("{pos}", str(position(db, "a", 2))))
+    code, data = run_json(capsys, "--store", url, "tail", "a")
+    assert code == 0 and [e["version"] for e in data["events"]] == [1, 2, 3, 4, 5]
+    json.dumps(data)
+    code, out, _ = run(capsys, "--store", url, "tail", "a")
+    assert code == 0 and "internal error" not in out
+    assert run(capsys, "--store", url, "verify", "a")[0] == 1
+    if "hash = 'abc'" in damage:
+        for args in (("prove", "a", "2"), ("rebuild", "merkle_log", "--verify")):
+            code, _, err = run(capsys, "--store", url, *args)
+            assert code == 1 and "malformed_row" in err, (args, err)
+
+
 def test_a_stream_id_stored_as_blob_is_a_finding(db: Path) -> None:
     """A stream id rewritten as a BLOB (an event no longer in its stream, a head row
     with a BLOB key) is reported; the audit does not raise."""
