@@ -128,12 +128,17 @@ def export_record(
     if form not in ("json", "cbor"):
         raise ConfigError(f"record format must be json or cbor, got {form!r}")
     compiled = compile_paths(redact_paths)
-    events = list(store.read(stream_id))
+    # The head first, then its events: an append meanwhile is not a mismatch.
+    head = store.head(stream_id)
+    upto = head.version if head is not None and type(head.version) is int else None
+    events = list(store.read(stream_id, to_version=upto))
     if not events:
         raise EventNotFound(stream_id, 1, "no such stream")
-    # The one chain check (integrity.verifier): links, versions and hashes.
+    # The one chain check (integrity.verifier): links, versions and hashes, and the head
+    # (a record of a stream whose tail was cut would claim a shorter history).
     verifier = ChainVerifier(stream_id, store.chain_key)
     verifier.check_page(events)
+    verifier.check_head(head)
     if verifier.findings:
         raise ChainIntegrityError(stream_id, verifier.findings)
     log = MerkleLog(store)

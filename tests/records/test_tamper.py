@@ -246,3 +246,29 @@ def test_a_deeply_nested_cbor_payload_is_a_finding() -> None:
     deep = b"\x81" * 100_000 + b"\x00"
     forged = cbor2.dumps(cbor2.CBORTag(18, [protected, dict(unprotected), deep, sig]))
     assert _kinds(forged) == {"malformed"}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM ares_events WHERE stream_id = 'run-1' AND version = "
+        "(SELECT max(version) FROM ares_events WHERE stream_id = 'run-1')",
+        "UPDATE ares_streams SET version = version - 1 WHERE stream_id = 'run-1'",
+        "UPDATE ares_streams SET head_hash = zeroblob(32) WHERE stream_id = 'run-1'",
+        "DELETE FROM ares_streams WHERE stream_id = 'run-1'",
+    ],
+)
+def test_a_stream_whose_head_does_not_match_is_not_exported(tmp_path: Any, damage: str) -> None:
+    """The store's tail cut or its head row edited: export refuses (ChainIntegrityError,
+    nothing written) instead of signing a record of a shorter history, which verified."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        small_run(store)
+        export_record(store, "run-1", key=LOG)  # sound: exported
+    with sqlite3.connect(db) as conn:
+        conn.execute(damage)
+    conn.close()
+    with ae.open_store(f"sqlite:///{db}") as store, pytest.raises(ae.ChainIntegrityError):
+        export_record(store, "run-1", key=LOG)
