@@ -39,6 +39,7 @@ from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
+from ares_events.stores.blobs.gc import parse_duration
 from ares_events.stores.cache import CachedRecorder
 
 if TYPE_CHECKING:
@@ -96,14 +97,15 @@ def parse_before(text: str) -> int | timedelta:
         ConfigError: neither.
     """
     t = text.strip().lower()
-    if t.isdigit():
+    if t.isdigit() and int(t) < 2**63:
         return int(t)
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-    if len(t) >= 2 and t[-1] in units and t[:-1].isdigit():
-        return timedelta(seconds=int(t[:-1]) * units[t[-1]])
-    raise ConfigError(
-        f"--before must be a position (e.g. 120000) or an age (e.g. 90d, 12h), got {text!r}"
-    )
+    try:
+        return parse_duration(t)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--before must be a position (e.g. 120000) or an age of up to 1000 years (e.g. "
+            f"90d, 12h), got {text!r:.40}"
+        ) from exc
 
 
 def _archive_reader(store: EventStore) -> ArchiveRecorder:

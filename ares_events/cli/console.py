@@ -93,7 +93,7 @@ def _server_logs(app: App) -> Iterator[None]:
 )
 @click.option(
     "--expires-in",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 10 * 365 * 86400),
     default=900,
     show_default=True,
     metavar="SECONDS",

@@ -10,7 +10,7 @@ from ares_events.projections.erasure import erase
 
 @cli.command(name="erase")
 @click.argument("stream")
-@click.argument("version", type=click.IntRange(min=1))
+@click.argument("version", type=click.IntRange(1, 2**63 - 1))
 @click.option(
     "--reason",
     required=True,

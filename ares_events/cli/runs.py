@@ -89,7 +89,7 @@ def _by_reason(fn: Any) -> Any:
 def _signing(fn: Any) -> Any:
     fn = click.option(
         "--expires-in",
-        type=click.IntRange(min=1),
+        type=click.IntRange(1, 10 * 365 * 86400),
         default=900,
         show_default=True,
         metavar="SECONDS",

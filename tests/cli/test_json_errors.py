@@ -128,6 +128,29 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert e["message"] == "Missing command."
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["erase", "s", str(2**63), "--reason", "x"],
+        ["gc-blobs", "--older-than", "99999999999999999999d", "--dry-run"],
+        ["gc-blobs", "--older-than", "999999999d", "--dry-run"],
+        ["archive", "--to", "file:///nowhere", "--before", "999999999d", "config"],
+        ["archive", "--to", "file:///nowhere", "--before", str(2**64), "config"],
+        ["runs", "resume", "r", "--expires-in", str(10**15)],
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """A version past 2**63-1, an age or expiry no date can hold: exit 2 naming the
+    option (they were internal errors, exit 4: OverflowError, date value out of range)."""
+    kind = args.pop() if args[-1] == "config" else "usage"  # a ConfigError: exit 2 too
+    db = tmp_path / "s.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        ae.emit(store, "s", "t.x", "m", {})
+    _check(capsys, ["--store", f"sqlite:///{db}", *args], kind, 2)
+
+
 def test_config_errors(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """An unknown scheme, an unknown URL parameter, a malformed environment value (a key
     is never echoed): kind config, exit 2."""

@@ -346,16 +346,21 @@ def test_gc_needs_a_blob_store(tmp_path: Path) -> None:
         ("1w", timedelta(weeks=1)),
         ("1h30m", timedelta(minutes=90)),
         ("0s", timedelta(0)),
+        ("7y", timedelta(days=7 * 365)),
+        ("1000y", timedelta(days=1000 * 365)),
     ],
 )
 def test_parse_duration_accepts_unit_suffixes(text: str, expected: timedelta) -> None:
-    """parse_duration reads s/m/h/d/w amounts and sums of them."""
+    """parse_duration reads s/m/h/d/w/y amounts and sums of them."""
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "1", "h", "1.5h", "-1h", "1 h", "1y", "1h 30m"])
+@pytest.mark.parametrize(
+    "text", ["", "1", "h", "1.5h", "-1h", "1 h", "1x", "1h 30m", "1001y", "99999999999999999999d"]
+)
 def test_parse_duration_rejects_other_text(text: str) -> None:
-    """parse_duration raises ConfigError naming the bad value."""
+    """parse_duration raises ConfigError naming the bad value (past 1000 years: no date
+    that far back exists to compare with)."""
     with pytest.raises(ConfigError, match="duration"):
         parse_duration(text)
 

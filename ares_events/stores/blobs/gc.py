@@ -11,7 +11,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.errors import ConfigError
 from ares_events.stores.blobs.file import FileBlobStore
@@ -23,21 +23,28 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["GcReport", "gc_blobs", "parse_duration"]
 
-_DURATION_RE = re.compile(r"(\d+)([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION_RE = re.compile(r"(\d+)([smhdwy])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 365 * 86400}
+_LONGEST: Final = 1000 * 365 * 86400  # an age past this reaches before year 1000
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``"90s"``, ``"30m"``, ``"1h"``, ``"2d"``, ``"1w"`` or a sum like ``"1h30m"``.
+    """Parse ``"90s"``, ``"30m"``, ``"1h"``, ``"2d"``, ``"1w"``, ``"7y"`` (365 days) or a
+    sum like ``"1h30m"``, of at most 1000 years.
 
     Raises:
-        ConfigError: not of that form.
+        ConfigError: not of that form, or longer.
     """
     s = text.strip().lower() if isinstance(text, str) else ""
     parts = _DURATION_RE.findall(s)
     if not s or "".join(n + u for n, u in parts) != s:
-        raise ConfigError(f"duration must look like 30s, 15m, 1h, 2d, 1w or 1h30m, got {text!r}")
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+        raise ConfigError(
+            f"duration must look like 30s, 15m, 1h, 2d, 1w, 7y or 1h30m, got {text!r:.40}"
+        )
+    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    if seconds > _LONGEST:
+        raise ConfigError(f"duration {text!r:.40} is longer than 1000 years")
+    return timedelta(seconds=seconds)
 
 
 @dataclass(slots=True)
