@@ -90,7 +90,7 @@ def test_an_approved_resume_runs_the_node_once_and_the_record_verifies(url: str)
         types = [e.type for e in saver.store.read("langgraph/t1")]
         assert types.count(USED) == 1 and types.count(PRESENTED) == 1
         data = export_record(saver.store, "langgraph/t1", key=LOG).data
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert rep.ok, rep.findings
     assert [a["action"] for a in rep.approvals] == ["approve"]
 
@@ -143,7 +143,7 @@ def test_a_bad_approval_is_refused_and_the_node_does_not_run(url: str, kind: str
         data = export_record(saver.store, "langgraph/t2", key=LOG).data
     # The record shows the approval presented and never used; verify-record flags it
     # unless it is authentic (a wrong-call approval is a valid note of another call).
-    rep = verify_record(data, [LOG.verifier.text, ALICE.verifier.text])
+    rep = verify_record(data, [LOG.verifier.text], approvers=[ALICE.verifier.text])
     assert {f.kind for f in rep.findings} == (set() if kind == "wrong_call" else {"approval"})
 
 
