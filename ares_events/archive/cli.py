@@ -101,6 +101,11 @@ def archive_cmd(
     from ares_events.archive.job import archive, parse_before
     from ares_events.cli.common import load_signing_key
 
+    given = [n for n, v in (("--to", to), ("--before", before)) if v]
+    if status and (given or retire_before is not None):
+        raise CommandError("--status only reads: it takes no --to, --before or --retire-before")
+    if retire_before is not None and given:
+        raise CommandError(f"--retire-before is a run of its own: drop {' and '.join(given)}")
     if status:
         return _status(app, as_json)
     if retire_before is not None:
@@ -183,7 +188,7 @@ def _retire(app: App, before: str, reason: str | None, by: str | None, as_json: 
         raise CommandError("--retire-before needs --reason TEXT (kept in the record)")
     by = os_user() if by is None else by
     with app.open(write=True) as store:
-        report = retire(store, before=parse_before(before), reason=reason, by=by)
+        report = retire(store, before=parse_before(before, "--retire-before"), reason=reason, by=by)
     if as_json:
         app.json({"store": app.url, **report.to_dict()})
         return EXIT_OK

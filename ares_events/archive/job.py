@@ -89,7 +89,7 @@ class ArchiveReport:
         return dataclasses.asdict(self)
 
 
-def parse_before(text: str) -> int | timedelta:
+def parse_before(text: str, option: str = "--before") -> int | timedelta:
     """``--before``: a global position (``120000``) or an age (``90d``, ``12h``, ``30m``,
     ``45s``, ``2w``, ``7y``: a year is 365 days).
 
@@ -103,7 +103,7 @@ def parse_before(text: str) -> int | timedelta:
         return parse_duration(t)
     except ConfigError as exc:
         raise ConfigError(
-            f"--before must be a position (e.g. 120000) or an age of up to 1000 years (e.g. "
+            f"{option} must be a position (e.g. 120000) or an age of up to 1000 years (e.g. "
             f"90d, 12h), got {text!r:.40}"
         ) from exc
 

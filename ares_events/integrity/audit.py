@@ -163,18 +163,21 @@ def _check_erasures(
     """List erased payloads (information) and compare them with the erasure records
     (``erasure_unrecorded``, ``erasure_undone``)."""
     records: dict[str, tuple[dict[str, Any], int]] = {}
-    for raw in recorder.read(ERASURE_STREAM, 1, None, None):
-        if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
-            continue
-        r = raw
-        if r.payload_ref is not None and store.blobs is not None:
-            r = store.blobs.attach(r)  # a long reason may have spilled the record
-        try:
-            p = r.payload
-        except (ValueError, BlobError):
-            continue
-        if isinstance(p, dict) and isinstance(p.get("event_id"), str):
-            records[p["event_id"]] = (p, r.version)
+    try:
+        for raw in recorder.read(ERASURE_STREAM, 1, None, None):
+            if raw.type != ERASURE_TYPE or raw.payload_erased or malformed_reason(raw) is not None:
+                continue
+            r = raw
+            if r.payload_ref is not None and store.blobs is not None:
+                r = store.blobs.attach(r)  # a long reason may have spilled the record
+            try:
+                p = r.payload
+            except (ValueError, BlobError):
+                continue
+            if isinstance(p, dict) and isinstance(p.get("event_id"), str):
+                records[p["event_id"]] = (p, r.version)
+    except ArchiveError as exc:  # the records' own segment is lost: a finding, go on
+        _archive_finding(report, exc, ERASURE_STREAM, None)
     erased_ids = {e.event_id_str for e in erased}
     for e in erased:
         rec, rv = records.get(e.event_id_str, ({}, None))
@@ -199,13 +202,27 @@ def _check_erasures(
         sid, ver = p.get("stream_id"), p.get("version")
         if eid in erased_ids or not isinstance(sid, str) or type(ver) is not int:
             continue
-        now = next(iter(recorder.read(sid, ver, ver, 1)), None)
+        try:
+            now = next(iter(recorder.read(sid, ver, ver, 1)), None)
+        except ArchiveError as exc:  # the event's segment is lost or damaged
+            _archive_finding(report, exc, sid, ver)
+            continue
         if now is not None and now.event_id_str == eid and not now.payload_erased:
             detail = (
                 f"record {rv} of {ERASURE_STREAM!r} says this payload was erased, but "
                 "it is stored again"
             )
             _add(report, "erasure_undone", sid, ver, detail)
+
+
+def _archive_finding(
+    report: AuditReport, exc: ArchiveError, stream_id: str | None, version: int | None
+) -> None:
+    """An archive read that failed, as a finding, once (the position scan may have met the
+    same segment already)."""
+    kind = f"archive_{exc.kind}"
+    if not any(f.kind == kind and f.detail == str(exc) for f in report.findings):
+        _add(report, kind, stream_id, version, str(exc))
 
 
 def _segment_index(recorder: Any, report: AuditReport) -> SegmentIndex | None:

@@ -206,15 +206,20 @@ def test_tail_reads_and_appends_do_not_touch_the_archive(tmp_path: Path) -> None
         assert [f.kind for f in found.findings][:1] == ["archive_missing"]
 
 
+@pytest.mark.parametrize("erased", [False, True])
 @pytest.mark.parametrize("damage", ["segment", "manifest", "segment-missing"])
-def test_a_damaged_archive_is_a_finding(tmp_path: Path, damage: str) -> None:
+def test_a_damaged_archive_is_a_finding(tmp_path: Path, damage: str, erased: bool) -> None:
     """A flipped bit in a segment or manifest, or a deleted segment, is reported by
-    verify_stream and the audit (and raised by reads), never skipped."""
+    verify_stream and the audit (and raised by reads), never skipped; also when an
+    archived event in it was erased (the audit's erasure check re-reads that event: it
+    raised ArchiveError instead of returning its report)."""
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         _fill(store)
         rep = archive(
             store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50
         )
+        if erased:
+            ae.erase(store, "agent-a", 3, reason="test", by="pytest")
         ix = _segment_index(_archive_recorder(store))
         entry = ix.segments[0]
         key = entry.manifest.key if damage == "manifest" else entry.segment.key
@@ -506,6 +511,13 @@ def test_cli_archive_status_and_retire(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 2 and "--reason" in err
     code, _, err = run(capsys, "--store", db, "archive", "--to", to)
     assert code == 2 and "--before" in err
+    # Each form on its own, and each option named in its own error.
+    code, _, err = run(capsys, "--store", db, "archive", "--retire-before", "5x", "--reason", "r")
+    assert code == 2 and "--retire-before must be" in err
+    for extra in (["--status", "--to", to], ["--status", "--before", "5"],
+                  ["--retire-before", "5", "--reason", "r", "--before", "5"]):  # fmt: skip
+        code, _, err = run(capsys, "--store", db, "archive", *extra)
+        assert code == 2 and ("--status only reads" in err or "a run of its own" in err)
     code, data = run_json(capsys, "--store", db, "archive", "--retire-before", str(horizon),
                           "--reason", "R-2", "--by", "ops")  # fmt: skip
     assert code == 0 and data["events"] == 146
