@@ -863,3 +863,21 @@ def test_a_read_gives_up_waiting_and_never_skips(
             assert [e.position for e in store.read_all()] == [res.position]
     finally:
         blocker.close()
+
+
+def test_a_store_never_closed_lets_its_program_end(postgres_url: str) -> None:
+    """A program that opens a PostgreSQL store (or a framework session over one) and ends
+    without close(): its pool is closed at exit while its worker threads still run. Left
+    to the pool's finalizer, Python 3.13 waited 5 s for each of them ("couldn't stop
+    thread"), ~20 s before the program ended."""
+    code = (
+        "import sys, ares_events as ae\n"
+        "store = ae.open_store(sys.argv[1])\n"
+        "store.append('s', [ae.NewEvent(type='t.x', module='m')])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, postgres_url],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "couldn't stop thread" not in done.stderr, done.stderr

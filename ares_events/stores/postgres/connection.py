@@ -16,6 +16,7 @@ import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
 
+from ares_events.stores.postgres.driver import close_at_exit
 from ares_events.stores.postgres.sql import ROLLBACK, SET_STATEMENT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -102,8 +103,7 @@ def open_pool(opts: PostgresOptions) -> AresPool:
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute(SET_STATEMENT_TIMEOUT, (value,))
 
-    opened = True
-    return AresPool(
+    pool = AresPool(
         "",
         kwargs=opts.connect_kwargs,
         min_size=opts.pool_min,
@@ -112,5 +112,7 @@ def open_pool(opts: PostgresOptions) -> AresPool:
         check=check_alive,
         configure=configure,
         name="ares-events",
-        open=opened,
+        open=False,
     )
+    pool.open()
+    return close_at_exit(pool)  # its worker threads, stopped while they still can be

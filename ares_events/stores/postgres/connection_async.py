@@ -16,6 +16,7 @@ import psycopg_pool
 from psycopg.pq import TransactionStatus
 
 from ares_events.core.faces import ASYNC
+from ares_events.stores.postgres.driver import close_at_exit
 from ares_events.stores.postgres.sql import ROLLBACK, SET_STATEMENT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -102,11 +103,7 @@ def open_pool(opts: PostgresOptions) -> AsyncAresPool:
         async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(SET_STATEMENT_TIMEOUT, (value,))
 
-    if ASYNC:
-        opened = False  # the caller awaits pool.open()
-    else:
-        opened = True
-    return AsyncAresPool(
+    pool = AsyncAresPool(
         "",
         kwargs=opts.connect_kwargs,
         min_size=opts.pool_min,
@@ -115,5 +112,10 @@ def open_pool(opts: PostgresOptions) -> AsyncAresPool:
         check=check_alive,
         configure=configure,
         name="ares-events",
-        open=opened,
+        open=False,
     )
+    if ASYNC:
+        return pool  # the caller awaits pool.open()
+    else:
+        pool.open()
+        return close_at_exit(pool)  # its worker threads, stopped while they still can be

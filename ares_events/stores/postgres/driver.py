@@ -6,9 +6,12 @@ It may import :mod:`ares_events.errors`, psycopg and psycopg_pool.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import threading
+import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -148,3 +151,23 @@ def check_server(opts: PostgresOptions, *, secret: str | None) -> None:
         raise StoreUnavailable(
             f"cannot connect to {opts.where}: {scrub(str(exc).strip(), secret)}"
         ) from exc
+
+
+_OPEN_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
+_P = TypeVar("_P")
+
+
+def close_at_exit(pool: _P) -> _P:
+    """``pool`` (a blocking psycopg_pool pool), closed at interpreter exit if still open:
+    a pool left to its finalizer waits 5 s for each worker thread it can no longer stop
+    once the interpreter is finalizing (Python 3.13: ~20 s before an unclosed store's
+    program ends). atexit runs while threads still run."""
+    _OPEN_POOLS.add(pool)
+    return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_OPEN_POOLS):
+        with contextlib.suppress(Exception):  # exiting: nothing to report to
+            pool.close(timeout=1.0)

@@ -60,6 +60,7 @@ from ares_events.stores.postgres.driver import (
     DriverErrors,
     SingleConnection,
     check_server,
+    close_at_exit,
     scrub,
 )
 from ares_events.stores.postgres.listener_async import AsyncListener, poll_for, wait_for
@@ -1079,13 +1080,15 @@ class AsyncPostgresRecorder:
             self._gate.check("opening the read-model tables")
             if self._companion is None:
                 conninfo, kwargs = self._listen_args
-                pool = psycopg_pool.ConnectionPool(
-                    conninfo,
-                    kwargs={**kwargs, "autocommit": True},
-                    min_size=0,
-                    max_size=2,
-                    open=True,
-                    name="ares-events-read-models",
+                pool = close_at_exit(
+                    psycopg_pool.ConnectionPool(
+                        conninfo,
+                        kwargs={**kwargs, "autocommit": True},
+                        min_size=0,
+                        max_size=2,
+                        open=True,
+                        name="ares-events-read-models",
+                    )
                 )
                 self._companion = PostgresRecorder(
                     pool,
