@@ -20,7 +20,8 @@ from urllib.parse import quote
 from ares_events.agents import supervision_telemetry as otel
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
-from ares_events.errors import ConfigError
+from ares_events.core.events import ANY, NO_STREAM, ExpectedVersion
+from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
 from ares_events.projections.recovery import RecoveryReport, recover
 
@@ -64,26 +65,48 @@ def restore(
     return recover(store, agent_id, proj, snapshots=snaps, max_replay=max_replay)
 
 
-def _emit(store: EventStore, agent_id: str, type_: str, payload: dict[str, Any]) -> int:
-    return store.append(agent_id, [new_event(type_, MODULE, payload)]).version
+def _emit(
+    store: EventStore,
+    agent_id: str,
+    type_: str,
+    payload: dict[str, Any],
+    expected: ExpectedVersion = ANY,
+) -> int:
+    return store.append(
+        agent_id, [new_event(type_, MODULE, payload)], expected_version=expected
+    ).version
 
 
-def record_start(store: EventStore, agent_id: str, instance_id: str) -> int:
-    """Append ``agent.started``; returns the stream version."""
-    return _emit(store, agent_id, "agent.started", {"instance_id": instance_id})
+def record_start(
+    store: EventStore, agent_id: str, instance_id: str, *, expected: ExpectedVersion = ANY
+) -> int:
+    """Append ``agent.started``; returns the stream version. With ``expected``, only at
+    that version (else :class:`~ares_events.ConcurrencyError`: another supervisor acted)."""
+    return _emit(store, agent_id, "agent.started", {"instance_id": instance_id}, expected)
 
 
-def record_death(store: EventStore, agent_id: str, cause: str) -> int:
-    """Append ``agent.dead`` with its cause; returns the stream version."""
-    version = _emit(store, agent_id, "agent.dead", {"cause": cause})
+def record_death(
+    store: EventStore, agent_id: str, cause: str, *, expected: ExpectedVersion = ANY
+) -> int:
+    """Append ``agent.dead`` with its cause; returns the stream version (``expected``: as
+    for :func:`record_start`)."""
+    version = _emit(store, agent_id, "agent.dead", {"cause": cause}, expected)
     otel.death(agent_id, cause)
     return version
 
 
-def record_resurrection(store: EventStore, agent_id: str, instance_id: str, attempt: int) -> int:
-    """Append ``agent.resurrected``; returns the stream version."""
+def record_resurrection(
+    store: EventStore,
+    agent_id: str,
+    instance_id: str,
+    attempt: int,
+    *,
+    expected: ExpectedVersion = ANY,
+) -> int:
+    """Append ``agent.resurrected``; returns the stream version (``expected``: as for
+    :func:`record_start`)."""
     payload = {"instance_id": instance_id, "attempt": attempt}
-    version = _emit(store, agent_id, "agent.resurrected", payload)
+    version = _emit(store, agent_id, "agent.resurrected", payload, expected)
     otel.resurrection(agent_id, attempt)
     return version
 
@@ -167,6 +190,7 @@ class ManagedAgent:
     next_start: float = 0.0
     heartbeat_file: Path | None = None
     started_at: float = 0.0
+    elsewhere: bool = False  # another supervisor took it at start(): not ours to watch
     beat: tuple[int | None, float] = (None, 0.0)  # last mtime seen, and when (supervisor's clock)
 
 
@@ -224,7 +248,9 @@ class ProcessSupervisor:
         self.agents[agent_id] = a
         return a
 
-    def _spawn(self, a: ManagedAgent, *, resurrection: bool) -> None:
+    def _spawn(
+        self, a: ManagedAgent, *, resurrection: bool, expected: ExpectedVersion = ANY
+    ) -> None:
         a.instance_id = f"i-{uuid.uuid4().hex[:8]}"
         if resurrection:
             a.restarts += 1
@@ -246,9 +272,11 @@ class ProcessSupervisor:
             return
         try:
             if resurrection:
-                record_resurrection(self.store, a.agent_id, a.instance_id, a.attempt)
+                record_resurrection(
+                    self.store, a.agent_id, a.instance_id, a.attempt, expected=expected
+                )
             else:
-                record_start(self.store, a.agent_id, a.instance_id)
+                record_start(self.store, a.agent_id, a.instance_id, expected=expected)
         except BaseException:
             # Not in the log, so not to be left running: no supervisor would know of it.
             proc.kill()
@@ -261,19 +289,29 @@ class ProcessSupervisor:
 
     def start(self) -> None:
         """Start every registered agent; one a previous supervisor lost (recovered status
-        ``running``, then recorded dead, or ``dead``) is resurrected, a ``stopped`` one not."""
+        ``running``, then recorded dead, or ``dead``) is resurrected, a ``stopped`` one not.
+
+        Each record is written at the version read, so of two supervisors starting at once
+        one takes an agent and the other leaves it (``ManagedAgent.elsewhere``): one loss
+        is recorded once and one process runs."""
         for a in self.agents.values():
-            st = restore(self.store, a.agent_id).state
+            rep = restore(self.store, a.agent_id)
+            st, seen = rep.state, rep.version
             a.restarts = int(st["restarts"])
             if st["status"] == "stopped":
                 a.stopped = True
                 continue
-            if st["status"] == "running":
-                record_death(self.store, a.agent_id, "lost: its supervisor died")
-            lost = st["status"] in ("running", "dead")
-            if lost:
-                a.attempt = a.restarts + 1
-            self._spawn(a, resurrection=lost)
+            try:
+                if st["status"] == "running":
+                    cause = "lost: its supervisor died"
+                    seen = record_death(self.store, a.agent_id, cause, expected=seen)
+                lost = st["status"] in ("running", "dead")
+                if lost:
+                    a.attempt = a.restarts + 1
+                self._spawn(a, resurrection=lost, expected=seen or NO_STREAM)
+            except ConcurrencyError:
+                a.elsewhere = True
+                logger.warning("%s was taken by another supervisor; leaving it", a.agent_id)
 
     def stop(self, agent_id: str, reason: str = "requested", *, timeout: float = 10.0) -> None:
         """Voluntary stop: mark stopped (in memory and in the log) *then* signal."""
@@ -350,7 +388,9 @@ class ProcessSupervisor:
     def settled(self) -> bool:
         """True when every agent finished, stopped or was given up on."""
         return all(
-            a.proc is None and not a.resurrecting and (a.finished or a.stopped or a.gave_up)
+            a.proc is None
+            and not a.resurrecting
+            and (a.finished or a.stopped or a.gave_up or a.elsewhere)
             for a in self.agents.values()
         )
 

@@ -385,6 +385,49 @@ def test_a_beat_is_a_change_seen_on_the_supervisors_clock(
     assert "missed heartbeat (4s)" in died.payload["cause"]
 
 
+def test_two_supervisors_starting_at_once_take_a_lost_agent_once(
+    sqlite_store: ae.EventStore,
+    supervisors: list[ProcessSupervisor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two supervisors whose start() both read an agent a dead supervisor left "running"
+    before either writes: its loss is recorded once, it is resurrected once (attempt 1)
+    and one process runs it; the other supervisor leaves it (its records are written at
+    the version it read). Both reads are held until both are done, so the race is the
+    same every round, in threads released together."""
+    import threading
+
+    from ares_events.agents import supervision
+    from ares_events.agents.supervision import record_start
+
+    real = supervision.restore
+    for round_ in range(12):
+        both_read = threading.Barrier(2)
+
+        def read_then_wait(*args: Any, both_read: threading.Barrier = both_read) -> Any:
+            report = real(*args)
+            both_read.wait(30)
+            return report
+
+        monkeypatch.setattr(supervision, "restore", read_then_wait)
+        agent = f"agent-race-{round_}"
+        record_start(sqlite_store, agent, "i-gone")  # its supervisor died with it
+        pair = [ProcessSupervisor(sqlite_store), ProcessSupervisor(sqlite_store)]
+        supervisors.extend(pair)
+        for sup in pair:
+            sup.register(agent, SLEEPER)
+        threads = [threading.Thread(target=sup.start) for sup in pair]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert types(sqlite_store, agent) == ["agent.started", "agent.dead", "agent.resurrected"]
+        running = [sup.agents[agent] for sup in pair if sup.agents[agent].proc is not None]
+        assert len(running) == 1, round_
+        assert sum(sup.agents[agent].elsewhere for sup in pair) == 1
+        assert all(sup.settled or sup.agents[agent].proc is not None for sup in pair)
+
+
 def test_new_supervisor_resurrects_agents_its_predecessor_lost(
     sqlite_store: ae.EventStore, supervisors: list[ProcessSupervisor]
 ) -> None:
