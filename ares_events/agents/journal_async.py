@@ -426,9 +426,13 @@ class AsyncJournal:
 
         Raises:
             ConfigError: the call is not in doubt.
+            RunNotRunnable: the run is finished (completed, failed or cancelled): its log
+                takes no more steps.
             ReentrantCall: called from inside a callable of this journal.
         """
         self._not_reentrant("resolve_tool_call")
+        if self.state["status"] in FINISHED:
+            raise RunNotRunnable(self.run_id, self.state["status"], "a finished run")
         tc = self.state["tool_calls"].get(key)
         if tc is None or tc["status"] != "requested":
             raise ConfigError(f"tool call {key} is not in doubt")

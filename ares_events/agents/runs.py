@@ -275,12 +275,15 @@ def resolve_step(
             another call or outcome (nothing is appended).
         ConfigError: not exactly one of ``result`` / ``not_done``; no step ``step``; not a
             tool step; not in doubt; an approval without ``approvers``.
+        RunNotRunnable: the run is finished (completed, failed or cancelled).
         ChainIntegrityError: the run's chain has findings (never act on a damaged log).
         ConcurrencyError: the run changed since it was read.
     """
     if (result is _UNSET) == (not not_done):
         raise ConfigError("give exactly one of a result or not_done")
     info = _checked(store, run_id)
+    if info.status in FINISHED:
+        raise RunNotRunnable(run_id, info.status, "a finished run takes no verdict")
     s = info.step(step)
     if s is None:
         raise ConfigError(f"run {run_id!r} has no step {step} (it has {len(info.steps)})")

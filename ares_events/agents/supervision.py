@@ -5,6 +5,7 @@ processes (docs/guide-journal.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -243,8 +244,12 @@ class ProcessSupervisor:
         a = ManagedAgent(agent_id, list(argv), dict(env or {}))
         if self.heartbeat_dir is not None:
             self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
-            # Percent-encoded: one file per agent id ('a/b' and 'a_b' are two agents).
-            a.heartbeat_file = self.heartbeat_dir / f"{quote(agent_id, safe='')}.hb"
+            # Percent-encoded: one file per agent id ('a/b' and 'a_b' are two agents); an
+            # id whose encoding is past what a file name holds (255 bytes), by its digest.
+            name = quote(agent_id, safe="")
+            if len(name) > 200:
+                name = "id-" + hashlib.blake2b(agent_id.encode(), digest_size=16).hexdigest()
+            a.heartbeat_file = self.heartbeat_dir / f"{name}.hb"
         self.agents[agent_id] = a
         return a
 
@@ -314,10 +319,13 @@ class ProcessSupervisor:
                 logger.warning("%s was taken by another supervisor; leaving it", a.agent_id)
 
     def stop(self, agent_id: str, reason: str = "requested", *, timeout: float = 10.0) -> None:
-        """Voluntary stop: mark stopped (in memory and in the log) *then* signal."""
+        """Voluntary stop: mark stopped (in memory and in the log) *then* signal. An agent
+        already stopped or finished is not recorded stopped again."""
         a = self.agents[agent_id]
+        recorded = a.stopped or (a.finished and a.proc is None)
         a.stopped = True  # the resurrection guard: set before the process can exit
-        record_stop(self.store, agent_id, reason)
+        if not recorded:
+            record_stop(self.store, agent_id, reason)
         if a.proc is not None and a.proc.poll() is None:
             a.proc.terminate()
             try:

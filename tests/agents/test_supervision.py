@@ -428,6 +428,27 @@ def test_two_supervisors_starting_at_once_take_a_lost_agent_once(
         assert all(sup.settled or sup.agents[agent].proc is not None for sup in pair)
 
 
+def test_a_long_agent_id_gets_a_heartbeat_file_and_stop_is_recorded_once(
+    sqlite_store: ae.EventStore, tmp_path: Path, supervisors: list[ProcessSupervisor]
+) -> None:
+    """A 256-character id (the longest stream id) whose encoded name is past what a file
+    name holds gets a heartbeat file of its own (start() raised OSError and the agents
+    after it never started); stop() twice, or after the agent finished, records one stop."""
+    sup = ProcessSupervisor(sqlite_store, heartbeat_dir=tmp_path / "hb", heartbeat_timeout=60)
+    supervisors.append(sup)
+    long_ids = ["x" * 256, "é" * 256]
+    for agent in (*long_ids, "after"):
+        sup.register(agent, SLEEPER)
+    sup.start()
+    files = {sup.agents[a].heartbeat_file for a in (*long_ids, "after")}
+    assert len(files) == 3 and all(f is not None and f.exists() for f in files)
+    for agent in (*long_ids, "after"):
+        assert sup.agents[agent].proc is not None
+        sup.stop(agent, "op")
+        sup.stop(agent, "op again")
+        assert types(sqlite_store, agent) == ["agent.started", "agent.stopped"]
+
+
 def test_new_supervisor_resurrects_agents_its_predecessor_lost(
     sqlite_store: ae.EventStore, supervisors: list[ProcessSupervisor]
 ) -> None:

@@ -165,3 +165,19 @@ def test_a_sound_stream_that_is_not_a_run_stays_out_of_the_list(tmp_path: Path) 
     p = cli(url, "runs", "list", "--json")
     assert p.returncode == 0, p.stderr
     assert [r["run_id"] for r in json.loads(p.stdout)["runs"]] == ["run-doubt"]
+
+
+def test_a_cancelled_run_takes_no_verdict(tmp_path: Path) -> None:
+    """`runs resolve` (a result or --not-done) on a run cancelled while a call was in doubt
+    is a usage error (exit 2) appending nothing, as `runs cancel` of it is: it appended a
+    verdict to the finished run."""
+    url = make_store(tmp_path / "s.db")
+    assert cli(url, "runs", "cancel", "run-doubt").returncode == 0
+    with ae.open_store(url) as store:
+        before = store.head("run-doubt")
+    for verdict in (["--result", '{"ticket": 1}'], ["--not-done"]):
+        p = cli(url, "runs", "resolve", "run-doubt", "2", *verdict, "--json")
+        assert p.returncode == 2, p.stderr
+        assert "finished run" in json.loads(p.stdout)["error"]["message"]
+    with ae.open_store(url) as store:
+        assert store.head("run-doubt") == before
