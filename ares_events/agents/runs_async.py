@@ -302,8 +302,6 @@ async def resolve_step(
     if (result is _UNSET) == (not not_done):
         raise ConfigError("give exactly one of a result or not_done")
     info = await _checked(store, run_id)
-    if info.status in FINISHED:
-        raise RunNotRunnable(run_id, info.status, "a finished run takes no verdict")
     s = info.step(step)
     if s is None:
         raise ConfigError(f"run {run_id!r} has no step {step} (it has {len(info.steps)})")
@@ -317,6 +315,8 @@ async def resolve_step(
             f"tool call {s.name!r} at step {step} of run {run_id!r} is not in doubt "
             f"(status {s.status})"
         )
+    if info.status in FINISHED:  # a call left in doubt when the run was cancelled
+        raise RunNotRunnable(run_id, info.status, "a finished run takes no verdict")
     meta = audit(by, reason, via)
     signed: dict[str, Any] = {}
     if approval is not None:
