@@ -135,7 +135,7 @@ def parse_seconds(value: object, name: str, where: str) -> float:
         ConfigError: anything else (names the parameter and the redacted URL).
     """
     seconds = None
-    if type(value) in (int, float) or type(value) is str:
+    if type(value) in (int, float, str):
         try:
             seconds = float(value)  # type: ignore[arg-type]
         except ValueError:

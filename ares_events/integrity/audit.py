@@ -232,7 +232,7 @@ def _segment_index(recorder: Any, report: AuditReport) -> SegmentIndex | None:
     try:
         return recorder.segment_index()
     except ArchiveError as exc:
-        _add(report, f"archive_{exc.kind}", None, None, str(exc))
+        _archive_finding(report, exc, None, None)
         return None
 
 
@@ -257,7 +257,7 @@ def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, A
     try:
         yield from rows
     except ArchiveError as exc:
-        _add(report, f"archive_{exc.kind}", None, None, str(exc))
+        _archive_finding(report, exc, None, None)
 
 
 def _scan_problem(position: Any, stream_id: Any, version: Any) -> str:

@@ -48,14 +48,8 @@ _OPTIONS: Final = ("create",)
 
 
 def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
-    if rec is None:
-        return iter(items)
-    return _gated(items, rec)
-
-
-def _gated(items: Iterable[Any], rec: Any) -> Iterator[Any]:
     for x in items:
-        if rec._closed:  # a forgotten read, closed under it
+        if rec is not None and rec._closed:  # a forgotten read, closed under it
             rec._check("read")
         yield x
 

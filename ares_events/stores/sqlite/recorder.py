@@ -218,7 +218,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         # Keyword options win over the URL's parameters, and are held to the same rules.
         kw: dict[str, Any] = {**p, **options}
         if "synchronous" in kw and type(kw["synchronous"]) is not str:
-            raise ConfigError(f"synchronous must be a string, got {kw['synchronous']!r:.40}")
+            got = kw["synchronous"]
+            raise ConfigError(f"synchronous must be a string, got {got!r:.40} in {where}")
         if "busy_timeout" in kw:
             kw["busy_timeout"] = parse_seconds(kw["busy_timeout"], "busy_timeout", where)
         if "page_size" in kw:
