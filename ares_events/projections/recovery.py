@@ -130,10 +130,7 @@ def replay(
                     if room == 0:
                         capped = True
                         break
-                    if len(rest) <= room:
-                        chunk, rest = rest, ()
-                    else:
-                        chunk, rest = rest[:room], rest[room:]
+                    chunk, rest = rest[:room], rest[room:]
                     if verifier is not None:
                         # Malformed rows (tampering) are reported and never folded.
                         chunk = verifier.check_page(chunk)

@@ -44,13 +44,9 @@ def _fold_batch(
     strict: bool,
     skipped: list[SkippedEvent],
 ) -> dict[str, tuple[bytes, int]]:
-    """Apply a batch of events to the rows they touch; returns the changed rows.
-
-    A projection that defines ``fold_batch(load, events) -> {key: state}`` (a *batch
-    projection*, such as the Merkle log of :mod:`~ares_events.projections.merkle`) folds
-    the whole batch itself: ``load(keys)`` reads current rows, and the rows it returns are
-    written with the cursor in the same transaction as any other projection's.
-    """
+    """Apply a batch of events to the rows they touch; returns the changed rows. A batch
+    projection (the Merkle log) defines ``fold_batch(load, events) -> {key: state}`` and
+    folds the whole batch itself; its rows are committed with the cursor like any other."""
     batch_fold = getattr(projection, "fold_batch", None)
     if callable(batch_fold):
         states = batch_fold(lambda keys: tables.load(table, list(keys)), events)
@@ -65,8 +61,7 @@ def _fold_batch(
         if k is None:
             continue
         st = states.get(k)
-        if st is None:
-            st = projection.initial()
+        st = projection.initial() if st is None else st
         states[k] = apply_one(projection, st, e, strict=strict, skipped=skipped)
         last_pos[k] = e.position
     return {k: (encode_state(states[k]), last_pos[k]) for k in last_pos}
