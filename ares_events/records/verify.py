@@ -206,25 +206,29 @@ def _node(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
-def inclusion_root(index: int, size: int, leaf: bytes, path: Sequence[bytes]) -> bytes | None:
-    """The root RFC 9162 section 2.1.3.2 computes from an inclusion proof (None: the proof
-    cannot be one for this index and size)."""
-    if not 0 <= index < size:
-        return None
-    fn, sn, r = index, size - 1, leaf
-    for p in path:
+def _walk(fn: int, sn: int, fr: bytes, path: Sequence[bytes]) -> tuple[bytes, bytes] | None:
+    """The walk both RFC 9162 verifications share: ``(fr, sr)`` (None: wrong length)."""
+    sr = fr
+    for c in path:
         if sn == 0:
             return None
         if fn & 1 or fn == sn:
-            r = _node(p, r)
+            fr, sr = _node(c, fr), _node(c, sr)
             while fn and not fn & 1:
                 fn >>= 1
                 sn >>= 1
         else:
-            r = _node(r, p)
+            sr = _node(sr, c)
         fn >>= 1
         sn >>= 1
-    return r if sn == 0 else None
+    return (fr, sr) if sn == 0 else None
+
+
+def inclusion_root(index: int, size: int, leaf: bytes, path: Sequence[bytes]) -> bytes | None:
+    """The root RFC 9162 section 2.1.3.2 computes from an inclusion proof (None: the proof
+    cannot be one for this index and size)."""
+    got = _walk(index, size - 1, leaf, path) if 0 <= index < size else None
+    return None if got is None else got[1]
 
 
 def consistency_ok(
@@ -245,20 +249,7 @@ def consistency_ok(
     while fn & 1:
         fn >>= 1
         sn >>= 1
-    fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
-            fr, sr = _node(c, fr), _node(c, sr)
-            while fn and not fn & 1:
-                fn >>= 1
-                sn >>= 1
-        else:
-            sr = _node(sr, c)
-        fn >>= 1
-        sn >>= 1
-    return sn == 0 and fr == old_root and sr == new_root
+    return _walk(fn, sn, path[0], path[1:]) == (old_root, new_root)
 
 
 # JSONPath normalized paths: RFC 9535 section 2.7.
