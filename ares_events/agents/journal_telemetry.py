@@ -155,10 +155,11 @@ class CallSpan:
             if self._span is not None:
                 self._span.set_attribute(f"gen_ai.usage.{kind}_tokens", n)
             if m is not None and not self._from_log:
-                attrs = {"gen_ai.operation.name": self._op, "gen_ai.token.type": kind}
-                if self.model:
-                    attrs["gen_ai.request.model"] = self.model
-                m.genai_tokens.record(n, attrs)
+                m.genai_tokens.record(n, {**self._op_attrs(), "gen_ai.token.type": kind})
+
+    def _op_attrs(self) -> dict[str, Any]:
+        attrs = {"gen_ai.operation.name": self._op}
+        return {**attrs, "gen_ai.request.model": self.model} if self.model else attrs
 
     def __enter__(self) -> CallSpan:
         return self
@@ -187,17 +188,12 @@ class CallSpan:
         if self._attempt > 1:
             m.journal_retries.add(1, {"gen_ai.operation.name": self._op})
         if self._op == "chat":
-            d: dict[str, Any] = {"gen_ai.operation.name": "chat"}
-            if self.model:
-                d["gen_ai.request.model"] = self.model
-            if failed:
-                d["error.type"] = attrs["error.type"]
-            m.genai_duration.record(self._t0(), d)
+            failure = {"error.type": attrs["error.type"]} if failed else {}
+            m.genai_duration.record(self._t0(), {**self._op_attrs(), **failure})
 
 
 class _NoCall:
     __slots__ = ()
-    model = None
     capturing = False
 
     def _nothing(self, *args: Any) -> None:
