@@ -645,12 +645,10 @@ class Journal:
     def _recorded_request(self, rec: dict[str, Any], field: str) -> Any:
         """``field`` of the step's first request event, or MISSING when not recorded."""
         version = rec.get("version")
-        if not isinstance(version, int):
-            return MISSING
-        e = first(self.store.read(self.run_id, from_version=version, limit=1))
-        if e is None:
-            return MISSING
-        payload = e.payload if isinstance(e.payload, dict) else {}
+        e = None
+        if isinstance(version, int):
+            e = first(self.store.read(self.run_id, from_version=version, limit=1))
+        payload = e.payload if e is not None and isinstance(e.payload, dict) else {}
         return payload.get(field, MISSING)
 
     def _raise_recorded(self, step: int, rec: dict[str, Any]) -> None:
