@@ -18,6 +18,7 @@ from ares_events.agents.recording import (
     describe,
     first_difference,
     rebuild_failure,
+    shorten,
 )
 from ares_events.errors import InvalidEvent
 
@@ -112,9 +113,8 @@ def failure(exc: BaseException) -> dict[str, Any]:
         message = str(exc)
     except Exception:  # a broken __str__ must not hide the failure itself
         message = f"<unprintable {type(exc).__name__}>"
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[: MAX_ERROR_CHARS - 1] + "…"
-    return {"error_type": type(exc).__name__, "error": message, "error_class": class_path(exc)}
+    error = shorten(message, MAX_ERROR_CHARS)
+    return {"error_type": type(exc).__name__, "error": error, "error_class": class_path(exc)}
 
 
 def diverged(
