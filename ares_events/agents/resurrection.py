@@ -56,13 +56,10 @@ SERVICES_SCHEMA = (
 
 @contextlib.contextmanager
 def _db(path: str) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-    try:
+    with contextlib.closing(sqlite3.connect(path, timeout=30, isolation_level=None)) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=30000")
         yield conn
-    finally:
-        conn.close()
 
 
 class RateLimited(Exception):
