@@ -628,11 +628,8 @@ class AsyncJournal:
         self, kind: str, same: Callable[[dict[str, Any]], bool], asked: str
     ) -> tuple[int, dict[str, Any] | None]:
         """The step this call belongs to (the current one again when it is another attempt
-        of it, else the next one) and its record (None: a new step).
-
-        Raises:
-            ReplayDivergence: the log recorded another kind of step there.
-        """
+        of it, else the next one) and its record (None: a new step); ReplayDivergence when
+        the log recorded another kind of step there."""
         rec = self._rec(self.position) if self.position else None
         if rec and rec.get("kind") == kind and rec.get("status") in SAME_STEP and same(rec):
             self._here += 1
