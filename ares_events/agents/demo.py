@@ -24,12 +24,12 @@ MIN_EVENTS = 8
 """Fewest events per agent: the fixed lifecycle plus one model round trip."""
 
 _MODELS = ("gpt-4o-mini", "claude-3-5-haiku", "llama-3.1-70b")
-_TOOLS: dict[str, tuple[str, ...]] = {
-    "web.search": ("query",),
-    "fs.read": ("path",),
-    "python.exec": ("code",),
-    "http.get": ("url",),
-    "sql.query": ("sql",),
+_TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {  # tool -> (its argument, values to pick)
+    "web.search": ("query", ("event sourcing hash chain", "sqlite wal fsync", "agent recovery")),
+    "fs.read": ("path", ("/data/report.md", "/data/tickets.csv", "/data/ledger.json")),
+    "python.exec": ("code", ("sum(range(10))", "len(rows)", "sorted(tags)[:3]")),
+    "http.get": ("url", ("https://example.com/status", "https://example.com/api/items?page=2")),
+    "sql.query": ("sql", ("SELECT count(*) FROM tickets", "SELECT id FROM invoices WHERE open")),
 }
 _TASKS = (
     "summarise the incident report",
@@ -38,13 +38,6 @@ _TASKS = (
     "draft the release notes",
     "audit the access logs",
 )
-_ARGS = {
-    "query": ("event sourcing hash chain", "sqlite wal fsync", "agent recovery"),
-    "path": ("/data/report.md", "/data/tickets.csv", "/data/ledger.json"),
-    "code": ("sum(range(10))", "len(rows)", "sorted(tags)[:3]"),
-    "url": ("https://example.com/status", "https://example.com/api/items?page=2"),
-    "sql": ("SELECT count(*) FROM tickets", "SELECT id FROM invoices WHERE open"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +148,12 @@ def _agent_steps(rng: random.Random, run_id: str, agent: int, n: int) -> Iterato
         )
         left -= 1
         if tool is not None:
-            arg = _TOOLS[tool][0]
+            arg, values = _TOOLS[tool]
             ids = {
                 "idempotency_key": f"{run_id}-{agent:02d}:{step}",
                 "tool_call_id": f"tc-{step:04d}",
             }
-            args = {arg: rng.choice(_ARGS[arg])}
+            args = {arg: rng.choice(values)}
             yield ev("tool.call.requested", "tools", **ids, name=tool, args=args)
             result = {"result": {"bytes": rng.randint(10, 20_000)}, "ok": rng.random() > 0.08}
             timing = {"duration_ms": rng.randint(3, 2500), "result_bytes": rng.randint(10, 20_000)}
