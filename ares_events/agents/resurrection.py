@@ -417,9 +417,6 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         "FROM incarnations WHERE agent = ?"
     )
     recovered = [r for r in inc if r[4] != "empty"]
-    rate_limits = rows("SELECT count(*) FROM rate_limits WHERE agent = ?")[0][0]
-    lost = rows("SELECT count(*) FROM lost_answers WHERE agent = ?")[0][0]
-    chain_ok = verify_stream(store, run_stream).ok and verify_stream(store, agent).ok
     return AgentReport(
         agent=agent,
         finished=info.status == "completed",
@@ -430,12 +427,12 @@ def _agent_report(store: Any, c: sqlite3.Connection, agent: str) -> AgentReport:
         reissued_model_calls=reissued,
         tool_side_effects=sum(n for _, n in effects),
         duplicate_side_effects=sum(n - 1 for _, n in effects if n > 1),
-        rate_limits_absorbed=int(rate_limits),
-        lost_answers_absorbed=int(lost),
+        rate_limits_absorbed=rows("SELECT count(*) FROM rate_limits WHERE agent = ?")[0][0],
+        lost_answers_absorbed=rows("SELECT count(*) FROM lost_answers WHERE agent = ?")[0][0],
         recovery_ms=(
             round(statistics.median(r[0] for r in recovered) * 1000, 1) if recovered else None
         ),
-        chain_ok=chain_ok,
+        chain_ok=verify_stream(store, run_stream).ok and verify_stream(store, agent).ok,
         events=events,
     )
 
