@@ -35,7 +35,6 @@ from ares_events.integrations._langgraph_plan import ValueCache
 
 if ASYNC:
     import asyncio
-    import functools
     from asyncio import Lock
     from collections.abc import Callable, Coroutine, Iterator
     from typing import ParamSpec, TypeVar
@@ -312,10 +311,9 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                     await ops.prune(job, keep, cutoff)
 
     if ASYNC:
-        # The blocking methods, as AsyncSqliteSaver has them (list here, the others made
-        # below from BLOCKING_METHODS): each runs its a-method on the saver's loop and
-        # waits, so they serve code in another thread (a graph's get_state from a worker);
-        # on the loop's own thread the wait would never end.
+        # The blocking methods, as AsyncSqliteSaver has them: each runs its a-method on the
+        # saver's loop and waits, so they serve code in another thread (a graph's
+        # get_state from a worker); on the loop's own thread the wait would never end.
 
         def _on_loop(
             self, method: Callable[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
@@ -346,6 +344,10 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 )
             return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), loop).result()
 
+        def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+            """:meth:`aget_tuple` on the saver's loop (from another thread)."""
+            return self._on_loop(self.aget_tuple, config)
+
         def list(
             self,
             config: RunnableConfig | None,
@@ -362,6 +364,61 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 except StopAsyncIteration:
                     return
 
+        def get_delta_channel_history(
+            self, *, config: RunnableConfig, channels: Sequence[str]
+        ) -> Mapping[str, DeltaChannelHistory]:
+            """:meth:`aget_delta_channel_history` on the saver's loop (from another thread)."""
+            return self._on_loop(self.aget_delta_channel_history, config=config, channels=channels)
+
+        def put(
+            self,
+            config: RunnableConfig,
+            checkpoint: Checkpoint,
+            metadata: CheckpointMetadata,
+            new_versions: ChannelVersions,
+        ) -> RunnableConfig:
+            """:meth:`aput` on the saver's loop (from another thread)."""
+            return self._on_loop(self.aput, config, checkpoint, metadata, new_versions)
+
+        def put_writes(
+            self,
+            config: RunnableConfig,
+            writes: Sequence[tuple[str, Any]],
+            task_id: str,
+            task_path: str = "",
+        ) -> None:
+            """:meth:`aput_writes` on the saver's loop (from another thread)."""
+            self._on_loop(self.aput_writes, config, writes, task_id, task_path)
+
+        def delete_thread(self, thread_id: str) -> None:
+            """:meth:`adelete_thread` on the saver's loop (from another thread)."""
+            self._on_loop(self.adelete_thread, thread_id)
+
+        def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+            """:meth:`adelete_for_runs` on the saver's loop (from another thread)."""
+            self._on_loop(self.adelete_for_runs, run_ids)
+
+        def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+            """:meth:`acopy_thread` on the saver's loop (from another thread)."""
+            self._on_loop(self.acopy_thread, source_thread_id, target_thread_id)
+
+        def prune(
+            self,
+            thread_ids: Sequence[str],
+            *,
+            strategy: str = "keep_latest",
+            keep_last: int | None = None,
+            older_than: timedelta | None = None,
+        ) -> None:
+            """:meth:`aprune` on the saver's loop (from another thread)."""
+            self._on_loop(
+                self.aprune,
+                thread_ids,
+                strategy=strategy,
+                keep_last=keep_last,
+                older_than=older_than,
+            )
+
 
 BLOCKING_METHODS: Final = (
     "get_tuple",
@@ -375,22 +432,3 @@ BLOCKING_METHODS: Final = (
 )
 """The methods of ``BaseCheckpointSaver`` (``list`` aside) each face also has as the other
 face's: the asyncio saver's blocking ones, the blocking saver's ``a``-methods."""
-
-
-if ASYNC:
-
-    def _on_loop_method(name: str) -> Callable[..., Any]:
-        """The blocking ``name`` of the asyncio saver: its ``a``-method on the saver's loop."""
-        method = getattr(AsyncAresSaver, f"a{name}")
-
-        @functools.wraps(method)
-        def run(self: AsyncAresSaver, *args: Any, **kwargs: Any) -> Any:
-            return self._on_loop(getattr(self, method.__name__), *args, **kwargs)
-
-        run.__name__, run.__qualname__ = name, f"AsyncAresSaver.{name}"
-        run.__doc__ = f":meth:`{method.__name__}` on the saver's loop (from another thread)."
-        return run
-
-    for _name in BLOCKING_METHODS:
-        setattr(AsyncAresSaver, _name, _on_loop_method(_name))
-    del _name
