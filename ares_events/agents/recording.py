@@ -7,6 +7,7 @@ It may import the core and the format (canonical JSON); nothing else of the runt
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from collections.abc import Callable
@@ -137,11 +138,8 @@ def describe(recorded: Any, current: Any, width: int = SHOWN_CHARS) -> tuple[str
     """Both values as short JSON texts; two strings are cut around their first difference
     so that the part that changed is visible in both."""
     if isinstance(recorded, str) and isinstance(current, str):
-        i = next(
-            (k for k, (x, y) in enumerate(zip(recorded, current, strict=False)) if x != y),
-            min(len(recorded), len(current)),
-        )
-        start = max(0, i - width // 3)
+        same = os.path.commonprefix([recorded, current])  # noqa: RUF071 - by character, as meant
+        start = max(0, len(same) - width // 3)
 
         def cut(s: str) -> str:
             body = s[start : start + width]
