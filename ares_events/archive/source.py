@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
@@ -71,6 +71,17 @@ def _lower_priority(nice: int) -> None:
         logger.debug("archive reader keeps its priority: %s", exc)
 
 
+@contextlib.contextmanager
+def _fetching(seq: int, key: str, what: str) -> Iterator[None]:
+    """The blob layer's errors of an archive object as :class:`ArchiveError` naming it."""
+    try:
+        yield
+    except BlobMissing as exc:
+        raise ArchiveError("missing", seq, key, f"{what} not in the archive") from exc
+    except BlobCorrupted as exc:
+        raise ArchiveError("corrupted", seq, key, f"{what}: {exc.detail}") from exc
+
+
 class ArchiveSource:
     """SegmentIndex, manifests and blocks of one store's archive (thread-safe)."""
 
@@ -120,12 +131,8 @@ class ArchiveSource:
             return got
         if entry.retired is not None:
             raise ArchiveError("retired", entry.seq, key, f"retired: {entry.retired}")
-        try:
+        with _fetching(entry.seq, key, "manifest"):
             data = self.blobs(ix).get(entry.manifest.as_payload_ref())
-        except BlobMissing as exc:
-            raise ArchiveError("missing", entry.seq, key, "manifest not in the archive") from exc
-        except BlobCorrupted as exc:
-            raise ArchiveError("corrupted", entry.seq, key, f"manifest: {exc.detail}") from exc
         m = Manifest.from_bytes(data, key)
         said = (m.seq, m.first_position, m.last_position, m.segment)
         if said != (entry.seq, entry.first_position, entry.last_position, entry.segment):
@@ -140,13 +147,8 @@ class ArchiveSource:
         Raises:
             ArchiveError: the segment is missing or altered.
         """
-        key = entry.segment.key
-        try:
+        with _fetching(entry.seq, entry.segment.key, "segment"):
             self.blobs(ix).verify(entry.segment.as_payload_ref())
-        except BlobMissing as exc:
-            raise ArchiveError("missing", entry.seq, key, "segment not in the archive") from exc
-        except BlobCorrupted as exc:
-            raise ArchiveError("corrupted", entry.seq, key, f"segment: {exc.detail}") from exc
 
     def block(self, ix: SegmentIndex, entry: SegmentEntry, index: int) -> list[RecordedEvent]:
         """The events of block ``index`` of ``entry`` (one ranged read, digest-checked, on
@@ -207,12 +209,8 @@ class ArchiveSource:
         b = m.blocks[index]
         ck = (m.segment.key, b.offset)
         try:
-            try:
+            with _fetching(entry.seq, m.segment.key, "segment"):  # a range: nothing checked
                 data = self.blobs(ix).read_range(m.segment.key, b.offset, b.length)
-            except BlobMissing as exc:
-                raise ArchiveError(
-                    "missing", entry.seq, m.segment.key, "segment not in the archive"
-                ) from exc
             events = decode_block(data, b, entry.seq, m.segment.key)
         except BaseException:
             with self._lock:
