@@ -185,16 +185,11 @@ _MAPPERS: Final = (_journal, _openai, _pydantic, _adk)
 
 def entries_of(version: int, type_: str, at: str, payload: Any, *, erased: bool) -> list[Entry]:
     """The draft entries of one event (``payload`` as exported: maybe redacted)."""
-    found: list[Entry] | None = None
     if erased:
         found = [_event("payload-erased", {"type": type_})]
     else:
-        for mapper in _MAPPERS:
-            found = mapper(type_, payload)
-            if found is not None:
-                break
-    if not found:
-        found = [_event(type_, payload)]
+        mapped = (m(type_, payload) for m in _MAPPERS)
+        found = next((f for f in mapped if f is not None), []) or [_event(type_, payload)]
     many = len(found) > 1
     for k, e in enumerate(found, 1):
         e.setdefault("timestamp", at)
@@ -211,10 +206,9 @@ def agent_meta(
     named = [e["model-id"] for e in entries if isinstance(e.get("model-id"), str)]
     seen = list(dict.fromkeys([*models, *named]))
     adapter, slash, _ = stream.partition("/")
+    cli = "ares-events journal" if first_type == "run.started" else "ares-events"
     if slash and adapter in _ADAPTERS:
         cli = adapter
-    else:
-        cli = "ares-events journal" if first_type == "run.started" else "ares-events"
     meta: dict[str, Any] = {
         "model-id": seen[0] if seen else "unknown",
         "model-provider": "unknown",
