@@ -26,7 +26,7 @@ B = TypeVar("B")
 A = TypeVar("A")
 V = TypeVar("V")
 MISS: Final = object()
-"""What :meth:`Table.get` returns for a missing key given ``default=MISS``."""
+"""What :meth:`Table.get` returns for a missing key when the table makes no values."""
 
 
 def stream_name(prefix: str, name: object, field: str) -> str:
@@ -50,15 +50,13 @@ class Table(Generic[V]):
         self._map: OrderedDict[Any, V] = OrderedDict()
         self._guard = threading.Lock()
 
-    def get(self, key: Any, default: Any = MISS) -> V:
-        """The value of ``key``; when there is none, ``default`` if given, else made."""
+    def get(self, key: Any) -> V:
+        """The value of ``key``; when there is none, made (no ``make``: :data:`MISS`)."""
         with self._guard:
             got = self._map.get(key, MISS)
             if got is not MISS:
                 self._map.move_to_end(key)
-            elif default is not MISS or self._make is None:
-                return default  # type: ignore[no-any-return]
-            else:
+            elif self._make is not None:
                 got = self._map[key] = self._make(key)
                 self._trim()
             return got  # type: ignore[return-value]

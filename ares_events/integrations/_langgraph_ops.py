@@ -144,7 +144,7 @@ def fetch_values(
         if cache is not None:
             # A decoded value held now is pinned for this read (the cache may drop it).
             for d in list(digests):
-                hit = cache.get((index.stream_id, d), MISS)
+                hit = cache.get((index.stream_id, d))
                 if hit is not MISS:
                     out[("pinned", d)] = hit
                     digests.remove(d)

@@ -197,7 +197,7 @@ def materialise(
     if pinned is not MISS:
         return _handout(pinned)
     if cache is not None:
-        hit = cache.get((index.stream_id, digest), MISS)
+        hit = cache.get((index.stream_id, digest))
         if hit is not MISS:
             return _handout(hit)
         value = materialise(index, serde, digest, fetched)

@@ -531,11 +531,8 @@ class AresTrackingRecorder(TrackingRecorder):
             return self.store.tracked_position(f"eventsourcing:{application_name}")
 
 
-class AresProcessRecorder(AresTrackingRecorder, AresApplicationRecorder, ProcessRecorder):
+class AresProcessRecorder(AresApplicationRecorder, AresTrackingRecorder, ProcessRecorder):
     """Process recorder: events and tracking record in one transaction."""
-
-    def __init__(self, datastore: AresDatastore) -> None:
-        AresApplicationRecorder.__init__(self, datastore)
 
 
 class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
