@@ -33,6 +33,11 @@ def dies(coro: Any) -> None:
 
 
 FW_BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+SHARED_BACKENDS = FW_BACKENDS[1:]
+"""The backends several processes can open at once."""
+ADAPTERS = ["openai-agents", "pydantic-ai", "google-adk"]
+FRAMEWORKS = [f"ares_events.integrations.{a.replace('-', '_')}" for a in ADAPTERS]
+"""The adapters' modules, preloaded by a fork server."""
 
 
 def fw_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:

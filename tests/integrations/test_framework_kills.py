@@ -16,6 +16,7 @@ import pytest
 import ares_events as ae
 from ares_events.agents.journal import Journal
 from tests.fixtures.zygote import Zygote
+from tests.integrations.fw_helpers import ADAPTERS, SHARED_BACKENDS, fw_url
 
 POINTS = ["model1-paid", "tool1-before", "tool1-after", "tool2-after", "model2-before"]
 PRELOAD = [  # what the child imports, so that each forked child starts with it imported
@@ -27,7 +28,6 @@ PRELOAD = [  # what the child imports, so that each forked child starts with it 
     "ares_events.integrations.openai_agents_journal",
     "agents.testing",
 ]
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +51,12 @@ def _child(zygote: Zygote, adapter: str, url: str, run_id: str, ledger: Path, ki
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents", "google-adk"])
+@pytest.mark.parametrize("backend", SHARED_BACKENDS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
 def test_a_killed_durable_run_resumes_without_repaying_or_repeating(
     adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest, zygote: Zygote
 ) -> None:
-    url = (
-        f"sqlite:///{tmp_path}/kill.db"
-        if backend == "sqlite"
-        else str(request.getfixturevalue("postgres_url"))
-    )
+    url = fw_url(backend, tmp_path, request)
     for point in POINTS:
         run_id = f"ship-{point}-{uuid.uuid4().hex[:6]}"
         ledger = tmp_path / f"{run_id}.ledger"

@@ -22,22 +22,10 @@ import pytest
 
 import ares_events as ae
 from tests.children.framework_race_child import history, writer
+from tests.integrations.fw_helpers import ADAPTERS, FRAMEWORKS, SHARED_BACKENDS, fw_url
 
 ROUNDS = 1000
 PAIRS = 4  # writer pairs at once, a session each, ROUNDS // PAIRS rounds each
-ADAPTERS = ["openai-agents", "pydantic-ai", "google-adk"]
-FRAMEWORKS = [
-    "ares_events.integrations.openai_agents",
-    "ares_events.integrations.pydantic_ai",
-    "ares_events.integrations.google_adk",
-]
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-def _url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path}/race.db"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 def _prepare(adapter: str, url: str, sid: str) -> str:
@@ -82,12 +70,12 @@ def _results(out: Any, procs: list[Any], within: float = 850) -> list[Any]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SHARED_BACKENDS)
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_two_processes_on_one_session_never_interleave(
     adapter: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = _url(backend, tmp_path, request)
+    url = fw_url(backend, tmp_path, request)
     sids = [f"race-{uuid.uuid4().hex[:8]}" for _ in range(PAIRS)]
     streams = [_prepare(adapter, url, sid) for sid in sids]
     # A fork server imports the frameworks once and forks each writer from its clean,

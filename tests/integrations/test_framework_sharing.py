@@ -29,24 +29,17 @@ from ares_events.integrations.google_adk import AresSessionService
 from ares_events.integrations.openai_agents import AresSession, SessionConflict
 from ares_events.integrations.pydantic_ai import AresMessageStore, AsyncAresMessageStore
 from tests.children.session_writers import APP, USER, add_all, open_session, stored, writer
-from tests.integrations.fw_helpers import fw_url
+from tests.integrations.fw_helpers import ADAPTERS, FRAMEWORKS, SHARED_BACKENDS, fw_url
 from tests.integrations.test_google_adk import FakeLlm
 from tests.integrations.test_pydantic_ai import echo_model
 
 set_tracing_disabled(True)
 
-ADAPTERS = ["openai-agents", "pydantic-ai", "google-adk"]
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 THREADS, PROCESSES, ITEMS = 4, 2, 5
-FRAMEWORKS = [
-    "ares_events.integrations.openai_agents",
-    "ares_events.integrations.pydantic_ai",
-    "ares_events.integrations.google_adk",
-]
 JOIN = 120.0  # seconds: a writer still running after this is a hang
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=SHARED_BACKENDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return fw_url(str(request.param), tmp_path, request)
 

@@ -14,26 +14,20 @@ import pytest
 import ares_events as ae
 from ares_events.integrations.langgraph import AresSaver, stream_of
 from tests.children.langgraph_fork_child import checkpoint, writer
+from tests.integrations.fw_helpers import SHARED_BACKENDS, fw_url
 
 ROUNDS = 1000
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-def _url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path}/fork.db"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SHARED_BACKENDS)
 def test_two_processes_never_fork_a_thread(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """1,000 rounds of two child processes putting a child of the same tip: one winner per
     round, the loser refused with the ownership error, a single verified chain."""
-    url = _url(backend, tmp_path, request)
+    url = fw_url(backend, tmp_path, request)
     tid = f"fork-{uuid.uuid4().hex[:8]}"
     with AresSaver.from_url(url) as saver:
         root = checkpoint()
@@ -76,7 +70,7 @@ def test_two_processes_never_fork_a_thread(
         assert len(set(parents)) == ROUNDS, "a checkpoint has two children: the thread forked"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SHARED_BACKENDS)
 def test_two_async_savers_never_fork_a_thread(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -86,7 +80,7 @@ def test_two_async_savers_never_fork_a_thread(
 
     from ares_events.integrations.langgraph import AsyncAresSaver, StaleWriteError
 
-    url = _url(backend, tmp_path, request)
+    url = fw_url(backend, tmp_path, request)
     tid = f"afork-{uuid.uuid4().hex[:8]}"
 
     async def race() -> list[list[str]]:
