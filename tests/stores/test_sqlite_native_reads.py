@@ -122,7 +122,7 @@ def test_every_read_of_the_store_matches_the_python_path(
         (sqlite_sql.SELECT_HEAD, ("agent-2",)),
         (sqlite_sql.SELECT_HEADS, ("", 10)),
         (sqlite_sql.SELECT_LAST_POSITION, ()),
-        (sqlite_sql.SELECT_SCHEMA_VERSION, ()),
+        (sqlite_sql.SELECT_META, ("schema_version",)),
     ]
     for sql, args in reads:
         want = conn.execute(sql, args).fetchall()

@@ -1,7 +1,7 @@
 """Archiving in the SQLite backend: :class:`SQLiteArchiving`, a mixin of
 :class:`~ares_events.stores.sqlite.SQLiteRecorder`.
 
-It may import the core, :mod:`ares_events.errors` and the archive's formats.
+It may import the core, :mod:`ares_events.errors` and this package.
 """
 
 from __future__ import annotations
@@ -9,18 +9,14 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from ares_events.core.backend import ArchivedRow, rows_differ
 from ares_events.errors import StoreError, StoreUnavailable
+from ares_events.stores.sqlite.sql import SELECT_META, UPSERT_META
 
 __all__ = ["SQLiteArchiving"]
 
-SELECT_META_VALUE: Final = "SELECT value FROM ares_meta WHERE key = ?"
-UPSERT_META_VALUE: Final = (
-    "INSERT INTO ares_meta (key, value) VALUES (?, ?) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
 SELECT_ARCHIVED: Final = (
     "SELECT position, hash, payload_ref FROM ares_events "
     "WHERE position >= ? AND position <= ? ORDER BY position"
@@ -33,7 +29,6 @@ class SQLiteArchiving:
 
     transaction: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
     scrubbing: Callable[[], contextlib.AbstractContextManager[None]]
-    _gate: Any
     describe: Callable[[], str]
 
     def meta_swap(self, key: str, expected: str | None, value: str) -> bool:
@@ -46,10 +41,10 @@ class SQLiteArchiving:
         """
         try:
             with self.transaction() as c:
-                row = c.execute(SELECT_META_VALUE, (key,)).fetchone()
+                row = c.execute(SELECT_META, (key,)).fetchone()
                 if (None if row is None else str(row[0])) != expected:
                     return False
-                c.execute(UPSERT_META_VALUE, (key, value))
+                c.execute(UPSERT_META, (key, value))
                 return True
         except sqlite3.Error as exc:
             raise StoreError(f"writing metadata of {self.describe()} failed: {exc}") from exc

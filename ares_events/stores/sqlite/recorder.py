@@ -73,12 +73,10 @@ from ares_events.stores.sqlite.sql import (
     SELECT_LAST_POSITION,
     SELECT_META,
     SELECT_POSITIONS,
-    SELECT_SCHEMA_VERSION,
     SELECT_STREAM,
     SELECT_TRACKING,
     UPSERT_HEAD,
     UPSERT_META,
-    UPSERT_SCHEMA_VERSION,
     UPSERT_TRACKING,
 )
 
@@ -95,6 +93,7 @@ _SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
 _OPTIONS: Final = (*_PARAMS, "create", "read_only")
 _MAX_KEY: Final = 2**63 - 1
+_SCHEMA_KEY: Final = "schema_version"  # its ares_meta row
 
 
 _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
@@ -150,7 +149,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         self.path = None if path is None or os.fspath(path) == ":memory:" else Path(path)
         self._memory = self.path is None
         if not create:
-            self._require_existing()
+            self._require_existing(busy_timeout)
         # Always a URI: a private shared-cache in-memory database (every thread of this
         # store sees the same data), or the file, which mode=rw never creates; a reader's
         # creates nothing it cannot remove (read_only.py), and one without locks is
@@ -185,8 +184,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                     f"cannot create the folder of sqlite store {self.describe()}: "
                     f"{exc.strerror or exc}"
                 ) from exc
-        if self.path is not None and not create:
-            require_schema(self.path, self.describe(), self._busy)
         try:
             self._keepalive = self._conn()  # holds an in-memory database open
             self._prepare_schema(migrate)
@@ -239,12 +236,13 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
 
     # -- opening -------------------------------------------------------------------------
 
-    def _require_existing(self) -> None:
+    def _require_existing(self, busy_timeout: float) -> None:
         if self.path is None:
             raise StoreNotFound(self.describe(), "an in-memory database is always new")
         if not self.path.is_file():
             what = "is not a file" if self.path.exists() else "no such file"
             raise StoreNotFound(self.describe(), f"{what} (create a store with `ares-events init`)")
+        require_schema(self.path, self.describe(), busy_timeout)
 
     # -- connections ---------------------------------------------------------------------
 
@@ -300,9 +298,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
-                    raise
-                if self._gate.closed:
+                if not _is_busy(exc) or self._gate.closed:
                     raise
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
@@ -456,7 +452,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
     def _prepare_schema(self, migrate: bool) -> None:
         if self.read_only:
             try:
-                rows = self.fetch(SELECT_SCHEMA_VERSION)
+                rows = self.fetch(SELECT_META, (_SCHEMA_KEY,))
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read schema of {self.describe()}: {exc}") from exc
             found = self._schema_version(rows[0][0]) if rows else 0
@@ -466,7 +462,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         try:
             with self._write() as c:
                 c.execute(CREATE_META)
-                row = c.execute(SELECT_SCHEMA_VERSION).fetchone()
+                row = c.execute(SELECT_META, (_SCHEMA_KEY,)).fetchone()
                 found = self._schema_version(row[0]) if row else 0
                 if found > SCHEMA_VERSION or (found < SCHEMA_VERSION and not migrate):
                     raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
@@ -478,7 +474,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                         "sqlite store %s: migrated schema %d -> %d", self.describe(), step, step + 1
                     )
                 if found != SCHEMA_VERSION:
-                    c.execute(UPSERT_SCHEMA_VERSION, (str(SCHEMA_VERSION),))
+                    c.execute(UPSERT_META, (_SCHEMA_KEY, str(SCHEMA_VERSION)))
         except sqlite3.Error as exc:
             raise StoreError(f"cannot prepare schema of {self.describe()}: {exc}") from exc
 
@@ -727,7 +723,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
 
     def schema_version(self) -> int:
         """The schema version recorded in the database (``ares-events init`` prints it)."""
-        rows = self._query(SELECT_SCHEMA_VERSION, ())
+        rows = self._query(SELECT_META, (_SCHEMA_KEY,))
         return int(rows[0][0]) if rows else 0
 
     # -- metadata and integrity scans ----------------------------------------------------

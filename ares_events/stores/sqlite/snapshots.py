@@ -23,20 +23,11 @@ from ares_events.stores.sqlite.sql import (
 
 
 class _Recorder(Protocol):
-    """What the rows use of their recorder (typed by use: the recorder hands the rows
-    out, so this module does not import it)."""
+    """What the rows use of their recorder, typed by use: importing it would be a cycle."""
 
-    def describe(self) -> str:
-        """The store's location."""
-        ...
-
-    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        """A ``BEGIN IMMEDIATE`` write transaction on this thread's connection."""
-        ...
-
-    def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        """The rows of one read statement."""
-        ...
+    def describe(self) -> str: ...
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+    def fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]: ...
 
 
 __all__ = ["SQLiteSnapshotRows"]

@@ -121,11 +121,6 @@ SELECT_DUPLICATE_IDS: Final = (
 CREATE_META: Final = (
     "CREATE TABLE IF NOT EXISTS ares_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 )
-SELECT_SCHEMA_VERSION: Final = "SELECT value FROM ares_meta WHERE key = 'schema_version'"
-UPSERT_SCHEMA_VERSION: Final = (
-    "INSERT INTO ares_meta (key, value) VALUES ('schema_version', ?) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
 
 # -- snapshots ------------------------------------------------------------------------
 
