@@ -101,8 +101,7 @@ def _failing_loader(exc: BaseException) -> Callable[[PayloadRef], bytes]:
 
 
 def _preload(e: RecordedEvent) -> RecordedEvent:
-    """In a worker thread: fetch and check a spilled payload so reading it later does no
-    I/O; a fetch that fails is kept, to be raised where ``payload`` is read."""
+    """In a worker thread: fetch a spilled payload now; a failure is raised on reading it."""
     try:
         e.payload_bytes  # noqa: B018 - fetches, checks and keeps the bytes
     except Exception as exc:  # raised again, unchanged, when the payload is read
@@ -163,12 +162,10 @@ class AsyncEventStore:
         self._snapshots: Any = None
         self._closed = False
         self._blobs_identity: BlobsIdentity | str | None = None
-        if blobs is not None:
-            self._blobs_identity = (
-                DEFAULT_BLOBS
-                if default_blobs
-                else BlobsIdentity(getattr(blobs, "location", blobs.url), blobs.url)
-            )
+        if blobs is not None and default_blobs:
+            self._blobs_identity = DEFAULT_BLOBS
+        elif blobs is not None:
+            self._blobs_identity = BlobsIdentity(getattr(blobs, "location", blobs.url), blobs.url)
         self._identity: StoreIdentity | None = identity
         self._check_identity = check_identity
         self._keeps_identity = Capability.METADATA in self._caps
@@ -285,8 +282,7 @@ class AsyncEventStore:
             return self._identity
 
     async def _before_write(self) -> None:
-        """Before the first write of this store object: check, then record (or complete)
-        the identity."""
+        """Before this object's first write: check, then record (or complete) the identity."""
         await self._ready()
         if not self._check_identity:
             raise ConfigError(
@@ -521,8 +517,7 @@ class AsyncEventStore:
             raise StoreError(f"store {self._url} keeps no tracking records")
         await self._ready()
         rec: Any = self.recorder
-        position: int | None = await rec.tracked_position(name)
-        return position
+        return await rec.tracked_position(name)  # type: ignore[no-any-return]
 
     async def _keep_spilled(self, fresh: list[PreparedEvent], spilled: list[PreparedEvent]) -> None:
         """Once an append has committed, write each blob it spilled again (a refresh when it
@@ -606,7 +601,8 @@ class AsyncEventStore:
             if type(events) is PagedRead:
                 # Rows become events as they are taken; the blob store is attached to
                 # those with a payload reference only (no generator around the read).
-                fast: Any = events.with_slow(self._attaching)
+                attach = self.blobs.attach
+                fast: Any = events.with_slow(lambda slow: lambda row: attach(slow(row)))
                 return fast  # type: ignore[no-any-return]
         return self._events(events)
 
@@ -641,14 +637,6 @@ class AsyncEventStore:
         else:
             events = self.recorder.read_all(after_position, limit)
         return self._events(events) if not self._loaded or self.blobs is not None else events
-
-    def _attaching(
-        self, slow: Callable[[tuple[Any, ...]], RecordedEvent]
-    ) -> Callable[[tuple[Any, ...]], RecordedEvent]:
-        """``slow`` (a row with a payload reference to its event), the event then given
-        the blob store (see :meth:`read`, which has one)."""
-        attach = self.blobs.attach  # type: ignore[union-attr]
-        return lambda row: attach(slow(row))
 
     async def _events(self, source: AsyncIterator[RecordedEvent]) -> AsyncIterator[RecordedEvent]:
         await self._ready()
@@ -876,15 +864,6 @@ async def aemit(
         ConcurrencyError: ``expected_version`` not satisfied.
         StoreUnavailable: the backend cannot be reached.
     """
-    return await store.append(
-        stream_id,
-        [
-            NewEvent(
-                type=type,
-                module=module,
-                payload={} if payload is None else payload,
-                metadata=metadata or {},
-            )
-        ],
-        expected_version=expected_version,
-    )
+    payload = {} if payload is None else payload
+    event = NewEvent(type=type, module=module, payload=payload, metadata=metadata or {})
+    return await store.append(stream_id, [event], expected_version=expected_version)
