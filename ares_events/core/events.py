@@ -671,12 +671,9 @@ def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> li
         if ev.module not in _GOOD_NAMES:
             _remember_good(validate_name(ev.module, "module", stream_id=stream_id, index=i))
         eid = ev.event_id
-        if type(eid) is _UUID7:
-            eid_s = eid._text
-            uid: uuid.UUID = eid
-        elif isinstance(eid, uuid.UUID):
+        if isinstance(eid, uuid.UUID):
             eid_s = str(eid)
-            uid = eid
+            uid: uuid.UUID = eid
         elif isinstance(eid, str):
             try:
                 uid = uuid.UUID(eid)
@@ -690,17 +687,13 @@ def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> li
         seen.add(eid_s)
         meta = ev.metadata if ev.metadata is not None else {}
         # A plain dict (the usual case) spares the Mapping ABC's instance check.
-        if type(meta) is not dict and not isinstance(meta, Mapping):
-            raise bad("metadata", f"must be a JSON object, got {type(meta).__name__}")
+        if type(meta) is not dict:
+            if not isinstance(meta, Mapping):
+                raise bad("metadata", f"must be a JSON object, got {type(meta).__name__}")
+            meta = dict(meta)  # canonical JSON takes a plain dict only
         try:
             payload_bytes = canonical_json(ev.payload, field="payload")
-            meta_json = (
-                b"{}"
-                if not meta
-                else canonical_json(
-                    dict(meta) if type(meta) is not dict else meta, field="metadata"
-                )
-            )
+            meta_json = canonical_json(meta, field="metadata") if meta else b"{}"
         except InvalidEvent as exc:
             raise bad(exc.field, exc.problem) from None
         if len(meta_json) > MAX_METADATA_BYTES:
