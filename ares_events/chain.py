@@ -482,11 +482,9 @@ def verify_run(
     reusable blake3 objects (the link one made with ``key``).
     """
     ph = blake3.blake3() if payload_hasher is None else payload_hasher
-    lh = (
-        (blake3.blake3() if key is None else blake3.blake3(key=key))
-        if link_hasher is None
-        else link_hasher
-    )
+    lh = link_hasher
+    if lh is None:
+        lh = blake3.blake3() if key is None else blake3.blake3(key=key)
     cache = _NAME_CACHE
     enc = _encode_str
     n = len(events)
