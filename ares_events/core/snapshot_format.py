@@ -166,17 +166,10 @@ class SnapshotInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (digests in hex, time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``)."""
-        return {
-            "stream_id": self.stream_id,
-            "projection": self.projection,
-            "projection_version": self.projection_version,
-            "at_version": self.at_version,
-            "at_hash": self.at_hash.hex(),
-            "state_digest": self.state_digest.hex(),
-            "state_size": self.state_size,
-            "created_at": format_at(self.created_at),
-            **({"problem": self.problem} if self.problem else {}),
-        }
+        d = {name: getattr(self, name) for name in _INFO_FIELDS}  # keys in field order
+        d.update(at_hash=self.at_hash.hex(), state_digest=self.state_digest.hex())
+        d["created_at"] = format_at(self.created_at)
+        return d | ({"problem": self.problem} if self.problem else {})
 
 
 _INFO_FIELDS: Final = tuple(f.name for f in fields(SnapshotInfo) if f.name != "problem")
