@@ -144,9 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:
         usage = io.StringIO()
         exc.show(file=usage)
-        msg = exc.format_message()
-        if isinstance(exc, click.exceptions.NoArgsIsHelpError):
-            msg = "a command is needed"
+        no_args = isinstance(exc, click.exceptions.NoArgsIsHelpError)
+        msg = "a command is needed" if no_args else exc.format_message()
         return _fail(app, argv, exc, "usage", EXIT_USAGE, msg, human=usage.getvalue())
     except click.ClickException as exc:
         kind = "findings" if exc.exit_code == EXIT_FINDINGS else "usage"

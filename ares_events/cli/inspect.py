@@ -28,7 +28,6 @@ from ares_events.cli.common import (
     vkey_option,
 )
 from ares_events.core.events import ERASURE_STREAM, RecordedEvent
-from ares_events.core.identity import StoreIdentity
 from ares_events.core.recorder import backend_of
 from ares_events.errors import AresError
 from ares_events.integrity.audit import audit
@@ -71,8 +70,7 @@ def _event_dict(e: RecordedEvent) -> dict[str, Any]:
 
 
 def _decoded(value: Callable[[], Any], raw: bytes | None) -> Any:
-    """A payload or metadata decoded, or, when its stored bytes are not JSON (an edited
-    row: verify reports it), ``{"not_json": <the bytes as text>}``."""
+    """``value()``, or ``{"not_json": <raw as text>}`` for an edited row (verify reports it)."""
     try:
         return value()
     except ValueError:
@@ -141,7 +139,10 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
         ident = store.record_identity(relocate_blobs=relocate_blobs)
         streams = sum(1 for _ in store.streams())
     chain = ident.describe_chain() if ident is not None else "not recorded by this backend"
-    blobs = _blobs_label(ident)
+    where = None if ident is None else ident.blobs
+    blobs = "none" if where is None else "the folder next to the SQLite file"
+    if where is not None and not isinstance(where, str):
+        blobs = where.location
     if as_json:
         identity = json.loads(ident.to_json()) if ident is not None else None
         data = {"store": app.url, "schema_version": schema, "streams": streams}
@@ -150,14 +151,6 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     app.say(f"initialized {app.url}: schema version {what}, {streams} stream(s)")
     app.say(f"chain: {chain}; blobs: {blobs}")
     return EXIT_OK
-
-
-def _blobs_label(ident: StoreIdentity | None) -> str:
-    if ident is None or ident.blobs is None:
-        return "none"
-    if isinstance(ident.blobs, str):
-        return "the folder next to the SQLite file"
-    return ident.blobs.location
 
 
 @cli.command()

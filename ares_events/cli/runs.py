@@ -333,11 +333,10 @@ def runs_resolve(
 ) -> int:
     """Settle the in-doubt tool call at STEP of RUN (a call requested with no outcome).
 
-    STEP is the step number, or the call's idempotency key RUN:STEP. Check the
-    downstream system for that key (runs show lists it),
-    then record what happened: --result JSON (it landed, with this result) or --not-done
-    (it did not; it will run again with the same key). Appends one event. A run paused on
-    the call stays paused: `runs resume` lets it go on.
+    STEP is the step number, or the call's idempotency key RUN:STEP. Check the downstream
+    system for that key (runs show lists it), then record what happened: --result JSON (it
+    landed, with this result) or --not-done (it did not; it will run again with the same
+    key). Appends one event. A run paused on the call stays paused until `runs resume`.
 
     \b
     Example:

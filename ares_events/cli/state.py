@@ -336,9 +336,8 @@ def rebuild_cmd(
         if verify_only:
             diff = verify_rebuild(store, proj, batch_size=batch_size, progress=progress)
         else:
-            with _schema_failures(
-                "the rebuild stopped and resumes from here once the event is fixed"
-            ):
+            fixed = "the rebuild stopped and resumes from here once the event is fixed"
+            with _schema_failures(fixed):
                 rep = rebuild(
                     store, proj, from_scratch=from_scratch, batch_size=batch_size, progress=progress
                 )
