@@ -109,11 +109,7 @@ async def open_async_store(
 
 
 async def _open_recorder(
-    cls: type[Any],
-    url: StoreURL,
-    cache: str | None,
-    options: dict[str, Any],
-    key: ChainKey | None = None,
+    cls: type[Any], url: StoreURL, cache: str | None, options: dict[str, Any], key: ChainKey | None
 ) -> tuple[Any, StoreIdentity | None]:
     """The backend recorder of this face (behind the archive reader and the cache when
     asked for) and the identity the store recorded."""
