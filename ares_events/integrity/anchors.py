@@ -168,10 +168,8 @@ class S3Anchors:
                 )
             for key in sorted(keys, key=lambda k: k.rsplit("/", 1)[-1]):
                 body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
-                try:
+                with contextlib.closing(body):
                     yield key.rsplit("/", 1)[-1], body.read()
-                finally:
-                    body.close()
         except self._boto_errors as exc:
             raise StoreUnavailable(
                 f"cannot read anchors from {self._url}: {type(exc).__name__}"
