@@ -7,13 +7,12 @@ It may import the core's value types and psycopg's types only.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Final
 
 from psycopg import sql
 
-from ares_events.core.events import PayloadRef, RecordedEvent
+from ares_events.core.events import RecordedEvent
 
 _COLUMNS: Final = (
     "stream_id, version, position, event_id::text, type, module, payload, metadata, "
@@ -199,21 +198,17 @@ SELECT_LAST_POSITION: Final = (
     f"WHERE position < GREATEST({VISIBLE_BOUND}, %s)"
 )
 SELECT_HEAD: Final = "SELECT version, head_hash FROM {s}.ares_streams WHERE stream_id = %s"
-SELECT_HEADS: Final = (
-    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
-    "WHERE stream_id > %s ORDER BY stream_id LIMIT %s"
-)
+_HEADS_WHERE: Final = "SELECT stream_id, version, head_hash FROM {s}.ares_streams WHERE stream_id "
+SELECT_HEADS: Final = _HEADS_WHERE + "> %s ORDER BY stream_id LIMIT %s"
 # One page of heads (Capability.STREAM_PAGES), from the primary key in the column's own
 # order, as SELECT_HEADS. Under a byte-order collation (C, POSIX, C.UTF-8) the prefix is a
 # range the index serves; under any other one, starts_with() keeps the result exact (a
 # collation may sort ids with the prefix apart), scanning the index from ``after``.
-_HEADS_WHERE: Final = "SELECT stream_id, version, head_hash FROM {s}.ares_streams WHERE stream_id "
 SELECT_HEADS_RANGE_GT: Final = _HEADS_WHERE + "> %s AND stream_id < %s ORDER BY stream_id LIMIT %s"
 SELECT_HEADS_RANGE_GE: Final = _HEADS_WHERE + ">= %s AND stream_id < %s ORDER BY stream_id LIMIT %s"
 SELECT_HEADS_FROM_GE: Final = _HEADS_WHERE + ">= %s ORDER BY stream_id LIMIT %s"
 SELECT_HEADS_STARTING: Final = (
-    "SELECT stream_id, version, head_hash FROM {s}.ares_streams "
-    "WHERE stream_id > %s AND starts_with(stream_id, %s) ORDER BY stream_id LIMIT %s"
+    _HEADS_WHERE + "> %s AND starts_with(stream_id, %s) ORDER BY stream_id LIMIT %s"
 )
 SELECT_BYTE_ORDER: Final = (
     "SELECT datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') AND datlocprovider = 'c' "
@@ -367,27 +362,6 @@ def channel_for(schema: str) -> str:
     return channel
 
 
-def row_to_event_slow(row: Any) -> RecordedEvent:
-    """A selected row as an event (the fallback when the core has no fast constructor)."""
-    ref = row[11]
-    return RecordedEvent(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        row[7],
-        row[8],
-        row[9],
-        row[10],
-        PayloadRef.parse_stored(ref) if ref else None,
-    )
-
-
 # Rows are selected in exactly the layout RecordedEvent._from_row takes (one C-level tuple
-# build per event when the core provides it).
-row_to_event: Callable[[Any], RecordedEvent] = getattr(
-    RecordedEvent, "_from_row", row_to_event_slow
-)
+# build per event).
+row_to_event: Final = RecordedEvent._from_row
