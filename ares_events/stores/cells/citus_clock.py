@@ -7,7 +7,7 @@ It may import the core, :mod:`ares_events.errors` and the PostgreSQL backend.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
 import psycopg
@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ares_events.core.backend import SealedEvent
 from ares_events.errors import StoreUnavailable
-from ares_events.stores.postgres.clock import Batches, ServerClock, Statement, ref_text
+from ares_events.stores.postgres.clock import Batches, ServerClock, Statement, event_row
 from ares_events.stores.postgres.driver import relays_loss
 from ares_events.stores.postgres.sql import VISIBLE_BOUND, Statements, render_for
 
@@ -136,17 +136,6 @@ class CitusClock(ServerClock):
                 "(appends are idempotent) to find out"
             )
 
-    def write_one(
-        self, xid: int, sid: str, before: int, sealed: Sequence[SealedEvent], channel: str | None
-    ) -> tuple[Statement, ...]:
-        """Events and head in router statements, the wake-up on the coordinator."""
-        end = xid * 65536 + len(sealed) - 1
-        if not _ONE_PHASE:
-            return (*super().write_one(xid, sid, before, sealed, None), *_wakeup_at(channel, end))
-        rows = [(sid, s) for s in sealed]
-        heads = [(sid, sealed[-1].version, sealed[-1].hash)]
-        return (*self._events(xid, rows), self._upsert(heads), *_wakeup_at(channel, end))
-
     def write_many(
         self, xid: int, batches: Batches, tracking: tuple[str, int] | None, channel: str | None
     ) -> tuple[Statement, ...]:
@@ -170,21 +159,7 @@ class CitusClock(ServerClock):
             query = self._rows(self._inserts, INSERT_EVENTS, EVENT_ROW, len(chunk))
             args: list[Any] = []
             for i, (sid, s) in enumerate(chunk, start=lo):
-                e = s.event
-                args += (
-                    first + i,
-                    sid,
-                    s.version,
-                    e.event_id,
-                    e.type,
-                    e.module,
-                    e.payload_bytes,
-                    ref_text(e.payload_ref),
-                    e.meta_json,
-                    e.at,
-                    s.prev_hash,
-                    s.hash,
-                )
+                args += (first + i, *event_row(sid, s))
             out.append((query, args, None))
         return out
 

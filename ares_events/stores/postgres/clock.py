@@ -26,7 +26,7 @@ from ares_events.stores.postgres.sql import (
     render_for,
 )
 
-__all__ = ["Batches", "ServerClock", "Statement", "column_arrays", "ref_text"]
+__all__ = ["Batches", "ServerClock", "Statement", "column_arrays", "event_row", "ref_text"]
 
 Statement = tuple[Any, Any, Any]
 """``(query, args, fetch)`` of the recorder's pipelines (fetch: None, "one" or "all")."""
@@ -37,6 +37,24 @@ Batches = Sequence[tuple[str, int, Sequence[SealedEvent]]]
 def ref_text(ref: PayloadRef | None) -> str | None:
     """The stored form of a payload reference (None: the payload is inline)."""
     return ref.to_json().decode() if ref is not None else None
+
+
+def event_row(sid: str, s: SealedEvent) -> tuple[Any, ...]:
+    """One event's columns after its position, in the order of the INSERT statements."""
+    e = s.event
+    return (
+        sid,
+        s.version,
+        e.event_id,
+        e.type,
+        e.module,
+        e.payload_bytes,
+        ref_text(e.payload_ref),
+        e.meta_json,
+        e.at,
+        s.prev_hash,
+        s.hash,
+    )
 
 
 def column_arrays(sealed: Sequence[SealedEvent]) -> tuple[Any, ...]:
@@ -95,21 +113,8 @@ class ServerClock:
     def write_one(
         self, xid: int, sid: str, before: int, sealed: Sequence[SealedEvent], channel: str | None
     ) -> tuple[Statement, ...]:
-        """The locked path's write of one stream: events, head and wake-up, one statement."""
-        last = sealed[-1]
-        args = (
-            xid,
-            sid,
-            before,
-            *column_arrays(sealed),
-            sid,
-            last.version,
-            last.hash,
-            channel,
-            channel,
-            str(xid * 65536 + len(sealed) - 1),
-        )
-        return ((self.q.insert, args, None),)
+        """The locked path's write of one stream: :meth:`write_many` of one batch."""
+        return self.write_many(xid, [(sid, before, sealed)], None, channel)
 
     def write_many(
         self, xid: int, batches: Batches, tracking: tuple[str, int] | None, channel: str | None

@@ -54,7 +54,7 @@ from ares_events.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores.postgres.clock import ServerClock, column_arrays, ref_text
+from ares_events.stores.postgres.clock import ServerClock, column_arrays, event_row, ref_text
 from ares_events.stores.postgres.connection import open_pool, probe_server, rollback_quietly
 from ares_events.stores.postgres.driver import (
     FIRST_WAIT,
@@ -542,22 +542,8 @@ class PostgresRecorder:
             else (last.version, last.hash, sid, head.version, head.hash)  # type: ignore[union-attr]
         )
         if len(sealed) == 1:
-            e = last.event
-            row: tuple[Any, ...] = (
-                sid,
-                last.version,
-                e.event_id,
-                e.type,
-                e.module,
-                e.payload_bytes,
-                ref_text(e.payload_ref),
-                e.meta_json,
-                e.at,
-                last.prev_hash,
-                last.hash,
-            )
             query = q.append_first_one if first else q.append_next_one
-            return query, (sid, *guard, *row, channel, channel)
+            return query, (sid, *guard, *event_row(sid, last), channel, channel)
         query = q.append_first_batch if first else q.append_next_batch
         return query, (
             sid,

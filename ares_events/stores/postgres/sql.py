@@ -40,21 +40,6 @@ SELECT_HEAD_FOR_APPEND: Final = (
 SELECT_IDS: Final = (
     f"SELECT {_COLUMNS} FROM {{s}}.ares_events WHERE event_id = ANY(%s::text[]::uuid[])"
 )
-INSERT_EVENTS: Final = (
-    "WITH ins AS ("
-    " INSERT INTO {s}.ares_events (position, stream_id, version, event_id, type, module,"
-    " payload, payload_ref, metadata, recorded_at, prev_hash, hash)"
-    " SELECT %b::bigint * 65536 + x.i - 1, %b::text, %b::bigint + x.i, x.e::uuid,"
-    " x.t, x.m, x.p, x.r, x.md, x.a, x.ph, x.h"
-    " FROM unnest(%b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], %b::bytea[],"
-    " %b::text[], %b::bytea[], %b::bytea[]) WITH ORDINALITY AS x(e, t, m, p, r, md, a, ph, h, i)"
-    "), head AS ("
-    " INSERT INTO {s}.ares_streams (stream_id, version, head_hash)"
-    " VALUES (%b::text, %b::bigint, %b::bytea)"
-    " ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,"
-    " head_hash = excluded.head_hash"
-    ") SELECT CASE WHEN %b::text IS NULL THEN NULL ELSE pg_notify(%b::text, %b::text) END"
-)
 # The fast path of an append (docs/architecture.md, "Fast path"): lock, guarded head row,
 # events only when the head was written; the last position, or NULL when nothing was.
 _LOCK: Final = "lk AS (SELECT pg_advisory_xact_lock(hashtextextended(%b::text, 0)))"
@@ -299,7 +284,6 @@ class Statements:
     append_first_batch: sql.Composed = field(metadata={"sql": APPEND_FIRST_BATCH})
     head_for_append: sql.Composed = field(metadata={"sql": SELECT_HEAD_FOR_APPEND})
     ids: sql.Composed = field(metadata={"sql": SELECT_IDS})
-    insert: sql.Composed = field(metadata={"sql": INSERT_EVENTS})
     stream: sql.Composed = field(metadata={"sql": SELECT_STREAM})
     stream_version: sql.Composed = field(metadata={"sql": SELECT_STREAM_VERSION})
     all: sql.Composed = field(metadata={"sql": SELECT_ALL})
