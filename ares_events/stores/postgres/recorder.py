@@ -514,8 +514,7 @@ class PostgresRecorder:
             # path looks the ids up: an idempotent re-append, or the conflict it is.
             self._heads.pop(stream_id, None)
             return None
-        last_position = row[0] if row is not None else None
-        if last_position is None:
+        if row is None or row[0] is None:
             self._heads.pop(stream_id, None)
             logger.debug("append to %r: head moved, locked path", stream_id)
             return None
@@ -523,7 +522,7 @@ class PostgresRecorder:
         self._remember(stream_id, Head(last.version, last.hash))
         # Nobody reads the events of a fresh append: the core needs the last version and
         # position only (the events of one append have consecutive positions).
-        return AppendOutcome([], version=last.version, position=last_position)
+        return AppendOutcome([], version=last.version, position=row[0])
 
     def _fast_statement(
         self, batch: Batch, sealed: list[SealedEvent], head: Head | None
@@ -560,15 +559,10 @@ class PostgresRecorder:
         round trip, unprepared (see migration step 3); each statement's fetch, in order."""
         with conn.pipeline():
             curs = [conn.execute(q, a, binary=True, prepare=False) for q, a, _ in stmts]
-        out: list[Any] = []
-        for cur, (_, _, fetch) in zip(curs, stmts, strict=True):
-            if fetch == "one":
-                out.append(cur.fetchone())
-            elif fetch == "all":
-                out.append(cur.fetchall())
-            else:
-                out.append(None)
-        return out
+        return [
+            (cur.fetchone() if fetch == "one" else cur.fetchall()) if fetch else None
+            for cur, (_, _, fetch) in zip(curs, stmts, strict=True)
+        ]
 
     def _stored(self, conn: Any, ids: list[str]) -> list[RecordedEvent]:
         """The stored events whose ids a batch reuses; the transaction is rolled back."""
@@ -679,7 +673,6 @@ class PostgresRecorder:
         for (b, expected), (version, head_hash) in zip(batches, head_rows, strict=True):
             check_expected_version(b.stream_id, expected, version or 0)
             sealed_all.append(b.seal(Head(version, head_hash) if version else None))
-        first = xid * _POSITION_SHIFT
         channel = self.channel if self.notify else None
         writes = clock.write_many(
             xid,
@@ -692,7 +685,7 @@ class PostgresRecorder:
         )
         self._pipeline(conn, (*writes, (COMMIT, None, None)))
         out = []
-        pos = first - 1
+        pos = xid * _POSITION_SHIFT - 1
         for sid, ss in zip(streams, sealed_all, strict=True):
             pos += len(ss)
             self._remember(sid, Head(ss[-1].version, ss[-1].hash))
