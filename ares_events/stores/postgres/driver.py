@@ -11,6 +11,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
 
@@ -73,6 +74,7 @@ def relays_loss(exc: psycopg.Error, messages: tuple[str, ...]) -> bool:
     return any(m in text for m in messages)
 
 
+@dataclass(slots=True, repr=False)  # repr would show the secret
 class DriverErrors:
     """Map driver and pool errors to ares_events errors (always ``from exc``), as a
     context manager (a class: every operation enters two, and a generator-based one
@@ -87,24 +89,13 @@ class DriverErrors:
         StoreError: the pool is closed, or any other database error.
     """
 
-    __slots__ = ("description", "lost", "secret", "statement_timeout", "timeout_label", "what")
-
-    def __init__(
-        self,
-        what: str,
-        description: str,
-        *,
-        statement_timeout: int | None,
-        timeout_label: Callable[[], str],
-        secret: str | None,
-        lost: tuple[str, ...] = (),
-    ) -> None:
-        self.what = what
-        self.lost = lost
-        self.description = description
-        self.statement_timeout = statement_timeout
-        self.timeout_label = timeout_label
-        self.secret = secret
+    what: str
+    description: str
+    _: KW_ONLY
+    statement_timeout: int | None
+    timeout_label: Callable[[], str]
+    secret: str | None
+    lost: tuple[str, ...] = ()
 
     def __enter__(self) -> None:
         return None
