@@ -95,17 +95,12 @@ class AsyncPostgresSnapshotRows:
 
     async def infos(self, stream_id: str | None) -> AsyncIterator[SnapshotInfo]:
         """Every row's description, keyset-paged by stream and projection."""
-        after_sid, after_proj = "", ""
+        query = self.sql.snapshot_list_all if stream_id is None else self.sql.snapshot_list_stream
+        # Listing one stream, every row's stream id is ``stream_id``: the cursor stays on it.
+        after_sid, after_proj = stream_id or "", ""
         while True:
             async with self._txn("listing snapshots", write=False) as conn:
-                if stream_id is None:
-                    cur = await conn.execute(
-                        self.sql.snapshot_list_all, (after_sid, after_proj, LIST_PAGE)
-                    )
-                else:
-                    cur = await conn.execute(
-                        self.sql.snapshot_list_stream, (stream_id, after_proj, LIST_PAGE)
-                    )
+                cur = await conn.execute(query, (after_sid, after_proj, LIST_PAGE))
                 rows = await cur.fetchall()
             for r in rows:
                 yield info_of(r)
