@@ -57,12 +57,11 @@ while True:
 
 # Beats its heartbeat file every 20 ms for 2.5 s (the first beat before any heavy
 # import), then finishes.
+# Beats through the library's heartbeat() until the file named by argv[1] exists.
 BEATER = """
-import os, time
-os.utime(os.environ["ARES_HEARTBEAT_FILE"])
+import os, sys, time
 from ares_events.agents.supervision import heartbeat
-end = time.monotonic() + 5.0
-while time.monotonic() < end:
+while not os.path.exists(sys.argv[1]):
     heartbeat(os.environ["ARES_HEARTBEAT_FILE"])
     time.sleep(0.02)
 """
@@ -334,20 +333,34 @@ def test_a_beating_agent_is_left_alone(
 ) -> None:
     """An agent that calls heartbeat() on the file the supervisor passes it
     (ARES_HEARTBEAT_FILE) outlives the timeout and finishes without a death."""
-    # The timeout is wide enough for an interpreter to start on a loaded machine (a child
-    # that has not beaten yet by then is rightly dead); the agent beats past it.
-    sup = ProcessSupervisor(sqlite_store, heartbeat_dir=tmp_path / "hb", heartbeat_timeout=4.0)
+    # The supervisor's clock moves only when the agent has beaten since the last poll, so
+    # how slowly the child starts or runs on a loaded machine cannot make it look silent.
+    now = [0.0]
+    sup = ProcessSupervisor(
+        sqlite_store, heartbeat_dir=tmp_path / "hb", heartbeat_timeout=4.0, clock=lambda: now[0]
+    )
     supervisors.append(sup)
-    sup.register("agent-ok", [sys.executable, "-c", BEATER])
+    done = tmp_path / "done"
+    a = sup.register("agent-ok", [sys.executable, "-c", BEATER, str(done)])
     sup.start()
-    assert sup.run(tick=0.02, timeout=TIMEOUT)
-    assert sup.agents["agent-ok"].finished
+    assert a.heartbeat_file is not None
+    hb = a.heartbeat_file
+    seen = [a.beat[0]]
+    for _ in range(10):  # 30 s on the supervisor's clock, ten beats of the agent's own
+        wait_for(lambda: hb.exists() and hb.stat().st_mtime_ns != seen[0])
+        seen[0] = hb.stat().st_mtime_ns
+        now[0] += 3.0
+        sup.poll()
+        assert a.proc is not None and a.proc.poll() is None
+    done.touch()
+    wait_for(lambda: a.proc is None, tick=sup.poll)
+    assert a.finished
     assert types(sqlite_store, "agent-ok") == ["agent.started", "agent.stopped"]
     (stopped,) = [e for e in sqlite_store.read("agent-ok") if e.type == "agent.stopped"]
     assert stopped.payload["reason"] == "finished"
     later = ProcessSupervisor(sqlite_store)
     supervisors.append(later)
-    later.register("agent-ok", [sys.executable, "-c", BEATER])
+    later.register("agent-ok", [sys.executable, "-c", BEATER, str(done)])
     later.start()  # a finished agent is neither a death nor a resurrection
     assert later.agents["agent-ok"].proc is None
     assert types(sqlite_store, "agent-ok") == ["agent.started", "agent.stopped"]
