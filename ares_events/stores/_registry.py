@@ -115,5 +115,7 @@ def _load(target: str, what: str, extra: str) -> type[Any]:
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as exc:
+        if (exc.name or "").partition(".")[0] == "ares_events":
+            raise  # our own module failed: a bug to show, not an extra to install
         raise MissingDependencyError(what, extra) from exc
     return getattr(mod, attr)  # type: ignore[no-any-return]
