@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from langgraph.graph.message import add_messages
@@ -15,6 +15,7 @@ from langgraph.graph.message import add_messages
 import ares_events as ae
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ConfigError, CrossCellError
+from ares_events.integrity import audit
 from ares_events.stores.cells import CellMap, pack, partition_of, unpack
 from ares_events.stores.cells.layout import parse_cells_url
 from tests.fixtures import servers
@@ -214,7 +215,7 @@ def test_langgraph_saver_on_a_cell_store(request: pytest.FixtureRequest) -> None
     finally:
         saver.close()
     with ae.open_store(url) as store:
-        assert ae.integrity.audit(store).ok
+        assert audit(store).ok
         cells = {_cells(store).cell_index(sid) for sid, _ in store.streams()}
         assert len(cells) >= 1
 
@@ -385,3 +386,31 @@ def test_a_merged_read_after_an_append_waits_for_it_to_be_final(
         if ender.is_alive():
             ender.join()
         blocker.close()
+
+
+def test_a_citus_cell_is_written_only_through_its_citus_url(request: pytest.FixtureRequest) -> None:
+    """A citus:// store's cells are distributed schemas whose positions only the Citus
+    clock orders: the same store opened as pgcells://, or one cell as
+    postgresql://...?schema=, is a ConfigError pointing at citus:// (written there, an
+    event took a worker's transaction id, below what readers had passed, and a reader
+    resuming from its position never saw it). Nothing is written; the password is not
+    shown."""
+    from ares_events.core.url import StoreURL
+
+    url = cells_url("citus", request)
+    with ae.open_store(url) as store:
+        store.append("k0", [ae.NewEvent(type="t.x", module="m", payload={})])
+        before = [(e.stream_id, e.version, e.position) for e in store.read_all(0)]
+    cfg = parse_cells_url(StoreURL.parse(url))
+    netloc = urlsplit(url).netloc
+    for other in (
+        "pgcells://" + url.removeprefix("citus://"),
+        f"postgresql://{netloc}/postgres?schema={cfg.name_of(0)}",
+    ):
+        with pytest.raises(ConfigError, match="citus://") as ei:
+            ae.open_store(other)
+        assert "distributed schema" in str(ei.value)
+        assert servers.TEST_PASSWORD not in str(ei.value)
+    with ae.open_store(url) as store:
+        assert [(e.stream_id, e.version, e.position) for e in store.read_all(0)] == before
+        assert audit(store).ok

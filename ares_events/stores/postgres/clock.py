@@ -15,8 +15,11 @@ from psycopg import sql
 
 from ares_events.core.backend import SealedEvent
 from ares_events.core.events import PayloadRef
+from ares_events.errors import ConfigError
 from ares_events.stores.postgres.arrays import ByteaArray, TextArray
 from ares_events.stores.postgres.sql import (
+    DIST_CATALOG,
+    DISTRIBUTED_SCHEMA,
     FROM,
     ORDER_BY_POSITION,
     RANGE,
@@ -105,6 +108,26 @@ class ServerClock:
     def xid(self, own: int, got: list[Any]) -> int:
         """The position's transaction id: ``own``, the writing transaction's."""
         return own
+
+    @classmethod
+    def check_schema(cls, conn: Any, schema: str, where: str) -> None:
+        """Refuse a schema whose rows live on other nodes (a Citus distributed schema, a
+        cell of a ``citus://`` store): this server's transaction ids would not order its
+        positions, so readers would pass over events written here.
+
+        Raises:
+            ConfigError: ``schema`` is distributed.
+        """
+        distributed = (
+            conn.execute(DIST_CATALOG).fetchone()[0]
+            and (conn.execute(DISTRIBUTED_SCHEMA, (schema,)).fetchone()[0])
+        )
+        if distributed:
+            raise ConfigError(
+                f"schema {schema!r} of {where} is a Citus distributed schema (a cell of a "
+                "citus:// store): open the store with its citus:// URL, whose clock keeps "
+                "positions in order"
+            )
 
     def writing(self, conn: Any, where: str) -> AbstractContextManager[None]:
         """Around the locked path's transaction: nothing to watch on one server."""

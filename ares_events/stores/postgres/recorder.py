@@ -117,13 +117,19 @@ def _cursor(conn: Any) -> Any:
 
 
 def _prepare_on(
-    conn: psycopg.Connection[Any], schema: str, where: str, create: bool, migrate: bool
+    conn: psycopg.Connection[Any],
+    schema: str,
+    where: str,
+    create: bool,
+    migrate: bool,
+    clock: ServerClock,
 ) -> None:
     if not create:
         problem = schema_exists(conn, schema)
         if problem is not None:
             raise StoreNotFound(where, f"{problem} (create it with `ares-events init`)")
     prepare_schema(conn, schema, f"schema {schema!r} of {where}", migrate)
+    clock.check_schema(conn, schema, where)
 
 
 class PostgresRecorder:
@@ -254,7 +260,7 @@ class PostgresRecorder:
         )
         self._gate = OperationGate(self._description)
         with self._conn(f"preparing schema {schema!r}") as conn:
-            _prepare_on(conn, schema, self._description, create, migrate)
+            _prepare_on(conn, schema, self._description, create, migrate, self.clock)
         logger.info("opened postgresql store %s (schema %s)", self._description, schema)
         self._read_models = postgres_read_models(self)
 

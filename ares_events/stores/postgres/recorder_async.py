@@ -152,17 +152,23 @@ if ASYNC:
             ),
             psycopg.connect(conninfo, **{**kwargs, "autocommit": True}) as conn,
         ):
-            _prepare_on(conn, schema, where, rec._create, rec._migrate)
+            _prepare_on(conn, schema, where, rec._create, rec._migrate, rec.clock)
 
 
 def _prepare_on(
-    conn: psycopg.Connection[Any], schema: str, where: str, create: bool, migrate: bool
+    conn: psycopg.Connection[Any],
+    schema: str,
+    where: str,
+    create: bool,
+    migrate: bool,
+    clock: ServerClock,
 ) -> None:
     if not create:
         problem = schema_exists(conn, schema)
         if problem is not None:
             raise StoreNotFound(where, f"{problem} (create it with `ares-events init`)")
     prepare_schema(conn, schema, f"schema {schema!r} of {where}", migrate)
+    clock.check_schema(conn, schema, where)
 
 
 class AsyncPostgresRecorder:
@@ -302,7 +308,7 @@ class AsyncPostgresRecorder:
             self._companion: Any = None
         else:
             with self._conn(f"preparing schema {schema!r}") as conn:
-                _prepare_on(conn, schema, self._description, create, migrate)
+                _prepare_on(conn, schema, self._description, create, migrate, self.clock)
             logger.info("opened postgresql store %s (schema %s)", self._description, schema)
             self._read_models = postgres_read_models(self)
 

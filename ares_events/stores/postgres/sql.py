@@ -205,6 +205,11 @@ SET_STATEMENT_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false
 LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 SCHEMA_EXISTS: Final = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)"
 META_EXISTS: Final = "SELECT to_regclass(%s) IS NOT NULL"
+# Citus's catalog of distributed schemas (schema-based sharding), when it is installed.
+DIST_CATALOG: Final = "SELECT to_regclass('pg_catalog.pg_dist_schema') IS NOT NULL"
+DISTRIBUTED_SCHEMA: Final = (
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_schema WHERE schemaid = to_regnamespace(%s))"
+)
 CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {s}"
 CREATE_META: Final = (
     "CREATE TABLE IF NOT EXISTS {s}.ares_meta (key text PRIMARY KEY, value text NOT NULL)"
