@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import ares_events as ae
+from tests.fixtures import servers
 from tests.fixtures.cli_helpers import run, run_json
 from tests.fixtures.fix_cells import KINDS, cells_url
 
@@ -102,3 +103,28 @@ def test_cells_move_from_the_cli(
     with ae.open_store(url) as store:
         assert [(e.stream_id, e.version, e.position) for e in store.read_all()] == before
         assert ae.integrity.audit(store).ok
+
+
+@pytest.mark.postgres
+def test_a_move_citus_refuses_is_a_usage_error_named_by_the_store_url(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Moving a cell to the worker it is on is refused by Citus: exit 2 (a request to
+    change, not an unavailable store), Citus's reason and the citus:// URL the user gave in
+    the message, never a cell's internal postgresql:// URL or the password. A missing
+    prefix opened without creating is "no store" at that same URL."""
+    url = cells_url("citus", request)
+    with ae.open_store(url):
+        pass
+    code, data = run_json(capsys, "--store", url, "cells")
+    cell = data["cells"][0]
+    here = cell["location"].split()[0]
+    code, out, err = run(capsys, "--store", url, "cells", "move", cell["cell"], here)
+    assert code == 2, err
+    assert "same node" in err and "citus://" in err
+    assert "postgresql://" not in err and "schema=" not in err
+    assert servers.TEST_PASSWORD not in out + err
+    missing = url.replace("prefix=", "prefix=gone")
+    code, out, err = run(capsys, "--store", missing, "verify", "k0")
+    assert code == 3 and "no store at citus://" in err, err
+    assert "postgresql://" not in err and servers.TEST_PASSWORD not in out + err

@@ -6,11 +6,13 @@ It may import the core, :mod:`ares_events.errors` and this package.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ares_events.errors import ConfigError
+from ares_events.errors import ConfigError, StoreError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,21 @@ def _cells(store: Any, mode: str = "auto") -> Any:
     return rec
 
 
+@contextlib.contextmanager
+def _asking(store: Any, rec: Any, what: str) -> Iterator[None]:
+    """A request Citus refuses (a cell already on that worker, an unknown node) is the
+    caller's to change, exit 2, named by the store's own URL, not a cell's internal one;
+    a lost server stays StoreUnavailable."""
+    try:
+        with rec.cells[0]._translate_errors(what):
+            yield
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:
+        why = str(exc.__cause__ or exc).strip().splitlines()[0]
+        raise ConfigError(f"{what} of {store.url}: Citus refused: {why}") from exc
+
+
 def cell_placements(store: Any) -> list[CellPlacement]:
     """Where each cell of a ``citus://`` store lives now.
 
@@ -75,8 +92,8 @@ def move_cell(store: Any, cell: str, host: str, port: int, *, mode: str = "auto"
     ``mode`` is Citus's shard transfer mode (:data:`MODES`, docs/scaling.md).
 
     Raises:
-        ConfigError: not a ``citus://`` store, an unknown cell or mode.
-        StoreError: Citus refused the move (the message says why).
+        ConfigError: not a ``citus://`` store, an unknown cell or mode, or Citus refused
+            the move (the message says why).
         StoreUnavailable: the coordinator cannot be reached.
     """
     rec = _cells(store, mode)
@@ -85,7 +102,7 @@ def move_cell(store: Any, cell: str, host: str, port: int, *, mode: str = "auto"
             f"{store.url} has no cell {cell!r}; cells: {', '.join(rec.cell_map.cells)}"
         )
     logger.info("moving cell %s of %s to %s:%d (%s)", cell, store.url, host, port, mode)
-    with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors(f"moving cell {cell}"):
+    with rec.cells[0].connection() as conn, _asking(store, rec, f"moving cell {cell}"):
         conn.execute(MOVE_SQL, (cell, host, port, mode))
 
 
@@ -94,10 +111,10 @@ def rebalance(store: Any, *, mode: str = "auto") -> None:
     new one included) and wait for it to finish.
 
     Raises:
-        ConfigError: not a ``citus://`` store or an unknown mode.
-        StoreError: Citus refused.
+        ConfigError: not a ``citus://`` store, an unknown mode, or Citus refused.
+        StoreUnavailable: the coordinator cannot be reached.
     """
     rec = _cells(store, mode)
-    with rec.cells[0].connection() as conn, rec.cells[0]._translate_errors("rebalancing"):
+    with rec.cells[0].connection() as conn, _asking(store, rec, "rebalancing"):
         conn.execute(REBALANCE_SQL, (mode,))
         conn.execute(REBALANCE_WAIT_SQL)

@@ -166,9 +166,12 @@ class AsyncCellsRecorder:
                 shared_clock=cfg.citus or len(set(cfg.hosts)) == 1,
             )
             await rec._record_map(new=raw is None, create=create)
-        except BaseException:
+        except BaseException as exc:
             for r in opened:
                 await r.close()
+            if isinstance(exc, StoreNotFound) and exc.where != cfg.where:
+                # A cell's URL is internal: name the store the user gave (and `init` it).
+                raise StoreNotFound(cfg.where, exc.detail) from exc
             raise
         logger.info("opened cell store %s (%d cells)", cfg.where, len(opened))
         return rec
