@@ -175,10 +175,12 @@ class _Gate:
 
 class _AccessLog:
     """One log line per response: method, the path inside the console (the prefix and
-    the query are secrets), status; every control and bidi character spelled out."""
+    the query are secrets), status; every control and bidi character spelled out. A path
+    outside the console is not shown: a mistyped link (``//prefix/...``, ``/prefix.``)
+    or a pasted token holds a secret, whole or nearly."""
 
-    def __init__(self, app: ASGIApp, prefix: str) -> None:
-        self.app, self.prefix = app, prefix
+    def __init__(self, app: ASGIApp, prefix: str, token: str) -> None:
+        self.app, self.prefix, self.token = app, prefix, token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not logger.isEnabledFor(logging.INFO):
@@ -186,7 +188,9 @@ class _AccessLog:
             return
         path: str = scope["path"]
         if path == self.prefix or path.startswith(self.prefix + "/"):
-            path = path[len(self.prefix) :] or "/"
+            path = (path[len(self.prefix) :] or "/").replace(self.token, "***")
+        else:
+            path = "(a path outside the console)"
 
         async def logged(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -248,7 +252,7 @@ class ConsoleServer:
         )
         protocol = type("Protocol", (_Protocol,), {"head_timeout": head_timeout})
         config = uvicorn.Config(
-            _AccessLog(Hardened(gate), self._prefix),
+            _AccessLog(Hardened(gate), self._prefix, self._token),
             http=protocol,
             ws="none",
             lifespan="off",
