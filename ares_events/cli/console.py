@@ -21,6 +21,7 @@ from ares_events.cli.common import (
     load_signing_key,
     pass_app,
 )
+from ares_events.cli.terminal import visible
 
 if TYPE_CHECKING:
     from ares_events.ui import ConsoleServer
@@ -164,7 +165,7 @@ def _serve(app: App, stop: _Stop, host: str, actions: bool, **options: Any) -> N
                 return
             mode = "actions allowed" if actions else "read-only"
             if options["approver"] is not None:
-                mode += f", approvals signed by {server.app.signer}"
+                mode += f", approvals signed by {visible(server.app.signer)}"
             if not loopback:
                 app.err.print(f"warning: listening on {host}, reachable from other machines")
             click.echo(f"ares-events console ({mode}) on {server.address}", err=True)

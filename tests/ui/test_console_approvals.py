@@ -159,3 +159,19 @@ def test_the_browser_approves_with_the_console_key(driver: Any, tmp_path: Path) 
         loop.store = store
         loop()
         assert loop.ran == ["pay-4:1"]
+
+
+def test_the_start_line_spells_out_a_hidden_character_in_the_signers_name(
+    tmp_path: Path,
+) -> None:
+    """An approver key named with a right-to-left override (keygen takes any name) is
+    shown in the console's start line with it spelled out, as on the pages: a raw U+202E
+    would reorder the operator's terminal line."""
+    from tests.ui.conftest import build_sqlite
+
+    key = SigningKey.generate("al\u202eice")
+    with console(build_sqlite(tmp_path), "--allow-actions", "--key", key_file(tmp_path, key)) as c:
+        pass
+    text = "\n".join(c.stderr)
+    assert "approvals signed by al⟨U+202E⟩ice+" in text
+    assert "\u202e" not in text
