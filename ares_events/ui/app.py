@@ -72,6 +72,8 @@ MAX_FORM: Final = 1 << 20
 _FORM_SECONDS: Final = 10.0
 _LIVE_SECONDS: Final = 25.0
 _LIVE_STREAMS: Final = 4
+_GLANCE_MS: Final = 5000
+"""When every live stream is held, how long a further live view waits between looks."""
 VIA: Final = "ares-events ui"
 
 
@@ -448,14 +450,23 @@ class ConsoleApp:
     async def _live_stream(self, request: Request) -> Response:
         """Server-sent events: the store's last position, whenever it moves (for
         :data:`_LIVE_SECONDS`, then the browser reconnects)."""
-        if self._live >= _LIVE_STREAMS:
-            return refusal(HTTPStatus.SERVICE_UNAVAILABLE, "too many live views")
         try:
             after = int(request.query_params.get("after") or 0)
         except ValueError:
             return refusal(HTTPStatus.BAD_REQUEST, "after must be a number")
+        if self._live >= _LIVE_STREAMS:
+            # Every stream is held: this view polls (one look, then the browser comes back
+            # after the retry) instead of a 503, which a browser never retries.
+            return _Live(self._glance(after), lambda: None)
         self._live += 1
         return _Live(self._events(after), self._live_ended)
+
+    async def _glance(self, pos: int) -> Any:
+        yield f"retry: {_GLANCE_MS}\n\n".encode()
+        with contextlib.suppress(_Refused):
+            last = await self._call(self.store.last_position)
+            if last != pos:
+                yield f"event: position\ndata: {last}\n\n".encode()
 
     def _live_ended(self) -> None:
         self._live -= 1

@@ -483,3 +483,44 @@ def test_access_log_spells_out_control_and_bidi_characters(tmp_path: Path) -> No
     assert "by ⟨U+001B⟩]0;PWNED⟨U+0007⟩mallory⟨U+202E⟩" in out
     logged = [ln for ln in c.stderr if not ln.startswith("open http")]
     assert not [ln for ln in logged if token in ln or prefix.decode() in ln]
+
+
+def test_a_live_view_past_the_held_ones_polls_instead_of_a_503(sqlite_url: str) -> None:
+    """With the four live streams held open, a fifth live view is not refused (a browser
+    never retries an EventSource answered 503, so that tab stayed stale for good): it gets
+    a 200 event stream that says when to come back (retry: 5000), reports the store's
+    position if it moved, and ends; the held streams go on."""
+    with console(sqlite_url) as c:
+        cookie = _session(c)["Cookie"].encode()
+        port = urlsplit(c.base).port
+
+        def live() -> bytes:
+            return (
+                b"GET " + _prefix(c) + b"/live?after=0 HTTP/1.1\r\nHost: " + _host(c)
+                + b"\r\nCookie: " + cookie + b"\r\n\r\n"
+            )  # fmt: skip
+
+        held = [socket.create_connection(("127.0.0.1", port), timeout=WAIT) for _ in range(4)]
+        try:
+            for sock in held:
+                sock.sendall(live())
+                got = b""
+                while b"event: position" not in got:
+                    chunk = sock.recv(4096)
+                    assert chunk
+                    got += chunk
+            with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as fifth:
+                fifth.sendall(live())
+                got = b""
+                while chunk := fifth.recv(4096):
+                    got += chunk
+                    if got.endswith(b"0\r\n\r\n"):  # the chunked body's end
+                        break
+            assert got.startswith(b"HTTP/1.1 200"), got[:200]
+            assert b"text/event-stream" in got and b"retry: 5000" in got
+            assert b"event: position" in got
+            for sock in held:  # still open: a held stream idles on
+                assert sock.recv(4096)
+        finally:
+            for sock in held:
+                sock.close()
