@@ -39,7 +39,7 @@ from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.merkle import TILE_WIDTH, MerkleLog
-from ares_events.stores.blobs.gc import parse_duration
+from ares_events.stores.blobs.gc import check_apart, parse_duration
 from ares_events.stores.cache import CachedRecorder
 
 if TYPE_CHECKING:
@@ -178,11 +178,8 @@ def archive(
 
     with open_blobs(to, create=True) as target:
         location, url = target.location, str(getattr(target, "url", to))
-    if getattr(store.blobs, "location", None) == location:
-        raise ConfigError(
-            f"the archive {location} is the store's blob location: give it its own folder or "
-            "prefix (gc-blobs would delete segments it sees no event reference)"
-        )
+    if store.blobs is not None:
+        check_apart(getattr(store.blobs, "location", store.blobs.url), location)
     text, ix = rec._index_text()
     if ix is None:  # (and text is None: nothing was ever archived)
         ix = SegmentIndex(location, url)

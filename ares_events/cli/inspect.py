@@ -133,7 +133,12 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     """
     if relocate_blobs and not app.blobs_opt:
         raise click.UsageError("--relocate-blobs needs --blobs URL (the new location)")
+    from ares_events.stores.blobs.gc import check_apart, recorded_archive
+
     with app.open(create=True, check_identity=not relocate_blobs) as store:
+        if relocate_blobs and store.blobs is not None:
+            # the one check the archive run and gc-blobs make: gc-blobs would delete segments
+            check_apart(getattr(store.blobs, "location", store.blobs.url), recorded_archive(store))
         getter = getattr(backend_of(store.recorder), "schema_version", None)
         schema: int | None = getter() if callable(getter) else None
         ident = store.record_identity(relocate_blobs=relocate_blobs)

@@ -1,7 +1,7 @@
 """Blob garbage collection: :func:`gc_blobs` deletes orphan blobs older than a grace period
 (:func:`parse_duration`).
 
-It may import the blob stores of this package and :mod:`ares_events.errors`.
+It may import the blob stores of this package, the core's identity and :mod:`ares_events.errors`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from ares_events.core.backend import Capability
+from ares_events.core.identity import IDENTITY_KEY, StoreIdentity
 from ares_events.errors import ConfigError
 from ares_events.stores.blobs.file import FileBlobStore
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GcReport", "gc_blobs", "parse_duration"]
+__all__ = ["GcReport", "check_apart", "gc_blobs", "parse_duration", "recorded_archive"]
 
 _DURATION_RE = re.compile(r"(\d+)([smhdwy])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 365 * 86400}
@@ -45,6 +47,43 @@ def parse_duration(text: str) -> timedelta:
     if seconds > _LONGEST:
         raise ConfigError(f"duration {text!r:.40} is longer than 1000 years")
     return timedelta(seconds=seconds)
+
+
+def check_apart(blobs: str | None, archive: str | None) -> None:
+    """Refuse a blob location that is, contains or is inside an archive location (either
+    None: nothing to compare). Both are ``.location`` as the blob stores give it (a
+    resolved folder, ``s3://bucket/prefix`` without endpoint or slashes at its ends), so
+    two spellings of one place compare equal.
+
+    Raises:
+        ConfigError: they overlap: gc-blobs would delete the archive's objects, which no
+            event references.
+    """
+    if blobs is None or archive is None:
+        return
+    if _within(blobs, archive) or _within(archive, blobs):
+        raise ConfigError(
+            f"the blob location {blobs} overlaps the archive {archive} (the same place, or "
+            "one inside the other): give each its own folder or prefix (gc-blobs would "
+            "delete archive segments, which no event references)"
+        )
+
+
+def _within(inner: str, outer: str) -> bool:
+    # "/" closes the outer one, so s3://b/arch2 is not inside s3://b/arch
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def recorded_archive(store: EventStore) -> str | None:
+    """The archive location the store's identity records, read now (another process may
+    have archived since this one opened the store); None: it records none."""
+    if Capability.METADATA not in store.capabilities:
+        return None
+    raw = store.recorder.meta_get(IDENTITY_KEY)  # type: ignore[attr-defined]
+    if raw is None:
+        return None
+    archive = StoreIdentity.from_json(raw, store.url).archive
+    return None if archive is None else archive.location
 
 
 @dataclass(slots=True)
@@ -89,12 +128,16 @@ def gc_blobs(
         A :class:`GcReport`.
 
     Raises:
-        ConfigError: the store has no blob store, or ``older_than`` is negative.
+        ConfigError: the store has no blob store, its blob location overlaps the archive
+            its identity records, or ``older_than`` is negative.
         StoreUnavailable: the store or the blob store cannot be reached.
     """
     blobs = store.blobs
     if blobs is None:
         raise ConfigError("gc-blobs needs a blob store: open the store with blobs=URL")
+    # Archive objects are referenced by the segment index, not by events: every one of
+    # them would look like an orphan here.
+    check_apart(getattr(blobs, "location", blobs.url), recorded_archive(store))
     if older_than < timedelta(0):
         raise ConfigError(f"older_than must not be negative, got {older_than}")
     cutoff = (now or datetime.now(UTC)) - older_than

@@ -1,0 +1,113 @@
+"""Edges of the archive run found by an outside tester: the blob location against the
+archive (gc-blobs deleted every segment), a first run that failed or archived nothing
+binding the store for good, and the retention workflow losing the records the audit
+checks tombstones and erasures against."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import ares_events as ae
+from ares_events.archive.job import archive
+from ares_events.core.identity import IDENTITY_KEY, StoreIdentity
+from ares_events.core.recorder import backend_of
+from ares_events.errors import ConfigError
+from ares_events.stores.blobs.gc import gc_blobs
+from tests.fixtures.cli_helpers import run, run_json
+from tests.fixtures.fix_backends import store_url_for
+
+
+def _fill(store: ae.EventStore, streams: int = 3, events: int = 20) -> None:
+    """``streams`` interleaved streams of ``events`` events each."""
+    for i in range(events):
+        for k in range(streams):
+            payload = {"i": i, "k": k, "text": f"step {i} of agent-{k}"}
+            store.append(f"agent-{k}", [ae.NewEvent(type="step", module="rt", payload=payload)])
+
+
+def _end(store: ae.EventStore) -> int:
+    """A horizon past every event (positions are not 1, 2, 3, ... on PostgreSQL)."""
+    return store.last_position() + 1
+
+
+def _identity_archive(store: ae.EventStore) -> str | None:
+    """The archive location the identity records in the database now."""
+    raw = backend_of(store.recorder).meta_get(IDENTITY_KEY)
+    assert raw is not None
+    ident = StoreIdentity.from_json(raw, store.url)
+    return None if ident.archive is None else ident.archive.location
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh SQLite or PostgreSQL store URL."""
+    return store_url_for(request.param, tmp_path, request)
+
+
+# -- 4: the blob location may not be, contain or be inside the archive ----------------
+
+
+def _overlaps(tmp_path: Path) -> list[str]:
+    """The archive folder spelled otherwise, a folder inside it, and one that holds it."""
+    arch = tmp_path / "arch"
+    return [f"{(tmp_path / 'x').as_uri()}/../arch/", (arch / "sub").as_uri(), tmp_path.as_uri()]
+
+
+def test_gc_blobs_refuses_a_blob_location_overlapping_the_archive(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gc-blobs with --blobs at the archive (another spelling of it, inside it, or around
+    it) is refused (exit 2, ConfigError) and deletes nothing: it deleted every segment."""
+    with ae.open_store(store_url, blobs=False) as store:
+        _fill(store)
+        rep = archive(store, (tmp_path / "arch").as_uri(), before=_end(store), segment_events=20)
+        assert len(rep.segments) == 3
+    objects = sorted(p for p in (tmp_path / "arch").rglob("*") if p.is_file())
+    for blobs in _overlaps(tmp_path):
+        with ae.open_store(store_url, blobs=blobs) as store, pytest.raises(ConfigError) as info:
+            gc_blobs(store, timedelta(0), now=datetime.now(UTC) + timedelta(seconds=5))
+        assert "overlaps the archive" in str(info.value)
+        code, _, err = run(capsys, "--store", store_url, "--blobs", blobs, "gc-blobs",
+                           "--older-than", "0s")  # fmt: skip
+        assert code == 2 and "overlaps the archive" in err, err
+    assert sorted(p for p in (tmp_path / "arch").rglob("*") if p.is_file()) == objects
+    with ae.open_store(store_url) as store:
+        assert ae.integrity.audit(store, deep=True).ok
+    # a blob location beside the archive is fine
+    code, _, err = run(capsys, "--store", store_url, "--blobs", (tmp_path / "arch2").as_uri(),
+                       "gc-blobs", "--older-than", "0s")  # fmt: skip
+    assert code == 0, err
+
+
+def test_init_relocate_blobs_refuses_the_archive_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init --relocate-blobs --blobs <the archive, inside or around it> is refused (exit 2)
+    and the identity keeps its blob location; a location apart is recorded."""
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    with ae.open_store(db) as store:
+        _fill(store)
+        archive(store, (tmp_path / "arch").as_uri(), before=_end(store), segment_events=20)
+        before = store.identity
+    for blobs in _overlaps(tmp_path):
+        code, _, err = run(capsys, "--store", db, "--blobs", blobs, "init", "--relocate-blobs")
+        assert code == 2 and "overlaps the archive" in err, err
+        with ae.open_store(db) as store:
+            assert store.identity == before
+    moved = (tmp_path / "moved").as_uri()
+    code, data = run_json(capsys, "--store", db, "--blobs", moved, "init", "--relocate-blobs")
+    assert code == 0 and data["identity"]["blobs"]["location"] == moved
+
+
+def test_the_archive_may_not_overlap_the_blob_location(tmp_path: Path) -> None:
+    """The archive run refuses an archive inside, around or equal to the blob location
+    (the same check gc-blobs makes), before writing or recording anything."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", blobs=(tmp_path / "arch").as_uri()) as s:
+        _fill(s)
+        for to in _overlaps(tmp_path):
+            with pytest.raises(ConfigError, match="overlaps the archive"):
+                archive(s, to, before=_end(s))
+        assert _identity_archive(s) is None
