@@ -70,6 +70,7 @@ _STATIC: Final = {
 MAX_FORM: Final = 1 << 20
 """The largest request body (bytes) the console accepts; a bigger one is refused unread."""
 _FORM_SECONDS: Final = 10.0
+_TICK: Final = 0.25
 _LIVE_SECONDS: Final = 25.0
 _LIVE_STREAMS: Final = 4
 _GLANCE_MS: Final = 5000
@@ -282,16 +283,32 @@ class ConsoleApp:
         if origin is not None and urlsplit(origin).netloc.lower() != host:
             raise _Refused(HTTPStatus.FORBIDDEN, "cross-origin form refused")
         body = bytearray()
+        chunks = request.stream().__aiter__()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _FORM_SECONDS
+        next_chunk: asyncio.Future[bytes] | None = None
         try:
-            async with asyncio.timeout(_FORM_SECONDS):
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > MAX_FORM:
-                        raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "form too large")
-        except TimeoutError:
-            raise _Refused(HTTPStatus.REQUEST_TIMEOUT, "the form came too slowly") from None
+            while True:
+                next_chunk = next_chunk or asyncio.ensure_future(anext(chunks))
+                # Looked at every tick, as a live stream does: a stop does not wait out a
+                # form still arriving (uvicorn would cancel it with an error logged).
+                if not (await asyncio.wait({next_chunk}, timeout=_TICK))[0]:
+                    if self.closing:
+                        raise _Refused(HTTPStatus.SERVICE_UNAVAILABLE, "the console is stopping")
+                    if loop.time() >= deadline:
+                        raise _Refused(HTTPStatus.REQUEST_TIMEOUT, "the form came too slowly")
+                    continue
+                done, next_chunk = next_chunk, None
+                body += done.result()
+                if len(body) > MAX_FORM:
+                    raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "form too large")
+        except StopAsyncIteration:
+            pass
         except ClientDisconnect:
             raise _Refused(HTTPStatus.BAD_REQUEST, "the form did not arrive") from None
+        finally:
+            if next_chunk is not None:
+                next_chunk.cancel()
         form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
         if not hmac.compare_digest(form.get("csrf", "").encode(), self._csrf.encode()):
             raise _Refused(HTTPStatus.FORBIDDEN, "missing or wrong CSRF token: reload the page")
