@@ -64,18 +64,20 @@ class _Protocol(H11Protocol):
         self._deadline()
 
     def on_response_complete(self) -> None:
+        done = self.cycle
+        # uvicorn may start a pipelined request in here: the deadline waits for a head
+        # after the one just answered, not for the response already under way.
         super().on_response_complete()
-        self._deadline()
+        self._deadline(done)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
         super().connection_lost(exc)
 
-    def _deadline(self) -> None:
+    def _deadline(self, waiting_after: Any = None) -> None:
         # A new request head replaces self.cycle: if it is still the same object when the
         # timer fires, no whole head arrived in time.
-        waiting_after = self.cycle
 
         def expire() -> None:
             if self.cycle is waiting_after and not self.transport.is_closing():

@@ -165,6 +165,38 @@ def test_a_connection_that_sends_no_whole_head_is_closed(tmp_path: Path) -> None
             server.close()
 
 
+def test_a_pipelined_slow_response_is_not_cut_by_the_head_deadline(tmp_path: Path) -> None:
+    """Two requests in one packet, the second a live stream (a response that lasts): the
+    head deadline, restarted when the first response completes, times the wait for a
+    next head, not the pipelined response already running, which goes on past it."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+        ae.emit(store, "s", "x.happened", "m", {})
+        server = ConsoleServer(store, port=0, head_timeout=0.5).start()
+        try:
+            token = server.login_url.split("token=")[1]
+            cookie = f"ares_console_{server.port}={token}".encode()
+            prefix = urlsplit(server.base_url).path.rstrip("/").encode()
+            host = f"127.0.0.1:{server.port}".encode()
+
+            def get(target: bytes) -> bytes:
+                return (
+                    b"GET " + prefix + target + b" HTTP/1.1\r\nHost: " + host
+                    + b"\r\nCookie: " + cookie + b"\r\n\r\n"
+                )  # fmt: skip
+
+            with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as sock:
+                sock.sendall(get(b"/streams") + get(b"/live?after=0"))
+                got = b""
+                until = time.monotonic() + 2.0  # four head deadlines
+                while time.monotonic() < until:
+                    chunk = sock.recv(4096)
+                    assert chunk, f"closed mid-response: {got[-200:]!r}"
+                    got += chunk
+            assert got.count(b"HTTP/1.1 200") == 2 and b"event: position" in got
+        finally:
+            server.close()
+
+
 def test_a_closed_console_answers_503_not_a_traceback(tmp_path: Path, capfd: Any) -> None:
     """A request that reaches the app after :meth:`ConsoleApp.close` (the server still
     stopping) gets a 503 page; nothing is printed as a traceback."""
