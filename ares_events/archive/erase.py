@@ -57,7 +57,8 @@ def erase_archived(
 ) -> tuple[SegmentIndex, int, list[str]] | None:
     """Rewrite the segment holding the event (matched on stream, version, position and
     hash); return the new segment index, how many users of its blob to assume, and the keys
-    of the replaced objects; None when no archived row matches.
+    of the replaced objects; None when no archived row matches, or it is erased already
+    (the caller reports what erasing an erased event reports: nothing changed).
 
     A spilled payload's blob is never deleted here (events in the database may share it,
     which this cannot count): it is reported as shared, and ``gc-blobs`` removes it later.
@@ -77,6 +78,10 @@ def erase_archived(
         return None
     e = events[hit]
     if (e.stream_id, e.version, e.hash) != (stream_id, version, event_hash):
+        return None
+    if e.payload_erased:
+        # A concurrent erasure of the same event won the swap. Rewriting it again would
+        # write the same segment bytes under the same key and name that key as replaced.
         return None
     events[hit] = RecordedEvent(
         e.stream_id, e.version, e.position, e.event_id_str, e.type, e.module, None,

@@ -326,6 +326,13 @@ class SegmentIndex:
             doc["pending"] = list(self.pending)
         return canonical_json(doc, field="archive segment index").decode()
 
+    def live_keys(self) -> frozenset[str]:
+        """The keys of every manifest and segment object the index references (a retired
+        segment's are gone)."""
+        return frozenset(
+            k for s in self.segments if s.retired is None for k in (s.manifest.key, s.segment.key)
+        )
+
     @classmethod
     def from_json(cls, text: str) -> SegmentIndex:
         """Parse the stored form.

@@ -328,9 +328,12 @@ class ArchiveSource:
         return [e for i in range(len(m.blocks)) for e in self.block(ix, entry, i)]
 
     def drop_objects(self, ix: SegmentIndex, keys: list[str]) -> None:
-        """Delete replaced archive objects (after the segment index no longer names them) and
-        forget every cached block."""
+        """Delete replaced archive objects (after the segment index ``ix`` no longer names
+        them) and forget every cached block. A key ``ix`` still references is kept: objects
+        are content-addressed, so a rewrite to the same bytes replaced a key by itself."""
         blobs = self.blobs(ix)
+        live = ix.live_keys()
         for key in keys:
-            blobs.delete(key)
+            if key not in live:
+                blobs.delete(key)
         self.forget()
