@@ -19,6 +19,7 @@ from ares_events.archive.segment import (
     SegmentIndex,
     decode_block,
     encode_segment,
+    through_update,
 )
 from ares_events.archive.source import ArchiveSource
 from ares_events.core.events import ErasedPayloadRef, RecordedEvent
@@ -26,7 +27,7 @@ from ares_events.errors import ArchiveError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["erase_archived", "put_checked", "settle_pending", "swap_index"]
+__all__ = ["erase_archived", "put_checked", "record_through", "settle_pending", "swap_index"]
 
 
 def put_checked(source: ArchiveSource, ix: SegmentIndex, data: bytes, seq: int) -> ObjectRef:
@@ -128,5 +129,16 @@ def swap_index(inner: Any, text: str | None, ix: SegmentIndex, seq: int, why: st
     new_text = ix.to_json()
     if not inner.meta_swap(INDEX_KEY, text, new_text):
         raise ArchiveError("busy", seq, INDEX_KEY, f"{why}; run again")
-    inner.meta_set(THROUGH_KEY, f"{ix.through} {ix.rev}")
+    record_through(inner, ix)
     return new_text
+
+
+def record_through(inner: Any, ix: SegmentIndex) -> None:
+    """Write ``archive/through`` for the recorded segment index ``ix`` (a compare-and-set
+    that never moves the row back to an older revision: a writer stalled between its index
+    swap and this write leaves a later writer's row as it is)."""
+    while True:  # a lost swap means another writer moved the row: look at it again
+        raw = inner.meta_get(THROUGH_KEY)
+        new = through_update(raw, ix)
+        if new is None or inner.meta_swap(THROUGH_KEY, raw, new):
+            return

@@ -15,7 +15,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, cast
 
 from ares_events.archive.erase import erase_archived
-from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
+from ares_events.archive.segment import (
+    INDEX_KEY,
+    THROUGH_KEY,
+    SegmentIndex,
+    parse_through,
+    through_update,
+)
 from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import (
     AppendOutcome,
@@ -68,15 +74,6 @@ async def _take(it: AsyncIterator[RecordedEvent], n: int) -> list[RecordedEvent]
         return out
     else:
         return list(itertools.islice(it, n))
-
-
-def _parse_through(raw: str) -> tuple[int, int]:
-    """``archive/through``'s ``"<last archived position> <revision>"``."""
-    try:
-        through, rev = map(int, raw.split())
-    except ValueError as exc:
-        raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
-    return through, rev
 
 
 def _lost(through: int) -> ArchiveError:
@@ -197,7 +194,7 @@ class AsyncArchiveRecorder:
             # a lost index for none would make a stream read skip the archived versions
             # and a run start the archive over.
             raw = await self.inner.meta_get(THROUGH_KEY)
-            through = 0 if raw is None else _parse_through(raw)[0]
+            through = 0 if raw is None else parse_through(raw)[0]
             if through > 0:
                 # The index is recorded before its end row: a first run may have written
                 # both since the read above.
@@ -214,18 +211,34 @@ class AsyncArchiveRecorder:
 
     async def _through(self) -> tuple[int, SegmentIndex | None]:
         """The last archived position and, when it is not 0, the segment index (fetched again
-        only when its revision moved)."""
+        only when its revision moved).
+
+        The row is a fast path only: its revision says whether the index read last is
+        still the one recorded, and the position always comes from that index. A row
+        behind the index (a writer between its two writes, or a stale write) or set by
+        hand then costs an index read, never a skipped range."""
         raw = await self.inner.meta_get(THROUGH_KEY)
         if raw is None:  # a run stopped between the index and this row, or it was deleted
             ix = await self.segment_index()
             return (ix.through if ix is not None else 0), ix
-        through, rev = _parse_through(raw)
+        through, rev = parse_through(raw)
         ix = self._parsed[1]
         if ix is None or ix.rev != rev:
             ix = await self.segment_index()
-        if ix is None and through > 0:  # the rows below it are gone: never skip them
-            raise _lost(through)
-        return through, ix
+        if ix is None:
+            if through > 0:  # the rows below it are gone: never skip them
+                raise _lost(through)
+            return 0, None
+        return ix.through, ix
+
+    async def _record_through(self, ix: SegmentIndex) -> None:
+        """:func:`ares_events.archive.erase.record_through` on this face: never moves the
+        row back to an older revision."""
+        while True:  # a lost swap means another writer moved the row: look at it again
+            raw = await self.inner.meta_get(THROUGH_KEY)
+            new = through_update(raw, ix)
+            if new is None or await self.inner.meta_swap(THROUGH_KEY, raw, new):
+                return
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
@@ -484,7 +497,7 @@ class AsyncArchiveRecorder:
             new_ix, refs, old_keys = done
             new_text = new_ix.to_json()
             if await self.inner.meta_swap(INDEX_KEY, text, new_text):
-                await self.inner.meta_set(THROUGH_KEY, f"{new_ix.through} {new_ix.rev}")
+                await self._record_through(new_ix)
                 # The old objects hold the payload: delete them now (the segment index names
                 # them as pending until then, so a crash here leaves them to the next run).
                 await asyncio.to_thread(self.source.drop_objects, new_ix, old_keys)

@@ -35,10 +35,13 @@ __all__ = [
     "StreamRange",
     "decode_block",
     "encode_segment",
+    "parse_through",
     "row_of",
     "span",
     "stored",
     "streams_digest",
+    "through_problem",
+    "through_update",
     "tombstone_fields",
     "tombstone_problem",
 ]
@@ -50,7 +53,9 @@ RETENTION_STREAM: Final = "ares-events/retention"
 RETENTION_TYPE: Final = "archive.segment.retired"
 THROUGH_KEY: Final = "archive/through"
 """``"<last archived position> <segment index revision>"``: what a reader checks around each
-page (small, so the segment index itself is read only when it changed)."""
+page (small, so the segment index itself is read only when it changed). A fast path
+only: the segment index is the truth, and a reader takes the archive's end from the index
+of the revision the row names (:func:`through_update` keeps the revision from going back)."""
 SEGMENT_EVENTS: Final = 65_536
 """Default events per segment."""
 BLOCK_EVENTS: Final = 1024
@@ -357,6 +362,52 @@ class SegmentIndex:
             raise ArchiveError(
                 "unreadable", None, INDEX_KEY, f"the segment index does not parse: {exc}"
             ) from exc
+
+
+def parse_through(raw: str) -> tuple[int, int]:
+    """``archive/through``'s ``"<last archived position> <revision>"``.
+
+    Raises:
+        ArchiveError: it does not parse (kind ``unreadable``).
+    """
+    try:
+        through, rev = map(int, raw.split())
+    except ValueError as exc:
+        raise ArchiveError("unreadable", None, THROUGH_KEY, f"bad value {raw!r}") from exc
+    return through, rev
+
+
+def through_update(raw: str | None, ix: SegmentIndex) -> str | None:
+    """The ``archive/through`` value to write in place of ``raw`` once ``ix`` is recorded,
+    or None when ``raw`` already names ``ix``'s revision or a later one (the writer of a
+    later index recorded its own row: writing ours would move the row back, and a reader
+    that cached the older index would then skip what that later run deleted). A row that
+    does not parse is replaced."""
+    if raw is not None:
+        try:
+            if parse_through(raw)[1] >= ix.rev:
+                return None
+        except ArchiveError:
+            pass
+    return f"{ix.through} {ix.rev}"
+
+
+def through_problem(raw: str | None, ix: SegmentIndex) -> str | None:
+    """Why ``archive/through`` (``raw``) disagrees with the segment index ``ix`` beyond the
+    lag of a writer between its two writes (a revision behind, an end not past the
+    index's), or None. Readers go by the index either way; the audit reports it."""
+    if raw is None:
+        return None
+    try:
+        through, rev = parse_through(raw)
+    except ArchiveError as exc:
+        return exc.detail
+    if rev > ix.rev or (rev == ix.rev and through != ix.through) or through > ix.through:
+        return (
+            f"{THROUGH_KEY} says position {through} at revision {rev}; the segment index "
+            f"ends at {ix.through} at revision {ix.rev}"
+        )
+    return None
 
 
 def row_of(e: RecordedEvent) -> list[Any]:

@@ -1,6 +1,7 @@
-"""Erasures of archived events racing each other: two erasures of one event. Each race
-is forced at the exact point by a hook (the paused side waits on an event), never by
-timing."""
+"""Erasures of archived events racing each other and archive runs: two erasures of one
+event, and an erasure paused between its segment index swap and its ``archive/through``
+write while a run completes. Each race is forced at the exact point by a hook (the paused
+side waits on an event), never by timing."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import ares_events as ae
 from ares_events.archive.erase import erase_archived as real_erase_archived
 from ares_events.archive.job import archive
 from ares_events.archive.reader import ArchiveRecorder
-from ares_events.archive.segment import INDEX_KEY, SegmentIndex
+from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
 from ares_events.core.recorder import system_of_record
 from tests.fixtures.fix_backends import store_url_for
 
@@ -184,3 +185,66 @@ def test_objects_an_index_references_are_never_dropped(tmp_path: Path) -> None:
         assert _index(store).pending == ()
         _every_object_is_there(store)
         assert ae.integrity.audit(store, deep=True).ok
+
+
+def test_a_stale_through_write_never_hides_archived_events(
+    urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erasure paused between its segment index swap and its ``archive/through`` write
+    while an archive run completes: afterwards ``archive/through`` names the index's
+    revision, read_all (a reader from before and a new one) returns every event, and the
+    audit's position scan sees them all."""
+    url, to = urls
+    with ae.open_store(url) as store:
+        archive(store, to, before=_position_at(store, 100), segment_events=50)
+        expected = [(e.stream_id, e.version) for e in store.read_all()]
+    pause = _Pause()
+
+    def erase() -> None:
+        with ae.open_store(url) as s:
+            inner = _rec(s).inner
+            real = inner.meta_swap
+
+            def meta_swap(key: str, old: str | None, new: str) -> bool:
+                won = bool(real(key, old, new))
+                if key == INDEX_KEY and won and not pause.reached.is_set():
+                    pause.wait_here()  # swapped; its end row not written yet
+                return won
+
+            inner.meta_swap = meta_swap
+            ae.erase(s, "agent-0", 5, reason="GDPR", by="dpo")
+
+    with ae.open_store(url) as early:
+        assert len(list(early.read_all())) == len(expected)  # its index cached now
+        t = pause.run(erase)
+        assert pause.reached.wait(WAIT)
+        with ae.open_store(url) as store:
+            archive(store, to, before=_position_at(store, 280), segment_events=50)
+        pause.go.set()
+        t.join(WAIT)
+        if pause.errors:
+            raise pause.errors[0]
+        want = [*expected, (ae.ERASURE_STREAM, 1)]
+        assert [(e.stream_id, e.version) for e in early.read_all()] == want
+        with ae.open_store(url) as store:
+            assert [(e.stream_id, e.version) for e in store.read_all()] == want
+            audit = ae.integrity.audit(store)
+            assert audit.ok and audit.events_checked == len(want), audit.findings
+            ix = _index(store)
+            assert _rec(store).inner.meta_get(THROUGH_KEY) == f"{ix.through} {ix.rev}"
+
+
+def test_a_through_row_set_lower_by_hand_skips_nothing(tmp_path: Path) -> None:
+    """``archive/through`` moved back by hand (its revision kept): read_all still
+    returns every event, from the archive's end as the segment index records it."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        archive(store, (tmp_path / "arch").as_uri(), before=_position_at(store, 250),
+                segment_events=100)  # fmt: skip
+        expected = list(store.read_all())
+        ix = _index(store)
+        inner = _rec(store).inner
+        inner.meta_set(THROUGH_KEY, f"{ix.segments[0].last_position} {ix.rev}")
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        assert list(store.read_all()) == expected
+        assert ae.integrity.audit(store).events_checked == len(expected)
