@@ -128,7 +128,8 @@ def swap_index(inner: Any, text: str | None, ix: SegmentIndex, seq: int, why: st
     """
     new_text = ix.to_json()
     if not inner.meta_swap(INDEX_KEY, text, new_text):
-        raise ArchiveError("busy", seq, INDEX_KEY, f"{why}; run again")
+        changed = _what_changed(text, inner.meta_get(INDEX_KEY))
+        raise ArchiveError("busy", seq, INDEX_KEY, f"{changed or why}; run again")
     record_through(inner, ix)
     return new_text
 
@@ -142,3 +143,28 @@ def record_through(inner: Any, ix: SegmentIndex) -> None:
         new = through_update(raw, ix)
         if new is None or inner.meta_swap(THROUGH_KEY, raw, new):
             return
+
+
+def _what_changed(before: str | None, now: str | None) -> str | None:
+    """What changed the segment index from ``before`` to ``now`` (for the message of a lost
+    swap), or None when it cannot tell."""
+    if now is None:
+        return "the segment index is gone"
+    try:
+        old = SegmentIndex.from_json(before) if before is not None else None
+        new = SegmentIndex.from_json(now)
+    except ArchiveError:
+        return None
+    was = {s.seq: s for s in old.segments} if old is not None else {}
+    what = []
+    for s in new.segments:
+        p = was.get(s.seq)
+        if p is None:
+            what.append(f"another archive run recorded segment {s.seq}")
+        elif s.retired is not None and p.retired is None:
+            what.append(f"retention retired segment {s.seq}")
+        elif s.manifest != p.manifest:
+            what.append(f"an erasure rewrote segment {s.seq}")
+    if not what and old is not None and new.pending != old.pending:
+        what.append("another run deleted the objects an erasure replaced")
+    return "the segment index changed meanwhile: " + ", ".join(what) if what else None

@@ -1,7 +1,7 @@
 """Erasures of archived events racing each other and archive runs: two erasures of one
-event, and an erasure paused between its segment index swap and its ``archive/through``
-write while a run completes. Each race is forced at the exact point by a hook (the paused
-side waits on an event), never by timing."""
+event, an erasure paused between its segment index swap and its ``archive/through`` write
+while a run completes, and a run that meets an erasure's swap. Each race is forced at the
+exact point by a hook (the paused side waits on an event), never by timing."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 
 import ares_events as ae
+from ares_events.archive import job as archive_mod
 from ares_events.archive.erase import erase_archived as real_erase_archived
 from ares_events.archive.job import archive
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import INDEX_KEY, THROUGH_KEY, SegmentIndex
 from ares_events.core.recorder import system_of_record
+from ares_events.errors import ArchiveError
 from tests.fixtures.fix_backends import store_url_for
 
 STREAMS = ("agent-0", "agent-1", "agent-2")
@@ -248,3 +250,35 @@ def test_a_through_row_set_lower_by_hand_skips_nothing(tmp_path: Path) -> None:
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         assert list(store.read_all()) == expected
         assert ae.integrity.audit(store).events_checked == len(expected)
+
+
+def test_a_run_that_meets_an_erasure_says_the_index_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive run whose segment index swap loses to an erasure of an archived event
+    (no other run) does not blame another archive run."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    to = (tmp_path / "arch").as_uri()
+    with ae.open_store(url) as store:
+        _fill(store)
+        archive(store, to, before=_position_at(store, 100), segment_events=50)
+        done: list[str] = []
+
+        def step(name: str) -> None:
+            if name == "verified" and not done:  # sealed, its index swap next
+                done.append(name)
+                with ae.open_store(url) as other:
+                    ae.erase(other, "agent-0", 3, reason="GDPR #2", by="dpo")
+
+        monkeypatch.setattr(archive_mod, "_step", step)
+        try:
+            archive(store, to, before=_position_at(store, 250), segment_events=50)
+        except ArchiveError as exc:  # (a run that re-read the index and went on is right too)
+            assert exc.kind == "busy"
+            assert exc.detail == (
+                "the segment index changed meanwhile: an erasure rewrote segment 1; run again"
+            )
+        assert done
+        monkeypatch.undo()
+        archive(store, to, before=_position_at(store, 250), segment_events=50)
+        assert ae.integrity.audit(store, deep=True).ok
