@@ -25,8 +25,8 @@ from ares_events.cli.common import (
     "to",
     metavar="ARCHIVE_URL",
     help="Where segments go: s3://bucket/prefix?endpoint_url=... or file:///dir (not the "
-    "blob location). Recorded in the store's identity at the first run; later runs must "
-    "name the same place.",
+    "blob location). Recorded in the store's identity when the first segment is "
+    "archived; later runs must name the same place.",
 )
 @click.option(
     "--before",

@@ -149,9 +149,9 @@ def archive(
 
     Args:
         store: a SQLite, PostgreSQL or cell store on one clock (blocking face).
-        to: ``s3://bucket/prefix?...`` or ``file:///dir``; not the store's blob location.
-            Recorded in the store's identity and segment index at the first run; later runs
-            must name the same location.
+        to: ``s3://bucket/prefix?...`` or ``file:///dir``; not the store's blob location,
+            nor inside it or around it. Recorded in the store's segment index and identity
+            when the first segment is committed; later runs must name the same location.
         before: archive events at positions below this one, or recorded before this
             time (a ``datetime``) or longer than this ago (a ``timedelta``).
         segment_events: events per segment at most.
@@ -162,8 +162,8 @@ def archive(
         progress: called with each sealed segment's line of the report.
 
     Raises:
-        ConfigError: ``to`` is the blob location, or another location than the one this
-            store archives to; a bad ``before``; a backend that cannot archive.
+        ConfigError: ``to`` overlaps the blob location, or is another location than the
+            one this store archives to; a bad ``before``; a backend that cannot archive.
         ChainIntegrityError: the events to archive do not verify (nothing is written).
         ArchiveError: what was read back differs from what was written, or another run
             changed the segment index meanwhile.
@@ -181,12 +181,16 @@ def archive(
     if store.blobs is not None:
         check_apart(getattr(store.blobs, "location", store.blobs.url), location)
     text, ix = rec._index_text()
+    # The segment index binds the store to its location from its first commit on; a run
+    # that fails or finds nothing before that binds nothing.
+    recorded = ix is not None
     if ix is None:  # (and text is None: nothing was ever archived)
         ix = SegmentIndex(location, url)
     elif ix.location != location:
         raise ConfigError(f"store {store.url} archives to {ix.location}, not to {location}")
+    else:  # recorded already, unless a run stopped between its first commit and that
+        _record_identity(store, inner, ix)
     report = ArchiveReport(location)
-    _record_identity(store, inner, location, url)
     text, ix = settle_pending(inner, source, text, ix)  # an erasure's leftovers
     # An interrupted run: segments recorded whose rows are still here.
     report.resumed, report.rows_deleted, text, ix = _finish_deletes(inner, source, text, ix)
@@ -210,6 +214,9 @@ def archive(
         text = swap_index(
             inner, text, ix, entry.seq, "another archive run changed the segment index"
         )
+        if not recorded:  # before any row goes: a store opened from now on reads through
+            _record_identity(store, inner, ix)
+            recorded = True
         _step("recorded")
         n, text, ix = _delete(inner, source, text, ix, entry, events)
         report.rows_deleted += n
@@ -246,21 +253,25 @@ def _row_size(e: RecordedEvent) -> int:
     )  # fmt: skip
 
 
-def _record_identity(store: EventStore, inner: Any, location: str, url: str) -> None:
-    raw = inner.meta_get(IDENTITY_KEY)
-    if raw is None:
-        return  # a store never written to has nothing to archive
-    ident = StoreIdentity.from_json(raw, store.url)
-    if ident.archive is not None:
-        if ident.archive.location != location:
-            raise ConfigError(
-                f"store {store.url} archives to {ident.archive.location}, not to {location}"
-            )
+def _record_identity(store: EventStore, inner: Any, ix: SegmentIndex) -> None:
+    """Record the archive's location in the store's identity (what makes ``open_store``
+    read through), taken from the committed segment index: only a run whose first segment
+    won the index's compare-and-set, or one that finds it committed, writes it, so two
+    runs to different locations cannot both be recorded. A location recorded without a
+    committed segment (by a run before this rule) is replaced."""
+    for _ in range(3):
+        raw = inner.meta_get(IDENTITY_KEY)
+        if raw is None:
+            return  # a store never written to has nothing to archive
+        ident = StoreIdentity.from_json(raw, store.url)
+        if ident.archive is None or ident.archive.location != ix.location:
+            new = dataclasses.replace(ident, archive=BlobsIdentity(ix.location, ix.url))
+            if not inner.meta_swap(IDENTITY_KEY, raw, new.to_json()):
+                continue
+            ident = new
+        store._identity = ident  # what replay and verify consult to look for retired segments
         return
-    new = dataclasses.replace(ident, archive=BlobsIdentity(location, url))
-    if not inner.meta_swap(IDENTITY_KEY, raw, new.to_json()):
-        raise ArchiveError("busy", None, IDENTITY_KEY, "the identity changed meanwhile; run again")
-    store._identity = new  # what replay and verify consult to look for retired segments
+    raise ArchiveError("busy", None, IDENTITY_KEY, "the identity kept changing; run again")
 
 
 def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | None]:

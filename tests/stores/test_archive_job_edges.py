@@ -5,16 +5,21 @@ checks tombstones and erasures against."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import ares_events as ae
+from ares_events.archive import job as archive_mod
 from ares_events.archive.job import archive
-from ares_events.core.identity import IDENTITY_KEY, StoreIdentity
+from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import backend_of
-from ares_events.errors import ConfigError
+from ares_events.errors import ArchiveError, ConfigError
 from ares_events.stores.blobs.gc import gc_blobs
 from tests.fixtures.cli_helpers import run, run_json
 from tests.fixtures.fix_backends import store_url_for
@@ -45,6 +50,12 @@ def _identity_archive(store: ae.EventStore) -> str | None:
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh SQLite or PostgreSQL store URL."""
     return store_url_for(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def s3_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The moto endpoint as an ``endpoint_url=...`` query (no bucket made)."""
+    yield f"endpoint_url={request.getfixturevalue('s3_endpoint')}"
 
 
 # -- 4: the blob location may not be, contain or be inside the archive ----------------
@@ -111,3 +122,118 @@ def test_the_archive_may_not_overlap_the_blob_location(tmp_path: Path) -> None:
             with pytest.raises(ConfigError, match="overlaps the archive"):
                 archive(s, to, before=_end(s))
         assert _identity_archive(s) is None
+
+
+# -- 5: the location is recorded only when the first segment commits ------------------
+
+
+@pytest.mark.s3
+def test_a_failed_first_run_does_not_bind_the_store(
+    store_url: str, tmp_path: Path, s3_url: str
+) -> None:
+    """A first run to a bucket that does not exist fails (StoreUnavailable) and records
+    nothing: the run to the right location then archives."""
+    import boto3
+
+    endpoint = s3_url.removeprefix("endpoint_url=")
+    bucket = f"good-{uuid.uuid4().hex[:12]}"
+    boto3.session.Session().client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    with ae.open_store(store_url) as store:
+        _fill(store)
+        with pytest.raises(ae.StoreUnavailable):
+            archive(store, f"s3://no-such-{bucket}/arch?{s3_url}", before=_end(store))
+        assert _identity_archive(store) is None
+        good = f"s3://{bucket}/arch?{s3_url}"
+        rep = archive(store, good, before=_end(store), segment_events=20)
+        assert rep.events_archived > 0 and _identity_archive(store) == f"s3://{bucket}/arch"
+    with ae.open_store(store_url) as store:
+        assert ae.integrity.audit(store, deep=True).ok
+
+
+def test_a_run_that_archives_nothing_does_not_bind_the_store(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """archive --before 90d on a young store says nothing to archive and records no
+    location: a run to another location then archives, and it is recorded."""
+    with ae.open_store(store_url) as store:
+        _fill(store)
+        horizon = _end(store)
+    code, out, err = run(capsys, "--store", store_url, "archive", "--to",
+                         (tmp_path / "try").as_uri(), "--before", "90d")  # fmt: skip
+    assert code == 0 and "nothing to archive" in out, err
+    code, data = run_json(capsys, "--store", store_url, "archive", "--status")
+    assert code == 0 and data["archive"] is None
+    prod = (tmp_path / "prod").as_uri()
+    code, data = run_json(capsys, "--store", store_url, "archive", "--to", prod,
+                          "--before", str(horizon), "--segment-events", "20")  # fmt: skip
+    assert code == 0 and data["events_archived"] > 0, data
+    with ae.open_store(store_url) as store:
+        assert _identity_archive(store) == prod
+        assert ae.integrity.audit(store, deep=True).ok
+
+
+def test_a_store_bound_with_nothing_archived_can_archive_elsewhere(tmp_path: Path) -> None:
+    """A store whose identity names an archive but which never committed a segment (what
+    a failed first run left before this fix) archives to another location, which is then
+    the one recorded."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store)
+        rec = backend_of(store.recorder)
+        ident = store.identity
+        assert ident is not None
+        stale = BlobsIdentity((tmp_path / "typo").as_uri(), (tmp_path / "typo").as_uri())
+        bound = dataclasses.replace(ident, archive=stale)
+        rec.meta_set(IDENTITY_KEY, bound.to_json())
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        good = (tmp_path / "good").as_uri()
+        assert archive(store, good, before=_end(store), segment_events=20).events_archived
+        assert _identity_archive(store) == good
+        assert ae.integrity.audit(store, deep=True).ok
+        with pytest.raises(ConfigError, match="archives to"):
+            archive(store, (tmp_path / "typo").as_uri(), before=_end(store))
+
+
+def test_two_first_runs_to_different_locations_cannot_both_commit(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run A is held after verifying its first segment while run B, to another location,
+    archives: A's commit is refused (busy), B's location is the one recorded, and a later
+    run to A's location is refused."""
+    with ae.open_store(store_url) as store:
+        _fill(store)
+        horizon = _end(store)
+    held, go = threading.Event(), threading.Event()
+    main = threading.get_ident()
+    real = archive_mod._step
+
+    def hold(name: str) -> None:
+        real(name)
+        if name == "verified" and threading.get_ident() != main and not held.is_set():
+            held.set()
+            go.wait(30)
+
+    monkeypatch.setattr(archive_mod, "_step", hold)
+    errors: list[BaseException] = []
+
+    def run_a() -> None:
+        with ae.open_store(store_url) as s:
+            try:
+                archive(s, (tmp_path / "a").as_uri(), before=horizon, segment_events=20)
+            except BaseException as exc:  # the test reads it below
+                errors.append(exc)
+
+    t = threading.Thread(target=run_a)
+    t.start()
+    assert held.wait(30)
+    with ae.open_store(store_url) as store:
+        rep = archive(store, (tmp_path / "b").as_uri(), before=horizon, segment_events=20)
+        assert rep.events_archived > 0
+    go.set()
+    t.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], ArchiveError), errors
+    assert errors[0].kind == "busy"
+    with ae.open_store(store_url) as store:
+        assert _identity_archive(store) == (tmp_path / "b").as_uri()
+        with pytest.raises(ConfigError, match="archives to"):
+            archive(store, (tmp_path / "a").as_uri(), before=horizon)
+        assert ae.integrity.audit(store, deep=True).ok
