@@ -17,6 +17,7 @@ from ares_events.archive.erase import put_checked, settle_pending, swap_index
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import (
     BLOCK_EVENTS,
+    RETENTION_STREAM,
     SEGMENT_EVENTS,
     THROUGH_KEY,
     Manifest,
@@ -30,7 +31,13 @@ from ares_events.archive.segment import (
 )
 from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import ArchivedRow, Capability
-from ares_events.core.events import ErasedPayloadRef, RecordedEvent, format_at, utc_now_at
+from ares_events.core.events import (
+    ERASURE_STREAM,
+    ErasedPayloadRef,
+    RecordedEvent,
+    format_at,
+    utc_now_at,
+)
 from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import system_of_record
 from ares_events.errors import ArchiveError, ChainIntegrityError, ConfigError, StoreError
@@ -48,7 +55,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ArchiveReport", "archive", "parse_before"]
+__all__ = ["RECORD_STREAMS", "ArchiveReport", "archive", "parse_before"]
+
+RECORD_STREAMS: Final = frozenset({RETENTION_STREAM, ERASURE_STREAM})
+"""Streams whose events are never archived: the records the audit checks retired
+segments' tombstones and erased payloads against. Archived, they would be retired one day
+with the segments they vouch for, and the audit could no longer tell a retirement or an
+erasure from a deletion."""
 
 STEPS: Final = ("written", "verified", "recorded", "deleted")
 """The steps of one segment, in order (what the crash tests stop after)."""
@@ -292,8 +305,9 @@ def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | N
 def _collect(
     inner: Any, after: int, want: int, cutoff_pos: int, cutoff_at: str | None, heads: dict[str, int]
 ) -> tuple[list[RecordedEvent], int, bool]:
-    """The next segment's events after ``after`` (each stream's last event left out),
-    how many were left out, and whether the cutoff was reached."""
+    """The next segment's events after ``after`` (each stream's last event and the
+    :data:`RECORD_STREAMS` left out), how many were left out, and whether the cutoff was
+    reached."""
     events: list[RecordedEvent] = []
     kept = 0
     pos = after
@@ -309,6 +323,10 @@ def _collect(
                 )
             if p >= cutoff_pos or (cutoff_at is not None and e.at >= cutoff_at):
                 return events, kept, True
+            if e.stream_id in RECORD_STREAMS:
+                kept += 1
+                pos = p
+                continue
             head = heads.get(e.stream_id)
             if head is None or head <= e.version:
                 h = inner.head(e.stream_id)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.archive.erase import settle_pending, swap_index
-from ares_events.archive.job import _archive_reader, _cutoff
+from ares_events.archive.job import RECORD_STREAMS, _archive_reader, _cutoff
 from ares_events.archive.segment import (
     RETENTION_STREAM,
     RETENTION_TYPE,
@@ -23,7 +23,7 @@ from ares_events.archive.segment import (
     tombstone_fields,
 )
 from ares_events.core.events import NewEvent, utc_now_at
-from ares_events.errors import InvalidEvent
+from ares_events.errors import ArchiveError, InvalidEvent
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -63,8 +63,9 @@ def retire(
 
     Raises:
         InvalidEvent: an empty ``reason`` or ``by``.
-        ArchiveError: a segment to retire is missing or altered, or another run changed
-            the segment index meanwhile.
+        ArchiveError: a segment to retire is missing or altered, holds retention or
+            erasure records (kind ``records``: an archive written before the run kept them
+            in the database), or another run changed the segment index meanwhile.
         StoreUnavailable: the store or the archive cannot be reached.
     """
     for name, value in (("reason", reason), ("by", by)):
@@ -90,6 +91,13 @@ def retire(
             last = source.block(ix, entry, len(m.blocks) - 1)
             if max(e.at for e in last) >= cutoff_at:
                 break
+        held = sorted(RECORD_STREAMS & m.streams.keys())
+        if held:  # archived before the run kept them: retired, they would be lost
+            raise ArchiveError(
+                "records", entry.seq, entry.manifest.key,
+                f"holds events of {', '.join(held)}, the records the audit checks tombstones "
+                "and erasures against: it is not retired (nor any segment after it)",
+            )  # fmt: skip
         ends = {sid: (r.last, r.last_hash) for sid, r in m.streams.items()}
         payload = {
             **tombstone_fields(entry, ends),

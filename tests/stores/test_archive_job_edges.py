@@ -17,6 +17,9 @@ import pytest
 import ares_events as ae
 from ares_events.archive import job as archive_mod
 from ares_events.archive.job import archive
+from ares_events.archive.retention import retire
+from ares_events.archive.segment import RETENTION_STREAM
+from ares_events.core.events import ERASURE_STREAM
 from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ArchiveError, ConfigError
@@ -237,3 +240,68 @@ def test_two_first_runs_to_different_locations_cannot_both_commit(
         with pytest.raises(ConfigError, match="archives to"):
             archive(store, (tmp_path / "a").as_uri(), before=horizon)
         assert ae.integrity.audit(store, deep=True).ok
+
+
+# -- 6: retention never retires the records it and erasure keep -----------------------
+
+
+def test_the_retention_workflow_keeps_the_audit_green(store_url: str, tmp_path: Path) -> None:
+    """Three rounds of archive then retire (docs/archive.md), with an erased stream head
+    and an erased old event: the deep audit stays clean, and every retention and erasure
+    record stays readable (they were archived, then retired: retention_unrecorded and
+    erasure_unrecorded)."""
+    to = (tmp_path / "arch").as_uri()
+    with ae.open_store(store_url) as store:
+        _fill(store, 3, 40)
+        ae.erase(store, "agent-2", 40, reason="head erased", by="pytest")
+        ae.erase(store, "agent-1", 2, reason="r2", by="pytest")
+    for rnd in range(3):
+        with ae.open_store(store_url) as store:
+            _fill(store, 2, 20)
+            archive(store, to, before=_end(store), segment_events=25)
+            ix = archive_mod._archive_reader(store).segment_index()
+            assert ix is not None
+            retire(store, before=ix.through + 1, reason=f"R-12 round {rnd}", by="dpo")
+    with ae.open_store(store_url) as store:
+        audit = ae.integrity.audit(store, deep=True)
+        assert audit.ok, sorted({(f.kind, f.stream_id) for f in audit.findings})
+        ix = archive_mod._archive_reader(store).segment_index()
+        assert ix is not None
+        retired = [s for s in ix.segments if s.retired is not None]
+        records = [e.payload["seq"] for e in store.read(RETENTION_STREAM)]
+        assert retired and records == [s.seq for s in retired]
+        assert [e.payload["stream_id"] for e in store.read(ERASURE_STREAM)] == [
+            "agent-2", "agent-1",
+        ]  # fmt: skip
+        assert ae.integrity.verify_stream(store, RETENTION_STREAM).ok
+
+
+def test_retention_refuses_a_segment_holding_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment that holds erasure records (archived by a run before records were kept in
+    the database) is not retired: ArchiveError kind records, the segments before it are,
+    and the audit stays clean."""
+    to = (tmp_path / "arch").as_uri()
+    with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        _fill(store, 3, 20)
+        monkeypatch.setattr(archive_mod, "RECORD_STREAMS", frozenset())  # as runs before
+        archive(store, to, before=_end(store), segment_events=20)
+        ae.erase(store, "agent-0", 2, reason="a", by="pytest")
+        ae.erase(store, "agent-1", 2, reason="b", by="pytest")
+        _fill(store, 3, 20)
+        rep = archive(store, to, before=_end(store), segment_events=20)
+        source = archive_mod._archive_reader(store).source
+        ix = archive_mod._archive_reader(store).segment_index()
+        assert ix is not None
+        assert any(ERASURE_STREAM in source.manifest(ix, s).streams for s in ix.segments[3:])
+        with pytest.raises(ArchiveError) as info:
+            retire(store, before=rep.through + 1, reason="R-1", by="dpo")
+        assert info.value.kind == "records" and ERASURE_STREAM in str(info.value)
+        ix = archive_mod._archive_reader(store).segment_index()
+        assert ix is not None and ix.segments[0].retired and not ix.segments[-1].retired
+        assert [e.payload["stream_id"] for e in store.read(ERASURE_STREAM)] == [
+            "agent-0", "agent-1",
+        ]  # fmt: skip
+        audit = ae.integrity.audit(store, deep=True)
+        assert audit.ok, audit.findings
