@@ -11,7 +11,9 @@ from typing import Any
 from ares_events.archive.segment import (
     RETENTION_STREAM,
     RETENTION_TYPE,
+    THROUGH_KEY,
     SegmentIndex,
+    through_problem,
     tombstone_problem,
 )
 from ares_events.archive.source import ArchiveSource
@@ -35,6 +37,11 @@ def check_archive(recorder: Any, ix: SegmentIndex | None, report: AuditReport) -
     def add(kind: str, detail: str) -> None:
         report.findings.append(Finding(kind, None, None, detail))
 
+    # Readers go by the segment index, so a row that disagrees skips nothing; it is
+    # still a write nobody made (or a rewrite by hand): reported.
+    problem = through_problem(recorder.meta_get(THROUGH_KEY), ix)
+    if problem is not None:
+        add("archive_through", problem)
     try:
         for entry in ix.segments:
             if entry.first_position <= prev or entry.last_position < entry.first_position:

@@ -238,7 +238,8 @@ def test_a_stale_through_write_never_hides_archived_events(
 
 def test_a_through_row_set_lower_by_hand_skips_nothing(tmp_path: Path) -> None:
     """``archive/through`` moved back by hand (its revision kept): read_all still
-    returns every event, from the archive's end as the segment index records it."""
+    returns every event, from the archive's end as the segment index records it, and the
+    deep audit reports the row (``archive_through``), not "ok"."""
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         _fill(store)
         archive(store, (tmp_path / "arch").as_uri(), before=_position_at(store, 250),
@@ -250,6 +251,9 @@ def test_a_through_row_set_lower_by_hand_skips_nothing(tmp_path: Path) -> None:
     with ae.open_store(f"sqlite:///{tmp_path / 'e.db'}") as store:
         assert list(store.read_all()) == expected
         assert ae.integrity.audit(store).events_checked == len(expected)
+        deep = ae.integrity.audit(store, deep=True)
+        assert not deep.ok
+        assert [f.kind for f in deep.findings] == ["archive_through"]
 
 
 def test_a_run_that_meets_an_erasure_says_the_index_changed(
