@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ares_events.agents.approvals import sign_approval
+from ares_events.agents.approvals import APPROVAL_REASON, sign_approval
 from ares_events.agents.journal_errors import RunNotFound, RunNotRunnable
 from ares_events.agents.recording import hash_of, shorten
 from ares_events.agents.runs import (
@@ -402,6 +402,14 @@ def runs_resume(
     key, who = _approver(app, key_file, by)
     signed: dict[str, Any] = {}
     with app.open(write=True) as store, _operator_errors(run, "resuming it"):
+        if (
+            key is None
+            and (inspect_run(store, run).interrupt or {}).get("reason") == APPROVAL_REASON
+        ):  # unsigned, its agent would only pause again
+            raise CommandError(
+                f"run {run} waits for a signed approval: give --key FILE "
+                "(an approver's key, from keygen NAME --approver)"
+            )
         if key is not None:
             signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
             signed["approvers"] = [key.verifier]

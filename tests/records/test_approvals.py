@@ -284,6 +284,22 @@ def test_a_valid_approval_runs_once_across_a_kill(url: str, tmp_path: Path, kill
     assert effects.read_text().split() == ["r:1"]
 
 
+def test_the_cli_refuses_an_unsigned_resume_of_a_run_waiting_for_approval(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runs resume without --key on a run paused for a signed approval: exit 2 saying
+    what to give, as the console refuses it (its agent would only pause again), and
+    nothing is appended."""
+    with ae.open_store(url) as store:
+        paused(store, "r")
+        before = state(store)
+    code = main(["--store", url, "runs", "resume", "r", "--by", "bob"])
+    err = capsys.readouterr().err
+    assert code == 2 and "signed approval" in err and "--key" in err
+    with ae.open_store(url) as store:
+        assert state(store) == before
+
+
 def test_the_cli_signs_the_approval(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
