@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 from ares_events.archive.erase import put_checked, settle_pending, swap_index
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import (
     BLOCK_EVENTS,
+    MAGIC,
     RETENTION_STREAM,
     SEGMENT_EVENTS,
     THROUGH_KEY,
@@ -31,6 +35,7 @@ from ares_events.archive.segment import (
 )
 from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import ArchivedRow, Capability
+from ares_events.core.blobs import BlobInfo
 from ares_events.core.events import (
     ERASURE_STREAM,
     ErasedPayloadRef,
@@ -40,7 +45,14 @@ from ares_events.core.events import (
 )
 from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import system_of_record
-from ares_events.errors import ArchiveError, ChainIntegrityError, ConfigError, StoreError
+from ares_events.errors import (
+    ArchiveError,
+    BlobMissing,
+    ChainIntegrityError,
+    ConfigError,
+    ProofError,
+    StoreError,
+)
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import Checkpoint, sign_checkpoint
 from ares_events.integrity.findings import Finding
@@ -224,6 +236,8 @@ def archive(
         entry, manifest, nbytes = _seal(source, ix, events, mlog, key, block_events)
         report.archive_bytes += nbytes
         ix = ix.with_segment(entry)
+        # Listed before the swap, so every object in it was written before our commit.
+        listed = None if report.segments else _listing(source, ix, entry)
         text = swap_index(
             inner, text, ix, entry.seq, "another archive run changed the segment index"
         )
@@ -231,6 +245,8 @@ def archive(
             _record_identity(store, inner, ix)
             recorded = True
         _step("recorded")
+        if listed is not None:
+            _sweep(source, ix, mlog, *listed)
         n, text, ix = _delete(inner, source, text, ix, entry, events)
         report.rows_deleted += n
         _step("deleted")
@@ -254,6 +270,57 @@ def archive(
         report.events_archived, len(report.segments), location, report.through,
     )  # fmt: skip
     return report
+
+
+def _listing(
+    source: ArchiveSource, ix: SegmentIndex, entry: SegmentEntry
+) -> tuple[list[BlobInfo], datetime] | None:
+    """The archive's objects and the storage's modified time of ``entry``'s segment, listed
+    after it was written and before it is recorded (None: it is not listed)."""
+    infos = list(source.blobs(ix).list_blobs())
+    t = next((i.modified for i in infos if i.key == entry.segment.key), None)
+    return None if t is None else (infos, t)
+
+
+def _sweep(
+    source: ArchiveSource, ix: SegmentIndex, mlog: MerkleLog, infos: list[BlobInfo], t: datetime
+) -> None:
+    """Delete the objects of ``infos`` the just-recorded segment index ``ix`` does not
+    reference: what an interrupted or outraced run or erasure wrote and never recorded
+    (their keys are content hashes, so once an event is erased the rerun writes other
+    bytes and the old object, payload and all, stayed for good).
+
+    Safe while others write: our swap compared the whole index text, so no writer that
+    read an earlier index can record anything now, and everything listed was written
+    before our swap (``t``, the segment's own modified time, is no later than it). A
+    writer that read our index and re-puts the same bytes refreshes the object, which
+    ``delete(if_older_than=t)`` then keeps. Only objects this store wrote are deleted
+    (their Merkle root or leaves are this store's): another store's archive sharing the
+    location is left alone."""
+    blobs = source.blobs(ix)
+    live = ix.live_keys()
+    for info in infos:
+        if info.key in live or info.modified >= t or not _ours(blobs, mlog, info):
+            continue
+        if blobs.delete(info.key, if_older_than=t):
+            logger.info("deleted unrecorded archive object %s", info.key)
+
+
+def _ours(blobs: Any, mlog: MerkleLog, info: BlobInfo) -> bool:
+    """Whether the archive object ``info`` is a manifest or segment sealed from this
+    store's Merkle log (anything else, or unreadable, is not)."""
+    try:
+        data = blobs.read_range(info.key, 0, info.size)
+        if data.startswith(MAGIC):  # a segment: its first event's leaf is ours
+            rows = orjson.loads(zlib.decompressobj().decompress(data[len(MAGIC) :]))
+            position, chain_hash = int(rows[0][2]), bytes.fromhex(rows[0][10])
+            i = mlog.index_of(position)
+            return i is not None and mlog.leaf_hash(i) == merkle.leaf_hash(chain_hash)
+        m = Manifest.from_bytes(data, info.key)
+        return mlog.root(m.tree_size) == m.root
+    except (ArchiveError, BlobMissing, ProofError, zlib.error, ValueError, TypeError,
+            IndexError, KeyError):  # fmt: skip
+        return False
 
 
 def _row_size(e: RecordedEvent) -> int:
