@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from ares_events.archive.erase import put_checked, settle_pending, swap_index
+from ares_events.archive.erase import put_checked, record_through, settle_pending, swap_index
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import (
     BLOCK_EVENTS,
     MAGIC,
     RETENTION_STREAM,
     SEGMENT_EVENTS,
-    THROUGH_KEY,
     Manifest,
     SegmentEntry,
     SegmentIndex,
@@ -220,7 +219,7 @@ def archive(
     # An interrupted run: segments recorded whose rows are still here.
     report.resumed, report.rows_deleted, text, ix = _finish_deletes(inner, source, text, ix)
     if ix.segments:  # a crash between the segment index and its end row: write the end again
-        inner.meta_set(THROUGH_KEY, f"{ix.through} {ix.rev}")
+        record_through(inner, ix)  # never back: a later writer's row stays
     mlog = MerkleLog(store)
     mlog.catch_up()
     cutoff_pos, cutoff_at = _cutoff(before, inner.last_position())

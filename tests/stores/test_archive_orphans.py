@@ -1,6 +1,7 @@
 """Archive objects no segment index records (issue: an erased payload stayed in the
 archive): what an interrupted or outraced archive run wrote is deleted by the next run that
-records a segment, never what a run that can still record it is writing."""
+records a segment, never what a run that can still record it is writing; and a run never
+moves ``archive/through`` back to an older revision."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 import ares_events as ae
 from ares_events.archive import job
 from ares_events.archive.reader import ArchiveRecorder
-from ares_events.archive.segment import INDEX_KEY, MAGIC, SegmentIndex
+from ares_events.archive.segment import INDEX_KEY, MAGIC, THROUGH_KEY, SegmentIndex, parse_through
 from ares_events.core.recorder import system_of_record
 from tests.fixtures.fix_backends import store_url_for
 
@@ -142,3 +143,30 @@ def test_objects_a_run_writes_after_another_runs_commit_are_kept(tmp_path: Path)
         assert [e.hash for e in store.read_all()] == [e.hash for e in events]
         audit = ae.integrity.audit(store, deep=True)
         assert audit.ok, audit.findings
+
+
+def test_a_run_never_moves_archive_through_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erasure of an archived event records a later segment index (and its end row)
+    while a run starting up holds the index it read: the run leaves the row at the later
+    revision."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    to = (tmp_path / "archive").as_uri()
+    with ae.open_store(url) as store:
+        _fill(store)
+        before = list(store.read_all())[100].position
+        job.archive(store, to, before=before, segment_events=SEGMENT)
+    real = job._finish_deletes
+
+    def finish_then_erase(*args: Any) -> Any:
+        got = real(*args)
+        with ae.open_store(url) as other:  # another process's erasure, in between
+            ae.erase(other, "s0", 2, reason="test", by="pytest")
+        return got
+
+    monkeypatch.setattr(job, "_finish_deletes", finish_then_erase)
+    with ae.open_store(url) as store:
+        job.archive(store, to, before=before, segment_events=SEGMENT)  # nothing new
+        ix = SegmentIndex.from_json(_meta(store, INDEX_KEY) or "")
+        assert parse_through(_meta(store, THROUGH_KEY) or "") == (ix.through, ix.rev)
