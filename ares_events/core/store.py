@@ -256,13 +256,19 @@ class EventStore:
         with self._identity_lock:
             if relocate_blobs:
                 raw = rec.meta_get(IDENTITY_KEY)
-                if raw is not None:
+                while raw is not None:
                     current = StoreIdentity.from_json(raw, self._url)
                     problem = current.chain_problem(self.chain_key)
                     if problem is not None:
                         raise ConfigError(f"store {self._url}: {problem}")
                     moved = dataclasses.replace(current, blobs=self._blobs_identity)
-                    rec.meta_set(IDENTITY_KEY, moved.to_json())
+                    # An archive run may record its location meanwhile (a compare-and-set
+                    # too): write over what was read, or read again, never lose it.
+                    if Capability.ARCHIVE not in self._caps:
+                        rec.meta_set(IDENTITY_KEY, moved.to_json())
+                    elif not rec.meta_swap(IDENTITY_KEY, raw, moved.to_json()):
+                        raw = rec.meta_get(IDENTITY_KEY)
+                        continue
                     self._identity, self._identity_pending = moved, False
                     self._check_identity = True  # configured exactly as recorded now
                     logger.info("store %s: blob location recorded anew", self._url)

@@ -305,3 +305,41 @@ def test_retention_refuses_a_segment_holding_records(
         ]  # fmt: skip
         audit = ae.integrity.audit(store, deep=True)
         assert audit.ok, audit.findings
+
+
+def test_relocating_blobs_while_a_first_archive_commits_keeps_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`init --relocate-blobs` reads the identity, the first archive run then records its
+    location, then the relocation writes: the identity keeps both (the relocation is a
+    compare-and-set that reads again), not the relocation's copy without the archive, which
+    would leave every later open not reading through."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    old, new, to = (tmp_path / "old").as_uri(), (tmp_path / "new").as_uri(), tmp_path / "a"
+    with ae.open_store(url, blobs=old) as store:
+        _fill(store)
+    with ae.open_store(url, blobs=new, check_identity=False) as mover:
+        inner = backend_of(mover.recorder)
+        real_get = inner.meta_get
+        raced: list[str] = []
+
+        def meta_get(key: str) -> str | None:
+            raw: str | None = real_get(key)
+            if key == IDENTITY_KEY and not raced:  # read; the archive commits before the write
+                raced.append(key)
+                with ae.open_store(url, blobs=old) as archiver:
+                    archive(archiver, to.as_uri(), before=_end(archiver))
+            return raw
+
+        monkeypatch.setattr(inner, "meta_get", meta_get)
+        mover.record_identity(relocate_blobs=True)
+        assert raced
+        monkeypatch.undo()
+        assert _identity_archive(mover) == to.resolve().as_uri()
+    with ae.open_store(url) as store:
+        raw = backend_of(store.recorder).meta_get(IDENTITY_KEY)
+        assert raw is not None
+        ident = StoreIdentity.from_json(raw, url)
+        assert isinstance(ident.blobs, BlobsIdentity)
+        assert ident.blobs.location == (tmp_path / "new").resolve().as_uri()
+        assert len(list(store.read_all())) == 60  # read through the archive
