@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
-
-import orjson
 
 from ares_events.archive.erase import put_checked, record_through, settle_pending, swap_index
 from ares_events.archive.reader import ArchiveRecorder
@@ -28,6 +25,7 @@ from ares_events.archive.segment import (
     SegmentIndex,
     decode_block,
     encode_segment,
+    first_event,
     span,
     stored,
     stream_ranges,
@@ -311,14 +309,12 @@ def _ours(blobs: Any, mlog: MerkleLog, info: BlobInfo) -> bool:
     try:
         data = blobs.read_range(info.key, 0, info.size)
         if data.startswith(MAGIC):  # a segment: its first event's leaf is ours
-            rows = orjson.loads(zlib.decompressobj().decompress(data[len(MAGIC) :]))
-            position, chain_hash = int(rows[0][2]), bytes.fromhex(rows[0][10])
-            i = mlog.index_of(position)
-            return i is not None and mlog.leaf_hash(i) == merkle.leaf_hash(chain_hash)
+            e = first_event(data, info.key)
+            i = mlog.index_of(e.position)
+            return i is not None and mlog.leaf_hash(i) == merkle.leaf_hash(e.hash)
         m = Manifest.from_bytes(data, info.key)
         return mlog.root(m.tree_size) == m.root
-    except (ArchiveError, BlobMissing, ProofError, zlib.error, ValueError, TypeError,
-            IndexError, KeyError):  # fmt: skip
+    except (ArchiveError, BlobMissing, ProofError, ValueError, TypeError, IndexError, KeyError):
         return False
 
 

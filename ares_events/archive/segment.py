@@ -35,6 +35,7 @@ __all__ = [
     "StreamRange",
     "decode_block",
     "encode_segment",
+    "first_event",
     "parse_through",
     "row_of",
     "span",
@@ -472,6 +473,22 @@ def decode_block(data: bytes, block: Block, seq: int, key: str) -> list[Recorded
     if len(events) != block.count:
         raise ArchiveError("corrupted", seq, key, f"block at offset {block.offset}: wrong count")
     return events
+
+
+def first_event(data: bytes, key: str) -> RecordedEvent:
+    """The first event of the whole segment object ``data``, read without its manifest
+    (to tell whose an object no segment index records is).
+
+    Raises:
+        ArchiveError: it is not a segment that decodes (kind ``unreadable``).
+    """
+    try:
+        if not data.startswith(MAGIC):
+            raise ValueError("no segment header")
+        # The first block is the first zlib stream after the header.
+        return _event_of(orjson.loads(zlib.decompressobj().decompress(data[len(MAGIC) :]))[0])
+    except (zlib.error, orjson.JSONDecodeError, TypeError, ValueError, IndexError) as exc:
+        raise ArchiveError("unreadable", None, key, f"not a segment that decodes: {exc}") from exc
 
 
 def stream_ranges(
