@@ -200,8 +200,7 @@ def archive(
 
     with open_blobs(to, create=True) as target:
         location, url = target.location, str(getattr(target, "url", to))
-    if store.blobs is not None:
-        check_apart(getattr(store.blobs, "location", store.blobs.url), location)
+    check_apart(store.blobs, location)
     text, ix = rec._index_text()
     # The segment index binds the store to its location from its first commit on; a run
     # that fails or finds nothing before that binds nothing.

@@ -136,9 +136,9 @@ def init(app: App, relocate_blobs: bool, as_json: bool) -> int:
     from ares_events.stores.blobs.gc import check_apart, recorded_archive
 
     with app.open(create=True, check_identity=not relocate_blobs) as store:
-        if relocate_blobs and store.blobs is not None:
+        if relocate_blobs:
             # the one check the archive run and gc-blobs make: gc-blobs would delete segments
-            check_apart(getattr(store.blobs, "location", store.blobs.url), recorded_archive(store))
+            check_apart(store.blobs, recorded_archive(store))
         getter = getattr(backend_of(store.recorder), "schema_version", None)
         schema: int | None = getter() if callable(getter) else None
         ident = store.record_identity(relocate_blobs=relocate_blobs)

@@ -49,11 +49,11 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def check_apart(blobs: str | None, archive: str | None) -> None:
-    """Refuse a blob location that is, contains or is inside an archive location (either
-    None: nothing to compare). Both are ``.location`` as the blob stores give it (a
-    resolved folder, ``s3://bucket/prefix`` without endpoint or slashes at its ends), so
-    two spellings of one place compare equal.
+def check_apart(blobs: Any, archive: str | None) -> None:
+    """Refuse a blob store ``blobs`` whose location is, contains or is inside an archive
+    location (either None: nothing to compare). Both are compared as the blob stores give
+    their ``location`` (a resolved folder, ``s3://bucket/prefix`` without endpoint or
+    slashes at its ends), so two spellings of one place compare equal.
 
     Raises:
         ConfigError: they overlap: gc-blobs would delete the archive's objects, which no
@@ -61,9 +61,10 @@ def check_apart(blobs: str | None, archive: str | None) -> None:
     """
     if blobs is None or archive is None:
         return
-    if _within(blobs, archive) or _within(archive, blobs):
+    where = str(getattr(blobs, "location", blobs.url))
+    if _within(where, archive) or _within(archive, where):
         raise ConfigError(
-            f"the blob location {blobs} overlaps the archive {archive} (the same place, or "
+            f"the blob location {where} overlaps the archive {archive} (the same place, or "
             "one inside the other): give each its own folder or prefix (gc-blobs would "
             "delete archive segments, which no event references)"
         )
@@ -137,7 +138,7 @@ def gc_blobs(
         raise ConfigError("gc-blobs needs a blob store: open the store with blobs=URL")
     # Archive objects are referenced by the segment index, not by events: every one of
     # them would look like an orphan here.
-    check_apart(getattr(blobs, "location", blobs.url), recorded_archive(store))
+    check_apart(blobs, recorded_archive(store))
     if older_than < timedelta(0):
         raise ConfigError(f"older_than must not be negative, got {older_than}")
     cutoff = (now or datetime.now(UTC)) - older_than
