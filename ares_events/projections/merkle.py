@@ -33,6 +33,7 @@ from ares_events.integrity.checkpoints import (
 )
 from ares_events.integrity.findings import Finding
 from ares_events.integrity.notes import SigningKey
+from ares_events.integrity.verifier import ChainVerifier
 from ares_events.projections.runner import ProjectionRunner
 from ares_events.projections.tables import tables_for
 
@@ -442,8 +443,9 @@ class MerkleLog:
         Raises:
             EventNotFound: no such event.
             ProofError: no checkpoint covers the event (pass ``key``); the event is not
-                the one logged at its place (rewritten after it was logged); or the log no
-                longer matches the checkpoint.
+                the one logged at its place (rewritten after it was logged) or its fields
+                no longer hash to its chain hash (edited in place); or the log no longer
+                matches the checkpoint.
             ConfigError: ``catch_up`` is False (without ``key``) and the log has not
                 folded the event yet: the proof needs a write.
         """
@@ -464,6 +466,19 @@ class MerkleLog:
             raise ProofError(
                 f"stream {stream_id!r} version {version} does not have the chain hash that was "
                 f"logged at leaf {index}: it was rewritten after it was logged"
+            )
+        # The leaf vouches for the stored hash only: the event's fields must still hash to
+        # it, or the proof would be about bytes nobody wrote (an in-place payload edit).
+        check = ChainVerifier(
+            stream_id,
+            self.store.chain_key,
+            start_version=version - 1,
+            start_hash=event.prev_hash or b"",
+        )
+        if not check.check(event):
+            raise ProofError(
+                f"stream {stream_id!r} version {version} does not hash to its stored chain "
+                f"hash ({check.findings[0].kind}): it was edited after it was written"
             )
         signed = self.sign(key) if key is not None else self.latest_checkpoint(covering=index)
         if signed is None:

@@ -223,3 +223,28 @@ def test_deleted_events_are_anchor_truncated(tmp_path: Path, key: SigningKey) ->
         assert [f.kind for f in verify_anchors(store, witness, keys=[]).findings] == [
             "anchor_unverified"
         ]
+
+
+def test_prove_refuses_an_event_whose_payload_was_edited_in_place(
+    tmp_path: Path, key: SigningKey
+) -> None:
+    """An edit of one payload, its stored hash left alone (the row no longer hashes to it),
+    is not proven: the leaf matches the log but the event is not the one that was hashed."""
+    db = tmp_path / "events.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("a", _evs(3))
+        log = ae.MerkleLog(store)
+        log.sign(key)
+        assert verify_proof(log.prove_event("a", 2), [key.verifier]).ok
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(
+            "UPDATE ares_events SET payload = ? WHERE stream_id = 'a' AND version = 2",
+            (canonical_json({"n": "forged"}),),
+        )
+    with ae.open_store(f"sqlite:///{db}") as store:
+        log = ae.MerkleLog(store)
+        with pytest.raises(ProofError, match="edited after it was written"):
+            log.prove_event("a", 2)
+        with pytest.raises(ProofError, match="edited after it was written"):
+            log.prove_event("a", 2, key=key)
+        assert verify_proof(log.prove_event("a", 3), [key.verifier]).ok
