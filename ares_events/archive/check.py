@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from ares_events.archive.segment import (
-    RETENTION_STREAM,
     RETENTION_TYPE,
     THROUGH_KEY,
     SegmentIndex,
@@ -17,6 +16,7 @@ from ares_events.archive.segment import (
     tombstone_problem,
 )
 from ares_events.archive.source import ArchiveSource
+from ares_events.core.events import RETENTION_STREAM
 from ares_events.errors import ArchiveError, AresError
 from ares_events.integrity.findings import AuditReport, Finding
 

@@ -18,7 +18,6 @@ from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import (
     BLOCK_EVENTS,
     MAGIC,
-    RETENTION_STREAM,
     SEGMENT_EVENTS,
     Manifest,
     SegmentEntry,
@@ -34,7 +33,7 @@ from ares_events.archive.source import ArchiveSource
 from ares_events.core.backend import ArchivedRow, Capability
 from ares_events.core.blobs import BlobInfo
 from ares_events.core.events import (
-    ERASURE_STREAM,
+    RECORD_STREAMS,
     ErasedPayloadRef,
     RecordedEvent,
     format_at,
@@ -64,13 +63,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RECORD_STREAMS", "ArchiveReport", "archive", "parse_before"]
-
-RECORD_STREAMS: Final = frozenset({RETENTION_STREAM, ERASURE_STREAM})
-"""Streams whose events are never archived: the records the audit checks retired
-segments' tombstones and erased payloads against. Archived, they would be retired one day
-with the segments they vouch for, and the audit could no longer tell a retirement or an
-erasure from a deletion."""
+__all__ = ["ArchiveReport", "archive", "parse_before"]
 
 STEPS: Final = ("written", "verified", "recorded", "deleted")
 """The steps of one segment, in order (what the crash tests stop after)."""
@@ -367,8 +360,7 @@ def _collect(
     inner: Any, after: int, want: int, cutoff_pos: int, cutoff_at: str | None, heads: dict[str, int]
 ) -> tuple[list[RecordedEvent], int, bool]:
     """The next segment's events after ``after`` (each stream's last event and the
-    :data:`RECORD_STREAMS` left out), how many were left out, and whether the cutoff was
-    reached."""
+    record streams left out), how many were left out, and whether the cutoff was reached."""
     events: list[RecordedEvent] = []
     kept = 0
     pos = after

@@ -14,15 +14,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.archive.erase import settle_pending, swap_index
-from ares_events.archive.job import RECORD_STREAMS, _archive_reader, _cutoff
+from ares_events.archive.job import _archive_reader, _cutoff
 from ares_events.archive.segment import (
-    RETENTION_STREAM,
     RETENTION_TYPE,
     span,
     streams_digest,
     tombstone_fields,
 )
-from ares_events.core.events import NewEvent, utc_now_at
+from ares_events.core.events import RECORD_STREAMS, RETENTION_STREAM, NewEvent, utc_now_at
 from ares_events.errors import ArchiveError, InvalidEvent
 
 if TYPE_CHECKING:

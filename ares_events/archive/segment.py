@@ -23,7 +23,6 @@ __all__ = [
     "BLOCK_EVENTS",
     "INDEX_KEY",
     "MAGIC",
-    "RETENTION_STREAM",
     "RETENTION_TYPE",
     "SEGMENT_EVENTS",
     "THROUGH_KEY",
@@ -49,8 +48,6 @@ __all__ = [
 
 MAGIC: Final = b"ARESSEG1\n"
 INDEX_KEY: Final = "archive/catalog"
-RETENTION_STREAM: Final = "ares-events/retention"
-"""The system stream recording every retired segment (``archive.segment.retired``)."""
 RETENTION_TYPE: Final = "archive.segment.retired"
 THROUGH_KEY: Final = "archive/through"
 """``"<last archived position> <segment index revision>"``: what a reader checks around each

@@ -31,6 +31,8 @@ __all__ = [
     "ERASURE_TYPE",
     "MAX_NAME_LENGTH",
     "NO_STREAM",
+    "RECORD_STREAMS",
+    "RETENTION_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
     "ErasedPayloadRef",
@@ -49,6 +51,13 @@ MAX_NAME_LENGTH: Final = 256
 ERASURE_STREAM: Final = "ares-events/erasures"
 """The system stream recording every erasure (``payload.erased`` events)."""
 ERASURE_TYPE: Final = "payload.erased"
+RETENTION_STREAM: Final = "ares-events/retention"
+"""The system stream recording every retired archive segment."""
+RECORD_STREAMS: Final = frozenset({ERASURE_STREAM, RETENTION_STREAM})
+"""The store's own records, which the audit checks erasures and retired segments against:
+never erased, never archived (archived, they would be retired one day with the segments
+they vouch for): either way the audit could no longer tell an erasure or a retirement
+from tampering or a deletion."""
 
 
 class Expect(enum.Enum):

@@ -24,6 +24,7 @@ from ares_events.core.blobs import BlobStore
 from ares_events.core.events import (
     ANY,
     MAX_METADATA_BYTES,
+    RECORD_STREAMS,
     AppendResult,
     ErasedPayloadRef,
     ExpectedVersion,
@@ -464,6 +465,8 @@ class EventStore:
             exist: refreshed meanwhile, it is left to ``gc-blobs``.
 
         Raises:
+            InvalidEvent: ``stream_id`` is one of the store's record streams (erasures,
+                retention).
             EventNotFound: no event at ``stream_id`` ``version``.
             StoreError: the backend does not declare ``ERASE``, or the row was rewritten
                 while it was erased (retry).
@@ -471,6 +474,12 @@ class EventStore:
         """
         self._check_open(f"erase of stream {stream_id!r} version {version}")
         validate_name(stream_id, "stream_id")
+        if stream_id in RECORD_STREAMS:
+            raise InvalidEvent(
+                "stream_id",
+                f"{stream_id!r} holds the store's own records, which the audit checks "
+                "erasures and retired segments against: they are never erased",
+            )
         if Capability.ERASE not in self._caps:
             raise StoreError(f"store {self._url} cannot erase payloads (no ERASE capability)")
         if type(version) is not int or version < 1:

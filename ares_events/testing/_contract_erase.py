@@ -83,6 +83,22 @@ class EraseContract:
         assert store_state(store) == state
         assert not any(e.payload_erased for e in store.read_all())
 
+    def test_the_store_records_cannot_be_erased(self, store: ae.EventStore) -> None:
+        """An erasure record (or a retention record) is refused as a target, through
+        ``erase`` and ``erase_payload``, and the store is left exactly as it was: erased,
+        the audit could no longer tell that erasure from tampering, for good."""
+        _require(store, Capability.ERASE)
+        store.append("s", _evs(2))
+        ae.erase(store, "s", 1, reason="r", by="b")
+        state = store_state(store)
+        for sid in (ae.ERASURE_STREAM, "ares-events/retention"):
+            with pytest.raises(ae.InvalidEvent, match="record"):
+                ae.erase(store, sid, 1, reason="r", by="b")
+            with pytest.raises(ae.InvalidEvent, match="record"):
+                store.erase_payload(sid, 1)
+        assert store_state(store) == state
+        assert ae.integrity.audit(store).ok
+
     def test_reappend_of_an_erased_event_stays_erased(self, store: ae.EventStore) -> None:
         """Re-appending the original event (same id, same payload) after its erasure is a
         duplicate: nothing is written and the payload stays erased."""

@@ -18,8 +18,7 @@ import ares_events as ae
 from ares_events.archive import job as archive_mod
 from ares_events.archive.job import archive
 from ares_events.archive.retention import retire
-from ares_events.archive.segment import RETENTION_STREAM
-from ares_events.core.events import ERASURE_STREAM
+from ares_events.core.events import ERASURE_STREAM, RETENTION_STREAM
 from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ArchiveError, ConfigError
