@@ -188,7 +188,7 @@ class SnapshotCheck(NamedTuple):
 
 SnapshotRow = tuple[Any, Any, Any, Any, Any, Any, Any]
 """One stored snapshot as its backend returns it: projection_version, at_version, at_hash,
-state, state_digest, created_at, seal (None in rows written before seals existed), as the
+state, state_digest, created_at, seal (None only in a damaged row), as the
 database holds them; the store checks their types (a tampered row is a reason, not a crash)."""
 
 
@@ -241,16 +241,15 @@ def row_of(snap: Snapshot) -> SnapshotRow:
     )
 
 
-def seal_reason(snap: Snapshot, key: ChainKey | None) -> str | None:
-    """Why ``snap``'s seal does not hold under ``key`` (None: it holds, or an unkeyed
-    store's snapshot predates seals)."""
+def seal_reason(snap: Snapshot, key: ChainKey | None, *, stored: bool = True) -> str | None:
+    """Why ``snap``'s seal does not hold under ``key`` (None: it holds). An unsealed
+    snapshot not ``stored`` (made, not saved yet) is checked by a keyed store only."""
     if snap.seal is None:
-        if key is None:
+        if key is None and not stored:
             return None
-        return (
-            "snapshot is not sealed with the store's chain key (written before seals "
-            "existed, or by someone without the key)"
-        )
+        # Every save seals, keyed or not: a stored row without one had its seal removed
+        # (moving a snapshot back then costs nothing) or was written without the key.
+        return "snapshot is not sealed (its seal was removed, or it was written without the key)"
     if snap.seal != snapshot_seal(snap, key):
         if key is None:
             return "snapshot seal mismatch (a field was altered)"

@@ -180,7 +180,7 @@ class SnapshotStore:
         if state_digest(snapshot.state_json) != snapshot.state_digest:
             return "state digest mismatch"
         reason = self._stream_reason(snapshot)
-        return reason or seal_reason(snapshot, self._store.chain_key)
+        return reason or seal_reason(snapshot, self._store.chain_key, stored=False)
 
     def verify_all(self, stream_id: str | None = None) -> Iterator[tuple[SnapshotInfo, str | None]]:
         """Check every stored snapshot (for audits): ``(info, reason or None)``."""

@@ -179,7 +179,7 @@ class AsyncSnapshotStore:
         if state_digest(snapshot.state_json) != snapshot.state_digest:
             return "state digest mismatch"
         reason = await self._stream_reason(snapshot)
-        return reason or seal_reason(snapshot, self._store.chain_key)
+        return reason or seal_reason(snapshot, self._store.chain_key, stored=False)
 
     async def verify_all(
         self, stream_id: str | None = None

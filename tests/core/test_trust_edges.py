@@ -288,9 +288,13 @@ def test_forged_snapshot_loses_in_keyed_mode(
         assert code == 1
 
 
-def test_unkeyed_seal_still_catches_a_moved_snapshot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("seal", ["kept", "removed"])
+def test_unkeyed_seal_still_catches_a_moved_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seal: str
+) -> None:
     """Without a key the seal is a plain digest: a snapshot moved to an earlier version
-    (its tail would be folded twice) is still caught; a full forgery is not (documented)."""
+    (its tail would be folded twice), with its seal kept or set to NULL, is still caught by
+    recovery, `snapshot verify` and `audit --deep`; a full forgery is not (documented)."""
     url = f"sqlite:///{tmp_path / 'plain.db'}"
     proj = ae.projections.RecoveryStateProjection()
     with ae.open_store(url) as store:
@@ -300,11 +304,17 @@ def test_unkeyed_seal_still_catches_a_moved_snapshot(tmp_path: Path) -> None:
         second = next(iter(store.read("agent", from_version=2, limit=1)))
     conn = sqlite3.connect(tmp_path / "plain.db")
     conn.execute("UPDATE ares_snapshots SET at_version = 2, at_hash = ?", (second.hash,))
+    if seal == "removed":
+        conn.execute("UPDATE ares_snapshots SET seal = NULL")
     conn.commit()
     conn.close()
     with ae.open_store(url) as store:
         rec = ae.recover(store, "agent", proj, snapshots=store.snapshots)
         assert rec.source == "events" and "seal" in (rec.snapshot_ignored or "")
+        assert rec.state == ae.recover(store, "agent", proj).state  # no snapshot
+    code, data = run_json(capsys, "--store", url, "audit", "--deep")
+    assert code == 1 and [f["kind"] for f in data["findings"]] == ["snapshot_mismatch"]
+    assert run(capsys, "--store", url, "snapshot", "verify")[0] == 1
 
 
 @pytest.mark.postgres
