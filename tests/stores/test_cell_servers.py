@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,4 +46,17 @@ def test_a_killed_runs_servers_are_stopped_by_the_next_cluster() -> None:
     with pg_nodes(1):
         assert not owned[0].exists()
         # The server is gone (its port may be the new cluster's by now: not a test of it).
-        assert not Path(f"/proc/{postmaster}").exists()
+        # pg_ctl -w returns once the pid file is removed, just before the postmaster exits:
+        # wait for the exit itself (a zombie nobody reaps in a container counts as gone).
+        deadline = time.monotonic() + 60
+        while not _gone(postmaster):
+            assert time.monotonic() < deadline, f"postmaster {postmaster} still runs"
+            time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
