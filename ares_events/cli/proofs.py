@@ -96,7 +96,9 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
     Brings the Merkle log up to date with every committed event, then signs its size and
     RFC 9162 root with the log key. The checkpoint is stored in the store (prove uses the
     latest one that covers an event) and printed: the signed note, or with --json
-    {"checkpoint", "tree_size", "root"}.
+    {"checkpoint", "tree_size", "root"}. Exits 1, signing nothing, when the log no longer
+    matches a checkpoint already stored (its events were rewritten or removed after it
+    was signed): the key never signs two histories.
 
     \b
     Example:
@@ -259,7 +261,7 @@ def verify_proof_cmd(
 
     Works on both kinds `prove` writes (inclusion and consistency) without opening any
     store. FILE '-' reads stdin. Exit 0 when valid, 1 when not (the reason is printed),
-    2 on usage errors (unreadable file, not a proof, malformed key).
+    2 on usage errors (unreadable file, not a proof: neither kind or both, malformed key).
 
     \b
     Example:

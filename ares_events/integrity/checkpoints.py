@@ -202,15 +202,23 @@ def consistency_document(
 
 
 def proof_kind(doc: Mapping[str, Any]) -> str:
-    """``"inclusion"`` or ``"consistency"``.
+    """``"inclusion"`` or ``"consistency"``: the one kind of proof ``doc`` holds.
 
     Raises:
-        ProofError: neither (the object lacks both ``inclusion`` and ``consistency``).
+        ProofError: not a proof: the object holds neither ``inclusion`` nor
+            ``consistency``, or both.
     """
-    for kind in ("inclusion", "consistency"):
-        if kind in doc:
-            return kind
-    raise ProofError("not a proof: the object has neither 'inclusion' nor 'consistency'")
+    kinds = [kind for kind in ("inclusion", "consistency") if kind in doc]
+    if not kinds:
+        raise ProofError("not a proof: the object has neither 'inclusion' nor 'consistency'")
+    # Only one kind is ever checked: a document of both would be called valid with its
+    # other proof unread (a growth check by exit code would pass garbage).
+    if len(kinds) > 1:
+        raise ProofError(
+            "not a proof: the object has both 'inclusion' and 'consistency' (a proof is "
+            "of one kind, as `prove` writes it)"
+        )
+    return kinds[0]
 
 
 @dataclass(slots=True)
@@ -265,7 +273,8 @@ def verify_proof(
         A :class:`ProofCheck`; ``ok`` False with the ``reason`` for any failure.
 
     Raises:
-        ProofError: the document is not a proof object at all.
+        ProofError: the document is not a proof object at all (it holds neither kind
+            of proof, or both).
     """
     kind = proof_kind(doc)
     check = ProofCheck(kind, False)

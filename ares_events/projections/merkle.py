@@ -340,9 +340,16 @@ class MerkleLog:
         """Catch up, then sign (and store) a checkpoint of the log at ``size`` (default:
         every event committed so far). The origin line is the key's name.
 
+        The tree must extend the checkpoints already stored: signing a tree that
+        contradicts one (another root at a signed size, or a larger tree whose prefix is
+        not a signed root) would make the key vouch for two histories.
+
         Raises:
-            ProofError: ``size`` is beyond the log, or the key's name differs from the
-                origin of checkpoints this log already signed.
+            ProofError: ``size`` is beyond the log; the key's name differs from the
+                origin of checkpoints this log already signed; or the log no longer
+                matches a stored checkpoint (its events were rewritten or removed after
+                it was signed), also when a racing signer stored another root at this
+                size first.
             StoreUnavailable: the store cannot be reached.
         """
         self.catch_up()
@@ -354,10 +361,37 @@ class MerkleLog:
                 "(a log keeps one origin: sign with a key of that name)"
             )
         cp = Checkpoint(key.name, n, self.root(n))
+        # The largest stored size, not the newest row: a smaller size signed later (a
+        # consistency proof's old size) covers fewer leaves. Each stored checkpoint was
+        # checked against the then largest when signed, so their roots are prefixes of one
+        # history and matching the largest matches them all. The one at exactly n is
+        # checked too (one read) for stores whose rows predate this check.
+        try:
+            latest = self.latest_checkpoint()
+            at_n = latest is not None and latest.checkpoint.size != n
+            same = self.checkpoint_at(n) if at_n else None
+        except ProofError as exc:
+            raise ProofError(
+                f"a stored checkpoint is damaged ({exc.reason}), so the log cannot be checked "
+                "against it: see `ares-events checkpoint --list`"
+            ) from None
+        for stored in (latest, same):
+            if stored is not None:
+                self._check_against(stored)
         text = sign_checkpoint(cp, key)
         signed = read_checkpoint(text)
         if store:
             self.checkpoints.put(cp.origin, cp.size, cp.root, text)
+            # put keeps the first row of a size: a signer of another tree (a rebuild
+            # racing this one) may have stored first; never hand out a note the store
+            # contradicts.
+            kept = self.checkpoint_at(n)
+            if kept is not None and kept.checkpoint.root != cp.root:
+                raise ProofError(
+                    f"the log no longer matches its checkpoint at size {n}: another root at "
+                    f"size {n} was stored while this one was signed (the tree changed under "
+                    "it: audit the store, e.g. `ares-events anchor --check`)"
+                )
             self._remember_key(key.verifier.text)
         logger.info("signed checkpoint of %s at size %d", cp.origin, cp.size)
         return signed

@@ -3,6 +3,7 @@ signed anchors, with their JSON shapes and exit codes; the signing key never lea
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -510,3 +511,62 @@ def test_checkpoint_list_shows_no_row_its_note_does_not_say(
     assert code == 1 and says in row["problem"]
     code, out, _ = run(capsys, "--store", url, "checkpoint", "--list")
     assert code == 1 and says in out
+
+
+def test_checkpoint_and_anchor_refuse_to_sign_a_rewritten_log(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After an event is rewritten (chain recomputed) and the Merkle log rebuilt,
+    checkpoint --key and anchor --key exit 1 saying the log no longer matches its
+    checkpoint (--json: a findings error), write no note, and keep the one stored
+    checkpoint; after another append, checkpoint and prove --key refuse too."""
+    from tests.projections.test_merkle_log import _rewrite_event
+
+    url, key, d = env["url"], env["key"], Path(env["dir"])
+    witness = str(d / "witness")
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--key", key, "--json")
+    assert code == 0
+    honest = json.loads(out)
+    _rewrite_event(d / "ev.db", "a1", 2, {"i": "forged"})
+    assert run(capsys, "--store", url, "audit")[0] == 0  # the bare chain is fooled
+    assert run(capsys, "--store", url, "rebuild", "merkle_log")[0] == 0
+    says = "no longer matches its checkpoint at size 10"
+    code, out, err = run(capsys, "--store", url, "checkpoint", "--key", key)
+    assert code == 1 and says in err and out == ""
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--key", key, "--json")
+    error = json.loads(out)["error"]
+    assert code == 1 and error["kind"] == "findings" and says in error["message"]
+    code, out, err = run(capsys, "--store", url, "anchor", "--key", key, "--witness", witness)
+    assert code == 1 and says in err and not Path(witness).exists()
+    with ae.open_store(url) as store:
+        ae.emit(store, "b", "x.happened", "test", {})
+    code, _, err = run(capsys, "--store", url, "checkpoint", "--key", key)
+    assert code == 1 and says in err
+    code, _, err = run(capsys, "--store", url, "prove", "b", "1", "--key", key)
+    assert code == 1 and says in err
+    code, out, _ = run(capsys, "--store", url, "checkpoint", "--list", "--json")
+    rows = json.loads(out)["checkpoints"]
+    assert code == 0 and [(r["tree_size"], r["root"]) for r in rows] == [(10, honest["root"])]
+
+
+def test_verify_proof_refuses_a_document_of_both_kinds(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real inclusion proof with a made-up consistency proof added (or with both kinds
+    removed) is not a proof: verify-proof exits 2 and says so (--json: a usage error),
+    rather than checking one kind and calling the file valid."""
+    url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
+    code, out, _ = run(capsys, "--store", url, "prove", "a1", "1", "--key", key, "--json")
+    assert code == 0
+    proof = json.loads(out)
+    bogus = base64.b64encode(b"\x07" * 32).decode()
+    both = dict(proof, old_size=2, new_size=10, consistency=[bogus], old_checkpoint=None)
+    neither = {k: v for k, v in proof.items() if k != "inclusion"}
+    for name, doc in (("both", both), ("neither", neither)):
+        (d / f"{name}.json").write_text(json.dumps(doc))
+        code, out, err = run(capsys, "verify-proof", str(d / f"{name}.json"), "--vkey", vkey)
+        assert code == 2 and "not a proof" in err and "valid" not in out, name
+        code, out, _ = run(
+            capsys, "verify-proof", str(d / f"{name}.json"), "--vkey", vkey, "--json"
+        )
+        assert code == 2 and "not a proof" in json.loads(out)["error"]["message"], name

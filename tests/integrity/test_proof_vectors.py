@@ -22,10 +22,14 @@ from ares_events.integrity import merkle
 from ares_events.integrity.anchors import RootAccumulator
 from ares_events.integrity.checkpoints import (
     Checkpoint,
+    consistency_document,
     cosign_checkpoint,
+    inclusion_document,
     open_checkpoint,
     parse_checkpoint,
+    proof_kind,
     sign_checkpoint,
+    verify_proof,
 )
 from ares_events.integrity.notes import (
     ALG_COSIGNATURE_V1,
@@ -345,3 +349,25 @@ def test_c2sp_signed_note_example_verifies() -> None:
     """The C2SP signed-note spec's example note verifies under its example key."""
     note, verified = open_note(SPEC_NOTE, [VerifierKey.parse(SPEC_VKEY)])
     assert note.text == "This is an example message.\n" and len(verified) == 1
+
+
+def test_a_document_of_both_kinds_or_neither_is_not_a_proof() -> None:
+    """proof_kind names the one kind a document holds; one holding both an inclusion and
+    a consistency proof (or neither) is not a proof, so verify_proof never checks one
+    part and vouches for the whole."""
+    key = SigningKey.generate("example.com/log")
+    leaves = [b"a", b"b", b"c", b"d"]
+    node = _node_source(leaves)
+    root = merkle.subtree_hash(0, 4, node)
+    note = sign_checkpoint(Checkpoint(key.name, 4, root), key)
+    incl = inclusion_document(1, 4, leaves[1], merkle.inclusion_proof(1, 4, node), note)
+    cons = consistency_document(2, 4, merkle.consistency_proof(2, 4, node), note, None)
+    assert proof_kind(incl) == "inclusion" and verify_proof(incl, [key.verifier]).ok
+    assert proof_kind(cons) == "consistency"
+    both = {**incl, **{k: v for k, v in cons.items() if k != "checkpoint"}}
+    neither = {k: v for k, v in incl.items() if k != "inclusion"}
+    for doc, says in ((both, "both"), (neither, "neither")):
+        with pytest.raises(ProofError, match=f"not a proof: .*{says}"):
+            proof_kind(doc)
+        with pytest.raises(ProofError, match="not a proof"):
+            verify_proof(doc, [key.verifier])

@@ -18,7 +18,12 @@ from ares_events.chain import canonical_json, header_bytes, link_hash, payload_d
 from ares_events.errors import ProofError
 from ares_events.integrity import merkle
 from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
-from ares_events.integrity.checkpoints import inclusion_document, verify_proof
+from ares_events.integrity.checkpoints import (
+    Checkpoint,
+    inclusion_document,
+    sign_checkpoint,
+    verify_proof,
+)
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections.merkle import MerkleLogProjection
 from ares_events.projections.runner import rebuild, verify_rebuild
@@ -151,7 +156,7 @@ def test_a_proof_made_before_a_rewrite_fails_after_it(tmp_path: Path, key: Signi
     """Rewrite an event (chain recomputed, bare audit clean): the old proof no longer
     matches the event, prove refuses, the signed checkpoint in the witness reports
     anchor_rewritten, and after the attacker rebuilds the tree no consistency proof from
-    the old checkpoint verifies."""
+    the old checkpoint verifies (and signing the rebuilt tree is refused)."""
     db = tmp_path / "events.db"
     witness = (tmp_path / "witness").as_uri() + "/"
     with ae.open_store(f"sqlite:///{db}") as store:
@@ -187,14 +192,13 @@ def test_a_proof_made_before_a_rewrite_fails_after_it(tmp_path: Path, key: Signi
         with pytest.raises(ProofError, match="no longer matches its checkpoint"):
             log.prove_event("a", 2)
         store.append("c", _evs(1))
-        new_cp = log.sign(key, store=False)  # even the key holder's next checkpoint
-        proof = log.consistency_proof(old_cp.checkpoint.size, new_cp.checkpoint.size)
+        with pytest.raises(ProofError, match="no longer matches its checkpoint"):
+            log.sign(key, store=False)  # the key holder's next checkpoint is refused
+        log.catch_up()
+        old_size, new_size = old_cp.checkpoint.size, log.size()
+        proof = log.consistency_proof(old_size, new_size)
         assert not merkle.verify_consistency(
-            old_cp.checkpoint.size,
-            new_cp.checkpoint.size,
-            old_cp.checkpoint.root,
-            new_cp.checkpoint.root,
-            proof,
+            old_size, new_size, old_cp.checkpoint.root, log.root(new_size), proof
         )
 
 
@@ -248,3 +252,89 @@ def test_prove_refuses_an_event_whose_payload_was_edited_in_place(
         with pytest.raises(ProofError, match="edited after it was written"):
             log.prove_event("a", 2, key=key)
         assert verify_proof(log.prove_event("a", 3), [key.verifier]).ok
+
+
+def test_sign_refuses_a_tree_that_contradicts_a_stored_checkpoint(
+    tmp_path: Path, key: SigningKey
+) -> None:
+    """After a rewrite (chain recomputed) and a rebuilt tree, signing refuses: neither a
+    second root at a size already signed nor a larger size whose prefix is not the stored
+    root, with or without storing; the store keeps its one honest checkpoint."""
+    db = tmp_path / "events.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("a", _evs(4))
+        honest = ae.MerkleLog(store).sign(key)
+    _rewrite_event(db, "a", 2, {"n": "forged"})
+    with ae.open_store(f"sqlite:///{db}") as store:
+        rebuild(store, MerkleLogProjection(), from_scratch=True)
+        log = ae.MerkleLog(store)
+        assert log.root(4) != honest.checkpoint.root  # the tree now is the forged one
+        for store_it in (True, False):  # same size, another root
+            with pytest.raises(ProofError, match="no longer matches its checkpoint at size 4"):
+                log.sign(key, store=store_it)
+        store.append("a", _evs(1))  # a larger size whose prefix differs
+        for size in (None, 5, 3):
+            with pytest.raises(ProofError, match="no longer matches its checkpoint at size 4"):
+                log.sign(key, size=size)
+        with pytest.raises(ProofError, match="no longer matches its checkpoint at size 4"):
+            log.prove_event("a", 5, key=key)
+        with pytest.raises(ProofError, match="no longer matches its checkpoint at size 4"):
+            log.prove_consistency(4, key=key)
+        assert [(r[1], r[2], r[3]) for r in log.checkpoints.all()] == [
+            (4, honest.checkpoint.root, honest.text)
+        ]
+
+
+def test_sign_signs_every_size_of_a_log_that_only_grew(key: SigningKey) -> None:
+    """An honest log signs below, at and above its latest checkpoint (the same note again
+    at its size), in any order: each agrees with the checkpoints already stored."""
+    with ae.open_store("memory://") as store:
+        store.append("a", _evs(6))
+        log = ae.MerkleLog(store)
+        six = log.sign(key)
+        assert log.sign(key, size=3).checkpoint.size == 3
+        assert log.sign(key).text == six.text
+        store.append("b", _evs(2))
+        assert log.sign(key).checkpoint.size == 8
+        assert log.sign(key, size=5).checkpoint.size == 5
+        assert [r[1] for r in log.checkpoints.all()] == [3, 5, 6, 8]
+
+
+def test_sign_refuses_when_another_root_was_stored_at_its_size_meanwhile(
+    key: SigningKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signer that checked the stored checkpoints, then lost the insert at its size to a
+    racing signer of another root, refuses instead of returning a note the store does not
+    keep (the store keeps the first row of a size)."""
+    with ae.open_store("memory://") as store:
+        store.append("a", _evs(3))
+        log = ae.MerkleLog(store)
+        put = log.checkpoints.put
+        other = merkle.leaf_hash(b"another tree")
+        racer = sign_checkpoint(Checkpoint(key.name, 3, other), key)
+
+        def racing_put(origin: str, size: int, root: bytes, note: str) -> None:
+            put(origin, size, other, racer)  # the racing signer lands first
+            put(origin, size, root, note)
+
+        monkeypatch.setattr(log.checkpoints, "put", racing_put)
+        with pytest.raises(ProofError, match="another root at size 3"):
+            log.sign(key)
+        assert [r[3] for r in log.checkpoints.all()] == [racer]
+
+
+def test_sign_refuses_when_the_stored_checkpoint_is_damaged(
+    tmp_path: Path, key: SigningKey
+) -> None:
+    """A stored checkpoint whose note no longer parses cannot vouch for the tree: signing
+    refuses, naming it as damaged, rather than signing unchecked."""
+    db = tmp_path / "events.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("a", _evs(2))
+        ae.MerkleLog(store).sign(key)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE ares_checkpoints SET note = 'not a note'")
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("a", _evs(1))
+        with pytest.raises(ProofError, match="a stored checkpoint is damaged"):
+            ae.MerkleLog(store).sign(key)
