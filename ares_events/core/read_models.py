@@ -118,8 +118,11 @@ class ReadModels(Protocol):
     def put_meta(self, meta: ProjectionMeta) -> None:
         """Create the registry row unless one exists (its own transaction)."""
 
-    def start_building(self, name: str, table: str, generation: int) -> None:
-        """Point the registry's building slot at a fresh table, cursor 0."""
+    def start_building(self, name: str, table: str, seen: ProjectionMeta) -> bool:
+        """Point the registry's building slot at ``table`` (generation
+        ``seen.generation + 1``, cursor 0) if the row still has ``seen``'s generation and
+        building table: one compare-and-set, so of two rebuilds that read the same row
+        only one claims the slot. Returns False (nothing written) when it changed."""
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
         """Make the building table live, if it is still ``table`` at ``position``."""
@@ -148,6 +151,16 @@ class ReadModels(Protocol):
 
     def scan(self, table: str) -> Iterator[tuple[str, Any]]:
         """Every (key, state), ordered by key, paged."""
+
+    def read_live(self, name: str) -> tuple[ProjectionMeta, dict[str, Any]] | None:
+        """The registry row and every (key, state) of its live table, read as one
+        consistent view (one snapshot): a commit of a runner meanwhile is in both or in
+        neither. None when the projection has no live table.
+
+        Raises:
+            StoreError: the registry row is damaged, or its live table is missing or
+                damaged.
+        """
 
     def names(self) -> list[str]:
         """Every projection in the registry."""

@@ -3,17 +3,18 @@ rebuild diffs."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import RecordedEvent
 from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
-from ares_events.errors import ConfigError, StoreError
+from ares_events.errors import ConfigError, InvalidEvent, StoreError
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import encode_state, table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
@@ -34,6 +35,33 @@ __all__ = [
 
 Progress = Callable[[int, int], None]
 
+_ANOTHER: Final = "another rebuild of the same projection is running"
+_STALLED_AFTER_S: Final = 60.0
+"""A runner that lost its rebuild to another process waits while that rebuild's cursor
+moves, and takes the slot over once it stood still this long (its process died)."""
+
+
+class _Lost(Exception):
+    """Internal: another rebuild holds the building slot; :func:`rebuild` raises it as
+    the documented StoreError, a runner follows that rebuild instead."""
+
+
+def _key_of(projection: Projection, event: RecordedEvent) -> str | None:
+    """The row ``event`` folds into: the projection's ``key(event)``, else the stream id."""
+    key_of = getattr(projection, "key", None)
+    if not callable(key_of):
+        return event.stream_id
+    key = key_of(event)
+    # Backends compare keys as text: an int key matched no stored row on SQLite (each
+    # batch restarted from initial()) and failed on PostgreSQL. Refuse it on all.
+    if key is not None and not isinstance(key, str):
+        raise InvalidEvent(
+            f"key of projection {projection.name!r}",
+            f"must be a str or None, got {type(key).__name__} {key!r:.80}",
+            stream_id=event.stream_id,
+        )
+    return key
+
 
 def _fold_batch(
     projection: Projection,
@@ -52,8 +80,7 @@ def _fold_batch(
         states = batch_fold(lambda keys: tables.load(table, list(keys)), events)
         last = events[-1].position
         return {k: (encode_state(v), last) for k, v in states.items()}
-    key_of = getattr(projection, "key", None)  # one row per key, default the stream id
-    keyed = [(key_of(e) if callable(key_of) else e.stream_id, e) for e in events]
+    keyed = [(_key_of(projection, e), e) for e in events]  # one row per key
     keys = sorted({k for k, _ in keyed if k is not None})
     states = tables.load(table, keys) if keys else {}
     last_pos: dict[str, int] = {}
@@ -125,6 +152,47 @@ def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
     return meta
 
 
+@contextlib.contextmanager
+def _building(tables: ReadModels, name: str, table: str, cursor: Cursor) -> Iterator[None]:
+    """The store's error of a rebuild's read or write of ``table`` as :class:`_Lost` when
+    another rebuild took the building slot over meanwhile (and dropped ``table``): the
+    missing table is that rebuild's doing, not damage."""
+    try:
+        yield
+    except StoreError as exc:
+        now = tables.meta(name) if cursor == "building" else None
+        if now is None or now.building_table == table:
+            raise
+        raise _Lost(f"rebuild of {name!r}: its table {table} was taken over; {_ANOTHER}") from exc
+
+
+def _claim(tables: ReadModels, name: str, seen: ProjectionMeta) -> str:
+    """Claim the building slot for the next generation's table, replacing ``seen``'s
+    building table (if any); returns the table.
+
+    Raises:
+        _Lost: another rebuild changed the registry row since ``seen`` was read.
+    """
+    gen = seen.generation + 1
+    table = table_name(name, gen)
+    # Created before the claim: a rebuild that resumes from the claim finds its table. Only
+    # the claim's winner writes rows into it (every commit is a compare-and-set).
+    tables.create(table)
+    if not tables.start_building(name, table, seen):
+        now = tables.meta(name)
+        # Past this generation nobody can claim (nor then swap in) this table any more:
+        # drop it unless it is live or building (the winner's, of the same name).
+        named = () if now is None else (now.active_table, now.building_table)
+        if now is not None and now.generation > gen and table not in named:
+            tables.drop(table)
+        raise _Lost(f"rebuild of {name!r}: {_ANOTHER} (it claimed generation {gen} first)")
+    if seen.building_table is not None and seen.building_table != table:
+        # The registry names it no more, so no swap can make it live: whoever fills it
+        # stops at its next read or commit (see _building).
+        tables.drop(seen.building_table)
+    return table
+
+
 def _fill(
     store: EventStore,
     projection: Projection,
@@ -150,13 +218,12 @@ def _fill(
             batch = [e for e in batch if e.position <= until]
         if not batch:
             break
-        rows = _fold_batch(projection, tables, table, batch, strict=strict, skipped=skipped)
         new = batch[-1].position
-        if not tables.commit(table, rows, projection.name, cursor, pos, new):
-            raise StoreError(
-                f"rebuild of {projection.name!r}: its cursor moved under it; another rebuild "
-                "of the same projection is running"
-            )
+        with _building(tables, projection.name, table, cursor):
+            rows = _fold_batch(projection, tables, table, batch, strict=strict, skipped=skipped)
+            moved = not tables.commit(table, rows, projection.name, cursor, pos, new)
+        if moved:
+            raise _Lost(f"rebuild of {projection.name!r}: its cursor moved under it; {_ANOTHER}")
         pos = new
         n += len(batch)
         if progress is not None:
@@ -179,13 +246,38 @@ def rebuild(
 
     The live table serves reads (and a running :class:`ProjectionRunner` keeps it current)
     until the swap, which is one compare-and-set of the registry row. An interrupted
-    rebuild resumes from its own cursor unless ``from_scratch``.
+    rebuild resumes from its own cursor unless ``from_scratch``, which takes the building
+    slot over from any other rebuild (that one then stops with the StoreError below).
 
     Raises:
         EventSchemaError: strict and an event fails its schema.
+        InvalidEvent: the projection's ``key(event)`` is neither a str nor None.
         StoreError: another rebuild of the same projection is running.
         StoreUnavailable: the store cannot be reached.
     """
+    try:
+        return _rebuild(
+            store,
+            projection,
+            from_scratch=from_scratch,
+            batch_size=batch_size,
+            strict=strict,
+            progress=progress,
+        )
+    except _Lost as lost:
+        raise StoreError(str(lost)) from lost.__cause__
+
+
+def _rebuild(
+    store: EventStore,
+    projection: Projection,
+    *,
+    from_scratch: bool,
+    batch_size: int,
+    strict: bool,
+    progress: Progress | None,
+) -> RebuildReport:
+    """:func:`rebuild`, raising :class:`_Lost` when another rebuild holds the slot."""
     tables = tables_for(store)
     meta = _ensure_live(tables, projection)
     started = time.perf_counter()
@@ -193,26 +285,22 @@ def rebuild(
         table, after = meta.building_table, meta.building_position
         logger.info("resuming rebuild of %s at position %d", projection.name, after)
     else:
-        if meta.building_table:
-            tables.drop(meta.building_table)
-        gen = meta.generation + 1
-        table, after = table_name(projection.name, gen), 0
-        tables.drop(table)
-        tables.create(table)
-        tables.start_building(projection.name, table, gen)
+        table, after = _claim(tables, projection.name, meta), 0
     resumed_from = after
     n, pos, skipped = _fill(
         store, projection, tables, table, after, "building", None, batch_size, strict, progress
     )
+    # Counted before the swap: a later rebuild may swap and drop this table at once after
+    # it, and no commit can change the rows between the count and a swap that succeeds.
+    with _building(tables, projection.name, table, "building"):
+        rows = sum(1 for _ in tables.scan(table))
     old = (tables.meta(projection.name) or meta).active_table
     if not tables.swap(projection.name, table, pos, projection.version):
-        raise StoreError(
-            f"rebuild of {projection.name!r}: the registry changed before the swap; another "
-            "rebuild of the same projection is running"
+        raise _Lost(
+            f"rebuild of {projection.name!r}: the registry changed before the swap; {_ANOTHER}"
         )
     if old and old != table:
         tables.drop(old)
-    rows = sum(1 for _ in tables.scan(table))
     return RebuildReport(
         projection.name, n, rows, time.perf_counter() - started, resumed_from, pos, table, skipped
     )
@@ -229,23 +317,25 @@ def verify_rebuild(
     the fresh fold is kept in memory (as the diff needs both sides anyway), nothing is
     registered, created or written, so it runs on a store opened read-only.
 
+    The cursor and the live rows are read first, as one snapshot: a runner that commits
+    meanwhile (its rows lie past that cursor) never shows as a difference.
+
     Raises:
         ConfigError: the projection's read model was never built in this store (nothing
             to verify: a pass over zero rows would vouch for a table that is not there).
         StoreUnavailable: the store cannot be reached.
     """
-    tables = tables_for(store)
-    meta = tables.meta(projection.name)
-    if meta is None or meta.active_table is None:
+    view = tables_for(store).read_live(projection.name)
+    if view is None:
         raise ConfigError(
             f"the read model {projection.name!r} was never built in {store.url}: nothing to "
             f"verify (`ares-events rebuild {projection.name}` builds it)"
         )
+    meta, live = view
     scratch = MemoryReadModels()
     _fill(
         store, projection, scratch, "verify", 0, "none", meta.position, batch_size, False, progress
     )
-    live = dict(tables.scan(meta.active_table))
     fresh = dict(scratch.scan("verify"))
     rep = DiffReport(projection.name, meta.position, len(set(live) | set(fresh)))
     rep.only_live = sorted(set(live) - set(fresh))
@@ -264,8 +354,23 @@ def read_model(store: EventStore, projection: Projection | str, key: str) -> Any
     return tables.load(meta.active_table, [key]).get(key)
 
 
+@dataclass(slots=True)
+class _Following:
+    """Another process's rebuild a runner waits for: the building table and its cursor
+    when last seen moving, and when (``time.monotonic()``)."""
+
+    table: str | None
+    position: int
+    since: float
+
+
 class ProjectionRunner:
     """Keeps read models caught up with the log, exactly once per event.
+
+    A runner whose projection version differs from the read model's rebuilds it first.
+    When another process's rebuild holds the slot (a replica started at the same time),
+    it folds nothing into the old table and waits for that rebuild's swap, taking the slot
+    over only once that rebuild stopped making progress.
 
     Args:
         store: the event store (its database also holds the read models).
@@ -296,6 +401,7 @@ class ProjectionRunner:
         self.tables = tables_for(store)
         self.skipped: list[SkippedEvent] = []
         self._changed = threading.Condition()
+        self._following: dict[str, _Following] = {}
 
     def position(self, projection: Projection | str | None = None) -> int:
         """Cursor of one projection (or the minimum over all)."""
@@ -306,17 +412,24 @@ class ProjectionRunner:
         return min(m.position if (m := self.tables.meta(n)) else 0 for n in names)
 
     def run_once(self) -> int:
-        """Apply at most one batch per projection. Returns the number of events applied."""
+        """Apply at most one batch per projection. Returns the number of events applied.
+
+        Raises:
+            EventSchemaError: strict and an event fails its schema.
+            InvalidEvent: a projection's ``key(event)`` is neither a str nor None.
+            StoreError: the read model is damaged.
+            StoreUnavailable: the store cannot be reached.
+        """
         total = 0
         for p in self.projections:
             meta = _ensure_live(self.tables, p)
             if meta.projection_version != p.version:
-                logger.warning(
-                    "read model of %s was built by version %d, code is %d: rebuilding",
-                    p.name, meta.projection_version, p.version,
-                )  # fmt: skip
-                rebuild(self.store, p, from_scratch=True, strict=self.strict)
-                meta = self.tables.meta(p.name) or meta
+                rebuilt = self._rebuild_first(p, meta)
+                if rebuilt is None:
+                    continue  # another process rebuilds it: the old table gets nothing
+                meta = rebuilt
+            else:
+                self._following.pop(p.name, None)
             batch = list(self.store.read_all(after_position=meta.position, limit=self.batch_size))
             if not batch:
                 projection_lag(self.store, p.name, meta.position)
@@ -353,15 +466,62 @@ class ProjectionRunner:
                 self._changed.notify_all()
         return total
 
+    def _rebuild_first(self, p: Projection, meta: ProjectionMeta) -> ProjectionMeta | None:
+        """Rebuild ``p``'s read model, built by another version, before folding into it.
+        Returns the registry row after the swap, or None while another process's rebuild
+        holds the slot (this runner then follows it)."""
+        now = time.monotonic()
+        f = self._following.get(p.name)
+        if f is not None and meta.building_table is not None:
+            if (meta.building_table, meta.building_position) != (f.table, f.position):
+                self._following[p.name] = _Following(
+                    meta.building_table, meta.building_position, now
+                )
+                return None
+            if now - f.since < _STALLED_AFTER_S:
+                return None
+            logger.warning(
+                "the rebuild of %s made no progress for %.0fs: taking it over",
+                p.name, now - f.since,
+            )  # fmt: skip
+        else:
+            logger.warning(
+                "read model of %s was built by version %d, code is %d: rebuilding",
+                p.name, meta.projection_version, p.version,
+            )  # fmt: skip
+        try:
+            _rebuild(
+                self.store, p, from_scratch=True, batch_size=1000, strict=self.strict, progress=None
+            )
+        except _Lost:
+            # Two replicas started after a version bump: taking the slot back would only
+            # make the other one lose in turn. Wait for its swap instead.
+            held = self.tables.meta(p.name)
+            table, pos = (held.building_table, held.building_position) if held else (None, 0)
+            self._following[p.name] = _Following(table, pos, time.monotonic())
+            logger.info("another process is rebuilding %s: waiting for its swap", p.name)
+            return None
+        self._following.pop(p.name, None)
+        return self.tables.meta(p.name) or meta
+
     def run_until_idle(self, *, progress: Callable[[int], None] | None = None) -> int:
         """Apply batches until the log is exhausted; returns events applied (``progress``
-        is called with the running total after each batch)."""
+        is called with the running total after each batch). While another process
+        rebuilds one of the read models, it waits for that rebuild's swap."""
         n = 0
-        while k := self.run_once():
-            n += k
-            if progress is not None:
-                progress(n)
-        return n
+        delay = 0.005
+        while True:
+            k = self.run_once()
+            if k:
+                n += k
+                delay = 0.005
+                if progress is not None:
+                    progress(n)
+            elif not self._following:
+                return n
+            else:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     def run_forever(self, stop: threading.Event, *, idle_wait: float = 1.0) -> None:
         """Catch up, then wait on the store's wake-ups, until ``stop`` is set."""

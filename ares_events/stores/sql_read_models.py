@@ -61,8 +61,11 @@ ADVANCE_BUILDING: Final = (
     "UPDATE {r} SET building_position = ? "
     "WHERE name = ? AND building_table = ? AND building_position = ?"
 )
+# Claiming the building slot is a compare-and-set too: of two rebuilds that read the same
+# row only one claims the next generation, and the other never touches its table.
 START_BUILDING: Final = (
-    "UPDATE {r} SET building_table = ?, building_position = 0, generation = ? WHERE name = ?"
+    "UPDATE {r} SET building_table = ?, building_position = 0, generation = ? "
+    "WHERE name = ? AND generation = ? AND COALESCE(building_table, '') = ?"
 )
 SWAP: Final = (
     "UPDATE {r} SET active_table = building_table, position = building_position, "
@@ -121,6 +124,9 @@ class Dialect:
     ddl_lock: str | None
     """Taken before DDL, one parameter (the schema prefix)."""
     for_update: str
+    snapshot: str | None
+    """Run first in a read transaction to make all its reads one snapshot (None: the
+    backend's read transaction is one already)."""
     schema: str | None = None
 
     def qualified(self, table: str) -> str:
@@ -136,6 +142,9 @@ SQLITE: Final = Dialect(
     has_table="SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
     ddl_lock=None,
     for_update="",
+    # A deferred transaction on a WAL file reads one snapshot from its first read (an
+    # in-memory database is serialized in-process for the whole transaction).
+    snapshot=None,
 )
 POSTGRES: Final = Dialect(
     blob="BYTEA",
@@ -145,6 +154,9 @@ POSTGRES: Final = Dialect(
     # can both pass the check and one fails on pg_type): serialize DDL per schema.
     ddl_lock="SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
     for_update=" FOR UPDATE",
+    # READ COMMITTED gives each statement its own snapshot; the registry row and the
+    # pages of a table read after it must come from the same one.
+    snapshot="SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
 )
 """The PostgreSQL dialect without a schema (``dataclasses.replace(POSTGRES, schema=...)``)."""
 
@@ -286,8 +298,9 @@ class SQLReadModels:
         self._ensure(REGISTRY, CREATE_REGISTRY)
         self._run(INSERT_META, astuple(meta))
 
-    def start_building(self, name: str, table: str, generation: int) -> None:
-        self._run(START_BUILDING, (table, generation, name))
+    def start_building(self, name: str, table: str, seen: ProjectionMeta) -> bool:
+        args = (table, seen.generation + 1, name, seen.generation, seen.building_table or "")
+        return bool(self._run(START_BUILDING, args).rowcount == 1)
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
         return bool(self._run(SWAP, (projection_version, name, table, position)).rowcount == 1)
@@ -345,6 +358,29 @@ class SQLReadModels:
             if len(rows) < PAGE:
                 return
             after = rows[-1][0]
+
+    def read_live(self, name: str) -> tuple[ProjectionMeta, dict[str, Any]] | None:
+        """The registry row and its live table's rows, paged, in one read transaction
+        that is one snapshot (:attr:`Dialect.snapshot`)."""
+        if not self._has(REGISTRY):
+            return None
+        with self._read() as c:
+            if self.dialect.snapshot is not None:
+                c.execute(self.dialect.snapshot)
+            row = c.execute(self._sql(SELECT_META), (name,)).fetchone()
+            meta = None if row is None else ProjectionMeta.from_row(row)
+            if meta is None or meta.active_table is None:
+                return None
+            table = meta.active_table
+            page = self._sql(SELECT_ALL_ROWS, table)
+            out: dict[str, Any] = {}
+            after = ""
+            while True:
+                rows = c.execute(page, (after, PAGE)).fetchall()
+                out.update((k, _state(table, k, s)) for k, s in rows)
+                if len(rows) < PAGE:
+                    return meta, out
+                after = rows[-1][0]
 
     def names(self) -> list[str]:
         rows = self._fetch(SELECT_NAMES, needs=REGISTRY)

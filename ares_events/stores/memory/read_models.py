@@ -65,12 +65,16 @@ class MemoryReadModels:
         with self._lock:
             self._meta.setdefault(meta.name, meta)
 
-    def start_building(self, name: str, table: str, generation: int) -> None:
+    def start_building(self, name: str, table: str, seen: ProjectionMeta) -> bool:
+        """Compare-and-set under the lock."""
         with self._lock:
             m = self._meta[name]
+            if m.generation != seen.generation or m.building_table != seen.building_table:
+                return False
             self._meta[name] = replace(
-                m, building_table=table, building_position=0, generation=generation
+                m, building_table=table, building_position=0, generation=seen.generation + 1
             )
+            return True
 
     def swap(self, name: str, table: str, position: int, projection_version: int) -> bool:
         with self._lock:
@@ -128,6 +132,15 @@ class MemoryReadModels:
             items = sorted(self.tables.get(table, {}).items())
         for k, (s, _) in items:
             yield k, orjson.loads(s)
+
+    def read_live(self, name: str) -> tuple[ProjectionMeta, dict[str, Any]] | None:
+        """The registry row and a copy of its live table, taken under the lock."""
+        with self._lock:
+            m = self._meta.get(name)
+            if m is None or m.active_table is None:
+                return None
+            rows = dict(self.tables.get(m.active_table, {}))
+        return m, {k: orjson.loads(s) for k, (s, _) in sorted(rows.items())}
 
     def names(self) -> list[str]:
         with self._lock:
