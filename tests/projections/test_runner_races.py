@@ -22,8 +22,8 @@ from ares_events.projections import runner as runner_module
 from ares_events.projections.tables import tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
 from ares_events.stores.sqlite.recorder import SQLiteRecorder
+from tests.children.projection_race_child import ANOTHER, VersionedCounter
 from tests.fixtures.fix_backends import open_backend, store_url_for
-from tests.projections.race_child import ANOTHER, VersionedCounter
 from tests.projections.test_runner import corrupt_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,7 +254,14 @@ def _race(url: str, roles: list[str], version: int, batch: int) -> list[tuple[in
     args = (version, batch)
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.projections.race_child", url, role, *map(str, args)],
+            [
+                sys.executable,
+                "-m",
+                "tests.children.projection_race_child",
+                url,
+                role,
+                *map(str, args),
+            ],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

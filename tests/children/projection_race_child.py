@@ -1,6 +1,6 @@
 """Child process for the read-model race tests (tests/projections/test_runner_races.py).
 
-Usage: ``python -m tests.projections.race_child STORE_URL ROLE VERSION BATCH`` where ROLE is
+Usage: ``python -m tests.children.projection_race_child STORE_URL ROLE VERSION BATCH`` where ROLE is
 ``runner`` (a :class:`ProjectionRunner` catches up), ``rebuild`` or ``rebuild-scratch``
 (:func:`rebuild`, the second with ``from_scratch``). The child opens the store, prints
 ``ready`` and waits for one line on stdin, so the parent starts every child's work at once.
