@@ -76,13 +76,18 @@ class StoreURL:
         if unknown:
             raise ConfigError(
                 f"unknown parameter(s) {', '.join(unknown)} in "
-                f"{self.redacted()}; valid: {', '.join(sorted(allowed)) or 'none'}"
+                # An unknown parameter may be a mistyped secret (pasword=): its value is hidden.
+                f"{self.redacted(unknown)}; valid: {', '.join(sorted(allowed)) or 'none'}"
             )
         return params
 
-    def redacted(self) -> str:
-        """The URL with any password replaced by ``***``."""
-        return redact_url(self.raw)
+    def redacted(self, hide: Sequence[str] = ()) -> str:
+        """The URL with any password, and the values of the parameters named in ``hide``,
+        replaced by ``***``."""
+        url = redact_url(self.raw)
+        for name in hide:
+            url = re.sub(rf"([?&;]{re.escape(name)}=)[^&#]*", r"\1***", url)
+        return url
 
     def __repr__(self) -> str:
         return f"StoreURL({self.redacted()!r})"

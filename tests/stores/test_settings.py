@@ -228,6 +228,8 @@ def test_store_repr_hides_password_and_key() -> None:
         "memory://u:s3cr%40t@name?bogus=1",  # unknown parameter
         "sqlite://u:s3cr%40t@host/x.db",  # sqlite takes no host
         "postgresql://u@h:notaport/db?password=s3cr%40t",  # libpq password parameter
+        "postgresql://u@h/db?pasword=s3cr%40t",  # a mistyped secret: an unknown parameter
+        "memory://name?pass=s3cr%40t",
     ],
 )
 def test_errors_for_bad_urls_hide_password(url: str, tmp_path: Path) -> None:

@@ -106,7 +106,9 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     unknown_opts = sorted(set(options) - set(OWN_PARAMS) - set(KEYWORD_OPTIONS))
     if unknown or unknown_opts:
         raise ConfigError(
-            f"unknown parameter(s) {', '.join(unknown + unknown_opts)} for {where}; "
+            # An unknown parameter may be a mistyped secret (pasword=): its value is hidden.
+            f"unknown parameter(s) {', '.join(unknown + unknown_opts)} for "
+            f"{url.redacted(unknown)}; "
             f"valid: {', '.join(OWN_PARAMS)}, or any libpq option "
             f"({', '.join(sorted(libpq - SECRET_PARAMS))})"
         )
