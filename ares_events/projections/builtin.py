@@ -133,9 +133,12 @@ class RecoveryStateProjection:
 
 class GenealogyProjection:
     """Every death (cause, time) and resurrection (new instance), plus a flapping flag:
-    ``flap_deaths`` deaths within ``flap_window_s`` seconds (of event time)."""
+    ``flap_deaths`` deaths within ``flap_window_s`` seconds (of event time).
 
-    name: ClassVar[str] = "genealogy"
+    Its name is ``genealogy`` with the default rule, ``genealogy.flap-<deaths>-<window>s``
+    with another: the flag is folded under the rule, so a snapshot or read model made under
+    one rule is never resumed under another."""
+
     version: ClassVar[int] = 1
 
     def __init__(self, flap_deaths: int = 5, flap_window_s: float = 30.0) -> None:
@@ -143,6 +146,8 @@ class GenealogyProjection:
             raise ConfigError("flap_deaths must be >= 1 and flap_window_s > 0")
         self.flap_deaths = flap_deaths
         self.flap_window_s = flap_window_s
+        rule = (flap_deaths, float(flap_window_s))
+        self.name = "genealogy" if rule == (5, 30.0) else f"genealogy.flap-{rule[0]}-{rule[1]:g}s"
 
     def initial(self) -> dict[str, Any]:
         """No deaths yet."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -174,6 +175,27 @@ def test_genealogy_flapping_needs_n_deaths_within_window() -> None:
     assert two_close["flapping"] is False and two_close["max_deaths_in_window"] == 2
     burst = fold(g, _life_with_deaths([0, 100, 130, 155])).state
     assert burst["flapping"] is True and burst["max_deaths_in_window"] == 3
+
+
+def test_a_genealogy_snapshot_under_one_flap_rule_is_not_resumed_under_another() -> None:
+    """The flap rule is part of the projection's name: a snapshot taken under the default
+    rule (as `snapshot take` does) is not used by a fold under a stricter one, whose
+    recovery then equals its full replay."""
+    with ae.open_store("memory://") as store:
+        started = ae.NewEvent(type="agent.started", module="runtime", payload={"instance_id": "i1"})
+        dead = ae.NewEvent(type="agent.dead", module="runtime", payload={"cause": "oom"})
+        store.append("a", [started])
+        for _ in range(4):
+            store.append("a", [dataclasses.replace(dead, event_id=uuid.uuid4())])
+        ae.snapshot(store, "a", GenealogyProjection())
+        strict = GenealogyProjection(flap_deaths=3, flap_window_s=30)
+        assert GenealogyProjection(5, 30).name == "genealogy" != strict.name
+        rec = ae.recover(store, "a", strict, snapshots=store.snapshots)
+        assert rec.source == "events" and rec.state["flapping"] is True
+        assert rec.state == ae.recover(store, "a", strict).state
+        assert ae.recover(store, "a", GenealogyProjection(), snapshots=store.snapshots).source == (
+            "snapshot"
+        )
 
 
 def test_genealogy_flapping_clears_when_deaths_leave_the_window() -> None:
