@@ -1,5 +1,6 @@
 """Span events and metrics of agent lifecycles and supervisors (docs/observability.md);
-metrics carry a death's cause kind, never an agent id.
+metrics carry a death's cause kind, never an agent id. None of them raises when the
+telemetry pipeline does (``telemetry.warn_once``).
 
 It may import the core.
 """
@@ -7,9 +8,11 @@ It may import the core.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any, Final
 
 from ares_events.core import telemetry
+from ares_events.core.telemetry import Telemetry, warn_once
 
 __all__ = ["backoff", "cause_kind", "death", "flapping", "gave_up", "resurrection", "supervising"]
 
@@ -76,12 +79,48 @@ def gave_up(agent_id: str, restarts: int) -> None:
     _emit("ares_events.agent.gave_up", agent_id, attrs, lambda m: m.gave_up.add(1))
 
 
+class _Supervising:
+    """The ``ares_events.supervise`` span, current while the supervisor runs."""
+
+    __slots__ = ("_agents", "_span", "_tel", "_token")
+
+    def __init__(self, tel: Telemetry, agents: int) -> None:
+        self._tel = tel
+        self._agents = agents
+        self._span: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> _Supervising:
+        tel = self._tel
+        span = self._span = tel.start_span(
+            "ares_events.supervise", {"ares_events.agents": self._agents}
+        )
+        if span is not None:
+            try:
+                self._token = tel.otel.context.attach(tel.otel.trace.set_span_in_context(span))
+            except Exception as exc:
+                warn_once("context", exc)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._span is None:
+            return
+        if self._token is not None:
+            try:
+                self._tel.otel.context.detach(self._token)
+            except Exception as failure:
+                warn_once("context", failure)
+        # As OpenTelemetry's start_as_current_span: an Exception fails the span, an
+        # interrupt (KeyboardInterrupt, SystemExit) does not.
+        self._tel.end_span(self._span, exc if isinstance(exc, Exception) else None)
+
+
 def supervising(agents: int) -> Any:
     """The ``ares_events.supervise`` span of a supervisor's run (current while it runs),
     or a no-op context manager."""
     tel = telemetry.current()
     if tel is None or tel.tracer is None:
         return telemetry.NO_OPERATION
-    return tel.tracer.start_as_current_span(
-        "ares_events.supervise", attributes={"ares_events.agents": agents}, record_exception=False
-    )
+    return _Supervising(tel, agents)

@@ -1,6 +1,8 @@
 """OpenTelemetry spans and metrics for the store, verification, recovery and the agent
 runtime (the ``otel`` extra; docs/observability.md). Without an SDK every helper hands
-back one shared no-op object.
+back one shared no-op object. A telemetry call that raises (a span processor, a
+sampler, an instrument of the application's pipeline) never fails the operation it
+observes: :func:`warn_once` logs it and the operation goes on.
 
 It may import :mod:`ares_events.errors` and nothing else from the package;
 ``opentelemetry`` is imported on first use.
@@ -8,8 +10,10 @@ It may import :mod:`ares_events.errors` and nothing else from the package;
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace, TracebackType
@@ -67,6 +71,62 @@ METRIC_ATTRIBUTES: Final = frozenset(
 """Every attribute key a metric of ares-events may carry; each has a bounded set of
 values (a test checks it)."""
 
+logger = logging.getLogger(__name__)
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(kind: str, exc: Exception) -> None:
+    """Log that a telemetry call of ``kind`` (``span start``, ``metric``, ...) raised
+    ``exc``, which the caller then drops: a WARNING the first time for each kind (since
+    :func:`configure`), DEBUG after. Only the exception's class is logged: its message or
+    traceback may quote span attributes or captured content."""
+    # The OpenTelemetry error-handling principle: instrumentation never breaks the
+    # application. A broken pipeline usually fails on every call, hence once per kind.
+    with _warned_lock:
+        first = kind not in _warned
+        _warned.add(kind)
+    level = logging.WARNING if first else logging.DEBUG
+    logger.log(
+        level,
+        "OpenTelemetry %s failed (%s); the operation goes on without it%s",
+        kind,
+        error_type(exc),
+        " (further failures of this kind are logged at DEBUG)" if first else "",
+    )
+
+
+class _Instrument:
+    """A metric instrument whose calls never raise (see :func:`warn_once`)."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def add(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
+        """Add to a counter."""
+        try:
+            self._inner.add(amount, attributes)
+        except Exception as exc:
+            warn_once("metric", exc)
+
+    def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
+        """Record a histogram point."""
+        try:
+            self._inner.record(amount, attributes)
+        except Exception as exc:
+            warn_once("metric", exc)
+
+    def set(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
+        """Set a gauge."""
+        try:
+            self._inner.set(amount, attributes)
+        except Exception as exc:
+            warn_once("metric", exc)
+
+
 _SYSTEMS: Final = {
     "sqlite": "sqlite",
     "postgresql": "postgresql",
@@ -109,8 +169,8 @@ _COUNTERS: Final = {  # attribute: (name, unit, description)
 
 def _instruments(meter: Any) -> SimpleNamespace:
     # All created at once: a meter caches them anyway.
-    return SimpleNamespace(
-        **{
+    made = dict(
+        {
             attr: meter.create_counter(name, unit=unit, description=description)
             for attr, (name, unit, description) in _COUNTERS.items()
         },
@@ -148,6 +208,7 @@ def _instruments(meter: Any) -> SimpleNamespace:
             description="Delays a supervisor waits before resurrecting an agent.",
         ),
     )
+    return SimpleNamespace(**{attr: _Instrument(inst) for attr, inst in made.items()})
 
 
 class Telemetry:
@@ -165,7 +226,12 @@ class Telemetry:
     def __init__(self, otel: Any, tracer: Any, meter: Any, capture_content: bool) -> None:
         self.otel = otel
         self.tracer = tracer
-        self.metrics: SimpleNamespace | None = _instruments(meter) if meter is not None else None
+        self.metrics: SimpleNamespace | None = None
+        if meter is not None:
+            try:
+                self.metrics = _instruments(meter)
+            except Exception as exc:
+                warn_once("setup", exc)  # no metrics then; spans may still work
         self.capture_content = capture_content
 
     def start_span(
@@ -176,29 +242,47 @@ class Telemetry:
         kind: str = "INTERNAL",
         parent: Any = None,
     ) -> Any:
-        """A started span (not made current), or None without a tracer."""
+        """A started span (not made current), or None without a tracer or when starting
+        it raised (a sampler's or span processor's failure: :func:`warn_once`)."""
         if self.tracer is None:
             return None
-        kind_ = getattr(self.otel.trace.SpanKind, kind)
-        return self.tracer.start_span(name, context=parent, kind=kind_, attributes=dict(attributes))
+        try:
+            kind_ = getattr(self.otel.trace.SpanKind, kind)
+            return self.tracer.start_span(
+                name, context=parent, kind=kind_, attributes=dict(attributes)
+            )
+        except Exception as exc:
+            warn_once("span start", exc)
+            return None
 
     def end_span(self, span: Any, exc: BaseException | None = None) -> None:
         """End ``span``, marking it failed by ``exc``'s type: ``error.type``, an ERROR
         status and an ``exception`` event with the type only (never its message, which
-        may quote a payload)."""
+        may quote a payload). Never raises (:func:`warn_once`)."""
         if span is None:
             return
         if exc is not None:
-            et = error_type(exc)
-            span.set_attribute("error.type", et)
-            span.set_status(self.otel.trace.Status(self.otel.trace.StatusCode.ERROR, et))
-            span.add_event("exception", {"exception.type": et})
-        span.end()
+            try:
+                et = error_type(exc)
+                span.set_attribute("error.type", et)
+                span.set_status(self.otel.trace.Status(self.otel.trace.StatusCode.ERROR, et))
+                span.add_event("exception", {"exception.type": et})
+            except Exception as failure:
+                warn_once("span update", failure)  # still end it below
+        try:
+            # A processor's on_end runs inside end(): after an append has committed, so
+            # its failure must not reach the caller as the append's.
+            span.end()
+        except Exception as failure:
+            warn_once("span end", failure)
 
     def add_event(self, name: str, attributes: Mapping[str, Any]) -> None:
         """An event on the current span (a no-op when it is not recording)."""
         if self.tracer is not None:
-            self.otel.trace.get_current_span().add_event(name, dict(attributes))
+            try:
+                self.otel.trace.get_current_span().add_event(name, dict(attributes))
+            except Exception as exc:
+                warn_once("span update", exc)
 
     def record_findings(self, findings: Iterable[Any], operation: str, system: str) -> None:
         """Count findings by kind (in ``ares_events.verification.findings``)."""
@@ -206,9 +290,12 @@ class Telemetry:
         if m is None:
             return
         attrs = {"db.operation.name": operation, "db.system.name": system}
-        for f in findings:
-            kind = bounded(getattr(f, "kind", ""))
-            m.findings.add(1, {**attrs, "ares_events.finding.kind": kind})
+        try:
+            for f in findings:
+                kind = bounded(getattr(f, "kind", ""))
+                m.findings.add(1, {**attrs, "ares_events.finding.kind": kind})
+        except Exception as exc:  # a finding's kind that does not read
+            warn_once("metric", exc)
 
 
 def bounded(value: Any) -> str:
@@ -258,6 +345,7 @@ class _Otel:
 
 _otel: _Otel | None = None
 _missing = False  # the extra is not installed: known after the first call
+_broken = False  # the providers raised when asked for a tracer and a meter
 _active: Telemetry | None = None
 _explicit: tuple[Any, Any, bool | None, bool] | None = None
 _env_capture: bool | None = None
@@ -274,14 +362,18 @@ def _version() -> str:
 
 
 def _probe() -> Telemetry | None:
-    global _otel, _missing, _active, _env_capture
-    if _missing:
+    global _otel, _missing, _active, _env_capture, _broken
+    if _missing or _broken:
         return None
     if _otel is None:
         try:
             _otel = _Otel()
         except ImportError:
             _missing = True
+            return None
+        except Exception as exc:  # a provider named by OTEL_PYTHON_*_PROVIDER that fails
+            warn_once("setup", exc)
+            _broken = True
             return None
     otel = _otel
     if _explicit is not None:
@@ -300,8 +392,20 @@ def _probe() -> Telemetry | None:
     if not (tracing or metering):
         return None  # probed again next time: an SDK may be configured later
     version = _version()
-    tracer = tp.get_tracer(_SCOPE, version) if tracing else None
-    meter = mp.get_meter(_SCOPE, version) if metering else None
+    tracer = meter = None
+    try:
+        tracer = tp.get_tracer(_SCOPE, version) if tracing else None
+    except Exception as exc:
+        warn_once("setup", exc)
+    try:
+        meter = mp.get_meter(_SCOPE, version) if metering else None
+    except Exception as exc:
+        warn_once("setup", exc)
+    if tracer is None and meter is None:
+        # Not asked again until configure(): probing on every operation would cost
+        # each of them a failing call.
+        _broken = True
+        return None
     if capture is None:
         # OpenTelemetry's own opt-in variable, read once, the way every OpenTelemetry
         # instrumentation reads it (the one environment read below the CLI and Settings).
@@ -347,9 +451,12 @@ def configure(
     Raises:
         MissingDependencyError: a provider is given and the ``otel`` extra is missing.
     """
-    global _active, _explicit, _missing, _env_capture
+    global _active, _explicit, _missing, _env_capture, _broken
     _active = None
     _missing = False
+    _broken = False
+    with _warned_lock:
+        _warned.clear()  # a new pipeline's failures are worth a warning again
     if tracer_provider is None and meter_provider is None and enabled:
         _explicit = None
         if capture_content is not None:
@@ -461,9 +568,12 @@ class Operation:
             else:
                 span_name = f"{self._name} {self._base['db.collection.name']}"
                 self._span = tel.start_span(span_name, self._base, kind="CLIENT")
-            if current:
+            if current and self._span is not None:
                 otel = tel.otel
-                self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
+                try:
+                    self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
+                except Exception as exc:
+                    warn_once("context", exc)
         self._t0 = time.perf_counter()
         return self
 
@@ -475,10 +585,18 @@ class Operation:
         failed = None if exc is None or isinstance(exc, GeneratorExit) else exc
         span = self._span
         if span is not None:
+            # Each step on its own: whatever raises, the span still ends and the
+            # operation's own result or exception goes to the caller unchanged.
             if self._token is not None:
-                tel.otel.context.detach(self._token)
+                try:
+                    tel.otel.context.detach(self._token)
+                except Exception as e:
+                    warn_once("context", e)
             if self._extra:
-                span.set_attributes(self._extra)
+                try:
+                    span.set_attributes(self._extra)
+                except Exception as e:
+                    warn_once("span update", e)
             tel.end_span(span, failed)
         if tel.metrics is not None:
             attrs = dict(self._metric)
@@ -536,11 +654,15 @@ def trace_context() -> dict[str, str] | None:
     tel = current()
     if tel is None or tel.tracer is None:
         return None
-    span = tel.otel.trace.get_current_span()
-    if not span.get_span_context().is_valid:
-        return None
     carrier: dict[str, str] = {}
-    tel.otel.propagator.inject(carrier)
+    try:
+        span = tel.otel.trace.get_current_span()
+        if not span.get_span_context().is_valid:
+            return None
+        tel.otel.propagator.inject(carrier)
+    except Exception as exc:
+        warn_once("trace context", exc)
+        return None
     tp = carrier.get("traceparent")
     return {"traceparent": tp} if tp else None
 
@@ -554,9 +676,13 @@ def link_to(carrier: Any, attributes: Mapping[str, Any] | None = None) -> Any:
     tp = carrier.get("traceparent")
     if not isinstance(tp, str):
         return None
-    ctx = tel.otel.propagator.extract({"traceparent": tp})
-    sc = tel.otel.trace.get_current_span(ctx).get_span_context()
-    return tel.otel.trace.Link(sc, dict(attributes or {})) if sc.is_valid else None
+    try:
+        ctx = tel.otel.propagator.extract({"traceparent": tp})
+        sc = tel.otel.trace.get_current_span(ctx).get_span_context()
+        return tel.otel.trace.Link(sc, dict(attributes or {})) if sc.is_valid else None
+    except Exception as exc:
+        warn_once("trace context", exc)
+        return None
 
 
 def timed() -> Callable[[], float]:
@@ -567,5 +693,7 @@ def timed() -> Callable[[], float]:
 
 def _reset_for_tests() -> None:
     """Forget the providers and the environment opt-in (tests only)."""
-    global _active, _explicit, _env_capture, _missing
-    _active, _explicit, _env_capture, _missing = None, None, None, False
+    global _active, _explicit, _env_capture, _missing, _broken
+    _active, _explicit, _env_capture, _missing, _broken = None, None, None, False, False
+    with _warned_lock:
+        _warned.clear()

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
-from ares_events.core.telemetry import Operation, bounded, current, operation
+from ares_events.core.telemetry import Operation, bounded, current, operation, warn_once
 
 __all__ = [
     "appended",
@@ -34,7 +34,8 @@ def traced(name: str, done: Done | None = None, *, activity: bool = False) -> Ca
     face): a traced, timed :func:`operation` named ``name``; ``done(op, args, kwargs,
     result)`` adds what the result tells (counts, versions). The span carries
     ``ares_events.stream.id`` when the next argument is a stream id. Without telemetry
-    the function runs as it is, after one check."""
+    the function runs as it is, after one check; with it, a telemetry failure never
+    changes the result or the exception (:func:`~ares_events.core.telemetry.warn_once`)."""
 
     def deco(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -46,7 +47,7 @@ def traced(name: str, done: Done | None = None, *, activity: bool = False) -> Ca
                 with operation(self.url, name, _stream_attr(args, kwargs), activity=activity) as op:
                     res = await fn(self, *args, **kwargs)
                     if done is not None and isinstance(op, Operation):
-                        done(op, args, kwargs, res)
+                        _done(done, op, args, kwargs, res)
                     return res
 
             return traced_async  # type: ignore[return-value]
@@ -58,7 +59,7 @@ def traced(name: str, done: Done | None = None, *, activity: bool = False) -> Ca
             with operation(self.url, name, _stream_attr(args, kwargs), activity=activity) as op:
                 res = fn(self, *args, **kwargs)
                 if done is not None and isinstance(op, Operation):
-                    done(op, args, kwargs, res)
+                    _done(done, op, args, kwargs, res)
                 return res
 
         return traced_sync  # type: ignore[return-value]
@@ -88,6 +89,15 @@ def traced_reads(name: str) -> Callable[[F], F]:
         return reads  # type: ignore[return-value]
 
     return deco
+
+
+def _done(done: Done, op: Operation, args: tuple[Any, ...], kw: dict[str, Any], res: Any) -> None:
+    # The operation has succeeded (an append has committed): what describes its result
+    # must not turn it into a failure.
+    try:
+        done(op, args, kw, res)
+    except Exception as exc:
+        warn_once("span update", exc)
 
 
 def _stream_attr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
