@@ -292,10 +292,11 @@ def verify(app: App, stream: str, as_json: bool) -> int:
 def audit_cmd(
     app: App, deep: bool, anchors_url: str | None, vkeys: tuple[str, ...], as_json: bool
 ) -> int:
-    """Verify every stream and the global order of the whole store.
+    """Verify every stream and the global positions of the whole store.
 
     Checks every chain against its head, and that global positions are strictly
-    increasing (and gap-free on stores that promise it: memory, SQLite). Erased payloads
+    increasing (and gap-free on stores that promise it: memory, SQLite); positions are not
+    hashed, so a rewritten interleaving of streams is caught by --anchors only. Erased payloads
     are listed as information, not findings. With --anchors, also proves the log still
     extends every signed checkpoint kept at that location. A progress bar
     runs on stderr. Exits 1 on findings.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.backend import Capability
 from ares_events.core.identity import IDENTITY_KEY, StoreIdentity
+from ares_events.core.recorder import system_of_record
 from ares_events.errors import ConfigError
 from ares_events.stores.blobs.file import FileBlobStore
 
@@ -144,11 +145,15 @@ def gc_blobs(
     cutoff = (now or datetime.now(UTC)) - older_than
     report = GcReport(dry_run=dry_run, older_than=older_than, cutoff=cutoff)
     referenced: set[str] = set()
+    # The references come from the system of record, never through a cache: a cached
+    # entry is no authority on which blobs are referenced, and a blob it failed to name
+    # would be deleted for good.
+    source = system_of_record(store.recorder)
     # Per-stream reads, not read_all: a backend's read_all may hold back committed events
     # (PostgreSQL hides rows above the oldest running write transaction), and a blob
     # referenced only by a hidden event must never look like an orphan.
     for stream_id, _version in list(store.streams()):
-        for e in store.read(stream_id):
+        for e in source.read(stream_id, 1, None, None):
             report.events_scanned += 1
             ref = e.payload_ref
             if ref is not None and not ref.erased:  # an erased payload has no blob

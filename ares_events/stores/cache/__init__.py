@@ -7,7 +7,6 @@ It may import the core and :mod:`ares_events.errors`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
@@ -20,60 +19,29 @@ import orjson
 
 from ares_events.chain import ChainKey, _cache_name, genesis, link_hash, vouch
 from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, SealedEvent
-from ares_events.core.events import ExpectedVersion, PayloadRef, RecordedEvent
+from ares_events.core.events import (
+    ExpectedVersion,
+    MalformedPayloadRef,
+    PayloadRef,
+    RecordedEvent,
+)
 from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed
 from ares_events.stores.cache.config import parse
+from ares_events.stores.cache.keys import TAG_SIZE, CacheKeys, Sealer, fresh_epoch, load_keys
+from ares_events.stores.cache.scripts import EPOCH_SCRIPT, ERASE_SCRIPT, WRITE_SCRIPT
 
 if TYPE_CHECKING:
     import redis
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CacheStats", "CachedRecorder"]
+__all__ = ["TAG_SIZE", "CacheStats", "CachedRecorder"]
 
 _MAX_BACKOFF: Final = 30.0
 _POLL_CAP: Final = 0.25
 """Longest pause between inner-store checks in ``wait_for`` (writers without the cache
 publish no wake-ups)."""
-
-# Appends a contiguous run of events to a stream's cached tail, atomically.
-# KEYS[1] stream hash. ARGV: 1 first version, 2 last version, 3 prev_hash of the first
-# event, 4 hash of the last, 5 tail size, 6 ttl, 7 force ("1": replace whatever is there),
-# 8 wake-up channel ("" for none), 9 message, 10.. one entry per version from the first.
-# Fields: v = version of the newest cached event, h = its hash, f = oldest cached version,
-# e:<version> = entry. Without force, a run that does not extend the cached tail (its
-# prev_hash is not the cached h) replaces it, and a run not newer than the cache is
-# ignored (a concurrent writer got there first).
-APPEND_SCRIPT: Final = """
-if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[8], ARGV[9]) end
-local key = KEYS[1]
-local first = tonumber(ARGV[1])
-local last = tonumber(ARGV[2])
-local keep = tonumber(ARGV[5])
-local cur = redis.call('HMGET', key, 'v', 'h', 'f')
-local v = 0
-if cur[1] then v = tonumber(cur[1]) end
-local force = ARGV[7] == '1'
-if (not force) and v >= last then return 0 end
-local f = first
-if (not force) and v > 0 and v == first - 1 and cur[2] == ARGV[3] and cur[3] then
-  f = tonumber(cur[3])
-else
-  redis.call('DEL', key)
-end
-for i = 0, last - first do
-  redis.call('HSET', key, 'e:' .. (first + i), ARGV[10 + i])
-end
-local lo = last - keep + 1
-if lo > f then
-  for x = f, lo - 1 do redis.call('HDEL', key, 'e:' .. x) end
-  f = lo
-end
-redis.call('HSET', key, 'v', last, 'h', ARGV[4], 'f', f)
-redis.call('EXPIRE', key, tonumber(ARGV[6]))
-return 1
-"""
 
 
 @dataclass(slots=True)
@@ -91,15 +59,24 @@ class CacheStats:
     errors: int = 0
     """Redis failures (each starts or extends an outage)."""
     forged: int = 0
-    """Cached tails that did not hash to the store's head (edited in Redis): each read
-    went to the inner store and replaced the tail."""
+    """Cached entries not as the store's cache wrote them (edited in Redis: a seal that
+    does not match, a malformed entry, hashes that do not link to the store's head): each
+    read went to the inner store and replaced the tail."""
 
 
-def _encode(e: RecordedEvent) -> bytes:
+def _encode(e: RecordedEvent, filled_ms: int) -> bytes:
     """One cached event: its stored fields as a compact JSON array (version and stream
-    are implied by the field name and the key)."""
+    are implied by the field name and the key), then when they were read from the store
+    (milliseconds since the epoch).
+
+    Raises:
+        ValueError: an event that is not cacheable: its payload both inline and spilled,
+            neither, or a malformed reference (a damaged row: left to the store).
+    """
     raw = e._payload_bytes
     ref = e.payload_ref
+    if (raw is None) == (ref is None) or isinstance(ref, MalformedPayloadRef):
+        raise ValueError("not a cacheable event")
     return orjson.dumps(
         [
             e.position,
@@ -112,12 +89,27 @@ def _encode(e: RecordedEvent) -> bytes:
             e.prev_hash.hex(),
             e.hash.hex(),
             None if ref is None else ref.to_json().decode(),
+            filled_ms,
         ]
     )
 
 
 def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
-    pos, eid, typ, mod, payload, meta, at, prev, h, ref = orjson.loads(raw)
+    """The event of one entry's body (:func:`_encode`).
+
+    Raises:
+        ValueError: not an entry (orjson's error is one), or its payload is both inline and
+            spilled, or neither.
+    """
+    return _event(stream_id, version, orjson.loads(raw))
+
+
+def _event(stream_id: str, version: int, fields: Any) -> RecordedEvent:
+    pos, eid, typ, mod, payload, meta, at, prev, h, ref, _filled = fields
+    if (payload is None) == (ref is None):
+        # A reader gets either inline bytes or a reference: both would serve bytes the
+        # chain's digest does not cover (the header hashes the reference's digest).
+        raise ValueError("the payload must be either inline or spilled")
     return RecordedEvent(
         stream_id,
         version,
@@ -142,10 +134,11 @@ class CachedRecorder:
     scheme: tuple[str, ...]
 
     def __init__(self, inner: Any, url: str, chain_key: ChainKey | None = None) -> None:
-        """Wrap ``inner``; no request is made to Redis here. ``chain_key`` is the store's
-        (``open_store`` passes it): cached events are served only after their hashes are
-        recomputed with it (without the key a keyed chain's tail never checks out, and
-        every read goes to ``inner``).
+        """Wrap ``inner``; no request is made to Redis or ``inner`` here (the keys are
+        read from the store at first use). ``chain_key`` is the store's (``open_store``
+        passes it): cached events are served only after their hashes are recomputed with
+        it (without the key a keyed chain's tail never checks out, and every read goes to
+        ``inner``), and keys their entries' MACs.
 
         Raises:
             ConfigError: a bad cache URL (the message never shows its password).
@@ -180,11 +173,14 @@ class CachedRecorder:
             retry=Retry(NoBackoff(), 0),
             **kw,
         )
-        self._script = self._redis.register_script(APPEND_SCRIPT)
-        label = inner.describe()
-        ns = hashlib.blake2b(str(label).encode(), digest_size=6).hexdigest()
-        self._ns = f"{cfg.prefix}{ns}:"
-        self._channel = f"{self._ns}wake".encode()
+        self._script = self._redis.register_script(WRITE_SCRIPT)
+        self._erase_script = self._redis.register_script(ERASE_SCRIPT)
+        self._epoch_script = self._redis.register_script(EPOCH_SCRIPT)
+        self._keys: CacheKeys | None = None
+        self._keys_lock = threading.Lock()
+        # The erasure epoch last seen in Redis (scripts.py): an operation takes it before it
+        # reads or appends, and its cache write is refused if an erasure replaced it since.
+        self._epoch = b""
         self._lock = threading.Lock()
         self._outage = False
         self._dirty: set[str] = set()  # streams erased whose cached tail is not yet dropped
@@ -214,16 +210,42 @@ class CachedRecorder:
 
     @classmethod
     def wrap(cls, inner: Any, url: str, chain_key: ChainKey | None = None) -> CachedRecorder:
-        """Wrap ``inner`` and ping Redis once (a failure only logs a WARNING).
+        """Wrap ``inner``, read the store's cache secret (recording one if it has none and
+        may be written), and read the erasure epoch from Redis once (a failure only logs
+        a WARNING).
 
         Raises:
             ConfigError: a bad cache URL.
             MissingDependencyError: redis-py is not installed.
+            StoreUnavailable: the inner store cannot be reached.
         """
         rec = cls(inner, url, chain_key)
-        if rec._call(rec._redis.ping) is not _FAILED:
-            logger.info("redis cache %s in front of %s", rec._url, rec.describe())
+        keys = rec._space()
+        epoch = rec._call(rec._epoch_script, keys=[keys.epoch], args=[fresh_epoch()])
+        if isinstance(epoch, bytes):
+            rec._epoch = epoch
+            logger.info(
+                "redis cache %s in front of %s%s",
+                rec._url,
+                rec.describe(),
+                "" if keys.shared else " (private to this process)",
+            )
         return rec
+
+    def _space(self) -> CacheKeys:
+        """This store's keys, read from it (and recorded there) on first use.
+
+        Raises:
+            StoreUnavailable: the inner store cannot be reached.
+        """
+        keys = self._keys
+        if keys is None:
+            with self._keys_lock:
+                keys = self._keys
+                if keys is None:
+                    keys = load_keys(self.inner, self._cfg.prefix, self._chain_key)
+                    self._keys = keys
+        return keys
 
     def __repr__(self) -> str:
         return f"CachedRecorder({self.describe()!r}, cache={self._url!r})"
@@ -242,8 +264,13 @@ class CachedRecorder:
         return self.inner
 
     def key(self, stream_id: str) -> bytes:
-        """The Redis key of ``stream_id``'s cached tail."""
-        return f"{self._ns}s:{stream_id}".encode()
+        """The Redis key of ``stream_id``'s cached tail.
+
+        Raises:
+            StoreUnavailable: the inner store cannot be reached (the key is read from it
+                on first use).
+        """
+        return f"{self._space().ns}s:{stream_id}".encode()
 
     def _usable(self) -> bool:
         return not self._outage or time.monotonic() >= self._down_until
@@ -288,12 +315,15 @@ class CachedRecorder:
             StoreUnavailable: the inner store cannot be reached.
         """
         spy = _SealRecorder.around(batch)
+        # Taken before the commit: an erasure of these events comes after it, and refuses
+        # the cache write below if it comes before that write.
+        epoch, started = self._epoch, time.time()
         outcome: AppendOutcome = self.inner.append(spy, expected_version)
         if outcome.duplicate:
             return outcome
         events = outcome.events or self._rebuild(spy, outcome)
         if events:
-            self._store_tail(batch.stream_id, events, force=False, publish=True)
+            self._store_tail(batch.stream_id, events, epoch, started, force=False, publish=True)
         elif outcome.position is not None:
             self._publish(outcome.position)  # readers catch the tail up from the inner store
         return outcome
@@ -317,21 +347,36 @@ class CachedRecorder:
         if not self._usable():
             self.stats.bypassed += 1
             return
-        self._call(self._redis.publish, self._channel, position)
+        self._call(self._redis.publish, self._space().channel, position)
 
     def _store_tail(
-        self, stream_id: str, events: Sequence[RecordedEvent], *, force: bool, publish: bool
+        self,
+        stream_id: str,
+        events: Sequence[RecordedEvent],
+        epoch: bytes,
+        started: float,
+        *,
+        force: bool,
+        publish: bool,
     ) -> None:
+        """Write ``events`` (read from or appended to the store from time ``started`` on,
+        knowing erasure ``epoch``) to the stream's cached tail, and publish a wake-up."""
         if not self._usable():
             self.stats.bypassed += 1
             return
+        keys = self._space()
         run = list(events[-self._cfg.tail :])
-        try:
-            entries = [_encode(e) for e in run]
-        except (UnicodeDecodeError, TypeError, ValueError):
-            logger.debug("stream %r: events not cacheable; tail not updated", stream_id)
-            entries = []
-        channel = self._channel if publish else b""
+        entries: list[bytes] = []
+        # Events read longer than ttl ago would never be served (_unsealed): not written.
+        if time.time() - started < self._cfg.ttl:
+            filled = int(started * 1000)
+            sealer = Sealer(keys.mac, stream_id)
+            try:
+                entries = [sealer.seal(e.version, _encode(e, filled)) for e in run]
+            except (UnicodeDecodeError, TypeError, ValueError):
+                logger.debug("stream %r: events not cacheable; tail not updated", stream_id)
+                entries = []
+        channel = keys.channel if publish else b""
         if entries:
             first, last = run[0], run[-1]
             args: list[Any] = [
@@ -344,15 +389,20 @@ class CachedRecorder:
                 "1" if force else "0",
                 channel,
                 last.position,
+                epoch,
+                fresh_epoch(),
                 *entries,
             ]
-            self._call(self._script, keys=[self.key(stream_id)], args=args)
+            now = self._call(self._script, keys=[self.key(stream_id), keys.epoch], args=args)
+            if isinstance(now, bytes):
+                self._epoch = now
         elif publish:
             self._call(self._redis.publish, channel, events[-1].position)
 
     def erase(self, stream_id: str, *args: Any) -> Any:
         """Erase in the inner store, then drop the stream's cached tail (an erasure changes
-        no hash, so the tail's stamp would still match the head).
+        no hash, so the tail's stamp would still match the head) and replace the erasure
+        epoch, so that no write of events read before the erasure is taken.
 
         Raises:
             StoreUnavailable: the inner store cannot be reached.
@@ -364,10 +414,15 @@ class CachedRecorder:
         return outcome
 
     def _drop_cached(self, stream_id: str) -> bool:
-        """True when the stream's cached tail is gone (or was never there)."""
-        gone = self._usable() and self._call(self._redis.delete, self.key(stream_id))
-        if type(gone) is not int:  # Redis bypassed (False), failed, or skipped while closing
+        """True when the stream's cached tail is gone (or was never there) and the epoch
+        replaced."""
+        if not self._usable():
             return False
+        keys = [self.key(stream_id), self._space().epoch]
+        epoch = self._call(self._erase_script, keys=keys, args=[fresh_epoch()])
+        if not isinstance(epoch, bytes):  # failed, or skipped while closing
+            return False
+        self._epoch = epoch
         with self._lock:
             self._dirty.discard(stream_id)
         return True
@@ -385,6 +440,10 @@ class CachedRecorder:
     def _read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
+        # Both taken before anything is read from the store: the erasure epoch (a refill of
+        # events read before an erasure is refused) and the time the entries written from
+        # this read carry (they are served until ttl seconds after it).
+        epoch, started = self._epoch, time.time()
         head: Head | None = self.inner.head(stream_id)
         if head is None:
             yield from self.inner.read(stream_id, from_version, to_version, limit)
@@ -397,7 +456,7 @@ class CachedRecorder:
             return  # nothing in range as of the head just read
         force: bool | None = False
         if head.version - lo < self._cfg.tail:  # else older than any cached tail
-            served, force = self._from_cache(stream_id, lo, hi, head)
+            served, force = self._from_cache(stream_id, lo, hi, head, epoch, started)
             if served is not None:
                 yield from served
                 return
@@ -410,12 +469,11 @@ class CachedRecorder:
             recent.append(e)
             yield e
         if force is not None and recent and recent[-1].version >= head.version:
-            self._store_tail(
-                stream_id, _contiguous_suffix(list(recent)), force=force, publish=False
-            )
+            run = _contiguous_suffix(list(recent))
+            self._store_tail(stream_id, run, epoch, started, force=force, publish=False)
 
     def _from_cache(
-        self, stream_id: str, lo: int, hi: int, head: Head
+        self, stream_id: str, lo: int, hi: int, head: Head, epoch: bytes, started: float
     ) -> tuple[list[RecordedEvent] | None, bool | None]:
         """Events ``lo..hi`` from the cache, or None and how to refill it (True: replace
         it, False: extend it, None: leave it). Every cached event from ``lo`` to the newest
@@ -431,24 +489,30 @@ class CachedRecorder:
             return None, False  # nothing cached for this stream
         try:
             cached_v = int(vals[0])
-            cached_h = bytes(vals[1])
+        except ValueError:
+            return self._forged(stream_id, "its stamp is not a version")
+        cached_h = bytes(vals[1])
+        try:
             if cached_v == head.version:
                 if cached_h != head.hash:
                     return None, True  # another chain under this key: replace it
                 raws = vals[3:]
                 if any(r is None for r in raws):
                     return None, None  # older than the (current) cached tail
-                out = [_decode(stream_id, lo + i, cast(bytes, r)) for i, r in enumerate(raws)]
-                if not self._vouched(stream_id, lo, out, head.hash):
+                out = self._unsealed(stream_id, lo, hi, cast("list[bytes]", raws))
+                if out is None:
                     return None, True
+                if not self._vouched(stream_id, lo, out, head.hash):
+                    return self._forged(stream_id, "its events do not hash to the store's head")
                 self.stats.hits += 1
                 return out[: hi - lo + 1], False
             if cached_v > head.version:
                 return None, True  # cache ahead of the store (restored, or another store)
-            return self._catch_up(stream_id, lo, hi, head, cached_v, cached_h, vals[3:])
-        except (ValueError, TypeError, orjson.JSONDecodeError):
-            logger.debug("stream %r: undecodable cache entry; refilling", stream_id)
-            return None, True
+            return self._catch_up(
+                stream_id, lo, hi, head, cached_v, cached_h, vals[3:], epoch, started
+            )
+        except _Forged as exc:
+            return self._forged(stream_id, str(exc))
 
     def _catch_up(
         self,
@@ -459,26 +523,68 @@ class CachedRecorder:
         cached_v: int,
         cached_h: bytes,
         raws: Sequence[bytes | None],
+        epoch: bytes,
+        started: float,
     ) -> tuple[list[RecordedEvent] | None, bool | None]:
         """The cache is behind the head: read only the newer events from the inner store,
-        check they link onto the cached tail, serve both and extend the cache."""
+        check they link onto the cached tail, serve both and extend the cache.
+
+        Raises:
+            _Forged: a cached entry is not as this store's cache wrote it.
+        """
         missing = head.version - cached_v
         if missing > self._cfg.tail:
             return None, False
         cached_part = raws[: max(0, cached_v - lo + 1)]
         if any(r is None for r in cached_part):
             return None, False
+        out = self._unsealed(stream_id, lo, hi, cast("list[bytes]", cached_part))
+        if out is None:
+            return None, True
         newer = list(self.inner.read(stream_id, cached_v + 1, head.version, None))
         if len(newer) != missing or newer[0].prev_hash != cached_h or newer[-1].hash != head.hash:
             return None, True  # the cached tail is not this stream's history
-        out = [_decode(stream_id, lo + i, cast(bytes, r)) for i, r in enumerate(cached_part)]
         if out and not self._vouched(stream_id, lo, out, newer[0].prev_hash):
-            return None, True
+            raise _Forged("its events do not hash to the store's head")
         out = [e for e in out if e.version <= hi]
         out.extend(e for e in newer if lo <= e.version <= hi)
         self.stats.partial_hits += 1
-        self._store_tail(stream_id, newer, force=False, publish=False)
+        self._store_tail(stream_id, newer, epoch, started, force=False, publish=False)
         return out, False
+
+    def _unsealed(
+        self, stream_id: str, lo: int, hi: int, raws: list[bytes]
+    ) -> list[RecordedEvent] | None:
+        """The events of the cached entries ``raws`` (versions ``lo``..), those to serve
+        (up to ``hi``) each checked against its seal, which covers every field a reader
+        gets: also the position and the payload reference (the chain's hashes cover
+        neither). None when one of those was read from the store ``ttl`` seconds ago or
+        more: it may predate an erasure that could not drop it (docs/operations.md,
+        "Erasure and the cache"), so it is not served.
+
+        Raises:
+            _Forged: an entry whose seal does not match, or that is malformed.
+        """
+        # Only the events served need their seal: the others are used for their chain
+        # fields only (to link the served ones to the head's hash), which are hashed again.
+        served = hi - lo + 1
+        bodies = Sealer(self._space().mac, stream_id).unseal(lo, raws, served)
+        if bodies is None:
+            raise _Forged("an entry's seal does not match")
+        now = time.time() * 1000
+        ttl = self._cfg.ttl * 1000
+        out: list[RecordedEvent] = []
+        append = out.append
+        for i, body in enumerate(bodies):
+            try:
+                fields = orjson.loads(body)
+                filled = fields[10]
+                append(_event(stream_id, lo + i, fields))
+            except (ValueError, TypeError, AttributeError, IndexError) as exc:
+                raise _Forged("a malformed entry") from exc
+            if i < served and (type(filled) is not int or not now - ttl < filled <= now + ttl):
+                return None  # stale (or from a clock far ahead): replaced, not served
+        return out
 
     def _vouched(
         self, stream_id: str, lo: int, events: list[RecordedEvent], end_hash: bytes
@@ -494,24 +600,27 @@ class CachedRecorder:
         while True:
             i, last_v, last_h = vouch(events, i, stream_id, sj, last_v, last_h, key)
             if i == len(events):
-                if last_h == end_hash:
-                    return True
-                break
+                return last_h == end_hash
             # The fast path takes inline payloads only; a spilled payload's hash commits to
-            # the digest its reference carries.
+            # the digest its reference carries (its key and erased flag: the entry's seal).
             e = events[i]
             if e.payload_ref is None or e.version != last_v + 1 or e.prev_hash != last_h:
-                break
+                return False
             if link_hash(last_h, e.header(), self._chain_key) != e.hash:
-                break
+                return False
             i, last_v, last_h = i + 1, e.version, e.hash
+
+    def _forged(self, stream_id: str, why: str) -> tuple[None, bool]:
+        """Count and log a cached tail edited in Redis (never its content); the read goes
+        to the store and replaces the tail."""
         self.stats.forged += 1
         logger.warning(
-            "stream %r: the cached tail does not hash to the store's head; read from the "
-            "store and replaced",
+            "stream %r: the cached tail is not as the store's cache wrote it (%s); read from "
+            "the store and replaced",
             stream_id,
+            why,
         )
-        return False
+        return None, True
 
     def read_all(
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
@@ -571,7 +680,7 @@ class CachedRecorder:
             self.stats.bypassed += 1
             return None
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        if self._call(pubsub.subscribe, self._channel) in (_SKIPPED, _FAILED):
+        if self._call(pubsub.subscribe, self._space().channel) in (_SKIPPED, _FAILED):
             _close_quietly(pubsub)
             return None
         return pubsub
@@ -663,6 +772,10 @@ def _contiguous_suffix(events: Sequence[RecordedEvent]) -> list[RecordedEvent]:
         out.append(e)
     out.reverse()
     return out
+
+
+class _Forged(Exception):
+    """A cached entry that is not as this store's cache wrote it (internal)."""
 
 
 _SKIPPED: Final = object()  # a Redis call skipped because of close() (see ``_call``)
