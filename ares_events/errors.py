@@ -131,11 +131,16 @@ class UnknownSchemeError(ConfigError):
 
 
 class MissingDependencyError(AresError, ImportError):
-    """An optional dependency is not installed. The message names the pip extra."""
+    """An optional dependency is not installed. The message names the pip extra (or, for a
+    third-party plugin, ``extra`` None, the module that is missing)."""
 
-    def __init__(self, what: str, extra: str) -> None:
+    def __init__(self, what: str, extra: str | None, *, missing: str | None = None) -> None:
         self.extra = extra
-        super().__init__(f"{what} needs an optional dependency: pip install 'ares-events[{extra}]'")
+        if extra is not None:
+            hint = f"pip install 'ares-events[{extra}]'"
+        else:
+            hint = f"{missing or 'a module'} is not installed (install what the plugin needs)"
+        super().__init__(f"{what} needs an optional dependency: {hint}")
 
 
 class InvalidEvent(AresError, ValueError):

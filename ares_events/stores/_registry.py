@@ -64,8 +64,19 @@ def registered_stores() -> Mapping[str, str | type[Any]]:
 
 
 def available_schemes() -> list[str]:
-    """Every registered scheme, sorted."""
+    """Every registered scheme (installed plugins' entry points included), sorted."""
+    _discover()
     return sorted(_targets)
+
+
+def _discover() -> None:
+    """Add the installed plugins' schemes (the entry points), once."""
+    global _discovered
+    with _lock:
+        if not _discovered:
+            _discovered = True
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                _targets.setdefault(ep.name.lower(), ep.value)
 
 
 def resolve(scheme: str) -> type[Any]:
@@ -75,19 +86,16 @@ def resolve(scheme: str) -> type[Any]:
         UnknownSchemeError: no backend for the scheme.
         MissingDependencyError: the backend's optional dependency is not installed.
     """
-    global _discovered
     scheme = scheme.lower()
-    with _lock:
-        if scheme not in _targets and not _discovered:
-            _discovered = True
-            for ep in entry_points(group=ENTRY_POINT_GROUP):
-                _targets.setdefault(ep.name.lower(), ep.value)
+    if scheme not in _targets:
+        _discover()
     target = _targets.get(scheme)
     if target is None:
         raise UnknownSchemeError(scheme, sorted(_targets))
     if not isinstance(target, str):
         return target
-    extra = _BUILTIN.get(scheme, ("", scheme))[1] or scheme
+    # A plugin's dependency is its own package's, not an extra of ours.
+    extra = (_BUILTIN[scheme][1] or None) if scheme in _BUILTIN else None
     cls = _load(target, f"the {scheme}:// store", extra)
     with _lock:
         _targets[scheme] = cls
@@ -106,10 +114,10 @@ def resolve_async(cls: type[Any]) -> type[Any] | None:
     target = builtin or getattr(cls, "async_recorder", None)
     if target is None or not isinstance(target, str):
         return target
-    return _load(target, f"the asyncio face of {cls.__name__}", "postgres")
+    return _load(target, f"the asyncio face of {cls.__name__}", "postgres" if builtin else None)
 
 
-def _load(target: str, what: str, extra: str) -> type[Any]:
+def _load(target: str, what: str, extra: str | None) -> type[Any]:
     """The class ``"module:Class"`` names (MissingDependencyError when not importable)."""
     mod_name, _, attr = target.partition(":")
     try:
@@ -117,5 +125,5 @@ def _load(target: str, what: str, extra: str) -> type[Any]:
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] == "ares_events":
             raise  # our own module failed: a bug to show, not an extra to install
-        raise MissingDependencyError(what, extra) from exc
+        raise MissingDependencyError(what, extra, missing=exc.name) from exc
     return getattr(mod, attr)  # type: ignore[no-any-return]

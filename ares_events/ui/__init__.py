@@ -7,6 +7,14 @@ It may import anything in the package below the CLI (it is a top-layer package).
 
 from __future__ import annotations
 
+from ares_events.errors import MissingDependencyError
+
+try:  # the ``ui`` extra; without it, the hint to install it (exit 2 from the CLI)
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:
+    raise MissingDependencyError("the web console (ares-events ui)", "ui") from exc
+
 from ares_events.ui.app import CSP, ConsoleApp
 from ares_events.ui.server import ConsoleServer
 

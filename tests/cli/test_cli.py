@@ -514,3 +514,23 @@ def test_findings_at_consecutive_versions_print_as_one_row(
     assert "1..5 (5)" in out and out.count("hash_mismatch") == 1
     code, data = run_json(capsys, "--store", db, "audit")
     assert code == 1 and len(data["findings"]) == 5
+
+
+def test_ui_without_its_extra_is_exit_2_naming_the_extra(tmp_path: Path) -> None:
+    """`ares-events ui` where starlette is not installed (hidden from a child process) is
+    a missing optional dependency: exit 2 and the pip extra, not an internal error."""
+    code = (
+        "import sys; sys.modules['starlette'] = None\n"
+        "from ares_events.cli import main\n"
+        f"sys.exit(main(['--store', 'sqlite:///{tmp_path / 'e.db'}', 'ui']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "ares-events[ui]" in done.stderr and "Traceback" not in done.stderr

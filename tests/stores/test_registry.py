@@ -38,14 +38,31 @@ def test_a_scheme_is_registered_once_unless_replaced(registry: Path) -> None:
         _registry.resolve("nosuchscheme")
 
 
-def test_a_missing_dependency_names_the_extra(registry: Path) -> None:
-    """A backend module that imports a package which is not installed is a
-    MissingDependencyError naming the pip extra."""
+def test_a_missing_dependency_of_a_plugin_names_the_module_not_an_extra(registry: Path) -> None:
+    """A third-party backend module that imports a package which is not installed is a
+    MissingDependencyError naming that module: ares-events has no extra for it."""
     (registry / "regtest_needs_dep.py").write_text("import not_installed_pkg_9f1c\n")
     ae.register_store("regdep", "regtest_needs_dep:Recorder")
-    with pytest.raises(MissingDependencyError, match=r"ares-events\[regdep\]") as exc:
+    with pytest.raises(MissingDependencyError, match="not_installed_pkg_9f1c") as exc:
         _registry.resolve("regdep")
+    assert "ares-events[" not in str(exc.value) and exc.value.extra is None
     assert isinstance(exc.value.__cause__, ModuleNotFoundError)
+
+
+def test_an_installed_plugin_scheme_is_listed_before_any_lookup(
+    registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin's entry point (an installed distribution's ``ares_events.stores`` group)
+    is in available_schemes() from the start, and resolves."""
+    dist = registry / "regplugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: regplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[ares_events.stores]\nregplug = ares_events.stores.memory:MemoryRecorder\n"
+    )
+    monkeypatch.setattr(_registry, "_discovered", False)
+    assert "regplug" in ae.available_schemes()
+    assert _registry.resolve("regplug") is MemoryRecorder
 
 
 def test_a_broken_import_of_the_package_itself_is_not_advice_to_install(
