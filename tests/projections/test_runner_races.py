@@ -290,6 +290,7 @@ def _assert_exact(store: ae.EventStore, version: int) -> None:
     meta = tables_for(store).meta("race")
     assert meta is not None and meta.projection_version == version
     assert meta.building_table is None and meta.position == store.last_position()
+    assert meta.active_table is not None
     assert _rm_tables(store, "race") == {meta.active_table}
     rows = dict(tables_for(store).scan(meta.active_table))
     assert rows == {sid: {"n": n, "v": version} for sid, n in _counts(store).items()}

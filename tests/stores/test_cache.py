@@ -262,7 +262,7 @@ def _edit_entry(store: ae.EventStore, stream: str, version: int, payload: dict[s
     client = cache._redis
     field = b"e:%d" % version
     raw = client.hget(cache.key(stream), field)
-    assert raw is not None
+    assert isinstance(raw, bytes)
     seal, entry = raw[:TAG_SIZE], orjson.loads(raw[TAG_SIZE:])
     entry[4] = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode()
     if store.chain_key is None:

@@ -67,7 +67,7 @@ def _forge(
     client = cache._redis
     field = b"e:%d" % version
     raw = client.hget(cache.key(stream), field)
-    assert raw is not None, "the entry is not cached"
+    assert isinstance(raw, bytes), "the entry is not cached"
     fields = orjson.loads(raw[SEAL:])
     edit(fields)
     client.hset(cache.key(stream), field, raw[:SEAL] + orjson.dumps(fields))
