@@ -35,10 +35,18 @@ class StoreURL:
         """Parse ``url``.
 
         Raises:
-            ConfigError: the URL has no scheme, does not parse or has an invalid port.
+            ConfigError: the URL has no scheme, does not parse, has an invalid port or
+                holds a "#" (a fragment: written %23 in a path or password).
         """
         if not isinstance(url, str) or "://" not in url:
             raise ConfigError(f"{source} must look like scheme://..., got {redact_url(str(url))!r}")
+        if "#" in url:
+            # urlsplit cuts the URL at '#' (a fragment no store reads): sqlite:///runs#1.db
+            # and sqlite:///runs#2.db would both open "runs". Not shown: it may be a password.
+            raise ConfigError(
+                f"{source} holds a '#', which would end the URL there (a fragment): write it "
+                "as %23 (in a path or a password)"
+            )
         try:
             parts = urlsplit(url)
         except ValueError:  # the reason may quote the netloc, password and all: not shown

@@ -22,7 +22,7 @@ from ares_events.errors import (
     StoreUnavailable,
 )
 from ares_events.integrity.verify import verify_stream
-from ares_events.stores.sqlite import SCHEMA_VERSION, SQLiteRecorder
+from ares_events.stores.sqlite import SCHEMA_VERSION, SQLiteRecorder, writes
 from ares_events.testing import run_concurrent_appenders, store_state
 
 
@@ -341,10 +341,11 @@ def test_lock_held_past_busy_timeout_is_store_unavailable(db: Path) -> None:
         assert ae.integrity.verify_stream(s, "s").ok
 
 
-def test_open_while_locked_is_store_unavailable(db: Path) -> None:
-    """Opening a store whose file stays write-locked past busy_timeout raises
-    StoreUnavailable."""
-    ae.open_store(_url(db)).close()
+def test_creating_a_store_while_locked_is_store_unavailable(db: Path) -> None:
+    """Creating the schema in a file that stays write-locked past busy_timeout raises
+    StoreUnavailable (a store already at this schema opens without the lock)."""
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        c.execute("CREATE TABLE other (x)")
     blocker = sqlite3.connect(db, isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")
@@ -444,3 +445,68 @@ def test_reading_200k_events_holds_constant_memory(db: Path) -> None:
     # A read that materialised the stream would hold all of it at once; a paged one holds
     # one page. Generous bound: a tenth of the data.
     assert peak < size / 10, (peak, size)
+
+
+def test_a_hash_in_a_path_is_refused_and_an_escaped_one_round_trips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite:///runs#1.db is refused (urlsplit would open "runs" for every runs#N.db);
+    runs%231.db opens the file runs#1.db, and the URL the store describes itself by opens
+    that file again (also with '%' and '?' in the name)."""
+    monkeypatch.chdir(tmp_path)
+    for bad in ("sqlite:///runs#1.db", "sqlite:///runs#2.db", "postgresql://u:pa#ss@h/db"):
+        with pytest.raises(ae.ConfigError, match="%23") as info:
+            ae.open_store(bad)
+        assert "pa#ss" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    for name in ("runs#1.db", "100%?.db"):
+        escaped = name.replace("%", "%25").replace("#", "%23").replace("?", "%3F")
+        with ae.open_store(f"sqlite:///{escaped}") as store:
+            store.append("s", [ae.NewEvent(type="t", module="m", payload={"n": name})])
+            again = store.recorder.describe()
+        assert (tmp_path / name).exists()
+        with ae.open_store(again) as store:
+            assert [e.payload["n"] for e in store.read("s")] == [name]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_locked_write_waits_busy_timeout_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    """While another connection holds the write lock, an append tries BEGIN IMMEDIATE
+    once (SQLite's busy handler waits busy_timeout through it) and then raises
+    StoreUnavailable: a second try would wait the whole timeout again."""
+    monkeypatch.setattr(writes, "NATIVE_WRITES", native and writes.NATIVE_WRITES)
+    db = tmp_path / "locked.db"
+    with ae.open_store(f"sqlite:///{db}?busy_timeout=0.2") as store:
+        store.append("s", [ae.NewEvent(type="t", module="m", payload={})])
+        conn = backend_of(store.recorder)._conn()
+        begins: list[str] = []
+        conn.set_trace_callback(lambda sql: begins.append(sql) if "BEGIN" in sql else None)
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(ae.StoreUnavailable, match=r"locked for more than 0\.2s"):
+                store.append("s", [ae.NewEvent(type="t", module="m", payload={})])
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+            conn.set_trace_callback(None)
+        assert len(begins) == 1, begins
+        assert store.stream_version("s") == 1
+
+
+def test_opening_a_current_store_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    """A store already at this schema opens (and reads) while another connection holds
+    the write lock: opening takes the lock only to create or migrate the schema."""
+    db = tmp_path / "busy.db"
+    with ae.open_store(f"sqlite:///{db}") as store:
+        store.append("s", [ae.NewEvent(type="t", module="m", payload={})])
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with ae.open_store(f"sqlite:///{db}?busy_timeout=0.2") as store:
+            assert [e.version for e in store.read("s")] == [1]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -94,6 +94,8 @@ _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
 _OPTIONS: Final = (*_PARAMS, "create", "read_only")
 _MAX_KEY: Final = 2**63 - 1
 _SCHEMA_KEY: Final = "schema_version"  # its ares_meta row
+_URL_ESCAPES: Final = str.maketrans({"%": "%25", "#": "%23", "?": "%3F"})
+"""What :meth:`SQLiteRecorder.describe` escapes so its URL leads back to the file."""
 
 
 _row_to_event = event_maker()  # native when built: one C call a row (issue 33)
@@ -227,8 +229,11 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         return cls(raw_path or None, **kw)
 
     def describe(self) -> str:
-        """Human-readable location."""
-        return "sqlite:// (in memory)" if self.path is None else f"sqlite:///{self.path}"
+        """Human-readable location: a URL that opens this file again (the characters a
+        URL would read otherwise are escaped)."""
+        if self.path is None:
+            return "sqlite:// (in memory)"
+        return "sqlite:///" + str(self.path).translate(_URL_ESCAPES)
 
     def default_blobs_url(self) -> str | None:
         """The embedded default blob store: a folder ``<file>.blobs`` next to the file."""
@@ -291,8 +296,14 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             with contextlib.suppress(sqlite3.Error):
                 c.interrupt()
 
-    def _retry(self, fn: Any) -> Any:
-        deadline = time.monotonic() + self._busy
+    def _retry(self, fn: Any, started: float | None = None) -> Any:
+        """``fn()``, retried while the database is locked, until ``busy_timeout`` after
+        ``started`` (default now): when a first try already found it locked, it began the
+        wait (SQLite's busy handler waited through it), so a write waits ``busy_timeout``
+        in all, not twice."""
+        deadline = (time.monotonic() if started is None else started) + self._busy
+        if started is not None and time.monotonic() >= deadline:
+            raise self._locked()
         delay = 0.002
         while True:
             try:
@@ -301,12 +312,14 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 if not _is_busy(exc) or self._gate.closed:
                     raise
                 if time.monotonic() >= deadline:
-                    raise StoreUnavailable(
-                        f"sqlite store {self.describe()} stayed locked for more than "
-                        f"{self._busy:g}s"
-                    ) from exc
+                    raise self._locked() from exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.2)
+
+    def _locked(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"sqlite store {self.describe()} stayed locked for more than {self._busy:g}s"
+        )
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -385,15 +398,15 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 raise
             self._commit(conn)
 
-    def _begin(self, busy: bool = False) -> sqlite3.Connection:
+    def _begin(self, busy_since: float | None = None) -> sqlite3.Connection:
         """``BEGIN IMMEDIATE`` on this thread's connection (under ``_serial``): tried once,
         then retried while busy (a lambda and a retry loop cost more than the statement);
-        ``busy``: the first try was the native writer's."""
+        ``busy_since``: when the native writer's first try, which found it locked, began."""
         if self.read_only:
             raise StoreError(f"sqlite store {self.describe()} is open read-only: no writes")
         conn = self._conn()
-        if busy:
-            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+        if busy_since is not None:
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"), busy_since)
         else:
             self._busy_execute(conn, "BEGIN IMMEDIATE")
         return conn
@@ -418,12 +431,13 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         return writer
 
     def _busy_execute(self, conn: sqlite3.Connection, statement: str) -> None:
+        started = time.monotonic()
         try:
             conn.execute(statement)
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
                 raise
-            self._retry(lambda: conn.execute(statement))
+            self._retry(lambda: conn.execute(statement), started)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         try:
@@ -459,6 +473,15 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
             if found != SCHEMA_VERSION:
                 raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
             return
+        # A store already at this schema is opened without the write lock: a process that
+        # only reads must not wait for (nor fail on) another's long write transaction.
+        try:
+            with self.reading() as conn:  # sqlite3's own read: no native writer made yet
+                row = conn.execute(SELECT_META, (_SCHEMA_KEY,)).fetchone()
+        except sqlite3.OperationalError:
+            row = None  # no ares_meta yet: created below
+        if row is not None and self._schema_version(row[0]) == SCHEMA_VERSION:
+            return
         try:
             with self._write() as c:
                 c.execute(CREATE_META)
@@ -488,18 +511,20 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         gate.enter(f"append to stream {stream_id!r}")
         try:
             try:
-                busy = False
+                busy_since = None
                 writer: Any = None if self.read_only else self._writer()
                 args = None if writer is None else batch.writer_args()
                 if args is not None:  # the whole append in one native call
                     exp = expected_version
                     code = exp if isinstance(exp, int) else writes.EXPECT_CODE[exp]
+                    started = time.monotonic()
                     fast = writer.append(stream_id, args[0], code, batch.events, args[1])
                     if fast:
                         return AppendOutcome([], version=fast[0], position=fast[1])
-                    busy = fast is False  # it waited the busy timeout once already
+                    if fast is False:  # it found the database locked (and waited)
+                        busy_since = started
                 with self._serial:
-                    c = self._begin(busy)
+                    c = self._begin(busy_since)
                     try:
                         done = self._append_rows(c, batch, expected_version)
                     except BaseException:
