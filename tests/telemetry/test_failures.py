@@ -27,7 +27,6 @@ import ares_events as ae
 from ares_events.agents import supervision
 from ares_events.core import telemetry
 from ares_events.integrity import audit, averify_stream, verify_stream
-from tests.fixtures.fix_backends import store_url_for
 
 SECRET = "PAYLOAD-MARKER-c41d"
 STREAM = "stream-marker-9e07"
@@ -109,27 +108,16 @@ def broken(request: pytest.FixtureRequest) -> Iterator[InMemorySpanExporter]:
         tp.shutdown()
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store URL on a real database (SQLite file or PostgreSQL)."""
-    return store_url_for(str(request.param), tmp_path, request)
-
-
 def _event(i: int = 0) -> ae.NewEvent:
     return ae.NewEvent(type="task.noted", module="tests", payload={"note": SECRET, "i": i})
 
 
 def test_append_commits_once_and_read_replay_verify_audit_return(
-    broken: InMemorySpanExporter, url: str
+    broken: InMemorySpanExporter, real_url: str
 ) -> None:
     """An append returns its result and the store holds the event exactly once; read,
     replay, verify and audit return their results."""
-    with ae.open_store(url) as store:
+    with ae.open_store(real_url) as store:
         res = store.append(STREAM, [_event()], expected_version=ae.NO_STREAM)
         assert res.version == 1
         head = store.head(STREAM)
@@ -145,13 +133,13 @@ def test_append_commits_once_and_read_replay_verify_audit_return(
 
 
 def test_async_append_commits_once_and_read_replay_verify_return(
-    broken: InMemorySpanExporter, url: str
+    broken: InMemorySpanExporter, real_url: str
 ) -> None:
     """The asyncio face: an append returns and the event is stored once; read, replay
     and verify return their results."""
 
     async def main() -> None:
-        store = await ae.open_async_store(url)
+        store = await ae.open_async_store(real_url)
         try:
             res = await store.append(STREAM, [_event()], expected_version=ae.NO_STREAM)
             assert res.version == 1
