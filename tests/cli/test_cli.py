@@ -292,18 +292,21 @@ def test_usage_errors_exit_2(db: str, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_locked_database_exits_3(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A database held locked by another connection is 'store unavailable' for a command
-    that writes: exit 3. One that only looks reads beside the writer (WAL), unblocked."""
+    that writes: exit 3. One that only looks reads beside the writer (WAL), unblocked, and
+    so does `init` of a store already at this schema (it has nothing to write)."""
     assert run(capsys, "--store", db, "init")[0] == 0
     holder = sqlite3.connect(_path(db), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        code, out, err = run(capsys, "--store", f"{db}?busy_timeout=0.2", "init")
+        code, out, err = run(capsys, "--store", f"{db}?busy_timeout=0.2", "rebuild", "agent_state")
         looked = run(capsys, "--store", f"{db}?busy_timeout=0.2", "streams")
+        again = run(capsys, "--store", f"{db}?busy_timeout=0.2", "init")
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     assert code == 3 and out == "" and "locked" in err and "Traceback" not in err
     assert looked[0] == 0, looked
+    assert again[0] == 0, again
 
 
 def test_unwritable_location_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

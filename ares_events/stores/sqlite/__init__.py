@@ -7,7 +7,8 @@ and :mod:`ares_events.stores.sql_read_models`.
 
 from __future__ import annotations
 
-from ares_events.stores.sqlite.recorder import SCHEMA_VERSION, SQLiteRecorder
+from ares_events.stores.sqlite.recorder import SQLiteRecorder
+from ares_events.stores.sqlite.schema import SCHEMA_VERSION
 from ares_events.stores.sqlite.snapshots import SQLiteSnapshotRows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteRecorder", "SQLiteSnapshotRows"]

@@ -37,13 +37,11 @@ from ares_events.core.url import StoreURL, parse_bool, parse_int, parse_seconds
 from ares_events.errors import (
     ConcurrencyError,
     ConfigError,
-    SchemaVersionError,
     StoreClosed,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
 )
-from ares_events.stores._migrations.sqlite import MIGRATIONS
 from ares_events.stores.sql_read_models import SQLITE, SQLReadModels
 from ares_events.stores.sqlite import writes
 from ares_events.stores.sqlite.archive import SQLiteArchiving
@@ -54,8 +52,8 @@ from ares_events.stores.sqlite.read_only import (
     reader_uri,
     require_schema,
 )
+from ares_events.stores.sqlite.schema import SCHEMA_KEY, prepare_schema
 from ares_events.stores.sqlite.sql import (
-    CREATE_META,
     INSERT_EVENT,
     INSERT_META_IF_ABSENT,
     SELECT_ALL,
@@ -85,15 +83,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SCHEMA_VERSION", "SQLiteRecorder"]
+__all__ = ["SQLiteRecorder"]
 
-SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 _SYNC_MODES: Final = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 _PARAMS: Final = ("synchronous", "busy_timeout", "page_size", "migrate")
 _OPTIONS: Final = (*_PARAMS, "create", "read_only")
 _MAX_KEY: Final = 2**63 - 1
-_SCHEMA_KEY: Final = "schema_version"  # its ares_meta row
 _URL_ESCAPES: Final = str.maketrans({"%": "%25", "#": "%23", "?": "%3F"})
 """What :meth:`SQLiteRecorder.describe` escapes so its URL leads back to the file."""
 
@@ -188,7 +184,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                 ) from exc
         try:
             self._keepalive = self._conn()  # holds an in-memory database open
-            self._prepare_schema(migrate)
+            prepare_schema(self, migrate)
         except BaseException:
             self.close()  # the caller never gets this object: do not leak its connection
             raise
@@ -450,57 +446,6 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
                     conn.execute("ROLLBACK")
             raise
 
-    def _schema_version(self, value: object) -> int:
-        """The ``schema_version`` row of ``ares_meta`` as a number; a value that is not
-        one (edited, damaged) is a damaged store, never migrated from or past."""
-        # Not "-1" (it would index MIGRATIONS from the end), "4.0" nor superscript digits.
-        if (type(value) is int and value >= 0) or (
-            type(value) is str and value.isascii() and value.isdigit()
-        ):
-            return int(value)
-        raise StoreError(
-            f"cannot read schema of {self.describe()}: its schema_version in ares_meta is "
-            f"{str(value)[:40]!r}, not a version number (the database is damaged)"
-        )
-
-    def _prepare_schema(self, migrate: bool) -> None:
-        if self.read_only:
-            try:
-                rows = self.fetch(SELECT_META, (_SCHEMA_KEY,))
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot read schema of {self.describe()}: {exc}") from exc
-            found = self._schema_version(rows[0][0]) if rows else 0
-            if found != SCHEMA_VERSION:
-                raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
-            return
-        # A store already at this schema is opened without the write lock: a process that
-        # only reads must not wait for (nor fail on) another's long write transaction.
-        try:
-            with self.reading() as conn:  # sqlite3's own read: no native writer made yet
-                row = conn.execute(SELECT_META, (_SCHEMA_KEY,)).fetchone()
-        except sqlite3.OperationalError:
-            row = None  # no ares_meta yet: created below
-        if row is not None and self._schema_version(row[0]) == SCHEMA_VERSION:
-            return
-        try:
-            with self._write() as c:
-                c.execute(CREATE_META)
-                row = c.execute(SELECT_META, (_SCHEMA_KEY,)).fetchone()
-                found = self._schema_version(row[0]) if row else 0
-                if found > SCHEMA_VERSION or (found < SCHEMA_VERSION and not migrate):
-                    raise SchemaVersionError(found, SCHEMA_VERSION, self.describe())
-                for step in range(found, SCHEMA_VERSION):
-                    # statement by statement: executescript() would COMMIT mid-transaction
-                    for stmt in MIGRATIONS[step]:
-                        c.execute(stmt)
-                    logger.info(
-                        "sqlite store %s: migrated schema %d -> %d", self.describe(), step, step + 1
-                    )
-                if found != SCHEMA_VERSION:
-                    c.execute(UPSERT_META, (_SCHEMA_KEY, str(SCHEMA_VERSION)))
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot prepare schema of {self.describe()}: {exc}") from exc
-
     # -- writes --------------------------------------------------------------------------
 
     def append(self, batch: Batch, expected_version: ExpectedVersion) -> AppendOutcome:
@@ -748,7 +693,7 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
 
     def schema_version(self) -> int:
         """The schema version recorded in the database (``ares-events init`` prints it)."""
-        rows = self._query(SELECT_META, (_SCHEMA_KEY,))
+        rows = self._query(SELECT_META, (SCHEMA_KEY,))
         return int(rows[0][0]) if rows else 0
 
     # -- metadata and integrity scans ----------------------------------------------------
