@@ -256,7 +256,8 @@ def _edit_entry(store: ae.EventStore, stream: str, version: int, payload: dict[s
     unkeyed chain also its hash, recomputed as a forger would (so only the seal and the
     link to the store's head can tell)."""
     from ares_events.chain import link_hash
-    from ares_events.stores.cache import TAG_SIZE, _decode
+    from ares_events.stores.cache import _decode
+    from ares_events.stores.cache.keys import TAG_SIZE
 
     cache = _cache(store)
     client = cache._redis

@@ -28,6 +28,7 @@ from ares_events.core.recorder import backend_of, system_of_record
 from ares_events.stores import cache as cache_module
 from ares_events.stores.blobs import gc_blobs
 from ares_events.stores.cache import CachedRecorder
+from ares_events.stores.cache.keys import TAG_SIZE
 from tests.fixtures import servers
 from tests.fixtures.fix_backends import redis_cache_url
 
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.redis
 
 CACHE_LOGGER = "ares_events.stores.cache"
 SSN = "123-45-6789"
-SEAL = getattr(cache_module, "TAG_SIZE", 0)  # bytes in front of an entry's fields
+SEAL = TAG_SIZE  # bytes in front of an entry's fields
 
 
 def _cache(store: ae.EventStore) -> CachedRecorder:

@@ -28,7 +28,7 @@ from ares_events.core.events import (
 from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed
 from ares_events.stores.cache.config import parse
-from ares_events.stores.cache.keys import TAG_SIZE, CacheKeys, Sealer, fresh_epoch, load_keys
+from ares_events.stores.cache.keys import CacheKeys, Sealer, fresh_epoch, load_keys
 from ares_events.stores.cache.scripts import EPOCH_SCRIPT, ERASE_SCRIPT, WRITE_SCRIPT
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TAG_SIZE", "CacheStats", "CachedRecorder"]
+__all__ = ["CacheStats", "CachedRecorder"]
 
 _MAX_BACKOFF: Final = 30.0
 _POLL_CAP: Final = 0.25
