@@ -1,7 +1,7 @@
 """Spans and metrics of journaled runs, after OpenTelemetry's GenAI conventions
 (``invoke_agent``, ``chat {model}``, ``execute_tool {name}``: docs/observability.md).
 The helpers are blocking context managers, so one code serves both faces of the journal.
-None of them raises when the telemetry pipeline does (``telemetry.warn_once``): a
+None of them raises when the telemetry pipeline does (``telemetry.guarded``): a
 journal's steps never fail because of it.
 
 It may import the core.
@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from ares_events.core import telemetry
-from ares_events.core.telemetry import Telemetry, error_type, warn_once
+from ares_events.core.telemetry import Telemetry, error_type, guarded
 
 __all__ = ["TRACE_KEY", "CallSpan", "RunTrace", "call_span", "start_run"]
 
@@ -45,20 +45,16 @@ class RunTrace:
     def attach(self) -> Any:
         """Make the span current; returns the token for :meth:`detach` (None when that
         failed)."""
-        try:
+        with guarded("context"):
             return self._tel.otel.context.attach(self.context)
-        except Exception as exc:
-            warn_once("context", exc)
-            return None
+        return None
 
     def detach(self, token: Any) -> None:
         """Undo :meth:`attach`."""
         if token is None:
             return
-        try:
+        with guarded("context"):
             self._tel.otel.context.detach(token)
-        except Exception as exc:
-            warn_once("context", exc)
 
     def metadata(self) -> dict[str, Any] | None:
         """``{TRACE_KEY: {"traceparent": ...}}`` of this span, for an event's metadata."""
@@ -75,7 +71,7 @@ class RunTrace:
         """After ``journal`` opened the run: what recovery found, and a link to the trace of
         the run's first incarnation (``origin``: the metadata of its ``run.started``)."""
         span = self._span
-        try:
+        with guarded("span update"):
             span.set_attribute("ares_events.journal.resumed", journal.resumed)
             span.set_attribute("ares_events.recovery.source", journal.recovered_from)
             span.set_attribute("ares_events.stream.version", journal.version)
@@ -83,25 +79,19 @@ class RunTrace:
                 link = telemetry.link_to(origin.get(TRACE_KEY), {"ares_events.link": "resumes"})
                 if link is not None and link.context.span_id != span.get_span_context().span_id:
                     span.add_link(link.context, link.attributes)
-        except Exception as exc:
-            warn_once("span update", exc)
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         """An event on the run's span (an interrupt, an in-doubt call)."""
-        try:
+        with guarded("span update"):
             self._span.add_event(name, dict(attributes))
-        except Exception as exc:
-            warn_once("span update", exc)
 
     def end(self, status: str, exc: BaseException | None = None) -> None:
         """End the span with the run's status (idempotent)."""
         span = self._span
-        try:
+        with guarded("span update"):  # still end it below
             if not span.is_recording():
                 return
             span.set_attribute("ares_events.journal.status", status)
-        except Exception as failure:
-            warn_once("span update", failure)  # still end it below
         self._tel.end_span(span, exc)
 
 
@@ -134,10 +124,8 @@ class CallSpan:
         self._span = tel.start_span(name, attrs, kind=kind, parent=parent)
         if self._span is not None:
             otel = tel.otel
-            try:
+            with guarded("context"):
                 self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
-            except Exception as exc:
-                warn_once("context", exc)
 
     def begun(self, journal: Any, from_log: bool, call_id: str | None = None) -> None:
         """After the log was consulted: step, attempt, whether the log answers (and the
@@ -146,14 +134,12 @@ class CallSpan:
         self._attempt = int(journal.attempt)
         span = self._span
         if span is not None:
-            try:
+            with guarded("span update"):
                 span.set_attribute("ares_events.journal.step", int(journal.position))
                 span.set_attribute("ares_events.journal.attempt", int(journal.attempt))
                 span.set_attribute("ares_events.journal.from_log", self._from_log)
                 if call_id is not None:
                     span.set_attribute("gen_ai.tool.call.id", call_id)
-            except Exception as exc:
-                warn_once("span update", exc)
 
     @property
     def capturing(self) -> bool:
@@ -167,10 +153,8 @@ class CallSpan:
                 text = json.dumps(value, ensure_ascii=False, default=repr)
             except (TypeError, ValueError):
                 text = repr(value)
-            try:
+            with guarded("span update"):
                 self._span.set_attribute(key, text[:_MAX_CONTENT])
-            except Exception as exc:
-                warn_once("span update", exc)
 
     def usage(self, usage: Any) -> None:
         """Token usage as the model's reply reported it."""
@@ -185,10 +169,8 @@ class CallSpan:
             if type(n) is not int or n < 0:
                 continue
             if self._span is not None:
-                try:
+                with guarded("span update"):
                     self._span.set_attribute(f"gen_ai.usage.{kind}_tokens", n)
-                except Exception as exc:
-                    warn_once("span update", exc)
             if m is not None and not self._from_log:
                 m.genai_tokens.record(n, {**self._op_attrs(), "gen_ai.token.type": kind})
 
@@ -206,10 +188,8 @@ class CallSpan:
         failed = exc is not None and not isinstance(exc, GeneratorExit)
         if self._span is not None:
             if self._token is not None:
-                try:
+                with guarded("context"):
                     tel.otel.context.detach(self._token)
-                except Exception as e:
-                    warn_once("context", e)
             tel.end_span(self._span, exc if failed else None)
         m = tel.metrics
         if m is None:
@@ -271,10 +251,8 @@ def call_span(
     parent = None
     run: RunTrace | None = getattr(journal, "_run_trace", None)
     if run is not None and tel.tracer is not None:
-        try:
+        with guarded("context"):
             current = tel.otel.trace.get_current_span()
             if not current.get_span_context().is_valid:
                 parent = run.context  # no span of the caller's: the run's span is the parent
-        except Exception as exc:
-            warn_once("context", exc)
     return CallSpan(tel, op, name, attrs, parent)

@@ -1,6 +1,6 @@
 """Span events and metrics of agent lifecycles and supervisors (docs/observability.md);
 metrics carry a death's cause kind, never an agent id. None of them raises when the
-telemetry pipeline does (``telemetry.warn_once``).
+telemetry pipeline does (``telemetry.guarded``).
 
 It may import the core.
 """
@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from ares_events.core import telemetry
-from ares_events.core.telemetry import Telemetry, warn_once
+from ares_events.core.telemetry import Telemetry, guarded
 
 __all__ = ["backoff", "cause_kind", "death", "flapping", "gave_up", "resurrection", "supervising"]
 
@@ -96,10 +96,8 @@ class _Supervising:
             "ares_events.supervise", {"ares_events.agents": self._agents}
         )
         if span is not None:
-            try:
+            with guarded("context"):
                 self._token = tel.otel.context.attach(tel.otel.trace.set_span_in_context(span))
-            except Exception as exc:
-                warn_once("context", exc)
         return self
 
     def __exit__(
@@ -108,10 +106,8 @@ class _Supervising:
         if self._span is None:
             return
         if self._token is not None:
-            try:
+            with guarded("context"):
                 self._tel.otel.context.detach(self._token)
-            except Exception as failure:
-                warn_once("context", failure)
         # As OpenTelemetry's start_as_current_span: an Exception fails the span, an
         # interrupt (KeyboardInterrupt, SystemExit) does not.
         self._tel.end_span(self._span, exc if isinstance(exc, Exception) else None)

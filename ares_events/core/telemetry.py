@@ -97,6 +97,28 @@ def warn_once(kind: str, exc: Exception) -> None:
     )
 
 
+class guarded:
+    """``with guarded(kind): ...``: telemetry calls that must never fail the operation
+    they observe. An ``Exception`` they raise is logged (:func:`warn_once`) and dropped;
+    an interrupt goes through. Stateless: one may serve every thread."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if isinstance(exc, Exception):
+            warn_once(self.kind, exc)
+            return True
+        return False
+
+
 class _Instrument:
     """A metric instrument whose calls never raise (see :func:`warn_once`)."""
 
@@ -107,24 +129,18 @@ class _Instrument:
 
     def add(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
         """Add to a counter."""
-        try:
+        with guarded("metric"):
             self._inner.add(amount, attributes)
-        except Exception as exc:
-            warn_once("metric", exc)
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
         """Record a histogram point."""
-        try:
+        with guarded("metric"):
             self._inner.record(amount, attributes)
-        except Exception as exc:
-            warn_once("metric", exc)
 
     def set(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
         """Set a gauge."""
-        try:
+        with guarded("metric"):
             self._inner.set(amount, attributes)
-        except Exception as exc:
-            warn_once("metric", exc)
 
 
 _SYSTEMS: Final = {
@@ -228,10 +244,8 @@ class Telemetry:
         self.tracer = tracer
         self.metrics: SimpleNamespace | None = None
         if meter is not None:
-            try:
+            with guarded("setup"):  # no metrics then; spans may still work
                 self.metrics = _instruments(meter)
-            except Exception as exc:
-                warn_once("setup", exc)  # no metrics then; spans may still work
         self.capture_content = capture_content
 
     def start_span(
@@ -246,14 +260,12 @@ class Telemetry:
         it raised (a sampler's or span processor's failure: :func:`warn_once`)."""
         if self.tracer is None:
             return None
-        try:
+        with guarded("span start"):
             kind_ = getattr(self.otel.trace.SpanKind, kind)
             return self.tracer.start_span(
                 name, context=parent, kind=kind_, attributes=dict(attributes)
             )
-        except Exception as exc:
-            warn_once("span start", exc)
-            return None
+        return None
 
     def end_span(self, span: Any, exc: BaseException | None = None) -> None:
         """End ``span``, marking it failed by ``exc``'s type: ``error.type``, an ERROR
@@ -262,27 +274,21 @@ class Telemetry:
         if span is None:
             return
         if exc is not None:
-            try:
+            with guarded("span update"):  # still end it below
                 et = error_type(exc)
                 span.set_attribute("error.type", et)
                 span.set_status(self.otel.trace.Status(self.otel.trace.StatusCode.ERROR, et))
                 span.add_event("exception", {"exception.type": et})
-            except Exception as failure:
-                warn_once("span update", failure)  # still end it below
-        try:
+        with guarded("span end"):
             # A processor's on_end runs inside end(): after an append has committed, so
             # its failure must not reach the caller as the append's.
             span.end()
-        except Exception as failure:
-            warn_once("span end", failure)
 
     def add_event(self, name: str, attributes: Mapping[str, Any]) -> None:
         """An event on the current span (a no-op when it is not recording)."""
         if self.tracer is not None:
-            try:
+            with guarded("span update"):
                 self.otel.trace.get_current_span().add_event(name, dict(attributes))
-            except Exception as exc:
-                warn_once("span update", exc)
 
     def record_findings(self, findings: Iterable[Any], operation: str, system: str) -> None:
         """Count findings by kind (in ``ares_events.verification.findings``)."""
@@ -290,12 +296,10 @@ class Telemetry:
         if m is None:
             return
         attrs = {"db.operation.name": operation, "db.system.name": system}
-        try:
+        with guarded("metric"):  # a finding's kind that does not read
             for f in findings:
                 kind = bounded(getattr(f, "kind", ""))
                 m.findings.add(1, {**attrs, "ares_events.finding.kind": kind})
-        except Exception as exc:  # a finding's kind that does not read
-            warn_once("metric", exc)
 
 
 def bounded(value: Any) -> str:
@@ -393,14 +397,10 @@ def _probe() -> Telemetry | None:
         return None  # probed again next time: an SDK may be configured later
     version = _version()
     tracer = meter = None
-    try:
+    with guarded("setup"):
         tracer = tp.get_tracer(_SCOPE, version) if tracing else None
-    except Exception as exc:
-        warn_once("setup", exc)
-    try:
+    with guarded("setup"):
         meter = mp.get_meter(_SCOPE, version) if metering else None
-    except Exception as exc:
-        warn_once("setup", exc)
     if tracer is None and meter is None:
         # Not asked again until configure(): probing on every operation would cost
         # each of them a failing call.
@@ -570,10 +570,8 @@ class Operation:
                 self._span = tel.start_span(span_name, self._base, kind="CLIENT")
             if current and self._span is not None:
                 otel = tel.otel
-                try:
+                with guarded("context"):
                     self._token = otel.context.attach(otel.trace.set_span_in_context(self._span))
-                except Exception as exc:
-                    warn_once("context", exc)
         self._t0 = time.perf_counter()
         return self
 
@@ -588,15 +586,11 @@ class Operation:
             # Each step on its own: whatever raises, the span still ends and the
             # operation's own result or exception goes to the caller unchanged.
             if self._token is not None:
-                try:
+                with guarded("context"):
                     tel.otel.context.detach(self._token)
-                except Exception as e:
-                    warn_once("context", e)
             if self._extra:
-                try:
+                with guarded("span update"):
                     span.set_attributes(self._extra)
-                except Exception as e:
-                    warn_once("span update", e)
             tel.end_span(span, failed)
         if tel.metrics is not None:
             attrs = dict(self._metric)
@@ -655,14 +649,10 @@ def trace_context() -> dict[str, str] | None:
     if tel is None or tel.tracer is None:
         return None
     carrier: dict[str, str] = {}
-    try:
-        span = tel.otel.trace.get_current_span()
-        if not span.get_span_context().is_valid:
+    with guarded("trace context"):
+        if not tel.otel.trace.get_current_span().get_span_context().is_valid:
             return None
         tel.otel.propagator.inject(carrier)
-    except Exception as exc:
-        warn_once("trace context", exc)
-        return None
     tp = carrier.get("traceparent")
     return {"traceparent": tp} if tp else None
 
@@ -676,13 +666,11 @@ def link_to(carrier: Any, attributes: Mapping[str, Any] | None = None) -> Any:
     tp = carrier.get("traceparent")
     if not isinstance(tp, str):
         return None
-    try:
+    with guarded("trace context"):
         ctx = tel.otel.propagator.extract({"traceparent": tp})
         sc = tel.otel.trace.get_current_span(ctx).get_span_context()
         return tel.otel.trace.Link(sc, dict(attributes or {})) if sc.is_valid else None
-    except Exception as exc:
-        warn_once("trace context", exc)
-        return None
+    return None
 
 
 def timed() -> Callable[[], float]:

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
-from ares_events.core.telemetry import Operation, bounded, current, operation, warn_once
+from ares_events.core.telemetry import Operation, bounded, current, guarded, operation
 
 __all__ = [
     "appended",
@@ -35,7 +35,7 @@ def traced(name: str, done: Done | None = None, *, activity: bool = False) -> Ca
     result)`` adds what the result tells (counts, versions). The span carries
     ``ares_events.stream.id`` when the next argument is a stream id. Without telemetry
     the function runs as it is, after one check; with it, a telemetry failure never
-    changes the result or the exception (:func:`~ares_events.core.telemetry.warn_once`)."""
+    changes the result or the exception (:class:`~ares_events.core.telemetry.guarded`)."""
 
     def deco(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -94,10 +94,8 @@ def traced_reads(name: str) -> Callable[[F], F]:
 def _done(done: Done, op: Operation, args: tuple[Any, ...], kw: dict[str, Any], res: Any) -> None:
     # The operation has succeeded (an append has committed): what describes its result
     # must not turn it into a failure.
-    try:
+    with guarded("span update"):
         done(op, args, kw, res)
-    except Exception as exc:
-        warn_once("span update", exc)
 
 
 def _stream_attr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
