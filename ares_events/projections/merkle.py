@@ -368,8 +368,8 @@ class MerkleLog:
         # checked too (one read) for stores whose rows predate this check.
         try:
             latest = self.latest_checkpoint()
-            at_n = latest is not None and latest.checkpoint.size != n
-            same = self.checkpoint_at(n) if at_n else None
+            elsewhere = latest is not None and latest.checkpoint.size != n
+            same = self.checkpoint_at(n) if elsewhere else None
         except ProofError as exc:
             raise ProofError(
                 f"a stored checkpoint is damaged ({exc.reason}), so the log cannot be checked "
