@@ -171,6 +171,15 @@ def test_errors_py_lists_every_error_and_where_it_lives(name: str) -> None:
         assert where.removeprefix("ares_events.") in lines[0], (name, where, lines[0])
 
 
+@pytest.mark.parametrize("name", sorted(_errors_in_package()))
+def test_the_errors_page_draws_every_error(name: str) -> None:
+    """docs/errors.md's tree names every ``AresError`` subclass of the package once, so a
+    user reading the reference meets every error the package can raise."""
+    page = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    tree = page.split("```")[1]
+    assert len(re.findall(rf"[─└├]\s*{name}\b", tree)) == 1, f"{name} not drawn once"
+
+
 # a path of this repository in the user documentation: `ares_events/x.py`, `tests/y/z.py`
 DOC_PATH = re.compile(r"(?<![\w/.-])((?:ares_events|tests|bench|tools|scripts)/[\w/.-]*\w)")
 

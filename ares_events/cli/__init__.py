@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         msg = "a command is needed" if no_args else exc.format_message()
         return _fail(app, argv, exc, "usage", EXIT_USAGE, msg, human=usage.getvalue())
     except click.ClickException as exc:
-        kind = "findings" if exc.exit_code == EXIT_FINDINGS else "usage"
+        kind = {EXIT_FINDINGS: "findings", EXIT_CONFLICT: "conflict"}.get(exc.exit_code, "usage")
         return _fail(app, argv, exc, kind, exc.exit_code, exc.format_message())
     except click.Abort as exc:
         return _fail(app, argv, exc, "aborted", 130, "aborted")

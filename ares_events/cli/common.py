@@ -501,7 +501,8 @@ Store and environment:
 Global options work before or after the command (audit --store URL --json).
 \b
 Exit codes: 0 clean, 1 findings, 2 usage or config error, 3 store unavailable,
-4 internal error (traceback with -v).
+4 internal error (traceback with -v), 5 conflict (another writer came first: run it
+again), 130 aborted.
 \b
 Examples:
   ares-events demo                      10 agents, kill -9 three times, all finish

@@ -27,6 +27,7 @@ from ares_events.agents.runs import (
     resume_run,
 )
 from ares_events.cli.common import (
+    EXIT_CONFLICT,
     EXIT_FINDINGS,
     EXIT_OK,
     PROG,
@@ -67,16 +68,18 @@ def _status_text(status: str) -> Text:
 
 @contextlib.contextmanager
 def _operator_errors(run: str, action: str) -> Iterator[None]:
-    """Map a refused operator action to one line: exit 2 (does not apply), 1 (changed)."""
+    """Map a refused operator action to one line: exit 2 (does not apply), 5 (changed)."""
     try:
         yield
     except (RunNotFound, RunNotRunnable, ConfigError) as exc:
         raise CommandError(str(exc)) from None
     except ConcurrencyError as exc:
-        raise click.ClickException(
+        changed = click.ClickException(
             f"run {run!r} changed while {action} (expected version {exc.expected}, now "
             f"{exc.actual}); look again with `{PROG} runs show {run}`"
-        ) from None
+        )
+        changed.exit_code = EXIT_CONFLICT
+        raise changed from None
 
 
 def _by_reason(fn: Any) -> Any:

@@ -323,8 +323,8 @@ def test_who_defaults_to_the_os_user(
 def test_an_action_on_a_run_that_changed_meanwhile_appends_nothing(
     url: str, fleet: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: Any
 ) -> None:
-    """An agent appends between the operator's read and write: the action fails (exit 1,
-    saying the run changed) instead of acting on a stale view, and appends nothing."""
+    """An agent appends between the operator's read and write: the action fails (exit 5,
+    a conflict, saying the run changed) instead of acting on a stale view, and appends nothing."""
     from ares_events.agents import runs as runs_module
 
     real = runs_module.inspect_run
@@ -337,7 +337,7 @@ def test_an_action_on_a_run_that_changed_meanwhile_appends_nothing(
     monkeypatch.setattr(runs_module, "inspect_run", read_then_agent_appends)
     before = len(events(url, "waiting"))
     code, _, err = run(capsys, "--store", url, "runs", "resume", "waiting")
-    assert code == 1 and "changed while resuming" in err and "runs show waiting" in err
+    assert code == 5 and "changed while resuming" in err and "runs show waiting" in err
     assert [e.type for e in events(url, "waiting")[before:]] == ["agent.note"]
 
 
@@ -348,7 +348,7 @@ def test_cancel_races_a_busy_agent_and_one_of_them_wins_cleanly(
     """Several times over: an agent process appends steps as fast as it can while the
     operator cancels it. Either the cancel lands (the agent is then fenced off: it fails at
     its next append, and nothing follows run.cancelled) or the run finished first (cancel
-    refused); a cancel that loses a write race fails with exit 1 and is simply retried.
+    refused); a cancel that loses a write race fails with exit 5 and is simply retried.
     The chain always verifies."""
     for n in range(5):
         run_id = f"race-{n}"
@@ -366,7 +366,7 @@ def test_cancel_races_a_busy_agent_and_one_of_them_wins_cleanly(
             lost_races = 0
             while True:
                 code, _, err = run(capsys, "--store", url, "runs", "cancel", run_id)
-                if code != 1:
+                if code != 5:
                     break
                 assert "changed while cancelling" in err, err
                 lost_races += 1
