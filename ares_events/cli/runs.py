@@ -74,12 +74,14 @@ def _operator_errors(run: str, action: str) -> Iterator[None]:
     except (RunNotFound, RunNotRunnable, ConfigError) as exc:
         raise CommandError(str(exc)) from None
     except ConcurrencyError as exc:
-        changed = click.ClickException(
+        raise _Changed(
             f"run {run!r} changed while {action} (expected version {exc.expected}, now "
             f"{exc.actual}); look again with `{PROG} runs show {run}`"
-        )
-        changed.exit_code = EXIT_CONFLICT
-        raise changed from None
+        ) from None
+
+
+class _Changed(click.ClickException):
+    exit_code = EXIT_CONFLICT  # another writer came first: a conflict, not a finding
 
 
 def _by_reason(fn: Any) -> Any:
