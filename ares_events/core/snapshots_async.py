@@ -28,7 +28,7 @@ from ares_events.core.snapshot_format import (
     state_digest,
     validate_snapshot,
 )
-from ares_events.errors import InvalidEvent, SnapshotMismatch, StoreError
+from ares_events.errors import ArchiveError, InvalidEvent, SnapshotMismatch, StoreError
 
 if TYPE_CHECKING:
     from ares_events.chain import ChainKey
@@ -184,7 +184,8 @@ class AsyncSnapshotStore:
     async def verify_all(
         self, stream_id: str | None = None
     ) -> AsyncIterator[tuple[SnapshotInfo, str | None]]:
-        """Check every stored snapshot (for audits): ``(info, reason or None)``."""
+        """Check every stored snapshot (for audits): ``(info, reason or None)``; an event
+        to check that is in a damaged archive segment is a reason, not an ``ArchiveError``."""
         # Listed first: checking reads the stream, which a backend may not do while a
         # listing of its snapshot table is open.
         infos = [info async for info in self.list(stream_id)]
@@ -192,7 +193,11 @@ class AsyncSnapshotStore:
             if info.problem is not None:
                 yield info, f"malformed snapshot row: {info.problem}"
                 continue
-            _, reason = await self._load(info.stream_id, info.projection, None, verify=True)
+            try:
+                _, reason = await self._load(info.stream_id, info.projection, None, verify=True)
+            except ArchiveError as exc:  # a finding like the others: the audit goes on
+                at = info.at_version
+                reason = f"the event it seals (version {at}) is in a damaged archive segment: {exc}"
             yield info, reason
 
     async def delete(self, stream_id: str, projection: str | None = None) -> int:

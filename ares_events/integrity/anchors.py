@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ares_events.core.events import utc_now_at
 from ares_events.core.recorder import system_of_record
 from ares_events.core.url import StoreURL
-from ares_events.errors import ConfigError, MissingDependencyError, ProofError, StoreUnavailable
+from ares_events.errors import (
+    ArchiveError,
+    ConfigError,
+    MissingDependencyError,
+    ProofError,
+    StoreUnavailable,
+)
 from ares_events.integrity import merkle
 from ares_events.integrity.checkpoints import SignedCheckpoint, open_checkpoint
 from ares_events.integrity.findings import Finding, FindingsReport, report_dict
@@ -350,7 +356,8 @@ def check_checkpoint_notes(
     """Check every ``(name, note bytes)`` against ``keys`` and today's events.
 
     Returns:
-        (checkpoints whose signature verified, findings).
+        (checkpoints whose signature verified, findings; events in a damaged archive
+        segment are an ``archive_*`` finding, and no checkpoint's root is checked).
 
     Raises:
         StoreUnavailable: the store cannot be read.
@@ -371,7 +378,11 @@ def check_checkpoint_notes(
         findings.append(Finding(kind, None, None, f"checkpoint {name}: {why}"))
     if not good:
         return 0, findings
-    total, roots = _roots_at(recorder, {s.checkpoint.size for _, s in good})
+    try:
+        total, roots = _roots_at(recorder, {s.checkpoint.size for _, s in good})
+    except ArchiveError as exc:  # the events they sign cannot be read: a finding, no verdict
+        detail = f"{len(good)} signed checkpoint(s) not checked: {exc}"
+        return len(good), [*findings, Finding(f"archive_{exc.kind}", None, None, detail)]
     failed: dict[str, list[tuple[str, SignedCheckpoint]]] = {}
     for name, signed in sorted(good, key=lambda g: g[1].checkpoint.size):
         cp = signed.checkpoint

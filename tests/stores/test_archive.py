@@ -22,9 +22,12 @@ from ares_events.archive.job import archive, parse_before
 from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import Manifest, SegmentIndex, stored
 from ares_events.core.recorder import backend_of, system_of_record
+from ares_events.core.snapshots import make_snapshot
 from ares_events.errors import ArchiveError, ConfigError
+from ares_events.integrity.anchors import verify_anchors, write_checkpoint_note
 from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
+from ares_events.projections.merkle import MerkleLog
 from ares_events.projections.runner import rebuild
 from ares_events.testing.blocking import open_blocking
 from tests.fixtures.fifo import raised_within
@@ -237,6 +240,50 @@ def test_a_damaged_archive_is_a_finding(tmp_path: Path, damage: str, erased: boo
         assert not audit.ok and rep.segments
         with pytest.raises(ArchiveError):
             list(store.read_all())
+
+
+def test_a_snapshot_or_anchor_over_a_damaged_segment_is_a_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A snapshot sealing an event of a damaged segment, and a signed checkpoint over it:
+    audit --deep --anchors, snapshot verify (both faces) and anchor --check give their whole
+    report with the findings, exit 1, human and --json (they stopped with the ArchiveError,
+    and no report at all)."""
+    from tests.fixtures.cli_helpers import run, run_json
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    anchors = (tmp_path / "anchors").as_uri() + "/"
+    with ae.open_store(url) as store:
+        _fill(store)
+        store.snapshots.save(make_snapshot(store, "agent-a", "p", 1, {}, 3))
+        signed = MerkleLog(store).sign(SigningKey.generate("archive.test/log"))
+        write_checkpoint_note(anchors, signed.text, signed.checkpoint.size)
+        archive(store, (tmp_path / "arch").as_uri(), before=_at(store, 150), segment_events=50)
+        key = _segment_index(_archive_recorder(store)).segments[0].segment.key
+        path = tmp_path / "arch" / key[:2] / key[2:4] / key
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01  # its one block: the one holding agent-a's version 3
+        path.write_bytes(bytes(data))
+        _archive_recorder(store).source.forget()
+        with open_blocking(url) as astore:
+            for face in (store, astore):
+                [(info, reason)] = list(face.snapshots.verify_all())
+                assert info.at_version == 3 and "in a damaged archive segment" in str(reason)
+        report = ae.integrity.audit(store, deep=True, anchors=anchors)
+        kinds = _kinds(report.findings)
+        assert {"snapshot_mismatch", "archive_corrupted"} <= kinds, report.findings
+        assert report.snapshots_checked == 1 and report.anchors_checked == 1
+        assert any("checkpoint(s) not checked" in f.detail for f in report.findings)
+        assert _kinds(verify_anchors(store, anchors).findings) == {"archive_corrupted"}
+    for args, want in (
+        (("audit", "--deep", "--anchors", anchors), "archive_corrupted"),
+        (("snapshot", "verify"), "damaged archive segment"),
+        (("anchor", "--to", anchors, "--check"), "archive_corrupted"),
+    ):
+        code, out = run_json(capsys, "--store", url, *args)
+        assert code == 1 and "error" not in out and want in str(out), out
+        code, text, _ = run(capsys, "--store", url, *args)
+        assert code == 1 and want in " ".join(text.split()), text
 
 
 def test_merkle_proofs_and_checkpoints_across_the_boundary(tmp_path: Path) -> None:
