@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -23,6 +23,7 @@ import pytest
 from psycopg import sql
 
 import ares_events as ae
+from ares_events.cli import main
 from ares_events.core.backend import Batch, Head, SealedEvent
 from ares_events.core.events import prepare, utc_now_at
 from ares_events.core.recorder import backend_of
@@ -203,6 +204,52 @@ def test_password_with_reserved_characters_is_never_shown(
         assert quote(pw, safe="") not in text
         assert quote(pw) not in text
     assert "***" in store.url
+
+
+NUL_SECRET = "Nul7-secret"
+
+
+def _control_in(postgres_url: str, field: str) -> str:
+    """``postgres_url`` with the password NUL_SECRET and a control character (percent-
+    encoded) in ``field``."""
+    parts = urlsplit(postgres_url)
+    user, host, db = parts.username, parts.netloc.rpartition("@")[2], parts.path
+    pw, query = NUL_SECRET, parts.query
+    if field == "password":
+        pw += "%00tail"
+    elif field == "password (tab)":
+        pw += "%09tail"
+    elif field == "user":
+        user = f"{user}%00x"
+    elif field == "dbname":
+        db += "%00x"
+    else:
+        query += f"&{field}=a%00b"
+    return urlunsplit((parts.scheme, f"{user}:{pw}@{host}", db, query, ""))
+
+
+@pytest.mark.parametrize(
+    "field", ["password", "password (tab)", "user", "dbname", "application_name"]
+)
+def test_a_control_character_in_a_connection_value_is_refused_unshown(
+    postgres_url: str, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    """libpq cuts a value at a NUL, and every option after it (dbname, connect_timeout,
+    the read-only option) with it: the store would open in libpq's default database. A
+    control character in the user, password, database or a libpq option is a ConfigError
+    naming the field (exit 2 in the CLI), the password shown in neither. (create=False: the
+    store libpq's default database would otherwise get.)"""
+    url = _control_in(postgres_url, field)
+    name = field.split(maxsplit=1)[0]
+    with pytest.raises(ConfigError, match=f"postgresql {name} holds a control character"):
+        ae.open_store(url, create=False)
+    assert main(["--store", url, "streams"]) == 2
+    out, err = capsys.readouterr()
+    assert f"postgresql {name} holds a control character" in err
+    with pytest.raises(ConfigError) as info:
+        ae.open_store(url, create=False)
+    for text in (str(info.value), repr(info.value), out, err):
+        assert NUL_SECRET not in text and "tail" not in text
 
 
 def test_unreachable_server_raises_store_unavailable(postgres_url: str) -> None:

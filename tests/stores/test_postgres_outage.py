@@ -8,19 +8,25 @@ versus the 30 s pool timeout), not performance thresholds.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 
 import ares_events as ae
+from ares_events.core.recorder import backend_of
 from ares_events.errors import StoreUnavailable
 from tests.fixtures.tcp_proxy import TcpProxy, tcp_proxy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # outages wait out timeouts
 
 POOL_TIMEOUT = 30.0  # the default: a dead server must be reported well before it
+GROWN = 10  # connections a busy moment left in the pool (pool_max's default)
 
 
 def _ev(n: int = 0) -> ae.NewEvent:
@@ -104,3 +110,73 @@ def test_store_recovers_promptly_when_the_server_is_back(
         assert res.version == 2
         assert [e.payload["n"] for e in store.read("s")] == [0, 2]
         assert ae.integrity.verify_stream(store, "s").ok
+
+
+def _restart_url(postgres_url: str) -> tuple[str, str]:
+    """A store URL whose backends can be told apart (application_name), with a short
+    pool_timeout: a call that waits it out fails instead of passing slowly."""
+    app = f"ares-failover-{uuid.uuid4().hex[:8]}"
+    return f"{postgres_url}&pool_max={GROWN}&pool_timeout=5&application_name={app}", app
+
+
+def _terminate(postgres_db_url: str, app: str) -> int:
+    """What a server restart or failover does to every pooled connection: each backend of
+    ``app`` terminated (waiting until it has exited); the server stays up."""
+    with psycopg.connect(postgres_db_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            (app,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_grown_pool_serves_the_first_call_after_a_restart(
+    postgres_url: str, postgres_db_url: str
+) -> None:
+    """A pool grown to 10 connections, all dropped by the server (a restart or failover):
+    the next append and read succeed, rather than waiting out pool_timeout with
+    "pool exhausted" while psycopg_pool backs off 1, 2, 4... s between dead connections."""
+    url, app = _restart_url(postgres_url)
+    with ae.open_store(url) as store:
+        rec = backend_of(store.recorder)
+        all_in = threading.Barrier(GROWN)
+
+        def hold() -> None:
+            with rec.connection():
+                all_in.wait(60)
+
+        threads = [threading.Thread(target=hold) for _ in range(GROWN)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert rec.pool.get_stats()["pool_available"] == GROWN
+        assert _terminate(postgres_db_url, app) >= GROWN
+        assert store.append("s", [_ev(1)]).version == 1
+        assert [e.payload["n"] for e in store.read("s")] == [1]
+
+
+def test_a_grown_async_pool_serves_the_first_call_after_a_restart(
+    postgres_url: str, postgres_db_url: str
+) -> None:
+    """The asyncio face of the test above."""
+    url, app = _restart_url(postgres_url)
+
+    async def scenario() -> None:
+        async with await ae.open_async_store(url) as store:
+            rec = backend_of(store.recorder)
+            all_in = asyncio.Barrier(GROWN)
+
+            async def hold() -> None:
+                async with rec.connection():
+                    await asyncio.wait_for(all_in.wait(), 60)
+
+            await asyncio.gather(*(hold() for _ in range(GROWN)))
+            assert rec.pool.get_stats()["pool_available"] == GROWN
+            assert await asyncio.to_thread(_terminate, postgres_db_url, app) >= GROWN
+            assert (await store.append("s", [_ev(1)])).version == 1
+            assert [e.payload["n"] async for e in store.read("s")] == [1]
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -40,12 +41,32 @@ MAX_RECONNECT_DELAY: Final = 1.0
 
 class AresPool(psycopg_pool.ConnectionPool):
     """A psycopg_pool pool whose reconnection delay is capped, so a server that comes back
-    is used within about :data:`MAX_RECONNECT_DELAY` seconds."""
+    is used within about :data:`MAX_RECONNECT_DELAY` seconds, and whose :meth:`getconn`
+    drops dead connections without a pause."""
 
     def _add_connection(self, attempt: Any, growing: bool = False) -> None:
         if attempt is not None and getattr(attempt, "delay", 0.0) > MAX_RECONNECT_DELAY / 2:
             attempt.delay = MAX_RECONNECT_DELAY / 2  # doubled (after a failure) to the cap
         super()._add_connection(attempt, growing)
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        """A pooled connection that passed :func:`check_alive`. After a restart or a
+        failover every idle connection is dead: each is dropped (and replaced) and the
+        next one tried at once, where psycopg_pool's own ``check`` would sleep 1, 2, 4...
+        seconds after each and could use up the whole ``timeout``."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            conn = super().getconn(max(deadline - time.monotonic(), 0.001))
+            try:
+                check_alive(conn)
+            except psycopg.Error:
+                conn.close()  # also when only its socket was found unusable
+                self._putconn(conn, from_getconn=True)  # replaced, as by psycopg_pool
+            except BaseException:
+                self._putconn(conn, from_getconn=True)  # a cancellation: not lost
+                raise
+            else:
+                return conn
 
 
 def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException | None:
@@ -66,9 +87,9 @@ def probe_server(conninfo: str, connect_kwargs: dict[str, Any]) -> BaseException
 
 
 def check_alive(conn: psycopg.Connection[Any]) -> None:
-    """Pool ``check``: ping a connection only when it has something to read (a terminated
-    backend's error and EOF after a restart or ``pg_terminate_backend``), which fails a
-    dead one without a round trip otherwise.
+    """The pool's health check (in :meth:`AresPool.getconn`): ping a connection only
+    when it has something to read (a terminated backend's error and EOF after a restart
+    or ``pg_terminate_backend``), which fails a dead one without a round trip otherwise.
 
     Raises:
         psycopg.OperationalError: the connection is closed or its socket unusable.
@@ -93,9 +114,9 @@ def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
 
 
 def open_pool(opts: PostgresOptions) -> AresPool:
-    """The pool for ``opts``, with the reconnect cap, the health check and
-    ``statement_timeout`` on every connection; the asyncio pool is not opened yet
-    (``await pool.open()``), the blocking one is."""
+    """The pool for ``opts``, with the reconnect cap, the health check (in its
+    ``getconn``) and ``statement_timeout`` on every connection; the asyncio pool is not
+    opened yet (``await pool.open()``), the blocking one is."""
     configure = None
     if opts.statement_timeout is not None:
         value = f"{opts.statement_timeout}ms"
@@ -109,7 +130,6 @@ def open_pool(opts: PostgresOptions) -> AresPool:
         min_size=opts.pool_min,
         max_size=opts.pool_max,
         timeout=opts.pool_timeout,
-        check=check_alive,
         configure=configure,
         name="ares-events",
         open=False,

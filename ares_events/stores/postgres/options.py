@@ -40,6 +40,7 @@ KEYWORD_OPTIONS: Final = ("create", "read_only")
 # starting with a letter or "_", at most 63 bytes. Quoting alone is not enough: "%" or
 # "?" inside a quoted name would still reach the driver's placeholder parser.
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 # libpq options that carry a secret: refused in the query string, where they would be shown.
 SECRET_PARAMS: Final = frozenset(
     {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
@@ -90,7 +91,8 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
 
     Raises:
         ConfigError: a secret in the query string, an unknown parameter (lists the valid
-            ones) or an invalid value (names it).
+            ones), an invalid value (names it) or a control character in a connection
+            value (names the field, never shows the value).
     """
     where = url.redacted()
     params = url.params
@@ -140,6 +142,15 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     dbname = url.path.lstrip("/")
     if dbname:
         kwargs.setdefault("dbname", dbname)
+    for key, value in kwargs.items():
+        # libpq reads a value as a C string: a NUL would cut it, and drop every option
+        # after it (dbname, connect_timeout, read-only), silently. The value may be the
+        # password: never shown.
+        if isinstance(value, str) and _CONTROL.search(value):
+            raise ConfigError(
+                f"postgresql {key} holds a control character (%00-%1F or %7F), which "
+                f"libpq cannot take, in {where}"
+            )
     # Never wait forever for a server that does not answer (libpq's default is to wait):
     # a dead or unreachable server is reported within a few seconds.
     kwargs.setdefault("connect_timeout", "5")
