@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, Final
 from ares_events.core.events import RecordedEvent
 from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
-from ares_events.errors import ConfigError, InvalidEvent, StoreError
+from ares_events.errors import ChainIntegrityError, ConfigError, InvalidEvent, StoreError
+from ares_events.integrity.findings import Finding
+from ares_events.integrity.verifier import malformed_reason
 from ares_events.projections.base import Projection, SkippedEvent, apply_one
 from ares_events.projections.tables import encode_state, table_name, tables_for
 from ares_events.stores.memory.read_models import MemoryReadModels
@@ -63,6 +65,20 @@ def _key_of(projection: Projection, event: RecordedEvent) -> str | None:
     return key
 
 
+def _check_rows(events: list[RecordedEvent]) -> None:
+    """Raise the audit's ``malformed_row`` for a row that is not an event (a tampered
+    database: docs/security.md): folded, it would crash or build a wrong read model."""
+    for e in events:
+        problem = malformed_reason(e)
+        if problem is not None:
+            sid: str | None = e.stream_id
+            v: int | None = e.version
+            if type(sid) is not str or type(v) is not int:
+                sid = v = None  # the row's own stream id or version is what is damaged
+            detail = f"position {e.position!r}: {problem} (run `ares-events audit`)"
+            raise ChainIntegrityError(None, [Finding("malformed_row", sid, v, detail)])
+
+
 def _fold_batch(
     projection: Projection,
     tables: ReadModels,
@@ -80,6 +96,7 @@ def _fold_batch(
         states = batch_fold(lambda keys: tables.load(table, list(keys)), events)
         last = events[-1].position
         return {k: (encode_state(v), last) for k, v in states.items()}
+    _check_rows(events)
     keyed = [(_key_of(projection, e), e) for e in events]  # one row per key
     keys = sorted({k for k, _ in keyed if k is not None})
     states = tables.load(table, keys) if keys else {}
@@ -321,6 +338,7 @@ def verify_rebuild(
     meanwhile (its rows lie past that cursor) never shows as a difference.
 
     Raises:
+        ChainIntegrityError: a row is not an event (a ``malformed_row``).
         ConfigError: the projection's read model was never built in this store (nothing
             to verify: a pass over zero rows would vouch for a table that is not there).
         StoreUnavailable: the store cannot be reached.

@@ -87,6 +87,8 @@ def open_store(
             from ares_events.stores.blobs import open_blobs
 
             blob_store = open_blobs(blobs_url, create=create)
+            if blobs and not default_blobs:  # named: it may be the default folder itself
+                default_blobs = _is_default(blob_store, identity, recorder)
         store = EventStore.open(
             recorder,
             chain_key=key,
@@ -145,3 +147,18 @@ def _blob_choice(
     if Capability.DEFAULT_BLOBS in recorder.capabilities:
         url = recorder.default_blobs_url()
     return url, bool(url) and (recorded in (None, DEFAULT_BLOBS))
+
+
+def _is_default(blob_store: Any, identity: StoreIdentity | None, recorder: Any) -> bool:
+    """Whether a named blob store is the backend's default folder (compared as locations
+    are, resolved): it is then the ``"default"`` the store records, not another location."""
+    if identity is not None and isinstance(identity.blobs, BlobsIdentity):
+        return False  # a recorded location: compared as such on open
+    url = None
+    if Capability.DEFAULT_BLOBS in recorder.capabilities:
+        url = recorder.default_blobs_url()
+    if not url:
+        return False
+    from ares_events.stores.blobs import open_blobs
+
+    return bool(open_blobs(url, create=False).location == blob_store.location)

@@ -226,6 +226,38 @@ def test_relocated_blobs_are_recorded_by_init(
         assert next(iter(store.read("s"))).payload == big
 
 
+def test_the_default_blob_folder_named_explicitly_is_the_recorded_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SQLite store recorded with its default blob folder ``<file>.blobs`` opens with
+    that folder named (blobs=, --blobs, ARES_BLOBS_URL; a spilling append lands there and
+    the identity still says "default"); another folder is still refused."""
+    path = tmp_path / "x.db"
+    url, big = f"sqlite:///{path}", {"blob": "x" * 5000}
+    folder = Path(f"{path}.blobs")
+    with ae.open_store(url, spill_threshold=100) as store:
+        store.append("s", [ae.NewEvent(type="t", module="m", payload=big)])
+    for named in (folder.as_uri(), (tmp_path / "d" / ".." / "x.db.blobs").as_uri()):
+        with ae.open_store(url, blobs=named, spill_threshold=100) as store:
+            store.append("s", [ae.NewEvent(type="t", module="m", payload=big | {"n": named})])
+            assert {e.payload["blob"] for e in store.read("s")} == {big["blob"]}
+            assert store.identity is not None and store.identity.blobs == "default"
+    assert len([p for p in folder.rglob("*") if p.is_file() and len(p.name) == 64]) == 3
+    code, _, err = run(capsys, "--store", url, "--blobs", folder.as_uri(), "streams")
+    assert code == 0, err
+    monkeypatch.setenv("ARES_BLOBS_URL", folder.as_uri())
+    code, data = run_json(capsys, "--store", url, "gc-blobs", "--dry-run")
+    assert code == 0, data
+    code, data = run_json(capsys, "--store", url, "audit", "--deep")
+    assert code == 0 and data["blobs_checked"] == 3, data
+    other = (tmp_path / "other").as_uri()
+    monkeypatch.setenv("ARES_BLOBS_URL", other)
+    code, _, err = run(capsys, "--store", url, "gc-blobs", "--dry-run")
+    assert code == 2 and "the folder next to the SQLite file" in err and other in err, err
+    with pytest.raises(ae.ConfigError, match="--relocate-blobs"):
+        ae.open_store(url, blobs=other)
+
+
 # -- keyed mode: forged snapshots and anchors lose -------------------------------------------
 
 

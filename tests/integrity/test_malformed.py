@@ -261,3 +261,69 @@ def test_recover_reports_a_malformed_row_and_does_not_fold_it(db: Path) -> None:
         assert "malformed_row" in {f.kind for f in res.findings}
         with pytest.raises(ae.ChainIntegrityError):
             ae.replay(store, "a", fold, 0, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("stream_id", b"\xff\x00", "stream_id is BLOB"),
+        ("payload", None, "payload is NULL"),
+        ("type", b"\x00", "type is BLOB"),
+    ],
+)
+def test_rebuild_over_a_malformed_row_names_it(
+    db: Path, column: str, value: object, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rebuild` of each built-in projection over a malformed row stops with the
+    malformed_row finding naming its position (exit 1, as the audit), from the CLI and the
+    library; it neither crashes (exit 4) nor folds the row into the read model."""
+    from ares_events.projections import BUILTIN, ProjectionRunner, rebuild
+    from tests.fixtures.cli_helpers import run
+
+    pos = position(db, "a", 3)
+    sql(db, f"UPDATE ares_events SET {column} = ? WHERE position = ?", value, pos)
+    url = f"sqlite:///{db}"
+    assert sorted(BUILTIN) == ["agent_state", "genealogy", "recovery_state", "run_state"]
+    for name in BUILTIN:
+        code, _, err = run(capsys, "--store", url, "rebuild", name)
+        assert code == 1 and "malformed_row" in err and f"position {pos}" in err, (name, err)
+        assert reason in err and "ares-events audit" in err, err
+        code, data = run_json(capsys, "--store", url, "rebuild", name, "--json")
+        assert code == 1 and data["error"]["kind"] == "findings", data
+    with ae.open_store(url) as store:
+        for cls in BUILTIN.values():
+            with pytest.raises(ae.ChainIntegrityError) as caught:
+                rebuild(store, cls(), from_scratch=True)
+            (finding,) = caught.value.findings
+            assert finding.kind == "malformed_row" and reason in finding.detail
+            with pytest.raises(ae.ChainIntegrityError):
+                ProjectionRunner(store, [cls()], strict=False).run_until_idle()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [("payload = NULL", "payload is NULL"), ("payload_ref = 'x'", "payload_ref")],
+)
+def test_rebuild_over_a_malformed_postgres_row_names_it(
+    postgres_url: str, change: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On PostgreSQL (typed columns: what a hand edit can still break is the payload and its
+    reference) `rebuild` stops with the malformed_row finding too, never folding the row."""
+    import psycopg
+
+    from ares_events.projections import BUILTIN, rebuild
+    from tests.fixtures.cli_helpers import run
+
+    with ae.open_store(postgres_url) as store:
+        store.append("a", [ae.NewEvent(type="t", module="m", payload={"n": n}) for n in range(3)])
+        pos = [e.position for e in store.read("a")][1]
+    schema = postgres_url.rsplit("schema=", 1)[1].split("&", maxsplit=1)[0]
+    damage = f"UPDATE {schema}.ares_events SET {change} WHERE position = {pos}"
+    with psycopg.connect(postgres_url.rsplit("?", 1)[0], autocommit=True) as conn:
+        conn.execute(damage)
+    code, _, err = run(capsys, "--store", postgres_url, "rebuild", "agent_state")
+    assert code == 1 and f"position {pos}: {reason}" in err, err
+    with ae.open_store(postgres_url) as store:
+        for cls in BUILTIN.values():
+            with pytest.raises(ae.ChainIntegrityError, match=f"position {pos}: {reason}"):
+                rebuild(store, cls(), from_scratch=True)
