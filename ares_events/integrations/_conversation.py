@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ares_events.core.backend import Capability
 from ares_events.core.events import ERASURE_STREAM, NewEvent, RecordedEvent
 from ares_events.errors import ChainIntegrityError
 from ares_events.integrity.verifier import ChainVerifier
-from ares_events.projections.erasure import erasure_record
+from ares_events.projections.erasure import erasure_record, reset_read_models, scrubbing
 
 if TYPE_CHECKING:
     from ares_events.core.events import AppendResult, ExpectedVersion
@@ -26,17 +27,30 @@ __all__ = ["ConversationStream", "erase_events"]
 def erase_events(
     store: EventStore, stream_id: str, versions: Sequence[int], reason: str, by: str
 ) -> int:
-    """Erase the payloads of ``versions`` (blobs too) and record each erasure in
-    ``ares-events/erasures``, as ``ares-events erase`` does (the chain still verifies:
-    the payload digests stay in it); return how many were erased now (already erased
-    ones are skipped)."""
-    records = []
-    for v in versions:
-        old, _shared = store.erase_payload(stream_id, v)
-        if not (old.payload_ref is not None and old.payload_ref.erased):
-            records.append(erasure_record(old, reason, by))
-    if records:
-        store.append(ERASURE_STREAM, records)
+    """Erase the payloads of ``versions`` as ``ares-events erase`` (:func:`ares_events.erase`)
+    erases one: their blobs, the stream's snapshots from the first of them on and the read
+    models that folded one go too, and each erasure is recorded in ``ares-events/erasures``
+    (the chain still verifies: the payload digests stay in it). Return how many were
+    erased now (already erased ones are skipped)."""
+    if not versions:
+        return 0
+    scrub = scrubbing(store)
+    with scrub:
+        records, olds = [], []
+        for v in versions:
+            old, _shared = store.erase_payload(stream_id, v)
+            olds.append(old)
+            if not (old.payload_ref is not None and old.payload_ref.erased):
+                records.append(erasure_record(old, reason, by))
+        first = min(olds, key=lambda e: e.version)  # whatever folded one of them folded it
+        if Capability.SNAPSHOTS in store.capabilities:
+            snaps = store.snapshots  # listed first, then deleted
+            stale = [i.projection for i in snaps.list(stream_id) if i.at_version >= first.version]
+            for name in stale:
+                snaps.delete(stream_id, name)
+        reset_read_models(store, first.position)
+        if records:
+            store.append(ERASURE_STREAM, records)
     return len(records)
 
 

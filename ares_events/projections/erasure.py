@@ -19,6 +19,7 @@ from ares_events.projections.tables import tables_for
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
+    from ares_events.core.store_async import AsyncEventStore
 
 logger = logging.getLogger(__name__)
 
@@ -105,10 +106,7 @@ def erase(
     for name, value in (("reason", reason), ("by", by)):
         if not isinstance(value, str) or not value.strip():
             raise InvalidEvent(name, "must be a non-empty string (who erased, and why)")
-    # Every step's deletes zero the freed bytes where the backend can (SQLite), and its
-    # log is truncated at the end: none of them leaves a copy behind.
-    scrubbing = getattr(backend_of(store.recorder), "scrubbing", None)
-    with scrubbing() if callable(scrubbing) else contextlib.nullcontext():
+    with scrubbing(store):  # no step leaves a copy behind
         before, shared = store.erase_payload(stream_id, version)
         ref = before.payload_ref
         already = ref is not None and ref.erased
@@ -123,7 +121,7 @@ def erase(
                 report.blob_left_for_gc = store.blobs.exists(report.blob_key)
                 report.blob_deleted = not report.blob_left_for_gc
         report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
-        report.read_models_reset = _reset_read_models(store, before.position)
+        report.read_models_reset = reset_read_models(store, before.position)
         if not already or before.event_id_str not in erasure_records(store):
             # The record's id is derived from the erased event: of concurrent erasers, one
             # record lands (the same record again is a duplicate; another reason or name
@@ -137,6 +135,14 @@ def erase(
             report.record_position,
         )  # fmt: skip
         return report
+
+
+def scrubbing(store: EventStore | AsyncEventStore) -> contextlib.AbstractContextManager[Any]:
+    """Where the backend can (SQLite, blocking), this thread's deletes zero the bytes they
+    free and its log is truncated at the end; elsewhere, nothing. An erasure's steps run
+    inside one."""
+    scrub = getattr(backend_of(store.recorder), "scrubbing", None)
+    return scrub() if callable(scrub) else contextlib.nullcontext()
 
 
 def erasure_record(e: RecordedEvent, reason: str, by: str) -> NewEvent:
@@ -183,9 +189,10 @@ def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:
     return sum(int(snaps.delete(stream_id, name)) for name in stale)
 
 
-def _reset_read_models(store: EventStore, position: int) -> list[str]:
+def reset_read_models(store: EventStore | AsyncEventStore, position: int) -> list[str]:
     """Empty and rewind every read model (but the payload-free ones) that folded the
-    event at ``position``."""
+    event at ``position``; return their names. Blocking on either face (so are the read
+    models)."""
     try:
         tables = tables_for(store)
     except ConfigError:

@@ -28,8 +28,10 @@ from ares_events.errors import ChainIntegrityError, ConcurrencyError
 from ares_events.integrations.google_adk import (
     AresSessionService,
     SessionConflict,
+    SessionStateProjection,
     session_stream,
 )
+from ares_events.projections.runner import ProjectionRunner, read_model
 from tests.integrations.fw_helpers import FW_BACKENDS, fw_url, tamper_sqlite
 
 APP, USER = "my_app", "test_user"
@@ -374,3 +376,50 @@ def test_delete_with_erase_erases_and_keeps_the_chain(url: str) -> None:
         assert [e.payload_erased for e in events] == [True, True, False]
         assert ae.integrity.verify_stream(store, stream).ok
         assert len(list(store.read("ares-events/erasures"))) == 2
+
+
+@pytest.mark.parametrize("face", ["blocking", "asyncio"])
+def test_delete_with_erase_drops_the_snapshots_and_read_models_that_folded_it(
+    url: str, face: str, tmp_path: Path
+) -> None:
+    """erase_on_delete erases as ``ares-events erase`` does: the session's snapshots and
+    the read models that folded its payloads go too, so none holds its state any more (on
+    either face; on SQLite no copy stays in the files); a read model refolds without it,
+    and the audit is clean."""
+    secret = "SSN-078-05-1120"
+    proj = SessionStateProjection()
+
+    async def main() -> None:
+        opened = await ae.open_async_store(url) if face == "asyncio" else None
+        s = AresSessionService(
+            url=None if opened else url, store=opened, snapshot_every=5, erase_on_delete=True
+        )
+        try:
+            session = await s.create_session(
+                app_name=APP, user_id=USER, session_id="s1", state={"ssn": secret}
+            )
+            for i in range(6):
+                await s.append_event(session, ev(f"inv{i}", {"turn": i}))
+            with ae.open_store(url) as store:
+                ProjectionRunner(store, [proj]).run_until_idle()
+                assert secret in str(read_model(store, proj, stream))
+                snap = store.snapshots.load(stream, proj.name)  # at version 5
+                assert snap is not None and secret in str(snap.state)
+            await s.delete_session(app_name=APP, user_id=USER, session_id="s1")
+        finally:
+            await s.close()
+            if opened is not None:
+                await opened.close()
+
+    stream = session_stream(APP, USER, "s1")
+    asyncio.run(main())
+    with ae.open_store(url) as store:
+        snaps = store.snapshots
+        states = [snaps.load(stream, i.projection, verify=False) for i in snaps.list(stream)]
+        assert [s.at_version for s in states if s and secret in str(s.state)] == []
+        assert read_model(store, proj, stream) is None  # emptied until the runner refolds
+        ProjectionRunner(store, [proj]).run_until_idle()
+        assert secret not in str(read_model(store, proj, stream))
+        assert ae.integrity.audit(store, deep=True).ok
+    files = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
+    assert not any(secret.encode() in b for b in files)

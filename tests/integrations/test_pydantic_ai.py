@@ -26,6 +26,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import ares_events as ae
 from ares_events.agents.journal import InDoubtToolCall, Journal, ReplayDivergence
+from ares_events.core.events import RecordedEvent
 from ares_events.errors import ChainIntegrityError, ConcurrencyError, ConfigError
 from ares_events.integrations.pydantic_ai import (
     AresMessageStore,
@@ -35,6 +36,7 @@ from ares_events.integrations.pydantic_ai import (
     run_durably,
     stream_of,
 )
+from ares_events.projections.runner import ProjectionRunner, read_model
 from tests.integrations.fw_helpers import FW_BACKENDS, Killed, dies, fw_url, tamper_sqlite
 
 
@@ -238,6 +240,48 @@ def test_clear_and_erase(url: str) -> None:
             ("pai.cleared", False),
         ]
         assert ae.integrity.verify_stream(store, stream_of("e")).ok
+
+
+class _Texts:
+    """A fold that keeps the text of every payload it reads."""
+
+    name = "texts"
+    version = 1
+
+    def initial(self) -> list[str]:
+        return []
+
+    def apply(self, state: list[str], event: RecordedEvent) -> list[str]:
+        return [*state, str(event.payload)]
+
+
+@pytest.mark.parametrize("face", ["blocking", "asyncio"])
+def test_clear_with_erase_drops_the_snapshots_and_read_models_that_folded_it(
+    url: str, face: str
+) -> None:
+    """clear(erase=True) erases as ``ares-events erase`` does, on either face: a snapshot
+    of the conversation and a read model that folded its messages go too."""
+    secret, sid, proj = "my card is 4111", stream_of("e"), _Texts()
+    with ae.open_store(url) as store:
+        AresMessageStore(store=store).append("e", [ModelRequest(parts=[UserPromptPart(secret)])])
+        ae.snapshot(store, sid, proj)
+        ProjectionRunner(store, [proj]).run_until_idle()
+        assert secret in str(read_model(store, proj, sid))
+        if face == "blocking":
+            AresMessageStore(store=store).clear("e", erase=True, reason="r", by="b")
+        else:
+
+            async def clear() -> None:
+                opened = await ae.open_async_store(url)
+                try:
+                    await AsyncAresMessageStore(store=opened).clear("e", erase=True, by="b")
+                finally:
+                    await opened.close()
+
+            asyncio.run(clear())
+        assert list(store.snapshots.list(sid)) == []
+        assert read_model(store, proj, sid) is None
+        assert ae.integrity.audit(store, deep=True).ok
 
 
 def test_a_tampered_message_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
