@@ -189,10 +189,16 @@ def put_checkpoint(
     if not index.started:
         refresh(job, check=False)
     index.check()
-    # A parentless checkpoint from a writer that sees its namespace empty starts the
-    # namespace: appended only while it is still empty, so two writers that both started
-    # a new thread cannot give it two roots (one that saw a root adds another on purpose).
-    root = parent is None and source not in BRANCH_SOURCES and index.latest(ns) is None
+    # A root (parentless, not a deliberate branch) is appended only while its namespace is
+    # empty, so two writers that both started it cannot give it two roots. Whether the
+    # writer saw it empty is the writer's word, not what the index holds now (one saver
+    # serving both writers holds the winner's root): in the thread's namespace a negative
+    # step marks LangGraph's first checkpoint of a run that loaded none. Another parentless
+    # checkpoint of a started namespace is added on purpose (a subgraph replayed from
+    # before it first ran, a caller putting without a parent).
+    step = metadata.get("step")
+    first = ns == "" and isinstance(step, int) and step < 0
+    root = parent is None and source not in BRANCH_SOURCES and (first or index.latest(ns) is None)
     cp: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = cp.pop("channel_values", None) or {}
     md = dict(get_checkpoint_metadata(config, metadata))
