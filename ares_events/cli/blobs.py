@@ -34,7 +34,7 @@ def gc_blobs_cmd(app: App, older_than: str, dry_run: bool, as_json: bool) -> int
         grace = parse_duration(older_than)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
-    with app.open() as store:
+    with app.open(write=not dry_run) as store:  # may record the store's owner token
         report = gc_blobs(store, grace, dry_run=dry_run)
     if as_json:
         return app.json({"store": app.url, **report.to_dict()})

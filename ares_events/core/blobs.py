@@ -68,5 +68,9 @@ class BlobStore(Protocol):
     def delete(self, key: str, *, if_older_than: datetime | None = None) -> bool:
         """Delete a blob; True when it was deleted."""
 
+    def claim(self, token: str | None, *, write: bool = True) -> None:
+        """Make the location the store's whose owner token is ``token`` (ConfigError when
+        another store's is)."""
+
     def close(self) -> None:
         """Release connections. Idempotent."""

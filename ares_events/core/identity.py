@@ -16,9 +16,12 @@ from ares_events.chain import FORMAT_VERSION, ChainKey, canonical_json
 from ares_events.core.events import utc_now_at
 from ares_events.errors import ConfigError, StoreError
 
-__all__ = ["IDENTITY_KEY", "BlobsIdentity", "KeyRange", "StoreIdentity"]
+__all__ = ["BLOBS_OWNER_KEY", "IDENTITY_KEY", "BlobsIdentity", "KeyRange", "StoreIdentity"]
 
 IDENTITY_KEY: Final = "identity"
+BLOBS_OWNER_KEY: Final = "blobs/owner"
+"""The metadata row holding the store's owner token (32 hex digits), the one its blob
+location's owner marker names (docs/blobs.md, "One location, one store")."""
 DEFAULT_BLOBS: Final = "default"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from ares_events.core.events import (
     validate_name,
 )
 from ares_events.core.identity import (
+    BLOBS_OWNER_KEY,
     DEFAULT_BLOBS,
     IDENTITY_KEY,
     BlobsIdentity,
@@ -168,6 +170,7 @@ class EventStore:
         # True until the identity is known to be recorded as this store writes.
         self._identity_pending = self._keeps_identity
         self._identity_lock = Lock()
+        self._blobs_claimed = False
         self._loaded = not (check_identity and self._keeps_identity)
         self._ready()
 
@@ -336,6 +339,27 @@ class EventStore:
                 "chain configuration, or the event was altered (run `ares-events audit`)"
             )
 
+    def claim_blobs(self, *, write: bool = True) -> None:
+        """Check that the blob location is this store's, claiming it when no store has
+        (docs/blobs.md, "One location, one store"); done before this object first writes
+        or deletes a blob. ``write=False`` checks only (a dry run) and records nothing.
+
+        Raises:
+            ConfigError: another store claimed the location (nothing was written).
+            StoreUnavailable: the backend or the blob store cannot be reached.
+        """
+        blobs = self.blobs
+        if self._blobs_claimed or blobs is None or not self._keeps_identity:
+            return
+        self._check_open("claiming the blob location")
+        self._ready()
+        rec: Any = self.recorder
+        token = rec.meta_get(BLOBS_OWNER_KEY)
+        if token is None and write:
+            token = rec.meta_put_if_absent(BLOBS_OWNER_KEY, secrets.token_hex(16))
+        blobs.claim(token, write=write)
+        self._blobs_claimed = write
+
     # -- writes --------------------------------------------------------------------------
 
     @traced("append", appended)
@@ -363,6 +387,8 @@ class EventStore:
             InvalidEvent: bad input (names the field and the event's index).
             ConcurrencyError: the stream's version does not satisfy ``expected_version``,
                 or an ``event_id`` is reused for a different event.
+            ConfigError: a payload would spill to a blob location another store claimed
+                (:meth:`claim_blobs`); nothing was written.
             StoreClosed: the store is closed (also while the append was in flight).
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
@@ -468,6 +494,8 @@ class EventStore:
             InvalidEvent: ``stream_id`` is one of the store's record streams (erasures,
                 retention).
             EventNotFound: no event at ``stream_id`` ``version``.
+            ConfigError: the blob location belongs to another store (:meth:`claim_blobs`);
+                nothing was erased.
             StoreError: the backend does not declare ``ERASE``, or the row was rewritten
                 while it was erased (retry).
             StoreUnavailable: the backend or the blob store cannot be reached.
@@ -485,6 +513,9 @@ class EventStore:
         if type(version) is not int or version < 1:
             raise EventNotFound(stream_id, version, "versions start at 1")
         self._before_write()
+        # Before anything changes, also for an inline payload: an erasure of several
+        # events (erase_events) is never left half done by a refusal at a spilled one.
+        self.claim_blobs()
         found = first(self.recorder.read(stream_id, version, version, 1))
         if found is None or found.version != version:
             raise EventNotFound(stream_id, version)
@@ -558,6 +589,7 @@ class EventStore:
         blobs, limit = self.blobs, self.spill_threshold
         # Only a blob store decides what spills; this spares a call when nothing can.
         if blobs is not None and biggest > limit:
+            self.claim_blobs()
             prepared = [blobs.spill(p, limit) for p in prepared]
         if biggest <= self.max_inline_bytes:  # the usual case
             return prepared

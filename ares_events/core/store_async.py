@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
@@ -36,6 +37,7 @@ from ares_events.core.events import (
 )
 from ares_events.core.faces import ASYNC
 from ares_events.core.identity import (
+    BLOBS_OWNER_KEY,
     DEFAULT_BLOBS,
     IDENTITY_KEY,
     BlobsIdentity,
@@ -173,6 +175,7 @@ class AsyncEventStore:
         # True until the identity is known to be recorded as this store writes.
         self._identity_pending = self._keeps_identity
         self._identity_lock = Lock()
+        self._blobs_claimed = False
         self._loaded = not (check_identity and self._keeps_identity)
         if ASYNC:
             pass  # no I/O in a constructor: open() or the first operation checks
@@ -344,6 +347,27 @@ class AsyncEventStore:
                 "chain configuration, or the event was altered (run `ares-events audit`)"
             )
 
+    async def claim_blobs(self, *, write: bool = True) -> None:
+        """Check that the blob location is this store's, claiming it when no store has
+        (docs/blobs.md, "One location, one store"); done before this object first writes
+        or deletes a blob. ``write=False`` checks only (a dry run) and records nothing.
+
+        Raises:
+            ConfigError: another store claimed the location (nothing was written).
+            StoreUnavailable: the backend or the blob store cannot be reached.
+        """
+        blobs = self.blobs
+        if self._blobs_claimed or blobs is None or not self._keeps_identity:
+            return
+        self._check_open("claiming the blob location")
+        await self._ready()
+        rec: Any = self.recorder
+        token = await rec.meta_get(BLOBS_OWNER_KEY)
+        if token is None and write:
+            token = await rec.meta_put_if_absent(BLOBS_OWNER_KEY, secrets.token_hex(16))
+        await asyncio.to_thread(lambda: blobs.claim(token, write=write))
+        self._blobs_claimed = write
+
     # -- writes --------------------------------------------------------------------------
 
     @traced("append", appended)
@@ -371,6 +395,8 @@ class AsyncEventStore:
             InvalidEvent: bad input (names the field and the event's index).
             ConcurrencyError: the stream's version does not satisfy ``expected_version``,
                 or an ``event_id`` is reused for a different event.
+            ConfigError: a payload would spill to a blob location another store claimed
+                (:meth:`claim_blobs`); nothing was written.
             StoreClosed: the store is closed (also while the append was in flight).
             StoreUnavailable: the backend cannot be reached; nothing was written.
         """
@@ -476,6 +502,8 @@ class AsyncEventStore:
             InvalidEvent: ``stream_id`` is one of the store's record streams (erasures,
                 retention).
             EventNotFound: no event at ``stream_id`` ``version``.
+            ConfigError: the blob location belongs to another store (:meth:`claim_blobs`);
+                nothing was erased.
             StoreError: the backend does not declare ``ERASE``, or the row was rewritten
                 while it was erased (retry).
             StoreUnavailable: the backend or the blob store cannot be reached.
@@ -493,6 +521,9 @@ class AsyncEventStore:
         if type(version) is not int or version < 1:
             raise EventNotFound(stream_id, version, "versions start at 1")
         await self._before_write()
+        # Before anything changes, also for an inline payload: an erasure of several
+        # events (erase_events) is never left half done by a refusal at a spilled one.
+        await self.claim_blobs()
         found = await afirst(self.recorder.read(stream_id, version, version, 1))
         if found is None or found.version != version:
             raise EventNotFound(stream_id, version)
@@ -566,6 +597,7 @@ class AsyncEventStore:
         blobs, limit = self.blobs, self.spill_threshold
         # Only a blob store decides what spills; this spares a call when nothing can.
         if blobs is not None and biggest > limit:
+            await self.claim_blobs()
             prepared = await asyncio.to_thread(lambda: [blobs.spill(p, limit) for p in prepared])
         if biggest <= self.max_inline_bytes:  # the usual case
             return prepared

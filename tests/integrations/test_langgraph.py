@@ -125,7 +125,7 @@ def test_tampered_blob_is_refused_before_decoding(tmp_path: Path) -> None:
     with AresSaver.from_url(url, spill_threshold=1024) as saver:
         _put(saver, "t1", {"image": big, "small": 1})
         assert saver.get_tuple(_cfg("t1")).checkpoint["channel_values"]["image"] == big  # type: ignore[union-attr]
-    blobs = [p for p in Path(f"{db}.blobs").rglob("*") if p.is_file()]
+    blobs = [p for p in Path(f"{db}.blobs").rglob("*") if p.is_file() and p.name[0] != "."]
     assert len(blobs) == 1
     data = bytearray(blobs[0].read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -368,7 +368,7 @@ def test_delete_thread_leaves_no_payload_or_blob_and_is_recorded(tmp_path: Path)
         assert saver.get_tuple(_cfg("kept")) is not None
         store = saver.store
         assert _payloads_left(store, stream_of("gone")) == []
-        blobs = [p for p in Path(f"{db}.blobs").rglob("*") if p.is_file()]
+        blobs = [p for p in Path(f"{db}.blobs").rglob("*") if p.is_file() and p.name[0] != "."]
         assert len(blobs) == 1  # the kept thread's
         erased = [e.version for e in store.read(stream_of("gone")) if e.payload_erased]
         records = {

@@ -91,9 +91,10 @@ def spill_store(
 
 
 def object_keys(s3_client: Any, bucket: str) -> list[str]:
-    """Every object key in ``bucket``."""
+    """Every object key in ``bucket`` but the owner marker's (the store's claim)."""
     resp = s3_client.list_objects_v2(Bucket=bucket)
-    return sorted(o["Key"] for o in resp.get("Contents", ()))
+    keys = (o["Key"] for o in resp.get("Contents", ()))
+    return sorted(k for k in keys if k != f"{PREFIX}/.ares-owner")
 
 
 def s3_blobs(store: ae.EventStore) -> S3BlobStore:

@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO, Final, Self
 
 import blake3
 
@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BLOB_SCHEMES",
     "CHUNK_SIZE",
+    "OWNER_MARKER",
     "BaseBlobStore",
     "BlobInfo",
     "BlobReader",
@@ -41,6 +42,10 @@ __all__ = [
 
 CHUNK_SIZE = 1024 * 1024
 """Bytes read per step when streaming a blob (verify, put_stream)."""
+
+OWNER_MARKER: Final = ".ares-owner"
+"""The file (or object) at the top of a blob location naming the store that owns it: its
+owner token. Not a blob: no listing shows it (it is not a key)."""
 
 _PARALLEL_HASH_FROM = 8 * 1024 * 1024
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
@@ -323,6 +328,37 @@ class BaseBlobStore:
 
     def close(self) -> None:
         """Release connections. Idempotent."""
+
+    def claim(self, token: str | None, *, write: bool = True) -> None:
+        """Make this location the blob location of the store whose owner token is
+        ``token``: read the :data:`OWNER_MARKER` and, when there is none and ``write``,
+        create it holding ``token`` (atomically: of stores claiming at once, one wins).
+        ``write=False`` only checks (a dry run; ``token`` None: the store has none yet).
+
+        Raises:
+            ConfigError: the marker names another owner (the message names the location,
+                never a secret, and nothing was written).
+            StoreUnavailable: the location cannot be read or written.
+        """
+        owner = self._read_owner()
+        if owner is None and write and token is not None:
+            owner = self._write_owner(token)
+            logger.info("blob store %s: claimed for its store (%s)", self.location, OWNER_MARKER)
+        if owner is not None and owner != token:
+            raise ConfigError(
+                f"the blob location {self.location} belongs to another store (its "
+                f"{OWNER_MARKER} names another owner): each store needs its own blob folder "
+                "or S3 prefix, or gc-blobs and erase of one delete the other's blobs; open "
+                "this store with blobs= a location of its own"
+            )
+
+    def _read_owner(self) -> str | None:
+        """The owner token in the marker, None when there is no marker."""
+        raise NotImplementedError
+
+    def _write_owner(self, token: str) -> str:
+        """Create the marker holding ``token`` unless one exists; the token it holds now."""
+        raise NotImplementedError
 
 
 def check_blob_params(url: StoreURL, allowed: tuple[str, ...]) -> dict[str, str]:

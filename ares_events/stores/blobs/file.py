@@ -23,6 +23,7 @@ from ares_events.core.url import StoreURL
 from ares_events.errors import BlobMissing, ConfigError, StoreUnavailable
 from ares_events.stores.blobs.base import (
     _KEY_RE,
+    OWNER_MARKER,
     BaseBlobStore,
     BlobInfo,
     check_blob_params,
@@ -310,6 +311,34 @@ class FileBlobStore(BaseBlobStore):
             return False
         except OSError as exc:
             raise self._unavailable(f"cannot delete blob {key}", exc) from exc
+
+    def _read_owner(self) -> str | None:
+        try:
+            return (self.root / OWNER_MARKER).read_bytes()[:100].decode("ascii", "replace").strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._unavailable(f"cannot read {OWNER_MARKER}", exc) from exc
+
+    def _write_owner(self, token: str) -> str:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.root)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(token.encode())
+                    f.flush()
+                    os.fsync(f.fileno())
+                # link(2), unlike a rename, fails when the marker exists (another store
+                # claimed first), and a marker never shows half written.
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, self.root / OWNER_MARKER)
+            finally:
+                os.unlink(tmp)
+            fsync_dir(self.root)
+        except OSError as exc:
+            raise self._unavailable(f"cannot write {OWNER_MARKER}", exc) from exc
+        return self._read_owner() or ""
 
     def restore_tombstone(self, tomb: Path, key: str) -> None:
         """Put back a blob a crashed :func:`gc_blobs` had renamed to ``.gc-<key>``."""

@@ -130,8 +130,9 @@ def gc_blobs(
         A :class:`GcReport`.
 
     Raises:
-        ConfigError: the store has no blob store, its blob location overlaps the archive
-            its identity records, or ``older_than`` is negative.
+        ConfigError: the store has no blob store, its blob location belongs to another
+            store or overlaps the archive its identity records, or ``older_than`` is
+            negative.
         StoreUnavailable: the store or the blob store cannot be reached.
     """
     blobs = store.blobs
@@ -142,6 +143,9 @@ def gc_blobs(
     check_apart(blobs, recorded_archive(store))
     if older_than < timedelta(0):
         raise ConfigError(f"older_than must not be negative, got {older_than}")
+    # Another store's blobs are orphans here: only the location's owner may delete (a dry
+    # run checks and claims nothing).
+    store.claim_blobs(write=not dry_run)
     cutoff = (now or datetime.now(UTC)) - older_than
     report = GcReport(dry_run=dry_run, older_than=older_than, cutoff=cutoff)
     referenced: set[str] = set()

@@ -22,6 +22,7 @@ from ares_events.errors import (
 )
 from ares_events.stores.blobs.base import (
     _KEY_RE,
+    OWNER_MARKER,
     BaseBlobStore,
     BlobInfo,
     check_blob_params,
@@ -381,6 +382,43 @@ class S3BlobStore(BaseBlobStore):
         with self._errors("DeleteObject", key):
             self.client.delete_object(Bucket=self.bucket, Key=self.object_key(key))
         return True
+
+    def _read_owner(self) -> str | None:
+        with self._errors(f"GetObject {OWNER_MARKER}"):
+            try:
+                resp = self.client.get_object(
+                    Bucket=self.bucket, Key=self._key_prefix + OWNER_MARKER
+                )
+            except botocore.exceptions.ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND:
+                    return None
+                raise
+            data: bytes = resp["Body"].read(100)
+        return data.decode("ascii", "replace").strip()
+
+    def _write_owner(self, token: str) -> str:
+        with self._errors(f"PutObject {OWNER_MARKER}"):
+            try:
+                # If-None-Match: of two stores claiming at once, S3 lets one write
+                self.client.put_object(
+                    Bucket=self.bucket,
+                    Key=self._key_prefix + OWNER_MARKER,
+                    Body=token.encode(),
+                    ContentType="text/plain",
+                    IfNoneMatch="*",
+                )
+            except botocore.exceptions.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise
+        # Read back: a server that ignores If-None-Match shows the last writer here
+        owner = self._read_owner()
+        if owner is None:  # 409: the other claim has not landed yet
+            raise StoreUnavailable(
+                f"blob store {self.url}: another store is claiming this location at the same "
+                "moment; try again"
+            )
+        return owner
 
     def close(self) -> None:
         """Close the boto3 client's connections. Idempotent."""
