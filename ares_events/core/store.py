@@ -259,6 +259,7 @@ class EventStore:
         rec: Any = self.recorder
         with self._identity_lock:
             if relocate_blobs:
+                self.claim_blobs()
                 raw = rec.meta_get(IDENTITY_KEY)
                 while raw is not None:
                     current = StoreIdentity.from_json(raw, self._url)
@@ -298,6 +299,10 @@ class EventStore:
 
     def _record_identity(self) -> None:
         rec: Any = self.recorder
+        if self._blobs_identity is not None:
+            # The identity names the blob location as this store's: never one another
+            # store owns (reopening with a location of its own would then be refused).
+            self.claim_blobs()
         current = self._identity
         if current is None:
             raw = rec.meta_get(IDENTITY_KEY)  # another writer may have recorded it

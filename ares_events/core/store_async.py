@@ -267,6 +267,7 @@ class AsyncEventStore:
         rec: Any = self.recorder
         async with self._identity_lock:
             if relocate_blobs:
+                await self.claim_blobs()
                 raw = await rec.meta_get(IDENTITY_KEY)
                 while raw is not None:
                     current = StoreIdentity.from_json(raw, self._url)
@@ -306,6 +307,10 @@ class AsyncEventStore:
 
     async def _record_identity(self) -> None:
         rec: Any = self.recorder
+        if self._blobs_identity is not None:
+            # The identity names the blob location as this store's: never one another
+            # store owns (reopening with a location of its own would then be refused).
+            await self.claim_blobs()
         current = self._identity
         if current is None:
             raw = await rec.meta_get(IDENTITY_KEY)  # another writer may have recorded it

@@ -91,9 +91,10 @@ def _token(store: ae.EventStore) -> str | None:
 def test_a_second_store_cannot_spill_into_a_location_another_owns(
     tmp_path: Path, shared: Location
 ) -> None:
-    """The first store to spill owns the location; a second store configured with it gets
-    a ConfigError naming the location (no secret) from its spilling append, which appends
-    nothing; its inline appends still work, and the first store's blobs stay."""
+    """The first store to write owns the location; a second store configured with it gets
+    a ConfigError naming the location (no secret) from its first write, which appends
+    nothing (inline or spilled), and records nothing: reopened with a location of its own,
+    as the message advises, it writes; the first store's blobs stay."""
     with _open(tmp_path, "a", shared) as a:
         a.append("s", _big("a"))
         mine = shared.blobs()
@@ -106,11 +107,15 @@ def test_a_second_store_cannot_spill_into_a_location_another_owns(
         assert shared.url.partition("?")[0].removeprefix("file://") in text
         assert "endpoint_url" not in text and "secret" not in text.lower()
         assert b.stream_version("s") == 0 and shared.blobs() == mine
-        b.append("s", [ae.NewEvent(type="t", module="m", payload={"small": 1})])
-        with pytest.raises(ConfigError):  # refused again, not only once
-            b.append("s", _big("b"))
-        assert b.stream_version("s") == 1
+        with pytest.raises(ConfigError):  # refused again, not only once; inline too
+            b.append("s", [ae.NewEvent(type="t", module="m", payload={"small": 1})])
+        assert b.stream_version("s") == 0
     assert OWNER_MARKER in shared.names()
+    own = (tmp_path / "own").as_uri()
+    with ae.open_store(f"sqlite:///{tmp_path / 'b'}.db", blobs=own, spill_threshold=THRESHOLD) as b:
+        b.append("s", _big("b"))  # nothing of the refused location was recorded
+        b.append("s", [ae.NewEvent(type="t", module="m", payload={"small": 1})])
+        assert not ae.erase(b, "s", 2, reason="test", by="test").already_erased
     with _open(tmp_path, "a", shared) as a:  # the owner, reopened, spills on
         a.append("s", _big("a2"))
         assert ae.integrity.audit(a, deep=True).ok
@@ -172,10 +177,12 @@ def test_the_asyncio_face_refuses_too(tmp_path: Path, shared: Location) -> None:
         ) as b:
             with pytest.raises(ConfigError, match="belongs to another store"):
                 await b.append("s", _big("b"))
+            with pytest.raises(ConfigError, match="belongs to another store"):
+                await b.append("s", [ae.NewEvent(type="t", module="m", payload={"small": 1})])
             assert await b.stream_version("s") == 0
-            await b.append("s", [ae.NewEvent(type="t", module="m", payload={"small": 1})])
-        shared.drop(OWNER_MARKER)  # b spills as if before markers, then a claims
+        shared.drop(OWNER_MARKER)  # b writes as if before markers, then a claims
         with _open(tmp_path, "b", shared) as sync_b:
+            sync_b.append("s", [ae.NewEvent(type="t", module="m", payload={"small": 1})])
             sync_b.append("s", _big("b"))
         shared.drop(OWNER_MARKER)
         async with await ae.open_async_store(url, blobs=shared.url) as a:
