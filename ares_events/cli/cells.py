@@ -96,8 +96,10 @@ def move_cmd(app: App, cell: str, target: str, mode: str, as_json: bool) -> int:
     from ares_events.stores.cells.citus import cell_placements, move_cell
 
     host, _, port = target.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         raise click.UsageError(f"TARGET must be HOST:PORT, got {target!r}")
+    if not 1 <= int(port) <= 65535:  # else Citus answers with a puzzle (no such function/node)
+        raise click.UsageError(f"the port of TARGET must be 1-65535, got {port}")
     with app.open(write=True) as store:
         _cells_of(store)
         move_cell(store, cell, host, int(port), mode=mode)

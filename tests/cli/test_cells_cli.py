@@ -128,3 +128,16 @@ def test_a_move_citus_refuses_is_a_usage_error_named_by_the_store_url(
     code, out, err = run(capsys, "--store", missing, "verify", "k0")
     assert code == 3 and "no store at citus://" in err, err
     assert "postgresql://" not in err and servers.TEST_PASSWORD not in out + err
+
+
+def test_cells_move_to_a_port_out_of_range_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A TARGET port outside 1-65535 is a usage error naming the range, before anything
+    is sent (nothing listens at the store URL: had the CLI connected, it would exit 3;
+    had Citus been asked, it answered "function ... does not exist" or "non-existing node")."""
+    url = "citus://root@127.0.0.1:1/postgres"
+    for port, word in [("99999999999", "1-65535"), ("70000", "1-65535"), ("0", "1-65535"),
+                       ("²", "HOST:PORT")]:  # fmt: skip
+        code, _, err = run(capsys, "--store", url, "cells", "move", "ares_cell_1", f"h:{port}")
+        assert code == 2 and word in err, (port, err)

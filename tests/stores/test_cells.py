@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 from langgraph.graph.message import add_messages
@@ -415,3 +415,25 @@ def test_a_citus_cell_is_written_only_through_its_citus_url(request: pytest.Fixt
     with ae.open_store(url) as store:
         assert [(e.stream_id, e.version, e.position) for e in store.read_all(0)] == before
         assert audit(store).ok
+
+
+def test_libpq_options_reach_every_citus_cell(
+    request: pytest.FixtureRequest, citus_ports: list[int]
+) -> None:
+    """A citus:// URL's options= reaches each cell's sessions, merged with the setting
+    Citus placement needs, which comes last: a user's attempt to turn it off loses, and
+    the new cells are distributed schemas on the workers as usual."""
+    from ares_events.stores.cells.citus import cell_placements
+
+    opts = quote("-c work_mem=77MB -c lock_timeout=1234 -c citus.enable_schema_based_sharding=off")
+    with ae.open_store(cells_url("citus", request, cells=2, options=opts)) as store:
+        for cell in _cells(store).cells:
+            with cell.connection() as conn:
+                shown = [
+                    conn.execute(f"SHOW {name}").fetchone()[0]
+                    for name in ("work_mem", "lock_timeout", "citus.enable_schema_based_sharding")
+                ]
+            assert shown == ["77MB", "1234ms", "on"]
+        placed = {p.cell: p.port for p in cell_placements(store)}
+        assert set(placed) == set(_cells(store).cell_map.cells)
+        assert set(placed.values()) <= set(citus_ports[1:])

@@ -214,7 +214,12 @@ def parse_cells_url(url: StoreURL) -> CellsConfig:
     if citus:
         # Schemas created in this session become distributed schemas (Citus's
         # schema-based sharding); the setting also holds for the cells' later sessions.
-        rest.append(("options", "-c citus.enable_schema_based_sharding=on"))
+        # A cell's URL keeps one options= (the last): the user's joined with ours, ours
+        # last, so a user's -c can never turn it off.
+        ours = "-c citus.enable_schema_based_sharding=on"
+        user = params.get("options", "").strip()
+        rest = [(k, v) for k, v in rest if k != "options"]
+        rest.append(("options", f"{user} {ours}" if user else ours))
     return CellsConfig(
         where=where,
         citus=citus,
