@@ -128,7 +128,8 @@ def export_cmd(
 @click.option(
     "--disclosures",
     metavar="FILE",
-    help="Also check these disclosed values against the record's salted digests.",
+    help="Also check these disclosed values against the record's salted digests, and put "
+    "back those that match for the approval checks a redaction left unchecked.",
 )
 @json_app
 def verify_record_cmd(
@@ -162,16 +163,21 @@ def verify_record_cmd(
     except OSError as exc:
         raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from None
     chain_key = Settings.from_env().chain_key
-    rep = verify_record(
-        data, keys, chain_key=chain_key.key if chain_key else None, approvers=approvers
-    )
-    checked = []
-    if disclosures is not None:
-        try:
+    doc, checked = None, []
+    try:
+        if disclosures is not None:
             doc = user_json(Path(disclosures).read_text(encoding="utf-8"))
+        rep = verify_record(
+            data,
+            keys,
+            chain_key=chain_key.key if chain_key else None,
+            approvers=approvers,
+            disclosures=doc,
+        )
+        if doc is not None and all(f.kind != "malformed" for f in rep.findings):
             checked = check_disclosures(data, doc)
-        except (OSError, ValueError, AttributeError) as exc:
-            raise CommandError(f"cannot check {disclosures}: {exc}") from None
+    except (OSError, ValueError) as exc:  # the keys were checked: the disclosures file
+        raise CommandError(f"cannot check {disclosures}: {exc}") from None
     bad = not rep.ok or any(not c["ok"] for c in checked)
     if as_json:
         return app.json({**rep.to_dict(), "ok": not bad, "disclosures": checked}, not bad)
@@ -183,6 +189,9 @@ def verify_record_cmd(
             f"in log {cp.get('origin')} at size {cp.get('size')}, "
             f"{len(rep.approvals)} signed approval(s)"
         )
+        unchecked = sum(1 for a in rep.approvals if a.get("unchecked"))
+        if unchecked:
+            line += f" ({unchecked} not fully checked: redacted)"
         app.out.print(verdict(True, line, good="verified"))
     else:
         table = Table(title="findings", title_justify="left")

@@ -8,7 +8,8 @@ library, cryptography, blake3 and cbor2. Nothing here imports the agent runtime.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ares_events.records import verify as _verify
 from ares_events.records.entries import entries_of
@@ -24,10 +25,16 @@ def verify_record(
     *,
     chain_key: bytes | None = None,
     approvers: Sequence[str] = (),
+    disclosures: Mapping[str, Any] | None = None,
 ) -> RecordReport:
     """:func:`ares_events.records.verify.verify_record` that also holds the session's
     entries to those export derives from the record's events (the vendorable file alone
     checks only their order)."""
     return _verify.verify_record(
-        data, keys, chain_key=chain_key, approvers=approvers, derive_entries=entries_of
+        data,
+        keys,
+        chain_key=chain_key,
+        approvers=approvers,
+        derive_entries=entries_of,
+        disclosures=disclosures,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 import json
 import re
@@ -89,6 +90,8 @@ class RecordReport:
     signed_by: str | None = None
     checkpoint: dict[str, Any] | None = None
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    """Each signed approval: ``version``, ``signed_by``, ``step``, ``action``, and
+    ``unchecked`` (what a redaction kept from being checked), if any."""
 
     @property
     def ok(self) -> bool:
@@ -608,7 +611,10 @@ def _approval_body(note: str) -> dict[str, Any]:
     lines = text.split("\n")
     if len(lines) != 3 or lines[0] != APPROVAL_PREFIX:
         raise ValueError("not an approval note")
-    body = json.loads(lines[1])
+    try:
+        body = json.loads(lines[1])
+    except RecursionError:  # parsed before its signature is checked: any text may come
+        body = None
     if not isinstance(body, dict):
         raise ValueError("not an approval note")
     return body
@@ -623,58 +629,125 @@ def _parse_time(text: Any) -> datetime | None:
     return None
 
 
+_VEILED: Final = object()
+"""A payload member that holds a redacted value (so the checks that need it are not made)."""
+
+
+def _hides(value: Any) -> bool:
+    """Whether a redaction placeholder is anywhere in ``value`` (walked without recursion)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if _placeholder(v) is not None:
+            return True
+        todo.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+    return False
+
+
+def _terms(type_: Any, value: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The ``action`` and ``outcome`` of an approval carried by an event, as the library
+    signs and checks them (``runs resolve|resume``): ``result`` with the digest of the
+    result a ``tool.returned`` records, ``not_done`` on a ``tool.call.not_done``, and
+    ``approve`` on any other event (the call that consumes it is checked there)."""
+    if type_ == "tool.call.not_done":
+        return "not_done", None
+    if type_ != "tool.returned" or value.get("error") not in (None, _VEILED):
+        return "approve", None
+    if _VEILED in (value.get("error"), value.get("result")):
+        return "result", _VEILED
+    try:
+        return "result", blake3.blake3(canonical(value.get("result"))).hexdigest()
+    except (ValueError, TypeError):
+        return "result", ""  # no note names it
+
+
+def _unchecked(entry: dict[str, Any] | None, names: set[str]) -> None:
+    if entry is not None and names:
+        entry["unchecked"] = sorted(names.union(entry.get("unchecked", ())))
+
+
 def _check_approvals(
     stream: str,
     events: list[tuple[int, dict[str, Any], bytes, dict[str, Any] | None]],
     keys: Sequence[_Key],
     rep: RecordReport,
 ) -> None:
-    """Every signed approval an event carries (``payload.approval``); a consumed nonce
-    (``payload.approved``) names an approval made before it in this run, of this very
-    call (its ``step`` and ``args_hash``, where the event names them), whose arguments
-    hash to that ``args_hash`` and whose tool is the one the approval request named."""
-    nonces: dict[str, int] = {}
-    bodies: dict[str, dict[str, Any]] = {}
+    """Every signed approval an event carries (``payload.approval``), as the library
+    accepts one: signed by the key it names, of this run, after the head it names, not
+    expired, a nonce named once, and of the event: a ``tool.returned`` carries the
+    ``result`` of the result it records, a ``tool.call.not_done`` the ``not_done``, each
+    of the call it settles (that request's ``step`` and ``args_hash``); any other event an
+    ``approve``. A consumed nonce (``payload.approved``) names an approval made before it
+    in this run, of this very call (its ``step`` and ``args_hash``, where the event names
+    them), whose arguments hash to that ``args_hash`` and whose tool is the one the
+    approval request named. A check that needs a redacted value is not made: the
+    approval's ``unchecked`` names it (``approval``: the note; ``use``: the call that used
+    it may be one whose nonce is redacted)."""
+    first: dict[str, int] = {}  # nonce -> the version of the first note naming it
+    notes: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # nonce -> (body, entry)
     consumed: set[str] = set()
-    asked: dict[Any, Any] = {}  # step -> the tool name its approval request showed
+    asked: dict[int, Any] = {}  # step -> the tool name its approval request showed
+    calls: dict[str, tuple[Any, Any]] = {}  # idempotency key -> (step, args_hash) requested
+    veiled: set[str] = set()  # payload members a redaction hid so far; "*": a whole payload
     for version, header, prev, payload in events:
         value = payload.get("value") if payload else None
+        if payload and payload.get("redacted"):
+            if not isinstance(value, dict):
+                veiled.add("*")
+                continue
+            value = {k: _VEILED if _hides(x) else x for k, x in value.items()}
+            veiled.update(k for k, x in value.items() if x is _VEILED)
         if not isinstance(value, dict):
             continue
         step = value.get("step")
         step = step if type(step) is int else None  # a forged step of any other type
         if value.get("reason") == "approval required" and step is not None:
             asked[step] = value.get("name")
+        key = value.get("idempotency_key")
+        if header.get("type") == "tool.call.requested" and isinstance(key, str):
+            calls[key] = (value.get("step"), value.get("args_hash"))
         used = value.get("approved")
         if isinstance(used, str):
             runs = f"version {version} runs a call under approval"
             problems = []  # each completes the sentence `runs` begins
+            unchecked: set[str] = set()
             ah = value.get("args_hash")
-            if "args" in value and payload and not payload.get("redacted"):
+            if "args" in value and _VEILED in (ah, value["args"]):
+                unchecked.add("args")
+            elif "args" in value:
                 try:
                     if blake3.blake3(canonical(value["args"])).hexdigest() != ah:
                         problems.append(": its arguments do not hash to the args_hash approved")
                 except (ValueError, TypeError):
                     problems.append(": its arguments are not canonical JSON")
-            name, want = value.get("name"), asked.get(step)
-            if name is not None and want is not None and name != want:
+            name, want = value.get("name"), None if step is None else asked.get(step)
+            if name is not None and _VEILED in (name, want, value.get("step")):
+                unchecked.add("name")
+            elif name is not None and want is None and veiled & {"*", "reason", "step"}:
+                unchecked.add("name")  # its request may be among the redacted
+            elif name is not None and want is not None and name != want:
                 problems.append(f": it calls {name!r} where the approval request named {want!r}")
-            if used not in nonces or used in consumed:
+            body, entry = notes.get(used, ({}, None))
+            if used in consumed or (not body and not veiled & {"*", "approval"}):
                 problems.append(
                     f" nonce {used[:12]}, which no earlier event grants or an earlier call "
                     "already used"
                 )
-            body = bodies.get(used, {})
             call = {"action": "approve", "step": value.get("step"), "args": ah}
-            wrong = [k for k, v in call.items() if body and v is not None and body.get(k) != v]
+            unchecked |= {k for k, v in call.items() if body and v is _VEILED}
+            wrong = [k for k, v in call.items() if body and v not in (None, _VEILED, body.get(k))]
             if wrong:
                 problems.append(
                     f" nonce {used[:12]}, whose {', '.join(wrong)} differ from that call's"
                 )
             for p in problems:
                 rep.add("approval", runs + p, version)
+            _unchecked(entry, unchecked)
             consumed.add(used)
         note = value.get("approval")
+        if note is _VEILED:
+            rep.approvals.append({"version": version, "unchecked": ["approval"]})
+            continue
         if not isinstance(note, str):
             continue
         seen: dict[str, Any] = {"version": version}
@@ -682,8 +755,8 @@ def _check_approvals(
         try:
             body = _approval_body(note)
             if isinstance(body.get("nonce"), str):
-                nonces.setdefault(body["nonce"], version)  # granted or not: named once
-                bodies.setdefault(body["nonce"], body)
+                first.setdefault(body["nonce"], version)  # granted or not: named once
+                notes.setdefault(body["nonce"], (body, seen))
             _, signers = _open_note(note, keys)
         except ValueError as exc:
             rep.add("approval", f"version {version}: the approval does not verify: {exc}", version)
@@ -700,10 +773,30 @@ def _check_approvals(
         if expires is None or at is None or at > expires:
             problems.append("it was recorded after it expired")
         nonce = body.get("nonce")
-        if not isinstance(nonce, str) or nonces.get(nonce) != version:
+        if not isinstance(nonce, str) or first.get(nonce) != version:
             problems.append("its nonce was used before")
+        action, outcome = _terms(header.get("type"), value)
+        terms = {"action": action, "outcome": outcome}
+        of = f"the {header.get('type')} that carries it"
+        if action != "approve":  # a verdict on the call this event settles
+            settled = calls.get(key) if isinstance(key, str) else None
+            if settled is not None:
+                terms.update(step=settled[0], args=settled[1])
+                of += f" and the call {key!r} it settles"
+            elif key is _VEILED or veiled & {"*", "idempotency_key"}:
+                terms.update(step=_VEILED, args=_VEILED)
+            else:
+                problems.append(f"it settles call {key!r}, which no earlier event requests")
+        _unchecked(seen, {k for k, v in terms.items() if v is _VEILED})
+        wrong = [k for k, v in terms.items() if v is not _VEILED and body.get(k) != v]
+        if wrong:
+            problems.append(f"its {', '.join(wrong)} differ from {of}")
         for p in problems:
             rep.add("approval", f"version {version}: {p}", version)
+    if veiled & {"*", "approved"}:  # a call may have run under any approval not seen used
+        for nonce, (body, seen) in notes.items():
+            if body.get("action") == "approve" and nonce not in consumed:
+                _unchecked(seen, {"use"})
 
 
 def verify_record(
@@ -713,6 +806,7 @@ def verify_record(
     chain_key: bytes | None = None,
     approvers: Sequence[str] = (),
     derive_entries: Callable[..., list[Any]] | None = None,
+    disclosures: Mapping[str, Any] | None = None,
 ) -> RecordReport:
     """Check a record file (JSON or CBOR form) against trusted verifier keys, each trusted
     for its role only (a key that may sign approvals must not be able to sign the log's
@@ -730,33 +824,53 @@ def verify_record(
             (``ares_events.records.entries.entries_of``; ``ares_events.records.verify_record``
             passes it): the session's entries must then be exactly those of the checked
             events. Without it (this file vendored alone) only their order is checked.
+        disclosures: the disclosures file's object (or a subset, as for
+            :func:`check_disclosures`): the values that match their salted digests are
+            put back for the approval checks, which a redacted value otherwise leaves
+            ``unchecked``.
 
     Returns:
         A :class:`RecordReport`; ``ok`` is True only when no check failed.
 
     Raises:
-        ValueError: a malformed verifier key.
+        ValueError: a malformed verifier key, or ``disclosures`` without a list.
     """
     trusted = [_parse_key(k) for k in keys]
     approver_keys = [_parse_key(k) for k in approvers]
     rep = RecordReport()
     try:
+        _verify(data, trusted, approver_keys, rep, chain_key, derive_entries, disclosures)
+    except RecursionError:  # nested deeper than Python walks: a hostile file, not a bug
+        rep.add("malformed", "the record nests values too deeply to check")
+    return rep
+
+
+def _verify(
+    data: bytes,
+    trusted: Sequence[_Key],
+    approver_keys: Sequence[_Key],
+    rep: RecordReport,
+    chain_key: bytes | None,
+    derive_entries: Callable[..., list[Any]] | None,
+    disclosures: Mapping[str, Any] | None,
+) -> None:
+    try:
         loaded = load_record(data)
     except _Malformed as exc:
         rep.add("malformed", str(exc))
-        return rep
+        return
     rep.form = loaded.form
     _check_signature(loaded, trusted, rep)
     record = loaded.record
     ext = record.get("ares-events")
     if not isinstance(ext, dict) or ext.get("format") != RECORD_FORMAT:
         rep.add("malformed", f"the record has no 'ares-events' member of {RECORD_FORMAT}")
-        return rep
+        return
     stream = ext.get("stream")
     events = ext.get("events")
     if not isinstance(stream, str) or not isinstance(events, list):
         rep.add("malformed", "the record's 'ares-events' member has no stream or events")
-        return rep
+        return
     rep.stream = stream
     keyed = ext.get("chain") == "keyed"
     key = chain_key if keyed else None  # a plain chain's links are plain whatever is passed
@@ -784,8 +898,11 @@ def verify_record(
     elif head.get("hash") != prev.hex():
         rep.add("head", "the last event is not the head the record claims")
     _check_entries(record, events, seen, rep, derive_entries)
+    if disclosures is not None:  # disclosed values back in place, for the approvals
+        rebuilt = _disclose(events, disclosures)[1]
+        seen = [(v, h, b, {"value": rebuilt[v], "redacted": True} if v in rebuilt else p)
+                for v, h, b, p in seen]  # fmt: skip
     _check_approvals(stream, seen, approver_keys, rep)
-    return rep
 
 
 def _check_entries(
@@ -857,13 +974,39 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
     """
     record = load_record(data).record
     events = record.get("ares-events", {}).get("events", [])
-    items = disclosures.get("disclosures")
+    try:
+        out, rebuilt, done = _disclose(events, disclosures)
+        for v, paths in done.items():
+            red = events[v - 1]["redacted"]
+            if paths != set(red["paths"]):
+                continue
+            text = events[v - 1].get("header")
+            header = json.loads(text) if isinstance(text, str) else None
+            header = header if isinstance(header, dict) else {}
+            full = canonical(rebuilt[v])
+            digest = blake3.blake3(full).hexdigest()
+            ok = digest == header.get("payload") and len(full) == header.get("size")
+            detail = "the whole payload matches its chained digest" if ok else "it does not"
+            out.append({"version": v, "path": "$", "ok": ok, "detail": detail})
+    except RecursionError:
+        raise ValueError("the record or a disclosed value is nested too deeply") from None
+    return out
+
+
+def _disclose(
+    events: Sequence[Any], disclosures: Any
+) -> tuple[list[dict[str, Any]], dict[int, Any], dict[int, set[str]]]:
+    """Each disclosure checked against the salted digest its event holds at its path:
+    the results, each redacted payload with the values that matched put back, and the
+    paths put back, by version."""
+    items = disclosures.get("disclosures") if isinstance(disclosures, Mapping) else None
     if not isinstance(items, list):
         raise ValueError("the disclosures object has no 'disclosures' list")
     out: list[dict[str, Any]] = []
     rebuilt: dict[int, Any] = {}
     done: dict[int, set[str]] = {}
-    for d in items:
+    for item in items:
+        d: Any = item if isinstance(item, Mapping) else {}
         v, path = d.get("version"), d.get("path")
         ev = events[v - 1] if type(v) is int and 0 < v <= len(events) else None
         red = ev.get("redacted") if isinstance(ev, dict) else None
@@ -882,20 +1025,10 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
         detail = "matches its salted digest" if ok else "does not match its digest"
         out.append({"version": v, "path": path, "ok": ok, "detail": detail})
         if ok:
-            base = rebuilt.setdefault(v, json.loads(canonical(red["payload"])))
+            base = rebuilt.setdefault(v, copy.deepcopy(red["payload"]))
             if steps:
                 _at(base, steps[:-1])[steps[-1]] = d["value"]
             else:
                 rebuilt[v] = d["value"]
             done.setdefault(v, set()).add(path)
-    for v, paths in done.items():
-        red = events[v - 1]["redacted"]
-        if paths != set(red["paths"]):
-            continue
-        header = json.loads(events[v - 1]["header"])
-        full = canonical(rebuilt[v])
-        digest = blake3.blake3(full).hexdigest()
-        ok = digest == header.get("payload") and len(full) == header.get("size")
-        detail = "the whole payload matches its chained digest" if ok else "it does not"
-        out.append({"version": v, "path": "$", "ok": ok, "detail": detail})
-    return out
+    return out, rebuilt, done
