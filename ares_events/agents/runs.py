@@ -32,7 +32,7 @@ from ares_events.agents.run_info import (
 )
 from ares_events.core.catalog import new_event
 from ares_events.core.iterators import closing_iter, first
-from ares_events.errors import ChainIntegrityError, ConfigError
+from ares_events.errors import ApprovalRefused, ChainIntegrityError, ConfigError
 from ares_events.integrity.verifier import ChainVerifier
 from ares_events.integrity.verify import chain_start
 from ares_events.projections.builtin import RunStateProjection
@@ -53,6 +53,7 @@ __all__ = [
     "RunCounts",
     "RunInfo",
     "StepInfo",
+    "approval_request",
     "audit",
     "cancel_run",
     "inspect_run",
@@ -206,28 +207,78 @@ def pending_call(store: EventStore, run_id: str, step: int | None = None) -> Pen
     Raises:
         RunNotFound: no such run.
         RunNotRunnable: the run waits for no approval (no interrupt at a step).
+        ChainIntegrityError: the run's chain has findings.
     """
-    info = inspect_run(store, run_id, requests=False)
+    return (_pending(store, run_id, step))[0]
+
+
+def approval_request(store: EventStore, run_id: str) -> dict[str, Any] | None:
+    """The open approval request :func:`pending_call` names (what the approver is shown),
+    as its event recorded it: ``step``, ``name`` (the tool), ``args`` (as recorded) and
+    ``args_hash``; None when the run waits for no signed approval.
+
+    Raises:
+        RunNotFound: no such run.
+        ChainIntegrityError: the run's chain has findings.
+    """
+    try:
+        return (_pending(store, run_id, None))[1]
+    except RunNotRunnable:
+        return None
+
+
+def _pending(
+    store: EventStore, run_id: str, step: int | None
+) -> tuple[Pending, dict[str, Any] | None]:
+    """:func:`pending_call`, and the payload of the approval request it names (if any)."""
+    info = _checked(store, run_id)  # never sign against a damaged log
     ledger, head = ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
         s = info.step(step)
-        return Pending(run_id, step, (s.request_hash if s else None) or "", head)
+        return Pending(run_id, step, (s.request_hash if s else None) or "", head), None
     step = interrupt.get("step")
     if type(step) is not int and info.status == "running" and ledger.requests:
         # Resumed, but the journal refused the approval it was resumed with: the call
         # still waits for one.
         step = max(ledger.requests)
-        return Pending(run_id, step, str(ledger.requests[step][1].get("args_hash")), head)
+        req = ledger.requests[step][1]
+        return Pending(run_id, step, str(req.get("args_hash")), head), req
     if type(step) is not int:
         raise RunNotRunnable(run_id, info.status, "it waits for no approval of a step")
-    req = ledger.requests.get(step)
-    if req is not None and interrupt.get("version") == req[0]:
-        args = str(req[1].get("args_hash"))
-    else:
-        s = info.step(step)
-        args = (s.request_hash if s else None) or hash_of(interrupt.get("reason"), "reason")
-    return Pending(run_id, step, args, head)
+    found = ledger.requests.get(step)
+    if found is not None and interrupt.get("version") == found[0]:
+        return Pending(run_id, step, str(found[1].get("args_hash")), head), found[1]
+    s = info.step(step)
+    args = (s.request_hash if s else None) or hash_of(interrupt.get("reason"), "reason")
+    return Pending(run_id, step, args, head), None
+
+
+def _unused_approval(
+    store: EventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey]
+) -> None:
+    """Refuse a new approval of ``pending`` while the one presented last for its request
+    still lets the call run (a second one would only dangle in the record).
+
+    Raises:
+        RunNotRunnable: it does (a journal trusting ``approvers`` would take it).
+    """
+    ledger, _head = ledger_of(store, pending.run_id)
+    found = ledger.answer(pending.step)
+    if found is None:
+        return
+    version, head, note = found
+    last = Pending(pending.run_id, pending.step, pending.args, head)
+    try:
+        old = check_approval(note, last, trusted=approvers, used=ledger.used_before(version))
+    except ApprovalRefused:
+        return  # the journal refuses it too: a new approval is due
+    raise RunNotRunnable(
+        pending.run_id,
+        status,
+        f"it was resumed with an approval of step {pending.step} that no call has used yet "
+        f"(it expires at {old.body.get('expires')}): start its agent again",
+    )
 
 
 def _approved(
@@ -327,15 +378,17 @@ def resume_run(
 
     ``approval``: an approver's signed approval of the :func:`pending_call`, checked
     against ``approvers`` first; a journal that trusts the key lets a ``needs_approval``
-    call run under it, once. A running run whose journal refused one takes a new one.
+    call run under it, once. A running run takes a new one only when the approval it was
+    resumed with no longer holds (the journal refused it: expired, say).
 
     Raises:
         RunNotFound: no such run.
         ApprovalRefused: the approval is forged, expired, replayed, reused or names
             another call (nothing is appended).
         ConfigError: an approval without ``approvers``.
-        RunNotRunnable: the run is not paused, or is paused on an in-doubt tool call that
-            has not been resolved yet.
+        RunNotRunnable: the run is not paused (or, with ``approval``, is running with an
+            approval of the call that no call has used yet), or is paused on an in-doubt
+            tool call that has not been resolved yet.
         ChainIntegrityError: the run's chain has findings.
         ConcurrencyError: the run changed since it was read.
     """
@@ -344,6 +397,8 @@ def resume_run(
     if approval is not None:
         pending = pending_call(store, run_id)
         signed = _approved(store, run_id, approval, approvers, pending, "approve")
+        if info.status not in ("paused", "in_doubt"):
+            _unused_approval(store, info.status, pending, approvers or ())
     if info.status not in ("paused", "in_doubt") and not signed:
         raise RunNotRunnable(run_id, info.status, "only a paused run resumes")
     if info.status == "in_doubt" and info.in_doubt:

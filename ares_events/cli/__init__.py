@@ -46,6 +46,7 @@ from ares_events.cli.common import (
     install_global_options,
     json_option,
     pass_app,
+    secret_args,
     visible,
 )
 from ares_events.errors import (
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         argv: arguments without the program name; ``sys.argv[1:]`` when None.
     """
     app = App()
+    app.secrets |= secret_args(sys.argv[1:] if argv is None else argv)
     saved_level = logging.getLogger("ares_events").level
     install_global_options(cli)  # commands registered since import get them too
     try:

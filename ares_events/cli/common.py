@@ -10,6 +10,7 @@ import contextlib
 import getpass
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -70,6 +71,25 @@ MAX_FINDINGS_SHOWN: Final = 50
 READ_ONLY_SCHEMES: Final = frozenset({"sqlite", "postgresql", "postgres", "citus", "pgcells"})
 """Backends with a read-only mode (``read_only=True``): a store of another scheme opened
 for reading relies on the command not writing."""
+
+
+_CHAIN_KEY_ARG: Final = re.compile(r"[0-9A-Fa-f]{64}")
+_PIECE: Final = re.compile(r"[0-9A-Za-z+/=]{16,}")
+"""16 or more base64 (or hex) characters in a row: a secret's piece when one holds it."""
+
+
+def secret_args(args: Iterable[str]) -> set[str]:
+    """The arguments holding a private signing key (keygen's ``PRIVATE+KEY+...`` text) or
+    a chain key's value (64 hex digits, also as ``--option=VALUE``): given by mistake in
+    another argument's place, an error would echo them."""
+    found = set()
+    for arg in args:
+        value = (arg.partition("=")[2] if arg.startswith("-") else arg).strip()
+        if "PRIVATE+KEY+" in arg.upper():
+            found.add(arg)
+        elif _CHAIN_KEY_ARG.fullmatch(value):
+            found.add(value)
+    return found
 
 
 class CommandError(click.ClickException):
@@ -140,11 +160,16 @@ class App:
             self.secrets.add(settings.chain_key.key.hex())
 
     def scrub(self, text: str) -> str:
-        """``text`` with every known secret replaced by ``***`` (defence in depth)."""
+        """``text`` with every known secret replaced by ``***`` (defence in depth), and
+        every piece of one of 16 characters or more (a secret shortened for display, an
+        argument quoted without its spaces), in any case."""
         for s in sorted(self.secrets, key=len, reverse=True):
             if len(s) >= 3:
                 text = text.replace(s, "***")
-        return text
+        long = [s.lower() for s in self.secrets if len(s) >= 16]
+        if not long:
+            return text
+        return _PIECE.sub(lambda m: "***" if any(m[0].lower() in s for s in long) else m[0], text)
 
     def remember_configured_secrets(self) -> None:
         """Learn the secrets of the whole configuration (``--store``, ``--blobs``, the

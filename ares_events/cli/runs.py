@@ -19,6 +19,7 @@ from ares_events.agents.runs import (
     LIST_STATUSES,
     RunInfo,
     StepInfo,
+    approval_request,
     cancel_run,
     inspect_run,
     list_runs,
@@ -56,6 +57,8 @@ _STATUS_STYLE = {
     "refused": "red",
 }
 _CELL = 48
+_ARGS = 400
+"""Characters of a call's arguments shown to its approver (--json gives them all)."""
 
 
 def _json_text(value: Any) -> str:
@@ -229,13 +232,35 @@ def _attempts_text(s: StepInfo) -> str:
     return text
 
 
-def _print_run(app: App, info: RunInfo) -> None:
+def _asked_json(asked: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The approval request a run waits on, as shown: step, tool, args, args digest."""
+    if asked is None:
+        return None
+    keys = {"step": "step", "tool": "name", "args": "args", "args_hash": "args_hash"}
+    return {k: asked.get(field) for k, field in keys.items()}
+
+
+def _print_asked(app: App, info: RunInfo, asked: dict[str, Any]) -> None:
+    args = _json_text(asked.get("args"))
+    cut = " (cut: --json shows them all)" if len(args) > _ARGS else ""
+    app.say(
+        f"approval request: step {asked.get('step')}, tool {asked.get('name')}, "
+        f"args {shorten(args, _ARGS)}{cut}, args digest {asked.get('args_hash')}",
+        style="yellow",
+    )
+    if info.status == "paused":
+        app.say(f"approve it: `{PROG} runs resume {info.run_id} --key FILE`", style="yellow")
+
+
+def _print_run(app: App, info: RunInfo, asked: dict[str, Any] | None) -> None:
     rest = f"version {info.version}, code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
     head = Text.assemble(text(f"run {info.run_id}: "), _status_text(info.status), text(f"  {rest}"))
     app.out.print(head)
     app.out.print(text(", ".join(f"{k} {v}" for k, v in info.counts.to_dict().items())))
     if info.interrupt:
         app.say(f"interrupt: {_json_text(info.interrupt)}", style="yellow")
+    if asked is not None:
+        _print_asked(app, info, asked)
     if info.error:
         app.say(f"error: {info.error}", style="red")
     if info.cancelled:
@@ -270,8 +295,9 @@ def runs_show(app: App, run: str, as_json: bool) -> int:
     """Show RUN step by step, appending nothing: its numbers (steps, attempts, retries,
     tokens, recoveries, resumes: defined in docs/guide-journal.md), then each step's kind,
     status and attempts (with their errors), what it asked (messages, tool and args, as
-    recorded), what it got, tokens; in-doubt tool calls and the interrupt. Exits 1 on
-    chain findings.
+    recorded), what it got, tokens; in-doubt tool calls, the interrupt and the approval
+    request it waits on (step, tool, args, args digest: what `resume --key` signs). Exits
+    1 on chain findings.
 
     \b
     Example:
@@ -280,10 +306,12 @@ def runs_show(app: App, run: str, as_json: bool) -> int:
     """
     with app.open() as store, _operator_errors(run, "reading it"):
         info = inspect_run(store, run)
+        # A damaged log is not approved from (and its ledger may not even decode).
+        asked = approval_request(store, run) if info.ok else None
     if as_json:
-        app.json(dict(info.to_dict(), store=app.url))
+        app.json(dict(info.to_dict(), approval_request=_asked_json(asked), store=app.url))
     else:
-        _print_run(app, info)
+        _print_run(app, info, asked)
     return EXIT_OK if info.ok else EXIT_FINDINGS
 
 
@@ -406,6 +434,7 @@ def runs_resume(
     """
     key, who = _approver(app, key_file, by)
     signed: dict[str, Any] = {}
+    approved: dict[str, Any] = {}
     with app.open(write=True) as store, _operator_errors(run, "resuming it"):
         if (
             key is None
@@ -416,11 +445,21 @@ def runs_resume(
                 "(an approver's key, from keygen NAME --approver)"
             )
         if key is not None:
-            signed["approval"] = sign_approval(key, pending_call(store, run), expires_in=expires_in)
+            pending, asked = pending_call(store, run), approval_request(store, run) or {}
+            signed["approval"] = sign_approval(key, pending, expires_in=expires_in)
             signed["approvers"] = [key.verifier]
+            same = (asked.get("step"), asked.get("args_hash")) == (pending.step, pending.args)
+            tool = asked.get("name") if same else None
+            approved = {"step": pending.step, "tool": tool, "args_hash": pending.args}
         info = resume_run(store, run, by=who, reason=reason, via=f"{PROG} runs resume", **signed)
+    if approved and not as_json:  # what the approver signed, named
+        what = f", tool {approved['tool']}" if approved["tool"] is not None else ""
+        app.say(
+            f"signed approval of step {approved['step']}{what}, args digest {approved['args_hash']}"
+        )
     line = f"run {run} resumed by {who}; start its agent again to let it go on"
-    return _done(app, as_json, info, line, action="resume", by=who, reason=reason)
+    done = {"approved": approved} if approved else {}
+    return _done(app, as_json, info, line, action="resume", by=who, reason=reason, **done)
 
 
 @runs_cmd.command(name="cancel")
