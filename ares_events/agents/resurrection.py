@@ -107,7 +107,7 @@ class FakeLLM:
 
 
 class FakeTicketing:
-    """Creates tickets; honours idempotency keys; records every real side effect. The
+    """Creates tickets; honours idempotency keys; records every call that reached it. The
     first call for a third of the keys loses its answer after creating the ticket."""
 
     def __init__(self, path: str, agent: str, latency: float) -> None:
@@ -123,11 +123,13 @@ class FakeTicketing:
         with _db(self.path) as c:
             c.execute("BEGIN IMMEDIATE")
             row = c.execute("SELECT key FROM tickets WHERE key = ?", (key,)).fetchone()
+            now = time.time()
+            ticket = (key, self.agent, args["title"], now)
+            # Every call that reached the service counts, the ones its key made harmless
+            # too: the demo's duplicates are the journal's, not only the service's.
+            c.execute("INSERT INTO side_effects VALUES (?, ?, ?, ?)", ticket)
             if row is None:
-                now = time.time()
-                ticket = (key, self.agent, args["title"], now)
                 c.execute("INSERT INTO tickets VALUES (?, ?, ?, ?)", ticket)
-                c.execute("INSERT INTO side_effects VALUES (?, ?, ?, ?)", ticket)
                 lost = _share(blake3.blake3(key.encode()).hexdigest()) == 0
                 if lost:
                     c.execute("INSERT INTO lost_answers VALUES (?, ?, ?)", (key, self.agent, now))

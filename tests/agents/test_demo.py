@@ -96,3 +96,25 @@ def test_demo_steps_is_the_old_name_of_rounds(
     assert agent["counts"]["steps"] == 6 and agent["counts"]["recoveries"] == 0
     assert main(["demo", "--help"]) == 0
     assert "--steps" not in capsys.readouterr().out
+
+
+def test_the_demo_counts_a_repeated_call_its_service_made_harmless(tmp_path: Path) -> None:
+    """The demo's ticket service dedupes by idempotency key, so counting only new tickets
+    would hide a journal that calls a tool twice: every call that reached it counts, and a
+    second call with the same key is a duplicate side effect in the demo's report."""
+    from ares_events.agents.resurrection import SERVICES_SCHEMA, FakeTicketing, _db
+
+    path = str(tmp_path / "services.db")
+    with _db(path) as c:
+        for ddl in SERVICES_SCHEMA:
+            c.execute(ddl)
+    tickets = FakeTicketing(path, "agent-1", 0.0)
+    for _ in range(2):
+        try:
+            tickets.create({"title": "t"}, "key-1")
+        except Exception as exc:  # the first answer may be lost on purpose
+            assert type(exc).__name__ == "GatewayTimeout"
+    with _db(path) as c:
+        rows = c.execute("SELECT title, count(*) FROM side_effects GROUP BY title").fetchall()
+        assert rows == [("t", 2)]
+        assert c.execute("SELECT count(*) FROM tickets").fetchone() == (1,)
