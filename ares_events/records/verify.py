@@ -629,6 +629,22 @@ def _parse_time(text: Any) -> datetime | None:
     return None
 
 
+_MAX_DEPTH: Final = 200
+"""No stored payload nests deeper (the store refuses it): a deeper disclosed value is
+refused before anything walks it, the same on every Python (their recursion differs)."""
+
+
+def _too_deep(value: Any) -> bool:
+    todo = [(value, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if depth > _MAX_DEPTH:
+            return True
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+        todo.extend((x, depth + 1) for x in items)
+    return False
+
+
 _VEILED: Final = object()
 """A payload member that holds a redacted value (so the checks that need it are not made)."""
 
@@ -1017,6 +1033,9 @@ def _disclose(
             digest = _placeholder(_at(red["payload"], steps))
         except (ValueError, KeyError):  # not a path the redacted payload holds
             out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
+            continue
+        if _too_deep(d.get("value")):
+            out.append({"version": v, "path": path, "ok": False, "detail": "nested too deeply"})
             continue
         try:
             ok = digest == redaction_digest(bytes.fromhex(d["salt"]), d["value"])
