@@ -307,9 +307,10 @@ class AsyncEventStore:
 
     async def _record_identity(self) -> None:
         rec: Any = self.recorder
-        if self._blobs_identity is not None:
+        if isinstance(self._blobs_identity, BlobsIdentity):
             # The identity names the blob location as this store's: never one another
             # store owns (reopening with a location of its own would then be refused).
+            # A backend's default folder is its own by its name: claimed at a spill.
             await self.claim_blobs()
         current = self._identity
         if current is None:
