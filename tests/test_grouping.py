@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a pytest run of its own in a child process
 def test_a_group_runs_in_one_process(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.fixtures.xdist_groups"]\n')
     (tmp_path / "test_grouped.py").write_text(

@@ -45,9 +45,12 @@ from ares_events.core.events import (
     uuid7_python,
 )
 from ares_events.errors import InvalidEvent
+from tests.fixtures.tier import examples
 from tests.integrity.test_codec import scalars, text
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 NO_NATIVE = os.environ.get(chain.NO_NATIVE_ENV, "") not in ("", "0")
 AT = "2026-01-01T00:00:00.000000Z"
 

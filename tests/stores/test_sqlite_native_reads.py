@@ -23,6 +23,7 @@ from ares_events.errors import StoreError
 from ares_events.stores.sqlite import SQLiteRecorder
 from ares_events.stores.sqlite import sql as sqlite_sql
 from ares_events.stores.sqlite import writes as sqlite_writes
+from tests.fixtures.tier import examples
 
 pytestmark = pytest.mark.skipif(
     not sqlite_writes.NATIVE_WRITES,
@@ -65,7 +66,7 @@ _value = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(st.tuples(_value, _value, _value), max_size=40), cut=st.integers(0, 45))
 def test_rows_are_fetchall_for_any_values(tmp_path_factory: Any, rows: Any, cut: int) -> None:
     """Integers, floats, text of any code point, blobs (empty ones too) and NULLs come back

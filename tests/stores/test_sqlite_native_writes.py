@@ -26,6 +26,7 @@ from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, StoreClosed, StoreUnavailable
 from ares_events.stores.sqlite import SQLiteRecorder
 from ares_events.stores.sqlite import writes as sqlite_writes
+from tests.fixtures.tier import examples
 
 pytestmark = pytest.mark.skipif(
     not sqlite_writes.NATIVE_WRITES,
@@ -137,7 +138,7 @@ _step = st.tuples(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(_step, min_size=1, max_size=8), keyed=st.booleans())
 def test_rows_outcomes_and_errors_match_the_python_path(
     tmp_path_factory: pytest.TempPathFactory, steps: list[Any], keyed: bool
