@@ -27,12 +27,7 @@ PASSWORD = "hunter2-S3cret"
 KEY_HEX = "0f" * 32
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the caller's ARES_* variables out of every test."""
-    for name in list(os.environ):
-        if name.startswith("ARES_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("clean_env")  # tests/cli/conftest.py
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ the exit code unchanged and no secret of the configuration in either (issue 29).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +25,7 @@ PG = f"postgresql://alice:{PASSWORD}@127.0.0.1:9/agents?connect_timeout=2"
 """Nothing listens on port 9: unavailable, and a password to keep out of every output."""
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the caller's ARES_* variables out of every test."""
-    for name in list(os.environ):
-        if name.startswith("ARES_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("clean_env")  # tests/cli/conftest.py
 
 
 @pytest.fixture

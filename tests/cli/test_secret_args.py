@@ -5,7 +5,6 @@ chain key) is never echoed by an error, human or --json (outsider hunt, records:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,7 @@ SEED = TEXT.split("+", 4)[4]  # base64(alg || seed): the secret itself
 CHAIN_KEY = "7a" * 32
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the caller's ARES_* variables out of every test."""
-    for name in list(os.environ):
-        if name.startswith("ARES_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("clean_env")  # tests/cli/conftest.py
 
 
 STORE = ["--store", "sqlite:///{d}/s.db"]
