@@ -35,8 +35,10 @@ class StoreURL:
         """Parse ``url``.
 
         Raises:
-            ConfigError: the URL has no scheme, does not parse, has an invalid port or
-                holds a "#" (a fragment: written %23 in a path or password).
+            ConfigError: the URL has no scheme, does not parse, has an invalid port,
+                holds a "#" (a fragment: written %23 in a path or password), or holds an
+                "@" after its host part where a password with an unencoded "?" or "/"
+                would put it (the message shows nothing of the URL).
         """
         if not isinstance(url, str) or "://" not in url:
             raise ConfigError(f"{source} must look like scheme://..., got {redact_url(str(url))!r}")
@@ -57,6 +59,23 @@ class StoreURL:
             port = parts.port
         except ValueError:
             raise ConfigError(f"{source} has an invalid port") from None
+        query = tuple(parse_qsl(parts.query, keep_blank_values=True))
+        if _cut_userinfo(parts.netloc, parts.path, parts.query) and (
+            parts.netloc.startswith(":")
+            or parts.netloc.endswith(":")
+            or "@" in parts.path
+            or any("@" in name for name, _ in query)
+        ):
+            # urlsplit ended the host part at a '?' or '/' in a password ("user:?pw@host",
+            # "user:12/pw@host"): the rest of the password would become a parameter name,
+            # a database or a port, and be echoed by later errors. An '@' in the path or in
+            # a parameter's name, or after an empty host or port, is read as that. An '@'
+            # in a parameter's value after host:port is not (?user=admin@server, Azure).
+            # Nothing of the URL is shown.
+            raise ConfigError(
+                f"{source} holds an '@' after its host part, as when a password holds an "
+                f"unencoded '?' or '/': {_ENCODE_HINT}, an '@' in a path or a parameter as %40"
+            )
         return cls(
             raw=url,
             scheme=parts.scheme.lower(),
@@ -65,7 +84,7 @@ class StoreURL:
             host=parts.hostname,
             port=port,
             path=unquote(parts.path),
-            query=tuple(parse_qsl(parts.query, keep_blank_values=True)),
+            query=query,
         )
 
     @property
@@ -83,16 +102,37 @@ class StoreURL:
         unknown = sorted(set(params) - set(allowed))
         if unknown:
             raise ConfigError(
-                f"unknown parameter(s) {', '.join(unknown)} in "
+                f"{self.unknown_params(unknown)} in "
                 # An unknown parameter may be a mistyped secret (pasword=): its value is hidden.
                 f"{self.redacted(unknown)}; valid: {', '.join(sorted(allowed)) or 'none'}"
             )
         return params
 
+    def unknown_params(self, names: Sequence[str]) -> str:
+        """ "unknown parameter(s) a, b": the start of an error about the URL's unknown
+        query parameters, naming only those that cannot be part of a password.
+
+        A name that is not a plain word (letters, digits, '_', '.', '-') is not shown: it
+        may be the tail of a password whose unencoded '?' began the query. No name is shown
+        when the URL holds an '@' after a host part with a ':' (user:2024?x=pw@host may be
+        such a password too, cut after "2024").
+        """
+        parts = urlsplit(self.raw)  # parsed once already: it does not raise
+        cut = _cut_userinfo(parts.netloc, parts.path, parts.query)
+        shown = [] if cut else [n for n in names if _PLAIN_NAME.fullmatch(n)]
+        hidden = len(names) - len(shown)
+        if not hidden:
+            return f"unknown parameter(s) {', '.join(shown)}"
+        text = f"{hidden} unknown parameter(s) not shown ({_ENCODE_HINT})"
+        return f"unknown parameter(s) {', '.join(shown)} and {text}" if shown else text
+
     def redacted(self, hide: Sequence[str] = ()) -> str:
         """The URL with any password, and the values of the parameters named in ``hide``,
-        replaced by ``***``."""
+        replaced by ``***`` (the whole query when one of them is no plain word: such a name
+        is not shown, see :meth:`unknown_params`)."""
         url = redact_url(self.raw)
+        if not all(_PLAIN_NAME.fullmatch(name) for name in hide):
+            return f"{url.partition('?')[0]}?***"
         for name in hide:
             url = re.sub(rf"([?&;]{re.escape(name)}=)[^&#]*", r"\1***", url)
         return url
@@ -107,6 +147,18 @@ class StoreURL:
 _SECRET_PARAM: Final = re.compile(
     r"([?&;][^=&#]*(?:password|secret|token|passwd)[^=&#]*=)[^&#]*", re.IGNORECASE
 )
+
+
+# A name a parameter of ours or libpq's could have: only such unknown names are echoed.
+_PLAIN_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+
+_ENCODE_HINT: Final = "a password holding '?', '/' or '#' must be percent-encoded (%3F, %2F, %23)"
+
+
+def _cut_userinfo(netloc: str, path: str, query: str) -> bool:
+    """Whether urlsplit may have ended the host part inside a password: the host part has
+    no '@' but a ':' (user:pw or host:port), and an '@' comes after it."""
+    return "@" not in netloc and ":" in netloc and ("@" in path or "@" in query)
 
 
 _BOOLS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -362,8 +362,9 @@ class BaseBlobStore:
 
 
 def check_blob_params(url: StoreURL, allowed: tuple[str, ...]) -> dict[str, str]:
-    """The URL's query parameters. The message names unknown ones but never repeats a value
-    or the query string (someone may have put a secret there).
+    """The URL's query parameters. The message names unknown ones (as
+    :meth:`StoreURL.unknown_params` shows them) but never repeats a value or the query
+    string (someone may have put a secret there).
 
     Raises:
         ConfigError: a parameter not in ``allowed``; lists the valid ones.
@@ -373,7 +374,7 @@ def check_blob_params(url: StoreURL, allowed: tuple[str, ...]) -> dict[str, str]
     if unknown:
         where = f"{url.scheme}://{url.host or ''}{url.path}"
         raise ConfigError(
-            f"unknown parameter(s) {', '.join(unknown)} in blob URL {where}; "
+            f"{url.unknown_params(unknown)} in blob URL {where}; "
             f"valid: {', '.join(sorted(allowed)) or 'none'}"
         )
     return params

@@ -153,10 +153,13 @@ class S3BlobStore(BaseBlobStore):
                 bucket, an unknown parameter (lists the valid ones) or a bad value.
             MissingDependencyError: boto3 is not installed.
         """
-        if url.username or url.password is not None:
+        # A bucket takes no port: "key:2024" before it is a key and a password whose
+        # unencoded '?' began the query (s3://key:2024?x=pw@bucket/p), refused unshown.
+        if url.username or url.password is not None or url.port is not None:
             raise ConfigError(
-                f"blob URL {url.redacted()} holds credentials; S3 credentials come only from "
-                "boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, roles)"
+                f"blob URL {url.redacted()} holds credentials or a port; S3 credentials come "
+                "only from boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, "
+                "roles), an endpoint from endpoint_url="
             )
         params = check_blob_params(url, PARAMS)
         if not url.host:

@@ -107,9 +107,15 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     unknown = sorted(set(params) - set(OWN_PARAMS) - libpq)
     unknown_opts = sorted(set(options) - set(OWN_PARAMS) - set(KEYWORD_OPTIONS))
     if unknown or unknown_opts:
+        # The URL's names only as unknown_params shows them (one that is no plain word may
+        # be the tail of a password whose unencoded '?' began the query); keyword options
+        # come from code and are named.
+        names = [url.unknown_params(unknown)] if unknown else ["unknown parameter(s)"]
+        if unknown_opts:
+            names.append(", ".join(unknown_opts))
         raise ConfigError(
             # An unknown parameter may be a mistyped secret (pasword=): its value is hidden.
-            f"unknown parameter(s) {', '.join(unknown + unknown_opts)} for "
+            f"{', '.join(names) if unknown else ' '.join(names)} for "
             f"{url.redacted(unknown)}; "
             f"valid: {', '.join(OWN_PARAMS)}, or any libpq option "
             f"({', '.join(sorted(libpq - SECRET_PARAMS))})"
