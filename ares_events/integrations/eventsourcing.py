@@ -5,17 +5,23 @@ per aggregate; docs/integrations.md has the settings and the mapping.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
+import gc
 import itertools
+import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
+from eventsourcing.application import Application
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    DataError,
     InfrastructureFactory,
     IntegrityError,
     Notification,
@@ -30,8 +36,21 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import Environment, EnvType, resolve_topic
 
 from ares_events.core.backend import TrackingRecord
-from ares_events.core.events import NO_STREAM, ExpectedVersion, NewEvent, RecordedEvent
-from ares_events.errors import ConcurrencyError, InvalidEvent, StoreError, StoreUnavailable
+from ares_events.core.events import (
+    ERASURE_STREAM,
+    ERASURE_TYPE,
+    NO_STREAM,
+    ExpectedVersion,
+    NewEvent,
+    RecordedEvent,
+)
+from ares_events.errors import (
+    ConcurrencyError,
+    InvalidEvent,
+    PayloadErased,
+    StoreError,
+    StoreUnavailable,
+)
 from ares_events.integrations._eventsourcing_store import (
     MODULE,
     AresDatastore,
@@ -49,6 +68,7 @@ __all__ = [
     "AresTrackingRecorder",
     "ChainVerificationError",
     "Factory",
+    "PayloadErasedError",
 ]
 
 R = TypeVar("R")
@@ -76,9 +96,42 @@ def _to_new_event(
     return NewEvent(type=topic[:_MAX_TYPE], module=module, payload=payload, metadata=meta, **ids)
 
 
+class PayloadErasedError(DataError):
+    """An aggregate read met an event whose payload was erased (``ares-events erase``).
+
+    eventsourcing's ``DataError`` (a ``PersistenceError``: the stored data cannot make the
+    aggregate), raised from the ares-events ``PayloadErased``. ``originator_id`` and
+    ``originator_version`` name the event as eventsourcing does, ``stream_id`` and
+    ``version`` as ares-events does.
+    """
+
+    def __init__(
+        self, originator_id: UUID | str, originator_version: int, stream_id: str, version: int
+    ) -> None:
+        self.originator_id = originator_id
+        self.originator_version = originator_version
+        self.stream_id = stream_id
+        self.version = version
+        super().__init__(
+            f"aggregate {originator_id} version {originator_version} (stream {stream_id!r} "
+            f"version {version}) had its payload erased with ares-events erase: the event "
+            "cannot be read, nor the aggregate rebuilt past it"
+        )
+
+
 def _to_stored(e: RecordedEvent, originator_id: UUID | str, cls: type[Any] = StoredEvent) -> Any:
-    s = e.payload.get("state")
-    state = s.encode("utf-8") if s is not None else base64.b64decode(e.payload["state_b64"])
+    """The eventsourcing record of ``e``.
+
+    Raises:
+        PayloadErasedError: ``e``'s payload was erased.
+    """
+    try:
+        payload = e.payload
+    except PayloadErased as exc:
+        ov = e.metadata["originator_version"]
+        raise PayloadErasedError(originator_id, ov, e.stream_id, e.version) from exc
+    s = payload.get("state")
+    state = s.encode("utf-8") if s is not None else base64.b64decode(payload["state_b64"])
     ids = {"id": e.position} if cls is Notification else {}
     version = e.metadata["originator_version"]
     return cls(originator_id, version, e.metadata.get("topic", e.type), state, **ids)
@@ -121,6 +174,11 @@ class AresAggregateRecorder(AggregateRecorder):
         self.purpose = purpose
         self.snapshots = purpose != "events"
         self.module = MODULE if not self.snapshots else f"{MODULE}.{purpose}"
+        # Snapshot recorders: the lowest erased version of each of the application's
+        # streams, from the erasure records read so far (their stream's version).
+        self._erased: dict[str, int] = {}
+        self._erasures_read = 0
+        self._erasures_lock = threading.Lock()
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -241,13 +299,59 @@ class AresAggregateRecorder(AggregateRecorder):
 
         Raises:
             OperationalError: the store cannot be reached.
+            PayloadErasedError: an event in the range had its payload erased.
         """
         if limit is not None and limit <= 0:
             return []
-        select = self._select_snapshots if self.snapshots else self._select
+        select = self._usable_snapshots if self.snapshots else self._select
         with _translated():
             recs = select(originator_id, gt, lte, desc, limit)
         return [_to_stored(e, originator_id) for e in recs]
+
+    def _usable_snapshots(
+        self,
+        originator_id: UUID | str,
+        gt: int | None,
+        lte: int | None,
+        desc: bool,
+        limit: int | None,
+    ) -> list[RecordedEvent]:
+        """The snapshots a read may start from: not those taken at or after an erased
+        event (they hold its content; ``ares-events erase`` does not touch them), nor
+        erased ones (a snapshot is only a shortcut: the read falls back to an earlier one,
+        or to the events, which raise for the erased one)."""
+        ds = self.datastore
+        sid = ds.stream_id(originator_id)
+        erasures = self._erasures()
+        erased = erasures.get(sid)
+        if erased is None and f"{self.purpose}/{sid}" not in erasures:
+            return self._select_snapshots(originator_id, gt, lte, desc, limit)
+        if erased is not None:
+            off = ds.offset(sid)
+            if off is not None:  # below the erased event's original version
+                first_erased = off + erased - 1
+                lte = first_erased - 1 if lte is None else min(lte, first_erased - 1)
+        recs = self._select_snapshots(originator_id, gt, lte, desc, None)
+        usable = [e for e in recs if not e.payload_erased]
+        return usable[:limit] if limit is not None else usable
+
+    def _erasures(self) -> dict[str, int]:
+        """The lowest erased version of each of the application's streams (and snapshot
+        streams) that has one, after reading the erasure records appended since the last
+        call (usually none: one small read)."""
+        prefixes = (self.datastore.stream_prefix, f"{self.purpose}/{self.datastore.stream_prefix}")
+        with self._erasures_lock:
+            for e in self.store.read(ERASURE_STREAM, self._erasures_read + 1):
+                self._erasures_read = e.version
+                if e.type != ERASURE_TYPE or e.payload_erased:
+                    continue
+                p = e.payload
+                if not isinstance(p, dict):
+                    continue
+                s, v = p.get("stream_id"), p.get("version")
+                if isinstance(s, str) and type(v) is int and s.startswith(prefixes):
+                    self._erased[s] = min(v, self._erased.get(s, v))
+            return self._erased
 
     def _select(
         self,
@@ -400,7 +504,8 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         *,
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
-        """This application's events in global order, ``start <= id <= stop``.
+        """This application's events in global order, ``start <= id <= stop``, except
+        those whose payload was erased (docs/integrations.md, "Erasure").
 
         Raises:
             OperationalError: the store cannot be reached.
@@ -425,6 +530,11 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
                     if e.module != MODULE:  # read_all already kept this prefix only
                         continue
                     if wanted and e.metadata.get("topic", e.type) not in wanted:
+                        continue
+                    if e.payload_erased:
+                        # Nobody can process it any more: left out as a topic filter
+                        # leaves events out, so followers move past it (an id gap, which
+                        # eventsourcing allows) instead of failing on it forever.
                         continue
                     picked.append(e)
                     if len(out) + len(picked) >= limit:
@@ -553,6 +663,7 @@ class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
         self.datastore = open_datastore(self.env)
+        _LIVE.add(self)
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         """An aggregate recorder (``purpose="snapshots"``: the snapshot streams)."""
@@ -585,3 +696,47 @@ class AresFactory(InfrastructureFactory[AresTrackingRecorder]):
 
 
 Factory = AresFactory
+
+_LIVE: Final[weakref.WeakSet[AresFactory]] = weakref.WeakSet()
+"""The factories not yet garbage collected (:func:`_quiet_exit`)."""
+_QUIET: Final[dict[type[Any], type[Any]]] = {}
+
+
+def _no_del(self: Any) -> None:
+    """``__del__`` once the interpreter is exiting: nothing (no global to look up)."""
+
+
+@atexit.register  # registered at import: runs after the atexit hooks registered later
+def _quiet_exit() -> None:
+    """Keep ``Application.__del__`` of this module's applications from running while
+    Python tears modules down.
+
+    An application still referenced when the program ends (a module global, say) may be
+    freed only while module globals are being cleared; its ``__del__`` then calls
+    ``contextlib.suppress`` after ``contextlib`` was cleared and prints "Exception ignored
+    in: Application.__del__ ... TypeError" (a System whose classes live in ``__main__``
+    does this every time). ``eventsourcing.sqlite`` escapes by accident (its applications
+    sit in reference cycles, freed once stderr is gone). Here, before any module is torn
+    down, each such application gets a subclass of its class whose ``__del__`` does
+    nothing: its store is closed at exit anyway (``AresDatastore``), which is all a late
+    ``close()`` would do.
+    """
+    if not _LIVE:
+        return
+    live = {id(f) for f in _LIVE}
+    for obj in gc.get_objects():
+        # type(), not isinstance(): no __class__ of a proxy (a dead weakref.proxy
+        # raises) is looked up.
+        if not issubclass(type(obj), Application) or id(vars(obj).get("factory")) not in live:
+            continue
+        cls = type(obj)
+        quiet = _QUIET.get(cls)
+        if quiet is None:
+            # The same name (and eventsourcing ``name``) as the class, so that nothing
+            # an exit hook might still print or look up changes.
+            ns = {"__del__": _no_del, "__module__": cls.__module__, "name": cls.name}
+            meta: Any = type(cls)  # ABCMeta for a ProcessApplication
+            quiet = _QUIET[cls] = meta(cls.__name__, (cls,), ns)
+            quiet.__qualname__ = cls.__qualname__
+        with contextlib.suppress(TypeError):  # a layout that forbids it: left as it is
+            obj.__class__ = quiet

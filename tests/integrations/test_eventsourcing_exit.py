@@ -60,6 +60,37 @@ CHILD = textwrap.dedent(
 )
 
 
+SYSTEM_CHILD = textwrap.dedent(
+    """
+    import sys
+
+    from eventsourcing.application import Application
+    from eventsourcing.domain import Aggregate
+    from eventsourcing.system import ProcessApplication, SingleThreadedRunner, System
+
+
+    class School(Application):
+        pass
+
+
+    class Follower(ProcessApplication):
+        def policy(self, domain_event, processing_event):
+            pass
+
+
+    how, url = sys.argv[1], sys.argv[2]
+    env = {"PERSISTENCE_MODULE": "ares_events.integrations.eventsourcing", "ARES_STORE_URL": url}
+    runner = SingleThreadedRunner(System(pipes=[[School, Follower]]), env=env)
+    runner.start()
+    school = runner.get(School)  # still referenced when the program ends
+    school.save(Aggregate())
+    if how == "stop":
+        runner.stop()  # closes the applications and forgets them
+    print("done")
+    """
+)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store URL."""
@@ -73,6 +104,26 @@ def test_exit_is_quiet(url: str, how: str, tmp_path: Path) -> None:
     """Creating, using and leaving an application prints nothing to stderr at exit."""
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
+    for _ in range(2):  # the second run opens the existing store
+        proc = subprocess.run(
+            [sys.executable, str(script), how, url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.stdout.strip() == "done", proc.stderr
+        assert proc.returncode == 0
+        assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("how", ["stop", "run"])
+def test_exit_of_a_system_is_quiet(url: str, how: str, tmp_path: Path) -> None:
+    """A System run by SingleThreadedRunner, stopped or not, with an application still
+    referenced from ``__main__``, exits with nothing on stderr (an application freed while
+    modules are torn down used to print ``Exception ignored in: Application.__del__``)."""
+    script = tmp_path / "system.py"
+    script.write_text(SYSTEM_CHILD, encoding="utf-8")
     for _ in range(2):  # the second run opens the existing store
         proc = subprocess.run(
             [sys.executable, str(script), how, url],
