@@ -23,6 +23,7 @@ from ares_events.archive.segment import (
 )
 from ares_events.core.events import RECORD_STREAMS, RETENTION_STREAM, NewEvent, utc_now_at
 from ares_events.errors import ArchiveError, InvalidEvent
+from ares_events.stores.cache import CachedRecorder
 
 if TYPE_CHECKING:
     from ares_events.core.store import EventStore
@@ -51,7 +52,8 @@ def retire(
     store: EventStore, *, before: int | timedelta | datetime, reason: str, by: str
 ) -> RetireReport:
     """Retire the archived segments whose events all lie before ``before`` (docs/archive.md,
-    "Erasure and retention").
+    "Erasure and retention"). Through a store with the Redis cache, the cached tails of
+    the retired segments' streams are dropped (docs/operations.md, "Erasure and the cache").
 
     Args:
         store: a store with an archive.
@@ -113,6 +115,12 @@ def retire(
         tomb = {**payload, "record_position": res.position, "retired_at": utc_now_at()}
         ix = ix.with_segment(dataclasses.replace(entry, retired=tomb, streams_end=ends))
         text = swap_index(inner, text, ix, entry.seq, "the segment index changed")
+        # Retired now (the swap is the commit): a stream's cached tail may hold its
+        # retired events, and its stamp still matches the head (retirement changes no
+        # head). Dropped as an erasure drops it, after the commit: a read before it
+        # that refills the tail is refused (the erasure epoch is replaced too).
+        if isinstance(store.recorder, CachedRecorder):
+            store.recorder.drop_tails(sorted(ends))
         source.drop_objects(ix, [entry.segment.key, entry.manifest.key])
         report.segments.append({**span(entry), "record_position": res.position})
         report.events += entry.events

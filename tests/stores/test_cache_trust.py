@@ -28,7 +28,7 @@ from ares_events.core.recorder import backend_of, system_of_record
 from ares_events.stores import cache as cache_module
 from ares_events.stores.blobs import gc_blobs
 from ares_events.stores.cache import CachedRecorder
-from ares_events.stores.cache.keys import TAG_SIZE
+from ares_events.stores.cache.keys import CACHE_ROW, TAG_SIZE
 from tests.fixtures import servers
 from tests.fixtures.fix_backends import redis_cache_url
 
@@ -461,3 +461,136 @@ def test_a_restored_backup_shares_its_keys_but_never_serves_the_lost_history(
             )
             assert [e.payload["n"] for e in store.read("s")] == [0, 1, 2, 20, 21]
             assert [e.payload["n"] for e in store.read("s", from_version=4)] == [20, 21]
+
+
+# -- a value of another Redis type ------------------------------------------------------------
+
+
+def _streams_a_and_b(store: ae.EventStore) -> None:
+    for sid in ("a", "b"):
+        store.append(
+            sid, [ae.NewEvent(type="t", module="test", payload={"n": i}) for i in range(3)]
+        )
+
+
+@pytest.mark.parametrize("found_by", ["read", "append"])
+def test_a_stream_key_of_another_type_is_a_forged_tail_of_that_stream_only(
+    tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, found_by: str
+) -> None:
+    """A value of another Redis type where a stream's cached tail belongs (WRONGTYPE) is a
+    forged tail of that stream, not an outage: one WARNING naming the stream, counted in
+    ``forged``, replaced; every other stream is still served from the cache meanwhile."""
+    with (
+        redis_cache_url(request) as url,
+        ae.open_store(f"sqlite:///{tmp_path / 'e.db'}", cache=url) as store,
+    ):
+        _streams_a_and_b(store)
+        cache = _cache(store)
+        client, key = cache._redis, cache.key("a")
+        client.delete(key)
+        client.set(key, b"hello")
+        with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+            if found_by == "append":
+                store.append("a", [ae.NewEvent(type="t", module="test", payload={"n": 3})])
+            for _ in range(3):
+                assert _stored(store.read("a")) == _truth(store, "a")
+                assert _stored(store.read("b")) == _truth(store, "b")
+        assert client.type(key) == b"hash"
+        stats = cache.stats
+        assert (stats.forged, stats.errors, stats.bypassed, stats.hits) == (1, 0, 0, 5)
+        [warning] = _warnings(caplog)
+        assert "'a'" in warning.getMessage() and "unavailable" not in warning.getMessage()
+
+
+def test_an_erasure_epoch_of_another_type_is_replaced_once(
+    tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value of another Redis type under the erasure epoch's key: the first cache write
+    (or open) that meets it counts it as forged, logs one WARNING and replaces it; appends
+    then refresh the cached tails again, with no WARNING each."""
+    db = tmp_path / "e.db"
+    with redis_cache_url(request) as url, ae.open_store(f"sqlite:///{db}", cache=url) as store:
+        _streams_a_and_b(store)
+        cache = _cache(store)
+        client, epoch = cache._redis, cache._space().epoch
+        with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+            for opened_after in (False, True):
+                client.delete(epoch)
+                client.hset(epoch, "x", "y")
+                if opened_after:
+                    with ae.open_store(f"sqlite:///{db}", cache=url) as other:
+                        assert _cache(other).stats.forged == 1
+                for i in range(4):
+                    store.append("b", [ae.NewEvent(type="t", module="test", payload={"i": i})])
+                    assert _stored(store.read("b")) == _truth(store, "b")
+                assert client.type(epoch) == b"string"
+        assert client.hget(cache.key("b"), "v") == b"11"  # the tail follows the appends
+        assert (cache.stats.forged, cache.stats.errors, cache.stats.bypassed) == (1, 0, 0)
+        assert len(_warnings(caplog)) == 2  # one per forged epoch
+        assert not any("unavailable" in r.getMessage() for r in _warnings(caplog))
+
+
+# -- forensic readers -------------------------------------------------------------------------
+
+KEY_A, KEY_B = os.urandom(32), os.urandom(32)
+
+
+def _namespace(store: ae.EventStore) -> dict[bytes, Any]:
+    """Every key of the store's cache namespace and its value (hashes as dicts)."""
+    cache = _cache(store)
+    client = cache._redis
+    out: dict[bytes, Any] = {}
+    for key in client.scan_iter(match=f"{cache._space().ns}*"):
+        out[key] = client.hgetall(key) if client.type(key) == b"hash" else client.get(key)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("store_key", "reader_key"),
+    [(KEY_A, KEY_B), (None, KEY_B), (KEY_A, None)],
+    ids=["a-b", "none-b", "a-none"],  # the keys are random: ids every process agrees on
+)
+def test_a_reader_under_another_chain_key_writes_nothing_to_the_cache(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+    store_key: bytes | None,
+    reader_key: bytes | None,
+) -> None:
+    """A store object opened with ``check_identity=False`` under another chain key (a
+    forensic reader: it never writes) reads around the cache: it writes nothing to Redis
+    (nor the cache secret to the store), so neither it nor the store's own processes see
+    a tail sealed under another key (no false "forged" WARNINGs); a reader under the
+    store's own key shares the cache."""
+    db = tmp_path / "e.db"
+    with redis_cache_url(request) as url:
+        with ae.open_store(f"sqlite:///{db}", chain_key=store_key) as plain:  # no cache yet
+            plain.append("z", [ae.NewEvent(type="t", module="test", payload={"i": 1})])
+        with ae.open_store(
+            f"sqlite:///{db}", chain_key=reader_key, check_identity=False, cache=url
+        ) as forensic:
+            assert len(list(forensic.read("z"))) == 1
+            assert backend_of(forensic.recorder).meta_get(CACHE_ROW) is None  # not recorded
+        with (
+            caplog.at_level(logging.WARNING, logger=CACHE_LOGGER),
+            ae.open_store(f"sqlite:///{db}", chain_key=store_key, cache=url) as own,
+            ae.open_store(
+                f"sqlite:///{db}", chain_key=reader_key, check_identity=False, cache=url
+            ) as forensic,
+            ae.open_store(
+                f"sqlite:///{db}", chain_key=store_key, check_identity=False, cache=url
+            ) as same_key,
+        ):
+            own.append(
+                "a", [ae.NewEvent(type="t", module="test", payload={"i": i}) for i in range(4)]
+            )
+            for _ in range(3):
+                cached = _namespace(own)
+                assert _stored(forensic.read("a")) == _truth(own, "a")
+                assert _namespace(own) == cached
+                assert _stored(own.read("a")) == _truth(own, "a")
+                assert _stored(same_key.read("a")) == _truth(own, "a")
+            assert (_cache(own).stats.hits, _cache(same_key).stats.hits) == (3, 3)
+            assert _cache(own).stats.forged == _cache(forensic).stats.forged == 0
+            assert _cache(forensic).stats.hits == 0
+        assert _warnings(caplog) == []

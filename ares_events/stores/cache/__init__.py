@@ -1,5 +1,7 @@
 """Redis read-through cache around any backend: :class:`CachedRecorder` (the rules are in
-docs/architecture.md, "Redis cache"); the URL's parsing is in :mod:`.config`.
+docs/architecture.md, "Redis cache"); the URL's parsing is in :mod:`.config`, the keys and
+seals in :mod:`.keys`, an entry's body in :mod:`.entries`, the Lua scripts in
+:mod:`.scripts`.
 
 It may import the core and :mod:`ares_events.errors`.
 """
@@ -18,18 +20,17 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import orjson
 
 from ares_events.chain import ChainKey, _cache_name, genesis, link_hash, vouch
-from ares_events.core.backend import AppendOutcome, Batch, Capability, Head, SealedEvent
-from ares_events.core.events import (
-    ExpectedVersion,
-    MalformedPayloadRef,
-    PayloadRef,
-    RecordedEvent,
-)
+from ares_events.core.backend import AppendOutcome, Batch, Capability, Head
+from ares_events.core.events import ExpectedVersion, RecordedEvent
 from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed
 from ares_events.stores.cache.config import parse
-from ares_events.stores.cache.keys import CacheKeys, Sealer, fresh_epoch, load_keys
-from ares_events.stores.cache.scripts import EPOCH_SCRIPT, ERASE_SCRIPT, WRITE_SCRIPT
+from ares_events.stores.cache.entries import SealRecorder, contiguous_suffix
+from ares_events.stores.cache.entries import decode as _decode  # noqa: F401 (tests use it)
+from ares_events.stores.cache.entries import encode as _encode
+from ares_events.stores.cache.entries import event as _event
+from ares_events.stores.cache.keys import CacheKeys, Sealer, chain_differs, fresh_epoch, load_keys
+from ares_events.stores.cache.scripts import DROP_SCRIPT, EPOCH_SCRIPT, WRITE_SCRIPT
 
 if TYPE_CHECKING:
     import redis
@@ -42,6 +43,9 @@ _MAX_BACKOFF: Final = 30.0
 _POLL_CAP: Final = 0.25
 """Longest pause between inner-store checks in ``wait_for`` (writers without the cache
 publish no wake-ups)."""
+_DROP_BATCH: Final = 1000
+"""Stream tails dropped per script call (a retirement drops those of every stream of a
+segment)."""
 
 
 @dataclass(slots=True)
@@ -55,75 +59,16 @@ class CacheStats:
     misses: int = 0
     """Reads that fell through to the inner store while Redis was reachable."""
     bypassed: int = 0
-    """Operations that skipped Redis because it was down."""
+    """Operations that skipped Redis because it was down, or because this store object
+    reads under another chain than the store's (``check_identity=False``): it reads around
+    the cache."""
     errors: int = 0
     """Redis failures (each starts or extends an outage)."""
     forged: int = 0
     """Cached entries not as the store's cache wrote them (edited in Redis: a seal that
-    does not match, a malformed entry, hashes that do not link to the store's head): each
-    read went to the inner store and replaced the tail."""
-
-
-def _encode(e: RecordedEvent, filled_ms: int) -> bytes:
-    """One cached event: its stored fields as a compact JSON array (version and stream
-    are implied by the field name and the key), then when they were read from the store
-    (milliseconds since the epoch).
-
-    Raises:
-        ValueError: an event that is not cacheable: its payload both inline and spilled,
-            neither, or a malformed reference (a damaged row: left to the store).
-    """
-    raw = e._payload_bytes
-    ref = e.payload_ref
-    if (raw is None) == (ref is None) or isinstance(ref, MalformedPayloadRef):
-        raise ValueError("not a cacheable event")
-    return orjson.dumps(
-        [
-            e.position,
-            e.event_id_str,
-            e.type,
-            e.module,
-            None if raw is None else raw.decode(),
-            e.metadata_json.decode(),
-            e.at,
-            e.prev_hash.hex(),
-            e.hash.hex(),
-            None if ref is None else ref.to_json().decode(),
-            filled_ms,
-        ]
-    )
-
-
-def _decode(stream_id: str, version: int, raw: bytes) -> RecordedEvent:
-    """The event of one entry's body (:func:`_encode`).
-
-    Raises:
-        ValueError: not an entry (orjson's error is one), or its payload is both inline and
-            spilled, or neither.
-    """
-    return _event(stream_id, version, orjson.loads(raw))
-
-
-def _event(stream_id: str, version: int, fields: Any) -> RecordedEvent:
-    pos, eid, typ, mod, payload, meta, at, prev, h, ref, _filled = fields
-    if (payload is None) == (ref is None):
-        # A reader gets either inline bytes or a reference: both would serve bytes the
-        # chain's digest does not cover (the header hashes the reference's digest).
-        raise ValueError("the payload must be either inline or spilled")
-    return RecordedEvent(
-        stream_id,
-        version,
-        pos,
-        eid,
-        typ,
-        mod,
-        None if payload is None else payload.encode(),
-        meta.encode(),
-        at,
-        bytes.fromhex(prev),
-        bytes.fromhex(h),
-        None if ref is None else PayloadRef.from_json(ref),
-    )
+    does not match, a malformed entry, hashes that do not link to the store's head, a key
+    holding another type of Redis value): each read went to the inner store and replaced
+    the tail (a wrong-typed erasure epoch is replaced too)."""
 
 
 class CachedRecorder:
@@ -158,6 +103,7 @@ class CachedRecorder:
         self._cfg = cfg
         self._url = redacted
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._response_error: type[BaseException] = redis.ResponseError
         tls = {"ssl": True, "ssl_cert_reqs": cfg.ssl_cert_reqs, "ssl_ca_certs": cfg.ssl_ca_certs}
         kw: dict[str, Any] = {k: v for k, v in tls.items() if v is not None} if cfg.ssl else {}
         # No retries inside redis-py (its default retries with backoff for seconds): a
@@ -174,7 +120,7 @@ class CachedRecorder:
             **kw,
         )
         self._script = self._redis.register_script(WRITE_SCRIPT)
-        self._erase_script = self._redis.register_script(ERASE_SCRIPT)
+        self._drop_script = self._redis.register_script(DROP_SCRIPT)
         self._epoch_script = self._redis.register_script(EPOCH_SCRIPT)
         self._keys: CacheKeys | None = None
         self._keys_lock = threading.Lock()
@@ -183,7 +129,12 @@ class CachedRecorder:
         self._epoch = b""
         self._lock = threading.Lock()
         self._outage = False
-        self._dirty: set[str] = set()  # streams erased whose cached tail is not yet dropped
+        self._dirty: set[str] = set()  # streams erased or retired, tail not yet dropped
+        # True: the store records another chain than this object's key (opened with
+        # check_identity=False under another key), so no cached tail would ever check
+        # out: it reads around the cache and writes nothing to it. None: the store records
+        # no identity yet (told at the first read of a stream that exists).
+        self._other_chain: bool | None = None
         self._failures = 0
         self._down_until = 0.0
         # Each Redis call runs inside this gate: close() waits for the calls in flight
@@ -201,8 +152,14 @@ class CachedRecorder:
         try:
             result = fn(*args, **kwargs)
         except self._redis_errors as exc:
-            self._failed(exc)
-            return _FAILED
+            if isinstance(exc, self._response_error) and "WRONGTYPE" in str(exc):
+                # Redis answered: a key of this store's holds another type of value than
+                # the cache writes there (written by someone else). Not an outage: the
+                # caller replaces that key, every other key is served as before.
+                result = _WRONGTYPE
+            else:
+                self._failed(exc)
+                return _FAILED
         finally:
             self._gate.exit()
         self._ok()
@@ -210,9 +167,10 @@ class CachedRecorder:
 
     @classmethod
     def wrap(cls, inner: Any, url: str, chain_key: ChainKey | None = None) -> CachedRecorder:
-        """Wrap ``inner``, read the store's cache secret (recording one if it has none and
-        may be written), and read the erasure epoch from Redis once (a failure only logs
-        a WARNING).
+        """Wrap ``inner``, read the store's identity (under another chain than
+        ``chain_key``'s, the cache is read around and nothing more is done), read its
+        cache secret (recording one if it has none and may be written), and read the
+        erasure epoch from Redis once (a failure only logs a WARNING).
 
         Raises:
             ConfigError: a bad cache URL.
@@ -220,10 +178,22 @@ class CachedRecorder:
             StoreUnavailable: the inner store cannot be reached.
         """
         rec = cls(inner, url, chain_key)
+        rec._other_chain = chain_differs(inner, chain_key)
+        if rec._other_chain:
+            logger.info(
+                "redis cache %s: %s records another hash chain than this store object's "
+                "chain key (opened with check_identity=False); it reads around the cache",
+                rec._url,
+                rec.describe(),
+            )
+            return rec
         keys = rec._space()
         epoch = rec._call(rec._epoch_script, keys=[keys.epoch], args=[fresh_epoch()])
-        if isinstance(epoch, bytes):
+        if epoch is _WRONGTYPE:
+            rec._wrong_type(None)
+        elif isinstance(epoch, bytes):
             rec._epoch = epoch
+        if rec._epoch:
             logger.info(
                 "redis cache %s in front of %s%s",
                 rec._url,
@@ -243,7 +213,9 @@ class CachedRecorder:
             with self._keys_lock:
                 keys = self._keys
                 if keys is None:
-                    keys = load_keys(self.inner, self._cfg.prefix, self._chain_key)
+                    # A store object under another chain never writes: not even the secret.
+                    record = self._other_chain is not True
+                    keys = load_keys(self.inner, self._cfg.prefix, self._chain_key, record=record)
                     self._keys = keys
         return keys
 
@@ -314,7 +286,7 @@ class CachedRecorder:
             ConcurrencyError: ``expected_version`` is not satisfied (from the inner store).
             StoreUnavailable: the inner store cannot be reached.
         """
-        spy = _SealRecorder.around(batch)
+        spy = SealRecorder.around(batch)
         # Taken before the commit: an erasure of these events comes after it, and refuses
         # the cache write below if it comes before that write.
         epoch, started = self._epoch, time.time()
@@ -328,7 +300,7 @@ class CachedRecorder:
             self._publish(outcome.position)  # readers catch the tail up from the inner store
         return outcome
 
-    def _rebuild(self, spy: _SealRecorder, outcome: AppendOutcome) -> list[RecordedEvent]:
+    def _rebuild(self, spy: SealRecorder, outcome: AppendOutcome) -> list[RecordedEvent]:
         """The events just written, for a backend that returned only version and position:
         only where a batch provably takes consecutive positions (gapless backends and
         PostgreSQL's ``first + i``); else the next read catches the tail up."""
@@ -361,6 +333,8 @@ class CachedRecorder:
     ) -> None:
         """Write ``events`` (read from or appended to the store from time ``started`` on,
         knowing erasure ``epoch``) to the stream's cached tail, and publish a wake-up."""
+        if self._other_chain:
+            return  # another chain's events: never served, so never written (see __init__)
         if not self._usable():
             self.stats.bypassed += 1
             return
@@ -396,6 +370,8 @@ class CachedRecorder:
             now = self._call(self._script, keys=[self.key(stream_id), keys.epoch], args=args)
             if isinstance(now, bytes):
                 self._epoch = now
+            elif now is _WRONGTYPE:
+                self._wrong_type(stream_id)
         elif publish:
             self._call(self._redis.publish, channel, events[-1].position)
 
@@ -408,31 +384,63 @@ class CachedRecorder:
             StoreUnavailable: the inner store cannot be reached.
         """
         outcome = self.inner.erase(stream_id, *args)
-        with self._lock:
-            self._dirty.add(stream_id)
-        self._drop_cached(stream_id)
+        self.drop_tails([stream_id])
         return outcome
 
-    def _drop_cached(self, stream_id: str) -> bool:
-        """True when the stream's cached tail is gone (or was never there) and the epoch
-        replaced."""
+    def drop_tails(self, stream_ids: Sequence[str]) -> None:
+        """Drop the cached tails of ``stream_ids`` and replace the erasure epoch, after
+        events of theirs changed in the store without changing their heads (an erasure;
+        archived events retired, :func:`ares_events.archive.retention.retire`): a tail's
+        stamp would still match the head. Any writer that read the old events before is
+        refused (the epoch). Until it is done (Redis down), this object reads those streams
+        around the cache; other processes serve such a tail for at most ``ttl`` seconds
+        (docs/operations.md, "Erasure and the cache")."""
+        if not stream_ids:
+            return
+        with self._lock:
+            self._dirty.update(stream_ids)
+        self._drop_cached(stream_ids)
+
+    def _drop_cached(self, stream_ids: Sequence[str]) -> bool:
+        """True when the streams' cached tails are gone (or were never there) and the
+        epoch replaced (only the epoch, for no streams)."""
         if not self._usable():
             return False
-        keys = [self.key(stream_id), self._space().epoch]
-        epoch = self._call(self._erase_script, keys=keys, args=[fresh_epoch()])
-        if not isinstance(epoch, bytes):  # failed, or skipped while closing
-            return False
-        self._epoch = epoch
-        with self._lock:
-            self._dirty.discard(stream_id)
+        for i in range(0, max(len(stream_ids), 1), _DROP_BATCH):
+            batch = stream_ids[i : i + _DROP_BATCH]
+            keys = [self._space().epoch, *(self.key(sid) for sid in batch)]
+            epoch = self._call(self._drop_script, keys=keys, args=[fresh_epoch()])
+            if not isinstance(epoch, bytes):  # failed, or skipped while closing
+                return False
+            self._epoch = epoch
+            with self._lock:
+                self._dirty.difference_update(batch)
         return True
+
+    def _wrong_type(self, stream_id: str | None) -> None:
+        """A key the failed script used (the erasure epoch and, given, ``stream_id``'s
+        tail) holds another type of Redis value than the cache writes there: a forged
+        entry. Count and log it (once: it is replaced here), then drop the tail and
+        replace the epoch (which only refuses the writes in flight, as an erasure does)."""
+        self.stats.forged += 1
+        logger.warning(
+            "%s holds another type of Redis value than the store's cache writes there; replaced",
+            "the cache's erasure epoch"
+            if stream_id is None
+            else f"stream {stream_id!r}: the cached tail or the cache's erasure epoch",
+        )
+        self._drop_cached([] if stream_id is None else [stream_id])
 
     def read(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[RecordedEvent]:
         """Events of one stream in version order, from the cached tail when it provably
         matches the inner store's head, else from the inner store (lazily)."""
-        if not self._usable() or (stream_id in self._dirty and not self._drop_cached(stream_id)):
+        if (
+            self._other_chain
+            or not self._usable()
+            or (stream_id in self._dirty and not self._drop_cached([stream_id]))
+        ):
             self.stats.bypassed += 1
             return self.inner.read(stream_id, from_version, to_version, limit)  # type: ignore[no-any-return]
         return self._read(stream_id, from_version, to_version, limit)
@@ -448,6 +456,15 @@ class CachedRecorder:
         if head is None:
             yield from self.inner.read(stream_id, from_version, to_version, limit)
             return
+        if self._other_chain is None:
+            # The store recorded no identity when this object was opened; it has one now
+            # that a stream exists (the first write records it first), unless it is a
+            # store that keeps none (then there is no other chain to tell).
+            self._other_chain = chain_differs(self.inner, self._chain_key) is True
+            if self._other_chain:
+                self.stats.bypassed += 1
+                yield from self.inner.read(stream_id, from_version, to_version, limit)
+                return
         lo = max(from_version, 1)
         hi = head.version if to_version is None else min(to_version, head.version)
         if limit is not None:
@@ -469,7 +486,7 @@ class CachedRecorder:
             recent.append(e)
             yield e
         if force is not None and recent and recent[-1].version >= head.version:
-            run = _contiguous_suffix(list(recent))
+            run = contiguous_suffix(list(recent))
             self._store_tail(stream_id, run, epoch, started, force=force, publish=False)
 
     def _from_cache(
@@ -479,11 +496,16 @@ class CachedRecorder:
         it, False: extend it, None: leave it). Every cached event from ``lo`` to the newest
         is fetched, so that their hashes can be checked up to one the store holds."""
         fields = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, head.version + 1))]
-        got = self._call(self._redis.hmget, self.key(stream_id), fields)
+        key = self.key(stream_id)
+        got = self._call(self._redis.hmget, key, fields)
         if got is _SKIPPED:
             return None, None
         if got is _FAILED:
             return None, False
+        if got is _WRONGTYPE:
+            # Not a tail: dropped (DEL takes any type), so the refill can replace it.
+            self._call(self._redis.delete, key)
+            return self._forged(stream_id, "its key holds another type of Redis value")
         vals = cast("list[bytes | None]", got)
         if vals[0] is None or vals[1] is None:
             return None, False  # nothing cached for this stream
@@ -738,48 +760,13 @@ class CachedRecorder:
                 self._redis.close()
 
 
-class _SealRecorder(Batch):
-    """A copy of a :class:`Batch` that remembers what the backend sealed (the versions and
-    hashes it wrote), for backends that return no events from ``append``."""
-
-    __slots__ = ("sealed",)
-
-    sealed: list[SealedEvent]
-
-    @classmethod
-    def around(cls, batch: Batch) -> _SealRecorder:
-        spy = cls.__new__(cls)
-        for klass in type(batch).__mro__:
-            for name in getattr(klass, "__slots__", ()):
-                if hasattr(batch, name):
-                    object.__setattr__(spy, name, getattr(batch, name))
-        spy.sealed = []
-        return spy
-
-    def seal(self, head: Head | None) -> list[SealedEvent]:
-        """Seal as the original would, and remember the result."""
-        self.sealed = super().seal(head)
-        return self.sealed
-
-
-def _contiguous_suffix(events: Sequence[RecordedEvent]) -> list[RecordedEvent]:
-    """The longest run at the end of ``events`` with consecutive, linked versions."""
-    out = [events[-1]]
-    for e in reversed(events[:-1]):
-        nxt = out[-1]
-        if e.version != nxt.version - 1 or e.hash != nxt.prev_hash:
-            break
-        out.append(e)
-    out.reverse()
-    return out
-
-
 class _Forged(Exception):
     """A cached entry that is not as this store's cache wrote it (internal)."""
 
 
 _SKIPPED: Final = object()  # a Redis call skipped because of close() (see ``_call``)
 _FAILED: Final = object()  # a Redis call that failed
+_WRONGTYPE: Final = object()  # a Redis call refused: a key of another type (see ``_call``)
 
 
 def _close_quietly(pubsub: Any) -> None:

@@ -21,12 +21,21 @@ import blake3
 
 from ares_events.chain import ChainKey
 from ares_events.core.backend import Capability
+from ares_events.core.identity import IDENTITY_KEY, StoreIdentity
 from ares_events.core.recorder import backend_of
 from ares_events.errors import StoreError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CACHE_ROW", "TAG_SIZE", "CacheKeys", "Sealer", "fresh_epoch", "load_keys"]
+__all__ = [
+    "CACHE_ROW",
+    "TAG_SIZE",
+    "CacheKeys",
+    "Sealer",
+    "chain_differs",
+    "fresh_epoch",
+    "load_keys",
+]
 
 CACHE_ROW: Final = "cache/secret"
 """The ``ares_meta`` row holding the store's cache secret (64 hex digits)."""
@@ -61,14 +70,17 @@ class CacheKeys:
         return f"{self.ns}wake".encode()
 
 
-def load_keys(inner: Any, prefix: str, chain_key: ChainKey | None) -> CacheKeys:
+def load_keys(
+    inner: Any, prefix: str, chain_key: ChainKey | None, *, record: bool = True
+) -> CacheKeys:
     """The keys of the store under ``inner``: read its cache secret, recording one first
-    when it has none and may be written (one metadata read; one write, once per store).
+    when it has none, ``record`` is true and the store may be written (one metadata read;
+    one write, once per store).
 
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
-    secret = _recorded_secret(inner)
+    secret = _recorded_secret(inner, record)
     shared = secret is not None
     if secret is None:
         secret = os.urandom(32)
@@ -86,21 +98,25 @@ def load_keys(inner: Any, prefix: str, chain_key: ChainKey | None) -> CacheKeys:
     return CacheKeys(ns=f"{prefix}{ns}:", mac=mac, shared=shared)
 
 
-def _recorded_secret(inner: Any) -> bytes | None:
-    """The store's cache secret, recorded now if need be; None when it has none and
-    cannot record one (no metadata, opened read-only, or the write is refused)."""
+def _recorded_secret(inner: Any, record: bool) -> bytes | None:
+    """The store's cache secret, recorded now if need be (and ``record``); None when it
+    has none and cannot record one (no metadata, opened read-only, ``record`` false, or
+    the write is refused)."""
     where = inner.describe()
     if Capability.METADATA not in inner.capabilities:
         logger.info("redis cache: %s keeps no metadata; its cache is this process's own", where)
         return None
     raw = inner.meta_get(CACHE_ROW)
     if raw is None:
-        if getattr(backend_of(inner), "read_only", False) is True:
-            # Opened read-only: it must not write, not even this row.
+        read_only = getattr(backend_of(inner), "read_only", False) is True
+        if read_only or not record:
+            # Opened read-only, or by a store object that never writes: it must not
+            # write, not even this row.
             logger.info(
-                "redis cache: %s is read-only and records no cache secret yet; its cache "
-                "is this process's own",
+                "redis cache: %s %s and records no cache secret yet; its cache is this "
+                "process's own",
                 where,
+                "is read-only" if read_only else "is read by a store object that never writes",
             )
             return None
         try:
@@ -128,6 +144,29 @@ def _recorded_secret(inner: Any) -> bytes | None:
         )
         return None
     return secret
+
+
+def chain_differs(inner: Any, chain_key: ChainKey | None) -> bool | None:
+    """Whether the store under ``inner`` records another hash chain than ``chain_key``
+    (another key, none, or another format): True for a store object opened with
+    ``check_identity=False`` to read under another key; None when the store records no
+    identity yet (nothing was written to it). One metadata read.
+
+    Raises:
+        StoreUnavailable: the store cannot be reached.
+    """
+    if Capability.METADATA not in inner.capabilities:
+        return False  # such a store records no identity: there is no other chain to tell
+    raw = inner.meta_get(IDENTITY_KEY)
+    if raw is None:
+        return None
+    try:
+        identity = StoreIdentity.from_json(raw, inner.describe())
+    except StoreUnavailable:
+        raise
+    except StoreError:
+        return True  # unreadable (the open reported it): whose chain it is cannot be told
+    return identity.chain_problem(chain_key) is not None
 
 
 def _location(inner: Any) -> bytes:

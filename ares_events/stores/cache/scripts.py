@@ -1,14 +1,15 @@
 """The cache's Lua scripts, each one atomic in Redis: writing a stream's cached tail
-(:data:`WRITE_SCRIPT`), dropping it after an erasure (:data:`ERASE_SCRIPT`) and reading
-the erasure epoch (:data:`EPOCH_SCRIPT`).
+(:data:`WRITE_SCRIPT`), dropping tails after an erasure or a retirement
+(:data:`DROP_SCRIPT`) and reading the erasure epoch (:data:`EPOCH_SCRIPT`).
 
-The erasure epoch is a random value under ``<ns>epoch`` that every erasure replaces (in the
-same script that drops the erased stream's tail). A writer passes the epoch it knew before
-it read (or appended) the events it writes; a different one means an erasure may have
-happened since, and the write is refused. So a tail dropped by an erasure is never
-written again from events read before it. A lost epoch (evicted, flushed) is replaced by a
-new one, which refuses every writer that knew the old: it cannot tell what was erased
-meanwhile. Every script returns the current epoch, for the writer's next write.
+The erasure epoch is a random value under ``<ns>epoch`` that every erasure and every
+retirement of archived events replaces (in the same script that drops the streams' tails).
+A writer passes the epoch it knew before it read (or appended) the events it writes; a
+different one means an erasure or a retirement may have happened since, and the write is
+refused. So a tail dropped by either is never written again from events read before it. A
+lost epoch (evicted, flushed) is replaced by a new one, which refuses every writer that
+knew the old: it cannot tell what was erased meanwhile. Every script returns the current
+epoch, for the writer's next write.
 
 It imports nothing.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["EPOCH_SCRIPT", "ERASE_SCRIPT", "WRITE_SCRIPT"]
+__all__ = ["DROP_SCRIPT", "EPOCH_SCRIPT", "WRITE_SCRIPT"]
 
 # KEYS[1] the erasure epoch. ARGV[1] a new epoch, used when there is none.
 EPOCH_SCRIPT: Final = """
@@ -29,10 +30,12 @@ end
 return epoch
 """
 
-# KEYS[1] stream hash, KEYS[2] the erasure epoch. ARGV[1] the new epoch.
-ERASE_SCRIPT: Final = """
-redis.call('SET', KEYS[2], ARGV[1])
-redis.call('DEL', KEYS[1])
+# KEYS[1] the erasure epoch, KEYS[2..] the stream hashes to drop (none: the epoch only).
+# ARGV[1] the new epoch. SET and DEL take a key of any type: this also replaces a value of
+# another type written there.
+DROP_SCRIPT: Final = """
+redis.call('SET', KEYS[1], ARGV[1])
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
 return ARGV[1]
 """
 
