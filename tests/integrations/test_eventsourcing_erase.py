@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,11 @@ def test_reading_an_erased_aggregate_is_a_data_error(url: str, verify: str) -> N
     verified reads too: an erasure keeps the chain valid."""
     first, second = two_dogs(url)
     with school(url, ARES_VERIFY_READS=verify) as a:
-        for read in (lambda: a.repository.get(first), lambda: a.recorder.select_events(first)):
+        reads: list[Callable[[], object]] = [
+            lambda: a.repository.get(first),
+            lambda: a.recorder.select_events(first),
+        ]
+        for read in reads:
             with pytest.raises(es.PayloadErasedError) as info:
                 read()
             err = info.value
@@ -145,7 +149,8 @@ def test_a_process_application_moves_past_an_erased_event(url: str) -> None:
     leader's last notification."""
     two_dogs(url)
     env = {"PERSISTENCE_MODULE": MODULE, "ARES_STORE_URL": url}
-    runner = SingleThreadedRunner(System(pipes=[[DogSchool, Counter]]), env=env)
+    system = System(pipes=[[DogSchool, Counter]])
+    runner: SingleThreadedRunner[Any] = SingleThreadedRunner(system, env=env)
     runner.start()
     try:
         leader, counter = runner.get(DogSchool), runner.get(Counter)

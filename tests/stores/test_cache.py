@@ -256,7 +256,7 @@ def _edit_entry(store: ae.EventStore, stream: str, version: int, payload: dict[s
     unkeyed chain also its hash, recomputed as a forger would (so only the seal and the
     link to the store's head can tell)."""
     from ares_events.chain import link_hash
-    from ares_events.stores.cache import _decode
+    from ares_events.stores.cache.entries import decode as _decode
     from ares_events.stores.cache.keys import TAG_SIZE
 
     cache = _cache(store)

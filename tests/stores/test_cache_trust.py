@@ -25,9 +25,9 @@ import pytest
 import ares_events as ae
 from ares_events.chain import canonical_json
 from ares_events.core.recorder import backend_of, system_of_record
-from ares_events.stores import cache as cache_module
 from ares_events.stores.blobs import gc_blobs
 from ares_events.stores.cache import CachedRecorder
+from ares_events.stores.cache import entries as cache_entries
 from ares_events.stores.cache.keys import CACHE_ROW, TAG_SIZE
 from tests.fixtures import servers
 from tests.fixtures.fix_backends import redis_cache_url
@@ -186,7 +186,7 @@ def test_an_entry_with_an_inline_payload_and_a_ref_is_malformed_even_when_sealed
 ) -> None:
     """The decoder itself refuses an entry holding both an inline payload and a blob
     reference, and one holding neither: no writer makes them."""
-    decode = cache_module._decode
+    decode = cache_entries.decode
     with redis_cache_url(request) as url, _four_events(tmp_path, url) as store:
         list(store.read("s"))
         cache = _cache(store)

@@ -26,7 +26,6 @@ from ares_events.core.lifecycle import OperationGate
 from ares_events.errors import MissingDependencyError, StoreClosed
 from ares_events.stores.cache.config import parse
 from ares_events.stores.cache.entries import SealRecorder, contiguous_suffix
-from ares_events.stores.cache.entries import decode as _decode  # noqa: F401 (tests use it)
 from ares_events.stores.cache.entries import encode as _encode
 from ares_events.stores.cache.entries import event as _event
 from ares_events.stores.cache.keys import CacheKeys, Sealer, chain_differs, fresh_epoch, load_keys
