@@ -21,6 +21,7 @@ from ares_events.errors import (
     ApprovalReplayed,
     ApprovalReused,
     ApprovalWrongCall,
+    ConfigError,
     ProofError,
 )
 from ares_events.integrity.notes import Note, SigningKey, VerifierKey, open_note
@@ -34,6 +35,7 @@ __all__ = [
     "Approval",
     "Ledger",
     "Pending",
+    "approver_keys",
     "check_approval",
     "sign_approval",
 ]
@@ -130,11 +132,32 @@ def sign_approval(
     return text + "\n" + key.signature_line(text.encode("utf-8"))
 
 
+def approver_keys(keys: Iterable[VerifierKey | str]) -> tuple[VerifierKey, ...]:
+    """``keys`` as verifier keys: a :class:`VerifierKey`, or its text as ``keygen
+    --approver`` prints it (what a ``.vkey`` file holds).
+
+    Raises:
+        ConfigError: a text that is not a verifier key (never repeated: it may be a
+            private key), or something else in a key's place.
+    """
+    out = []
+    for key in keys:
+        if isinstance(key, str):
+            out.append(VerifierKey.parse(key, source="an approver's key"))
+        elif isinstance(key, VerifierKey):
+            out.append(key)
+        else:
+            raise ConfigError(
+                f"an approver's key must be a VerifierKey or its text, got {type(key).__name__}"
+            )
+    return tuple(out)
+
+
 def check_approval(
     note: str,
     pending: Pending,
     *,
-    trusted: Sequence[VerifierKey],
+    trusted: Sequence[VerifierKey | str],
     used: Iterable[str] = (),
     action: str = "approve",
     outcome: str | None = None,
@@ -148,11 +171,12 @@ def check_approval(
         ApprovalReused: issued for another run or another chain head.
         ApprovalWrongCall: another step, arguments digest, action or outcome.
         ApprovalExpired: its expiry has passed.
+        ConfigError: a key in ``trusted`` is not a verifier key (:func:`approver_keys`).
     """
     run, step = pending.run_id, pending.step
     approval = Approval.parse(note, run, step)
     try:
-        _note, signers = open_note(note, trusted)
+        _note, signers = open_note(note, approver_keys(trusted))
     except ProofError as exc:
         raise ApprovalForged(run, step, exc.reason) from None
     body = approval.body

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
+from ares_events.agents.approvals import APPROVAL_REASON, Pending, approver_keys, check_approval
 
 # One import path for both faces: ``from ares_events.agents.journal import AsyncJournal``.
 from ares_events.agents.journal_async import AsyncJournal  # as is
@@ -117,7 +117,8 @@ class Journal:
         record_prompts: False records only the hash of a model call's messages (params and
             tool args are still recorded, after ``redact``).
         approvers: the verifier keys whose signed approval lets a ``needs_approval`` tool
-            call run (:mod:`~ares_events.agents.approvals`); never read from the store.
+            call run (:mod:`~ares_events.agents.approvals`), as ``VerifierKey`` or its text
+            (a ``.vkey`` file's); never read from the store.
 
     A journal is not re-entrant: a tool, model or reconcile callable must not use the
     journal that called it (:class:`ReentrantCall`).
@@ -151,7 +152,7 @@ class Journal:
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
-        approvers: Sequence[VerifierKey] = (),
+        approvers: Sequence[VerifierKey | str] = (),
     ) -> None:
         self.store: Any = store
         self.run_id = run_id
@@ -178,7 +179,7 @@ class Journal:
             else None
         )
         self._snapshot_every = snapshot_every
-        self.approvers = tuple(approvers)
+        self.approvers = approver_keys(approvers)
         self._opening = (code_revision, prompt_hash, gate)
         self._open_run()
 
@@ -195,7 +196,7 @@ class Journal:
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
-        approvers: Sequence[VerifierKey] = (),
+        approvers: Sequence[VerifierKey | str] = (),
     ) -> Journal:
         """Open the run: recover it, then start it or pass the version gate.
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ares_events.agents.approvals import APPROVAL_REASON, Pending, check_approval
+from ares_events.agents.approvals import APPROVAL_REASON, Pending, approver_keys, check_approval
 from ares_events.agents.journal_decorators import ACTIVE, journaled_step, journaled_tool, wrap_tool
 from ares_events.agents.journal_errors import (
     ApprovalRequired,
@@ -121,7 +121,8 @@ class AsyncJournal:
         record_prompts: False records only the hash of a model call's messages (params and
             tool args are still recorded, after ``redact``).
         approvers: the verifier keys whose signed approval lets a ``needs_approval`` tool
-            call run (:mod:`~ares_events.agents.approvals`); never read from the store.
+            call run (:mod:`~ares_events.agents.approvals`), as ``VerifierKey`` or its text
+            (a ``.vkey`` file's); never read from the store.
 
     A journal is not re-entrant: a tool, model or reconcile callable must not use the
     journal that called it (:class:`ReentrantCall`).
@@ -155,7 +156,7 @@ class AsyncJournal:
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
-        approvers: Sequence[VerifierKey] = (),
+        approvers: Sequence[VerifierKey | str] = (),
     ) -> None:
         if ASYNC:
             store = async_face(store)
@@ -186,7 +187,7 @@ class AsyncJournal:
             else None
         )
         self._snapshot_every = snapshot_every
-        self.approvers = tuple(approvers)
+        self.approvers = approver_keys(approvers)
         self._opening = (code_revision, prompt_hash, gate)
         if ASYNC:
             pass  # open() recovers the run and passes the gate
@@ -206,7 +207,7 @@ class AsyncJournal:
         module: str = "journal",
         redact: Redactor | None = None,
         record_prompts: bool = True,
-        approvers: Sequence[VerifierKey] = (),
+        approvers: Sequence[VerifierKey | str] = (),
     ) -> AsyncJournal:
         """Open the run: recover it, then start it or pass the version gate.
 

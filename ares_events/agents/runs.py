@@ -255,7 +255,7 @@ def _pending(
 
 
 def _unused_approval(
-    store: EventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey]
+    store: EventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey | str]
 ) -> None:
     """Refuse a new approval of ``pending`` while the one presented last for its request
     still lets the call run (a second one would only dangle in the record).
@@ -285,7 +285,7 @@ def _approved(
     store: EventStore,
     run_id: str,
     approval: str,
-    approvers: Sequence[VerifierKey] | None,
+    approvers: Sequence[VerifierKey | str] | None,
     pending: Pending,
     action: str,
     outcome: str | None = None,
@@ -311,7 +311,7 @@ def resolve_step(
     reason: str | None = None,
     via: str = "library",
     approval: str | None = None,
-    approvers: Sequence[VerifierKey] | None = None,
+    approvers: Sequence[VerifierKey | str] | None = None,
 ) -> RunInfo:
     """Settle the in-doubt tool call at ``step``: it landed with ``result`` (its outcome,
     returned to the loop on replay), or it did ``not_done`` (the next attempt runs it
@@ -371,7 +371,7 @@ def resume_run(
     reason: str | None = None,
     via: str = "library",
     approval: str | None = None,
-    approvers: Sequence[VerifierKey] | None = None,
+    approvers: Sequence[VerifierKey | str] | None = None,
 ) -> RunInfo:
     """Answer the run's interrupt: append ``run.resumed``; the next incarnation of the
     loop goes on past it.

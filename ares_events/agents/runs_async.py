@@ -277,7 +277,7 @@ async def _pending(
 
 
 async def _unused_approval(
-    store: AsyncEventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey]
+    store: AsyncEventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey | str]
 ) -> None:
     """Refuse a new approval of ``pending`` while the one presented last for its request
     still lets the call run (a second one would only dangle in the record).
@@ -307,7 +307,7 @@ async def _approved(
     store: AsyncEventStore,
     run_id: str,
     approval: str,
-    approvers: Sequence[VerifierKey] | None,
+    approvers: Sequence[VerifierKey | str] | None,
     pending: Pending,
     action: str,
     outcome: str | None = None,
@@ -333,7 +333,7 @@ async def resolve_step(
     reason: str | None = None,
     via: str = "library",
     approval: str | None = None,
-    approvers: Sequence[VerifierKey] | None = None,
+    approvers: Sequence[VerifierKey | str] | None = None,
 ) -> RunInfo:
     """Settle the in-doubt tool call at ``step``: it landed with ``result`` (its outcome,
     returned to the loop on replay), or it did ``not_done`` (the next attempt runs it
@@ -395,7 +395,7 @@ async def resume_run(
     reason: str | None = None,
     via: str = "library",
     approval: str | None = None,
-    approvers: Sequence[VerifierKey] | None = None,
+    approvers: Sequence[VerifierKey | str] | None = None,
 ) -> RunInfo:
     """Answer the run's interrupt: append ``run.resumed``; the next incarnation of the
     loop goes on past it.

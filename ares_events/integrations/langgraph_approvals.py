@@ -17,7 +17,14 @@ from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, interrupt
 
-from ares_events.agents.approvals import APPROVAL_REASON, Approval, Ledger, Pending, check_approval
+from ares_events.agents.approvals import (
+    APPROVAL_REASON,
+    Approval,
+    Ledger,
+    Pending,
+    approver_keys,
+    check_approval,
+)
 from ares_events.agents.journal_errors import RunNotRunnable
 from ares_events.agents.recording import hash_of
 from ares_events.core.catalog import new_event
@@ -65,11 +72,11 @@ class ApprovalGate:
         ConfigError: no approver key.
     """
 
-    def __init__(self, store: EventStore, *, approvers: Sequence[VerifierKey]) -> None:
+    def __init__(self, store: EventStore, *, approvers: Sequence[VerifierKey | str]) -> None:
         if not approvers:
             raise ConfigError("an approval gate needs the approvers' verifier keys")
         self.store = store
-        self.approvers = tuple(approvers)
+        self.approvers = approver_keys(approvers)
 
     def interrupt(self, value: Any) -> str:
         """In a node: pause the graph until an approver's signed approval of ``value``

@@ -131,7 +131,7 @@ async def run_durably(
     reconcile: Callable[[str, str], Any] | None = None,
     code_revision: str = "unversioned",
     run_config: RunConfig | None = None,
-    approvers: Sequence[VerifierKey] = (),
+    approvers: Sequence[VerifierKey | str] = (),
     **run_kwargs: Any,
 ) -> Any:
     """Run ``agent`` on ``input`` as the durable run ``run_id``; the same call after a

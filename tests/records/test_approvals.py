@@ -20,6 +20,7 @@ from ares_events.agents.journal import Journal
 from ares_events.agents.runs import pending_call, resume_run
 from ares_events.cli import main
 from ares_events.core.catalog import new_event
+from ares_events.integrations.langgraph_approvals import ApprovalGate
 from ares_events.records import export_record, verify_record
 from tests.fixtures.approvals import ALICE, ERRORS, MALLORY, Loop, paused, state
 from tests.records.helpers import LOG
@@ -319,3 +320,29 @@ def test_the_cli_signs_the_approval(
         loop.store = store
         loop.steps(j)
         assert loop.ran == ["r:1"]
+
+
+def test_the_journal_takes_an_approvers_key_as_the_text_keygen_printed(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/records.md's flow as written: the .vkey file's text is an approver's key for
+    the journal and the LangGraph gate; a private key or anything else in its place is a
+    ConfigError that never repeats it."""
+    key_file = tmp_path / "alice.key"
+    assert main(["keygen", "alice", "--out", str(key_file), "--approver"]) == 0
+    alice_vkey = capsys.readouterr().out
+    with ae.open_store(url) as store:
+        loop = paused(store, "r")
+    assert main(["--store", url, "runs", "resume", "r", "--key", str(key_file)]) == 0
+    with ae.open_store(url) as store:
+        loop.store = store
+        loop.steps(Journal(store, "r", approvers=[alice_vkey]))
+        assert loop.ran == ["r:1"]
+        assert Journal.inspect(store, "r").status != "failed"
+        secret = key_file.read_text()
+        for bad in (secret, "not a key", 42):
+            with pytest.raises(ae.ConfigError) as info:
+                Journal(store, "r2", approvers=[bad])  # type: ignore[list-item]
+            assert secret.strip() not in str(info.value) and "not a key" not in str(info.value)
+        with pytest.raises(ae.ConfigError):
+            ApprovalGate(store, approvers=[secret])
