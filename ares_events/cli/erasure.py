@@ -27,10 +27,12 @@ def erase_cmd(
     The payload's bytes (inline, or its blob when no other event shares it) are removed;
     its digest and size stay, because the hash chain commits to them. A blob an append of
     the same payload refreshed meanwhile is left to gc-blobs. Snapshots and read
-    models that folded it are deleted or rewound, a Redis cache drops its copy, and the
-    erasure is recorded as a payload.erased event in the stream ares-events/erasures (who,
-    why, which event). Reads of the event then say payload_erased; audit lists it as
-    information. Erasing an erased event changes nothing.
+    models that folded it are deleted or rewound, the snapshot events of
+    snapshots/STREAM whose metadata "covers" is VERSION or later are erased too (each
+    recorded), a Redis cache drops its copy, and the erasure is recorded as a
+    payload.erased event in the stream ares-events/erasures (who, why, which event).
+    Reads of the event then say payload_erased; audit lists it as information. Erasing an
+    erased event changes nothing.
 
     \b
     Example:
@@ -51,6 +53,10 @@ def erase_cmd(
     extra = []
     if report.snapshots_deleted:
         extra.append(f"{report.snapshots_deleted} snapshot(s) deleted")
+    if report.snapshot_events_erased:
+        extra.append(
+            f"{report.snapshot_events_erased} snapshot event(s) of snapshots/{stream} erased"
+        )
     if report.read_models_reset:
         extra.append(f"read models rewound: {', '.join(report.read_models_reset)}")
     app.say(

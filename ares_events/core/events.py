@@ -33,6 +33,8 @@ __all__ = [
     "NO_STREAM",
     "RECORD_STREAMS",
     "RETENTION_STREAM",
+    "SNAPSHOT_COVERS",
+    "SNAPSHOT_STREAM_PREFIX",
     "STREAM_EXISTS",
     "AppendResult",
     "ErasedPayloadRef",
@@ -58,6 +60,15 @@ RECORD_STREAMS: Final = frozenset({ERASURE_STREAM, RETENTION_STREAM})
 never erased, never archived (archived, they would be retired one day with the segments
 they vouch for): either way the audit could no longer tell an erasure or a retirement
 from tampering or a deletion."""
+SNAPSHOT_STREAM_PREFIX: Final = "snapshots/"
+"""Snapshot events: a stream ``snapshots/<S>`` may hold snapshots of stream ``S`` as
+ordinary events (an integration's own snapshots, say). Each one names in its metadata, under
+:data:`SNAPSHOT_COVERS`, the highest version of ``S`` it folds (an int); erasing version
+``v`` of ``S`` erases those whose ``covers`` is ``v`` or more (they hold its content) and
+leaves those without an int ``covers``."""
+SNAPSHOT_COVERS: Final = "covers"
+"""The metadata key of a snapshot event (:data:`SNAPSHOT_STREAM_PREFIX`): the highest
+version of its stream that it folds."""
 
 
 class Expect(enum.Enum):

@@ -40,6 +40,7 @@ from ares_events.core.events import (
     ERASURE_STREAM,
     ERASURE_TYPE,
     NO_STREAM,
+    SNAPSHOT_COVERS,
     ExpectedVersion,
     NewEvent,
     RecordedEvent,
@@ -263,14 +264,22 @@ class AresAggregateRecorder(AggregateRecorder):
                     for last in self.store.read(ssid, head.version, head.version, 1):
                         last_v = int(last.metadata["originator_version"])
                         ordered = bool(last.metadata.get("ordered"))
+                # The aggregate's stream version each snapshot folds up to (``covers``: an
+                # erasure of that version or an earlier one erases the snapshot too). No
+                # events yet (offset unknown): none, and erasures leave the snapshot (reads
+                # still skip it once an erased event is at or below its version).
+                off = self.datastore.offset(sid)
                 new = []
                 for ev in evs:
                     v = ev.originator_version
                     ordered = ordered and (last_v is None or v > last_v)
                     last_v = v if last_v is None else max(last_v, v)
+                    meta: dict[str, Any] = {"ordered": ordered}
+                    if off is not None:
+                        meta[SNAPSHOT_COVERS] = v - off + 1
                     # One (aggregate, version) once: the event id is derived from them.
                     eid = uuid.uuid5(_SNAPSHOT_IDS, f"{ssid}\x00{v}")
-                    new.append(_to_new_event(ev, self.module, {"ordered": ordered}, eid))
+                    new.append(_to_new_event(ev, self.module, meta, eid))
                 batches.append((ssid, new, head.version if head else NO_STREAM))
             try:
                 results = self._append(batches, track)
@@ -317,9 +326,10 @@ class AresAggregateRecorder(AggregateRecorder):
         limit: int | None,
     ) -> list[RecordedEvent]:
         """The snapshots a read may start from: not those taken at or after an erased
-        event (they hold its content; ``ares-events erase`` does not touch them), nor
-        erased ones (a snapshot is only a shortcut: the read falls back to an earlier one,
-        or to the events, which raise for the erased one)."""
+        event (they hold its content; ``ares-events erase`` erases them too, but not those
+        written without ``covers``: by earlier versions, or before the aggregate had
+        events), nor erased ones (a snapshot is only a shortcut: the read falls back to an
+        earlier one, or to the events, which raise for the erased one)."""
         ds = self.datastore
         sid = ds.stream_id(originator_id)
         erasures = self._erasures()

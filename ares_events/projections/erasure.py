@@ -11,7 +11,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.backend import Capability
-from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, NewEvent, RecordedEvent
+from ares_events.core.events import (
+    ERASURE_STREAM,
+    ERASURE_TYPE,
+    MAX_NAME_LENGTH,
+    SNAPSHOT_COVERS,
+    SNAPSHOT_STREAM_PREFIX,
+    NewEvent,
+    RecordedEvent,
+)
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
@@ -73,6 +81,12 @@ class ErasureReport:
     the erasure began (it may not have committed yet): it was kept, and ``gc-blobs``
     deletes it once it is old and still unreferenced."""
     snapshots_deleted: int = 0
+    """Snapshots of the store's snapshot store (``store.snapshots``) deleted: they folded
+    the event."""
+    snapshot_events_erased: int = 0
+    """Snapshot events (stream ``snapshots/<stream_id>``, metadata ``covers`` at or after
+    the version: :data:`~ares_events.core.events.SNAPSHOT_STREAM_PREFIX`) erased by this
+    call, each recorded like the event (those erased before are not counted)."""
     read_models_reset: list[str] = field(default_factory=list)
     record_position: int | None = None
     """Global position of the ``payload.erased`` record (None: already recorded)."""
@@ -121,6 +135,20 @@ def erase(
                 report.blob_left_for_gc = store.blobs.exists(report.blob_key)
                 report.blob_deleted = not report.blob_left_for_gc
         report.snapshots_deleted = _drop_snapshots(store, stream_id, version)
+        records: dict[str, dict[str, Any]] | None = None
+        for snap in _covering_snapshot_events(store, stream_id, version):
+            # Erased and recorded like the event (its content is in them), before the
+            # event's own record, which comes last; idempotent in the same way.
+            old, _shared = store.erase_payload(snap.stream_id, snap.version)
+            if not old.payload_erased:
+                report.snapshot_events_erased += 1
+            else:  # erased before: record it only if that erasure left no record
+                if records is None:
+                    records = erasure_records(store)
+                if old.event_id_str in records:
+                    continue
+            with contextlib.suppress(ConcurrencyError):
+                store.append(ERASURE_STREAM, [erasure_record(old, reason, by)])
         report.read_models_reset = reset_read_models(store, before.position)
         if not already or before.event_id_str not in erasure_records(store):
             # The record's id is derived from the erased event: of concurrent erasers, one
@@ -187,6 +215,23 @@ def _drop_snapshots(store: EventStore, stream_id: str, version: int) -> int:
     snaps = store.snapshots
     stale = [i.projection for i in snaps.list(stream_id) if i.at_version >= version]
     return sum(int(snaps.delete(stream_id, name)) for name in stale)
+
+
+def _covering_snapshot_events(
+    store: EventStore, stream_id: str, version: int
+) -> list[RecordedEvent]:
+    """The events of ``snapshots/<stream_id>`` whose metadata ``covers`` is an int at or
+    after ``version`` (they fold its content); one head lookup when there is no such
+    stream."""
+    snaps = SNAPSHOT_STREAM_PREFIX + stream_id
+    if len(snaps) > MAX_NAME_LENGTH or store.head(snaps) is None:
+        return []  # too long to be a stream id (head() would refuse it), or no such stream
+    out = []
+    for e in store.read(snaps):
+        c = e.metadata.get(SNAPSHOT_COVERS)
+        if type(c) is int and c >= version:
+            out.append(e)
+    return out
 
 
 def reset_read_models(store: EventStore | AsyncEventStore, position: int) -> list[str]:

@@ -7,6 +7,8 @@ leaves the erased event out, so followers move past it instead of failing on it 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,10 +17,11 @@ from typing import Any
 import pytest
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
-from eventsourcing.persistence import DataError
+from eventsourcing.persistence import DataError, StoredEvent
 from eventsourcing.system import ProcessApplication, SingleThreadedRunner, System
 
 import ares_events as ae
+from ares_events.cli import main
 from ares_events.errors import PayloadErased
 from ares_events.integrations import eventsourcing as es
 
@@ -210,3 +213,100 @@ def test_an_erased_snapshot_is_skipped(url: str) -> None:
         # A new snapshot below the erased version is stored and used.
         a.take_snapshot(d, version=1)
         assert a.repository.get(d, version=1).name == "Fido"
+
+
+def erase_with(how: str, url: str, stream_id: str, version: int) -> dict[str, Any]:
+    """Erase through ``ares-events erase`` (the CLI, in process) or ``ae.erase``; the report."""
+    if how == "api":
+        with ae.open_store(url) as store:
+            return ae.erase(store, stream_id, version, reason="gdpr", by="test").to_dict()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["--store", url, "erase", stream_id, str(version), "--reason", "gdpr", "--json"])
+    assert rc == 0
+    out: dict[str, Any] = json.loads(buf.getvalue())
+    return out
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_erase_erases_the_snapshots_holding_the_event(url: str, how: str) -> None:
+    """Erasing an aggregate's event also erases (and records) its snapshots taken at or
+    after it: no event of the store holds the erased text any more. A snapshot from before
+    the erased version is kept and still used. Erasing again changes nothing: one erasure
+    record per erased event."""
+    d = snapshotted_dog(url)  # snapshot at version 3
+    with school(url, IS_SNAPSHOTTING_ENABLED="y") as a:
+        a.take_snapshot(d, version=1)
+    sid, ssid = f"dogschool/{d}", f"snapshots/dogschool/{d}"
+    with ae.open_store(url) as store:
+        covers = [e.metadata.get("covers") for e in store.read(ssid)]
+        assert covers == [3, 1]  # the stream versions of the aggregate they fold
+    report = erase_with(how, url, sid, 2)
+    assert report["snapshot_events_erased"] == 1
+    with ae.open_store(url) as store:
+        for e in store.read_all():
+            assert e.payload_erased or b"SECRET" not in e.payload_bytes, (e.stream_id, e.version)
+        assert [e.payload_erased for e in store.read(ssid)] == [True, False]
+        assert ae.integrity.audit(store).ok
+    again = erase_with(how, url, sid, 2)
+    assert again["already_erased"] and again["snapshot_events_erased"] == 0
+    with ae.open_store(url) as store:
+        recs = [
+            (r.payload["stream_id"], r.payload["version"]) for r in store.read(ae.ERASURE_STREAM)
+        ]
+        assert sorted(recs) == [(sid, 2), (ssid, 1)]
+    with school(url, IS_SNAPSHOTTING_ENABLED="y") as a:
+        assert [s.originator_version for s in a.snapshots.recorder.select_events(d)] == [1]
+        assert a.repository.get(d, version=1).name == "Fido"  # from the kept snapshot
+        with pytest.raises(es.PayloadErasedError):
+            a.repository.get(d)
+
+
+def test_a_snapshot_of_an_aggregate_without_events_has_no_covers(url: str) -> None:
+    """A snapshot whose aggregate has no events yet (the offset is unknown) is written
+    without ``covers``: erasure leaves it, and reads skip it once an erased event of the
+    aggregate sits at or below its version."""
+    oid = uuid.uuid4()
+    with school(url, IS_SNAPSHOTTING_ENABLED="y") as a:
+        snap = StoredEvent(oid, 5, "tests:Snap", b"{}")
+        a.snapshots.recorder.insert_events([snap])
+    with ae.open_store(url) as store:
+        (e,) = store.read(f"snapshots/dogschool/{oid}")
+        assert "covers" not in e.metadata
+
+
+class Cat(Aggregate):
+    """An aggregate numbered from 0: its stream's offset is 0."""
+
+    INITIAL_VERSION = 0
+
+    @event("Registered")
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tricks: list[str] = []
+
+    @event("TrickAdded")
+    def add_trick(self, trick: str) -> None:
+        self.tricks.append(trick)
+
+
+def test_covers_is_the_stream_version_when_the_offset_is_not_one(url: str) -> None:
+    """Original versions 0, 1, 2 are stream versions 1, 2, 3: a snapshot at original
+    version 1 covers stream version 2, so erasing stream version 2 erases it and not the
+    one at original version 0."""
+    with school(url, IS_SNAPSHOTTING_ENABLED="y") as a:
+        c = Cat("Tom")
+        c.add_trick("SECRET")
+        c.add_trick("purr")
+        a.save(c)
+        a.take_snapshot(c.id, version=0)
+        a.take_snapshot(c.id, version=1)
+    ssid = f"snapshots/dogschool/{c.id}"
+    with ae.open_store(url) as store:
+        assert [e.metadata.get("covers") for e in store.read(ssid)] == [1, 2]
+    report = erase_with("api", url, f"dogschool/{c.id}", 2)
+    assert report["snapshot_events_erased"] == 1
+    with ae.open_store(url) as store:
+        assert [e.payload_erased for e in store.read(ssid)] == [False, True]
+    with school(url, IS_SNAPSHOTTING_ENABLED="y") as a:
+        assert a.repository.get(c.id, version=0).name == "Tom"

@@ -26,7 +26,7 @@ import pytest
 
 import ares_events as ae
 from ares_events.cli import main
-from ares_events.core.events import ErasedPayloadRef
+from ares_events.core.events import SNAPSHOT_COVERS, SNAPSHOT_STREAM_PREFIX, ErasedPayloadRef
 from ares_events.core.recorder import backend_of
 from ares_events.integrity.checkpoints import verify_proof
 from ares_events.integrity.notes import SigningKey
@@ -645,3 +645,41 @@ def test_erasure_records_with_random_ids_are_still_recognised(tmp_path: Path) ->
         assert len(list(store.read(ae.ERASURE_STREAM))) == 1
         assert ae.integrity.audit(store).ok
         assert erasure_record(before, "x", "y").event_id == old.event_id  # derived id
+
+
+def test_snapshot_events_covering_the_erased_version_are_erased(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Snapshot events (stream ``snapshots/<S>``, metadata ``covers``: the highest version
+    of S they fold) at or after the erased version are erased and recorded like the event;
+    those below it, and those without an int ``covers``, are kept. Idempotent: a second
+    erasure erases nothing more and records nothing twice; a snapshot event erased without
+    a record (an interrupted erasure) gets its record."""
+    snaps = f"{SNAPSHOT_STREAM_PREFIX}S"
+
+    def snap(covers: Any) -> ae.NewEvent:
+        meta = {} if covers is None else {SNAPSHOT_COVERS: covers}
+        return ae.NewEvent(type="snap", module="test", payload={"state": SECRET}, metadata=meta)
+
+    with open_backend(backend, tmp_path, request) as store:
+        store.append("S", [_ev({"n": 1}), _ev({"ssn": SECRET}), _ev({"n": 3})])
+        # versions 1..7 of snapshots/S: covers 3, 2, 1, none, "3", True, 3 (erased, no record)
+        store.append(snaps, [snap(c) for c in (3, 2, 1, None, "3", True, 3)])
+        store.erase_payload(snaps, 7)  # an erasure interrupted before its record
+        rep = ae.erase(store, "S", 2, reason="gdpr", by="dpo")
+        assert rep.snapshot_events_erased == 2
+        assert rep.to_dict()["snapshot_events_erased"] == 2
+        erased = [e.version for e in store.read(snaps) if e.payload_erased]
+        assert erased == [1, 2, 7]
+        recs = [
+            (e.payload["stream_id"], e.payload["version"]) for e in store.read(ae.ERASURE_STREAM)
+        ]
+        assert sorted(recs) == [("S", 2), (snaps, 1), (snaps, 2), (snaps, 7)]
+        again = ae.erase(store, "S", 2, reason="gdpr", by="dpo")
+        assert again.already_erased and again.snapshot_events_erased == 0
+        assert len(list(store.read(ae.ERASURE_STREAM))) == 4
+        assert ae.integrity.audit(store).ok
+        # A stream without snapshot events, and one whose id leaves no room for the prefix.
+        for sid in ("T", "L" * 256):
+            store.append(sid, [_ev({"n": 1})])
+            assert ae.erase(store, sid, 1, reason="gdpr", by="dpo").snapshot_events_erased == 0
