@@ -211,3 +211,15 @@ def test_a_report_with_findings_is_its_own_json_not_an_error(
     assert main(["--store", damaged, "verify", "run-1", "--json"]) == 1
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "error" not in json.loads(out)
+
+
+@pytest.mark.postgres
+def test_gc_blobs_without_a_blob_store_names_the_cli_option(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the command line the way to give a blob store is --blobs or ARES_BLOBS_URL, which
+    the error names (not only the Python argument); a usage error, exit 2."""
+    ae.open_store(postgres_url, create=True).close()
+    assert main(["--store", postgres_url, "gc-blobs", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--blobs URL" in err and "ARES_BLOBS_URL" in err

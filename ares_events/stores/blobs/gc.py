@@ -137,7 +137,10 @@ def gc_blobs(
     """
     blobs = store.blobs
     if blobs is None:
-        raise ConfigError("gc-blobs needs a blob store: open the store with blobs=URL")
+        raise ConfigError(
+            "gc-blobs needs a blob store: open the store with blobs=URL (on the command line: "
+            "--blobs URL or ARES_BLOBS_URL)"
+        )
     # Archive objects are referenced by the segment index, not by events: every one of
     # them would look like an orphan here.
     check_apart(blobs, recorded_archive(store))
