@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,7 +12,6 @@ from ares_events.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     App,
-    CommandError,
     add_columns,
     cli,
     json_app,
@@ -26,13 +24,21 @@ from ares_events.cli.common import (
     user_json,
     verdict,
 )
-from ares_events.errors import WitnessRefused
+from ares_events.errors import ProofError, WitnessRefused
 from ares_events.integrity.checkpoints import b64, unb64_hash
 from ares_events.integrity.witness import LogWitness, parse_request
 
 STATE_HELP = "The witness's state file (SQLite; created when missing)."
 state_option = click.option(
     "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
+)
+# `list` only looks (docs/cli.md, "Which commands write"): its state file must exist.
+list_state_option = click.option(
+    "--state",
+    default="ares-witness.db",
+    show_default=True,
+    metavar="FILE",
+    help="The witness's state file (SQLite; read only, never created or changed).",
 )
 
 
@@ -66,7 +72,8 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
     Example:
       ares-events witness add-log log.vkey --state w1.db
     """
-    (key,) = load_vkeys((vkey,))
+    # Named as this command takes it: add-log has no --vkey option.
+    (key,) = load_vkeys((vkey,), option="VKEY")
     with LogWitness(state) as w:
         o = w.add_log(key, origin)
     app.say(f"trusting {o} (key {key.key_id.hex()}) in {state}")
@@ -74,7 +81,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
 
 
 @witness_group.command(name="list")
-@state_option
+@list_state_option
 @json_app
 def list_cmd(app: App, state: str, as_json: bool) -> int:
     """The logs this witness trusts and the last size it cosigned for each.
@@ -83,9 +90,9 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
     Example:
       ares-events witness list --state w1.db --json
     """
-    if not Path(state).exists():
-        raise CommandError(f"no witness state at {state}")
-    with LogWitness(state) as w:
+    # Read-only: a missing file, or one that is not a witness's state (an event store, an
+    # empty file), is a usage error, and the file is left byte for byte as it was.
+    with LogWitness(state, read_only=True) as w:
         logs = w.logs()
     if as_json:
         rows = [
@@ -122,9 +129,11 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
     Example:
       ares-events witness cosign req.json --state w1.db --key w1.key --json
     """
-    old, proof, note = _request(request)
     key = load_signing_key(app, key_file, required=True)
     try:
+        # A request that does not parse is the protocol's "400 Bad Request", a refusal
+        # like the others (exit 1); only a REQUEST that cannot be read is a usage error.
+        old, proof, note = _request(request)
         with LogWitness(state, key) as w:
             res = w.add_checkpoint(old, proof, note)
     except WitnessRefused as exc:
@@ -142,19 +151,26 @@ def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool)
 
 
 def _request(source: str) -> tuple[int, list[bytes], str]:
+    """``(old size, proof, checkpoint)`` of REQUEST.
+
+    Raises:
+        CommandError: it cannot be read.
+        WitnessRefused: it does not parse (400).
+    """
     text = read_text(source)
-    if text.lstrip().startswith("{"):
-        try:
-            doc: Any = user_json(text)
-            old = doc["old_size"]
-            proof = [unb64_hash(h, "consistency") for h in doc["consistency"]]
-            note = doc["checkpoint"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CommandError(f"{source} is not a consistency proof JSON ({exc})") from None
-        if type(old) is not int or not isinstance(note, str):
-            raise CommandError(f"{source}: old_size must be an integer, checkpoint a string")
-        return old, proof, note
-    try:
+    if not text.lstrip().startswith("{"):
         return parse_request(text)
-    except WitnessRefused as exc:
-        raise CommandError(f"{source}: {exc.reason}") from None
+    try:
+        doc: Any = user_json(text)
+        old = doc["old_size"]
+        proof = [unb64_hash(h, "consistency") for h in doc["consistency"]]
+        note = doc["checkpoint"]
+    except ProofError as exc:
+        raise WitnessRefused(400, f"not a consistency proof JSON: {exc.reason}") from None
+    except KeyError as exc:
+        raise WitnessRefused(400, f"not a consistency proof JSON: no {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise WitnessRefused(400, f"not a consistency proof JSON ({exc})") from None
+    if type(old) is not int or old < 0 or not isinstance(note, str):
+        raise WitnessRefused(400, "old_size must be an integer >= 0, checkpoint a string")
+    return old, proof, note

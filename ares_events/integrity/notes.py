@@ -33,6 +33,7 @@ __all__ = [
     "NoteSignature",
     "SigningKey",
     "VerifierKey",
+    "holds_private_key",
     "key_id",
     "open_note",
     "read_key_file",
@@ -98,6 +99,12 @@ def check_key_name(name: object, where: str = "key name") -> str:
                 f"{where} {name!r} must not contain spaces, '+' or control characters"
             )
     return name
+
+
+def holds_private_key(text: str) -> bool:
+    """Whether ``text`` holds a signing key's text (``PRIVATE+KEY+...``): an error or a
+    report must then show none of it."""
+    return _PRIVATE_PREFIX in text
 
 
 def key_id(name: str, alg: int, public_key: bytes) -> bytes:
@@ -331,17 +338,33 @@ class Note:
         if not block.endswith("\n"):
             raise ProofError("not a signed note: the last signature line has no final newline")
         sigs: list[NoteSignature] = []
-        for line in block[:-1].split("\n"):
+        # Errors name a signature line by its place and kind, never by its content: what
+        # stands there in a mistaken file may be a private key (a key file appended to a
+        # note), and even part of its seed must never reach stderr, JSON or a finding.
+        for i, line in enumerate(block[:-1].split("\n"), 1):
+            where = f"line {i} after the empty line"
+            if holds_private_key(line):
+                raise ProofError(
+                    f"not a signed note: {where} holds a private signing key, not a "
+                    "signature (nothing of it is shown; keep key files out of notes)"
+                )
             if not line.startswith(EM_DASH + " "):
-                raise ProofError(f"not a signature line: {line[:60]!r}")
+                raise ProofError(
+                    f"not a signed note: {where} is not a signature line (it must start "
+                    "with an em dash and a space)"
+                )
             name, sp, b64 = line[2:].partition(" ")
+            shape = f"'{EM_DASH} <key name> <base64 signature>'"
             if not sp or not name or " " in b64:
-                raise ProofError(f"malformed signature line: {line[:60]!r}")
+                raise ProofError(f"malformed signature line ({where}): expected {shape}")
             try:
                 check_key_name(name)
                 raw = _unb64(b64)
             except (ConfigError, ValueError):
-                raise ProofError(f"malformed signature line: {line[:60]!r}") from None
+                raise ProofError(
+                    f"malformed signature line ({where}): expected {shape} (a key name "
+                    "without spaces or '+', canonical standard base64)"
+                ) from None
             if len(raw) < 5:
                 raise ProofError("a signature line holds fewer than 5 bytes")
             sigs.append(NoteSignature(name, raw))

@@ -262,16 +262,19 @@ def test_witness_cli(
     assert wk.private_text() not in capsys.readouterr().out
 
 
-def test_a_deeply_nested_request_is_a_usage_error(
+def test_a_deeply_nested_request_is_refused_400(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """witness cosign on a JSON request nested deeper than the parser goes: exit 2 (it was
-    an internal error, exit 4), nothing cosigned."""
+    """witness cosign on a JSON request nested deeper than the parser goes: a malformed
+    request, "REFUSED 400" and exit 1 as docs/cli.md says (it was an internal error, exit
+    4, then a usage error, exit 2), nothing cosigned."""
     deep = tmp_path / "req.json"
     deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
     key = tmp_path / "w.key"
     state = tmp_path / "w.db"
     assert main(["keygen", "example.com/w", "--witness", "--out", str(key)]) == 0
     capsys.readouterr()
-    assert main(["witness", "cosign", str(deep), "--state", str(state), "--key", str(key)]) == 2
-    assert "internal error" not in capsys.readouterr().err
+    assert main(["witness", "cosign", str(deep), "--state", str(state), "--key", str(key)]) == 1
+    out, err = capsys.readouterr()
+    assert "REFUSED" in out and "400" in out and "internal error" not in err
+    assert not state.exists()
