@@ -14,6 +14,7 @@ module they live in) the ones defined beside the code that raises them.
     ├── PayloadErased                        the event's payload was erased (.stream_id, .version)
     ├── ProofError (ValueError)              a signed note, checkpoint or proof that is malformed,
     │   │                                    does not verify, or cannot be made (.reason)
+    │   ├── CheckpointNeeded                 projections.merkle: a proof needs a checkpoint signed
     │   └── WitnessRefused                   a witness would not cosign (.status, .latest_size)
     ├── ConcurrencyError                     expected_version mismatch (.expected, .actual)
     │   ├── SessionConflict                  another run wrote the session since this one read it

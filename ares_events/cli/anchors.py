@@ -58,8 +58,9 @@ def anchor_cmd(
     With the log's key (--key or ARES_LOG_KEY_FILE): brings the Merkle log up to date,
     signs a checkpoint (C2SP tlog-checkpoint), stores it and writes it to the location as
     checkpoint-<size>-<time>.note; nobody without the key can forge or edit one. Exits 1,
-    writing nothing, when the log no longer matches a checkpoint already stored (its
-    events were rewritten or removed after it was signed).
+    writing nothing, when the Merkle log does not match its events (every leaf is checked
+    against them first, as `checkpoint` does) or no longer matches a checkpoint already
+    stored (its events were rewritten or removed after it was signed).
 
     --check proves the store still extends every checkpoint there: its signature, and the
     root of today's first <size> events. A deleted tail or a rewritten event is a finding;

@@ -28,10 +28,10 @@ from ares_events.cli.common import (
     verdict,
     vkey_option,
 )
-from ares_events.errors import ProofError
+from ares_events.errors import ConfigError, ProofError
 from ares_events.integrity.checkpoints import b64, read_checkpoint, verify_proof
 from ares_events.integrity.notes import ALG_COSIGNATURE_V1, ALG_ED25519, SigningKey, write_key_file
-from ares_events.projections.merkle import MerkleLog
+from ares_events.projections.merkle import MAX_SIZE, CheckpointNeeded, MerkleLog
 
 KEY_HELP = "The log's signing key file (from keygen); default: ARES_LOG_KEY_FILE."
 VKEY_HELP = (
@@ -96,9 +96,10 @@ def checkpoint_cmd(app: App, key_file: str | None, list_: bool, as_json: bool) -
     Brings the Merkle log up to date with every committed event, then signs its size and
     RFC 9162 root with the log key. The checkpoint is stored in the store (prove uses the
     latest one that covers an event) and printed: the signed note, or with --json
-    {"checkpoint", "tree_size", "root"}. Exits 1, signing nothing, when the log no longer
-    matches a checkpoint already stored (its events were rewritten or removed after it
-    was signed): the key never signs two histories.
+    {"checkpoint", "tree_size", "root"}. Exits 1, signing nothing, when the Merkle log no
+    longer matches its events (every leaf is checked against them first) or a checkpoint
+    already stored (its events were rewritten or removed after it was signed): the key
+    never signs two histories.
 
     \b
     Example:
@@ -156,6 +157,17 @@ def _number(value: str, what: str, hint: str) -> int:
         raise click.BadParameter(f"{value!r} is not {what}", param_hint=hint) from None
 
 
+def _tree_size(value: str) -> int:
+    """NEW_SIZE: a tree size is 0 to 2**63-1 (a checkpoint's bound); anything else is a
+    usage error on every backend, never a lookup (SQLite cannot even bind it)."""
+    n = _number(value, "a tree size", "NEW_SIZE")
+    if not 0 <= n <= MAX_SIZE:
+        raise click.BadParameter(
+            f"{value!r} is not a tree size (0 to 2**63-1)", param_hint="NEW_SIZE"
+        )
+    return n
+
+
 def _catch_up(app: App, log: MerkleLog) -> None:
     todo = log.store.last_position() - log.position()
     if todo <= 0:
@@ -169,7 +181,7 @@ def _catch_up(app: App, log: MerkleLog) -> None:
 @click.option(
     "--consistency",
     "old_size",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_SIZE),
     metavar="OLD_SIZE",
     help="Prove that the log at NEW_SIZE (default: the latest checkpoint) extends OLD_SIZE.",
 )
@@ -190,8 +202,9 @@ def prove_cmd(
     that covers it (or a checkpoint signed now with --key). --consistency OLD_SIZE
     [NEW_SIZE]: a consistency proof between two checkpoints. The proof is one JSON
     object (--json, or --out FILE) that `ares-events verify-proof` checks offline. Exits 1
-    when no proof can be made (no checkpoint yet, or the event or log was rewritten after
-    it was signed).
+    when no proof can be made (the event or log was rewritten or cut after it was
+    signed, or the Merkle log no longer matches its events). Without --key it only
+    reads: exit 2 when the proof would need a checkpoint signed first (none covers it).
 
     \b
     Example:
@@ -209,17 +222,25 @@ def prove_cmd(
     elif len(args) > 1:
         raise click.UsageError("prove --consistency takes OLD_SIZE and at most one NEW_SIZE")
     else:
-        new_size = _number(args[0], "a tree size", "NEW_SIZE") if args else None
+        new_size = _tree_size(args[0]) if args else None
     # Without a key, a proof only reads: of what the Merkle log holds, against stored
     # checkpoints. With one it signs (and stores) a checkpoint, after catching the log up.
     with app.open(write=key is not None) as store:
         log = MerkleLog(store)
         if key is not None:
             _catch_up(app, log)
-        if old_size is None:
-            doc = log.prove_event(stream_id, version, key=key, catch_up=key is not None)
-        else:
-            doc = log.prove_consistency(old_size, new_size, key=key, catch_up=key is not None)
+        try:
+            if old_size is None:
+                doc = log.prove_event(stream_id, version, key=key, catch_up=key is not None)
+            else:
+                doc = log.prove_consistency(old_size, new_size, key=key, catch_up=key is not None)
+        except CheckpointNeeded as exc:
+            # A look-only command that would need a write (signing) to answer: exit 2,
+            # as every such command (docs/cli.md), naming the commands that sign.
+            raise ConfigError(
+                f"{exc.reason}; signing one writes to the store, which prove without --key "
+                "does not do"
+            ) from None
     if out is not None:
         try:
             Path(out).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

@@ -44,6 +44,7 @@ __all__ = [
     "check_anchors",
     "open_location",
     "recorded_log_keys",
+    "roots_at",
     "verify_anchors",
     "write_checkpoint_note",
 ]
@@ -338,8 +339,17 @@ def recorded_log_keys(recorder: Any) -> list[VerifierKey]:
     return out
 
 
-def _roots_at(recorder: Any, sizes: set[int]) -> tuple[int, dict[int, bytes]]:
-    """(number of events visible to ``read_all``, root at each wanted size)."""
+def roots_at(recorder: Any, sizes: set[int]) -> tuple[int, dict[int, bytes]]:
+    """(number of events visible to ``read_all``, root at each wanted size) recomputed from
+    every event's chain hash: the one loop that checks a Merkle tree or a signed root
+    against the rows (``anchor --check``, ``audit --anchors``, and the Merkle log before
+    its key signs, :meth:`~ares_events.projections.merkle.MerkleLog.verify_rows`). A size
+    above the number of events has no root in the result.
+
+    Raises:
+        ArchiveError: an archived segment cannot be read.
+        StoreUnavailable: the store cannot be read.
+    """
     acc = RootAccumulator()
     roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT} if 0 in sizes else {}
     for e in recorder.read_all(0, None):
@@ -379,7 +389,7 @@ def check_checkpoint_notes(
     if not good:
         return 0, findings
     try:
-        total, roots = _roots_at(recorder, {s.checkpoint.size for _, s in good})
+        total, roots = roots_at(recorder, {s.checkpoint.size for _, s in good})
     except ArchiveError as exc:  # the events they sign cannot be read: a finding, no verdict
         detail = f"{len(good)} signed checkpoint(s) not checked: {exc}"
         return len(good), [*findings, Finding(f"archive_{exc.kind}", None, None, detail)]

@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _SIZE: Final = re.compile(r"0|[1-9][0-9]*")
+_HEX: Final = re.compile(r"(?:[0-9a-f]{2})*")
 MAX_PROOF_HASHES: Final = 64
 """A proof of a tree below 2**63 leaves has at most 63 hashes (tlog-witness says so too)."""
 
@@ -91,7 +92,7 @@ def parse_checkpoint(text: str) -> Checkpoint:
     if not origin:
         raise ProofError("the checkpoint's origin line is empty")
     if not _SIZE.fullmatch(size) or len(size) > 19:
-        raise ProofError(f"the checkpoint's tree size {size[:30]!r} is not a decimal number")
+        raise ProofError("the checkpoint's tree size (its second line) is not a decimal number")
     n = int(size)
     if n >= 2**63:
         raise ProofError("the checkpoint's tree size is too large")
@@ -302,10 +303,12 @@ def _verify_inclusion(doc: Mapping[str, Any], cp: Checkpoint, check: ProofCheck)
         raise ProofError(f"the proof is for tree size {size}, the checkpoint for {cp.size}")
     if not isinstance(data := doc.get("leaf_data"), str):
         raise ProofError("'leaf_data' must be hex")
-    try:
-        leaf = bytes.fromhex(data)
-    except ValueError:
-        raise ProofError("'leaf_data' is not hex") from None
+    # Lowercase hex only, as prove writes it: bytes.fromhex also reads upper case and
+    # spaces, so a proof with a changed byte would still verify (the base64 hashes are
+    # held to canonical form likewise).
+    if not _HEX.fullmatch(data):
+        raise ProofError("'leaf_data' is not lowercase hex")
+    leaf = bytes.fromhex(data)
     path = _hashes(doc, "inclusion")
     check.details.update(leaf_index=index, leaf_data=leaf.hex())
     if not merkle.verify_inclusion(index, size, merkle.leaf_hash(leaf), path, cp.root):

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from ares_events.core.backend import Capability
 from ares_events.core.events import RecordedEvent
 from ares_events.core.read_models import CheckpointStore
+from ares_events.core.recorder import system_of_record
 from ares_events.errors import (
+    ArchiveError,
     ChainIntegrityError,
     ConfigError,
     EventNotFound,
@@ -23,6 +25,7 @@ from ares_events.errors import (
     StoreError,
 )
 from ares_events.integrity import merkle
+from ares_events.integrity.anchors import roots_at
 from ares_events.integrity.checkpoints import (
     Checkpoint,
     SignedCheckpoint,
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MERKLE_PROJECTION", "MerkleLog", "MerkleLogProjection"]
+__all__ = ["MERKLE_PROJECTION", "CheckpointNeeded", "MerkleLog", "MerkleLogProjection"]
 
 MERKLE_PROJECTION: Final = "merkle_log"
 TILE_HEIGHT: Final = 8
@@ -53,6 +56,14 @@ LOG_KEYS: Final = "log_keys"
 _KEYS_LOCK = threading.Lock()
 _H: Final = merkle.HASH_SIZE
 _REBUILD: Final = f"(rebuild it: ares-events rebuild {MERKLE_PROJECTION})"
+MAX_SIZE: Final = 2**63 - 1
+"""The largest tree size (a checkpoint's size is below 2**63: C2SP tlog-checkpoint)."""
+
+
+class CheckpointNeeded(ProofError):
+    """A read-only proof needs a checkpoint that is not stored: signing one (a write:
+    ``checkpoint --key``, ``prove --key``) would answer. The CLI makes it exit 2, as
+    every looking command that would need a write."""
 
 
 def _leaf(e: RecordedEvent) -> bytes:
@@ -346,13 +357,64 @@ class MerkleLog:
 
         Raises:
             ProofError: ``size`` is beyond the log; the key's name differs from the
-                origin of checkpoints this log already signed; or the log no longer
+                origin of checkpoints this log already signed; the tree does not match
+                the events it covers (:meth:`verify_rows`); or the log no longer
                 matches a stored checkpoint (its events were rewritten or removed after
                 it was signed), also when a racing signer stored another root at this
                 size first.
             StoreUnavailable: the store cannot be reached.
         """
         self.catch_up()
+        self.verify_rows()
+        return self._sign(key, size, store)
+
+    def verify_rows(self, size: int | None = None) -> None:
+        """Check the tree's first ``size`` leaves (default: every leaf) against the
+        events themselves: the root of the chain hashes of the first ``size`` events,
+        recomputed from the system of record (archived events included), must be the
+        tree's root at ``size``. Equal roots mean equal leaves in the same order, so a
+        rewritten event (even with every hash recomputed), a deleted one, or an event at
+        a position the tree skipped (on SQLite a deleted tail's positions are reused by
+        the next appends, behind the tree's cursor) all fail it.
+
+        The tree's tiles are what every root, proof and checkpoint is made from, and
+        tampering with event rows never touches them; comparing stored checkpoints with
+        the tree alone would sign such a tree again. This reads every event up to
+        ``size`` (the same loop as ``anchor --check``): ``O(size)``.
+
+        Raises:
+            ProofError: the tree does not match its events, or they cannot be read (a
+                damaged archive segment): nothing may be signed or proved from it.
+            StoreUnavailable: the store cannot be reached.
+        """
+        have = self.size()
+        n = have if size is None else size
+        if not 0 <= n <= have:
+            raise ProofError(f"the tree has {have} leaves; no root at size {n}")
+        try:
+            total, roots = roots_at(system_of_record(self.store.recorder), {n})
+        except ArchiveError as exc:
+            raise ProofError(
+                f"the Merkle log cannot be checked against its events ({exc}), so "
+                "nothing is signed or proved from it"
+            ) from None
+        if roots.get(n) == self.root(n):
+            return
+        why = (
+            f"the store holds {total} events, the tree {n} leaves: events were removed"
+            if total < n
+            else f"the first {n} events no longer hash to the tree's root at size {n}: "
+            "events were rewritten, removed or inserted behind the store's back"
+        )
+        raise ProofError(
+            f"the Merkle log does not match its events ({why}); nothing is signed or "
+            "proved from it. `ares-events anchor --check` (or `audit --anchors`) names the "
+            "signed checkpoints they break; `ares-events rebuild merkle_log` rebuilds the "
+            "tree from the events, which the stored checkpoints are then checked against"
+        )
+
+    def _sign(self, key: SigningKey, size: int | None, store: bool) -> SignedCheckpoint:
+        """:meth:`sign` after the catch-up and :meth:`verify_rows`."""
         n = self.size() if size is None else size
         origin = self.checkpoints.origin()
         if origin is not None and origin != key.name:
@@ -409,6 +471,8 @@ class MerkleLog:
 
     def checkpoint_at(self, size: int) -> SignedCheckpoint | None:
         """The stored checkpoint of exactly ``size`` leaves, or None."""
+        if not 0 <= size <= MAX_SIZE:  # no tree has it (and SQLite cannot even look it up)
+            return None
         text = self.checkpoints.at_size(size)
         return read_checkpoint(text) if text is not None else None
 
@@ -476,7 +540,10 @@ class MerkleLog:
 
         Raises:
             EventNotFound: no such event.
-            ProofError: no checkpoint covers the event (pass ``key``); the event is not
+            CheckpointNeeded: (a ProofError) no checkpoint covers the event (pass
+                ``key``).
+            ProofError: with ``key``, the tree does not match its events
+                (:meth:`verify_rows`); the event is not
                 the one logged at its place (rewritten after it was logged) or its fields
                 no longer hash to its chain hash (edited in place); or the log no longer
                 matches the checkpoint.
@@ -516,7 +583,7 @@ class MerkleLog:
             )
         signed = self.sign(key) if key is not None else self.latest_checkpoint(covering=index)
         if signed is None:
-            raise ProofError(
+            raise CheckpointNeeded(
                 f"no stored checkpoint covers leaf {index} yet: sign one with "
                 "`ares-events checkpoint --key FILE` (or pass --key)"
             )
@@ -541,19 +608,27 @@ class MerkleLog:
         ones, or are signed with ``key`` when missing. ``catch_up=False`` (a read-only
         proof, without ``key``) writes nothing: the log must already hold both sizes.
 
+        Every leaf below ``new_size`` is checked against the events first
+        (:meth:`verify_rows`; with ``key``, every leaf of the tree, as before any
+        signature): the proof vouches for all of them.
+
         Raises:
-            ProofError: sizes out of range, or no checkpoint of ``new_size`` (pass ``key``),
-                or the log no longer matches a checkpoint.
+            CheckpointNeeded: (a ProofError) without ``key``, no stored checkpoint of
+                ``new_size`` (or none at all), and signing one would answer.
+            ProofError: sizes out of range, the tree does not match its events, or the
+                log no longer matches a checkpoint.
             ConfigError: ``catch_up`` is False and the log has not folded the events of
                 a checkpoint yet: the proof needs a write.
         """
         catch_up = catch_up or key is not None
         if catch_up:
             self.catch_up()
+        if key is not None:
+            self.verify_rows()  # once, for the one or two checkpoints signed below
         if new_size is None:
-            latest = self.sign(key) if key is not None else self.latest_checkpoint()
+            latest = self._sign(key, None, True) if key is not None else self.latest_checkpoint()
             if latest is None:
-                raise ProofError(
+                raise CheckpointNeeded(
                     "no stored checkpoint: sign one with `ares-events checkpoint --key FILE`"
                 )
             new_size = latest.checkpoint.size
@@ -564,10 +639,12 @@ class MerkleLog:
         if old_size > 0:
             old = self.checkpoint_at(old_size)
             if old is None and key is not None:
-                old = self.sign(key, size=old_size)
+                old = self._sign(key, old_size, True)
         self._check_against(new, caught_up=catch_up)
         if old is not None:
             self._check_against(old, caught_up=catch_up)
+        if key is None:
+            self.verify_rows(new_size)
         proof = self.consistency_proof(old_size, new_size)
         return consistency_document(
             old_size, new_size, proof, new.text, old.text if old is not None else None
@@ -577,11 +654,11 @@ class MerkleLog:
         found = self.checkpoint_at(size)
         if found is not None:
             return found
+        if size > self.size() and (key is not None or self._behind("") is None):
+            raise ProofError(f"the log holds {self.size()} leaves; no checkpoint at {size}")
         if key is not None:
-            if size > self.size():
-                raise ProofError(f"the log holds {self.size()} leaves; no checkpoint at {size}")
-            return self.sign(key, size=size)
-        raise ProofError(
+            return self._sign(key, size, True)
+        raise CheckpointNeeded(
             f"no stored checkpoint of size {size}: pass --key to sign one "
             "(stored sizes: `ares-events checkpoint --list`)"
         )

@@ -111,10 +111,11 @@ def test_checkpoint_prove_and_verify(
 
 
 def test_consistency_from_the_cli(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    """prove --consistency between two stored checkpoints verifies offline; it refuses
-    without a checkpoint (exit 1) and signs the missing ones with --key."""
+    """prove --consistency between two stored checkpoints verifies offline; without a
+    checkpoint it refuses (exit 2: signing one is a write) and signs the missing ones
+    with --key."""
     url, key, vkey, d = env["url"], env["key"], env["vkey"], Path(env["dir"])
-    assert run(capsys, "--store", url, "prove", "--consistency", "4", "--json")[0] == 1
+    assert run(capsys, "--store", url, "prove", "--consistency", "4", "--json")[0] == 2
     assert run(capsys, "--store", url, "checkpoint", "--key", key)[0] == 0
     with ae.open_store(url) as store:
         ae.emit(store, "b", "x.happened", "test", {})
