@@ -238,6 +238,7 @@ class ArchiveRecorder:
         while left > 0 and v <= hi:
             it = self.inner.read(stream_id, v, to_version, None if limit is None else left)
             gap = False
+            upto = hi  # the last version the archive serves before the database again
             try:
                 while not gap:
                     page = _take(it, PAGE)
@@ -265,7 +266,11 @@ class ArchiveRecorder:
                             v += 1
                         elif type(ev) is int and ev > v:
                             if not tolerate:
-                                gap = True  # versions v..ev-1 are not in the database
+                                # Versions v..ev-1 are not in the database: the archive
+                                # serves those only. It may hold versions past ev (a run
+                                # keeps each stream's last event, a later run archives the
+                                # ones after it): reading on there would skip row ev.
+                                gap, upto = True, ev - 1
                                 break
                             v = ev + 1
                         # a lower or malformed version is passed on as stored: the
@@ -288,7 +293,7 @@ class ArchiveRecorder:
             if not gap and (to_version is None or not self._follows(stream_id, v)):
                 return
             got = 0
-            for chunk in self._archived(stream_id, v, hi, left):
+            for chunk in self._archived(stream_id, v, upto, left):
                 yield chunk
                 left -= len(chunk)
                 got += len(chunk)
