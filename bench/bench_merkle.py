@@ -16,9 +16,10 @@ over 100 streams. At each size:
   (``read_all`` in 5000-event batches, SHA-256 leaves, tiles and cursor written per batch).
   Above the append rate means a runner keeps up with a writer appending as fast as it can.
 * **sign a checkpoint**: ``MerkleLog.sign(key)`` on an up-to-date tree (catch-up check,
-  root from ``O(log n)`` tiles, Ed25519 signature, stored row), median of 7; next to the
-  naive way, recomputing the root from every event (``read_all`` + SHA-256 of every leaf
-  and node, one run).
+  the tree checked against every event it covers (``verify_rows``: ``O(n)``), root from
+  ``O(log n)`` tiles, Ed25519 signature, stored row), median of 7; next to the naive way,
+  recomputing the root from every event (``read_all`` + SHA-256 of every leaf and node,
+  one run).
 * **proofs**: an inclusion proof of a random leaf and a consistency proof from a random
   older size (median of 21 each), computed from the tiles.
 """
