@@ -5,6 +5,7 @@ turn another database into a witness's, a request that does not parse is "REFUSE
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -73,7 +74,8 @@ def test_witness_list_on_an_event_store_refuses_and_writes_nothing(
     code, _out, err = run(capsys, "witness", "list", "--state", str(db), "--json")
     assert code == 2 and "not a witness state" in err, err
     assert _digest(db) == before and _beside(db) == files
-    tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")}
+    with contextlib.closing(sqlite3.connect(db)) as conn:  # 3.13 warns of an unclosed one
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert not {t for t in tables if t.startswith("witness_")}
 
 
