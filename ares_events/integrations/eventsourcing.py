@@ -740,13 +740,16 @@ def _quiet_exit() -> None:
         if not issubclass(type(obj), Application) or id(vars(obj).get("factory")) not in live:
             continue
         cls = type(obj)
-        quiet = _QUIET.get(cls)
-        if quiet is None:
-            # The same name (and eventsourcing ``name``) as the class, so that nothing
-            # an exit hook might still print or look up changes.
-            ns = {"__del__": _no_del, "__module__": cls.__module__, "name": cls.name}
-            meta: Any = type(cls)  # ABCMeta for a ProcessApplication
-            quiet = _QUIET[cls] = meta(cls.__name__, (cls,), ns)
-            quiet.__qualname__ = cls.__qualname__
-        with contextlib.suppress(TypeError):  # a layout that forbids it: left as it is
+        # A class that will not be subclassed here (its __init_subclass__ refuses, a
+        # layout forbids the __class__ change) is left as it is: at worst the message
+        # this hook exists to keep away, never a new one.
+        with contextlib.suppress(Exception):
+            quiet = _QUIET.get(cls)
+            if quiet is None:
+                # The same name (and eventsourcing ``name``) as the class, so that nothing
+                # an exit hook might still print or look up changes.
+                ns = {"__del__": _no_del, "__module__": cls.__module__, "name": cls.name}
+                meta: Any = type(cls)  # ABCMeta for a ProcessApplication
+                quiet = _QUIET[cls] = meta(cls.__name__, (cls,), ns)
+                quiet.__qualname__ = cls.__qualname__
             obj.__class__ = quiet
