@@ -178,14 +178,15 @@ def parse_bool(value: object, name: str, where: str) -> bool:
 
 
 def parse_int(value: object, name: str, where: str, *, minimum: int = 1) -> int:
-    """An integer URL parameter or option: an int, or its digits (never a bool or a float,
+    """An integer URL parameter or option: an int, or its ASCII digits (never a bool or a float,
     which ``int()`` would truncate), at least ``minimum`` and at most 2**63-1.
 
     Raises:
         ConfigError: anything else (names the parameter and the redacted URL).
     """
-    if type(value) is str and value.strip().lstrip("+-").isdigit():
-        value = int(value)
+    # ASCII digits only: ``str.isdigit`` also takes "²", which ``int()`` then refuses.
+    if type(value) is str and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+        value = int(value.strip())
     if type(value) is not int:
         raise ConfigError(f"{name} must be an integer, got {value!r:.40} in {where}")
     if not minimum <= value <= 2**63 - 1:
