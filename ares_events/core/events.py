@@ -99,17 +99,11 @@ def check_expected_version(stream_id: str, expected: ExpectedVersion, actual: in
     Raises:
         ConcurrencyError: the stream's version does not satisfy ``expected``.
     """
-    if expected is ANY:
-        return
-    if expected is NO_STREAM:
-        if actual != 0:
-            raise ConcurrencyError(stream_id, expected, actual, "the stream already exists")
-        return
-    if expected is STREAM_EXISTS:
-        if actual == 0:
-            raise ConcurrencyError(stream_id, expected, actual, "the stream does not exist")
-        return
-    if expected != actual:
+    if expected is NO_STREAM and actual != 0:
+        raise ConcurrencyError(stream_id, expected, actual, "the stream already exists")
+    if expected is STREAM_EXISTS and actual == 0:
+        raise ConcurrencyError(stream_id, expected, actual, "the stream does not exist")
+    if not isinstance(expected, Expect) and expected != actual:
         raise ConcurrencyError(stream_id, expected, actual)
 
 
@@ -690,18 +684,15 @@ def prepare_reference(stream_id: str, events: Sequence[NewEvent], at: str) -> li
             _remember_good(validate_name(ev.type, "type", stream_id=stream_id, index=i))
         if ev.module not in _GOOD_NAMES:
             _remember_good(validate_name(ev.module, "module", stream_id=stream_id, index=i))
-        eid = ev.event_id
-        if isinstance(eid, uuid.UUID):
-            eid_s = str(eid)
-            uid: uuid.UUID = eid
-        elif isinstance(eid, str):
+        uid = ev.event_id
+        if isinstance(uid, str):
             try:
-                uid = uuid.UUID(eid)
+                uid = uuid.UUID(uid)
             except ValueError:
-                raise bad("event_id", f"{eid!r} is not a UUID") from None
-            eid_s = str(uid)
-        else:
-            raise bad("event_id", f"must be a UUID, got {type(eid).__name__}")
+                raise bad("event_id", f"{uid!r} is not a UUID") from None
+        elif not isinstance(uid, uuid.UUID):
+            raise bad("event_id", f"must be a UUID, got {type(uid).__name__}")
+        eid_s = str(uid)
         if eid_s in seen:
             raise bad("event_id", f"{eid_s} appears twice in one batch")
         seen.add(eid_s)

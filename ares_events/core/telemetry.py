@@ -681,7 +681,6 @@ def timed() -> Callable[[], float]:
 
 def _reset_for_tests() -> None:
     """Forget the providers and the environment opt-in (tests only)."""
-    global _active, _explicit, _env_capture, _missing, _broken
-    _active, _explicit, _env_capture, _missing, _broken = None, None, None, False, False
-    with _warned_lock:
-        _warned.clear()
+    global _env_capture
+    configure()
+    _env_capture = None

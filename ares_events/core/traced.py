@@ -45,10 +45,7 @@ def traced(name: str, done: Done | None = None, *, activity: bool = False) -> Ca
                 if current() is None:
                     return await fn(self, *args, **kwargs)
                 with operation(self.url, name, _stream_attr(args, kwargs), activity=activity) as op:
-                    res = await fn(self, *args, **kwargs)
-                    if done is not None and isinstance(op, Operation):
-                        _done(done, op, args, kwargs, res)
-                    return res
+                    return _done(done, op, args, kwargs, await fn(self, *args, **kwargs))
 
             return traced_async  # type: ignore[return-value]
 
@@ -57,10 +54,7 @@ def traced(name: str, done: Done | None = None, *, activity: bool = False) -> Ca
             if current() is None:
                 return fn(self, *args, **kwargs)
             with operation(self.url, name, _stream_attr(args, kwargs), activity=activity) as op:
-                res = fn(self, *args, **kwargs)
-                if done is not None and isinstance(op, Operation):
-                    _done(done, op, args, kwargs, res)
-                return res
+                return _done(done, op, args, kwargs, fn(self, *args, **kwargs))
 
         return traced_sync  # type: ignore[return-value]
 
@@ -91,11 +85,13 @@ def traced_reads(name: str) -> Callable[[F], F]:
     return deco
 
 
-def _done(done: Done, op: Operation, args: tuple[Any, ...], kw: dict[str, Any], res: Any) -> None:
+def _done(done: Done | None, op: Any, args: tuple[Any, ...], kw: dict[str, Any], res: Any) -> Any:
     # The operation has succeeded (an append has committed): what describes its result
     # must not turn it into a failure.
-    with guarded("span update"):
-        done(op, args, kw, res)
+    if done is not None and isinstance(op, Operation):
+        with guarded("span update"):
+            done(op, args, kw, res)
+    return res
 
 
 def _stream_attr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
