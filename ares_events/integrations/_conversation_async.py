@@ -105,13 +105,8 @@ class AsyncConversationStream:
         events = [e async for e in self.store.read(self.stream_id, start, head.version)]
         if not events:
             return []
-        first = events[0]
-        check = ChainVerifier(
-            self.stream_id,
-            self.store.chain_key,
-            start_version=first.version - 1,
-            start_hash=first.prev_hash,
-        )
+        v0, h0 = events[0].version - 1, events[0].prev_hash
+        check = ChainVerifier(self.stream_id, self.store.chain_key, start_version=v0, start_hash=h0)
         check.check_page(events)
         check.check_head(head)
         if check.findings:

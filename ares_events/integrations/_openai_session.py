@@ -50,8 +50,7 @@ class SessionLog:
     def get(self, wrapper: Any, limit: int | None) -> list[Any]:
         """Copies of the live items, oldest first (the latest ``limit``)."""
         with self.lock:
-            self.view.refresh()
-            self._pin(wrapper)
+            self._refresh(wrapper)
             items = self._live()
             if limit is not None and limit >= 0:
                 items = items[-limit:] if limit else []
@@ -63,16 +62,14 @@ class SessionLog:
         ev = NewEvent(type=T_ITEMS, module=MODULE, payload={"items": items})
         with self.lock:
             if wrapper is not None and wrapper not in self._runs:
-                self.view.refresh()  # a run's first call: it sees the stream now
-                self._pin(wrapper)
+                self._refresh(wrapper)  # a run's first call: it sees the stream now
             self._write(wrapper, ev, ANY)
 
     def pop(self, wrapper: Any) -> Any:
         """Remove the newest live item (an ``oai.popped`` event) and return it."""
         with self.lock:
             for _ in range(POP_ATTEMPTS):
-                self.view.refresh()
-                self._pin(wrapper)
+                self._refresh(wrapper)
                 live = self._live()
                 if not live:
                     return None
@@ -95,8 +92,7 @@ class SessionLog:
         """Append ``oai.cleared`` (when there is anything to clear); with ``erase``, also
         erase the payloads of the item events before it."""
         with self.lock:
-            self.view.refresh()
-            self._pin(wrapper)
+            self._refresh(wrapper)
             until = self.view.version
             if until:
                 ev = NewEvent(type=T_CLEARED, module=MODULE, payload={})
@@ -105,7 +101,8 @@ class SessionLog:
                 doomed = [e.version for e in self.view.events if e.type == T_ITEMS]
                 self.view.erase([v for v in doomed if v < until], reason=reason, by=by)
 
-    def _pin(self, wrapper: Any) -> None:
+    def _refresh(self, wrapper: Any) -> None:
+        self.view.refresh()
         # A run's first call pins the version it saw (the view's, just refreshed).
         if wrapper is not None and wrapper not in self._runs:
             self._runs[wrapper] = self.view.version

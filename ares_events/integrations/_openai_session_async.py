@@ -54,8 +54,7 @@ class AsyncSessionLog:
     async def get(self, wrapper: Any, limit: int | None) -> list[Any]:
         """Copies of the live items, oldest first (the latest ``limit``)."""
         async with self.lock:
-            await self.view.refresh()
-            self._pin(wrapper)
+            await self._refresh(wrapper)
             items = self._live()
             if limit is not None and limit >= 0:
                 items = items[-limit:] if limit else []
@@ -67,16 +66,14 @@ class AsyncSessionLog:
         ev = NewEvent(type=T_ITEMS, module=MODULE, payload={"items": items})
         async with self.lock:
             if wrapper is not None and wrapper not in self._runs:
-                await self.view.refresh()  # a run's first call: it sees the stream now
-                self._pin(wrapper)
+                await self._refresh(wrapper)  # a run's first call: it sees the stream now
             await self._write(wrapper, ev, ANY)
 
     async def pop(self, wrapper: Any) -> Any:
         """Remove the newest live item (an ``oai.popped`` event) and return it."""
         async with self.lock:
             for _ in range(POP_ATTEMPTS):
-                await self.view.refresh()
-                self._pin(wrapper)
+                await self._refresh(wrapper)
                 live = self._live()
                 if not live:
                     return None
@@ -99,8 +96,7 @@ class AsyncSessionLog:
         """Append ``oai.cleared`` (when there is anything to clear); with ``erase``, also
         erase the payloads of the item events before it."""
         async with self.lock:
-            await self.view.refresh()
-            self._pin(wrapper)
+            await self._refresh(wrapper)
             until = self.view.version
             if until:
                 ev = NewEvent(type=T_CLEARED, module=MODULE, payload={})
@@ -109,7 +105,8 @@ class AsyncSessionLog:
                 doomed = [e.version for e in self.view.events if e.type == T_ITEMS]
                 await self.view.erase([v for v in doomed if v < until], reason=reason, by=by)
 
-    def _pin(self, wrapper: Any) -> None:
+    async def _refresh(self, wrapper: Any) -> None:
+        await self.view.refresh()
         # A run's first call pins the version it saw (the view's, just refreshed).
         if wrapper is not None and wrapper not in self._runs:
             self._runs[wrapper] = self.view.version

@@ -121,11 +121,7 @@ class PayloadErasedError(DataError):
 
 
 def _to_stored(e: RecordedEvent, originator_id: UUID | str, cls: type[Any] = StoredEvent) -> Any:
-    """The eventsourcing record of ``e``.
-
-    Raises:
-        PayloadErasedError: ``e``'s payload was erased.
-    """
+    """The eventsourcing record of ``e`` (PayloadErasedError when its payload was erased)."""
     try:
         payload = e.payload
     except PayloadErased as exc:
@@ -346,9 +342,8 @@ class AresAggregateRecorder(AggregateRecorder):
         return usable[:limit] if limit is not None else usable
 
     def _erasures(self) -> dict[str, int]:
-        """The lowest erased version of each of the application's streams (and snapshot
-        streams) that has one, after reading the erasure records appended since the last
-        call (usually none: one small read)."""
+        """The lowest erased version of each of the application's (snapshot) streams, after
+        reading the erasure records appended since the last call (usually none)."""
         prefixes = (self.datastore.stream_prefix, f"{self.purpose}/{self.datastore.stream_prefix}")
         with self._erasures_lock:
             for e in self.store.read(ERASURE_STREAM, self._erasures_read + 1):

@@ -135,10 +135,12 @@ class ApprovalGate:
         if spent is not None:
             # This very task, run again from its start after a later resume: the approval
             # it used is checked again (a used-event alone proves nothing), as of its use.
-            found = [a for a in t.ledger.presented if _nonce(a[2]) == spent][:1]
+            found = [a for a in t.ledger.presented if _field(a[2], "nonce") == spent][:1]
         else:
             others = set(t.ledger.requests) - {step}
-            found = [a for a in t.ledger.presented if a[0] > step and _step(a[2]) not in others]
+            found = [
+                a for a in t.ledger.presented if a[0] > step and _field(a[2], "step") not in others
+            ]
         if not found:
             raise ApprovalForged(stream, step, "no signed approval was presented for it")
         version, prev, note = found[-1]
@@ -219,15 +221,10 @@ def _stream(config: RunnableConfig) -> str:
     return stream_of(str(config["configurable"]["thread_id"]))
 
 
-def _nonce(note: str) -> str | None:
+def _field(note: str, name: str) -> Any:
+    """The approval's ``nonce`` or ``step``; None when the note does not parse."""
     try:
-        return Approval.parse(note, "", None).nonce
+        approval = Approval.parse(note, "", None)
     except ApprovalForged:
         return None
-
-
-def _step(note: str) -> Any:
-    try:
-        return Approval.parse(note, "", None).body.get("step")
-    except ApprovalForged:
-        return None
+    return approval.nonce if name == "nonce" else approval.body.get(name)
