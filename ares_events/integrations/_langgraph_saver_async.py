@@ -317,15 +317,19 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         # get_state from a worker); on the loop's own thread the wait would never end.
 
         def _on_loop(
-            self, method: Callable[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+            self,
+            name: str,
+            method: Callable[P, Coroutine[Any, Any, T]],
+            *args: P.args,
+            **kwargs: P.kwargs,
         ) -> T:
-            """``method(*args, **kwargs)`` run on the saver's loop, waited for.
+            """``method(*args, **kwargs)`` run on the saver's loop, waited for, for the
+            blocking method ``name`` (what an error names).
 
             Raises:
                 asyncio.InvalidStateError: called from the loop's own thread, or the saver
                     has no running loop (not used from asyncio yet, or its loop ended).
             """
-            name = method.__name__
             try:
                 running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             except RuntimeError:
@@ -335,11 +339,11 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 raise asyncio.InvalidStateError(
                     f"Synchronous calls to {type(self).__name__} are only allowed from a "
                     "different thread. From the event loop's thread, use the async "
-                    f"interface: `await checkpointer.{name}(...)` or `await graph.ainvoke(...)`."
+                    f"interface: `await checkpointer.a{name}(...)` or `await graph.ainvoke(...)`."
                 )
             if loop is None or not loop.is_running():
                 raise asyncio.InvalidStateError(
-                    f"{type(self).__name__}.{name[1:]} runs on the saver's event loop, and "
+                    f"{type(self).__name__}.{name} runs on the saver's event loop, and "
                     "none is running (the saver was not used from asyncio yet, or its loop "
                     "ended): in blocking code use AresSaver."
                 )
@@ -357,7 +361,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
             items = self.alist(config, filter=filter, before=before, limit=limit)
             while True:
                 try:
-                    yield self._on_loop(_step, items)
+                    yield self._on_loop("list", _step, items)
                 except StopAsyncIteration:
                     return
 
@@ -382,7 +386,7 @@ if ASYNC:
 
         @functools.wraps(getattr(AsyncAresSaver, f"a{name}"))
         def run(self: AsyncAresSaver, *args: Any, **kwargs: Any) -> Any:
-            return self._on_loop(getattr(self, f"a{name}"), *args, **kwargs)
+            return self._on_loop(name, getattr(self, f"a{name}"), *args, **kwargs)
 
         run.__name__, run.__qualname__ = name, f"AsyncAresSaver.{name}"
         run.__doc__ = f":meth:`a{name}` on the saver's loop (from another thread)."

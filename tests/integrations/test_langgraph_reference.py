@@ -206,3 +206,28 @@ def test_blocking_methods_follow_the_loop_that_uses_the_saver(
         assert asyncio.run(use()) == {"log": ["x", "n"]}
     finally:
         asyncio.run(saver.aclose())
+
+
+def test_blocking_method_errors_name_the_method_called(tmp_path: Path) -> None:
+    """On the loop's thread, and once the saver's loop has ended, the error names the method
+    the caller used (``list`` too, which runs one item at a time)."""
+
+    async def main() -> AsyncAresSaver:
+        async with await AsyncAresSaver.from_url(f"sqlite:///{tmp_path}/s.db") as saver:
+            for call, name in (
+                (lambda: saver.get_tuple(_cfg("t")), "get_tuple"),
+                (lambda: list(saver.list(_cfg("t"))), "list"),
+            ):
+                with pytest.raises(asyncio.InvalidStateError) as err:
+                    call()
+                assert f"await checkpointer.a{name}(...)" in str(err.value)
+            return saver
+
+    saver = asyncio.run(main())
+    for call, name in (
+        (lambda: saver.get_tuple(_cfg("t")), "get_tuple"),
+        (lambda: list(saver.list(_cfg("t"))), "list"),
+    ):
+        with pytest.raises(asyncio.InvalidStateError) as err:
+            call()
+        assert f"AsyncAresSaver.{name} runs on the saver's event loop" in str(err.value)
