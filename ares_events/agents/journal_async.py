@@ -2,8 +2,7 @@
 lines because the journal is one state machine per run, read best in one class).
 
 :class:`AsyncJournal`, one face written, the other generated (``journal.py`` is the import
-path of both); docs/guide-journal.md tells the whole story (steps, attempts, replay,
-divergence, fencing, in-doubt calls, both faces).
+path of both); docs/guide-journal.md tells the whole story.
 
 It may import the core, stores, integrity, projections and this package's leaf modules.
 """
@@ -269,9 +268,8 @@ class AsyncJournal:
             self._token = None
         run = self._run_trace
         if run is not None:
-            if self._trace_token is not None:
-                run.detach(self._trace_token)
-                self._trace_token = None
+            run.detach(self._trace_token)
+            self._trace_token = None
             err = exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None
             run.end(self.status, err)
 
@@ -628,9 +626,8 @@ class AsyncJournal:
     def _position(
         self, kind: str, same: Callable[[dict[str, Any]], bool], asked: str
     ) -> tuple[int, dict[str, Any] | None]:
-        """The step this call belongs to (the current one again when it is another attempt
-        of it, else the next one) and its record (None: a new step); ReplayDivergence when
-        the log recorded another kind of step there."""
+        """The step of this call (the current one again for another attempt of it, else the
+        next) and its record (None: a new step); ReplayDivergence on another kind of step."""
         rec = self._rec(self.position) if self.position else None
         if rec and rec.get("kind") == kind and rec.get("status") in SAME_STEP and same(rec):
             self._here += 1
@@ -657,9 +654,9 @@ class AsyncJournal:
     async def _recorded_request(self, rec: dict[str, Any], field: str) -> Any:
         """``field`` of the step's first request event, or MISSING when not recorded."""
         version = rec.get("version")
-        e = None
-        if isinstance(version, int):
-            e = await afirst(self.store.read(self.run_id, from_version=version, limit=1))
+        if not isinstance(version, int):
+            return MISSING
+        e = await afirst(self.store.read(self.run_id, from_version=version, limit=1))
         payload = e.payload if e is not None and isinstance(e.payload, dict) else {}
         return payload.get(field, MISSING)
 
@@ -726,14 +723,13 @@ class AsyncJournal:
             self._raise_recorded(step, rec)
         self._require_runnable()
         self.replaying = False
-        attempts = rec.get("attempts", [])
-        last = attempts[-1]["n"] if attempts else 0
+        last = rec["attempts"][-1]["n"] if rec.get("attempts") else 0
         if status == "requested":
             # Asked, never answered nor failed (the process died in the call): ask again
             # under the same request; only an unanswered call can be paid twice.
             self.attempt = last or 1
-            return step, False, None
-        await self._request("model", step, last + 1, req)
+        else:
+            await self._request("model", step, last + 1, req)
         return step, False, None
 
     async def _request(self, kind: str, step: int, attempt: int, req: dict[str, Any]) -> None:
@@ -776,8 +772,7 @@ class AsyncJournal:
             raise diverged(self.run_id, step, what, recorded, recorded_args, "args", rec, ah)
         tc = self.state["tool_calls"].get(key, {})
         status = rec.get("status")
-        attempts = rec.get("attempts", [])
-        last = attempts[-1]["n"] if attempts else 0
+        last = rec["attempts"][-1]["n"] if rec.get("attempts") else 0
         if status in ("returned", "error"):
             self.replaying = True
             self.attempt = last or 1

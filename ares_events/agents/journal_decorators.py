@@ -124,7 +124,6 @@ def journaled_tool(
     Raises:
         ConfigError: (at call time) no journal is active.
     """
-
     return wrap_tool(_current, fn, name=name, idempotent=idempotent, reconcile=reconcile)
 
 

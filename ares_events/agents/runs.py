@@ -174,11 +174,12 @@ def list_runs(store: EventStore, *, status: str | None = None) -> list[RunInfo]:
     return out
 
 
-def _checked(store: EventStore, run_id: str) -> RunInfo:
+def _checked(store: EventStore, run_id: str) -> tuple[EventStore, RunInfo]:
+    """``store`` on this face and the run, read; ChainIntegrityError on findings."""
     info = inspect_run(store, run_id, requests=False)
     if info.findings:
         raise ChainIntegrityError(run_id, info.findings)
-    return info
+    return store, info
 
 
 def _append(
@@ -231,7 +232,7 @@ def _pending(
     store: EventStore, run_id: str, step: int | None
 ) -> tuple[Pending, dict[str, Any] | None]:
     """:func:`pending_call`, and the payload of the approval request it names (if any)."""
-    info = _checked(store, run_id)  # never sign against a damaged log
+    store, info = _checked(store, run_id)  # never sign against a damaged log
     ledger, head = ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
@@ -257,12 +258,8 @@ def _pending(
 def _unused_approval(
     store: EventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey | str]
 ) -> None:
-    """Refuse a new approval of ``pending`` while the one presented last for its request
-    still lets the call run (a second one would only dangle in the record).
-
-    Raises:
-        RunNotRunnable: it does (a journal trusting ``approvers`` would take it).
-    """
+    """RunNotRunnable while the approval presented last for ``pending``'s request still
+    lets the call run (for a journal trusting ``approvers``): a new one would only dangle."""
     ledger, _head = ledger_of(store, pending.run_id)
     found = ledger.answer(pending.step)
     if found is None:
@@ -332,7 +329,7 @@ def resolve_step(
     """
     if (result is _UNSET) == (not not_done):
         raise ConfigError("give exactly one of a result or not_done")
-    info = _checked(store, run_id)
+    store, info = _checked(store, run_id)
     s = info.step(step)
     if s is None:
         raise ConfigError(f"run {run_id!r} has no step {step} (it has {len(info.steps)})")
@@ -392,7 +389,7 @@ def resume_run(
         ChainIntegrityError: the run's chain has findings.
         ConcurrencyError: the run changed since it was read.
     """
-    info = _checked(store, run_id)
+    store, info = _checked(store, run_id)
     signed: dict[str, Any] = {}
     if approval is not None:
         pending = pending_call(store, run_id)
@@ -431,7 +428,7 @@ def cancel_run(
         ChainIntegrityError: the run's chain has findings.
         ConcurrencyError: the run changed since it was read.
     """
-    info = _checked(store, run_id)
+    store, info = _checked(store, run_id)
     if info.status in FINISHED:
         raise RunNotRunnable(run_id, info.status, "a finished run cannot be cancelled")
     payload: dict[str, Any] = {"by": by}

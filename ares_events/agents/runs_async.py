@@ -188,11 +188,16 @@ async def list_runs(
     return out
 
 
-async def _checked(store: AsyncEventStore, run_id: str) -> RunInfo:
+async def _checked(
+    store: AsyncEventStore | EventStore, run_id: str
+) -> tuple[AsyncEventStore, RunInfo]:
+    """``store`` on this face and the run, read; ChainIntegrityError on findings."""
+    if ASYNC:
+        store = async_face(store)
     info = await inspect_run(store, run_id, requests=False)
     if info.findings:
         raise ChainIntegrityError(run_id, info.findings)
-    return info
+    return store, info
 
 
 async def _append(
@@ -225,8 +230,6 @@ async def pending_call(
         RunNotRunnable: the run waits for no approval (no interrupt at a step).
         ChainIntegrityError: the run's chain has findings.
     """
-    if ASYNC:
-        store = async_face(store)
     return (await _pending(store, run_id, step))[0]
 
 
@@ -241,8 +244,6 @@ async def approval_request(
         RunNotFound: no such run.
         ChainIntegrityError: the run's chain has findings.
     """
-    if ASYNC:
-        store = async_face(store)
     try:
         return (await _pending(store, run_id, None))[1]
     except RunNotRunnable:
@@ -250,10 +251,10 @@ async def approval_request(
 
 
 async def _pending(
-    store: AsyncEventStore, run_id: str, step: int | None
+    store: AsyncEventStore | EventStore, run_id: str, step: int | None
 ) -> tuple[Pending, dict[str, Any] | None]:
     """:func:`pending_call`, and the payload of the approval request it names (if any)."""
-    info = await _checked(store, run_id)  # never sign against a damaged log
+    store, info = await _checked(store, run_id)  # never sign against a damaged log
     ledger, head = await ledger_of(store, run_id)
     interrupt = info.interrupt or {}
     if step is not None:
@@ -279,12 +280,8 @@ async def _pending(
 async def _unused_approval(
     store: AsyncEventStore, status: str, pending: Pending, approvers: Sequence[VerifierKey | str]
 ) -> None:
-    """Refuse a new approval of ``pending`` while the one presented last for its request
-    still lets the call run (a second one would only dangle in the record).
-
-    Raises:
-        RunNotRunnable: it does (a journal trusting ``approvers`` would take it).
-    """
+    """RunNotRunnable while the approval presented last for ``pending``'s request still
+    lets the call run (for a journal trusting ``approvers``): a new one would only dangle."""
     ledger, _head = await ledger_of(store, pending.run_id)
     found = ledger.answer(pending.step)
     if found is None:
@@ -352,11 +349,9 @@ async def resolve_step(
         ChainIntegrityError: the run's chain has findings (never act on a damaged log).
         ConcurrencyError: the run changed since it was read.
     """
-    if ASYNC:
-        store = async_face(store)
     if (result is _UNSET) == (not not_done):
         raise ConfigError("give exactly one of a result or not_done")
-    info = await _checked(store, run_id)
+    store, info = await _checked(store, run_id)
     s = info.step(step)
     if s is None:
         raise ConfigError(f"run {run_id!r} has no step {step} (it has {len(info.steps)})")
@@ -416,9 +411,7 @@ async def resume_run(
         ChainIntegrityError: the run's chain has findings.
         ConcurrencyError: the run changed since it was read.
     """
-    if ASYNC:
-        store = async_face(store)
-    info = await _checked(store, run_id)
+    store, info = await _checked(store, run_id)
     signed: dict[str, Any] = {}
     if approval is not None:
         pending = await pending_call(store, run_id)
@@ -457,9 +450,7 @@ async def cancel_run(
         ChainIntegrityError: the run's chain has findings.
         ConcurrencyError: the run changed since it was read.
     """
-    if ASYNC:
-        store = async_face(store)
-    info = await _checked(store, run_id)
+    store, info = await _checked(store, run_id)
     if info.status in FINISHED:
         raise RunNotRunnable(run_id, info.status, "a finished run cannot be cancelled")
     payload: dict[str, Any] = {"by": by}

@@ -7,8 +7,8 @@ It may import the core.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import TracebackType
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from ares_events.core import telemetry
@@ -79,38 +79,27 @@ def gave_up(agent_id: str, restarts: int) -> None:
     _emit("ares_events.agent.gave_up", agent_id, attrs, lambda m: m.gave_up.add(1))
 
 
-class _Supervising:
-    """The ``ares_events.supervise`` span, current while the supervisor runs."""
-
-    __slots__ = ("_agents", "_span", "_tel", "_token")
-
-    def __init__(self, tel: Telemetry, agents: int) -> None:
-        self._tel = tel
-        self._agents = agents
-        self._span: Any = None
-        self._token: Any = None
-
-    def __enter__(self) -> _Supervising:
-        tel = self._tel
-        span = self._span = tel.start_span(
-            "ares_events.supervise", {"ares_events.agents": self._agents}
-        )
-        if span is not None:
-            with guarded("context"):
-                self._token = tel.otel.context.attach(tel.otel.trace.set_span_in_context(span))
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._span is None:
-            return
-        if self._token is not None:
-            with guarded("context"):
-                self._tel.otel.context.detach(self._token)
+@contextlib.contextmanager
+def _supervising(tel: Telemetry, agents: int) -> Iterator[None]:
+    span = tel.start_span("ares_events.supervise", {"ares_events.agents": agents})
+    if span is None:
+        yield
+        return
+    token = failure = None
+    with guarded("context"):
+        token = tel.otel.context.attach(tel.otel.trace.set_span_in_context(span))
+    try:
+        yield
+    except Exception as exc:
         # As OpenTelemetry's start_as_current_span: an Exception fails the span, an
         # interrupt (KeyboardInterrupt, SystemExit) does not.
-        self._tel.end_span(self._span, exc if isinstance(exc, Exception) else None)
+        failure = exc
+        raise
+    finally:
+        if token is not None:
+            with guarded("context"):
+                tel.otel.context.detach(token)
+        tel.end_span(span, failure)
 
 
 def supervising(agents: int) -> Any:
@@ -119,4 +108,4 @@ def supervising(agents: int) -> Any:
     tel = telemetry.current()
     if tel is None or tel.tracer is None:
         return telemetry.NO_OPERATION
-    return _Supervising(tel, agents)
+    return _supervising(tel, agents)
