@@ -50,7 +50,7 @@ def cells_cmd(ctx: click.Context, app: App, as_json: bool) -> int:
     rows = [
         {
             "cell": name,
-            "partitions": sum(1 for c in cmap.assignment if c == i),
+            "partitions": cmap.assignment.count(i),
             "streams": counts[i],
             "location": where.get(name),
         }

@@ -169,11 +169,9 @@ def _tree_size(value: str) -> int:
 
 
 def _catch_up(app: App, log: MerkleLog) -> None:
-    todo = log.store.last_position() - log.position()
-    if todo <= 0:
-        return
-    with app.progress("Merkle log") as progress:
-        log.catch_up(progress=progress)
+    if log.store.last_position() > log.position():
+        with app.progress("Merkle log") as progress:
+            log.catch_up(progress=progress)
 
 
 @cli.command(name="prove")

@@ -240,18 +240,6 @@ def _asked_json(asked: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: asked.get(field) for k, field in keys.items()}
 
 
-def _print_asked(app: App, info: RunInfo, asked: dict[str, Any]) -> None:
-    args = _json_text(asked.get("args"))
-    cut = " (cut: --json shows them all)" if len(args) > _ARGS else ""
-    app.say(
-        f"approval request: step {asked.get('step')}, tool {asked.get('name')}, "
-        f"args {shorten(args, _ARGS)}{cut}, args digest {asked.get('args_hash')}",
-        style="yellow",
-    )
-    if info.status == "paused":
-        app.say(f"approve it: `{PROG} runs resume {info.run_id} --key FILE`", style="yellow")
-
-
 def _print_run(app: App, info: RunInfo, asked: dict[str, Any] | None) -> None:
     rest = f"version {info.version}, code {info.code_revision}, prompt {str(info.prompt_hash)[:12]}"
     head = Text.assemble(text(f"run {info.run_id}: "), _status_text(info.status), text(f"  {rest}"))
@@ -260,7 +248,15 @@ def _print_run(app: App, info: RunInfo, asked: dict[str, Any] | None) -> None:
     if info.interrupt:
         app.say(f"interrupt: {_json_text(info.interrupt)}", style="yellow")
     if asked is not None:
-        _print_asked(app, info, asked)
+        args = _json_text(asked.get("args"))
+        cut = " (cut: --json shows them all)" if len(args) > _ARGS else ""
+        app.say(
+            f"approval request: step {asked.get('step')}, tool {asked.get('name')}, "
+            f"args {shorten(args, _ARGS)}{cut}, args digest {asked.get('args_hash')}",
+            style="yellow",
+        )
+        if info.status == "paused":
+            app.say(f"approve it: `{PROG} runs resume {info.run_id} --key FILE`", style="yellow")
     if info.error:
         app.say(f"error: {info.error}", style="red")
     if info.cancelled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -28,18 +29,11 @@ from ares_events.errors import ProofError, WitnessRefused
 from ares_events.integrity.checkpoints import b64, unb64_hash
 from ares_events.integrity.witness import LogWitness, parse_request
 
-STATE_HELP = "The witness's state file (SQLite; created when missing)."
-state_option = click.option(
-    "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=STATE_HELP
-)
-# `list` only looks (docs/cli.md, "Which commands write"): its state file must exist.
-list_state_option = click.option(
-    "--state",
-    default="ares-witness.db",
-    show_default=True,
-    metavar="FILE",
-    help="The witness's state file (SQLite; read only, never created or changed).",
-)
+
+def _state_option(help_: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--state", default="ares-witness.db", show_default=True, metavar="FILE", help=help_
+    )
 
 
 @cli.group(name="witness")
@@ -62,7 +56,7 @@ def witness_group() -> None:
 
 @witness_group.command(name="add-log")
 @click.argument("vkey")
-@state_option
+@_state_option("The witness's state file (SQLite; created when missing).")
 @click.option("--origin", metavar="ORIGIN", help="The log's origin line (default: the key's name).")
 @pass_app
 def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
@@ -81,7 +75,7 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
 
 
 @witness_group.command(name="list")
-@list_state_option
+@_state_option("The witness's state file (SQLite; read only, never created or changed).")
 @json_app
 def list_cmd(app: App, state: str, as_json: bool) -> int:
     """The logs this witness trusts and the last size it cosigned for each.
@@ -90,8 +84,9 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
     Example:
       ares-events witness list --state w1.db --json
     """
-    # Read-only: a missing file, or one that is not a witness's state (an event store, an
-    # empty file), is a usage error, and the file is left byte for byte as it was.
+    # Read-only (docs/cli.md, "Which commands write"): a missing file, or one that is not a
+    # witness's state (an event store, an empty file), is a usage error, and the file is
+    # left byte for byte as it was.
     with LogWitness(state, read_only=True) as w:
         logs = w.logs()
     if as_json:
@@ -112,7 +107,7 @@ def list_cmd(app: App, state: str, as_json: bool) -> int:
 
 @witness_group.command(name="cosign")
 @click.argument("request", metavar="REQUEST")
-@state_option
+@_state_option("The witness's state file (SQLite; created when missing).")
 @key_option(required=True, help_="The witness's cosigning key file (keygen --witness).")
 @json_app
 def cosign_cmd(app: App, request: str, state: str, key_file: str, as_json: bool) -> int:

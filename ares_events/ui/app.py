@@ -458,10 +458,9 @@ class ConsoleApp:
 
     def _projections(self, q: dict[str, str]) -> _Page:
         metas = read_models(self.store)
-        last = self.store.last_position()
+        options = self._live_page(True, "/projections")
         lags = {m.name: _lag(self.store, m.position) for m in metas}
-        body = views.projections_view(metas, last, lags)
-        options = {"live": True, "position": last, "active": "/projections"}
+        body = views.projections_view(metas, options["position"], lags)
         return _Page("Projections", body, options)
 
     async def _live_stream(self, request: Request) -> Response:
