@@ -203,6 +203,7 @@ class Journal:
             RunRefused: the gate refused to resume.
             RunNotFound: the stream exists but is not a run; nothing was written to it.
             ChainIntegrityError: the run's log has integrity findings.
+            PayloadErased: an event of the run was erased: it cannot be replayed.
             StoreUnavailable: the store cannot be reached.
         """
         return cls(

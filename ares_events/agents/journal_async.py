@@ -214,6 +214,7 @@ class AsyncJournal:
             RunRefused: the gate refused to resume.
             RunNotFound: the stream exists but is not a run; nothing was written to it.
             ChainIntegrityError: the run's log has integrity findings.
+            PayloadErased: an event of the run was erased: it cannot be replayed.
             StoreUnavailable: the store cannot be reached.
         """
         j = cls(
