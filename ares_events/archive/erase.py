@@ -146,8 +146,7 @@ def record_through(inner: Any, ix: SegmentIndex) -> None:
 
 
 def _what_changed(before: str | None, now: str | None) -> str | None:
-    """What changed the segment index from ``before`` to ``now`` (for the message of a lost
-    swap), or None when it cannot tell."""
+    """What changed the segment index from ``before`` to ``now`` (None: cannot tell)."""
     if now is None:
         return "the segment index is gone"
     try:

@@ -124,8 +124,7 @@ def parse_before(text: str, option: str = "--before") -> int | timedelta:
 
 
 def _archive_reader(store: EventStore) -> ArchiveRecorder:
-    """The store's archive reader; plugged in (under any cache) when the store was opened
-    before it had an archive, so the store this run was given reads through it after."""
+    """The store's archive reader, plugged in (under any cache) if the store had none."""
     rec = system_of_record(store.recorder)
     if isinstance(rec, ArchiveRecorder):
         return rec
@@ -264,8 +263,7 @@ def archive(
 def _listing(
     source: ArchiveSource, ix: SegmentIndex, entry: SegmentEntry
 ) -> tuple[list[BlobInfo], datetime] | None:
-    """The archive's objects and the storage's modified time of ``entry``'s segment, listed
-    after it was written and before it is recorded (None: it is not listed)."""
+    """The archive's objects and ``entry``'s segment's modified time (None: not listed)."""
     infos = list(source.blobs(ix).list_blobs())
     t = next((i.modified for i in infos if i.key == entry.segment.key), None)
     return None if t is None else (infos, t)
@@ -274,18 +272,12 @@ def _listing(
 def _sweep(
     source: ArchiveSource, ix: SegmentIndex, mlog: MerkleLog, infos: list[BlobInfo], t: datetime
 ) -> None:
-    """Delete the objects of ``infos`` the just-recorded segment index ``ix`` does not
-    reference: what an interrupted or outraced run or erasure wrote and never recorded
-    (their keys are content hashes, so once an event is erased the rerun writes other
-    bytes and the old object, payload and all, stayed for good).
+    """Delete this store's objects of ``infos`` that ``ix`` does not reference (left by an
+    interrupted or outraced run or erasure; an erased payload's old object stays otherwise).
 
-    Safe while others write: our swap compared the whole index text, so no writer that
-    read an earlier index can record anything now, and everything listed was written
-    before our swap (``t``, the segment's own modified time, is no later than it). A
-    writer that read our index and re-puts the same bytes refreshes the object, which
-    ``delete(if_older_than=t)`` then keeps. Only objects this store wrote are deleted
-    (their Merkle root or leaves are this store's): another store's archive sharing the
-    location is left alone."""
+    Safe while others write: our swap compared the whole index text, and everything listed
+    predates it (``t`` is no later); a re-put of the same bytes is kept by
+    ``if_older_than``; another store's objects (not its Merkle log's) are left alone."""
     blobs = source.blobs(ix)
     live = ix.live_keys()
     for info in infos:
@@ -296,8 +288,7 @@ def _sweep(
 
 
 def _ours(blobs: Any, mlog: MerkleLog, info: BlobInfo) -> bool:
-    """Whether the archive object ``info`` is a manifest or segment sealed from this
-    store's Merkle log (anything else, or unreadable, is not)."""
+    """Whether ``info`` is a manifest or segment sealed from this store's Merkle log."""
     try:
         data = blobs.read_range(info.key, 0, info.size)
         if data.startswith(MAGIC):  # a segment: its first event's leaf is ours
@@ -321,11 +312,9 @@ def _row_size(e: RecordedEvent) -> int:
 
 
 def _record_identity(store: EventStore, inner: Any, ix: SegmentIndex) -> None:
-    """Record the archive's location in the store's identity (what makes ``open_store``
-    read through), taken from the committed segment index: only a run whose first segment
-    won the index's compare-and-set, or one that finds it committed, writes it, so two
-    runs to different locations cannot both be recorded. A location recorded without a
-    committed segment (by a run before this rule) is replaced."""
+    """Record the committed index's location in the store's identity (what makes
+    ``open_store`` read through): only after the index's compare-and-set, so two runs to
+    different locations cannot both be recorded; an uncommitted one is replaced."""
     for _ in range(3):
         raw = inner.meta_get(IDENTITY_KEY)
         if raw is None:
@@ -359,8 +348,8 @@ def _cutoff(before: int | timedelta | datetime, last: int) -> tuple[int, str | N
 def _collect(
     inner: Any, after: int, want: int, cutoff_pos: int, cutoff_at: str | None, heads: dict[str, int]
 ) -> tuple[list[RecordedEvent], int, bool]:
-    """The next segment's events after ``after`` (each stream's last event and the
-    record streams left out), how many were left out, and whether the cutoff was reached."""
+    """The next segment's events after ``after`` (streams' last events and record streams
+    left out), how many were left out, and whether the cutoff was reached."""
     events: list[RecordedEvent] = []
     kept = 0
     pos = after
@@ -456,7 +445,7 @@ def _seal(
 
 
 def _check_leaves(mlog: MerkleLog, events: list[RecordedEvent], leaves: list[bytes]) -> int:
-    """Check ``leaves`` against the Merkle log; return the tree's size at the last one."""
+    """Check ``leaves`` against the Merkle log; the tree's size at the last one."""
     first = mlog.index_of(events[0].position)
     last = mlog.index_of(events[-1].position)
     if first is None or last is None:
@@ -487,9 +476,8 @@ def _delete(
     inner: Any, source: ArchiveSource, text: str | None, ix: SegmentIndex, entry: SegmentEntry,
     events: list[RecordedEvent],
 ) -> tuple[int, str | None, SegmentIndex]:  # fmt: skip
-    """Delete the segment's rows; when some were erased after the segment was written,
-    erase them in the segment too (the database is right), then delete. Returns the rows
-    deleted and the segment index as it is now."""
+    """Delete the segment's rows (erasures made since it was written carried into it
+    first); the rows deleted and the segment index now."""
     for _ in range(3):
         try:
             n = inner.delete_archived(entry.first_position, entry.last_position, _expected(events))
@@ -508,8 +496,7 @@ def _reseal(
     inner: Any, source: ArchiveSource, text: str | None, ix: SegmentIndex, entry: SegmentEntry,
     events: list[RecordedEvent],
 ) -> tuple[str | None, SegmentIndex, SegmentEntry, list[RecordedEvent]]:  # fmt: skip
-    """Carry erasures made in the database after the segment was written into the
-    segment (a rewrite as ``ae.erase`` of an archived event makes)."""
+    """Carry erasures made in the database since the segment was written into it."""
     from ares_events.archive.erase import erase_archived
 
     db: dict[int, RecordedEvent] = {}
@@ -546,8 +533,8 @@ def _reseal(
 def _finish_deletes(
     inner: Any, source: ArchiveSource, text: str | None, ix: SegmentIndex
 ) -> tuple[int, int, str | None, SegmentIndex]:
-    """Delete the rows of recorded segments an interrupted run left (newest first, until
-    one is already done); returns (segments, rows) and the segment index as it is now."""
+    """Delete rows an interrupted run left (newest segment first, until one is done);
+    (segments, rows) and the segment index now."""
     segs, rows = 0, 0
     for entry in reversed(ix.segments):
         if entry.retired is not None:

@@ -42,10 +42,8 @@ __all__ = ["ArchiveRecorder"]
 
 _BIG: Final = 2**62
 PAGE: Final = 256
-"""Events per database page of ``read_all`` (held as a list: the archive's position is read
-after each). Small enough that a page's events (two objects the garbage collector tracks
-each) stay under its threshold of 700: pages of 1000 spent 12% of a bare read's CPU in
-collections, pages of 256 about 5%."""
+"""Events per database page of ``read_all``: under the garbage collector's threshold of
+700 tracked objects (pages of 1000 spent 12% of a bare read's CPU in collections, 256 5%)."""
 
 
 _flatten = itertools.chain.from_iterable  # pages handed on at C speed
@@ -56,7 +54,7 @@ def _take(it: Iterator[RecordedEvent], n: int) -> list[RecordedEvent]:
 
 
 def _lost(through: int) -> ArchiveError:
-    """The error of a segment index gone while ``archive/through`` says ``through``."""
+    """A segment index gone while ``archive/through`` says ``through``."""
     return ArchiveError(
         "missing", None, INDEX_KEY,
         f"{THROUGH_KEY} says position {through} is archived, but the record is gone",
@@ -64,8 +62,7 @@ def _lost(through: int) -> ArchiveError:
 
 
 def _advanced(pos: int, upto: int, through: int) -> int:
-    """``upto``, once it is past ``pos`` (a segment index whose last position is past every
-    segment it lists would otherwise loop forever)."""
+    """``upto``, checked past ``pos`` (a bad index end would loop forever)."""
     if upto <= pos:
         raise ArchiveError(
             "corrupted", None, INDEX_KEY,
@@ -77,10 +74,8 @@ def _advanced(pos: int, upto: int, through: int) -> int:
 class ArchiveRecorder:
     """A recorder whose reads go on into the archive (docs/archive.md, "Reading through").
 
-    Every other method of the recorder protocols is forwarded to :attr:`inner` by a method
-    of its own: ``isinstance`` against a runtime-checkable protocol looks methods up on
-    the class from Python 3.12 on, so forwarding through ``__getattr__`` would hide them
-    from the capability check.
+    Other methods forward to :attr:`inner`, each by a method of its own: ``isinstance``
+    against a runtime-checkable protocol looks them up on the class (Python 3.12+).
     """
 
     def __init__(self, inner: Any, source: ArchiveSource | None = None) -> None:
@@ -88,7 +83,7 @@ class ArchiveRecorder:
         self.capabilities: frozenset[Capability] = frozenset(inner.capabilities)
         self.source = source if source is not None else ArchiveSource()
         self._parsed: tuple[str | None, SegmentIndex | None] = (None, None)
-        """The index as last read and parsed (parsed again only when its text changed)."""
+        """The index as last read and parsed (text, index)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()!r})"
@@ -187,13 +182,9 @@ class ArchiveRecorder:
         return text, ix
 
     def _through(self) -> tuple[int, SegmentIndex | None]:
-        """The last archived position and, when it is not 0, the segment index (fetched again
-        only when its revision moved).
-
-        The row is a fast path only: its revision says whether the index read last is
-        still the one recorded, and the position always comes from that index. A row
-        behind the index (a writer between its two writes, or a stale write) or set by
-        hand then costs an index read, never a skipped range."""
+        """The last archived position and, when not 0, the segment index (read again only
+        when the row's revision moved: the position always comes from the index, so a
+        stale or hand-set row costs an index read, never a skipped range)."""
         raw = self.inner.meta_get(THROUGH_KEY)
         if raw is None:  # a run stopped between the index and this row, or it was deleted
             ix = self.segment_index()
@@ -209,8 +200,7 @@ class ArchiveRecorder:
         return ix.through, ix
 
     def _record_through(self, ix: SegmentIndex) -> None:
-        """:func:`ares_events.archive.erase.record_through` on this face: never moves the
-        row back to an older revision."""
+        """:func:`ares_events.archive.erase.record_through` on this face."""
         while True:  # a lost swap means another writer moved the row: look at it again
             raw = self.inner.meta_get(THROUGH_KEY)
             new = through_update(raw, ix)
@@ -227,10 +217,8 @@ class ArchiveRecorder:
     def _read_pages(
         self, stream_id: str, from_version: int, to_version: int | None, limit: int | None
     ) -> Iterator[list[RecordedEvent]]:
-        """:meth:`read` as pages. A database page whose versions run on from the next one
-        wanted without a hole (first == v, last - first == its length - 1: the rows come
-        in version order) is passed on whole; any other page is looked at event by
-        event."""
+        """:meth:`read` as pages: a database page without a hole from ``v`` on (rows come in
+        version order) is passed on whole, any other one event by event."""
         v = max(from_version, 1)
         hi = to_version if to_version is not None else _BIG
         left = limit if limit is not None else _BIG
@@ -309,8 +297,7 @@ class ArchiveRecorder:
     def _archived(
         self, stream_id: str, v: int, hi: int, left: int
     ) -> Iterator[list[RecordedEvent]]:
-        """The stream's archived events from version ``v`` (to ``hi``, at most ``left``),
-        a chunk at a time."""
+        """The stream's archived events ``v..hi`` (at most ``left``), a chunk at a time."""
         ix = self.segment_index()  # raises when the record is lost: never a skip
         if ix is None:
             return  # nothing was ever archived
@@ -341,7 +328,7 @@ class ArchiveRecorder:
     def _read_all(
         self, after: int, limit: int | None, prefix: str | None
     ) -> Iterator[list[RecordedEvent]]:
-        """Pages of events (a list at a time, so the blocking face flattens them in C)."""
+        """:meth:`read_all` as pages (the blocking face flattens them in C)."""
         pos = after
         left = limit if limit is not None else _BIG
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
@@ -378,8 +365,8 @@ class ArchiveRecorder:
         return self.source.stream_chunk(ix, stream_id, v, cursor)
 
     def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
-        """The segment index again when it changed since ``ix`` was read and ``exc`` says an
-        object is missing (a concurrent erasure's rewrite); else ``exc`` stands."""
+        """The segment index again if it changed since ``ix`` and ``exc`` is ``missing`` (a
+        concurrent erasure's rewrite); else ``exc`` is raised."""
         if exc.kind != "missing":
             raise exc
         fresh = self.segment_index()
@@ -390,9 +377,8 @@ class ArchiveRecorder:
     def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
-        """The archive's next block after ``pos`` merged with the rows the database
-        keeps in its range (each stream's last event at archive time, and rows an
-        interrupted run has not deleted yet: those are the archive's, once)."""
+        """The archive's next block after ``pos`` merged with the database rows in its range
+        (streams' last events, and rows an interrupted run left: served once)."""
         try:
             events, upto = self.source.events_after(ix, pos, prefix)
         except ArchiveError as exc:

@@ -60,8 +60,7 @@ def archive_read_nice(env: Mapping[str, str] = os.environ) -> int:
 
 
 def _lower_priority(nice: int) -> None:
-    """Run the calling thread at niceness ``nice`` or lower priority (Linux, where
-    niceness is per thread; elsewhere the thread keeps its priority)."""
+    """Run the calling thread at niceness ``nice`` or lower (Linux: niceness is per thread)."""
     if nice <= 0 or not sys.platform.startswith("linux"):
         return
     try:
@@ -176,8 +175,8 @@ class ArchiveSource:
     def _cached_or_fetching(
         self, ix: SegmentIndex, entry: SegmentEntry, m: Manifest, index: int
     ) -> list[RecordedEvent] | Future[list[RecordedEvent]] | None:
-        """The cached block, or the fetch under way (started now if none is); None once
-        closed. Holds the lock."""
+        """The cached block, or its fetch (started if need be); None once closed. Holds
+        the lock."""
         ck = (m.segment.key, m.blocks[index].offset)
         hit = self._blocks.get(ck)
         if hit is not None:

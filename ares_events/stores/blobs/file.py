@@ -156,8 +156,8 @@ class FileBlobStore(BaseBlobStore):
         logger.debug("wrote blob %s (%d bytes)", key, len(data))
 
     def _touch_existing(self, path: Path, size: int) -> bool:
-        """Refresh the mtime of an existing blob of the right size (so a running gc keeps
-        it); False when it must be written."""
+        """Refresh an existing blob of the right size (a running gc keeps it); False when
+        it must be written."""
         try:
             st = os.stat(path)
             if st.st_size != size:
@@ -211,12 +211,7 @@ class FileBlobStore(BaseBlobStore):
         return PayloadRef(key, size, digest)
 
     def _open_raw(self, key: str, stream_id: str | None, version: int | None) -> BinaryIO:
-        """The blob's file, open for reading (the caller closes it): a regular file only.
-
-        Raises:
-            BlobMissing: no file, or something else than a regular file in its place.
-            StoreUnavailable: the file cannot be opened.
-        """
+        """The blob's file, open for reading; BlobMissing unless it is a regular file."""
         path = self.path_for(key)
         where: dict[str, Any] = {"stream_id": stream_id, "version": version}
         try:

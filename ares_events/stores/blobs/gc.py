@@ -109,8 +109,7 @@ class GcReport:
         """JSON-ready form (the fields in order, the times as seconds and ISO text)."""
         rest = asdict(self)
         del rest["dry_run"], rest["older_than"], rest["cutoff"]
-        seconds = self.older_than.total_seconds()
-        head = {"dry_run": self.dry_run, "older_than_seconds": seconds}
+        head = {"dry_run": self.dry_run, "older_than_seconds": self.older_than.total_seconds()}
         return {**head, "cutoff": self.cutoff.isoformat(), **rest}
 
 

@@ -63,14 +63,18 @@ _TOUCHED_AT = "%Y%m%dT%H%M%S.%fZ"
 
 
 def _modified(head: dict[str, Any]) -> datetime:
-    """When the object was last written or refreshed: the precise time this store put in
-    its metadata, else the latest LastModified may stand for (it is truncated)."""
+    """When the object was last written or refreshed: our metadata's precise time, else
+    the latest time the truncated LastModified may stand for."""
     touched = (head.get("Metadata") or {}).get(_TOUCHED)
     if touched:
         with contextlib.suppress(ValueError):
             return datetime.strptime(touched, _TOUCHED_AT).replace(tzinfo=UTC)
     last: datetime = head["LastModified"]
     return last + _LAST_MODIFIED_RESOLUTION - timedelta(microseconds=1)
+
+
+def _code(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _positive(params: dict[str, str], name: str, default: float, url: StoreURL) -> float:
@@ -207,8 +211,7 @@ class S3BlobStore(BaseBlobStore):
         try:
             yield
         except botocore.exceptions.ClientError as exc:
-            err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
+            code = _code(exc)
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in _NOT_FOUND and key is not None:
                 raise BlobMissing(
@@ -220,23 +223,27 @@ class S3BlobStore(BaseBlobStore):
                 ) from exc
             raise StoreUnavailable(
                 f"blob store {self.url}: {op} failed: {code or 'HTTP ' + str(status)}"
-                f" {err.get('Message', '')}".rstrip()
+                f" {exc.response.get('Error', {}).get('Message', '')}".rstrip()
             ) from exc
         except (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error) as exc:
             raise StoreUnavailable(
                 f"blob store {self.url}: {op} failed: {type(exc).__name__}: {exc}"
             ) from exc
 
+    def _unless_missing(self, call: Any, **kwargs: Any) -> Any:
+        """``call(Bucket=..., **kwargs)``'s response; None when the object is not found."""
+        try:
+            return call(Bucket=self.bucket, **kwargs)
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) in _NOT_FOUND:
+                return None
+            raise
+
     def _head(self, key: str) -> dict[str, Any] | None:
         with self._errors("HeadObject"):
-            try:
-                head: dict[str, Any] = self.client.head_object(
-                    Bucket=self.bucket, Key=self.object_key(key)
-                )
-            except botocore.exceptions.ClientError as exc:
-                if str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND:
-                    return None
-                raise
+            head: dict[str, Any] | None = self._unless_missing(
+                self.client.head_object, Key=self.object_key(key)
+            )
         return head
 
     def _write(self, key: str, data: bytes) -> None:
@@ -261,8 +268,8 @@ class S3BlobStore(BaseBlobStore):
             )
 
     def _touch_existing(self, key: str, size: int) -> bool:
-        """True when the blob exists with the right size; its LastModified is refreshed
-        (a copy onto itself) so a concurrent :func:`gc_blobs` keeps it."""
+        """True when the blob exists with the right size, refreshed (a copy onto itself)
+        so a concurrent :func:`gc_blobs` keeps it."""
         head = self._head(key)
         if head is None:
             return False
@@ -271,21 +278,18 @@ class S3BlobStore(BaseBlobStore):
             return False
         obj = self.object_key(key)
         with self._errors("CopyObject", key):
-            try:
-                self.client.copy_object(
-                    Bucket=self.bucket,
-                    Key=obj,
-                    CopySource={"Bucket": self.bucket, "Key": obj},
-                    MetadataDirective="REPLACE",
-                    ContentType=head.get("ContentType") or "application/json",
-                    Metadata={_TOUCHED: datetime.now(UTC).strftime(_TOUCHED_AT)},
-                )
-            except botocore.exceptions.ClientError as exc:
-                if str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND:
-                    # Deleted (by gc-blobs or an erasure) since the HEAD: upload it again.
-                    logger.debug("blob %s vanished while being refreshed; uploading it", key)
-                    return False
-                raise
+            copied = self._unless_missing(
+                self.client.copy_object,
+                Key=obj,
+                CopySource={"Bucket": self.bucket, "Key": obj},
+                MetadataDirective="REPLACE",
+                ContentType=head.get("ContentType") or "application/json",
+                Metadata={_TOUCHED: datetime.now(UTC).strftime(_TOUCHED_AT)},
+            )
+        if copied is None:
+            # Deleted (by gc-blobs or an erasure) since the HEAD: upload it again.
+            logger.debug("blob %s vanished while being refreshed; uploading it", key)
+            return False
         logger.debug("blob %s already stored; refreshed it", key)
         return True
 
@@ -313,15 +317,12 @@ class S3BlobStore(BaseBlobStore):
     def _read_all(self, key: str, size: int, stream_id: str | None, version: int | None) -> bytes:
         where: dict[str, Any] = {"stream_id": stream_id, "version": version}
         if size < MULTIPART_SIZE:
-            body = self._open_raw(key, stream_id, version)
             parts: list[bytes] = []
             left = size + 1
-            try:
+            with contextlib.closing(self._open_raw(key, stream_id, version)) as body:
                 while left > 0 and (chunk := body.read(left)):
                     parts.append(chunk)
                     left -= len(chunk)
-            finally:
-                body.close()
             return parts[0] if len(parts) == 1 else b"".join(parts)
         # Large: parallel ranged GETs into a temp file, then one read of the exact size,
         # so the payload exists once in memory (no growing buffer, no copy).
@@ -388,14 +389,9 @@ class S3BlobStore(BaseBlobStore):
 
     def _read_owner(self) -> str | None:
         with self._errors(f"GetObject {OWNER_MARKER}"):
-            try:
-                resp = self.client.get_object(
-                    Bucket=self.bucket, Key=self._key_prefix + OWNER_MARKER
-                )
-            except botocore.exceptions.ClientError as exc:
-                if str(exc.response.get("Error", {}).get("Code", "")) in _NOT_FOUND:
-                    return None
-                raise
+            resp = self._unless_missing(self.client.get_object, Key=self._key_prefix + OWNER_MARKER)
+            if resp is None:
+                return None
             data: bytes = resp["Body"].read(100)
         return data.decode("ascii", "replace").strip()
 
@@ -411,8 +407,7 @@ class S3BlobStore(BaseBlobStore):
                     IfNoneMatch="*",
                 )
             except botocore.exceptions.ClientError as exc:
-                code = str(exc.response.get("Error", {}).get("Code", ""))
-                if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
                     raise
         # Read back: a server that ignores If-None-Match shows the last writer here
         owner = self._read_owner()

@@ -58,16 +58,14 @@ class CacheStats:
     misses: int = 0
     """Reads that fell through to the inner store while Redis was reachable."""
     bypassed: int = 0
-    """Operations that skipped Redis because it was down, or because this store object
-    reads under another chain than the store's (``check_identity=False``): it reads around
-    the cache."""
+    """Operations that skipped Redis: it was down, or this store object reads under another
+    chain than the store's (``check_identity=False``)."""
     errors: int = 0
     """Redis failures (each starts or extends an outage)."""
     forged: int = 0
-    """Cached entries not as the store's cache wrote them (edited in Redis: a seal that
-    does not match, a malformed entry, hashes that do not link to the store's head, a key
-    holding another type of Redis value): each read went to the inner store and replaced
-    the tail (a wrong-typed erasure epoch is replaced too)."""
+    """Cached entries edited in Redis (a bad seal, a malformed entry, hashes that do not
+    link to the store's head, a key of another Redis type): each read went to the inner
+    store and replaced the tail (or the wrong-typed erasure epoch)."""
 
 
 class CachedRecorder:
@@ -78,11 +76,10 @@ class CachedRecorder:
     scheme: tuple[str, ...]
 
     def __init__(self, inner: Any, url: str, chain_key: ChainKey | None = None) -> None:
-        """Wrap ``inner``; no request is made to Redis or ``inner`` here (the keys are
-        read from the store at first use). ``chain_key`` is the store's (``open_store``
-        passes it): cached events are served only after their hashes are recomputed with
-        it (without the key a keyed chain's tail never checks out, and every read goes to
-        ``inner``), and keys their entries' MACs.
+        """Wrap ``inner``; no request is made here (the keys are read from the store at
+        first use). ``chain_key`` is the store's: cached events are served only after their
+        hashes are recomputed with it (without it a keyed chain's tail never checks out),
+        and it keys the entries' MACs.
 
         Raises:
             ConfigError: a bad cache URL (the message never shows its password).
@@ -142,8 +139,8 @@ class CachedRecorder:
         self._gate = OperationGate(self._url)
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run one Redis call: its result, :data:`_SKIPPED` when the cache is closing, or
-        :data:`_FAILED` when it failed (which starts or extends an outage)."""
+        """One Redis call's result, or :data:`_SKIPPED` (closing), :data:`_FAILED` (an
+        outage) or :data:`_WRONGTYPE`."""
         try:
             self._gate.enter()
         except StoreClosed:
@@ -202,11 +199,7 @@ class CachedRecorder:
         return rec
 
     def _space(self) -> CacheKeys:
-        """This store's keys, read from it (and recorded there) on first use.
-
-        Raises:
-            StoreUnavailable: the inner store cannot be reached.
-        """
+        """This store's keys, read from it (and recorded there) on first use."""
         keys = self._keys
         if keys is None:
             with self._keys_lock:
@@ -300,9 +293,8 @@ class CachedRecorder:
         return outcome
 
     def _rebuild(self, spy: SealRecorder, outcome: AppendOutcome) -> list[RecordedEvent]:
-        """The events just written, for a backend that returned only version and position:
-        only where a batch provably takes consecutive positions (gapless backends and
-        PostgreSQL's ``first + i``); else the next read catches the tail up."""
+        """The events just written, where a batch provably takes consecutive positions
+        (gapless backends, PostgreSQL); else none (the next read catches the tail up)."""
         sealed = spy.sealed
         if not sealed or outcome.position is None or sealed[-1].version != outcome.version:
             return []
@@ -330,8 +322,8 @@ class CachedRecorder:
         force: bool,
         publish: bool,
     ) -> None:
-        """Write ``events`` (read from or appended to the store from time ``started`` on,
-        knowing erasure ``epoch``) to the stream's cached tail, and publish a wake-up."""
+        """Write ``events`` (read from time ``started`` on, under erasure ``epoch``) to the
+        stream's cached tail, and publish a wake-up."""
         if self._other_chain:
             return  # another chain's events: never served, so never written (see __init__)
         if not self._usable():
@@ -401,8 +393,7 @@ class CachedRecorder:
         self._drop_cached(stream_ids)
 
     def _drop_cached(self, stream_ids: Sequence[str]) -> bool:
-        """True when the streams' cached tails are gone (or were never there) and the
-        epoch replaced (only the epoch, for no streams)."""
+        """True once the streams' cached tails are gone and the epoch replaced."""
         if not self._usable():
             return False
         for i in range(0, max(len(stream_ids), 1), _DROP_BATCH):
@@ -417,10 +408,8 @@ class CachedRecorder:
         return True
 
     def _wrong_type(self, stream_id: str | None) -> None:
-        """A key the failed script used (the erasure epoch and, given, ``stream_id``'s
-        tail) holds another type of Redis value than the cache writes there: a forged
-        entry. Count and log it (once: it is replaced here), then drop the tail and
-        replace the epoch (which only refuses the writes in flight, as an erasure does)."""
+        """The epoch (or ``stream_id``'s tail) holds another type of Redis value: count and
+        log a forged entry, then drop the tail and replace the epoch."""
         self.stats.forged += 1
         logger.warning(
             "%s holds another type of Redis value than the store's cache writes there; replaced",
@@ -491,9 +480,9 @@ class CachedRecorder:
     def _from_cache(
         self, stream_id: str, lo: int, hi: int, head: Head, epoch: bytes, started: float
     ) -> tuple[list[RecordedEvent] | None, bool | None]:
-        """Events ``lo..hi`` from the cache, or None and how to refill it (True: replace
-        it, False: extend it, None: leave it). Every cached event from ``lo`` to the newest
-        is fetched, so that their hashes can be checked up to one the store holds."""
+        """Events ``lo..hi`` from the cache, or None and how to refill it (True: replace,
+        False: extend, None: leave it). Fetched up to the newest, to check the hashes up to
+        the store's head."""
         fields = [b"v", b"h", b"f", *(b"e:%d" % v for v in range(lo, head.version + 1))]
         key = self.key(stream_id)
         got = self._call(self._redis.hmget, key, fields)
@@ -547,11 +536,8 @@ class CachedRecorder:
         epoch: bytes,
         started: float,
     ) -> tuple[list[RecordedEvent] | None, bool | None]:
-        """The cache is behind the head: read only the newer events from the inner store,
-        check they link onto the cached tail, serve both and extend the cache.
-
-        Raises:
-            _Forged: a cached entry is not as this store's cache wrote it.
+        """The cache is behind the head: read the newer events from the inner store, check
+        they link onto the cached tail, serve both and extend the cache (or raise _Forged).
         """
         missing = head.version - cached_v
         if missing > self._cfg.tail:
@@ -576,16 +562,10 @@ class CachedRecorder:
     def _unsealed(
         self, stream_id: str, lo: int, hi: int, raws: list[bytes]
     ) -> list[RecordedEvent] | None:
-        """The events of the cached entries ``raws`` (versions ``lo``..), those to serve
-        (up to ``hi``) each checked against its seal, which covers every field a reader
-        gets: also the position and the payload reference (the chain's hashes cover
-        neither). None when one of those was read from the store ``ttl`` seconds ago or
-        more: it may predate an erasure that could not drop it (docs/operations.md,
-        "Erasure and the cache"), so it is not served.
-
-        Raises:
-            _Forged: an entry whose seal does not match, or that is malformed.
-        """
+        """The events of ``raws`` (versions ``lo``..), those up to ``hi`` checked against
+        their seals (which also cover position and payload reference, unlike the chain);
+        None when one to serve is ``ttl`` seconds old or more (it may predate an erasure:
+        docs/operations.md, "Erasure and the cache"). Raises _Forged on a bad entry."""
         # Only the events served need their seal: the others are used for their chain
         # fields only (to link the served ones to the head's hash), which are hashed again.
         served = hi - lo + 1
@@ -610,10 +590,9 @@ class CachedRecorder:
     def _vouched(
         self, stream_id: str, lo: int, events: list[RecordedEvent], end_hash: bytes
     ) -> bool:
-        """Whether ``events`` (versions ``lo``.., read from Redis) each hash to their stored
-        hash and link one to the next, ending at ``end_hash``, a hash read from the store:
-        each hash commits to everything before it, so they are then the stored events,
-        whatever was written to Redis (docs/architecture.md, "Redis cache")."""
+        """Whether ``events`` (versions ``lo``.., from Redis) hash and link up to
+        ``end_hash``, read from the store: then they are the stored events, whatever was
+        written to Redis (docs/architecture.md, "Redis cache")."""
         key = None if self._chain_key is None else self._chain_key.key
         sj = _cache_name(stream_id)
         last_v, last_h = (0, genesis(stream_id)) if lo == 1 else (lo - 1, events[0].prev_hash)
@@ -632,8 +611,7 @@ class CachedRecorder:
             i, last_v, last_h = i + 1, e.version, e.hash
 
     def _forged(self, stream_id: str, why: str) -> tuple[None, bool]:
-        """Count and log a cached tail edited in Redis (never its content); the read goes
-        to the store and replaces the tail."""
+        """Count and log a cached tail edited in Redis (never its content)."""
         self.stats.forged += 1
         logger.warning(
             "stream %r: the cached tail is not as the store's cache wrote it (%s); read from "

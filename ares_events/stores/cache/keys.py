@@ -99,9 +99,8 @@ def load_keys(
 
 
 def _recorded_secret(inner: Any, record: bool) -> bytes | None:
-    """The store's cache secret, recorded now if need be (and ``record``); None when it
-    has none and cannot record one (no metadata, opened read-only, ``record`` false, or
-    the write is refused)."""
+    """The store's cache secret, recorded now if need be and ``record``; None when it has
+    none and cannot record one."""
     where = inner.describe()
     if Capability.METADATA not in inner.capabilities:
         logger.info("redis cache: %s keeps no metadata; its cache is this process's own", where)
@@ -148,9 +147,8 @@ def _recorded_secret(inner: Any, record: bool) -> bytes | None:
 
 def chain_differs(inner: Any, chain_key: ChainKey | None) -> bool | None:
     """Whether the store under ``inner`` records another hash chain than ``chain_key``
-    (another key, none, or another format): True for a store object opened with
-    ``check_identity=False`` to read under another key; None when the store records no
-    identity yet (nothing was written to it). One metadata read.
+    (True for a store object opened with ``check_identity=False`` under another key); None
+    when it records no identity yet. One metadata read.
 
     Raises:
         StoreUnavailable: the store cannot be reached.
@@ -170,8 +168,8 @@ def chain_differs(inner: Any, chain_key: ChainKey | None) -> bool | None:
 
 
 def _location(inner: Any) -> bytes:
-    """Where the store is: a file's real path (one file has one, however it is spelled),
-    else its description and schema (a schema may be given as a keyword, outside the URL)."""
+    """Where the store is: a file's real path, else its description and schema (a schema
+    may be given outside the URL)."""
     backend = backend_of(inner)
     path = getattr(backend, "path", None)
     if isinstance(path, Path):
@@ -202,15 +200,12 @@ class Sealer:
             len(sid).to_bytes(4, "big") + sid, key=mac, digest_size=TAG_SIZE
         )
 
-    def _tag(self, version: int, body: bytes) -> bytes:
+    def seal(self, version: int, body: bytes) -> bytes:
+        """``body`` with its MAC in front."""
         h = self._base.copy()
         h.update(version.to_bytes(8, "big"))
         h.update(body)
-        return h.digest()
-
-    def seal(self, version: int, body: bytes) -> bytes:
-        """``body`` with its MAC in front."""
-        return self._tag(version, body) + body
+        return h.digest() + body
 
     def unseal(self, lo: int, entries: Sequence[bytes], checked: int) -> list[bytes] | None:
         """The bodies of the sealed ``entries`` (versions ``lo``..), or None when the MAC
