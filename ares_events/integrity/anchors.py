@@ -1,8 +1,6 @@
 """Anchors: signed checkpoints kept at a location outside the store (a folder or an S3
 prefix), and :func:`verify_anchors`, the check that the store still extends every one of
 them (findings and location URLs: docs/proofs.md).
-
-It may import the core, :mod:`ares_events.errors` and this package's other modules.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """The integrity audit: every stream, the global order, erasures, uniqueness and (deep)
 every blob and snapshot, reported as findings (never an exception on a bad row).
-
-It may import the core, the stores and this package's other modules.
 """
 
 from __future__ import annotations
@@ -247,9 +245,8 @@ def _retired(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
 
 
 def _positions(recorder: Any, report: AuditReport) -> Iterator[tuple[Any, Any, Any]]:
-    """``(position, stream_id, version)`` of every row in global order: the backend's
-    three-column scan when it has one, else taken from its events (archived rows
-    included; an archive that cannot be read ends the scan with a finding)."""
+    """``(position, stream_id, version)`` of every row in global order, archived ones
+    included (an unreadable archive ends the scan with a finding)."""
     if Capability.POSITION_SCAN in recorder.capabilities:
         rows: Iterator[tuple[Any, Any, Any]] = recorder.positions(0)
     else:

@@ -2,7 +2,6 @@
 ``verify_stream``, the audit, replay and recovery use to check a chain while reading it.
 
 It never raises on a bad link: it reports findings (every kind: docs/security.md).
-It may import the core and :mod:`.findings`.
 """
 
 from __future__ import annotations

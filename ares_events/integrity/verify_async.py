@@ -1,7 +1,5 @@
 """Verify one stream: recompute its chain from the stored fields and compare the end with
 its head (one face written, the other generated).
-
-It may import the core, the stores and this package's other modules.
 """
 
 from __future__ import annotations

@@ -221,17 +221,15 @@ def _covering_snapshot_events(
     store: EventStore, stream_id: str, version: int
 ) -> list[RecordedEvent]:
     """The events of ``snapshots/<stream_id>`` whose metadata ``covers`` is an int at or
-    after ``version`` (they fold its content); one head lookup when there is no such
-    stream."""
+    after ``version`` (they fold its content)."""
     snaps = SNAPSHOT_STREAM_PREFIX + stream_id
     if len(snaps) > MAX_NAME_LENGTH or store.head(snaps) is None:
         return []  # too long to be a stream id (head() would refuse it), or no such stream
-    out = []
-    for e in store.read(snaps):
-        c = e.metadata.get(SNAPSHOT_COVERS)
-        if type(c) is int and c >= version:
-            out.append(e)
-    return out
+    return [
+        e
+        for e in store.read(snaps)
+        if type(c := e.metadata.get(SNAPSHOT_COVERS)) is int and c >= version
+    ]
 
 
 def reset_read_models(store: EventStore | AsyncEventStore, position: int) -> list[str]:

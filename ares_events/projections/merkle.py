@@ -96,7 +96,7 @@ def _decode_tile(state: Any, key: str) -> tuple[bytearray, list[int] | None]:
 
 def _read_head(state: Any) -> tuple[int, int]:
     """(size, position) of the stored head row (None: an empty tree); StoreError when
-    the row is not a head (a damaged store)."""
+    it is not a head."""
     if state is None:
         return 0, 0
     size = state.get("size") if isinstance(state, dict) else None
@@ -491,9 +491,8 @@ class MerkleLog:
                 rec.meta_set(LOG_KEYS, json.dumps([*keys, vkey]))
 
     def _behind(self, what: str) -> ConfigError | None:
-        """The error to raise when a proof lacks ``what`` because the tree has not folded
-        every committed event yet (None when it has: the lack is then a finding). Catching
-        up writes to the store, which a read-only proof must not do."""
+        """The ConfigError for a proof lacking ``what`` because the tree is behind the
+        committed events (None when it is not); catching up would write."""
         tiles = self._tiles()
         logged, last = tiles.position, self.store.last_position()
         if logged >= last:
@@ -510,9 +509,8 @@ class MerkleLog:
         )
 
     def _check_against(self, signed: SignedCheckpoint, *, caught_up: bool = True) -> None:
-        """Refuse to prove against a checkpoint the tree no longer matches: ProofError
-        when it is shorter or its root at that size differs (ConfigError when it is shorter
-        only because it is not ``caught_up`` yet: catching up would write)."""
+        """ProofError when the tree is shorter than ``signed`` or has another root at its
+        size (ConfigError when only shorter because not ``caught_up`` yet)."""
         cp = signed.checkpoint
         have = self.size()
         if have < cp.size:
@@ -540,13 +538,11 @@ class MerkleLog:
 
         Raises:
             EventNotFound: no such event.
-            CheckpointNeeded: (a ProofError) no checkpoint covers the event (pass
-                ``key``).
-            ProofError: with ``key``, the tree does not match its events
-                (:meth:`verify_rows`); the event is not
-                the one logged at its place (rewritten after it was logged) or its fields
-                no longer hash to its chain hash (edited in place); or the log no longer
-                matches the checkpoint.
+            CheckpointNeeded: (a ProofError) no checkpoint covers the event (pass ``key``).
+            ProofError: with ``key``, the tree does not match its events (:meth:`verify_rows`);
+                the event is not the one logged at its place (rewritten after it was logged)
+                or its fields no longer hash to its chain hash (edited in place); or the log
+                no longer matches the checkpoint.
             ConfigError: ``catch_up`` is False (without ``key``) and the log has not
                 folded the event yet: the proof needs a write.
         """
@@ -665,8 +661,7 @@ class MerkleLog:
 
 
 def _index_in(tiles: _Tiles, position: int) -> int | None:
-    """The leaf index of global ``position`` in the stored tree (None: not a leaf), by the
-    positions level-0 tiles list."""
+    """The leaf index of global ``position`` (None: not a leaf), from the level-0 tiles."""
     n_tiles = (tiles.size + TILE_WIDTH - 1) // TILE_WIDTH
     lo, hi = 0, n_tiles - 1
     # Positions are 1, 2, 3, ... on gapless stores: try the tile that would hold it.

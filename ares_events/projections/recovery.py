@@ -1,8 +1,6 @@
 # Generated from recovery_async.py by tools/async_to_sync.py: do not edit.
 """Folding a stream, verified: replay with a cap, recovery (snapshot first, then the
 tail), snapshots and the snapshot policy; one face written, the other generated.
-
-It may import the core, the stores, integrity and this package's other modules.
 """
 
 from __future__ import annotations

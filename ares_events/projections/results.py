@@ -1,7 +1,4 @@
-"""What a replay or a recovery returns, the same on both faces.
-
-It may import :mod:`ares_events.integrity.findings` and :mod:`ares_events.projections.base`.
-"""
+"""What a replay or a recovery returns, the same on both faces."""
 
 from __future__ import annotations
 

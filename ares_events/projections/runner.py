@@ -88,9 +88,8 @@ def _fold_batch(
     strict: bool,
     skipped: list[SkippedEvent],
 ) -> dict[str, tuple[bytes, int]]:
-    """Apply a batch of events to the rows they touch; returns the changed rows. A batch
-    projection (the Merkle log) defines ``fold_batch(load, events) -> {key: state}`` and
-    folds the whole batch itself; its rows are committed with the cursor like any other."""
+    """The rows a batch of events changes. A batch projection (the Merkle log) folds the
+    whole batch itself with ``fold_batch(load, events) -> {key: state}``."""
     batch_fold = getattr(projection, "fold_batch", None)
     if callable(batch_fold):
         states = batch_fold(lambda keys: tables.load(table, list(keys)), events)
@@ -171,9 +170,8 @@ def _ensure_live(tables: ReadModels, projection: Projection) -> ProjectionMeta:
 
 @contextlib.contextmanager
 def _building(tables: ReadModels, name: str, table: str, cursor: Cursor) -> Iterator[None]:
-    """The store's error of a rebuild's read or write of ``table`` as :class:`_Lost` when
-    another rebuild took the building slot over meanwhile (and dropped ``table``): the
-    missing table is that rebuild's doing, not damage."""
+    """A StoreError on ``table`` as :class:`_Lost` when another rebuild took the building
+    slot over meanwhile and dropped ``table`` (its doing, not damage)."""
     try:
         yield
     except StoreError as exc:
@@ -184,12 +182,8 @@ def _building(tables: ReadModels, name: str, table: str, cursor: Cursor) -> Iter
 
 
 def _claim(tables: ReadModels, name: str, seen: ProjectionMeta) -> str:
-    """Claim the building slot for the next generation's table, replacing ``seen``'s
-    building table (if any); returns the table.
-
-    Raises:
-        _Lost: another rebuild changed the registry row since ``seen`` was read.
-    """
+    """Claim the building slot for the next generation's table (replacing ``seen``'s);
+    :class:`_Lost` when another rebuild changed the registry row since ``seen``."""
     gen = seen.generation + 1
     table = table_name(name, gen)
     # Created before the claim: a rebuild that resumes from the claim finds its table. Only
@@ -222,9 +216,8 @@ def _fill(
     strict: bool,
     progress: Progress | None,
 ) -> tuple[int, int, list[SkippedEvent]]:
-    """Fold read_all from ``after`` (up to ``until``) into ``table``, moving the registry's
-    ``cursor`` ("building" or "none") with every batch. Returns (events applied, last
-    position, events skipped)."""
+    """Fold read_all from ``after`` (up to ``until``) into ``table``, moving ``cursor``
+    with every batch; (events applied, last position, events skipped)."""
     total = store.last_position() if until is None else until
     n = 0
     skipped: list[SkippedEvent] = []
@@ -273,14 +266,7 @@ def rebuild(
         StoreUnavailable: the store cannot be reached.
     """
     try:
-        return _rebuild(
-            store,
-            projection,
-            from_scratch=from_scratch,
-            batch_size=batch_size,
-            strict=strict,
-            progress=progress,
-        )
+        return _rebuild(store, projection, from_scratch, batch_size, strict, progress)
     except _Lost as lost:
         raise StoreError(str(lost)) from lost.__cause__
 
@@ -288,7 +274,6 @@ def rebuild(
 def _rebuild(
     store: EventStore,
     projection: Projection,
-    *,
     from_scratch: bool,
     batch_size: int,
     strict: bool,
@@ -485,9 +470,8 @@ class ProjectionRunner:
         return total
 
     def _rebuild_first(self, p: Projection, meta: ProjectionMeta) -> ProjectionMeta | None:
-        """Rebuild ``p``'s read model, built by another version, before folding into it.
-        Returns the registry row after the swap, or None while another process's rebuild
-        holds the slot (this runner then follows it)."""
+        """Rebuild ``p``'s read model built by another version; the registry row after the
+        swap, or None while another process's rebuild holds the slot."""
         now = time.monotonic()
         f = self._following.get(p.name)
         if f is not None and meta.building_table is not None:

@@ -78,11 +78,9 @@ def _journal(type_: str, p: Any) -> list[Entry] | None:
         return [call | {"ares-step": p.get("step")}]
     if type_ in ("tool.returned", "tool.call.failed"):
         failed = type_ == "tool.call.failed" or p.get("error") is not None
-        out = p.get("result")
-        if failed:
-            out = p.get("error")
-            if type_ != "tool.returned":
-                out = {"error_type": p.get("error_type"), "error": out}
+        out = p.get("error") if failed else p.get("result")
+        if type_ == "tool.call.failed":
+            out = {"error_type": p.get("error_type"), "error": out}
         status = "error" if failed else "success"
         return [_result(out, p.get("idempotency_key"), status=status, is_error=failed)]
     return None
@@ -134,12 +132,11 @@ def _pydantic_part(kind: str, part: Any, model: Any) -> Entry:
 
 
 def _pydantic(type_: str, p: Any) -> list[Entry] | None:
-    if type_ != "pai.messages" or not isinstance(p, dict):
-        return None
-    if not isinstance(p.get("messages"), list):
+    messages = p.get("messages") if isinstance(p, dict) else None
+    if type_ != "pai.messages" or not isinstance(messages, list):
         return None
     out: list[Entry] = []
-    for m in p["messages"]:
+    for m in messages:
         if not isinstance(m, dict):
             continue
         parts = [

@@ -14,7 +14,7 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
@@ -360,10 +360,9 @@ def _no_constant(name: str) -> Any:
 
 
 def _cbor_file(data: bytes, what: str, *, canonical: bool = True) -> Any:
-    """The CBOR item ``data`` holds, which must be exactly the encoding the exporter
-    writes (``canonical``: RFC 8949's deterministic one; else the shortest forms in the
-    order given, as pycose writes a COSE_Sign1): trailing bytes, a repeated map key or a
-    longer encoding could otherwise carry content no signature covers."""
+    """The CBOR item ``data`` holds, exactly as the exporter encodes it (RFC 8949's
+    deterministic form if ``canonical``, else pycose's): trailing bytes, a repeated map
+    key or a longer encoding could carry content no signature covers."""
     import cbor2
 
     try:
@@ -634,15 +633,18 @@ _MAX_DEPTH: Final = 200
 refused before anything walks it, the same on every Python (their recursion differs)."""
 
 
-def _too_deep(value: Any) -> bool:
+def _nodes(value: Any) -> Iterator[tuple[Any, int]]:
+    """Every value inside ``value`` with its depth, walked without recursion."""
     todo = [(value, 0)]
     while todo:
         v, depth = todo.pop()
-        if depth > _MAX_DEPTH:
-            return True
+        yield v, depth
         items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
         todo.extend((x, depth + 1) for x in items)
-    return False
+
+
+def _too_deep(value: Any) -> bool:
+    return any(depth > _MAX_DEPTH for _, depth in _nodes(value))
 
 
 _VEILED: Final = object()
@@ -650,14 +652,8 @@ _VEILED: Final = object()
 
 
 def _hides(value: Any) -> bool:
-    """Whether a redaction placeholder is anywhere in ``value`` (walked without recursion)."""
-    todo = [value]
-    while todo:
-        v = todo.pop()
-        if _placeholder(v) is not None:
-            return True
-        todo.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
-    return False
+    """Whether a redaction placeholder is anywhere in ``value``."""
+    return any(_placeholder(v) is not None for v, _ in _nodes(value))
 
 
 def _terms(type_: Any, value: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -928,9 +924,8 @@ def _check_entries(
     rep: RecordReport,
     derive: Callable[..., list[Any]] | None,
 ) -> None:
-    """``session.entries``, the draft's view, must be the one export derives from the
-    checked events (``derive``): an entry edited, added or dropped under a valid
-    signature would otherwise read as verified. Without ``derive``, their order only."""
+    """``session.entries`` must be those ``derive`` makes of the checked events (an edited
+    entry would otherwise read as verified); without ``derive``, their order only."""
     session = record.get("session")
     entries = session.get("entries") if isinstance(session, dict) else None
     if not isinstance(entries, list):
@@ -957,14 +952,8 @@ def _check_entries(
             rep.add("entries", f"version {version}: its entries cannot be derived", version)
             return
     if _plain(entries) != _plain(want):
-        at = next(
-            (
-                i
-                for i, (a, b) in enumerate(zip(entries, want, strict=False))
-                if _plain(a) != _plain(b)
-            ),
-            min(len(entries), len(want)),
-        )
+        pairs = zip(map(_plain, entries), map(_plain, want), strict=False)
+        at = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(entries), len(want)))
         rep.add(
             "entries",
             f"the session's entries are not those of the record's events (from entry {at + 1} "
@@ -1012,9 +1001,8 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
 def _disclose(
     events: Sequence[Any], disclosures: Any
 ) -> tuple[list[dict[str, Any]], dict[int, Any], dict[int, set[str]]]:
-    """Each disclosure checked against the salted digest its event holds at its path:
-    the results, each redacted payload with the values that matched put back, and the
-    paths put back, by version."""
+    """Each disclosure checked against its salted digest: the results, and by version the
+    redacted payloads with the matching values put back and the paths put back."""
     items = disclosures.get("disclosures") if isinstance(disclosures, Mapping) else None
     if not isinstance(items, list):
         raise ValueError("the disclosures object has no 'disclosures' list")
