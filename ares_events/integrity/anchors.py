@@ -330,6 +330,8 @@ def recorded_log_keys(recorder: Any) -> list[VerifierKey]:
         texts = json.loads(raw) if raw else []
     except ValueError:
         return []
+    if not isinstance(texts, list):  # overwritten by whoever can write the store
+        return []
     out: list[VerifierKey] = []
     for text in texts:
         with contextlib.suppress(ValueError):

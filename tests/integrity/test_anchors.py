@@ -345,3 +345,20 @@ def test_cli_audit_checks_anchors_when_asked(
     data = json.loads(capsys.readouterr().out)
     assert code == 1
     assert {f["kind"] for f in data["findings"]} == {"anchor_truncated"}
+
+
+@pytest.mark.parametrize("recorded", ["null", "5", '{"k": 1}', "true"])
+def test_recorded_keys_that_are_no_list_check_as_no_keys(
+    db: Path, tmp_path: Path, recorded: str
+) -> None:
+    """A store whose recorded log keys were overwritten with JSON that is no list checks as
+    one with no recorded key (the anchor's signature is unverified), never a crash."""
+    url = _location(tmp_path)
+    with opened(db) as store:
+        anchor(store, url)
+    sql(db, "UPDATE ares_meta SET value = ? WHERE key = 'log_keys'", recorded)
+    with opened(db) as store:
+        report = verify_anchors(store, url)
+        assert not report.ok and report.keys_from == "store"
+        assert verify_anchors(store, url, keys=[KEY.verifier]).ok
+    assert main(["--store", f"sqlite:///{db}", "anchor", "--check", "--to", url]) == 1
