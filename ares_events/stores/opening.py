@@ -143,10 +143,13 @@ def _blob_choice(
     recorded = identity.blobs if identity is not None else None
     if isinstance(recorded, BlobsIdentity):
         return recorded.url, False  # where this store keeps its spilled payloads
-    url = None
-    if Capability.DEFAULT_BLOBS in recorder.capabilities:
-        url = recorder.default_blobs_url()
+    url = _default_url(recorder)
     return url, bool(url) and (recorded in (None, DEFAULT_BLOBS))
+
+
+def _default_url(recorder: Any) -> str | None:
+    caps = recorder.capabilities
+    return recorder.default_blobs_url() if Capability.DEFAULT_BLOBS in caps else None
 
 
 def _is_default(blob_store: Any, identity: StoreIdentity | None, recorder: Any) -> bool:
@@ -154,9 +157,7 @@ def _is_default(blob_store: Any, identity: StoreIdentity | None, recorder: Any) 
     are, resolved): it is then the ``"default"`` the store records, not another location."""
     if identity is not None and isinstance(identity.blobs, BlobsIdentity):
         return False  # a recorded location: compared as such on open
-    url = None
-    if Capability.DEFAULT_BLOBS in recorder.capabilities:
-        url = recorder.default_blobs_url()
+    url = _default_url(recorder)
     if not url:
         return False
     from ares_events.stores.blobs import open_blobs

@@ -364,9 +364,8 @@ class CellsRecorder:
         """True once any cell has an event past its part of ``position``, False after
         ``timeout`` seconds (every cell's own wake-ups, waited for at once)."""
         parts = [position] * self._n if self.shared_clock else unpack(position, self._n, "position")
-        for i, c in enumerate(self.cells):
-            if c.last_position() > parts[i]:
-                return True
+        if any(c.last_position() > parts[i] for i, c in enumerate(self.cells)):
+            return True
         pool = ThreadPoolExecutor(self._n, thread_name_prefix="ares-cells-wait")
         try:
             futs = {pool.submit(c.wait_for, parts[i], timeout) for i, c in enumerate(self.cells)}
@@ -524,13 +523,12 @@ def _merge(
 
 def _check_requested(cfg: CellsConfig, cell_map: CellMap) -> None:
     """A URL may repeat the recorded ``partitions``/``cells``, never change them."""
-    if cfg.partitions is not None and cfg.partitions != cell_map.partitions:
-        raise ConfigError(
-            f"{cfg.where} asks for {cfg.partitions} partitions, but the store was created "
-            f"with {cell_map.partitions} (fixed at init; drop partitions= from the URL)"
-        )
-    if cfg.cells is not None and cfg.cells != len(cell_map.cells):
-        raise ConfigError(
-            f"{cfg.where} asks for {cfg.cells} cells, but the store was created with "
-            f"{len(cell_map.cells)} (fixed at init; drop cells= from the URL)"
-        )
+    for name, asked, made in (
+        ("partitions", cfg.partitions, cell_map.partitions),
+        ("cells", cfg.cells, len(cell_map.cells)),
+    ):
+        if asked is not None and asked != made:
+            raise ConfigError(
+                f"{cfg.where} asks for {asked} {name}, but the store was created with "
+                f"{made} (fixed at init; drop {name}= from the URL)"
+            )

@@ -387,9 +387,8 @@ class AsyncCellsRecorder:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
         else:
-            for i, c in enumerate(self.cells):
-                if c.last_position() > parts[i]:
-                    return True
+            if any(c.last_position() > parts[i] for i, c in enumerate(self.cells)):
+                return True
             pool = ThreadPoolExecutor(self._n, thread_name_prefix="ares-cells-wait")
             try:
                 futs = {
@@ -550,13 +549,12 @@ async def _merge(
 
 def _check_requested(cfg: CellsConfig, cell_map: CellMap) -> None:
     """A URL may repeat the recorded ``partitions``/``cells``, never change them."""
-    if cfg.partitions is not None and cfg.partitions != cell_map.partitions:
-        raise ConfigError(
-            f"{cfg.where} asks for {cfg.partitions} partitions, but the store was created "
-            f"with {cell_map.partitions} (fixed at init; drop partitions= from the URL)"
-        )
-    if cfg.cells is not None and cfg.cells != len(cell_map.cells):
-        raise ConfigError(
-            f"{cfg.where} asks for {cfg.cells} cells, but the store was created with "
-            f"{len(cell_map.cells)} (fixed at init; drop cells= from the URL)"
-        )
+    for name, asked, made in (
+        ("partitions", cfg.partitions, cell_map.partitions),
+        ("cells", cfg.cells, len(cell_map.cells)),
+    ):
+        if asked is not None and asked != made:
+            raise ConfigError(
+                f"{cfg.where} asks for {asked} {name}, but the store was created with "
+                f"{made} (fixed at init; drop {name}= from the URL)"
+            )

@@ -48,10 +48,14 @@ _OPTIONS: Final = ("create",)
 
 
 def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
-    for x in items:
+    # Once before anything: a task that loops over short reads still lets others run.
+    _fair()
+    for i, x in enumerate(items, 1):
         if rec is not None and rec._closed:  # a forgotten read, closed under it
             rec._check("read")
         yield x
+        if i % FAIR_EVERY == 0:
+            _fair()
 
 
 class MemoryRecorder:

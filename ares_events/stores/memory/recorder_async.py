@@ -10,7 +10,7 @@ import builtins
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, ClassVar, Final
 
 from ares_events.core.backend import (
@@ -54,25 +54,15 @@ FAIR_EVERY: Final = 256
 _OPTIONS: Final = ("create",)
 
 
-if ASYNC:
-
-    async def _each(items: Iterable[Any], rec: Any = None) -> AsyncIterator[Any]:
-        # Once before anything: a task that loops over short reads still lets others run.
-        await _fair()
-        for i, x in enumerate(items, 1):
-            if rec is not None and rec._closed:  # a forgotten read, closed under it
-                rec._check("read")
-            yield x
-            if i % FAIR_EVERY == 0:
-                await _fair()
-
-else:
-
-    def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
-        for x in items:
-            if rec is not None and rec._closed:  # a forgotten read, closed under it
-                rec._check("read")
-            yield x
+async def _each(items: Iterable[Any], rec: Any = None) -> AsyncIterator[Any]:
+    # Once before anything: a task that loops over short reads still lets others run.
+    await _fair()
+    for i, x in enumerate(items, 1):
+        if rec is not None and rec._closed:  # a forgotten read, closed under it
+            rec._check("read")
+        yield x
+        if i % FAIR_EVERY == 0:
+            await _fair()
 
 
 class AsyncMemoryRecorder:

@@ -137,12 +137,9 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     migrate = parse_bool(own.get("migrate", True), "migrate", where)
     notify = parse_bool(own.get("notify", True), "notify", where)
     kwargs: dict[str, Any] = {k: v for k, v in params.items() if k in libpq}
-    if url.host:
-        kwargs.setdefault("host", url.host)
-    if url.port:
-        kwargs.setdefault("port", str(url.port))
-    if url.username:
-        kwargs.setdefault("user", url.username)
+    for key, value in (("host", url.host), ("port", url.port), ("user", url.username)):
+        if value:
+            kwargs.setdefault(key, str(value))
     if url.password is not None:
         kwargs["password"] = url.password
     dbname = url.path.lstrip("/")

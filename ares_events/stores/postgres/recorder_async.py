@@ -125,11 +125,9 @@ def _cursor(conn: Any) -> Any:
 if ASYNC:
 
     async def _settled(step: Awaitable[T]) -> T:
-        """``step`` (an append on its connection) to its end. A cancel reaches it once, so
-        psycopg cancels the statement on the server and waits for the answer; a second
-        one during that wait would make psycopg drop the connection while the server may
-        still commit. The caller's CancelledError comes once it settled, however many
-        cancels arrive meanwhile: nothing of the append happens after it."""
+        """``step`` (an append) to its end, shielded: it gets one cancel (psycopg cancels the
+        statement and waits; a second would drop a connection the server may still commit
+        on), and CancelledError is raised only once it settled."""
         task = asyncio.ensure_future(step)
         try:
             return await asyncio.shield(task)
@@ -605,17 +603,11 @@ class AsyncPostgresRecorder:
         )
         if len(sealed) == 1:
             query = q.append_first_one if first else q.append_next_one
-            return query, (sid, *guard, *event_row(sid, last), channel, channel)
-        query = q.append_first_batch if first else q.append_next_batch
-        return query, (
-            sid,
-            *guard,
-            sid,
-            sealed[0].version - 1,
-            *column_arrays(sealed),
-            channel,
-            channel,
-        )
+            rows = event_row(sid, last)
+        else:
+            query = q.append_first_batch if first else q.append_next_batch
+            rows = (sid, sealed[0].version - 1, *column_arrays(sealed))
+        return query, (sid, *guard, *rows, channel, channel)
 
     async def _pipeline(self, conn: Any, stmts: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Statements ``(query, args, fetch)`` (fetch ``None``, ``"one"``, ``"all"``) in one
@@ -703,14 +695,11 @@ class AsyncPostgresRecorder:
         batches: Sequence[tuple[Batch, ExpectedVersion]],
         tracking: TrackingRecord | None,
     ) -> list[AppendOutcome]:
-        q = self.sql
+        q, clock = self.sql, self.clock
         streams = [b.stream_id for b, _ in batches]
         ids = [i for b, _ in batches for i in b.event_ids]
-        keys = list(streams)
-        if tracking is not None:
-            keys.append(f"ares-tracking:{tracking.name}")
         name = tracking.name if tracking is not None else None
-        clock = self.clock
+        keys = streams if name is None else [*streams, f"ares-tracking:{name}"]
         got = await self._pipeline(
             conn,
             (
@@ -726,11 +715,8 @@ class AsyncPostgresRecorder:
         xid = clock.xid(xid, got)
         if exists:
             found = {e.event_id_str: e for e in await self._stored(conn, ids)}
-            outs = []
-            for b, _ in batches:
-                dup = [found[i] for i in b.event_ids if i in found]
-                outs.append(AppendOutcome(dup, duplicate=bool(dup)))
-            return outs
+            dups = [[found[i] for i in b.event_ids if i in found] for b, _ in batches]
+            return [AppendOutcome(d, duplicate=bool(d)) for d in dups]
         if tracking is not None:
             check_tracking(tracking, tracked)
         self._check_xid(xid)
@@ -769,13 +755,11 @@ class AsyncPostgresRecorder:
         return (await self._catch_up(what, statement),)
 
     async def _catch_up(self, what: str, statement: sql.Composed) -> int:
-        """The bound, raised to ``_final`` (one past the highest position a read of this
-        recorder returned, or a bound seen before: each held, so is final for good), after
-        waiting up to ``_CATCH_UP`` seconds for it to pass this recorder's own appends:
-        read your own writes. The bound stays below them while a transaction with a lower
-        position is in flight (waiting is right: reading past it could skip its rows), and
-        comes out low for an instant after another database's transaction ends (sql.py).
-        Giving up reads what is final, as before, and does not wait for them again."""
+        """The bound, raised to ``_final`` (below it all is final for good), after waiting up
+        to ``_CATCH_UP`` s for it to pass this recorder's own appends (read your own writes).
+        It stays below them while a lower position is in flight (reading past could skip its
+        rows), or for an instant after another database's transaction ends (sql.py); giving
+        up reads what is final and does not wait for those appends again."""
         own = self._own
         deadline = time.monotonic() + _CATCH_UP
         delay = 0.001
@@ -857,18 +841,14 @@ class AsyncPostgresRecorder:
         ``below``, a bound under which the caller knows every row is final: a cell
         store's merge); only the streams under ``stream_prefix`` when given (a range on
         ``stream_id`` in byte order, :func:`~ares_events.core.events.prefix_range`)."""
-        bounds: tuple[str, ...] = ()
         clock = self.clock
         queries = (clock.all, clock.all_range, clock.all_from) if below is None else clock.below
         query = queries[0]
+        bounds: tuple[str, ...] = ()
         if stream_prefix:
             lo, hi = prefix_range(stream_prefix)
-            if hi is None:
-                query, bounds = queries[2], (lo,)
-            else:
-                query, bounds = queries[1], (lo, hi)
-        page = self.page_size
-        after = after_position
+            query, bounds = (queries[2], (lo,)) if hi is None else (queries[1], (lo, hi))
+        page, after = self.page_size, after_position
         left = limit if limit is not None else _FAR
         while left > 0:
             want = min(page, left)
@@ -1040,10 +1020,9 @@ class AsyncPostgresRecorder:
         count, position)`` with kind ``duplicate_version``, ``duplicate_position`` or
         ``duplicate_event_id`` (for the audit; a healthy schema has none)."""
         q = self.sql
-        for sid, version, n, pos in await self._query("audit scan", q.dup_versions, ()):
-            yield "duplicate_version", sid, version, int(n), pos
-        for sid, version, n, pos in await self._query("audit scan", q.dup_positions, ()):
-            yield "duplicate_position", sid, version, int(n), pos
+        for kind, query in (("version", q.dup_versions), ("position", q.dup_positions)):
+            for sid, version, n, pos in await self._query("audit scan", query, ()):
+                yield f"duplicate_{kind}", sid, version, int(n), pos
         for eid, n, pos in await self._query("audit scan", q.dup_ids, ()):
             yield "duplicate_event_id", eid, None, int(n), pos
 

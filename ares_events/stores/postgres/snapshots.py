@@ -60,12 +60,11 @@ class PostgresSnapshotRows:
     def _txn(self, action: str, *, write: bool = True) -> Iterator[Any]:
         """One pooled connection (to write, in a transaction), its psycopg errors mapped."""
         try:
-            with self._recorder.connection() as conn:
-                if write:
-                    with conn.transaction():
-                        yield conn
-                else:
-                    yield conn
+            with (
+                self._recorder.connection() as conn,
+                conn.transaction() if write else contextlib.nullcontext(),
+            ):
+                yield conn
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"{action} in {self._url} failed: {_detail(exc)}") from exc
         except psycopg.Error as exc:

@@ -59,12 +59,11 @@ class AsyncPostgresSnapshotRows:
     async def _txn(self, action: str, *, write: bool = True) -> AsyncIterator[Any]:
         """One pooled connection (to write, in a transaction), its psycopg errors mapped."""
         try:
-            async with self._recorder.connection() as conn:
-                if write:
-                    async with conn.transaction():
-                        yield conn
-                else:
-                    yield conn
+            async with (
+                self._recorder.connection() as conn,
+                conn.transaction() if write else contextlib.nullcontext(),
+            ):
+                yield conn
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"{action} in {self._url} failed: {_detail(exc)}") from exc
         except psycopg.Error as exc:

@@ -632,9 +632,8 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         self, after_position: int, limit: int | None, *, stream_prefix: str | None = None
     ) -> Iterator[RecordedEvent]:
         """Keyset-paged read in global order (of the streams under ``stream_prefix``)."""
-        after = after_position
+        after, page = after_position, self.page_size
         left = limit if limit is not None else 2**62
-        page = self.page_size
         sql = SELECT_ALL
         bounds: tuple[str, ...] = ()
         if stream_prefix:
