@@ -447,6 +447,7 @@ def test_kill_inside_a_model_call_reissues_only_that_unanswered_call(
 # -- 3. in-doubt tool calls -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_in_doubt_without_reconciler_stops_the_run_until_a_human_resolves_it(
     sqlite_url: str, services: Path, opened: list[ae.EventStore]
 ) -> None:
@@ -496,6 +497,7 @@ def test_in_doubt_without_reconciler_stops_the_run_until_a_human_resolves_it(
     assert ae.integrity.verify_stream(store, "run-id").ok
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_in_doubt_idempotent_tool_is_retried_with_the_same_key(
     sqlite_url: str, services: Path
 ) -> None:
@@ -512,6 +514,7 @@ def test_in_doubt_idempotent_tool_is_retried_with_the_same_key(
         assert "run.interrupted" not in types(store, "run-ip")
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_reconciler_saying_not_landed_reexecutes_with_the_same_key(
     sqlite_url: str, services: Path
 ) -> None:
@@ -736,6 +739,7 @@ def test_async_journal_interrupt_and_resume(store: ae.EventStore) -> None:
     assert asyncio.run(scenario()) == ["True", "paused", "False", "failed"]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_async_reconciler_after_a_real_kill(sqlite_url: str, services: Path) -> None:
     """After a SIGKILL inside the tool, an AsyncJournal with a coroutine reconciler
     synthesizes the outcome; the tool coroutine is never awaited."""

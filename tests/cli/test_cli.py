@@ -427,6 +427,7 @@ def _exe() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "ares_events"]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_console_script_subprocess(tmp_path: Path) -> None:
     """The installed command runs the demo, then tail and audit read the same file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARES_")}
@@ -452,6 +453,7 @@ def test_console_script_subprocess(tmp_path: Path) -> None:
     assert "Traceback" not in demo.stderr + tail.stderr + audit.stderr
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     """python -m ares_events runs the same CLI and maps errors to exit codes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARES_")}

@@ -428,6 +428,7 @@ os._exit(0)  # as a kill -9: SQLite closes nothing, its WAL is left to the next 
 @pytest.mark.parametrize(
     "args", [("streams",), ("verify", "agent-9"), ("audit",), ("tail", "agent-9")]
 )
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_read_only_command_after_a_writer_died_leaves_its_wal_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
 ) -> None:
@@ -569,6 +570,7 @@ PAGES = [
 ]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_read_only_console_writes_nothing(backend: str, request: pytest.FixtureRequest) -> None:
     """Every GET view of the read-only console (and an audit started from its Integrity

@@ -54,6 +54,7 @@ def damage(db: Path, sql: str) -> None:
     c.close()
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("step", ["²", "¹", "٢", "run-doubt:²"])
 def test_resolve_with_a_non_ascii_digit_step_is_a_usage_error(tmp_path: Path, step: str) -> None:
     """A STEP of superscript or other Unicode digits exits 2 (not 4), appending nothing."""
@@ -70,6 +71,7 @@ def test_resolve_with_a_non_ascii_digit_step_is_a_usage_error(tmp_path: Path, st
 @pytest.mark.parametrize(
     "doc", ["[" * 50_000 + "]" * 50_000, '{"a":' * 20_000 + "1" + "}" * 20_000]
 )
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_resolve_with_a_deeply_nested_result_is_a_usage_error(tmp_path: Path, doc: str) -> None:
     """--result JSON nested deeper than the decoder recurses exits 2 (not 4)."""
     url = make_store(tmp_path / "s.db")
@@ -88,6 +90,7 @@ DAMAGES = {
 }
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("sql", DAMAGES.values(), ids=DAMAGES.keys())
 def test_runs_commands_report_a_row_that_is_not_json_as_findings(tmp_path: Path, sql: str) -> None:
     """A row whose bytes are not JSON is a chain finding: list and show exit 1 naming it,
@@ -135,6 +138,7 @@ def test_journal_on_a_row_that_is_not_json_raises_chain_integrity_error(
         assert folded.state and bad.isdisjoint(folded.state)  # reported, never folded
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_run_whose_opening_type_was_edited_is_listed_with_its_findings(tmp_path: Path) -> None:
     """A run's run.started edited into another type (one column, behind the library's
     back) is not hidden: runs list shows it with findings (exit 1, was 'no runs', exit 0),
@@ -167,6 +171,7 @@ def test_a_sound_stream_that_is_not_a_run_stays_out_of_the_list(tmp_path: Path) 
     assert [r["run_id"] for r in json.loads(p.stdout)["runs"]] == ["run-doubt"]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_cancelled_run_takes_no_verdict(tmp_path: Path) -> None:
     """`runs resolve` (a result or --not-done) on a run cancelled while a call was in doubt
     is a usage error (exit 2) appending nothing, as `runs cancel` of it is: it appended a

@@ -99,6 +99,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_url"))
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("how", ["close", "forget", "held", "follow"])
 def test_exit_is_quiet(url: str, how: str, tmp_path: Path) -> None:
     """Creating, using and leaving an application prints nothing to stderr at exit."""
@@ -117,6 +118,7 @@ def test_exit_is_quiet(url: str, how: str, tmp_path: Path) -> None:
         assert proc.stderr == ""
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("how", ["stop", "run"])
 def test_exit_of_a_system_is_quiet(url: str, how: str, tmp_path: Path) -> None:
     """A System run by SingleThreadedRunner, stopped or not, with an application still

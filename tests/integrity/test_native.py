@@ -150,6 +150,7 @@ def test_the_writer_reads_a_handle_only_where_it_saw_one(native: ModuleType) -> 
         native.SQLiteWriter(object(), *["SELECT 1"] * 5, *[None] * 5)
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize(("value", "off"), [("1", True), ("0", False), ("", False)])
 def test_the_environment_switch(value: str, off: bool) -> None:
     env = {**os.environ, chain.NO_NATIVE_ENV: value}

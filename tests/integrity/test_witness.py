@@ -153,6 +153,7 @@ _RACE_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_concurrent_requests_never_roll_the_witness_back(
     tmp_path: Path, keys: tuple[SigningKey, SigningKey]
 ) -> None:

@@ -751,6 +751,7 @@ def _kinds(findings: Any) -> set[str]:
     return {f["kind"] if isinstance(f, dict) else f.kind for f in findings}
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_audit_reports_a_deleted_index_row(setup_url: tuple[ae.EventStore, str, str]) -> None:
     """With the archive's index row deleted, audit (with and without --deep) and verify
     end with an archive_missing finding and exit 1 (they used to spin forever); reads
@@ -769,6 +770,7 @@ def test_audit_reports_a_deleted_index_row(setup_url: tuple[ae.EventStore, str, 
     assert info.value.kind == "missing"
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_stream_reads_that_need_a_lost_index_raise(
     setup_url: tuple[ae.EventStore, str, str],
 ) -> None:
@@ -804,6 +806,7 @@ def test_stream_reads_that_need_a_lost_index_raise(
     assert info.value.kind == "missing"
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("kind", ["fifo", "symlink-to-fifo"])
 def test_a_fifo_in_place_of_a_segment_is_missing_not_a_hang(tmp_path: Path, kind: str) -> None:
     """A FIFO (or a symlink to one) where a segment object belongs: audit, audit --deep
@@ -832,6 +835,7 @@ def test_a_fifo_in_place_of_a_segment_is_missing_not_a_hang(tmp_path: Path, kind
 @pytest.mark.parametrize(
     "damage", ["header", "trailing", "index-digest", "manifest-missing", "index-garbled"]
 )
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_bytes_outside_the_blocks_are_checked_by_a_deep_audit(
     setup_url: tuple[ae.EventStore, str, str], damage: str
 ) -> None:

@@ -219,7 +219,13 @@ def _fresh_url(database: str | None, where: Path) -> str:
     return f"{database}{sep}schema=k_{uuid.uuid4().hex[:12]}"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "backend",
+    [  # PostgreSQL's examples cost seconds each: the whole suite runs them
+        BACKENDS[0],
+        pytest.param("postgres", id="postgres", marks=(pytest.mark.postgres, pytest.mark.slow)),
+    ],
+)
 @settings(
     max_examples=examples(60),
     deadline=None,

@@ -59,6 +59,7 @@ def _objects(folder: Path) -> dict[str, bytes]:
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_killed_runs_segment_with_a_payload_erased_since_is_deleted_by_the_rerun(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

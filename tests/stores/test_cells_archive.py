@@ -67,6 +67,7 @@ def test_cells_on_one_clock_archive_and_read_through(
         assert ae.integrity.verify_stream(astore, "agent-a").ok  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_cells_on_separate_servers_are_refused(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

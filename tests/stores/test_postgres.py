@@ -372,6 +372,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_two_processes_opening_a_fresh_schema_race_safely(
     postgres_url: str, admin: psycopg.Connection[Any]
 ) -> None:

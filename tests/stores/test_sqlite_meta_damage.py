@@ -44,6 +44,7 @@ def test_open_with_a_non_integer_schema_version_raises_store_error(
     assert row == (value,)
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("value", ["garbage", "4.0"])
 @pytest.mark.parametrize("args", [("runs", "list"), ("audit",), ("recover", "agent-1")])
 def test_cli_on_a_non_integer_schema_version_exits_3(

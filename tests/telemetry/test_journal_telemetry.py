@@ -134,6 +134,7 @@ def test_a_rerun_is_answered_from_the_log_and_linked(otel: Otel, real_url: str) 
     assert otel.total("ares_events.journal.calls", **{"ares_events.journal.from_log": True}) == 1
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_run_resumed_after_sigkill_links_to_the_original(
     otel: Otel, real_url: str, tmp_path: Path
 ) -> None:

@@ -64,6 +64,7 @@ def approve(base: str, cookie: dict[str, str], run: str) -> tuple[int, str, str]
     return status, page, body
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_signed_resume_from_the_console_runs_exactly_the_approved_call(
     url: str, tmp_path: Path
 ) -> None:
@@ -97,6 +98,7 @@ def test_a_signed_resume_from_the_console_runs_exactly_the_approved_call(
     assert [(a["action"], a["signed_by"]) for a in rep.approvals] == [("approve", [signer])]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_console_without_a_key_cannot_approve(url: str) -> None:
     """With --allow-actions and no --key, the page offers no resume of a run waiting for
     a signed approval and says how to approve it; a resume posted anyway is refused

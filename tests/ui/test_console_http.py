@@ -416,6 +416,7 @@ def test_sigterm_at_any_moment_of_the_start_up_ends_the_console(sqlite_url: str)
             assert run.proc.returncode == 0, (name, out)  # the console's own stop: clean
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_sigterm_with_a_live_view_open_ends_the_console(sqlite_url: str) -> None:
     """A browser's live connection (server-sent events, 25 s long) does not hold a stop:
     SIGTERM ends the process within 5 s, exit 0."""
@@ -517,6 +518,7 @@ def test_access_log_spells_out_control_and_bidi_characters(tmp_path: Path) -> No
     assert not [ln for ln in logged if token in ln or prefix.decode() in ln]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_a_live_view_past_the_held_ones_polls_instead_of_a_503(sqlite_url: str) -> None:
     """With the four live streams held open, a fifth live view is not refused (a browser
     never retries an EventSource answered 503, so that tab stayed stale for good): it gets
@@ -558,6 +560,7 @@ def test_a_live_view_past_the_held_ones_polls_instead_of_a_503(sqlite_url: str) 
                 sock.close()
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_while_a_form_is_half_received_logs_no_error(
     sqlite_url: str, sig: signal.Signals

@@ -347,6 +347,7 @@ def _all_pages(c: Any, cookie: dict[str, str]) -> str:
     return "\n".join(seen)
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_chain_key_never_shown(tmp_path: Path) -> None:
     """A keyed store: the chain key is in no page, header or console output, and the
     chains still verify (the console uses the key)."""
@@ -397,6 +398,7 @@ def test_audit_checks_anchors_of_a_location(tmp_path: Path, capsys: Any) -> None
         assert "1 anchors checked" in page and ">clean<" in page
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_sigterm_stops_the_console_cleanly(sqlite_url: str) -> None:
     """SIGTERM (a supervisor's stop) ends the console like Ctrl-C: exit 0, store closed."""
     with console(sqlite_url) as c:

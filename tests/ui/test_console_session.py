@@ -11,6 +11,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 from selenium.webdriver.common.by import By
 
 from tests.fixtures.cookie_recorder import cookie_recorder
@@ -30,6 +31,7 @@ def _leaks(cookies: list[str], token: str, prefix: str) -> list[str]:
     return [h for h in cookies if "ares_console" in h or token in h or prefix.strip("/") in h]
 
 
+@pytest.mark.slow  # starts child processes: the whole suite runs it
 def test_cookie_jar_sends_the_session_to_no_other_port(sqlite_url: str) -> None:
     """Logged in through a real cookie jar, the session cookie is scoped to the console's
     secret path: requests to another server on 127.0.0.1 carry the jar's other cookie
