@@ -35,7 +35,6 @@ from ares_events.integrations._langgraph_plan import ValueCache
 
 if ASYNC:
     import asyncio
-    import functools
     from asyncio import Lock
     from collections.abc import Callable, Coroutine, Iterator
     from typing import ParamSpec, TypeVar
@@ -349,6 +348,10 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 )
             return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), loop).result()
 
+        def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+            """:meth:`aget_tuple` on the saver's loop (from another thread)."""
+            return self._on_loop("get_tuple", self.aget_tuple, config)
+
         def list(
             self,
             config: RunnableConfig | None,
@@ -365,6 +368,67 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 except StopAsyncIteration:
                     return
 
+        def get_delta_channel_history(
+            self, *, config: RunnableConfig, channels: Sequence[str]
+        ) -> Mapping[str, DeltaChannelHistory]:
+            """:meth:`aget_delta_channel_history` on the saver's loop (from another thread)."""
+            return self._on_loop(
+                "get_delta_channel_history",
+                self.aget_delta_channel_history,
+                config=config,
+                channels=channels,
+            )
+
+        def put(
+            self,
+            config: RunnableConfig,
+            checkpoint: Checkpoint,
+            metadata: CheckpointMetadata,
+            new_versions: ChannelVersions,
+        ) -> RunnableConfig:
+            """:meth:`aput` on the saver's loop (from another thread)."""
+            return self._on_loop("put", self.aput, config, checkpoint, metadata, new_versions)
+
+        def put_writes(
+            self,
+            config: RunnableConfig,
+            writes: Sequence[tuple[str, Any]],
+            task_id: str,
+            task_path: str = "",
+        ) -> None:
+            """:meth:`aput_writes` on the saver's loop (from another thread)."""
+            self._on_loop("put_writes", self.aput_writes, config, writes, task_id, task_path)
+
+        def delete_thread(self, thread_id: str) -> None:
+            """:meth:`adelete_thread` on the saver's loop (from another thread)."""
+            self._on_loop("delete_thread", self.adelete_thread, thread_id)
+
+        def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+            """:meth:`adelete_for_runs` on the saver's loop (from another thread)."""
+            self._on_loop("delete_for_runs", self.adelete_for_runs, run_ids)
+
+        def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+            """:meth:`acopy_thread` on the saver's loop (from another thread)."""
+            self._on_loop("copy_thread", self.acopy_thread, source_thread_id, target_thread_id)
+
+        def prune(
+            self,
+            thread_ids: Sequence[str],
+            *,
+            strategy: str = "keep_latest",
+            keep_last: int | None = None,
+            older_than: timedelta | None = None,
+        ) -> None:
+            """:meth:`aprune` on the saver's loop (from another thread)."""
+            self._on_loop(
+                "prune",
+                self.aprune,
+                thread_ids,
+                strategy=strategy,
+                keep_last=keep_last,
+                older_than=older_than,
+            )
+
 
 BLOCKING_METHODS: Final = (
     "get_tuple",
@@ -378,20 +442,3 @@ BLOCKING_METHODS: Final = (
 )
 """The methods of ``BaseCheckpointSaver`` (``list`` aside) each face also has as the other
 face's: the asyncio saver's blocking ones, the blocking saver's ``a``-methods."""
-
-if ASYNC:
-
-    def _on_saver_loop(name: str) -> Callable[..., Any]:
-        """The blocking ``name``: its ``a``-method run on the saver's loop, waited for."""
-
-        @functools.wraps(getattr(AsyncAresSaver, f"a{name}"))
-        def run(self: AsyncAresSaver, *args: Any, **kwargs: Any) -> Any:
-            return self._on_loop(name, getattr(self, f"a{name}"), *args, **kwargs)
-
-        run.__name__, run.__qualname__ = name, f"AsyncAresSaver.{name}"
-        run.__doc__ = f":meth:`a{name}` on the saver's loop (from another thread)."
-        return run
-
-    for _name in BLOCKING_METHODS:
-        setattr(AsyncAresSaver, _name, _on_saver_loop(_name))
-    del _name
