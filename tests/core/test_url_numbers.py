@@ -5,6 +5,7 @@ map to its usage exit code."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -26,7 +27,7 @@ def test_parse_int_returns_an_int_or_raises_config_error(text: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["+-5", "²", "-+1", "١٢"])
-def test_open_store_refuses_digit_like_text(tmp_path: Path, text: str) -> None:
+def test_open_store_refuses_digit_like_text(tmp_path: Path, text: Any) -> None:
     with pytest.raises(ConfigError, match="spill_threshold"):
         ae.open_store(f"sqlite:///{tmp_path}/s.db", spill_threshold=text)
     assert not (tmp_path / "s.db").exists()
