@@ -276,10 +276,12 @@ class JournaledToolset(WrapperToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        assert self.journal is not None, "JournaledToolset needs a journal"
+        journal = self.journal
+        if journal is None:  # an if, not an assert: python -O drops asserts
+            raise ConfigError("JournaledToolset needs a journal (journal=...)")
         async with self._lock:
             return await tool_call(
-                self.journal,
+                journal,
                 name,
                 to_jsonable_python(tool_args),
                 lambda: self.wrapped.call_tool(name, tool_args, ctx, tool),

@@ -32,6 +32,7 @@ from ares_events.integrations.pydantic_ai import (
     AresMessageStore,
     AsyncAresMessageStore,
     ConversationConflict,
+    JournaledToolset,
     idempotency_key,
     run_durably,
     stream_of,
@@ -411,3 +412,15 @@ def test_another_prompt_under_the_same_run_id_is_a_divergence(url: str) -> None:
         asyncio.run(run_durably(Shop().agent(), "pay", store=store, run_id="order-4"))
         with pytest.raises(ReplayDivergence):
             asyncio.run(run_durably(Shop().agent(), "refund", store=store, run_id="order-4"))
+
+
+def test_a_toolset_without_a_journal_is_a_config_error() -> None:
+    """A JournaledToolset made without its journal says so (a ConfigError, also under
+    ``python -O``, which drops asserts) and runs no tool."""
+    from pydantic_ai.toolsets import FunctionToolset
+
+    ran: list[int] = []
+    toolset = JournaledToolset(FunctionToolset([lambda: ran.append(1)]))
+    with pytest.raises(ConfigError, match="journal"):
+        asyncio.run(toolset.call_tool("t", {}, Any, Any))  # type: ignore[arg-type]
+    assert ran == []
