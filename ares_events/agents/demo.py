@@ -183,7 +183,7 @@ def run_demo(
     ``progress(events_done, events_total)`` is called after each append.
 
     Raises:
-        ValueError: ``agents`` < 1 or ``events`` < :data:`MIN_EVENTS`.
+        ConfigError: ``agents`` < 1 or ``events`` < :data:`MIN_EVENTS` (a ValueError).
         ConcurrencyError: someone else appended to one of the demo's new streams.
         StoreUnavailable: the store cannot be reached.
     """
