@@ -47,15 +47,12 @@ FAIR_EVERY: Final = 256
 _OPTIONS: Final = ("create",)
 
 
+# The blocking face has no event loop to yield to: no counter on its read path.
 def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
-    # Once before anything: a task that loops over short reads still lets others run.
-    _fair()
-    for i, x in enumerate(items, 1):
+    for x in items:
         if rec is not None and rec._closed:  # a forgotten read, closed under it
             rec._check("read")
         yield x
-        if i % FAIR_EVERY == 0:
-            _fair()
 
 
 class MemoryRecorder:

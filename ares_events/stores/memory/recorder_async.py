@@ -10,7 +10,7 @@ import builtins
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 from ares_events.core.backend import (
@@ -54,15 +54,25 @@ FAIR_EVERY: Final = 256
 _OPTIONS: Final = ("create",)
 
 
-async def _each(items: Iterable[Any], rec: Any = None) -> AsyncIterator[Any]:
-    # Once before anything: a task that loops over short reads still lets others run.
-    await _fair()
-    for i, x in enumerate(items, 1):
-        if rec is not None and rec._closed:  # a forgotten read, closed under it
-            rec._check("read")
-        yield x
-        if i % FAIR_EVERY == 0:
-            await _fair()
+if ASYNC:
+
+    async def _each(items: Iterable[Any], rec: Any = None) -> AsyncIterator[Any]:
+        # Once before anything: a task that loops over short reads still lets others run.
+        await _fair()
+        for i, x in enumerate(items, 1):
+            if rec is not None and rec._closed:  # a forgotten read, closed under it
+                rec._check("read")
+            yield x
+            if i % FAIR_EVERY == 0:
+                await _fair()
+
+else:
+    # The blocking face has no event loop to yield to: no counter on its read path.
+    def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
+        for x in items:
+            if rec is not None and rec._closed:  # a forgotten read, closed under it
+                rec._check("read")
+            yield x
 
 
 class AsyncMemoryRecorder:
