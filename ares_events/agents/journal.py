@@ -52,6 +52,7 @@ from ares_events.agents.runs import _why_not_a_run, inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
+from ares_events.core.faces import blocking
 from ares_events.core.iterators import first
 from ares_events.errors import (
     ApprovalWrongCall,
@@ -153,6 +154,7 @@ class Journal:
         record_prompts: bool = True,
         approvers: Sequence[VerifierKey | str] = (),
     ) -> None:
+        store = blocking(store, "ae.Journal", "ae.AsyncJournal")
         self.store: Any = store
         self.run_id = run_id
         self.module = module

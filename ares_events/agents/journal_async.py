@@ -48,7 +48,7 @@ from ares_events.agents.runs_async import _why_not_a_run, inspect_run, ledger_of
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import NO_STREAM
-from ares_events.core.faces import ASYNC
+from ares_events.core.faces import ASYNC, blocking
 from ares_events.core.iterators_async import afirst, maybe_await
 from ares_events.errors import (
     ApprovalWrongCall,
@@ -159,6 +159,8 @@ class AsyncJournal:
     ) -> None:
         if ASYNC:
             store = async_face(store)
+        else:
+            store = blocking(store, "ae.Journal", "ae.AsyncJournal")
         self.store: Any = store
         self.run_id = run_id
         self.module = module

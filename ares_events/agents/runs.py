@@ -31,6 +31,7 @@ from ares_events.agents.run_info import (
     tokens_of,
 )
 from ares_events.core.catalog import new_event
+from ares_events.core.faces import blocking
 from ares_events.core.iterators import closing_iter, first
 from ares_events.errors import ApprovalRefused, ChainIntegrityError, ConfigError
 from ares_events.integrity.verifier import ChainVerifier
@@ -119,6 +120,7 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
         RunNotFound: no stream ``run_id``, or a stream that is not a run.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ares_events.agents.runs", "ares_events.agents.runs_async")
     why = _why_not_a_run(store, run_id)
     if why is not None:
         raise RunNotFound(run_id, why)
@@ -150,6 +152,7 @@ def inspect_run(store: EventStore, run_id: str, *, requests: bool = True) -> Run
 
 def iter_run_ids(store: EventStore) -> Iterator[str]:
     """Streams of ``store`` that are runs (their first event is ``run.started``)."""
+    store = blocking(store, "ares_events.agents.runs", "ares_events.agents.runs_async")
     # Listed first: reading each stream while the listing is open would nest cursors.
     for stream_id in [sid for sid, _ in store.streams()]:
         if _why_not_a_run(store, stream_id) is None:
@@ -176,6 +179,7 @@ def list_runs(store: EventStore, *, status: str | None = None) -> list[RunInfo]:
 
 def _checked(store: EventStore, run_id: str) -> tuple[EventStore, RunInfo]:
     """``store`` on this face and the run, read; ChainIntegrityError on findings."""
+    store = blocking(store, "ares_events.agents.runs", "ares_events.agents.runs_async")
     info = inspect_run(store, run_id, requests=False)
     if info.findings:
         raise ChainIntegrityError(run_id, info.findings)

@@ -30,7 +30,7 @@ from ares_events.agents.run_info import (
     tokens_of,
 )
 from ares_events.core.catalog import new_event
-from ares_events.core.faces import ASYNC
+from ares_events.core.faces import ASYNC, blocking
 from ares_events.core.iterators_async import aclosing_iter, afirst
 from ares_events.errors import ApprovalRefused, ChainIntegrityError, ConfigError
 from ares_events.integrity.verifier import ChainVerifier
@@ -129,6 +129,8 @@ async def inspect_run(
     """
     if ASYNC:
         store = async_face(store)
+    else:
+        store = blocking(store, "ares_events.agents.runs", "ares_events.agents.runs_async")
     why = await _why_not_a_run(store, run_id)
     if why is not None:
         raise RunNotFound(run_id, why)
@@ -162,6 +164,8 @@ async def iter_run_ids(store: AsyncEventStore | EventStore) -> AsyncIterator[str
     """Streams of ``store`` that are runs (their first event is ``run.started``)."""
     if ASYNC:
         store = async_face(store)
+    else:
+        store = blocking(store, "ares_events.agents.runs", "ares_events.agents.runs_async")
     # Listed first: reading each stream while the listing is open would nest cursors.
     for stream_id in [sid async for sid, _ in store.streams()]:
         if await _why_not_a_run(store, stream_id) is None:
@@ -194,6 +198,8 @@ async def _checked(
     """``store`` on this face and the run, read; ChainIntegrityError on findings."""
     if ASYNC:
         store = async_face(store)
+    else:
+        store = blocking(store, "ares_events.agents.runs", "ares_events.agents.runs_async")
     info = await inspect_run(store, run_id, requests=False)
     if info.findings:
         raise ChainIntegrityError(run_id, info.findings)

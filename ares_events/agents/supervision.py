@@ -22,6 +22,7 @@ from ares_events.agents import supervision_telemetry as otel
 from ares_events.core.backend import Capability
 from ares_events.core.catalog import new_event
 from ares_events.core.events import ANY, NO_STREAM, ExpectedVersion
+from ares_events.core.faces import blocking
 from ares_events.errors import ConcurrencyError, ConfigError
 from ares_events.projections.builtin import AgentStateProjection, GenealogyProjection
 from ares_events.projections.recovery import RecoveryReport, recover
@@ -225,6 +226,7 @@ class ProcessSupervisor:
         on_flap: Callable[[FlapSignal], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        store = blocking(store, "ares_events.agents.supervision.ProcessSupervisor")
         self.store = store
         self.heartbeat_dir = Path(heartbeat_dir) if heartbeat_dir else None
         self.heartbeat_timeout = heartbeat_timeout

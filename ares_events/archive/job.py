@@ -39,6 +39,7 @@ from ares_events.core.events import (
     format_at,
     utc_now_at,
 )
+from ares_events.core.faces import blocking
 from ares_events.core.identity import IDENTITY_KEY, BlobsIdentity, StoreIdentity
 from ares_events.core.recorder import system_of_record
 from ares_events.errors import (
@@ -183,6 +184,7 @@ def archive(
             changed the segment index meanwhile.
         StoreUnavailable: the store or the archive cannot be reached.
     """
+    store = blocking(store, "ares_events.archive.job.archive")
     for name, n in (("segment_events", segment_events), ("block_events", block_events)):
         if n < 1:
             raise ConfigError(f"{name} must be at least 1, got {n!r}")

@@ -22,6 +22,7 @@ from ares_events.archive.segment import (
     tombstone_fields,
 )
 from ares_events.core.events import RECORD_STREAMS, RETENTION_STREAM, NewEvent, utc_now_at
+from ares_events.core.faces import blocking
 from ares_events.errors import ArchiveError, InvalidEvent
 from ares_events.stores.cache import CachedRecorder
 
@@ -69,6 +70,7 @@ def retire(
             in the database), or another run changed the segment index meanwhile.
         StoreUnavailable: the store or the archive cannot be reached.
     """
+    store = blocking(store, "ares_events.archive.retention.retire")
     for name, value in (("reason", reason), ("by", by)):
         if not isinstance(value, str) or not value.strip():
             raise InvalidEvent(name, "must be a non-empty string (who retired, and why)")

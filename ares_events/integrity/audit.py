@@ -13,6 +13,7 @@ from ares_events.archive.reader import ArchiveRecorder
 from ares_events.archive.segment import SegmentIndex
 from ares_events.core.backend import Capability, Head
 from ares_events.core.events import ERASURE_STREAM, ERASURE_TYPE, MalformedPayloadRef, RecordedEvent
+from ares_events.core.faces import blocking
 from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import audited, traced
 from ares_events.errors import ArchiveError, BlobError, BlobMissing
@@ -57,6 +58,7 @@ def audit(
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.integrity.audit")
     report = AuditReport()
     key = store.chain_key
     blobs_seen: set[str] = set()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ares_events.archive.segment import INDEX_KEY, SegmentIndex
 from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
+from ares_events.core.faces import blocking
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.recorder import system_of_record
 from ares_events.core.traced import traced, verified
@@ -48,6 +49,7 @@ def verify_stream(store: EventStore, stream_id: str) -> VerifyReport:
     Raises:
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.integrity.verify_stream", "ae.integrity.averify_stream")
     head = store.head(stream_id)
     sv, sh = chain_start(store, stream_id) or (0, None)
     v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)

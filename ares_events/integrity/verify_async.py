@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ares_events.archive.segment import INDEX_KEY, SegmentIndex
 from ares_events.core.backend import Head
 from ares_events.core.events import RecordedEvent
-from ares_events.core.faces import ASYNC
+from ares_events.core.faces import ASYNC, blocking
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.recorder_async import system_of_record
 from ares_events.core.traced import traced, verified
@@ -54,6 +54,8 @@ async def averify_stream(store: AsyncEventStore | EventStore, stream_id: str) ->
     """
     if ASYNC:
         store = async_face(store)
+    else:
+        store = blocking(store, "ae.integrity.verify_stream", "ae.integrity.averify_stream")
     head = await store.head(stream_id)
     sv, sh = await achain_start(store, stream_id) or (0, None)
     v = ChainVerifier(stream_id, store.chain_key, start_version=sv, start_hash=sh)

@@ -20,6 +20,7 @@ from ares_events.core.events import (
     NewEvent,
     RecordedEvent,
 )
+from ares_events.core.faces import blocking
 from ares_events.core.recorder import backend_of
 from ares_events.errors import ConcurrencyError, ConfigError, InvalidEvent
 from ares_events.projections.merkle import MERKLE_PROJECTION
@@ -117,6 +118,7 @@ def erase(
         StoreError: the backend cannot erase (no ``ERASE`` capability).
         StoreUnavailable: the store or the blob store cannot be reached.
     """
+    store = blocking(store, "ae.erase")
     for name, value in (("reason", reason), ("by", by)):
         if not isinstance(value, str) or not value.strip():
             raise InvalidEvent(name, "must be a non-empty string (who erased, and why)")

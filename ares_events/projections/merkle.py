@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ares_events.core.backend import Capability
 from ares_events.core.events import RecordedEvent
+from ares_events.core.faces import blocking
 from ares_events.core.read_models import CheckpointStore
 from ares_events.core.recorder import system_of_record
 from ares_events.errors import (
@@ -223,6 +224,7 @@ class MerkleLog:
     """
 
     def __init__(self, store: EventStore, *, batch_size: int = 5000) -> None:
+        store = blocking(store, "ae.MerkleLog")
         self.store = store
         self.projection = MerkleLogProjection()
         self.batch_size = batch_size

@@ -11,6 +11,7 @@ from functools import partial, reduce
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.faces import blocking
 from ares_events.core.iterators import closing_iter, pages
 from ares_events.core.snapshots import make_snapshot
 from ares_events.core.traced import recovered, replayed, traced
@@ -86,6 +87,7 @@ def replay(
         ChainIntegrityError: strict mode and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.replay", "ae.areplay")
     if type(max_replay) is not int or max_replay < 0:
         raise InvalidEvent("max_replay", f"must be an int >= 0, got {max_replay!r}")
     if type(from_version) is not int or from_version < 1:
@@ -196,6 +198,7 @@ def recover(
         ChainIntegrityError: ``strict`` and the chain or head check found problems.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.recover", "ae.arecover")
     snap: Snapshot | None = None
     ignored: str | None = None
     if snapshots is not None:
@@ -248,6 +251,7 @@ def snapshot(
         EventSchemaError: an event fails its schema.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.snapshot", "ae.asnapshot")
     snaps = snapshots if snapshots is not None else store.snapshots
     cap = max_replay if max_replay is not None else 2**62
     rep = recover(store, stream_id, projection, snapshots=snaps, max_replay=cap)
@@ -289,6 +293,9 @@ class Snapshotter:
     ) -> None:
         if every <= 0:
             raise ConfigError("every must be a positive number of events")
+        store = blocking(
+            store, "ae.Snapshotter", "ares_events.projections.recovery_async.AsyncSnapshotter"
+        )
         self.store = store
         self.projections = list(projections)
         self.every = every

@@ -10,7 +10,7 @@ from functools import partial, reduce
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ares_events.core.events import RecordedEvent
-from ares_events.core.faces import ASYNC
+from ares_events.core.faces import ASYNC, blocking
 from ares_events.core.iterators_async import aclosing_iter, apages
 from ares_events.core.snapshots_async import amake_snapshot
 from ares_events.core.traced import recovered, replayed, traced
@@ -92,6 +92,8 @@ async def areplay(
     """
     if ASYNC:
         store = async_face(store)
+    else:
+        store = blocking(store, "ae.replay", "ae.areplay")
     if type(max_replay) is not int or max_replay < 0:
         raise InvalidEvent("max_replay", f"must be an int >= 0, got {max_replay!r}")
     if type(from_version) is not int or from_version < 1:
@@ -205,6 +207,8 @@ async def arecover(
     if ASYNC:
         store = async_face(store)
         snapshots = async_snapshots(store, snapshots)
+    else:
+        store = blocking(store, "ae.recover", "ae.arecover")
     snap: Snapshot | None = None
     ignored: str | None = None
     if snapshots is not None:
@@ -260,6 +264,8 @@ async def asnapshot(
     if ASYNC:
         store = async_face(store)
         snapshots = async_snapshots(store, snapshots)
+    else:
+        store = blocking(store, "ae.snapshot", "ae.asnapshot")
     snaps = snapshots if snapshots is not None else store.snapshots
     cap = max_replay if max_replay is not None else 2**62
     rep = await arecover(store, stream_id, projection, snapshots=snaps, max_replay=cap)
@@ -304,6 +310,10 @@ class AsyncSnapshotter:
         if ASYNC:
             store = async_face(store)
             snapshots = async_snapshots(store, snapshots)
+        else:
+            store = blocking(
+                store, "ae.Snapshotter", "ares_events.projections.recovery_async.AsyncSnapshotter"
+            )
         self.store = store
         self.projections = list(projections)
         self.every = every

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.events import RecordedEvent
+from ares_events.core.faces import blocking
 from ares_events.core.read_models import Cursor, ProjectionMeta, ReadModels
 from ares_events.core.traced import projection_lag
 from ares_events.errors import ChainIntegrityError, ConfigError, InvalidEvent, StoreError
@@ -265,6 +266,7 @@ def rebuild(
         StoreError: another rebuild of the same projection is running.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.projections.rebuild")
     try:
         return _rebuild(store, projection, from_scratch, batch_size, strict, progress)
     except _Lost as lost:
@@ -328,6 +330,7 @@ def verify_rebuild(
             to verify: a pass over zero rows would vouch for a table that is not there).
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ae.projections.verify_rebuild")
     view = tables_for(store).read_live(projection.name)
     if view is None:
         raise ConfigError(
@@ -349,6 +352,7 @@ def verify_rebuild(
 
 def read_model(store: EventStore, projection: Projection | str, key: str) -> Any:
     """The live read-model state of ``key`` (None when absent)."""
+    store = blocking(store, "ae.projections.read_model")
     name = projection if isinstance(projection, str) else projection.name
     tables = tables_for(store)
     meta = tables.meta(name)
@@ -394,6 +398,7 @@ class ProjectionRunner:
         strict: bool = True,
         snapshotter: Any = None,
     ) -> None:
+        store = blocking(store, "ae.projections.ProjectionRunner")
         self.store = store
         self.projections = list(projections)
         if not self.projections:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.chain import canonical_json
 from ares_events.core.events import utc_now_at
+from ares_events.core.faces import blocking
 from ares_events.errors import (
     ChainIntegrityError,
     ConfigError,
@@ -125,6 +126,7 @@ def export_record(
         MissingDependencyError: ``cbor2`` / ``pycose`` are not installed.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ares_events.records.export_record")
     if form not in ("json", "cbor"):
         raise ConfigError(f"record format must be json or cbor, got {form!r}")
     compiled = compile_paths(redact_paths)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ares_events.core.backend import Capability
+from ares_events.core.faces import blocking
 from ares_events.core.identity import IDENTITY_KEY, StoreIdentity
 from ares_events.core.recorder import system_of_record
 from ares_events.errors import ConfigError
@@ -134,6 +135,7 @@ def gc_blobs(
             negative.
         StoreUnavailable: the store or the blob store cannot be reached.
     """
+    store = blocking(store, "ares_events.stores.blobs.gc_blobs")
     blobs = store.blobs
     if blobs is None:
         raise ConfigError(
