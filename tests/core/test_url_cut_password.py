@@ -237,3 +237,14 @@ def test_cli_audit_hides_a_password_cut_short(
     data = json.loads(out)
     _assert_clean(out + err, "77", "2024")
     assert "%3F" in data["error"]["message"]
+
+
+@pytest.mark.parametrize("scheme", ["pgcells", "citus"])
+def test_a_cell_store_hides_a_cut_password_as_postgresql_does(scheme: str) -> None:
+    """A cell store rebuilds each cell's postgresql:// URL from the pieces, where the '@'
+    that marked the cut is gone; the unknown parameter is found on the URL as given."""
+    message = _open_error(url=f"{scheme}://root:2024?xyzzy={SECRET}@127.0.0.1:1/db")
+    _assert_clean(message, "xyzzy", "2024")
+    assert "not shown" in message and "%3F" in message
+    message = _open_error(url=f"{scheme}://root@127.0.0.1:1/db?cells=2&bogus=1")
+    assert "unknown parameter(s) bogus" in message  # a plain typo is still named

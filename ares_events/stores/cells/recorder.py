@@ -39,6 +39,7 @@ from ares_events.stores.cells.layout import (
     CELLS_KEY,
     DEFAULT_CELLS,
     DEFAULT_PARTITIONS,
+    OWN_PARAMS,
     CellMap,
     CellsConfig,
     pack,
@@ -46,6 +47,8 @@ from ares_events.stores.cells.layout import (
     unpack,
     with_position,
 )
+from ares_events.stores.postgres.options import OWN_PARAMS as PG_PARAMS
+from ares_events.stores.postgres.options import libpq_options
 from ares_events.stores.postgres.recorder import PostgresRecorder
 
 if TYPE_CHECKING:
@@ -123,6 +126,7 @@ class CellsRecorder:
             StoreUnavailable: a server cannot be reached.
         """
         cfg = parse_cells_url(url)
+        _check_passed_on(url, cfg)
         if cfg.citus:  # every cell's positions from the coordinator (citus_clock.py)
             options = {**options, "clock": CitusClock}
         opened: list[PostgresRecorder] = []
@@ -519,6 +523,20 @@ def _merge(
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+
+
+def _check_passed_on(url: StoreURL, cfg: CellsConfig) -> None:
+    """Refuse the parameters no cell takes, on the URL as given: a cell's URL is rebuilt
+    from pieces, and the '@' by which the given one shows that a password holding an
+    unencoded '?' may have become a parameter name is gone from it (StoreURL.unknown_params
+    then hides every name)."""
+    unknown = sorted({k for k, _ in cfg.extra} - set(PG_PARAMS) - libpq_options())
+    if unknown:
+        valid = [*OWN_PARAMS, *(p for p in PG_PARAMS if p != "schema")]
+        raise ConfigError(
+            f"{url.unknown_params(unknown)} for {url.redacted(unknown)}; valid: "
+            f"{', '.join(valid)}, or any libpq option"
+        )
 
 
 def _check_requested(cfg: CellsConfig, cell_map: CellMap) -> None:
