@@ -74,6 +74,7 @@ def _emit(
     payload: dict[str, Any],
     expected: ExpectedVersion = ANY,
 ) -> int:
+    store = blocking(store, f"ares_events.agents.supervision.record_{type_.split('.')[1]}")
     return store.append(
         agent_id, [new_event(type_, MODULE, payload)], expected_version=expected
     ).version

@@ -38,6 +38,7 @@ from ares_events.core.events import (
     utc_now_at,
     validate_name,
 )
+from ares_events.core.faces import blocking
 from ares_events.core.identity import (
     BLOBS_OWNER_KEY,
     DEFAULT_BLOBS,
@@ -906,6 +907,7 @@ def emit(
         ConcurrencyError: ``expected_version`` not satisfied.
         StoreUnavailable: the backend cannot be reached.
     """
+    store = blocking(store, "ae.emit", "ares_events.core.store_async.aemit")
     payload = {} if payload is None else payload
     event = NewEvent(type=type, module=module, payload=payload, metadata=metadata or {})
     return store.append(stream_id, [event], expected_version=expected_version)

@@ -35,7 +35,7 @@ from ares_events.core.events import (
     utc_now_at,
     validate_name,
 )
-from ares_events.core.faces import ASYNC
+from ares_events.core.faces import ASYNC, blocking, on_asyncio
 from ares_events.core.identity import (
     BLOBS_OWNER_KEY,
     DEFAULT_BLOBS,
@@ -917,6 +917,10 @@ async def aemit(
         ConcurrencyError: ``expected_version`` not satisfied.
         StoreUnavailable: the backend cannot be reached.
     """
+    if ASYNC:  # a blocking store would append, then fail the await on its result
+        store = on_asyncio(store, "aemit", "ae.emit")
+    else:  # an asyncio store's append would return a coroutine nobody awaits
+        store = blocking(store, "ae.emit", "ares_events.core.store_async.aemit")
     payload = {} if payload is None else payload
     event = NewEvent(type=type, module=module, payload=payload, metadata=metadata or {})
     return await store.append(stream_id, [event], expected_version=expected_version)

@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from ares_events.core.faces import blocking
 from ares_events.core.store import EventStore
 from ares_events.errors import InvalidEvent
 from ares_events.integrations import _langgraph_ops as ops
@@ -122,6 +123,7 @@ class AresSaverBase(BaseCheckpointSaver[str]):
         # Per thread, its verified index and its lock (no saver-wide lock).
         self._indexes = Table(lambda sid: (Lock(), ThreadIndex(sid, store.chain_key)), max_threads)
         self._owns_store = False
+        blocking(store, "AresSaver", "ares_events.integrations.langgraph.AsyncAresSaver")
 
     @classmethod
     def from_url(

@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ares_events.core.faces import ASYNC
+from ares_events.core.faces import ASYNC, blocking
 from ares_events.core.store_async import AsyncEventStore
 from ares_events.errors import InvalidEvent
 from ares_events.integrations import _langgraph_ops_async as ops
@@ -143,6 +143,8 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
                 self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             except RuntimeError:
                 self._loop = None
+        else:
+            blocking(store, "AresSaver", "ares_events.integrations.langgraph.AsyncAresSaver")
 
     @classmethod
     async def from_url(

@@ -28,6 +28,7 @@ from pydantic_ai.toolsets.wrapper import WrapperToolset
 from pydantic_core import to_jsonable_python
 
 from ares_events.agents.journal import AsyncJournal, ModelReply
+from ares_events.core.faces import blocking
 from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
 from ares_events.integrations._faces import Adapter, AsyncAdapter, Faces
@@ -96,6 +97,8 @@ class AresMessageStore(Adapter):
     """
 
     def __init__(self, *, url: str | None = None, store: EventStore | None = None) -> None:
+        if store is not None:
+            blocking(store, "AresMessageStore", "AsyncAresMessageStore")
         self._faces: Faces[MessageLog, Any] = Faces(url, store, MessageLog)
         self._versions = _Versions()
 

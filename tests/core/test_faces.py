@@ -18,6 +18,9 @@ import ares_events as ae
 from ares_events.agents import runs, supervision
 from ares_events.archive.job import archive
 from ares_events.archive.retention import retire
+from ares_events.core.store_async import aemit
+from ares_events.integrations.langgraph import AresSaver
+from ares_events.integrations.pydantic_ai import AresMessageStore
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections import AgentStateProjection
 from ares_events.records import export_record
@@ -58,6 +61,11 @@ CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ),
     "pending_call": ("runs_async", lambda s: runs.pending_call(s, "run-1")),
     "approval_request": ("runs_async", lambda s: runs.approval_request(s, "run-1")),
+    "emit": ("store_async.aemit", lambda s: ae.emit(s, STREAM, "t", "m", {"n": 2})),
+    "record_start": ("record_started", lambda s: supervision.record_start(s, STREAM, "i-1")),
+    "record_stop": ("record_stopped", lambda s: supervision.record_stop(s, STREAM, "done")),
+    "AresSaver": ("AsyncAresSaver", AresSaver),
+    "AresMessageStore": ("AsyncAresMessageStore", lambda s: AresMessageStore(store=s)),
 }
 
 
@@ -102,3 +110,16 @@ def test_the_blocking_face_still_takes_a_blocking_store(tmp_path: Path) -> None:
         store.append(STREAM, [ae.NewEvent(module="m", type="t", payload={"n": 1})])
         assert ae.integrity.verify_stream(store, STREAM).ok
         assert ae.replay(store, STREAM, lambda st, e: st + 1, 0).state == 1
+
+
+def test_aemit_refuses_a_blocking_store_before_it_appends(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A blocking store's append would run at once and the ``await`` on its result fail:
+    an event written under an error, and written again by the caller's retry."""
+    with ae.open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+        with pytest.raises(TypeError) as err:
+            wrong: Any = store  # the mistake under test
+            loop.run_until_complete(aemit(wrong, STREAM, "t", "m", {"n": 1}))
+        assert "aemit" in str(err.value) and "ae.emit" in str(err.value)
+        assert list(store.read_all()) == []
