@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ares_events.core.faces import ASYNC, blocking
+from ares_events.core.faces import ASYNC, blocking, on_asyncio
 from ares_events.core.store_async import AsyncEventStore
 from ares_events.errors import InvalidEvent
 from ares_events.integrations import _langgraph_ops_async as ops
@@ -136,6 +136,7 @@ class AsyncAresSaver(BaseCheckpointSaver[str]):
         self._indexes = Table(lambda sid: (Lock(), ThreadIndex(sid, store.chain_key)), max_threads)
         self._owns_store = False
         if ASYNC:
+            on_asyncio(store, "AsyncAresSaver", "AresSaver (its a-methods run in threads)")
             # The loop the blocking methods run on: the last one that used the saver (see
             # _thread; a saver may be built outside asyncio, or move to a new loop), and
             # before any use the one it was built on.

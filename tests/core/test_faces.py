@@ -19,7 +19,7 @@ from ares_events.agents import runs, supervision
 from ares_events.archive.job import archive
 from ares_events.archive.retention import retire
 from ares_events.core.store_async import aemit
-from ares_events.integrations.langgraph import AresSaver
+from ares_events.integrations.langgraph import AresSaver, AsyncAresSaver
 from ares_events.integrations.pydantic_ai import AresMessageStore
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections import AgentStateProjection
@@ -27,6 +27,7 @@ from ares_events.records import export_record
 from ares_events.stores.blobs import gc_blobs
 
 STREAM = "agent-1"
+CONFIG: Any = {"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}}
 PROJ = AgentStateProjection()
 
 CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
@@ -112,14 +113,20 @@ def test_the_blocking_face_still_takes_a_blocking_store(tmp_path: Path) -> None:
         assert ae.replay(store, STREAM, lambda st, e: st + 1, 0).state == 1
 
 
-def test_aemit_refuses_a_blocking_store_before_it_appends(
-    tmp_path: Path, loop: asyncio.AbstractEventLoop
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("aemit", lambda s: aemit(s, STREAM, "t", "m", {"n": 1})),
+        ("AsyncAresSaver", lambda s: AsyncAresSaver(s).aget_tuple(CONFIG)),
+    ],
+)
+def test_an_asyncio_only_function_refuses_a_blocking_store_before_it_writes(
+    name: str, call: Callable[[Any], Any], tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """A blocking store's append would run at once and the ``await`` on its result fail:
+    """A blocking store's calls would run at once and the ``await`` on their result fail:
     an event written under an error, and written again by the caller's retry."""
     with ae.open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
         with pytest.raises(TypeError) as err:
-            wrong: Any = store  # the mistake under test
-            loop.run_until_complete(aemit(wrong, STREAM, "t", "m", {"n": 1}))
-        assert "aemit" in str(err.value) and "ae.emit" in str(err.value)
+            loop.run_until_complete(call(store))
+        assert f"{name} is for asyncio stores" in str(err.value), err.value
         assert list(store.read_all()) == []
