@@ -168,6 +168,11 @@ def _serve(app: App, stop: _Stop, host: str, actions: bool, **options: Any) -> N
                 mode += f", approvals signed by {visible(server.app.signer)}"
             if not loopback:
                 app.err.print(f"warning: listening on {host}, reachable from other machines")
+            if host in ("0.0.0.0", "::"):  # noqa: S104 (the address asked for)
+                app.err.print(
+                    "from another machine: the address below with this machine's address or "
+                    "name in place of the loopback one"
+                )
             click.echo(f"ares-events console ({mode}) on {server.address}", err=True)
             click.echo(f"open {server.login_url}", err=True)
             with _server_logs(app):

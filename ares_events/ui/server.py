@@ -8,6 +8,7 @@ It may import anything below the console and this package's modules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import logging
@@ -130,7 +131,8 @@ class _Gate:
         # MAX_HEAD is parsed whole. Its size (each header line with ": " and CRLF) decides.
         if target + sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > MAX_HEAD:
             return refusal(HTTPStatus.BAD_REQUEST, "request head too large")
-        if headers.get(b"host", b"").decode("latin-1").lower() not in self.hosts:
+        host = headers.get(b"host", b"").decode("latin-1").lower()
+        if host not in self.hosts and host != _arrival(scope):
             return refusal(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host")
         path: str = scope["path"]
         if path == self.prefix:
@@ -276,9 +278,10 @@ class ConsoleServer:
 
     @property
     def address(self) -> str:
-        """Where it listens: ``http://host:port`` (no secret in it)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        """Where it listens: ``http://host:port`` (no secret in it); loopback when it
+        listens on every address (browsers refuse to open 0.0.0.0)."""
+        host = _LOOPBACK_OF.get(self.host, self.host)
+        return f"http://{_bracketed(host)}:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -321,6 +324,30 @@ class ConsoleServer:
         self.app.close()
 
 
+_LOOPBACK_OF: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 (read, not bound)
+"""The address to print for a console listening on every address."""
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in Host
+
+
 def _host_names(host: str, port: int) -> frozenset[str]:
-    own = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in Host
-    return frozenset(f"{n}:{port}".lower() for n in (own, "localhost", "127.0.0.1", "[::1]"))
+    names = [host, "localhost", "127.0.0.1", "::1"]
+    if host in _LOOPBACK_OF:  # on every address: this machine's own names too
+        names += [socket.gethostname(), socket.getfqdn()]
+    return frozenset(f"{_bracketed(n)}:{port}".lower() for n in names)
+
+
+def _arrival(scope: Scope) -> str | None:
+    """``host:port`` of the address the request came in on (another machine's browser
+    names it in Host when the console listens on every address), or None."""
+    server = scope.get("server")
+    if not server or server[1] is None:
+        return None
+    host = str(server[0])
+    with contextlib.suppress(ValueError):  # dual stack: an IPv4 client's address as IPv6
+        mapped = ipaddress.ip_address(host)
+        if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+            host = str(mapped.ipv4_mapped)
+    return f"{_bracketed(host)}:{server[1]}".lower()

@@ -405,3 +405,32 @@ def test_sigterm_stops_the_console_cleanly(sqlite_url: str) -> None:
         c.proc.terminate()
         assert c.proc.wait(timeout=60) == 0
     assert "Traceback" not in c.output()
+
+
+def test_a_console_on_every_address_answers_each_of_them_and_prints_one_that_opens(
+    sqlite_url: str,
+) -> None:
+    """``--host 0.0.0.0`` warns that other machines can reach it, so a request naming the
+    address it came in on (another machine's browser typing this one's address) is
+    served; a foreign name is still refused (no DNS rebinding). The printed address is
+    loopback: browsers refuse to open 0.0.0.0."""
+    with console(sqlite_url, "--host", "0.0.0.0") as c:
+        assert urlsplit(c.login).hostname == "127.0.0.1", c.login
+        assert "reachable from other machines" in c.output()
+        assert "in place of the loopback one" in c.output()
+        port = urlsplit(c.base).port
+        # 127.0.0.2 is this machine on another address (all of 127/8 is loopback): the
+        # request comes in on it as another machine's would on the network address.
+        other = c.base.replace("127.0.0.1", "127.0.0.2")
+        token = urlsplit(c.login).query
+        status, headers, _ = _request(
+            other, "GET", f"/?{token}", headers={"Host": f"127.0.0.2:{port}"}
+        )
+        assert status == 303 and "set-cookie" in headers
+        cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
+        assert (
+            _request(other, "GET", "/streams", headers={**cookie, "Host": f"127.0.0.2:{port}"})[0]
+            == 200
+        )
+        for host in ("evil.example", f"evil.example:{port}", f"127.0.0.3:{port}"):
+            assert _request(other, "GET", "/streams", headers={**cookie, "Host": host})[0] == 421
