@@ -21,7 +21,6 @@ from ares_events.cli.common import (
     key_option,
     load_signing_key,
     load_vkeys,
-    pass_app,
     read_text,
     text,
     user_json,
@@ -60,14 +59,15 @@ VKEY_HELP = (
     help="An approver's key: it signs approvals (runs resume/resolve --key); give its "
     "verifier key to the journals that trust it (approvers=).",
 )
-@pass_app
-def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> int:
+@json_app
+def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool, as_json: bool) -> int:
     """Create an Ed25519 signing key NAME, write it to FILE, print its verifier key.
 
     NAME is the log's identity (the origin line of its checkpoints), conventionally a
     schema-less URL such as example.com/agents-log. The key file is created readable by
     its owner only and is never overwritten; stdout gets the verifier key alone
-    (<name>+<key id>+<base64 key>), which you give to whoever verifies proofs.
+    (<name>+<key id>+<base64 key>), which you give to whoever verifies proofs; with
+    --json {"name", "role", "key_file", "verifier_key"} (role: log, witness or approver).
 
     \b
     Example:
@@ -80,8 +80,13 @@ def keygen_cmd(app: App, name: str, out: str, witness: bool, approver: bool) -> 
     key = SigningKey.generate(name, alg=ALG_COSIGNATURE_V1 if witness else ALG_ED25519)
     app.secrets.add(key.private_text())
     path = write_key_file(out, key)
-    role = "approver key" if approver else "signing key"
-    app.note(f"wrote {role} {name} to {path} (keep it secret; mode 0600)")
+    role = "approver" if approver else "witness" if witness else "log"
+    what = "approver key" if approver else "signing key"
+    app.note(f"wrote {what} {name} to {path} (keep it secret; mode 0600)")
+    if as_json:
+        return app.json(
+            {"name": name, "role": role, "key_file": str(path), "verifier_key": key.verifier.text}
+        )
     click.echo(key.verifier.text)
     return EXIT_OK
 

@@ -19,7 +19,6 @@ from ares_events.cli.common import (
     key_option,
     load_signing_key,
     load_vkeys,
-    pass_app,
     read_text,
     text,
     user_json,
@@ -58,9 +57,10 @@ def witness_group() -> None:
 @click.argument("vkey")
 @_state_option("The witness's state file (SQLite; created when missing).")
 @click.option("--origin", metavar="ORIGIN", help="The log's origin line (default: the key's name).")
-@pass_app
-def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
-    """Trust the log whose verifier key is VKEY (text, or a file holding it).
+@json_app
+def add_log_cmd(app: App, vkey: str, state: str, origin: str | None, as_json: bool) -> int:
+    """Trust the log whose verifier key is VKEY (text, or a file holding it); with --json
+    {"origin", "key_id", "state"}.
 
     \b
     Example:
@@ -70,6 +70,8 @@ def add_log_cmd(app: App, vkey: str, state: str, origin: str | None) -> int:
     (key,) = load_vkeys((vkey,), option="VKEY")
     with LogWitness(state) as w:
         o = w.add_log(key, origin)
+    if as_json:
+        return app.json({"origin": o, "key_id": key.key_id.hex(), "state": state})
     app.say(f"trusting {o} (key {key.key_id.hex()}) in {state}")
     return EXIT_OK
 

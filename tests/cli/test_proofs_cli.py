@@ -71,6 +71,42 @@ def test_keygen_writes_a_private_file_and_prints_only_the_verifier_key(
     assert code == 2 and not (tmp_path / "x.key").exists()
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_keygen_and_add_log_take_json_before_or_after_the_command(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command that reports takes --json on either side of its name (docs/cli.md):
+    keygen's and witness add-log's did not (ignored before, a usage error after)."""
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        return run(capsys, *(("--json", *args) if where == "before" else (*args, "--json")))
+
+    for role, flags in (("log", ()), ("witness", ("--witness",)), ("approver", ("--approver",))):
+        path = tmp_path / f"{role}.key"
+        code, out, err = cli("keygen", f"{role}.example/k", "--out", str(path), *flags)
+        assert code == 0, err
+        got = json.loads(out)
+        key = read_key_file(path)
+        assert got == {
+            "name": f"{role}.example/k",
+            "role": role,
+            "key_file": str(path),
+            "verifier_key": key.verifier.text,
+        }
+        assert key.private_text() not in out + err
+    state = tmp_path / "w.db"
+    code, out, err = cli(
+        "witness", "add-log", str(read_key_file(tmp_path / "log.key").verifier.text),
+        "--state", str(state),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out) == {
+        "origin": "log.example/k",
+        "key_id": read_key_file(tmp_path / "log.key").verifier.key_id.hex(),
+        "state": str(state),
+    }
+
+
 def test_checkpoint_prove_and_verify(
     env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
