@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ares_events.core.events import NO_STREAM, NewEvent
+from ares_events.core.faces import blocking
 from ares_events.core.store import EventStore
 from ares_events.errors import ConfigError
 from ares_events.integrity.findings import Finding
@@ -101,6 +102,7 @@ class DemoResult:
 
 def new_run_id(store: EventStore, agents: int) -> str:
     """A short random run id whose agent streams do not exist in ``store`` yet."""
+    store = blocking(store, "ares_events.agents.demo.new_run_id")
     while True:
         run_id = secrets.token_hex(3)
         if all(store.stream_version(stream_name(run_id, i)) == 0 for i in range(1, agents + 1)):
@@ -187,6 +189,7 @@ def run_demo(
         ConcurrencyError: someone else appended to one of the demo's new streams.
         StoreUnavailable: the store cannot be reached.
     """
+    store = blocking(store, "ares_events.agents.demo.run_demo")
     if agents < 1:
         raise ConfigError(f"agents must be >= 1, got {agents}")
     if events < MIN_EVENTS:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ares_events.core.events import utc_now_at
+from ares_events.core.faces import blocking
 from ares_events.core.recorder import system_of_record
 from ares_events.core.url import StoreURL
 from ares_events.errors import (
@@ -255,6 +256,7 @@ def verify_anchors(
         ConfigError: a bad location URL.
         StoreUnavailable: the store or the location cannot be reached.
     """
+    store = blocking(store, "ares_events.integrity.anchors.verify_anchors")
     rec = system_of_record(store.recorder)
     with contextlib.closing(open_location(location_url)) as location:
         report = AnchorCheck(location=location.describe())
@@ -284,6 +286,7 @@ def check_anchors(
         ConfigError: a bad location URL.
         StoreUnavailable: the store or the location cannot be reached.
     """
+    store = blocking(store, "ares_events.integrity.anchors.check_anchors")
     return verify_anchors(store, location_url, keys=keys).findings
 
 

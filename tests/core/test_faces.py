@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 import ares_events as ae
-from ares_events.agents import runs, supervision
+from ares_events.agents import demo, runs, supervision
 from ares_events.archive.job import archive
 from ares_events.archive.retention import retire
 from ares_events.core.store_async import aemit
 from ares_events.integrations.langgraph import AresSaver, AsyncAresSaver
 from ares_events.integrations.pydantic_ai import AresMessageStore
+from ares_events.integrity import anchors
 from ares_events.integrity.notes import SigningKey
 from ares_events.projections import AgentStateProjection
 from ares_events.records import export_record
@@ -66,6 +67,11 @@ CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "record_start": ("record_started", lambda s: supervision.record_start(s, STREAM, "i-1")),
     "record_stop": ("record_stopped", lambda s: supervision.record_stop(s, STREAM, "done")),
     "AresSaver": ("AsyncAresSaver", AresSaver),
+    # new_run_id looped for ever on coroutines, each one taken for a stream that exists
+    "new_run_id": ("demo.new_run_id", lambda s: demo.new_run_id(s, 2)),
+    "run_demo": ("demo.run_demo", lambda s: demo.run_demo(s, agents=1)),
+    "check_anchors": ("check_anchors", lambda s: anchors.check_anchors(s, "file:///nowhere")),
+    "verify_anchors": ("verify_anchors", lambda s: anchors.verify_anchors(s, "file:///nowhere")),
     "AresMessageStore": ("AsyncAresMessageStore", lambda s: AresMessageStore(store=s)),
 }
 
