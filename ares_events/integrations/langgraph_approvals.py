@@ -29,6 +29,7 @@ from ares_events.agents.journal_errors import RunNotRunnable
 from ares_events.agents.recording import hash_of
 from ares_events.core.catalog import new_event
 from ares_events.core.events import ANY, NO_STREAM
+from ares_events.core.faces import blocking
 from ares_events.core.iterators import closing_iter
 from ares_events.errors import ApprovalForged, ConcurrencyError, ConfigError
 from ares_events.integrations._langgraph_core import MODULE, stream_of
@@ -75,7 +76,7 @@ class ApprovalGate:
     def __init__(self, store: EventStore, *, approvers: Sequence[VerifierKey | str]) -> None:
         if not approvers:
             raise ConfigError("an approval gate needs the approvers' verifier keys")
-        self.store = store
+        self.store = blocking(store, "ApprovalGate")
         self.approvers = approver_keys(approvers)
 
     def interrupt(self, value: Any) -> str:

@@ -20,6 +20,7 @@ from ares_events.archive.job import archive
 from ares_events.archive.retention import retire
 from ares_events.core.store_async import aemit
 from ares_events.integrations.langgraph import AresSaver, AsyncAresSaver
+from ares_events.integrations.langgraph_approvals import ApprovalGate
 from ares_events.integrations.pydantic_ai import AresMessageStore
 from ares_events.integrity import anchors
 from ares_events.integrity.notes import SigningKey
@@ -30,6 +31,7 @@ from ares_events.stores.blobs import gc_blobs
 STREAM = "agent-1"
 CONFIG: Any = {"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}}
 PROJ = AgentStateProjection()
+VKEY = SigningKey.generate("alice").verifier
 
 CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "erase": ("ae.erase", lambda s: ae.erase(s, STREAM, 1, reason="r", by="b")),
@@ -67,6 +69,8 @@ CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "record_start": ("record_started", lambda s: supervision.record_start(s, STREAM, "i-1")),
     "record_stop": ("record_stopped", lambda s: supervision.record_stop(s, STREAM, "done")),
     "AresSaver": ("AsyncAresSaver", AresSaver),
+    # what an AsyncAresSaver user has at hand: its asyncio store
+    "ApprovalGate": ("ApprovalGate", lambda s: ApprovalGate(s, approvers=[VKEY])),
     # new_run_id looped for ever on coroutines, each one taken for a stream that exists
     "new_run_id": ("demo.new_run_id", lambda s: demo.new_run_id(s, 2)),
     "run_demo": ("demo.run_demo", lambda s: demo.run_demo(s, agents=1)),
