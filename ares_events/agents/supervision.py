@@ -74,7 +74,7 @@ def _emit(
     payload: dict[str, Any],
     expected: ExpectedVersion = ANY,
 ) -> int:
-    store = blocking(store, f"ares_events.agents.supervision.record_{type_.split('.')[1]}")
+    store = blocking(store, "ares_events.agents.supervision")
     return store.append(
         agent_id, [new_event(type_, MODULE, payload)], expected_version=expected
     ).version

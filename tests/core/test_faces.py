@@ -66,8 +66,8 @@ CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "pending_call": ("runs_async", lambda s: runs.pending_call(s, "run-1")),
     "approval_request": ("runs_async", lambda s: runs.approval_request(s, "run-1")),
     "emit": ("store_async.aemit", lambda s: ae.emit(s, STREAM, "t", "m", {"n": 2})),
-    "record_start": ("record_started", lambda s: supervision.record_start(s, STREAM, "i-1")),
-    "record_stop": ("record_stopped", lambda s: supervision.record_stop(s, STREAM, "done")),
+    "record_start": ("agents.supervision ", lambda s: supervision.record_start(s, STREAM, "i")),
+    "record_stop": ("agents.supervision ", lambda s: supervision.record_stop(s, STREAM, "done")),
     "AresSaver": ("AsyncAresSaver", AresSaver),
     # what an AsyncAresSaver user has at hand: its asyncio store
     "ApprovalGate": ("ApprovalGate", lambda s: ApprovalGate(s, approvers=[VKEY])),
