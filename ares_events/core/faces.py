@@ -21,8 +21,8 @@ def blocking(store: _S, what: str, twin: str | None = None) -> _S:
     """``store``, refused with a TypeError naming ``what`` when it is on the asyncio face.
 
     A blocking function handed an asyncio store gets coroutines back from it, and fails far
-    from the call (or reads nothing and reports nothing); the asyncio functions take either
-    face, so only this direction is checked.
+    from the call (or reads nothing and reports nothing). Most asyncio functions take
+    either face; the few that cannot use :func:`on_asyncio`.
     """
     if _is_asyncio(store):
         instead = f"use {twin}, or " if twin else ""
