@@ -20,9 +20,9 @@ from ares_events.projections.recovery import replay
 __all__ = ["BenchResult", "run_bench"]
 
 
-def _payload(i: int) -> dict[str, Any]:
+def _event(i: int) -> NewEvent:
     # About 300 bytes of canonical JSON, shaped like a tool result.
-    return {
+    payload = {
         "step": i,
         "call_id": f"call_{i:012x}",
         "tool": "search.web",
@@ -31,6 +31,7 @@ def _payload(i: int) -> dict[str, Any]:
         "tokens": {"prompt": 1200 + i % 100, "completion": 180 + i % 50},
         "summary": "agents are disposable; their history is not " * 3,
     }
+    return NewEvent(type="tool.result", module="bench", payload=payload)
 
 
 @dataclass(slots=True)
@@ -63,7 +64,7 @@ def run_bench(
     t0 = time.perf_counter()
     for i in range(singles):
         s = time.perf_counter()
-        store.append(sid, [NewEvent(type="tool.result", module="bench", payload=_payload(i))])
+        store.append(sid, [_event(i)])
         lat.append(time.perf_counter() - s)
     elapsed, p50_ms = time.perf_counter() - t0, round(statistics.median(lat) * 1000, 3)
     res.add("1-event appends (one transaction each)", singles, elapsed, p50_ms=p50_ms)
@@ -73,9 +74,7 @@ def run_bench(
     batches = max(1, events // 100)
     t0 = time.perf_counter()
     for b in range(batches):
-        payloads = (_payload(b * 100 + j) for j in range(100))
-        evs = [NewEvent(type="tool.result", module="bench", payload=p) for p in payloads]
-        store.append(sid, evs)
+        store.append(sid, [_event(b * 100 + j) for j in range(100)])
     res.add("100-event batches", batches * 100, time.perf_counter() - t0)
     say(f"{batches} batches done")
 

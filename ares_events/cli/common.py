@@ -167,8 +167,6 @@ class App:
             if len(s) >= 3:
                 text = text.replace(s, "***")
         long = [s.lower() for s in self.secrets if len(s) >= 16]
-        if not long:
-            return text
         return _PIECE.sub(lambda m: "***" if any(m[0].lower() in s for s in long) else m[0], text)
 
     def remember_configured_secrets(self) -> None:
@@ -291,9 +289,7 @@ def read_text(file: str) -> str:
         CommandError: it cannot be read, or is not UTF-8 text.
     """
     try:
-        if file == "-":
-            return sys.stdin.read()
-        return Path(file).read_text(encoding="utf-8")
+        return sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise CommandError(f"cannot read {file}: {reason}") from None
@@ -319,8 +315,7 @@ def load_vkeys(
         ConfigError: a malformed key; the message says where it came from (the option,
             the variable or the file), never what it holds.
     """
-    origin = option
-    raw = list(values)
+    origin, raw = option, list(values)
     if not raw and option == "--vkey":
         origin, raw = "ARES_LOG_VKEY", list(Settings.from_env().log_vkeys)
     if not raw and required:

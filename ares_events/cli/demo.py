@@ -100,8 +100,7 @@ def demo(
       ares-events demo --simple --agents 3 --events 100
     """
     if not simple:
-        rounds = old_steps or rounds
-        return _resurrection_demo(app, agents or 10, kills, rounds, seed, as_json)
+        return _resurrection_demo(app, agents or 10, kills, old_steps or rounds, seed, as_json)
     agents = agents or 5
     from ares_events.agents.demo import run_demo
 

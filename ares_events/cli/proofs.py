@@ -43,7 +43,6 @@ VKEY_HELP = (
 @click.argument("name")
 @click.option(
     "--out",
-    "out",
     required=True,
     metavar="FILE",
     help="Write the signing key here (0600; never overwritten).",

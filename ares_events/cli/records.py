@@ -163,17 +163,12 @@ def verify_record_cmd(
     except OSError as exc:
         raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from None
     chain_key = Settings.from_env().chain_key
+    secret = chain_key.key if chain_key else None
     doc, checked = None, []
     try:
         if disclosures is not None:
             doc = user_json(Path(disclosures).read_text(encoding="utf-8"))
-        rep = verify_record(
-            data,
-            keys,
-            chain_key=chain_key.key if chain_key else None,
-            approvers=approvers,
-            disclosures=doc,
-        )
+        rep = verify_record(data, keys, chain_key=secret, approvers=approvers, disclosures=doc)
         if doc is not None and all(f.kind != "malformed" for f in rep.findings):
             checked = check_disclosures(data, doc)
     except (OSError, ValueError) as exc:  # the keys were checked: the disclosures file

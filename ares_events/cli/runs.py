@@ -234,10 +234,8 @@ def _attempts_text(s: StepInfo) -> str:
 
 def _asked_json(asked: dict[str, Any] | None) -> dict[str, Any] | None:
     """The approval request a run waits on, as shown: step, tool, args, args digest."""
-    if asked is None:
-        return None
     keys = {"step": "step", "tool": "name", "args": "args", "args_hash": "args_hash"}
-    return {k: asked.get(field) for k, field in keys.items()}
+    return None if asked is None else {k: asked.get(field) for k, field in keys.items()}
 
 
 def _print_run(app: App, info: RunInfo, asked: dict[str, Any] | None) -> None:

@@ -37,7 +37,6 @@ from ares_events.projections.recovery import recover, snapshot
 def _projection_option(default: str | None) -> Callable[[Any], Any]:
     return click.option(
         "--projection",
-        "projection",
         type=click.Choice(sorted(BUILTIN)),
         default=default,
         show_default=default is not None,
@@ -207,12 +206,9 @@ def snapshot_take(app: App, stream: str, projection: str | None, as_json: bool) 
     with app.open(write=True) as store:
         if store.stream_version(stream) == 0:
             raise CommandError(f"no stream {stream!r} in {store.url}")
-        taken = []
-        for name in names:
-            with _schema_failures("fix or upcast the event first"):
-                snap = snapshot(store, stream, BUILTIN[name]())
-            if snap is not None:
-                taken.append(snap.info())
+        with _schema_failures("fix or upcast the event first"):
+            made = [snapshot(store, stream, BUILTIN[name]()) for name in names]
+        taken = [s.info() for s in made if s is not None]
     if as_json:
         snaps = [i.to_dict() for i in taken]
         return app.json({"store": app.url, "stream_id": stream, "snapshots": snaps})
