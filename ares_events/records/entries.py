@@ -30,8 +30,7 @@ def token_usage(usage: Any) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for k, v in usage.items():
         name = _USAGE.get(k, str(k))
-        counter = name in ("input", "output", "cached", "reasoning", "total")
-        if counter and not (type(v) is int and v >= 0):
+        if name in _USAGE.values() and not (type(v) is int and v >= 0):
             continue  # the draft's counters are uints
         out.setdefault(name, v)
     return out or None

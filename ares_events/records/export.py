@@ -238,7 +238,6 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
         from pycose.messages.sign1message import Sign1Message
     except ImportError as exc:
         raise MissingDependencyError("exporting a record (cbor2, pycose)", "records") from exc
-    session = record["session"]
     payload = (
         cbor2.dumps(record, canonical=True)
         if form == "cbor"
@@ -252,7 +251,7 @@ def _sign(record: dict[str, Any], key: SigningKey, form: str) -> bytes:
             1: COSE_ALG_EDDSA,
             3: "application/agent-conversation" if form == "cbor" else "application/json",
             4: f"{key.name}+{key.verifier.key_id.hex()}".encode(),
-            _CWT_CLAIMS: {1: key.name, 2: session["session-id"]},
+            _CWT_CLAIMS: {1: key.name, 2: record["session"]["session-id"]},
         },
         uhdr={_TRACE_METADATA: trace_metadata(record, payload)},
         payload=payload,

@@ -109,8 +109,7 @@ def _select(value: Any, sels: Sequence[_Sel], at: tuple[Any, ...]) -> Iterator[t
     for k, v in _children(value):
         if sel.key is _STAR or (k == sel.key and type(k) is type(sel.key)):
             yield from _select(v, rest, (*at, k))
-    if sel.deep:
-        for k, v in _children(value):
+        if sel.deep:  # ``..``: the same selectors again, one level down
             yield from _select(v, sels, (*at, k))
 
 

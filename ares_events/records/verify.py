@@ -144,7 +144,7 @@ def _parse_key(text: str) -> _Key:
     raw = _b64(b64)
     if len(raw) != 33 or raw[0] != _KEY_ED25519:
         raise ValueError(f"verifier key {name!r} is not an Ed25519 (type 0x01) key")
-    kid = hashlib.sha256(name.encode("utf-8") + b"\n" + raw[:1] + raw[1:]).digest()[:4]
+    kid = hashlib.sha256(name.encode("utf-8") + b"\n" + raw).digest()[:4]
     if hex_id.lower() != kid.hex():
         raise ValueError(f"verifier key {name!r}: its key ID does not match the key")
     return _Key(name, kid, raw[1:])
@@ -317,11 +317,8 @@ def _at(value: Any, steps: Sequence[str | int]) -> Any:
 
 def _placeholder(value: Any) -> str | None:
     """The digest of a redaction placeholder (None: not one)."""
-    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REDACTED), str):
-        d: str = value[REDACTED]
-        if re.fullmatch(r"[0-9a-f]{64}", d):
-            return d
-    return None
+    d = value.get(REDACTED) if isinstance(value, dict) and len(value) == 1 else None
+    return d if isinstance(d, str) and re.fullmatch(r"[0-9a-f]{64}", d) else None
 
 
 @dataclass(slots=True)
@@ -641,10 +638,6 @@ def _nodes(value: Any) -> Iterator[tuple[Any, int]]:
         yield v, depth
         items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
         todo.extend((x, depth + 1) for x in items)
-
-
-def _too_deep(value: Any) -> bool:
-    return any(depth > _MAX_DEPTH for _, depth in _nodes(value))
 
 
 _VEILED: Final = object()
@@ -982,8 +975,7 @@ def check_disclosures(data: bytes, disclosures: Mapping[str, Any]) -> list[dict[
     try:
         out, rebuilt, done = _disclose(events, disclosures)
         for v, paths in done.items():
-            red = events[v - 1]["redacted"]
-            if paths != set(red["paths"]):
+            if paths != set(events[v - 1]["redacted"]["paths"]):
                 continue
             text = events[v - 1].get("header")
             header = json.loads(text) if isinstance(text, str) else None
@@ -1022,7 +1014,7 @@ def _disclose(
         except (ValueError, KeyError):  # not a path the redacted payload holds
             out.append({"version": v, "path": path, "ok": False, "detail": "not redacted there"})
             continue
-        if _too_deep(d.get("value")):
+        if any(depth > _MAX_DEPTH for _, depth in _nodes(d.get("value"))):
             out.append({"version": v, "path": path, "ok": False, "detail": "nested too deeply"})
             continue
         try:

@@ -144,17 +144,16 @@ def _step(chrome: Chrome, info: RunSummary, s: StepInfo, request: Any) -> Markup
             parts.append(_action_form(chrome, info, "resolve", fields, button, step=s.step))
     if s.kind == "model":
         current = el("textarea", name="current", rows="3")
-        parts.append(
-            el(
-                "form",
-                el("label", "compare with the current request (JSON) ", current),
-                join_inputs({"id": info.run_id, "step": str(s.step)}),
-                el("button", "diff", type="submit"),
-                method="get",
-                action="./diff",
-                cls="diff-form",
-            )
+        diff = el(
+            "form",
+            el("label", "compare with the current request (JSON) ", current),
+            join_inputs({"id": info.run_id, "step": str(s.step)}),
+            el("button", "diff", type="submit"),
+            method="get",
+            action="./diff",
+            cls="diff-form",
         )
+        parts.append(diff)
     return el(
         "article", parts, cls="step doubt-step" if s.in_doubt else "step", id=f"step-{s.step}"
     )

@@ -68,15 +68,13 @@ def page(
     active: str = "",
 ) -> Markup:
     """The whole HTML document around one view's content."""
-    mode, mode_cls = (
-        ("actions enabled", "mode actions") if chrome.actions else ("read-only", "mode")
-    )
+    mode = "actions enabled" if chrome.actions else "read-only"
     nav = el(
         "nav",
         el("span", "ares-events", cls="brand"),
         [link(name, href, cls="on" if href == active else None) for name, href in NAV],
         el("span", chrome.store_url, cls="store", title="store (redacted)"),
-        el("span", mode, cls=mode_cls),
+        el("span", mode, cls="mode actions" if chrome.actions else "mode"),
         el("span", "signs as ", el("code", chrome.signer), cls="mode actions", id="signer")
         if chrome.signer
         else None,
@@ -147,11 +145,10 @@ def message_view(title: str, text: str) -> Markup:
 
 def streams_view(rows: list[StreamRow], prefix: str, after: str, next_after: str | None) -> Markup:
     """The streams list: a prefix search and one page."""
+    box = el("input", type="search", name="prefix", value=prefix, id="prefix")
     form = el(
         "form",
-        el(
-            "label", "prefix ", el("input", type="search", name="prefix", value=prefix, id="prefix")
-        ),
+        el("label", "prefix ", box),
         el("button", "search", type="submit"),
         method="get",
         action="./streams",
@@ -297,14 +294,11 @@ def audit_view(
     anchors_note: str | None,
 ) -> Markup:
     """The audit (start it, see its progress and findings), checkpoints, proofs."""
+    deep = el("input", type="checkbox", name="deep", value="1")
     start = el(
         "form",
         join_inputs({"csrf": chrome.csrf}),
-        el(
-            "label",
-            el("input", type="checkbox", name="deep", value="1"),
-            " deep (blobs and snapshots)",
-        ),
+        el("label", deep, " deep (blobs and snapshots)"),
         el("button", "run an audit", type="submit", id="audit-start"),
         method="post",
         action="./audit",
@@ -380,16 +374,10 @@ def projections_view(metas: list[ProjectionMeta], last: int, lags: Mapping[str, 
         )
         for m in metas
     ]
-    columns = (
-        "read model",
-        "version",
-        "generation",
-        "position",
-        "lag (events)",
-        "table",
-        "rebuild",
+    head = header(
+        "read model", "version", "generation", "position", "lag (events)", "table", "rebuild"
     )
-    listing = el("table", header(*columns), rows, id="projections")
+    listing = el("table", head, rows, id="projections")
     return el(
         "section",
         el("h1", "Projections"),
