@@ -7,6 +7,7 @@ It may import anything in the package (an integration is top layer), and ``googl
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar, Final
 from urllib.parse import quote
 
@@ -128,10 +129,8 @@ class Fold:
 
 def since_created(events: list[RecordedEvent]) -> list[RecordedEvent]:
     """The events of the live incarnation (after the last creation)."""
-    for i in range(len(events) - 1, -1, -1):
-        if events[i].type == T_CREATED:
-            return events[i + 1 :]
-    return []
+    i = next((i for i in range(len(events) - 1, -1, -1) if events[i].type == T_CREATED), None)
+    return events[i + 1 :] if i is not None else []
 
 
 def decode(e: RecordedEvent) -> Event:
@@ -144,8 +143,6 @@ def marker_version(session: Session) -> int | None:
     ``_storage_update_marker``; None for a session this service did not read."""
     marker = session._storage_update_marker
     if isinstance(marker, str) and marker.startswith(MARKER):
-        try:
+        with contextlib.suppress(ValueError):
             return int(marker[len(MARKER) :])
-        except ValueError:
-            return None
     return None

@@ -270,8 +270,7 @@ class ThreadIndex:
                 self.hashes[v] = spilled_hash
             base = src.get("base")
             base = base if isinstance(base, str) else None
-            payload = p if spilled_hash is None else None
-            self.values[d] = ValueRec(v, payload, base, int(src.get("depth", 0)))
+            self.values[d] = ValueRec(v, p, base, int(src.get("depth", 0)))
             self.by_version[v] = ("value", d)
         elif type_ == T_CHECKPOINT:
             ns, cid, parent = p["ns"], p["id"], p.get("parent")

@@ -76,14 +76,11 @@ async def refresh(job: Job, *, check: bool = True) -> None:
     store, index = job.store, job.index
     if not index.started:
         head = await store.head(index.stream_id)
-        if head is None:
-            index.started = True
-        else:
-            index.apply_all([e async for e in store.read(index.stream_id, 1, head.version)], head)
+        events = [e async for e in store.read(index.stream_id, 1, head.version)] if head else []
+        index.apply_all(events, head)
     else:
         events = [e async for e in store.read(index.stream_id, index.verifier.last + 1, None)]
-        if events:
-            index.apply_all(events)
+        index.apply_all(events)
     if check:
         index.check()
 

@@ -177,11 +177,7 @@ callers."""
 
 
 def _handout(value: Any) -> Any:
-    if type(value) is list:
-        return list(value)
-    if type(value) is dict:
-        return dict(value)
-    return value
+    return type(value)(value) if type(value) in (list, dict) else value
 
 
 def materialise(

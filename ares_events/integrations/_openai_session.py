@@ -137,10 +137,9 @@ class SessionLog:
                 items.extend((e.version, i, it) for i, it in enumerate(p.get("items") or []))
             elif e.type == T_POPPED:
                 at = (p.get("version"), p.get("index"))
-                for k in range(len(items) - 1, -1, -1):
-                    if (items[k][0], items[k][1]) == at:
-                        del items[k]
-                        break
+                k = next((k for k in reversed(range(len(items))) if items[k][:2] == at), None)
+                if k is not None:
+                    del items[k]
             elif e.type == T_CLEARED:
                 items.clear()
         self._folded = len(events)

@@ -66,9 +66,6 @@ class MessageLog:
         self.store = store
         self._views = Table(lambda cid: _Conversation(ConversationStream(store, stream_of(cid))))
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.store!r})"
-
     def load(self, conversation_id: str) -> tuple[list[ModelMessage], int]:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`, and the
         version read."""

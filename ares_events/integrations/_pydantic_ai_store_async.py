@@ -90,9 +90,6 @@ class AsyncMessageLog:
             lambda cid: _Conversation(AsyncConversationStream(store, stream_of(cid)))
         )
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.store!r})"
-
     async def load(self, conversation_id: str) -> tuple[list[ModelMessage], int]:
         """:meth:`~ares_events.integrations.pydantic_ai.AresMessageStore.load`, and the
         version read."""

@@ -197,8 +197,9 @@ class AresAggregateRecorder(AggregateRecorder):
         groups: dict[str, list[StoredEvent]] = {}
         for ev in stored_events:
             groups.setdefault(ds.stream_id(ev.originator_id), []).append(ev)
+        track = _tracking(tracking)
         if self.snapshots:
-            return self._insert_snapshots(groups, _tracking(tracking))
+            return self._insert_snapshots(groups, track)
         for evs in groups.values():
             for a, b in itertools.pairwise(evs):
                 if b.originator_version != a.originator_version + 1:
@@ -206,7 +207,6 @@ class AresAggregateRecorder(AggregateRecorder):
                         f"aggregate {a.originator_id}: versions {a.originator_version} and "
                         f"{b.originator_version} are not consecutive"
                     )
-        track = _tracking(tracking)
         # Expected versions from the learnt offsets; an unknown stream is assumed new, and
         # a wrong guess (the stream exists) is corrected once after reading its offset.
         guessed: set[str] = set()
@@ -348,9 +348,7 @@ class AresAggregateRecorder(AggregateRecorder):
         with self._erasures_lock:
             for e in self.store.read(ERASURE_STREAM, self._erasures_read + 1):
                 self._erasures_read = e.version
-                if e.type != ERASURE_TYPE or e.payload_erased:
-                    continue
-                p = e.payload
+                p = e.payload if e.type == ERASURE_TYPE and not e.payload_erased else None
                 if not isinstance(p, dict):
                     continue
                 s, v = p.get("stream_id"), p.get("version")
@@ -489,12 +487,10 @@ def _tracking(tracking: Tracking | None) -> TrackingRecord | None:
 
 def _originator(stream_id: str, prefix: str, meta_json: bytes) -> UUID | str:
     raw = stream_id[len(prefix) :]
-    if b'"id_type"' in meta_json:
-        return raw
-    try:
-        return UUID(raw)
-    except ValueError:
-        return raw
+    if b'"id_type"' not in meta_json:
+        with contextlib.suppress(ValueError):
+            return UUID(raw)
+    return raw
 
 
 class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
@@ -515,8 +511,7 @@ class AresApplicationRecorder(AresAggregateRecorder, ApplicationRecorder):
         Raises:
             OperationalError: the store cannot be reached.
         """
-        after = 0 if start is None else (start - 1 if inclusive_of_start else start)
-        after = max(after, 0)
+        after = 0 if start is None else max(start - int(inclusive_of_start), 0)
         wanted = frozenset(topics)
         ds = self.datastore
         prefix = ds.stream_prefix

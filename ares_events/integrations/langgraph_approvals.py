@@ -171,8 +171,7 @@ class ApprovalGate:
         stream = _stream(config)
         t = self._read(stream)
         open_ = t.ledger.requests
-        if step is None and open_:
-            step = max(open_)
+        step = max(open_, default=None) if step is None else step
         if step is None or step not in open_:
             raise RunNotRunnable(stream, "not waiting", "it waits for no signed approval")
         return Pending(stream, step, str(open_[step][1].get("args_hash")), t.head)

@@ -211,9 +211,7 @@ class AsyncAresMessageStore(AsyncAdapter):
     async def append(self, conversation_id: str, new_messages: Sequence[ModelMessage]) -> int:
         """:meth:`AresMessageStore.append`."""
         expected = self._versions.get(conversation_id)
-        version = cast(
-            "int", await self._faces.call("append", conversation_id, new_messages, expected)
-        )
+        version: int = await self._faces.call("append", conversation_id, new_messages, expected)
         self._versions.set(conversation_id, version)
         return version
 
