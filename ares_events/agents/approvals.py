@@ -7,6 +7,7 @@ It may import the format layer, the core and integrity.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Iterable, Sequence
@@ -248,8 +249,6 @@ class Ledger:
         earlier = set(self.used)
         for v, _prev, note in self.presented:
             if v < version:
-                try:
+                with contextlib.suppress(ApprovalForged):  # not an approval note: no nonce
                     earlier.add(Approval.parse(note, "", None).nonce)
-                except ApprovalForged:
-                    continue
         return earlier

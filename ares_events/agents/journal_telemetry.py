@@ -51,10 +51,9 @@ class RunTrace:
 
     def detach(self, token: Any) -> None:
         """Undo :meth:`attach`."""
-        if token is None:
-            return
-        with guarded("context"):
-            self._tel.otel.context.detach(token)
+        if token is not None:
+            with guarded("context"):
+                self._tel.otel.context.detach(token)
 
     def metadata(self) -> dict[str, Any] | None:
         """``{TRACE_KEY: {"traceparent": ...}}`` of this span, for an event's metadata."""
@@ -185,29 +184,23 @@ class CallSpan:
         self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         tel = self._tel
-        failed = exc is not None and not isinstance(exc, GeneratorExit)
+        failed = exc if exc is not None and not isinstance(exc, GeneratorExit) else None
         if self._span is not None:
             if self._token is not None:
                 with guarded("context"):
                     tel.otel.context.detach(self._token)
-            tel.end_span(self._span, exc if failed else None)
+            tel.end_span(self._span, failed)
         m = tel.metrics
         if m is None:
             return
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": self._op,
-            "ares_events.journal.from_log": self._from_log,
-        }
-        if failed:
-            assert exc is not None
-            attrs["error.type"] = error_type(exc)
-        m.journal_calls.add(1, attrs)
+        failure = {"error.type": error_type(failed)} if failed is not None else {}
+        op = {"gen_ai.operation.name": self._op}
+        m.journal_calls.add(1, {**op, "ares_events.journal.from_log": self._from_log, **failure})
         if self._from_log:
             return
         if self._attempt > 1:
-            m.journal_retries.add(1, {"gen_ai.operation.name": self._op})
+            m.journal_retries.add(1, op)
         if self._op == "chat":
-            failure = {"error.type": attrs["error.type"]} if failed else {}
             m.genai_duration.record(self._t0(), {**self._op_attrs(), **failure})
 
 

@@ -7,6 +7,7 @@ It may import the core and the format (canonical JSON); nothing else of the runt
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import weakref
@@ -103,15 +104,12 @@ def first_difference(recorded: Any, current: Any, path: str) -> tuple[str, Any, 
                 return found
         return None
     if isinstance(recorded, list | tuple) and isinstance(current, list | tuple):
-        for i, (a, b) in enumerate(zip(recorded, current, strict=False)):
+        for i, (a, b) in enumerate(itertools.zip_longest(recorded, current, fillvalue=MISSING)):
+            if a is MISSING or b is MISSING:  # one side is shorter
+                return f"{path}[{i}]", a, b
             found = first_difference(a, b, f"{path}[{i}]")
             if found is not None:
                 return found
-        n = min(len(recorded), len(current))
-        if len(recorded) != len(current):
-            a = recorded[n] if n < len(recorded) else MISSING
-            b = current[n] if n < len(current) else MISSING
-            return f"{path}[{n}]", a, b
         return None
     try:
         same = canonical_json(recorded) == canonical_json(current)

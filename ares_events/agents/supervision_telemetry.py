@@ -26,10 +26,7 @@ _KINDS: Final = (
 
 def cause_kind(cause: str) -> str:
     """The bounded kind of a death's cause (a metric attribute)."""
-    for prefix, kind in _KINDS:
-        if cause.startswith(prefix):
-            return kind
-    return "other"
+    return next((kind for prefix, kind in _KINDS if cause.startswith(prefix)), "other")
 
 
 def _emit(

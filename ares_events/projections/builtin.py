@@ -246,19 +246,21 @@ def _attempt(event: RecordedEvent, n: int) -> dict[str, Any]:
     return {"n": n, "status": "requested", "version": event.version, "at": event.at}
 
 
-def _call_step(
-    state: dict[str, Any], step: int, kind: str, ident: str | None, event: RecordedEvent
-) -> dict[str, Any]:
+def _request_attempt(
+    state: dict[str, Any], step: int, kind: str, attempt: int, event: RecordedEvent, **fields: Any
+) -> None:
+    """Record attempt ``attempt`` of the call at ``step``, making the step on the first."""
     rec: dict[str, Any] | None = state["steps"].get(str(step))
     if rec is None or rec.get("kind") != kind:
-        rec = state["steps"][str(step)] = {
+        state["steps"][str(step)] = rec = {
             "kind": kind,
             "status": "requested",
             "attempts": [],
-            "hash": ident,
+            "hash": None,
             "version": event.version,
         }
-    return rec
+    rec.update(fields, status="requested")
+    rec["attempts"].append(_attempt(event, attempt))
 
 
 def _settle(rec: dict[str, Any] | None, status: str) -> dict[str, Any] | None:
@@ -288,9 +290,7 @@ def _run_started(state: dict[str, Any], p: RunStarted, event: RecordedEvent) -> 
 def _model_requested(state: dict[str, Any], p: ModelCallRequested, event: RecordedEvent) -> None:
     state["requested"][str(p.step)] = p.messages_hash
     _bump(state, p.step)
-    rec = _call_step(state, p.step, "model", p.messages_hash, event)
-    rec.update(hash=p.messages_hash, status="requested")
-    rec["attempts"].append(_attempt(event, p.attempt))
+    _request_attempt(state, p.step, "model", p.attempt, event, hash=p.messages_hash)
 
 
 def _model_failed(state: dict[str, Any], p: ModelCallAttemptFailed, event: RecordedEvent) -> None:
@@ -338,9 +338,7 @@ def _tool_requested(state: dict[str, Any], p: ToolCallRequested, event: Recorded
     if step is None:
         return
     call["step"] = step
-    rec = _call_step(state, step, "tool", p.args_hash, event)
-    rec.update(name=p.name, key=key, hash=p.args_hash, status="requested")
-    rec["attempts"].append(_attempt(event, p.attempt))
+    _request_attempt(state, step, "tool", p.attempt, event, name=p.name, key=key, hash=p.args_hash)
 
 
 def _tool_step(state: dict[str, Any], key: str) -> dict[str, Any] | None:
