@@ -130,7 +130,7 @@ class FileBlobStore(BaseBlobStore):
                 f"blob URL {url.redacted()} names a host; use file:///absolute/path "
                 "(three slashes; relative folders are not accepted in URLs)"
             )
-        if not url.path or not url.path.startswith("/") or url.path == "/":
+        if not url.path.startswith("/") or url.path == "/":
             raise ConfigError(f"blob URL {url.redacted()} needs an absolute folder path")
         return cls(url.path, url=url.redacted(), create=create)
 
@@ -272,14 +272,13 @@ class FileBlobStore(BaseBlobStore):
                         continue
                     prefix = d1.name + d2.name
                     for f in os.scandir(d2.path):
-                        name = f.name
-                        if not (_KEY_RE.fullmatch(name) and name.startswith(prefix)):
+                        if not (_KEY_RE.fullmatch(f.name) and f.name.startswith(prefix)):
                             continue
                         try:
                             st = f.stat()
                         except FileNotFoundError:
                             continue  # deleted while listing
-                        yield BlobInfo(name, st.st_size, _mtime(st))
+                        yield BlobInfo(f.name, st.st_size, _mtime(st))
         except OSError as exc:
             raise self._unavailable("cannot list blobs", exc) from exc
 

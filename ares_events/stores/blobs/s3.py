@@ -230,21 +230,19 @@ class S3BlobStore(BaseBlobStore):
                 f"blob store {self.url}: {op} failed: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _unless_missing(self, call: Any, **kwargs: Any) -> Any:
+    def _unless_missing(self, call: Any, **kwargs: Any) -> dict[str, Any] | None:
         """``call(Bucket=..., **kwargs)``'s response; None when the object is not found."""
         try:
-            return call(Bucket=self.bucket, **kwargs)
+            response: dict[str, Any] = call(Bucket=self.bucket, **kwargs)
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in _NOT_FOUND:
                 return None
             raise
+        return response
 
     def _head(self, key: str) -> dict[str, Any] | None:
         with self._errors("HeadObject"):
-            head: dict[str, Any] | None = self._unless_missing(
-                self.client.head_object, Key=self.object_key(key)
-            )
-        return head
+            return self._unless_missing(self.client.head_object, Key=self.object_key(key))
 
     def _write(self, key: str, data: bytes) -> None:
         if self._touch_existing(key, len(data)):

@@ -59,9 +59,8 @@ def parse(url: str) -> tuple[Config, str]:
     if parsed.scheme not in ("redis", "rediss"):
         raise ConfigError(f"cache URL must be redis:// or rediss://, got {redacted}")
     p = parsed.check_params(_PARAMS)
-    db_text = parsed.path.strip("/") or "0"
     try:
-        db = int(db_text)
+        db = int(parsed.path.strip("/") or "0")
         ttl = int(p.get("ttl", "300"))
         tail = int(p.get("tail", "100"))
         socket_timeout = float(p.get("socket_timeout", "0.2"))

@@ -35,16 +35,15 @@ from ares_events.errors import ConfigError, StoreClosed
 from ares_events.stores.memory.data import MemoryData, data_for, fresh
 from ares_events.stores.memory.read_models import MemoryReadModels
 
-
-def _fair() -> None:
-    """Nothing to let run on the blocking face."""
-
-
 __all__ = ["FAIR_EVERY", "MemoryRecorder", "MemorySnapshotRows"]
 
 FAIR_EVERY: Final = 256
 """A read yields to the event loop after this many events."""
 _OPTIONS: Final = ("create",)
+
+
+def _fair() -> None:
+    """Nothing to let run on the blocking face."""
 
 
 # The blocking face has no event loop to yield to: no counter on its read path.

@@ -35,18 +35,6 @@ from ares_events.errors import ConfigError, StoreClosed
 from ares_events.stores.memory.data import MemoryData, data_for, fresh
 from ares_events.stores.memory.read_models import MemoryReadModels
 
-if ASYNC:
-    import asyncio
-
-    async def _fair() -> None:
-        await asyncio.sleep(0)
-
-else:
-
-    def _fair() -> None:
-        """Nothing to let run on the blocking face."""
-
-
 __all__ = ["FAIR_EVERY", "AsyncMemoryRecorder", "AsyncMemorySnapshotRows"]
 
 FAIR_EVERY: Final = 256
@@ -55,6 +43,10 @@ _OPTIONS: Final = ("create",)
 
 
 if ASYNC:
+    import asyncio
+
+    async def _fair() -> None:
+        await asyncio.sleep(0)
 
     async def _each(items: Iterable[Any], rec: Any = None) -> AsyncIterator[Any]:
         # Once before anything: a task that loops over short reads still lets others run.
@@ -66,7 +58,15 @@ if ASYNC:
             if i % FAIR_EVERY == 0:
                 await _fair()
 
+    def _wake(fut: asyncio.Future[None]) -> None:
+        if not fut.done():
+            fut.set_result(None)
+
 else:
+
+    def _fair() -> None:
+        """Nothing to let run on the blocking face."""
+
     # The blocking face has no event loop to yield to: no counter on its read path.
     def _each(items: Iterable[Any], rec: Any = None) -> Iterator[Any]:
         for x in items:
@@ -384,13 +384,6 @@ class AsyncMemoryRecorder:
         if ASYNC:
             for fut in list(self._waiters):
                 _wake(fut)
-
-
-if ASYNC:
-
-    def _wake(fut: asyncio.Future[None]) -> None:
-        if not fut.done():
-            fut.set_result(None)
 
 
 class AsyncMemorySnapshotRows:

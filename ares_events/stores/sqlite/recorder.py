@@ -667,12 +667,11 @@ class SQLiteRecorder(SQLiteErasure, SQLiteArchiving):
         """Every head, paged by stream id."""
         after = ""
         while True:
-            rows = self._query(SELECT_HEADS, (after, self.page_size))
-            for sid, version, h in rows:
-                yield sid, Head(version, h)
-            if len(rows) < self.page_size:
+            page = self.heads_page(after, self.page_size, None)
+            yield from page
+            if len(page) < self.page_size:
                 return
-            after = rows[-1][0]
+            after = page[-1][0]
 
     def heads_page(self, after: str, limit: int, prefix: str | None) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol)."""

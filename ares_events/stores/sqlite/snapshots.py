@@ -46,12 +46,9 @@ class SQLiteSnapshotRows:
     def _errors(self, action: str) -> Iterator[None]:
         try:
             yield
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(
-                f"{action} in {self._recorder.describe()} failed: {exc}"
-            ) from exc
         except sqlite3.Error as exc:
-            raise StoreError(f"{action} in {self._recorder.describe()} failed: {exc}") from exc
+            bad = StoreUnavailable if isinstance(exc, sqlite3.OperationalError) else StoreError
+            raise bad(f"{action} in {self._recorder.describe()} failed: {exc}") from exc
 
     def _write(self, sql: str, args: tuple[Any, ...]) -> int:
         with self._recorder.transaction() as conn:
@@ -79,16 +76,14 @@ class SQLiteSnapshotRows:
         """Every row's description, keyset-paged by stream and projection."""
         after_sid, after_proj = "", ""
         while True:
+            args: tuple[Any, ...]
+            if stream_id is None:
+                sql, args = SQLITE_LIST_ALL, (after_sid, after_sid, after_proj, LIST_PAGE)
+            else:
+                sql, args = SQLITE_LIST_STREAM, (stream_id, after_proj, LIST_PAGE)
             with self._errors("listing snapshots"):
-                if stream_id is None:
-                    args: tuple[Any, ...] = (after_sid, after_sid, after_proj, LIST_PAGE)
-                    rows = self._recorder.fetch(SQLITE_LIST_ALL, args)
-                else:
-                    rows = self._recorder.fetch(
-                        SQLITE_LIST_STREAM, (stream_id, after_proj, LIST_PAGE)
-                    )
-            for r in rows:
-                yield info_of(r)
+                rows = self._recorder.fetch(sql, args)
+            yield from map(info_of, rows)
             if len(rows) < LIST_PAGE:
                 return
             after_sid, after_proj = rows[-1][0], rows[-1][1]
