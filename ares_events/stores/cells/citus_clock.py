@@ -17,12 +17,11 @@ from ares_events.core.backend import SealedEvent
 from ares_events.errors import StoreUnavailable
 from ares_events.stores.postgres.clock import Batches, ServerClock, Statement, event_row
 from ares_events.stores.postgres.driver import relays_loss
-from ares_events.stores.postgres.sql import VISIBLE_BOUND, Statements, render_for
+from ares_events.stores.postgres.sql import SELECT_BOUND, Statements, render_for
 
 __all__ = ["CitusClock"]
 
 COORDINATOR_XID: Final = "SELECT pg_current_xact_id()::text::bigint"
-COORDINATOR_BOUND: Final = f"SELECT {VISIBLE_BOUND}"
 COORDINATOR_NOTIFY: Final = "SELECT pg_notify(%s, %s)"
 SELECT_LAST_BELOW: Final = (
     "SELECT coalesce(max(position), 0) FROM {s}.ares_events WHERE position < %s"
@@ -81,7 +80,7 @@ class CitusClock(ServerClock):
     xid_statements: ClassVar[tuple[Statement, ...]] = (
         (sql.Composed([sql.SQL(COORDINATOR_XID)]), None, "one"),
     )
-    bound: ClassVar[sql.Composed | None] = sql.Composed([sql.SQL(COORDINATOR_BOUND)])
+    bound: ClassVar[sql.Composed | None] = sql.Composed([sql.SQL(SELECT_BOUND)])
     lost: ClassVar[tuple[str, ...]] = WORKER_LOST
     """A read-model transaction or a read that loses a worker fails as an append does."""
 
@@ -149,8 +148,9 @@ class CitusClock(ServerClock):
         end = xid * 65536 + len(rows) - 1
         if not _ONE_PHASE:
             return (*super().write_many(xid, batches, tracking, None), *_wakeup_at(channel, end))
-        heads = [(sid, ss[-1].version, ss[-1].hash) for sid, _, ss in batches]
-        out = [*self._events(xid, rows), self._upsert(heads)]
+        heads = [v for sid, _, ss in batches for v in (sid, ss[-1].version, ss[-1].hash)]
+        upsert = self._rows(self._heads, UPSERT_HEADS, HEAD_ROW, len(batches))
+        out = [*self._events(xid, rows), (upsert, heads, None)]
         if tracking is not None:
             out.append((self._tracking, tracking, None))
         return (*out, *_wakeup_at(channel, end))
@@ -166,10 +166,6 @@ class CitusClock(ServerClock):
                 args += (first + i, *event_row(sid, s))
             out.append((query, args, None))
         return out
-
-    def _upsert(self, heads: list[tuple[str, int, bytes]]) -> Statement:
-        query = self._rows(self._heads, UPSERT_HEADS, HEAD_ROW, len(heads))
-        return (query, [v for h in heads for v in h], None)
 
     def _rows(self, cache: dict[int, sql.Composed], text: str, row: str, n: int) -> sql.Composed:
         query = cache.get(n)

@@ -133,17 +133,12 @@ class ServerClock:
         """Around the locked path's transaction: nothing to watch on one server."""
         return contextlib.nullcontext()
 
-    def write_one(
-        self, xid: int, sid: str, before: int, sealed: Sequence[SealedEvent], channel: str | None
-    ) -> tuple[Statement, ...]:
-        """The locked path's write of one stream: :meth:`write_many` of one batch."""
-        return self.write_many(xid, [(sid, before, sealed)], None, channel)
-
     def write_many(
         self, xid: int, batches: Batches, tracking: tuple[str, int] | None, channel: str | None
     ) -> tuple[Statement, ...]:
-        """``append_many``'s write: every batch's events (consecutive positions in batch
-        order), the heads, the tracking row and the wake-up, one statement."""
+        """The locked path's write (of one batch, or ``append_many``'s): every batch's events
+        (consecutive positions in batch order), the heads, the tracking row and the wake-up,
+        one statement."""
         flat = [(sid, s) for sid, _, ss in batches for s in ss]
         lasts = [ss[-1] for _, _, ss in batches]
         name = tracking[0] if tracking is not None else None

@@ -113,11 +113,9 @@ class DriverErrors:
         if isinstance(exc, psycopg_pool.PoolClosed):
             raise StoreClosed(description, what) from exc
         if isinstance(exc, psycopg.errors.QueryCanceled):
-            limit = (
-                f"statement_timeout of {self.statement_timeout} ms"
-                if self.statement_timeout
-                else "statement_timeout"
-            )
+            limit = "statement_timeout"
+            if self.statement_timeout:
+                limit = f"statement_timeout of {self.statement_timeout} ms"
             nothing = "; nothing was written" if what.startswith("append") else ""
             raise StoreUnavailable(
                 f"{what} in {description} was cancelled by the server ({limit} "

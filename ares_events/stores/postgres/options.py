@@ -128,11 +128,9 @@ def parse_options(url: StoreURL, options: dict[str, Any]) -> PostgresOptions:
     if pool_min > pool_max:
         raise ConfigError(f"pool_min ({pool_min}) must not exceed pool_max ({pool_max}) in {where}")
     pool_timeout = parse_seconds(own.get("pool_timeout", 30.0), "pool_timeout", where)
-    stmt_timeout = (
-        parse_int(own["statement_timeout"], "statement_timeout", where)
-        if "statement_timeout" in own
-        else None
-    )
+    stmt_timeout = None
+    if "statement_timeout" in own:
+        stmt_timeout = parse_int(own["statement_timeout"], "statement_timeout", where)
     page_size = parse_int(own.get("page_size", 2000), "page_size", where)
     migrate = parse_bool(own.get("migrate", True), "migrate", where)
     notify = parse_bool(own.get("notify", True), "notify", where)

@@ -33,7 +33,6 @@ from ares_events.core.backend import (
     rows_differ,
 )
 from ares_events.core.events import (
-    STREAM_EXISTS,
     ErasedPayloadRef,
     ExpectedVersion,
     PayloadRef,
@@ -100,7 +99,6 @@ RETRIES: Final = 3
 _POSITION_SHIFT: Final = 65536
 _MAX_XID: Final = 2**47  # xid * 65536 must stay below 2**63
 _HEAD_CACHE_SIZE: Final = 10_000  # predicted heads kept (cleared when full)
-_MAX_KEY: Final = 2**63 - 1
 _FAR: Final = 2**62
 _CATCH_UP: Final = 1.0  # seconds a read waits for this recorder's own appends (_catch_up)
 
@@ -521,7 +519,7 @@ class AsyncPostgresRecorder:
         self, what: str, batches: Sequence[Batch], run: Callable[[Any], Awaitable[T]]
     ) -> T:
         """``run`` on a pooled connection, retried after a unique violation (a concurrent
-        append of the same ids: the retry's id check decides)."""
+        append of the same ids, to any stream, committed first: the retry's id check decides)."""
         for attempt in range(RETRIES):
             try:
                 async with self._conn(what) as conn:
@@ -535,8 +533,6 @@ class AsyncPostgresRecorder:
             except BaseException as exc:  # cancelled too: the predictions may be stale
                 for b in batches:
                     self._heads.pop(b.stream_id, None)
-                # A concurrent append of the same event id to another stream committed
-                # first (a unique violation): the retry's id check reports it.
                 if (
                     attempt + 1 < RETRIES
                     and isinstance(exc, StoreError)
@@ -555,15 +551,11 @@ class AsyncPostgresRecorder:
             return None
         stream_id = batch.stream_id
         head = self._heads.get(stream_id)
-        if head is None and (
-            expected_version is STREAM_EXISTS
-            or (isinstance(expected_version, int) and expected_version > 0)
-        ):
-            return None  # the stream should exist but its head is unknown here
         try:
             check_expected_version(stream_id, expected_version, head.version if head else 0)
         except ConcurrencyError:
-            return None  # the prediction may be stale: the locked path decides
+            # The prediction may be stale (or the head unknown here): the locked path decides.
+            return None
         sealed = batch.seal(head)
         query, params = self._fast_statement(batch, sealed, head)
         try:
@@ -631,7 +623,6 @@ class AsyncPostgresRecorder:
     ) -> AppendOutcome:
         stream_id = batch.stream_id
         ids = batch.event_ids
-        q = self.sql
         # Round trip 1: lock the stream, then (new statement, fresh snapshot) read the
         # head, look for the ids and get this transaction's xid.
         clock = self.clock
@@ -640,7 +631,7 @@ class AsyncPostgresRecorder:
             (
                 (BEGIN, None, None),
                 (LOCK_STREAM, (stream_id,), None),
-                (q.head_for_append, (ids, stream_id), "one"),
+                (self.sql.head_for_append, (ids, stream_id), "one"),
                 *clock.xid_statements,
             ),
         )
@@ -657,7 +648,7 @@ class AsyncPostgresRecorder:
         last = sealed[-1]
         channel = self.channel if self.notify else None
         # Round trip 2: events, head and wake-up (the clock's statements), then COMMIT.
-        writes = clock.write_one(xid, stream_id, version or 0, sealed, channel)
+        writes = clock.write_many(xid, [(stream_id, version or 0, sealed)], None, channel)
         await self._pipeline(conn, (*writes, (COMMIT, None, None)))
         self._remember(stream_id, Head(last.version, last.hash))
         return AppendOutcome([], version=last.version, position=first + len(sealed) - 1)
@@ -720,24 +711,18 @@ class AsyncPostgresRecorder:
         if tracking is not None:
             check_tracking(tracking, tracked)
         self._check_xid(xid)
-        sealed_all: list[list[SealedEvent]] = []
+        batches_sealed: list[tuple[str, int, list[SealedEvent]]] = []
         for (b, expected), (version, head_hash) in zip(batches, head_rows, strict=True):
             check_expected_version(b.stream_id, expected, version or 0)
-            sealed_all.append(b.seal(Head(version, head_hash) if version else None))
+            sealed = b.seal(Head(version, head_hash) if version else None)
+            batches_sealed.append((b.stream_id, version or 0, sealed))
         channel = self.channel if self.notify else None
-        writes = clock.write_many(
-            xid,
-            [
-                (sid, (h[0] or 0), ss)
-                for sid, h, ss in zip(streams, head_rows, sealed_all, strict=True)
-            ],
-            (tracking.name, tracking.position) if tracking is not None else None,
-            channel,
-        )
+        track = (tracking.name, tracking.position) if tracking is not None else None
+        writes = clock.write_many(xid, batches_sealed, track, channel)
         await self._pipeline(conn, (*writes, (COMMIT, None, None)))
         out = []
         pos = xid * _POSITION_SHIFT - 1
-        for sid, ss in zip(streams, sealed_all, strict=True):
+        for sid, _, ss in batches_sealed:
             pos += len(ss)
             self._remember(sid, Head(ss[-1].version, ss[-1].hash))
             out.append(AppendOutcome([], version=ss[-1].version, position=pos))
@@ -902,20 +887,20 @@ class AsyncPostgresRecorder:
         self, after: str, limit: int, prefix: str | None
     ) -> list[tuple[str, Head]]:
         """One page of heads from the primary key (see the protocol and SELECT_HEADS_*)."""
-        q, what = self.sql, "listing streams"
+        q = self.sql
         lo, hi = prefix_range(prefix) if prefix is not None else ("", None)
         if prefix is not None and self._byte_order is None:
             found = await self._query("the database's collation", q.byte_order, ())
             self._byte_order = bool(found and found[0][0])
         inside = after >= lo  # one lower bound, as on SQLite: the cursor inside the range, else lo
+        args: tuple[str, ...]
         if prefix is not None and not self._byte_order:
-            rows = await self._query(what, q.heads_starting, (after, lo, limit))
+            query, args = q.heads_starting, (after, lo)
         elif hi is None:
-            query = q.heads if inside else q.heads_from_ge
-            rows = await self._query(what, query, (max(after, lo), limit))
+            query, args = (q.heads if inside else q.heads_from_ge), (max(after, lo),)
         else:
-            query = q.heads_range_gt if inside else q.heads_range_ge
-            rows = await self._query(what, query, (max(after, lo), hi, limit))
+            query, args = (q.heads_range_gt if inside else q.heads_range_ge), (max(after, lo), hi)
+        rows = await self._query("listing streams", query, (*args, limit))
         return [(sid, Head(version, h)) for sid, version, h in rows]
 
     async def last_position(self) -> int:
