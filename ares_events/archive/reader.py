@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
-from typing import Any, Final, cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar, cast
 
 from ares_events.archive.erase import erase_archived
 from ares_events.archive.segment import (
@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ArchiveRecorder"]
 
 _BIG: Final = 2**62
+T = TypeVar("T")
 PAGE: Final = 256
 """Events per database page of ``read_all``: under the garbage collector's threshold of
 700 tracked objects (pages of 1000 spent 12% of a bare read's CPU in collections, 256 5%)."""
@@ -174,12 +175,10 @@ class ArchiveRecorder:
                 if text is None:
                     raise _lost(through)
         seen = self._parsed  # one read of the attribute: another thread may replace it
-        if text is None or text == seen[0]:
-            ix = None if text is None else seen[1]
-        else:
-            ix = SegmentIndex.from_json(text)
-        self._parsed = (text, ix)
-        return text, ix
+        if text != seen[0]:
+            seen = (text, None if text is None else SegmentIndex.from_json(text))
+        self._parsed = seen
+        return seen
 
     def _through(self) -> tuple[int, SegmentIndex | None]:
         """The last archived position and, when not 0, the segment index (read again only
@@ -302,14 +301,9 @@ class ArchiveRecorder:
         if ix is None:
             return  # nothing was ever archived
         cursor = None
+        chunk_of = self.source.stream_chunk
         while left > 0 and v <= hi:
-            try:
-                chunk, cursor = self._chunk(ix, stream_id, v, cursor)
-            except ArchiveError as exc:
-                # An erasure elsewhere replaced the segment (and deleted the old object)
-                # since this segment index was read: read it again, once.
-                ix = self._newer(ix, exc)
-                chunk, cursor = self._chunk(ix, stream_id, v, cursor)
+            ix, (chunk, cursor) = self._fresh(ix, chunk_of, stream_id, v, cursor)
             out = [e for e in chunk if e.version <= hi][:left]
             if out:
                 yield out
@@ -359,31 +353,26 @@ class ArchiveRecorder:
                 return
             pos = last
 
-    def _chunk(
-        self, ix: SegmentIndex, stream_id: str, v: int, cursor: Any
-    ) -> tuple[list[RecordedEvent], Any]:
-        return self.source.stream_chunk(ix, stream_id, v, cursor)
-
-    def _newer(self, ix: SegmentIndex, exc: ArchiveError) -> SegmentIndex:
-        """The segment index again if it changed since ``ix`` and ``exc`` is ``missing`` (a
-        concurrent erasure's rewrite); else ``exc`` is raised."""
-        if exc.kind != "missing":
-            raise exc
-        fresh = self.segment_index()
-        if fresh is None or fresh.to_json() == ix.to_json():
-            raise exc
-        return fresh
+    def _fresh(
+        self, ix: SegmentIndex, fetch: Callable[..., T], *args: Any
+    ) -> tuple[SegmentIndex, T]:
+        """The index used and ``fetch(index, *args)`` (on a worker thread). An erasure
+        elsewhere may have replaced the segment (and deleted the old object) since ``ix``
+        was read: on a ``missing`` error, when the segment index changed, once more."""
+        try:
+            return ix, fetch(ix, *args)
+        except ArchiveError as exc:
+            fresh = self.segment_index() if exc.kind == "missing" else None
+            if fresh is None or fresh.to_json() == ix.to_json():
+                raise
+        return fresh, fetch(fresh, *args)
 
     def _merged_block(
         self, ix: SegmentIndex, pos: int, prefix: str | None
     ) -> tuple[list[RecordedEvent], int]:
         """The archive's next block after ``pos`` merged with the database rows in its range
         (streams' last events, and rows an interrupted run left: served once)."""
-        try:
-            events, upto = self.source.events_after(ix, pos, prefix)
-        except ArchiveError as exc:
-            ix = self._newer(ix, exc)
-            events, upto = self.source.events_after(ix, pos, prefix)
+        _, (events, upto) = self._fresh(ix, self.source.events_after, pos, prefix)
         have = {e.position for e in events}
         extra: list[RecordedEvent] = []
         kw: dict[str, Any] = {"stream_prefix": prefix} if prefix else {}
