@@ -129,8 +129,10 @@ class Fold:
 
 def since_created(events: list[RecordedEvent]) -> list[RecordedEvent]:
     """The events of the live incarnation (after the last creation)."""
-    i = next((i for i in range(len(events) - 1, -1, -1) if events[i].type == T_CREATED), None)
-    return events[i + 1 :] if i is not None else []
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].type == T_CREATED:
+            return events[i + 1 :]
+    return []
 
 
 def decode(e: RecordedEvent) -> Event:

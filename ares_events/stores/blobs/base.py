@@ -203,8 +203,9 @@ class BaseBlobStore:
             StoreUnavailable: the blob could not be written.
         """
         digest = digest_of(data) if digest is None else digest
-        self._write(digest.hex(), data)
-        return PayloadRef(digest.hex(), len(data), digest)
+        key = digest.hex()
+        self._write(key, data)
+        return PayloadRef(key, len(data), digest)
 
     def put_stream(self, stream: BinaryIO) -> PayloadRef:
         """Store everything read from ``stream`` (hashed as it is read).
